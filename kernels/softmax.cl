@@ -1,0 +1,23 @@
+/* Softmax over the feature axis, in place, for R in any layout.
+ *
+ * R is units x batch (the thesis's orientation), so each column is one sample: one work item per
+ * column computes max, then sum of exp(x - max), then writes exp(x - max) / sum. Subtracting the
+ * maximum keeps exp from overflowing; a NaN in a column makes that column NaN, as in TensorFlow.
+ * The runtime prepends MALINN_INDEX_R(row, col, prows, pcols) for R's layout; m, n are the logical
+ * rows and columns, h, w the padded ones. OpenCL C 1.2.
+ */
+
+__kernel void softmax(uint m, uint n, uint h, uint w, __global float *r)
+{
+    const uint col = get_global_id(0);
+    float top = -INFINITY;
+    for (uint row = 0; row < m; ++row)
+        top = fmax(top, r[MALINN_INDEX_R(row, col, h, w)]);
+    float total = 0.0f;
+    for (uint row = 0; row < m; ++row)
+        total += exp(r[MALINN_INDEX_R(row, col, h, w)] - top);
+    for (uint row = 0; row < m; ++row) {
+        const size_t ix = MALINN_INDEX_R(row, col, h, w);
+        r[ix] = exp(r[ix] - top) / total;
+    }
+}

@@ -1,0 +1,27 @@
+"""malinn: run trained Keras models on OpenCL devices.
+
+Quick start::
+
+    import numpy as np
+    import malinn
+    model = malinn.Sequential([malinn.layers.Dense(150, activation="relu"),
+                               malinn.layers.Dense(10, activation="softmax")])
+    model.build((None, 640))
+    y = model.predict(np.random.rand(100, 640).astype("float32"))
+"""
+
+from . import layers, ops
+from .device import Device, devices, get_device, set_device
+from .errors import (ConversionError, DeviceError, KernelBuildError, LayoutError, LibraryError,
+                     MalinnError)
+from .kernel_library import load_library
+from .layout import Layout
+from .models import Sequential
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Sequential", "layers", "ops", "Layout", "load_library",
+    "Device", "devices", "get_device", "set_device",
+    "MalinnError", "DeviceError", "KernelBuildError", "LibraryError", "LayoutError", "ConversionError",
+]

@@ -1,0 +1,29 @@
+"""The exceptions malinn raises.
+
+Every error malinn raises derives from :class:`MalinnError`, so a service can catch one type.
+Errors that describe bad input from the user also derive from ``ValueError``, as Keras's do.
+"""
+
+
+class MalinnError(Exception):
+    """Base class of every error raised by malinn."""
+
+
+class DeviceError(MalinnError, RuntimeError):
+    """No usable OpenCL device, a bad device choice, or an OpenCL call that failed."""
+
+
+class KernelBuildError(MalinnError, RuntimeError):
+    """An OpenCL program failed to build; the message holds the build log and options."""
+
+
+class LibraryError(MalinnError, ValueError):
+    """``kernels/library.json`` is malformed; the message names the entry and field."""
+
+
+class LayoutError(MalinnError, ValueError):
+    """A layout representation string is malformed or a matrix does not fit a layout."""
+
+
+class ConversionError(MalinnError, ValueError):
+    """A model file cannot be read or converted; the message names the file and the cause."""

@@ -1,0 +1,283 @@
+"""The kernel library (Rovder 4.4.1, 8.3): ``kernels/library.json`` read, validated and rendered.
+
+Each entry maps a codename to an OpenCL function, its source file and its restrictions:
+
+* one entry per matrix argument (``a``, ``b``, ``r``): ``representation`` (a layout string, or
+  ``"*"`` for a kernel that works in any layout through the ``MALINN_INDEX_<X>`` macro),
+  ``rowAlign`` and ``colAlign`` (the padded shape must be a multiple of these);
+* ``arglist``: the scalar arguments, one letter each, in order (``l`` padded common dimension,
+  ``h``/``w`` padded rows/columns of ``r``, ``m``/``n`` logical rows/columns of ``r``,
+  ``H``/``W`` padded rows/columns of ``a``);
+* ``buffers``: the buffer arguments after the scalars, in order (matrix names or ``bias``);
+* ``ndrange``: the letters whose values make the global range, divided by ``scale``;
+* ``flop``: floating-point operations per result, for GFLOP/s figures;
+* ``workgroup``: the preferred local size, used when it divides the range, else ``null``.
+
+An entry may carry ``defines`` (rendered as ``-DNAME=VALUE``), so one source serves many variants:
+choosing another implementation is choosing another codename, and adding one needs no Python.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from .errors import LayoutError, LibraryError
+from .layout import Layout, parse_layout
+from .resources import kernels_dir
+
+__all__ = ["KernelSpec", "MatrixRestriction", "KernelLibrary", "load_library"]
+
+OPS = ("matmul", "bias", "activation", "relayout")
+SCALAR_LETTERS = {
+    "l": "padded common dimension K",
+    "h": "padded rows of r",
+    "w": "padded columns of r",
+    "m": "logical rows of r",
+    "n": "logical columns of r",
+    "H": "padded rows of a",
+    "W": "padded columns of a",
+}
+MATRIX_NAMES = ("a", "b", "r")
+VECTOR_NAMES = ("bias",)
+
+
+@dataclass(frozen=True)
+class MatrixRestriction:
+    """What a kernel asks of one matrix argument."""
+
+    representation: str          # a layout string, or "*" for any layout
+    row_align: int
+    col_align: int
+
+    @property
+    def any_layout(self) -> bool:
+        return self.representation == "*"
+
+    @property
+    def layout(self) -> Layout:
+        if self.any_layout:
+            raise LayoutError("this restriction accepts any layout; ask the matrix for its own")
+        return parse_layout(self.representation)
+
+    @property
+    def row_multiple(self) -> int:
+        """Rows must be a multiple of this: the alignment and the layout's top chunk."""
+        return self.row_align if self.any_layout else math.lcm(self.row_align, self.layout.row_multiple)
+
+    @property
+    def col_multiple(self) -> int:
+        return self.col_align if self.any_layout else math.lcm(self.col_align, self.layout.col_multiple)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One validated entry of the kernel library."""
+
+    codename: str
+    op: str
+    source: str
+    function: str
+    description: str
+    matrices: dict            # name -> MatrixRestriction
+    arglist: str
+    buffers: tuple
+    ndrange: str
+    scale: tuple              # (rows, cols) divisors of the ndrange letters, in order
+    flop: float
+    workgroup: tuple | None
+    defines: tuple            # (("NAME", "VALUE"), ...)
+    activation: str | None
+    source_path: Path
+
+    def options(self) -> tuple[str, ...]:
+        """Compiler options: the entry's defines as ``-DNAME=VALUE``."""
+        return tuple(f"-D{k}={v}" for k, v in self.defines)
+
+    def program_source(self, layouts: dict) -> str:
+        """The source with a ``MALINN_INDEX_<X>`` macro prepended for each matrix's layout.
+
+        Args:
+            layouts: matrix name -> :class:`Layout` of the matrix passed for it.
+        """
+        head = [f"/* malinn: {self.codename} ({self.source}) */"]
+        for name in sorted(layouts):
+            head.append(parse_layout(layouts[name]).opencl_index(f"MALINN_INDEX_{name.upper()}"))
+        return "\n".join(head) + "\n" + _read_source(self.source_path)
+
+
+@lru_cache(maxsize=64)
+def _read_source(path: Path) -> str:
+    return path.read_text()
+
+
+class KernelLibrary:
+    """The parsed library: kernel specs by codename plus the default codename per op and device."""
+
+    def __init__(self, kernels: dict, defaults: dict, path: Path):
+        self.kernels = kernels
+        self.defaults = defaults
+        self.path = path
+
+    def __getitem__(self, codename: str) -> KernelSpec:
+        try:
+            return self.kernels[codename]
+        except KeyError:
+            raise LibraryError(f"{self.path}: no kernel with codename {codename!r}; "
+                               f"known: {', '.join(sorted(self.kernels))}") from None
+
+    def __contains__(self, codename: str) -> bool:
+        return codename in self.kernels
+
+    def codenames(self, op: str) -> list[str]:
+        """Every codename that implements ``op``, in library order."""
+        return [c for c, k in self.kernels.items() if k.op == op]
+
+    def activation_kernel(self, activation: str) -> KernelSpec:
+        """The kernel that applies ``activation`` (``None`` if the library has none)."""
+        for k in self.kernels.values():
+            if k.op == "activation" and k.activation == activation:
+                return k
+        return None
+
+    def activations(self) -> list[str]:
+        return [k.activation for k in self.kernels.values() if k.op == "activation"]
+
+    def default(self, op: str, device_kind: str) -> str:
+        """The default codename for ``op`` on a device of kind ``gpu``/``cpu``/``accelerator``."""
+        table = self.defaults.get(op, {})
+        codename = table.get(device_kind, table.get("*"))
+        if codename is None:
+            codenames = self.codenames(op)
+            if not codenames:
+                raise LibraryError(f"{self.path}: no kernel implements {op!r}")
+            codename = codenames[0]
+        return codename
+
+
+def load_library(path: "str | Path | None" = None) -> KernelLibrary:
+    """Reads and validates a kernel library JSON file.
+
+    Args:
+        path: the JSON file (default: ``library.json`` in the shipped kernels folder).
+
+    Returns:
+        A :class:`KernelLibrary`.
+
+    Raises:
+        LibraryError: the file is missing or not JSON, or an entry is wrong; the message names the
+            entry and the field.
+    """
+    path = Path(path) if path is not None else kernels_dir() / "library.json"
+    return _load(path.resolve())
+
+
+@lru_cache(maxsize=8)
+def _load(path: Path) -> KernelLibrary:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise LibraryError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except json.JSONDecodeError as exc:
+        raise LibraryError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("kernels"), dict):
+        raise LibraryError(f"{path}: expected an object with a 'kernels' object")
+    kernels = {}
+    for codename, entry in data["kernels"].items():
+        kernels[codename] = _validate(path, codename, entry)
+    defaults = data.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise LibraryError(f"{path}: field 'defaults': expected an object")
+    for op, table in defaults.items():
+        if op not in OPS or not isinstance(table, dict):
+            raise LibraryError(f"{path}: field 'defaults.{op}': expected one of {OPS} mapping to an object")
+        for kind, codename in table.items():
+            if codename not in kernels or kernels[codename].op != op:
+                raise LibraryError(f"{path}: field 'defaults.{op}.{kind}': {codename!r} is not a {op} kernel")
+    return KernelLibrary(kernels, defaults, path)
+
+
+def _validate(path: Path, codename: str, entry) -> KernelSpec:
+    def fail(field, why):
+        raise LibraryError(f"{path}: kernel {codename!r}, field {field!r}: {why}")
+
+    def positive_int(field, value):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            fail(field, f"expected a positive integer, got {value!r}")
+        return value
+
+    if not isinstance(entry, dict):
+        fail("", "expected an object")
+    for key in ("op", "source", "function", "restrictions"):
+        if key not in entry:
+            fail(key, "missing")
+    op = entry["op"]
+    if op not in OPS:
+        fail("op", f"expected one of {', '.join(OPS)}, got {op!r}")
+    source_path = path.parent / str(entry["source"])
+    if not source_path.is_file():
+        fail("source", f"no file {source_path}")
+    function = entry["function"]
+    if not isinstance(function, str) or not re.search(
+            rf"(__)?kernel\s+void\s+{re.escape(function)}\s*\(", _read_source(source_path)):
+        fail("function", f"no kernel function {function!r} in {entry['source']}")
+    rs = entry["restrictions"]
+    if not isinstance(rs, dict):
+        fail("restrictions", "expected an object")
+    buffers = rs.get("buffers")
+    if not isinstance(buffers, list) or not buffers:
+        fail("restrictions.buffers", "expected a non-empty list of argument names")
+    matrices = {}
+    for name in buffers:
+        if name in VECTOR_NAMES:
+            continue
+        if name not in MATRIX_NAMES:
+            fail("restrictions.buffers", f"unknown buffer {name!r}; expected {MATRIX_NAMES + VECTOR_NAMES}")
+        m = rs.get(name)
+        if not isinstance(m, dict):
+            fail(f"restrictions.{name}", "missing: every matrix buffer needs a restriction object")
+        rep = m.get("representation")
+        if rep != "*":
+            try:
+                parse_layout(rep)
+            except LayoutError as exc:
+                fail(f"restrictions.{name}.representation", str(exc))
+        matrices[name] = MatrixRestriction(rep, positive_int(f"restrictions.{name}.rowAlign", m.get("rowAlign")),
+                                           positive_int(f"restrictions.{name}.colAlign", m.get("colAlign")))
+    if "r" not in matrices:
+        fail("restrictions.r", "every kernel writes a result matrix 'r'")
+    arglist = rs.get("arglist", "")
+    if not isinstance(arglist, str) or any(c not in SCALAR_LETTERS for c in arglist):
+        fail("restrictions.arglist", f"expected letters from {''.join(SCALAR_LETTERS)}, got {arglist!r}")
+    ndrange = rs.get("ndrange")
+    if not isinstance(ndrange, str) or not 1 <= len(ndrange) <= 2 or any(c not in SCALAR_LETTERS for c in ndrange):
+        fail("restrictions.ndrange", f"expected 1 or 2 letters from {''.join(SCALAR_LETTERS)}, got {ndrange!r}")
+    scale = rs.get("scale", {"rows": 1, "cols": 1})
+    if not isinstance(scale, dict):
+        fail("restrictions.scale", "expected an object with rows and cols")
+    scale_t = (positive_int("restrictions.scale.rows", scale.get("rows", 1)),
+               positive_int("restrictions.scale.cols", scale.get("cols", 1)))
+    flop = rs.get("flop", 0)
+    if not isinstance(flop, (int, float)) or flop < 0:
+        fail("restrictions.flop", f"expected a number >= 0, got {flop!r}")
+    wg = rs.get("workgroup")
+    if wg is not None:
+        if not isinstance(wg, list) or len(wg) != len(ndrange):
+            fail("restrictions.workgroup", f"expected null or a list of {len(ndrange)} positive integers")
+        wg = tuple(positive_int("restrictions.workgroup", v) for v in wg)
+    defines = entry.get("defines", {})
+    if not isinstance(defines, dict) or not all(
+            re.fullmatch(r"[A-Za-z_]\w*", str(k)) and re.fullmatch(r"[\w.+-]+", str(v)) for k, v in defines.items()):
+        fail("defines", "expected an object of NAME: simple value")
+    activation = entry.get("activation")
+    if op == "activation" and not isinstance(activation, str):
+        fail("activation", "an activation kernel names the activation it computes")
+    return KernelSpec(codename=codename, op=op, source=str(entry["source"]), function=function,
+                      description=str(entry.get("description", "")), matrices=matrices, arglist=arglist,
+                      buffers=tuple(buffers), ndrange=ndrange, scale=scale_t, flop=float(flop),
+                      workgroup=wg, defines=tuple((str(k), str(v)) for k, v in defines.items()),
+                      activation=activation, source_path=source_path)

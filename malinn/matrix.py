@@ -1,0 +1,130 @@
+"""Device matrices (Rovder 4.5 Mirrorable, 5.1 CLMatrix).
+
+A :class:`DeviceMatrix` is a logical ``rows x cols`` float32 matrix that lives on the host, on a
+device, or both. On the device it is a flat buffer in a layout, zero-padded to a padded shape.
+Data moves only when asked: :meth:`DeviceMatrix.in_layout` uploads (laying the host data out
+directly in the wanted layout) or re-lays out on the device; :meth:`DeviceMatrix.numpy` downloads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .device import Device, _cl, cl_status_name
+from .errors import DeviceError, LayoutError
+from .layout import Layout, parse_layout
+
+__all__ = ["DeviceMatrix", "allocate"]
+
+
+def allocate(device: Device, nbytes: int, what: str):
+    """Allocates a read-write device buffer, turning OpenCL failures into :class:`DeviceError`."""
+    cl = _cl()
+    if nbytes > device.max_allocation:
+        raise DeviceError(f"{what}: {nbytes / 2**20:.1f} MiB exceeds the largest single allocation of "
+                          f"{device.name} ({device.max_allocation / 2**20:.0f} MiB)")
+    try:
+        return cl.Buffer(device.context, cl.mem_flags.READ_WRITE, max(nbytes, 4))
+    except cl.Error as exc:
+        raise DeviceError(f"{what}: allocating {nbytes / 2**20:.1f} MiB on {device.name} failed "
+                          f"({cl_status_name(exc)})") from exc
+
+
+class DeviceMatrix:
+    """A logical 2-D float32 matrix with an optional host copy and an optional device copy.
+
+    Attributes:
+        shape: the logical ``(rows, cols)``.
+        device: the :class:`Device` holding the buffer, or ``None`` while host-only.
+        layout: the buffer's :class:`Layout` (``None`` while host-only).
+        padded: the buffer's padded ``(rows, cols)``.
+        buffer: the ``pyopencl.Buffer`` (``None`` while host-only).
+    """
+
+    def __init__(self, shape, *, host=None, device=None, layout=None, padded=None, buffer=None):
+        self.shape = (int(shape[0]), int(shape[1]))
+        self.host = host
+        self.device = device
+        self.layout = parse_layout(layout) if layout is not None else None
+        self.padded = tuple(padded) if padded is not None else None
+        self.buffer = buffer
+
+    def __repr__(self) -> str:
+        where = f"on {self.device.name} as {self.layout} padded to {self.padded}" if self.buffer is not None else "host only"
+        return f"DeviceMatrix({self.shape[0]}x{self.shape[1]}, {where})"
+
+    # ---------------------------------------------------------------- construction
+    @classmethod
+    def from_host(cls, array) -> "DeviceMatrix":
+        """Wraps a 2-D host array; nothing is uploaded until a layout is asked for."""
+        array = np.asarray(array, dtype=np.float32)
+        if array.ndim != 2:
+            raise LayoutError(f"a DeviceMatrix is 2-D; got an array of shape {array.shape}")
+        return cls(array.shape, host=array)
+
+    @classmethod
+    def empty(cls, device: Device, shape, layout, padded, what: str = "result") -> "DeviceMatrix":
+        """Allocates an uninitialised device matrix (a kernel will write every padded element)."""
+        layout = parse_layout(layout)
+        layout.check_padded(padded)
+        buffer = allocate(device, 4 * padded[0] * padded[1], f"{what} {shape[0]}x{shape[1]} in {layout}")
+        return cls(shape, device=device, layout=layout, padded=padded, buffer=buffer)
+
+    @classmethod
+    def upload(cls, device: Device, array, layout, padded=None, what: str = "matrix") -> "DeviceMatrix":
+        """Lays ``array`` out on the host in ``layout`` and copies it to ``device``."""
+        cl = _cl()
+        layout = parse_layout(layout)
+        array = np.asarray(array, dtype=np.float32)
+        padded = tuple(padded) if padded is not None else layout.padded_shape(*array.shape)
+        flat = layout.pack(array, padded)
+        matrix = cls.empty(device, array.shape, layout, padded, what)
+        try:
+            cl.enqueue_copy(device.queue, matrix.buffer, flat, is_blocking=True)
+        except cl.Error as exc:
+            raise DeviceError(f"uploading {what} {array.shape} to {device.name} failed ({cl_status_name(exc)})") from exc
+        device.counters["uploads"] += 1
+        matrix.host = array
+        return matrix
+
+    # ---------------------------------------------------------------- movement
+    def matches(self, device: Device, layout: Layout, padded) -> bool:
+        """Whether the device copy is already on ``device`` in ``layout`` with ``padded``."""
+        return (self.buffer is not None and self.device is device and self.layout == layout
+                and self.padded == tuple(padded))
+
+    def in_layout(self, device: Device, layout, padded) -> "DeviceMatrix":
+        """This matrix on ``device`` in ``layout`` with ``padded`` shape.
+
+        Returns ``self`` when it already is; uploads straight into the layout when only the host
+        copy exists; otherwise re-lays out on the device (no host round trip).
+        """
+        layout = parse_layout(layout)
+        padded = tuple(padded)
+        if self.matches(device, layout, padded):
+            return self
+        if self.buffer is None or self.device is not device:
+            return DeviceMatrix.upload(device, self.numpy(), layout, padded)
+        from .ops import relayout  # ops depends on this module
+
+        return relayout(self, layout, padded)
+
+    def numpy(self) -> np.ndarray:
+        """The logical matrix on the host, downloading it if only the device copy is current."""
+        if self.host is not None:
+            return self.host
+        cl = _cl()
+        flat = np.empty(self.padded[0] * self.padded[1], dtype=np.float32)
+        try:
+            cl.enqueue_copy(self.device.queue, flat, self.buffer, is_blocking=True)
+        except cl.Error as exc:
+            raise DeviceError(f"downloading a {self.shape} result from {self.device.name} failed "
+                              f"({cl_status_name(exc)})") from exc
+        self.device.counters["downloads"] += 1
+        self.host = self.layout.unpack(flat, self.shape, self.padded)
+        return self.host
+
+    def invalidate_host(self) -> None:
+        """Marks the host copy stale after a kernel wrote the buffer in place."""
+        if self.buffer is not None:
+            self.host = None

@@ -1,0 +1,185 @@
+"""Models: :class:`Sequential`, a chain of layers run on one OpenCL device (Rovder 5.3)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .device import get_device
+from .layers.base import Layer
+from .matrix import DeviceMatrix
+
+__all__ = ["Sequential"]
+
+
+class Sequential:
+    """A linear stack of layers.
+
+    The input goes to the device once; activations stay there between layers, in the layouts the
+    chosen kernels declare; the output comes back once.
+
+    Args:
+        layers: the layers, in order.
+        name: the model's name.
+
+    Raises:
+        ValueError: an element of ``layers`` is not a malinn layer.
+    """
+
+    def __init__(self, layers=None, name: str = "sequential"):
+        self.name = name
+        self.layers: list[Layer] = []
+        self.input_dim: int | None = None
+        for layer in layers or []:
+            self.add(layer)
+
+    def add(self, layer: Layer) -> None:
+        """Appends a layer.
+
+        Raises:
+            ValueError: ``layer`` is not a malinn layer, or its name is already used.
+        """
+        if not isinstance(layer, Layer):
+            raise ValueError(f"Sequential {self.name!r}: expected a malinn layer, got {type(layer).__name__}")
+        if any(existing.name == layer.name for existing in self.layers):
+            raise ValueError(f"Sequential {self.name!r}: a layer named {layer.name!r} is already in the model")
+        self.layers.append(layer)
+        if self.input_dim is not None:
+            self.build(self.input_dim)
+
+    @property
+    def built(self) -> bool:
+        return self.input_dim is not None and all(layer.built for layer in self.layers)
+
+    def build(self, input_shape) -> None:
+        """Builds every layer for inputs of ``input_shape`` (``(batch, features)`` or ``(features,)``).
+
+        Raises:
+            ValueError: the shape is not 1-D or 2-D, or a built layer expects another width.
+        """
+        shape = tuple(input_shape)
+        if len(shape) not in (1, 2) or shape[-1] is None or int(shape[-1]) < 1:
+            raise ValueError(f"Sequential {self.name!r}: input_shape must be (batch, features) or (features,), "
+                             f"got {input_shape!r}")
+        dim = int(shape[-1])
+        self.input_dim = dim
+        for layer in self.layers:
+            if layer.built and layer.input_dim is not None and layer.input_dim != dim:
+                raise ValueError(f"layer {layer.name!r} was built for {layer.input_dim} input features, "
+                                 f"but receives {dim}")
+            if not layer.built:
+                layer.build(dim)
+            dim = layer.output_dim(dim)
+
+    @property
+    def output_dim(self) -> int:
+        dim = self.input_dim
+        for layer in self.layers:
+            dim = layer.output_dim(dim)
+        return dim
+
+    # ---------------------------------------------------------------- inference
+    def _check_input(self, x) -> np.ndarray:
+        first = self.layers[0].name if self.layers else self.name
+        try:
+            array = np.asarray(x)
+        except Exception as exc:  # ragged lists and the like
+            raise ValueError(f"Input of layer {first!r} could not be read as an array: {exc}") from None
+        if array.dtype.kind not in "biuf":
+            raise ValueError(f"Input of layer {first!r} must be numeric, got dtype {array.dtype} "
+                             f"with shape {array.shape}")
+        expected = f"(None, {self.input_dim})" if self.input_dim else "(None, features)"
+        if array.ndim != 2 or (self.input_dim is not None and array.shape[1] != self.input_dim):
+            raise ValueError(f"Input of layer {first!r} is incompatible with the layer: expected shape {expected}, "
+                             f"found shape {array.shape}")
+        return array.astype(np.float32, copy=False)
+
+    def predict(self, x, batch_size: int | None = None) -> np.ndarray:
+        """Runs the model on ``x``.
+
+        Args:
+            x: a numeric array of shape ``(batch, features)``; float64 and integers are cast to
+                float32 as Keras does.
+            batch_size: samples per device pass (default: the whole batch in one pass).
+
+        Returns:
+            A float32 array of shape ``(batch, units of the last layer)``.
+
+        Raises:
+            ValueError: ``x`` is not numeric, not 2-D, or its width differs from the model's
+                input; ``batch_size`` is not a positive integer; the model has no layers.
+            DeviceError: the device failed (out of memory, a failed launch).
+        """
+        if not self.layers:
+            raise ValueError(f"Sequential {self.name!r} has no layers to predict with")
+        x = self._check_input(x)
+        if not self.built:
+            self.build(x.shape)
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
+                                       or batch_size < 1):
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        n = x.shape[0]
+        if n == 0:
+            return np.zeros((0, self.output_dim), dtype=np.float32)
+        step = int(batch_size) if batch_size else n
+        outputs = [self._forward(x[start:start + step]) for start in range(0, n, step)]
+        return outputs[0] if len(outputs) == 1 else np.concatenate(outputs, axis=0)
+
+    def _forward(self, x: np.ndarray) -> np.ndarray:
+        get_device()  # fail early and clearly when no device works
+        activations = DeviceMatrix.from_host(x.T)   # I = x^T: features x batch
+        for layer in self.layers:
+            activations = layer.call(activations)
+        return np.ascontiguousarray(activations.numpy().T)
+
+    def __call__(self, x) -> np.ndarray:
+        return self.predict(x)
+
+    # ---------------------------------------------------------------- weights and config
+    def get_weights(self) -> list:
+        """Every layer's weights, in order, in Keras's shapes."""
+        return [w for layer in self.layers for w in layer.get_weights()]
+
+    def set_weights(self, weights) -> None:
+        """Sets every layer's weights from a flat list, as ``get_weights`` returns it.
+
+        Raises:
+            ValueError: the count or a shape does not match.
+        """
+        weights = list(weights)
+        if not self.built:
+            raise ValueError(f"Sequential {self.name!r} is not built; call build(input_shape) first")
+        want = sum(len(layer.get_weights()) for layer in self.layers)
+        if len(weights) != want:
+            raise ValueError(f"Sequential {self.name!r} expects {want} weight arrays, got {len(weights)}")
+        for layer in self.layers:
+            count = len(layer.get_weights())
+            layer.set_weights(weights[:count])
+            weights = weights[count:]
+
+    def count_params(self) -> int:
+        return sum(layer.count_params() for layer in self.layers)
+
+    def get_config(self) -> dict:
+        return {"name": self.name, "input_dim": self.input_dim,
+                "layers": [{"class_name": type(l).__name__, "config": l.get_config()} for l in self.layers]}
+
+    def summary(self, print_fn=print) -> str:
+        """Prints (and returns) a table of layers, output shapes and parameter counts."""
+        rows = [("Layer (type)", "Output Shape", "Param #")]
+        dim = self.input_dim
+        for layer in self.layers:
+            if dim is not None:
+                dim = layer.output_dim(dim)
+            shape = f"(None, {dim})" if dim is not None else "?"
+            rows.append((f"{layer.name} ({type(layer).__name__})", shape, str(layer.count_params())))
+        widths = [max(len(r[i]) for r in rows) + 2 for i in range(3)]
+        line = "-" * sum(widths)
+        out = [f'Model: "{self.name}"', line]
+        for i, r in enumerate(rows):
+            out.append("".join(c.ljust(w) for c, w in zip(r, widths)))
+            if i == 0:
+                out.append("=" * sum(widths))
+        out += ["=" * sum(widths), f"Total params: {self.count_params()}", line]
+        text = "\n".join(out)
+        print_fn(text)
+        return text
