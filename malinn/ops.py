@@ -68,7 +68,7 @@ def matmul_plan(spec: KernelSpec, m: int, k: int, n: int) -> dict:
 
 
 def launch(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | None = None,
-           common: int = 0, what: str = "") -> None:
+           common: int = 0, what: str = ""):
     """Builds (memoised) and enqueues kernel ``spec`` on ``device``.
 
     Args:
@@ -78,6 +78,9 @@ def launch(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | Non
         vectors: argument name -> device buffer (e.g. ``bias``).
         common: the padded common dimension ``l`` of a matmul.
         what: who asked (a layer name), for error messages.
+
+    Returns:
+        The ``pyopencl.Event`` of the launch (``None`` when the range is empty).
 
     Raises:
         KernelBuildError: the program did not build.
@@ -91,7 +94,7 @@ def launch(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | Non
     scale = spec.scale if len(spec.ndrange) == 2 else spec.scale[1:]
     global_size = tuple(values[c] // s for c, s in zip(spec.ndrange, scale))
     if 0 in global_size:
-        return
+        return None
     local_size = _local_size(spec.workgroup, global_size, device)
     source = spec.program_source({name: m.layout for name, m in matrices.items()})
     program = device.build(source, spec.options(), origin=f"{spec.source} ({spec.codename})")
@@ -102,13 +105,14 @@ def launch(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | Non
         try:
             kernel = cl.Kernel(program, spec.function)
             kernel.set_args(*args)
-            cl.enqueue_nd_range_kernel(device.queue, kernel, global_size, local_size)
+            event = cl.enqueue_nd_range_kernel(device.queue, kernel, global_size, local_size)
         except cl.Error as exc:
             shapes = ", ".join(f"{k}={m.shape} as {m.layout} padded {m.padded}" for k, m in matrices.items())
             raise DeviceError(f"{what + ': ' if what else ''}kernel {spec.codename} failed on {device.name} "
                               f"({cl_status_name(exc)}); global {global_size}, local {local_size}; {shapes}") from exc
         device.counters["launches"] += 1
     r.invalidate_host()
+    return event
 
 
 def _local_size(preferred, global_size, device: Device):

@@ -1,0 +1,25 @@
+"""The examples a new user starts from run and check themselves."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import malinn
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_quickstart_runs_and_matches_numpy():
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "quickstart.py")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "OK: malinn matches numpy" in out.stdout
+
+
+def test_quickstart_on_each_device_and_kernel():
+    for d in malinn.devices():
+        out = subprocess.run([sys.executable, str(ROOT / "examples" / "quickstart.py"),
+                              "--device", f"{d.index[0]}:{d.index[1]}", "--kernel", "blocked_rmcm"],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "matmul kernel: blocked_rmcm" in out.stdout

@@ -1,0 +1,108 @@
+"""kernels/library.json: every entry valid and buildable as OpenCL C 1.2; malformed entries named."""
+
+import json
+import shutil
+
+import pytest
+
+from malinn.errors import KernelBuildError, LibraryError
+from malinn.kernel_library import load_library
+from malinn.layout import parse_layout
+from malinn.resources import kernels_dir
+
+LIB = load_library()
+
+
+def test_library_has_every_variant_of_the_design_table():
+    matmuls = set(LIB.codenames("matmul"))
+    assert {"cross1", "rmcm", "crossv", "blocked_rmrm", "blocked_rmcm", "morton_4_2", "morton_4_4"} <= matmuls
+    assert set(LIB.activations()) >= {"relu", "sigmoid", "tanh", "softmax"}
+    assert LIB.codenames("bias") and LIB.codenames("relayout")
+
+
+@pytest.mark.parametrize("codename, a, b, r", [
+    ("cross1", "R", "R", "R"), ("rmcm", "R", "C", "C"), ("crossv", "R", "C", "C"),
+    ("blocked_rmrm", "R", "R", "R"), ("blocked_rmcm", "R", "C", "C"),
+    ("morton_4_2", "R_2_4_R", "C_4_2_C", "C_4_2_C"), ("morton_4_4", "R_4_4_R", "C_4_4_C", "C_4_4_C"),
+])
+def test_layouts_match_the_design_table(codename, a, b, r):
+    spec = LIB[codename]
+    assert [spec.matrices[x].representation for x in "abr"] == [a, b, r]
+    # chaining: each kernel writes R the way it reads I, so layers need no re-layout between them
+    assert spec.matrices["r"].layout == spec.matrices["b"].layout
+    assert spec.matrices["r"].row_multiple % spec.matrices["b"].row_multiple == 0 or \
+        spec.matrices["b"].row_multiple % spec.matrices["r"].row_multiple == 0
+
+
+@pytest.mark.parametrize("codename", list(LIB.kernels))
+def test_every_kernel_builds_as_opencl_c_1_2(codename, device):
+    spec = LIB[codename]
+    layouts = {name: (m.layout if not m.any_layout else parse_layout("C_4_2_C")) for name, m in spec.matrices.items()}
+    device.build(spec.program_source(layouts), spec.options() + ("-cl-std=CL1.2",), origin=spec.source)
+
+
+def test_default_matmul_exists_for_every_device_kind():
+    for kind in ("gpu", "cpu", "accelerator"):
+        assert LIB[LIB.default("matmul", kind)].op == "matmul"
+
+
+def test_unknown_codename_lists_known_ones():
+    with pytest.raises(LibraryError, match="no kernel with codename 'nope'.*morton_4_2"):
+        LIB["nope"]
+
+
+def _broken_library(tmp_path, mutate):
+    folder = tmp_path / "kernels"
+    shutil.copytree(kernels_dir(), folder)
+    data = json.loads((folder / "library.json").read_text())
+    mutate(data)
+    (folder / "library.json").write_text(json.dumps(data))
+    return folder / "library.json"
+
+
+@pytest.mark.parametrize("mutate, fragment", [
+    (lambda d: d["kernels"]["morton_4_2"]["restrictions"]["a"].update(rowAlign=-1),
+     "kernel 'morton_4_2', field 'restrictions.a.rowAlign': expected a positive integer, got -1"),
+    (lambda d: d["kernels"]["rmcm"]["restrictions"]["b"].update(representation="C_3_X"),
+     "kernel 'rmcm', field 'restrictions.b.representation'"),
+    (lambda d: d["kernels"]["cross1"].update(function="missing_fn"),
+     "kernel 'cross1', field 'function': no kernel function 'missing_fn'"),
+    (lambda d: d["kernels"]["cross1"].update(source="nowhere.cl"), "kernel 'cross1', field 'source': no file"),
+    (lambda d: d["kernels"]["cross1"].pop("op"), "kernel 'cross1', field 'op': missing"),
+    (lambda d: d["kernels"]["cross1"].update(op="convolve"), "field 'op': expected one of"),
+    (lambda d: d["kernels"]["crossv"]["restrictions"].update(arglist="lq"), "field 'restrictions.arglist'"),
+    (lambda d: d["kernels"]["crossv"]["restrictions"].update(ndrange="hwl"), "field 'restrictions.ndrange'"),
+    (lambda d: d["kernels"]["crossv"]["restrictions"].update(workgroup=[4]), "field 'restrictions.workgroup'"),
+    (lambda d: d["kernels"]["crossv"]["restrictions"].pop("r"), "field 'restrictions.r'"),
+    (lambda d: d["kernels"]["relu"].update(defines={"A B": "1"}), "kernel 'relu', field 'defines'"),
+    (lambda d: d["defaults"]["matmul"].update(gpu="relu"), "field 'defaults.matmul.gpu': 'relu' is not a matmul kernel"),
+])
+def test_malformed_entries_are_named(tmp_path, mutate, fragment):
+    with pytest.raises(LibraryError) as info:
+        load_library(_broken_library(tmp_path, mutate))
+    assert fragment in str(info.value)
+
+
+def test_library_that_is_not_json(tmp_path):
+    path = tmp_path / "library.json"
+    path.write_text("{ not json")
+    with pytest.raises(LibraryError, match="not valid JSON"):
+        load_library(path)
+    with pytest.raises(LibraryError, match="cannot be read"):
+        load_library(tmp_path / "absent.json")
+
+
+def test_failed_build_shows_log_and_options(device):
+    with pytest.raises(KernelBuildError) as info:
+        device.build("__kernel void f(__global float *x) { x[0] = undeclared_thing; }", ("-DMALINN_TEST=1",),
+                     origin="broken.cl")
+    text = str(info.value)
+    assert "broken.cl" in text and "-DMALINN_TEST=1" in text and "undeclared_thing" in text
+    assert "CL_BUILD_PROGRAM_FAILURE" in text
+
+
+def test_programs_are_memoised(device):
+    source = "__kernel void g(__global float *x) { x[0] = 1.0f; }"
+    first = device.build(source, ("-DX=1",))
+    assert device.build(source, ("-DX=1",)) is first
+    assert device.build(source, ("-DX=2",)) is not first

@@ -1,0 +1,115 @@
+"""Sequential: numpy equivalence for every matmul variant, device residency, input checks."""
+
+import numpy as np
+import pytest
+
+from helpers import assert_close, dense_forward
+from malinn import Sequential, ops
+from malinn.kernel_library import load_library
+from malinn.layers import Activation, Dense
+
+
+def three_layer(seed=0):
+    rng = np.random.default_rng(seed)
+    model = Sequential([Dense(13, activation="relu"), Dense(1001, activation="sigmoid"),
+                        Dense(3, activation="softmax")])
+    model.build((None, 37))
+    model.set_weights([w + rng.standard_normal(w.shape).astype(np.float32) * 0.1 for w in model.get_weights()])
+    return model
+
+
+def reference(model, x):
+    w = model.get_weights()
+    acts = [layer.activation for layer in model.layers]
+    return dense_forward(x, [(w[0], w[1], acts[0]), (w[2], w[3], acts[1]), (w[4], w[5], acts[2])])
+
+
+@pytest.mark.parametrize("codename", load_library().codenames("matmul"))
+@pytest.mark.parametrize("batch", [1, 3, 100])
+def test_three_layer_model_matches_numpy(device, codename, batch, rng):
+    ops.use("matmul", codename, device)
+    model = three_layer()
+    x = rng.standard_normal((batch, 37))
+    y = model.predict(x)
+    assert y.shape == (batch, 3) and y.dtype == np.float32
+    assert_close(y, reference(model, x.astype(np.float32)))
+
+
+def test_activations_stay_on_the_device(device, rng):
+    model = three_layer()
+    model.predict(rng.standard_normal((4, 37)))          # uploads the weights once
+    before = dict(device.counters)
+    model.predict(rng.standard_normal((9, 37)))
+    assert device.counters["uploads"] - before["uploads"] == 1      # the input only
+    assert device.counters["downloads"] - before["downloads"] == 1  # the output only
+
+
+def test_batch_size_splits_without_changing_results(device, rng):
+    model = three_layer()
+    x = rng.standard_normal((23, 37)).astype(np.float32)
+    np.testing.assert_array_equal(model.predict(x, batch_size=5), np.concatenate(
+        [model.predict(x[i:i + 5]) for i in range(0, 23, 5)]))
+    assert_close(model.predict(x, batch_size=5), reference(model, x))
+
+
+def test_float64_and_integers_are_cast_like_keras(device):
+    model = Sequential([Dense(2, use_bias=False)])
+    model.build((None, 3))
+    model.set_weights([np.eye(3, 2, dtype=np.float32)])
+    np.testing.assert_array_equal(model.predict(np.array([[1.5, 2.5, 3.0]], np.float64)), [[1.5, 2.5]])
+    np.testing.assert_array_equal(model.predict([[1, 2, 3]]), [[1.0, 2.0]])
+
+
+@pytest.mark.parametrize("x, fragment", [
+    (np.zeros((4, 36)), r"expected shape \(None, 37\), found shape \(4, 36\)"),
+    (np.zeros(37), r"expected shape \(None, 37\), found shape \(37,\)"),
+    (np.zeros((2, 3, 37)), r"found shape \(2, 3, 37\)"),
+    (np.array([["a"] * 37]), "must be numeric, got dtype <U1"),
+    ([[1, 2], [3]], "could not be read as an array"),
+])
+def test_bad_input_names_the_layer_and_both_shapes(device, x, fragment):
+    model = three_layer()
+    with pytest.raises(ValueError, match=fragment) as info:
+        model.predict(x)
+    assert repr(model.layers[0].name) in str(info.value)
+
+
+def test_bad_batch_size_and_empty_models():
+    model = three_layer()
+    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+        model.predict(np.zeros((2, 37)), batch_size=0)
+    with pytest.raises(ValueError, match="has no layers"):
+        Sequential().predict(np.zeros((1, 1)))
+    with pytest.raises(ValueError, match="expected a malinn layer"):
+        Sequential([object()])
+
+
+def test_empty_batch_returns_an_empty_result(device):
+    assert three_layer().predict(np.zeros((0, 37))).shape == (0, 3)
+
+
+def test_deferred_build_and_weights_round_trip(device, rng):
+    model = Sequential([Dense(4, activation="tanh")])
+    model.add(Dense(2))
+    assert not model.built
+    y = model.predict(rng.standard_normal((3, 6)))
+    assert model.built and y.shape == (3, 2)
+    weights = model.get_weights()
+    assert [w.shape for w in weights] == [(6, 4), (4,), (4, 2), (2,)]
+    other = Sequential([Dense(4, activation="tanh"), Dense(2)])
+    other.build((None, 6))
+    other.set_weights(weights)
+    x = rng.standard_normal((5, 6))
+    np.testing.assert_array_equal(model.predict(x), other.predict(x))
+    with pytest.raises(ValueError, match="expects 4 weight arrays, got 3"):
+        other.set_weights(weights[:3])
+
+
+def test_duplicate_layer_names_are_rejected():
+    with pytest.raises(ValueError, match="already in the model"):
+        Sequential([Dense(2, name="x"), Activation("relu", name="x")])
+
+
+def test_summary_lists_layers_and_params():
+    text = three_layer().summary(print_fn=lambda s: None)
+    assert "(None, 1001)" in text and "Total params: " + str(37 * 13 + 13 + 13 * 1001 + 1001 + 1001 * 3 + 3) in text

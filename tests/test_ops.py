@@ -1,0 +1,141 @@
+"""Every kernel against its numpy reference, on odd shapes, on every working device."""
+
+import numpy as np
+import pytest
+
+from helpers import activation as ref_activation
+from helpers import assert_close
+from malinn import ops
+from malinn.errors import LibraryError
+from malinn.kernel_library import load_library
+from malinn.layout import Layout
+from malinn.matrix import DeviceMatrix
+
+LIB = load_library()
+MATMULS = LIB.codenames("matmul")
+SHAPES = [(1, 1, 1), (3, 5, 7), (13, 37, 5), (64, 64, 64), (100, 784, 150), (1001, 1003, 1)]
+LAYOUTS = ["R", "C", "C_4_2_C", "C_4_4_C", "R_2_4_R", "R_16_16_C_4_4_R"]
+
+
+@pytest.mark.parametrize("codename", MATMULS)
+@pytest.mark.parametrize("m, k, n", SHAPES, ids=lambda v: str(v))
+def test_matmul_matches_numpy(device, codename, m, k, n, rng):
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    r = ops.matmul(DeviceMatrix.from_host(a), DeviceMatrix.from_host(b), LIB[codename], device)
+    assert r.layout == LIB[codename].matrices["r"].layout
+    assert_close(r.numpy(), a.astype(np.float64) @ b.astype(np.float64))
+
+
+@pytest.mark.parametrize("codename", MATMULS)
+def test_matmul_padding_of_the_result_is_zero(device, codename, rng):
+    a = rng.standard_normal((5, 7)).astype(np.float32)
+    b = rng.standard_normal((7, 3)).astype(np.float32)
+    r = ops.matmul(DeviceMatrix.from_host(a), DeviceMatrix.from_host(b), LIB[codename], device)
+    full = r.layout.unpack(_download(r), r.padded, r.padded)
+    assert np.count_nonzero(full[5:, :]) == 0 and np.count_nonzero(full[:, 3:]) == 0
+
+
+def _download(matrix):
+    import pyopencl as cl
+
+    flat = np.empty(matrix.padded[0] * matrix.padded[1], np.float32)
+    cl.enqueue_copy(matrix.device.queue, flat, matrix.buffer, is_blocking=True)
+    return flat
+
+
+def test_matmul_rejects_mismatched_inner_dimensions(device):
+    with pytest.raises(ValueError, match=r"cannot multiply \(3, 4\) by \(5, 2\)"):
+        ops.matmul(DeviceMatrix.from_host(np.zeros((3, 4))), DeviceMatrix.from_host(np.zeros((5, 2))), device=device)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (13, 1), (1001, 3)], ids=str)
+def test_bias_add_in_every_layout(device, layout, shape, rng):
+    x = rng.standard_normal(shape).astype(np.float32)
+    bias = rng.standard_normal(shape[0]).astype(np.float32)
+    padded = Layout.parse(layout).padded_shape(*shape, 4, 4)
+    m = DeviceMatrix.upload(device, x, layout, padded)
+    ops.bias_add(m, ops.upload_vector(device, bias))
+    assert_close(m.numpy(), x + bias[:, None])
+    full = Layout.parse(layout).unpack(_download(m), padded, padded)
+    assert np.count_nonzero(full[shape[0]:, :]) == 0 and np.count_nonzero(full[:, shape[1]:]) == 0
+
+
+@pytest.mark.parametrize("name", ["relu", "sigmoid", "tanh", "softmax"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("shape", [(1, 1), (5, 3), (13, 7), (1001, 5)], ids=str)
+def test_activation_matches_its_formula(device, name, layout, shape, rng):
+    x = (rng.standard_normal(shape) * 4).astype(np.float32)
+    padded = Layout.parse(layout).padded_shape(*shape, 4, 4)
+    m = DeviceMatrix.upload(device, x, layout, padded)
+    ops.activation(m, name)
+    # the matrix is features x batch, so softmax runs over axis 0 (each column is a sample)
+    assert_close(m.numpy(), ref_activation(name, x.astype(np.float64), axis=0))
+    full = Layout.parse(layout).unpack(_download(m), padded, padded)
+    assert np.count_nonzero(full[shape[0]:, :]) == 0 and np.count_nonzero(full[:, shape[1]:]) == 0
+
+
+def test_softmax_is_numerically_stable(device):
+    x = np.array([[1000.0, -1000.0], [1001.0, -999.0], [999.0, -1001.0]], np.float32)
+    m = DeviceMatrix.upload(device, x, "C_4_2_C")
+    got = ops.activation(m, "softmax").numpy()
+    assert np.isfinite(got).all()
+    assert_close(got, ref_activation("softmax", x.astype(np.float64), axis=0))
+
+
+@pytest.mark.parametrize("name", ["relu", "sigmoid", "tanh", "softmax"])
+def test_nan_and_inf_propagate_like_the_formula(device, name):
+    x = np.array([[np.nan, 1.0, np.inf], [2.0, -np.inf, 0.5]], np.float32)
+    m = DeviceMatrix.upload(device, x, "C")
+    got = ops.activation(m, name).numpy()
+    want = ref_activation(name, x.astype(np.float64), axis=0)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = ~np.isnan(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-6)
+
+
+def test_linear_activation_launches_nothing(device):
+    m = DeviceMatrix.upload(device, np.ones((3, 3)), "R")
+    before = device.counters["launches"]
+    assert ops.activation(m, "linear") is m and device.counters["launches"] == before
+
+
+def test_unknown_activation_is_named(device):
+    m = DeviceMatrix.upload(device, np.ones((3, 3)), "R")
+    with pytest.raises(ValueError, match="no kernel computes activation 'swishy'"):
+        ops.activation(m, "swishy")
+
+
+@pytest.mark.parametrize("src", LAYOUTS)
+@pytest.mark.parametrize("dst", ["R", "C_4_2_C", "R_4_4_C"])
+def test_relayout_on_the_device(device, src, dst, rng):
+    x = rng.standard_normal((13, 7)).astype(np.float32)
+    m = DeviceMatrix.upload(device, x, src, Layout.parse(src).padded_shape(13, 7, 8, 4))
+    padded = Layout.parse(dst).padded_shape(13, 7, 4, 8)
+    r = m.in_layout(device, dst, padded)
+    assert r.layout == Layout.parse(dst) and r.padded == padded
+    np.testing.assert_array_equal(_download(r), Layout.parse(dst).pack(x, padded))
+
+
+def test_in_layout_is_a_no_op_when_it_already_matches(device):
+    m = DeviceMatrix.upload(device, np.ones((5, 5)), "C_4_2_C")
+    assert m.in_layout(device, "C_4_2_C", m.padded) is m
+
+
+def test_use_changes_the_kernel_and_rejects_mismatches(device):
+    ops.use("matmul", "crossv", device)
+    assert ops.kernel_for("matmul", device).codename == "crossv"
+    with pytest.raises(LibraryError, match="implements 'activation', not 'matmul'"):
+        ops.use("matmul", "relu", device)
+    with pytest.raises(LibraryError, match="no kernel with codename"):
+        ops.use("matmul", "fastest", device)
+
+
+def test_upload_and_download_are_counted(device):
+    before = dict(device.counters)
+    m = DeviceMatrix.upload(device, np.arange(6, dtype=np.float32).reshape(2, 3), "R")
+    m.host = None
+    np.testing.assert_array_equal(m.numpy(), np.arange(6).reshape(2, 3))
+    assert device.counters["uploads"] == before["uploads"] + 1
+    assert device.counters["downloads"] == before["downloads"] + 1
