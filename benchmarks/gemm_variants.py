@@ -1,0 +1,135 @@
+"""GEMM GFLOP/s of every matmul variant in kernels/library.json, beside numpy (and torch when present).
+
+Times square products R = A x B at the thesis's sizes (Table 8.2: 96 ... 2880) on one OpenCL device,
+using OpenCL profiling events (kernel time only, operands already on the device in the kernel's
+layouts). numpy is timed on the host CPU in the same run, and torch's cuBLAS (TF32 off) when a CUDA
+GPU is present, so every figure can be read as a ratio against a peer measured beside it.
+
+Run:  python3 benchmarks/gemm_variants.py [--device D] [--sizes 96 192 ...] [--repeat 5] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+
+import numpy as np
+
+import malinn
+from malinn import ops
+from malinn.kernel_library import load_library
+from malinn.matrix import DeviceMatrix
+
+THESIS_SIZES = [96, 192, 384, 768, 1440, 2880]
+
+
+def time_variant(spec, device, n, repeat, budget_s):
+    """Median kernel time (s) of spec on an n x n x n product, or None past the time budget."""
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    b = rng.standard_normal((n, n)).astype(np.float32)
+    plan = ops.matmul_plan(spec, n, n, n)
+    da = DeviceMatrix.upload(device, a, spec.matrices["a"].layout, plan["a"])
+    db = DeviceMatrix.upload(device, b, spec.matrices["b"].layout, plan["b"])
+    r = DeviceMatrix.empty(device, (n, n), spec.matrices["r"].layout, plan["r"])
+    args = {"a": da, "b": db, "r": r}
+    event = ops.launch(spec, device, args, common=plan["a"][1])  # warm-up, builds the program
+    event.wait()
+    first = (event.profile.end - event.profile.start) * 1e-9
+    check = r.numpy()
+    error = float(np.abs(check - a.astype(np.float64) @ b).max() / max(1.0, np.abs(check).max()))
+    if error > 1e-4:
+        raise RuntimeError(f"{spec.codename} at n={n} is wrong (relative error {error:.2e}); not timing it")
+    if first * repeat > budget_s:
+        return first
+    times = []
+    for _ in range(repeat):
+        event = ops.launch(spec, device, args, common=plan["a"][1])
+        event.wait()
+        times.append((event.profile.end - event.profile.start) * 1e-9)
+    return float(np.median(times))
+
+
+def time_numpy(n, repeat):
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    b = rng.standard_normal((n, n)).astype(np.float32)
+    a @ b
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def time_torch(n, repeat):
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a = torch.randn(n, n, device="cuda")
+    b = torch.randn(n, n, device="cuda")
+    a @ b
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        a @ b
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e-3)
+    return float(np.median(times))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", help="gpu, cpu, P:D or part of a name (default: malinn's default)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=THESIS_SIZES)
+    parser.add_argument("--variants", nargs="+", help="codenames (default: every matmul kernel)")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--budget", type=float, default=10.0, help="seconds per variant and size before one run is enough")
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args(argv)
+
+    device = malinn.set_device(args.device) if args.device else malinn.get_device()
+    library = load_library()
+    variants = args.variants or library.codenames("matmul")
+    rows = []
+    print(f"device: {device}\nhost: {platform.processor() or platform.machine()}, numpy {np.__version__}")
+    header = ["n"] + variants + ["numpy"] + (["cuBLAS"] if time_torch(8, 1) is not None else [])
+    print("GFLOP/s; " + " | ".join(header))
+    for n in args.sizes:
+        flop = 2.0 * n ** 3
+        row = {"n": n}
+        for codename in variants:
+            seconds = time_variant(library[codename], device, n, args.repeat, args.budget)
+            row[codename] = flop / seconds / 1e9
+        row["numpy"] = flop / time_numpy(n, args.repeat) / 1e9
+        torch_s = time_torch(n, args.repeat)
+        if torch_s is not None:
+            row["cuBLAS"] = flop / torch_s / 1e9
+        rows.append(row)
+        print(" | ".join([str(n)] + [f"{row[h]:.1f}" for h in header[1:]]), flush=True)
+    best = {}
+    for row in rows:
+        fastest = max(variants, key=lambda c: row[c])
+        best[fastest] = best.get(fastest, 0) + 1
+    winner = max(best, key=best.get)
+    print(f"fastest variant on most sizes: {winner} ({best[winner]} of {len(rows)})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": device.describe(), "driver": device.driver_version, "rows": rows,
+                       "fastest": winner, "command": " ".join(sys.argv)}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
