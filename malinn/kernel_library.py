@@ -7,8 +7,11 @@ Each entry maps a codename to an OpenCL function, its source file and its restri
   ``rowAlign`` and ``colAlign`` (the padded shape must be a multiple of these);
 * ``arglist``: the scalar arguments, one letter each, in order (``l`` padded common dimension,
   ``h``/``w`` padded rows/columns of ``r``, ``m``/``n`` logical rows/columns of ``r``,
-  ``H``/``W`` padded rows/columns of ``a``);
-* ``buffers``: the buffer arguments after the scalars, in order (matrix names or ``bias``);
+  ``H``/``W`` padded rows/columns of ``a``, all ``uint``; ``p`` the next float parameter);
+* ``params``: names and defaults of the float parameters, in the order of the ``p`` letters
+  (e.g. ``{"alpha": 1.0}``); ``p`` letters beyond them get 0;
+* ``buffers``: the buffer arguments after the scalars, in order (matrix names, or the vectors
+  ``bias``, ``scale``, ``shift``);
 * ``ndrange``: the letters whose values make the global range, divided by ``scale``;
 * ``flop``: floating-point operations per result, for GFLOP/s figures;
 * ``workgroup``: the preferred local size, used when it divides the range, else ``null``.
@@ -32,7 +35,7 @@ from .resources import kernels_dir
 
 __all__ = ["KernelSpec", "MatrixRestriction", "KernelLibrary", "load_library"]
 
-OPS = ("matmul", "bias", "activation", "relayout")
+OPS = ("matmul", "bias", "affine", "activation", "relayout")
 SCALAR_LETTERS = {
     "l": "padded common dimension K",
     "h": "padded rows of r",
@@ -41,9 +44,10 @@ SCALAR_LETTERS = {
     "n": "logical columns of r",
     "H": "padded rows of a",
     "W": "padded columns of a",
+    "p": "the next float parameter",
 }
 MATRIX_NAMES = ("a", "b", "r")
-VECTOR_NAMES = ("bias",)
+VECTOR_NAMES = ("bias", "scale", "shift")
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,23 @@ class KernelSpec:
     defines: tuple            # (("NAME", "VALUE"), ...)
     activation: str | None
     source_path: Path
+    params: tuple = ()        # (("name", default), ...) in the order of the 'p' letters
+    aliases: tuple = ()       # other activation names this kernel answers to
+
+    def param_values(self, given: dict | None = None) -> list[float]:
+        """The float parameters in ``p`` order: ``given`` values, else defaults, else 0.
+
+        Raises:
+            ValueError: ``given`` names a parameter the kernel does not take.
+        """
+        given = dict(given or {})
+        names = [name for name, _ in self.params]
+        unknown = set(given) - set(names)
+        if unknown:
+            raise ValueError(f"kernel {self.codename!r} takes parameters {names or 'none'}, "
+                             f"not {sorted(unknown)}")
+        values = [float(given.get(name, default)) for name, default in self.params]
+        return values + [0.0] * (self.arglist.count("p") - len(values))
 
     def options(self) -> tuple[str, ...]:
         """Compiler options: the entry's defines as ``-DNAME=VALUE``."""
@@ -140,12 +161,13 @@ class KernelLibrary:
     def activation_kernel(self, activation: str) -> KernelSpec:
         """The kernel that applies ``activation`` (``None`` if the library has none)."""
         for k in self.kernels.values():
-            if k.op == "activation" and k.activation == activation:
+            if k.op == "activation" and (k.activation == activation or activation in k.aliases):
                 return k
         return None
 
     def activations(self) -> list[str]:
-        return [k.activation for k in self.kernels.values() if k.op == "activation"]
+        """Every activation name a kernel computes, aliases included."""
+        return [name for k in self.kernels.values() if k.op == "activation" for name in (k.activation,) + k.aliases]
 
     def default(self, op: str, device_kind: str) -> str:
         """The default codename for ``op`` on a device of kind ``gpu``/``cpu``/``accelerator``."""
@@ -276,8 +298,18 @@ def _validate(path: Path, codename: str, entry) -> KernelSpec:
     activation = entry.get("activation")
     if op == "activation" and not isinstance(activation, str):
         fail("activation", "an activation kernel names the activation it computes")
+    aliases = entry.get("aliases", [])
+    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+        fail("aliases", "expected a list of activation names")
+    params = rs.get("params", {})
+    if not isinstance(params, dict) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in params.values()):
+        fail("restrictions.params", "expected an object of name: default number")
+    if len(params) > arglist.count("p"):
+        fail("restrictions.params", f"{len(params)} parameters but only {arglist.count('p')} 'p' letters in arglist")
     return KernelSpec(codename=codename, op=op, source=str(entry["source"]), function=function,
                       description=str(entry.get("description", "")), matrices=matrices, arglist=arglist,
                       buffers=tuple(buffers), ndrange=ndrange, scale=scale_t, flop=float(flop),
                       workgroup=wg, defines=tuple((str(k), str(v)) for k, v in defines.items()),
-                      activation=activation, source_path=source_path)
+                      activation=activation, source_path=source_path,
+                      params=tuple((str(k), float(v)) for k, v in params.items()), aliases=tuple(aliases))

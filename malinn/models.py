@@ -28,7 +28,7 @@ class Sequential:
     def __init__(self, layers=None, name: str = "sequential"):
         self.name = name
         self.layers: list[Layer] = []
-        self.input_dim: int | None = None
+        self.input_shape: tuple | None = None   # one sample's shape, e.g. (784,) or (28, 28)
         for layer in layers or []:
             self.add(layer)
 
@@ -43,25 +43,44 @@ class Sequential:
         if any(existing.name == layer.name for existing in self.layers):
             raise ValueError(f"Sequential {self.name!r}: a layer named {layer.name!r} is already in the model")
         self.layers.append(layer)
-        if self.input_dim is not None:
-            self.build(self.input_dim)
+        if self.input_shape is not None:
+            self.build((None,) + self.input_shape)
+
+    @property
+    def input_dim(self) -> int | None:
+        """Features per sample once flattened (``None`` before build)."""
+        return None if self.input_shape is None else int(np.prod(self.input_shape))
 
     @property
     def built(self) -> bool:
-        return self.input_dim is not None and all(layer.built for layer in self.layers)
+        return self.input_shape is not None and all(layer.built for layer in self.layers)
 
     def build(self, input_shape) -> None:
-        """Builds every layer for inputs of ``input_shape`` (``(batch, features)`` or ``(features,)``).
+        """Builds every layer for inputs of ``input_shape``, batch axis first: ``(None, 784)``.
+
+        A sample may have several axes (``(None, 28, 28)``) when a ``Flatten`` comes before the
+        first layer that needs one feature axis (Dense, BatchNormalization); element-wise layers
+        may stand before it.
 
         Raises:
-            ValueError: the shape is not 1-D or 2-D, or a built layer expects another width.
+            ValueError: the shape has no batch axis or a size < 1, a built layer expects another
+                width, or a Dense receives several axes.
         """
         shape = tuple(input_shape)
-        if len(shape) not in (1, 2) or shape[-1] is None or int(shape[-1]) < 1:
-            raise ValueError(f"Sequential {self.name!r}: input_shape must be (batch, features) or (features,), "
+        if len(shape) < 2 or any(d is None or int(d) < 1 for d in shape[1:]):
+            raise ValueError(f"Sequential {self.name!r}: input_shape must be (batch, features, ...) with sizes >= 1, "
                              f"got {input_shape!r}")
-        dim = int(shape[-1])
-        self.input_dim = dim
+        sample = tuple(int(d) for d in shape[1:])
+        if len(sample) > 1:
+            for layer in self.layers:
+                if getattr(layer, "flattens", False):
+                    break
+                if not getattr(layer, "elementwise", False):
+                    raise ValueError(f"layer {layer.name!r} ({type(layer).__name__}) receives inputs of shape "
+                                     f"{(None,) + sample}; malinn runs it on one feature axis only: put a Flatten "
+                                     f"before it")
+        self.input_shape = sample
+        dim = self.input_dim
         for layer in self.layers:
             if layer.built and layer.input_dim is not None and layer.input_dim != dim:
                 raise ValueError(f"layer {layer.name!r} was built for {layer.input_dim} input features, "
@@ -87,8 +106,13 @@ class Sequential:
         if array.dtype.kind not in "biuf":
             raise ValueError(f"Input of layer {first!r} must be numeric, got dtype {array.dtype} "
                              f"with shape {array.shape}")
-        expected = f"(None, {self.input_dim})" if self.input_dim else "(None, features)"
-        if array.ndim != 2 or (self.input_dim is not None and array.shape[1] != self.input_dim):
+        if self.input_shape is not None:
+            expected = "(None, " + ", ".join(map(str, self.input_shape)) + ("," if len(self.input_shape) == 1 else "") + ")"
+            expected = expected.replace(",)", ")")
+            ok = array.ndim == 1 + len(self.input_shape) and array.shape[1:] == self.input_shape
+        else:
+            expected, ok = "(None, features)", array.ndim >= 2
+        if not ok:
             raise ValueError(f"Input of layer {first!r} is incompatible with the layer: expected shape {expected}, "
                              f"found shape {array.shape}")
         return array.astype(np.float32, copy=False)
@@ -113,7 +137,8 @@ class Sequential:
             raise ValueError(f"Sequential {self.name!r} has no layers to predict with")
         x = self._check_input(x)
         if not self.built:
-            self.build(x.shape)
+            self.build((None,) + x.shape[1:])
+        x = x.reshape(x.shape[0], self.input_dim)   # Keras's Flatten order (row-major, channels last)
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
                                        or batch_size < 1):
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
@@ -124,12 +149,31 @@ class Sequential:
         outputs = [self._forward(x[start:start + step]) for start in range(0, n, step)]
         return outputs[0] if len(outputs) == 1 else np.concatenate(outputs, axis=0)
 
-    def _forward(self, x: np.ndarray) -> np.ndarray:
+    def _forward(self, x: np.ndarray, every_layer: bool = False):
         get_device()  # fail early and clearly when no device works
         activations = DeviceMatrix.from_host(x.T)   # I = x^T: features x batch
+        outputs = []
         for layer in self.layers:
             activations = layer.call(activations)
-        return np.ascontiguousarray(activations.numpy().T)
+            if every_layer:
+                outputs.append(np.ascontiguousarray(activations.numpy().T))
+        return outputs if every_layer else np.ascontiguousarray(activations.numpy().T)
+
+    def predict_layers(self, x) -> list:
+        """Runs the model on ``x`` and returns every layer's output, for layer-by-layer checks.
+
+        Args:
+            x: as for :meth:`predict`.
+
+        Returns:
+            A list with one float32 ``(batch, features)`` array per layer, in order.
+        """
+        if not self.layers:
+            raise ValueError(f"Sequential {self.name!r} has no layers to predict with")
+        x = self._check_input(x)
+        if not self.built:
+            self.build((None,) + x.shape[1:])
+        return self._forward(x.reshape(x.shape[0], self.input_dim), every_layer=True)
 
     def __call__(self, x) -> np.ndarray:
         return self.predict(x)
@@ -160,17 +204,23 @@ class Sequential:
         return sum(layer.count_params() for layer in self.layers)
 
     def get_config(self) -> dict:
-        return {"name": self.name, "input_dim": self.input_dim,
+        return {"name": self.name, "input_shape": list(self.input_shape) if self.input_shape else None,
                 "layers": [{"class_name": type(l).__name__, "config": l.get_config()} for l in self.layers]}
 
     def summary(self, print_fn=print) -> str:
         """Prints (and returns) a table of layers, output shapes and parameter counts."""
         rows = [("Layer (type)", "Output Shape", "Param #")]
         dim = self.input_dim
+        sample = self.input_shape
         for layer in self.layers:
+            if getattr(layer, "flattens", False):
+                sample = None
             if dim is not None:
                 dim = layer.output_dim(dim)
-            shape = f"(None, {dim})" if dim is not None else "?"
+            if sample is not None and len(sample) > 1 and getattr(layer, "elementwise", False):
+                shape = "(None, " + ", ".join(map(str, sample)) + ")"
+            else:
+                shape = f"(None, {dim})" if dim is not None else "?"
             rows.append((f"{layer.name} ({type(layer).__name__})", shape, str(layer.count_params())))
         widths = [max(len(r[i]) for r in rows) + 2 for i in range(3)]
         line = "-" * sum(widths)

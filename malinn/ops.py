@@ -19,7 +19,7 @@ from .errors import DeviceError, LibraryError
 from .kernel_library import KernelSpec, load_library
 from .matrix import DeviceMatrix, allocate
 
-__all__ = ["use", "kernel_for", "matmul", "matmul_plan", "bias_add", "activation", "relayout",
+__all__ = ["use", "kernel_for", "matmul", "matmul_plan", "bias_add", "affine", "activation", "relayout",
            "upload_vector", "launch"]
 
 _settings_lock = threading.Lock()
@@ -68,7 +68,7 @@ def matmul_plan(spec: KernelSpec, m: int, k: int, n: int) -> dict:
 
 
 def launch(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | None = None,
-           common: int = 0, what: str = ""):
+           common: int = 0, what: str = "", params: dict | None = None):
     """Builds (memoised) and enqueues kernel ``spec`` on ``device``.
 
     Args:
@@ -78,6 +78,7 @@ def launch(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | Non
         vectors: argument name -> device buffer (e.g. ``bias``).
         common: the padded common dimension ``l`` of a matmul.
         what: who asked (a layer name), for error messages.
+        params: values of the kernel's float parameters (the ``p`` letters), by name.
 
     Returns:
         The ``pyopencl.Event`` of the launch (``None`` when the range is empty).
@@ -98,7 +99,8 @@ def launch(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | Non
     local_size = _local_size(spec.workgroup, global_size, device)
     source = spec.program_source({name: m.layout for name, m in matrices.items()})
     program = device.build(source, spec.options(), origin=f"{spec.source} ({spec.codename})")
-    args = [np.uint32(values[c]) for c in spec.arglist]
+    floats = iter(spec.param_values(params))
+    args = [np.float32(next(floats)) if c == "p" else np.uint32(values[c]) for c in spec.arglist]
     for name in spec.buffers:
         args.append(matrices[name].buffer if name in matrices else (vectors or {})[name])
     with device._lock:  # a cl.Kernel's arguments are per object: build, set and enqueue together
@@ -173,8 +175,22 @@ def bias_add(r: DeviceMatrix, bias_buffer, spec: KernelSpec | None = None, what:
     return r
 
 
-def activation(r: DeviceMatrix, name: str, what: str = "activation") -> DeviceMatrix:
+def affine(r: DeviceMatrix, scale_buffer, shift_buffer, spec: KernelSpec | None = None,
+           what: str = "affine") -> DeviceMatrix:
+    """``r = r * scale + shift`` per row (feature) of ``r``, in place; the vectors are on the device."""
+    spec = spec or kernel_for("affine", r.device)
+    launch(spec, r.device, {"r": r}, {"scale": scale_buffer, "shift": shift_buffer}, what=what)
+    return r
+
+
+def activation(r: DeviceMatrix, name: str, what: str = "activation", **params) -> DeviceMatrix:
     """Applies activation ``name`` to ``r`` in place (``linear`` launches nothing).
+
+    Args:
+        r: the matrix (features x batch), on a device.
+        name: an activation the kernel library computes (e.g. ``"relu"``, ``"elu"``).
+        what: who asked, for error messages.
+        **params: the activation's parameters (e.g. ``alpha=1.0`` for ``elu``).
 
     Raises:
         ValueError: the kernel library has no kernel for ``name``.
@@ -185,7 +201,7 @@ def activation(r: DeviceMatrix, name: str, what: str = "activation") -> DeviceMa
     if spec is None:
         raise ValueError(f"{what}: no kernel computes activation {name!r}; "
                          f"available: {', '.join(['linear'] + load_library().activations())}")
-    launch(spec, r.device, {"r": r}, what=what)
+    launch(spec, r.device, {"r": r}, what=what, params=params)
     return r
 
 

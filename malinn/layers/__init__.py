@@ -1,7 +1,9 @@
 """Layers: the Keras-shaped building blocks of a malinn model."""
 
-from .activation import Activation
+from .activation import ELU, Activation, LeakyReLU, ReLU, Softmax
 from .base import Layer
 from .dense import Dense
+from .normalization import BatchNormalization
+from .shaping import Flatten
 
-__all__ = ["Layer", "Dense", "Activation"]
+__all__ = ["Layer", "Dense", "Activation", "ReLU", "LeakyReLU", "ELU", "Softmax", "BatchNormalization", "Flatten"]

@@ -1,13 +1,16 @@
-"""The Activation layer: applies an activation function element-wise (softmax over features)."""
+"""Activation layers: ``Activation(name)`` and the parametrised ``ReLU``, ``LeakyReLU``, ``ELU``,
+``Softmax``. Each applies its function element-wise (softmax over the features) on the device."""
 
 from __future__ import annotations
+
+import math
 
 from .. import ops
 from ..device import get_device
 from ..kernel_library import load_library
 from .base import Layer
 
-__all__ = ["Activation", "get_activation"]
+__all__ = ["Activation", "ReLU", "LeakyReLU", "ELU", "Softmax", "get_activation"]
 
 
 def get_activation(activation) -> str:
@@ -30,28 +33,120 @@ def get_activation(activation) -> str:
     return activation
 
 
+def on_device(inputs):
+    """The model's input, uploaded in the layout the current matmul kernel reads (so a following
+    Dense needs no re-layout); matrices already on a device are returned as they are."""
+    if inputs.buffer is not None:
+        return inputs
+    layout = ops.kernel_for("matmul").matrices["b"].layout
+    return inputs.in_layout(get_device(), layout, layout.padded_shape(*inputs.shape))
+
+
 class Activation(Layer):
     """Applies an activation function to its input.
 
     Args:
         activation: the activation's name (``"relu"``, ``"sigmoid"``, ``"tanh"``, ``"softmax"``,
-            ``"linear"``).
+            ``"gelu"``, ...; ``malinn.load_library().activations()`` lists them), or ``None``.
         name: the layer's name.
 
     Raises:
         ValueError: the activation is unknown.
     """
 
+    elementwise = True
+
     def __init__(self, activation, name: str | None = None):
         super().__init__(name)
         self.activation = get_activation(activation)
+        self.params: dict = {}
 
     def call(self, inputs):
-        if inputs.buffer is None:  # the model's first layer: upload in the layout a Dense would read
-            spec = ops.kernel_for("matmul")
-            layout = spec.matrices["b"].layout
-            inputs = inputs.in_layout(get_device(), layout, layout.padded_shape(*inputs.shape))
-        return ops.activation(inputs, self.activation, what=f"layer {self.name!r}")
+        return ops.activation(on_device(inputs), self.activation, what=f"layer {self.name!r}", **self.params)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "activation": self.activation}
+
+
+class ReLU(Activation):
+    """Keras's ReLU layer: ``max_value``-capped, ``negative_slope`` below ``threshold``.
+
+    Args:
+        max_value: the cap, or ``None``; must be >= 0.
+        negative_slope: the slope below the threshold; must be >= 0.
+        threshold: values at or below it are not passed through.
+        name: the layer's name.
+
+    Raises:
+        ValueError: a negative ``max_value`` or ``negative_slope``, or a non-finite parameter.
+    """
+
+    def __init__(self, max_value=None, negative_slope=0.0, threshold=0.0, name: str | None = None):
+        for label, value in (("negative_slope", negative_slope), ("threshold", threshold)) + (
+                (("max_value", max_value),) if max_value is not None else ()):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                raise ValueError(f"ReLU: {label} must be a finite number, got {value!r}")
+        if (max_value is not None and max_value < 0) or negative_slope < 0:
+            raise ValueError(f"ReLU: max_value and negative_slope must be >= 0, got {max_value!r}, {negative_slope!r}")
+        plain = max_value is None and negative_slope == 0 and threshold == 0
+        super().__init__("relu" if plain else "relu_general", name)
+        self.max_value, self.negative_slope, self.threshold = max_value, float(negative_slope), float(threshold)
+        if not plain:
+            self.params = {"negative_slope": self.negative_slope, "max_value": float(max_value or 0.0),
+                           "threshold": self.threshold, "has_max_value": float(max_value is not None)}
+
+    def get_config(self) -> dict:
+        return {"name": self.name, "max_value": self.max_value, "negative_slope": self.negative_slope,
+                "threshold": self.threshold}
+
+
+class LeakyReLU(Activation):
+    """``x`` for ``x >= 0``, ``negative_slope * x`` below (Keras 3 default 0.3, Keras 2's ``alpha``).
+
+    Raises:
+        ValueError: ``negative_slope`` is not a finite number.
+    """
+
+    def __init__(self, negative_slope=0.3, name: str | None = None):
+        if not isinstance(negative_slope, (int, float)) or isinstance(negative_slope, bool) or not math.isfinite(negative_slope):
+            raise ValueError(f"LeakyReLU: negative_slope must be a finite number, got {negative_slope!r}")
+        super().__init__("leaky_relu", name)
+        self.negative_slope = float(negative_slope)
+        self.params = {"negative_slope": self.negative_slope}
+
+    def get_config(self) -> dict:
+        return {"name": self.name, "negative_slope": self.negative_slope}
+
+
+class ELU(Activation):
+    """``x`` for ``x > 0``, ``alpha * (exp(x) - 1)`` below.
+
+    Raises:
+        ValueError: ``alpha`` is not a finite number.
+    """
+
+    def __init__(self, alpha=1.0, name: str | None = None):
+        if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha):
+            raise ValueError(f"ELU: alpha must be a finite number, got {alpha!r}")
+        super().__init__("elu", name)
+        self.alpha = float(alpha)
+        self.params = {"alpha": self.alpha}
+
+    def get_config(self) -> dict:
+        return {"name": self.name, "alpha": self.alpha}
+
+
+class Softmax(Activation):
+    """Softmax over the feature axis (``axis=-1``, the only axis of a 2-D activation).
+
+    Raises:
+        ValueError: another axis is asked for.
+    """
+
+    def __init__(self, axis=-1, name: str | None = None):
+        if axis not in (-1, 1, [-1], [1], (-1,), (1,)):
+            raise ValueError(f"Softmax: malinn computes softmax over the features (axis=-1), not axis={axis!r}")
+        super().__init__("softmax", name)
+
+    def get_config(self) -> dict:
+        return {"name": self.name, "axis": -1}

@@ -33,12 +33,19 @@ class Layer:
         ValueError: ``name`` is not a non-empty string.
     """
 
+    #: True for layers that act on each value alone (they may stand before a Flatten).
+    elementwise = False
+    #: True for Flatten.
+    flattens = False
+
     def __init__(self, name: str | None = None):
         if name is not None and (not isinstance(name, str) or not name):
             raise ValueError(f"{type(self).__name__}: name must be a non-empty string, got {name!r}")
         self.name = name or _auto_name(_snake(type(self).__name__))
         self.built = False
         self.input_dim: int | None = None
+        #: names of the Keras layers this layer stands for (set by the converter; for verify)
+        self.keras_names: tuple = ()
 
     def build(self, input_dim: int) -> None:
         """Creates the layer's weights for inputs of ``input_dim`` features."""

@@ -1,0 +1,74 @@
+"""Small helpers for reading Keras's HDF5 files with h5py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import h5py
+import numpy as np
+
+from malinn.errors import ConversionError
+
+
+def to_str(value: Any) -> str:
+    """An HDF5 string attribute (``str``, ``bytes`` or ``numpy.bytes_``) as ``str``."""
+    if isinstance(value, np.ndarray) and value.shape == ():
+        value = value[()]
+    if isinstance(value, (bytes, np.bytes_)):
+        return bytes(value).decode("utf-8")
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"expected a string, got {type(value).__name__}")
+
+
+def read_str_list(group, name: str, source: str, where: str) -> list[str] | None:
+    """The list attribute ``name`` of ``group``, or None when absent.
+
+    Keras writes lists too large for one HDF5 object header (64 KiB) as ``name0``,
+    ``name1``, ... (``save_attributes_to_hdf5_group``); they are joined back here.
+    """
+    attrs = group.attrs
+    if name in attrs:
+        chunks = [attrs[name]]
+    elif f"{name}0" in attrs:
+        chunks = []
+        index = 0
+        while f"{name}{index}" in attrs:
+            chunks.append(attrs[f"{name}{index}"])
+            index += 1
+    else:
+        return None
+    out: list[str] = []
+    for chunk in chunks:
+        values = np.asarray(chunk)
+        if values.ndim == 0:
+            values = values.reshape(1)
+        if values.size == 0:
+            continue
+        for value in values.ravel():
+            try:
+                out.append(to_str(value))
+            except (TypeError, UnicodeDecodeError) as exc:
+                raise ConversionError(
+                    f"{source}: attribute {name!r} of {where} holds {value!r}, not names ({exc})"
+                ) from exc
+    return out
+
+
+def read_weight(dataset, source: str, where: str) -> np.ndarray:
+    """A weight dataset as a C-contiguous float32 array."""
+    if not isinstance(dataset, h5py.Dataset):
+        raise ConversionError(f"{source}: {where} is a group, not a weight array")
+    if dataset.dtype.kind not in "fiub":
+        raise ConversionError(
+            f"{source}: weight {where} has dtype {dataset.dtype}, not a numeric array"
+        )
+    try:
+        data = dataset[()]
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise ConversionError(f"{source}: cannot read weight {where}: {exc}") from exc
+    return np.ascontiguousarray(np.asarray(data, dtype=np.float32))
+
+
+def is_hdf5_signature(head: bytes) -> bool:
+    return head[:8] == b"\x89HDF\r\n\x1a\n"

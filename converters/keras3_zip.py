@@ -1,0 +1,209 @@
+"""Reader of the Keras 3 native format: a ``.keras`` zip archive (or the same files unzipped).
+
+On disk::
+
+    metadata.json       {"keras_version": "3.15.1", "date_saved": ...}
+    config.json         {"module", "class_name": "Sequential" | "Functional", "config": {...}}
+    model.weights.h5    layers/<path>/vars/0, 1, ...   (one dataset per variable, in order)
+    assets/             (unused here)
+
+``<path>`` is not the layer's name: it is ``snake_case(class name)`` made unique with ``_1``,
+``_2``... in the order of ``model.layers`` (Sequential: without InputLayer; Functional: with
+it), e.g. ``layers/dense``, ``layers/dense_1``, ``layers/batch_normalization``; a nested model
+adds ``layers/sequential/layers/dense``. Recent Keras 3 versions also write the layer's name as
+the ``name`` attribute of each ``vars`` group, which is used to confirm (or find) the match.
+tf_keras (Keras 2) writes the same layout, without the ``name`` attributes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import zipfile
+
+import h5py
+
+from malinn.errors import ConversionError
+
+from .chain import ModelNode, iter_chain, parse_model
+from .hdf5_util import read_weight, to_str
+from .model_spec import KerasLayer, KerasModel
+from .naming import unique_saving_names
+
+CONFIG = "config.json"
+METADATA = "metadata.json"
+WEIGHTS = "model.weights.h5"
+WEIGHTS_NPZ = "model.weights.npz"
+
+
+def _fail(source: str, message: str) -> ConversionError:
+    return ConversionError(f"{source}: {message}")
+
+
+def _load_json(data: bytes, source: str, member: str):
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _fail(source, f"{member} is not valid JSON: {exc}") from exc
+
+
+def read_keras3_zip(source: str) -> KerasModel:
+    """Read a ``.keras`` archive."""
+    try:
+        archive = zipfile.ZipFile(source, "r")
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        raise _fail(
+            source, f"is not a readable zip archive (truncated or corrupt?): {exc}"
+        ) from exc
+    with archive:
+        names = set(archive.namelist())
+
+        def read_member(member: str) -> bytes:
+            try:
+                return archive.read(member)
+            except (zipfile.BadZipFile, OSError, ValueError, EOFError, RuntimeError) as exc:
+                raise _fail(source, f"cannot read {member} from the archive: {exc}") from exc
+
+        if CONFIG not in names:
+            raise _fail(source, f"is a zip archive without {CONFIG}: not a Keras .keras file")
+        config = _load_json(read_member(CONFIG), source, CONFIG)
+        metadata = None
+        if METADATA in names:
+            metadata = _load_json(read_member(METADATA), source, METADATA)
+        if WEIGHTS in names:
+            weights_file = io.BytesIO(read_member(WEIGHTS))
+        elif WEIGHTS_NPZ in names:
+            raise _fail(source, f"stores its weights as {WEIGHTS_NPZ}, which malinn does not read")
+        else:
+            raise _fail(source, f"has no {WEIGHTS} in the archive: the weights are missing")
+    return _build(source, config, metadata, weights_file)
+
+
+def read_keras3_dir(source: str) -> KerasModel:
+    """Read an unzipped ``.keras`` model (``model.save(path, zipped=False)``)."""
+    def path(member):
+        return os.path.join(source, member)
+
+    if not os.path.isfile(path(CONFIG)):
+        raise _fail(source, f"is a directory without {CONFIG}: not a Keras model")
+    with open(path(CONFIG), "rb") as fh:
+        config = _load_json(fh.read(), source, CONFIG)
+    metadata = None
+    if os.path.isfile(path(METADATA)):
+        with open(path(METADATA), "rb") as fh:
+            metadata = _load_json(fh.read(), source, METADATA)
+    if not os.path.isfile(path(WEIGHTS)):
+        raise _fail(source, f"has no {WEIGHTS}: the weights are missing")
+    return _build(source, config, metadata, path(WEIGHTS))
+
+
+def _build(source: str, config, metadata, weights_file) -> KerasModel:
+    version = None
+    if isinstance(metadata, dict) and isinstance(metadata.get("keras_version"), str):
+        version = metadata["keras_version"]
+    elif metadata is not None and not isinstance(metadata, dict):
+        raise _fail(source, f"{METADATA} is not a JSON object")
+    root = parse_model(config, source, where=CONFIG)
+    try:
+        h5 = h5py.File(weights_file, "r")
+    except (OSError, ValueError) as exc:
+        raise _fail(
+            source, f"{WEIGHTS} is not a readable HDF5 file (truncated or corrupt?): {exc}"
+        ) from exc
+    with h5:
+        try:
+            layers = _read_layers(h5, root, source)
+        except ConversionError:
+            raise
+        except (KeyError, OSError, RuntimeError, ValueError, TypeError, UnicodeError) as exc:
+            raise _fail(
+                source, f"{WEIGHTS} is corrupt ({type(exc).__name__}: {exc})"
+            ) from exc
+    return KerasModel(
+        source=source,
+        format="keras3-zip",
+        keras_version=version,
+        input_shape=root.input_shape,
+        layers=layers,
+        name=root.name,
+        model_class=root.class_name,
+    )
+
+
+def _read_layers(h5: h5py.File, root: ModelNode, source: str) -> list[KerasLayer]:
+    """Each leaf layer of the chain with its variables from ``model.weights.h5``."""
+    layers = []
+    for leaf, trail in iter_chain(root):
+        group_path, group = _find_vars(h5, trail, leaf.name, source)
+        names, arrays = [], []
+        if group is not None:
+            keys = list(group.keys())
+            try:
+                order = sorted(keys, key=int)
+            except ValueError:
+                raise _fail(
+                    source,
+                    f"{WEIGHTS}: {group_path} holds {keys}, not variables named 0, 1, ...",
+                ) from None
+            if [int(k) for k in order] != list(range(len(order))):
+                raise _fail(source, f"{WEIGHTS}: {group_path} has variables {order}, with gaps")
+            for key in order:
+                where = f"{WEIGHTS}:{group_path}/{key}"
+                names.append(f"{group_path}/{key}")
+                arrays.append(read_weight(group[key], source, where))
+        layers.append(
+            KerasLayer(
+                class_name=leaf.class_name,
+                name=leaf.name,
+                config=leaf.config,
+                weights=arrays,
+                weight_names=names,
+            )
+        )
+    return layers
+
+
+def _vars_name(group) -> str | None:
+    if group is None or "name" not in group.attrs:
+        return None
+    try:
+        return to_str(group.attrs["name"])
+    except (TypeError, UnicodeDecodeError):
+        return None
+
+
+def _find_vars(h5: h5py.File, trail: tuple, layer_name: str, source: str):
+    """The ``vars`` group holding a layer's variables, or ``(path, None)`` if there is none."""
+    prefix = ""
+    for model, index in trail:
+        names = _saving_names(model)
+        prefix = f"{prefix}layers/{names[index]}/"
+    path = prefix + "vars"
+    group = h5.get(path)
+    if group is not None and not isinstance(group, h5py.Group):
+        group = None
+    written = _vars_name(group)
+    if group is not None and (written is None or written == layer_name):
+        return path, group
+    # Paths disagree with the config order: look for the vars group Keras labelled by name.
+    parent_path = prefix.rstrip("/").rsplit("/", 1)[0]
+    parent = h5.get(parent_path) if parent_path else None
+    if isinstance(parent, h5py.Group):
+        for key in parent:
+            candidate = parent[key].get("vars") if isinstance(parent[key], h5py.Group) else None
+            if isinstance(candidate, h5py.Group) and _vars_name(candidate) == layer_name:
+                return f"{parent_path}/{key}/vars", candidate
+    if group is not None:
+        raise _fail(
+            source,
+            f"{WEIGHTS}: {path} holds the weights of layer {written!r}, not of {layer_name!r}, "
+            "and no weights are labelled with that name: the weights do not match the config",
+        )
+    return path, None
+
+
+
+
+def _saving_names(model: ModelNode) -> list[str]:
+    return unique_saving_names([m.class_name for m in model.members])

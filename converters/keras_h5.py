@@ -1,0 +1,200 @@
+"""Reader of legacy HDF5 model files: Keras 3 ``model.save("m.h5")`` and Keras 2 / tf_keras.
+
+On disk (both generations)::
+
+    /                        attrs: keras_version, backend, model_config (JSON), [training_config]
+    /model_weights           attrs: layer_names (or layer_names0, layer_names1, ... when split)
+    /model_weights/<layer>   attrs: weight_names (or weight_names0, ...), e.g.
+                             Keras 2: ["dense/kernel:0", "dense/bias:0"]
+                             Keras 3: ["sequential/dense/kernel", "sequential/dense/bias"]
+    /model_weights/<layer>/<weight name>   the datasets (the weight name is an HDF5 path)
+
+``layer_names`` follows ``model.layers`` (a Functional model's InputLayer included). A nested
+model has one group holding all its layers' weights; they are split among its layers by the
+layer name inside each weight name.
+"""
+
+from __future__ import annotations
+
+import json
+
+import h5py
+
+from malinn.errors import ConversionError
+
+from .chain import INPUT_LAYER, LayerEntry, ModelNode, iter_chain, iter_leaves, parse_model
+from .hdf5_util import read_str_list, read_weight, to_str
+from .model_spec import KerasLayer, KerasModel, version_major
+
+
+def _fail(source: str, message: str) -> ConversionError:
+    return ConversionError(f"{source}: {message}")
+
+
+def _looks_keras3(config: dict) -> bool:
+    """Guess the generation of a file without keras_version from its config schema."""
+    text = json.dumps(config)
+    return '"batch_shape"' in text or '"DTypePolicy"' in text or '"__keras_tensor__"' in text
+
+
+def read_keras_h5(source: str) -> KerasModel:
+    """Read a legacy ``.h5`` model file written by Keras 3 or Keras 2 / tf_keras."""
+    try:
+        f = h5py.File(source, "r")
+    except (OSError, ValueError) as exc:
+        raise _fail(source, f"is not a readable HDF5 file (truncated or corrupt?): {exc}") from exc
+    with f:
+        try:
+            return _read_open_file(f, source)
+        except ConversionError:
+            raise
+        except (KeyError, OSError, RuntimeError, ValueError, TypeError, UnicodeError) as exc:
+            raise _fail(
+                source, f"the HDF5 file is corrupt ({type(exc).__name__}: {exc})"
+            ) from exc
+
+
+def _read_open_file(f: h5py.File, source: str) -> KerasModel:
+    if "model_config" not in f.attrs:
+        if "layer_names" in f.attrs or "layer_names0" in f.attrs or (
+            "layers" in f and "vars" in f
+        ):
+            raise _fail(
+                source,
+                "holds weights only (written by save_weights), without the model's config; "
+                "save the whole model with model.save('model.keras')",
+            )
+        if "model_weights" in f:
+            raise _fail(source, "has no model_config attribute, so the model's layers are unknown")
+        raise _fail(
+            source, "is an HDF5 file but not a Keras model file (no model_config attribute)"
+        )
+    try:
+        config_text = to_str(f.attrs["model_config"])
+        config = json.loads(config_text)
+    except (TypeError, UnicodeDecodeError, ValueError) as exc:
+        raise _fail(source, f"its model_config attribute is not valid JSON: {exc}") from exc
+    if not isinstance(config, dict):
+        raise _fail(source, "its model_config attribute is not a JSON object")
+
+    version = None
+    for holder in (f, f.get("model_weights")):
+        if holder is not None and "keras_version" in holder.attrs:
+            try:
+                version = to_str(holder.attrs["keras_version"])
+            except (TypeError, UnicodeDecodeError):
+                version = None
+            break
+    major = version_major(version)
+    if major is not None and major < 2:
+        raise _fail(
+            source,
+            f"was written by Keras {version}; Keras 1 files are not read (load and re-save it "
+            "with Keras 2 or 3)",
+        )
+    if major is None:
+        fmt = "keras3-h5" if _looks_keras3(config) else "keras2-h5"
+    else:
+        fmt = "keras3-h5" if major >= 3 else "keras2-h5"
+
+    root = parse_model(config, source)
+
+    if "model_weights" not in f or not isinstance(f["model_weights"], h5py.Group):
+        raise _fail(source, "has no model_weights group: the weights are missing")
+    weights_group = f["model_weights"]
+    layer_names = read_str_list(weights_group, "layer_names", source, "model_weights")
+    if layer_names is None:
+        raise _fail(source, "model_weights has no layer_names attribute: the weights are missing")
+
+    weights = _collect_weights(root, weights_group, layer_names, source)
+    layers = []
+    for leaf, _trail in iter_chain(root):
+        names, arrays = weights.get(leaf.name, ([], []))
+        layers.append(
+            KerasLayer(
+                class_name=leaf.class_name,
+                name=leaf.name,
+                config=leaf.config,
+                weights=arrays,
+                weight_names=names,
+            )
+        )
+    return KerasModel(
+        source=source,
+        format=fmt,
+        keras_version=version,
+        input_shape=root.input_shape,
+        layers=layers,
+        name=root.name,
+        model_class=root.class_name,
+    )
+
+
+def _read_group_weights(group: h5py.Group, source: str, layer: str) -> tuple[list, list]:
+    where = f"model_weights/{layer}"
+    names = read_str_list(group, "weight_names", source, where)
+    if names is None:
+        raise _fail(source, f"{where} has no weight_names attribute")
+    arrays = []
+    for weight_name in names:
+        if weight_name not in group:
+            raise _fail(
+                source, f"weight {weight_name!r} of layer {layer!r} is missing from {where}"
+            )
+        arrays.append(read_weight(group[weight_name], source, f"{where}/{weight_name}"))
+    return names, arrays
+
+
+def _collect_weights(root: ModelNode, weights_group, layer_names, source) -> dict:
+    """``{leaf layer name: (weight names, arrays)}`` for every leaf layer of the model."""
+    out: dict[str, tuple[list, list]] = {}
+    listed = set(layer_names)
+    for member in root.members:
+        if isinstance(member, LayerEntry) and member.class_name == INPUT_LAYER:
+            continue
+        if member.name not in listed:
+            raise _fail(
+                source,
+                f"model_weights has no entry for layer {member.name!r} ({member.class_name}): "
+                "the weights do not match the config",
+            )
+        group = weights_group.get(member.name)
+        if not isinstance(group, h5py.Group):
+            raise _fail(source, f"model_weights/{member.name} is missing: the weights are missing")
+        names, arrays = _read_group_weights(group, source, member.name)
+        if isinstance(member, LayerEntry):
+            out[member.name] = (names, arrays)
+        else:
+            out.update(_split_nested(member, names, arrays, source))
+    config_names = {m.name for m in root.members}
+    for name in layer_names:
+        if name in config_names:
+            continue
+        group = weights_group.get(name)
+        if isinstance(group, h5py.Group):
+            extra = read_str_list(group, "weight_names", source, f"model_weights/{name}") or []
+            if extra:
+                raise _fail(
+                    source,
+                    f"model_weights holds weights for layer {name!r}, which the model config "
+                    "does not have: the weights do not match the config",
+                )
+    return out
+
+
+def _split_nested(model: ModelNode, names: list, arrays: list, source: str) -> dict:
+    """Give each layer of a nested model the weights whose name contains its name."""
+    leaves = {leaf.name: leaf for leaf in iter_leaves(model)}
+    out: dict[str, tuple[list, list]] = {name: ([], []) for name in leaves}
+    for weight_name, array in zip(names, arrays):
+        parts = weight_name.split("/")[:-1]
+        owner = next((p for p in reversed(parts) if p in leaves), None)
+        if owner is None:
+            raise _fail(
+                source,
+                f"weight {weight_name!r} of nested model {model.name!r} belongs to none of its "
+                f"layers ({', '.join(leaves)})",
+            )
+        out[owner][0].append(weight_name)
+        out[owner][1].append(array)
+    return out

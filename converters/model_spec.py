@@ -1,0 +1,73 @@
+"""What a Keras file holds, as plain Python data: :class:`KerasModel` and :class:`KerasLayer`.
+
+The readers fill these from the file and nothing else: configs are kept exactly as the file
+writes them (Keras 2 and Keras 3 spell some fields differently, e.g. ``LeakyReLU`` has ``alpha``
+in Keras 2 and ``negative_slope`` in Keras 3), and no layer is judged supported or not here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: The values :attr:`KerasModel.format` takes.
+FORMATS = ("keras3-zip", "keras3-h5", "keras2-h5")
+
+
+def version_major(version: str | None) -> int | None:
+    """The leading number of a version string (``"2.15.0-tf"`` -> 2), or None."""
+    digits = ""
+    for ch in (version or "").strip():
+        if not ch.isdigit():
+            break
+        digits += ch
+    return int(digits) if digits else None
+
+
+@dataclass
+class KerasLayer:
+    """One layer of the chain.
+
+    ``weights`` are float32 arrays in Keras's order (``layer.get_weights()``): Dense gives
+    kernel ``(in, units)`` then bias ``(units,)``; BatchNormalization gives gamma, beta,
+    moving_mean, moving_variance, without gamma when ``scale`` is false and without beta when
+    ``center`` is false. ``weight_names`` are the names the file gives them (``"dense/kernel:0"``
+    in ``.h5`` files, ``"vars/0"`` in ``.keras`` files), for messages.
+    """
+
+    class_name: str
+    name: str
+    config: dict[str, Any]
+    weights: list[np.ndarray] = field(default_factory=list)
+    weight_names: list[str] = field(default_factory=list)
+
+
+@dataclass
+class KerasModel:
+    """A Keras model read from a file: a single chain of layers in execution order.
+
+    ``format`` is one of :data:`FORMATS`. A ``.keras`` archive written by tf_keras (Keras 2)
+    is ``"keras3-zip"`` (that is the name of the archive format) with ``keras_version``
+    ``"2.x"``; use :attr:`keras_major` to choose between Keras 2 and Keras 3 semantics (they
+    differ, e.g. ``hard_sigmoid``). ``input_shape`` has no batch dimension and is ``None``
+    when the file does not record it. InputLayers are not in ``layers``; nested Sequential or
+    single-chain Functional models are flattened into the chain.
+    """
+
+    source: str
+    format: str
+    keras_version: str | None
+    input_shape: tuple[int | None, ...] | None
+    layers: list[KerasLayer]
+    name: str | None = None
+    model_class: str | None = None
+
+    @property
+    def keras_major(self) -> int:
+        """2 or 3: the Keras generation whose definitions the file's configs follow."""
+        major = version_major(self.keras_version)
+        if major is not None:
+            return major
+        return 2 if self.format == "keras2-h5" else 3
