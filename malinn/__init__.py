@@ -17,11 +17,12 @@ from .errors import (ConversionError, DeviceError, KernelBuildError, LayoutError
 from .kernel_library import load_library
 from .layout import Layout
 from .models import Sequential
+from .saving import convert, load_model
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Sequential", "layers", "ops", "Layout", "load_library",
+    "Sequential", "load_model", "convert", "layers", "ops", "Layout", "load_library",
     "Device", "devices", "get_device", "set_device",
     "MalinnError", "DeviceError", "KernelBuildError", "LibraryError", "LayoutError", "ConversionError",
 ]

@@ -73,18 +73,26 @@ class DeviceMatrix:
     @classmethod
     def upload(cls, device: Device, array, layout, padded=None, what: str = "matrix") -> "DeviceMatrix":
         """Lays ``array`` out on the host in ``layout`` and copies it to ``device``."""
-        cl = _cl()
         layout = parse_layout(layout)
         array = np.asarray(array, dtype=np.float32)
         padded = tuple(padded) if padded is not None else layout.padded_shape(*array.shape)
-        flat = layout.pack(array, padded)
-        matrix = cls.empty(device, array.shape, layout, padded, what)
+        matrix = cls.upload_flat(device, layout.pack(array, padded), array.shape, layout, padded, what)
+        matrix.host = array
+        return matrix
+
+    @classmethod
+    def upload_flat(cls, device: Device, flat, shape, layout, padded, what: str = "matrix") -> "DeviceMatrix":
+        """Copies a buffer that is already laid out (``layout``, ``padded``) to ``device``."""
+        cl = _cl()
+        flat = np.ascontiguousarray(flat, dtype=np.float32).reshape(-1)
+        if flat.size != padded[0] * padded[1]:
+            raise LayoutError(f"{what}: a buffer of {flat.size} elements is not {padded[0]}x{padded[1]}")
+        matrix = cls.empty(device, shape, layout, padded, what)
         try:
             cl.enqueue_copy(device.queue, matrix.buffer, flat, is_blocking=True)
         except cl.Error as exc:
-            raise DeviceError(f"uploading {what} {array.shape} to {device.name} failed ({cl_status_name(exc)})") from exc
+            raise DeviceError(f"uploading {what} {tuple(shape)} to {device.name} failed ({cl_status_name(exc)})") from exc
         device.counters["uploads"] += 1
-        matrix.host = array
         return matrix
 
     # ---------------------------------------------------------------- movement

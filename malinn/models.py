@@ -29,6 +29,7 @@ class Sequential:
         self.name = name
         self.layers: list[Layer] = []
         self.input_shape: tuple | None = None   # one sample's shape, e.g. (784,) or (28, 28)
+        self.source = None                      # the Keras file it came from, when converted
         for layer in layers or []:
             self.add(layer)
 
@@ -199,6 +200,24 @@ class Sequential:
             count = len(layer.get_weights())
             layer.set_weights(weights[:count])
             weights = weights[count:]
+
+    def save(self, path, target=None):
+        """Writes a malinn model file (see :func:`malinn.saving.save_model`).
+
+        Args:
+            path: the destination; written atomically.
+            target: a matmul codename or ``gpu``/``cpu``/``accelerator`` whose layouts the weights
+                are stored in (default: the current device's kernel).
+
+        Returns:
+            The path written.
+
+        Raises:
+            ConversionError: the model is not built or the file cannot be written.
+        """
+        from .saving import save_model
+
+        return save_model(self, path, target)
 
     def count_params(self) -> int:
         return sum(layer.count_params() for layer in self.layers)

@@ -38,6 +38,8 @@ class Dense(Layer):
         self.use_bias = bool(use_bias)
         self.kernel: np.ndarray | None = None
         self.bias: np.ndarray | None = None
+        #: (layout, padded, flat) of W as a malinn model file stored it, uploaded as is when it fits
+        self.prepacked = None
         self._device_cache: dict = {}
 
     def build(self, input_dim: int) -> None:
@@ -77,6 +79,7 @@ class Dense(Layer):
             Layer.build(self, kernel.shape[0])
         self.kernel = kernel.astype(np.float32, copy=True)
         self.bias = weights[1].astype(np.float32, copy=True) if self.use_bias else None
+        self.prepacked = None
         self._device_cache.clear()
 
     def _on_device(self, device, spec, plan):
@@ -84,8 +87,12 @@ class Dense(Layer):
         key = (device.key, spec.codename, plan["a"])
         cached = self._device_cache.get(key)
         if cached is None:
-            w = DeviceMatrix.upload(device, self.kernel.T, spec.matrices["a"].layout, plan["a"],
-                                    what=f"layer {self.name!r} kernel")
+            layout, what = spec.matrices["a"].layout, f"layer {self.name!r} kernel"
+            if self.prepacked is not None and self.prepacked[:2] == (layout, plan["a"]):
+                w = DeviceMatrix.upload_flat(device, self.prepacked[2], (self.units, self.input_dim), layout,
+                                             plan["a"], what)
+            else:
+                w = DeviceMatrix.upload(device, self.kernel.T, layout, plan["a"], what=what)
             b = ops.upload_vector(device, self.bias, f"layer {self.name!r} bias") if self.use_bias else None
             cached = self._device_cache[key] = (w, b)
         return cached

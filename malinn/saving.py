@@ -1,0 +1,242 @@
+"""malinn model files: a model's configuration plus weights already laid out for a target kernel.
+
+A malinn model file is HDF5 (read on the board with h5py alone):
+
+* root attributes: ``malinn_format = "malinn-model"``, ``format_version`` (this module writes 1),
+  ``malinn_version``, ``target`` (the matmul codename whose layouts the weights are in),
+  ``config`` (JSON: the Sequential's layers and their configs), ``source`` (JSON: the Keras file,
+  its format and Keras version, when converted);
+* group ``layers/<index>``, one per layer: for a Dense, dataset ``kernel_laid_out`` (``W =
+  kernel^T`` as the flat buffer the target kernel reads, with attributes ``layout``, ``padded``
+  and ``shape``) and ``bias``; for a BatchNormalization, its four vectors.
+
+Loading uploads a laid-out kernel as it is when the device's chosen kernel reads that layout and
+padding, and re-lays it out on the host only when it wants another. Files are written to a
+temporary file beside the destination and renamed into place, so a failure leaves no partial file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ConversionError
+from .kernel_library import load_library
+from .layout import parse_layout
+
+__all__ = ["save_model", "load_model", "convert", "is_malinn_file", "resolve_target", "FORMAT_VERSION"]
+
+FORMAT_NAME = "malinn-model"
+FORMAT_VERSION = 1
+
+
+def resolve_target(target=None) -> str:
+    """The matmul codename for ``target``: a codename, a device kind, or None (the current device's).
+
+    Raises:
+        ConversionError: ``target`` is neither a matmul codename nor ``gpu``/``cpu``/``accelerator``.
+    """
+    from . import ops
+
+    library = load_library()
+    if target is None:
+        return ops.kernel_for("matmul").codename
+    if target in ("gpu", "cpu", "accelerator"):
+        return library.default("matmul", target)
+    if target in library and library[target].op == "matmul":
+        return target
+    raise ConversionError(f"unknown target {target!r}; use gpu, cpu, accelerator or a matmul kernel: "
+                          f"{', '.join(library.codenames('matmul'))}")
+
+
+def _atomic_write(path: Path, write) -> Path:
+    """Calls ``write(temporary_path)`` then renames the file onto ``path``; cleans up on failure."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise ConversionError(f"{path}: the folder {folder} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+def save_model(model, path, target=None) -> Path:
+    """Writes ``model`` as a malinn model file with weights laid out for ``target``.
+
+    Args:
+        model: a built :class:`~malinn.Sequential`.
+        path: the destination file.
+        target: a matmul codename or device kind (default: the current device's kernel).
+
+    Returns:
+        The path written.
+
+    Raises:
+        ConversionError: the model is not built, the target is unknown, or the file cannot be
+            written (nothing is left behind).
+    """
+    import h5py
+
+    from . import __version__, ops
+    from .layers import BatchNormalization, Dense
+
+    if not model.built:
+        raise ConversionError(f"{path}: model {model.name!r} is not built; call build(input_shape) or predict first")
+    codename = resolve_target(target)
+    spec = load_library()[codename]
+    config = model.get_config()
+    for entry, layer in zip(config["layers"], model.layers):
+        entry["keras_names"] = list(layer.keras_names)
+        if getattr(layer, "elementwise", False) != type(layer).elementwise:
+            entry["elementwise"] = bool(layer.elementwise)
+
+    def write(tmp):
+        with h5py.File(tmp, "w") as f:
+            f.attrs["malinn_format"] = FORMAT_NAME
+            f.attrs["format_version"] = FORMAT_VERSION
+            f.attrs["malinn_version"] = __version__
+            f.attrs["target"] = codename
+            f.attrs["config"] = json.dumps(config)
+            f.attrs["source"] = json.dumps(getattr(model, "source", None))
+            group = f.create_group("layers")
+            for i, layer in enumerate(model.layers):
+                g = group.create_group(str(i))
+                g.attrs["name"] = layer.name
+                if isinstance(layer, Dense):
+                    plan = ops.matmul_plan(spec, layer.units, layer.input_dim, 1)
+                    layout = spec.matrices["a"].layout
+                    d = g.create_dataset("kernel_laid_out", data=layout.pack(layer.kernel.T, plan["a"]))
+                    d.attrs["layout"] = str(layout)
+                    d.attrs["padded"] = list(plan["a"])
+                    d.attrs["shape"] = [layer.units, layer.input_dim]
+                    if layer.use_bias:
+                        g.create_dataset("bias", data=layer.bias)
+                elif isinstance(layer, BatchNormalization):
+                    for name in ("gamma", "beta", "moving_mean", "moving_variance"):
+                        value = getattr(layer, name)
+                        if value is not None:
+                            g.create_dataset(name, data=value)
+
+    try:
+        return _atomic_write(Path(path), write)
+    except ConversionError:
+        raise
+    except (OSError, ValueError, TypeError) as exc:
+        raise ConversionError(f"{path}: cannot write the model file ({exc})") from None
+
+
+def is_malinn_file(path) -> bool:
+    """Whether ``path`` is an HDF5 file marked as a malinn model."""
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            return f.attrs.get("malinn_format") in (FORMAT_NAME, FORMAT_NAME.encode())
+    except Exception:
+        return False
+
+
+def _read_malinn(path):
+    import h5py
+
+    from .layers import (ELU, Activation, BatchNormalization, Dense, Flatten, LeakyReLU, ReLU, Softmax)
+    from .models import Sequential
+
+    classes = {c.__name__: c for c in (Dense, Activation, ReLU, LeakyReLU, ELU, Softmax, BatchNormalization, Flatten)}
+    with h5py.File(path, "r") as f:
+        version = int(f.attrs["format_version"])
+        if version > FORMAT_VERSION:
+            raise ConversionError(f"{path}: format version {version} was written by a newer malinn "
+                                  f"(this one reads up to {FORMAT_VERSION})")
+        config = json.loads(f.attrs["config"])
+        source = json.loads(f.attrs.get("source", "null"))
+        model = Sequential(name=config["name"])
+        entries = config["layers"]
+        for entry in entries:
+            cls = classes.get(entry["class_name"])
+            if cls is None:
+                raise ConversionError(f"{path}: unknown layer class {entry['class_name']!r}")
+            layer = cls.from_config(entry["config"])
+            layer.keras_names = tuple(entry.get("keras_names", ()))
+            if "elementwise" in entry:
+                layer.elementwise = bool(entry["elementwise"])
+            model.add(layer)
+        model.build([None] + list(config["input_shape"]))
+        for i, layer in enumerate(model.layers):
+            g = f["layers"][str(i)]
+            if isinstance(layer, Dense):
+                d = g["kernel_laid_out"]
+                layout = parse_layout(str(d.attrs["layout"]))
+                padded = tuple(int(v) for v in d.attrs["padded"])
+                shape = tuple(int(v) for v in d.attrs["shape"])
+                flat = np.asarray(d[()], dtype=np.float32)
+                weights = [layout.unpack(flat, shape, padded).T]
+                if layer.use_bias:
+                    weights.append(np.asarray(g["bias"][()], dtype=np.float32))
+                layer.set_weights(weights)
+                layer.prepacked = (layout, padded, flat)
+            elif isinstance(layer, BatchNormalization):
+                layer.set_weights([np.asarray(g[n][()], np.float32) for n in
+                                   ("gamma", "beta", "moving_mean", "moving_variance") if n in g])
+    model.source = source
+    return model
+
+
+def load_model(path):
+    """Loads a model from a malinn model file or a Keras file.
+
+    Args:
+        path: a malinn model file, a Keras 3 ``.keras`` archive, or a Keras 3 / Keras 2 ``.h5``.
+
+    Returns:
+        A built :class:`~malinn.Sequential` with its weights.
+
+    Raises:
+        ConversionError: the file is missing, not a model, damaged, or holds unsupported layers;
+            the message names the file and the cause.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ConversionError(f"{path}: no such file")
+    if is_malinn_file(path):
+        try:
+            return _read_malinn(path)
+        except ConversionError:
+            raise
+        except Exception as exc:  # damaged file: h5py, KeyError, JSON, shape errors
+            raise ConversionError(f"{path}: damaged malinn model file ({type(exc).__name__}: {exc})") from None
+    from .converters import read_keras
+    from .converters.to_malinn import to_sequential
+
+    return to_sequential(read_keras(path))
+
+
+def convert(src, dst, target=None) -> Path:
+    """Converts a Keras file (or a malinn file) into a malinn model file for ``target``.
+
+    Args:
+        src: the Keras ``.keras`` / ``.h5`` file.
+        dst: the malinn model file to write (atomically: on failure no file is left).
+        target: a matmul codename or ``gpu``/``cpu``/``accelerator`` (default: the kernel the
+            current device would choose).
+
+    Returns:
+        The path of ``dst``.
+
+    Raises:
+        ConversionError: ``src`` cannot be read or converted, or ``dst`` cannot be written.
+    """
+    return save_model(load_model(src), dst, target=target)

@@ -1,0 +1,55 @@
+"""Keras's own outputs for ``malinn verify``, computed in a separate process.
+
+Run as ``python -m malinn.tf_reference MODEL X.npy OUT.npz NAME [NAME ...]``; writes Keras's
+output of each named layer (``layer:<name>``) and the model's output (``output``). malinn never
+imports this module: TensorFlow and PoCL cannot share a process (PoCL's kernel compiler then binds
+to TensorFlow's LLVM and fails), and TensorFlow is no runtime dependency.
+"""
+
+import os
+import sys
+
+
+def main(argv):
+    model_path, x_path, out_path, *names = argv
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import numpy as np
+
+    keras = _keras_for(model_path)
+    model = keras.models.load_model(model_path, compile=False)
+    x = np.load(x_path)
+    outputs = {"output": np.asarray(model(x, training=False))}
+    wanted = []
+    for name in names:
+        try:
+            wanted.append((name, model.get_layer(name).output))
+        except (ValueError, AttributeError):
+            pass  # a layer of a nested model: only the final output is compared
+    if wanted:
+        probe = keras.Model(inputs=model.inputs, outputs=[t for _, t in wanted])
+        values = probe(x, training=False)
+        values = values if isinstance(values, (list, tuple)) else [values]
+        for (name, _), value in zip(wanted, values):
+            outputs[f"layer:{name}"] = np.asarray(value)
+    np.savez(out_path, **outputs)
+    return 0
+
+
+def _keras_for(path):
+    """tf_keras for files written by Keras 2 (when installed), else Keras 3."""
+    from malinn.converters import read_keras
+
+    if read_keras(path).keras_major == 2:
+        try:
+            import tf_keras
+
+            return tf_keras
+        except ImportError:
+            pass
+    import keras
+
+    return keras
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
