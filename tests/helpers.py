@@ -2,11 +2,42 @@
 
 import numpy as np
 
+from math import erf as _erf
+
+_erf_v = np.vectorize(_erf, otypes=[np.float64])
+
+
+def _relu_general(x, negative_slope=0.0, max_value=0.0, threshold=0.0, has_max_value=0.0):
+    """Keras's backend relu(x, negative_slope, max_value, threshold), step by step."""
+    pos = np.where(x > threshold, x, 0.0) if threshold != 0 else np.maximum(x, 0.0)
+    if has_max_value:
+        pos = np.clip(pos, 0.0, max_value)
+    neg = negative_slope * np.maximum(threshold - x, 0.0) if negative_slope != 0 else 0.0
+    return pos - neg
+
+
 ACTIVATIONS = {
     "linear": lambda x: x,
     "relu": lambda x: np.where(x < 0, 0.0, x),
+    "relu6": lambda x: np.clip(x, 0.0, 6.0),
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "tanh": np.tanh,
+    "exponential": np.exp,
+    "softsign": lambda x: x / (1.0 + np.abs(x)),
+    "softplus": lambda x: np.logaddexp(0.0, x),
+    "swish": lambda x: x / (1.0 + np.exp(-x)),
+    "silu": lambda x: x / (1.0 + np.exp(-x)),
+    "hard_sigmoid": lambda x: np.clip(x + 3.0, 0.0, 6.0) / 6.0,
+    "hard_sigmoid_keras2": lambda x: np.clip(0.2 * x + 0.5, 0.0, 1.0),
+    "hard_swish": lambda x: x * np.clip(x + 3.0, 0.0, 6.0) / 6.0,
+    "hard_silu": lambda x: x * np.clip(x + 3.0, 0.0, 6.0) / 6.0,
+    "gelu": lambda x: 0.5 * x * (1.0 + _erf_v(x / np.sqrt(2.0))),
+    "gelu_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3))),
+    "selu": lambda x: 1.0507009873554805 * np.where(x > 0, x, 1.6732632423543772 * np.expm1(x)),
+    "mish": lambda x: x * np.tanh(np.logaddexp(0.0, x)),
+    "elu": lambda x, alpha=1.0: np.where(x > 0, x, alpha * np.expm1(x)),
+    "leaky_relu": lambda x, negative_slope=0.2: np.where(x < 0, negative_slope * x, x),
+    "relu_general": _relu_general,
 }
 
 
@@ -15,10 +46,10 @@ def softmax(x, axis):
     return z / z.sum(axis=axis, keepdims=True)
 
 
-def activation(name, x, axis=-1):
+def activation(name, x, axis=-1, **params):
     """Reference activation; softmax runs over ``axis`` (the feature axis)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        return softmax(x, axis) if name == "softmax" else ACTIVATIONS[name](x)
+        return softmax(x, axis) if name == "softmax" else ACTIVATIONS[name](x, **params)
 
 
 def dense_forward(x, layers):

@@ -51,6 +51,16 @@ def test_matmul_rejects_mismatched_inner_dimensions(device):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("shape", [(1, 1), (3, 5), (13, 1), (1001, 3)], ids=str)
+def test_scale_shift_in_every_layout(device, layout, shape, rng):
+    x = rng.standard_normal(shape).astype(np.float32)
+    scale, shift = rng.standard_normal((2, shape[0])).astype(np.float32)
+    m = DeviceMatrix.upload(device, x, layout, Layout.parse(layout).padded_shape(*shape, 4, 4))
+    ops.affine(m, ops.upload_vector(device, scale), ops.upload_vector(device, shift))
+    assert_close(m.numpy(), x * scale[:, None] + shift[:, None])
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (13, 1), (1001, 3)], ids=str)
 def test_bias_add_in_every_layout(device, layout, shape, rng):
     x = rng.standard_normal(shape).astype(np.float32)
     bias = rng.standard_normal(shape[0]).astype(np.float32)
@@ -62,16 +72,30 @@ def test_bias_add_in_every_layout(device, layout, shape, rng):
     assert np.count_nonzero(full[shape[0]:, :]) == 0 and np.count_nonzero(full[:, shape[1]:]) == 0
 
 
-@pytest.mark.parametrize("name", ["relu", "sigmoid", "tanh", "softmax"])
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("shape", [(1, 1), (5, 3), (13, 7), (1001, 5)], ids=str)
-def test_activation_matches_its_formula(device, name, layout, shape, rng):
+PARAMS = {"elu": [{}, {"alpha": 0.3}], "leaky_relu": [{}, {"negative_slope": 0.01}],
+          "relu_general": [{"negative_slope": 0.1, "max_value": 2.5, "threshold": 0.5, "has_max_value": 1.0},
+                           {"negative_slope": 0.0, "max_value": 1.0, "threshold": 0.0, "has_max_value": 1.0},
+                           {"negative_slope": 0.2, "threshold": -0.5},
+                           {"threshold": 1.5}]}
+CASES = [(name, p) for name in LIB.activations() for p in PARAMS.get(name, [{}])]
+
+
+def test_every_library_activation_has_a_reference():
+    from helpers import ACTIVATIONS
+
+    assert set(LIB.activations()) - {"softmax"} <= set(ACTIVATIONS)
+
+
+@pytest.mark.parametrize("name, params", CASES, ids=[f"{n}{p or ''}" for n, p in CASES])
+@pytest.mark.parametrize("layout, shape", [("C_4_2_C", (1, 1)), ("R", (5, 3)), ("C_4_4_C", (13, 7)),
+                                           ("R_16_16_C_4_4_R", (1001, 5))], ids=str)
+def test_activation_matches_its_formula(device, name, params, layout, shape, rng):
     x = (rng.standard_normal(shape) * 4).astype(np.float32)
     padded = Layout.parse(layout).padded_shape(*shape, 4, 4)
     m = DeviceMatrix.upload(device, x, layout, padded)
-    ops.activation(m, name)
+    ops.activation(m, name, **params)
     # the matrix is features x batch, so softmax runs over axis 0 (each column is a sample)
-    assert_close(m.numpy(), ref_activation(name, x.astype(np.float64), axis=0))
+    assert_close(m.numpy(), ref_activation(name, x.astype(np.float64), axis=0, **params))
     full = Layout.parse(layout).unpack(_download(m), padded, padded)
     assert np.count_nonzero(full[shape[0]:, :]) == 0 and np.count_nonzero(full[:, shape[1]:]) == 0
 
@@ -84,7 +108,13 @@ def test_softmax_is_numerically_stable(device):
     assert_close(got, ref_activation("softmax", x.astype(np.float64), axis=0))
 
 
-@pytest.mark.parametrize("name", ["relu", "sigmoid", "tanh", "softmax"])
+def test_unknown_activation_parameter_is_named(device):
+    m = DeviceMatrix.upload(device, np.ones((2, 2)), "R")
+    with pytest.raises(ValueError, match=r"takes parameters \['alpha'\], not \['beta'\]"):
+        ops.activation(m, "elu", beta=1.0)
+
+
+@pytest.mark.parametrize("name", ["relu", "sigmoid", "tanh", "softmax", "gelu", "hard_sigmoid", "elu", "softplus"])
 def test_nan_and_inf_propagate_like_the_formula(device, name):
     x = np.array([[np.nan, 1.0, np.inf], [2.0, -np.inf, 0.5]], np.float32)
     m = DeviceMatrix.upload(device, x, "C")
