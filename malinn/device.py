@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -137,9 +138,13 @@ class Device:
                 program = cl.Program(self.context, source).build(options=list(options))
             except cl.Error as exc:
                 log = str(exc)
+                hint = ""
+                if "Portable Computing Language" in self.platform and "tensorflow" in sys.modules:
+                    hint = ("\nhint: TensorFlow is loaded in this process; PoCL's compiler then binds to "
+                            "TensorFlow's LLVM and fails. Run TensorFlow in another process.")
                 raise KernelBuildError(
                     f"building {origin} for {self.name} failed ({cl_status_name(exc)})\n"
-                    f"options: {' '.join(options) or '(none)'}\nbuild log:\n{log}") from exc
+                    f"options: {' '.join(options) or '(none)'}\nbuild log:\n{log}{hint}") from exc
             self._programs[key] = program
             self.counters["builds"] += 1
             return program
