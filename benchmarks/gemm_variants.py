@@ -1,9 +1,11 @@
-"""GEMM GFLOP/s of every matmul variant in kernels/library.json, beside numpy (and torch when present).
+"""GEMM GFLOP/s of every matmul variant in kernels/library.json and the tuned kernel, beside peers.
 
-Times square products R = A x B at the thesis's sizes (Table 8.2: 96 ... 2880) on one OpenCL device,
-using OpenCL profiling events (kernel time only, operands already on the device in the kernel's
-layouts). numpy is timed on the host CPU in the same run, and torch's cuBLAS (TF32 off) when a CUDA
-GPU is present, so every figure can be read as a ratio against a peer measured beside it.
+Times square products R = A x B at the thesis's sizes (Table 8.2: 96 ... 2880) and 4096 on one
+OpenCL device: the time of a launch until the queue is finished, operands already on the device in
+each kernel's layouts (the median of --repeat runs after a warm-up). Peers are timed in the same run
+the same way: CLBlast's SGEMM on the same pyopencl queue (when libclblast is found), numpy on the
+host CPU, and torch's cuBLAS (TF32 off) when a CUDA GPU is present. "tuned" is the kernel
+`malinn tune` chose for this device (its cache), or the library default when untuned.
 
 Run:  python3 benchmarks/gemm_variants.py [--device D] [--sizes 96 192 ...] [--repeat 5] [--json out.json]
 """
@@ -23,11 +25,14 @@ from malinn import ops
 from malinn.kernel_library import load_library
 from malinn.matrix import DeviceMatrix
 
-THESIS_SIZES = [96, 192, 384, 768, 1440, 2880]
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+from peers import CLBlast, median_time, torch_cuda  # noqa: E402
+
+THESIS_SIZES = [96, 192, 384, 768, 1440, 2880, 4096]
 
 
 def time_variant(spec, device, n, repeat, budget_s):
-    """Median kernel time (s) of spec on an n x n x n product, or None past the time budget."""
+    """Median time (s) of spec on an n x n x n product, launch to queue finished."""
     rng = np.random.default_rng(n)
     a = rng.standard_normal((n, n)).astype(np.float32)
     b = rng.standard_normal((n, n)).astype(np.float32)
@@ -36,21 +41,37 @@ def time_variant(spec, device, n, repeat, budget_s):
     db = DeviceMatrix.upload(device, b, spec.matrices["b"].layout, plan["b"])
     r = DeviceMatrix.empty(device, (n, n), spec.matrices["r"].layout, plan["r"])
     args = {"a": da, "b": db, "r": r}
-    event = ops.launch(spec, device, args, common=plan["a"][1])  # warm-up, builds the program
-    event.wait()
-    first = (event.profile.end - event.profile.start) * 1e-9
+    run = lambda: (ops.launch(spec, device, args, common=plan["a"][1]), device.queue.finish())  # noqa: E731
+    t = time.perf_counter()
+    run()  # warm-up, builds the program
+    first = time.perf_counter() - t
     check = r.numpy()
     error = float(np.abs(check - a.astype(np.float64) @ b).max() / max(1.0, np.abs(check).max()))
     if error > 1e-4:
         raise RuntimeError(f"{spec.codename} at n={n} is wrong (relative error {error:.2e}); not timing it")
     if first * repeat > budget_s:
         return first
-    times = []
-    for _ in range(repeat):
-        event = ops.launch(spec, device, args, common=plan["a"][1])
-        event.wait()
-        times.append((event.profile.end - event.profile.start) * 1e-9)
-    return float(np.median(times))
+    return median_time(run, repeat, warmup=1)
+
+
+def time_clblast(clblast, device, n, repeat):
+    import pyopencl as cl
+
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    b = rng.standard_normal((n, n)).astype(np.float32)
+    mf = cl.mem_flags
+    da = cl.Buffer(device.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+    db = cl.Buffer(device.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=b)
+    dc = cl.Buffer(device.context, mf.READ_WRITE, a.nbytes)
+    run = lambda: (clblast.sgemm(device.queue, n, n, n, da, db, dc), device.queue.finish())  # noqa: E731
+    run()
+    c = np.empty_like(a)
+    cl.enqueue_copy(device.queue, c, dc, is_blocking=True)
+    ref = a.astype(np.float64) @ b
+    if np.abs(c - ref).max() > 1e-4 * max(1.0, np.abs(ref).max()):
+        raise RuntimeError(f"CLBlast at n={n} gave wrong results")
+    return median_time(run, repeat, warmup=1)
 
 
 def time_numpy(n, repeat):
@@ -67,13 +88,9 @@ def time_numpy(n, repeat):
 
 
 def time_torch(n, repeat):
-    try:
-        import torch
-    except ImportError:
+    torch = torch_cuda()
+    if torch is None:
         return None
-    if not torch.cuda.is_available():
-        return None
-    torch.backends.cuda.matmul.allow_tf32 = False
     a = torch.randn(n, n, device="cuda")
     b = torch.randn(n, n, device="cuda")
     a @ b
@@ -102,9 +119,14 @@ def main(argv=None):
     device = malinn.set_device(args.device) if args.device else malinn.get_device()
     library = load_library()
     variants = args.variants or library.codenames("matmul")
+    tuned = ops.kernel_for("matmul", device)
+    tuned_label = f"{tuned.codename} {' '.join(f'{k}={v}' for k, v in tuned.config.items())}".strip()
+    clblast = CLBlast.load()
     rows = []
     print(f"device: {device}\nhost: {platform.processor() or platform.machine()}, numpy {np.__version__}")
-    header = ["n"] + variants + ["numpy"] + (["cuBLAS"] if time_torch(8, 1) is not None else [])
+    print(f"tuned: {tuned_label}; CLBlast: {'found' if clblast else 'not found'}")
+    header = (["n"] + variants + ["tuned"] + (["CLBlast"] if clblast else []) + ["numpy"]
+              + (["cuBLAS"] if time_torch(8, 1) is not None else []))
     print("GFLOP/s; " + " | ".join(header))
     for n in args.sizes:
         flop = 2.0 * n ** 3
@@ -112,6 +134,9 @@ def main(argv=None):
         for codename in variants:
             seconds = time_variant(library[codename], device, n, args.repeat, args.budget)
             row[codename] = flop / seconds / 1e9
+        row["tuned"] = flop / time_variant(tuned, device, n, args.repeat, args.budget) / 1e9
+        if clblast:
+            row["CLBlast"] = flop / time_clblast(clblast, device, n, args.repeat) / 1e9
         row["numpy"] = flop / time_numpy(n, args.repeat) / 1e9
         torch_s = time_torch(n, args.repeat)
         if torch_s is not None:
@@ -127,7 +152,7 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": device.describe(), "driver": device.driver_version, "rows": rows,
-                       "fastest": winner, "command": " ".join(sys.argv)}, f, indent=2)
+                       "fastest": winner, "tuned": tuned_label, "command": " ".join(sys.argv)}, f, indent=2)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The ``malinn`` command: convert, predict, verify, devices.
+"""The ``malinn`` command: convert, predict, verify, tune, devices.
 
 Exit codes: 0 success, 1 a malinn error (bad model file, device failure, verify mismatch),
 2 a usage error.
@@ -117,6 +117,29 @@ def cmd_verify(args) -> int:
     return 0 if ok else 1
 
 
+def cmd_tune(args) -> int:
+    import malinn
+    from .tuner import tune
+
+    device = _device(args)
+    shapes = None
+    if args.model:
+        model = malinn.load_model(args.model)
+        dims, shapes = model.input_dim, []
+        for layer in model.layers:
+            if hasattr(layer, "units"):
+                shapes.append((layer.units, dims, args.batch))
+            dims = layer.output_dim(dims)
+        if not shapes:
+            raise MalinnError(f"{args.model} has no Dense layer to tune for")
+    print(f"tuning matmul on {device.name}" + (f" for {args.model}" if args.model else ""), flush=True)
+    best = tune(device, shapes=shapes, quick=args.quick, budget_s=args.budget)
+    config = " ".join(f"{k}={v}" for k, v in best["defines"].items())
+    print(f"best: {best['codename']} {config} - {best['gflops']:.1f} GFLOP/s over {len(best['shapes'])} shapes, "
+          f"{best['candidates']} candidates timed; stored in {best['path']}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="malinn", description="Run Keras models on OpenCL devices.")
     parser.add_argument("--version", action="version", version=f"malinn {__version__}")
@@ -146,6 +169,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="Keras .keras or .h5 file")
     p.add_argument("--input", help=".npy input (default: 16 standard-normal samples)")
     p.add_argument("--tolerance", type=float, default=1e-5, help="largest rel error accepted (default 1e-5)")
+    p.add_argument("--device", help="gpu, cpu, P:D or part of a device name")
+
+    p = add("tune", "time matmul kernels and configurations on this device and remember the fastest", cmd_tune)
+    p.add_argument("--quick", action="store_true", help="fewer shapes and a sample of configurations")
+    p.add_argument("--model", help="tune for this model's Dense layers (default: a standard set of shapes)")
+    p.add_argument("--batch", type=int, default=100, help="batch size to tune for with --model (default 100)")
+    p.add_argument("--budget", type=float, help="stop trying new candidates after this many seconds")
     p.add_argument("--device", help="gpu, cpu, P:D or part of a device name")
 
     add("devices", "list the working OpenCL devices (* marks the default)", cmd_devices)

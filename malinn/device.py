@@ -72,6 +72,7 @@ class Device:
     max_allocation: int
     max_work_group_size: int
     max_work_item_sizes: tuple[int, ...]
+    local_memory: int
     opencl_c_version: str
     driver_version: str
     host_unified_memory: bool
@@ -115,7 +116,9 @@ class Device:
     def build(self, source: str, options: tuple[str, ...] = (), origin: str = "<source>"):
         """Builds (once) and returns an OpenCL program for this device.
 
-        Programs are memoised per (source, options), so asking twice costs nothing.
+        Programs are memoised per (source, options), so asking twice costs nothing, and their
+        binaries are cached on disk (``<cache dir>/programs``, keyed by source, options, device and
+        driver; ``MALINN_BINARY_CACHE=0`` turns that off), so a new process does not recompile.
 
         Args:
             source: OpenCL C source text.
@@ -134,6 +137,10 @@ class Device:
             program = self._programs.get(key)
             if program is not None:
                 return program
+            program = self._from_binary_cache(key, options)
+            if program is not None:
+                self._programs[key] = program
+                return program
             try:
                 program = cl.Program(self.context, source).build(options=list(options))
             except cl.Error as exc:
@@ -147,7 +154,46 @@ class Device:
                     f"options: {' '.join(options) or '(none)'}\nbuild log:\n{log}{hint}") from exc
             self._programs[key] = program
             self.counters["builds"] += 1
+            self._to_binary_cache(key, program)
             return program
+
+    # ---------------------------------------------------------------- binary cache
+    def _binary_path(self, key: str):
+        """Where the program binary for ``key`` is cached (``None`` when the cache is off)."""
+        if os.environ.get("MALINN_BINARY_CACHE", "1") == "0":
+            return None
+        from .tuner import cache_dir
+
+        ident = hashlib.sha256(f"{self.platform}|{self.name}|{self.vendor}|{self.driver_version}|{key}".encode())
+        return cache_dir() / "programs" / f"{ident.hexdigest()}.bin"
+
+    def _from_binary_cache(self, key: str, options):
+        path = self._binary_path(key)
+        if path is None or not path.is_file():
+            return None
+        cl = _cl()
+        try:
+            program = cl.Program(self.context, [self.cl_device], [path.read_bytes()]).build(options=list(options))
+            self.counters["binary_hits"] = self.counters.get("binary_hits", 0) + 1
+            return program
+        except Exception:  # stale or damaged binary: rebuild from source (and overwrite it)
+            return None
+
+    def _to_binary_cache(self, key: str, program) -> None:
+        path = self._binary_path(key)
+        if path is None:
+            return
+        cl = _cl()
+        try:
+            binary = program.get_info(cl.program_info.BINARIES)[0]
+            if not binary:
+                return
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+            tmp.write_bytes(bytes(binary))
+            os.replace(tmp, path)
+        except Exception:  # a read-only home or a driver without binaries: caching is optional
+            pass
 
 
 _registry_lock = threading.RLock()
@@ -180,7 +226,7 @@ def _probe(cl, platform, cl_device, index) -> Device:
         index=index, name=d.name.strip(), platform=platform.name.strip(), vendor=d.vendor.strip(),
         type=_type_name(cl, d.type), compute_units=d.max_compute_units,
         global_memory=d.global_mem_size, max_allocation=d.max_mem_alloc_size,
-        max_work_group_size=d.max_work_group_size, max_work_item_sizes=tuple(d.max_work_item_sizes),
+        max_work_group_size=d.max_work_group_size, max_work_item_sizes=tuple(d.max_work_item_sizes), local_memory=d.local_mem_size,
         opencl_c_version=version.strip(), driver_version=d.driver_version.strip(),
         host_unified_memory=unified, cl_device=d, context=context, queue=queue)
     device._programs[hashlib.sha256(_PROBE_SOURCE.encode() + b"\0").hexdigest()] = program

@@ -18,18 +18,26 @@ Each entry maps a codename to an OpenCL function, its source file and its restri
 
 An entry may carry ``defines`` (rendered as ``-DNAME=VALUE``), so one source serves many variants:
 choosing another implementation is choosing another codename, and adding one needs no Python.
+Restriction numbers may be expressions over the defines (``"rowAlign": "MWG"``); an entry with
+``tuning`` (candidate values per define) and ``constraints`` (expressions every configuration must
+satisfy) is a family the tuner searches (:meth:`KernelSpec.configurations`, :meth:`KernelSpec.configure`).
+``includes`` lists headers prepended to the source; ``epilogue: true`` marks a matmul that can add
+the bias and apply the activation in its final write (defines ``BIAS`` and ``ACTIVATION``);
+``preconditions`` (``min_m``, ``min_k``, ``min_n``) say when a kernel is worth choosing.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
 from .errors import LayoutError, LibraryError
+from .expressions import evaluate
 from .layout import Layout, parse_layout
 from .resources import kernels_dir
 
@@ -99,6 +107,75 @@ class KernelSpec:
     source_path: Path
     params: tuple = ()        # (("name", default), ...) in the order of the 'p' letters
     aliases: tuple = ()       # other activation names this kernel answers to
+    includes: tuple = ()      # header paths prepended to the source
+    epilogue: bool = False    # can fuse bias and activation (defines BIAS, ACTIVATION)
+    preconditions: tuple = () # (("min_m", 64), ...)
+    tuning: tuple = ()        # (("MWG", (32, 64)), ...) candidate values per define
+    constraints: tuple = ()   # expressions every configuration satisfies
+    template: object = None   # (path, raw entry) to configure from
+
+    @property
+    def config(self) -> dict:
+        """The defines of this configuration, as a dict."""
+        return dict(self.defines)
+
+    def configure(self, overrides: dict | None = None) -> "KernelSpec":
+        """This kernel with some defines replaced, restrictions re-evaluated.
+
+        Raises:
+            LibraryError: a define is unknown to the entry, or a constraint or restriction fails.
+        """
+        if not overrides:
+            return self
+        path, entry = self.template
+        unknown = set(overrides) - set(dict(self.defines)) - ({"BIAS", "ACTIVATION"} if self.epilogue else set())
+        if unknown:
+            raise LibraryError(f"kernel {self.codename!r} has no defines {sorted(unknown)}")
+        merged = {**dict(self.defines), **{k: str(v) for k, v in overrides.items()}}
+        failed = [c for c in self.constraints if not evaluate(c, merged)]
+        if failed:
+            raise LibraryError(f"kernel {self.codename!r}: configuration {overrides} breaks {failed}")
+        key = (id(entry), tuple(sorted(merged.items())))
+        spec = _configured.get(key)
+        if spec is None:
+            spec = _configured[key] = _build(path, self.codename, entry, merged)
+        return spec
+
+    def configurations(self, device=None) -> list[dict]:
+        """Every configuration of ``tuning`` that meets ``constraints`` (and ``device``'s limits).
+
+        Args:
+            device: a :class:`~malinn.device.Device`; drops work-groups too large for it and
+                local memory beyond it (when the entry says ``local_bytes``).
+
+        Returns:
+            A list of define dicts (the entry's defaults first when they qualify).
+        """
+        base = dict(self.defines)
+        names = [n for n, _ in self.tuning]
+        found = []
+        for values in itertools.product(*[v for _, v in self.tuning]):
+            config = {**base, **dict(zip(names, values))}
+            if not all(evaluate(c, config) for c in self.constraints):
+                continue
+            if device is not None:
+                try:
+                    spec = self.configure(config)
+                except LibraryError:
+                    continue
+                if spec.workgroup and math.prod(spec.workgroup) > device.max_work_group_size:
+                    continue
+                local = self.template[1].get("local_bytes")
+                if local is not None and evaluate(local, config) > device.local_memory:
+                    continue
+            found.append(config)
+        found.sort(key=lambda c: c != base)
+        return found
+
+    def accepts(self, m: int, k: int, n: int) -> bool:
+        """Whether a product of this shape meets the entry's ``preconditions``."""
+        limits = dict(self.preconditions)
+        return m >= limits.get("min_m", 1) and k >= limits.get("min_k", 1) and n >= limits.get("min_n", 1)
 
     def param_values(self, given: dict | None = None) -> list[float]:
         """The float parameters in ``p`` order: ``given`` values, else defaults, else 0.
@@ -128,7 +205,11 @@ class KernelSpec:
         head = [f"/* malinn: {self.codename} ({self.source}) */"]
         for name in sorted(layouts):
             head.append(parse_layout(layouts[name]).opencl_index(f"MALINN_INDEX_{name.upper()}"))
+        head += [_read_source(path) for path in self.includes]
         return "\n".join(head) + "\n" + _read_source(self.source_path)
+
+
+_configured: dict = {}   # (entry id, defines) -> KernelSpec
 
 
 @lru_cache(maxsize=64)
@@ -170,11 +251,15 @@ class KernelLibrary:
         return [name for k in self.kernels.values() if k.op == "activation" for name in (k.activation,) + k.aliases]
 
     def default(self, op: str, device_kind: str) -> str:
-        """The default codename for ``op`` on a device of kind ``gpu``/``cpu``/``accelerator``."""
+        """The default codename for ``op`` on a device of kind ``gpu``/``cpu``/``accelerator``.
+
+        ``op`` may be ``"matmul_fallback"``: the general kernel used where the chosen one's
+        preconditions do not hold (small batches, say).
+        """
         table = self.defaults.get(op, {})
         codename = table.get(device_kind, table.get("*"))
         if codename is None:
-            codenames = self.codenames(op)
+            codenames = self.codenames("matmul" if op == "matmul_fallback" else op)
             if not codenames:
                 raise LibraryError(f"{self.path}: no kernel implements {op!r}")
             codename = codenames[0]
@@ -215,6 +300,7 @@ def _load(path: Path) -> KernelLibrary:
     if not isinstance(defaults, dict):
         raise LibraryError(f"{path}: field 'defaults': expected an object")
     for op, table in defaults.items():
+        op = "matmul" if op == "matmul_fallback" else op
         if op not in OPS or not isinstance(table, dict):
             raise LibraryError(f"{path}: field 'defaults.{op}': expected one of {OPS} mapping to an object")
         for kind, codename in table.items():
@@ -224,16 +310,30 @@ def _load(path: Path) -> KernelLibrary:
 
 
 def _validate(path: Path, codename: str, entry) -> KernelSpec:
+    if not isinstance(entry, dict):
+        raise LibraryError(f"{path}: kernel {codename!r}, field '': expected an object")
+    defines = entry.get("defines", {})
+    if not isinstance(defines, dict):
+        raise LibraryError(f"{path}: kernel {codename!r}, field 'defines': expected an object of NAME: simple value")
+    spec = _build(path, codename, entry, dict(defines))
+    for config in spec.configurations():          # every tunable configuration must resolve
+        spec.configure(config)
+    return spec
+
+
+def _build(path: Path, codename: str, entry: dict, defines: dict) -> KernelSpec:
     def fail(field, why):
         raise LibraryError(f"{path}: kernel {codename!r}, field {field!r}: {why}")
 
     def positive_int(field, value):
+        try:
+            value = evaluate(value, defines) if isinstance(value, str) else value
+        except ValueError as exc:
+            fail(field, str(exc))
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             fail(field, f"expected a positive integer, got {value!r}")
         return value
 
-    if not isinstance(entry, dict):
-        fail("", "expected an object")
     for key in ("op", "source", "function", "restrictions"):
         if key not in entry:
             fail(key, "missing")
@@ -245,8 +345,12 @@ def _validate(path: Path, codename: str, entry) -> KernelSpec:
         fail("source", f"no file {source_path}")
     function = entry["function"]
     if not isinstance(function, str) or not re.search(
-            rf"(__)?kernel\s+void\s+{re.escape(function)}\s*\(", _read_source(source_path)):
+            rf"(__)?kernel\s+(__attribute__\(\(.*\)\)\s+)?void\s+{re.escape(function)}\s*\(",
+            _read_source(source_path)):
         fail("function", f"no kernel function {function!r} in {entry['source']}")
+    includes = entry.get("includes", [])
+    if not isinstance(includes, list) or not all((path.parent / str(i)).is_file() for i in includes):
+        fail("includes", "expected a list of files in the kernels folder")
     rs = entry["restrictions"]
     if not isinstance(rs, dict):
         fail("restrictions", "expected an object")
@@ -291,9 +395,7 @@ def _validate(path: Path, codename: str, entry) -> KernelSpec:
         if not isinstance(wg, list) or len(wg) != len(ndrange):
             fail("restrictions.workgroup", f"expected null or a list of {len(ndrange)} positive integers")
         wg = tuple(positive_int("restrictions.workgroup", v) for v in wg)
-    defines = entry.get("defines", {})
-    if not isinstance(defines, dict) or not all(
-            re.fullmatch(r"[A-Za-z_]\w*", str(k)) and re.fullmatch(r"[\w.+-]+", str(v)) for k, v in defines.items()):
+    if not all(re.fullmatch(r"[A-Za-z_]\w*", str(k)) and re.fullmatch(r"[\w.+-]+", str(v)) for k, v in defines.items()):
         fail("defines", "expected an object of NAME: simple value")
     activation = entry.get("activation")
     if op == "activation" and not isinstance(activation, str):
@@ -307,9 +409,32 @@ def _validate(path: Path, codename: str, entry) -> KernelSpec:
         fail("restrictions.params", "expected an object of name: default number")
     if len(params) > arglist.count("p"):
         fail("restrictions.params", f"{len(params)} parameters but only {arglist.count('p')} 'p' letters in arglist")
+    tuning = entry.get("tuning", {})
+    if not isinstance(tuning, dict) or not all(
+            k in defines and isinstance(v, list) and v for k, v in tuning.items()):
+        fail("tuning", "expected an object of define name: non-empty list of values (each a define)")
+    constraints = entry.get("constraints", [])
+    if not isinstance(constraints, list):
+        fail("constraints", "expected a list of expressions")
+    for c in constraints:
+        try:
+            evaluate(c, defines)
+        except ValueError as exc:
+            fail("constraints", str(exc))
+    preconditions = entry.get("preconditions", {})
+    if not isinstance(preconditions, dict) or not all(
+            k in ("min_m", "min_k", "min_n") and isinstance(v, int) for k, v in preconditions.items()):
+        fail("preconditions", "expected an object with integer min_m, min_k, min_n")
+    epilogue = entry.get("epilogue", False)
+    if epilogue and (op != "matmul" or "bias" not in buffers or "p" not in arglist):
+        fail("epilogue", "a fused epilogue needs a matmul with a 'bias' buffer and 'p' parameters")
     return KernelSpec(codename=codename, op=op, source=str(entry["source"]), function=function,
                       description=str(entry.get("description", "")), matrices=matrices, arglist=arglist,
                       buffers=tuple(buffers), ndrange=ndrange, scale=scale_t, flop=float(flop),
                       workgroup=wg, defines=tuple((str(k), str(v)) for k, v in defines.items()),
                       activation=activation, source_path=source_path,
-                      params=tuple((str(k), float(v)) for k, v in params.items()), aliases=tuple(aliases))
+                      params=tuple((str(k), float(v)) for k, v in params.items()), aliases=tuple(aliases),
+                      includes=tuple(path.parent / str(i) for i in includes), epilogue=bool(epilogue),
+                      preconditions=tuple(preconditions.items()),
+                      tuning=tuple((k, tuple(v)) for k, v in tuning.items()), constraints=tuple(constraints),
+                      template=(path, entry))

@@ -26,32 +26,48 @@ _settings_lock = threading.Lock()
 _settings: dict = {}   # device key -> {op: codename}
 
 
-def use(op: str, codename: str, device: Device | None = None) -> None:
+def use(op: str, codename: str, device: Device | None = None, config: dict | None = None) -> None:
     """Chooses the kernel that ``op`` runs on ``device`` from now on.
 
     Args:
-        op: ``"matmul"``, ``"bias"`` or ``"relayout"``.
+        op: ``"matmul"``, ``"bias"``, ``"affine"`` or ``"relayout"``.
         codename: a codename of the kernel library that implements ``op``.
         device: the device (default: the current one).
+        config: defines for a configurable kernel (e.g. ``{"MWG": 128}``); default: the entry's.
 
     Raises:
-        LibraryError: ``codename`` is unknown or implements another op.
+        LibraryError: ``codename`` is unknown, implements another op, or ``config`` does not fit it.
     """
     spec = load_library()[codename]
     if spec.op != op:
         raise LibraryError(f"kernel {codename!r} implements {spec.op!r}, not {op!r}")
+    spec.configure(config)
     device = device or get_device()
     with _settings_lock:
-        _settings.setdefault(device.key, {})[op] = codename
+        _settings.setdefault(device.key, {})[op] = (codename, dict(config or {}))
 
 
-def kernel_for(op: str, device: Device | None = None) -> KernelSpec:
-    """The kernel ``op`` uses on ``device``: the one set with :func:`use`, else the library default."""
+def kernel_for(op: str, device: Device | None = None, shape: tuple | None = None) -> KernelSpec:
+    """The kernel ``op`` uses on ``device``.
+
+    The choice is the one set with :func:`use`, else the tuner's winner for this device (see
+    ``malinn tune``), else the library default for the device's kind. For a matmul of ``shape``
+    ``(m, k, n)`` whose preconditions the choice does not meet (a small batch, say), the library's
+    ``matmul_fallback`` for the device's kind is used instead.
+    """
     device = device or get_device()
     library = load_library()
     with _settings_lock:
-        codename = _settings.get(device.key, {}).get(op)
-    return library[codename or library.default(op, device.kind)]
+        chosen = _settings.get(device.key, {}).get(op)
+    if chosen is None and op == "matmul":
+        from .tuner import tuned_choice
+
+        chosen = tuned_choice(device)
+    codename, config = chosen or (library.default(op, device.kind), {})
+    spec = library[codename].configure(config)
+    if shape is not None and op == "matmul" and not spec.accepts(*shape):
+        spec = library[library.default("matmul_fallback", device.kind)]
+    return spec
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -92,8 +108,7 @@ def launch(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | Non
     a = matrices.get("a")
     values = {"l": common, "h": r.padded[0], "w": r.padded[1], "m": r.shape[0], "n": r.shape[1],
               "H": a.padded[0] if a is not None else 0, "W": a.padded[1] if a is not None else 0}
-    scale = spec.scale if len(spec.ndrange) == 2 else spec.scale[1:]
-    global_size = tuple(values[c] // s for c, s in zip(spec.ndrange, scale))
+    global_size = tuple(values[c] // spec.scale[0 if c in "hmH" else 1] for c in spec.ndrange)
     if 0 in global_size:
         return None
     local_size = _local_size(spec.workgroup, global_size, device)
@@ -102,7 +117,10 @@ def launch(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | Non
     floats = iter(spec.param_values(params))
     args = [np.float32(next(floats)) if c == "p" else np.uint32(values[c]) for c in spec.arglist]
     for name in spec.buffers:
-        args.append(matrices[name].buffer if name in matrices else (vectors or {})[name])
+        if name in matrices:
+            args.append(matrices[name].buffer)
+        else:  # a vector the kernel declares but this call does not use (no bias): never read
+            args.append((vectors or {}).get(name) or _placeholder(device))
     with device._lock:  # a cl.Kernel's arguments are per object: build, set and enqueue together
         try:
             kernel = cl.Kernel(program, spec.function)
@@ -117,6 +135,17 @@ def launch(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | Non
     return event
 
 
+_placeholders: dict = {}
+
+
+def _placeholder(device: Device):
+    """A 4-byte buffer passed for a vector argument the kernel is built not to read."""
+    with device._lock:
+        if device.key not in _placeholders:
+            _placeholders[device.key] = allocate(device, 4, "placeholder")
+        return _placeholders[device.key]
+
+
 def _local_size(preferred, global_size, device: Device):
     if not preferred:
         return None
@@ -129,15 +158,20 @@ def _local_size(preferred, global_size, device: Device):
 
 
 def matmul(a: DeviceMatrix, b: DeviceMatrix, spec: KernelSpec | None = None, device: Device | None = None,
-           what: str = "matmul") -> DeviceMatrix:
-    """``R = A x B`` on the device with kernel ``spec`` (default: the device's matmul setting).
+           what: str = "matmul", bias=None, activation: str = "linear", params: dict | None = None) -> DeviceMatrix:
+    """``R = activation(A x B + bias)`` on the device, in one launch when the kernel can fuse.
 
     Args:
         a: the left operand (m x k), e.g. a Dense layer's ``W = kernel^T``.
         b: the right operand (k x n), e.g. the layer's input ``x^T``.
-        spec: the kernel; operands that are not in its layouts are re-laid out first.
+        spec: the kernel (default: the device's choice for this shape); operands that are not in
+            its layouts are re-laid out first.
         device: where to run (default: ``b``'s device, else the current one).
         what: who asked, for error messages.
+        bias: a device vector of ``m`` values added to every column, or ``None``.
+        activation: applied after the bias; fused into the kernel's final write when the kernel
+            has an epilogue and the activation is element-wise, else run as its own kernels.
+        params: the activation's parameters.
 
     Returns:
         ``R`` (m x n) in the kernel's result layout, on the device.
@@ -146,16 +180,36 @@ def matmul(a: DeviceMatrix, b: DeviceMatrix, spec: KernelSpec | None = None, dev
         ValueError: the inner dimensions differ.
     """
     device = device or b.device or get_device()
-    spec = spec or kernel_for("matmul", device)
     (m, k), (k2, n) = a.shape, b.shape
     if k != k2:
         raise ValueError(f"{what}: cannot multiply {a.shape} by {b.shape}: inner dimensions {k} and {k2} differ")
+    spec = spec or kernel_for("matmul", device, (m, k, n))
+    fused = fusable(spec, activation)
+    if fused:
+        act = load_library().activation_kernel(activation)
+        spec = spec.configure({"BIAS": int(bias is not None),
+                               "ACTIVATION": dict(act.defines)["ACTIVATION"] if act else "act_linear"})
     plan = matmul_plan(spec, m, k, n)
     a = a.in_layout(device, spec.matrices["a"].layout, plan["a"])
     b = b.in_layout(device, spec.matrices["b"].layout, plan["b"])
     r = DeviceMatrix.empty(device, (m, n), spec.matrices["r"].layout, plan["r"], what=f"{what} result")
-    launch(spec, device, {"a": a, "b": b, "r": r}, common=plan["a"][1], what=what)
+    launch(spec, device, {"a": a, "b": b, "r": r}, {"bias": bias} if fused and bias is not None else None,
+           common=plan["a"][1], what=what, params=params if fused else None)
+    if not fused:
+        if bias is not None:
+            bias_add(r, bias, what=what)
+        activation_op(r, activation, what=what, **(params or {}))
     return r
+
+
+def fusable(spec: KernelSpec, activation: str) -> bool:
+    """Whether ``spec`` can add the bias and apply ``activation`` in its final write."""
+    if not spec.epilogue:
+        return False
+    if activation in (None, "linear"):
+        return True
+    act = load_library().activation_kernel(activation)
+    return act is not None and act.source == "activation.cl"   # element-wise (softmax needs a whole column)
 
 
 def upload_vector(device: Device, values, what: str = "vector"):
@@ -203,6 +257,9 @@ def activation(r: DeviceMatrix, name: str, what: str = "activation", **params) -
                          f"available: {', '.join(['linear'] + load_library().activations())}")
     launch(spec, r.device, {"r": r}, what=what, params=params)
     return r
+
+
+activation_op = activation
 
 
 def relayout(m: DeviceMatrix, layout, padded, spec: KernelSpec | None = None) -> DeviceMatrix:

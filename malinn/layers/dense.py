@@ -101,14 +101,11 @@ class Dense(Layer):
         from ..device import get_device
 
         device = inputs.device or get_device()
-        spec = ops.kernel_for("matmul", device)
+        spec = ops.kernel_for("matmul", device, (self.units, self.input_dim, inputs.shape[1]))
         plan = ops.matmul_plan(spec, self.units, self.input_dim, inputs.shape[1])
         w, b = self._on_device(device, spec, plan)
-        what = f"layer {self.name!r}"
-        r = ops.matmul(w, inputs, spec, device, what=what)
-        if self.use_bias:
-            ops.bias_add(r, b, what=what)
-        return ops.activation(r, self.activation, what=what)
+        # one launch when the kernel has a fused epilogue, else matmul, bias and activation kernels
+        return ops.matmul(w, inputs, spec, device, what=f"layer {self.name!r}", bias=b, activation=self.activation)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "units": self.units, "activation": self.activation,

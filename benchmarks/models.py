@@ -1,0 +1,112 @@
+"""The four networks of Rovder's Table 10.5 end to end, beside numpy, TensorFlow and torch.
+
+Partial MNIST 640-150-10, Partial CIFAR 256-128-10, Full MNIST 784-2500-2000-10 and Full CIFAR
+3072-4096-3072-10, ReLU between layers, random weights. Each is timed from a host numpy batch to a
+host numpy result (malinn: one upload, the layers on the device, one download), median of
+--repeat runs after a warm-up, at --batch (the thesis: 100) and at batch 1 (latency). Peers in the
+same run: numpy float32 on the host CPU, TensorFlow-cpu ``model(x)`` (in a subprocess), and torch
+on the CUDA GPU (when present, TF32 off, host to host like malinn).
+
+Run:  python3 benchmarks/models.py [--device D] [--batch 100] [--repeat 10] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import malinn
+from malinn.layers import Dense
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peers import median_time, tensorflow_times, torch_cuda  # noqa: E402
+
+MODELS = {
+    "Partial MNIST": [640, 150, 10],
+    "Partial CIFAR": [256, 128, 10],
+    "Full MNIST": [784, 2500, 2000, 10],
+    "Full CIFAR": [3072, 4096, 3072, 10],
+}
+
+
+def build(widths, seed=0):
+    rng = np.random.default_rng(seed)
+    layers = [Dense(w, activation="relu" if i < len(widths) - 2 else None) for i, w in enumerate(widths[1:])]
+    model = malinn.Sequential(layers)
+    model.build((None, widths[0]))
+    model.set_weights([(rng.standard_normal(w.shape) / np.sqrt(w.shape[0])).astype(np.float32)
+                       for w in model.get_weights()])
+    return model
+
+
+def numpy_forward(weights, x):
+    h = x
+    for i in range(0, len(weights), 2):
+        h = h @ weights[i] + weights[i + 1]
+        if i < len(weights) - 2:
+            h = np.maximum(h, 0)
+    return h
+
+
+def torch_forward(torch, weights):
+    ws = [torch.from_numpy(w).cuda() for w in weights]
+
+    def run(x):
+        h = torch.from_numpy(x).cuda()
+        for i in range(0, len(ws), 2):
+            h = h @ ws[i] + ws[i + 1]
+            if i < len(ws) - 2:
+                h = torch.relu(h)
+        return h.cpu().numpy()
+    return run
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device")
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--models", nargs="+", default=list(MODELS))
+    parser.add_argument("--no-tensorflow", action="store_true")
+    parser.add_argument("--json")
+    args = parser.parse_args(argv)
+    device = malinn.set_device(args.device) if args.device else malinn.get_device()
+    torch = torch_cuda()
+    print(f"device: {device}")
+    print("ms per batch (host to host); ratio = peer / malinn (> 1: malinn faster)")
+    results = []
+    for name in args.models:
+        widths = MODELS[name]
+        model = build(widths)
+        weights = model.get_weights()
+        for batch in sorted({args.batch, 1}, reverse=True):
+            x = np.random.default_rng(1).random((batch, widths[0]), dtype=np.float32)
+            y = model.predict(x)
+            assert np.abs(y - numpy_forward(weights, x)).max() <= 1e-4 * max(1, np.abs(y).max()), name
+            row = {"model": name, "widths": widths, "batch": batch,
+                   "malinn": median_time(lambda: model.predict(x), args.repeat),
+                   "numpy": median_time(lambda: numpy_forward(weights, x), args.repeat)}
+            if torch is not None:
+                run = torch_forward(torch, weights)
+                row["torch"] = median_time(lambda: run(x), args.repeat, warmup=3)
+            if not args.no_tensorflow:
+                tf = tensorflow_times(widths, batch, args.repeat)
+                if tf is not None:
+                    row["tensorflow"] = tf["seconds"]
+            results.append(row)
+            peers = "  ".join(f"{p} {row[p] * 1e3:8.3f} ({row[p] / row['malinn']:5.2f}x)"
+                              for p in ("numpy", "tensorflow", "torch") if p in row)
+            print(f"{name:<14} batch {batch:>4}: malinn {row['malinn'] * 1e3:8.3f}  {peers}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": device.describe(), "driver": device.driver_version,
+                                               "matmul": malinn.ops.kernel_for("matmul", device).codename,
+                                               "rows": results, "command": " ".join(sys.argv)}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Peers timed beside malinn in the same run: numpy, CLBlast (ctypes), cuBLAS (torch), TensorFlow.
+
+CLBlast is Debian's libclblast1 (or ``$MALINN_CLBLAST``, a path to libclblast.so), called through
+ctypes on malinn's own pyopencl queue and buffers. TensorFlow runs in a subprocess: it cannot share
+a process with PoCL (see docs/CONVERTING.md).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def median_time(fn, repeat: int, warmup: int = 1) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+class CLBlast:
+    """``CLBlastSgemm`` on a pyopencl queue; ``None`` from :meth:`load` when the library is absent."""
+
+    ROW_MAJOR, NO_TRANSPOSE = 101, 111
+
+    def __init__(self, lib):
+        self.lib = lib
+        f = lib.CLBlastSgemm
+        f.restype = ctypes.c_int
+        f.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t,
+                      ctypes.c_float, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
+                      ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_float,
+                      ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
+                      ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+
+    @classmethod
+    def load(cls):
+        path = os.environ.get("MALINN_CLBLAST") or ctypes.util.find_library("clblast")
+        if not path:
+            return None
+        try:
+            return cls(ctypes.CDLL(path))
+        except OSError:
+            return None
+
+    def sgemm(self, queue, m, n, k, a, b, c):
+        """C (m x n) = A (m x k) B (k x n), all row-major float32 pyopencl buffers."""
+        q = ctypes.c_void_p(queue.int_ptr)
+        status = self.lib.CLBlastSgemm(self.ROW_MAJOR, self.NO_TRANSPOSE, self.NO_TRANSPOSE, m, n, k, 1.0,
+                                       a.int_ptr, 0, k, b.int_ptr, 0, n, 0.0, c.int_ptr, 0, n,
+                                       ctypes.byref(q), None)
+        if status != 0:
+            raise RuntimeError(f"CLBlastSgemm returned status {status}")
+
+
+def torch_cuda():
+    """The torch module when a CUDA GPU is usable (TF32 off), else None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return torch
+
+
+def tensorflow_times(widths, batch, repeat) -> dict | None:
+    """Median seconds of TensorFlow-cpu ``model(x)`` for a ReLU MLP of ``widths``, in a subprocess."""
+    code = f"""
+import os, time, json, numpy as np
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+import tensorflow as tf
+widths = {list(widths)}
+layers = [tf.keras.Input((widths[0],))] + [tf.keras.layers.Dense(w, activation="relu" if i < len(widths) - 2 else None)
+                                           for i, w in enumerate(widths[1:])]
+model = tf.keras.Sequential(layers)
+x = np.random.default_rng(0).random(({batch}, widths[0]), dtype=np.float32)
+model(x)
+times = []
+for _ in range({repeat}):
+    t = time.perf_counter(); model(x).numpy(); times.append(time.perf_counter() - t)
+print(json.dumps({{"seconds": float(np.median(times)), "version": tf.__version__}}))
+"""
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1])

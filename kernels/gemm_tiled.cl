@@ -1,0 +1,105 @@
+/* Tiled matrix multiplication R = A x B for devices with fast local memory (desktop GPUs),
+ * with an optional fused epilogue: R = ACTIVATION(A x B + bias).
+ *
+ * A is M x K column-major (a Dense layer's kernel as Keras stores it: W = kernel^T read
+ * column-major), B is K x N row-major and R is M x N row-major (so R feeds the next layer as its
+ * B with no re-layout). l is the padded K, h and w the padded rows and columns of R, m and n the
+ * logical ones. All padded sizes are multiples of the tiles (kernels/library.json says so).
+ *
+ * Compile-time parameters (-D defines; a tuner picks them per device, see malinn/tuner.py):
+ *   MWG, NWG   rows and columns of R computed by one work-group
+ *   KWG        K step staged per iteration
+ *   MDIMC, NDIMC  work-group shape (dimension 0 runs along N, so loads and stores coalesce)
+ *   VW         vector width of global loads (1, 2 or 4)
+ *   LOCAL      1: stage A and B tiles in local memory; 0: read global memory directly
+ *   BIAS       1: add bias[row] in the epilogue        (fused Dense)
+ *   ACTIVATION act_<name> from activations.clh         (fused Dense; default act_linear)
+ * Each work item computes (MWG/MDIMC) x (NWG/NDIMC) results, strided by MDIMC and NDIMC.
+ * Padding of R is written as zero. OpenCL C 1.2.
+ */
+
+#ifndef ACTIVATION
+#define ACTIVATION act_linear
+#endif
+#ifndef BIAS
+#define BIAS 0
+#endif
+
+#define MWI (MWG / MDIMC)
+#define NWI (NWG / NDIMC)
+#define THREADS (MDIMC * NDIMC)
+
+#if VW == 4
+#define COPY_VW(src, dst) vstore4(vload4(0, (src)), 0, (dst))
+#elif VW == 2
+#define COPY_VW(src, dst) vstore2(vload2(0, (src)), 0, (dst))
+#else
+#define COPY_VW(src, dst) (*(dst) = *(src))
+#endif
+
+__kernel __attribute__((reqd_work_group_size(NDIMC, MDIMC, 1)))
+void gemm_tiled(uint l, uint h, uint w, uint m, uint n,
+                float p0, float p1, float p2, float p3,
+                __global const float *a,
+                __global const float *b,
+                __global float *r,
+                __global const float *bias)
+{
+    const uint tx = get_local_id(0);
+    const uint ty = get_local_id(1);
+    const uint n0 = get_group_id(0) * NWG;
+    const uint m0 = get_group_id(1) * MWG;
+
+    float acc[MWI][NWI];
+    for (uint i = 0; i < MWI; ++i)
+        for (uint j = 0; j < NWI; ++j)
+            acc[i][j] = 0.0f;
+
+#if LOCAL
+    __local float alm[KWG * MWG];
+    __local float blm[KWG * NWG];
+    const uint tid = ty * NDIMC + tx;
+    for (uint k0 = 0; k0 < l; k0 += KWG) {
+        for (uint e = tid * VW; e < KWG * MWG; e += THREADS * VW)
+            COPY_VW(a + (size_t)(k0 + e / MWG) * h + m0 + e % MWG, alm + e);
+        for (uint e = tid * VW; e < KWG * NWG; e += THREADS * VW)
+            COPY_VW(b + (size_t)(k0 + e / NWG) * w + n0 + e % NWG, blm + e);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint kk = 0; kk < KWG; ++kk) {
+            float av[MWI], bv[NWI];
+            for (uint i = 0; i < MWI; ++i)
+                av[i] = alm[kk * MWG + ty + i * MDIMC];
+            for (uint j = 0; j < NWI; ++j)
+                bv[j] = blm[kk * NWG + tx + j * NDIMC];
+            for (uint i = 0; i < MWI; ++i)
+                for (uint j = 0; j < NWI; ++j)
+                    acc[i][j] += av[i] * bv[j];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+#else
+    for (uint k = 0; k < l; ++k) {
+        float av[MWI], bv[NWI];
+        for (uint i = 0; i < MWI; ++i)
+            av[i] = a[(size_t)k * h + m0 + ty + i * MDIMC];
+        for (uint j = 0; j < NWI; ++j)
+            bv[j] = b[(size_t)k * w + n0 + tx + j * NDIMC];
+        for (uint i = 0; i < MWI; ++i)
+            for (uint j = 0; j < NWI; ++j)
+                acc[i][j] += av[i] * bv[j];
+    }
+#endif
+
+    for (uint i = 0; i < MWI; ++i) {
+        const uint row = m0 + ty + i * MDIMC;
+        for (uint j = 0; j < NWI; ++j) {
+            const uint col = n0 + tx + j * NDIMC;
+            float v = acc[i][j];
+#if BIAS
+            v += (row < m) ? bias[row] : 0.0f;
+#endif
+            v = ACTIVATION(v);
+            r[(size_t)row * w + col] = (row < m && col < n) ? v : 0.0f;
+        }
+    }
+}
