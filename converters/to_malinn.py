@@ -96,6 +96,9 @@ def to_sequential(km: KerasModel):
                 if act is None:
                     unsupported.append(f"Activation {kl.name!r} with activation {_activation_name(cfg.get('activation'))!r}")
                     continue
+                if act == "softmax" and not flattened:
+                    unsupported.append(f"Activation {kl.name!r} (softmax) on multi-axis samples before a Flatten")
+                    continue
                 plan.append([L.Activation(act, name=kl.name), None, [kl.name]])
             elif cls == "ReLU":
                 max_value = cfg.get("max_value")
@@ -108,7 +111,10 @@ def to_sequential(km: KerasModel):
             elif cls == "ELU":
                 plan.append([L.ELU(float(cfg.get("alpha", 1.0)), name=kl.name), None, [kl.name]])
             elif cls == "Softmax":
-                if not _last_axis(cfg, len(sample)):
+                if not flattened:
+                    unsupported.append(f"Softmax {kl.name!r} on multi-axis samples before a Flatten")
+                    continue
+                if not _last_axis(cfg, 1):
                     unsupported.append(f"Softmax {kl.name!r} over axis {cfg.get('axis')!r} (only the last axis)")
                     continue
                 plan.append([L.Softmax(name=kl.name), None, [kl.name]])
@@ -119,7 +125,7 @@ def to_sequential(km: KerasModel):
                 flattened = True
                 plan.append([L.Flatten(name=kl.name), None, [kl.name]])
             elif cls == "BatchNormalization":
-                if not _last_axis(cfg, len(sample)):
+                if not _last_axis(cfg, 1 if flattened else len(sample)):
                     unsupported.append(f"BatchNormalization {kl.name!r} over axis {cfg.get('axis')!r} (only the last axis)")
                     continue
                 _add_batch_norm(plan, kl, cfg, sample, flattened, L)

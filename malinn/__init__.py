@@ -10,7 +10,16 @@ Quick start::
     y = model.predict(np.random.rand(100, 640).astype("float32"))
 """
 
-from . import layers, ops
+from pathlib import Path as _Path
+
+# An installed wheel holds the repository's converters/ as malinn/converters/; in a source checkout
+# run without installing, it sits beside malinn/, so the checkout's root joins the package path.
+if not (_Path(__file__).resolve().parent / "converters").is_dir():
+    _root = _Path(__file__).resolve().parent.parent
+    if (_root / "converters" / "__init__.py").is_file():
+        __path__.append(str(_root))
+
+from . import layers, ops  # noqa: E402
 from .device import Device, devices, get_device, set_device
 from .errors import (ConversionError, DeviceError, KernelBuildError, LayoutError, LibraryError,
                      MalinnError)

@@ -162,8 +162,10 @@ def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat:
     for codename in library.codenames("matmul"):
         spec = library[codename]
         configs = spec.configurations(device) if spec.tuning else [{}]
-        if quick and len(configs) > 24:
-            configs = configs[:1] + random.Random(seed).sample(configs[1:], 23)
+        # the entry's default first, the rest shuffled: a run cut short by budget_s samples evenly
+        rest = configs[1:]
+        random.Random(seed).shuffle(rest)
+        configs = configs[:1] + (rest[:23] if quick else rest)
         candidates += [(codename, config) for config in configs]
     start = time.perf_counter()
     best, results = None, []

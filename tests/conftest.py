@@ -1,10 +1,20 @@
 """Shared fixtures: every device test runs once per working OpenCL device."""
 
-import numpy as np
-import pytest
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
-import malinn
-from malinn import ops
+# Tuning results and program binaries go to a cache of the test run's own, never the user's.
+os.environ["MALINN_CACHE_DIR"] = tempfile.mkdtemp(prefix="malinn-test-cache-")
+
+import numpy as np
+import pytest  # noqa: E402
+
+import malinn  # noqa: E402
+from malinn import ops  # noqa: E402
 
 DEVICES = malinn.devices()
 
@@ -31,3 +41,37 @@ def device(request):
 def rng():
     return np.random.default_rng(1234)
 
+
+# ---------------------------------------------------------------------------------------------
+# Keras reference models (tests/converters): built by tests/keras_zoo.py in a process of its own,
+# because TensorFlow and PoCL cannot share one. No test file imports tensorflow/keras/tf_keras.
+
+ZOO_SCRIPT = Path(__file__).with_name("keras_zoo.py")
+
+
+@pytest.fixture(scope="session")
+def keras_zoo(tmp_path_factory):
+    """The Keras models of the converter tests, their files in every format and Keras's outputs.
+
+    Runs ``python3 tests/keras_zoo.py DIR`` once per session (about 15 s) and returns a
+    ``keras_zoo.ZooIndex``. ``MALINN_KERAS_ZOO=DIR`` reuses (or fills) a zoo kept in ``DIR``.
+    Tests that need it are skipped when TensorFlow is not installed.
+    """
+    from keras_zoo import ZooIndex
+
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("tensorflow is not installed (pip install tensorflow-cpu tf-keras scikit-learn, "
+                    "or bash .ci/setup --test): the Keras reference models cannot be built")
+    kept = os.environ.get("MALINN_KERAS_ZOO")
+    folder = Path(kept) if kept else tmp_path_factory.mktemp("keras_zoo")
+    if not (folder / "manifest.json").is_file():
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+        try:
+            proc = subprocess.run([sys.executable, str(ZOO_SCRIPT), str(folder)], capture_output=True,
+                                  text=True, env=env, timeout=900)
+        except subprocess.TimeoutExpired as exc:
+            pytest.fail(f"tests/keras_zoo.py did not finish in {exc.timeout} s")
+        if proc.returncode != 0 or not (folder / "manifest.json").is_file():
+            pytest.fail(f"tests/keras_zoo.py {folder} failed (exit {proc.returncode}):\n"
+                        f"{proc.stdout[-2000:]}\n{proc.stderr[-6000:]}")
+    return ZooIndex(folder)

@@ -54,12 +54,12 @@ class Activation(Layer):
         ValueError: the activation is unknown.
     """
 
-    elementwise = True
-
     def __init__(self, activation, name: str | None = None):
         super().__init__(name)
         self.activation = get_activation(activation)
         self.params: dict = {}
+        # softmax normalises over all features at once, so it may not stand before a Flatten
+        self.elementwise = self.activation != "softmax"
 
     def call(self, inputs):
         return ops.activation(on_device(inputs), self.activation, what=f"layer {self.name!r}", **self.params)

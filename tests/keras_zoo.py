@@ -1,0 +1,543 @@
+"""The Keras models the converter tests run, built and saved in a process of their own.
+
+TensorFlow and PoCL cannot share a process (once TensorFlow is loaded, PoCL's kernel compiler binds
+to TensorFlow's LLVM and fails or crashes), so the tests never import tensorflow, keras or tf_keras.
+This script does all the Keras work instead:
+
+    python3 tests/keras_zoo.py OUTDIR
+
+builds every test model with Keras 3 and with tf_keras (Keras 2), saves each one in both of its
+generation's formats, and writes into OUTDIR:
+
+* the model files: ``<generation>/<key>.keras`` and ``<generation>/<key>.h5``;
+* ``<generation>/<key>.data.npz``: ``x`` (the inputs), ``y`` (Keras's output on ``x``) and
+  ``layer:<name>`` (Keras's output of every layer, InputLayer left out) for the models the
+  equivalence tests run; extra arrays for some (``labels`` for the digits model);
+* ``<generation>/<key>.weights.npz``: ``layer.get_weights()`` of every layer in execution order
+  (nested models flattened, InputLayers left out), key ``"<layer index>/<weight index>"``;
+* ``manifest.json``: versions, formats and, per model, its files, layers (class, name, config),
+  input shape, batch sizes and data files. Paths in it are relative to OUTDIR.
+
+The module level below is plain data (no TensorFlow) so the tests can import it to parametrize.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import sys
+import time
+
+#: format id -> (generation, file suffix). "keras3-zip" / "keras3-h5" are written by Keras 3,
+#: "keras2-h5" / "tf_keras-zip" by tf_keras (Keras 2).
+FORMATS = {
+    "keras3-zip": ("keras3", ".keras"),
+    "keras3-h5": ("keras3", ".h5"),
+    "keras2-h5": ("tf_keras", ".h5"),
+    "tf_keras-zip": ("tf_keras", ".keras"),
+}
+#: What :func:`malinn.converters.read_keras` reports as ``KerasModel.format`` for each format id.
+READER_FORMAT = {"keras3-zip": "keras3-zip", "keras3-h5": "keras3-h5", "keras2-h5": "keras2-h5",
+                 "tf_keras-zip": "keras3-zip"}
+GENERATIONS = {"keras3": 3, "tf_keras": 2}
+MODULES = {"keras3": "keras", "tf_keras": "tf_keras"}
+
+#: Every activation string malinn supports, each tried as a Dense activation and as an
+#: Activation layer. tf_keras has no hard_silu / hard_swish.
+ACTIVATIONS = ["linear", "relu", "relu6", "sigmoid", "hard_sigmoid", "tanh", "softmax", "elu",
+               "selu", "softplus", "softsign", "swish", "silu", "gelu", "exponential",
+               "leaky_relu", "hard_silu", "hard_swish", "mish"]
+KERAS3_ONLY = {"hard_silu", "hard_swish"}
+
+#: Models built of supported layers (besides the act_* ones), checked against Keras.
+LAYER_MODELS = ["noops", "multiaxis", "batchnorm", "relus", "wide", "tiny", "digits"]
+
+
+def activation_models(generation):
+    return [f"act_{a}" for a in ACTIVATIONS if generation == "keras3" or a not in KERAS3_ONLY]
+
+
+def equivalence_models(generation):
+    """Model keys the equivalence tests run for ``generation``."""
+    return LAYER_MODELS + activation_models(generation)
+
+
+BATCH_SIZES = [1, 7, 100]
+BIG_BATCH = 10_000
+
+
+class ZooIndex:
+    """The zoo as the tests see it (numpy only): ``manifest.json`` with its paths resolved.
+
+    ``fmt`` is a key of :data:`FORMATS`; ``key`` a model key (``"noops"``, ``"act_gelu"``...).
+    """
+
+    def __init__(self, root):
+        self.root = pathlib.Path(root)
+        self.manifest = json.loads((self.root / "manifest.json").read_text())
+        self.versions = self.manifest["versions"]
+        self.formats = self.manifest["formats"]
+        self.models = self.manifest["models"]
+        self._cache = {}
+
+    def require(self, fmt, key=None):
+        """The model's manifest entry; skips the test when the zoo could not build it here."""
+        import pytest
+
+        if fmt not in self.formats:
+            pytest.skip(f"{FORMATS[fmt][0]} is not installed, so the zoo has no {fmt} files")
+        if key is None:
+            return self.formats[fmt]
+        entry = self.models.get(f"{FORMATS[fmt][0]}/{key}")
+        if entry is None or fmt not in entry["files"]:
+            pytest.skip(f"the zoo has no {fmt} file of {key!r} (see tests/keras_zoo.py's output)")
+        return entry
+
+    def path(self, fmt, key) -> pathlib.Path:
+        return self.root / self.require(fmt, key)["files"][fmt]
+
+    def _npz(self, relative):
+        import numpy as np
+
+        if relative not in self._cache:
+            with np.load(self.root / relative) as npz:
+                self._cache[relative] = {k: npz[k] for k in npz.files}
+        return self._cache[relative]
+
+    def data(self, fmt, key) -> dict:
+        """``x``, ``y`` (Keras's output), ``layer:<name>`` (each Keras layer's output), extras."""
+        return self._npz(self.require(fmt, key)["data"])
+
+    def weights(self, fmt, key) -> list:
+        """``get_weights()`` of each Keras layer, in execution order (InputLayers left out)."""
+        entry = self.require(fmt, key)
+        arrays = self._npz(entry["weights"])
+        return [[arrays[f"{i}/{j}"] for j in range(layer["n_weights"])]
+                for i, layer in enumerate(entry["layers"])]
+
+
+# ---------------------------------------------------------------------------------------------
+# everything below runs only in the zoo's own process
+
+
+def _json_default(value):
+    import numpy as np
+
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value.tolist()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    return str(value)
+
+
+def leaf_layers(model):
+    """Keras's layers in execution order, nested models flattened, InputLayers left out."""
+    out = []
+    for layer in model.layers:
+        if hasattr(layer, "layers") and layer.__class__.__name__ in ("Sequential", "Functional"):
+            out.extend(leaf_layers(layer))
+        elif layer.__class__.__name__ != "InputLayer":
+            out.append(layer)
+    return out
+
+
+class Zoo:
+    def __init__(self, outdir, generation, K):
+        import numpy as np
+
+        self.np = np
+        self.outdir = outdir
+        self.generation = generation
+        self.K = K
+        self.L = K.layers
+        self.models = {}
+        self.seed_offset = 0 if generation == "keras3" else 1000   # different numbers per generation
+        os.makedirs(os.path.join(outdir, generation), exist_ok=True)
+
+    # ------------------------------------------------------------------ helpers
+    def sequential(self, input_shape, layers, name, kwarg_style=False):
+        """A Sequential; tf_keras models may give the input shape as the first layer's kwarg."""
+        K = self.K
+        if kwarg_style:
+            first = layers[0]
+            cls = type(first)
+            config = first.get_config()
+            layers = [cls.from_config({**config, "batch_input_shape": (None, *input_shape)})] + layers[1:]
+            return K.Sequential(layers, name=name)
+        return K.Sequential([K.Input(input_shape)] + layers, name=name)
+
+    def calibrate(self, model, x, seed, targets=None):
+        """Random weights everywhere; each Dense scaled so its pre-activations have the std in
+        ``targets`` (default 2.0) on ``x``; BatchNormalization moving statistics near the real
+        ones, but off (so folding them matters), gammas and betas random."""
+        np = self.np
+        rng = np.random.default_rng(seed + self.seed_offset)
+        targets = targets or {}
+        h = x
+        for layer in leaf_layers(model):
+            cls = layer.__class__.__name__
+            if cls == "Dense":
+                weights = layer.get_weights()
+                kernel = rng.standard_normal(weights[0].shape)
+                z = h.astype(np.float64) @ kernel   # Dense works on the last axis
+                bias = None
+                if len(weights) == 2:
+                    bias = rng.standard_normal(weights[1].shape) * 0.5 * max(z.std(), 1e-3)
+                    z = z + bias
+                s = targets.get(layer.name, 2.0) / max(z.std(), 1e-6)
+                new = [(kernel * s).astype(np.float32)]
+                if bias is not None:
+                    new.append((bias * s).astype(np.float32))
+                layer.set_weights(new)
+            elif cls == "BatchNormalization":
+                cfg = layer.get_config()
+                feats = h.reshape(-1, h.shape[-1]).astype(np.float64)
+                mean, var = feats.mean(0), feats.var(0)
+                n = mean.shape[0]
+                values = {
+                    "gamma": rng.uniform(0.5, 2.0, n) * rng.choice([-1.0, 1.0], n),
+                    "beta": rng.normal(0.0, 0.5, n),
+                    "moving_mean": mean + rng.normal(0.0, 0.3, n) * np.sqrt(var + 1e-6),
+                    "moving_variance": var * rng.uniform(0.5, 2.0, n) + 1e-4,
+                }
+                order = (["gamma"] if cfg.get("scale", True) else []) + (
+                    ["beta"] if cfg.get("center", True) else []) + ["moving_mean", "moving_variance"]
+                layer.set_weights([values[k].astype(np.float32) for k in order])
+            h = np.asarray(layer(h, training=False))
+        return model
+
+    def randomize(self, model, seed):
+        """Give every weight distinct values (moving variances positive)."""
+        np = self.np
+        rng = np.random.default_rng(seed)
+        for layer in leaf_layers(model):
+            values = []
+            for weight in layer.weights:
+                shape = tuple(weight.shape)
+                if "variance" in weight.name:
+                    values.append(rng.uniform(0.5, 2.0, shape).astype(np.float32))
+                else:
+                    values.append(rng.standard_normal(shape).astype(np.float32))
+            if values:
+                layer.set_weights(values)
+
+    def add(self, key, model, x=None, batch_sizes=None, extra=None, suffixes=(".keras", ".h5"),
+            layer_outputs=True, files=None, kind="model"):
+        """Saves ``model`` in every format of this generation and records its reference data."""
+        np = self.np
+        entry = {"key": key, "generation": self.generation,
+                 "keras_major": GENERATIONS[self.generation], "kind": kind, "files": {}}
+        base = os.path.join(self.generation, key)
+        for fmt, (generation, suffix) in FORMATS.items():
+            if generation == self.generation and suffix in suffixes:
+                model.save(os.path.join(self.outdir, base + suffix))
+                entry["files"][fmt] = base + suffix
+        entry.update(files or {})
+        if model is not None:
+            leaves = leaf_layers(model)
+            entry["name"] = model.name
+            entry["model_class"] = model.__class__.__name__
+            entry["layers"] = [{"class_name": l.__class__.__name__, "name": l.name,
+                                "config": json.loads(json.dumps(l.get_config(), default=_json_default)),
+                                "n_weights": len(l.get_weights())} for l in leaves]
+            shape = getattr(model, "input_shape", None)
+            try:
+                entry["input_shape"] = list(model.input_shape[1:]) if shape is not None else None
+            except (AttributeError, TypeError):
+                entry["input_shape"] = None
+            arrays = {f"{i}/{j}": np.asarray(w) for i, l in enumerate(leaves)
+                      for j, w in enumerate(l.get_weights())}
+            np.savez(os.path.join(self.outdir, base + ".weights.npz"), **arrays)
+            entry["weights"] = base + ".weights.npz"
+        if x is not None:
+            x = np.asarray(x, dtype=np.float32)
+            data = {"x": x, "y": np.asarray(model(x, training=False))}
+            if layer_outputs:
+                h = x
+                for layer in leaf_layers(model):
+                    h = layer(h, training=False)
+                    data[f"layer:{layer.name}"] = np.asarray(h)
+                # the chain of layer calls is the model: a check of the zoo itself
+                assert np.allclose(np.asarray(h), data["y"], rtol=1e-5, atol=1e-6), key
+            data.update(extra or {})
+            np.savez(os.path.join(self.outdir, base + ".data.npz"), **data)
+            entry["data"] = base + ".data.npz"
+            entry["batch_sizes"] = batch_sizes or BATCH_SIZES
+        self.models[key] = entry
+        return entry
+
+    def inputs(self, shape, n=100, seed=0, scale=1.5):
+        rng = self.np.random.default_rng(seed + self.seed_offset)
+        return (rng.standard_normal((n, *shape)) * scale).astype(self.np.float32)
+
+    # ------------------------------------------------------------------ equivalence models
+    def build_equivalence(self):
+        L, np = self.L, self.np
+        k2 = self.generation == "tf_keras"
+
+        # Inference no-ops between computing layers (and one first).
+        layers = [L.Dropout(0.3, name="drop_first"), L.Dense(13, activation="relu", name="d13"),
+                  L.GaussianNoise(0.5, name="noise"), L.AlphaDropout(0.2, name="alpha_drop"),
+                  L.GaussianDropout(0.2, name="gauss_drop"),
+                  L.ActivityRegularization(l1=0.01, l2=0.01, name="act_reg"),
+                  L.Dense(3, name="d3"), L.Identity(name="identity"), L.Dropout(0.5, name="drop"),
+                  L.Activation("tanh", name="tanh"), L.Dense(1, name="d1")]
+        x = self.inputs((9,), seed=1)
+        self.add("noops", self.calibrate(self.sequential((9,), layers, "noops", kwarg_style=k2), x, 1), x)
+
+        # A (28, 28) sample: element-wise layers and a per-channel BatchNormalization before
+        # the Flatten, a BatchNormalization folded into the Dense after it.
+        layers = [L.LeakyReLU(0.1, name="leaky"), L.BatchNormalization(name="bn_channels"),
+                  L.SpatialDropout1D(0.2, name="spatial_drop"), L.Activation("sigmoid", name="sig"),
+                  L.ELU(0.7, name="elu"), L.ReLU(max_value=0.9, name="relu_cap"),
+                  L.Flatten(name="flat"), L.Dense(13, name="d13"), L.BatchNormalization(name="bn_folded"),
+                  L.Activation("relu", name="relu"), L.Dense(3, activation="softmax", name="d3")]
+        x = self.inputs((28, 28), seed=2)
+        self.add("multiaxis", self.calibrate(self.sequential((28, 28), layers, "multiaxis"), x, 2), x)
+
+        # BatchNormalization everywhere: first, folded (also across a Dropout and without bias),
+        # standalone after an activation, without center / scale, twice in a row, last.
+        layers = [L.BatchNormalization(name="bn_input"), L.Dense(13, name="d_lin"),
+                  L.BatchNormalization(name="bn_folded"), L.Dense(13, activation="tanh", name="d_tanh"),
+                  L.BatchNormalization(name="bn_after_act"), L.Dense(13, name="d_lin2"),
+                  L.Dropout(0.4, name="drop"), L.BatchNormalization(momentum=0.9, name="bn_folded_drop"),
+                  L.Dense(3, use_bias=False, name="d_nobias"),
+                  L.BatchNormalization(center=False, name="bn_nocenter_folded"),
+                  L.Dense(3, activation="relu", name="d_relu"),
+                  L.BatchNormalization(scale=False, name="bn_noscale"),
+                  L.BatchNormalization(center=False, scale=False, epsilon=0.01, name="bn_bare"),
+                  L.Dense(1, name="d1"), L.BatchNormalization(epsilon=0.1, name="bn_last")]
+        x = self.inputs((7,), seed=3)
+        self.add("batchnorm", self.calibrate(self.sequential((7,), layers, "batchnorm"), x, 3), x)
+
+        # ReLU with max_value / negative_slope / threshold in combinations, LeakyReLU, ELU, Softmax.
+        relus = [dict(), dict(max_value=1.5), dict(negative_slope=0.1), dict(threshold=0.5),
+                 dict(max_value=3.0, negative_slope=0.1), dict(max_value=1.0, threshold=0.3),
+                 dict(negative_slope=0.3, threshold=1.0),
+                 dict(max_value=2.0, negative_slope=0.2, threshold=0.5)]
+        layers = []
+        for i, kwargs in enumerate(relus):
+            layers += [L.Dense(13, name=f"d{i}"), L.ReLU(**kwargs, name=f"relu{i}")]
+        layers += [L.Dense(13, name="d_leaky_default"), L.LeakyReLU(name="leaky_default"),
+                   L.Dense(13, name="d_leaky"), L.LeakyReLU(0.05, name="leaky"),
+                   L.Dense(13, name="d_elu_default"), L.ELU(name="elu_default"),
+                   L.Dense(13, name="d_elu"), L.ELU(0.5, name="elu"),
+                   L.Dense(3, name="d_softmax"), L.Softmax(name="softmax")]
+        x = self.inputs((5,), seed=4)
+        self.add("relus", self.calibrate(self.sequential((5,), layers, "relus"), x, 4), x)
+
+        layers = [L.Dense(1001, activation="relu", name="d1001"),
+                  L.Dense(13, activation="sigmoid", name="d13"), L.Dense(1, name="d1")]
+        x = self.inputs((1001,), seed=5)
+        self.add("wide", self.calibrate(self.sequential((1001,), layers, "wide"), x, 5), x)
+
+        layers = [L.Dense(13, activation="tanh", name="d13"), L.Dense(1, activation="sigmoid", name="d1")]
+        x = self.inputs((3,), n=BIG_BATCH, seed=6)
+        model = self.calibrate(self.sequential((3,), layers, "tiny", kwarg_style=k2), x[:100], 6)
+        self.add("tiny", model, x, batch_sizes=BATCH_SIZES + [BIG_BATCH])
+
+        for i, act in enumerate(activation_models(self.generation)):
+            name = act[len("act_"):]
+            # exp / softplus: pre-activations of std 1 keep exp's outputs where float32 is exact enough
+            target = 1.0 if name in ("exponential",) else 2.0
+            layers = [L.Dense(13, activation=name, name="dense_act"), L.Dense(3, name="dense_lin"),
+                      L.Activation(name, name="act"), L.Dense(1, activation=name, name="dense_out")]
+            x = self.inputs((5,), seed=100 + i)
+            model = self.sequential((5,), layers, act)
+            self.calibrate(model, x, 100 + i, {"dense_act": target, "dense_lin": target, "dense_out": target})
+            self.add(act, model, x)
+
+        self.build_digits()
+
+    def build_digits(self):
+        """A 64-32-10 MLP trained on scikit-learn's bundled digits (fixed split)."""
+        np, K, L = self.np, self.K, self.L
+        import importlib.util
+
+        if importlib.util.find_spec("sklearn") is None:
+            print("keras_zoo: scikit-learn is not installed; the digits model is left out", file=sys.stderr)
+            return
+        from sklearn.datasets import load_digits
+        from sklearn.model_selection import train_test_split
+
+        digits = load_digits()
+        x = (digits.data / 16.0).astype(np.float32)
+        x_train, x_test, y_train, y_test = train_test_split(x, digits.target, test_size=0.25,
+                                                            random_state=0, stratify=digits.target)
+        K.utils.set_random_seed(0)
+        model = K.Sequential([K.Input((64,)), L.Dense(32, activation="relu", name="hidden"),
+                              L.Dropout(0.1, name="drop"), L.Dense(10, activation="softmax", name="out")],
+                             name="digits")
+        optimizer = K.optimizers.Adam(learning_rate=0.01)
+        model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy")
+        model.fit(x_train, y_train, epochs=15, batch_size=64, verbose=0)
+        probabilities = np.asarray(model(x_test, training=False))
+        accuracy = float((probabilities.argmax(1) == y_test).mean())
+        self.add("digits", model, x_test, batch_sizes=[1, 7, 100, len(x_test)],
+                 extra={"labels": y_test.astype(np.int64)})
+        self.models["digits"]["accuracy"] = accuracy
+
+    # ------------------------------------------------------------------ error models
+    def build_errors(self):
+        L = self.L
+        # Supported layers around unsupported ones: PReLU, Reshape, Conv1D, LSTM and a Dense with
+        # an activation malinn does not have.
+        layers = [L.Dense(12, name="ok_dense"), L.PReLU(name="bad_prelu"),
+                  L.Reshape((3, 4), name="bad_reshape"), L.Conv1D(4, 2, name="bad_conv"),
+                  L.LSTM(5, name="bad_lstm"), L.Dense(3, activation="log_softmax", name="bad_logsm"),
+                  L.Activation("relu", name="ok_relu")]
+        model = self.sequential((12,), layers, "unsupported")
+        self.randomize(model, 7)
+        self.add("unsupported", model)
+
+        # Softmax over the last axis of a (4, 7) sample (not the flattened features), then Flatten.
+        layers = [L.Softmax(name="softmax_rows"), L.Flatten(name="flat"), L.Dense(3, name="d3")]
+        x = self.inputs((4, 7), seed=8)
+        self.add("softmax_multiaxis", self.calibrate(self.sequential((4, 7), layers, "softmax_multiaxis"), x, 8), x)
+
+        # A Dense on a (4, 7) sample works on the last axis; malinn must not flatten silently.
+        layers = [L.Dense(3, name="d3_on_rows"), L.Flatten(name="flat"), L.Dense(2, name="d2")]
+        x = self.inputs((4, 7), seed=9)
+        self.add("dense_multiaxis", self.calibrate(self.sequential((4, 7), layers, "dense_multiaxis"), x, 9), x)
+
+    # ------------------------------------------------------------------ reader models
+    def reader_layers(self, first_kwargs):
+        L = self.L
+        return [
+            L.Flatten(name="flat", **first_kwargs),
+            L.Dense(13, activation="relu", name="d13"),
+            L.BatchNormalization(name="bn_full"),
+            L.Dropout(0.25, name="drop"),
+            L.Dense(3, activation="tanh", name="d3"),
+            L.BatchNormalization(center=False, name="bn_nocenter"),
+            L.ReLU(max_value=6.0, negative_slope=0.1, threshold=0.5, name="relu_layer"),
+            L.Dense(13, use_bias=False, name="d13_nobias"),
+            L.BatchNormalization(scale=False, name="bn_noscale"),
+            L.LeakyReLU(0.2, name="leaky"),
+            L.ELU(0.5, name="elu"),
+            L.Dense(1, activation="sigmoid", name="d1"),
+            L.BatchNormalization(center=False, scale=False, name="bn_bare"),
+            L.Activation("hard_sigmoid", name="act_hs"),
+            L.Dense(3, name="d3b"),
+            L.Softmax(name="smax"),
+        ]
+
+    def build_readers(self):
+        """The models of the reader tests: a Sequential of every layer, a Functional chain, a
+        branching Functional, a nested model, names long enough to split layer_names..."""
+        K, L = self.K, self.L
+        k3 = self.generation == "keras3"
+        if k3:
+            zoo = K.Sequential([K.Input((4, 7))] + self.reader_layers({}), name="zoo")
+        else:
+            zoo = K.Sequential(self.reader_layers({"input_shape": (4, 7)}), name="zoo")
+        self.randomize(zoo, 1)
+        self.add("zoo", zoo, kind="reader")
+
+        inputs = K.Input((5,), name="x")
+        h = L.Dense(3, activation="gelu", name="f_gelu")(inputs)
+        h = L.Dropout(0.5, name="f_drop")(h)
+        outputs = L.Dense(1, name="f_out")(h)
+        chain = K.Model(inputs, outputs, name="chain")
+        self.randomize(chain, 2)
+        self.add("chain", chain, kind="reader")
+
+        inputs = K.Input((5,), name="bx")
+        left = L.Dense(2, name="left")(inputs)
+        right = L.Dense(2, name="right")(inputs)
+        self.add("branch", K.Model(inputs, L.Add(name="add")([left, right]), name="branch"), kind="reader")
+
+        inner = K.Sequential([K.Input((4,)), L.Dense(3, name="inner_a"),
+                              L.Dense(2, activation="relu", name="inner_b")], name="inner")
+        nested = K.Sequential([K.Input((6,)), L.Dense(4, name="outer_a"), inner,
+                               L.Dense(1, name="outer_b")], name="nested")
+        self.randomize(nested, 3)
+        self.add("nested", nested, kind="reader")
+
+        # Enough long layer names that Keras writes layer_names0, layer_names1, ...
+        body = [L.Dropout(0.0, name=f"drop_{i:02d}_" + "n" * 1000) for i in range(70)]
+        if k3:
+            split = K.Sequential([K.Input((4,)), L.Dense(3, name="first")] + body, name="split")
+        else:
+            split = K.Sequential([L.Dense(3, name="first", input_shape=(4,))] + body, name="split")
+        self.add("split", split, suffixes=(".h5",), kind="reader")
+
+        folder = os.path.join(self.outdir, self.generation)
+        if k3:
+            small = K.Sequential([K.Input((3,)), L.Dense(2, name="small")], name="small")
+            small.save_weights(os.path.join(folder, "small.weights.h5"))
+            self.add("weights_only", None, suffixes=(), kind="reader",
+                     files={"files": {"keras3-h5": f"{self.generation}/small.weights.h5"}})
+            small.save(os.path.join(folder, "small_dir"), zipped=False)  # an unzipped .keras
+            self.add("unzipped", small, suffixes=(), kind="reader",
+                     files={"files": {"keras3-zip": f"{self.generation}/small_dir"}})
+            # An unbuilt model: no input shape, so no weights.
+            unbuilt = K.Sequential([L.Dense(3, name="lonely")])
+            unbuilt.save(os.path.join(folder, "unbuilt.keras"))
+            self.models["unbuilt"] = {"key": "unbuilt", "generation": self.generation, "kind": "reader",
+                                      "files": {"keras3-zip": f"{self.generation}/unbuilt.keras"}}
+        else:
+            small = K.Sequential([L.Dense(2, name="small", input_shape=(3,))])
+            small.save_weights(os.path.join(folder, "small_weights.h5"))
+            self.add("weights_only", None, suffixes=(), kind="reader",
+                     files={"files": {"keras2-h5": f"{self.generation}/small_weights.h5"}})
+
+
+def main(argv):
+    if len(argv) != 1:
+        print(__doc__.split("\n\n")[0], "\nusage: python3 tests/keras_zoo.py OUTDIR", file=sys.stderr)
+        return 2
+    outdir = os.path.abspath(argv[0])
+    os.makedirs(outdir, exist_ok=True)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    import importlib
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    import tensorflow as tf
+
+    tf.get_logger().setLevel("ERROR")
+    try:
+        import absl.logging
+
+        absl.logging.set_verbosity(absl.logging.ERROR)
+    except ImportError:
+        pass
+    started = time.time()
+    manifest = {"versions": {"tensorflow": tf.__version__}, "formats": {}, "models": {}, "timings": {}}
+    for generation, module in MODULES.items():
+        try:
+            K = importlib.import_module(module)
+        except ImportError as exc:
+            print(f"keras_zoo: {module} is not installed ({exc}); its formats are left out", file=sys.stderr)
+            continue
+        if GENERATIONS[generation] == 3 and not K.__version__.startswith("3."):
+            print(f"keras_zoo: keras {K.__version__} is not Keras 3; left out", file=sys.stderr)
+            continue
+        t = time.time()
+        zoo = Zoo(outdir, generation, K)
+        zoo.build_equivalence()
+        zoo.build_errors()
+        zoo.build_readers()
+        manifest["versions"][generation] = K.__version__
+        for fmt, (gen, suffix) in FORMATS.items():
+            if gen == generation:
+                manifest["formats"][fmt] = {"generation": generation, "suffix": suffix,
+                                            "keras_version": K.__version__,
+                                            "keras_major": GENERATIONS[generation],
+                                            "reader_format": READER_FORMAT[fmt]}
+        for key, entry in zoo.models.items():
+            manifest["models"][f"{generation}/{key}"] = entry
+        manifest["timings"][generation] = round(time.time() - t, 2)
+    manifest["timings"]["total"] = round(time.time() - started, 2)
+    with open(os.path.join(outdir, "manifest.json"), "w") as fh:
+        json.dump(manifest, fh, indent=1, default=_json_default)
+    print(f"keras_zoo: {len(manifest['models'])} models in {outdir} "
+          f"({manifest['timings']['total']} s after importing TensorFlow)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
