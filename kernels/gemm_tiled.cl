@@ -12,9 +12,11 @@
  *   MDIMC, NDIMC  work-group shape (dimension 0 runs along N, so loads and stores coalesce)
  *   VW         vector width of global loads (1, 2 or 4)
  *   LOCAL      1: stage A and B tiles in local memory; 0: read global memory directly
+ *   STRIDED    1: a work item's rows/columns are MDIMC/NDIMC apart (coalesced stores);
+ *              0: they are adjacent (vector-friendly local-memory reads)
  *   BIAS       1: add bias[row] in the epilogue        (fused Dense)
  *   ACTIVATION act_<name> from activations.clh         (fused Dense; default act_linear)
- * Each work item computes (MWG/MDIMC) x (NWG/NDIMC) results, strided by MDIMC and NDIMC.
+ * Each work item computes (MWG/MDIMC) x (NWG/NDIMC) results, kept in registers (loops unrolled).
  * Padding of R is written as zero. OpenCL C 1.2.
  */
 
@@ -25,9 +27,20 @@
 #define BIAS 0
 #endif
 
+#ifndef STRIDED
+#define STRIDED 1
+#endif
+
 #define MWI (MWG / MDIMC)
 #define NWI (NWG / NDIMC)
 #define THREADS (MDIMC * NDIMC)
+#if STRIDED
+#define ROW_OF(t, i) ((t) + (i) * MDIMC)
+#define COL_OF(t, j) ((t) + (j) * NDIMC)
+#else
+#define ROW_OF(t, i) ((t) * MWI + (i))
+#define COL_OF(t, j) ((t) * NWI + (j))
+#endif
 
 #if VW == 4
 #define COPY_VW(src, dst) vstore4(vload4(0, (src)), 0, (dst))
@@ -51,7 +64,9 @@ void gemm_tiled(uint l, uint h, uint w, uint m, uint n,
     const uint m0 = get_group_id(1) * MWG;
 
     float acc[MWI][NWI];
+    #pragma unroll
     for (uint i = 0; i < MWI; ++i)
+        #pragma unroll
         for (uint j = 0; j < NWI; ++j)
             acc[i][j] = 0.0f;
 
@@ -65,13 +80,18 @@ void gemm_tiled(uint l, uint h, uint w, uint m, uint n,
         for (uint e = tid * VW; e < KWG * NWG; e += THREADS * VW)
             COPY_VW(b + (size_t)(k0 + e / NWG) * w + n0 + e % NWG, blm + e);
         barrier(CLK_LOCAL_MEM_FENCE);
+        #pragma unroll
         for (uint kk = 0; kk < KWG; ++kk) {
             float av[MWI], bv[NWI];
+            #pragma unroll
             for (uint i = 0; i < MWI; ++i)
-                av[i] = alm[kk * MWG + ty + i * MDIMC];
+                av[i] = alm[kk * MWG + ROW_OF(ty, i)];
+            #pragma unroll
             for (uint j = 0; j < NWI; ++j)
-                bv[j] = blm[kk * NWG + tx + j * NDIMC];
+                bv[j] = blm[kk * NWG + COL_OF(tx, j)];
+            #pragma unroll
             for (uint i = 0; i < MWI; ++i)
+                #pragma unroll
                 for (uint j = 0; j < NWI; ++j)
                     acc[i][j] += av[i] * bv[j];
         }
@@ -80,20 +100,26 @@ void gemm_tiled(uint l, uint h, uint w, uint m, uint n,
 #else
     for (uint k = 0; k < l; ++k) {
         float av[MWI], bv[NWI];
+        #pragma unroll
         for (uint i = 0; i < MWI; ++i)
-            av[i] = a[(size_t)k * h + m0 + ty + i * MDIMC];
+            av[i] = a[(size_t)k * h + m0 + ROW_OF(ty, i)];
+        #pragma unroll
         for (uint j = 0; j < NWI; ++j)
-            bv[j] = b[(size_t)k * w + n0 + tx + j * NDIMC];
+            bv[j] = b[(size_t)k * w + n0 + COL_OF(tx, j)];
+        #pragma unroll
         for (uint i = 0; i < MWI; ++i)
+            #pragma unroll
             for (uint j = 0; j < NWI; ++j)
                 acc[i][j] += av[i] * bv[j];
     }
 #endif
 
+    #pragma unroll
     for (uint i = 0; i < MWI; ++i) {
-        const uint row = m0 + ty + i * MDIMC;
+        const uint row = m0 + ROW_OF(ty, i);
+        #pragma unroll
         for (uint j = 0; j < NWI; ++j) {
-            const uint col = n0 + tx + j * NDIMC;
+            const uint col = n0 + COL_OF(tx, j);
             float v = acc[i][j];
 #if BIAS
             v += (row < m) ? bias[row] : 0.0f;

@@ -123,7 +123,13 @@ def cmd_tune(args) -> int:
 
     device = _device(args)
     shapes = None
-    if args.model:
+    if args.shape:
+        try:
+            shapes = [tuple(int(v) for v in text.lower().split("x")) for text in args.shape]
+            assert all(len(s) == 3 and min(s) >= 1 for s in shapes)
+        except (ValueError, AssertionError):
+            raise MalinnError(f"--shape expects MxKxN with positive integers, got {args.shape}") from None
+    elif args.model:
         model = malinn.load_model(args.model)
         dims, shapes = model.input_dim, []
         for layer in model.layers:
@@ -175,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="fewer shapes and a sample of configurations")
     p.add_argument("--model", help="tune for this model's Dense layers (default: a standard set of shapes)")
     p.add_argument("--batch", type=int, default=100, help="batch size to tune for with --model (default 100)")
+    p.add_argument("--shape", action="append", help="a product MxKxN to tune for (repeatable)")
     p.add_argument("--budget", type=float, help="stop trying new candidates after this many seconds")
     p.add_argument("--device", help="gpu, cpu, P:D or part of a device name")
 

@@ -19,8 +19,8 @@ Each entry maps a codename to an OpenCL function, its source file and its restri
 An entry may carry ``defines`` (rendered as ``-DNAME=VALUE``), so one source serves many variants:
 choosing another implementation is choosing another codename, and adding one needs no Python.
 Restriction numbers may be expressions over the defines (``"rowAlign": "MWG"``); an entry with
-``tuning`` (candidate values per define) and ``constraints`` (expressions every configuration must
-satisfy) is a family the tuner searches (:meth:`KernelSpec.configurations`, :meth:`KernelSpec.configure`).
+``candidates`` (a list of define overrides) and ``constraints`` (expressions every configuration
+must satisfy) is a family the tuner times (:meth:`KernelSpec.configurations`, :meth:`KernelSpec.configure`).
 ``includes`` lists headers prepended to the source; ``epilogue: true`` marks a matmul that can add
 the bias and apply the activation in its final write (defines ``BIAS`` and ``ACTIVATION``);
 ``preconditions`` (``min_m``, ``min_k``, ``min_n``) say when a kernel is worth choosing.
@@ -28,7 +28,6 @@ the bias and apply the activation in its final write (defines ``BIAS`` and ``ACT
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import re
@@ -110,7 +109,7 @@ class KernelSpec:
     includes: tuple = ()      # header paths prepended to the source
     epilogue: bool = False    # can fuse bias and activation (defines BIAS, ACTIVATION)
     preconditions: tuple = () # (("min_m", 64), ...)
-    tuning: tuple = ()        # (("MWG", (32, 64)), ...) candidate values per define
+    candidates: tuple = ()    # define overrides the tuner times, besides the defaults
     constraints: tuple = ()   # expressions every configuration satisfies
     template: object = None   # (path, raw entry) to configure from
 
@@ -142,20 +141,19 @@ class KernelSpec:
         return spec
 
     def configurations(self, device=None) -> list[dict]:
-        """Every configuration of ``tuning`` that meets ``constraints`` (and ``device``'s limits).
+        """The defaults and every ``candidates`` entry that meet ``constraints`` and ``device``.
 
         Args:
             device: a :class:`~malinn.device.Device`; drops work-groups too large for it and
                 local memory beyond it (when the entry says ``local_bytes``).
 
         Returns:
-            A list of define dicts (the entry's defaults first when they qualify).
+            A list of complete define dicts, the entry's defaults first.
         """
         base = dict(self.defines)
-        names = [n for n, _ in self.tuning]
         found = []
-        for values in itertools.product(*[v for _, v in self.tuning]):
-            config = {**base, **dict(zip(names, values))}
+        for overrides in ({},) + self.candidates:
+            config = {**base, **{k: str(v) for k, v in overrides.items()}}
             if not all(evaluate(c, config) for c in self.constraints):
                 continue
             if device is not None:
@@ -168,8 +166,8 @@ class KernelSpec:
                 local = self.template[1].get("local_bytes")
                 if local is not None and evaluate(local, config) > device.local_memory:
                     continue
-            found.append(config)
-        found.sort(key=lambda c: c != base)
+            if config not in found:
+                found.append(config)
         return found
 
     def accepts(self, m: int, k: int, n: int) -> bool:
@@ -266,7 +264,7 @@ class KernelLibrary:
         return codename
 
 
-def load_library(path: "str | Path | None" = None) -> KernelLibrary:
+def load_library(path: "str | Path | None" = None) -> KernelLibrary:  # noqa: D417
     """Reads and validates a kernel library JSON file.
 
     Args:
@@ -279,8 +277,14 @@ def load_library(path: "str | Path | None" = None) -> KernelLibrary:
         LibraryError: the file is missing or not JSON, or an entry is wrong; the message names the
             entry and the field.
     """
-    path = Path(path) if path is not None else kernels_dir() / "library.json"
-    return _load(path.resolve())
+    if path is None:
+        return _default_library()
+    return _load(Path(path).resolve())
+
+
+@lru_cache(maxsize=1)
+def _default_library() -> KernelLibrary:
+    return _load((kernels_dir() / "library.json").resolve())
 
 
 @lru_cache(maxsize=8)
@@ -316,7 +320,11 @@ def _validate(path: Path, codename: str, entry) -> KernelSpec:
     if not isinstance(defines, dict):
         raise LibraryError(f"{path}: kernel {codename!r}, field 'defines': expected an object of NAME: simple value")
     spec = _build(path, codename, entry, dict(defines))
-    for config in spec.configurations():          # every tunable configuration must resolve
+    configs = spec.configurations()
+    if len(configs) < 1 + len(spec.candidates):
+        raise LibraryError(f"{path}: kernel {codename!r}, field 'candidates': "
+                           f"{1 + len(spec.candidates) - len(configs)} break the constraints or repeat another")
+    for config in configs:                        # every configuration the tuner can emit must resolve
         spec.configure(config)
     return spec
 
@@ -409,10 +417,10 @@ def _build(path: Path, codename: str, entry: dict, defines: dict) -> KernelSpec:
         fail("restrictions.params", "expected an object of name: default number")
     if len(params) > arglist.count("p"):
         fail("restrictions.params", f"{len(params)} parameters but only {arglist.count('p')} 'p' letters in arglist")
-    tuning = entry.get("tuning", {})
-    if not isinstance(tuning, dict) or not all(
-            k in defines and isinstance(v, list) and v for k, v in tuning.items()):
-        fail("tuning", "expected an object of define name: non-empty list of values (each a define)")
+    candidates = entry.get("candidates", [])
+    if not isinstance(candidates, list) or not all(
+            isinstance(c, dict) and set(c) <= set(defines) for c in candidates):
+        fail("candidates", "expected a list of objects overriding this entry's defines")
     constraints = entry.get("constraints", [])
     if not isinstance(constraints, list):
         fail("constraints", "expected a list of expressions")
@@ -436,5 +444,5 @@ def _build(path: Path, codename: str, entry: dict, defines: dict) -> KernelSpec:
                       params=tuple((str(k), float(v)) for k, v in params.items()), aliases=tuple(aliases),
                       includes=tuple(path.parent / str(i) for i in includes), epilogue=bool(epilogue),
                       preconditions=tuple(preconditions.items()),
-                      tuning=tuple((k, tuple(v)) for k, v in tuning.items()), constraints=tuple(constraints),
+                      candidates=tuple(candidates), constraints=tuple(constraints),
                       template=(path, entry))

@@ -9,6 +9,7 @@ kernel's declared result layout. Which codename an op uses is one setting per de
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 
@@ -112,8 +113,7 @@ def launch(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | Non
     if 0 in global_size:
         return None
     local_size = _local_size(spec.workgroup, global_size, device)
-    source = spec.program_source({name: m.layout for name, m in matrices.items()})
-    program = device.build(source, spec.options(), origin=f"{spec.source} ({spec.codename})")
+    program = _program(spec, device, matrices)
     floats = iter(spec.param_values(params))
     args = [np.float32(next(floats)) if c == "p" else np.uint32(values[c]) for c in spec.arglist]
     for name in spec.buffers:
@@ -121,9 +121,9 @@ def launch(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | Non
             args.append(matrices[name].buffer)
         else:  # a vector the kernel declares but this call does not use (no bias): never read
             args.append((vectors or {}).get(name) or _placeholder(device))
-    with device._lock:  # a cl.Kernel's arguments are per object: build, set and enqueue together
+    with device._lock:  # a cl.Kernel's arguments are per object: set and enqueue together
         try:
-            kernel = cl.Kernel(program, spec.function)
+            kernel = _kernel(program, spec.function)
             kernel.set_args(*args)
             event = cl.enqueue_nd_range_kernel(device.queue, kernel, global_size, local_size)
         except cl.Error as exc:
@@ -136,6 +136,29 @@ def launch(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | Non
 
 
 _placeholders: dict = {}
+_built: dict = {}     # (device, kernel, defines, layouts) -> program, skipping source assembly and hashing
+
+
+def _program(spec: KernelSpec, device: Device, matrices: dict):
+    layouts = tuple((name, str(m.layout)) for name, m in matrices.items())
+    key = (device.key, spec.codename, spec.defines, layouts)
+    program = _built.get(key)
+    if program is None:
+        source = spec.program_source({name: m.layout for name, m in matrices.items()})
+        program = _built[key] = device.build(source, spec.options(), origin=f"{spec.source} ({spec.codename})")
+    return program
+
+_kernels: dict = {}   # (program id, function) -> cl.Kernel, reused (pyopencl prepares each new one)
+
+
+def _kernel(program, function: str):
+    """The cached ``cl.Kernel`` of ``function`` in ``program`` (callers hold the device lock)."""
+    key = (id(program), function)
+    entry = _kernels.get(key)
+    if entry is None or entry[0] is not program:
+        entry = _kernels[key] = (program, _cl().Kernel(program, function))
+    return entry[1]
+
 
 
 def _placeholder(device: Device):
@@ -189,6 +212,8 @@ def matmul(a: DeviceMatrix, b: DeviceMatrix, spec: KernelSpec | None = None, dev
         act = load_library().activation_kernel(activation)
         spec = spec.configure({"BIAS": int(bias is not None),
                                "ACTIVATION": dict(act.defines)["ACTIVATION"] if act else "act_linear"})
+        if act is not None and act.params:   # the p arguments take the activation's names and defaults
+            spec = dataclasses.replace(spec, params=act.params)
     plan = matmul_plan(spec, m, k, n)
     a = a.in_layout(device, spec.matrices["a"].layout, plan["a"])
     b = b.in_layout(device, spec.matrices["b"].layout, plan["b"])

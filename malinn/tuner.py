@@ -1,7 +1,7 @@
 """The tuner: times candidate matmul kernels and configurations on a device and remembers the best.
 
 ``malinn tune [--quick]`` (or :func:`tune`) times every matmul kernel of the library, and the
-configurations of tunable ones (``tuning`` in kernels/library.json), on the shapes that matter
+configurations of tunable ones (``candidates`` in kernels/library.json), on the shapes that matter
 (a model's layers, or a standard set). Each candidate is checked against numpy before it may win.
 The winner is stored in a per-user cache (``$MALINN_CACHE_DIR``, else ``$XDG_CACHE_HOME/malinn``,
 else ``~/.cache/malinn``) keyed by device name, vendor and driver version; the runtime uses it
@@ -140,7 +140,7 @@ def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat:
         device: the device (default: the current one).
         shapes: ``(m, k, n)`` products to time (default: :data:`STANDARD_SHAPES`, or a smaller
             set with ``quick``).
-        quick: fewer shapes and a random sample of at most 24 configurations per tunable kernel.
+        quick: fewer shapes and at most 24 configurations per tunable kernel.
         repeat: timed runs per candidate and shape (the median counts).
         budget_s: stop trying new candidates after this many seconds (the best so far wins).
         stream: where the progress bar goes.
@@ -161,7 +161,7 @@ def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat:
     candidates = []
     for codename in library.codenames("matmul"):
         spec = library[codename]
-        configs = spec.configurations(device) if spec.tuning else [{}]
+        configs = spec.configurations(device) if spec.candidates else [{}]
         # the entry's default first, the rest shuffled: a run cut short by budget_s samples evenly
         rest = configs[1:]
         random.Random(seed).shuffle(rest)
@@ -189,8 +189,10 @@ def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat:
     if best is None:
         raise MalinnError(f"no matmul candidate ran correctly on {device.name}")
     flop = sum(2.0 * m * k * n for m, k, n in shapes)
+    timed = sorted((r for r in results if r.get("seconds")), key=lambda r: r["seconds"])
     best.update(shapes=[list(s) for s in shapes], gflops=flop / best["seconds"] / 1e9,
                 device=device.name, driver=device.driver_version, tuned_at=time.strftime("%Y-%m-%d %H:%M:%S"),
-                candidates=len(results))
+                candidates=len(results),
+                ranking=[{**r, "gflops": flop / r["seconds"] / 1e9} for r in timed[:20]])
     best["path"] = str(_save(device, best))
     return best

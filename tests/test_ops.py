@@ -169,3 +169,47 @@ def test_upload_and_download_are_counted(device):
     np.testing.assert_array_equal(m.numpy(), np.arange(6).reshape(2, 3))
     assert device.counters["uploads"] == before["uploads"] + 1
     assert device.counters["downloads"] == before["downloads"] + 1
+
+
+TUNABLE = [(codename, config) for codename in MATMULS for config in LIB[codename].configurations()
+           if LIB[codename].candidates]
+
+
+@pytest.mark.parametrize("codename, config", TUNABLE,
+                         ids=[f"{c}-" + "-".join(f"{k}{v}" for k, v in cfg.items()) for c, cfg in TUNABLE])
+def test_every_configuration_the_tuner_can_emit_matches_numpy(device, codename, config, rng):
+    spec = LIB[codename].configure(config)
+    if spec.workgroup and np.prod(spec.workgroup) > device.max_work_group_size:
+        pytest.skip(f"work-group {spec.workgroup} exceeds {device.name}'s {device.max_work_group_size}")
+    for m, k, n in [(1, 1, 1), (13, 37, 5), (33, 17, 65), (100, 784, 150)]:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        r = ops.matmul(DeviceMatrix.from_host(a), DeviceMatrix.from_host(b), spec, device)
+        assert_close(r.numpy(), a.astype(np.float64) @ b.astype(np.float64))
+
+
+@pytest.mark.parametrize("activation", ["linear", "relu", "gelu", "elu", "softmax"])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_fused_epilogue_matches_separate_kernels(device, activation, with_bias, rng):
+    spec = LIB["gemm_tiled"]
+    a = rng.standard_normal((37, 29)).astype(np.float32)
+    b = rng.standard_normal((29, 21)).astype(np.float32)
+    bias = rng.standard_normal(37).astype(np.float32)
+    before = device.counters["launches"]
+    r = ops.matmul(DeviceMatrix.from_host(a), DeviceMatrix.from_host(b), spec, device,
+                   bias=ops.upload_vector(device, bias) if with_bias else None, activation=activation,
+                   params={"alpha": 0.5} if activation == "elu" else None)
+    launches = device.counters["launches"] - before
+    z = a.astype(np.float64) @ b + (bias[:, None] if with_bias else 0)
+    params = {"alpha": 0.5} if activation == "elu" else {}
+    assert_close(r.numpy(), ref_activation(activation, z, axis=0, **params))
+    assert launches == (1 if activation != "softmax" else 2 + with_bias)   # softmax cannot be fused
+    full = r.layout.unpack(_download(r), r.padded, r.padded)
+    assert np.count_nonzero(full[37:, :]) == 0 and np.count_nonzero(full[:, 21:]) == 0
+
+
+def test_small_batches_fall_back_to_the_general_kernel(device):
+    ops.use("matmul", "gemm_tiled", device)
+    assert ops.kernel_for("matmul", device, (64, 64, 100)).codename == "gemm_tiled"
+    small = ops.kernel_for("matmul", device, (64, 64, 1))
+    assert small.codename == LIB.default("matmul_fallback", device.kind) and small.codename != "gemm_tiled"
