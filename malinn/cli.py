@@ -46,7 +46,7 @@ def cmd_convert(args) -> int:
     _device(args)
     model = malinn.load_model(args.src)
     path = model.save(args.output, target=args.target)
-    target = malinn.saving.resolve_target(args.target)
+    target = malinn.saving.resolve_target(args.target).codename
     print(f"{args.src} -> {path}: {len(model.layers)} layers, {model.count_params()} parameters, "
           f"input {(None,) + tuple(model.input_shape)}, weights laid out for {target}")
     return 0

@@ -237,6 +237,17 @@ class KernelLibrary:
         """Every codename that implements ``op``, in library order."""
         return [c for c, k in self.kernels.items() if k.op == op]
 
+    def default_spec(self, op: str, device_kind: str) -> KernelSpec:
+        """The default kernel for ``op`` on a device kind, in the configuration the table names.
+
+        A ``defaults`` value is a codename, or ``{"codename": ..., "defines": {...}}`` for a
+        configurable kernel whose best configuration differs by device kind.
+        """
+        table = self.defaults.get(op, {})
+        value = table.get(device_kind, table.get("*"))
+        spec = self[self.default(op, device_kind)]
+        return spec.configure(value.get("defines")) if isinstance(value, dict) else spec
+
     def activation_kernel(self, activation: str) -> KernelSpec:
         """The kernel that applies ``activation`` (``None`` if the library has none)."""
         for k in self.kernels.values():
@@ -256,6 +267,8 @@ class KernelLibrary:
         """
         table = self.defaults.get(op, {})
         codename = table.get(device_kind, table.get("*"))
+        if isinstance(codename, dict):
+            codename = codename["codename"]
         if codename is None:
             codenames = self.codenames("matmul" if op == "matmul_fallback" else op)
             if not codenames:
@@ -307,9 +320,15 @@ def _load(path: Path) -> KernelLibrary:
         op = "matmul" if op == "matmul_fallback" else op
         if op not in OPS or not isinstance(table, dict):
             raise LibraryError(f"{path}: field 'defaults.{op}': expected one of {OPS} mapping to an object")
-        for kind, codename in table.items():
+        for kind, value in table.items():
+            codename = value.get("codename") if isinstance(value, dict) else value
             if codename not in kernels or kernels[codename].op != op:
                 raise LibraryError(f"{path}: field 'defaults.{op}.{kind}': {codename!r} is not a {op} kernel")
+            if isinstance(value, dict):
+                try:
+                    kernels[codename].configure(value.get("defines"))
+                except LibraryError as exc:
+                    raise LibraryError(f"{path}: field 'defaults.{op}.{kind}.defines': {exc}") from None
     return KernelLibrary(kernels, defaults, path)
 
 

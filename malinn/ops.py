@@ -64,10 +64,9 @@ def kernel_for(op: str, device: Device | None = None, shape: tuple | None = None
         from .tuner import tuned_choice
 
         chosen = tuned_choice(device)
-    codename, config = chosen or (library.default(op, device.kind), {})
-    spec = library[codename].configure(config)
+    spec = library[chosen[0]].configure(chosen[1]) if chosen else library.default_spec(op, device.kind)
     if shape is not None and op == "matmul" and not spec.accepts(*shape):
-        spec = library[library.default("matmul_fallback", device.kind)]
+        spec = library.default_spec("matmul_fallback", device.kind)
     return spec
 
 

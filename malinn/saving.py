@@ -3,7 +3,8 @@
 A malinn model file is HDF5 (read on the board with h5py alone):
 
 * root attributes: ``malinn_format = "malinn-model"``, ``format_version`` (this module writes 1),
-  ``malinn_version``, ``target`` (the matmul codename whose layouts the weights are in),
+  ``malinn_version``, ``target`` (the matmul codename whose layouts the weights are in) and
+  ``target_defines`` (its configuration, JSON),
   ``config`` (JSON: the Sequential's layers and their configs), ``source`` (JSON: the Keras file,
   its format and Keras version, when converted);
 * group ``layers/<index>``, one per layer: for a Dense, dataset ``kernel_laid_out`` (``W =
@@ -34,8 +35,11 @@ FORMAT_NAME = "malinn-model"
 FORMAT_VERSION = 1
 
 
-def resolve_target(target=None) -> str:
-    """The matmul codename for ``target``: a codename, a device kind, or None (the current device's).
+def resolve_target(target=None):
+    """The matmul kernel for ``target``: a codename, a device kind, or None (the current device's).
+
+    Returns:
+        A :class:`~malinn.kernel_library.KernelSpec` (with the configuration the target uses).
 
     Raises:
         ConversionError: ``target`` is neither a matmul codename nor ``gpu``/``cpu``/``accelerator``.
@@ -44,11 +48,11 @@ def resolve_target(target=None) -> str:
 
     library = load_library()
     if target is None:
-        return ops.kernel_for("matmul").codename
+        return ops.kernel_for("matmul")
     if target in ("gpu", "cpu", "accelerator"):
-        return library.default("matmul", target)
+        return library.default_spec("matmul", target)
     if target in library and library[target].op == "matmul":
-        return target
+        return library[target]
     raise ConversionError(f"unknown target {target!r}; use gpu, cpu, accelerator or a matmul kernel: "
                           f"{', '.join(library.codenames('matmul'))}")
 
@@ -95,8 +99,7 @@ def save_model(model, path, target=None) -> Path:
 
     if not model.built:
         raise ConversionError(f"{path}: model {model.name!r} is not built; call build(input_shape) or predict first")
-    codename = resolve_target(target)
-    spec = load_library()[codename]
+    spec = resolve_target(target)
     config = model.get_config()
     for entry, layer in zip(config["layers"], model.layers):
         entry["keras_names"] = list(layer.keras_names)
@@ -108,7 +111,8 @@ def save_model(model, path, target=None) -> Path:
             f.attrs["malinn_format"] = FORMAT_NAME
             f.attrs["format_version"] = FORMAT_VERSION
             f.attrs["malinn_version"] = __version__
-            f.attrs["target"] = codename
+            f.attrs["target"] = spec.codename
+            f.attrs["target_defines"] = json.dumps(spec.config)
             f.attrs["config"] = json.dumps(config)
             f.attrs["source"] = json.dumps(getattr(model, "source", None))
             group = f.create_group("layers")

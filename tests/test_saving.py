@@ -34,7 +34,7 @@ def test_save_load_predicts_bit_for_bit(device, target, tmp_path, rng):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(loaded.predict(x), model.predict(x))
     with h5py.File(path) as f:
-        assert f.attrs["target"] == malinn.saving.resolve_target(target)
+        assert f.attrs["target"] == malinn.saving.resolve_target(target).codename
         assert f.attrs["format_version"] == 1
 
 

@@ -1,0 +1,127 @@
+"""Writes docs/PERFORMANCE.md and docs/gemm.png from the JSON results in benchmarks/results/.
+
+Run after the benchmarks (each writes its JSON with --json):  python3 benchmarks/report.py
+Needs matplotlib for the plot (pip install .[bench]); the tables are written without it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def load(name):
+    path = RESULTS / name
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def gemm_table(d):
+    cols = [k for k in d["rows"][0] if k != "n"]
+    out = [f"Device: {d['device']['name']} ({d['device']['platform']}), driver {d['driver']}; tuned kernel: "
+           f"`{d.get('tuned', '?')}`.", "", "| n | " + " | ".join(cols) + " |", "|" + " --- |" * (len(cols) + 1)]
+    out += [f"| {r['n']} | " + " | ".join(f"{r[c]:.0f}" if r[c] >= 100 else f"{r[c]:.1f}" for c in cols) + " |"
+            for r in d["rows"]]
+    return out
+
+
+def ratios(d, against):
+    row = max(d["rows"], key=lambda r: r["n"])
+    return {p: row["tuned"] / row[p] for p in against if p in row}, row["n"]
+
+
+def models_table(d):
+    peers = [p for p in ("numpy", "tensorflow", "torch") if any(p in r for r in d["rows"])]
+    out = [f"Device: {d['device']['name']}; matmul kernel `{d['matmul']}`. Milliseconds per batch, host to host; "
+           "in brackets the peer's time over malinn's (above 1: malinn is faster).", "",
+           "| model | batch | malinn | " + " | ".join(peers) + " |", "|" + " --- |" * (3 + len(peers))]
+    for r in d["rows"]:
+        cells = [f"{r[p] * 1e3:.3f} ({r[p] / r['malinn']:.2f}x)" if p in r else "-" for p in peers]
+        out.append(f"| {r['model']} | {r['batch']} | {r['malinn'] * 1e3:.3f} | " + " | ".join(cells) + " |")
+    return out
+
+
+def plot(gemms, path):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, axes = plt.subplots(1, len(gemms), figsize=(6.5 * len(gemms), 4.5), squeeze=False)
+    for ax, (title, d) in zip(axes[0], gemms):
+        ns = [r["n"] for r in d["rows"]]
+        for key in [k for k in d["rows"][0] if k != "n"]:
+            style = "-o" if key in ("tuned", "CLBlast", "cuBLAS", "numpy") else ":."
+            ax.plot(ns, [r[key] for r in d["rows"]], style, label=key, linewidth=2 if key == "tuned" else 1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("n (square n x n x n)")
+        ax.set_ylabel("GFLOP/s")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def main():
+    gpu, cpu = load("gemm_nvidia_h200.json"), load("gemm_pocl_cpu.json")
+    models_gpu, models_cpu = load("models_nvidia_h200.json"), load("models_pocl_cpu.json")
+    cold_gpu, cold_cpu = load("cold_nvidia_h200.json"), load("cold_pocl_cpu.json")
+    doc = ["# Performance", "",
+           "Every figure comes from a script in `benchmarks/` and is read as a ratio against a peer timed in",
+           "the same run (`benchmarks/results/*.json` hold the raw numbers and the commands; this page is",
+           "written from them by `python3 benchmarks/report.py`). These machines are noisy: rerun before",
+           "trusting a single digit. No test asserts a speed.", "",
+           "## GEMM, square n x n x n, GFLOP/s", "",
+           "`python3 benchmarks/gemm_variants.py --json OUT.json`: every matmul kernel of the library, the tuned",
+           "kernel, CLBlast's SGEMM on the same queue, numpy on the host CPU and cuBLAS (torch, TF32 off);",
+           "time from launch to queue finished, operands on the device, median of 5 after a warm-up.", ""]
+    gemms = []
+    if gpu:
+        doc += ["### NVIDIA H200 through NVIDIA's OpenCL driver (lent machine)", ""] + gemm_table(gpu) + [""]
+        r, n = ratios(gpu, ("CLBlast", "cuBLAS"))
+        doc += [f"At n = {n}: tuned / CLBlast = **{r.get('CLBlast', float('nan')):.2f}x** (target 1.0x), "
+                f"tuned / cuBLAS = **{r.get('cuBLAS', float('nan')):.2f}x** (target 0.75x).", ""]
+        gemms.append(("NVIDIA H200 (OpenCL)", gpu))
+    if cpu:
+        doc += ["### This project's 2-core machine, PoCL CPU device", ""] + gemm_table(cpu) + [""]
+        r, n = ratios(cpu, ("numpy", "CLBlast"))
+        m42 = [row["morton_4_2"] / row["blocked_rmcm"] for row in cpu["rows"]]
+        doc += [f"At n = {n}: tuned / numpy = **{r.get('numpy', float('nan')):.2f}x** (target 0.5x)"
+                + (f", tuned / CLBlast = {r['CLBlast']:.2f}x" if "CLBlast" in r else "") + ".",
+                f"The thesis's claim on a cache-only device: Morton 4-2 / blocked RMxCM = "
+                f"{min(m42):.2f}x to {max(m42):.2f}x over these sizes (the thesis saw 1.12x on a Mali T-628).", ""]
+        gemms.append(("PoCL CPU (2 cores)", cpu))
+    if gemms and plot(gemms, ROOT / "docs" / "gemm.png"):
+        doc += ["![GEMM GFLOP/s](gemm.png)", ""]
+    doc += ["## Rovder's Table 10.5 networks", "",
+            "`python3 benchmarks/models.py --json OUT.json`: Partial MNIST 640-150-10, Partial CIFAR 256-128-10,",
+            "Full MNIST 784-2500-2000-10, Full CIFAR 3072-4096-3072-10, ReLU between layers; batch 100 and",
+            "batch 1 (latency).", ""]
+    for title, d in (("NVIDIA H200", models_gpu), ("PoCL CPU, this machine", models_cpu)):
+        if d:
+            doc += [f"### {title}", ""] + models_table(d) + [""]
+    doc += ["## Cold start", "", "`python3 benchmarks/cold_start.py --json OUT.json`: a new process imports malinn,",
+            "loads a Partial MNIST model file and predicts once; with the program-binary cache filled by an",
+            "earlier process, and with every cache off.", ""]
+    for title, d in (("NVIDIA H200", cold_gpu), ("PoCL CPU, this machine", cold_cpu)):
+        if d:
+            doc.append(f"- {title}: warm cache **{d['warm_s']:.3f} s**, no caches {d['cold_s']:.3f} s "
+                       f"(of which importing malinn and probing the devices {d['import_and_probe_s']:.3f} s).")
+    notes = ROOT / "benchmarks" / "NOTES.md"
+    if notes.is_file():
+        doc += ["", notes.read_text().strip()]
+    (ROOT / "docs" / "PERFORMANCE.md").write_text("\n".join(doc) + "\n")
+    print("wrote docs/PERFORMANCE.md" + (" and docs/gemm.png" if gemms else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
