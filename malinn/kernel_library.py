@@ -131,12 +131,12 @@ class KernelSpec:
         if unknown:
             raise LibraryError(f"kernel {self.codename!r} has no defines {sorted(unknown)}")
         merged = {**dict(self.defines), **{k: str(v) for k, v in overrides.items()}}
-        failed = [c for c in self.constraints if not evaluate(c, merged)]
-        if failed:
-            raise LibraryError(f"kernel {self.codename!r}: configuration {overrides} breaks {failed}")
         key = (id(entry), tuple(sorted(merged.items())))
         spec = _configured.get(key)
         if spec is None:
+            failed = [c for c in self.constraints if not evaluate(c, merged)]
+            if failed:
+                raise LibraryError(f"kernel {self.codename!r}: configuration {overrides} breaks {failed}")
             spec = _configured[key] = _build(path, self.codename, entry, merged)
         return spec
 

@@ -17,6 +17,12 @@ from .layout import Layout, parse_layout
 __all__ = ["DeviceMatrix", "allocate"]
 
 
+def _count(device: Device, key: str) -> None:
+    """Adds one to ``device.counters[key]`` (under the device's lock: predict may run in threads)."""
+    with device._lock:
+        device.counters[key] = device.counters.get(key, 0) + 1
+
+
 def allocate(device: Device, nbytes: int, what: str):
     """Allocates a read-write device buffer, turning OpenCL failures into :class:`DeviceError`."""
     cl = _cl()
@@ -92,7 +98,7 @@ class DeviceMatrix:
             cl.enqueue_copy(device.queue, matrix.buffer, flat, is_blocking=True)
         except cl.Error as exc:
             raise DeviceError(f"uploading {what} {tuple(shape)} to {device.name} failed ({cl_status_name(exc)})") from exc
-        device.counters["uploads"] += 1
+        _count(device, "uploads")
         return matrix
 
     # ---------------------------------------------------------------- movement
@@ -128,7 +134,7 @@ class DeviceMatrix:
         except cl.Error as exc:
             raise DeviceError(f"downloading a {self.shape} result from {self.device.name} failed "
                               f"({cl_status_name(exc)})") from exc
-        self.device.counters["downloads"] += 1
+        _count(self.device, "downloads")
         self.host = self.layout.unpack(flat, self.shape, self.padded)
         return self.host
 

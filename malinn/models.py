@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
-from .device import get_device
+from .device import Device, get_device
+from .errors import DeviceError
 from .layers.base import Layer
 from .matrix import DeviceMatrix
 
 __all__ = ["Sequential"]
 
+#: more than any kernel pads a dimension by (layout chunks and work-group tiles are at most 128)
+_PAD_BOUND = 1024
+
 
 class Sequential:
     """A linear stack of layers.
 
-    The input goes to the device once; activations stay there between layers, in the layouts the
-    chosen kernels declare; the output comes back once.
+    The input goes to the device once per pass; activations stay there between layers, in the
+    layouts the chosen kernels declare; the output comes back once per pass. A batch whose
+    activations would not fit in one device allocation is split into passes automatically
+    (:meth:`max_batch`).
+
+    ``predict`` may be called from several threads at once on one model; each call gives the
+    result a single-threaded call gives (docs/RELIABILITY.md). Changing the model (``add``,
+    ``build``, ``set_weights``) while another thread predicts is not supported.
 
     Args:
         layers: the layers, in order.
@@ -30,6 +42,7 @@ class Sequential:
         self.layers: list[Layer] = []
         self.input_shape: tuple | None = None   # one sample's shape, e.g. (784,) or (28, 28)
         self.source = None                      # the Keras file it came from, when converted
+        self._build_lock = threading.RLock()    # a first predict from several threads builds once
         for layer in layers or []:
             self.add(layer)
 
@@ -124,7 +137,9 @@ class Sequential:
         Args:
             x: a numeric array of shape ``(batch, features)``; float64 and integers are cast to
                 float32 as Keras does.
-            batch_size: samples per device pass (default: the whole batch in one pass).
+            batch_size: samples per device pass (default: the whole batch in one pass, split
+                further only where the device's largest allocation requires it; see
+                :meth:`max_batch`). Results do not depend on it.
 
         Returns:
             A float32 array of shape ``(batch, units of the last layer)``.
@@ -132,13 +147,13 @@ class Sequential:
         Raises:
             ValueError: ``x`` is not numeric, not 2-D, or its width differs from the model's
                 input; ``batch_size`` is not a positive integer; the model has no layers.
-            DeviceError: the device failed (out of memory, a failed launch).
+            DeviceError: the device failed (out of memory, a failed launch), or even one sample's
+                activations exceed its largest allocation; the message names the layer and shape.
         """
         if not self.layers:
             raise ValueError(f"Sequential {self.name!r} has no layers to predict with")
         x = self._check_input(x)
-        if not self.built:
-            self.build((None,) + x.shape[1:])
+        self._ensure_built(x.shape[1:])
         x = x.reshape(x.shape[0], self.input_dim)   # Keras's Flatten order (row-major, channels last)
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
                                        or batch_size < 1):
@@ -146,9 +161,114 @@ class Sequential:
         n = x.shape[0]
         if n == 0:
             return np.zeros((0, self.output_dim), dtype=np.float32)
-        step = int(batch_size) if batch_size else n
+        step = self._step(n, batch_size)
         outputs = [self._forward(x[start:start + step]) for start in range(0, n, step)]
         return outputs[0] if len(outputs) == 1 else np.concatenate(outputs, axis=0)
+
+    def _step(self, n: int, batch_size=None) -> int:
+        """Samples per pass: ``batch_size`` (default all ``n``), at most what fits on the device."""
+        step = min(n, int(batch_size)) if batch_size else n
+        return max(1, min(step, self.max_batch(limit=step)))
+
+    def _ensure_built(self, sample_shape) -> None:
+        with self._build_lock:
+            if not self.built:
+                self.build((None,) + tuple(sample_shape))
+
+    # ---------------------------------------------------------------- memory planning
+    def activation_bytes(self, batch: int, device: Device | None = None) -> tuple[int, str]:
+        """The largest device buffer one pass of ``batch`` samples allocates for activations.
+
+        Counts the input as uploaded, and for each Dense layer its input in the layout its kernel
+        reads (a re-laid-out copy when it differs) and its result, each padded as the kernel
+        declares. Element-wise layers work in place and allocate nothing.
+
+        Args:
+            batch: samples in the pass.
+            device: the device (default: the current one).
+
+        Returns:
+            ``(bytes, what)``: the size and a description naming the layer and padded shape.
+        """
+        from . import ops
+        from .layers.dense import Dense
+
+        device = device or get_device()
+        dim = self.input_dim
+        worst = (0, "")
+        if not (self.layers and isinstance(self.layers[0], Dense)):   # else the Dense's input covers it
+            first = ops.kernel_for("matmul", device).matrices["b"].layout
+            rows, cols = first.padded_shape(dim, batch)
+            worst = (4 * rows * cols, f"the model's input ({dim} features x {batch} samples, padded to "
+                                      f"{rows}x{cols} in {first})")
+        for layer in self.layers:
+            out = layer.output_dim(dim)
+            if isinstance(layer, Dense):
+                shape = (layer.units, dim, batch)
+                spec = ops.kernel_for("matmul", device, shape)
+                plan = ops.matmul_plan(spec, *shape)
+                for key, label in (("b", "input"), ("r", "output")):
+                    rows, cols = plan[key]
+                    size = 4 * rows * cols
+                    if size > worst[0]:
+                        layout = spec.matrices[key].layout
+                        logical = dim if key == "b" else layer.units
+                        worst = (size, f"layer {layer.name!r} {label} ({logical} features x {batch} samples, "
+                                       f"padded to {rows}x{cols} in {layout} for kernel {spec.codename})")
+            dim = out
+        return worst
+
+    def max_batch(self, device: Device | None = None, limit: int | None = None) -> int:
+        """The most samples one device pass may take, so that no activation buffer exceeds the
+        device's largest single allocation (nor a quarter of its global memory: an input, a
+        re-laid-out copy and a result can be alive at once, beside the weights).
+
+        ``predict`` splits larger batches into passes of this many samples; results do not
+        depend on the split.
+
+        Args:
+            device: the device (default: the current one).
+            limit: stop searching at this many samples (default: 2**31).
+
+        Returns:
+            A positive number of samples.
+
+        Raises:
+            ValueError: the model is not built.
+            DeviceError: even one sample's activations do not fit; the message names the layer,
+                the padded shape and the device's limit.
+        """
+        if self.input_shape is None:
+            raise ValueError(f"Sequential {self.name!r} is not built; call build(input_shape) first")
+        device = device or get_device()
+        budget = min(int(device.max_allocation), int(device.global_memory) // 4)
+        limit = int(limit) if limit else 2**31
+        # the common case without planning: kernels pad each dimension by less than _PAD_BOUND, so
+        # this bounds every activation buffer (planning asks the kernel library, which takes time)
+        widest = max([self.input_dim] + [layer.output_dim(d) for layer, d in self._layer_inputs()])
+        if 4 * (widest + _PAD_BOUND) * (limit + _PAD_BOUND) <= budget // 2:
+            return limit
+        if self.activation_bytes(limit, device)[0] <= budget:
+            return limit
+        size, what = self.activation_bytes(1, device)
+        if size > budget:
+            raise DeviceError(f"{what} needs {size / 2**20:.1f} MiB, more than {device.name} allows in one "
+                              f"allocation ({budget / 2**20:.1f} MiB): even one sample does not fit")
+        low, high = 1, limit   # fits(low), not fits(high)
+        while high - low > 1:
+            mid = (low + high) // 2
+            if self.activation_bytes(mid, device)[0] <= budget:
+                low = mid
+            else:
+                high = mid
+        return low
+
+    def _layer_inputs(self):
+        """(layer, its number of input features) for each layer, in order."""
+        dim = self.input_dim
+        for layer in self.layers:
+            yield layer, dim
+            dim = layer.output_dim(dim)
 
     def _forward(self, x: np.ndarray, every_layer: bool = False):
         get_device()  # fail early and clearly when no device works
@@ -172,9 +292,20 @@ class Sequential:
         if not self.layers:
             raise ValueError(f"Sequential {self.name!r} has no layers to predict with")
         x = self._check_input(x)
-        if not self.built:
-            self.build((None,) + x.shape[1:])
-        return self._forward(x.reshape(x.shape[0], self.input_dim), every_layer=True)
+        self._ensure_built(x.shape[1:])
+        x = x.reshape(x.shape[0], self.input_dim)
+        n = x.shape[0]
+        if n == 0:
+            dims, dim = [], self.input_dim
+            for layer in self.layers:
+                dim = layer.output_dim(dim)
+                dims.append(np.zeros((0, dim), np.float32))
+            return dims
+        step = self._step(n)
+        passes = [self._forward(x[start:start + step], every_layer=True) for start in range(0, n, step)]
+        if len(passes) == 1:
+            return passes[0]
+        return [np.concatenate(outputs, axis=0) for outputs in zip(*passes)]
 
     def __call__(self, x) -> np.ndarray:
         return self.predict(x)

@@ -1,0 +1,219 @@
+"""Runs malinn kernels on given cases and checks them against numpy: the program that
+tests/test_oclgrind.py starts under Oclgrind (``oclgrind --check-api --data-races python3
+tests/oclgrind_driver.py CASES.json``).
+
+Each case is a JSON object:
+
+* ``{"op": "matmul", "codename": C, "shape": [m, k, n], "config": {...} | null, "bias": bool,
+  "activation": name | null}``: ``R = activation(A x B + bias)`` with kernel ``C`` (``config``:
+  the defines of one tuned configuration, see ``tuning_configurations`` in tests/test_oclgrind.py;
+  bias and activation are fused into kernels with an epilogue, else run as their own kernels);
+* ``{"op": "bias" | "affine", "layout": L, "shape": [rows, cols]}``;
+* ``{"op": "activation", "name": A, "layout": L, "shape": [rows, cols], "params": {...}}``;
+* ``{"op": "relayout", "src": L1, "dst": L2, "shape": [rows, cols]}``;
+* ``{"op": "model", "codename": C, "input": d, "units": [...], "activations": [...], "batch": n,
+  "batch_size": s | null, "split_samples": k | null}``: a Sequential of Dense layers (with a
+  BatchNormalization after the first) predicted with matmul kernel ``C``; ``split_samples``
+  lowers the device's largest allocation to what ``k`` samples need, so that the batch is split.
+
+For each case the driver writes a line ``@@malinn-case N`` to stderr before running it (and
+flushes), so that whatever Oclgrind reports on stderr can be attributed to the case that caused
+it, then writes one JSON line to stdout: ``{"case": N, "error": max |got - want| / max(1, |want|),
+"nan_mismatch": bool}`` or ``{"case": N, "exception": "..."}``. It never imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import traceback
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import malinn  # noqa: E402
+from malinn import ops  # noqa: E402
+from malinn.kernel_library import load_library  # noqa: E402
+from malinn.layout import Layout  # noqa: E402
+from malinn.matrix import DeviceMatrix  # noqa: E402
+
+from helpers import activation as ref_activation  # noqa: E402
+
+MARK = "@@malinn-case"
+
+# Oclgrind 21.10's --uninitialized check misreports values in a buffer created after another was
+# released (its shadow memory is not reset for the new buffer: a plain pyopencl program that
+# uploads, multiplies and adds a bias twice, dropping the first round's buffers, shows it). So the
+# driver keeps every buffer malinn allocates alive until it exits: no buffer is ever reused, and the
+# check stays meaningful. Only the lifetime changes; the buffers are malinn's own.
+_KEPT = []
+
+
+def _keep_buffers():
+    import malinn.matrix
+    import malinn.ops
+
+    allocate = malinn.matrix.allocate
+
+    def allocate_and_keep(*args, **kwargs):
+        buffer = allocate(*args, **kwargs)
+        _KEPT.append(buffer)
+        return buffer
+
+    malinn.matrix.allocate = allocate_and_keep
+    malinn.ops.allocate = allocate_and_keep
+
+
+def _spec_with_config(spec, config):
+    """``spec`` in one tuned configuration (a dict of defines), restrictions re-evaluated."""
+    if not config:
+        return spec
+    return spec.configure(config)
+
+
+def _download_padded(matrix):
+    import pyopencl as cl
+
+    flat = np.empty(matrix.padded[0] * matrix.padded[1], np.float32)
+    cl.enqueue_copy(matrix.device.queue, flat, matrix.buffer, is_blocking=True)
+    return matrix.layout.unpack(flat, matrix.padded, matrix.padded)
+
+
+def _error(got, want):
+    got = np.asarray(got, np.float64)
+    want = np.asarray(want, np.float64)
+    if got.shape != want.shape:
+        return {"exception": f"shape {got.shape} != {want.shape}"}
+    nan_mismatch = bool((np.isnan(got) != np.isnan(want)).any())
+    finite = ~np.isnan(want)
+    err = 0.0
+    if finite.any():
+        scale = max(1.0, float(np.abs(want[finite]).max()))
+        err = float(np.abs(got[finite] - want[finite]).max()) / scale
+    return {"error": err, "nan_mismatch": nan_mismatch}
+
+
+def run_case(case, device, library, rng):
+    op = case["op"]
+    if op == "matmul":
+        m, k, n = case["shape"]
+        spec = _spec_with_config(library[case["codename"]], case.get("config"))
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        want = a.astype(np.float64) @ b.astype(np.float64)
+        extra = {}
+        if case.get("bias"):
+            bias = rng.standard_normal(m).astype(np.float32)
+            extra["bias"] = ops.upload_vector(device, bias)
+            want = want + bias[:, None]
+        if case.get("activation"):
+            extra["activation"] = case["activation"]
+            want = ref_activation(case["activation"], want, axis=0)
+        r = ops.matmul(DeviceMatrix.from_host(a), DeviceMatrix.from_host(b), spec, device, **extra)
+        result = _error(r.numpy(), want)
+        result["kernel"] = spec.codename
+        result["defines"] = dict(spec.defines)
+        full = _download_padded(r)
+        result["padding_nonzero"] = int(np.count_nonzero(full[m:, :]) + np.count_nonzero(full[:, n:]))
+        return result
+    if op == "model":
+        return run_model(case, device, rng)
+    layout = case.get("layout") or case.get("src")
+    rows, cols = case["shape"]
+    x = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
+    padded = Layout.parse(layout).padded_shape(rows, cols, 4, 4)
+    mat = DeviceMatrix.upload(device, x, layout, padded)
+    if op == "bias":
+        bias = rng.standard_normal(rows).astype(np.float32)
+        ops.bias_add(mat, ops.upload_vector(device, bias))
+        want = x.astype(np.float64) + bias[:, None]
+    elif op == "affine":
+        scale, shift = rng.standard_normal((2, rows)).astype(np.float32)
+        ops.affine(mat, ops.upload_vector(device, scale), ops.upload_vector(device, shift))
+        want = x.astype(np.float64) * scale[:, None] + shift[:, None]
+    elif op == "activation":
+        params = case.get("params") or {}
+        ops.activation(mat, case["name"], **params)
+        want = ref_activation(case["name"], x.astype(np.float64), axis=0, **params)
+    elif op == "relayout":
+        dst = Layout.parse(case["dst"])
+        mat = mat.in_layout(device, dst, dst.padded_shape(rows, cols, 8, 4))
+        want = x
+    else:
+        raise ValueError(f"unknown op {op!r}")
+    mat.host = None
+    result = _error(mat.numpy(), want)
+    full = _download_padded(mat)
+    result["padding_nonzero"] = int(np.count_nonzero(full[rows:, :]) + np.count_nonzero(full[:, cols:]))
+    return result
+
+
+def run_model(case, device, rng):
+    from malinn import Sequential
+    from malinn.layers import BatchNormalization, Dense
+
+    ops.use("matmul", case["codename"], device)
+    layers = [Dense(u, activation=a) for u, a in zip(case["units"], case["activations"])]
+    layers.insert(1, BatchNormalization())
+    model = Sequential(layers)
+    model.build((None, case["input"]))
+    weights = [w + rng.standard_normal(w.shape).astype(np.float32) * 0.5 for w in model.get_weights()]
+    weights[5] = np.abs(weights[5]) + 0.5                      # moving variance > 0
+    model.set_weights(weights)
+    x = rng.standard_normal((case["batch"], case["input"])).astype(np.float32)
+    saved = device.max_allocation
+    downloads = device.counters["downloads"]
+    if case.get("split_samples"):   # lower the largest allocation to what a few samples need
+        dim, weights_size = model.input_dim, 0
+        for layer in model.layers:
+            if isinstance(layer, Dense):
+                spec = ops.kernel_for("matmul", device, (layer.units, dim, case["batch"]))
+                rows, cols = ops.matmul_plan(spec, layer.units, dim, case["batch"])["a"]
+                weights_size = max(weights_size, 4 * rows * cols)
+            dim = layer.output_dim(dim)
+        device.max_allocation = max(model.activation_bytes(case["split_samples"], device)[0], weights_size)
+    try:
+        max_batch = model.max_batch(device)
+        got = model.predict(x, batch_size=case.get("batch_size"))
+    finally:
+        device.max_allocation = saved
+    h = x.astype(np.float64)
+    for layer in model.layers:
+        w = [v.astype(np.float64) for v in layer.get_weights()]
+        if isinstance(layer, Dense):
+            h = ref_activation(layer.activation, h @ w[0] + w[1], axis=-1)
+        else:
+            gamma, beta, mean, var = w
+            h = (h - mean) / np.sqrt(var + layer.epsilon) * gamma + beta
+    result = _error(got, h)
+    result["passes"] = device.counters["downloads"] - downloads
+    result["max_batch"] = max_batch
+    return result
+
+
+def main(argv):
+    with open(argv[1]) as fh:
+        cases = json.load(fh)
+    _keep_buffers()
+    device = malinn.get_device()
+    print(json.dumps({"device": device.name, "platform": device.platform}), flush=True)
+    library = load_library()
+    rng = np.random.default_rng(20240605)
+    for i, case in enumerate(cases):
+        print(f"{MARK} {i}", file=sys.stderr, flush=True)
+        try:
+            result = run_case(case, device, library, rng)
+        except Exception as exc:  # reported, not raised: the other cases still run
+            result = {"exception": f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}"}
+        device.queue.finish()
+        result["case"] = i
+        print(json.dumps(result), flush=True)
+    print(f"{MARK} end", file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

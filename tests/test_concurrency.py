@@ -1,0 +1,130 @@
+"""Concurrency (issue 5, item 4; docs/RELIABILITY.md): ``predict`` on one model from several
+threads at once gives exactly the results of single-threaded calls, with warm and cold caches."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from helpers import assert_close
+from malinn import Sequential, ops
+from malinn.kernel_library import load_library
+from malinn.layers import BatchNormalization, Dense, Softmax
+
+THREADS = 4
+ROUNDS = 5
+
+
+def make_model(seed=0):
+    rng = np.random.default_rng(seed)
+    model = Sequential([Dense(29, activation="relu", name="h1"), BatchNormalization(name="bn"),
+                        Dense(61, activation="tanh", name="h2"), Dense(7, name="logits"), Softmax(name="p")])
+    model.build((None, 45))
+    weights = [rng.standard_normal(w.shape).astype(np.float32) * 0.3 for w in model.get_weights()]
+    weights[5] = np.abs(weights[5]) + 0.5      # the moving variance stays positive
+    model.set_weights(weights)
+    return model
+
+
+def inputs(seed):
+    """Different inputs per thread and round, with different batch sizes (1 and odd ones)."""
+    rng = np.random.default_rng(seed)
+    sizes = [1, 3, 17, 64, 5, 33, 2, 100]
+    return [[rng.standard_normal((sizes[(t + r) % len(sizes)], 45)).astype(np.float32)
+             for r in range(ROUNDS)] for t in range(THREADS)]
+
+
+def run_threads(work):
+    """Runs ``work(t)`` for each thread index at once (a barrier releases them together);
+    returns their results in thread order and re-raises the first exception any of them raised."""
+    barrier = threading.Barrier(THREADS)
+    results, errors = [None] * THREADS, []
+
+    def target(t):
+        try:
+            barrier.wait(timeout=60)
+            results[t] = work(t)
+        except BaseException as exc:   # collected and re-raised in the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=target, args=(t,), name=f"predict-{t}") for t in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not any(thread.is_alive() for thread in threads), "a predict thread hung"
+    if errors:
+        raise errors[0]
+    return results
+
+
+def matmuls_to_check():
+    """``None`` (the device's own choice, in the configuration the library names for its kind),
+    the library's default matmul for each device kind, a Morton kernel and every kernel with a
+    fused epilogue or tunable defines (those take other code paths); the others run the same host
+    code as one of these."""
+    library = load_library()
+    chosen = [library.default("matmul", kind) for kind in ("gpu", "cpu", "accelerator")] + ["morton_4_2"]
+    chosen += [c for c in library.codenames("matmul")
+               if getattr(library[c], "epilogue", False) or getattr(library[c], "candidates", ())]
+    return [None] + [c for i, c in enumerate(chosen) if c in library and c not in chosen[:i]]
+
+
+@pytest.mark.parametrize("codename", matmuls_to_check(), ids=lambda c: c or "default")
+def test_four_threads_predict_exactly_like_one(device, codename):
+    if codename:
+        ops.use("matmul", codename, device)
+    model = make_model()
+    xs = inputs(1)
+    expected = [[model.predict(x) for x in rounds] for rounds in xs]      # single-threaded, warms caches
+    before = dict(device.counters)
+    got = run_threads(lambda t: [model.predict(x) for x in xs[t]])
+    for t in range(THREADS):
+        for r in range(ROUNDS):
+            np.testing.assert_array_equal(got[t][r], expected[t][r], err_msg=f"thread {t}, round {r}")
+    # the warm model uploads only inputs and downloads only outputs: one of each per call
+    assert device.counters["uploads"] - before["uploads"] == THREADS * ROUNDS
+    assert device.counters["downloads"] - before["downloads"] == THREADS * ROUNDS
+
+
+def test_concurrent_first_predict_with_cold_caches(device, monkeypatch):
+    """No program built, no weight on the device yet: four threads make the first call at once."""
+    monkeypatch.setattr(device, "_programs", {})            # every kernel must be built again...
+    for cache in ("_built", "_kernels"):                    # (ops' per-launch caches too, where present)
+        if hasattr(ops, cache):
+            monkeypatch.setattr(ops, cache, {})
+    monkeypatch.setenv("MALINN_BINARY_CACHE", "0")          # ...from source, not from the disk cache
+    builds = device.counters["builds"]
+    model = make_model(seed=5)
+    xs = inputs(2)
+    got = run_threads(lambda t: model.predict(xs[t][0]))
+    assert device.counters["builds"] > builds                 # the caches were cold indeed
+    reference = make_model(seed=5)                            # the same weights, predicted alone
+    for t in range(THREADS):
+        np.testing.assert_array_equal(got[t], reference.predict(xs[t][0]), err_msg=f"thread {t}")
+        np.testing.assert_array_equal(got[t], model.predict(xs[t][0]), err_msg=f"thread {t}")
+
+
+def test_concurrent_first_predict_builds_an_unbuilt_model_once(device):
+    """A model without input shape is built by its first predict; four first calls at once build it
+    once (building draws random weights, so a second build would change the answers)."""
+    model = Sequential([Dense(11, activation="sigmoid", name="a"), Dense(3, name="b")])
+    x = np.random.default_rng(3).standard_normal((6, 9)).astype(np.float32)
+    got = run_threads(lambda t: model.predict(x))
+    after = model.predict(x)
+    for t in range(THREADS):
+        np.testing.assert_array_equal(got[t], after, err_msg=f"thread {t}")
+    kernel, bias, kernel2, bias2 = model.get_weights()
+    assert_close(after, 1 / (1 + np.exp(-(x.astype(np.float64) @ kernel + bias))) @ kernel2 + bias2)
+
+
+def test_threads_predicting_different_models_and_splits(device, monkeypatch):
+    """Two models at once, one of them split into passes by a lowered allocation limit."""
+    first, second = make_model(seed=7), make_model(seed=8)
+    xs = inputs(3)
+    expected = [[(first if t % 2 else second).predict(x) for x in xs[t]] for t in range(THREADS)]
+    monkeypatch.setattr(device, "max_allocation", max(first.activation_bytes(8, device)[0], 2**16))
+    got = run_threads(lambda t: [(first if t % 2 else second).predict(x) for x in xs[t]])
+    for t in range(THREADS):
+        for r in range(ROUNDS):
+            assert_close(got[t][r], expected[t][r], rtol=1e-5)

@@ -1,0 +1,257 @@
+"""Large inputs, out-of-memory and non-finite inputs (issue 5, item 5; docs/RELIABILITY.md).
+
+The device's largest single allocation is lowered through the real ``Device.max_allocation``
+attribute (what ``Sequential.max_batch`` and ``matrix.allocate`` read), so that splitting and
+out-of-memory paths run without allocating gigabytes.
+"""
+
+import math
+import re
+
+import numpy as np
+import pytest
+
+from helpers import activation as ref_activation
+from helpers import assert_close
+from malinn import DeviceError, Sequential, ops
+from malinn.kernel_library import load_library
+from malinn.layers import Activation, BatchNormalization, Dense
+from malinn.matrix import DeviceMatrix
+
+#: every matmul kernel, and None: the device's own default (in the configuration named for its kind)
+MATMULS = [None] + load_library().codenames("matmul")
+
+
+def choose(codename, device):
+    if codename:
+        ops.use("matmul", codename, device)
+
+
+def make_model(seed=0, input_dim=37):
+    """37 -> 13 relu -> BatchNormalization -> 1001 sigmoid -> 3 softmax, with non-trivial weights."""
+    rng = np.random.default_rng(seed)
+    model = Sequential([Dense(13, activation="relu", name="narrow"), BatchNormalization(name="norm"),
+                        Dense(1001, activation="sigmoid", name="wide"), Dense(3, activation="softmax", name="out")])
+    model.build((None, input_dim))
+    weights = [w + rng.standard_normal(w.shape).astype(np.float32) * 0.3 for w in model.get_weights()]
+    weights[5] = np.abs(weights[5]) + 0.5   # the moving variance stays positive
+    model.set_weights(weights)
+    return model
+
+
+def reference(model, x):
+    """A float64 numpy forward pass of ``model`` (Dense and BatchNormalization layers)."""
+    h = np.asarray(x, np.float64)
+    with np.errstate(all="ignore"):
+        for layer in model.layers:
+            w = [v.astype(np.float64) for v in layer.get_weights()]
+            if isinstance(layer, Dense):
+                h = ref_activation(layer.activation, h @ w[0] + w[1], axis=-1)
+            elif isinstance(layer, BatchNormalization):
+                gamma, beta, mean, var = w
+                h = (h - mean) / np.sqrt(var + layer.epsilon) * gamma + beta
+            else:
+                h = ref_activation(layer.activation, h, axis=-1)
+    return h
+
+
+def same_kernels(model, device, n1, n2):
+    """Whether passes of ``n1`` and ``n2`` samples run every Dense with the same kernel (then
+    their results are bitwise equal; a kernel whose preconditions need a larger batch may hand a
+    small pass to the fallback kernel, which rounds differently)."""
+    dim, same = model.input_dim, True
+    for layer in model.layers:
+        if isinstance(layer, Dense):
+            a = ops.kernel_for("matmul", device, (layer.units, dim, n1))
+            b = ops.kernel_for("matmul", device, (layer.units, dim, n2))
+            same &= a.codename == b.codename and a.defines == b.defines
+        dim = layer.output_dim(dim)
+    return same
+
+
+def weight_bytes(model, device, n):
+    """The largest laid-out Dense kernel (W) of ``model`` for passes of ``n`` samples."""
+    dim, size = model.input_dim, 0
+    for layer in model.layers:
+        if isinstance(layer, Dense):
+            spec = ops.kernel_for("matmul", device, (layer.units, dim, n))
+            rows, cols = ops.matmul_plan(spec, layer.units, dim, n)["a"]
+            size = max(size, 4 * rows * cols)
+        dim = layer.output_dim(dim)
+    return size
+
+
+def lower_the_limit(monkeypatch, model, device, n, samples):
+    """Sets ``device.max_allocation`` to what about ``samples`` samples need (never below the
+    weights: those are one buffer each whatever the batch) and returns the passes of ``n``."""
+    budget = max(model.activation_bytes(samples, device)[0], weight_bytes(model, device, samples),
+                 weight_bytes(model, device, n))
+    assert model.activation_bytes(n, device)[0] > budget, "the batch must not fit in one pass"
+    monkeypatch.setattr(device, "max_allocation", budget)
+    step = model.max_batch(device)
+    assert samples <= step < n and model.activation_bytes(step, device)[0] <= budget
+    assert model.activation_bytes(step + 1, device)[0] > budget
+    return step
+
+
+def assert_equal_results(got, want, bitwise):
+    if bitwise:
+        np.testing.assert_array_equal(got, want)
+    else:
+        assert_close(got, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("codename", MATMULS, ids=lambda c: c or "default")
+def test_a_batch_beyond_one_allocation_is_split_and_answered_correctly(device, codename, monkeypatch, rng):
+    choose(codename, device)
+    model = make_model()
+    n = 300
+    x = rng.standard_normal((n, 37)).astype(np.float32)
+    whole = model.predict(x)                                   # one pass
+    step = lower_the_limit(monkeypatch, model, device, n, n // 5)
+    before = dict(device.counters)
+    split = model.predict(x)
+    passes = math.ceil(n / step)
+    assert device.counters["downloads"] - before["downloads"] == passes > 1
+    assert device.counters["uploads"] - before["uploads"] == passes          # the inputs only
+    assert split.shape == (n, 3) and split.dtype == np.float32
+    assert_equal_results(split, whole, same_kernels(model, device, step, n))
+    assert_close(split, reference(model, x))
+
+
+def test_batch_size_stays_an_upper_bound_beside_the_device_split(device, monkeypatch, rng):
+    model = make_model(seed=1)
+    n = 230
+    x = rng.standard_normal((n, 37)).astype(np.float32)
+    whole = model.predict(x)
+    step = lower_the_limit(monkeypatch, model, device, n, n // 4)
+    for batch_size, per_pass in [(4, min(4, step)), (n - 10, step), (None, step), (10 * n, step)]:
+        before = device.counters["downloads"]
+        got = model.predict(x, batch_size=batch_size)
+        assert device.counters["downloads"] - before == math.ceil(n / per_pass), batch_size
+        assert_equal_results(got, whole, same_kernels(model, device, per_pass, n))
+
+
+def test_predict_layers_is_split_the_same_way(device, monkeypatch, rng):
+    model = make_model(seed=2)
+    n = 190
+    x = rng.standard_normal((n, 37)).astype(np.float32)
+    whole = model.predict_layers(x)
+    step = lower_the_limit(monkeypatch, model, device, n, n // 4)
+    before = device.counters["downloads"]
+    split = model.predict_layers(x)
+    assert device.counters["downloads"] - before == math.ceil(n / step) * len(model.layers)
+    assert [s.shape for s in split] == [(n, 13), (n, 13), (n, 1001), (n, 3)]
+    for got, want in zip(split, whole):
+        assert_equal_results(got, want, same_kernels(model, device, step, n))
+
+
+def test_max_batch_without_a_limit_is_the_whole_batch_when_it_fits(device):
+    model = make_model()
+    assert model.max_batch(device, limit=1000) == 1000
+    size, what = model.activation_bytes(1000, device)
+    assert size < device.max_allocation and "layer 'wide'" in what   # the widest layer dominates
+
+
+def test_one_sample_beyond_the_largest_allocation_names_the_layer_and_shape(device, monkeypatch, rng):
+    model = make_model()
+    x = rng.standard_normal((3, 37)).astype(np.float32)
+    size, what = model.activation_bytes(1, device)
+    monkeypatch.setattr(device, "max_allocation", size - 4)
+    with pytest.raises(DeviceError, match=r"layer 'wide' (input|output) \(1001 features x 1 samples, padded to "
+                                          r"\d+x\d+ in \w+ for kernel \w+\) needs .* MiB.*even one sample"):
+        model.predict(x)
+
+
+def test_weights_beyond_the_largest_allocation_raise_a_device_error_naming_the_layer(device, monkeypatch, rng):
+    model = Sequential([Dense(1001, name="big_kernel")])
+    model.build((None, 300))           # W is 1001 x 300: about 1.2 MiB; one sample's activations are ~4 KiB
+    monkeypatch.setattr(device, "max_allocation", 2**18)
+    with pytest.raises(DeviceError, match=r"layer 'big_kernel' kernel 1001x300 in \w+: 1\.\d MiB exceeds the largest "
+                                          r"single allocation"):
+        model.predict(rng.standard_normal((2, 300)))
+
+
+def test_a_real_driver_allocation_failure_is_a_device_error(device, monkeypatch):
+    """malinn's own size check is lifted, so the driver itself must refuse a 2**40-byte (1 TiB)
+    result. PoCL refuses it when it is created (CL_INVALID_BUFFER_SIZE); a driver that allocates
+    on first use (NVIDIA's) refuses the first kernel that writes it: either way a DeviceError
+    naming the layer and the OpenCL status, and the device works afterwards."""
+    if device.cl_device.max_mem_alloc_size >= 2**40 or device.cl_device.global_mem_size >= 2**40:
+        pytest.skip(f"{device.name} claims to hold 1 TiB")
+    monkeypatch.setattr(device, "max_allocation", 2**62)
+    padded = (2**18, 2**20)   # 2**38 floats; the kernel below touches one of them
+    try:
+        m = DeviceMatrix.empty(device, (1, 1), "R", padded, what="layer 'x' result")
+    except DeviceError as exc:
+        assert re.fullmatch(r"layer 'x' result 1x1 in R: allocating 1048576\.0 MiB on .* failed \(CL_\w+\)",
+                            str(exc)), exc
+    else:
+        with pytest.raises(DeviceError, match=r"^layer 'x': kernel relu failed on .* \(CL_\w+\)"):
+            ops.activation(m, "relu", what="layer 'x'")
+            device.queue.finish()   # where the error is only reported when the queue runs
+        del m
+    model = make_model()
+    x = np.ones((2, 37), np.float32)
+    assert_close(model.predict(x), reference(model, x))
+
+
+# ------------------------------------------------------------------------------- NaN and Inf
+
+def poisoned(rng, n=9):
+    x = rng.standard_normal((n, 37)).astype(np.float32)
+    x[1, 5] = np.nan
+    x[3, 0] = np.inf
+    x[4, 36] = -np.inf
+    x[6, :] = np.nan
+    return x, [0, 2, 5, 7, 8]
+
+
+@pytest.mark.parametrize("codename", MATMULS, ids=lambda c: c or "default")
+def test_nan_and_inf_stay_in_their_sample_and_propagate_like_tensorflow(device, codename, rng):
+    """TensorFlow propagates NaN and Inf through matmul, bias, relu, sigmoid, softmax by IEEE rules:
+    a NaN input makes its whole sample NaN after a Dense; +-Inf gives +-Inf or NaN (Inf - Inf)."""
+    choose(codename, device)
+    model = make_model(seed=3)
+    x, clean = poisoned(rng)
+    got = model.predict(x)
+    want = reference(model, x)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert np.isnan(got[[1, 3, 4, 6]]).all()          # each poisoned sample is NaN after softmax
+    assert np.isfinite(got[clean]).all()               # ...and no other sample is touched
+    assert_close(got[clean], want[clean])
+    assert_close(got[clean], model.predict(x[clean]))
+
+
+@pytest.mark.parametrize("activation", ["relu", "sigmoid", "tanh", "softmax", "linear", "elu", "gelu"])
+def test_non_finite_values_through_each_activation(device, activation, rng):
+    model = Sequential([Dense(5, activation=activation, name="d")])
+    model.build((None, 3))
+    model.set_weights([np.array([[1, -1, 0.5, 2, 0], [0, 0, 0, 0, 1], [1, 1, 1, 1, 1]], np.float32),
+                       np.zeros(5, np.float32)])
+    x = np.array([[np.inf, 0, 0], [-np.inf, 0, 0], [np.nan, 0, 0], [1, 2, 3], [1, np.inf, -np.inf]], np.float32)
+    got = model.predict(x)
+    want = reference(model, x)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = ~np.isnan(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-6)
+    assert np.isfinite(got[3]).all()
+
+
+def test_nan_does_not_cross_a_split_boundary(device, monkeypatch, rng):
+    model = make_model(seed=4)
+    x, clean = poisoned(rng, n=9)
+    x = np.concatenate([x] * 40)                  # 360 samples, poisoned ones in every pass
+    clean = [i + 9 * j for j in range(40) for i in clean]
+    lower_the_limit(monkeypatch, model, device, len(x), 30)
+    got = model.predict(x)
+    np.testing.assert_array_equal(np.isnan(got).any(axis=1), [i not in clean for i in range(len(x))])
+    assert_close(got[clean], reference(model, x[clean]))
+
+
+def test_activation_only_model_keeps_nan_and_inf(device):
+    model = Sequential([Activation("relu", name="r"), Activation("sigmoid", name="s")])
+    x = np.array([[np.nan, np.inf, -np.inf, -1.0, 2.0]], np.float32)
+    got = model.predict(x)
+    assert np.isnan(got[0, 0]) and got[0, 1] == 1.0 and got[0, 2] == 0.5 and got[0, 3] == 0.5
+    assert got[0, 4] == pytest.approx(1 / (1 + np.exp(-2.0)), rel=1e-6)

@@ -1,0 +1,403 @@
+"""Every kernel of kernels/library.json under Oclgrind's memory, race and API checks (issue 5, item 1).
+
+Oclgrind (Debian's ``oclgrind``) simulates an OpenCL device and reports out-of-bounds accesses,
+data races, uses of uninitialised values and API misuse on stderr. The cases (odd shapes for
+every matmul kernel and each of its tuned configurations; bias, scale-and-shift, every activation,
+softmax and re-layout on odd shapes in several layouts; whole models) run in a few
+``oclgrind --check-api --data-races --uninitialized python3 tests/oclgrind_driver.py`` processes
+(in parallel, one per core, at most two by default); each case is then asserted to have left
+nothing on stderr and to match numpy.
+
+Tuned configurations: ``tuning_configurations`` lists every configuration the tuner can emit for
+a kernel (``KernelSpec.configurations()``: the entry's defaults and its ``candidates`` that meet its
+``constraints``); each runs on every odd shape. Should a kernel ever list more than ``ALL_LIMIT``
+(a whole search space), simulating all would take hours, so the suite then checks the defaults on
+every shape plus a set that covers every pair of define values any valid configuration has
+(``covering_configurations``); ``MALINN_OCLGRIND_CONFIGS=all`` checks them all regardless (on a
+machine with many cores: one Oclgrind process runs per core).
+
+Oclgrind 21.10's ``--uninitialized`` check misreports buffers created after others were released;
+tests/oclgrind_driver.py therefore keeps every buffer alive, so no memory is reused (see there).
+
+Oclgrind reports one thing that is not malinn's: pyopencl probes every device for NVIDIA's compute
+capability (``CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV``, in ``pyopencl.characterize``) when it makes a
+kernel object, and catches the ``CL_INVALID_VALUE`` that Oclgrind answers; ``--check-api``
+reports that query. Exactly that report is ignored (``PYOPENCL_PROBE``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from malinn import ops
+from malinn.kernel_library import load_library
+
+OCLGRIND = shutil.which("oclgrind")
+pytestmark = pytest.mark.skipif(
+    OCLGRIND is None, reason="oclgrind is not on PATH: install Debian's oclgrind package "
+    "(bash .ci/setup --test does) to check every kernel for out-of-bounds accesses and data races")
+
+DRIVER = Path(__file__).with_name("oclgrind_driver.py")
+MARK = "@@malinn-case"
+LIB = load_library()
+MATMULS = LIB.codenames("matmul")
+SHAPES = [(1, 1, 1), (3, 5, 7), (13, 37, 5), (33, 17, 65)]
+LAYOUTS = ["R", "C", "C_4_2_C", "C_4_4_C", "R_2_4_R", "R_16_16_C_4_4_R", "C_8_4_R_2_2_C"]
+ELEMENT_SHAPES = [(1, 1), (3, 5), (13, 7), (33, 17)]
+PARAMS = {"elu": {"alpha": 0.3}, "leaky_relu": {"negative_slope": 0.01},
+          "relu_general": {"negative_slope": 0.1, "max_value": 2.5, "threshold": 0.5, "has_max_value": 1.0}}
+TOLERANCE = 1e-5
+SPLIT_KERNEL = "blocked_rmrm" if "blocked_rmrm" in LIB else MATMULS[0]
+MODE = os.environ.get("MALINN_OCLGRIND_CONFIGS", "auto")
+ALL_LIMIT = 40
+PROCESSES = (os.cpu_count() or 1) if MODE == "all" else min(2, os.cpu_count() or 1)
+OCLGRIND_FLAGS = ["--check-api", "--data-races", "--uninitialized"]
+PYOPENCL_PROBE = ("\nOclgrind - OpenCL runtime error detected\n\tFunction: clGetDeviceInfo\n"
+                  "\tError:    CL_INVALID_VALUE\n\tFor argument 'param_name'\n")
+
+
+# ------------------------------------------------------------------------ tuned configurations
+
+def tuning_configurations(spec) -> list[dict]:
+    """Every configuration the tuner can emit for kernel ``spec`` (a list of define dicts, the
+    entry's defaults first; empty for a kernel that is not tunable).
+
+    This is the one place that enumerates them: ``KernelSpec.configurations()`` without a device
+    gives the defaults and every ``candidates`` entry of the library that meets the entry's
+    ``constraints`` (the tuner further drops, per device, work-groups and local memory the device
+    lacks; Oclgrind is started with limits large enough for all of them). Configurations that the
+    library's ``defaults`` name for a device kind are added when they are not among them.
+    """
+    if not hasattr(spec, "configurations"):
+        return []
+    configs = [dict(c) for c in spec.configurations()] if (
+        getattr(spec, "candidates", ()) or getattr(spec, "tuning", ())) else []
+    # and the configurations the library's defaults name per device kind (the runtime uses them)
+    for kind in ("gpu", "cpu", "accelerator"):
+        if hasattr(LIB, "default_spec") and LIB.default("matmul", kind) == spec.codename:
+            named = dict(LIB.default_spec("matmul", kind).defines)
+            if named != dict(spec.defines) and _as_defines(named) not in [_as_defines(c) for c in configs]:
+                configs = (configs or [dict(spec.defines)]) + [named]
+    return configs
+
+
+def _pairs(config: dict) -> set:
+    return {((a, config[a]), (b, config[b])) for a, b in itertools.combinations(sorted(config), 2)}
+
+
+def _config_cost(spec, config) -> float:
+    """A rough simulation cost: multiply-adds of the distinct padded problems, weighted by the
+    work-group size (Oclgrind's race checks slow down with large work-groups)."""
+    configured = spec.configure(config)
+    work_group = math.prod(configured.workgroup or (1,))
+    return sum(_mac(configured, shape) for shape in _distinct_shapes(configured)) * (1 + work_group / 256) ** 1.5
+
+
+def _mac(spec, shape) -> int:
+    plan = ops.matmul_plan(spec, *shape)
+    return plan["a"][0] * plan["a"][1] * plan["r"][1]
+
+
+def _distinct_shapes(spec) -> list:
+    """The shapes of SHAPES that give distinct padded problems for ``spec`` (the odd shapes
+    first): memory accesses depend on the padded sizes, so equal ones would check the same."""
+    seen, shapes = set(), []
+    for shape in sorted(SHAPES, key=lambda s: -s[0] * s[1] * s[2]):
+        plan = ops.matmul_plan(spec, *shape)
+        key = (plan["a"], plan["b"], plan["r"])
+        if key not in seen:
+            seen.add(key)
+            shapes.append(shape)
+    return shapes
+
+
+def _as_defines(config: dict) -> dict:
+    return {k: str(v) for k, v in config.items()}
+
+
+def covering_configurations(spec, configs: list[dict]) -> list[dict]:
+    """The entry's default configuration, then configurations chosen greedily (most new pairs per
+    unit of simulation cost) until every pair of define values that occurs in some valid
+    configuration occurs in a chosen one. Deterministic."""
+    default = dict(spec.defines)
+    chosen = [c for c in configs if _as_defines(c) == _as_defines(default)][:1]
+    needed = set().union(*(_pairs(c) for c in configs)) if configs else set()
+    covered = set().union(*(_pairs(c) for c in chosen)) if chosen else set()
+    costs = [_config_cost(spec, c) for c in configs]
+    while covered != needed:
+        best = max(range(len(configs)), key=lambda i: (len(_pairs(configs[i]) - covered) / costs[i], -i))
+        covered |= _pairs(configs[best])
+        chosen.append(configs[best])
+    return chosen
+
+
+def configurations_to_check(spec) -> list:
+    """``[None]`` (the entry as it is) for a kernel without tuning, else the configurations the
+    suite checks: all of them (the library lists a dozen or so candidates), or a covering set when
+    a kernel's configurations are too many to simulate (over ``ALL_LIMIT``, unless
+    MALINN_OCLGRIND_CONFIGS=all)."""
+    configs = tuning_configurations(spec)
+    if not configs:
+        return [None]
+    return configs if MODE == "all" or len(configs) <= ALL_LIMIT else covering_configurations(spec, configs)
+
+
+# ------------------------------------------------------------------------------------- cases
+
+def matmul_cases() -> list[dict]:
+    cases = []
+    for codename in MATMULS:
+        spec = LIB[codename]
+        for i, config in enumerate(configurations_to_check(spec)):
+            configured = spec.configure(config) if config else spec
+            # every shape; only the distinct padded problems where a covering set stands for many
+            shapes = SHAPES if i == 0 or len(tuning_configurations(spec)) <= ALL_LIMIT or MODE == "all" \
+                else _distinct_shapes(configured)
+            for shape in shapes:
+                cases.append({"op": "matmul", "codename": codename, "config": config, "shape": list(shape),
+                              "kernels": [codename], "cost": _mac(configured, shape) * (
+                                  1 + math.prod(configured.workgroup or (1,)) / 256) ** 1.5})
+        if getattr(spec, "epilogue", False):   # the fused bias + activation path, default configuration
+            for shape, activation in itertools.product([(3, 5, 7), (33, 17, 65)],
+                                                       ["relu", "sigmoid", "elu", "gelu", "softmax", None]):
+                cases.append({"op": "matmul", "codename": codename, "config": None, "shape": list(shape),
+                              "bias": True, "activation": activation, "kernels": [codename],
+                              "cost": _mac(spec, shape) * 2})
+    return cases
+
+
+def elementwise_cases() -> list[dict]:
+    """Bias and scale-and-shift in every layout; each activation in one layout (rotating through
+    them: the formula touches no memory, the layout's index macro does), relu and softmax (a loop
+    over a whole column) in every layout; re-layout between every pair of six layouts. All shapes."""
+    cases = []
+    activations = LIB.codenames("activation")
+    for shape, (li, layout) in itertools.product(ELEMENT_SHAPES, enumerate(LAYOUTS)):
+        cases.append({"op": "bias", "layout": layout, "shape": list(shape), "kernels": LIB.codenames("bias")[:1]})
+        cases.append({"op": "affine", "layout": layout, "shape": list(shape),
+                      "kernels": LIB.codenames("affine")[:1]})
+        for ai, codename in enumerate(activations):
+            name = LIB[codename].activation
+            if ai % len(LAYOUTS) == li or name in ("relu", "softmax"):
+                cases.append({"op": "activation", "name": name, "layout": layout, "shape": list(shape),
+                              "params": PARAMS.get(name, {}), "kernels": [codename]})
+    for (src, dst), shape in itertools.product(itertools.permutations(LAYOUTS[:6], 2), ELEMENT_SHAPES):
+        cases.append({"op": "relayout", "src": src, "dst": dst, "shape": list(shape),
+                      "kernels": LIB.codenames("relayout")[:1]})
+    for case in cases:
+        case["cost"] = 2000
+    return cases
+
+
+def model_cases() -> list[dict]:
+    cases = []
+    for codename in MATMULS:
+        cases.append({"op": "model", "codename": codename, "input": 13, "units": [7, 33, 5],
+                      "activations": ["relu", "sigmoid", "softmax"], "batch": 19, "kernels": [codename],
+                      "cost": 50000})
+    # a kernel without preconditions or wide padding, so that a few samples make a pass
+    cases.append({"op": "model", "codename": SPLIT_KERNEL, "input": 13, "units": [7, 33, 5],
+                  "activations": ["tanh", "elu", "softmax"], "batch": 23, "split_samples": 4,
+                  "kernels": [SPLIT_KERNEL], "cost": 50000})
+    return cases
+
+
+def all_cases() -> list[dict]:
+    return matmul_cases() + elementwise_cases() + model_cases()
+
+
+# --------------------------------------------------------------------------------- running
+
+def oclgrind_limits(cases) -> list[str]:
+    """--max-wgsize and --local-mem-size large enough for every configuration checked."""
+    work_group, local = 1024, 32768
+    for case in cases:
+        if case["op"] == "matmul" and case.get("config"):
+            spec = LIB[case["codename"]].configure(case["config"])
+            work_group = max(work_group, math.prod(spec.workgroup or (1,)))
+            entry = spec.template[1] if spec.template else {}
+            if entry.get("local_bytes"):
+                from malinn.expressions import evaluate
+
+                local = max(local, evaluate(entry["local_bytes"], {**spec.config, **case["config"]}))
+    # the driver keeps every buffer alive (see oclgrind_driver.py), so give the device room for all
+    return ["--max-wgsize", str(work_group), "--local-mem-size", str(local), "--global-mem-size", str(2**30)]
+
+
+def split_stderr(text: str) -> dict:
+    """Oclgrind's stderr cut at the driver's case markers: {case index or "preamble"/"end": text}."""
+    parts = re.split(rf"^{MARK} (\d+|end)\n", text, flags=re.M)
+    out = {"preamble": parts[0]}
+    for i in range(1, len(parts) - 1, 2):
+        key = int(parts[i]) if parts[i].isdigit() else parts[i]
+        out[key] = parts[i + 1]
+    return out
+
+
+def unexplained(text: str) -> str:
+    """Whatever Oclgrind (or anything else) wrote on stderr, minus pyopencl's NVIDIA probe."""
+    return text.replace(PYOPENCL_PROBE, "").strip()
+
+
+def run_batch(cases, folder: Path, index: int, timeout: float):
+    """Starts one Oclgrind process on ``cases``; returns the Popen and its file paths."""
+    path = folder / f"cases{index}.json"
+    path.write_text(json.dumps([{k: v for k, v in c.items() if k not in ("kernels", "cost")} for c in cases]))
+    out, err = folder / f"out{index}.txt", folder / f"err{index}.txt"
+    env = dict(os.environ, MALINN_DEVICE="Oclgrind", MALINN_BINARY_CACHE="0", PYTHONWARNINGS="ignore",
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1])] +
+                                          ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+    command = [OCLGRIND, *OCLGRIND_FLAGS, *oclgrind_limits(cases), sys.executable, str(DRIVER), str(path)]
+    with open(out, "w") as fo, open(err, "w") as fe:
+        proc = subprocess.Popen(command, stdout=fo, stderr=fe, env=env)
+    return proc, out, err, command
+
+
+def balance(cases, parts: int) -> list[list[int]]:
+    """Case indices split into ``parts`` batches of about equal estimated cost (largest first)."""
+    batches = [[] for _ in range(parts)]
+    loads = [0.0] * parts
+    for i in sorted(range(len(cases)), key=lambda i: -cases[i]["cost"]):
+        j = loads.index(min(loads))
+        batches[j].append(i)
+        loads[j] += cases[i]["cost"]
+    return [sorted(b) for b in batches if b]
+
+
+@pytest.fixture(scope="module")
+def oclgrind_results():
+    """Runs every case under Oclgrind once; returns (cases, {index: result}, {index: stderr},
+    preambles, devices)."""
+    cases = all_cases()
+    folder = Path(tempfile.mkdtemp(prefix="malinn-oclgrind-"))
+    batches = balance(cases, PROCESSES)
+    timeout = 600 if MODE != "all" else 24 * 3600
+    running = [(batch, *run_batch([cases[i] for i in batch], folder, n, timeout)) for n, batch in enumerate(batches)]
+    results, stderr, preambles, devices, crashes = {}, {}, [], [], []
+    for batch, proc, out, err, command in running:
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            code = "timeout"
+        lines = out.read_text().splitlines()
+        if lines:
+            devices.append(json.loads(lines[0]))
+        for line in lines[1:]:
+            record = json.loads(line)
+            results[batch[record["case"]]] = record
+        parts = split_stderr(err.read_text())
+        preambles.append(parts.pop("preamble", ""))
+        parts.pop("end", None)
+        for local, text in parts.items():
+            stderr[batch[local]] = text
+        if code != 0:
+            crashes.append(f"{' '.join(command)} exited with {code}; stderr tail:\n{err.read_text()[-3000:]}")
+    shutil.rmtree(folder, ignore_errors=True)
+    return cases, results, stderr, preambles, devices, crashes
+
+
+# ------------------------------------------------------------------------------------ tests
+
+def test_the_driver_ran_on_oclgrind_and_exited_cleanly(oclgrind_results):
+    cases, results, stderr, preambles, devices, crashes = oclgrind_results
+    assert not crashes, "\n".join(crashes)
+    assert devices and all(d["platform"] == "Oclgrind" for d in devices), devices
+    for text in preambles:   # importing malinn and probing the device: nothing reported either
+        assert unexplained(text) == "", text[-3000:]
+    assert len(results) == len(cases)
+
+
+def _failures(indices, cases, results, stderr):
+    failures = []
+    for i in indices:
+        case = {k: v for k, v in cases[i].items() if k not in ("kernels", "cost")}
+        result = results.get(i)
+        report = unexplained(stderr.get(i, ""))
+        if result is None:
+            failures.append(f"{case}: no result (the process died in this case?)\n{report[-2000:]}")
+        elif "exception" in result:
+            failures.append(f"{case}: {result['exception'][-2000:]}")
+        else:
+            problems = []
+            if report:
+                problems.append(f"Oclgrind reported:\n{report[:4000]}")
+            if result["error"] > TOLERANCE:
+                problems.append(f"max error {result['error']:.3g} > {TOLERANCE}")
+            if result["nan_mismatch"]:
+                problems.append("NaN where numpy has none, or the reverse")
+            if result.get("padding_nonzero"):
+                problems.append(f"{result['padding_nonzero']} non-zero padding elements")
+            if problems:
+                failures.append(f"{case}: " + "; ".join(problems))
+    return failures
+
+
+@pytest.mark.parametrize("codename", list(LIB.kernels))
+def test_kernel_is_clean_under_oclgrind(oclgrind_results, codename):
+    """No out-of-bounds access, data race, uninitialised value or API error; numpy's answer."""
+    cases, results, stderr, *_ = oclgrind_results
+    indices = [i for i, c in enumerate(cases) if codename in c["kernels"]]
+    assert indices, f"no Oclgrind case exercises kernel {codename!r}: add one in tests/test_oclgrind.py"
+    failures = _failures(indices, cases, results, stderr)
+    assert not failures, f"{len(failures)} of {len(indices)} cases failed:\n" + "\n".join(failures[:20])
+
+
+@pytest.mark.parametrize("codename", MATMULS)
+def test_matmul_ran_every_odd_shape_under_oclgrind(oclgrind_results, codename):
+    cases, results, *_ = oclgrind_results
+    ran = {tuple(c["shape"]) for i, c in enumerate(cases)
+           if c["op"] == "matmul" and c["codename"] == codename and not c.get("config") and i in results}
+    ran |= {tuple(c["shape"]) for i, c in enumerate(cases) if c["op"] == "matmul" and c["codename"] == codename
+            and c.get("config") and _as_defines(c["config"]) == _as_defines(dict(LIB[codename].defines))
+            and i in results}
+    assert set(SHAPES) <= ran
+
+
+@pytest.mark.parametrize("codename", [c for c in MATMULS if tuning_configurations(LIB[c])])
+def test_tuned_configurations_checked_under_oclgrind(oclgrind_results, codename):
+    """Every configuration the tuner can emit, on every odd shape; for a kernel with more than
+    ALL_LIMIT of them (and without MALINN_OCLGRIND_CONFIGS=all), a set that covers every pair of
+    define values a valid configuration can have, the default configuration first."""
+    cases, results, *_ = oclgrind_results
+    spec = LIB[codename]
+    every = tuning_configurations(spec)
+    checked = {json.dumps(_as_defines(c["config"]), sort_keys=True) for i, c in enumerate(cases)
+               if c["op"] == "matmul" and c["codename"] == codename and c.get("config") and i in results}
+    valid = {json.dumps(_as_defines(c), sort_keys=True) for c in every}
+    assert checked <= valid
+    assert json.dumps(_as_defines(dict(spec.defines)), sort_keys=True) in checked
+    if MODE == "all" or len(every) <= ALL_LIMIT:
+        assert checked == valid
+        for config in every:   # on every odd shape
+            ran = {tuple(c["shape"]) for i, c in enumerate(cases) if c["op"] == "matmul"
+                   and c["codename"] == codename and c.get("config") and i in results
+                   and _as_defines(c["config"]) == _as_defines(config)}
+            assert ran == set(SHAPES), config
+    else:
+        needed = set().union(*(_pairs(_as_defines(c)) for c in every))
+        covered = set().union(*(_pairs(json.loads(c)) for c in checked))
+        assert covered == needed, f"pairs of define values never checked: {sorted(needed - covered)[:10]}"
+
+
+def test_models_and_a_split_batch_under_oclgrind(oclgrind_results):
+    cases, results, stderr, *_ = oclgrind_results
+    indices = [i for i, c in enumerate(cases) if c["op"] == "model"]
+    assert not _failures(indices, cases, results, stderr)
+    split = [results[i] for i in indices if cases[i].get("split_samples")]
+    whole = [results[i] for i in indices if not cases[i].get("split_samples")
+             and cases[i]["codename"] == SPLIT_KERNEL]
+    assert split and whole and whole[0]["passes"] == 1
+    assert split[0]["max_batch"] < 23 and split[0]["passes"] == math.ceil(23 / split[0]["max_batch"]) > 1
