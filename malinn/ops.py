@@ -18,7 +18,7 @@ import numpy as np
 from .device import Device, _cl, cl_status_name, get_device
 from .errors import DeviceError, LibraryError
 from .kernel_library import KernelSpec, load_library
-from .matrix import DeviceMatrix, allocate
+from .matrix import DeviceMatrix, _count, allocate
 
 __all__ = ["use", "kernel_for", "matmul", "matmul_plan", "bias_add", "affine", "activation", "relayout",
            "upload_vector", "launch"]
@@ -241,8 +241,12 @@ def upload_vector(device: Device, values, what: str = "vector"):
     cl = _cl()
     values = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
     buffer = allocate(device, values.nbytes, what)
-    cl.enqueue_copy(device.queue, buffer, values, is_blocking=True)
-    device.counters["uploads"] += 1
+    try:
+        cl.enqueue_copy(device.queue, buffer, values, is_blocking=True)
+    except cl.Error as exc:   # e.g. a driver that allocates on first use runs out of memory here
+        raise DeviceError(f"uploading {what} ({values.size} values) to {device.name} failed "
+                          f"({cl_status_name(exc)})") from exc
+    _count(device, "uploads")
     return buffer
 
 
