@@ -8,6 +8,8 @@ directly in the wanted layout) or re-lays out on the device; :meth:`DeviceMatrix
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .device import Device, _cl, cl_status_name
@@ -23,14 +25,25 @@ def _count(device: Device, key: str) -> None:
         device.counters[key] = device.counters.get(key, 0) + 1
 
 
+def zero_copy(device: Device) -> bool:
+    """Whether buffers on ``device`` are host memory mapped in place of copied.
+
+    True on devices that share memory with the host (Mali, Adreno, CPUs), unless
+    ``MALINN_ZERO_COPY=0``: buffers are then allocated with ``CL_MEM_ALLOC_HOST_PTR`` and filled
+    and read through ``clEnqueueMapBuffer``, so no second copy of the data is made.
+    """
+    return device.host_unified_memory and os.environ.get("MALINN_ZERO_COPY", "1") != "0"
+
+
 def allocate(device: Device, nbytes: int, what: str):
     """Allocates a read-write device buffer, turning OpenCL failures into :class:`DeviceError`."""
     cl = _cl()
     if nbytes > device.max_allocation:
         raise DeviceError(f"{what}: {nbytes / 2**20:.1f} MiB exceeds the largest single allocation of "
                           f"{device.name} ({device.max_allocation / 2**20:.0f} MiB)")
+    flags = cl.mem_flags.READ_WRITE | (cl.mem_flags.ALLOC_HOST_PTR if zero_copy(device) else 0)
     try:
-        return cl.Buffer(device.context, cl.mem_flags.READ_WRITE, max(nbytes, 4))
+        return cl.Buffer(device.context, flags, max(nbytes, 4))
     except cl.Error as exc:
         raise DeviceError(f"{what}: allocating {nbytes / 2**20:.1f} MiB on {device.name} failed "
                           f"({cl_status_name(exc)})") from exc
@@ -95,7 +108,14 @@ class DeviceMatrix:
             raise LayoutError(f"{what}: a buffer of {flat.size} elements is not {padded[0]}x{padded[1]}")
         matrix = cls.empty(device, shape, layout, padded, what)
         try:
-            cl.enqueue_copy(device.queue, matrix.buffer, flat, is_blocking=True)
+            if zero_copy(device):
+                mapped, _ = cl.enqueue_map_buffer(device.queue, matrix.buffer, cl.map_flags.WRITE_INVALIDATE_REGION,
+                                                  0, flat.shape, np.float32, is_blocking=True)
+                mapped[...] = flat
+                mapped.base.release(device.queue)
+                _count(device, "zero_copy")
+            else:
+                cl.enqueue_copy(device.queue, matrix.buffer, flat, is_blocking=True)
         except cl.Error as exc:
             raise DeviceError(f"uploading {what} {tuple(shape)} to {device.name} failed ({cl_status_name(exc)})") from exc
         _count(device, "uploads")
@@ -128,14 +148,26 @@ class DeviceMatrix:
         if self.host is not None:
             return self.host
         cl = _cl()
-        flat = np.empty(self.padded[0] * self.padded[1], dtype=np.float32)
+        size = self.padded[0] * self.padded[1]
         try:
-            cl.enqueue_copy(self.device.queue, flat, self.buffer, is_blocking=True)
+            if zero_copy(self.device):   # read the result where it lies; unpack copies what we keep
+                mapped, _ = cl.enqueue_map_buffer(self.device.queue, self.buffer, cl.map_flags.READ, 0, (size,),
+                                                  np.float32, is_blocking=True)
+                try:
+                    host = self.layout.unpack(mapped, self.shape, self.padded)
+                    # unpack returns a view when nothing moves (R, no padding): keep no view of the map
+                    self.host = host.copy() if np.shares_memory(host, mapped) else host
+                finally:
+                    mapped.base.release(self.device.queue)
+                _count(self.device, "zero_copy")
+            else:
+                flat = np.empty(size, dtype=np.float32)
+                cl.enqueue_copy(self.device.queue, flat, self.buffer, is_blocking=True)
+                self.host = self.layout.unpack(flat, self.shape, self.padded)
         except cl.Error as exc:
             raise DeviceError(f"downloading a {self.shape} result from {self.device.name} failed "
                               f"({cl_status_name(exc)})") from exc
         _count(self.device, "downloads")
-        self.host = self.layout.unpack(flat, self.shape, self.padded)
         return self.host
 
     def invalidate_host(self) -> None:
