@@ -73,6 +73,8 @@ class Device:
     max_work_group_size: int
     max_work_item_sizes: tuple[int, ...]
     local_memory: int
+    image_support: bool
+    image2d_max_size: tuple[int, int]
     opencl_c_version: str
     driver_version: str
     host_unified_memory: bool
@@ -227,6 +229,8 @@ def _probe(cl, platform, cl_device, index) -> Device:
         type=_type_name(cl, d.type), compute_units=d.max_compute_units,
         global_memory=d.global_mem_size, max_allocation=d.max_mem_alloc_size,
         max_work_group_size=d.max_work_group_size, max_work_item_sizes=tuple(d.max_work_item_sizes), local_memory=d.local_mem_size,
+        image_support=bool(d.image_support),
+        image2d_max_size=(d.image2d_max_width, d.image2d_max_height) if d.image_support else (0, 0),
         opencl_c_version=version.strip(), driver_version=d.driver_version.strip(),
         host_unified_memory=unified, cl_device=d, context=context, queue=queue)
     device._programs[hashlib.sha256(_PROBE_SOURCE.encode() + b"\0").hexdigest()] = program

@@ -4,7 +4,8 @@ Each entry maps a codename to an OpenCL function, its source file and its restri
 
 * one entry per matrix argument (``a``, ``b``, ``r``): ``representation`` (a layout string, or
   ``"*"`` for a kernel that works in any layout through the ``MALINN_INDEX_<X>`` macro),
-  ``rowAlign`` and ``colAlign`` (the padded shape must be a multiple of these);
+  ``rowAlign`` and ``colAlign`` (the padded shape must be a multiple of these), and ``image``
+  (true: passed as an RGBA float image2d, four rows of a column per texel);
 * ``arglist``: the scalar arguments, one letter each, in order (``l`` padded common dimension,
   ``h``/``w`` padded rows/columns of ``r``, ``m``/``n`` logical rows/columns of ``r``,
   ``H``/``W`` padded rows/columns of ``a``, all ``uint``; ``p`` the next float parameter);
@@ -64,6 +65,7 @@ class MatrixRestriction:
     representation: str          # a layout string, or "*" for any layout
     row_align: int
     col_align: int
+    image: bool = False          # passed as an RGBA float image2d (texel = 4 rows of a column)
 
     @property
     def any_layout(self) -> bool:
@@ -170,10 +172,18 @@ class KernelSpec:
                 found.append(config)
         return found
 
-    def accepts(self, m: int, k: int, n: int) -> bool:
-        """Whether a product of this shape meets the entry's ``preconditions``."""
+    def accepts(self, m: int, k: int, n: int, device=None) -> bool:
+        """Whether a product of this shape meets the entry's ``preconditions`` (and, for image
+        operands, ``device``'s image support and size limits)."""
         limits = dict(self.preconditions)
-        return m >= limits.get("min_m", 1) and k >= limits.get("min_k", 1) and n >= limits.get("min_n", 1)
+        if not (m >= limits.get("min_m", 1) and k >= limits.get("min_k", 1) and n >= limits.get("min_n", 1)):
+            return False
+        if device is not None and any(r.image for r in self.matrices.values()):
+            a = self.matrices["a"]
+            rows, cols = -(-m // a.row_multiple) * a.row_multiple, -(-k // a.col_multiple) * a.col_multiple
+            return (device.image_support and rows // 4 <= device.image2d_max_size[0]
+                    and cols <= device.image2d_max_size[1])
+        return True
 
     def param_values(self, given: dict | None = None) -> list[float]:
         """The float parameters in ``p`` order: ``given`` values, else defaults, else 0.
@@ -399,8 +409,12 @@ def _build(path: Path, codename: str, entry: dict, defines: dict) -> KernelSpec:
                 parse_layout(rep)
             except LayoutError as exc:
                 fail(f"restrictions.{name}.representation", str(exc))
+        image = m.get("image", False)
+        if not isinstance(image, bool) or (image and rep != "C"):
+            fail(f"restrictions.{name}.image", "expected true or false; an image operand is laid out 'C'")
         matrices[name] = MatrixRestriction(rep, positive_int(f"restrictions.{name}.rowAlign", m.get("rowAlign")),
-                                           positive_int(f"restrictions.{name}.colAlign", m.get("colAlign")))
+                                           positive_int(f"restrictions.{name}.colAlign", m.get("colAlign")),
+                                           image)
     if "r" not in matrices:
         fail("restrictions.r", "every kernel writes a result matrix 'r'")
     arglist = rs.get("arglist", "")

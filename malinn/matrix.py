@@ -67,6 +67,7 @@ class DeviceMatrix:
         self.layout = parse_layout(layout) if layout is not None else None
         self.padded = tuple(padded) if padded is not None else None
         self.buffer = buffer
+        self.image = None   # the buffer as an image2d, made by kernels that read their operand so
 
     def __repr__(self) -> str:
         where = f"on {self.device.name} as {self.layout} padded to {self.padded}" if self.buffer is not None else "host only"
@@ -171,6 +172,7 @@ class DeviceMatrix:
         return self.host
 
     def invalidate_host(self) -> None:
-        """Marks the host copy stale after a kernel wrote the buffer in place."""
+        """Marks the host copy (and an image made from the buffer) stale after a kernel wrote it."""
         if self.buffer is not None:
             self.host = None
+            self.image = None

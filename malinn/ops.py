@@ -65,7 +65,7 @@ def kernel_for(op: str, device: Device | None = None, shape: tuple | None = None
 
         chosen = tuned_choice(device)
     spec = library[chosen[0]].configure(chosen[1]) if chosen else library.default_spec(op, device.kind)
-    if shape is not None and op == "matmul" and not spec.accepts(*shape):
+    if shape is not None and op == "matmul" and not spec.accepts(*shape, device=device):
         spec = library.default_spec("matmul_fallback", device.kind)
     return spec
 
@@ -116,7 +116,9 @@ def launch(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | Non
     floats = iter(spec.param_values(params))
     args = [np.float32(next(floats)) if c == "p" else np.uint32(values[c]) for c in spec.arglist]
     for name in spec.buffers:
-        if name in matrices:
+        if name in matrices and spec.matrices[name].image:
+            args.append(_as_image(matrices[name], device))
+        elif name in matrices:
             args.append(matrices[name].buffer)
         else:  # a vector the kernel declares but this call does not use (no bias): never read
             args.append((vectors or {}).get(name) or _placeholder(device))
@@ -135,6 +137,25 @@ def launch(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | Non
 
 
 _placeholders: dict = {}
+
+
+def _as_image(matrix: DeviceMatrix, device: Device):
+    """The matrix (laid out 'C') as an RGBA float image2d, copied on the device once and kept."""
+    cl = _cl()
+    image = getattr(matrix, "image", None)
+    if image is None:
+        width, height = matrix.padded[0] // 4, matrix.padded[1]
+        if not device.image_support or width > device.image2d_max_size[0] or height > device.image2d_max_size[1]:
+            raise DeviceError(f"{device.name} cannot hold a {width}x{height} image "
+                              f"(image support {device.image_support}, limit {device.image2d_max_size})")
+        try:
+            image = cl.create_image(device.context, cl.mem_flags.READ_ONLY,
+                                    cl.ImageFormat(cl.channel_order.RGBA, cl.channel_type.FLOAT), shape=(width, height))
+            cl.enqueue_copy(device.queue, image, matrix.buffer, offset=0, origin=(0, 0), region=(width, height))
+        except cl.Error as exc:
+            raise DeviceError(f"making a {width}x{height} image on {device.name} failed ({cl_status_name(exc)})") from exc
+        matrix.image = image
+    return image
 _built: dict = {}     # (device, kernel, defines, layouts) -> program, skipping source assembly and hashing
 
 

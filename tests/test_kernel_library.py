@@ -24,6 +24,7 @@ def test_library_has_every_variant_of_the_design_table():
     ("cross1", "R", "R", "R"), ("rmcm", "R", "C", "C"), ("crossv", "R", "C", "C"),
     ("blocked_rmrm", "R", "R", "R"), ("blocked_rmcm", "R", "C", "C"),
     ("morton_4_2", "R_2_4_R", "C_4_2_C", "C_4_2_C"), ("morton_4_4", "R_4_4_R", "C_4_4_C", "C_4_4_C"),
+    ("gemm_tiled", "C", "R", "R"), ("gemm_image", "C", "C", "C"),
 ])
 def test_layouts_match_the_design_table(codename, a, b, r):
     spec = LIB[codename]

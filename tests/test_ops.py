@@ -213,3 +213,24 @@ def test_small_batches_fall_back_to_the_general_kernel(device):
     assert ops.kernel_for("matmul", device, (64, 64, 100)).codename == "gemm_tiled"
     small = ops.kernel_for("matmul", device, (64, 64, 1))
     assert small.codename == LIB.default("matmul_fallback", device.kind) and small.codename != "gemm_tiled"
+
+
+def test_image_operand_is_made_once_and_kept(device, rng):
+    if not device.image_support:
+        pytest.skip(f"{device.name} has no image support")
+    spec = LIB["gemm_image"]
+    a = DeviceMatrix.from_host(rng.standard_normal((9, 11)).astype(np.float32))
+    a = a.in_layout(device, spec.matrices["a"].layout, ops.matmul_plan(spec, 9, 11, 3)["a"])
+    for n in (3, 17):
+        b = rng.standard_normal((11, n)).astype(np.float32)
+        r = ops.matmul(a, DeviceMatrix.from_host(b), spec, device)
+        assert_close(r.numpy(), a.numpy().astype(np.float64) @ b)
+    assert a.image is not None
+
+
+def test_image_kernels_fall_back_where_images_do_not_fit(device):
+    ops.use("matmul", "gemm_image", device)
+    assert ops.kernel_for("matmul", device, (64, 64, 64)).codename == ("gemm_image" if device.image_support else
+                                                                      LIB.default("matmul_fallback", device.kind))
+    too_deep = (64, device.image2d_max_size[1] + 4 if device.image_support else 64, 8)
+    assert ops.kernel_for("matmul", device, too_deep).codename != "gemm_image"

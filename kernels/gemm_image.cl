@@ -1,0 +1,39 @@
+/* Matrix multiplication with the left operand read through the texture path (image2d_t), after
+ * Qualcomm's Adreno SGEMM (seeds/adreno-matrix-multiply-part2.txt): one operand through the
+ * texture cache, the other through the ordinary global-memory path.
+ *
+ * R = A x B with A (M x K) a Dense layer's W, which never changes, held as an RGBA float image:
+ * texel (x, y) = A[4x .. 4x+3, y], i.e. A column-major with four rows per texel (width M/4,
+ * height K). B (K x N) and R (M x N) are column-major buffers, so each sample is contiguous and R
+ * feeds the next layer as its B. l is the padded K, h the padded M. A work item computes 4 rows
+ * by 8 columns of R. OpenCL C 1.2 with image support.
+ */
+
+__constant sampler_t malinn_texel = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_NONE | CLK_FILTER_NEAREST;
+
+__kernel void gemm_image(uint l, uint h,
+                         __read_only image2d_t a,
+                         __global const float *b,
+                         __global float *r)
+{
+    const uint gx = get_global_id(0);          /* rows 4gx .. 4gx+3 of R */
+    const uint gy = get_global_id(1);          /* columns 8gy .. 8gy+7 of R */
+    float4 acc[8];
+    #pragma unroll
+    for (uint j = 0; j < 8; ++j)
+        acc[j] = (float4)(0.0f);
+    for (uint k = 0; k < l; k += 4) {
+        const float4 a0 = read_imagef(a, malinn_texel, (int2)(gx, k));
+        const float4 a1 = read_imagef(a, malinn_texel, (int2)(gx, k + 1));
+        const float4 a2 = read_imagef(a, malinn_texel, (int2)(gx, k + 2));
+        const float4 a3 = read_imagef(a, malinn_texel, (int2)(gx, k + 3));
+        #pragma unroll
+        for (uint j = 0; j < 8; ++j) {
+            const float4 bv = vload4(0, b + (size_t)(8 * gy + j) * l + k);
+            acc[j] += bv.x * a0 + bv.y * a1 + bv.z * a2 + bv.w * a3;
+        }
+    }
+    #pragma unroll
+    for (uint j = 0; j < 8; ++j)
+        vstore4(acc[j], 0, r + (size_t)(8 * gy + j) * h + 4 * gx);
+}
