@@ -23,7 +23,7 @@ import numpy as np
 import malinn
 from malinn import ops
 from malinn.kernel_library import load_library
-from malinn.matrix import DeviceMatrix
+from malinn.tuner import Product
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 from peers import CLBlast, median_time, torch_cuda  # noqa: E402
@@ -33,25 +33,16 @@ THESIS_SIZES = [96, 192, 384, 768, 1440, 2880, 4096]
 
 def time_variant(spec, device, n, repeat, budget_s):
     """Median time (s) of spec on an n x n x n product, launch to queue finished."""
-    rng = np.random.default_rng(n)
-    a = rng.standard_normal((n, n)).astype(np.float32)
-    b = rng.standard_normal((n, n)).astype(np.float32)
-    plan = ops.matmul_plan(spec, n, n, n)
-    da = DeviceMatrix.upload(device, a, spec.matrices["a"].layout, plan["a"])
-    db = DeviceMatrix.upload(device, b, spec.matrices["b"].layout, plan["b"])
-    r = DeviceMatrix.empty(device, (n, n), spec.matrices["r"].layout, plan["r"])
-    args = {"a": da, "b": db, "r": r}
-    run = lambda: (ops.launch(spec, device, args, common=plan["a"][1]), device.queue.finish())  # noqa: E731
+    product = Product(spec, device, n, n, n)
+    if not product.correct():
+        raise RuntimeError(f"{spec.codename} at n={n} is wrong; not timing it")
+    run = lambda: (product.launch(), device.queue.finish())  # noqa: E731
     t = time.perf_counter()
-    run()  # warm-up, builds the program
+    run()
     first = time.perf_counter() - t
-    check = r.numpy()
-    error = float(np.abs(check - a.astype(np.float64) @ b).max() / max(1.0, np.abs(check).max()))
-    if error > 1e-4:
-        raise RuntimeError(f"{spec.codename} at n={n} is wrong (relative error {error:.2e}); not timing it")
     if first * repeat > budget_s:
         return first
-    return median_time(run, repeat, warmup=1)
+    return median_time(run, repeat, warmup=0)
 
 
 def time_clblast(clblast, device, n, repeat):

@@ -24,7 +24,7 @@ import numpy as np
 from .device import Device
 from .errors import MalinnError
 
-__all__ = ["cache_dir", "tuned_choice", "tune", "STANDARD_SHAPES"]
+__all__ = ["cache_dir", "tuned_choice", "tune", "Product", "STANDARD_SHAPES"]
 
 #: (m, k, n): Dense layers of the thesis's Table 10.5 models at batch 100, and square products.
 STANDARD_SHAPES = [(150, 640, 100), (2500, 784, 100), (2000, 2500, 100), (4096, 3072, 100), (1024, 1024, 1024)]
@@ -105,31 +105,51 @@ def _progress(done: int, total: int, label: str, stream) -> None:
 
 def _time_candidate(spec, device, shapes, repeat):
     """Total seconds of ``spec`` over ``shapes`` (median of ``repeat``), or None when it is wrong."""
-    from . import ops
-    from .matrix import DeviceMatrix
-
     total = 0.0
     for m, k, n in shapes:
-        rng = np.random.default_rng(m * 7 + k * 3 + n)
-        a = rng.standard_normal((m, k)).astype(np.float32)
-        b = rng.standard_normal((k, n)).astype(np.float32)
-        plan = ops.matmul_plan(spec, m, k, n)
-        da = DeviceMatrix.upload(device, a, spec.matrices["a"].layout, plan["a"])
-        db = DeviceMatrix.upload(device, b, spec.matrices["b"].layout, plan["b"])
-        r = DeviceMatrix.empty(device, (m, n), spec.matrices["r"].layout, plan["r"])
-        args = {"a": da, "b": db, "r": r}
-        ops.launch(spec, device, args, common=plan["a"][1]).wait()
-        got = r.numpy()
-        want = a.astype(np.float64) @ b
-        if not np.abs(got - want).max() <= 1e-4 * max(1.0, np.abs(want).max()):
+        product = Product(spec, device, m, k, n)
+        if not product.correct():
             return None
         times = []
         for _ in range(repeat):
-            event = ops.launch(spec, device, args, common=plan["a"][1])
+            event = product.launch()
             event.wait()
             times.append((event.profile.end - event.profile.start) * 1e-9)
         total += float(np.median(times))
     return total
+
+
+class Product:
+    """A random ``m x k`` by ``k x n`` product set up on ``device`` in ``spec``'s layouts, for timing.
+
+    Attributes:
+        a, b: the host operands; r: the device result.
+    """
+
+    def __init__(self, spec, device: Device, m: int, k: int, n: int):
+        from . import ops
+        from .matrix import DeviceMatrix
+
+        rng = np.random.default_rng(m * 7 + k * 3 + n)
+        self.a = rng.standard_normal((m, k)).astype(np.float32)
+        self.b = rng.standard_normal((k, n)).astype(np.float32)
+        plan = ops.matmul_plan(spec, m, k, n)
+        self.r = DeviceMatrix.empty(device, (m, n), spec.matrices["r"].layout, plan["r"])
+        self._args = {"a": DeviceMatrix.upload(device, self.a, spec.matrices["a"].layout, plan["a"]),
+                      "b": DeviceMatrix.upload(device, self.b, spec.matrices["b"].layout, plan["b"]), "r": self.r}
+        self._spec, self._device, self._common = spec, device, plan["a"][1]
+
+    def launch(self):
+        """Enqueues the kernel once; returns its event."""
+        from . import ops
+
+        return ops.launch(self._spec, self._device, self._args, common=self._common)
+
+    def correct(self, tolerance: float = 1e-4) -> bool:
+        """Runs once and compares with numpy in float64."""
+        self.launch().wait()
+        got, want = self.r.numpy(), self.a.astype(np.float64) @ self.b
+        return bool(np.abs(got - want).max() <= tolerance * max(1.0, np.abs(want).max()))
 
 
 def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat: int = 3,

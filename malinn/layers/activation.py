@@ -13,6 +13,13 @@ from .base import Layer
 __all__ = ["Activation", "ReLU", "LeakyReLU", "ELU", "Softmax", "get_activation"]
 
 
+def _finite(layer: str, label: str, value) -> float:
+    """``value`` as a float, or a ValueError naming the layer and the parameter."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise ValueError(f"{layer}: {label} must be a finite number, got {value!r}")
+    return float(value)
+
+
 def get_activation(activation) -> str:
     """Normalises an activation argument to a name the kernel library implements.
 
@@ -84,8 +91,7 @@ class ReLU(Activation):
     def __init__(self, max_value=None, negative_slope=0.0, threshold=0.0, name: str | None = None):
         for label, value in (("negative_slope", negative_slope), ("threshold", threshold)) + (
                 (("max_value", max_value),) if max_value is not None else ()):
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-                raise ValueError(f"ReLU: {label} must be a finite number, got {value!r}")
+            _finite("ReLU", label, value)
         if (max_value is not None and max_value < 0) or negative_slope < 0:
             raise ValueError(f"ReLU: max_value and negative_slope must be >= 0, got {max_value!r}, {negative_slope!r}")
         plain = max_value is None and negative_slope == 0 and threshold == 0
@@ -108,10 +114,9 @@ class LeakyReLU(Activation):
     """
 
     def __init__(self, negative_slope=0.3, name: str | None = None):
-        if not isinstance(negative_slope, (int, float)) or isinstance(negative_slope, bool) or not math.isfinite(negative_slope):
-            raise ValueError(f"LeakyReLU: negative_slope must be a finite number, got {negative_slope!r}")
+        slope = _finite("LeakyReLU", "negative_slope", negative_slope)
         super().__init__("leaky_relu", name)
-        self.negative_slope = float(negative_slope)
+        self.negative_slope = slope
         self.params = {"negative_slope": self.negative_slope}
 
     def get_config(self) -> dict:
@@ -126,10 +131,9 @@ class ELU(Activation):
     """
 
     def __init__(self, alpha=1.0, name: str | None = None):
-        if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha):
-            raise ValueError(f"ELU: alpha must be a finite number, got {alpha!r}")
+        alpha = _finite("ELU", "alpha", alpha)
         super().__init__("elu", name)
-        self.alpha = float(alpha)
+        self.alpha = alpha
         self.params = {"alpha": self.alpha}
 
     def get_config(self) -> dict:
