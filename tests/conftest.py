@@ -9,6 +9,9 @@ from pathlib import Path
 
 # Tuning results and program binaries go to a cache of the test run's own, never the user's.
 os.environ["MALINN_CACHE_DIR"] = tempfile.mkdtemp(prefix="malinn-test-cache-")
+# Hypothesis keeps its files in ./.hypothesis (the checkout) unless told where: a folder of the run's own.
+if not os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
+    os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = tempfile.mkdtemp(prefix="malinn-test-hypothesis-")
 
 import numpy as np
 import pytest  # noqa: E402
@@ -21,6 +24,15 @@ DEVICES = malinn.devices()
 
 def pytest_report_header(config):
     return ["malinn devices: " + ("; ".join(str(d) for d in DEVICES) or "none")]
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "run_last: run after every other test (checks what the run left behind)")
+
+
+def pytest_collection_modifyitems(items):
+    """Moves the tests marked ``run_last`` to the end, keeping the order of the others."""
+    items.sort(key=lambda item: item.get_closest_marker("run_last") is not None)
 
 
 @pytest.fixture(params=DEVICES or [None], ids=lambda d: d.name if d is not None else "no-device")
