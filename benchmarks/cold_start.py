@@ -41,8 +41,10 @@ def sample(path, env):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--json")
+    parser.add_argument("--repeat", type=int, default=5,
+                        help="new processes per measurement; the median counts (default: 5)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results, as JSON, to PATH "
+                        "(benchmarks/report.py reads them)")
     args = parser.parse_args(argv)
     from models import MODELS, build
 

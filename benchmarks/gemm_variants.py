@@ -1,11 +1,21 @@
-"""GEMM GFLOP/s of every matmul variant in kernels/library.json and the tuned kernel, beside peers.
+"""GEMM GFLOP/s of every matmul kernel in kernels/library.json and the runtime's choice, beside peers.
 
 Times square products R = A x B at the thesis's sizes (Table 8.2: 96 ... 2880) and 4096 on one
 OpenCL device: the time of a launch until the queue is finished, operands already on the device in
-each kernel's layouts (the median of --repeat runs after a warm-up). Peers are timed in the same run
-the same way: CLBlast's SGEMM on the same pyopencl queue (when libclblast is found), numpy on the
-host CPU, and torch's cuBLAS (TF32 off) when a CUDA GPU is present. "tuned" is the kernel
-`malinn tune` chose for this device (its cache), or the library default when untuned.
+each kernel's layouts (the median of --repeat runs after a warm-up).
+
+Each kernel runs in the configuration the runtime would give it on this device (as
+malinn.ops.kernel_for chooses): a configurable kernel such as gemm_tiled in the configuration
+`malinn tune` stored for this device when the tuner chose it, else in the library default's
+configuration for the device kind, else as its entry writes it. "tuned" is the kernel the runtime
+uses for a matmul (the tuner's winner, else the library default); it is timed once with the column
+of the same kernel and configuration. The summary names the fastest of malinn's kernels (every column
+above, "tuned" included) and the fastest of everything measured.
+
+Peers are timed in the same run the same way: CLBlast's SGEMM on the same pyopencl queue, numpy on
+the host CPU, and torch's cuBLAS (TF32 off) when a CUDA GPU is present. CLBlast needs Debian's
+libclblast1 (apt-get install libclblast1; or MALINN_CLBLAST=/path/to/libclblast.so): without it
+the script says so on stderr and skips that peer.
 
 Run:  python3 benchmarks/gemm_variants.py [--device D] [--sizes 96 192 ...] [--repeat 5] [--json out.json]
 """
@@ -97,35 +107,89 @@ def time_torch(n, repeat):
     return float(np.median(times))
 
 
+def runtime_spec(library, codename, device):
+    """Kernel ``codename`` in the configuration the runtime would run it in on ``device``.
+
+    The runtime's matmul choice (malinn.ops.kernel_for: the tuner's winner, else the library default
+    for the device kind) when it is this kernel, else the library default for the device kind when
+    that is this kernel, else the entry as written.
+    """
+    chosen = ops.kernel_for("matmul", device)
+    if chosen.codename == codename:
+        return chosen
+    default = library.default_spec("matmul", device.kind)
+    return default if default.codename == codename else library[codename]
+
+
+def label(spec):
+    """``codename DEFINE=VALUE ...``: which kernel and configuration a column measured."""
+    return f"{spec.codename} {' '.join(f'{k}={v}' for k, v in spec.config.items())}".strip()
+
+
+def usable_clblast(device):
+    """``(CLBlast, None)`` when CLBlast loads and multiplies correctly on ``device``, else ``(None, why)``."""
+    clblast, why = CLBlast.load()
+    if clblast is None:
+        return None, why
+    try:
+        time_clblast(clblast, device, 64, 1)
+    except Exception as exc:   # a status, a wrong result or a pyopencl error: skip the peer, say why
+        return None, f"CLBlast fails on {device.name}: {exc}"
+    return clblast, None
+
+
+def most_often_fastest(rows, columns):
+    """The column fastest on the most rows, and on how many."""
+    wins = {}
+    for row in rows:
+        fastest = max(columns, key=lambda c: row[c])
+        wins[fastest] = wins.get(fastest, 0) + 1
+    winner = max(wins, key=wins.get)
+    return winner, wins[winner]
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", help="gpu, cpu, P:D or part of a name (default: malinn's default)")
-    parser.add_argument("--sizes", type=int, nargs="+", default=THESIS_SIZES)
-    parser.add_argument("--variants", nargs="+", help="codenames (default: every matmul kernel)")
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--budget", type=float, default=10.0, help="seconds per variant and size before one run is enough")
-    parser.add_argument("--json", help="write the results here")
+    library = load_library()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", help="gpu, cpu, P:D or part of a device name (default: malinn's default device)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=THESIS_SIZES, metavar="N",
+                        help=f"n of the square n x n x n products (default: {' '.join(map(str, THESIS_SIZES))})")
+    parser.add_argument("--variants", nargs="+", metavar="CODENAME", choices=library.codenames("matmul"),
+                        help="matmul kernel codenames to time, among " + ", ".join(library.codenames("matmul"))
+                        + " (default: all)")
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs per kernel and size; the median counts "
+                        "(default: 5)")
+    parser.add_argument("--budget", type=float, default=10.0, help="seconds per kernel and size: when one run "
+                        "times --repeat exceeds it, that one run counts (default: 10)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results, as JSON, to PATH "
+                        "(benchmarks/report.py reads them)")
     args = parser.parse_args(argv)
 
     device = malinn.set_device(args.device) if args.device else malinn.get_device()
-    library = load_library()
     variants = args.variants or library.codenames("matmul")
-    tuned = ops.kernel_for("matmul", device)
-    tuned_label = f"{tuned.codename} {' '.join(f'{k}={v}' for k, v in tuned.config.items())}".strip()
-    clblast = CLBlast.load()
+    specs = {codename: runtime_spec(library, codename, device) for codename in variants}
+    specs["tuned"] = ops.kernel_for("matmul", device)
+    configurations = {column: label(spec) for column, spec in specs.items()}
+    clblast, why = usable_clblast(device)
+    if clblast is None:
+        print(f"gemm_variants: skipping the CLBlast peer: {why}", file=sys.stderr)
     rows = []
     print(f"device: {device}\nhost: {platform.processor() or platform.machine()}, numpy {np.__version__}")
-    print(f"tuned: {tuned_label}; CLBlast: {'found' if clblast else 'not found'}")
-    header = (["n"] + variants + ["tuned"] + (["CLBlast"] if clblast else []) + ["numpy"]
+    print("configurations: " + "; ".join(f"{c} = {v}" if c == "tuned" or v != c else c
+                                         for c, v in configurations.items()))
+    print(f"CLBlast: {'found' if clblast else 'skipped (see stderr)'}")
+    header = (["n"] + list(specs) + (["CLBlast"] if clblast else []) + ["numpy"]
               + (["cuBLAS"] if time_torch(8, 1) is not None else []))
     print("GFLOP/s; " + " | ".join(header))
     for n in args.sizes:
         flop = 2.0 * n ** 3
         row = {"n": n}
-        for codename in variants:
-            seconds = time_variant(library[codename], device, n, args.repeat, args.budget)
-            row[codename] = flop / seconds / 1e9
-        row["tuned"] = flop / time_variant(tuned, device, n, args.repeat, args.budget) / 1e9
+        seconds = {}   # (codename, defines) -> seconds: "tuned" is timed once with its own kernel's column
+        for column, spec in specs.items():
+            key = (spec.codename, spec.defines)
+            if key not in seconds:
+                seconds[key] = time_variant(spec, device, n, args.repeat, args.budget)
+            row[column] = flop / seconds[key] / 1e9
         if clblast:
             row["CLBlast"] = flop / time_clblast(clblast, device, n, args.repeat) / 1e9
         row["numpy"] = flop / time_numpy(n, args.repeat) / 1e9
@@ -134,16 +198,18 @@ def main(argv=None):
             row["cuBLAS"] = flop / torch_s / 1e9
         rows.append(row)
         print(" | ".join([str(n)] + [f"{row[h]:.1f}" for h in header[1:]]), flush=True)
-    best = {}
-    for row in rows:
-        fastest = max(variants, key=lambda c: row[c])
-        best[fastest] = best.get(fastest, 0) + 1
-    winner = max(best, key=best.get)
-    print(f"fastest variant on most sizes: {winner} ({best[winner]} of {len(rows)})")
+    names = {**configurations, "tuned": f"{configurations['tuned']} (the runtime's choice)"}
+    fastest, wins = most_often_fastest(rows, list(specs))
+    overall, overall_wins = most_often_fastest(rows, header[1:])
+    print(f"fastest of malinn's kernels on most sizes: {names[fastest]} ({wins} of {len(rows)})")
+    print(f"fastest of everything measured on most sizes: {names.get(overall, overall)} "
+          f"({overall_wins} of {len(rows)})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": device.describe(), "driver": device.driver_version, "rows": rows,
-                       "fastest": winner, "tuned": tuned_label, "command": " ".join(sys.argv)}, f, indent=2)
+                       "fastest": names[fastest], "fastest_overall": names.get(overall, overall),
+                       "tuned": configurations["tuned"], "configurations": configurations,
+                       "clblast": "used" if clblast else why, "command": " ".join(sys.argv)}, f, indent=2)
     return 0
 
 

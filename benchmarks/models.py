@@ -67,12 +67,17 @@ def torch_forward(torch, weights):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device")
-    parser.add_argument("--batch", type=int, default=100)
-    parser.add_argument("--repeat", type=int, default=10)
-    parser.add_argument("--models", nargs="+", default=list(MODELS))
-    parser.add_argument("--no-tensorflow", action="store_true")
-    parser.add_argument("--json")
+    parser.add_argument("--device", help="gpu, cpu, P:D or part of a device name (default: malinn's default device)")
+    parser.add_argument("--batch", type=int, default=100,
+                        help="samples per predict; batch 1 (latency) is always timed too (default: 100)")
+    parser.add_argument("--repeat", type=int, default=10, help="timed runs per model, batch and peer; the median "
+                        "counts (default: 10)")
+    parser.add_argument("--models", nargs="+", default=list(MODELS), metavar="NAME", choices=list(MODELS),
+                        help="networks to time, among " + ", ".join(repr(m) for m in MODELS) + " (default: all)")
+    parser.add_argument("--no-tensorflow", action="store_true",
+                        help="skip the TensorFlow-cpu peer (it runs in a subprocess and is slow to start)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results, as JSON, to PATH "
+                        "(benchmarks/report.py reads them)")
     args = parser.parse_args(argv)
     device = malinn.set_device(args.device) if args.device else malinn.get_device()
     torch = torch_cuda()

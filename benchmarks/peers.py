@@ -1,7 +1,8 @@
 """Peers timed beside malinn in the same run: numpy, CLBlast (ctypes), cuBLAS (torch), TensorFlow.
 
-CLBlast is Debian's libclblast1 (or ``$MALINN_CLBLAST``, a path to libclblast.so), called through
-ctypes on malinn's own pyopencl queue and buffers. TensorFlow runs in a subprocess: it cannot share
+CLBlast is Debian's libclblast1 (``apt-get install libclblast1``; or ``$MALINN_CLBLAST``, a path to a
+libclblast.so), called through ctypes on malinn's own pyopencl queue and buffers; without it that peer
+is skipped with a message saying so. TensorFlow runs in a subprocess: it cannot share
 a process with PoCL (see docs/CONVERTING.md).
 """
 
@@ -29,8 +30,11 @@ def median_time(fn, repeat: int, warmup: int = 1) -> float:
     return float(np.median(times))
 
 
+CLBLAST_HINT = "install Debian's libclblast1 (apt-get install libclblast1) or set MALINN_CLBLAST=/path/to/libclblast.so"
+
+
 class CLBlast:
-    """``CLBlastSgemm`` on a pyopencl queue; ``None`` from :meth:`load` when the library is absent."""
+    """``CLBlastSgemm`` on a pyopencl queue; :meth:`load` says why when the library cannot be used."""
 
     ROW_MAJOR, NO_TRANSPOSE = 101, 111
 
@@ -46,13 +50,18 @@ class CLBlast:
 
     @classmethod
     def load(cls):
+        """The library, found as ``$MALINN_CLBLAST`` or the system's libclblast.
+
+        Returns:
+            ``(CLBlast, None)``, or ``(None, reason)`` when it is missing or cannot be loaded.
+        """
         path = os.environ.get("MALINN_CLBLAST") or ctypes.util.find_library("clblast")
         if not path:
-            return None
+            return None, f"libclblast not found: {CLBLAST_HINT}"
         try:
-            return cls(ctypes.CDLL(path))
-        except OSError:
-            return None
+            return cls(ctypes.CDLL(path)), None
+        except (OSError, AttributeError) as exc:   # not loadable, or no CLBlastSgemm in it
+            return None, f"{path} cannot be used ({exc}): {CLBLAST_HINT}"
 
     def sgemm(self, queue, m, n, k, a, b, c):
         """C (m x n) = A (m x k) B (k x n), all row-major float32 pyopencl buffers."""
