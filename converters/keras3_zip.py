@@ -30,6 +30,7 @@ from .chain import ModelNode, iter_chain, parse_model
 from .hdf5_util import read_weight, to_str
 from .model_spec import KerasLayer, KerasModel
 from .naming import unique_saving_names
+from .provenance import check_keras_own
 
 CONFIG = "config.json"
 METADATA = "metadata.json"
@@ -105,6 +106,7 @@ def _build(source: str, config, metadata, weights_file) -> KerasModel:
     elif metadata is not None and not isinstance(metadata, dict):
         raise _fail(source, f"{METADATA} is not a JSON object")
     root = parse_model(config, source, where=CONFIG)
+    check_keras_own(root, source)
     try:
         h5 = h5py.File(weights_file, "r")
     except (OSError, ValueError) as exc:

@@ -25,6 +25,7 @@ from malinn.errors import ConversionError
 from .chain import INPUT_LAYER, LayerEntry, ModelNode, iter_chain, iter_leaves, parse_model
 from .hdf5_util import read_str_list, read_weight, to_str
 from .model_spec import KerasLayer, KerasModel, version_major
+from .provenance import check_keras_own
 
 
 def _fail(source: str, message: str) -> ConversionError:
@@ -98,6 +99,7 @@ def _read_open_file(f: h5py.File, source: str) -> KerasModel:
         fmt = "keras3-h5" if major >= 3 else "keras2-h5"
 
     root = parse_model(config, source)
+    check_keras_own(root, source)
 
     if "model_weights" not in f or not isinstance(f["model_weights"], h5py.Group):
         raise _fail(source, "has no model_weights group: the weights are missing")
