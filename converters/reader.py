@@ -6,6 +6,7 @@ import os
 
 from malinn.errors import ConversionError
 
+from .dense_variants import resolve_dense_variants
 from .hdf5_util import is_hdf5_signature
 from .keras3_zip import read_keras3_dir, read_keras3_zip
 from .keras_h5 import read_keras_h5
@@ -29,6 +30,7 @@ def read_keras(path) -> KerasModel:
     source = os.fsdecode(os.fspath(path))
     try:
         model = _read(source)
+        resolve_dense_variants(model)
         check_model(model)
         return model
     except ConversionError:
