@@ -13,6 +13,9 @@ it), e.g. ``layers/dense``, ``layers/dense_1``, ``layers/batch_normalization``; 
 adds ``layers/sequential/layers/dense``. Recent Keras 3 versions also write the layer's name as
 the ``name`` attribute of each ``vars`` group, which is used to confirm (or find) the match.
 tf_keras (Keras 2) writes the same layout, without the ``name`` attributes.
+
+Each member's declared size is checked before it is read (``limits.py``); ``model.weights.h5`` is
+read in place or through a temporary file, never whole into memory (``zip_member.py``).
 """
 
 from __future__ import annotations
