@@ -3,7 +3,8 @@
 ``read_keras(path)`` reads a Keras 3 ``.keras`` archive, a Keras 3 legacy ``.h5`` or a
 Keras 2 / tf_keras ``.h5`` with numpy, h5py, json and zipfile only (never TensorFlow or
 Keras), and returns a :class:`KerasModel`: the chain of layers with their configs and float32
-weights in Keras's order. Every problem with the file raises
+weights in Keras's order. It never runs code from the file (custom objects are refused by name)
+and checks declared sizes before reading. Every problem with the file raises
 :class:`malinn.errors.ConversionError`.
 """
 

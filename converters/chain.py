@@ -46,6 +46,7 @@ class ModelNode:
     chain: list[int] = field(default_factory=list)
     input_shape: tuple | None = None
     kind: str = SEQUENTIAL
+    entry: dict[str, Any] = field(default_factory=dict)
 
 
 Member = Union[ModelNode, LayerEntry]
@@ -64,16 +65,22 @@ def parse_model(entry: Any, source: str, where: str = "the model config") -> Mod
     if not isinstance(class_name, str):
         raise _fail(source, f"{where} has no class_name")
     if isinstance(cfg, list):  # Keras 2.0-2.2 Sequential: config is the list of layers.
-        return _parse_sequential(class_name, None, {"layers": cfg}, cfg, source)
+        node = _parse_sequential(class_name, None, {"layers": cfg}, cfg, source)
+        node.entry = entry
+        return node
     if not isinstance(cfg, dict):
         raise _fail(source, f"{where} ({class_name}) has no config object")
     name = cfg.get("name") if isinstance(cfg.get("name"), str) else entry.get("name")
     layers = cfg.get("layers")
-    if isinstance(layers, list) and ("input_layers" in cfg or "output_layers" in cfg):
-        return _parse_functional(class_name, name, cfg, layers, source)
     if isinstance(layers, list):
-        # Sequential, or a subclass registered under another name that keeps its config.
-        return _parse_sequential(class_name, name, cfg, layers, source)
+        # A Sequential or Functional model (or a custom subclass of one: provenance.py refuses
+        # those, since their own call is not in the file).
+        if "input_layers" in cfg or "output_layers" in cfg:
+            node = _parse_functional(class_name, name, cfg, layers, source)
+        else:
+            node = _parse_sequential(class_name, name, cfg, layers, source)
+        node.entry = entry
+        return node
     raise _fail(
         source,
         f"{where} describes a {class_name!r}, which is neither a Sequential nor a Functional "

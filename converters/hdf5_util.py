@@ -9,6 +9,8 @@ import numpy as np
 
 from malinn.errors import ConversionError
 
+from .dtypes import is_bfloat16_storage, widen_bfloat16
+
 
 def to_str(value: Any) -> str:
     """An HDF5 string attribute (``str``, ``bytes`` or ``numpy.bytes_``) as ``str``."""
@@ -55,18 +57,44 @@ def read_str_list(group, name: str, source: str, where: str) -> list[str] | None
     return out
 
 
-def read_weight(dataset, source: str, where: str) -> np.ndarray:
-    """A weight dataset as a C-contiguous float32 array."""
+def read_weight(dataset, source: str, where: str, budget=None, variable_dtype=None) -> np.ndarray:
+    """A weight dataset as a C-contiguous float32 array.
+
+    Args:
+        dataset: the h5py object at the weight's path.
+        source, where: the file and the weight's path, for messages.
+        budget: a :class:`converters.limits.WeightBudget` that counts the dataset before it is read.
+        variable_dtype: the dtype the layer's config gives its variables (``"bfloat16"`` makes a
+            2-byte opaque dataset read as bfloat16, widened to float32 exactly).
+
+    Raises:
+        ConversionError: not a numeric dataset, data in another file, over the budget, unreadable.
+    """
     if not isinstance(dataset, h5py.Dataset):
         raise ConversionError(f"{source}: {where} is a group, not a weight array")
-    if dataset.dtype.kind not in "fiub":
+    bfloat16 = is_bfloat16_storage(dataset.dtype)
+    if bfloat16 and variable_dtype != "bfloat16":
+        raise ConversionError(
+            f"{source}: weight {where} has a 2-byte opaque type ({dataset.dtype}), which Keras "
+            f"writes for bfloat16, but its layer's dtype is {variable_dtype!r}, not bfloat16"
+        )
+    if not bfloat16 and dataset.dtype.kind not in "fiub":
         raise ConversionError(
             f"{source}: weight {where} has dtype {dataset.dtype}, not a numeric array"
         )
+    if dataset.external or dataset.is_virtual:
+        raise ConversionError(
+            f"{source}: weight {where} keeps its data in other files (an external or virtual "
+            "HDF5 dataset), which malinn does not follow"
+        )
+    if budget is not None:
+        budget.take(dataset, where)
     try:
         data = dataset[()]
     except (OSError, ValueError, RuntimeError) as exc:
         raise ConversionError(f"{source}: cannot read weight {where}: {exc}") from exc
+    if bfloat16:
+        return widen_bfloat16(np.asarray(data))
     return np.ascontiguousarray(np.asarray(data, dtype=np.float32))
 
 

@@ -13,23 +13,30 @@ it), e.g. ``layers/dense``, ``layers/dense_1``, ``layers/batch_normalization``; 
 adds ``layers/sequential/layers/dense``. Recent Keras 3 versions also write the layer's name as
 the ``name`` attribute of each ``vars`` group, which is used to confirm (or find) the match.
 tf_keras (Keras 2) writes the same layout, without the ``name`` attributes.
+
+Each member's declared size is checked before it is read (``limits.py``); ``model.weights.h5`` is
+read in place or through a temporary file, never whole into memory (``zip_member.py``).
 """
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import zipfile
+import zlib
 
 import h5py
 
 from malinn.errors import ConversionError
 
 from .chain import ModelNode, iter_chain, parse_model
+from .dtypes import variable_dtype
 from .hdf5_util import read_weight, to_str
+from .limits import MAX_JSON_BYTES, WeightBudget, check_member, member_limit, size_text
 from .model_spec import KerasLayer, KerasModel
 from .naming import unique_saving_names
+from .provenance import check_keras_own
+from .zip_member import open_member
 
 CONFIG = "config.json"
 METADATA = "metadata.json"
@@ -49,7 +56,7 @@ def _load_json(data: bytes, source: str, member: str):
 
 
 def read_keras3_zip(source: str) -> KerasModel:
-    """Read a ``.keras`` archive."""
+    """Read a ``.keras`` archive, checking each member's declared size before reading it."""
     try:
         archive = zipfile.ZipFile(source, "r")
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
@@ -59,25 +66,29 @@ def read_keras3_zip(source: str) -> KerasModel:
     with archive:
         names = set(archive.namelist())
 
-        def read_member(member: str) -> bytes:
+        def read_json(member: str):
+            info = archive.getinfo(member)
+            check_member(info, MAX_JSON_BYTES, "malinn's limit for a JSON member", source)
             try:
-                return archive.read(member)
-            except (zipfile.BadZipFile, OSError, ValueError, EOFError, RuntimeError) as exc:
+                data = archive.read(info)
+            except (zipfile.BadZipFile, OSError, ValueError, EOFError, RuntimeError,
+                    NotImplementedError, zlib.error) as exc:
                 raise _fail(source, f"cannot read {member} from the archive: {exc}") from exc
+            return _load_json(data, source, member)
 
         if CONFIG not in names:
             raise _fail(source, f"is a zip archive without {CONFIG}: not a Keras .keras file")
-        config = _load_json(read_member(CONFIG), source, CONFIG)
-        metadata = None
-        if METADATA in names:
-            metadata = _load_json(read_member(METADATA), source, METADATA)
-        if WEIGHTS in names:
-            weights_file = io.BytesIO(read_member(WEIGHTS))
-        elif WEIGHTS_NPZ in names:
-            raise _fail(source, f"stores its weights as {WEIGHTS_NPZ}, which malinn does not read")
-        else:
+        config = read_json(CONFIG)
+        metadata = read_json(METADATA) if METADATA in names else None
+        if WEIGHTS not in names:
+            if WEIGHTS_NPZ in names:
+                raise _fail(source, f"stores its weights as {WEIGHTS_NPZ}, which malinn does not read")
             raise _fail(source, f"has no {WEIGHTS} in the archive: the weights are missing")
-    return _build(source, config, metadata, weights_file)
+        root, version = _parse(source, config, metadata)
+        info = archive.getinfo(WEIGHTS)
+        check_member(info, *member_limit(root), source)
+        with open_member(source, archive, info) as weights_file:
+            return _build(source, root, version, weights_file)
 
 
 def read_keras3_dir(source: str) -> KerasModel:
@@ -85,26 +96,37 @@ def read_keras3_dir(source: str) -> KerasModel:
     def path(member):
         return os.path.join(source, member)
 
+    def read_json(member: str):
+        size = os.path.getsize(path(member))
+        if size > MAX_JSON_BYTES:
+            raise _fail(source, f"{member} has {size_text(size)}, more than malinn's limit for a "
+                                f"JSON member ({size_text(MAX_JSON_BYTES)})")
+        with open(path(member), "rb") as fh:
+            return _load_json(fh.read(), source, member)
+
     if not os.path.isfile(path(CONFIG)):
         raise _fail(source, f"is a directory without {CONFIG}: not a Keras model")
-    with open(path(CONFIG), "rb") as fh:
-        config = _load_json(fh.read(), source, CONFIG)
-    metadata = None
-    if os.path.isfile(path(METADATA)):
-        with open(path(METADATA), "rb") as fh:
-            metadata = _load_json(fh.read(), source, METADATA)
+    config = read_json(CONFIG)
+    metadata = read_json(METADATA) if os.path.isfile(path(METADATA)) else None
     if not os.path.isfile(path(WEIGHTS)):
         raise _fail(source, f"has no {WEIGHTS}: the weights are missing")
-    return _build(source, config, metadata, path(WEIGHTS))
+    root, version = _parse(source, config, metadata)
+    return _build(source, root, version, path(WEIGHTS))
 
 
-def _build(source: str, config, metadata, weights_file) -> KerasModel:
+def _parse(source: str, config, metadata) -> tuple[ModelNode, str | None]:
+    """The model's structure (custom objects refused) and the Keras version that wrote it."""
     version = None
     if isinstance(metadata, dict) and isinstance(metadata.get("keras_version"), str):
         version = metadata["keras_version"]
     elif metadata is not None and not isinstance(metadata, dict):
         raise _fail(source, f"{METADATA} is not a JSON object")
     root = parse_model(config, source, where=CONFIG)
+    check_keras_own(root, source)
+    return root, version
+
+
+def _build(source: str, root: ModelNode, version: str | None, weights_file) -> KerasModel:
     try:
         h5 = h5py.File(weights_file, "r")
     except (OSError, ValueError) as exc:
@@ -113,7 +135,7 @@ def _build(source: str, config, metadata, weights_file) -> KerasModel:
         ) from exc
     with h5:
         try:
-            layers = _read_layers(h5, root, source)
+            layers = _read_layers(h5, root, source, WeightBudget(root, source))
         except ConversionError:
             raise
         except (KeyError, OSError, RuntimeError, ValueError, TypeError, UnicodeError) as exc:
@@ -131,7 +153,7 @@ def _build(source: str, config, metadata, weights_file) -> KerasModel:
     )
 
 
-def _read_layers(h5: h5py.File, root: ModelNode, source: str) -> list[KerasLayer]:
+def _read_layers(h5: h5py.File, root: ModelNode, source: str, budget) -> list[KerasLayer]:
     """Each leaf layer of the chain with its variables from ``model.weights.h5``."""
     layers = []
     for leaf, trail in iter_chain(root):
@@ -151,7 +173,8 @@ def _read_layers(h5: h5py.File, root: ModelNode, source: str) -> list[KerasLayer
             for key in order:
                 where = f"{WEIGHTS}:{group_path}/{key}"
                 names.append(f"{group_path}/{key}")
-                arrays.append(read_weight(group[key], source, where))
+                arrays.append(read_weight(group[key], source, where, budget,
+                                          variable_dtype(leaf.config)))
         layers.append(
             KerasLayer(
                 class_name=leaf.class_name,

@@ -23,8 +23,11 @@ import h5py
 from malinn.errors import ConversionError
 
 from .chain import INPUT_LAYER, LayerEntry, ModelNode, iter_chain, iter_leaves, parse_model
+from .dtypes import variable_dtype
 from .hdf5_util import read_str_list, read_weight, to_str
+from .limits import WeightBudget
 from .model_spec import KerasLayer, KerasModel, version_major
+from .provenance import check_keras_own
 
 
 def _fail(source: str, message: str) -> ConversionError:
@@ -98,6 +101,7 @@ def _read_open_file(f: h5py.File, source: str) -> KerasModel:
         fmt = "keras3-h5" if major >= 3 else "keras2-h5"
 
     root = parse_model(config, source)
+    check_keras_own(root, source)
 
     if "model_weights" not in f or not isinstance(f["model_weights"], h5py.Group):
         raise _fail(source, "has no model_weights group: the weights are missing")
@@ -106,7 +110,7 @@ def _read_open_file(f: h5py.File, source: str) -> KerasModel:
     if layer_names is None:
         raise _fail(source, "model_weights has no layer_names attribute: the weights are missing")
 
-    weights = _collect_weights(root, weights_group, layer_names, source)
+    weights = _collect_weights(root, weights_group, layer_names, source, WeightBudget(root, source))
     layers = []
     for leaf, _trail in iter_chain(root):
         names, arrays = weights.get(leaf.name, ([], []))
@@ -130,22 +134,30 @@ def _read_open_file(f: h5py.File, source: str) -> KerasModel:
     )
 
 
-def _read_group_weights(group: h5py.Group, source: str, layer: str) -> tuple[list, list]:
+def _group_datasets(group: h5py.Group, source: str, layer: str) -> list[tuple[str, object]]:
+    """``(weight name, h5py object)`` of a layer's group, in the order of ``weight_names``."""
     where = f"model_weights/{layer}"
     names = read_str_list(group, "weight_names", source, where)
     if names is None:
         raise _fail(source, f"{where} has no weight_names attribute")
-    arrays = []
+    out = []
     for weight_name in names:
         if weight_name not in group:
             raise _fail(
                 source, f"weight {weight_name!r} of layer {layer!r} is missing from {where}"
             )
-        arrays.append(read_weight(group[weight_name], source, f"{where}/{weight_name}"))
+        out.append((weight_name, group[weight_name]))
+    return out
+
+
+def _read(datasets, layer: str, config: dict, source: str, budget) -> tuple[list, list]:
+    names = [name for name, _ in datasets]
+    arrays = [read_weight(obj, source, f"model_weights/{layer}/{name}", budget, variable_dtype(config))
+              for name, obj in datasets]
     return names, arrays
 
 
-def _collect_weights(root: ModelNode, weights_group, layer_names, source) -> dict:
+def _collect_weights(root: ModelNode, weights_group, layer_names, source, budget) -> dict:
     """``{leaf layer name: (weight names, arrays)}`` for every leaf layer of the model."""
     out: dict[str, tuple[list, list]] = {}
     listed = set(layer_names)
@@ -161,11 +173,13 @@ def _collect_weights(root: ModelNode, weights_group, layer_names, source) -> dic
         group = weights_group.get(member.name)
         if not isinstance(group, h5py.Group):
             raise _fail(source, f"model_weights/{member.name} is missing: the weights are missing")
-        names, arrays = _read_group_weights(group, source, member.name)
+        datasets = _group_datasets(group, source, member.name)
         if isinstance(member, LayerEntry):
-            out[member.name] = (names, arrays)
+            out[member.name] = _read(datasets, member.name, member.config, source, budget)
         else:
-            out.update(_split_nested(member, names, arrays, source))
+            leaves = {leaf.name: leaf for leaf in iter_leaves(member)}
+            for owner, owned in _split_nested(member, leaves, datasets, source).items():
+                out[owner] = _read(owned, member.name, leaves[owner].config, source, budget)
     config_names = {m.name for m in root.members}
     for name in layer_names:
         if name in config_names:
@@ -182,11 +196,10 @@ def _collect_weights(root: ModelNode, weights_group, layer_names, source) -> dic
     return out
 
 
-def _split_nested(model: ModelNode, names: list, arrays: list, source: str) -> dict:
+def _split_nested(model: ModelNode, leaves: dict, datasets: list, source: str) -> dict:
     """Give each layer of a nested model the weights whose name contains its name."""
-    leaves = {leaf.name: leaf for leaf in iter_leaves(model)}
-    out: dict[str, tuple[list, list]] = {name: ([], []) for name in leaves}
-    for weight_name, array in zip(names, arrays):
+    out: dict[str, list] = {name: [] for name in leaves}
+    for weight_name, obj in datasets:
         parts = weight_name.split("/")[:-1]
         owner = next((p for p in reversed(parts) if p in leaves), None)
         if owner is None:
@@ -195,6 +208,5 @@ def _split_nested(model: ModelNode, names: list, arrays: list, source: str) -> d
                 f"weight {weight_name!r} of nested model {model.name!r} belongs to none of its "
                 f"layers ({', '.join(leaves)})",
             )
-        out[owner][0].append(weight_name)
-        out[owner][1].append(array)
+        out[owner].append((weight_name, obj))
     return out

@@ -30,7 +30,8 @@ def version_major(version: str | None) -> int | None:
 class KerasLayer:
     """One layer of the chain.
 
-    ``weights`` are float32 arrays in Keras's order (``layer.get_weights()``): Dense gives
+    ``weights`` are float32 arrays in Keras's order (``layer.get_weights()``; bfloat16 ones
+    widened, a LoRA Dense's factors merged into its kernel): Dense gives
     kernel ``(in, units)`` then bias ``(units,)``; BatchNormalization gives gamma, beta,
     moving_mean, moving_variance, without gamma when ``scale`` is false and without beta when
     ``center`` is false. ``weight_names`` are the names the file gives them (``"dense/kernel:0"``

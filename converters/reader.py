@@ -6,6 +6,7 @@ import os
 
 from malinn.errors import ConversionError
 
+from .dense_variants import resolve_dense_variants
 from .hdf5_util import is_hdf5_signature
 from .keras3_zip import read_keras3_dir, read_keras3_zip
 from .keras_h5 import read_keras_h5
@@ -22,13 +23,20 @@ def read_keras(path) -> KerasModel:
     and a Keras 2 / tf_keras ``.h5``; the format is recognised from the file's bytes, not its
     name. The model must be Sequential or a Functional single chain.
 
+    Nothing in the file is run: custom objects (a class, registered name or module that is not
+    Keras's own) are refused by name (``provenance.py``). Declared sizes are checked before
+    anything is read (``limits.py``). bfloat16 weights are widened to float32, LoRA merged into
+    the Dense kernel; quantized Dense layers are refused (``dense_variants.py``).
+
     Raises :class:`malinn.errors.ConversionError`, naming the file and the cause, for anything
     wrong with the file: missing, empty, not a model, truncated, no config, missing weights,
-    weights that contradict the config, a Functional graph that branches.
+    weights that contradict the config, a Functional graph that branches, custom objects,
+    declared sizes over the limits, quantized Dense layers.
     """
     source = os.fsdecode(os.fspath(path))
     try:
         model = _read(source)
+        resolve_dense_variants(model)
         check_model(model)
         return model
     except ConversionError:

@@ -35,10 +35,11 @@ def _activation_name(value) -> str | None:
         return "linear"
     if isinstance(value, str):
         return value.rsplit(".", 1)[-1]
-    if isinstance(value, dict):
-        for key in ("registered_name", "config", "class_name"):
-            if isinstance(value.get(key), str) and value[key] != "function":
-                return value[key].rsplit(".", 1)[-1].rsplit(">", 1)[-1]
+    if isinstance(value, dict):   # provenance.py has refused custom functions and classes
+        if value.get("class_name") == "function" and isinstance(value.get("config"), str):
+            return value["config"].rsplit(".", 1)[-1]
+        if isinstance(value.get("class_name"), str):   # an activation object (a layer class)
+            return value["class_name"]
     return None
 
 

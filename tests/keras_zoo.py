@@ -53,6 +53,18 @@ KERAS3_ONLY = {"hard_silu", "hard_swish"}
 #: Models built of supported layers (besides the act_* ones), checked against Keras.
 LAYER_MODELS = ["noops", "multiaxis", "batchnorm", "relus", "wide", "tiny", "digits"]
 
+#: Custom objects registered under the names of Keras built-ins, each computing twice the built-in
+#: (a Dense subclass registered as ``adv>Dense``, a Sequential subclass with its own ``call``, an
+#: activation registered as ``adv>relu``): model key -> what the converter must name.
+CUSTOM_MODELS = {
+    "custom_dense": ["'d_adv'", "adv>Dense"],
+    "custom_sequential": ["'doubled'", "AdvSequential"],
+    "custom_activation": ["'d_adv_relu'", "'act_adv_relu'", "adv>relu"],
+}
+#: Keras 3 Dense variants: weights stored as bfloat16, LoRA enabled, int8-quantized (Keras 3
+#: only, except bfloat16 which tf_keras writes too).
+VARIANT_MODELS = ["bfloat16", "lora", "int8"]
+
 
 def activation_models(generation):
     return [f"act_{a}" for a in ACTIVATIONS if generation == "keras3" or a not in KERAS3_ONLY]
@@ -129,6 +141,15 @@ def _json_default(value):
     if isinstance(value, (set, tuple)):
         return list(value)
     return str(value)
+
+
+def plain(array):
+    """``array`` as numpy can save it: bfloat16 (ml_dtypes, a void type to numpy) widened to
+    float32, which is exact; any other dtype as it is."""
+    import numpy as np
+
+    array = np.asarray(array)
+    return array.astype(np.float32) if array.dtype.name == "bfloat16" else array
 
 
 def leaf_layers(model):
@@ -246,18 +267,18 @@ class Zoo:
                 entry["input_shape"] = list(model.input_shape[1:]) if shape is not None else None
             except (AttributeError, TypeError):
                 entry["input_shape"] = None
-            arrays = {f"{i}/{j}": np.asarray(w) for i, l in enumerate(leaves)
+            arrays = {f"{i}/{j}": plain(w) for i, l in enumerate(leaves)
                       for j, w in enumerate(l.get_weights())}
             np.savez(os.path.join(self.outdir, base + ".weights.npz"), **arrays)
             entry["weights"] = base + ".weights.npz"
         if x is not None:
             x = np.asarray(x, dtype=np.float32)
-            data = {"x": x, "y": np.asarray(model(x, training=False))}
+            data = {"x": x, "y": plain(model(x, training=False))}
             if layer_outputs:
                 h = x
                 for layer in leaf_layers(model):
                     h = layer(h, training=False)
-                    data[f"layer:{layer.name}"] = np.asarray(h)
+                    data[f"layer:{layer.name}"] = plain(h)
                 # the chain of layer calls is the model: a check of the zoo itself
                 assert np.allclose(np.asarray(h), data["y"], rtol=1e-5, atol=1e-6), key
             data.update(extra or {})
@@ -401,6 +422,99 @@ class Zoo:
         x = self.inputs((4, 7), seed=9)
         self.add("dense_multiaxis", self.calibrate(self.sequential((4, 7), layers, "dense_multiaxis"), x, 9), x)
 
+    # ------------------------------------------------------------------ custom objects
+    def build_custom(self):
+        """Custom objects named like Keras built-ins (see :data:`CUSTOM_MODELS`).
+
+        Keras itself loads these files only with the custom code at hand; without it, the
+        names would read as Keras's Dense, Sequential and relu, and compute half the result.
+        """
+        K, L = self.K, self.L
+        register = K.saving.register_keras_serializable
+
+        class Dense(L.Dense):
+            """Keras's Dense, doubled; its config says class_name "Dense"."""
+
+            def call(self, inputs):
+                return 2 * super().call(inputs)
+
+        Dense.__module__ = "adv.layers"     # a module of its own (not __main__, written as null)
+        register(package="adv", name="Dense")(Dense)
+
+        class AdvSequential(K.Sequential):
+            """A Sequential whose call doubles the result."""
+
+            def call(self, inputs, training=None, mask=None):
+                return 2 * super().call(inputs, training=training, mask=mask)
+
+        register(package="adv")(AdvSequential)
+
+        def relu(x):
+            return 2 * K.activations.relu(x)
+
+        register(package="adv", name="relu")(relu)
+
+        model = K.Sequential([K.Input((4,)), Dense(3, name="d_adv"), L.Dense(2, name="d2")],
+                             name="custom_dense")
+        self.randomize(model, 30)
+        self.add("custom_dense", model, kind="custom")
+
+        model = AdvSequential([K.Input((4,)), L.Dense(3, name="d3")], name="doubled")
+        self.randomize(model, 31)
+        self.add("custom_sequential", model, kind="custom")
+
+        model = K.Sequential([K.Input((4,)), L.Dense(3, activation=relu, name="d_adv_relu"),
+                              L.Activation(relu, name="act_adv_relu"), L.Dense(1, name="d1")],
+                             name="custom_activation")
+        self.randomize(model, 32)
+        self.add("custom_activation", model, kind="custom")
+
+    # ------------------------------------------------------------------ Dense variants
+    def build_variants(self):
+        """bfloat16 weights, LoRA and int8 quantization (see :data:`VARIANT_MODELS`)."""
+        K, L, np = self.K, self.L, self.np
+
+        # bfloat16 variables: a Dense and a BatchNormalization in bfloat16, a float32 Dense. The
+        # file's weights are bfloat16 (exactly float32 values); Keras also computes those layers
+        # in bfloat16, so y_float32 is the same model with the same weights in float32.
+        def bf16_layers(dtype):
+            return [L.Dense(13, activation="relu", name="d13_bf16", dtype=dtype),
+                    L.BatchNormalization(name="bn_bf16", dtype=dtype), L.Dense(3, name="d3")]
+
+        x = self.inputs((5,), seed=40)
+        model = self.calibrate(self.sequential((5,), bf16_layers("bfloat16"), "bf16"), x, 40)
+        twin = self.sequential((5,), bf16_layers("float32"), "bf16_twin")
+        for mine, theirs in zip(leaf_layers(twin), leaf_layers(model)):
+            mine.set_weights([plain(w) for w in theirs.get_weights()])
+        assert model.layers[0].get_weights()[0].dtype.name == "bfloat16", "no bfloat16 weights"
+        self.add("bfloat16", model, x, layer_outputs=False,
+                 extra={"y_float32": np.asarray(twin(x, training=False))})
+
+        if not hasattr(L.Dense, "enable_lora") or not hasattr(K.Model, "quantize"):
+            print(f"keras_zoo: {self.generation} has no LoRA / quantize; those models are left out",
+                  file=sys.stderr)
+            return
+
+        # LoRA on two Dense layers (one without bias); lora_alpha != rank makes the scale matter.
+        layers = [L.Dense(13, activation="tanh", name="d13_lora"),
+                  L.Dense(3, use_bias=False, name="d3_lora"), L.Dense(1, name="d1")]
+        x = self.inputs((5,), seed=41)
+        model = self.calibrate(self.sequential((5,), layers, "lora"), x, 41)
+        rng = np.random.default_rng(41)
+        for name, rank, alpha in (("d13_lora", 2, 6), ("d3_lora", 3, None)):
+            layer = model.get_layer(name)
+            layer.enable_lora(rank, lora_alpha=alpha)
+            a, b = layer.lora_kernel_a, layer.lora_kernel_b
+            a.assign(rng.standard_normal(a.shape).astype(np.float32) / np.sqrt(a.shape[0]))
+            b.assign(rng.standard_normal(b.shape).astype(np.float32) * 0.3)
+        self.add("lora", model, x)
+
+        layers = [L.Dense(13, activation="relu", name="d13_int8"), L.Dense(3, name="d3_int8")]
+        x = self.inputs((5,), seed=42)
+        model = self.calibrate(self.sequential((5,), layers, "int8"), x, 42)
+        model.quantize("int8")
+        self.add("int8", model, kind="variant")
+
     # ------------------------------------------------------------------ reader models
     def reader_layers(self, first_kwargs):
         L = self.L
@@ -521,6 +635,8 @@ def main(argv):
         zoo.build_equivalence()
         zoo.build_errors()
         zoo.build_readers()
+        zoo.build_custom()
+        zoo.build_variants()
         manifest["versions"][generation] = K.__version__
         for fmt, (gen, suffix) in FORMATS.items():
             if gen == generation:

@@ -1,0 +1,83 @@
+"""Keras 3's variants of Dense in a file: LoRA merged into the kernel, quantized kernels refused.
+
+LoRA (``layer.enable_lora(rank, lora_alpha)``; config ``lora_rank``, ``lora_alpha``, which
+defaults to the rank): Keras computes with the kernel
+``kernel + (lora_alpha / lora_rank) * lora_kernel_a @ lora_kernel_b`` (``Dense.kernel`` in
+keras/src/layers/core/dense.py), ``lora_kernel_a`` of shape (in, rank), ``lora_kernel_b`` of shape
+(rank, units). A ``.keras`` archive holds that merged kernel already (``Dense.save_own_variables``):
+it reads as a plain Dense. A legacy ``.h5`` holds the four variables in the order of
+``layer.weights`` (``bias, lora_kernel_a, lora_kernel_b, kernel``): they are told apart by name
+and merged here, in float64, into ``[kernel, bias]``.
+
+Quantized Dense layers (``model.quantize("int8")`` and the other modes) hold an integer kernel and
+its scales; malinn does not compute with those yet and refuses them by name.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from malinn.errors import ConversionError
+
+from .dtypes import quantization_mode
+from .model_spec import KerasLayer, KerasModel
+
+_LORA_ROLES = ("kernel", "bias", "lora_kernel_a", "lora_kernel_b")
+
+
+def resolve_dense_variants(model: KerasModel) -> None:
+    """Merge LoRA into each LoRA Dense's kernel, in place; refuse quantized Dense layers.
+
+    Raises:
+        ConversionError: a quantized Dense; a LoRA Dense whose variables cannot be told apart
+            or whose shapes do not fit its config.
+    """
+    for layer in model.layers:
+        if layer.class_name != "Dense":
+            continue
+        mode = quantization_mode(layer.config)
+        if mode is not None:
+            raise ConversionError(
+                f"{model.source}: layer {layer.name!r}: {mode}-quantized Dense (Keras 3 quantize) "
+                "is not supported yet; save the float model"
+            )
+        if layer.config.get("lora_rank"):
+            _merge_lora(model.source, layer)
+
+
+def _role(weight_name: str) -> str:
+    """``"lora/d/lora_kernel_a"`` or ``"d/lora_kernel_a:0"`` -> ``"lora_kernel_a"``."""
+    return weight_name.rsplit("/", 1)[-1].split(":", 1)[0]
+
+
+def _merge_lora(source: str, layer: KerasLayer) -> None:
+    cfg = layer.config
+    rank, alpha = cfg.get("lora_rank"), cfg.get("lora_alpha")
+    alpha = rank if alpha is None else alpha
+    where = f"{source}: layer {layer.name!r}: LoRA Dense (lora_rank={rank!r}, lora_alpha={alpha!r})"
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1 or isinstance(alpha, bool) \
+            or not isinstance(alpha, (int, float)) or not np.isfinite(alpha):
+        raise ConversionError(f"{where}: lora_rank must be a positive integer and lora_alpha a number")
+    use_bias = cfg.get("use_bias", True) is not False
+    if len(layer.weights) == (2 if use_bias else 1):
+        return  # a .keras archive: Keras saved the merged kernel
+    roles = {_role(name): i for i, name in enumerate(layer.weight_names)}
+    wanted = [r for r in _LORA_ROLES if use_bias or r != "bias"]
+    if sorted(roles) != sorted(wanted) or len(roles) != len(layer.weights):
+        raise ConversionError(
+            f"{where}: the file has {len(layer.weights)} weight arrays named "
+            f"{', '.join(layer.weight_names) or 'nothing'}; expected {', '.join(wanted)}"
+        )
+    kernel, a, b = (layer.weights[roles[r]] for r in ("kernel", "lora_kernel_a", "lora_kernel_b"))
+    if kernel.ndim != 2 or a.shape != (kernel.shape[0], rank) or b.shape != (rank, kernel.shape[1]):
+        raise ConversionError(
+            f"{where}: kernel {kernel.shape}, lora_kernel_a {a.shape} and lora_kernel_b {b.shape} "
+            f"do not fit: expected (in, units), (in, {rank}) and ({rank}, units)"
+        )
+    merged = kernel.astype(np.float64) + (alpha / rank) * (a.astype(np.float64) @ b.astype(np.float64))
+    weights = [merged.astype(np.float32)]
+    names = [f"{layer.weight_names[roles['kernel']]} + LoRA"]
+    if use_bias:
+        weights.append(layer.weights[roles["bias"]])
+        names.append(layer.weight_names[roles["bias"]])
+    layer.weights, layer.weight_names = weights, names

@@ -1,0 +1,213 @@
+"""Declared sizes are checked before reading (issue 8 §4): no zip bomb, no phantom dataset.
+
+A ``.keras`` member that declares far more than the config's layers can hold, or that expands
+more than model weights compress, is refused before it is read, naming the member and its
+declared size; an HDF5 weight dataset that declares more than the file stores for it, or more than
+the config's layers hold, is refused before it is read. The weights member is never held in memory
+whole: read in place when stored (as Keras writes it), decompressed into a temporary file
+otherwise. The files are made here with zipfile and h5py, small and quick.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import zipfile
+
+import h5py
+import numpy as np
+import pytest
+
+import malinn
+from keras_files import dense, dense_weights, keras_object, sequential, weights_h5, write_keras
+from malinn import ConversionError
+from malinn.converters import read_keras
+from malinn.converters.limits import MAX_COMPRESSION_RATIO
+
+WIDTHS = (4, 3, 2)
+MiB = 1 << 20
+
+
+def small_config():
+    return sequential([dense("d0", 3, "relu", in_width=4), dense("d1", 2, in_width=3)], width=4)
+
+
+def write_zeros_member(path, config, size, member="model.weights.h5"):
+    """A deflated archive whose ``member`` is ``size`` zero bytes (a few KiB compressed)."""
+    chunk = bytes(MiB)
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("metadata.json", json.dumps({"keras_version": "3.15.1"}))
+        if member != "config.json":
+            z.writestr("config.json", json.dumps(config))
+        with z.open(member, "w", force_zip64=size > 2**31) as out:
+            for _ in range(size // MiB):
+                out.write(chunk)
+        if member != "model.weights.h5":
+            z.writestr("model.weights.h5", weights_h5(["Dense", "Dense"], dense_weights(WIDTHS)))
+    return path
+
+
+def declare_size(path, member, size):
+    """Rewrite the uncompressed size ``member`` declares (local header and central directory)."""
+    data = bytearray(path.read_bytes())
+    name = member.encode()
+    for signature, offset in ((b"PK\x03\x04", 22), (b"PK\x01\x02", 24)):
+        at = 0
+        while (at := data.find(signature, at)) >= 0:
+            name_at = at + (30 if signature == b"PK\x03\x04" else 46)
+            if data[name_at:name_at + len(name)] == name:
+                struct.pack_into("<L", data, at + offset, size)
+            at += 4
+    path.write_bytes(bytes(data))
+    return path
+
+
+def refused(path, *fragments):
+    with pytest.raises(ConversionError) as info:
+        read_keras(path)
+    message = str(info.value)
+    assert path.name in message and "refused before reading" in message, message
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} is not in: {message}"
+    return message
+
+
+# ---------------------------------------------------------------------------------------------
+# zip members
+
+
+def test_weights_member_larger_than_the_config_allows(tmp_path):
+    """Before: the 64 MiB member was read into memory whole, then failed as 'not HDF5'."""
+    src = write_zeros_member(tmp_path / "bomb.keras", small_config(), 64 * MiB)
+    refused(src, "model.weights.h5 declares 64.0 MiB (67108864 bytes)",
+            "more than what the config's layers can hold")
+
+
+def test_gigabytes_declared_by_a_small_file(tmp_path):
+    """The 3 GiB of the report, declared by a file of a few kilobytes."""
+    src = declare_size(write_keras(tmp_path / "liar.keras", small_config(), dense_weights(WIDTHS),
+                                   compression=zipfile.ZIP_DEFLATED), "model.weights.h5", 3 << 30)
+    assert src.stat().st_size < 64 * 1024
+    refused(src, "model.weights.h5 declares 3.0 GiB (3221225472 bytes)")
+
+
+def test_compression_ratio_when_the_config_sets_no_bound(tmp_path):
+    """A layer malinn cannot bound (Conv1D) leaves the fixed limit; the ratio still refuses."""
+    config = small_config()
+    config["config"]["layers"].insert(1, keras_object("keras.layers", "Conv1D", {"name": "conv", "filters": 2}))
+    src = write_zeros_member(tmp_path / "ratio.keras", config, 32 * MiB)
+    refused(src, "model.weights.h5 declares 32.0 MiB", f"more than the {MAX_COMPRESSION_RATIO}:1")
+
+
+def test_json_member_over_the_limit(tmp_path):
+    src = declare_size(write_keras(tmp_path / "json.keras", small_config(), dense_weights(WIDTHS),
+                                   compression=zipfile.ZIP_DEFLATED), "config.json", 1 << 30)
+    refused(src, "config.json declares 1.0 GiB", "malinn's limit for a JSON member")
+
+
+def test_bomb_is_refused_in_small_memory(tmp_path):
+    """Peak memory of a process converting a 256 MiB bomb stays near that of importing malinn."""
+    src = write_zeros_member(tmp_path / "big.keras", small_config(), 256 * MiB)
+    script = (
+        "import resource, sys, malinn\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "try:\n    malinn.convert(sys.argv[1], sys.argv[2])\nexcept malinn.ConversionError as exc:\n"
+        "    print('refused', exc, file=sys.stderr)\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.run([sys.executable, "-c", script, str(src), str(tmp_path / "big.malinn")],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "refused" in proc.stderr and "declares 256.0 MiB" in proc.stderr, proc.stderr
+    grown_kib = int(proc.stdout.split()[-1])
+    assert grown_kib < 32 * 1024, f"peak memory grew by {grown_kib} KiB"
+
+
+def test_deflated_archive_reads_like_the_stored_one(keras_zoo, tmp_path, device):
+    """Another tool's re-zip (deflated members) is read through a temporary file, to the same model."""
+    original = keras_zoo.path("keras3-zip", "digits")
+    src = tmp_path / "deflated.keras"
+    with zipfile.ZipFile(original) as zin, zipfile.ZipFile(src, "w", zipfile.ZIP_DEFLATED) as zout:
+        for name in zin.namelist():
+            zout.writestr(name, zin.read(name))
+    with zipfile.ZipFile(src) as z:
+        assert z.getinfo("model.weights.h5").compress_type == zipfile.ZIP_DEFLATED
+    a, b = read_keras(original), read_keras(src)
+    for la, lb in zip(a.layers, b.layers):
+        for wa, wb in zip(la.weights, lb.weights):
+            np.testing.assert_array_equal(wa, wb)
+    x = keras_zoo.data("keras3-zip", "digits")["x"]
+    np.testing.assert_array_equal(malinn.load_model(src).predict(x), malinn.load_model(original).predict(x))
+
+
+def test_stored_weights_are_checked_against_their_crc(keras_zoo, tmp_path):
+    """Read in place, the member still gets zipfile's CRC check: a flipped weight is not used."""
+    src = shutil.copy(keras_zoo.path("keras3-zip", "digits"), tmp_path / "flipped.keras")
+    with zipfile.ZipFile(src) as z:
+        member = z.read("model.weights.h5")
+    with h5py.File(io.BytesIO(member), "r") as f:
+        offset = f["layers/dense/vars/0"].id.get_offset()
+    data = bytearray(src.read_bytes())
+    at = data.find(member[offset:offset + 64])
+    assert data.count(member[offset:offset + 64]) == 1
+    data[at + 5] ^= 0x40
+    src.write_bytes(bytes(data))
+    with pytest.raises(ConversionError, match=r"model.weights.h5 in the archive is damaged: CRC-32"):
+        read_keras(src)
+
+
+# ---------------------------------------------------------------------------------------------
+# HDF5 datasets
+
+
+H5_FORMATS = [pytest.param("keras3-h5", id="keras3"), pytest.param("keras2-h5", id="tf_keras")]
+
+
+def replace_kernel(src, dst, **dataset):
+    """A copy of the zoo's ``tiny`` .h5 whose first kernel is ``create_dataset(**dataset)``."""
+    dst = shutil.copy(src, dst)
+    with h5py.File(dst, "r+") as f:
+        group = f["model_weights/d13"]
+        names = [n.decode() if isinstance(n, bytes) else n for n in group.attrs["weight_names"]]
+        kernel = next(n for n in names if "kernel" in n)
+        del group[kernel]
+        group.create_dataset(kernel, **dataset)
+    return dst
+
+
+@pytest.mark.parametrize("fmt", H5_FORMATS)
+def test_h5_dataset_declaring_more_than_it_stores(keras_zoo, tmp_path, fmt):
+    """Before: reading it allocated 37 GiB of fill values."""
+    src = replace_kernel(keras_zoo.path(fmt, "tiny"), tmp_path / "phantom.h5", shape=(100_000, 100_000),
+                         dtype="float32")
+    refused(src, "declares shape (100000, 100000) of float32 (37.3 GiB", "stores 0 bytes of it")
+
+
+@pytest.mark.parametrize("fmt", H5_FORMATS)
+def test_h5_dataset_larger_than_the_config(keras_zoo, tmp_path, fmt):
+    """Real data, but far more than a Dense 3 -> 13 holds: refused before reading it."""
+    src = replace_kernel(keras_zoo.path(fmt, "tiny"), tmp_path / "big_kernel.h5",
+                         data=np.ones((2000, 1000), np.float32))
+    refused(src, "declares shape (2000, 1000) of float32 (7.6 MiB", "more than what the config's layers hold")
+
+
+def test_external_dataset_is_not_followed(tmp_path):
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(np.arange(12, dtype=np.float32).tobytes())
+    buffer = io.BytesIO()
+    with h5py.File(buffer, "w") as f:
+        weights = dense_weights(WIDTHS)
+        for path, arrays in (("dense", weights[0]), ("dense_1", weights[1])):
+            for i, array in enumerate(arrays):
+                f.create_dataset(f"layers/{path}/vars/{i}", data=array)
+        del f["layers/dense/vars/0"]
+        f.create_dataset("layers/dense/vars/0", shape=(4, 3), dtype="float32", external=[(str(secret), 0, 48)])
+    src = write_keras(tmp_path / "external.keras", small_config(), weights_member=buffer.getvalue())
+    with pytest.raises(ConversionError, match="keeps its data in other files"):
+        read_keras(src)
