@@ -8,9 +8,11 @@
   destination is untouched. (Renaming gives the path a new inode: other hard links to the old
   file keep the old contents, as with any atomic save.)
 * A symlink is followed: its target is written, the link stays.
-* A character device or FIFO (``/dev/null``, ``/dev/stdout``, a named pipe) is written through:
-  opened and streamed into, never replaced by a regular file. Writing into a FIFO waits for a
-  reader, as FIFOs do. Other kinds of node (block devices, sockets) are refused.
+* A character device or FIFO (``/dev/null``, a terminal, a named pipe) is written through: opened
+  and streamed into, never replaced by a regular file. Writing into a FIFO waits for a reader, as
+  FIFOs do. ``/dev/stdout``, ``/dev/fd/N`` and ``/proc/self/fd/N`` are written into this process's
+  own descriptor N, whatever it is open on, in order with what the process prints there. Other
+  kinds of node (block devices, sockets) are refused.
 * A new file's mode follows the umask (``0666 & ~umask``); a replaced file keeps its mode and,
   where the process may set them, its owner and group.
 * A destination that is the same file as ``source`` (``os.path.samefile``: also through hard
@@ -28,6 +30,7 @@ import os
 import re
 import secrets
 import stat
+import sys
 import time
 from pathlib import Path
 
@@ -71,8 +74,10 @@ def write_file(path, writer, *, source=None, overwrite_source: bool = False) -> 
     if isinstance(text, bytes):
         text = os.fsdecode(text)
     kind, st = _plan(text, source, overwrite_source)
-    if kind == "through":
-        _write_through(text, writer, truncate=stat.S_ISREG(st.st_mode))
+    if kind == "fd":
+        _write_fd(text, writer, st)
+    elif kind == "through":
+        _write_through(text, writer)
     else:
         _write_atomic(text, Path(os.path.realpath(text)), st, writer)
     return Path(text)
@@ -95,11 +100,19 @@ def check_destination(path, *, source=None, overwrite_source: bool = False) -> N
 
 
 def _plan(text: str, source, overwrite_source: bool):
-    """``("through" | "atomic", stat or None)`` for the destination ``text``; raises when refused."""
+    """``("fd", N)``, ``("through", stat)`` or ``("atomic", stat or None)`` for ``text``; raises when refused."""
     if not text:
         raise MalinnError("the output file name is empty")
     if text.endswith(os.sep) or (os.altsep and text.endswith(os.altsep)):
         raise MalinnError(f"{text}: names a folder (it ends with {text[-1]!r}); give a file name")
+    fd = _own_fd(text)
+    if fd is not None:     # /dev/stdout, /dev/fd/N: write into that descriptor, sharing its offset
+        try:
+            st = os.fstat(fd)
+        except OSError as exc:
+            raise MalinnError(f"{text}: cannot use as the output ({_reason(exc)})") from None
+        _refuse_source(text, source, overwrite_source)
+        return "fd", fd
     try:
         st = os.stat(text)
     except FileNotFoundError:
@@ -116,8 +129,6 @@ def _plan(text: str, source, overwrite_source: bool):
             kind = "a block device" if stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) \
                 else "not a regular file"
             raise MalinnError(f"{text} is {kind}; malinn writes regular files, character devices and FIFOs")
-        if _through_proc(text):  # /dev/stdout, /proc/self/fd/N redirected into a file: write into it
-            return "through", st
     real = Path(os.path.realpath(text))   # a symlink (even a dangling one) is written at its target
     folder = real.parent
     if not folder.is_dir():
@@ -144,15 +155,29 @@ def _refuse_source(text: str, source, overwrite_source: bool) -> None:
                           "(pass overwrite=True, or --force on the command line)")
 
 
-def _write_through(text: str, writer, truncate: bool) -> None:
-    """Streams the contents into an existing character device, FIFO or /proc fd link."""
-    buffer = io.BytesIO()
-    writer(buffer)
-    data = buffer.getbuffer()
+def _write_through(text: str, writer) -> None:
+    """Streams the contents into an existing character device or FIFO."""
     try:
-        fd = os.open(text, os.O_WRONLY | _O_CLOEXEC | (os.O_TRUNC if truncate else 0))
+        fd = os.open(text, os.O_WRONLY | _O_CLOEXEC)
     except OSError as exc:
         raise MalinnError(f"{text}: cannot open for writing ({_reason(exc)})") from None
+    try:
+        _write_fd(text, writer, fd)
+    finally:
+        os.close(fd)
+
+
+def _write_fd(text: str, writer, fd: int) -> None:
+    """Writes the contents to the open descriptor ``fd`` (after Python's own buffers for it)."""
+    buffer = io.BytesIO()
+    writer(buffer)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None and stream.fileno() == fd:
+                stream.flush()
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            pass
+    data = buffer.getbuffer()
     try:
         done = 0
         while done < len(data):
@@ -163,7 +188,6 @@ def _write_through(text: str, writer, truncate: bool) -> None:
         raise MalinnError(f"{text}: cannot write ({_reason(exc)})") from None
     finally:
         data.release()
-        os.close(fd)
 
 
 def _write_atomic(text: str, real: Path, st, writer) -> None:
@@ -258,17 +282,19 @@ def _name_max(folder: Path) -> int:
         return 255
 
 
-def _through_proc(text: str) -> bool:
-    """Whether ``text`` reaches its file through a /proc magic link (``/dev/stdout``, ``/dev/fd/1``)."""
+def _own_fd(text: str) -> int | None:
+    """The descriptor N when ``text`` leads to ``/proc/self/fd/N`` or ``/dev/fd/N`` (``/dev/stdout``)."""
     current = os.path.abspath(text)
+    own = ("/proc/self/fd/", "/proc/thread-self/fd/", f"/proc/{os.getpid()}/fd/", "/dev/fd/")
     for _ in range(40):
-        folder = os.path.realpath(os.path.dirname(current))
-        if folder == "/proc" or folder.startswith("/proc/"):
-            return True
+        for prefix in own:
+            if current.startswith(prefix) and current[len(prefix):].isdigit():
+                return int(current[len(prefix):])
         if not os.path.islink(current):
-            return False
+            return None
+        folder = os.path.dirname(current)
         current = os.path.normpath(os.path.join(folder, os.readlink(current)))
-    return False
+    return None
 
 
 def _reason(exc: OSError) -> str:
