@@ -147,6 +147,8 @@ def cmd_predict(args) -> int:
     if args.output is not None:
         check_destination(args.output, source=args.model, overwrite_source=args.force)
         check_destination(args.output, source=args.input, overwrite_source=args.force)
+    elif sys.stdout is None:
+        raise MalinnError("stdout is closed: give the output file with -o")
     device = _device(args)
     model = malinn.load_model(args.model)
     x = read_input_array(args.input, key=args.key, sample_shape=model.input_shape)
