@@ -1,24 +1,84 @@
 """The ``malinn`` command: convert, predict, verify, tune, devices.
 
-Exit codes: 0 success, 1 a malinn error (bad model file, device failure, verify mismatch),
-2 a usage error.
+Exit codes: 0 success, 1 a malinn error (bad model or input file, device failure, verify
+mismatch), 2 a usage error (bad arguments), 130 interrupted. Every error is one line on stderr,
+``malinn: error: ...``; no traceback is ever printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import math
 import os
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 from . import __version__
+from .array_files import read_input_array
 from .errors import MalinnError
+from .files import check_destination, write_file
 
 
+class UsageError(MalinnError):
+    """A command line that cannot be run as given (exit status 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line (the usage is in ``--help``)."""
+
+    def error(self, message):
+        command = self.prog.split(" ", 1)[1] + ": " if " " in self.prog else ""
+        raise UsageError(f"{command}{message} (see {self.prog} --help)")
+
+
+# ------------------------------------------------------------------ argument types
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def _product_shape(text: str) -> tuple:
+    try:
+        shape = tuple(int(v) for v in text.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if len(shape) != 3 or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"expected MxKxN with three positive integers, got {text!r}")
+    return shape
+
+
+# ------------------------------------------------------------------ helpers
 def _device(args):
     import malinn
 
@@ -27,14 +87,39 @@ def _device(args):
     return malinn.get_device()
 
 
+def _is_stdout(path) -> bool:
+    """Whether ``path`` is the file this process's stdout writes to."""
+    try:
+        a, b = os.stat(path), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _report_stream(output):
+    """Where a command's one-line report goes: stdout, unless the data itself goes there."""
+    return sys.stderr if output is None or _is_stdout(output) else sys.stdout
+
+
+def _save_npy(y):
+    return lambda f: np.save(f, y)
+
+
+# ------------------------------------------------------------------ commands
 def cmd_devices(args) -> int:
     import malinn
+    from .errors import DeviceError
 
     found = malinn.devices()
     if not found:
-        print("no working OpenCL device (install a driver, e.g. apt-get install pocl-opencl-icd)")
-        return 1
-    current = malinn.get_device()
+        raise MalinnError("no working OpenCL device (install a driver, e.g. apt-get install pocl-opencl-icd)")
+    try:
+        current = malinn.get_device()
+    except DeviceError:
+        current = None
+        setting = os.environ.get("MALINN_DEVICE", "")
+        print(f"malinn: warning: MALINN_DEVICE={setting!r} matches none of these devices; no device is marked "
+              "and other commands fail until it names one (gpu, cpu, P:D or part of a name)", file=sys.stderr)
     for d in found:
         print(("* " if d is current else "  ") + str(d))
     return 0
@@ -42,93 +127,145 @@ def cmd_devices(args) -> int:
 
 def cmd_convert(args) -> int:
     import malinn
+    from .saving import resolve_target, save_model
 
-    _device(args)
+    check_destination(args.output, source=args.src, overwrite_source=args.force)
+    if args.device or args.target is None:
+        _device(args)    # the target comes from the device; an explicit --target needs none
+    spec = resolve_target(args.target)
     model = malinn.load_model(args.src)
-    path = model.save(args.output, target=args.target)
-    target = malinn.saving.resolve_target(args.target).codename
+    path = save_model(model, args.output, target=args.target, overwrite=args.force)
     print(f"{args.src} -> {path}: {len(model.layers)} layers, {model.count_params()} parameters, "
-          f"input {(None,) + tuple(model.input_shape)}, weights laid out for {target}")
+          f"input {(None,) + tuple(model.input_shape)}, weights laid out for {spec.codename}",
+          file=_report_stream(args.output))
     return 0
 
 
 def cmd_predict(args) -> int:
     import malinn
 
+    if args.output is not None:
+        check_destination(args.output, source=args.model, overwrite_source=args.force)
+        check_destination(args.output, source=args.input, overwrite_source=args.force)
+    elif sys.stdout is None:
+        raise MalinnError("stdout is closed: give the output file with -o")
     device = _device(args)
     model = malinn.load_model(args.model)
-    try:
-        x = np.load(args.input, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise MalinnError(f"{args.input}: cannot read a .npy array ({exc})") from None
+    x = read_input_array(args.input, key=args.key, sample_shape=model.input_shape)
     y = model.predict(x, batch_size=args.batch_size)
-    out = Path(args.output)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".npy", dir=out.parent if str(out.parent) else ".")
-    os.close(fd)
-    try:
-        np.save(tmp, y)
-        os.replace(tmp, out)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    print(f"{args.model} on {device.name}: {x.shape} -> {y.shape} written to {out}")
+    if args.output is not None:
+        write_file(args.output, _save_npy(y), source=args.input, overwrite_source=args.force)
+        where = str(args.output)
+    elif sys.stdout.isatty():
+        _print_table(y)
+        where = "the terminal"
+    else:
+        buffer = io.BytesIO()
+        np.save(buffer, y)
+        sys.stdout.flush()
+        sys.stdout.buffer.write(buffer.getbuffer())
+        sys.stdout.buffer.flush()
+        where = "stdout (.npy)"
+    print(f"{args.model} on {device.name}: {x.shape} -> {y.shape} written to {where}",
+          file=_report_stream(args.output))
     return 0
+
+
+def _print_table(y) -> None:
+    rows = y.reshape(y.shape[0], -1)
+    print(f"{'sample':>6} " + " ".join(f"{f'y[{j}]':>11}" for j in range(rows.shape[1])))
+    for i, row in enumerate(rows):
+        print(f"{i:>6} " + " ".join(f"{v:>11.5g}" for v in row))
 
 
 def cmd_verify(args) -> int:
     import malinn
+    from .saving import is_malinn_file
 
+    if Path(args.model).is_file() and is_malinn_file(args.model):
+        raise MalinnError(f"{args.model} is a malinn model file; verify runs the model in Keras and needs the "
+                          "original Keras file (.keras or .h5) it was converted from")
+    if args.key and not args.input:
+        raise UsageError("verify: --key chooses an array of the --input file; give --input too")
     device = _device(args)
     model = malinn.load_model(args.model)
     if args.input:
-        x = np.load(args.input, allow_pickle=False).astype(np.float32)
+        x = read_input_array(args.input, key=args.key, sample_shape=model.input_shape)
     else:
         x = np.random.default_rng(0).standard_normal((16,) + tuple(model.input_shape)).astype(np.float32)
     names = [layer.keras_names[-1] for layer in model.layers if layer.keras_names]
     with tempfile.TemporaryDirectory() as tmp:
         x_path, out_path = os.path.join(tmp, "x.npy"), os.path.join(tmp, "keras.npz")
         np.save(x_path, x)
-        run = subprocess.run([sys.executable, "-m", "malinn.tf_reference", str(args.model), x_path, out_path, *names],
-                             capture_output=True, text=True)
+        run = subprocess.run(_keras_reference_command(str(args.model), x_path, out_path, names),
+                             capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if run.returncode != 0:
             tail = run.stderr.strip().splitlines()[-1:] or ["(no output)"]
             if "No module named 'tensorflow'" in run.stderr or "No module named 'keras'" in run.stderr:
                 raise MalinnError("verify needs TensorFlow to run the Keras model: pip install tensorflow-cpu")
             raise MalinnError(f"running {args.model} in Keras failed: {tail[0]}")
-        reference = dict(np.load(out_path))
+        reference = dict(np.load(out_path, allow_pickle=False))
     ours = model.predict_layers(x)
     print(f"verify {args.model} on {device.name}, input {x.shape}; rel = max|malinn - keras| / max(1, max|keras|)")
-    print(f"{'malinn layer':<28} {'keras layer':<28} {'max abs':>10} {'rel':>10}")
+    rows = [(layer.name, _keras_label(layer.keras_names), layer.keras_names[-1] if layer.keras_names else None, out)
+            for layer, out in zip(model.layers, ours)]
+    rows.append(("(model output)", "output", "output", ours[-1]))
+    left = max(28, max(len(r[0]) for r in rows) + 1)
+    right = max(28, max(len(r[1]) for r in rows) + 1)
+    print(f"{'malinn layer':<{left}} {'keras layers':<{right}} {'max abs':>10} {'rel':>10}")
     worst = 0.0
-    rows = [(layer.name, layer.keras_names[-1] if layer.keras_names else None, out) for layer, out in zip(model.layers, ours)]
-    rows.append(("(model output)", "output", ours[-1]))
-    for name, keras_name, out in rows:
+    for name, label, keras_name, out in rows:
         key = "output" if keras_name == "output" else f"layer:{keras_name}"
         if key not in reference:
-            print(f"{name:<28} {str(keras_name):<28} {'(not compared)':>21}")
+            print(f"{name:<{left}} {label:<{right}} {'(not compared)':>21}")
             continue
         ref = reference[key].reshape(out.shape[0], -1)
         abs_err = float(np.nanmax(np.abs(out - ref))) if out.size else 0.0
         rel = abs_err / max(1.0, float(np.nanmax(np.abs(ref))) if ref.size else 1.0)
         worst = max(worst, rel)
-        print(f"{name:<28} {str(keras_name):<28} {abs_err:>10.3e} {rel:>10.3e}")
+        print(f"{name:<{left}} {label:<{right}} {abs_err:>10.3e} {rel:>10.3e}")
     ok = worst <= args.tolerance
     print(f"{'OK' if ok else 'MISMATCH'}: worst rel error {worst:.3e} (tolerance {args.tolerance:g})")
     return 0 if ok else 1
 
 
+def _keras_label(keras_names) -> str:
+    """The Keras layers one malinn layer computes: ``dense + batch_normalization (folded)``."""
+    if not keras_names:
+        return "-"
+    return " + ".join(keras_names) + (" (folded)" if len(keras_names) > 1 else "")
+
+
+def _keras_reference_command(model: str, x_path: str, out_path: str, names) -> list:
+    """``python -I`` running malinn.tf_reference with an explicit sys.path: nothing from the cwd.
+
+    Isolated mode drops the cwd (and the script's folder, PYTHON* variables and the user's
+    site-packages) from the child's path, so a ``keras.py`` or ``numpy.py`` beside the model
+    cannot run. The child gets this process's path instead, minus the cwd, with malinn's own
+    location first.
+    """
+    package_root = str(Path(__file__).resolve().parent.parent)
+    cwd = os.getcwd()
+    paths = [package_root] + [os.path.abspath(p) for p in sys.path
+                              if p and os.path.abspath(p) not in (cwd, package_root)]
+    bootstrap = ("import sys; sys.path[:] = {!r} + [p for p in sys.path if p and p not in {!r}]; "
+                 "from malinn.tf_reference import main; sys.exit(main(sys.argv[1:]))").format(paths, paths)
+    return [sys.executable, "-I", "-c", bootstrap, model, x_path, out_path, *names]
+
+
 def cmd_tune(args) -> int:
     import malinn
-    from .tuner import tune
+    from .tuner import cache_dir, tune
 
+    _check_cache_dir(cache_dir())
     device = _device(args)
-    shapes = None
-    if args.shape:
-        try:
-            shapes = [tuple(int(v) for v in text.lower().split("x")) for text in args.shape]
-            assert all(len(s) == 3 and min(s) >= 1 for s in shapes)
-        except (ValueError, AssertionError):
-            raise MalinnError(f"--shape expects MxKxN with positive integers, got {args.shape}") from None
+    shapes = args.shape
+    if shapes:
+        for m, k, n in shapes:
+            largest = 4 * max(m * k, k * n, m * n)
+            if largest > device.max_allocation:
+                raise MalinnError(f"--shape {m}x{k}x{n}: a matrix of {largest / 2**20:.0f} MiB exceeds "
+                                  f"{device.name}'s largest allocation ({device.max_allocation // 2**20} MiB)")
     elif args.model:
         model = malinn.load_model(args.model)
         dims, shapes = model.input_dim, []
@@ -146,8 +283,22 @@ def cmd_tune(args) -> int:
     return 0
 
 
+def _check_cache_dir(folder: Path) -> None:
+    """Fails before any timing when the tuning cache cannot be written."""
+    source = "MALINN_CACHE_DIR" if os.environ.get("MALINN_CACHE_DIR") else "the cache folder"
+    if folder.exists() and not folder.is_dir():
+        raise MalinnError(f"{source} {folder} is a file, not a folder; the tuning result could not be stored")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise MalinnError(f"{source} {folder} cannot be created ({exc.strerror or exc})") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise MalinnError(f"{source} {folder} is not writable; the tuning result could not be stored")
+
+
+# ------------------------------------------------------------------ parser and main
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="malinn", description="Run Keras models on OpenCL devices.")
+    parser = _Parser(prog="malinn", description="Run Keras models on OpenCL devices.")
     parser.add_argument("--version", action="version", version=f"malinn {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -157,52 +308,108 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
+    device_help = "gpu, cpu, P:D or part of a device name (default: MALINN_DEVICE, else the first GPU)"
+    input_help = "input samples: .npy, .npz (one array, or --key) or .csv (one sample per row)"
+    key_help = "the array to use from a .npz input holding several"
+
     p = add("convert", "convert a Keras .keras/.h5 file into a malinn model file", cmd_convert)
     p.add_argument("src", help="Keras .keras or .h5 file (Keras 2 or 3)")
-    p.add_argument("-o", "--output", required=True, help="malinn model file to write (atomically)")
+    p.add_argument("-o", "--output", required=True, help="malinn model file to write (atomically; a symlink is "
+                                                         "followed, a device or FIFO written through)")
     p.add_argument("--target", help="matmul kernel codename, or gpu/cpu/accelerator, whose layouts the weights are "
-                                    "stored in (default: the current device's kernel)")
-    p.add_argument("--device", help="gpu, cpu, P:D or part of a device name (default: MALINN_DEVICE, else first GPU)")
+                                    "stored in (default: the current device's kernel; a given target needs no device)")
+    p.add_argument("--force", action="store_true", help="allow the output to be the source file itself")
+    p.add_argument("--device", help=device_help)
 
-    p = add("predict", "run a model on inputs from a .npy file", cmd_predict)
+    p = add("predict", "run a model on input samples", cmd_predict)
     p.add_argument("model", help="malinn model file or Keras file")
-    p.add_argument("input", help=".npy array of shape (batch, ...) matching the model's input")
-    p.add_argument("-o", "--output", required=True, help=".npy file to write the predictions to")
-    p.add_argument("--batch-size", type=int, help="samples per device pass (default: all at once)")
-    p.add_argument("--device", help="gpu, cpu, P:D or part of a device name")
+    p.add_argument("input", help=input_help)
+    p.add_argument("-o", "--output", help=".npy file to write the predictions to (default: stdout: a table on a "
+                                          "terminal, .npy bytes otherwise)")
+    p.add_argument("--key", help=key_help)
+    p.add_argument("--batch-size", type=_positive_int, help="samples per device pass (default: all at once)")
+    p.add_argument("--force", action="store_true", help="allow the output to be the model or input file")
+    p.add_argument("--device", help=device_help)
 
     p = add("verify", "compare malinn with Keras (TensorFlow) layer by layer", cmd_verify)
-    p.add_argument("model", help="Keras .keras or .h5 file")
-    p.add_argument("--input", help=".npy input (default: 16 standard-normal samples)")
-    p.add_argument("--tolerance", type=float, default=1e-5, help="largest rel error accepted (default 1e-5)")
-    p.add_argument("--device", help="gpu, cpu, P:D or part of a device name")
+    p.add_argument("model", help="the original Keras .keras or .h5 file (not a malinn model file)")
+    p.add_argument("--input", help=input_help + " (default: 16 standard-normal samples)")
+    p.add_argument("--key", help=key_help)
+    p.add_argument("--tolerance", type=_tolerance, default=1e-5, help="largest rel error accepted (default 1e-5)")
+    p.add_argument("--device", help=device_help)
 
     p = add("tune", "time matmul kernels and configurations on this device and remember the fastest", cmd_tune)
     p.add_argument("--quick", action="store_true", help="fewer shapes and a sample of configurations")
     p.add_argument("--model", help="tune for this model's Dense layers (default: a standard set of shapes)")
-    p.add_argument("--batch", type=int, default=100, help="batch size to tune for with --model (default 100)")
-    p.add_argument("--shape", action="append", help="a product MxKxN to tune for (repeatable)")
-    p.add_argument("--budget", type=float, help="stop trying new candidates after this many seconds")
-    p.add_argument("--device", help="gpu, cpu, P:D or part of a device name")
+    p.add_argument("--batch", type=_positive_int, default=100, help="batch size to tune for with --model (default 100)")
+    p.add_argument("--shape", type=_product_shape, action="append", help="a product MxKxN to tune for (repeatable)")
+    p.add_argument("--budget", type=_positive_seconds, help="stop trying new candidates after this many seconds")
+    p.add_argument("--device", help=device_help)
 
     add("devices", "list the working OpenCL devices (* marks the default)", cmd_devices)
     return parser
 
 
-def main(argv=None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def _one_line(text: str) -> str:
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return " | ".join(lines) or "(no message)"
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    text = _one_line(message)
+    text = text[len("malinn: "):] if text.startswith("malinn: ") else text
+    print(f"malinn: warning: {text}", file=sys.stderr)
+
+
+def _error(text: str) -> None:
     try:
-        return args.func(args)
-    except MalinnError as exc:
-        print(f"malinn: error: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"malinn: error: {exc}", file=sys.stderr)
-        return 1
-    except ValueError as exc:  # bad input shapes and the like, already worded for users
-        print(f"malinn: error: {exc}", file=sys.stderr)
-        return 1
+        print(f"malinn: error: {_one_line(text)}", file=sys.stderr)
+    except (OSError, ValueError):
+        pass
+
+
+def _drop_stdout() -> None:
+    """After EPIPE: point stdout at /dev/null so that Python's exit flush stays quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass
+
+
+def main(argv=None) -> int:
+    """Runs the command line ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        try:
+            args = build_parser().parse_args(argv)
+            status = args.func(args)
+            sys.stdout.flush()
+            return status
+        except SystemExit as exc:       # --help and --version
+            return exc.code if isinstance(exc.code, int) else 0
+        except KeyboardInterrupt:
+            _error("interrupted")
+            return 130
+        except BrokenPipeError:         # the reader of stdout went away (malinn predict ... | head)
+            _drop_stdout()
+            return 1
+        except UsageError as exc:
+            _error(str(exc))
+            return 2
+        except MalinnError as exc:
+            _error(str(exc))
+            return 1
+        except MemoryError:
+            _error("out of memory")
+            return 1
+        except (OSError, ValueError) as exc:   # file-system errors, bad shapes: worded for users
+            _error(str(exc) or type(exc).__name__)
+            return 1
+        except Exception as exc:
+            _error(f"unexpected {type(exc).__name__}: {exc} (please report this as a malinn bug)")
+            return 1
 
 
 if __name__ == "__main__":

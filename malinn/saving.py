@@ -19,13 +19,12 @@ temporary file beside the destination and renamed into place, so a failure leave
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from .errors import ConversionError
+from .errors import ConversionError, MalinnError
+from .files import write_file
 from .kernel_library import load_library
 from .layout import parse_layout
 
@@ -57,41 +56,31 @@ def resolve_target(target=None):
                           f"{', '.join(library.codenames('matmul'))}")
 
 
-def _atomic_write(path: Path, write) -> Path:
-    """Calls ``write(temporary_path)`` then renames the file onto ``path``; cleans up on failure."""
-    path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise ConversionError(f"{path}: the folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
-
-
-def save_model(model, path, target=None) -> Path:
+def save_model(model, path, target=None, overwrite=False) -> Path:
     """Writes ``model`` as a malinn model file with weights laid out for ``target``.
+
+    The file is written by :func:`malinn.files.write_file`: atomically, a symlink is followed,
+    a character device or FIFO is written through, modes are kept.
 
     Args:
         model: a built :class:`~malinn.Sequential`.
         path: the destination file.
         target: a matmul codename or device kind (default: the current device's kernel).
+        overwrite: allow ``path`` to be the Keras file the model was converted from.
 
     Returns:
         The path written.
 
     Raises:
-        ConversionError: the model is not built, the target is unknown, or the file cannot be
-            written (nothing is left behind).
+        ConversionError: the model is not built, the target is unknown, ``path`` is the model's
+            source file (without ``overwrite``), or the file cannot be written (nothing is left
+            behind).
     """
+    return _save(model, path, target, source=(getattr(model, "source", None) or {}).get("file"),
+                 overwrite=overwrite)
+
+
+def _save(model, path, target, source, overwrite) -> Path:
     import h5py
 
     from . import __version__, ops
@@ -135,9 +124,11 @@ def save_model(model, path, target=None) -> Path:
                             g.create_dataset(name, data=value)
 
     try:
-        return _atomic_write(Path(path), write)
+        return write_file(path, write, source=source, overwrite_source=overwrite)
     except ConversionError:
         raise
+    except MalinnError as exc:
+        raise ConversionError(str(exc)) from None
     except (OSError, ValueError, TypeError) as exc:
         raise ConversionError(f"{path}: cannot write the model file ({exc})") from None
 
@@ -228,7 +219,7 @@ def load_model(path):
     return to_sequential(read_keras(path))
 
 
-def convert(src, dst, target=None) -> Path:
+def convert(src, dst, target=None, overwrite=False) -> Path:
     """Converts a Keras file (or a malinn file) into a malinn model file for ``target``.
 
     Args:
@@ -236,11 +227,14 @@ def convert(src, dst, target=None) -> Path:
         dst: the malinn model file to write (atomically: on failure no file is left).
         target: a matmul codename or ``gpu``/``cpu``/``accelerator`` (default: the kernel the
             current device would choose).
+        overwrite: allow ``dst`` to be ``src`` (same file, also through links); without it
+            that is refused.
 
     Returns:
         The path of ``dst``.
 
     Raises:
-        ConversionError: ``src`` cannot be read or converted, or ``dst`` cannot be written.
+        ConversionError: ``src`` cannot be read or converted, ``dst`` is ``src`` (without
+            ``overwrite``), or ``dst`` cannot be written.
     """
-    return save_model(load_model(src), dst, target=target)
+    return _save(load_model(src), dst, target, source=src, overwrite=overwrite)

@@ -14,7 +14,6 @@ import json
 import os
 import random
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ import numpy as np
 
 from .device import Device
 from .errors import MalinnError
+from .files import write_file
 
 __all__ = ["cache_dir", "tuned_choice", "tune", "Product", "STANDARD_SHAPES"]
 
@@ -85,10 +85,7 @@ def _save(device: Device, result: dict) -> Path:
     data[_device_key(device)] = result
     path = _tuning_file()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tuning.", suffix=".json", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2)
-    os.replace(tmp, path)
+    write_file(path, lambda f: f.write(json.dumps(data, indent=2).encode()))
     with _lock:
         _loaded = data
     return path

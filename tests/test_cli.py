@@ -1,9 +1,13 @@
-"""The malinn command: convert, predict, verify, devices; help, exit codes, clean errors."""
+"""The malinn command: convert, predict, verify, tune, devices; help, exit codes, clean errors."""
 
 import importlib.util
+import io
 import os
+import signal
+import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,12 +17,24 @@ ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "digits_mlp.keras"
 
 
-def malinn(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "malinn.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
+HAS_TF = importlib.util.find_spec("tensorflow") is not None
 
 
-@pytest.mark.parametrize("command", ["convert", "predict", "verify", "devices"])
+def malinn(*args, cwd=None, env=None, text=True):
+    return subprocess.run([sys.executable, "-m", "malinn.cli", *map(str, args)], capture_output=True, text=text,
+                          cwd=cwd, timeout=300, env=None if env is None else {**os.environ, **env})
+
+
+@pytest.fixture(scope="module")
+def digits_malinn(tmp_path_factory):
+    path = tmp_path_factory.mktemp("digits") / "digits.malinn"
+    import malinn as m
+
+    m.convert(DIGITS, path, target="gpu")
+    return path
+
+
+@pytest.mark.parametrize("command", ["convert", "predict", "verify", "tune", "devices"])
 def test_every_command_has_help(command):
     out = malinn(command, "--help")
     assert out.returncode == 0 and "usage: malinn " + command in out.stdout
@@ -70,7 +86,7 @@ def test_errors_are_one_line_without_traceback_and_leave_no_file(tmp_path):
     assert not (tmp_path / "y.npy").exists()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="verify needs tensorflow (test extra)")
+@pytest.mark.skipif(not HAS_TF, reason="verify needs tensorflow (test extra)")
 def test_verify_prints_errors_after_every_layer(tmp_path):
     data = np.load(ROOT / "examples" / "digits_test.npz")
     np.save(tmp_path / "x.npy", data["x"][:20])
@@ -82,7 +98,7 @@ def test_verify_prints_errors_after_every_layer(tmp_path):
     assert lines[-1].startswith("OK: worst rel error")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="verify needs tensorflow (test extra)")
+@pytest.mark.skipif(not HAS_TF, reason="verify needs tensorflow (test extra)")
 def test_verify_fails_on_a_mismatch(tmp_path):
     out = malinn("verify", DIGITS, "--tolerance", "0")
     assert out.returncode == 1 and "MISMATCH" in out.stdout
@@ -95,3 +111,186 @@ def test_malinn_never_imports_tensorflow(tmp_path):
     out = subprocess.run([sys.executable, "-c", script, DIGITS], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------------ predict: inputs and stdout
+def test_predict_the_bundled_npz_to_stdout_gives_a_loadable_npy(digits_malinn):
+    data = np.load(ROOT / "examples" / "digits_test.npz")
+    out = malinn("predict", digits_malinn, ROOT / "examples" / "digits_test.npz", "--key", "x", text=False)
+    assert out.returncode == 0, out.stderr
+    y = np.load(io.BytesIO(out.stdout), allow_pickle=False)
+    assert y.shape == (360, 10) and np.abs(y - data["keras"]).max() <= 1e-5
+    assert b"written to stdout" in out.stderr and len(out.stderr.splitlines()) == 1
+
+
+def test_predict_prints_a_table_on_a_terminal(digits_malinn, capsys, monkeypatch):
+    from malinn.cli import main
+
+    data = np.load(ROOT / "examples" / "digits_test.npz")
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert main(["predict", str(digits_malinn), str(ROOT / "examples" / "digits_test.npz"), "--key", "x"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["sample"] + [f"y[{j}]" for j in range(10)]
+    assert len(lines) == 361
+    row = lines[5].split()
+    assert row[0] == "4" and np.allclose([float(v) for v in row[1:]], data["keras"][4], rtol=1e-4, atol=1e-6)
+
+
+def test_predict_reads_csv_with_a_header(digits_malinn, tmp_path):
+    data = np.load(ROOT / "examples" / "digits_test.npz")
+    x = data["x"][:7]
+    lines = [",".join(f"p{i}" for i in range(64))] + [",".join(repr(float(v)) for v in row) for row in x]
+    (tmp_path / "x.csv").write_text("\n".join(lines) + "\n")
+    out = malinn("predict", digits_malinn, tmp_path / "x.csv", "-o", tmp_path / "y.npy")
+    assert out.returncode == 0, out.stderr
+    assert np.abs(np.load(tmp_path / "y.npy") - data["keras"][:7]).max() <= 1e-5
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("x.npy", b"", "x.npy is empty"),
+    ("m.malinn", b"\x89HDF", "m.malinn is not an input array file: expected .npy, .npz or .csv"),
+    ("x.csv", b"1,2\n3,x\n", "line 2: 'x' is not a number"),
+])
+def test_predict_input_errors_are_one_line_and_never_mention_pickle(digits_malinn, tmp_path, name, content, message):
+    (tmp_path / name).write_bytes(content)
+    out = malinn("predict", digits_malinn, tmp_path / name, "-o", tmp_path / "y.npy")
+    assert out.returncode == 1 and out.stderr.startswith("malinn: error: ") and message in out.stderr
+    assert len(out.stderr.splitlines()) == 1 and "pickle" not in out.stderr
+    assert not (tmp_path / "y.npy").exists()
+
+
+def test_predict_to_a_closed_pipe_is_quiet(digits_malinn, tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros((30000, 64), np.float32))   # 1.2 MB of output: more than a pipe holds
+    proc = subprocess.Popen([sys.executable, "-m", "malinn.cli", "predict", str(digits_malinn), str(tmp_path / "x.npy")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1 and err == b""
+
+
+# ------------------------------------------------------------------ convert: destinations
+def test_convert_refuses_its_source_unless_forced(tmp_path):
+    src = tmp_path / "m.keras"
+    src.write_bytes(DIGITS.read_bytes())
+    out = malinn("convert", src, "-o", src, "--target", "gpu")
+    assert out.returncode == 1 and "refusing to overwrite" in out.stderr and "--force" in out.stderr
+    assert src.read_bytes() == DIGITS.read_bytes()
+    out = malinn("convert", src, "-o", src, "--target", "gpu", "--force")
+    assert out.returncode == 0, out.stderr
+    assert src.read_bytes() != DIGITS.read_bytes()
+
+
+def test_convert_to_a_character_device_keeps_the_node(tmp_path):
+    node = tmp_path / "null"
+    try:
+        os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except OSError:
+        node = Path("/dev/null")
+    out = malinn("convert", DIGITS, "-o", node, "--target", "gpu")
+    assert out.returncode == 0, out.stderr
+    assert stat.S_ISCHR(os.stat(node).st_mode) and os.stat(node).st_rdev == os.makedev(1, 3)
+    assert sorted(p.name for p in node.parent.iterdir() if ".malinn-" in p.name) == []
+
+
+def test_convert_with_a_target_needs_no_opencl_device(tmp_path):
+    no_driver = {"OCL_ICD_VENDORS": str(tmp_path / "no-vendors"), "OCL_ICD_FILENAMES": str(tmp_path / "none.so")}
+    if malinn("devices", env=no_driver).returncode == 0:
+        pytest.skip("the OpenCL loader here ignores OCL_ICD_VENDORS: cannot hide the devices")
+    out = malinn("convert", DIGITS, "-o", tmp_path / "d.malinn", "--target", "gpu", env=no_driver)
+    assert out.returncode == 0, out.stderr
+    assert "weights laid out for" in out.stdout
+    out = malinn("convert", DIGITS, "-o", tmp_path / "e.malinn", env=no_driver)     # no target: needs a device
+    assert out.returncode == 1 and "no working OpenCL device" in out.stderr.splitlines()[-1]
+
+
+# ------------------------------------------------------------------ devices, tune
+@pytest.mark.parametrize("setting", ["garbage", "nvidia"])
+def test_devices_lists_when_malinn_device_matches_nothing(setting):
+    out = malinn("devices", env={"MALINN_DEVICE": setting})
+    assert out.returncode == 0
+    assert out.stdout.startswith("  [") and "* " not in out.stdout
+    assert out.stderr.count("\n") == 1 and f"MALINN_DEVICE={setting!r} matches none" in out.stderr
+
+
+@pytest.mark.parametrize("args, status, message", [
+    (["--batch", "0", "--model", DIGITS], 2, "argument --batch: expected a positive integer"),
+    (["--budget", "-1"], 2, "argument --budget: expected a positive number of seconds"),
+    (["--budget", "nan"], 2, "argument --budget"),
+    (["--shape", "0x1x1"], 2, "argument --shape: expected MxKxN"),
+    (["--shape", "100000x100000x100000"], 1, "exceeds"),
+])
+def test_tune_fails_up_front(args, status, message):
+    start = time.perf_counter()
+    out = malinn("tune", *args)
+    assert out.returncode == status and message in out.stderr and len(out.stderr.splitlines()) == 1
+    assert "tuning matmul" not in out.stdout and time.perf_counter() - start < 60
+
+
+def test_tune_refuses_a_cache_dir_that_is_a_file(tmp_path):
+    (tmp_path / "cache").write_text("not a folder")
+    out = malinn("tune", "--quick", env={"MALINN_CACHE_DIR": str(tmp_path / "cache")})
+    assert out.returncode == 1 and "is a file, not a folder" in out.stderr and out.stdout == ""
+    assert (tmp_path / "cache").read_text() == "not a folder"
+
+
+# ------------------------------------------------------------------ verify
+def test_verify_says_it_needs_the_keras_file(digits_malinn):
+    out = malinn("verify", digits_malinn)
+    assert out.returncode == 1 and "needs the original Keras file" in out.stderr
+    assert len(out.stderr.splitlines()) == 1
+
+
+def test_verify_input_npz_needs_a_key(tmp_path):
+    out = malinn("verify", DIGITS, "--input", ROOT / "examples" / "digits_test.npz")
+    assert out.returncode == 1 and "choose one with --key NAME" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_verify_never_runs_code_from_the_cwd(tmp_path):
+    marker = tmp_path / "MARKER"
+    for module in ("keras", "tf_keras", "tensorflow"):
+        (tmp_path / f"{module}.py").write_text(f"open({str(marker)!r}, 'a').write('{module} ran\\n')\n")
+    (tmp_path / "model.keras").write_bytes(DIGITS.read_bytes())
+    np.save(tmp_path / "x.npy", np.load(ROOT / "examples" / "digits_test.npz")["x"][:4])
+    out = malinn("verify", "model.keras", "--input", "x.npy", cwd=tmp_path,
+                 env={"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
+    assert not marker.exists(), marker.read_text()
+    if HAS_TF:
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert out.stdout.splitlines()[-1].startswith("OK")
+    else:
+        assert out.returncode == 1 and "verify needs TensorFlow" in out.stderr
+
+
+@pytest.mark.skipif(not HAS_TF, reason="verify needs tensorflow (test extra)")
+def test_verify_names_the_keras_layers_each_step_covers(keras_zoo, tmp_path):
+    path = keras_zoo.path("keras3-zip", "batchnorm")
+    out = malinn("verify", path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = {line.split()[0]: line for line in out.stdout.splitlines()[2:-1]}
+    assert "d_lin + bn_folded (folded)" in rows["d_lin"]
+    assert "d_nobias + bn_nocenter_folded (folded)" in rows["d_nobias"]
+    assert "(folded)" not in rows["d_tanh"]
+
+
+# ------------------------------------------------------------------ signals
+def test_ctrl_c_is_one_line_and_exit_130(digits_malinn, tmp_path):
+    fifo = tmp_path / "x.npy"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen([sys.executable, "-m", "malinn.cli", "predict", str(digits_malinn), str(fifo),
+                             "-o", str(tmp_path / "y.npy")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while True:       # opens the FIFO once malinn opens it for reading; malinn then waits in read()
+        try:
+            writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+    try:
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        os.close(writer)
+    assert proc.returncode == 130 and err.decode() == "malinn: error: interrupted\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.npy"]

@@ -62,7 +62,7 @@ def test_cli_tune_quick_with_a_shape(tmp_path):
     assert "best: " in out.stdout and (tmp_path / "tuning.json").is_file()
     bad = subprocess.run([sys.executable, "-m", "malinn.cli", "tune", "--shape", "20x30"], env=env,
                          capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 1 and "--shape expects MxKxN" in bad.stderr
+    assert bad.returncode == 2 and "argument --shape: expected MxKxN" in bad.stderr
 
 
 def test_program_binaries_are_cached_for_the_next_process(tmp_path):
