@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .cache import read_entry, write_entry
 from .errors import DeviceError, KernelBuildError
 
 __all__ = ["Device", "devices", "get_device", "set_device", "cl_status_name"]
@@ -119,8 +120,10 @@ class Device:
         """Builds (once) and returns an OpenCL program for this device.
 
         Programs are memoised per (source, options), so asking twice costs nothing, and their
-        binaries are cached on disk (``<cache dir>/programs``, keyed by source, options, device and
-        driver; ``MALINN_BINARY_CACHE=0`` turns that off), so a new process does not recompile.
+        binaries are cached on disk (:mod:`malinn.cache` kind ``programs``, keyed by source, options,
+        platform, device, vendor and driver; ``MALINN_BINARY_CACHE=0`` turns that off), so a new
+        process does not recompile. A cached binary reaches the driver only after the cache has
+        checked its length, checksum and key; a damaged one is discarded and rebuilt.
 
         Args:
             source: OpenCL C source text.
@@ -139,7 +142,7 @@ class Device:
             program = self._programs.get(key)
             if program is not None:
                 return program
-            program = self._from_binary_cache(key, options)
+            program = self._from_binary_cache(source, options)
             if program is not None:
                 self._programs[key] = program
                 return program
@@ -156,46 +159,41 @@ class Device:
                     f"options: {' '.join(options) or '(none)'}\nbuild log:\n{log}{hint}") from exc
             self._programs[key] = program
             self.counters["builds"] += 1
-            self._to_binary_cache(key, program)
+            self._to_binary_cache(source, options, program)
             return program
 
     # ---------------------------------------------------------------- binary cache
-    def _binary_path(self, key: str):
-        """Where the program binary for ``key`` is cached (``None`` when the cache is off)."""
+    def _binary_key(self, source: str, options) -> dict | None:
+        """The full key of a program binary in the cache (``None`` when ``MALINN_BINARY_CACHE=0``)."""
         if os.environ.get("MALINN_BINARY_CACHE", "1") == "0":
             return None
-        from .tuner import cache_dir
+        return {"source_sha256": hashlib.sha256(source.encode()).hexdigest(), "options": list(options),
+                "device": self.name, "vendor": self.vendor, "driver": self.driver_version, "platform": self.platform}
 
-        ident = hashlib.sha256(f"{self.platform}|{self.name}|{self.vendor}|{self.driver_version}|{key}".encode())
-        return cache_dir() / "programs" / f"{ident.hexdigest()}.bin"
-
-    def _from_binary_cache(self, key: str, options):
-        path = self._binary_path(key)
-        if path is None or not path.is_file():
+    def _from_binary_cache(self, source: str, options):
+        """The program from its cached binary, or ``None``; the cache checks the entry before the driver sees it."""
+        key = self._binary_key(source, options)
+        binary = read_entry("programs", key) if key is not None else None
+        if not binary:
             return None
         cl = _cl()
         try:
-            program = cl.Program(self.context, [self.cl_device], [path.read_bytes()]).build(options=list(options))
-            self.counters["binary_hits"] = self.counters.get("binary_hits", 0) + 1
-            return program
-        except Exception:  # stale or damaged binary: rebuild from source (and overwrite it)
+            program = cl.Program(self.context, [self.cl_device], [binary]).build(options=list(options))
+        except Exception:  # a binary the driver no longer takes: rebuild from source (and overwrite it)
             return None
+        self.counters["binary_hits"] = self.counters.get("binary_hits", 0) + 1
+        return program
 
-    def _to_binary_cache(self, key: str, program) -> None:
-        path = self._binary_path(key)
-        if path is None:
+    def _to_binary_cache(self, source: str, options, program) -> None:
+        key = self._binary_key(source, options)
+        if key is None:
             return
-        cl = _cl()
         try:
-            binary = program.get_info(cl.program_info.BINARIES)[0]
-            if not binary:
-                return
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-            tmp.write_bytes(bytes(binary))
-            os.replace(tmp, path)
-        except Exception:  # a read-only home or a driver without binaries: caching is optional
-            pass
+            binary = program.get_info(_cl().program_info.BINARIES)[0]
+        except Exception:  # a driver without program binaries: nothing to cache
+            return
+        if binary:
+            write_entry("programs", key, bytes(binary))
 
 
 _registry_lock = threading.RLock()

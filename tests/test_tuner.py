@@ -63,30 +63,3 @@ def test_cli_tune_quick_with_a_shape(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "malinn.cli", "tune", "--shape", "20x30"], env=env,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and "--shape expects MxKxN" in bad.stderr
-
-
-def test_program_binaries_are_cached_for_the_next_process(tmp_path):
-    script = ("import numpy as np, malinn; m = malinn.load_model(r'%s'); m.predict(np.zeros((2, 64)));"
-              "print(malinn.get_device().counters.get('builds'), malinn.get_device().counters.get('binary_hits', 0))"
-              % (malinn.__path__[0] + "/../examples/digits_mlp.keras"))
-    env = {**os.environ, "MALINN_CACHE_DIR": str(tmp_path)}
-    first = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
-    builds1, hits1 = map(int, first.stdout.split())
-    builds2, hits2 = map(int, second.stdout.split())
-    assert builds1 > 0 and hits1 == 0
-    assert builds2 == 0 and hits2 == builds1
-    off = subprocess.run([sys.executable, "-c", script], env={**env, "MALINN_BINARY_CACHE": "0"},
-                         capture_output=True, text=True, timeout=300)
-    assert off.stdout.split() == [str(builds1), "0"]
-
-
-def test_a_damaged_binary_is_rebuilt_from_source(tmp_path):
-    env = {**os.environ, "MALINN_CACHE_DIR": str(tmp_path)}
-    script = "import numpy as np, malinn; print(malinn.Sequential([malinn.layers.Dense(3)]).predict(np.ones((1, 2))).shape)"
-    assert subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, timeout=300).returncode == 0
-    for path in (tmp_path / "programs").iterdir():
-        path.write_bytes(b"garbage")
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and out.stdout.strip() == "(1, 3)", out.stderr
