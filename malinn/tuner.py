@@ -228,8 +228,7 @@ def _save(device: Device, general: dict | None = None, shapes: dict | None = Non
     path = _tuning_file()
     devices, writable = _read_file(path, quiet=True)
     if not writable:
-        raise MalinnError(f"{path} was written by a newer malinn; not overwriting it (set MALINN_CACHE_DIR "
-                          f"to another folder to tune with this one)")
+        _check_writable()
     key = _device_key(device)
     entry = dict(devices.get(key)) if isinstance(devices.get(key), dict) else {}
     if general is not None:
@@ -244,6 +243,24 @@ def _save(device: Device, general: dict | None = None, shapes: dict | None = Non
         raise MalinnError(f"{path}: cannot store the tuning results ({exc.strerror or exc})") from None
     _forget()
     return path
+
+
+def _check_writable() -> None:
+    """Fails before any timing when the results could not be stored.
+
+    Raises:
+        MalinnError: the cache folder is not a folder, or a newer malinn wrote the database.
+    """
+    path = _tuning_file()
+    for folder in (path.parent, *path.parent.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise MalinnError(f"the cache folder {path.parent} cannot be made: {folder} is not a folder "
+                                  f"(set MALINN_CACHE_DIR to a folder)")
+            break
+    if not _read_file(path, quiet=True)[1]:
+        raise MalinnError(f"{path} was written by a newer malinn; not overwriting it (set MALINN_CACHE_DIR "
+                          f"to another folder to tune with this one)")
 
 
 def _progress(done: int, total: int, label: str, stream, started: float) -> None:
@@ -355,11 +372,12 @@ def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat:
 
     Raises:
         MalinnError: no candidate was correct on this device (for any shape), or the database
-            cannot be written.
+            cannot be written (checked before any timing where it can be).
     """
     from .device import get_device
     from .kernel_library import load_library
 
+    _check_writable()
     device = device or get_device()
     library = load_library()
     shapes = shapes or (QUICK_SHAPES if quick else STANDARD_SHAPES)

@@ -115,6 +115,21 @@ def test_a_database_of_a_newer_malinn_is_ignored_and_never_overwritten(device, c
     assert (cache / "tuning.json").read_text() == text
 
 
+def test_tune_fails_before_any_timing_when_it_could_not_store_the_result(device, tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("MALINN_CACHE_DIR", str(blocker / "malinn"))
+    progress = io.StringIO()
+    with pytest.raises(MalinnError, match="is not a folder"):
+        tuner.tune(device, shapes=[(8, 8, 8)], quick=True, repeat=1, stream=progress)
+    assert progress.getvalue() == "" and blocker.read_text() == "not a folder"
+    monkeypatch.setenv("MALINN_CACHE_DIR", str(tmp_path))
+    (tmp_path / "tuning.json").write_text(json.dumps({"format": "malinn-tuning", "version": 9, "devices": {}}))
+    with pytest.raises(MalinnError, match="newer malinn"):
+        tuner.tune(device, shapes=[(8, 8, 8)], quick=True, repeat=1, stream=progress)
+    assert progress.getvalue() == ""
+
+
 def test_use_overrides_the_tuned_choice(device, cache):
     (cache / "tuning.json").write_text(json.dumps(database(device, {"general": {"codename": "crossv", "defines": {}}})))
     assert ops.kernel_for("matmul", device).codename == "crossv"
