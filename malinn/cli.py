@@ -271,12 +271,19 @@ def cmd_tune(args) -> int:
         dims, shapes = model.input_dim, []
         for layer in model.layers:
             if hasattr(layer, "units"):
-                shapes.append((layer.units, dims, args.batch))
+                shapes += [(layer.units, dims, args.batch), (layer.units, dims, 1)]
             dims = layer.output_dim(dims)
         if not shapes:
             raise MalinnError(f"{args.model} has no Dense layer to tune for")
     print(f"tuning matmul on {device.name}" + (f" for {args.model}" if args.model else ""), flush=True)
-    best = tune(device, shapes=shapes, quick=args.quick, budget_s=args.budget)
+    best = tune(device, shapes=shapes, quick=args.quick, budget_s=args.budget, per_shape=bool(args.model))
+    if args.model:
+        for shape, won in best["shapes"].items():
+            config = " ".join(f"{k}={v}" for k, v in won["defines"].items())
+            print(f"{shape}: {won['codename']} {config} - {won['gflops']:.1f} GFLOP/s")
+        print(f"{len(best['shapes'])} shapes tuned ({', '.join(best['untuned']) or 'none'} left untuned), "
+              f"{best['candidates']} candidates timed; stored in {best['path']}")
+        return 0
     config = " ".join(f"{k}={v}" for k, v in best["defines"].items())
     print(f"best: {best['codename']} {config} - {best['gflops']:.1f} GFLOP/s over {len(best['shapes'])} shapes, "
           f"{best['candidates']} candidates timed; stored in {best['path']}")
@@ -339,8 +346,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help=device_help)
 
     p = add("tune", "time matmul kernels and configurations on this device and remember the fastest", cmd_tune)
-    p.add_argument("--quick", action="store_true", help="fewer shapes and a sample of configurations")
-    p.add_argument("--model", help="tune for this model's Dense layers (default: a standard set of shapes)")
+    p.add_argument("--quick", action="store_true",
+                   help="smaller shapes and 4 configurations of a tunable kernel (under 30 s on a 2-core CPU)")
+    p.add_argument("--model", help="tune each of this model's Dense layers for its own shape, at --batch and at "
+                                    "batch 1, and store a winner per shape (default: one winner over a standard "
+                                    "set of shapes)")
     p.add_argument("--batch", type=_positive_int, default=100, help="batch size to tune for with --model (default 100)")
     p.add_argument("--shape", type=_product_shape, action="append", help="a product MxKxN to tune for (repeatable)")
     p.add_argument("--budget", type=_positive_seconds, help="stop trying new candidates after this many seconds")

@@ -1,7 +1,8 @@
 """The device layer (Rovder 4.2-4.3): OpenCL platforms, devices, contexts, queues and programs.
 
 A device counts as working only after a tiny kernel has built and run on it and returned the right
-answer; a broken platform or device is skipped with a warning that says why. The current device is
+answer; a broken platform or device is skipped with a warning that says why (PoCL too when
+TensorFlow is loaded in the process: the two cannot share one). The current device is
 chosen by ``malinn.set_device(...)``, else the ``MALINN_DEVICE`` environment variable, else the
 first working GPU, else the first working CPU.
 """
@@ -11,15 +12,18 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+import tempfile
 import threading
 import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .cache import read_entry, write_entry
 from .errors import DeviceError, KernelBuildError
 
-__all__ = ["Device", "devices", "get_device", "set_device", "cl_status_name"]
+__all__ = ["Device", "devices", "get_device", "set_device", "cl_status_name", "tensorflow_loaded",
+           "TENSORFLOW_HINT"]
 
 _PROBE_SOURCE = """
 __kernel void malinn_probe(__global const float *x, __global float *y) {
@@ -119,8 +123,10 @@ class Device:
         """Builds (once) and returns an OpenCL program for this device.
 
         Programs are memoised per (source, options), so asking twice costs nothing, and their
-        binaries are cached on disk (``<cache dir>/programs``, keyed by source, options, device and
-        driver; ``MALINN_BINARY_CACHE=0`` turns that off), so a new process does not recompile.
+        binaries are cached on disk (:mod:`malinn.cache` kind ``programs``, keyed by source, options,
+        platform, device, vendor and driver; ``MALINN_BINARY_CACHE=0`` turns that off), so a new
+        process does not recompile. A cached binary reaches the driver only after the cache has
+        checked its length, checksum and key; a damaged one is discarded and rebuilt.
 
         Args:
             source: OpenCL C source text.
@@ -131,71 +137,64 @@ class Device:
             A built ``pyopencl.Program``.
 
         Raises:
-            KernelBuildError: the build failed; the message has the build log and the options.
+            KernelBuildError: the build failed; the message has the build log and the options. Or
+                this is a PoCL device and TensorFlow is loaded (PoCL would crash the process).
         """
         cl = _cl()
+        if "Portable Computing Language" in self.platform and tensorflow_loaded():
+            raise KernelBuildError(f"building {origin} for {self.name}: {TENSORFLOW_HINT}")
         key = hashlib.sha256(source.encode() + b"\0" + "\0".join(options).encode()).hexdigest()
         with self._lock:
             program = self._programs.get(key)
             if program is not None:
                 return program
-            program = self._from_binary_cache(key, options)
+            program = self._from_binary_cache(source, options)
             if program is not None:
                 self._programs[key] = program
                 return program
             try:
                 program = cl.Program(self.context, source).build(options=list(options))
             except cl.Error as exc:
-                log = str(exc)
-                hint = ""
-                if "Portable Computing Language" in self.platform and "tensorflow" in sys.modules:
-                    hint = ("\nhint: TensorFlow is loaded in this process; PoCL's compiler then binds to "
-                            "TensorFlow's LLVM and fails. Run TensorFlow in another process.")
                 raise KernelBuildError(
                     f"building {origin} for {self.name} failed ({cl_status_name(exc)})\n"
-                    f"options: {' '.join(options) or '(none)'}\nbuild log:\n{log}{hint}") from exc
+                    f"options: {' '.join(options) or '(none)'}\nbuild log:\n{exc}") from exc
             self._programs[key] = program
             self.counters["builds"] += 1
-            self._to_binary_cache(key, program)
+            self._to_binary_cache(source, options, program)
             return program
 
     # ---------------------------------------------------------------- binary cache
-    def _binary_path(self, key: str):
-        """Where the program binary for ``key`` is cached (``None`` when the cache is off)."""
+    def _binary_key(self, source: str, options) -> dict | None:
+        """The full key of a program binary in the cache (``None`` when ``MALINN_BINARY_CACHE=0``)."""
         if os.environ.get("MALINN_BINARY_CACHE", "1") == "0":
             return None
-        from .tuner import cache_dir
+        return {"source_sha256": hashlib.sha256(source.encode()).hexdigest(), "options": list(options),
+                "device": self.name, "vendor": self.vendor, "driver": self.driver_version, "platform": self.platform}
 
-        ident = hashlib.sha256(f"{self.platform}|{self.name}|{self.vendor}|{self.driver_version}|{key}".encode())
-        return cache_dir() / "programs" / f"{ident.hexdigest()}.bin"
-
-    def _from_binary_cache(self, key: str, options):
-        path = self._binary_path(key)
-        if path is None or not path.is_file():
+    def _from_binary_cache(self, source: str, options):
+        """The program from its cached binary, or ``None``; the cache checks the entry before the driver sees it."""
+        key = self._binary_key(source, options)
+        binary = read_entry("programs", key) if key is not None else None
+        if not binary:
             return None
         cl = _cl()
         try:
-            program = cl.Program(self.context, [self.cl_device], [path.read_bytes()]).build(options=list(options))
-            self.counters["binary_hits"] = self.counters.get("binary_hits", 0) + 1
-            return program
-        except Exception:  # stale or damaged binary: rebuild from source (and overwrite it)
+            program = cl.Program(self.context, [self.cl_device], [binary]).build(options=list(options))
+        except Exception:  # a binary the driver no longer takes: rebuild from source (and overwrite it)
             return None
+        self.counters["binary_hits"] = self.counters.get("binary_hits", 0) + 1
+        return program
 
-    def _to_binary_cache(self, key: str, program) -> None:
-        path = self._binary_path(key)
-        if path is None:
+    def _to_binary_cache(self, source: str, options, program) -> None:
+        key = self._binary_key(source, options)
+        if key is None:
             return
-        cl = _cl()
         try:
-            binary = program.get_info(cl.program_info.BINARIES)[0]
-            if not binary:
-                return
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-            tmp.write_bytes(bytes(binary))
-            os.replace(tmp, path)
-        except Exception:  # a read-only home or a driver without binaries: caching is optional
-            pass
+            binary = program.get_info(_cl().program_info.BINARIES)[0]
+        except Exception:  # a driver without program binaries: nothing to cache
+            return
+        if binary:
+            write_entry("programs", key, bytes(binary))
 
 
 _registry_lock = threading.RLock()
@@ -245,19 +244,27 @@ def _type_name(cl, bits: int) -> str:
 
 
 def _enumerate() -> list[Device]:
+    global _skipped_for_tensorflow
+    _skipped_for_tensorflow = False
     try:
         cl = _cl()
     except ImportError as exc:  # pragma: no cover - pyopencl is a dependency
         warnings.warn(f"malinn: pyopencl cannot be imported ({exc}); no OpenCL device is usable", stacklevel=3)
         return []
     found: list[Device] = []
+    tensorflow = tensorflow_loaded()
     try:
+        if tensorflow and not _icd_loader_without_pocl(lambda: cl.get_platforms()):
+            return []
         platforms = cl.get_platforms()
     except Exception as exc:
         warnings.warn(f"malinn: no OpenCL platform could be listed ({cl_status_name(exc)}: {exc}); "
                       "install an OpenCL driver (e.g. Debian's pocl-opencl-icd)", stacklevel=3)
         return []
     for pi, platform in enumerate(platforms):
+        if tensorflow and _is_pocl(platform):  # PoCL was loaded before TensorFlow: its launches would crash
+            _skip_pocl_for_tensorflow(f"OpenCL platform {pi} ({_safe_name(platform)})")
+            continue
         try:
             cl_devices = platform.get_devices()
         except Exception as exc:
@@ -272,6 +279,96 @@ def _enumerate() -> list[Device]:
                               f"{_safe_name(platform)}): the probe kernel failed ({cl_status_name(exc)}: {exc})",
                               stacklevel=3)
     return found
+
+
+# ---------------------------------------------------------------- TensorFlow and PoCL
+TENSORFLOW_HINT = ("TensorFlow is loaded in this process, and PoCL cannot share a process with it (their LLVMs "
+                   "clash and PoCL crashes); run TensorFlow in another process (as `malinn verify` does)")
+_skipped_for_tensorflow = False
+
+
+def _mapped(*fragments: str) -> bool:
+    """Whether a shared object whose path holds one of ``fragments`` is mapped into this process."""
+    try:
+        with open("/proc/self/maps") as maps:
+            return any(fragment in line for line in maps for fragment in fragments)
+    except OSError:   # not Linux
+        return False
+
+
+def tensorflow_loaded() -> bool:
+    """Whether TensorFlow (and with it TensorFlow's LLVM) is loaded in this process."""
+    return "tensorflow" in sys.modules or _mapped("libtensorflow", "_pywrap_tensorflow")
+
+
+def _is_pocl(platform) -> bool:
+    return "Portable Computing Language" in _safe_name(platform) or "pocl" in _safe_attr(platform, "vendor").lower()
+
+
+def _safe_attr(obj, name: str) -> str:
+    try:
+        return str(getattr(obj, name))
+    except Exception:
+        return ""
+
+
+def _skip_pocl_for_tensorflow(what: str) -> None:
+    global _skipped_for_tensorflow
+    _skipped_for_tensorflow = True
+    warnings.warn(f"malinn: skipping {what}: {TENSORFLOW_HINT}", stacklevel=4)
+
+
+def _icd_loader_without_pocl(start_loader) -> bool:
+    """Starts the OpenCL ICD loader with PoCL hidden from it; returns whether any other driver is left.
+
+    Loading PoCL's library beside TensorFlow's LLVM crashes the process, so it must not be loaded at
+    all: the loader reads its list of drivers once, on its first call, from ``OCL_ICD_VENDORS``
+    (else ``/etc/OpenCL/vendors``) and ``OCL_ICD_FILENAMES``; those are pointed, for that first call
+    only, at the registered drivers other than PoCL. When PoCL is already loaded (it was used before
+    TensorFlow came), the loader is already started and the platform loop skips PoCL instead.
+    """
+    if _mapped("libpocl"):
+        return True
+    vendors = os.environ.get("OCL_ICD_VENDORS") or "/etc/OpenCL/vendors"
+    if os.path.isdir(vendors):
+        icds = [os.path.join(vendors, n) for n in sorted(os.listdir(vendors)) if n.endswith(".icd")]
+    else:
+        icds = [vendors] if os.path.isfile(vendors) else []
+    libraries = {}
+    for icd in icds:
+        try:
+            with open(icd) as f:
+                libraries[icd] = f.read().strip()
+        except OSError:
+            pass
+    filenames = [f for f in os.environ.get("OCL_ICD_FILENAMES", "").split(os.pathsep) if f]
+    pocl = [icd for icd, library in libraries.items() if "pocl" in os.path.basename(library).lower()]
+    pocl += [f for f in filenames if "pocl" in os.path.basename(f).lower()]
+    if not pocl:
+        return True
+    _skip_pocl_for_tensorflow("the PoCL OpenCL driver")
+    others = {icd: library for icd, library in libraries.items() if icd not in pocl}
+    other_files = [f for f in filenames if f not in pocl]
+    if not others and not other_files:
+        return False
+    saved = {name: os.environ.get(name) for name in ("OCL_ICD_VENDORS", "OCL_ICD_FILENAMES")}
+    with tempfile.TemporaryDirectory(prefix="malinn-icd-") as folder:
+        for icd, library in others.items():
+            with open(os.path.join(folder, os.path.basename(icd)), "w") as f:
+                f.write(library + "\n")
+        os.environ["OCL_ICD_VENDORS"] = folder
+        os.environ["OCL_ICD_FILENAMES"] = os.pathsep.join(other_files)
+        try:
+            start_loader()
+        except Exception:  # the caller lists the platforms again and reports what fails
+            pass
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+    return True
 
 
 def _safe_name(obj) -> str:
@@ -363,6 +460,8 @@ def get_device() -> Device:
         if _current is not None:
             return _current
         candidates = devices()
+        if not candidates and _skipped_for_tensorflow:
+            raise DeviceError(f"no working OpenCL device: PoCL was skipped because {TENSORFLOW_HINT}")
         if not candidates:
             raise DeviceError("no working OpenCL device was found; install an OpenCL driver "
                               "(on Debian: apt-get install pocl-opencl-icd) and see `malinn devices`")

@@ -51,8 +51,9 @@ def use(op: str, codename: str, device: Device | None = None, config: dict | Non
 def kernel_for(op: str, device: Device | None = None, shape: tuple | None = None) -> KernelSpec:
     """The kernel ``op`` uses on ``device``.
 
-    The choice is the one set with :func:`use`, else the tuner's winner for this device (see
-    ``malinn tune``), else the library default for the device's kind. For a matmul of ``shape``
+    The choice is the one set with :func:`use`, else the tuner's winner for this device and
+    ``shape`` (see ``malinn tune --model``), else its general winner (``malinn tune``), else the
+    library default for the device's kind. For a matmul of ``shape``
     ``(m, k, n)`` whose preconditions the choice does not meet (a small batch, say), the library's
     ``matmul_fallback`` for the device's kind is used instead.
     """
@@ -63,7 +64,7 @@ def kernel_for(op: str, device: Device | None = None, shape: tuple | None = None
     if chosen is None and op == "matmul":
         from .tuner import tuned_choice
 
-        chosen = tuned_choice(device)
+        chosen = tuned_choice(device, shape)
     spec = library[chosen[0]].configure(chosen[1]) if chosen else library.default_spec(op, device.kind)
     if shape is not None and op == "matmul" and not spec.accepts(*shape, device=device):
         spec = library.default_spec("matmul_fallback", device.kind)

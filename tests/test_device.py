@@ -1,5 +1,6 @@
 """The device layer: enumeration, probing, choice by variable or API, broken platforms skipped."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -106,3 +107,62 @@ def test_cli_style_listing_runs():
     out = subprocess.run([sys.executable, "-c", "import malinn; print(malinn.devices())"],
                          capture_output=True, text=True, check=True)
     assert "Device(" in out.stdout or "[" in out.stdout
+
+
+needs_tensorflow = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
+                                      reason="tensorflow is not installed (the test extra installs tensorflow-cpu)")
+TF_FIRST = """
+import sys, tensorflow, malinn
+found = malinn.devices()
+print("devices:", [d.platform for d in found])
+try:
+    print("current:", malinn.get_device().platform)
+except malinn.DeviceError as exc:
+    print("DeviceError:", exc)
+"""
+TF_AFTER_POCL = """
+import numpy as np, malinn
+device = malinn.get_device()
+import tensorflow
+model = malinn.Sequential([malinn.layers.Dense(7)])
+try:
+    model.predict(np.ones((3, 5), dtype=np.float32))
+    print("predicted")
+except malinn.errors.KernelBuildError as exc:
+    print("KernelBuildError:", exc)
+print("devices after:", [d.platform for d in malinn.devices(refresh=True)])
+"""
+HINT = "PoCL cannot share a process with it"
+
+
+def run_with_tensorflow(script):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "MALINN_BINARY_CACHE": "0"}
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+
+
+@needs_tensorflow
+def test_tensorflow_imported_first_skips_pocl_with_the_hint_instead_of_crashing():
+    out = run_with_tensorflow(TF_FIRST)
+    assert out.returncode == 0, f"exit {out.returncode} (a negative code is a signal):\n{out.stderr[-3000:]}"
+    pocl = any("Portable Computing Language" in d.platform for d in malinn.devices())
+    others = [d for d in malinn.devices() if "Portable Computing Language" not in d.platform]
+    assert "Portable Computing Language" not in out.stdout.split("current:")[0]
+    if pocl:
+        assert HINT in out.stderr and "run TensorFlow in another process" in out.stderr
+    if not others:
+        assert "DeviceError:" in out.stdout and HINT in out.stdout   # get_device() says why nothing is left
+    else:                                                            # NVIDIA's driver and the like stay usable
+        assert "current:" in out.stdout and "DeviceError" not in out.stdout
+
+
+@needs_tensorflow
+def test_tensorflow_imported_after_pocl_refuses_new_builds_with_the_hint():
+    if not any("Portable Computing Language" in d.platform for d in malinn.devices()):
+        pytest.skip("no PoCL device here")
+    script = TF_AFTER_POCL if malinn.get_device().platform.startswith("Portable") else \
+        TF_AFTER_POCL.replace("malinn.get_device()", "malinn.set_device('Portable Computing Language')")
+    out = run_with_tensorflow(script)
+    assert out.returncode == 0, f"exit {out.returncode} (a negative code is a signal):\n{out.stderr[-3000:]}"
+    assert "KernelBuildError:" in out.stdout and HINT in out.stdout
+    assert "devices after:" in out.stdout and "Portable" not in out.stdout.split("devices after:")[1]
+    assert HINT in out.stderr

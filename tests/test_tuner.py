@@ -1,33 +1,47 @@
-"""The tuner and the caches: what is stored, what the runtime then uses, and when it ignores it."""
+"""The tuner and its database: what is stored, what the runtime then uses, and what it ignores."""
 
+import io
 import json
 import os
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
 
 import malinn
 from malinn import ops, tuner
+from malinn.errors import MalinnError
+from malinn.layers import Dense
+
+from helpers import assert_close
 
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("MALINN_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(tuner, "_loaded", None)
+    tuner._forget()
     yield tmp_path
-    monkeypatch.setattr(tuner, "_loaded", None)
+    tuner._forget()
 
 
-def test_tune_stores_a_correct_winner_that_the_runtime_uses(device, cache, capsys):
-    import io
+def device_key(device):
+    return f"{device.name}|{device.vendor}|{device.driver_version}"
 
+
+def database(device, entry) -> dict:
+    return {"format": "malinn-tuning", "version": 1, "devices": {device_key(device): entry}}
+
+
+def test_tune_stores_a_correct_winner_that_the_runtime_uses(device, cache):
     progress = io.StringIO()
     best = tuner.tune(device, shapes=[(13, 37, 33), (64, 50, 20)], quick=True, repeat=1, stream=progress)
     assert progress.getvalue().count("[") >= len(malinn.load_library().codenames("matmul"))
+    assert "ETA " in progress.getvalue() and "done in" in progress.getvalue()
     stored = json.loads((cache / "tuning.json").read_text())
-    entry = stored[f"{device.name}|{device.vendor}|{device.driver_version}"]
+    assert stored["format"] == "malinn-tuning" and stored["version"] == 1
+    entry = stored["devices"][device_key(device)]["general"]
     assert entry["codename"] == best["codename"] and entry["seconds"] > 0 and entry["ranking"]
     assert all(r["seconds"] >= entry["seconds"] for r in entry["ranking"])
     chosen = ops.kernel_for("matmul", device, (64, 64, 64))
@@ -35,58 +49,198 @@ def test_tune_stores_a_correct_winner_that_the_runtime_uses(device, cache, capsy
         assert chosen.codename == best["codename"] and chosen.config == {**chosen.config, **best["defines"]}
 
 
-def test_a_stale_or_damaged_cache_is_ignored(device, cache):
-    key = f"{device.name}|{device.vendor}|{device.driver_version}"
-    (cache / "tuning.json").write_text(json.dumps({key: {"codename": "gemm_tiled", "defines": {"MWG": 7}}}))
-    assert tuner.tuned_choice(device) is None
-    tuner._loaded = None
-    (cache / "tuning.json").write_text("{ damaged")
-    assert tuner.tuned_choice(device) is None
-    lib = malinn.load_library()
-    assert ops.kernel_for("matmul", device).codename == lib.default("matmul", device.kind)
+def test_quick_still_times_every_kernel_and_the_defaults(device):
+    library = malinn.load_library()
+    quick = tuner._candidates(library, device, quick=True, seed=0)
+    full = tuner._candidates(library, device, quick=False, seed=0)
+    assert {c for c, _ in quick} == set(library.codenames("matmul"))
+    kind_default = library.default_spec("matmul", device.kind)
+    for codename in library.codenames("matmul"):
+        spec = library[codename]
+        mine = [config for c, config in quick if c == codename]
+        assert mine[0] == spec.config                                   # the entry's own defaults first
+        assert len(mine) <= max(1, tuner.QUICK_CONFIGS) and len(mine) == len({json.dumps(c) for c in mine})
+        if codename == kind_default.codename:
+            assert kind_default.config in mine
+    assert len(quick) < len(full)
+    assert all(min(s) >= 16 and max(s) <= 1250 for s in tuner.QUICK_SHAPES)
+
+
+def test_per_shape_tuning_stores_a_winner_per_shape_that_meets_its_preconditions(device, cache):
+    shapes = [(40, 50, 30), (40, 50, 1)]
+    result = tuner.tune(device, shapes=shapes, quick=True, repeat=1, stream=io.StringIO(), per_shape=True)
+    stored = json.loads((cache / "tuning.json").read_text())["devices"][device_key(device)]
+    assert "general" not in stored and set(stored["shapes"]) == {"40x50x30", "40x50x1"} == set(result["shapes"])
+    library = malinn.load_library()
+    for text, won in stored["shapes"].items():
+        shape = tuple(int(v) for v in text.split("x"))
+        spec = library[won["codename"]].configure(won["defines"])
+        assert spec.accepts(*shape, device=device) and won["seconds"] > 0
+        assert tuner.tuned_choice(device, shape) == (won["codename"], spec.config)
+        assert ops.kernel_for("matmul", device, shape).codename == won["codename"]
+    assert tuner.tuned_choice(device, (7, 7, 7)) is None          # no general winner stored
+    tuner.tune(device, shapes=[(40, 50, 30)], quick=True, repeat=1, stream=io.StringIO())
+    stored = json.loads((cache / "tuning.json").read_text())["devices"][device_key(device)]
+    assert set(stored) == {"general", "shapes"} and len(stored["shapes"]) == 2   # the shapes were kept
+
+
+def test_a_shape_winner_comes_before_the_general_one(device, cache):
+    (cache / "tuning.json").write_text(json.dumps(database(device, {
+        "general": {"codename": "crossv", "defines": {}},
+        "shapes": {"150x640x32": {"codename": "rmcm", "defines": {}}}})))
+    assert ops.kernel_for("matmul", device, (150, 640, 32)).codename == "rmcm"
+    assert ops.kernel_for("matmul", device, (150, 640, 33)).codename == "crossv"
+    assert ops.kernel_for("matmul", device).codename == "crossv"
+
+
+def test_the_flat_form_of_earlier_versions_is_read_and_upgraded(device, cache):
+    other = {"codename": "rmcm", "defines": {}}
+    (cache / "tuning.json").write_text(json.dumps({device_key(device): {"codename": "crossv", "defines": {}},
+                                                   "another|device|1": other}))
+    assert tuner.tuned_choice(device) == ("crossv", {})
+    tuner._save(device, shapes={"3x4x5": {"codename": "cross1", "defines": {}}})
+    stored = json.loads((cache / "tuning.json").read_text())
+    assert stored["format"] == "malinn-tuning" and stored["devices"]["another|device|1"] == {"general": other}
+    assert stored["devices"][device_key(device)]["general"]["codename"] == "crossv"
+    assert tuner.tuned_choice(device, (3, 4, 5)) == ("cross1", {})
+
+
+def test_a_database_of_a_newer_malinn_is_ignored_and_never_overwritten(device, cache):
+    text = json.dumps({"format": "malinn-tuning", "version": 2, "devices": {}})
+    (cache / "tuning.json").write_text(text)
+    with pytest.warns(RuntimeWarning, match="version 2, written by a newer malinn"):
+        assert tuner.tuned_choice(device) is None
+    with pytest.raises(MalinnError, match="written by a newer malinn"):
+        tuner._save(device, general={"codename": "crossv", "defines": {}})
+    assert (cache / "tuning.json").read_text() == text
+
+
+def test_tune_fails_before_any_timing_when_it_could_not_store_the_result(device, tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("MALINN_CACHE_DIR", str(blocker / "malinn"))
+    progress = io.StringIO()
+    with pytest.raises(MalinnError, match="is not a folder"):
+        tuner.tune(device, shapes=[(8, 8, 8)], quick=True, repeat=1, stream=progress)
+    assert progress.getvalue() == "" and blocker.read_text() == "not a folder"
+    monkeypatch.setenv("MALINN_CACHE_DIR", str(tmp_path))
+    (tmp_path / "tuning.json").write_text(json.dumps({"format": "malinn-tuning", "version": 9, "devices": {}}))
+    with pytest.raises(MalinnError, match="newer malinn"):
+        tuner.tune(device, shapes=[(8, 8, 8)], quick=True, repeat=1, stream=progress)
+    assert progress.getvalue() == ""
 
 
 def test_use_overrides_the_tuned_choice(device, cache):
-    key = f"{device.name}|{device.vendor}|{device.driver_version}"
-    (cache / "tuning.json").write_text(json.dumps({key: {"codename": "crossv", "defines": {}}}))
+    (cache / "tuning.json").write_text(json.dumps(database(device, {"general": {"codename": "crossv", "defines": {}}})))
     assert ops.kernel_for("matmul", device).codename == "crossv"
     ops.use("matmul", "rmcm", device)
     assert ops.kernel_for("matmul", device).codename == "rmcm"
 
 
+GOOD = {"codename": "gemm_tiled", "defines": {"MWG": 64}}
+GEMM = "gemm_tiled"
+
+
+def general(winner):
+    return {"general": winner}
+
+
+# (name, where: the whole file (a string or JSON) / the device's entry in the versioned form / in the flat form,
+#  contents, a fragment of the warning)
+DAMAGED = [
+    ("not JSON", "file", "{ damaged", "not valid JSON"),
+    ("empty", "file", "", "not valid JSON"),
+    ("a list", "file", [GOOD], "expected an object, got a list"),
+    ("a JSON string", "file", '"gemm_tiled"', "expected an object, got a string"),
+    ("wrong format", "file", {"format": "clblast", "version": 1, "devices": {}}, "'format' is 'clblast'"),
+    ("version a string", "file", {"format": "malinn-tuning", "version": "1", "devices": {}}, "version '1'"),
+    ("devices a list", "file", {"format": "malinn-tuning", "version": 1, "devices": [GOOD]}, "'devices' is a list"),
+    ("flat form: entry a list", "flat", [GOOD], "expected an object, got a list"),
+    ("device entry a list", "entry", [GOOD], "the device's entry is a list"),
+    ("device entry null", "entry", None, "the device's entry is null"),
+    ("general a list", "entry", general([GOOD]), "expected an object, got a list"),
+    ("non-matmul codename", "entry", general({"codename": "relu"}), "'relu' is not a matmul kernel"),
+    ("bias codename", "entry", general({"codename": "bias_add"}), "'bias_add' is not a matmul kernel"),
+    ("unknown codename", "entry", general({"codename": "gemm_fast"}), "'gemm_fast' is not a matmul kernel"),
+    ("codename a number", "entry", general({"codename": 7}), "'codename' is a number"),
+    ("no codename", "entry", general({"defines": {}}), "'codename' is null"),
+    ("defines a list", "entry", general({"codename": GEMM, "defines": [64]}), "'defines' is a list"),
+    ("define a float", "entry", general({"codename": GEMM, "defines": {"MWG": 64.5}}), "define MWG is a number"),
+    ("define a bool", "entry", general({"codename": GEMM, "defines": {"LOCAL": True}}), "define LOCAL is a boolean"),
+    ("define an object", "entry", general({"codename": GEMM, "defines": {"MWG": {"a": 1}}}), "define MWG is an object"),
+    ("define a word", "entry", general({"codename": GEMM, "defines": {"MWG": "big"}}), "not a configuration"),
+    ("unknown define", "entry", general({"codename": GEMM, "defines": {"TILE": 4}}), "not a configuration the library"),
+    ("constraint broken", "entry", general({"codename": GEMM, "defines": {"MWG": 7}}), "not a configuration"),
+    ("constraint divides by zero", "entry", general({"codename": GEMM, "defines": {"MDIMC": 0, "NDIMC": 0}}),
+     "not a configuration the library"),
+    ("defines of another kernel", "entry", general({"codename": "crossv", "defines": {"MWG": 64}}),
+     "not a configuration the library"),
+    ("shapes a list", "entry", {"shapes": [GOOD]}, "'shapes' is a list"),
+    ("shape key not MxKxN", "entry", {"shapes": {"150x640": GOOD}}, "'150x640' is not a product MxKxN"),
+    ("shape key zero", "entry", {"shapes": {"0x640x32": GOOD}}, "'0x640x32' is not a product MxKxN"),
+    ("shape winner a number", "entry", {"shapes": {"150x640x32": 3}}, "expected an object, got a number"),
+    ("shape winner outside its preconditions", "entry", {"shapes": {"150x640x1": {"codename": GEMM, "defines": {}}}},
+     "preconditions do not hold for 150x640x1"),
+]
+
+
+@pytest.mark.parametrize("name, where, contents, why", DAMAGED, ids=[d[0] for d in DAMAGED])
+def test_a_damaged_database_is_ignored_with_a_warning_and_predict_is_right(device, cache, rng, name, where,
+                                                                            contents, why):
+    key = device_key(device)
+    path = cache / "tuning.json"
+    if where == "file":
+        path.write_text(contents if isinstance(contents, str) else json.dumps(contents))
+    else:
+        path.write_text(json.dumps(database(device, contents) if where == "entry" else {key: contents}))
+    model = malinn.Sequential([Dense(150, activation="relu")])
+    model.build((None, 640))
+    model.set_weights([rng.standard_normal(w.shape).astype(np.float32) * 0.05 for w in model.get_weights()])
+    x = rng.random((32, 640), dtype=np.float32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y = model.predict(x)
+        y1 = model.predict(x[:1])
+        assert tuner.tuned_choice(device) is None and tuner.tuned_choice(device, (150, 640, 1)) is None
+    w, b = model.get_weights()
+    assert_close(y, np.maximum(x.astype(np.float64) @ w + b, 0))
+    assert_close(y1, np.maximum(x[:1].astype(np.float64) @ w + b, 0))
+    messages = [str(c.message) for c in caught if "malinn:" in str(c.message)]
+    assert len(messages) == 1, messages                      # one line, once per process
+    assert why in messages[0] and str(path) in messages[0] and "\n" not in messages[0]
+    if where != "file":                                       # an entry's damage names the device key
+        assert repr(key) in messages[0]
+
+
+def test_one_bad_entry_leaves_the_good_ones_in_use(device, cache):
+    (cache / "tuning.json").write_text(json.dumps(database(device, {
+        "general": {"codename": "crossv", "defines": {}},
+        "shapes": {"150x640x32": {"codename": "relu"}, "150x640x40": {"codename": "rmcm", "defines": {}}}})))
+    with pytest.warns(RuntimeWarning, match="'relu' is not a matmul kernel"):
+        assert ops.kernel_for("matmul", device, (150, 640, 32)).codename == "crossv"
+    assert ops.kernel_for("matmul", device, (150, 640, 40)).codename == "rmcm"
+
+
 def test_cli_tune_quick_with_a_shape(tmp_path):
     env = {**os.environ, "MALINN_CACHE_DIR": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-m", "malinn.cli", "tune", "--quick", "--shape", "20x30x40", "--budget", "60"],
-                         env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run([sys.executable, "-m", "malinn.cli", "tune", "--quick", "--shape", "20x30x40",
+                          "--budget", "60"], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     assert "best: " in out.stdout and (tmp_path / "tuning.json").is_file()
+    assert "ETA " in out.stderr
     bad = subprocess.run([sys.executable, "-m", "malinn.cli", "tune", "--shape", "20x30"], env=env,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "argument --shape: expected MxKxN" in bad.stderr
 
 
-def test_program_binaries_are_cached_for_the_next_process(tmp_path):
-    script = ("import numpy as np, malinn; m = malinn.load_model(r'%s'); m.predict(np.zeros((2, 64)));"
-              "print(malinn.get_device().counters.get('builds'), malinn.get_device().counters.get('binary_hits', 0))"
-              % (malinn.__path__[0] + "/../examples/digits_mlp.keras"))
+def test_cli_tune_model_tunes_each_dense_shape_at_the_batch_and_at_1(tmp_path):
+    model = os.path.join(malinn.__path__[0], "..", "examples", "digits_mlp.keras")
     env = {**os.environ, "MALINN_CACHE_DIR": str(tmp_path)}
-    first = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
-    builds1, hits1 = map(int, first.stdout.split())
-    builds2, hits2 = map(int, second.stdout.split())
-    assert builds1 > 0 and hits1 == 0
-    assert builds2 == 0 and hits2 == builds1
-    off = subprocess.run([sys.executable, "-c", script], env={**env, "MALINN_BINARY_CACHE": "0"},
-                         capture_output=True, text=True, timeout=300)
-    assert off.stdout.split() == [str(builds1), "0"]
-
-
-def test_a_damaged_binary_is_rebuilt_from_source(tmp_path):
-    env = {**os.environ, "MALINN_CACHE_DIR": str(tmp_path)}
-    script = "import numpy as np, malinn; print(malinn.Sequential([malinn.layers.Dense(3)]).predict(np.ones((1, 2))).shape)"
-    assert subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, timeout=300).returncode == 0
-    for path in (tmp_path / "programs").iterdir():
-        path.write_bytes(b"garbage")
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and out.stdout.strip() == "(1, 3)", out.stderr
+    out = subprocess.run([sys.executable, "-m", "malinn.cli", "tune", "--quick", "--model", model, "--batch", "20"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    stored = json.loads((tmp_path / "tuning.json").read_text())["devices"]
+    (entry,) = stored.values()
+    want = {f"{m}x{k}x{n}" for m, k in [(32, 64), (16, 32), (10, 16)] for n in (20, 1)}
+    assert set(entry["shapes"]) == want and "general" not in entry
+    assert all(f"{shape}: " in out.stdout for shape in want)
