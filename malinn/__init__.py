@@ -20,13 +20,13 @@ if not (_Path(__file__).resolve().parent / "converters").is_dir():
         __path__.append(str(_root))
 
 from . import layers, ops  # noqa: E402
-from .device import Device, devices, get_device, set_device
-from .errors import (ConversionError, DeviceError, KernelBuildError, LayoutError, LibraryError,
+from .devices import Device, devices, get_device, set_device  # noqa: E402
+from .errors import (ConversionError, DeviceError, KernelBuildError, LayoutError, LibraryError,  # noqa: E402
                      MalinnError)
-from .kernel_library import load_library
-from .layout import Layout
-from .models import Sequential
-from .saving import convert, load_model
+from .kernel_library import load_library  # noqa: E402
+from .layout import Layout  # noqa: E402
+from .models import Sequential  # noqa: E402
+from .saving import convert, load_model  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -268,11 +268,7 @@ def cmd_tune(args) -> int:
                                   f"{device.name}'s largest allocation ({device.max_allocation // 2**20} MiB)")
     elif args.model:
         model = malinn.load_model(args.model)
-        dims, shapes = model.input_dim, []
-        for layer in model.layers:
-            if hasattr(layer, "units"):
-                shapes += [(layer.units, dims, args.batch), (layer.units, dims, 1)]
-            dims = layer.output_dim(dims)
+        shapes = [shape for batch in (args.batch, 1) for shape in model.matmul_shapes(batch, device)]
         if not shapes:
             raise MalinnError(f"{args.model} has no Dense layer to tune for")
     print(f"tuning matmul on {device.name}" + (f" for {args.model}" if args.model else ""), flush=True)

@@ -43,7 +43,7 @@ from .resources import kernels_dir
 
 __all__ = ["KernelSpec", "MatrixRestriction", "KernelLibrary", "load_library"]
 
-OPS = ("matmul", "bias", "affine", "activation", "relayout")
+OPS = ("matmul", "bias", "affine", "activation", "relayout", "reshape")
 SCALAR_LETTERS = {
     "l": "padded common dimension K",
     "h": "padded rows of r",
@@ -52,6 +52,8 @@ SCALAR_LETTERS = {
     "n": "logical columns of r",
     "H": "padded rows of a",
     "W": "padded columns of a",
+    "M": "logical rows of a",
+    "N": "logical columns of a",
     "p": "the next float parameter",
 }
 MATRIX_NAMES = ("a", "b", "r")
@@ -185,6 +187,14 @@ class KernelSpec:
                     and cols <= device.image2d_max_size[1])
         return True
 
+    def padded_shapes(self, m: int, k: int, n: int) -> dict:
+        """The smallest padded shapes of ``a`` (m x k), ``b`` (k x n) and ``r`` (m x n) this matmul takes."""
+        a, b, r = self.matrices["a"], self.matrices["b"], self.matrices["r"]
+        mp = _round_up(m, math.lcm(a.row_multiple, r.row_multiple, self.scale[0]))
+        kp = _round_up(k, math.lcm(a.col_multiple, b.row_multiple))
+        np_ = _round_up(n, math.lcm(b.col_multiple, r.col_multiple, self.scale[1]))
+        return {"a": (mp, kp), "b": (kp, np_), "r": (mp, np_)}
+
     def param_values(self, given: dict | None = None) -> list[float]:
         """The float parameters in ``p`` order: ``given`` values, else defaults, else 0.
 
@@ -204,20 +214,26 @@ class KernelSpec:
         """Compiler options: the entry's defines as ``-DNAME=VALUE``."""
         return tuple(f"-D{k}={v}" for k, v in self.defines)
 
-    def program_source(self, layouts: dict) -> str:
+    def program_source(self, layouts: dict, render_index) -> str:
         """The source with a ``MALINN_INDEX_<X>`` macro prepended for each matrix's layout.
 
         Args:
             layouts: matrix name -> :class:`Layout` of the matrix passed for it.
+            render_index: the backend's renderer, ``render_index(layout, macro_name) -> str``
+                (:meth:`malinn.backends.base.Device.render_index`).
         """
         head = [f"/* malinn: {self.codename} ({self.source}) */"]
         for name in sorted(layouts):
-            head.append(parse_layout(layouts[name]).opencl_index(f"MALINN_INDEX_{name.upper()}"))
+            head.append(render_index(parse_layout(layouts[name]), f"MALINN_INDEX_{name.upper()}"))
         head += [_read_source(path) for path in self.includes]
         return "\n".join(head) + "\n" + _read_source(self.source_path)
 
 
 _configured: dict = {}   # (entry id, defines) -> KernelSpec
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return max(1, -(-value // multiple)) * multiple
 
 
 @lru_cache(maxsize=64)

@@ -136,29 +136,15 @@ class Layout:
         r, c = np.indices(padded, dtype=np.int64)
         return self.index(r, c, padded)
 
-    def opencl_index(self, name: str) -> str:
-        """An OpenCL C macro ``name(r, c, prows, pcols)`` computing :meth:`index` on the device.
+    def index_terms(self):
+        """The index formula's terms, top level first: ``(base, (Yk, Xk), (Y(k+1), X(k+1)))``.
 
-        ``prows`` and ``pcols`` are the padded shape, known only at launch time; the chunk sizes
-        are literals, so one built program serves every matrix size.
+        ``(Yk, Xk)`` is ``(None, None)`` at the top level, where it is the padded shape (known only
+        at launch time); the last level ends at ``(1, 1)``. Backends render these as index macros in
+        their kernel language (:meth:`malinn.backends.base.Device.render_index`).
         """
-        sizes = [("(P_R)", "(P_C)")] + [(str(y), str(x)) for y, x in self.blocks] + [("1", "1")]
-        terms = []
-        for k, base in enumerate(self.bases):
-            (yk, xk), (yn, xn) = sizes[k], sizes[k + 1]
-            i = "(R_)" if k == 0 else f"((R_) % {yk})"
-            j = "(C_)" if k == 0 else f"((C_) % {xk})"
-            if yn != "1":
-                i = f"({i} / {yn})"
-            if xn != "1":
-                j = f"({j} / {xn})"
-            nrows, ncols = f"({yk} / {yn})", f"({xk} / {xn})"
-            order = f"({i} * {ncols} + {j})" if base == "R" else f"({j} * {nrows} + {i})"
-            weight = "" if (yn, xn) == ("1", "1") else f" * {int(yn) * int(xn)}"
-            terms.append(f"{order}{weight}")
-        body = " + ".join(terms)
-        return (f"#define {name}(R_, C_, P_R, P_C) "
-                f"((size_t)({body.replace('(R_)', '((size_t)(R_))').replace('(C_)', '((size_t)(C_))')}))")
+        sizes = [(None, None)] + list(self.blocks) + [(1, 1)]
+        return [(base, sizes[k], sizes[k + 1]) for k, base in enumerate(self.bases)]
 
     # ---------------------------------------------------------------- host conversion
     def _digit_shape(self, padded):

@@ -1,29 +1,48 @@
-"""Models: :class:`Sequential`, a chain of layers run on one OpenCL device (Rovder 5.3)."""
+"""Models: :class:`Sequential`, a chain of layers compiled into a plan per device and batch size."""
 
 from __future__ import annotations
 
+import math
 import threading
+from collections import OrderedDict
 
 import numpy as np
 
-from .device import Device, get_device
+from . import registry
+from .backends.base import Device
+from .devices import get_device
 from .errors import DeviceError
-from .layers.base import Layer
-from .matrix import DeviceMatrix
+from .kernel_choice import epoch as choice_epoch
+from .layers.base import Layer, sample_shape
+from .plan import Plan, PlanBuilder
+from .saving import save_model
+from .tensor import format_shape
 
-__all__ = ["Sequential"]
+__all__ = ["Sequential", "batch_bucket"]
 
 #: more than any kernel pads a dimension by (layout chunks and work-group tiles are at most 128)
 _PAD_BOUND = 1024
+#: plans kept per model (each holds its activation buffers)
+_PLANS_KEPT = 8
+
+
+def batch_bucket(n: int) -> int:
+    """The batch size a pass of ``n`` samples is planned for: ``n`` up to 16, then the next
+    multiple of 16 up to 256, then of 64 (padded samples are computed and dropped)."""
+    if n <= 16:
+        return n
+    step = 16 if n <= 256 else 64
+    return -(-n // step) * step
 
 
 class Sequential:
     """A linear stack of layers.
 
-    The input goes to the device once per pass; activations stay there between layers, in the
-    layouts the chosen kernels declare; the output comes back once per pass. A batch whose
-    activations would not fit in one device allocation is split into passes automatically
-    (:meth:`max_batch`).
+    The first ``predict`` for a device and batch size compiles the model into a plan
+    (:mod:`malinn.plan`): kernels, layouts, paddings, weight buffers, an activation arena and the
+    launches with their arguments are decided once. Every ``predict`` after that is one upload of
+    the input, the launches and one download of the output. A batch whose activations would not
+    fit in one device allocation is split into passes automatically (:meth:`max_batch`).
 
     ``predict`` may be called from several threads at once on one model; each call gives the
     result a single-threaded call gives (docs/RELIABILITY.md). Changing the model (``add``,
@@ -39,10 +58,11 @@ class Sequential:
 
     def __init__(self, layers=None, name: str = "sequential"):
         self.name = name
-        self.layers: list[Layer] = []
+        self.layers: list = []
         self.input_shape: tuple | None = None   # one sample's shape, e.g. (784,) or (28, 28)
         self.source = None                      # the Keras file it came from, when converted
-        self._build_lock = threading.RLock()    # a first predict from several threads builds once
+        self._lock = threading.RLock()          # a first predict from several threads builds once
+        self._plans: OrderedDict = OrderedDict()
         for layer in layers or []:
             self.add(layer)
 
@@ -61,127 +81,183 @@ class Sequential:
             self.build((None,) + self.input_shape)
 
     @property
-    def input_dim(self) -> int | None:
-        """Features per sample once flattened (``None`` before build)."""
-        return None if self.input_shape is None else int(np.prod(self.input_shape))
-
-    @property
     def built(self) -> bool:
         return self.input_shape is not None and all(layer.built for layer in self.layers)
+
+    @property
+    def input_dim(self) -> int | None:
+        """Values per sample of the input (``None`` before build)."""
+        return None if self.input_shape is None else math.prod(self.input_shape)
 
     def build(self, input_shape) -> None:
         """Builds every layer for inputs of ``input_shape``, batch axis first: ``(None, 784)``.
 
-        A sample may have several axes (``(None, 28, 28)``) when a ``Flatten`` comes before the
-        first layer that needs one feature axis (Dense, BatchNormalization); element-wise layers
-        may stand before it.
-
         Raises:
-            ValueError: the shape has no batch axis or a size < 1, a built layer expects another
-                width, or a Dense receives several axes.
+            ValueError: the shape has no batch axis or a size < 1, or a built layer expects another
+                shape.
         """
-        shape = tuple(input_shape)
-        if len(shape) < 2 or any(d is None or int(d) < 1 for d in shape[1:]):
-            raise ValueError(f"Sequential {self.name!r}: input_shape must be (batch, features, ...) with sizes >= 1, "
-                             f"got {input_shape!r}")
-        sample = tuple(int(d) for d in shape[1:])
-        if len(sample) > 1:
-            for layer in self.layers:
-                if getattr(layer, "flattens", False):
-                    break
-                if not getattr(layer, "elementwise", False):
-                    raise ValueError(f"layer {layer.name!r} ({type(layer).__name__}) receives inputs of shape "
-                                     f"{(None,) + sample}; malinn runs it on one feature axis only: put a Flatten "
-                                     f"before it")
-        self.input_shape = sample
-        dim = self.input_dim
+        sample = sample_shape(input_shape, f"Sequential {self.name!r}")
+        shape = (None,) + sample
         for layer in self.layers:
-            if layer.built and layer.input_dim is not None and layer.input_dim != dim:
-                raise ValueError(f"layer {layer.name!r} was built for {layer.input_dim} input features, "
-                                 f"but receives {dim}")
+            if layer.built and layer.input_shape is not None and layer.input_shape[-1:] != shape[-1:]:
+                raise ValueError(f"layer {layer.name!r} was built for inputs of shape "
+                                 f"{format_shape((None,) + layer.input_shape)}, but receives {format_shape(shape)}")
             if not layer.built:
-                layer.build(dim)
-            dim = layer.output_dim(dim)
+                layer.build(shape)
+            elif layer.input_shape != shape[1:]:
+                layer.input_shape = shape[1:]
+            shape = layer.compute_output_shape(shape)
+        self.input_shape = sample
+        self._plans.clear()
+
+    def output_shape_for(self, input_shape) -> tuple:
+        """The model's output shape for ``input_shape`` (batch axis first)."""
+        shape = tuple(input_shape)
+        for layer in self.layers:
+            shape = layer.compute_output_shape(shape)
+        return shape
 
     @property
-    def output_dim(self) -> int:
-        dim = self.input_dim
+    def output_shape(self) -> tuple | None:
+        """``(None, ...)``: the output shape (``None`` before build)."""
+        return None if self.input_shape is None else self.output_shape_for((None,) + self.input_shape)
+
+    # ---------------------------------------------------------------- plans
+    def _stamp(self) -> tuple:
+        return tuple(layer.version for layer in self.layers) + (choice_epoch(),)
+
+    def plan(self, batch: int, device: Device | None = None, every_layer: bool = False) -> Plan:
+        """The compiled plan for passes of ``batch`` samples on ``device`` (made on first use).
+
+        Args:
+            batch: the samples one pass takes (it is planned for :func:`batch_bucket` of it).
+            device: the device (default: the current one).
+            every_layer: download every layer's output (for :meth:`predict_layers` and verify).
+
+        Returns:
+            An allocated :class:`~malinn.plan.Plan`.
+        """
+        device = device or get_device()
+        key = (device.identity, batch_bucket(batch), every_layer)
+        stamp = self._stamp()
+        with self._lock:
+            cached = self._plans.get(key)
+            if cached is not None and cached[0] == stamp:
+                self._plans.move_to_end(key)
+                return cached[1]
+            plan = self._compile(device, batch_bucket(batch), every_layer).allocate()
+            self._plans[key] = (stamp, plan)
+            while len(self._plans) > _PLANS_KEPT:
+                self._plans.popitem(last=False)
+            return plan
+
+    def _compile(self, device: Device, batch: int, every_layer: bool) -> Plan:
+        """A plan, decided but not allocated (what memory estimates read)."""
+        if self.input_shape is None:
+            raise ValueError(f"Sequential {self.name!r} is not built; call build(input_shape) first")
+        builder = PlanBuilder(device, batch)
+        x = builder.input(self.input_shape)
+        outputs = []
         for layer in self.layers:
-            dim = layer.output_dim(dim)
-        return dim
+            builder.layer = layer
+            x = layer.lower(builder, x)
+            outputs.append(x)
+        builder.layer = None
+        return builder.compile(outputs if every_layer else [x])
 
     # ---------------------------------------------------------------- inference
     def _check_input(self, x) -> np.ndarray:
         first = self.layers[0].name if self.layers else self.name
-        try:
-            array = np.asarray(x)
-        except Exception as exc:  # ragged lists and the like
-            raise ValueError(f"Input of layer {first!r} could not be read as an array: {exc}") from None
-        if array.dtype.kind not in "biuf":
-            raise ValueError(f"Input of layer {first!r} must be numeric, got dtype {array.dtype} "
-                             f"with shape {array.shape}")
+        if not isinstance(x, np.ndarray):
+            try:
+                x = np.asarray(x)
+            except Exception as exc:  # ragged lists and the like
+                raise ValueError(f"Input of layer {first!r} could not be read as an array: {exc}") from None
+        if x.dtype.kind not in "biuf":
+            raise ValueError(f"Input of layer {first!r} must be numeric, got dtype {x.dtype} with shape {x.shape}")
         if self.input_shape is not None:
-            expected = "(None, " + ", ".join(map(str, self.input_shape)) + ("," if len(self.input_shape) == 1 else "") + ")"
-            expected = expected.replace(",)", ")")
-            ok = array.ndim == 1 + len(self.input_shape) and array.shape[1:] == self.input_shape
+            ok = x.shape[1:] == self.input_shape and x.ndim == 1 + len(self.input_shape)
+            expected = format_shape((None,) + self.input_shape)
         else:
-            expected, ok = "(None, features)", array.ndim >= 2
+            ok, expected = x.ndim >= 2, "(None, features)"
         if not ok:
             raise ValueError(f"Input of layer {first!r} is incompatible with the layer: expected shape {expected}, "
-                             f"found shape {array.shape}")
-        return array.astype(np.float32, copy=False)
+                             f"found shape {x.shape}")
+        if x.dtype != np.float32 or not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x, dtype=np.float32)
+        return x
 
     def predict(self, x, batch_size: int | None = None) -> np.ndarray:
         """Runs the model on ``x``.
 
         Args:
-            x: a numeric array of shape ``(batch, features)``; float64 and integers are cast to
-                float32 as Keras does.
+            x: a numeric array of shape ``(batch, ...)`` matching the model's input; float64 and
+                integers are cast to float32 as Keras does.
             batch_size: samples per device pass (default: the whole batch in one pass, split
                 further only where the device's largest allocation requires it; see
-                :meth:`max_batch`). Results do not depend on it.
+                :meth:`max_batch`). A sample's result is the same in every pass of the same size
+                bucket; passes of other sizes may run another kernel (a small-batch kernel below
+                16 samples, for instance), whose sums differ in the last bits (docs/KERNELS.md).
 
         Returns:
-            A float32 array of shape ``(batch, units of the last layer)``.
+            A float32 array of shape ``(batch,) + output_shape[1:]``.
 
         Raises:
-            ValueError: ``x`` is not numeric, not 2-D, or its width differs from the model's
-                input; ``batch_size`` is not a positive integer; the model has no layers.
+            ValueError: ``x`` is not numeric or its shape differs from the model's input;
+                ``batch_size`` is not a positive integer; the model has no layers.
             DeviceError: the device failed (out of memory, a failed launch), or even one sample's
                 activations exceed its largest allocation; the message names the layer and shape.
         """
+        return self._run(x, batch_size, every_layer=False)[0]
+
+    def predict_layers(self, x) -> list:
+        """Runs the model on ``x`` and returns every layer's output, for layer-by-layer checks.
+
+        Args:
+            x: as for :meth:`predict`.
+
+        Returns:
+            A list with one float32 array per layer, in order, each in Keras's output shape.
+        """
+        return self._run(x, None, every_layer=True)
+
+    def _run(self, x, batch_size, every_layer: bool) -> list:
         if not self.layers:
             raise ValueError(f"Sequential {self.name!r} has no layers to predict with")
-        x = self._check_input(x)
-        self._ensure_built(x.shape[1:])
-        x = x.reshape(x.shape[0], self.input_dim)   # Keras's Flatten order (row-major, channels last)
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
                                        or batch_size < 1):
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        x = self._check_input(x)
+        if not self.built:
+            with self._lock:
+                if not self.built:
+                    self.build((None,) + x.shape[1:])
         n = x.shape[0]
         if n == 0:
-            return np.zeros((0, self.output_dim), dtype=np.float32)
-        step = self._step(n, batch_size)
-        outputs = [self._forward(x[start:start + step]) for start in range(0, n, step)]
-        return outputs[0] if len(outputs) == 1 else np.concatenate(outputs, axis=0)
-
-    def _step(self, n: int, batch_size=None) -> int:
-        """Samples per pass: ``batch_size`` (default all ``n``), at most what fits on the device."""
+            shapes = [self.output_shape] if not every_layer else self._layer_shapes()
+            return [np.zeros((0,) + tuple(s[1:]), np.float32) for s in shapes]
+        device = get_device()
         step = min(n, int(batch_size)) if batch_size else n
-        return max(1, min(step, self.max_batch(limit=step)))
+        step = max(1, min(step, self.max_batch(device, limit=step)))
+        passes = [self.plan(len(chunk), device, every_layer).run([chunk])
+                  for chunk in (x[start:start + step] for start in range(0, n, step))]
+        if len(passes) == 1:
+            return passes[0]
+        return [np.concatenate(parts, axis=0) for parts in zip(*passes)]
 
-    def _ensure_built(self, sample_shape) -> None:
-        with self._build_lock:
-            if not self.built:
-                self.build((None,) + tuple(sample_shape))
+    def _layer_shapes(self) -> list:
+        shapes, shape = [], (None,) + self.input_shape
+        for layer in self.layers:
+            shape = layer.compute_output_shape(shape)
+            shapes.append(shape)
+        return shapes
+
+    def __call__(self, x) -> np.ndarray:
+        return self.predict(x)
 
     # ---------------------------------------------------------------- memory planning
     def activation_bytes(self, batch: int, device: Device | None = None) -> tuple[int, str]:
-        """The largest device buffer one pass of ``batch`` samples allocates for activations.
-
-        Counts the input as uploaded, and for each Dense layer its input in the layout its kernel
-        reads (a re-laid-out copy when it differs) and its result, each padded as the kernel
-        declares. Element-wise layers work in place and allocate nothing.
+        """The largest device buffer a pass of ``batch`` samples allocates for activations.
 
         Args:
             batch: samples in the pass.
@@ -190,41 +266,28 @@ class Sequential:
         Returns:
             ``(bytes, what)``: the size and a description naming the layer and padded shape.
         """
-        from . import ops
-        from .layers.dense import Dense
-
         device = device or get_device()
-        dim = self.input_dim
-        worst = (0, "")
-        if not (self.layers and isinstance(self.layers[0], Dense)):   # else the Dense's input covers it
-            first = ops.kernel_for("matmul", device).matrices["b"].layout
-            rows, cols = first.padded_shape(dim, batch)
-            worst = (4 * rows * cols, f"the model's input ({dim} features x {batch} samples, padded to "
-                                      f"{rows}x{cols} in {first})")
-        for layer in self.layers:
-            out = layer.output_dim(dim)
-            if isinstance(layer, Dense):
-                shape = (layer.units, dim, batch)
-                spec = ops.kernel_for("matmul", device, shape)
-                plan = ops.matmul_plan(spec, *shape)
-                for key, label in (("b", "input"), ("r", "output")):
-                    rows, cols = plan[key]
-                    size = 4 * rows * cols
-                    if size > worst[0]:
-                        layout = spec.matrices[key].layout
-                        logical = dim if key == "b" else layer.units
-                        worst = (size, f"layer {layer.name!r} {label} ({logical} features x {batch} samples, "
-                                       f"padded to {rows}x{cols} in {layout} for kernel {spec.codename})")
-            dim = out
-        return worst
+        size, what, _ = self._compile(device, batch_bucket(batch), False).activation_bytes()
+        return size, what
+
+    def matmul_shapes(self, batch: int, device: Device | None = None) -> list:
+        """``(units, inputs, columns)`` of every matmul a pass of ``batch`` samples runs (the shapes
+        ``malinn tune --model`` times: the plan asks the tuning database for exactly these)."""
+        return self._compile(device or get_device(), batch_bucket(batch), False).matmul_shapes()
+
+    def memory(self, batch: int, device: Device | None = None) -> dict:
+        """``{"weights", "activations", "largest"}`` bytes a pass of ``batch`` samples holds on the device."""
+        device = device or get_device()
+        plan = self._compile(device, batch_bucket(batch), False)
+        largest, _, arena = plan.activation_bytes()
+        return {"weights": plan.weight_bytes(), "activations": arena, "largest": largest}
 
     def max_batch(self, device: Device | None = None, limit: int | None = None) -> int:
         """The most samples one device pass may take, so that no activation buffer exceeds the
-        device's largest single allocation (nor a quarter of its global memory: an input, a
-        re-laid-out copy and a result can be alive at once, beside the weights).
+        device's largest single allocation (nor a quarter of its global memory: buffers of several
+        layers can be alive at once, beside the weights).
 
-        ``predict`` splits larger batches into passes of this many samples; results do not
-        depend on the split.
+        ``predict`` splits larger batches into passes of this many samples.
 
         Args:
             device: the device (default: the current one).
@@ -243,10 +306,9 @@ class Sequential:
         device = device or get_device()
         budget = min(int(device.max_allocation), int(device.global_memory) // 4)
         limit = int(limit) if limit else 2**31
-        # the common case without planning: kernels pad each dimension by less than _PAD_BOUND, so
-        # this bounds every activation buffer (planning asks the kernel library, which takes time)
-        widest = max([self.input_dim] + [layer.output_dim(d) for layer, d in self._layer_inputs()])
-        if 4 * (widest + _PAD_BOUND) * (limit + _PAD_BOUND) <= budget // 2:
+        # the common case without planning: kernels pad each dimension by less than _PAD_BOUND
+        widest = max([self.input_dim] + [math.prod(s[1:]) for s in self._layer_shapes()])
+        if 4 * (widest + _PAD_BOUND) * (batch_bucket(limit) + _PAD_BOUND) <= budget // 2:
             return limit
         if self.activation_bytes(limit, device)[0] <= budget:
             return limit
@@ -262,53 +324,6 @@ class Sequential:
             else:
                 high = mid
         return low
-
-    def _layer_inputs(self):
-        """(layer, its number of input features) for each layer, in order."""
-        dim = self.input_dim
-        for layer in self.layers:
-            yield layer, dim
-            dim = layer.output_dim(dim)
-
-    def _forward(self, x: np.ndarray, every_layer: bool = False):
-        get_device()  # fail early and clearly when no device works
-        activations = DeviceMatrix.from_host(x.T)   # I = x^T: features x batch
-        outputs = []
-        for layer in self.layers:
-            activations = layer.call(activations)
-            if every_layer:
-                outputs.append(np.ascontiguousarray(activations.numpy().T))
-        return outputs if every_layer else np.ascontiguousarray(activations.numpy().T)
-
-    def predict_layers(self, x) -> list:
-        """Runs the model on ``x`` and returns every layer's output, for layer-by-layer checks.
-
-        Args:
-            x: as for :meth:`predict`.
-
-        Returns:
-            A list with one float32 ``(batch, features)`` array per layer, in order.
-        """
-        if not self.layers:
-            raise ValueError(f"Sequential {self.name!r} has no layers to predict with")
-        x = self._check_input(x)
-        self._ensure_built(x.shape[1:])
-        x = x.reshape(x.shape[0], self.input_dim)
-        n = x.shape[0]
-        if n == 0:
-            dims, dim = [], self.input_dim
-            for layer in self.layers:
-                dim = layer.output_dim(dim)
-                dims.append(np.zeros((0, dim), np.float32))
-            return dims
-        step = self._step(n)
-        passes = [self._forward(x[start:start + step], every_layer=True) for start in range(0, n, step)]
-        if len(passes) == 1:
-            return passes[0]
-        return [np.concatenate(outputs, axis=0) for outputs in zip(*passes)]
-
-    def __call__(self, x) -> np.ndarray:
-        return self.predict(x)
 
     # ---------------------------------------------------------------- weights and config
     def get_weights(self) -> list:
@@ -332,13 +347,14 @@ class Sequential:
             layer.set_weights(weights[:count])
             weights = weights[count:]
 
-    def save(self, path, target=None):
+    def save(self, path, target=None, overwrite: bool = False):
         """Writes a malinn model file (see :func:`malinn.saving.save_model`).
 
         Args:
             path: the destination; written atomically.
             target: a matmul codename or ``gpu``/``cpu``/``accelerator`` whose layouts the weights
                 are stored in (default: the current device's kernel).
+            overwrite: allow ``path`` to be the Keras file the model was converted from.
 
         Returns:
             The path written.
@@ -346,40 +362,44 @@ class Sequential:
         Raises:
             ConversionError: the model is not built or the file cannot be written.
         """
-        from .saving import save_model
-
-        return save_model(self, path, target)
+        return save_model(self, path, target, overwrite=overwrite)
 
     def count_params(self) -> int:
         return sum(layer.count_params() for layer in self.layers)
 
     def get_config(self) -> dict:
         return {"name": self.name, "input_shape": list(self.input_shape) if self.input_shape else None,
-                "layers": [{"class_name": type(l).__name__, "config": l.get_config()} for l in self.layers]}
+                "layers": [{"class_name": type(layer).__name__, "config": layer.get_config()} for layer in self.layers]}
 
-    def summary(self, print_fn=print) -> str:
-        """Prints (and returns) a table of layers, output shapes and parameter counts."""
-        rows = [("Layer (type)", "Output Shape", "Param #")]
-        dim = self.input_dim
-        sample = self.input_shape
+    def summary(self, print_fn=print, batch: int = 1) -> str:
+        """Prints (and returns) a table of layers: output shape, parameters and the kernel that runs
+        each on the current device for passes of ``batch`` samples (layers fused into one launch
+        share it)."""
+        kernels = {}
+        if self.built:
+            try:
+                for row in self._compile(get_device(), batch_bucket(batch), False).describe():
+                    for name in row["layers"]:
+                        kernels.setdefault(name, row["kernel"] + (" + " + "+".join(row["fused"]) if row["fused"] else ""))
+            except DeviceError:
+                pass
+        rows = [("Layer (type)", "Output Shape", "Param #", "Kernel")]
+        shape = (None,) + self.input_shape if self.input_shape is not None else None
         for layer in self.layers:
-            if getattr(layer, "flattens", False):
-                sample = None
-            if dim is not None:
-                dim = layer.output_dim(dim)
-            if sample is not None and len(sample) > 1 and getattr(layer, "elementwise", False):
-                shape = "(None, " + ", ".join(map(str, sample)) + ")"
-            else:
-                shape = f"(None, {dim})" if dim is not None else "?"
-            rows.append((f"{layer.name} ({type(layer).__name__})", shape, str(layer.count_params())))
-        widths = [max(len(r[i]) for r in rows) + 2 for i in range(3)]
+            shape = layer.compute_output_shape(shape) if shape is not None else None
+            rows.append((f"{layer.name} ({type(layer).__name__})", format_shape(shape) if shape else "?",
+                         str(layer.count_params()), kernels.get(layer.name, "")))
+        widths = [max(len(r[i]) for r in rows) + 2 for i in range(4)]
         line = "-" * sum(widths)
         out = [f'Model: "{self.name}"', line]
         for i, r in enumerate(rows):
-            out.append("".join(c.ljust(w) for c, w in zip(r, widths)))
+            out.append("".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
             if i == 0:
                 out.append("=" * sum(widths))
         out += ["=" * sum(widths), f"Total params: {self.count_params()}", line]
         text = "\n".join(out)
         print_fn(text)
         return text
+
+
+registry.register("model", Sequential)

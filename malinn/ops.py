@@ -1,204 +1,91 @@
-"""Operations and their performers (Rovder 5.2): matmul, bias addition, activation, re-layout.
+"""Eager ops (Rovder 5.2): matmul, bias, affine step, activation, re-layout, one launch at a time.
 
-Each op asks the kernel library for the codename chosen for the current device, reads the
-kernel's restrictions, brings every operand into the layout and padding the kernel declares
-(re-laying out on the device only when needed), launches, and returns the result in the
-kernel's declared result layout. Which codename an op uses is one setting per device
-(:func:`use`), defaulting to ``kernels/library.json``'s ``defaults`` for the device's kind.
+Each op asks for the kernel chosen for the device (:mod:`malinn.kernel_choice`), brings every
+operand into the layout and padding the kernel declares (re-laying out on the device when needed),
+binds and launches it, and returns the result in the kernel's result layout. A model does not run
+through these: its plan (:mod:`malinn.plan`) decides all of that once and keeps the launches. The
+ops serve tests, the tuner and users who multiply matrices by hand.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import threading
 
 import numpy as np
 
-from .device import Device, _cl, cl_status_name, get_device
-from .errors import DeviceError, LibraryError
+from .backends.base import Device
+from .devices import get_device
+from .kernel_call import bind
+from .kernel_choice import choose, use
 from .kernel_library import KernelSpec, load_library
-from .matrix import DeviceMatrix, _count, allocate
+from .layout import parse_layout
+from .matrix import DeviceMatrix
 
 __all__ = ["use", "kernel_for", "matmul", "matmul_plan", "bias_add", "affine", "activation", "relayout",
-           "upload_vector", "launch"]
-
-_settings_lock = threading.Lock()
-_settings: dict = {}   # device key -> {op: codename}
-
-
-def use(op: str, codename: str, device: Device | None = None, config: dict | None = None) -> None:
-    """Chooses the kernel that ``op`` runs on ``device`` from now on.
-
-    Args:
-        op: ``"matmul"``, ``"bias"``, ``"affine"`` or ``"relayout"``.
-        codename: a codename of the kernel library that implements ``op``.
-        device: the device (default: the current one).
-        config: defines for a configurable kernel (e.g. ``{"MWG": 128}``); default: the entry's.
-
-    Raises:
-        LibraryError: ``codename`` is unknown, implements another op, or ``config`` does not fit it.
-    """
-    spec = load_library()[codename]
-    if spec.op != op:
-        raise LibraryError(f"kernel {codename!r} implements {spec.op!r}, not {op!r}")
-    spec.configure(config)
-    device = device or get_device()
-    with _settings_lock:
-        _settings.setdefault(device.key, {})[op] = (codename, dict(config or {}))
+           "reshape", "to_layout", "upload_vector", "launch", "fusable", "epilogue_spec"]
 
 
 def kernel_for(op: str, device: Device | None = None, shape: tuple | None = None) -> KernelSpec:
-    """The kernel ``op`` uses on ``device``.
-
-    The choice is the one set with :func:`use`, else the tuner's winner for this device and
-    ``shape`` (see ``malinn tune --model``), else its general winner (``malinn tune``), else the
-    library default for the device's kind. For a matmul of ``shape``
-    ``(m, k, n)`` whose preconditions the choice does not meet (a small batch, say), the library's
-    ``matmul_fallback`` for the device's kind is used instead.
-    """
-    device = device or get_device()
-    library = load_library()
-    with _settings_lock:
-        chosen = _settings.get(device.key, {}).get(op)
-    if chosen is None and op == "matmul":
-        from .tuner import tuned_choice
-
-        chosen = tuned_choice(device, shape)
-    spec = library[chosen[0]].configure(chosen[1]) if chosen else library.default_spec(op, device.kind)
-    if shape is not None and op == "matmul" and not spec.accepts(*shape, device=device):
-        spec = library.default_spec("matmul_fallback", device.kind)
-    return spec
-
-
-def _round_up(value: int, multiple: int) -> int:
-    return max(1, -(-value // multiple)) * multiple
+    """The kernel ``op`` uses on ``device`` (for a matmul, for ``shape = (m, k, n)``); see
+    :func:`malinn.kernel_choice.choose`."""
+    return choose(op, device, shape)
 
 
 def matmul_plan(spec: KernelSpec, m: int, k: int, n: int) -> dict:
     """Padded shapes of ``a`` (m x k), ``b`` (k x n) and ``r`` (m x n) for kernel ``spec``."""
-    a, b, r = spec.matrices["a"], spec.matrices["b"], spec.matrices["r"]
-    mp = _round_up(m, math.lcm(a.row_multiple, r.row_multiple, spec.scale[0]))
-    kp = _round_up(k, math.lcm(a.col_multiple, b.row_multiple))
-    np_ = _round_up(n, math.lcm(b.col_multiple, r.col_multiple, spec.scale[1]))
-    return {"a": (mp, kp), "b": (kp, np_), "r": (mp, np_)}
+    return spec.padded_shapes(m, k, n)
 
 
 def launch(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | None = None,
-           common: int = 0, what: str = "", params: dict | None = None):
-    """Builds (memoised) and enqueues kernel ``spec`` on ``device``.
-
-    Args:
-        spec: the kernel.
-        device: where to run it.
-        matrices: argument name -> :class:`DeviceMatrix`, already in the declared layouts.
-        vectors: argument name -> device buffer (e.g. ``bias``).
-        common: the padded common dimension ``l`` of a matmul.
-        what: who asked (a layer name), for error messages.
-        params: values of the kernel's float parameters (the ``p`` letters), by name.
+           what: str = "", params: dict | None = None):
+    """Binds kernel ``spec`` to its arguments and enqueues it once.
 
     Returns:
-        The ``pyopencl.Event`` of the launch (``None`` when the range is empty).
+        The backend's event of the launch (``None`` when the range is empty).
 
     Raises:
         KernelBuildError: the program did not build.
         DeviceError: the launch failed; the message names the kernel, the sizes and the status.
     """
-    cl = _cl()
-    r = matrices["r"]
-    a = matrices.get("a")
-    values = {"l": common, "h": r.padded[0], "w": r.padded[1], "m": r.shape[0], "n": r.shape[1],
-              "H": a.padded[0] if a is not None else 0, "W": a.padded[1] if a is not None else 0}
-    global_size = tuple(values[c] // spec.scale[0 if c in "hmH" else 1] for c in spec.ndrange)
-    if 0 in global_size:
+    bound = bind(spec, device, matrices, vectors, params, what)
+    matrices["r"].invalidate_host()
+    if bound is None:
         return None
-    local_size = _local_size(spec.workgroup, global_size, device)
-    program = _program(spec, device, matrices)
-    floats = iter(spec.param_values(params))
-    args = [np.float32(next(floats)) if c == "p" else np.uint32(values[c]) for c in spec.arglist]
-    for name in spec.buffers:
-        if name in matrices and spec.matrices[name].image:
-            args.append(_as_image(matrices[name], device))
-        elif name in matrices:
-            args.append(matrices[name].buffer)
-        else:  # a vector the kernel declares but this call does not use (no bias): never read
-            args.append((vectors or {}).get(name) or _placeholder(device))
-    with device._lock:  # a cl.Kernel's arguments are per object: set and enqueue together
-        try:
-            kernel = _kernel(program, spec.function)
-            kernel.set_args(*args)
-            event = cl.enqueue_nd_range_kernel(device.queue, kernel, global_size, local_size)
-        except cl.Error as exc:
-            shapes = ", ".join(f"{k}={m.shape} as {m.layout} padded {m.padded}" for k, m in matrices.items())
-            raise DeviceError(f"{what + ': ' if what else ''}kernel {spec.codename} failed on {device.name} "
-                              f"({cl_status_name(exc)}); global {global_size}, local {local_size}; {shapes}") from exc
-        device.counters["launches"] += 1
-    r.invalidate_host()
-    return event
+    with device.lock:
+        return bound()
 
 
-_placeholders: dict = {}
+def to_layout(matrix: DeviceMatrix, device: Device, layout, padded) -> DeviceMatrix:
+    """``matrix`` on ``device`` in ``layout`` with ``padded`` shape.
+
+    Returns ``matrix`` when it already is; uploads straight into the layout when only the host copy
+    exists; otherwise re-lays out on the device (no host round trip).
+    """
+    layout, padded = parse_layout(layout), tuple(padded)
+    if matrix.matches(device, layout, padded):
+        return matrix
+    if matrix.buffer is None or matrix.device is not device:
+        return DeviceMatrix.upload(device, matrix.numpy(), layout, padded)
+    return relayout(matrix, layout, padded)
 
 
-def _as_image(matrix: DeviceMatrix, device: Device):
-    """The matrix (laid out 'C') as an RGBA float image2d, copied on the device once and kept."""
-    cl = _cl()
-    image = getattr(matrix, "image", None)
-    if image is None:
-        width, height = matrix.padded[0] // 4, matrix.padded[1]
-        if not device.image_support or width > device.image2d_max_size[0] or height > device.image2d_max_size[1]:
-            raise DeviceError(f"{device.name} cannot hold a {width}x{height} image "
-                              f"(image support {device.image_support}, limit {device.image2d_max_size})")
-        try:
-            image = cl.create_image(device.context, cl.mem_flags.READ_ONLY,
-                                    cl.ImageFormat(cl.channel_order.RGBA, cl.channel_type.FLOAT), shape=(width, height))
-            cl.enqueue_copy(device.queue, image, matrix.buffer, offset=0, origin=(0, 0), region=(width, height))
-        except cl.Error as exc:
-            raise DeviceError(f"making a {width}x{height} image on {device.name} failed ({cl_status_name(exc)})") from exc
-        matrix.image = image
-    return image
-_built: dict = {}     # (device, kernel, defines, layouts) -> program, skipping source assembly and hashing
+def fusable(spec: KernelSpec, activation: str) -> bool:
+    """Whether ``spec`` can add the bias and apply ``activation`` in its final write."""
+    if not spec.epilogue:
+        return False
+    if activation in (None, "linear"):
+        return True
+    act = load_library().activation_kernel(activation)
+    return act is not None and act.source == "activation.cl"   # element-wise (softmax needs a whole column)
 
 
-def _program(spec: KernelSpec, device: Device, matrices: dict):
-    layouts = tuple((name, str(m.layout)) for name, m in matrices.items())
-    key = (device.key, spec.codename, spec.defines, layouts)
-    program = _built.get(key)
-    if program is None:
-        source = spec.program_source({name: m.layout for name, m in matrices.items()})
-        program = _built[key] = device.build(source, spec.options(), origin=f"{spec.source} ({spec.codename})")
-    return program
-
-_kernels: dict = {}   # (program id, function) -> cl.Kernel, reused (pyopencl prepares each new one)
-
-
-def _kernel(program, function: str):
-    """The cached ``cl.Kernel`` of ``function`` in ``program`` (callers hold the device lock)."""
-    key = (id(program), function)
-    entry = _kernels.get(key)
-    if entry is None or entry[0] is not program:
-        entry = _kernels[key] = (program, _cl().Kernel(program, function))
-    return entry[1]
-
-
-
-def _placeholder(device: Device):
-    """A 4-byte buffer passed for a vector argument the kernel is built not to read."""
-    with device._lock:
-        if device.key not in _placeholders:
-            _placeholders[device.key] = allocate(device, 4, "placeholder")
-        return _placeholders[device.key]
-
-
-def _local_size(preferred, global_size, device: Device):
-    if not preferred:
-        return None
-    if math.prod(preferred) > device.max_work_group_size:
-        return None
-    for g, p, limit in zip(global_size, preferred, device.max_work_item_sizes):
-        if p > limit or g % p:
-            return None
-    return tuple(preferred)
+def epilogue_spec(spec: KernelSpec, bias: bool, activation: str) -> KernelSpec:
+    """``spec`` configured to add the bias (when ``bias``) and apply ``activation`` as it writes."""
+    act = load_library().activation_kernel(activation) if activation not in (None, "linear") else None
+    spec = spec.configure({"BIAS": int(bias), "ACTIVATION": dict(act.defines)["ACTIVATION"] if act else "act_linear"})
+    if act is not None and act.params:   # the p arguments take the activation's names and defaults
+        spec = dataclasses.replace(spec, params=act.params)
+    return spec
 
 
 def matmul(a: DeviceMatrix, b: DeviceMatrix, spec: KernelSpec | None = None, device: Device | None = None,
@@ -230,17 +117,13 @@ def matmul(a: DeviceMatrix, b: DeviceMatrix, spec: KernelSpec | None = None, dev
     spec = spec or kernel_for("matmul", device, (m, k, n))
     fused = fusable(spec, activation)
     if fused:
-        act = load_library().activation_kernel(activation)
-        spec = spec.configure({"BIAS": int(bias is not None),
-                               "ACTIVATION": dict(act.defines)["ACTIVATION"] if act else "act_linear"})
-        if act is not None and act.params:   # the p arguments take the activation's names and defaults
-            spec = dataclasses.replace(spec, params=act.params)
+        spec = epilogue_spec(spec, bias is not None, activation)
     plan = matmul_plan(spec, m, k, n)
-    a = a.in_layout(device, spec.matrices["a"].layout, plan["a"])
-    b = b.in_layout(device, spec.matrices["b"].layout, plan["b"])
+    a = to_layout(a, device, spec.matrices["a"].layout, plan["a"])
+    b = to_layout(b, device, spec.matrices["b"].layout, plan["b"])
     r = DeviceMatrix.empty(device, (m, n), spec.matrices["r"].layout, plan["r"], what=f"{what} result")
     launch(spec, device, {"a": a, "b": b, "r": r}, {"bias": bias} if fused and bias is not None else None,
-           common=plan["a"][1], what=what, params=params if fused else None)
+           what=what, params=params if fused else None)
     if not fused:
         if bias is not None:
             bias_add(r, bias, what=what)
@@ -248,27 +131,12 @@ def matmul(a: DeviceMatrix, b: DeviceMatrix, spec: KernelSpec | None = None, dev
     return r
 
 
-def fusable(spec: KernelSpec, activation: str) -> bool:
-    """Whether ``spec`` can add the bias and apply ``activation`` in its final write."""
-    if not spec.epilogue:
-        return False
-    if activation in (None, "linear"):
-        return True
-    act = load_library().activation_kernel(activation)
-    return act is not None and act.source == "activation.cl"   # element-wise (softmax needs a whole column)
-
-
 def upload_vector(device: Device, values, what: str = "vector"):
     """Copies a 1-D float32 vector to a new device buffer."""
-    cl = _cl()
     values = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
-    buffer = allocate(device, values.nbytes, what)
-    try:
-        cl.enqueue_copy(device.queue, buffer, values, is_blocking=True)
-    except cl.Error as exc:   # e.g. a driver that allocates on first use runs out of memory here
-        raise DeviceError(f"uploading {what} ({values.size} values) to {device.name} failed "
-                          f"({cl_status_name(exc)})") from exc
-    _count(device, "uploads")
+    buffer = device.alloc(values.nbytes, what)
+    with device.lock:
+        device.upload(buffer, values, blocking=True, what=f"{what} ({values.size} values)")
     return buffer
 
 
@@ -310,6 +178,21 @@ def activation(r: DeviceMatrix, name: str, what: str = "activation", **params) -
 
 
 activation_op = activation
+
+
+def reshape(m: DeviceMatrix, shape, layout, padded, spec: KernelSpec | None = None) -> DeviceMatrix:
+    """Device matrix ``m`` as another matrix view of the same tensor (flat order ``col * rows + row``
+    kept): ``shape`` rows x cols, in ``layout`` with ``padded`` shape, made on the device.
+
+    Raises:
+        ValueError: ``shape`` holds another number of elements.
+    """
+    if shape[0] * shape[1] != m.shape[0] * m.shape[1]:
+        raise ValueError(f"cannot view a {m.shape[0]}x{m.shape[1]} matrix as {shape[0]}x{shape[1]}")
+    spec = spec or kernel_for("reshape", m.device)
+    r = DeviceMatrix.empty(m.device, shape, layout, padded, what="reshape")
+    launch(spec, m.device, {"a": m, "r": r}, what=f"reshape to {shape[0]}x{shape[1]}")
+    return r
 
 
 def relayout(m: DeviceMatrix, layout, padded, spec: KernelSpec | None = None) -> DeviceMatrix:

@@ -4,16 +4,17 @@ A malinn model file is HDF5 (read on the board with h5py alone):
 
 * root attributes: ``malinn_format = "malinn-model"``, ``format_version`` (this module writes 1),
   ``malinn_version``, ``target`` (the matmul codename whose layouts the weights are in) and
-  ``target_defines`` (its configuration, JSON),
-  ``config`` (JSON: the Sequential's layers and their configs), ``source`` (JSON: the Keras file,
-  its format and Keras version, when converted);
-* group ``layers/<index>``, one per layer: for a Dense, dataset ``kernel_laid_out`` (``W =
-  kernel^T`` as the flat buffer the target kernel reads, with attributes ``layout``, ``padded``
-  and ``shape``) and ``bias``; for a BatchNormalization, its four vectors.
+  ``target_defines`` (its configuration, JSON), ``config`` (JSON: the model's class, its layers and
+  their configs), ``source`` (JSON: the Keras file, its format and Keras version, when converted);
+* group ``layers/<index>``, one per layer, holding what the layer's ``save_own_variables`` writes:
+  for a Dense, dataset ``kernel_laid_out`` (``W = kernel^T`` as the flat buffer the target kernel
+  reads, with attributes ``layout``, ``padded`` and ``shape``) and ``bias``; for a
+  BatchNormalization, its four vectors.
 
-Loading uploads a laid-out kernel as it is when the device's chosen kernel reads that layout and
-padding, and re-lays it out on the host only when it wants another. Files are written to a
-temporary file beside the destination and renamed into place, so a failure leaves no partial file.
+Classes are found by name in :mod:`malinn.registry`. Loading uploads a laid-out kernel as it is
+when the plan's kernel reads that layout and padding, and re-lays it out on the host only when it
+wants another. Files are written to a temporary file beside the destination and renamed into
+place, so a failure leaves no partial file.
 """
 
 from __future__ import annotations
@@ -23,10 +24,14 @@ from pathlib import Path
 
 import numpy as np
 
+from . import registry
+from .converters import read_keras
+from .converters.to_malinn import to_model
+from .devices import get_device
 from .errors import ConversionError, MalinnError
 from .files import write_file
+from .kernel_choice import choose
 from .kernel_library import load_library
-from .layout import parse_layout
 
 __all__ = ["save_model", "load_model", "convert", "is_malinn_file", "resolve_target", "FORMAT_VERSION"]
 
@@ -43,11 +48,9 @@ def resolve_target(target=None):
     Raises:
         ConversionError: ``target`` is neither a matmul codename nor ``gpu``/``cpu``/``accelerator``.
     """
-    from . import ops
-
     library = load_library()
     if target is None:
-        return ops.kernel_for("matmul")
+        return choose("matmul", get_device())
     if target in ("gpu", "cpu", "accelerator"):
         return library.default_spec("matmul", target)
     if target in library and library[target].op == "matmul":
@@ -56,14 +59,14 @@ def resolve_target(target=None):
                           f"{', '.join(library.codenames('matmul'))}")
 
 
-def save_model(model, path, target=None, overwrite=False) -> Path:
+def save_model(model, path, target=None, overwrite: bool = False) -> Path:
     """Writes ``model`` as a malinn model file with weights laid out for ``target``.
 
     The file is written by :func:`malinn.files.write_file`: atomically, a symlink is followed,
     a character device or FIFO is written through, modes are kept.
 
     Args:
-        model: a built :class:`~malinn.Sequential`.
+        model: a built model (:class:`~malinn.Sequential`).
         path: the destination file.
         target: a matmul codename or device kind (default: the current device's kernel).
         overwrite: allow ``path`` to be the Keras file the model was converted from.
@@ -83,17 +86,14 @@ def save_model(model, path, target=None, overwrite=False) -> Path:
 def _save(model, path, target, source, overwrite) -> Path:
     import h5py
 
-    from . import __version__, ops
-    from .layers import BatchNormalization, Dense
+    from . import __version__
 
     if not model.built:
         raise ConversionError(f"{path}: model {model.name!r} is not built; call build(input_shape) or predict first")
     spec = resolve_target(target)
-    config = model.get_config()
+    config = {"class_name": type(model).__name__, **model.get_config()}
     for entry, layer in zip(config["layers"], model.layers):
         entry["keras_names"] = list(layer.keras_names)
-        if getattr(layer, "elementwise", False) != type(layer).elementwise:
-            entry["elementwise"] = bool(layer.elementwise)
 
     def write(tmp):
         with h5py.File(tmp, "w") as f:
@@ -108,20 +108,7 @@ def _save(model, path, target, source, overwrite) -> Path:
             for i, layer in enumerate(model.layers):
                 g = group.create_group(str(i))
                 g.attrs["name"] = layer.name
-                if isinstance(layer, Dense):
-                    plan = ops.matmul_plan(spec, layer.units, layer.input_dim, 1)
-                    layout = spec.matrices["a"].layout
-                    d = g.create_dataset("kernel_laid_out", data=layout.pack(layer.kernel.T, plan["a"]))
-                    d.attrs["layout"] = str(layout)
-                    d.attrs["padded"] = list(plan["a"])
-                    d.attrs["shape"] = [layer.units, layer.input_dim]
-                    if layer.use_bias:
-                        g.create_dataset("bias", data=layer.bias)
-                elif isinstance(layer, BatchNormalization):
-                    for name in ("gamma", "beta", "moving_mean", "moving_variance"):
-                        value = getattr(layer, name)
-                        if value is not None:
-                            g.create_dataset(name, data=value)
+                layer.save_own_variables(g, spec)
 
     try:
         return write_file(path, write, source=source, overwrite_source=overwrite)
@@ -147,10 +134,6 @@ def is_malinn_file(path) -> bool:
 def _read_malinn(path):
     import h5py
 
-    from .layers import (ELU, Activation, BatchNormalization, Dense, Flatten, LeakyReLU, ReLU, Softmax)
-    from .models import Sequential
-
-    classes = {c.__name__: c for c in (Dense, Activation, ReLU, LeakyReLU, ELU, Softmax, BatchNormalization, Flatten)}
     with h5py.File(path, "r") as f:
         version = int(f.attrs["format_version"])
         if version > FORMAT_VERSION:
@@ -158,36 +141,30 @@ def _read_malinn(path):
                                   f"(this one reads up to {FORMAT_VERSION})")
         config = json.loads(f.attrs["config"])
         source = json.loads(f.attrs.get("source", "null"))
-        model = Sequential(name=config["name"])
-        entries = config["layers"]
-        for entry in entries:
-            cls = classes.get(entry["class_name"])
-            if cls is None:
-                raise ConversionError(f"{path}: unknown layer class {entry['class_name']!r}")
+        try:
+            model_class = registry.lookup("model", config.get("class_name", "Sequential"))
+            layers = [registry.lookup("layer", entry["class_name"]) for entry in config["layers"]]
+        except KeyError as exc:
+            raise ConversionError(f"{path}: {exc.args[0]}") from None
+        model = model_class(name=config["name"])
+        for cls, entry in zip(layers, config["layers"]):
             layer = cls.from_config(entry["config"])
             layer.keras_names = tuple(entry.get("keras_names", ()))
-            if "elementwise" in entry:
-                layer.elementwise = bool(entry["elementwise"])
             model.add(layer)
         model.build([None] + list(config["input_shape"]))
-        for i, layer in enumerate(model.layers):
-            g = f["layers"][str(i)]
-            if isinstance(layer, Dense):
-                d = g["kernel_laid_out"]
-                layout = parse_layout(str(d.attrs["layout"]))
-                padded = tuple(int(v) for v in d.attrs["padded"])
-                shape = tuple(int(v) for v in d.attrs["shape"])
-                flat = np.asarray(d[()], dtype=np.float32)
-                weights = [layout.unpack(flat, shape, padded).T]
-                if layer.use_bias:
-                    weights.append(np.asarray(g["bias"][()], dtype=np.float32))
-                layer.set_weights(weights)
-                layer.prepacked = (layout, padded, flat)
-            elif isinstance(layer, BatchNormalization):
-                layer.set_weights([np.asarray(g[n][()], np.float32) for n in
-                                   ("gamma", "beta", "moving_mean", "moving_variance") if n in g])
+        for i, (layer, entry) in enumerate(zip(model.layers, config["layers"])):
+            group = f["layers"][str(i)]
+            if entry.get("elementwise") and len(model.input_shape) > 1:
+                group = _untiled(group, model.input_shape[-1])
+            layer.load_own_variables(group)
     model.source = source
     return model
+
+
+def _untiled(group, channels: int) -> dict:
+    """A malinn 0.1 file's BatchNormalization on multi-axis samples held its vectors tiled over the
+    flattened sample; the layer now works on the last axis, whose values are the first ones."""
+    return {name: np.asarray(group[name][()])[:channels] for name in group}
 
 
 def load_model(path):
@@ -213,13 +190,10 @@ def load_model(path):
             raise
         except Exception as exc:  # damaged file: h5py, KeyError, JSON, shape errors
             raise ConversionError(f"{path}: damaged malinn model file ({type(exc).__name__}: {exc})") from None
-    from .converters import read_keras
-    from .converters.to_malinn import to_sequential
-
-    return to_sequential(read_keras(path))
+    return to_model(read_keras(path))
 
 
-def convert(src, dst, target=None, overwrite=False) -> Path:
+def convert(src, dst, target=None, overwrite: bool = False) -> Path:
     """Converts a Keras file (or a malinn file) into a malinn model file for ``target``.
 
     Args:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest  # noqa: E402
 
 import malinn  # noqa: E402
-from malinn import ops  # noqa: E402
+from malinn import kernel_choice  # noqa: E402
 
 DEVICES = malinn.devices()
 
@@ -42,10 +42,8 @@ def device(request):
         pytest.fail("no working OpenCL device: run `bash .ci/setup` (it installs pocl-opencl-icd)")
     previous = malinn.get_device()
     malinn.set_device(request.param)
-    saved = {k: dict(v) for k, v in ops._settings.items()}
     yield request.param
-    ops._settings.clear()
-    ops._settings.update(saved)
+    kernel_choice.forget()
     malinn.set_device(previous)
 
 

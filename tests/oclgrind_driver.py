@@ -11,6 +11,7 @@ Each case is a JSON object:
 * ``{"op": "bias" | "affine", "layout": L, "shape": [rows, cols]}``;
 * ``{"op": "activation", "name": A, "layout": L, "shape": [rows, cols], "params": {...}}``;
 * ``{"op": "relayout", "src": L1, "dst": L2, "shape": [rows, cols]}``;
+* ``{"op": "reshape", "src": L1, "dst": L2, "shape": [rows, cols], "view": [rows2, cols2]}``;
 * ``{"op": "model", "codename": C, "input": d, "units": [...], "activations": [...], "batch": n,
   "batch_size": s | null, "split_samples": k | null}``: a Sequential of Dense layers (with a
   BatchNormalization after the first) predicted with matmul kernel ``C``; ``split_samples``
@@ -53,18 +54,16 @@ _KEPT = []
 
 
 def _keep_buffers():
-    import malinn.matrix
-    import malinn.ops
+    from malinn.backends.opencl import OpenCLDevice
 
-    allocate = malinn.matrix.allocate
+    allocate = OpenCLDevice.alloc
 
-    def allocate_and_keep(*args, **kwargs):
-        buffer = allocate(*args, **kwargs)
+    def allocate_and_keep(self, *args, **kwargs):
+        buffer = allocate(self, *args, **kwargs)
         _KEPT.append(buffer)
         return buffer
 
-    malinn.matrix.allocate = allocate_and_keep
-    malinn.ops.allocate = allocate_and_keep
+    OpenCLDevice.alloc = allocate_and_keep
 
 
 def _spec_with_config(spec, config):
@@ -140,8 +139,12 @@ def run_case(case, device, library, rng):
         want = ref_activation(case["name"], x.astype(np.float64), axis=0, **params)
     elif op == "relayout":
         dst = Layout.parse(case["dst"])
-        mat = mat.in_layout(device, dst, dst.padded_shape(rows, cols, 8, 4))
+        mat = ops.to_layout(mat, device, dst, dst.padded_shape(rows, cols, 8, 4))
         want = x
+    elif op == "reshape":   # the same tensor as another matrix view: flat index col * rows + row kept
+        dst, (rows, cols) = Layout.parse(case["dst"]), case["view"]
+        mat = ops.reshape(mat, (rows, cols), dst, dst.padded_shape(rows, cols, 8, 4))
+        want = x.T.reshape(-1).reshape(cols, rows).T
     else:
         raise ValueError(f"unknown op {op!r}")
     mat.host = None
@@ -167,13 +170,12 @@ def run_model(case, device, rng):
     saved = device.max_allocation
     downloads = device.counters["downloads"]
     if case.get("split_samples"):   # lower the largest allocation to what a few samples need
-        dim, weights_size = model.input_dim, 0
+        weights_size = 0
         for layer in model.layers:
             if isinstance(layer, Dense):
-                spec = ops.kernel_for("matmul", device, (layer.units, dim, case["batch"]))
-                rows, cols = ops.matmul_plan(spec, layer.units, dim, case["batch"])["a"]
+                spec = ops.kernel_for("matmul", device, (layer.units, layer.input_dim, case["batch"]))
+                rows, cols = ops.matmul_plan(spec, layer.units, layer.input_dim, case["batch"])["a"]
                 weights_size = max(weights_size, 4 * rows * cols)
-            dim = layer.output_dim(dim)
         device.max_allocation = max(model.activation_bytes(case["split_samples"], device)[0], weights_size)
     try:
         max_batch = model.max_batch(device)

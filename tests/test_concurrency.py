@@ -89,10 +89,7 @@ def test_four_threads_predict_exactly_like_one(device, codename):
 
 def test_concurrent_first_predict_with_cold_caches(device, monkeypatch):
     """No program built, no weight on the device yet: four threads make the first call at once."""
-    monkeypatch.setattr(device, "_programs", {})            # every kernel must be built again...
-    for cache in ("_built", "_kernels"):                    # (ops' per-launch caches too, where present)
-        if hasattr(ops, cache):
-            monkeypatch.setattr(ops, cache, {})
+    monkeypatch.setattr(device, "cache", {})                # every kernel must be built again...
     monkeypatch.setenv("MALINN_BINARY_CACHE", "0")          # ...from source, not from the disk cache
     builds = device.counters["builds"]
     model = make_model(seed=5)

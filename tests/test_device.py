@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 import malinn
-from malinn import device as device_module
+from malinn.backends import opencl as device_module
 from malinn.errors import DeviceError
 
 
@@ -85,7 +85,7 @@ def test_a_broken_icd_entry_does_not_crash_listing(tmp_path):
 
 def test_a_device_failing_its_probe_is_skipped_with_a_warning(monkeypatch):
     """Fault injection: the first device's probe raises; listing warns, names it and goes on."""
-    real_probe = device_module._probe
+    real_probe = device_module.probe
     calls = []
 
     def probe(cl, platform, cl_device, index):
@@ -94,10 +94,10 @@ def test_a_device_failing_its_probe_is_skipped_with_a_warning(monkeypatch):
             raise DeviceError("injected probe failure")
         return real_probe(cl, platform, cl_device, index)
 
-    monkeypatch.setattr(device_module, "_probe", probe)
+    monkeypatch.setattr(device_module, "probe", probe)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        found = device_module._enumerate()
+        found = device_module.discover()
     assert len(found) == len(calls) - 1
     assert any("skipping OpenCL device 0:0" in str(w.message) and "injected probe failure" in str(w.message)
                for w in caught)

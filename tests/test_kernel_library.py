@@ -39,7 +39,7 @@ def test_layouts_match_the_design_table(codename, a, b, r):
 def test_every_kernel_builds_as_opencl_c_1_2(codename, device):
     spec = LIB[codename]
     layouts = {name: (m.layout if not m.any_layout else parse_layout("C_4_2_C")) for name, m in spec.matrices.items()}
-    device.build(spec.program_source(layouts), spec.options() + ("-cl-std=CL1.2",), origin=spec.source)
+    device.build(spec.program_source(layouts, device.render_index), spec.options() + ("-cl-std=CL1.2",), origin=spec.source)
 
 
 def test_default_matmul_exists_for_every_device_kind():

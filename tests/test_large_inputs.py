@@ -59,25 +59,23 @@ def same_kernels(model, device, n1, n2):
     """Whether passes of ``n1`` and ``n2`` samples run every Dense with the same kernel (then
     their results are bitwise equal; a kernel whose preconditions need a larger batch may hand a
     small pass to the fallback kernel, which rounds differently)."""
-    dim, same = model.input_dim, True
+    same = True
     for layer in model.layers:
         if isinstance(layer, Dense):
-            a = ops.kernel_for("matmul", device, (layer.units, dim, n1))
-            b = ops.kernel_for("matmul", device, (layer.units, dim, n2))
+            a = ops.kernel_for("matmul", device, (layer.units, layer.input_dim, n1))
+            b = ops.kernel_for("matmul", device, (layer.units, layer.input_dim, n2))
             same &= a.codename == b.codename and a.defines == b.defines
-        dim = layer.output_dim(dim)
     return same
 
 
 def weight_bytes(model, device, n):
     """The largest laid-out Dense kernel (W) of ``model`` for passes of ``n`` samples."""
-    dim, size = model.input_dim, 0
+    size = 0
     for layer in model.layers:
         if isinstance(layer, Dense):
-            spec = ops.kernel_for("matmul", device, (layer.units, dim, n))
-            rows, cols = ops.matmul_plan(spec, layer.units, dim, n)["a"]
+            spec = ops.kernel_for("matmul", device, (layer.units, layer.input_dim, n))
+            rows, cols = ops.matmul_plan(spec, layer.units, layer.input_dim, n)["a"]
             size = max(size, 4 * rows * cols)
-        dim = layer.output_dim(dim)
     return size
 
 

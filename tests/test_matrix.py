@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from malinn.layout import Layout
-from malinn.matrix import DeviceMatrix, zero_copy
+from malinn.backends.opencl import zero_copy_enabled as zero_copy
+from malinn.matrix import DeviceMatrix
 
 
 @pytest.mark.parametrize("layout", ["R", "C", "C_4_2_C", "R_16_16_C_4_4_R"])

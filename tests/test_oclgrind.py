@@ -55,6 +55,8 @@ MATMULS = LIB.codenames("matmul")
 SHAPES = [(1, 1, 1), (3, 5, 7), (13, 37, 5), (33, 17, 65)]
 LAYOUTS = ["R", "C", "C_4_2_C", "C_4_4_C", "R_2_4_R", "R_16_16_C_4_4_R", "C_8_4_R_2_2_C"]
 ELEMENT_SHAPES = [(1, 1), (3, 5), (13, 7), (33, 17)]
+#: (matrix, another view of the same tensor): Flatten and Reshape between layouts
+RESHAPES = [((1, 1), (1, 1)), ((3, 5), (15, 1)), ((13, 7), (7, 13)), ((7, 6), (3, 14))]
 PARAMS = {"elu": {"alpha": 0.3}, "leaky_relu": {"negative_slope": 0.01},
           "relu_general": {"negative_slope": 0.1, "max_value": 2.5, "threshold": 0.5, "has_max_value": 1.0}}
 TOLERANCE = 1e-5
@@ -195,6 +197,9 @@ def elementwise_cases() -> list[dict]:
     for (src, dst), shape in itertools.product(itertools.permutations(LAYOUTS[:6], 2), ELEMENT_SHAPES):
         cases.append({"op": "relayout", "src": src, "dst": dst, "shape": list(shape),
                       "kernels": LIB.codenames("relayout")[:1]})
+    for (src, dst), (shape, view) in itertools.product(itertools.permutations(LAYOUTS[:4], 2), RESHAPES):
+        cases.append({"op": "reshape", "src": src, "dst": dst, "shape": list(shape), "view": list(view),
+                      "kernels": LIB.codenames("reshape")[:1]})
     for case in cases:
         case["cost"] = 2000
     return cases

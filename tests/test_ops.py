@@ -143,14 +143,14 @@ def test_relayout_on_the_device(device, src, dst, rng):
     x = rng.standard_normal((13, 7)).astype(np.float32)
     m = DeviceMatrix.upload(device, x, src, Layout.parse(src).padded_shape(13, 7, 8, 4))
     padded = Layout.parse(dst).padded_shape(13, 7, 4, 8)
-    r = m.in_layout(device, dst, padded)
+    r = ops.to_layout(m, device, dst, padded)
     assert r.layout == Layout.parse(dst) and r.padded == padded
     np.testing.assert_array_equal(_download(r), Layout.parse(dst).pack(x, padded))
 
 
 def test_in_layout_is_a_no_op_when_it_already_matches(device):
     m = DeviceMatrix.upload(device, np.ones((5, 5)), "C_4_2_C")
-    assert m.in_layout(device, "C_4_2_C", m.padded) is m
+    assert ops.to_layout(m, device, "C_4_2_C", m.padded) is m
 
 
 def test_use_changes_the_kernel_and_rejects_mismatches(device):
@@ -220,7 +220,7 @@ def test_image_operand_is_made_once_and_kept(device, rng):
         pytest.skip(f"{device.name} has no image support")
     spec = LIB["gemm_image"]
     a = DeviceMatrix.from_host(rng.standard_normal((9, 11)).astype(np.float32))
-    a = a.in_layout(device, spec.matrices["a"].layout, ops.matmul_plan(spec, 9, 11, 3)["a"])
+    a = ops.to_layout(a, device, spec.matrices["a"].layout, ops.matmul_plan(spec, 9, 11, 3)["a"])
     for n in (3, 17):
         b = rng.standard_normal((11, n)).astype(np.float32)
         r = ops.matmul(a, DeviceMatrix.from_host(b), spec, device)
@@ -234,3 +234,16 @@ def test_image_kernels_fall_back_where_images_do_not_fit(device):
                                                                       LIB.default("matmul_fallback", device.kind))
     too_deep = (64, device.image2d_max_size[1] + 4 if device.image_support else 64, 8)
     assert ops.kernel_for("matmul", device, too_deep).codename != "gemm_image"
+
+
+@pytest.mark.parametrize("src, dst", [("R", "C"), ("C", "R"), ("C_4_2_C", "R_2_4_R"), ("C", "C")])
+@pytest.mark.parametrize("shape, view", [((1, 1), (1, 1)), ((3, 5), (15, 1)), ((13, 7), (7, 13)),
+                                         ((1001, 3), (3, 1001)), ((6, 10), (4, 15))], ids=str)
+def test_reshape_keeps_the_flat_order_between_layouts(device, src, dst, shape, view, rng):
+    x = rng.standard_normal(shape).astype(np.float32)
+    m = DeviceMatrix.upload(device, x, src, Layout.parse(src).padded_shape(*shape, 4, 4))
+    padded = Layout.parse(dst).padded_shape(*view, 8, 4)
+    r = ops.reshape(m, view, dst, padded)
+    np.testing.assert_array_equal(r.numpy(), x.T.reshape(-1).reshape(view[1], view[0]).T)
+    full = Layout.parse(dst).unpack(_download(r), padded, padded)
+    assert np.count_nonzero(full[view[0]:, :]) == 0 and np.count_nonzero(full[:, view[1]:]) == 0

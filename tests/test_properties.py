@@ -93,7 +93,7 @@ def test_device_relayout_between_layouts(device, src, dst, rows, cols, align):
     m = matrix((rows, cols), rows * cols)
     a = DeviceMatrix.upload(device, m, src, Layout.parse(src).padded_shape(rows, cols, 4, 4))
     padded = Layout.parse(dst).padded_shape(rows, cols, *align)
-    r = a.in_layout(device, dst, padded)
+    r = ops.to_layout(a, device, dst, padded)
     assert r.padded == padded
     import pyopencl as cl
 
@@ -193,7 +193,7 @@ def test_sequential_of_random_layers_matches_numpy(device, network, codename):
     want, largest = numpy_forward(model, x)
     assume(largest < 1e30)   # float32 overflows where float64 does not (chained exponentials): not a bug
     got = model.predict(x)
-    assert got.shape == (network[2], model.output_dim) and got.dtype == np.float32
+    assert got.shape == (network[2], model.output_shape[-1]) and got.dtype == np.float32
     assert_close(got, want, rtol=2e-5)
     if network[2] > 1:   # a split into passes changes nothing
         assert_close(model.predict(x, batch_size=max(1, network[2] // 3)), got, rtol=1e-5)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import malinn
-from malinn import ops, tuner
+from malinn import ops, tuner, tuning_db
 from malinn.errors import MalinnError
 from malinn.layers import Dense
 
@@ -21,13 +21,13 @@ from helpers import assert_close
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("MALINN_CACHE_DIR", str(tmp_path))
-    tuner._forget()
+    tuning_db.forget()
     yield tmp_path
-    tuner._forget()
+    tuning_db.forget()
 
 
 def device_key(device):
-    return f"{device.name}|{device.vendor}|{device.driver_version}"
+    return device.identity
 
 
 def database(device, entry) -> dict:
@@ -76,9 +76,9 @@ def test_per_shape_tuning_stores_a_winner_per_shape_that_meets_its_preconditions
         shape = tuple(int(v) for v in text.split("x"))
         spec = library[won["codename"]].configure(won["defines"])
         assert spec.accepts(*shape, device=device) and won["seconds"] > 0
-        assert tuner.tuned_choice(device, shape) == (won["codename"], spec.config)
+        assert tuning_db.tuned_choice(device, shape) == (won["codename"], spec.config)
         assert ops.kernel_for("matmul", device, shape).codename == won["codename"]
-    assert tuner.tuned_choice(device, (7, 7, 7)) is None          # no general winner stored
+    assert tuning_db.tuned_choice(device, (7, 7, 7)) is None          # no general winner stored
     tuner.tune(device, shapes=[(40, 50, 30)], quick=True, repeat=1, stream=io.StringIO())
     stored = json.loads((cache / "tuning.json").read_text())["devices"][device_key(device)]
     assert set(stored) == {"general", "shapes"} and len(stored["shapes"]) == 2   # the shapes were kept
@@ -97,21 +97,21 @@ def test_the_flat_form_of_earlier_versions_is_read_and_upgraded(device, cache):
     other = {"codename": "rmcm", "defines": {}}
     (cache / "tuning.json").write_text(json.dumps({device_key(device): {"codename": "crossv", "defines": {}},
                                                    "another|device|1": other}))
-    assert tuner.tuned_choice(device) == ("crossv", {})
-    tuner._save(device, shapes={"3x4x5": {"codename": "cross1", "defines": {}}})
+    assert tuning_db.tuned_choice(device) == ("crossv", {})
+    tuning_db.save(device, shapes={"3x4x5": {"codename": "cross1", "defines": {}}})
     stored = json.loads((cache / "tuning.json").read_text())
     assert stored["format"] == "malinn-tuning" and stored["devices"]["another|device|1"] == {"general": other}
     assert stored["devices"][device_key(device)]["general"]["codename"] == "crossv"
-    assert tuner.tuned_choice(device, (3, 4, 5)) == ("cross1", {})
+    assert tuning_db.tuned_choice(device, (3, 4, 5)) == ("cross1", {})
 
 
 def test_a_database_of_a_newer_malinn_is_ignored_and_never_overwritten(device, cache):
     text = json.dumps({"format": "malinn-tuning", "version": 2, "devices": {}})
     (cache / "tuning.json").write_text(text)
     with pytest.warns(RuntimeWarning, match="version 2, written by a newer malinn"):
-        assert tuner.tuned_choice(device) is None
+        assert tuning_db.tuned_choice(device) is None
     with pytest.raises(MalinnError, match="written by a newer malinn"):
-        tuner._save(device, general={"codename": "crossv", "defines": {}})
+        tuning_db.save(device, general={"codename": "crossv", "defines": {}})
     assert (cache / "tuning.json").read_text() == text
 
 
@@ -201,7 +201,7 @@ def test_a_damaged_database_is_ignored_with_a_warning_and_predict_is_right(devic
         warnings.simplefilter("always")
         y = model.predict(x)
         y1 = model.predict(x[:1])
-        assert tuner.tuned_choice(device) is None and tuner.tuned_choice(device, (150, 640, 1)) is None
+        assert tuning_db.tuned_choice(device) is None and tuning_db.tuned_choice(device, (150, 640, 1)) is None
     w, b = model.get_weights()
     assert_close(y, np.maximum(x.astype(np.float64) @ w + b, 0))
     assert_close(y1, np.maximum(x[:1].astype(np.float64) @ w + b, 0))

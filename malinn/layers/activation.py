@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import math
 
-from .. import ops
-from ..device import get_device
 from ..kernel_library import load_library
 from .base import Layer
 
@@ -40,15 +38,6 @@ def get_activation(activation) -> str:
     return activation
 
 
-def on_device(inputs):
-    """The model's input, uploaded in the layout the current matmul kernel reads (so a following
-    Dense needs no re-layout); matrices already on a device are returned as they are."""
-    if inputs.buffer is not None:
-        return inputs
-    layout = ops.kernel_for("matmul").matrices["b"].layout
-    return inputs.in_layout(get_device(), layout, layout.padded_shape(*inputs.shape))
-
-
 class Activation(Layer):
     """Applies an activation function to its input.
 
@@ -65,11 +54,9 @@ class Activation(Layer):
         super().__init__(name)
         self.activation = get_activation(activation)
         self.params: dict = {}
-        # softmax normalises over all features at once, so it may not stand before a Flatten
-        self.elementwise = self.activation != "softmax"
 
-    def call(self, inputs):
-        return ops.activation(on_device(inputs), self.activation, what=f"layer {self.name!r}", **self.params)
+    def lower(self, builder, x):
+        return builder.activation(x, self.activation, self.params, what=self._what())
 
     def get_config(self) -> dict:
         return {**super().get_config(), "activation": self.activation}
@@ -141,16 +128,25 @@ class ELU(Activation):
 
 
 class Softmax(Activation):
-    """Softmax over the feature axis (``axis=-1``, the only axis of a 2-D activation).
+    """Softmax over the last axis (``axis=-1``), each sample's features (and each position's, on
+    multi-axis samples) normalised on their own.
 
     Raises:
         ValueError: another axis is asked for.
     """
 
     def __init__(self, axis=-1, name: str | None = None):
-        if axis not in (-1, 1, [-1], [1], (-1,), (1,)):
-            raise ValueError(f"Softmax: malinn computes softmax over the features (axis=-1), not axis={axis!r}")
+        axis = axis[0] if isinstance(axis, (list, tuple)) and len(axis) == 1 else axis
+        if isinstance(axis, bool) or not isinstance(axis, int) or axis == 0 or axis < -1:
+            raise ValueError(f"Softmax: malinn computes softmax over the last axis (axis=-1), not axis={axis!r}")
         super().__init__("softmax", name)
+        self.axis = axis
+
+    def build(self, input_shape) -> None:
+        if self.axis not in (-1, len(tuple(input_shape)) - 1):
+            raise ValueError(f"Softmax {self.name!r}: malinn computes softmax over the last axis (axis=-1), "
+                             f"not axis={self.axis} of inputs of rank {len(tuple(input_shape))}")
+        super().build(input_shape)
 
     def get_config(self) -> dict:
         return {"name": self.name, "axis": -1}

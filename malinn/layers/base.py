@@ -1,15 +1,30 @@
-"""The layer contract, as in Keras: ``__init__`` validates, ``build`` makes weights, ``call`` runs,
-``get_config`` returns what ``__init__`` needs to make the layer again."""
+"""The layer contract, as in Keras, and the one registry of layer classes.
+
+``__init__`` validates its arguments, ``build(input_shape)`` makes the weights for an input shape
+(batch axis first, ``None`` for it), ``compute_output_shape`` gives the output shape,
+``get_config`` returns what ``__init__`` needs to make the layer again, ``get_weights`` /
+``set_weights`` move weights in Keras's shapes and order, ``save_own_variables`` /
+``load_own_variables`` write and read them in a model file, and ``lower(builder, x)`` records the
+steps that compute the layer in a plan (:class:`malinn.plan.PlanBuilder`).
+
+Every subclass is registered under its class name (:mod:`malinn.registry`): saving, loading, the
+converter and the CLI find classes there, never by ``isinstance`` chains.
+"""
 
 from __future__ import annotations
 
 import itertools
 import re
+import threading
 
-__all__ = ["Layer"]
+import numpy as np
+
+from .. import registry
+
+__all__ = ["Layer", "sample_shape"]
 
 _counters: dict = {}
-_counter_lock = __import__("threading").Lock()
+_counter_lock = threading.Lock()
 
 
 def _auto_name(prefix: str) -> str:
@@ -23,6 +38,21 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
+def sample_shape(input_shape, who: str) -> tuple:
+    """``input_shape`` without its batch axis, every size a positive integer.
+
+    Raises:
+        ValueError: the shape has no batch axis or a size that is not a positive integer.
+    """
+    try:
+        shape = tuple(input_shape)
+    except TypeError:
+        raise ValueError(f"{who}: input_shape must be a tuple (batch, ...), got {input_shape!r}") from None
+    if len(shape) < 2 or any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1 for d in shape[1:]):
+        raise ValueError(f"{who}: input_shape must be (batch, d1, ...) with sizes >= 1, got {input_shape!r}")
+    return tuple(int(d) for d in shape[1:])
+
+
 class Layer:
     """Base class of malinn layers.
 
@@ -33,32 +63,37 @@ class Layer:
         ValueError: ``name`` is not a non-empty string.
     """
 
-    #: True for layers that act on each value alone (they may stand before a Flatten).
-    elementwise = False
-    #: True for Flatten.
-    flattens = False
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        registry.register("layer", cls)
 
     def __init__(self, name: str | None = None):
         if name is not None and (not isinstance(name, str) or not name):
             raise ValueError(f"{type(self).__name__}: name must be a non-empty string, got {name!r}")
         self.name = name or _auto_name(_snake(type(self).__name__))
         self.built = False
-        self.input_dim: int | None = None
+        self.input_shape: tuple | None = None     # one sample's shape, without the batch axis
         #: names of the Keras layers this layer stands for (set by the converter; for verify)
         self.keras_names: tuple = ()
+        #: device copies of the weights, shared by every plan; cleared when the weights change
+        self.device_copies: dict = {}
+        #: bumped whenever the weights change, so models know their plans are stale
+        self.version = 0
 
-    def build(self, input_dim: int) -> None:
-        """Creates the layer's weights for inputs of ``input_dim`` features."""
-        self.input_dim = int(input_dim)
+    # ---------------------------------------------------------------- Keras's contract
+    def build(self, input_shape) -> None:
+        """Creates the layer's weights for inputs of ``input_shape`` (batch axis first)."""
+        self.input_shape = sample_shape(input_shape, f"layer {self.name!r}")
         self.built = True
+        self._weights_changed()
 
-    def output_dim(self, input_dim: int) -> int:
-        """The number of output features for ``input_dim`` input features."""
-        return input_dim
+    def compute_output_shape(self, input_shape) -> tuple:
+        """The output shape for ``input_shape`` (both with the batch axis first)."""
+        return tuple(input_shape)
 
-    def call(self, inputs):
-        """Runs the layer on a :class:`~malinn.matrix.DeviceMatrix` (features x batch)."""
-        raise NotImplementedError
+    def lower(self, builder, x):
+        """Records the steps computing this layer on ``x`` in ``builder``; returns the output value."""
+        raise NotImplementedError(f"{type(self).__name__} does not say how it runs")
 
     def count_params(self) -> int:
         return sum(int(w.size) for w in self.get_weights())
@@ -78,6 +113,33 @@ class Layer:
     @classmethod
     def from_config(cls, config: dict) -> "Layer":
         return cls(**config)
+
+    # ---------------------------------------------------------------- model files
+    def save_own_variables(self, store, target) -> None:
+        """Writes the layer's weights into ``store`` (an HDF5 group) for the matmul kernel ``target``."""
+        for i, weight in enumerate(self.get_weights()):
+            store.create_dataset(str(i), data=weight)
+
+    def load_own_variables(self, store) -> None:
+        """Reads what :meth:`save_own_variables` wrote."""
+        self.set_weights([np.asarray(store[str(i)][()], np.float32) for i in range(len(store))])
+
+    # ---------------------------------------------------------------- conversion
+    def absorb_affine(self, scale: np.ndarray, shift: np.ndarray) -> bool:
+        """Folds a following per-feature ``y * scale + shift`` into this layer when that is exact.
+
+        Returns:
+            Whether it was folded (a linear Dense can; most layers cannot).
+        """
+        return False
+
+    # ---------------------------------------------------------------- helpers
+    def _weights_changed(self) -> None:
+        self.device_copies.clear()
+        self.version += 1
+
+    def _what(self) -> str:
+        return f"layer {self.name!r}"
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name!r}>"

@@ -1,11 +1,12 @@
-"""The Dense layer: ``y = activation(x @ kernel + bias)``, run as ``R = W x I + b`` (Rovder 5.3.2)."""
+"""The Dense layer: ``y = activation(x @ kernel + bias)``, run as ``R = W x I`` (Rovder 5.3.2)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .. import ops
-from ..matrix import DeviceMatrix
+from ..kernel_library import KernelSpec
+from ..layout import parse_layout
+from ..plan import Vector, Weight
 from .activation import get_activation
 from .base import Layer
 
@@ -13,11 +14,11 @@ __all__ = ["Dense"]
 
 
 class Dense(Layer):
-    """A fully-connected layer.
+    """A fully-connected layer, applied to the last axis of its input (as Keras does).
 
-    Keras computes ``x @ kernel + bias`` with ``x`` (batch, in) and ``kernel`` (in, units); malinn
-    computes ``W x I`` with ``W = kernel^T`` and ``I = x^T``, which is the same memory read in
-    another layout, so nothing is transposed on the device.
+    Keras computes ``x @ kernel + bias`` with ``x`` (..., in) and ``kernel`` (in, units); malinn
+    computes ``W x I`` with ``W = kernel^T`` and ``I`` the input's matrix view (in x everything
+    else), which is the same memory read in another layout, so nothing is transposed.
 
     Args:
         units: the number of output features, a positive integer.
@@ -40,18 +41,28 @@ class Dense(Layer):
         self.bias: np.ndarray | None = None
         #: (layout, padded, flat) of W as a malinn model file stored it, uploaded as is when it fits
         self.prepacked = None
-        self._device_cache: dict = {}
 
-    def build(self, input_dim: int) -> None:
-        """Creates ``kernel`` (input_dim, units) with Glorot-uniform values and a zero ``bias``."""
-        super().build(input_dim)
+    @property
+    def input_dim(self) -> int | None:
+        """Input features (the last axis), once built."""
+        return None if self.input_shape is None else self.input_shape[-1]
+
+    def build(self, input_shape) -> None:
+        """Creates ``kernel`` (in, units) with Glorot-uniform values and a zero ``bias``."""
+        super().build(input_shape)
         limit = np.sqrt(6.0 / (self.input_dim + self.units))
         self.kernel = np.random.default_rng().uniform(-limit, limit, (self.input_dim, self.units)).astype(np.float32)
         self.bias = np.zeros(self.units, dtype=np.float32) if self.use_bias else None
-        self._device_cache.clear()
+        self.prepacked = None
 
-    def output_dim(self, input_dim: int) -> int:
-        return self.units
+    def compute_output_shape(self, input_shape) -> tuple:
+        return tuple(input_shape)[:-1] + (self.units,)
+
+    def lower(self, builder, x):
+        weight = Weight(f"layer {self.name!r} kernel", (self.units, self.input_dim), lambda: self.kernel.T,
+                        self.device_copies, self.prepacked)
+        bias = Vector(f"layer {self.name!r} bias", self.bias, self.device_copies) if self.use_bias else None
+        return builder.matmul(x, weight, bias, self.activation, what=self._what())
 
     def get_weights(self) -> list:
         if not self.built:
@@ -76,36 +87,47 @@ class Dense(Layer):
         if self.use_bias and weights[1].shape != (self.units,):
             raise ValueError(f"Dense layer {self.name!r}: bias shape {weights[1].shape} does not match ({self.units},)")
         if not self.built:
-            Layer.build(self, kernel.shape[0])
+            Layer.build(self, (None, kernel.shape[0]))
         self.kernel = kernel.astype(np.float32, copy=True)
         self.bias = weights[1].astype(np.float32, copy=True) if self.use_bias else None
         self.prepacked = None
-        self._device_cache.clear()
+        self._weights_changed()
 
-    def _on_device(self, device, spec, plan):
-        """``W = kernel^T`` in the kernel's left layout and the bias buffer, uploaded once per device/kernel."""
-        key = (device.key, spec.codename, plan["a"])
-        cached = self._device_cache.get(key)
-        if cached is None:
-            layout, what = spec.matrices["a"].layout, f"layer {self.name!r} kernel"
-            if self.prepacked is not None and self.prepacked[:2] == (layout, plan["a"]):
-                w = DeviceMatrix.upload_flat(device, self.prepacked[2], (self.units, self.input_dim), layout,
-                                             plan["a"], what)
-            else:
-                w = DeviceMatrix.upload(device, self.kernel.T, layout, plan["a"], what=what)
-            b = ops.upload_vector(device, self.bias, f"layer {self.name!r} bias") if self.use_bias else None
-            cached = self._device_cache[key] = (w, b)
-        return cached
+    def absorb_affine(self, scale, shift) -> bool:
+        """Folds a following BatchNormalization (``y * scale + shift`` per unit) into the weights,
+        in float64, when this layer is linear."""
+        if self.activation != "linear" or not self.built:
+            return False
+        s64, t64 = np.asarray(scale, np.float64), np.asarray(shift, np.float64)
+        kernel = self.kernel.astype(np.float64) * s64
+        bias = (self.bias.astype(np.float64) if self.use_bias else 0.0) * s64 + t64
+        self.use_bias = True
+        self.set_weights([kernel.astype(np.float32), bias.astype(np.float32)])
+        return True
 
-    def call(self, inputs: DeviceMatrix) -> DeviceMatrix:
-        from ..device import get_device
+    # ---------------------------------------------------------------- model files
+    def save_own_variables(self, store, target: KernelSpec) -> None:
+        """``W = kernel^T`` laid out as ``target`` reads its left operand, and the bias."""
+        padded = target.padded_shapes(self.units, self.input_dim, 1)["a"]
+        layout = target.matrices["a"].layout
+        data = store.create_dataset("kernel_laid_out", data=layout.pack(self.kernel.T, padded))
+        data.attrs["layout"] = str(layout)
+        data.attrs["padded"] = list(padded)
+        data.attrs["shape"] = [self.units, self.input_dim]
+        if self.use_bias:
+            store.create_dataset("bias", data=self.bias)
 
-        device = inputs.device or get_device()
-        spec = ops.kernel_for("matmul", device, (self.units, self.input_dim, inputs.shape[1]))
-        plan = ops.matmul_plan(spec, self.units, self.input_dim, inputs.shape[1])
-        w, b = self._on_device(device, spec, plan)
-        # one launch when the kernel has a fused epilogue, else matmul, bias and activation kernels
-        return ops.matmul(w, inputs, spec, device, what=f"layer {self.name!r}", bias=b, activation=self.activation)
+    def load_own_variables(self, store) -> None:
+        data = store["kernel_laid_out"]
+        layout = parse_layout(str(data.attrs["layout"]))
+        padded = tuple(int(v) for v in data.attrs["padded"])
+        shape = tuple(int(v) for v in data.attrs["shape"])
+        flat = np.asarray(data[()], dtype=np.float32)
+        weights = [layout.unpack(flat, shape, padded).T]
+        if self.use_bias:
+            weights.append(np.asarray(store["bias"][()], dtype=np.float32))
+        self.set_weights(weights)
+        self.prepacked = (layout, padded, flat)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "units": self.units, "activation": self.activation,

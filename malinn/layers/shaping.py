@@ -1,6 +1,8 @@
-"""Layers that change no values on the device: ``Flatten``."""
+"""Layers that change a tensor's shape, not its values: ``Flatten``."""
 
 from __future__ import annotations
+
+import math
 
 from .base import Layer
 
@@ -8,14 +10,11 @@ __all__ = ["Flatten"]
 
 
 class Flatten(Layer):
-    """Flattens each sample to one feature axis, as Keras's ``Flatten`` (channels last).
+    """Flattens each sample to one axis in Keras's order (row-major, channels last)."""
 
-    malinn keeps every activation as features x batch, so a model whose input has several axes
-    is flattened once on the host (row-major, as Keras does) before the upload; the layer itself
-    then moves nothing.
-    """
+    def compute_output_shape(self, input_shape) -> tuple:
+        shape = tuple(input_shape)
+        return (shape[0], math.prod(shape[1:]))
 
-    flattens = True
-
-    def call(self, inputs):
-        return inputs
+    def lower(self, builder, x):
+        return builder.reshape(x, self.compute_output_shape(x.shape), what=self._what())

@@ -38,9 +38,8 @@ FORMAT_PARAMS = [pytest.param(fmt, id=fmt) for fmt in FORMATS]
 
 
 def assert_keras_close(got, want, what):
-    """max |got - want| <= 1e-5 x max(1, max |want|), float32 output of Keras's shape."""
+    """max |got - want| <= 1e-5 x max(1, max |want|), float32 output of Keras's own shape."""
     want = np.asarray(want, dtype=np.float32)
-    want = want.reshape(want.shape[0], -1)
     assert got.dtype == np.float32, f"{what}: dtype {got.dtype}"
     assert got.shape == want.shape, f"{what}: shape {got.shape}, Keras {want.shape}"
     assert np.isfinite(want).all(), f"{what}: the Keras reference is not finite (zoo problem)"

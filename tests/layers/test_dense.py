@@ -19,7 +19,7 @@ def test_unknown_activation_lists_the_supported_ones():
 
 def test_build_makes_keras_shaped_weights():
     layer = Dense(5, activation="relu")
-    layer.build(3)
+    layer.build((None, 3))
     kernel, bias = layer.get_weights()
     assert kernel.shape == (3, 5) and bias.shape == (5,) and kernel.dtype == np.float32
     assert np.abs(kernel).max() <= np.sqrt(6 / 8) and not bias.any()

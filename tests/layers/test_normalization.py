@@ -51,7 +51,10 @@ def test_flatten_takes_multi_axis_samples_in_keras_order(device, rng):
     assert "(None, 5, 7)" in model.summary(print_fn=lambda s: None)
 
 
-def test_dense_before_flatten_on_multi_axis_input_is_refused():
+def test_dense_on_multi_axis_input_acts_on_the_last_axis_as_in_keras(device, rng):
     model = Sequential([Dense(3), Flatten()])
-    with pytest.raises(ValueError, match=r"layer 'dense.*' \(Dense\) receives inputs of shape \(None, 5, 7\).*Flatten"):
-        model.build((None, 5, 7))
+    model.build((None, 5, 7))
+    kernel, bias = model.layers[0].get_weights()
+    assert kernel.shape == (7, 3) and model.output_shape == (None, 15)
+    x = rng.standard_normal((4, 5, 7)).astype(np.float32)
+    assert_close(model.predict(x), (x.astype(np.float64) @ kernel + bias).reshape(4, 15))

@@ -1,0 +1,167 @@
+"""What a backend provides: the interface every device of malinn implements.
+
+A backend is one module under ``malinn/backends/`` and the only importer of its API (``opencl.py``
+is the only module of malinn that imports pyopencl). Everything above it — device choice, the
+kernel library, the plan, the tuner, the layers — speaks to a :class:`Device` through the methods
+below and never to the API itself. ``docs/BACKENDS.md`` says what a new backend must implement.
+
+The contract, in the order a model meets it:
+
+* discovery: ``discover() -> list[Device]`` in the backend module, each device already probed (a
+  tiny kernel built, ran and returned the right values);
+* memory: :meth:`Device.alloc`, :meth:`Device.upload`, :meth:`Device.download` (blocking or not);
+* programs: :meth:`Device.compile` (source + defines -> program, memoised per device and cached on
+  disk as a verified binary where the API allows), :meth:`Device.render_index` (a layout's index
+  macro in the kernel language);
+* launches: :meth:`Device.bind` sets a kernel's arguments once and returns a zero-argument callable
+  that enqueues it, so a compiled plan launches with no per-call argument handling.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from ..layout import Layout
+
+__all__ = ["Device", "BoundLaunch"]
+
+
+@dataclass(eq=False)
+class Device:
+    """One working device of some backend, with the caches that belong to it.
+
+    Attributes:
+        backend: the backend's name (``"opencl"``).
+        index: ``(platform_index, device_index)`` within the backend.
+        name, platform, vendor, type: as the driver reports them (type ``"GPU"``, ``"CPU"``, ...).
+        compute_units, global_memory, max_allocation, max_work_group_size, max_work_item_sizes,
+        local_memory, image_support, image2d_max_size, opencl_c_version, driver_version: the
+            driver's figures (memory in bytes); ``opencl_c_version`` is the kernel language version.
+        host_unified_memory: whether the device shares memory with the host (Mali, Adreno, CPUs).
+        counters: uploads, downloads, launches, builds, binary_hits (for tests and reports).
+        cache: per-device memo of programs and kernels (``"programs"``, ...), owned by the device.
+        lock: held while a command sequence is enqueued (one in-order queue per device).
+    """
+
+    backend: str
+    index: tuple
+    name: str
+    platform: str
+    vendor: str
+    type: str
+    compute_units: int
+    global_memory: int
+    max_allocation: int
+    max_work_group_size: int
+    max_work_item_sizes: tuple
+    local_memory: int
+    image_support: bool
+    image2d_max_size: tuple
+    opencl_c_version: str
+    driver_version: str
+    host_unified_memory: bool
+    counters: dict = field(repr=False, default_factory=lambda: {
+        "uploads": 0, "downloads": 0, "launches": 0, "builds": 0, "binary_hits": 0, "zero_copy": 0})
+    cache: dict = field(repr=False, default_factory=dict)
+    lock: threading.RLock = field(repr=False, default_factory=threading.RLock)
+
+    # ---------------------------------------------------------------- identity
+    @property
+    def identity(self) -> str:
+        """The one string that names this device and its driver, for every cache and setting."""
+        return f"{self.backend}|{self.platform}|{self.name}|{self.vendor}|{self.driver_version}"
+
+    @property
+    def kind(self) -> str:
+        """``"gpu"``, ``"cpu"`` or ``"accelerator"``: the class used to pick default kernels."""
+        return "gpu" if "GPU" in self.type else "cpu" if "CPU" in self.type else "accelerator"
+
+    def describe(self) -> dict:
+        """The device's figures as a plain dict (what ``malinn devices`` prints)."""
+        return {
+            "index": f"{self.index[0]}:{self.index[1]}",
+            "backend": self.backend,
+            "name": self.name,
+            "platform": self.platform,
+            "type": self.type,
+            "compute_units": self.compute_units,
+            "global_memory_mib": self.global_memory // 2**20,
+            "max_allocation_mib": self.max_allocation // 2**20,
+            "opencl_c_version": self.opencl_c_version,
+        }
+
+    def __str__(self) -> str:
+        d = self.describe()
+        return (f"[{d['index']}] {self.name} ({self.type}, {self.platform}): {self.compute_units} compute units, "
+                f"{d['global_memory_mib']} MiB global memory, {d['max_allocation_mib']} MiB max allocation, "
+                f"{self.opencl_c_version}")
+
+    def count(self, key: str, amount: int = 1) -> None:
+        """Adds to ``counters[key]`` under the device's lock."""
+        with self.lock:
+            self.counters[key] = self.counters.get(key, 0) + amount
+
+    # ---------------------------------------------------------------- memory (backends implement)
+    def alloc(self, nbytes: int, what: str):
+        """A read-write device buffer of ``nbytes`` (DeviceError on failure, naming ``what``)."""
+        raise NotImplementedError
+
+    def upload(self, buffer, array, blocking: bool = True, what: str = "data") -> None:
+        """Copies the C-contiguous ``array`` into the start of ``buffer``."""
+        raise NotImplementedError
+
+    def download(self, buffer, out, blocking: bool = True, what: str = "data") -> None:
+        """Copies the start of ``buffer`` into the C-contiguous host array ``out``."""
+        raise NotImplementedError
+
+    def fill_zero(self, buffer, nbytes: int, what: str = "buffer") -> None:
+        """Sets the first ``nbytes`` of ``buffer`` to zero on the device (no host copy)."""
+        raise NotImplementedError
+
+    def image_from(self, buffer, width: int, height: int, what: str = "image"):
+        """An RGBA float image of ``width x height`` texels copied from ``buffer`` (for image operands)."""
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """Waits until everything enqueued on the device has finished."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- programs
+    def compile(self, source: str, options: tuple = (), origin: str = "<source>"):
+        """A built program for ``source`` and ``options``, memoised (KernelBuildError with the log)."""
+        raise NotImplementedError
+
+    def build(self, source: str, options: tuple = (), origin: str = "<source>"):
+        """Same as :meth:`compile` (the name of malinn 0.1)."""
+        return self.compile(source, options, origin)
+
+    def render_index(self, layout: Layout, name: str) -> str:
+        """A macro ``name(r, c, prows, pcols)`` giving the memory index of element ``(r, c)``."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- launches
+    def bind(self, program, function: str, args: list, global_size: tuple, local_size, what: str = ""):
+        """A :class:`BoundLaunch` of ``function`` with ``args`` set once."""
+        raise NotImplementedError
+
+
+class BoundLaunch:
+    """A kernel with its arguments set, enqueued by calling it (returns the backend's event).
+
+    Attributes:
+        function: the kernel function's name; global_size, local_size: its range.
+        enqueue: the zero-argument callable that enqueues the launch (what a plan keeps).
+    """
+
+    __slots__ = ("function", "global_size", "local_size", "enqueue", "what")
+
+    def __init__(self, function, global_size, local_size, enqueue, what=""):
+        self.function, self.global_size, self.local_size = function, global_size, local_size
+        self.enqueue, self.what = enqueue, what
+
+    def __call__(self):
+        return self.enqueue()
+
+    def __repr__(self) -> str:
+        return f"BoundLaunch({self.function}, global {self.global_size}, local {self.local_size})"

@@ -1,0 +1,454 @@
+"""The OpenCL backend: the only module of malinn that imports pyopencl.
+
+It discovers and probes OpenCL devices (a tiny kernel must build, run and return the right values
+before a device counts as working; a broken platform or device is skipped with a warning that says
+why), and gives each one the :class:`~malinn.backends.base.Device` interface: buffers, uploads and
+downloads (mapped in place on devices that share memory with the host), programs built once per
+device with their binaries cached on disk, kernel arguments bound once, and layout index macros in
+OpenCL C.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import cache
+from ..errors import DeviceError, KernelBuildError
+from ..layout import Layout
+from .base import BoundLaunch, Device
+
+__all__ = ["OpenCLDevice", "discover", "status_name", "zero_copy_enabled", "tensorflow_loaded",
+           "skipped_for_tensorflow", "TENSORFLOW_HINT"]
+
+_PROBE_SOURCE = """
+__kernel void malinn_probe(__global const float *x, __global float *y) {
+    size_t i = get_global_id(0);
+    y[i] = 2.0f * x[i] + 1.0f;
+}
+"""
+
+
+def _cl():
+    import pyopencl as cl  # imported on first use so that `import malinn` never fails for lack of a driver
+
+    return cl
+
+
+def status_name(error: Exception) -> str:
+    """The OpenCL status name (e.g. ``CL_OUT_OF_RESOURCES``) carried by a pyopencl error."""
+    cl = _cl()
+    try:
+        code = int(error.code)
+    except Exception:
+        code = None
+    if code is not None:
+        for name in dir(cl.status_code):
+            if not name.startswith("_") and getattr(cl.status_code, name) == code:
+                return f"CL_{name}"
+        return f"OpenCL status {code}"
+    return type(error).__name__
+
+
+def zero_copy_enabled(device: Device) -> bool:
+    """Whether buffers on ``device`` are host memory mapped in place of copied.
+
+    True on devices that share memory with the host (Mali, Adreno, CPUs), unless
+    ``MALINN_ZERO_COPY=0``: buffers are then allocated with ``CL_MEM_ALLOC_HOST_PTR`` and filled
+    and read through ``clEnqueueMapBuffer``, so no second copy of the data is made.
+    """
+    return device.host_unified_memory and os.environ.get("MALINN_ZERO_COPY", "1") != "0"
+
+
+@dataclass(eq=False)
+class OpenCLDevice(Device):
+    """An OpenCL device with its context and one in-order profiling queue."""
+
+    cl_device: object = field(repr=False, default=None)
+    context: object = field(repr=False, default=None)
+    queue: object = field(repr=False, default=None)
+
+    # ---------------------------------------------------------------- memory
+    def alloc(self, nbytes: int, what: str):
+        cl = _cl()
+        if nbytes > self.max_allocation:
+            raise DeviceError(f"{what}: {nbytes / 2**20:.1f} MiB exceeds the largest single allocation of "
+                              f"{self.name} ({self.max_allocation / 2**20:.0f} MiB)")
+        flags = cl.mem_flags.READ_WRITE | (cl.mem_flags.ALLOC_HOST_PTR if zero_copy_enabled(self) else 0)
+        try:
+            return cl.Buffer(self.context, flags, max(int(nbytes), 4))
+        except cl.Error as exc:
+            raise DeviceError(f"{what}: allocating {nbytes / 2**20:.1f} MiB on {self.name} failed "
+                              f"({status_name(exc)})") from exc
+
+    def upload(self, buffer, array, blocking: bool = True, what: str = "data") -> None:
+        cl = _cl()
+        try:
+            if blocking and zero_copy_enabled(self):
+                mapped, _ = cl.enqueue_map_buffer(self.queue, buffer, cl.map_flags.WRITE_INVALIDATE_REGION,
+                                                  0, (array.size,), array.dtype, is_blocking=True)
+                mapped[...] = array.reshape(-1)
+                mapped.base.release(self.queue)
+                self.counters["zero_copy"] += 1
+            else:
+                cl.enqueue_copy(self.queue, buffer, array, is_blocking=blocking)
+        except cl.Error as exc:
+            raise DeviceError(f"uploading {what} ({array.nbytes} bytes) to {self.name} failed "
+                              f"({status_name(exc)})") from exc
+        self.counters["uploads"] += 1
+
+    def download(self, buffer, out, blocking: bool = True, what: str = "data") -> None:
+        cl = _cl()
+        try:
+            if blocking and zero_copy_enabled(self):
+                mapped, _ = cl.enqueue_map_buffer(self.queue, buffer, cl.map_flags.READ, 0, (out.size,),
+                                                  out.dtype, is_blocking=True)
+                try:
+                    out.reshape(-1)[...] = mapped
+                finally:
+                    mapped.base.release(self.queue)
+                self.counters["zero_copy"] += 1
+            else:
+                cl.enqueue_copy(self.queue, out, buffer, is_blocking=blocking)
+        except cl.Error as exc:
+            raise DeviceError(f"downloading {what} ({out.nbytes} bytes) from {self.name} failed "
+                              f"({status_name(exc)})") from exc
+        self.counters["downloads"] += 1
+
+    def fill_zero(self, buffer, nbytes: int, what: str = "buffer") -> None:
+        cl = _cl()
+        try:   # a copy of zeros: Oclgrind 21.10 takes a clEnqueueFillBuffer'ed buffer for uninitialised
+            cl.enqueue_copy(self.queue, buffer, np.zeros(int(nbytes) // 4, np.float32), is_blocking=True)
+        except cl.Error as exc:
+            raise DeviceError(f"clearing {what} ({nbytes} bytes) on {self.name} failed ({status_name(exc)})") from exc
+
+    def image_from(self, buffer, width: int, height: int, what: str = "image"):
+        cl = _cl()
+        if not self.image_support or width > self.image2d_max_size[0] or height > self.image2d_max_size[1]:
+            raise DeviceError(f"{what}: {self.name} cannot hold a {width}x{height} image "
+                              f"(image support {self.image_support}, limit {self.image2d_max_size})")
+        try:
+            image = cl.create_image(self.context, cl.mem_flags.READ_ONLY,
+                                    cl.ImageFormat(cl.channel_order.RGBA, cl.channel_type.FLOAT),
+                                    shape=(width, height))
+            cl.enqueue_copy(self.queue, image, buffer, offset=0, origin=(0, 0), region=(width, height))
+        except cl.Error as exc:
+            raise DeviceError(f"{what}: making a {width}x{height} image on {self.name} failed "
+                              f"({status_name(exc)})") from exc
+        return image
+
+    def finish(self) -> None:
+        cl = _cl()
+        try:
+            self.queue.finish()
+        except cl.Error as exc:
+            raise DeviceError(f"{self.name} failed while finishing its queue ({status_name(exc)})") from exc
+
+    # ---------------------------------------------------------------- programs
+    def compile(self, source: str, options: tuple = (), origin: str = "<source>"):
+        """Builds (once) and returns an OpenCL program for this device.
+
+        Programs are memoised per (source, options) in the device's cache, and their binaries are
+        cached on disk (``<cache dir>/programs``, keyed by source, options, device and driver, each
+        entry verified before it reaches the driver; ``MALINN_BINARY_CACHE=0`` turns that off), so a
+        new process does not recompile.
+
+        Raises:
+            KernelBuildError: the build failed; the message has the build log and the options.
+        """
+        cl = _cl()
+        if "Portable Computing Language" in self.platform and tensorflow_loaded():
+            raise KernelBuildError(f"building {origin} for {self.name}: {TENSORFLOW_HINT}")
+        options = tuple(options)
+        digest = hashlib.sha256(source.encode() + b"\0" + "\0".join(options).encode()).hexdigest()
+        programs = self.cache.setdefault("programs", {})
+        with self.lock:
+            program = programs.get(digest)
+            if program is not None:
+                return program
+            key = self._binary_key(source, options)
+            program = self._from_binary(key, options)
+            if program is None:
+                try:
+                    program = cl.Program(self.context, source).build(options=list(options))
+                except cl.Error as exc:
+                    raise KernelBuildError(
+                        f"building {origin} for {self.name} failed ({status_name(exc)})\n"
+                        f"options: {' '.join(options) or '(none)'}\nbuild log:\n{exc}") from exc
+                self.counters["builds"] += 1
+                self._to_binary(key, program)
+            programs[digest] = program
+            return program
+
+    def _binary_key(self, source: str, options) -> dict | None:
+        """The full key of a program binary in the cache (``None`` when ``MALINN_BINARY_CACHE=0``)."""
+        if os.environ.get("MALINN_BINARY_CACHE", "1") == "0":
+            return None
+        return {"source_sha256": hashlib.sha256(source.encode()).hexdigest(), "options": list(options),
+                "device": self.name, "vendor": self.vendor, "driver": self.driver_version, "platform": self.platform}
+
+    def _from_binary(self, key, options):
+        if key is None:
+            return None
+        binary = cache.read_entry("programs", key)
+        if binary is None:
+            return None
+        cl = _cl()
+        try:
+            program = cl.Program(self.context, [self.cl_device], [binary]).build(options=list(options))
+        except Exception:  # the driver refuses a verified binary (a driver update): rebuild from source
+            return None
+        self.counters["binary_hits"] += 1
+        return program
+
+    def _to_binary(self, key, program) -> None:
+        if key is None:
+            return
+        cl = _cl()
+        try:
+            binary = program.get_info(cl.program_info.BINARIES)[0]
+        except Exception:   # a driver without binaries: caching is optional
+            return
+        if binary:
+            cache.write_entry("programs", key, bytes(binary))
+
+    def render_index(self, layout: Layout, name: str) -> str:
+        return opencl_index_macro(layout, name)
+
+    # ---------------------------------------------------------------- launches
+    def bind(self, program, function: str, args: list, global_size: tuple, local_size, what: str = ""):
+        cl = _cl()
+        global_size = tuple(int(g) for g in global_size)
+        local_size = tuple(int(v) for v in local_size) if local_size else None
+        try:
+            kernel = cl.Kernel(program, function)
+            kernel.set_args(*args)
+        except cl.Error as exc:
+            raise DeviceError(f"{what + ': ' if what else ''}setting the arguments of kernel {function} on "
+                              f"{self.name} failed ({status_name(exc)})") from exc
+        queue, enqueue, counters = self.queue, cl.enqueue_nd_range_kernel, self.counters
+
+        def launch():
+            try:
+                event = enqueue(queue, kernel, global_size, local_size)
+            except cl.Error as exc:
+                raise DeviceError(f"{what + ': ' if what else ''}kernel {function} failed on {self.name} "
+                                  f"({status_name(exc)}); global {global_size}, local {local_size}") from exc
+            counters["launches"] += 1
+            return event
+
+        launch.kernel = kernel   # keeps the kernel (and its argument buffers) alive with the launch
+        return BoundLaunch(function, global_size, local_size, launch, what)
+
+
+def opencl_index_macro(layout: Layout, name: str) -> str:
+    """An OpenCL C macro ``name(r, c, prows, pcols)`` computing :meth:`Layout.index` on the device.
+
+    ``prows`` and ``pcols`` are the padded shape, known only at launch time; the chunk sizes are
+    literals, so one built program serves every matrix size.
+    """
+    terms = []
+    for base, (yk, xk), (yn, xn) in layout.index_terms():
+        i = "(R_)" if yk is None else f"((R_) % {yk})"
+        j = "(C_)" if xk is None else f"((C_) % {xk})"
+        if yn != 1:
+            i = f"({i} / {yn})"
+        if xn != 1:
+            j = f"({j} / {xn})"
+        nrows = f"((P_R) / {yn})" if yk is None else f"({yk // yn})"
+        ncols = f"((P_C) / {xn})" if xk is None else f"({xk // xn})"
+        order = f"({i} * {ncols} + {j})" if base == "R" else f"({j} * {nrows} + {i})"
+        weight = "" if (yn, xn) == (1, 1) else f" * {yn * xn}"
+        terms.append(f"{order}{weight}")
+    body = " + ".join(terms).replace("(R_)", "((size_t)(R_))").replace("(C_)", "((size_t)(C_))")
+    return f"#define {name}(R_, C_, P_R, P_C) ((size_t)({body}))"
+
+
+# -------------------------------------------------------------------- TensorFlow and PoCL
+TENSORFLOW_HINT = ("TensorFlow is loaded in this process, and PoCL cannot share a process with it (their LLVMs "
+                   "clash and PoCL crashes); run TensorFlow in another process (as `malinn verify` does)")
+_skipped_for_tensorflow = False
+
+
+def _mapped(*fragments: str) -> bool:
+    """Whether a shared object whose path holds one of ``fragments`` is mapped into this process."""
+    try:
+        with open("/proc/self/maps") as maps:
+            return any(fragment in line for line in maps for fragment in fragments)
+    except OSError:   # not Linux
+        return False
+
+
+def tensorflow_loaded() -> bool:
+    """Whether TensorFlow (and with it TensorFlow's LLVM) is loaded in this process."""
+    return "tensorflow" in sys.modules or _mapped("libtensorflow", "_pywrap_tensorflow")
+
+
+def _is_pocl(platform) -> bool:
+    return "Portable Computing Language" in _safe_name(platform) or "pocl" in _safe_attr(platform, "vendor").lower()
+
+
+def _safe_attr(obj, name: str) -> str:
+    try:
+        return str(getattr(obj, name))
+    except Exception:
+        return ""
+
+
+def _skip_pocl_for_tensorflow(what: str) -> None:
+    global _skipped_for_tensorflow
+    _skipped_for_tensorflow = True
+    warnings.warn(f"malinn: skipping {what}: {TENSORFLOW_HINT}", stacklevel=4)
+
+
+def _icd_loader_without_pocl(start_loader) -> bool:
+    """Starts the OpenCL ICD loader with PoCL hidden from it; returns whether any other driver is left.
+
+    Loading PoCL's library beside TensorFlow's LLVM crashes the process, so it must not be loaded at
+    all: the loader reads its list of drivers once, on its first call, from ``OCL_ICD_VENDORS``
+    (else ``/etc/OpenCL/vendors``) and ``OCL_ICD_FILENAMES``; those are pointed, for that first call
+    only, at the registered drivers other than PoCL. When PoCL is already loaded (it was used before
+    TensorFlow came), the loader is already started and the platform loop skips PoCL instead.
+    """
+    if _mapped("libpocl"):
+        return True
+    vendors = os.environ.get("OCL_ICD_VENDORS") or "/etc/OpenCL/vendors"
+    if os.path.isdir(vendors):
+        icds = [os.path.join(vendors, n) for n in sorted(os.listdir(vendors)) if n.endswith(".icd")]
+    else:
+        icds = [vendors] if os.path.isfile(vendors) else []
+    libraries = {}
+    for icd in icds:
+        try:
+            with open(icd) as f:
+                libraries[icd] = f.read().strip()
+        except OSError:
+            pass
+    filenames = [f for f in os.environ.get("OCL_ICD_FILENAMES", "").split(os.pathsep) if f]
+    pocl = [icd for icd, library in libraries.items() if "pocl" in os.path.basename(library).lower()]
+    pocl += [f for f in filenames if "pocl" in os.path.basename(f).lower()]
+    if not pocl:
+        return True
+    _skip_pocl_for_tensorflow("the PoCL OpenCL driver")
+    others = {icd: library for icd, library in libraries.items() if icd not in pocl}
+    other_files = [f for f in filenames if f not in pocl]
+    if not others and not other_files:
+        return False
+    saved = {name: os.environ.get(name) for name in ("OCL_ICD_VENDORS", "OCL_ICD_FILENAMES")}
+    with tempfile.TemporaryDirectory(prefix="malinn-icd-") as folder:
+        for icd, library in others.items():
+            with open(os.path.join(folder, os.path.basename(icd)), "w") as f:
+                f.write(library + "\n")
+        os.environ["OCL_ICD_VENDORS"] = folder
+        os.environ["OCL_ICD_FILENAMES"] = os.pathsep.join(other_files)
+        try:
+            start_loader()
+        except Exception:  # the caller lists the platforms again and reports what fails
+            pass
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+    return True
+
+
+def skipped_for_tensorflow() -> bool:
+    """Whether the last discovery skipped PoCL because TensorFlow is loaded."""
+    return _skipped_for_tensorflow
+
+
+# -------------------------------------------------------------------- discovery
+def probe(cl, platform, cl_device, index) -> OpenCLDevice:
+    """Creates a context and queue on ``cl_device`` and runs the probe kernel; raises on failure."""
+    context = cl.Context([cl_device])
+    queue = cl.CommandQueue(context, cl_device, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    x = np.arange(16, dtype=np.float32)
+    y = np.empty_like(x)
+    mf = cl.mem_flags
+    xb = cl.Buffer(context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x)
+    yb = cl.Buffer(context, mf.WRITE_ONLY, y.nbytes)
+    program = cl.Program(context, _PROBE_SOURCE).build()
+    program.malinn_probe(queue, (16,), None, xb, yb)
+    cl.enqueue_copy(queue, y, yb)
+    queue.finish()
+    if not np.array_equal(y, 2 * x + 1):
+        raise DeviceError("the probe kernel ran but returned wrong values")
+    d = cl_device
+    version = d.opencl_c_version if hasattr(d, "opencl_c_version") else d.version
+    try:
+        unified = bool(d.host_unified_memory)
+    except Exception:  # removed from OpenCL 3.0 headers on some drivers
+        unified = d.type & cl.device_type.CPU != 0
+    return OpenCLDevice(
+        backend="opencl", index=index, name=d.name.strip(), platform=platform.name.strip(), vendor=d.vendor.strip(),
+        type=_type_name(cl, d.type), compute_units=d.max_compute_units,
+        global_memory=d.global_mem_size, max_allocation=d.max_mem_alloc_size,
+        max_work_group_size=d.max_work_group_size, max_work_item_sizes=tuple(d.max_work_item_sizes),
+        local_memory=d.local_mem_size, image_support=bool(d.image_support),
+        image2d_max_size=(d.image2d_max_width, d.image2d_max_height) if d.image_support else (0, 0),
+        opencl_c_version=version.strip(), driver_version=d.driver_version.strip(),
+        host_unified_memory=unified, cl_device=d, context=context, queue=queue)
+
+
+def _type_name(cl, bits: int) -> str:
+    for name in ("GPU", "CPU", "ACCELERATOR", "CUSTOM"):
+        if bits & getattr(cl.device_type, name, 0):
+            return name
+    return cl.device_type.to_string(bits)
+
+
+def _safe_name(obj) -> str:
+    try:
+        return obj.name.strip()
+    except Exception:
+        return "unnamed"
+
+
+def discover() -> list:
+    """Every working OpenCL device, probed, in platform then device order (warnings for the rest).
+
+    PoCL is skipped, never loaded, when TensorFlow is loaded in the process (the two cannot share one).
+    """
+    global _skipped_for_tensorflow
+    _skipped_for_tensorflow = False
+    try:
+        cl = _cl()
+    except ImportError as exc:  # pragma: no cover - pyopencl is a dependency
+        warnings.warn(f"malinn: pyopencl cannot be imported ({exc}); no OpenCL device is usable", stacklevel=3)
+        return []
+    found = []
+    tensorflow = tensorflow_loaded()
+    try:
+        if tensorflow and not _icd_loader_without_pocl(lambda: cl.get_platforms()):
+            return []
+        platforms = cl.get_platforms()
+    except Exception as exc:
+        warnings.warn(f"malinn: no OpenCL platform could be listed ({status_name(exc)}: {exc}); "
+                      "install an OpenCL driver (e.g. Debian's pocl-opencl-icd)", stacklevel=3)
+        return []
+    for pi, platform in enumerate(platforms):
+        if tensorflow and _is_pocl(platform):  # PoCL was loaded before TensorFlow: its launches would crash
+            _skip_pocl_for_tensorflow(f"OpenCL platform {pi} ({_safe_name(platform)})")
+            continue
+        try:
+            cl_devices = platform.get_devices()
+        except Exception as exc:
+            warnings.warn(f"malinn: skipping OpenCL platform {pi} ({_safe_name(platform)}): its devices cannot be "
+                          f"listed ({status_name(exc)}: {exc})", stacklevel=3)
+            continue
+        for di, cl_device in enumerate(cl_devices):
+            try:
+                found.append(probe(cl, platform, cl_device, (pi, di)))
+            except Exception as exc:
+                warnings.warn(f"malinn: skipping OpenCL device {pi}:{di} ({_safe_name(cl_device)} on "
+                              f"{_safe_name(platform)}): the probe kernel failed ({status_name(exc)}: {exc})",
+                              stacklevel=3)
+    return found

@@ -1,0 +1,117 @@
+"""One kernel of the library bound to its arguments: what a plan step and an eager op launch.
+
+:func:`bind` reads a kernel's restrictions (``kernels/library.json``): the scalar arguments named by
+its ``arglist`` letters, the buffers in ``buffers`` order, the range from ``ndrange`` and ``scale``,
+the preferred work-group shape. It builds the program for the matrices' layouts (once per device:
+the device memoises it) and returns a launch with every argument set, so running it again costs
+one enqueue.
+
+Scalar letters: ``l`` padded rows of ``b`` (the padded common dimension K of a matmul; else of
+``a``), ``h``/``w`` padded rows/columns of ``r``, ``m``/``n`` logical rows/columns of ``r``,
+``H``/``W`` padded rows/columns of ``a``, ``M``/``N`` logical rows/columns of ``a``, ``p`` the next
+float parameter.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .backends.base import BoundLaunch, Device
+from .kernel_library import KernelSpec
+from .matrix import DeviceMatrix
+
+__all__ = ["bind", "scalar_values", "global_range"]
+
+
+def scalar_values(matrices: dict) -> dict:
+    """The value of each scalar letter for these matrix arguments."""
+    r, a, b = matrices["r"], matrices.get("a"), matrices.get("b")
+    common = b.padded[0] if b is not None else (a.padded[1] if a is not None else 0)
+    return {"l": common, "h": r.padded[0], "w": r.padded[1], "m": r.shape[0], "n": r.shape[1],
+            "H": a.padded[0] if a is not None else 0, "W": a.padded[1] if a is not None else 0,
+            "M": a.shape[0] if a is not None else 0, "N": a.shape[1] if a is not None else 0}
+
+
+def global_range(spec: KernelSpec, values: dict) -> tuple:
+    """The global range: the ``ndrange`` letters' values divided by the kernel's ``scale``."""
+    return tuple(values[c] // spec.scale[0 if c in "hmHM" else 1] for c in spec.ndrange)
+
+
+def local_range(preferred, global_size, device: Device):
+    """The kernel's preferred work-group shape where it divides the range and fits the device."""
+    if not preferred:
+        return None
+    if math.prod(preferred) > device.max_work_group_size:
+        return None
+    for g, p, limit in zip(global_size, preferred, device.max_work_item_sizes):
+        if p > limit or g % p:
+            return None
+    return tuple(preferred)
+
+
+def program_for(spec: KernelSpec, device: Device, layouts: dict):
+    """The built program of ``spec`` for matrices in ``layouts`` (memoised by the device)."""
+    key = (spec.codename, spec.defines, tuple(sorted((name, str(layout)) for name, layout in layouts.items())))
+    programs = device.cache.setdefault("kernel_programs", {})
+    program = programs.get(key)
+    if program is None:
+        source = spec.program_source(layouts, device.render_index)
+        program = programs[key] = device.compile(source, spec.options(), origin=f"{spec.source} ({spec.codename})")
+    return program
+
+
+def _image(matrix: DeviceMatrix, device: Device):
+    """The matrix (laid out 'C') as an RGBA float image, made on the device once and kept."""
+    if matrix.image is None:
+        matrix.image = device.image_from(matrix.buffer, matrix.padded[0] // 4, matrix.padded[1],
+                                         what=f"{matrix.shape} operand as an image")
+    return matrix.image
+
+
+def _placeholder(device: Device):
+    """A 4-byte buffer passed for a vector argument the kernel is built not to read."""
+    with device.lock:
+        if "placeholder" not in device.cache:
+            device.cache["placeholder"] = device.alloc(4, "placeholder")
+        return device.cache["placeholder"]
+
+
+def bind(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | None = None,
+         params: dict | None = None, what: str = "") -> BoundLaunch | None:
+    """Binds kernel ``spec`` on ``device`` to its arguments.
+
+    Args:
+        spec: the (configured) kernel.
+        device: where it runs.
+        matrices: argument name -> :class:`DeviceMatrix`, already in the declared layouts and
+            paddings (``r`` is always there).
+        vectors: argument name -> device buffer (``bias``, ``scale``, ``shift``).
+        params: values of the kernel's float parameters (the ``p`` letters), by name.
+        what: who asked (a layer name), for error messages.
+
+    Returns:
+        The :class:`~malinn.backends.base.BoundLaunch`, or ``None`` when the range is empty.
+
+    Raises:
+        KernelBuildError: the program did not build.
+        DeviceError: the arguments could not be set.
+        ValueError: ``params`` names a parameter the kernel does not take.
+    """
+    values = scalar_values(matrices)
+    global_size = global_range(spec, values)
+    if 0 in global_size:
+        return None
+    local_size = local_range(spec.workgroup, global_size, device)
+    program = program_for(spec, device, {name: m.layout for name, m in matrices.items()})
+    floats = iter(spec.param_values(params))
+    args = [np.float32(next(floats)) if c == "p" else np.uint32(values[c]) for c in spec.arglist]
+    for name in spec.buffers:
+        if name in matrices and spec.matrices[name].image:
+            args.append(_image(matrices[name], device))
+        elif name in matrices:
+            args.append(matrices[name].buffer)
+        else:   # a vector the kernel declares but this call does not use (no bias): never read
+            args.append((vectors or {}).get(name) or _placeholder(device))
+    return device.bind(program, spec.function, args, global_size, local_size, what=what or spec.codename)

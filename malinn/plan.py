@@ -1,0 +1,702 @@
+"""The compiled plan: every choice made once per model, device and batch; ``predict`` only launches.
+
+A model is lowered into a plan by its layers (``layer.lower(builder, x)``): each records the
+steps it needs on symbolic tensors (:class:`Value`). :meth:`PlanBuilder.compile` then decides,
+once:
+
+1. fusion: an activation, a per-feature affine step (a BatchNormalization) or a softmax right after
+   a matmul becomes that matmul's epilogue where the kernel library says the kernel can fuse it;
+2. in-place safety: an in-place step whose input is read again later, or is an output, works on a
+   copy;
+3. layouts: each tensor is in its producer's layout (the input in Keras's own order); a consumer
+   that reads another layout gets a re-layout step;
+4. paddings: every buffer is padded to what all its readers and writers ask (a matmul's right
+   operand and result share their column padding);
+5. weights: each matrix weight uploaded in the layout and padding its kernel reads (kept by the
+   layer, shared by every plan that asks for the same), vectors uploaded once;
+6. an activation arena: buffers reused by liveness;
+7. launches: every kernel bound to its arguments once.
+
+:meth:`Plan.run` is then one upload per input, the bound launches, one blocking download per
+output. A chain is the special case of the DAG of steps over named tensors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from .backends.base import Device
+from .errors import DeviceError
+from .kernel_call import bind
+from .kernel_choice import choose, explicit_choice
+from .kernel_library import KernelSpec, load_library
+from .layout import Layout, parse_layout
+from .matrix import DeviceMatrix
+from .tensor import format_shape, keras_order, matrix_view
+
+__all__ = ["Weight", "Vector", "Value", "PlanBuilder", "Plan"]
+
+C = parse_layout("C")
+
+
+# ======================================================================== constants of a plan
+class Weight:
+    """A constant matrix that a matmul reads as its left operand (a Dense layer's ``W = kernel^T``).
+
+    Device copies are kept in ``copies`` (a dict the owning layer holds and clears when its weights
+    change), one per device, layout and padding, so every plan of the model shares them.
+
+    Args:
+        what: a description for messages (``"layer 'dense' kernel"``).
+        shape: the logical ``(rows, cols)``.
+        host: a callable returning the ``rows x cols`` float32 matrix.
+        copies: the owner's dict of device copies.
+        prepacked: ``(layout, padded, flat)`` of a copy already laid out (read from a model file).
+    """
+
+    def __init__(self, what: str, shape, host, copies: dict, prepacked=None):
+        self.what, self.shape, self.host, self.copies, self.prepacked = what, tuple(shape), host, copies, prepacked
+
+    def on_device(self, device: Device, layout: Layout, padded) -> DeviceMatrix:
+        key = (device.identity, str(layout), tuple(padded))
+        matrix = self.copies.get(key)
+        if matrix is None:
+            if self.prepacked is not None and (str(self.prepacked[0]), tuple(self.prepacked[1])) == key[1:]:
+                matrix = DeviceMatrix.upload_flat(device, self.prepacked[2], self.shape, layout, padded, self.what)
+            else:
+                matrix = DeviceMatrix.upload(device, self.host(), layout, padded, what=self.what)
+            matrix.host = None   # the layer keeps the weights; the copy need not
+            self.copies[key] = matrix
+        return matrix
+
+    def nbytes(self, padded) -> int:
+        return 4 * padded[0] * padded[1]
+
+
+class Vector:
+    """A constant per-feature vector (bias, scale, shift), uploaded once per device.
+
+    Args:
+        what: a description for messages; values: the float32 values; copies: the owner's dict.
+    """
+
+    def __init__(self, what: str, values, copies: dict):
+        self.what, self.values, self.copies = what, np.ascontiguousarray(values, np.float32).reshape(-1), copies
+
+    def on_device(self, device: Device):
+        key = (device.identity, self.what)
+        buffer = self.copies.get(key)
+        if buffer is None:
+            buffer = device.alloc(self.values.nbytes, self.what)
+            with device.lock:
+                device.upload(buffer, self.values, blocking=True, what=self.what)
+            self.copies[key] = buffer
+        return buffer
+
+
+# ======================================================================== symbolic tensors and steps
+class _Storage:
+    """One buffer's worth of a tensor: its layout and padding once decided (in-place steps share it)."""
+
+    def __init__(self, rows: int, cols: int, layout: Layout | None = None, exact_rows: bool = False):
+        self.rows, self.cols, self.layout, self.exact_rows = rows, cols, layout, exact_rows
+        self.row_mult = self.col_mult = 1
+        self.padded = None
+        self.group = self          # union-find: storages whose column padding must be equal
+        self.base = None           # for a view: the storage whose buffer it shares
+        self.min_elements = 0
+        self.first = self.last = 0
+        self.buffer = None
+
+    def root(self) -> "_Storage":
+        node = self
+        while node.group is not node:
+            node.group = node.group.group
+            node = node.group
+        return node
+
+    def elements(self) -> int:
+        return max(self.padded[0] * self.padded[1], self.min_elements)
+
+
+class Value:
+    """A tensor of the plan: Keras's shape (with the plan's batch) and the storage that holds it."""
+
+    def __init__(self, shape, storage: _Storage, producer=None, name: str = ""):
+        self.shape = tuple(int(d) for d in shape)
+        self.storage, self.producer, self.name = storage, producer, name
+        self.consumers: list = []
+
+    @property
+    def rows(self) -> int:
+        return self.shape[-1]
+
+    @property
+    def cols(self) -> int:
+        return math.prod(self.shape[:-1])
+
+    def __repr__(self) -> str:
+        return f"Value({self.name or '?'} {self.shape})"
+
+
+@dataclasses.dataclass(eq=False)
+class _Step:
+    kind: str                   # "matmul", "bias", "activation", "affine", "relayout", "reshape"
+    spec: KernelSpec
+    out: Value
+    inputs: dict                # slot ("a" or "b") -> Value
+    what: str
+    weight: Weight | None = None
+    bias: Vector | None = None
+    activation: str = "linear"
+    params: dict = dataclasses.field(default_factory=dict)
+    affine: tuple | None = None   # (scale, shift) Vectors applied after the activation
+    layers: list = dataclasses.field(default_factory=list)   # the layers this step runs (for summary)
+    explicit: bool = False        # the kernel was chosen with use(): never swapped by fusion
+    launch: object = None
+
+    @property
+    def in_place(self) -> bool:
+        return self.kind in ("bias", "activation", "affine")
+
+
+def _features(spec: KernelSpec) -> set:
+    """What a matmul kernel can fuse into its final write (kernels/library.json's ``epilogue``)."""
+    value = spec.epilogue
+    if value is True:
+        return {"bias", "activation"}
+    return set(value or ())
+
+
+def _elementwise(activation: str) -> bool:
+    act = load_library().activation_kernel(activation)
+    return act is not None and act.source == "activation.cl"
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return max(1, -(-value // multiple)) * multiple
+
+
+# ======================================================================== the builder
+class PlanBuilder:
+    """Records the steps of a model for one device and batch, then compiles them into a :class:`Plan`.
+
+    Layers call :meth:`input`, :meth:`matmul`, :meth:`activation`, :meth:`affine` and
+    :meth:`reshape` from their ``lower`` method; each returns the :class:`Value` it produces.
+
+    Args:
+        device: the device the plan runs on.
+        batch: the samples one run takes (inputs with fewer samples are padded).
+    """
+
+    def __init__(self, device: Device, batch: int):
+        self.device, self.batch = device, int(batch)
+        self.steps: list = []
+        self.inputs: list = []
+        self.layer = None   # the layer being lowered (its name goes into every step it records)
+
+    # ---------------------------------------------------------------- recording
+    def input(self, sample_shape, name: str = "input") -> Value:
+        """The model input: ``batch`` samples of ``sample_shape``, uploaded in Keras's own order."""
+        shape = (self.batch,) + tuple(sample_shape)
+        rows, cols = matrix_view(shape)
+        value = Value(shape, _Storage(rows, cols, C, exact_rows=True), name=name)
+        self.inputs.append(value)
+        return value
+
+    def _record(self, kind, spec, out_shape, inputs, what, storage=None, **fields) -> Value:
+        rows, cols = matrix_view(out_shape)
+        out = Value(out_shape, storage or _Storage(rows, cols), name=what)
+        step = _Step(kind, spec, out, dict(inputs), what, layers=[self.layer] if self.layer is not None else [],
+                     **fields)
+        out.producer = step
+        for value in inputs.values():
+            value.consumers.append(step)
+        self.steps.append(step)
+        return out
+
+    def matmul(self, x: Value, weight: Weight, bias: Vector | None = None, activation: str = "linear",
+               params: dict | None = None, what: str = "matmul") -> Value:
+        """``activation(W x X + bias)``: ``weight`` is ``units x x.rows``; the result has ``x``'s shape
+        with ``units`` in place of the last axis."""
+        m, k = weight.shape
+        if k != x.rows:
+            raise ValueError(f"{what}: the weights expect {k} input features, but the input has shape "
+                             f"{format_shape(x.shape)}")
+        spec = choose("matmul", self.device, (m, k, x.cols))
+        out = self._record("matmul", spec, x.shape[:-1] + (m,), {"b": x}, what, weight=weight,
+                           explicit=explicit_choice("matmul", self.device) is not None)
+        if bias is not None:
+            out = self._record("bias", choose("bias", self.device), out.shape, {"b": out}, what, storage=out.storage,
+                               bias=bias)
+        if activation not in (None, "linear"):
+            out = self.activation(out, activation, params, what)
+        return out
+
+    def activation(self, x: Value, name: str, params: dict | None = None, what: str = "activation") -> Value:
+        """Activation ``name`` applied to ``x`` (in place where ``x`` is read by nothing else)."""
+        if name in (None, "linear"):
+            return x
+        spec = load_library().activation_kernel(name)
+        if spec is None:
+            raise ValueError(f"{what}: no kernel computes activation {name!r}; "
+                             f"available: {', '.join(['linear'] + load_library().activations())}")
+        spec.param_values(params)   # names the parameter a kernel does not take, now
+        return self._record("activation", spec, x.shape, {"b": x}, what, storage=x.storage, activation=name,
+                            params=dict(params or {}))
+
+    def affine(self, x: Value, scale: Vector, shift: Vector, what: str = "affine") -> Value:
+        """``x * scale + shift`` per feature (last axis)."""
+        spec = choose("affine", self.device)
+        return self._record("affine", spec, x.shape, {"b": x}, what, storage=x.storage, affine=(scale, shift))
+
+    def reshape(self, x: Value, shape, what: str = "reshape") -> Value:
+        """``x`` with another Keras shape of the same size (flat order kept)."""
+        shape = (self.batch,) + tuple(int(d) for d in shape[1:])
+        if math.prod(shape) != math.prod(x.shape):
+            raise ValueError(f"{what}: cannot reshape {format_shape(x.shape)} to {format_shape(shape)}")
+        if shape == x.shape:
+            return x
+        spec = choose("reshape", self.device)
+        return self._record("reshape", spec, shape, {"a": x}, what)
+
+    # ---------------------------------------------------------------- compiling
+    def compile(self, outputs: list) -> "Plan":
+        """Makes every decision (see the module docstring) and returns the runnable :class:`Plan`.
+
+        Args:
+            outputs: the values the plan downloads, in order.
+
+        Raises:
+            DeviceError: a buffer or weight does not fit the device (the message names the layer).
+        """
+        outputs = list(outputs)
+        self._fuse(outputs)
+        self._protect_in_place(outputs)
+        aliases = self._relayout_inputs()
+        self._resolve_paddings()
+        self._unalias(aliases)
+        outputs = self._download_ready(outputs)
+        return Plan(self.device, self.batch, self.inputs, outputs, self.steps)
+
+    def _fuse(self, outputs) -> None:
+        """Folds activation, affine and softmax steps into the matmul before them where allowed."""
+        keep = []
+        for step in self.steps:
+            x = step.inputs.get("b")
+            producer = x.producer if x is not None else None
+            if (step.in_place and producer is not None and producer.kind == "matmul" and len(x.consumers) == 1
+                    and x not in outputs and producer.affine is None and self._absorb(producer, step)):
+                producer.layers += [layer for layer in step.layers if layer not in producer.layers]
+                producer.out = step.out
+                step.out.producer = producer
+                continue
+            keep.append(step)
+        self.steps = keep
+
+    def _absorb(self, matmul: _Step, step: _Step) -> bool:
+        features = _features(matmul.spec)
+        if step.kind == "bias":
+            if "bias" not in features or matmul.bias is not None or matmul.activation not in (None, "linear"):
+                return False
+            matmul.bias = step.bias
+            return True
+        if step.kind == "affine":
+            if "affine" not in features:
+                return False
+            matmul.affine = step.affine
+            return True
+        if matmul.activation not in (None, "linear"):
+            return False
+        if step.activation == "softmax":
+            if "softmax" not in features:
+                spec = None if matmul.explicit else self._softmax_kernel(matmul)
+                if spec is None:
+                    return False
+                matmul.spec = spec
+        elif "activation" not in features or not _elementwise(step.activation):
+            return False
+        matmul.activation, matmul.params = step.activation, step.params
+        return True
+
+    def _softmax_kernel(self, matmul: _Step):
+        """A matmul kernel of the library that fuses softmax and accepts this product, or None."""
+        library = load_library()
+        table = library.defaults.get("matmul_softmax", {})
+        value = table.get(self.device.kind, table.get("*"))
+        if value is None:
+            return None
+        spec = library.default_spec("matmul_softmax", self.device.kind)
+        m, k = matmul.weight.shape
+        return spec if spec.accepts(m, k, matmul.inputs["b"].cols, device=self.device) else None
+
+    def _protect_in_place(self, outputs) -> None:
+        """An in-place step whose input is read later (or downloaded) first copies it."""
+        steps = []
+        for i, step in enumerate(self.steps):
+            if step.in_place:
+                x = step.inputs["b"]
+                later = any(self.steps.index(c) > i for c in x.consumers if c is not step and c in self.steps)
+                if later or x in outputs:
+                    copy = self._relayout_step(x, None, step.what)
+                    steps.append(copy)
+                    x.consumers.remove(step)
+                    step.inputs["b"] = copy.out
+                    copy.out.consumers.append(step)
+                    step.out.storage = copy.out.storage
+                    self._share_storage(step.out, copy.out.storage)
+            steps.append(step)
+        self.steps = steps
+
+    def _share_storage(self, value: Value, storage: _Storage) -> None:
+        """Points every in-place successor of ``value`` at ``storage`` too."""
+        value.storage = storage
+        for consumer in value.consumers:
+            if consumer.in_place and consumer.out is not value:
+                self._share_storage(consumer.out, storage)
+
+    def _relayout_step(self, x: Value, layout: Layout | None, what: str) -> _Step:
+        """A step copying ``x`` into a new storage in ``layout`` (None: decided like any result)."""
+        spec = choose("relayout", self.device)
+        out = Value(x.shape, _Storage(x.rows, x.cols, layout), name=f"{what} (re-laid out)")
+        step = _Step("relayout", spec, out, {"a": x}, what)
+        out.producer = step
+        x.consumers.append(step)
+        return step
+
+    def _wanted(self, step: _Step, slot: str):
+        """``(layout or None for any, row multiple, column multiple)`` that ``step`` asks of ``slot``."""
+        spec = step.spec
+        if step.kind == "matmul":
+            a, b, r = spec.matrices["a"], spec.matrices["b"], spec.matrices["r"]
+            if slot == "b":
+                return b.layout, math.lcm(b.row_multiple, a.col_multiple), math.lcm(b.col_multiple, r.col_multiple, spec.scale[1])
+            return r.layout, math.lcm(r.row_multiple, a.row_multiple, spec.scale[0]), math.lcm(b.col_multiple, r.col_multiple, spec.scale[1])
+        restriction = spec.matrices["a" if slot == "a" else "r"]
+        layout = None if restriction.any_layout else restriction.layout
+        return layout, restriction.row_multiple, restriction.col_multiple
+
+    def _relayout_inputs(self) -> None:
+        """Decides each result's layout and gives readers of another layout a re-layout step."""
+        steps, relaid, aliases = [], {}, []
+        for step in self.steps:
+            for slot, x in list(step.inputs.items()):
+                layout, row_mult, col_mult = self._wanted(step, slot)
+                storage = x.storage
+                alias = layout is not None and storage.layout != layout and _may_alias(storage, layout, x, col_mult)
+                ok = layout is None or storage.layout == layout or alias
+                if ok and storage.exact_rows and storage.rows % row_mult:
+                    ok = False
+                if not ok:
+                    key = (id(x), str(layout), row_mult)
+                    if key not in relaid:
+                        copy = self._relayout_step(x, layout, step.what)
+                        steps.append(copy)
+                        relaid[key] = copy.out
+                    x.consumers.remove(step)
+                    step.inputs[slot] = relaid[key]
+                    relaid[key].consumers.append(step)
+                elif alias:
+                    aliases.append((step, slot, layout))   # R and C are one memory while there is one column
+            if step.out.storage.layout is None:
+                layout = self._wanted(step, "r")[0]
+                step.out.storage.layout = layout if layout is not None else step.inputs["b" if "b" in step.inputs else "a"].storage.layout
+            steps.append(step)
+        self.steps = steps
+        return aliases
+
+    def _unalias(self, aliases) -> None:
+        """Readers that took a plain R buffer for C (or the reverse) get a re-layout step where the
+        buffer was padded to more than one column after all."""
+        for step, slot, layout in aliases:
+            x = step.inputs[slot]
+            if x.storage.padded[1] == 1:
+                continue
+            _, row_mult, _ = self._wanted(step, slot)
+            copy = self._relayout_step(x, layout, step.what)
+            copy.out.storage.padded = (_round_up(x.rows, row_mult), x.storage.padded[1])
+            x.consumers.remove(step)
+            step.inputs[slot] = copy.out
+            copy.out.consumers.append(step)
+            self.steps.insert(self.steps.index(step), copy)
+
+    def _download_ready(self, outputs) -> list:
+        """Outputs whose buffers are not in Keras's order get a last re-layout step into it."""
+        result = []
+        for value in outputs:
+            storage = value.storage
+            if not keras_order(storage.layout, value.rows, value.cols, storage.padded):
+                step = self._relayout_step(value, C, value.name or "output")
+                step.out.storage.padded = (value.rows, value.cols)
+                self.steps.append(step)
+                value = step.out
+            result.append(value)
+        return result
+
+    def _resolve_paddings(self) -> None:
+        """Pads every storage to what its producer and readers ask; couples matmul columns."""
+        for step in self.steps:
+            storages = [(slot, x.storage) for slot, x in step.inputs.items()] + [("r", step.out.storage)]
+            for slot, storage in storages:
+                _, row_mult, col_mult = self._wanted(step, slot)
+                storage.row_mult = math.lcm(storage.row_mult, row_mult)
+                storage.col_mult = math.lcm(storage.col_mult, col_mult)
+            if step.kind == "matmul":
+                left, right = step.inputs["b"].storage.root(), step.out.storage.root()
+                if left is not right:
+                    right.group = left
+        groups: dict = {}
+        storages = self._storages()
+        for storage in storages:
+            root = storage.root()
+            col_mult, cols = groups.get(id(root), (1, 0))
+            groups[id(root)] = (math.lcm(col_mult, storage.col_mult), max(cols, storage.cols))
+        for storage in storages:
+            col_mult, cols = groups[id(storage.root())]
+            rows = storage.rows if storage.exact_rows else _round_up(storage.rows, storage.row_mult)
+            storage.padded = (rows, _round_up(storage.cols, col_mult))
+
+    def _storages(self) -> list:
+        seen, result = set(), []
+        for value in self.inputs + [s.out for s in self.steps] + [x for s in self.steps for x in s.inputs.values()]:
+            if id(value.storage) not in seen:
+                seen.add(id(value.storage))
+                result.append(value.storage)
+        return result
+
+
+def _may_alias(storage: _Storage, layout: Layout, x: Value, col_mult: int) -> bool:
+    """Whether a plain R or C buffer of one logical column may be read as the other layout (it may
+    while it is padded to one column; :meth:`PlanBuilder._unalias` checks that once padded)."""
+    return {str(storage.layout), str(layout)} == {"R", "C"} and x.cols == 1 and col_mult == 1
+
+
+# ======================================================================== the plan
+class Plan:
+    """A model compiled for one device and batch size: its steps, buffers and bound launches.
+
+    Attributes:
+        device: where it runs; batch: the samples one run takes.
+        inputs, outputs: the input and output values, in order.
+        steps: the steps, in launch order (each with its kernel, layers and fused epilogue).
+    """
+
+    def __init__(self, device: Device, batch: int, inputs: list, outputs: list, steps: list):
+        self.device, self.batch, self.inputs, self.outputs, self.steps = device, batch, inputs, outputs, steps
+        self.buffers: list = []
+        self.launches: list = []
+        self._assign_lifetimes()
+
+    # ---------------------------------------------------------------- memory, before allocating
+    def _assign_lifetimes(self) -> None:
+        end = len(self.steps)
+        for storage in self._storages():
+            storage.first, storage.last = end + 1, -1
+        for value in self.inputs:
+            value.storage.first = -1
+        for i, step in enumerate(self.steps):
+            for storage in [x.storage for x in step.inputs.values()] + [step.out.storage]:
+                storage.first, storage.last = min(storage.first, i), max(storage.last, i)
+        for value in self.outputs:
+            value.storage.last = end
+
+    def _storages(self) -> list:
+        seen, result = set(), []
+        for value in self.inputs + self.outputs + [s.out for s in self.steps] + [
+                x for s in self.steps for x in s.inputs.values()]:
+            if id(value.storage) not in seen:
+                seen.add(id(value.storage))
+                result.append(value.storage)
+        return result
+
+    def _arena(self) -> list:
+        """``[(bytes, [storages])]``: buffers reused by liveness (best fit, first-come).
+
+        Each input has a buffer of its own, exactly its size, written whole by every run (no other
+        tensor shares it, so an upload never covers part of a larger buffer)."""
+        inputs = {id(v.storage) for v in self.inputs}
+        buffers = [[4 * v.storage.elements(), 2**62, [v.storage]] for v in self.inputs]
+        for storage in sorted(self._storages(), key=lambda s: (s.first, -s.elements())):
+            if id(storage) in inputs:
+                continue
+            need = 4 * storage.elements()
+            free = [b for b in buffers if b[1] < storage.first and b[0] >= need]
+            if free:
+                chosen = min(free, key=lambda b: b[0])
+            else:
+                grow = [b for b in buffers if b[1] < storage.first]
+                chosen = max(grow, key=lambda b: b[0]) if grow else None
+                if chosen is None:
+                    chosen = [0, -2, []]
+                    buffers.append(chosen)
+                chosen[0] = max(chosen[0], need)
+            chosen[1] = storage.last
+            chosen[2].append(storage)
+        return [(size, storages) for size, _, storages in buffers]
+
+    def weight_bytes(self) -> int:
+        """Bytes of the weight copies this plan reads (shared with other plans of the model)."""
+        seen, total = set(), 0
+        for step in self.steps:
+            if step.weight is not None:
+                key = (id(step.weight), self._weight_padding(step))
+                if key not in seen:
+                    seen.add(key)
+                    total += step.weight.nbytes(key[1])
+            for vector in (step.bias,) + (step.affine or ()):
+                if vector is not None and id(vector) not in seen:
+                    seen.add(id(vector))
+                    total += vector.values.nbytes
+        return total
+
+    def activation_bytes(self) -> tuple:
+        """``(largest buffer bytes, what it holds, arena bytes)`` of this plan's activations."""
+        arena = self._arena()
+        size, storages = max(arena, key=lambda item: item[0]) if arena else (0, [])
+        what = ""
+        if storages:
+            storage = max(storages, key=lambda s: s.elements())
+            value = next((v for v in self._values() if v.storage is storage), None)
+            what = self._describe_storage(value, storage)
+        return size, what, sum(s for s, _ in arena)
+
+    def _describe_storage(self, value, storage) -> str:
+        """``layer 'x' output (13 features x 7 samples, padded to 16x8 in R for kernel k)``."""
+        step = value.producer if value is not None else None
+        if step is None:
+            who, role = "the model's", "input"
+            reader = next((s for s in self.steps if value in s.inputs.values()), None)
+            kernel = reader.spec.codename if reader is not None else "none"
+        else:
+            who, role, kernel = (step.layers[-1]._what() if step.layers else step.what), "output", step.spec.codename
+        unit = "samples" if storage.cols == self.batch else "columns"
+        return (f"{who} {role} ({storage.rows} features x {storage.cols} {unit}, padded to "
+                f"{storage.padded[0]}x{storage.padded[1]} in {storage.layout} for kernel {kernel})")
+
+    def _values(self):
+        yield from self.inputs
+        for step in self.steps:
+            yield step.out
+
+    @staticmethod
+    def _weight_padding(step: _Step) -> tuple:
+        """The padded shape of a matmul's left operand: its result's padded rows by the common K."""
+        return (step.out.storage.padded[0], step.inputs["b"].storage.padded[0])
+
+    # ---------------------------------------------------------------- allocating and binding
+    def allocate(self) -> "Plan":
+        """Uploads the weights, allocates the arena and binds every launch. Returns ``self``."""
+        device = self.device
+        for size, storages in self._arena():
+            what = " / ".join(sorted({f"{s.rows}x{s.cols}" for s in storages}))
+            buffer = device.alloc(size, f"activations ({what})")
+            with device.lock:
+                device.fill_zero(buffer, size, what=f"activations ({what})")
+            for storage in storages:
+                storage.buffer = buffer
+        self.launches = []
+        for step in self.steps:
+            launch = self._bind(step)
+            step.launch = launch
+            if launch is not None:
+                self.launches.append(launch)
+        # an input of fewer samples than the plan's batch goes through a zero-padded staging array,
+        # so the buffer is written whole (its padded samples are zeros, not an earlier call's data)
+        self._io = [(v.storage.buffer, np.zeros(v.shape, np.float32)) for v in self.inputs], [
+            (v.storage.buffer, v.shape) for v in self.outputs]
+        return self
+
+    def _matrix(self, value: Value) -> DeviceMatrix:
+        s = value.storage
+        return DeviceMatrix((value.rows, value.cols), device=self.device, layout=s.layout, padded=s.padded,
+                            buffer=s.buffer)
+
+    def _bind(self, step: _Step):
+        device, spec = self.device, step.spec
+        matrices = {slot: self._matrix(x) for slot, x in step.inputs.items()}
+        matrices["r"] = self._matrix(step.out)
+        vectors, params = {}, step.params
+        if step.kind == "matmul":
+            matrices["a"] = step.weight.on_device(device, spec.matrices["a"].layout, self._weight_padding(step))
+            spec = self._epilogue(step)
+            if step.bias is not None:
+                vectors["bias"] = step.bias.on_device(device)
+            if step.affine is not None:
+                vectors["scale"], vectors["shift"] = (v.on_device(device) for v in step.affine)
+        elif step.kind == "affine":
+            vectors["scale"], vectors["shift"] = (v.on_device(device) for v in step.affine)
+            matrices = {"r": matrices["r"]}
+        elif step.kind == "bias":
+            vectors["bias"] = step.bias.on_device(device)
+            matrices = {"r": matrices["r"]}
+        elif step.kind == "activation":
+            matrices = {"r": matrices["r"]}
+        return bind(spec, device, matrices, vectors, params, what=step.what)
+
+    @staticmethod
+    def _epilogue(step: _Step) -> KernelSpec:
+        spec, overrides = step.spec, {}
+        if not _features(spec):
+            if step.bias is not None or step.activation not in (None, "linear") or step.affine is not None:
+                raise AssertionError(f"{step.what}: {spec.codename} has no epilogue")
+            return spec
+        overrides["BIAS"] = int(step.bias is not None)
+        act = load_library().activation_kernel(step.activation) if step.activation not in (None, "linear") else None
+        overrides["ACTIVATION"] = dict(act.defines)["ACTIVATION"] if act is not None and act.defines else "act_linear"
+        if step.activation == "softmax":
+            overrides["ACTIVATION"] = "act_linear"
+            overrides["SOFTMAX"] = 1
+        if step.affine is not None:
+            overrides["AFFINE"] = 1
+        spec = spec.configure(overrides)
+        if act is not None and act.params:
+            spec = dataclasses.replace(spec, params=act.params)
+        return spec
+
+    # ---------------------------------------------------------------- running
+    def run(self, arrays: list) -> list:
+        """Uploads ``arrays`` (float32, C-contiguous, at most ``batch`` samples each), launches every
+        step and downloads the outputs.
+
+        Returns:
+            One float32 array per output, with the inputs' number of samples.
+
+        Raises:
+            DeviceError: a launch, an upload or a download failed.
+        """
+        n = arrays[0].shape[0]
+        device = self.device
+        (ins, outs) = self._io
+        results = [np.empty((n,) + shape[1:], np.float32) for _, shape in outs]
+        with device.lock:
+            for (buffer, staging), array in zip(ins, arrays):
+                if n < self.batch:
+                    staging[:n] = array
+                    array = staging
+                device.upload(buffer, array, blocking=False, what="the input")
+            for launch in self.launches:
+                launch()
+            for (buffer, _), result in zip(outs, results):
+                device.download(buffer, result, blocking=True, what="the output")
+        return results
+
+    # ---------------------------------------------------------------- reports
+    def describe(self) -> list:
+        """One row per step: ``{"layers", "kernel", "fused", "shape"}`` (what ``summary`` shows)."""
+        rows = []
+        for step in self.steps:
+            fused = [f for f, on in (("bias", step.bias is not None),
+                                     (step.activation, step.kind == "matmul" and step.activation not in (None, "linear")),
+                                     ("affine", step.kind == "matmul" and step.affine is not None)) if on]
+            config = " ".join(f"{k}={v}" for k, v in step.spec.defines if k not in ("BIAS", "ACTIVATION", "AFFINE"))
+            rows.append({"layers": [getattr(layer, "name", str(layer)) for layer in step.layers],
+                         "kernel": step.spec.codename + (f" ({config})" if config else ""),
+                         "fused": fused, "shape": step.out.shape, "what": step.what, "kind": step.kind})
+        return rows
+
+    def matmul_shapes(self) -> list:
+        """``(m, k, n)`` of every matmul step (what ``malinn tune --model`` times)."""
+        return [(s.weight.shape[0], s.weight.shape[1], s.inputs["b"].cols) for s in self.steps if s.kind == "matmul"]

@@ -1,0 +1,251 @@
+"""The tuning database: the matmul kernel and configuration that won on each device (CLBlast-style).
+
+``tuning.json`` in the cache folder (:func:`malinn.cache.cache_dir`), apart from the kernel
+library (as CLBlast keeps its tuning database apart from its kernels)::
+
+    {"format": "malinn-tuning", "version": 1, "devices": {"<device identity>": {
+        "general": {"codename": ..., "defines": {...}, "gflops": ..., "tuned_at": ...},
+        "shapes": {"150x640x1": {"codename": ..., "defines": {...}, "seconds": ...}, ...}}}}
+
+(the flat ``{"<device key>": {"codename": ...}}`` of malinn 0.1 is read as general winners).
+Every entry is checked against the kernel library when it is read: a matmul codename, defines of
+the right types forming a configuration the library offers on this device, and, for a shape's
+winner, a kernel whose preconditions that shape meets. An entry that fails is ignored with a
+one-line warning naming the file, the device and why; the kernel choice then falls back to the
+library's default (:func:`tuned_choice`). ``malinn tune`` (:mod:`malinn.tuner`) writes it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import warnings
+from pathlib import Path
+
+from .backends.base import Device
+from .cache import cache_dir, write_atomic
+from .errors import MalinnError
+from .kernel_library import load_library
+
+__all__ = ["tuned_choice", "save", "check_writable", "forget", "version", "tuning_file", "device_key",
+           "shape_key", "read_all", "TUNING_FORMAT", "TUNING_VERSION"]
+
+TUNING_FORMAT = "malinn-tuning"
+TUNING_VERSION = 1
+
+_lock = threading.Lock()
+_loaded: dict | None = None    # device key -> raw entry, as read from tuning.json
+_checked: dict = {}            # device key -> {"general": choice or None, "shapes": {(m, k, n): choice}}
+_version = [0]
+
+
+def tuning_file() -> Path:
+    """Where the tuning database lives: ``tuning.json`` in the cache folder."""
+    return cache_dir() / "tuning.json"
+
+
+def device_key(device: Device) -> str:
+    """The database's name of a device: its one identity (backend, platform, name, vendor, driver)."""
+    return device.identity
+
+
+def shape_key(shape) -> str:
+    """The database's name of a product ``(m, k, n)``: ``"MxKxN"``."""
+    m, k, n = shape
+    return f"{m}x{k}x{n}"
+
+
+def _parse_shape(text) -> tuple:
+    parts = text.split("x") if isinstance(text, str) else []
+    if len(parts) != 3 or not all(p.isdigit() and int(p) >= 1 for p in parts):
+        raise ValueError(f"{text!r} is not a product MxKxN of positive integers")
+    return tuple(int(p) for p in parts)
+
+
+def _type(value) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
+
+
+def forget() -> None:
+    """Drops what was read from tuning.json, so the next question reads it again."""
+    global _loaded
+    with _lock:
+        _loaded = None
+        _checked.clear()
+        _version[0] += 1
+
+
+def version() -> int:
+    """A number that changes whenever what the database answers may change (plans made before are stale)."""
+    return _version[0]
+
+
+def _read_file(path: Path, quiet: bool = False) -> tuple[dict, bool]:
+    """The ``devices`` object of the tuning database and whether this malinn may rewrite the file.
+
+    A damaged file reads as empty (with a one-line warning unless ``quiet``); the flat form of
+    earlier versions is converted.
+    """
+    def damaged(why, writable=True):
+        if not quiet:
+            warnings.warn(f"malinn: ignoring the tuning database {path}: {why}", RuntimeWarning, stacklevel=5)
+        return {}, writable
+
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}, True
+    except OSError as exc:
+        return damaged(f"it cannot be read ({exc.strerror or exc})")
+    except ValueError as exc:
+        return damaged(f"not valid JSON ({exc})")
+    if not isinstance(data, dict):
+        return damaged(f"expected an object, got {_type(data)}")
+    if "format" not in data and "version" not in data and "devices" not in data:
+        return {key: {"general": entry} for key, entry in data.items()}, True   # the flat form of malinn < 0.2
+    if data.get("format") != TUNING_FORMAT:
+        return damaged(f"'format' is {data.get('format')!r}, expected {TUNING_FORMAT!r}")
+    version = data.get("version")
+    if version != TUNING_VERSION:
+        newer = isinstance(version, int) and not isinstance(version, bool) and version > TUNING_VERSION
+        return damaged(f"version {version!r}" + (", written by a newer malinn" if newer else "")
+                       + f"; this malinn reads version {TUNING_VERSION}", writable=not newer)
+    if not isinstance(data.get("devices"), dict):
+        return damaged(f"'devices' is {_type(data.get('devices'))}, expected an object")
+    return data["devices"], True
+
+
+def read_all() -> dict:
+    """The database's device entries, read once per process (until :func:`tune` stores new ones)."""
+    global _loaded
+    with _lock:
+        if _loaded is None:
+            _loaded = _read_file(tuning_file())[0]
+        return _loaded
+
+
+def _checked_choice(entry, device: Device, shape=None) -> tuple[str, dict]:
+    """``(codename, defines)`` of a stored winner after checking it against the library.
+
+    Raises:
+        ValueError: the entry is not a winner the library can run on ``device`` (for ``shape``).
+    """
+    if not isinstance(entry, dict):
+        raise ValueError(f"expected an object, got {_type(entry)}")
+    codename = entry.get("codename")
+    if not isinstance(codename, str):
+        raise ValueError(f"'codename' is {_type(codename)}, expected a string")
+    library = load_library()
+    if codename not in library or library[codename].op != "matmul":
+        raise ValueError(f"{codename!r} is not a matmul kernel of {library.path}")
+    spec = library[codename]
+    defines = entry.get("defines", {})
+    if not isinstance(defines, dict):
+        raise ValueError(f"'defines' is {_type(defines)}, expected an object")
+    for name, value in defines.items():
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise ValueError(f"define {name} is {_type(value)}, expected an integer or a string")
+    config = {**spec.config, **{name: str(value) for name, value in defines.items()}}
+    if config not in spec.configurations(device):
+        raise ValueError(f"{codename} {' '.join(f'{k}={v}' for k, v in defines.items()) or '(defaults)'} is not "
+                         f"a configuration the library offers on {device.name} (the library changed since tuning, "
+                         f"or the file was edited)")
+    if shape is not None and not spec.configure(config).accepts(*shape, device=device):
+        raise ValueError(f"{codename}'s preconditions do not hold for {shape_key(shape)}")
+    return codename, config
+
+
+def _checked_entry(device: Device) -> dict:
+    """This device's winners, checked once per process; bad ones are dropped with a warning each."""
+    key = device_key(device)
+    with _lock:
+        if key in _checked:
+            return _checked[key]
+    devices = read_all()
+    raw = devices.get(key, {})
+    result, problems = {"general": None, "shapes": {}}, []
+    if not isinstance(raw, dict):
+        problems.append(f"the device's entry is {_type(raw)}, expected an object")
+    else:
+        if "general" in raw:
+            try:
+                result["general"] = _checked_choice(raw["general"], device)
+            except ValueError as exc:
+                problems.append(f"general winner: {exc}")
+        shapes = raw.get("shapes", {})
+        if not isinstance(shapes, dict):
+            problems.append(f"'shapes' is {_type(shapes)}, expected an object")
+            shapes = {}
+        for text, entry in shapes.items():
+            try:
+                shape = _parse_shape(text)
+                result["shapes"][shape] = _checked_choice(entry, device, shape)
+            except ValueError as exc:
+                problems.append(f"winner for {text!r}: {exc}")
+    for problem in problems:
+        warnings.warn(f"malinn: {tuning_file()}: device {key!r}: ignoring the tuned {problem}",
+                      RuntimeWarning, stacklevel=4)
+    with _lock:
+        _checked[key] = result
+    return result
+
+
+def tuned_choice(device: Device, shape=None):
+    """What the tuner chose for ``device``: the winner for ``shape``, else the general winner.
+
+    Args:
+        device: the device.
+        shape: a product ``(m, k, n)`` (units, inputs, batch of a Dense layer), or ``None``.
+
+    Returns:
+        ``(codename, defines)``, or ``None`` when nothing valid was tuned for this device.
+    """
+    entry = _checked_entry(device)
+    choice = entry["shapes"].get(tuple(int(v) for v in shape)) if shape is not None else None
+    choice = choice or entry["general"]
+    return (choice[0], dict(choice[1])) if choice else None
+
+
+def save(device: Device, general: dict | None = None, shapes: dict | None = None) -> Path:
+    """Stores a general winner and/or per-shape winners for ``device``; other entries are kept.
+
+    Raises:
+        MalinnError: the database cannot be written, or a newer malinn wrote it.
+    """
+    path = tuning_file()
+    devices, writable = _read_file(path, quiet=True)
+    if not writable:
+        check_writable()
+    key = device_key(device)
+    entry = dict(devices.get(key)) if isinstance(devices.get(key), dict) else {}
+    if general is not None:
+        entry["general"] = general
+    if shapes:
+        old = entry.get("shapes") if isinstance(entry.get("shapes"), dict) else {}
+        entry["shapes"] = {**old, **shapes}
+    data = {"format": TUNING_FORMAT, "version": TUNING_VERSION, "devices": {**devices, key: entry}}
+    try:
+        write_atomic(path, (json.dumps(data, indent=2) + "\n").encode())
+    except OSError as exc:
+        raise MalinnError(f"{path}: cannot store the tuning results ({exc.strerror or exc})") from None
+    forget()
+    return path
+
+
+def check_writable() -> None:
+    """Fails before any timing when the results could not be stored.
+
+    Raises:
+        MalinnError: the cache folder is not a folder, or a newer malinn wrote the database.
+    """
+    path = tuning_file()
+    for folder in (path.parent, *path.parent.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise MalinnError(f"the cache folder {path.parent} cannot be made: {folder} is not a folder "
+                                  f"(set MALINN_CACHE_DIR to a folder)")
+            break
+    if not _read_file(path, quiet=True)[1]:
+        raise MalinnError(f"{path} was written by a newer malinn; not overwriting it (set MALINN_CACHE_DIR "
+                          f"to another folder to tune with this one)")
