@@ -20,7 +20,7 @@ if not (_Path(__file__).resolve().parent / "converters").is_dir():
         __path__.append(str(_root))
 
 from . import layers, ops  # noqa: E402
-from .devices import Device, devices, get_device, set_device  # noqa: E402
+from .device_selection import Device, devices, get_device, set_device  # noqa: E402
 from .errors import (ConversionError, DeviceError, KernelBuildError, LayoutError, LibraryError,  # noqa: E402
                      MalinnError)
 from .kernel_library import load_library  # noqa: E402

@@ -344,8 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("tune", "time matmul kernels and configurations on this device and remember the fastest", cmd_tune)
     p.add_argument("--quick", action="store_true",
                    help="smaller shapes and 4 configurations of a tunable kernel (under 30 s on a 2-core CPU)")
-    p.add_argument("--model", help="tune each of this model's Dense layers for its own shape, at --batch and at "
-                                    "batch 1, and store a winner per shape (default: one winner over a standard "
+    p.add_argument("--model", help="tune each of this model's Dense layers for its own shape, at --batch (as the "
+                                    "plan runs it: rounded up to its batch bucket) and at batch 1, and store a winner "
+                                    "per shape (default: one winner over a standard "
                                     "set of shapes)")
     p.add_argument("--batch", type=_positive_int, default=100, help="batch size to tune for with --model (default 100)")
     p.add_argument("--shape", type=_product_shape, action="append", help="a product MxKxN to tune for (repeatable)")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 
 from .backends.base import Device
-from .devices import devices, get_device
+from .device_selection import devices, get_device
 from .errors import LibraryError
 from .kernel_library import KernelSpec, load_library
 from .tuning_db import tuned_choice, version as tuning_version

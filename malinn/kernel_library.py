@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -148,7 +148,7 @@ class KernelSpec:
         """The defaults and every ``candidates`` entry that meet ``constraints`` and ``device``.
 
         Args:
-            device: a :class:`~malinn.device.Device`; drops work-groups too large for it and
+            device: a :class:`~malinn.backends.base.Device`; drops work-groups too large for it and
                 local memory beyond it (when the entry says ``local_bytes``).
 
         Returns:

@@ -10,7 +10,7 @@ import numpy as np
 
 from . import registry
 from .backends.base import Device
-from .devices import get_device
+from .device_selection import get_device
 from .errors import DeviceError
 from .kernel_choice import epoch as choice_epoch
 from .layers.base import Layer, sample_shape

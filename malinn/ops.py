@@ -14,7 +14,7 @@ import dataclasses
 import numpy as np
 
 from .backends.base import Device
-from .devices import get_device
+from .device_selection import get_device
 from .kernel_call import bind
 from .kernel_choice import choose, use
 from .kernel_library import KernelSpec, load_library

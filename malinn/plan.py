@@ -29,7 +29,6 @@ import math
 import numpy as np
 
 from .backends.base import Device
-from .errors import DeviceError
 from .kernel_call import bind
 from .kernel_choice import choose, explicit_choice
 from .kernel_library import KernelSpec, load_library

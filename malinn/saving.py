@@ -27,7 +27,7 @@ import numpy as np
 from . import registry
 from .converters import read_keras
 from .converters.to_malinn import to_model
-from .devices import get_device
+from .device_selection import get_device
 from .errors import ConversionError, MalinnError
 from .files import write_file
 from .kernel_choice import choose

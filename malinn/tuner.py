@@ -18,7 +18,7 @@ import numpy as np
 
 from .backends.base import Device
 from .cache import cache_dir
-from .devices import get_device
+from .device_selection import get_device
 from .errors import MalinnError
 from .kernel_library import load_library
 from .matrix import DeviceMatrix

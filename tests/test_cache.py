@@ -20,7 +20,8 @@ from malinn import cache
 from malinn.cache import HEADER, MAGIC, decode_entry, encode_entry, read_entry, write_entry
 
 WARNING = "discarded a damaged program cache entry"
-# The thesis's Partial MNIST network at batch 100: gemm_tiled with a fused relu, gemm_tiled, bias, softmax.
+# The thesis's Partial MNIST network at batch 100: gemm_tiled with a fused relu, gemm_tiled with its bias,
+# softmax, and the re-layouts of the input and the output (the plan's programs, each built once).
 CHILD = r"""
 import json, os, sys
 import numpy as np
@@ -39,7 +40,8 @@ h = np.maximum(x.astype(np.float64) @ w[0] + w[1], 0) @ w[2] + w[3]
 want = np.exp(h - h.max(1, keepdims=True)); want /= want.sum(1, keepdims=True)
 counters = malinn.get_device().counters
 print(json.dumps({"error": float(np.abs(y - want).max()), "builds": counters["builds"],
-                  "hits": counters.get("binary_hits", 0)}))
+                  "hits": counters.get("binary_hits", 0),
+                  "programs": len(malinn.get_device().cache["kernel_programs"])}))
 """
 # A gemm_tiled configuration other than the CPU default, with the same tile sizes (so the same
 # layouts and source, only the options differ): its binary under the default's key computes garbage.
@@ -78,7 +80,7 @@ def filled(tmp_path_factory):
     """A cache filled by one run with the default configuration and one with :data:`OTHER`."""
     folder = tmp_path_factory.mktemp("filled-cache")
     first, _ = run_child(folder)
-    assert first["error"] <= 1e-5 and first["builds"] == 4 and first["hits"] == 0
+    assert first["error"] <= 1e-5 and first["builds"] == first["programs"] >= 4 and first["hits"] == 0
     default = dict(entries(folder))
     run_child(folder, OTHER)
     return folder, default
@@ -135,7 +137,7 @@ def test_a_damaged_entry_is_discarded_and_rebuilt_in_a_new_process(filled, tmp_p
     assert stderr.count(WARNING) == damaged, stderr
     assert len([line for line in stderr.splitlines() if WARNING in line]) == damaged
     again, stderr = run_child(folder)
-    assert again["error"] <= 1e-5 and again["builds"] == 0 and again["hits"] == 4, (again, stderr)
+    assert again["error"] <= 1e-5 and again["builds"] == 0 and again["hits"] == again["programs"], (again, stderr)
     assert WARNING not in stderr
 
 
@@ -199,7 +201,7 @@ def test_a_read_only_cache_is_used_and_never_written(filled, tmp_path):
         listing = sorted(p.name for p in (folder / "programs").iterdir())
     finally:
         undo()
-    assert result["error"] <= 1e-5 and result["hits"] == 3 and result["builds"] == 1
+    assert result["error"] <= 1e-5 and result["hits"] == result["programs"] - 1 and result["builds"] == 1
     assert stderr.count(WARNING) == 1 and stderr.count("cannot be written") == 1, stderr
     assert listing == sorted(p.name for p in (template / "programs").iterdir())
 

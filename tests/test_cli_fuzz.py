@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import malinn
+import malinn.device_selection
 from malinn.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -174,7 +175,7 @@ def _check(status, err, expected, files, out, before_in):
 
 @pytest.mark.parametrize("argv, status", [pytest.param(a, s, id=i) for i, a, s in CASES])
 def test_main_never_raises(argv, status, files, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(malinn.device, "_current", malinn.device._current)   # --device is undone after
+    monkeypatch.setattr(malinn.device_selection, "_current", malinn.device_selection._current)   # --device is undone after
     out = tmp_path / "out"
     out.mkdir()
     before_in = sorted(p.name for p in files.iterdir())
