@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from malinn import registry
+from malinn.registry import lookup
 from malinn.errors import ConversionError
 
 from .model_spec import KerasModel
@@ -86,7 +86,7 @@ def to_model(km: KerasModel):
                     built[-1][1].append(kl.name)
                 continue
             layer = _layer(kl, cfg, len(shape), km.keras_major, unsupported)
-            if layer is None:
+            if layer is None or unsupported:   # after an unsupported layer, shapes are unknown: only collect
                 continue
             layer.build(shape)
             if kl.weights:
@@ -107,7 +107,7 @@ def to_model(km: KerasModel):
             f"Supported activations: {', '.join(sorted(SUPPORTED_ACTIVATIONS))}.")
     if not built:
         raise ConversionError(f"{km.source}: the model has no layer that computes anything")
-    model = registry.lookup("model", "Sequential")(name=km.name or "sequential")
+    model = lookup("model", "Sequential")(name=km.name or "sequential")
     try:
         for layer, names in built:
             layer.keras_names = tuple(names)
@@ -121,7 +121,7 @@ def to_model(km: KerasModel):
 
 def _layer(kl, cfg, rank: int, keras_major: int, unsupported: list):
     """The malinn layer for one Keras layer (None, with a line in ``unsupported``, when there is none)."""
-    cls, layer_class = kl.class_name, (lambda name: registry.lookup("layer", name))
+    cls, layer_class = kl.class_name, (lambda name: lookup("layer", name))
     if cls in ("Dense", "Activation"):
         act = _map_activation(cfg.get("activation"), keras_major)
         if act is None:

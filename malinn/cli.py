@@ -21,8 +21,11 @@ import numpy as np
 
 from . import __version__
 from .array_files import read_input_array
-from .errors import MalinnError
+from .device_selection import devices, get_device, set_device
+from .errors import DeviceError, MalinnError
 from .files import check_destination, write_file
+from .saving import is_malinn_file, load_model, resolve_target, save_model
+from .tuner import cache_dir, tune
 
 
 class UsageError(MalinnError):
@@ -80,11 +83,10 @@ def _product_shape(text: str) -> tuple:
 
 # ------------------------------------------------------------------ helpers
 def _device(args):
-    import malinn
 
     if getattr(args, "device", None):
-        malinn.set_device(args.device)
-    return malinn.get_device()
+        set_device(args.device)
+    return get_device()
 
 
 def _is_stdout(path) -> bool:
@@ -107,14 +109,12 @@ def _save_npy(y):
 
 # ------------------------------------------------------------------ commands
 def cmd_devices(args) -> int:
-    import malinn
-    from .errors import DeviceError
 
-    found = malinn.devices()
+    found = devices()
     if not found:
         raise MalinnError("no working OpenCL device (install a driver, e.g. apt-get install pocl-opencl-icd)")
     try:
-        current = malinn.get_device()
+        current = get_device()
     except DeviceError:
         current = None
         setting = os.environ.get("MALINN_DEVICE", "")
@@ -126,14 +126,12 @@ def cmd_devices(args) -> int:
 
 
 def cmd_convert(args) -> int:
-    import malinn
-    from .saving import resolve_target, save_model
 
     check_destination(args.output, source=args.src, overwrite_source=args.force)
     if args.device or args.target is None:
         _device(args)    # the target comes from the device; an explicit --target needs none
     spec = resolve_target(args.target)
-    model = malinn.load_model(args.src)
+    model = load_model(args.src)
     path = save_model(model, args.output, target=args.target, overwrite=args.force)
     print(f"{args.src} -> {path}: {len(model.layers)} layers, {model.count_params()} parameters, "
           f"input {(None,) + tuple(model.input_shape)}, weights laid out for {spec.codename}",
@@ -142,7 +140,6 @@ def cmd_convert(args) -> int:
 
 
 def cmd_predict(args) -> int:
-    import malinn
 
     if args.output is not None:
         check_destination(args.output, source=args.model, overwrite_source=args.force)
@@ -150,7 +147,7 @@ def cmd_predict(args) -> int:
     elif sys.stdout is None:
         raise MalinnError("stdout is closed: give the output file with -o")
     device = _device(args)
-    model = malinn.load_model(args.model)
+    model = load_model(args.model)
     x = read_input_array(args.input, key=args.key, sample_shape=model.input_shape)
     y = model.predict(x, batch_size=args.batch_size)
     if args.output is not None:
@@ -179,8 +176,6 @@ def _print_table(y) -> None:
 
 
 def cmd_verify(args) -> int:
-    import malinn
-    from .saving import is_malinn_file
 
     if Path(args.model).is_file() and is_malinn_file(args.model):
         raise MalinnError(f"{args.model} is a malinn model file; verify runs the model in Keras and needs the "
@@ -188,7 +183,7 @@ def cmd_verify(args) -> int:
     if args.key and not args.input:
         raise UsageError("verify: --key chooses an array of the --input file; give --input too")
     device = _device(args)
-    model = malinn.load_model(args.model)
+    model = load_model(args.model)
     if args.input:
         x = read_input_array(args.input, key=args.key, sample_shape=model.input_shape)
     else:
@@ -219,7 +214,8 @@ def cmd_verify(args) -> int:
         if key not in reference:
             print(f"{name:<{left}} {label:<{right}} {'(not compared)':>21}")
             continue
-        ref = reference[key].reshape(out.shape[0], -1)
+        ref = np.asarray(reference[key], dtype=np.float32).reshape(out.shape[0], -1)
+        out = out.reshape(out.shape[0], -1)
         abs_err = float(np.nanmax(np.abs(out - ref))) if out.size else 0.0
         rel = abs_err / max(1.0, float(np.nanmax(np.abs(ref))) if ref.size else 1.0)
         worst = max(worst, rel)
@@ -254,8 +250,6 @@ def _keras_reference_command(model: str, x_path: str, out_path: str, names) -> l
 
 
 def cmd_tune(args) -> int:
-    import malinn
-    from .tuner import cache_dir, tune
 
     _check_cache_dir(cache_dir())
     device = _device(args)
@@ -267,7 +261,7 @@ def cmd_tune(args) -> int:
                 raise MalinnError(f"--shape {m}x{k}x{n}: a matrix of {largest / 2**20:.0f} MiB exceeds "
                                   f"{device.name}'s largest allocation ({device.max_allocation // 2**20} MiB)")
     elif args.model:
-        model = malinn.load_model(args.model)
+        model = load_model(args.model)
         shapes = [shape for batch in (args.batch, 1) for shape in model.matmul_shapes(batch, device)]
         if not shapes:
             raise MalinnError(f"{args.model} has no Dense layer to tune for")

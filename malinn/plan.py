@@ -675,11 +675,10 @@ class Plan:
                 if n < self.batch:
                     staging[:n] = array
                     array = staging
-                device.upload(buffer, array, blocking=False, what="the input")
-            for launch in self.launches:
-                launch()
+                device.upload(buffer, array, blocking=False, what="the input", mapped=False)
+            device.launch_all(self.launches)
             for (buffer, _), result in zip(outs, results):
-                device.download(buffer, result, blocking=True, what="the output")
+                device.download(buffer, result, blocking=True, what="the output", mapped=False)
         return results
 
     # ---------------------------------------------------------------- reports

@@ -18,7 +18,8 @@ def main(argv):
     keras = _keras_for(model_path)
     model = keras.models.load_model(model_path, compile=False)
     x = np.load(x_path)
-    outputs = {"output": np.asarray(model(x, training=False))}
+    # float32 whatever Keras computed in (a bfloat16 model's outputs would be saved as raw 2-byte items)
+    outputs = {"output": np.asarray(model(x, training=False)).astype(np.float32)}
     wanted = []
     for name in names:
         try:
@@ -30,7 +31,7 @@ def main(argv):
         values = probe(x, training=False)
         values = values if isinstance(values, (list, tuple)) else [values]
         for (name, _), value in zip(wanted, values):
-            outputs[f"layer:{name}"] = np.asarray(value)
+            outputs[f"layer:{name}"] = np.asarray(value).astype(np.float32)
     np.savez(out_path, **outputs)
     return 0
 

@@ -107,12 +107,17 @@ class Device:
         """A read-write device buffer of ``nbytes`` (DeviceError on failure, naming ``what``)."""
         raise NotImplementedError
 
-    def upload(self, buffer, array, blocking: bool = True, what: str = "data") -> None:
-        """Copies the C-contiguous ``array`` into the start of ``buffer``."""
+    def upload(self, buffer, array, blocking: bool = True, what: str = "data", mapped: bool | None = None) -> None:
+        """Copies the C-contiguous ``array`` into the start of ``buffer``.
+
+        ``mapped``: write through a mapping of the buffer (``None``: where the device shares memory
+        with the host and the call blocks); a plan's per-call uploads use plain copies, which cost
+        the driver less per call.
+        """
         raise NotImplementedError
 
-    def download(self, buffer, out, blocking: bool = True, what: str = "data") -> None:
-        """Copies the start of ``buffer`` into the C-contiguous host array ``out``."""
+    def download(self, buffer, out, blocking: bool = True, what: str = "data", mapped: bool | None = None) -> None:
+        """Copies the start of ``buffer`` into the C-contiguous host array ``out`` (``mapped`` as for upload)."""
         raise NotImplementedError
 
     def fill_zero(self, buffer, nbytes: int, what: str = "buffer") -> None:
@@ -145,20 +150,25 @@ class Device:
         """A :class:`BoundLaunch` of ``function`` with ``args`` set once."""
         raise NotImplementedError
 
+    def launch_all(self, launches: list) -> None:
+        """Enqueues ``launches`` (a list of :class:`BoundLaunch`) in order, as a plan runs them."""
+        raise NotImplementedError
+
 
 class BoundLaunch:
     """A kernel with its arguments set, enqueued by calling it (returns the backend's event).
 
     Attributes:
         function: the kernel function's name; global_size, local_size: its range.
-        enqueue: the zero-argument callable that enqueues the launch (what a plan keeps).
+        handle: the backend's kernel object, arguments set (what :meth:`Device.launch_all` enqueues).
+        enqueue: a zero-argument callable that enqueues this one launch and returns its event.
     """
 
-    __slots__ = ("function", "global_size", "local_size", "enqueue", "what")
+    __slots__ = ("function", "global_size", "local_size", "handle", "enqueue", "what")
 
-    def __init__(self, function, global_size, local_size, enqueue, what=""):
+    def __init__(self, function, global_size, local_size, handle, enqueue, what=""):
         self.function, self.global_size, self.local_size = function, global_size, local_size
-        self.enqueue, self.what = enqueue, what
+        self.handle, self.enqueue, self.what = handle, enqueue, what
 
     def __call__(self):
         return self.enqueue()

@@ -87,10 +87,10 @@ class OpenCLDevice(Device):
             raise DeviceError(f"{what}: allocating {nbytes / 2**20:.1f} MiB on {self.name} failed "
                               f"({status_name(exc)})") from exc
 
-    def upload(self, buffer, array, blocking: bool = True, what: str = "data") -> None:
+    def upload(self, buffer, array, blocking: bool = True, what: str = "data", mapped: bool | None = None) -> None:
         cl = _cl()
         try:
-            if blocking and zero_copy_enabled(self):
+            if blocking and (zero_copy_enabled(self) if mapped is None else mapped):
                 mapped, _ = cl.enqueue_map_buffer(self.queue, buffer, cl.map_flags.WRITE_INVALIDATE_REGION,
                                                   0, (array.size,), array.dtype, is_blocking=True)
                 mapped[...] = array.reshape(-1)
@@ -103,10 +103,10 @@ class OpenCLDevice(Device):
                               f"({status_name(exc)})") from exc
         self.counters["uploads"] += 1
 
-    def download(self, buffer, out, blocking: bool = True, what: str = "data") -> None:
+    def download(self, buffer, out, blocking: bool = True, what: str = "data", mapped: bool | None = None) -> None:
         cl = _cl()
         try:
-            if blocking and zero_copy_enabled(self):
+            if blocking and (zero_copy_enabled(self) if mapped is None else mapped):
                 mapped, _ = cl.enqueue_map_buffer(self.queue, buffer, cl.map_flags.READ, 0, (out.size,),
                                                   out.dtype, is_blocking=True)
                 try:
@@ -232,19 +232,31 @@ class OpenCLDevice(Device):
         except cl.Error as exc:
             raise DeviceError(f"{what + ': ' if what else ''}setting the arguments of kernel {function} on "
                               f"{self.name} failed ({status_name(exc)})") from exc
-        queue, enqueue, counters = self.queue, cl.enqueue_nd_range_kernel, self.counters
+        bound = BoundLaunch(function, global_size, local_size, kernel, None, what)
+        bound.enqueue = lambda: self._enqueue_one(bound)
+        return bound
 
-        def launch():
+    def _enqueue_one(self, launch: BoundLaunch):
+        try:
+            event = _cl().enqueue_nd_range_kernel(self.queue, launch.handle, launch.global_size, launch.local_size)
+        except _cl().Error as exc:
+            raise self._launch_error(launch, exc) from exc
+        self.counters["launches"] += 1
+        return event
+
+    def launch_all(self, launches: list) -> None:
+        cl = _cl()
+        enqueue, queue = cl.enqueue_nd_range_kernel, self.queue
+        for launch in launches:
             try:
-                event = enqueue(queue, kernel, global_size, local_size)
+                enqueue(queue, launch.handle, launch.global_size, launch.local_size)
             except cl.Error as exc:
-                raise DeviceError(f"{what + ': ' if what else ''}kernel {function} failed on {self.name} "
-                                  f"({status_name(exc)}); global {global_size}, local {local_size}") from exc
-            counters["launches"] += 1
-            return event
+                raise self._launch_error(launch, exc) from exc
+        self.counters["launches"] += len(launches)
 
-        launch.kernel = kernel   # keeps the kernel (and its argument buffers) alive with the launch
-        return BoundLaunch(function, global_size, local_size, launch, what)
+    def _launch_error(self, launch: BoundLaunch, exc) -> DeviceError:
+        return DeviceError(f"{launch.what + ': ' if launch.what else ''}kernel {launch.function} failed on "
+                           f"{self.name} ({status_name(exc)}); global {launch.global_size}, local {launch.local_size}")
 
 
 def opencl_index_macro(layout: Layout, name: str) -> str:

@@ -1,0 +1,113 @@
+"""malinn's predict beside the driver's floor: what malinn's own Python costs on top of the launches.
+
+For each network of Rovder's Table 10.5 (Partial MNIST 640-150-10, Partial CIFAR 256-128-10, Full
+MNIST 784-2500-2000-10, Full CIFAR 3072-4096-3072-10; ReLU between layers) at batch 1 and --batch,
+in one run on one device:
+
+* ``floor``: plain pyopencl doing exactly the device work of malinn's compiled plan: one
+  non-blocking upload of the input into the plan's input buffer, the plan's N kernels (the same
+  kernel objects, arguments and ranges) enqueued with ``pyopencl.enqueue_nd_range_kernel``, one
+  blocking download of the output;
+* ``empty``: the same upload, N launches of an empty kernel and the download (the driver alone);
+* ``malinn``: ``model.predict(x)`` (input checks, plan look-up, the same work, the output array).
+
+The ratio malinn / floor is malinn's overhead (1.0 = none). Medians of --repeat runs after a warm-up.
+
+Run:  python3 benchmarks/overhead.py [--device D] [--batch 100] [--repeat 200] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyopencl as cl
+
+import malinn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from models import MODELS, build  # noqa: E402
+
+
+def median_time(fn, repeat: int, warmup: int = 5) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def floor_runner(plan, x, empty: bool = False):
+    """Plain pyopencl doing the plan's device work (``empty``: empty kernels instead of the plan's)."""
+    device = plan.device
+    queue = device.queue
+    (in_buffer, _), = plan._io[0]
+    (out_buffer, out_shape), = plan._io[1]
+    out = np.empty((x.shape[0],) + tuple(out_shape[1:]), np.float32)
+    if empty:
+        program = cl.Program(device.context, "__kernel void nothing(__global float *x) { }").build()
+        kernel = cl.Kernel(program, "nothing")
+        kernel.set_args(in_buffer)
+        launches = [(kernel, (1,), None)] * len(plan.launches)
+    else:
+        launches = [(launch.handle, launch.global_size, launch.local_size) for launch in plan.launches]
+
+    def run():
+        cl.enqueue_copy(queue, in_buffer, x, is_blocking=False)
+        for kernel, global_size, local_size in launches:
+            cl.enqueue_nd_range_kernel(queue, kernel, global_size, local_size)
+        cl.enqueue_copy(queue, out, out_buffer, is_blocking=True)
+        return out
+    return run
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", help="gpu, cpu, P:D or part of a device name (default: malinn's default device)")
+    parser.add_argument("--batch", type=int, default=100,
+                        help="samples per predict besides batch 1 (default: 100, the thesis's)")
+    parser.add_argument("--repeat", type=int, default=200, help="timed runs of each; the median counts (default: 200)")
+    parser.add_argument("--models", nargs="+", default=list(MODELS), metavar="NAME", choices=list(MODELS),
+                        help="networks to time, among " + ", ".join(repr(m) for m in MODELS) + " (default: all)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results, as JSON, to PATH")
+    args = parser.parse_args(argv)
+    device = malinn.set_device(args.device) if args.device else malinn.get_device()
+    print(f"device: {device}")
+    print("ms per predict (host to host); overhead = malinn / floor")
+    rows = []
+    for name in args.models:
+        model = build(MODELS[name])
+        for batch in (1, args.batch):
+            x = np.random.default_rng(1).random((batch, MODELS[name][0]), dtype=np.float32)
+            want = model.predict(x)
+            plan = model.plan(batch, device)
+            if plan.batch != batch:
+                raise SystemExit(f"{name}: batch {batch} is planned as {plan.batch}; time a bucket size")
+            floor = floor_runner(plan, x)
+            np.testing.assert_array_equal(floor(), want)      # the floor does exactly malinn's work
+            row = {"model": name, "batch": batch, "launches": len(plan.launches),
+                   "kernels": [step["kernel"] + ("+" + "+".join(step["fused"]) if step["fused"] else "")
+                               for step in plan.describe()],
+                   "floor": median_time(floor, args.repeat),
+                   "empty": median_time(floor_runner(plan, x, empty=True), args.repeat),
+                   "malinn": median_time(lambda: model.predict(x), args.repeat)}
+            row["overhead"] = row["malinn"] / row["floor"]
+            rows.append(row)
+            print(f"{name:<14} batch {batch:>4}: {row['launches']} launches  malinn {row['malinn'] * 1e3:8.4f}  "
+                  f"floor {row['floor'] * 1e3:8.4f}  empty kernels {row['empty'] * 1e3:8.4f}  "
+                  f"overhead {row['overhead']:.2f}x", flush=True)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"device": device.describe(), "driver": device.driver_version,
+                                               "rows": rows, "command": " ".join(sys.argv)}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
