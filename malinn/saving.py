@@ -141,7 +141,7 @@ def _read_malinn(path):
                                   f"(this one reads up to {FORMAT_VERSION})")
         config = json.loads(f.attrs["config"])
         source = json.loads(f.attrs.get("source", "null"))
-        json.dumps([config, source]).encode("utf-8")   # text that is not UTF-8 (a damaged file) fails here
+        json.dumps([config, source], ensure_ascii=False).encode("utf-8")   # text that is not UTF-8: damaged
         try:
             model_class = registry.lookup("model", config.get("class_name", "Sequential"))
             layers = [registry.lookup("layer", entry["class_name"]) for entry in config["layers"]]
