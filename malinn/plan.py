@@ -259,6 +259,10 @@ class PlanBuilder:
             raise ValueError(f"{what}: cannot reshape {format_shape(x.shape)} to {format_shape(shape)}")
         if shape == x.shape:
             return x
+        if x in self.inputs and not x.consumers:   # the input is uploaded in Keras's order: a view is free
+            x.shape = shape
+            x.storage.rows, x.storage.cols = matrix_view(shape)
+            return x
         spec = choose("reshape", self.device)
         return self._record("reshape", spec, shape, {"a": x}, what)
 
@@ -401,11 +405,18 @@ class PlanBuilder:
                 elif alias:
                     aliases.append((step, slot, layout))   # R and C are one memory while there is one column
             if step.out.storage.layout is None:
-                layout = self._wanted(step, "r")[0]
+                layout = self._wanted(step, "r")[0] or self._readers_layout(step.out)
                 step.out.storage.layout = layout if layout is not None else step.inputs["b" if "b" in step.inputs else "a"].storage.layout
             steps.append(step)
         self.steps = steps
         return aliases
+
+    def _readers_layout(self, value: Value):
+        """The one layout every reader of ``value`` that asks for one wants (a result in any layout
+        is then written in it, saving a re-layout), or None."""
+        wanted = {str(self._wanted(reader, slot)[0]) for reader in value.consumers
+                  for slot, x in reader.inputs.items() if x is value and self._wanted(reader, slot)[0] is not None}
+        return parse_layout(wanted.pop()) if len(wanted) == 1 else None
 
     def _unalias(self, aliases) -> None:
         """Readers that took a plain R buffer for C (or the reverse) get a re-layout step where the
@@ -604,7 +615,8 @@ class Plan:
                 self.launches.append(launch)
         # an input of fewer samples than the plan's batch goes through a zero-padded staging array,
         # so the buffer is written whole (its padded samples are zeros, not an earlier call's data)
-        self._io = [(v.storage.buffer, np.zeros(v.shape, np.float32)) for v in self.inputs], [
+        self._io = [(v.storage.buffer, np.zeros((v.shape[0], math.prod(v.shape[1:])), np.float32))
+                    for v in self.inputs], [
             (v.storage.buffer, v.shape) for v in self.outputs]
         return self
 
@@ -673,7 +685,7 @@ class Plan:
         with device.lock:
             for (buffer, staging), array in zip(ins, arrays):
                 if n < self.batch:
-                    staging[:n] = array
+                    staging[:n] = array.reshape(n, -1)
                     array = staging
                 device.upload(buffer, array, blocking=False, what="the input", mapped=False)
             device.launch_all(self.launches)
