@@ -17,7 +17,7 @@ import numpy as np
 
 from .device import Device, _cl, cl_status_name, get_device
 from .errors import DeviceError, LibraryError
-from .kernel_library import KernelSpec, load_library
+from .kernel_library import EPILOGUE_DEFINES, KernelSpec, load_library
 from .matrix import DeviceMatrix, _count, allocate
 
 __all__ = ["use", "kernel_for", "matmul", "matmul_plan", "bias_add", "affine", "activation", "relayout",
@@ -48,26 +48,54 @@ def use(op: str, codename: str, device: Device | None = None, config: dict | Non
         _settings.setdefault(device.key, {})[op] = (codename, dict(config or {}))
 
 
-def kernel_for(op: str, device: Device | None = None, shape: tuple | None = None) -> KernelSpec:
+def kernel_for(op: str, device: Device | None = None, shape: tuple | None = None,
+               activation: str | None = None) -> KernelSpec:
     """The kernel ``op`` uses on ``device``.
 
     The choice is the one set with :func:`use`, else the tuner's winner for this device (see
     ``malinn tune``), else the library default for the device's kind. For a matmul of ``shape``
-    ``(m, k, n)`` whose preconditions the choice does not meet (a small batch, say), the library's
-    ``matmul_fallback`` for the device's kind is used instead.
+    ``(m, k, n)`` whose preconditions the choice does not meet (a small batch, say), the first of
+    the library's ``matmul_fallback`` kernels for the device's kind whose preconditions hold is
+    used instead (the last one listed, if none). A matmul followed by ``activation="softmax"``
+    that the choice cannot fuse, unless :func:`use` set the choice, takes the library's
+    ``matmul_softmax`` kernel where it reads and writes the same layouts and holds the shape's
+    columns (in the first of its configurations that does).
     """
     device = device or get_device()
     library = load_library()
     with _settings_lock:
         chosen = _settings.get(device.key, {}).get(op)
+    used = chosen is not None
     if chosen is None and op == "matmul":
         from .tuner import tuned_choice
 
         chosen = tuned_choice(device)
     spec = library[chosen[0]].configure(chosen[1]) if chosen else library.default_spec(op, device.kind)
     if shape is not None and op == "matmul" and not spec.accepts(*shape, device=device):
-        spec = library.default_spec("matmul_fallback", device.kind)
+        fallbacks = library.default_specs("matmul_fallback", device.kind)
+        spec = next((f for f in fallbacks if f.accepts(*shape, device=device)), fallbacks[-1])
+    if activation == "softmax" and shape is not None and op == "matmul" and not used \
+            and _holding_columns(spec, shape, device) is None:
+        for candidate in library.default_specs("matmul_softmax", device.kind):
+            same_layouts = all(candidate.matrices[x].layout == spec.matrices[x].layout for x in "br")
+            holding = _holding_columns(candidate, shape, device) if same_layouts else None
+            if holding is not None:
+                return holding
     return spec
+
+
+def _holding_columns(spec: KernelSpec, shape: tuple, device: Device | None = None) -> KernelSpec | None:
+    """``spec`` in the first of its configurations that can fuse a softmax for a product of
+    ``shape`` (its preconditions hold: a work-group holds whole columns), or ``None``."""
+    if "softmax" not in spec.epilogue:
+        return None
+    if spec.accepts(*shape, device=device):
+        return spec
+    for config in spec.configurations(device):
+        configured = spec.configure(config)
+        if configured.accepts(*shape, device=device):
+            return configured
+    return None
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -75,12 +103,16 @@ def _round_up(value: int, multiple: int) -> int:
 
 
 def matmul_plan(spec: KernelSpec, m: int, k: int, n: int) -> dict:
-    """Padded shapes of ``a`` (m x k), ``b`` (k x n) and ``r`` (m x n) for kernel ``spec``."""
+    """Padded shapes of ``a`` (m x k), ``b`` (k x n) and ``r`` (m x n) for kernel ``spec``.
+
+    ``a`` has as many rows as ``r`` (kernels index A with its own padded shape, and A may have
+    more), or only its own alignment's where the kernel reads A's logical rows only
+    (``logicalRows``)."""
     a, b, r = spec.matrices["a"], spec.matrices["b"], spec.matrices["r"]
     mp = _round_up(m, math.lcm(a.row_multiple, r.row_multiple, spec.scale[0]))
     kp = _round_up(k, math.lcm(a.col_multiple, b.row_multiple))
     np_ = _round_up(n, math.lcm(b.col_multiple, r.col_multiple, spec.scale[1]))
-    return {"a": (mp, kp), "b": (kp, np_), "r": (mp, np_)}
+    return {"a": (_round_up(m, a.row_multiple) if a.logical_rows else mp, kp), "b": (kp, np_), "r": (mp, np_)}
 
 
 def launch(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | None = None,
@@ -92,7 +124,7 @@ def launch(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | Non
         device: where to run it.
         matrices: argument name -> :class:`DeviceMatrix`, already in the declared layouts.
         vectors: argument name -> device buffer (e.g. ``bias``).
-        common: the padded common dimension ``l`` of a matmul.
+        common: the padded common dimension ``l`` of a matmul (``b``'s padded rows).
         what: who asked (a layer name), for error messages.
         params: values of the kernel's float parameters (the ``p`` letters), by name.
 
@@ -108,7 +140,8 @@ def launch(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | Non
     a = matrices.get("a")
     values = {"l": common, "h": r.padded[0], "w": r.padded[1], "m": r.shape[0], "n": r.shape[1],
               "H": a.padded[0] if a is not None else 0, "W": a.padded[1] if a is not None else 0}
-    global_size = tuple(values[c] // spec.scale[0 if c in "hmH" else 1] for c in spec.ndrange)
+    axes = [0 if c in "hmH" else 1 for c in spec.ndrange]
+    global_size = tuple(values[c] // spec.scale[i] * spec.split[i] for c, i in zip(spec.ndrange, axes))
     if 0 in global_size:
         return None
     local_size = _local_size(spec.workgroup, global_size, device)
@@ -201,20 +234,26 @@ def _local_size(preferred, global_size, device: Device):
 
 
 def matmul(a: DeviceMatrix, b: DeviceMatrix, spec: KernelSpec | None = None, device: Device | None = None,
-           what: str = "matmul", bias=None, activation: str = "linear", params: dict | None = None) -> DeviceMatrix:
-    """``R = activation(A x B + bias)`` on the device, in one launch when the kernel can fuse.
+           what: str = "matmul", bias=None, activation: str = "linear", params: dict | None = None,
+           affine: tuple | None = None) -> DeviceMatrix:
+    """``R = affine(activation(A x B + bias))`` on the device, in one launch when the kernel can fuse.
 
     Args:
-        a: the left operand (m x k), e.g. a Dense layer's ``W = kernel^T``.
+        a: the left operand (m x k), e.g. a Dense layer's ``W = kernel^T``. Already on the device
+            in the kernel's layout it is used as it is, also when padded more than the kernel
+            needs (one weight buffer serves several kernels); otherwise it is re-laid out.
         b: the right operand (k x n), e.g. the layer's input ``x^T``.
         spec: the kernel (default: the device's choice for this shape); operands that are not in
             its layouts are re-laid out first.
         device: where to run (default: ``b``'s device, else the current one).
         what: who asked, for error messages.
         bias: a device vector of ``m`` values added to every column, or ``None``.
-        activation: applied after the bias; fused into the kernel's final write when the kernel
-            has an epilogue and the activation is element-wise, else run as its own kernels.
+        activation: applied after the bias. Fused into the kernel's final write when its epilogue
+            can (element-wise activations; ``softmax`` where a work-group holds whole columns, in
+            the first configuration of the kernel that does), else run as its own kernels.
         params: the activation's parameters.
+        affine: ``(scale, shift)``, device vectors of ``m`` values: ``R = R * scale + shift`` per
+            row after the activation (a BatchNormalization after an activated Dense), or ``None``.
 
     Returns:
         ``R`` (m x n) in the kernel's result layout, on the device.
@@ -226,35 +265,83 @@ def matmul(a: DeviceMatrix, b: DeviceMatrix, spec: KernelSpec | None = None, dev
     (m, k), (k2, n) = a.shape, b.shape
     if k != k2:
         raise ValueError(f"{what}: cannot multiply {a.shape} by {b.shape}: inner dimensions {k} and {k2} differ")
-    spec = spec or kernel_for("matmul", device, (m, k, n))
-    fused = fusable(spec, activation)
-    if fused:
+    spec = spec or kernel_for("matmul", device, (m, k, n), activation=activation)
+    spec, fused = _with_epilogue(spec, (m, k, n), device, bias is not None, activation, affine is not None)
+    if "activation" in fused:   # the p arguments take the activation's names and defaults
         act = load_library().activation_kernel(activation)
-        spec = spec.configure({"BIAS": int(bias is not None),
-                               "ACTIVATION": dict(act.defines)["ACTIVATION"] if act else "act_linear"})
-        if act is not None and act.params:   # the p arguments take the activation's names and defaults
+        if act.params:
             spec = dataclasses.replace(spec, params=act.params)
     plan = matmul_plan(spec, m, k, n)
-    a = a.in_layout(device, spec.matrices["a"].layout, plan["a"])
+    a = _left_operand(a, device, spec.matrices["a"], plan["a"])
     b = b.in_layout(device, spec.matrices["b"].layout, plan["b"])
     r = DeviceMatrix.empty(device, (m, n), spec.matrices["r"].layout, plan["r"], what=f"{what} result")
-    launch(spec, device, {"a": a, "b": b, "r": r}, {"bias": bias} if fused and bias is not None else None,
-           common=plan["a"][1], what=what, params=params if fused else None)
-    if not fused:
-        if bias is not None:
-            bias_add(r, bias, what=what)
+    vectors = {}
+    if "bias" in fused:
+        vectors["bias"] = bias
+    if "affine" in fused:
+        vectors["scale"], vectors["shift"] = affine
+    launch(spec, device, {"a": a, "b": b, "r": r}, vectors, common=b.padded[0], what=what,
+           params=params if "activation" in fused else None)
+    if bias is not None and "bias" not in fused:
+        bias_add(r, bias, what=what)
+    if not {"activation", "softmax"} & set(fused):
         activation_op(r, activation, what=what, **(params or {}))
+    if affine is not None and "affine" not in fused:
+        affine_op(r, *affine, what=what)
     return r
 
 
-def fusable(spec: KernelSpec, activation: str) -> bool:
-    """Whether ``spec`` can add the bias and apply ``activation`` in its final write."""
-    if not spec.epilogue:
+def _left_operand(a: DeviceMatrix, device: Device, restriction, need) -> DeviceMatrix:
+    """``a`` as the kernel reads it: as it is when it lies on ``device`` in the kernel's layout,
+    padded at least to ``need`` with the kernel's alignments (kernels index A with its own padded
+    shape), else re-laid out (or uploaded) to exactly ``need``."""
+    layout = restriction.layout
+    if (a.buffer is not None and a.device is device and a.layout == layout
+            and a.padded[0] >= need[0] and a.padded[1] >= need[1]
+            and a.padded[0] % restriction.row_multiple == 0 and a.padded[1] % restriction.col_multiple == 0):
+        return a
+    return a.in_layout(device, layout, need)
+
+
+def _with_epilogue(spec: KernelSpec, shape: tuple, device: Device, bias: bool, activation: str | None,
+                   affine: bool) -> tuple[KernelSpec, tuple]:
+    """``spec`` configured to fuse the longest prefix of bias, activation, affine (in that order)
+    that its epilogue can, and the names of the fused steps (``softmax`` for a fused softmax)."""
+    steps = (["bias"] if bias else []) + ([] if activation in (None, "linear") else
+                                         ["softmax" if activation == "softmax" else "activation"]) \
+        + (["affine"] if affine else [])
+    fused, defines = [], {}
+    for step in steps:
+        if step == "softmax":
+            holding = _holding_columns(spec, shape, device)
+            if holding is None:
+                break
+            spec = holding
+        elif step not in spec.epilogue or (step == "activation" and _elementwise(activation) is None):
+            break
+        fused.append(step)
+        defines[EPILOGUE_DEFINES[step]] = (dict(_elementwise(activation).defines)["ACTIVATION"]
+                                           if step == "activation" else 1)
+    return (spec.configure(defines) if defines else spec), tuple(fused)
+
+
+def _elementwise(activation: str):
+    """The element-wise activation kernel of ``activation`` (whose formula an epilogue can apply),
+    or ``None`` (softmax needs a whole column; an unknown name has no kernel)."""
+    act = load_library().activation_kernel(activation)
+    return act if act is not None and act.source == "activation.cl" else None
+
+
+def fusable(spec: KernelSpec, activation: str, shape: tuple | None = None) -> bool:
+    """Whether ``spec`` can add the bias and apply ``activation`` in its final write (for
+    ``softmax``: for a product of ``shape``, in one of its configurations)."""
+    if "bias" not in spec.epilogue:
         return False
     if activation in (None, "linear"):
         return True
-    act = load_library().activation_kernel(activation)
-    return act is not None and act.source == "activation.cl"   # element-wise (softmax needs a whole column)
+    if activation == "softmax":
+        return shape is not None and _holding_columns(spec, shape) is not None
+    return "activation" in spec.epilogue and _elementwise(activation) is not None
 
 
 def upload_vector(device: Device, values, what: str = "vector"):
@@ -309,6 +396,7 @@ def activation(r: DeviceMatrix, name: str, what: str = "activation", **params) -
 
 
 activation_op = activation
+affine_op = affine
 
 
 def relayout(m: DeviceMatrix, layout, padded, spec: KernelSpec | None = None) -> DeviceMatrix:

@@ -5,9 +5,10 @@ tests/oclgrind_driver.py CASES.json``).
 Each case is a JSON object:
 
 * ``{"op": "matmul", "codename": C, "shape": [m, k, n], "config": {...} | null, "bias": bool,
-  "activation": name | null}``: ``R = activation(A x B + bias)`` with kernel ``C`` (``config``:
-  the defines of one tuned configuration, see ``tuning_configurations`` in tests/test_oclgrind.py;
-  bias and activation are fused into kernels with an epilogue, else run as their own kernels);
+  "activation": name | null, "params": {...}, "affine": bool}``: ``R = activation(A x B + bias)``,
+  then ``R * scale + shift`` per row, with kernel ``C`` (``config``: the defines of one tuned
+  configuration, see ``tuning_configurations`` in tests/test_oclgrind.py; what the kernel's
+  epilogue can fuse is fused, the rest runs as its own kernels);
 * ``{"op": "bias" | "affine", "layout": L, "shape": [rows, cols]}``;
 * ``{"op": "activation", "name": A, "layout": L, "shape": [rows, cols], "params": {...}}``;
 * ``{"op": "relayout", "src": L1, "dst": L2, "shape": [rows, cols]}``;
@@ -111,7 +112,12 @@ def run_case(case, device, library, rng):
             want = want + bias[:, None]
         if case.get("activation"):
             extra["activation"] = case["activation"]
-            want = ref_activation(case["activation"], want, axis=0)
+            extra["params"] = case.get("params") or {}
+            want = ref_activation(case["activation"], want, axis=0, **extra["params"])
+        if case.get("affine"):
+            scale, shift = rng.standard_normal((2, m)).astype(np.float32)
+            extra["affine"] = (ops.upload_vector(device, scale), ops.upload_vector(device, shift))
+            want = want * scale[:, None] + shift[:, None]
         r = ops.matmul(DeviceMatrix.from_host(a), DeviceMatrix.from_host(b), spec, device, **extra)
         result = _error(r.numpy(), want)
         result["kernel"] = spec.codename

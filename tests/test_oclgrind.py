@@ -2,8 +2,10 @@
 
 Oclgrind (Debian's ``oclgrind``) simulates an OpenCL device and reports out-of-bounds accesses,
 data races, uses of uninitialised values and API misuse on stderr. The cases (odd shapes for
-every matmul kernel and each of its tuned configurations; bias, scale-and-shift, every activation,
-softmax and re-layout on odd shapes in several layouts; whole models) run in a few
+every matmul kernel and each of its tuned configurations; each matmul's fused epilogue: bias, a
+four-parameter activation and the affine step; the fused softmax in every configuration of a
+kernel that has one; bias, scale-and-shift, every activation, softmax and re-layout on odd shapes
+in several layouts; whole models) run in a few
 ``oclgrind --check-api --data-races --uninitialized python3 tests/oclgrind_driver.py`` processes
 (in parallel, one per core, at most two by default); each case is then asserted to have left
 nothing on stderr and to match numpy.
@@ -57,6 +59,7 @@ LAYOUTS = ["R", "C", "C_4_2_C", "C_4_4_C", "R_2_4_R", "R_16_16_C_4_4_R", "C_8_4_
 ELEMENT_SHAPES = [(1, 1), (3, 5), (13, 7), (33, 17)]
 PARAMS = {"elu": {"alpha": 0.3}, "leaky_relu": {"negative_slope": 0.01},
           "relu_general": {"negative_slope": 0.1, "max_value": 2.5, "threshold": 0.5, "has_max_value": 1.0}}
+EPILOGUE_PARAMS = PARAMS["relu_general"]
 TOLERANCE = 1e-5
 SPLIT_KERNEL = "blocked_rmrm" if "blocked_rmrm" in LIB else MATMULS[0]
 MODE = os.environ.get("MALINN_OCLGRIND_CONFIGS", "auto")
@@ -83,11 +86,13 @@ def tuning_configurations(spec) -> list[dict]:
         return []
     configs = [dict(c) for c in spec.configurations()] if (
         getattr(spec, "candidates", ()) or getattr(spec, "tuning", ())) else []
-    # and the configurations the library's defaults name per device kind (the runtime uses them)
-    for kind in ("gpu", "cpu", "accelerator"):
-        if hasattr(LIB, "default_spec") and LIB.default("matmul", kind) == spec.codename:
-            named = dict(LIB.default_spec("matmul", kind).defines)
-            if named != dict(spec.defines) and _as_defines(named) not in [_as_defines(c) for c in configs]:
+    # and the configurations the library's defaults name per device kind (the runtime uses them:
+    # the choice, the fallbacks of small batches, the kernel that fuses softmax)
+    for kind, table in itertools.product(("gpu", "cpu", "accelerator"), ("matmul", "matmul_fallback", "matmul_softmax")):
+        for default in LIB.default_specs(table, kind):
+            named = dict(default.defines)
+            if default.codename == spec.codename and named != dict(spec.defines) \
+                    and _as_defines(named) not in [_as_defines(c) for c in configs]:
                 configs = (configs or [dict(spec.defines)]) + [named]
     return configs
 
@@ -168,12 +173,19 @@ def matmul_cases() -> list[dict]:
                 cases.append({"op": "matmul", "codename": codename, "config": config, "shape": list(shape),
                               "kernels": [codename], "cost": _mac(configured, shape) * (
                                   1 + math.prod(configured.workgroup or (1,)) / 256) ** 1.5})
-        if getattr(spec, "epilogue", False):   # the fused bias + activation path, default configuration
-            for shape, activation in itertools.product([(3, 5, 7), (33, 17, 65)],
-                                                       ["relu", "sigmoid", "elu", "gelu", "softmax", None]):
-                cases.append({"op": "matmul", "codename": codename, "config": None, "shape": list(shape),
-                              "bias": True, "activation": activation, "kernels": [codename],
-                              "cost": _mac(spec, shape) * 2})
+        # the fused epilogue, default configuration: every vector it reads (bias, scale, shift) and
+        # all four float parameters (the formulas are test_ops.py's; memory is what is checked here)
+        for shape in [(3, 5, 7), (33, 17, 65)]:
+            cases.append({"op": "matmul", "codename": codename, "config": None, "shape": list(shape),
+                          "bias": True, "activation": "relu_general", "params": EPILOGUE_PARAMS, "affine": True,
+                          "kernels": [codename], "cost": _mac(spec, shape) * 2})
+        if "softmax" in spec.epilogue:   # whole columns per work-group, in each configuration
+            for config in tuning_configurations(spec) or [dict(spec.defines)]:
+                holds = dict(spec.configure(config).preconditions)["max_m"]
+                for shape in {(1, 5, 3), (min(holds, 33), 17, 5), (holds, 3, 2)}:
+                    cases.append({"op": "matmul", "codename": codename, "config": config, "shape": list(shape),
+                                  "bias": True, "activation": "softmax", "affine": True, "kernels": [codename],
+                                  "cost": _mac(spec.configure(config), shape) * 2})
     return cases
 
 
@@ -373,7 +385,7 @@ def test_tuned_configurations_checked_under_oclgrind(oclgrind_results, codename)
     define values a valid configuration can have, the default configuration first."""
     cases, results, *_ = oclgrind_results
     spec = LIB[codename]
-    every = tuning_configurations(spec)
+    every = tuning_configurations(spec)   # (a softmax epilogue also runs in each, on shapes of its own)
     checked = {json.dumps(_as_defines(c["config"]), sort_keys=True) for i, c in enumerate(cases)
                if c["op"] == "matmul" and c["codename"] == codename and c.get("config") and i in results}
     valid = {json.dumps(_as_defines(c), sort_keys=True) for c in every}
@@ -384,7 +396,7 @@ def test_tuned_configurations_checked_under_oclgrind(oclgrind_results, codename)
         for config in every:   # on every odd shape
             ran = {tuple(c["shape"]) for i, c in enumerate(cases) if c["op"] == "matmul"
                    and c["codename"] == codename and c.get("config") and i in results
-                   and _as_defines(c["config"]) == _as_defines(config)}
+                   and _as_defines(c["config"]) == _as_defines(config) and not c.get("activation")}
             assert ran == set(SHAPES), config
     else:
         needed = set().union(*(_pairs(_as_defines(c)) for c in every))
@@ -401,3 +413,18 @@ def test_models_and_a_split_batch_under_oclgrind(oclgrind_results):
              and cases[i]["codename"] == SPLIT_KERNEL]
     assert split and whole and whole[0]["passes"] == 1
     assert split[0]["max_batch"] < 23 and split[0]["passes"] == math.ceil(23 / split[0]["max_batch"]) > 1
+
+
+@pytest.mark.parametrize("codename", [c for c in MATMULS if "softmax" in LIB[c].epilogue])
+def test_fused_softmax_checked_in_every_configuration(oclgrind_results, codename):
+    """The softmax epilogue (local-memory reductions over whole columns) in each configuration the
+    tuner or the runtime can pick, at one unit, at the most units a configuration holds and between."""
+    cases, results, *_ = oclgrind_results
+    ran = {}
+    for i, c in enumerate(cases):
+        if c["op"] == "matmul" and c["codename"] == codename and c.get("activation") == "softmax" and i in results:
+            ran.setdefault(json.dumps(_as_defines(c["config"]), sort_keys=True), set()).add(c["shape"][0])
+    every = {json.dumps(_as_defines(c), sort_keys=True): c for c in tuning_configurations(LIB[codename])}
+    assert set(ran) == set(every)
+    for key, config in every.items():
+        assert {1, dict(LIB[codename].configure(config).preconditions)["max_m"]} <= ran[key]
