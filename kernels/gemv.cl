@@ -4,8 +4,9 @@
  * softmax, so a classifier head Dense(units, activation="softmax") is one launch.
  *
  * A is M x K column-major (the layout gemm_tiled reads, so one weight buffer serves both), read
- * with stride H in its logical rows (row < m) and columns < l only: any padding of A with H >= m
- * and W >= l serves ("logicalRows" in kernels/library.json). B is K x N row-major (l x w), R is
+ * with stride H, in columns < l and in the vectors of VW rows that hold a logical row only: any
+ * padding of A with H >= m rounded up to VW and W >= l serves ("logicalRows" in
+ * kernels/library.json), however far R is padded. B is K x N row-major (l x w), R is
  * M x N row-major (h x w): the layouts gemm_tiled
  * reads and writes, so a network mixing the two chains without re-layout. The K loop runs over
  * k < l only. After the CLBlast XgemvFast idea (vector loads along M, several rows per item), with
@@ -15,7 +16,7 @@
  *   item (tm, tk)  VW * WPT contiguous rows from row0 (WPT vector loads of A per k, a vector
  *                  accumulator per vector and column), columns col0 .. col0 + NB - 1, over
  *                  k = tk, tk + KSPLIT, ... < l
- *   then the KSPLIT partial sums of each result are added in local memory in a fixed order
+ *   then the KSPLIT partial sums of each result are added in local memory in a fixed tree
  *   (no atomics: the same inputs give bit-identical results on every run), and the epilogue
  *   writes R, its padding as 0.
  *
@@ -27,7 +28,8 @@
  *   WPT     vector loads per item and k (GPUs: 1; CPUs: more, so that an item reads a long
  *           contiguous run of each column of A, which the prefetchers follow)
  *   MDIM    items along M per work-group
- *   KSPLIT  items along K per work-group (their partial sums are reduced in local memory)
+ *   KSPLIT  items along K per work-group, a power of 2 (their partial sums are reduced in local
+ *           memory)
  *   NB      columns of B (samples) per work-group
  *   BIAS, ACTIVATION, AFFINE  the fused epilogue (epilogue.clh)
  *   SOFTMAX 1: softmax over each column after the bias (ACTIVATION is then unused), AFFINE after
@@ -89,15 +91,6 @@ typedef float floatv;
 #define FIRST_K tk
 #endif
 
-/* VW rows of A from p, of which the first `valid` (possibly none) are logical, the rest read as 0 */
-floatv load_edge(__global const float *p, uint valid)
-{
-    float t[VW];
-    for (uint i = 0; i < VW; ++i)
-        t[i] = i < valid ? p[i] : 0.0f;
-    return VLOAD(0, t);
-}
-
 __kernel __attribute__((reqd_work_group_size(MDIM, KSPLIT, 1)))
 void gemv(MATMUL_SCALARS,
           __global const float *a,
@@ -125,10 +118,11 @@ void gemv(MATMUL_SCALARS,
         for (uint j = 0; j < NB; ++j)
             acc[p][j] = (floatv)(0.0f);
 
-    /* per k: WPT vectors of A (RPI contiguous rows of column k) times NB values of B; A is read in
-     * its logical rows only (the item at the edge row m reads element by element) */
-    const uint valid = row0 < m ? min((uint)RPI, m - row0) : 0;
-    for (uint k = valid ? FIRST_K : l; k < l; k += KSPLIT) {
+    /* per k: WPT vectors of A (RPI contiguous rows of column k) times NB values of B. A is read
+     * only in the vectors that hold a logical row: its rows are padded to a multiple of VW, so
+     * these lie inside it, and the rest count as 0 (their results are R's padding) */
+    const uint vectors = row0 < m ? min((uint)WPT, (m - row0 + VW - 1) / VW) : 0;
+    for (uint k = vectors ? FIRST_K : l; k < l; k += KSPLIT) {
         const __global float *ak = a + (size_t)k * H + row0;
         const __global float *bk = b + (size_t)k * w + col0;
         float bv[NB];
@@ -137,7 +131,7 @@ void gemv(MATMUL_SCALARS,
             bv[j] = bk[j];
         #pragma unroll
         for (uint p = 0; p < WPT; ++p) {
-            const floatv av = valid == RPI ? VLOAD(p, ak) : load_edge(ak + p * VW, valid - min(valid, p * VW));
+            const floatv av = p < vectors ? VLOAD(p, ak) : (floatv)(0.0f);
             #pragma unroll
             for (uint j = 0; j < NB; ++j)
                 acc[p][j] += av * bv[j];
@@ -150,13 +144,21 @@ void gemv(MATMUL_SCALARS,
         #pragma unroll
         for (uint j = 0; j < NB; ++j)
             VSTORE(acc[p][j], p, part + tk * OUTS + j * ROWS + tm * RPI);
+    /* the KSPLIT partial sums of each result, added pairwise in a fixed tree (KSPLIT is a power
+     * of 2): slice tk += slice tk + s, for s = KSPLIT / 2, ..., 1; the sums end in slice 0 */
+    for (uint s = KSPLIT / 2; s > 0; s >>= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (tk < s) {
+            __local float *mine = part + tk * OUTS + tm * RPI;
+            for (uint j = 0; j < NB; ++j)
+                for (uint i = 0; i < RPI; ++i)
+                    mine[j * ROWS + i] += mine[s * OUTS + j * ROWS + i];
+        }
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
     const uint t = tk * MDIM + tm;
-    /* each result e is owned by one item, which adds its KSPLIT partial sums in order */
     for (uint e = t; e < OUTS; e += THREADS) {
         float s = part[e];
-        for (uint q = 1; q < KSPLIT; ++q)
-            s += part[q * OUTS + e];
         const uint row = rowg + e % ROWS, col = col0 + e / ROWS;
 #if SOFTMAX
 #if BIAS

@@ -6,8 +6,8 @@ Each entry maps a codename to an OpenCL function, its source file and its restri
   ``"*"`` for a kernel that works in any layout through the ``MALINN_INDEX_<X>`` macro),
   ``rowAlign`` and ``colAlign`` (the padded shape must be a multiple of these), ``image``
   (true: passed as an RGBA float image2d, four rows of a column per texel) and, for ``a``,
-  ``logicalRows`` (true: the kernel reads only A's logical rows, so A needs no more rows than
-  its own alignment asks, however far R is padded);
+  ``logicalRows`` (true: the kernel reads A only in rows below m rounded up to A's own
+  alignment, so A needs no more rows than that, however far R is padded);
 * ``arglist``: the scalar arguments, one letter each, in order (``l`` padded common dimension,
   ``h``/``w`` padded rows/columns of ``r``, ``m``/``n`` logical rows/columns of ``r``,
   ``H``/``W`` padded rows/columns of ``a``, all ``uint``; ``p`` the next float parameter);
@@ -78,7 +78,7 @@ class MatrixRestriction:
     row_align: int
     col_align: int
     image: bool = False          # passed as an RGBA float image2d (texel = 4 rows of a column)
-    logical_rows: bool = False   # the kernel reads rows < m only: any padded row count >= m serves
+    logical_rows: bool = False   # reads rows < m rounded up to the alignment only: A needs no more
 
     @property
     def any_layout(self) -> bool:

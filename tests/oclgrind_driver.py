@@ -20,7 +20,7 @@ Each case is a JSON object:
 For each case the driver writes a line ``@@malinn-case N`` to stderr before running it (and
 flushes), so that whatever Oclgrind reports on stderr can be attributed to the case that caused
 it, then writes one JSON line to stdout: ``{"case": N, "error": max |got - want| / max(1, |want|),
-"nan_mismatch": bool}`` or ``{"case": N, "exception": "..."}``. It never imports TensorFlow.
+"nan_mismatch": bool, "seconds": s}`` or ``{"case": N, "exception": "..."}``. It never imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 import traceback
 
 import numpy as np
@@ -210,12 +211,14 @@ def main(argv):
     rng = np.random.default_rng(20240605)
     for i, case in enumerate(cases):
         print(f"{MARK} {i}", file=sys.stderr, flush=True)
+        start = time.perf_counter()
         try:
             result = run_case(case, device, library, rng)
         except Exception as exc:  # reported, not raised: the other cases still run
             result = {"exception": f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}"}
         device.queue.finish()
         result["case"] = i
+        result["seconds"] = round(time.perf_counter() - start, 3)   # what the case costs under Oclgrind
         print(json.dumps(result), flush=True)
     print(f"{MARK} end", file=sys.stderr, flush=True)
     return 0
