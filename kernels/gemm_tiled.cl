@@ -1,10 +1,12 @@
-/* Tiled matrix multiplication R = A x B for devices with fast local memory (desktop GPUs),
- * with an optional fused epilogue: R = ACTIVATION(A x B + bias).
+/* Tiled matrix multiplication R = A x B for devices with fast local memory (desktop GPUs), with
+ * the fused epilogue of epilogue.clh: R = AFFINE(ACTIVATION(A x B + bias)), R's padding written as 0.
  *
  * A is M x K column-major (a Dense layer's kernel as Keras stores it: W = kernel^T read
  * column-major), B is K x N row-major and R is M x N row-major (so R feeds the next layer as its
- * B with no re-layout). l is the padded K, h and w the padded rows and columns of R, m and n the
- * logical ones. All padded sizes are multiples of the tiles (kernels/library.json says so).
+ * B with no re-layout). Each is indexed with its own padded shape: A is H x W (H >= h, W >= l: A
+ * may be padded more than R, so one weight buffer serves several kernels), B is l x w, R is h x w;
+ * m and n are R's logical rows and columns. The K loop runs over k < l only. l, h and w are
+ * multiples of the tiles (kernels/library.json says so).
  *
  * Compile-time parameters (-D defines; a tuner picks them per device, see malinn/tuner.py):
  *   MWG, NWG   rows and columns of R computed by one work-group
@@ -14,18 +16,10 @@
  *   LOCAL      1: stage A and B tiles in local memory; 0: read global memory directly
  *   STRIDED    1: a work item's rows/columns are MDIMC/NDIMC apart (coalesced stores);
  *              0: they are adjacent (vector-friendly local-memory reads)
- *   BIAS       1: add bias[row] in the epilogue        (fused Dense)
- *   ACTIVATION act_<name> from activations.clh         (fused Dense; default act_linear)
+ *   BIAS, ACTIVATION, AFFINE  the fused epilogue (epilogue.clh)
  * Each work item computes (MWG/MDIMC) x (NWG/NDIMC) results, kept in registers (loops unrolled).
- * Padding of R is written as zero. OpenCL C 1.2.
+ * OpenCL C 1.2.
  */
-
-#ifndef ACTIVATION
-#define ACTIVATION act_linear
-#endif
-#ifndef BIAS
-#define BIAS 0
-#endif
 
 #ifndef STRIDED
 #define STRIDED 1
@@ -51,12 +45,11 @@
 #endif
 
 __kernel __attribute__((reqd_work_group_size(NDIMC, MDIMC, 1)))
-void gemm_tiled(uint l, uint h, uint w, uint m, uint n,
-                float p0, float p1, float p2, float p3,
+void gemm_tiled(MATMUL_SCALARS,
                 __global const float *a,
                 __global const float *b,
                 __global float *r,
-                __global const float *bias)
+                EPILOGUE_BUFFERS)
 {
     const uint tx = get_local_id(0);
     const uint ty = get_local_id(1);
@@ -76,7 +69,7 @@ void gemm_tiled(uint l, uint h, uint w, uint m, uint n,
     const uint tid = ty * NDIMC + tx;
     for (uint k0 = 0; k0 < l; k0 += KWG) {
         for (uint e = tid * VW; e < KWG * MWG; e += THREADS * VW)
-            COPY_VW(a + (size_t)(k0 + e / MWG) * h + m0 + e % MWG, alm + e);
+            COPY_VW(a + (size_t)(k0 + e / MWG) * H + m0 + e % MWG, alm + e);
         for (uint e = tid * VW; e < KWG * NWG; e += THREADS * VW)
             COPY_VW(b + (size_t)(k0 + e / NWG) * w + n0 + e % NWG, blm + e);
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -102,7 +95,7 @@ void gemm_tiled(uint l, uint h, uint w, uint m, uint n,
         float av[MWI], bv[NWI];
         #pragma unroll
         for (uint i = 0; i < MWI; ++i)
-            av[i] = a[(size_t)k * h + m0 + ROW_OF(ty, i)];
+            av[i] = a[(size_t)k * H + m0 + ROW_OF(ty, i)];
         #pragma unroll
         for (uint j = 0; j < NWI; ++j)
             bv[j] = b[(size_t)k * w + n0 + COL_OF(tx, j)];
@@ -120,12 +113,7 @@ void gemm_tiled(uint l, uint h, uint w, uint m, uint n,
         #pragma unroll
         for (uint j = 0; j < NWI; ++j) {
             const uint col = n0 + COL_OF(tx, j);
-            float v = acc[i][j];
-#if BIAS
-            v += (row < m) ? bias[row] : 0.0f;
-#endif
-            v = ACTIVATION(v);
-            r[(size_t)row * w + col] = (row < m && col < n) ? v : 0.0f;
+            r[(size_t)row * w + col] = EPILOGUE(acc[i][j], row, col);
         }
     }
 }

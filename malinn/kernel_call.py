@@ -35,8 +35,10 @@ def scalar_values(matrices: dict) -> dict:
 
 
 def global_range(spec: KernelSpec, values: dict) -> tuple:
-    """The global range: the ``ndrange`` letters' values divided by the kernel's ``scale``."""
-    return tuple(values[c] // spec.scale[0 if c in "hmHM" else 1] for c in spec.ndrange)
+    """The global range: the ``ndrange`` letters' values divided by the kernel's ``scale`` and
+    multiplied by its ``split`` (work items that share one block of results)."""
+    axes = [0 if c in "hmHM" else 1 for c in spec.ndrange]
+    return tuple(values[c] // spec.scale[i] * spec.split[i] for c, i in zip(spec.ndrange, axes))
 
 
 def local_range(preferred, global_size, device: Device):

@@ -22,7 +22,7 @@ from .errors import LibraryError
 from .kernel_library import KernelSpec, load_library
 from .tuning_db import tuned_choice, version as tuning_version
 
-__all__ = ["use", "forget", "choose", "explicit_choice", "epoch"]
+__all__ = ["use", "forget", "choose", "holding_columns", "explicit_choice", "epoch"]
 
 _lock = threading.Lock()
 _epoch = [0]
@@ -73,8 +73,15 @@ def explicit_choice(op: str, device: Device):
         return _choices(device).get(op)
 
 
-def choose(op: str, device: Device | None = None, shape: tuple | None = None) -> KernelSpec:
+def choose(op: str, device: Device | None = None, shape: tuple | None = None,
+           activation: str | None = None) -> KernelSpec:
     """The kernel ``op`` uses on ``device`` (for a matmul, for the product ``shape = (m, k, n)``).
+
+    A matmul whose choice's preconditions do not hold for ``shape`` takes the first of the
+    library's ``matmul_fallback`` kernels for the device's kind whose preconditions hold (the last
+    one listed, if none). A matmul followed by ``activation="softmax"`` that the choice cannot fuse,
+    unless :func:`use` set the choice, takes the library's ``matmul_softmax`` kernel where it reads
+    and writes the same layouts and holds the shape's columns (see :func:`holding_columns`).
 
     Returns:
         The configured :class:`~malinn.kernel_library.KernelSpec`.
@@ -82,9 +89,32 @@ def choose(op: str, device: Device | None = None, shape: tuple | None = None) ->
     device = device or get_device()
     library = load_library()
     chosen = explicit_choice(op, device)
+    explicit = chosen is not None
     if chosen is None and op == "matmul":
         chosen = tuned_choice(device, shape)
     spec = library[chosen[0]].configure(chosen[1]) if chosen else library.default_spec(op, device.kind)
     if shape is not None and op == "matmul" and not spec.accepts(*shape, device=device):
-        spec = library.default_spec("matmul_fallback", device.kind)
+        fallbacks = library.default_specs("matmul_fallback", device.kind)
+        spec = next((f for f in fallbacks if f.accepts(*shape, device=device)), fallbacks[-1])
+    if activation == "softmax" and shape is not None and op == "matmul" and not explicit \
+            and holding_columns(spec, shape, device) is None:
+        for candidate in library.default_specs("matmul_softmax", device.kind):
+            same_layouts = all(candidate.matrices[x].layout == spec.matrices[x].layout for x in "br")
+            holding = holding_columns(candidate, shape, device) if same_layouts else None
+            if holding is not None:
+                return holding
     return spec
+
+
+def holding_columns(spec: KernelSpec, shape: tuple, device: Device | None = None) -> KernelSpec | None:
+    """``spec`` in the first of its configurations that can fuse a softmax for a product of
+    ``shape`` (its preconditions hold: a work-group holds whole columns), or ``None``."""
+    if "softmax" not in spec.epilogue:
+        return None
+    if spec.accepts(*shape, device=device):
+        return spec
+    for config in spec.configurations(device):
+        configured = spec.configure(config)
+        if configured.accepts(*shape, device=device):
+            return configured
+    return None

@@ -4,8 +4,10 @@ Each entry maps a codename to an OpenCL function, its source file and its restri
 
 * one entry per matrix argument (``a``, ``b``, ``r``): ``representation`` (a layout string, or
   ``"*"`` for a kernel that works in any layout through the ``MALINN_INDEX_<X>`` macro),
-  ``rowAlign`` and ``colAlign`` (the padded shape must be a multiple of these), and ``image``
-  (true: passed as an RGBA float image2d, four rows of a column per texel);
+  ``rowAlign`` and ``colAlign`` (the padded shape must be a multiple of these), ``image``
+  (true: passed as an RGBA float image2d, four rows of a column per texel) and, for ``a``,
+  ``logicalRows`` (true: the kernel reads A only in rows below m rounded up to A's own
+  alignment, so A needs no more rows than that, however far R is padded);
 * ``arglist``: the scalar arguments, one letter each, in order (``l`` padded common dimension,
   ``h``/``w`` padded rows/columns of ``r``, ``m``/``n`` logical rows/columns of ``r``,
   ``H``/``W`` padded rows/columns of ``a``, all ``uint``; ``p`` the next float parameter);
@@ -13,7 +15,9 @@ Each entry maps a codename to an OpenCL function, its source file and its restri
   (e.g. ``{"alpha": 1.0}``); ``p`` letters beyond them get 0;
 * ``buffers``: the buffer arguments after the scalars, in order (matrix names, or the vectors
   ``bias``, ``scale``, ``shift``);
-* ``ndrange``: the letters whose values make the global range, divided by ``scale``;
+* ``ndrange``: the letters whose values make the global range, divided by ``scale`` and
+  multiplied by ``split`` (items that share one block of results, e.g. a K loop split across a
+  work-group and reduced in local memory; default 1);
 * ``flop``: floating-point operations per result, for GFLOP/s figures;
 * ``workgroup``: the preferred local size, used when it divides the range, else ``null``.
 
@@ -22,9 +26,11 @@ choosing another implementation is choosing another codename, and adding one nee
 Restriction numbers may be expressions over the defines (``"rowAlign": "MWG"``); an entry with
 ``candidates`` (a list of define overrides) and ``constraints`` (expressions every configuration
 must satisfy) is a family the tuner times (:meth:`KernelSpec.configurations`, :meth:`KernelSpec.configure`).
-``includes`` lists headers prepended to the source; ``epilogue: true`` marks a matmul that can add
-the bias and apply the activation in its final write (defines ``BIAS`` and ``ACTIVATION``);
-``preconditions`` (``min_m``, ``min_k``, ``min_n``) say when a kernel is worth choosing.
+``includes`` lists headers prepended to the source; ``epilogue`` lists what a matmul can fuse into
+its final write (``bias``, ``activation``, ``affine``, ``softmax``: defines ``BIAS``, ``ACTIVATION``,
+``AFFINE``, ``SOFTMAX``; kernels/epilogue.clh); ``preconditions`` (``min_m``/``max_m``, ``min_k``/
+``max_k``, ``min_n``/``max_n``, numbers or expressions over the defines) say for which product
+shapes a kernel is worth choosing (or, for a softmax epilogue, able to hold whole columns).
 """
 
 from __future__ import annotations
@@ -58,6 +64,12 @@ SCALAR_LETTERS = {
 }
 MATRIX_NAMES = ("a", "b", "r")
 VECTOR_NAMES = ("bias", "scale", "shift")
+#: what a matmul kernel can fuse into its final write -> the define that switches it on
+EPILOGUE_DEFINES = {"bias": "BIAS", "activation": "ACTIVATION", "affine": "AFFINE", "softmax": "SOFTMAX"}
+PRECONDITIONS = ("min_m", "max_m", "min_k", "max_k", "min_n", "max_n")
+#: the ``defaults`` tables that name matmul kernels: the choice, the fallbacks where its
+#: preconditions fail (a list: the first whose preconditions hold), the kernel that fuses softmax
+MATMUL_CHOICES = ("matmul", "matmul_fallback", "matmul_softmax")
 
 
 @dataclass(frozen=True)
@@ -68,6 +80,7 @@ class MatrixRestriction:
     row_align: int
     col_align: int
     image: bool = False          # passed as an RGBA float image2d (texel = 4 rows of a column)
+    logical_rows: bool = False   # reads rows < m rounded up to the alignment only: A needs no more
 
     @property
     def any_layout(self) -> bool:
@@ -111,8 +124,9 @@ class KernelSpec:
     params: tuple = ()        # (("name", default), ...) in the order of the 'p' letters
     aliases: tuple = ()       # other activation names this kernel answers to
     includes: tuple = ()      # header paths prepended to the source
-    epilogue: bool = False    # can fuse bias and activation (defines BIAS, ACTIVATION)
-    preconditions: tuple = () # (("min_m", 64), ...)
+    epilogue: tuple = ()      # what it can fuse: ("bias", "activation", "affine", "softmax")
+    preconditions: tuple = () # (("min_m", 64), ("max_n", 8), ...), evaluated for this configuration
+    split: tuple = (1, 1)     # (rows, cols) multipliers of the ndrange (items sharing one result block)
     candidates: tuple = ()    # define overrides the tuner times, besides the defaults
     constraints: tuple = ()   # expressions every configuration satisfies
     template: object = None   # (path, raw entry) to configure from
@@ -131,7 +145,7 @@ class KernelSpec:
         if not overrides:
             return self
         path, entry = self.template
-        unknown = set(overrides) - set(dict(self.defines)) - ({"BIAS", "ACTIVATION"} if self.epilogue else set())
+        unknown = set(overrides) - set(dict(self.defines)) - {EPILOGUE_DEFINES[f] for f in self.epilogue}
         if unknown:
             raise LibraryError(f"kernel {self.codename!r} has no defines {sorted(unknown)}")
         merged = {**dict(self.defines), **{k: str(v) for k, v in overrides.items()}}
@@ -177,9 +191,10 @@ class KernelSpec:
     def accepts(self, m: int, k: int, n: int, device=None) -> bool:
         """Whether a product of this shape meets the entry's ``preconditions`` (and, for image
         operands, ``device``'s image support and size limits)."""
-        limits = dict(self.preconditions)
-        if not (m >= limits.get("min_m", 1) and k >= limits.get("min_k", 1) and n >= limits.get("min_n", 1)):
-            return False
+        for name, limit in self.preconditions:
+            value = {"m": m, "k": k, "n": n}[name[-1]]
+            if value < limit if name.startswith("min_") else value > limit:
+                return False
         if device is not None and any(r.image for r in self.matrices.values()):
             a = self.matrices["a"]
             rows, cols = -(-m // a.row_multiple) * a.row_multiple, -(-k // a.col_multiple) * a.col_multiple
@@ -188,12 +203,16 @@ class KernelSpec:
         return True
 
     def padded_shapes(self, m: int, k: int, n: int) -> dict:
-        """The smallest padded shapes of ``a`` (m x k), ``b`` (k x n) and ``r`` (m x n) this matmul takes."""
+        """The smallest padded shapes of ``a`` (m x k), ``b`` (k x n) and ``r`` (m x n) this matmul takes.
+
+        ``a`` has as many rows as ``r`` (the kernel reads A's rows up to R's padded rows; A may have
+        more), or only its own alignment's where the kernel reads A's logical rows only
+        (``logicalRows``)."""
         a, b, r = self.matrices["a"], self.matrices["b"], self.matrices["r"]
         mp = _round_up(m, math.lcm(a.row_multiple, r.row_multiple, self.scale[0]))
         kp = _round_up(k, math.lcm(a.col_multiple, b.row_multiple))
         np_ = _round_up(n, math.lcm(b.col_multiple, r.col_multiple, self.scale[1]))
-        return {"a": (mp, kp), "b": (kp, np_), "r": (mp, np_)}
+        return {"a": (_round_up(m, a.row_multiple) if a.logical_rows else mp, kp), "b": (kp, np_), "r": (mp, np_)}
 
     def param_values(self, given: dict | None = None) -> list[float]:
         """The float parameters in ``p`` order: ``given`` values, else defaults, else 0.
@@ -263,16 +282,39 @@ class KernelLibrary:
         """Every codename that implements ``op``, in library order."""
         return [c for c, k in self.kernels.items() if k.op == op]
 
-    def default_spec(self, op: str, device_kind: str) -> KernelSpec:
-        """The default kernel for ``op`` on a device kind, in the configuration the table names.
+    def default_specs(self, op: str, device_kind: str) -> list[KernelSpec]:
+        """The default kernels for ``op`` on a device kind, in order of preference, each in the
+        configuration the table names.
 
-        A ``defaults`` value is a codename, or ``{"codename": ..., "defines": {...}}`` for a
-        configurable kernel whose best configuration differs by device kind.
+        A ``defaults`` value is a codename, ``{"codename": ..., "defines": {...}}`` for a
+        configurable kernel whose best configuration differs by device kind, or a list of those
+        (``matmul_fallback``: the first whose preconditions hold serves a product). ``op`` may be
+        ``"matmul_fallback"`` (the kernels used where the chosen matmul's preconditions do not
+        hold: small batches, say) or ``"matmul_softmax"`` (the kernel that fuses a softmax; an empty
+        list when the library names none).
         """
         table = self.defaults.get(op, {})
         value = table.get(device_kind, table.get("*"))
-        spec = self[self.default(op, device_kind)]
-        return spec.configure(value.get("defines")) if isinstance(value, dict) else spec
+        if value is None:
+            if op == "matmul_softmax":
+                return []
+            codenames = self.codenames("matmul" if op in MATMUL_CHOICES else op)
+            if not codenames:
+                raise LibraryError(f"{self.path}: no kernel implements {op!r}")
+            return [self[codenames[0]]]
+        choices = value if isinstance(value, list) else [value]
+        return [self[c["codename"]].configure(c.get("defines")) if isinstance(c, dict) else self[c] for c in choices]
+
+    def default_spec(self, op: str, device_kind: str) -> KernelSpec:
+        """The first of :meth:`default_specs`.
+
+        Raises:
+            LibraryError: the library names no kernel for ``op``.
+        """
+        specs = self.default_specs(op, device_kind)
+        if not specs:
+            raise LibraryError(f"{self.path}: no default kernel for {op!r} on a {device_kind}")
+        return specs[0]
 
     def activation_kernel(self, activation: str) -> KernelSpec:
         """The kernel that applies ``activation`` (``None`` if the library has none)."""
@@ -286,21 +328,9 @@ class KernelLibrary:
         return [name for k in self.kernels.values() if k.op == "activation" for name in (k.activation,) + k.aliases]
 
     def default(self, op: str, device_kind: str) -> str:
-        """The default codename for ``op`` on a device of kind ``gpu``/``cpu``/``accelerator``.
-
-        ``op`` may be ``"matmul_fallback"``: the general kernel used where the chosen one's
-        preconditions do not hold (small batches, say).
-        """
-        table = self.defaults.get(op, {})
-        codename = table.get(device_kind, table.get("*"))
-        if isinstance(codename, dict):
-            codename = codename["codename"]
-        if codename is None:
-            codenames = self.codenames("matmul" if op == "matmul_fallback" else op)
-            if not codenames:
-                raise LibraryError(f"{self.path}: no kernel implements {op!r}")
-            codename = codenames[0]
-        return codename
+        """The default codename for ``op`` on a device of kind ``gpu``/``cpu``/``accelerator``
+        (the first, where the table lists several; see :meth:`default_specs`)."""
+        return self.default_spec(op, device_kind).codename
 
 
 def load_library(path: "str | Path | None" = None) -> KernelLibrary:  # noqa: D417
@@ -342,19 +372,22 @@ def _load(path: Path) -> KernelLibrary:
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
         raise LibraryError(f"{path}: field 'defaults': expected an object")
-    for op, table in defaults.items():
-        op = "matmul" if op == "matmul_fallback" else op
+    for name, table in defaults.items():
+        op = "matmul" if name in MATMUL_CHOICES else name
         if op not in OPS or not isinstance(table, dict):
-            raise LibraryError(f"{path}: field 'defaults.{op}': expected one of {OPS} mapping to an object")
+            raise LibraryError(f"{path}: field 'defaults.{name}': expected one of {OPS + MATMUL_CHOICES[1:]} "
+                               f"mapping to an object")
         for kind, value in table.items():
-            codename = value.get("codename") if isinstance(value, dict) else value
-            if codename not in kernels or kernels[codename].op != op:
-                raise LibraryError(f"{path}: field 'defaults.{op}.{kind}': {codename!r} is not a {op} kernel")
-            if isinstance(value, dict):
-                try:
-                    kernels[codename].configure(value.get("defines"))
-                except LibraryError as exc:
-                    raise LibraryError(f"{path}: field 'defaults.{op}.{kind}.defines': {exc}") from None
+            choices = value if isinstance(value, list) and value else [value]
+            for choice in choices:
+                codename = choice.get("codename") if isinstance(choice, dict) else choice
+                if not isinstance(codename, str) or codename not in kernels or kernels[codename].op != op:
+                    raise LibraryError(f"{path}: field 'defaults.{name}.{kind}': {codename!r} is not a {op} kernel")
+                if isinstance(choice, dict):
+                    try:
+                        kernels[codename].configure(choice.get("defines"))
+                    except LibraryError as exc:
+                        raise LibraryError(f"{path}: field 'defaults.{name}.{kind}.defines': {exc}") from None
     return KernelLibrary(kernels, defaults, path)
 
 
@@ -428,9 +461,12 @@ def _build(path: Path, codename: str, entry: dict, defines: dict) -> KernelSpec:
         image = m.get("image", False)
         if not isinstance(image, bool) or (image and rep != "C"):
             fail(f"restrictions.{name}.image", "expected true or false; an image operand is laid out 'C'")
+        logical_rows = m.get("logicalRows", False)
+        if not isinstance(logical_rows, bool) or (logical_rows and name != "a"):
+            fail(f"restrictions.{name}.logicalRows", "expected true or false, and only for 'a'")
         matrices[name] = MatrixRestriction(rep, positive_int(f"restrictions.{name}.rowAlign", m.get("rowAlign")),
                                            positive_int(f"restrictions.{name}.colAlign", m.get("colAlign")),
-                                           image)
+                                           image, logical_rows)
     if "r" not in matrices:
         fail("restrictions.r", "every kernel writes a result matrix 'r'")
     arglist = rs.get("arglist", "")
@@ -479,19 +515,35 @@ def _build(path: Path, codename: str, entry: dict, defines: dict) -> KernelSpec:
         except ValueError as exc:
             fail("constraints", str(exc))
     preconditions = entry.get("preconditions", {})
-    if not isinstance(preconditions, dict) or not all(
-            k in ("min_m", "min_k", "min_n") and isinstance(v, int) for k, v in preconditions.items()):
-        fail("preconditions", "expected an object with integer min_m, min_k, min_n")
-    epilogue = entry.get("epilogue", False)
-    if epilogue and (op != "matmul" or "bias" not in buffers or "p" not in arglist):
-        fail("epilogue", "a fused epilogue needs a matmul with a 'bias' buffer and 'p' parameters")
+    if not isinstance(preconditions, dict) or not all(k in PRECONDITIONS for k in preconditions):
+        fail("preconditions", f"expected an object with some of {', '.join(PRECONDITIONS)}")
+    preconditions = {k: positive_int(f"preconditions.{k}", v) for k, v in preconditions.items()}
+    split = rs.get("split", {"rows": 1, "cols": 1})
+    if not isinstance(split, dict) or not set(split) <= {"rows", "cols"}:
+        fail("restrictions.split", "expected an object with rows and cols")
+    split_t = (positive_int("restrictions.split.rows", split.get("rows", 1)),
+               positive_int("restrictions.split.cols", split.get("cols", 1)))
+    epilogue = entry.get("epilogue", [])
+    if not isinstance(epilogue, list) or not set(epilogue) <= set(EPILOGUE_DEFINES) or len(set(epilogue)) < len(epilogue):
+        fail("epilogue", f"expected a list of some of {', '.join(EPILOGUE_DEFINES)}, got {epilogue!r}")
+    if epilogue:
+        needs = {"bias": ["bias"], "affine": ["scale", "shift"]}
+        missing = [v for f in epilogue for v in needs.get(f, []) if v not in buffers]
+        if op != "matmul" or missing or "m" not in arglist or "n" not in arglist:
+            fail("epilogue", f"a fused epilogue needs a matmul with 'm' and 'n' in its arglist "
+                             f"(R's padding is written as 0) and the buffers it reads; missing {missing}")
+        if "activation" in epilogue and arglist.count("p") < 4:
+            fail("epilogue", "a fused activation needs 4 'p' parameters in the arglist (p0..p3)")
+        if "softmax" in epilogue and "max_m" not in preconditions:
+            fail("epilogue", "a softmax epilogue holds whole columns in one work-group: "
+                             "give the largest m as preconditions.max_m")
     return KernelSpec(codename=codename, op=op, source=str(entry["source"]), function=function,
                       description=str(entry.get("description", "")), matrices=matrices, arglist=arglist,
                       buffers=tuple(buffers), ndrange=ndrange, scale=scale_t, flop=float(flop),
                       workgroup=wg, defines=tuple((str(k), str(v)) for k, v in defines.items()),
                       activation=activation, source_path=source_path,
                       params=tuple((str(k), float(v)) for k, v in params.items()), aliases=tuple(aliases),
-                      includes=tuple(path.parent / str(i) for i in includes), epilogue=bool(epilogue),
-                      preconditions=tuple(preconditions.items()),
+                      includes=tuple(path.parent / str(i) for i in includes), epilogue=tuple(epilogue),
+                      preconditions=tuple(preconditions.items()), split=split_t,
                       candidates=tuple(candidates), constraints=tuple(constraints),
                       template=(path, entry))

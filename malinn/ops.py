@@ -16,19 +16,20 @@ import numpy as np
 from .backends.base import Device
 from .device_selection import get_device
 from .kernel_call import bind
-from .kernel_choice import choose, use
-from .kernel_library import KernelSpec, load_library
+from .kernel_choice import choose, holding_columns, use
+from .kernel_library import EPILOGUE_DEFINES, KernelSpec, load_library
 from .layout import parse_layout
 from .matrix import DeviceMatrix
 
 __all__ = ["use", "kernel_for", "matmul", "matmul_plan", "bias_add", "affine", "activation", "relayout",
-           "reshape", "to_layout", "upload_vector", "launch", "fusable", "epilogue_spec"]
+           "reshape", "to_layout", "upload_vector", "launch", "fusable", "with_epilogue", "elementwise_kernel"]
 
 
-def kernel_for(op: str, device: Device | None = None, shape: tuple | None = None) -> KernelSpec:
-    """The kernel ``op`` uses on ``device`` (for a matmul, for ``shape = (m, k, n)``); see
-    :func:`malinn.kernel_choice.choose`."""
-    return choose(op, device, shape)
+def kernel_for(op: str, device: Device | None = None, shape: tuple | None = None,
+               activation: str | None = None) -> KernelSpec:
+    """The kernel ``op`` uses on ``device`` (for a matmul, for ``shape = (m, k, n)`` followed by
+    ``activation``); see :func:`malinn.kernel_choice.choose`."""
+    return choose(op, device, shape, activation)
 
 
 def matmul_plan(spec: KernelSpec, m: int, k: int, n: int) -> dict:
@@ -69,40 +70,27 @@ def to_layout(matrix: DeviceMatrix, device: Device, layout, padded) -> DeviceMat
     return relayout(matrix, layout, padded)
 
 
-def fusable(spec: KernelSpec, activation: str) -> bool:
-    """Whether ``spec`` can add the bias and apply ``activation`` in its final write."""
-    if not spec.epilogue:
-        return False
-    if activation in (None, "linear"):
-        return True
-    act = load_library().activation_kernel(activation)
-    return act is not None and act.source == "activation.cl"   # element-wise (softmax needs a whole column)
-
-
-def epilogue_spec(spec: KernelSpec, bias: bool, activation: str) -> KernelSpec:
-    """``spec`` configured to add the bias (when ``bias``) and apply ``activation`` as it writes."""
-    act = load_library().activation_kernel(activation) if activation not in (None, "linear") else None
-    spec = spec.configure({"BIAS": int(bias), "ACTIVATION": dict(act.defines)["ACTIVATION"] if act else "act_linear"})
-    if act is not None and act.params:   # the p arguments take the activation's names and defaults
-        spec = dataclasses.replace(spec, params=act.params)
-    return spec
-
-
 def matmul(a: DeviceMatrix, b: DeviceMatrix, spec: KernelSpec | None = None, device: Device | None = None,
-           what: str = "matmul", bias=None, activation: str = "linear", params: dict | None = None) -> DeviceMatrix:
-    """``R = activation(A x B + bias)`` on the device, in one launch when the kernel can fuse.
+           what: str = "matmul", bias=None, activation: str = "linear", params: dict | None = None,
+           affine: tuple | None = None) -> DeviceMatrix:
+    """``R = affine(activation(A x B + bias))`` on the device, in one launch when the kernel can fuse.
 
     Args:
-        a: the left operand (m x k), e.g. a Dense layer's ``W = kernel^T``.
+        a: the left operand (m x k), e.g. a Dense layer's ``W = kernel^T``. Already on the device
+            in the kernel's layout it is used as it is, also when padded more than the kernel
+            needs (one weight buffer serves several kernels); otherwise it is re-laid out.
         b: the right operand (k x n), e.g. the layer's input ``x^T``.
         spec: the kernel (default: the device's choice for this shape); operands that are not in
             its layouts are re-laid out first.
         device: where to run (default: ``b``'s device, else the current one).
         what: who asked, for error messages.
         bias: a device vector of ``m`` values added to every column, or ``None``.
-        activation: applied after the bias; fused into the kernel's final write when the kernel
-            has an epilogue and the activation is element-wise, else run as its own kernels.
+        activation: applied after the bias. Fused into the kernel's final write when its epilogue
+            can (element-wise activations; ``softmax`` where a work-group holds whole columns, in
+            the first configuration of the kernel that does), else run as its own kernels.
         params: the activation's parameters.
+        affine: ``(scale, shift)``, device vectors of ``m`` values: ``R = R * scale + shift`` per
+            row after the activation (a BatchNormalization after an activated Dense), or ``None``.
 
     Returns:
         ``R`` (m x n) in the kernel's result layout, on the device.
@@ -114,21 +102,87 @@ def matmul(a: DeviceMatrix, b: DeviceMatrix, spec: KernelSpec | None = None, dev
     (m, k), (k2, n) = a.shape, b.shape
     if k != k2:
         raise ValueError(f"{what}: cannot multiply {a.shape} by {b.shape}: inner dimensions {k} and {k2} differ")
-    spec = spec or kernel_for("matmul", device, (m, k, n))
-    fused = fusable(spec, activation)
-    if fused:
-        spec = epilogue_spec(spec, bias is not None, activation)
+    spec = spec or kernel_for("matmul", device, (m, k, n), activation=activation)
+    spec, fused = with_epilogue(spec, (m, k, n), device, bias is not None, activation, affine is not None)
     plan = matmul_plan(spec, m, k, n)
-    a = to_layout(a, device, spec.matrices["a"].layout, plan["a"])
+    a = _left_operand(a, device, spec.matrices["a"], plan["a"])
     b = to_layout(b, device, spec.matrices["b"].layout, plan["b"])
     r = DeviceMatrix.empty(device, (m, n), spec.matrices["r"].layout, plan["r"], what=f"{what} result")
-    launch(spec, device, {"a": a, "b": b, "r": r}, {"bias": bias} if fused and bias is not None else None,
-           what=what, params=params if fused else None)
-    if not fused:
-        if bias is not None:
-            bias_add(r, bias, what=what)
+    vectors = {}
+    if "bias" in fused:
+        vectors["bias"] = bias
+    if "affine" in fused:
+        vectors["scale"], vectors["shift"] = affine
+    launch(spec, device, {"a": a, "b": b, "r": r}, vectors, what=what,
+           params=params if "activation" in fused else None)
+    if bias is not None and "bias" not in fused:
+        bias_add(r, bias, what=what)
+    if not {"activation", "softmax"} & set(fused):
         activation_op(r, activation, what=what, **(params or {}))
+    if affine is not None and "affine" not in fused:
+        affine_op(r, *affine, what=what)
     return r
+
+
+def _left_operand(a: DeviceMatrix, device: Device, restriction, need) -> DeviceMatrix:
+    """``a`` as the kernel reads it: as it is when it lies on ``device`` in the kernel's layout,
+    padded at least to ``need`` with the kernel's alignments (kernels index A with its own padded
+    shape), else re-laid out (or uploaded) to exactly ``need``."""
+    if (a.buffer is not None and a.device is device and a.layout == restriction.layout
+            and a.padded[0] >= need[0] and a.padded[1] >= need[1]
+            and a.padded[0] % restriction.row_multiple == 0 and a.padded[1] % restriction.col_multiple == 0):
+        return a
+    return to_layout(a, device, restriction.layout, need)
+
+
+def with_epilogue(spec: KernelSpec, shape: tuple, device: Device, bias: bool, activation: str | None,
+                  affine: bool) -> tuple:
+    """``spec`` configured to fuse the longest prefix of bias, activation, affine (in that order)
+    that its epilogue can, and the names of the fused steps (``softmax`` for a fused softmax).
+
+    Returns:
+        ``(spec, fused)``; the spec's float parameters take the activation's names and defaults.
+    """
+    steps = (["bias"] if bias else []) + ([] if activation in (None, "linear") else
+                                         ["softmax" if activation == "softmax" else "activation"]) \
+        + (["affine"] if affine else [])
+    fused, defines = [], {}
+    for step in steps:
+        if step == "softmax":
+            holding = holding_columns(spec, shape, device)
+            if holding is None:
+                break
+            spec = holding
+        elif step not in spec.epilogue or (step == "activation" and elementwise_kernel(activation) is None):
+            break
+        fused.append(step)
+        defines[EPILOGUE_DEFINES[step]] = (dict(elementwise_kernel(activation).defines)["ACTIVATION"]
+                                           if step == "activation" else 1)
+    spec = spec.configure(defines) if defines else spec
+    if "activation" in fused:
+        act = elementwise_kernel(activation)
+        if act.params:
+            spec = dataclasses.replace(spec, params=act.params)
+    return spec, tuple(fused)
+
+
+def elementwise_kernel(activation: str):
+    """The element-wise activation kernel of ``activation`` (whose formula an epilogue can apply),
+    or ``None`` (softmax needs a whole column; an unknown name has no kernel)."""
+    act = load_library().activation_kernel(activation) if activation not in (None, "linear") else None
+    return act if act is not None and act.source == "activation.cl" else None
+
+
+def fusable(spec: KernelSpec, activation: str, shape: tuple | None = None) -> bool:
+    """Whether ``spec`` can add the bias and apply ``activation`` in its final write (for
+    ``softmax``: for a product of ``shape``, in one of its configurations)."""
+    if "bias" not in spec.epilogue:
+        return False
+    if activation in (None, "linear"):
+        return True
+    if activation == "softmax":
+        return shape is not None and holding_columns(spec, shape) is not None
+    return "activation" in spec.epilogue and elementwise_kernel(activation) is not None
 
 
 def upload_vector(device: Device, values, what: str = "vector"):
@@ -178,6 +232,7 @@ def activation(r: DeviceMatrix, name: str, what: str = "activation", **params) -
 
 
 activation_op = activation
+affine_op = affine
 
 
 def reshape(m: DeviceMatrix, shape, layout, padded, spec: KernelSpec | None = None) -> DeviceMatrix:

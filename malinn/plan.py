@@ -30,7 +30,7 @@ import numpy as np
 
 from .backends.base import Device
 from .kernel_call import bind
-from .kernel_choice import choose, explicit_choice
+from .kernel_choice import choose, explicit_choice, holding_columns
 from .kernel_library import KernelSpec, load_library
 from .layout import Layout, parse_layout
 from .matrix import DeviceMatrix
@@ -59,16 +59,29 @@ class Weight:
     def __init__(self, what: str, shape, host, copies: dict, prepacked=None):
         self.what, self.shape, self.host, self.copies, self.prepacked = what, tuple(shape), host, copies, prepacked
 
-    def on_device(self, device: Device, layout: Layout, padded) -> DeviceMatrix:
-        key = (device.identity, str(layout), tuple(padded))
-        matrix = self.copies.get(key)
-        if matrix is None:
-            if self.prepacked is not None and (str(self.prepacked[0]), tuple(self.prepacked[1])) == key[1:]:
-                matrix = DeviceMatrix.upload_flat(device, self.prepacked[2], self.shape, layout, padded, self.what)
-            else:
-                matrix = DeviceMatrix.upload(device, self.host(), layout, padded, what=self.what)
-            matrix.host = None   # the layer keeps the weights; the copy need not
-            self.copies[key] = matrix
+    def on_device(self, device: Device, restriction, need, prefer=None) -> DeviceMatrix:
+        """The weight on ``device`` as a kernel with ``restriction`` reads it, padded at least to
+        ``need``: a copy already there that fits (kernels index A with its own padded shape, so a
+        copy padded more serves), else the model file's laid-out copy where it fits, else a new
+        upload padded to ``prefer`` (a padding that also fits the device's other kernels) or ``need``.
+        """
+        layout = restriction.layout
+
+        def fits(padded) -> bool:
+            return (padded[0] >= need[0] and padded[1] >= need[1] and padded[0] % restriction.row_multiple == 0
+                    and padded[1] % restriction.col_multiple == 0)
+
+        for key, matrix in self.copies.items():
+            if len(key) == 3 and key[0] == device.identity and key[1] == str(layout) and fits(key[2]):
+                return matrix
+        if self.prepacked is not None and str(self.prepacked[0]) == str(layout) and fits(self.prepacked[1]):
+            padded = tuple(self.prepacked[1])
+            matrix = DeviceMatrix.upload_flat(device, self.prepacked[2], self.shape, layout, padded, self.what)
+        else:
+            padded = tuple(prefer) if prefer is not None and fits(prefer) else tuple(need)
+            matrix = DeviceMatrix.upload(device, self.host(), layout, padded, what=self.what)
+        matrix.host = None   # the layer keeps the weights; the copy need not
+        self.copies[(device.identity, str(layout), padded)] = matrix
         return matrix
 
     def nbytes(self, padded) -> int:
@@ -315,26 +328,33 @@ class PlanBuilder:
         if matmul.activation not in (None, "linear"):
             return False
         if step.activation == "softmax":
-            if "softmax" not in features:
-                spec = None if matmul.explicit else self._softmax_kernel(matmul)
-                if spec is None:
-                    return False
-                matmul.spec = spec
+            spec = holding_columns(matmul.spec, self._shape(matmul), self.device)
+            if spec is None and not matmul.explicit:
+                spec = self._softmax_kernel(matmul)
+            if spec is None:
+                return False
+            matmul.spec = spec
         elif "activation" not in features or not _elementwise(step.activation):
             return False
         matmul.activation, matmul.params = step.activation, step.params
         return True
 
+    @staticmethod
+    def _shape(matmul: _Step) -> tuple:
+        return matmul.weight.shape + (matmul.inputs["b"].cols,)
+
     def _softmax_kernel(self, matmul: _Step):
-        """A matmul kernel of the library that fuses softmax and accepts this product, or None."""
+        """The library's ``matmul_softmax`` kernel, in a configuration whose work-groups hold this
+        product's columns, where it reads and writes the layouts the chosen kernel does; or None."""
         library = load_library()
-        table = library.defaults.get("matmul_softmax", {})
-        value = table.get(self.device.kind, table.get("*"))
-        if value is None:
+        if "matmul_softmax" not in library.defaults:
             return None
-        spec = library.default_spec("matmul_softmax", self.device.kind)
-        m, k = matmul.weight.shape
-        return spec if spec.accepts(m, k, matmul.inputs["b"].cols, device=self.device) else None
+        for candidate in library.default_specs("matmul_softmax", self.device.kind):
+            if all(candidate.matrices[x].layout == matmul.spec.matrices[x].layout for x in "br"):
+                spec = holding_columns(candidate, self._shape(matmul), self.device)
+                if spec is not None:
+                    return spec
+        return None
 
     def _protect_in_place(self, outputs) -> None:
         """An in-place step whose input is read later (or downloaded) first copies it."""
@@ -593,8 +613,25 @@ class Plan:
 
     @staticmethod
     def _weight_padding(step: _Step) -> tuple:
-        """The padded shape of a matmul's left operand: its result's padded rows by the common K."""
-        return (step.out.storage.padded[0], step.inputs["b"].storage.padded[0])
+        """The least padded shape of a matmul's left operand: its result's padded rows (or, for a
+        kernel that reads A's logical rows only, the units rounded up to A's alignment) by the
+        common K (the right operand's padded rows)."""
+        a = step.spec.matrices["a"]
+        rows = _round_up(step.weight.shape[0], a.row_multiple) if a.logical_rows else step.out.storage.padded[0]
+        return (rows, step.inputs["b"].storage.padded[0])
+
+    def _shared_padding(self, step: _Step, need) -> tuple | None:
+        """A padding of the weight that the device's large-batch kernel can read too, where it reads
+        the same layout: a model used at batch 1 and at large batches keeps one copy."""
+        m, k = step.weight.shape
+        restriction = step.spec.matrices["a"]
+        big = choose("matmul", self.device, (m, k, 4096))
+        other = big.matrices["a"]
+        if other.any_layout or restriction.any_layout or other.layout != restriction.layout:
+            return None
+        theirs = big.padded_shapes(m, k, 4096)["a"]
+        return (_round_up(max(need[0], theirs[0]), math.lcm(restriction.row_multiple, other.row_multiple)),
+                _round_up(max(need[1], theirs[1]), math.lcm(restriction.col_multiple, other.col_multiple)))
 
     # ---------------------------------------------------------------- allocating and binding
     def allocate(self) -> "Plan":
@@ -631,7 +668,9 @@ class Plan:
         matrices["r"] = self._matrix(step.out)
         vectors, params = {}, step.params
         if step.kind == "matmul":
-            matrices["a"] = step.weight.on_device(device, spec.matrices["a"].layout, self._weight_padding(step))
+            need = self._weight_padding(step)
+            matrices["a"] = step.weight.on_device(device, spec.matrices["a"], need,
+                                                  self._shared_padding(step, need))
             spec = self._epilogue(step)
             if step.bias is not None:
                 vectors["bias"] = step.bias.on_device(device)

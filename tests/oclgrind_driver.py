@@ -5,9 +5,10 @@ tests/oclgrind_driver.py CASES.json``).
 Each case is a JSON object:
 
 * ``{"op": "matmul", "codename": C, "shape": [m, k, n], "config": {...} | null, "bias": bool,
-  "activation": name | null}``: ``R = activation(A x B + bias)`` with kernel ``C`` (``config``:
-  the defines of one tuned configuration, see ``tuning_configurations`` in tests/test_oclgrind.py;
-  bias and activation are fused into kernels with an epilogue, else run as their own kernels);
+  "activation": name | null, "params": {...}, "affine": bool}``: ``R = activation(A x B + bias)``,
+  then ``R * scale + shift`` per row, with kernel ``C`` (``config``: the defines of one tuned
+  configuration, see ``tuning_configurations`` in tests/test_oclgrind.py; what the kernel's
+  epilogue can fuse is fused, the rest runs as its own kernels);
 * ``{"op": "bias" | "affine", "layout": L, "shape": [rows, cols]}``;
 * ``{"op": "activation", "name": A, "layout": L, "shape": [rows, cols], "params": {...}}``;
 * ``{"op": "relayout", "src": L1, "dst": L2, "shape": [rows, cols]}``;
@@ -20,7 +21,7 @@ Each case is a JSON object:
 For each case the driver writes a line ``@@malinn-case N`` to stderr before running it (and
 flushes), so that whatever Oclgrind reports on stderr can be attributed to the case that caused
 it, then writes one JSON line to stdout: ``{"case": N, "error": max |got - want| / max(1, |want|),
-"nan_mismatch": bool}`` or ``{"case": N, "exception": "..."}``. It never imports TensorFlow.
+"nan_mismatch": bool, "seconds": s}`` or ``{"case": N, "exception": "..."}``. It never imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 import traceback
 
 import numpy as np
@@ -110,7 +112,12 @@ def run_case(case, device, library, rng):
             want = want + bias[:, None]
         if case.get("activation"):
             extra["activation"] = case["activation"]
-            want = ref_activation(case["activation"], want, axis=0)
+            extra["params"] = case.get("params") or {}
+            want = ref_activation(case["activation"], want, axis=0, **extra["params"])
+        if case.get("affine"):
+            scale, shift = rng.standard_normal((2, m)).astype(np.float32)
+            extra["affine"] = (ops.upload_vector(device, scale), ops.upload_vector(device, shift))
+            want = want * scale[:, None] + shift[:, None]
         r = ops.matmul(DeviceMatrix.from_host(a), DeviceMatrix.from_host(b), spec, device, **extra)
         result = _error(r.numpy(), want)
         result["kernel"] = spec.codename
@@ -206,12 +213,14 @@ def main(argv):
     rng = np.random.default_rng(20240605)
     for i, case in enumerate(cases):
         print(f"{MARK} {i}", file=sys.stderr, flush=True)
+        start = time.perf_counter()
         try:
             result = run_case(case, device, library, rng)
         except Exception as exc:  # reported, not raised: the other cases still run
             result = {"exception": f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}"}
         device.queue.finish()
         result["case"] = i
+        result["seconds"] = round(time.perf_counter() - start, 3)   # what the case costs under Oclgrind
         print(json.dumps(result), flush=True)
     print(f"{MARK} end", file=sys.stderr, flush=True)
     return 0

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from malinn.errors import KernelBuildError, LibraryError
-from malinn.kernel_library import load_library
+from malinn.kernel_library import EPILOGUE_DEFINES, load_library
 from malinn.layout import parse_layout
 from malinn.resources import kernels_dir
 
@@ -24,7 +24,8 @@ def test_library_has_every_variant_of_the_design_table():
     ("cross1", "R", "R", "R"), ("rmcm", "R", "C", "C"), ("crossv", "R", "C", "C"),
     ("blocked_rmrm", "R", "R", "R"), ("blocked_rmcm", "R", "C", "C"),
     ("morton_4_2", "R_2_4_R", "C_4_2_C", "C_4_2_C"), ("morton_4_4", "R_4_4_R", "C_4_4_C", "C_4_4_C"),
-    ("gemm_tiled", "C", "R", "R"), ("gemm_image", "C", "C", "C"),
+    ("gemm_tiled", "C", "R", "R"), ("gemm_image", "C", "C", "C"), ("gemv", "C", "R", "R"),
+    ("gemv_softmax", "C", "R", "R"),
 ])
 def test_layouts_match_the_design_table(codename, a, b, r):
     spec = LIB[codename]
@@ -40,6 +41,29 @@ def test_every_kernel_builds_as_opencl_c_1_2(codename, device):
     spec = LIB[codename]
     layouts = {name: (m.layout if not m.any_layout else parse_layout("C_4_2_C")) for name, m in spec.matrices.items()}
     device.build(spec.program_source(layouts, device.render_index), spec.options() + ("-cl-std=CL1.2",), origin=spec.source)
+    if spec.epilogue:   # and with everything its epilogue can fuse switched on
+        on = {"BIAS": 1, "ACTIVATION": "act_relu_general", "AFFINE": 1, "SOFTMAX": 1}
+        full = spec.configure({EPILOGUE_DEFINES[f]: on[EPILOGUE_DEFINES[f]] for f in spec.epilogue})
+        device.build(full.program_source(layouts, device.render_index), full.options() + ("-cl-std=CL1.2",), origin=spec.source)
+
+
+def test_every_matmul_kernel_fuses_bias_activation_and_affine():
+    """A Dense layer (bias, activation, a BatchNormalization after it) is one launch whatever
+    kernel runs it; the epilogue's arguments are the same for all (kernels/epilogue.clh)."""
+    for codename in LIB.codenames("matmul"):
+        spec = LIB[codename]
+        assert {"bias", "activation", "affine"} <= set(spec.epilogue), codename
+        assert spec.arglist == "lhwmnHWpppp" and spec.buffers == ("a", "b", "r", "bias", "scale", "shift"), codename
+    assert [c for c in LIB.codenames("matmul") if "softmax" in LIB[c].epilogue] == ["gemv_softmax"]
+    assert LIB.default("matmul_softmax", "gpu") == LIB.default("matmul_softmax", "cpu") == "gemv_softmax"
+
+
+def test_fallbacks_end_in_a_general_kernel():
+    """defaults.matmul_fallback lists kernels in order of preference; the last has no
+    preconditions, so every shape has a kernel."""
+    for kind in ("gpu", "cpu", "accelerator"):
+        specs = LIB.default_specs("matmul_fallback", kind)
+        assert specs and not specs[-1].preconditions and all(s.op == "matmul" for s in specs)
 
 
 def test_default_matmul_exists_for_every_device_kind():
@@ -77,6 +101,24 @@ def _broken_library(tmp_path, mutate):
     (lambda d: d["kernels"]["crossv"]["restrictions"].pop("r"), "field 'restrictions.r'"),
     (lambda d: d["kernels"]["relu"].update(defines={"A B": "1"}), "kernel 'relu', field 'defines'"),
     (lambda d: d["defaults"]["matmul"].update(gpu="relu"), "field 'defaults.matmul.gpu': 'relu' is not a matmul kernel"),
+    (lambda d: d["defaults"]["matmul_fallback"].update(cpu=["gemv", "relu"]),
+     "field 'defaults.matmul_fallback.cpu': 'relu' is not a matmul kernel"),
+    (lambda d: d["defaults"]["matmul_fallback"].update(cpu=[{"codename": "gemv", "defines": {"NB": 3, "VW": 3}}]),
+     "field 'defaults.matmul_fallback.cpu.defines'"),
+    (lambda d: d["kernels"]["cross1"].update(epilogue=["bias", "dropout"]), "kernel 'cross1', field 'epilogue': expected"),
+    (lambda d: d["kernels"]["cross1"].update(epilogue=True), "kernel 'cross1', field 'epilogue': expected"),
+    (lambda d: d["kernels"]["cross1"]["restrictions"].update(arglist="lhwHWpppp"), "kernel 'cross1', field 'epilogue'"),
+    (lambda d: d["kernels"]["cross1"]["restrictions"].update(buffers=["a", "b", "r", "bias"]),
+     "kernel 'cross1', field 'epilogue'"),
+    (lambda d: d["kernels"]["cross1"].update(epilogue=["bias", "softmax"]),
+     "kernel 'cross1', field 'epilogue': a softmax epilogue"),
+    (lambda d: d["kernels"]["gemv"].update(preconditions={"max_batch": 8}), "kernel 'gemv', field 'preconditions'"),
+    (lambda d: d["kernels"]["gemv"].update(preconditions={"max_n": "NB - 1"}),
+     "kernel 'gemv', field 'preconditions.max_n': expected a positive integer, got 0"),
+    (lambda d: d["kernels"]["gemv"]["restrictions"]["split"].update(cols="KSPLIT - KSPLIT"),
+     "kernel 'gemv', field 'restrictions.split.cols'"),
+    (lambda d: d["kernels"]["gemv"]["restrictions"]["b"].update(logicalRows=True),
+     "kernel 'gemv', field 'restrictions.b.logicalRows'"),
 ])
 def test_malformed_entries_are_named(tmp_path, mutate, fragment):
     with pytest.raises(LibraryError) as info:

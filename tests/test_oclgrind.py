@@ -2,8 +2,10 @@
 
 Oclgrind (Debian's ``oclgrind``) simulates an OpenCL device and reports out-of-bounds accesses,
 data races, uses of uninitialised values and API misuse on stderr. The cases (odd shapes for
-every matmul kernel and each of its tuned configurations; bias, scale-and-shift, every activation,
-softmax and re-layout on odd shapes in several layouts; whole models) run in a few
+every matmul kernel and each of its tuned configurations; each matmul's fused epilogue: bias, a
+four-parameter activation and the affine step; the fused softmax in every configuration of a
+kernel that has one; bias, scale-and-shift, every activation, softmax and re-layout on odd shapes
+in several layouts; whole models) run in a few
 ``oclgrind --check-api --data-races --uninitialized python3 tests/oclgrind_driver.py`` processes
 (in parallel, one per core, at most two by default); each case is then asserted to have left
 nothing on stderr and to match numpy.
@@ -59,6 +61,7 @@ ELEMENT_SHAPES = [(1, 1), (3, 5), (13, 7), (33, 17)]
 RESHAPES = [((1, 1), (1, 1)), ((3, 5), (15, 1)), ((13, 7), (7, 13)), ((7, 6), (3, 14))]
 PARAMS = {"elu": {"alpha": 0.3}, "leaky_relu": {"negative_slope": 0.01},
           "relu_general": {"negative_slope": 0.1, "max_value": 2.5, "threshold": 0.5, "has_max_value": 1.0}}
+EPILOGUE_PARAMS = PARAMS["relu_general"]
 TOLERANCE = 1e-5
 SPLIT_KERNEL = "blocked_rmrm" if "blocked_rmrm" in LIB else MATMULS[0]
 MODE = os.environ.get("MALINN_OCLGRIND_CONFIGS", "auto")
@@ -85,11 +88,13 @@ def tuning_configurations(spec) -> list[dict]:
         return []
     configs = [dict(c) for c in spec.configurations()] if (
         getattr(spec, "candidates", ()) or getattr(spec, "tuning", ())) else []
-    # and the configurations the library's defaults name per device kind (the runtime uses them)
-    for kind in ("gpu", "cpu", "accelerator"):
-        if hasattr(LIB, "default_spec") and LIB.default("matmul", kind) == spec.codename:
-            named = dict(LIB.default_spec("matmul", kind).defines)
-            if named != dict(spec.defines) and _as_defines(named) not in [_as_defines(c) for c in configs]:
+    # and the configurations the library's defaults name per device kind (the runtime uses them:
+    # the choice, the fallbacks of small batches, the kernel that fuses softmax)
+    for kind, table in itertools.product(("gpu", "cpu", "accelerator"), ("matmul", "matmul_fallback", "matmul_softmax")):
+        for default in LIB.default_specs(table, kind):
+            named = dict(default.defines)
+            if default.codename == spec.codename and named != dict(spec.defines) \
+                    and _as_defines(named) not in [_as_defines(c) for c in configs]:
                 configs = (configs or [dict(spec.defines)]) + [named]
     return configs
 
@@ -111,11 +116,19 @@ def _mac(spec, shape) -> int:
     return plan["a"][0] * plan["a"][1] * plan["r"][1]
 
 
+def odd_shapes(spec) -> list:
+    """SHAPES for kernel ``spec``, each batch capped at 2 * max_n + 1 where the kernel's
+    preconditions bound it (gemv: NB samples per work-group, so three or more column groups are
+    still checked; the runtime never runs it on wider batches, and simulating them costs time)."""
+    bound = dict(spec.preconditions).get("max_n")
+    return [(m, k, min(n, 2 * bound + 1)) if bound else (m, k, n) for m, k, n in SHAPES]
+
+
 def _distinct_shapes(spec) -> list:
     """The shapes of SHAPES that give distinct padded problems for ``spec`` (the odd shapes
     first): memory accesses depend on the padded sizes, so equal ones would check the same."""
     seen, shapes = set(), []
-    for shape in sorted(SHAPES, key=lambda s: -s[0] * s[1] * s[2]):
+    for shape in sorted(odd_shapes(spec), key=lambda s: -s[0] * s[1] * s[2]):
         plan = ops.matmul_plan(spec, *shape)
         key = (plan["a"], plan["b"], plan["r"])
         if key not in seen:
@@ -164,18 +177,25 @@ def matmul_cases() -> list[dict]:
         for i, config in enumerate(configurations_to_check(spec)):
             configured = spec.configure(config) if config else spec
             # every shape; only the distinct padded problems where a covering set stands for many
-            shapes = SHAPES if i == 0 or len(tuning_configurations(spec)) <= ALL_LIMIT or MODE == "all" \
+            shapes = odd_shapes(configured) if i == 0 or len(tuning_configurations(spec)) <= ALL_LIMIT or MODE == "all" \
                 else _distinct_shapes(configured)
             for shape in shapes:
                 cases.append({"op": "matmul", "codename": codename, "config": config, "shape": list(shape),
                               "kernels": [codename], "cost": _mac(configured, shape) * (
                                   1 + math.prod(configured.workgroup or (1,)) / 256) ** 1.5})
-        if getattr(spec, "epilogue", False):   # the fused bias + activation path, default configuration
-            for shape, activation in itertools.product([(3, 5, 7), (33, 17, 65)],
-                                                       ["relu", "sigmoid", "elu", "gelu", "softmax", None]):
-                cases.append({"op": "matmul", "codename": codename, "config": None, "shape": list(shape),
-                              "bias": True, "activation": activation, "kernels": [codename],
-                              "cost": _mac(spec, shape) * 2})
+        # the fused epilogue, default configuration: every vector it reads (bias, scale, shift) and
+        # all four float parameters (the formulas are test_ops.py's; memory is what is checked here)
+        for shape in [(3, 5, 7), (33, 17, 65)]:
+            cases.append({"op": "matmul", "codename": codename, "config": None, "shape": list(shape),
+                          "bias": True, "activation": "relu_general", "params": EPILOGUE_PARAMS, "affine": True,
+                          "kernels": [codename], "cost": _mac(spec, shape) * 2})
+        if "softmax" in spec.epilogue:   # whole columns per work-group, in each configuration
+            for config in tuning_configurations(spec) or [dict(spec.defines)]:
+                holds = dict(spec.configure(config).preconditions)["max_m"]
+                for shape in {(1, 5, 3), (min(holds, 33), 17, 5), (holds, 3, 2)}:
+                    cases.append({"op": "matmul", "codename": codename, "config": config, "shape": list(shape),
+                                  "bias": True, "activation": "softmax", "affine": True, "kernels": [codename],
+                                  "cost": _mac(spec.configure(config), shape) * 2})
     return cases
 
 
@@ -368,7 +388,7 @@ def test_matmul_ran_every_odd_shape_under_oclgrind(oclgrind_results, codename):
     ran |= {tuple(c["shape"]) for i, c in enumerate(cases) if c["op"] == "matmul" and c["codename"] == codename
             and c.get("config") and _as_defines(c["config"]) == _as_defines(dict(LIB[codename].defines))
             and i in results}
-    assert set(SHAPES) <= ran
+    assert set(odd_shapes(LIB[codename])) <= ran
 
 
 @pytest.mark.parametrize("codename", [c for c in MATMULS if tuning_configurations(LIB[c])])
@@ -378,7 +398,7 @@ def test_tuned_configurations_checked_under_oclgrind(oclgrind_results, codename)
     define values a valid configuration can have, the default configuration first."""
     cases, results, *_ = oclgrind_results
     spec = LIB[codename]
-    every = tuning_configurations(spec)
+    every = tuning_configurations(spec)   # (a softmax epilogue also runs in each, on shapes of its own)
     checked = {json.dumps(_as_defines(c["config"]), sort_keys=True) for i, c in enumerate(cases)
                if c["op"] == "matmul" and c["codename"] == codename and c.get("config") and i in results}
     valid = {json.dumps(_as_defines(c), sort_keys=True) for c in every}
@@ -389,8 +409,8 @@ def test_tuned_configurations_checked_under_oclgrind(oclgrind_results, codename)
         for config in every:   # on every odd shape
             ran = {tuple(c["shape"]) for i, c in enumerate(cases) if c["op"] == "matmul"
                    and c["codename"] == codename and c.get("config") and i in results
-                   and _as_defines(c["config"]) == _as_defines(config)}
-            assert ran == set(SHAPES), config
+                   and _as_defines(c["config"]) == _as_defines(config) and not c.get("activation")}
+            assert ran == set(odd_shapes(spec.configure(config))), config
     else:
         needed = set().union(*(_pairs(_as_defines(c)) for c in every))
         covered = set().union(*(_pairs(json.loads(c)) for c in checked))
@@ -406,3 +426,18 @@ def test_models_and_a_split_batch_under_oclgrind(oclgrind_results):
              and cases[i]["codename"] == SPLIT_KERNEL]
     assert split and whole and whole[0]["passes"] == 1
     assert split[0]["max_batch"] < 23 and split[0]["passes"] == math.ceil(23 / split[0]["max_batch"]) > 1
+
+
+@pytest.mark.parametrize("codename", [c for c in MATMULS if "softmax" in LIB[c].epilogue])
+def test_fused_softmax_checked_in_every_configuration(oclgrind_results, codename):
+    """The softmax epilogue (local-memory reductions over whole columns) in each configuration the
+    tuner or the runtime can pick, at one unit, at the most units a configuration holds and between."""
+    cases, results, *_ = oclgrind_results
+    ran = {}
+    for i, c in enumerate(cases):
+        if c["op"] == "matmul" and c["codename"] == codename and c.get("activation") == "softmax" and i in results:
+            ran.setdefault(json.dumps(_as_defines(c["config"]), sort_keys=True), set()).add(c["shape"][0])
+    every = {json.dumps(_as_defines(c), sort_keys=True): c for c in tuning_configurations(LIB[codename])}
+    assert set(ran) == set(every)
+    for key, config in every.items():
+        assert {1, dict(LIB[codename].configure(config).preconditions)["max_m"]} <= ran[key]

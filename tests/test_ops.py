@@ -1,5 +1,7 @@
 """Every kernel against its numpy reference, on odd shapes, on every working device."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -191,6 +193,8 @@ def test_every_configuration_the_tuner_can_emit_matches_numpy(device, codename, 
 @pytest.mark.parametrize("activation", ["linear", "relu", "gelu", "elu", "softmax"])
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_fused_epilogue_matches_separate_kernels(device, activation, with_bias, rng):
+    """gemm_tiled fuses bias and an element-wise activation; its work-groups do not hold whole
+    columns, so softmax runs after it as its own kernel (the bias still fused)."""
     spec = LIB["gemm_tiled"]
     a = rng.standard_normal((37, 29)).astype(np.float32)
     b = rng.standard_normal((29, 21)).astype(np.float32)
@@ -203,16 +207,26 @@ def test_fused_epilogue_matches_separate_kernels(device, activation, with_bias, 
     z = a.astype(np.float64) @ b + (bias[:, None] if with_bias else 0)
     params = {"alpha": 0.5} if activation == "elu" else {}
     assert_close(r.numpy(), ref_activation(activation, z, axis=0, **params))
-    assert launches == (1 if activation != "softmax" else 2 + with_bias)   # softmax cannot be fused
+    assert launches == (1 if activation != "softmax" else 2)   # softmax is not gemm_tiled's to fuse
     full = r.layout.unpack(_download(r), r.padded, r.padded)
     assert np.count_nonzero(full[37:, :]) == 0 and np.count_nonzero(full[:, 21:]) == 0
 
 
 def test_small_batches_fall_back_to_the_general_kernel(device):
+    """Below gemm_tiled's batch, the first of the fallbacks whose preconditions hold: gemv with
+    NB >= n up to its bound, then the general kernel."""
     ops.use("matmul", "gemm_tiled", device)
     assert ops.kernel_for("matmul", device, (64, 64, 100)).codename == "gemm_tiled"
-    small = ops.kernel_for("matmul", device, (64, 64, 1))
-    assert small.codename == LIB.default("matmul_fallback", device.kind) and small.codename != "gemm_tiled"
+    fallbacks = LIB.default_specs("matmul_fallback", device.kind)
+    bound = max(dict(f.preconditions).get("max_n", 0) for f in fallbacks)
+    for n in range(1, 16):
+        small = ops.kernel_for("matmul", device, (64, 64, n))
+        want = next((f for f in fallbacks if f.accepts(64, 64, n)), fallbacks[-1])
+        assert (small.codename, small.defines) == (want.codename, want.defines)
+        if n <= bound:
+            assert small.codename == "gemv" and int(small.config["NB"]) >= n
+        else:
+            assert small.codename == fallbacks[-1].codename and not fallbacks[-1].preconditions
 
 
 def test_image_operand_is_made_once_and_kept(device, rng):
@@ -234,6 +248,198 @@ def test_image_kernels_fall_back_where_images_do_not_fit(device):
                                                                       LIB.default("matmul_fallback", device.kind))
     too_deep = (64, device.image2d_max_size[1] + 4 if device.image_support else 64, 8)
     assert ops.kernel_for("matmul", device, too_deep).codename != "gemm_image"
+
+
+# ------------------------------------------------------------------ one launch per Dense layer
+
+# every matmul kernel fuses: nothing, the bias, the bias and an activation of each family (a
+# parametrised one with non-default parameters), the bias, an activation and the affine step
+EPILOGUES = [("none", None, {}, False), ("bias", "linear", {}, False), ("relu", "relu", {}, False),
+             ("sigmoid", "sigmoid", {}, False), ("tanh", "tanh", {}, False), ("gelu", "gelu", {}, False),
+             ("elu", "elu", {"alpha": 0.3}, False),
+             ("relu_general", "relu_general", {"negative_slope": 0.1, "max_value": 2.5, "threshold": 0.5,
+                                               "has_max_value": 1.0}, False),
+             ("selu+affine", "selu", {}, True)]
+EPILOGUE_SHAPES = [(1, 1, 1), (3, 5, 7), (13, 37, 5), (33, 17, 65), (1001, 3, 1)]
+
+
+def _full(matrix):
+    """The whole padded matrix, padding included, as the device holds it."""
+    return matrix.layout.unpack(_download(matrix), matrix.padded, matrix.padded)
+
+
+def _dense_reference(a, b, bias, activation, params, affine):
+    z = a.astype(np.float64) @ b.astype(np.float64)
+    if bias is not None:
+        z = z + bias[:, None]
+    z = ref_activation(activation or "linear", z, axis=0, **params)
+    if affine is not None:
+        z = z * affine[0][:, None] + affine[1][:, None]
+    return z
+
+
+@pytest.mark.parametrize("case", EPILOGUES, ids=[e[0] for e in EPILOGUES])
+@pytest.mark.parametrize("codename", MATMULS)
+def test_every_matmul_fuses_its_epilogue_in_one_launch(device, codename, case, rng):
+    """bias, activation and affine in the kernel's final write, on odd shapes; R's padding 0."""
+    if LIB[codename].matrices["a"].image and not device.image_support:
+        pytest.skip(f"{device.name} has no image support")
+    _, activation, params, with_affine = case
+    for m, k, n in EPILOGUE_SHAPES:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        bias = rng.standard_normal(m).astype(np.float32) if activation else None
+        affine = tuple(rng.standard_normal((2, m)).astype(np.float32)) if with_affine else None
+        before = device.counters["launches"]
+        r = ops.matmul(DeviceMatrix.from_host(a), DeviceMatrix.from_host(b), LIB[codename], device,
+                       bias=None if bias is None else ops.upload_vector(device, bias),
+                       activation=activation or "linear", params=params,
+                       affine=None if affine is None else tuple(ops.upload_vector(device, v) for v in affine))
+        assert device.counters["launches"] - before == 1, (m, k, n)
+        assert_close(r.numpy(), _dense_reference(a, b, bias, activation, params, affine))
+        full = _full(r)
+        assert np.count_nonzero(full[m:, :]) == 0 and np.count_nonzero(full[:, n:]) == 0, (m, k, n)
+
+
+@pytest.mark.parametrize("codename", MATMULS)
+def test_infinite_inputs_leave_the_padding_of_the_result_zero(device, codename, rng):
+    """An Inf in B times A's zero padding rows is NaN: the kernels write R's padding as 0 instead
+    of computing it, so nothing but zeros ever reaches the next layer's padding."""
+    if LIB[codename].matrices["a"].image and not device.image_support:
+        pytest.skip(f"{device.name} has no image support")
+    m, k, n = 5, 7, 3
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    b[2, 1] = np.inf
+    r = ops.matmul(DeviceMatrix.from_host(a), DeviceMatrix.from_host(b), LIB[codename], device)
+    full = _full(r)
+    assert np.count_nonzero(full[m:, :]) == 0 and np.count_nonzero(full[:, n:]) == 0
+    assert np.isinf(full[:m, 1]).all() or np.isnan(full[:m, 1]).any()
+    assert_close(r.numpy()[:, [0, 2]], a.astype(np.float64) @ b[:, [0, 2]])
+
+
+@pytest.mark.parametrize("codename", MATMULS)
+def test_a_left_operand_padded_more_than_the_result_serves_as_it_is(device, codename, rng):
+    """Kernels index A with its own padded shape and read k < l only: a weight buffer padded
+    further (here with NaN beyond what the kernel needs) is used without re-layout, and the result
+    is bit for bit the one from the exactly padded buffer."""
+    spec = LIB[codename]
+    if spec.matrices["a"].image and not device.image_support:
+        pytest.skip(f"{device.name} has no image support")
+    layout = spec.matrices["a"].layout
+    for m, k, n in [(3, 5, 7), (13, 37, 5), (33, 17, 1)]:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = DeviceMatrix.from_host(rng.standard_normal((k, n)).astype(np.float32))
+        need = ops.matmul_plan(spec, m, k, n)["a"]
+        rows, cols = spec.matrices["a"].row_multiple, spec.matrices["a"].col_multiple
+        big = (need[0] + 2 * math.lcm(rows, 4), need[1] + 3 * math.lcm(cols, 4))
+        full = np.zeros(big, np.float32)
+        full[need[0]:, :] = np.nan           # beyond what the kernel may read
+        full[:, need[1]:] = np.nan
+        full[:m, :k] = a
+        wide = DeviceMatrix.upload_flat(device, layout.pack(full, big), (m, k), layout, big, "wide A")
+        before = device.counters["launches"]
+        got = ops.matmul(wide, b, spec, device).numpy()
+        assert device.counters["launches"] - before == 1, "A was re-laid out"
+        exact = ops.matmul(DeviceMatrix.from_host(a), b, spec, device).numpy()
+        np.testing.assert_array_equal(got, exact)
+        assert_close(got, a.astype(np.float64) @ b.numpy())
+
+
+GEMV_CONFIGS = [c for c in LIB["gemv"].configurations()]
+
+
+@pytest.mark.parametrize("config", GEMV_CONFIGS, ids=["-".join(f"{k}{v}" for k, v in c.items()) for c in GEMV_CONFIGS])
+def test_gemv_at_every_batch_up_to_its_bound(device, config, rng):
+    """Every configuration of gemv the library names or the tuner can emit, at n = 1 .. NB (its
+    max_n), on odd m and k, with a fused bias and activation."""
+    spec = LIB["gemv"].configure(config)
+    if np.prod(spec.workgroup) > device.max_work_group_size:
+        pytest.skip(f"work-group {spec.workgroup} exceeds {device.name}'s {device.max_work_group_size}")
+    bound = dict(spec.preconditions)["max_n"]
+    assert bound == int(config["NB"])
+    for m, k in [(1, 1), (7, 13), (131, 67), (1001, 3)]:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        bias = rng.standard_normal(m).astype(np.float32)
+        weights = DeviceMatrix.from_host(a)
+        for n in range(1, bound + 1):
+            assert spec.accepts(m, k, n) and not spec.accepts(m, k, bound + 1)
+            b = rng.standard_normal((k, n)).astype(np.float32)
+            r = ops.matmul(weights, DeviceMatrix.from_host(b), spec, device, bias=ops.upload_vector(device, bias),
+                           activation="tanh")
+            assert_close(r.numpy(), _dense_reference(a, b, bias, "tanh", {}, None))
+
+
+def test_gemv_results_are_bit_identical_run_after_run(device, rng):
+    """The K split is reduced in local memory in a fixed order (no atomics)."""
+    a = DeviceMatrix.from_host(rng.standard_normal((300, 2001)).astype(np.float32))
+    b = DeviceMatrix.from_host(rng.standard_normal((2001, 3)).astype(np.float32))
+    for config in GEMV_CONFIGS:
+        spec = LIB["gemv"].configure(config)
+        if np.prod(spec.workgroup) > device.max_work_group_size:
+            continue
+        first = ops.matmul(a, b, spec, device).numpy().copy()
+        for _ in range(3):
+            np.testing.assert_array_equal(ops.matmul(a, b, spec, device).numpy(), first)
+
+
+@pytest.mark.parametrize("m", [1, 10, 1000])
+def test_softmax_head_is_one_launch(device, m, rng):
+    """Dense(m, activation="softmax") in one launch (a work-group holds whole columns), for
+    any batch; the kernel is the library's matmul_softmax in the first configuration that holds m."""
+    k = 37
+    spec = ops.kernel_for("matmul", device, (m, k, 100), activation="softmax")
+    assert "softmax" in spec.epilogue and spec.accepts(m, k, 100)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32)
+    for n in (1, 7, 100):
+        b = (rng.standard_normal((k, n)) * 2).astype(np.float32)
+        before = device.counters["launches"]
+        r = ops.matmul(DeviceMatrix.from_host(a), DeviceMatrix.from_host(b), spec, device,
+                       bias=ops.upload_vector(device, bias), activation="softmax")
+        assert device.counters["launches"] - before == 1
+        got = r.numpy()
+        assert_close(got, _dense_reference(a, b, bias, "softmax", {}, None))
+        np.testing.assert_allclose(got.sum(axis=0), 1.0, rtol=1e-5)
+        full = _full(r)
+        assert np.count_nonzero(full[m:, :]) == 0 and np.count_nonzero(full[:, n:]) == 0
+
+
+def test_softmax_head_keeps_nan_and_inf_in_their_column(device, rng):
+    """A NaN or Inf in one sample makes that sample's column NaN (as the softmax kernel does), and
+    no other column changes; numerically stable on large values."""
+    m, k, n = 10, 6, 5
+    spec = ops.kernel_for("matmul", device, (m, k, n), activation="softmax")
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    b[:, 4] *= 400                      # large logits: exp would overflow without the max
+    b[2, 1] = np.nan
+    b[4, 3] = np.inf
+    r = ops.matmul(DeviceMatrix.from_host(a), DeviceMatrix.from_host(b), spec, device, activation="softmax")
+    got = r.numpy()
+    assert np.isnan(got[:, 1]).all() and np.isnan(got[:, 3]).all()
+    clean = [0, 2, 4]
+    assert np.isfinite(got[:, clean]).all()
+    assert_close(got[:, clean], _dense_reference(a, b[:, clean], None, "softmax", {}, None))
+    standalone = ops.activation(ops.matmul(DeviceMatrix.from_host(a), DeviceMatrix.from_host(b), LIB["gemv"], device),
+                                "softmax").numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(standalone))
+
+
+def test_softmax_is_fused_only_where_a_work_group_holds_the_columns(device, rng):
+    """gemv_softmax holds at most 1024 units per column; beyond, ops.matmul runs the separate
+    softmax kernel after it (and kernel_for keeps the device's own choice)."""
+    largest = max(dict(LIB["gemv_softmax"].configure(c).preconditions)["max_m"]
+                  for c in LIB["gemv_softmax"].configurations())
+    m, k, n = largest + 1, 3, 2
+    assert ops.kernel_for("matmul", device, (m, k, n), activation="softmax").codename != "gemv_softmax"
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    before = device.counters["launches"]
+    r = ops.matmul(DeviceMatrix.from_host(a), DeviceMatrix.from_host(b), LIB["gemv_softmax"], device,
+                   activation="softmax")
+    assert device.counters["launches"] - before == 2
+    assert_close(r.numpy(), _dense_reference(a, b, None, "softmax", {}, None))
 
 
 @pytest.mark.parametrize("src, dst", [("R", "C"), ("C", "R"), ("C_4_2_C", "R_2_4_R"), ("C", "C")])
