@@ -7,6 +7,11 @@ host numpy result (malinn: one upload, the layers on the device, one download), 
 same run: numpy float32 on the host CPU, TensorFlow-cpu ``model(x)`` (in a subprocess), and torch
 on the CUDA GPU (when present, TF32 off, host to host like malinn).
 
+Besides the host-to-host times: ``kernels`` is the device time of malinn's launches alone (OpenCL
+profiling events, median of --repeat), and ``weights_gbs`` the weights' bytes over that time, beside
+``copy_gbs``, a device-to-device copy of 1 GiB on the same device measured in the same run (bytes
+read plus written over its time): the bandwidth a batch-1 Dense layer can reach.
+
 Run:  python3 benchmarks/models.py [--device D] [--batch 100] [--repeat 10] [--json out.json]
 """
 
@@ -65,6 +70,33 @@ def torch_forward(torch, weights):
     return run
 
 
+def kernel_seconds(plan, x, repeat: int) -> float:
+    """Median device seconds of the plan's launches (profiling events), its input uploaded first."""
+    device = plan.device
+    plan.run([x])
+    totals = []
+    for _ in range(repeat):
+        with device.lock:
+            events = [launch.enqueue() for launch in plan.launches]
+            device.finish()
+        totals.append(sum((e.profile.end - e.profile.start) * 1e-9 for e in events))
+    return float(np.median(totals))
+
+
+def copy_bandwidth(device, nbytes: int = 2**30, repeat: int = 5) -> float:
+    """Bytes read plus written per second by a device-to-device copy of ``nbytes`` (profiling events)."""
+    import pyopencl as cl
+
+    nbytes = min(nbytes, device.max_allocation // 2)
+    src, dst = device.alloc(nbytes, "copy source"), device.alloc(nbytes, "copy destination")
+    times = []
+    for _ in range(repeat + 1):
+        event = cl.enqueue_copy(device.queue, dst, src, byte_count=nbytes)
+        event.wait()
+        times.append((event.profile.end - event.profile.start) * 1e-9)
+    return 2 * nbytes / float(np.median(times[1:]))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", help="gpu, cpu, P:D or part of a device name (default: malinn's default device)")
@@ -83,6 +115,8 @@ def main(argv=None):
     torch = torch_cuda()
     print(f"device: {device}")
     print("ms per batch (host to host); ratio = peer / malinn (> 1: malinn faster)")
+    copy_gbs = copy_bandwidth(device) / 1e9
+    print(f"device-to-device copy: {copy_gbs:.0f} GB/s (read + written)")
     results = []
     for name in args.models:
         widths = MODELS[name]
@@ -95,6 +129,11 @@ def main(argv=None):
             row = {"model": name, "widths": widths, "batch": batch,
                    "malinn": median_time(lambda: model.predict(x), args.repeat),
                    "numpy": median_time(lambda: numpy_forward(weights, x), args.repeat)}
+            plan = model.plan(batch, device)
+            row["kernels"] = kernel_seconds(plan, x, args.repeat)
+            row["launches"] = len(plan.launches)
+            row["weights_gbs"] = 4 * sum(w.size for w in weights) / row["kernels"] / 1e9
+            row["copy_gbs"] = copy_gbs
             if torch is not None:
                 run = torch_forward(torch, weights)
                 row["torch"] = median_time(lambda: run(x), args.repeat, warmup=3)
@@ -105,10 +144,13 @@ def main(argv=None):
             results.append(row)
             peers = "  ".join(f"{p} {row[p] * 1e3:8.3f} ({row[p] / row['malinn']:5.2f}x)"
                               for p in ("numpy", "tensorflow", "torch") if p in row)
-            print(f"{name:<14} batch {batch:>4}: malinn {row['malinn'] * 1e3:8.3f}  {peers}", flush=True)
+            print(f"{name:<14} batch {batch:>4}: malinn {row['malinn'] * 1e3:8.3f}  {peers}  "
+                  f"[{row['launches']} launches, kernels {row['kernels'] * 1e3:.3f} ms, weights read at "
+                  f"{row['weights_gbs']:.0f} GB/s = {row['weights_gbs'] / copy_gbs:.0%} of the copy]", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({"device": device.describe(), "driver": device.driver_version,
                                                "matmul": malinn.ops.kernel_for("matmul", device).codename,
+                                               "copy_gbs": copy_gbs,
                                                "rows": results, "command": " ".join(sys.argv)}, indent=2))
     return 0
 

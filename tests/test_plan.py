@@ -1,0 +1,170 @@
+"""Compiled plans: what is decided once, fused, laid out, shared and reused, and that it computes Keras's values."""
+
+import numpy as np
+import pytest
+
+from helpers import activation as ref_activation
+from helpers import assert_close
+from malinn import Sequential, kernel_choice, ops
+from malinn.layers import Activation, BatchNormalization, Dense, Flatten, Softmax
+from malinn.models import batch_bucket
+
+
+def dense_model(widths, activations, seed=0, batchnorm_after=None):
+    rng = np.random.default_rng(seed)
+    layers = []
+    for i, (units, act) in enumerate(zip(widths[1:], activations)):
+        layers.append(Dense(units, activation=act, name=f"d{i}"))
+        if batchnorm_after == i:
+            layers.append(BatchNormalization(name="bn"))
+    model = Sequential(layers)
+    model.build((None, widths[0]))
+    weights = [w + rng.standard_normal(w.shape).astype(np.float32) * 0.3 for w in model.get_weights()]
+    if batchnorm_after is not None:   # gamma, beta, mean, variance follow the Dense before
+        index = 2 * (batchnorm_after + 1) + 3
+        weights[index] = np.abs(weights[index]) + 0.5
+    model.set_weights(weights)
+    return model
+
+
+def numpy_forward(model, x):
+    h = np.asarray(x, np.float64)
+    for layer in model.layers:
+        w = [v.astype(np.float64) for v in layer.get_weights()]
+        if isinstance(layer, Dense):
+            h = ref_activation(layer.activation, h @ w[0] + w[1], axis=-1)
+        elif isinstance(layer, BatchNormalization):
+            gamma, beta, mean, var = w
+            h = (h - mean) / np.sqrt(var + layer.epsilon) * gamma + beta
+        elif isinstance(layer, Flatten):
+            h = h.reshape(h.shape[0], -1)
+        else:
+            h = ref_activation(layer.activation, h, axis=-1)
+    return h
+
+
+def test_a_dense_layer_is_one_launch_with_bias_activation_batchnorm_and_softmax_fused(device, rng):
+    model = dense_model([37, 13, 29, 5], ["relu", "tanh", "softmax"], batchnorm_after=0)
+    for n in (1, 7, 100):
+        x = rng.standard_normal((n, 37)).astype(np.float32)
+        assert_close(model.predict(x), numpy_forward(model, x))
+        matmuls = [row for row in model.plan(n, device).describe() if row["kind"] == "matmul"]
+        assert len(matmuls) == 3
+        assert matmuls[0]["fused"] == ["bias", "relu", "affine"] and matmuls[0]["layers"] == ["d0", "bn"]
+    plan = model.plan(1, device)
+    assert len(plan.launches) == 3       # batch 1: no re-layout at all, one launch per Dense layer
+
+
+def test_predict_is_one_upload_and_one_download_and_plans_are_kept(device, rng):
+    model = dense_model([37, 13, 5], ["relu", None])
+    x = rng.standard_normal((9, 37)).astype(np.float32)
+    model.predict(x)
+    plan = model.plan(9, device)
+    assert model.plan(9, device) is plan
+    before = dict(device.counters)
+    model.predict(x)
+    assert device.counters["uploads"] - before["uploads"] == 1
+    assert device.counters["downloads"] - before["downloads"] == 1
+    assert device.counters["launches"] - before["launches"] == len(plan.launches)
+
+
+def test_plans_are_made_again_when_weights_or_kernel_choices_change(device, rng):
+    model = dense_model([8, 6, 3], ["relu", None])
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    first = model.predict(x)
+    plan = model.plan(4, device)
+    weights = model.get_weights()
+    model.set_weights([w * 2 for w in weights])
+    assert model.plan(4, device) is not plan
+    assert_close(model.predict(x), numpy_forward(model, x))
+    again = model.plan(4, device)
+    ops.use("matmul", "cross1", device)
+    try:
+        assert model.plan(4, device) is not again
+        assert {r["kernel"] for r in model.plan(4, device).describe() if r["kind"] == "matmul"} == {"cross1"}
+    finally:
+        kernel_choice.forget(device)
+    model.set_weights(weights)
+    np.testing.assert_array_equal(model.predict(x), first)
+
+
+def test_a_pass_smaller_than_its_bucket_is_exact_and_padded_with_zeros(device, rng):
+    model = dense_model([13, 7, 5], ["sigmoid", "softmax"])
+    assert batch_bucket(19) == 32 and batch_bucket(16) == 16 and batch_bucket(300) == 320
+    x = rng.standard_normal((19, 13)).astype(np.float32)
+    plan = model.plan(19, device)
+    assert plan.batch == 32
+    (_, staging), = plan._io[0]
+    y = model.predict(x)
+    assert_close(y, numpy_forward(model, x))
+    assert not staging[19:].any()
+    np.testing.assert_array_equal(model.predict(x[:19]), y)
+
+
+def test_the_activation_arena_reuses_buffers_by_liveness(device):
+    model = dense_model([64] + [64] * 8, ["relu"] * 8)
+    plan = model.plan(32, device)
+    sizes = [size for size, _ in plan._arena()]
+    # the input has its own buffer; eight results fit in two buffers used in turn (plus any re-layout)
+    assert len(sizes) <= 4, sizes
+    assert model.memory(32, device)["activations"] == sum(sizes)
+
+
+def test_one_weight_copy_serves_small_and_large_batches(device, rng):
+    model = dense_model([300, 200, 10], ["relu", None])
+    for n in (1, 3, 100):
+        model.predict(rng.standard_normal((n, 300)).astype(np.float32))
+    kernels = {row["kernel"].split()[0] for row in
+               model.plan(1, device).describe() + model.plan(100, device).describe() if row["kind"] == "matmul"}
+    copies = [key for key in model.layers[0].device_copies if len(key) == 3 and key[0] == device.identity]
+    layouts = {ops.load_library()[k].matrices["a"].representation for k in kernels}
+    assert len(copies) == len(layouts), (copies, kernels)
+
+
+def test_elementwise_models_keep_keras_shapes(device, rng):
+    x = rng.standard_normal((3, 6, 5, 4)).astype(np.float32)
+    model = Sequential([Activation("relu"), Softmax()])
+    y = model.predict(x)
+    assert y.shape == (3, 6, 5, 4) and model.output_shape == (None, 6, 5, 4)
+    assert_close(y, ref_activation("softmax", np.maximum(x, 0).astype(np.float64), axis=-1))
+
+
+def test_flatten_of_the_input_is_free_and_elsewhere_one_reshape(device, rng):
+    x = rng.standard_normal((4, 5, 7)).astype(np.float32)
+    free = Sequential([Flatten(), Dense(3)])
+    free.build((None, 5, 7))
+    assert_close(free.predict(x), numpy_forward(free, x))
+    assert "reshape" not in [row["kind"] for row in free.plan(4, device).describe()]
+    moved = Sequential([Activation("tanh"), Flatten(), Dense(3)])
+    moved.build((None, 5, 7))
+    assert_close(moved.predict(x), numpy_forward(moved, x))
+    assert [row["kind"] for row in moved.plan(4, device).describe()].count("reshape") == 1
+
+
+def test_every_layer_output_while_in_place_steps_work_on_copies(device, rng):
+    model = Sequential([Dense(6, name="lin"), Activation("relu", name="act"), Dense(4, name="out")])
+    model.build((None, 5))
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    lin, act, out = model.predict_layers(x)
+    kernel, bias = model.layers[0].get_weights()
+    want = x.astype(np.float64) @ kernel + bias
+    assert_close(lin, want)                 # downloaded before the in-place relu ran on its copy
+    assert_close(act, np.maximum(want, 0))
+    assert_close(out, numpy_forward(model, x))
+
+
+def test_summary_names_the_kernel_of_every_layer(device):
+    model = dense_model([37, 13, 5], ["relu", "softmax"])
+    text = model.summary(print_fn=lambda s: None)
+    rows = [line for line in text.splitlines() if "(Dense)" in line]
+    codenames = ops.load_library().codenames("matmul")
+    assert "Kernel" in text and len(rows) == 2
+    assert all(any(f" {c}" in row for c in codenames) for row in rows), rows
+    assert "softmax" in rows[1]                # the head's softmax runs in its kernel
+
+
+def test_an_unsatisfiable_layer_names_itself_and_the_shapes():
+    model = Sequential([Dense(3, name="head")])
+    model.build((None, 4))
+    with pytest.raises(ValueError, match=r"expected shape \(None, 4\), found shape \(2, 5\)"):
+        model.predict(np.zeros((2, 5), np.float32))
