@@ -78,7 +78,8 @@ class Weight:
             padded = tuple(self.prepacked[1])
             matrix = DeviceMatrix.upload_flat(device, self.prepacked[2], self.shape, layout, padded, self.what)
         else:
-            padded = tuple(prefer) if prefer is not None and fits(prefer) else tuple(need)
+            shared = prefer is not None and fits(prefer) and 4 * prefer[0] * prefer[1] <= device.max_allocation
+            padded = tuple(prefer) if shared else tuple(need)
             matrix = DeviceMatrix.upload(device, self.host(), layout, padded, what=self.what)
         matrix.host = None   # the layer keeps the weights; the copy need not
         self.copies[(device.identity, str(layout), padded)] = matrix
