@@ -286,11 +286,15 @@ class Sequential:
         return self._compile(device or get_device(), batch_bucket(batch), False).matmul_shapes()
 
     def memory(self, batch: int, device: Device | None = None) -> dict:
-        """``{"weights", "activations", "largest"}`` bytes a pass of ``batch`` samples holds on the device."""
+        """Bytes a pass of ``batch`` samples holds on the device: ``weights`` (all the weight copies its
+        kernels read), ``largest_weight`` (the largest of them, one allocation), ``activations``
+        (the arena) and ``largest`` (its largest buffer)."""
         device = device or get_device()
         plan = self._compile(device, batch_bucket(batch), False)
         largest, _, arena = plan.activation_bytes()
-        return {"weights": plan.weight_bytes(), "activations": arena, "largest": largest}
+        weights = [4 * rows * cols for rows, cols in plan.weight_paddings()]
+        return {"weights": plan.weight_bytes(), "largest_weight": max(weights, default=0), "activations": arena,
+                "largest": largest}
 
     def max_batch(self, device: Device | None = None, limit: int | None = None) -> int:
         """The most samples one device pass may take, so that no activation buffer exceeds the

@@ -568,6 +568,10 @@ class Plan:
             chosen[2].append(storage)
         return [(size, storages) for size, _, storages in buffers]
 
+    def weight_paddings(self) -> list:
+        """The least padded shape of each matmul's weight in this plan (a copy padded more may serve)."""
+        return [self._weight_padding(step) for step in self.steps if step.weight is not None]
+
     def weight_bytes(self) -> int:
         """Bytes of the weight copies this plan reads (shared with other plans of the model)."""
         seen, total = set(), 0
@@ -619,7 +623,7 @@ class Plan:
         common K (the right operand's padded rows)."""
         a = step.spec.matrices["a"]
         rows = _round_up(step.weight.shape[0], a.row_multiple) if a.logical_rows else step.out.storage.padded[0]
-        return (rows, step.inputs["b"].storage.padded[0])
+        return (rows, Plan._common_rows(step))
 
     def _shared_padding(self, step: _Step, need) -> tuple | None:
         """A padding of the weight that the device's large-batch kernel can read too, where it reads
@@ -658,14 +662,29 @@ class Plan:
             (v.storage.buffer, v.shape) for v in self.outputs]
         return self
 
-    def _matrix(self, value: Value) -> DeviceMatrix:
+    def _matrix(self, value: Value, rows: int | None = None) -> DeviceMatrix:
         s = value.storage
-        return DeviceMatrix((value.rows, value.cols), device=self.device, layout=s.layout, padded=s.padded,
+        padded = s.padded if rows is None else (rows, s.padded[1])
+        return DeviceMatrix((value.rows, value.cols), device=self.device, layout=s.layout, padded=padded,
                             buffer=s.buffer)
+
+    @staticmethod
+    def _common_rows(step: _Step) -> int:
+        """The rows of a matmul's right operand its kernel reads (K padded as the kernel asks).
+
+        A row-major buffer's first rows are a matrix of their own, so a result padded to more rows
+        by its producer (a small-batch kernel writes whole blocks of rows) is read only to what this
+        kernel needs: the weights need no more columns than that either."""
+        x = step.inputs["b"]
+        a, b = step.spec.matrices["a"], step.spec.matrices["b"]
+        if str(x.storage.layout) != "R":
+            return x.storage.padded[0]
+        return min(x.storage.padded[0], _round_up(x.rows, math.lcm(b.row_multiple, a.col_multiple)))
 
     def _bind(self, step: _Step):
         device, spec = self.device, step.spec
-        matrices = {slot: self._matrix(x) for slot, x in step.inputs.items()}
+        matrices = {slot: self._matrix(x, self._common_rows(step) if step.kind == "matmul" else None)
+                    for slot, x in step.inputs.items()}
         matrices["r"] = self._matrix(step.out)
         vectors, params = {}, step.params
         if step.kind == "matmul":

@@ -70,20 +70,14 @@ def same_kernels(model, device, n1, n2):
 
 def weight_bytes(model, device, n):
     """The largest laid-out Dense kernel (W) of ``model`` for passes of ``n`` samples."""
-    size = 0
-    for layer in model.layers:
-        if isinstance(layer, Dense):
-            spec = ops.kernel_for("matmul", device, (layer.units, layer.input_dim, n))
-            rows, cols = ops.matmul_plan(spec, layer.units, layer.input_dim, n)["a"]
-            size = max(size, 4 * rows * cols)
-    return size
+    return model.memory(n, device)["largest_weight"]
 
 
 def lower_the_limit(monkeypatch, model, device, n, samples):
     """Sets ``device.max_allocation`` to what about ``samples`` samples need (never below the
     weights: those are one buffer each whatever the batch) and returns the passes of ``n``."""
-    budget = max(model.activation_bytes(samples, device)[0], weight_bytes(model, device, samples),
-                 weight_bytes(model, device, n))
+    budget = max([model.activation_bytes(samples, device)[0]] +   # weights: every pass size's kernels (small
+                 [weight_bytes(model, device, k) for k in (1, 2, 4, 8, samples, n)])   # batches run gemv)
     assert model.activation_bytes(n, device)[0] > budget, "the batch must not fit in one pass"
     monkeypatch.setattr(device, "max_allocation", budget)
     step = model.max_batch(device)
