@@ -379,27 +379,20 @@ def skipped_for_tensorflow() -> bool:
 
 # -------------------------------------------------------------------- discovery
 def probe(cl, platform, cl_device, index) -> OpenCLDevice:
-    """Creates a context and queue on ``cl_device`` and runs the probe kernel; raises on failure."""
+    """Creates a context and queue on ``cl_device`` and runs the probe kernel; raises on failure.
+
+    The probe program goes through :meth:`OpenCLDevice.compile`, so its binary is cached like any
+    kernel's and a new process does not compile it again (the device counters start at zero after).
+    """
     context = cl.Context([cl_device])
     queue = cl.CommandQueue(context, cl_device, properties=cl.command_queue_properties.PROFILING_ENABLE)
-    x = np.arange(16, dtype=np.float32)
-    y = np.empty_like(x)
-    mf = cl.mem_flags
-    xb = cl.Buffer(context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x)
-    yb = cl.Buffer(context, mf.WRITE_ONLY, y.nbytes)
-    program = cl.Program(context, _PROBE_SOURCE).build()
-    program.malinn_probe(queue, (16,), None, xb, yb)
-    cl.enqueue_copy(queue, y, yb)
-    queue.finish()
-    if not np.array_equal(y, 2 * x + 1):
-        raise DeviceError("the probe kernel ran but returned wrong values")
     d = cl_device
     version = d.opencl_c_version if hasattr(d, "opencl_c_version") else d.version
     try:
         unified = bool(d.host_unified_memory)
     except Exception:  # removed from OpenCL 3.0 headers on some drivers
         unified = d.type & cl.device_type.CPU != 0
-    return OpenCLDevice(
+    device = OpenCLDevice(
         backend="opencl", index=index, name=d.name.strip(), platform=platform.name.strip(), vendor=d.vendor.strip(),
         type=_type_name(cl, d.type), compute_units=d.max_compute_units,
         global_memory=d.global_mem_size, max_allocation=d.max_mem_alloc_size,
@@ -408,6 +401,17 @@ def probe(cl, platform, cl_device, index) -> OpenCLDevice:
         image2d_max_size=(d.image2d_max_width, d.image2d_max_height) if d.image_support else (0, 0),
         opencl_c_version=version.strip(), driver_version=d.driver_version.strip(),
         host_unified_memory=unified, cl_device=d, context=context, queue=queue)
+    x = np.arange(16, dtype=np.float32)
+    y = np.empty_like(x)
+    xb, yb = device.alloc(x.nbytes, "probe input"), device.alloc(y.nbytes, "probe output")
+    program = device.compile(_PROBE_SOURCE, origin="the probe kernel")
+    device.upload(xb, x, mapped=False)
+    device.bind(program, "malinn_probe", [xb, yb], (16,), None, what="probe")()
+    device.download(yb, y, mapped=False)
+    if not np.array_equal(y, 2 * x + 1):
+        raise DeviceError("the probe kernel ran but returned wrong values")
+    device.counters.update({key: 0 for key in device.counters})
+    return device
 
 
 def _type_name(cl, bits: int) -> str:
