@@ -27,12 +27,10 @@ _PLANS_KEPT = 8
 
 
 def batch_bucket(n: int) -> int:
-    """The batch size a pass of ``n`` samples is planned for: ``n`` up to 16, then the next
-    multiple of 16 up to 256, then of 64 (padded samples are computed and dropped)."""
-    if n <= 16:
-        return n
-    step = 16 if n <= 256 else 64
-    return -(-n // step) * step
+    """The batch size a pass of ``n`` samples is planned for: ``n`` itself up to 256 (a plan of its
+    own per size, so nothing is padded where serving latency matters), then the next multiple of
+    64 (large passes share plans; padded samples are computed and dropped)."""
+    return n if n <= 256 else -(-n // 64) * 64
 
 
 class Sequential:

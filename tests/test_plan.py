@@ -90,15 +90,15 @@ def test_plans_are_made_again_when_weights_or_kernel_choices_change(device, rng)
 
 def test_a_pass_smaller_than_its_bucket_is_exact_and_padded_with_zeros(device, rng):
     model = dense_model([13, 7, 5], ["sigmoid", "softmax"])
-    assert batch_bucket(19) == 32 and batch_bucket(16) == 16 and batch_bucket(300) == 320
-    x = rng.standard_normal((19, 13)).astype(np.float32)
-    plan = model.plan(19, device)
-    assert plan.batch == 32
+    assert batch_bucket(19) == 19 and batch_bucket(256) == 256 and batch_bucket(300) == 320
+    x = rng.standard_normal((300, 13)).astype(np.float32)
+    plan = model.plan(300, device)
+    assert plan.batch == 320
     (_, staging), = plan._io[0]
     y = model.predict(x)
     assert_close(y, numpy_forward(model, x))
-    assert not staging[19:].any()
-    np.testing.assert_array_equal(model.predict(x[:19]), y)
+    assert not staging[300:].any()
+    np.testing.assert_array_equal(model.predict(x[:300]), y)
 
 
 def test_the_activation_arena_reuses_buffers_by_liveness(device):

@@ -242,7 +242,7 @@ def test_cli_tune_model_tunes_each_dense_shape_at_the_batch_and_at_1(tmp_path):
     assert out.returncode == 0, out.stderr
     stored = json.loads((tmp_path / "tuning.json").read_text())["devices"]
     (entry,) = stored.values()
-    # the plan runs a pass of 20 samples as batch_bucket(20) = 32 columns, and asks for exactly that shape
+    # the plan runs a pass of 20 samples as batch_bucket(20) columns, and asks for exactly that shape
     want = {f"{m}x{k}x{n}" for m, k in [(32, 64), (16, 32), (10, 16)] for n in (batch_bucket(20), 1)}
     assert set(entry["shapes"]) == want and "general" not in entry
     assert all(f"{shape}: " in out.stdout for shape in want)
