@@ -38,9 +38,29 @@ def models_table(d):
     out = [f"Device: {d['device']['name']}; matmul kernel `{d['matmul']}`. Milliseconds per batch, host to host; "
            "in brackets the peer's time over malinn's (above 1: malinn is faster).", "",
            "| model | batch | malinn | " + " | ".join(peers) + " |", "|" + " --- |" * (3 + len(peers))]
+    extra = "kernels" in d["rows"][0]
+    if extra:
+        out[2] = out[2].rstrip(" |") + " | launches | kernels (device) | weights read |"
+        out[3] += " --- | --- | --- |"
+        out[0] += (f" Weights read: their bytes over the kernels' device time, beside a device-to-device copy "
+                   f"of {d['copy_gbs']:.0f} GB/s (read + written) in the same run.")
     for r in d["rows"]:
         cells = [f"{r[p] * 1e3:.3f} ({r[p] / r['malinn']:.2f}x)" if p in r else "-" for p in peers]
+        if extra:
+            cells += [str(r["launches"]), f"{r['kernels'] * 1e3:.3f}",
+                      f"{r['weights_gbs']:.0f} GB/s ({r['weights_gbs'] / r['copy_gbs']:.0%})"]
         out.append(f"| {r['model']} | {r['batch']} | {r['malinn'] * 1e3:.3f} | " + " | ".join(cells) + " |")
+    return out
+
+
+def overhead_table(d):
+    out = [f"Device: {d['device']['name']}. Milliseconds per predict, host to host; the floor is plain pyopencl "
+           "doing the plan's own work (the same upload, kernels and download); `empty` the same launches of an "
+           "empty kernel.", "", "| model | batch | launches | malinn | floor | empty kernels | malinn / floor |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in d["rows"]:
+        out.append(f"| {r['model']} | {r['batch']} | {r['launches']} | {r['malinn'] * 1e3:.4f} | "
+                   f"{r['floor'] * 1e3:.4f} | {r['empty'] * 1e3:.4f} | **{r['overhead']:.2f}x** |")
     return out
 
 
@@ -74,6 +94,8 @@ def main():
     gpu, cpu = load("gemm_nvidia_h200.json"), load("gemm_pocl_cpu.json")
     models_gpu, models_cpu = load("models_nvidia_h200.json"), load("models_pocl_cpu.json")
     cold_gpu, cold_cpu = load("cold_nvidia_h200.json"), load("cold_pocl_cpu.json")
+    overhead_gpu, overhead_cpu = load("overhead_nvidia_h200.json"), load("overhead_pocl_cpu.json")
+    tuned_gpu = load("models_tuned_nvidia_h200.json")
     doc = ["# Performance", "",
            "Every figure comes from a script in `benchmarks/` and is read as a ratio against a peer timed in",
            "the same run (`benchmarks/results/*.json` hold the raw numbers and the commands; this page is",
@@ -105,9 +127,17 @@ def main():
             "`python3 benchmarks/models.py --json OUT.json`: Partial MNIST 640-150-10, Partial CIFAR 256-128-10,",
             "Full MNIST 784-2500-2000-10, Full CIFAR 3072-4096-3072-10, ReLU between layers; batch 100 and",
             "batch 1 (latency).", ""]
-    for title, d in (("NVIDIA H200", models_gpu), ("PoCL CPU, this machine", models_cpu)):
+    for title, d in (("NVIDIA H200, library defaults", models_gpu),
+                     ("NVIDIA H200, after `benchmarks/tune_networks.py` (a winner per layer shape)", tuned_gpu),
+                     ("PoCL CPU, this machine", models_cpu)):
         if d:
             doc += [f"### {title}", ""] + models_table(d) + [""]
+    doc += ["## What malinn adds to the driver's floor", "",
+            "`python3 benchmarks/overhead.py --json OUT.json`: each network's compiled plan, its device work",
+            "replayed in plain pyopencl (the floor) beside `model.predict(x)`.", ""]
+    for title, d in (("NVIDIA H200", overhead_gpu), ("PoCL CPU, this machine", overhead_cpu)):
+        if d:
+            doc += [f"### {title}", ""] + overhead_table(d) + [""]
     doc += ["## Cold start", "", "`python3 benchmarks/cold_start.py --json OUT.json`: a new process imports malinn,",
             "loads a Partial MNIST model file and predicts once; with the program-binary cache filled by an",
             "earlier process, and with every cache off.", ""]
