@@ -116,4 +116,5 @@ def bind(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | None 
             args.append(matrices[name].buffer)
         else:   # a vector the kernel declares but this call does not use (no bias): never read
             args.append((vectors or {}).get(name) or _placeholder(device))
-    return device.bind(program, spec.function, args, global_size, local_size, what=what or spec.codename)
+    return device.bind(program, spec.function, args, global_size, local_size, what=what or spec.codename,
+                       name=spec.codename)

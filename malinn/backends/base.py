@@ -146,8 +146,10 @@ class Device:
         raise NotImplementedError
 
     # ---------------------------------------------------------------- launches
-    def bind(self, program, function: str, args: list, global_size: tuple, local_size, what: str = ""):
-        """A :class:`BoundLaunch` of ``function`` with ``args`` set once."""
+    def bind(self, program, function: str, args: list, global_size: tuple, local_size, what: str = "",
+             name: str | None = None):
+        """A :class:`BoundLaunch` of ``function`` with ``args`` set once (``name``, the kernel's name
+        in messages: its codename in the library; default ``function``)."""
         raise NotImplementedError
 
     def launch_all(self, launches: list) -> None:
@@ -159,7 +161,7 @@ class BoundLaunch:
     """A kernel with its arguments set, enqueued by calling it (returns the backend's event).
 
     Attributes:
-        function: the kernel function's name; global_size, local_size: its range.
+        function: the kernel's name in messages (its library codename); global_size, local_size: its range.
         handle: the backend's kernel object, arguments set (what :meth:`Device.launch_all` enqueues).
         enqueue: a zero-argument callable that enqueues this one launch and returns its event.
     """

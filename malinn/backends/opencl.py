@@ -222,7 +222,8 @@ class OpenCLDevice(Device):
         return opencl_index_macro(layout, name)
 
     # ---------------------------------------------------------------- launches
-    def bind(self, program, function: str, args: list, global_size: tuple, local_size, what: str = ""):
+    def bind(self, program, function: str, args: list, global_size: tuple, local_size, what: str = "",
+             name: str | None = None):
         cl = _cl()
         global_size = tuple(int(g) for g in global_size)
         local_size = tuple(int(v) for v in local_size) if local_size else None
@@ -232,7 +233,7 @@ class OpenCLDevice(Device):
         except cl.Error as exc:
             raise DeviceError(f"{what + ': ' if what else ''}setting the arguments of kernel {function} on "
                               f"{self.name} failed ({status_name(exc)})") from exc
-        bound = BoundLaunch(function, global_size, local_size, kernel, None, what)
+        bound = BoundLaunch(name or function, global_size, local_size, kernel, None, what)
         bound.enqueue = lambda: self._enqueue_one(bound)
         return bound
 
