@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -31,17 +30,7 @@ import malinn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from models import MODELS, build  # noqa: E402
-
-
-def median_time(fn, repeat: int, warmup: int = 5) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+from peers import median_time  # noqa: E402
 
 
 def floor_runner(plan, x, empty: bool = False):
@@ -97,9 +86,9 @@ def main(argv=None):
             row = {"model": name, "batch": batch, "launches": len(plan.launches),
                    "kernels": [step["kernel"] + ("+" + "+".join(step["fused"]) if step["fused"] else "")
                                for step in plan.describe()],
-                   "floor": median_time(floor, args.repeat),
-                   "empty": median_time(floor_runner(plan, x, empty=True), args.repeat),
-                   "malinn": median_time(lambda: model.predict(x), args.repeat)}
+                   "floor": median_time(floor, args.repeat, warmup=5),
+                   "empty": median_time(floor_runner(plan, x, empty=True), args.repeat, warmup=5),
+                   "malinn": median_time(lambda: model.predict(x), args.repeat, warmup=5)}
             row["overhead"] = row["malinn"] / row["floor"]
             rows.append(row)
             print(f"{name:<14} batch {batch:>4}: {row['launches']} launches  malinn {row['malinn'] * 1e3:8.4f}  "

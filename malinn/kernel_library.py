@@ -323,6 +323,18 @@ class KernelLibrary:
                 return k
         return None
 
+    def activation_spec(self, activation: str, what: str = "activation") -> KernelSpec:
+        """The kernel that applies ``activation``.
+
+        Raises:
+            ValueError: no kernel computes it; the message names ``what`` and lists the activations.
+        """
+        spec = self.activation_kernel(activation)
+        if spec is None:
+            raise ValueError(f"{what}: no kernel computes activation {activation!r}; "
+                             f"available: {', '.join(['linear'] + self.activations())}")
+        return spec
+
     def activations(self) -> list[str]:
         """Every activation name a kernel computes, aliases included."""
         return [name for k in self.kernels.values() if k.op == "activation" for name in (k.activation,) + k.aliases]

@@ -223,11 +223,7 @@ def activation(r: DeviceMatrix, name: str, what: str = "activation", **params) -
     """
     if name in (None, "linear"):
         return r
-    spec = load_library().activation_kernel(name)
-    if spec is None:
-        raise ValueError(f"{what}: no kernel computes activation {name!r}; "
-                         f"available: {', '.join(['linear'] + load_library().activations())}")
-    launch(spec, r.device, {"r": r}, what=what, params=params)
+    launch(load_library().activation_spec(name, what), r.device, {"r": r}, what=what, params=params)
     return r
 
 

@@ -253,10 +253,7 @@ class PlanBuilder:
         """Activation ``name`` applied to ``x`` (in place where ``x`` is read by nothing else)."""
         if name in (None, "linear"):
             return x
-        spec = load_library().activation_kernel(name)
-        if spec is None:
-            raise ValueError(f"{what}: no kernel computes activation {name!r}; "
-                             f"available: {', '.join(['linear'] + load_library().activations())}")
+        spec = load_library().activation_spec(name, what)
         spec.param_values(params)   # names the parameter a kernel does not take, now
         return self._record("activation", spec, x.shape, {"b": x}, what, storage=x.storage, activation=name,
                             params=dict(params or {}))

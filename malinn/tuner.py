@@ -148,7 +148,9 @@ def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat:
     work = []   # (codename, config, spec, the shapes it is timed on)
     for codename, config in _candidates(library, device, quick, seed):
         spec = library[codename].configure(config)
-        mine = [s for s in shapes if spec.accepts(*s, device=device)] if per_shape else shapes
+        mine = [s for s in shapes if spec.accepts(*s, device=device)]
+        if not per_shape and len(mine) < len(shapes):
+            continue   # a general winner must run every shape; the runtime would never run it on the others
         if mine:
             work.append((codename, config, spec, mine))
     total = sum(len(w[3]) for w in work)

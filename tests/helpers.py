@@ -74,3 +74,23 @@ def assert_close(got, want, rtol=1e-5):
         scale = max(1.0, float(np.abs(want[finite]).max()))
         err = float(np.abs(got[finite] - want[finite]).max())
         assert err <= rtol * scale, f"max abs error {err:.3g} > {rtol:g} x {scale:.3g}"
+
+
+def model_forward(model, x):
+    """A float64 numpy forward pass of a Sequential of Dense, BatchNormalization, Flatten and
+    activation layers (Activation, ReLU, LeakyReLU, ELU, Softmax with their parameters)."""
+    h = np.asarray(x, np.float64)
+    with np.errstate(all="ignore"):
+        for layer in model.layers:
+            w = [v.astype(np.float64) for v in layer.get_weights()]
+            kind = type(layer).__name__
+            if kind == "Dense":
+                h = activation(layer.activation, h @ w[0] + (w[1] if layer.use_bias else 0.0), axis=-1)
+            elif kind == "BatchNormalization":
+                gamma, beta, mean, var = w
+                h = (h - mean) / np.sqrt(var + layer.epsilon) * gamma + beta
+            elif kind == "Flatten":
+                h = h.reshape(h.shape[0], -1)
+            else:
+                h = activation(layer.activation, h, axis=-1, **getattr(layer, "params", {}))
+    return h

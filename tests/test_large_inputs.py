@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 
-from helpers import activation as ref_activation
+from helpers import model_forward
 from helpers import assert_close
 from malinn import DeviceError, Sequential, ops
 from malinn.kernel_library import load_library
@@ -41,18 +41,7 @@ def make_model(seed=0, input_dim=37):
 
 def reference(model, x):
     """A float64 numpy forward pass of ``model`` (Dense and BatchNormalization layers)."""
-    h = np.asarray(x, np.float64)
-    with np.errstate(all="ignore"):
-        for layer in model.layers:
-            w = [v.astype(np.float64) for v in layer.get_weights()]
-            if isinstance(layer, Dense):
-                h = ref_activation(layer.activation, h @ w[0] + w[1], axis=-1)
-            elif isinstance(layer, BatchNormalization):
-                gamma, beta, mean, var = w
-                h = (h - mean) / np.sqrt(var + layer.epsilon) * gamma + beta
-            else:
-                h = ref_activation(layer.activation, h, axis=-1)
-    return h
+    return model_forward(model, x)
 
 
 def same_kernels(model, device, n1, n2):

@@ -5,6 +5,7 @@ import pytest
 
 from helpers import activation as ref_activation
 from helpers import assert_close
+from helpers import model_forward as numpy_forward
 from malinn import Sequential, kernel_choice, ops
 from malinn.layers import Activation, BatchNormalization, Dense, Flatten, Softmax
 from malinn.models import batch_bucket
@@ -25,22 +26,6 @@ def dense_model(widths, activations, seed=0, batchnorm_after=None):
         weights[index] = np.abs(weights[index]) + 0.5
     model.set_weights(weights)
     return model
-
-
-def numpy_forward(model, x):
-    h = np.asarray(x, np.float64)
-    for layer in model.layers:
-        w = [v.astype(np.float64) for v in layer.get_weights()]
-        if isinstance(layer, Dense):
-            h = ref_activation(layer.activation, h @ w[0] + w[1], axis=-1)
-        elif isinstance(layer, BatchNormalization):
-            gamma, beta, mean, var = w
-            h = (h - mean) / np.sqrt(var + layer.epsilon) * gamma + beta
-        elif isinstance(layer, Flatten):
-            h = h.reshape(h.shape[0], -1)
-        else:
-            h = ref_activation(layer.activation, h, axis=-1)
-    return h
 
 
 def test_a_dense_layer_is_one_launch_with_bias_activation_batchnorm_and_softmax_fused(device, rng):

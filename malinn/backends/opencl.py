@@ -88,38 +88,36 @@ class OpenCLDevice(Device):
                               f"({status_name(exc)})") from exc
 
     def upload(self, buffer, array, blocking: bool = True, what: str = "data", mapped: bool | None = None) -> None:
-        cl = _cl()
-        try:
-            if blocking and (zero_copy_enabled(self) if mapped is None else mapped):
-                mapped, _ = cl.enqueue_map_buffer(self.queue, buffer, cl.map_flags.WRITE_INVALIDATE_REGION,
-                                                  0, (array.size,), array.dtype, is_blocking=True)
-                mapped[...] = array.reshape(-1)
-                mapped.base.release(self.queue)
-                self.counters["zero_copy"] += 1
-            else:
-                cl.enqueue_copy(self.queue, buffer, array, is_blocking=blocking)
-        except cl.Error as exc:
-            raise DeviceError(f"uploading {what} ({array.nbytes} bytes) to {self.name} failed "
-                              f"({status_name(exc)})") from exc
+        self._transfer(buffer, array, True, blocking, mapped, f"uploading {what} ({array.nbytes} bytes) to")
         self.counters["uploads"] += 1
 
     def download(self, buffer, out, blocking: bool = True, what: str = "data", mapped: bool | None = None) -> None:
+        self._transfer(buffer, out, False, blocking, mapped, f"downloading {what} ({out.nbytes} bytes) from")
+        self.counters["downloads"] += 1
+
+    def _transfer(self, buffer, host, to_device: bool, blocking: bool, mapped, what: str) -> None:
+        """One copy between ``buffer`` and ``host``: through a mapping on host-unified devices when
+        blocking (unless ``mapped`` says otherwise), else a plain copy."""
         cl = _cl()
         try:
             if blocking and (zero_copy_enabled(self) if mapped is None else mapped):
-                mapped, _ = cl.enqueue_map_buffer(self.queue, buffer, cl.map_flags.READ, 0, (out.size,),
-                                                  out.dtype, is_blocking=True)
+                flags = cl.map_flags.WRITE_INVALIDATE_REGION if to_device else cl.map_flags.READ
+                view, _ = cl.enqueue_map_buffer(self.queue, buffer, flags, 0, (host.size,), host.dtype,
+                                                is_blocking=True)
                 try:
-                    out.reshape(-1)[...] = mapped
+                    if to_device:
+                        view[...] = host.reshape(-1)
+                    else:
+                        host.reshape(-1)[...] = view
                 finally:
-                    mapped.base.release(self.queue)
+                    view.base.release(self.queue)
                 self.counters["zero_copy"] += 1
+            elif to_device:
+                cl.enqueue_copy(self.queue, buffer, host, is_blocking=blocking)
             else:
-                cl.enqueue_copy(self.queue, out, buffer, is_blocking=blocking)
+                cl.enqueue_copy(self.queue, host, buffer, is_blocking=blocking)
         except cl.Error as exc:
-            raise DeviceError(f"downloading {what} ({out.nbytes} bytes) from {self.name} failed "
-                              f"({status_name(exc)})") from exc
-        self.counters["downloads"] += 1
+            raise DeviceError(f"{what} {self.name} failed ({status_name(exc)})") from exc
 
     def fill_zero(self, buffer, nbytes: int, what: str = "buffer") -> None:
         cl = _cl()
