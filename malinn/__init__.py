@@ -28,9 +28,10 @@ from .layout import Layout  # noqa: E402
 from .models import Sequential  # noqa: E402
 from .saving import convert, load_model  # noqa: E402
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: E402
 
 __all__ = [
+    "__version__",
     "Sequential", "load_model", "convert", "layers", "ops", "Layout", "load_library",
     "Device", "devices", "get_device", "set_device",
     "MalinnError", "DeviceError", "KernelBuildError", "LibraryError", "LayoutError", "ConversionError",

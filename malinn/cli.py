@@ -19,13 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
 from .array_files import read_input_array
 from .device_selection import devices, get_device, set_device
 from .errors import DeviceError, MalinnError
 from .files import check_destination, write_file
 from .saving import is_malinn_file, load_model, resolve_target, save_model
 from .tuner import cache_dir, tune
+from .version import __version__
 
 
 class UsageError(MalinnError):

@@ -8,13 +8,13 @@ from collections import OrderedDict
 
 import numpy as np
 
-from . import registry
 from .backends.base import Device
 from .device_selection import get_device
 from .errors import DeviceError
 from .kernel_choice import epoch as choice_epoch
 from .layers.base import Layer, sample_shape
 from .plan import Plan, PlanBuilder
+from .registry import register
 from .saving import save_model
 from .tensor import format_shape
 
@@ -414,4 +414,4 @@ class Sequential:
         return text
 
 
-registry.register("model", Sequential)
+register("model", Sequential)

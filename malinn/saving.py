@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 
-from . import registry
 from .converters import read_keras
 from .converters.to_malinn import to_model
 from .device_selection import get_device
@@ -32,6 +31,8 @@ from .errors import ConversionError, MalinnError
 from .files import write_file
 from .kernel_choice import choose
 from .kernel_library import load_library
+from .registry import lookup
+from .version import __version__
 
 __all__ = ["save_model", "load_model", "convert", "is_malinn_file", "resolve_target", "FORMAT_VERSION"]
 
@@ -85,8 +86,6 @@ def save_model(model, path, target=None, overwrite: bool = False) -> Path:
 
 def _save(model, path, target, source, overwrite) -> Path:
     import h5py
-
-    from . import __version__
 
     if not model.built:
         raise ConversionError(f"{path}: model {model.name!r} is not built; call build(input_shape) or predict first")
@@ -143,8 +142,8 @@ def _read_malinn(path):
         source = json.loads(f.attrs.get("source", "null"))
         json.dumps([config, source], ensure_ascii=False).encode("utf-8")   # text that is not UTF-8: damaged
         try:
-            model_class = registry.lookup("model", config.get("class_name", "Sequential"))
-            layers = [registry.lookup("layer", entry["class_name"]) for entry in config["layers"]]
+            model_class = lookup("model", config.get("class_name", "Sequential"))
+            layers = [lookup("layer", entry["class_name"]) for entry in config["layers"]]
         except KeyError as exc:
             raise ConversionError(f"{path}: {exc.args[0]}") from None
         model = model_class(name=config["name"])

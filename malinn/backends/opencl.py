@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import cache
+from ..cache import read_entry, write_entry
 from ..errors import DeviceError, KernelBuildError
 from ..layout import Layout
 from .base import BoundLaunch, Device
@@ -194,7 +194,7 @@ class OpenCLDevice(Device):
     def _from_binary(self, key, options):
         if key is None:
             return None
-        binary = cache.read_entry("programs", key)
+        binary = read_entry("programs", key)
         if binary is None:
             return None
         cl = _cl()
@@ -214,7 +214,7 @@ class OpenCLDevice(Device):
         except Exception:   # a driver without binaries: caching is optional
             return
         if binary:
-            cache.write_entry("programs", key, bytes(binary))
+            write_entry("programs", key, bytes(binary))
 
     def render_index(self, layout: Layout, name: str) -> str:
         return opencl_index_macro(layout, name)

@@ -19,7 +19,7 @@ import threading
 
 import numpy as np
 
-from .. import registry
+from ..registry import register
 
 __all__ = ["Layer", "sample_shape"]
 
@@ -65,7 +65,7 @@ class Layer:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        registry.register("layer", cls)
+        register("layer", cls)
 
     def __init__(self, name: str | None = None):
         if name is not None and (not isinstance(name, str) or not name):
