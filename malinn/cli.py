@@ -51,24 +51,23 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _positive_seconds(text: str) -> float:
+def _finite_float(text: str, smallest_ok, expected: str) -> float:
+    """``text`` as a finite float that ``smallest_ok`` accepts, else the argparse error ``expected``."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    if not (math.isfinite(value) and smallest_ok(value)):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
     return value
+
+
+def _positive_seconds(text: str) -> float:
+    return _finite_float(text, lambda v: v > 0, "a positive number of seconds")
 
 
 def _tolerance(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
+    return _finite_float(text, lambda v: v >= 0, "a number >= 0")
 
 
 def _product_shape(text: str) -> tuple:

@@ -22,7 +22,7 @@ from .layout import parse_layout
 from .matrix import DeviceMatrix
 
 __all__ = ["use", "kernel_for", "matmul", "matmul_plan", "bias_add", "affine", "activation", "relayout",
-           "reshape", "to_layout", "upload_vector", "launch", "fusable", "with_epilogue", "elementwise_kernel"]
+           "reshape", "to_layout", "upload_vector", "launch", "with_epilogue", "elementwise_kernel"]
 
 
 def kernel_for(op: str, device: Device | None = None, shape: tuple | None = None,
@@ -171,18 +171,6 @@ def elementwise_kernel(activation: str):
     or ``None`` (softmax needs a whole column; an unknown name has no kernel)."""
     act = load_library().activation_kernel(activation) if activation not in (None, "linear") else None
     return act if act is not None and act.source == "activation.cl" else None
-
-
-def fusable(spec: KernelSpec, activation: str, shape: tuple | None = None) -> bool:
-    """Whether ``spec`` can add the bias and apply ``activation`` in its final write (for
-    ``softmax``: for a product of ``shape``, in one of its configurations)."""
-    if "bias" not in spec.epilogue:
-        return False
-    if activation in (None, "linear"):
-        return True
-    if activation == "softmax":
-        return shape is not None and holding_columns(spec, shape) is not None
-    return "activation" in spec.epilogue and elementwise_kernel(activation) is not None
 
 
 def upload_vector(device: Device, values, what: str = "vector"):

@@ -488,12 +488,17 @@ class PlanBuilder:
             storage.padded = (rows, _round_up(storage.cols, col_mult))
 
     def _storages(self) -> list:
-        seen, result = set(), []
-        for value in self.inputs + [s.out for s in self.steps] + [x for s in self.steps for x in s.inputs.values()]:
-            if id(value.storage) not in seen:
-                seen.add(id(value.storage))
-                result.append(value.storage)
-        return result
+        return _storages_of(self.inputs, self.steps)
+
+
+def _storages_of(values, steps) -> list:
+    """Every storage of ``values`` and of the steps' inputs and results, each once, in first-seen order."""
+    seen, result = set(), []
+    for value in list(values) + [s.out for s in steps] + [x for s in steps for x in s.inputs.values()]:
+        if id(value.storage) not in seen:
+            seen.add(id(value.storage))
+            result.append(value.storage)
+    return result
 
 
 def _may_alias(storage: _Storage, layout: Layout, x: Value, col_mult: int) -> bool:
@@ -532,13 +537,7 @@ class Plan:
             value.storage.last = end
 
     def _storages(self) -> list:
-        seen, result = set(), []
-        for value in self.inputs + self.outputs + [s.out for s in self.steps] + [
-                x for s in self.steps for x in s.inputs.values()]:
-            if id(value.storage) not in seen:
-                seen.add(id(value.storage))
-                result.append(value.storage)
-        return result
+        return _storages_of(self.inputs + self.outputs, self.steps)
 
     def _arena(self) -> list:
         """``[(bytes, [storages])]``: buffers reused by liveness (best fit, first-come).

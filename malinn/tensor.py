@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from .layout import Layout, parse_layout
 
 __all__ = ["matrix_view", "keras_order", "format_shape"]
@@ -41,11 +39,3 @@ def format_shape(shape) -> str:
     """``(None, 28, 28)`` for Keras-style messages and summaries (``None`` for the batch axis)."""
     dims = ["None"] + [str(int(d)) for d in tuple(shape)[1:]]
     return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
-
-
-def host_unpack(flat: np.ndarray, layout: Layout, shape, padded) -> np.ndarray:
-    """The Keras array of ``shape`` from a flat buffer holding its matrix view in ``layout``."""
-    rows, cols = matrix_view(shape)
-    if keras_order(layout, rows, cols, padded):
-        return flat[: rows * cols].reshape(shape)
-    return np.ascontiguousarray(layout.unpack(flat, (rows, cols), padded).T).reshape(shape)
