@@ -31,6 +31,7 @@ import numpy as np
 from .backends.base import Device
 from .kernel_call import bind
 from .kernel_choice import choose, explicit_choice, holding_columns
+from .ops import elementwise_kernel, with_epilogue
 from .kernel_library import KernelSpec, load_library
 from .layout import Layout, parse_layout
 from .matrix import DeviceMatrix
@@ -176,19 +177,6 @@ class _Step:
         return self.kind in ("bias", "activation", "affine")
 
 
-def _features(spec: KernelSpec) -> set:
-    """What a matmul kernel can fuse into its final write (kernels/library.json's ``epilogue``)."""
-    value = spec.epilogue
-    if value is True:
-        return {"bias", "activation"}
-    return set(value or ())
-
-
-def _elementwise(activation: str) -> bool:
-    act = load_library().activation_kernel(activation)
-    return act is not None and act.source == "activation.cl"
-
-
 def _round_up(value: int, multiple: int) -> int:
     return max(1, -(-value // multiple)) * multiple
 
@@ -312,7 +300,7 @@ class PlanBuilder:
         self.steps = keep
 
     def _absorb(self, matmul: _Step, step: _Step) -> bool:
-        features = _features(matmul.spec)
+        features = set(matmul.spec.epilogue)
         if step.kind == "bias":
             if "bias" not in features or matmul.bias is not None or matmul.activation not in (None, "linear"):
                 return False
@@ -332,7 +320,7 @@ class PlanBuilder:
             if spec is None:
                 return False
             matmul.spec = spec
-        elif "activation" not in features or not _elementwise(step.activation):
+        elif "activation" not in features or elementwise_kernel(step.activation) is None:
             return False
         matmul.activation, matmul.params = step.activation, step.params
         return True
@@ -687,7 +675,7 @@ class Plan:
             need = self._weight_padding(step)
             matrices["a"] = step.weight.on_device(device, spec.matrices["a"], need,
                                                   self._shared_padding(step, need))
-            spec = self._epilogue(step)
+            spec = self._epilogue(step, device)
             if step.bias is not None:
                 vectors["bias"] = step.bias.on_device(device)
             if step.affine is not None:
@@ -703,23 +691,15 @@ class Plan:
         return bind(spec, device, matrices, vectors, params, what=step.what)
 
     @staticmethod
-    def _epilogue(step: _Step) -> KernelSpec:
-        spec, overrides = step.spec, {}
-        if not _features(spec):
-            if step.bias is not None or step.activation not in (None, "linear") or step.affine is not None:
-                raise AssertionError(f"{step.what}: {spec.codename} has no epilogue")
-            return spec
-        overrides["BIAS"] = int(step.bias is not None)
-        act = load_library().activation_kernel(step.activation) if step.activation not in (None, "linear") else None
-        overrides["ACTIVATION"] = dict(act.defines)["ACTIVATION"] if act is not None and act.defines else "act_linear"
-        if step.activation == "softmax":
-            overrides["ACTIVATION"] = "act_linear"
-            overrides["SOFTMAX"] = 1
-        if step.affine is not None:
-            overrides["AFFINE"] = 1
-        spec = spec.configure(overrides)
-        if act is not None and act.params:
-            spec = dataclasses.replace(spec, params=act.params)
+    def _epilogue(step: _Step, device: Device) -> KernelSpec:
+        """The matmul's kernel configured for what the fusion pass put in its epilogue (the same
+        configuring the eager ``ops.matmul`` does)."""
+        shape = step.weight.shape + (step.inputs["b"].cols,)
+        spec, fused = with_epilogue(step.spec, shape, device, step.bias is not None, step.activation,
+                                   step.affine is not None)
+        wanted = (step.bias is not None) + (step.activation not in (None, "linear")) + (step.affine is not None)
+        if len(fused) != wanted:
+            raise AssertionError(f"{step.what}: {spec.codename} fuses only {fused}")
         return spec
 
     # ---------------------------------------------------------------- running
