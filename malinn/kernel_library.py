@@ -49,7 +49,7 @@ from .resources import kernels_dir
 
 __all__ = ["KernelSpec", "MatrixRestriction", "KernelLibrary", "load_library"]
 
-OPS = ("matmul", "bias", "affine", "activation", "relayout", "reshape")
+OPS = ("matmul", "bias", "affine", "activation", "relayout", "reshape", "merge", "concat", "dot")
 SCALAR_LETTERS = {
     "l": "padded common dimension K",
     "h": "padded rows of r",
@@ -60,6 +60,8 @@ SCALAR_LETTERS = {
     "W": "padded columns of a",
     "M": "logical rows of a",
     "N": "logical columns of a",
+    "K": "logical rows of b",
+    "L": "padded columns of b",
     "p": "the next float parameter",
 }
 MATRIX_NAMES = ("a", "b", "r")

@@ -1,4 +1,6 @@
-"""Models: :class:`Sequential`, a chain of layers compiled into a plan per device and batch size."""
+"""Models: :class:`PlannedModel`, what every model shares (plans per device and batch bucket,
+predict, memory, weights, saving), and :class:`Sequential`, a chain of layers. The Functional graph
+model is :class:`malinn.functional.Functional`."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from .registry import register
 from .saving import save_model
 from .tensor import format_shape
 
-__all__ = ["Sequential", "batch_bucket"]
+__all__ = ["PlannedModel", "Sequential", "batch_bucket"]
 
 #: more than any kernel pads a dimension by (layout chunks and work-group tiles are at most 128)
 _PAD_BOUND = 1024
@@ -33,94 +35,46 @@ def batch_bucket(n: int) -> int:
     return n if n <= 256 else -(-n // 64) * 64
 
 
-class Sequential:
-    """A linear stack of layers.
+class PlannedModel:
+    """What every malinn model shares: plans per device and batch bucket, passes, memory, weights.
+
+    A subclass says what its inputs are and how its layers lower into a plan:
+
+    * ``input_shapes``: one sample's shape per input (``None`` before build);
+    * ``_lower(builder, every_layer)``: records the steps on a :class:`~malinn.plan.PlanBuilder`
+      and returns the values to download (every layer call's output with ``every_layer``);
+    * ``_output_shapes(every_layer)``: the shapes of those values (batch axis first);
+    * ``_check_inputs(x)``: the inputs as float32 C-contiguous arrays, in input order.
 
     The first ``predict`` for a device and batch size compiles the model into a plan
     (:mod:`malinn.plan`): kernels, layouts, paddings, weight buffers, an activation arena and the
-    launches with their arguments are decided once. Every ``predict`` after that is one upload of
-    the input, the launches and one download of the output. A batch whose activations would not
-    fit in one device allocation is split into passes automatically (:meth:`max_batch`).
+    launches with their arguments are decided once. Every ``predict`` after that is one upload per
+    input, the launches and one download per output. A batch whose activations would not fit in
+    one device allocation is split into passes automatically (:meth:`max_batch`).
 
     ``predict`` may be called from several threads at once on one model; each call gives the
     result a single-threaded call gives (docs/RELIABILITY.md). Changing the model (``add``,
     ``build``, ``set_weights``) while another thread predicts is not supported.
-
-    Args:
-        layers: the layers, in order.
-        name: the model's name.
-
-    Raises:
-        ValueError: an element of ``layers`` is not a malinn layer.
     """
 
-    def __init__(self, layers=None, name: str = "sequential"):
+    def __init__(self, name: str):
         self.name = name
         self.layers: list = []
-        self.input_shape: tuple | None = None   # one sample's shape, e.g. (784,) or (28, 28)
         self.source = None                      # the Keras file it came from, when converted
         self._lock = threading.RLock()          # a first predict from several threads builds once
         self._plans: OrderedDict = OrderedDict()
         self._last = None       # (device, samples, stamp, device limits, plan) of the last one-pass call
-        for layer in layers or []:
-            self.add(layer)
 
-    def add(self, layer: Layer) -> None:
-        """Appends a layer.
-
-        Raises:
-            ValueError: ``layer`` is not a malinn layer, or its name is already used.
-        """
-        if not isinstance(layer, Layer):
-            raise ValueError(f"Sequential {self.name!r}: expected a malinn layer, got {type(layer).__name__}")
-        if any(existing.name == layer.name for existing in self.layers):
-            raise ValueError(f"Sequential {self.name!r}: a layer named {layer.name!r} is already in the model")
-        self.layers.append(layer)
-        if self.input_shape is not None:
-            self.build((None,) + self.input_shape)
+    @property
+    def input_shapes(self) -> list | None:
+        raise NotImplementedError
 
     @property
     def built(self) -> bool:
-        return self.input_shape is not None and all(layer.built for layer in self.layers)
+        return self.input_shapes is not None and all(layer.built for layer in self.layers)
 
-    @property
-    def input_dim(self) -> int | None:
-        """Values per sample of the input (``None`` before build)."""
-        return None if self.input_shape is None else math.prod(self.input_shape)
-
-    def build(self, input_shape) -> None:
-        """Builds every layer for inputs of ``input_shape``, batch axis first: ``(None, 784)``.
-
-        Raises:
-            ValueError: the shape has no batch axis or a size < 1, or a built layer expects another
-                shape.
-        """
-        sample = sample_shape(input_shape, f"Sequential {self.name!r}")
-        self._last = None
-        shape = (None,) + sample
-        for layer in self.layers:
-            if layer.built and layer.input_shape is not None and layer.input_shape[-1:] != shape[-1:]:
-                raise ValueError(f"layer {layer.name!r} was built for inputs of shape "
-                                 f"{format_shape((None,) + layer.input_shape)}, but receives {format_shape(shape)}")
-            if not layer.built:
-                layer.build(shape)
-            elif layer.input_shape != shape[1:]:
-                layer.input_shape = shape[1:]
-            shape = layer.compute_output_shape(shape)
-        self.input_shape = sample
-        self._plans.clear()
-
-    def output_shape_for(self, input_shape) -> tuple:
-        """The model's output shape for ``input_shape`` (batch axis first)."""
-        shape = tuple(input_shape)
-        for layer in self.layers:
-            shape = layer.compute_output_shape(shape)
-        return shape
-
-    @property
-    def output_shape(self) -> tuple | None:
-        """``(None, ...)``: the output shape (``None`` before build)."""
-        return None if self.input_shape is None else self.output_shape_for((None,) + self.input_shape)
+    def _not_built(self) -> ValueError:
+        return ValueError(f"{type(self).__name__} {self.name!r} is not built; call build(input_shape) first")
 
     # ---------------------------------------------------------------- plans
     def _stamp(self) -> tuple:
@@ -153,115 +107,70 @@ class Sequential:
 
     def _compile(self, device: Device, batch: int, every_layer: bool) -> Plan:
         """A plan, decided but not allocated (what memory estimates read)."""
-        if self.input_shape is None:
-            raise ValueError(f"Sequential {self.name!r} is not built; call build(input_shape) first")
+        if self.input_shapes is None:
+            raise self._not_built()
         builder = PlanBuilder(device, batch)
-        x = builder.input(self.input_shape)
-        outputs = []
-        for layer in self.layers:
-            builder.layer = layer
-            x = layer.lower(builder, x)
-            outputs.append(x)
+        outputs = self._lower(builder, every_layer)
         builder.layer = None
-        return builder.compile(outputs if every_layer else [x])
+        return builder.compile(outputs)
+
+    def _lower(self, builder: PlanBuilder, every_layer: bool) -> list:
+        raise NotImplementedError
+
+    def _output_shapes(self, every_layer: bool) -> list:
+        raise NotImplementedError
+
+    def _check_inputs(self, x) -> list:
+        raise NotImplementedError
 
     # ---------------------------------------------------------------- inference
-    def _check_input(self, x) -> np.ndarray:
-        first = self.layers[0].name if self.layers else self.name
-        if not isinstance(x, np.ndarray):
-            try:
-                x = np.asarray(x)
-            except Exception as exc:  # ragged lists and the like
-                raise ValueError(f"Input of layer {first!r} could not be read as an array: {exc}") from None
-        if x.dtype.kind not in "biuf":
-            raise ValueError(f"Input of layer {first!r} must be numeric, got dtype {x.dtype} with shape {x.shape}")
-        if self.input_shape is not None:
-            ok = x.shape[1:] == self.input_shape and x.ndim == 1 + len(self.input_shape)
-            expected = format_shape((None,) + self.input_shape)
-        else:
-            ok, expected = x.ndim >= 2, "(None, features)"
-        if not ok:
-            raise ValueError(f"Input of layer {first!r} is incompatible with the layer: expected shape {expected}, "
-                             f"found shape {x.shape}")
-        if x.dtype != np.float32 or not x.flags.c_contiguous:
-            x = np.ascontiguousarray(x, dtype=np.float32)
-        return x
-
-    def predict(self, x, batch_size: int | None = None) -> np.ndarray:
-        """Runs the model on ``x``.
-
-        Args:
-            x: a numeric array of shape ``(batch, ...)`` matching the model's input; float64 and
-                integers are cast to float32 as Keras does.
-            batch_size: samples per device pass (default: the whole batch in one pass, split
-                further only where the device's largest allocation requires it; see
-                :meth:`max_batch`). A sample's result is the same in every pass of the same size
-                bucket; passes of other sizes may run another kernel (a small-batch kernel below
-                16 samples, for instance), whose sums differ in the last bits (docs/KERNELS.md).
-
-        Returns:
-            A float32 array of shape ``(batch,) + output_shape[1:]``.
-
-        Raises:
-            ValueError: ``x`` is not numeric or its shape differs from the model's input;
-                ``batch_size`` is not a positive integer; the model has no layers.
-            DeviceError: the device failed (out of memory, a failed launch), or even one sample's
-                activations exceed its largest allocation; the message names the layer and shape.
-        """
-        return self._run(x, batch_size, every_layer=False)[0]
-
-    def predict_layers(self, x) -> list:
-        """Runs the model on ``x`` and returns every layer's output, for layer-by-layer checks.
-
-        Args:
-            x: as for :meth:`predict`.
-
-        Returns:
-            A list with one float32 array per layer, in order, each in Keras's output shape.
-        """
-        return self._run(x, None, every_layer=True)
-
     def _run(self, x, batch_size, every_layer: bool) -> list:
         if not self.layers:
-            raise ValueError(f"Sequential {self.name!r} has no layers to predict with")
+            raise ValueError(f"{type(self).__name__} {self.name!r} has no layers to predict with")
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
                                        or batch_size < 1):
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        x = self._check_input(x)
-        if not self.built:
-            with self._lock:
-                if not self.built:
-                    self.build((None,) + x.shape[1:])
-        n = x.shape[0]
+        xs = self._check_inputs(x)
+        n = xs[0].shape[0]
+        if any(a.shape[0] != n for a in xs):
+            raise ValueError(f"{type(self).__name__} {self.name!r}: the inputs have different numbers of samples "
+                             f"({', '.join(str(a.shape[0]) for a in xs)})")
         if n == 0:
-            shapes = [self.output_shape] if not every_layer else self._layer_shapes()
-            return [np.zeros((0,) + tuple(s[1:]), np.float32) for s in shapes]
+            return [np.zeros((0,) + tuple(s[1:]), np.float32) for s in self._output_shapes(every_layer)]
         device = get_device()
         last = self._last
         if last is not None and last[0] is device and last[1] == n and batch_size is None and not every_layer \
                 and last[2] == self._stamp() and last[3] == (device.max_allocation, device.global_memory):
-            return last[4].run([x])          # the same call as last time: its plan, nothing decided again
+            return last[4].run(xs)          # the same call as last time: its plan, nothing decided again
         step = min(n, int(batch_size)) if batch_size else n
         step = max(1, min(step, self.max_batch(device, limit=step)))
         if step >= n and batch_size is None and not every_layer:
             plan = self.plan(n, device)
             self._last = (device, n, self._stamp(), (device.max_allocation, device.global_memory), plan)
-            return plan.run([x])
-        passes = [self.plan(len(chunk), device, every_layer).run([chunk])
-                  for chunk in (x[start:start + step] for start in range(0, n, step))]
+            return plan.run(xs)
+        passes = [self.plan(min(step, n - start), device, every_layer).run([a[start:start + step] for a in xs])
+                  for start in range(0, n, step)]
         if len(passes) == 1:
             return passes[0]
         return [np.concatenate(parts, axis=0) for parts in zip(*passes)]
 
-    def _layer_shapes(self) -> list:
-        shapes, shape = [], (None,) + self.input_shape
-        for layer in self.layers:
-            shape = layer.compute_output_shape(shape)
-            shapes.append(shape)
-        return shapes
+    @staticmethod
+    def _as_float32(x, who: str) -> np.ndarray:
+        """``x`` as a numeric numpy array (not yet checked for shape), or a ValueError naming ``who``."""
+        if not isinstance(x, np.ndarray):
+            try:
+                x = np.asarray(x)
+            except Exception as exc:  # ragged lists and the like
+                raise ValueError(f"Input of {who} could not be read as an array: {exc}") from None
+        if x.dtype.kind not in "biuf":
+            raise ValueError(f"Input of {who} must be numeric, got dtype {x.dtype} with shape {x.shape}")
+        return x
 
-    def __call__(self, x) -> np.ndarray:
-        return self.predict(x)
+    @staticmethod
+    def _contiguous(x: np.ndarray) -> np.ndarray:
+        if x.dtype != np.float32 or not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x, dtype=np.float32)
+        return x
 
     # ---------------------------------------------------------------- memory planning
     def activation_bytes(self, batch: int, device: Device | None = None) -> tuple[int, str]:
@@ -313,13 +222,14 @@ class Sequential:
             DeviceError: even one sample's activations do not fit; the message names the layer,
                 the padded shape and the device's limit.
         """
-        if self.input_shape is None:
-            raise ValueError(f"Sequential {self.name!r} is not built; call build(input_shape) first")
+        if self.input_shapes is None:
+            raise self._not_built()
         device = device or get_device()
         budget = min(int(device.max_allocation), int(device.global_memory) // 4)
         limit = int(limit) if limit else 2**31
         # the common case without planning: kernels pad each dimension by less than _PAD_BOUND
-        widest = max([self.input_dim] + [math.prod(s[1:]) for s in self._layer_shapes()])
+        widest = max([math.prod(s) for s in self.input_shapes] +
+                     [math.prod(s[1:]) for s in self._output_shapes(True)])
         if 4 * (widest + _PAD_BOUND) * (batch_bucket(limit) + _PAD_BOUND) <= budget // 2:
             return limit
         if self.activation_bytes(limit, device)[0] <= budget:
@@ -337,7 +247,7 @@ class Sequential:
                 high = mid
         return low
 
-    # ---------------------------------------------------------------- weights and config
+    # ---------------------------------------------------------------- weights and files
     def get_weights(self) -> list:
         """Every layer's weights, in order, in Keras's shapes."""
         return [w for layer in self.layers for w in layer.get_weights()]
@@ -350,10 +260,10 @@ class Sequential:
         """
         weights = list(weights)
         if not self.built:
-            raise ValueError(f"Sequential {self.name!r} is not built; call build(input_shape) first")
+            raise self._not_built()
         want = sum(len(layer.get_weights()) for layer in self.layers)
         if len(weights) != want:
-            raise ValueError(f"Sequential {self.name!r} expects {want} weight arrays, got {len(weights)}")
+            raise ValueError(f"{type(self).__name__} {self.name!r} expects {want} weight arrays, got {len(weights)}")
         for layer in self.layers:
             count = len(layer.get_weights())
             layer.set_weights(weights[:count])
@@ -379,14 +289,8 @@ class Sequential:
     def count_params(self) -> int:
         return sum(layer.count_params() for layer in self.layers)
 
-    def get_config(self) -> dict:
-        return {"name": self.name, "input_shape": list(self.input_shape) if self.input_shape else None,
-                "layers": [{"class_name": type(layer).__name__, "config": layer.get_config()} for layer in self.layers]}
-
-    def summary(self, print_fn=print, batch: int = 1) -> str:
-        """Prints (and returns) a table of layers: output shape, parameters and the kernel that runs
-        each on the current device for passes of ``batch`` samples (layers fused into one launch
-        share it)."""
+    def _kernels(self, batch: int) -> dict:
+        """Layer name -> the kernel (and what it fuses) that runs it on the current device."""
         kernels = {}
         if self.built:
             try:
@@ -395,13 +299,11 @@ class Sequential:
                         kernels.setdefault(name, row["kernel"] + (" + " + "+".join(row["fused"]) if row["fused"] else ""))
             except DeviceError:
                 pass
-        rows = [("Layer (type)", "Output Shape", "Param #", "Kernel")]
-        shape = (None,) + self.input_shape if self.input_shape is not None else None
-        for layer in self.layers:
-            shape = layer.compute_output_shape(shape) if shape is not None else None
-            rows.append((f"{layer.name} ({type(layer).__name__})", format_shape(shape) if shape else "?",
-                         str(layer.count_params()), kernels.get(layer.name, "")))
-        widths = [max(len(r[i]) for r in rows) + 2 for i in range(4)]
+        return kernels
+
+    def _table(self, rows, print_fn) -> str:
+        """Prints (and returns) a Keras-style summary of ``rows`` (the header first)."""
+        widths = [max(len(r[i]) for r in rows) + 2 for i in range(len(rows[0]))]
         line = "-" * sum(widths)
         out = [f'Model: "{self.name}"', line]
         for i, r in enumerate(rows):
@@ -412,6 +314,173 @@ class Sequential:
         text = "\n".join(out)
         print_fn(text)
         return text
+
+
+class Sequential(PlannedModel):
+    """A linear stack of layers (see :class:`PlannedModel` for plans, passes and threads).
+
+    Args:
+        layers: the layers, in order.
+        name: the model's name.
+
+    Raises:
+        ValueError: an element of ``layers`` is not a malinn layer.
+    """
+
+    def __init__(self, layers=None, name: str = "sequential"):
+        super().__init__(name)
+        self.input_shape: tuple | None = None   # one sample's shape, e.g. (784,) or (28, 28)
+        for layer in layers or []:
+            self.add(layer)
+
+    @property
+    def input_shapes(self) -> list | None:
+        return None if self.input_shape is None else [self.input_shape]
+
+    def add(self, layer: Layer) -> None:
+        """Appends a layer.
+
+        Raises:
+            ValueError: ``layer`` is not a malinn layer, or its name is already used.
+        """
+        if not isinstance(layer, Layer):
+            raise ValueError(f"Sequential {self.name!r}: expected a malinn layer, got {type(layer).__name__}")
+        if any(existing.name == layer.name for existing in self.layers):
+            raise ValueError(f"Sequential {self.name!r}: a layer named {layer.name!r} is already in the model")
+        self.layers.append(layer)
+        if self.input_shape is not None:
+            self.build((None,) + self.input_shape)
+
+    @property
+    def input_dim(self) -> int | None:
+        """Values per sample of the input (``None`` before build)."""
+        return None if self.input_shape is None else math.prod(self.input_shape)
+
+    def build(self, input_shape) -> None:
+        """Builds every layer for inputs of ``input_shape``, batch axis first: ``(None, 784)``.
+
+        Raises:
+            ValueError: the shape has no batch axis or a size < 1, or a built layer expects another
+                shape.
+        """
+        sample = sample_shape(input_shape, f"Sequential {self.name!r}")
+        self._last = None
+        shape = (None,) + sample
+        for layer in self.layers:
+            if layer.built and layer.input_shape is not None and layer.input_shape[-1:] != shape[-1:]:
+                raise ValueError(f"layer {layer.name!r} was built for inputs of shape "
+                                 f"{format_shape((None,) + layer.input_shape)}, but receives {format_shape(shape)}")
+            if not layer.built:
+                layer.build(shape)
+            elif layer.input_shape != shape[1:]:
+                layer.input_shape = shape[1:]
+            shape = layer.compute_output_shape(shape)
+        self.input_shape = sample
+        self._plans.clear()
+
+    def output_shape_for(self, input_shape) -> tuple:
+        """The model's output shape for ``input_shape`` (batch axis first)."""
+        shape = tuple(input_shape)
+        for layer in self.layers:
+            shape = layer.compute_output_shape(shape)
+        return shape
+
+    @property
+    def output_shape(self) -> tuple | None:
+        """``(None, ...)``: the output shape (``None`` before build)."""
+        return None if self.input_shape is None else self.output_shape_for((None,) + self.input_shape)
+
+    def _lower(self, builder: PlanBuilder, every_layer: bool) -> list:
+        x = builder.input(self.input_shape)
+        outputs = []
+        for layer in self.layers:
+            builder.layer = layer
+            x = layer.lower(builder, x)
+            outputs.append(x)
+        return outputs if every_layer else [x]
+
+    def _output_shapes(self, every_layer: bool) -> list:
+        return self._layer_shapes() if every_layer else [self.output_shape]
+
+    # ---------------------------------------------------------------- inference
+    def _check_inputs(self, x) -> list:
+        first = self.layers[0].name if self.layers else self.name
+        x = self._as_float32(x, f"layer {first!r}")
+        if self.input_shape is not None:
+            ok = x.shape[1:] == self.input_shape and x.ndim == 1 + len(self.input_shape)
+            expected = format_shape((None,) + self.input_shape)
+        else:
+            ok, expected = x.ndim >= 2, "(None, features)"
+        if not ok:
+            raise ValueError(f"Input of layer {first!r} is incompatible with the layer: expected shape {expected}, "
+                             f"found shape {x.shape}")
+        if not self.built:
+            with self._lock:
+                if not self.built:
+                    self.build((None,) + x.shape[1:])
+        return [self._contiguous(x)]
+
+    def predict(self, x, batch_size: int | None = None) -> np.ndarray:
+        """Runs the model on ``x``.
+
+        Args:
+            x: a numeric array of shape ``(batch, ...)`` matching the model's input; float64 and
+                integers are cast to float32 as Keras does.
+            batch_size: samples per device pass (default: the whole batch in one pass, split
+                further only where the device's largest allocation requires it; see
+                :meth:`max_batch`). A sample's result is the same in every pass of the same size
+                bucket; passes of other sizes may run another kernel (a small-batch kernel below
+                16 samples, for instance), whose sums differ in the last bits (docs/KERNELS.md).
+
+        Returns:
+            A float32 array of shape ``(batch,) + output_shape[1:]``.
+
+        Raises:
+            ValueError: ``x`` is not numeric or its shape differs from the model's input;
+                ``batch_size`` is not a positive integer; the model has no layers.
+            DeviceError: the device failed (out of memory, a failed launch), or even one sample's
+                activations exceed its largest allocation; the message names the layer and shape.
+        """
+        return self._run(x, batch_size, every_layer=False)[0]
+
+    def predict_layers(self, x) -> list:
+        """Runs the model on ``x`` and returns every layer's output, for layer-by-layer checks.
+
+        Args:
+            x: as for :meth:`predict`.
+
+        Returns:
+            A list with one float32 array per layer, in order, each in Keras's output shape.
+        """
+        return self._run(x, None, every_layer=True)
+
+    def _layer_shapes(self) -> list:
+        shapes, shape = [], (None,) + self.input_shape
+        for layer in self.layers:
+            shape = layer.compute_output_shape(shape)
+            shapes.append(shape)
+        return shapes
+
+    def __call__(self, x) -> np.ndarray:
+        return self.predict(x)
+
+    # ---------------------------------------------------------------- config and summary
+    def get_config(self) -> dict:
+        return {"name": self.name, "input_shape": list(self.input_shape) if self.input_shape else None,
+                "layers": [{"class_name": type(layer).__name__, "config": layer.get_config()} for layer in self.layers]}
+
+    def summary(self, print_fn=print, batch: int = 1) -> str:
+        """Prints (and returns) a table of layers: output shape, parameters and the kernel that runs
+        each on the current device for passes of ``batch`` samples (layers fused into one launch
+        share it)."""
+        kernels = self._kernels(batch)
+        rows = [("Layer (type)", "Output Shape", "Param #", "Kernel")]
+        shape = (None,) + self.input_shape if self.input_shape is not None else None
+        for layer in self.layers:
+            shape = layer.compute_output_shape(shape) if shape is not None else None
+            rows.append((f"{layer.name} ({type(layer).__name__})", format_shape(shape) if shape else "?",
+                         str(layer.count_params()), kernels.get(layer.name, "")))
+        return self._table(rows, print_fn)
 
 
 register("model", Sequential)

@@ -37,7 +37,7 @@ from .layout import Layout, parse_layout
 from .matrix import DeviceMatrix
 from .tensor import format_shape, keras_order, matrix_view
 
-__all__ = ["Weight", "Vector", "Value", "PlanBuilder", "Plan"]
+__all__ = ["Weight", "Vector", "Value", "PlanBuilder", "Plan", "broadcast_shape"]
 
 C = parse_layout("C")
 
@@ -158,7 +158,8 @@ class Value:
 
 @dataclasses.dataclass(eq=False)
 class _Step:
-    kind: str                   # "matmul", "bias", "activation", "affine", "relayout", "reshape"
+    kind: str                   # "matmul", "bias", "activation", "affine", "relayout", "reshape",
+                                # "merge", "concat", "dot"
     spec: KernelSpec
     out: Value
     inputs: dict                # slot ("a" or "b") -> Value
@@ -174,11 +175,54 @@ class _Step:
 
     @property
     def in_place(self) -> bool:
-        return self.kind in ("bias", "activation", "affine")
+        """Whether the step writes into its input ``b``'s buffer (a merge's running result, a
+        Concatenate's buffer that earlier inputs wrote their slices into)."""
+        return self.kind in ("bias", "activation", "affine") or (self.kind in ("merge", "concat") and "b" in self.inputs)
 
 
 def _round_up(value: int, multiple: int) -> int:
     return max(1, -(-value // multiple)) * multiple
+
+
+#: Keras merge -> the merge kernel's OP for each further input
+_MERGE_OPS = {"add": "op_add", "subtract": "op_sub", "multiply": "op_mul", "average": "op_add",
+              "maximum": "op_max", "minimum": "op_min"}
+#: sample axes the merge kernel broadcasts over (D1..D8)
+_MAX_BROADCAST_RANK = 8
+
+
+def broadcast_shape(shapes, what: str = "merge") -> tuple:
+    """The shape Keras's merge layers give inputs of ``shapes`` (batch axis first): a sample of
+    lower rank gains axes of 1 after the batch axis, then axes of 1 stretch (NumPy broadcasting).
+
+    Raises:
+        ValueError: two sizes of one axis differ and neither is 1.
+    """
+    rank = max(len(s) for s in shapes)
+    padded = [(s[0],) + (1,) * (rank - len(s)) + tuple(s[1:]) for s in shapes]
+    out = [padded[0][0]]
+    for axis in range(1, rank):
+        sizes = {p[axis] for p in padded} - {1}
+        if len(sizes) > 1:
+            raise ValueError(f"{what}: inputs of shapes {', '.join(format_shape(s) for s in shapes)} do not "
+                             f"broadcast (axis {axis} has sizes {sorted(sizes)})")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+def _broadcast_defines(shape, out, what: str) -> dict:
+    """The merge kernel's defines reading a tensor of ``shape`` broadcast to ``out`` (batch first)."""
+    rank = len(out) - 1
+    if rank > _MAX_BROADCAST_RANK:
+        raise ValueError(f"{what}: malinn broadcasts samples of up to {_MAX_BROADCAST_RANK} axes, not "
+                         f"{format_shape(out)}")
+    sample = (1,) * (rank - (len(shape) - 1)) + tuple(shape[1:])
+    defines = {"BROADCAST": 1, "S0": math.prod(sample)}
+    for axis in range(1, rank + 1):
+        size = sample[axis - 1]
+        defines[f"D{axis}"] = out[axis]
+        defines[f"S{axis}"] = 0 if size == 1 else math.prod(sample[axis:])
+    return defines
 
 
 # ======================================================================== the builder
@@ -265,6 +309,95 @@ class PlanBuilder:
         spec = choose("reshape", self.device)
         return self._record("reshape", spec, shape, {"a": x}, what)
 
+    def merge(self, xs: list, op: str, what: str = "merge") -> Value:
+        """Keras's element-wise merge of ``xs`` (two or more values): ``op`` is ``add``,
+        ``subtract`` (two inputs), ``multiply``, ``average``, ``maximum`` or ``minimum``.
+
+        Shapes broadcast as Keras does (:func:`broadcast_shape`). The result is computed in the
+        buffer of the first input of the result's shape (a copy of it where another step reads it
+        later), one in-place step per further input.
+        """
+        xs = list(xs)
+        if len(xs) < 2 or (op == "subtract" and len(xs) != 2):
+            raise ValueError(f"{what}: {op} takes {'exactly 2' if op == 'subtract' else 'at least 2'} inputs, "
+                             f"got {len(xs)}")
+        shape = (self.batch,) + broadcast_shape([x.shape for x in xs], what)[1:]
+        full = [i for i, x in enumerate(xs) if x.shape == shape]
+        code = _MERGE_OPS[op]
+        if op == "subtract" and full and full[0] == 1:
+            order, codes = [1, 0], ["op_rsub"]
+        else:
+            first = full[0] if full else 0
+            order = [first] + [i for i in range(len(xs)) if i != first]
+            codes = [code] * (len(xs) - 1)
+        running = xs[order[0]]
+        if running.shape != shape:   # no input has the result's shape: broadcast the first one into it
+            running = self._merge_step(None, running, "op_copy", shape, 1.0, what)
+        for step, (i, code) in enumerate(zip(order[1:], codes)):
+            divisor = float(len(xs)) if op == "average" and step == len(codes) - 1 else 1.0
+            running = self._merge_step(running, xs[i], code, shape, divisor, what)
+        return running
+
+    def _merge_step(self, running: Value | None, x: Value, code: str, shape, divisor: float, what: str) -> Value:
+        defines = {"OP": code}
+        if x.shape != shape:
+            defines.update(_broadcast_defines(x.shape, shape, what))
+        spec = choose("merge", self.device).configure(defines)
+        inputs = {"b": running, "a": x} if running is not None else {"a": x}
+        return self._record("merge", spec, shape, inputs, what, storage=running.storage if running else None,
+                            params={"divisor": divisor})
+
+    def concat(self, xs: list, axis: int, what: str = "concatenate") -> Value:
+        """Keras's Concatenate of ``xs`` along ``axis`` (of the Keras shape, batch axis 0): one
+        buffer, each input written into its slice by one step."""
+        xs = list(xs)
+        rank = len(xs[0].shape)
+        axis = axis + rank if axis < 0 else axis
+        if not 1 <= axis < rank or any(len(x.shape) != rank for x in xs):
+            raise ValueError(f"{what}: cannot concatenate shapes {', '.join(format_shape(x.shape) for x in xs)} "
+                             f"along axis {axis}")
+        for x in xs:
+            if x.shape[:axis] + x.shape[axis + 1:] != xs[0].shape[:axis] + xs[0].shape[axis + 1:]:
+                raise ValueError(f"{what}: shapes {', '.join(format_shape(x.shape) for x in xs)} differ off the "
+                                 f"concatenation axis {axis}")
+        total = sum(x.shape[axis] for x in xs)
+        shape = xs[0].shape[:axis] + (total,) + xs[0].shape[axis + 1:]
+        inner = math.prod(shape[axis + 1:])
+        out, offset = None, 0
+        for i, x in enumerate(xs):
+            spec = choose("concat", self.device).configure(
+                {"FIRST": int(i == 0), "INNER": inner, "ALEN": x.shape[axis], "RLEN": total, "OFFSET": offset})
+            inputs = {"a": x} if out is None else {"b": out, "a": x}
+            out = self._record("concat", spec, shape, inputs, what, storage=out.storage if out is not None else None)
+            offset += x.shape[axis]
+        return out
+
+    def dot(self, x: Value, y: Value, axes: tuple, normalize: bool = False, norm_floor: float = 1e-12,
+            what: str = "dot") -> Value:
+        """Keras's Dot: ``batch_dot(x, y, axes)`` of two values of rank 2 or 3 (batch first),
+        optionally L2-normalised along ``axes`` (each sum of squares at least ``norm_floor``)."""
+        ax, ay = axes
+        if not (2 <= len(x.shape) <= 3 and 2 <= len(y.shape) <= 3) or x.shape[ax] != y.shape[ay] \
+                or not (1 <= ax < len(x.shape) and 1 <= ay < len(y.shape)):
+            raise ValueError(f"{what}: cannot take the dot product of {format_shape(x.shape)} and "
+                             f"{format_shape(y.shape)} over axes {list(axes)}")
+
+        def strides(shape, axis):   # (per sample, along the kept axis, along the summed axis)
+            kept = [d for d in range(1, len(shape)) if d != axis]
+            row_major = {d: math.prod(shape[d + 1:]) for d in range(len(shape))}
+            return row_major[0], (row_major[kept[0]] if kept else 0), row_major[axis], (shape[kept[0]] if kept else 1)
+
+        xb, xp, xk, dp = strides(x.shape, ax)
+        yb, yq, yk, dq = strides(y.shape, ay)
+        shape = (self.batch,) + tuple(d for d in (dp if len(x.shape) == 3 else None,
+                                                  dq if len(y.shape) == 3 else None) if d is not None)
+        if len(shape) == 1:
+            shape += (1,)
+        spec = choose("dot", self.device).configure(
+            {"DP": dp, "DQ": dq, "DK": x.shape[ax], "AB": xb, "AP": xp, "AK": xk, "BB": yb, "BQ": yq, "BK": yk,
+             "NORMALIZE": int(bool(normalize)), "NORM_FLOOR": f"{float(norm_floor):.1e}f"})
+        return self._record("dot", spec, shape, {"a": x, "b": y}, what)
+
     # ---------------------------------------------------------------- compiling
     def compile(self, outputs: list) -> "Plan":
         """Makes every decision (see the module docstring) and returns the runnable :class:`Plan`.
@@ -290,7 +423,8 @@ class PlanBuilder:
         for step in self.steps:
             x = step.inputs.get("b")
             producer = x.producer if x is not None else None
-            if (step.in_place and producer is not None and producer.kind == "matmul" and len(x.consumers) == 1
+            if (step.kind in ("bias", "activation", "affine") and producer is not None and producer.kind == "matmul"
+                    and len(x.consumers) == 1
                     and x not in outputs and producer.affine is None and self._absorb(producer, step)):
                 producer.layers += [layer for layer in step.layers if layer not in producer.layers]
                 producer.out = step.out
@@ -349,6 +483,8 @@ class PlanBuilder:
             if step.in_place:
                 x = step.inputs["b"]
                 later = any(self.steps.index(c) > i for c in x.consumers if c is not step and c in self.steps)
+                if (later or x in outputs) and self._swap_operands(step, i, outputs):
+                    x, later = step.inputs["b"], False
                 if later or x in outputs:
                     copy = self._relayout_step(x, None, step.what)
                     steps.append(copy)
@@ -360,11 +496,30 @@ class PlanBuilder:
             steps.append(step)
         self.steps = steps
 
+    _SWAPPED = {"op_add": "op_add", "op_mul": "op_mul", "op_max": "op_max", "op_min": "op_min",
+                "op_sub": "op_rsub", "op_rsub": "op_sub"}
+
+    def _swap_operands(self, step: _Step, index: int, outputs) -> bool:
+        """A merge step whose in-place operand is read again works in its other operand's buffer
+        instead, where that one has the result's shape and is read by nothing after it (no copy)."""
+        if step.kind != "merge" or "a" not in step.inputs:
+            return False
+        b, a = step.inputs["b"], step.inputs["a"]
+        op = step.spec.config.get("OP")
+        if op not in self._SWAPPED or a.shape != b.shape or a in outputs or a.storage is b.storage:
+            return False
+        if any(self.steps.index(c) > index for c in a.consumers if c is not step and c in self.steps):
+            return False
+        step.inputs["b"], step.inputs["a"] = a, b
+        step.spec = step.spec.configure({"OP": self._SWAPPED[op]})
+        self._share_storage(step.out, a.storage)
+        return True
+
     def _share_storage(self, value: Value, storage: _Storage) -> None:
         """Points every in-place successor of ``value`` at ``storage`` too."""
         value.storage = storage
         for consumer in value.consumers:
-            if consumer.in_place and consumer.out is not value:
+            if consumer.in_place and consumer.inputs.get("b") is value and consumer.out is not value:
                 self._share_storage(consumer.out, storage)
 
     def _relayout_step(self, x: Value, layout: Layout | None, what: str) -> _Step:
@@ -688,6 +843,8 @@ class Plan:
             matrices = {"r": matrices["r"]}
         elif step.kind == "activation":
             matrices = {"r": matrices["r"]}
+        elif step.kind in ("merge", "concat"):
+            matrices = {"r": matrices["r"], "a": matrices["a"]}
         return bind(spec, device, matrices, vectors, params, what=step.what)
 
     @staticmethod

@@ -19,6 +19,7 @@ import threading
 
 import numpy as np
 
+from ..graph import call_layer
 from ..registry import register
 
 __all__ = ["Layer", "sample_shape"]
@@ -113,6 +114,18 @@ class Layer:
     @classmethod
     def from_config(cls, config: dict) -> "Layer":
         return cls(**config)
+
+    def __call__(self, inputs):
+        """Calls the layer on a symbolic tensor (or a list of them, for a merge layer) to build a
+        Functional model, as in Keras: ``y = Dense(4)(malinn.Input((8,)))``.
+
+        Returns:
+            The output :class:`~malinn.graph.KerasTensor`.
+
+        Raises:
+            ValueError: ``inputs`` are not symbolic tensors, or their shape does not fit the layer.
+        """
+        return call_layer(self, inputs)
 
     # ---------------------------------------------------------------- model files
     def save_own_variables(self, store, target) -> None:

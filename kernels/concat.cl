@@ -1,0 +1,49 @@
+/* Concatenate (any axis) on tensors held as matrix views (malinn/tensor.py), in any layouts.
+ *
+ * Element (row, col) of a matrix view is flat index col * rows + row in Keras's row-major order.
+ * One launch per input: R's elements at axis positions [OFFSET, OFFSET + ALEN) come from A
+ * (INNER: elements after the axis, RLEN / ALEN: the axis' length in R / A). FIRST=1 (the first
+ * input) also writes every other element of R, its padding included, as 0; the inputs after it
+ * fill their slices. The runtime prepends MALINN_INDEX_A / _R. OpenCL C 1.2.
+ */
+
+#ifndef FIRST
+#define FIRST 0
+#endif
+#ifndef INNER
+#define INNER 1
+#endif
+#ifndef ALEN
+#define ALEN 1
+#endif
+#ifndef RLEN
+#define RLEN 1
+#endif
+#ifndef OFFSET
+#define OFFSET 0
+#endif
+
+__kernel void concat(uint m, uint n, uint h, uint w, uint M, uint H, uint W,
+                     __global float *r,
+                     __global const float *a)
+{
+    const uint row = get_global_id(0);
+    const uint col = get_global_id(1);
+    const size_t ix = MALINN_INDEX_R(row, col, h, w);
+    if (row < m && col < n) {
+        const ulong f = (ulong)col * m + row;
+        const ulong inner = f % INNER;
+        const ulong rest = f / INNER;
+        const ulong j = rest % RLEN;
+        const ulong outer = rest / RLEN;
+        if (j >= OFFSET && j < OFFSET + ALEN) {
+            const ulong g = (outer * ALEN + (j - OFFSET)) * INNER + inner;
+            const ulong acol = g / M;
+            r[ix] = a[MALINN_INDEX_A((uint)(g - acol * M), (uint)acol, H, W)];
+            return;
+        }
+    }
+#if FIRST
+    r[ix] = 0.0f;
+#endif
+}

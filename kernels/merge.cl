@@ -1,0 +1,107 @@
+/* Element-wise merge layers of a Functional graph (Add, Subtract, Multiply, Average, Maximum,
+ * Minimum) on tensors held as matrix views (malinn/tensor.py), in any layouts.
+ *
+ * A tensor of Keras shape (batch, d1, ..., dk) is the matrix view dk x (batch * d1 * ...): element
+ * (row, col) is flat index col * dk + row in Keras's row-major order. The runtime prepends
+ * MALINN_INDEX_A / _R for the layouts of the matrices passed. Shapes are compile-time parameters
+ * (-D defines with the defaults below). OpenCL C 1.2.
+ *
+ *   merge   R = OP(R, A) / p0, in place on R (the merge's first operand, or its running result):
+ *           OP is op_add, op_sub (R - A), op_rsub (A - R), op_mul, op_max, op_min or op_copy (A);
+ *           p0 divides (the input count for Average on its last step, else 1). BROADCAST=1 reads A
+ *           with NumPy broadcasting: D1..D8 are R's sample axes (1 past its rank), S0..S8 A's
+ *           strides in its own flat order (0 along an axis A has once). Only R's logical elements
+ *           are touched, so its padding stays zero.
+ */
+
+#ifndef OP
+#define OP op_add
+#endif
+#ifndef BROADCAST
+#define BROADCAST 0
+#endif
+#ifndef D1
+#define D1 1
+#endif
+#ifndef D2
+#define D2 1
+#endif
+#ifndef D3
+#define D3 1
+#endif
+#ifndef D4
+#define D4 1
+#endif
+#ifndef D5
+#define D5 1
+#endif
+#ifndef D6
+#define D6 1
+#endif
+#ifndef D7
+#define D7 1
+#endif
+#ifndef D8
+#define D8 1
+#endif
+#ifndef S0
+#define S0 0
+#endif
+#ifndef S1
+#define S1 0
+#endif
+#ifndef S2
+#define S2 0
+#endif
+#ifndef S3
+#define S3 0
+#endif
+#ifndef S4
+#define S4 0
+#endif
+#ifndef S5
+#define S5 0
+#endif
+#ifndef S6
+#define S6 0
+#endif
+#ifndef S7
+#define S7 0
+#endif
+#ifndef S8
+#define S8 0
+#endif
+
+#define op_add(x, y)  ((x) + (y))
+#define op_sub(x, y)  ((x) - (y))
+#define op_rsub(x, y) ((y) - (x))
+#define op_mul(x, y)  ((x) * (y))
+#define op_max(x, y)  fmax((x), (y))
+#define op_min(x, y)  fmin((x), (y))
+#define op_copy(x, y) (y)
+
+/* one axis of R's flat index f (last axis first): its position times A's stride along it */
+#define MALINN_AXIS(D, S) { const ulong i_ = f % (D); f /= (D); src += i_ * (ulong)(S); }
+
+__kernel void merge(uint m, uint n, uint h, uint w, uint M, uint H, uint W, float p0,
+                    __global float *r,
+                    __global const float *a)
+{
+    const uint row = get_global_id(0);
+    const uint col = get_global_id(1);
+#if BROADCAST
+    ulong f = (ulong)col * m + row;
+    ulong src = 0;
+    MALINN_AXIS(D8, S8) MALINN_AXIS(D7, S7) MALINN_AXIS(D6, S6) MALINN_AXIS(D5, S5)
+    MALINN_AXIS(D4, S4) MALINN_AXIS(D3, S3) MALINN_AXIS(D2, S2) MALINN_AXIS(D1, S1)
+    src += f * (ulong)S0;
+    const ulong acol_ = src / M;
+    const uint arow = (uint)(src - acol_ * M);
+    const uint acol = (uint)acol_;
+#else
+    const uint arow = row;
+    const uint acol = col;
+#endif
+    const size_t ix = MALINN_INDEX_R(row, col, h, w);
+    r[ix] = OP(r[ix], a[MALINN_INDEX_A(arow, acol, H, W)]) / p0;
+}
