@@ -3,10 +3,10 @@
 Handles the config schemas of Keras 2 (``batch_input_shape``, Functional ``inbound_nodes`` as
 ``[[name, node, tensor, kwargs]]``, Keras 2.0-2.2 Sequential configs that are a bare list) and
 Keras 3 (``batch_shape``, ``inbound_nodes`` as ``{"args": [...], "kwargs": {...}}`` holding
-``__keras_tensor__`` references). Sequential models and Functional models that are a single
-chain are accepted; nested Sequential/Functional models are flattened into the chain; a
-Functional graph that branches, merges, shares a layer or has several inputs or outputs raises
-:class:`~malinn.errors.ConversionError`.
+``__keras_tensor__`` references). Sequential models and Functional models of any graph shape are
+accepted: a single chain (nested models flattened into it) is listed in execution order
+(``ModelNode.chain``); any other graph, with its merges, shared layers, several inputs and outputs,
+is expanded into calls of leaf layers by :func:`expand_graph`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Union
 
 from malinn.errors import ConversionError
+
+from .model_spec import KerasCall, KerasGraph
 
 SEQUENTIAL = "Sequential"
 INPUT_LAYER = "InputLayer"
@@ -47,6 +49,11 @@ class ModelNode:
     input_shape: tuple | None = None
     kind: str = SEQUENTIAL
     entry: dict[str, Any] = field(default_factory=dict)
+    #: Functional only: the InputLayer names, the output references ``(name, node, tensor)``, and
+    #: per member the references each of its calls reads (one list per inbound node)
+    inputs: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+    calls: dict = field(default_factory=dict)
 
 
 Member = Union[ModelNode, LayerEntry]
@@ -216,7 +223,6 @@ def _endpoints(value: Any) -> list[tuple]:
 def _parse_functional(class_name, name, cfg, layers, source) -> ModelNode:
     node = ModelNode(class_name=class_name, name=name or "model", config=cfg, kind="Functional")
     label = f"Functional model {node.name!r}"
-    not_chain = f"{label} is not a single chain of layers (it branches)"
     by_name: dict[str, int] = {}
     for i, raw in enumerate(layers):
         member = _parse_member(raw, i, node.name, source)
@@ -229,82 +235,145 @@ def _parse_functional(class_name, name, cfg, layers, source) -> ModelNode:
     outputs = _endpoints(cfg.get("output_layers"))
     if not inputs or not outputs:
         raise _fail(source, f"{label} does not name its input and output layers")
-    if len(inputs) != 1:
-        names = ", ".join(repr(r[0]) for r in inputs)
-        raise _fail(source, f"{not_chain}: it has {len(inputs)} inputs ({names})")
-    if len(outputs) != 1:
-        names = ", ".join(repr(r[0]) for r in outputs)
-        raise _fail(source, f"{not_chain}: it has {len(outputs)} outputs ({names})")
-    input_name, output_name = inputs[0][0], outputs[0][0]
-    for end in (input_name, output_name):
+    for end in [r[0] for r in inputs + outputs]:
         if end not in by_name:
-            raise _fail(
-                source, f"{label} names {end!r} as an input or output, but has no such layer"
-            )
-    first = node.members[by_name[input_name]]
-    if not (isinstance(first, LayerEntry) and first.class_name == INPUT_LAYER):
-        raise _fail(source, f"{label}: its input {input_name!r} is not an InputLayer")
-
-    consumers: dict[str, list[str]] = {n: [] for n in by_name}
-    body = []
+            raise _fail(source, f"{label} names {end!r} as an input or output, but has no such layer")
+    for ref in inputs:
+        first = node.members[by_name[ref[0]]]
+        if not (isinstance(first, LayerEntry) and first.class_name == INPUT_LAYER):
+            raise _fail(source, f"{label}: its input {ref[0]!r} is not an InputLayer")
+    node.inputs, node.outputs = [r[0] for r in inputs], [tuple(r) for r in outputs]
     for member in node.members:
-        raw = member.entry if isinstance(member, LayerEntry) else None
         if isinstance(member, LayerEntry) and member.class_name == INPUT_LAYER:
-            if member.name != input_name:
-                raise _fail(source, f"{not_chain}: it has a second input {member.name!r}")
+            if member.name not in node.inputs:
+                raise _fail(source, f"{label}: InputLayer {member.name!r} is not among its inputs")
             continue
-        body.append(member.name)
-        if raw is None:
-            raw = _raw_entry(layers, member.name)
+        raw = member.entry if isinstance(member, LayerEntry) else _raw_entry(layers, member.name)
         nodes = raw.get("inbound_nodes") if isinstance(raw, dict) else None
         if not isinstance(nodes, list) or not nodes:
             raise _fail(source, f"{label}: layer {member.name!r} has no inbound connection")
-        if len(nodes) > 1:
-            raise _fail(
-                source,
-                f"{not_chain}: layer {member.name!r} is called {len(nodes)} times (a shared layer)",
-            )
-        refs = node_inputs(nodes[0])
-        if len(refs) != 1:
-            srcs = ", ".join(repr(r[0]) for r in refs) or "none"
-            raise _fail(
-                source,
-                f"{not_chain}: layer {member.name!r} takes {len(refs)} inputs ({srcs})",
-            )
-        src = refs[0][0]
-        if src not in by_name:
-            raise _fail(source, f"{label}: layer {member.name!r} reads from unknown layer {src!r}")
-        if any(isinstance(v, int) and v != 0 for v in refs[0][1:]):
-            raise _fail(
-                source,
-                f"{not_chain}: layer {member.name!r} reads output {list(refs[0][1:])} of {src!r}",
-            )
-        consumers[src].append(member.name)
+        node.calls[member.name] = [node_inputs(n) for n in nodes]
+        for refs in node.calls[member.name]:
+            for ref in refs:
+                if ref[0] not in by_name:
+                    raise _fail(source, f"{label}: layer {member.name!r} reads from unknown layer {ref[0]!r}")
+    node.chain = _chain(node, by_name)
+    first = node.members[by_name[node.inputs[0]]]
+    node.input_shape = input_layer_shape(first.config)
+    return node
 
-    for src, users in consumers.items():
-        if len(users) > 1:
-            names = ", ".join(repr(u) for u in users)
-            raise _fail(
-                source, f"{not_chain}: the output of {src!r} feeds {len(users)} layers ({names})"
-            )
 
-    order = []
-    current = input_name
+def _chain(node: ModelNode, by_name: dict) -> list[int]:
+    """The members in execution order where the model is a single chain (each layer called once on
+    the one before it), else ``[]``: the graph then says the order (:func:`expand_graph`)."""
+    if len(node.inputs) != 1 or len(node.outputs) != 1:
+        return []
+    consumers: dict[str, list[str]] = {n: [] for n in by_name}
+    for name, calls in node.calls.items():
+        if len(calls) != 1 or len(calls[0]) != 1 or any(isinstance(v, int) and v != 0 for v in calls[0][0][1:]):
+            return []
+        consumers[calls[0][0][0]].append(name)
+    if any(len(users) > 1 for users in consumers.values()):
+        return []
+    order, current = [], node.inputs[0]
     while consumers[current]:
         current = consumers[current][0]
         order.append(current)
-    if current != output_name:
-        raise _fail(
-            source,
-            f"{not_chain}: following the chain from {input_name!r} ends at {current!r}, "
-            f"not at the output {output_name!r}",
-        )
-    missing = [n for n in body if n not in order]
-    if missing:
-        raise _fail(source, f"{not_chain}: layers off the input-output path: {', '.join(missing)}")
-    node.chain = [by_name[n] for n in order]
-    node.input_shape = input_layer_shape(first.config)
-    return node
+    if current != node.outputs[0][0] or len(order) != len(node.calls):
+        return []
+    return [by_name[n] for n in order]
+
+
+def expand_graph(root: ModelNode, source: str):
+    """The model as one graph of leaf-layer calls, nested models expanded (each call of a nested
+    model expands again: its layers are then shared).
+
+    tf_keras numbers a nested model's calls from 1 when the model has an InputLayer of its own
+    (its first node is that input), Keras 3 from 0; the numbering is recognised from the
+    references themselves.
+
+    Returns:
+        A :class:`~malinn.converters.model_spec.KerasGraph`.
+
+    Raises:
+        ConversionError: a reference names a call or output that does not exist, or the graph has
+            a cycle.
+    """
+    calls: list = []
+    counter = [0]
+
+    def new_tensor(label: str) -> str:
+        counter[0] += 1
+        return f"{label}#{counter[0]}"
+
+    def call_leaf(leaf: LayerEntry, ins: list, listed: bool) -> str:
+        out = new_tensor(leaf.name)
+        calls.append(KerasCall(layer=leaf.name, inputs=list(ins), output=out, listed=listed))
+        return out
+
+    def expand(model: ModelNode, ins: list) -> list:
+        if model.kind == SEQUENTIAL:
+            if len(ins) != 1:
+                raise _fail(source, f"Sequential model {model.name!r} is called on {len(ins)} tensors")
+            t = ins[0]
+            for index in model.chain:
+                member = model.members[index]
+                t = expand(member, [t])[0] if isinstance(member, ModelNode) else call_leaf(member, [t], False)
+            return [t]
+        label = f"Functional model {model.name!r}"
+        if len(ins) != len(model.inputs):
+            raise _fail(source, f"{label} takes {len(model.inputs)} inputs, but is called on {len(ins)}")
+        by_name = {m.name: m for m in model.members}
+        offsets = _node_offsets(model, by_name)
+        made: dict = {(name, 0, 0): t for name, t in zip(model.inputs, ins)}
+        pending = [(name, k, refs) for name, node_refs in model.calls.items() for k, refs in enumerate(node_refs)]
+
+        def key(ref):
+            name, node_index, tensor_index = (list(ref) + [0, 0])[:3]
+            member = by_name.get(name)
+            shift = offsets.get(name, 0) if isinstance(member, ModelNode) else 0
+            return (name, int(node_index or 0) - shift, int(tensor_index or 0))
+
+        while pending:
+            ready = [p for p in pending if all(key(r) in made for r in p[2])]
+            if not ready:
+                missing = sorted({r[0] for p in pending for r in p[2] if key(r) not in made})
+                names = ", ".join(repr(p[0]) for p in pending)
+                raise _fail(source, f"{label}: layers {names} read outputs that no call makes "
+                                    f"(of {', '.join(repr(m) for m in missing)}): the graph is inconsistent or cyclic")
+            for name, k, refs in ready:
+                pending.remove((name, k, refs))
+                member = by_name[name]
+                given = [made[key(r)] for r in refs]
+                if isinstance(member, ModelNode):
+                    for i, t in enumerate(expand(member, given)):
+                        made[(name, k, i)] = t
+                else:
+                    made[(name, k, 0)] = call_leaf(member, given, len(refs) > 1)
+        outs = []
+        for ref in model.outputs:
+            if key(ref) not in made:
+                raise _fail(source, f"{label} names output {list(ref)}, which no call makes")
+            outs.append(made[key(ref)])
+        return outs
+
+    if root.kind == SEQUENTIAL:
+        inputs = [("input#0", "input", root.input_shape)]
+    else:
+        by_name = {m.name: m for m in root.members}
+        inputs = [(f"{name}#0", name, input_layer_shape(by_name[name].config)) for name in root.inputs]
+    outputs = expand(root, [t for t, _, _ in inputs])
+    return KerasGraph(inputs=inputs, calls=calls, outputs=outputs)
+
+
+def _node_offsets(model: ModelNode, by_name: dict) -> dict:
+    """Nested model name -> 1 where references number its calls from 1 (tf_keras), else 0."""
+    highest: dict = {}
+    for refs in [r for node_refs in model.calls.values() for r in node_refs] + [model.outputs]:
+        for ref in refs:
+            if isinstance(by_name.get(ref[0]), ModelNode) and len(ref) > 1 and isinstance(ref[1], int):
+                highest[ref[0]] = max(highest.get(ref[0], 0), ref[1])
+    return {name: 1 for name, top in highest.items() if top >= len(model.calls.get(name, []))}
 
 
 def _raw_entry(layers: list, name: str) -> dict | None:
@@ -314,6 +383,46 @@ def _raw_entry(layers: list, name: str) -> dict | None:
             if raw.get("name") == name or cfg.get("name") == name:
                 return raw
     return None
+
+
+def iter_layers(node: ModelNode, trail: tuple = ()) -> Iterator[tuple[LayerEntry, tuple]]:
+    """Every leaf layer (InputLayers left out) once, in member order, each with its trail."""
+    for index, member in enumerate(node.members):
+        step = trail + ((node, index),)
+        if isinstance(member, ModelNode):
+            yield from iter_layers(member, step)
+        elif member.class_name != INPUT_LAYER:
+            yield member, step
+
+
+def is_chain(node: ModelNode) -> bool:
+    """Whether the model and every model nested in it is a single chain."""
+    if node.kind != SEQUENTIAL and not node.chain:
+        return False
+    return all(is_chain(m) for m in node.members if isinstance(m, ModelNode))
+
+
+def leaves_and_graph(root: ModelNode, source: str) -> tuple[list, KerasGraph | None]:
+    """``([(leaf, trail), ...], graph)``: for a chain, its leaves in execution order and no graph;
+    for any other model, every leaf once (in the order of its first call) and the expanded graph.
+
+    Raises:
+        ConversionError: two leaf layers (in different nested models) share a name.
+    """
+    if is_chain(root):
+        return list(iter_chain(root)), None
+    graph = expand_graph(root, source)
+    leaves = list(iter_layers(root))
+    names = [leaf.name for leaf, _ in leaves]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise _fail(source, f"layers of nested models share the name {twice[0]!r}; malinn needs every layer "
+                            "name of a graph to be unique")
+    first = {}
+    for i, call in enumerate(graph.calls):
+        first.setdefault(call.layer, i)
+    leaves.sort(key=lambda item: first.get(item[0].name, len(graph.calls)))
+    return leaves, graph
 
 
 def iter_chain(node: ModelNode, trail: tuple = ()) -> Iterator[tuple[LayerEntry, tuple]]:

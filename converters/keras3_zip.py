@@ -29,7 +29,7 @@ import h5py
 
 from malinn.errors import ConversionError
 
-from .chain import ModelNode, iter_chain, parse_model
+from .chain import ModelNode, leaves_and_graph, parse_model
 from .dtypes import variable_dtype
 from .hdf5_util import read_weight, to_str
 from .limits import MAX_JSON_BYTES, WeightBudget, check_member, member_limit, size_text
@@ -135,7 +135,8 @@ def _build(source: str, root: ModelNode, version: str | None, weights_file) -> K
         ) from exc
     with h5:
         try:
-            layers = _read_layers(h5, root, source, WeightBudget(root, source))
+            leaves, graph = leaves_and_graph(root, source)
+            layers = _read_layers(h5, leaves, source, WeightBudget(root, source))
         except ConversionError:
             raise
         except (KeyError, OSError, RuntimeError, ValueError, TypeError, UnicodeError) as exc:
@@ -150,13 +151,14 @@ def _build(source: str, root: ModelNode, version: str | None, weights_file) -> K
         layers=layers,
         name=root.name,
         model_class=root.class_name,
+        graph=graph,
     )
 
 
-def _read_layers(h5: h5py.File, root: ModelNode, source: str, budget) -> list[KerasLayer]:
-    """Each leaf layer of the chain with its variables from ``model.weights.h5``."""
+def _read_layers(h5: h5py.File, leaves: list, source: str, budget) -> list[KerasLayer]:
+    """Each leaf layer (with its trail of models) with its variables from ``model.weights.h5``."""
     layers = []
-    for leaf, trail in iter_chain(root):
+    for leaf, trail in leaves:
         group_path, group = _find_vars(h5, trail, leaf.name, source)
         names, arrays = [], []
         if group is not None:

@@ -22,7 +22,7 @@ import h5py
 
 from malinn.errors import ConversionError
 
-from .chain import INPUT_LAYER, LayerEntry, ModelNode, iter_chain, iter_leaves, parse_model
+from .chain import INPUT_LAYER, LayerEntry, ModelNode, iter_leaves, leaves_and_graph, parse_model
 from .dtypes import variable_dtype
 from .hdf5_util import read_str_list, read_weight, to_str
 from .limits import WeightBudget
@@ -111,8 +111,9 @@ def _read_open_file(f: h5py.File, source: str) -> KerasModel:
         raise _fail(source, "model_weights has no layer_names attribute: the weights are missing")
 
     weights = _collect_weights(root, weights_group, layer_names, source, WeightBudget(root, source))
+    leaves, graph = leaves_and_graph(root, source)
     layers = []
-    for leaf, _trail in iter_chain(root):
+    for leaf, _trail in leaves:
         names, arrays = weights.get(leaf.name, ([], []))
         layers.append(
             KerasLayer(
@@ -131,6 +132,7 @@ def _read_open_file(f: h5py.File, source: str) -> KerasModel:
         layers=layers,
         name=root.name,
         model_class=root.class_name,
+        graph=graph,
     )
 
 

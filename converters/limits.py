@@ -26,7 +26,7 @@ import zipfile
 
 from malinn.errors import ConversionError
 
-from .chain import ModelNode, iter_chain
+from .chain import ModelNode, iter_layers
 from .validate import SHAPE_PRESERVING
 
 MAX_JSON_BYTES = 64 << 20
@@ -82,7 +82,7 @@ def implied_weight_count(root: ModelNode) -> int | None:
     shape = root.input_shape if root.input_shape is not None else None
     last = _positive_int(shape[-1]) if shape else None
     total = 0
-    for leaf, _trail in iter_chain(root):
+    for leaf, _trail in iter_layers(root):
         kind = leaf.class_name
         if kind == "Flatten":
             known = shape is not None and all(_positive_int(d) for d in shape)
@@ -114,7 +114,7 @@ def implied_weight_count(root: ModelNode) -> int | None:
 
 
 def _layer_count(root: ModelNode) -> int:
-    return sum(1 for _ in iter_chain(root))
+    return sum(1 for _ in iter_layers(root))
 
 
 def member_limit(root: ModelNode) -> tuple[int, str]:

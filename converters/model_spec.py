@@ -46,8 +46,42 @@ class KerasLayer:
 
 
 @dataclass
+class KerasCall:
+    """One call of a leaf layer in a Functional graph: the tensors it reads (``listed``: as a list,
+    a merge layer's) and the tensor it makes. Tensors are named by strings unique in the graph."""
+
+    layer: str
+    inputs: list[str]
+    output: str
+    listed: bool = False
+
+
+@dataclass
+class KerasGraph:
+    """A Functional model with nested models expanded: ``inputs`` as ``(tensor, name, sample
+    shape)``, the ``calls`` in an order where each comes after the calls it reads, ``outputs``."""
+
+    inputs: list[tuple]
+    calls: list[KerasCall]
+    outputs: list[str]
+
+    def is_chain(self) -> bool:
+        """One input, one output, and each call reads the one before it (a Sequential would do)."""
+        if len(self.inputs) != 1 or len(self.outputs) != 1:
+            return False
+        current = self.inputs[0][0]
+        names = set()
+        for call in self.calls:
+            if call.listed or call.inputs != [current] or call.layer in names:
+                return False
+            names.add(call.layer)
+            current = call.output
+        return current == self.outputs[0]
+
+
+@dataclass
 class KerasModel:
-    """A Keras model read from a file: a single chain of layers in execution order.
+    """A Keras model read from a file: its layers, in execution order for a chain.
 
     ``format`` is one of :data:`FORMATS`. A ``.keras`` archive written by tf_keras (Keras 2)
     is ``"keras3-zip"`` (that is the name of the archive format) with ``keras_version``
@@ -64,6 +98,9 @@ class KerasModel:
     layers: list[KerasLayer]
     name: str | None = None
     model_class: str | None = None
+    #: the graph of a Functional model that is not a single chain (then ``layers`` holds every
+    #: leaf layer once, in the order of their first call); ``None`` for a chain
+    graph: KerasGraph | None = None
 
     @property
     def keras_major(self) -> int:

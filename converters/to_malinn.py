@@ -1,4 +1,5 @@
-"""Turns a :class:`KerasModel` (what a Keras file holds) into a malinn ``Sequential``.
+"""Turns a :class:`KerasModel` (what a Keras file holds) into a malinn ``Sequential`` (a chain) or
+``Functional`` (any other graph: merges, shared layers, several inputs and outputs).
 
 Inference no-ops (Dropout and friends) are dropped; a BatchNormalization right after a linear Dense
 is folded into that Dense's kernel and bias (the layer's ``absorb_affine``); every other supported
@@ -19,8 +20,9 @@ __all__ = ["to_model", "SUPPORTED_LAYERS", "SUPPORTED_ACTIVATIONS"]
 
 NO_OPS = ("Dropout", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianNoise",
           "GaussianDropout", "AlphaDropout", "ActivityRegularization", "Identity", "InputLayer")
+MERGES = ("Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate", "Dot")
 SUPPORTED_LAYERS = ("Dense", "Activation", "Flatten", "BatchNormalization", "ReLU", "LeakyReLU", "ELU",
-                    "Softmax") + NO_OPS
+                    "Softmax") + MERGES + NO_OPS
 #: Keras activation names -> malinn's (Keras 2 and 3 spell some differently).
 SUPPORTED_ACTIVATIONS = {
     "linear": "linear", "relu": "relu", "relu6": "relu6", "sigmoid": "sigmoid", "tanh": "tanh",
@@ -73,6 +75,8 @@ def to_model(km: KerasModel):
         ConversionError: unsupported layers or activations (all listed at once, with the
             supported ones), an input shape malinn cannot run, or inconsistent weights.
     """
+    if km.graph is not None:
+        return _to_functional(km)
     sample = _input_shape(km)
     shape = (None,) + sample
     unsupported = []
@@ -101,10 +105,7 @@ def to_model(km: KerasModel):
         built.append([layer, [kl.name]])
         shape = layer.compute_output_shape(shape)
     if unsupported:
-        raise ConversionError(
-            f"{km.source}: {len(unsupported)} unsupported layer(s): {'; '.join(unsupported)}. "
-            f"Supported layers: {', '.join(SUPPORTED_LAYERS)}. "
-            f"Supported activations: {', '.join(sorted(SUPPORTED_ACTIVATIONS))}.")
+        raise _unsupported_error(km, unsupported)
     if not built:
         raise ConversionError(f"{km.source}: the model has no layer that computes anything")
     model = lookup("model", "Sequential")(name=km.name or "sequential")
@@ -157,8 +158,79 @@ def _layer(kl, cfg, rank: int, keras_major: int, unsupported: list):
         return layer_class("BatchNormalization")(epsilon=float(cfg.get("epsilon", 1e-3)),
                                                  center=bool(cfg.get("center", True)),
                                                  scale=bool(cfg.get("scale", True)), name=kl.name)
+    if cls in MERGES[:6]:
+        return layer_class(cls)(name=kl.name)
+    if cls == "Concatenate":
+        return layer_class(cls)(axis=int(cfg.get("axis", -1)), name=kl.name)
+    if cls == "Dot":
+        axes = cfg.get("axes")
+        axes = [int(a) for a in axes] if isinstance(axes, (list, tuple)) else int(axes)
+        # the least norm normalize divides by: Keras 3's epsilon; tf_keras's l2_normalize floors the squares at 1e-12
+        return layer_class(cls)(axes, normalize=bool(cfg.get("normalize", False)),
+                                epsilon=1e-7 if keras_major >= 3 else 1e-6, name=kl.name)
     unsupported.append(f"{cls} {kl.name!r}")
     return None
+
+
+def _unsupported_error(km: KerasModel, unsupported: list) -> ConversionError:
+    return ConversionError(
+        f"{km.source}: {len(unsupported)} unsupported layer(s): {'; '.join(unsupported)}. "
+        f"Supported layers: {', '.join(SUPPORTED_LAYERS)}. "
+        f"Supported activations: {', '.join(sorted(SUPPORTED_ACTIVATIONS))}.")
+
+
+def _to_functional(km: KerasModel):
+    """The ``Functional`` model of a Keras graph: each Keras layer becomes one malinn layer (called
+    as often as Keras calls it), inference no-ops pass their input on."""
+    graph, by_name = km.graph, {kl.name: kl for kl in km.layers}
+    functional = lookup("model", "Functional")
+    tensors, ranks, made, made_calls, unsupported = {}, {}, {}, {}, []
+    for tensor, name, shape in graph.inputs:
+        if shape is None or any(d is None for d in shape):
+            raise ConversionError(f"{km.source}: input {name!r} has the shape {shape!r}, which is not fully known; "
+                                  "malinn needs every axis but the batch to be fixed")
+        tensors[tensor] = functional.Input(tuple(int(d) for d in shape), name=name)
+        ranks[tensor] = 1 + len(shape)
+    for call in graph.calls:
+        kl = by_name[call.layer]
+        ranks[call.output] = ranks.get(call.inputs[0], 2)
+        if kl.class_name in NO_OPS:
+            if call.inputs[0] in tensors:
+                tensors[call.output] = tensors[call.inputs[0]]
+            continue
+        try:
+            if kl.name not in made:
+                made[kl.name] = _layer(kl, kl.config or {}, ranks[call.output], km.keras_major, unsupported)
+            layer = made[kl.name]
+            if layer is None or unsupported or not all(t in tensors for t in call.inputs):
+                continue
+            given = [tensors[t] for t in call.inputs]
+            out = layer(given if call.listed else given[0])
+            tensors[call.output], ranks[call.output] = out, len(out.shape)
+            if kl.weights and len(made_calls.setdefault(kl.name, [])) == 0:   # once, after the first call built it
+                made_calls[kl.name].append(out)
+                layer.set_weights([np.asarray(w, np.float32) for w in kl.weights])
+        except ValueError as exc:
+            raise ConversionError(f"{km.source}: layer {kl.name!r} ({kl.class_name}): {exc}") from None
+        except (KeyError, TypeError) as exc:
+            raise ConversionError(f"{km.source}: layer {kl.name!r} ({kl.class_name}) has a config malinn cannot "
+                                  f"use: {exc}") from None
+    if unsupported:
+        raise _unsupported_error(km, unsupported)
+    for name, layer in made.items():
+        layer.keras_names = (name,)
+    inputs = [tensors[t] for t, _, _ in graph.inputs]
+    outputs = [tensors[t] for t in graph.outputs]
+    if any(o is i for o in outputs for i in inputs) or not made:
+        raise ConversionError(f"{km.source}: an output of the model is one of its inputs; malinn runs models whose "
+                              "outputs a layer computes")
+    try:
+        model = functional(inputs if len(inputs) > 1 else inputs[0],
+                                              outputs if len(outputs) > 1 else outputs[0], name=km.name or "functional")
+    except ValueError as exc:
+        raise ConversionError(f"{km.source}: {exc}") from None
+    model.source = {"file": str(km.source), "format": km.format, "keras_version": km.keras_version}
+    return model
 
 
 def _input_shape(km: KerasModel) -> tuple:

@@ -43,7 +43,8 @@ def check_model(model: KerasModel) -> None:
         if layer.name in seen:
             raise ConversionError(f"{model.source}: two layers are named {layer.name!r}")
         seen.add(layer.name)
-    shape = model.input_shape  # without the batch dimension; None when unknown
+    # without the batch dimension; None when unknown (a graph's layers are not one chain of widths)
+    shape = model.input_shape if model.graph is None else None
     for layer in model.layers:
         shape = _check_layer(model, layer, shape)
 

@@ -26,13 +26,15 @@ from .errors import (ConversionError, DeviceError, KernelBuildError, LayoutError
 from .kernel_library import load_library  # noqa: E402
 from .layout import Layout  # noqa: E402
 from .models import Sequential  # noqa: E402
+from .functional import Functional, Model  # noqa: E402
+from .graph import Input  # noqa: E402
 from .saving import convert, load_model  # noqa: E402
 
 from .version import __version__  # noqa: E402
 
 __all__ = [
     "__version__",
-    "Sequential", "load_model", "convert", "layers", "ops", "Layout", "load_library",
+    "Sequential", "Functional", "Model", "Input", "load_model", "convert", "layers", "ops", "Layout", "load_library",
     "Device", "devices", "get_device", "set_device",
     "MalinnError", "DeviceError", "KernelBuildError", "LibraryError", "LayoutError", "ConversionError",
 ]

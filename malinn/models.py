@@ -469,6 +469,13 @@ class Sequential(PlannedModel):
         return {"name": self.name, "input_shape": list(self.input_shape) if self.input_shape else None,
                 "layers": [{"class_name": type(layer).__name__, "config": layer.get_config()} for layer in self.layers]}
 
+    @classmethod
+    def from_layers(cls, config: dict, layers: list) -> "Sequential":
+        """The model :meth:`get_config` describes, with ``layers`` (made from its layer configs), built."""
+        model = cls(layers, name=config["name"])
+        model.build([None] + list(config["input_shape"]))
+        return model
+
     def summary(self, print_fn=print, batch: int = 1) -> str:
         """Prints (and returns) a table of layers: output shape, parameters and the kernel that runs
         each on the current device for passes of ``batch`` samples (layers fused into one launch

@@ -242,14 +242,18 @@ class PlanBuilder:
         self.steps: list = []
         self.inputs: list = []
         self.layer = None   # the layer being lowered (its name goes into every step it records)
+        self._uses: dict = {}   # id(input value) -> how many layer calls read it
 
     # ---------------------------------------------------------------- recording
-    def input(self, sample_shape, name: str = "input") -> Value:
-        """The model input: ``batch`` samples of ``sample_shape``, uploaded in Keras's own order."""
+    def input(self, sample_shape, name: str = "input", uses: int = 1) -> Value:
+        """A model input: ``batch`` samples of ``sample_shape``, uploaded in Keras's own order.
+
+        ``uses``: how many layer calls read it (a Reshape of an input read once is a free view)."""
         shape = (self.batch,) + tuple(sample_shape)
         rows, cols = matrix_view(shape)
         value = Value(shape, _Storage(rows, cols, C, exact_rows=True), name=name)
         self.inputs.append(value)
+        self._uses[id(value)] = uses
         return value
 
     def _record(self, kind, spec, out_shape, inputs, what, storage=None, **fields) -> Value:
@@ -302,7 +306,8 @@ class PlanBuilder:
             raise ValueError(f"{what}: cannot reshape {format_shape(x.shape)} to {format_shape(shape)}")
         if shape == x.shape:
             return x
-        if x in self.inputs and not x.consumers:   # the input is uploaded in Keras's order: a view is free
+        if x in self.inputs and not x.consumers and self._uses.get(id(x), 1) <= 1:
+            # the input is uploaded in Keras's order and read by nothing else: a view is free
             x.shape = shape
             x.storage.rows, x.storage.cols = matrix_view(shape)
             return x
@@ -893,7 +898,11 @@ class Plan:
             fused = [f for f, on in (("bias", step.bias is not None),
                                      (step.activation, step.kind == "matmul" and step.activation not in (None, "linear")),
                                      ("affine", step.kind == "matmul" and step.affine is not None)) if on]
-            config = " ".join(f"{k}={v}" for k, v in step.spec.defines if k not in ("BIAS", "ACTIVATION", "AFFINE"))
+            plain = {}   # a shape-generic kernel (merge, concat, dot) shows only what this step sets
+            if step.kind != "matmul" and step.spec.template is not None:
+                plain = {k: str(v) for k, v in step.spec.template[1].get("defines", {}).items()}
+            config = " ".join(f"{k}={v}" for k, v in step.spec.defines
+                              if k not in ("BIAS", "ACTIVATION", "AFFINE") and plain.get(k) != v)
             rows.append({"layers": [getattr(layer, "name", str(layer)) for layer in step.layers],
                          "kernel": step.spec.codename + (f" ({config})" if config else ""),
                          "fused": fused, "shape": step.out.shape, "what": step.what, "kind": step.kind})

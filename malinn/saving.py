@@ -67,7 +67,7 @@ def save_model(model, path, target=None, overwrite: bool = False) -> Path:
     a character device or FIFO is written through, modes are kept.
 
     Args:
-        model: a built model (:class:`~malinn.Sequential`).
+        model: a built model (:class:`~malinn.Sequential` or :class:`~malinn.Functional`).
         path: the destination file.
         target: a matmul codename or device kind (default: the current device's kernel).
         overwrite: allow ``path`` to be the Keras file the model was converted from.
@@ -146,15 +146,15 @@ def _read_malinn(path):
             layers = [lookup("layer", entry["class_name"]) for entry in config["layers"]]
         except KeyError as exc:
             raise ConversionError(f"{path}: {exc.args[0]}") from None
-        model = model_class(name=config["name"])
+        made = []
         for cls, entry in zip(layers, config["layers"]):
             layer = cls.from_config(entry["config"])
             layer.keras_names = tuple(entry.get("keras_names", ()))
-            model.add(layer)
-        model.build([None] + list(config["input_shape"]))
-        for i, (layer, entry) in enumerate(zip(model.layers, config["layers"])):
+            made.append(layer)
+        model = model_class.from_layers(config, made)
+        for i, (layer, entry) in enumerate(zip(made, config["layers"])):
             group = f["layers"][str(i)]
-            if entry.get("elementwise") and len(model.input_shape) > 1:
+            if entry.get("elementwise") and len(model.input_shapes[0]) > 1:
                 group = _untiled(group, model.input_shape[-1])
             layer.load_own_variables(group)
     model.source = source
@@ -174,7 +174,8 @@ def load_model(path):
         path: a malinn model file, a Keras 3 ``.keras`` archive, or a Keras 3 / Keras 2 ``.h5``.
 
     Returns:
-        A built :class:`~malinn.Sequential` with its weights.
+        A built :class:`~malinn.Sequential` (a Keras Sequential or a Functional chain) or
+        :class:`~malinn.Functional` (any other graph) with its weights.
 
     Raises:
         ConversionError: the file is missing, not a model, damaged, or holds unsupported layers;

@@ -222,8 +222,16 @@ def test_h5_weights_only(keras_zoo, out_dir, fmt):
 
 
 @pytest.mark.parametrize("fmt", FORMAT_PARAMS)
-def test_branching_functional_model(keras_zoo, out_dir, fmt):
-    assert_convert_fails(keras_zoo.path(fmt, "branch"), out_dir, "not a single chain")
+def test_branching_functional_model_converts(keras_zoo, out_dir, fmt):
+    """A graph that branches and merges (once refused) converts, and the file predicts what the
+    Keras weights compute."""
+    dst = malinn.convert(keras_zoo.path(fmt, "branch"), pathlib.Path(out_dir) / "branch.malinn")
+    model = malinn.load_model(dst)
+    assert type(model).__name__ == "Functional" and model.input_names == ["bx"]
+    (left_k, left_b), (right_k, right_b), _ = keras_zoo.weights(fmt, "branch")
+    x = np.random.default_rng(0).uniform(-1, 1, (7, 5)).astype(np.float32)
+    want = (x @ left_k + left_b) + (x @ right_k + right_b)
+    np.testing.assert_allclose(model.predict(x), want, rtol=1e-5, atol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -517,8 +517,16 @@ def test_functional_chain(keras_zoo, fmt, reader_format, major):
 
 
 @pytest.mark.parametrize("fmt,reader_format,major", CASES)
-def test_functional_branch_is_rejected(keras_zoo, fmt, reader_format, major):
-    assert_conversion_error(keras_zoo.path(fmt, "branch"), "not a single chain", "branch")
+def test_functional_branch_is_read_as_a_graph(keras_zoo, fmt, reader_format, major):
+    model = read_keras(keras_zoo.path(fmt, "branch"))
+    check_against_reference(model, reference(keras_zoo, fmt, "branch"))
+    graph = model.graph
+    assert [(name, shape) for _, name, shape in graph.inputs] == [("bx", (5,))]
+    assert [(c.layer, c.listed) for c in graph.calls] == [("left", False), ("right", False), ("add", True)]
+    left, right, add = graph.calls
+    assert left.inputs == right.inputs == [graph.inputs[0][0]]
+    assert add.inputs == [left.output, right.output] and graph.outputs == [add.output]
+    assert not graph.is_chain()
 
 
 @pytest.mark.parametrize("fmt,reader_format,major", CASES)

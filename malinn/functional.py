@@ -1,0 +1,291 @@
+"""The Functional model: a graph of layer calls (any DAG) with one or more inputs and outputs.
+
+Built as in Keras, from symbolic tensors::
+
+    x = malinn.Input((8,), name="x")
+    h = Dense(16, activation="relu")(x)
+    y = Add()([x, Dense(8)(h)])            # a residual block
+    model = malinn.Functional(x, y)        # or malinn.Model(inputs=x, outputs=y)
+
+or by the converter from a Keras file. It shares :class:`~malinn.models.PlannedModel`'s plans,
+passes, memory and weights with ``Sequential``: every layer call lowers into the same plan (a DAG
+of steps over named values), so a merge needs no mechanism of its own. ``predict`` takes one array,
+a list of arrays (one per input) or a dict by input name, and returns one array per output (a
+list when there are several), as Keras does.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .graph import Input, KerasTensor
+from .models import PlannedModel
+from .plan import PlanBuilder
+from .registry import register
+from .tensor import format_shape
+
+__all__ = ["Functional", "Model"]
+
+
+def _flatten(tensors, what: str) -> tuple[list, list | None]:
+    """``(tensors, names)``: a tensor, a list of them, or a dict by name, as a list (and the dict's keys)."""
+    if isinstance(tensors, dict):
+        names, tensors = list(tensors), list(tensors.values())
+    else:
+        names = None
+        tensors = list(tensors) if isinstance(tensors, (list, tuple)) else [tensors]
+    if not tensors or not all(isinstance(t, KerasTensor) for t in tensors):
+        raise ValueError(f"Functional: {what} must be malinn.Input tensors or tensors that layers return, "
+                         f"got {tensors!r}")
+    return tensors, names
+
+
+class Functional(PlannedModel):
+    """A graph of layers from ``inputs`` to ``outputs`` (Keras's ``Model(inputs, outputs)``).
+
+    Args:
+        inputs: an input tensor (:func:`malinn.Input`), a list of them, or a dict by name.
+        outputs: a tensor, a list of them or a dict by name.
+        name: the model's name.
+
+    Raises:
+        ValueError: the outputs do not depend on the inputs alone (a tensor of another input), an
+            input is given twice, or two layers share a name.
+    """
+
+    #: ``malinn.Input``, here for code that finds the class through the registry (the converter)
+    Input = staticmethod(Input)
+
+    def __init__(self, inputs, outputs, name: str = "functional"):
+        super().__init__(name)
+        self.inputs, _ = _flatten(inputs, "inputs")
+        self.outputs, self.output_names = _flatten(outputs, "outputs")
+        self._single_output = not isinstance(outputs, (list, tuple, dict))
+        if len({id(t) for t in self.inputs}) != len(self.inputs):
+            raise ValueError(f"Functional {name!r}: an input tensor is given twice")
+        if any(t.node is not None for t in self.inputs):
+            raise ValueError(f"Functional {name!r}: inputs must be malinn.Input tensors")
+        self.nodes = self._order()
+        seen = {}
+        for node in self.nodes:
+            other = seen.setdefault(node.layer.name, node.layer)
+            if other is not node.layer:
+                raise ValueError(f"Functional {name!r}: two layers are named {node.layer.name!r}")
+        self.layers = list(seen.values())
+        names = [t.name for t in self.inputs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"Functional {name!r}: two inputs are named {sorted(n for n in names if names.count(n) > 1)[0]!r}")
+
+    def _order(self) -> list:
+        """The layer calls the outputs depend on, each after the calls it reads (a topological order)."""
+        inputs = {id(t) for t in self.inputs}
+        order, done, active = [], set(), set()
+
+        def visit(tensor: KerasTensor):
+            node = tensor.node
+            if node is None:
+                if id(tensor) not in inputs:
+                    raise ValueError(f"Functional {self.name!r}: the graph reads input {tensor.name!r}, which is not "
+                                     f"among the model's inputs ({', '.join(t.name for t in self.inputs)})")
+                return
+            if id(node) in done:
+                return
+            if id(node) in active:
+                raise ValueError(f"Functional {self.name!r}: the graph has a cycle through layer {node.layer.name!r}")
+            active.add(id(node))
+            for t in node.inputs:
+                visit(t)
+            active.discard(id(node))
+            done.add(id(node))
+            order.append(node)
+
+        for t in self.outputs:
+            visit(t)
+        return order
+
+    # ---------------------------------------------------------------- shapes
+    @property
+    def input_shapes(self) -> list:
+        return [t.shape[1:] for t in self.inputs]
+
+    @property
+    def input_names(self) -> list:
+        return [t.name for t in self.inputs]
+
+    @property
+    def input_shape(self):
+        """The input shape ``(None, ...)``, or a list of them when there are several inputs."""
+        shapes = [t.shape for t in self.inputs]
+        return shapes[0] if len(shapes) == 1 else shapes
+
+    @property
+    def output_shape(self):
+        """The output shape ``(None, ...)``, or a list of them when there are several outputs."""
+        shapes = [t.shape for t in self.outputs]
+        return shapes[0] if self._single_output or len(shapes) == 1 else shapes
+
+    def _output_shapes(self, every_layer: bool) -> list:
+        return [node.output.shape for node in self.nodes] if every_layer else [t.shape for t in self.outputs]
+
+    # ---------------------------------------------------------------- plans
+    def _lower(self, builder: PlanBuilder, every_layer: bool) -> list:
+        uses = {id(t): 0 for t in self.inputs}
+        for node in self.nodes:
+            for t in node.inputs:
+                if id(t) in uses:
+                    uses[id(t)] += 1
+        values = {id(t): builder.input(t.shape[1:], name=t.name, uses=uses[id(t)] + (t in self.outputs))
+                  for t in self.inputs}
+        per_node = []
+        for node in self.nodes:
+            builder.layer = node.layer
+            given = [values[id(t)] for t in node.inputs]
+            value = node.layer.lower(builder, given if node.listed else given[0])
+            values[id(node.output)] = value
+            per_node.append(value)
+        return per_node if every_layer else [values[id(t)] for t in self.outputs]
+
+    # ---------------------------------------------------------------- inference
+    def _check_inputs(self, x) -> list:
+        n = len(self.inputs)
+        if isinstance(x, dict):
+            missing = [name for name in self.input_names if name not in x]
+            extra = [name for name in x if name not in self.input_names]
+            if missing or extra:
+                raise ValueError(f"Functional {self.name!r} takes inputs named {self.input_names}; "
+                                 f"{'missing ' + str(missing) if missing else ''}"
+                                 f"{' and ' if missing and extra else ''}{'unknown ' + str(extra) if extra else ''}")
+            arrays = [x[name] for name in self.input_names]
+        elif isinstance(x, (list, tuple)) and (n > 1 or (len(x) == 1 and np.ndim(x[0]) >= 2)):
+            if len(x) != n:
+                raise ValueError(f"Functional {self.name!r} takes {n} input(s) ({', '.join(self.input_names)}), "
+                                 f"got a list of {len(x)}")
+            arrays = list(x)
+        elif n == 1:
+            arrays = [x]
+        else:
+            raise ValueError(f"Functional {self.name!r} takes {n} inputs ({', '.join(self.input_names)}): pass a "
+                             f"list of arrays or a dict by name")
+        checked = []
+        for tensor, array in zip(self.inputs, arrays):
+            who = f"input {tensor.name!r}"
+            array = self._as_float32(array, who)
+            if array.shape[1:] != tensor.shape[1:] or array.ndim != len(tensor.shape):
+                raise ValueError(f"Input {tensor.name!r} of model {self.name!r} is incompatible: expected shape "
+                                 f"{format_shape(tensor.shape)}, found shape {array.shape}")
+            checked.append(self._contiguous(array))
+        return checked
+
+    def predict(self, x, batch_size: int | None = None):
+        """Runs the model.
+
+        Args:
+            x: one array (a model of one input), a list of arrays in input order, or a dict of
+                arrays by input name, each ``(batch, ...)``; float64 and integers are cast to
+                float32 as Keras does.
+            batch_size: samples per device pass (default: all, split only where the device's
+                largest allocation requires it; see :meth:`max_batch`).
+
+        Returns:
+            A float32 array of the output's shape, or a list of them (a dict where the outputs were
+            given as one) when the model has several outputs.
+
+        Raises:
+            ValueError: an input is missing, not numeric, or of another shape; the inputs have
+                different numbers of samples; ``batch_size`` is not a positive integer.
+            DeviceError: the device failed; the message names the layer and shape.
+        """
+        results = self._run(x, batch_size, every_layer=False)
+        if self.output_names is not None:
+            return dict(zip(self.output_names, results))
+        return results[0] if self._single_output or len(results) == 1 else results
+
+    def predict_layers(self, x) -> list:
+        """Every layer call's output (in :attr:`nodes` order), for layer-by-layer checks."""
+        return self._run(x, None, every_layer=True)
+
+    def __call__(self, x):
+        return self.predict(x)
+
+    # ---------------------------------------------------------------- config and summary
+    def _refs(self) -> dict:
+        """id(tensor) -> ``[kind, index]``: ``["input", i]`` or ``["node", j]``."""
+        refs = {id(t): ["input", i] for i, t in enumerate(self.inputs)}
+        refs.update({id(node.output): ["node", j] for j, node in enumerate(self.nodes)})
+        return refs
+
+    def get_config(self) -> dict:
+        """The inputs, the layers (each once), the calls (layer index, input tensors) and the outputs."""
+        refs, index = self._refs(), {id(layer): i for i, layer in enumerate(self.layers)}
+        return {"name": self.name,
+                "inputs": [{"name": t.name, "shape": list(t.shape[1:])} for t in self.inputs],
+                "layers": [{"class_name": type(layer).__name__, "config": layer.get_config()} for layer in self.layers],
+                "nodes": [{"layer": index[id(node.layer)], "inputs": [refs[id(t)] for t in node.inputs],
+                           "listed": node.listed} for node in self.nodes],
+                "outputs": [refs[id(t)] for t in self.outputs], "output_names": self.output_names,
+                "single_output": self._single_output}
+
+    @classmethod
+    def from_layers(cls, config: dict, layers: list) -> "Functional":
+        """The model :meth:`get_config` describes, with ``layers`` (made from its layer configs).
+
+        Raises:
+            ValueError: the config is inconsistent (a call reads a tensor made after it).
+        """
+        from_graph = [None] * len(config["nodes"])
+        inputs = [_input(entry) for entry in config["inputs"]]
+
+        def tensor(ref):
+            kind, i = ref
+            found = inputs[i] if kind == "input" else from_graph[i]
+            if found is None:
+                raise ValueError(f"model {config['name']!r}: a call reads {kind} {i} before it is made")
+            return found
+
+        for j, entry in enumerate(config["nodes"]):
+            given = [tensor(ref) for ref in entry["inputs"]]
+            from_graph[j] = layers[entry["layer"]](given if entry["listed"] else given[0])
+        outputs = [tensor(ref) for ref in config["outputs"]]
+        if config.get("output_names"):
+            outputs = dict(zip(config["output_names"], outputs))
+        elif config.get("single_output", len(outputs) == 1):
+            outputs = outputs[0]
+        return cls(inputs, outputs, name=config["name"])
+
+    def summary(self, print_fn=print, batch: int = 1) -> str:
+        """Prints (and returns) the graph as Keras does: each layer with its output shape, parameters,
+        the tensors it is connected to (``layer[call][0]``) and the kernel that runs it on the
+        current device for passes of ``batch`` samples."""
+        kernels = self._kernels(batch)
+        calls = {}
+        for node in self.nodes:
+            calls.setdefault(id(node.layer), []).append(node)
+        label = {id(t): f"{t.name}[0][0]" for t in self.inputs}
+        for nodes in calls.values():
+            for i, node in enumerate(nodes):
+                label[id(node.output)] = f"{node.layer.name}[{i}][0]"
+        rows = [("Layer (type)", "Output Shape", "Param #", "Connected to", "Kernel")]
+        for t in self.inputs:
+            rows.append((f"{t.name} (InputLayer)", format_shape(t.shape), "0", "-", ""))
+        for layer in self.layers:
+            nodes = calls[id(layer)]
+            shapes = {format_shape(node.output.shape) for node in nodes}
+            connected = ", ".join(label[id(t)] for node in nodes for t in node.inputs)
+            rows.append((f"{layer.name} ({type(layer).__name__})", shapes.pop() if len(shapes) == 1 else "multiple",
+                         str(layer.count_params()), connected, kernels.get(layer.name, "")))
+        return self._table(rows, print_fn)
+
+
+def _input(entry: dict) -> KerasTensor:
+    shape = tuple(int(d) for d in entry["shape"])
+    if not shape or math.prod(shape) < 1:
+        raise ValueError(f"input {entry.get('name')!r} has shape {shape!r}")
+    return Input(shape, name=entry["name"])
+
+
+#: Keras's name for a model built from inputs and outputs
+Model = Functional
+
+register("model", Functional)

@@ -1,0 +1,184 @@
+"""Merge layers: several inputs, one output, as Keras's ``Add``, ``Subtract``, ``Multiply``,
+``Average``, ``Maximum``, ``Minimum``, ``Concatenate`` and ``Dot``.
+
+They are called on a list of tensors in a Functional model (``Add()([a, b])``); ``build`` and
+``compute_output_shape`` take a list of shapes and ``lower`` a list of plan values. The element-wise
+ones broadcast as Keras does (a sample of lower rank gains axes of 1 after the batch axis, then axes
+of 1 stretch) and run as one in-place kernel per further input; Concatenate writes each input into
+its slice of one buffer; Dot is one kernel.
+"""
+
+from __future__ import annotations
+
+from ..plan import broadcast_shape
+from ..tensor import format_shape
+from .base import Layer
+
+__all__ = ["Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate", "Dot"]
+
+
+def _shapes(layer: Layer, input_shape, count=None) -> list:
+    """``input_shape`` as a list of shapes (batch axis first), or a ValueError naming the layer."""
+    if not isinstance(input_shape, (list, tuple)) or not input_shape or \
+            not all(isinstance(s, (list, tuple)) and len(s) >= 2 for s in input_shape):
+        raise ValueError(f"{type(layer).__name__} {layer.name!r} takes a list of inputs, got {input_shape!r}")
+    shapes = [tuple(s) for s in input_shape]
+    if count is not None and len(shapes) != count or len(shapes) < 2:
+        want = f"exactly {count}" if count is not None else "at least 2"
+        raise ValueError(f"{type(layer).__name__} {layer.name!r} takes {want} inputs, got {len(shapes)}")
+    return shapes
+
+
+class _MultiInput(Layer):
+    """A layer of several inputs: ``input_shapes`` holds each one's sample shape once built."""
+
+    count = None   # the number of inputs it takes, where fixed
+
+    def __init__(self, name: str | None = None):
+        super().__init__(name)
+        self.input_shapes: list | None = None
+
+    def build(self, input_shape) -> None:
+        shapes = _shapes(self, input_shape, self.count)
+        self.compute_output_shape(shapes)   # validates
+        self.input_shapes = [s[1:] for s in shapes]
+        self.input_shape = None
+        self.built = True
+        self._weights_changed()
+
+
+class _ElementwiseMerge(_MultiInput):
+    """An element-wise merge of two or more inputs of broadcastable shapes."""
+
+    op = ""
+
+    def compute_output_shape(self, input_shape) -> tuple:
+        shapes = _shapes(self, input_shape, self.count)
+        return (None,) + broadcast_shape([(1,) + tuple(s[1:]) for s in shapes], f"{type(self).__name__} "
+                                         f"{self.name!r}")[1:]
+
+    def lower(self, builder, xs):
+        return builder.merge(list(xs), self.op, what=self._what())
+
+
+class Add(_ElementwiseMerge):
+    """The sum of its inputs."""
+
+    op = "add"
+
+
+class Subtract(_ElementwiseMerge):
+    """The first input minus the second (exactly two inputs)."""
+
+    op, count = "subtract", 2
+
+
+class Multiply(_ElementwiseMerge):
+    """The product of its inputs."""
+
+    op = "multiply"
+
+
+class Average(_ElementwiseMerge):
+    """The mean of its inputs (their sum divided by their number, as Keras computes it)."""
+
+    op = "average"
+
+
+class Maximum(_ElementwiseMerge):
+    """The element-wise maximum of its inputs."""
+
+    op = "maximum"
+
+
+class Minimum(_ElementwiseMerge):
+    """The element-wise minimum of its inputs."""
+
+    op = "minimum"
+
+
+class Concatenate(_MultiInput):
+    """Its inputs joined along ``axis`` (any axis but the batch axis; the others must agree).
+
+    Args:
+        axis: the axis (negative counts from the last, as in Keras; default -1).
+        name: the layer's name.
+
+    Raises:
+        ValueError: ``axis`` is not an integer.
+    """
+
+    def __init__(self, axis=-1, name: str | None = None):
+        super().__init__(name)
+        if isinstance(axis, bool) or not isinstance(axis, int):
+            raise ValueError(f"Concatenate {self.name!r}: axis must be an integer, got {axis!r}")
+        self.axis = axis
+
+    def _axis(self, rank: int) -> int:
+        axis = self.axis + rank if self.axis < 0 else self.axis
+        if not 1 <= axis < rank:
+            raise ValueError(f"Concatenate {self.name!r}: axis {self.axis} is not a sample axis of inputs of rank {rank}")
+        return axis
+
+    def compute_output_shape(self, input_shape) -> tuple:
+        shapes = _shapes(self, input_shape)
+        rank = len(shapes[0])
+        axis = self._axis(rank)
+        if any(len(s) != rank or s[1:axis] + s[axis + 1:] != shapes[0][1:axis] + shapes[0][axis + 1:] for s in shapes):
+            raise ValueError(f"Concatenate {self.name!r}: inputs of shapes "
+                             f"{', '.join(format_shape(s) for s in shapes)} differ off axis {self.axis}")
+        return (None,) + tuple(shapes[0][1:axis]) + (sum(s[axis] for s in shapes),) + tuple(shapes[0][axis + 1:])
+
+    def lower(self, builder, xs):
+        return builder.concat(list(xs), self._axis(len(xs[0].shape)), what=self._what())
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "axis": self.axis}
+
+
+class Dot(_MultiInput):
+    """Keras's ``Dot``: the dot product of two inputs (rank 2 or 3, batch first) along ``axes``,
+    sample by sample (``batch_dot``).
+
+    Args:
+        axes: one axis for both inputs, or a pair (negative counts from the last).
+        normalize: L2-normalise both inputs along the axes first.
+        epsilon: the least norm ``normalize`` divides by (Keras 3: 1e-7; tf_keras's l2_normalize:
+            1e-6, the root of its 1e-12 on the squares).
+        name: the layer's name.
+
+    Raises:
+        ValueError: ``axes`` is not an integer or a pair of them.
+    """
+
+    count = 2
+
+    def __init__(self, axes, normalize: bool = False, epsilon: float = 1e-7, name: str | None = None):
+        super().__init__(name)
+        pair = tuple(axes) if isinstance(axes, (list, tuple)) else (axes, axes)
+        if len(pair) != 2 or any(isinstance(a, bool) or not isinstance(a, int) for a in pair):
+            raise ValueError(f"Dot {self.name!r}: axes must be an integer or a pair of integers, got {axes!r}")
+        self.axes, self.normalize, self.epsilon = axes, bool(normalize), float(epsilon)
+
+    def _axes(self, shapes) -> tuple:
+        pair = tuple(self.axes) if isinstance(self.axes, (list, tuple)) else (self.axes, self.axes)
+        return tuple(a % len(s) if a < 0 else a for a, s in zip(pair, shapes))
+
+    def compute_output_shape(self, input_shape) -> tuple:
+        shapes = _shapes(self, input_shape, 2)
+        ax, ay = self._axes(shapes)
+        x, y = shapes
+        if not (2 <= len(x) <= 3 and 2 <= len(y) <= 3) or not (1 <= ax < len(x) and 1 <= ay < len(y)) \
+                or x[ax] != y[ay]:
+            raise ValueError(f"Dot {self.name!r}: malinn takes the dot product of inputs of rank 2 or 3 along axes "
+                             f"of equal size, not {format_shape(x)} and {format_shape(y)} along axes {[ax, ay]}")
+        out = [d for i, d in enumerate(x[1:], 1) if i != ax] + [d for i, d in enumerate(y[1:], 1) if i != ay]
+        return (None,) + tuple(out or [1])
+
+    def lower(self, builder, xs):
+        x, y = xs
+        return builder.dot(x, y, self._axes([x.shape, y.shape]), self.normalize, self.epsilon ** 2, what=self._what())
+
+    def get_config(self) -> dict:
+        axes = list(self.axes) if isinstance(self.axes, (list, tuple)) else self.axes
+        return {**super().get_config(), "axes": axes, "normalize": self.normalize, "epsilon": self.epsilon}
