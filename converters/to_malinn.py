@@ -202,10 +202,14 @@ def _to_functional(km: KerasModel):
             if kl.name not in made:
                 made[kl.name] = _layer(kl, kl.config or {}, ranks[call.output], km.keras_major, unsupported)
             layer = made[kl.name]
-            if layer is None or unsupported or not all(t in tensors for t in call.inputs):
-                continue
+            if layer is None or not all(t in tensors for t in call.inputs):
+                continue   # after an unsupported layer, what reads it is only checked for its class
             given = [tensors[t] for t in call.inputs]
-            out = layer(given if call.listed else given[0])
+            try:
+                out = layer(given if call.listed else given[0])
+            except ValueError as exc:   # a supported class on shapes malinn does not run (a Dot of rank 4)
+                unsupported.append(f"{kl.class_name} {kl.name!r} ({exc})")
+                continue
             tensors[call.output], ranks[call.output] = out, len(out.shape)
             if kl.weights and len(made_calls.setdefault(kl.name, [])) == 0:   # once, after the first call built it
                 made_calls[kl.name].append(out)

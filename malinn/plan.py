@@ -327,7 +327,9 @@ class PlanBuilder:
             raise ValueError(f"{what}: {op} takes {'exactly 2' if op == 'subtract' else 'at least 2'} inputs, "
                              f"got {len(xs)}")
         shape = (self.batch,) + broadcast_shape([x.shape for x in xs], what)[1:]
-        full = [i for i, x in enumerate(xs) if x.shape == shape]
+        # the running result lives in the buffer of an input of the result's shape, preferably one a
+        # kernel wrote (in the layout the next kernels read) rather than a model input (Keras's order)
+        full = sorted((i for i, x in enumerate(xs) if x.shape == shape), key=lambda i: xs[i] in self.inputs)
         code = _MERGE_OPS[op]
         if op == "subtract" and full and full[0] == 1:
             order, codes = [1, 0], ["op_rsub"]

@@ -1,0 +1,185 @@
+"""Keras Functional graphs (merges, shared layers, nested models, several inputs and outputs) for
+the graph equivalence tests, built and saved in a process of their own:
+
+    python3 tests/graph_zoo.py OUTDIR
+
+TensorFlow and PoCL cannot share a process, so the tests never import tensorflow/keras/tf_keras;
+this script does the Keras work. For Keras 3 and tf_keras (Keras 2) it builds every model of
+:data:`MODELS`, saves it as ``<generation>/<key>.keras`` and ``.h5``, and writes
+``<generation>/<key>.npz`` with, for each input range ``r`` (``unit``: uniform in [-1, 1];
+``large``: uniform in [-1000, 1000]), the inputs ``r:x<i>`` (100 samples each) and Keras's outputs
+``r:y<j>``. ``manifest.json`` lists what was built (a model a generation cannot express is left
+out, with the reason). The module level is plain data so tests can import it to parametrize.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+
+GENERATIONS = {"keras3": "keras", "tf_keras": "tf_keras"}
+#: format id -> (generation, suffix), as in tests/keras_zoo.py
+FORMATS = {"keras3-zip": ("keras3", ".keras"), "keras3-h5": ("keras3", ".h5"),
+           "keras2-h5": ("tf_keras", ".h5"), "tf_keras-zip": ("tf_keras", ".keras")}
+ELEMENTWISE = ["Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum"]
+#: sample shapes of the ranks the merges are tried on
+SHAPES = {2: (6,), 3: (3, 6), 4: (2, 3, 4)}
+CONCAT_AXES = {2: [-1, 1], 3: [1, 2, -1], 4: [1, 2, 3]}
+#: (key, sample shape of x, of y, Keras axes, normalize)
+DOTS = [("dot_r2", (6,), (6,), 1, False), ("dot_r2_norm", (6,), (6,), 1, True),
+        ("dot_r3_22", (3, 6), (4, 6), (2, 2), False), ("dot_r3_11", (3, 6), (3, 5), (1, 1), False),
+        ("dot_r3_12", (3, 6), (5, 3), (1, 2), False), ("dot_r3_norm", (3, 6), (4, 6), (2, 2), True),
+        ("dot_r3_r2", (3, 6), (6,), (2, 1), False), ("dot_neg", (3, 6), (4, 6), -1, False)]
+#: graphs malinn must refuse, each with the layers its one ConversionError must name
+ERROR_MODELS = {"unsupported_graph": ["LSTM 'lstm'", "Dot 'dot4'"]}
+BATCH_SIZES = [1, 7, 100]
+RANGES = {"unit": 1.0, "large": 1000.0}
+
+
+def model_keys() -> list:
+    keys = [f"{op.lower()}_r{rank}" for op in ELEMENTWISE for rank in SHAPES]
+    keys += [f"{op.lower()}_three" for op in ELEMENTWISE if op != "Subtract"]
+    keys += ["add_broadcast", "multiply_rank_broadcast", "subtract_broadcast_first"]
+    keys += [f"concat_r{rank}_axis{axis}" for rank, axes in CONCAT_AXES.items() for axis in axes]
+    keys += ["concat_three_mixed"]
+    keys += [key for key, *_ in DOTS]
+    keys += ["residual", "shared_two_outputs", "nested_shared", "nested_functional", "diamond"]
+    return keys + list(ERROR_MODELS)
+
+
+def build(K, key):
+    """The model for ``key`` (Keras module ``K``)."""
+    L = K.layers
+    if re.fullmatch(r"[a-z]+_r\d", key):
+        op, rank = key.split("_r")
+        shape = SHAPES[int(rank)]
+        x, y = K.Input(shape, name="x"), K.Input(shape, name="y")
+        a = L.Dense(shape[-1], name="d")(x)      # one operand from a kernel, one straight from the input
+        return K.Model([x, y], getattr(L, op.capitalize())(name="merge")([a, y]), name=key)
+    if key.endswith("_three"):
+        op = key[:-6].capitalize()
+        ins = [K.Input((5,), name=n) for n in "xyz"]
+        h = L.Dense(5, activation="tanh", name="d")(ins[1])
+        return K.Model(ins, getattr(L, op)(name="merge")([ins[0], h, ins[2]]), name=key)
+    if key == "add_broadcast":
+        x, y = K.Input((3, 6), name="x"), K.Input((1, 6), name="y")
+        return K.Model([x, y], L.Add(name="merge")([L.Dense(6, name="d")(x), y]), name=key)
+    if key == "multiply_rank_broadcast":
+        x, y = K.Input((3, 6), name="x"), K.Input((6,), name="y")
+        return K.Model([x, y], L.Multiply(name="merge")([x, y]), name=key)
+    if key == "subtract_broadcast_first":
+        x, y = K.Input((1, 6), name="x"), K.Input((3, 6), name="y")
+        return K.Model([x, y], L.Subtract(name="merge")([x, L.Dense(6, name="d")(y)]), name=key)
+    if key.startswith("concat_r"):
+        rank, axis = key[len("concat_r"):].split("_axis")
+        shape = SHAPES[int(rank)]
+        axis = int(axis)
+        other = list(shape)
+        other[axis - 1 if axis > 0 else -1] += 2
+        x, y = K.Input(shape, name="x"), K.Input(tuple(other), name="y")
+        a = L.Dense(shape[-1], activation="relu", name="d")(x)
+        out = L.Concatenate(axis=axis, name="merge")([a, y])
+        return K.Model([x, y], L.Dense(3, name="head")(out), name=key)
+    if key == "concat_three_mixed":
+        x = K.Input((4,), name="x")
+        t = K.Input((3,), name="t")
+        parts = [L.Dense(2, name="d1")(x), t, L.Dense(5, activation="sigmoid", name="d2")(x)]
+        return K.Model([x, t], L.Dense(2, activation="softmax", name="head")(
+            L.Concatenate(name="merge")(parts)), name=key)
+    for name, sx, sy, axes, normalize in DOTS:
+        if key == name:
+            x, y = K.Input(sx, name="x"), K.Input(sy, name="y")
+            a = L.Dense(sx[-1], name="d")(x)
+            return K.Model([x, y], L.Dot(axes=axes, normalize=normalize, name="merge")([a, y]), name=key)
+    if key == "residual":
+        x = K.Input((8,), name="x")
+        h = L.Dense(16, activation="relu", name="d1")(x)
+        h = L.Add(name="res1")([x, L.Dense(8, name="d2")(h)])
+        h = L.Activation("relu", name="act")(h)
+        g = L.Dense(8, activation="tanh", name="d3")(h)
+        h = L.Add(name="res2")([h, g])
+        return K.Model(x, L.Dense(3, activation="softmax", name="head")(L.Dropout(0.1, name="drop")(h)), name=key)
+    if key == "shared_two_outputs":
+        x, y = K.Input((6,), name="x"), K.Input((6,), name="y")
+        shared = L.Dense(4, activation="relu", name="shared")
+        a, b = shared(x), shared(y)
+        c = L.Concatenate(name="cat")([a, b])
+        return K.Model([x, y], [L.Dense(2, name="o1")(c), L.Subtract(name="o2")([a, b])], name=key)
+    if key == "nested_shared":
+        inner = K.Sequential([K.Input((4,)), L.Dense(3, activation="relu", name="inner_a"),
+                              L.Dense(3, name="inner_b")], name="seq_sub")
+        x, y = K.Input((4,), name="x"), K.Input((4,), name="y")
+        return K.Model([x, y], L.Maximum(name="max")([inner(x), inner(y)]), name=key)
+    if key == "nested_functional":
+        ix = K.Input((5,), name="ix")
+        ih = L.Dense(4, activation="relu", name="in_d")(ix)
+        inner = K.Model(ix, L.Add(name="in_add")([ih, L.Dense(4, name="in_skip")(ix)]), name="func_sub")
+        x = K.Input((5,), name="x")
+        h = inner(x)
+        return K.Model(x, L.Dense(2, name="head")(h), name=key)
+    if key == "diamond":
+        x = K.Input((2, 5), name="x")
+        a = L.Dense(5, activation="relu", name="a")(x)
+        b = L.Dense(5, activation="sigmoid", name="b")(x)
+        m = L.Multiply(name="mul")([a, b])
+        s = L.Average(name="avg")([m, x, a])
+        return K.Model(x, L.Flatten(name="flat")(L.Concatenate(axis=1, name="cat")([s, b])), name=key)
+    if key == "unsupported_graph":
+        x, y = K.Input((3, 4), name="x"), K.Input((2, 3, 4), name="y")
+        d = L.Dot(axes=3, name="dot4")([y, y])
+        return K.Model([x, y], [L.LSTM(2, name="lstm")(x), L.Flatten(name="flat")(d)], name=key)
+    raise KeyError(key)
+
+
+def main(argv):
+    out = argv[0]
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import importlib
+    import warnings
+
+    import numpy as np
+
+    warnings.filterwarnings("ignore")
+    manifest = {"models": {}, "skipped": {}, "formats": []}
+    for generation, module in GENERATIONS.items():
+        try:
+            K = importlib.import_module(module)
+        except ImportError as exc:
+            manifest["skipped"][generation] = str(exc)
+            continue
+        manifest["formats"] += [fmt for fmt, (g, _) in FORMATS.items() if g == generation]
+        os.makedirs(os.path.join(out, generation), exist_ok=True)
+        for i, key in enumerate(model_keys()):
+            try:
+                model = build(K, key)
+            except Exception as exc:  # a graph this generation cannot express
+                manifest["skipped"][f"{generation}/{key}"] = f"{type(exc).__name__}: {exc}"
+                continue
+            rng = np.random.default_rng(i + (0 if generation == "keras3" else 1000))
+            for layer in model.layers:
+                for sub in (layer.layers if hasattr(layer, "layers") else [layer]):
+                    weights = sub.get_weights()
+                    if weights:
+                        sub.set_weights([(rng.standard_normal(w.shape) * 0.5).astype(np.float32) for w in weights])
+            base = os.path.join(out, generation, key)
+            model.save(base + ".keras")
+            model.save(base + ".h5")
+            data = {}
+            for label, scale in RANGES.items():
+                xs = [rng.uniform(-scale, scale, (100,) + tuple(t.shape[1:])).astype(np.float32) for t in model.inputs]
+                ys = model(xs if len(xs) > 1 else xs[0], training=False)
+                ys = ys if isinstance(ys, (list, tuple)) else [ys]
+                data.update({f"{label}:x{j}": x for j, x in enumerate(xs)})
+                data.update({f"{label}:y{j}": np.asarray(y, np.float32) for j, y in enumerate(ys)})
+            np.savez(base + ".npz", **data)
+            manifest["models"][f"{generation}/{key}"] = {
+                "inputs": [t.name.split(":")[0] for t in model.inputs], "outputs": len(model.outputs)}
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,246 @@
+"""Functional graphs: merges on every rank and axis against numpy, the forms of predict, shared
+layers, several outputs, saving, summary, and what the plan costs (no copy, no extra launch)."""
+
+import numpy as np
+import pytest
+
+import malinn
+from helpers import assert_close
+from malinn import Functional, Input
+from malinn.layers import (Activation, Add, Average, Concatenate, Dense, Dot, Maximum, Minimum, Multiply,
+                           Subtract)
+
+NUMPY = {Add: lambda xs: sum(xs[1:], xs[0]), Subtract: lambda xs: xs[0] - xs[1],
+         Multiply: lambda xs: np.prod(np.broadcast_arrays(*xs), axis=0),
+         Average: lambda xs: sum(xs[1:], xs[0]) / len(xs),
+         Maximum: lambda xs: np.maximum.reduce(np.broadcast_arrays(*xs)),
+         Minimum: lambda xs: np.minimum.reduce(np.broadcast_arrays(*xs))}
+SHAPES = {2: (6,), 3: (3, 6), 4: (2, 3, 4)}
+
+
+def dense_np(layer, x):
+    kernel, bias = layer.get_weights()
+    out = x.astype(np.float64) @ kernel + bias
+    return np.maximum(out, 0) if layer.activation == "relu" else out
+
+
+def inputs(shapes, batch, scale, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(-scale, scale, (batch,) + tuple(s)).astype(np.float32) for s in shapes]
+
+
+def keras_close(got, want):
+    """max |got - want| <= 1e-5 x max(1, max |want|), the equivalence tests' tolerance."""
+    want = np.asarray(want, np.float64)
+    assert got.shape == want.shape and got.dtype == np.float32
+    scale = max(1.0, float(np.abs(want).max()))
+    assert float(np.abs(got - want).max()) <= 1e-5 * scale
+
+
+@pytest.mark.parametrize("merge", list(NUMPY), ids=lambda c: c.__name__)
+@pytest.mark.parametrize("rank", [2, 3, 4])
+@pytest.mark.parametrize("batch", [1, 7, 100])
+@pytest.mark.parametrize("scale", [1.0, 1000.0], ids=["unit", "large"])
+def test_elementwise_merges_match_numpy(device, merge, rank, batch, scale):
+    shape = SHAPES[rank]
+    x, y = Input(shape, name="x"), Input(shape, name="y")
+    d = Dense(shape[-1], name="d")
+    model = Functional([x, y], merge(name="m")([d(x), y]))
+    xs = inputs([shape, shape], batch, scale)
+    keras_close(model.predict(xs), NUMPY[merge]([dense_np(d, xs[0]), xs[1].astype(np.float64)]))
+
+
+BROADCASTS = [[(3, 6), (1, 6)], [(1, 6), (3, 6)], [(3, 6), (6,)], [(6,), (2, 3, 6)], [(3, 1), (1, 4)],
+              [(2, 3, 4), (3, 1), (1, 4)]]
+
+
+@pytest.mark.parametrize("merge,shapes", [
+    pytest.param(merge, shapes, id=f"{merge.__name__}-" + "-".join("x".join(map(str, t)) for t in shapes))
+    for merge in NUMPY for shapes in BROADCASTS if merge is not Subtract or len(shapes) == 2])
+def test_merges_broadcast_like_keras(device, merge, shapes):
+    tensors = [Input(s, name=f"i{k}") for k, s in enumerate(shapes)]
+    model = Functional(tensors, merge()(tensors))
+    xs = inputs(shapes, 5, 1.0, seed=3)
+    rank = max(len(s) for s in shapes)
+    padded = [x.reshape((5,) + (1,) * (rank - x.ndim + 1) + x.shape[1:]) for x in xs]   # Keras: axes after the batch
+    keras_close(model.predict(xs), NUMPY[merge]([p.astype(np.float64) for p in padded]))
+
+
+@pytest.mark.parametrize("rank,axis", [(2, -1), (2, 1), (3, 1), (3, 2), (3, -1), (4, 1), (4, 2), (4, 3), (4, -2)])
+@pytest.mark.parametrize("batch", [1, 7, 100])
+def test_concatenate_any_axis_matches_numpy(device, rank, axis, batch):
+    shape = SHAPES[rank]
+    other = list(shape)
+    other[axis - 1 if axis > 0 else axis] += 2
+    x, y = Input(shape, name="x"), Input(tuple(other), name="y")
+    d = Dense(shape[-1], activation="relu", name="d")
+    head = Dense(3, name="head")
+    model = Functional([x, y], [head(Concatenate(axis=axis)([d(x), y])), Concatenate(axis=axis)([y, x, d(x)])])
+    xs = inputs([shape, other], batch, 1.0, seed=1)
+    cat = np.concatenate([dense_np(d, xs[0]), xs[1]], axis=axis)
+    got = model.predict(xs)
+    keras_close(got[0], dense_np(head, cat))
+    keras_close(got[1], np.concatenate([xs[1], xs[0], dense_np(d, xs[0])], axis=axis))
+
+
+@pytest.mark.parametrize("sx,sy,axes,spec", [((6,), (6,), 1, "bk,bk->b"), ((3, 6), (4, 6), (2, 2), "bpk,bqk->bpq"),
+                                             ((3, 6), (3, 5), (1, 1), "bkp,bkq->bpq"),
+                                             ((3, 6), (5, 3), (1, 2), "bkp,bqk->bpq"),
+                                             ((3, 6), (6,), (2, 1), "bpk,bk->bp"), ((6,), (6, 4), (1, 1), "bk,bkq->bq"),
+                                             ((3, 6), (4, 6), -1, "bpk,bqk->bpq")])
+@pytest.mark.parametrize("normalize", [False, True])
+@pytest.mark.parametrize("batch", [1, 7, 100])
+def test_dot_matches_numpy(device, sx, sy, axes, spec, normalize, batch):
+    x, y = Input(sx, name="x"), Input(sy, name="y")
+    model = Functional([x, y], Dot(axes, normalize=normalize)([x, y]))
+    a, b = (v.astype(np.float64) for v in inputs([sx, sy], batch, 1.0, seed=2))
+    if normalize:
+        ax, ay = (axes, axes) if isinstance(axes, int) else axes
+        ax, ay = ax % a.ndim, ay % b.ndim
+        a = a / np.linalg.norm(a, axis=ax, keepdims=True)
+        b = b / np.linalg.norm(b, axis=ay, keepdims=True)
+    want = np.einsum(spec, a, b)
+    want = want.reshape(batch, 1) if want.ndim == 1 else want
+    keras_close(model.predict([a.astype(np.float32), b.astype(np.float32)]), want)
+
+
+def residual(seed=0):
+    x = Input((8,), name="x")
+    d1, d2 = Dense(16, activation="relu", name="d1"), Dense(8, name="d2")
+    y = Activation("relu", name="act")(Add(name="res")([x, d2(d1(x))]))
+    model = Functional(x, Dense(3, name="head")(y), name="residual")
+    rng = np.random.default_rng(seed)
+    model.set_weights([w + rng.standard_normal(w.shape).astype(np.float32) for w in model.get_weights()])
+    return model
+
+
+def residual_np(model, x):
+    d1, d2, head = (model.layers[i] for i in (0, 1, 4))
+    h = np.maximum(x + dense_np(d2, dense_np(d1, x)), 0)
+    return dense_np(head, h)
+
+
+def test_residual_block_costs_no_copy_and_one_launch_per_layer(device, rng):
+    model = residual()
+    x = rng.uniform(-1, 1, (9, 8)).astype(np.float32)
+    assert_close(model.predict(x), residual_np(model, x))
+    plan = model.plan(9, device)
+    kinds = [step.kind for step in plan.steps]
+    # the Add works in place in d2's result (x is read by d1 before it); the relu runs on it
+    assert [k for k in kinds if k != "relayout"] == ["matmul", "matmul", "merge", "activation", "matmul"], kinds
+    # re-layouts only where the same Dense layers as a Sequential need them (the input into the
+    # kernel's layout, the output into Keras's order): the merge adds none
+    chain = malinn.Sequential([Dense(16), Dense(8), Dense(3)])
+    chain.build((None, 8))
+    assert kinds.count("relayout") == [s.kind for s in chain.plan(9, device).steps].count("relayout")
+    before = dict(device.counters)
+    model.predict(x)
+    assert device.counters["launches"] - before["launches"] == len(kinds)
+    assert device.counters["uploads"] - before["uploads"] == 1 and device.counters["downloads"] - before["downloads"] == 1
+
+
+def test_merge_operand_read_later_is_not_overwritten(device, rng):
+    x = Input((4,), name="x")
+    d = Dense(4, name="d")
+    h = d(x)
+    s = Add(name="s")([h, x])            # h is read again below and is an output: the sum needs its own buffer
+    model = Functional(x, [s, Multiply(name="m")([h, s]), h])
+    xv = rng.uniform(-1, 1, (3, 4)).astype(np.float32)
+    hv = dense_np(d, xv)
+    got = model.predict(xv)
+    assert_close(got[0], hv + xv)
+    assert_close(got[1], hv * (hv + xv))
+    assert_close(got[2], hv)
+
+
+def test_predict_takes_an_array_a_list_or_a_dict(device, rng):
+    x, t = Input((5,), name="numeric"), Input((3,), name="category")
+    model = Functional([x, t], Dense(2, name="head")(Concatenate()([Dense(4, activation="relu")(x), t])))
+    xv, tv = rng.uniform(-1, 1, (6, 5)), np.eye(3)[rng.integers(0, 3, 6)]
+    y = model.predict([xv, tv])
+    assert y.shape == (6, 2) and y.dtype == np.float32
+    np.testing.assert_array_equal(model.predict({"category": tv, "numeric": xv}), y)
+    np.testing.assert_array_equal(model.predict((xv, tv)), y)
+    with pytest.raises(ValueError, match="missing \\['category'\\]"):
+        model.predict({"numeric": xv})
+    with pytest.raises(ValueError, match="takes 2 input"):
+        model.predict([xv])
+    with pytest.raises(ValueError, match="'category'.*expected shape \\(None, 3\\)"):
+        model.predict([xv, tv[:, :2]])
+    with pytest.raises(ValueError, match="different numbers of samples"):
+        model.predict([xv, tv[:4]])
+    single = Functional(x, Dense(2)(x))
+    np.testing.assert_array_equal(single.predict([xv]), single.predict(xv))
+
+
+def test_several_outputs_come_back_as_a_list_or_a_dict(device, rng):
+    x = Input((4,), name="x")
+    a, b = Dense(3, name="a")(x), Dense(2, activation="relu", name="b")(x)
+    xv = rng.uniform(-1, 1, (7, 4)).astype(np.float32)
+    listed = Functional(x, [a, b]).predict(xv)
+    assert isinstance(listed, list) and [y.shape for y in listed] == [(7, 3), (7, 2)]
+    named = Functional(x, {"first": a, "second": b}).predict(xv)
+    assert list(named) == ["first", "second"]
+    np.testing.assert_array_equal(named["second"], listed[1])
+    assert isinstance(Functional(x, [a]).predict(xv), np.ndarray)
+
+
+def test_a_shared_layer_has_one_set_of_weights(device, rng):
+    x, y = Input((6,), name="x"), Input((6,), name="y")
+    shared = Dense(4, activation="relu", name="shared")
+    model = Functional([x, y], Subtract()([shared(x), shared(y)]))
+    assert model.layers.count(shared) == 1 and model.count_params() == 6 * 4 + 4
+    xv, yv = rng.uniform(-1, 1, (5, 6)), rng.uniform(-1, 1, (5, 6))
+    assert_close(model.predict([xv, yv]), dense_np(shared, xv) - dense_np(shared, yv))
+    with pytest.raises(ValueError, match="was built for inputs of shape \\(None, 6\\)"):
+        shared(Input((5,)))
+
+
+def test_save_and_load_keep_the_graph_bit_for_bit(device, tmp_path, rng):
+    x, t = Input((4, 6), name="x"), Input((6,), name="t")
+    shared = Dense(6, name="shared")
+    a, b = shared(x), shared(t)
+    out = Concatenate(axis=1, name="cat")([Average()([a, x]), Dense(6, name="up")(Maximum()([a, Minimum()([x, b])]))])
+    model = Functional([x, t], [out, Dot(axes=(2, 1), normalize=True)([a, b]), Multiply()([a, b])], name="g")
+    xs = [rng.uniform(-1, 1, (7, 4, 6)).astype(np.float32), rng.uniform(-1, 1, (7, 6)).astype(np.float32)]
+    want = model.predict(xs)
+    loaded = malinn.load_model(model.save(tmp_path / "g.malinn"))
+    assert type(loaded) is Functional and loaded.input_names == ["x", "t"] and loaded.name == "g"
+    for got, expected in zip(loaded.predict(xs), want):
+        np.testing.assert_array_equal(got, expected)
+    assert [type(layer).__name__ for layer in loaded.layers] == [type(layer).__name__ for layer in model.layers]
+
+
+def test_summary_shows_the_graph_like_keras(device):
+    model = residual()
+    lines = model.summary(print_fn=lambda text: None).splitlines()
+    header = next(line for line in lines if line.startswith("Layer (type)"))
+    assert "Connected to" in header and "Kernel" in header
+    row = next(line for line in lines if line.startswith("res (Add)"))
+    assert "(None, 8)" in row and "x[0][0], d2[0][0]" in row and "merge" in row
+    assert any(line.startswith("x (InputLayer)") for line in lines)
+    assert lines[-2] == f"Total params: {model.count_params()}"
+
+
+def test_predict_layers_gives_every_call(device, rng):
+    model = residual()
+    x = rng.uniform(-1, 1, (4, 8)).astype(np.float32)
+    outs = model.predict_layers(x)
+    assert [o.shape for o in outs] == [(4, 16), (4, 8), (4, 8), (4, 8), (4, 3)]
+    np.testing.assert_array_equal(outs[-1], model.predict(x))
+
+
+def test_graph_errors_name_what_is_wrong():
+    x, y = Input((4,), name="x"), Input((4,), name="y")
+    with pytest.raises(ValueError, match="not among the model's inputs"):
+        Functional(x, Add()([x, y]))
+    with pytest.raises(ValueError, match="exactly 2 inputs"):
+        Subtract()([x, y, x])
+    with pytest.raises(ValueError, match="do not broadcast"):
+        Add()([x, Input((3,))])
+    with pytest.raises(ValueError, match="differ off axis"):
+        Concatenate(axis=2)([Input((2, 3)), Input((3, 3))])
+    with pytest.raises(ValueError, match="rank 2 or 3"):
+        Dot(axes=3)([Input((2, 3, 4)), Input((2, 3, 4))])
+    with pytest.raises(ValueError, match="call it on malinn.Input tensors"):
+        Dense(2)(np.zeros((1, 4)))
