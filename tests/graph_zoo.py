@@ -52,7 +52,7 @@ def model_keys() -> list:
 def build(K, key):
     """The model for ``key`` (Keras module ``K``)."""
     L = K.layers
-    if re.fullmatch(r"[a-z]+_r\d", key):
+    if re.fullmatch(r"[a-z]+_r\d", key) and key.split("_r")[0].capitalize() in ELEMENTWISE:
         op, rank = key.split("_r")
         shape = SHAPES[int(rank)]
         x, y = K.Input(shape, name="x"), K.Input(shape, name="y")

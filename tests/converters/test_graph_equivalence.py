@@ -1,0 +1,98 @@
+"""malinn against Keras on Functional graphs: every merge layer on every rank and axis, broadcasting,
+shared layers, nested models (tf_keras numbers their calls from 1), several inputs and outputs, in
+every Keras file format, at batch 1, 7 and 100, on inputs in [-1, 1] and in [-1000, 1000], within
+``1e-5 x max(1, max |Keras|)``; a malinn file of each predicts the same bit for bit; unsupported
+layers of a graph, merges included, are all named in one ConversionError.
+
+The Keras side comes from tests/graph_zoo.py, run once per session in a process of its own
+(TensorFlow and PoCL cannot share one); ``MALINN_GRAPH_ZOO=DIR`` keeps (or reuses) it in DIR.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import malinn
+from graph_zoo import BATCH_SIZES, ERROR_MODELS, FORMATS, RANGES, model_keys
+
+ZOO_SCRIPT = Path(__file__).resolve().parents[1] / "graph_zoo.py"
+EQUIVALENCE = [key for key in model_keys() if key not in ERROR_MODELS]
+
+
+@pytest.fixture(scope="session")
+def graph_zoo(tmp_path_factory):
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("tensorflow is not installed: the Keras reference graphs cannot be built")
+    kept = os.environ.get("MALINN_GRAPH_ZOO")
+    folder = Path(kept) if kept else tmp_path_factory.mktemp("graph_zoo")
+    if not (folder / "manifest.json").is_file():
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+        proc = subprocess.run([sys.executable, str(ZOO_SCRIPT), str(folder)], capture_output=True, text=True,
+                              env=env, timeout=900)
+        if proc.returncode != 0 or not (folder / "manifest.json").is_file():
+            pytest.fail(f"tests/graph_zoo.py failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    return folder, json.loads((folder / "manifest.json").read_text())
+
+
+def zoo_file(graph_zoo, fmt, key):
+    folder, manifest = graph_zoo
+    generation, suffix = FORMATS[fmt]
+    if fmt not in manifest["formats"]:
+        pytest.skip(f"{generation} is not installed")
+    if f"{generation}/{key}" not in manifest["models"]:
+        reason = manifest["skipped"].get(f"{generation}/{key}", "not built")
+        pytest.fail(f"the graph zoo has no {generation} model {key!r}: {reason}")
+    return folder / generation / (key + suffix), folder / generation / (key + ".npz")
+
+
+def assert_keras_close(got, want, what):
+    want = np.asarray(want, np.float32)
+    assert got.dtype == np.float32 and got.shape == want.shape, f"{what}: {got.shape} {got.dtype}, Keras {want.shape}"
+    scale = max(1.0, float(np.abs(want).max()))
+    err = float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max())
+    assert err <= 1e-5 * scale, f"{what}: max |malinn - Keras| = {err:.3g} > 1e-5 x {scale:.3g}"
+
+
+@pytest.mark.parametrize("key", EQUIVALENCE)
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_graph_matches_keras(graph_zoo, device, tmp_path, fmt, key):
+    path, data_path = zoo_file(graph_zoo, fmt, key)
+    model = malinn.load_model(path)
+    with np.load(data_path) as npz:
+        data = {k: npz[k] for k in npz.files}
+    saved = malinn.load_model(model.save(tmp_path / "m.malinn"))
+    for label in RANGES:
+        xs = [data[f"{label}:x{i}"] for i in range(sum(k.startswith(f"{label}:x") for k in data))]
+        ys = [data[f"{label}:y{i}"] for i in range(sum(k.startswith(f"{label}:y") for k in data))]
+        for batch in BATCH_SIZES:
+            got = model.predict([x[:batch] for x in xs] if len(xs) > 1 else xs[0][:batch])
+            got = got if isinstance(got, list) else [got]
+            assert len(got) == len(ys)
+            for j, (g, y) in enumerate(zip(got, ys)):
+                assert_keras_close(g, y[:batch], f"{fmt} {key} {label} batch {batch} output {j}")
+        again = saved.predict(xs if len(xs) > 1 else xs[0])
+        for g, w in zip(again if isinstance(again, list) else [again],
+                        model.predict(xs if len(xs) > 1 else xs[0]) if len(ys) > 1 else [model.predict(
+                            xs if len(xs) > 1 else xs[0])]):
+            np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("key", list(ERROR_MODELS))
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_unsupported_layers_of_a_graph_are_all_named(graph_zoo, fmt, key):
+    path, _ = zoo_file(graph_zoo, fmt, key)
+    with pytest.raises(malinn.ConversionError) as info:
+        malinn.load_model(path)
+    message = str(info.value)
+    assert str(path) in message and "\n" not in message
+    for fragment in ERROR_MODELS[key]:
+        assert fragment in message, message
+    assert f"{len(ERROR_MODELS[key])} unsupported layer(s)" in message
