@@ -24,6 +24,7 @@ from .device_selection import devices, get_device, set_device
 from .errors import DeviceError, MalinnError
 from .files import check_destination, write_file
 from .saving import is_malinn_file, load_model, resolve_target, save_model
+from .tensor import format_shape
 from .tuner import cache_dir, tune
 from .version import __version__
 
@@ -103,7 +104,47 @@ def _report_stream(output):
 
 
 def _save_npy(y):
+    """A writer of ``y``: one array as .npy, several outputs (a dict by name) as .npz."""
+    if isinstance(y, dict):
+        return lambda f: np.savez(f, **y)
     return lambda f: np.save(f, y)
+
+
+def _inputs_text(model) -> str:
+    """``(None, 8)`` or ``x (None, 8), t (None, 3)`` for a model of several inputs."""
+    shapes = [format_shape((None,) + tuple(s)) for s in model.input_shapes]
+    names = getattr(model, "input_names", None)
+    return shapes[0] if len(shapes) == 1 else ", ".join(f"{n} {s}" for n, s in zip(names, shapes))
+
+
+def _read_inputs(model, path, key):
+    """The model's input(s) from ``path``: one array, or for a model of several inputs a dict of the
+    ``.npz`` arrays named after its inputs."""
+    shapes = model.input_shapes
+    if len(shapes) == 1:
+        return read_input_array(path, key=key, sample_shape=shapes[0])
+    if key is not None:
+        raise UsageError(f"--key chooses one array, but the model takes {len(shapes)} inputs: give a .npz holding "
+                         f"arrays named {', '.join(model.input_names)}")
+    if Path(path).suffix.lower() != ".npz":
+        raise MalinnError(f"{path}: the model takes {len(shapes)} inputs; give a .npz holding arrays named "
+                          f"{', '.join(model.input_names)}")
+    return {name: read_input_array(path, key=name, sample_shape=shape) for name, shape in zip(model.input_names, shapes)}
+
+
+def _named_outputs(model, y):
+    """One output as it is; several as a dict by the name of the layer computing each."""
+    if isinstance(y, np.ndarray):
+        return y
+    if isinstance(y, dict):
+        return y
+    return {t.name: out for t, out in zip(model.outputs, y)}
+
+
+def _shape_text(value) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v.shape}" for k, v in value.items())
+    return str(value.shape)
 
 
 # ------------------------------------------------------------------ commands
@@ -133,7 +174,7 @@ def cmd_convert(args) -> int:
     model = load_model(args.src)
     path = save_model(model, args.output, target=args.target, overwrite=args.force)
     print(f"{args.src} -> {path}: {len(model.layers)} layers, {model.count_params()} parameters, "
-          f"input {(None,) + tuple(model.input_shape)}, weights laid out for {spec.codename}",
+          f"input {_inputs_text(model)}, weights laid out for {spec.codename}",
           file=_report_stream(args.output))
     return 0
 
@@ -147,22 +188,25 @@ def cmd_predict(args) -> int:
         raise MalinnError("stdout is closed: give the output file with -o")
     device = _device(args)
     model = load_model(args.model)
-    x = read_input_array(args.input, key=args.key, sample_shape=model.input_shape)
-    y = model.predict(x, batch_size=args.batch_size)
+    x = _read_inputs(model, args.input, args.key)
+    y = _named_outputs(model, model.predict(x, batch_size=args.batch_size))
     if args.output is not None:
         write_file(args.output, _save_npy(y), source=args.input, overwrite_source=args.force)
         where = str(args.output)
     elif sys.stdout.isatty():
-        _print_table(y)
+        for name, out in (y.items() if isinstance(y, dict) else [(None, y)]):
+            if name is not None:
+                print(f"output {name}:")
+            _print_table(out)
         where = "the terminal"
     else:
         buffer = io.BytesIO()
-        np.save(buffer, y)
+        _save_npy(y)(buffer)
         sys.stdout.flush()
         sys.stdout.buffer.write(buffer.getbuffer())
         sys.stdout.buffer.flush()
-        where = "stdout (.npy)"
-    print(f"{args.model} on {device.name}: {x.shape} -> {y.shape} written to {where}",
+        where = "stdout (.npz)" if isinstance(y, dict) else "stdout (.npy)"
+    print(f"{args.model} on {device.name}: {_shape_text(x)} -> {_shape_text(y)} written to {where}",
           file=_report_stream(args.output))
     return 0
 
@@ -184,13 +228,16 @@ def cmd_verify(args) -> int:
     device = _device(args)
     model = load_model(args.model)
     if args.input:
-        x = read_input_array(args.input, key=args.key, sample_shape=model.input_shape)
+        x = _read_inputs(model, args.input, args.key)
     else:
-        x = np.random.default_rng(0).standard_normal((16,) + tuple(model.input_shape)).astype(np.float32)
+        rng = np.random.default_rng(0)
+        x = [rng.standard_normal((16,) + tuple(s)).astype(np.float32) for s in model.input_shapes]
+        x = x[0] if len(x) == 1 else dict(zip(model.input_names, x))
     names = [layer.keras_names[-1] for layer in model.layers if layer.keras_names]
     with tempfile.TemporaryDirectory() as tmp:
-        x_path, out_path = os.path.join(tmp, "x.npy"), os.path.join(tmp, "keras.npz")
-        np.save(x_path, x)
+        x_path, out_path = os.path.join(tmp, "x.npz"), os.path.join(tmp, "keras.npz")
+        arrays = list(x.values()) if isinstance(x, dict) else [x]
+        np.savez(x_path, **{f"x{i}": a for i, a in enumerate(arrays)})
         run = subprocess.run(_keras_reference_command(str(args.model), x_path, out_path, names),
                              capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if run.returncode != 0:
@@ -200,16 +247,27 @@ def cmd_verify(args) -> int:
             raise MalinnError(f"running {args.model} in Keras failed: {tail[0]}")
         reference = dict(np.load(out_path, allow_pickle=False))
     ours = model.predict_layers(x)
-    print(f"verify {args.model} on {device.name}, input {x.shape}; rel = max|malinn - keras| / max(1, max|keras|)")
-    rows = [(layer.name, _keras_label(layer.keras_names), layer.keras_names[-1] if layer.keras_names else None, out)
-            for layer, out in zip(model.layers, ours)]
-    rows.append(("(model output)", "output", "output", ours[-1]))
+    outputs = model.predict(x)
+    outputs = list(outputs.values()) if isinstance(outputs, dict) else (
+        outputs if isinstance(outputs, list) else [outputs])
+    print(f"verify {args.model} on {device.name}, input {_shape_text(x)}; "
+          "rel = max|malinn - keras| / max(1, max|keras|)")
+    rows, called = [], set()
+    for layer, out in zip(model.layer_calls, ours):   # Keras gives a shared layer's first call only
+        first = layer.name not in called
+        called.add(layer.name)
+        rows.append((layer.name, _keras_label(layer.keras_names),
+                     layer.keras_names[-1] if layer.keras_names and first else None, out))
+    if len(outputs) == 1:
+        rows.append(("(model output)", "output", "output", outputs[0]))
+    else:
+        rows += [(f"(model output {j})", f"output {j}", f"output:{j}", out) for j, out in enumerate(outputs)]
     left = max(28, max(len(r[0]) for r in rows) + 1)
     right = max(28, max(len(r[1]) for r in rows) + 1)
     print(f"{'malinn layer':<{left}} {'keras layers':<{right}} {'max abs':>10} {'rel':>10}")
     worst = 0.0
     for name, label, keras_name, out in rows:
-        key = "output" if keras_name == "output" else f"layer:{keras_name}"
+        key = keras_name if keras_name is None or keras_name.startswith("output") else f"layer:{keras_name}"
         if key not in reference:
             print(f"{name:<{left}} {label:<{right}} {'(not compared)':>21}")
             continue
@@ -222,6 +280,12 @@ def cmd_verify(args) -> int:
     ok = worst <= args.tolerance
     print(f"{'OK' if ok else 'MISMATCH'}: worst rel error {worst:.3e} (tolerance {args.tolerance:g})")
     return 0 if ok else 1
+
+
+def cmd_summary(args) -> int:
+    _device(args)
+    load_model(args.model).summary(batch=args.batch)
+    return 0
 
 
 def _keras_label(keras_names) -> str:
@@ -305,7 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     device_help = "gpu, cpu, P:D or part of a device name (default: MALINN_DEVICE, else the first GPU)"
-    input_help = "input samples: .npy, .npz (one array, or --key) or .csv (one sample per row)"
+    input_help = ("input samples: .npy, .npz (one array, or --key; for a model of several inputs one array per "
+                  "input name) or .csv (one sample per row)")
     key_help = "the array to use from a .npz input holding several"
 
     p = add("convert", "convert a Keras .keras/.h5 file into a malinn model file", cmd_convert)
@@ -320,8 +385,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("predict", "run a model on input samples", cmd_predict)
     p.add_argument("model", help="malinn model file or Keras file")
     p.add_argument("input", help=input_help)
-    p.add_argument("-o", "--output", help=".npy file to write the predictions to (default: stdout: a table on a "
-                                          "terminal, .npy bytes otherwise)")
+    p.add_argument("-o", "--output", help=".npy file to write the predictions to, .npz for a model of several "
+                                          "outputs (default: stdout: a table on a terminal, .npy/.npz bytes "
+                                          "otherwise)")
     p.add_argument("--key", help=key_help)
     p.add_argument("--batch-size", type=_positive_int, help="samples per device pass (default: all at once)")
     p.add_argument("--force", action="store_true", help="allow the output to be the model or input file")
@@ -344,6 +410,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=_positive_int, default=100, help="batch size to tune for with --model (default 100)")
     p.add_argument("--shape", type=_product_shape, action="append", help="a product MxKxN to tune for (repeatable)")
     p.add_argument("--budget", type=_positive_seconds, help="stop trying new candidates after this many seconds")
+    p.add_argument("--device", help=device_help)
+
+    p = add("summary", "show a model's layers as Keras does (output shape, parameters, connections) and the "
+                       "kernel that runs each on the device", cmd_summary)
+    p.add_argument("model", help="malinn model file or Keras file")
+    p.add_argument("--batch", type=_positive_int, default=1, help="the batch size whose kernels are shown (default 1)")
     p.add_argument("--device", help=device_help)
 
     add("devices", "list the working OpenCL devices (* marks the default)", cmd_devices)

@@ -111,6 +111,11 @@ class Functional(PlannedModel):
         return [t.shape[1:] for t in self.inputs]
 
     @property
+    def layer_calls(self) -> list:
+        """The layer of each output :meth:`predict_layers` returns, in order (a shared layer once per call)."""
+        return [node.layer for node in self.nodes]
+
+    @property
     def input_names(self) -> list:
         return [t.name for t in self.inputs]
 

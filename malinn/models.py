@@ -352,6 +352,11 @@ class Sequential(PlannedModel):
             self.build((None,) + self.input_shape)
 
     @property
+    def layer_calls(self) -> list:
+        """The layer of each output :meth:`predict_layers` returns, in order (every layer once)."""
+        return list(self.layers)
+
+    @property
     def input_dim(self) -> int | None:
         """Values per sample of the input (``None`` before build)."""
         return None if self.input_shape is None else math.prod(self.input_shape)

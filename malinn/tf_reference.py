@@ -1,7 +1,8 @@
 """Keras's own outputs for ``malinn verify``, computed in a separate process.
 
-Run as ``python -m malinn.tf_reference MODEL X.npy OUT.npz NAME [NAME ...]``; writes Keras's
-output of each named layer (``layer:<name>``) and the model's output (``output``). malinn never
+Run as ``python -m malinn.tf_reference MODEL X.npz OUT.npz NAME [NAME ...]`` (``X.npz`` holds
+``x0``, ``x1``, ...: one array per model input); writes Keras's output of each named layer
+(``layer:<name>``) and the model's output (``output``, or ``output:<j>`` for several). malinn never
 imports this module: TensorFlow and PoCL cannot share a process (PoCL's kernel compiler then binds
 to TensorFlow's LLVM and fails), and TensorFlow is no runtime dependency.
 """
@@ -17,15 +18,22 @@ def main(argv):
 
     keras = _keras_for(model_path)
     model = keras.models.load_model(model_path, compile=False)
-    x = np.load(x_path)
+    with np.load(x_path) as npz:   # x0, x1, ...: one array per model input
+        x = [npz[f"x{i}"] for i in range(len(npz.files))]
+    x = x[0] if len(x) == 1 else x
     # float32 whatever Keras computed in (a bfloat16 model's outputs would be saved as raw 2-byte items)
-    outputs = {"output": np.asarray(model(x, training=False)).astype(np.float32)}
+    result = model(x, training=False)
+    if isinstance(result, (list, tuple, dict)):
+        result = list(result.values()) if isinstance(result, dict) else list(result)
+        outputs = {f"output:{j}": np.asarray(y).astype(np.float32) for j, y in enumerate(result)}
+    else:
+        outputs = {"output": np.asarray(result).astype(np.float32)}
     wanted = []
     for name in names:
         try:
             wanted.append((name, model.get_layer(name).output))
         except (ValueError, AttributeError):
-            pass  # a layer of a nested model: only the final output is compared
+            pass  # a layer of a nested model, or one called twice: only the final output is compared
     if wanted:
         probe = keras.Model(inputs=model.inputs, outputs=[t for _, t in wanted])
         values = probe(x, training=False)

@@ -244,3 +244,27 @@ def test_graph_errors_name_what_is_wrong():
         Dot(axes=3)([Input((2, 3, 4)), Input((2, 3, 4))])
     with pytest.raises(ValueError, match="call it on malinn.Input tensors"):
         Dense(2)(np.zeros((1, 4)))
+
+
+def test_cli_predicts_and_summarises_a_graph_of_two_inputs(device, tmp_path, capsys, rng):
+    from malinn.cli import main
+
+    x, t = Input((5,), name="numeric"), Input((3,), name="onehot")
+    h = Concatenate(name="cat")([Dense(4, activation="relu", name="num")(x), t])
+    model = Functional([x, t], [Dense(2, name="score")(h), Dense(1, name="aux")(h)], name="tabular")
+    path = model.save(tmp_path / "tabular.malinn")
+    xv, tv = rng.uniform(-1, 1, (6, 5)).astype(np.float32), np.eye(3, dtype=np.float32)[rng.integers(0, 3, 6)]
+    np.savez(tmp_path / "in.npz", numeric=xv, onehot=tv)
+    assert main(["predict", str(path), str(tmp_path / "in.npz"), "-o", str(tmp_path / "out.npz")]) == 0
+    with np.load(tmp_path / "out.npz") as out:
+        got = {k: out[k] for k in out.files}
+    want = model.predict([xv, tv])
+    assert sorted(got) == ["aux", "score"]
+    np.testing.assert_array_equal(got["score"], want[0])
+    np.testing.assert_array_equal(got["aux"], want[1])
+    assert "numeric (6, 5), onehot (6, 3) -> score (6, 2), aux (6, 1)" in capsys.readouterr().out
+    assert main(["predict", str(path), str(tmp_path / "in.npz"), "--key", "numeric"]) != 0
+    assert "takes 2 inputs" in capsys.readouterr().err
+    assert main(["summary", str(path), "--batch", "7"]) == 0
+    text = capsys.readouterr().out
+    assert "Connected to" in text and "num[0][0], onehot[0][0]" in text and "concat" in text

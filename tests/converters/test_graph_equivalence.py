@@ -96,3 +96,19 @@ def test_unsupported_layers_of_a_graph_are_all_named(graph_zoo, fmt, key):
     for fragment in ERROR_MODELS[key]:
         assert fragment in message, message
     assert f"{len(ERROR_MODELS[key])} unsupported layer(s)" in message
+
+
+@pytest.mark.parametrize("key", ["residual", "shared_two_outputs", "nested_shared"])
+@pytest.mark.parametrize("fmt", ["keras3-zip", "keras2-h5"])
+def test_verify_compares_a_graph_layer_by_layer(graph_zoo, device, capsys, fmt, key):
+    from malinn.cli import main
+
+    path, _ = zoo_file(graph_zoo, fmt, key)
+    assert main(["verify", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "OK: worst rel error" in text
+    model = malinn.load_model(path)
+    outputs = len(model.outputs)
+    assert text.count("(model output") == outputs
+    compared = [line for line in text.splitlines()[2:-1] if "(not compared)" not in line]
+    assert len(compared) >= outputs + 1   # the outputs and at least one layer of their own
