@@ -23,3 +23,13 @@ def test_quickstart_on_each_device_and_kernel():
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stdout + out.stderr
         assert "matmul kernel: blocked_rmcm" in out.stdout
+
+
+def test_graph_examples_agree_with_keras():
+    """The residual MLP and the two-input tabular model (examples/train_graphs.py), converted and
+    predicted, give Keras's probabilities."""
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "graphs_convert_and_predict.py")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "OK: malinn agrees with Keras on both graphs" in out.stdout
+    assert "Connected to" in out.stdout
