@@ -32,10 +32,10 @@ __kernel void concat(uint m, uint n, uint h, uint w, uint M, uint H, uint W,
     const size_t ix = MALINN_INDEX_R(row, col, h, w);
     if (row < m && col < n) {
         const ulong f = (ulong)col * m + row;
-        const ulong inner = f % INNER;
-        const ulong rest = f / INNER;
-        const ulong j = rest % RLEN;
+        const ulong rest = f / INNER;             /* remainders spelt out: no LLVM freeze (Oclgrind) */
+        const ulong inner = f - rest * INNER;
         const ulong outer = rest / RLEN;
+        const ulong j = rest - outer * RLEN;
         if (j >= OFFSET && j < OFFSET + ALEN) {
             const ulong g = (outer * ALEN + (j - OFFSET)) * INNER + inner;
             const ulong acol = g / M;

@@ -52,9 +52,10 @@ __kernel void batch_dot(uint m, uint n, uint h, uint w, uint M, uint H, uint W, 
     float v = 0.0f;
     if (row < m && col < n) {
         const ulong f = (ulong)col * m + row;
-        const ulong q = f % DQ;
-        const ulong p = (f / DQ) % DP;
-        const ulong s = f / ((ulong)DQ * DP);
+        const ulong t = f / DQ;                   /* remainders spelt out: no LLVM freeze (Oclgrind) */
+        const ulong q = f - t * DQ;
+        const ulong s = t / DP;
+        const ulong p = t - s * DP;
         const ulong a0 = s * AB + p * AP, b0 = s * BB + q * BQ;
         float sa = 0.0f, sb = 0.0f;
         for (uint k = 0; k < DK; ++k) {

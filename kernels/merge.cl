@@ -6,9 +6,11 @@
  * MALINN_INDEX_A / _R for the layouts of the matrices passed. Shapes are compile-time parameters
  * (-D defines with the defaults below). OpenCL C 1.2.
  *
- *   merge   R = OP(R, A) / p0, in place on R (the merge's first operand, or its running result):
- *           OP is op_add, op_sub (R - A), op_rsub (A - R), op_mul, op_max, op_min or op_copy (A);
- *           p0 divides (the input count for Average on its last step, else 1). BROADCAST=1 reads A
+ *   merge   R = ACTIVATION(OP(R, A) / DIVISOR), in place on R (the merge's first operand, or its
+ *           running result): OP is op_add, op_sub (R - A), op_rsub (A - R), op_mul, op_max, op_min or
+ *           op_copy (A); DIVISOR is the input count for Average on its last step (else 1.0f);
+ *           ACTIVATION an act_<name> macro of activations.clh (prepended by the runtime), reading
+ *           p0..p3: an Activation layer right after the merge, fused. BROADCAST=1 reads A
  *           with NumPy broadcasting: D1..D8 are R's sample axes (1 past its rank), S0..S8 A's
  *           strides in its own flat order (0 along an axis A has once). Only R's logical elements
  *           are touched, so its padding stays zero.
@@ -16,6 +18,12 @@
 
 #ifndef OP
 #define OP op_add
+#endif
+#ifndef DIVISOR
+#define DIVISOR 1.0f
+#endif
+#ifndef ACTIVATION
+#define ACTIVATION act_linear
 #endif
 #ifndef BROADCAST
 #define BROADCAST 0
@@ -80,10 +88,12 @@
 #define op_min(x, y)  fmin((x), (y))
 #define op_copy(x, y) (y)
 
-/* one axis of R's flat index f (last axis first): its position times A's stride along it */
-#define MALINN_AXIS(D, S) { const ulong i_ = f % (D); f /= (D); src += i_ * (ulong)(S); }
+/* one axis of R's flat index f (last axis first): its position times A's stride along it (the
+ * remainder spelt out: no LLVM freeze, which Oclgrind cannot run) */
+#define MALINN_AXIS(D, S) { const ulong q_ = f / (D); src += (f - q_ * (D)) * (ulong)(S); f = q_; }
 
-__kernel void merge(uint m, uint n, uint h, uint w, uint M, uint H, uint W, float p0,
+__kernel void merge(uint m, uint n, uint h, uint w, uint M, uint H, uint W,
+                    float p0, float p1, float p2, float p3,
                     __global float *r,
                     __global const float *a)
 {
@@ -103,5 +113,6 @@ __kernel void merge(uint m, uint n, uint h, uint w, uint M, uint H, uint W, floa
     const uint acol = col;
 #endif
     const size_t ix = MALINN_INDEX_R(row, col, h, w);
-    r[ix] = OP(r[ix], a[MALINN_INDEX_A(arow, acol, H, W)]) / p0;
+    const float v = OP(r[ix], a[MALINN_INDEX_A(arow, acol, H, W)]) / DIVISOR;
+    r[ix] = ACTIVATION(v);
 }

@@ -339,20 +339,19 @@ class PlanBuilder:
             codes = [code] * (len(xs) - 1)
         running = xs[order[0]]
         if running.shape != shape:   # no input has the result's shape: broadcast the first one into it
-            running = self._merge_step(None, running, "op_copy", shape, 1.0, what)
+            running = self._merge_step(None, running, "op_copy", shape, 1, what)
         for step, (i, code) in enumerate(zip(order[1:], codes)):
-            divisor = float(len(xs)) if op == "average" and step == len(codes) - 1 else 1.0
+            divisor = len(xs) if op == "average" and step == len(codes) - 1 else 1
             running = self._merge_step(running, xs[i], code, shape, divisor, what)
         return running
 
-    def _merge_step(self, running: Value | None, x: Value, code: str, shape, divisor: float, what: str) -> Value:
-        defines = {"OP": code}
+    def _merge_step(self, running: Value | None, x: Value, code: str, shape, divisor: int, what: str) -> Value:
+        defines = {"OP": code, "DIVISOR": f"{divisor}.0f"}
         if x.shape != shape:
             defines.update(_broadcast_defines(x.shape, shape, what))
         spec = choose("merge", self.device).configure(defines)
         inputs = {"b": running, "a": x} if running is not None else {"a": x}
-        return self._record("merge", spec, shape, inputs, what, storage=running.storage if running else None,
-                            params={"divisor": divisor})
+        return self._record("merge", spec, shape, inputs, what, storage=running.storage if running else None)
 
     def concat(self, xs: list, axis: int, what: str = "concatenate") -> Value:
         """Keras's Concatenate of ``xs`` along ``axis`` (of the Keras shape, batch axis 0): one
@@ -425,11 +424,21 @@ class PlanBuilder:
         return Plan(self.device, self.batch, self.inputs, outputs, self.steps)
 
     def _fuse(self, outputs) -> None:
-        """Folds activation, affine and softmax steps into the matmul before them where allowed."""
+        """Folds activation, affine and softmax steps into the matmul before them where allowed, and
+        an element-wise activation into the merge step before it."""
         keep = []
         for step in self.steps:
             x = step.inputs.get("b")
             producer = x.producer if x is not None else None
+            if (step.kind == "activation" and producer is not None and producer.kind == "merge" and x not in outputs
+                    and len(x.consumers) == 1 and producer.spec.config.get("ACTIVATION") == "act_linear"
+                    and elementwise_kernel(step.activation) is not None and not producer.explicit):
+                producer.spec = producer.spec.configure({"ACTIVATION": f"act_{step.activation}"})
+                producer.activation, producer.params = step.activation, step.params
+                producer.layers += [layer for layer in step.layers if layer not in producer.layers]
+                producer.out = step.out
+                step.out.producer = producer
+                continue
             if (step.kind in ("bias", "activation", "affine") and producer is not None and producer.kind == "matmul"
                     and len(x.consumers) == 1
                     and x not in outputs and producer.affine is None and self._absorb(producer, step)):
@@ -628,6 +637,10 @@ class PlanBuilder:
                     right.group = left
         groups: dict = {}
         storages = self._storages()
+        for storage in storages:   # a buffer holds whole chunks of its layout, whoever writes it
+            if storage.layout is not None:
+                storage.row_mult = math.lcm(storage.row_mult, storage.layout.row_multiple)
+                storage.col_mult = math.lcm(storage.col_mult, storage.layout.col_multiple)
         for storage in storages:
             root = storage.root()
             col_mult, cols = groups.get(id(root), (1, 0))
@@ -852,6 +865,9 @@ class Plan:
             matrices = {"r": matrices["r"]}
         elif step.kind in ("merge", "concat"):
             matrices = {"r": matrices["r"], "a": matrices["a"]}
+            if step.activation not in (None, "linear"):   # a fused activation's p0..p3
+                values = load_library().activation_spec(step.activation, step.what).param_values(step.params)
+                params = {f"p{i}": v for i, v in enumerate(values)}
         return bind(spec, device, matrices, vectors, params, what=step.what)
 
     @staticmethod
@@ -898,7 +914,8 @@ class Plan:
         rows = []
         for step in self.steps:
             fused = [f for f, on in (("bias", step.bias is not None),
-                                     (step.activation, step.kind == "matmul" and step.activation not in (None, "linear")),
+                                     (step.activation, step.kind in ("matmul", "merge")
+                                      and step.activation not in (None, "linear")),
                                      ("affine", step.kind == "matmul" and step.affine is not None)) if on]
             plain = {}   # a shape-generic kernel (merge, concat, dot) shows only what this step sets
             if step.kind != "matmul" and step.spec.template is not None:

@@ -16,7 +16,9 @@ Each case is a JSON object:
 * ``{"op": "model", "codename": C, "input": d, "units": [...], "activations": [...], "batch": n,
   "batch_size": s | null, "split_samples": k | null}``: a Sequential of Dense layers (with a
   BatchNormalization after the first) predicted with matmul kernel ``C``; ``split_samples``
-  lowers the device's largest allocation to what ``k`` samples need, so that the batch is split.
+  lowers the device's largest allocation to what ``k`` samples need, so that the batch is split;
+* ``{"op": "graph", "codename": C, "batch": n}``: a Functional graph with every merge kernel
+  (tests/test_oclgrind.py's ``graph_cases``), its Dense layers run with matmul kernel ``C``.
 
 For each case the driver writes a line ``@@malinn-case N`` to stderr before running it (and
 flushes), so that whatever Oclgrind reports on stderr can be attributed to the case that caused
@@ -127,6 +129,8 @@ def run_case(case, device, library, rng):
         return result
     if op == "model":
         return run_model(case, device, rng)
+    if op == "graph":
+        return run_graph(case, device, rng)
     layout = case.get("layout") or case.get("src")
     rows, cols = case["shape"]
     x = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
@@ -201,6 +205,37 @@ def run_model(case, device, rng):
     result["passes"] = device.counters["downloads"] - downloads
     result["max_batch"] = max_batch
     return result
+
+
+def run_graph(case, device, rng):
+    from malinn import Functional, Input
+    from malinn.layers import Activation, Add, Average, Concatenate, Dense, Dot
+
+    ops.use("matmul", case["codename"], device)
+    x, y = Input((3, 5), name="x"), Input((1, 5), name="y")
+    dense, proj = Dense(5, name="d"), Dense(4, name="proj")
+    d = dense(x)
+    s = Activation("relu")(Add()([d, y]))                 # broadcast, relu fused into the merge
+    c = Concatenate(axis=1)([s, x])                       # (6, 5)
+    c2 = Concatenate()([proj(c), c])                      # (6, 9)
+    model = Functional([x, y], [c2, Dot(axes=(2, 2), normalize=True)([c2, c2]),
+                                Activation("tanh")(Average()([x, s, d]))])
+    model.set_weights([w + rng.standard_normal(w.shape).astype(np.float32) for w in model.get_weights()])
+    xs = [rng.standard_normal((case["batch"],) + shape).astype(np.float32) for shape in ((3, 5), (1, 5))]
+    got = model.predict(xs)
+    (k1, b1), (k2, b2) = ([v.astype(np.float64) for v in layer.get_weights()] for layer in (dense, proj))
+    xv, yv = (v.astype(np.float64) for v in xs)
+    dv = xv @ k1 + b1
+    sv = np.maximum(dv + yv, 0)
+    cv = np.concatenate([sv, xv], axis=1)
+    c2v = np.concatenate([cv @ k2 + b2, cv], axis=-1)
+    unit = c2v / np.linalg.norm(c2v, axis=2, keepdims=True)
+    want = [c2v, np.einsum("bpk,bqk->bpq", unit, unit), np.tanh((xv + sv + dv) / 3)]
+    errors = [_error(g, w) for g, w in zip(got, want)]
+    failed = next((e for e in errors if "exception" in e), None)
+    if failed is not None:
+        return failed
+    return {"error": max(e["error"] for e in errors), "nan_mismatch": any(e["nan_mismatch"] for e in errors)}
 
 
 def main(argv):

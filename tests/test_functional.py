@@ -120,14 +120,14 @@ def residual_np(model, x):
     return dense_np(head, h)
 
 
-def test_residual_block_costs_no_copy_and_one_launch_per_layer(device, rng):
+def test_residual_block_costs_no_copy_and_fuses_its_relu(device, rng):
     model = residual()
     x = rng.uniform(-1, 1, (9, 8)).astype(np.float32)
     assert_close(model.predict(x), residual_np(model, x))
     plan = model.plan(9, device)
     kinds = [step.kind for step in plan.steps]
-    # the Add works in place in d2's result (x is read by d1 before it); the relu runs on it
-    assert [k for k in kinds if k != "relayout"] == ["matmul", "matmul", "merge", "activation", "matmul"], kinds
+    # the Add works in place in d2's result (x is read by d1 before it), the relu in its kernel
+    assert [k for k in kinds if k != "relayout"] == ["matmul", "matmul", "merge", "matmul"], kinds
     # re-layouts only where the same Dense layers as a Sequential need them (the input into the
     # kernel's layout, the output into Keras's order): the merge adds none
     chain = malinn.Sequential([Dense(16), Dense(8), Dense(3)])
@@ -268,3 +268,40 @@ def test_cli_predicts_and_summarises_a_graph_of_two_inputs(device, tmp_path, cap
     assert main(["summary", str(path), "--batch", "7"]) == 0
     text = capsys.readouterr().out
     assert "Connected to" in text and "num[0][0], onehot[0][0]" in text and "concat" in text
+
+
+@pytest.mark.parametrize("activation,params", [("relu", {}), ("tanh", {}), ("leaky_relu", {"negative_slope": 0.1})])
+def test_an_activation_after_a_merge_runs_in_the_merge_kernel(device, rng, activation, params):
+    from malinn.layers import LeakyReLU
+
+    x, y = Input((5,), name="x"), Input((5,), name="y")
+    act = LeakyReLU(0.1, name="act") if activation == "leaky_relu" else Activation(activation, name="act")
+    model = Functional([x, y], act(Average(name="avg")([Dense(5, name="d")(x), y])))
+    xv, yv = rng.uniform(-2, 2, (7, 5)).astype(np.float32), rng.uniform(-2, 2, (7, 5)).astype(np.float32)
+    z = (dense_np(model.layers[0], xv) + yv) / 2
+    want = {"relu": np.maximum(z, 0), "tanh": np.tanh(z), "leaky_relu": np.where(z < 0, 0.1 * z, z)}[activation]
+    assert_close(model.predict([xv, yv]), want)
+    kinds = [s.kind for s in model.plan(7, device).steps]
+    assert "activation" not in kinds and kinds.count("merge") == 1
+    row = next(r for r in model.plan(7, device).describe() if r["kind"] == "merge")
+    assert row["layers"] == ["avg", "act"] and row["fused"] == [activation]
+
+
+@pytest.mark.parametrize("codename", malinn.load_library().codenames("matmul"))
+def test_merges_on_buffers_of_every_matmul_layout(device, codename, rng):
+    """Copies and Concatenate buffers take the layout their readers want (Morton blocks too), padded
+    to whole chunks of it: merges give numpy's answer whichever matmul kernel writes their inputs."""
+    malinn.ops.use("matmul", codename, device)
+    x, y = Input((3, 5), name="x"), Input((1, 5), name="y")
+    dense, proj = Dense(5, name="d"), Dense(4, name="proj")
+    d = dense(x)
+    s = Activation("relu")(Add()([d, y]))               # d is an output too: the sum works on a copy
+    c = Concatenate(axis=1)([s, x])
+    model = Functional([x, y], [d, s, Concatenate()([proj(c), c])])
+    xs = [rng.standard_normal((7,) + shape).astype(np.float32) for shape in ((3, 5), (1, 5))]
+    got = model.predict(xs)
+    dv = dense_np(dense, xs[0])
+    sv = np.maximum(dv + xs[1], 0)
+    cv = np.concatenate([sv, xs[0]], axis=1)
+    for g, w in zip(got, [dv, sv, np.concatenate([dense_np(proj, cv), cv], axis=-1)]):
+        assert_close(g, w)

@@ -5,7 +5,7 @@ data races, uses of uninitialised values and API misuse on stderr. The cases (od
 every matmul kernel and each of its tuned configurations; each matmul's fused epilogue: bias, a
 four-parameter activation and the affine step; the fused softmax in every configuration of a
 kernel that has one; bias, scale-and-shift, every activation, softmax and re-layout on odd shapes
-in several layouts; whole models) run in a few
+in several layouts; whole models; a Functional graph with every merge kernel) run in a few
 ``oclgrind --check-api --data-races --uninitialized python3 tests/oclgrind_driver.py`` processes
 (in parallel, one per core, at most two by default); each case is then asserted to have left
 nothing on stderr and to match numpy.
@@ -238,8 +238,15 @@ def model_cases() -> list[dict]:
     return cases
 
 
+def graph_cases() -> list[dict]:
+    """A Functional graph with every merge kernel (broadcasting, a fused activation, Concatenate on
+    two axes, a normalised Dot), beside matmuls that write R, C and Morton layouts."""
+    return [{"op": "graph", "codename": codename, "batch": 7, "kernels": ["merge", "concat", "dot", codename],
+             "cost": 50000} for codename in ("blocked_rmrm", "morton_4_2")]
+
+
 def all_cases() -> list[dict]:
-    return matmul_cases() + elementwise_cases() + model_cases()
+    return matmul_cases() + elementwise_cases() + model_cases() + graph_cases()
 
 
 # --------------------------------------------------------------------------------- running
