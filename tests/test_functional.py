@@ -305,3 +305,43 @@ def test_merges_on_buffers_of_every_matmul_layout(device, codename, rng):
     cv = np.concatenate([sv, xs[0]], axis=1)
     for g, w in zip(got, [dv, sv, np.concatenate([dense_np(proj, cv), cv], axis=-1)]):
         assert_close(g, w)
+
+
+def test_a_graph_too_large_for_one_allocation_runs_in_passes(device, monkeypatch, rng):
+    """max_batch reads the graph's plan: passes of a few samples give what one pass gives."""
+    model = residual()
+    x = rng.uniform(-1, 1, (50, 8)).astype(np.float32)
+    whole = model.predict(x)
+    monkeypatch.setattr(device, "max_allocation", model.activation_bytes(6, device)[0])
+    assert model.max_batch(device) < 50
+    before = device.counters["downloads"]
+    split = model.predict(x)
+    assert device.counters["downloads"] - before > 1
+    assert_close(split, whole)
+
+
+def test_four_threads_predict_a_graph_like_one(device, rng):
+    import threading
+
+    x, t = Input((6,), name="x"), Input((3,), name="t")
+    model = Functional([x, t], [Dense(4)(Concatenate()([Dense(5, activation="relu")(x), t])), Add()([x, x])])
+    xs = [rng.uniform(-1, 1, (20, 6)).astype(np.float32), rng.uniform(-1, 1, (20, 3)).astype(np.float32)]
+    want = model.predict(xs)
+    results, errors = [None] * 4, []
+
+    def work(i):
+        try:
+            results[i] = [model.predict(xs) for _ in range(5)]
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    for runs in results:
+        for got in runs:
+            for g, w in zip(got, want):
+                np.testing.assert_array_equal(g, w)
