@@ -33,7 +33,7 @@ DOTS = [("dot_r2", (6,), (6,), 1, False), ("dot_r2_norm", (6,), (6,), 1, True),
         ("dot_r3_12", (3, 6), (5, 3), (1, 2), False), ("dot_r3_norm", (3, 6), (4, 6), (2, 2), True),
         ("dot_r3_r2", (3, 6), (6,), (2, 1), False), ("dot_neg", (3, 6), (4, 6), -1, False)]
 #: graphs malinn must refuse, each with the layers its one ConversionError must name
-ERROR_MODELS = {"unsupported_graph": ["LSTM 'lstm'", "Dot 'dot4'"]}
+ERROR_MODELS = {"unsupported_graph": ["LSTM 'lstm'", "Dot 'dot4'", "Attention 'att'"]}
 BATCH_SIZES = [1, 7, 100]
 RANGES = {"unit": 1.0, "large": 1000.0}
 
@@ -129,7 +129,8 @@ def build(K, key):
     if key == "unsupported_graph":
         x, y = K.Input((3, 4), name="x"), K.Input((2, 3, 4), name="y")
         d = L.Dot(axes=3, name="dot4")([y, y])
-        return K.Model([x, y], [L.LSTM(2, name="lstm")(x), L.Flatten(name="flat")(d)], name=key)
+        att = L.Attention(name="att")([x, x])              # a layer of several inputs malinn lacks
+        return K.Model([x, y], [L.LSTM(2, name="lstm")(x), L.Flatten(name="flat")(d), att], name=key)
     raise KeyError(key)
 
 
