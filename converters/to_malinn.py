@@ -208,7 +208,8 @@ def _to_functional(km: KerasModel):
             try:
                 out = layer(given if call.listed else given[0])
             except ValueError as exc:   # a supported class on shapes malinn does not run (a Dot of rank 4)
-                unsupported.append(f"{kl.class_name} {kl.name!r} ({exc})")
+                why = str(exc).removeprefix(f"{kl.class_name} {kl.name!r}: ")
+                unsupported.append(f"{kl.class_name} {kl.name!r} ({why})")
                 continue
             tensors[call.output], ranks[call.output] = out, len(out.shape)
             if kl.weights and len(made_calls.setdefault(kl.name, [])) == 0:   # once, after the first call built it
