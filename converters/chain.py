@@ -54,6 +54,7 @@ class ModelNode:
     inputs: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
     calls: dict = field(default_factory=dict)
+    output_names: list | None = None
 
 
 Member = Union[ModelNode, LayerEntry]
@@ -243,6 +244,9 @@ def _parse_functional(class_name, name, cfg, layers, source) -> ModelNode:
         if not (isinstance(first, LayerEntry) and first.class_name == INPUT_LAYER):
             raise _fail(source, f"{label}: its input {ref[0]!r} is not an InputLayer")
     node.inputs, node.outputs = [r[0] for r in inputs], [tuple(r) for r in outputs]
+    named = cfg.get("output_layers")
+    if isinstance(named, dict) and len(named) == len(outputs):   # Keras 3: outputs given as a dict
+        node.output_names = [str(k) for k in named]
     for member in node.members:
         if isinstance(member, LayerEntry) and member.class_name == INPUT_LAYER:
             if member.name not in node.inputs:
@@ -363,7 +367,7 @@ def expand_graph(root: ModelNode, source: str):
         by_name = {m.name: m for m in root.members}
         inputs = [(f"{name}#0", name, input_layer_shape(by_name[name].config)) for name in root.inputs]
     outputs = expand(root, [t for t, _, _ in inputs])
-    return KerasGraph(inputs=inputs, calls=calls, outputs=outputs)
+    return KerasGraph(inputs=inputs, calls=calls, outputs=outputs, output_names=root.output_names)
 
 
 def _node_offsets(model: ModelNode, by_name: dict) -> dict:

@@ -166,6 +166,9 @@ def _collect_weights(root: ModelNode, weights_group, layer_names, source, budget
     for member in root.members:
         if isinstance(member, LayerEntry) and member.class_name == INPUT_LAYER:
             continue
+        if member.name not in listed and _is_operation(member):
+            out[member.name] = ([], [])   # Keras 3 saves the layers' weights only; an operation has none
+            continue
         if member.name not in listed:
             raise _fail(
                 source,
@@ -196,6 +199,18 @@ def _collect_weights(root: ModelNode, weights_group, layer_names, source, budget
                     "does not have: the weights do not match the config",
                 )
     return out
+
+
+def _is_operation(member) -> bool:
+    """A Keras 3 operation on tensors in a Functional graph (``x + y`` is ``keras.src.ops.numpy.Add``):
+    not a layer, so the file lists no weights for it. Its config holds its name alone (a layer's
+    has ``trainable`` and its dtype policy too), and a ``.keras`` config its module."""
+    if not isinstance(member, LayerEntry):
+        return False
+    module = member.entry.get("module")
+    if isinstance(module, str):
+        return module.startswith("keras.src.ops.")
+    return set(member.config) <= {"name"}
 
 
 def _split_nested(model: ModelNode, leaves: dict, datasets: list, source: str) -> dict:

@@ -59,11 +59,13 @@ class KerasCall:
 @dataclass
 class KerasGraph:
     """A Functional model with nested models expanded: ``inputs`` as ``(tensor, name, sample
-    shape)``, the ``calls`` in an order where each comes after the calls it reads, ``outputs``."""
+    shape)``, the ``calls`` in an order where each comes after the calls it reads, ``outputs`` (and
+    their names where the model's outputs are a dict)."""
 
     inputs: list[tuple]
     calls: list[KerasCall]
     outputs: list[str]
+    output_names: list[str] | None = None   # Keras 3 models whose outputs are a dict
 
     def is_chain(self) -> bool:
         """One input, one output, and each call reads the one before it (a Sequential would do)."""

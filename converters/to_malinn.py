@@ -230,8 +230,11 @@ def _to_functional(km: KerasModel):
         raise ConversionError(f"{km.source}: an output of the model is one of its inputs; malinn runs models whose "
                               "outputs a layer computes")
     try:
+        if graph.output_names:
+            outputs = dict(zip(graph.output_names, outputs))
         model = functional(inputs if len(inputs) > 1 else inputs[0],
-                                              outputs if len(outputs) > 1 else outputs[0], name=km.name or "functional")
+                           outputs if isinstance(outputs, dict) or len(outputs) > 1 else outputs[0],
+                           name=km.name or "functional")
     except ValueError as exc:
         raise ConversionError(f"{km.source}: {exc}") from None
     model.source = {"file": str(km.source), "format": km.format, "keras_version": km.keras_version}

@@ -8,7 +8,8 @@ this script does the Keras work. For Keras 3 and tf_keras (Keras 2) it builds ev
 :data:`MODELS`, saves it as ``<generation>/<key>.keras`` and ``.h5``, and writes
 ``<generation>/<key>.npz`` with, for each input range ``r`` (``unit``: uniform in [-1, 1];
 ``large``: uniform in [-1000, 1000]), the inputs ``r:x<i>`` (100 samples each) and Keras's outputs
-``r:y<j>``. ``manifest.json`` lists what was built (a model a generation cannot express is left
+``r:y<j>`` (in the order of the output dict's keys where Keras returns one, named in the manifest).
+``manifest.json`` lists what was built (a model a generation cannot express is left
 out, with the reason). The module level is plain data so tests can import it to parametrize.
 """
 
@@ -32,6 +33,8 @@ DOTS = [("dot_r2", (6,), (6,), 1, False), ("dot_r2_norm", (6,), (6,), 1, True),
         ("dot_r3_22", (3, 6), (4, 6), (2, 2), False), ("dot_r3_11", (3, 6), (3, 5), (1, 1), False),
         ("dot_r3_12", (3, 6), (5, 3), (1, 2), False), ("dot_r3_norm", (3, 6), (4, 6), (2, 2), True),
         ("dot_r3_r2", (3, 6), (6,), (2, 1), False), ("dot_neg", (3, 6), (4, 6), -1, False)]
+#: models only Keras 3 builds (inputs and outputs given as dicts, an operator on tensors)
+KERAS3_ONLY = {"dict_io"}
 #: graphs malinn must refuse, each with the layers its one ConversionError must name
 ERROR_MODELS = {"unsupported_graph": ["LSTM 'lstm'", "Dot 'dot4'", "Attention 'att'"]}
 BATCH_SIZES = [1, 7, 100]
@@ -45,7 +48,7 @@ def model_keys() -> list:
     keys += [f"concat_r{rank}_axis{axis}" for rank, axes in CONCAT_AXES.items() for axis in axes]
     keys += ["concat_three_mixed"]
     keys += [key for key, *_ in DOTS]
-    keys += ["residual", "shared_two_outputs", "nested_shared", "nested_functional", "diamond"]
+    keys += ["residual", "shared_two_outputs", "nested_shared", "nested_functional", "diamond", "dict_io"]
     return keys + list(ERROR_MODELS)
 
 
@@ -126,6 +129,12 @@ def build(K, key):
         m = L.Multiply(name="mul")([a, b])
         s = L.Average(name="avg")([m, x, a])
         return K.Model(x, L.Flatten(name="flat")(L.Concatenate(axis=1, name="cat")([s, b])), name=key)
+    if key == "dict_io":
+        if not K.__name__.startswith("keras"):
+            raise ValueError("tf_keras keeps no names of a dict of outputs")
+        a, b = K.Input((4,), name="a"), K.Input((4,), name="b")
+        h = L.Dense(4, name="d")(a)
+        return K.Model({"a": a, "b": b}, {"sum": h + b, "prod": L.Multiply(name="mul")([h, b])}, name=key)
     if key == "unsupported_graph":
         x, y = K.Input((3, 4), name="x"), K.Input((2, 3, 4), name="y")
         d = L.Dot(axes=3, name="dot4")([y, y])
@@ -153,6 +162,8 @@ def main(argv):
         manifest["formats"] += [fmt for fmt, (g, _) in FORMATS.items() if g == generation]
         os.makedirs(os.path.join(out, generation), exist_ok=True)
         for i, key in enumerate(model_keys()):
+            if key in KERAS3_ONLY and generation != "keras3":
+                continue
             try:
                 model = build(K, key)
             except Exception as exc:  # a graph this generation cannot express
@@ -170,13 +181,17 @@ def main(argv):
             data = {}
             for label, scale in RANGES.items():
                 xs = [rng.uniform(-scale, scale, (100,) + tuple(t.shape[1:])).astype(np.float32) for t in model.inputs]
-                ys = model(xs if len(xs) > 1 else xs[0], training=False)
-                ys = ys if isinstance(ys, (list, tuple)) else [ys]
+                names = [t.name.split(":")[0] for t in model.inputs]
+                given = dict(zip(names, xs)) if key == "dict_io" else (xs if len(xs) > 1 else xs[0])
+                ys = model(given, training=False)
+                output_names = list(ys) if isinstance(ys, dict) else None
+                ys = list(ys.values()) if isinstance(ys, dict) else ys if isinstance(ys, (list, tuple)) else [ys]
                 data.update({f"{label}:x{j}": x for j, x in enumerate(xs)})
                 data.update({f"{label}:y{j}": np.asarray(y, np.float32) for j, y in enumerate(ys)})
             np.savez(base + ".npz", **data)
             manifest["models"][f"{generation}/{key}"] = {
-                "inputs": [t.name.split(":")[0] for t in model.inputs], "outputs": len(model.outputs)}
+                "inputs": [t.name.split(":")[0] for t in model.inputs], "outputs": len(model.outputs),
+                "output_names": output_names}
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
     return 0
