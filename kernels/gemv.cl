@@ -124,11 +124,10 @@ void gemv(MATMUL_SCALARS,
     const uint vectors = row0 < m ? min((uint)WPT, (m - row0 + VW - 1) / VW) : 0;
     for (uint k = vectors ? FIRST_K : l; k < l; k += KSPLIT) {
         const __global float *ak = a + (size_t)k * H + row0;
-        const __global float *bk = b + (size_t)k * w + col0;
         float bv[NB];
         #pragma unroll
         for (uint j = 0; j < NB; ++j)
-            bv[j] = bk[j];
+            bv[j] = B_AT(k, col0 + j);
         #pragma unroll
         for (uint p = 0; p < WPT; ++p) {
             const floatv av = p < vectors ? VLOAD(p, ak) : (floatv)(0.0f);
@@ -167,7 +166,7 @@ void gemv(MATMUL_SCALARS,
 #endif
         part[e] = s;                            /* only this item reads or writes part[e] */
 #else
-        r[(size_t)row * w + col] = EPILOGUE(s, row, col);
+        R_AT(row, col) = EPILOGUE(s, row, col);
 #endif
     }
 #else
@@ -179,7 +178,7 @@ void gemv(MATMUL_SCALARS,
             VSTORE(acc[p][j], 0, t);
             for (uint i = 0; i < VW; ++i) {
                 const uint row = row0 + p * VW + i;
-                r[(size_t)row * w + col0 + j] = EPILOGUE(t[i], row, col0 + j);
+                R_AT(row, col0 + j) = EPILOGUE(t[i], row, col0 + j);
             }
         }
 #endif
@@ -223,7 +222,7 @@ void gemv(MATMUL_SCALARS,
             v = v * scale[row] + shift[row];
 #endif
         }
-        r[(size_t)row * w + col] = v;
+        R_AT(row, col) = v;
     }
 #endif
 }

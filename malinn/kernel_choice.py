@@ -77,8 +77,10 @@ def choose(op: str, device: Device | None = None, shape: tuple | None = None,
            activation: str | None = None) -> KernelSpec:
     """The kernel ``op`` uses on ``device`` (for a matmul, for the product ``shape = (m, k, n)``).
 
-    A matmul whose choice's preconditions do not hold for ``shape`` takes the first of the
-    library's ``matmul_fallback`` kernels for the device's kind whose preconditions hold (the last
+    Without an explicit or tuned choice, a matmul takes the first of the library's defaults for the
+    device's kind whose preconditions hold for ``shape`` (a list there orders variants for skinny
+    and small products before the general one). A matmul whose choice's preconditions do not hold
+    for ``shape`` takes the first of the library's ``matmul_fallback`` kernels for the device's kind whose preconditions hold (the last
     one listed, if none). A matmul followed by ``activation="softmax"`` that the choice cannot fuse,
     unless :func:`use` set the choice, takes the library's ``matmul_softmax`` kernel where it reads
     and writes the same layouts and holds the shape's columns (see :func:`holding_columns`).
@@ -92,7 +94,12 @@ def choose(op: str, device: Device | None = None, shape: tuple | None = None,
     explicit = chosen is not None
     if chosen is None and op == "matmul":
         chosen = tuned_choice(device, shape)
-    spec = library[chosen[0]].configure(chosen[1]) if chosen else library.default_spec(op, device.kind)
+    if chosen:
+        spec = library[chosen[0]].configure(chosen[1])
+    else:   # the first of the defaults whose preconditions the product meets (the first, for no product)
+        defaults = library.default_specs(op, device.kind)
+        spec = next((d for d in defaults if shape is None or op != "matmul" or d.accepts(*shape, device=device)),
+                    defaults[0])
     if shape is not None and op == "matmul" and not spec.accepts(*shape, device=device):
         fallbacks = library.default_specs("matmul_fallback", device.kind)
         spec = next((f for f in fallbacks if f.accepts(*shape, device=device)), fallbacks[-1])

@@ -380,7 +380,7 @@ def _load(path: Path) -> KernelLibrary:
         raise LibraryError(f"{path}: expected an object with a 'kernels' object")
     kernels = {}
     for codename, entry in data["kernels"].items():
-        kernels[codename] = _validate(path, codename, entry)
+        kernels[codename] = _validate(path, codename, _with_base(path, codename, entry, data["kernels"], (codename,)))
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
         raise LibraryError(f"{path}: field 'defaults': expected an object")
@@ -401,6 +401,34 @@ def _load(path: Path) -> KernelLibrary:
                     except LibraryError as exc:
                         raise LibraryError(f"{path}: field 'defaults.{name}.{kind}.defines': {exc}") from None
     return KernelLibrary(kernels, defaults, path)
+
+
+def _with_base(path: Path, codename: str, entry, entries: dict, seen: tuple = ()):
+    """``entry`` with the fields of the entry it is a ``variant_of`` under its own, as a JSON Merge
+    Patch (RFC 7386) would: objects (``defines``, ``restrictions``, each matrix's restriction,
+    ``preconditions``) merged key by key, a null removing the base's field, anything else replaced.
+    The base may itself be a variant (resolved first).
+    A variant changes a define, a layout or a precondition of a kernel without repeating the rest."""
+    if not isinstance(entry, dict) or "variant_of" not in entry:
+        return entry
+    base = entries.get(entry["variant_of"])
+    if not isinstance(base, dict) or len(seen) > len(entries) or entry["variant_of"] in seen:
+        raise LibraryError(f"{path}: kernel {codename!r}, field 'variant_of': {entry['variant_of']!r} is not "
+                           f"an entry of the library (or its variants lead back to {codename!r})")
+    base = _with_base(path, codename, base, entries, seen + (entry["variant_of"],))
+
+    def merge(under, over):
+        if not (isinstance(under, dict) and isinstance(over, dict)):
+            return over
+        merged = dict(under)
+        for key, value in over.items():
+            if value is None:
+                merged.pop(key, None)
+            else:
+                merged[key] = merge(under.get(key), value)
+        return merged
+
+    return {key: value for key, value in merge(base, entry).items() if key != "variant_of"}
 
 
 def _validate(path: Path, codename: str, entry) -> KernelSpec:

@@ -35,7 +35,7 @@ from .ops import elementwise_kernel, with_epilogue
 from .kernel_library import KernelSpec, load_library
 from .layout import Layout, parse_layout
 from .matrix import DeviceMatrix
-from .tensor import format_shape, keras_order, matrix_view
+from .tensor import format_shape, keras_order, matrix_view, transfer_pitch
 
 __all__ = ["Weight", "Vector", "Value", "PlanBuilder", "Plan"]
 
@@ -115,8 +115,8 @@ class Vector:
 class _Storage:
     """One buffer's worth of a tensor: its layout and padding once decided (in-place steps share it)."""
 
-    def __init__(self, rows: int, cols: int, layout: Layout | None = None, exact_rows: bool = False):
-        self.rows, self.cols, self.layout, self.exact_rows = rows, cols, layout, exact_rows
+    def __init__(self, rows: int, cols: int, layout: Layout | None = None):
+        self.rows, self.cols, self.layout = rows, cols, layout
         self.row_mult = self.col_mult = 1
         self.padded = None
         self.group = self          # union-find: storages whose column padding must be equal
@@ -201,10 +201,11 @@ class PlanBuilder:
 
     # ---------------------------------------------------------------- recording
     def input(self, sample_shape, name: str = "input") -> Value:
-        """The model input: ``batch`` samples of ``sample_shape``, uploaded in Keras's own order."""
+        """The model input: ``batch`` samples of ``sample_shape``, uploaded in Keras's own order
+        (column-major: each sample's values contiguous, the samples as far apart as the readers pad)."""
         shape = (self.batch,) + tuple(sample_shape)
         rows, cols = matrix_view(shape)
-        value = Value(shape, _Storage(rows, cols, C, exact_rows=True), name=name)
+        value = Value(shape, _Storage(rows, cols, C), name=name)
         self.inputs.append(value)
         return value
 
@@ -397,8 +398,6 @@ class PlanBuilder:
                 storage = x.storage
                 alias = layout is not None and storage.layout != layout and _may_alias(storage, layout, x, col_mult)
                 ok = layout is None or storage.layout == layout or alias
-                if ok and storage.exact_rows and storage.rows % row_mult:
-                    ok = False
                 if not ok:
                     key = (id(x), str(layout), row_mult)
                     if key not in relaid:
@@ -472,8 +471,7 @@ class PlanBuilder:
             groups[id(root)] = (math.lcm(col_mult, storage.col_mult), max(cols, storage.cols))
         for storage in storages:
             col_mult, cols = groups[id(storage.root())]
-            rows = storage.rows if storage.exact_rows else _round_up(storage.rows, storage.row_mult)
-            storage.padded = (rows, _round_up(storage.cols, col_mult))
+            storage.padded = (_round_up(storage.rows, storage.row_mult), _round_up(storage.cols, col_mult))
 
     def _storages(self) -> list:
         return _storages_of(self.inputs, self.steps)
@@ -641,10 +639,14 @@ class Plan:
                 self.launches.append(launch)
         # an input of fewer samples than the plan's batch goes through a zero-padded staging array,
         # so the buffer is written whole (its padded samples are zeros, not an earlier call's data)
-        self._io = [(v.storage.buffer, np.zeros((v.shape[0], math.prod(v.shape[1:])), np.float32))
+        self._io = [(v.storage.buffer, np.zeros((v.shape[0], math.prod(v.shape[1:])), np.float32), self._pitch(v))
                     for v in self.inputs], [
-            (v.storage.buffer, v.shape) for v in self.outputs]
+            (v.storage.buffer, v.shape, self._pitch(v)) for v in self.outputs]
         return self
+
+    @staticmethod
+    def _pitch(value: Value) -> int | None:
+        return transfer_pitch(value.rows, value.cols, value.storage.padded)
 
     def _matrix(self, value: Value, rows: int | None = None) -> DeviceMatrix:
         s = value.storage
@@ -716,16 +718,16 @@ class Plan:
         n = arrays[0].shape[0]
         device = self.device
         (ins, outs) = self._io
-        results = [np.empty((n,) + shape[1:], np.float32) for _, shape in outs]
+        results = [np.empty((n,) + shape[1:], np.float32) for _, shape, _ in outs]
         with device.lock:
-            for (buffer, staging), array in zip(ins, arrays):
+            for (buffer, staging, pitch), array in zip(ins, arrays):
                 if n < self.batch:
                     staging[:n] = array.reshape(n, -1)
                     array = staging
-                device.upload(buffer, array, blocking=False, what="the input", mapped=False)
+                device.upload(buffer, array, blocking=False, what="the input", mapped=False, pitch=pitch)
             device.launch_all(self.launches)
-            for (buffer, _), result in zip(outs, results):
-                device.download(buffer, result, blocking=True, what="the output", mapped=False)
+            for (buffer, _, pitch), result in zip(outs, results):
+                device.download(buffer, result, blocking=True, what="the output", mapped=False, pitch=pitch)
         return results
 
     # ---------------------------------------------------------------- reports

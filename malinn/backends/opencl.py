@@ -87,20 +87,31 @@ class OpenCLDevice(Device):
             raise DeviceError(f"{what}: allocating {nbytes / 2**20:.1f} MiB on {self.name} failed "
                               f"({status_name(exc)})") from exc
 
-    def upload(self, buffer, array, blocking: bool = True, what: str = "data", mapped: bool | None = None) -> None:
-        self._transfer(buffer, array, True, blocking, mapped, f"uploading {what} ({array.nbytes} bytes) to")
+    def upload(self, buffer, array, blocking: bool = True, what: str = "data", mapped: bool | None = None,
+               pitch: tuple | None = None) -> None:
+        self._transfer(buffer, array, True, blocking, mapped, f"uploading {what} ({array.nbytes} bytes) to", pitch)
         self.counters["uploads"] += 1
 
-    def download(self, buffer, out, blocking: bool = True, what: str = "data", mapped: bool | None = None) -> None:
-        self._transfer(buffer, out, False, blocking, mapped, f"downloading {what} ({out.nbytes} bytes) from")
+    def download(self, buffer, out, blocking: bool = True, what: str = "data", mapped: bool | None = None,
+                 pitch: tuple | None = None) -> None:
+        self._transfer(buffer, out, False, blocking, mapped, f"downloading {what} ({out.nbytes} bytes) from", pitch)
         self.counters["downloads"] += 1
 
-    def _transfer(self, buffer, host, to_device: bool, blocking: bool, mapped, what: str) -> None:
+    def _transfer(self, buffer, host, to_device: bool, blocking: bool, mapped, what: str, pitch=None) -> None:
         """One copy between ``buffer`` and ``host``: through a mapping on host-unified devices when
-        blocking (unless ``mapped`` says otherwise), else a plain copy."""
+        blocking (unless ``mapped`` says otherwise), else a plain copy; a rectangular one where the
+        buffer holds runs of ``pitch[0]`` floats ``pitch[1]`` floats apart."""
         cl = _cl()
         try:
-            if blocking and (zero_copy_enabled(self) if mapped is None else mapped):
+            if pitch is not None:
+                run, stride = pitch
+                rect = {"buffer_origin": (0, 0), "host_origin": (0, 0), "region": (4 * run, host.size // run),
+                        "buffer_pitches": (4 * stride,), "host_pitches": (4 * run,), "is_blocking": blocking}
+                if to_device:
+                    cl.enqueue_copy(self.queue, buffer, host, **rect)
+                else:
+                    cl.enqueue_copy(self.queue, host, buffer, **rect)
+            elif blocking and (zero_copy_enabled(self) if mapped is None else mapped):
                 flags = cl.map_flags.WRITE_INVALIDATE_REGION if to_device else cl.map_flags.READ
                 view, _ = cl.enqueue_map_buffer(self.queue, buffer, flags, 0, (host.size,), host.dtype,
                                                 is_blocking=True)
