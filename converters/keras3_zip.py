@@ -231,7 +231,7 @@ def _check_unclaimed(h5, model: ModelNode, prefix: str, claimed: set, source: st
             raise _fail(
                 source,
                 f"{member}: {path} holds weights{what}, which {config} does not have (its layers "
-                f"are saved as {', '.join(known) or 'nothing'}): the weights do not match {config}",
+                f"are saved as {', '.join(known) or 'nothing'}): the weights do not match",
             )
 
 
@@ -269,8 +269,7 @@ def _find_vars(h5: h5py.File, trail: tuple, layer_name: str, source: str, member
         raise _fail(
             source,
             f"{member}: {path} holds the weights of layer {written!r}, not of {layer_name!r} of "
-            f"{config}, and no weights are labelled with that name: the weights do not match "
-            f"{config}",
+            f"{config}, and no weights are labelled with that name: the weights do not match",
         )
     return path, None
 

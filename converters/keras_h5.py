@@ -38,7 +38,7 @@ def _fail(source: str, message: str) -> ConversionError:
     return ConversionError(f"{source}: {message}")
 
 
-def _looks_keras3(config: dict) -> bool:
+def looks_keras3(config: dict) -> bool:
     """Guess the generation of a file without keras_version from its config schema."""
     text = json.dumps(config)
     return '"batch_shape"' in text or '"DTypePolicy"' in text or '"__keras_tensor__"' in text
@@ -103,7 +103,7 @@ def _read_open_file(f: h5py.File, source: str) -> KerasModel:
             "with Keras 2 or 3)",
         )
     if major is None:
-        fmt = "keras3-h5" if _looks_keras3(config) else "keras2-h5"
+        fmt = "keras3-h5" if looks_keras3(config) else "keras2-h5"
     else:
         fmt = "keras3-h5" if major >= 3 else "keras2-h5"
 
@@ -192,7 +192,7 @@ def _collect_weights(root: ModelNode, weights_group, layer_names, source, budget
             raise _fail(
                 source,
                 f"{where} has no entry for layer {member.name!r} ({member.class_name}) of "
-                f"{config}: the weights do not match {config}",
+                f"{config}: the weights do not match",
             )
         group = weights_group.get(member.name)
         if not isinstance(group, h5py.Group):
@@ -215,7 +215,7 @@ def _collect_weights(root: ModelNode, weights_group, layer_names, source, budget
                 raise _fail(
                     source,
                     f"{where} holds weights for layer {name!r}, which {config} does not have: "
-                    f"the weights do not match {config}",
+                    "the weights do not match",
                 )
     return out
 
