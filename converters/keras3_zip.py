@@ -170,12 +170,20 @@ def read_weight_tree(h5: h5py.File, root: ModelNode, source: str, budget, member
 
     Raises:
         ConversionError: variables not numbered 0, 1, ...; a ``vars`` group labelled with another
-            layer's name; weights in the file for a layer ``config`` does not have.
+            layer's name; no group for a layer of ``config`` (Keras writes one for every layer,
+            an empty ``vars`` for one without weights), or weights for a layer it does not have.
     """
     layers, claimed = [], set()
     for leaf, trail in iter_chain(root):
         group_path, group = _find_vars(h5, trail, leaf.name, source, member, config)
         names, arrays = [], []
+        layer_path = group_path.rsplit("/", 1)[0]
+        if group is None and h5.get(layer_path) is None:
+            raise _fail(
+                source,
+                f"{member} has no weights for layer {leaf.name!r} ({leaf.class_name}) of {config} "
+                f"(Keras would keep them in {layer_path}): the weights do not match",
+            )
         if group is not None:
             claimed.add(group_path.rsplit("/", 1)[0])
             keys = list(group.keys())

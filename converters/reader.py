@@ -6,6 +6,7 @@ import os
 
 from malinn.errors import ConversionError
 
+from .chain import parse_model
 from .dense_variants import resolve_dense_variants
 from .hdf5_util import is_hdf5_signature
 from .keras3_zip import read_keras3_dir, read_keras3_zip
@@ -70,7 +71,8 @@ def _read(source: str) -> KerasModel:
     if is_hdf5_signature(head) or _is_hdf5(source):
         return read_keras_h5(source)
     if _is_json(head):
-        read_architecture(source)   # a clear message when it is not a Keras architecture
+        # a clear message when it is not a Keras architecture, else: the weights are missing
+        parse_model(read_architecture(source), source, where="the architecture JSON")
         raise ConversionError(
             f"{source}: is a model architecture (JSON) without weights; give the weights file "
             "(model.save_weights) with it: malinn convert MODEL.json --weights WEIGHTS.h5, or "

@@ -186,8 +186,6 @@ def load_model(path, weights=None):
             does not match; the message names the file(s) and the cause.
     """
     path = Path(path)
-    if not path.exists() and weights is None:
-        raise ConversionError(f"{path}: no such file")
     if path.is_file() and is_malinn_file(path):
         if weights is not None:
             raise ConversionError(f"{path}: is a malinn model file, which holds its weights; "
