@@ -320,3 +320,62 @@ def test_savedmodel_graph_file_and_checkpoint_parts(keras_zoo):
     index = checkpoint.with_name(checkpoint.name + ".index")
     assert index.is_file()
     assert_mentions(conversion_error(index), "TensorFlow checkpoint", "model.save('model.keras')")
+
+
+# ---------------------------------------------------------------------------------------------
+# the command line: convert, predict and verify take --weights
+
+
+def cli(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "malinn.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("fmt", SPLIT_PARAMS)
+def test_cli_convert_and_predict_with_weights(keras_zoo, tmp_path, fmt):
+    architecture, weights = keras_zoo.split_paths(fmt, "relus")
+    data = keras_zoo.split_data(fmt, "relus")
+    np.save(tmp_path / "x.npy", data["x"])
+    out = cli("convert", architecture, "--weights", weights, "-o", tmp_path / "m.malinn", "--target", "cpu")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"{architecture} + {weights} -> {tmp_path / 'm.malinn'}: ")
+    for model, extra in [(tmp_path / "m.malinn", []), (architecture, ["--weights", weights])]:
+        out = cli("predict", model, tmp_path / "x.npy", "-o", tmp_path / "y.npy", *extra)
+        assert out.returncode == 0, out.stderr
+        assert_keras_close(np.load(tmp_path / "y.npy"), data["y"], f"malinn predict {model.name} {extra}")
+
+
+@pytest.mark.parametrize("fmt", SPLIT_PARAMS)
+def test_cli_verify_with_weights(keras_zoo, fmt):
+    architecture, weights = keras_zoo.split_paths(fmt, "batchnorm")
+    out = cli("verify", architecture, "--weights", weights)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith(f"verify {architecture} + {weights} on ")
+    assert any(line.startswith("(model output) ") for line in lines) and lines[-1].startswith("OK: worst rel error")
+
+
+def test_cli_errors_name_what_is_missing(keras_zoo, tmp_path):
+    architecture, weights = keras_zoo.split_paths("keras3-split", "tiny")
+    for args, fragments in [
+        (("convert", architecture, "-o", tmp_path / "m.malinn"), ["without weights", "--weights"]),
+        (("convert", weights, "-o", tmp_path / "m.malinn"), ["weights only", "--weights"]),
+        (("predict", architecture, tmp_path / "x.npy"), ["without weights", "--weights"]),
+        (("convert", architecture, "--weights", weights, "-o", weights), ["is the source file"]),
+    ]:
+        out = cli(*args)
+        assert out.returncode == 1 and out.stderr.startswith("malinn: error: "), out.stderr
+        assert len(out.stderr.splitlines()) == 1 and "Traceback" not in out.stderr
+        assert_mentions(out.stderr, *fragments)
+    assert not (tmp_path / "m.malinn").exists()
+    with h5py.File(weights, "r") as f:
+        assert "layers" in f   # the weights file is untouched
+
+
+@pytest.mark.parametrize("command", ["convert", "predict", "verify"])
+def test_cli_help_lists_weights(command):
+    out = cli(command, "--help")
+    assert out.returncode == 0 and "--weights" in out.stdout and "save_weights" in out.stdout
