@@ -1,8 +1,11 @@
-"""``read_keras(path)``: open any Keras model file and return a :class:`KerasModel`."""
+"""``read_keras(path, weights=None)``: open any Keras model file (or an architecture JSON and its
+weights file) and return a :class:`KerasModel`; refuse TensorFlow's own formats with advice."""
 
 from __future__ import annotations
 
+import glob
 import os
+import re
 
 from malinn.errors import ConversionError
 
@@ -119,7 +122,8 @@ def _head(source: str) -> bytes:
     if name == "saved_model.pb":
         raise ConversionError(f"{source}: is the graph of a TensorFlow SavedModel, which malinn "
                               f"does not read; {_RESAVE}")
-    if name.endswith(".index") or ".data-0" in name:
+    if re.fullmatch(r".+\.data-\d+-of-\d+", name) or (
+            name.endswith(".index") and glob.glob(glob.escape(source[:-len(".index")]) + ".data-*")):
         raise ConversionError(f"{source}: is part of a TensorFlow checkpoint, which malinn does "
                               f"not read; {_RESAVE}")
     try:

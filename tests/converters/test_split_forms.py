@@ -313,13 +313,18 @@ def test_tensorflow_formats_are_refused_with_advice_anywhere(keras_zoo, kind, fr
         assert_mentions(text, path, fragment, "model.save('model.keras')")
 
 
-def test_savedmodel_graph_file_and_checkpoint_parts(keras_zoo):
+def test_savedmodel_graph_file_and_checkpoint_parts(keras_zoo, tmp_path):
     saved = tensorflow_file(keras_zoo, "savedmodel")
     assert_mentions(conversion_error(saved / "saved_model.pb"), "SavedModel", "model.save('model.keras')")
     checkpoint = tensorflow_file(keras_zoo, "checkpoint")
     index = checkpoint.with_name(checkpoint.name + ".index")
+    data = next(checkpoint.parent.glob(checkpoint.name + ".data-*"))
     assert index.is_file()
-    assert_mentions(conversion_error(index), "TensorFlow checkpoint", "model.save('model.keras')")
+    for part in (index, data):
+        assert_mentions(conversion_error(part), part, "TensorFlow checkpoint", "model.save('model.keras')")
+    renamed = tmp_path / "tiny.index"   # a name alone proves nothing: a Keras file under it reads
+    shutil.copy(keras_zoo.path("keras3-h5", "tiny"), renamed)
+    assert [l.name for l in read_keras(renamed).layers] == ["d13", "d1"]
 
 
 # ---------------------------------------------------------------------------------------------
