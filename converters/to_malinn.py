@@ -115,7 +115,10 @@ def to_model(km: KerasModel):
         model.build((None,) + sample)
     except ValueError as exc:
         raise ConversionError(f"{km.source}: {exc}") from None
-    model.source = {"file": str(km.source), "format": km.format, "keras_version": km.keras_version}
+    model.source = {"file": str(km.files[0] if km.files else km.source), "format": km.format,
+                    "keras_version": km.keras_version}
+    if len(km.files) > 1:
+        model.source["weights"] = str(km.files[1])
     return model
 
 

@@ -102,6 +102,11 @@ def _report_stream(output):
     return sys.stderr if output is None or _is_stdout(output) else sys.stdout
 
 
+def _shown(model, weights) -> str:
+    """The model as the user named it: ``m.keras``, or ``m.json + w.h5`` for a split form."""
+    return str(model) if weights is None else f"{model} + {weights}"
+
+
 def _save_npy(y):
     return lambda f: np.save(f, y)
 
@@ -126,13 +131,13 @@ def cmd_devices(args) -> int:
 
 def cmd_convert(args) -> int:
 
-    check_destination(args.output, source=args.src, overwrite_source=args.force)
+    check_destination(args.output, source=(args.src, args.weights), overwrite_source=args.force)
     if args.device or args.target is None:
         _device(args)    # the target comes from the device; an explicit --target needs none
     spec = resolve_target(args.target)
-    model = load_model(args.src)
+    model = load_model(args.src, weights=args.weights)
     path = save_model(model, args.output, target=args.target, overwrite=args.force)
-    print(f"{args.src} -> {path}: {len(model.layers)} layers, {model.count_params()} parameters, "
+    print(f"{_shown(args.src, args.weights)} -> {path}: {len(model.layers)} layers, {model.count_params()} parameters, "
           f"input {(None,) + tuple(model.input_shape)}, weights laid out for {spec.codename}",
           file=_report_stream(args.output))
     return 0
@@ -141,12 +146,12 @@ def cmd_convert(args) -> int:
 def cmd_predict(args) -> int:
 
     if args.output is not None:
-        check_destination(args.output, source=args.model, overwrite_source=args.force)
+        check_destination(args.output, source=(args.model, args.weights), overwrite_source=args.force)
         check_destination(args.output, source=args.input, overwrite_source=args.force)
     elif sys.stdout is None:
         raise MalinnError("stdout is closed: give the output file with -o")
     device = _device(args)
-    model = load_model(args.model)
+    model = load_model(args.model, weights=args.weights)
     x = read_input_array(args.input, key=args.key, sample_shape=model.input_shape)
     y = model.predict(x, batch_size=args.batch_size)
     if args.output is not None:
@@ -162,7 +167,7 @@ def cmd_predict(args) -> int:
         sys.stdout.buffer.write(buffer.getbuffer())
         sys.stdout.buffer.flush()
         where = "stdout (.npy)"
-    print(f"{args.model} on {device.name}: {x.shape} -> {y.shape} written to {where}",
+    print(f"{_shown(args.model, args.weights)} on {device.name}: {x.shape} -> {y.shape} written to {where}",
           file=_report_stream(args.output))
     return 0
 
@@ -182,7 +187,7 @@ def cmd_verify(args) -> int:
     if args.key and not args.input:
         raise UsageError("verify: --key chooses an array of the --input file; give --input too")
     device = _device(args)
-    model = load_model(args.model)
+    model = load_model(args.model, weights=args.weights)
     if args.input:
         x = read_input_array(args.input, key=args.key, sample_shape=model.input_shape)
     else:
@@ -191,16 +196,16 @@ def cmd_verify(args) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         x_path, out_path = os.path.join(tmp, "x.npy"), os.path.join(tmp, "keras.npz")
         np.save(x_path, x)
-        run = subprocess.run(_keras_reference_command(str(args.model), x_path, out_path, names),
+        run = subprocess.run(_keras_reference_command(str(args.model), x_path, out_path, names, args.weights),
                              capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if run.returncode != 0:
             tail = run.stderr.strip().splitlines()[-1:] or ["(no output)"]
             if "No module named 'tensorflow'" in run.stderr or "No module named 'keras'" in run.stderr:
                 raise MalinnError("verify needs TensorFlow to run the Keras model: pip install tensorflow-cpu")
-            raise MalinnError(f"running {args.model} in Keras failed: {tail[0]}")
+            raise MalinnError(f"running {_shown(args.model, args.weights)} in Keras failed: {tail[0]}")
         reference = dict(np.load(out_path, allow_pickle=False))
     ours = model.predict_layers(x)
-    print(f"verify {args.model} on {device.name}, input {x.shape}; rel = max|malinn - keras| / max(1, max|keras|)")
+    print(f"verify {_shown(args.model, args.weights)} on {device.name}, input {x.shape}; rel = max|malinn - keras| / max(1, max|keras|)")
     rows = [(layer.name, _keras_label(layer.keras_names), layer.keras_names[-1] if layer.keras_names else None, out)
             for layer, out in zip(model.layers, ours)]
     rows.append(("(model output)", "output", "output", ours[-1]))
@@ -231,7 +236,7 @@ def _keras_label(keras_names) -> str:
     return " + ".join(keras_names) + (" (folded)" if len(keras_names) > 1 else "")
 
 
-def _keras_reference_command(model: str, x_path: str, out_path: str, names) -> list:
+def _keras_reference_command(model: str, x_path: str, out_path: str, names, weights=None) -> list:
     """``python -I`` running malinn.tf_reference with an explicit sys.path: nothing from the cwd.
 
     Isolated mode drops the cwd (and the script's folder, PYTHON* variables and the user's
@@ -245,7 +250,8 @@ def _keras_reference_command(model: str, x_path: str, out_path: str, names) -> l
                               if p and os.path.abspath(p) not in (cwd, package_root)]
     bootstrap = ("import sys; sys.path[:] = {!r} + [p for p in sys.path if p and p not in {!r}]; "
                  "from malinn.tf_reference import main; sys.exit(main(sys.argv[1:]))").format(paths, paths)
-    return [sys.executable, "-I", "-c", bootstrap, model, x_path, out_path, *names]
+    extra = [] if weights is None else [f"--weights={os.path.abspath(weights)}"]
+    return [sys.executable, "-I", "-c", bootstrap, *extra, model, x_path, out_path, *names]
 
 
 def cmd_tune(args) -> int:
@@ -307,9 +313,13 @@ def build_parser() -> argparse.ArgumentParser:
     device_help = "gpu, cpu, P:D or part of a device name (default: MALINN_DEVICE, else the first GPU)"
     input_help = "input samples: .npy, .npz (one array, or --key) or .csv (one sample per row)"
     key_help = "the array to use from a .npz input holding several"
+    weights_help = ("the weights file (model.save_weights: Keras 2 .h5 or Keras 3 .weights.h5) when the model is "
+                    "an architecture JSON (model.to_json())")
 
-    p = add("convert", "convert a Keras .keras/.h5 file into a malinn model file", cmd_convert)
-    p.add_argument("src", help="Keras .keras or .h5 file (Keras 2 or 3)")
+    p = add("convert", "convert a Keras .keras/.h5 file (or a .json architecture with --weights) into a malinn "
+                       "model file", cmd_convert)
+    p.add_argument("src", help="Keras .keras or .h5 file (Keras 2 or 3), or an architecture .json with --weights")
+    p.add_argument("--weights", help=weights_help)
     p.add_argument("-o", "--output", required=True, help="malinn model file to write (atomically; a symlink is "
                                                          "followed, a device or FIFO written through)")
     p.add_argument("--target", help="matmul kernel codename, or gpu/cpu/accelerator, whose layouts the weights are "
@@ -318,8 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help=device_help)
 
     p = add("predict", "run a model on input samples", cmd_predict)
-    p.add_argument("model", help="malinn model file or Keras file")
+    p.add_argument("model", help="malinn model file or Keras file (an architecture .json with --weights)")
     p.add_argument("input", help=input_help)
+    p.add_argument("--weights", help=weights_help)
     p.add_argument("-o", "--output", help=".npy file to write the predictions to (default: stdout: a table on a "
                                           "terminal, .npy bytes otherwise)")
     p.add_argument("--key", help=key_help)
@@ -328,7 +339,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help=device_help)
 
     p = add("verify", "compare malinn with Keras (TensorFlow) layer by layer", cmd_verify)
-    p.add_argument("model", help="the original Keras .keras or .h5 file (not a malinn model file)")
+    p.add_argument("model", help="the original Keras .keras or .h5 file, or architecture .json with --weights "
+                                 "(not a malinn model file)")
+    p.add_argument("--weights", help=weights_help)
     p.add_argument("--input", help=input_help + " (default: 16 standard-normal samples)")
     p.add_argument("--key", help=key_help)
     p.add_argument("--tolerance", type=_tolerance, default=1e-5, help="largest rel error accepted (default 1e-5)")

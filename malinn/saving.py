@@ -80,7 +80,8 @@ def save_model(model, path, target=None, overwrite: bool = False) -> Path:
             source file (without ``overwrite``), or the file cannot be written (nothing is left
             behind).
     """
-    return _save(model, path, target, source=(getattr(model, "source", None) or {}).get("file"),
+    origin = getattr(model, "source", None) or {}
+    return _save(model, path, target, source=(origin.get("file"), origin.get("weights")),
                  overwrite=overwrite)
 
 
@@ -167,48 +168,55 @@ def _untiled(group, channels: int) -> dict:
     return {name: np.asarray(group[name][()])[:channels] for name in group}
 
 
-def load_model(path):
-    """Loads a model from a malinn model file or a Keras file.
+def load_model(path, weights=None):
+    """Loads a model from a malinn model file, a Keras file, or a Keras architecture and its weights.
 
     Args:
-        path: a malinn model file, a Keras 3 ``.keras`` archive, or a Keras 3 / Keras 2 ``.h5``.
+        path: a malinn model file, a Keras 3 ``.keras`` archive, a Keras 3 / Keras 2 ``.h5``, or
+            (with ``weights``) the architecture JSON of ``model.to_json()``.
+        weights: the weights file of ``model.save_weights()`` (Keras 2 ``.h5`` or Keras 3
+            ``.weights.h5``) for the architecture JSON ``path``; None for a whole model file.
 
     Returns:
         A built :class:`~malinn.Sequential` with its weights.
 
     Raises:
         ConversionError: the file is missing, not a model, damaged, or holds unsupported layers;
-            the message names the file and the cause.
+            an architecture JSON without weights, weights without an architecture, or a pair that
+            does not match; the message names the file(s) and the cause.
     """
     path = Path(path)
-    if not path.exists():
-        raise ConversionError(f"{path}: no such file")
-    if is_malinn_file(path):
+    if path.is_file() and is_malinn_file(path):
+        if weights is not None:
+            raise ConversionError(f"{path}: is a malinn model file, which holds its weights; "
+                                  f"load it without weights ({weights})")
         try:
             return _read_malinn(path)
         except ConversionError:
             raise
         except Exception as exc:  # damaged file: h5py, KeyError, JSON, shape errors
             raise ConversionError(f"{path}: damaged malinn model file ({type(exc).__name__}: {exc})") from None
-    return to_model(read_keras(path))
+    return to_model(read_keras(path, weights=weights))
 
 
-def convert(src, dst, target=None, overwrite: bool = False) -> Path:
-    """Converts a Keras file (or a malinn file) into a malinn model file for ``target``.
+def convert(src, dst, target=None, overwrite: bool = False, weights=None) -> Path:
+    """Converts a Keras file, or a Keras architecture and its weights, into a malinn model file for ``target``.
 
     Args:
-        src: the Keras ``.keras`` / ``.h5`` file.
+        src: the Keras ``.keras`` / ``.h5`` file, or (with ``weights``) the architecture JSON of
+            ``model.to_json()``.
         dst: the malinn model file to write (atomically: on failure no file is left).
         target: a matmul codename or ``gpu``/``cpu``/``accelerator`` (default: the kernel the
             current device would choose).
-        overwrite: allow ``dst`` to be ``src`` (same file, also through links); without it
-            that is refused.
+        overwrite: allow ``dst`` to be ``src`` or ``weights`` (same file, also through links);
+            without it that is refused.
+        weights: the ``model.save_weights()`` file for the architecture JSON ``src``.
 
     Returns:
         The path of ``dst``.
 
     Raises:
-        ConversionError: ``src`` cannot be read or converted, ``dst`` is ``src`` (without
-            ``overwrite``), or ``dst`` cannot be written.
+        ConversionError: ``src`` (and ``weights``) cannot be read or converted, ``dst`` is a
+            source file (without ``overwrite``), or ``dst`` cannot be written.
     """
-    return _save(load_model(src), dst, target, source=src, overwrite=overwrite)
+    return _save(load_model(src, weights=weights), dst, target, source=(src, weights), overwrite=overwrite)

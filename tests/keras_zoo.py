@@ -10,6 +10,13 @@ builds every test model with Keras 3 and with tf_keras (Keras 2), saves each one
 generation's formats, and writes into OUTDIR:
 
 * the model files: ``<generation>/<key>.keras`` and ``<generation>/<key>.h5``;
+* the split save form of every model (:data:`SPLIT_FORMATS`): ``<generation>/<key>.json``
+  (``model.to_json()``) and its ``model.save_weights()`` file(s): Keras 3 ``<key>.weights.h5``;
+  tf_keras ``<key>_weights.h5`` (Keras 2's layout) and ``<key>.weights.h5`` (Keras 3's layout,
+  which tf_keras writes for that suffix);
+* ``keras3/small_savedmodel/`` (``model.export``), ``keras3/small.tflite`` and a tf_keras
+  checkpoint ``tf_keras/ckpt/small`` (``save_weights`` without ``.h5``): TensorFlow's formats,
+  which malinn refuses (``manifest["tensorflow_files"]``);
 * ``<generation>/<key>.data.npz``: ``x`` (the inputs), ``y`` (Keras's output on ``x``) and
   ``layer:<name>`` (Keras's output of every layer, InputLayer left out) for the models the
   equivalence tests run; extra arrays for some (``labels`` for the digits model);
@@ -40,6 +47,16 @@ FORMATS = {
 #: What :func:`malinn.converters.read_keras` reports as ``KerasModel.format`` for each format id.
 READER_FORMAT = {"keras3-zip": "keras3-zip", "keras3-h5": "keras3-h5", "keras2-h5": "keras2-h5",
                  "tf_keras-zip": "keras3-zip"}
+#: split form id -> (generation, architecture suffix, weights suffix): ``model.to_json()`` beside
+#: ``model.save_weights()``.
+SPLIT_FORMATS = {
+    "keras3-split": ("keras3", ".json", ".weights.h5"),
+    "tf_keras-split": ("tf_keras", ".json", "_weights.h5"),
+    "tf_keras-split-v3": ("tf_keras", ".json", ".weights.h5"),
+}
+#: What :func:`malinn.converters.read_keras` reports as ``KerasModel.format`` for each split form.
+SPLIT_READER_FORMAT = {"keras3-split": "keras3-json", "tf_keras-split": "keras2-json",
+                       "tf_keras-split-v3": "keras2-json"}
 GENERATIONS = {"keras3": 3, "tf_keras": 2}
 MODULES = {"keras3": "keras", "tf_keras": "tf_keras"}
 
@@ -91,6 +108,7 @@ class ZooIndex:
         self.versions = self.manifest["versions"]
         self.formats = self.manifest["formats"]
         self.models = self.manifest["models"]
+        self.split_formats = self.manifest.get("split_formats", {})
         self._cache = {}
 
     def require(self, fmt, key=None):
@@ -108,6 +126,27 @@ class ZooIndex:
 
     def path(self, fmt, key) -> pathlib.Path:
         return self.root / self.require(fmt, key)["files"][fmt]
+
+    def split_paths(self, fmt, key) -> tuple:
+        """``(architecture JSON, weights file)`` of a model in the split form ``fmt`` (a key of
+        :data:`SPLIT_FORMATS`); skips the test when the zoo has none."""
+        import pytest
+
+        generation = SPLIT_FORMATS[fmt][0]
+        entry = self.models.get(f"{generation}/{key}")
+        if generation not in self.versions or entry is None or fmt not in entry.get("split", {}):
+            pytest.skip(f"the zoo has no {fmt} files of {key!r} (see tests/keras_zoo.py's output)")
+        pair = entry["split"][fmt]
+        return self.root / pair["architecture"], self.root / pair["weights"]
+
+    def split_entry(self, fmt, key) -> dict:
+        """The manifest entry of a model the zoo wrote in the split form ``fmt``."""
+        self.split_paths(fmt, key)
+        return self.models[f"{SPLIT_FORMATS[fmt][0]}/{key}"]
+
+    def split_data(self, fmt, key) -> dict:
+        """:meth:`data` of a model the zoo wrote in the split form ``fmt``."""
+        return self._npz(self.split_entry(fmt, key)["data"])
 
     def _npz(self, relative):
         import numpy as np
@@ -173,6 +212,7 @@ class Zoo:
         self.K = K
         self.L = K.layers
         self.models = {}
+        self.tensorflow_files = {}
         self.seed_offset = 0 if generation == "keras3" else 1000   # different numbers per generation
         os.makedirs(os.path.join(outdir, generation), exist_ok=True)
 
@@ -256,6 +296,7 @@ class Zoo:
                 entry["files"][fmt] = base + suffix
         entry.update(files or {})
         if model is not None:
+            entry["split"] = self.save_split(model, base)
             leaves = leaf_layers(model)
             entry["name"] = model.name
             entry["model_class"] = model.__class__.__name__
@@ -287,6 +328,18 @@ class Zoo:
             entry["batch_sizes"] = batch_sizes or BATCH_SIZES
         self.models[key] = entry
         return entry
+
+    def save_split(self, model, base) -> dict:
+        """Writes ``model.to_json()`` and the weights files of this generation's split forms."""
+        architecture = base + ".json"
+        with open(os.path.join(self.outdir, architecture), "w") as fh:
+            fh.write(model.to_json())
+        out = {}
+        for fmt, (generation, _, suffix) in SPLIT_FORMATS.items():
+            if generation == self.generation:
+                model.save_weights(os.path.join(self.outdir, base + suffix))
+                out[fmt] = {"architecture": architecture, "weights": base + suffix}
+        return out
 
     def inputs(self, shape, n=100, seed=0, scale=1.5):
         rng = self.np.random.default_rng(seed + self.seed_offset)
@@ -421,6 +474,17 @@ class Zoo:
         layers = [L.Dense(3, name="d3_on_rows"), L.Flatten(name="flat"), L.Dense(2, name="d2")]
         x = self.inputs((4, 7), seed=9)
         self.add("dense_multiaxis", self.calibrate(self.sequential((4, 7), layers, "dense_multiaxis"), x, 9), x)
+
+    def build_tensorflow_formats(self, small, folder):
+        """TensorFlow's own formats of a small model: a SavedModel directory and a .tflite file."""
+        import tensorflow as tf
+
+        saved = os.path.join(folder, "small_savedmodel")
+        small.export(saved, verbose=False)
+        self.tensorflow_files["savedmodel"] = f"{self.generation}/small_savedmodel"
+        with open(os.path.join(folder, "small.tflite"), "wb") as fh:
+            fh.write(tf.lite.TFLiteConverter.from_saved_model(saved).convert())
+        self.tensorflow_files["tflite"] = f"{self.generation}/small.tflite"
 
     # ------------------------------------------------------------------ custom objects
     def build_custom(self):
@@ -581,6 +645,7 @@ class Zoo:
         if k3:
             small = K.Sequential([K.Input((3,)), L.Dense(2, name="small")], name="small")
             small.save_weights(os.path.join(folder, "small.weights.h5"))
+            self.build_tensorflow_formats(small, folder)
             self.add("weights_only", None, suffixes=(), kind="reader",
                      files={"files": {"keras3-h5": f"{self.generation}/small.weights.h5"}})
             small.save(os.path.join(folder, "small_dir"), zipped=False)  # an unzipped .keras
@@ -594,6 +659,8 @@ class Zoo:
         else:
             small = K.Sequential([L.Dense(2, name="small", input_shape=(3,))])
             small.save_weights(os.path.join(folder, "small_weights.h5"))
+            small.save_weights(os.path.join(folder, "ckpt", "small"))   # a TensorFlow checkpoint
+            self.tensorflow_files["checkpoint"] = f"{self.generation}/ckpt/small"
             self.add("weights_only", None, suffixes=(), kind="reader",
                      files={"files": {"keras2-h5": f"{self.generation}/small_weights.h5"}})
 
@@ -620,7 +687,8 @@ def main(argv):
     except ImportError:
         pass
     started = time.time()
-    manifest = {"versions": {"tensorflow": tf.__version__}, "formats": {}, "models": {}, "timings": {}}
+    manifest = {"versions": {"tensorflow": tf.__version__}, "formats": {}, "models": {}, "timings": {},
+                "split_formats": {}, "tensorflow_files": {}}
     for generation, module in MODULES.items():
         try:
             K = importlib.import_module(module)
@@ -644,6 +712,13 @@ def main(argv):
                                             "keras_version": K.__version__,
                                             "keras_major": GENERATIONS[generation],
                                             "reader_format": READER_FORMAT[fmt]}
+        for fmt, (gen, arch_suffix, weights_suffix) in SPLIT_FORMATS.items():
+            if gen == generation:
+                manifest["split_formats"][fmt] = {"generation": generation, "keras_version": K.__version__,
+                                                  "keras_major": GENERATIONS[generation],
+                                                  "weights_suffix": weights_suffix,
+                                                  "reader_format": SPLIT_READER_FORMAT[fmt]}
+        manifest["tensorflow_files"].update(zoo.tensorflow_files)
         for key, entry in zoo.models.items():
             manifest["models"][f"{generation}/{key}"] = entry
         manifest["timings"][generation] = round(time.time() - t, 2)
