@@ -37,8 +37,8 @@ def floor_runner(plan, x, empty: bool = False):
     """Plain pyopencl doing the plan's device work (``empty``: empty kernels instead of the plan's)."""
     device = plan.device
     queue = device.queue
-    (in_buffer, _), = plan._io[0]
-    (out_buffer, out_shape), = plan._io[1]
+    (in_buffer, _, _), = plan._io[0]
+    (out_buffer, _, out_shape, _), = plan._io[1]
     out = np.empty((x.shape[0],) + tuple(out_shape[1:]), np.float32)
     if empty:
         program = cl.Program(device.context, "__kernel void nothing(__global float *x) { }").build()

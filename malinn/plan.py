@@ -637,15 +637,19 @@ class Plan:
             step.launch = launch
             if launch is not None:
                 self.launches.append(launch)
-        # an input of fewer samples than the plan's batch goes through a zero-padded staging array,
+        # inputs and outputs travel through staging arrays the device copies fastest (page-locked
+        # on a discrete GPU); an input of fewer samples than the plan's batch is zero-padded there,
         # so the buffer is written whole (its padded samples are zeros, not an earlier call's data)
-        self._io = [(v.storage.buffer, np.zeros((v.shape[0], math.prod(v.shape[1:])), np.float32), self._pitch(v))
-                    for v in self.inputs], [
-            (v.storage.buffer, v.shape, self._pitch(v)) for v in self.outputs]
+        self._io = [(v.storage.buffer, self._staging(v, "input"), self._pitch(v)) for v in self.inputs], [
+            (v.storage.buffer, self._staging(v, "output"), v.shape, self._pitch(v)) for v in self.outputs]
         return self
 
+    def _staging(self, value: Value, what: str) -> np.ndarray:
+        shape = (value.shape[0], math.prod(value.shape[1:]))
+        return self.device.host_array(shape, f"the {what} staging of {value.name or what} {format_shape(value.shape)}")
+
     @staticmethod
-    def _pitch(value: Value) -> int | None:
+    def _pitch(value: Value) -> tuple | None:
         return transfer_pitch(value.rows, value.cols, value.storage.padded)
 
     def _matrix(self, value: Value, rows: int | None = None) -> DeviceMatrix:
@@ -718,16 +722,16 @@ class Plan:
         n = arrays[0].shape[0]
         device = self.device
         (ins, outs) = self._io
-        results = [np.empty((n,) + shape[1:], np.float32) for _, shape, _ in outs]
         with device.lock:
             for (buffer, staging, pitch), array in zip(ins, arrays):
-                if n < self.batch:
-                    staging[:n] = array.reshape(n, -1)
-                    array = staging
-                device.upload(buffer, array, blocking=False, what="the input", mapped=False, pitch=pitch)
+                staging[:n] = array.reshape(n, -1)
+                staging[n:] = 0
+                device.upload(buffer, staging, blocking=False, what="the input", mapped=False, pitch=pitch)
             device.launch_all(self.launches)
-            for (buffer, _, pitch), result in zip(outs, results):
-                device.download(buffer, result, blocking=True, what="the output", mapped=False, pitch=pitch)
+            results = []
+            for buffer, staging, shape, pitch in outs:
+                device.download(buffer, staging, blocking=True, what="the output", mapped=False, pitch=pitch)
+                results.append(staging[:n].reshape((n,) + tuple(shape[1:])).copy())
         return results
 
     # ---------------------------------------------------------------- reports

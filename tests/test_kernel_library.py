@@ -83,7 +83,7 @@ def test_a_variant_is_its_base_with_its_own_fields_merged_over_it(tmp_path):
     assert dict(load_library(path)["open"].preconditions) == {"max_m": 64}     # a null removes the base's field
     small = LIB["gemv_batch_small_c"]        # a variant of a variant
     assert dict(LIB["gemv"].preconditions) == {"max_n": 1} and dict(small.preconditions) == {
-        "max_n": 256, "max_m": 1024, "max_k": 1024}
+        "min_n": 9, "max_n": 256, "max_m": 1024, "max_k": 1024}
     assert str(small.matrices["b"].layout) == "C" and small.config["KERAS_ORDER"] == "1"
 
 

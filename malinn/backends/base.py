@@ -19,6 +19,8 @@ The contract, in the order a model meets it:
 
 from __future__ import annotations
 
+import numpy as np
+
 import threading
 from dataclasses import dataclass, field
 
@@ -124,6 +126,13 @@ class Device:
         """Copies the start of ``buffer`` into the C-contiguous host array ``out`` (``mapped`` and
         ``pitch`` as for upload)."""
         raise NotImplementedError
+
+    def host_array(self, shape, what: str = "staging") -> np.ndarray:
+        """A zeroed float32 host array of ``shape`` that the device copies to and from fastest, for
+        data transferred on every call (a plan's input and output staging). This default is plain
+        memory; a backend whose driver copies page-locked memory directly (without staging it
+        through a buffer of its own) returns such memory."""
+        return np.zeros(shape, np.float32)
 
     def fill_zero(self, buffer, nbytes: int, what: str = "buffer") -> None:
         """Sets the first ``nbytes`` of ``buffer`` to zero on the device (no host copy)."""

@@ -130,6 +130,24 @@ class OpenCLDevice(Device):
         except cl.Error as exc:
             raise DeviceError(f"{what} {self.name} failed ({status_name(exc)})") from exc
 
+    def host_array(self, shape, what: str = "staging") -> np.ndarray:
+        """Page-locked memory on a discrete GPU: a ``CL_MEM_ALLOC_HOST_PTR`` buffer mapped once for
+        good (NVIDIA's OpenCL guide: the driver then copies it by DMA, with no staging copy of its
+        own); plain memory where the device shares the host's."""
+        if self.host_unified_memory:
+            return np.zeros(shape, np.float32)
+        cl = _cl()
+        nbytes = 4 * int(np.prod(shape))
+        try:
+            buffer = cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, max(nbytes, 4))
+            view, _ = cl.enqueue_map_buffer(self.queue, buffer, cl.map_flags.READ | cl.map_flags.WRITE, 0,
+                                            tuple(shape), np.float32, is_blocking=True)
+        except cl.Error as exc:
+            raise DeviceError(f"{what}: allocating {nbytes / 2**20:.1f} MiB of page-locked host memory for "
+                              f"{self.name} failed ({status_name(exc)})") from exc
+        view[...] = 0
+        return view          # the mapping keeps the buffer alive as long as the array
+
     def fill_zero(self, buffer, nbytes: int, what: str = "buffer") -> None:
         cl = _cl()
         try:   # a copy of zeros: Oclgrind 21.10 takes a clEnqueueFillBuffer'ed buffer for uninitialised
