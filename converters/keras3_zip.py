@@ -153,11 +153,18 @@ def _build(source: str, root: ModelNode, version: str | None, weights_file) -> K
     )
 
 
+#: layers that wrap another one; Keras 3 saves the wrapped layer's variables under ``<wrapper>/layer/vars``
+WRAPPERS = ("TimeDistributed",)
+
+
 def _read_layers(h5: h5py.File, root: ModelNode, source: str, budget) -> list[KerasLayer]:
     """Each leaf layer of the chain with its variables from ``model.weights.h5``."""
     layers = []
     for leaf, trail in iter_chain(root):
         group_path, group = _find_vars(h5, trail, leaf.name, source)
+        if leaf.class_name in WRAPPERS and (group is None or not len(group)):
+            group_path = group_path[: -len("vars")] + "layer/vars"   # the wrapped layer's own variables
+            group = h5.get(group_path) if isinstance(h5.get(group_path), h5py.Group) else None
         names, arrays = [], []
         if group is not None:
             keys = list(group.keys())

@@ -540,6 +540,11 @@ class PlanBuilder:
         groups: dict = {}
         storages = self._storages()
         for storage in storages:
+            # a kernel that takes any layout writes the layout's whole chunks too (a blocked layout
+            # inherited from the producer's kernel)
+            if storage.layout is not None:
+                storage.row_mult = math.lcm(storage.row_mult, storage.layout.row_multiple)
+                storage.col_mult = math.lcm(storage.col_mult, storage.layout.col_multiple)
             root = storage.root()
             col_mult, cols = groups.get(id(root), (1, 0))
             groups[id(root)] = (math.lcm(col_mult, storage.col_mult), max(cols, storage.cols))

@@ -27,6 +27,7 @@ def _vectors(layer, pairs, sample) -> tuple:
 def _lower_affine(layer, builder, x, form: int, scale, shift):
     """``x * scale + shift`` (form 0) or ``(x + shift) * scale`` (form 1), the parameters broadcast
     against the sample: the fusable per-feature affine step where form 0 varies only along the last axis."""
+    scale, shift = np.broadcast_arrays(np.asarray(scale, np.float64), np.asarray(shift, np.float64))
     (s, t), period = _vectors(layer, (("scale", scale), ("shift", shift)), layer.input_shape)
     if form == 0 and period == 1:
         return builder.affine(x, s, t, what=layer._what())
@@ -112,18 +113,29 @@ class Normalization(Layer):
         return [self.mean.copy(), self.variance.copy(), self.count.copy()] if self.built else []
 
     def set_weights(self, weights) -> None:
-        """Sets ``[mean, variance]`` or ``[mean, variance, count]``; mean and variance of
-        :attr:`stat_shape` (or any shape of that size).
+        """Sets ``[mean, variance]`` or ``[mean, variance, count]``: mean and variance of
+        :attr:`stat_shape`, or anything that broadcasts to the sample's shape with 1 on the reduced
+        axes (what Keras accepts as the ``mean`` and ``variance`` arguments).
 
         Raises:
-            ValueError: the layer is not built, or the count or a size is wrong.
+            ValueError: the layer is not built, or the count or a shape is wrong.
         """
         weights = [np.asarray(w, np.float32) for w in weights]
-        size = int(np.prod(self.stat_shape)) if self.built else None
-        if not self.built or len(weights) not in (2, 3) or any(w.size != size for w in weights[:2]):
-            raise ValueError(f"Normalization {self.name!r} expects [mean, variance(, count)] of shape "
-                             f"{self.stat_shape if self.built else '(built layer)'}, got {[w.shape for w in weights]}")
-        self.mean, self.variance = (w.reshape(self.stat_shape).copy() for w in weights[:2])
+        if not self.built or len(weights) not in (2, 3):
+            raise ValueError(f"Normalization {self.name!r} expects [mean, variance(, count)] of a built layer, "
+                             f"got {len(weights)} arrays")
+        where = broadcast_shape(self.input_shape, self._kept())
+        stats = []
+        for w in weights[:2]:
+            if w.size == int(np.prod(self.stat_shape)):
+                stats.append(w.reshape(self.stat_shape).copy())
+                continue
+            try:
+                stats.append(np.broadcast_to(w, where).reshape(self.stat_shape).copy())
+            except ValueError:
+                raise ValueError(f"Normalization {self.name!r}: statistics of shape {w.shape} do not fit "
+                                 f"{self.stat_shape}") from None
+        self.mean, self.variance = stats
         self.count = weights[2].reshape(()).copy() if len(weights) == 3 else np.zeros((), np.float32)
         self._weights_changed()
 
