@@ -37,8 +37,16 @@
 #define SCALE 0
 #endif
 
-#define AT(g) r[MALINN_INDEX_R((uint)((base + (size_t)(g) * INNER) % m), \
-                               (uint)((base + (size_t)(g) * INNER) / m), h, w)]
+/* The index in R of flat element f (row f % m, column f / m; the remainder spelt out: Oclgrind
+ * cannot run the LLVM freeze that a / and % pair becomes). */
+size_t malinn_flat_index(size_t f, uint m, uint h, uint w)
+{
+    const size_t col = f / m;
+    const uint row = (uint)(f - col * m);
+    return MALINN_INDEX_R(row, (uint)col, h, w);
+}
+
+#define AT(g) r[malinn_flat_index(base + (size_t)(g) * INNER, m, h, w)]
 
 __kernel void normalize_axes(uint m, uint n, uint h, uint w, float p0,
                              __global float *r,

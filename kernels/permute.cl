@@ -16,7 +16,8 @@
 #ifndef SAMPLE
 #define SAMPLE 1
 #endif
-#define MALINN_PERMUTE_AXIS(k) (((s / OSTR##k) % ODIM##k) * ISTR##k)
+/* ((s / OSTRk) % ODIMk) * ISTRk, the remainder spelt out (no LLVM freeze: Oclgrind) */
+#define MALINN_PERMUTE_AXIS(k) ((s / OSTR##k - (s / OSTR##k / ODIM##k) * ODIM##k) * ISTR##k)
 #ifndef ODIM0
 #define ODIM0 1
 #endif

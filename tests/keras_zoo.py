@@ -426,7 +426,7 @@ class Zoo:
             self.jitter(model, seed)
             self.add_issue10(key, model, x, x_large)
 
-        seq("dense_nd", (5, 7), [L.Dense(13, activation="tanh", name="d13"), L.Dense(3, name="d3"),
+        seq("dense_nd", (5, 7), [L.Rescaling(2.0, name="resc_first"), L.Dense(13, activation="tanh", name="d13"), L.Dense(3, name="d3"),
                                  L.Dense(4, activation="relu", name="d4")], 200)
         seq("dense_4d", (3, 4, 5), [L.Dense(6, name="d6"), L.Activation("relu", name="relu"),
                                     L.Dense(1, activation="sigmoid", name="d1")], 201)
@@ -527,10 +527,10 @@ class Zoo:
     # ------------------------------------------------------------------ error models
     def build_errors(self):
         L = self.L
-        # Supported layers around unsupported ones: PReLU, Reshape, Conv1D, LSTM and a Dense with
-        # an activation malinn does not have.
-        layers = [L.Dense(12, name="ok_dense"), L.PReLU(name="bad_prelu"),
-                  L.Reshape((3, 4), name="bad_reshape"), L.Conv1D(4, 2, name="bad_conv"),
+        # Supported layers around unsupported ones: Masking, Conv1D, LSTM and a Dense with an
+        # activation malinn does not have.
+        layers = [L.Dense(12, name="ok_dense"), L.Masking(name="bad_masking"),
+                  L.Reshape((3, 4), name="ok_reshape"), L.Conv1D(4, 2, name="bad_conv"),
                   L.LSTM(5, name="bad_lstm"), L.Dense(3, activation="log_softmax", name="bad_logsm"),
                   L.Activation("relu", name="ok_relu")]
         model = self.sequential((12,), layers, "unsupported")
