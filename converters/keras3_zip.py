@@ -157,6 +157,10 @@ def _build(source: str, root: ModelNode, version: str | None, weights_file) -> K
     )
 
 
+#: layers that wrap another one; Keras 3 saves the wrapped layer's variables under ``<wrapper>/layer/vars``
+WRAPPERS = ("TimeDistributed",)
+
+
 def read_weight_tree(h5: h5py.File, root: ModelNode, source: str, budget, member: str = WEIGHTS,
                      config: str = "the config") -> list[KerasLayer]:
     """Each leaf layer of ``root``'s chain with its variables from a Keras 3-layout HDF5 file.
@@ -176,6 +180,10 @@ def read_weight_tree(h5: h5py.File, root: ModelNode, source: str, budget, member
     layers, claimed = [], set()
     for leaf, trail in iter_chain(root):
         group_path, group = _find_vars(h5, trail, leaf.name, source, member, config)
+        if leaf.class_name in WRAPPERS and (group is None or not len(group)):
+            claimed.add(group_path.rsplit("/", 1)[0])                 # the wrapper's own (empty) group
+            group_path = group_path[: -len("vars")] + "layer/vars"   # the wrapped layer's own variables
+            group = h5.get(group_path) if isinstance(h5.get(group_path), h5py.Group) else None
         names, arrays = [], []
         layer_path = group_path.rsplit("/", 1)[0]
         if group is None and h5.get(layer_path) is None:

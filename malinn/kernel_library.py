@@ -49,7 +49,7 @@ from .resources import kernels_dir
 
 __all__ = ["KernelSpec", "MatrixRestriction", "KernelLibrary", "load_library"]
 
-OPS = ("matmul", "bias", "affine", "activation", "relayout", "reshape")
+OPS = ("matmul", "bias", "affine", "activation", "relayout", "reshape", "broadcast", "normalize", "permute", "repeat")
 SCALAR_LETTERS = {
     "l": "padded common dimension K",
     "h": "padded rows of r",

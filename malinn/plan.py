@@ -158,7 +158,7 @@ class Value:
 
 @dataclasses.dataclass(eq=False)
 class _Step:
-    kind: str                   # "matmul", "bias", "activation", "affine", "relayout", "reshape"
+    kind: str                   # "matmul", "bias", "activation", "affine", "relayout", "reshape", ...
     spec: KernelSpec
     out: Value
     inputs: dict                # slot ("a" or "b") -> Value
@@ -171,10 +171,12 @@ class _Step:
     layers: list = dataclasses.field(default_factory=list)   # the layers this step runs (for summary)
     explicit: bool = False        # the kernel was chosen with use(): never swapped by fusion
     launch: object = None
+    vectors: dict = dataclasses.field(default_factory=dict)   # kernel buffer name -> Vector (layer steps)
+    overwrites: bool = False      # a layer step that rewrites its input "b" in place
 
     @property
     def in_place(self) -> bool:
-        return self.kind in ("bias", "activation", "affine")
+        return self.kind in ("bias", "activation", "affine") or self.overwrites
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -266,6 +268,75 @@ class PlanBuilder:
         spec = choose("reshape", self.device)
         return self._record("reshape", spec, shape, {"a": x}, what)
 
+    # ---------------------------------------------------------------- layers beyond Dense (issue 10)
+    def broadcast(self, x: Value, form: int, scale: Vector, shift: Vector | None, period_cols: int,
+                  what: str = "broadcast") -> Value:
+        """Per-element parameters applied to ``x`` in place (kernels/broadcast.cl): ``form`` 0 is
+        ``x * scale + shift``, 1 ``(x + shift) * scale``, 2 PReLU (``scale`` holds alpha). The
+        vectors hold ``period_cols * x.rows`` values: element (row, col) of ``x``'s matrix view
+        reads ``(col % period_cols) * x.rows + row`` (parameters over the sample's trailing axes)."""
+        if x.cols % period_cols or any(v.values.size != period_cols * x.rows for v in (scale, shift) if v is not None):
+            raise ValueError(f"{what}: parameters of {scale.values.size} values do not tile {format_shape(x.shape)}")
+        spec = choose("broadcast", self.device).configure({"FORM": int(form), "PCOLS": int(period_cols)})
+        vectors = {"scale": scale, **({"shift": shift} if shift is not None else {})}
+        return self._record("broadcast", spec, x.shape, {"b": x}, what, storage=x.storage, vectors=vectors,
+                            overwrites=True)
+
+    #: what :meth:`normalize` computes over each group -> the kernel's MODE (kernels/normalize_axes.cl)
+    NORMALIZE_MODES = {"softmax": 0, "softmax_logsumexp": 1, "layer": 2, "rms": 3, "unit": 4}
+
+    def normalize(self, x: Value, mode: str, axes, epsilon: float = 0.0, scale: Vector | None = None,
+                  shift: Vector | None = None, what: str = "normalize") -> Value:
+        """Each group of ``x``'s elements along ``axes`` normalized (softmax, layer normalization,
+        RMS scaling, L2 normalization: :data:`NORMALIZE_MODES`), in place, one kernel. ``axes`` are
+        indices into ``x.shape`` (the batch axis is 0 and is never one of them); axes that are not
+        one run are permuted to the end and back. ``scale`` / ``shift`` (gamma / beta) hold one
+        value per element of a group, in the row-major order of the sorted axes."""
+        axes = tuple(sorted(set(int(a) for a in axes)))
+        rank = len(x.shape)
+        if not axes or axes[0] < 1 or axes[-1] >= rank:
+            raise ValueError(f"{what}: axes {axes} are not sample axes of {format_shape(x.shape)}")
+        if axes != tuple(range(axes[0], axes[-1] + 1)):
+            order = [a for a in range(1, rank) if a not in axes] + list(axes)
+            y = self.normalize(self.permute(x, order, what), mode, range(rank - len(axes), rank), epsilon, scale,
+                               shift, what)
+            return self.permute(y, [order.index(a) + 1 for a in range(1, rank)], what)
+        group, inner = math.prod(x.shape[axes[0]:axes[-1] + 1]), math.prod(x.shape[axes[-1] + 1:])
+        split = {"SR": x.rows, "SC": group // x.rows} if inner == 1 else {"SR": 1, "SC": group}
+        spec = choose("normalize", self.device).configure(
+            {"GROUP": group, "INNER": inner, "MODE": self.NORMALIZE_MODES[mode], "CENTER": int(shift is not None),
+             "SCALE": int(scale is not None), **split})
+        vectors = {name: v for name, v in (("scale", scale), ("shift", shift)) if v is not None}
+        return self._record("normalize", spec, x.shape, {"b": x}, what, storage=x.storage, vectors=vectors,
+                            overwrites=True, params={"epsilon": float(epsilon)})
+
+    def permute(self, x: Value, dims, what: str = "permute") -> Value:
+        """``x`` with its sample axes in the order ``dims`` (Keras's ``Permute(dims)``: 1-based, the
+        batch axis stays first), copied by kernels/permute.cl."""
+        dims = tuple(int(d) for d in dims)
+        rank = len(x.shape)
+        if sorted(dims) != list(range(1, rank)):
+            raise ValueError(f"{what}: {dims} is not an order of the sample axes of {format_shape(x.shape)}")
+        if dims == tuple(range(1, rank)):
+            return x
+        if rank - 1 > 8:
+            raise ValueError(f"{what}: malinn permutes samples of at most 8 axes, not {rank - 1}")
+        shape = (x.shape[0],) + tuple(x.shape[d] for d in dims)
+        defines = {"NAX": rank - 1, "SAMPLE": math.prod(x.shape[1:])}
+        for k, d in enumerate(dims):
+            defines.update({f"ODIM{k}": shape[k + 1], f"OSTR{k}": math.prod(shape[k + 2:]),
+                            f"ISTR{k}": math.prod(x.shape[d + 1:])})
+        spec = choose("permute", self.device).configure(defines)
+        return self._record("permute", spec, shape, {"a": x}, what)
+
+    def repeat(self, x: Value, times: int, what: str = "repeat") -> Value:
+        """``x`` of shape ``(batch, features)`` repeated into ``(batch, times, features)``
+        (Keras's ``RepeatVector``), by kernels/repeat.cl."""
+        if len(x.shape) != 2:
+            raise ValueError(f"{what}: RepeatVector takes (batch, features), not {format_shape(x.shape)}")
+        return self._record("repeat", choose("repeat", self.device), (x.shape[0], int(times), x.shape[1]), {"a": x},
+                            what)
+
     # ---------------------------------------------------------------- compiling
     def compile(self, outputs: list) -> "Plan":
         """Makes every decision (see the module docstring) and returns the runnable :class:`Plan`.
@@ -301,6 +372,8 @@ class PlanBuilder:
         self.steps = keep
 
     def _absorb(self, matmul: _Step, step: _Step) -> bool:
+        if step.kind not in ("bias", "affine", "activation"):
+            return False
         features = set(matmul.spec.epilogue)
         if step.kind == "bias":
             if "bias" not in features or matmul.bias is not None or matmul.activation not in (None, "linear"):
@@ -466,6 +539,11 @@ class PlanBuilder:
         groups: dict = {}
         storages = self._storages()
         for storage in storages:
+            # a kernel that takes any layout writes the layout's whole chunks too (a blocked layout
+            # inherited from the producer's kernel)
+            if storage.layout is not None:
+                storage.row_mult = math.lcm(storage.row_mult, storage.layout.row_multiple)
+                storage.col_mult = math.lcm(storage.col_mult, storage.layout.col_multiple)
             root = storage.root()
             col_mult, cols = groups.get(id(root), (1, 0))
             groups[id(root)] = (math.lcm(col_mult, storage.col_mult), max(cols, storage.cols))
@@ -563,7 +641,7 @@ class Plan:
                 if key not in seen:
                     seen.add(key)
                     total += step.weight.nbytes(key[1])
-            for vector in (step.bias,) + (step.affine or ()):
+            for vector in (step.bias,) + (step.affine or ()) + tuple(step.vectors.values()):
                 if vector is not None and id(vector) not in seen:
                     seen.add(id(vector))
                     total += vector.values.nbytes
@@ -692,8 +770,10 @@ class Plan:
         elif step.kind == "bias":
             vectors["bias"] = step.bias.on_device(device)
             matrices = {"r": matrices["r"]}
-        elif step.kind == "activation":
+        elif step.kind == "activation" or step.overwrites:
             matrices = {"r": matrices["r"]}
+        for name, vector in step.vectors.items():
+            vectors[name] = vector.on_device(device)
         return bind(spec, device, matrices, vectors, params, what=step.what)
 
     @staticmethod

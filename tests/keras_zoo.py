@@ -70,6 +70,24 @@ KERAS3_ONLY = {"hard_silu", "hard_swish"}
 #: Models built of supported layers (besides the act_* ones), checked against Keras.
 LAYER_MODELS = ["noops", "multiaxis", "batchnorm", "relus", "wide", "tiny", "digits"]
 
+#: The single-input layers of issue 10 on every rank and axis (tests/converters/test_layer_models.py):
+#: key -> the generations that have it (tf_keras has no rms_scaling, Keras 3 no ThresholdedReLU).
+#: Each also records ``x_large`` / ``y_large``: inputs far outside [-1, 1] and Keras's outputs.
+ISSUE10_MODELS = {
+    "dense_nd": ("keras3", "tf_keras"), "dense_4d": ("keras3", "tf_keras"),
+    "softmax_axes": ("keras3", "tf_keras"), "batchnorm_axes": ("keras3", "tf_keras"),
+    "elementwise_nd": ("keras3", "tf_keras"), "reshapes": ("keras3", "tf_keras"),
+    "prelu": ("keras3", "tf_keras"), "thresholded": ("tf_keras",),
+    "layernorm": ("keras3", "tf_keras"), "layernorm_rms": ("keras3",), "unitnorm": ("keras3", "tf_keras"),
+    "preprocessing": ("keras3", "tf_keras"), "normalization_axes": ("keras3", "tf_keras"),
+    "timedistributed": ("keras3", "tf_keras"), "softmax_v2": ("keras3",), "identity_only": ("keras3", "tf_keras"),
+}
+
+
+def issue10_models(generation):
+    return [key for key, generations in ISSUE10_MODELS.items() if generation in generations]
+
+
 #: Custom objects registered under the names of Keras built-ins, each computing twice the built-in
 #: (a Dense subclass registered as ``adv>Dense``, a Sequential subclass with its own ``call``, an
 #: activation registered as ``adv>relu``): model key -> what the converter must name.
@@ -89,7 +107,7 @@ def activation_models(generation):
 
 def equivalence_models(generation):
     """Model keys the equivalence tests run for ``generation``."""
-    return LAYER_MODELS + activation_models(generation)
+    return LAYER_MODELS + activation_models(generation) + issue10_models(generation)
 
 
 BATCH_SIZES = [1, 7, 100]
@@ -253,7 +271,9 @@ class Zoo:
                 layer.set_weights(new)
             elif cls == "BatchNormalization":
                 cfg = layer.get_config()
-                feats = h.reshape(-1, h.shape[-1]).astype(np.float64)
+                axis = cfg.get("axis", -1)
+                axis = (axis[0] if isinstance(axis, (list, tuple)) else axis) % h.ndim
+                feats = np.moveaxis(np.asarray(h), axis, -1).reshape(-1, h.shape[axis]).astype(np.float64)
                 mean, var = feats.mean(0), feats.var(0)
                 n = mean.shape[0]
                 values = {
@@ -267,6 +287,27 @@ class Zoo:
                 layer.set_weights([values[k].astype(np.float32) for k in order])
             h = np.asarray(layer(h, training=False))
         return model
+
+    def jitter(self, model, seed, classes=("PReLU", "LayerNormalization")):
+        """Random weights for the layers of ``classes`` (alphas in [-0.5, 1.5], gammas around 1)."""
+        np = self.np
+        rng = np.random.default_rng(seed + self.seed_offset)
+        for layer in leaf_layers(model):
+            if layer.__class__.__name__ in classes:
+                layer.set_weights([(rng.uniform(-0.5, 1.5, tuple(w.shape)) if "alpha" in w.name or "gamma" in w.name
+                                    else rng.normal(0.0, 0.5, tuple(w.shape))).astype(np.float32)
+                                   for w in layer.weights])
+        return model
+
+    def uniform(self, shape, n=100, seed=0, low=-1.0, high=1.0):
+        rng = self.np.random.default_rng(seed + self.seed_offset)
+        return rng.uniform(low, high, (n, *shape)).astype(self.np.float32)
+
+    def add_issue10(self, key, model, x, x_large):
+        """A model of :data:`ISSUE10_MODELS`: inputs in [-1, 1] (``x``) and large ones."""
+        np = self.np
+        x_large = np.asarray(x_large, np.float32)
+        self.add(key, model, x, extra={"x_large": x_large, "y_large": plain(model(x_large, training=False))})
 
     def randomize(self, model, seed):
         """Give every weight distinct values (moving variances positive)."""
@@ -423,6 +464,91 @@ class Zoo:
             self.add(act, model, x)
 
         self.build_digits()
+        self.build_issue10()
+
+    def build_issue10(self):
+        """The models of :data:`ISSUE10_MODELS`."""
+        L, np, K = self.L, self.np, self.K
+        keys = issue10_models(self.generation)
+
+        def seq(key, shape, layers, seed, large=100.0, x=None, x_large=None):
+            model = self.sequential(shape, layers, key)
+            x = self.uniform(shape, seed=seed) if x is None else x
+            x_large = self.inputs(shape, seed=seed + 50, scale=large) if x_large is None else x_large
+            self.calibrate(model, x, seed)
+            self.jitter(model, seed)
+            self.add_issue10(key, model, x, x_large)
+
+        seq("dense_nd", (5, 7), [L.Rescaling(2.0, name="resc_first"), L.Dense(13, activation="tanh", name="d13"), L.Dense(3, name="d3"),
+                                 L.Dense(4, activation="relu", name="d4")], 200)
+        seq("dense_4d", (3, 4, 5), [L.Dense(6, name="d6"), L.Activation("relu", name="relu"),
+                                    L.Dense(1, activation="sigmoid", name="d1")], 201)
+        seq("softmax_axes", (3, 5, 7), [L.Softmax(axis=1, name="sm1"), L.Dense(7, name="d7a"),
+                                        L.Softmax(axis=[1, 3], name="sm13"), L.Dense(7, name="d7b"),
+                                        L.Softmax(axis=[2, 3], name="sm23"), L.Dense(7, name="d7c"),
+                                        L.Softmax(axis=-2, name="sm_2"), L.Softmax(name="sm_last")], 202, large=30.0)
+        seq("batchnorm_axes", (4, 5, 6), [L.BatchNormalization(axis=1, name="bn1"),
+                                          L.BatchNormalization(axis=2, name="bn2"),
+                                          L.Dense(6, name="d6"), L.BatchNormalization(axis=3, name="bn3_folded"),
+                                          L.BatchNormalization(axis=-2, center=False, name="bn_2"),
+                                          L.Activation("tanh", name="tanh"),
+                                          L.BatchNormalization(axis=1, scale=False, name="bn1_noscale")], 203,
+            large=30.0)   # at std 100, float32 rounding in this chain puts Keras and malinn 2e-5 to 5e-5 from exact
+        seq("elementwise_nd", (4, 5), [L.ReLU(max_value=0.8, name="relu"), L.Activation("tanh", name="tanh"),
+                                       L.LeakyReLU(0.2, name="leaky"), L.Dropout(0.2, name="drop")], 204)
+        seq("reshapes", (4, 6), [L.Reshape((-1, 3), name="to_8x3"), L.Dense(5, name="d5"),
+                                 L.Permute((2, 1), name="swap"), L.Reshape((40,), name="flat40"),
+                                 L.RepeatVector(3, name="repeat"), L.Dense(2, name="d2"),
+                                 L.Reshape((2, 3, 1), name="to_2x3x1"), L.Permute((3, 1, 2), name="perm312"),
+                                 L.Flatten(name="flat")], 205)
+        seq("prelu", (4, 5, 6), [L.PReLU(name="prelu_full"), L.Dense(6, name="d6"),
+                                 L.PReLU(shared_axes=[1, 2], name="prelu_channels"),
+                                 L.PReLU(shared_axes=[3], name="prelu_rows"), L.Dense(3, name="d3")], 206)
+        if "thresholded" in keys:
+            seq("thresholded", (5,), [L.Dense(13, name="d13"), L.ThresholdedReLU(theta=0.5, name="thr"),
+                                      L.Dense(3, name="d3"), L.ThresholdedReLU(theta=0.0, name="thr0")], 207)
+        seq("layernorm", (4, 6), [L.LayerNormalization(name="ln_last"), L.Dense(6, name="d6"),
+                                  L.LayerNormalization(axis=[1, 2], name="ln_both"),
+                                  L.LayerNormalization(axis=1, center=False, name="ln_rows"),
+                                  L.LayerNormalization(scale=False, epsilon=0.1, name="ln_noscale"),
+                                  L.Reshape((2, 2, 6), name="to3d"),
+                                  L.LayerNormalization(axis=[1, 3], name="ln_split"), L.Dense(2, name="d2")], 208)
+        if "layernorm_rms" in keys:
+            seq("layernorm_rms", (4, 6), [L.Dense(6, name="d6"), L.LayerNormalization(rms_scaling=True, name="rms"),
+                                          L.LayerNormalization(axis=[1, 2], rms_scaling=True, name="rms_both")], 209)
+        seq("unitnorm", (4, 6), [L.UnitNormalization(name="un_last"), L.Dense(6, name="d6"),
+                                 L.UnitNormalization(axis=1, name="un_rows"),
+                                 L.UnitNormalization(axis=[1, 2], name="un_both")], 210)
+        # tabular data: raw features far from 0 (a year, an income), normalized by adapted statistics
+        rng = np.random.default_rng(211 + self.seed_offset)
+        centre, spread = np.array([2000.0, 5e4, 3.0, -40.0, 0.0, 1e3]), np.array([10.0, 2e4, 1.0, 5.0, 0.01, 300.0])
+        raw = lambda n: (centre + rng.standard_normal((n, 6)) * spread).astype(np.float32)
+        norm = L.Normalization(name="norm")
+        norm.adapt(raw(500))
+        seq("preprocessing", (6,), [norm, L.Dense(13, activation="relu", name="d13"),
+                                    L.Rescaling(0.5, offset=0.1, name="resc"), L.Dense(3, name="d3"),
+                                    L.Rescaling(1.0 / 255, name="resc_scale"), L.Dense(2, name="d2_folded"),
+                                    L.Normalization(mean=1.0, variance=4.0, name="norm_given"),
+                                    L.Normalization(invert=True, mean=[1.0, -2.0], variance=[9.0, 0.25],
+                                                    name="norm_invert")], 211, x=raw(100), x_large=raw(100) * 3)
+        norm_axes = L.Normalization(axis=1, name="norm_rows")
+        norm_axes.adapt(self.inputs((4, 5), n=300, seed=212) * 3 + 7)
+        seq("normalization_axes", (4, 5), [norm_axes, L.Rescaling([0.5, 1.0, 2.0, -1.0, 3.0], name="resc_cols"),
+                                           L.Normalization(axis=None, mean=0.5, variance=2.0, name="norm_scalar")],
+            212)
+        seq("timedistributed", (5, 4, 3), [L.TimeDistributed(L.Flatten(), name="td_flat"),
+                                           L.TimeDistributed(L.Dense(4, activation="relu"), name="td_dense"),
+                                           L.TimeDistributed(L.Dropout(0.3), name="td_drop"),
+                                           L.TimeDistributed(L.Dense(3), name="td_dense3"),
+                                           L.TimeDistributed(L.Softmax(), name="td_softmax"),
+                                           L.TimeDistributed(L.Reshape((3, 1)), name="td_reshape"),
+                                           L.Flatten(name="flat"), L.Dense(2, name="d2")], 213)
+        if "softmax_v2" in keys:
+            import tensorflow as tf
+
+            seq("softmax_v2", (5,), [L.Dense(4, activation=tf.nn.softmax, name="d_sm"),
+                                     L.Dense(3, name="d3")], 214, large=30.0)
+        seq("identity_only", (4, 5), [L.Identity(name="ident"), L.Dropout(0.5, name="drop")], 215)
 
     def build_digits(self):
         """A 64-32-10 MLP trained on scikit-learn's bundled digits (fixed split)."""
@@ -455,10 +581,10 @@ class Zoo:
     # ------------------------------------------------------------------ error models
     def build_errors(self):
         L = self.L
-        # Supported layers around unsupported ones: PReLU, Reshape, Conv1D, LSTM and a Dense with
-        # an activation malinn does not have.
-        layers = [L.Dense(12, name="ok_dense"), L.PReLU(name="bad_prelu"),
-                  L.Reshape((3, 4), name="bad_reshape"), L.Conv1D(4, 2, name="bad_conv"),
+        # Supported layers around unsupported ones: Masking, Conv1D, LSTM and a Dense with an
+        # activation malinn does not have.
+        layers = [L.Dense(12, name="ok_dense"), L.Masking(name="bad_masking"),
+                  L.Reshape((3, 4), name="ok_reshape"), L.Conv1D(4, 2, name="bad_conv"),
                   L.LSTM(5, name="bad_lstm"), L.Dense(3, activation="log_softmax", name="bad_logsm"),
                   L.Activation("relu", name="ok_relu")]
         model = self.sequential((12,), layers, "unsupported")

@@ -127,6 +127,8 @@ def run_case(case, device, library, rng):
         return result
     if op == "model":
         return run_model(case, device, rng)
+    if op == "layer":
+        return run_layer(case, device, rng)
     layout = case.get("layout") or case.get("src")
     rows, cols = case["shape"]
     x = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
@@ -159,6 +161,74 @@ def run_case(case, device, library, rng):
     full = _download_padded(mat)
     result["padding_nonzero"] = int(np.count_nonzero(full[rows:, :]) + np.count_nonzero(full[:, cols:]))
     return result
+
+
+def _layer_reference(layer, x):
+    """numpy's answer for the issue-10 layers the Oclgrind cases run (float64)."""
+    kind, rank = type(layer).__name__, x.ndim
+    w = [v.astype(np.float64) for v in layer.get_weights()]
+
+    def axes(axis):
+        return tuple(sorted(a % rank for a in (axis if isinstance(axis, (list, tuple)) else [axis])))
+
+    def along(v, keep):
+        return v.reshape([x.shape[i] if i in keep else 1 for i in range(rank)])
+
+    if kind == "BatchNormalization":
+        keep = axes(layer.axis)
+        return (x - along(w[2], keep)) / np.sqrt(along(w[3], keep) + layer.epsilon) * along(w[0], keep) \
+            + along(w[1], keep)
+    if kind == "Normalization":
+        keep = axes(layer.axis)
+        return (x - along(w[0], keep)) / np.maximum(np.sqrt(along(w[1], keep)), 1e-7)
+    if kind == "PReLU":
+        return np.where(x < 0, w[0] * x, x)
+    if kind == "Softmax":
+        a = axes(layer.axis)
+        z = np.exp(x - x.max(axis=a, keepdims=True))
+        return z / z.sum(axis=a, keepdims=True)
+    if kind == "LayerNormalization":
+        a = axes(layer.axis)
+        var = x.var(axis=a, keepdims=True)
+        if layer.rms_scaling:
+            return x / np.sqrt(var + layer.epsilon) * along(w[0], a)
+        return (x - x.mean(axis=a, keepdims=True)) / np.sqrt(var + layer.epsilon) * along(w[0], a) + along(w[1], a)
+    if kind == "UnitNormalization":
+        return x / np.maximum(np.sqrt((x * x).sum(axis=axes(layer.axis), keepdims=True)), layer.epsilon)
+    if kind == "Permute":
+        return x.transpose((0,) + tuple(layer.dims))
+    if kind == "RepeatVector":
+        return np.repeat(x[:, None, :], layer.n, axis=1)
+    raise ValueError(f"no reference for {kind}")
+
+
+def run_layer(case, device, rng):
+    """One issue-10 layer on odd samples, first or after a Dense run by morton_4_2 (blocked layout)."""
+    from malinn import Sequential, kernel_choice, layers
+
+    layer = getattr(layers, case["layer"])(**case["config"])
+    shape = tuple(case["shape"])
+    model = Sequential(([layers.Dense(shape[-1])] if case["after_dense"] else []) + [layer])
+    if case["after_dense"]:
+        ops.use("matmul", "morton_4_2", device)
+    model.build((None,) + shape)
+    for each in model.layers:
+        weights = each.get_weights()
+        if weights:
+            each.set_weights([np.abs(rng.standard_normal(v.shape)).astype(np.float32) + 0.5 if i == len(weights) - 1
+                              else rng.standard_normal(v.shape).astype(np.float32) for i, v in enumerate(weights)]
+                             if type(each).__name__ != "Normalization" else
+                             [rng.standard_normal(weights[0].shape), rng.random(weights[0].shape) + 0.5])
+    x = (rng.standard_normal((case["batch"],) + shape) * 3).astype(np.float32)
+    h = x.astype(np.float64)
+    if case["after_dense"]:
+        kernel, bias = model.layers[0].get_weights()
+        h = h @ kernel + bias
+    try:
+        got = model.predict(x)
+    finally:
+        kernel_choice.forget(device)
+    return _error(got, _layer_reference(layer, h))
 
 
 def run_model(case, device, rng):

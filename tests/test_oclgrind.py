@@ -225,6 +225,28 @@ def elementwise_cases() -> list[dict]:
     return cases
 
 
+#: the layers of issue 10, each on odd samples, first (input in C) and after a Dense (the matmul
+#: kernel's layout: morton_4_2's blocked C_4_2_C): (layer, config, sample shape, kernels it runs)
+LAYER_CASES = [
+    ("BatchNormalization", {"axis": 1}, (3, 5), ["broadcast"]),
+    ("Normalization", {"axis": 1}, (3, 5), ["broadcast"]),
+    ("PReLU", {"shared_axes": [2]}, (3, 5), ["broadcast"]),
+    ("Softmax", {"axis": 1}, (3, 5), ["normalize_axes"]),
+    ("Softmax", {"axis": [1, 3]}, (3, 1, 5), ["normalize_axes", "permute"]),
+    ("LayerNormalization", {"axis": [1, 2]}, (3, 5), ["normalize_axes"]),
+    ("LayerNormalization", {"axis": -1, "rms_scaling": True}, (13,), ["normalize_axes"]),
+    ("UnitNormalization", {"axis": 1}, (5, 3), ["normalize_axes"]),
+    ("Permute", {"dims": [2, 1]}, (3, 5), ["permute"]),
+    ("RepeatVector", {"n": 3}, (5,), ["repeat_vector"]),
+]
+
+
+def layer_cases() -> list[dict]:
+    return [{"op": "layer", "layer": layer, "config": config, "shape": list(shape), "batch": 3, "after_dense": after,
+             "kernels": kernels, "cost": 5000}
+            for layer, config, shape, kernels in LAYER_CASES for after in (False, True)]
+
+
 def model_cases() -> list[dict]:
     cases = []
     for codename in MATMULS:
@@ -239,7 +261,7 @@ def model_cases() -> list[dict]:
 
 
 def all_cases() -> list[dict]:
-    return matmul_cases() + elementwise_cases() + model_cases()
+    return matmul_cases() + elementwise_cases() + model_cases() + layer_cases()
 
 
 # --------------------------------------------------------------------------------- running

@@ -105,6 +105,18 @@ class Dense(Layer):
         self.set_weights([kernel.astype(np.float32), bias.astype(np.float32)])
         return True
 
+    def absorb_input_affine(self, scale, shift) -> bool:
+        """Folds a preceding per-feature ``x * scale + shift`` into the weights (``kernel`` rows
+        scaled, ``shift @ kernel`` added to the bias), in float64. Done only where it adds no
+        constant (``shift`` all zero): a folded shift would be summed with large inputs near it and
+        cancel, which Keras, subtracting first, does not."""
+        s64, t64 = np.asarray(scale, np.float64), np.asarray(shift, np.float64)
+        if not self.built or t64.any() or s64.shape != (self.input_dim,):
+            return False
+        kernel = self.kernel.astype(np.float64) * s64[:, None]
+        self.set_weights([kernel.astype(np.float32)] + ([self.bias] if self.use_bias else []))
+        return True
+
     # ---------------------------------------------------------------- model files
     def save_own_variables(self, store, target: KernelSpec) -> None:
         """``W = kernel^T`` laid out as ``target`` reads its left operand, and the bias."""
