@@ -37,11 +37,12 @@ GRIDS = {"tiled": {"MWG": [16, 32, 64, 128], "NWG": [16, 32, 64, 128], "KWG": [8
                    "MDIMC": [4, 8, 16, 32], "NDIMC": [4, 8, 16, 32], "VW": [1, 2, 4], "LOCAL": [1],
                    "STRIDED": [0, 1]},
          "gemv": {"VW": [1, 2, 4], "WPT": [1, 2], "MDIM": [1, 2, 4, 8, 16, 32], "KSPLIT": [4, 8, 16, 32, 64],
-                  "NB": [1, 2, 4, 8, 16]}}
+                  "NB": [1, 2, 4, 8, 16]},
+         "rows": {"VW": [1, 2, 4], "ROWS": [1, 2, 4, 8], "THREADS": [64, 128, 256, 512, 1024], "NB": [1, 2, 4, 8]}}
 
 
 def grid_of(spec) -> dict:
-    return GRIDS["tiled" if "NWG" in spec.config else "gemv"]
+    return GRIDS["tiled" if "NWG" in spec.config else "rows" if "THREADS" in spec.config else "gemv"]
 
 
 def parse_shape(text: str) -> tuple:
@@ -62,7 +63,7 @@ def configurations(spec, device) -> list[dict]:
             configured = spec.configure(config)
         except LibraryError:
             continue
-        if not 32 <= math.prod(configured.workgroup) <= min(512, device.max_work_group_size):
+        if not 32 <= math.prod(configured.workgroup) <= min(1024, device.max_work_group_size):
             continue
         local = configured.template[1].get("local_bytes")
         if local is not None and evaluate(local, configured.config) > device.local_memory:
