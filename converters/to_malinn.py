@@ -91,6 +91,8 @@ def to_model(km: KerasModel):
             layer.build(shape)
             if kl.weights:
                 layer.set_weights([np.asarray(w, np.float32) for w in kl.weights])
+            if kl.quantized is not None:
+                layer.quantized = kl.quantized   # int8-weights uploads Keras's own int8 values
         except ValueError as exc:
             raise ConversionError(f"{km.source}: layer {kl.name!r} ({cls}): {exc}") from None
         except (KeyError, TypeError) as exc:
