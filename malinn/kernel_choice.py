@@ -120,8 +120,13 @@ def _in_precision(library, spec: KernelSpec, device: Device, shape, precision: s
     others = library.default_specs("matmul_fallback", device.kind) + [library.default_spec("matmul", device.kind)] \
         + [library[c] for c in library.codenames("matmul")]
     for other in others:
-        if precision in other.precisions and (shape is None or other.accepts(*shape, device=device)):
+        if precision not in other.precisions:
+            continue
+        if shape is None or other.accepts(*shape, device=device):
             return other.in_precision(precision)
+        for config in other.configurations(device):   # e.g. a gemv whose NB holds the batch
+            if other.configure(config).accepts(*shape, device=device):
+                return other.configure(config).in_precision(precision)
     raise LibraryError(f"{library.path}: no matmul kernel supports precision {precision!r}"
                        + (f" for a {shape[0]}x{shape[1]}x{shape[2]} product" if shape else ""))
 
