@@ -44,6 +44,9 @@ class KerasLayer:
     config: dict[str, Any]
     weights: list[np.ndarray] = field(default_factory=list)
     weight_names: list[str] = field(default_factory=list)
+    #: an int8-quantized Dense's own int8 form, ``(q (units x in) int8, scales (units,))`` with
+    #: ``kernel^T ~ q * scales[:, None]`` (dense_variants.py), else None
+    quantized: tuple | None = None
 
 
 @dataclass

@@ -90,6 +90,8 @@ def to_model(km: KerasModel):
             weights = _weights(kl, cfg, layer)
             if weights:
                 layer.set_weights(weights)
+            if kl.quantized is not None:
+                layer.quantized = kl.quantized   # int8-weights uploads Keras's own int8 values
         except ValueError as exc:
             raise ConversionError(f"{km.source}: layer {kl.name!r} ({cls}): {exc}") from None
         except (KeyError, TypeError) as exc:

@@ -20,6 +20,7 @@
  *              0: they are adjacent (vector-friendly local-memory reads)
  *   KERAS_ORDER  1: B and R column-major (default 0: row-major)
  *   BIAS, ACTIVATION, AFFINE  the fused epilogue (epilogue.clh)
+ *   WEIGHT_BITS, HALF_ARITHMETIC  the precision of A and of the sums (weights.clh)
  * Each work item computes (MWG/MDIMC) x (NWG/NDIMC) results, kept in registers (loops unrolled).
  * OpenCL C 1.2.
  */
@@ -39,12 +40,16 @@
 #define COL_OF(t, j) ((t) * NWI + (j))
 #endif
 
+/* VW values of A (weights, in their precision) or of B (floats) into a local tile of acc_t */
 #if VW == 4
-#define COPY_VW(src, dst) vstore4(vload4(0, (src)), 0, (dst))
+#define COPY_A(src, dst) vstore4(LOAD_W4(0, (src)), 0, (dst))
+#define COPY_B(src, dst) vstore4(TO_ACC4(vload4(0, (src))), 0, (dst))
 #elif VW == 2
-#define COPY_VW(src, dst) vstore2(vload2(0, (src)), 0, (dst))
+#define COPY_A(src, dst) vstore2(LOAD_W2(0, (src)), 0, (dst))
+#define COPY_B(src, dst) vstore2(TO_ACC2(vload2(0, (src))), 0, (dst))
 #else
-#define COPY_VW(src, dst) (*(dst) = *(src))
+#define COPY_A(src, dst) (*(dst) = LOAD_W(0, (src)))
+#define COPY_B(src, dst) (*(dst) = TO_ACC(*(src)))
 #endif
 
 #if KERAS_ORDER
@@ -59,7 +64,7 @@
 
 __kernel __attribute__((WORK_GROUP))
 void gemm_tiled(MATMUL_SCALARS,
-                __global const float *a,
+                __global const WEIGHT *a,
                 __global const float *b,
                 __global float *r,
                 EPILOGUE_BUFFERS)
@@ -69,36 +74,36 @@ void gemm_tiled(MATMUL_SCALARS,
     const uint n0 = get_group_id(1 - M_DIM) * NWG;
     const uint m0 = get_group_id(M_DIM) * MWG;
 
-    float acc[MWI][NWI];
+    acc_t acc[MWI][NWI];
     #pragma unroll
     for (uint i = 0; i < MWI; ++i)
         #pragma unroll
         for (uint j = 0; j < NWI; ++j)
-            acc[i][j] = 0.0f;
+            acc[i][j] = ACC_ZERO;
 
 #if LOCAL
-    __local float alm[KWG * MWG];
-    __local float blm[KWG * BLD];
+    __local acc_t alm[KWG * MWG];
+    __local acc_t blm[KWG * BLD];
     const uint tid = get_local_id(0) + get_local_id(1) * get_local_size(0);   /* consecutive in a warp */
     for (uint k0 = 0; k0 < l; k0 += KWG) {
         for (uint e = tid * VW; e < KWG * MWG; e += THREADS * VW)
-            COPY_VW(a + (size_t)(k0 + e / MWG) * H + m0 + e % MWG, alm + e);
+            COPY_A(a + (size_t)(k0 + e / MWG) * H + m0 + e % MWG, alm + e);
 #if KERAS_ORDER
         for (uint e = tid * VW; e < KWG * NWG; e += THREADS * VW) {
-            float t[VW];                              /* VW consecutive k of one column of B */
-            COPY_VW(b + (size_t)(n0 + e / KWG) * l + k0 + e % KWG, t);
+            acc_t t[VW];                              /* VW consecutive k of one column of B */
+            COPY_B(b + (size_t)(n0 + e / KWG) * l + k0 + e % KWG, t);
             #pragma unroll
             for (uint v = 0; v < VW; ++v)
                 blm[(e % KWG + v) * BLD + e / KWG] = t[v];
         }
 #else
         for (uint e = tid * VW; e < KWG * NWG; e += THREADS * VW)
-            COPY_VW(b + (size_t)(k0 + e / NWG) * w + n0 + e % NWG, blm + e);
+            COPY_B(b + (size_t)(k0 + e / NWG) * w + n0 + e % NWG, blm + e);
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);
         #pragma unroll
         for (uint kk = 0; kk < KWG; ++kk) {
-            float av[MWI], bv[NWI];
+            acc_t av[MWI], bv[NWI];
             #pragma unroll
             for (uint i = 0; i < MWI; ++i)
                 av[i] = alm[kk * MWG + ROW_OF(ty, i)];
@@ -115,13 +120,13 @@ void gemm_tiled(MATMUL_SCALARS,
     }
 #else
     for (uint k = 0; k < l; ++k) {
-        float av[MWI], bv[NWI];
+        acc_t av[MWI], bv[NWI];
         #pragma unroll
         for (uint i = 0; i < MWI; ++i)
-            av[i] = a[(size_t)k * H + m0 + ROW_OF(ty, i)];
+            av[i] = LOAD_W((size_t)k * H + m0 + ROW_OF(ty, i), a);
         #pragma unroll
         for (uint j = 0; j < NWI; ++j)
-            bv[j] = B_AT(k, n0 + COL_OF(tx, j));
+            bv[j] = TO_ACC(B_AT(k, n0 + COL_OF(tx, j)));
         #pragma unroll
         for (uint i = 0; i < MWI; ++i)
             #pragma unroll

@@ -27,6 +27,17 @@ from .saving import is_malinn_file, load_model, resolve_target, save_model
 from .tuner import cache_dir, tune
 from .version import __version__
 
+#: the weight precisions (kernels/library.json's "precisions")
+PRECISIONS = ("fp32", "fp16-storage", "fp16", "int8-weights")
+
+
+#: verify's default tolerance (largest rel error) per precision: a little above the worst layer of
+#: the test zoo and the digits example measured in that precision (docs/CONVERTING.md)
+VERIFY_TOLERANCE = {"fp32": 1e-5, "fp16-storage": 1e-2, "fp16": 2e-2, "int8-weights": 1e-1}
+PRECISION_HELP = ("the weights' precision on the device: fp32 (default), fp16-storage (half weights, float "
+                  "arithmetic), fp16 (half arithmetic: devices with cl_khr_fp16) or int8-weights (per-output-channel "
+                  "int8 with float scales)")
+
 
 class UsageError(MalinnError):
     """A command line that cannot be run as given (exit status 2)."""
@@ -135,10 +146,10 @@ def cmd_convert(args) -> int:
     if args.device or args.target is None:
         _device(args)    # the target comes from the device; an explicit --target needs none
     spec = resolve_target(args.target)
-    model = load_model(args.src, weights=args.weights)
+    model = load_model(args.src, weights=args.weights, precision=args.precision)
     path = save_model(model, args.output, target=args.target, overwrite=args.force)
     print(f"{_shown(args.src, args.weights)} -> {path}: {len(model.layers)} layers, {model.count_params()} parameters, "
-          f"input {(None,) + tuple(model.input_shape)}, weights laid out for {spec.codename}",
+          f"input {(None,) + tuple(model.input_shape)}, weights laid out for {spec.codename} in {model.precision}",
           file=_report_stream(args.output))
     return 0
 
@@ -151,7 +162,7 @@ def cmd_predict(args) -> int:
     elif sys.stdout is None:
         raise MalinnError("stdout is closed: give the output file with -o")
     device = _device(args)
-    model = load_model(args.model, weights=args.weights)
+    model = load_model(args.model, weights=args.weights, precision=args.precision)
     x = read_input_array(args.input, key=args.key, sample_shape=model.input_shape)
     y = model.predict(x, batch_size=args.batch_size)
     if args.output is not None:
@@ -187,7 +198,8 @@ def cmd_verify(args) -> int:
     if args.key and not args.input:
         raise UsageError("verify: --key chooses an array of the --input file; give --input too")
     device = _device(args)
-    model = load_model(args.model, weights=args.weights)
+    model = load_model(args.model, weights=args.weights, precision=args.precision)
+    tolerance = args.tolerance if args.tolerance is not None else VERIFY_TOLERANCE.get(model.precision, 1e-5)
     if args.input:
         x = read_input_array(args.input, key=args.key, sample_shape=model.input_shape)
     else:
@@ -205,7 +217,8 @@ def cmd_verify(args) -> int:
             raise MalinnError(f"running {_shown(args.model, args.weights)} in Keras failed: {tail[0]}")
         reference = dict(np.load(out_path, allow_pickle=False))
     ours = model.predict_layers(x)
-    print(f"verify {_shown(args.model, args.weights)} on {device.name}, input {x.shape}; rel = max|malinn - keras| / max(1, max|keras|)")
+    print(f"verify {_shown(args.model, args.weights)} on {device.name} in {model.precision}, input {x.shape}; "
+          "rel = max|malinn - keras| / max(1, max|keras|), keras in float32")
     rows = [(layer.name, _keras_label(layer.keras_names), layer.keras_names[-1] if layer.keras_names else None, out)
             for layer, out in zip(model.layers, ours)]
     rows.append(("(model output)", "output", "output", ours[-1]))
@@ -224,9 +237,20 @@ def cmd_verify(args) -> int:
         rel = abs_err / max(1.0, float(np.nanmax(np.abs(ref))) if ref.size else 1.0)
         worst = max(worst, rel)
         print(f"{name:<{left}} {label:<{right}} {abs_err:>10.3e} {rel:>10.3e}")
-    ok = worst <= args.tolerance
-    print(f"{'OK' if ok else 'MISMATCH'}: worst rel error {worst:.3e} (tolerance {args.tolerance:g})")
+    if "output" in reference:
+        print(_argmax_agreement(ours[-1], np.asarray(reference["output"], dtype=np.float32)))
+    ok = worst <= tolerance
+    print(f"{'OK' if ok else 'MISMATCH'}: worst rel error {worst:.3e} (tolerance {tolerance:g})")
     return 0 if ok else 1
+
+
+def _argmax_agreement(ours, reference) -> str:
+    """``argmax agreement: 97/100 samples (...)``: samples whose largest output is the same."""
+    ours, reference = ours.reshape(ours.shape[0], -1), reference.reshape(reference.shape[0], -1)
+    if ours.shape[1] < 2:
+        return "argmax agreement: not applicable (one output per sample)"
+    same = int(np.sum(np.argmax(ours, axis=1) == np.argmax(reference, axis=1)))
+    return f"argmax agreement: {same}/{ours.shape[0]} samples ({100.0 * same / max(1, ours.shape[0]):.2f}%)"
 
 
 def _keras_label(keras_names) -> str:
@@ -266,12 +290,13 @@ def cmd_tune(args) -> int:
                 raise MalinnError(f"--shape {m}x{k}x{n}: a matrix of {largest / 2**20:.0f} MiB exceeds "
                                   f"{device.name}'s largest allocation ({device.max_allocation // 2**20} MiB)")
     elif args.model:
-        model = load_model(args.model)
+        model = load_model(args.model, precision=args.precision)
         shapes = [shape for batch in (args.batch, 1) for shape in model.matmul_shapes(batch, device)]
         if not shapes:
             raise MalinnError(f"{args.model} has no Dense layer to tune for")
     print(f"tuning matmul on {device.name}" + (f" for {args.model}" if args.model else ""), flush=True)
-    best = tune(device, shapes=shapes, quick=args.quick, budget_s=args.budget, per_shape=bool(args.model))
+    best = tune(device, shapes=shapes, quick=args.quick, budget_s=args.budget, per_shape=bool(args.model),
+                precision=args.precision)
     if args.model:
         for shape, won in best["shapes"].items():
             config = " ".join(f"{k}={v}" for k, v in won["defines"].items())
@@ -325,6 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", help="matmul kernel codename, or gpu/cpu/accelerator, whose layouts the weights are "
                                     "stored in (default: the current device's kernel; a given target needs no device)")
     p.add_argument("--force", action="store_true", help="allow the output to be the source file itself")
+    p.add_argument("--precision", choices=PRECISIONS, help=PRECISION_HELP + "; stored in the file (default: the "
+                                                                          "source's, fp32 for a Keras file)")
     p.add_argument("--device", help=device_help)
 
     p = add("predict", "run a model on input samples", cmd_predict)
@@ -336,6 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key", help=key_help)
     p.add_argument("--batch-size", type=_positive_int, help="samples per device pass (default: all at once)")
     p.add_argument("--force", action="store_true", help="allow the output to be the model or input file")
+    p.add_argument("--precision", choices=PRECISIONS, help=PRECISION_HELP + " (default: the model file's)")
     p.add_argument("--device", help=device_help)
 
     p = add("verify", "compare malinn with Keras (TensorFlow) layer by layer", cmd_verify)
@@ -344,7 +372,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights", help=weights_help)
     p.add_argument("--input", help=input_help + " (default: 16 standard-normal samples)")
     p.add_argument("--key", help=key_help)
-    p.add_argument("--tolerance", type=_tolerance, default=1e-5, help="largest rel error accepted (default 1e-5)")
+    p.add_argument("--tolerance", type=_tolerance, help="largest rel error accepted (default 1e-5 in fp32, 1e-2 in "
+                                                         "fp16-storage, 2e-2 in fp16, 1e-1 in int8-weights)")
+    p.add_argument("--precision", choices=PRECISIONS, help=PRECISION_HELP + "; prints each layer's error against "
+                                                                          "Keras in float32 and the argmax agreement")
     p.add_argument("--device", help=device_help)
 
     p = add("tune", "time matmul kernels and configurations on this device and remember the fastest", cmd_tune)
@@ -357,6 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=_positive_int, default=100, help="batch size to tune for with --model (default 100)")
     p.add_argument("--shape", type=_product_shape, action="append", help="a product MxKxN to tune for (repeatable)")
     p.add_argument("--budget", type=_positive_seconds, help="stop trying new candidates after this many seconds")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help=PRECISION_HELP + "; winners are stored per precision")
     p.add_argument("--device", help=device_help)
 
     add("devices", "list the working OpenCL devices (* marks the default)", cmd_devices)

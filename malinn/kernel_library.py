@@ -47,7 +47,7 @@ from .expressions import evaluate
 from .layout import Layout, parse_layout
 from .resources import kernels_dir
 
-__all__ = ["KernelSpec", "MatrixRestriction", "KernelLibrary", "load_library"]
+__all__ = ["KernelSpec", "MatrixRestriction", "KernelLibrary", "Precision", "load_library", "DEFAULT_PRECISION"]
 
 OPS = ("matmul", "bias", "affine", "activation", "relayout", "reshape", "broadcast", "normalize", "permute", "repeat")
 SCALAR_LETTERS = {
@@ -70,6 +70,25 @@ PRECONDITIONS = ("min_m", "max_m", "min_k", "max_k", "min_n", "max_n")
 #: the ``defaults`` tables that name matmul kernels: the choice, the fallbacks where its
 #: preconditions fail (a list: the first whose preconditions hold), the kernel that fuses softmax
 MATMUL_CHOICES = ("matmul", "matmul_fallback", "matmul_softmax")
+#: the precision every kernel supports and every model runs in unless asked otherwise
+DEFAULT_PRECISION = "fp32"
+
+
+@dataclass(frozen=True)
+class Precision:
+    """One entry of the library's ``precisions`` table: how a matmul's weights are stored and summed."""
+
+    name: str
+    description: str
+    weight_bytes: int         # bytes per stored weight: 4, 2 or 1
+    defines: tuple            # (("WEIGHT_BITS", "16"), ...) that switch a kernel to it
+    extension: str | None = None   # the device extension it needs (cl_khr_fp16), or None
+    row_scales: bool = False  # int8: one float scale per row of A follows the values
+
+    def weights_nbytes(self, rows: int, cols: int, scales: int) -> int:
+        """Bytes of a ``rows x cols`` weight buffer in this precision with ``scales`` row scales."""
+        values = self.weight_bytes * rows * cols
+        return (-(-values // 4) * 4 + 4 * scales) if self.row_scales else values
 
 
 @dataclass(frozen=True)
@@ -129,7 +148,30 @@ class KernelSpec:
     split: tuple = (1, 1)     # (rows, cols) multipliers of the ndrange (items sharing one result block)
     candidates: tuple = ()    # define overrides the tuner times, besides the defaults
     constraints: tuple = ()   # expressions every configuration satisfies
-    template: object = None   # (path, raw entry) to configure from
+    template: object = None   # (path, raw entry, precisions table) to configure from
+    precisions: tuple = (DEFAULT_PRECISION,)   # the precisions it supports
+    precision: str = DEFAULT_PRECISION         # the precision of this configuration
+
+    def in_precision(self, precision: str) -> "KernelSpec":
+        """This configuration with its weights (and sums) in ``precision``.
+
+        Raises:
+            LibraryError: the kernel does not support ``precision``.
+        """
+        if precision == self.precision:
+            return self
+        if precision not in self.precisions:
+            raise LibraryError(f"kernel {self.codename!r} supports precisions {list(self.precisions)}, "
+                               f"not {precision!r}")
+        table = self.template[2]
+        drop = {name for p in self.precisions for name, _ in table[p].defines}
+        merged = {k: v for k, v in self.defines if k not in drop}
+        merged.update(dict(table[precision].defines))
+        key = (id(self.template[1]), tuple(sorted(merged.items())))
+        spec = _configured.get(key)
+        if spec is None:
+            spec = _configured[key] = _build(self.template[0], self.codename, self.template[1], merged, table)
+        return spec
 
     @property
     def config(self) -> dict:
@@ -144,8 +186,9 @@ class KernelSpec:
         """
         if not overrides:
             return self
-        path, entry = self.template
-        unknown = set(overrides) - set(dict(self.defines)) - {EPILOGUE_DEFINES[f] for f in self.epilogue}
+        path, entry, table = self.template
+        unknown = set(overrides) - set(dict(self.defines)) - {EPILOGUE_DEFINES[f] for f in self.epilogue} \
+            - {name for p in self.precisions for name, _ in table[p].defines}
         if unknown:
             raise LibraryError(f"kernel {self.codename!r} has no defines {sorted(unknown)}")
         merged = {**dict(self.defines), **{k: str(v) for k, v in overrides.items()}}
@@ -155,7 +198,7 @@ class KernelSpec:
             failed = [c for c in self.constraints if not evaluate(c, merged)]
             if failed:
                 raise LibraryError(f"kernel {self.codename!r}: configuration {overrides} breaks {failed}")
-            spec = _configured[key] = _build(path, self.codename, entry, merged)
+            spec = _configured[key] = _build(path, self.codename, entry, merged, table)
         return spec
 
     def configurations(self, device=None) -> list[dict]:
@@ -263,10 +306,22 @@ def _read_source(path: Path) -> str:
 class KernelLibrary:
     """The parsed library: kernel specs by codename plus the default codename per op and device."""
 
-    def __init__(self, kernels: dict, defaults: dict, path: Path):
+    def __init__(self, kernels: dict, defaults: dict, path: Path, precisions: dict | None = None):
         self.kernels = kernels
         self.defaults = defaults
         self.path = path
+        self.precisions = precisions or {DEFAULT_PRECISION: Precision(DEFAULT_PRECISION, "float", 4, ())}
+
+    def precision(self, name: str) -> Precision:
+        """The precision called ``name``.
+
+        Raises:
+            ValueError: the library has no such precision; the message lists those it has.
+        """
+        try:
+            return self.precisions[name]
+        except KeyError:
+            raise ValueError(f"unknown precision {name!r}; use one of {', '.join(self.precisions)}") from None
 
     def __getitem__(self, codename: str) -> KernelSpec:
         try:
@@ -378,9 +433,11 @@ def _load(path: Path) -> KernelLibrary:
         raise LibraryError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("kernels"), dict):
         raise LibraryError(f"{path}: expected an object with a 'kernels' object")
+    precisions = _precisions(path, data.get("precisions"))
     kernels = {}
     for codename, entry in data["kernels"].items():
-        kernels[codename] = _validate(path, codename, _with_base(path, codename, entry, data["kernels"], (codename,)))
+        kernels[codename] = _validate(path, codename, _with_base(path, codename, entry, data["kernels"], (codename,)),
+                                      precisions)
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
         raise LibraryError(f"{path}: field 'defaults': expected an object")
@@ -400,7 +457,7 @@ def _load(path: Path) -> KernelLibrary:
                         kernels[codename].configure(choice.get("defines"))
                     except LibraryError as exc:
                         raise LibraryError(f"{path}: field 'defaults.{name}.{kind}.defines': {exc}") from None
-    return KernelLibrary(kernels, defaults, path)
+    return KernelLibrary(kernels, defaults, path, precisions)
 
 
 def _with_base(path: Path, codename: str, entry, entries: dict, seen: tuple = ()):
@@ -431,13 +488,39 @@ def _with_base(path: Path, codename: str, entry, entries: dict, seen: tuple = ()
     return {key: value for key, value in merge(base, entry).items() if key != "variant_of"}
 
 
-def _validate(path: Path, codename: str, entry) -> KernelSpec:
+def _precisions(path: Path, table) -> dict:
+    """The ``precisions`` table as :class:`Precision` objects (``fp32`` alone where there is none)."""
+    if table is None:
+        table = {DEFAULT_PRECISION: {"description": "float", "weight_bytes": 4, "defines": {}}}
+    if not isinstance(table, dict) or DEFAULT_PRECISION not in table:
+        raise LibraryError(f"{path}: field 'precisions': expected an object of name: precision, with {DEFAULT_PRECISION!r}")
+    found = {}
+    for name, entry in table.items():
+        field = f"{path}: field 'precisions.{name}'"
+        if not isinstance(entry, dict):
+            raise LibraryError(f"{field}: expected an object")
+        defines = entry.get("defines", {})
+        if not isinstance(defines, dict) or not all(
+                re.fullmatch(r"[A-Za-z_]\w*", str(k)) and re.fullmatch(r"[\w.+-]+", str(v)) for k, v in defines.items()):
+            raise LibraryError(f"{field}.defines: expected an object of NAME: simple value")
+        if entry.get("weight_bytes") not in (1, 2, 4):
+            raise LibraryError(f"{field}.weight_bytes: expected 1, 2 or 4, got {entry.get('weight_bytes')!r}")
+        extension = entry.get("extension")
+        if extension is not None and not isinstance(extension, str):
+            raise LibraryError(f"{field}.extension: expected an extension name")
+        found[name] = Precision(name, str(entry.get("description", "")), entry["weight_bytes"],
+                                tuple((str(k), str(v)) for k, v in defines.items()), extension,
+                                bool(entry.get("row_scales", False)))
+    return found
+
+
+def _validate(path: Path, codename: str, entry, precisions: dict) -> KernelSpec:
     if not isinstance(entry, dict):
         raise LibraryError(f"{path}: kernel {codename!r}, field '': expected an object")
     defines = entry.get("defines", {})
     if not isinstance(defines, dict):
         raise LibraryError(f"{path}: kernel {codename!r}, field 'defines': expected an object of NAME: simple value")
-    spec = _build(path, codename, entry, dict(defines))
+    spec = _build(path, codename, entry, dict(defines), precisions)
     configs = spec.configurations()
     if len(configs) < 1 + len(spec.candidates):
         raise LibraryError(f"{path}: kernel {codename!r}, field 'candidates': "
@@ -447,7 +530,7 @@ def _validate(path: Path, codename: str, entry) -> KernelSpec:
     return spec
 
 
-def _build(path: Path, codename: str, entry: dict, defines: dict) -> KernelSpec:
+def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -> KernelSpec:
     def fail(field, why):
         raise LibraryError(f"{path}: kernel {codename!r}, field {field!r}: {why}")
 
@@ -577,6 +660,14 @@ def _build(path: Path, codename: str, entry: dict, defines: dict) -> KernelSpec:
         if "softmax" in epilogue and "max_m" not in preconditions:
             fail("epilogue", "a softmax epilogue holds whole columns in one work-group: "
                              "give the largest m as preconditions.max_m")
+    supported = entry.get("precisions", [DEFAULT_PRECISION])
+    if not isinstance(supported, list) or DEFAULT_PRECISION not in supported or not set(supported) <= set(table):
+        fail("precisions", f"expected a list of some of {', '.join(table)}, with {DEFAULT_PRECISION!r}")
+    if op != "matmul" and supported != [DEFAULT_PRECISION]:
+        fail("precisions", "only matmul kernels read weights in another precision")
+    given = {k: str(v) for k, v in defines.items()}
+    matching = [p for p in supported if all(given.get(k) == v for k, v in table[p].defines)]
+    precision = max(matching, key=lambda p: len(table[p].defines))
     return KernelSpec(codename=codename, op=op, source=str(entry["source"]), function=function,
                       description=str(entry.get("description", "")), matrices=matrices, arglist=arglist,
                       buffers=tuple(buffers), ndrange=ndrange, scale=scale_t, flop=float(flop),
@@ -586,4 +677,4 @@ def _build(path: Path, codename: str, entry: dict, defines: dict) -> KernelSpec:
                       includes=tuple(path.parent / str(i) for i in includes), epilogue=tuple(epilogue),
                       preconditions=tuple(preconditions.items()), split=split_t,
                       candidates=tuple(candidates), constraints=tuple(constraints),
-                      template=(path, entry))
+                      template=(path, entry, table), precisions=tuple(supported), precision=precision)

@@ -14,6 +14,7 @@ from .errors import DeviceError
 from .kernel_choice import epoch as choice_epoch
 from .layers.base import Layer, sample_shape
 from .plan import Plan, PlanBuilder
+from .precision import check_precision
 from .registry import register
 from .saving import save_model
 from .tensor import format_shape
@@ -46,16 +47,23 @@ class Sequential:
     result a single-threaded call gives (docs/RELIABILITY.md). Changing the model (``add``,
     ``build``, ``set_weights``) while another thread predicts is not supported.
 
+    ``precision`` says how the Dense layers' weights are stored on the device and summed:
+    ``fp32`` (the default), ``fp16-storage`` (half weights, float arithmetic), ``fp16`` (half
+    arithmetic too, on devices with cl_khr_fp16) or ``int8-weights`` (per-output-channel int8 with
+    float scales, float arithmetic); docs/CONVERTING.md gives what each costs in accuracy.
+
     Args:
         layers: the layers, in order.
         name: the model's name.
+        precision: the weights' precision (default ``fp32``).
 
     Raises:
-        ValueError: an element of ``layers`` is not a malinn layer.
+        ValueError: an element of ``layers`` is not a malinn layer, or ``precision`` is unknown.
     """
 
-    def __init__(self, layers=None, name: str = "sequential"):
+    def __init__(self, layers=None, name: str = "sequential", precision: str = "fp32"):
         self.name = name
+        self._precision = check_precision(precision)
         self.layers: list = []
         self.input_shape: tuple | None = None   # one sample's shape, e.g. (784,) or (28, 28)
         self.source = None                      # the Keras file it came from, when converted
@@ -78,6 +86,20 @@ class Sequential:
         self.layers.append(layer)
         if self.input_shape is not None:
             self.build((None,) + self.input_shape)
+
+    @property
+    def precision(self) -> str:
+        """The weights' precision on the device (``fp32``, ``fp16-storage``, ``fp16``, ``int8-weights``)."""
+        return self._precision
+
+    @precision.setter
+    def precision(self, value: str) -> None:
+        value = check_precision(value)
+        with self._lock:
+            if value != self._precision:
+                self._precision = value
+                self._plans.clear()
+                self._last = None
 
     @property
     def built(self) -> bool:
@@ -138,7 +160,7 @@ class Sequential:
             An allocated :class:`~malinn.plan.Plan`.
         """
         device = device or get_device()
-        key = (device.identity, batch_bucket(batch), every_layer)
+        key = (device.identity, batch_bucket(batch), every_layer, self._precision)
         stamp = self._stamp()
         with self._lock:
             cached = self._plans.get(key)
@@ -155,7 +177,7 @@ class Sequential:
         """A plan, decided but not allocated (what memory estimates read)."""
         if self.input_shape is None:
             raise ValueError(f"Sequential {self.name!r} is not built; call build(input_shape) first")
-        builder = PlanBuilder(device, batch)
+        builder = PlanBuilder(device, batch, self._precision)
         x = builder.input(self.input_shape)
         outputs = []
         for layer in self.layers:
@@ -239,7 +261,7 @@ class Sequential:
         device = get_device()
         last = self._last
         if last is not None and last[0] is device and last[1] == n and batch_size is None and not every_layer \
-                and last[2] == self._stamp() and last[3] == (device.max_allocation, device.global_memory):
+                and last[2] == self._stamp() and last[4].precision == self._precision and last[3] == (device.max_allocation, device.global_memory):
             return last[4].run([x])          # the same call as last time: its plan, nothing decided again
         step = min(n, int(batch_size)) if batch_size else n
         step = max(1, min(step, self.max_batch(device, limit=step)))
@@ -290,7 +312,7 @@ class Sequential:
         device = device or get_device()
         plan = self._compile(device, batch_bucket(batch), False)
         largest, _, arena = plan.activation_bytes()
-        weights = [4 * rows * cols for rows, cols in plan.weight_paddings()]
+        weights = plan.weight_sizes()
         return {"weights": plan.weight_bytes(), "largest_weight": max(weights, default=0), "activations": arena,
                 "largest": largest}
 
@@ -387,12 +409,14 @@ class Sequential:
         """Prints (and returns) a table of layers: output shape, parameters and the kernel that runs
         each on the current device for passes of ``batch`` samples (layers fused into one launch
         share it)."""
-        kernels = {}
+        kernels, weights = {}, None
         if self.built:
             try:
-                for row in self._compile(get_device(), batch_bucket(batch), False).describe():
+                plan = self._compile(get_device(), batch_bucket(batch), False)
+                for row in plan.describe():
                     for name in row["layers"]:
                         kernels.setdefault(name, row["kernel"] + (" + " + "+".join(row["fused"]) if row["fused"] else ""))
+                weights = (sum(plan.weight_sizes()), sum(4 * r * c for r, c in plan.weight_paddings()))
             except DeviceError:
                 pass
         rows = [("Layer (type)", "Output Shape", "Param #", "Kernel")]
@@ -408,10 +432,18 @@ class Sequential:
             out.append("".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
             if i == 0:
                 out.append("=" * sum(widths))
-        out += ["=" * sum(widths), f"Total params: {self.count_params()}", line]
+        out += ["=" * sum(widths), f"Total params: {self.count_params()}"]
+        if weights is not None and weights[1]:
+            out.append(f"Weights on the device: {_mib(weights[0])} in {self._precision} "
+                       f"({weights[0] / weights[1]:.3f} of {_mib(weights[1])} in fp32)")
+        out.append(line)
         text = "\n".join(out)
         print_fn(text)
         return text
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.2f} MiB" if nbytes >= 2**20 else f"{nbytes / 1024:.1f} KiB"
 
 
 register("model", Sequential)

@@ -32,9 +32,10 @@ from .backends.base import Device
 from .kernel_call import bind
 from .kernel_choice import choose, explicit_choice, holding_columns
 from .ops import elementwise_kernel, with_epilogue
-from .kernel_library import KernelSpec, load_library
+from .kernel_library import DEFAULT_PRECISION, KernelSpec, load_library
 from .layout import Layout, parse_layout
 from .matrix import DeviceMatrix
+from .precision import device_bytes
 from .tensor import format_shape, keras_order, matrix_view, transfer_pitch
 
 __all__ = ["Weight", "Vector", "Value", "PlanBuilder", "Plan"]
@@ -54,17 +55,22 @@ class Weight:
         shape: the logical ``(rows, cols)``.
         host: a callable returning the ``rows x cols`` float32 matrix.
         copies: the owner's dict of device copies.
-        prepacked: ``(layout, padded, flat)`` of a copy already laid out (read from a model file).
+        prepacked: ``(layout, padded, flat, precision)`` of a copy already laid out in a precision
+            (read from a model file; ``flat`` as :func:`malinn.precision.device_bytes` makes it).
+        quantized: a callable returning ``(q, scales)``, the int8 form to upload for
+            ``int8-weights`` (a Keras int8-quantized layer's own), or ``None`` to quantize ``host()``.
     """
 
-    def __init__(self, what: str, shape, host, copies: dict, prepacked=None):
+    def __init__(self, what: str, shape, host, copies: dict, prepacked=None, quantized=None):
         self.what, self.shape, self.host, self.copies, self.prepacked = what, tuple(shape), host, copies, prepacked
+        self.quantized = quantized
 
-    def on_device(self, device: Device, restriction, need, prefer=None) -> DeviceMatrix:
-        """The weight on ``device`` as a kernel with ``restriction`` reads it, padded at least to
-        ``need``: a copy already there that fits (kernels index A with its own padded shape, so a
-        copy padded more serves), else the model file's laid-out copy where it fits, else a new
-        upload padded to ``prefer`` (a padding that also fits the device's other kernels) or ``need``.
+    def on_device(self, device: Device, restriction, need, prefer=None, precision: str = "fp32") -> DeviceMatrix:
+        """The weight on ``device`` as a kernel with ``restriction`` reads it in ``precision``, padded
+        at least to ``need``: a copy already there that fits (kernels index A with its own padded
+        shape, so a copy padded more serves), else the model file's laid-out copy where it fits,
+        else a new upload padded to ``prefer`` (a padding that also fits the device's other
+        kernels) or ``need``.
         """
         layout = restriction.layout
 
@@ -73,21 +79,27 @@ class Weight:
                     and padded[1] % restriction.col_multiple == 0)
 
         for key, matrix in self.copies.items():
-            if len(key) == 3 and key[0] == device.identity and key[1] == str(layout) and fits(key[2]):
+            if (len(key) == 4 and key[0] == device.identity and key[1] == str(layout) and key[3] == precision
+                    and fits(key[2])):
                 return matrix
-        if self.prepacked is not None and str(self.prepacked[0]) == str(layout) and fits(self.prepacked[1]):
+        if (self.prepacked is not None and str(self.prepacked[0]) == str(layout) and fits(self.prepacked[1])
+                and self.prepacked[3] == precision):
             padded = tuple(self.prepacked[1])
-            matrix = DeviceMatrix.upload_flat(device, self.prepacked[2], self.shape, layout, padded, self.what)
+            flat = self.prepacked[2]
         else:
-            shared = prefer is not None and fits(prefer) and 4 * prefer[0] * prefer[1] <= device.max_allocation
+            shared = (prefer is not None and fits(prefer)
+                      and self.nbytes(prefer, precision) <= device.max_allocation)
             padded = tuple(prefer) if shared else tuple(need)
-            matrix = DeviceMatrix.upload(device, self.host(), layout, padded, what=self.what)
+            quantized = self.quantized() if self.quantized is not None else None
+            flat = device_bytes(self.host(), precision, layout, padded, quantized)
+        matrix = DeviceMatrix.upload_weights(device, flat, self.shape, layout, padded, precision, self.what)
         matrix.host = None   # the layer keeps the weights; the copy need not
-        self.copies[(device.identity, str(layout), padded)] = matrix
+        self.copies[(device.identity, str(layout), padded, precision)] = matrix
         return matrix
 
-    def nbytes(self, padded) -> int:
-        return 4 * padded[0] * padded[1]
+    def nbytes(self, padded, precision: str = "fp32") -> int:
+        """Bytes of a device copy padded to ``padded`` in ``precision``."""
+        return load_library().precision(precision).weights_nbytes(padded[0], padded[1], self.shape[0])
 
 
 class Vector:
@@ -193,10 +205,11 @@ class PlanBuilder:
     Args:
         device: the device the plan runs on.
         batch: the samples one run takes (inputs with fewer samples are padded).
+        precision: the precision of every matmul's weights (the kernel library's ``precisions``).
     """
 
-    def __init__(self, device: Device, batch: int):
-        self.device, self.batch = device, int(batch)
+    def __init__(self, device: Device, batch: int, precision: str = DEFAULT_PRECISION):
+        self.device, self.batch, self.precision = device, int(batch), precision
         self.steps: list = []
         self.inputs: list = []
         self.layer = None   # the layer being lowered (its name goes into every step it records)
@@ -230,7 +243,7 @@ class PlanBuilder:
         if k != x.rows:
             raise ValueError(f"{what}: the weights expect {k} input features, but the input has shape "
                              f"{format_shape(x.shape)}")
-        spec = choose("matmul", self.device, (m, k, x.cols))
+        spec = choose("matmul", self.device, (m, k, x.cols), precision=self.precision)
         out = self._record("matmul", spec, x.shape[:-1] + (m,), {"b": x}, what, weight=weight,
                            explicit=explicit_choice("matmul", self.device) is not None)
         if bias is not None:
@@ -354,7 +367,7 @@ class PlanBuilder:
         self._resolve_paddings()
         self._unalias(aliases)
         outputs = self._download_ready(outputs)
-        return Plan(self.device, self.batch, self.inputs, outputs, self.steps)
+        return Plan(self.device, self.batch, self.inputs, outputs, self.steps, self.precision)
 
     def _fuse(self, outputs) -> None:
         """Folds activation, affine and softmax steps into the matmul before them where allowed."""
@@ -410,6 +423,9 @@ class PlanBuilder:
         if "matmul_softmax" not in library.defaults:
             return None
         for candidate in library.default_specs("matmul_softmax", self.device.kind):
+            if matmul.spec.precision not in candidate.precisions:
+                continue
+            candidate = candidate.in_precision(matmul.spec.precision)
             if all(candidate.matrices[x].layout == matmul.spec.matrices[x].layout for x in "br"):
                 spec = holding_columns(candidate, self._shape(matmul), self.device)
                 if spec is not None:
@@ -576,13 +592,15 @@ class Plan:
     """A model compiled for one device and batch size: its steps, buffers and bound launches.
 
     Attributes:
-        device: where it runs; batch: the samples one run takes.
+        device: where it runs; batch: the samples one run takes; precision: the weights' precision.
         inputs, outputs: the input and output values, in order.
         steps: the steps, in launch order (each with its kernel, layers and fused epilogue).
     """
 
-    def __init__(self, device: Device, batch: int, inputs: list, outputs: list, steps: list):
+    def __init__(self, device: Device, batch: int, inputs: list, outputs: list, steps: list,
+                 precision: str = DEFAULT_PRECISION):
         self.device, self.batch, self.inputs, self.outputs, self.steps = device, batch, inputs, outputs, steps
+        self.precision = precision
         self.buffers: list = []
         self.launches: list = []
         self._assign_lifetimes()
@@ -632,15 +650,20 @@ class Plan:
         """The least padded shape of each matmul's weight in this plan (a copy padded more may serve)."""
         return [self._weight_padding(step) for step in self.steps if step.weight is not None]
 
+    def weight_sizes(self) -> list:
+        """Bytes of each matmul's weight copy in this plan, in its precision."""
+        return [step.weight.nbytes(self._weight_padding(step), step.spec.precision)
+                for step in self.steps if step.weight is not None]
+
     def weight_bytes(self) -> int:
         """Bytes of the weight copies this plan reads (shared with other plans of the model)."""
         seen, total = set(), 0
         for step in self.steps:
             if step.weight is not None:
-                key = (id(step.weight), self._weight_padding(step))
+                key = (id(step.weight), self._weight_padding(step), step.spec.precision)
                 if key not in seen:
                     seen.add(key)
-                    total += step.weight.nbytes(key[1])
+                    total += step.weight.nbytes(key[1], key[2])
             for vector in (step.bias,) + (step.affine or ()) + tuple(step.vectors.values()):
                 if vector is not None and id(vector) not in seen:
                     seen.add(id(vector))
@@ -690,7 +713,7 @@ class Plan:
         the same layout: a model used at batch 1 and at large batches keeps one copy."""
         m, k = step.weight.shape
         restriction = step.spec.matrices["a"]
-        big = choose("matmul", self.device, (m, k, 4096))
+        big = choose("matmul", self.device, (m, k, 4096), precision=step.spec.precision)
         other = big.matrices["a"]
         if other.any_layout or restriction.any_layout or other.layout != restriction.layout:
             return None
@@ -758,7 +781,7 @@ class Plan:
         if step.kind == "matmul":
             need = self._weight_padding(step)
             matrices["a"] = step.weight.on_device(device, spec.matrices["a"], need,
-                                                  self._shared_padding(step, need))
+                                                  self._shared_padding(step, need), spec.precision)
             spec = self._epilogue(step, device)
             if step.bias is not None:
                 vectors["bias"] = step.bias.on_device(device)
@@ -816,15 +839,19 @@ class Plan:
 
     # ---------------------------------------------------------------- reports
     def describe(self) -> list:
-        """One row per step: ``{"layers", "kernel", "fused", "shape"}`` (what ``summary`` shows)."""
+        """One row per step: ``{"layers", "kernel", "fused", "shape"}`` (what ``summary`` shows; a
+        matmul's kernel ends with its precision in brackets where it is not fp32)."""
+        precision_defines = {k for p in load_library().precisions.values() for k, _ in p.defines}
         rows = []
         for step in self.steps:
             fused = [f for f, on in (("bias", step.bias is not None),
                                      (step.activation, step.kind == "matmul" and step.activation not in (None, "linear")),
                                      ("affine", step.kind == "matmul" and step.affine is not None)) if on]
-            config = " ".join(f"{k}={v}" for k, v in step.spec.defines if k not in ("BIAS", "ACTIVATION", "AFFINE"))
+            config = " ".join(f"{k}={v}" for k, v in step.spec.defines
+                              if k not in ("BIAS", "ACTIVATION", "AFFINE") and k not in precision_defines)
             rows.append({"layers": [getattr(layer, "name", str(layer)) for layer in step.layers],
-                         "kernel": step.spec.codename + (f" ({config})" if config else ""),
+                         "kernel": step.spec.codename + (f" ({config})" if config else "")
+                         + (f" [{step.spec.precision}]" if step.spec.precision != DEFAULT_PRECISION else ""),
                          "fused": fused, "shape": step.out.shape, "what": step.what, "kind": step.kind})
         return rows
 

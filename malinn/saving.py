@@ -2,13 +2,16 @@
 
 A malinn model file is HDF5 (read on the board with h5py alone):
 
-* root attributes: ``malinn_format = "malinn-model"``, ``format_version`` (this module writes 1),
+* root attributes: ``malinn_format = "malinn-model"``, ``format_version`` (1; 2 for a file whose
+  weights are stored in a reduced precision, which an older malinn must refuse), ``precision``
+  (``fp32``, ``fp16-storage``, ``fp16`` or ``int8-weights``: the model's weight precision),
   ``malinn_version``, ``target`` (the matmul codename whose layouts the weights are in) and
   ``target_defines`` (its configuration, JSON), ``config`` (JSON: the model's class, its layers and
   their configs), ``source`` (JSON: the Keras file, its format and Keras version, when converted);
 * group ``layers/<index>``, one per layer, holding what the layer's ``save_own_variables`` writes:
   for a Dense, dataset ``kernel_laid_out`` (``W = kernel^T`` as the flat buffer the target kernel
-  reads, with attributes ``layout``, ``padded`` and ``shape``) and ``bias``; for a
+  reads, in the precision: float32, float16, or int8 with dataset ``kernel_scales``; attributes
+  ``layout``, ``padded``, ``shape`` and ``precision``) and ``bias``; for a
   BatchNormalization, its four vectors.
 
 Classes are found by name in :mod:`malinn.registry`. Loading uploads a laid-out kernel as it is
@@ -31,13 +34,16 @@ from .errors import ConversionError, MalinnError
 from .files import write_file
 from .kernel_choice import choose
 from .kernel_library import load_library
+from .precision import check_precision
 from .registry import lookup
 from .version import __version__
 
 __all__ = ["save_model", "load_model", "convert", "is_malinn_file", "resolve_target", "FORMAT_VERSION"]
 
 FORMAT_NAME = "malinn-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: the version written for fp32 weights, which malinn 0.1 reads too
+FORMAT_VERSION_FP32 = 1
 
 
 def resolve_target(target=None):
@@ -91,6 +97,12 @@ def _save(model, path, target, source, overwrite) -> Path:
     if not model.built:
         raise ConversionError(f"{path}: model {model.name!r} is not built; call build(input_shape) or predict first")
     spec = resolve_target(target)
+    precision = model.precision
+    if precision not in spec.precisions:
+        supporting = [c for c in load_library().codenames("matmul") if precision in load_library()[c].precisions]
+        raise ConversionError(f"{path}: target {spec.codename} reads fp32 weights only, not {precision}; "
+                              f"targets for {precision}: gpu, cpu, {', '.join(supporting)}")
+    spec = spec.in_precision(precision)
     config = {"class_name": type(model).__name__, **model.get_config()}
     for entry, layer in zip(config["layers"], model.layers):
         entry["keras_names"] = list(layer.keras_names)
@@ -98,8 +110,9 @@ def _save(model, path, target, source, overwrite) -> Path:
     def write(tmp):
         with h5py.File(tmp, "w") as f:
             f.attrs["malinn_format"] = FORMAT_NAME
-            f.attrs["format_version"] = FORMAT_VERSION
+            f.attrs["format_version"] = FORMAT_VERSION if precision != "fp32" else FORMAT_VERSION_FP32
             f.attrs["malinn_version"] = __version__
+            f.attrs["precision"] = precision
             f.attrs["target"] = spec.codename
             f.attrs["target_defines"] = json.dumps(spec.config)
             f.attrs["config"] = json.dumps(config)
@@ -147,7 +160,7 @@ def _read_malinn(path):
             layers = [lookup("layer", entry["class_name"]) for entry in config["layers"]]
         except KeyError as exc:
             raise ConversionError(f"{path}: {exc.args[0]}") from None
-        model = model_class(name=config["name"])
+        model = model_class(name=config["name"], precision=str(f.attrs.get("precision", "fp32")))
         for cls, entry in zip(layers, config["layers"]):
             layer = cls.from_config(entry["config"])
             layer.keras_names = tuple(entry.get("keras_names", ()))
@@ -168,7 +181,7 @@ def _untiled(group, channels: int) -> dict:
     return {name: np.asarray(group[name][()])[:channels] for name in group}
 
 
-def load_model(path, weights=None):
+def load_model(path, weights=None, precision: str | None = None):
     """Loads a model from a malinn model file, a Keras file, or a Keras architecture and its weights.
 
     Args:
@@ -176,6 +189,10 @@ def load_model(path, weights=None):
             (with ``weights``) the architecture JSON of ``model.to_json()``.
         weights: the weights file of ``model.save_weights()`` (Keras 2 ``.h5`` or Keras 3
             ``.weights.h5``) for the architecture JSON ``path``; None for a whole model file.
+        precision: the weights' precision on the device: ``fp32``, ``fp16-storage``, ``fp16`` or
+            ``int8-weights`` (default: the precision the malinn file records; fp32 for a Keras
+            file, also for a Keras int8-quantized one, whose weights are then its int8 values
+            times their scales, in float32).
 
     Returns:
         A built :class:`~malinn.Sequential` with its weights.
@@ -184,8 +201,17 @@ def load_model(path, weights=None):
         ConversionError: the file is missing, not a model, damaged, or holds unsupported layers;
             an architecture JSON without weights, weights without an architecture, or a pair that
             does not match; the message names the file(s) and the cause.
+        ValueError: ``precision`` is unknown.
     """
-    path = Path(path)
+    if precision is not None:
+        check_precision(precision)
+    model = _load_model(Path(path), weights)
+    if precision is not None:
+        model.precision = precision
+    return model
+
+
+def _load_model(path: Path, weights):
     if path.is_file() and is_malinn_file(path):
         if weights is not None:
             raise ConversionError(f"{path}: is a malinn model file, which holds its weights; "
@@ -199,7 +225,7 @@ def load_model(path, weights=None):
     return to_model(read_keras(path, weights=weights))
 
 
-def convert(src, dst, target=None, overwrite: bool = False, weights=None) -> Path:
+def convert(src, dst, target=None, overwrite: bool = False, weights=None, precision: str | None = None) -> Path:
     """Converts a Keras file, or a Keras architecture and its weights, into a malinn model file for ``target``.
 
     Args:
@@ -211,6 +237,8 @@ def convert(src, dst, target=None, overwrite: bool = False, weights=None) -> Pat
         overwrite: allow ``dst`` to be ``src`` or ``weights`` (same file, also through links);
             without it that is refused.
         weights: the ``model.save_weights()`` file for the architecture JSON ``src``.
+        precision: the weights' precision, stored in ``dst`` (default: ``src``'s; see
+            :func:`load_model`).
 
     Returns:
         The path of ``dst``.
@@ -219,4 +247,5 @@ def convert(src, dst, target=None, overwrite: bool = False, weights=None) -> Pat
         ConversionError: ``src`` (and ``weights``) cannot be read or converted, ``dst`` is a
             source file (without ``overwrite``), or ``dst`` cannot be written.
     """
-    return _save(load_model(src, weights=weights), dst, target, source=(src, weights), overwrite=overwrite)
+    return _save(load_model(src, weights=weights, precision=precision), dst, target, source=(src, weights),
+                 overwrite=overwrite)

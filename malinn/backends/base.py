@@ -75,6 +75,11 @@ class Device:
         return f"{self.backend}|{self.platform}|{self.name}|{self.vendor}|{self.driver_version}"
 
     @property
+    def extensions(self) -> tuple:
+        """The device's extensions (``cl_khr_fp16``, ...); a backend that reports none offers none."""
+        return ()
+
+    @property
     def kind(self) -> str:
         """``"gpu"``, ``"cpu"`` or ``"accelerator"``: the class used to pick default kernels."""
         return "gpu" if "GPU" in self.type else "cpu" if "CPU" in self.type else "accelerator"

@@ -74,6 +74,11 @@ class OpenCLDevice(Device):
     context: object = field(repr=False, default=None)
     queue: object = field(repr=False, default=None)
 
+    @property
+    def extensions(self) -> tuple:
+        """The extensions the driver reports for the device."""
+        return tuple(self.cl_device.extensions.split()) if self.cl_device is not None else ()
+
     # ---------------------------------------------------------------- memory
     def alloc(self, nbytes: int, what: str):
         cl = _cl()
