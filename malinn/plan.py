@@ -40,6 +40,8 @@ from .tensor import format_shape, keras_order, matrix_view
 __all__ = ["Weight", "Vector", "Value", "PlanBuilder", "Plan"]
 
 C = parse_layout("C")
+#: the defines a window kernel's geometry sets per layer (left out of summaries: the shapes say them)
+_GEOMETRY = frozenset("IH IW OH OW KH KW SH SW DH DW PT PL CG MG GROUPS DM CIN OY OX UY UX MAXPOOL".split())
 
 
 # ======================================================================== constants of a plan
@@ -813,7 +815,8 @@ class Plan:
                                      (step.activation, step.kind in ("matmul", "conv")
                                       and step.activation not in (None, "linear")),
                                      ("affine", step.kind in ("matmul", "conv") and step.affine is not None)) if on]
-            config = " ".join(f"{k}={v}" for k, v in step.spec.defines if k not in ("BIAS", "ACTIVATION", "AFFINE"))
+            config = " ".join(f"{k}={v}" for k, v in step.spec.defines
+                              if k not in ("BIAS", "ACTIVATION", "AFFINE") and k not in _GEOMETRY)
             rows.append({"layers": [getattr(layer, "name", str(layer)) for layer in step.layers],
                          "kernel": step.spec.codename + (f" ({config})" if config else ""),
                          "fused": fused, "shape": step.out.shape, "what": step.what, "kind": step.kind})
