@@ -64,10 +64,11 @@ __kernel void conv_depthwise(uint l, uint c, uint h, uint w, uint m, uint n, uin
     const uint col = get_global_id(1);
     float acc = 0.0f;
     if (row < m && col < n) {
-        const uint ox = col % OW;
         const uint rest = col / OW;
-        const uint oy = rest % OH;
-        const uint base = (rest / OH) * (IH * IW);
+        const uint ox = col - rest * OW;   /* col % OW without LLVM's freeze (Oclgrind) */
+        const uint image = rest / OH;
+        const uint oy = rest - image * OH;
+        const uint base = image * (IH * IW);
         const uint channel = row / DM;
         for (uint ky = 0; ky < KH; ++ky) {
             const int iy = (int)(oy * SH + ky * DH) - PT;

@@ -94,17 +94,20 @@ __kernel void conv_gemm(uint l, uint c, uint h, uint w, uint m, uint n, uint H, 
 {
     const uint gx = get_global_id(0);
     const uint gy = get_global_id(1);
-    const uint col0 = (gx / NDIM) * (NDIM * NWI) + gx % NDIM;   /* columns col0 + j*NDIM */
-    const uint row0 = (gy / MDIM) * (MDIM * MWI) + gy % MDIM;   /* rows row0 + i*MDIM */
+    /* a remainder is spelt x - (x / d) * d throughout: LLVM turns a '%' beside a '/' of the same
+     * operands into a 'freeze' instruction that Oclgrind's uninitialized-value check cannot run */
+    const uint col0 = (gx / NDIM) * (NDIM * NWI - NDIM) + gx;   /* columns col0 + j*NDIM */
+    const uint row0 = (gy / MDIM) * (MDIM * MWI - MDIM) + gy;   /* rows row0 + i*MDIM */
 
     int base[NWI], y0[NWI], x0[NWI];   /* per column: first pixel of its image, top-left tap */
     #pragma unroll
     for (uint j = 0; j < NWI; ++j) {
         const uint col = col0 + j * NDIM;
-        const uint ox = col % OW;
         const uint rest = col / OW;
-        const uint oy = rest % OH;
-        base[j] = (int)((rest / OH) * (IH * IW));
+        const uint ox = col - rest * OW;   /* col % OW without LLVM's freeze (Oclgrind) */
+        const uint image = rest / OH;
+        const uint oy = rest - image * OH;
+        base[j] = (int)(image * (IH * IW));
         y0[j] = col < n ? (int)(oy * SH) - PT : -(1 << 28);   /* a padding column reads nothing */
         x0[j] = (int)(ox * SW) - PL;
     }

@@ -55,10 +55,11 @@ __kernel void pool(uint m, uint n, uint H, uint W, uint h, uint w,
     const uint col = get_global_id(1);
     float v = 0.0f;
     if (row < m && col < n) {
-        const uint ox = col % OW;
         const uint rest = col / OW;
-        const uint oy = rest % OH;
-        const uint base = (rest / OH) * (IH * IW);
+        const uint ox = col - rest * OW;   /* col % OW without LLVM's freeze (Oclgrind) */
+        const uint image = rest / OH;
+        const uint oy = rest - image * OH;
+        const uint base = image * (IH * IW);
         const int y0 = (int)(oy * SH) - PT;
         const int x0 = (int)(ox * SW) - PL;
         const int y1 = min(y0 + KH, IH), x1 = min(x0 + KW, IW);

@@ -77,12 +77,13 @@ __kernel void spatial_copy(uint m, uint n, uint H, uint W, uint h, uint w,
     const uint col = get_global_id(1);
     float v = 0.0f;
     if (row < m && col < n) {
-        const uint ox = col % OW;
         const uint rest = col / OW;
-        const uint oy = rest % OH;
+        const uint ox = col - rest * OW;   /* col % OW without LLVM's freeze (Oclgrind) */
+        const uint image = rest / OH;
+        const uint oy = rest - image * OH;
         const int sy = (int)oy + OY, sx = (int)ox + OX;
         if (sy >= 0 && sy < IH * UY && sx >= 0 && sx < IW * UX)
-            v = a[MALINN_INDEX_A(row, (rest / OH) * (IH * IW) + (uint)(sy / UY) * IW + (uint)(sx / UX), H, W)];
+            v = a[MALINN_INDEX_A(row, image * (IH * IW) + (uint)(sy / UY) * IW + (uint)(sx / UX), H, W)];
     }
     r[MALINN_INDEX_R(row, col, h, w)] = v;
 }
@@ -95,15 +96,17 @@ __kernel void im2col(uint m, uint n, uint H, uint W, uint h, uint w,
     const uint col = get_global_id(1);
     float v = 0.0f;
     if (row < m && col < n) {
-        const uint ch = row % CIN;
         const uint tap = row / CIN;
-        const uint ox = col % OW;
+        const uint ch = row - tap * CIN;
         const uint rest = col / OW;
-        const uint oy = rest % OH;
-        const int iy = (int)(oy * SH + (tap / KW) * DH) - PT;
-        const int ix = (int)(ox * SW + (tap % KW) * DW) - PL;
+        const uint ox = col - rest * OW;   /* col % OW without LLVM's freeze (Oclgrind) */
+        const uint image = rest / OH;
+        const uint oy = rest - image * OH;
+        const uint ky = tap / KW;
+        const int iy = (int)(oy * SH + ky * DH) - PT;
+        const int ix = (int)(ox * SW + (tap - ky * KW) * DW) - PL;
         if (iy >= 0 && iy < IH && ix >= 0 && ix < IW)
-            v = a[MALINN_INDEX_A(ch, (rest / OH) * (IH * IW) + (uint)(iy * IW + ix), H, W)];
+            v = a[MALINN_INDEX_A(ch, image * (IH * IW) + (uint)(iy * IW + ix), H, W)];
     }
     r[MALINN_INDEX_R(row, col, h, w)] = v;
 }
