@@ -6,6 +6,8 @@
      kn2col   the same loop on Keras's NHWC order (conv_kn2col)
      im2row   the patch matrix with each pixel's patch contiguous, then the device's GEMM
      im2col   the patch matrix one patch element per row, then the device's GEMM
+     kn2row-local, kn2col-local   the kn2row/kn2col kernels staging weights and shifted input in
+              local memory (LOCAL=1: 64 x 64 tiles of 8 x 4 per item, 16 channels a step)
    (a 1x1 layer is a plain GEMM for all of them and is timed once, as "gemm"). For each: the device
    time of the plan's launches (OpenCL profiling events, median of --repeat; "compute" is the
    convolution's own launches, the rest re-layouts), the host-to-host predict time, and the peak
@@ -59,7 +61,9 @@ LAYERS = [
 QUICK = [("AlexNet", "conv5 (small)", 13, 32, 32, 3), ("GoogLeNet", "inception_3a/5x5", 28, 16, 32, 5),
          ("GoogLeNet", "inception_3a/1x1 (small)", 14, 32, 16, 1)]
 ALGORITHMS = {"kn2row": ("conv", "conv_kn2row"), "kn2col": ("conv", "conv_kn2col"),
-              "im2row": ("im2col", "im2row"), "im2col": ("im2col", "im2col")}
+              "im2row": ("im2col", "im2row"), "im2col": ("im2col", "im2col"),
+              "kn2row-local": ("conv", "conv_kn2row", {"LOCAL": 1, "MWI": 8, "NWI": 4, "MDIM": 8, "NDIM": 16, "KC": 16}),
+              "kn2col-local": ("conv", "conv_kn2col", {"LOCAL": 1, "MWI": 8, "NWI": 4, "MDIM": 8, "NDIM": 16, "KC": 16})}
 #: the CIFAR-style VGG: filters per conv (None: 2x2 max pooling), then the dense widths
 VGG = [64, 64, None, 128, 128, None, 256, 256, None]
 VGG_DENSE = [256, 10]
@@ -148,7 +152,8 @@ def bench_layers(args, device, torch) -> list:
             for algorithm in names:
                 kernel_choice.forget(device)
                 if algorithm != "gemm":
-                    kernel_choice.use(*ALGORITHMS[algorithm], device=device)
+                    op, codename, *config = ALGORITHMS[algorithm]
+                    kernel_choice.use(op, codename, device=device, config=config[0] if config else None)
                 plan = model.plan(batch, device)
                 try:
                     y = model.predict(x)
@@ -168,7 +173,7 @@ def bench_layers(args, device, torch) -> list:
                 rows.append(row)
                 vs = (f"  cuDNN {peer['torch_kernels'] * 1e3:8.3f} ms ({peer['torch_kernels'] / own:5.2f}x)"
                       if peer else "")
-                print(f"{network:<10} {name:<24} batch {batch:>2} {algorithm:<7} compute {own * 1e3:8.3f} ms "
+                print(f"{network:<10} {name:<24} batch {batch:>2} {algorithm:<12} compute {own * 1e3:8.3f} ms "
                       f"({row['gflops']:7.0f} GFLOP/s), all launches {total * 1e3:8.3f} ms, host {row['host_seconds'] * 1e3:8.3f} ms, "
                       f"arena {row['arena_bytes'] / 2**20:7.1f} MiB (extra {row['extra_bytes'] / 2**20:7.1f} MiB, "
                       f"output {row['output_bytes'] / 2**20:6.1f} MiB){vs}", flush=True)

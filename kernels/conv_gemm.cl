@@ -22,6 +22,10 @@
  *   CG input channels per group, MG output channels per group, GROUPS
  *   MWI, NWI rows and columns of R per work item; MDIM, NDIM items per tile along rows and columns
  *   (a tile of MDIM*MWI rows x NDIM*NWI columns; R is padded to whole tiles)
+ *   LOCAL    1: a work-group (NDIM x MDIM items, required) stages KC channels of its weight rows and
+ *            of its shifted input columns in local memory per step (one group only; GROUPS > 1
+ *            runs the direct loop); 0: every item reads global memory (through the caches)
+ *   KC       channels staged per step with LOCAL
  *   BIAS, ACTIVATION, AFFINE  the fused epilogue
  * Scalars: l, c padded rows and columns of B; h, w of R; m, n logical rows and columns of R;
  * H, W padded rows and columns of A; p0..p3 the activation's parameters. OpenCL C 1.2.
@@ -84,8 +88,26 @@
 #ifndef NDIM
 #define NDIM 8
 #endif
+#ifndef LOCAL
+#define LOCAL 0
+#endif
+#ifndef KC
+#define KC 16
+#endif
+#define MWG (MDIM * MWI)
+#define NWG (NDIM * NWI)
+#if LOCAL && GROUPS == 1
+#define STAGED 1
+#else
+#define STAGED 0
+#endif
 
-__kernel void conv_gemm(uint l, uint c, uint h, uint w, uint m, uint n, uint H, uint W,
+#if STAGED
+__kernel __attribute__((reqd_work_group_size(NDIM, MDIM, 1))) void conv_gemm(
+#else
+__kernel void conv_gemm(
+#endif
+                        uint l, uint c, uint h, uint w, uint m, uint n, uint H, uint W,
                         float p0, float p1, float p2, float p3,
                         __global const float *a,
                         __global const float *b,
@@ -118,6 +140,15 @@ __kernel void conv_gemm(uint l, uint c, uint h, uint w, uint m, uint n, uint H, 
         first[i] = min((row0 + i * MDIM) / MG, (uint)(GROUPS - 1)) * CG;
 #endif
 
+#if STAGED
+    __local float alm[KC * MWG];
+    __local float blm[KC * NWG];
+    const uint tx = get_local_id(0);
+    const uint ty = get_local_id(1);
+    const uint tid = ty * NDIM + tx;
+    const uint m0 = row0 - ty;   /* the work-group's first row */
+#endif
+
     float acc[MWI][NWI];
     #pragma unroll
     for (uint i = 0; i < MWI; ++i)
@@ -135,6 +166,38 @@ __kernel void conv_gemm(uint l, uint c, uint h, uint w, uint m, uint n, uint H, 
                 src[j] = (iy >= 0 && iy < IH && ix >= 0 && ix < IW) ? base[j] + iy * IW + ix : -1;
             }
             const uint k0 = (ky * KW + kx) * CG;
+#if STAGED
+            for (uint c0 = 0; c0 < CG; c0 += KC) {
+                /* the weights' KC x MWG block and the shifted input's KC x NWG block, zero past CG */
+                for (uint e = tid; e < KC * MWG; e += MDIM * NDIM) {
+                    const uint kk = e / MWG;
+                    const uint r = e - kk * MWG;
+                    alm[kk * MWG + r] = c0 + kk < CG ? a[MALINN_INDEX_A(m0 + r, k0 + c0 + kk, H, W)] : 0.0f;
+                }
+                for (uint kk = ty; kk < KC; kk += MDIM)
+                    #pragma unroll
+                    for (uint j = 0; j < NWI; ++j)
+                        blm[kk * NWG + tx + j * NDIM] = c0 + kk < CG && src[j] >= 0
+                            ? b[MALINN_INDEX_B(c0 + kk, (uint)src[j], l, c)] : 0.0f;
+                barrier(CLK_LOCAL_MEM_FENCE);
+                #pragma unroll 4
+                for (uint kk = 0; kk < KC; ++kk) {
+                    float av[MWI], bv[NWI];
+                    #pragma unroll
+                    for (uint i = 0; i < MWI; ++i)
+                        av[i] = alm[kk * MWG + ty + i * MDIM];
+                    #pragma unroll
+                    for (uint j = 0; j < NWI; ++j)
+                        bv[j] = blm[kk * NWG + tx + j * NDIM];
+                    #pragma unroll
+                    for (uint i = 0; i < MWI; ++i)
+                        #pragma unroll
+                        for (uint j = 0; j < NWI; ++j)
+                            acc[i][j] += av[i] * bv[j];
+                }
+                barrier(CLK_LOCAL_MEM_FENCE);
+            }
+#else
             for (uint cc = 0; cc < CG; ++cc) {
                 float av[MWI];
                 #pragma unroll
@@ -158,6 +221,7 @@ __kernel void conv_gemm(uint l, uint c, uint h, uint w, uint m, uint n, uint H, 
                         acc[i][j] += src[j] >= 0 ? av[i] * b[MALINN_INDEX_B(first[i] + cc, (uint)src[j], l, c)] : 0.0f;
 #endif
             }
+#endif
         }
     }
 

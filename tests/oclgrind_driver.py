@@ -215,8 +215,8 @@ def run_window(case, device, rng):
     from malinn import kernel_choice
 
     kernel_choice.forget(device)   # a choice an earlier case made must not route this one
-    for op, codename in case.get("use", []):
-        ops.use(op, codename, device)
+    for op, codename, *config in case.get("use", []):
+        ops.use(op, codename, device, config[0] if config else None)
     model = Sequential([lookup("layer", name)(**kwargs) for name, kwargs in case["layers"]])
     model.build((None,) + tuple(case["input"]))
     model.set_weights([rng.standard_normal(w.shape).astype(np.float32) * 0.5 for w in model.get_weights()])

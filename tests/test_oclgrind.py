@@ -247,6 +247,9 @@ def window_cases() -> list[dict]:
     for op, codename in [("conv", c) for c in LIB.codenames("conv")] + [("im2col", c) for c in LIB.codenames("im2col")]:
         cases.append({"op": "window", "use": [[op, codename]], "layers": convs, "input": [7, 6, 3], "batch": 2,
                       "kernels": [codename], "cost": 20000})
+    for codename in LIB.codenames("conv"):   # the local-memory staging, with a channel block past CIN
+        cases.append({"op": "window", "use": [["conv", codename, {"LOCAL": 1, "KC": 2}]], "layers": convs,
+                      "input": [7, 6, 3], "batch": 2, "kernels": [codename], "cost": 20000})
     cases.append({"op": "window", "use": [["conv", "conv_kn2row"]], "input": [5, 5, 4], "batch": 2,
                   "layers": [["Conv2D", {"filters": 6, "kernel_size": 3, "groups": 2, "padding": "same"}]],
                   "kernels": ["conv_kn2row"], "cost": 10000})

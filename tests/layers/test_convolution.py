@@ -12,7 +12,8 @@ from malinn.layers import Conv1D, Conv2D, DepthwiseConv2D, SeparableConv2D
 from helpers import activation, conv2d_reference, depthwise_reference
 
 #: (op, codename) chosen with use(); None: the library's default for the device
-ALGORITHMS = [None, ("conv", "conv_kn2row"), ("conv", "conv_kn2col"), ("im2col", "im2col"), ("im2col", "im2row")]
+ALGORITHMS = [None, ("conv", "conv_kn2row"), ("conv", "conv_kn2col"), ("im2col", "im2col"), ("im2col", "im2row"),
+              ("conv", "conv_kn2row", {"LOCAL": 1}), ("conv", "conv_kn2col", {"LOCAL": 1, "KC": 8, "MWI": 8})]
 #: (H, W, C, M, kernel, strides, dilation, padding, groups, batch)
 CASES = [
     (5, 5, 3, 13, 3, 1, 1, "valid", 1, 1),
@@ -42,12 +43,13 @@ def _randomize(layer, rng):
     layer.set_weights([rng.standard_normal(w.shape).astype(np.float32) for w in layer.get_weights()])
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS, ids=lambda a: a[1] if a else "default")
+@pytest.mark.parametrize("algorithm", ALGORITHMS,
+                         ids=lambda a: (a[1] + ("-local" if len(a) > 2 else "")) if a else "default")
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
 def test_conv2d_matches_the_definition(device, rng, algorithm, case):
     h, w, c, m, k, s, d, padding, groups, batch = case
     if algorithm is not None:
-        kernel_choice.use(*algorithm, device=device)
+        kernel_choice.use(*algorithm[:2], device=device, config=algorithm[2] if len(algorithm) > 2 else None)
     layer = Conv2D(m, k, s, padding, d, groups, activation="relu" if m % 2 else "tanh")
     model = _run(layer, np.zeros((1, h, w, c)))
     _randomize(layer, rng)
@@ -156,3 +158,21 @@ def test_config_round_trips():
     assert Conv2D.from_config(config).get_config() == config
     sep = SeparableConv2D(4, 3, depth_multiplier=2, name="s")
     assert SeparableConv2D.from_config(sep.get_config()).get_config() == sep.get_config()
+
+
+def test_the_plan_chooses_the_conv_kernel_per_layer_shape(device):
+    """The first of the library's defaults for the device's kind whose preconditions hold for the
+    layer's (COUT, KH*KW*CG, batch*OH*OW); the list always ends in a kernel that takes every shape."""
+    from malinn.kernel_library import load_library
+    from malinn.plan import PlanBuilder
+
+    library = load_library()
+    for kind in ("gpu", "cpu", "accelerator"):
+        assert library.default_specs("conv", kind)[-1].accepts(1, 1, 1), kind
+    specs = library.default_specs("conv", device.kind)
+    for shape in [(3, 27, 49), (64, 576, 7 * 13 * 13), (256, 2304, 8 * 28 * 28)]:
+        chosen = PlanBuilder(device, 1)._conv_spec("conv", shape)
+        assert chosen == next((s for s in specs if s.accepts(*shape)), specs[-1]), shape
+    gpu = library.default_specs("conv", "gpu")
+    assert [s.accepts(3, 27, 49) for s in gpu][-1] and not gpu[0].accepts(3, 27, 49)   # small layers: no staging
+    assert gpu[0].accepts(256, 2304, 8 * 28 * 28) and gpu[0].config["LOCAL"] == "1"
