@@ -22,9 +22,28 @@ __all__ = ["to_model", "SUPPORTED_LAYERS", "SUPPORTED_ACTIVATIONS"]
 
 NO_OPS = ("Dropout", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianNoise",
           "GaussianDropout", "AlphaDropout", "ActivityRegularization", "Identity", "InputLayer")
+#: Keras window layers (channels last) -> the config keys passed on to the malinn layer of that name
+#: ("activation" is mapped to malinn's name).
+WINDOW_LAYERS = {
+    "Conv1D": ("filters", "kernel_size", "strides", "padding", "dilation_rate", "groups", "activation", "use_bias",
+               "data_format"),
+    "Conv2D": ("filters", "kernel_size", "strides", "padding", "dilation_rate", "groups", "activation", "use_bias",
+               "data_format"),
+    "DepthwiseConv2D": ("kernel_size", "strides", "padding", "depth_multiplier", "dilation_rate", "activation",
+                        "use_bias", "data_format"),
+    "SeparableConv2D": ("filters", "kernel_size", "strides", "padding", "depth_multiplier", "dilation_rate",
+                        "activation", "use_bias", "data_format"),
+    **{name: ("pool_size", "strides", "padding", "data_format")
+       for name in ("MaxPooling1D", "MaxPooling2D", "AveragePooling1D", "AveragePooling2D")},
+    **{name: ("keepdims", "data_format") for name in ("GlobalMaxPooling1D", "GlobalMaxPooling2D",
+                                                       "GlobalAveragePooling1D", "GlobalAveragePooling2D")},
+    "ZeroPadding1D": ("padding",), "ZeroPadding2D": ("padding", "data_format"),
+    "Cropping1D": ("cropping",), "Cropping2D": ("cropping", "data_format"),
+    "UpSampling1D": ("size",), "UpSampling2D": ("size", "data_format", "interpolation"),
+}
 SUPPORTED_LAYERS = ("Dense", "Activation", "Flatten", "BatchNormalization", "ReLU", "LeakyReLU", "ELU",
                     "Softmax", "ThresholdedReLU", "PReLU", "LayerNormalization", "UnitNormalization",
-                    "Rescaling", "Normalization", "Reshape", "Permute", "RepeatVector", "TimeDistributed") + NO_OPS
+                    "Rescaling", "Normalization", "Reshape", "Permute", "RepeatVector", "TimeDistributed") + tuple(WINDOW_LAYERS) + NO_OPS
 #: Keras activation names -> malinn's (Keras 2 and 3 spell some differently).
 SUPPORTED_ACTIVATIONS = {
     "linear": "linear", "relu": "relu", "relu6": "relu6", "sigmoid": "sigmoid", "tanh": "tanh",
@@ -237,6 +256,8 @@ def _layer(kl, cfg, rank: int, keras_major: int, unsupported: list, shape: tuple
                                                  center=bool(cfg.get("center", True)),
                                                  scale=bool(cfg.get("scale", True)), axis=cfg.get("axis", -1),
                                                  name=kl.name)
+    if cls in WINDOW_LAYERS:
+        return _window_layer(kl, cfg, keras_major, unsupported)
     unsupported.append(f"{cls} {kl.name!r}")
     return None
 
@@ -252,6 +273,23 @@ def _weights(kl, cfg, layer) -> list:
     if kind == "PReLU" and weights and weights[0].shape != layer.alpha_shape:
         weights = [weights[0].reshape(layer.alpha_shape)] if weights[0].size == np.prod(layer.alpha_shape) else weights
     return weights
+
+
+def _window_layer(kl, cfg, keras_major: int, unsupported: list):
+    """A convolution, pooling or pixel-moving layer with the config keys Keras saved (those malinn
+    takes; a Keras 2 ``groups`` of 1 or a missing ``keepdims`` fall back to the defaults)."""
+    kwargs = {key: cfg[key] for key in WINDOW_LAYERS[kl.class_name] if key in cfg}
+    if "activation" in kwargs:
+        act = _map_activation(kwargs["activation"], keras_major)
+        if act is None:
+            unsupported.append(f"{kl.class_name} {kl.name!r} with activation "
+                               f"{_activation_name(kwargs['activation'])!r}")
+            return None
+        kwargs["activation"] = act
+    for key in ("kernel_size", "strides", "dilation_rate", "pool_size", "size"):
+        if isinstance(kwargs.get(key), list):
+            kwargs[key] = tuple(kwargs[key])
+    return lookup("layer", kl.class_name)(name=kl.name, **kwargs)
 
 
 def _input_shape(km: KerasModel) -> tuple:

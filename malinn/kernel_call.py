@@ -8,8 +8,8 @@ one enqueue.
 
 Scalar letters: ``l`` padded rows of ``b`` (the padded common dimension K of a matmul; else of
 ``a``), ``h``/``w`` padded rows/columns of ``r``, ``m``/``n`` logical rows/columns of ``r``,
-``H``/``W`` padded rows/columns of ``a``, ``M``/``N`` logical rows/columns of ``a``, ``p`` the next
-float parameter.
+``H``/``W`` padded rows/columns of ``a``, ``M``/``N`` logical rows/columns of ``a``, ``c`` padded
+columns of ``b`` (a convolution's input), ``p`` the next float parameter.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ def scalar_values(matrices: dict) -> dict:
     common = b.padded[0] if b is not None else (a.padded[1] if a is not None else 0)
     return {"l": common, "h": r.padded[0], "w": r.padded[1], "m": r.shape[0], "n": r.shape[1],
             "H": a.padded[0] if a is not None else 0, "W": a.padded[1] if a is not None else 0,
-            "M": a.shape[0] if a is not None else 0, "N": a.shape[1] if a is not None else 0}
+            "M": a.shape[0] if a is not None else 0, "N": a.shape[1] if a is not None else 0,
+            "c": b.padded[1] if b is not None else 0}
 
 
 def global_range(spec: KernelSpec, values: dict) -> tuple:

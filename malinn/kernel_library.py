@@ -49,7 +49,10 @@ from .resources import kernels_dir
 
 __all__ = ["KernelSpec", "MatrixRestriction", "KernelLibrary", "Precision", "load_library", "DEFAULT_PRECISION"]
 
-OPS = ("matmul", "bias", "affine", "activation", "relayout", "reshape", "broadcast", "normalize", "permute", "repeat")
+OPS = ("matmul", "bias", "affine", "activation", "relayout", "reshape", "broadcast", "normalize", "permute", "repeat",
+       "conv", "depthwise", "pool", "spatial", "im2col")
+#: ops whose kernels read a weight matrix ``a`` and may fuse the epilogue (epilogue.clh)
+EPILOGUE_OPS = ("matmul", "conv", "depthwise")
 SCALAR_LETTERS = {
     "l": "padded common dimension K",
     "h": "padded rows of r",
@@ -60,6 +63,7 @@ SCALAR_LETTERS = {
     "W": "padded columns of a",
     "M": "logical rows of a",
     "N": "logical columns of a",
+    "c": "padded columns of b",
     "p": "the next float parameter",
 }
 MATRIX_NAMES = ("a", "b", "r")
@@ -652,8 +656,8 @@ def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -
     if epilogue:
         needs = {"bias": ["bias"], "affine": ["scale", "shift"]}
         missing = [v for f in epilogue for v in needs.get(f, []) if v not in buffers]
-        if op != "matmul" or missing or "m" not in arglist or "n" not in arglist:
-            fail("epilogue", f"a fused epilogue needs a matmul with 'm' and 'n' in its arglist "
+        if op not in EPILOGUE_OPS or missing or "m" not in arglist or "n" not in arglist:
+            fail("epilogue", f"a fused epilogue needs a matmul or convolution with 'm' and 'n' in its arglist "
                              f"(R's padding is written as 0) and the buffers it reads; missing {missing}")
         if "activation" in epilogue and arglist.count("p") < 4:
             fail("epilogue", "a fused activation needs 4 'p' parameters in the arglist (p0..p3)")

@@ -41,6 +41,8 @@ from .tensor import format_shape, keras_order, matrix_view, transfer_pitch
 __all__ = ["Weight", "Vector", "Value", "PlanBuilder", "Plan"]
 
 C = parse_layout("C")
+#: the defines a window kernel's geometry sets per layer (left out of summaries: the shapes say them)
+_GEOMETRY = frozenset("IH IW OH OW KH KW SH SW DH DW PT PL CG MG GROUPS DM CIN OY OX UY UX MAXPOOL".split())
 
 
 # ======================================================================== constants of a plan
@@ -170,7 +172,8 @@ class Value:
 
 @dataclasses.dataclass(eq=False)
 class _Step:
-    kind: str                   # "matmul", "bias", "activation", "affine", "relayout", "reshape", ...
+    kind: str                   # "matmul", "bias", "activation", "affine", "relayout", "reshape", "conv",
+                                # "pool", "spatial", "im2col", "broadcast", "normalize", "permute", "repeat"
     spec: KernelSpec
     out: Value
     inputs: dict                # slot ("a" or "b") -> Value
@@ -350,6 +353,65 @@ class PlanBuilder:
         return self._record("repeat", choose("repeat", self.device), (x.shape[0], int(times), x.shape[1]), {"a": x},
                             what)
 
+    # ---------------------------------------------------------------- convolutions (layers/convolution.py)
+    def conv(self, x: Value, weight: Weight, geometry: dict, out_shape, bias: Vector | None = None,
+             activation: str = "linear", params: dict | None = None, what: str = "conv") -> Value:
+        """A convolution of ``x`` (Keras ``(batch, H, W, C)`` or ``(batch, L, C)``) by ``weight``
+        (``COUT x KH*KW*CG``, column ``(ky*KW + kx)*CG + c``), then bias and activation.
+
+        ``geometry`` holds the window defines (:func:`malinn.layers.windows.window_defines`) and
+        ``GROUPS``. The algorithm is chosen here, per layer shape: a 1x1 convolution with stride 1
+        is a plain matmul on the input's matrix view (no transform); where :func:`use` chose an
+        ``im2col`` kernel (and there is one group) the patch matrix is built and multiplied by the
+        device's matmul; otherwise the ``conv`` kernel (kn2row or kn2col accumulating GEMMs: an
+        explicit choice, else the first of the library's defaults for the device's kind whose
+        preconditions hold for ``(COUT, KH*KW*CG, batch*OH*OW)``).
+        """
+        g = dict(geometry)
+        groups = int(g.pop("GROUPS", 1))
+        cin, cout = x.rows, weight.shape[0]
+        out_shape = (self.batch,) + tuple(out_shape[1:])
+        pointwise = (g["KH"], g["KW"], g["SH"], g["SW"], g["PT"], g["PL"], groups) == (1, 1, 1, 1, 0, 0, 1)
+        if pointwise and (g["IH"], g["IW"]) == (g["OH"], g["OW"]):
+            return self.matmul(x, weight, bias, activation, params, what)
+        if groups == 1 and explicit_choice("im2col", self.device) is not None:
+            patches = self.gather(x, "im2col", {**g, "CIN": cin}, out_shape[:-1] + (weight.shape[1],), what)
+            return self.matmul(patches, weight, bias, activation, params, what)
+        defines = {**g, "CG": cin // groups, "MG": cout // groups, "GROUPS": groups}
+        spec = self._conv_spec("conv", (cout, weight.shape[1], math.prod(out_shape[:-1]))).configure(defines)
+        return self._conv_step(spec, x, weight, out_shape, bias, activation, params, what)
+
+    def depthwise(self, x: Value, weight: Weight, geometry: dict, out_shape, bias: Vector | None = None,
+                  activation: str = "linear", params: dict | None = None, what: str = "depthwise") -> Value:
+        """A depthwise convolution of ``x`` by ``weight`` (``C*DM x KH*KW``, row ``c*DM + j``), then
+        bias and activation; ``geometry`` as for :meth:`conv`, with ``DM`` the depth multiplier."""
+        out_shape = (self.batch,) + tuple(out_shape[1:])
+        spec = self._conv_spec("depthwise", (weight.shape[0], weight.shape[1], math.prod(out_shape[:-1])))
+        return self._conv_step(spec.configure(geometry), x, weight, out_shape, bias, activation, params, what)
+
+    def _conv_spec(self, op: str, shape: tuple) -> KernelSpec:
+        """The kernel of ``op``: :func:`use`'s choice, else the first library default for the device's
+        kind whose preconditions hold for ``shape`` (the last one, the general kernel, otherwise)."""
+        if explicit_choice(op, self.device) is not None:
+            return choose(op, self.device)
+        specs = load_library().default_specs(op, self.device.kind)
+        return next((s for s in specs if s.accepts(*shape)), specs[-1])
+
+    def _conv_step(self, spec, x, weight, out_shape, bias, activation, params, what) -> Value:
+        out = self._record("conv", spec, out_shape, {"b": x}, what, weight=weight)
+        if bias is not None:
+            out = self._record("bias", choose("bias", self.device), out.shape, {"b": out}, what, storage=out.storage,
+                               bias=bias)
+        if activation not in (None, "linear"):
+            out = self.activation(out, activation, params, what)
+        return out
+
+    def gather(self, x: Value, op: str, defines: dict, out_shape, what: str) -> Value:
+        """A kernel of ``op`` (``"pool"``, ``"spatial"``, ``"im2col"``) that reads ``x`` (slot ``a``)
+        and writes a new tensor of ``out_shape``, configured with ``defines``."""
+        spec = choose(op, self.device).configure(defines)
+        return self._record(op, spec, (self.batch,) + tuple(out_shape[1:]), {"a": x}, what)
+
     # ---------------------------------------------------------------- compiling
     def compile(self, outputs: list) -> "Plan":
         """Makes every decision (see the module docstring) and returns the runnable :class:`Plan`.
@@ -375,7 +437,7 @@ class PlanBuilder:
         for step in self.steps:
             x = step.inputs.get("b")
             producer = x.producer if x is not None else None
-            if (step.in_place and producer is not None and producer.kind == "matmul" and len(x.consumers) == 1
+            if (step.in_place and producer is not None and producer.kind in ("matmul", "conv") and len(x.consumers) == 1
                     and x not in outputs and producer.affine is None and self._absorb(producer, step)):
                 producer.layers += [layer for layer in step.layers if layer not in producer.layers]
                 producer.out = step.out
@@ -399,6 +461,8 @@ class PlanBuilder:
             matmul.affine = step.affine
             return True
         if matmul.activation not in (None, "linear"):
+            return False
+        if step.activation == "softmax" and matmul.kind != "matmul":
             return False
         if step.activation == "softmax":
             spec = holding_columns(matmul.spec, self._shape(matmul), self.device)
@@ -474,6 +538,10 @@ class PlanBuilder:
             if slot == "b":
                 return b.layout, math.lcm(b.row_multiple, a.col_multiple), math.lcm(b.col_multiple, r.col_multiple, spec.scale[1])
             return r.layout, math.lcm(r.row_multiple, a.row_multiple, spec.scale[0]), math.lcm(b.col_multiple, r.col_multiple, spec.scale[1])
+        if step.kind == "conv":
+            restriction = spec.matrices[slot]
+            layout = None if restriction.any_layout else restriction.layout
+            return layout, restriction.row_multiple, restriction.col_multiple
         restriction = spec.matrices["a" if slot == "a" else "r"]
         layout = None if restriction.any_layout else restriction.layout
         return layout, restriction.row_multiple, restriction.col_multiple
@@ -705,6 +773,9 @@ class Plan:
         kernel that reads A's logical rows only, the units rounded up to A's alignment) by the
         common K (the right operand's padded rows)."""
         a = step.spec.matrices["a"]
+        if step.kind == "conv":   # a convolution reads A's rows up to R's padded rows
+            return (_round_up(step.out.storage.padded[0], a.row_multiple),
+                    _round_up(step.weight.shape[1], a.col_multiple))
         rows = _round_up(step.weight.shape[0], a.row_multiple) if a.logical_rows else step.out.storage.padded[0]
         return (rows, Plan._common_rows(step))
 
@@ -778,7 +849,14 @@ class Plan:
                     for slot, x in step.inputs.items()}
         matrices["r"] = self._matrix(step.out)
         vectors, params = {}, step.params
-        if step.kind == "matmul":
+        if step.kind == "conv":
+            matrices["a"] = step.weight.on_device(device, spec.matrices["a"], self._weight_padding(step))
+            spec = self._epilogue(step, device)
+            if step.bias is not None:
+                vectors["bias"] = step.bias.on_device(device)
+            if step.affine is not None:
+                vectors["scale"], vectors["shift"] = (v.on_device(device) for v in step.affine)
+        elif step.kind == "matmul":
             need = self._weight_padding(step)
             matrices["a"] = step.weight.on_device(device, spec.matrices["a"], need,
                                                   self._shared_padding(step, need), spec.precision)
@@ -845,10 +923,12 @@ class Plan:
         rows = []
         for step in self.steps:
             fused = [f for f, on in (("bias", step.bias is not None),
-                                     (step.activation, step.kind == "matmul" and step.activation not in (None, "linear")),
-                                     ("affine", step.kind == "matmul" and step.affine is not None)) if on]
+                                     (step.activation, step.kind in ("matmul", "conv")
+                                      and step.activation not in (None, "linear")),
+                                     ("affine", step.kind in ("matmul", "conv") and step.affine is not None)) if on]
             config = " ".join(f"{k}={v}" for k, v in step.spec.defines
-                              if k not in ("BIAS", "ACTIVATION", "AFFINE") and k not in precision_defines)
+                              if k not in ("BIAS", "ACTIVATION", "AFFINE") and k not in precision_defines
+                              and k not in _GEOMETRY)
             rows.append({"layers": [getattr(layer, "name", str(layer)) for layer in step.layers],
                          "kernel": step.spec.codename + (f" ({config})" if config else "")
                          + (f" [{step.spec.precision}]" if step.spec.precision != DEFAULT_PRECISION else ""),

@@ -68,7 +68,7 @@ ACTIVATIONS = ["linear", "relu", "relu6", "sigmoid", "hard_sigmoid", "tanh", "so
 KERAS3_ONLY = {"hard_silu", "hard_swish"}
 
 #: Models built of supported layers (besides the act_* ones), checked against Keras.
-LAYER_MODELS = ["noops", "multiaxis", "batchnorm", "relus", "wide", "tiny", "digits"]
+LAYER_MODELS = ["noops", "multiaxis", "batchnorm", "relus", "wide", "tiny", "digits", "cnn", "cnn1d", "cnn_odd"]
 
 #: The single-input layers of issue 10 on every rank and axis (tests/converters/test_layer_models.py):
 #: key -> the generations that have it (tf_keras has no rms_scaling, Keras 3 no ThresholdedReLU).
@@ -463,6 +463,7 @@ class Zoo:
             self.calibrate(model, x, 100 + i, {"dense_act": target, "dense_lin": target, "dense_out": target})
             self.add(act, model, x)
 
+        self.build_cnn()
         self.build_digits()
         self.build_issue10()
 
@@ -550,6 +551,74 @@ class Zoo:
                                      L.Dense(3, name="d3")], 214, large=30.0)
         seq("identity_only", (4, 5), [L.Identity(name="ident"), L.Dropout(0.5, name="drop")], 215)
 
+    def conv_weights(self, model, seed):
+        """Every convolution's kernel rescaled to unit gain (std 1/sqrt(fan in)) and a random bias,
+        so biases count and activations stay in the range where float32 is exact enough."""
+        np = self.np
+        rng = np.random.default_rng(seed + self.seed_offset)
+        for layer in leaf_layers(model):
+            if "Conv" not in layer.__class__.__name__:
+                continue
+            new = []
+            for i, weight in enumerate(layer.get_weights()):
+                if weight.ndim == 1:
+                    new.append(rng.normal(0.0, 0.3, weight.shape).astype(np.float32))
+                    continue
+                depthwise = i == 0 and "Depthwise" in layer.__class__.__name__ or "Separable" in layer.__class__.__name__
+                fan_in = int(np.prod(weight.shape[:-2] if depthwise and i == 0 else weight.shape[:-1]))
+                new.append((rng.standard_normal(weight.shape) * 1.5 / np.sqrt(fan_in)).astype(np.float32))
+            layer.set_weights(new)
+        return model
+
+    def build_cnn(self):
+        """Convolutional networks: every convolution, pooling and pixel-moving layer over odd shapes,
+        strides, dilations, both paddings, groups, depth multipliers, BatchNormalization folded
+        into a linear convolution (and one left after an activated one)."""
+        L = self.L
+        layers = [L.Conv2D(13, 3, padding="same", activation="relu", name="c3_same"),
+                  L.BatchNormalization(name="bn_after_relu"),
+                  L.Conv2D(64, 5, strides=2, name="c5_s2_valid"),
+                  L.BatchNormalization(name="bn_folded"),
+                  L.Activation("relu", name="relu"),
+                  L.DepthwiseConv2D(3, padding="same", depth_multiplier=2, dilation_rate=2, activation="tanh",
+                                    name="dw_d2"),
+                  L.MaxPooling2D(2, padding="same", name="max_same"),
+                  L.SeparableConv2D(3, 3, padding="same", activation="elu", name="sep"),
+                  L.ZeroPadding2D(((1, 2), (0, 1)), name="zpad"),
+                  L.Conv2D(12, 1, name="pointwise"),
+                  L.Cropping2D(((1, 0), (0, 1)), name="crop"),
+                  L.UpSampling2D((2, 3), name="up"),
+                  L.AveragePooling2D(3, strides=2, padding="same", name="avg_same"),
+                  L.Conv2D(6, 3, padding="same", dilation_rate=2, groups=2, activation="sigmoid", name="c3_d2_g2"),
+                  L.DepthwiseConv2D(3, strides=2, name="dw_s2_valid"),
+                  L.BatchNormalization(name="bn_dw_folded"),
+                  L.GlobalAveragePooling2D(name="gap"),
+                  L.Dense(3, activation="softmax", name="head")]
+        x = self.inputs((13, 13, 3), seed=20)
+        model = self.conv_weights(self.sequential((13, 13, 3), layers, "cnn"), 20)
+        self.add("cnn", self.calibrate(model, x, 20), x)
+
+        layers = [L.Conv1D(13, 5, padding="causal", dilation_rate=2, activation="relu", name="c5_causal"),
+                  L.MaxPooling1D(2, name="max"),
+                  L.Conv1D(7, 3, strides=2, padding="same", name="c3_s2_same"),
+                  L.AveragePooling1D(2, padding="same", name="avg_same"),
+                  L.UpSampling1D(3, name="up"), L.ZeroPadding1D((2, 1), name="zpad"),
+                  L.Cropping1D((1, 3), name="crop"),
+                  L.Conv1D(4, 3, groups=1, activation="swish", name="c3"),
+                  L.GlobalMaxPooling1D(name="gmax"), L.Dense(3, name="head")]
+        x = self.inputs((31, 3), seed=21)
+        model = self.conv_weights(self.sequential((31, 3), layers, "cnn1d"), 21)
+        self.add("cnn1d", self.calibrate(model, x, 21), x)
+
+        layers = [L.Conv2D(3, 7, strides=2, activation="relu", name="c7_s2"),
+                  L.MaxPooling2D(3, strides=1, name="max_s1"),
+                  L.Conv2D(64, 3, padding="same", name="c3_to64"),
+                  L.GlobalMaxPooling2D(name="gmax"),
+                  L.Dense(5, activation="softmax", name="head")]
+        x = self.inputs((31, 31, 1), seed=22)
+        model = self.conv_weights(self.sequential((31, 31, 1), layers, "cnn_odd"), 22)
+        self.add("cnn_odd", self.calibrate(model, x, 22), x)
+
     def build_digits(self):
         """A 64-32-10 MLP trained on scikit-learn's bundled digits (fixed split)."""
         np, K, L = self.np, self.K, self.L
@@ -581,10 +650,10 @@ class Zoo:
     # ------------------------------------------------------------------ error models
     def build_errors(self):
         L = self.L
-        # Supported layers around unsupported ones: Masking, Conv1D, LSTM and a Dense with an
-        # activation malinn does not have.
+        # Supported layers around unsupported ones: Masking, Conv1DTranspose, LSTM and a Dense with
+        # an activation malinn does not have.
         layers = [L.Dense(12, name="ok_dense"), L.Masking(name="bad_masking"),
-                  L.Reshape((3, 4), name="ok_reshape"), L.Conv1D(4, 2, name="bad_conv"),
+                  L.Reshape((3, 4), name="ok_reshape"), L.Conv1DTranspose(4, 2, name="bad_conv"),
                   L.LSTM(5, name="bad_lstm"), L.Dense(3, activation="log_softmax", name="bad_logsm"),
                   L.Activation("relu", name="ok_relu")]
         model = self.sequential((12,), layers, "unsupported")

@@ -129,6 +129,8 @@ def run_case(case, device, library, rng):
         return run_model(case, device, rng)
     if op == "layer":
         return run_layer(case, device, rng)
+    if op == "window":
+        return run_window(case, device, rng)
     layout = case.get("layout") or case.get("src")
     rows, cols = case["shape"]
     x = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
@@ -271,6 +273,50 @@ def run_model(case, device, rng):
     result["passes"] = device.counters["downloads"] - downloads
     result["max_batch"] = max_batch
     return result
+
+
+def run_window(case, device, rng):
+    """A Sequential of convolution / pooling / pixel-moving layers (``case["layers"]``: [class name,
+    kwargs]) with the kernels ``case["use"]`` chooses, against the numpy definitions in helpers.py."""
+    from helpers import conv2d_reference, depthwise_reference, pool2d_reference
+    from malinn import Sequential
+    from malinn.registry import lookup
+
+    from malinn import kernel_choice
+
+    kernel_choice.forget(device)   # a choice an earlier case made must not route this one
+    for op, codename, *config in case.get("use", []):
+        ops.use(op, codename, device, config[0] if config else None)
+    model = Sequential([lookup("layer", name)(**kwargs) for name, kwargs in case["layers"]])
+    model.build((None,) + tuple(case["input"]))
+    model.set_weights([rng.standard_normal(w.shape).astype(np.float32) * 0.5 for w in model.get_weights()])
+    x = rng.standard_normal((case["batch"],) + tuple(case["input"])).astype(np.float32)
+    got = model.predict(x)
+    h = x.astype(np.float64)
+    for layer in model.layers:
+        name, w = type(layer).__name__, layer.get_weights()
+        if name == "Conv2D":
+            h = conv2d_reference(h, w[0], w[1], layer.strides, layer.dilation_rate, layer.padding, layer.groups)
+        elif name == "DepthwiseConv2D":
+            h = depthwise_reference(h, w[0], w[1], layer.strides, layer.dilation_rate, layer.padding)
+        elif name == "SeparableConv2D":
+            h = depthwise_reference(h, w[0], None, layer.strides, layer.dilation_rate, layer.padding) @ w[1][0, 0] + w[2]
+        elif name in ("MaxPooling2D", "AveragePooling2D"):
+            h = pool2d_reference(h, layer.pool_size, layer.strides, layer.padding, "max" if "Max" in name else "avg")
+        elif name == "GlobalAveragePooling2D":
+            h = h.mean(axis=(1, 2))
+        elif name == "ZeroPadding2D":
+            h = np.pad(h, ((0, 0),) + layer.padding + ((0, 0),))
+        elif name == "Cropping2D":
+            (t, b), (l, r) = layer.cropping
+            h = h[:, t:h.shape[1] - b, l:h.shape[2] - r]
+        elif name == "UpSampling2D":
+            h = h.repeat(layer.size[0], axis=1).repeat(layer.size[1], axis=2)
+        else:
+            raise ValueError(f"no reference for {name}")
+        if getattr(layer, "activation", "linear") != "linear":
+            h = ref_activation(layer.activation, h)
+    return _error(got, h)
 
 
 def main(argv):

@@ -260,8 +260,36 @@ def model_cases() -> list[dict]:
     return cases
 
 
+def window_cases() -> list[dict]:
+    """Convolutions (every conv and im2col kernel, groups, dilation, strides, both paddings),
+    depthwise and separable convolutions, pooling and pixel-moving layers, as small models."""
+    convs = [["Conv2D", {"filters": 5, "kernel_size": 3, "strides": 2, "padding": "same", "activation": "relu"}],
+             ["Conv2D", {"filters": 3, "kernel_size": [3, 2], "dilation_rate": 2, "padding": "same"}]]
+    cases = []
+    for op, codename in [("conv", c) for c in LIB.codenames("conv")] + [("im2col", c) for c in LIB.codenames("im2col")]:
+        cases.append({"op": "window", "use": [[op, codename]], "layers": convs, "input": [7, 6, 3], "batch": 2,
+                      "kernels": [codename], "cost": 20000})
+    for codename in LIB.codenames("conv"):   # the local-memory staging, with a channel block past CIN
+        cases.append({"op": "window", "use": [["conv", codename, {"LOCAL": 1, "KC": 2}]], "layers": convs,
+                      "input": [7, 6, 3], "batch": 2, "kernels": [codename], "cost": 20000})
+    cases.append({"op": "window", "use": [["conv", "conv_kn2row"]], "input": [5, 5, 4], "batch": 2,
+                  "layers": [["Conv2D", {"filters": 6, "kernel_size": 3, "groups": 2, "padding": "same"}]],
+                  "kernels": ["conv_kn2row"], "cost": 10000})
+    cases.append({"op": "window", "input": [6, 5, 3], "batch": 2, "kernels": LIB.codenames("depthwise"),
+                  "layers": [["DepthwiseConv2D", {"kernel_size": 3, "depth_multiplier": 2, "padding": "same",
+                                                  "activation": "tanh"}],
+                             ["SeparableConv2D", {"filters": 4, "kernel_size": 3, "strides": 2}]], "cost": 10000})
+    cases.append({"op": "window", "input": [7, 6, 3], "batch": 2,
+                  "kernels": LIB.codenames("pool") + LIB.codenames("spatial"),
+                  "layers": [["ZeroPadding2D", {"padding": [[1, 2], [0, 1]]}], ["MaxPooling2D", {"padding": "same"}],
+                             ["UpSampling2D", {"size": [2, 3]}], ["Cropping2D", {"cropping": [[1, 0], [2, 1]]}],
+                             ["AveragePooling2D", {"pool_size": 3, "strides": 2, "padding": "same"}],
+                             ["GlobalAveragePooling2D", {}]], "cost": 10000})
+    return cases
+
+
 def all_cases() -> list[dict]:
-    return matmul_cases() + elementwise_cases() + model_cases() + layer_cases()
+    return matmul_cases() + elementwise_cases() + model_cases() + layer_cases() + window_cases()
 
 
 # --------------------------------------------------------------------------------- running
