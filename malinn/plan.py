@@ -36,7 +36,7 @@ from .kernel_library import DEFAULT_PRECISION, KernelSpec, load_library
 from .layout import Layout, parse_layout
 from .matrix import DeviceMatrix
 from .precision import device_bytes
-from .tensor import format_shape, keras_order, matrix_view, transfer_pitch
+from .tensor import format_shape, keras_order, matrix_view
 
 __all__ = ["Weight", "Vector", "Value", "PlanBuilder", "Plan"]
 
@@ -809,20 +809,19 @@ class Plan:
             step.launch = launch
             if launch is not None:
                 self.launches.append(launch)
-        # inputs and outputs travel through staging arrays the device copies fastest (page-locked
-        # on a discrete GPU); an input of fewer samples than the plan's batch is zero-padded there,
-        # so the buffer is written whole (its padded samples are zeros, not an earlier call's data)
-        self._io = [(v.storage.buffer, self._staging(v, "input"), self._pitch(v)) for v in self.inputs], [
-            (v.storage.buffer, self._staging(v, "output"), v.shape, self._pitch(v)) for v in self.outputs]
+        # inputs and outputs travel through staging arrays the size of their whole buffers, padding
+        # included (page-locked on a discrete GPU): a run writes every float of an input's buffer
+        # (padded rows and samples as zeros, never an earlier call's data) with one plain copy
+        self._io = [(v.storage.buffer, self._staging(v, "input"), v) for v in self.inputs], [
+            (v.storage.buffer, self._staging(v, "output"), v) for v in self.outputs]
         return self
 
     def _staging(self, value: Value, what: str) -> np.ndarray:
-        shape = (value.shape[0], math.prod(value.shape[1:]))
-        return self.device.host_array(shape, f"the {what} staging of {value.name or what} {format_shape(value.shape)}")
-
-    @staticmethod
-    def _pitch(value: Value) -> tuple | None:
-        return transfer_pitch(value.rows, value.cols, value.storage.padded)
+        """Host memory laid out as ``value``'s buffer: a row per column of its matrix view (the
+        padded columns too), each as long as the padded rows."""
+        rows, cols = value.storage.padded
+        return self.device.host_array((cols, rows), f"the {what} staging of {value.name or what} "
+                                                    f"{format_shape(value.shape)}")
 
     def _matrix(self, value: Value, rows: int | None = None) -> DeviceMatrix:
         s = value.storage
@@ -904,15 +903,17 @@ class Plan:
         device = self.device
         (ins, outs) = self._io
         with device.lock:
-            for (buffer, staging, pitch), array in zip(ins, arrays):
-                staging[:n] = array.reshape(n, -1)
-                staging[n:] = 0
-                device.upload(buffer, staging, blocking=False, what="the input", mapped=False, pitch=pitch)
+            for (buffer, staging, value), array in zip(ins, arrays):
+                cols = value.cols // self.batch * n
+                staging[:cols, :value.rows] = array.reshape(cols, value.rows)
+                staging[cols:value.cols] = 0
+                device.upload(buffer, staging, blocking=False, what="the input", mapped=False)
             device.launch_all(self.launches)
             results = []
-            for buffer, staging, shape, pitch in outs:
-                device.download(buffer, staging, blocking=True, what="the output", mapped=False, pitch=pitch)
-                results.append(staging[:n].reshape((n,) + tuple(shape[1:])).copy())
+            for buffer, staging, value in outs:
+                device.download(buffer, staging, blocking=True, what="the output", mapped=False)
+                cols = value.cols // self.batch * n
+                results.append(staging[:cols, :value.rows].reshape((n,) + value.shape[1:]).copy())
         return results
 
     # ---------------------------------------------------------------- reports

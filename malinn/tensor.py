@@ -15,7 +15,7 @@ import math
 
 from .layout import Layout, parse_layout
 
-__all__ = ["matrix_view", "keras_order", "transfer_pitch", "format_shape"]
+__all__ = ["matrix_view", "keras_order", "format_shape"]
 
 
 def matrix_view(shape) -> tuple[int, int]:
@@ -26,22 +26,15 @@ def matrix_view(shape) -> tuple[int, int]:
 
 def keras_order(layout: "Layout | str", rows: int, cols: int, padded) -> bool:
     """Whether a buffer in ``layout`` with ``padded`` shape holds the logical ``rows x cols``
-    matrix view in Keras's memory order: each sample's values contiguous, in order, the samples
-    :func:`transfer_pitch` apart (so it is uploaded and downloaded with one copy, strided where
-    the rows are padded)."""
+    matrix view in Keras's memory order: each column's values contiguous, in order, the columns
+    as many floats apart as the rows are padded to (a plan stages it whole, padding included, so
+    it is uploaded and downloaded with one plain copy)."""
     layout = parse_layout(layout)
     if str(layout) == "C":
         return True
     if str(layout) == "R":
         return padded[1] == 1 and cols == 1
     return False
-
-
-def transfer_pitch(rows: int, cols: int, padded) -> tuple | None:
-    """``(rows, padded rows)``: the floats of each column and the floats between the starts of
-    consecutive columns of a Keras-order buffer (see :func:`keras_order`) where the columns are not
-    contiguous, else None (one plain copy)."""
-    return (rows, padded[0]) if cols > 1 and padded[0] != rows else None
 
 
 def format_shape(shape) -> str:

@@ -330,7 +330,7 @@ def run_batch(cases, folder: Path, index: int, timeout: float):
     path = folder / f"cases{index}.json"
     path.write_text(json.dumps([{k: v for k, v in c.items() if k not in ("kernels", "cost")} for c in cases]))
     out, err = folder / f"out{index}.txt", folder / f"err{index}.txt"
-    env = dict(os.environ, MALINN_DEVICE="Oclgrind", MALINN_BINARY_CACHE="0", PYTHONWARNINGS="ignore",
+    env = dict(os.environ, MALINN_DEVICE="Oclgrind", MALINN_BINARY_CACHE="0", MALINN_PINNED="0", PYTHONWARNINGS="ignore",
                PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1])] +
                                           ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
     command = [OCLGRIND, *OCLGRIND_FLAGS, *oclgrind_limits(cases), sys.executable, str(DRIVER), str(path)]

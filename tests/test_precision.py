@@ -261,7 +261,7 @@ print(json.dumps(errors))
 
 @pytest.mark.skipif(OCLGRIND is None, reason="oclgrind is not on PATH (bash .ci/setup --test installs it)")
 def test_reduced_precision_kernels_are_clean_under_oclgrind():
-    env = dict(os.environ, MALINN_DEVICE="Oclgrind", MALINN_BINARY_CACHE="0", PYTHONWARNINGS="ignore",
+    env = dict(os.environ, MALINN_DEVICE="Oclgrind", MALINN_BINARY_CACHE="0", MALINN_PINNED="0", PYTHONWARNINGS="ignore",
                PYTHONPATH=str(ROOT))
     run = subprocess.run([OCLGRIND, "--check-api", "--data-races", "--uninitialized", "--global-mem-size",
                           str(2**28), sys.executable, "-c", OCLGRIND_SCRIPT],

@@ -114,22 +114,17 @@ class Device:
         """A read-write device buffer of ``nbytes`` (DeviceError on failure, naming ``what``)."""
         raise NotImplementedError
 
-    def upload(self, buffer, array, blocking: bool = True, what: str = "data", mapped: bool | None = None,
-               pitch: tuple | None = None) -> None:
+    def upload(self, buffer, array, blocking: bool = True, what: str = "data", mapped: bool | None = None) -> None:
         """Copies the C-contiguous ``array`` into the start of ``buffer``.
 
         ``mapped``: write through a mapping of the buffer (``None``: where the device shares memory
         with the host and the call blocks); a plan's per-call uploads use plain copies, which cost
-        the driver less per call. ``pitch = (run, stride)``: the array is runs of ``run`` floats
-        that the buffer holds ``stride`` floats apart (the columns of a column-major matrix with
-        padded rows); the floats between them are left as they are. None: one contiguous copy.
+        the driver less per call.
         """
         raise NotImplementedError
 
-    def download(self, buffer, out, blocking: bool = True, what: str = "data", mapped: bool | None = None,
-                 pitch: tuple | None = None) -> None:
-        """Copies the start of ``buffer`` into the C-contiguous host array ``out`` (``mapped`` and
-        ``pitch`` as for upload)."""
+    def download(self, buffer, out, blocking: bool = True, what: str = "data", mapped: bool | None = None) -> None:
+        """Copies the start of ``buffer`` into the C-contiguous host array ``out`` (``mapped`` as for upload)."""
         raise NotImplementedError
 
     def host_array(self, shape, what: str = "staging") -> np.ndarray:

@@ -92,31 +92,20 @@ class OpenCLDevice(Device):
             raise DeviceError(f"{what}: allocating {nbytes / 2**20:.1f} MiB on {self.name} failed "
                               f"({status_name(exc)})") from exc
 
-    def upload(self, buffer, array, blocking: bool = True, what: str = "data", mapped: bool | None = None,
-               pitch: tuple | None = None) -> None:
-        self._transfer(buffer, array, True, blocking, mapped, f"uploading {what} ({array.nbytes} bytes) to", pitch)
+    def upload(self, buffer, array, blocking: bool = True, what: str = "data", mapped: bool | None = None) -> None:
+        self._transfer(buffer, array, True, blocking, mapped, f"uploading {what} ({array.nbytes} bytes) to")
         self.counters["uploads"] += 1
 
-    def download(self, buffer, out, blocking: bool = True, what: str = "data", mapped: bool | None = None,
-                 pitch: tuple | None = None) -> None:
-        self._transfer(buffer, out, False, blocking, mapped, f"downloading {what} ({out.nbytes} bytes) from", pitch)
+    def download(self, buffer, out, blocking: bool = True, what: str = "data", mapped: bool | None = None) -> None:
+        self._transfer(buffer, out, False, blocking, mapped, f"downloading {what} ({out.nbytes} bytes) from")
         self.counters["downloads"] += 1
 
-    def _transfer(self, buffer, host, to_device: bool, blocking: bool, mapped, what: str, pitch=None) -> None:
+    def _transfer(self, buffer, host, to_device: bool, blocking: bool, mapped, what: str) -> None:
         """One copy between ``buffer`` and ``host``: through a mapping on host-unified devices when
-        blocking (unless ``mapped`` says otherwise), else a plain copy; a rectangular one where the
-        buffer holds runs of ``pitch[0]`` floats ``pitch[1]`` floats apart."""
+        blocking (unless ``mapped`` says otherwise), else a plain copy."""
         cl = _cl()
         try:
-            if pitch is not None:
-                run, stride = pitch
-                rect = {"buffer_origin": (0, 0), "host_origin": (0, 0), "region": (4 * run, host.size // run),
-                        "buffer_pitches": (4 * stride,), "host_pitches": (4 * run,), "is_blocking": blocking}
-                if to_device:
-                    cl.enqueue_copy(self.queue, buffer, host, **rect)
-                else:
-                    cl.enqueue_copy(self.queue, host, buffer, **rect)
-            elif blocking and (zero_copy_enabled(self) if mapped is None else mapped):
+            if blocking and (zero_copy_enabled(self) if mapped is None else mapped):
                 flags = cl.map_flags.WRITE_INVALIDATE_REGION if to_device else cl.map_flags.READ
                 view, _ = cl.enqueue_map_buffer(self.queue, buffer, flags, 0, (host.size,), host.dtype,
                                                 is_blocking=True)
@@ -138,8 +127,8 @@ class OpenCLDevice(Device):
     def host_array(self, shape, what: str = "staging") -> np.ndarray:
         """Page-locked memory on a discrete GPU: a ``CL_MEM_ALLOC_HOST_PTR`` buffer mapped once for
         good (NVIDIA's OpenCL guide: the driver then copies it by DMA, with no staging copy of its
-        own); plain memory where the device shares the host's."""
-        if self.host_unified_memory:
+        own); plain memory where the device shares the host's, or with ``MALINN_PINNED=0``."""
+        if self.host_unified_memory or os.environ.get("MALINN_PINNED", "1") == "0":
             return np.zeros(shape, np.float32)
         cl = _cl()
         nbytes = 4 * int(np.prod(shape))
