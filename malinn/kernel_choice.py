@@ -92,13 +92,13 @@ def choose(op: str, device: Device | None = None, shape: tuple | None = None,
     explicit = chosen is not None
     if chosen is None and op == "matmul":
         chosen = tuned_choice(device, shape)
-    spec = library[chosen[0]].configure(chosen[1]) if chosen else library.default_spec(op, device.kind)
+    spec = library[chosen[0]].configure(chosen[1]) if chosen else library.default_spec(op, device.kind, device.backend)
     if shape is not None and op == "matmul" and not spec.accepts(*shape, device=device):
-        fallbacks = library.default_specs("matmul_fallback", device.kind)
+        fallbacks = library.default_specs("matmul_fallback", device.kind, device.backend)
         spec = next((f for f in fallbacks if f.accepts(*shape, device=device)), fallbacks[-1])
     if activation == "softmax" and shape is not None and op == "matmul" and not explicit \
             and holding_columns(spec, shape, device) is None:
-        for candidate in library.default_specs("matmul_softmax", device.kind):
+        for candidate in library.default_specs("matmul_softmax", device.kind, device.backend):
             same_layouts = all(candidate.matrices[x].layout == spec.matrices[x].layout for x in "br")
             holding = holding_columns(candidate, shape, device) if same_layouts else None
             if holding is not None:

@@ -335,7 +335,7 @@ class PlanBuilder:
         library = load_library()
         if "matmul_softmax" not in library.defaults:
             return None
-        for candidate in library.default_specs("matmul_softmax", self.device.kind):
+        for candidate in library.default_specs("matmul_softmax", self.device.kind, self.device.backend):
             if all(candidate.matrices[x].layout == matmul.spec.matrices[x].layout for x in "br"):
                 spec = holding_columns(candidate, self._shape(matmul), self.device)
                 if spec is not None:

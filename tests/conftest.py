@@ -1,4 +1,5 @@
-"""Shared fixtures: every device test runs once per working OpenCL device."""
+"""Shared fixtures: every device test runs once per working device of every backend (OpenCL, and
+OpenGL where moderngl is installed)."""
 
 import importlib.util
 import os
@@ -45,6 +46,20 @@ def device(request):
     yield request.param
     kernel_choice.forget()
     malinn.set_device(previous)
+
+
+@pytest.fixture(autouse=True)
+def _kernel_on_backend(request):
+    """Skips a test parametrised with a kernel ``codename`` on a device whose backend has no source
+    for that kernel (the OpenGL backend runs the entries whose "sources" name a GLSL file)."""
+    params = getattr(getattr(request.node, "callspec", None), "params", {})
+    device, codename = params.get("device"), params.get("codename")
+    if device is not None and isinstance(codename, str):
+        from malinn.kernel_library import load_library
+
+        library = load_library()
+        if codename in library and not library[codename].has_source(device.backend):
+            pytest.skip(f"kernel {codename} has no {device.backend} source")
 
 
 @pytest.fixture

@@ -95,10 +95,8 @@ def test_device_relayout_between_layouts(device, src, dst, rows, cols, align):
     padded = Layout.parse(dst).padded_shape(rows, cols, *align)
     r = ops.to_layout(a, device, dst, padded)
     assert r.padded == padded
-    import pyopencl as cl
-
     flat = np.empty(padded[0] * padded[1], np.float32)
-    cl.enqueue_copy(device.queue, flat, r.buffer, is_blocking=True)
+    device.download(r.buffer, flat, what="the re-laid matrix")
     np.testing.assert_array_equal(flat, Layout.parse(dst).pack(m, padded))   # padding included
 
 
