@@ -14,6 +14,10 @@ os.environ["MALINN_CACHE_DIR"] = tempfile.mkdtemp(prefix="malinn-test-cache-")
 if not os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
     os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = tempfile.mkdtemp(prefix="malinn-test-hypothesis-")
 
+# The OpenGL backend joins the device tests wherever moderngl and an EGL driver work, even beside
+# an OpenCL GPU (where a plain discovery leaves Mesa unloaded: malinn.backends.opengl.wanted).
+os.environ.setdefault("MALINN_GL", "1")
+
 import numpy as np
 import pytest  # noqa: E402
 
