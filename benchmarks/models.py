@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 import sys
 from pathlib import Path
 
@@ -71,10 +72,19 @@ def torch_forward(torch, weights):
 
 
 def kernel_seconds(plan, x, repeat: int) -> float:
-    """Median device seconds of the plan's launches (profiling events), its input uploaded first."""
+    """Median device seconds of the plan's launches (profiling events; on the OpenGL backend, which
+    has none here, the launches' wall time until the device finishes), its input uploaded first."""
     device = plan.device
     plan.run([x])
     totals = []
+    if device.backend != "opencl":
+        for _ in range(repeat):
+            device.finish()
+            t = time.perf_counter()
+            device.launch_all(plan.launches)
+            device.finish()
+            totals.append(time.perf_counter() - t)
+        return float(np.median(totals))
     for _ in range(repeat):
         with device.lock:
             events = [launch.enqueue() for launch in plan.launches]
@@ -84,12 +94,22 @@ def kernel_seconds(plan, x, repeat: int) -> float:
 
 
 def copy_bandwidth(device, nbytes: int = 2**30, repeat: int = 5) -> float:
-    """Bytes read plus written per second by a device-to-device copy of ``nbytes`` (profiling events)."""
-    import pyopencl as cl
-
+    """Bytes read plus written per second by a device-to-device copy of ``nbytes`` (profiling events;
+    on the OpenGL backend, ``glCopyBufferSubData`` timed until the device finishes)."""
     nbytes = min(nbytes, device.max_allocation // 2)
     src, dst = device.alloc(nbytes, "copy source"), device.alloc(nbytes, "copy destination")
     times = []
+    if device.backend != "opencl":
+        for _ in range(repeat + 1):
+            with device:
+                device.ctx.finish()
+                t = time.perf_counter()
+                device.ctx.copy_buffer(dst, src, nbytes)
+                device.ctx.finish()
+                times.append(time.perf_counter() - t)
+        return 2 * nbytes / float(np.median(times[1:]))
+    import pyopencl as cl
+
     for _ in range(repeat + 1):
         event = cl.enqueue_copy(device.queue, dst, src, byte_count=nbytes)
         event.wait()
@@ -99,7 +119,8 @@ def copy_bandwidth(device, nbytes: int = 2**30, repeat: int = 5) -> float:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", help="gpu, cpu, P:D or part of a device name (default: malinn's default device)")
+    parser.add_argument("--device", help="gpu, cpu, P:D, part of a device name, or gl for the OpenGL backend "
+                                         "(default: malinn's default device)")
     parser.add_argument("--batch", type=int, default=100,
                         help="samples per predict; batch 1 (latency) is always timed too (default: 100)")
     parser.add_argument("--repeat", type=int, default=10, help="timed runs per model, batch and peer; the median "

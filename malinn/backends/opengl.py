@@ -26,15 +26,14 @@ How the OpenCL notions map (docs/BACKENDS.md):
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import sys
+import time
 import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..cache import read_entry, write_entry
 from ..errors import DeviceError, KernelBuildError
 from ..layout import Layout
 from .base import BoundLaunch, Device
@@ -273,8 +272,18 @@ class GLDevice(Device):
             uniforms = self.ctx.buffer(words.tobytes())
         handle = (shader, uniforms, tuple(buffers), groups + (1,) * (3 - len(groups)))
         bound = BoundLaunch(name, global_size, local, handle, None, what=what or name)
-        bound.enqueue = lambda: self.launch_all([bound])
+        bound.enqueue = lambda: self._timed([bound])
         return bound
+
+    def _timed(self, launches: list) -> "GLEvent":
+        """Runs ``launches`` to completion: an event whose profile is their wall time until the
+        device finished (GL has no per-launch events here; the tuner and benchmarks time with it)."""
+        with self:
+            self.ctx.finish()
+            start = time.perf_counter_ns()
+            self.launch_all(launches)
+            self.ctx.finish()
+            return GLEvent(start, time.perf_counter_ns())
 
     def launch_all(self, launches: list) -> None:
         with self:
@@ -290,6 +299,18 @@ class GLDevice(Device):
                 names = ", ".join(f"{b.what}: {b.function} over {b.global_size}" for b in launches)
                 raise DeviceError(f"launching {names} on {self.name} failed ({error})")
             self.counters["launches"] += len(launches)
+
+
+class GLEvent:
+    """What one enqueued GL launch returns: already complete, with ``profile.start``/``end`` in ns."""
+
+    __slots__ = ("profile",)
+
+    def __init__(self, start: int, end: int):
+        self.profile = type("Profile", (), {"start": start, "end": end})()
+
+    def wait(self) -> None:
+        """Nothing to wait for: the launch finished before the event was made."""
 
 
 class GLProgram:
