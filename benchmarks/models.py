@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 import sys
 from pathlib import Path
 
@@ -79,12 +80,21 @@ def torch_forward(torch, weights):
 
 
 def kernel_seconds(plan, x, repeat: int, matmul_only: bool = False) -> float:
-    """Median device seconds of the plan's launches (profiling events), its input uploaded first;
+    """Median device seconds of the plan's launches (profiling events; on the OpenGL backend, which
+    has none here, the launches' wall time until the device finishes), its input uploaded first;
     ``matmul_only``: of its matmul launches alone (the layers that stream the weights)."""
     device = plan.device
     plan.run([x])
     matmuls = {id(step.launch) for step in plan.steps if step.kind == "matmul" and step.launch is not None}
     totals = []
+    if device.backend != "opencl":
+        for _ in range(repeat):
+            device.finish()
+            t = time.perf_counter()
+            device.launch_all(plan.launches)
+            device.finish()
+            totals.append(time.perf_counter() - t)
+        return float(np.median(totals))
     for _ in range(repeat):
         with device.lock:
             events = [(launch.enqueue(), id(launch) in matmuls) for launch in plan.launches]
@@ -99,12 +109,22 @@ def effective_weights(weights, precision):
 
 
 def copy_bandwidth(device, nbytes: int = 2**30, repeat: int = 5) -> float:
-    """Bytes read plus written per second by a device-to-device copy of ``nbytes`` (profiling events)."""
-    import pyopencl as cl
-
+    """Bytes read plus written per second by a device-to-device copy of ``nbytes`` (profiling events;
+    on the OpenGL backend, ``glCopyBufferSubData`` timed until the device finishes)."""
     nbytes = min(nbytes, device.max_allocation // 2)
     src, dst = device.alloc(nbytes, "copy source"), device.alloc(nbytes, "copy destination")
     times = []
+    if device.backend != "opencl":
+        for _ in range(repeat + 1):
+            with device:
+                device.ctx.finish()
+                t = time.perf_counter()
+                device.ctx.copy_buffer(dst, src, nbytes)
+                device.ctx.finish()
+                times.append(time.perf_counter() - t)
+        return 2 * nbytes / float(np.median(times[1:]))
+    import pyopencl as cl
+
     for _ in range(repeat + 1):
         event = cl.enqueue_copy(device.queue, dst, src, byte_count=nbytes)
         event.wait()
@@ -114,7 +134,8 @@ def copy_bandwidth(device, nbytes: int = 2**30, repeat: int = 5) -> float:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", help="gpu, cpu, P:D or part of a device name (default: malinn's default device)")
+    parser.add_argument("--device", help="gpu, cpu, P:D, part of a device name, or gl for the OpenGL backend "
+                                         "(default: malinn's default device)")
     parser.add_argument("--batch", type=int, default=100,
                         help="samples per predict; batch 1 (latency) is always timed too (default: 100)")
     parser.add_argument("--repeat", type=int, default=10, help="timed runs per model, batch and peer; the median "

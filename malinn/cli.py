@@ -125,9 +125,11 @@ def _save_npy(y):
 # ------------------------------------------------------------------ commands
 def cmd_devices(args) -> int:
 
+    os.environ.setdefault("MALINN_GL", "1")   # list the OpenGL devices too, even beside an OpenCL GPU
     found = devices()
     if not found:
-        raise MalinnError("no working OpenCL device (install a driver, e.g. apt-get install pocl-opencl-icd)")
+        raise MalinnError("no working OpenCL or OpenGL device (install a driver, e.g. apt-get install "
+                          "pocl-opencl-icd, or libegl-mesa0 and pip install malinn[gl])")
     try:
         current = get_device()
     except DeviceError:
@@ -335,7 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    device_help = "gpu, cpu, P:D or part of a device name (default: MALINN_DEVICE, else the first GPU)"
+    device_help = ("gpu, cpu, P:D, part of a device name, or gl (gl:N, gl:NAME) for the OpenGL backend "
+                   "(default: MALINN_DEVICE, else the first GPU)")
     input_help = "input samples: .npy, .npz (one array, or --key) or .csv (one sample per row)"
     key_help = "the array to use from a .npz input holding several"
     weights_help = ("the weights file (model.save_weights: Keras 2 .h5 or Keras 3 .weights.h5) when the model is "
@@ -347,7 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights", help=weights_help)
     p.add_argument("-o", "--output", required=True, help="malinn model file to write (atomically; a symlink is "
                                                          "followed, a device or FIFO written through)")
-    p.add_argument("--target", help="matmul kernel codename, or gpu/cpu/accelerator, whose layouts the weights are "
+    p.add_argument("--target", help="matmul kernel codename, or gpu/cpu/accelerator (gl, gl:cpu: the OpenGL "
+                                    "backend's), whose layouts the weights are "
                                     "stored in (default: the current device's kernel; a given target needs no device)")
     p.add_argument("--force", action="store_true", help="allow the output to be the source file itself")
     p.add_argument("--precision", choices=PRECISIONS, help=PRECISION_HELP + "; stored in the file (default: the "
@@ -392,7 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=PRECISION_HELP + "; winners are stored per precision")
     p.add_argument("--device", help=device_help)
 
-    add("devices", "list the working OpenCL devices (* marks the default)", cmd_devices)
+    add("devices", "list the working OpenCL and OpenGL devices (* marks the default)", cmd_devices)
     return parser
 
 

@@ -56,11 +56,11 @@ def local_range(preferred, global_size, device: Device):
 
 def program_for(spec: KernelSpec, device: Device, layouts: dict):
     """The built program of ``spec`` for matrices in ``layouts`` (memoised by the device)."""
-    key = (spec.codename, spec.defines, tuple(sorted((name, str(layout)) for name, layout in layouts.items())))
+    key = (spec.codename, spec.defines, device.backend, tuple(sorted((name, str(layout)) for name, layout in layouts.items())))
     programs = device.cache.setdefault("kernel_programs", {})
     program = programs.get(key)
     if program is None:
-        source = spec.program_source(layouts, device.render_index)
+        source = spec.program_source(layouts, device.render_index, device.backend)
         program = programs[key] = device.compile(source, spec.options(), origin=f"{spec.source} ({spec.codename})")
     return program
 

@@ -107,6 +107,9 @@ def choose(op: str, device: Device | None = None, shape: tuple | None = None,
 
 
 def _check_device(precision, device: Device) -> None:
+    if device.backend != "opencl":
+        raise DeviceError(f"precision {precision.name!r} runs on OpenCL devices; {device.name} is a {device.backend} "
+                          f"device, whose kernels read fp32 weights only: use fp32 there")
     extension = precision.extension
     if extension and extension not in getattr(device, "extensions", ()):
         raise DeviceError(f"precision {precision.name!r} computes in half and needs {extension}, which {device.name} "
@@ -119,8 +122,9 @@ def _in_precision(library, spec: KernelSpec, device: Device, shape, precision: s
     ``shape``."""
     if precision in spec.precisions:
         return spec.in_precision(precision)
-    others = library.default_specs("matmul_fallback", device.kind) + library.default_specs("matmul", device.kind) \
-        + [library[c] for c in library.codenames("matmul")]
+    others = library.default_specs("matmul_fallback", device.kind, device.backend) \
+        + library.default_specs("matmul", device.kind, device.backend) \
+        + [library[c] for c in library.codenames("matmul", device.backend)]
     for other in others:
         if precision not in other.precisions:
             continue
@@ -135,7 +139,7 @@ def _in_precision(library, spec: KernelSpec, device: Device, shape, precision: s
 
 def _choose(library, op: str, device: Device) -> KernelSpec:
     chosen = explicit_choice(op, device)
-    return library[chosen[0]].configure(chosen[1]) if chosen else library.default_spec(op, device.kind)
+    return library[chosen[0]].configure(chosen[1]) if chosen else library.default_spec(op, device.kind, device.backend)
 
 
 def _choose_matmul(library, device: Device, shape, activation, precision: str = DEFAULT_PRECISION) -> KernelSpec:
@@ -147,14 +151,14 @@ def _choose_matmul(library, device: Device, shape, activation, precision: str = 
     if chosen:
         spec = library[chosen[0]].configure(chosen[1])
     else:   # the first of the defaults whose preconditions the product meets (the first, for no product)
-        defaults = library.default_specs(op, device.kind)
+        defaults = library.default_specs(op, device.kind, device.backend)
         spec = next((d for d in defaults if shape is None or d.accepts(*shape, device=device)), defaults[0])
     if shape is not None and not spec.accepts(*shape, device=device):
-        fallbacks = library.default_specs("matmul_fallback", device.kind)
+        fallbacks = library.default_specs("matmul_fallback", device.kind, device.backend)
         spec = next((f for f in fallbacks if f.accepts(*shape, device=device)), fallbacks[-1])
     if activation == "softmax" and shape is not None and not explicit \
             and holding_columns(spec, shape, device) is None:
-        for candidate in library.default_specs("matmul_softmax", device.kind):
+        for candidate in library.default_specs("matmul_softmax", device.kind, device.backend):
             same_layouts = all(candidate.matrices[x].layout == spec.matrices[x].layout for x in "br")
             holding = holding_columns(candidate, shape, device) if same_layouts else None
             if holding is not None:

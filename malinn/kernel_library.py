@@ -26,7 +26,10 @@ choosing another implementation is choosing another codename, and adding one nee
 Restriction numbers may be expressions over the defines (``"rowAlign": "MWG"``); an entry with
 ``candidates`` (a list of define overrides) and ``constraints`` (expressions every configuration
 must satisfy) is a family the tuner times (:meth:`KernelSpec.configurations`, :meth:`KernelSpec.configure`).
-``includes`` lists headers prepended to the source; ``epilogue`` lists what a matmul can fuse into
+``sources`` gives the kernel in another backend's language, by backend name (``{"gl": {"source":
+"gl/gemv.comp", "includes": [...]}}``, or just the file): the entry's restrictions, defines and
+epilogue serve every backend, and a backend uses only the entries that have a source for it
+(:meth:`KernelSpec.has_source`; OpenCL's is ``source``). ``includes`` lists headers prepended to the source; ``epilogue`` lists what a matmul can fuse into
 its final write (``bias``, ``activation``, ``affine``, ``softmax``: defines ``BIAS``, ``ACTIVATION``,
 ``AFFINE``, ``SOFTMAX``; kernels/epilogue.clh); ``preconditions`` (``min_m``/``max_m``, ``min_k``/
 ``max_k``, ``min_n``/``max_n``, numbers or expressions over the defines) say for which product
@@ -153,6 +156,7 @@ class KernelSpec:
     candidates: tuple = ()    # define overrides the tuner times, besides the defaults
     constraints: tuple = ()   # expressions every configuration satisfies
     template: object = None   # (path, raw entry, precisions table) to configure from
+    sources: tuple = ()       # (("gl", source path, (include paths...)), ...): other backends' sources
     precisions: tuple = (DEFAULT_PRECISION,)   # the precisions it supports
     precision: str = DEFAULT_PRECISION         # the precision of this configuration
 
@@ -176,6 +180,16 @@ class KernelSpec:
         if spec is None:
             spec = _configured[key] = _build(self.template[0], self.codename, self.template[1], merged, table)
         return spec
+
+
+    def has_source(self, backend: str) -> bool:
+        """Whether this kernel runs on ``backend`` (OpenCL always; another backend where the entry's
+        ``sources`` names a file for it)."""
+        return backend == "opencl" or any(name == backend for name, _, _ in self.sources)
+
+    def backends(self) -> tuple:
+        """The backends this kernel has a source for: ``("opencl", ...)``."""
+        return ("opencl",) + tuple(name for name, _, _ in self.sources)
 
     @property
     def config(self) -> dict:
@@ -280,19 +294,32 @@ class KernelSpec:
         """Compiler options: the entry's defines as ``-DNAME=VALUE``."""
         return tuple(f"-D{k}={v}" for k, v in self.defines)
 
-    def program_source(self, layouts: dict, render_index) -> str:
+    def program_source(self, layouts: dict, render_index, backend: str = "opencl") -> str:
         """The source with a ``MALINN_INDEX_<X>`` macro prepended for each matrix's layout.
 
         Args:
             layouts: matrix name -> :class:`Layout` of the matrix passed for it.
             render_index: the backend's renderer, ``render_index(layout, macro_name) -> str``
                 (:meth:`malinn.backends.base.Device.render_index`).
+            backend: whose source: ``"opencl"`` (the entry's ``source``) or a name under ``sources``.
+
+        Raises:
+            LibraryError: the entry has no source for ``backend``.
         """
-        head = [f"/* malinn: {self.codename} ({self.source}) */"]
+        if backend == "opencl":
+            source, source_path, includes = self.source, self.source_path, self.includes
+        else:
+            found = [(path, inc) for name, path, inc in self.sources if name == backend]
+            if not found:
+                raise LibraryError(f"kernel {self.codename!r} has no {backend} source (kernels/library.json: "
+                                   f"its \"sources\" name {', '.join(self.backends())}); choose another kernel")
+            source_path, includes = found[0]
+            source = source_path.name
+        head = [f"/* malinn: {self.codename} ({source}) */"]
         for name in sorted(layouts):
             head.append(render_index(parse_layout(layouts[name]), f"MALINN_INDEX_{name.upper()}"))
-        head += [_read_source(path) for path in self.includes]
-        return "\n".join(head) + "\n" + _read_source(self.source_path)
+        head += [_read_source(path) for path in includes]
+        return "\n".join(head) + "\n" + _read_source(source_path)
 
 
 _configured: dict = {}   # (entry id, defines) -> KernelSpec
@@ -337,11 +364,11 @@ class KernelLibrary:
     def __contains__(self, codename: str) -> bool:
         return codename in self.kernels
 
-    def codenames(self, op: str) -> list[str]:
-        """Every codename that implements ``op``, in library order."""
-        return [c for c, k in self.kernels.items() if k.op == op]
+    def codenames(self, op: str, backend: str | None = None) -> list[str]:
+        """Every codename that implements ``op`` (on ``backend``, when given), in library order."""
+        return [c for c, k in self.kernels.items() if k.op == op and (backend is None or k.has_source(backend))]
 
-    def default_specs(self, op: str, device_kind: str) -> list[KernelSpec]:
+    def default_specs(self, op: str, device_kind: str, backend: str = "opencl") -> list[KernelSpec]:
         """The default kernels for ``op`` on a device kind, in order of preference, each in the
         configuration the table names.
 
@@ -351,26 +378,36 @@ class KernelLibrary:
         ``"matmul_fallback"`` (the kernels used where the chosen matmul's preconditions do not
         hold: small batches, say) or ``"matmul_softmax"`` (the kernel that fuses a softmax; an empty
         list when the library names none).
+
+        ``backend`` keeps the kernels that have a source for it (an OpenGL device runs only the
+        entries whose ``sources`` name a GLSL file); a table may name kernels for one backend under
+        ``"<backend>:<kind>"`` or ``"<backend>"``, looked up before the kind.
         """
         table = self.defaults.get(op, {})
-        value = table.get(device_kind, table.get("*"))
-        if value is None:
+        keys = (f"{backend}:{device_kind}", backend, device_kind, "*")
+        value = next((table[k] for k in keys if k in table), None)
+        specs = []
+        if value is not None:
+            choices = value if isinstance(value, list) else [value]
+            specs = [self[c["codename"]].configure(c.get("defines")) if isinstance(c, dict) else self[c]
+                     for c in choices]
+            specs = [s for s in specs if s.has_source(backend)]
+        if not specs:
             if op == "matmul_softmax":
                 return []
-            codenames = self.codenames("matmul" if op in MATMUL_CHOICES else op)
+            codenames = self.codenames("matmul" if op in MATMUL_CHOICES else op, backend)
             if not codenames:
-                raise LibraryError(f"{self.path}: no kernel implements {op!r}")
-            return [self[codenames[0]]]
-        choices = value if isinstance(value, list) else [value]
-        return [self[c["codename"]].configure(c.get("defines")) if isinstance(c, dict) else self[c] for c in choices]
+                raise LibraryError(f"{self.path}: no kernel implements {op!r} on the {backend} backend")
+            specs = [self[codenames[0]]]
+        return specs
 
-    def default_spec(self, op: str, device_kind: str) -> KernelSpec:
+    def default_spec(self, op: str, device_kind: str, backend: str = "opencl") -> KernelSpec:
         """The first of :meth:`default_specs`.
 
         Raises:
             LibraryError: the library names no kernel for ``op``.
         """
-        specs = self.default_specs(op, device_kind)
+        specs = self.default_specs(op, device_kind, backend)
         if not specs:
             raise LibraryError(f"{self.path}: no default kernel for {op!r} on a {device_kind}")
         return specs[0]
@@ -398,10 +435,10 @@ class KernelLibrary:
         """Every activation name a kernel computes, aliases included."""
         return [name for k in self.kernels.values() if k.op == "activation" for name in (k.activation,) + k.aliases]
 
-    def default(self, op: str, device_kind: str) -> str:
+    def default(self, op: str, device_kind: str, backend: str = "opencl") -> str:
         """The default codename for ``op`` on a device of kind ``gpu``/``cpu``/``accelerator``
         (the first, where the table lists several; see :meth:`default_specs`)."""
-        return self.default_spec(op, device_kind).codename
+        return self.default_spec(op, device_kind, backend).codename
 
 
 def load_library(path: "str | Path | None" = None) -> KernelLibrary:  # noqa: D417
@@ -564,6 +601,22 @@ def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -
     includes = entry.get("includes", [])
     if not isinstance(includes, list) or not all((path.parent / str(i)).is_file() for i in includes):
         fail("includes", "expected a list of files in the kernels folder")
+    sources = []
+    raw_sources = entry.get("sources", {})
+    if not isinstance(raw_sources, dict):
+        fail("sources", 'expected an object of backend: file or {"source": file, "includes": [files]}')
+    for backend, value in raw_sources.items():
+        value = {"source": value} if isinstance(value, str) else value
+        if backend == "opencl" or not isinstance(value, dict) or not isinstance(value.get("source"), str):
+            fail(f"sources.{backend}", 'expected a file or {"source": file, "includes": [files]} '
+                                       '(OpenCL\'s source is the entry\'s "source")')
+        other = path.parent / value["source"]
+        if not other.is_file():
+            fail(f"sources.{backend}.source", f"no file {other}")
+        other_includes = value.get("includes", [])
+        if not isinstance(other_includes, list) or not all((path.parent / str(i)).is_file() for i in other_includes):
+            fail(f"sources.{backend}.includes", "expected a list of files in the kernels folder")
+        sources.append((str(backend), other, tuple(path.parent / str(i) for i in other_includes)))
     rs = entry["restrictions"]
     if not isinstance(rs, dict):
         fail("restrictions", "expected an object")
@@ -681,4 +734,5 @@ def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -
                       includes=tuple(path.parent / str(i) for i in includes), epilogue=tuple(epilogue),
                       preconditions=tuple(preconditions.items()), split=split_t,
                       candidates=tuple(candidates), constraints=tuple(constraints),
-                      template=(path, entry, table), precisions=tuple(supported), precision=precision)
+                      template=(path, entry, table), precisions=tuple(supported), precision=precision,
+                      sources=tuple(sources))

@@ -394,7 +394,7 @@ class PlanBuilder:
         kind whose preconditions hold for ``shape`` (the last one, the general kernel, otherwise)."""
         if explicit_choice(op, self.device) is not None:
             return choose(op, self.device)
-        specs = load_library().default_specs(op, self.device.kind)
+        specs = load_library().default_specs(op, self.device.kind, self.device.backend)
         return next((s for s in specs if s.accepts(*shape)), specs[-1])
 
     def _conv_step(self, spec, x, weight, out_shape, bias, activation, params, what) -> Value:
@@ -486,7 +486,7 @@ class PlanBuilder:
         library = load_library()
         if "matmul_softmax" not in library.defaults:
             return None
-        for candidate in library.default_specs("matmul_softmax", self.device.kind):
+        for candidate in library.default_specs("matmul_softmax", self.device.kind, self.device.backend):
             if matmul.spec.precision not in candidate.precisions:
                 continue
             candidate = candidate.in_precision(matmul.spec.precision)

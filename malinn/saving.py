@@ -47,7 +47,9 @@ FORMAT_VERSION_FP32 = 1
 
 
 def resolve_target(target=None):
-    """The matmul kernel for ``target``: a codename, a device kind, or None (the current device's).
+    """The matmul kernel for ``target``: a codename, a device kind (``gpu``, ``cpu``,
+    ``accelerator``, or one of a backend: ``gl``, ``gl:gpu``, ``gl:cpu``, ``opencl:cpu``), or None
+    (the current device's).
 
     Returns:
         A :class:`~malinn.kernel_library.KernelSpec` (with the configuration the target uses).
@@ -60,9 +62,12 @@ def resolve_target(target=None):
         return choose("matmul", get_device())
     if target in ("gpu", "cpu", "accelerator"):
         return library.default_spec("matmul", target)
+    backend, _, kind = str(target).partition(":")
+    if backend in ("opencl", "gl") and kind in ("", "gpu", "cpu", "accelerator"):
+        return library.default_spec("matmul", kind or "gpu", backend)
     if target in library and library[target].op == "matmul":
         return library[target]
-    raise ConversionError(f"unknown target {target!r}; use gpu, cpu, accelerator or a matmul kernel: "
+    raise ConversionError(f"unknown target {target!r}; use gpu, cpu, accelerator (or gl, gl:cpu, ...) or a matmul kernel: "
                           f"{', '.join(library.codenames('matmul'))}")
 
 

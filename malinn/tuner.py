@@ -103,9 +103,9 @@ def _candidates(library, device: Device, quick: bool, seed: int) -> list[tuple[s
     rest are shuffled (a run cut short by a budget samples evenly) and, with ``quick``, cut to
     :data:`QUICK_CONFIGS` in all.
     """
-    kind_default = library.default_spec("matmul", device.kind)
+    kind_default = library.default_spec("matmul", device.kind, device.backend)
     found = []
-    for codename in library.codenames("matmul"):
+    for codename in library.codenames("matmul", device.backend):
         spec = library[codename]
         configs = spec.configurations(device) if spec.candidates else [spec.config]
         first = configs[:1]
