@@ -46,7 +46,7 @@ def time_variant(spec, device, n, repeat, budget_s):
     product = Product(spec, device, n, n, n)
     if not product.correct():
         raise RuntimeError(f"{spec.codename} at n={n} is wrong; not timing it")
-    run = lambda: (product.launch(), device.queue.finish())  # noqa: E731
+    run = lambda: (product.launch(), device.finish())  # noqa: E731
     t = time.perf_counter()
     run()
     first = time.perf_counter() - t
@@ -117,7 +117,7 @@ def runtime_spec(library, codename, device):
     chosen = ops.kernel_for("matmul", device)
     if chosen.codename == codename:
         return chosen
-    default = library.default_spec("matmul", device.kind)
+    default = library.default_spec("matmul", device.kind, device.backend)
     return default if default.codename == codename else library[codename]
 
 
@@ -128,6 +128,8 @@ def label(spec):
 
 def usable_clblast(device):
     """``(CLBlast, None)`` when CLBlast loads and multiplies correctly on ``device``, else ``(None, why)``."""
+    if device.backend != "opencl":
+        return None, f"CLBlast runs on OpenCL devices, not on {device.backend} ({device.name})"
     clblast, why = CLBlast.load()
     if clblast is None:
         return None, why
@@ -151,7 +153,8 @@ def most_often_fastest(rows, columns):
 def main(argv=None):
     library = load_library()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", help="gpu, cpu, P:D or part of a device name (default: malinn's default device)")
+    parser.add_argument("--device", help="gpu, cpu, P:D, part of a device name, or gl for the OpenGL backend "
+                                         "(default: malinn's default device)")
     parser.add_argument("--sizes", type=int, nargs="+", default=THESIS_SIZES, metavar="N",
                         help=f"n of the square n x n x n products (default: {' '.join(map(str, THESIS_SIZES))})")
     parser.add_argument("--variants", nargs="+", metavar="CODENAME", choices=library.codenames("matmul"),
@@ -166,7 +169,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     device = malinn.set_device(args.device) if args.device else malinn.get_device()
-    variants = args.variants or library.codenames("matmul")
+    variants = args.variants or library.codenames("matmul", device.backend)
     specs = {codename: runtime_spec(library, codename, device) for codename in variants}
     specs["tuned"] = ops.kernel_for("matmul", device)
     configurations = {column: label(spec) for column, spec in specs.items()}

@@ -12,13 +12,21 @@ profiling events, median of --repeat), and ``weights_gbs`` the weights' bytes ov
 ``copy_gbs``, a device-to-device copy of 1 GiB on the same device measured in the same run (bytes
 read plus written over its time): the bandwidth a batch-1 Dense layer can reach.
 
-Run:  python3 benchmarks/models.py [--device D] [--batch 100] [--repeat 10] [--json out.json]
+With ``--precision fp32 fp16-storage int8-weights`` each network runs in every precision listed, in
+the same run (peers once, beside the first): each row then gives ``precision``, ``matmul_kernels``
+(device time of the weight-streaming matmul launches alone, profiling events) and
+``speedup_matmul`` / ``speedup_e2e`` over the row of the first precision, and ``weight_bytes`` (the
+weights' device memory in that precision). Results are checked against numpy computed with the
+weights that precision stores.
+
+Run:  python3 benchmarks/models.py [--device D] [--batch 100] [--repeat 10] [--precision P ...] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 import sys
 from pathlib import Path
 
@@ -26,6 +34,7 @@ import numpy as np
 
 import malinn
 from malinn.layers import Dense
+from malinn.precision import effective
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers import median_time, tensorflow_times, torch_cuda  # noqa: E402
@@ -70,26 +79,52 @@ def torch_forward(torch, weights):
     return run
 
 
-def kernel_seconds(plan, x, repeat: int) -> float:
-    """Median device seconds of the plan's launches (profiling events), its input uploaded first."""
+def kernel_seconds(plan, x, repeat: int, matmul_only: bool = False) -> float:
+    """Median device seconds of the plan's launches (profiling events; on the OpenGL backend, which
+    has none here, the launches' wall time until the device finishes), its input uploaded first;
+    ``matmul_only``: of its matmul launches alone (the layers that stream the weights)."""
     device = plan.device
     plan.run([x])
+    matmuls = {id(step.launch) for step in plan.steps if step.kind == "matmul" and step.launch is not None}
     totals = []
+    if device.backend != "opencl":
+        for _ in range(repeat):
+            device.finish()
+            t = time.perf_counter()
+            device.launch_all(plan.launches)
+            device.finish()
+            totals.append(time.perf_counter() - t)
+        return float(np.median(totals))
     for _ in range(repeat):
         with device.lock:
-            events = [launch.enqueue() for launch in plan.launches]
+            events = [(launch.enqueue(), id(launch) in matmuls) for launch in plan.launches]
             device.finish()
-        totals.append(sum((e.profile.end - e.profile.start) * 1e-9 for e in events))
+        totals.append(sum((e.profile.end - e.profile.start) * 1e-9 for e, mm in events if mm or not matmul_only))
     return float(np.median(totals))
 
 
-def copy_bandwidth(device, nbytes: int = 2**30, repeat: int = 5) -> float:
-    """Bytes read plus written per second by a device-to-device copy of ``nbytes`` (profiling events)."""
-    import pyopencl as cl
+def effective_weights(weights, precision):
+    """The Keras-shaped weights as ``precision`` stores them (kernels only; biases stay float)."""
+    return [effective(w.T, precision).T if i % 2 == 0 else w for i, w in enumerate(weights)]
 
+
+def copy_bandwidth(device, nbytes: int = 2**30, repeat: int = 5) -> float:
+    """Bytes read plus written per second by a device-to-device copy of ``nbytes`` (profiling events;
+    on the OpenGL backend, ``glCopyBufferSubData`` timed until the device finishes)."""
     nbytes = min(nbytes, device.max_allocation // 2)
     src, dst = device.alloc(nbytes, "copy source"), device.alloc(nbytes, "copy destination")
     times = []
+    if device.backend != "opencl":
+        for _ in range(repeat + 1):
+            with device:
+                device.ctx.finish()
+                t = time.perf_counter()
+                device.ctx.copy_buffer(dst, src, nbytes)
+                device.ctx.finish()
+                times.append(time.perf_counter() - t)
+        return 2 * nbytes / float(np.median(times[1:]))
+    import pyopencl as cl
+
     for _ in range(repeat + 1):
         event = cl.enqueue_copy(device.queue, dst, src, byte_count=nbytes)
         event.wait()
@@ -99,7 +134,8 @@ def copy_bandwidth(device, nbytes: int = 2**30, repeat: int = 5) -> float:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", help="gpu, cpu, P:D or part of a device name (default: malinn's default device)")
+    parser.add_argument("--device", help="gpu, cpu, P:D, part of a device name, or gl for the OpenGL backend "
+                                         "(default: malinn's default device)")
     parser.add_argument("--batch", type=int, default=100,
                         help="samples per predict; batch 1 (latency) is always timed too (default: 100)")
     parser.add_argument("--repeat", type=int, default=10, help="timed runs per model, batch and peer; the median "
@@ -108,6 +144,9 @@ def main(argv=None):
                         help="networks to time, among " + ", ".join(repr(m) for m in MODELS) + " (default: all)")
     parser.add_argument("--no-tensorflow", action="store_true",
                         help="skip the TensorFlow-cpu peer (it runs in a subprocess and is slow to start)")
+    parser.add_argument("--precision", nargs="+", default=["fp32"], metavar="P",
+                        choices=["fp32", "fp16-storage", "fp16", "int8-weights"],
+                        help="weight precisions to run each network in, the first the baseline (default: fp32)")
     parser.add_argument("--json", metavar="PATH", help="also write the results, as JSON, to PATH "
                         "(benchmarks/report.py reads them)")
     args = parser.parse_args(argv)
@@ -124,33 +163,48 @@ def main(argv=None):
         weights = model.get_weights()
         for batch in sorted({args.batch, 1}, reverse=True):
             x = np.random.default_rng(1).random((batch, widths[0]), dtype=np.float32)
-            y = model.predict(x)
-            assert np.abs(y - numpy_forward(weights, x)).max() <= 1e-4 * max(1, np.abs(y).max()), name
-            row = {"model": name, "widths": widths, "batch": batch,
-                   "malinn": median_time(lambda: model.predict(x), args.repeat),
-                   "numpy": median_time(lambda: numpy_forward(weights, x), args.repeat)}
-            plan = model.plan(batch, device)
-            row["kernels"] = kernel_seconds(plan, x, args.repeat)
-            row["launches"] = len(plan.launches)
-            row["weights_gbs"] = 4 * sum(w.size for w in weights) / row["kernels"] / 1e9
-            row["copy_gbs"] = copy_gbs
-            if torch is not None:
-                run = torch_forward(torch, weights)
-                row["torch"] = median_time(lambda: run(x), args.repeat, warmup=3)
-            if not args.no_tensorflow:
-                tf = tensorflow_times(widths, batch, args.repeat)
-                if tf is not None:
-                    row["tensorflow"] = tf["seconds"]
-            results.append(row)
-            peers = "  ".join(f"{p} {row[p] * 1e3:8.3f} ({row[p] / row['malinn']:5.2f}x)"
-                              for p in ("numpy", "tensorflow", "torch") if p in row)
-            print(f"{name:<14} batch {batch:>4}: malinn {row['malinn'] * 1e3:8.3f}  {peers}  "
-                  f"[{row['launches']} launches, kernels {row['kernels'] * 1e3:.3f} ms, weights read at "
-                  f"{row['weights_gbs']:.0f} GB/s = {row['weights_gbs'] / copy_gbs:.0%} of the copy]", flush=True)
+            base = None
+            for precision in args.precision:
+                model.precision = precision
+                stored = effective_weights(weights, precision)
+                y = model.predict(x)
+                assert np.abs(y - numpy_forward(stored, x)).max() <= 1e-4 * max(1, np.abs(y).max()), (name, precision)
+                row = {"model": name, "widths": widths, "batch": batch, "precision": precision,
+                       "malinn": median_time(lambda: model.predict(x), args.repeat)}
+                plan = model.plan(batch, device)
+                row["kernels"] = kernel_seconds(plan, x, args.repeat)
+                row["matmul_kernels"] = kernel_seconds(plan, x, args.repeat, matmul_only=True)
+                row["launches"] = len(plan.launches)
+                row["weight_bytes"] = sum(plan.weight_sizes())
+                row["weights_gbs"] = row["weight_bytes"] / row["matmul_kernels"] / 1e9
+                row["copy_gbs"] = copy_gbs
+                if base is None:
+                    base = row
+                    row["numpy"] = median_time(lambda: numpy_forward(weights, x), args.repeat)
+                    if torch is not None:
+                        run = torch_forward(torch, weights)
+                        row["torch"] = median_time(lambda: run(x), args.repeat, warmup=3)
+                    if not args.no_tensorflow:
+                        tf = tensorflow_times(widths, batch, args.repeat)
+                        if tf is not None:
+                            row["tensorflow"] = tf["seconds"]
+                else:
+                    row["speedup_matmul"] = base["matmul_kernels"] / row["matmul_kernels"]
+                    row["speedup_e2e"] = base["malinn"] / row["malinn"]
+                results.append(row)
+                peers = "  ".join(f"{p} {row[p] * 1e3:8.3f} ({row[p] / row['malinn']:5.2f}x)"
+                                  for p in ("numpy", "tensorflow", "torch") if p in row)
+                gain = (f"  matmuls {row['speedup_matmul']:.2f}x, end to end {row['speedup_e2e']:.2f}x "
+                        f"faster than {base['precision']}" if row is not base else "")
+                print(f"{name:<14} batch {batch:>4} {precision:<13}: malinn {row['malinn'] * 1e3:8.3f}  {peers}  "
+                      f"[{row['launches']} launches, kernels {row['kernels'] * 1e3:.3f} ms, matmuls "
+                      f"{row['matmul_kernels'] * 1e3:.3f} ms, weights ({row['weight_bytes'] / 2**20:.1f} MiB) read at "
+                      f"{row['weights_gbs']:.0f} GB/s = {row['weights_gbs'] / copy_gbs:.0%} of the copy]{gain}",
+                      flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({"device": device.describe(), "driver": device.driver_version,
                                                "matmul": malinn.ops.kernel_for("matmul", device).codename,
-                                               "copy_gbs": copy_gbs,
+                                               "copy_gbs": copy_gbs, "precisions": args.precision,
                                                "rows": results, "command": " ".join(sys.argv)}, indent=2))
     return 0
 

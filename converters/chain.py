@@ -440,6 +440,18 @@ def iter_chain(node: ModelNode, trail: tuple = ()) -> Iterator[tuple[LayerEntry,
             yield member, step
 
 
+def is_operation(member) -> bool:
+    """A Keras 3 operation on tensors in a Functional graph (``x + y`` is ``keras.src.ops.numpy.Add``):
+    not a layer, so the file lists no weights for it. Its config holds its name alone (a layer's
+    has ``trainable`` and its dtype policy too), and a ``.keras`` config its module."""
+    if not isinstance(member, LayerEntry):
+        return False
+    module = member.entry.get("module")
+    if isinstance(module, str):
+        return module.startswith("keras.src.ops.")
+    return set(member.config) <= {"name"}
+
+
 def iter_leaves(node: ModelNode) -> Iterator[LayerEntry]:
     """Every non-Input leaf layer under ``node`` (any order)."""
     for member in node.members:

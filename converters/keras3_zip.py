@@ -14,6 +14,10 @@ adds ``layers/sequential/layers/dense``. Recent Keras 3 versions also write the 
 the ``name`` attribute of each ``vars`` group, which is used to confirm (or find) the match.
 tf_keras (Keras 2) writes the same layout, without the ``name`` attributes.
 
+Keras 3's ``model.save_weights("w.weights.h5")`` (and tf_keras's, for that suffix) writes the
+same layout as ``model.weights.h5`` in a file of its own; :func:`read_weight_tree` reads either,
+for the split form (``split_forms.py``) as for archives.
+
 Each member's declared size is checked before it is read (``limits.py``); ``model.weights.h5`` is
 read in place or through a temporary file, never whole into memory (``zip_member.py``).
 """
@@ -29,7 +33,7 @@ import h5py
 
 from malinn.errors import ConversionError
 
-from .chain import ModelNode, leaves_and_graph, parse_model
+from .chain import ModelNode, is_operation, iter_chain, leaves_and_graph, parse_model
 from .dtypes import variable_dtype
 from .hdf5_util import read_weight, to_str
 from .limits import MAX_JSON_BYTES, WeightBudget, check_member, member_limit, size_text
@@ -136,7 +140,7 @@ def _build(source: str, root: ModelNode, version: str | None, weights_file) -> K
     with h5:
         try:
             leaves, graph = leaves_and_graph(root, source)
-            layers = _read_layers(h5, leaves, source, WeightBudget(root, source))
+            layers = read_weight_tree(h5, root, source, WeightBudget(root, source), leaves=leaves)
         except ConversionError:
             raise
         except (KeyError, OSError, RuntimeError, ValueError, TypeError, UnicodeError) as exc:
@@ -155,25 +159,60 @@ def _build(source: str, root: ModelNode, version: str | None, weights_file) -> K
     )
 
 
-def _read_layers(h5: h5py.File, leaves: list, source: str, budget) -> list[KerasLayer]:
-    """Each leaf layer (with its trail of models) with its variables from ``model.weights.h5``."""
-    layers = []
-    for leaf, trail in leaves:
-        group_path, group = _find_vars(h5, trail, leaf.name, source)
+#: layers that wrap another one; Keras 3 saves the wrapped layer's variables under ``<wrapper>/layer/vars``
+WRAPPERS = ("TimeDistributed",)
+
+
+def read_weight_tree(h5: h5py.File, root: ModelNode, source: str, budget, member: str = WEIGHTS,
+                     config: str = "the config", leaves: list | None = None) -> list[KerasLayer]:
+    """Each leaf layer of ``root`` with its variables from a Keras 3-layout HDF5 file.
+
+    Args:
+        h5: ``model.weights.h5`` of a ``.keras`` archive, or a ``save_weights("w.weights.h5")``
+            file (the same layout).
+        root: the model's structure (:func:`converters.chain.parse_model`).
+        source: the file(s), for messages; budget: the :class:`~converters.limits.WeightBudget`.
+        member: the weights file's name in messages; config: what holds the layers, in messages.
+        leaves: the ``(leaf, trail)`` pairs to read, in order (those of
+            :func:`converters.chain.leaves_and_graph`); ``None``: ``root``'s chain.
+
+    Returns:
+        A :class:`KerasLayer` per leaf, in the order of ``leaves``.
+
+    Raises:
+        ConversionError: variables not numbered 0, 1, ...; a ``vars`` group labelled with another
+            layer's name; no group for a layer of ``config`` (Keras writes one for every layer,
+            an empty ``vars`` for one without weights), or weights for a layer it does not have.
+    """
+    layers, claimed = [], set()
+    for leaf, trail in (iter_chain(root) if leaves is None else leaves):
+        group_path, group = _find_vars(h5, trail, leaf.name, source, member, config)
+        if leaf.class_name in WRAPPERS and (group is None or not len(group)):
+            claimed.add(group_path.rsplit("/", 1)[0])                 # the wrapper's own (empty) group
+            group_path = group_path[: -len("vars")] + "layer/vars"   # the wrapped layer's own variables
+            group = h5.get(group_path) if isinstance(h5.get(group_path), h5py.Group) else None
         names, arrays = [], []
+        layer_path = group_path.rsplit("/", 1)[0]
+        if group is None and h5.get(layer_path) is None and not is_operation(leaf):
+            raise _fail(
+                source,
+                f"{member} has no weights for layer {leaf.name!r} ({leaf.class_name}) of {config} "
+                f"(Keras would keep them in {layer_path}): the weights do not match",
+            )
         if group is not None:
+            claimed.add(group_path.rsplit("/", 1)[0])
             keys = list(group.keys())
             try:
                 order = sorted(keys, key=int)
             except ValueError:
                 raise _fail(
                     source,
-                    f"{WEIGHTS}: {group_path} holds {keys}, not variables named 0, 1, ...",
+                    f"{member}: {group_path} holds {keys}, not variables named 0, 1, ...",
                 ) from None
             if [int(k) for k in order] != list(range(len(order))):
-                raise _fail(source, f"{WEIGHTS}: {group_path} has variables {order}, with gaps")
+                raise _fail(source, f"{member}: {group_path} has variables {order}, with gaps")
             for key in order:
-                where = f"{WEIGHTS}:{group_path}/{key}"
+                where = f"{member}:{group_path}/{key}"
                 names.append(f"{group_path}/{key}")
                 arrays.append(read_weight(group[key], source, where, budget,
                                           variable_dtype(leaf.config)))
@@ -186,7 +225,37 @@ def _read_layers(h5: h5py.File, leaves: list, source: str, budget) -> list[Keras
                 weight_names=names,
             )
         )
+    _check_unclaimed(h5, root, "", claimed, source, member, config)
     return layers
+
+
+def _holds_data(obj) -> bool:
+    if isinstance(obj, h5py.Dataset):
+        return True
+    return isinstance(obj, h5py.Group) and any(_holds_data(obj[key]) for key in obj)
+
+
+def _check_unclaimed(h5, model: ModelNode, prefix: str, claimed: set, source: str, member: str,
+                     config: str) -> None:
+    """Refuse weights under ``layers/`` that belong to no layer of the config."""
+    layers = h5.get(f"{prefix}layers")
+    if not isinstance(layers, h5py.Group):
+        return
+    known = dict(zip(_saving_names(model), model.members))
+    for key in layers:
+        path = f"{prefix}layers/{key}"
+        owner = known.get(key)
+        if isinstance(owner, ModelNode):
+            _check_unclaimed(h5, owner, path + "/", claimed, source, member, config)
+        elif owner is None and path not in claimed and _holds_data(layers[key]):
+            vars_group = layers[key].get("vars") if isinstance(layers[key], h5py.Group) else None
+            label = _vars_name(vars_group)
+            what = f" of layer {label!r}" if label else ""
+            raise _fail(
+                source,
+                f"{member}: {path} holds weights{what}, which {config} does not have (its layers "
+                f"are saved as {', '.join(known) or 'nothing'}): the weights do not match",
+            )
 
 
 def _vars_name(group) -> str | None:
@@ -198,7 +267,7 @@ def _vars_name(group) -> str | None:
         return None
 
 
-def _find_vars(h5: h5py.File, trail: tuple, layer_name: str, source: str):
+def _find_vars(h5: h5py.File, trail: tuple, layer_name: str, source: str, member: str, config: str):
     """The ``vars`` group holding a layer's variables, or ``(path, None)`` if there is none."""
     prefix = ""
     for model, index in trail:
@@ -222,8 +291,8 @@ def _find_vars(h5: h5py.File, trail: tuple, layer_name: str, source: str):
     if group is not None:
         raise _fail(
             source,
-            f"{WEIGHTS}: {path} holds the weights of layer {written!r}, not of {layer_name!r}, "
-            "and no weights are labelled with that name: the weights do not match the config",
+            f"{member}: {path} holds the weights of layer {written!r}, not of {layer_name!r} of "
+            f"{config}, and no weights are labelled with that name: the weights do not match",
         )
     return path, None
 

@@ -12,6 +12,10 @@ On disk (both generations)::
 ``layer_names`` follows ``model.layers`` (a Functional model's InputLayer included). A nested
 model has one group holding all its layers' weights; they are split among its layers by the
 layer name inside each weight name.
+
+Keras 2's ``model.save_weights("w.h5")`` writes the ``model_weights`` group's contents at the
+root of a file of its own (no ``model_config``); :func:`read_weights_group` reads either, for the
+split form (``split_forms.py``) as for whole files.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ import h5py
 
 from malinn.errors import ConversionError
 
-from .chain import INPUT_LAYER, LayerEntry, ModelNode, iter_leaves, leaves_and_graph, parse_model
+from .chain import (INPUT_LAYER, LayerEntry, ModelNode, is_operation, iter_chain, iter_leaves,
+                    leaves_and_graph, parse_model)
 from .dtypes import variable_dtype
 from .hdf5_util import read_str_list, read_weight, to_str
 from .limits import WeightBudget
@@ -34,7 +39,7 @@ def _fail(source: str, message: str) -> ConversionError:
     return ConversionError(f"{source}: {message}")
 
 
-def _looks_keras3(config: dict) -> bool:
+def looks_keras3(config: dict) -> bool:
     """Guess the generation of a file without keras_version from its config schema."""
     text = json.dumps(config)
     return '"batch_shape"' in text or '"DTypePolicy"' in text or '"__keras_tensor__"' in text
@@ -64,8 +69,11 @@ def _read_open_file(f: h5py.File, source: str) -> KerasModel:
         ):
             raise _fail(
                 source,
-                "holds weights only (written by save_weights), without the model's config; "
-                "save the whole model with model.save('model.keras')",
+                "holds weights only (written by save_weights), without the model's architecture; "
+                "give the architecture JSON (model.to_json()) with it as the model and this file "
+                "as its weights (malinn convert model.json --weights FILE, or "
+                "malinn.load_model('model.json', weights=FILE)), or save the whole model with "
+                "model.save('model.keras')",
             )
         if "model_weights" in f:
             raise _fail(source, "has no model_config attribute, so the model's layers are unknown")
@@ -96,7 +104,7 @@ def _read_open_file(f: h5py.File, source: str) -> KerasModel:
             "with Keras 2 or 3)",
         )
     if major is None:
-        fmt = "keras3-h5" if _looks_keras3(config) else "keras2-h5"
+        fmt = "keras3-h5" if looks_keras3(config) else "keras2-h5"
     else:
         fmt = "keras3-h5" if major >= 3 else "keras2-h5"
 
@@ -105,25 +113,9 @@ def _read_open_file(f: h5py.File, source: str) -> KerasModel:
 
     if "model_weights" not in f or not isinstance(f["model_weights"], h5py.Group):
         raise _fail(source, "has no model_weights group: the weights are missing")
-    weights_group = f["model_weights"]
-    layer_names = read_str_list(weights_group, "layer_names", source, "model_weights")
-    if layer_names is None:
-        raise _fail(source, "model_weights has no layer_names attribute: the weights are missing")
-
-    weights = _collect_weights(root, weights_group, layer_names, source, WeightBudget(root, source))
     leaves, graph = leaves_and_graph(root, source)
-    layers = []
-    for leaf, _trail in leaves:
-        names, arrays = weights.get(leaf.name, ([], []))
-        layers.append(
-            KerasLayer(
-                class_name=leaf.class_name,
-                name=leaf.name,
-                config=leaf.config,
-                weights=arrays,
-                weight_names=names,
-            )
-        )
+    layers = read_weights_group(root, f["model_weights"], source, WeightBudget(root, source),
+                                leaves=leaves)
     return KerasModel(
         source=source,
         format=fmt,
@@ -136,9 +128,51 @@ def _read_open_file(f: h5py.File, source: str) -> KerasModel:
     )
 
 
-def _group_datasets(group: h5py.Group, source: str, layer: str) -> list[tuple[str, object]]:
+def read_weights_group(root: ModelNode, group: h5py.Group, source: str, budget,
+                       where: str = "model_weights", config: str = "the config",
+                       leaves: list | None = None) -> list[KerasLayer]:
+    """Each leaf layer of ``root`` with its weights from a Keras 2-layout HDF5 group.
+
+    Args:
+        root: the model's structure (:func:`converters.chain.parse_model`).
+        group: the group holding ``layer_names`` and a group per layer: ``model_weights`` of a
+            legacy ``.h5`` model file, or the root of a ``save_weights`` ``.h5`` file.
+        source: the file(s), for messages; budget: the :class:`~converters.limits.WeightBudget`.
+        where: the group's name in messages; config: what holds the layers, in messages.
+        leaves: the ``(leaf, trail)`` pairs to read, in order (those of
+            :func:`converters.chain.leaves_and_graph`); ``None``: ``root``'s chain.
+
+    Returns:
+        A :class:`KerasLayer` per leaf, in the order of ``leaves``.
+
+    Raises:
+        ConversionError: a layer of the config without an entry in the group or the reverse, a
+            weight listed but missing, a dataset that cannot be read.
+    """
+    layer_names = read_str_list(group, "layer_names", source, where)
+    if layer_names is None:
+        raise _fail(source, f"{where} has no layer_names attribute: the weights are missing")
+    weights = _collect_weights(root, group, layer_names, source, budget, where, config)
+    if leaves is None:
+        leaves = list(iter_chain(root))
+    layers = []
+    for leaf, _trail in leaves:
+        names, arrays = weights.get(leaf.name, ([], []))
+        layers.append(
+            KerasLayer(
+                class_name=leaf.class_name,
+                name=leaf.name,
+                config=leaf.config,
+                weights=arrays,
+                weight_names=names,
+            )
+        )
+    return layers
+
+
+def _group_datasets(group: h5py.Group, source: str, layer: str, parent: str) -> list[tuple[str, object]]:
     """``(weight name, h5py object)`` of a layer's group, in the order of ``weight_names``."""
-    where = f"model_weights/{layer}"
+    where = f"{parent}/{layer}"
     names = read_str_list(group, "weight_names", source, where)
     if names is None:
         raise _fail(source, f"{where} has no weight_names attribute")
@@ -152,65 +186,53 @@ def _group_datasets(group: h5py.Group, source: str, layer: str) -> list[tuple[st
     return out
 
 
-def _read(datasets, layer: str, config: dict, source: str, budget) -> tuple[list, list]:
+def _read(datasets, layer: str, config: dict, source: str, budget, parent: str) -> tuple[list, list]:
     names = [name for name, _ in datasets]
-    arrays = [read_weight(obj, source, f"model_weights/{layer}/{name}", budget, variable_dtype(config))
+    arrays = [read_weight(obj, source, f"{parent}/{layer}/{name}", budget, variable_dtype(config))
               for name, obj in datasets]
     return names, arrays
 
 
-def _collect_weights(root: ModelNode, weights_group, layer_names, source, budget) -> dict:
+def _collect_weights(root: ModelNode, weights_group, layer_names, source, budget, where, config) -> dict:
     """``{leaf layer name: (weight names, arrays)}`` for every leaf layer of the model."""
     out: dict[str, tuple[list, list]] = {}
     listed = set(layer_names)
     for member in root.members:
         if isinstance(member, LayerEntry) and member.class_name == INPUT_LAYER:
             continue
-        if member.name not in listed and _is_operation(member):
+        if member.name not in listed and is_operation(member):
             out[member.name] = ([], [])   # Keras 3 saves the layers' weights only; an operation has none
             continue
         if member.name not in listed:
             raise _fail(
                 source,
-                f"model_weights has no entry for layer {member.name!r} ({member.class_name}): "
-                "the weights do not match the config",
+                f"{where} has no entry for layer {member.name!r} ({member.class_name}) of "
+                f"{config}: the weights do not match",
             )
         group = weights_group.get(member.name)
         if not isinstance(group, h5py.Group):
-            raise _fail(source, f"model_weights/{member.name} is missing: the weights are missing")
-        datasets = _group_datasets(group, source, member.name)
+            raise _fail(source, f"{where}/{member.name} is missing: the weights are missing")
+        datasets = _group_datasets(group, source, member.name, where)
         if isinstance(member, LayerEntry):
-            out[member.name] = _read(datasets, member.name, member.config, source, budget)
+            out[member.name] = _read(datasets, member.name, member.config, source, budget, where)
         else:
             leaves = {leaf.name: leaf for leaf in iter_leaves(member)}
             for owner, owned in _split_nested(member, leaves, datasets, source).items():
-                out[owner] = _read(owned, member.name, leaves[owner].config, source, budget)
+                out[owner] = _read(owned, member.name, leaves[owner].config, source, budget, where)
     config_names = {m.name for m in root.members}
     for name in layer_names:
         if name in config_names:
             continue
         group = weights_group.get(name)
         if isinstance(group, h5py.Group):
-            extra = read_str_list(group, "weight_names", source, f"model_weights/{name}") or []
+            extra = read_str_list(group, "weight_names", source, f"{where}/{name}") or []
             if extra:
                 raise _fail(
                     source,
-                    f"model_weights holds weights for layer {name!r}, which the model config "
-                    "does not have: the weights do not match the config",
+                    f"{where} holds weights for layer {name!r}, which {config} does not have: "
+                    "the weights do not match",
                 )
     return out
-
-
-def _is_operation(member) -> bool:
-    """A Keras 3 operation on tensors in a Functional graph (``x + y`` is ``keras.src.ops.numpy.Add``):
-    not a layer, so the file lists no weights for it. Its config holds its name alone (a layer's
-    has ``trainable`` and its dtype policy too), and a ``.keras`` config its module."""
-    if not isinstance(member, LayerEntry):
-        return False
-    module = member.entry.get("module")
-    if isinstance(module, str):
-        return module.startswith("keras.src.ops.")
-    return set(member.config) <= {"name"}
 
 
 def _split_nested(model: ModelNode, leaves: dict, datasets: list, source: str) -> dict:

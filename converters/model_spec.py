@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
-#: The values :attr:`KerasModel.format` takes.
-FORMATS = ("keras3-zip", "keras3-h5", "keras2-h5")
+#: The values :attr:`KerasModel.format` takes (``*-json``: an architecture JSON with a weights
+#: file, named by the JSON's generation).
+FORMATS = ("keras3-zip", "keras3-h5", "keras2-h5", "keras3-json", "keras2-json")
 
 
 def version_major(version: str | None) -> int | None:
@@ -43,6 +44,9 @@ class KerasLayer:
     config: dict[str, Any]
     weights: list[np.ndarray] = field(default_factory=list)
     weight_names: list[str] = field(default_factory=list)
+    #: an int8-quantized Dense's own int8 form, ``(q (units x in) int8, scales (units,))`` with
+    #: ``kernel^T ~ q * scales[:, None]`` (dense_variants.py), else None
+    quantized: tuple | None = None
 
 
 @dataclass
@@ -90,7 +94,9 @@ class KerasModel:
     ``"2.x"``; use :attr:`keras_major` to choose between Keras 2 and Keras 3 semantics (they
     differ, e.g. ``hard_sigmoid``). ``input_shape`` has no batch dimension and is ``None``
     when the file does not record it. InputLayers are not in ``layers``; nested Sequential or
-    single-chain Functional models are flattened into the chain.
+    single-chain Functional models are flattened into the chain. ``source`` names what was read,
+    for messages (``"model.json + weights.h5"`` for a split form); ``files`` the paths read
+    (empty: ``source`` is the one file).
     """
 
     source: str
@@ -103,6 +109,7 @@ class KerasModel:
     #: the graph of a Functional model that is not a single chain (then ``layers`` holds every
     #: leaf layer once, in the order of their first call); ``None`` for a chain
     graph: KerasGraph | None = None
+    files: tuple[str, ...] = ()
 
     @property
     def keras_major(self) -> int:
@@ -110,4 +117,4 @@ class KerasModel:
         major = version_major(self.keras_version)
         if major is not None:
             return major
-        return 2 if self.format == "keras2-h5" else 3
+        return 2 if self.format in ("keras2-h5", "keras2-json") else 3

@@ -1,27 +1,36 @@
-"""``read_keras(path)``: open any Keras model file and return a :class:`KerasModel`."""
+"""``read_keras(path, weights=None)``: open any Keras model file (or an architecture JSON and its
+weights file) and return a :class:`KerasModel`; refuse TensorFlow's own formats with advice."""
 
 from __future__ import annotations
 
+import glob
 import os
+import re
 
 from malinn.errors import ConversionError
 
+from .chain import parse_model
 from .dense_variants import resolve_dense_variants
 from .hdf5_util import is_hdf5_signature
 from .keras3_zip import read_keras3_dir, read_keras3_zip
 from .keras_h5 import read_keras_h5
 from .model_spec import KerasModel
+from .split_forms import read_architecture, read_split
 from .validate import check_model
 
 _ZIP_SIGNATURES = (b"PK\x03\x04", b"PK\x05\x06")
+_RESAVE = ("re-save the Keras model with model.save('model.keras') instead (or its architecture "
+           "with model.to_json() and its weights with model.save_weights('model.weights.h5'))")
 
 
-def read_keras(path) -> KerasModel:
-    """Read a Keras model file without TensorFlow.
+def read_keras(path, weights=None) -> KerasModel:
+    """Read a Keras model file, or an architecture JSON and its weights file, without TensorFlow.
 
     Accepts a Keras 3 ``.keras`` archive (or its unzipped directory), a Keras 3 legacy ``.h5``
     and a Keras 2 / tf_keras ``.h5``; the format is recognised from the file's bytes, not its
-    name. The model must be Sequential or a Functional single chain.
+    name. With ``weights``, ``path`` is the JSON of ``model.to_json()`` and ``weights`` the file
+    of ``model.save_weights()``, Keras 2 or Keras 3 (``split_forms.py``). The model must be
+    Sequential or a Functional single chain.
 
     Nothing in the file is run: custom objects (a class, registered name or module that is not
     Keras's own) are refused by name (``provenance.py``). Declared sizes are checked before
@@ -31,49 +40,108 @@ def read_keras(path) -> KerasModel:
     Raises :class:`malinn.errors.ConversionError`, naming the file and the cause, for anything
     wrong with the file: missing, empty, not a model, truncated, no config, missing weights,
     weights that contradict the config, a Functional graph that branches, custom objects,
-    declared sizes over the limits, quantized Dense layers.
+    declared sizes over the limits, quantized Dense layers; an architecture JSON without weights,
+    weights without an architecture, a layer on one side of the pair only; a TensorFlow
+    SavedModel, checkpoint or ``.tflite`` file (with how to re-save it from Keras).
     """
     source = os.fsdecode(os.fspath(path))
+    weights_source = None if weights is None else os.fsdecode(os.fspath(weights))
     try:
-        model = _read(source)
+        if weights_source is None:
+            model = _read(source)
+        else:
+            model = _read_pair(source, weights_source)
         resolve_dense_variants(model)
         check_model(model)
         return model
     except ConversionError:
         raise
     except Exception as exc:  # any h5py/zipfile/json failure on a bad file
+        label = source if weights_source is None else f"{source} + {weights_source}"
         raise ConversionError(
-            f"{source}: cannot read the file ({type(exc).__name__}: {exc})"
+            f"{label}: cannot read the file ({type(exc).__name__}: {exc})"
         ) from exc
 
 
 def _read(source: str) -> KerasModel:
-    if not os.path.exists(source):
-        raise ConversionError(f"{source}: no such file")
+    head = _head(source)
     if os.path.isdir(source):
         if os.path.isfile(os.path.join(source, "config.json")):
             return read_keras3_dir(source)
-        if os.path.isfile(os.path.join(source, "saved_model.pb")):
-            raise ConversionError(
-                f"{source}: is a TensorFlow SavedModel directory, which malinn does not read; "
-                "save the model with model.save('model.keras') instead"
-            )
         raise ConversionError(f"{source}: is a directory, not a Keras model file")
-    try:
-        with open(source, "rb") as fh:
-            head = fh.read(8)
-    except OSError as exc:
-        raise ConversionError(f"{source}: cannot open the file: {exc}") from exc
-    if not head:
-        raise ConversionError(f"{source}: the file is empty (0 bytes)")
     if head[:4] in _ZIP_SIGNATURES:
         return read_keras3_zip(source)
     if is_hdf5_signature(head) or _is_hdf5(source):
         return read_keras_h5(source)
+    if _is_json(head):
+        # a clear message when it is not a Keras architecture, else: the weights are missing
+        parse_model(read_architecture(source), source, where="the architecture JSON")
+        raise ConversionError(
+            f"{source}: is a model architecture (JSON) without weights; give the weights file "
+            "(model.save_weights) with it: malinn convert MODEL.json --weights WEIGHTS.h5, or "
+            "malinn.load_model('MODEL.json', weights='WEIGHTS.h5')"
+        )
     raise ConversionError(
         f"{source}: is not a Keras model file: neither a .keras zip archive nor an HDF5 file "
-        f"(it starts with bytes {head!r})"
+        f"(it starts with bytes {head[:8]!r})"
     )
+
+
+def _read_pair(architecture: str, weights: str) -> KerasModel:
+    head = _head(architecture)
+    _head(weights)
+    if os.path.isdir(architecture) or not _is_json(head):
+        what = "a directory" if os.path.isdir(architecture) else "not a JSON file"
+        raise ConversionError(
+            f"{architecture}: is {what}; with weights ({weights}) the model must be the "
+            "architecture JSON of model.to_json() (a whole .keras or .h5 model is given alone)"
+        )
+    if os.path.isdir(weights):
+        raise ConversionError(f"{weights}: is a directory, not a weights file (model.save_weights)")
+    return read_split(architecture, weights)
+
+
+def _head(source: str) -> bytes:
+    """The first bytes of ``source`` (b"" for a directory), after refusing what is not Keras's.
+
+    Raises:
+        ConversionError: missing, empty, a TensorFlow SavedModel, checkpoint or TFLite file.
+    """
+    if not os.path.exists(source):
+        if os.path.isfile(source + ".index"):
+            raise ConversionError(f"{source}: is a TensorFlow checkpoint ({source}.index, "
+                                  f"{source}.data-...), which malinn does not read; {_RESAVE}")
+        raise ConversionError(f"{source}: no such file")
+    if os.path.isdir(source):
+        if os.path.isfile(os.path.join(source, "saved_model.pb")):
+            raise ConversionError(
+                f"{source}: is a TensorFlow SavedModel directory, which malinn does not read; {_RESAVE}"
+            )
+        return b""
+    name = os.path.basename(source)
+    if name == "saved_model.pb":
+        raise ConversionError(f"{source}: is the graph of a TensorFlow SavedModel, which malinn "
+                              f"does not read; {_RESAVE}")
+    if re.fullmatch(r".+\.data-\d+-of-\d+", name) or (
+            name.endswith(".index") and glob.glob(glob.escape(source[:-len(".index")]) + ".data-*")):
+        raise ConversionError(f"{source}: is part of a TensorFlow checkpoint, which malinn does "
+                              f"not read; {_RESAVE}")
+    try:
+        with open(source, "rb") as fh:
+            head = fh.read(16)
+    except OSError as exc:
+        raise ConversionError(f"{source}: cannot open the file: {exc}") from exc
+    if not head:
+        raise ConversionError(f"{source}: the file is empty (0 bytes)")
+    if head[4:8] == b"TFL3":
+        raise ConversionError(f"{source}: is a TensorFlow Lite model (.tflite), which malinn does "
+                              f"not read; {_RESAVE}")
+    return head
+
+
+def _is_json(head: bytes) -> bool:
+    """Whether a file that starts with ``head`` holds a JSON object."""
+    return head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n").startswith(b"{")
 
 
 def _is_hdf5(source: str) -> bool:

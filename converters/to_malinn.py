@@ -1,9 +1,12 @@
 """Turns a :class:`KerasModel` (what a Keras file holds) into a malinn ``Sequential`` (a chain) or
 ``Functional`` (any other graph: merges, shared layers, several inputs and outputs).
 
-Inference no-ops (Dropout and friends) are dropped; a BatchNormalization right after a linear Dense
-is folded into that Dense's kernel and bias (the layer's ``absorb_affine``); every other supported
-layer becomes the malinn layer of the same class name (:mod:`malinn.registry`).
+Inference no-ops (Dropout and friends) are dropped (a model of nothing else becomes one Identity);
+a per-feature affine layer on the last axis (BatchNormalization, Rescaling, Normalization) right
+after a linear Dense is folded into that Dense's kernel and bias (the layer's ``absorb_affine``), one
+that only scales (no shift) right before a Dense into that Dense's kernel (``absorb_input_affine``);
+``TimeDistributed(layer)`` becomes the layer itself on the wider input (its axes shifted by one);
+every other supported layer becomes the malinn layer of the same class name (:mod:`malinn.registry`).
 Every unsupported layer or activation is collected and reported in one ``ConversionError``.
 """
 
@@ -21,12 +24,32 @@ __all__ = ["to_model", "SUPPORTED_LAYERS", "SUPPORTED_ACTIVATIONS"]
 NO_OPS = ("Dropout", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianNoise",
           "GaussianDropout", "AlphaDropout", "ActivityRegularization", "Identity", "InputLayer")
 MERGES = ("Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate", "Dot")
+#: Keras window layers (channels last) -> the config keys passed on to the malinn layer of that name
+#: ("activation" is mapped to malinn's name).
+WINDOW_LAYERS = {
+    "Conv1D": ("filters", "kernel_size", "strides", "padding", "dilation_rate", "groups", "activation", "use_bias",
+               "data_format"),
+    "Conv2D": ("filters", "kernel_size", "strides", "padding", "dilation_rate", "groups", "activation", "use_bias",
+               "data_format"),
+    "DepthwiseConv2D": ("kernel_size", "strides", "padding", "depth_multiplier", "dilation_rate", "activation",
+                        "use_bias", "data_format"),
+    "SeparableConv2D": ("filters", "kernel_size", "strides", "padding", "depth_multiplier", "dilation_rate",
+                        "activation", "use_bias", "data_format"),
+    **{name: ("pool_size", "strides", "padding", "data_format")
+       for name in ("MaxPooling1D", "MaxPooling2D", "AveragePooling1D", "AveragePooling2D")},
+    **{name: ("keepdims", "data_format") for name in ("GlobalMaxPooling1D", "GlobalMaxPooling2D",
+                                                       "GlobalAveragePooling1D", "GlobalAveragePooling2D")},
+    "ZeroPadding1D": ("padding",), "ZeroPadding2D": ("padding", "data_format"),
+    "Cropping1D": ("cropping",), "Cropping2D": ("cropping", "data_format"),
+    "UpSampling1D": ("size",), "UpSampling2D": ("size", "data_format", "interpolation"),
+}
 SUPPORTED_LAYERS = ("Dense", "Activation", "Flatten", "BatchNormalization", "ReLU", "LeakyReLU", "ELU",
-                    "Softmax") + MERGES + NO_OPS
+                    "Softmax", "ThresholdedReLU", "PReLU", "LayerNormalization", "UnitNormalization",
+                    "Rescaling", "Normalization", "Reshape", "Permute", "RepeatVector", "TimeDistributed") + tuple(WINDOW_LAYERS) + MERGES + NO_OPS
 #: Keras activation names -> malinn's (Keras 2 and 3 spell some differently).
 SUPPORTED_ACTIVATIONS = {
     "linear": "linear", "relu": "relu", "relu6": "relu6", "sigmoid": "sigmoid", "tanh": "tanh",
-    "softmax": "softmax", "elu": "elu", "selu": "selu", "softplus": "softplus", "softsign": "softsign",
+    "softmax": "softmax", "softmax_v2": "softmax", "elu": "elu", "selu": "selu", "softplus": "softplus", "softsign": "softsign",
     "swish": "swish", "silu": "swish", "gelu": "gelu", "exponential": "exponential",
     "leaky_relu": "leaky_relu", "hard_sigmoid": "hard_sigmoid", "hard_silu": "hard_swish",
     "hard_swish": "hard_swish", "mish": "mish",
@@ -55,12 +78,6 @@ def _map_activation(value, keras_major: int) -> str | None:
     return mapped
 
 
-def _last_axis(config, rank: int) -> bool:
-    axis = config.get("axis", -1)
-    axis = axis[0] if isinstance(axis, (list, tuple)) and len(axis) == 1 else axis
-    return isinstance(axis, int) and axis in (-1, rank)
-
-
 def to_model(km: KerasModel):
     """Builds the malinn model for ``km``.
 
@@ -68,7 +85,8 @@ def to_model(km: KerasModel):
         km: a model read by :func:`malinn.converters.read_keras`.
 
     Returns:
-        A built ``malinn.Sequential`` with the Keras weights set; each layer's ``keras_names``
+        A built ``malinn.Sequential`` (a chain) or ``malinn.Functional`` (any other graph) with the
+        Keras weights set; each layer's ``keras_names``
         lists the Keras layers it stands for.
 
     Raises:
@@ -89,21 +107,28 @@ def to_model(km: KerasModel):
                 if built:
                     built[-1][1].append(kl.name)
                 continue
-            layer = _layer(kl, cfg, len(shape), km.keras_major, unsupported)
+            layer = _layer(kl, cfg, len(shape), km.keras_major, unsupported, shape)
             if layer is None or unsupported:   # after an unsupported layer, shapes are unknown: only collect
                 continue
             layer.build(shape)
-            if kl.weights:
-                layer.set_weights([np.asarray(w, np.float32) for w in kl.weights])
+            weights = _weights(kl, cfg, layer)
+            if weights:
+                layer.set_weights(weights)
+            if kl.quantized is not None:
+                layer.quantized = kl.quantized   # int8-weights uploads Keras's own int8 values
         except ValueError as exc:
             raise ConversionError(f"{km.source}: layer {kl.name!r} ({cls}): {exc}") from None
         except (KeyError, TypeError) as exc:
             raise ConversionError(f"{km.source}: layer {kl.name!r} ({cls}) has a config malinn cannot use: {exc}") from None
-        if cls == "BatchNormalization" and built and built[-1][0].absorb_affine(*layer.scale_shift()):
+        affine = getattr(layer, "feature_affine", lambda: None)()
+        if affine is not None and built and built[-1][0].absorb_affine(*affine):
             built[-1][1].append(kl.name)      # folded into the linear Dense before it
             continue
         built.append([layer, [kl.name]])
         shape = layer.compute_output_shape(shape)
+    if not built and not unsupported and km.layers:   # inference no-ops only: the model returns its input
+        built.append([lookup("layer", "Identity")(name=km.layers[0].name), [kl.name for kl in km.layers]])
+    built = _fold_into_next_dense(built)
     if unsupported:
         raise _unsupported_error(km, unsupported)
     if not built:
@@ -116,11 +141,61 @@ def to_model(km: KerasModel):
         model.build((None,) + sample)
     except ValueError as exc:
         raise ConversionError(f"{km.source}: {exc}") from None
-    model.source = {"file": str(km.source), "format": km.format, "keras_version": km.keras_version}
+    _set_source(model, km)
     return model
 
 
-def _layer(kl, cfg, rank: int, keras_major: int, unsupported: list):
+def _fold_into_next_dense(built: list) -> list:
+    """A layer that only scales each feature of the last axis (no shift), right before a Dense, is
+    folded into that Dense's kernel; its Keras names go with the Dense."""
+    out = []
+    for layer, names in built:
+        if out and type(layer).__name__ == "Dense":
+            affine = getattr(out[-1][0], "feature_affine", lambda: None)()
+            if affine is not None and layer.absorb_input_affine(*affine):
+                names = out.pop()[1] + names
+        out.append([layer, names])
+    return out
+
+
+def _axes_shifted(axis):
+    """A TimeDistributed inner layer's axis on the outer input: non-negative axes move by one."""
+    if isinstance(axis, (list, tuple)):
+        return [_axes_shifted(a) for a in axis]
+    return axis + 1 if isinstance(axis, int) and not isinstance(axis, bool) and axis >= 0 else axis
+
+
+def _time_distributed(kl, cfg, shape: tuple, unsupported: list):
+    """The layer ``TimeDistributed(inner)`` stands for on its (batch, time, ...) input, as a Keras
+    layer entry: the inner layer with its axes shifted by one (Keras applies it to each time step)."""
+    inner = cfg.get("layer")
+    if not isinstance(inner, dict) or not isinstance(inner.get("class_name"), str):
+        unsupported.append(f"TimeDistributed {kl.name!r} without a layer in its config")
+        return None
+    cls, icfg = inner["class_name"], dict(inner.get("config") or {})
+    if cls in ("Dense", "Activation", "ReLU", "LeakyReLU", "ELU", "ThresholdedReLU") or cls in NO_OPS:
+        pass
+    elif cls in ("Softmax", "BatchNormalization", "LayerNormalization", "UnitNormalization", "Normalization"):
+        if icfg.get("axis") is not None:
+            icfg["axis"] = _axes_shifted(icfg.get("axis", -1))
+    elif cls == "PReLU":
+        if icfg.get("shared_axes"):
+            icfg["shared_axes"] = _axes_shifted(icfg["shared_axes"])
+    elif cls == "Permute":
+        icfg["dims"] = [1] + [d + 1 for d in icfg.get("dims", [])]
+    elif cls == "Reshape":
+        icfg["target_shape"] = [shape[1]] + list(icfg.get("target_shape", []))
+    elif cls == "Flatten":
+        cls, icfg = "Reshape", {"target_shape": [shape[1], -1]}
+    else:
+        unsupported.append(f"TimeDistributed {kl.name!r} of {cls}")
+        return None
+    icfg["name"] = kl.name
+    return type(kl)(class_name=cls, name=kl.name, config=icfg, weights=list(kl.weights),
+                    weight_names=list(getattr(kl, "weight_names", [])))
+
+
+def _layer(kl, cfg, rank: int, keras_major: int, unsupported: list, shape: tuple = ()):
     """The malinn layer for one Keras layer (None, with a line in ``unsupported``, when there is none)."""
     cls, layer_class = kl.class_name, (lambda name: lookup("layer", name))
     if cls in ("Dense", "Activation"):
@@ -142,22 +217,46 @@ def _layer(kl, cfg, rank: int, keras_major: int, unsupported: list):
     if cls == "ELU":
         return layer_class("ELU")(float(cfg.get("alpha", 1.0)), name=kl.name)
     if cls == "Softmax":
-        if not _last_axis(cfg, rank - 1):
-            unsupported.append(f"Softmax {kl.name!r} over axis {cfg.get('axis')!r} (only the last axis)")
-            return None
-        return layer_class("Softmax")(name=kl.name)
+        return layer_class("Softmax")(axis=cfg.get("axis", -1), name=kl.name)
+    if cls == "ThresholdedReLU":
+        return layer_class("ThresholdedReLU")(float(cfg.get("theta", 1.0)), name=kl.name)
+    if cls == "PReLU":
+        return layer_class("PReLU")(shared_axes=cfg.get("shared_axes"), name=kl.name)
+    if cls == "LayerNormalization":
+        return layer_class("LayerNormalization")(
+            axis=cfg.get("axis", -1), epsilon=float(cfg.get("epsilon", 1e-3)), center=bool(cfg.get("center", True)),
+            scale=bool(cfg.get("scale", True)), rms_scaling=bool(cfg.get("rms_scaling", False)), name=kl.name)
+    if cls == "UnitNormalization":   # Keras 3: x / max(norm, 1e-12); tf_keras: x * rsqrt(max(norm^2, 1e-12))
+        return layer_class("UnitNormalization")(axis=cfg.get("axis", -1),
+                                                epsilon=1e-12 if keras_major >= 3 else 1e-6, name=kl.name)
+    if cls == "Rescaling":
+        return layer_class("Rescaling")(cfg.get("scale", 1.0), cfg.get("offset", 0.0), name=kl.name)
+    if cls == "Normalization":
+        return layer_class("Normalization")(axis=cfg.get("axis", -1), invert=bool(cfg.get("invert", False)),
+                                             name=kl.name)
+    if cls == "Reshape":
+        return layer_class("Reshape")(list(cfg.get("target_shape") or []), name=kl.name)
+    if cls == "Permute":
+        return layer_class("Permute")(list(cfg.get("dims") or []), name=kl.name)
+    if cls == "RepeatVector":
+        return layer_class("RepeatVector")(int(cfg["n"]), name=kl.name)
+    if cls == "TimeDistributed":
+        inner = _time_distributed(kl, cfg, shape, unsupported)
+        if inner is not None and inner.class_name in NO_OPS:
+            return layer_class("Identity")(name=kl.name)
+        return inner and _layer(inner, inner.config, rank, keras_major, unsupported, shape)
     if cls == "Flatten":
         if rank > 2 and cfg.get("data_format", "channels_last") == "channels_first":
             unsupported.append(f"Flatten {kl.name!r} with data_format='channels_first'")
             return None
         return layer_class("Flatten")(name=kl.name)
     if cls == "BatchNormalization":
-        if not _last_axis(cfg, rank - 1):
-            unsupported.append(f"BatchNormalization {kl.name!r} over axis {cfg.get('axis')!r} (only the last axis)")
-            return None
         return layer_class("BatchNormalization")(epsilon=float(cfg.get("epsilon", 1e-3)),
                                                  center=bool(cfg.get("center", True)),
-                                                 scale=bool(cfg.get("scale", True)), name=kl.name)
+                                                 scale=bool(cfg.get("scale", True)), axis=cfg.get("axis", -1),
+                                                 name=kl.name)
+    if cls in WINDOW_LAYERS:
+        return _window_layer(kl, cfg, keras_major, unsupported)
     if cls in MERGES[:6]:
         return layer_class(cls)(name=kl.name)
     if cls == "Concatenate":
@@ -200,7 +299,9 @@ def _to_functional(km: KerasModel):
             continue
         try:
             if kl.name not in made:
-                made[kl.name] = _layer(kl, kl.config or {}, ranks[call.output], km.keras_major, unsupported)
+                first = tensors.get(call.inputs[0])
+                shape = first.shape if first is not None else (None,) * ranks[call.output]
+                made[kl.name] = _layer(kl, kl.config or {}, ranks[call.output], km.keras_major, unsupported, shape)
             layer = made[kl.name]
             if layer is None or not all(t in tensors for t in call.inputs):
                 continue   # after an unsupported layer, what reads it is only checked for its class
@@ -212,9 +313,13 @@ def _to_functional(km: KerasModel):
                 unsupported.append(f"{kl.class_name} {kl.name!r} ({why})")
                 continue
             tensors[call.output], ranks[call.output] = out, len(out.shape)
-            if kl.weights and len(made_calls.setdefault(kl.name, [])) == 0:   # once, after the first call built it
+            if len(made_calls.setdefault(kl.name, [])) == 0:   # once, after the first call built it
                 made_calls[kl.name].append(out)
-                layer.set_weights([np.asarray(w, np.float32) for w in kl.weights])
+                weights = _weights(kl, kl.config or {}, layer)
+                if weights:
+                    layer.set_weights(weights)
+                if kl.quantized is not None:
+                    layer.quantized = kl.quantized   # int8-weights uploads Keras's own int8 values
         except ValueError as exc:
             raise ConversionError(f"{km.source}: layer {kl.name!r} ({kl.class_name}): {exc}") from None
         except (KeyError, TypeError) as exc:
@@ -237,8 +342,46 @@ def _to_functional(km: KerasModel):
                            name=km.name or "functional")
     except ValueError as exc:
         raise ConversionError(f"{km.source}: {exc}") from None
-    model.source = {"file": str(km.source), "format": km.format, "keras_version": km.keras_version}
+    _set_source(model, km)
     return model
+
+
+def _set_source(model, km: KerasModel) -> None:
+    """``model.source``: the Keras file (the architecture of a split form, its weights file beside)."""
+    model.source = {"file": str(km.files[0] if km.files else km.source), "format": km.format,
+                    "keras_version": km.keras_version}
+    if len(km.files) > 1:
+        model.source["weights"] = str(km.files[1])
+
+
+def _weights(kl, cfg, layer) -> list:
+    """The weights to set on ``layer``: the file's; a Normalization's statistics from its config
+    where the file has none (the layer broadcasts them as Keras does); a TimeDistributed PReLU's alpha with the
+    time axis put back."""
+    weights = [np.asarray(w, np.float32) for w in kl.weights]
+    kind = type(layer).__name__
+    if kind == "Normalization" and not weights and cfg.get("mean") is not None:
+        weights = [np.asarray(cfg["mean"], np.float32), np.asarray(cfg["variance"], np.float32)]
+    if kind == "PReLU" and weights and weights[0].shape != layer.alpha_shape:
+        weights = [weights[0].reshape(layer.alpha_shape)] if weights[0].size == np.prod(layer.alpha_shape) else weights
+    return weights
+
+
+def _window_layer(kl, cfg, keras_major: int, unsupported: list):
+    """A convolution, pooling or pixel-moving layer with the config keys Keras saved (those malinn
+    takes; a Keras 2 ``groups`` of 1 or a missing ``keepdims`` fall back to the defaults)."""
+    kwargs = {key: cfg[key] for key in WINDOW_LAYERS[kl.class_name] if key in cfg}
+    if "activation" in kwargs:
+        act = _map_activation(kwargs["activation"], keras_major)
+        if act is None:
+            unsupported.append(f"{kl.class_name} {kl.name!r} with activation "
+                               f"{_activation_name(kwargs['activation'])!r}")
+            return None
+        kwargs["activation"] = act
+    for key in ("kernel_size", "strides", "dilation_rate", "pool_size", "size"):
+        if isinstance(kwargs.get(key), list):
+            kwargs[key] = tuple(kwargs[key])
+    return lookup("layer", kl.class_name)(name=kl.name, **kwargs)
 
 
 def _input_shape(km: KerasModel) -> tuple:

@@ -42,7 +42,7 @@
 #define NORM_FLOOR 1e-12f
 #endif
 
-__kernel void batch_dot(uint m, uint n, uint h, uint w, uint M, uint H, uint W, uint K, uint l, uint L,
+__kernel void batch_dot(uint m, uint n, uint h, uint w, uint M, uint H, uint W, uint K, uint l, uint c,
                   __global const float *a,
                   __global const float *b,
                   __global float *r)
@@ -62,7 +62,7 @@ __kernel void batch_dot(uint m, uint n, uint h, uint w, uint M, uint H, uint W, 
             const ulong ga = a0 + (ulong)k * AK, gb = b0 + (ulong)k * BK;
             const ulong ca = ga / M, cb = gb / K;
             const float x = a[MALINN_INDEX_A((uint)(ga - ca * M), (uint)ca, H, W)];
-            const float y = b[MALINN_INDEX_B((uint)(gb - cb * K), (uint)cb, l, L)];
+            const float y = b[MALINN_INDEX_B((uint)(gb - cb * K), (uint)cb, l, c)];
             v += x * y;
 #if NORMALIZE
             sa += x * x;

@@ -32,6 +32,7 @@
  *           memory)
  *   NB      columns of B (samples) per work-group
  *   BIAS, ACTIVATION, AFFINE  the fused epilogue (epilogue.clh)
+ *   WEIGHT_BITS, HALF_ARITHMETIC  the precision of A and of the sums (weights.clh)
  *   SOFTMAX 1: softmax over each column after the bias (ACTIVATION is then unused), AFFINE after
  *           it; needs m <= MDIM * VW * WPT, so that one work-group holds whole columns (the entry's
  *           preconditions say so). NaN and Inf propagate as in softmax.cl: a NaN in a column makes
@@ -63,25 +64,32 @@
 #define OUTS (ROWS * NB)          /* results per work-group */
 #define THREADS (MDIM * KSPLIT)
 
+/* accv: VW sums in the precision of weights.clh; LOAD_A reads VW weights of a column; VSTORE
+ * writes VW floats (partial sums are exchanged and finished in float) */
 #if VW == 16
-typedef float16 floatv;
-#define VLOAD vload16
+typedef acc16_t accv;
+#define LOAD_A LOAD_W16
+#define TO_FLOATV convert_float16
 #define VSTORE vstore16
 #elif VW == 8
-typedef float8 floatv;
-#define VLOAD vload8
+typedef acc8_t accv;
+#define LOAD_A LOAD_W8
+#define TO_FLOATV convert_float8
 #define VSTORE vstore8
 #elif VW == 4
-typedef float4 floatv;
-#define VLOAD vload4
+typedef acc4_t accv;
+#define LOAD_A LOAD_W4
+#define TO_FLOATV convert_float4
 #define VSTORE vstore4
 #elif VW == 2
-typedef float2 floatv;
-#define VLOAD vload2
+typedef acc2_t accv;
+#define LOAD_A LOAD_W2
+#define TO_FLOATV convert_float2
 #define VSTORE vstore2
 #else
-typedef float floatv;
-#define VLOAD(o, p) ((p)[o])
+typedef acc_t accv;
+#define LOAD_A LOAD_W
+#define TO_FLOATV convert_float
 #define VSTORE(v, o, p) ((p)[o] = (v))
 #endif
 
@@ -93,7 +101,7 @@ typedef float floatv;
 
 __kernel __attribute__((reqd_work_group_size(MDIM, KSPLIT, 1)))
 void gemv(MATMUL_SCALARS,
-          __global const float *a,
+          __global const WEIGHT *a,
           __global const float *b,
           __global float *r,
           EPILOGUE_BUFFERS)
@@ -111,27 +119,26 @@ void gemv(MATMUL_SCALARS,
     const uint row0 = rowg + tm * RPI;          /* first row of this item */
     const uint col0 = get_group_id(1) * NB;     /* first column of the work-group */
 
-    floatv acc[WPT][NB];
+    accv acc[WPT][NB];
     #pragma unroll
     for (uint p = 0; p < WPT; ++p)
         #pragma unroll
         for (uint j = 0; j < NB; ++j)
-            acc[p][j] = (floatv)(0.0f);
+            acc[p][j] = (accv)(ACC_ZERO);
 
     /* per k: WPT vectors of A (RPI contiguous rows of column k) times NB values of B. A is read
      * only in the vectors that hold a logical row: its rows are padded to a multiple of VW, so
      * these lie inside it, and the rest count as 0 (their results are R's padding) */
     const uint vectors = row0 < m ? min((uint)WPT, (m - row0 + VW - 1) / VW) : 0;
     for (uint k = vectors ? FIRST_K : l; k < l; k += KSPLIT) {
-        const __global float *ak = a + (size_t)k * H + row0;
-        const __global float *bk = b + (size_t)k * w + col0;
-        float bv[NB];
+        const __global WEIGHT *ak = a + (size_t)k * H + row0;
+        acc_t bv[NB];
         #pragma unroll
         for (uint j = 0; j < NB; ++j)
-            bv[j] = bk[j];
+            bv[j] = TO_ACC(B_AT(k, col0 + j));
         #pragma unroll
         for (uint p = 0; p < WPT; ++p) {
-            const floatv av = p < vectors ? VLOAD(p, ak) : (floatv)(0.0f);
+            const accv av = p < vectors ? LOAD_A(p, ak) : (accv)(ACC_ZERO);
             #pragma unroll
             for (uint j = 0; j < NB; ++j)
                 acc[p][j] += av * bv[j];
@@ -143,7 +150,7 @@ void gemv(MATMUL_SCALARS,
     for (uint p = 0; p < WPT; ++p)
         #pragma unroll
         for (uint j = 0; j < NB; ++j)
-            VSTORE(acc[p][j], p, part + tk * OUTS + j * ROWS + tm * RPI);
+            VSTORE(TO_FLOATV(acc[p][j]), p, part + tk * OUTS + j * ROWS + tm * RPI);
     /* the KSPLIT partial sums of each result, added pairwise in a fixed tree (KSPLIT is a power
      * of 2): slice tk += slice tk + s, for s = KSPLIT / 2, ..., 1; the sums end in slice 0 */
     for (uint s = KSPLIT / 2; s > 0; s >>= 1) {
@@ -161,13 +168,15 @@ void gemv(MATMUL_SCALARS,
         float s = part[e];
         const uint row = rowg + e % ROWS, col = col0 + e / ROWS;
 #if SOFTMAX
+        if (row < m)
+            s *= WEIGHT_SCALE(row);
 #if BIAS
         if (row < m)
             s += bias[row];
 #endif
         part[e] = s;                            /* only this item reads or writes part[e] */
 #else
-        r[(size_t)row * w + col] = EPILOGUE(s, row, col);
+        R_AT(row, col) = EPILOGUE(s, row, col);
 #endif
     }
 #else
@@ -176,10 +185,10 @@ void gemv(MATMUL_SCALARS,
         #pragma unroll
         for (uint j = 0; j < NB; ++j) {
             float t[VW];
-            VSTORE(acc[p][j], 0, t);
+            VSTORE(TO_FLOATV(acc[p][j]), 0, t);
             for (uint i = 0; i < VW; ++i) {
                 const uint row = row0 + p * VW + i;
-                r[(size_t)row * w + col0 + j] = EPILOGUE(t[i], row, col0 + j);
+                R_AT(row, col0 + j) = EPILOGUE(t[i], row, col0 + j);
             }
         }
 #endif
@@ -223,7 +232,7 @@ void gemv(MATMUL_SCALARS,
             v = v * scale[row] + shift[row];
 #endif
         }
-        r[(size_t)row * w + col] = v;
+        R_AT(row, col) = v;
     }
 #endif
 }

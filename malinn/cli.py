@@ -28,6 +28,17 @@ from .tensor import format_shape
 from .tuner import cache_dir, tune
 from .version import __version__
 
+#: the weight precisions (kernels/library.json's "precisions")
+PRECISIONS = ("fp32", "fp16-storage", "fp16", "int8-weights")
+
+
+#: verify's default tolerance (largest rel error) per precision: a little above the worst layer of
+#: the test zoo and the digits example measured in that precision (docs/CONVERTING.md)
+VERIFY_TOLERANCE = {"fp32": 1e-5, "fp16-storage": 1e-2, "fp16": 2e-2, "int8-weights": 1e-1}
+PRECISION_HELP = ("the weights' precision on the device: fp32 (default), fp16-storage (half weights, float "
+                  "arithmetic), fp16 (half arithmetic: devices with cl_khr_fp16) or int8-weights (per-output-channel "
+                  "int8 with float scales)")
+
 
 class UsageError(MalinnError):
     """A command line that cannot be run as given (exit status 2)."""
@@ -103,6 +114,11 @@ def _report_stream(output):
     return sys.stderr if output is None or _is_stdout(output) else sys.stdout
 
 
+def _shown(model, weights) -> str:
+    """The model as the user named it: ``m.keras``, or ``m.json + w.h5`` for a split form."""
+    return str(model) if weights is None else f"{model} + {weights}"
+
+
 def _save_npy(y):
     """A writer of ``y``: one array as .npy, several outputs (a dict by name) as .npz."""
     if isinstance(y, dict):
@@ -150,9 +166,11 @@ def _shape_text(value) -> str:
 # ------------------------------------------------------------------ commands
 def cmd_devices(args) -> int:
 
+    os.environ.setdefault("MALINN_GL", "1")   # list the OpenGL devices too, even beside an OpenCL GPU
     found = devices()
     if not found:
-        raise MalinnError("no working OpenCL device (install a driver, e.g. apt-get install pocl-opencl-icd)")
+        raise MalinnError("no working OpenCL or OpenGL device (install a driver, e.g. apt-get install "
+                          "pocl-opencl-icd, or libegl-mesa0 and pip install malinn[gl])")
     try:
         current = get_device()
     except DeviceError:
@@ -167,14 +185,14 @@ def cmd_devices(args) -> int:
 
 def cmd_convert(args) -> int:
 
-    check_destination(args.output, source=args.src, overwrite_source=args.force)
+    check_destination(args.output, source=(args.src, args.weights), overwrite_source=args.force)
     if args.device or args.target is None:
         _device(args)    # the target comes from the device; an explicit --target needs none
     spec = resolve_target(args.target)
-    model = load_model(args.src)
+    model = load_model(args.src, weights=args.weights, precision=args.precision)
     path = save_model(model, args.output, target=args.target, overwrite=args.force)
-    print(f"{args.src} -> {path}: {len(model.layers)} layers, {model.count_params()} parameters, "
-          f"input {_inputs_text(model)}, weights laid out for {spec.codename}",
+    print(f"{_shown(args.src, args.weights)} -> {path}: {len(model.layers)} layers, {model.count_params()} parameters, "
+          f"input {_inputs_text(model)}, weights laid out for {spec.codename} in {model.precision}",
           file=_report_stream(args.output))
     return 0
 
@@ -182,12 +200,12 @@ def cmd_convert(args) -> int:
 def cmd_predict(args) -> int:
 
     if args.output is not None:
-        check_destination(args.output, source=args.model, overwrite_source=args.force)
+        check_destination(args.output, source=(args.model, args.weights), overwrite_source=args.force)
         check_destination(args.output, source=args.input, overwrite_source=args.force)
     elif sys.stdout is None:
         raise MalinnError("stdout is closed: give the output file with -o")
     device = _device(args)
-    model = load_model(args.model)
+    model = load_model(args.model, weights=args.weights, precision=args.precision)
     x = _read_inputs(model, args.input, args.key)
     y = _named_outputs(model, model.predict(x, batch_size=args.batch_size))
     if args.output is not None:
@@ -206,7 +224,8 @@ def cmd_predict(args) -> int:
         sys.stdout.buffer.write(buffer.getbuffer())
         sys.stdout.buffer.flush()
         where = "stdout (.npz)" if isinstance(y, dict) else "stdout (.npy)"
-    print(f"{args.model} on {device.name}: {_shape_text(x)} -> {_shape_text(y)} written to {where}",
+    print(f"{_shown(args.model, args.weights)} on {device.name}: {_shape_text(x)} -> {_shape_text(y)} written to "
+          f"{where}",
           file=_report_stream(args.output))
     return 0
 
@@ -226,7 +245,8 @@ def cmd_verify(args) -> int:
     if args.key and not args.input:
         raise UsageError("verify: --key chooses an array of the --input file; give --input too")
     device = _device(args)
-    model = load_model(args.model)
+    model = load_model(args.model, weights=args.weights, precision=args.precision)
+    tolerance = args.tolerance if args.tolerance is not None else VERIFY_TOLERANCE.get(model.precision, 1e-5)
     if args.input:
         x = _read_inputs(model, args.input, args.key)
     else:
@@ -238,20 +258,20 @@ def cmd_verify(args) -> int:
         x_path, out_path = os.path.join(tmp, "x.npz"), os.path.join(tmp, "keras.npz")
         arrays = list(x.values()) if isinstance(x, dict) else [x]
         np.savez(x_path, **{f"x{i}": a for i, a in enumerate(arrays)})
-        run = subprocess.run(_keras_reference_command(str(args.model), x_path, out_path, names),
+        run = subprocess.run(_keras_reference_command(str(args.model), x_path, out_path, names, args.weights),
                              capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if run.returncode != 0:
             tail = run.stderr.strip().splitlines()[-1:] or ["(no output)"]
             if "No module named 'tensorflow'" in run.stderr or "No module named 'keras'" in run.stderr:
                 raise MalinnError("verify needs TensorFlow to run the Keras model: pip install tensorflow-cpu")
-            raise MalinnError(f"running {args.model} in Keras failed: {tail[0]}")
+            raise MalinnError(f"running {_shown(args.model, args.weights)} in Keras failed: {tail[0]}")
         reference = dict(np.load(out_path, allow_pickle=False))
     ours = model.predict_layers(x)
     outputs = model.predict(x)
     outputs = list(outputs.values()) if isinstance(outputs, dict) else (
         outputs if isinstance(outputs, list) else [outputs])
-    print(f"verify {args.model} on {device.name}, input {_shape_text(x)}; "
-          "rel = max|malinn - keras| / max(1, max|keras|)")
+    print(f"verify {_shown(args.model, args.weights)} on {device.name} in {model.precision}, input {_shape_text(x)}; "
+          "rel = max|malinn - keras| / max(1, max|keras|), keras in float32")
     rows, called = [], set()
     for layer, out in zip(model.layer_calls, ours):   # Keras gives a shared layer's first call only
         first = layer.name not in called
@@ -277,14 +297,27 @@ def cmd_verify(args) -> int:
         rel = abs_err / max(1.0, float(np.nanmax(np.abs(ref))) if ref.size else 1.0)
         worst = max(worst, rel)
         print(f"{name:<{left}} {label:<{right}} {abs_err:>10.3e} {rel:>10.3e}")
-    ok = worst <= args.tolerance
-    print(f"{'OK' if ok else 'MISMATCH'}: worst rel error {worst:.3e} (tolerance {args.tolerance:g})")
+    for _, label, keras_name, out in rows[len(rows) - len(outputs):]:   # the model's output(s)
+        if keras_name in reference:
+            agreement = _argmax_agreement(out, np.asarray(reference[keras_name], dtype=np.float32))
+            print(agreement if len(outputs) == 1 else f"{label}: {agreement}")
+    ok = worst <= tolerance
+    print(f"{'OK' if ok else 'MISMATCH'}: worst rel error {worst:.3e} (tolerance {tolerance:g})")
     return 0 if ok else 1
+
+
+def _argmax_agreement(ours, reference) -> str:
+    """``argmax agreement: 97/100 samples (...)``: samples whose largest output is the same."""
+    ours, reference = ours.reshape(ours.shape[0], -1), reference.reshape(reference.shape[0], -1)
+    if ours.shape[1] < 2:
+        return "argmax agreement: not applicable (one output per sample)"
+    same = int(np.sum(np.argmax(ours, axis=1) == np.argmax(reference, axis=1)))
+    return f"argmax agreement: {same}/{ours.shape[0]} samples ({100.0 * same / max(1, ours.shape[0]):.2f}%)"
 
 
 def cmd_summary(args) -> int:
     _device(args)
-    load_model(args.model).summary(batch=args.batch)
+    load_model(args.model, weights=args.weights, precision=args.precision).summary(batch=args.batch)
     return 0
 
 
@@ -295,7 +328,7 @@ def _keras_label(keras_names) -> str:
     return " + ".join(keras_names) + (" (folded)" if len(keras_names) > 1 else "")
 
 
-def _keras_reference_command(model: str, x_path: str, out_path: str, names) -> list:
+def _keras_reference_command(model: str, x_path: str, out_path: str, names, weights=None) -> list:
     """``python -I`` running malinn.tf_reference with an explicit sys.path: nothing from the cwd.
 
     Isolated mode drops the cwd (and the script's folder, PYTHON* variables and the user's
@@ -309,7 +342,8 @@ def _keras_reference_command(model: str, x_path: str, out_path: str, names) -> l
                               if p and os.path.abspath(p) not in (cwd, package_root)]
     bootstrap = ("import sys; sys.path[:] = {!r} + [p for p in sys.path if p and p not in {!r}]; "
                  "from malinn.tf_reference import main; sys.exit(main(sys.argv[1:]))").format(paths, paths)
-    return [sys.executable, "-I", "-c", bootstrap, model, x_path, out_path, *names]
+    extra = [] if weights is None else [f"--weights={os.path.abspath(weights)}"]
+    return [sys.executable, "-I", "-c", bootstrap, *extra, model, x_path, out_path, *names]
 
 
 def cmd_tune(args) -> int:
@@ -324,12 +358,13 @@ def cmd_tune(args) -> int:
                 raise MalinnError(f"--shape {m}x{k}x{n}: a matrix of {largest / 2**20:.0f} MiB exceeds "
                                   f"{device.name}'s largest allocation ({device.max_allocation // 2**20} MiB)")
     elif args.model:
-        model = load_model(args.model)
+        model = load_model(args.model, precision=args.precision)
         shapes = [shape for batch in (args.batch, 1) for shape in model.matmul_shapes(batch, device)]
         if not shapes:
             raise MalinnError(f"{args.model} has no Dense layer to tune for")
     print(f"tuning matmul on {device.name}" + (f" for {args.model}" if args.model else ""), flush=True)
-    best = tune(device, shapes=shapes, quick=args.quick, budget_s=args.budget, per_shape=bool(args.model))
+    best = tune(device, shapes=shapes, quick=args.quick, budget_s=args.budget, per_shape=bool(args.model),
+                precision=args.precision)
     if args.model:
         for shape, won in best["shapes"].items():
             config = " ".join(f"{k}={v}" for k, v in won["defines"].items())
@@ -368,36 +403,51 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    device_help = "gpu, cpu, P:D or part of a device name (default: MALINN_DEVICE, else the first GPU)"
+    device_help = ("gpu, cpu, P:D, part of a device name, or gl (gl:N, gl:NAME) for the OpenGL backend "
+                   "(default: MALINN_DEVICE, else the first GPU)")
     input_help = ("input samples: .npy, .npz (one array, or --key; for a model of several inputs one array per "
                   "input name) or .csv (one sample per row)")
     key_help = "the array to use from a .npz input holding several"
+    weights_help = ("the weights file (model.save_weights: Keras 2 .h5 or Keras 3 .weights.h5) when the model is "
+                    "an architecture JSON (model.to_json())")
 
-    p = add("convert", "convert a Keras .keras/.h5 file into a malinn model file", cmd_convert)
-    p.add_argument("src", help="Keras .keras or .h5 file (Keras 2 or 3)")
+    p = add("convert", "convert a Keras .keras/.h5 file (or a .json architecture with --weights) into a malinn "
+                       "model file", cmd_convert)
+    p.add_argument("src", help="Keras .keras or .h5 file (Keras 2 or 3), or an architecture .json with --weights")
+    p.add_argument("--weights", help=weights_help)
     p.add_argument("-o", "--output", required=True, help="malinn model file to write (atomically; a symlink is "
                                                          "followed, a device or FIFO written through)")
-    p.add_argument("--target", help="matmul kernel codename, or gpu/cpu/accelerator, whose layouts the weights are "
+    p.add_argument("--target", help="matmul kernel codename, or gpu/cpu/accelerator (gl, gl:cpu: the OpenGL "
+                                    "backend's), whose layouts the weights are "
                                     "stored in (default: the current device's kernel; a given target needs no device)")
     p.add_argument("--force", action="store_true", help="allow the output to be the source file itself")
+    p.add_argument("--precision", choices=PRECISIONS, help=PRECISION_HELP + "; stored in the file (default: the "
+                                                                          "source's, fp32 for a Keras file)")
     p.add_argument("--device", help=device_help)
 
     p = add("predict", "run a model on input samples", cmd_predict)
-    p.add_argument("model", help="malinn model file or Keras file")
+    p.add_argument("model", help="malinn model file or Keras file (an architecture .json with --weights)")
     p.add_argument("input", help=input_help)
+    p.add_argument("--weights", help=weights_help)
     p.add_argument("-o", "--output", help=".npy file to write the predictions to, .npz for a model of several "
                                           "outputs (default: stdout: a table on a terminal, .npy/.npz bytes "
                                           "otherwise)")
     p.add_argument("--key", help=key_help)
     p.add_argument("--batch-size", type=_positive_int, help="samples per device pass (default: all at once)")
     p.add_argument("--force", action="store_true", help="allow the output to be the model or input file")
+    p.add_argument("--precision", choices=PRECISIONS, help=PRECISION_HELP + " (default: the model file's)")
     p.add_argument("--device", help=device_help)
 
     p = add("verify", "compare malinn with Keras (TensorFlow) layer by layer", cmd_verify)
-    p.add_argument("model", help="the original Keras .keras or .h5 file (not a malinn model file)")
+    p.add_argument("model", help="the original Keras .keras or .h5 file, or architecture .json with --weights "
+                                 "(not a malinn model file)")
+    p.add_argument("--weights", help=weights_help)
     p.add_argument("--input", help=input_help + " (default: 16 standard-normal samples)")
     p.add_argument("--key", help=key_help)
-    p.add_argument("--tolerance", type=_tolerance, default=1e-5, help="largest rel error accepted (default 1e-5)")
+    p.add_argument("--tolerance", type=_tolerance, help="largest rel error accepted (default 1e-5 in fp32, 1e-2 in "
+                                                         "fp16-storage, 2e-2 in fp16, 1e-1 in int8-weights)")
+    p.add_argument("--precision", choices=PRECISIONS, help=PRECISION_HELP + "; prints each layer's error against "
+                                                                          "Keras in float32 and the argmax agreement")
     p.add_argument("--device", help=device_help)
 
     p = add("tune", "time matmul kernels and configurations on this device and remember the fastest", cmd_tune)
@@ -410,15 +460,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=_positive_int, default=100, help="batch size to tune for with --model (default 100)")
     p.add_argument("--shape", type=_product_shape, action="append", help="a product MxKxN to tune for (repeatable)")
     p.add_argument("--budget", type=_positive_seconds, help="stop trying new candidates after this many seconds")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help=PRECISION_HELP + "; winners are stored per precision")
     p.add_argument("--device", help=device_help)
 
     p = add("summary", "show a model's layers as Keras does (output shape, parameters, connections) and the "
                        "kernel that runs each on the device", cmd_summary)
-    p.add_argument("model", help="malinn model file or Keras file")
+    p.add_argument("model", help="malinn model file or Keras file (an architecture .json with --weights)")
+    p.add_argument("--weights", help=weights_help)
+    p.add_argument("--precision", choices=PRECISIONS, help=PRECISION_HELP + " (default: the model file's)")
     p.add_argument("--batch", type=_positive_int, default=1, help="the batch size whose kernels are shown (default 1)")
     p.add_argument("--device", help=device_help)
 
-    add("devices", "list the working OpenCL devices (* marks the default)", cmd_devices)
+    add("devices", "list the working OpenCL and OpenGL devices (* marks the default)", cmd_devices)
     return parser
 
 

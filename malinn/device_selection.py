@@ -1,9 +1,9 @@
 """Which devices work, and which one malinn runs on (Rovder 4.2-4.3).
 
-Devices come from the backends (``malinn/backends/``; OpenCL today), each already probed: a tiny
-kernel built, ran and returned the right answer. The current device is chosen by
-``malinn.set_device(...)``, else the ``MALINN_DEVICE`` environment variable, else the first working
-GPU, else the first working CPU.
+Devices come from the backends (``malinn/backends/``: OpenCL, and OpenGL where moderngl is
+installed), each already probed: a tiny kernel built, ran and returned the right answer. The current
+device is chosen by ``malinn.set_device(...)``, else the ``MALINN_DEVICE`` environment variable,
+else the first working OpenCL GPU, else the first working OpenGL GPU, else the first working CPU.
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from __future__ import annotations
 import os
 import threading
 
-from .backends import opencl
+from .backends import opencl, opengl
 from .backends.base import Device
 from .errors import DeviceError
 
 __all__ = ["Device", "devices", "get_device", "set_device"]
 
 #: backend name -> its discovery function; the order is the order of devices()
-BACKENDS = {"opencl": opencl.discover}
+BACKENDS = {"opencl": opencl.discover, "gl": opengl.discover}
 
 _registry_lock = threading.RLock()
 _devices: list | None = None
@@ -40,19 +40,38 @@ def devices(refresh: bool = False) -> list:
     global _devices, _current
     with _registry_lock:
         if _devices is None or refresh:
-            _devices = [d for discover in BACKENDS.values() for d in discover()]
+            _devices = []
+            for name, discover in BACKENDS.items():
+                _devices += discover(list(_devices)) if name == "gl" else discover()
             _current = None
         return list(_devices)
 
 
 def match(spec: str, candidates: list) -> Device:
-    """The first of ``candidates`` that ``spec`` names (a kind, ``P:D``, or part of a name).
+    """The first of ``candidates`` that ``spec`` names (a kind, ``P:D``, or part of a name), or,
+    with a backend's name before it (``gl``, ``gl:gpu``, ``gl:0``, ``gl:llvmpipe``,
+    ``opencl:cpu``), the first of that backend's devices that the rest names (a GPU first).
 
     Raises:
         DeviceError: none matches; the message lists the working devices.
     """
     spec = spec.strip()
     low = spec.lower()
+    backend, _, rest = low.partition(":")
+    if backend in BACKENDS:
+        mine = [d for d in candidates if d.backend == backend]
+        if not mine and backend == "gl" and candidates is _devices:
+            mine = _discover_gl_on_request()
+        if not mine:
+            raise DeviceError(f"no working {backend} device; working devices: {listing(candidates)}")
+        if not rest:
+            return next((d for d in mine if d.kind == "gpu"), mine[0])
+        if rest.isdigit():
+            for d in mine:
+                if str(d.index[-1]) == rest:
+                    return d
+            raise DeviceError(f"no working device {spec}; working devices: {listing(candidates)}")
+        return match(spec.split(":", 1)[1], mine)
     if low in ("gpu", "cpu", "accelerator"):
         for d in candidates:
             if d.kind == low:
@@ -68,6 +87,15 @@ def match(spec: str, candidates: list) -> Device:
         if low and (low in d.name.lower() or low in d.platform.lower()):
             return d
     raise DeviceError(f"no working device matches {spec!r}; working devices: {listing(candidates)}")
+
+
+def _discover_gl_on_request() -> list:
+    """The OpenGL devices, looked for now that they are asked for by name (a discovery where an
+    OpenCL GPU works leaves Mesa unloaded: :func:`malinn.backends.opengl.wanted`)."""
+    with _registry_lock:
+        found = [d for d in _devices if d.backend == "gl"] or opengl.discover(list(_devices), force=True)
+        _devices.extend(d for d in found if d not in _devices)
+        return found
 
 
 def listing(candidates: list) -> str:
@@ -96,7 +124,7 @@ def set_device(spec: "str | Device") -> Device:
                 raise DeviceError(f"{spec.name} is not one of the working devices: {listing(candidates)}")
             _current = spec
         elif isinstance(spec, str):
-            _current = match(spec, candidates)
+            _current = match(spec, _devices)
         else:
             raise DeviceError(f"set_device expects a Device or a string, got {type(spec).__name__}")
         return _current
@@ -116,15 +144,16 @@ def get_device() -> Device:
         if not candidates and opencl.skipped_for_tensorflow():
             raise DeviceError(f"no working OpenCL device: PoCL was skipped because {opencl.TENSORFLOW_HINT}")
         if not candidates:
-            raise DeviceError("no working OpenCL device was found; install an OpenCL driver "
-                              "(on Debian: apt-get install pocl-opencl-icd) and see `malinn devices`")
+            raise DeviceError("no working OpenCL or OpenGL device was found; install an OpenCL driver "
+                              "(on Debian: apt-get install pocl-opencl-icd), or an OpenGL ES 3.1 driver and "
+                              "`pip install malinn[gl]`, and see `malinn devices`")
         env = os.environ.get("MALINN_DEVICE", "").strip()
         if env:
             try:
-                _current = match(env, candidates)
+                _current = match(env, _devices)
             except DeviceError as exc:
                 raise DeviceError(f"MALINN_DEVICE={env!r}: {exc}") from None
         else:
-            _current = next((d for d in candidates if d.kind == "gpu"),
+            _current = next((d for d in candidates if d.kind == "gpu"),   # OpenCL's first: BACKENDS order
                             next((d for d in candidates if d.kind == "cpu"), candidates[0]))
         return _current

@@ -56,7 +56,8 @@ def write_file(path, writer, *, source=None, overwrite_source: bool = False) -> 
         writer: called once as ``writer(f)`` with a binary, seekable file object open for
             reading and writing (h5py and ``numpy.save`` accept it); it writes the whole
             contents into ``f`` and leaves it open.
-        source: the file the contents were made from, if any: ``path`` may not be that file.
+        source: the file the contents were made from, if any (or a tuple of files: an
+            architecture and its weights): ``path`` may not be that file.
         overwrite_source: allow ``path`` to be ``source`` (it is then replaced atomically).
 
     Returns:
@@ -145,14 +146,17 @@ def _plan(text: str, source, overwrite_source: bool):
 def _refuse_source(text: str, source, overwrite_source: bool) -> None:
     if source is None or overwrite_source:
         return
-    try:
-        same = os.path.samefile(source, text)
-    except OSError:
-        return   # the source is gone or unreadable: it cannot be the destination
-    if same:
-        shown = "" if os.fspath(source) == text else f" ({os.fspath(source)})"
-        raise MalinnError(f"{text} is the source file{shown}; refusing to overwrite it "
-                          "(pass overwrite=True, or --force on the command line)")
+    for one in source if isinstance(source, (tuple, list)) else (source,):
+        if one is None:
+            continue
+        try:
+            same = os.path.samefile(one, text)
+        except OSError:
+            continue   # the source is gone or unreadable: it cannot be the destination
+        if same:
+            shown = "" if os.fspath(one) == text else f" ({os.fspath(one)})"
+            raise MalinnError(f"{text} is the source file{shown}; refusing to overwrite it "
+                              "(pass overwrite=True, or --force on the command line)")
 
 
 def _write_through(text: str, writer) -> None:

@@ -49,17 +49,20 @@ class Functional(PlannedModel):
         inputs: an input tensor (:func:`malinn.Input`), a list of them, or a dict by name.
         outputs: a tensor, a list of them or a dict by name.
         name: the model's name.
+        precision: the weights' precision, as for ``Sequential`` (default ``fp32``; see
+            :class:`~malinn.models.PlannedModel`); merges compute on float32 activations in every
+            precision.
 
     Raises:
         ValueError: the outputs do not depend on the inputs alone (a tensor of another input), an
-            input is given twice, or two layers share a name.
+            input is given twice, two layers share a name, or ``precision`` is unknown.
     """
 
     #: ``malinn.Input``, here for code that finds the class through the registry (the converter)
     Input = staticmethod(Input)
 
-    def __init__(self, inputs, outputs, name: str = "functional"):
-        super().__init__(name)
+    def __init__(self, inputs, outputs, name: str = "functional", precision: str = "fp32"):
+        super().__init__(name, precision)
         self.inputs, _ = _flatten(inputs, "inputs")
         self.outputs, self.output_names = _flatten(outputs, "outputs")
         self._single_output = not isinstance(outputs, (list, tuple, dict))
@@ -233,7 +236,7 @@ class Functional(PlannedModel):
                 "single_output": self._single_output}
 
     @classmethod
-    def from_layers(cls, config: dict, layers: list) -> "Functional":
+    def from_layers(cls, config: dict, layers: list, precision: str = "fp32") -> "Functional":
         """The model :meth:`get_config` describes, with ``layers`` (made from its layer configs).
 
         Raises:
@@ -257,13 +260,13 @@ class Functional(PlannedModel):
             outputs = dict(zip(config["output_names"], outputs))
         elif config.get("single_output", len(outputs) == 1):
             outputs = outputs[0]
-        return cls(inputs, outputs, name=config["name"])
+        return cls(inputs, outputs, name=config["name"], precision=precision)
 
     def summary(self, print_fn=print, batch: int = 1) -> str:
         """Prints (and returns) the graph as Keras does: each layer with its output shape, parameters,
         the tensors it is connected to (``layer[call][0]``) and the kernel that runs it on the
         current device for passes of ``batch`` samples."""
-        kernels = self._kernels(batch)
+        kernels, weights = self._kernels(batch)
         calls = {}
         for node in self.nodes:
             calls.setdefault(id(node.layer), []).append(node)
@@ -280,7 +283,7 @@ class Functional(PlannedModel):
             connected = ", ".join(label[id(t)] for node in nodes for t in node.inputs)
             rows.append((f"{layer.name} ({type(layer).__name__})", shapes.pop() if len(shapes) == 1 else "multiple",
                          str(layer.count_params()), connected, kernels.get(layer.name, "")))
-        return self._table(rows, print_fn)
+        return self._table(rows, print_fn, weights)
 
 
 def _input(entry: dict) -> KerasTensor:

@@ -9,7 +9,8 @@ one enqueue.
 Scalar letters: ``l`` padded rows of ``b`` (the padded common dimension K of a matmul; else of
 ``a``), ``h``/``w`` padded rows/columns of ``r``, ``m``/``n`` logical rows/columns of ``r``,
 ``H``/``W`` padded rows/columns of ``a``, ``M``/``N`` logical rows/columns of ``a``, ``K`` logical
-rows of ``b``, ``L`` padded columns of ``b``, ``p`` the next float parameter.
+rows of ``b``, ``c`` padded columns of ``b`` (a convolution's input, a Dot's second operand), ``p``
+the next float parameter.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def scalar_values(matrices: dict) -> dict:
     return {"l": common, "h": r.padded[0], "w": r.padded[1], "m": r.shape[0], "n": r.shape[1],
             "H": a.padded[0] if a is not None else 0, "W": a.padded[1] if a is not None else 0,
             "M": a.shape[0] if a is not None else 0, "N": a.shape[1] if a is not None else 0,
-            "K": b.shape[0] if b is not None else 0, "L": b.padded[1] if b is not None else 0}
+            "K": b.shape[0] if b is not None else 0, "c": b.padded[1] if b is not None else 0}
 
 
 def global_range(spec: KernelSpec, values: dict) -> tuple:
@@ -56,11 +57,11 @@ def local_range(preferred, global_size, device: Device):
 
 def program_for(spec: KernelSpec, device: Device, layouts: dict):
     """The built program of ``spec`` for matrices in ``layouts`` (memoised by the device)."""
-    key = (spec.codename, spec.defines, tuple(sorted((name, str(layout)) for name, layout in layouts.items())))
+    key = (spec.codename, spec.defines, device.backend, tuple(sorted((name, str(layout)) for name, layout in layouts.items())))
     programs = device.cache.setdefault("kernel_programs", {})
     program = programs.get(key)
     if program is None:
-        source = spec.program_source(layouts, device.render_index)
+        source = spec.program_source(layouts, device.render_index, device.backend)
         program = programs[key] = device.compile(source, spec.options(), origin=f"{spec.source} ({spec.codename})")
     return program
 

@@ -10,6 +10,11 @@ For a matmul of shape ``(m, k, n)`` (units x inputs x batch) the order is:
 and when the chosen kernel's ``preconditions`` do not hold for the shape (a small batch, say), the
 library's ``matmul_fallback`` for the device's kind. The plan asks once per layer and batch bucket;
 ``predict`` never asks.
+
+A matmul in a weight precision other than fp32 (``int8-weights``, ...) asks the tuning database for
+that precision's winners and ends in a kernel whose entry lists the precision: the choice above if
+it does, else the first fallback, default or library kernel that does and accepts the shape. A
+precision that needs a device extension (``fp16``: cl_khr_fp16) is refused on a device without it.
 """
 
 from __future__ import annotations
@@ -18,8 +23,8 @@ import threading
 
 from .backends.base import Device
 from .device_selection import devices, get_device
-from .errors import LibraryError
-from .kernel_library import KernelSpec, load_library
+from .errors import DeviceError, LibraryError
+from .kernel_library import DEFAULT_PRECISION, KernelSpec, load_library
 from .tuning_db import tuned_choice, version as tuning_version
 
 __all__ = ["use", "forget", "choose", "holding_columns", "explicit_choice", "epoch"]
@@ -74,31 +79,86 @@ def explicit_choice(op: str, device: Device):
 
 
 def choose(op: str, device: Device | None = None, shape: tuple | None = None,
-           activation: str | None = None) -> KernelSpec:
+           activation: str | None = None, precision: str = DEFAULT_PRECISION) -> KernelSpec:
     """The kernel ``op`` uses on ``device`` (for a matmul, for the product ``shape = (m, k, n)``).
 
-    A matmul whose choice's preconditions do not hold for ``shape`` takes the first of the
-    library's ``matmul_fallback`` kernels for the device's kind whose preconditions hold (the last
+    Without an explicit or tuned choice, a matmul takes the first of the library's defaults for the
+    device's kind whose preconditions hold for ``shape`` (a list there orders variants for skinny
+    and small products before the general one). A matmul whose choice's preconditions do not hold
+    for ``shape`` takes the first of the library's ``matmul_fallback`` kernels for the device's kind whose preconditions hold (the last
     one listed, if none). A matmul followed by ``activation="softmax"`` that the choice cannot fuse,
     unless :func:`use` set the choice, takes the library's ``matmul_softmax`` kernel where it reads
     and writes the same layouts and holds the shape's columns (see :func:`holding_columns`).
 
     Returns:
-        The configured :class:`~malinn.kernel_library.KernelSpec`.
+        The configured :class:`~malinn.kernel_library.KernelSpec` (for a matmul, in ``precision``).
+
+    Raises:
+        DeviceError: ``precision`` needs an extension the device lacks.
+        ValueError: ``precision`` is unknown.
     """
     device = device or get_device()
     library = load_library()
+    if op == "matmul" and precision != DEFAULT_PRECISION:
+        _check_device(library.precision(precision), device)
+        spec = _choose_matmul(library, device, shape, activation, precision)
+        return _in_precision(library, spec, device, shape, precision)
+    return _choose_matmul(library, device, shape, activation) if op == "matmul" else _choose(library, op, device)
+
+
+def _check_device(precision, device: Device) -> None:
+    if device.backend != "opencl":
+        raise DeviceError(f"precision {precision.name!r} runs on OpenCL devices; {device.name} is a {device.backend} "
+                          f"device, whose kernels read fp32 weights only: use fp32 there")
+    extension = precision.extension
+    if extension and extension not in getattr(device, "extensions", ()):
+        raise DeviceError(f"precision {precision.name!r} computes in half and needs {extension}, which {device.name} "
+                          f"does not offer; use fp16-storage (half weights, float arithmetic: every device)")
+
+
+def _in_precision(library, spec: KernelSpec, device: Device, shape, precision: str) -> KernelSpec:
+    """``spec`` in ``precision`` where its entry supports it, else the first kernel that does (the
+    device kind's fallbacks, its default, then the library's matmul kernels in order) and accepts
+    ``shape``."""
+    if precision in spec.precisions:
+        return spec.in_precision(precision)
+    others = library.default_specs("matmul_fallback", device.kind, device.backend) \
+        + library.default_specs("matmul", device.kind, device.backend) \
+        + [library[c] for c in library.codenames("matmul", device.backend)]
+    for other in others:
+        if precision not in other.precisions:
+            continue
+        if shape is None or other.accepts(*shape, device=device):
+            return other.in_precision(precision)
+        for config in other.configurations(device):   # e.g. a gemv whose NB holds the batch
+            if other.configure(config).accepts(*shape, device=device):
+                return other.configure(config).in_precision(precision)
+    raise LibraryError(f"{library.path}: no matmul kernel supports precision {precision!r}"
+                       + (f" for a {shape[0]}x{shape[1]}x{shape[2]} product" if shape else ""))
+
+
+def _choose(library, op: str, device: Device) -> KernelSpec:
+    chosen = explicit_choice(op, device)
+    return library[chosen[0]].configure(chosen[1]) if chosen else library.default_spec(op, device.kind, device.backend)
+
+
+def _choose_matmul(library, device: Device, shape, activation, precision: str = DEFAULT_PRECISION) -> KernelSpec:
+    op = "matmul"
     chosen = explicit_choice(op, device)
     explicit = chosen is not None
-    if chosen is None and op == "matmul":
-        chosen = tuned_choice(device, shape)
-    spec = library[chosen[0]].configure(chosen[1]) if chosen else library.default_spec(op, device.kind)
-    if shape is not None and op == "matmul" and not spec.accepts(*shape, device=device):
-        fallbacks = library.default_specs("matmul_fallback", device.kind)
+    if chosen is None:
+        chosen = tuned_choice(device, shape, precision)
+    if chosen:
+        spec = library[chosen[0]].configure(chosen[1])
+    else:   # the first of the defaults whose preconditions the product meets (the first, for no product)
+        defaults = library.default_specs(op, device.kind, device.backend)
+        spec = next((d for d in defaults if shape is None or d.accepts(*shape, device=device)), defaults[0])
+    if shape is not None and not spec.accepts(*shape, device=device):
+        fallbacks = library.default_specs("matmul_fallback", device.kind, device.backend)
         spec = next((f for f in fallbacks if f.accepts(*shape, device=device)), fallbacks[-1])
-    if activation == "softmax" and shape is not None and op == "matmul" and not explicit \
+    if activation == "softmax" and shape is not None and not explicit \
             and holding_columns(spec, shape, device) is None:
-        for candidate in library.default_specs("matmul_softmax", device.kind):
+        for candidate in library.default_specs("matmul_softmax", device.kind, device.backend):
             same_layouts = all(candidate.matrices[x].layout == spec.matrices[x].layout for x in "br")
             holding = holding_columns(candidate, shape, device) if same_layouts else None
             if holding is not None:

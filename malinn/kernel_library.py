@@ -26,7 +26,10 @@ choosing another implementation is choosing another codename, and adding one nee
 Restriction numbers may be expressions over the defines (``"rowAlign": "MWG"``); an entry with
 ``candidates`` (a list of define overrides) and ``constraints`` (expressions every configuration
 must satisfy) is a family the tuner times (:meth:`KernelSpec.configurations`, :meth:`KernelSpec.configure`).
-``includes`` lists headers prepended to the source; ``epilogue`` lists what a matmul can fuse into
+``sources`` gives the kernel in another backend's language, by backend name (``{"gl": {"source":
+"gl/gemv.comp", "includes": [...]}}``, or just the file): the entry's restrictions, defines and
+epilogue serve every backend, and a backend uses only the entries that have a source for it
+(:meth:`KernelSpec.has_source`; OpenCL's is ``source``). ``includes`` lists headers prepended to the source; ``epilogue`` lists what a matmul can fuse into
 its final write (``bias``, ``activation``, ``affine``, ``softmax``: defines ``BIAS``, ``ACTIVATION``,
 ``AFFINE``, ``SOFTMAX``; kernels/epilogue.clh); ``preconditions`` (``min_m``/``max_m``, ``min_k``/
 ``max_k``, ``min_n``/``max_n``, numbers or expressions over the defines) say for which product
@@ -47,9 +50,12 @@ from .expressions import evaluate
 from .layout import Layout, parse_layout
 from .resources import kernels_dir
 
-__all__ = ["KernelSpec", "MatrixRestriction", "KernelLibrary", "load_library"]
+__all__ = ["KernelSpec", "MatrixRestriction", "KernelLibrary", "Precision", "load_library", "DEFAULT_PRECISION"]
 
-OPS = ("matmul", "bias", "affine", "activation", "relayout", "reshape", "merge", "concat", "dot")
+OPS = ("matmul", "bias", "affine", "activation", "relayout", "reshape", "broadcast", "normalize", "permute", "repeat",
+       "conv", "depthwise", "pool", "spatial", "im2col", "merge", "concat", "dot")
+#: ops whose kernels read a weight matrix ``a`` and may fuse the epilogue (epilogue.clh)
+EPILOGUE_OPS = ("matmul", "conv", "depthwise")
 SCALAR_LETTERS = {
     "l": "padded common dimension K",
     "h": "padded rows of r",
@@ -61,7 +67,7 @@ SCALAR_LETTERS = {
     "M": "logical rows of a",
     "N": "logical columns of a",
     "K": "logical rows of b",
-    "L": "padded columns of b",
+    "c": "padded columns of b",
     "p": "the next float parameter",
 }
 MATRIX_NAMES = ("a", "b", "r")
@@ -72,6 +78,25 @@ PRECONDITIONS = ("min_m", "max_m", "min_k", "max_k", "min_n", "max_n")
 #: the ``defaults`` tables that name matmul kernels: the choice, the fallbacks where its
 #: preconditions fail (a list: the first whose preconditions hold), the kernel that fuses softmax
 MATMUL_CHOICES = ("matmul", "matmul_fallback", "matmul_softmax")
+#: the precision every kernel supports and every model runs in unless asked otherwise
+DEFAULT_PRECISION = "fp32"
+
+
+@dataclass(frozen=True)
+class Precision:
+    """One entry of the library's ``precisions`` table: how a matmul's weights are stored and summed."""
+
+    name: str
+    description: str
+    weight_bytes: int         # bytes per stored weight: 4, 2 or 1
+    defines: tuple            # (("WEIGHT_BITS", "16"), ...) that switch a kernel to it
+    extension: str | None = None   # the device extension it needs (cl_khr_fp16), or None
+    row_scales: bool = False  # int8: one float scale per row of A follows the values
+
+    def weights_nbytes(self, rows: int, cols: int, scales: int) -> int:
+        """Bytes of a ``rows x cols`` weight buffer in this precision with ``scales`` row scales."""
+        values = self.weight_bytes * rows * cols
+        return (-(-values // 4) * 4 + 4 * scales) if self.row_scales else values
 
 
 @dataclass(frozen=True)
@@ -131,7 +156,41 @@ class KernelSpec:
     split: tuple = (1, 1)     # (rows, cols) multipliers of the ndrange (items sharing one result block)
     candidates: tuple = ()    # define overrides the tuner times, besides the defaults
     constraints: tuple = ()   # expressions every configuration satisfies
-    template: object = None   # (path, raw entry) to configure from
+    template: object = None   # (path, raw entry, precisions table) to configure from
+    sources: tuple = ()       # (("gl", source path, (include paths...)), ...): other backends' sources
+    precisions: tuple = (DEFAULT_PRECISION,)   # the precisions it supports
+    precision: str = DEFAULT_PRECISION         # the precision of this configuration
+
+    def in_precision(self, precision: str) -> "KernelSpec":
+        """This configuration with its weights (and sums) in ``precision``.
+
+        Raises:
+            LibraryError: the kernel does not support ``precision``.
+        """
+        if precision == self.precision:
+            return self
+        if precision not in self.precisions:
+            raise LibraryError(f"kernel {self.codename!r} supports precisions {list(self.precisions)}, "
+                               f"not {precision!r}")
+        table = self.template[2]
+        drop = {name for p in self.precisions for name, _ in table[p].defines}
+        merged = {k: v for k, v in self.defines if k not in drop}
+        merged.update(dict(table[precision].defines))
+        key = (id(self.template[1]), tuple(sorted(merged.items())))
+        spec = _configured.get(key)
+        if spec is None:
+            spec = _configured[key] = _build(self.template[0], self.codename, self.template[1], merged, table)
+        return spec
+
+
+    def has_source(self, backend: str) -> bool:
+        """Whether this kernel runs on ``backend`` (OpenCL always; another backend where the entry's
+        ``sources`` names a file for it)."""
+        return backend == "opencl" or any(name == backend for name, _, _ in self.sources)
+
+    def backends(self) -> tuple:
+        """The backends this kernel has a source for: ``("opencl", ...)``."""
+        return ("opencl",) + tuple(name for name, _, _ in self.sources)
 
     @property
     def config(self) -> dict:
@@ -146,8 +205,9 @@ class KernelSpec:
         """
         if not overrides:
             return self
-        path, entry = self.template
-        unknown = set(overrides) - set(dict(self.defines)) - {EPILOGUE_DEFINES[f] for f in self.epilogue}
+        path, entry, table = self.template
+        unknown = set(overrides) - set(dict(self.defines)) - {EPILOGUE_DEFINES[f] for f in self.epilogue} \
+            - {name for p in self.precisions for name, _ in table[p].defines}
         if unknown:
             raise LibraryError(f"kernel {self.codename!r} has no defines {sorted(unknown)}")
         merged = {**dict(self.defines), **{k: str(v) for k, v in overrides.items()}}
@@ -157,7 +217,7 @@ class KernelSpec:
             failed = [c for c in self.constraints if not evaluate(c, merged)]
             if failed:
                 raise LibraryError(f"kernel {self.codename!r}: configuration {overrides} breaks {failed}")
-            spec = _configured[key] = _build(path, self.codename, entry, merged)
+            spec = _configured[key] = _build(path, self.codename, entry, merged, table)
         return spec
 
     def configurations(self, device=None) -> list[dict]:
@@ -235,19 +295,32 @@ class KernelSpec:
         """Compiler options: the entry's defines as ``-DNAME=VALUE``."""
         return tuple(f"-D{k}={v}" for k, v in self.defines)
 
-    def program_source(self, layouts: dict, render_index) -> str:
+    def program_source(self, layouts: dict, render_index, backend: str = "opencl") -> str:
         """The source with a ``MALINN_INDEX_<X>`` macro prepended for each matrix's layout.
 
         Args:
             layouts: matrix name -> :class:`Layout` of the matrix passed for it.
             render_index: the backend's renderer, ``render_index(layout, macro_name) -> str``
                 (:meth:`malinn.backends.base.Device.render_index`).
+            backend: whose source: ``"opencl"`` (the entry's ``source``) or a name under ``sources``.
+
+        Raises:
+            LibraryError: the entry has no source for ``backend``.
         """
-        head = [f"/* malinn: {self.codename} ({self.source}) */"]
+        if backend == "opencl":
+            source, source_path, includes = self.source, self.source_path, self.includes
+        else:
+            found = [(path, inc) for name, path, inc in self.sources if name == backend]
+            if not found:
+                raise LibraryError(f"kernel {self.codename!r} has no {backend} source (kernels/library.json: "
+                                   f"its \"sources\" name {', '.join(self.backends())}); choose another kernel")
+            source_path, includes = found[0]
+            source = source_path.name
+        head = [f"/* malinn: {self.codename} ({source}) */"]
         for name in sorted(layouts):
             head.append(render_index(parse_layout(layouts[name]), f"MALINN_INDEX_{name.upper()}"))
-        head += [_read_source(path) for path in self.includes]
-        return "\n".join(head) + "\n" + _read_source(self.source_path)
+        head += [_read_source(path) for path in includes]
+        return "\n".join(head) + "\n" + _read_source(source_path)
 
 
 _configured: dict = {}   # (entry id, defines) -> KernelSpec
@@ -265,10 +338,22 @@ def _read_source(path: Path) -> str:
 class KernelLibrary:
     """The parsed library: kernel specs by codename plus the default codename per op and device."""
 
-    def __init__(self, kernels: dict, defaults: dict, path: Path):
+    def __init__(self, kernels: dict, defaults: dict, path: Path, precisions: dict | None = None):
         self.kernels = kernels
         self.defaults = defaults
         self.path = path
+        self.precisions = precisions or {DEFAULT_PRECISION: Precision(DEFAULT_PRECISION, "float", 4, ())}
+
+    def precision(self, name: str) -> Precision:
+        """The precision called ``name``.
+
+        Raises:
+            ValueError: the library has no such precision; the message lists those it has.
+        """
+        try:
+            return self.precisions[name]
+        except KeyError:
+            raise ValueError(f"unknown precision {name!r}; use one of {', '.join(self.precisions)}") from None
 
     def __getitem__(self, codename: str) -> KernelSpec:
         try:
@@ -280,11 +365,11 @@ class KernelLibrary:
     def __contains__(self, codename: str) -> bool:
         return codename in self.kernels
 
-    def codenames(self, op: str) -> list[str]:
-        """Every codename that implements ``op``, in library order."""
-        return [c for c, k in self.kernels.items() if k.op == op]
+    def codenames(self, op: str, backend: str | None = None) -> list[str]:
+        """Every codename that implements ``op`` (on ``backend``, when given), in library order."""
+        return [c for c, k in self.kernels.items() if k.op == op and (backend is None or k.has_source(backend))]
 
-    def default_specs(self, op: str, device_kind: str) -> list[KernelSpec]:
+    def default_specs(self, op: str, device_kind: str, backend: str = "opencl") -> list[KernelSpec]:
         """The default kernels for ``op`` on a device kind, in order of preference, each in the
         configuration the table names.
 
@@ -294,26 +379,36 @@ class KernelLibrary:
         ``"matmul_fallback"`` (the kernels used where the chosen matmul's preconditions do not
         hold: small batches, say) or ``"matmul_softmax"`` (the kernel that fuses a softmax; an empty
         list when the library names none).
+
+        ``backend`` keeps the kernels that have a source for it (an OpenGL device runs only the
+        entries whose ``sources`` name a GLSL file); a table may name kernels for one backend under
+        ``"<backend>:<kind>"`` or ``"<backend>"``, looked up before the kind.
         """
         table = self.defaults.get(op, {})
-        value = table.get(device_kind, table.get("*"))
-        if value is None:
+        keys = (f"{backend}:{device_kind}", backend, device_kind, "*")
+        value = next((table[k] for k in keys if k in table), None)
+        specs = []
+        if value is not None:
+            choices = value if isinstance(value, list) else [value]
+            specs = [self[c["codename"]].configure(c.get("defines")) if isinstance(c, dict) else self[c]
+                     for c in choices]
+            specs = [s for s in specs if s.has_source(backend)]
+        if not specs:
             if op == "matmul_softmax":
                 return []
-            codenames = self.codenames("matmul" if op in MATMUL_CHOICES else op)
+            codenames = self.codenames("matmul" if op in MATMUL_CHOICES else op, backend)
             if not codenames:
-                raise LibraryError(f"{self.path}: no kernel implements {op!r}")
-            return [self[codenames[0]]]
-        choices = value if isinstance(value, list) else [value]
-        return [self[c["codename"]].configure(c.get("defines")) if isinstance(c, dict) else self[c] for c in choices]
+                raise LibraryError(f"{self.path}: no kernel implements {op!r} on the {backend} backend")
+            specs = [self[codenames[0]]]
+        return specs
 
-    def default_spec(self, op: str, device_kind: str) -> KernelSpec:
+    def default_spec(self, op: str, device_kind: str, backend: str = "opencl") -> KernelSpec:
         """The first of :meth:`default_specs`.
 
         Raises:
             LibraryError: the library names no kernel for ``op``.
         """
-        specs = self.default_specs(op, device_kind)
+        specs = self.default_specs(op, device_kind, backend)
         if not specs:
             raise LibraryError(f"{self.path}: no default kernel for {op!r} on a {device_kind}")
         return specs[0]
@@ -341,10 +436,10 @@ class KernelLibrary:
         """Every activation name a kernel computes, aliases included."""
         return [name for k in self.kernels.values() if k.op == "activation" for name in (k.activation,) + k.aliases]
 
-    def default(self, op: str, device_kind: str) -> str:
+    def default(self, op: str, device_kind: str, backend: str = "opencl") -> str:
         """The default codename for ``op`` on a device of kind ``gpu``/``cpu``/``accelerator``
         (the first, where the table lists several; see :meth:`default_specs`)."""
-        return self.default_spec(op, device_kind).codename
+        return self.default_spec(op, device_kind, backend).codename
 
 
 def load_library(path: "str | Path | None" = None) -> KernelLibrary:  # noqa: D417
@@ -380,9 +475,11 @@ def _load(path: Path) -> KernelLibrary:
         raise LibraryError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("kernels"), dict):
         raise LibraryError(f"{path}: expected an object with a 'kernels' object")
+    precisions = _precisions(path, data.get("precisions"))
     kernels = {}
     for codename, entry in data["kernels"].items():
-        kernels[codename] = _validate(path, codename, entry)
+        kernels[codename] = _validate(path, codename, _with_base(path, codename, entry, data["kernels"], (codename,)),
+                                      precisions)
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
         raise LibraryError(f"{path}: field 'defaults': expected an object")
@@ -402,16 +499,70 @@ def _load(path: Path) -> KernelLibrary:
                         kernels[codename].configure(choice.get("defines"))
                     except LibraryError as exc:
                         raise LibraryError(f"{path}: field 'defaults.{name}.{kind}.defines': {exc}") from None
-    return KernelLibrary(kernels, defaults, path)
+    return KernelLibrary(kernels, defaults, path, precisions)
 
 
-def _validate(path: Path, codename: str, entry) -> KernelSpec:
+def _with_base(path: Path, codename: str, entry, entries: dict, seen: tuple = ()):
+    """``entry`` with the fields of the entry it is a ``variant_of`` under its own, as a JSON Merge
+    Patch (RFC 7386) would: objects (``defines``, ``restrictions``, each matrix's restriction,
+    ``preconditions``) merged key by key, a null removing the base's field, anything else replaced.
+    The base may itself be a variant (resolved first).
+    A variant changes a define, a layout or a precondition of a kernel without repeating the rest."""
+    if not isinstance(entry, dict) or "variant_of" not in entry:
+        return entry
+    base = entries.get(entry["variant_of"])
+    if not isinstance(base, dict) or len(seen) > len(entries) or entry["variant_of"] in seen:
+        raise LibraryError(f"{path}: kernel {codename!r}, field 'variant_of': {entry['variant_of']!r} is not "
+                           f"an entry of the library (or its variants lead back to {codename!r})")
+    base = _with_base(path, codename, base, entries, seen + (entry["variant_of"],))
+
+    def merge(under, over):
+        if not (isinstance(under, dict) and isinstance(over, dict)):
+            return over
+        merged = dict(under)
+        for key, value in over.items():
+            if value is None:
+                merged.pop(key, None)
+            else:
+                merged[key] = merge(under.get(key), value)
+        return merged
+
+    return {key: value for key, value in merge(base, entry).items() if key != "variant_of"}
+
+
+def _precisions(path: Path, table) -> dict:
+    """The ``precisions`` table as :class:`Precision` objects (``fp32`` alone where there is none)."""
+    if table is None:
+        table = {DEFAULT_PRECISION: {"description": "float", "weight_bytes": 4, "defines": {}}}
+    if not isinstance(table, dict) or DEFAULT_PRECISION not in table:
+        raise LibraryError(f"{path}: field 'precisions': expected an object of name: precision, with {DEFAULT_PRECISION!r}")
+    found = {}
+    for name, entry in table.items():
+        field = f"{path}: field 'precisions.{name}'"
+        if not isinstance(entry, dict):
+            raise LibraryError(f"{field}: expected an object")
+        defines = entry.get("defines", {})
+        if not isinstance(defines, dict) or not all(
+                re.fullmatch(r"[A-Za-z_]\w*", str(k)) and re.fullmatch(r"[\w.+-]+", str(v)) for k, v in defines.items()):
+            raise LibraryError(f"{field}.defines: expected an object of NAME: simple value")
+        if entry.get("weight_bytes") not in (1, 2, 4):
+            raise LibraryError(f"{field}.weight_bytes: expected 1, 2 or 4, got {entry.get('weight_bytes')!r}")
+        extension = entry.get("extension")
+        if extension is not None and not isinstance(extension, str):
+            raise LibraryError(f"{field}.extension: expected an extension name")
+        found[name] = Precision(name, str(entry.get("description", "")), entry["weight_bytes"],
+                                tuple((str(k), str(v)) for k, v in defines.items()), extension,
+                                bool(entry.get("row_scales", False)))
+    return found
+
+
+def _validate(path: Path, codename: str, entry, precisions: dict) -> KernelSpec:
     if not isinstance(entry, dict):
         raise LibraryError(f"{path}: kernel {codename!r}, field '': expected an object")
     defines = entry.get("defines", {})
     if not isinstance(defines, dict):
         raise LibraryError(f"{path}: kernel {codename!r}, field 'defines': expected an object of NAME: simple value")
-    spec = _build(path, codename, entry, dict(defines))
+    spec = _build(path, codename, entry, dict(defines), precisions)
     configs = spec.configurations()
     if len(configs) < 1 + len(spec.candidates):
         raise LibraryError(f"{path}: kernel {codename!r}, field 'candidates': "
@@ -421,7 +572,7 @@ def _validate(path: Path, codename: str, entry) -> KernelSpec:
     return spec
 
 
-def _build(path: Path, codename: str, entry: dict, defines: dict) -> KernelSpec:
+def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -> KernelSpec:
     def fail(field, why):
         raise LibraryError(f"{path}: kernel {codename!r}, field {field!r}: {why}")
 
@@ -451,6 +602,22 @@ def _build(path: Path, codename: str, entry: dict, defines: dict) -> KernelSpec:
     includes = entry.get("includes", [])
     if not isinstance(includes, list) or not all((path.parent / str(i)).is_file() for i in includes):
         fail("includes", "expected a list of files in the kernels folder")
+    sources = []
+    raw_sources = entry.get("sources", {})
+    if not isinstance(raw_sources, dict):
+        fail("sources", 'expected an object of backend: file or {"source": file, "includes": [files]}')
+    for backend, value in raw_sources.items():
+        value = {"source": value} if isinstance(value, str) else value
+        if backend == "opencl" or not isinstance(value, dict) or not isinstance(value.get("source"), str):
+            fail(f"sources.{backend}", 'expected a file or {"source": file, "includes": [files]} '
+                                       '(OpenCL\'s source is the entry\'s "source")')
+        other = path.parent / value["source"]
+        if not other.is_file():
+            fail(f"sources.{backend}.source", f"no file {other}")
+        other_includes = value.get("includes", [])
+        if not isinstance(other_includes, list) or not all((path.parent / str(i)).is_file() for i in other_includes):
+            fail(f"sources.{backend}.includes", "expected a list of files in the kernels folder")
+        sources.append((str(backend), other, tuple(path.parent / str(i) for i in other_includes)))
     rs = entry["restrictions"]
     if not isinstance(rs, dict):
         fail("restrictions", "expected an object")
@@ -543,14 +710,22 @@ def _build(path: Path, codename: str, entry: dict, defines: dict) -> KernelSpec:
     if epilogue:
         needs = {"bias": ["bias"], "affine": ["scale", "shift"]}
         missing = [v for f in epilogue for v in needs.get(f, []) if v not in buffers]
-        if op != "matmul" or missing or "m" not in arglist or "n" not in arglist:
-            fail("epilogue", f"a fused epilogue needs a matmul with 'm' and 'n' in its arglist "
+        if op not in EPILOGUE_OPS or missing or "m" not in arglist or "n" not in arglist:
+            fail("epilogue", f"a fused epilogue needs a matmul or convolution with 'm' and 'n' in its arglist "
                              f"(R's padding is written as 0) and the buffers it reads; missing {missing}")
         if "activation" in epilogue and arglist.count("p") < 4:
             fail("epilogue", "a fused activation needs 4 'p' parameters in the arglist (p0..p3)")
         if "softmax" in epilogue and "max_m" not in preconditions:
             fail("epilogue", "a softmax epilogue holds whole columns in one work-group: "
                              "give the largest m as preconditions.max_m")
+    supported = entry.get("precisions", [DEFAULT_PRECISION])
+    if not isinstance(supported, list) or DEFAULT_PRECISION not in supported or not set(supported) <= set(table):
+        fail("precisions", f"expected a list of some of {', '.join(table)}, with {DEFAULT_PRECISION!r}")
+    if op != "matmul" and supported != [DEFAULT_PRECISION]:
+        fail("precisions", "only matmul kernels read weights in another precision")
+    given = {k: str(v) for k, v in defines.items()}
+    matching = [p for p in supported if all(given.get(k) == v for k, v in table[p].defines)]
+    precision = max(matching, key=lambda p: len(table[p].defines))
     return KernelSpec(codename=codename, op=op, source=str(entry["source"]), function=function,
                       description=str(entry.get("description", "")), matrices=matrices, arglist=arglist,
                       buffers=tuple(buffers), ndrange=ndrange, scale=scale_t, flop=float(flop),
@@ -560,4 +735,5 @@ def _build(path: Path, codename: str, entry: dict, defines: dict) -> KernelSpec:
                       includes=tuple(path.parent / str(i) for i in includes), epilogue=tuple(epilogue),
                       preconditions=tuple(preconditions.items()), split=split_t,
                       candidates=tuple(candidates), constraints=tuple(constraints),
-                      template=(path, entry))
+                      template=(path, entry, table), precisions=tuple(supported), precision=precision,
+                      sources=tuple(sources))

@@ -28,6 +28,8 @@ class DeviceMatrix:
         padded: the buffer's padded ``(rows, cols)``.
         buffer: the backend's buffer (``None`` while host-only).
         image: the buffer as an image, made by kernels that read their operand through textures.
+        precision: how the buffer stores the values (``fp32``; a weight matrix may be uploaded in a
+            reduced precision, :meth:`upload_weights`, and then only a kernel in that precision reads it).
     """
 
     def __init__(self, shape, *, host=None, device=None, layout=None, padded=None, buffer=None):
@@ -38,6 +40,7 @@ class DeviceMatrix:
         self.padded = tuple(int(p) for p in padded) if padded is not None else None
         self.buffer = buffer
         self.image = None
+        self.precision = "fp32"
 
     def __repr__(self) -> str:
         where = (f"on {self.device.name} as {self.layout} padded to {self.padded}" if self.buffer is not None
@@ -82,6 +85,23 @@ class DeviceMatrix:
             device.upload(matrix.buffer, flat, blocking=True, what=f"{what} {tuple(shape)}")
         return matrix
 
+    @classmethod
+    def upload_weights(cls, device: Device, flat, shape, layout, padded, precision: str,
+                       what: str = "weights") -> "DeviceMatrix":
+        """Copies a weight buffer already in ``precision`` (:func:`malinn.precision.device_bytes`)
+        to ``device``; the matrix has no host copy (its values are not float32)."""
+        if precision == "fp32":
+            return cls.upload_flat(device, flat, shape, layout, padded, what)
+        layout = parse_layout(layout)
+        layout.check_padded(padded)
+        flat = np.ascontiguousarray(flat).reshape(-1)
+        buffer = device.alloc(flat.nbytes, f"{what} {shape[0]}x{shape[1]} in {layout} ({precision})")
+        with device.lock:
+            device.upload(buffer, flat, blocking=True, what=f"{what} {tuple(shape)} ({precision})")
+        matrix = cls(shape, device=device, layout=layout, padded=padded, buffer=buffer)
+        matrix.precision = precision
+        return matrix
+
     # ---------------------------------------------------------------- state
     def matches(self, device: Device, layout: Layout, padded) -> bool:
         """Whether the device copy is already on ``device`` in ``layout`` with ``padded``."""
@@ -92,6 +112,8 @@ class DeviceMatrix:
         """The logical matrix on the host, downloading it if only the device copy is current."""
         if self.host is not None:
             return self.host
+        if self.precision != "fp32":
+            raise LayoutError(f"a {self.shape} matrix stored in {self.precision} has no float32 copy to download")
         flat = np.empty(self.padded[0] * self.padded[1], dtype=np.float32)
         with self.device.lock:
             self.device.download(self.buffer, flat, blocking=True, what=f"a {self.shape} result")

@@ -16,6 +16,7 @@ from .errors import DeviceError
 from .kernel_choice import epoch as choice_epoch
 from .layers.base import Layer, sample_shape
 from .plan import Plan, PlanBuilder
+from .precision import check_precision
 from .registry import register
 from .saving import save_model
 from .tensor import format_shape
@@ -55,10 +56,25 @@ class PlannedModel:
     ``predict`` may be called from several threads at once on one model; each call gives the
     result a single-threaded call gives (docs/RELIABILITY.md). Changing the model (``add``,
     ``build``, ``set_weights``) while another thread predicts is not supported.
+
+    ``precision`` says how the weights of the layers that read a weight matrix (Dense and the
+    convolutions) are stored on the device and summed: ``fp32`` (the default), ``fp16-storage``
+    (half weights, float arithmetic), ``fp16`` (half arithmetic too, on devices with
+    cl_khr_fp16) or ``int8-weights`` (per-output-channel int8 with float scales, float
+    arithmetic); docs/CONVERTING.md gives what each costs in accuracy. Activations, and the
+    layers without weights (merges among them), stay float32.
+
+    Args:
+        name: the model's name.
+        precision: the weights' precision (default ``fp32``).
+
+    Raises:
+        ValueError: ``precision`` is unknown.
     """
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, precision: str = "fp32"):
         self.name = name
+        self._precision = check_precision(precision)
         self.layers: list = []
         self.source = None                      # the Keras file it came from, when converted
         self._lock = threading.RLock()          # a first predict from several threads builds once
@@ -68,6 +84,20 @@ class PlannedModel:
     @property
     def input_shapes(self) -> list | None:
         raise NotImplementedError
+
+    @property
+    def precision(self) -> str:
+        """The weights' precision on the device (``fp32``, ``fp16-storage``, ``fp16``, ``int8-weights``)."""
+        return self._precision
+
+    @precision.setter
+    def precision(self, value: str) -> None:
+        value = check_precision(value)
+        with self._lock:
+            if value != self._precision:
+                self._precision = value
+                self._plans.clear()
+                self._last = None
 
     @property
     def built(self) -> bool:
@@ -92,7 +122,7 @@ class PlannedModel:
             An allocated :class:`~malinn.plan.Plan`.
         """
         device = device or get_device()
-        key = (device.identity, batch_bucket(batch), every_layer)
+        key = (device.identity, batch_bucket(batch), every_layer, self._precision)
         stamp = self._stamp()
         with self._lock:
             cached = self._plans.get(key)
@@ -109,7 +139,7 @@ class PlannedModel:
         """A plan, decided but not allocated (what memory estimates read)."""
         if self.input_shapes is None:
             raise self._not_built()
-        builder = PlanBuilder(device, batch)
+        builder = PlanBuilder(device, batch, self._precision)
         outputs = self._lower(builder, every_layer)
         builder.layer = None
         return builder.compile(outputs)
@@ -140,7 +170,8 @@ class PlannedModel:
         device = get_device()
         last = self._last
         if last is not None and last[0] is device and last[1] == n and batch_size is None and not every_layer \
-                and last[2] == self._stamp() and last[3] == (device.max_allocation, device.global_memory):
+                and last[2] == self._stamp() and last[4].precision == self._precision \
+                and last[3] == (device.max_allocation, device.global_memory):
             return last[4].run(xs)          # the same call as last time: its plan, nothing decided again
         step = min(n, int(batch_size)) if batch_size else n
         step = max(1, min(step, self.max_batch(device, limit=step)))
@@ -199,7 +230,7 @@ class PlannedModel:
         device = device or get_device()
         plan = self._compile(device, batch_bucket(batch), False)
         largest, _, arena = plan.activation_bytes()
-        weights = [4 * rows * cols for rows, cols in plan.weight_paddings()]
+        weights = plan.weight_sizes()
         return {"weights": plan.weight_bytes(), "largest_weight": max(weights, default=0), "activations": arena,
                 "largest": largest}
 
@@ -289,19 +320,23 @@ class PlannedModel:
     def count_params(self) -> int:
         return sum(layer.count_params() for layer in self.layers)
 
-    def _kernels(self, batch: int) -> dict:
-        """Layer name -> the kernel (and what it fuses) that runs it on the current device."""
-        kernels = {}
+    def _kernels(self, batch: int) -> tuple[dict, tuple | None]:
+        """``(kernels, weights)``: layer name -> the kernel (and what it fuses) that runs it on the
+        current device, and ``(bytes on the device, bytes in fp32)`` of the weights (None when the
+        model is not built or cannot be planned)."""
+        kernels, weights = {}, None
         if self.built:
             try:
-                for row in self._compile(get_device(), batch_bucket(batch), False).describe():
+                plan = self._compile(get_device(), batch_bucket(batch), False)
+                for row in plan.describe():
                     for name in row["layers"]:
                         kernels.setdefault(name, row["kernel"] + (" + " + "+".join(row["fused"]) if row["fused"] else ""))
+                weights = (sum(plan.weight_sizes()), sum(4 * r * c for r, c in plan.weight_paddings()))
             except DeviceError:
                 pass
-        return kernels
+        return kernels, weights
 
-    def _table(self, rows, print_fn) -> str:
+    def _table(self, rows, print_fn, weights: tuple | None = None) -> str:
         """Prints (and returns) a Keras-style summary of ``rows`` (the header first)."""
         widths = [max(len(r[i]) for r in rows) + 2 for i in range(len(rows[0]))]
         line = "-" * sum(widths)
@@ -310,7 +345,11 @@ class PlannedModel:
             out.append("".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
             if i == 0:
                 out.append("=" * sum(widths))
-        out += ["=" * sum(widths), f"Total params: {self.count_params()}", line]
+        out += ["=" * sum(widths), f"Total params: {self.count_params()}"]
+        if weights is not None and weights[1]:
+            out.append(f"Weights on the device: {_mib(weights[0])} in {self._precision} "
+                       f"({weights[0] / weights[1]:.3f} of {_mib(weights[1])} in fp32)")
+        out.append(line)
         text = "\n".join(out)
         print_fn(text)
         return text
@@ -322,13 +361,14 @@ class Sequential(PlannedModel):
     Args:
         layers: the layers, in order.
         name: the model's name.
+        precision: the weights' precision (default ``fp32``; see :class:`PlannedModel`).
 
     Raises:
-        ValueError: an element of ``layers`` is not a malinn layer.
+        ValueError: an element of ``layers`` is not a malinn layer, or ``precision`` is unknown.
     """
 
-    def __init__(self, layers=None, name: str = "sequential"):
-        super().__init__(name)
+    def __init__(self, layers=None, name: str = "sequential", precision: str = "fp32"):
+        super().__init__(name, precision)
         self.input_shape: tuple | None = None   # one sample's shape, e.g. (784,) or (28, 28)
         for layer in layers or []:
             self.add(layer)
@@ -475,9 +515,9 @@ class Sequential(PlannedModel):
                 "layers": [{"class_name": type(layer).__name__, "config": layer.get_config()} for layer in self.layers]}
 
     @classmethod
-    def from_layers(cls, config: dict, layers: list) -> "Sequential":
+    def from_layers(cls, config: dict, layers: list, precision: str = "fp32") -> "Sequential":
         """The model :meth:`get_config` describes, with ``layers`` (made from its layer configs), built."""
-        model = cls(layers, name=config["name"])
+        model = cls(layers, name=config["name"], precision=precision)
         model.build([None] + list(config["input_shape"]))
         return model
 
@@ -485,14 +525,18 @@ class Sequential(PlannedModel):
         """Prints (and returns) a table of layers: output shape, parameters and the kernel that runs
         each on the current device for passes of ``batch`` samples (layers fused into one launch
         share it)."""
-        kernels = self._kernels(batch)
+        kernels, weights = self._kernels(batch)
         rows = [("Layer (type)", "Output Shape", "Param #", "Kernel")]
         shape = (None,) + self.input_shape if self.input_shape is not None else None
         for layer in self.layers:
             shape = layer.compute_output_shape(shape) if shape is not None else None
             rows.append((f"{layer.name} ({type(layer).__name__})", format_shape(shape) if shape else "?",
                          str(layer.count_params()), kernels.get(layer.name, "")))
-        return self._table(rows, print_fn)
+        return self._table(rows, print_fn, weights)
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.2f} MiB" if nbytes >= 2**20 else f"{nbytes / 1024:.1f} KiB"
 
 
 register("model", Sequential)

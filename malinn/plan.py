@@ -32,14 +32,17 @@ from .backends.base import Device
 from .kernel_call import bind
 from .kernel_choice import choose, explicit_choice, holding_columns
 from .ops import elementwise_kernel, with_epilogue
-from .kernel_library import KernelSpec, load_library
+from .kernel_library import DEFAULT_PRECISION, KernelSpec, load_library
 from .layout import Layout, parse_layout
 from .matrix import DeviceMatrix
+from .precision import device_bytes
 from .tensor import format_shape, keras_order, matrix_view
 
 __all__ = ["Weight", "Vector", "Value", "PlanBuilder", "Plan", "broadcast_shape"]
 
 C = parse_layout("C")
+#: the defines a window kernel's geometry sets per layer (left out of summaries: the shapes say them)
+_GEOMETRY = frozenset("IH IW OH OW KH KW SH SW DH DW PT PL CG MG GROUPS DM CIN OY OX UY UX MAXPOOL".split())
 
 
 # ======================================================================== constants of a plan
@@ -54,17 +57,22 @@ class Weight:
         shape: the logical ``(rows, cols)``.
         host: a callable returning the ``rows x cols`` float32 matrix.
         copies: the owner's dict of device copies.
-        prepacked: ``(layout, padded, flat)`` of a copy already laid out (read from a model file).
+        prepacked: ``(layout, padded, flat, precision)`` of a copy already laid out in a precision
+            (read from a model file; ``flat`` as :func:`malinn.precision.device_bytes` makes it).
+        quantized: a callable returning ``(q, scales)``, the int8 form to upload for
+            ``int8-weights`` (a Keras int8-quantized layer's own), or ``None`` to quantize ``host()``.
     """
 
-    def __init__(self, what: str, shape, host, copies: dict, prepacked=None):
+    def __init__(self, what: str, shape, host, copies: dict, prepacked=None, quantized=None):
         self.what, self.shape, self.host, self.copies, self.prepacked = what, tuple(shape), host, copies, prepacked
+        self.quantized = quantized
 
-    def on_device(self, device: Device, restriction, need, prefer=None) -> DeviceMatrix:
-        """The weight on ``device`` as a kernel with ``restriction`` reads it, padded at least to
-        ``need``: a copy already there that fits (kernels index A with its own padded shape, so a
-        copy padded more serves), else the model file's laid-out copy where it fits, else a new
-        upload padded to ``prefer`` (a padding that also fits the device's other kernels) or ``need``.
+    def on_device(self, device: Device, restriction, need, prefer=None, precision: str = "fp32") -> DeviceMatrix:
+        """The weight on ``device`` as a kernel with ``restriction`` reads it in ``precision``, padded
+        at least to ``need``: a copy already there that fits (kernels index A with its own padded
+        shape, so a copy padded more serves), else the model file's laid-out copy where it fits,
+        else a new upload padded to ``prefer`` (a padding that also fits the device's other
+        kernels) or ``need``.
         """
         layout = restriction.layout
 
@@ -73,21 +81,27 @@ class Weight:
                     and padded[1] % restriction.col_multiple == 0)
 
         for key, matrix in self.copies.items():
-            if len(key) == 3 and key[0] == device.identity and key[1] == str(layout) and fits(key[2]):
+            if (len(key) == 4 and key[0] == device.identity and key[1] == str(layout) and key[3] == precision
+                    and fits(key[2])):
                 return matrix
-        if self.prepacked is not None and str(self.prepacked[0]) == str(layout) and fits(self.prepacked[1]):
+        if (self.prepacked is not None and str(self.prepacked[0]) == str(layout) and fits(self.prepacked[1])
+                and self.prepacked[3] == precision):
             padded = tuple(self.prepacked[1])
-            matrix = DeviceMatrix.upload_flat(device, self.prepacked[2], self.shape, layout, padded, self.what)
+            flat = self.prepacked[2]
         else:
-            shared = prefer is not None and fits(prefer) and 4 * prefer[0] * prefer[1] <= device.max_allocation
+            shared = (prefer is not None and fits(prefer)
+                      and self.nbytes(prefer, precision) <= device.max_allocation)
             padded = tuple(prefer) if shared else tuple(need)
-            matrix = DeviceMatrix.upload(device, self.host(), layout, padded, what=self.what)
+            quantized = self.quantized() if self.quantized is not None else None
+            flat = device_bytes(self.host(), precision, layout, padded, quantized)
+        matrix = DeviceMatrix.upload_weights(device, flat, self.shape, layout, padded, precision, self.what)
         matrix.host = None   # the layer keeps the weights; the copy need not
-        self.copies[(device.identity, str(layout), padded)] = matrix
+        self.copies[(device.identity, str(layout), padded, precision)] = matrix
         return matrix
 
-    def nbytes(self, padded) -> int:
-        return 4 * padded[0] * padded[1]
+    def nbytes(self, padded, precision: str = "fp32") -> int:
+        """Bytes of a device copy padded to ``padded`` in ``precision``."""
+        return load_library().precision(precision).weights_nbytes(padded[0], padded[1], self.shape[0])
 
 
 class Vector:
@@ -115,8 +129,8 @@ class Vector:
 class _Storage:
     """One buffer's worth of a tensor: its layout and padding once decided (in-place steps share it)."""
 
-    def __init__(self, rows: int, cols: int, layout: Layout | None = None, exact_rows: bool = False):
-        self.rows, self.cols, self.layout, self.exact_rows = rows, cols, layout, exact_rows
+    def __init__(self, rows: int, cols: int, layout: Layout | None = None):
+        self.rows, self.cols, self.layout = rows, cols, layout
         self.row_mult = self.col_mult = 1
         self.padded = None
         self.group = self          # union-find: storages whose column padding must be equal
@@ -158,7 +172,8 @@ class Value:
 
 @dataclasses.dataclass(eq=False)
 class _Step:
-    kind: str                   # "matmul", "bias", "activation", "affine", "relayout", "reshape",
+    kind: str                   # "matmul", "bias", "activation", "affine", "relayout", "reshape", "conv",
+                                # "pool", "spatial", "im2col", "broadcast", "normalize", "permute", "repeat",
                                 # "merge", "concat", "dot"
     spec: KernelSpec
     out: Value
@@ -172,12 +187,15 @@ class _Step:
     layers: list = dataclasses.field(default_factory=list)   # the layers this step runs (for summary)
     explicit: bool = False        # the kernel was chosen with use(): never swapped by fusion
     launch: object = None
+    vectors: dict = dataclasses.field(default_factory=dict)   # kernel buffer name -> Vector (layer steps)
+    overwrites: bool = False      # a layer step that rewrites its input "b" in place
 
     @property
     def in_place(self) -> bool:
-        """Whether the step writes into its input ``b``'s buffer (a merge's running result, a
+        """Whether the step writes into its input ``b``'s buffer (bias, activation, affine; a layer
+        step that ``overwrites`` it: a broadcast or normalize, a merge's running result, a
         Concatenate's buffer that earlier inputs wrote their slices into)."""
-        return self.kind in ("bias", "activation", "affine") or (self.kind in ("merge", "concat") and "b" in self.inputs)
+        return self.kind in ("bias", "activation", "affine") or self.overwrites
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -235,10 +253,11 @@ class PlanBuilder:
     Args:
         device: the device the plan runs on.
         batch: the samples one run takes (inputs with fewer samples are padded).
+        precision: the precision of every matmul's weights (the kernel library's ``precisions``).
     """
 
-    def __init__(self, device: Device, batch: int):
-        self.device, self.batch = device, int(batch)
+    def __init__(self, device: Device, batch: int, precision: str = DEFAULT_PRECISION):
+        self.device, self.batch, self.precision = device, int(batch), precision
         self.steps: list = []
         self.inputs: list = []
         self.layer = None   # the layer being lowered (its name goes into every step it records)
@@ -246,12 +265,13 @@ class PlanBuilder:
 
     # ---------------------------------------------------------------- recording
     def input(self, sample_shape, name: str = "input", uses: int = 1) -> Value:
-        """A model input: ``batch`` samples of ``sample_shape``, uploaded in Keras's own order.
+        """A model input: ``batch`` samples of ``sample_shape``, uploaded in Keras's own order
+        (column-major: each sample's values contiguous, the samples as far apart as the readers pad).
 
         ``uses``: how many layer calls read it (a Reshape of an input read once is a free view)."""
         shape = (self.batch,) + tuple(sample_shape)
         rows, cols = matrix_view(shape)
-        value = Value(shape, _Storage(rows, cols, C, exact_rows=True), name=name)
+        value = Value(shape, _Storage(rows, cols, C), name=name)
         self.inputs.append(value)
         self._uses[id(value)] = uses
         return value
@@ -275,7 +295,7 @@ class PlanBuilder:
         if k != x.rows:
             raise ValueError(f"{what}: the weights expect {k} input features, but the input has shape "
                              f"{format_shape(x.shape)}")
-        spec = choose("matmul", self.device, (m, k, x.cols))
+        spec = choose("matmul", self.device, (m, k, x.cols), precision=self.precision)
         out = self._record("matmul", spec, x.shape[:-1] + (m,), {"b": x}, what, weight=weight,
                            explicit=explicit_choice("matmul", self.device) is not None)
         if bias is not None:
@@ -314,6 +334,7 @@ class PlanBuilder:
         spec = choose("reshape", self.device)
         return self._record("reshape", spec, shape, {"a": x}, what)
 
+    # ---------------------------------------------------------------- merge layers (layers/merging.py)
     def merge(self, xs: list, op: str, what: str = "merge") -> Value:
         """Keras's element-wise merge of ``xs`` (two or more values): ``op`` is ``add``,
         ``subtract`` (two inputs), ``multiply``, ``average``, ``maximum`` or ``minimum``.
@@ -351,7 +372,8 @@ class PlanBuilder:
             defines.update(_broadcast_defines(x.shape, shape, what))
         spec = choose("merge", self.device).configure(defines)
         inputs = {"b": running, "a": x} if running is not None else {"a": x}
-        return self._record("merge", spec, shape, inputs, what, storage=running.storage if running else None)
+        return self._record("merge", spec, shape, inputs, what, storage=running.storage if running else None,
+                            overwrites=running is not None)
 
     def concat(self, xs: list, axis: int, what: str = "concatenate") -> Value:
         """Keras's Concatenate of ``xs`` along ``axis`` (of the Keras shape, batch axis 0): one
@@ -374,7 +396,8 @@ class PlanBuilder:
             spec = choose("concat", self.device).configure(
                 {"FIRST": int(i == 0), "INNER": inner, "ALEN": x.shape[axis], "RLEN": total, "OFFSET": offset})
             inputs = {"a": x} if out is None else {"b": out, "a": x}
-            out = self._record("concat", spec, shape, inputs, what, storage=out.storage if out is not None else None)
+            out = self._record("concat", spec, shape, inputs, what, storage=out.storage if out is not None else None,
+                               overwrites=out is not None)
             offset += x.shape[axis]
         return out
 
@@ -404,6 +427,134 @@ class PlanBuilder:
              "NORMALIZE": int(bool(normalize)), "NORM_FLOOR": f"{float(norm_floor):.1e}f"})
         return self._record("dot", spec, shape, {"a": x, "b": y}, what)
 
+    # ---------------------------------------------------------------- layers beyond Dense (issue 10)
+    def broadcast(self, x: Value, form: int, scale: Vector, shift: Vector | None, period_cols: int,
+                  what: str = "broadcast") -> Value:
+        """Per-element parameters applied to ``x`` in place (kernels/broadcast.cl): ``form`` 0 is
+        ``x * scale + shift``, 1 ``(x + shift) * scale``, 2 PReLU (``scale`` holds alpha). The
+        vectors hold ``period_cols * x.rows`` values: element (row, col) of ``x``'s matrix view
+        reads ``(col % period_cols) * x.rows + row`` (parameters over the sample's trailing axes)."""
+        if x.cols % period_cols or any(v.values.size != period_cols * x.rows for v in (scale, shift) if v is not None):
+            raise ValueError(f"{what}: parameters of {scale.values.size} values do not tile {format_shape(x.shape)}")
+        spec = choose("broadcast", self.device).configure({"FORM": int(form), "PCOLS": int(period_cols)})
+        vectors = {"scale": scale, **({"shift": shift} if shift is not None else {})}
+        return self._record("broadcast", spec, x.shape, {"b": x}, what, storage=x.storage, vectors=vectors,
+                            overwrites=True)
+
+    #: what :meth:`normalize` computes over each group -> the kernel's MODE (kernels/normalize_axes.cl)
+    NORMALIZE_MODES = {"softmax": 0, "softmax_logsumexp": 1, "layer": 2, "rms": 3, "unit": 4}
+
+    def normalize(self, x: Value, mode: str, axes, epsilon: float = 0.0, scale: Vector | None = None,
+                  shift: Vector | None = None, what: str = "normalize") -> Value:
+        """Each group of ``x``'s elements along ``axes`` normalized (softmax, layer normalization,
+        RMS scaling, L2 normalization: :data:`NORMALIZE_MODES`), in place, one kernel. ``axes`` are
+        indices into ``x.shape`` (the batch axis is 0 and is never one of them); axes that are not
+        one run are permuted to the end and back. ``scale`` / ``shift`` (gamma / beta) hold one
+        value per element of a group, in the row-major order of the sorted axes."""
+        axes = tuple(sorted(set(int(a) for a in axes)))
+        rank = len(x.shape)
+        if not axes or axes[0] < 1 or axes[-1] >= rank:
+            raise ValueError(f"{what}: axes {axes} are not sample axes of {format_shape(x.shape)}")
+        if axes != tuple(range(axes[0], axes[-1] + 1)):
+            order = [a for a in range(1, rank) if a not in axes] + list(axes)
+            y = self.normalize(self.permute(x, order, what), mode, range(rank - len(axes), rank), epsilon, scale,
+                               shift, what)
+            return self.permute(y, [order.index(a) + 1 for a in range(1, rank)], what)
+        group, inner = math.prod(x.shape[axes[0]:axes[-1] + 1]), math.prod(x.shape[axes[-1] + 1:])
+        split = {"SR": x.rows, "SC": group // x.rows} if inner == 1 else {"SR": 1, "SC": group}
+        spec = choose("normalize", self.device).configure(
+            {"GROUP": group, "INNER": inner, "MODE": self.NORMALIZE_MODES[mode], "CENTER": int(shift is not None),
+             "SCALE": int(scale is not None), **split})
+        vectors = {name: v for name, v in (("scale", scale), ("shift", shift)) if v is not None}
+        return self._record("normalize", spec, x.shape, {"b": x}, what, storage=x.storage, vectors=vectors,
+                            overwrites=True, params={"epsilon": float(epsilon)})
+
+    def permute(self, x: Value, dims, what: str = "permute") -> Value:
+        """``x`` with its sample axes in the order ``dims`` (Keras's ``Permute(dims)``: 1-based, the
+        batch axis stays first), copied by kernels/permute.cl."""
+        dims = tuple(int(d) for d in dims)
+        rank = len(x.shape)
+        if sorted(dims) != list(range(1, rank)):
+            raise ValueError(f"{what}: {dims} is not an order of the sample axes of {format_shape(x.shape)}")
+        if dims == tuple(range(1, rank)):
+            return x
+        if rank - 1 > 8:
+            raise ValueError(f"{what}: malinn permutes samples of at most 8 axes, not {rank - 1}")
+        shape = (x.shape[0],) + tuple(x.shape[d] for d in dims)
+        defines = {"NAX": rank - 1, "SAMPLE": math.prod(x.shape[1:])}
+        for k, d in enumerate(dims):
+            defines.update({f"ODIM{k}": shape[k + 1], f"OSTR{k}": math.prod(shape[k + 2:]),
+                            f"ISTR{k}": math.prod(x.shape[d + 1:])})
+        spec = choose("permute", self.device).configure(defines)
+        return self._record("permute", spec, shape, {"a": x}, what)
+
+    def repeat(self, x: Value, times: int, what: str = "repeat") -> Value:
+        """``x`` of shape ``(batch, features)`` repeated into ``(batch, times, features)``
+        (Keras's ``RepeatVector``), by kernels/repeat.cl."""
+        if len(x.shape) != 2:
+            raise ValueError(f"{what}: RepeatVector takes (batch, features), not {format_shape(x.shape)}")
+        return self._record("repeat", choose("repeat", self.device), (x.shape[0], int(times), x.shape[1]), {"a": x},
+                            what)
+
+    # ---------------------------------------------------------------- convolutions (layers/convolution.py)
+    def conv(self, x: Value, weight: Weight, geometry: dict, out_shape, bias: Vector | None = None,
+             activation: str = "linear", params: dict | None = None, what: str = "conv") -> Value:
+        """A convolution of ``x`` (Keras ``(batch, H, W, C)`` or ``(batch, L, C)``) by ``weight``
+        (``COUT x KH*KW*CG``, column ``(ky*KW + kx)*CG + c``), then bias and activation.
+
+        ``geometry`` holds the window defines (:func:`malinn.layers.windows.window_defines`) and
+        ``GROUPS``. The algorithm is chosen here, per layer shape: a 1x1 convolution with stride 1
+        is a plain matmul on the input's matrix view (no transform); where :func:`use` chose an
+        ``im2col`` kernel (and there is one group) the patch matrix is built and multiplied by the
+        device's matmul; otherwise the ``conv`` kernel (kn2row or kn2col accumulating GEMMs: an
+        explicit choice, else the first of the library's defaults for the device's kind whose
+        preconditions hold for ``(COUT, KH*KW*CG, batch*OH*OW)``).
+        """
+        g = dict(geometry)
+        groups = int(g.pop("GROUPS", 1))
+        cin, cout = x.rows, weight.shape[0]
+        out_shape = (self.batch,) + tuple(out_shape[1:])
+        pointwise = (g["KH"], g["KW"], g["SH"], g["SW"], g["PT"], g["PL"], groups) == (1, 1, 1, 1, 0, 0, 1)
+        if pointwise and (g["IH"], g["IW"]) == (g["OH"], g["OW"]):
+            return self.matmul(x, weight, bias, activation, params, what)
+        if groups == 1 and explicit_choice("im2col", self.device) is not None:
+            patches = self.gather(x, "im2col", {**g, "CIN": cin}, out_shape[:-1] + (weight.shape[1],), what)
+            return self.matmul(patches, weight, bias, activation, params, what)
+        defines = {**g, "CG": cin // groups, "MG": cout // groups, "GROUPS": groups}
+        spec = self._conv_spec("conv", (cout, weight.shape[1], math.prod(out_shape[:-1]))).configure(defines)
+        return self._conv_step(spec, x, weight, out_shape, bias, activation, params, what)
+
+    def depthwise(self, x: Value, weight: Weight, geometry: dict, out_shape, bias: Vector | None = None,
+                  activation: str = "linear", params: dict | None = None, what: str = "depthwise") -> Value:
+        """A depthwise convolution of ``x`` by ``weight`` (``C*DM x KH*KW``, row ``c*DM + j``), then
+        bias and activation; ``geometry`` as for :meth:`conv`, with ``DM`` the depth multiplier."""
+        out_shape = (self.batch,) + tuple(out_shape[1:])
+        spec = self._conv_spec("depthwise", (weight.shape[0], weight.shape[1], math.prod(out_shape[:-1])))
+        return self._conv_step(spec.configure(geometry), x, weight, out_shape, bias, activation, params, what)
+
+    def _conv_spec(self, op: str, shape: tuple) -> KernelSpec:
+        """The kernel of ``op``: :func:`use`'s choice, else the first library default for the device's
+        kind whose preconditions hold for ``shape`` (the last one, the general kernel, otherwise)."""
+        if explicit_choice(op, self.device) is not None:
+            return choose(op, self.device)
+        specs = load_library().default_specs(op, self.device.kind, self.device.backend)
+        return next((s for s in specs if s.accepts(*shape)), specs[-1])
+
+    def _conv_step(self, spec, x, weight, out_shape, bias, activation, params, what) -> Value:
+        out = self._record("conv", spec, out_shape, {"b": x}, what, weight=weight)
+        if bias is not None:
+            out = self._record("bias", choose("bias", self.device), out.shape, {"b": out}, what, storage=out.storage,
+                               bias=bias)
+        if activation not in (None, "linear"):
+            out = self.activation(out, activation, params, what)
+        return out
+
+    def gather(self, x: Value, op: str, defines: dict, out_shape, what: str) -> Value:
+        """A kernel of ``op`` (``"pool"``, ``"spatial"``, ``"im2col"``) that reads ``x`` (slot ``a``)
+        and writes a new tensor of ``out_shape``, configured with ``defines``."""
+        spec = choose(op, self.device).configure(defines)
+        return self._record(op, spec, (self.batch,) + tuple(out_shape[1:]), {"a": x}, what)
+
     # ---------------------------------------------------------------- compiling
     def compile(self, outputs: list) -> "Plan":
         """Makes every decision (see the module docstring) and returns the runnable :class:`Plan`.
@@ -421,7 +572,7 @@ class PlanBuilder:
         self._resolve_paddings()
         self._unalias(aliases)
         outputs = self._download_ready(outputs)
-        return Plan(self.device, self.batch, self.inputs, outputs, self.steps)
+        return Plan(self.device, self.batch, self.inputs, outputs, self.steps, self.precision)
 
     def _fuse(self, outputs) -> None:
         """Folds activation, affine and softmax steps into the matmul before them where allowed, and
@@ -439,8 +590,7 @@ class PlanBuilder:
                 producer.out = step.out
                 step.out.producer = producer
                 continue
-            if (step.kind in ("bias", "activation", "affine") and producer is not None and producer.kind == "matmul"
-                    and len(x.consumers) == 1
+            if (step.in_place and producer is not None and producer.kind in ("matmul", "conv") and len(x.consumers) == 1
                     and x not in outputs and producer.affine is None and self._absorb(producer, step)):
                 producer.layers += [layer for layer in step.layers if layer not in producer.layers]
                 producer.out = step.out
@@ -450,6 +600,8 @@ class PlanBuilder:
         self.steps = keep
 
     def _absorb(self, matmul: _Step, step: _Step) -> bool:
+        if step.kind not in ("bias", "affine", "activation"):
+            return False
         features = set(matmul.spec.epilogue)
         if step.kind == "bias":
             if "bias" not in features or matmul.bias is not None or matmul.activation not in (None, "linear"):
@@ -462,6 +614,8 @@ class PlanBuilder:
             matmul.affine = step.affine
             return True
         if matmul.activation not in (None, "linear"):
+            return False
+        if step.activation == "softmax" and matmul.kind != "matmul":
             return False
         if step.activation == "softmax":
             spec = holding_columns(matmul.spec, self._shape(matmul), self.device)
@@ -485,7 +639,10 @@ class PlanBuilder:
         library = load_library()
         if "matmul_softmax" not in library.defaults:
             return None
-        for candidate in library.default_specs("matmul_softmax", self.device.kind):
+        for candidate in library.default_specs("matmul_softmax", self.device.kind, self.device.backend):
+            if matmul.spec.precision not in candidate.precisions:
+                continue
+            candidate = candidate.in_precision(matmul.spec.precision)
             if all(candidate.matrices[x].layout == matmul.spec.matrices[x].layout for x in "br"):
                 spec = holding_columns(candidate, self._shape(matmul), self.device)
                 if spec is not None:
@@ -555,6 +712,10 @@ class PlanBuilder:
             if slot == "b":
                 return b.layout, math.lcm(b.row_multiple, a.col_multiple), math.lcm(b.col_multiple, r.col_multiple, spec.scale[1])
             return r.layout, math.lcm(r.row_multiple, a.row_multiple, spec.scale[0]), math.lcm(b.col_multiple, r.col_multiple, spec.scale[1])
+        if step.kind == "conv":
+            restriction = spec.matrices[slot]
+            layout = None if restriction.any_layout else restriction.layout
+            return layout, restriction.row_multiple, restriction.col_multiple
         restriction = spec.matrices["a" if slot == "a" else "r"]
         layout = None if restriction.any_layout else restriction.layout
         return layout, restriction.row_multiple, restriction.col_multiple
@@ -568,8 +729,6 @@ class PlanBuilder:
                 storage = x.storage
                 alias = layout is not None and storage.layout != layout and _may_alias(storage, layout, x, col_mult)
                 ok = layout is None or storage.layout == layout or alias
-                if ok and storage.exact_rows and storage.rows % row_mult:
-                    ok = False
                 if not ok:
                     key = (id(x), str(layout), row_mult)
                     if key not in relaid:
@@ -637,18 +796,18 @@ class PlanBuilder:
                     right.group = left
         groups: dict = {}
         storages = self._storages()
-        for storage in storages:   # a buffer holds whole chunks of its layout, whoever writes it
+        for storage in storages:
+            # a kernel that takes any layout writes the layout's whole chunks too (a blocked layout
+            # inherited from the producer's kernel)
             if storage.layout is not None:
                 storage.row_mult = math.lcm(storage.row_mult, storage.layout.row_multiple)
                 storage.col_mult = math.lcm(storage.col_mult, storage.layout.col_multiple)
-        for storage in storages:
             root = storage.root()
             col_mult, cols = groups.get(id(root), (1, 0))
             groups[id(root)] = (math.lcm(col_mult, storage.col_mult), max(cols, storage.cols))
         for storage in storages:
             col_mult, cols = groups[id(storage.root())]
-            rows = storage.rows if storage.exact_rows else _round_up(storage.rows, storage.row_mult)
-            storage.padded = (rows, _round_up(storage.cols, col_mult))
+            storage.padded = (_round_up(storage.rows, storage.row_mult), _round_up(storage.cols, col_mult))
 
     def _storages(self) -> list:
         return _storages_of(self.inputs, self.steps)
@@ -675,13 +834,15 @@ class Plan:
     """A model compiled for one device and batch size: its steps, buffers and bound launches.
 
     Attributes:
-        device: where it runs; batch: the samples one run takes.
+        device: where it runs; batch: the samples one run takes; precision: the weights' precision.
         inputs, outputs: the input and output values, in order.
         steps: the steps, in launch order (each with its kernel, layers and fused epilogue).
     """
 
-    def __init__(self, device: Device, batch: int, inputs: list, outputs: list, steps: list):
+    def __init__(self, device: Device, batch: int, inputs: list, outputs: list, steps: list,
+                 precision: str = DEFAULT_PRECISION):
         self.device, self.batch, self.inputs, self.outputs, self.steps = device, batch, inputs, outputs, steps
+        self.precision = precision
         self.buffers: list = []
         self.launches: list = []
         self._assign_lifetimes()
@@ -731,16 +892,21 @@ class Plan:
         """The least padded shape of each matmul's weight in this plan (a copy padded more may serve)."""
         return [self._weight_padding(step) for step in self.steps if step.weight is not None]
 
+    def weight_sizes(self) -> list:
+        """Bytes of each matmul's weight copy in this plan, in its precision."""
+        return [step.weight.nbytes(self._weight_padding(step), step.spec.precision)
+                for step in self.steps if step.weight is not None]
+
     def weight_bytes(self) -> int:
         """Bytes of the weight copies this plan reads (shared with other plans of the model)."""
         seen, total = set(), 0
         for step in self.steps:
             if step.weight is not None:
-                key = (id(step.weight), self._weight_padding(step))
+                key = (id(step.weight), self._weight_padding(step), step.spec.precision)
                 if key not in seen:
                     seen.add(key)
-                    total += step.weight.nbytes(key[1])
-            for vector in (step.bias,) + (step.affine or ()):
+                    total += step.weight.nbytes(key[1], key[2])
+            for vector in (step.bias,) + (step.affine or ()) + tuple(step.vectors.values()):
                 if vector is not None and id(vector) not in seen:
                     seen.add(id(vector))
                     total += vector.values.nbytes
@@ -781,6 +947,9 @@ class Plan:
         kernel that reads A's logical rows only, the units rounded up to A's alignment) by the
         common K (the right operand's padded rows)."""
         a = step.spec.matrices["a"]
+        if step.kind == "conv":   # a convolution reads A's rows up to R's padded rows
+            return (_round_up(step.out.storage.padded[0], a.row_multiple),
+                    _round_up(step.weight.shape[1], a.col_multiple))
         rows = _round_up(step.weight.shape[0], a.row_multiple) if a.logical_rows else step.out.storage.padded[0]
         return (rows, Plan._common_rows(step))
 
@@ -789,7 +958,7 @@ class Plan:
         the same layout: a model used at batch 1 and at large batches keeps one copy."""
         m, k = step.weight.shape
         restriction = step.spec.matrices["a"]
-        big = choose("matmul", self.device, (m, k, 4096))
+        big = choose("matmul", self.device, (m, k, 4096), precision=step.spec.precision)
         other = big.matrices["a"]
         if other.any_layout or restriction.any_layout or other.layout != restriction.layout:
             return None
@@ -814,12 +983,19 @@ class Plan:
             step.launch = launch
             if launch is not None:
                 self.launches.append(launch)
-        # an input of fewer samples than the plan's batch goes through a zero-padded staging array,
-        # so the buffer is written whole (its padded samples are zeros, not an earlier call's data)
-        self._io = [(v.storage.buffer, np.zeros((v.shape[0], math.prod(v.shape[1:])), np.float32))
-                    for v in self.inputs], [
-            (v.storage.buffer, v.shape) for v in self.outputs]
+        # inputs and outputs travel through staging arrays the size of their whole buffers, padding
+        # included (page-locked on a discrete GPU): a run writes every float of an input's buffer
+        # (padded rows and samples as zeros, never an earlier call's data) with one plain copy
+        self._io = [(v.storage.buffer, self._staging(v, "input"), v) for v in self.inputs], [
+            (v.storage.buffer, self._staging(v, "output"), v) for v in self.outputs]
         return self
+
+    def _staging(self, value: Value, what: str) -> np.ndarray:
+        """Host memory laid out as ``value``'s buffer: a row per column of its matrix view (the
+        padded columns too), each as long as the padded rows."""
+        rows, cols = value.storage.padded
+        return self.device.host_array((cols, rows), f"the {what} staging of {value.name or what} "
+                                                    f"{format_shape(value.shape)}")
 
     def _matrix(self, value: Value, rows: int | None = None) -> DeviceMatrix:
         s = value.storage
@@ -846,10 +1022,17 @@ class Plan:
                     for slot, x in step.inputs.items()}
         matrices["r"] = self._matrix(step.out)
         vectors, params = {}, step.params
-        if step.kind == "matmul":
+        if step.kind == "conv":
+            matrices["a"] = step.weight.on_device(device, spec.matrices["a"], self._weight_padding(step))
+            spec = self._epilogue(step, device)
+            if step.bias is not None:
+                vectors["bias"] = step.bias.on_device(device)
+            if step.affine is not None:
+                vectors["scale"], vectors["shift"] = (v.on_device(device) for v in step.affine)
+        elif step.kind == "matmul":
             need = self._weight_padding(step)
             matrices["a"] = step.weight.on_device(device, spec.matrices["a"], need,
-                                                  self._shared_padding(step, need))
+                                                  self._shared_padding(step, need), spec.precision)
             spec = self._epilogue(step, device)
             if step.bias is not None:
                 vectors["bias"] = step.bias.on_device(device)
@@ -861,13 +1044,15 @@ class Plan:
         elif step.kind == "bias":
             vectors["bias"] = step.bias.on_device(device)
             matrices = {"r": matrices["r"]}
-        elif step.kind == "activation":
-            matrices = {"r": matrices["r"]}
         elif step.kind in ("merge", "concat"):
             matrices = {"r": matrices["r"], "a": matrices["a"]}
             if step.activation not in (None, "linear"):   # a fused activation's p0..p3
                 values = load_library().activation_spec(step.activation, step.what).param_values(step.params)
                 params = {f"p{i}": v for i, v in enumerate(values)}
+        elif step.kind == "activation" or step.overwrites:
+            matrices = {"r": matrices["r"]}
+        for name, vector in step.vectors.items():
+            vectors[name] = vector.on_device(device)
         return bind(spec, device, matrices, vectors, params, what=step.what)
 
     @staticmethod
@@ -896,34 +1081,40 @@ class Plan:
         n = arrays[0].shape[0]
         device = self.device
         (ins, outs) = self._io
-        results = [np.empty((n,) + shape[1:], np.float32) for _, shape in outs]
         with device.lock:
-            for (buffer, staging), array in zip(ins, arrays):
-                if n < self.batch:
-                    staging[:n] = array.reshape(n, -1)
-                    array = staging
-                device.upload(buffer, array, blocking=False, what="the input", mapped=False)
+            for (buffer, staging, value), array in zip(ins, arrays):
+                cols = value.cols // self.batch * n
+                staging[:cols, :value.rows] = array.reshape(cols, value.rows)
+                staging[cols:value.cols] = 0
+                device.upload(buffer, staging, blocking=False, what="the input", mapped=False)
             device.launch_all(self.launches)
-            for (buffer, _), result in zip(outs, results):
-                device.download(buffer, result, blocking=True, what="the output", mapped=False)
+            results = []
+            for buffer, staging, value in outs:
+                device.download(buffer, staging, blocking=True, what="the output", mapped=False)
+                cols = value.cols // self.batch * n
+                results.append(staging[:cols, :value.rows].reshape((n,) + value.shape[1:]).copy())
         return results
 
     # ---------------------------------------------------------------- reports
     def describe(self) -> list:
-        """One row per step: ``{"layers", "kernel", "fused", "shape"}`` (what ``summary`` shows)."""
+        """One row per step: ``{"layers", "kernel", "fused", "shape"}`` (what ``summary`` shows; a
+        matmul's kernel ends with its precision in brackets where it is not fp32)."""
+        precision_defines = {k for p in load_library().precisions.values() for k, _ in p.defines}
         rows = []
         for step in self.steps:
             fused = [f for f, on in (("bias", step.bias is not None),
-                                     (step.activation, step.kind in ("matmul", "merge")
+                                     (step.activation, step.kind in ("matmul", "conv", "merge")
                                       and step.activation not in (None, "linear")),
-                                     ("affine", step.kind == "matmul" and step.affine is not None)) if on]
+                                     ("affine", step.kind in ("matmul", "conv") and step.affine is not None)) if on]
             plain = {}   # a shape-generic kernel (merge, concat, dot) shows only what this step sets
-            if step.kind != "matmul" and step.spec.template is not None:
+            if step.kind in ("merge", "concat", "dot") and step.spec.template is not None:
                 plain = {k: str(v) for k, v in step.spec.template[1].get("defines", {}).items()}
             config = " ".join(f"{k}={v}" for k, v in step.spec.defines
-                              if k not in ("BIAS", "ACTIVATION", "AFFINE") and plain.get(k) != v)
+                              if k not in ("BIAS", "ACTIVATION", "AFFINE") and k not in precision_defines
+                              and k not in _GEOMETRY and plain.get(k) != v)
             rows.append({"layers": [getattr(layer, "name", str(layer)) for layer in step.layers],
-                         "kernel": step.spec.codename + (f" ({config})" if config else ""),
+                         "kernel": step.spec.codename + (f" ({config})" if config else "")
+                         + (f" [{step.spec.precision}]" if step.spec.precision != DEFAULT_PRECISION else ""),
                          "fused": fused, "shape": step.out.shape, "what": step.what, "kind": step.kind})
         return rows
 

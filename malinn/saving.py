@@ -2,13 +2,16 @@
 
 A malinn model file is HDF5 (read on the board with h5py alone):
 
-* root attributes: ``malinn_format = "malinn-model"``, ``format_version`` (this module writes 1),
+* root attributes: ``malinn_format = "malinn-model"``, ``format_version`` (1; 2 for a file whose
+  weights are stored in a reduced precision, which an older malinn must refuse), ``precision``
+  (``fp32``, ``fp16-storage``, ``fp16`` or ``int8-weights``: the model's weight precision),
   ``malinn_version``, ``target`` (the matmul codename whose layouts the weights are in) and
   ``target_defines`` (its configuration, JSON), ``config`` (JSON: the model's class, its layers and
   their configs), ``source`` (JSON: the Keras file, its format and Keras version, when converted);
 * group ``layers/<index>``, one per layer, holding what the layer's ``save_own_variables`` writes:
   for a Dense, dataset ``kernel_laid_out`` (``W = kernel^T`` as the flat buffer the target kernel
-  reads, with attributes ``layout``, ``padded`` and ``shape``) and ``bias``; for a
+  reads, in the precision: float32, float16, or int8 with dataset ``kernel_scales``; attributes
+  ``layout``, ``padded``, ``shape`` and ``precision``) and ``bias``; for a
   BatchNormalization, its four vectors.
 
 Classes are found by name in :mod:`malinn.registry`. Loading uploads a laid-out kernel as it is
@@ -31,17 +34,22 @@ from .errors import ConversionError, MalinnError
 from .files import write_file
 from .kernel_choice import choose
 from .kernel_library import load_library
+from .precision import check_precision
 from .registry import lookup
 from .version import __version__
 
 __all__ = ["save_model", "load_model", "convert", "is_malinn_file", "resolve_target", "FORMAT_VERSION"]
 
 FORMAT_NAME = "malinn-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: the version written for fp32 weights, which malinn 0.1 reads too
+FORMAT_VERSION_FP32 = 1
 
 
 def resolve_target(target=None):
-    """The matmul kernel for ``target``: a codename, a device kind, or None (the current device's).
+    """The matmul kernel for ``target``: a codename, a device kind (``gpu``, ``cpu``,
+    ``accelerator``, or one of a backend: ``gl``, ``gl:gpu``, ``gl:cpu``, ``opencl:cpu``), or None
+    (the current device's).
 
     Returns:
         A :class:`~malinn.kernel_library.KernelSpec` (with the configuration the target uses).
@@ -54,9 +62,12 @@ def resolve_target(target=None):
         return choose("matmul", get_device())
     if target in ("gpu", "cpu", "accelerator"):
         return library.default_spec("matmul", target)
+    backend, _, kind = str(target).partition(":")
+    if backend in ("opencl", "gl") and kind in ("", "gpu", "cpu", "accelerator"):
+        return library.default_spec("matmul", kind or "gpu", backend)
     if target in library and library[target].op == "matmul":
         return library[target]
-    raise ConversionError(f"unknown target {target!r}; use gpu, cpu, accelerator or a matmul kernel: "
+    raise ConversionError(f"unknown target {target!r}; use gpu, cpu, accelerator (or gl, gl:cpu, ...) or a matmul kernel: "
                           f"{', '.join(library.codenames('matmul'))}")
 
 
@@ -80,7 +91,8 @@ def save_model(model, path, target=None, overwrite: bool = False) -> Path:
             source file (without ``overwrite``), or the file cannot be written (nothing is left
             behind).
     """
-    return _save(model, path, target, source=(getattr(model, "source", None) or {}).get("file"),
+    origin = getattr(model, "source", None) or {}
+    return _save(model, path, target, source=(origin.get("file"), origin.get("weights")),
                  overwrite=overwrite)
 
 
@@ -90,6 +102,12 @@ def _save(model, path, target, source, overwrite) -> Path:
     if not model.built:
         raise ConversionError(f"{path}: model {model.name!r} is not built; call build(input_shape) or predict first")
     spec = resolve_target(target)
+    precision = model.precision
+    if precision not in spec.precisions:
+        supporting = [c for c in load_library().codenames("matmul") if precision in load_library()[c].precisions]
+        raise ConversionError(f"{path}: target {spec.codename} reads fp32 weights only, not {precision}; "
+                              f"targets for {precision}: gpu, cpu, {', '.join(supporting)}")
+    spec = spec.in_precision(precision)
     config = {"class_name": type(model).__name__, **model.get_config()}
     for entry, layer in zip(config["layers"], model.layers):
         entry["keras_names"] = list(layer.keras_names)
@@ -97,8 +115,9 @@ def _save(model, path, target, source, overwrite) -> Path:
     def write(tmp):
         with h5py.File(tmp, "w") as f:
             f.attrs["malinn_format"] = FORMAT_NAME
-            f.attrs["format_version"] = FORMAT_VERSION
+            f.attrs["format_version"] = FORMAT_VERSION if precision != "fp32" else FORMAT_VERSION_FP32
             f.attrs["malinn_version"] = __version__
+            f.attrs["precision"] = precision
             f.attrs["target"] = spec.codename
             f.attrs["target_defines"] = json.dumps(spec.config)
             f.attrs["config"] = json.dumps(config)
@@ -151,7 +170,7 @@ def _read_malinn(path):
             layer = cls.from_config(entry["config"])
             layer.keras_names = tuple(entry.get("keras_names", ()))
             made.append(layer)
-        model = model_class.from_layers(config, made)
+        model = model_class.from_layers(config, made, precision=str(f.attrs.get("precision", "fp32")))
         for i, (layer, entry) in enumerate(zip(made, config["layers"])):
             group = f["layers"][str(i)]
             if entry.get("elementwise") and len(model.input_shapes[0]) > 1:
@@ -167,11 +186,18 @@ def _untiled(group, channels: int) -> dict:
     return {name: np.asarray(group[name][()])[:channels] for name in group}
 
 
-def load_model(path):
-    """Loads a model from a malinn model file or a Keras file.
+def load_model(path, weights=None, precision: str | None = None):
+    """Loads a model from a malinn model file, a Keras file, or a Keras architecture and its weights.
 
     Args:
-        path: a malinn model file, a Keras 3 ``.keras`` archive, or a Keras 3 / Keras 2 ``.h5``.
+        path: a malinn model file, a Keras 3 ``.keras`` archive, a Keras 3 / Keras 2 ``.h5``, or
+            (with ``weights``) the architecture JSON of ``model.to_json()``.
+        weights: the weights file of ``model.save_weights()`` (Keras 2 ``.h5`` or Keras 3
+            ``.weights.h5``) for the architecture JSON ``path``; None for a whole model file.
+        precision: the weights' precision on the device: ``fp32``, ``fp16-storage``, ``fp16`` or
+            ``int8-weights`` (default: the precision the malinn file records; fp32 for a Keras
+            file, also for a Keras int8-quantized one, whose weights are then its int8 values
+            times their scales, in float32).
 
     Returns:
         A built :class:`~malinn.Sequential` (a Keras Sequential or a Functional chain) or
@@ -179,37 +205,53 @@ def load_model(path):
 
     Raises:
         ConversionError: the file is missing, not a model, damaged, or holds unsupported layers;
-            the message names the file and the cause.
+            an architecture JSON without weights, weights without an architecture, or a pair that
+            does not match; the message names the file(s) and the cause.
+        ValueError: ``precision`` is unknown.
     """
-    path = Path(path)
-    if not path.exists():
-        raise ConversionError(f"{path}: no such file")
-    if is_malinn_file(path):
+    if precision is not None:
+        check_precision(precision)
+    model = _load_model(Path(path), weights)
+    if precision is not None:
+        model.precision = precision
+    return model
+
+
+def _load_model(path: Path, weights):
+    if path.is_file() and is_malinn_file(path):
+        if weights is not None:
+            raise ConversionError(f"{path}: is a malinn model file, which holds its weights; "
+                                  f"load it without weights ({weights})")
         try:
             return _read_malinn(path)
         except ConversionError:
             raise
         except Exception as exc:  # damaged file: h5py, KeyError, JSON, shape errors
             raise ConversionError(f"{path}: damaged malinn model file ({type(exc).__name__}: {exc})") from None
-    return to_model(read_keras(path))
+    return to_model(read_keras(path, weights=weights))
 
 
-def convert(src, dst, target=None, overwrite: bool = False) -> Path:
-    """Converts a Keras file (or a malinn file) into a malinn model file for ``target``.
+def convert(src, dst, target=None, overwrite: bool = False, weights=None, precision: str | None = None) -> Path:
+    """Converts a Keras file, or a Keras architecture and its weights, into a malinn model file for ``target``.
 
     Args:
-        src: the Keras ``.keras`` / ``.h5`` file.
+        src: the Keras ``.keras`` / ``.h5`` file, or (with ``weights``) the architecture JSON of
+            ``model.to_json()``.
         dst: the malinn model file to write (atomically: on failure no file is left).
         target: a matmul codename or ``gpu``/``cpu``/``accelerator`` (default: the kernel the
             current device would choose).
-        overwrite: allow ``dst`` to be ``src`` (same file, also through links); without it
-            that is refused.
+        overwrite: allow ``dst`` to be ``src`` or ``weights`` (same file, also through links);
+            without it that is refused.
+        weights: the ``model.save_weights()`` file for the architecture JSON ``src``.
+        precision: the weights' precision, stored in ``dst`` (default: ``src``'s; see
+            :func:`load_model`).
 
     Returns:
         The path of ``dst``.
 
     Raises:
-        ConversionError: ``src`` cannot be read or converted, ``dst`` is ``src`` (without
-            ``overwrite``), or ``dst`` cannot be written.
+        ConversionError: ``src`` (and ``weights``) cannot be read or converted, ``dst`` is a
+            source file (without ``overwrite``), or ``dst`` cannot be written.
     """
-    return _save(load_model(src), dst, target, source=src, overwrite=overwrite)
+    return _save(load_model(src, weights=weights, precision=precision), dst, target, source=(src, weights),
+                 overwrite=overwrite)

@@ -26,10 +26,12 @@ def matrix_view(shape) -> tuple[int, int]:
 
 def keras_order(layout: "Layout | str", rows: int, cols: int, padded) -> bool:
     """Whether a buffer in ``layout`` with ``padded`` shape holds the logical ``rows x cols``
-    matrix view exactly in Keras's memory order (so it is uploaded and downloaded as it is)."""
+    matrix view in Keras's memory order: each column's values contiguous, in order, the columns
+    as many floats apart as the rows are padded to (a plan stages it whole, padding included, so
+    it is uploaded and downloaded with one plain copy)."""
     layout = parse_layout(layout)
     if str(layout) == "C":
-        return padded[0] == rows
+        return True
     if str(layout) == "R":
         return padded[1] == 1 and cols == 1
     return False

@@ -23,6 +23,7 @@ from .errors import MalinnError
 from .kernel_library import load_library
 from .matrix import DeviceMatrix
 from .ops import launch, matmul_plan
+from .precision import device_bytes, effective
 from .tuning_db import check_writable, save, shape_key
 
 __all__ = ["tune", "Product", "STANDARD_SHAPES", "QUICK_SHAPES", "cache_dir"]
@@ -76,7 +77,11 @@ class Product:
         self.b = rng.standard_normal((k, n)).astype(np.float32)
         plan = matmul_plan(spec, m, k, n)
         self.r = DeviceMatrix.empty(device, (m, n), spec.matrices["r"].layout, plan["r"])
-        self._args = {"a": DeviceMatrix.upload(device, self.a, spec.matrices["a"].layout, plan["a"]),
+        layout = spec.matrices["a"].layout
+        weights = DeviceMatrix.upload_weights(device, device_bytes(self.a, spec.precision, layout, plan["a"]),
+                                              (m, k), layout, plan["a"], spec.precision)
+        self.a = effective(self.a, spec.precision)   # what the kernel multiplies by
+        self._args = {"a": weights,
                       "b": DeviceMatrix.upload(device, self.b, spec.matrices["b"].layout, plan["b"]), "r": self.r}
         self._spec, self._device = spec, device
 
@@ -98,9 +103,9 @@ def _candidates(library, device: Device, quick: bool, seed: int) -> list[tuple[s
     rest are shuffled (a run cut short by a budget samples evenly) and, with ``quick``, cut to
     :data:`QUICK_CONFIGS` in all.
     """
-    kind_default = library.default_spec("matmul", device.kind)
+    kind_default = library.default_spec("matmul", device.kind, device.backend)
     found = []
-    for codename in library.codenames("matmul"):
+    for codename in library.codenames("matmul", device.backend):
         spec = library[codename]
         configs = spec.configurations(device) if spec.candidates else [spec.config]
         first = configs[:1]
@@ -115,7 +120,8 @@ def _candidates(library, device: Device, quick: bool, seed: int) -> list[tuple[s
 
 
 def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat: int = 3,
-         budget_s: float | None = None, stream=sys.stderr, seed: int = 0, per_shape: bool = False) -> dict:
+         budget_s: float | None = None, stream=sys.stderr, seed: int = 0, per_shape: bool = False,
+         precision: str = "fp32") -> dict:
     """Times candidates on ``device`` and stores the fastest correct ones in the tuning database.
 
     Args:
@@ -130,6 +136,8 @@ def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat:
         seed: for the sample of configurations.
         per_shape: time each shape on its own, with the candidates whose preconditions it meets,
             and store a winner per shape; else store one general winner, the fastest over all shapes.
+        precision: the weights' precision: only kernels supporting it are timed, in it, and the
+            winners are stored for it (the tuning database keys them by device and precision).
 
     Returns:
         General: ``{"codename", "defines", "seconds", "gflops", "shapes", "candidates", "ranking",
@@ -147,7 +155,9 @@ def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat:
     shapes = list(dict.fromkeys(tuple(int(v) for v in s) for s in shapes))
     work = []   # (codename, config, spec, the shapes it is timed on)
     for codename, config in _candidates(library, device, quick, seed):
-        spec = library[codename].configure(config)
+        if precision not in library[codename].precisions:
+            continue
+        spec = library[codename].configure(config).in_precision(precision)
         mine = [s for s in shapes if spec.accepts(*s, device=device)]
         if not per_shape and len(mine) < len(shapes):
             continue   # a general winner must run every shape; the runtime would never run it on the others
@@ -193,7 +203,7 @@ def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat:
         if not winners:
             raise MalinnError(f"no matmul candidate ran correctly on {device.name} for "
                               f"{', '.join(map(shape_key, shapes))}")
-        path = save(device, shapes=winners)
+        path = save(device, shapes=winners, precision=precision)
         return {"shapes": winners, "untuned": [shape_key(s) for s in shapes if shape_key(s) not in winners],
                 "candidates": len(results), "path": str(path)}
     ranked = sorted((r for r in results if r.get("seconds")), key=lambda r: r["seconds"])
@@ -203,5 +213,5 @@ def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat:
     best = {**ranked[0], "shapes": [list(s) for s in shapes], "gflops": flop / ranked[0]["seconds"] / 1e9,
             "device": device.name, "driver": device.driver_version, "tuned_at": stamp, "candidates": len(results),
             "ranking": [{**r, "gflops": flop / r["seconds"] / 1e9} for r in ranked[:20]]}
-    best["path"] = str(save(device, general=best))
+    best["path"] = str(save(device, general=best, precision=precision))
     return best

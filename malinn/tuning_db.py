@@ -44,9 +44,11 @@ def tuning_file() -> Path:
     return cache_dir() / "tuning.json"
 
 
-def device_key(device: Device) -> str:
-    """The database's name of a device: its one identity (backend, platform, name, vendor, driver)."""
-    return device.identity
+def device_key(device: Device, precision: str = "fp32") -> str:
+    """The database's name of a device: its one identity (backend, platform, name, vendor, driver),
+    and for a weight precision other than fp32, ``|`` and the precision's name (winners in another
+    precision are timed apart: a kernel that reads half the bytes may win where it did not)."""
+    return device.identity if precision == "fp32" else f"{device.identity}|{precision}"
 
 
 def shape_key(shape) -> str:
@@ -125,7 +127,7 @@ def read_all() -> dict:
         return _loaded
 
 
-def _checked_choice(entry, device: Device, shape=None) -> tuple[str, dict]:
+def _checked_choice(entry, device: Device, shape=None, precision: str = "fp32") -> tuple[str, dict]:
     """``(codename, defines)`` of a stored winner after checking it against the library.
 
     Raises:
@@ -140,6 +142,8 @@ def _checked_choice(entry, device: Device, shape=None) -> tuple[str, dict]:
     if codename not in library or library[codename].op != "matmul":
         raise ValueError(f"{codename!r} is not a matmul kernel of {library.path}")
     spec = library[codename]
+    if precision not in spec.precisions:
+        raise ValueError(f"{codename!r} does not support precision {precision!r}")
     defines = entry.get("defines", {})
     if not isinstance(defines, dict):
         raise ValueError(f"'defines' is {_type(defines)}, expected an object")
@@ -156,9 +160,10 @@ def _checked_choice(entry, device: Device, shape=None) -> tuple[str, dict]:
     return codename, config
 
 
-def _checked_entry(device: Device) -> dict:
-    """This device's winners, checked once per process; bad ones are dropped with a warning each."""
-    key = device_key(device)
+def _checked_entry(device: Device, precision: str = "fp32") -> dict:
+    """This device's winners (in ``precision``), checked once per process; bad ones are dropped
+    with a warning each."""
+    key = device_key(device, precision)
     with _lock:
         if key in _checked:
             return _checked[key]
@@ -170,7 +175,7 @@ def _checked_entry(device: Device) -> dict:
     else:
         if "general" in raw:
             try:
-                result["general"] = _checked_choice(raw["general"], device)
+                result["general"] = _checked_choice(raw["general"], device, precision=precision)
             except ValueError as exc:
                 problems.append(f"general winner: {exc}")
         shapes = raw.get("shapes", {})
@@ -180,7 +185,7 @@ def _checked_entry(device: Device) -> dict:
         for text, entry in shapes.items():
             try:
                 shape = _parse_shape(text)
-                result["shapes"][shape] = _checked_choice(entry, device, shape)
+                result["shapes"][shape] = _checked_choice(entry, device, shape, precision)
             except ValueError as exc:
                 problems.append(f"winner for {text!r}: {exc}")
     for problem in problems:
@@ -191,24 +196,27 @@ def _checked_entry(device: Device) -> dict:
     return result
 
 
-def tuned_choice(device: Device, shape=None):
+def tuned_choice(device: Device, shape=None, precision: str = "fp32"):
     """What the tuner chose for ``device``: the winner for ``shape``, else the general winner.
 
     Args:
         device: the device.
         shape: a product ``(m, k, n)`` (units, inputs, batch of a Dense layer), or ``None``.
+        precision: the weights' precision (winners are stored per precision).
 
     Returns:
-        ``(codename, defines)``, or ``None`` when nothing valid was tuned for this device.
+        ``(codename, defines)`` (the defines without the precision's), or ``None`` when nothing
+        valid was tuned for this device in ``precision``.
     """
-    entry = _checked_entry(device)
+    entry = _checked_entry(device, precision)
     choice = entry["shapes"].get(tuple(int(v) for v in shape)) if shape is not None else None
     choice = choice or entry["general"]
     return (choice[0], dict(choice[1])) if choice else None
 
 
-def save(device: Device, general: dict | None = None, shapes: dict | None = None) -> Path:
-    """Stores a general winner and/or per-shape winners for ``device``; other entries are kept.
+def save(device: Device, general: dict | None = None, shapes: dict | None = None, precision: str = "fp32") -> Path:
+    """Stores a general winner and/or per-shape winners for ``device`` (in ``precision``); other
+    entries are kept.
 
     Raises:
         MalinnError: the database cannot be written, or a newer malinn wrote it.
@@ -217,7 +225,7 @@ def save(device: Device, general: dict | None = None, shapes: dict | None = None
     devices, writable = _read_file(path, quiet=True)
     if not writable:
         check_writable()
-    key = device_key(device)
+    key = device_key(device, precision)
     entry = dict(devices.get(key)) if isinstance(devices.get(key), dict) else {}
     if general is not None:
         entry["general"] = general

@@ -1,4 +1,5 @@
-"""Shared fixtures: every device test runs once per working OpenCL device."""
+"""Shared fixtures: every device test runs once per working device of every backend (OpenCL, and
+OpenGL where moderngl is installed)."""
 
 import importlib.util
 import os
@@ -12,6 +13,10 @@ os.environ["MALINN_CACHE_DIR"] = tempfile.mkdtemp(prefix="malinn-test-cache-")
 # Hypothesis keeps its files in ./.hypothesis (the checkout) unless told where: a folder of the run's own.
 if not os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
     os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = tempfile.mkdtemp(prefix="malinn-test-hypothesis-")
+
+# The OpenGL backend joins the device tests wherever moderngl and an EGL driver work, even beside
+# an OpenCL GPU (where a plain discovery leaves Mesa unloaded: malinn.backends.opengl.wanted).
+os.environ.setdefault("MALINN_GL", "1")
 
 import numpy as np
 import pytest  # noqa: E402
@@ -45,6 +50,20 @@ def device(request):
     yield request.param
     kernel_choice.forget()
     malinn.set_device(previous)
+
+
+@pytest.fixture(autouse=True)
+def _kernel_on_backend(request):
+    """Skips a test parametrised with a kernel ``codename`` on a device whose backend has no source
+    for that kernel (the OpenGL backend runs the entries whose "sources" name a GLSL file)."""
+    params = getattr(getattr(request.node, "callspec", None), "params", {})
+    device, codename = params.get("device"), params.get("codename")
+    if device is not None and isinstance(codename, str):
+        from malinn.kernel_library import load_library
+
+        library = load_library()
+        if codename in library and not library[codename].has_source(device.backend):
+            pytest.skip(f"kernel {codename} has no {device.backend} source")
 
 
 @pytest.fixture

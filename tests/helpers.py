@@ -94,3 +94,59 @@ def model_forward(model, x):
             else:
                 h = activation(layer.activation, h, axis=-1, **getattr(layer, "params", {}))
     return h
+
+
+# ---------------------------------------------------------------------------------------------
+# Convolution and pooling references (float64, loops over the window: the definition, not a trick)
+def _window(size, kernel, stride, dilation, padding):
+    span = (kernel - 1) * dilation + 1
+    if padding == "causal":
+        return -(-size // stride), span - 1
+    if padding == "same":
+        out = -(-size // stride)
+        return out, max((out - 1) * stride + span - size, 0) // 2
+    return (size - span) // stride + 1, 0
+
+
+def conv2d_reference(x, kernel, bias=None, strides=(1, 1), dilation=(1, 1), padding="valid", groups=1):
+    """Keras Conv2D on ``x`` (N, H, W, C) with ``kernel`` (KH, KW, C/groups, M)."""
+    x, kernel = np.asarray(x, np.float64), np.asarray(kernel, np.float64)
+    n, h, w, c = x.shape
+    kh, kw, cg, m = kernel.shape
+    (oh, pt), (ow, pl) = (_window(h, kh, strides[0], dilation[0], padding),
+                          _window(w, kw, strides[1], dilation[1], padding))
+    mg = m // groups
+    out = np.zeros((n, oh, ow, m))
+    for oy in range(oh):
+        for ox in range(ow):
+            for ky in range(kh):
+                for kx in range(kw):
+                    iy, ix = oy * strides[0] + ky * dilation[0] - pt, ox * strides[1] + kx * dilation[1] - pl
+                    if 0 <= iy < h and 0 <= ix < w:
+                        for g in range(groups):
+                            out[:, oy, ox, g * mg:(g + 1) * mg] += (x[:, iy, ix, g * cg:(g + 1) * cg]
+                                                                    @ kernel[ky, kx, :, g * mg:(g + 1) * mg])
+    return out + (0.0 if bias is None else np.asarray(bias, np.float64))
+
+
+def depthwise_reference(x, kernel, bias=None, strides=(1, 1), dilation=(1, 1), padding="valid"):
+    """Keras DepthwiseConv2D on ``x`` (N, H, W, C) with ``kernel`` (KH, KW, C, DM)."""
+    kh, kw, c, dm = kernel.shape
+    full = np.zeros((kh, kw, c, c * dm))
+    for ch in range(c):
+        full[:, :, ch, ch * dm:(ch + 1) * dm] = kernel[:, :, ch, :]
+    return conv2d_reference(x, full, bias, strides, dilation, padding)
+
+
+def pool2d_reference(x, pool, strides, padding, mode):
+    """Keras Max/AveragePooling2D on ``x`` (N, H, W, C): taps outside the image left out."""
+    x = np.asarray(x, np.float64)
+    n, h, w, c = x.shape
+    (oh, pt), (ow, pl) = _window(h, pool[0], strides[0], 1, padding), _window(w, pool[1], strides[1], 1, padding)
+    out = np.zeros((n, oh, ow, c))
+    for oy in range(oh):
+        for ox in range(ow):
+            y0, x0 = oy * strides[0] - pt, ox * strides[1] - pl
+            patch = x[:, max(y0, 0):y0 + pool[0], max(x0, 0):x0 + pool[1], :]
+            out[:, oy, ox] = patch.max(axis=(1, 2)) if mode == "max" else patch.mean(axis=(1, 2))
+    return out

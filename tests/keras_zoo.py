@@ -10,6 +10,13 @@ builds every test model with Keras 3 and with tf_keras (Keras 2), saves each one
 generation's formats, and writes into OUTDIR:
 
 * the model files: ``<generation>/<key>.keras`` and ``<generation>/<key>.h5``;
+* the split save form of every model (:data:`SPLIT_FORMATS`): ``<generation>/<key>.json``
+  (``model.to_json()``) and its ``model.save_weights()`` file(s): Keras 3 ``<key>.weights.h5``;
+  tf_keras ``<key>_weights.h5`` (Keras 2's layout) and ``<key>.weights.h5`` (Keras 3's layout,
+  which tf_keras writes for that suffix);
+* ``keras3/small_savedmodel/`` (``model.export``), ``keras3/small.tflite`` and a tf_keras
+  checkpoint ``tf_keras/ckpt/small`` (``save_weights`` without ``.h5``): TensorFlow's formats,
+  which malinn refuses (``manifest["tensorflow_files"]``);
 * ``<generation>/<key>.data.npz``: ``x`` (the inputs), ``y`` (Keras's output on ``x``) and
   ``layer:<name>`` (Keras's output of every layer, InputLayer left out) for the models the
   equivalence tests run; extra arrays for some (``labels`` for the digits model);
@@ -40,6 +47,16 @@ FORMATS = {
 #: What :func:`malinn.converters.read_keras` reports as ``KerasModel.format`` for each format id.
 READER_FORMAT = {"keras3-zip": "keras3-zip", "keras3-h5": "keras3-h5", "keras2-h5": "keras2-h5",
                  "tf_keras-zip": "keras3-zip"}
+#: split form id -> (generation, architecture suffix, weights suffix): ``model.to_json()`` beside
+#: ``model.save_weights()``.
+SPLIT_FORMATS = {
+    "keras3-split": ("keras3", ".json", ".weights.h5"),
+    "tf_keras-split": ("tf_keras", ".json", "_weights.h5"),
+    "tf_keras-split-v3": ("tf_keras", ".json", ".weights.h5"),
+}
+#: What :func:`malinn.converters.read_keras` reports as ``KerasModel.format`` for each split form.
+SPLIT_READER_FORMAT = {"keras3-split": "keras3-json", "tf_keras-split": "keras2-json",
+                       "tf_keras-split-v3": "keras2-json"}
 GENERATIONS = {"keras3": 3, "tf_keras": 2}
 MODULES = {"keras3": "keras", "tf_keras": "tf_keras"}
 
@@ -51,7 +68,25 @@ ACTIVATIONS = ["linear", "relu", "relu6", "sigmoid", "hard_sigmoid", "tanh", "so
 KERAS3_ONLY = {"hard_silu", "hard_swish"}
 
 #: Models built of supported layers (besides the act_* ones), checked against Keras.
-LAYER_MODELS = ["noops", "multiaxis", "batchnorm", "relus", "wide", "tiny", "digits"]
+LAYER_MODELS = ["noops", "multiaxis", "batchnorm", "relus", "wide", "tiny", "digits", "cnn", "cnn1d", "cnn_odd"]
+
+#: The single-input layers of issue 10 on every rank and axis (tests/converters/test_layer_models.py):
+#: key -> the generations that have it (tf_keras has no rms_scaling, Keras 3 no ThresholdedReLU).
+#: Each also records ``x_large`` / ``y_large``: inputs far outside [-1, 1] and Keras's outputs.
+ISSUE10_MODELS = {
+    "dense_nd": ("keras3", "tf_keras"), "dense_4d": ("keras3", "tf_keras"),
+    "softmax_axes": ("keras3", "tf_keras"), "batchnorm_axes": ("keras3", "tf_keras"),
+    "elementwise_nd": ("keras3", "tf_keras"), "reshapes": ("keras3", "tf_keras"),
+    "prelu": ("keras3", "tf_keras"), "thresholded": ("tf_keras",),
+    "layernorm": ("keras3", "tf_keras"), "layernorm_rms": ("keras3",), "unitnorm": ("keras3", "tf_keras"),
+    "preprocessing": ("keras3", "tf_keras"), "normalization_axes": ("keras3", "tf_keras"),
+    "timedistributed": ("keras3", "tf_keras"), "softmax_v2": ("keras3",), "identity_only": ("keras3", "tf_keras"),
+}
+
+
+def issue10_models(generation):
+    return [key for key, generations in ISSUE10_MODELS.items() if generation in generations]
+
 
 #: Custom objects registered under the names of Keras built-ins, each computing twice the built-in
 #: (a Dense subclass registered as ``adv>Dense``, a Sequential subclass with its own ``call``, an
@@ -72,7 +107,7 @@ def activation_models(generation):
 
 def equivalence_models(generation):
     """Model keys the equivalence tests run for ``generation``."""
-    return LAYER_MODELS + activation_models(generation)
+    return LAYER_MODELS + activation_models(generation) + issue10_models(generation)
 
 
 BATCH_SIZES = [1, 7, 100]
@@ -91,6 +126,7 @@ class ZooIndex:
         self.versions = self.manifest["versions"]
         self.formats = self.manifest["formats"]
         self.models = self.manifest["models"]
+        self.split_formats = self.manifest.get("split_formats", {})
         self._cache = {}
 
     def require(self, fmt, key=None):
@@ -108,6 +144,27 @@ class ZooIndex:
 
     def path(self, fmt, key) -> pathlib.Path:
         return self.root / self.require(fmt, key)["files"][fmt]
+
+    def split_paths(self, fmt, key) -> tuple:
+        """``(architecture JSON, weights file)`` of a model in the split form ``fmt`` (a key of
+        :data:`SPLIT_FORMATS`); skips the test when the zoo has none."""
+        import pytest
+
+        generation = SPLIT_FORMATS[fmt][0]
+        entry = self.models.get(f"{generation}/{key}")
+        if generation not in self.versions or entry is None or fmt not in entry.get("split", {}):
+            pytest.skip(f"the zoo has no {fmt} files of {key!r} (see tests/keras_zoo.py's output)")
+        pair = entry["split"][fmt]
+        return self.root / pair["architecture"], self.root / pair["weights"]
+
+    def split_entry(self, fmt, key) -> dict:
+        """The manifest entry of a model the zoo wrote in the split form ``fmt``."""
+        self.split_paths(fmt, key)
+        return self.models[f"{SPLIT_FORMATS[fmt][0]}/{key}"]
+
+    def split_data(self, fmt, key) -> dict:
+        """:meth:`data` of a model the zoo wrote in the split form ``fmt``."""
+        return self._npz(self.split_entry(fmt, key)["data"])
 
     def _npz(self, relative):
         import numpy as np
@@ -173,6 +230,7 @@ class Zoo:
         self.K = K
         self.L = K.layers
         self.models = {}
+        self.tensorflow_files = {}
         self.seed_offset = 0 if generation == "keras3" else 1000   # different numbers per generation
         os.makedirs(os.path.join(outdir, generation), exist_ok=True)
 
@@ -213,7 +271,9 @@ class Zoo:
                 layer.set_weights(new)
             elif cls == "BatchNormalization":
                 cfg = layer.get_config()
-                feats = h.reshape(-1, h.shape[-1]).astype(np.float64)
+                axis = cfg.get("axis", -1)
+                axis = (axis[0] if isinstance(axis, (list, tuple)) else axis) % h.ndim
+                feats = np.moveaxis(np.asarray(h), axis, -1).reshape(-1, h.shape[axis]).astype(np.float64)
                 mean, var = feats.mean(0), feats.var(0)
                 n = mean.shape[0]
                 values = {
@@ -227,6 +287,27 @@ class Zoo:
                 layer.set_weights([values[k].astype(np.float32) for k in order])
             h = np.asarray(layer(h, training=False))
         return model
+
+    def jitter(self, model, seed, classes=("PReLU", "LayerNormalization")):
+        """Random weights for the layers of ``classes`` (alphas in [-0.5, 1.5], gammas around 1)."""
+        np = self.np
+        rng = np.random.default_rng(seed + self.seed_offset)
+        for layer in leaf_layers(model):
+            if layer.__class__.__name__ in classes:
+                layer.set_weights([(rng.uniform(-0.5, 1.5, tuple(w.shape)) if "alpha" in w.name or "gamma" in w.name
+                                    else rng.normal(0.0, 0.5, tuple(w.shape))).astype(np.float32)
+                                   for w in layer.weights])
+        return model
+
+    def uniform(self, shape, n=100, seed=0, low=-1.0, high=1.0):
+        rng = self.np.random.default_rng(seed + self.seed_offset)
+        return rng.uniform(low, high, (n, *shape)).astype(self.np.float32)
+
+    def add_issue10(self, key, model, x, x_large):
+        """A model of :data:`ISSUE10_MODELS`: inputs in [-1, 1] (``x``) and large ones."""
+        np = self.np
+        x_large = np.asarray(x_large, np.float32)
+        self.add(key, model, x, extra={"x_large": x_large, "y_large": plain(model(x_large, training=False))})
 
     def randomize(self, model, seed):
         """Give every weight distinct values (moving variances positive)."""
@@ -256,6 +337,7 @@ class Zoo:
                 entry["files"][fmt] = base + suffix
         entry.update(files or {})
         if model is not None:
+            entry["split"] = self.save_split(model, base)
             leaves = leaf_layers(model)
             entry["name"] = model.name
             entry["model_class"] = model.__class__.__name__
@@ -287,6 +369,18 @@ class Zoo:
             entry["batch_sizes"] = batch_sizes or BATCH_SIZES
         self.models[key] = entry
         return entry
+
+    def save_split(self, model, base) -> dict:
+        """Writes ``model.to_json()`` and the weights files of this generation's split forms."""
+        architecture = base + ".json"
+        with open(os.path.join(self.outdir, architecture), "w") as fh:
+            fh.write(model.to_json())
+        out = {}
+        for fmt, (generation, _, suffix) in SPLIT_FORMATS.items():
+            if generation == self.generation:
+                model.save_weights(os.path.join(self.outdir, base + suffix))
+                out[fmt] = {"architecture": architecture, "weights": base + suffix}
+        return out
 
     def inputs(self, shape, n=100, seed=0, scale=1.5):
         rng = self.np.random.default_rng(seed + self.seed_offset)
@@ -369,7 +463,161 @@ class Zoo:
             self.calibrate(model, x, 100 + i, {"dense_act": target, "dense_lin": target, "dense_out": target})
             self.add(act, model, x)
 
+        self.build_cnn()
         self.build_digits()
+        self.build_issue10()
+
+    def build_issue10(self):
+        """The models of :data:`ISSUE10_MODELS`."""
+        L, np, K = self.L, self.np, self.K
+        keys = issue10_models(self.generation)
+
+        def seq(key, shape, layers, seed, large=100.0, x=None, x_large=None):
+            model = self.sequential(shape, layers, key)
+            x = self.uniform(shape, seed=seed) if x is None else x
+            x_large = self.inputs(shape, seed=seed + 50, scale=large) if x_large is None else x_large
+            self.calibrate(model, x, seed)
+            self.jitter(model, seed)
+            self.add_issue10(key, model, x, x_large)
+
+        seq("dense_nd", (5, 7), [L.Rescaling(2.0, name="resc_first"), L.Dense(13, activation="tanh", name="d13"), L.Dense(3, name="d3"),
+                                 L.Dense(4, activation="relu", name="d4")], 200)
+        seq("dense_4d", (3, 4, 5), [L.Dense(6, name="d6"), L.Activation("relu", name="relu"),
+                                    L.Dense(1, activation="sigmoid", name="d1")], 201)
+        seq("softmax_axes", (3, 5, 7), [L.Softmax(axis=1, name="sm1"), L.Dense(7, name="d7a"),
+                                        L.Softmax(axis=[1, 3], name="sm13"), L.Dense(7, name="d7b"),
+                                        L.Softmax(axis=[2, 3], name="sm23"), L.Dense(7, name="d7c"),
+                                        L.Softmax(axis=-2, name="sm_2"), L.Softmax(name="sm_last")], 202, large=30.0)
+        seq("batchnorm_axes", (4, 5, 6), [L.BatchNormalization(axis=1, name="bn1"),
+                                          L.BatchNormalization(axis=2, name="bn2"),
+                                          L.Dense(6, name="d6"), L.BatchNormalization(axis=3, name="bn3_folded"),
+                                          L.BatchNormalization(axis=-2, center=False, name="bn_2"),
+                                          L.Activation("tanh", name="tanh"),
+                                          L.BatchNormalization(axis=1, scale=False, name="bn1_noscale")], 203,
+            large=30.0)   # at std 100, float32 rounding in this chain puts Keras and malinn 2e-5 to 5e-5 from exact
+        seq("elementwise_nd", (4, 5), [L.ReLU(max_value=0.8, name="relu"), L.Activation("tanh", name="tanh"),
+                                       L.LeakyReLU(0.2, name="leaky"), L.Dropout(0.2, name="drop")], 204)
+        seq("reshapes", (4, 6), [L.Reshape((-1, 3), name="to_8x3"), L.Dense(5, name="d5"),
+                                 L.Permute((2, 1), name="swap"), L.Reshape((40,), name="flat40"),
+                                 L.RepeatVector(3, name="repeat"), L.Dense(2, name="d2"),
+                                 L.Reshape((2, 3, 1), name="to_2x3x1"), L.Permute((3, 1, 2), name="perm312"),
+                                 L.Flatten(name="flat")], 205)
+        seq("prelu", (4, 5, 6), [L.PReLU(name="prelu_full"), L.Dense(6, name="d6"),
+                                 L.PReLU(shared_axes=[1, 2], name="prelu_channels"),
+                                 L.PReLU(shared_axes=[3], name="prelu_rows"), L.Dense(3, name="d3")], 206)
+        if "thresholded" in keys:
+            seq("thresholded", (5,), [L.Dense(13, name="d13"), L.ThresholdedReLU(theta=0.5, name="thr"),
+                                      L.Dense(3, name="d3"), L.ThresholdedReLU(theta=0.0, name="thr0")], 207)
+        seq("layernorm", (4, 6), [L.LayerNormalization(name="ln_last"), L.Dense(6, name="d6"),
+                                  L.LayerNormalization(axis=[1, 2], name="ln_both"),
+                                  L.LayerNormalization(axis=1, center=False, name="ln_rows"),
+                                  L.LayerNormalization(scale=False, epsilon=0.1, name="ln_noscale"),
+                                  L.Reshape((2, 2, 6), name="to3d"),
+                                  L.LayerNormalization(axis=[1, 3], name="ln_split"), L.Dense(2, name="d2")], 208)
+        if "layernorm_rms" in keys:
+            seq("layernorm_rms", (4, 6), [L.Dense(6, name="d6"), L.LayerNormalization(rms_scaling=True, name="rms"),
+                                          L.LayerNormalization(axis=[1, 2], rms_scaling=True, name="rms_both")], 209)
+        seq("unitnorm", (4, 6), [L.UnitNormalization(name="un_last"), L.Dense(6, name="d6"),
+                                 L.UnitNormalization(axis=1, name="un_rows"),
+                                 L.UnitNormalization(axis=[1, 2], name="un_both")], 210)
+        # tabular data: raw features far from 0 (a year, an income), normalized by adapted statistics
+        rng = np.random.default_rng(211 + self.seed_offset)
+        centre, spread = np.array([2000.0, 5e4, 3.0, -40.0, 0.0, 1e3]), np.array([10.0, 2e4, 1.0, 5.0, 0.01, 300.0])
+        raw = lambda n: (centre + rng.standard_normal((n, 6)) * spread).astype(np.float32)
+        norm = L.Normalization(name="norm")
+        norm.adapt(raw(500))
+        seq("preprocessing", (6,), [norm, L.Dense(13, activation="relu", name="d13"),
+                                    L.Rescaling(0.5, offset=0.1, name="resc"), L.Dense(3, name="d3"),
+                                    L.Rescaling(1.0 / 255, name="resc_scale"), L.Dense(2, name="d2_folded"),
+                                    L.Normalization(mean=1.0, variance=4.0, name="norm_given"),
+                                    L.Normalization(invert=True, mean=[1.0, -2.0], variance=[9.0, 0.25],
+                                                    name="norm_invert")], 211, x=raw(100), x_large=raw(100) * 3)
+        norm_axes = L.Normalization(axis=1, name="norm_rows")
+        norm_axes.adapt(self.inputs((4, 5), n=300, seed=212) * 3 + 7)
+        seq("normalization_axes", (4, 5), [norm_axes, L.Rescaling([0.5, 1.0, 2.0, -1.0, 3.0], name="resc_cols"),
+                                           L.Normalization(axis=None, mean=0.5, variance=2.0, name="norm_scalar")],
+            212)
+        seq("timedistributed", (5, 4, 3), [L.TimeDistributed(L.Flatten(), name="td_flat"),
+                                           L.TimeDistributed(L.Dense(4, activation="relu"), name="td_dense"),
+                                           L.TimeDistributed(L.Dropout(0.3), name="td_drop"),
+                                           L.TimeDistributed(L.Dense(3), name="td_dense3"),
+                                           L.TimeDistributed(L.Softmax(), name="td_softmax"),
+                                           L.TimeDistributed(L.Reshape((3, 1)), name="td_reshape"),
+                                           L.Flatten(name="flat"), L.Dense(2, name="d2")], 213)
+        if "softmax_v2" in keys:
+            import tensorflow as tf
+
+            seq("softmax_v2", (5,), [L.Dense(4, activation=tf.nn.softmax, name="d_sm"),
+                                     L.Dense(3, name="d3")], 214, large=30.0)
+        seq("identity_only", (4, 5), [L.Identity(name="ident"), L.Dropout(0.5, name="drop")], 215)
+
+    def conv_weights(self, model, seed):
+        """Every convolution's kernel rescaled to unit gain (std 1/sqrt(fan in)) and a random bias,
+        so biases count and activations stay in the range where float32 is exact enough."""
+        np = self.np
+        rng = np.random.default_rng(seed + self.seed_offset)
+        for layer in leaf_layers(model):
+            if "Conv" not in layer.__class__.__name__:
+                continue
+            new = []
+            for i, weight in enumerate(layer.get_weights()):
+                if weight.ndim == 1:
+                    new.append(rng.normal(0.0, 0.3, weight.shape).astype(np.float32))
+                    continue
+                depthwise = i == 0 and "Depthwise" in layer.__class__.__name__ or "Separable" in layer.__class__.__name__
+                fan_in = int(np.prod(weight.shape[:-2] if depthwise and i == 0 else weight.shape[:-1]))
+                new.append((rng.standard_normal(weight.shape) * 1.5 / np.sqrt(fan_in)).astype(np.float32))
+            layer.set_weights(new)
+        return model
+
+    def build_cnn(self):
+        """Convolutional networks: every convolution, pooling and pixel-moving layer over odd shapes,
+        strides, dilations, both paddings, groups, depth multipliers, BatchNormalization folded
+        into a linear convolution (and one left after an activated one)."""
+        L = self.L
+        layers = [L.Conv2D(13, 3, padding="same", activation="relu", name="c3_same"),
+                  L.BatchNormalization(name="bn_after_relu"),
+                  L.Conv2D(64, 5, strides=2, name="c5_s2_valid"),
+                  L.BatchNormalization(name="bn_folded"),
+                  L.Activation("relu", name="relu"),
+                  L.DepthwiseConv2D(3, padding="same", depth_multiplier=2, dilation_rate=2, activation="tanh",
+                                    name="dw_d2"),
+                  L.MaxPooling2D(2, padding="same", name="max_same"),
+                  L.SeparableConv2D(3, 3, padding="same", activation="elu", name="sep"),
+                  L.ZeroPadding2D(((1, 2), (0, 1)), name="zpad"),
+                  L.Conv2D(12, 1, name="pointwise"),
+                  L.Cropping2D(((1, 0), (0, 1)), name="crop"),
+                  L.UpSampling2D((2, 3), name="up"),
+                  L.AveragePooling2D(3, strides=2, padding="same", name="avg_same"),
+                  L.Conv2D(6, 3, padding="same", dilation_rate=2, groups=2, activation="sigmoid", name="c3_d2_g2"),
+                  L.DepthwiseConv2D(3, strides=2, name="dw_s2_valid"),
+                  L.BatchNormalization(name="bn_dw_folded"),
+                  L.GlobalAveragePooling2D(name="gap"),
+                  L.Dense(3, activation="softmax", name="head")]
+        x = self.inputs((13, 13, 3), seed=20)
+        model = self.conv_weights(self.sequential((13, 13, 3), layers, "cnn"), 20)
+        self.add("cnn", self.calibrate(model, x, 20), x)
+
+        layers = [L.Conv1D(13, 5, padding="causal", dilation_rate=2, activation="relu", name="c5_causal"),
+                  L.MaxPooling1D(2, name="max"),
+                  L.Conv1D(7, 3, strides=2, padding="same", name="c3_s2_same"),
+                  L.AveragePooling1D(2, padding="same", name="avg_same"),
+                  L.UpSampling1D(3, name="up"), L.ZeroPadding1D((2, 1), name="zpad"),
+                  L.Cropping1D((1, 3), name="crop"),
+                  L.Conv1D(4, 3, groups=1, activation="swish", name="c3"),
+                  L.GlobalMaxPooling1D(name="gmax"), L.Dense(3, name="head")]
+        x = self.inputs((31, 3), seed=21)
+        model = self.conv_weights(self.sequential((31, 3), layers, "cnn1d"), 21)
+        self.add("cnn1d", self.calibrate(model, x, 21), x)
+
+        layers = [L.Conv2D(3, 7, strides=2, activation="relu", name="c7_s2"),
+                  L.MaxPooling2D(3, strides=1, name="max_s1"),
+                  L.Conv2D(64, 3, padding="same", name="c3_to64"),
+                  L.GlobalMaxPooling2D(name="gmax"),
+                  L.Dense(5, activation="softmax", name="head")]
+        x = self.inputs((31, 31, 1), seed=22)
+        model = self.conv_weights(self.sequential((31, 31, 1), layers, "cnn_odd"), 22)
+        self.add("cnn_odd", self.calibrate(model, x, 22), x)
 
     def build_digits(self):
         """A 64-32-10 MLP trained on scikit-learn's bundled digits (fixed split)."""
@@ -402,10 +650,10 @@ class Zoo:
     # ------------------------------------------------------------------ error models
     def build_errors(self):
         L = self.L
-        # Supported layers around unsupported ones: PReLU, Reshape, Conv1D, LSTM and a Dense with
+        # Supported layers around unsupported ones: Masking, Conv1DTranspose, LSTM and a Dense with
         # an activation malinn does not have.
-        layers = [L.Dense(12, name="ok_dense"), L.PReLU(name="bad_prelu"),
-                  L.Reshape((3, 4), name="bad_reshape"), L.Conv1D(4, 2, name="bad_conv"),
+        layers = [L.Dense(12, name="ok_dense"), L.Masking(name="bad_masking"),
+                  L.Reshape((3, 4), name="ok_reshape"), L.Conv1DTranspose(4, 2, name="bad_conv"),
                   L.LSTM(5, name="bad_lstm"), L.Dense(3, activation="log_softmax", name="bad_logsm"),
                   L.Activation("relu", name="ok_relu")]
         model = self.sequential((12,), layers, "unsupported")
@@ -421,6 +669,17 @@ class Zoo:
         layers = [L.Dense(3, name="d3_on_rows"), L.Flatten(name="flat"), L.Dense(2, name="d2")]
         x = self.inputs((4, 7), seed=9)
         self.add("dense_multiaxis", self.calibrate(self.sequential((4, 7), layers, "dense_multiaxis"), x, 9), x)
+
+    def build_tensorflow_formats(self, small, folder):
+        """TensorFlow's own formats of a small model: a SavedModel directory and a .tflite file."""
+        import tensorflow as tf
+
+        saved = os.path.join(folder, "small_savedmodel")
+        small.export(saved, verbose=False)
+        self.tensorflow_files["savedmodel"] = f"{self.generation}/small_savedmodel"
+        with open(os.path.join(folder, "small.tflite"), "wb") as fh:
+            fh.write(tf.lite.TFLiteConverter.from_saved_model(saved).convert())
+        self.tensorflow_files["tflite"] = f"{self.generation}/small.tflite"
 
     # ------------------------------------------------------------------ custom objects
     def build_custom(self):
@@ -581,6 +840,7 @@ class Zoo:
         if k3:
             small = K.Sequential([K.Input((3,)), L.Dense(2, name="small")], name="small")
             small.save_weights(os.path.join(folder, "small.weights.h5"))
+            self.build_tensorflow_formats(small, folder)
             self.add("weights_only", None, suffixes=(), kind="reader",
                      files={"files": {"keras3-h5": f"{self.generation}/small.weights.h5"}})
             small.save(os.path.join(folder, "small_dir"), zipped=False)  # an unzipped .keras
@@ -594,6 +854,8 @@ class Zoo:
         else:
             small = K.Sequential([L.Dense(2, name="small", input_shape=(3,))])
             small.save_weights(os.path.join(folder, "small_weights.h5"))
+            small.save_weights(os.path.join(folder, "ckpt", "small"))   # a TensorFlow checkpoint
+            self.tensorflow_files["checkpoint"] = f"{self.generation}/ckpt/small"
             self.add("weights_only", None, suffixes=(), kind="reader",
                      files={"files": {"keras2-h5": f"{self.generation}/small_weights.h5"}})
 
@@ -620,7 +882,8 @@ def main(argv):
     except ImportError:
         pass
     started = time.time()
-    manifest = {"versions": {"tensorflow": tf.__version__}, "formats": {}, "models": {}, "timings": {}}
+    manifest = {"versions": {"tensorflow": tf.__version__}, "formats": {}, "models": {}, "timings": {},
+                "split_formats": {}, "tensorflow_files": {}}
     for generation, module in MODULES.items():
         try:
             K = importlib.import_module(module)
@@ -644,6 +907,13 @@ def main(argv):
                                             "keras_version": K.__version__,
                                             "keras_major": GENERATIONS[generation],
                                             "reader_format": READER_FORMAT[fmt]}
+        for fmt, (gen, arch_suffix, weights_suffix) in SPLIT_FORMATS.items():
+            if gen == generation:
+                manifest["split_formats"][fmt] = {"generation": generation, "keras_version": K.__version__,
+                                                  "keras_major": GENERATIONS[generation],
+                                                  "weights_suffix": weights_suffix,
+                                                  "reader_format": SPLIT_READER_FORMAT[fmt]}
+        manifest["tensorflow_files"].update(zoo.tensorflow_files)
         for key, entry in zoo.models.items():
             manifest["models"][f"{generation}/{key}"] = entry
         manifest["timings"][generation] = round(time.time() - t, 2)

@@ -131,6 +131,10 @@ def run_case(case, device, library, rng):
         return run_model(case, device, rng)
     if op == "graph":
         return run_graph(case, device, rng)
+    if op == "layer":
+        return run_layer(case, device, rng)
+    if op == "window":
+        return run_window(case, device, rng)
     layout = case.get("layout") or case.get("src")
     rows, cols = case["shape"]
     x = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
@@ -163,6 +167,74 @@ def run_case(case, device, library, rng):
     full = _download_padded(mat)
     result["padding_nonzero"] = int(np.count_nonzero(full[rows:, :]) + np.count_nonzero(full[:, cols:]))
     return result
+
+
+def _layer_reference(layer, x):
+    """numpy's answer for the issue-10 layers the Oclgrind cases run (float64)."""
+    kind, rank = type(layer).__name__, x.ndim
+    w = [v.astype(np.float64) for v in layer.get_weights()]
+
+    def axes(axis):
+        return tuple(sorted(a % rank for a in (axis if isinstance(axis, (list, tuple)) else [axis])))
+
+    def along(v, keep):
+        return v.reshape([x.shape[i] if i in keep else 1 for i in range(rank)])
+
+    if kind == "BatchNormalization":
+        keep = axes(layer.axis)
+        return (x - along(w[2], keep)) / np.sqrt(along(w[3], keep) + layer.epsilon) * along(w[0], keep) \
+            + along(w[1], keep)
+    if kind == "Normalization":
+        keep = axes(layer.axis)
+        return (x - along(w[0], keep)) / np.maximum(np.sqrt(along(w[1], keep)), 1e-7)
+    if kind == "PReLU":
+        return np.where(x < 0, w[0] * x, x)
+    if kind == "Softmax":
+        a = axes(layer.axis)
+        z = np.exp(x - x.max(axis=a, keepdims=True))
+        return z / z.sum(axis=a, keepdims=True)
+    if kind == "LayerNormalization":
+        a = axes(layer.axis)
+        var = x.var(axis=a, keepdims=True)
+        if layer.rms_scaling:
+            return x / np.sqrt(var + layer.epsilon) * along(w[0], a)
+        return (x - x.mean(axis=a, keepdims=True)) / np.sqrt(var + layer.epsilon) * along(w[0], a) + along(w[1], a)
+    if kind == "UnitNormalization":
+        return x / np.maximum(np.sqrt((x * x).sum(axis=axes(layer.axis), keepdims=True)), layer.epsilon)
+    if kind == "Permute":
+        return x.transpose((0,) + tuple(layer.dims))
+    if kind == "RepeatVector":
+        return np.repeat(x[:, None, :], layer.n, axis=1)
+    raise ValueError(f"no reference for {kind}")
+
+
+def run_layer(case, device, rng):
+    """One issue-10 layer on odd samples, first or after a Dense run by morton_4_2 (blocked layout)."""
+    from malinn import Sequential, kernel_choice, layers
+
+    layer = getattr(layers, case["layer"])(**case["config"])
+    shape = tuple(case["shape"])
+    model = Sequential(([layers.Dense(shape[-1])] if case["after_dense"] else []) + [layer])
+    if case["after_dense"]:
+        ops.use("matmul", "morton_4_2", device)
+    model.build((None,) + shape)
+    for each in model.layers:
+        weights = each.get_weights()
+        if weights:
+            each.set_weights([np.abs(rng.standard_normal(v.shape)).astype(np.float32) + 0.5 if i == len(weights) - 1
+                              else rng.standard_normal(v.shape).astype(np.float32) for i, v in enumerate(weights)]
+                             if type(each).__name__ != "Normalization" else
+                             [rng.standard_normal(weights[0].shape), rng.random(weights[0].shape) + 0.5])
+    x = (rng.standard_normal((case["batch"],) + shape) * 3).astype(np.float32)
+    h = x.astype(np.float64)
+    if case["after_dense"]:
+        kernel, bias = model.layers[0].get_weights()
+        h = h @ kernel + bias
+    try:
+        got = model.predict(x)
+    finally:
+        kernel_choice.forget(device)
+    return _error(got, _layer_reference(layer, h))
 
 
 def run_model(case, device, rng):
@@ -205,6 +277,50 @@ def run_model(case, device, rng):
     result["passes"] = device.counters["downloads"] - downloads
     result["max_batch"] = max_batch
     return result
+
+
+def run_window(case, device, rng):
+    """A Sequential of convolution / pooling / pixel-moving layers (``case["layers"]``: [class name,
+    kwargs]) with the kernels ``case["use"]`` chooses, against the numpy definitions in helpers.py."""
+    from helpers import conv2d_reference, depthwise_reference, pool2d_reference
+    from malinn import Sequential
+    from malinn.registry import lookup
+
+    from malinn import kernel_choice
+
+    kernel_choice.forget(device)   # a choice an earlier case made must not route this one
+    for op, codename, *config in case.get("use", []):
+        ops.use(op, codename, device, config[0] if config else None)
+    model = Sequential([lookup("layer", name)(**kwargs) for name, kwargs in case["layers"]])
+    model.build((None,) + tuple(case["input"]))
+    model.set_weights([rng.standard_normal(w.shape).astype(np.float32) * 0.5 for w in model.get_weights()])
+    x = rng.standard_normal((case["batch"],) + tuple(case["input"])).astype(np.float32)
+    got = model.predict(x)
+    h = x.astype(np.float64)
+    for layer in model.layers:
+        name, w = type(layer).__name__, layer.get_weights()
+        if name == "Conv2D":
+            h = conv2d_reference(h, w[0], w[1], layer.strides, layer.dilation_rate, layer.padding, layer.groups)
+        elif name == "DepthwiseConv2D":
+            h = depthwise_reference(h, w[0], w[1], layer.strides, layer.dilation_rate, layer.padding)
+        elif name == "SeparableConv2D":
+            h = depthwise_reference(h, w[0], None, layer.strides, layer.dilation_rate, layer.padding) @ w[1][0, 0] + w[2]
+        elif name in ("MaxPooling2D", "AveragePooling2D"):
+            h = pool2d_reference(h, layer.pool_size, layer.strides, layer.padding, "max" if "Max" in name else "avg")
+        elif name == "GlobalAveragePooling2D":
+            h = h.mean(axis=(1, 2))
+        elif name == "ZeroPadding2D":
+            h = np.pad(h, ((0, 0),) + layer.padding + ((0, 0),))
+        elif name == "Cropping2D":
+            (t, b), (l, r) = layer.cropping
+            h = h[:, t:h.shape[1] - b, l:h.shape[2] - r]
+        elif name == "UpSampling2D":
+            h = h.repeat(layer.size[0], axis=1).repeat(layer.size[1], axis=2)
+        else:
+            raise ValueError(f"no reference for {name}")
+        if getattr(layer, "activation", "linear") != "linear":
+            h = ref_activation(layer.activation, h)
+    return _error(got, h)
 
 
 def run_graph(case, device, rng):

@@ -33,3 +33,11 @@ def test_graph_examples_agree_with_keras():
     assert out.returncode == 0, out.stdout + out.stderr
     assert "OK: malinn agrees with Keras on both graphs" in out.stdout
     assert "Connected to" in out.stdout
+
+
+def test_cnn_digits_agrees_with_keras_on_every_sample():
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "cnn_digits.py")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "OK: malinn agrees with Keras on every sample" in out.stdout
+    assert "conv_kn2" in out.stdout and "pool" in out.stdout

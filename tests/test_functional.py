@@ -7,6 +7,7 @@ import pytest
 import malinn
 from helpers import assert_close
 from malinn import Functional, Input
+from malinn.errors import LibraryError
 from malinn.layers import (Activation, Add, Average, Concatenate, Dense, Dot, Maximum, Minimum, Multiply,
                            Subtract)
 
@@ -16,6 +17,31 @@ NUMPY = {Add: lambda xs: sum(xs[1:], xs[0]), Subtract: lambda xs: xs[0] - xs[1],
          Maximum: lambda xs: np.maximum.reduce(np.broadcast_arrays(*xs)),
          Minimum: lambda xs: np.minimum.reduce(np.broadcast_arrays(*xs))}
 SHAPES = {2: (6,), 3: (3, 6), 4: (2, 3, 4)}
+
+
+@pytest.fixture(autouse=True)
+def _merges_run_on_opencl(request):
+    """The merge kernels (merge, concat, dot) have OpenCL sources only: a device test on another
+    backend is skipped; test_merges_are_refused_by_name_off_opencl checks what such a device says."""
+    device = getattr(getattr(request.node, "callspec", None), "params", {}).get("device")
+    if device is not None and device.backend != "opencl":
+        pytest.skip(f"the merge kernels have no {device.backend} source")
+
+
+def test_merges_are_refused_by_name_off_opencl():
+    others = [d for d in malinn.devices() if d.backend != "opencl"]
+    if not others:
+        pytest.skip("no device of another backend (OpenGL) works here")
+    x, y = Input((4,), name="x"), Input((4,), name="y")
+    model = Functional([x, y], Add(name="a")([Dense(4, name="d")(x), y]))
+    previous = malinn.get_device()
+    try:
+        for device in others:
+            malinn.set_device(device)
+            with pytest.raises(LibraryError, match=rf"no kernel implements 'merge' on the {device.backend} backend"):
+                model.predict(inputs([(4,), (4,)], 2, 1.0))
+    finally:
+        malinn.set_device(previous)
 
 
 def dense_np(layer, x):
@@ -345,3 +371,35 @@ def test_four_threads_predict_a_graph_like_one(device, rng):
         for got in runs:
             for g, w in zip(got, want):
                 np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("precision", ["fp16-storage", "int8-weights"])
+def test_a_graph_runs_its_dense_weights_in_the_precision_and_its_merges_in_float32(device, tmp_path, precision):
+    """Functional(precision=...) reaches the matmuls (weights stored in it), the merges and
+    Concatenate stay float32 kernels, and a saved graph keeps its precision bit for bit."""
+    from malinn.precision import effective
+
+    x, y = Input((6,), name="x"), Input((6,), name="y")
+    d, e = Dense(6, activation="relu", name="d"), Dense(5, name="e")
+    s = Add(name="add")([d(x), y])
+    model = Functional([x, y], Concatenate(name="cat")([e(s), s]), precision=precision)
+    assert model.precision == precision
+    xs = inputs([(6,), (6,)], 9, 1.0)
+
+    def forward(kind):
+        (k1, b1), (k2, b2) = (layer.get_weights() for layer in (d, e))
+        w1, w2 = (effective(k.T, kind).T.astype(np.float64) for k in (k1, k2))
+        sv = np.maximum(xs[0] @ w1 + b1, 0) + xs[1]
+        return np.concatenate([sv @ w2 + b2, sv], axis=-1)
+
+    got = model.predict(xs)
+    assert_close(got, forward(precision), rtol=1e-5)
+    assert not np.array_equal(forward(precision), forward("fp32"))   # the precision changes the result
+    steps = model.plan(9, device).describe()
+    tagged = {r["kind"]: r["kernel"].endswith(f"[{precision}]") for r in steps if r["kind"] != "relayout"}
+    assert tagged == {"matmul": True, "merge": False, "concat": False}
+    loaded = malinn.load_model(model.save(tmp_path / "g.malinn"))
+    assert type(loaded) is Functional and loaded.precision == precision
+    np.testing.assert_array_equal(loaded.predict(xs), got)
+    with pytest.raises(ValueError, match="precision"):
+        Functional([x, y], s, precision="fp8")

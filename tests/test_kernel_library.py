@@ -54,8 +54,37 @@ def test_every_matmul_kernel_fuses_bias_activation_and_affine():
         spec = LIB[codename]
         assert {"bias", "activation", "affine"} <= set(spec.epilogue), codename
         assert spec.arglist == "lhwmnHWpppp" and spec.buffers == ("a", "b", "r", "bias", "scale", "shift"), codename
-    assert [c for c in LIB.codenames("matmul") if "softmax" in LIB[c].epilogue] == ["gemv_softmax"]
-    assert LIB.default("matmul_softmax", "gpu") == LIB.default("matmul_softmax", "cpu") == "gemv_softmax"
+    assert [c for c in LIB.codenames("matmul") if "softmax" in LIB[c].epilogue] == ["gemv_softmax", "gemv_softmax_c"]
+    assert LIB.default("matmul_softmax", "cpu") == "gemv_softmax"
+    assert LIB.default("matmul_softmax", "gpu") == "gemv_softmax_c"
+
+
+def test_a_variant_is_its_base_with_its_own_fields_merged_over_it(tmp_path):
+    """``variant_of``: gemm_tiled_c is gemm_tiled with B and R column-major and its own define;
+    everything it does not name (source, candidates, A's restriction, preconditions) is the base's."""
+    base, variant = LIB["gemm_tiled"], LIB["gemm_tiled_c"]
+    assert variant.source == base.source and variant.function == base.function
+    assert variant.candidates == base.candidates and variant.preconditions == base.preconditions
+    assert str(variant.matrices["a"].layout) == str(base.matrices["a"].layout) == "C"
+    assert (str(variant.matrices["b"].layout), str(variant.matrices["r"].layout)) == ("C", "C")
+    assert (str(base.matrices["b"].layout), str(base.matrices["r"].layout)) == ("R", "R")
+    assert variant.config["KERAS_ORDER"] == "1" and "KERAS_ORDER" not in base.config
+    folder = tmp_path / "kernels"
+    shutil.copytree(kernels_dir(), folder)
+    data = json.loads((folder / "library.json").read_text())
+    path = folder / "library.json"
+    for bad, message in ([{"bad": {"variant_of": "gemm_tilde"}}, "'bad', field 'variant_of': 'gemm_tilde' is not an entry"],
+                         [{"bad": {"variant_of": "worse"}, "worse": {"variant_of": "bad"}}, "lead back to 'bad'"]):
+        path.write_text(json.dumps({**data, "kernels": {**data["kernels"], **bad}}))
+        with pytest.raises(LibraryError, match=message):
+            load_library(path)
+    path.write_text(json.dumps({**data, "kernels": {**data["kernels"], "open": {
+        "variant_of": "gemv", "preconditions": {"max_n": None, "max_m": 64}}}}))
+    assert dict(load_library(path)["open"].preconditions) == {"max_m": 64}     # a null removes the base's field
+    small = LIB["gemv_batch_small_c"]        # a variant of a variant
+    assert dict(LIB["gemv"].preconditions) == {"max_n": 1} and dict(small.preconditions) == {
+        "min_n": 9, "max_n": 256, "max_m": 1024, "max_k": 1024}
+    assert str(small.matrices["b"].layout) == "C" and small.config["KERAS_ORDER"] == "1"
 
 
 def test_fallbacks_end_in_a_general_kernel():
@@ -136,6 +165,8 @@ def test_library_that_is_not_json(tmp_path):
 
 
 def test_failed_build_shows_log_and_options(device):
+    if device.backend != "opencl":
+        pytest.skip("an OpenCL C source; the OpenGL backend's build errors: tests/test_opengl.py")
     with pytest.raises(KernelBuildError) as info:
         device.build("__kernel void f(__global float *x) { x[0] = undeclared_thing; }", ("-DMALINN_TEST=1",),
                      origin="broken.cl")

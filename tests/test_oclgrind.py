@@ -225,6 +225,28 @@ def elementwise_cases() -> list[dict]:
     return cases
 
 
+#: the layers of issue 10, each on odd samples, first (input in C) and after a Dense (the matmul
+#: kernel's layout: morton_4_2's blocked C_4_2_C): (layer, config, sample shape, kernels it runs)
+LAYER_CASES = [
+    ("BatchNormalization", {"axis": 1}, (3, 5), ["broadcast"]),
+    ("Normalization", {"axis": 1}, (3, 5), ["broadcast"]),
+    ("PReLU", {"shared_axes": [2]}, (3, 5), ["broadcast"]),
+    ("Softmax", {"axis": 1}, (3, 5), ["normalize_axes"]),
+    ("Softmax", {"axis": [1, 3]}, (3, 1, 5), ["normalize_axes", "permute"]),
+    ("LayerNormalization", {"axis": [1, 2]}, (3, 5), ["normalize_axes"]),
+    ("LayerNormalization", {"axis": -1, "rms_scaling": True}, (13,), ["normalize_axes"]),
+    ("UnitNormalization", {"axis": 1}, (5, 3), ["normalize_axes"]),
+    ("Permute", {"dims": [2, 1]}, (3, 5), ["permute"]),
+    ("RepeatVector", {"n": 3}, (5,), ["repeat_vector"]),
+]
+
+
+def layer_cases() -> list[dict]:
+    return [{"op": "layer", "layer": layer, "config": config, "shape": list(shape), "batch": 3, "after_dense": after,
+             "kernels": kernels, "cost": 5000}
+            for layer, config, shape, kernels in LAYER_CASES for after in (False, True)]
+
+
 def model_cases() -> list[dict]:
     cases = []
     for codename in MATMULS:
@@ -245,8 +267,36 @@ def graph_cases() -> list[dict]:
              "cost": 50000} for codename in ("blocked_rmrm", "morton_4_2")]
 
 
+def window_cases() -> list[dict]:
+    """Convolutions (every conv and im2col kernel, groups, dilation, strides, both paddings),
+    depthwise and separable convolutions, pooling and pixel-moving layers, as small models."""
+    convs = [["Conv2D", {"filters": 5, "kernel_size": 3, "strides": 2, "padding": "same", "activation": "relu"}],
+             ["Conv2D", {"filters": 3, "kernel_size": [3, 2], "dilation_rate": 2, "padding": "same"}]]
+    cases = []
+    for op, codename in [("conv", c) for c in LIB.codenames("conv")] + [("im2col", c) for c in LIB.codenames("im2col")]:
+        cases.append({"op": "window", "use": [[op, codename]], "layers": convs, "input": [7, 6, 3], "batch": 2,
+                      "kernels": [codename], "cost": 20000})
+    for codename in LIB.codenames("conv"):   # the local-memory staging, with a channel block past CIN
+        cases.append({"op": "window", "use": [["conv", codename, {"LOCAL": 1, "KC": 2}]], "layers": convs,
+                      "input": [7, 6, 3], "batch": 2, "kernels": [codename], "cost": 20000})
+    cases.append({"op": "window", "use": [["conv", "conv_kn2row"]], "input": [5, 5, 4], "batch": 2,
+                  "layers": [["Conv2D", {"filters": 6, "kernel_size": 3, "groups": 2, "padding": "same"}]],
+                  "kernels": ["conv_kn2row"], "cost": 10000})
+    cases.append({"op": "window", "input": [6, 5, 3], "batch": 2, "kernels": LIB.codenames("depthwise"),
+                  "layers": [["DepthwiseConv2D", {"kernel_size": 3, "depth_multiplier": 2, "padding": "same",
+                                                  "activation": "tanh"}],
+                             ["SeparableConv2D", {"filters": 4, "kernel_size": 3, "strides": 2}]], "cost": 10000})
+    cases.append({"op": "window", "input": [7, 6, 3], "batch": 2,
+                  "kernels": LIB.codenames("pool") + LIB.codenames("spatial"),
+                  "layers": [["ZeroPadding2D", {"padding": [[1, 2], [0, 1]]}], ["MaxPooling2D", {"padding": "same"}],
+                             ["UpSampling2D", {"size": [2, 3]}], ["Cropping2D", {"cropping": [[1, 0], [2, 1]]}],
+                             ["AveragePooling2D", {"pool_size": 3, "strides": 2, "padding": "same"}],
+                             ["GlobalAveragePooling2D", {}]], "cost": 10000})
+    return cases
+
+
 def all_cases() -> list[dict]:
-    return matmul_cases() + elementwise_cases() + model_cases() + graph_cases()
+    return matmul_cases() + elementwise_cases() + model_cases() + layer_cases() + window_cases() + graph_cases()
 
 
 # --------------------------------------------------------------------------------- running
@@ -287,7 +337,7 @@ def run_batch(cases, folder: Path, index: int, timeout: float):
     path = folder / f"cases{index}.json"
     path.write_text(json.dumps([{k: v for k, v in c.items() if k not in ("kernels", "cost")} for c in cases]))
     out, err = folder / f"out{index}.txt", folder / f"err{index}.txt"
-    env = dict(os.environ, MALINN_DEVICE="Oclgrind", MALINN_BINARY_CACHE="0", PYTHONWARNINGS="ignore",
+    env = dict(os.environ, MALINN_DEVICE="Oclgrind", MALINN_BINARY_CACHE="0", MALINN_PINNED="0", PYTHONWARNINGS="ignore",
                PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1])] +
                                           ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
     command = [OCLGRIND, *OCLGRIND_FLAGS, *oclgrind_limits(cases), sys.executable, str(DRIVER), str(path)]

@@ -40,6 +40,26 @@ def test_a_dense_layer_is_one_launch_with_bias_activation_batchnorm_and_softmax_
     assert len(plan.launches) == 3       # batch 1: no re-layout at all, one launch per Dense layer
 
 
+@pytest.mark.parametrize("n", [16, 37, 100])
+def test_kernels_in_keras_order_need_no_re_layout_and_padded_rows_travel_strided(device, rng, n):
+    """gemm_tiled_c reads and writes Keras's memory order: the input is uploaded and the output
+    downloaded where they lie, the padded rows (13 -> 32, 5 -> 32) skipped by one strided copy
+    each, so a plan of it is one launch per Dense layer (and the softmax a chosen kernel cannot fuse)."""
+    model = dense_model([13, 29, 5], ["relu", "softmax"])
+    try:
+        kernel_choice.use("matmul", "gemm_tiled_c", device, {"MWG": 32, "NWG": 16, "KWG": 16, "MDIMC": 8,
+                                                             "NDIMC": 8, "VW": 2, "LOCAL": 1, "STRIDED": 1})
+        x = rng.standard_normal((n, 13)).astype(np.float32)
+        assert_close(model.predict(x), numpy_forward(model, x))
+        plan = model.plan(batch_bucket(n), device)
+        assert len(plan.launches) == 3, [r["kernel"] for r in plan.describe()]  # + the softmax
+        assert all(r["kind"] != "relayout" for r in plan.describe())
+        x2 = rng.standard_normal((n, 13)).astype(np.float32) * 100
+        assert_close(model.predict(x2), numpy_forward(model, x2))      # the buffers' padding stayed 0
+    finally:
+        kernel_choice.forget(device)
+
+
 def test_predict_is_one_upload_and_one_download_and_plans_are_kept(device, rng):
     model = dense_model([37, 13, 5], ["relu", None])
     x = rng.standard_normal((9, 37)).astype(np.float32)
@@ -79,7 +99,7 @@ def test_a_pass_smaller_than_its_bucket_is_exact_and_padded_with_zeros(device, r
     x = rng.standard_normal((300, 13)).astype(np.float32)
     plan = model.plan(300, device)
     assert plan.batch == 320
-    (_, staging), = plan._io[0]
+    (_, staging, _), = plan._io[0]
     y = model.predict(x)
     assert_close(y, numpy_forward(model, x))
     assert not staging[300:].any()
@@ -101,7 +121,7 @@ def test_one_weight_copy_serves_small_and_large_batches(device, rng):
         model.predict(rng.standard_normal((n, 300)).astype(np.float32))
     kernels = {row["kernel"].split()[0] for row in
                model.plan(1, device).describe() + model.plan(100, device).describe() if row["kind"] == "matmul"}
-    copies = [key for key in model.layers[0].device_copies if len(key) == 3 and key[0] == device.identity]
+    copies = [key for key in model.layers[0].device_copies if len(key) == 4 and key[0] == device.identity and key[3] == "fp32"]
     layouts = {ops.load_library()[k].matrices["a"].representation for k in kernels}
     assert len(copies) == len(layouts), (copies, kernels)
 

@@ -43,7 +43,8 @@ def test_weights_laid_out_for_the_device_are_uploaded_as_stored(device, tmp_path
     path = model.save(tmp_path / "m.malinn")            # the current device's kernel
     loaded = malinn.load_model(path)
     dense = loaded.layers[1]
-    layout, padded, flat = dense.prepacked
+    layout, padded, flat, precision = dense.prepacked
+    assert precision == "fp32"
     assert layout == malinn.ops.kernel_for("matmul").matrices["a"].layout
     np.testing.assert_array_equal(flat, layout.pack(dense.kernel.T, padded))
 

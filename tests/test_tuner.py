@@ -54,9 +54,9 @@ def test_quick_still_times_every_kernel_and_the_defaults(device):
     library = malinn.load_library()
     quick = tuner._candidates(library, device, quick=True, seed=0)
     full = tuner._candidates(library, device, quick=False, seed=0)
-    assert {c for c, _ in quick} == set(library.codenames("matmul"))
-    kind_default = library.default_spec("matmul", device.kind)
-    for codename in library.codenames("matmul"):
+    assert {c for c, _ in quick} == set(library.codenames("matmul", device.backend))   # those it can run
+    kind_default = library.default_spec("matmul", device.kind, device.backend)
+    for codename in library.codenames("matmul", device.backend):
         spec = library[codename]
         mine = [config for c, config in quick if c == codename]
         assert mine[0] == spec.config                                   # the entry's own defaults first

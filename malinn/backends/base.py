@@ -19,6 +19,8 @@ The contract, in the order a model meets it:
 
 from __future__ import annotations
 
+import numpy as np
+
 import threading
 from dataclasses import dataclass, field
 
@@ -73,6 +75,11 @@ class Device:
         return f"{self.backend}|{self.platform}|{self.name}|{self.vendor}|{self.driver_version}"
 
     @property
+    def extensions(self) -> tuple:
+        """The device's extensions (``cl_khr_fp16``, ...); a backend that reports none offers none."""
+        return ()
+
+    @property
     def kind(self) -> str:
         """``"gpu"``, ``"cpu"`` or ``"accelerator"``: the class used to pick default kernels."""
         return "gpu" if "GPU" in self.type else "cpu" if "CPU" in self.type else "accelerator"
@@ -119,6 +126,13 @@ class Device:
     def download(self, buffer, out, blocking: bool = True, what: str = "data", mapped: bool | None = None) -> None:
         """Copies the start of ``buffer`` into the C-contiguous host array ``out`` (``mapped`` as for upload)."""
         raise NotImplementedError
+
+    def host_array(self, shape, what: str = "staging") -> np.ndarray:
+        """A zeroed float32 host array of ``shape`` that the device copies to and from fastest, for
+        data transferred on every call (a plan's input and output staging). This default is plain
+        memory; a backend whose driver copies page-locked memory directly (without staging it
+        through a buffer of its own) returns such memory."""
+        return np.zeros(shape, np.float32)
 
     def fill_zero(self, buffer, nbytes: int, what: str = "buffer") -> None:
         """Sets the first ``nbytes`` of ``buffer`` to zero on the device (no host copy)."""

@@ -74,6 +74,11 @@ class OpenCLDevice(Device):
     context: object = field(repr=False, default=None)
     queue: object = field(repr=False, default=None)
 
+    @property
+    def extensions(self) -> tuple:
+        """The extensions the driver reports for the device."""
+        return tuple(self.cl_device.extensions.split()) if self.cl_device is not None else ()
+
     # ---------------------------------------------------------------- memory
     def alloc(self, nbytes: int, what: str):
         cl = _cl()
@@ -118,6 +123,24 @@ class OpenCLDevice(Device):
                 cl.enqueue_copy(self.queue, host, buffer, is_blocking=blocking)
         except cl.Error as exc:
             raise DeviceError(f"{what} {self.name} failed ({status_name(exc)})") from exc
+
+    def host_array(self, shape, what: str = "staging") -> np.ndarray:
+        """Page-locked memory on a discrete GPU: a ``CL_MEM_ALLOC_HOST_PTR`` buffer mapped once for
+        good (NVIDIA's OpenCL guide: the driver then copies it by DMA, with no staging copy of its
+        own); plain memory where the device shares the host's, or with ``MALINN_PINNED=0``."""
+        if self.host_unified_memory or os.environ.get("MALINN_PINNED", "1") == "0":
+            return np.zeros(shape, np.float32)
+        cl = _cl()
+        nbytes = 4 * int(np.prod(shape))
+        try:
+            buffer = cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, max(nbytes, 4))
+            view, _ = cl.enqueue_map_buffer(self.queue, buffer, cl.map_flags.READ | cl.map_flags.WRITE, 0,
+                                            tuple(shape), np.float32, is_blocking=True)
+        except cl.Error as exc:
+            raise DeviceError(f"{what}: allocating {nbytes / 2**20:.1f} MiB of page-locked host memory for "
+                              f"{self.name} failed ({status_name(exc)})") from exc
+        view[...] = 0
+        return view          # the mapping keeps the buffer alive as long as the array
 
     def fill_zero(self, buffer, nbytes: int, what: str = "buffer") -> None:
         cl = _cl()

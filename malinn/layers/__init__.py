@@ -1,11 +1,22 @@
 """Layers: the Keras-shaped building blocks of a malinn model."""
 
-from .activation import ELU, Activation, LeakyReLU, ReLU, Softmax
+from .activation import ELU, Activation, LeakyReLU, PReLU, ReLU, Softmax, ThresholdedReLU
 from .base import Layer
+from .convolution import Conv1D, Conv2D, DepthwiseConv2D, SeparableConv2D
 from .dense import Dense
 from .merging import Add, Average, Concatenate, Dot, Maximum, Minimum, Multiply, Subtract
-from .normalization import BatchNormalization
-from .shaping import Flatten
+from .normalization import BatchNormalization, LayerNormalization, UnitNormalization
+from .pooling import (AveragePooling1D, AveragePooling2D, GlobalAveragePooling1D, GlobalAveragePooling2D,
+                      GlobalMaxPooling1D, GlobalMaxPooling2D, MaxPooling1D, MaxPooling2D)
+from .preprocessing import Normalization, Rescaling
+from .shaping import Flatten, Identity, Permute, RepeatVector, Reshape
+from .spatial import Cropping1D, Cropping2D, UpSampling1D, UpSampling2D, ZeroPadding1D, ZeroPadding2D
 
-__all__ = ["Layer", "Dense", "Activation", "ReLU", "LeakyReLU", "ELU", "Softmax", "BatchNormalization", "Flatten",
+__all__ = ["Layer", "Dense", "Activation", "ReLU", "LeakyReLU", "ELU", "ThresholdedReLU", "PReLU", "Softmax",
+           "BatchNormalization", "LayerNormalization", "UnitNormalization", "Rescaling", "Normalization",
+           "Flatten", "Reshape", "Permute", "RepeatVector", "Identity",
+           "Conv1D", "Conv2D", "DepthwiseConv2D", "SeparableConv2D",
+           "MaxPooling1D", "MaxPooling2D", "AveragePooling1D", "AveragePooling2D", "GlobalMaxPooling1D",
+           "GlobalMaxPooling2D", "GlobalAveragePooling1D", "GlobalAveragePooling2D",
+           "ZeroPadding1D", "ZeroPadding2D", "Cropping1D", "Cropping2D", "UpSampling1D", "UpSampling2D",
            "Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate", "Dot"]

@@ -1,14 +1,19 @@
 """Activation layers: ``Activation(name)`` and the parametrised ``ReLU``, ``LeakyReLU``, ``ELU``,
-``Softmax``. Each applies its function element-wise (softmax over the features) on the device."""
+``ThresholdedReLU``, ``PReLU``, ``Softmax``. Each applies its function element-wise (softmax over
+one or several axes) on the device."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..kernel_library import load_library
+from ..plan import Vector
+from .axes import axis_argument, resolve_axes, trailing_vector
 from .base import Layer
 
-__all__ = ["Activation", "ReLU", "LeakyReLU", "ELU", "Softmax", "get_activation"]
+__all__ = ["Activation", "ReLU", "LeakyReLU", "ELU", "ThresholdedReLU", "PReLU", "Softmax", "get_activation"]
 
 
 def _finite(layer: str, label: str, value) -> float:
@@ -127,26 +132,104 @@ class ELU(Activation):
         return {"name": self.name, "alpha": self.alpha}
 
 
-class Softmax(Activation):
-    """Softmax over the last axis (``axis=-1``), each sample's features (and each position's, on
-    multi-axis samples) normalised on their own.
+class ThresholdedReLU(Activation):
+    """``x`` where ``x > theta``, else 0 (tf_keras's ThresholdedReLU).
 
     Raises:
-        ValueError: another axis is asked for.
+        ValueError: ``theta`` is not a finite number.
+    """
+
+    def __init__(self, theta=1.0, name: str | None = None):
+        theta = _finite("ThresholdedReLU", "theta", theta)
+        super().__init__("relu_general", name)
+        self.theta = theta
+        self.params = {"negative_slope": 0.0, "max_value": 0.0, "threshold": theta, "has_max_value": 0.0}
+
+    def get_config(self) -> dict:
+        return {"name": self.name, "theta": self.theta}
+
+
+class PReLU(Layer):
+    """``x`` for ``x >= 0``, ``alpha * x`` below, with a learned ``alpha`` per element of the sample,
+    shared along ``shared_axes`` (Keras's, 1-based: the batch axis is 0).
+
+    Args:
+        shared_axes: the axes along which one alpha serves, or None.
+        name: the layer's name.
+
+    Raises:
+        ValueError: ``shared_axes`` is not a list of sample axes.
+    """
+
+    def __init__(self, shared_axes=None, name: str | None = None):
+        super().__init__(name)
+        shared = () if shared_axes is None else axis_argument(shared_axes, f"PReLU {self.name!r}")
+        self.shared_axes = tuple(shared) if isinstance(shared, tuple) else (shared,)
+        self.alpha = None
+
+    @property
+    def alpha_shape(self) -> tuple:
+        """The sample's shape with 1 along each shared axis (Keras's alpha)."""
+        shared = resolve_axes(self.shared_axes, len(self.input_shape) + 1, f"PReLU {self.name!r}") \
+            if self.shared_axes else ()
+        return tuple(1 if i + 1 in shared else d for i, d in enumerate(self.input_shape))
+
+    def build(self, input_shape) -> None:
+        super().build(input_shape)
+        self.alpha = np.zeros(self.alpha_shape, np.float32)
+
+    def get_weights(self) -> list:
+        return [self.alpha.copy()] if self.built else []
+
+    def set_weights(self, weights) -> None:
+        """Sets ``[alpha]`` of :attr:`alpha_shape`.
+
+        Raises:
+            ValueError: the layer is not built, or the count or shape is wrong.
+        """
+        weights = [np.asarray(w, np.float32) for w in weights]
+        if not self.built or len(weights) != 1 or weights[0].shape != self.alpha_shape:
+            raise ValueError(f"PReLU {self.name!r} expects one alpha of shape "
+                             f"{self.alpha_shape if self.built else '(built layer)'}, got {[w.shape for w in weights]}")
+        self.alpha = weights[0].copy()
+        self._weights_changed()
+
+    def lower(self, builder, x):
+        alpha, period = trailing_vector(self.alpha, self.input_shape, self._what())
+        return builder.broadcast(x, 2, Vector(f"layer {self.name!r} alpha", alpha, self.device_copies), None, period,
+                                 what=self._what())
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "shared_axes": list(self.shared_axes) or None}
+
+
+class Softmax(Activation):
+    """Softmax over ``axis``: the last axis by default (each sample's features, and each
+    position's on multi-axis samples, normalised on their own), any other axis, or several axes
+    at once (then computed as Keras does, ``exp(x - logsumexp(x))``).
+
+    Args:
+        axis: an axis or a list of axes (Keras's, the batch axis being 0).
+        name: the layer's name.
+
+    Raises:
+        ValueError: ``axis`` is not an integer or a list of them, or names the batch axis.
     """
 
     def __init__(self, axis=-1, name: str | None = None):
-        axis = axis[0] if isinstance(axis, (list, tuple)) and len(axis) == 1 else axis
-        if isinstance(axis, bool) or not isinstance(axis, int) or axis == 0 or axis < -1:
-            raise ValueError(f"Softmax: malinn computes softmax over the last axis (axis=-1), not axis={axis!r}")
         super().__init__("softmax", name)
-        self.axis = axis
+        axis = axis_argument(axis, f"Softmax {self.name!r}")
+        self.axis = axis[0] if isinstance(axis, tuple) and len(axis) == 1 else axis
 
     def build(self, input_shape) -> None:
-        if self.axis not in (-1, len(tuple(input_shape)) - 1):
-            raise ValueError(f"Softmax {self.name!r}: malinn computes softmax over the last axis (axis=-1), "
-                             f"not axis={self.axis} of inputs of rank {len(tuple(input_shape))}")
         super().build(input_shape)
+        resolve_axes(self.axis, len(self.input_shape) + 1, f"Softmax {self.name!r}")
+
+    def lower(self, builder, x):
+        axes = resolve_axes(self.axis, len(x.shape), f"Softmax {self.name!r}")
+        if axes == (len(x.shape) - 1,):
+            return builder.activation(x, "softmax", what=self._what())
+        return builder.normalize(x, "softmax" if len(axes) == 1 else "softmax_logsumexp", axes, what=self._what())
 
     def get_config(self) -> dict:
-        return {"name": self.name, "axis": -1}
+        return {"name": self.name, "axis": list(self.axis) if isinstance(self.axis, tuple) else self.axis}

@@ -7,6 +7,7 @@ import numpy as np
 from ..kernel_library import KernelSpec
 from ..layout import parse_layout
 from ..plan import Vector, Weight
+from ..precision import check_precision, device_bytes, effective, quantize_int8
 from .activation import get_activation
 from .base import Layer
 
@@ -39,8 +40,12 @@ class Dense(Layer):
         self.use_bias = bool(use_bias)
         self.kernel: np.ndarray | None = None
         self.bias: np.ndarray | None = None
-        #: (layout, padded, flat) of W as a malinn model file stored it, uploaded as is when it fits
+        #: (layout, padded, flat, precision) of W as a malinn model file stored it, uploaded as is
+        #: when it fits
         self.prepacked = None
+        #: (q, scales): W's int8 form (units x in int8, one float scale per unit) when the weights
+        #: came quantized (a Keras int8 Dense, an int8-weights model file); int8-weights uploads it
+        self.quantized = None
 
     @property
     def input_dim(self) -> int | None:
@@ -54,13 +59,15 @@ class Dense(Layer):
         self.kernel = np.random.default_rng().uniform(-limit, limit, (self.input_dim, self.units)).astype(np.float32)
         self.bias = np.zeros(self.units, dtype=np.float32) if self.use_bias else None
         self.prepacked = None
+        self.quantized = None
 
     def compute_output_shape(self, input_shape) -> tuple:
         return tuple(input_shape)[:-1] + (self.units,)
 
     def lower(self, builder, x):
+        quantized = self.quantized
         weight = Weight(f"layer {self.name!r} kernel", (self.units, self.input_dim), lambda: self.kernel.T,
-                        self.device_copies, self.prepacked)
+                        self.device_copies, self.prepacked, (lambda: quantized) if quantized is not None else None)
         bias = Vector(f"layer {self.name!r} bias", self.bias, self.device_copies) if self.use_bias else None
         return builder.matmul(x, weight, bias, self.activation, what=self._what())
 
@@ -91,6 +98,7 @@ class Dense(Layer):
         self.kernel = kernel.astype(np.float32, copy=True)
         self.bias = weights[1].astype(np.float32, copy=True) if self.use_bias else None
         self.prepacked = None
+        self.quantized = None
         self._weights_changed()
 
     def absorb_affine(self, scale, shift) -> bool:
@@ -105,15 +113,37 @@ class Dense(Layer):
         self.set_weights([kernel.astype(np.float32), bias.astype(np.float32)])
         return True
 
+    def absorb_input_affine(self, scale, shift) -> bool:
+        """Folds a preceding per-feature ``x * scale + shift`` into the weights (``kernel`` rows
+        scaled, ``shift @ kernel`` added to the bias), in float64. Done only where it adds no
+        constant (``shift`` all zero): a folded shift would be summed with large inputs near it and
+        cancel, which Keras, subtracting first, does not."""
+        s64, t64 = np.asarray(scale, np.float64), np.asarray(shift, np.float64)
+        if not self.built or t64.any() or s64.shape != (self.input_dim,):
+            return False
+        kernel = self.kernel.astype(np.float64) * s64[:, None]
+        self.set_weights([kernel.astype(np.float32)] + ([self.bias] if self.use_bias else []))
+        return True
+
     # ---------------------------------------------------------------- model files
     def save_own_variables(self, store, target: KernelSpec) -> None:
-        """``W = kernel^T`` laid out as ``target`` reads its left operand, and the bias."""
+        """``W = kernel^T`` laid out as ``target`` reads its left operand, in ``target``'s precision
+        (float32; float16; int8 with dataset ``kernel_scales``, one float per unit), and the bias."""
         padded = target.padded_shapes(self.units, self.input_dim, 1)["a"]
         layout = target.matrices["a"].layout
-        data = store.create_dataset("kernel_laid_out", data=layout.pack(self.kernel.T, padded))
+        precision = target.precision
+        w = self.kernel.T
+        if precision == "int8-weights":
+            q, scales = self.quantized if self.quantized is not None else quantize_int8(w)
+            stored = layout.pack(q.astype(np.float32), padded).astype(np.int8)
+            store.create_dataset("kernel_scales", data=scales)
+        else:
+            stored = device_bytes(w, precision, layout, padded)
+        data = store.create_dataset("kernel_laid_out", data=stored)
         data.attrs["layout"] = str(layout)
         data.attrs["padded"] = list(padded)
         data.attrs["shape"] = [self.units, self.input_dim]
+        data.attrs["precision"] = precision
         if self.use_bias:
             store.create_dataset("bias", data=self.bias)
 
@@ -122,12 +152,22 @@ class Dense(Layer):
         layout = parse_layout(str(data.attrs["layout"]))
         padded = tuple(int(v) for v in data.attrs["padded"])
         shape = tuple(int(v) for v in data.attrs["shape"])
-        flat = np.asarray(data[()], dtype=np.float32)
-        weights = [layout.unpack(flat, shape, padded).T]
+        precision = check_precision(str(data.attrs.get("precision", "fp32")))
+        stored = np.asarray(data[()])
+        quantized = None
+        if precision == "int8-weights":
+            quantized = (layout.unpack(stored, shape, padded).astype(np.int8),
+                         np.asarray(store["kernel_scales"][()], dtype=np.float32).reshape(-1))
+            w = effective(None, precision, quantized)
+        else:
+            w = layout.unpack(stored, shape, padded)   # float16 values are exact in float32
+        weights = [w.T]
         if self.use_bias:
             weights.append(np.asarray(store["bias"][()], dtype=np.float32))
         self.set_weights(weights)
-        self.prepacked = (layout, padded, flat)
+        self.quantized = quantized
+        flat = device_bytes(w, precision, layout, padded, quantized) if precision != "fp32" else stored.astype(np.float32)
+        self.prepacked = (layout, padded, flat, precision)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "units": self.units, "activation": self.activation,

@@ -1,23 +1,27 @@
-"""BatchNormalization at inference: a per-feature affine step ``x * scale + shift`` on the last axis."""
+"""Normalization layers at inference: ``BatchNormalization`` (a per-feature affine step on any axis),
+``LayerNormalization`` and ``UnitNormalization`` (one kernel each, over any axes)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..plan import Vector
+from .axes import axis_argument, broadcast_shape, resolve_axes, trailing_vector
 from .base import Layer
 
-__all__ = ["BatchNormalization"]
+__all__ = ["BatchNormalization", "LayerNormalization", "UnitNormalization"]
 
 
 class BatchNormalization(Layer):
-    """``gamma * (x - moving_mean) / sqrt(moving_variance + epsilon) + beta`` per feature (last axis).
+    """``gamma * (x - moving_mean) / sqrt(moving_variance + epsilon) + beta`` per feature of ``axis``.
 
-    At conversion a BatchNormalization right after a linear Dense is folded into that Dense's
-    weights; the plan fuses one after an activated Dense into that Dense's kernel where the kernel
-    can; others run as one scale-and-shift kernel.
+    At conversion a BatchNormalization on the last axis right after a linear Dense is folded into
+    that Dense's weights; the plan fuses one after an activated Dense into that Dense's kernel
+    where the kernel can; others run as one scale-and-shift kernel (on another axis: the
+    ``broadcast`` kernel, the per-feature values repeated over the axes after it).
 
     Args:
+        axis: the features' axis (Keras's, the batch axis being 0; default the last).
         epsilon: added to the variance, > 0.
         center: whether the layer has ``beta``.
         scale: whether the layer has ``gamma``.
@@ -27,8 +31,12 @@ class BatchNormalization(Layer):
         ValueError: ``epsilon`` is not a positive number.
     """
 
-    def __init__(self, epsilon=1e-3, center: bool = True, scale: bool = True, name: str | None = None):
+    def __init__(self, epsilon=1e-3, center: bool = True, scale: bool = True, axis=-1, name: str | None = None):
         super().__init__(name)
+        axis = axis_argument(axis, f"BatchNormalization {self.name!r}")
+        if isinstance(axis, tuple) and len(axis) != 1:
+            raise ValueError(f"BatchNormalization {self.name!r}: one features axis, not {list(axis)}")
+        self.axis = axis[0] if isinstance(axis, tuple) else axis
         if not isinstance(epsilon, (int, float)) or isinstance(epsilon, bool) or not epsilon > 0:
             raise ValueError(f"BatchNormalization {self.name!r}: epsilon must be a positive number, got {epsilon!r}")
         self.epsilon, self.center, self.scale = float(epsilon), bool(center), bool(scale)
@@ -36,10 +44,19 @@ class BatchNormalization(Layer):
 
     @property
     def features(self) -> int | None:
-        return None if self.input_shape is None else self.input_shape[-1]
+        return None if self.input_shape is None else self.input_shape[self._axis() - 1]
+
+    def _axis(self) -> int:
+        """The features' axis, positive (the batch axis is 0), for the built input."""
+        return resolve_axes(self.axis, len(self.input_shape) + 1, f"BatchNormalization {self.name!r}")[0]
+
+    @property
+    def on_last_axis(self) -> bool:
+        return self.input_shape is not None and self._axis() == len(self.input_shape)
 
     def build(self, input_shape) -> None:
         super().build(input_shape)
+        self._axis()
         ones, zeros = np.ones(self.features, np.float32), np.zeros(self.features, np.float32)
         self.gamma, self.beta = (ones if self.scale else None), (zeros if self.center else None)
         self.moving_mean, self.moving_variance = zeros.copy(), ones.copy()
@@ -80,11 +97,22 @@ class BatchNormalization(Layer):
         return (np.broadcast_to(s, (self.features,)).astype(np.float32),
                 np.broadcast_to(shift, (self.features,)).astype(np.float32))
 
+    def feature_affine(self):
+        """``(scale, shift)`` per feature of the last axis (what a Dense before it can absorb), or None."""
+        return self.scale_shift() if self.on_last_axis else None
+
     def lower(self, builder, x):
-        if x.rows != self.features:
-            raise ValueError(f"BatchNormalization {self.name!r} was built for {self.features} features on the last "
-                             f"axis, but receives shape {x.shape}")
+        if x.shape[self._axis()] != self.features:
+            raise ValueError(f"BatchNormalization {self.name!r} was built for {self.features} features on axis "
+                             f"{self._axis()}, but receives shape {x.shape}")
         s, t = self.scale_shift()
+        if not self.on_last_axis:
+            where = broadcast_shape(self.input_shape, (self._axis(),))
+            (scale, period), (shift, _) = (trailing_vector(v.reshape(where), self.input_shape, self._what())
+                                           for v in (s, t))
+            return builder.broadcast(x, 0, Vector(f"layer {self.name!r} scale", scale, self.device_copies),
+                                     Vector(f"layer {self.name!r} shift", shift, self.device_copies), period,
+                                     what=self._what())
         return builder.affine(x, Vector(f"layer {self.name!r} scale", s, self.device_copies),
                               Vector(f"layer {self.name!r} shift", t, self.device_copies), what=self._what())
 
@@ -99,4 +127,115 @@ class BatchNormalization(Layer):
                           ("gamma", "beta", "moving_mean", "moving_variance") if n in store])
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "epsilon": self.epsilon, "center": self.center, "scale": self.scale}
+        return {**super().get_config(), "epsilon": self.epsilon, "center": self.center, "scale": self.scale,
+                "axis": self.axis}
+
+
+class LayerNormalization(Layer):
+    """Keras's LayerNormalization: each sample normalized over ``axis`` (one or several axes) to
+    mean 0 and variance 1, then ``* gamma + beta``; one kernel (kernels/normalize_axes.cl).
+
+    Computed as Keras does: ``inv = rsqrt(variance + epsilon) * gamma``, ``x * inv + (beta -
+    mean * inv)``, the variance as the mean squared deviation. ``rms_scaling=True`` gives
+    ``x * rsqrt(variance + epsilon) * gamma`` (no centering, no beta), as Keras 3 does.
+
+    Args:
+        axis: the axis or axes (Keras's, the batch axis being 0); default the last.
+        epsilon: added to the variance, > 0.
+        center: whether the layer has ``beta``; scale: whether it has ``gamma``.
+        rms_scaling: Keras 3's RMS scaling (implies no ``beta``).
+        name: the layer's name.
+
+    Raises:
+        ValueError: a bad axis or a non-positive epsilon.
+    """
+
+    def __init__(self, axis=-1, epsilon=1e-3, center: bool = True, scale: bool = True, rms_scaling: bool = False,
+                 name: str | None = None):
+        super().__init__(name)
+        self.axis = axis_argument(axis, f"LayerNormalization {self.name!r}")
+        if not isinstance(epsilon, (int, float)) or isinstance(epsilon, bool) or not epsilon > 0:
+            raise ValueError(f"LayerNormalization {self.name!r}: epsilon must be a positive number, got {epsilon!r}")
+        self.epsilon, self.rms_scaling = float(epsilon), bool(rms_scaling)
+        self.center, self.scale = bool(center) and not self.rms_scaling, bool(scale)
+        self.gamma = self.beta = None
+
+    def _axes(self) -> tuple:
+        return resolve_axes(self.axis, len(self.input_shape) + 1, f"LayerNormalization {self.name!r}")
+
+    @property
+    def param_shape(self) -> tuple:
+        """gamma's and beta's shape: the sizes of the axes, in the order ``axis`` names them."""
+        items = self.axis if isinstance(self.axis, tuple) else (self.axis,)
+        rank = len(self.input_shape) + 1
+        return tuple(self.input_shape[(a + rank if a < 0 else a) - 1] for a in items)
+
+    def build(self, input_shape) -> None:
+        super().build(input_shape)
+        shape = (self._axes(), self.param_shape)[1]
+        self.gamma = np.ones(shape, np.float32) if self.scale else None
+        self.beta = np.zeros(shape, np.float32) if self.center else None
+
+    def get_weights(self) -> list:
+        return [w.copy() for w in (self.gamma, self.beta) if w is not None] if self.built else []
+
+    def set_weights(self, weights) -> None:
+        """Sets ``[gamma?, beta?]`` (as ``scale`` and ``center`` say), each of :attr:`param_shape`.
+
+        Raises:
+            ValueError: the layer is not built, or the count or a shape is wrong.
+        """
+        weights = [np.asarray(w, np.float32) for w in weights]
+        if not self.built:
+            raise ValueError(f"LayerNormalization {self.name!r}: build the layer before setting its weights")
+        if len(weights) != self.scale + self.center or any(w.shape != self.param_shape for w in weights):
+            raise ValueError(f"LayerNormalization {self.name!r} expects {self.scale + self.center} weight arrays of "
+                             f"shape {self.param_shape}, got {[w.shape for w in weights]}")
+        it = iter(weights)
+        self.gamma = next(it).copy() if self.scale else None
+        self.beta = next(it).copy() if self.center else None
+        self._weights_changed()
+
+    def lower(self, builder, x):
+        vectors = [None if w is None else Vector(f"layer {self.name!r} {label}", w.reshape(-1), self.device_copies)
+                   for label, w in (("gamma", self.gamma), ("beta", self.beta))]
+        return builder.normalize(x, "rms" if self.rms_scaling else "layer", self._axes(), self.epsilon, *vectors,
+                                 what=self._what())
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "axis": list(self.axis) if isinstance(self.axis, tuple) else self.axis,
+                "epsilon": self.epsilon, "center": self.center, "scale": self.scale, "rms_scaling": self.rms_scaling}
+
+
+class UnitNormalization(Layer):
+    """Keras's UnitNormalization: each sample divided by its L2 norm over ``axis``,
+    ``x / max(norm, epsilon)``; one kernel (kernels/normalize_axes.cl).
+
+    Args:
+        axis: the axis or axes (Keras's, the batch axis being 0); default the last.
+        epsilon: the smallest norm divided by (Keras 3: 1e-12; tf_keras: 1e-6, the square root
+            of the 1e-12 it puts under the root).
+        name: the layer's name.
+
+    Raises:
+        ValueError: a bad axis or a non-positive epsilon.
+    """
+
+    def __init__(self, axis=-1, epsilon=1e-12, name: str | None = None):
+        super().__init__(name)
+        self.axis = axis_argument(axis, f"UnitNormalization {self.name!r}")
+        if not isinstance(epsilon, (int, float)) or isinstance(epsilon, bool) or not epsilon > 0:
+            raise ValueError(f"UnitNormalization {self.name!r}: epsilon must be a positive number, got {epsilon!r}")
+        self.epsilon = float(epsilon)
+
+    def build(self, input_shape) -> None:
+        super().build(input_shape)
+        resolve_axes(self.axis, len(self.input_shape) + 1, f"UnitNormalization {self.name!r}")
+
+    def lower(self, builder, x):
+        axes = resolve_axes(self.axis, len(x.shape), f"UnitNormalization {self.name!r}")
+        return builder.normalize(x, "unit", axes, self.epsilon ** 2, what=self._what())
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "axis": list(self.axis) if isinstance(self.axis, tuple) else self.axis,
+                "epsilon": self.epsilon}

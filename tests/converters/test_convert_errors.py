@@ -238,17 +238,16 @@ def test_branching_functional_model_converts(keras_zoo, out_dir, fmt):
 # unsupported layers: all of them in one message
 
 
-UNSUPPORTED = [("PReLU", "bad_prelu"), ("Reshape", "bad_reshape"), ("Conv1D", "bad_conv"),
-               ("LSTM", "bad_lstm")]
+UNSUPPORTED = [("Masking", "bad_masking"), ("Conv1DTranspose", "bad_conv"), ("LSTM", "bad_lstm")]
 SUPPORTED = ["Dense", "Activation", "Dropout", "Flatten", "BatchNormalization", "ReLU",
-             "LeakyReLU", "ELU", "Softmax"]
+             "LeakyReLU", "ELU", "Softmax", "Conv2D", "MaxPooling2D", "GlobalAveragePooling1D", "UpSampling2D"]
 
 
 @pytest.mark.parametrize("fmt", FORMAT_PARAMS)
 def test_every_unsupported_layer_in_one_message(keras_zoo, out_dir, fmt):
     src = keras_zoo.path(fmt, "unsupported")
     classes = [layer["class_name"] for layer in keras_zoo.require(fmt, "unsupported")["layers"]]
-    assert classes == ["Dense", "PReLU", "Reshape", "Conv1D", "LSTM", "Dense", "Activation"]
+    assert classes == ["Dense", "Masking", "Reshape", "Conv1DTranspose", "LSTM", "Dense", "Activation"]
     check_unsupported_message(assert_convert_fails(src, out_dir))
     with pytest.raises(ConversionError) as info:   # load_model gives the same error
         malinn.load_model(src)

@@ -254,3 +254,17 @@ def test_every_target_loads_to_the_same_predictions(keras_zoo, device, tmp_path)
         dst = tmp_path / f"wide_{target}.malinn"
         assert malinn.convert(src, dst, target=target) == dst
         np.testing.assert_array_equal(malinn.load_model(dst).predict(x), expected, err_msg=target)
+
+
+@pytest.mark.parametrize("fmt", FORMAT_PARAMS)
+def test_batchnorm_after_linear_convolution_is_folded(keras_zoo, device, fmt):
+    model = load(keras_zoo, fmt, "cnn")
+    for conv, bn, cls in [("c5_s2_valid", "bn_folded", malinn.layers.Conv2D),
+                          ("dw_s2_valid", "bn_dw_folded", malinn.layers.DepthwiseConv2D)]:
+        layer = group_of(model, bn)
+        assert isinstance(layer, cls) and conv in layer.keras_names, (bn, type(layer).__name__, layer.keras_names)
+    assert isinstance(group_of(model, "bn_after_relu"), malinn.layers.BatchNormalization)
+    rows = model.plan(7).describe()
+    kinds = [row["kind"] for row in rows]
+    assert kinds.count("conv") == 6 and "affine" not in kinds, kinds   # the 1x1 convolution is a matmul
+    assert rows[0]["fused"] == ["bias", "relu", "affine"], rows[0]   # bn_after_relu in the epilogue

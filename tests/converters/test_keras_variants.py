@@ -6,7 +6,8 @@
   within bfloat16's precision.
 * LoRA (``enable_lora``): the ``.keras`` archive holds the merged kernel, the ``.h5`` the four
   variables, merged on reading; both equal Keras's output within 1e-5.
-* int8-quantized Dense (``model.quantize("int8")``): refused with a message that names it.
+* int8-quantized Dense (``model.quantize("int8")``): read as its int8 values times their scales,
+  the int8 form kept for the int8-weights precision (tests/test_precision.py runs it).
 
 The Keras files come from the zoo (tests/keras_zoo.py).
 """
@@ -141,11 +142,14 @@ def test_lora_variables_that_cannot_be_told_apart_are_refused(keras_zoo, tmp_pat
 
 
 @pytest.mark.parametrize("fmt", KERAS3_FORMATS)
-def test_int8_quantized_dense_is_refused_by_name(keras_zoo, tmp_path, fmt):
-    """Before: ``expected 2 weight arrays (kernel and bias), the file has 3``."""
+def test_int8_quantized_dense_reads_its_int8_values_and_scales(keras_zoo, fmt):
+    """Before: refused (``int8-quantized Dense (Keras 3 quantize) is not supported yet``). Keras's
+    weights are ``kernel / kernel_scale``; the layer keeps the int8 form for int8-weights."""
     path = keras_zoo.path(fmt, "int8")
-    with pytest.raises(ConversionError) as info:
-        malinn.convert(path, tmp_path / "int8.malinn")
-    assert str(info.value) == (f"{path}: layer 'd13_int8': int8-quantized Dense (Keras 3 quantize) is not "
-                               "supported yet; save the float model")
-    assert not (tmp_path / "int8.malinn").exists()
+    model = malinn.load_model(path)
+    assert model.precision == "fp32"
+    layer = model.layers[0]
+    q, scales = layer.quantized
+    assert q.dtype == np.int8 and q.shape == (13, 5) and scales.shape == (13,)
+    np.testing.assert_allclose(layer.kernel.T, q * scales[:, None], rtol=1e-6)
+    assert np.abs(q).max() == 127

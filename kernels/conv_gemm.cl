@@ -1,0 +1,237 @@
+/* Convolution as k^2 accumulating GEMMs on the unreplicated input (kn2row / kn2col, after
+ * "kn2row-convolution-via-gemm"), with the shift-and-add done on the device and the fused epilogue
+ * of epilogue.clh: R = AFFINE(ACTIVATION(sum over the KH*KW kernel offsets of W_k x shift_k(B) + bias)).
+ *
+ * Matrix views (malinn/tensor.py): the input B is CIN x (batch*IH*IW), the result R is
+ * COUT x (batch*OH*OW), column = (image*H + y)*W + x. The weights A are COUT x (KH*KW*CG): column
+ * (ky*KW + kx)*CG + c holds Keras's kernel[ky, kx, c, m] (CG = CIN / GROUPS input channels per
+ * group; output row m belongs to group m / MG). For each kernel offset (ky, kx) the sub-matrix
+ * W_k (COUT x CG) multiplies the input shifted by (ky*DH - PT, kx*DW - PL) and strided by (SH, SW);
+ * columns whose shifted pixel falls outside the image read 0 (boundary masking), so no k^2-times
+ * buffer (im2col) and no [k^2 COUT] x [H W] buffer (kn2row's original form) ever exists: the k^2
+ * products accumulate in each work item's registers.
+ *
+ * One source, two library entries: kn2row reads B and writes R row-major ("R": one channel plane
+ * per row; a work-group's neighbouring columns read neighbouring pixels) and A column-major;
+ * kn2col reads B and writes R column-major ("C": Keras's NHWC order, the channels of a pixel
+ * contiguous) and A row-major. The runtime prepends MALINN_INDEX_A/B/R for the entry's layouts.
+ *
+ * Compile-time parameters (-D defines; the plan sets the geometry per layer):
+ *   IH, IW, OH, OW   input and output spatial sizes     KH, KW  kernel size
+ *   SH, SW strides   DH, DW dilations                    PT, PL  padding above and left
+ *   CG input channels per group, MG output channels per group, GROUPS
+ *   MWI, NWI rows and columns of R per work item; MDIM, NDIM items per tile along rows and columns
+ *   (a tile of MDIM*MWI rows x NDIM*NWI columns; R is padded to whole tiles)
+ *   LOCAL    1: a work-group (NDIM x MDIM items, required) stages KC channels of its weight rows and
+ *            of its shifted input columns in local memory per step (one group only; GROUPS > 1
+ *            runs the direct loop); 0: every item reads global memory (through the caches)
+ *   KC       channels staged per step with LOCAL
+ *   BIAS, ACTIVATION, AFFINE  the fused epilogue
+ * Scalars: l, c padded rows and columns of B; h, w of R; m, n logical rows and columns of R;
+ * H, W padded rows and columns of A; p0..p3 the activation's parameters. OpenCL C 1.2.
+ */
+
+#ifndef IH
+#define IH 1
+#endif
+#ifndef IW
+#define IW 1
+#endif
+#ifndef OH
+#define OH 1
+#endif
+#ifndef OW
+#define OW 1
+#endif
+#ifndef KH
+#define KH 1
+#endif
+#ifndef KW
+#define KW 1
+#endif
+#ifndef SH
+#define SH 1
+#endif
+#ifndef SW
+#define SW 1
+#endif
+#ifndef DH
+#define DH 1
+#endif
+#ifndef DW
+#define DW 1
+#endif
+#ifndef PT
+#define PT 0
+#endif
+#ifndef PL
+#define PL 0
+#endif
+#ifndef CG
+#define CG 1
+#endif
+#ifndef MG
+#define MG 1
+#endif
+#ifndef GROUPS
+#define GROUPS 1
+#endif
+#ifndef MWI
+#define MWI 4
+#endif
+#ifndef NWI
+#define NWI 4
+#endif
+#ifndef MDIM
+#define MDIM 8
+#endif
+#ifndef NDIM
+#define NDIM 8
+#endif
+#ifndef LOCAL
+#define LOCAL 0
+#endif
+#ifndef KC
+#define KC 16
+#endif
+#define MWG (MDIM * MWI)
+#define NWG (NDIM * NWI)
+#if LOCAL && GROUPS == 1
+#define STAGED 1
+#else
+#define STAGED 0
+#endif
+
+#if STAGED
+__kernel __attribute__((reqd_work_group_size(NDIM, MDIM, 1))) void conv_gemm(
+#else
+__kernel void conv_gemm(
+#endif
+                        uint l, uint c, uint h, uint w, uint m, uint n, uint H, uint W,
+                        float p0, float p1, float p2, float p3,
+                        __global const float *a,
+                        __global const float *b,
+                        __global float *r,
+                        EPILOGUE_BUFFERS)
+{
+    const uint gx = get_global_id(0);
+    const uint gy = get_global_id(1);
+    /* a remainder is spelt x - (x / d) * d throughout: LLVM turns a '%' beside a '/' of the same
+     * operands into a 'freeze' instruction that Oclgrind's uninitialized-value check cannot run */
+    const uint col0 = (gx / NDIM) * (NDIM * NWI - NDIM) + gx;   /* columns col0 + j*NDIM */
+    const uint row0 = (gy / MDIM) * (MDIM * MWI - MDIM) + gy;   /* rows row0 + i*MDIM */
+
+    int base[NWI], y0[NWI], x0[NWI];   /* per column: first pixel of its image, top-left tap */
+    #pragma unroll
+    for (uint j = 0; j < NWI; ++j) {
+        const uint col = col0 + j * NDIM;
+        const uint rest = col / OW;
+        const uint ox = col - rest * OW;   /* col % OW without LLVM's freeze (Oclgrind) */
+        const uint image = rest / OH;
+        const uint oy = rest - image * OH;
+        base[j] = (int)(image * (IH * IW));
+        y0[j] = col < n ? (int)(oy * SH) - PT : -(1 << 28);   /* a padding column reads nothing */
+        x0[j] = (int)(ox * SW) - PL;
+    }
+#if GROUPS > 1
+    uint first[MWI];   /* each row's first input channel */
+    #pragma unroll
+    for (uint i = 0; i < MWI; ++i)
+        first[i] = min((row0 + i * MDIM) / MG, (uint)(GROUPS - 1)) * CG;
+#endif
+
+#if STAGED
+    __local float alm[KC * MWG];
+    __local float blm[KC * NWG];
+    const uint tx = get_local_id(0);
+    const uint ty = get_local_id(1);
+    const uint tid = ty * NDIM + tx;
+    const uint m0 = row0 - ty;   /* the work-group's first row */
+#endif
+
+    float acc[MWI][NWI];
+    #pragma unroll
+    for (uint i = 0; i < MWI; ++i)
+        #pragma unroll
+        for (uint j = 0; j < NWI; ++j)
+            acc[i][j] = 0.0f;
+
+    for (uint ky = 0; ky < KH; ++ky) {
+        for (uint kx = 0; kx < KW; ++kx) {
+            int src[NWI];   /* the shifted input column of each result column, or -1 (masked) */
+            #pragma unroll
+            for (uint j = 0; j < NWI; ++j) {
+                const int iy = y0[j] + (int)(ky * DH);
+                const int ix = x0[j] + (int)(kx * DW);
+                src[j] = (iy >= 0 && iy < IH && ix >= 0 && ix < IW) ? base[j] + iy * IW + ix : -1;
+            }
+            const uint k0 = (ky * KW + kx) * CG;
+#if STAGED
+            for (uint c0 = 0; c0 < CG; c0 += KC) {
+                /* the weights' KC x MWG block and the shifted input's KC x NWG block, zero past CG */
+                for (uint e = tid; e < KC * MWG; e += MDIM * NDIM) {
+                    const uint kk = e / MWG;
+                    const uint r = e - kk * MWG;
+                    alm[kk * MWG + r] = c0 + kk < CG ? a[MALINN_INDEX_A(m0 + r, k0 + c0 + kk, H, W)] : 0.0f;
+                }
+                for (uint kk = ty; kk < KC; kk += MDIM)
+                    #pragma unroll
+                    for (uint j = 0; j < NWI; ++j)
+                        blm[kk * NWG + tx + j * NDIM] = c0 + kk < CG && src[j] >= 0
+                            ? b[MALINN_INDEX_B(c0 + kk, (uint)src[j], l, c)] : 0.0f;
+                barrier(CLK_LOCAL_MEM_FENCE);
+                #pragma unroll 4
+                for (uint kk = 0; kk < KC; ++kk) {
+                    float av[MWI], bv[NWI];
+                    #pragma unroll
+                    for (uint i = 0; i < MWI; ++i)
+                        av[i] = alm[kk * MWG + ty + i * MDIM];
+                    #pragma unroll
+                    for (uint j = 0; j < NWI; ++j)
+                        bv[j] = blm[kk * NWG + tx + j * NDIM];
+                    #pragma unroll
+                    for (uint i = 0; i < MWI; ++i)
+                        #pragma unroll
+                        for (uint j = 0; j < NWI; ++j)
+                            acc[i][j] += av[i] * bv[j];
+                }
+                barrier(CLK_LOCAL_MEM_FENCE);
+            }
+#else
+            for (uint cc = 0; cc < CG; ++cc) {
+                float av[MWI];
+                #pragma unroll
+                for (uint i = 0; i < MWI; ++i)
+                    av[i] = a[MALINN_INDEX_A(row0 + i * MDIM, k0 + cc, H, W)];
+#if GROUPS == 1
+                float bv[NWI];
+                #pragma unroll
+                for (uint j = 0; j < NWI; ++j)
+                    bv[j] = src[j] >= 0 ? b[MALINN_INDEX_B(cc, (uint)src[j], l, c)] : 0.0f;
+                #pragma unroll
+                for (uint i = 0; i < MWI; ++i)
+                    #pragma unroll
+                    for (uint j = 0; j < NWI; ++j)
+                        acc[i][j] += av[i] * bv[j];
+#else
+                #pragma unroll
+                for (uint i = 0; i < MWI; ++i)
+                    #pragma unroll
+                    for (uint j = 0; j < NWI; ++j)
+                        acc[i][j] += src[j] >= 0 ? av[i] * b[MALINN_INDEX_B(first[i] + cc, (uint)src[j], l, c)] : 0.0f;
+#endif
+            }
+#endif
+        }
+    }
+
+    #pragma unroll
+    for (uint i = 0; i < MWI; ++i) {
+        const uint row = row0 + i * MDIM;
+        #pragma unroll
+        for (uint j = 0; j < NWI; ++j) {
+            const uint col = col0 + j * NDIM;
+            r[MALINN_INDEX_R(row, col, h, w)] = EPILOGUE(acc[i][j], row, col);
+        }
+    }
+}

@@ -1,0 +1,109 @@
+/* Normalizes groups of elements of a tensor along some of its axes, in place, for R in any layout.
+ *
+ * The tensor (batch, d1, ..., dk) is held as its matrix view: m = dk rows, one column per
+ * position of the other axes, so its row-major flat index is f = col * m + row. The axes being
+ * normalized are one contiguous run (the plan permutes others into one): the tensor is then
+ * (outer, GROUP, INNER) in flat order, and each group is the GROUP elements
+ * f = (o * GROUP + g) * INNER + i of one (o, i). One work item per group; the plan sizes the
+ * range (m / SR) x (n / SC) to the number of groups (SR, SC: defines), and item (x, y) takes
+ * group q = y * (m / SR) + x.
+ *
+ * MODE picks what each group becomes:
+ *   0  softmax: exp(x - max) / sum exp(x - max)                 (Keras's Softmax on one axis)
+ *   1  softmax as Keras computes it over several axes: exp(x - logsumexp(x))
+ *   2  layer normalization: (x - mean) * rsqrt(var + p0) [* scale[g]] [+ shift[g]] in Keras's
+ *      order: inv = rsqrt(var + epsilon) * gamma, y = x * inv + (beta - mean * inv); var is
+ *      the mean squared deviation (two passes). CENTER / SCALE: 1 where beta / gamma exist
+ *   3  RMS scaling (LayerNormalization(rms_scaling=True)): x * rsqrt(var + p0) [* scale[g]]
+ *   4  unit (L2) normalization: x * rsqrt(max(sum x^2, p0))
+ * p0 is the epsilon (MODE 2, 3) or the floor of the sum of squares (MODE 4). The padding is
+ * never touched. The runtime prepends MALINN_INDEX_R(row, col, prows, pcols); h, w are R's padded
+ * rows and columns. OpenCL C 1.2.
+ */
+
+#ifndef GROUP
+#define GROUP 1
+#endif
+#ifndef INNER
+#define INNER 1
+#endif
+#ifndef MODE
+#define MODE 0
+#endif
+#ifndef CENTER
+#define CENTER 0
+#endif
+#ifndef SCALE
+#define SCALE 0
+#endif
+
+/* The index in R of flat element f (row f % m, column f / m; the remainder spelt out: Oclgrind
+ * cannot run the LLVM freeze that a / and % pair becomes). */
+size_t malinn_flat_index(size_t f, uint m, uint h, uint w)
+{
+    const size_t col = f / m;
+    const uint row = (uint)(f - col * m);
+    return MALINN_INDEX_R(row, (uint)col, h, w);
+}
+
+#define AT(g) r[malinn_flat_index(base + (size_t)(g) * INNER, m, h, w)]
+
+__kernel void normalize_axes(uint m, uint n, uint h, uint w, float p0,
+                             __global float *r,
+                             __global const float *scale,
+                             __global const float *shift)
+{
+    const size_t q = (size_t)get_global_id(1) * get_global_size(0) + get_global_id(0);
+    const size_t o = q / INNER;
+    const size_t base = o * GROUP * INNER + (q - o * INNER);
+#if MODE == 0 || MODE == 1
+    float top = -INFINITY;
+    for (uint g = 0; g < GROUP; ++g)
+        top = fmax(top, AT(g));
+    float total = 0.0f;
+    for (uint g = 0; g < GROUP; ++g)
+        total += exp(AT(g) - top);
+#if MODE == 0
+    for (uint g = 0; g < GROUP; ++g)
+        AT(g) = exp(AT(g) - top) / total;
+#else
+    const float lse = top + log(total);
+    for (uint g = 0; g < GROUP; ++g)
+        AT(g) = exp(AT(g) - lse);
+#endif
+#elif MODE == 2 || MODE == 3
+    float sum = 0.0f;
+    for (uint g = 0; g < GROUP; ++g)
+        sum += AT(g);
+    const float mean = sum / GROUP;
+    float squares = 0.0f;
+    for (uint g = 0; g < GROUP; ++g) {
+        const float d = AT(g) - mean;
+        squares += d * d;
+    }
+    const float inv0 = rsqrt(squares / GROUP + p0);
+    for (uint g = 0; g < GROUP; ++g) {
+#if SCALE
+        const float inv = inv0 * scale[g];
+#else
+        const float inv = inv0;
+#endif
+#if MODE == 2
+#if CENTER
+        AT(g) = AT(g) * inv + (shift[g] - mean * inv);
+#else
+        AT(g) = AT(g) * inv + (-mean * inv);
+#endif
+#else
+        AT(g) = AT(g) * inv;
+#endif
+    }
+#else
+    float squares = 0.0f;
+    for (uint g = 0; g < GROUP; ++g)
+        squares += AT(g) * AT(g);
+    const float inv = rsqrt(fmax(squares, p0));
+    for (uint g = 0; g < GROUP; ++g)
+        AT(g) = AT(g) * inv;
+#endif
+}

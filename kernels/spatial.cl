@@ -1,0 +1,112 @@
+/* Spatial re-indexing without arithmetic (Keras ZeroPadding1D/2D, Cropping1D/2D, UpSampling1D/2D
+ * nearest), and the patch matrix of im2col/im2row:
+ *
+ *   spatial_copy  R[ch, (img, oy, ox)] = A[ch, (img, (oy + OY) / UY, (ox + OX) / UX)], 0 where the
+ *                 source pixel is outside the image: ZeroPadding is OY = -top, OX = -left, U = 1;
+ *                 Cropping is OY = top, OX = left; UpSampling (nearest) is O = 0, U = the size.
+ *   im2col        R[(ky*KW + kx)*CIN + ch, (img, oy, ox)] = A[ch, (img, oy*SH + ky*DH - PT,
+ *                 ox*SW + kx*DW - PL)], 0 outside the image: the k^2-times patch matrix a GEMM with
+ *                 the COUT x KH*KW*CIN weights turns into a convolution. Its library entries fix
+ *                 R's layout: "R" (im2col, one patch element per row) or "C" (im2row, a pixel's
+ *                 patch contiguous).
+ *
+ * Matrix views (malinn/tensor.py): column = (image*H + y)*W + x. A and R in any layout (the
+ * runtime prepends MALINN_INDEX_A and MALINN_INDEX_R); R's padding written as 0.
+ * Compile-time parameters (-D defines, set per layer by the plan): IH, IW, OH, OW; OY, OX, UY, UX
+ * (spatial_copy); KH, KW, SH, SW, DH, DW, PT, PL, CIN (im2col). Scalars: m, n logical rows and
+ * columns of R, H, W padded rows and columns of A, h, w of R. OpenCL C 1.2.
+ */
+
+#ifndef IH
+#define IH 1
+#endif
+#ifndef IW
+#define IW 1
+#endif
+#ifndef OH
+#define OH 1
+#endif
+#ifndef OW
+#define OW 1
+#endif
+#ifndef OY
+#define OY 0
+#endif
+#ifndef OX
+#define OX 0
+#endif
+#ifndef UY
+#define UY 1
+#endif
+#ifndef UX
+#define UX 1
+#endif
+#ifndef KH
+#define KH 1
+#endif
+#ifndef KW
+#define KW 1
+#endif
+#ifndef SH
+#define SH 1
+#endif
+#ifndef SW
+#define SW 1
+#endif
+#ifndef DH
+#define DH 1
+#endif
+#ifndef DW
+#define DW 1
+#endif
+#ifndef PT
+#define PT 0
+#endif
+#ifndef PL
+#define PL 0
+#endif
+#ifndef CIN
+#define CIN 1
+#endif
+
+__kernel void spatial_copy(uint m, uint n, uint H, uint W, uint h, uint w,
+                           __global const float *a,
+                           __global float *r)
+{
+    const uint row = get_global_id(0);
+    const uint col = get_global_id(1);
+    float v = 0.0f;
+    if (row < m && col < n) {
+        const uint rest = col / OW;
+        const uint ox = col - rest * OW;   /* col % OW without LLVM's freeze (Oclgrind) */
+        const uint image = rest / OH;
+        const uint oy = rest - image * OH;
+        const int sy = (int)oy + OY, sx = (int)ox + OX;
+        if (sy >= 0 && sy < IH * UY && sx >= 0 && sx < IW * UX)
+            v = a[MALINN_INDEX_A(row, image * (IH * IW) + (uint)(sy / UY) * IW + (uint)(sx / UX), H, W)];
+    }
+    r[MALINN_INDEX_R(row, col, h, w)] = v;
+}
+
+__kernel void im2col(uint m, uint n, uint H, uint W, uint h, uint w,
+                     __global const float *a,
+                     __global float *r)
+{
+    const uint row = get_global_id(0);
+    const uint col = get_global_id(1);
+    float v = 0.0f;
+    if (row < m && col < n) {
+        const uint tap = row / CIN;
+        const uint ch = row - tap * CIN;
+        const uint rest = col / OW;
+        const uint ox = col - rest * OW;   /* col % OW without LLVM's freeze (Oclgrind) */
+        const uint image = rest / OH;
+        const uint oy = rest - image * OH;
+        const uint ky = tap / KW;
+        const int iy = (int)(oy * SH + ky * DH) - PT;
+        const int ix = (int)(ox * SW + (tap - ky * KW) * DW) - PL;
+        if (iy >= 0 && iy < IH && ix >= 0 && ix < IW)
+            v = a[MALINN_INDEX_A(ch, image * (IH * IW) + (uint)(iy * IW + ix), H, W)];
+    }
+    r[MALINN_INDEX_R(row, col, h, w)] = v;
+}

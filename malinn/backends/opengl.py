@@ -1,0 +1,441 @@
+"""The OpenGL backend: GLSL ES 3.10 compute shaders through moderngl, headless through EGL.
+
+The only module of malinn that imports moderngl (an optional extra: ``pip install malinn[gl]``).
+It serves the boards that have a capable GPU and no OpenCL driver (Raspberry Pi 4/5, Mali on
+Panfrost): the same model file runs there, on the same kernel-library entries, each entry naming
+its GLSL source under ``"sources": {"gl": ...}`` (``kernels/gl/``).
+
+How the OpenCL notions map (docs/BACKENDS.md):
+
+* a buffer is a shader storage buffer; upload and download are ``glBufferSubData`` /
+  ``glGetBufferSubData`` (blocking: the driver copies before returning);
+* a program is a compute shader: the source with the entry's defines as ``#define`` lines after
+  ``#version 310 es``, and the work-group size as ``layout(local_size_x ...)`` (a compile-time
+  constant in GLSL, so one source is linked once per work-group shape it is launched with);
+* arguments: the scalars (``uint``/``float``, in the library's ``arglist`` order) fill a uniform
+  block ``MalinnArgs`` at binding 0 (std140: one 4-byte slot each, after the launch's range
+  ``malinn_range0``, ``malinn_range1``), declared by the shader with ``MALINN_ARGS(...)``; the
+  buffers go to storage-buffer bindings 0, 1, ... in ``buffers`` order;
+* a range not divisible by the work-group is rounded up, and the shader returns early past
+  ``malinn_range`` (``MALINN_GUARD``); kernels with barriers always get a dividing work-group;
+* launches are dispatched in order with a storage-buffer barrier after each;
+* a context is current in one thread at a time: every call makes it current for its duration
+  (under the device's lock) and restores the caller's context after.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import DeviceError, KernelBuildError
+from ..layout import Layout
+from .base import BoundLaunch, Device
+
+__all__ = ["GLDevice", "discover", "gl_index_macro", "PREAMBLE_VERSION", "SOFTWARE_RENDERERS"]
+
+#: renderers that run on the CPU (their devices are listed as type CPU)
+SOFTWARE_RENDERERS = ("llvmpipe", "softpipe", "swiftshader", "lavapipe", "swrast")
+#: the shader language every GL source is written in
+PREAMBLE_VERSION = "#version 310 es"
+#: the work-group shape of a launch whose kernel names none (a rounded-up range, guarded)
+DEFAULT_LOCAL = {1: (64,), 2: (8, 8)}
+_SHADER_STORAGE_BARRIER_BIT = 0x2000
+_MAX_COMPUTE_SHARED_MEMORY_SIZE = 0x8262
+_GPU_MEMORY_INFO_TOTAL_AVAILABLE_MEMORY_NVX = 0x9048
+_PROGRAM_BINARY_LENGTH = 0x8741
+_LINK_STATUS = 0x8B82
+_PROGRAM_BINARY_RETRIEVABLE_HINT = 0x8257
+
+_PROBE_SOURCE = """
+MALINN_ARGS(uint n;)
+layout(std430, binding = 0) readonly buffer BufX { float x[]; };
+layout(std430, binding = 1) writeonly buffer BufY { float y[]; };
+void main() {
+    MALINN_GUARD
+    uint i = gl_GlobalInvocationID.x;
+    y[i] = 2.0 * x[i] + 1.0;
+}
+"""
+
+
+def _moderngl():
+    import moderngl  # the optional extra: imported on first use, so malinn works without it
+
+    return moderngl
+
+
+def gl_index_macro(layout: Layout, name: str) -> str:
+    """A GLSL macro ``name(r, c, prows, pcols)`` computing :meth:`Layout.index` in ``uint``.
+
+    The same terms as the OpenCL macro (``Layout.index_terms()``), with unsigned literals: GLSL
+    converts no ``int`` to ``uint`` implicitly.
+    """
+    terms = []
+    for base, (yk, xk), (yn, xn) in layout.index_terms():
+        i = "(R_)" if yk is None else f"((R_) % {yk}u)"
+        j = "(C_)" if xk is None else f"((C_) % {xk}u)"
+        if yn != 1:
+            i = f"({i} / {yn}u)"
+        if xn != 1:
+            j = f"({j} / {xn}u)"
+        nrows = f"(uint(P_R) / {yn}u)" if yk is None else f"({yk // yn}u)"
+        ncols = f"(uint(P_C) / {xn}u)" if xk is None else f"({xk // xn}u)"
+        order = f"({i} * {ncols} + {j})" if base == "R" else f"({j} * {nrows} + {i})"
+        weight = "" if (yn, xn) == (1, 1) else f" * {yn * xn}u"
+        terms.append(f"{order}{weight}")
+    body = " + ".join(terms).replace("(R_)", "(uint(R_))").replace("(C_)", "(uint(C_))")
+    return f"#define {name}(R_, C_, P_R, P_C) ({body})"
+
+
+def _preamble(options: tuple, local: tuple) -> str:
+    """``#version``, the defines of ``options`` (``-DNAME=VALUE``), the work-group shape and the
+    argument-block and range-guard macros every GL source uses."""
+    lines = [PREAMBLE_VERSION, "precision highp float;", "precision highp int;"]
+    for option in options:
+        if not option.startswith("-D"):
+            raise KernelBuildError(f"option {option!r}: the OpenGL backend takes -DNAME=VALUE defines only")
+        name, _, value = option[2:].partition("=")
+        lines.append(f"#define {name} {value or 1}")
+    lx, ly = (tuple(local) + (1, 1))[:2]
+    lines += [
+        f"#define MALINN_LOCAL_X {lx}",
+        f"#define MALINN_LOCAL_Y {ly}",
+        f"layout(local_size_x = {lx}, local_size_y = {ly}, local_size_z = 1) in;",
+        "#define MALINN_ARGS(members) layout(std140, binding = 0) uniform MalinnArgs "
+        "{ uint malinn_range0; uint malinn_range1; members };",
+        "#define MALINN_GUARD if (gl_GlobalInvocationID.x >= malinn_range0 || "
+        "gl_GlobalInvocationID.y >= malinn_range1) return;",
+        "#define MALINN_INFINITY uintBitsToFloat(0x7F800000u)",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+class _GL:
+    """The few GL entry points moderngl does not wrap (program binaries, integer limits), through
+    ``eglGetProcAddress``."""
+
+    def __init__(self):
+        egl = ctypes.CDLL("libEGL.so.1")
+        egl.eglGetProcAddress.restype = ctypes.c_void_p
+        egl.eglGetProcAddress.argtypes = [ctypes.c_char_p]
+
+        def fn(name, *argtypes):
+            address = egl.eglGetProcAddress(name.encode())
+            if not address:
+                return None
+            return ctypes.CFUNCTYPE(None, *argtypes)(address)
+
+        u, i, p = ctypes.c_uint, ctypes.c_int, ctypes.c_void_p
+        self.get_integerv = fn("glGetIntegerv", u, p)
+        self.get_programiv = fn("glGetProgramiv", u, u, p)
+        self.get_program_binary = fn("glGetProgramBinary", u, i, p, p, p)
+        self.program_binary = fn("glProgramBinary", u, u, p, i)
+        self.program_parameteri = fn("glProgramParameteri", u, u, i)
+
+    def integer(self, pname: int) -> int:
+        value = (ctypes.c_int * 4)()
+        self.get_integerv(pname, value)
+        return int(value[0])
+
+
+@dataclass(eq=False)
+class GLDevice(Device):
+    """An OpenGL device: a headless EGL context holding OpenGL 4.3+ or OpenGL ES 3.1."""
+
+    ctx: object = field(repr=False, default=None)
+    gl: object = field(repr=False, default=None)
+    binary_formats: int = 0
+    _depth: int = field(repr=False, default=0)
+
+    # ---------------------------------------------------------------- the current context
+    def __enter__(self):
+        self.lock.acquire()
+        if self._depth == 0:
+            try:
+                self.ctx.__enter__()
+            except Exception:
+                self.lock.release()
+                raise
+        self._depth += 1
+        return self
+
+    def __exit__(self, *exc):
+        self._depth -= 1
+        try:
+            if self._depth == 0:
+                self.ctx.gc()
+                self.ctx.__exit__(None, None, None)
+        finally:
+            self.lock.release()
+        return False
+
+    def _error(self) -> str | None:
+        error = self.ctx.error
+        return None if error == "GL_NO_ERROR" else error
+
+    # ---------------------------------------------------------------- memory
+    def alloc(self, nbytes: int, what: str):
+        if nbytes > self.max_allocation:
+            raise DeviceError(f"{what}: {nbytes / 2**20:.1f} MiB exceeds the largest single allocation of "
+                              f"{self.name} ({self.max_allocation / 2**20:.0f} MiB: its largest shader storage buffer)")
+        with self:
+            try:
+                buffer = self.ctx.buffer(reserve=max(int(nbytes), 4))
+            except Exception as exc:
+                raise DeviceError(f"{what}: allocating {nbytes / 2**20:.1f} MiB on {self.name} failed ({exc})") from exc
+            error = self._error()
+            if error:
+                raise DeviceError(f"{what}: allocating {nbytes / 2**20:.1f} MiB on {self.name} failed ({error})")
+        return buffer
+
+    def upload(self, buffer, array, blocking: bool = True, what: str = "data", mapped: bool | None = None) -> None:
+        with self:
+            try:
+                buffer.write(np.ascontiguousarray(array))
+            except Exception as exc:
+                raise DeviceError(f"uploading {what} ({array.nbytes} bytes) to {self.name} failed ({exc})") from exc
+        self.counters["uploads"] += 1
+
+    def download(self, buffer, out, blocking: bool = True, what: str = "data", mapped: bool | None = None) -> None:
+        with self:
+            try:
+                self.ctx.memory_barrier()
+                buffer.read_into(out, size=out.nbytes)
+            except Exception as exc:
+                raise DeviceError(f"downloading {what} ({out.nbytes} bytes) from {self.name} failed ({exc})") from exc
+        self.counters["downloads"] += 1
+
+    def fill_zero(self, buffer, nbytes: int, what: str = "buffer") -> None:
+        with self:
+            try:
+                self.ctx.memory_barrier()
+                buffer.clear(size=int(nbytes))
+            except Exception as exc:
+                raise DeviceError(f"clearing {what} ({nbytes} bytes) on {self.name} failed ({exc})") from exc
+
+    def image_from(self, buffer, width: int, height: int, what: str = "image"):
+        raise DeviceError(f"{what}: the OpenGL backend passes no image operands ({self.name}); "
+                          "choose a kernel without \"image\" restrictions")
+
+    def finish(self) -> None:
+        with self:
+            self.ctx.finish()
+
+    # ---------------------------------------------------------------- programs
+    def compile(self, source: str, options: tuple = (), origin: str = "<source>"):
+        """A :class:`GLProgram` for ``source`` and ``options``, memoised; it is linked (and its
+        build errors raised) once per work-group shape, when bound."""
+        key = (source, tuple(options))
+        programs = self.cache.setdefault("programs", {})
+        with self.lock:
+            program = programs.get(key)
+            if program is None:
+                program = programs[key] = GLProgram(self, source, tuple(options), origin)
+        return program
+
+    def render_index(self, layout: Layout, name: str) -> str:
+        return gl_index_macro(layout, name)
+
+    # ---------------------------------------------------------------- launches
+    def bind(self, program, function: str, args: list, global_size: tuple, local_size, what: str = "",
+             name: str | None = None):
+        name = name or function
+        global_size = tuple(int(g) for g in global_size)
+        local = tuple(local_size) if local_size else DEFAULT_LOCAL[len(global_size)]
+        groups = tuple(-(-g // l) for g, l in zip(global_size, local))
+        if any(g > 65535 for g in groups):
+            raise DeviceError(f"{what}: kernel {name} over range {global_size} needs {groups} work-groups, "
+                              f"more than {self.name} dispatches (65535 per dimension)")
+        scalars = [a for a in args if isinstance(a, (np.uint32, np.float32))]
+        buffers = [a for a in args if not isinstance(a, (np.uint32, np.float32))]
+        with self:
+            shader = program.linked(local)
+            try:
+                block = shader["MalinnArgs"]
+            except KeyError:
+                raise KernelBuildError(f"{program.origin}: the shader declares no MALINN_ARGS block") from None
+            words = np.zeros(max(block.size // 4, 2 + len(scalars)), np.uint32)
+            words[0] = global_size[0]
+            words[1] = global_size[1] if len(global_size) > 1 else 1
+            for i, value in enumerate(scalars):
+                words[2 + i] = np.asarray(value).view(np.uint32)
+            if block.size < 4 * (2 + len(scalars)):
+                raise KernelBuildError(f"{program.origin}: MALINN_ARGS holds {block.size // 4 - 2} scalars, "
+                                       f"the library passes {len(scalars)}")
+            uniforms = self.ctx.buffer(words.tobytes())
+        handle = (shader, uniforms, tuple(buffers), groups + (1,) * (3 - len(groups)))
+        bound = BoundLaunch(name, global_size, local, handle, None, what=what or name)
+        bound.enqueue = lambda: self._timed([bound])
+        return bound
+
+    def _timed(self, launches: list) -> "GLEvent":
+        """Runs ``launches`` to completion: an event whose profile is their wall time until the
+        device finished (GL has no per-launch events here; the tuner and benchmarks time with it)."""
+        with self:
+            self.ctx.finish()
+            start = time.perf_counter_ns()
+            self.launch_all(launches)
+            self.ctx.finish()
+            return GLEvent(start, time.perf_counter_ns())
+
+    def launch_all(self, launches: list) -> None:
+        with self:
+            for launch in launches:
+                shader, uniforms, buffers, (gx, gy, gz) = launch.handle
+                uniforms.bind_to_uniform_block(0)
+                for i, buffer in enumerate(buffers):
+                    buffer.bind_to_storage_buffer(i)
+                shader.run(gx, gy, gz)
+                self.ctx.memory_barrier(_SHADER_STORAGE_BARRIER_BIT)
+            error = self._error()
+            if error:
+                names = ", ".join(f"{b.what}: {b.function} over {b.global_size}" for b in launches)
+                raise DeviceError(f"launching {names} on {self.name} failed ({error})")
+            self.counters["launches"] += len(launches)
+
+
+class GLEvent:
+    """What one enqueued GL launch returns: already complete, with ``profile.start``/``end`` in ns."""
+
+    __slots__ = ("profile",)
+
+    def __init__(self, start: int, end: int):
+        self.profile = type("Profile", (), {"start": start, "end": end})()
+
+    def wait(self) -> None:
+        """Nothing to wait for: the launch finished before the event was made."""
+
+
+class GLProgram:
+    """A compute-shader source and its defines, linked once per work-group shape.
+
+    Linked programs are cached on disk as program binaries (``glGetProgramBinary``) where the driver
+    offers them, through :mod:`malinn.cache` like the OpenCL backend's (``MALINN_BINARY_CACHE=0``
+    turns it off).
+    """
+
+    def __init__(self, device: GLDevice, source: str, options: tuple, origin: str):
+        self.device, self.source, self.options, self.origin = device, source, options, origin
+        self.shaders = {}
+
+    def text(self, local: tuple) -> str:
+        """The full GLSL source for work-group shape ``local``."""
+        return _preamble(self.options, local) + self.source
+
+    def linked(self, local: tuple):
+        """The moderngl compute shader for ``local`` (KernelBuildError with the compiler's log)."""
+        shader = self.shaders.get(local)
+        if shader is None:
+            device = self.device
+            text = self.text(local)
+            try:
+                shader = device.ctx.compute_shader(text)
+            except Exception as exc:
+                raise KernelBuildError(f"{self.origin}: the GLSL compute shader did not build on {device.name} "
+                                       f"(options {' '.join(self.options) or 'none'}, work-group {local}):\n"
+                                       f"{str(exc).strip()}") from None
+            device.count("builds")
+            self.shaders[local] = shader
+        return shader
+
+
+# -------------------------------------------------------------------- discovery
+def _total_memory(ctx, gl: _GL, software: bool, max_allocation: int) -> int:
+    """The device's memory: NVIDIA's figure where it gives one, else the host's (a CPU renderer, or a
+    board whose GPU shares the host's memory); GL has no standard query."""
+    if "GL_NVX_gpu_memory_info" in ctx.extensions:
+        return gl.integer(_GPU_MEMORY_INFO_TOTAL_AVAILABLE_MEMORY_NVX) * 1024
+    try:
+        return max(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), max_allocation)
+    except (ValueError, OSError, AttributeError):
+        return max_allocation
+
+
+def probe(index: int) -> GLDevice:
+    """Creates a headless context on EGL device ``index`` and runs the probe shader; raises on failure."""
+    moderngl = _moderngl()
+    ctx = moderngl.create_context(standalone=True, backend="egl", device_index=index, require=430)
+    ctx.gc_mode = "context_gc"
+    try:
+        gl = _GL()
+        info = ctx.info
+        renderer = str(info["GL_RENDERER"]).strip()
+        software = any(s in renderer.lower() for s in SOFTWARE_RENDERERS)
+        if "GL_ARB_ES3_1_compatibility" not in ctx.extensions and ctx.version_code < 460:
+            raise DeviceError(f"{renderer} compiles no GLSL ES 3.10 (no GL_ARB_ES3_1_compatibility)")
+        max_allocation = int(info["GL_MAX_SHADER_STORAGE_BLOCK_SIZE"])
+        sizes = tuple(int(s) for s in info["GL_MAX_COMPUTE_WORK_GROUP_SIZE"])
+        formats = gl.integer(0x87FE) if gl.get_program_binary else 0   # GL_NUM_PROGRAM_BINARY_FORMATS
+        device = GLDevice(
+            backend="gl", index=("gl", index), name=renderer, platform=f"OpenGL {str(info['GL_VERSION']).strip()}",
+            vendor=str(info["GL_VENDOR"]).strip(), type="CPU" if software else "GPU", compute_units=1,
+            global_memory=_total_memory(ctx, gl, software, max_allocation), max_allocation=max_allocation,
+            max_work_group_size=int(info["GL_MAX_COMPUTE_WORK_GROUP_INVOCATIONS"]), max_work_item_sizes=sizes,
+            local_memory=gl.integer(_MAX_COMPUTE_SHARED_MEMORY_SIZE), image_support=False,
+            image2d_max_size=(0, 0), opencl_c_version="GLSL ES 3.10",
+            driver_version=str(info["GL_VERSION"]).strip(), host_unified_memory=False,   # no mapped transfers
+            ctx=ctx, gl=gl, binary_formats=formats)
+    finally:
+        ctx.__exit__(None, None, None)   # create_context left it current in this thread
+    x = np.arange(100, dtype=np.float32)
+    y = np.empty_like(x)
+    xb, yb = device.alloc(x.nbytes, "probe input"), device.alloc(y.nbytes, "probe output")
+    program = device.compile(_PROBE_SOURCE, origin="the probe shader")
+    device.upload(xb, x)
+    device.bind(program, "main", [np.uint32(x.size), xb, yb], (x.size,), None, what="probe")()
+    device.download(yb, y)
+    if not np.array_equal(y, 2 * x + 1):
+        raise DeviceError("the probe shader ran but returned wrong values")
+    device.counters.update({key: 0 for key in device.counters})
+    return device
+
+
+def wanted(others: list) -> bool:
+    """Whether a discovery without an explicit request looks for OpenGL devices: ``MALINN_GL=1``
+    always, ``MALINN_GL=0`` never, else only where no OpenCL GPU works (the choice order puts an
+    OpenGL GPU after any OpenCL GPU). Mesa's drivers bring an LLVM of their own, and importing
+    TensorFlow into a process that loaded one crashes it: where OpenCL serves, Mesa stays unloaded."""
+    setting = os.environ.get("MALINN_GL", "").strip()
+    if setting in ("0", "1"):
+        return setting == "1"
+    return not any(d.kind == "gpu" for d in others)
+
+
+def discover(others: list | None = None, force: bool = False) -> list:
+    """Every working OpenGL device (EGL devices in order), probed; warnings for the rest.
+
+    Args:
+        others: the devices other backends found (see :func:`wanted`).
+        force: look even where :func:`wanted` says not to (``set_device("gl")`` asked), unless
+            ``MALINN_GL=0``.
+
+    Nothing is listed when moderngl is not installed (``pip install malinn[gl]``), or when
+    TensorFlow is loaded in the process (Mesa's llvmpipe brings an LLVM of its own, as PoCL does).
+    """
+    if os.environ.get("MALINN_GL", "").strip() == "0" or not (force or wanted(others or [])):
+        return []
+    try:
+        _moderngl()
+    except ImportError:
+        return []
+    if "tensorflow" in sys.modules:
+        warnings.warn("malinn: skipping the OpenGL devices: TensorFlow is loaded in this process, and Mesa's "
+                      "drivers bring an LLVM of their own; run TensorFlow in another process", stacklevel=3)
+        return []
+    found = []
+    for index in range(16):
+        try:
+            found.append(probe(index))
+        except Exception as exc:
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if "requested device index" in text:   # past the last EGL device
+                break
+            warnings.warn(f"malinn: skipping OpenGL device gl:{index}: {text}", stacklevel=3)
+    return found

@@ -1,0 +1,368 @@
+"""Convolution layers, channels last as Keras: ``Conv1D``, ``Conv2D``, ``DepthwiseConv2D``,
+``SeparableConv2D``.
+
+Each lowers to the plan's convolution steps (:meth:`malinn.plan.PlanBuilder.conv`,
+:meth:`~malinn.plan.PlanBuilder.depthwise`): the weights are re-laid once into the matrix the
+kernels read (``COUT x KH*KW*CG``, or ``C*DM x KH*KW`` for a depthwise kernel) and uploaded in the
+chosen kernel's layout; bias, activation and a folded BatchNormalization run in the kernel's
+epilogue. A 1-D layer is the 2-D one on an image of height 1 (the same memory).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..plan import Vector, Weight
+from .activation import get_activation
+from .base import Layer
+from .windows import as_tuple, output_size, spatial_of, window_defines
+
+__all__ = ["Conv1D", "Conv2D", "DepthwiseConv2D", "SeparableConv2D"]
+
+PADDINGS = ("valid", "same")
+
+
+def _glorot(shape, fan_in: int, fan_out: int) -> np.ndarray:
+    limit = np.sqrt(6.0 / (fan_in + fan_out))
+    return np.random.default_rng().uniform(-limit, limit, shape).astype(np.float32)
+
+
+class _Window(Layer):
+    """What every convolution shares: rank, kernel size, strides, padding, dilation, activation, bias."""
+
+    rank = 2
+    paddings = PADDINGS
+
+    def __init__(self, kernel_size, strides=1, padding="valid", dilation_rate=1, activation=None,
+                 use_bias: bool = True, data_format=None, name: str | None = None):
+        super().__init__(name)
+        who = f"{type(self).__name__} {self.name!r}"
+        self.kernel_size = as_tuple(kernel_size, self.rank, f"{who}: kernel_size")
+        self.strides = as_tuple(strides, self.rank, f"{who}: strides")
+        self.dilation_rate = as_tuple(dilation_rate, self.rank, f"{who}: dilation_rate")
+        if padding not in self.paddings:
+            raise ValueError(f"{who}: padding must be one of {self.paddings}, got {padding!r}")
+        if data_format not in (None, "channels_last"):
+            raise ValueError(f"{who}: only data_format='channels_last' runs, got {data_format!r}")
+        self.padding = padding
+        self.activation = get_activation(activation)
+        self.use_bias = bool(use_bias)
+        self.bias: np.ndarray | None = None
+
+    # 2-D views of the 1-D and 2-D geometry
+    def _hw(self, pair) -> tuple:
+        return (1,) + tuple(pair) if self.rank == 1 else tuple(pair)
+
+    def geometry(self, sample_shape) -> dict:
+        """The window defines of this layer on one sample of ``sample_shape``."""
+        h, w, _ = spatial_of(sample_shape)
+        return window_defines((h, w), self._hw(self.kernel_size), self._hw(self.strides),
+                              self._hw(self.dilation_rate), self.padding)
+
+    def _spatial_output(self, input_shape) -> tuple:
+        shape = tuple(input_shape)
+        return tuple(output_size(n, k, s, d, self.padding)
+                     for n, k, s, d in zip(shape[1:-1], self.kernel_size, self.strides, self.dilation_rate))
+
+    def _check_input(self, input_shape) -> tuple:
+        shape = tuple(input_shape)
+        if len(shape) != self.rank + 2:
+            raise ValueError(f"{type(self).__name__} {self.name!r} expects inputs of rank {self.rank + 2} "
+                             f"(batch, {'length' if self.rank == 1 else 'height, width'}, channels), got {shape}")
+        if 0 in self._spatial_output(shape):
+            raise ValueError(f"{type(self).__name__} {self.name!r}: kernel {self.kernel_size} with dilation "
+                             f"{self.dilation_rate} does not fit input {shape} with padding {self.padding!r}")
+        return shape
+
+    def _vector(self, values, what):
+        return Vector(f"layer {self.name!r} {what}", values, self.device_copies)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "kernel_size": self.kernel_size, "strides": self.strides,
+                "padding": self.padding, "dilation_rate": self.dilation_rate, "activation": self.activation,
+                "use_bias": self.use_bias}
+
+
+class Conv2D(_Window):
+    """A 2-D convolution over ``(batch, height, width, channels)``, as Keras's ``Conv2D``.
+
+    Args:
+        filters: output channels, a positive integer (a multiple of ``groups``).
+        kernel_size, strides, dilation_rate: an int or ``rank`` ints.
+        padding: ``"valid"`` or ``"same"`` (``"causal"`` too for Conv1D).
+        groups: input and output channels split into this many independent groups.
+        activation: the activation's name, or ``None`` for linear.
+        use_bias: whether the layer adds a bias per filter.
+        name: the layer's name.
+
+    Raises:
+        ValueError: an argument is not what Keras accepts.
+    """
+
+    def __init__(self, filters, kernel_size, strides=1, padding="valid", dilation_rate=1, groups=1,
+                 activation=None, use_bias: bool = True, data_format=None, name: str | None = None):
+        super().__init__(kernel_size, strides, padding, dilation_rate, activation, use_bias, data_format, name)
+        who = f"{type(self).__name__} {self.name!r}"
+        if isinstance(filters, bool) or not isinstance(filters, (int, np.integer)) or filters < 1:
+            raise ValueError(f"{who}: filters must be a positive integer, got {filters!r}")
+        if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1 or filters % groups:
+            raise ValueError(f"{who}: groups must be a positive integer dividing filters ({filters}), got {groups!r}")
+        self.filters, self.groups = int(filters), int(groups)
+        self.kernel: np.ndarray | None = None
+
+    def build(self, input_shape) -> None:
+        """Creates ``kernel`` (kernel_size + (channels / groups, filters)), Glorot-uniform, and a zero bias.
+
+        Raises:
+            ValueError: the input's rank is wrong, its channels are not a multiple of ``groups``, or
+                the kernel does not fit it.
+        """
+        shape = self._check_input(input_shape)
+        if shape[-1] % self.groups:
+            raise ValueError(f"{type(self).__name__} {self.name!r}: {shape[-1]} input channels are not a "
+                             f"multiple of groups={self.groups}")
+        super().build(shape)
+        taps = int(np.prod(self.kernel_size))
+        cg = shape[-1] // self.groups
+        self.kernel = _glorot(self.kernel_size + (cg, self.filters), taps * cg, taps * self.filters)
+        self.bias = np.zeros(self.filters, np.float32) if self.use_bias else None
+
+    def compute_output_shape(self, input_shape) -> tuple:
+        shape = self._check_input(input_shape)
+        return (shape[0],) + self._spatial_output(shape) + (self.filters,)
+
+    def weight_matrix(self) -> np.ndarray:
+        """``COUT x KH*KW*CG``: column ``(ky*KW + kx)*CG + c`` of row ``m`` is ``kernel[ky, kx, c, m]``."""
+        return self.kernel.reshape(-1, self.filters).T
+
+    def lower(self, builder, x):
+        geometry = {**self.geometry(self.input_shape), "GROUPS": self.groups}
+        weight = Weight(f"layer {self.name!r} kernel", (self.filters, self.kernel[..., 0].size),
+                        self.weight_matrix, self.device_copies)
+        bias = self._vector(self.bias, "bias") if self.use_bias else None
+        return builder.conv(x, weight, geometry, self.compute_output_shape(x.shape), bias, self.activation,
+                            what=self._what())
+
+    def get_weights(self) -> list:
+        if not self.built:
+            return []
+        return [self.kernel.copy()] + ([self.bias.copy()] if self.use_bias else [])
+
+    def set_weights(self, weights) -> None:
+        """Sets ``[kernel, bias]`` (or ``[kernel]``) in Keras's shapes.
+
+        Raises:
+            ValueError: the count or a shape differs from the layer's.
+        """
+        weights = [np.asarray(w, np.float32) for w in weights]
+        want = 1 + self.use_bias
+        if len(weights) != want:
+            raise ValueError(f"{type(self).__name__} {self.name!r} expects {want} weight arrays, got {len(weights)}")
+        expected = self.kernel_size + ((self.input_shape[-1] // self.groups) if self.built else None, self.filters)
+        kernel = weights[0]
+        if kernel.ndim != self.rank + 2 or any(e is not None and e != g for e, g in zip(expected, kernel.shape)):
+            raise ValueError(f"{type(self).__name__} {self.name!r}: kernel shape {kernel.shape} does not match "
+                             f"{expected}")
+        if self.use_bias and weights[1].shape != (self.filters,):
+            raise ValueError(f"{type(self).__name__} {self.name!r}: bias shape {weights[1].shape} does not match "
+                             f"({self.filters},)")
+        if not self.built:
+            raise ValueError(f"{type(self).__name__} {self.name!r}: build the layer before setting its weights")
+        self.kernel = kernel.copy()
+        self.bias = weights[1].copy() if self.use_bias else None
+        self._weights_changed()
+
+    def absorb_affine(self, scale, shift) -> bool:
+        """Folds a following BatchNormalization into the kernel and bias (float64) when linear."""
+        if self.activation != "linear" or not self.built:
+            return False
+        s64, t64 = np.asarray(scale, np.float64), np.asarray(shift, np.float64)
+        kernel = self.kernel.astype(np.float64) * s64
+        bias = (self.bias.astype(np.float64) if self.use_bias else 0.0) * s64 + t64
+        self.use_bias = True
+        self.set_weights([kernel.astype(np.float32), bias.astype(np.float32)])
+        return True
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "filters": self.filters, "groups": self.groups}
+
+
+class Conv1D(Conv2D):
+    """A 1-D convolution over ``(batch, length, channels)``, as Keras's ``Conv1D`` (``padding`` may
+    also be ``"causal"``: zeros before the sequence only). Arguments as :class:`Conv2D`."""
+
+    rank = 1
+    paddings = PADDINGS + ("causal",)
+
+
+class DepthwiseConv2D(_Window):
+    """A depthwise 2-D convolution, as Keras's ``DepthwiseConv2D``: each input channel convolved with
+    ``depth_multiplier`` kernels of its own; output channel ``c * depth_multiplier + j``.
+
+    Args:
+        kernel_size, strides, padding, dilation_rate, activation, use_bias, name: as :class:`Conv2D`.
+        depth_multiplier: kernels per input channel, a positive integer.
+
+    Raises:
+        ValueError: an argument is not what Keras accepts.
+    """
+
+    def __init__(self, kernel_size, strides=1, padding="valid", depth_multiplier=1, dilation_rate=1,
+                 activation=None, use_bias: bool = True, data_format=None, name: str | None = None):
+        super().__init__(kernel_size, strides, padding, dilation_rate, activation, use_bias, data_format, name)
+        if isinstance(depth_multiplier, bool) or not isinstance(depth_multiplier, (int, np.integer)) \
+                or depth_multiplier < 1:
+            raise ValueError(f"{type(self).__name__} {self.name!r}: depth_multiplier must be a positive integer, "
+                             f"got {depth_multiplier!r}")
+        self.depth_multiplier = int(depth_multiplier)
+        self.depthwise_kernel: np.ndarray | None = None
+
+    @property
+    def out_channels(self) -> int:
+        return self.input_shape[-1] * self.depth_multiplier
+
+    def build(self, input_shape) -> None:
+        shape = self._check_input(input_shape)
+        super().build(shape)
+        taps = int(np.prod(self.kernel_size))
+        self.depthwise_kernel = _glorot(self.kernel_size + (shape[-1], self.depth_multiplier),
+                                        taps, taps * self.depth_multiplier)
+        self.bias = np.zeros(self.out_channels, np.float32) if self.use_bias else None
+
+    def compute_output_shape(self, input_shape) -> tuple:
+        shape = self._check_input(input_shape)
+        return (shape[0],) + self._spatial_output(shape) + (shape[-1] * self.depth_multiplier,)
+
+    def depthwise_matrix(self) -> np.ndarray:
+        """``C*DM x KH*KW``: row ``c*DM + j``, column ``ky*KW + kx`` is ``depthwise_kernel[ky, kx, c, j]``."""
+        return self.depthwise_kernel.reshape(-1, self.out_channels).T
+
+    def _lower_depthwise(self, builder, x, bias, activation):
+        geometry = {**self.geometry(self.input_shape), "DM": self.depth_multiplier}
+        weight = Weight(f"layer {self.name!r} depthwise kernel", (self.out_channels, int(np.prod(self.kernel_size))),
+                        self.depthwise_matrix, self.device_copies)
+        shape = self.compute_output_shape(x.shape)
+        return builder.depthwise(x, weight, geometry, shape, bias, activation, what=self._what())
+
+    def lower(self, builder, x):
+        bias = self._vector(self.bias, "bias") if self.use_bias else None
+        return self._lower_depthwise(builder, x, bias, self.activation)
+
+    def get_weights(self) -> list:
+        if not self.built:
+            return []
+        return [self.depthwise_kernel.copy()] + ([self.bias.copy()] if self.use_bias else [])
+
+    def _check_weights(self, weights, shapes) -> list:
+        weights = [np.asarray(w, np.float32) for w in weights]
+        if not self.built:
+            raise ValueError(f"{type(self).__name__} {self.name!r}: build the layer before setting its weights")
+        if [w.shape for w in weights] != shapes:
+            raise ValueError(f"{type(self).__name__} {self.name!r}: weight shapes {[w.shape for w in weights]} "
+                             f"do not match {shapes}")
+        return weights
+
+    def set_weights(self, weights) -> None:
+        """Sets ``[depthwise_kernel, bias]`` (or without bias) in Keras's shapes.
+
+        Raises:
+            ValueError: the layer is not built, or the count or a shape differs.
+        """
+        shapes = [self.kernel_size + (self.input_shape[-1] if self.built else 0, self.depth_multiplier)]
+        shapes += [(self.out_channels,)] if self.use_bias and self.built else []
+        weights = self._check_weights(weights, shapes)
+        self.depthwise_kernel = weights[0].copy()
+        self.bias = weights[1].copy() if self.use_bias else None
+        self._weights_changed()
+
+    def absorb_affine(self, scale, shift) -> bool:
+        """Folds a following BatchNormalization into the kernel and bias (float64) when linear."""
+        if self.activation != "linear" or not self.built:
+            return False
+        s64, t64 = np.asarray(scale, np.float64), np.asarray(shift, np.float64)
+        kernel = self.depthwise_kernel.astype(np.float64) * s64.reshape(-1, self.depth_multiplier)
+        bias = (self.bias.astype(np.float64) if self.use_bias else 0.0) * s64 + t64
+        self.use_bias = True
+        self.set_weights([kernel.astype(np.float32), bias.astype(np.float32)])
+        return True
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "depth_multiplier": self.depth_multiplier}
+
+
+class SeparableConv2D(DepthwiseConv2D):
+    """A depthwise convolution followed by a 1x1 convolution to ``filters`` channels, as Keras's
+    ``SeparableConv2D`` (strides, padding and dilation apply to the depthwise step; the bias and
+    activation to the result).
+
+    Args:
+        filters: output channels, a positive integer.
+        others: as :class:`DepthwiseConv2D`.
+
+    Raises:
+        ValueError: an argument is not what Keras accepts.
+    """
+
+    def __init__(self, filters, kernel_size, strides=1, padding="valid", depth_multiplier=1, dilation_rate=1,
+                 activation=None, use_bias: bool = True, data_format=None, name: str | None = None):
+        super().__init__(kernel_size, strides, padding, depth_multiplier, dilation_rate, activation, use_bias,
+                         data_format, name)
+        if isinstance(filters, bool) or not isinstance(filters, (int, np.integer)) or filters < 1:
+            raise ValueError(f"{type(self).__name__} {self.name!r}: filters must be a positive integer, got {filters!r}")
+        self.filters = int(filters)
+        self.pointwise_kernel: np.ndarray | None = None
+
+    def build(self, input_shape) -> None:
+        super().build(input_shape)
+        self.pointwise_kernel = _glorot((1, 1, self.out_channels, self.filters), self.out_channels, self.filters)
+        self.bias = np.zeros(self.filters, np.float32) if self.use_bias else None
+
+    def compute_output_shape(self, input_shape) -> tuple:
+        return super().compute_output_shape(input_shape)[:-1] + (self.filters,)
+
+    def lower(self, builder, x):
+        mid = self._lower_depthwise(builder, x, None, "linear")
+        weight = Weight(f"layer {self.name!r} pointwise kernel", (self.filters, self.out_channels),
+                        lambda: self.pointwise_kernel.reshape(self.out_channels, self.filters).T, self.device_copies)
+        bias = self._vector(self.bias, "bias") if self.use_bias else None
+        return builder.matmul(mid, weight, bias, self.activation, what=self._what())
+
+    def _lower_depthwise(self, builder, x, bias, activation):
+        geometry = {**self.geometry(self.input_shape), "DM": self.depth_multiplier}
+        weight = Weight(f"layer {self.name!r} depthwise kernel", (self.out_channels, int(np.prod(self.kernel_size))),
+                        self.depthwise_matrix, self.device_copies)
+        shape = DepthwiseConv2D.compute_output_shape(self, x.shape)
+        return builder.depthwise(x, weight, geometry, shape, bias, activation, what=self._what())
+
+    def get_weights(self) -> list:
+        if not self.built:
+            return []
+        return [self.depthwise_kernel.copy(), self.pointwise_kernel.copy()] + ([self.bias.copy()] if self.use_bias else [])
+
+    def set_weights(self, weights) -> None:
+        """Sets ``[depthwise_kernel, pointwise_kernel, bias]`` (or without bias) in Keras's shapes.
+
+        Raises:
+            ValueError: the layer is not built, or the count or a shape differs.
+        """
+        shapes = [self.kernel_size + (self.input_shape[-1] if self.built else 0, self.depth_multiplier),
+                  (1, 1, self.out_channels if self.built else 0, self.filters)]
+        shapes += [(self.filters,)] if self.use_bias else []
+        weights = self._check_weights(weights, shapes)
+        self.depthwise_kernel, self.pointwise_kernel = weights[0].copy(), weights[1].copy()
+        self.bias = weights[2].copy() if self.use_bias else None
+        self._weights_changed()
+
+    def absorb_affine(self, scale, shift) -> bool:
+        """Folds a following BatchNormalization into the pointwise kernel and bias when linear."""
+        if self.activation != "linear" or not self.built:
+            return False
+        s64, t64 = np.asarray(scale, np.float64), np.asarray(shift, np.float64)
+        kernel = self.pointwise_kernel.astype(np.float64) * s64
+        bias = (self.bias.astype(np.float64) if self.use_bias else 0.0) * s64 + t64
+        self.use_bias = True
+        self.set_weights([self.depthwise_kernel, kernel.astype(np.float32), bias.astype(np.float32)])
+        return True
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "filters": self.filters}

@@ -1,0 +1,166 @@
+"""Keras's preprocessing layers that compute on numbers: ``Rescaling`` (``x * scale + offset``) and
+``Normalization`` (``(x - mean) / sqrt(variance)`` with the stored statistics)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..plan import Vector
+from .axes import axis_argument, broadcast_shape, resolve_axes, trailing_vector
+from .base import Layer
+
+__all__ = ["Rescaling", "Normalization"]
+
+#: Keras's backend.epsilon(): Normalization divides by at least this
+EPSILON = 1e-7
+
+
+def _vectors(layer, pairs, sample) -> tuple:
+    """``Vector``s of the trailing-axes expansion of each ``(label, values)`` and their period."""
+    out, period = [], 1
+    for label, values in pairs:
+        vector, period = trailing_vector(values, sample, layer._what())
+        out.append(Vector(f"layer {layer.name!r} {label}", vector, layer.device_copies))
+    return out, period
+
+
+def _lower_affine(layer, builder, x, form: int, scale, shift):
+    """``x * scale + shift`` (form 0) or ``(x + shift) * scale`` (form 1), the parameters broadcast
+    against the sample: the fusable per-feature affine step where form 0 varies only along the last axis."""
+    scale, shift = np.broadcast_arrays(np.asarray(scale, np.float64), np.asarray(shift, np.float64))
+    (s, t), period = _vectors(layer, (("scale", scale), ("shift", shift)), layer.input_shape)
+    if form == 0 and period == 1:
+        return builder.affine(x, s, t, what=layer._what())
+    return builder.broadcast(x, form, s, t, period, what=layer._what())
+
+
+def _per_feature(values, features: int):
+    """``values`` as one value per feature of the last axis, or None where they vary along another."""
+    values = np.asarray(values, np.float64)
+    if values.size in (1, features) and all(d == 1 for d in values.shape[:-1]):
+        return np.broadcast_to(values.reshape(-1), (features,)).copy()
+    return None
+
+
+class Rescaling(Layer):
+    """``x * scale + offset`` (Keras's Rescaling), ``scale`` and ``offset`` numbers or arrays that
+    broadcast against a sample.
+
+    Raises:
+        ValueError: ``scale`` or ``offset`` is not finite.
+    """
+
+    def __init__(self, scale, offset=0.0, name: str | None = None):
+        super().__init__(name)
+        self.scale, self.offset = (np.asarray(v, np.float64) for v in (scale, offset))
+        if not (np.isfinite(self.scale).all() and np.isfinite(self.offset).all()):
+            raise ValueError(f"Rescaling {self.name!r}: scale and offset must be finite, got {scale!r}, {offset!r}")
+
+    def build(self, input_shape) -> None:
+        super().build(input_shape)
+        for values in (self.scale, self.offset):
+            trailing_vector(values, self.input_shape, self._what())
+
+    def feature_affine(self):
+        """``(scale, shift)`` per feature of the last axis, or None where they vary along another."""
+        s, t = (_per_feature(v, self.input_shape[-1]) for v in (self.scale, self.offset))
+        return None if s is None or t is None else (s.astype(np.float32), t.astype(np.float32))
+
+    def lower(self, builder, x):
+        return _lower_affine(self, builder, x, 0, self.scale, self.offset)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "scale": self.scale.tolist(), "offset": self.offset.tolist()}
+
+
+class Normalization(Layer):
+    """``(x - mean) / max(sqrt(variance), 1e-7)`` (Keras's Normalization), the statistics per index of
+    ``axis`` (the kept axes); ``invert=True`` gives ``mean + x * max(sqrt(variance), 1e-7)``.
+
+    Weights: ``[mean, variance, count]``, mean and variance of the kept axes' sizes (Keras's).
+
+    Args:
+        axis: the kept axis or axes (Keras's, the batch axis being 0), or None for one mean.
+        invert: undo the normalization instead.
+        name: the layer's name.
+
+    Raises:
+        ValueError: a bad axis.
+    """
+
+    def __init__(self, axis=-1, invert: bool = False, name: str | None = None):
+        super().__init__(name)
+        self.axis = None if axis is None or axis == () or axis == [] else axis_argument(axis, f"Normalization {self.name!r}")
+        self.invert = bool(invert)
+        self.mean = self.variance = None
+        self.count = np.zeros((), np.float32)
+
+    def _kept(self) -> tuple:
+        if self.axis is None:
+            return ()
+        return resolve_axes(self.axis, len(self.input_shape) + 1, f"Normalization {self.name!r}")
+
+    @property
+    def stat_shape(self) -> tuple:
+        """mean's and variance's shape: the kept axes' sizes, in axis order."""
+        return tuple(self.input_shape[a - 1] for a in self._kept())
+
+    def build(self, input_shape) -> None:
+        super().build(input_shape)
+        self.mean, self.variance = np.zeros(self.stat_shape, np.float32), np.ones(self.stat_shape, np.float32)
+
+    def get_weights(self) -> list:
+        return [self.mean.copy(), self.variance.copy(), self.count.copy()] if self.built else []
+
+    def set_weights(self, weights) -> None:
+        """Sets ``[mean, variance]`` or ``[mean, variance, count]``: mean and variance of
+        :attr:`stat_shape`, or anything that broadcasts to the sample's shape with 1 on the reduced
+        axes (what Keras accepts as the ``mean`` and ``variance`` arguments).
+
+        Raises:
+            ValueError: the layer is not built, or the count or a shape is wrong.
+        """
+        weights = [np.asarray(w, np.float32) for w in weights]
+        if not self.built or len(weights) not in (2, 3):
+            raise ValueError(f"Normalization {self.name!r} expects [mean, variance(, count)] of a built layer, "
+                             f"got {len(weights)} arrays")
+        where = broadcast_shape(self.input_shape, self._kept())
+        stats = []
+        for w in weights[:2]:
+            if w.size == int(np.prod(self.stat_shape)):
+                stats.append(w.reshape(self.stat_shape).copy())
+                continue
+            try:
+                stats.append(np.broadcast_to(w, where).reshape(self.stat_shape).copy())
+            except ValueError:
+                raise ValueError(f"Normalization {self.name!r}: statistics of shape {w.shape} do not fit "
+                                 f"{self.stat_shape}") from None
+        self.mean, self.variance = stats
+        self.count = weights[2].reshape(()).copy() if len(weights) == 3 else np.zeros((), np.float32)
+        self._weights_changed()
+
+    def _scale_shift(self):
+        """The statistics as broadcastable ``(divisor, mean)`` in float64."""
+        where = broadcast_shape(self.input_shape, self._kept())
+        mean = self.mean.astype(np.float64).reshape(where)
+        divisor = np.maximum(np.sqrt(self.variance.astype(np.float64)), EPSILON).reshape(where)
+        return divisor, mean
+
+    def feature_affine(self):
+        """``(scale, shift)`` per feature of the last axis (``x / d - mean / d``), or None."""
+        divisor, mean = self._scale_shift()
+        features = self.input_shape[-1]
+        d, m = _per_feature(divisor, features), _per_feature(mean, features)
+        if d is None or m is None:
+            return None
+        return (d if self.invert else 1.0 / d).astype(np.float32), (m if self.invert else -m / d).astype(np.float32)
+
+    def lower(self, builder, x):
+        divisor, mean = self._scale_shift()
+        if self.invert:
+            return _lower_affine(self, builder, x, 0, divisor, mean)
+        return _lower_affine(self, builder, x, 1, 1.0 / divisor, -mean)
+
+    def get_config(self) -> dict:
+        axis = list(self.axis) if isinstance(self.axis, tuple) else self.axis
+        return {**super().get_config(), "axis": axis, "invert": self.invert}

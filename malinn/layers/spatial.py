@@ -1,0 +1,182 @@
+"""Layers that move pixels without arithmetic, channels last as Keras: ``ZeroPadding1D/2D``,
+``Cropping1D/2D``, ``UpSampling1D/2D`` (nearest).
+
+Each is one ``spatial_copy`` kernel (kernels/spatial.cl) reading the input's matrix view in whatever
+layout its producer wrote: output pixel ``(y, x)`` is input pixel ``((y + OY) / UY, (x + OX) / UX)``,
+0 outside the image. A 1-D layer is the 2-D one on an image of height 1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Layer
+from .windows import as_tuple, spatial_of
+
+__all__ = ["ZeroPadding1D", "ZeroPadding2D", "Cropping1D", "Cropping2D", "UpSampling1D", "UpSampling2D"]
+
+
+def _amounts(value, rank: int, who: str, what: str) -> tuple:
+    """Keras's padding/cropping argument as ``((before, after),) * rank`` of ints >= 0.
+
+    Raises:
+        ValueError: anything Keras would not accept.
+    """
+    def count(v):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise ValueError(f"{who}: {what} must be integers >= 0, got {value!r}")
+        return int(v)
+
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return ((count(value),) * 2,) * rank
+    try:
+        items = list(value)
+    except TypeError:
+        raise ValueError(f"{who}: {what} must be an int, {rank} ints or {rank} pairs, got {value!r}") from None
+    if rank == 1 and len(items) == 2 and all(not isinstance(i, (list, tuple)) for i in items):
+        return ((count(items[0]), count(items[1])),)
+    if len(items) != rank:
+        raise ValueError(f"{who}: {what} must be an int, {rank} ints or {rank} pairs, got {value!r}")
+    pairs = []
+    for item in items:
+        if isinstance(item, (list, tuple)):
+            if len(item) != 2:
+                raise ValueError(f"{who}: {what} must be an int, {rank} ints or {rank} pairs, got {value!r}")
+            pairs.append((count(item[0]), count(item[1])))
+        else:
+            pairs.append((count(item),) * 2)
+    return tuple(pairs)
+
+
+class _Spatial(Layer):
+    """A ``spatial_copy`` of rank ``rank``; subclasses give the output size and the defines."""
+
+    rank = 2
+
+    def __init__(self, data_format=None, name: str | None = None):
+        super().__init__(name)
+        if data_format not in (None, "channels_last"):
+            raise ValueError(f"{type(self).__name__} {self.name!r}: only data_format='channels_last' runs, "
+                             f"got {data_format!r}")
+
+    def _check(self, input_shape) -> tuple:
+        shape = tuple(input_shape)
+        if len(shape) != self.rank + 2:
+            raise ValueError(f"{type(self).__name__} {self.name!r} expects inputs of rank {self.rank + 2}, got {shape}")
+        return shape
+
+    def _full(self, pairs) -> tuple:
+        """Per-axis values for the (height, width) of the 2-D view."""
+        return ((0, 0),) + tuple(pairs) if self.rank == 1 else tuple(pairs)
+
+    def compute_output_shape(self, input_shape) -> tuple:
+        shape = self._check(input_shape)
+        spatial = tuple(self._out(n, axis) for axis, n in enumerate(shape[1:-1]))
+        if min(spatial) < 1:
+            raise ValueError(f"{type(self).__name__} {self.name!r} leaves nothing of input {shape}")
+        return (shape[0],) + spatial + (shape[-1],)
+
+    def build(self, input_shape) -> None:
+        self.compute_output_shape(input_shape)
+        super().build(input_shape)
+
+    def lower(self, builder, x):
+        h, w, _ = spatial_of(self.input_shape)
+        out = self.compute_output_shape(x.shape)
+        oh, ow = spatial_of(out[1:])[:2]
+        return builder.gather(x, "spatial", {"IH": h, "IW": w, "OH": oh, "OW": ow, **self._defines()}, out,
+                              self._what())
+
+
+class ZeroPadding2D(_Spatial):
+    """Zeros around the image, as Keras's ``ZeroPadding2D``.
+
+    Args:
+        padding: an int, ``(rows, cols)``, or ``((top, bottom), (left, right))``.
+        name: the layer's name.
+    """
+
+    def __init__(self, padding=1, data_format=None, name: str | None = None):
+        super().__init__(data_format, name)
+        self.padding = _amounts(padding, self.rank, f"{type(self).__name__} {self.name!r}", "padding")
+
+    def _out(self, n, axis):
+        return n + sum(self.padding[axis])
+
+    def _defines(self):
+        (top, _), (left, _) = self._full(self.padding)
+        return {"OY": -top, "OX": -left}
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "padding": self.padding}
+
+
+class ZeroPadding1D(ZeroPadding2D):
+    """Zeros before and after a sequence, as Keras's ``ZeroPadding1D`` (``padding``: int or pair)."""
+
+    rank = 1
+
+
+class Cropping2D(_Spatial):
+    """Pixels cut from the borders, as Keras's ``Cropping2D``.
+
+    Args:
+        cropping: an int, ``(rows, cols)``, or ``((top, bottom), (left, right))``.
+        name: the layer's name.
+    """
+
+    def __init__(self, cropping=((0, 0), (0, 0)), data_format=None, name: str | None = None):
+        super().__init__(data_format, name)
+        self.cropping = _amounts(cropping, self.rank, f"{type(self).__name__} {self.name!r}", "cropping")
+
+    def _out(self, n, axis):
+        return n - sum(self.cropping[axis])
+
+    def _defines(self):
+        (top, _), (left, _) = self._full(self.cropping)
+        return {"OY": top, "OX": left}
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "cropping": self.cropping}
+
+
+class Cropping1D(Cropping2D):
+    """Steps cut from both ends of a sequence, as Keras's ``Cropping1D`` (``cropping``: int or pair)."""
+
+    rank = 1
+
+    def __init__(self, cropping=(1, 1), data_format=None, name: str | None = None):
+        super().__init__(cropping, data_format, name)
+
+
+class UpSampling2D(_Spatial):
+    """Each pixel repeated ``size`` times along height and width, as Keras's ``UpSampling2D``
+    (``interpolation="nearest"`` only).
+
+    Args:
+        size: an int or ``(rows, cols)``.
+        name: the layer's name.
+    """
+
+    def __init__(self, size=2, data_format=None, interpolation="nearest", name: str | None = None):
+        super().__init__(data_format, name)
+        if interpolation != "nearest":
+            raise ValueError(f"{type(self).__name__} {self.name!r}: only interpolation='nearest' runs, "
+                             f"got {interpolation!r}")
+        self.size = as_tuple(size, self.rank, f"{type(self).__name__} {self.name!r}: size")
+
+    def _out(self, n, axis):
+        return n * self.size[axis]
+
+    def _defines(self):
+        uy, ux = ((1,) + self.size) if self.rank == 1 else self.size
+        return {"UY": uy, "UX": ux}
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "size": self.size}
+
+
+class UpSampling1D(UpSampling2D):
+    """Each step repeated ``size`` times, as Keras's ``UpSampling1D``."""
+
+    rank = 1

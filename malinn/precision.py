@@ -1,0 +1,96 @@
+"""Weights in a reduced precision: what each precision stores, and the float32 matrix it stands for.
+
+The precisions are the kernel library's ``precisions`` table (``fp32``, ``fp16-storage``, ``fp16``,
+``int8-weights``; docs/KERNELS.md). A weight matrix ``W`` (units x inputs, a Dense layer's
+``kernel^T``) is stored as:
+
+* ``fp32``: float32;
+* ``fp16-storage`` and ``fp16``: float16 (round to nearest even, as ``vstore_half`` does);
+* ``int8-weights``: per row (output channel) symmetric int8, ``W[i, :] ~ q[i, :] * scale[i]`` with
+  ``scale[i] = max|W[i, :]| / 127`` (1 for an all-zero row) and ``q = round(W / scale)`` in
+  ``[-127, 127]``; the device buffer holds the laid-out values, then, at the next multiple of 4
+  bytes, the float32 scales of the logical rows (``kernels/weights.clh``).
+
+:func:`effective` gives the float32 matrix a kernel multiplies by in a precision (the numpy
+reference of the tests and of ``malinn verify``'s explanation); :func:`device_bytes` the bytes a
+kernel reads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import LayoutError
+from .kernel_library import DEFAULT_PRECISION, load_library
+from .layout import Layout
+
+__all__ = ["check_precision", "quantize_int8", "effective", "device_bytes", "DEFAULT_PRECISION"]
+
+
+def check_precision(precision) -> str:
+    """``precision`` if the kernel library knows it (``None`` is ``fp32``).
+
+    Raises:
+        ValueError: an unknown name; the message lists the known ones.
+    """
+    if precision is None:
+        return DEFAULT_PRECISION
+    return load_library().precision(str(precision)).name
+
+
+def quantize_int8(w) -> tuple:
+    """Per-row symmetric int8 quantization of ``w`` (rows = output channels).
+
+    Returns:
+        ``(q, scales)``: an int8 array of ``w``'s shape and one float32 scale per row, with
+        ``w[i, j] ~ q[i, j] * scales[i]``.
+    """
+    w = np.asarray(w, np.float32)
+    top = np.max(np.abs(w), axis=1) if w.shape[1] else np.zeros(w.shape[0], np.float32)
+    scales = np.where(top > 0, top.astype(np.float64) / 127.0, 1.0).astype(np.float32)
+    q = np.clip(np.rint(w.astype(np.float64) / scales[:, None]), -127, 127).astype(np.int8)
+    return q, scales
+
+
+def effective(w, precision: str, quantized=None) -> np.ndarray:
+    """The float32 matrix a kernel multiplies by when ``w`` is stored in ``precision``.
+
+    Args:
+        w: the weights (rows x cols).
+        precision: a precision name.
+        quantized: ``(q, scales)`` to use for ``int8-weights`` instead of quantizing ``w``.
+    """
+    w = np.asarray(w, np.float32)
+    if load_library().precision(precision).weight_bytes == 2:
+        return w.astype(np.float16).astype(np.float32)
+    if precision == "int8-weights":
+        q, scales = quantized if quantized is not None else quantize_int8(w)
+        return (q.astype(np.float32) * scales[:, None]).astype(np.float32)
+    return w
+
+
+def device_bytes(w, precision: str, layout: Layout, padded, quantized=None) -> np.ndarray:
+    """``w`` laid out in ``layout`` and ``padded`` as a kernel in ``precision`` reads it.
+
+    Returns:
+        A flat array to upload as it is: float32, float16, or (int8) uint8 bytes holding the
+        values and then, at the next multiple of 4 bytes, the float32 row scales.
+
+    Raises:
+        LayoutError: ``w`` does not fit ``padded``.
+    """
+    spec = load_library().precision(precision)
+    if spec.row_scales:
+        q, scales = quantized if quantized is not None else quantize_int8(w)
+        values = layout.pack(q.astype(np.float32), padded).astype(np.int8)
+        out = np.zeros(spec.weights_nbytes(padded[0], padded[1], len(scales)), np.uint8)
+        out[:values.size] = values.view(np.uint8)
+        start = -(-values.size // 4) * 4
+        out[start:] = np.ascontiguousarray(scales, np.float32).view(np.uint8)
+        return out
+    flat = layout.pack(np.asarray(w, np.float32), padded)
+    if spec.weight_bytes == 2:
+        return flat.astype(np.float16)
+    if spec.weight_bytes != 4:
+        raise LayoutError(f"precision {precision!r}: no packing for {spec.weight_bytes}-byte weights")
+    return flat

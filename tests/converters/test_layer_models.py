@@ -1,0 +1,49 @@
+"""The single-input layers of issue 10 against Keras with large inputs, and where they fold.
+
+The zoo's ISSUE10_MODELS (tests/keras_zoo.py) run in tests/converters/test_equivalence.py on inputs
+in [-1, 1] at batch 1, 7 and 100, layer by layer and through a malinn file; here the same models
+take inputs far outside [-1, 1] (``x_large``: standard deviation 30 to 100, or raw tabular
+features such as a year or an income), and the layers that fold into a Dense are checked to.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import malinn
+from keras_zoo import FORMATS, issue10_models
+from test_equivalence import assert_keras_close, group_of, load
+
+CASES = [pytest.param(fmt, key, id=f"{fmt}-{key}") for fmt, (generation, _) in FORMATS.items()
+         for key in issue10_models(generation)]
+
+
+@pytest.mark.parametrize("fmt,key", CASES)
+def test_large_inputs_match_keras(keras_zoo, device, fmt, key):
+    data = keras_zoo.data(fmt, key)
+    model = load(keras_zoo, fmt, key)
+    for batch in (1, 7, 100):
+        assert_keras_close(model.predict(data["x_large"][:batch]), data["y_large"][:batch],
+                           f"{fmt} {key} large inputs, batch {batch}")
+
+
+@pytest.mark.parametrize("fmt", [pytest.param(f, id=f) for f in FORMATS])
+def test_affine_layers_fold_into_a_neighbouring_dense(keras_zoo, fmt):
+    """A last-axis BatchNormalization or Rescaling after a linear Dense folds into it; a pure scale
+    before a Dense folds into that one; a Normalization of raw inputs (a shift) does not."""
+    model = load(keras_zoo, fmt, "batchnorm_axes")
+    assert isinstance(group_of(model, "bn3_folded"), malinn.layers.Dense)
+    assert isinstance(group_of(model, "bn1"), malinn.layers.BatchNormalization)
+    model = load(keras_zoo, fmt, "preprocessing")
+    assert group_of(model, "resc_scale").keras_names == ("d3", "resc_scale")
+    assert isinstance(group_of(model, "norm"), malinn.layers.Normalization)
+    model = load(keras_zoo, fmt, "dense_nd")
+    assert group_of(model, "resc_first").keras_names == ("resc_first", "d13")
+
+
+@pytest.mark.parametrize("fmt", [pytest.param(f, id=f) for f in FORMATS])
+def test_time_distributed_becomes_the_layer_itself(keras_zoo, fmt):
+    model = load(keras_zoo, fmt, "timedistributed")
+    kinds = {layer.keras_names[0]: type(layer).__name__ for layer in model.layers}
+    assert kinds["td_flat"] == "Reshape" and kinds["td_dense"] == "Dense" and kinds["td_softmax"] == "Softmax"
+    assert model.output_shape == (None, 2)

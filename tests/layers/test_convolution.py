@@ -1,0 +1,178 @@
+"""Convolution layers vs the numpy definition, on every working device and with every algorithm
+(kn2row, kn2col accumulating GEMMs; im2col, im2row patch matrices through the GEMM; a 1x1
+convolution as a plain matmul), over odd shapes, strides, dilations, paddings, groups, batch 1 and 7."""
+
+import numpy as np
+import pytest
+
+import malinn
+from malinn import kernel_choice
+from malinn.layers import Conv1D, Conv2D, DepthwiseConv2D, SeparableConv2D
+
+from helpers import activation, conv2d_reference, depthwise_reference
+
+#: (op, codename) chosen with use(); None: the library's default for the device
+ALGORITHMS = [None, ("conv", "conv_kn2row"), ("conv", "conv_kn2col"), ("im2col", "im2col"), ("im2col", "im2row"),
+              ("conv", "conv_kn2row", {"LOCAL": 1}), ("conv", "conv_kn2col", {"LOCAL": 1, "KC": 8, "MWI": 8})]
+#: (H, W, C, M, kernel, strides, dilation, padding, groups, batch)
+CASES = [
+    (5, 5, 3, 13, 3, 1, 1, "valid", 1, 1),
+    (13, 13, 3, 13, 3, 2, 1, "same", 1, 7),
+    (13, 5, 13, 3, 5, 1, 2, "same", 1, 7),
+    (31, 31, 1, 1, 7, 2, 1, "valid", 1, 1),
+    (1, 13, 13, 64, (1, 3), 1, 1, "same", 1, 7),
+    (5, 5, 64, 3, 5, 2, 1, "same", 1, 1),
+    (7, 7, 4, 6, 3, 1, 1, "same", 2, 7),
+    (5, 13, 3, 64, 1, 1, 1, "valid", 1, 7),
+    (13, 13, 13, 3, 1, 2, 1, "same", 1, 1),
+    (5, 5, 3, 5, 7, 1, 1, "same", 1, 1),
+]
+
+
+def _pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def _run(layer, x):
+    model = malinn.Sequential([layer])
+    model.build((None,) + x.shape[1:])
+    return model
+
+
+def _randomize(layer, rng):
+    layer.set_weights([rng.standard_normal(w.shape).astype(np.float32) for w in layer.get_weights()])
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS,
+                         ids=lambda a: (a[1] + ("-local" if len(a) > 2 else "")) if a else "default")
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_conv2d_matches_the_definition(device, rng, algorithm, case):
+    h, w, c, m, k, s, d, padding, groups, batch = case
+    if algorithm is not None:
+        kernel_choice.use(*algorithm[:2], device=device, config=algorithm[2] if len(algorithm) > 2 else None)
+    layer = Conv2D(m, k, s, padding, d, groups, activation="relu" if m % 2 else "tanh")
+    model = _run(layer, np.zeros((1, h, w, c)))
+    _randomize(layer, rng)
+    x = rng.standard_normal((batch, h, w, c)).astype(np.float32)
+    want = activation(layer.activation, conv2d_reference(x, layer.kernel, layer.bias, _pair(s), _pair(d), padding,
+                                                         groups))
+    got = model.predict(x)
+    assert got.shape == want.shape == layer.compute_output_shape((batch, h, w, c))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()))
+
+
+def test_pointwise_conv_is_a_plain_matmul_and_kn2row_never_holds_k2_copies(device):
+    pointwise = _run(Conv2D(8, 1), np.zeros((1, 5, 5, 3)))
+    assert [s["kind"] for s in pointwise.plan(7).describe() if s["kind"] != "relayout"] == ["matmul"]
+    kernel_choice.use("conv", "conv_kn2row", device=device)
+    model = _run(Conv2D(16, 3, padding="same"), np.zeros((1, 13, 13, 8)))
+    plan = model.plan(7)
+    assert "conv" in [s["kind"] for s in plan.describe()]
+    largest, _, _ = plan.activation_bytes()
+    # the biggest buffer is the output (16 x 7*13*13 padded to whole tiles), never 9 x the input
+    assert largest <= 4 * 32 * (7 * 13 * 13 + 32) < 4 * 9 * 8 * 7 * 13 * 13
+
+
+@pytest.mark.parametrize("padding", ["valid", "same", "causal"])
+def test_conv1d_matches_the_definition(device, rng, padding):
+    layer = Conv1D(5, 3, strides=1 if padding == "causal" else 2, padding=padding, dilation_rate=2, activation="elu")
+    model = _run(layer, np.zeros((1, 13, 3)))
+    _randomize(layer, rng)
+    x = rng.standard_normal((7, 13, 3)).astype(np.float32)
+    x2 = x[:, None]
+    if padding == "causal":   # zeros before the sequence only: a 'valid' conv of the left-padded input
+        x2 = np.concatenate([np.zeros((7, 1, 4, 3), np.float32), x2], axis=2)
+    want = conv2d_reference(x2, layer.kernel[None], layer.bias, (1, layer.strides[0]), (1, 2),
+                            "valid" if padding == "causal" else padding)[:, 0]
+    np.testing.assert_allclose(model.predict(x), activation("elu", want), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", [(5, 5, 3, 1, 3, 1, 1, "valid"), (13, 13, 13, 2, 3, 2, 1, "same"),
+                                  (13, 31, 1, 3, 5, 1, 2, "same"), (1, 5, 64, 1, (1, 3), 1, 1, "same")],
+                         ids=lambda c: "-".join(map(str, c)))
+def test_depthwise_and_separable_match_the_definition(device, rng, case):
+    h, w, c, dm, k, s, d, padding = case
+    x = rng.standard_normal((7, h, w, c)).astype(np.float32)
+    depthwise = DepthwiseConv2D(k, s, padding, dm, d, activation="relu6")
+    model = _run(depthwise, x)
+    _randomize(depthwise, rng)
+    want = depthwise_reference(x, depthwise.depthwise_kernel, depthwise.bias, _pair(s), _pair(d), padding)
+    np.testing.assert_allclose(model.predict(x), np.clip(want, 0, 6), rtol=1e-5, atol=1e-5)
+    separable = SeparableConv2D(4, k, s, padding, dm, d, activation="sigmoid")
+    model = _run(separable, x)
+    _randomize(separable, rng)
+    mid = depthwise_reference(x, separable.depthwise_kernel, None, _pair(s), _pair(d), padding)
+    want = activation("sigmoid", mid @ separable.pointwise_kernel[0, 0] + separable.bias)
+    np.testing.assert_allclose(model.predict(x), want, rtol=1e-5, atol=1e-5)
+
+
+def test_batchnorm_folds_into_a_linear_convolution(rng):
+    for layer in (Conv2D(4, 3, padding="same"), DepthwiseConv2D(3, depth_multiplier=2), SeparableConv2D(4, 3)):
+        layer.build((None, 5, 5, 2))
+        _randomize(layer, rng)
+        before = layer.get_weights()
+        m = layer.compute_output_shape((None, 5, 5, 2))[-1]
+        scale, shift = rng.uniform(0.5, 2, m), rng.standard_normal(m)
+        assert layer.absorb_affine(scale, shift)
+        kernel_index = 1 if isinstance(layer, SeparableConv2D) else 0
+        folded = layer.get_weights()
+        np.testing.assert_allclose(folded[kernel_index].reshape(-1, m),
+                                   before[kernel_index].reshape(-1, m) * scale, rtol=1e-6)
+        np.testing.assert_allclose(folded[-1], before[-1] * scale + shift, rtol=1e-6, atol=1e-6)
+    relu = Conv2D(4, 3, activation="relu")
+    relu.build((None, 5, 5, 2))
+    assert not relu.absorb_affine(np.ones(4), np.zeros(4))
+
+
+@pytest.mark.parametrize("bad, message", [
+    (lambda: Conv2D(0, 3), "filters must be a positive integer"),
+    (lambda: Conv2D(4, (3, 0)), "kernel_size must be a positive integer"),
+    (lambda: Conv2D(4, 3, padding="full"), "padding must be one of"),
+    (lambda: Conv2D(4, 3, padding="causal"), "padding must be one of"),
+    (lambda: Conv2D(6, 3, groups=4), "groups must be a positive integer dividing filters"),
+    (lambda: Conv2D(4, 3, data_format="channels_first"), "channels_last"),
+    (lambda: DepthwiseConv2D(3, depth_multiplier=0), "depth_multiplier must be a positive integer"),
+])
+def test_arguments_are_checked(bad, message):
+    with pytest.raises(ValueError, match=message):
+        bad()
+
+
+def test_shapes_are_checked():
+    with pytest.raises(ValueError, match="does not fit input"):
+        Conv2D(4, 7).build((None, 5, 5, 3))
+    with pytest.raises(ValueError, match="expects inputs of rank 4"):
+        Conv2D(4, 3).build((None, 5, 3))
+    with pytest.raises(ValueError, match="not a multiple of groups=2"):
+        Conv2D(4, 3, groups=2).build((None, 5, 5, 3))
+    layer = Conv2D(4, 3)
+    layer.build((None, 5, 5, 3))
+    with pytest.raises(ValueError, match=r"kernel shape \(3, 3, 2, 4\) does not match"):
+        layer.set_weights([np.zeros((3, 3, 2, 4)), np.zeros(4)])
+
+
+def test_config_round_trips():
+    layer = Conv2D(8, (3, 5), strides=2, padding="same", dilation_rate=1, groups=2, activation="relu", name="c")
+    config = layer.get_config()
+    assert config["kernel_size"] == (3, 5) and config["groups"] == 2
+    assert Conv2D.from_config(config).get_config() == config
+    sep = SeparableConv2D(4, 3, depth_multiplier=2, name="s")
+    assert SeparableConv2D.from_config(sep.get_config()).get_config() == sep.get_config()
+
+
+def test_the_plan_chooses_the_conv_kernel_per_layer_shape(device):
+    """The first of the library's defaults for the device's kind whose preconditions hold for the
+    layer's (COUT, KH*KW*CG, batch*OH*OW); the list always ends in a kernel that takes every shape."""
+    from malinn.kernel_library import load_library
+    from malinn.plan import PlanBuilder
+
+    library = load_library()
+    for kind in ("gpu", "cpu", "accelerator"):
+        assert library.default_specs("conv", kind)[-1].accepts(1, 1, 1), kind
+    specs = library.default_specs("conv", device.kind)
+    for shape in [(3, 27, 49), (64, 576, 7 * 13 * 13), (256, 2304, 8 * 28 * 28)]:
+        chosen = PlanBuilder(device, 1)._conv_spec("conv", shape)
+        assert chosen == next((s for s in specs if s.accepts(*shape)), specs[-1]), shape
+    gpu = library.default_specs("conv", "gpu")
+    assert [s.accepts(3, 27, 49) for s in gpu][-1] and not gpu[0].accepts(3, 27, 49)   # small layers: no staging
+    assert gpu[0].accepts(256, 2304, 8 * 28 * 28) and gpu[0].config["LOCAL"] == "1"

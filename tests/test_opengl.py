@@ -1,0 +1,200 @@
+"""The OpenGL backend (malinn/backends/opengl.py): what is particular to it.
+
+Every test that takes the ``device`` fixture already runs on the OpenGL devices too (each kernel
+against numpy on odd shapes, the models, the Keras equivalence suite); this file checks the
+backend's own parts: discovery and device choice, the GLSL index macros against
+``Layout.index``, build and allocation errors, and a model file moving between the backends.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import malinn
+from malinn import Sequential, ops
+from malinn.errors import DeviceError, KernelBuildError, LibraryError
+from malinn.kernel_library import load_library
+from malinn.layers import Activation, BatchNormalization, Dense, Flatten
+from malinn.layout import Layout
+from malinn.matrix import DeviceMatrix
+
+pytest.importorskip("moderngl", reason="the OpenGL backend's extra is not installed (pip install malinn[gl])")
+from malinn.backends import opengl  # noqa: E402
+
+GL = [d for d in malinn.devices() if d.backend == "gl"]
+needs_gl = pytest.mark.skipif(not GL, reason="no working OpenGL device (EGL with OpenGL 4.3 or ES 3.1)")
+
+
+def test_an_opengl_device_is_found_where_egl_works():
+    """.ci/setup --test installs Mesa's EGL and llvmpipe: CI must find at least that device."""
+    assert GL, "moderngl is installed but no OpenGL device was found: run .ci/setup --test"
+    for d in GL:
+        assert d.backend == "gl" and d.index == ("gl", d.index[1])
+        assert d.opencl_c_version == "GLSL ES 3.10" and d.identity.startswith("gl|")
+        assert str(d).startswith(f"[gl:{d.index[1]}] {d.name}")
+        assert d.max_allocation > 0 and d.local_memory >= 16384 and d.max_work_group_size >= 128
+
+
+@needs_gl
+@pytest.mark.parametrize("spec", ["gl", "GL", "gl:0", "gl:llvmpipe", "gl:cpu"])
+def test_set_device_names_the_backend(spec):
+    previous = malinn.get_device()
+    try:
+        if spec == "gl:llvmpipe" and "llvmpipe" not in GL[0].name:
+            spec = f"gl:{GL[0].name}"
+        if spec == "gl:cpu" and GL[0].kind != "cpu":
+            spec = "gl:gpu"
+        assert malinn.set_device(spec) is GL[0]
+    finally:
+        malinn.set_device(previous)
+
+
+@needs_gl
+def test_an_unknown_gl_device_is_named_with_the_working_ones():
+    with pytest.raises(DeviceError, match=r"no working device gl:7; working devices: .*gl:0 "):
+        malinn.set_device("gl:7")
+
+
+@needs_gl
+def test_malinn_device_environment_and_the_cli_list_gl_devices():
+    env = {**os.environ, "MALINN_DEVICE": "gl"}
+    env.pop("MALINN_GL", None)
+    out = subprocess.run([sys.executable, "-c", "import malinn; print(malinn.get_device().backend)"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "gl", out.stderr[-2000:]
+    out = subprocess.run([sys.executable, "-m", "malinn.cli", "devices"], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert re.search(r"^\* \[gl:0\] ", out.stdout, re.M), out.stdout
+
+
+def test_opengl_stays_unloaded_when_asked_or_beside_an_opencl_gpu(monkeypatch):
+    monkeypatch.setenv("MALINN_GL", "0")
+    assert opengl.discover([], force=True) == []
+    monkeypatch.delenv("MALINN_GL")
+    gpu = type("D", (), {"kind": "gpu"})()
+    assert not opengl.wanted([gpu]) and opengl.wanted([])
+    monkeypatch.setenv("MALINN_GL", "1")
+    assert opengl.wanted([gpu])
+
+
+@pytest.mark.parametrize("rep", ["R", "C", "R_2_4_R", "C_4_2_C", "R_4_4_C", "R_16_16_C_4_4_R"])
+@pytest.mark.parametrize("shape", [(5, 3), (13, 7), (16, 16)], ids=str)
+def test_gl_index_macro_equals_layout_index(rep, shape):
+    """The GLSL macro, run on the device, gives Layout.index for every element of the padded matrix."""
+    if not GL:
+        pytest.skip("no working OpenGL device")
+    device = GL[0]
+    layout = Layout.parse(rep)
+    prows, pcols = layout.padded_shape(*shape, 4, 4)
+    source = opengl.gl_index_macro(layout, "IX") + """
+MALINN_ARGS(uint prows; uint pcols;)
+layout(std430, binding = 0) writeonly buffer BufOut { uint ix[]; };
+void main() {
+    MALINN_GUARD
+    uint r = gl_GlobalInvocationID.x, c = gl_GlobalInvocationID.y;
+    ix[r * pcols + c] = IX(r, c, prows, pcols);
+}
+"""
+    out = device.alloc(4 * prows * pcols, "indices")
+    program = device.compile(source, origin="index test")
+    device.launch_all([device.bind(program, "main", [np.uint32(prows), np.uint32(pcols), out], (prows, pcols),
+                                   None, what="index test")])
+    got = np.empty(prows * pcols, np.uint32)
+    device.download(out, got)
+    rows, cols = np.meshgrid(np.arange(prows), np.arange(pcols), indexing="ij")
+    want = layout.index(rows, cols, (prows, pcols)).reshape(-1)
+    np.testing.assert_array_equal(got, want)
+
+
+@needs_gl
+def test_a_failed_glsl_build_names_the_origin_options_and_log():
+    device = GL[0]
+    program = device.compile("MALINN_ARGS(uint n;)\nvoid main() { float x = undeclared_thing; }",
+                             ("-DMALINN_TEST=1",), origin="broken.comp")
+    with pytest.raises(KernelBuildError) as info:
+        device.bind(program, "main", [np.uint32(1)], (1,), None, what="broken")
+    text = str(info.value)
+    assert "broken.comp" in text and "-DMALINN_TEST=1" in text and "undeclared_thing" in text
+    assert device.name in text
+
+
+@needs_gl
+def test_programs_are_linked_once_per_work_group_shape():
+    device = GL[0]
+    source = "MALINN_ARGS(uint n;)\nlayout(std430, binding = 0) buffer B { float x[]; };\nvoid main() { x[0] = 1.0; }"
+    program = device.compile(source, ("-DX=1",))
+    assert device.compile(source, ("-DX=1",)) is program
+    buffer = device.alloc(4, "x")
+    builds = device.counters["builds"]
+    for _ in range(3):
+        device.bind(program, "main", [np.uint32(1), buffer], (1,), (1,))
+    device.bind(program, "main", [np.uint32(1), buffer], (4,), (4,))
+    assert device.counters["builds"] - builds == 2
+
+
+@needs_gl
+def test_too_large_a_buffer_is_a_device_error_naming_what():
+    device = GL[0]
+    with pytest.raises(DeviceError, match=r"^layer 'x' weights: .* MiB exceeds the largest single allocation of "):
+        device.alloc(device.max_allocation + 4, "layer 'x' weights")
+
+
+@needs_gl
+def test_a_kernel_without_a_gl_source_is_refused_by_name():
+    spec = load_library()["gemm_image"]
+    assert not spec.has_source("gl")
+    with pytest.raises(LibraryError, match="kernel 'gemm_image' has no gl source"):
+        spec.program_source({"a": "C", "b": "R", "r": "R"}, opengl.gl_index_macro, "gl")
+    for op in ("matmul", "matmul_fallback", "matmul_softmax", "bias", "affine", "relayout", "reshape"):
+        for kind in ("gpu", "cpu"):
+            assert all(s.has_source("gl") for s in load_library().default_specs(op, kind, "gl"))
+
+
+def _model():
+    model = Sequential([Flatten(name="f"), Dense(33, activation="gelu", name="d1"),
+                        BatchNormalization(name="bn"), Dense(17, name="d2"), Activation("tanh", name="t"),
+                        Dense(10, activation="softmax", name="head")])
+    model.build((None, 3, 7))
+    rng = np.random.default_rng(5)
+    model.set_weights([w + rng.standard_normal(w.shape).astype(np.float32) * 0.3 for w in model.get_weights()])
+    return model
+
+
+@needs_gl
+@pytest.mark.parametrize("target", ["gpu", "cpu", "morton_4_2", "gl", "gl:cpu"])
+@pytest.mark.parametrize("batch", [1, 5, 40])
+def test_a_model_file_converted_for_one_backend_runs_on_the_other(tmp_path, target, batch):
+    """Weights laid out for an OpenCL kernel run on the GL device and the reverse, with the same
+    results as the model's own numpy reference."""
+    model = _model()
+    path = malinn.saving.save_model(model, tmp_path / "m.malinn", target=target)
+    x = np.random.default_rng(batch).standard_normal((batch, 3, 7)).astype(np.float32)
+    results = {}
+    previous = malinn.get_device()
+    try:
+        for d in malinn.devices():
+            malinn.set_device(d)
+            results[d.identity] = malinn.load_model(path).predict(x)
+    finally:
+        malinn.set_device(previous)
+    first = next(iter(results.values()))
+    for got in results.values():
+        np.testing.assert_allclose(got, first, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(first.sum(axis=1), 1.0, rtol=1e-5)
+
+
+@needs_gl
+def test_activations_keep_nan_on_gl():
+    """A GLSL compiler may fold x < 0 ? 0 : x into max(x, 0), which drops NaN: the shaders keep it."""
+    d = GL[0]
+    x = np.array([[np.nan, -1.0, 2.0]], np.float32)
+    for name in ("relu", "relu6", "hard_sigmoid", "leaky_relu"):
+        got = ops.activation(DeviceMatrix.upload(d, x, "R"), name).numpy()
+        assert np.isnan(got[0, 0]) and np.isfinite(got[0, 1:]).all(), (name, got)

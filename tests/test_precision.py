@@ -1,0 +1,274 @@
+"""Weight precisions (issue 14): fp16-storage, fp16 and int8-weights beside fp32.
+
+Each reduced precision is checked twice: against a numpy reference computed with the very weights
+the kernel multiplies by (``malinn.precision.effective``: the float16 values, or the int8 values
+times their scales) at the float32 tolerance, and against the float32 weights at the tolerance
+docs/CONVERTING.md documents (:data:`VS_FP32`). Odd shapes, both matmul kernels that read reduced
+weights (gemv below 16 samples, gemm_tiled above), every activation, model files, Keras's own int8
+layers, the tuning key, the device memory, the digits example, and Oclgrind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+import malinn
+from malinn import ops, tuning_db
+from malinn.errors import ConversionError, DeviceError
+from malinn.kernel_call import program_for
+from malinn.kernel_choice import choose
+from malinn.kernel_library import load_library
+from malinn.layers import Dense
+from malinn.precision import device_bytes, effective, quantize_int8
+
+from helpers import activation as ref_activation, assert_close
+
+ROOT = Path(__file__).resolve().parents[1]
+REDUCED = ("fp16-storage", "int8-weights")
+#: documented error against float32 weights, rel to max(1, max |output|), for the layers below
+#: (inputs standard normal, Glorot weights): docs/CONVERTING.md, "Precision"
+VS_FP32 = {"fp32": 1e-5, "fp16-storage": 2e-3, "int8-weights": 3e-2}
+
+
+def forward(model, x, precision):
+    """float64 numpy forward pass of a Dense-only model with the weights ``precision`` stores."""
+    h = np.asarray(x, np.float64)
+    for layer in model.layers:
+        w = effective(layer.kernel.T, precision, layer.quantized if precision == "int8-weights" else None)
+        h = h @ w.T.astype(np.float64) + (layer.bias if layer.use_bias else 0.0)
+        h = ref_activation(layer.activation, h, axis=-1)
+    return h
+
+
+def dense_model(sizes, activations, precision, seed=0):
+    layers = [Dense(units, activation=act) for units, act in zip(sizes[1:], activations)]
+    model = malinn.Sequential(layers, precision=precision)
+    model.build((None, sizes[0]))
+    rng = np.random.default_rng(seed)
+    for layer in model.layers:   # biases not zero, so that the epilogue's order (scale, then bias) shows
+        layer.set_weights([layer.kernel, rng.standard_normal(layer.units).astype(np.float32) * 0.1])
+    return model
+
+
+@pytest.mark.parametrize("precision", ("fp32",) + REDUCED)
+@pytest.mark.parametrize("batch", [1, 3, 8, 37])
+def test_every_precision_matches_its_own_reference_and_float32_within_the_documented_tolerance(
+        device, rng, precision, batch):
+    model = dense_model([53, 67, 29, 10], ["relu", "tanh", "softmax"], precision)
+    x = rng.standard_normal((batch, 53)).astype(np.float32)
+    got = model.predict(x)
+    kinds = {row["kernel"].split()[0] for row in model.plan(batch, device).describe() if row["kind"] == "matmul"}
+    assert kinds <= {"gemv", "gemv_softmax", "gemm_tiled"}, kinds
+    assert all(row["kernel"].endswith(f"[{precision}]") == (precision != "fp32")
+               for row in model.plan(batch, device).describe() if row["kind"] == "matmul")
+    assert_close(got, forward(model, x, precision), rtol=1e-5)
+    assert_close(got, forward(model, x, "fp32"), rtol=VS_FP32[precision])
+
+
+@pytest.mark.parametrize("precision", REDUCED)
+def test_every_activation_fused_after_reduced_weights(device, rng, precision):
+    names = [n for n in load_library().activations() if n not in ("relu_general",)]
+    for i, name in enumerate(names):
+        batch = 1 if i % 2 else 19          # gemv and gemm_tiled in turn
+        model = dense_model([31, 45], [name], precision, seed=i)
+        x = rng.standard_normal((batch, 31)).astype(np.float32)
+        got = model.predict(x)
+        with np.errstate(all="ignore"):
+            want = forward(model, x, precision)
+        assert_close(got, want, rtol=2e-5)
+
+
+def test_int8_quantization_is_per_output_channel_and_symmetric():
+    w = np.array([[0.5, -1.0, 0.25], [0.0, 0.0, 0.0], [3.0, 1.5, -0.03]], np.float32)
+    q, scales = quantize_int8(w)
+    np.testing.assert_array_equal(q, [[64, -127, 32], [0, 0, 0], [127, 64, -1]])
+    np.testing.assert_allclose(scales, [1.0 / 127, 1.0, 3.0 / 127], rtol=1e-7)
+    assert q.dtype == np.int8
+
+
+def test_int8_buffer_holds_values_then_row_scales_at_a_4_byte_boundary():
+    w = np.arange(15, dtype=np.float32).reshape(5, 3) - 7
+    layout = malinn.layout.parse_layout("C")
+    flat = device_bytes(w, "int8-weights", layout, (5, 3))
+    q, scales = quantize_int8(w)
+    assert flat.dtype == np.uint8 and flat.size == 16 + 4 * 5
+    np.testing.assert_array_equal(flat[:15].view(np.int8), q.T.reshape(-1))
+    np.testing.assert_array_equal(flat[16:].view(np.float32), scales)
+    half = device_bytes(w, "fp16-storage", layout, (8, 3))
+    assert half.dtype == np.float16 and half.size == 24
+
+
+def test_kernels_build_in_every_precision_they_list(device):
+    library = load_library()
+    for codename in library.codenames("matmul"):
+        spec = library[codename]
+        for precision in spec.precisions:
+            if library.precision(precision).extension and library.precision(precision).extension not in device.extensions:
+                continue
+            configured = spec.in_precision(precision).configure({"BIAS": 1, "AFFINE": 1})
+            assert configured.precision == precision
+            program_for(configured, device, {n: r.layout for n, r in configured.matrices.items()})
+
+
+def test_a_kernel_without_the_precision_is_not_chosen(device):
+    ops.use("matmul", "morton_4_2", device)
+    spec = choose("matmul", device, (30, 20, 3), precision="int8-weights")
+    assert "int8-weights" in spec.precisions and spec.precision == "int8-weights"
+    assert choose("matmul", device, (30, 20, 3)).codename == "morton_4_2"
+
+
+def test_fp16_arithmetic_is_refused_without_cl_khr_fp16(device, rng):
+    model = dense_model([8, 5], ["relu"], "fp16")
+    x = rng.standard_normal((2, 8)).astype(np.float32)
+    if "cl_khr_fp16" in device.extensions:
+        assert_close(model.predict(x), forward(model, x, "fp16-storage"), rtol=2e-2)
+        return
+    with pytest.raises(DeviceError, match=r"precision 'fp16' computes in half and needs cl_khr_fp16, which .* does "
+                                          r"not offer; use fp16-storage \(half weights, float arithmetic"):
+        model.predict(x)
+
+
+def test_unknown_precision_is_named():
+    with pytest.raises(ValueError, match=r"unknown precision 'fp8'; use one of fp32, fp16-storage, fp16, int8-weights"):
+        malinn.Sequential(precision="fp8")
+
+
+def test_weight_memory_is_halved_and_quartered(device):
+    model = dense_model([256, 512, 128], ["relu", None], "fp32")
+    sizes = {}
+    for precision in ("fp32",) + REDUCED:
+        model.precision = precision
+        sizes[precision] = model.memory(1, device)["weights"] - 4 * (512 + 128)   # biases stay float
+        text = model.summary(print_fn=lambda _: None)
+        assert f"in {precision} (" in text
+    assert sizes["fp16-storage"] * 2 == sizes["fp32"]
+    assert sizes["int8-weights"] == sizes["fp32"] // 4 + 4 * (512 + 128)        # plus one scale per unit
+    assert re.search(r"Weights on the device: [\d.]+ KiB in int8-weights \(0\.25\d of [\d.]+ KiB in fp32\)", text), text
+
+
+@pytest.mark.parametrize("precision", REDUCED)
+def test_model_file_records_the_precision_and_runs_bit_identically(device, rng, tmp_path, precision):
+    model = dense_model([21, 17, 4], ["elu", "sigmoid"], precision)
+    x = rng.standard_normal((5, 21)).astype(np.float32)
+    want = model.predict(x)
+    path = model.save(tmp_path / "m.malinn", target="cpu")
+    with h5py.File(path, "r") as f:
+        assert f.attrs["precision"] == precision and f.attrs["format_version"] == 2
+        stored = f["layers/0/kernel_laid_out"]
+        assert stored.dtype == (np.float16 if precision == "fp16-storage" else np.int8)
+    again = malinn.load_model(path)
+    assert again.precision == precision
+    np.testing.assert_array_equal(again.predict(x), want)
+    assert malinn.load_model(path, precision="fp32").precision == "fp32"
+
+
+def test_a_target_without_the_precision_is_refused(tmp_path):
+    model = dense_model([6, 3], [None], "int8-weights")
+    with pytest.raises(ConversionError, match="target morton_4_2 reads fp32 weights only, not int8-weights"):
+        model.save(tmp_path / "m.malinn", target="morton_4_2")
+    assert not (tmp_path / "m.malinn").exists()
+
+
+def test_keras_int8_dense_runs_on_its_own_int8_values(device, keras_zoo):
+    path = keras_zoo.path("keras3-zip", "int8")
+    model = malinn.load_model(path, precision="int8-weights")
+    q, scales = model.layers[0].quantized
+    x = np.random.default_rng(3).standard_normal((4, 5)).astype(np.float32)
+    got = model.predict(x)
+    assert_close(got, forward(model, x, "int8-weights"), rtol=1e-5)
+    np.testing.assert_array_equal(effective(None, "int8-weights", (q, scales)), q * scales[:, None])
+
+
+def test_tuning_key_includes_the_precision(device, tmp_path, monkeypatch):
+    monkeypatch.setenv("MALINN_CACHE_DIR", str(tmp_path))
+    tuning_db.forget()
+    try:
+        assert tuning_db.device_key(device, "int8-weights") == device.identity + "|int8-weights"
+        shape = (40, 30, 2)
+        default = choose("matmul", device, shape)
+        gemv = load_library()["gemv"]
+        config = next(c for c in gemv.configurations(device)
+                      if gemv.configure(c).accepts(*shape) and c != default.config)
+        tuning_db.save(device, shapes={"40x30x2": {"codename": "gemv", "defines": config}}, precision="fp16-storage")
+        chosen = choose("matmul", device, shape, precision="fp16-storage")
+        assert (chosen.codename, chosen.precision) == ("gemv", "fp16-storage")
+        assert {k: v for k, v in chosen.config.items() if k != "WEIGHT_BITS"} == config
+        for precision in ("fp32", "int8-weights"):     # their winners are stored apart: none here
+            other = choose("matmul", device, shape, precision=precision)
+            assert (other.codename, {k: v for k, v in other.config.items() if k != "WEIGHT_BITS"}) == \
+                (default.codename, default.config)
+    finally:
+        tuning_db.forget()
+
+
+@pytest.mark.parametrize("precision", ("fp32",) + REDUCED)
+def test_digits_example_agrees_with_keras_on_every_sample(device, precision):
+    data = np.load(ROOT / "examples" / "digits_test.npz")
+    model = malinn.load_model(ROOT / "examples" / "digits_mlp.keras", precision=precision)
+    got = model.predict(data["x"])
+    np.testing.assert_array_equal(np.argmax(got, axis=1), np.argmax(data["keras"], axis=1))
+    assert np.abs(got - data["keras"]).max() <= {"fp32": 1e-5, "fp16-storage": 2e-3, "int8-weights": 2e-2}[precision]
+
+
+def test_cli_convert_and_predict_in_a_precision(device, tmp_path):
+    out = tmp_path / "digits.malinn"
+    run = subprocess.run([sys.executable, "-m", "malinn.cli", "convert", str(ROOT / "examples" / "digits_mlp.keras"),
+                          "-o", str(out), "--precision", "int8-weights", "--target", "cpu"],
+                         capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert run.returncode == 0, run.stderr
+    assert "weights laid out for gemm_tiled in int8-weights" in run.stderr + run.stdout
+    assert malinn.load_model(out).precision == "int8-weights"
+    bad = subprocess.run([sys.executable, "-m", "malinn.cli", "convert", str(ROOT / "examples" / "digits_mlp.keras"),
+                          "-o", str(tmp_path / "x.malinn"), "--precision", "int4"],
+                         capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert bad.returncode == 2 and "invalid choice: 'int4'" in bad.stderr
+
+
+# ------------------------------------------------------------------ Oclgrind
+OCLGRIND = shutil.which("oclgrind")
+OCLGRIND_SCRIPT = r"""
+import json, sys
+import numpy as np
+import malinn
+from malinn.layers import Dense
+from malinn.precision import effective
+kept, errors = [], {}
+for precision in ("fp16-storage", "int8-weights"):
+    for batch in (1, 3, 17):
+        model = malinn.Sequential([Dense(13, activation="relu"), Dense(6, activation="softmax")], precision=precision)
+        model.build((None, 11))
+        kept.append(model)            # no buffer is released (see tests/oclgrind_driver.py)
+        x = np.random.default_rng(batch).standard_normal((batch, 11)).astype(np.float32)
+        h = x.astype(np.float64)
+        for layer in model.layers:
+            h = h @ effective(layer.kernel.T, precision).T + layer.bias
+            h = np.maximum(h, 0) if layer.activation == "relu" else np.exp(h - h.max(1, keepdims=True))
+        h = h / h.sum(1, keepdims=True)
+        errors[f"{precision} {batch}"] = float(np.abs(model.predict(x) - h).max())
+print(json.dumps(errors))
+"""
+
+
+@pytest.mark.skipif(OCLGRIND is None, reason="oclgrind is not on PATH (bash .ci/setup --test installs it)")
+def test_reduced_precision_kernels_are_clean_under_oclgrind():
+    env = dict(os.environ, MALINN_DEVICE="Oclgrind", MALINN_BINARY_CACHE="0", MALINN_PINNED="0", PYTHONWARNINGS="ignore",
+               PYTHONPATH=str(ROOT))
+    run = subprocess.run([OCLGRIND, "--check-api", "--data-races", "--uninitialized", "--global-mem-size",
+                          str(2**28), sys.executable, "-c", OCLGRIND_SCRIPT],
+                         capture_output=True, text=True, timeout=900, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    stderr = run.stderr.replace("\nOclgrind - OpenCL runtime error detected\n\tFunction: clGetDeviceInfo\n"
+                                "\tError:    CL_INVALID_VALUE\n\tFor argument 'param_name'\n", "").strip()
+    assert stderr == "", stderr[-3000:]
+    errors = json.loads(run.stdout.strip().splitlines()[-1])
+    assert len(errors) == 6 and max(errors.values()) < 1e-5, errors
