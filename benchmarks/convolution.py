@@ -112,7 +112,7 @@ def torch_conv(torch, model, batch, repeat):
     b = torch.from_numpy(layer.bias).cuda()
     pad = layer.kernel_size[0] // 2
     torch.backends.cudnn.benchmark = True
-    x = np.random.default_rng(1).standard_normal((batch,) + tuple(model.input_shape[1:]), dtype=np.float32)
+    x = np.random.default_rng(1).standard_normal((batch,) + tuple(model.input_shape), dtype=np.float32)
     xt = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2))).cuda()
 
     def device_run():

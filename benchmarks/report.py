@@ -35,9 +35,13 @@ def ratios(d, against):
 
 def models_table(d):
     peers = [p for p in ("numpy", "tensorflow", "torch") if any(p in r for r in d["rows"])]
-    out = [f"Device: {d['device']['name']}; matmul kernel `{d['matmul']}`. Milliseconds per batch, host to host; "
-           "in brackets the peer's time over malinn's (above 1: malinn is faster).", "",
-           "| model | batch | malinn | " + " | ".join(peers) + " |", "|" + " --- |" * (3 + len(peers))]
+    precision = any("precision" in r for r in d["rows"])
+    out = [f"Device: {d['device']['name']}; default matmul kernel `{d['matmul']}`. Milliseconds per batch, host to "
+           "host; in brackets the peer's time over malinn's (above 1: malinn is faster)"
+           + ("; reduced precisions beside fp32 in the same run, `matmuls` their weight-streaming kernels' device "
+              "time against fp32's" if precision else "") + ".", "",
+           "| model | batch | " + ("precision | " if precision else "") + "malinn | " + " | ".join(peers) + " |",
+           "|" + " --- |" * (3 + precision + len(peers))]
     extra = "kernels" in d["rows"][0]
     if extra:
         out[2] = out[2].rstrip(" |") + " | launches | kernels (device) | weights read |"
@@ -49,7 +53,37 @@ def models_table(d):
         if extra:
             cells += [str(r["launches"]), f"{r['kernels'] * 1e3:.3f}",
                       f"{r['weights_gbs']:.0f} GB/s ({r['weights_gbs'] / r['copy_gbs']:.0%})"]
-        out.append(f"| {r['model']} | {r['batch']} | {r['malinn'] * 1e3:.3f} | " + " | ".join(cells) + " |")
+        if precision and r.get("precision", "fp32") != "fp32":
+            cells[-3:] = [f"{cells[-3]}", f"{cells[-2]} (matmuls {r['speedup_matmul']:.2f}x faster)", cells[-1]]
+        first = f"| {r['model']} | {r['batch']} | " + (f"{r.get('precision', 'fp32')} | " if precision else "")
+        out.append(first + f"{r['malinn'] * 1e3:.3f} | " + " | ".join(cells) + " |")
+    return out
+
+
+def convolution_table(d):
+    """Per layer and batch: each algorithm's device time (compute launches), cuDNN's, extra memory."""
+    out = [f"Device: {d['device']['name']}; default convolution kernel `{d.get('conv_default', '?')}`. Device "
+           "milliseconds of the convolution's own launches; cuDNN fp32 (TF32 off) by CUDA events; in brackets "
+           "cuDNN's time over malinn's (0.5 is the target); `extra` the activation memory beyond input and output.",
+           "", "| layer | batch | kn2row | kn2col | im2row | im2col | best / cuDNN | extra kn2row / im2col |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    groups = {}
+    for r in d["layers"]:
+        groups.setdefault((r["network"], r["layer"], r["batch"]), {})[r["algorithm"]] = r
+    for (network, layer, batch), algos in groups.items():
+        cell = lambda a: f"{algos[a]['compute_seconds'] * 1e3:.3f}" if a in algos else "-"
+        best = min(algos.values(), key=lambda r: r["compute_seconds"])
+        peer = best.get("torch_kernels")
+        ratio = f"{best['algorithm']}: {peer / best['compute_seconds']:.2f}x" if peer else "-"
+        mem = (f"{algos['kn2row']['extra_bytes'] / 2**20:.1f} / {algos['im2col']['extra_bytes'] / 2**20:.1f} MiB"
+               if "kn2row" in algos and "im2col" in algos else "-")
+        out.append(f"| {network} {layer} | {batch} | {cell('kn2row')} | {cell('kn2col')} | {cell('im2row')} | "
+                   f"{cell('im2col')} | {ratio} | {mem} |")
+    out += ["", "| CIFAR-style VGG | batch | malinn (host to host) | launches | peer |", "| --- | --- | --- | --- | --- |"]
+    for r in d.get("vgg", []):
+        peers = [f"{p} {r[p] * 1e3:.3f} ({r[p] / r['malinn']:.2f}x)" for p in ("torch", "tensorflow") if p in r]
+        out.append(f"| {r['network']} | {r['batch']} | {r['malinn'] * 1e3:.3f} | {r['launches']} | "
+                   + (", ".join(peers) or "-") + " |")
     return out
 
 
@@ -96,6 +130,8 @@ def main():
     cold_gpu, cold_cpu = load("cold_nvidia_h200.json"), load("cold_pocl_cpu.json")
     overhead_gpu, overhead_cpu = load("overhead_nvidia_h200.json"), load("overhead_pocl_cpu.json")
     tuned_gpu = load("models_tuned_nvidia_h200.json")
+    models_gl = load("models_gl_nvidia_h200.json")
+    conv_gpu, conv_cpu = load("convolution_nvidia_h200.json"), load("convolution_pocl_cpu.json")
     doc = ["# Performance", "",
            "Every figure comes from a script in `benchmarks/` and is read as a ratio against a peer timed in",
            "the same run (`benchmarks/results/*.json` hold the raw numbers and the commands; this page is",
@@ -127,11 +163,20 @@ def main():
             "`python3 benchmarks/models.py --json OUT.json`: Partial MNIST 640-150-10, Partial CIFAR 256-128-10,",
             "Full MNIST 784-2500-2000-10, Full CIFAR 3072-4096-3072-10, ReLU between layers; batch 100 and",
             "batch 1 (latency).", ""]
-    for title, d in (("NVIDIA H200, library defaults", models_gpu),
+    for title, d in (("NVIDIA H200 through OpenCL, library defaults", models_gpu),
                      ("NVIDIA H200, after `benchmarks/tune_networks.py` (a winner per layer shape)", tuned_gpu),
+                     ("NVIDIA H200 through OpenGL (`--device gl`, NVIDIA's EGL; a run of its own, its torch "
+                      "column from that run)", models_gl),
                      ("PoCL CPU, this machine", models_cpu)):
         if d:
             doc += [f"### {title}", ""] + models_table(d) + [""]
+    if conv_gpu or conv_cpu:
+        doc += ["## Convolution", "",
+                "`python3 benchmarks/convolution.py --json OUT.json`: selected AlexNet, VGG-16 and GoogLeNet layers",
+                "(ReLU fused), each algorithm forced in turn, and a small CIFAR-style VGG end to end.", ""]
+        for title, d in (("NVIDIA H200", conv_gpu), ("PoCL CPU, this machine (`--quick`)", conv_cpu)):
+            if d:
+                doc += [f"### {title}", ""] + convolution_table(d) + [""]
     doc += ["## What malinn adds to the driver's floor", "",
             "`python3 benchmarks/overhead.py --json OUT.json`: each network's compiled plan, its device work",
             "replayed in plain pyopencl (the floor) beside `model.predict(x)`.", ""]

@@ -27,3 +27,8 @@ class LayoutError(MalinnError, ValueError):
 
 class ConversionError(MalinnError, ValueError):
     """A model file cannot be read or converted; the message names the file and the cause."""
+
+
+class BackendError(LibraryError):
+    """What a model needs has no kernel on the device's backend (an op or a weight precision the
+    OpenGL backend has no shader for); the message names it and the backends that have one."""

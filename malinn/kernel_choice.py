@@ -23,7 +23,7 @@ import threading
 
 from .backends.base import Device
 from .device_selection import devices, get_device
-from .errors import DeviceError, LibraryError
+from .errors import BackendError, DeviceError, LibraryError
 from .kernel_library import DEFAULT_PRECISION, KernelSpec, load_library
 from .tuning_db import tuned_choice, version as tuning_version
 
@@ -108,7 +108,7 @@ def choose(op: str, device: Device | None = None, shape: tuple | None = None,
 
 def _check_device(precision, device: Device) -> None:
     if device.backend != "opencl":
-        raise DeviceError(f"precision {precision.name!r} runs on OpenCL devices; {device.name} is a {device.backend} "
+        raise BackendError(f"precision {precision.name!r} runs on OpenCL devices; {device.name} is a {device.backend} "
                           f"device, whose kernels read fp32 weights only: use fp32 there")
     extension = precision.extension
     if extension and extension not in getattr(device, "extensions", ()):

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .errors import LayoutError, LibraryError
+from .errors import BackendError, LayoutError, LibraryError
 from .expressions import evaluate
 from .layout import Layout, parse_layout
 from .resources import kernels_dir
@@ -312,7 +312,7 @@ class KernelSpec:
         else:
             found = [(path, inc) for name, path, inc in self.sources if name == backend]
             if not found:
-                raise LibraryError(f"kernel {self.codename!r} has no {backend} source (kernels/library.json: "
+                raise BackendError(f"kernel {self.codename!r} has no {backend} source (kernels/library.json: "
                                    f"its \"sources\" name {', '.join(self.backends())}); choose another kernel")
             source_path, includes = found[0]
             source = source_path.name
@@ -398,7 +398,7 @@ class KernelLibrary:
                 return []
             codenames = self.codenames("matmul" if op in MATMUL_CHOICES else op, backend)
             if not codenames:
-                raise LibraryError(f"{self.path}: no kernel implements {op!r} on the {backend} backend")
+                raise BackendError(f"{self.path}: no kernel implements {op!r} on the {backend} backend")
             specs = [self[codenames[0]]]
         return specs
 

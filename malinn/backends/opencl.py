@@ -66,6 +66,10 @@ def zero_copy_enabled(device: Device) -> bool:
     return device.host_unified_memory and os.environ.get("MALINN_ZERO_COPY", "1") != "0"
 
 
+#: staging arrays below this size stay in pageable memory (see :meth:`OpenCLDevice.host_array`)
+PINNED_MIN_BYTES = 64 * 1024
+
+
 @dataclass(eq=False)
 class OpenCLDevice(Device):
     """An OpenCL device with its context and one in-order profiling queue."""
@@ -127,11 +131,13 @@ class OpenCLDevice(Device):
     def host_array(self, shape, what: str = "staging") -> np.ndarray:
         """Page-locked memory on a discrete GPU: a ``CL_MEM_ALLOC_HOST_PTR`` buffer mapped once for
         good (NVIDIA's OpenCL guide: the driver then copies it by DMA, with no staging copy of its
-        own); plain memory where the device shares the host's, or with ``MALINN_PINNED=0``."""
-        if self.host_unified_memory or os.environ.get("MALINN_PINNED", "1") == "0":
+        own); plain memory where the device shares the host's, for less than
+        :data:`PINNED_MIN_BYTES` (the driver copies a small pageable array as fast, without a DMA
+        setup), or with ``MALINN_PINNED=0``."""
+        nbytes = 4 * int(np.prod(shape))
+        if self.host_unified_memory or nbytes < PINNED_MIN_BYTES or os.environ.get("MALINN_PINNED", "1") == "0":
             return np.zeros(shape, np.float32)
         cl = _cl()
-        nbytes = 4 * int(np.prod(shape))
         try:
             buffer = cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, max(nbytes, 4))
             view, _ = cl.enqueue_map_buffer(self.queue, buffer, cl.map_flags.READ | cl.map_flags.WRITE, 0,

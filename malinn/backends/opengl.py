@@ -361,7 +361,10 @@ def _total_memory(ctx, gl: _GL, software: bool, max_allocation: int) -> int:
 def probe(index: int) -> GLDevice:
     """Creates a headless context on EGL device ``index`` and runs the probe shader; raises on failure."""
     moderngl = _moderngl()
-    ctx = moderngl.create_context(standalone=True, backend="egl", device_index=index, require=430)
+    # the runtime packages' names (libgl1, libegl1 ship only the .so.1; glcontext asks for the
+    # development links libGL.so / libEGL.so by default)
+    ctx = moderngl.create_context(standalone=True, backend="egl", device_index=index, require=430,
+                                  libgl="libGL.so.1", libegl="libEGL.so.1")
     ctx.gc_mode = "context_gc"
     try:
         gl = _GL()
