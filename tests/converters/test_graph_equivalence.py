@@ -27,13 +27,6 @@ ZOO_SCRIPT = Path(__file__).resolve().parents[1] / "graph_zoo.py"
 EQUIVALENCE = [key for key in model_keys() if key not in ERROR_MODELS]
 
 
-@pytest.fixture(autouse=True)
-def _merges_run_on_opencl(request):
-    """The merge kernels have OpenCL sources only (tests/test_functional.py checks the refusal)."""
-    device = getattr(getattr(request.node, "callspec", None), "params", {}).get("device")
-    if device is not None and device.backend != "opencl":
-        pytest.skip(f"the merge kernels have no {device.backend} source")
-
 
 @pytest.fixture(scope="session")
 def graph_zoo(tmp_path_factory):
