@@ -72,9 +72,10 @@ def test_split_form_matches_keras(keras_zoo, device, fmt, key):
 @pytest.mark.parametrize("fmt", SPLIT_PARAMS)
 def test_every_zoo_model_reads_as_its_whole_file_does(keras_zoo, fmt):
     """Same layers and weights (bit for bit) as the generation's whole-model file, or the
-    same refusal (branching graph, custom objects, int8): one reader of each layout for both."""
+    same refusal (custom objects, int8): one reader of each layout for both; a branching graph
+    reads as the same graph."""
     generation = SPLIT_FORMATS[fmt][0]
-    checked = refused = 0
+    checked = refused = graphs = 0
     for model_key, entry in keras_zoo.models.items():
         if not model_key.startswith(generation + "/") or fmt not in entry.get("split", {}):
             continue
@@ -100,6 +101,8 @@ def test_every_zoo_model_reads_as_its_whole_file_does(keras_zoo, fmt):
         if want is None:
             continue
         assert [(l.class_name, l.name) for l in got.layers] == [(l.class_name, l.name) for l in want.layers], key
+        assert got.graph == want.graph, key
+        graphs += got.graph is not None
         for mine, theirs in zip(got.layers, want.layers):
             if mine.class_name not in SUPPORTED_LAYERS:
                 continue   # tf_keras keeps an LSTM's weights in a sub-object malinn does not read
@@ -107,7 +110,7 @@ def test_every_zoo_model_reads_as_its_whole_file_does(keras_zoo, fmt):
             for a, b in zip(mine.weights, theirs.weights):
                 np.testing.assert_array_equal(a, b, err_msg=f"{key} {mine.name}")
         checked += 1
-    assert checked >= 30 and refused >= 4, (checked, refused)
+    assert checked >= 30 and refused >= 3 and graphs >= 1, (checked, refused, graphs)
 
 
 @pytest.mark.parametrize("key", ["noops", "batchnorm", "multiaxis", "relus", "tiny"])
