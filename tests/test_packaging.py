@@ -52,9 +52,12 @@ def library_files():
     """
     library = json.loads((ROOT / "kernels" / "library.json").read_text())
     files = {"library.json"}
-    for entry in library["kernels"].values():
-        files.add(entry["source"])
-        files.update(entry.get("includes", []))
+    for entry in library["kernels"].values():   # a variant_of entry reads its base's files
+        for source in [entry] + list((entry.get("sources") or {}).values()):   # OpenCL's, then each backend's
+            source = {"source": source} if isinstance(source, str) else source
+            if "source" in source:
+                files.add(source["source"])
+            files.update(source.get("includes", []))
     return files
 
 
