@@ -41,10 +41,10 @@ def test_a_dense_layer_is_one_launch_with_bias_activation_batchnorm_and_softmax_
 
 
 @pytest.mark.parametrize("n", [16, 37, 100])
-def test_kernels_in_keras_order_need_no_re_layout_and_padded_rows_travel_strided(device, rng, n):
+def test_kernels_in_keras_order_need_no_re_layout_and_padded_buffers_travel_whole(device, rng, n):
     """gemm_tiled_c reads and writes Keras's memory order: the input is uploaded and the output
-    downloaded where they lie, the padded rows (13 -> 32, 5 -> 32) skipped by one strided copy
-    each, so a plan of it is one launch per Dense layer (and the softmax a chosen kernel cannot fuse)."""
+    downloaded where they lie, each buffer whole with its padded rows (13 -> 32, 5 -> 32) as zeros,
+    so a plan of it is one launch per Dense layer (and the softmax a chosen kernel cannot fuse)."""
     model = dense_model([13, 29, 5], ["relu", "softmax"])
     try:
         kernel_choice.use("matmul", "gemm_tiled_c", device, {"MWG": 32, "NWG": 16, "KWG": 16, "MDIMC": 8,
