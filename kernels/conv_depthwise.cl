@@ -13,42 +13,6 @@
  * padded rows and columns of A; p0..p3. OpenCL C 1.2.
  */
 
-#ifndef IH
-#define IH 1
-#endif
-#ifndef IW
-#define IW 1
-#endif
-#ifndef OH
-#define OH 1
-#endif
-#ifndef OW
-#define OW 1
-#endif
-#ifndef KH
-#define KH 1
-#endif
-#ifndef KW
-#define KW 1
-#endif
-#ifndef SH
-#define SH 1
-#endif
-#ifndef SW
-#define SW 1
-#endif
-#ifndef DH
-#define DH 1
-#endif
-#ifndef DW
-#define DW 1
-#endif
-#ifndef PT
-#define PT 0
-#endif
-#ifndef PL
-#define PL 0
-#endif
 #ifndef DM
 #define DM 1
 #endif
@@ -64,10 +28,8 @@ __kernel void conv_depthwise(uint l, uint c, uint h, uint w, uint m, uint n, uin
     const uint col = get_global_id(1);
     float acc = 0.0f;
     if (row < m && col < n) {
-        const uint rest = col / OW;
-        const uint ox = col - rest * OW;   /* col % OW without LLVM's freeze (Oclgrind) */
-        const uint image = rest / OH;
-        const uint oy = rest - image * OH;
+        const uint3 pixel = window_pixel(col);
+        const uint image = pixel.x, oy = pixel.y, ox = pixel.z;
         const uint base = image * (IH * IW);
         const uint channel = row / DM;
         for (uint ky = 0; ky < KH; ++ky) {

@@ -31,42 +31,6 @@
  * H, W padded rows and columns of A; p0..p3 the activation's parameters. OpenCL C 1.2.
  */
 
-#ifndef IH
-#define IH 1
-#endif
-#ifndef IW
-#define IW 1
-#endif
-#ifndef OH
-#define OH 1
-#endif
-#ifndef OW
-#define OW 1
-#endif
-#ifndef KH
-#define KH 1
-#endif
-#ifndef KW
-#define KW 1
-#endif
-#ifndef SH
-#define SH 1
-#endif
-#ifndef SW
-#define SW 1
-#endif
-#ifndef DH
-#define DH 1
-#endif
-#ifndef DW
-#define DW 1
-#endif
-#ifndef PT
-#define PT 0
-#endif
-#ifndef PL
-#define PL 0
-#endif
 #ifndef CG
 #define CG 1
 #endif
@@ -125,10 +89,8 @@ __kernel void conv_gemm(
     #pragma unroll
     for (uint j = 0; j < NWI; ++j) {
         const uint col = col0 + j * NDIM;
-        const uint rest = col / OW;
-        const uint ox = col - rest * OW;   /* col % OW without LLVM's freeze (Oclgrind) */
-        const uint image = rest / OH;
-        const uint oy = rest - image * OH;
+        const uint3 pixel = window_pixel(col);
+        const uint image = pixel.x, oy = pixel.y, ox = pixel.z;
         base[j] = (int)(image * (IH * IW));
         y0[j] = col < n ? (int)(oy * SH) - PT : -(1 << 28);   /* a padding column reads nothing */
         x0[j] = (int)(ox * SW) - PL;

@@ -13,36 +13,6 @@
  * H, W padded rows and columns of A, h, w of R. OpenCL C 1.2.
  */
 
-#ifndef IH
-#define IH 1
-#endif
-#ifndef IW
-#define IW 1
-#endif
-#ifndef OH
-#define OH 1
-#endif
-#ifndef OW
-#define OW 1
-#endif
-#ifndef KH
-#define KH 1
-#endif
-#ifndef KW
-#define KW 1
-#endif
-#ifndef SH
-#define SH 1
-#endif
-#ifndef SW
-#define SW 1
-#endif
-#ifndef PT
-#define PT 0
-#endif
-#ifndef PL
-#define PL 0
-#endif
 #ifndef MAXPOOL
 #define MAXPOOL 1
 #endif
@@ -55,10 +25,8 @@ __kernel void pool(uint m, uint n, uint H, uint W, uint h, uint w,
     const uint col = get_global_id(1);
     float v = 0.0f;
     if (row < m && col < n) {
-        const uint rest = col / OW;
-        const uint ox = col - rest * OW;   /* col % OW without LLVM's freeze (Oclgrind) */
-        const uint image = rest / OH;
-        const uint oy = rest - image * OH;
+        const uint3 pixel = window_pixel(col);
+        const uint image = pixel.x, oy = pixel.y, ox = pixel.z;
         const uint base = image * (IH * IW);
         const int y0 = (int)(oy * SH) - PT;
         const int x0 = (int)(ox * SW) - PL;

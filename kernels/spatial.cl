@@ -17,18 +17,6 @@
  * columns of R, H, W padded rows and columns of A, h, w of R. OpenCL C 1.2.
  */
 
-#ifndef IH
-#define IH 1
-#endif
-#ifndef IW
-#define IW 1
-#endif
-#ifndef OH
-#define OH 1
-#endif
-#ifndef OW
-#define OW 1
-#endif
 #ifndef OY
 #define OY 0
 #endif
@@ -40,30 +28,6 @@
 #endif
 #ifndef UX
 #define UX 1
-#endif
-#ifndef KH
-#define KH 1
-#endif
-#ifndef KW
-#define KW 1
-#endif
-#ifndef SH
-#define SH 1
-#endif
-#ifndef SW
-#define SW 1
-#endif
-#ifndef DH
-#define DH 1
-#endif
-#ifndef DW
-#define DW 1
-#endif
-#ifndef PT
-#define PT 0
-#endif
-#ifndef PL
-#define PL 0
 #endif
 #ifndef CIN
 #define CIN 1
@@ -77,10 +41,8 @@ __kernel void spatial_copy(uint m, uint n, uint H, uint W, uint h, uint w,
     const uint col = get_global_id(1);
     float v = 0.0f;
     if (row < m && col < n) {
-        const uint rest = col / OW;
-        const uint ox = col - rest * OW;   /* col % OW without LLVM's freeze (Oclgrind) */
-        const uint image = rest / OH;
-        const uint oy = rest - image * OH;
+        const uint3 pixel = window_pixel(col);
+        const uint image = pixel.x, oy = pixel.y, ox = pixel.z;
         const int sy = (int)oy + OY, sx = (int)ox + OX;
         if (sy >= 0 && sy < IH * UY && sx >= 0 && sx < IW * UX)
             v = a[MALINN_INDEX_A(row, image * (IH * IW) + (uint)(sy / UY) * IW + (uint)(sx / UX), H, W)];
@@ -98,10 +60,8 @@ __kernel void im2col(uint m, uint n, uint H, uint W, uint h, uint w,
     if (row < m && col < n) {
         const uint tap = row / CIN;
         const uint ch = row - tap * CIN;
-        const uint rest = col / OW;
-        const uint ox = col - rest * OW;   /* col % OW without LLVM's freeze (Oclgrind) */
-        const uint image = rest / OH;
-        const uint oy = rest - image * OH;
+        const uint3 pixel = window_pixel(col);
+        const uint image = pixel.x, oy = pixel.y, ox = pixel.z;
         const uint ky = tap / KW;
         const int iy = (int)(oy * SH + ky * DH) - PT;
         const int ix = (int)(ox * SW + (tap - ky * KW) * DW) - PL;
