@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -39,7 +38,7 @@ from malinn import kernel_choice
 from malinn.layers import Conv2D, Dense, Flatten, MaxPooling2D
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers import median_time, torch_cuda  # noqa: E402
+from peers import median_time, tensorflow_model_times, torch_cuda  # noqa: E402
 
 #: (network, layer, H=W, C, M, k): stride 1, 'same' padding
 LAYERS = [
@@ -225,33 +224,15 @@ def tensorflow_vgg(model, batch, repeat) -> dict | None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "weights.npz"
         np.savez(path, *model.get_weights())
-        code = f"""
-import os, time, json, numpy as np
-os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
-os.environ["CUDA_VISIBLE_DEVICES"] = ""
-import tensorflow as tf
-L = tf.keras.layers
+        code = f"""L = tf.keras.layers
 layers = [tf.keras.Input((32, 32, 3))]
 for f in {VGG!r}:
     layers.append(L.MaxPooling2D(2) if f is None else L.Conv2D(f, 3, padding="same", activation="relu"))
 layers += [L.Flatten(), L.Dense({VGG_DENSE[0]}, activation="relu"), L.Dense({VGG_DENSE[1]}, activation="softmax")]
 model = tf.keras.Sequential(layers)
 with np.load({str(path)!r}) as npz:
-    model.set_weights([npz[f"arr_{{i}}"] for i in range(len(npz.files))])
-x = np.random.default_rng(1).random(({batch}, 32, 32, 3), dtype=np.float32)
-model(x)
-times = []
-for _ in range({repeat}):
-    t = time.perf_counter(); model(x).numpy(); times.append(time.perf_counter() - t)
-print(json.dumps({{"seconds": float(np.median(times)), "version": tf.__version__}}))
-"""
-        try:
-            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-    if out.returncode != 0:
-        return None
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    model.set_weights([npz[f"arr_{{i}}"] for i in range(len(npz.files))])"""
+        return tensorflow_model_times(code, (batch, 32, 32, 3), repeat, timeout=900)
 
 
 def bench_vgg(args, device, torch) -> list:

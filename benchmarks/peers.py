@@ -86,18 +86,22 @@ def torch_cuda():
     return torch
 
 
-def tensorflow_times(widths, batch, repeat) -> dict | None:
-    """Median seconds of TensorFlow-cpu ``model(x)`` for a ReLU MLP of ``widths``, in a subprocess."""
+def tensorflow_model_times(model_code: str, x_shape, repeat: int, timeout: int = 600) -> dict | None:
+    """Median seconds of TensorFlow-cpu ``model(x)`` in a subprocess (TensorFlow never shares a
+    process with PoCL), or None where TensorFlow is missing or fails.
+
+    Args:
+        model_code: Python that builds ``model`` with ``tf`` imported (and ``np``).
+        x_shape: the input's shape, batch first (uniform random float32 values).
+        repeat: timed runs; the median counts.
+    """
     code = f"""
 import os, time, json, numpy as np
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 import tensorflow as tf
-widths = {list(widths)}
-layers = [tf.keras.Input((widths[0],))] + [tf.keras.layers.Dense(w, activation="relu" if i < len(widths) - 2 else None)
-                                           for i, w in enumerate(widths[1:])]
-model = tf.keras.Sequential(layers)
-x = np.random.default_rng(0).random(({batch}, widths[0]), dtype=np.float32)
+{model_code}
+x = np.random.default_rng(0).random({tuple(x_shape)!r}, dtype=np.float32)
 model(x)
 times = []
 for _ in range({repeat}):
@@ -105,9 +109,18 @@ for _ in range({repeat}):
 print(json.dumps({{"seconds": float(np.median(times)), "version": tf.__version__}}))
 """
     try:
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if out.returncode != 0:
         return None
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def tensorflow_times(widths, batch, repeat) -> dict | None:
+    """Median seconds of TensorFlow-cpu ``model(x)`` for a ReLU MLP of ``widths``, in a subprocess."""
+    code = f"""widths = {list(widths)}
+layers = [tf.keras.Input((widths[0],))] + [tf.keras.layers.Dense(w, activation="relu" if i < len(widths) - 2 else None)
+                                           for i, w in enumerate(widths[1:])]
+model = tf.keras.Sequential(layers)"""
+    return tensorflow_model_times(code, (batch, widths[0]), repeat)

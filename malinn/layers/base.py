@@ -54,6 +54,17 @@ def sample_shape(input_shape, who: str) -> tuple:
     return tuple(int(d) for d in shape[1:])
 
 
+def folded_affine(kernel, bias, scale, shift, kernel_scale=None) -> tuple:
+    """A per-output ``y * scale + shift`` (a BatchNormalization after a linear layer) folded into
+    that layer's weights: ``(kernel * scale, bias * scale + shift)``, computed in float64 and
+    returned as float32. ``bias`` None counts as zero; ``kernel_scale`` is ``scale`` shaped for the
+    kernel where its output axis is not the last (default: ``scale``)."""
+    s64, t64 = np.asarray(scale, np.float64), np.asarray(shift, np.float64)
+    ks = s64 if kernel_scale is None else np.asarray(kernel_scale, np.float64)
+    folded_bias = (np.asarray(bias, np.float64) if bias is not None else 0.0) * s64 + t64
+    return (np.asarray(kernel, np.float64) * ks).astype(np.float32), folded_bias.astype(np.float32)
+
+
 class Layer:
     """Base class of malinn layers.
 

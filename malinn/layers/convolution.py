@@ -14,7 +14,7 @@ import numpy as np
 
 from ..plan import Vector, Weight
 from .activation import get_activation
-from .base import Layer
+from .base import Layer, folded_affine
 from .windows import as_tuple, output_size, spatial_of, window_defines
 
 __all__ = ["Conv1D", "Conv2D", "DepthwiseConv2D", "SeparableConv2D"]
@@ -176,11 +176,9 @@ class Conv2D(_Window):
         """Folds a following BatchNormalization into the kernel and bias (float64) when linear."""
         if self.activation != "linear" or not self.built:
             return False
-        s64, t64 = np.asarray(scale, np.float64), np.asarray(shift, np.float64)
-        kernel = self.kernel.astype(np.float64) * s64
-        bias = (self.bias.astype(np.float64) if self.use_bias else 0.0) * s64 + t64
+        kernel, bias = folded_affine(self.kernel, self.bias if self.use_bias else None, scale, shift)
         self.use_bias = True
-        self.set_weights([kernel.astype(np.float32), bias.astype(np.float32)])
+        self.set_weights([kernel, bias])
         return True
 
     def get_config(self) -> dict:
@@ -279,11 +277,10 @@ class DepthwiseConv2D(_Window):
         """Folds a following BatchNormalization into the kernel and bias (float64) when linear."""
         if self.activation != "linear" or not self.built:
             return False
-        s64, t64 = np.asarray(scale, np.float64), np.asarray(shift, np.float64)
-        kernel = self.depthwise_kernel.astype(np.float64) * s64.reshape(-1, self.depth_multiplier)
-        bias = (self.bias.astype(np.float64) if self.use_bias else 0.0) * s64 + t64
+        kernel, bias = folded_affine(self.depthwise_kernel, self.bias if self.use_bias else None, scale, shift,
+                                     np.asarray(scale).reshape(-1, self.depth_multiplier))
         self.use_bias = True
-        self.set_weights([kernel.astype(np.float32), bias.astype(np.float32)])
+        self.set_weights([kernel, bias])
         return True
 
     def get_config(self) -> dict:
@@ -357,11 +354,9 @@ class SeparableConv2D(DepthwiseConv2D):
         """Folds a following BatchNormalization into the pointwise kernel and bias when linear."""
         if self.activation != "linear" or not self.built:
             return False
-        s64, t64 = np.asarray(scale, np.float64), np.asarray(shift, np.float64)
-        kernel = self.pointwise_kernel.astype(np.float64) * s64
-        bias = (self.bias.astype(np.float64) if self.use_bias else 0.0) * s64 + t64
+        kernel, bias = folded_affine(self.pointwise_kernel, self.bias if self.use_bias else None, scale, shift)
         self.use_bias = True
-        self.set_weights([self.depthwise_kernel, kernel.astype(np.float32), bias.astype(np.float32)])
+        self.set_weights([self.depthwise_kernel, kernel, bias])
         return True
 
     def get_config(self) -> dict:

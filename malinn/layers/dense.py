@@ -9,7 +9,7 @@ from ..layout import parse_layout
 from ..plan import Vector, Weight
 from ..precision import check_precision, device_bytes, effective, quantize_int8
 from .activation import get_activation
-from .base import Layer
+from .base import Layer, folded_affine
 
 __all__ = ["Dense"]
 
@@ -106,11 +106,9 @@ class Dense(Layer):
         in float64, when this layer is linear."""
         if self.activation != "linear" or not self.built:
             return False
-        s64, t64 = np.asarray(scale, np.float64), np.asarray(shift, np.float64)
-        kernel = self.kernel.astype(np.float64) * s64
-        bias = (self.bias.astype(np.float64) if self.use_bias else 0.0) * s64 + t64
+        kernel, bias = folded_affine(self.kernel, self.bias if self.use_bias else None, scale, shift)
         self.use_bias = True
-        self.set_weights([kernel.astype(np.float32), bias.astype(np.float32)])
+        self.set_weights([kernel, bias])
         return True
 
     def absorb_input_affine(self, scale, shift) -> bool:
