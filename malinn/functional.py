@@ -22,7 +22,7 @@ import numpy as np
 
 from .graph import Input, KerasTensor
 from .models import PlannedModel
-from .plan import PlanBuilder
+from .plan_builder import PlanBuilder
 from .registry import register
 from .tensor import format_shape
 

@@ -15,7 +15,8 @@ from .device_selection import get_device
 from .errors import DeviceError
 from .kernel_choice import epoch as choice_epoch
 from .layers.base import Layer, sample_shape
-from .plan import Plan, PlanBuilder
+from .plan import Plan
+from .plan_builder import PlanBuilder
 from .precision import check_precision
 from .registry import register
 from .saving import save_model
@@ -42,7 +43,7 @@ class PlannedModel:
     A subclass says what its inputs are and how its layers lower into a plan:
 
     * ``input_shapes``: one sample's shape per input (``None`` before build);
-    * ``_lower(builder, every_layer)``: records the steps on a :class:`~malinn.plan.PlanBuilder`
+    * ``_lower(builder, every_layer)``: records the steps on a :class:`~malinn.plan_builder.PlanBuilder`
       and returns the values to download (every layer call's output with ``every_layer``);
     * ``_output_shapes(every_layer)``: the shapes of those values (batch axis first);
     * ``_check_inputs(x)``: the inputs as float32 C-contiguous arrays, in input order.

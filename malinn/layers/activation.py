@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from ..kernel_library import load_library
-from ..plan import Vector
+from ..plan_tensors import Vector
 from .axes import axis_argument, resolve_axes, trailing_vector
 from .base import Layer
 

@@ -5,7 +5,7 @@
 ``get_config`` returns what ``__init__`` needs to make the layer again, ``get_weights`` /
 ``set_weights`` move weights in Keras's shapes and order, ``save_own_variables`` /
 ``load_own_variables`` write and read them in a model file, and ``lower(builder, x)`` records the
-steps that compute the layer in a plan (:class:`malinn.plan.PlanBuilder`).
+steps that compute the layer in a plan (:class:`malinn.plan_builder.PlanBuilder`).
 
 Every subclass is registered under its class name (:mod:`malinn.registry`): saving, loading, the
 converter and the CLI find classes there, never by ``isinstance`` chains.

@@ -1,8 +1,8 @@
 """Convolution layers, channels last as Keras: ``Conv1D``, ``Conv2D``, ``DepthwiseConv2D``,
 ``SeparableConv2D``.
 
-Each lowers to the plan's convolution steps (:meth:`malinn.plan.PlanBuilder.conv`,
-:meth:`~malinn.plan.PlanBuilder.depthwise`): the weights are re-laid once into the matrix the
+Each lowers to the plan's convolution steps (:meth:`malinn.plan_builder.PlanBuilder.conv`,
+:meth:`~malinn.plan_builder.PlanBuilder.depthwise`): the weights are re-laid once into the matrix the
 kernels read (``COUT x KH*KW*CG``, or ``C*DM x KH*KW`` for a depthwise kernel) and uploaded in the
 chosen kernel's layout; bias, activation and a folded BatchNormalization run in the kernel's
 epilogue. A 1-D layer is the 2-D one on an image of height 1 (the same memory).
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..plan import Vector, Weight
+from ..plan_tensors import Vector, Weight
 from .activation import get_activation
 from .base import Layer, folded_affine
 from .windows import as_tuple, output_size, spatial_of, window_defines

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..kernel_library import KernelSpec
 from ..layout import parse_layout
-from ..plan import Vector, Weight
+from ..plan_tensors import Vector, Weight
 from ..precision import check_precision, device_bytes, effective, quantize_int8
 from .activation import get_activation
 from .base import Layer, folded_affine

@@ -10,7 +10,7 @@ its slice of one buffer; Dot is one kernel.
 
 from __future__ import annotations
 
-from ..plan import broadcast_shape
+from ..plan_tensors import broadcast_shape
 from ..tensor import format_shape
 from .base import Layer
 

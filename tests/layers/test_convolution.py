@@ -164,7 +164,7 @@ def test_the_plan_chooses_the_conv_kernel_per_layer_shape(device):
     """The first of the library's defaults for the device's kind whose preconditions hold for the
     layer's (COUT, KH*KW*CG, batch*OH*OW); the list always ends in a kernel that takes every shape."""
     from malinn.kernel_library import load_library
-    from malinn.plan import PlanBuilder
+    from malinn.plan_builder import PlanBuilder
 
     library = load_library()
     for kind in ("gpu", "cpu", "accelerator"):
