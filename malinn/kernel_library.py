@@ -176,10 +176,10 @@ class KernelSpec:
         drop = {name for p in self.precisions for name, _ in table[p].defines}
         merged = {k: v for k, v in self.defines if k not in drop}
         merged.update(dict(table[precision].defines))
-        key = (id(self.template[1]), tuple(sorted(merged.items())))
-        spec = _configured.get(key)
+        spec = _cached(self.template[1], merged)
         if spec is None:
-            spec = _configured[key] = _build(self.template[0], self.codename, self.template[1], merged, table)
+            spec = _remember(self.template[1], merged, _build(self.template[0], self.codename, self.template[1],
+                                                              merged, table))
         return spec
 
 
@@ -211,13 +211,12 @@ class KernelSpec:
         if unknown:
             raise LibraryError(f"kernel {self.codename!r} has no defines {sorted(unknown)}")
         merged = {**dict(self.defines), **{k: str(v) for k, v in overrides.items()}}
-        key = (id(entry), tuple(sorted(merged.items())))
-        spec = _configured.get(key)
+        spec = _cached(entry, merged)
         if spec is None:
             failed = [c for c in self.constraints if not evaluate(c, merged)]
             if failed:
                 raise LibraryError(f"kernel {self.codename!r}: configuration {overrides} breaks {failed}")
-            spec = _configured[key] = _build(path, self.codename, entry, merged, table)
+            spec = _remember(entry, merged, _build(path, self.codename, entry, merged, table))
         return spec
 
     def configurations(self, device=None) -> list[dict]:
@@ -323,7 +322,19 @@ class KernelSpec:
         return "\n".join(head) + "\n" + _read_source(source_path)
 
 
-_configured: dict = {}   # (entry id, defines) -> KernelSpec
+_configured: dict = {}   # (entry id, defines) -> (the entry, KernelSpec)
+
+
+def _cached(entry: dict, defines: dict):
+    """The configured spec of ``entry`` with ``defines``, if made before. The entry itself is kept
+    beside it and compared, so a new entry that reuses a freed one's id never gets its spec."""
+    found = _configured.get((id(entry), tuple(sorted(defines.items()))))
+    return found[1] if found is not None and found[0] is entry else None
+
+
+def _remember(entry: dict, defines: dict, spec):
+    _configured[(id(entry), tuple(sorted(defines.items())))] = (entry, spec)
+    return spec
 
 
 def _round_up(value: int, multiple: int) -> int:
