@@ -180,3 +180,19 @@ def test_programs_are_memoised(device):
     first = device.build(source, ("-DX=1",))
     assert device.build(source, ("-DX=1",)) is first
     assert device.build(source, ("-DX=2",)) is not first
+
+
+def test_a_configured_spec_is_never_served_for_another_entry_with_a_reused_id():
+    """The configured-spec cache is keyed by the entry's id(); an entry freed with its library (the
+    loader keeps eight) and a new one at the same address must not share specs."""
+    from malinn import kernel_library
+
+    entry, other = {"kept": 1}, {"new": 2}
+    defines = {"MWG": "32"}
+    spec = LIB["gemm_tiled"]
+    kernel_library._remember(entry, defines, spec)
+    assert kernel_library._cached(entry, defines) is spec
+    key = (id(entry), tuple(sorted(defines.items())))
+    kernel_library._configured[(id(other), key[1])] = kernel_library._configured.pop(key)   # as if other took its id
+    assert kernel_library._cached(other, defines) is None
+    del kernel_library._configured[(id(other), key[1])]
