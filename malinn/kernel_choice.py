@@ -143,15 +143,14 @@ def _choose(library, op: str, device: Device) -> KernelSpec:
 
 
 def _choose_matmul(library, device: Device, shape, activation, precision: str = DEFAULT_PRECISION) -> KernelSpec:
-    op = "matmul"
-    chosen = explicit_choice(op, device)
+    chosen = explicit_choice("matmul", device)
     explicit = chosen is not None
     if chosen is None:
         chosen = tuned_choice(device, shape, precision)
     if chosen:
         spec = library[chosen[0]].configure(chosen[1])
     else:   # the first of the defaults whose preconditions the product meets (the first, for no product)
-        defaults = library.default_specs(op, device.kind, device.backend)
+        defaults = library.default_specs("matmul", device.kind, device.backend)
         spec = next((d for d in defaults if shape is None or d.accepts(*shape, device=device)), defaults[0])
     if shape is not None and not spec.accepts(*shape, device=device):
         fallbacks = library.default_specs("matmul_fallback", device.kind, device.backend)

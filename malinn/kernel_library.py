@@ -47,7 +47,7 @@ from pathlib import Path
 
 from .errors import BackendError, LayoutError, LibraryError
 from .expressions import evaluate
-from .layout import Layout, parse_layout
+from .layout import Layout, parse_layout, round_up
 from .resources import kernels_dir
 
 __all__ = ["KernelSpec", "MatrixRestriction", "KernelLibrary", "Precision", "load_library", "DEFAULT_PRECISION"]
@@ -270,10 +270,10 @@ class KernelSpec:
         more), or only its own alignment's where the kernel reads A's logical rows only
         (``logicalRows``)."""
         a, b, r = self.matrices["a"], self.matrices["b"], self.matrices["r"]
-        mp = _round_up(m, math.lcm(a.row_multiple, r.row_multiple, self.scale[0]))
-        kp = _round_up(k, math.lcm(a.col_multiple, b.row_multiple))
-        np_ = _round_up(n, math.lcm(b.col_multiple, r.col_multiple, self.scale[1]))
-        return {"a": (_round_up(m, a.row_multiple) if a.logical_rows else mp, kp), "b": (kp, np_), "r": (mp, np_)}
+        mp = round_up(m, math.lcm(a.row_multiple, r.row_multiple, self.scale[0]))
+        kp = round_up(k, math.lcm(a.col_multiple, b.row_multiple))
+        np_ = round_up(n, math.lcm(b.col_multiple, r.col_multiple, self.scale[1]))
+        return {"a": (round_up(m, a.row_multiple) if a.logical_rows else mp, kp), "b": (kp, np_), "r": (mp, np_)}
 
     def param_values(self, given: dict | None = None) -> list[float]:
         """The float parameters in ``p`` order: ``given`` values, else defaults, else 0.
@@ -336,9 +336,6 @@ def _remember(entry: dict, defines: dict, spec):
     _configured[(id(entry), tuple(sorted(defines.items())))] = (entry, spec)
     return spec
 
-
-def _round_up(value: int, multiple: int) -> int:
-    return max(1, -(-value // multiple)) * multiple
 
 
 @lru_cache(maxsize=64)

@@ -92,8 +92,8 @@ class Layout:
         Returns:
             ``(padded_rows, padded_cols)``, multiples of the chunk shape and of the alignments.
         """
-        return (_round_up(rows, math.lcm(self.row_multiple, row_align)),
-                _round_up(cols, math.lcm(self.col_multiple, col_align)))
+        return (round_up(rows, math.lcm(self.row_multiple, row_align)),
+                round_up(cols, math.lcm(self.col_multiple, col_align)))
 
     def check_padded(self, padded: tuple[int, int]) -> None:
         """Raises :class:`LayoutError` if ``padded`` is not a whole number of top-level chunks."""
@@ -205,8 +205,10 @@ class Layout:
         return np.ascontiguousarray(full[: shape[0], : shape[1]], dtype=np.float32)
 
 
-def _round_up(value: int, multiple: int) -> int:
-    return max(multiple, -(-value // multiple) * multiple) if value > 0 else multiple
+def round_up(value: int, multiple: int) -> int:
+    """``value`` rounded up to a multiple of ``multiple``, at least one multiple (an empty
+    dimension still takes one block)."""
+    return max(1, -(-value // multiple)) * multiple
 
 
 @lru_cache(maxsize=256)

@@ -18,7 +18,8 @@ from .matrix import DeviceMatrix
 from .tensor import format_shape
 
 
-from .plan_tensors import GEOMETRY, Step, Value, round_up, storages_of
+from .layout import round_up
+from .plan_tensors import GEOMETRY, Step, Value, storages_of
 
 __all__ = ["Plan"]
 

@@ -30,13 +30,13 @@ from .backends.base import Device
 from .kernel_choice import choose, explicit_choice, holding_columns
 from .ops import elementwise_kernel
 from .kernel_library import DEFAULT_PRECISION, KernelSpec, load_library
-from .layout import Layout, parse_layout
+from .layout import Layout, parse_layout, round_up
 from .tensor import format_shape, keras_order, matrix_view
 
 
 from .plan import Plan
 from .plan_tensors import (C, Step, Storage, Value, Vector, Weight, broadcast_defines, broadcast_shape,
-                           may_alias, round_up, storages_of)
+                           may_alias, storages_of)
 
 __all__ = ["PlanBuilder"]
 

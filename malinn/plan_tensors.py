@@ -180,9 +180,6 @@ class Step:
         return self.kind in ("bias", "activation", "affine") or self.overwrites
 
 
-def round_up(value: int, multiple: int) -> int:
-    return max(1, -(-value // multiple)) * multiple
-
 
 #: sample axes the merge kernel broadcasts over (D1..D8)
 _MAX_BROADCAST_RANK = 8
