@@ -8,8 +8,11 @@ Dense layers of the thesis's Table 10.5 networks at batch 100. It prints the bes
 per shape and overall (geometric mean over the shapes) and writes them as JSON: the evidence behind
 the library's candidates and defaults.
 
+Beside the sweep, in the same run: the default configuration of each ``--compare`` entry, and
+cuBLAS through torch (float32, TF32 off, device to device) where torch sees a CUDA GPU.
+
 Run:  python3 benchmarks/gemm_sweep.py [--kernel gemm_tiled_c] [--shapes 2500x784x100 ...]
-                                        [--budget 300] [--json out.json]
+                                        [--compare gemv_batch_c ...] [--budget 300] [--json out.json]
 """
 
 from __future__ import annotations
@@ -38,11 +41,15 @@ GRIDS = {"tiled": {"MWG": [16, 32, 64, 128], "NWG": [16, 32, 64, 128], "KWG": [8
                    "STRIDED": [0, 1]},
          "gemv": {"VW": [1, 2, 4], "WPT": [1, 2], "MDIM": [1, 2, 4, 8, 16, 32], "KSPLIT": [4, 8, 16, 32, 64],
                   "NB": [1, 2, 4, 8, 16]},
-         "rows": {"VW": [1, 2, 4], "ROWS": [1, 2, 4, 8], "THREADS": [64, 128, 256, 512, 1024], "NB": [1, 2, 4, 8]}}
+         "rows": {"VW": [1, 2, 4], "ROWS": [1, 2, 4, 8], "THREADS": [64, 128, 256, 512, 1024], "NB": [1, 2, 4, 8]},
+         "keras": {"TM": [32, 64, 128, 256], "TN": [4, 8, 10, 16, 20, 25, 32, 50, 64], "RM": [4, 8, 16],
+                   "RN": [1, 2, 4, 5, 8, 10], "KT": [8, 16, 32], "PREFETCH": [0, 1]}}
 
 
 def grid_of(spec) -> dict:
-    return GRIDS["tiled" if "NWG" in spec.config else "rows" if "THREADS" in spec.config else "gemv"]
+    if "NWG" in spec.config:
+        return GRIDS["tiled"]
+    return GRIDS["rows" if "THREADS" in spec.config else "keras" if "TM" in spec.config else "gemv"]
 
 
 def parse_shape(text: str) -> tuple:
@@ -57,7 +64,7 @@ def configurations(spec, device) -> list[dict]:
     found = []
     for values in itertools.product(*(grid[n] for n in names)):
         config = dict(zip(names, values))
-        if config.get("KWG", config["VW"]) % config["VW"]:
+        if "VW" in config and config.get("KWG", config["VW"]) % config["VW"]:
             continue
         try:
             configured = spec.configure(config)
@@ -72,6 +79,40 @@ def configurations(spec, device) -> list[dict]:
     return found
 
 
+def _time_or_none(spec, device, shape, repeat):
+    try:
+        return _time_product(spec, device, shape, repeat)
+    except MalinnError:
+        return None
+
+
+def torch_times(shapes, repeat: int) -> list | None:
+    """Seconds of torch's float32 matmul (n x k) @ (k x m) on the CUDA GPU per shape (CUDA events,
+    median of ``repeat`` after a warm-up), or None without torch or a CUDA GPU."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    times = []
+    for m, k, n in shapes:
+        x, w = torch.rand(n, k, device="cuda"), torch.rand(k, m, device="cuda")
+        for _ in range(3):
+            x @ w
+        runs = []
+        for _ in range(max(repeat, 5)):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            x @ w
+            end.record()
+            torch.cuda.synchronize()
+            runs.append(start.elapsed_time(end) / 1e3)
+        times.append(sorted(runs)[len(runs) // 2])
+    return times
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", help="gpu, cpu, P:D or part of a device name (default: malinn's default device)")
@@ -84,6 +125,8 @@ def main(argv=None):
     parser.add_argument("--top", type=int, default=8, help="configurations listed per shape (default: 8)")
     parser.add_argument("--grid", nargs="+", default=[], metavar="NAME=V1,V2",
                         help="narrow (or widen) the grid of a define, e.g. MWG=32,64")
+    parser.add_argument("--compare", nargs="*", default=[], metavar="CODENAME",
+                        help="library entries whose default configuration is timed on the same shapes")
     parser.add_argument("--json", metavar="PATH", help="also write the results, as JSON, to PATH")
     args = parser.parse_args(argv)
     device = malinn.set_device(args.device) if args.device else malinn.get_device()
@@ -110,6 +153,15 @@ def main(argv=None):
         if None not in seconds:
             timed.append({"defines": config, "seconds": seconds})
     print(f"timed {len(timed)} correct configurations of {len(configs)} in {time.perf_counter() - started:.0f} s")
+    peers = {}
+    for codename in args.compare:
+        peers[codename] = [_time_or_none(load_library()[codename], device, shape, args.repeat) for shape in args.shapes]
+    cublas = torch_times(args.shapes, args.repeat)
+    if cublas:
+        peers["cublas (torch)"] = cublas
+    for name, seconds in peers.items():
+        print(f"{name:>16}: " + "  ".join("-" if s is None else f"{2 * math.prod(shape) / s / 1e9:7.0f}"
+                                          for shape, s in zip(args.shapes, seconds)) + " GFLOP/s")
     best = {}
     for i, shape in enumerate(args.shapes):
         ranked = sorted(timed, key=lambda row: row["seconds"][i])
@@ -128,7 +180,7 @@ def main(argv=None):
             "shapes": [list(s) for s in args.shapes], "grid": grid_of(spec), "timed": len(timed), "space": len(configs),
             "best_per_shape": best, "best_overall": [{"defines": r["defines"], "seconds": r["seconds"]}
                                                      for r in overall[:args.top]],
-            "default": timed[0] if timed else None, "command": " ".join(sys.argv)}, indent=2))
+            "default": timed[0] if timed else None, "peers": peers, "command": " ".join(sys.argv)}, indent=2))
     return 0
 
 

@@ -1,0 +1,174 @@
+/* Register-blocked GEMM in Keras's memory order, for the batch products of inference on GPUs:
+ * R = A x B with the fused epilogue of epilogue.clh (R = AFFINE(ACTIVATION(A x B + bias)), R's
+ * padding written as 0).
+ *
+ * A is M x K column-major (a Dense kernel as Keras stores it, (inputs, units) row-major), B is K x N
+ * column-major (the layer's input as Keras holds it, (batch, inputs) row-major) and R is M x N
+ * column-major ((batch, units) row-major). In Keras's terms a work-group computes a TN x TM block of
+ * the (batch, units) output: TN samples by TM units.
+ *
+ * Per K step of KT, the work-group stages KT rows of the weights (TM contiguous units each: coalesced
+ * vector loads) and KT features of its TN samples in local memory; each item then accumulates RN
+ * samples x RM units in registers, reading its units as float4s (RM / 4 of them, TM / RM * 4 floats
+ * apart, so a warp's reads and its final stores are contiguous) and its samples as scalars (a
+ * broadcast within the warp). The work-group's items are flat: item t has unit slot t % TPU and sample
+ * slot t / TPU (TPU = TM / RM). Dimension 0 of the range runs along the samples' blocks, so the
+ * work-groups that read the same weights run together and share them through the cache.
+ *
+ * A is H x W (H >= h, W >= l), B is l x w, R is h x w (padded shapes; the library's restrictions
+ * make l a multiple of KT, h of TM and w of TN); m and n are R's logical rows and columns.
+ *
+ * Compile-time parameters (-D defines; the tuner picks them per device, see malinn/tuner.py):
+ *   TM, TN   units and samples of R per work-group
+ *   RM       units per item (a multiple of 4)
+ *   RN       samples per item (any; TN is RN x the number of sample slots)
+ *   KT       K step staged per iteration (4 times a power of two)
+ *   PREFETCH 1: the next K step's tiles are loaded into registers while the current one is
+ *            computed (global latency hidden behind the arithmetic); 0: load, then compute
+ *   BIAS, ACTIVATION, AFFINE  the fused epilogue (epilogue.clh)
+ *   WEIGHT_BITS, HALF_ARITHMETIC  the precision of A and of the sums (weights.clh)
+ * OpenCL C 1.2.
+ */
+
+#ifndef TM
+#define TM 128
+#endif
+#ifndef TN
+#define TN 16
+#endif
+#ifndef RM
+#define RM 8
+#endif
+#ifndef RN
+#define RN 4
+#endif
+#ifndef KT
+#define KT 16
+#endif
+#ifndef PREFETCH
+#define PREFETCH 1
+#endif
+
+#define TPU (TM / RM)            /* unit slots of a work-group */
+#define TPB (TN / RN)            /* sample slots */
+#define THREADS (TPU * TPB)
+#define VM (RM / 4)              /* float4s of units per item */
+#define WLOADS ((KT * TM / 4 + THREADS - 1) / THREADS)   /* float4s of weights per item and K step */
+#define XLOADS ((TN * KT / 4 + THREADS - 1) / THREADS)   /* float4s of inputs per item and K step */
+
+/* Vector e of a K step's weight tile (KT rows of TM units, TM / 4 vectors a row) and of its input
+ * tile (TN samples of KT features, KT / 4 vectors a sample: consecutive items read consecutive
+ * vectors of one sample; no division by TN, which need not be a power of two). */
+#define W_AT(k0, e) ((size_t)((k0) + (e) / (TM / 4)) * H + m0 + 4 * ((e) % (TM / 4)))
+#define W_LOCAL(e) (((e) / (TM / 4)) * TM + 4 * ((e) % (TM / 4)))
+#define X_AT(k0, e) ((size_t)(n0 + (e) / (KT / 4)) * l + (k0) + 4 * ((e) % (KT / 4)))
+#define STORE_X(v, e) do { \
+        const uint s_ = (e) / (KT / 4), k_ = 4 * ((e) % (KT / 4)); \
+        xl[(k_ + 0) * TN + s_] = TO_ACC((v).s0); \
+        xl[(k_ + 1) * TN + s_] = TO_ACC((v).s1); \
+        xl[(k_ + 2) * TN + s_] = TO_ACC((v).s2); \
+        xl[(k_ + 3) * TN + s_] = TO_ACC((v).s3); \
+    } while (0)
+
+__kernel __attribute__((reqd_work_group_size(THREADS, 1, 1)))
+void gemm_keras(MATMUL_SCALARS,
+                __global const WEIGHT *a,
+                __global const float *b,
+                __global float *r,
+                EPILOGUE_BUFFERS)
+{
+    const uint t = get_local_id(0);
+    const uint tu = t % TPU;
+    const uint tb = t / TPU;
+    const uint n0 = get_group_id(0) * TN;
+    const uint m0 = get_group_id(1) * TM;
+
+    __local acc_t wl[KT * TM];       /* wl[kk * TM + unit] */
+    __local acc_t xl[KT * TN];       /* xl[kk * TN + sample] */
+
+    acc_t acc[RN][RM];
+    #pragma unroll
+    for (uint j = 0; j < RN; ++j)
+        #pragma unroll
+        for (uint i = 0; i < RM; ++i)
+            acc[j][i] = ACC_ZERO;
+
+#if PREFETCH
+    /* the next K step's share of this item, held in registers while the current one is computed */
+    acc4_t wr[WLOADS];
+    float4 xr[XLOADS];
+    #pragma unroll
+    for (uint q = 0; q < WLOADS; ++q)
+        if (t + q * THREADS < KT * TM / 4)
+            wr[q] = LOAD_W4(0, a + W_AT(0, t + q * THREADS));
+    #pragma unroll
+    for (uint q = 0; q < XLOADS; ++q)
+        if (t + q * THREADS < TN * KT / 4)
+            xr[q] = vload4(0, b + X_AT(0, t + q * THREADS));
+#endif
+    for (uint k0 = 0; k0 < l; k0 += KT) {
+#if PREFETCH
+        #pragma unroll
+        for (uint q = 0; q < WLOADS; ++q)
+            if (t + q * THREADS < KT * TM / 4)
+                vstore4(wr[q], 0, wl + W_LOCAL(t + q * THREADS));
+        #pragma unroll
+        for (uint q = 0; q < XLOADS; ++q)
+            if (t + q * THREADS < TN * KT / 4)
+                STORE_X(xr[q], t + q * THREADS);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (k0 + KT < l) {
+            #pragma unroll
+            for (uint q = 0; q < WLOADS; ++q)
+                if (t + q * THREADS < KT * TM / 4)
+                    wr[q] = LOAD_W4(0, a + W_AT(k0 + KT, t + q * THREADS));
+            #pragma unroll
+            for (uint q = 0; q < XLOADS; ++q)
+                if (t + q * THREADS < TN * KT / 4)
+                    xr[q] = vload4(0, b + X_AT(k0 + KT, t + q * THREADS));
+        }
+#else
+        for (uint e = t; e < KT * TM / 4; e += THREADS)
+            vstore4(LOAD_W4(0, a + W_AT(k0, e)), 0, wl + W_LOCAL(e));
+        for (uint e = t; e < TN * KT / 4; e += THREADS)
+            STORE_X(vload4(0, b + X_AT(k0, e)), e);
+        barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+        #pragma unroll
+        for (uint kk = 0; kk < KT; ++kk) {
+            acc_t wv[RM], xv[RN];
+            #pragma unroll
+            for (uint c = 0; c < VM; ++c) {
+                const acc4_t q = vload4(0, wl + kk * TM + 4 * (tu + c * TPU));
+                wv[4 * c + 0] = q.s0;
+                wv[4 * c + 1] = q.s1;
+                wv[4 * c + 2] = q.s2;
+                wv[4 * c + 3] = q.s3;
+            }
+            #pragma unroll
+            for (uint j = 0; j < RN; ++j)
+                xv[j] = xl[kk * TN + tb * RN + j];
+            #pragma unroll
+            for (uint j = 0; j < RN; ++j)
+                #pragma unroll
+                for (uint i = 0; i < RM; ++i)
+                    acc[j][i] += xv[j] * wv[i];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    #pragma unroll
+    for (uint j = 0; j < RN; ++j) {
+        const uint col = n0 + tb * RN + j;
+        #pragma unroll
+        for (uint c = 0; c < VM; ++c) {
+            const uint row = m0 + 4 * (tu + c * TPU);
+            float4 v;
+            v.s0 = EPILOGUE(acc[j][4 * c + 0], row + 0, col);
+            v.s1 = EPILOGUE(acc[j][4 * c + 1], row + 1, col);
+            v.s2 = EPILOGUE(acc[j][4 * c + 2], row + 2, col);
+            v.s3 = EPILOGUE(acc[j][4 * c + 3], row + 3, col);
+            vstore4(v, 0, &R_AT(row, col));
+        }
+    }
+}
