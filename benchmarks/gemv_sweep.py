@@ -6,8 +6,9 @@ For each product ``m x k x n`` (units x inputs x batch; default: 4096x3072, 3072
 the device has cl_khr_fp16), it times with OpenCL profiling events (median of --repeat launches):
 
 * ``gemv_split_c`` in every configuration of the grid below (K split across work-groups);
-* ``gemv_c`` in the configuration the library's ``matmul_fallback`` names for the batch on a GPU
-  (what malinn ran before) and in its candidates that hold the batch;
+* ``gemv_c`` in the configuration the GPU's ``matmul_fallback`` named for the batch before gemv_split_c
+  (``gemv_c (default)``: what malinn ran before) and in its candidates that hold the batch;
+* ``chosen``: what the library's GPU ``matmul_fallback`` names now;
 * ``gemv_rows`` (row-major weights, a second layout; fp32 only) in its candidates that hold the batch.
 
 Each launch is timed "cold": before it, a copy of --flush MiB runs on the device, so that the weights
@@ -58,6 +59,9 @@ GRID_NB1 = [(4, 64, 2, 16, 2), (4, 64, 2, 4, 2), (4, 64, 2, 8, 2), (4, 64, 2, 32
 GRID_NB8 = [(4, 64, 2, 16, 1), (4, 64, 2, 16, 2), (4, 64, 2, 8, 1), (4, 64, 2, 32, 1), (4, 32, 4, 16, 1),
             (4, 32, 2, 16, 1), (2, 64, 2, 16, 1), (4, 64, 1, 32, 2), (8, 32, 2, 16, 1), (4, 16, 8, 8, 1)]
 GRIDS = {1: GRID_NB1, 2: GRID_NB8, 4: GRID_NB8, 8: GRID_NB8}
+#: gemv_c's configurations in the GPU's matmul_fallback before gemv_split_c (NB 1, 2, 4, 8)
+OLD_GEMV_C = [dict(VW=2, WPT=1, MDIM=4, KSPLIT=64, NB=1), dict(VW=8, WPT=1, MDIM=2, KSPLIT=128, NB=2),
+              dict(VW=4, WPT=1, MDIM=4, KSPLIT=64, NB=4), dict(VW=4, WPT=1, MDIM=2, KSPLIT=64, NB=8)]
 
 
 def split_configs(n: int) -> list:
@@ -165,27 +169,35 @@ def main(argv=None):
         for n in args.batches:
             b = np.random.default_rng(n).standard_normal((k, n)).astype(np.float32)
             specs = [library["gemv_split_c"].configure(c) for c in split_configs(n)][:args.limit]
-            old = next((f for f in fallbacks if f.accepts(m, k, n)), None)
+            chosen = next((f for f in fallbacks if f.accepts(m, k, n)), fallbacks[-1])
             gemv_c = library["gemv_c"]
-            others = ([old] if old is not None and old.codename == "gemv_c" else []) + [
-                gemv_c.configure(c) for c in gemv_c.configurations(device) if int(c["NB"]) >= n and int(c["KSPLIT"]) > 1]
-            rows_specs = [library["gemv_rows"].configure(c) for c in library["gemv_rows"].configurations(device)
-                          if int(c["NB"]) >= n]
+            old = next(gemv_c.configure(c) for c in OLD_GEMV_C if c["NB"] >= n)
+            others = [old] + [gemv_c.configure(c) for c in gemv_c.configurations(device)
+                              if int(c["NB"]) == int(old.config["NB"]) and int(c["KSPLIT"]) > 1]
+            rows_configs = library["gemv_rows"].configurations(device)
+            nb = min(int(c["NB"]) for c in rows_configs if int(c["NB"]) >= n)
+            rows_specs = [library["gemv_rows"].configure(c) for c in rows_configs if int(c["NB"]) == nb]
             for precision in precisions:
                 want = effective(weights.a, precision).astype(np.float64) @ b
                 timed = [(s.in_precision(precision), "gemv_split_c") for s in specs]
-                timed += [(s.in_precision(precision), "gemv_c" + (" (default)" if i == 0 and old is not None else ""))
+                timed += [(s.in_precision(precision), "gemv_c" + (" (default)" if i == 0 else ""))
                           for i, s in enumerate(others)]
+                if precision in chosen.precisions:
+                    timed.insert(0, (chosen.in_precision(precision), "chosen"))
                 if precision == "fp32":
                     timed += [(s, "gemv_rows") for s in rows_specs]
                 if time.perf_counter() - started > args.budget:
-                    timed = timed[:3] + [t for t in timed if t[1] != "gemv_split_c"][:2]
+                    timed = [t for t in timed if t[1] == "gemv_split_c"][:3] + [
+                        t for t in timed if t[1] in ("chosen", "gemv_c (default)")] + [
+                        t for t in timed if t[1] == "gemv_rows"][:1]
                     print(f"  over the budget of {args.budget:.0f} s: a few configurations only", flush=True)
                 seen = set()
                 for spec, family in timed:
-                    if (spec.codename, spec.defines) in seen:
+                    key = (spec.codename, spec.defines)
+                    if key in seen and family in ("gemv_split_c", "gemv_c", "gemv_rows"):
                         continue
-                    seen.add((spec.codename, spec.defines))
+                    if family in ("gemv_split_c", "gemv_c", "gemv_rows"):
+                        seen.add(key)
                     try:
                         cold, warm, best, error = time_spec(spec, device, weights, b, flush, args.repeat, want)
                     except MalinnError as exc:
@@ -239,7 +251,7 @@ def summarize(rows, shapes, batches, precisions) -> dict:
         for n in batches:
             for precision in precisions:
                 entry = {"m": m, "k": k, "n": n, "precision": precision}
-                for family in ("gemv_split_c", "gemv_c (default)", "gemv_c", "gemv_rows"):
+                for family in ("chosen", "gemv_split_c", "gemv_c (default)", "gemv_c", "gemv_rows"):
                     r = best(m, k, n, precision, family)
                     if r is not None:
                         entry[family] = {"ms": r["ms"], "of_copy": r["of_copy"], "label": r["label"]}
