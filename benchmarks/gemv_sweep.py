@@ -49,7 +49,7 @@ from models import copy_bandwidth
 
 SHAPES = [(4096, 3072), (3072, 4096), (2500, 784), (2000, 2500)]
 
-#: gemv_split_c configurations per batch bound NB: (VW, MDIM, KSPLIT, SLICES, UNROLL)
+#: gemv_split_c configurations per batch bound NB: (VW, MDIM, KSPLIT, SLICES, UNROLL), WIDE 1
 GRID_NB1 = [(4, 64, 2, 16, 2), (4, 64, 2, 4, 2), (4, 64, 2, 8, 2), (4, 64, 2, 32, 2), (4, 64, 2, 64, 2),
             (4, 64, 2, 16, 1), (4, 64, 2, 16, 4), (4, 64, 2, 16, 8), (4, 32, 4, 16, 2), (4, 128, 1, 16, 2),
             (4, 128, 2, 16, 2), (4, 64, 4, 16, 2), (4, 32, 8, 16, 2), (8, 32, 2, 16, 2), (8, 64, 2, 16, 1),
@@ -65,8 +65,10 @@ OLD_GEMV_C = [dict(VW=2, WPT=1, MDIM=4, KSPLIT=64, NB=1), dict(VW=8, WPT=1, MDIM
 
 
 def split_configs(n: int) -> list:
+    """The grid for the batch, then its first 4 configurations with vloadN loads (WIDE 0)."""
     nb = min(b for b in GRIDS if b >= n)
-    return [dict(VW=vw, MDIM=md, KSPLIT=ks, SLICES=sl, UNROLL=un, NB=nb) for vw, md, ks, sl, un in GRIDS[nb]]
+    configs = [dict(VW=vw, MDIM=md, KSPLIT=ks, SLICES=sl, UNROLL=un, NB=nb) for vw, md, ks, sl, un in GRIDS[nb]]
+    return configs + [dict(c, WIDE=0) for c in configs[:4]]
 
 
 def label(spec) -> str:

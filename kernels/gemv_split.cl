@@ -40,6 +40,11 @@
  *   SLICES  work-groups along K per block of results, a power of 2 (1: no scratch)
  *   UNROLL  columns of A per item per step for 32-bit weights (x2 for half, x4 for char)
  *   NB      columns of B (samples) per work-group
+ *   WIDE    1: each vector of A read as one aligned load of its vector type (float4, char16, ushort8
+ *           converted with vload_half8 in registers: one 16-byte load where a vloadN, which may only
+ *           assume the element's alignment, can become N loads); 0: vloadN (LOAD_Wn of weights.clh).
+ *           A vector starts at a multiple of VL elements from a column's start and H is a multiple
+ *           of VW, so it is aligned to its size.
  *   BIAS, ACTIVATION, AFFINE  the fused epilogue (epilogue.clh)
  *   WEIGHT_BITS, HALF_ARITHMETIC  the precision of A and of the sums (weights.clh)
  * OpenCL C 1.2.
@@ -63,14 +68,23 @@
 #ifndef NB
 #define NB 1
 #endif
+#ifndef WIDE
+#define WIDE 1
+#endif
 
 #define ROWS (MDIM * VW)          /* rows of R per work-group */
 #define OUTS (ROWS * NB)          /* results per work-group */
 #define THREADS (MDIM * KSPLIT)
 #define U (UNROLL * 32 / WEIGHT_BITS)   /* columns of A per item per step */
 
-#if VW * WEIGHT_BITS > 128        /* VL: rows per load, at most 16 bytes */
-#define VL (128 / WEIGHT_BITS)
+#if VW * WEIGHT_BITS > 128        /* VL: rows per load, at most 16 bytes (a literal: pasted into type names) */
+#if WEIGHT_BITS == 32
+#define VL 4
+#elif WEIGHT_BITS == 16
+#define VL 8
+#else
+#define VL 16
+#endif
 #else
 #define VL VW
 #endif
@@ -101,6 +115,27 @@ typedef acc_t accv;
 #define LOAD_A LOAD_W
 #define TO_FLOATV convert_float
 #define VSTORE(v, o, p) ((p)[o] = (v))
+#endif
+
+#define CAT_(x, y) x##y
+#define CAT(x, y) CAT_(x, y)
+#if WIDE && VL > 1                /* LOAD_V(p): the VL weights at p (aligned to VL elements), as accv */
+#if WEIGHT_BITS == 32
+#define LOAD_V(p) (*(__global const CAT(float, VL) *)(p))
+#elif WEIGHT_BITS == 16 && HALF_ARITHMETIC
+#define LOAD_V(p) (*(__global const CAT(half, VL) *)(p))
+#elif WEIGHT_BITS == 16
+CAT(float, VL) load_half_wide(__global const half *p)
+{
+    const CAT(ushort, VL) bits = *(__global const CAT(ushort, VL) *)p;
+    return CAT(vload_half, VL)(0, (const __private half *)&bits);
+}
+#define LOAD_V(p) load_half_wide(p)
+#else
+#define LOAD_V(p) CAT(convert_float, VL)(*(__global const CAT(char, VL) *)(p))
+#endif
+#else
+#define LOAD_V(p) LOAD_A(0, (p))
 #endif
 
 __kernel __attribute__((reqd_work_group_size(MDIM, KSPLIT, 1)))
@@ -146,7 +181,7 @@ void gemv_split(MATMUL_SCALARS,
             const __global WEIGHT *ak = a + (size_t)(kb + u) * H + rowg + tm * VL;
             #pragma unroll
             for (uint p = 0; p < NV; ++p)
-                av[u][p] = (live[p] && kb + u < k1) ? LOAD_A(0, ak + p * MDIM * VL) : (accv)(ACC_ZERO);
+                av[u][p] = (live[p] && kb + u < k1) ? LOAD_V(ak + p * MDIM * VL) : (accv)(ACC_ZERO);
         }
         #pragma unroll
         for (uint u = 0; u < U; ++u) {
@@ -197,14 +232,17 @@ void gemv_split(MATMUL_SCALARS,
     if (last) {
         mem_fence(CLK_GLOBAL_MEM_FENCE);
         for (uint e = t; e < OUTS; e += THREADS) {
-            float v[SLICES];
-            #pragma unroll
-            for (uint q = 0; q < SLICES; ++q)
-                v[q] = atomic_xchg(partial + q * OUTS + e, 0.0f);
-            float sum = v[0];
-            #pragma unroll
-            for (uint q = 1; q < SLICES; ++q)
-                sum += v[q];
+            /* in slice order, 8 reads in flight before they are added */
+            float sum = 0.0f;
+            for (uint q0 = 0; q0 < SLICES; q0 += 8) {
+                float v[8];
+                #pragma unroll
+                for (uint q = 0; q < 8; ++q)
+                    v[q] = q0 + q < SLICES ? atomic_xchg(partial + (q0 + q) * OUTS + e, 0.0f) : 0.0f;
+                #pragma unroll
+                for (uint q = 0; q < 8; ++q)
+                    sum = q0 + q == 0 ? v[0] : sum + v[q];
+            }
             const uint row = rowg + e % ROWS, col = col0 + e / ROWS;
             R_AT(row, col) = EPILOGUE(sum, row, col);
         }

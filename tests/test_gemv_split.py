@@ -94,13 +94,14 @@ def test_every_configuration_at_every_batch_up_to_its_bound(device, codename, co
 
 @pytest.mark.parametrize("codename", CODENAMES)
 def test_every_precision_and_epilogue_on_odd_shapes(device, codename, rng):
-    """The default configuration and a sliced one with 1-row vectors, in every precision the device
-    runs, on every odd shape: the plain product, and bias + a four-parameter activation + affine."""
+    """The default configuration, a sliced one with 1-row vectors and one with vloadN loads (WIDE 0),
+    in every precision the device runs, on every odd shape: the plain product, and bias + a four-parameter activation + affine."""
     base = LIB[codename]
     small = base.configure({"VW": 1, "MDIM": 4, "KSPLIT": 8, "SLICES": 4, "UNROLL": 1, "NB": 2})
+    narrow = base.configure({"VW": 16, "MDIM": 4, "KSPLIT": 4, "SLICES": 2, "UNROLL": 1, "NB": 2, "WIDE": 0})
     for precision in precisions(device):
         tolerance = 1e-2 if precision == "fp16" else 1e-5
-        for spec in (base.in_precision(precision), small.in_precision(precision)):
+        for spec in (base.in_precision(precision), small.in_precision(precision), narrow.in_precision(precision)):
             for i, (m, k) in enumerate(ODD):
                 n = 1 + i % int(dict(spec.preconditions)["max_n"])
                 a = rng.standard_normal((m, k)).astype(np.float32)
@@ -215,7 +216,8 @@ rng = np.random.default_rng(0)
 errors = {}
 precisions = ["fp32", "fp16-storage", "int8-weights"] + (["fp16"] if "cl_khr_fp16" in device.extensions else [])
 configs = [None, {"VW": 1, "MDIM": 4, "KSPLIT": 8, "SLICES": 4, "UNROLL": 1, "NB": 2},
-           {"VW": 16, "MDIM": 2, "KSPLIT": 4, "SLICES": 8, "UNROLL": 1, "NB": 1}]
+           {"VW": 16, "MDIM": 2, "KSPLIT": 4, "SLICES": 8, "UNROLL": 1, "NB": 1},
+           {"VW": 16, "MDIM": 2, "KSPLIT": 2, "SLICES": 2, "UNROLL": 2, "NB": 1, "WIDE": 0}]
 for precision in precisions:
     for c, config in enumerate(configs):
         spec = lib["gemv_split_c"].configure(config).in_precision(precision) if config else \
@@ -254,5 +256,5 @@ def test_clean_under_oclgrind_in_every_precision():
                                  "\tError:    CL_INVALID_VALUE\n\tFor argument 'param_name'\n", "").strip()
     assert stderr == "", stderr[-3000:]
     errors = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(errors) >= 21, errors
+    assert len(errors) >= 27, errors
     assert all(error < (1e-2 if case.startswith("fp16 ") else 1e-5) for case, error in errors.items()), errors
