@@ -273,10 +273,11 @@ def summarize(rows, shapes, batches, precisions) -> dict:
             scores = {}
             for r in mine:
                 scores.setdefault(r["label"], []).append(r["ms"] / best(r["m"], r["k"], n, precision, "gemv_split_c")["ms"])
-            complete = {lab: s for lab, s in scores.items() if len(s) == len(shapes)}
+            most = max((len(s) for s in scores.values()), default=0)   # all shapes, unless the budget ran out
+            complete = {lab: s for lab, s in scores.items() if len(s) == most}
             ranked = sorted(complete.items(), key=lambda item: math.exp(np.mean(np.log(item[1]))))
             per_config[f"n={n} {precision}"] = [
-                {"label": lab, "geomean_vs_best": round(math.exp(np.mean(np.log(s))), 3),
+                {"label": lab, "geomean_vs_best": round(math.exp(np.mean(np.log(s))), 3), "shapes": len(s),
                  "config": next(r["config"] for r in mine if r["label"] == lab)} for lab, s in ranked[:5]]
     return {"per_product": per_product, "best_split_configs": per_config}
 
