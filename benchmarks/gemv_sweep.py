@@ -279,7 +279,19 @@ def summarize(rows, shapes, batches, precisions) -> dict:
             per_config[f"n={n} {precision}"] = [
                 {"label": lab, "geomean_vs_best": round(math.exp(np.mean(np.log(s))), 3), "shapes": len(s),
                  "config": next(r["config"] for r in mine if r["label"] == lab)} for lab, s in ranked[:5]]
-    return {"per_product": per_product, "best_split_configs": per_config}
+    overall = {}   # one configuration per batch serves every precision (the library's defaults)
+    for n in batches:
+        mine = [r for r in rows if r["n"] == n and r["family"] == "gemv_split_c"]
+        scores = {}
+        for r in mine:
+            key = ",".join(f"{k}{v}" for k, v in r["config"].items() if k not in ("WEIGHT_BITS", "HALF_ARITHMETIC"))
+            scores.setdefault(key, []).append(r["ms"] / best(r["m"], r["k"], n, r["precision"], "gemv_split_c")["ms"])
+        most = max((len(s) for s in scores.values()), default=0)
+        ranked = sorted(((key, s) for key, s in scores.items() if len(s) == most),
+                        key=lambda item: math.exp(np.mean(np.log(item[1]))))
+        overall[f"n={n}"] = [{"config": key, "geomean_vs_best": round(math.exp(np.mean(np.log(s))), 3),
+                              "worst_vs_best": round(max(s), 3), "products": len(s)} for key, s in ranked[:5]]
+    return {"per_product": per_product, "best_split_configs": per_config, "best_split_config_every_precision": overall}
 
 
 if __name__ == "__main__":
