@@ -2,8 +2,8 @@
 gemv_rows, against the device-to-device copy bandwidth measured in the same run.
 
 For each product ``m x k x n`` (units x inputs x batch; default: 4096x3072, 3072x4096, 2500x784 and
-2000x2500 at n = 1 and 8) and each weight precision (fp32, fp16-storage, int8-weights, and fp16 where
-the device has cl_khr_fp16), it times with OpenCL profiling events (median of --repeat launches):
+2000x2500 at n = 1 and 8) and each weight precision (fp32, fp16-storage and int8-weights; fp16 with
+--precisions), it times with OpenCL profiling events (median of --repeat launches):
 
 * ``gemv_split_c`` in every configuration of the grid below (K split across work-groups);
 * ``gemv_c`` in the configuration the GPU's ``matmul_fallback`` named for the batch before gemv_split_c
@@ -148,7 +148,7 @@ def main(argv=None):
     parser.add_argument("--device", help="gpu, cpu, P:D or part of a name (default: malinn's default)")
     parser.add_argument("--shapes", nargs="+", help="units x inputs, e.g. 4096x3072 (default: 4 Table 10.5 layers)")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--precisions", nargs="+", help="default: fp32 fp16-storage int8-weights, fp16 with cl_khr_fp16")
+    parser.add_argument("--precisions", nargs="+", help="default: fp32 fp16-storage int8-weights (fp16 on request)")
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--flush", type=int, default=256, help="MiB copied before each cold launch (0: none)")
     parser.add_argument("--limit", type=int, help="time only the first LIMIT gemv_split_c configurations")
@@ -161,8 +161,7 @@ def main(argv=None):
     device = malinn.set_device(args.device) if args.device else malinn.get_device()
     library = load_library()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes else SHAPES
-    precisions = args.precisions or ["fp32", "fp16-storage", "int8-weights"] + (
-        ["fp16"] if "cl_khr_fp16" in getattr(device, "extensions", ()) else [])
+    precisions = args.precisions or ["fp32", "fp16-storage", "int8-weights"]
     copy_gbs = copy_bandwidth(device, 2**30 if device.kind == "gpu" else 2**28) / 1e9
     print(f"device: {device}\ndevice-to-device copy: {copy_gbs:.0f} GB/s (read + written)", flush=True)
     flush = Flush(device, args.flush)
