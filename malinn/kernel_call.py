@@ -20,7 +20,8 @@ import math
 import numpy as np
 
 from .backends.base import BoundLaunch, Device
-from .kernel_library import KernelSpec
+from .expressions import evaluate
+from .kernel_library import SCRATCH_NAME, KernelSpec
 from .matrix import DeviceMatrix
 
 __all__ = ["bind", "scalar_values", "global_range"]
@@ -82,6 +83,21 @@ def _placeholder(device: Device):
         return device.cache["placeholder"]
 
 
+def _scratch(spec: KernelSpec, device: Device, values: dict):
+    """The zeroed scratch buffer of ``spec``'s ``scratch_bytes`` for these scalar values, one per
+    device and size: launches on a device's in-order queue run one after another, and a kernel with
+    scratch leaves it as it found it, so every launch of that size shares it."""
+    size = max(4, evaluate(spec.scratch_bytes, {**dict(spec.defines), **values}))
+    size = -(-size // 4) * 4
+    with device.lock:
+        buffers = device.cache.setdefault("scratch", {})
+        if size not in buffers:
+            buffer = device.alloc(size, f"scratch of {spec.codename}")
+            device.fill_zero(buffer, size, what=f"scratch of {spec.codename}")
+            buffers[size] = buffer
+        return buffers[size]
+
+
 def bind(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | None = None,
          params: dict | None = None, what: str = "") -> BoundLaunch | None:
     """Binds kernel ``spec`` on ``device`` to its arguments.
@@ -116,6 +132,8 @@ def bind(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | None 
             args.append(_image(matrices[name], device))
         elif name in matrices:
             args.append(matrices[name].buffer)
+        elif name == SCRATCH_NAME:
+            args.append(_scratch(spec, device, values))
         else:   # a vector the kernel declares but this call does not use (no bias): never read
             args.append((vectors or {}).get(name) or _placeholder(device))
     return device.bind(program, spec.function, args, global_size, local_size, what=what or spec.codename,

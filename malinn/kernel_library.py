@@ -14,7 +14,9 @@ Each entry maps a codename to an OpenCL function, its source file and its restri
 * ``params``: names and defaults of the float parameters, in the order of the ``p`` letters
   (e.g. ``{"alpha": 1.0}``); ``p`` letters beyond them get 0;
 * ``buffers``: the buffer arguments after the scalars, in order (matrix names, or the vectors
-  ``bias``, ``scale``, ``shift``);
+  ``bias``, ``scale``, ``shift``, or ``scratch``: a buffer of the entry's ``scratch_bytes``, an
+  expression over the defines and the scalar letters, that the runtime allocates zeroed, keeps per
+  device and size and passes to every launch: the kernel must leave it as it expects to find it);
 * ``ndrange``: the letters whose values make the global range, divided by ``scale`` and
   multiplied by ``split`` (items that share one block of results, e.g. a K loop split across a
   work-group and reduced in local memory; default 1);
@@ -72,6 +74,8 @@ SCALAR_LETTERS = {
 }
 MATRIX_NAMES = ("a", "b", "r")
 VECTOR_NAMES = ("bias", "scale", "shift")
+#: a buffer the runtime allocates for the kernel's own use (its size: the entry's ``scratch_bytes``)
+SCRATCH_NAME = "scratch"
 #: what a matmul kernel can fuse into its final write -> the define that switches it on
 EPILOGUE_DEFINES = {"bias": "BIAS", "activation": "ACTIVATION", "affine": "AFFINE", "softmax": "SOFTMAX"}
 PRECONDITIONS = ("min_m", "max_m", "min_k", "max_k", "min_n", "max_n")
@@ -160,6 +164,7 @@ class KernelSpec:
     sources: tuple = ()       # (("gl", source path, (include paths...)), ...): other backends' sources
     precisions: tuple = (DEFAULT_PRECISION,)   # the precisions it supports
     precision: str = DEFAULT_PRECISION         # the precision of this configuration
+    scratch_bytes: object = None   # expression over the defines and scalar letters: the scratch buffer's size
 
     def in_precision(self, precision: str) -> "KernelSpec":
         """This configuration with its weights (and sums) in ``precision``.
@@ -634,10 +639,10 @@ def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -
         fail("restrictions.buffers", "expected a non-empty list of argument names")
     matrices = {}
     for name in buffers:
-        if name in VECTOR_NAMES:
+        if name in VECTOR_NAMES or name == SCRATCH_NAME:
             continue
         if name not in MATRIX_NAMES:
-            fail("restrictions.buffers", f"unknown buffer {name!r}; expected {MATRIX_NAMES + VECTOR_NAMES}")
+            fail("restrictions.buffers", f"unknown buffer {name!r}; expected {MATRIX_NAMES + VECTOR_NAMES + (SCRATCH_NAME,)}")
         m = rs.get(name)
         if not isinstance(m, dict):
             fail(f"restrictions.{name}", "missing: every matrix buffer needs a restriction object")
@@ -726,6 +731,14 @@ def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -
         if "softmax" in epilogue and "max_m" not in preconditions:
             fail("epilogue", "a softmax epilogue holds whole columns in one work-group: "
                              "give the largest m as preconditions.max_m")
+    scratch = entry.get("scratch_bytes")
+    if (scratch is None) != (SCRATCH_NAME not in buffers):
+        fail("scratch_bytes", f"a kernel with a {SCRATCH_NAME!r} buffer gives its size (and only such a kernel)")
+    if scratch is not None:
+        try:
+            evaluate(scratch, {**defines, **{c: 1 for c in SCALAR_LETTERS if c != "p"}})
+        except ValueError as exc:
+            fail("scratch_bytes", str(exc))
     supported = entry.get("precisions", [DEFAULT_PRECISION])
     if not isinstance(supported, list) or DEFAULT_PRECISION not in supported or not set(supported) <= set(table):
         fail("precisions", f"expected a list of some of {', '.join(table)}, with {DEFAULT_PRECISION!r}")
@@ -744,4 +757,4 @@ def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -
                       preconditions=tuple(preconditions.items()), split=split_t,
                       candidates=tuple(candidates), constraints=tuple(constraints),
                       template=(path, entry, table), precisions=tuple(supported), precision=precision,
-                      sources=tuple(sources))
+                      sources=tuple(sources), scratch_bytes=scratch)

@@ -53,7 +53,8 @@ def test_every_matmul_kernel_fuses_bias_activation_and_affine():
     for codename in LIB.codenames("matmul"):
         spec = LIB[codename]
         assert {"bias", "activation", "affine"} <= set(spec.epilogue), codename
-        assert spec.arglist == "lhwmnHWpppp" and spec.buffers == ("a", "b", "r", "bias", "scale", "shift"), codename
+        assert spec.arglist == "lhwmnHWpppp" and spec.buffers[:6] == ("a", "b", "r", "bias", "scale", "shift"), codename
+        assert spec.buffers[6:] in ((), ("scratch",)), codename   # and, last, the kernel's own scratch
     assert [c for c in LIB.codenames("matmul") if "softmax" in LIB[c].epilogue] == ["gemv_softmax", "gemv_softmax_c"]
     assert LIB.default("matmul_softmax", "cpu") == "gemv_softmax"
     assert LIB.default("matmul_softmax", "gpu") == "gemv_softmax_c"
