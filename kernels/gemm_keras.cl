@@ -25,6 +25,15 @@
  *   KT       K step staged per iteration (4 times a power of two)
  *   PREFETCH 1: the next K step's tiles are loaded into registers while the current one is
  *            computed (global latency hidden behind the arithmetic); 0: load, then compute
+ *   SLICES   work-groups along K per tile of R, a power of 2 (1: none). With SLICES > 1, a
+ *            layer whose tiles alone would leave most of a large GPU idle (a batch of 100 has few
+ *            tiles) has SLICES times more work-groups: each stores its partial sums in the scratch
+ *            buffer and counts itself in its tile's counter (atomic_inc); the work-group that counts
+ *            last adds the SLICES partial sums in slice order (the same order whichever finishes
+ *            last: bit-identical results), applies the epilogue, writes R and sets the counter back
+ *            to 0. Partial sums are written and read with atomic_xchg (no data race). The scratch
+ *            (uint): (h / TM) * (w / TN) counters, 0 before a launch (every launch leaves them 0),
+ *            then SLICES * h * w floats (library.json "scratch_bytes"; the runtime clears it once).
  *   BIAS, ACTIVATION, AFFINE  the fused epilogue (epilogue.clh)
  *   WEIGHT_BITS, HALF_ARITHMETIC  the precision of A and of the sums (weights.clh)
  * OpenCL C 1.2.
@@ -48,6 +57,9 @@
 #ifndef PREFETCH
 #define PREFETCH 1
 #endif
+#ifndef SLICES
+#define SLICES 1
+#endif
 
 #define TPU (TM / RM)            /* unit slots of a work-group */
 #define TPB (TN / RN)            /* sample slots */
@@ -62,6 +74,8 @@
 #define W_AT(k0, e) ((size_t)((k0) + (e) / (TM / 4)) * H + m0 + 4 * ((e) % (TM / 4)))
 #define W_LOCAL(e) (((e) / (TM / 4)) * TM + 4 * ((e) % (TM / 4)))
 #define X_AT(k0, e) ((size_t)(n0 + (e) / (KT / 4)) * l + (k0) + 4 * ((e) % (KT / 4)))
+/* where result (j, i) of an item lies in a tile's partial sums (TN samples x TM units) */
+#define PART_AT(j, i) ((tb * RN + (j)) * TM + 4 * (tu + ((i) / 4) * TPU) + (i) % 4)
 #define STORE_X(v, e) do { \
         const uint s_ = (e) / (KT / 4), k_ = 4 * ((e) % (KT / 4)); \
         xl[(k_ + 0) * TN + s_] = TO_ACC((v).s0); \
@@ -75,13 +89,20 @@ void gemm_keras(MATMUL_SCALARS,
                 __global const WEIGHT *a,
                 __global const float *b,
                 __global float *r,
-                EPILOGUE_BUFFERS)
+                EPILOGUE_BUFFERS,
+                __global uint *scratch)
 {
     const uint t = get_local_id(0);
     const uint tu = t % TPU;
     const uint tb = t / TPU;
     const uint n0 = get_group_id(0) * TN;
-    const uint m0 = get_group_id(1) * TM;
+    const uint tile_m = get_group_id(1) / SLICES;
+    const uint slice = get_group_id(1) % SLICES;
+    const uint m0 = tile_m * TM;
+    /* this work-group's slice of K: whole K steps, the last slices shorter (or empty) */
+    const uint chunk = (l / KT + SLICES - 1) / SLICES * KT;
+    const uint kbegin = min(l, slice * chunk);
+    const uint kend = min(l, kbegin + chunk);
 
     __local acc_t wl[KT * TM];       /* wl[kk * TM + unit] */
     __local acc_t xl[KT * TN];       /* xl[kk * TN + sample] */
@@ -99,14 +120,14 @@ void gemm_keras(MATMUL_SCALARS,
     float4 xr[XLOADS];
     #pragma unroll
     for (uint q = 0; q < WLOADS; ++q)
-        if (t + q * THREADS < KT * TM / 4)
-            wr[q] = LOAD_W4(0, a + W_AT(0, t + q * THREADS));
+        if (kbegin < kend && t + q * THREADS < KT * TM / 4)
+            wr[q] = LOAD_W4(0, a + W_AT(kbegin, t + q * THREADS));
     #pragma unroll
     for (uint q = 0; q < XLOADS; ++q)
-        if (t + q * THREADS < TN * KT / 4)
-            xr[q] = vload4(0, b + X_AT(0, t + q * THREADS));
+        if (kbegin < kend && t + q * THREADS < TN * KT / 4)
+            xr[q] = vload4(0, b + X_AT(kbegin, t + q * THREADS));
 #endif
-    for (uint k0 = 0; k0 < l; k0 += KT) {
+    for (uint k0 = kbegin; k0 < kend; k0 += KT) {
 #if PREFETCH
         #pragma unroll
         for (uint q = 0; q < WLOADS; ++q)
@@ -117,7 +138,7 @@ void gemm_keras(MATMUL_SCALARS,
             if (t + q * THREADS < TN * KT / 4)
                 STORE_X(xr[q], t + q * THREADS);
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (k0 + KT < l) {
+        if (k0 + KT < kend) {
             #pragma unroll
             for (uint q = 0; q < WLOADS; ++q)
                 if (t + q * THREADS < KT * TM / 4)
@@ -157,6 +178,44 @@ void gemm_keras(MATMUL_SCALARS,
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 
+#if SLICES > 1
+    /* this slice's partial sums into the scratch buffer; the tile's last work-group adds them */
+    __local uint last;
+    const uint g = tile_m * (w / TN) + get_group_id(0);
+    volatile __global uint *counter = scratch + g;
+    volatile __global float *partial = (volatile __global float *)(scratch + (h / TM) * (w / TN))
+                                       + (size_t)g * SLICES * TM * TN;
+    #pragma unroll
+    for (uint j = 0; j < RN; ++j)
+        #pragma unroll
+        for (uint i = 0; i < RM; ++i)
+            atomic_xchg(partial + slice * TM * TN + PART_AT(j, i), (float)acc[j][i]);
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    if (t == 0)
+        last = atomic_inc(counter) == SLICES - 1;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (!last)
+        return;
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    float sum[RN][RM];
+    #pragma unroll
+    for (uint j = 0; j < RN; ++j)
+        #pragma unroll
+        for (uint i = 0; i < RM; ++i)
+            sum[j][i] = atomic_xchg(partial + PART_AT(j, i), 0.0f);
+    for (uint q = 1; q < SLICES; ++q)          /* in slice order: the same sums whoever is last */
+        #pragma unroll
+        for (uint j = 0; j < RN; ++j)
+            #pragma unroll
+            for (uint i = 0; i < RM; ++i)
+                sum[j][i] += atomic_xchg(partial + q * TM * TN + PART_AT(j, i), 0.0f);
+    if (t == 0)
+        atomic_xchg(counter, 0u);
+#else
+#define sum acc
+#endif
+
     #pragma unroll
     for (uint j = 0; j < RN; ++j) {
         const uint col = n0 + tb * RN + j;
@@ -164,10 +223,10 @@ void gemm_keras(MATMUL_SCALARS,
         for (uint c = 0; c < VM; ++c) {
             const uint row = m0 + 4 * (tu + c * TPU);
             float4 v;
-            v.s0 = EPILOGUE(acc[j][4 * c + 0], row + 0, col);
-            v.s1 = EPILOGUE(acc[j][4 * c + 1], row + 1, col);
-            v.s2 = EPILOGUE(acc[j][4 * c + 2], row + 2, col);
-            v.s3 = EPILOGUE(acc[j][4 * c + 3], row + 3, col);
+            v.s0 = EPILOGUE(sum[j][4 * c + 0], row + 0, col);
+            v.s1 = EPILOGUE(sum[j][4 * c + 1], row + 1, col);
+            v.s2 = EPILOGUE(sum[j][4 * c + 2], row + 2, col);
+            v.s3 = EPILOGUE(sum[j][4 * c + 3], row + 3, col);
             vstore4(v, 0, &R_AT(row, col));
         }
     }
