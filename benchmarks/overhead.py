@@ -39,7 +39,7 @@ def floor_runner(plan, empty: bool = False):
     """Plain pyopencl doing the plan's device work (``empty``: empty kernels instead of the plan's)."""
     device = plan.device
     queue = device.queue
-    (in_buffer, in_staging, _), = plan._io[0]
+    (in_buffer, in_staging, _, _), = plan._io[0]
     (out_buffer, out_staging, _), = plan._io[1]
     x_whole, out = np.array(in_staging), np.empty_like(out_staging)   # the plan's buffers whole, in plain memory
     if empty:

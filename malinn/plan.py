@@ -179,10 +179,17 @@ class Plan:
                 self.launches.append(launch)
         # inputs and outputs travel through staging arrays the size of their whole buffers, padding
         # included (page-locked on a discrete GPU): a run writes every float of an input's buffer
-        # (padded rows and samples as zeros, never an earlier call's data) with one plain copy
-        self._io = [(v.storage.buffer, self._staging(v, "input"), v) for v in self.inputs], [
+        # (padded rows and samples as zeros, never an earlier call's data) with one plain copy; an
+        # input that fills its buffer exactly goes from the caller's array where the device says
+        # that a copy into the staging array would not pay (Device.stages_input)
+        self._io = [(v.storage.buffer, self._staging(v, "input"), v, self._direct(v)) for v in self.inputs], [
             (v.storage.buffer, self._staging(v, "output"), v) for v in self.outputs]
         return self
+
+    def _direct(self, value: Value) -> bool:
+        """Whether a full pass uploads ``value`` from the caller's array (no padding, no staging copy)."""
+        return value.storage.padded == (value.rows, value.cols) and not self.device.stages_input(
+            4 * value.rows * value.cols)
 
     def _staging(self, value: Value, what: str) -> np.ndarray:
         """Host memory laid out as ``value``'s buffer: a row per column of its matrix view (the
@@ -276,7 +283,10 @@ class Plan:
         device = self.device
         (ins, outs) = self._io
         with device.lock:
-            for (buffer, staging, value), array in zip(ins, arrays):
+            for (buffer, staging, value, direct), array in zip(ins, arrays):
+                if direct and n == self.batch:
+                    device.upload(buffer, array, blocking=False, what="the input", mapped=False)
+                    continue
                 cols = value.cols // self.batch * n
                 staging[:cols, :value.rows] = array.reshape(cols, value.rows)
                 staging[cols:value.cols] = 0

@@ -134,6 +134,12 @@ class Device:
         through a buffer of its own) returns such memory."""
         return np.zeros(shape, np.float32)
 
+    def stages_input(self, nbytes: int) -> bool:
+        """Whether an input of ``nbytes`` that fills its device buffer exactly (no padding) is copied
+        into :meth:`host_array` memory before its upload (True), or uploaded from the caller's array
+        as it is (False). This default: False, the staging array being plain memory too."""
+        return False
+
     def fill_zero(self, buffer, nbytes: int, what: str = "buffer") -> None:
         """Sets the first ``nbytes`` of ``buffer`` to zero on the device (no host copy)."""
         raise NotImplementedError

@@ -68,6 +68,10 @@ def zero_copy_enabled(device: Device) -> bool:
 
 #: staging arrays below this size stay in pageable memory (see :meth:`OpenCLDevice.host_array`)
 PINNED_MIN_BYTES = 64 * 1024
+#: from this size, an unpadded input is uploaded from the caller's array: the driver's own pipelined
+#: staging of pageable memory beats a host copy into page-locked memory and its DMA (H200: 1.2 MB in
+#: 112 us against 134 us; 0.3 MB in 53 us against 48 us: benchmarks/results/transfers_nvidia_h200.json)
+DIRECT_MIN_BYTES = 1024 * 1024
 
 
 @dataclass(eq=False)
@@ -135,7 +139,7 @@ class OpenCLDevice(Device):
         :data:`PINNED_MIN_BYTES` (the driver copies a small pageable array as fast, without a DMA
         setup), or with ``MALINN_PINNED=0``."""
         nbytes = 4 * int(np.prod(shape))
-        if self.host_unified_memory or nbytes < PINNED_MIN_BYTES or os.environ.get("MALINN_PINNED", "1") == "0":
+        if not self._pinned(nbytes):
             return np.zeros(shape, np.float32)
         cl = _cl()
         try:
@@ -147,6 +151,15 @@ class OpenCLDevice(Device):
                               f"{self.name} failed ({status_name(exc)})") from exc
         view[...] = 0
         return view          # the mapping keeps the buffer alive as long as the array
+
+    def stages_input(self, nbytes: int) -> bool:
+        """True where :meth:`host_array` gives page-locked memory and the input is below
+        :data:`DIRECT_MIN_BYTES`."""
+        return self._pinned(nbytes) and nbytes < DIRECT_MIN_BYTES
+
+    def _pinned(self, nbytes: int) -> bool:
+        return not (self.host_unified_memory or nbytes < PINNED_MIN_BYTES
+                    or os.environ.get("MALINN_PINNED", "1") == "0")
 
     def fill_zero(self, buffer, nbytes: int, what: str = "buffer") -> None:
         cl = _cl()
