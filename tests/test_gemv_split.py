@@ -204,6 +204,15 @@ def test_dense_model_at_small_batch_runs_the_gpu_default(device, monkeypatch, rn
     assert_close(model.predict(x), h)
 
 
+def test_the_gpu_defaults_name_gemv_split_c_for_small_batches():
+    """The H200 sweep (benchmarks/results/gemv_split_sweep_nvidia_h200.json) chose gemv_split_c for
+    batches 1..8 (K split across work-groups beats gemv_c's split inside one)."""
+    fallbacks = LIB.default_specs("matmul_fallback", "gpu")
+    for n in range(1, 9):
+        for m, k in ((4096, 3072), (2500, 784), (10, 3)):
+            assert next(f for f in fallbacks if f.accepts(m, k, n)).codename == "gemv_split_c"
+
+
 OCLGRIND = shutil.which("oclgrind")
 OCLGRIND_SCRIPT = r"""
 import json, numpy as np, malinn
