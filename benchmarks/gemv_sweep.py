@@ -11,8 +11,8 @@ For each product ``m x k x n`` (units x inputs x batch; default: 4096x3072, 3072
 * ``chosen``: what the library's GPU ``matmul_fallback`` names now;
 * ``gemv_rows`` (row-major weights, a second layout; fp32 only) in its candidates that hold the batch.
 
-Each launch is timed "cold": before it, a copy of --flush MiB runs on the device, so that the weights
-are not in the last-level cache (the H200's L2 holds 50 MB: all of an int8 Full CIFAR layer); a Dense
+Each launch is timed "cold": before it, a kernel reads --flush MiB on the device (clean lines, no
+write-back left for the next kernel), so that the weights are not in the last-level cache (the H200's L2 holds 50 MB: all of an int8 Full CIFAR layer); a Dense
 layer in a network reads weights the layers before it have evicted. ``warm`` (back to back) is kept
 beside it for the best configurations. Every configuration is first checked against numpy (the
 weights as the precision stores them, float64). GB/s: the weights' bytes in the precision over the
@@ -23,8 +23,13 @@ over fp32 (best against best: issue 14's >= 1.7x for fp16-storage and >= 3x for 
 batch and precision the gemv_split_c configuration with the best geometric mean over the products
 (what the library's defaults should name).
 
+Also in the same run: ``floor_ms``, the event time of a 4 KiB copy (what every launch costs on the
+device's clock), and per layer and precision a copy of half the weights' bytes (the same bytes read
+plus written as the kernel reads), cold; ``split_time_over_copy`` is the best gemv_split_c time over it.
+
 Run:  python3 benchmarks/gemv_sweep.py [--device D] [--shapes 4096x3072 ...] [--batches 1 8]
-                                       [--precisions fp32 ...] [--repeat 9] [--json out.json]
+                                       [--precisions fp32 ...] [--repeat 9] [--grid broad|focused]
+                                       [--json out.json]
 """
 
 from __future__ import annotations
@@ -61,15 +66,23 @@ GRID_NB8 = [(4, 64, 2, 16, 1), (4, 64, 2, 16, 2), (4, 64, 2, 8, 1), (4, 64, 2, 3
             (4, 32, 2, 16, 1), (2, 64, 2, 16, 1), (4, 64, 1, 32, 2), (8, 32, 2, 16, 1), (4, 16, 8, 8, 1),
             (4, 64, 2, 64, 1), (4, 64, 1, 64, 2)]
 GRIDS = {1: GRID_NB1, 2: GRID_NB8, 4: GRID_NB8, 8: GRID_NB8}
+#: --grid focused: around the winners of the broad grid on the H200 (many items: 4-16 K items per
+#: work-group, 8-64 slices)
+FOCUSED_NB1 = [(4, 32, 8, 16, 2), (4, 64, 4, 32, 4), (4, 64, 4, 32, 1), (4, 32, 4, 64, 4), (4, 32, 8, 16, 4),
+               (4, 32, 8, 32, 2), (4, 32, 8, 32, 1), (4, 64, 4, 16, 2), (4, 16, 16, 16, 2), (4, 16, 16, 32, 1),
+               (4, 32, 8, 8, 2), (4, 64, 4, 32, 2), (4, 32, 8, 64, 1), (4, 16, 16, 8, 4)]
+FOCUSED_NB8 = [(4, 32, 4, 16, 1), (4, 16, 8, 8, 1), (4, 16, 8, 16, 1), (4, 32, 4, 8, 1), (4, 32, 8, 8, 1),
+               (4, 16, 16, 8, 1), (4, 32, 4, 32, 1), (4, 16, 8, 4, 1)]
+FOCUSED = {1: FOCUSED_NB1, 2: FOCUSED_NB8, 4: FOCUSED_NB8, 8: FOCUSED_NB8}
 #: gemv_c's configurations in the GPU's matmul_fallback before gemv_split_c (NB 1, 2, 4, 8)
 OLD_GEMV_C = [dict(VW=2, WPT=1, MDIM=4, KSPLIT=64, NB=1), dict(VW=8, WPT=1, MDIM=2, KSPLIT=128, NB=2),
               dict(VW=4, WPT=1, MDIM=4, KSPLIT=64, NB=4), dict(VW=4, WPT=1, MDIM=2, KSPLIT=64, NB=8)]
 
 
-def split_configs(n: int) -> list:
+def split_configs(n: int, grids=GRIDS) -> list:
     """The grid for the batch, then its first 4 configurations with vloadN loads (WIDE 0)."""
-    nb = min(b for b in GRIDS if b >= n)
-    configs = [dict(VW=vw, MDIM=md, KSPLIT=ks, SLICES=sl, UNROLL=un, NB=nb) for vw, md, ks, sl, un in GRIDS[nb]]
+    nb = min(b for b in grids if b >= n)
+    configs = [dict(VW=vw, MDIM=md, KSPLIT=ks, SLICES=sl, UNROLL=un, NB=nb) for vw, md, ks, sl, un in grids[nb]]
     return configs + [dict(c, WIDE=0) for c in configs[:4]]
 
 
@@ -77,20 +90,40 @@ def label(spec) -> str:
     return spec.codename + ":" + ",".join(f"{k}{v}" for k, v in spec.config.items() if k != "KERAS_ORDER")
 
 
+FLUSH_SOURCE = """
+__kernel void read_all(__global const float4 *x, uint n, __global float *out)
+{
+    float4 s = 0.0f;
+    for (uint i = get_global_id(0); i < n; i += get_global_size(0))
+        s += x[i];
+    if (s.x == 1234.5f)   /* never, for these zeros: the reads cannot be dropped */
+        out[0] = s.y;
+}
+"""
+
+
 class Flush:
-    """A device-to-device copy of ``mib`` MiB that evicts the last-level cache between launches."""
+    """A kernel that reads ``mib`` MiB (and writes nothing), evicting the last-level cache between
+    launches with clean lines: a copy would leave it full of dirty ones, whose write-back the next
+    kernel would pay for."""
 
     def __init__(self, device, mib: int):
         import pyopencl as cl
 
         self.nbytes = mib * 2**20
-        self.cl, self.device = cl, device
-        self.src = device.alloc(self.nbytes, "cache flush source") if mib else None
-        self.dst = device.alloc(self.nbytes, "cache flush destination") if mib else None
+        self.device = device
+        self.kernel = None
+        if mib:
+            self.src = device.alloc(self.nbytes, "cache flush source")
+            device.fill_zero(self.src, self.nbytes, "cache flush source")
+            self.out = device.alloc(4, "cache flush output")
+            self.kernel = cl.Program(device.context, FLUSH_SOURCE).build().read_all
+            self.kernel.set_args(self.src, np.uint32(self.nbytes // 16), self.out)
+            self.cl = cl
 
     def __call__(self):
-        if self.src is not None:
-            self.cl.enqueue_copy(self.device.queue, self.dst, self.src, byte_count=self.nbytes)
+        if self.kernel is not None:
+            self.cl.enqueue_nd_range_kernel(self.device.queue, self.kernel, (132 * 2048,), (256,))
 
 
 class Weights:
@@ -143,6 +176,22 @@ def time_spec(spec, device, weights: Weights, b: np.ndarray, flush: Flush, repea
     return float(np.median(cold)), float(np.median(warm)), min(cold), error
 
 
+def copy_ms(device, nbytes: int, flush: Flush, repeat: int) -> tuple:
+    """Median ms of a device-to-device copy of ``nbytes`` (cold: after the flush; warm)."""
+    import pyopencl as cl
+
+    src, dst = device.alloc(max(nbytes, 4), "copy source"), device.alloc(max(nbytes, 4), "copy destination")
+    cold, warm = [], []
+    for times, flushing in ((cold, True), (warm, False)):
+        for _ in range(repeat + 1):
+            if flushing:
+                flush()
+            event = cl.enqueue_copy(device.queue, dst, src, byte_count=max(nbytes, 4))
+            event.wait()
+            times.append((event.profile.end - event.profile.start) * 1e-6)
+    return float(np.median(cold[1:])), float(np.median(warm[1:]))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", help="gpu, cpu, P:D or part of a name (default: malinn's default)")
@@ -150,10 +199,12 @@ def main(argv=None):
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--precisions", nargs="+", help="default: fp32 fp16-storage int8-weights (fp16 on request)")
     parser.add_argument("--repeat", type=int, default=9)
-    parser.add_argument("--flush", type=int, default=256, help="MiB copied before each cold launch (0: none)")
+    parser.add_argument("--flush", type=int, default=256, help="MiB read before each cold launch (0: none)")
     parser.add_argument("--limit", type=int, help="time only the first LIMIT gemv_split_c configurations")
     parser.add_argument("--budget", type=float, default=150,
                         help="seconds; past them only the first 3 gemv_split_c configurations and the defaults run")
+    parser.add_argument("--grid", choices=["broad", "focused"], default="broad",
+                        help="gemv_split_c configurations: the broad grid, or the focused one around its winners")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
 
@@ -165,13 +216,17 @@ def main(argv=None):
     copy_gbs = copy_bandwidth(device, 2**30 if device.kind == "gpu" else 2**28) / 1e9
     print(f"device: {device}\ndevice-to-device copy: {copy_gbs:.0f} GB/s (read + written)", flush=True)
     flush = Flush(device, args.flush)
+    floor_ms = copy_ms(device, 4096, flush, args.repeat)[1]
+    print(f"floor (a 4 KiB copy's event): {floor_ms:.4f} ms", flush=True)
+    copies = {}
     fallbacks = library.default_specs("matmul_fallback", "gpu")
     rows = []
     for m, k in shapes:
         weights = Weights(device, m, k, seed=m + 7 * k)
         for n in args.batches:
             b = np.random.default_rng(n).standard_normal((k, n)).astype(np.float32)
-            specs = [library["gemv_split_c"].configure(c) for c in split_configs(n)][:args.limit]
+            grid = split_configs(n, FOCUSED if args.grid == "focused" else GRIDS)
+            specs = [library["gemv_split_c"].configure(c) for c in grid][:args.limit]
             chosen = next((f for f in fallbacks if f.accepts(m, k, n)), fallbacks[-1])
             gemv_c = library["gemv_c"]
             old = next(gemv_c.configure(c) for c in OLD_GEMV_C if c["NB"] >= n)
@@ -182,6 +237,11 @@ def main(argv=None):
             rows_specs = [library["gemv_rows"].configure(c) for c in rows_configs if int(c["NB"]) == nb]
             for precision in precisions:
                 want = effective(weights.a, precision).astype(np.float64) @ b
+                nbytes = library.precision(precision).weight_bytes * m * k
+                if (m, k, precision) not in copies:   # the same bytes moved: half read, half written
+                    cold, warm = copy_ms(device, nbytes // 2, flush, args.repeat)
+                    copies[(m, k, precision)] = {"m": m, "k": k, "precision": precision, "bytes": nbytes,
+                                                 "cold_ms": round(cold, 5), "warm_ms": round(warm, 5)}
                 timed = [(s.in_precision(precision), "gemv_split_c") for s in specs]
                 timed += [(s.in_precision(precision), "gemv_c" + (" (default)" if i == 0 else ""))
                           for i, s in enumerate(others)]
@@ -227,6 +287,11 @@ def main(argv=None):
                     + (f"  [best split: {best['gemv_split_c']['label']}]" if "gemv_split_c" in best else ""),
                     flush=True)
     summary = summarize(rows, shapes, args.batches, precisions)
+    for entry in summary["per_product"]:
+        copy = copies.get((entry["m"], entry["k"], entry["precision"]))
+        if copy and "gemv_split_c" in entry:
+            entry["same_bytes_copy_ms"] = copy["cold_ms"]
+            entry["split_time_over_copy"] = round(entry["gemv_split_c"]["ms"] / copy["cold_ms"], 3)
     print(json.dumps(summary, indent=1))
     print(f"{time.perf_counter() - started:.0f} s")
     if args.json:
@@ -234,8 +299,9 @@ def main(argv=None):
                              "compute_units": device.compute_units},
                   "driver": device.driver_version, "host": platform.processor() or platform.machine(),
                   "copy_gbs": copy_gbs, "repeat": args.repeat, "flush_mib": args.flush,
-                  "time": "median of --repeat launches (OpenCL profiling events), each after a copy of flush_mib "
+                  "time": "median of --repeat launches (OpenCL profiling events), each after a kernel reading flush_mib "
                           "MiB (cold); warm_ms: back to back",
+                  "floor_ms": floor_ms, "copies": list(copies.values()),
                   "rows": rows, "summary": summary,
                   "command": "benchmarks/gemv_sweep.py " + " ".join(argv if argv is not None else sys.argv[1:])}
         with open(args.json, "w") as f:

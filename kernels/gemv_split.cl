@@ -89,6 +89,11 @@
 #define VL VW
 #endif
 #define NV (VW / VL)              /* loads per item and column */
+#if SLICES < 32                   /* partial sums the last work-group's items read at once */
+#define TAIL SLICES
+#else
+#define TAIL 32
+#endif
 
 #if VL == 16
 typedef acc16_t accv;
@@ -175,26 +180,26 @@ void gemv_split(MATMUL_SCALARS,
             acc[p][j] = (accv)(ACC_ZERO);
 
     for (uint kb = any ? k0 + tk * U : k1; kb < k1; kb += KSPLIT * U) {
+        /* every load of the step (A's U x NV vectors, B's U x NB values) before the first use */
         accv av[U][NV];
+        acc_t bv[U][NB];
         #pragma unroll
         for (uint u = 0; u < U; ++u) {
             const __global WEIGHT *ak = a + (size_t)(kb + u) * H + rowg + tm * VL;
             #pragma unroll
             for (uint p = 0; p < NV; ++p)
                 av[u][p] = (live[p] && kb + u < k1) ? LOAD_V(ak + p * MDIM * VL) : (accv)(ACC_ZERO);
-        }
-        #pragma unroll
-        for (uint u = 0; u < U; ++u) {
-            acc_t bv[NB];
             #pragma unroll
             for (uint j = 0; j < NB; ++j)
-                bv[j] = kb + u < k1 ? TO_ACC(B_AT(kb + u, col0 + j)) : ACC_ZERO;
+                bv[u][j] = kb + u < k1 ? TO_ACC(B_AT(kb + u, col0 + j)) : ACC_ZERO;
+        }
+        #pragma unroll
+        for (uint u = 0; u < U; ++u)
             #pragma unroll
             for (uint p = 0; p < NV; ++p)
                 #pragma unroll
                 for (uint j = 0; j < NB; ++j)
-                    acc[p][j] += av[u][p] * bv[j];
-        }
+                    acc[p][j] += av[u][p] * bv[u][j];
     }
 
     #pragma unroll
@@ -232,15 +237,15 @@ void gemv_split(MATMUL_SCALARS,
     if (last) {
         mem_fence(CLK_GLOBAL_MEM_FENCE);
         for (uint e = t; e < OUTS; e += THREADS) {
-            /* in slice order, 8 reads in flight before they are added */
+            /* in slice order, TAIL reads in flight before they are added */
             float sum = 0.0f;
-            for (uint q0 = 0; q0 < SLICES; q0 += 8) {
-                float v[8];
+            for (uint q0 = 0; q0 < SLICES; q0 += TAIL) {
+                float v[TAIL];
                 #pragma unroll
-                for (uint q = 0; q < 8; ++q)
+                for (uint q = 0; q < TAIL; ++q)
                     v[q] = q0 + q < SLICES ? atomic_xchg(partial + (q0 + q) * OUTS + e, 0.0f) : 0.0f;
                 #pragma unroll
-                for (uint q = 0; q < 8; ++q)
+                for (uint q = 0; q < TAIL; ++q)
                     sum = q0 + q == 0 ? v[0] : sum + v[q];
             }
             const uint row = rowg + e % ROWS, col = col0 + e / ROWS;

@@ -36,7 +36,8 @@ from helpers import activation as ref_activation, assert_close
 ROOT = Path(__file__).resolve().parents[1]
 LIB = load_library()
 CODENAMES = ("gemv_split", "gemv_split_c")
-CONFIGS = LIB["gemv_split"].configurations()
+#: every configuration the tuner can emit (gemv_split_c's candidates; gemv_split, in Keras's order's stead, takes them too)
+CONFIGS = [{k: v for k, v in c.items() if k != "KERAS_ORDER"} for c in LIB["gemv_split_c"].configurations()]
 CONFIG_IDS = ["-".join(f"{k}{v}" for k, v in c.items()) for c in CONFIGS]
 #: (m, k): every one of 1, 3, 5, 13, 1001, 4099 as m and as k
 ODD = [(1, 4099), (4099, 1), (3, 13), (13, 3), (5, 1001), (1001, 5), (1, 1), (13, 1001), (4099, 13)]
@@ -201,6 +202,15 @@ def test_dense_model_at_small_batch_runs_the_gpu_default(device, monkeypatch, rn
     for layer in model.layers:
         h = ref_activation(layer.activation, h @ layer.kernel.astype(np.float64) + layer.bias, axis=-1)
     assert_close(model.predict(x), h)
+
+
+def test_the_gpu_defaults_name_gemv_split_c_for_small_batches():
+    """The H200 sweep (benchmarks/results/gemv_split_sweep_nvidia_h200.json) chose gemv_split_c for
+    batches 1..8 (K split across work-groups beats gemv_c's split inside one)."""
+    fallbacks = LIB.default_specs("matmul_fallback", "gpu")
+    for n in range(1, 9):
+        for m, k in ((4096, 3072), (2500, 784), (10, 3)):
+            assert next(f for f in fallbacks if f.accepts(m, k, n)).codename == "gemv_split_c"
 
 
 OCLGRIND = shutil.which("oclgrind")
