@@ -1,9 +1,24 @@
-"""Cold start: seconds from a new Python process to the first prediction of Partial MNIST.
+"""Cold start: seconds from a new Python process to the first prediction of Partial MNIST, beside the floor.
 
-Each sample is a fresh process that imports malinn, loads a converted Partial MNIST model file and
-predicts one batch. "warm" runs with the program-binary cache filled by a previous process;
-"cold" turns every cache off (MALINN_BINARY_CACHE=0, PYOPENCL_NO_CACHE=1, POCL_KERNEL_CACHE=0,
-CUDA_CACHE_DISABLE=1) so every kernel is compiled from source. Median of --repeat processes each.
+Each sample is a fresh process. In one run, on the device malinn chooses (``MALINN_DEVICE`` is honoured):
+
+* ``warm``: the process imports malinn, loads a converted Partial MNIST model file and predicts one
+  sample, with the program-binary cache filled by a previous process; its phases are timed with
+  ``time.perf_counter`` markers in the process: importing numpy, importing malinn, the device
+  (``malinn.get_device()``: pyopencl, the platforms, the context, the probe), ``load_model``, the
+  plan (``model.plan(1)``: kernels chosen, programs from the cache, weights uploaded) and the first
+  ``predict``;
+* ``cold``: the same with every cache off (MALINN_BINARY_CACHE=0, PYOPENCL_NO_CACHE=1,
+  POCL_KERNEL_CACHE=0, CUDA_CACHE_DISABLE=1), so every kernel is compiled from source;
+* ``floor``: plain pyopencl doing what a first prediction cannot avoid, on the same device: import
+  numpy and pyopencl, list the platforms and their devices, create a context and a profiling queue,
+  create one program from a binary (written by an earlier process: the cache warm), one upload, one
+  launch and one blocking download; each part timed the same way;
+* ``import_and_probe``: ``import malinn; malinn.get_device()`` alone.
+
+``above_floor_s`` = warm - floor is what malinn adds (the part malinn owns); the target of issue 9 is
+warm <= 0.3 s. ``process`` figures are the parent's wall time of the whole child process (the
+interpreter's own start included). Medians of --repeat processes each.
 
 Run:  python3 benchmarks/cold_start.py [--repeat 5] [--json out.json]
 """
@@ -16,27 +31,94 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 
+ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+MALINN_PHASES = ("import_numpy", "import_malinn", "device", "load_model", "plan", "predict")
+FLOOR_PHASES = ("import_numpy", "import_pyopencl", "enumerate", "context", "program", "run")
 
 CHILD = """
 import time
-start = time.perf_counter()
-import sys, numpy as np, malinn
+marks = [time.perf_counter()]
+import json, sys
+import numpy as np
+marks.append(time.perf_counter())
+import malinn
+marks.append(time.perf_counter())
+device = malinn.get_device()
+marks.append(time.perf_counter())
 model = malinn.load_model(sys.argv[1])
+marks.append(time.perf_counter())
+model.plan(1)
+marks.append(time.perf_counter())
 model.predict(np.zeros((1, 640), np.float32))
-print(time.perf_counter() - start)
+marks.append(time.perf_counter())
+print(json.dumps({"total": marks[-1] - marks[0], "phases": [b - a for a, b in zip(marks, marks[1:])],
+                  "counters": dict(device.counters), "index": list(device.index), "name": device.name,
+                  "platform": device.platform, "driver": device.driver_version, "backend": device.backend}))
 """
 
+FLOOR_SOURCE = "__kernel void twice(__global const float *x, __global float *y) " \
+               "{ size_t i = get_global_id(0); y[i] = 2.0f * x[i] + 1.0f; }"
 
-def sample(path, env):
-    out = subprocess.run([sys.executable, "-c", CHILD, str(path)], env=env, capture_output=True, text=True, timeout=600)
+FLOOR_CHILD = """
+import time
+marks = [time.perf_counter()]
+import json, sys
+import numpy as np
+marks.append(time.perf_counter())
+import pyopencl as cl
+marks.append(time.perf_counter())
+pi, di, binary_path, source = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+devices = [p.get_devices() for p in cl.get_platforms()]
+device = devices[pi][di]
+marks.append(time.perf_counter())
+context = cl.Context([device])
+queue = cl.CommandQueue(context, device, properties=cl.command_queue_properties.PROFILING_ENABLE)
+marks.append(time.perf_counter())
+try:
+    with open(binary_path, "rb") as f:
+        program = cl.Program(context, [device], [f.read()]).build()
+except FileNotFoundError:   # the preparing run: build from source and keep the binary
+    program = cl.Program(context, source).build()
+    with open(binary_path, "wb") as f:
+        f.write(program.get_info(cl.program_info.BINARIES)[0])
+kernel = cl.Kernel(program, "twice")
+marks.append(time.perf_counter())
+x = np.arange(640, dtype=np.float32)
+y = np.empty_like(x)
+xb = cl.Buffer(context, cl.mem_flags.READ_WRITE, x.nbytes)
+yb = cl.Buffer(context, cl.mem_flags.READ_WRITE, y.nbytes)
+kernel.set_args(xb, yb)
+cl.enqueue_copy(queue, xb, x, is_blocking=False)
+cl.enqueue_nd_range_kernel(queue, kernel, (640,), None)
+cl.enqueue_copy(queue, y, yb, is_blocking=True)
+marks.append(time.perf_counter())
+assert np.array_equal(y, 2 * x + 1), "the floor kernel returned wrong values"
+print(json.dumps({"total": marks[-1] - marks[0], "phases": [b - a for a, b in zip(marks, marks[1:])]}))
+"""
+
+IMPORT_AND_PROBE = ("import time; s = time.perf_counter(); import malinn; malinn.get_device(); "
+                    "print(time.perf_counter() - s)")
+
+
+def run_child(args, env) -> tuple:
+    """Runs ``python3 args...`` in a fresh process; returns (its last stdout line, wall seconds)."""
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable] + list(args), env=env, capture_output=True, text=True, timeout=600)
+    wall = time.perf_counter() - start
     if out.returncode != 0:
-        raise RuntimeError(out.stderr)
-    return float(out.stdout.strip().splitlines()[-1])
+        raise RuntimeError(f"{' '.join(map(str, args))[:80]} failed:\n{out.stderr}")
+    return out.stdout.strip().splitlines()[-1], wall
+
+
+def median_phases(samples, names) -> dict:
+    return {name: float(np.median([s["phases"][i] for s in samples])) for i, name in enumerate(names)}
 
 
 def main(argv=None):
@@ -50,19 +132,48 @@ def main(argv=None):
 
     with tempfile.TemporaryDirectory() as tmp:
         path = build(MODELS["Partial MNIST"]).save(Path(tmp) / "partial_mnist.malinn")
-        warm_env = {**os.environ, "MALINN_CACHE_DIR": os.path.join(tmp, "cache")}
+        python_path = os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+        warm_env = {**os.environ, "MALINN_CACHE_DIR": os.path.join(tmp, "cache"), "PYTHONPATH": python_path}
         cold_env = {**warm_env, "MALINN_BINARY_CACHE": "0", "PYOPENCL_NO_CACHE": "1", "POCL_KERNEL_CACHE": "0",
                     "CUDA_CACHE_DISABLE": "1"}
-        sample(path, warm_env)  # fills the binary cache
-        warm = [sample(path, warm_env) for _ in range(args.repeat)]
-        cold = [sample(path, cold_env) for _ in range(args.repeat)]
-        import_only = [float(subprocess.run([sys.executable, "-c", "import time; s=time.perf_counter(); "
-                                             "import malinn; malinn.get_device(); print(time.perf_counter()-s)"],
-                                            env=warm_env, capture_output=True, text=True).stdout) for _ in range(args.repeat)]
-    result = {"warm_s": float(np.median(warm)), "cold_s": float(np.median(cold)),
-              "import_and_probe_s": float(np.median(import_only)), "repeat": args.repeat}
+        first = json.loads(run_child(["-c", CHILD, str(path)], warm_env)[0])   # fills the binary cache
+        warm = [run_child(["-c", CHILD, str(path)], warm_env) for _ in range(args.repeat)]
+        warm_samples = [json.loads(line) for line, _ in warm]
+        cold = [json.loads(run_child(["-c", CHILD, str(path)], cold_env)[0]) for _ in range(args.repeat)]
+        import_only = [float(run_child(["-c", IMPORT_AND_PROBE], warm_env)[0]) for _ in range(args.repeat)]
+        floor_args = ["-c", FLOOR_CHILD, str(first["index"][0]), str(first["index"][1]),
+                      os.path.join(tmp, "floor.bin"), FLOOR_SOURCE]
+        if first["backend"] == "opencl":
+            run_child(floor_args, warm_env)   # builds the floor program and writes its binary
+            floor = [run_child(floor_args, warm_env) for _ in range(args.repeat)]
+        else:
+            floor = []
+    floor_samples = [json.loads(line) for line, _ in floor]
+    result = {"warm_s": float(np.median([s["total"] for s in warm_samples])),
+              "cold_s": float(np.median([s["total"] for s in cold])),
+              "import_and_probe_s": float(np.median(import_only)), "repeat": args.repeat,
+              "device": {"name": first["name"], "platform": first["platform"], "driver": first["driver"],
+                         "backend": first["backend"]},
+              "warm_phases": median_phases(warm_samples, MALINN_PHASES),
+              "cold_phases": median_phases(cold, MALINN_PHASES),
+              "warm_counters": warm_samples[-1]["counters"],
+              "warm_process_s": float(np.median([wall for _, wall in warm]))}
+    if floor_samples:
+        result.update({"floor_s": float(np.median([s["total"] for s in floor_samples])),
+                       "floor_phases": median_phases(floor_samples, FLOOR_PHASES),
+                       "floor_process_s": float(np.median([wall for _, wall in floor]))})
+        result["above_floor_s"] = result["warm_s"] - result["floor_s"]
+    print(f"device: {first['name']} ({first['platform']}, driver {first['driver']})")
     print(f"first prediction of Partial MNIST in a new process: warm binary cache {result['warm_s']:.3f} s, "
           f"no caches {result['cold_s']:.3f} s (import + device probe alone {result['import_and_probe_s']:.3f} s)")
+    print("  malinn, warm: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in result["warm_phases"].items())
+          + f"; builds {result['warm_counters'].get('builds')}, binary hits {result['warm_counters'].get('binary_hits')}")
+    if floor_samples:
+        print(f"plain pyopencl floor {result['floor_s']:.3f} s: "
+              + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in result["floor_phases"].items()))
+        print(f"malinn above the floor: {result['above_floor_s']:.3f} s (warm {result['warm_s']:.3f} s "
+              f"- floor {result['floor_s']:.3f} s); whole processes: malinn {result['warm_process_s']:.3f} s, "
+              f"floor {result['floor_process_s']:.3f} s")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return 0
