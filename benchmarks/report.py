@@ -124,6 +124,24 @@ def plot(gemms, path):
     return True
 
 
+def cold_table(rows):
+    """Cold start beside the plain-pyopencl floor: each phase in milliseconds, medians of fresh processes."""
+    out = ["The floor is plain pyopencl in a fresh process doing what a first prediction cannot avoid on the "
+           "same device (import numpy and pyopencl, list the platforms, a context and queue, one program from a "
+           "binary, one upload, launch and download); malinn's phases are timed inside its process. "
+           "Milliseconds, medians.", "",
+           "| device | warm | floor | malinn above the floor | malinn: import numpy / malinn / device / "
+           "load_model / plan / predict | floor: numpy / pyopencl / platforms / context / program / run | "
+           "builds from source (warm) |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+    for title, d in rows:
+        mine = " / ".join(f"{v * 1e3:.0f}" for v in d["warm_phases"].values())
+        floor = " / ".join(f"{v * 1e3:.0f}" for v in d["floor_phases"].values())
+        out.append(f"| {title} | **{d['warm_s'] * 1e3:.0f}** | {d['floor_s'] * 1e3:.0f} | "
+                   f"{d['above_floor_s'] * 1e3:.0f} | {mine} | {floor} | {d['warm_counters'].get('builds', '-')} |")
+    return out
+
+
 def main():
     gpu, cpu = load("gemm_nvidia_h200.json"), load("gemm_pocl_cpu.json")
     models_gpu, models_cpu = load("models_nvidia_h200.json"), load("models_pocl_cpu.json")
@@ -190,6 +208,9 @@ def main():
         if d:
             doc.append(f"- {title}: warm cache **{d['warm_s']:.3f} s**, no caches {d['cold_s']:.3f} s "
                        f"(of which importing malinn and probing the devices {d['import_and_probe_s']:.3f} s).")
+    cold_rows = [(title, d) for title, d in (("NVIDIA H200", cold_gpu), ("PoCL CPU", cold_cpu)) if d and "floor_s" in d]
+    if cold_rows:
+        doc += [""] + cold_table(cold_rows)
     notes = ROOT / "benchmarks" / "NOTES.md"
     if notes.is_file():
         doc += ["", notes.read_text().strip()]
