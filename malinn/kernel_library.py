@@ -343,6 +343,14 @@ def _read_source(path: Path) -> str:
     return path.read_text()
 
 
+@lru_cache(maxsize=512)
+def _defines_kernel(path: Path, function: str) -> bool:
+    """Whether the source file ``path`` defines the kernel ``function`` (searched once per pair: every
+    configuration of an entry is checked against the same source)."""
+    return re.search(rf"(__)?kernel\s+(__attribute__\(\(.*\)\)\s+)?void\s+{re.escape(function)}\s*\(",
+                     _read_source(path)) is not None
+
+
 class KernelLibrary:
     """The parsed library: kernel specs by codename plus the default codename per op and device."""
 
@@ -603,9 +611,7 @@ def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -
     if not source_path.is_file():
         fail("source", f"no file {source_path}")
     function = entry["function"]
-    if not isinstance(function, str) or not re.search(
-            rf"(__)?kernel\s+(__attribute__\(\(.*\)\)\s+)?void\s+{re.escape(function)}\s*\(",
-            _read_source(source_path)):
+    if not isinstance(function, str) or not _defines_kernel(source_path, function):
         fail("function", f"no kernel function {function!r} in {entry['source']}")
     includes = entry.get("includes", [])
     if not isinstance(includes, list) or not all((path.parent / str(i)).is_file() for i in includes):
