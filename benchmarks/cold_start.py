@@ -8,7 +8,7 @@ Each sample is a fresh process. In one run, on the device malinn chooses (``MALI
   (``malinn.get_device()``: pyopencl, the platforms, the context, the probe), ``load_model``, the
   plan (``model.plan(1)``: kernels chosen, programs from the cache, weights uploaded) and the first
   ``predict``;
-* ``cold``: the same with every cache off (MALINN_BINARY_CACHE=0, PYOPENCL_NO_CACHE=1,
+* ``cold``: the same with every cache off (MALINN_BINARY_CACHE=0, MALINN_PROBE_CACHE=0, PYOPENCL_NO_CACHE=1,
   POCL_KERNEL_CACHE=0, CUDA_CACHE_DISABLE=1), so every kernel is compiled from source;
 * ``floor``: plain pyopencl doing what a first prediction cannot avoid, on the same device: import
   numpy and pyopencl, list the platforms and their devices, create a context and a profiling queue,
@@ -135,7 +135,7 @@ def main(argv=None):
         python_path = os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
         warm_env = {**os.environ, "MALINN_CACHE_DIR": os.path.join(tmp, "cache"), "PYTHONPATH": python_path}
         cold_env = {**warm_env, "MALINN_BINARY_CACHE": "0", "PYOPENCL_NO_CACHE": "1", "POCL_KERNEL_CACHE": "0",
-                    "CUDA_CACHE_DISABLE": "1"}
+                    "CUDA_CACHE_DISABLE": "1", "MALINN_PROBE_CACHE": "0"}
         first = json.loads(run_child(["-c", CHILD, str(path)], warm_env)[0])   # fills the binary cache
         warm = [run_child(["-c", CHILD, str(path)], warm_env) for _ in range(args.repeat)]
         warm_samples = [json.loads(line) for line, _ in warm]
