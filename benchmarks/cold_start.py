@@ -8,8 +8,9 @@ Each sample is a fresh process. In one run, on the device malinn chooses (``MALI
   (``malinn.get_device()``: pyopencl, the platforms, the context, the probe), ``load_model``, the
   plan (``model.plan(1)``: kernels chosen, programs from the cache, weights uploaded) and the first
   ``predict``;
-* ``cold``: the same with every cache off (MALINN_BINARY_CACHE=0, MALINN_PROBE_CACHE=0, PYOPENCL_NO_CACHE=1,
-  POCL_KERNEL_CACHE=0, CUDA_CACHE_DISABLE=1), so every kernel is compiled from source;
+* ``cold``: the same with every cache off (MALINN_BINARY_CACHE=0, MALINN_PROBE_CACHE=0,
+  PYOPENCL_NO_CACHE=1, POCL_KERNEL_CACHE=0, CUDA_CACHE_DISABLE=1), so every kernel is compiled from
+  source and the probe kernel runs;
 * ``floor``: plain pyopencl doing what a first prediction cannot avoid, on the same device: import
   numpy and pyopencl, list the platforms and their devices, create a context and a profiling queue,
   create one program from a binary (written by an earlier process: the cache warm), one upload, one
