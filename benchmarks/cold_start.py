@@ -15,7 +15,14 @@ Each sample is a fresh process. In one run, on the device malinn chooses (``MALI
   numpy and pyopencl, list the platforms and their devices, create a context and a profiling queue,
   create one program from a binary (written by an earlier process: the cache warm), one upload, one
   launch and one blocking download; each part timed the same way;
-* ``import_and_probe``: ``import malinn; malinn.get_device()`` alone.
+* ``import_and_probe``: ``import malinn; malinn.get_device()`` alone;
+* ``warm_from_source``: as ``warm``, from a copy of the checkout without bytecode and with
+  PYTHONDONTWRITEBYTECODE=1, so every process compiles malinn's modules from source (a checkout run
+  where bytecode cannot be written; ``pip install`` compiles it once).
+
+Before measuring, malinn's modules are compiled to bytecode (``compileall``, as ``pip install`` does),
+so ``warm`` reads them even where PYTHONDONTWRITEBYTECODE is set; numpy and pyopencl are installed
+packages and have theirs.
 
 ``above_floor_s`` = warm - floor is what malinn adds (the part malinn owns); the target of issue 9 is
 warm <= 0.3 s. ``process`` figures are the parent's wall time of the whole child process (the
@@ -27,8 +34,10 @@ Run:  python3 benchmarks/cold_start.py [--repeat 5] [--json out.json]
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -108,10 +117,11 @@ IMPORT_AND_PROBE = ("import time; s = time.perf_counter(); import malinn; malinn
                     "print(time.perf_counter() - s)")
 
 
-def run_child(args, env) -> tuple:
+def run_child(args, env, cwd=None) -> tuple:
     """Runs ``python3 args...`` in a fresh process; returns (its last stdout line, wall seconds)."""
     start = time.perf_counter()
-    out = subprocess.run([sys.executable] + list(args), env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run([sys.executable] + list(args), env=env, capture_output=True, text=True, timeout=600,
+                         cwd=cwd)
     wall = time.perf_counter() - start
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(map(str, args))[:80]} failed:\n{out.stderr}")
@@ -131,6 +141,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     from models import MODELS, build
 
+    for package in ("malinn", "converters"):           # what pip install does: bytecode once
+        compileall.compile_dir(str(ROOT / package), quiet=1)
     with tempfile.TemporaryDirectory() as tmp:
         path = build(MODELS["Partial MNIST"]).save(Path(tmp) / "partial_mnist.malinn")
         python_path = os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
@@ -142,6 +154,13 @@ def main(argv=None):
         warm_samples = [json.loads(line) for line, _ in warm]
         cold = [json.loads(run_child(["-c", CHILD, str(path)], cold_env)[0]) for _ in range(args.repeat)]
         import_only = [float(run_child(["-c", IMPORT_AND_PROBE], warm_env)[0]) for _ in range(args.repeat)]
+        source = Path(tmp) / "source"
+        for package in ("malinn", "converters", "kernels"):
+            shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        source_env = {**warm_env, "PYTHONDONTWRITEBYTECODE": "1",
+                      "PYTHONPATH": os.pathsep.join([str(source)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
+        from_source = [json.loads(run_child(["-c", CHILD, str(path)], source_env, cwd=tmp)[0])
+                       for _ in range(args.repeat)]
         floor_args = ["-c", FLOOR_CHILD, str(first["index"][0]), str(first["index"][1]),
                       os.path.join(tmp, "floor.bin"), FLOOR_SOURCE]
         if first["backend"] == "opencl":
@@ -158,6 +177,8 @@ def main(argv=None):
               "warm_phases": median_phases(warm_samples, MALINN_PHASES),
               "cold_phases": median_phases(cold, MALINN_PHASES),
               "warm_counters": warm_samples[-1]["counters"],
+              "warm_from_source_s": float(np.median([s["total"] for s in from_source])),
+              "warm_from_source_phases": median_phases(from_source, MALINN_PHASES),
               "warm_process_s": float(np.median([wall for _, wall in warm]))}
     if floor_samples:
         result.update({"floor_s": float(np.median([s["total"] for s in floor_samples])),
@@ -169,6 +190,8 @@ def main(argv=None):
           f"no caches {result['cold_s']:.3f} s (import + device probe alone {result['import_and_probe_s']:.3f} s)")
     print("  malinn, warm: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in result["warm_phases"].items())
           + f"; builds {result['warm_counters'].get('builds')}, binary hits {result['warm_counters'].get('binary_hits')}")
+    print(f"  malinn compiled from source in every process (no bytecode): {result['warm_from_source_s']:.3f} s, "
+          f"import malinn {result['warm_from_source_phases']['import_malinn'] * 1e3:.1f} ms")
     if floor_samples:
         print(f"plain pyopencl floor {result['floor_s']:.3f} s: "
               + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in result["floor_phases"].items()))
