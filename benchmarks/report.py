@@ -132,13 +132,14 @@ def cold_table(rows):
            "Milliseconds, medians.", "",
            "| device | warm | floor | malinn above the floor | malinn: import numpy / malinn / device / "
            "load_model / plan / predict | floor: numpy / pyopencl / platforms / context / program / run | "
-           "builds from source (warm) |",
-           "| --- | --- | --- | --- | --- | --- | --- |"]
+           "builds from source (warm) | warm, modules from source |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for title, d in rows:
         mine = " / ".join(f"{v * 1e3:.0f}" for v in d["warm_phases"].values())
         floor = " / ".join(f"{v * 1e3:.0f}" for v in d["floor_phases"].values())
         out.append(f"| {title} | **{d['warm_s'] * 1e3:.0f}** | {d['floor_s'] * 1e3:.0f} | "
-                   f"{d['above_floor_s'] * 1e3:.0f} | {mine} | {floor} | {d['warm_counters'].get('builds', '-')} |")
+                   f"{d['above_floor_s'] * 1e3:.0f} | {mine} | {floor} | {d['warm_counters'].get('builds', '-')} | "
+                   + (f"{d['warm_from_source_s'] * 1e3:.0f} |" if "warm_from_source_s" in d else "- |"))
     return out
 
 
@@ -202,8 +203,12 @@ def main():
         if d:
             doc += [f"### {title}", ""] + overhead_table(d) + [""]
     doc += ["## Cold start", "", "`python3 benchmarks/cold_start.py --json OUT.json`: a new process imports malinn,",
-            "loads a Partial MNIST model file and predicts once; with the program-binary cache filled by an",
-            "earlier process, and with every cache off.", ""]
+            "loads a Partial MNIST model file and predicts once; with the program-binary and probe caches filled",
+            "by an earlier process, and with every cache off. A warm process probes only the device it chooses",
+            "(the first working OpenCL GPU, else every device), runs no probe kernel where this device and driver",
+            "passed it before, and builds no program; malinn's modules are compiled to bytecode first, as",
+            "`pip install` does (`from source`: every process compiles them, as a checkout under",
+            "PYTHONDONTWRITEBYTECODE does).", ""]
     for title, d in (("NVIDIA H200", cold_gpu), ("PoCL CPU, this machine", cold_cpu)):
         if d:
             doc.append(f"- {title}: warm cache **{d['warm_s']:.3f} s**, no caches {d['cold_s']:.3f} s "
