@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(ROOT)]   # this checkout's malinn, here and in the children
 
 MALINN_PHASES = ("import_numpy", "import_malinn", "device", "load_model", "plan", "predict")
 FLOOR_PHASES = ("import_numpy", "import_pyopencl", "enumerate", "context", "program", "run")
