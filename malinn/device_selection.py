@@ -1,7 +1,8 @@
 """Which devices work, and which one malinn runs on (Rovder 4.2-4.3).
 
 Devices come from the backends (``malinn/backends/``: OpenCL, and OpenGL where moderngl is
-installed), each already probed: a tiny kernel built, ran and returned the right answer. The current
+installed), each already probed: a tiny kernel built, ran and returned the right answer (once per
+device and driver: a passed probe is cached, :func:`malinn.backends.opencl.probe_key`). The current
 device is chosen by ``malinn.set_device(...)``, else the ``MALINN_DEVICE`` environment variable,
 else the first working OpenCL GPU, else the first working OpenGL GPU, else the first working CPU.
 
@@ -34,7 +35,8 @@ _probed: dict = {}     # OpenCL (platform, device) -> Device, or None where its 
 def devices(refresh: bool = False) -> list:
     """Lists the working devices of every backend.
 
-    Each device has been probed: a tiny kernel built and ran on it. Broken platforms and devices
+    Each device has been probed: a tiny kernel built and ran on it (in this process, or in an
+    earlier one with the same device and driver: the probe cache). Broken platforms and devices
     are skipped with a warning.
 
     Args:
