@@ -68,9 +68,12 @@ model.plan(1)
 marks.append(time.perf_counter())
 model.predict(np.zeros((1, 640), np.float32))
 marks.append(time.perf_counter())
+import os
 print(json.dumps({"total": marks[-1] - marks[0], "phases": [b - a for a, b in zip(marks, marks[1:])],
                   "counters": dict(device.counters), "index": list(device.index), "name": device.name,
-                  "platform": device.platform, "driver": device.driver_version, "backend": device.backend}))
+                  "platform": device.platform, "driver": device.driver_version, "backend": device.backend,
+                  "bytecode": all(os.path.exists(m.__cached__) for name, m in list(sys.modules.items())
+                                  if name.startswith("malinn.") and getattr(m, "__cached__", None))}))
 """
 
 FLOOR_SOURCE = "__kernel void twice(__global const float *x, __global float *y) " \
@@ -178,6 +181,7 @@ def main(argv=None):
               "warm_phases": median_phases(warm_samples, MALINN_PHASES),
               "cold_phases": median_phases(cold, MALINN_PHASES),
               "warm_counters": warm_samples[-1]["counters"],
+              "warm_bytecode": all(s["bytecode"] for s in warm_samples),
               "warm_from_source_s": float(np.median([s["total"] for s in from_source])),
               "warm_from_source_phases": median_phases(from_source, MALINN_PHASES),
               "warm_process_s": float(np.median([wall for _, wall in warm]))}
@@ -191,6 +195,8 @@ def main(argv=None):
           f"no caches {result['cold_s']:.3f} s (import + device probe alone {result['import_and_probe_s']:.3f} s)")
     print("  malinn, warm: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in result["warm_phases"].items())
           + f"; builds {result['warm_counters'].get('builds')}, binary hits {result['warm_counters'].get('binary_hits')}")
+    if not result["warm_bytecode"]:
+        print("  (malinn's bytecode could not be written here: the warm runs compiled its modules from source)")
     print(f"  malinn compiled from source in every process (no bytecode): {result['warm_from_source_s']:.3f} s, "
           f"import malinn {result['warm_from_source_phases']['import_malinn'] * 1e3:.1f} ms")
     if floor_samples:
