@@ -47,7 +47,7 @@ _MAX_KEY_BYTES = 1 << 16
 _STALE_TEMP_SECONDS = 3600
 
 _lock = threading.Lock()
-_unwritable: set = set()      # folders already reported as not writable (one warning each)
+_unwritable: set = set()      # cache folders already reported as not writable (one warning each)
 _swept: set = set()           # folders whose stale temporaries were already removed
 
 
@@ -160,7 +160,8 @@ def read_entry(kind: str, key: dict) -> bytes | None:
 def write_entry(kind: str, key: dict, payload: bytes) -> None:
     """Stores ``payload`` as ``kind``'s entry for ``key``, atomically; never raises for a cache problem.
 
-    A cache that cannot be written gives one warning per folder and process, then is skipped.
+    A cache that cannot be written gives one warning per cache folder and process (whichever kind
+    fails first), then is skipped.
     """
     path = entry_path(kind, key)
     try:
@@ -168,9 +169,9 @@ def write_entry(kind: str, key: dict, payload: bytes) -> None:
     except OSError as exc:
         folder = str(path.parent)
         with _lock:
-            if folder in _unwritable:
+            if str(path.parent.parent) in _unwritable:
                 return
-            _unwritable.add(folder)
+            _unwritable.add(str(path.parent.parent))
         warnings.warn(f"malinn: the {_noun(kind)} cache {folder} cannot be written "
                       f"({exc.strerror or exc}); continuing without caching", RuntimeWarning, stacklevel=2)
 

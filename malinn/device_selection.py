@@ -1,9 +1,15 @@
 """Which devices work, and which one malinn runs on (Rovder 4.2-4.3).
 
 Devices come from the backends (``malinn/backends/``: OpenCL, and OpenGL where moderngl is
-installed), each already probed: a tiny kernel built, ran and returned the right answer. The current
+installed), each already probed: a tiny kernel built, ran and returned the right answer (once per
+device and driver: a passed probe is cached, :func:`malinn.backends.opencl.probe_key`). The current
 device is chosen by ``malinn.set_device(...)``, else the ``MALINN_DEVICE`` environment variable,
 else the first working OpenCL GPU, else the first working OpenGL GPU, else the first working CPU.
+
+Start-up probes no more than that choice needs: :func:`get_device` without a setting probes the
+OpenCL GPUs in order up to the first that works (no context on any other device); only when none
+works, or when a device is named, or :func:`devices` is asked, is every device probed (the probes
+already made are reused, so a device is probed once per process and stays the same object).
 """
 
 from __future__ import annotations
@@ -23,12 +29,14 @@ BACKENDS = {"opencl": opencl.discover, "gl": opengl.discover}
 _registry_lock = threading.RLock()
 _devices: list | None = None
 _current: Device | None = None
+_probed: dict = {}     # OpenCL (platform, device) -> Device, or None where its probe failed (this discovery)
 
 
 def devices(refresh: bool = False) -> list:
     """Lists the working devices of every backend.
 
-    Each device has been probed: a tiny kernel built and ran on it. Broken platforms and devices
+    Each device has been probed: a tiny kernel built and ran on it (in this process, or in an
+    earlier one with the same device and driver: the probe cache). Broken platforms and devices
     are skipped with a warning.
 
     Args:
@@ -40,9 +48,11 @@ def devices(refresh: bool = False) -> list:
     global _devices, _current
     with _registry_lock:
         if _devices is None or refresh:
+            if refresh:
+                _probed.clear()
             _devices = []
             for name, discover in BACKENDS.items():
-                _devices += discover(list(_devices)) if name == "gl" else discover()
+                _devices += discover(list(_devices)) if name == "gl" else discover(_probed)
             _current = None
         return list(_devices)
 
@@ -140,6 +150,11 @@ def get_device() -> Device:
     with _registry_lock:
         if _current is not None:
             return _current
+        if _devices is None and not os.environ.get("MALINN_DEVICE", "").strip():
+            gpu = opencl.first_gpu(_probed)        # the first choice, without probing anything else
+            if gpu is not None:
+                _current = gpu
+                return _current
         candidates = devices()
         if not candidates and opencl.skipped_for_tensorflow():
             raise DeviceError(f"no working OpenCL device: PoCL was skipped because {opencl.TENSORFLOW_HINT}")

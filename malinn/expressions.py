@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import operator
+from functools import lru_cache
 
 __all__ = ["evaluate", "names_in"]
 
@@ -30,41 +31,72 @@ def evaluate(text, values: dict) -> int:
         return text
     if not isinstance(text, str):
         raise ValueError(f"expected an integer or an expression, got {text!r}")
+    return _compiled(text)(values)
+
+
+@lru_cache(maxsize=4096)
+def _compiled(text: str):
+    """``text`` parsed and turned into a function of the values, once per text: loading the kernel
+    library evaluates a few thousand expressions over a few hundred distinct texts."""
     try:
         tree = ast.parse(text, mode="eval").body
     except SyntaxError:
-        raise ValueError(f"cannot parse {text!r}") from None
-    return _eval(tree, values, text)
+        def fail(values):
+            raise ValueError(f"cannot parse {text!r}")
+        return fail
+    return _compile(tree, text)
 
 
-def _eval(node, values, text):
+def _compile(node, text):
+    """A function ``values -> int`` computing ``node`` (an unsupported node raises when evaluated)."""
     if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
-        return node.value
+        value = node.value
+        return lambda values: value
     if isinstance(node, ast.Name):
-        if node.id not in values:
-            raise ValueError(f"{text!r} names {node.id!r}, which is not a define of this kernel")
-        return int(values[node.id])
+        name = node.id
+
+        def lookup(values):
+            if name not in values:
+                raise ValueError(f"{text!r} names {name!r}, which is not a define of this kernel")
+            return int(values[name])
+        return lookup
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        left, right = _eval(node.left, values, text), _eval(node.right, values, text)
-        if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and right == 0:
-            raise ValueError(f"{text!r} divides by zero")
-        return _BINARY[type(node.op)](left, right)
+        left, right, op = _compile(node.left, text), _compile(node.right, text), _BINARY[type(node.op)]
+        divides = isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod))
+
+        def binary(values):
+            a, b = left(values), right(values)
+            if divides and b == 0:
+                raise ValueError(f"{text!r} divides by zero")
+            return op(a, b)
+        return binary
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return -_eval(node.operand, values, text)
+        operand = _compile(node.operand, text)
+        return lambda values: -operand(values)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        return int(not _eval(node.operand, values, text))
+        operand = _compile(node.operand, text)
+        return lambda values: int(not operand(values))
     if isinstance(node, ast.Compare) and all(type(op) in _COMPARE for op in node.ops):
-        left = _eval(node.left, values, text)
-        for op, comparator in zip(node.ops, node.comparators):
-            right = _eval(comparator, values, text)
-            if not _COMPARE[type(op)](left, right):
-                return 0
-            left = right
-        return 1
+        first = _compile(node.left, text)
+        chain = [(_COMPARE[type(op)], _compile(c, text)) for op, c in zip(node.ops, node.comparators)]
+
+        def compare(values):
+            left = first(values)
+            for op, comparator in chain:      # stops at the first false link, as Python does
+                right = comparator(values)
+                if not op(left, right):
+                    return 0
+                left = right
+            return 1
+        return compare
     if isinstance(node, ast.BoolOp):
-        results = [_eval(v, values, text) for v in node.values]
-        return int(all(results) if isinstance(node.op, ast.And) else any(results))
-    raise ValueError(f"{text!r}: only integers, define names, + - * / %, comparisons, and/or/not are allowed")
+        parts = [_compile(v, text) for v in node.values]
+        combine = all if isinstance(node.op, ast.And) else any
+        return lambda values: int(combine([part(values) for part in parts]))   # every operand is evaluated
+
+    def unsupported(values):
+        raise ValueError(f"{text!r}: only integers, define names, + - * / %, comparisons, and/or/not are allowed")
+    return unsupported
 
 
 def names_in(text) -> set:

@@ -348,6 +348,28 @@ def _read_source(path: Path) -> str:
     return path.read_text()
 
 
+_KERNEL_FUNCTION = re.compile(r"(?:__)?kernel\s+(?:__attribute__\(\(.*\)\)\s+)?void\s+(\w+)\s*\(")
+
+
+def _defines_kernel(path: Path, function: str) -> bool:
+    """Whether the source file ``path`` defines the kernel ``function``."""
+    return function in _kernel_functions(path)
+
+
+@lru_cache(maxsize=256)
+def _kernel_functions(path: Path) -> frozenset:
+    """The kernel functions the source file ``path`` defines (read once: every configuration of every
+    entry naming the file is checked against it)."""
+    return frozenset(_KERNEL_FUNCTION.findall(_read_source(path)))
+
+
+@lru_cache(maxsize=1024)
+def _is_file(path: Path) -> bool:
+    """Whether ``path`` is a file, asked once per process (the kernel files do not come and go while
+    the library is read; configuring an entry checks the same files again)."""
+    return path.is_file()
+
+
 class KernelLibrary:
     """The parsed library: kernel specs by codename plus the default codename per op and device."""
 
@@ -605,15 +627,13 @@ def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -
     if op not in OPS:
         fail("op", f"expected one of {', '.join(OPS)}, got {op!r}")
     source_path = path.parent / str(entry["source"])
-    if not source_path.is_file():
+    if not _is_file(source_path):
         fail("source", f"no file {source_path}")
     function = entry["function"]
-    if not isinstance(function, str) or not re.search(
-            rf"(__)?kernel\s+(__attribute__\(\(.*\)\)\s+)?void\s+{re.escape(function)}\s*\(",
-            _read_source(source_path)):
+    if not isinstance(function, str) or not _defines_kernel(source_path, function):
         fail("function", f"no kernel function {function!r} in {entry['source']}")
     includes = entry.get("includes", [])
-    if not isinstance(includes, list) or not all((path.parent / str(i)).is_file() for i in includes):
+    if not isinstance(includes, list) or not all(_is_file(path.parent / str(i)) for i in includes):
         fail("includes", "expected a list of files in the kernels folder")
     sources = []
     raw_sources = entry.get("sources", {})
@@ -625,10 +645,10 @@ def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -
             fail(f"sources.{backend}", 'expected a file or {"source": file, "includes": [files]} '
                                        '(OpenCL\'s source is the entry\'s "source")')
         other = path.parent / value["source"]
-        if not other.is_file():
+        if not _is_file(other):
             fail(f"sources.{backend}.source", f"no file {other}")
         other_includes = value.get("includes", [])
-        if not isinstance(other_includes, list) or not all((path.parent / str(i)).is_file() for i in other_includes):
+        if not isinstance(other_includes, list) or not all(_is_file(path.parent / str(i)) for i in other_includes):
             fail(f"sources.{backend}.includes", "expected a list of files in the kernels folder")
         sources.append((str(backend), other, tuple(path.parent / str(i) for i in other_includes)))
     rs = entry["restrictions"]

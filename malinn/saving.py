@@ -34,6 +34,7 @@ from .errors import ConversionError, MalinnError
 from .files import write_file
 from .kernel_choice import choose
 from .kernel_library import load_library
+from .layers.base import weights_to_be_loaded
 from .precision import check_precision
 from .registry import lookup
 from .version import __version__
@@ -170,7 +171,8 @@ def _read_malinn(path):
             layer = cls.from_config(entry["config"])
             layer.keras_names = tuple(entry.get("keras_names", ()))
             made.append(layer)
-        model = model_class.from_layers(config, made, precision=str(f.attrs.get("precision", "fp32")))
+        with weights_to_be_loaded():     # every weight is read from the file below: no random draw first
+            model = model_class.from_layers(config, made, precision=str(f.attrs.get("precision", "fp32")))
         for i, (layer, entry) in enumerate(zip(made, config["layers"])):
             group = f["layers"][str(i)]
             if entry.get("elementwise") and len(model.input_shapes[0]) > 1:

@@ -22,9 +22,10 @@ import numpy as np
 from ..cache import read_entry, write_entry
 from ..errors import DeviceError, KernelBuildError
 from ..layout import Layout
+from ..version import __version__
 from .base import BoundLaunch, Device
 
-__all__ = ["OpenCLDevice", "discover", "status_name", "zero_copy_enabled", "tensorflow_loaded",
+__all__ = ["OpenCLDevice", "discover", "first_gpu", "status_name", "zero_copy_enabled", "tensorflow_loaded",
            "skipped_for_tensorflow", "TENSORFLOW_HINT"]
 
 _PROBE_SOURCE = """
@@ -419,11 +420,30 @@ def skipped_for_tensorflow() -> bool:
 
 
 # -------------------------------------------------------------------- discovery
+#: what the probes of this process did: ``run`` (the probe kernel ran and passed), ``cached`` (skipped:
+#: this device and driver passed it before, :func:`probe_key`)
+probe_stats = {"run": 0, "cached": 0}
+
+
+def probe_key(device: OpenCLDevice) -> dict | None:
+    """The key of ``device``'s probe result in the cache (kind ``probes``), ``None`` when
+    ``MALINN_PROBE_CACHE=0``: the device's identity (platform, name, vendor, driver version), its
+    OpenCL C version, the probe kernel's source and malinn's version. A driver update changes the
+    key, so the probe kernel runs again."""
+    if os.environ.get("MALINN_PROBE_CACHE", "1") == "0":
+        return None
+    return {"identity": device.identity, "opencl_c": device.opencl_c_version, "malinn": __version__,
+            "probe_sha256": hashlib.sha256(_PROBE_SOURCE.encode()).hexdigest()}
+
+
 def probe(cl, platform, cl_device, index) -> OpenCLDevice:
     """Creates a context and queue on ``cl_device`` and runs the probe kernel; raises on failure.
 
     The probe program goes through :meth:`OpenCLDevice.compile`, so its binary is cached like any
     kernel's and a new process does not compile it again (the device counters start at zero after).
+    A device whose driver passed the probe before (same device, driver and malinn: a ``probes``
+    entry in the cache folder, :func:`probe_key`) gets its context and queue but no probe kernel:
+    a new process starts without building, uploading or launching anything.
     """
     context = cl.Context([cl_device])
     queue = cl.CommandQueue(context, cl_device, properties=cl.command_queue_properties.PROFILING_ENABLE)
@@ -442,6 +462,10 @@ def probe(cl, platform, cl_device, index) -> OpenCLDevice:
         image2d_max_size=(d.image2d_max_width, d.image2d_max_height) if d.image_support else (0, 0),
         opencl_c_version=version.strip(), driver_version=d.driver_version.strip(),
         host_unified_memory=unified, cl_device=d, context=context, queue=queue)
+    key = probe_key(device)
+    if key is not None and read_entry("probes", key) == _PROBE_PASSED:
+        probe_stats["cached"] += 1
+        return device
     x = np.arange(16, dtype=np.float32)
     y = np.empty_like(x)
     xb, yb = device.alloc(x.nbytes, "probe input"), device.alloc(y.nbytes, "probe output")
@@ -452,7 +476,13 @@ def probe(cl, platform, cl_device, index) -> OpenCLDevice:
     if not np.array_equal(y, 2 * x + 1):
         raise DeviceError("the probe kernel ran but returned wrong values")
     device.counters.update({key: 0 for key in device.counters})
+    probe_stats["run"] += 1
+    if key is not None:
+        write_entry("probes", key, _PROBE_PASSED)
     return device
+
+
+_PROBE_PASSED = b"passed"
 
 
 def _type_name(cl, bits: int) -> str:
@@ -469,10 +499,67 @@ def _safe_name(obj) -> str:
         return "unnamed"
 
 
-def discover() -> list:
+def _probe_or_warn(cl, platform, cl_device, index, known: dict | None):
+    """The probed device at ``index`` (``None``: its probe failed, with a warning), reusing ``known``'s
+    result for that index where there is one and recording the new one there."""
+    if known is not None and index in known:
+        return known[index]
+    try:
+        device = probe(cl, platform, cl_device, index)
+    except Exception as exc:
+        warnings.warn(f"malinn: skipping OpenCL device {index[0]}:{index[1]} ({_safe_name(cl_device)} on "
+                      f"{_safe_name(platform)}): the probe kernel failed ({status_name(exc)}: {exc})",
+                      stacklevel=4)
+        device = None
+    if known is not None:
+        known[index] = device
+    return device
+
+
+def first_gpu(known: dict) -> OpenCLDevice | None:
+    """The first working OpenCL GPU in platform then device order, probing only GPUs, and only up to
+    it: the default choice of a new process, without a context on every other device.
+
+    Args:
+        known: ``{(platform, device): Device or None}``, the probes made so far (read and filled,
+            so that a later :func:`discover` with it probes no device twice).
+
+    Returns:
+        The device, or ``None`` where no GPU works, TensorFlow is loaded (the full discovery then
+        decides, hiding PoCL) or the platforms cannot be listed (the full discovery reports it).
+    """
+    if tensorflow_loaded():
+        return None
+    try:
+        cl = _cl()
+        platforms = cl.get_platforms()
+    except Exception:
+        return None
+    for pi, platform in enumerate(platforms):
+        try:
+            cl_devices = platform.get_devices()
+        except Exception:
+            continue
+        for di, cl_device in enumerate(cl_devices):
+            try:
+                gpu = bool(cl_device.type & cl.device_type.GPU)
+            except Exception:
+                gpu = True    # the probe decides, and warns
+            if gpu:
+                device = _probe_or_warn(cl, platform, cl_device, (pi, di), known)
+                if device is not None and device.kind == "gpu":
+                    return device
+    return None
+
+
+def discover(known: dict | None = None) -> list:
     """Every working OpenCL device, probed, in platform then device order (warnings for the rest).
 
     PoCL is skipped, never loaded, when TensorFlow is loaded in the process (the two cannot share one).
+
+    Args:
+        known: ``{(platform, device): Device or None}`` of probes already made in this process
+            (:func:`first_gpu`): those devices are reused, not probed again; filled with the new ones.
     """
     global _skipped_for_tensorflow
     _skipped_for_tensorflow = False
@@ -502,10 +589,7 @@ def discover() -> list:
                           f"listed ({status_name(exc)}: {exc})", stacklevel=3)
             continue
         for di, cl_device in enumerate(cl_devices):
-            try:
-                found.append(probe(cl, platform, cl_device, (pi, di)))
-            except Exception as exc:
-                warnings.warn(f"malinn: skipping OpenCL device {pi}:{di} ({_safe_name(cl_device)} on "
-                              f"{_safe_name(platform)}): the probe kernel failed ({status_name(exc)}: {exc})",
-                              stacklevel=3)
+            device = _probe_or_warn(cl, platform, cl_device, (pi, di), known)
+            if device is not None:
+                found.append(device)
     return found

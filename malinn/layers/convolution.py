@@ -14,7 +14,7 @@ import numpy as np
 
 from ..plan_tensors import Vector, Weight
 from .activation import get_activation
-from .base import Layer, folded_affine
+from .base import Layer, folded_affine, glorot_uniform
 from .windows import as_tuple, output_size, spatial_of, window_defines
 
 __all__ = ["Conv1D", "Conv2D", "DepthwiseConv2D", "SeparableConv2D"]
@@ -23,8 +23,7 @@ PADDINGS = ("valid", "same")
 
 
 def _glorot(shape, fan_in: int, fan_out: int) -> np.ndarray:
-    limit = np.sqrt(6.0 / (fan_in + fan_out))
-    return np.random.default_rng().uniform(-limit, limit, shape).astype(np.float32)
+    return glorot_uniform(shape, fan_in, fan_out)
 
 
 class _Window(Layer):

@@ -9,7 +9,7 @@ from ..layout import parse_layout
 from ..plan_tensors import Vector, Weight
 from ..precision import check_precision, device_bytes, effective, quantize_int8
 from .activation import get_activation
-from .base import Layer, folded_affine
+from .base import Layer, folded_affine, glorot_uniform
 
 __all__ = ["Dense"]
 
@@ -55,8 +55,7 @@ class Dense(Layer):
     def build(self, input_shape) -> None:
         """Creates ``kernel`` (in, units) with Glorot-uniform values and a zero ``bias``."""
         super().build(input_shape)
-        limit = np.sqrt(6.0 / (self.input_dim + self.units))
-        self.kernel = np.random.default_rng().uniform(-limit, limit, (self.input_dim, self.units)).astype(np.float32)
+        self.kernel = glorot_uniform((self.input_dim, self.units), self.input_dim, self.units)
         self.bias = np.zeros(self.units, dtype=np.float32) if self.use_bias else None
         self.prepacked = None
         self.quantized = None
