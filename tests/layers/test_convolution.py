@@ -13,7 +13,9 @@ from helpers import activation, conv2d_reference, depthwise_reference
 
 #: (op, codename) chosen with use(); None: the library's default for the device
 ALGORITHMS = [None, ("conv", "conv_kn2row"), ("conv", "conv_kn2col"), ("im2col", "im2col"), ("im2col", "im2row"),
-              ("conv", "conv_kn2row", {"LOCAL": 1}), ("conv", "conv_kn2col", {"LOCAL": 1, "KC": 8, "MWI": 8})]
+              ("conv", "conv_kn2row", {"LOCAL": 1}), ("conv", "conv_kn2col", {"LOCAL": 1, "KC": 8, "MWI": 8}),
+              ("conv", "conv_kn2col", {"LOCAL": 2, "KC": 16, "MWI": 8, "NWI": 4, "MDIM": 8, "NDIM": 16}),
+              ("conv", "conv_kn2col", {"LOCAL": 2, "KC": 4, "VW": 2, "MWI": 4, "NWI": 4, "MDIM": 4, "NDIM": 8})]
 #: (H, W, C, M, kernel, strides, dilation, padding, groups, batch)
 CASES = [
     (5, 5, 3, 13, 3, 1, 1, "valid", 1, 1),
@@ -44,7 +46,8 @@ def _randomize(layer, rng):
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS,
-                         ids=lambda a: (a[1] + ("-local" if len(a) > 2 else "")) if a else "default")
+                         ids=lambda a: (a[1] + (f"-local{a[2]['LOCAL']}-kc{a[2].get('KC', 16)}" if len(a) > 2 else ""))
+                         if a else "default")
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
 def test_conv2d_matches_the_definition(device, rng, algorithm, case):
     h, w, c, m, k, s, d, padding, groups, batch = case
