@@ -32,7 +32,7 @@ from .tuning_db import check_writable, save
 __all__ = ["tune_convs", "candidates", "reference", "time_algorithm", "QUICK_CONV_CONFIGS"]
 
 #: configurations per conv kernel with ``quick``: its defaults, the rules' configurations, a sample
-QUICK_CONV_CONFIGS = 3
+QUICK_CONV_CONFIGS = 4
 
 
 def reference(x: np.ndarray, weights: np.ndarray, g: ConvGeometry) -> np.ndarray:
@@ -92,7 +92,8 @@ def candidates(device: Device, g: ConvGeometry, quick: bool = False, seed: int =
     """The algorithms to time for ``g``: the library rules' kernels first (the untuned default
     among them), then every conv kernel in each configuration the device can run and whose
     preconditions hold, and each im2col kernel whose patches fit the budget. With ``quick``, at
-    most :data:`QUICK_CONV_CONFIGS` configurations of each conv kernel beyond the rules'."""
+    most :data:`QUICK_CONV_CONFIGS` configurations of each conv kernel beyond the rules': its
+    defaults, then one of each other staging mode (``LOCAL``), then a sample."""
     library = load_library()
     found = [spec for spec, _ in rules(device) if runs(spec, g, device)]
     for op in ("conv", "im2col"):
@@ -101,6 +102,10 @@ def candidates(device: Device, g: ConvGeometry, quick: bool = False, seed: int =
             configs = spec.configurations(device) if spec.candidates else [spec.config]
             rest = configs[1:]
             random.Random(seed).shuffle(rest)
+            # each staging mode (LOCAL) once before any second configuration of one
+            firsts = [c for i, c in enumerate(rest) if c.get("LOCAL") not in
+                      [configs[0].get("LOCAL")] + [r.get("LOCAL") for r in rest[:i]]]
+            rest = firsts + [c for c in rest if c not in firsts]
             configs = configs[:1] + (rest[:QUICK_CONV_CONFIGS - 1] if quick else rest)
             for config in configs:
                 configured = spec.configure(config)
