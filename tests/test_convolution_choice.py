@@ -179,3 +179,21 @@ def test_the_tuners_reference_is_the_keras_convolution(rng):
         got = conv_tuner.reference(x, kernel.reshape(-1, g.cout).T, g)
         want = conv2d_reference(x, kernel, None, (g.SH, g.SW), (g.DH, g.DW), kwargs.get("padding", "same"), g.groups)
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_cli_tune_model_stores_a_winner_per_convolution_layer(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, MALINN_CACHE_DIR=str(tmp_path), PYTHONPATH=str(root))
+    out = subprocess.run([sys.executable, "-m", "malinn.cli", "tune", "--model", str(root / "examples" / "digits_cnn.keras"),
+                          "--batch", "1", "--quick"], capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "2 convolutions tuned (none left untuned)" in out.stdout
+    devices = json.loads((tmp_path / "tuning.json").read_text())["devices"]
+    convs = next(entry["convs"] for entry in devices.values() if "convs" in entry)
+    assert sorted(convs) == ["b1-c1-m16-g1-i8x8-o8x8-k3x3-s1x1-d1x1-p1x1", "b1-c16-m32-g1-i4x4-o4x4-k3x3-s1x1-d1x1-p1x1"]
+    assert all(won["codename"] in ("conv_kn2row", "conv_kn2col", "im2row", "im2col") for won in convs.values())
