@@ -171,6 +171,7 @@ def bench_layers(args, device, torch) -> list:
                     log = io.StringIO()
                     conv_tuner.tune_convs(model.conv_geometries(batch, device), device, quick=True,
                                           budget_s=args.tune_budget, stream=log)
+                    tuning = log.getvalue()
                 plan = model.plan(batch, device)
                 try:
                     y = model.predict(x)
@@ -187,6 +188,8 @@ def bench_layers(args, device, torch) -> list:
                        "host_seconds": median_time(lambda: model.predict(x), args.repeat),
                        "gflops": 2.0 * batch * h * h * m * c * k * k / own / 1e9,
                        **memory(plan, x.shape, (batch, h, h, m)), **peer}
+                if algorithm == "tuned":
+                    row["tuning"] = tuning
                 rows.append(row)
                 vs = (f"  cuDNN {peer['torch_kernels'] * 1e3:8.3f} ms ({peer['torch_kernels'] / own:5.2f}x)"
                       if peer else "")

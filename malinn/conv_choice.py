@@ -43,7 +43,7 @@ from .kernel_choice import explicit_choice
 from .kernel_library import KernelSpec, load_library
 from .tuning_db import tuned_conv
 
-__all__ = ["ConvGeometry", "choose_algorithm", "holds", "runs", "patch_budget", "patch_bytes", "rules", "CONDITIONS",
+__all__ = ["ConvGeometry", "choose_algorithm", "default_algorithm", "holds", "runs", "patch_budget", "patch_bytes", "rules", "CONDITIONS",
            "ALGORITHM_OPS"]
 
 #: the ops whose kernels are a convolution algorithm
@@ -144,11 +144,18 @@ def choose_algorithm(device: Device, geometry: ConvGeometry) -> tuple[KernelSpec
         spec = library[tuned[0]].configure(tuned[1])
         if runs(spec, geometry, device):
             return spec, "tuned"
+    return default_algorithm(device, geometry), "default"
+
+
+def default_algorithm(device: Device, geometry: ConvGeometry) -> KernelSpec:
+    """The untuned choice: the first of the library's ``conv_algorithms`` rules for the device's
+    kind whose conditions hold for ``geometry`` and whose kernel can run it (:func:`runs`); the
+    last conv rule otherwise (the library's ``conv`` default where the kind names none)."""
     found = [(spec, when) for spec, when in rules(device) if spec.op == "conv" or geometry.groups == 1]
     for spec, when in found:
         if holds(when, geometry) and runs(spec, geometry, device):
-            return spec, "default"
+            return spec
     general = [spec for spec, _ in found if spec.op == "conv"]
     if general:
-        return general[-1], "default"
-    return library.default_spec("conv", device.kind, device.backend), "default"
+        return general[-1]
+    return load_library().default_spec("conv", device.kind, device.backend)

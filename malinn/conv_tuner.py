@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from .backends.base import Device
-from .conv_choice import ConvGeometry, rules, runs
+from .conv_choice import ConvGeometry, default_algorithm, rules, runs
 from .device_selection import get_device
 from .errors import MalinnError
 from .kernel_library import KernelSpec, load_library
@@ -63,20 +63,28 @@ def _plan(device: Device, g: ConvGeometry, weights: np.ndarray, algorithm: Kerne
     return builder.compile([y]).allocate()
 
 
+def case(g: ConvGeometry) -> tuple:
+    """``(x, weights, want)``: a random input and weights of ``g`` and their :func:`reference`
+    (computed once per geometry: every candidate is checked against it)."""
+    rng = np.random.default_rng(g.cin * 7 + g.cout * 3 + g.pixels)
+    x = rng.standard_normal((g.batch, g.IH, g.IW, g.cin)).astype(np.float32)
+    weights = (rng.standard_normal((g.cout, g.taps * g.cg)) / np.sqrt(g.taps * g.cg)).astype(np.float32)
+    return x, weights, reference(x, weights, g)
+
+
 def time_algorithm(device: Device, g: ConvGeometry, algorithm: KernelSpec, repeat: int = 3,
-                   tolerance: float = 1e-4) -> float | None:
+                   tolerance: float = 1e-4, data: tuple | None = None) -> float | None:
     """Median device seconds of all the launches of a one-layer plan of ``g`` running
     ``algorithm``, or ``None`` when its result differs from :func:`reference`.
+
+    ``data``: :func:`case` of ``g``, where the caller made it already.
 
     Raises:
         MalinnError: the kernel cannot be built or launched on ``device`` (or does not fit it).
     """
-    rng = np.random.default_rng(g.cin * 7 + g.cout * 3 + g.pixels)
-    x = rng.standard_normal((g.batch, g.IH, g.IW, g.cin)).astype(np.float32)
-    weights = (rng.standard_normal((g.cout, g.taps * g.cg)) / np.sqrt(g.taps * g.cg)).astype(np.float32)
+    x, weights, want = data if data is not None else case(g)
     plan = _plan(device, g, weights, algorithm)
     got = plan.run([x])[0]
-    want = reference(x, weights, g)
     if not np.abs(got - want).max() <= tolerance * max(1.0, np.abs(want).max()):
         return None
     times = []
@@ -89,13 +97,14 @@ def time_algorithm(device: Device, g: ConvGeometry, algorithm: KernelSpec, repea
 
 
 def candidates(device: Device, g: ConvGeometry, quick: bool = False, seed: int = 0) -> list[KernelSpec]:
-    """The algorithms to time for ``g``: the library rules' kernels first (the untuned default
-    among them), then every conv kernel in each configuration the device can run and whose
+    """The algorithms to time for ``g``: the untuned default first
+    (:func:`malinn.conv_choice.default_algorithm`), the other rules' kernels, then every conv kernel in each configuration the device can run and whose
     preconditions hold, and each im2col kernel whose patches fit the budget. With ``quick``, at
     most :data:`QUICK_CONV_CONFIGS` configurations of each conv kernel beyond the rules': its
     defaults, then one of each other staging mode (``LOCAL``), then a sample."""
     library = load_library()
-    found = [spec for spec, _ in rules(device) if runs(spec, g, device)]
+    found = [default_algorithm(device, g)]
+    found += [spec for spec, _ in rules(device) if runs(spec, g, device) and spec not in found]
     for op in ("conv", "im2col"):
         for codename in library.codenames(op, device.backend):
             spec = library[codename]
@@ -123,7 +132,8 @@ def tune_convs(geometries, device: Device | None = None, quick: bool = False, re
         device: the device (default: the current one).
         quick: fewer configurations per conv kernel (:func:`candidates`).
         repeat: timed runs per candidate (the median counts).
-        budget_s: stop trying new candidates after this many seconds (the best so far wins).
+        budget_s: stop trying new candidates after this many seconds (the best so far wins; each
+            geometry's untuned default is timed still, so a winner is never worse than it).
         stream: where one line per geometry goes.
         seed: for the sample of configurations.
 
@@ -141,13 +151,13 @@ def tune_convs(geometries, device: Device | None = None, quick: bool = False, re
     start = time.perf_counter()
     winners, untuned, timed = {}, [], 0
     for g in geometries:
-        results = []
-        default = candidates(device, g)[0] if candidates(device, g) else None
+        results, data = [], case(g)
+        default = default_algorithm(device, g)
         for spec in candidates(device, g, quick, seed):
-            if budget_s is not None and time.perf_counter() - start > budget_s:
-                break
+            if budget_s is not None and time.perf_counter() - start > budget_s and results:
+                break   # the default is always timed
             try:
-                seconds = time_algorithm(device, g, spec, repeat)
+                seconds = time_algorithm(device, g, spec, repeat, data=data)
             except MalinnError as exc:   # a configuration this device cannot build, launch or hold
                 stream.write(f"{g.key()}: {spec.codename} {_config(spec)}: {str(exc).splitlines()[0]}\n")
                 continue

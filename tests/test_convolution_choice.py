@@ -56,7 +56,8 @@ def test_geometry_keys_round_trip_and_bad_keys_are_refused():
 
 def test_gpu_rules_put_the_measured_winner_first():
     """From benchmarks/results/convolution_nvidia_h200.json: kn2col for few input channels, im2row
-    for wide layers whose patches fit, the staged kn2row where they do not."""
+    for small images, the implicit GEMM with 32 x 32 tiles up to 4096 output pixels, im2row for
+    larger layers whose patches fit, the implicit GEMM with 64 x 64 tiles where they do not."""
     table = conv_choice._section()
     gpu = table["rules"]["gpu"]
     library = malinn.load_library()
@@ -70,15 +71,29 @@ def test_gpu_rules_put_the_measured_winner_first():
         return None
 
     budget = table["patch_budget_mib"]["gpu"] * 2**20
-    assert first(geometry(1, 28, 16, 32, 5), budget).codename == "conv_kn2col"      # inception_3a/5x5
-    assert first(geometry(8, 28, 512, 512, 3), budget).codename == "im2row"         # VGG conv4_3
-    staged = first(geometry(8, 224, 64, 64, 3), budget)                              # VGG conv1_2: 925 MB patches
-    assert staged.codename == "conv_kn2row" and staged.config["LOCAL"] == "1"
-    assert first(geometry(8, 224, 64, 64, 3), budget) is not None
+    assert first(geometry(1, 28, 16, 32, 5), budget).codename == "conv_kn2col"        # inception_3a/5x5
+    assert first(geometry(1, 28, 16, 32, 5), budget).config["LOCAL"] == "0"
+    assert first(geometry(1, 13, 256, 384, 3), budget).codename == "im2row"           # AlexNet conv3, batch 1
+    implicit = first(geometry(8, 13, 384, 256, 3), budget)                             # AlexNet conv5, batch 8
+    assert implicit.codename == "conv_kn2col" and implicit.config["LOCAL"] == "2" and implicit.config["KC"] == "32"
+    assert first(geometry(8, 28, 512, 512, 3), budget).codename == "im2row"           # VGG conv4_3, batch 8
+    staged = first(geometry(8, 224, 64, 64, 3), budget)                                # VGG conv1_2: 882 MiB patches
+    assert staged.codename == "conv_kn2col" and staged.config["LOCAL"] == "2" and staged.config["KC"] == "16"
     tiny = first(geometry(1, 3, 40, 2, 3), 0)   # no room for patches, too small to stage
-    assert tiny.codename == "conv_kn2row" and tiny.config["LOCAL"] == "0"
+    assert tiny.codename == "conv_kn2col" and tiny.config["LOCAL"] == "0"
     for kind, found in table["rules"].items():   # every kind ends in a conv kernel that takes any layer
         assert library[found[-1]["codename"]].op == "conv" and not found[-1].get("when"), kind
+        assert not library[found[-1]["codename"]].configure(found[-1].get("defines")).preconditions or \
+            library[found[-1]["codename"]].configure(found[-1].get("defines")).accepts(1, 1, 1), kind
+
+
+def test_the_tuner_times_the_untuned_default_first(device):
+    if device.backend != "opencl":
+        pytest.skip("convolutions run on OpenCL devices")
+    for g in (geometry(1, 13, 40, 8, 3), geometry(2, 9, 3, 16, 5), geometry(1, 6, 8, 4, 3, groups=2)):
+        found = conv_tuner.candidates(device, g, quick=True)
+        assert found[0] == conv_choice.default_algorithm(device, g) == choose_algorithm(device, g)[0]
+        assert len(found) == len({(s.codename, s.defines) for s in found}) > 1
 
 
 def test_the_patch_budget_keeps_im2col_off_layers_whose_patches_do_not_fit(device):
