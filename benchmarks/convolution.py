@@ -8,6 +8,12 @@
      im2col   the patch matrix one patch element per row, then the device's GEMM
      kn2row-local, kn2col-local   the kn2row/kn2col kernels staging weights and shifted input in
               local memory (LOCAL=1: 64 x 64 tiles of 8 x 4 per item, 16 channels a step)
+     implicit, implicit-32   kn2col's implicit GEMM (LOCAL=2: tiles loaded along the channels,
+              4 floats a load; 64 x 64 tiles with 16 channels a step, 32 x 32 with 32)
+     default  what the plan chooses untuned (malinn.conv_choice: the library's conv_algorithms
+              rules for the device's kind and the patch budget), its kernels in "kernels"
+     tuned    what it chooses after `malinn tune`'s conv tuner timed this layer's candidates
+              (malinn.conv_tuner.tune_convs, quick; in a temporary tuning database)
    (a 1x1 layer is a plain GEMM for all of them and is timed once, as "gemm"). For each: the device
    time of the plan's launches (OpenCL profiling events, median of --repeat; "compute" is the
    convolution's own launches, the rest re-layouts), the host-to-host predict time, and the peak
@@ -17,16 +23,20 @@
    same batch, when torch sees a CUDA GPU.
 2. A CIFAR-style VGG (32x32x3: 2x conv64, pool, 2x conv128, pool, 2x conv256, pool, dense 256,
    dense 10 softmax) end to end, host to host, against torch on the GPU and TensorFlow-cpu (in a
-   subprocess; it cannot share a process with PoCL), outputs checked against torch or numpy.
+   subprocess; it cannot share a process with PoCL), outputs checked against torch or numpy: with
+   the untuned choices ("default") and after tuning its convolutions ("tuned").
+3. A summary per layer: the fastest algorithm and the default's and tuned choice's ratio to cuDNN.
 
 Run:  python3 benchmarks/convolution.py [--device D] [--batches 1 8] [--repeat 10] [--json out.json]
-      (--quick: a few small layers, for a smoke test on a CPU)
+      (--quick: a few small layers, for a smoke test on a CPU; --algorithms to time fewer)
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -34,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 import malinn
-from malinn import kernel_choice
+from malinn import conv_choice, conv_tuner, kernel_choice, tuning_db
 from malinn.layers import Conv2D, Dense, Flatten, MaxPooling2D
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -62,7 +72,11 @@ QUICK = [("AlexNet", "conv5 (small)", 13, 32, 32, 3), ("GoogLeNet", "inception_3
 ALGORITHMS = {"kn2row": ("conv", "conv_kn2row"), "kn2col": ("conv", "conv_kn2col"),
               "im2row": ("im2col", "im2row"), "im2col": ("im2col", "im2col"),
               "kn2row-local": ("conv", "conv_kn2row", {"LOCAL": 1, "MWI": 8, "NWI": 4, "MDIM": 8, "NDIM": 16, "KC": 16}),
-              "kn2col-local": ("conv", "conv_kn2col", {"LOCAL": 1, "MWI": 8, "NWI": 4, "MDIM": 8, "NDIM": 16, "KC": 16})}
+              "kn2col-local": ("conv", "conv_kn2col", {"LOCAL": 1, "MWI": 8, "NWI": 4, "MDIM": 8, "NDIM": 16, "KC": 16}),
+              "implicit": ("conv", "conv_kn2col", {"LOCAL": 2, "MWI": 8, "NWI": 4, "MDIM": 8, "NDIM": 16, "KC": 16}),
+              "implicit-32": ("conv", "conv_kn2col", {"LOCAL": 2, "MWI": 4, "NWI": 4, "MDIM": 8, "NDIM": 8, "KC": 32})}
+#: the plan's own choices (no explicit kernel): untuned, then after the conv tuner
+CHOICES = ("default", "tuned")
 #: the CIFAR-style VGG: filters per conv (None: 2x2 max pooling), then the dense widths
 VGG = [64, 64, None, 128, 128, None, 256, 256, None]
 VGG_DENSE = [256, 10]
@@ -147,12 +161,17 @@ def bench_layers(args, device, torch) -> list:
             if torch is not None:
                 seconds, host, x, reference = torch_conv(torch, model, batch, args.repeat)
                 peer = {"torch_kernels": seconds, "torch": host}
-            names = ["gemm"] if k == 1 else list(ALGORITHMS)
+            names = ["gemm"] if k == 1 else ["default"] + [a for a in ALGORITHMS if a in args.algorithms] + ["tuned"]
             for algorithm in names:
                 kernel_choice.forget(device)
-                if algorithm != "gemm":
+                if algorithm in ALGORITHMS:
                     op, codename, *config = ALGORITHMS[algorithm]
                     kernel_choice.use(op, codename, device=device, config=config[0] if config else None)
+                elif algorithm == "tuned":
+                    log = io.StringIO()
+                    conv_tuner.tune_convs(model.conv_geometries(batch, device), device, quick=True,
+                                          budget_s=args.tune_budget, stream=log)
+                    tuning = log.getvalue()
                 plan = model.plan(batch, device)
                 try:
                     y = model.predict(x)
@@ -165,19 +184,70 @@ def bench_layers(args, device, torch) -> list:
                 total, own = launch_seconds(plan, x, args.repeat)
                 row = {"network": network, "layer": name, "hw": h, "c": c, "m": m, "k": k, "batch": batch,
                        "algorithm": algorithm, "kernels": [s.spec.codename for s in plan.steps],
-                       "device_seconds": total, "compute_seconds": own,
+                       "chosen": chosen(plan), "device_seconds": total, "compute_seconds": own,
                        "host_seconds": median_time(lambda: model.predict(x), args.repeat),
                        "gflops": 2.0 * batch * h * h * m * c * k * k / own / 1e9,
                        **memory(plan, x.shape, (batch, h, h, m)), **peer}
+                if algorithm == "tuned":
+                    row["tuning"] = tuning
                 rows.append(row)
                 vs = (f"  cuDNN {peer['torch_kernels'] * 1e3:8.3f} ms ({peer['torch_kernels'] / own:5.2f}x)"
                       if peer else "")
                 print(f"{network:<10} {name:<24} batch {batch:>2} {algorithm:<12} compute {own * 1e3:8.3f} ms "
                       f"({row['gflops']:7.0f} GFLOP/s), all launches {total * 1e3:8.3f} ms, host {row['host_seconds'] * 1e3:8.3f} ms, "
                       f"arena {row['arena_bytes'] / 2**20:7.1f} MiB (extra {row['extra_bytes'] / 2**20:7.1f} MiB, "
-                      f"output {row['output_bytes'] / 2**20:6.1f} MiB){vs}", flush=True)
+                      f"output {row['output_bytes'] / 2**20:6.1f} MiB){vs}"
+                      + (f"  [{row['chosen']}]" if algorithm in CHOICES else ""), flush=True)
     kernel_choice.forget(device)
     return rows
+
+
+def chosen(plan) -> str:
+    """The convolution kernels a plan runs, each with the defines that differ from its entry's."""
+    library = malinn.load_library()
+    found = []
+    for step in plan.steps:
+        if step.kind in ("conv", "im2col"):
+            base = library[step.spec.codename].config
+            config = " ".join(f"{k}={v}" for k, v in step.spec.config.items()
+                              if base.get(k) != v and k not in conv_choice.ConvGeometry.__dataclass_fields__
+                              and k not in ("CG", "MG", "GROUPS", "CIN", "BIAS", "ACTIVATION", "AFFINE"))
+            found.append(step.spec.codename + (f" ({config})" if config else ""))
+    return ", ".join(found) or "gemm"
+
+
+def summary(rows) -> list:
+    """Per layer and batch: the fastest of the forced algorithms, and the default's and the tuned
+    choice's ratio to cuDNN (its time over ours: >= 0.5 is the issue's target)."""
+    table = {}
+    for row in rows:
+        table.setdefault((row["network"], row["layer"], row["batch"]), []).append(row)
+    found = []
+    for (network, layer, batch), group in table.items():
+        best = min((r for r in group if r["algorithm"] not in CHOICES), key=lambda r: r["compute_seconds"])
+        by = {r["algorithm"]: r for r in group}
+        default, tuned = by.get("default", by.get("gemm")), by.get("tuned", by.get("gemm"))
+        entry = {"network": network, "layer": layer, "batch": batch, "best": best["algorithm"],
+                 "best_seconds": best["compute_seconds"], "default": default["chosen"] if default else None,
+                 "default_seconds": default["compute_seconds"] if default else None,
+                 "tuned": tuned["chosen"] if tuned else None,
+                 "tuned_seconds": tuned["compute_seconds"] if tuned else None}
+        cudnn = group[0].get("torch_kernels")
+        if cudnn:
+            entry.update({"best_vs_cudnn": cudnn / best["compute_seconds"],
+                          "default_vs_cudnn": cudnn / default["compute_seconds"] if default else None,
+                          "tuned_vs_cudnn": cudnn / tuned["compute_seconds"] if tuned else None})
+        found.append(entry)
+    print(f"\n{'layer':<34} {'batch':>5}  {'best':<12} {'vs cuDNN':>8}  {'default':>8}  {'tuned':>8}  default / tuned kernels")
+    for e in found:
+        ratio = (lambda key: f"{e[key]:8.2f}" if e.get(key) is not None else f"{'-':>8}")
+        print(f"{e['network'] + ' ' + e['layer']:<34} {e['batch']:>5}  {e['best']:<12} {ratio('best_vs_cudnn')}  "
+              f"{ratio('default_vs_cudnn')}  {ratio('tuned_vs_cudnn')}  {e['default']} / {e['tuned']}")
+    for key in ("best_vs_cudnn", "default_vs_cudnn", "tuned_vs_cudnn"):
+        values = [e[key] for e in found if e.get(key) is not None]
+        if values:
+            print(f"{key}: >= 0.5x cuDNN in {sum(v >= 0.5 for v in values)}/{len(values)} layer-batches")
+    return found
 
 
 def vgg_model(seed=0):
@@ -238,30 +308,39 @@ with np.load({str(path)!r}) as npz:
 def bench_vgg(args, device, torch) -> list:
     model = vgg_model()
     rows = []
-    for batch in sorted(set(args.batches) | {args.vgg_batch}):
-        x = np.random.default_rng(1).random((batch, 32, 32, 3), dtype=np.float32)
-        y = model.predict(x)
-        plan = model.plan(batch, device)
-        total, own = launch_seconds(plan, x, args.repeat)
-        row = {"network": "CIFAR VGG", "batch": batch, "malinn": median_time(lambda: model.predict(x), args.repeat),
-               "device_seconds": total, "launches": len(plan.launches),
-               "kernels": sorted({s.spec.codename for s in plan.steps}),
-               **memory(plan, x.shape, (batch, VGG_DENSE[-1]))}
-        if torch is not None:
-            run = torch_vgg(torch, model)
-            reference = run(x)
-            assert np.abs(y - reference).max() < 1e-3, np.abs(y - reference).max()
-            row["torch"] = median_time(lambda: run(x), args.repeat, warmup=3)
-        if not args.no_tensorflow:
-            tf = tensorflow_vgg(model, batch, args.repeat)
-            if tf is not None:
-                row["tensorflow"] = tf["seconds"]
-        rows.append(row)
-        peers = "  ".join(f"{p} {row[p] * 1e3:8.3f} ms ({row[p] / row['malinn']:5.2f}x)"
-                          for p in ("torch", "tensorflow") if p in row)
-        print(f"CIFAR VGG batch {batch:>3}: malinn {row['malinn'] * 1e3:8.3f} ms host to host "
-              f"(device {total * 1e3:.3f} ms, {row['launches']} launches, arena "
-              f"{row['arena_bytes'] / 2**20:.1f} MiB)  {peers}", flush=True)
+    batches = sorted(set(args.batches) | {args.vgg_batch})
+    for choice in CHOICES:
+        kernel_choice.forget(device)
+        if choice == "tuned":
+            geometries = [g for batch in batches for g in model.conv_geometries(batch, device)]
+            conv_tuner.tune_convs(geometries, device, quick=True, budget_s=args.tune_budget * len(geometries),
+                                  stream=io.StringIO())
+        for batch in batches:
+            x = np.random.default_rng(1).random((batch, 32, 32, 3), dtype=np.float32)
+            y = model.predict(x)
+            plan = model.plan(batch, device)
+            total, own = launch_seconds(plan, x, args.repeat)
+            row = {"network": "CIFAR VGG", "choice": choice, "batch": batch,
+                   "malinn": median_time(lambda: model.predict(x), args.repeat),
+                   "device_seconds": total, "launches": len(plan.launches),
+                   "kernels": sorted({s.spec.codename for s in plan.steps}), "convs": chosen(plan),
+                   **memory(plan, x.shape, (batch, VGG_DENSE[-1]))}
+            if torch is not None:
+                run = torch_vgg(torch, model)
+                reference = run(x)
+                assert np.abs(y - reference).max() < 1e-3, np.abs(y - reference).max()
+                row["torch"] = median_time(lambda: run(x), args.repeat, warmup=3)
+            if not args.no_tensorflow and choice == "default":
+                tf = tensorflow_vgg(model, batch, args.repeat)
+                if tf is not None:
+                    row["tensorflow"] = tf["seconds"]
+            rows.append(row)
+            peers = "  ".join(f"{p} {row[p] * 1e3:8.3f} ms ({row[p] / row['malinn']:5.2f}x)"
+                              for p in ("torch", "tensorflow") if p in row)
+            print(f"CIFAR VGG {choice:<7} batch {batch:>3}: malinn {row['malinn'] * 1e3:8.3f} ms host to host "
+                  f"(device {total * 1e3:.3f} ms, {row['launches']} launches, arena "
+                  f"{row['arena_bytes'] / 2**20:.1f} MiB)  {peers}  [{row['convs']}]", flush=True)
+    kernel_choice.forget(device)
     return rows
 
 
@@ -275,17 +354,28 @@ def main(argv=None):
     parser.add_argument("--no-layers", action="store_true", help="skip the per-layer comparison")
     parser.add_argument("--no-vgg", action="store_true", help="skip the CIFAR-style VGG")
     parser.add_argument("--no-tensorflow", action="store_true", help="skip the TensorFlow-cpu peer")
+    parser.add_argument("--algorithms", nargs="+", choices=list(ALGORITHMS), default=list(ALGORITHMS),
+                        help="the forced algorithms to time besides the default and tuned choices (default: all)")
+    parser.add_argument("--tune-budget", type=float, default=4.0,
+                        help="seconds the conv tuner may spend per layer for the 'tuned' rows (default 4)")
     parser.add_argument("--json", metavar="PATH", help="also write the results, as JSON, to PATH")
     args = parser.parse_args(argv)
+    # the tuned rows' winners go to a temporary tuning database, never the user's
+    os.environ["MALINN_CACHE_DIR"] = tempfile.mkdtemp(prefix="malinn-conv-bench-")
+    tuning_db.forget()
     device = malinn.set_device(args.device) if args.device else malinn.get_device()
     torch = torch_cuda()
     print(f"device: {device}; torch cuDNN peer: {'yes' if torch is not None else 'no (no CUDA torch)'}")
     layers = [] if args.no_layers else bench_layers(args, device, torch)
     vgg = [] if args.no_vgg else bench_vgg(args, device, torch)
+    table = summary(layers) if layers else []
     if args.json:
         Path(args.json).write_text(json.dumps({"device": device.describe(), "driver": device.driver_version,
                                                "conv_default": malinn.ops.kernel_for("conv", device).codename,
-                                               "layers": layers, "vgg": vgg, "command": " ".join(sys.argv)},
+                                               "conv_rules": conv_choice._section(),
+                                               "patch_budget_bytes": conv_choice.patch_budget(device),
+                                               "layers": layers, "summary": table, "vgg": vgg,
+                                               "command": " ".join(sys.argv)},
                                               indent=2))
     return 0
 

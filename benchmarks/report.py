@@ -61,29 +61,54 @@ def models_table(d):
 
 
 def convolution_table(d):
-    """Per layer and batch: each algorithm's device time (compute launches), cuDNN's, extra memory."""
-    out = [f"Device: {d['device']['name']}; default convolution kernel `{d.get('conv_default', '?')}`. Device "
-           "milliseconds of the convolution's own launches; cuDNN fp32 (TF32 off) by CUDA events; in brackets "
+    """Per layer and batch: each algorithm's device time (compute launches), the best against cuDNN,
+    the plan's untuned (default) and tuned choices against cuDNN where the run has them, extra memory."""
+    choices = any(r["algorithm"] == "default" for r in d["layers"])
+    head = f"Device: {d['device']['name']}; " + (
+        "the plan's choice per layer by the library's conv_algorithms rules (default) and after the conv tuner (tuned)"
+        if choices else f"default convolution kernel `{d.get('conv_default', '?')}`")
+    out = [head + ". Device milliseconds of the convolution's own launches; cuDNN fp32 (TF32 off) by CUDA events; "
            "cuDNN's time over malinn's (0.5 is the target); `extra` the activation memory beyond input and output.",
-           "", "| layer | batch | kn2row | kn2col | im2row | im2col | best / cuDNN | extra kn2row / im2col |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+           "", "| layer | batch | kn2row | kn2col | im2row | im2col | implicit | best / cuDNN |"
+           + (" default / cuDNN | tuned / cuDNN |" if choices else "") + " extra kn2row / im2col |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |" + (" --- | --- |" if choices else "") + " --- |"]
     groups = {}
     for r in d["layers"]:
         groups.setdefault((r["network"], r["layer"], r["batch"]), {})[r["algorithm"]] = r
     for (network, layer, batch), algos in groups.items():
         cell = lambda a: f"{algos[a]['compute_seconds'] * 1e3:.3f}" if a in algos else "-"
-        best = min(algos.values(), key=lambda r: r["compute_seconds"])
+        implicit = min((r for a, r in algos.items() if a.startswith("implicit")), default=None,
+                       key=lambda r: r["compute_seconds"])
+        best = min((r for a, r in algos.items() if a not in ("default", "tuned")), key=lambda r: r["compute_seconds"])
         peer = best.get("torch_kernels")
         ratio = f"{best['algorithm']}: {peer / best['compute_seconds']:.2f}x" if peer else "-"
+        chosen = ""
+        if choices:
+            for a in ("default", "tuned"):
+                r = algos.get(a, algos.get("gemm"))
+                chosen += (f" {r.get('chosen', 'gemm')}: {peer / r['compute_seconds']:.2f}x |" if r and peer else
+                           f" {r.get('chosen', 'gemm') if r else '-'} |")
         mem = (f"{algos['kn2row']['extra_bytes'] / 2**20:.1f} / {algos['im2col']['extra_bytes'] / 2**20:.1f} MiB"
                if "kn2row" in algos and "im2col" in algos else "-")
         out.append(f"| {network} {layer} | {batch} | {cell('kn2row')} | {cell('kn2col')} | {cell('im2row')} | "
-                   f"{cell('im2col')} | {ratio} | {mem} |")
-    out += ["", "| CIFAR-style VGG | batch | malinn (host to host) | launches | peer |", "| --- | --- | --- | --- | --- |"]
+                   f"{cell('im2col')} | {implicit['compute_seconds'] * 1e3:.3f} | " if implicit else
+                   f"| {network} {layer} | {batch} | {cell('kn2row')} | {cell('kn2col')} | {cell('im2row')} | "
+                   f"{cell('im2col')} | - | ")
+        out[-1] += f"{ratio} |{chosen} {mem} |"
+    if choices:
+        for key in ("best", "default", "tuned"):
+            values = [e[f"{key}_vs_cudnn"] for e in d.get("summary", []) if e.get(f"{key}_vs_cudnn") is not None]
+            if values:
+                out += ["", f"- {key}: >= 0.5x cuDNN in {sum(v >= 0.5 for v in values)} of {len(values)} "
+                        f"layer x batch cases ({min(values):.2f}-{max(values):.2f}x)."] if key == "best" else \
+                       [f"- {key}: >= 0.5x cuDNN in {sum(v >= 0.5 for v in values)} of {len(values)} "
+                        f"({min(values):.2f}-{max(values):.2f}x)."]
+    out += ["", "| CIFAR-style VGG | choice | batch | malinn (host to host) | launches | peer | convolutions |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in d.get("vgg", []):
         peers = [f"{p} {r[p] * 1e3:.3f} ({r[p] / r['malinn']:.2f}x)" for p in ("torch", "tensorflow") if p in r]
-        out.append(f"| {r['network']} | {r['batch']} | {r['malinn'] * 1e3:.3f} | {r['launches']} | "
-                   + (", ".join(peers) or "-") + " |")
+        out.append(f"| {r['network']} | {r.get('choice', 'default')} | {r['batch']} | {r['malinn'] * 1e3:.3f} | "
+                   f"{r['launches']} | " + (", ".join(peers) or "-") + f" | {r.get('convs', '-')} |")
     return out
 
 
@@ -192,7 +217,8 @@ def main():
     if conv_gpu or conv_cpu:
         doc += ["## Convolution", "",
                 "`python3 benchmarks/convolution.py --json OUT.json`: selected AlexNet, VGG-16 and GoogLeNet layers",
-                "(ReLU fused), each algorithm forced in turn, and a small CIFAR-style VGG end to end.", ""]
+                "(ReLU fused), each algorithm forced in turn beside the plan's own choice untuned and tuned, and a",
+                "small CIFAR-style VGG end to end.", ""]
         for title, d in (("NVIDIA H200", conv_gpu), ("PoCL CPU, this machine (`--quick`)", conv_cpu)):
             if d:
                 doc += [f"### {title}", ""] + convolution_table(d) + [""]

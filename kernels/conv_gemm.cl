@@ -24,8 +24,15 @@
  *   (a tile of MDIM*MWI rows x NDIM*NWI columns; R is padded to whole tiles)
  *   LOCAL    1: a work-group (NDIM x MDIM items, required) stages KC channels of its weight rows and
  *            of its shifted input columns in local memory per step (one group only; GROUPS > 1
- *            runs the direct loop); 0: every item reads global memory (through the caches)
+ *            runs the direct loop); 0: every item reads global memory (through the caches);
+ *            2 (kn2col's layouts only: A row-major, B column-major, a tap's channels contiguous in
+ *            both): the staging of 1 with each load running along the channels, VW floats at a
+ *            time (vload), consecutive items reading consecutive vectors (coalesced), the source
+ *            pixel of each of the work-group's columns computed once into local memory, and the
+ *            local tiles padded by one column against bank conflicts. An implicit GEMM: the
+ *            im2row GEMM's tiles, gathered from the unreplicated input per kernel tap
  *   KC       channels staged per step with LOCAL
+ *   VW       floats per load with LOCAL 2 (1, 2 or 4; 1 where CG or KC is not a multiple of it)
  *   BIAS, ACTIVATION, AFFINE  the fused epilogue
  * Scalars: l, c padded rows and columns of B; h, w of R; m, n logical rows and columns of R;
  * H, W padded rows and columns of A; p0..p3 the activation's parameters. OpenCL C 1.2.
@@ -58,12 +65,40 @@
 #ifndef KC
 #define KC 16
 #endif
+#ifndef VW
+#define VW 4
+#endif
 #define MWG (MDIM * MWI)
 #define NWG (NDIM * NWI)
-#if LOCAL && GROUPS == 1
+#if LOCAL == 2 && GROUPS == 1
+#define STAGED 2
+#elif LOCAL && GROUPS == 1
 #define STAGED 1
 #else
 #define STAGED 0
+#endif
+#if STAGED == 2
+#if VW == 4 && CG % 4 == 0 && KC % 4 == 0
+#define CVW 4
+#define CVLOAD(p) vload4(0, (p))
+typedef float4 cvec;
+#elif VW >= 2 && CG % 2 == 0 && KC % 2 == 0
+#define CVW 2
+#define CVLOAD(p) vload2(0, (p))
+typedef float2 cvec;
+#else
+#define CVW 1
+#define CVLOAD(p) (*(p))
+typedef float cvec;
+#endif
+#if CVW == 4
+#define vstore_cvec(v, p) vstore4((v), 0, (p))
+#elif CVW == 2
+#define vstore_cvec(v, p) vstore2((v), 0, (p))
+#endif
+#define KV (KC / CVW)            /* vectors per staged row of KC channels */
+#define ALD (MWG + 1)            /* local row lengths, padded against bank conflicts */
+#define BLD (NWG + 1)
 #endif
 
 #if STAGED
@@ -102,13 +137,29 @@ __kernel void conv_gemm(
         first[i] = min((row0 + i * MDIM) / MG, (uint)(GROUPS - 1)) * CG;
 #endif
 
-#if STAGED
+#if STAGED == 1
     __local float alm[KC * MWG];
     __local float blm[KC * NWG];
     const uint tx = get_local_id(0);
     const uint ty = get_local_id(1);
     const uint tid = ty * NDIM + tx;
     const uint m0 = row0 - ty;   /* the work-group's first row */
+#elif STAGED == 2
+    __local float alm[KC * ALD];
+    __local float blm[KC * BLD];
+    __local int lbase[NWG], ly0[NWG], lx0[NWG];   /* each of the work-group's columns' source pixel */
+    const uint tx = get_local_id(0);
+    const uint ty = get_local_id(1);
+    const uint tid = ty * NDIM + tx;
+    const uint m0 = row0 - ty;
+    const uint n0 = col0 - tx;   /* the work-group's first column */
+    for (uint e = tid; e < NWG; e += MDIM * NDIM) {
+        const uint3 pixel = window_pixel(n0 + e);
+        lbase[e] = (int)(pixel.x * (IH * IW));
+        ly0[e] = n0 + e < n ? (int)(pixel.y * SH) - PT : -(1 << 28);
+        lx0[e] = (int)(pixel.z * SW) - PL;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
 #endif
 
     float acc[MWI][NWI];
@@ -128,7 +179,63 @@ __kernel void conv_gemm(
                 src[j] = (iy >= 0 && iy < IH && ix >= 0 && ix < IW) ? base[j] + iy * IW + ix : -1;
             }
             const uint k0 = (ky * KW + kx) * CG;
-#if STAGED
+#if STAGED == 2
+            for (uint c0 = 0; c0 < CG; c0 += KC) {
+                /* the weights' MWG x KC block: each row's KC channels of this tap are contiguous */
+                for (uint e = tid; e < MWG * KV; e += MDIM * NDIM) {
+                    const uint r = e / KV;
+                    const uint kk = (e - r * KV) * CVW;
+                    cvec v = (cvec)(0.0f);
+                    if (c0 + kk < CG)
+                        v = CVLOAD(a + MALINN_INDEX_A(m0 + r, k0 + c0 + kk, H, W));
+#if CVW == 1
+                    alm[kk * ALD + r] = v;
+#else
+                    float t[CVW];
+                    vstore_cvec(v, t);
+                    #pragma unroll
+                    for (uint q = 0; q < CVW; ++q)
+                        alm[(kk + q) * ALD + r] = t[q];
+#endif
+                }
+                /* the shifted input's KC x NWG block: a pixel's channels are contiguous */
+                for (uint e = tid; e < NWG * KV; e += MDIM * NDIM) {
+                    const uint col = e / KV;
+                    const uint kk = (e - col * KV) * CVW;
+                    const int iy = ly0[col] + (int)(ky * DH);
+                    const int ix = lx0[col] + (int)(kx * DW);
+                    cvec v = (cvec)(0.0f);
+                    if (c0 + kk < CG && iy >= 0 && iy < IH && ix >= 0 && ix < IW)
+                        v = CVLOAD(b + MALINN_INDEX_B(c0 + kk, (uint)(lbase[col] + iy * IW + ix), l, c));
+#if CVW == 1
+                    blm[kk * BLD + col] = v;
+#else
+                    float t[CVW];
+                    vstore_cvec(v, t);
+                    #pragma unroll
+                    for (uint q = 0; q < CVW; ++q)
+                        blm[(kk + q) * BLD + col] = t[q];
+#endif
+                }
+                barrier(CLK_LOCAL_MEM_FENCE);
+                #pragma unroll 8
+                for (uint kk = 0; kk < KC; ++kk) {
+                    float av[MWI], bv[NWI];
+                    #pragma unroll
+                    for (uint i = 0; i < MWI; ++i)
+                        av[i] = alm[kk * ALD + ty + i * MDIM];
+                    #pragma unroll
+                    for (uint j = 0; j < NWI; ++j)
+                        bv[j] = blm[kk * BLD + tx + j * NDIM];
+                    #pragma unroll
+                    for (uint i = 0; i < MWI; ++i)
+                        #pragma unroll
+                        for (uint j = 0; j < NWI; ++j)
+                            acc[i][j] += av[i] * bv[j];
+                }
+                barrier(CLK_LOCAL_MEM_FENCE);
+            }
+#elif STAGED
             for (uint c0 = 0; c0 < CG; c0 += KC) {
                 /* the weights' KC x MWG block and the shifted input's KC x NWG block, zero past CG */
                 for (uint e = tid; e < KC * MWG; e += MDIM * NDIM) {

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from .array_files import read_input_array
+from .conv_tuner import tune_convs
 from .device_selection import devices, get_device, set_device
 from .errors import DeviceError, MalinnError
 from .files import check_destination, write_file
@@ -357,11 +358,24 @@ def cmd_tune(args) -> int:
             if largest > device.max_allocation:
                 raise MalinnError(f"--shape {m}x{k}x{n}: a matrix of {largest / 2**20:.0f} MiB exceeds "
                                   f"{device.name}'s largest allocation ({device.max_allocation // 2**20} MiB)")
-    elif args.model:
+    convs = []
+    if args.model and not shapes:
         model = load_model(args.model, precision=args.precision)
         shapes = [shape for batch in (args.batch, 1) for shape in model.matmul_shapes(batch, device)]
-        if not shapes:
-            raise MalinnError(f"{args.model} has no Dense layer to tune for")
+        convs = [g for batch in (args.batch, 1) for g in model.conv_geometries(batch, device)]
+        if not shapes and not convs:
+            raise MalinnError(f"{args.model} has no Dense or convolution layer to tune for")
+    if shapes:
+        _tune_matmuls(args, device, shapes)
+    if convs:
+        print(f"tuning {len(set(convs))} convolution layers on {device.name}", flush=True)
+        found = tune_convs(convs, device, quick=args.quick, budget_s=args.budget, stream=sys.stdout)
+        print(f"{len(found['convs'])} convolutions tuned ({', '.join(found['untuned']) or 'none'} left untuned), "
+              f"{found['candidates']} candidates timed; stored in {found['path']}")
+    return 0
+
+
+def _tune_matmuls(args, device, shapes) -> None:
     print(f"tuning matmul on {device.name}" + (f" for {args.model}" if args.model else ""), flush=True)
     best = tune(device, shapes=shapes, quick=args.quick, budget_s=args.budget, per_shape=bool(args.model),
                 precision=args.precision)
@@ -371,11 +385,10 @@ def cmd_tune(args) -> int:
             print(f"{shape}: {won['codename']} {config} - {won['gflops']:.1f} GFLOP/s")
         print(f"{len(best['shapes'])} shapes tuned ({', '.join(best['untuned']) or 'none'} left untuned), "
               f"{best['candidates']} candidates timed; stored in {best['path']}")
-        return 0
+        return
     config = " ".join(f"{k}={v}" for k, v in best["defines"].items())
     print(f"best: {best['codename']} {config} - {best['gflops']:.1f} GFLOP/s over {len(best['shapes'])} shapes, "
           f"{best['candidates']} candidates timed; stored in {best['path']}")
-    return 0
 
 
 def _check_cache_dir(folder: Path) -> None:
@@ -450,10 +463,13 @@ def build_parser() -> argparse.ArgumentParser:
                                                                           "Keras in float32 and the argmax agreement")
     p.add_argument("--device", help=device_help)
 
-    p = add("tune", "time matmul kernels and configurations on this device and remember the fastest", cmd_tune)
+    p = add("tune", "time matmul kernels and configurations (with --model, each convolution layer's algorithms "
+                    "too) on this device and remember the fastest", cmd_tune)
     p.add_argument("--quick", action="store_true",
                    help="smaller shapes and 4 configurations of a tunable kernel (under 30 s on a 2-core CPU)")
-    p.add_argument("--model", help="tune each of this model's Dense layers for its own shape, at --batch (as the "
+    p.add_argument("--model", help="tune each of this model's Dense layers for its own shape, and each of its "
+                                    "convolution layers' algorithms (kn2row, kn2col, im2row, im2col and their "
+                                    "configurations) for its geometry, at --batch (as the "
                                     "plan runs it: rounded up to its batch bucket) and at batch 1, and store a winner "
                                     "per shape (default: one winner over a standard "
                                     "set of shapes)")

@@ -224,6 +224,12 @@ class PlannedModel:
         ``malinn tune --model`` times: the plan asks the tuning database for exactly these)."""
         return self._compile(device or get_device(), batch_bucket(batch), False).matmul_shapes()
 
+    def conv_geometries(self, batch: int, device: Device | None = None) -> list:
+        """The :class:`~malinn.conv_geometry.ConvGeometry` of every convolution a pass of ``batch``
+        samples runs (1x1 convolutions run as matmuls are not among them): what ``malinn tune
+        --model`` times, and what the plan asks the tuning database about."""
+        return self._compile(device or get_device(), batch_bucket(batch), False).convs
+
     def memory(self, batch: int, device: Device | None = None) -> dict:
         """Bytes a pass of ``batch`` samples holds on the device: ``weights`` (all the weight copies its
         kernels read), ``largest_weight`` (the largest of them, one allocation), ``activations``

@@ -27,6 +27,8 @@ import math
 
 
 from .backends.base import Device
+from .conv_choice import choose_algorithm
+from .conv_geometry import ConvGeometry
 from .kernel_choice import choose, explicit_choice, holding_columns
 from .ops import elementwise_kernel
 from .kernel_library import DEFAULT_PRECISION, KernelSpec, load_library
@@ -63,6 +65,7 @@ class PlanBuilder:
         self.inputs: list = []
         self.layer = None   # the layer being lowered (its name goes into every step it records)
         self._uses: dict = {}   # id(input value) -> how many layer calls read it
+        self.convs: list = []   # the ConvGeometry of each convolution lowered (not 1x1 matmuls)
 
     # ---------------------------------------------------------------- recording
     def input(self, sample_shape, name: str = "input", uses: int = 1) -> Value:
@@ -299,17 +302,20 @@ class PlanBuilder:
 
     # ---------------------------------------------------------------- convolutions (layers/convolution.py)
     def conv(self, x: Value, weight: Weight, geometry: dict, out_shape, bias: Vector | None = None,
-             activation: str = "linear", params: dict | None = None, what: str = "conv") -> Value:
+             activation: str = "linear", params: dict | None = None, what: str = "conv",
+             algorithm: KernelSpec | None = None) -> Value:
         """A convolution of ``x`` (Keras ``(batch, H, W, C)`` or ``(batch, L, C)``) by ``weight``
         (``COUT x KH*KW*CG``, column ``(ky*KW + kx)*CG + c``), then bias and activation.
 
         ``geometry`` holds the window defines (:func:`malinn.layers.windows.window_defines`) and
-        ``GROUPS``. The algorithm is chosen here, per layer shape: a 1x1 convolution with stride 1
-        is a plain matmul on the input's matrix view (no transform); where :func:`use` chose an
-        ``im2col`` kernel (and there is one group) the patch matrix is built and multiplied by the
-        device's matmul; otherwise the ``conv`` kernel (kn2row or kn2col accumulating GEMMs: an
-        explicit choice, else the first of the library's defaults for the device's kind whose
-        preconditions hold for ``(COUT, KH*KW*CG, batch*OH*OW)``).
+        ``GROUPS``. The algorithm is chosen here, once per layer and plan: a 1x1 convolution with
+        stride 1 is a plain matmul on the input's matrix view (no transform); otherwise
+        ``algorithm`` where given (the tuner's candidate), else
+        :func:`malinn.conv_choice.choose_algorithm` (an explicit choice, the tuned winner for the
+        layer's geometry, the library's ``conv_algorithms`` rules): an ``im2col`` kernel builds the
+        patch matrix, which the device's matmul multiplies; a ``conv`` kernel (kn2row or kn2col
+        accumulating GEMMs) reads the input as it is. Each layer's geometry is kept in
+        :attr:`convs` (what ``malinn tune --model`` times).
         """
         g = dict(geometry)
         groups = int(g.pop("GROUPS", 1))
@@ -318,12 +324,15 @@ class PlanBuilder:
         pointwise = (g["KH"], g["KW"], g["SH"], g["SW"], g["PT"], g["PL"], groups) == (1, 1, 1, 1, 0, 0, 1)
         if pointwise and (g["IH"], g["IW"]) == (g["OH"], g["OW"]):
             return self.matmul(x, weight, bias, activation, params, what)
-        if groups == 1 and explicit_choice("im2col", self.device) is not None:
-            patches = self.gather(x, "im2col", {**g, "CIN": cin}, out_shape[:-1] + (weight.shape[1],), what)
+        shape = ConvGeometry.of(self.batch, cin, cout, groups, g)
+        self.convs.append(shape)
+        spec = algorithm if algorithm is not None else choose_algorithm(self.device, shape)[0]
+        if spec.op == "im2col":
+            patches = self._record("im2col", spec.configure({**g, "CIN": cin}), out_shape[:-1] + (weight.shape[1],),
+                                   {"a": x}, what)
             return self.matmul(patches, weight, bias, activation, params, what)
         defines = {**g, "CG": cin // groups, "MG": cout // groups, "GROUPS": groups}
-        spec = self._conv_spec("conv", (cout, weight.shape[1], math.prod(out_shape[:-1]))).configure(defines)
-        return self._conv_step(spec, x, weight, out_shape, bias, activation, params, what)
+        return self._conv_step(spec.configure(defines), x, weight, out_shape, bias, activation, params, what)
 
     def depthwise(self, x: Value, weight: Weight, geometry: dict, out_shape, bias: Vector | None = None,
                   activation: str = "linear", params: dict | None = None, what: str = "depthwise") -> Value:
@@ -373,7 +382,9 @@ class PlanBuilder:
         self._resolve_paddings()
         self._unalias(aliases)
         outputs = self._download_ready(outputs)
-        return Plan(self.device, self.batch, self.inputs, outputs, self.steps, self.precision)
+        plan = Plan(self.device, self.batch, self.inputs, outputs, self.steps, self.precision)
+        plan.convs = list(self.convs)   # the convolution geometries (malinn tune --model times them)
+        return plan
 
     def _fuse(self, outputs) -> None:
         """Folds activation, affine and softmax steps into the matmul before them where allowed, and

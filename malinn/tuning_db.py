@@ -5,12 +5,15 @@ library (as CLBlast keeps its tuning database apart from its kernels)::
 
     {"format": "malinn-tuning", "version": 1, "devices": {"<device identity>": {
         "general": {"codename": ..., "defines": {...}, "gflops": ..., "tuned_at": ...},
-        "shapes": {"150x640x1": {"codename": ..., "defines": {...}, "seconds": ...}, ...}}}}
+        "shapes": {"150x640x1": {"codename": ..., "defines": {...}, "seconds": ...}, ...},
+        "convs": {"b8-c96-m256-g1-i27x27-o27x27-k5x5-s1x1-d1x1-p2x2": {"codename": "im2row", ...}}}}}
 
 (the flat ``{"<device key>": {"codename": ...}}`` of malinn 0.1 is read as general winners).
 Every entry is checked against the kernel library when it is read: a matmul codename, defines of
 the right types forming a configuration the library offers on this device, and, for a shape's
-winner, a kernel whose preconditions that shape meets. An entry that fails is ignored with a
+winner, a kernel whose preconditions that shape meets; a convolution's winner (``convs``, keyed by
+:meth:`malinn.conv_geometry.ConvGeometry.key`) names a ``conv`` or ``im2col`` kernel in a
+configuration the library offers. An entry that fails is ignored with a
 one-line warning naming the file, the device and why; the kernel choice then falls back to the
 library's default (:func:`tuned_choice`). ``malinn tune`` (:mod:`malinn.tuner`) writes it.
 """
@@ -23,11 +26,12 @@ import warnings
 from pathlib import Path
 
 from .backends.base import Device
+from .conv_geometry import ConvGeometry
 from .cache import cache_dir, write_atomic
 from .errors import MalinnError
 from .kernel_library import load_library
 
-__all__ = ["tuned_choice", "save", "check_writable", "forget", "version", "tuning_file", "device_key",
+__all__ = ["tuned_choice", "tuned_conv", "save", "check_writable", "forget", "version", "tuning_file", "device_key",
            "shape_key", "read_all", "TUNING_FORMAT", "TUNING_VERSION"]
 
 TUNING_FORMAT = "malinn-tuning"
@@ -160,6 +164,29 @@ def _checked_choice(entry, device: Device, shape=None, precision: str = "fp32") 
     return codename, config
 
 
+def _checked_conv(entry, device: Device) -> tuple[str, dict]:
+    """``(codename, defines)`` of a stored convolution winner after checking it against the library.
+
+    Raises:
+        ValueError: the entry is not a conv or im2col kernel in a configuration the library offers.
+    """
+    if not isinstance(entry, dict) or not isinstance(entry.get("codename"), str):
+        raise ValueError(f"expected an object with a 'codename' string, got {_type(entry)}")
+    library = load_library()
+    codename, defines = entry["codename"], entry.get("defines", {})
+    if codename not in library or library[codename].op not in ("conv", "im2col"):
+        raise ValueError(f"{codename!r} is not a conv or im2col kernel of {library.path}")
+    if not isinstance(defines, dict) or any(isinstance(v, bool) or not isinstance(v, (int, str))
+                                            for v in defines.values()):
+        raise ValueError("'defines' is not an object of integers and strings")
+    spec = library[codename]
+    config = {**spec.config, **{name: str(value) for name, value in defines.items()}}
+    if config not in spec.configurations(device):
+        raise ValueError(f"{codename} {' '.join(f'{k}={v}' for k, v in defines.items()) or '(defaults)'} is not "
+                         f"a configuration the library offers on {device.name}")
+    return codename, config
+
+
 def _checked_entry(device: Device, precision: str = "fp32") -> dict:
     """This device's winners (in ``precision``), checked once per process; bad ones are dropped
     with a warning each."""
@@ -169,7 +196,7 @@ def _checked_entry(device: Device, precision: str = "fp32") -> dict:
             return _checked[key]
     devices = read_all()
     raw = devices.get(key, {})
-    result, problems = {"general": None, "shapes": {}}, []
+    result, problems = {"general": None, "shapes": {}, "convs": {}}, []
     if not isinstance(raw, dict):
         problems.append(f"the device's entry is {_type(raw)}, expected an object")
     else:
@@ -188,6 +215,15 @@ def _checked_entry(device: Device, precision: str = "fp32") -> dict:
                 result["shapes"][shape] = _checked_choice(entry, device, shape, precision)
             except ValueError as exc:
                 problems.append(f"winner for {text!r}: {exc}")
+        convs = raw.get("convs", {}) if precision == "fp32" else {}
+        if not isinstance(convs, dict):
+            problems.append(f"'convs' is {_type(convs)}, expected an object")
+            convs = {}
+        for text, entry in convs.items():
+            try:
+                result["convs"][ConvGeometry.parse(text)] = _checked_conv(entry, device)
+            except ValueError as exc:
+                problems.append(f"convolution winner for {text!r}: {exc}")
     for problem in problems:
         warnings.warn(f"malinn: {tuning_file()}: device {key!r}: ignoring the tuned {problem}",
                       RuntimeWarning, stacklevel=4)
@@ -214,9 +250,17 @@ def tuned_choice(device: Device, shape=None, precision: str = "fp32"):
     return (choice[0], dict(choice[1])) if choice else None
 
 
-def save(device: Device, general: dict | None = None, shapes: dict | None = None, precision: str = "fp32") -> Path:
-    """Stores a general winner and/or per-shape winners for ``device`` (in ``precision``); other
-    entries are kept.
+def tuned_conv(device: Device, geometry: ConvGeometry):
+    """The tuner's winner for a convolution of ``geometry`` on ``device``: ``(codename, defines)``
+    (a ``conv`` or ``im2col`` kernel), or ``None`` when none was tuned (or it failed its checks)."""
+    choice = _checked_entry(device)["convs"].get(geometry)
+    return (choice[0], dict(choice[1])) if choice else None
+
+
+def save(device: Device, general: dict | None = None, shapes: dict | None = None, precision: str = "fp32",
+         convs: dict | None = None) -> Path:
+    """Stores a general winner, per-shape winners and/or convolution winners (``convs``: geometry
+    key -> winner) for ``device`` (in ``precision``); other entries are kept.
 
     Raises:
         MalinnError: the database cannot be written, or a newer malinn wrote it.
@@ -232,6 +276,9 @@ def save(device: Device, general: dict | None = None, shapes: dict | None = None
     if shapes:
         old = entry.get("shapes") if isinstance(entry.get("shapes"), dict) else {}
         entry["shapes"] = {**old, **shapes}
+    if convs:
+        old = entry.get("convs") if isinstance(entry.get("convs"), dict) else {}
+        entry["convs"] = {**old, **convs}
     data = {"format": TUNING_FORMAT, "version": TUNING_VERSION, "devices": {**devices, key: entry}}
     try:
         write_atomic(path, (json.dumps(data, indent=2) + "\n").encode())

@@ -13,7 +13,9 @@ from helpers import activation, conv2d_reference, depthwise_reference
 
 #: (op, codename) chosen with use(); None: the library's default for the device
 ALGORITHMS = [None, ("conv", "conv_kn2row"), ("conv", "conv_kn2col"), ("im2col", "im2col"), ("im2col", "im2row"),
-              ("conv", "conv_kn2row", {"LOCAL": 1}), ("conv", "conv_kn2col", {"LOCAL": 1, "KC": 8, "MWI": 8})]
+              ("conv", "conv_kn2row", {"LOCAL": 1}), ("conv", "conv_kn2col", {"LOCAL": 1, "KC": 8, "MWI": 8}),
+              ("conv", "conv_kn2col", {"LOCAL": 2, "KC": 16, "MWI": 8, "NWI": 4, "MDIM": 8, "NDIM": 16}),
+              ("conv", "conv_kn2col", {"LOCAL": 2, "KC": 4, "VW": 2, "MWI": 4, "NWI": 4, "MDIM": 4, "NDIM": 8})]
 #: (H, W, C, M, kernel, strides, dilation, padding, groups, batch)
 CASES = [
     (5, 5, 3, 13, 3, 1, 1, "valid", 1, 1),
@@ -44,7 +46,8 @@ def _randomize(layer, rng):
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS,
-                         ids=lambda a: (a[1] + ("-local" if len(a) > 2 else "")) if a else "default")
+                         ids=lambda a: (a[1] + (f"-local{a[2]['LOCAL']}-kc{a[2].get('KC', 16)}" if len(a) > 2 else ""))
+                         if a else "default")
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
 def test_conv2d_matches_the_definition(device, rng, algorithm, case):
     h, w, c, m, k, s, d, padding, groups, batch = case
@@ -160,19 +163,16 @@ def test_config_round_trips():
     assert SeparableConv2D.from_config(sep.get_config()).get_config() == sep.get_config()
 
 
-def test_the_plan_chooses_the_conv_kernel_per_layer_shape(device):
-    """The first of the library's defaults for the device's kind whose preconditions hold for the
-    layer's (COUT, KH*KW*CG, batch*OH*OW); the list always ends in a kernel that takes every shape."""
-    from malinn.kernel_library import load_library
-    from malinn.plan_builder import PlanBuilder
+def test_the_plan_chooses_the_conv_algorithm_per_layer_geometry(device):
+    """Each layer runs what malinn.conv_choice chooses for its geometry (the library's
+    conv_algorithms rules, untuned here): the patch matrix and a matmul for an im2col kernel, one
+    conv step otherwise; every kind's rules end in a conv kernel that takes every layer."""
+    from malinn.conv_choice import ConvGeometry, choose_algorithm
 
-    library = load_library()
-    for kind in ("gpu", "cpu", "accelerator"):
-        assert library.default_specs("conv", kind)[-1].accepts(1, 1, 1), kind
-    specs = library.default_specs("conv", device.kind)
-    for shape in [(3, 27, 49), (64, 576, 7 * 13 * 13), (256, 2304, 8 * 28 * 28)]:
-        chosen = PlanBuilder(device, 1)._conv_spec("conv", shape)
-        assert chosen == next((s for s in specs if s.accepts(*shape)), specs[-1]), shape
-    gpu = library.default_specs("conv", "gpu")
-    assert [s.accepts(3, 27, 49) for s in gpu][-1] and not gpu[0].accepts(3, 27, 49)   # small layers: no staging
-    assert gpu[0].accepts(256, 2304, 8 * 28 * 28) and gpu[0].config["LOCAL"] == "1"
+    for h, c, m, k, batch in [(3, 3, 27, 3, 1), (13, 64, 64, 3, 7), (28, 256, 256, 3, 8)]:
+        model = _run(Conv2D(m, k, padding="same"), np.zeros((1, h, h, c)))
+        (geometry,) = model.conv_geometries(batch, device)
+        assert isinstance(geometry, ConvGeometry) and (geometry.cin, geometry.cout, geometry.KH) == (c, m, k)
+        spec, why = choose_algorithm(device, geometry)
+        kinds = [s["kind"] for s in model.plan(batch).describe() if s["kind"] != "relayout"]
+        assert why == "default" and kinds[:2] == (["im2col", "matmul"] if spec.op == "im2col" else ["conv"])

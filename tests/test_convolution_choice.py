@@ -1,0 +1,214 @@
+"""Which algorithm each convolution layer runs: the library's rules by geometry, the patch budget,
+the tuner's winners per geometry (stored, read, checked), decided once per plan."""
+
+import io
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+import malinn
+from malinn import conv_choice, conv_tuner, kernel_choice, plan_builder, tuning_db
+from malinn.conv_choice import ConvGeometry, choose_algorithm, holds, patch_budget, patch_bytes, rules
+from malinn.layers import Conv2D
+from malinn.layers.windows import window_defines
+
+from helpers import conv2d_reference
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MALINN_CACHE_DIR", str(tmp_path))
+    tuning_db.forget()
+    yield tmp_path
+    tuning_db.forget()
+
+
+def geometry(batch, h, cin, cout, k, stride=1, dilation=1, padding="same", groups=1, w=None):
+    return ConvGeometry.of(batch, cin, cout, groups,
+                           window_defines((h, w or h), (k, k), (stride, stride), (dilation, dilation), padding))
+
+
+def conv_model(h, cin, cout, k, seed=0, **kwargs):
+    layer = Conv2D(cout, k, padding="same", activation="relu", **kwargs)
+    model = malinn.Sequential([layer])
+    model.build((None, h, h, cin))
+    rng = np.random.default_rng(seed)
+    model.set_weights([rng.standard_normal(w.shape).astype(np.float32) for w in model.get_weights()])
+    return model, layer
+
+
+def conv_kernels(plan) -> list:
+    return [s.spec.codename for s in plan.steps if s.kind in ("conv", "im2col")]
+
+
+def test_geometry_keys_round_trip_and_bad_keys_are_refused():
+    g = geometry(8, 27, 96, 256, 5, w=13)
+    assert g.key() == "b8-c96-m256-g1-i27x13-o27x13-k5x5-s1x1-d1x1-p2x2"
+    assert ConvGeometry.parse(g.key()) == g
+    assert g.product() == (256, 25 * 96, 8 * 27 * 13) and patch_bytes(g) == 4 * 25 * 96 * 8 * 27 * 13
+    for bad in ("", "b8-c96", "b0-c96-m256-g1-i27x13-o27x13-k5x5-s1x1-d1x1-p2x2",
+                "b8-c96-m256-g1-i27x13-o27x13-k5x5-s1x1-d1x1-p2x2-x", "b8-c96-m256-g1-i27-o27x13-k5x5-s1x1-d1x1-p2x2"):
+        with pytest.raises(ValueError, match="convolution geometry"):
+            ConvGeometry.parse(bad)
+
+
+def test_gpu_rules_put_the_measured_winner_first():
+    """From benchmarks/results/convolution_nvidia_h200.json: kn2col for few input channels, im2row
+    for small images, the implicit GEMM with 32 x 32 tiles up to 4096 output pixels, im2row for
+    larger layers whose patches fit, the implicit GEMM with 64 x 64 tiles where they do not."""
+    table = conv_choice._section()
+    gpu = table["rules"]["gpu"]
+    library = malinn.load_library()
+
+    def first(g, budget):
+        for rule in gpu:
+            spec = library[rule["codename"]].configure(rule.get("defines"))
+            fits = spec.op != "im2col" or patch_bytes(g) <= budget
+            if holds(rule.get("when", {}), g) and fits and (spec.op != "conv" or spec.accepts(*g.product())):
+                return spec
+        return None
+
+    budget = table["patch_budget_mib"]["gpu"] * 2**20
+    assert first(geometry(1, 28, 16, 32, 5), budget).codename == "conv_kn2col"        # inception_3a/5x5
+    assert first(geometry(1, 28, 16, 32, 5), budget).config["LOCAL"] == "0"
+    assert first(geometry(1, 13, 256, 384, 3), budget).codename == "im2row"           # AlexNet conv3, batch 1
+    implicit = first(geometry(8, 13, 384, 256, 3), budget)                             # AlexNet conv5, batch 8
+    assert implicit.codename == "conv_kn2col" and implicit.config["LOCAL"] == "2" and implicit.config["KC"] == "32"
+    assert first(geometry(8, 28, 512, 512, 3), budget).codename == "im2row"           # VGG conv4_3, batch 8
+    staged = first(geometry(8, 224, 64, 64, 3), budget)                                # VGG conv1_2: 882 MiB patches
+    assert staged.codename == "conv_kn2col" and staged.config["LOCAL"] == "2" and staged.config["KC"] == "16"
+    tiny = first(geometry(1, 3, 40, 2, 3), 0)   # no room for patches, too small to stage
+    assert tiny.codename == "conv_kn2col" and tiny.config["LOCAL"] == "0"
+    for kind, found in table["rules"].items():   # every kind ends in a conv kernel that takes any layer
+        assert library[found[-1]["codename"]].op == "conv" and not found[-1].get("when"), kind
+        assert not library[found[-1]["codename"]].configure(found[-1].get("defines")).preconditions or \
+            library[found[-1]["codename"]].configure(found[-1].get("defines")).accepts(1, 1, 1), kind
+
+
+def test_the_tuner_times_the_untuned_default_first(device):
+    if device.backend != "opencl":
+        pytest.skip("convolutions run on OpenCL devices")
+    for g in (geometry(1, 13, 40, 8, 3), geometry(2, 9, 3, 16, 5), geometry(1, 6, 8, 4, 3, groups=2)):
+        found = conv_tuner.candidates(device, g, quick=True)
+        assert found[0] == conv_choice.default_algorithm(device, g) == choose_algorithm(device, g)[0]
+        assert len(found) == len({(s.codename, s.defines) for s in found}) > 1
+
+
+def test_the_patch_budget_keeps_im2col_off_layers_whose_patches_do_not_fit(device):
+    if device.backend != "opencl":
+        pytest.skip("convolutions run on OpenCL devices")
+    budget = patch_budget(device)
+    assert 0 < budget <= device.max_allocation // 4
+    small = geometry(1, 13, 32, 32, 3)
+    large = geometry(64, 224, 64, 64, 3)
+    assert patch_bytes(small) <= budget < patch_bytes(large)
+    for spec, when in rules(device):
+        if spec.op == "im2col" and holds(when, small):
+            assert choose_algorithm(device, small)[0].op == "im2col"
+            break
+    spec, why = choose_algorithm(device, large)
+    assert spec.op == "conv" and why == "default"
+    # an explicit im2col choice is the user's: it is not second-guessed
+    kernel_choice.use("im2col", "im2row", device=device)
+    assert choose_algorithm(device, large) == (malinn.load_library()["im2row"], "explicit")
+
+
+def test_the_choice_is_made_once_per_plan_never_in_predict(device, rng, monkeypatch):
+    if device.backend != "opencl":
+        pytest.skip("convolutions run on OpenCL devices")
+    calls = []
+    original = plan_builder.choose_algorithm
+    monkeypatch.setattr(plan_builder, "choose_algorithm", lambda d, g: calls.append(g) or original(d, g))
+    model, layer = conv_model(9, 5, 7, 3)
+    x = rng.standard_normal((3, 9, 9, 5)).astype(np.float32)
+    want = np.maximum(conv2d_reference(x, layer.kernel, layer.bias, padding="same"), 0)
+    for _ in range(3):
+        np.testing.assert_allclose(model.predict(x), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    assert len(calls) == 1 and (calls[0].cin, calls[0].cout, calls[0].IH, calls[0].batch) == (5, 7, 9, 3)
+
+
+def test_tuner_stores_the_winner_per_geometry_and_the_plan_runs_it(device, cache, rng):
+    if device.backend != "opencl":
+        pytest.skip("convolutions run on OpenCL devices")
+    model, layer = conv_model(7, 6, 5, 3)
+    (g,) = model.conv_geometries(2, device)
+    assert g == geometry(2, 7, 6, 5, 3)
+    progress = io.StringIO()
+    found = conv_tuner.tune_convs([g, g], device, quick=True, repeat=1, stream=progress)
+    won = found["convs"][g.key()]
+    assert found["untuned"] == [] and won["seconds"] > 0 and g.key() in progress.getvalue()
+    stored = json.loads((cache / "tuning.json").read_text())["devices"][device.identity]["convs"][g.key()]
+    assert stored["codename"] == won["codename"]
+    assert tuning_db.tuned_conv(device, g)[0] == won["codename"]
+    spec, why = choose_algorithm(device, g)
+    assert why == "tuned" and spec.codename == won["codename"]
+    assert won["codename"] in conv_kernels(model.plan(2, device))
+    x = rng.standard_normal((2, 7, 7, 6)).astype(np.float32)
+    want = np.maximum(conv2d_reference(x, layer.kernel, layer.bias, padding="same"), 0)
+    np.testing.assert_allclose(model.predict(x), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("codename, defines", [("conv_kn2col", {}), ("im2col", {}),
+                                               ("conv_kn2row", {"MWI": 2, "NWI": 4, "MDIM": 8, "NDIM": 16})])
+def test_a_stored_winner_replaces_the_default_at_the_next_plan(device, cache, rng, codename, defines):
+    if device.backend != "opencl":
+        pytest.skip("convolutions run on OpenCL devices")
+    model, layer = conv_model(6, 4, 3, 3)
+    before = conv_kernels(model.plan(1, device))
+    g = geometry(1, 6, 4, 3, 3)
+    tuning_db.save(device, convs={g.key(): {"codename": codename, "defines": defines, "seconds": 1e-5}})
+    plan = model.plan(1, device)
+    assert conv_kernels(plan)[0] == codename, before
+    spec = next(s.spec for s in plan.steps if s.kind in ("conv", "im2col"))
+    assert all(spec.config[k] == str(v) for k, v in defines.items())
+    x = rng.standard_normal((1, 6, 6, 4)).astype(np.float32)
+    want = np.maximum(conv2d_reference(x, layer.kernel, layer.bias, padding="same"), 0)
+    np.testing.assert_allclose(model.predict(x), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("entry, why", [({"codename": "gemm_tiled"}, "not a conv or im2col kernel"),
+                                        ({"codename": "conv_kn2row", "defines": {"MWI": 3}}, "not a configuration"),
+                                        ({"codename": "nothing"}, "not a conv or im2col kernel"),
+                                        ("im2row", "expected an object")])
+def test_a_bad_stored_conv_winner_is_ignored_with_a_warning(device, cache, entry, why):
+    g = geometry(1, 6, 4, 3, 3)
+    data = {"format": "malinn-tuning", "version": 1,
+            "devices": {device.identity: {"convs": {g.key(): entry, "b1-c1": {"codename": "im2row"}}}}}
+    (cache / "tuning.json").write_text(json.dumps(data))
+    tuning_db.forget()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert tuning_db.tuned_conv(device, g) is None
+    messages = " | ".join(str(w.message) for w in caught)
+    assert why in messages and "'b1-c1' is not a convolution geometry" in messages
+
+
+def test_the_tuners_reference_is_the_keras_convolution(rng):
+    for g_args, kwargs in [((2, 7, 6, 4, 3), {"stride": 2, "padding": "valid"}),
+                           ((1, 9, 4, 6, 3), {"dilation": 2, "groups": 2}), ((3, 5, 3, 5, 5), {})]:
+        g = geometry(*g_args, **kwargs)
+        kernel = rng.standard_normal((g.KH, g.KW, g.cg, g.cout))
+        x = rng.standard_normal((g.batch, g.IH, g.IW, g.cin))
+        got = conv_tuner.reference(x, kernel.reshape(-1, g.cout).T, g)
+        want = conv2d_reference(x, kernel, None, (g.SH, g.SW), (g.DH, g.DW), kwargs.get("padding", "same"), g.groups)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_cli_tune_model_stores_a_winner_per_convolution_layer(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, MALINN_CACHE_DIR=str(tmp_path), PYTHONPATH=str(root))
+    out = subprocess.run([sys.executable, "-m", "malinn.cli", "tune", "--model", str(root / "examples" / "digits_cnn.keras"),
+                          "--batch", "1", "--quick"], capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "2 convolutions tuned (none left untuned)" in out.stdout
+    devices = json.loads((tmp_path / "tuning.json").read_text())["devices"]
+    convs = next(entry["convs"] for entry in devices.values() if "convs" in entry)
+    assert sorted(convs) == ["b1-c1-m16-g1-i8x8-o8x8-k3x3-s1x1-d1x1-p1x1", "b1-c16-m32-g1-i4x4-o4x4-k3x3-s1x1-d1x1-p1x1"]
+    assert all(won["codename"] in ("conv_kn2row", "conv_kn2col", "im2row", "im2col") for won in convs.values())
