@@ -155,3 +155,36 @@ def test_a_reshape_written_in_place_while_its_input_is_read_later_stays_a_copy(d
     assert not next(s for s in plan.steps if s.kind == "reshape" and s.layers[0].name == "r").view
     hv = dense_np(model.layers[0], xs)
     assert_close(model.predict(xs), np.concatenate([np.tanh(hv), hv], axis=-1))
+
+
+#: kernels that write R through R_AT, in both orders (R row-major: KERAS_ORDER 0; C: 1), at
+#: batches their preconditions take (gemm_tiled: 16 samples or more; gemv: up to NB)
+TILED = {"MWG": 32, "NWG": 16, "KWG": 16, "MDIMC": 8, "NDIMC": 8, "VW": 2, "LOCAL": 1, "STRIDED": 1}
+WRITERS = [("gemm_tiled", TILED, 20), ("gemm_tiled_c", TILED, 20), ("gemm_tiled_c", TILED, 100),
+           ("gemv_c", {"VW": 4, "WPT": 1, "MDIM": 2, "KSPLIT": 8, "NB": 8}, 1),
+           ("gemv_c", {"VW": 4, "WPT": 1, "MDIM": 2, "KSPLIT": 8, "NB": 8}, 7),
+           ("gemv_rows", {"VW": 4, "ROWS": 4, "THREADS": 32, "NB": 8}, 7)]
+
+
+@pytest.mark.parametrize("codename,config,batch", WRITERS, ids=[f"{w[0]}-{w[2]}" for w in WRITERS])
+def test_every_slice_writer_writes_its_slice_in_its_order(device, rng, codename, config, batch):
+    """The kernel chosen with use() writes each slice of the concatenation (the padding rows of
+    its result to the spare float) in its own order."""
+    from malinn import kernel_choice
+    try:
+        kernel_choice.use("matmul", codename, device, config)
+        model = two_dense_concat(units=(5, 11), inputs=9)
+        layers = {layer.name: layer for layer in model.layers}
+        x = rng.uniform(-1, 1, (batch, 9)).astype(np.float32)
+        plan = model.plan(batch, device)
+        assert launched(plan, "concat") == 0, [r["kernel"] for r in plan.describe()]
+        assert all(r["kernel"].startswith(codename) for r in plan.describe() if r["kind"] == "matmul")
+        assert {str(s.out.storage.layout) for s in plan.steps if s.out.storage.view is not None} == \
+            {"C" if codename.endswith(("_c", "_rows")) else "R"}
+        poison(device, plan, "concat")
+        cat = np.concatenate([dense_np(layers["p0"], x), dense_np(layers["p1"], x)], axis=-1)
+        got = model.predict(x)
+        assert_close(got[1], cat)
+        assert_close(got[0], dense_np(layers["out"], cat))
+    finally:
+        kernel_choice.forget(device)
