@@ -2,9 +2,11 @@
  *
  * Element (row, col) of a matrix view is flat index col * rows + row in Keras's row-major order.
  * One launch per input: R's elements at axis positions [OFFSET, OFFSET + ALEN) come from A
- * (INNER: elements after the axis, RLEN / ALEN: the axis' length in R / A). FIRST=1 (the first
- * input) also writes every other element of R, its padding included, as 0; the inputs after it
- * fill their slices. The runtime prepends MALINN_INDEX_A / _R. OpenCL C 1.2.
+ * (INNER: elements after the axis, RLEN / ALEN: the axis' length in R / A). FIRST=1 (one launch
+ * per result) also writes R's padding (row >= m or col >= n) as 0; every other element is in
+ * some input's slice, written by that input's launch, or by the matmul that produced the input
+ * straight into its slice (a view: epilogue.clh R_VIEW), which nothing here may overwrite.
+ * The runtime prepends MALINN_INDEX_A / _R. OpenCL C 1.2.
  */
 
 #ifndef FIRST
@@ -40,8 +42,8 @@ __kernel void concat(uint m, uint n, uint h, uint w, uint M, uint H, uint W,
             const ulong g = (outer * ALEN + (j - OFFSET)) * INNER + inner;
             const ulong acol = g / M;
             r[ix] = a[MALINN_INDEX_A((uint)(g - acol * M), (uint)acol, H, W)];
-            return;
         }
+        return;
     }
 #if FIRST
     r[ix] = 0.0f;

@@ -33,7 +33,8 @@ must satisfy) is a family the tuner times (:meth:`KernelSpec.configurations`, :m
 epilogue serve every backend, and a backend uses only the entries that have a source for it
 (:meth:`KernelSpec.has_source`; OpenCL's is ``source``). ``includes`` lists headers prepended to the source; ``epilogue`` lists what a matmul can fuse into
 its final write (``bias``, ``activation``, ``affine``, ``softmax``: defines ``BIAS``, ``ACTIVATION``,
-``AFFINE``, ``SOFTMAX``; kernels/epilogue.clh); ``preconditions`` (``min_m``/``max_m``, ``min_k``/
+``AFFINE``, ``SOFTMAX``; kernels/epilogue.clh) and ``view`` (it writes R only through ``R_AT``, so
+``R_VIEW`` with ``R_OFFSET``, ``R_LD``, ``R_ROWS``, ``R_SPARE`` puts R in a slice of a larger buffer); ``preconditions`` (``min_m``/``max_m``, ``min_k``/
 ``max_k``, ``min_n``/``max_n``, numbers or expressions over the defines) say for which product
 shapes a kernel is worth choosing (or, for a softmax epilogue, able to hold whole columns).
 """
@@ -77,7 +78,10 @@ VECTOR_NAMES = ("bias", "scale", "shift")
 #: a buffer the runtime allocates for the kernel's own use (its size: the entry's ``scratch_bytes``)
 SCRATCH_NAME = "scratch"
 #: what a matmul kernel can fuse into its final write -> the define that switches it on
-EPILOGUE_DEFINES = {"bias": "BIAS", "activation": "ACTIVATION", "affine": "AFFINE", "softmax": "SOFTMAX"}
+EPILOGUE_DEFINES = {"bias": "BIAS", "activation": "ACTIVATION", "affine": "AFFINE", "softmax": "SOFTMAX",
+                    "view": "R_VIEW"}
+#: the defines besides R_VIEW that place a ``view`` kernel's R in a larger buffer (epilogue.clh)
+VIEW_DEFINES = ("R_OFFSET", "R_LD", "R_ROWS", "R_SPARE")
 PRECONDITIONS = ("min_m", "max_m", "min_k", "max_k", "min_n", "max_n")
 #: the ``defaults`` tables that name matmul kernels: the choice, the fallbacks where its
 #: preconditions fail (a list: the first whose preconditions hold), the kernel that fuses softmax
@@ -212,7 +216,8 @@ class KernelSpec:
             return self
         path, entry, table = self.template
         unknown = set(overrides) - set(dict(self.defines)) - {EPILOGUE_DEFINES[f] for f in self.epilogue} \
-            - {name for p in self.precisions for name, _ in table[p].defines}
+            - {name for p in self.precisions for name, _ in table[p].defines} \
+            - (set(VIEW_DEFINES) if "view" in self.epilogue else set())
         if unknown:
             raise LibraryError(f"kernel {self.codename!r} has no defines {sorted(unknown)}")
         merged = {**dict(self.defines), **{k: str(v) for k, v in overrides.items()}}

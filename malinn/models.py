@@ -336,8 +336,9 @@ class PlannedModel:
             try:
                 plan = self._compile(get_device(), batch_bucket(batch), False)
                 for row in plan.describe():
-                    for name in row["layers"]:
-                        kernels.setdefault(name, row["kernel"] + (" + " + "+".join(row["fused"]) if row["fused"] else ""))
+                    for name in row["layers"]:   # a layer's first launched kernel, else "view (no copy)"
+                        if name not in kernels or (kernels[name] == "view (no copy)" and not row["view"]):
+                            kernels[name] = row["kernel"] + (" + " + "+".join(row["fused"]) if row["fused"] else "")
                 weights = (sum(plan.weight_sizes()), sum(4 * r * c for r, c in plan.weight_paddings()))
             except DeviceError:
                 pass

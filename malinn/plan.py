@@ -53,6 +53,10 @@ class Plan:
                 storage.first, storage.last = min(storage.first, i), max(storage.last, i)
         for value in self.outputs:
             value.storage.last = end
+        for storage in self._storages():   # a view keeps its base's buffer alive while it is used
+            base = storage.base
+            if base is not None:
+                base.first, base.last = min(base.first, storage.first), max(base.last, storage.last)
 
     def _storages(self) -> list:
         return storages_of(self.inputs + self.outputs, self.steps)
@@ -65,7 +69,7 @@ class Plan:
         inputs = {id(v.storage) for v in self.inputs}
         buffers = [[4 * v.storage.elements(), 2**62, [v.storage]] for v in self.inputs]
         for storage in sorted(self._storages(), key=lambda s: (s.first, -s.elements())):
-            if id(storage) in inputs:
+            if id(storage) in inputs or storage.base is not None:   # a view lives in its base's buffer
                 continue
             need = 4 * storage.elements()
             free = [b for b in buffers if b[1] < storage.first and b[0] >= need]
@@ -171,6 +175,9 @@ class Plan:
                 device.fill_zero(buffer, size, what=f"activations ({what})")
             for storage in storages:
                 storage.buffer = buffer
+        for storage in self._storages():
+            if storage.base is not None:
+                storage.buffer = storage.base.buffer
         self.launches = []
         for step in self.steps:
             launch = self._bind(step)
@@ -218,6 +225,8 @@ class Plan:
         return min(x.storage.padded[0], round_up(x.rows, math.lcm(b.row_multiple, a.col_multiple)))
 
     def _bind(self, step: Step):
+        if step.view:   # its result is a view of memory another step wrote: nothing to launch
+            return None
         device, spec = self.device, step.spec
         matrices = {slot: self._matrix(x, self._common_rows(step) if step.kind == "matmul" else None)
                     for slot, x in step.inputs.items()}
@@ -266,6 +275,8 @@ class Plan:
         wanted = (step.bias is not None) + (step.activation not in (None, "linear")) + (step.affine is not None)
         if len(fused) != wanted:
             raise AssertionError(f"{step.what}: {spec.codename} fuses only {fused}")
+        if step.out.storage.view is not None:   # R is a slice of a larger buffer (epilogue.clh R_VIEW)
+            spec = spec.configure(step.out.storage.view)
         return spec
 
     # ---------------------------------------------------------------- running
@@ -301,8 +312,9 @@ class Plan:
 
     # ---------------------------------------------------------------- reports
     def describe(self) -> list:
-        """One row per step: ``{"layers", "kernel", "fused", "shape"}`` (what ``summary`` shows; a
-        matmul's kernel ends with its precision in brackets where it is not fp32)."""
+        """One row per step: ``{"layers", "kernel", "fused", "shape", "what", "kind", "view"}`` (what
+        ``summary`` shows; a matmul's kernel ends with its precision in brackets where it is not
+        fp32; a step the plan made a view launches nothing and shows ``view (no copy)``)."""
         precision_defines = {k for p in load_library().precisions.values() for k, _ in p.defines}
         rows = []
         for step in self.steps:
@@ -316,10 +328,14 @@ class Plan:
             config = " ".join(f"{k}={v}" for k, v in step.spec.defines
                               if k not in ("BIAS", "ACTIVATION", "AFFINE") and k not in precision_defines
                               and k not in GEOMETRY and plain.get(k) != v)
+            kernel = (step.spec.codename + (f" ({config})" if config else "")
+                      + (" (writes its slice of a shared buffer)" if step.out.storage.view is not None else "")
+                      + (f" [{step.spec.precision}]" if step.spec.precision != DEFAULT_PRECISION else ""))
+            if step.view:
+                kernel = "view (no copy)"
             rows.append({"layers": [getattr(layer, "name", str(layer)) for layer in step.layers],
-                         "kernel": step.spec.codename + (f" ({config})" if config else "")
-                         + (f" [{step.spec.precision}]" if step.spec.precision != DEFAULT_PRECISION else ""),
-                         "fused": fused, "shape": step.out.shape, "what": step.what, "kind": step.kind})
+                         "kernel": kernel, "fused": fused, "shape": step.out.shape, "what": step.what,
+                         "kind": step.kind, "view": step.view})
         return rows
 
     def matmul_shapes(self) -> list:

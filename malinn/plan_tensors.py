@@ -109,14 +109,21 @@ class Vector:
 
 # ======================================================================== symbolic tensors and steps
 class Storage:
-    """One buffer's worth of a tensor: its layout and padding once decided (in-place steps share it)."""
+    """One buffer's worth of a tensor: its layout and padding once decided (in-place steps share it).
+
+    A view (``base`` set) has no buffer of its own: it is another matrix view of ``base``'s memory
+    (a Reshape whose flat order the layout keeps), or, with ``view`` set, a slice that a matmul
+    writes through its epilogue's ``R_AT`` (kernels/epilogue.clh: ``view`` holds the ``R_VIEW``,
+    ``R_OFFSET``, ``R_LD``, ``R_ROWS``, ``R_SPARE`` defines), e.g. one input of a Concatenate.
+    """
 
     def __init__(self, rows: int, cols: int, layout: Layout | None = None):
         self.rows, self.cols, self.layout = rows, cols, layout
         self.row_mult = self.col_mult = 1
         self.padded = None
         self.group = self          # union-find: storages whose column padding must be equal
-        self.base = None           # for a view: the storage whose buffer it shares
+        self.base = None           # for a view: the storage whose buffer it shares (never itself a view)
+        self.view = None           # for a slice written by a matmul: its R_* defines (epilogue.clh)
         self.min_elements = 0
         self.first = self.last = 0
         self.buffer = None
@@ -127,6 +134,10 @@ class Storage:
             node.group = node.group.group
             node = node.group
         return node
+
+    def memory(self) -> "Storage":
+        """The storage whose buffer holds this one's values (itself, or a view's base)."""
+        return self.base if self.base is not None else self
 
     def elements(self) -> int:
         return max(self.padded[0] * self.padded[1], self.min_elements)
@@ -171,6 +182,7 @@ class Step:
     launch: object = None
     vectors: dict = dataclasses.field(default_factory=dict)   # kernel buffer name -> Vector (layer steps)
     overwrites: bool = False      # a layer step that rewrites its input "b" in place
+    view: bool = False            # the plan made it free: its result is a view (nothing launched)
 
     @property
     def in_place(self) -> bool:

@@ -42,7 +42,7 @@ def test_every_kernel_builds_as_opencl_c_1_2(codename, device):
     layouts = {name: (m.layout if not m.any_layout else parse_layout("C_4_2_C")) for name, m in spec.matrices.items()}
     device.build(spec.program_source(layouts, device.render_index), spec.options() + ("-cl-std=CL1.2",), origin=spec.source)
     if spec.epilogue:   # and with everything its epilogue can fuse switched on
-        on = {"BIAS": 1, "ACTIVATION": "act_relu_general", "AFFINE": 1, "SOFTMAX": 1}
+        on = {"BIAS": 1, "ACTIVATION": "act_relu_general", "AFFINE": 1, "SOFTMAX": 1, "R_VIEW": 1}
         full = spec.configure({EPILOGUE_DEFINES[f]: on[EPILOGUE_DEFINES[f]] for f in spec.epilogue})
         device.build(full.program_source(layouts, device.render_index), full.options() + ("-cl-std=CL1.2",), origin=spec.source)
 

@@ -262,9 +262,10 @@ def model_cases() -> list[dict]:
 
 def graph_cases() -> list[dict]:
     """A Functional graph with every merge kernel (broadcasting, a fused activation, Concatenate on
-    two axes, a normalised Dot), beside matmuls that write R, C and Morton layouts."""
+    two axes, a normalised Dot), beside matmuls that write R, C and Morton layouts; gemm_tiled_c
+    writes its Dense result straight into the last Concatenate's buffer (a view: epilogue.clh R_VIEW)."""
     return [{"op": "graph", "codename": codename, "batch": 7, "kernels": ["merge", "concat", "dot", codename],
-             "cost": 50000} for codename in ("blocked_rmrm", "morton_4_2")]
+             "cost": 50000} for codename in ("blocked_rmrm", "morton_4_2", "gemm_tiled_c")]
 
 
 def window_cases() -> list[dict]:

@@ -5,7 +5,8 @@ They are called on a list of tensors in a Functional model (``Add()([a, b])``); 
 ``compute_output_shape`` take a list of shapes and ``lower`` a list of plan values. The element-wise
 ones broadcast as Keras does (a sample of lower rank gains axes of 1 after the batch axis, then axes
 of 1 stretch) and run as one in-place kernel per further input; Concatenate writes each input into
-its slice of one buffer; Dot is one kernel.
+its slice of one buffer (or its Dense writes it there: a view, :meth:`PlanBuilder.compile`); Dot is
+one kernel.
 """
 
 from __future__ import annotations
