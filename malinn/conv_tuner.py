@@ -104,7 +104,15 @@ def candidates(device: Device, g: ConvGeometry, quick: bool = False, seed: int =
     defaults, then one of each other staging mode (``LOCAL``), then a sample."""
     library = load_library()
     found = [default_algorithm(device, g)]
-    found += [spec for spec, _ in rules(device) if runs(spec, g, device) and spec not in found]
+    seen = {(found[0].codename, found[0].defines)}   # one timing per kernel and configuration
+
+    def add(spec) -> None:
+        if (spec.codename, spec.defines) not in seen and runs(spec, g, device):
+            seen.add((spec.codename, spec.defines))
+            found.append(spec)
+
+    for spec, _ in rules(device):
+        add(spec)
     for op in ("conv", "im2col"):
         for codename in library.codenames(op, device.backend):
             spec = library[codename]
@@ -117,9 +125,7 @@ def candidates(device: Device, g: ConvGeometry, quick: bool = False, seed: int =
             rest = firsts + [c for c in rest if c not in firsts]
             configs = configs[:1] + (rest[:QUICK_CONV_CONFIGS - 1] if quick else rest)
             for config in configs:
-                configured = spec.configure(config)
-                if configured not in found and runs(configured, g, device):
-                    found.append(configured)
+                add(spec.configure(config))
     return found
 
 

@@ -163,7 +163,9 @@ TILED = {"MWG": 32, "NWG": 16, "KWG": 16, "MDIMC": 8, "NDIMC": 8, "VW": 2, "LOCA
 WRITERS = [("gemm_tiled", TILED, 20), ("gemm_tiled_c", TILED, 20), ("gemm_tiled_c", TILED, 100),
            ("gemv_c", {"VW": 4, "WPT": 1, "MDIM": 2, "KSPLIT": 8, "NB": 8}, 1),
            ("gemv_c", {"VW": 4, "WPT": 1, "MDIM": 2, "KSPLIT": 8, "NB": 8}, 7),
-           ("gemv_rows", {"VW": 4, "ROWS": 4, "THREADS": 32, "NB": 8}, 7)]
+           ("gemv_rows", {"VW": 4, "ROWS": 4, "THREADS": 32, "NB": 8}, 7),
+           ("gemv_split_c", {"VW": 1, "MDIM": 4, "KSPLIT": 8, "SLICES": 4, "UNROLL": 1, "NB": 2}, 1),
+           ("gemv_split_c", {"VW": 4, "MDIM": 16, "KSPLIT": 8, "SLICES": 16, "UNROLL": 1, "NB": 8}, 7)]
 
 
 @pytest.mark.parametrize("codename,config,batch", WRITERS, ids=[f"{w[0]}-{w[2]}" for w in WRITERS])
