@@ -198,3 +198,29 @@ def test_activations_keep_nan_on_gl():
     for name in ("relu", "relu6", "hard_sigmoid", "leaky_relu"):
         got = ops.activation(DeviceMatrix.upload(d, x, "R"), name).numpy()
         assert np.isnan(got[0, 0]) and np.isfinite(got[0, 1:]).all(), (name, got)
+
+
+@needs_gl
+@pytest.mark.parametrize("op", ["matmul", "matmul_fallback", "matmul_softmax"])
+def test_a_gl_gpu_runs_the_opencl_gpus_kernels(op, rng):
+    """A GL GPU takes the OpenCL GPU's default kernels, Keras-order ones included (their GLSL
+    sources exist), each in the configuration the table names, and each matches numpy on odd
+    shapes on the GL device (llvmpipe, a CPU, stands in for a GL GPU here)."""
+    library = load_library()
+    gl, cl = library.default_specs(op, "gpu", "gl"), library.default_specs(op, "gpu", "opencl")
+    assert [(s.codename, s.defines) for s in gl] == [(s.codename, s.defines) for s in cl]
+    device = GL[0]
+    checked = 0
+    for spec in gl:
+        if spec.workgroup and np.prod(spec.workgroup) > device.max_work_group_size:
+            continue
+        for m, k, n in [(1, 1, 1), (3, 5, 7), (13, 37, 5), (150, 640, 13), (1001, 3, 1), (5, 1001, 13)]:
+            if not spec.accepts(m, k, n):
+                continue
+            a = rng.standard_normal((m, k)).astype(np.float32)
+            b = rng.standard_normal((k, n)).astype(np.float32)
+            r = ops.matmul(DeviceMatrix.from_host(a), DeviceMatrix.from_host(b), spec, device).numpy()
+            want = a.astype(np.float64) @ b.astype(np.float64)
+            np.testing.assert_allclose(r, want, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want).max()))
+            checked += 1
+    assert checked >= len(gl)

@@ -7,7 +7,8 @@
  *                  k = tk, tk + KSPLIT, ... < l; the KSPLIT partial sums are added in shared
  *                  memory in a fixed tree (bit-identical from run to run)
  * A (column-major, stride H) is read only in the runs of VW rows that hold a logical row. Loads
- * are scalar: VW and WPT set how many contiguous rows an invocation reads.
+ * are scalar: VW and WPT set how many contiguous rows an invocation reads. KERAS_ORDER=1 (the
+ * gemv_c family) reads B and writes R column-major (matmul.glsl).
  */
 
 #ifndef VW
@@ -63,10 +64,9 @@ void main() {
 #endif
     for (uint k = vectors > 0u ? first : l; k < l; k += uint(KSPLIT)) {
         uint ak = k * H + row0;
-        uint bk = k * w + col0;
         float bv[NB];
         for (int j = 0; j < NB; ++j)
-            bv[j] = b[bk + uint(j)];
+            bv[j] = B_AT(k, col0 + uint(j));
         for (int p = 0; p < WPT; ++p) {
             if (uint(p) < vectors) {
                 for (int i = 0; i < VW; ++i) {
@@ -106,7 +106,7 @@ void main() {
 #endif
         part[e] = s;
 #else
-        r[row * w + col] = EPILOGUE(s, row, col);
+        R_AT(row, col) = EPILOGUE(s, row, col);
 #endif
     }
 #else
@@ -115,7 +115,7 @@ void main() {
             for (int i = 0; i < VW; ++i) {
                 uint row = row0 + uint(p * VW + i);
                 uint col = col0 + uint(j);
-                r[row * w + col] = EPILOGUE(acc[p * VW + i][j], row, col);
+                R_AT(row, col) = EPILOGUE(acc[p * VW + i][j], row, col);
             }
 #endif
 
@@ -171,7 +171,7 @@ void main() {
             v = v * scale[row] + shift[row];
 #endif
         }
-        r[row * w + col] = v;
+        R_AT(row, col) = v;
     }
 #endif
 }

@@ -9,6 +9,10 @@
  *   AFFINE     1: v = v * scale[row] + shift[row], after the activation (default 0)
  *   the padding of R (row >= m or col >= n) is written as exactly 0.
  *
+ * KERAS_ORDER 0 (default): B is l x w and R is h x w, row-major; 1 (the *_c entries): both are
+ * column-major (a column of B is one sample's l features, a column of R one sample's h units),
+ * Keras's own memory order. B_AT(k, col) and R_AT(row, col) index them either way.
+ *
  * activations.glsl must come first ("sources.gl.includes" lists both). GLSL ES 3.10.
  */
 
@@ -20,6 +24,9 @@
 #endif
 #ifndef AFFINE
 #define AFFINE 0
+#endif
+#ifndef KERAS_ORDER
+#define KERAS_ORDER 0
 #endif
 
 MALINN_ARGS(uint l; uint h; uint w; uint m; uint n; uint H; uint W; float p0; float p1; float p2; float p3;)
@@ -44,3 +51,11 @@ float malinn_epilogue(float v, uint row, uint col) {
 }
 
 #define EPILOGUE(v, row, col) malinn_epilogue((v), (row), (col))
+
+#if KERAS_ORDER
+#define B_AT(k, col) b[(col) * l + (k)]
+#define R_AT(row, col) r[(col) * h + (row)]
+#else
+#define B_AT(k, col) b[(k) * w + (col)]
+#define R_AT(row, col) r[(row) * w + (col)]
+#endif
