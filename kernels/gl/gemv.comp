@@ -6,8 +6,9 @@
  *   invocation (tm, tk)  VW * WPT contiguous rows from row0, columns col0 .. col0 + NB - 1, over
  *                  k = tk, tk + KSPLIT, ... < l; the KSPLIT partial sums are added in shared
  *                  memory in a fixed tree (bit-identical from run to run)
- * A (column-major, stride H) is read only in the runs of VW rows that hold a logical row. Loads
- * are scalar: VW and WPT set how many contiguous rows an invocation reads. KERAS_ORDER=1 (the
+ * A (column-major, stride H) is read only in the runs of VW rows that hold a logical row: as vec4
+ * loads where VW is a multiple of 4, else scalar; VW and WPT set how many contiguous rows an
+ * invocation reads. KERAS_ORDER=1 (the
  * gemv_c family) reads B and writes R column-major (matmul.glsl).
  */
 
@@ -28,6 +29,12 @@
 #endif
 #ifndef SOFTMAX
 #define SOFTMAX 0
+#endif
+
+#if VW % 4 == 0
+/* A again, as vec4: H and every run's first row are multiples of VW (the entry's rowAlign), so a
+ * run of VW rows is VW / 4 aligned vec4 loads */
+layout(std430, binding = 0) readonly buffer BufA4 { vec4 a4[]; };
 #endif
 
 #define RPI (VW * WPT)            /* rows of R per invocation, contiguous */
@@ -69,11 +76,20 @@ void main() {
             bv[j] = B_AT(k, col0 + uint(j));
         for (int p = 0; p < WPT; ++p) {
             if (uint(p) < vectors) {
+#if VW % 4 == 0
+                for (int q = 0; q < VW / 4; ++q) {
+                    vec4 av = a4[(ak + uint(p * VW)) / 4u + uint(q)];
+                    for (int i = 0; i < 4; ++i)
+                        for (int j = 0; j < NB; ++j)
+                            acc[p * VW + q * 4 + i][j] += av[i] * bv[j];
+                }
+#else
                 for (int i = 0; i < VW; ++i) {
                     float av = a[ak + uint(p * VW + i)];
                     for (int j = 0; j < NB; ++j)
                         acc[p * VW + i][j] += av * bv[j];
                 }
+#endif
             }
         }
     }
