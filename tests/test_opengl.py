@@ -224,3 +224,45 @@ def test_a_gl_gpu_runs_the_opencl_gpus_kernels(op, rng):
             np.testing.assert_allclose(r, want, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want).max()))
             checked += 1
     assert checked >= len(gl)
+
+
+def _layer_for(op):
+    """A one-layer model whose plan needs a kernel of ``op`` (input shape, model)."""
+    from malinn.layers import Conv2D, DepthwiseConv2D, MaxPooling2D, ZeroPadding2D
+
+    layers = {"conv": Conv2D(2, 3, name="c"), "depthwise": DepthwiseConv2D(3, name="dw"),
+              "pool": MaxPooling2D(2, name="p"), "spatial": ZeroPadding2D(1, name="z")}
+    if op not in layers:
+        return None
+    model = Sequential([layers[op]])
+    model.build((None, 6, 6, 2))
+    return model
+
+
+@needs_gl
+def test_a_layer_whose_op_has_no_glsl_is_refused_by_name():
+    """An op with no kernel that has a GLSL source (the merges and issue-10 layers have theirs) is
+    refused on the GL device with a BackendError naming the op and the backend."""
+    library = load_library()
+    missing = [op for op in ("conv", "depthwise", "pool", "spatial")
+               if not any(library[c].has_source("gl") for c in library.codenames(op))]
+    if not missing:
+        pytest.skip("every op this test knows has a GLSL kernel")
+    model = _layer_for(missing[0])
+    previous = malinn.get_device()
+    try:
+        malinn.set_device(GL[0])
+        with pytest.raises(malinn.errors.BackendError, match=rf"no kernel implements '{missing[0]}' on the gl backend"):
+            model.predict(np.ones((2, 6, 6, 2), np.float32))
+    finally:
+        malinn.set_device(previous)
+
+
+@needs_gl
+@pytest.mark.parametrize("op", ["broadcast", "normalize", "permute", "repeat", "merge", "concat", "dot"])
+def test_the_layer_and_merge_ops_have_glsl(op):
+    """The single-input layers' and the merges' kernels run on GL (their tests, which take the
+    ``device`` fixture, compare them with numpy there)."""
+    library = load_library()
+    specs = library.default_specs(op, "gpu", "gl")
+    assert specs and all(s.has_source("gl") for s in specs)
