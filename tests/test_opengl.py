@@ -132,11 +132,12 @@ def test_programs_are_linked_once_per_work_group_shape():
     program = device.compile(source, ("-DX=1",))
     assert device.compile(source, ("-DX=1",)) is program
     buffer = device.alloc(4, "x")
-    builds = device.counters["builds"]
+    linked = lambda: device.counters["builds"] + device.counters["binary_hits"]  # noqa: E731  (a cache hit links too)
+    before = linked()
     for _ in range(3):
         device.bind(program, "main", [np.uint32(1), buffer], (1,), (1,))
     device.bind(program, "main", [np.uint32(1), buffer], (4,), (4,))
-    assert device.counters["builds"] - builds == 2
+    assert linked() - before == 2
 
 
 @needs_gl
@@ -266,3 +267,75 @@ def test_the_layer_and_merge_ops_have_glsl(op):
     library = load_library()
     specs = library.default_specs(op, "gpu", "gl")
     assert specs and all(s.has_source("gl") for s in specs)
+
+
+_BINARY_SOURCE = """MALINN_ARGS(uint n; float s;)
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 1) writeonly buffer Y { float y[]; };
+void main() { MALINN_GUARD uint i = gl_GlobalInvocationID.x; y[i] = x[i] * s + float(K); }"""
+
+
+def _run_binary_source(device, defines=("-DK=3",)):
+    """Runs _BINARY_SOURCE on 37 values on ``device``: (result, the program)."""
+    x = np.arange(37, dtype=np.float32)
+    y = np.zeros_like(x)
+    xb, yb = device.alloc(x.nbytes, "x"), device.alloc(y.nbytes, "y")
+    device.upload(xb, x)
+    program = device.compile(_BINARY_SOURCE, defines, "binary test")
+    device.launch_all([device.bind(program, "main", [np.uint32(37), np.float32(2), xb, yb], (37,), None)])
+    device.download(yb, y)
+    return y, program
+
+
+@needs_gl
+def test_a_second_context_loads_the_program_binary_from_the_cache(tmp_path, monkeypatch):
+    """The first context builds from source and writes the binary (glGetProgramBinary); a second
+    context, with nothing in memory, links from the cached binary and builds nothing."""
+    monkeypatch.setenv("MALINN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MALINN_BINARY_CACHE", "1")
+    first = opengl.probe(GL[0].index[1])
+    if not first.binary_formats:
+        pytest.skip(f"{first.name} offers no program binary format")
+    y, _ = _run_binary_source(first)
+    np.testing.assert_array_equal(y, 2 * np.arange(37, dtype=np.float32) + 3)
+    assert (first.counters["builds"], first.counters["binary_hits"]) == (1, 0)
+    assert len(list((tmp_path / "programs").glob("*.bin"))) == 2     # the probe shader and this one
+    second = opengl.probe(GL[0].index[1])
+    assert second.counters["builds"] == 0
+    y, program = _run_binary_source(second)
+    np.testing.assert_array_equal(y, 2 * np.arange(37, dtype=np.float32) + 3)
+    assert (second.counters["builds"], second.counters["binary_hits"]) == (0, 1)
+    assert isinstance(program.shaders[opengl.DEFAULT_LOCAL[1]], opengl.BinaryShader)
+    y, _ = _run_binary_source(second, ("-DK=4",))          # other defines: another entry, built
+    np.testing.assert_array_equal(y, 2 * np.arange(37, dtype=np.float32) + 4)
+    assert (second.counters["builds"], second.counters["binary_hits"]) == (1, 1)
+
+
+@needs_gl
+def test_a_binary_the_driver_refuses_is_rebuilt_from_source(tmp_path, monkeypatch):
+    """An entry that passes the cache's checks but that the driver does not take (a driver update)
+    is built from source instead, and replaced."""
+    from malinn.cache import read_entry, write_entry
+
+    monkeypatch.setenv("MALINN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MALINN_BINARY_CACHE", "1")
+    device = opengl.probe(GL[0].index[1])
+    if not device.binary_formats:
+        pytest.skip(f"{device.name} offers no program binary format")
+    program = device.compile(_BINARY_SOURCE, ("-DK=3",), "binary test")
+    local = opengl.DEFAULT_LOCAL[1]
+    key = program.binary_key(local, program.text(local))
+    write_entry("programs", key, b"\x01\x00\x00\x00" + b"not a program binary" * 8)
+    y, _ = _run_binary_source(device)
+    np.testing.assert_array_equal(y, 2 * np.arange(37, dtype=np.float32) + 3)
+    assert (device.counters["builds"], device.counters["binary_hits"]) == (1, 0)
+    assert b"not a program binary" not in read_entry("programs", key)
+
+
+@needs_gl
+def test_binary_cache_off_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("MALINN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MALINN_BINARY_CACHE", "0")
+    device = opengl.probe(GL[0].index[1])
+    _run_binary_source(device)
+    assert device.counters["builds"] == 1 and not list(tmp_path.rglob("*.bin"))

@@ -26,7 +26,9 @@ How the OpenCL notions map (docs/BACKENDS.md):
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
+import struct
 import sys
 import time
 import warnings
@@ -34,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..cache import read_entry, write_entry
 from ..errors import DeviceError, KernelBuildError
 from ..layout import Layout
 from .base import BoundLaunch, Device
@@ -52,6 +55,8 @@ _GPU_MEMORY_INFO_TOTAL_AVAILABLE_MEMORY_NVX = 0x9048
 _PROGRAM_BINARY_LENGTH = 0x8741
 _LINK_STATUS = 0x8B82
 _PROGRAM_BINARY_RETRIEVABLE_HINT = 0x8257
+_UNIFORM_BLOCK_DATA_SIZE = 0x8A40
+_INVALID_INDEX = 0xFFFFFFFF
 
 _PROBE_SOURCE = """
 MALINN_ARGS(uint n;)
@@ -126,11 +131,11 @@ class _GL:
         egl.eglGetProcAddress.restype = ctypes.c_void_p
         egl.eglGetProcAddress.argtypes = [ctypes.c_char_p]
 
-        def fn(name, *argtypes):
+        def fn(name, *argtypes, restype=None):
             address = egl.eglGetProcAddress(name.encode())
             if not address:
                 return None
-            return ctypes.CFUNCTYPE(None, *argtypes)(address)
+            return ctypes.CFUNCTYPE(restype, *argtypes)(address)
 
         u, i, p = ctypes.c_uint, ctypes.c_int, ctypes.c_void_p
         self.get_integerv = fn("glGetIntegerv", u, p)
@@ -138,6 +143,24 @@ class _GL:
         self.get_program_binary = fn("glGetProgramBinary", u, i, p, p, p)
         self.program_binary = fn("glProgramBinary", u, u, p, i)
         self.program_parameteri = fn("glProgramParameteri", u, u, i)
+        self.create_program = fn("glCreateProgram", restype=u)
+        self.delete_program = fn("glDeleteProgram", u)
+        self.use_program = fn("glUseProgram", u)
+        self.dispatch_compute = fn("glDispatchCompute", u, u, u)
+        self.get_uniform_block_index = fn("glGetUniformBlockIndex", u, ctypes.c_char_p, restype=u)
+        self.get_active_uniform_blockiv = fn("glGetActiveUniformBlockiv", u, u, u, p)
+
+    @property
+    def has_binaries(self) -> bool:
+        """Whether every entry point that program binaries need was found."""
+        return all((self.get_programiv, self.get_program_binary, self.program_binary, self.create_program,
+                    self.delete_program, self.use_program, self.dispatch_compute, self.get_uniform_block_index,
+                    self.get_active_uniform_blockiv))
+
+    def program_integer(self, program: int, pname: int) -> int:
+        value = ctypes.c_int(0)
+        self.get_programiv(program, pname, ctypes.byref(value))
+        return int(value.value)
 
     def integer(self, pname: int) -> int:
         value = (ctypes.c_int * 4)()
@@ -330,20 +353,97 @@ class GLProgram:
         return _preamble(self.options, local) + self.source
 
     def linked(self, local: tuple):
-        """The moderngl compute shader for ``local`` (KernelBuildError with the compiler's log)."""
+        """The compute shader for ``local``: loaded from the program-binary cache where an entry
+        for this text, device and driver is there and the driver takes it, else built by moderngl
+        from the source (and its binary cached); KernelBuildError with the compiler's log."""
         shader = self.shaders.get(local)
         if shader is None:
             device = self.device
             text = self.text(local)
-            try:
-                shader = device.ctx.compute_shader(text)
-            except Exception as exc:
-                raise KernelBuildError(f"{self.origin}: the GLSL compute shader did not build on {device.name} "
-                                       f"(options {' '.join(self.options) or 'none'}, work-group {local}):\n"
-                                       f"{str(exc).strip()}") from None
-            device.count("builds")
+            key = self.binary_key(local, text)
+            shader = self._from_binary(key)
+            if shader is None:
+                try:
+                    shader = device.ctx.compute_shader(text)
+                except Exception as exc:
+                    raise KernelBuildError(f"{self.origin}: the GLSL compute shader did not build on {device.name} "
+                                           f"(options {' '.join(self.options) or 'none'}, work-group {local}):\n"
+                                           f"{str(exc).strip()}") from None
+                device.count("builds")
+                self._to_binary(key, shader.glo)
             self.shaders[local] = shader
         return shader
+
+    def binary_key(self, local: tuple, text: str) -> dict | None:
+        """The full key of this program's binary in the cache, keyed like the OpenCL backend's (the
+        source's hash, the defines, the renderer and the driver), with the work-group shape; ``None``
+        where binaries are off (``MALINN_BINARY_CACHE=0``) or the driver offers no binary format."""
+        device = self.device
+        if (os.environ.get("MALINN_BINARY_CACHE", "1") == "0" or not device.binary_formats
+                or not device.gl.has_binaries):
+            return None
+        return {"backend": "gl", "source_sha256": hashlib.sha256(text.encode()).hexdigest(),
+                "options": list(self.options), "local": list(local), "device": device.name,
+                "vendor": device.vendor, "driver": device.driver_version, "platform": device.platform}
+
+    def _from_binary(self, key):
+        """A :class:`BinaryShader` from the cache entry for ``key``, or ``None`` (no entry, or the
+        driver refuses it: a driver update; the caller then builds from source)."""
+        if key is None:
+            return None
+        payload = read_entry("programs", key)
+        if payload is None or len(payload) < 5:
+            return None
+        device, gl = self.device, self.device.gl
+        binary_format, = struct.unpack("<I", payload[:4])
+        blob = payload[4:]
+        program = gl.create_program()
+        gl.program_binary(program, binary_format, blob, len(blob))
+        device._error()   # clears an INVALID_ENUM for a format the driver no longer offers
+        if not program or not gl.program_integer(program, _LINK_STATUS):
+            gl.delete_program(program)
+            return None
+        index = gl.get_uniform_block_index(program, b"MalinnArgs")
+        size = ctypes.c_int(0)
+        if index != _INVALID_INDEX:
+            gl.get_active_uniform_blockiv(program, index, _UNIFORM_BLOCK_DATA_SIZE, ctypes.byref(size))
+        device.count("binary_hits")
+        return BinaryShader(gl, program, None if index == _INVALID_INDEX else size.value)
+
+    def _to_binary(self, key, program: int) -> None:
+        """Writes the linked program's binary to the cache (nothing where the driver gives none)."""
+        if key is None:
+            return
+        gl = self.device.gl
+        length = gl.program_integer(program, _PROGRAM_BINARY_LENGTH)
+        if length <= 0:
+            return
+        blob = ctypes.create_string_buffer(length)
+        written, binary_format = ctypes.c_int(0), ctypes.c_uint(0)
+        gl.get_program_binary(program, length, ctypes.byref(written), ctypes.byref(binary_format), blob)
+        if self.device._error() is None and written.value > 0:
+            write_entry("programs", key, struct.pack("<I", binary_format.value) + blob.raw[:written.value])
+
+
+class BinaryShader:
+    """A compute shader made from a cached program binary (moderngl builds only from source): what
+    :meth:`GLDevice.bind` and :meth:`GLDevice.launch_all` use of moderngl's ``ComputeShader``, its
+    ``MalinnArgs`` block's size and ``run``. The program lives as long as the device's context."""
+
+    __slots__ = ("gl", "glo", "block")
+
+    def __init__(self, gl: _GL, program: int, block_size: int | None):
+        self.gl, self.glo = gl, program
+        self.block = None if block_size is None else type("UniformBlock", (), {"size": block_size})()
+
+    def __getitem__(self, name: str):
+        if name != "MalinnArgs" or self.block is None:
+            raise KeyError(name)
+        return self.block
+
+    def run(self, group_x: int = 1, group_y: int = 1, group_z: int = 1) -> None:
+        self.gl.use_program(self.glo)
+        self.gl.dispatch_compute(group_x, group_y, group_z)
 
 
 # -------------------------------------------------------------------- discovery
