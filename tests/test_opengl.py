@@ -339,3 +339,19 @@ def test_binary_cache_off_writes_nothing(tmp_path, monkeypatch):
     device = opengl.probe(GL[0].index[1])
     _run_binary_source(device)
     assert device.counters["builds"] == 1 and not list(tmp_path.rglob("*.bin"))
+
+
+@needs_gl
+def test_a_driver_below_opengl_4_3_is_skipped_naming_its_version():
+    """Mesa made to offer OpenGL 3.3 (MESA_GL_VERSION_OVERRIDE): the device is skipped with a
+    warning that names the renderer, the version it offers and the versions compute shaders need."""
+    if "Mesa" not in GL[0].platform:
+        pytest.skip("MESA_GL_VERSION_OVERRIDE is Mesa's")
+    env = {**os.environ, "MESA_GL_VERSION_OVERRIDE": "3.3", "MALINN_GL": "1"}
+    code = ("import warnings, malinn\nwarnings.simplefilter('always')\n"
+            "print([d.backend for d in malinn.devices()])")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "'gl'" not in out.stdout
+    assert re.search(r"skipping OpenGL device gl:0: .+ offers OpenGL 3\.3 .*need OpenGL 4\.3 or OpenGL ES 3\.1",
+                     out.stderr), out.stderr[-2000:]

@@ -458,13 +458,48 @@ def _total_memory(ctx, gl: _GL, software: bool, max_allocation: int) -> int:
         return max_allocation
 
 
-def probe(index: int) -> GLDevice:
-    """Creates a headless context on EGL device ``index`` and runs the probe shader; raises on failure."""
+#: the desktop OpenGL version whose compute shaders (and GLSL ES 3.10) the backend needs
+REQUIRED_GL = 430
+
+
+def _context(index: int):
+    """A headless desktop OpenGL 4.3+ context on EGL device ``index``.
+
+    Raises:
+        DeviceError: the device makes only an older context; the message names the renderer and the
+            version it offers (compute shaders came with OpenGL 4.3 and OpenGL ES 3.1).
+        Exception: moderngl's own, when no context can be made at all (past the last device, ...).
+    """
     moderngl = _moderngl()
     # the runtime packages' names (libgl1, libegl1 ship only the .so.1; glcontext asks for the
     # development links libGL.so / libEGL.so by default)
-    ctx = moderngl.create_context(standalone=True, backend="egl", device_index=index, require=430,
-                                  libgl="libGL.so.1", libegl="libEGL.so.1")
+    libraries = {"libgl": "libGL.so.1", "libegl": "libEGL.so.1"}
+    try:
+        return moderngl.create_context(standalone=True, backend="egl", device_index=index, require=REQUIRED_GL,
+                                       **libraries)
+    except Exception as exc:
+        if "requested device index" in str(exc):
+            raise
+        failure = exc
+    for version in (330, 210):   # what the device offers instead, to say so
+        try:
+            ctx = moderngl.create_context(standalone=True, backend="egl", device_index=index, require=version,
+                                          **libraries)
+        except Exception:
+            continue
+        try:
+            info = ctx.info
+            renderer, offered = str(info["GL_RENDERER"]).strip(), str(info["GL_VERSION"]).strip()
+        finally:
+            ctx.release()
+        raise DeviceError(f"{renderer} offers OpenGL {offered}; malinn's GL kernels are compute shaders, which "
+                          f"need OpenGL {REQUIRED_GL // 100}.{REQUIRED_GL // 10 % 10} or OpenGL ES 3.1") from None
+    raise failure
+
+
+def probe(index: int) -> GLDevice:
+    """Creates a headless context on EGL device ``index`` and runs the probe shader; raises on failure."""
+    ctx = _context(index)
     ctx.gc_mode = "context_gc"
     try:
         gl = _GL()
