@@ -341,17 +341,53 @@ def test_binary_cache_off_writes_nothing(tmp_path, monkeypatch):
     assert device.counters["builds"] == 1 and not list(tmp_path.rglob("*.bin"))
 
 
-@needs_gl
-def test_a_driver_below_opengl_4_3_is_skipped_naming_its_version():
-    """Mesa made to offer OpenGL 3.3 (MESA_GL_VERSION_OVERRIDE): the device is skipped with a
-    warning that names the renderer, the version it offers and the versions compute shaders need."""
-    if "Mesa" not in GL[0].platform:
-        pytest.skip("MESA_GL_VERSION_OVERRIDE is Mesa's")
-    env = {**os.environ, "MESA_GL_VERSION_OVERRIDE": "3.3", "MALINN_GL": "1"}
+def _gl_devices_under(env_extra: dict) -> tuple:
+    """(backends listed, platforms of the GL devices, stderr) of a discovery in a new process."""
+    env = {**os.environ, "MALINN_GL": "1", **env_extra}
     code = ("import warnings, malinn\nwarnings.simplefilter('always')\n"
-            "print([d.backend for d in malinn.devices()])")
+            "print([d.backend for d in malinn.devices()])\n"
+            "print([d.platform for d in malinn.devices() if d.backend == 'gl'])")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "'gl'" not in out.stdout
-    assert re.search(r"skipping OpenGL device gl:0: .+ offers OpenGL 3\.3 .*need OpenGL 4\.3 or OpenGL ES 3\.1",
-                     out.stderr), out.stderr[-2000:]
+    backends, platforms = out.stdout.strip().splitlines()[-2:]
+    return backends, platforms, out.stderr
+
+
+@needs_gl
+def test_a_driver_below_opengl_4_3_is_skipped_naming_its_version():
+    """Mesa made to offer OpenGL 3.3 and OpenGL ES 3.0 (MESA_GL_VERSION_OVERRIDE,
+    MESA_GLES_VERSION_OVERRIDE): the device is skipped with a warning that names the renderer, the
+    versions it offers and the versions compute shaders need."""
+    if "Mesa" not in GL[0].platform:
+        pytest.skip("MESA_GL_VERSION_OVERRIDE is Mesa's")
+    backends, _, stderr = _gl_devices_under({"MESA_GL_VERSION_OVERRIDE": "3.3", "MESA_GLES_VERSION_OVERRIDE": "3.0",
+                                             "MALINN_GL_API": ""})
+    assert "'gl'" not in backends
+    assert re.search(r"skipping OpenGL device gl:0: .+ offers OpenGL 3\.3 .* and no OpenGL ES 3\.1 \(.+\); .*"
+                     r"need OpenGL 4\.3 or OpenGL ES 3\.1", stderr), stderr[-2000:]
+
+
+@needs_gl
+def test_opengl_es_serves_where_desktop_opengl_is_below_4_3():
+    """The Raspberry Pi's case (desktop OpenGL 2.1, OpenGL ES 3.1), played by Mesa made to offer
+    OpenGL 3.3: the device comes up on an OpenGL ES context and runs a model; MALINN_GL_API=gl
+    refuses ES, MALINN_GL_API=es asks for it first."""
+    if "Mesa" not in GL[0].platform:
+        pytest.skip("MESA_GL_VERSION_OVERRIDE is Mesa's")
+    backends, platforms, stderr = _gl_devices_under({"MESA_GL_VERSION_OVERRIDE": "3.3", "MALINN_GL_API": ""})
+    assert "'gl'" in backends and "OpenGL ES 3." in platforms, stderr[-2000:]
+    backends, _, stderr = _gl_devices_under({"MESA_GL_VERSION_OVERRIDE": "3.3", "MALINN_GL_API": "gl"})
+    assert "'gl'" not in backends and "offers OpenGL 3.3" in stderr
+    _, platforms, _ = _gl_devices_under({"MALINN_GL_API": "es"})
+    assert "OpenGL ES 3." in platforms
+    env = {**os.environ, "MALINN_GL": "1", "MALINN_GL_API": "es", "MALINN_DEVICE": "gl"}
+    code = ("import numpy as np, malinn\nfrom malinn.layers import Dense\n"
+            "m = malinn.Sequential([Dense(13, activation='relu'), Dense(5, activation='softmax')])\n"
+            "m.build((None, 7))\nx = np.random.default_rng(0).standard_normal((3, 7)).astype(np.float32)\n"
+            "w = m.get_weights()\nh = np.maximum(x @ w[0] + w[1], 0) @ w[2] + w[3]\n"
+            "p = np.exp(h - h.max(1, keepdims=True))\np /= p.sum(1, keepdims=True)\n"
+            "print(malinn.get_device().platform, float(np.abs(m.predict(x) - p).max()))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    platform, err = out.stdout.strip().rsplit(" ", 1)
+    assert platform.startswith("OpenGL ES 3.") and float(err) < 1e-6, out.stdout

@@ -40,6 +40,7 @@ from ..cache import read_entry, write_entry
 from ..errors import DeviceError, KernelBuildError
 from ..layout import Layout
 from .base import BoundLaunch, Device
+from .gles_context import ESContext
 
 __all__ = ["GLDevice", "discover", "gl_index_macro", "PREAMBLE_VERSION", "SOFTWARE_RENDERERS"]
 
@@ -51,6 +52,9 @@ PREAMBLE_VERSION = "#version 310 es"
 DEFAULT_LOCAL = {1: (64,), 2: (8, 8)}
 _SHADER_STORAGE_BARRIER_BIT = 0x2000
 _MAX_COMPUTE_SHARED_MEMORY_SIZE = 0x8262
+_MAX_SHADER_STORAGE_BLOCK_SIZE = 0x90DE
+_MAX_COMPUTE_WORK_GROUP_INVOCATIONS = 0x90EB
+_MAX_COMPUTE_WORK_GROUP_SIZE = 0x91BF     # per axis (glGetIntegeri_v)
 _GPU_MEMORY_INFO_TOTAL_AVAILABLE_MEMORY_NVX = 0x9048
 _PROGRAM_BINARY_LENGTH = 0x8741
 _LINK_STATUS = 0x8B82
@@ -139,6 +143,7 @@ class _GL:
 
         u, i, p = ctypes.c_uint, ctypes.c_int, ctypes.c_void_p
         self.get_integerv = fn("glGetIntegerv", u, p)
+        self.get_integeri_v = fn("glGetIntegeri_v", u, u, p)
         self.get_programiv = fn("glGetProgramiv", u, u, p)
         self.get_program_binary = fn("glGetProgramBinary", u, i, p, p, p)
         self.program_binary = fn("glProgramBinary", u, u, p, i)
@@ -165,6 +170,11 @@ class _GL:
     def integer(self, pname: int) -> int:
         value = (ctypes.c_int * 4)()
         self.get_integerv(pname, value)
+        return int(value[0])
+
+    def indexed_integer(self, pname: int, index: int) -> int:
+        value = (ctypes.c_int * 4)()
+        self.get_integeri_v(pname, index, value)
         return int(value[0])
 
 
@@ -460,20 +470,51 @@ def _total_memory(ctx, gl: _GL, software: bool, max_allocation: int) -> int:
 
 #: the desktop OpenGL version whose compute shaders (and GLSL ES 3.10) the backend needs
 REQUIRED_GL = 430
+#: the glcontext backend name under which :class:`~malinn.backends.gles_context.ESContext` is found
+ES_BACKEND = "malinn-gles"
+
+
+def _register_es_backend() -> None:
+    """Lets moderngl make its context through :class:`ESContext` (``backend="malinn-gles"``):
+    glcontext finds backends by name only, and its EGL backend binds desktop OpenGL alone."""
+    import glcontext   # moderngl's own dependency
+
+    if getattr(glcontext.get_backend_by_name, "malinn_gles", False):
+        return
+    by_name = glcontext.get_backend_by_name
+
+    def get_backend_by_name(name):
+        if name == ES_BACKEND:
+            return lambda mode="standalone", glversion=310, device_index=0, **settings: ESContext(int(device_index))
+        return by_name(name)
+
+    get_backend_by_name.malinn_gles = True
+    glcontext.get_backend_by_name = get_backend_by_name
+
+
+def _es_context(index: int):
+    """A moderngl context over an OpenGL ES 3.1+ context on EGL device ``index`` (raises on failure)."""
+    _register_es_backend()
+    return _moderngl().create_context(standalone=True, backend=ES_BACKEND, device_index=index, require=310)
 
 
 def _context(index: int):
-    """A headless desktop OpenGL 4.3+ context on EGL device ``index``.
+    """A headless context on EGL device ``index``: desktop OpenGL 4.3+, else OpenGL ES 3.1+ (the
+    Raspberry Pi's V3D has compute shaders in ES alone); ``MALINN_GL_API=es`` asks for ES first,
+    ``MALINN_GL_API=gl`` for desktop OpenGL only.
 
     Raises:
-        DeviceError: the device makes only an older context; the message names the renderer and the
-            version it offers (compute shaders came with OpenGL 4.3 and OpenGL ES 3.1).
+        DeviceError: the device makes neither; the message names the renderer and the version it
+            offers (compute shaders came with OpenGL 4.3 and OpenGL ES 3.1).
         Exception: moderngl's own, when no context can be made at all (past the last device, ...).
     """
     moderngl = _moderngl()
+    api = os.environ.get("MALINN_GL_API", "").strip().lower()
     # the runtime packages' names (libgl1, libegl1 ship only the .so.1; glcontext asks for the
     # development links libGL.so / libEGL.so by default)
     libraries = {"libgl": "libGL.so.1", "libegl": "libEGL.so.1"}
+    if api == "es":
+        return _es_context(index)
     try:
         return moderngl.create_context(standalone=True, backend="egl", device_index=index, require=REQUIRED_GL,
                                        **libraries)
@@ -481,6 +522,12 @@ def _context(index: int):
         if "requested device index" in str(exc):
             raise
         failure = exc
+    es_failure = None
+    if api != "gl":
+        try:
+            return _es_context(index)
+        except Exception as exc:
+            es_failure = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     for version in (330, 210):   # what the device offers instead, to say so
         try:
             ctx = moderngl.create_context(standalone=True, backend="egl", device_index=index, require=version,
@@ -492,8 +539,10 @@ def _context(index: int):
             renderer, offered = str(info["GL_RENDERER"]).strip(), str(info["GL_VERSION"]).strip()
         finally:
             ctx.release()
-        raise DeviceError(f"{renderer} offers OpenGL {offered}; malinn's GL kernels are compute shaders, which "
-                          f"need OpenGL {REQUIRED_GL // 100}.{REQUIRED_GL // 10 % 10} or OpenGL ES 3.1") from None
+        raise DeviceError(f"{renderer} offers OpenGL {offered}" + (f" and no OpenGL ES 3.1 ({es_failure})"
+                                                                    if es_failure else "")
+                          + f"; malinn's GL kernels are compute shaders, which need OpenGL "
+                          f"{REQUIRED_GL // 100}.{REQUIRED_GL // 10 % 10} or OpenGL ES 3.1") from None
     raise failure
 
 
@@ -504,22 +553,25 @@ def probe(index: int) -> GLDevice:
     try:
         gl = _GL()
         info = ctx.info
-        renderer = str(info["GL_RENDERER"]).strip()
+        ctx.error   # moderngl's info asks for desktop-only limits on an ES context: clear the GL error
+        renderer, version = str(info["GL_RENDERER"]).strip(), str(info["GL_VERSION"]).strip()
         software = any(s in renderer.lower() for s in SOFTWARE_RENDERERS)
-        if "GL_ARB_ES3_1_compatibility" not in ctx.extensions and ctx.version_code < 460:
+        es = version.startswith("OpenGL ES")
+        if not es and "GL_ARB_ES3_1_compatibility" not in ctx.extensions and ctx.version_code < 460:
             raise DeviceError(f"{renderer} compiles no GLSL ES 3.10 (no GL_ARB_ES3_1_compatibility)")
-        max_allocation = int(info["GL_MAX_SHADER_STORAGE_BLOCK_SIZE"])
-        sizes = tuple(int(s) for s in info["GL_MAX_COMPUTE_WORK_GROUP_SIZE"])
+        max_allocation = gl.integer(_MAX_SHADER_STORAGE_BLOCK_SIZE)
+        sizes = tuple(gl.indexed_integer(_MAX_COMPUTE_WORK_GROUP_SIZE, i) for i in range(3))
         formats = gl.integer(0x87FE) if gl.get_program_binary else 0   # GL_NUM_PROGRAM_BINARY_FORMATS
         device = GLDevice(
-            backend="gl", index=("gl", index), name=renderer, platform=f"OpenGL {str(info['GL_VERSION']).strip()}",
+            backend="gl", index=("gl", index), name=renderer, platform=version if es else f"OpenGL {version}",
             vendor=str(info["GL_VENDOR"]).strip(), type="CPU" if software else "GPU", compute_units=1,
             global_memory=_total_memory(ctx, gl, software, max_allocation), max_allocation=max_allocation,
-            max_work_group_size=int(info["GL_MAX_COMPUTE_WORK_GROUP_INVOCATIONS"]), max_work_item_sizes=sizes,
+            max_work_group_size=gl.integer(_MAX_COMPUTE_WORK_GROUP_INVOCATIONS), max_work_item_sizes=sizes,
             local_memory=gl.integer(_MAX_COMPUTE_SHARED_MEMORY_SIZE), image_support=False,
             image2d_max_size=(0, 0), opencl_c_version="GLSL ES 3.10",
-            driver_version=str(info["GL_VERSION"]).strip(), host_unified_memory=False,   # no mapped transfers
+            driver_version=version, host_unified_memory=False,   # no mapped transfers
             ctx=ctx, gl=gl, binary_formats=formats)
+        ctx.error
     finally:
         ctx.__exit__(None, None, None)   # create_context left it current in this thread
     x = np.arange(100, dtype=np.float32)
