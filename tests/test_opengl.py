@@ -227,46 +227,19 @@ def test_a_gl_gpu_runs_the_opencl_gpus_kernels(op, rng):
     assert checked >= len(gl)
 
 
-def _layer_for(op):
-    """A one-layer model whose plan needs a kernel of ``op`` (input shape, model)."""
-    from malinn.layers import Conv2D, DepthwiseConv2D, MaxPooling2D, ZeroPadding2D
-
-    layers = {"conv": Conv2D(2, 3, name="c"), "depthwise": DepthwiseConv2D(3, name="dw"),
-              "pool": MaxPooling2D(2, name="p"), "spatial": ZeroPadding2D(1, name="z")}
-    if op not in layers:
-        return None
-    model = Sequential([layers[op]])
-    model.build((None, 6, 6, 2))
-    return model
-
-
-@needs_gl
-def test_a_layer_whose_op_has_no_glsl_is_refused_by_name():
-    """An op with no kernel that has a GLSL source (the merges and issue-10 layers have theirs) is
-    refused on the GL device with a BackendError naming the op and the backend."""
+@pytest.mark.parametrize("op", ["matmul", "matmul_fallback", "matmul_softmax", "bias", "affine", "relayout",
+                                "reshape", "broadcast", "normalize", "permute", "repeat", "merge", "concat", "dot",
+                                "conv", "depthwise", "pool", "spatial", "im2col"])
+@pytest.mark.parametrize("kind", ["gpu", "cpu"])
+def test_every_op_has_a_glsl_kernel_and_gl_takes_the_opencl_defaults(op, kind):
+    """Every op of the library runs on GL (the tests that take the ``device`` fixture compare each
+    kernel with numpy there), and a GL device of a kind takes the OpenCL device's default kernels,
+    in the same configurations, wherever they have GLSL (all but gemm_image and gemv_rows)."""
     library = load_library()
-    missing = [op for op in ("conv", "depthwise", "pool", "spatial")
-               if not any(library[c].has_source("gl") for c in library.codenames(op))]
-    if not missing:
-        pytest.skip("every op this test knows has a GLSL kernel")
-    model = _layer_for(missing[0])
-    previous = malinn.get_device()
-    try:
-        malinn.set_device(GL[0])
-        with pytest.raises(malinn.errors.BackendError, match=rf"no kernel implements '{missing[0]}' on the gl backend"):
-            model.predict(np.ones((2, 6, 6, 2), np.float32))
-    finally:
-        malinn.set_device(previous)
-
-
-@needs_gl
-@pytest.mark.parametrize("op", ["broadcast", "normalize", "permute", "repeat", "merge", "concat", "dot"])
-def test_the_layer_and_merge_ops_have_glsl(op):
-    """The single-input layers' and the merges' kernels run on GL (their tests, which take the
-    ``device`` fixture, compare them with numpy there)."""
-    library = load_library()
-    specs = library.default_specs(op, "gpu", "gl")
-    assert specs and all(s.has_source("gl") for s in specs)
+    gl = library.default_specs(op, kind, "gl")
+    cl = [spec for spec in library.default_specs(op, kind, "opencl") if spec.has_source("gl")]
+    assert gl and all(spec.has_source("gl") for spec in gl)
+    assert [(s.codename, s.defines) for s in gl] == [(s.codename, s.defines) for s in cl]
 
 
 _BINARY_SOURCE = """MALINN_ARGS(uint n; float s;)

@@ -13,7 +13,8 @@
  * column-major (a column of B is one sample's l features, a column of R one sample's h units),
  * Keras's own memory order. B_AT(k, col) and R_AT(row, col) index them either way.
  *
- * activations.glsl must come first ("sources.gl.includes" lists both). GLSL ES 3.10.
+ * activations.glsl must come first ("sources.gl.includes" lists both); a convolution lists
+ * conv.glsl (its own arguments, "lchwmnHWpppp") before this file. GLSL ES 3.10.
  */
 
 #ifndef BIAS
@@ -29,6 +30,7 @@
 #define KERAS_ORDER 0
 #endif
 
+#ifndef MALINN_ARGS_DECLARED   /* conv.glsl, listed before this file, declares the convolutions' own */
 MALINN_ARGS(uint l; uint h; uint w; uint m; uint n; uint H; uint W; float p0; float p1; float p2; float p3;)
 layout(std430, binding = 0) readonly buffer BufA { float a[]; };
 layout(std430, binding = 1) readonly buffer BufB { float b[]; };
@@ -36,6 +38,7 @@ layout(std430, binding = 2) writeonly buffer BufR { float r[]; };
 layout(std430, binding = 3) readonly buffer BufBias { float bias[]; };
 layout(std430, binding = 4) readonly buffer BufScale { float scale[]; };
 layout(std430, binding = 5) readonly buffer BufShift { float shift[]; };
+#endif
 
 float malinn_epilogue(float v, uint row, uint col) {
     if (row >= m || col >= n)
