@@ -30,6 +30,7 @@ import hashlib
 import os
 import struct
 import sys
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -178,6 +179,48 @@ class _GL:
         return int(value[0])
 
 
+class ContextLock:
+    """A GL device's lock: a re-entrant lock that also keeps the device's context current in the
+    thread holding it, made current on the outermost acquire and released (its freed objects
+    collected first) on the outermost release. A plan's run holds ``Device.lock`` across its
+    upload, launches and download, so a predict makes the context current once, not once per call
+    (releasing a context flushes it on some drivers)."""
+
+    def __init__(self, device: "GLDevice"):
+        self._lock = threading.RLock()
+        self._device = device
+        self._depth = 0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if not self._lock.acquire(blocking, timeout):
+            return False
+        if self._depth == 0:
+            try:
+                self._device.ctx.__enter__()
+            except Exception:
+                self._lock.release()
+                raise
+        self._depth += 1
+        return True
+
+    def release(self) -> None:
+        self._depth -= 1
+        try:
+            if self._depth == 0:
+                self._device.ctx.gc()
+                self._device.ctx.__exit__(None, None, None)
+        finally:
+            self._lock.release()
+
+    def __enter__(self):
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
+
+
 @dataclass(eq=False)
 class GLDevice(Device):
     """An OpenGL device: a headless EGL context holding OpenGL 4.3+ or OpenGL ES 3.1."""
@@ -185,28 +228,17 @@ class GLDevice(Device):
     ctx: object = field(repr=False, default=None)
     gl: object = field(repr=False, default=None)
     binary_formats: int = 0
-    _depth: int = field(repr=False, default=0)
+
+    def __post_init__(self):
+        self.lock = ContextLock(self)
 
     # ---------------------------------------------------------------- the current context
     def __enter__(self):
         self.lock.acquire()
-        if self._depth == 0:
-            try:
-                self.ctx.__enter__()
-            except Exception:
-                self.lock.release()
-                raise
-        self._depth += 1
         return self
 
     def __exit__(self, *exc):
-        self._depth -= 1
-        try:
-            if self._depth == 0:
-                self.ctx.gc()
-                self.ctx.__exit__(None, None, None)
-        finally:
-            self.lock.release()
+        self.lock.release()
         return False
 
     def _error(self) -> str | None:
