@@ -7,7 +7,7 @@
  *                  k = tk, tk + KSPLIT, ... < l; the KSPLIT partial sums are added in shared
  *                  memory in a fixed tree (bit-identical from run to run)
  * A (column-major, stride H) is read only in the runs of VW rows that hold a logical row: as vec4
- * loads where VW is a multiple of 4, else scalar; VW and WPT set how many contiguous rows an
+ * loads where VW is a multiple of 4, vec2 where it is 2, else scalar; VW and WPT set how many contiguous rows an
  * invocation reads. KERAS_ORDER=1 (the
  * gemv_c family) reads B and writes R column-major (matmul.glsl).
  */
@@ -32,9 +32,11 @@
 #endif
 
 #if VW % 4 == 0
-/* A again, as vec4: H and every run's first row are multiples of VW (the entry's rowAlign), so a
- * run of VW rows is VW / 4 aligned vec4 loads */
+/* A again, as vec4 (vec2 where VW is 2): H and every run's first row are multiples of VW (the
+ * entry's rowAlign), so a run of VW rows is VW / 4 aligned vec4 loads (one vec2) */
 layout(std430, binding = 0) readonly buffer BufA4 { vec4 a4[]; };
+#elif VW == 2
+layout(std430, binding = 0) readonly buffer BufA2 { vec2 a2[]; };
 #endif
 
 #define RPI (VW * WPT)            /* rows of R per invocation, contiguous */
@@ -82,6 +84,12 @@ void main() {
                     for (int i = 0; i < 4; ++i)
                         for (int j = 0; j < NB; ++j)
                             acc[p * VW + q * 4 + i][j] += av[i] * bv[j];
+                }
+#elif VW == 2
+                vec2 av = a2[(ak + uint(p * VW)) / 2u];
+                for (int j = 0; j < NB; ++j) {
+                    acc[p * VW][j] += av.x * bv[j];
+                    acc[p * VW + 1][j] += av.y * bv[j];
                 }
 #else
                 for (int i = 0; i < VW; ++i) {

@@ -107,7 +107,10 @@ def gl_index_macro(layout: Layout, name: str) -> str:
 def _preamble(options: tuple, local: tuple) -> str:
     """``#version``, the defines of ``options`` (``-DNAME=VALUE``), the work-group shape and the
     argument-block and range-guard macros every GL source uses."""
-    lines = [PREAMBLE_VERSION, "precision highp float;", "precision highp int;"]
+    # NVIDIA's GLSL compiler unrolls a constant-bound loop only when asked (OpenCL C's kernels say
+    # #pragma unroll): unrolled, a work item's tile of sums stays in registers; other compilers
+    # ignore the pragma, as GLSL requires of one they do not know
+    lines = [PREAMBLE_VERSION, "#pragma optionNV(unroll all)", "precision highp float;", "precision highp int;"]
     for option in options:
         if not option.startswith("-D"):
             raise KernelBuildError(f"option {option!r}: the OpenGL backend takes -DNAME=VALUE defines only")
