@@ -161,6 +161,7 @@ def main():
     tuned_gpu = load("models_tuned_nvidia_h200.json")
     models_gl = load("models_gl_nvidia_h200.json")
     backends_gpu = load("models_backends_nvidia_h200.json")
+    gemm_backends = load("gemm_backends_nvidia_h200.json")
     conv_gpu, conv_cpu = load("convolution_nvidia_h200.json"), load("convolution_pocl_cpu.json")
     doc = ["# Performance", "",
            "Every figure comes from a script in `benchmarks/` and is read as a ratio against a peer timed in",
@@ -187,6 +188,13 @@ def main():
                 f"The thesis's claim on a cache-only device: Morton 4-2 / blocked RMxCM = "
                 f"{min(m42):.2f}x to {max(m42):.2f}x over these sizes (the thesis saw 1.12x on a Mali T-628).", ""]
         gemms.append(("PoCL CPU (2 cores)", cpu))
+    if gemm_backends:
+        doc += ["### NVIDIA H200: OpenGL beside OpenCL, one run", "",
+                f"`{gemm_backends['command']}`: the columns `gl:0/...` are the same kernels' GLSL twins on the "
+                "same GPU through NVIDIA's EGL.", ""] + gemm_table(gemm_backends) + [""]
+        doc += ["GL time over OpenCL time per size (runtime choices; fastest kernels): "
+                + ", ".join(f"n = {r['n']}: {r['tuned']:.2f}x; {r['fastest']:.2f}x" for r in gemm_backends["ratios"])
+                + ".", ""]
     if gemms and plot(gemms, ROOT / "docs" / "gemm.png"):
         doc += ["![GEMM GFLOP/s](gemm.png)", ""]
     doc += ["## Rovder's Table 10.5 networks", "",
