@@ -17,7 +17,13 @@ the host CPU, and torch's cuBLAS (TF32 off) when a CUDA GPU is present. CLBlast 
 libclblast1 (apt-get install libclblast1; or MALINN_CLBLAST=/path/to/libclblast.so): without it
 the script says so on stderr and skips that peer.
 
-Run:  python3 benchmarks/gemm_variants.py [--device D] [--sizes 96 192 ...] [--repeat 5] [--json out.json]
+With several devices (``--device 0:0,gl:0``: the OpenCL GPU and the same GPU through OpenGL) every
+device's kernels are timed in the same run, the columns of each device after the first named
+``INDEX/column`` (``gl:0/tuned``), the host and CUDA peers timed once; ``ratios`` gives, per size,
+each further device's time for its runtime choice ("tuned") and for its fastest kernel over the
+first device's (above 1: slower than the first device).
+
+Run:  python3 benchmarks/gemm_variants.py [--device D[,D2...]] [--sizes 96 192 ...] [--repeat 5] [--json out.json]
 """
 
 from __future__ import annotations
@@ -150,16 +156,31 @@ def most_often_fastest(rows, columns):
     return winner, wins[winner]
 
 
+def device_ratios(rows, prefixes, columns):
+    """Per size: each further device's time over the first's, for its runtime choice ("tuned") and
+    for its fastest kernel (times are inverse to the GFLOP/s in ``rows``)."""
+    first = prefixes[0]
+    out = []
+    for row in rows:
+        best_first = max(row[c] for c in columns[first])
+        for prefix in prefixes[1:]:
+            out.append({"n": row["n"], "device": prefix.rstrip("/"), "over": first.rstrip("/") or "first",
+                        "tuned": row[first + "tuned"] / row[prefix + "tuned"],
+                        "fastest": best_first / max(row[c] for c in columns[prefix])})
+    return out
+
+
 def main(argv=None):
     library = load_library()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", help="gpu, cpu, P:D, part of a device name, or gl for the OpenGL backend "
-                                         "(default: malinn's default device)")
+    parser.add_argument("--device", help="gpu, cpu, P:D, part of a device name, or gl for the OpenGL backend; "
+                                         "several, comma-separated (0:0,gl:0), time each device's kernels in "
+                                         "one run (default: malinn's default device)")
     parser.add_argument("--sizes", type=int, nargs="+", default=THESIS_SIZES, metavar="N",
                         help=f"n of the square n x n x n products (default: {' '.join(map(str, THESIS_SIZES))})")
     parser.add_argument("--variants", nargs="+", metavar="CODENAME", choices=library.codenames("matmul"),
                         help="matmul kernel codenames to time, among " + ", ".join(library.codenames("matmul"))
-                        + " (default: all)")
+                        + " (default: all that each device's backend has a source for)")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per kernel and size; the median counts "
                         "(default: 5)")
     parser.add_argument("--budget", type=float, default=10.0, help="seconds per kernel and size: when one run "
@@ -168,51 +189,79 @@ def main(argv=None):
                         "(benchmarks/report.py reads them)")
     args = parser.parse_args(argv)
 
-    device = malinn.set_device(args.device) if args.device else malinn.get_device()
-    variants = args.variants or library.codenames("matmul", device.backend)
-    specs = {codename: runtime_spec(library, codename, device) for codename in variants}
-    specs["tuned"] = ops.kernel_for("matmul", device)
-    configurations = {column: label(spec) for column, spec in specs.items()}
-    clblast, why = usable_clblast(device)
-    if clblast is None:
-        print(f"gemm_variants: skipping the CLBlast peer: {why}", file=sys.stderr)
+    names = [s for s in (args.device or "").split(",") if s.strip()]
+    devices = [malinn.set_device(s) for s in names] if names else [malinn.get_device()]
+    if len({id(d) for d in devices}) < len(devices):
+        parser.error(f"--device {args.device} names one device twice")
+    prefixes = [""] + [d.describe()["index"] + "/" for d in devices[1:]]
+    specs, configurations, clblasts, why_not = {}, {}, {}, {}
+    for device, prefix in zip(devices, prefixes):
+        variants = [v for v in (args.variants or library.codenames("matmul", device.backend))
+                    if library[v].has_source(device.backend)]
+        mine = {codename: runtime_spec(library, codename, device) for codename in variants}
+        mine["tuned"] = ops.kernel_for("matmul", device)
+        specs[prefix] = mine
+        configurations.update({prefix + column: label(spec) for column, spec in mine.items()})
+        clblast, why = usable_clblast(device)
+        if clblast is None:
+            print(f"gemm_variants: skipping the CLBlast peer on {device.name}: {why}", file=sys.stderr)
+            why_not[prefix] = why
+        else:
+            clblasts[prefix] = clblast
     rows = []
-    print(f"device: {device}\nhost: {platform.processor() or platform.machine()}, numpy {np.__version__}")
-    print("configurations: " + "; ".join(f"{c} = {v}" if c == "tuned" or v != c else c
+    for device, prefix in zip(devices, prefixes):
+        print(f"device {device.describe()['index']}" + (f" (columns {prefix}...)" if prefix else "") + f": {device}")
+    print(f"host: {platform.processor() or platform.machine()}, numpy {np.__version__}")
+    print("configurations: " + "; ".join(f"{c} = {v}" if c.endswith("tuned") or v != c.split("/")[-1] else c
                                          for c, v in configurations.items()))
-    print(f"CLBlast: {'found' if clblast else 'skipped (see stderr)'}")
-    header = (["n"] + list(specs) + (["CLBlast"] if clblast else []) + ["numpy"]
+    print(f"CLBlast: {'found' if clblasts else 'skipped (see stderr)'}")
+    columns = {prefix: [prefix + column for column in specs[prefix]] for prefix in prefixes}
+    mine_all = [c for prefix in prefixes for c in columns[prefix]]
+    header = (["n"] + mine_all + [prefix + "CLBlast" for prefix in prefixes if prefix in clblasts] + ["numpy"]
               + (["cuBLAS"] if time_torch(8, 1) is not None else []))
     print("GFLOP/s; " + " | ".join(header))
     for n in args.sizes:
         flop = 2.0 * n ** 3
         row = {"n": n}
-        seconds = {}   # (codename, defines) -> seconds: "tuned" is timed once with its own kernel's column
-        for column, spec in specs.items():
-            key = (spec.codename, spec.defines)
-            if key not in seconds:
-                seconds[key] = time_variant(spec, device, n, args.repeat, args.budget)
-            row[column] = flop / seconds[key] / 1e9
-        if clblast:
-            row["CLBlast"] = flop / time_clblast(clblast, device, n, args.repeat) / 1e9
+        for device, prefix in zip(devices, prefixes):
+            malinn.set_device(device)
+            seconds = {}   # (codename, defines) -> seconds: "tuned" is timed once with its own kernel's column
+            for column, spec in specs[prefix].items():
+                key = (spec.codename, spec.defines)
+                if key not in seconds:
+                    seconds[key] = time_variant(spec, device, n, args.repeat, args.budget)
+                row[prefix + column] = flop / seconds[key] / 1e9
+            if prefix in clblasts:
+                row[prefix + "CLBlast"] = flop / time_clblast(clblasts[prefix], device, n, args.repeat) / 1e9
         row["numpy"] = flop / time_numpy(n, args.repeat) / 1e9
         torch_s = time_torch(n, args.repeat)
         if torch_s is not None:
             row["cuBLAS"] = flop / torch_s / 1e9
         rows.append(row)
         print(" | ".join([str(n)] + [f"{row[h]:.1f}" for h in header[1:]]), flush=True)
-    names = {**configurations, "tuned": f"{configurations['tuned']} (the runtime's choice)"}
-    fastest, wins = most_often_fastest(rows, list(specs))
+    names = {**configurations, **{p + "tuned": f"{configurations[p + 'tuned']} (the runtime's choice"
+                                  + (f" on {p.rstrip('/')})" if p else ")") for p in prefixes}}
+    fastest, wins = most_often_fastest(rows, mine_all)
     overall, overall_wins = most_often_fastest(rows, header[1:])
     print(f"fastest of malinn's kernels on most sizes: {names[fastest]} ({wins} of {len(rows)})")
     print(f"fastest of everything measured on most sizes: {names.get(overall, overall)} "
           f"({overall_wins} of {len(rows)})")
+    ratios = device_ratios(rows, prefixes, columns) if len(devices) > 1 else []
+    for r in ratios:
+        print(f"n {r['n']:>5}: {r['device']} / {devices[0].describe()['index']} time = {r['tuned']:.2f}x "
+              f"(runtime choices), {r['fastest']:.2f}x (fastest kernels)")
     if args.json:
+        first = devices[0]
+        result = {"device": first.describe(), "driver": first.driver_version, "rows": rows,
+                  "fastest": names[fastest], "fastest_overall": names.get(overall, overall),
+                  "tuned": configurations["tuned"], "configurations": configurations,
+                  "clblast": "used" if "" in clblasts else why_not.get(""), "command": " ".join(sys.argv)}
+        if len(devices) > 1:
+            result["devices"] = [{**d.describe(), "driver": d.driver_version, "columns": p or "(unprefixed)"}
+                                 for d, p in zip(devices, prefixes)]
+            result["ratios"] = ratios
         with open(args.json, "w") as f:
-            json.dump({"device": device.describe(), "driver": device.driver_version, "rows": rows,
-                       "fastest": names[fastest], "fastest_overall": names.get(overall, overall),
-                       "tuned": configurations["tuned"], "configurations": configurations,
-                       "clblast": "used" if clblast else why, "command": " ".join(sys.argv)}, f, indent=2)
+            json.dump(result, f, indent=2)
     return 0
 
 

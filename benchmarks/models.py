@@ -19,7 +19,14 @@ the same run (peers once, beside the first): each row then gives ``precision``, 
 weights' device memory in that precision). Results are checked against numpy computed with the
 weights that precision stores.
 
-Run:  python3 benchmarks/models.py [--device D] [--batch 100] [--repeat 10] [--precision P ...] [--json out.json]
+With several devices (``--device 0:0,gl:0``: the OpenCL GPU and the same GPU through OpenGL) each
+network runs on each device in the same run, the peers timed once per network and batch and
+shared by the devices' rows (each row names its ``device``); ``ratios`` then gives, per network,
+batch and precision, each further device's times over the first's (``malinn``: host to host,
+``launch_wall``: the plan's launches from enqueue until the device finished, measured the same way
+on every backend): the issue-12 figure, GL over OpenCL (below 1.5 is the goal).
+
+Run:  python3 benchmarks/models.py [--device D[,D2...]] [--batch 100] [--repeat 10] [--precision P ...] [--json out.json]
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 import malinn
+from malinn.errors import BackendError
 from malinn.layers import Dense
 from malinn.precision import effective
 
@@ -103,6 +111,37 @@ def kernel_seconds(plan, x, repeat: int, matmul_only: bool = False) -> float:
     return float(np.median(totals))
 
 
+def launch_wall_seconds(plan, x, repeat: int) -> float:
+    """Median wall seconds of the plan's launches from the first enqueue until the device finished
+    (its input uploaded first): the same measure on every backend, for comparing backends."""
+    device = plan.device
+    plan.run([x])
+    totals = []
+    for _ in range(repeat):
+        device.finish()
+        t = time.perf_counter()
+        device.launch_all(plan.launches)
+        device.finish()
+        totals.append(time.perf_counter() - t)
+    return float(np.median(totals))
+
+
+def backend_ratios(rows, devices):
+    """Per network, batch and precision: each device's ``malinn``, ``kernels`` and ``launch_wall``
+    over the first device's (above 1: slower than the first device)."""
+    first = devices[0].describe()["index"]
+    by_key = {(r["model"], r["batch"], r["precision"], r["device"]): r for r in rows}
+    ratios = []
+    for r in rows:
+        base = by_key.get((r["model"], r["batch"], r["precision"], first))
+        if r["device"] == first or base is None:
+            continue
+        ratios.append({"model": r["model"], "batch": r["batch"], "precision": r["precision"], "device": r["device"],
+                       "backend": r["backend"], "over": first, "over_backend": base["backend"],
+                       **{key: r[key] / base[key] for key in ("malinn", "kernels", "launch_wall")}})
+    return ratios
+
+
 def effective_weights(weights, precision):
     """The Keras-shaped weights as ``precision`` stores them (kernels only; biases stay float)."""
     return [effective(w.T, precision).T if i % 2 == 0 else w for i, w in enumerate(weights)]
@@ -132,10 +171,32 @@ def copy_bandwidth(device, nbytes: int = 2**30, repeat: int = 5) -> float:
     return 2 * nbytes / float(np.median(times[1:]))
 
 
+def time_row(model, device, name, widths, batch, precision, weights, x, repeat, copy_gbs):
+    """One device's figures for one network, batch and precision (the model set to that precision)."""
+    malinn.set_device(device)
+    model.precision = precision
+    stored = effective_weights(weights, precision)
+    y = model.predict(x)
+    assert np.abs(y - numpy_forward(stored, x)).max() <= 1e-4 * max(1, np.abs(y).max()), (name, precision, device.name)
+    row = {"model": name, "widths": widths, "batch": batch, "precision": precision,
+           "device": device.describe()["index"], "backend": device.backend,
+           "malinn": median_time(lambda: model.predict(x), repeat)}
+    plan = model.plan(batch, device)
+    row["kernels"] = kernel_seconds(plan, x, repeat)
+    row["matmul_kernels"] = kernel_seconds(plan, x, repeat, matmul_only=True)
+    row["launch_wall"] = launch_wall_seconds(plan, x, repeat)
+    row["launches"] = len(plan.launches)
+    row["weight_bytes"] = sum(plan.weight_sizes())
+    row["weights_gbs"] = row["weight_bytes"] / row["matmul_kernels"] / 1e9
+    row["copy_gbs"] = copy_gbs
+    return row
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", help="gpu, cpu, P:D, part of a device name, or gl for the OpenGL backend "
-                                         "(default: malinn's default device)")
+    parser.add_argument("--device", help="gpu, cpu, P:D, part of a device name, or gl for the OpenGL backend; "
+                                         "several, comma-separated (0:0,gl:0), time each network on each in one "
+                                         "run, with ratios to the first (default: malinn's default device)")
     parser.add_argument("--batch", type=int, default=100,
                         help="samples per predict; batch 1 (latency) is always timed too (default: 100)")
     parser.add_argument("--repeat", type=int, default=10, help="timed runs per model, batch and peer; the median "
@@ -150,12 +211,19 @@ def main(argv=None):
     parser.add_argument("--json", metavar="PATH", help="also write the results, as JSON, to PATH "
                         "(benchmarks/report.py reads them)")
     args = parser.parse_args(argv)
-    device = malinn.set_device(args.device) if args.device else malinn.get_device()
+    specs = [s for s in (args.device or "").split(",") if s.strip()]
+    devices = [malinn.set_device(s) for s in specs] if specs else [malinn.get_device()]
+    if len({id(d) for d in devices}) < len(devices):
+        parser.error(f"--device {args.device} names one device twice")
     torch = torch_cuda()
-    print(f"device: {device}")
+    for device in devices:
+        print(f"device {device.describe()['index']}: {device}")
     print("ms per batch (host to host); ratio = peer / malinn (> 1: malinn faster)")
-    copy_gbs = copy_bandwidth(device) / 1e9
-    print(f"device-to-device copy: {copy_gbs:.0f} GB/s (read + written)")
+    copy = {}
+    for device in devices:
+        copy[device.describe()["index"]] = copy_bandwidth(device) / 1e9
+        print(f"{device.describe()['index']}: device-to-device copy: {copy[device.describe()['index']]:.0f} GB/s "
+              "(read + written)")
     results = []
     for name in args.models:
         widths = MODELS[name]
@@ -163,49 +231,58 @@ def main(argv=None):
         weights = model.get_weights()
         for batch in sorted({args.batch, 1}, reverse=True):
             x = np.random.default_rng(1).random((batch, widths[0]), dtype=np.float32)
-            base = None
-            for precision in args.precision:
-                model.precision = precision
-                stored = effective_weights(weights, precision)
-                y = model.predict(x)
-                assert np.abs(y - numpy_forward(stored, x)).max() <= 1e-4 * max(1, np.abs(y).max()), (name, precision)
-                row = {"model": name, "widths": widths, "batch": batch, "precision": precision,
-                       "malinn": median_time(lambda: model.predict(x), args.repeat)}
-                plan = model.plan(batch, device)
-                row["kernels"] = kernel_seconds(plan, x, args.repeat)
-                row["matmul_kernels"] = kernel_seconds(plan, x, args.repeat, matmul_only=True)
-                row["launches"] = len(plan.launches)
-                row["weight_bytes"] = sum(plan.weight_sizes())
-                row["weights_gbs"] = row["weight_bytes"] / row["matmul_kernels"] / 1e9
-                row["copy_gbs"] = copy_gbs
-                if base is None:
-                    base = row
-                    row["numpy"] = median_time(lambda: numpy_forward(weights, x), args.repeat)
-                    if torch is not None:
-                        run = torch_forward(torch, weights)
-                        row["torch"] = median_time(lambda: run(x), args.repeat, warmup=3)
-                    if not args.no_tensorflow:
-                        tf = tensorflow_times(widths, batch, args.repeat)
-                        if tf is not None:
-                            row["tensorflow"] = tf["seconds"]
-                else:
-                    row["speedup_matmul"] = base["matmul_kernels"] / row["matmul_kernels"]
-                    row["speedup_e2e"] = base["malinn"] / row["malinn"]
-                results.append(row)
-                peers = "  ".join(f"{p} {row[p] * 1e3:8.3f} ({row[p] / row['malinn']:5.2f}x)"
-                                  for p in ("numpy", "tensorflow", "torch") if p in row)
-                gain = (f"  matmuls {row['speedup_matmul']:.2f}x, end to end {row['speedup_e2e']:.2f}x "
-                        f"faster than {base['precision']}" if row is not base else "")
-                print(f"{name:<14} batch {batch:>4} {precision:<13}: malinn {row['malinn'] * 1e3:8.3f}  {peers}  "
-                      f"[{row['launches']} launches, kernels {row['kernels'] * 1e3:.3f} ms, matmuls "
-                      f"{row['matmul_kernels'] * 1e3:.3f} ms, weights ({row['weight_bytes'] / 2**20:.1f} MiB) read at "
-                      f"{row['weights_gbs']:.0f} GB/s = {row['weights_gbs'] / copy_gbs:.0%} of the copy]{gain}",
-                      flush=True)
+            peers = {"numpy": median_time(lambda: numpy_forward(weights, x), args.repeat)}
+            if torch is not None:
+                run = torch_forward(torch, weights)
+                peers["torch"] = median_time(lambda: run(x), args.repeat, warmup=3)
+            if not args.no_tensorflow:
+                tf = tensorflow_times(widths, batch, args.repeat)
+                if tf is not None:
+                    peers["tensorflow"] = tf["seconds"]
+            for device in devices:
+                where = device.describe()["index"]
+                base = None
+                for precision in args.precision:
+                    try:
+                        row = time_row(model, device, name, widths, batch, precision, weights, x, args.repeat,
+                                       copy[where])
+                    except BackendError as exc:   # a precision this backend has no kernel for
+                        print(f"{name:<14} batch {batch:>4} {precision:<13} on {where}: skipped ({exc})", flush=True)
+                        continue
+                    if base is None:
+                        base = row
+                        row.update(peers)
+                    else:
+                        row["speedup_matmul"] = base["matmul_kernels"] / row["matmul_kernels"]
+                        row["speedup_e2e"] = base["malinn"] / row["malinn"]
+                    results.append(row)
+                    shown = "  ".join(f"{p} {row[p] * 1e3:8.3f} ({row[p] / row['malinn']:5.2f}x)"
+                                      for p in ("numpy", "tensorflow", "torch") if p in row)
+                    gain = (f"  matmuls {row['speedup_matmul']:.2f}x, end to end {row['speedup_e2e']:.2f}x "
+                            f"faster than {base['precision']}" if row is not base else "")
+                    print(f"{name:<14} batch {batch:>4} {precision:<13}"
+                          + (f" {where:<5}" if len(devices) > 1 else "")
+                          + f": malinn {row['malinn'] * 1e3:8.3f}  {shown}  "
+                          f"[{row['launches']} launches, kernels {row['kernels'] * 1e3:.3f} ms, matmuls "
+                          f"{row['matmul_kernels'] * 1e3:.3f} ms, weights ({row['weight_bytes'] / 2**20:.1f} MiB) read "
+                          f"at {row['weights_gbs']:.0f} GB/s = {row['weights_gbs'] / copy[where]:.0%} of the copy]{gain}",
+                          flush=True)
+    ratios = backend_ratios(results, devices) if len(devices) > 1 else []
+    for r in ratios:
+        print(f"{r['model']:<14} batch {r['batch']:>4} {r['precision']:<13}: {r['device']} / {r['over']} = "
+              f"{r['malinn']:.2f}x host to host, {r['launch_wall']:.2f}x launches until finished")
     if args.json:
-        Path(args.json).write_text(json.dumps({"device": device.describe(), "driver": device.driver_version,
-                                               "matmul": malinn.ops.kernel_for("matmul", device).codename,
-                                               "copy_gbs": copy_gbs, "precisions": args.precision,
-                                               "rows": results, "command": " ".join(sys.argv)}, indent=2))
+        first = devices[0]
+        result = {"device": first.describe(), "driver": first.driver_version,
+                  "matmul": malinn.ops.kernel_for("matmul", first).codename,
+                  "copy_gbs": copy[first.describe()["index"]], "precisions": args.precision,
+                  "rows": results, "command": " ".join(sys.argv)}
+        if len(devices) > 1:
+            result["devices"] = [{**d.describe(), "driver": d.driver_version,
+                                  "matmul": malinn.ops.kernel_for("matmul", d).codename,
+                                  "copy_gbs": copy[d.describe()["index"]]} for d in devices]
+            result["ratios"] = ratios
+        Path(args.json).write_text(json.dumps(result, indent=2))
     return 0
 
 

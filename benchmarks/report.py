@@ -60,6 +60,35 @@ def models_table(d):
     return out
 
 
+def backends_table(d):
+    """One run, several devices (models.py --device 0:0,gl:0): per network and batch each device's
+    host-to-host time, each further device's time over the first's, and torch from the same run."""
+    devices = d["devices"]
+    first, others = devices[0]["index"], [x["index"] for x in devices[1:]]
+    names = {x["index"]: f"{x['backend']} `{x['index']}`" for x in devices}
+    out = ["Devices: " + "; ".join(f"{names[x['index']]} = {x['name']} ({x['platform']}), default matmul "
+                                   f"`{x['matmul']}`" for x in devices)
+           + ". Milliseconds per batch, host to host, all in one run; `x / y`: the times' ratio host to host, "
+             "and in brackets of the launches alone (enqueue until the device finished, measured alike on both "
+             "backends); above 1: slower than " + names[first] + ".", "",
+           "| model | batch | " + " | ".join(names[i] for i in [first] + others) + " | "
+           + " | ".join(f"{names[i]} / {names[first]}" for i in others) + " | torch |",
+           "|" + " --- |" * (3 + 2 * len(others) + 1)]
+    rows = {(r["model"], r["batch"], r["precision"], r["device"]): r for r in d["rows"]}
+    ratios = {(r["model"], r["batch"], r["precision"], r["device"]): r for r in d.get("ratios", [])}
+    for r in d["rows"]:
+        if r["device"] != first:
+            continue
+        key = (r["model"], r["batch"], r["precision"])
+        times = [f"{rows[key + (i,)]['malinn'] * 1e3:.3f}" if key + (i,) in rows else "-" for i in [first] + others]
+        quotients = [f"**{ratios[key + (i,)]['malinn']:.2f}x** ({ratios[key + (i,)]['launch_wall']:.2f}x)"
+                     if key + (i,) in ratios else "-" for i in others]
+        torch = f"{r['torch'] * 1e3:.3f}" if "torch" in r else "-"
+        precision = "" if r["precision"] == "fp32" else f" ({r['precision']})"
+        out.append(f"| {r['model']}{precision} | {r['batch']} | " + " | ".join(times + quotients) + f" | {torch} |")
+    return out
+
+
 def convolution_table(d):
     """Per layer and batch: each algorithm's device time (compute launches), the best against cuDNN,
     the plan's untuned (default) and tuned choices against cuDNN where the run has them, extra memory."""
@@ -175,6 +204,8 @@ def main():
     overhead_gpu, overhead_cpu = load("overhead_nvidia_h200.json"), load("overhead_pocl_cpu.json")
     tuned_gpu = load("models_tuned_nvidia_h200.json")
     models_gl = load("models_gl_nvidia_h200.json")
+    backends_gpu = load("models_backends_nvidia_h200.json")
+    gemm_backends = load("gemm_backends_nvidia_h200.json")
     conv_gpu, conv_cpu = load("convolution_nvidia_h200.json"), load("convolution_pocl_cpu.json")
     doc = ["# Performance", "",
            "Every figure comes from a script in `benchmarks/` and is read as a ratio against a peer timed in",
@@ -201,6 +232,13 @@ def main():
                 f"The thesis's claim on a cache-only device: Morton 4-2 / blocked RMxCM = "
                 f"{min(m42):.2f}x to {max(m42):.2f}x over these sizes (the thesis saw 1.12x on a Mali T-628).", ""]
         gemms.append(("PoCL CPU (2 cores)", cpu))
+    if gemm_backends:
+        doc += ["### NVIDIA H200: OpenGL beside OpenCL, one run", "",
+                f"`{gemm_backends['command']}`: the columns `gl:0/...` are the same kernels' GLSL twins on the "
+                "same GPU through NVIDIA's EGL.", ""] + gemm_table(gemm_backends) + [""]
+        doc += ["GL time over OpenCL time per size (runtime choices; fastest kernels): "
+                + ", ".join(f"n = {r['n']}: {r['tuned']:.2f}x; {r['fastest']:.2f}x" for r in gemm_backends["ratios"])
+                + ".", ""]
     if gemms and plot(gemms, ROOT / "docs" / "gemm.png"):
         doc += ["![GEMM GFLOP/s](gemm.png)", ""]
     doc += ["## Rovder's Table 10.5 networks", "",
@@ -214,6 +252,10 @@ def main():
                      ("PoCL CPU, this machine", models_cpu)):
         if d:
             doc += [f"### {title}", ""] + models_table(d) + [""]
+    if backends_gpu:
+        doc += ["### NVIDIA H200: the OpenGL backend beside the OpenCL backend, one run", "",
+                f"`{backends_gpu['command']}` (issue 12's goal: GL within 1.5x of OpenCL).", ""]
+        doc += backends_table(backends_gpu) + [""]
     if conv_gpu or conv_cpu:
         doc += ["## Convolution", "",
                 "`python3 benchmarks/convolution.py --json OUT.json`: selected AlexNet, VGG-16 and GoogLeNet layers",

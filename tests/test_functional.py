@@ -7,7 +7,6 @@ import pytest
 import malinn
 from helpers import assert_close
 from malinn import Functional, Input
-from malinn.errors import BackendError
 from malinn.layers import (Activation, Add, Average, Concatenate, Dense, Dot, Maximum, Minimum, Multiply,
                            Subtract)
 
@@ -17,23 +16,6 @@ NUMPY = {Add: lambda xs: sum(xs[1:], xs[0]), Subtract: lambda xs: xs[0] - xs[1],
          Maximum: lambda xs: np.maximum.reduce(np.broadcast_arrays(*xs)),
          Minimum: lambda xs: np.minimum.reduce(np.broadcast_arrays(*xs))}
 SHAPES = {2: (6,), 3: (3, 6), 4: (2, 3, 4)}
-
-
-
-def test_merges_are_refused_by_name_off_opencl():
-    others = [d for d in malinn.devices() if d.backend != "opencl"]
-    if not others:
-        pytest.skip("no device of another backend (OpenGL) works here")
-    x, y = Input((4,), name="x"), Input((4,), name="y")
-    model = Functional([x, y], Add(name="a")([Dense(4, name="d")(x), y]))
-    previous = malinn.get_device()
-    try:
-        for device in others:
-            malinn.set_device(device)
-            with pytest.raises(BackendError, match=rf"no kernel implements 'merge' on the {device.backend} backend"):
-                model.predict(inputs([(4,), (4,)], 2, 1.0))
-    finally:
-        malinn.set_device(previous)
 
 
 def dense_np(layer, x):

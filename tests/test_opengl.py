@@ -132,11 +132,12 @@ def test_programs_are_linked_once_per_work_group_shape():
     program = device.compile(source, ("-DX=1",))
     assert device.compile(source, ("-DX=1",)) is program
     buffer = device.alloc(4, "x")
-    builds = device.counters["builds"]
+    linked = lambda: device.counters["builds"] + device.counters["binary_hits"]  # noqa: E731  (a cache hit links too)
+    before = linked()
     for _ in range(3):
         device.bind(program, "main", [np.uint32(1), buffer], (1,), (1,))
     device.bind(program, "main", [np.uint32(1), buffer], (4,), (4,))
-    assert device.counters["builds"] - builds == 2
+    assert linked() - before == 2
 
 
 @needs_gl
@@ -198,3 +199,169 @@ def test_activations_keep_nan_on_gl():
     for name in ("relu", "relu6", "hard_sigmoid", "leaky_relu"):
         got = ops.activation(DeviceMatrix.upload(d, x, "R"), name).numpy()
         assert np.isnan(got[0, 0]) and np.isfinite(got[0, 1:]).all(), (name, got)
+
+
+@needs_gl
+@pytest.mark.parametrize("op", ["matmul", "matmul_fallback", "matmul_softmax"])
+def test_a_gl_gpu_runs_the_opencl_gpus_kernels(op, rng):
+    """A GL GPU takes the OpenCL GPU's default kernels that have GLSL, Keras-order ones included,
+    each in the configuration the table names, and each matches numpy on odd shapes on the GL
+    device (llvmpipe, a CPU, stands in for a GL GPU here)."""
+    library = load_library()
+    gl = library.default_specs(op, "gpu", "gl")
+    cl = [spec for spec in library.default_specs(op, "gpu", "opencl") if spec.has_source("gl")]
+    assert gl and [(s.codename, s.defines) for s in gl] == [(s.codename, s.defines) for s in cl]
+    device = GL[0]
+    checked = 0
+    for spec in gl:
+        if spec.workgroup and np.prod(spec.workgroup) > device.max_work_group_size:
+            continue
+        for m, k, n in [(1, 1, 1), (3, 5, 7), (13, 37, 5), (150, 640, 13), (1001, 3, 1), (5, 1001, 13)]:
+            if not spec.accepts(m, k, n):
+                continue
+            a = rng.standard_normal((m, k)).astype(np.float32)
+            b = rng.standard_normal((k, n)).astype(np.float32)
+            r = ops.matmul(DeviceMatrix.from_host(a), DeviceMatrix.from_host(b), spec, device).numpy()
+            want = a.astype(np.float64) @ b.astype(np.float64)
+            np.testing.assert_allclose(r, want, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want).max()))
+            checked += 1
+    assert checked >= len(gl)
+
+
+@pytest.mark.parametrize("op", ["matmul", "matmul_fallback", "matmul_softmax", "bias", "affine", "relayout",
+                                "reshape", "broadcast", "normalize", "permute", "repeat", "merge", "concat", "dot",
+                                "conv", "depthwise", "pool", "spatial", "im2col"])
+@pytest.mark.parametrize("kind", ["gpu", "cpu"])
+def test_every_op_has_a_glsl_kernel_and_gl_takes_the_opencl_defaults(op, kind):
+    """Every op of the library runs on GL (the tests that take the ``device`` fixture compare each
+    kernel with numpy there), and a GL device of a kind takes the OpenCL device's default kernels,
+    in the same configurations, wherever they have GLSL (all but gemm_image and gemv_rows)."""
+    library = load_library()
+    gl = library.default_specs(op, kind, "gl")
+    cl = [spec for spec in library.default_specs(op, kind, "opencl") if spec.has_source("gl")]
+    assert gl and all(spec.has_source("gl") for spec in gl)
+    assert [(s.codename, s.defines) for s in gl] == [(s.codename, s.defines) for s in cl]
+
+
+_BINARY_SOURCE = """MALINN_ARGS(uint n; float s;)
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 1) writeonly buffer Y { float y[]; };
+void main() { MALINN_GUARD uint i = gl_GlobalInvocationID.x; y[i] = x[i] * s + float(K); }"""
+
+
+def _run_binary_source(device, defines=("-DK=3",)):
+    """Runs _BINARY_SOURCE on 37 values on ``device``: (result, the program)."""
+    x = np.arange(37, dtype=np.float32)
+    y = np.zeros_like(x)
+    xb, yb = device.alloc(x.nbytes, "x"), device.alloc(y.nbytes, "y")
+    device.upload(xb, x)
+    program = device.compile(_BINARY_SOURCE, defines, "binary test")
+    device.launch_all([device.bind(program, "main", [np.uint32(37), np.float32(2), xb, yb], (37,), None)])
+    device.download(yb, y)
+    return y, program
+
+
+@needs_gl
+def test_a_second_context_loads_the_program_binary_from_the_cache(tmp_path, monkeypatch):
+    """The first context builds from source and writes the binary (glGetProgramBinary); a second
+    context, with nothing in memory, links from the cached binary and builds nothing."""
+    monkeypatch.setenv("MALINN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MALINN_BINARY_CACHE", "1")
+    first = opengl.probe(GL[0].index[1])
+    if not first.binary_formats:
+        pytest.skip(f"{first.name} offers no program binary format")
+    y, _ = _run_binary_source(first)
+    np.testing.assert_array_equal(y, 2 * np.arange(37, dtype=np.float32) + 3)
+    assert (first.counters["builds"], first.counters["binary_hits"]) == (1, 0)
+    assert len(list((tmp_path / "programs").glob("*.bin"))) == 2     # the probe shader and this one
+    second = opengl.probe(GL[0].index[1])
+    assert second.counters["builds"] == 0
+    y, program = _run_binary_source(second)
+    np.testing.assert_array_equal(y, 2 * np.arange(37, dtype=np.float32) + 3)
+    assert (second.counters["builds"], second.counters["binary_hits"]) == (0, 1)
+    assert isinstance(program.shaders[opengl.DEFAULT_LOCAL[1]], opengl.BinaryShader)
+    y, _ = _run_binary_source(second, ("-DK=4",))          # other defines: another entry, built
+    np.testing.assert_array_equal(y, 2 * np.arange(37, dtype=np.float32) + 4)
+    assert (second.counters["builds"], second.counters["binary_hits"]) == (1, 1)
+
+
+@needs_gl
+def test_a_binary_the_driver_refuses_is_rebuilt_from_source(tmp_path, monkeypatch):
+    """An entry that passes the cache's checks but that the driver does not take (a driver update)
+    is built from source instead, and replaced."""
+    from malinn.cache import read_entry, write_entry
+
+    monkeypatch.setenv("MALINN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MALINN_BINARY_CACHE", "1")
+    device = opengl.probe(GL[0].index[1])
+    if not device.binary_formats:
+        pytest.skip(f"{device.name} offers no program binary format")
+    program = device.compile(_BINARY_SOURCE, ("-DK=3",), "binary test")
+    local = opengl.DEFAULT_LOCAL[1]
+    key = program.binary_key(local, program.text(local))
+    write_entry("programs", key, b"\x01\x00\x00\x00" + b"not a program binary" * 8)
+    y, _ = _run_binary_source(device)
+    np.testing.assert_array_equal(y, 2 * np.arange(37, dtype=np.float32) + 3)
+    assert (device.counters["builds"], device.counters["binary_hits"]) == (1, 0)
+    assert b"not a program binary" not in read_entry("programs", key)
+
+
+@needs_gl
+def test_binary_cache_off_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("MALINN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MALINN_BINARY_CACHE", "0")
+    device = opengl.probe(GL[0].index[1])
+    _run_binary_source(device)
+    assert device.counters["builds"] == 1 and not list(tmp_path.rglob("*.bin"))
+
+
+def _gl_devices_under(env_extra: dict) -> tuple:
+    """(backends listed, platforms of the GL devices, stderr) of a discovery in a new process."""
+    env = {**os.environ, "MALINN_GL": "1", **env_extra}
+    code = ("import warnings, malinn\nwarnings.simplefilter('always')\n"
+            "print([d.backend for d in malinn.devices()])\n"
+            "print([d.platform for d in malinn.devices() if d.backend == 'gl'])")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    backends, platforms = out.stdout.strip().splitlines()[-2:]
+    return backends, platforms, out.stderr
+
+
+@needs_gl
+def test_a_driver_below_opengl_4_3_is_skipped_naming_its_version():
+    """Mesa made to offer OpenGL 3.3 and OpenGL ES 3.0 (MESA_GL_VERSION_OVERRIDE,
+    MESA_GLES_VERSION_OVERRIDE): the device is skipped with a warning that names the renderer, the
+    versions it offers and the versions compute shaders need."""
+    if "Mesa" not in GL[0].platform:
+        pytest.skip("MESA_GL_VERSION_OVERRIDE is Mesa's")
+    backends, _, stderr = _gl_devices_under({"MESA_GL_VERSION_OVERRIDE": "3.3", "MESA_GLES_VERSION_OVERRIDE": "3.0",
+                                             "MALINN_GL_API": ""})
+    assert "'gl'" not in backends
+    assert re.search(r"skipping OpenGL device gl:0: .+ offers OpenGL 3\.3 .* and no OpenGL ES 3\.1 \(.+\); .*"
+                     r"need OpenGL 4\.3 or OpenGL ES 3\.1", stderr), stderr[-2000:]
+
+
+@needs_gl
+def test_opengl_es_serves_where_desktop_opengl_is_below_4_3():
+    """The Raspberry Pi's case (desktop OpenGL 2.1, OpenGL ES 3.1), played by Mesa made to offer
+    OpenGL 3.3: the device comes up on an OpenGL ES context and runs a model; MALINN_GL_API=gl
+    refuses ES, MALINN_GL_API=es asks for it first."""
+    if "Mesa" not in GL[0].platform:
+        pytest.skip("MESA_GL_VERSION_OVERRIDE is Mesa's")
+    backends, platforms, stderr = _gl_devices_under({"MESA_GL_VERSION_OVERRIDE": "3.3", "MALINN_GL_API": ""})
+    assert "'gl'" in backends and "OpenGL ES 3." in platforms, stderr[-2000:]
+    backends, _, stderr = _gl_devices_under({"MESA_GL_VERSION_OVERRIDE": "3.3", "MALINN_GL_API": "gl"})
+    assert "'gl'" not in backends and "offers OpenGL 3.3" in stderr
+    _, platforms, _ = _gl_devices_under({"MALINN_GL_API": "es"})
+    assert "OpenGL ES 3." in platforms
+    env = {**os.environ, "MALINN_GL": "1", "MALINN_GL_API": "es", "MALINN_DEVICE": "gl"}
+    code = ("import numpy as np, malinn\nfrom malinn.layers import Dense\n"
+            "m = malinn.Sequential([Dense(13, activation='relu'), Dense(5, activation='softmax')])\n"
+            "m.build((None, 7))\nx = np.random.default_rng(0).standard_normal((3, 7)).astype(np.float32)\n"
+            "w = m.get_weights()\nh = np.maximum(x @ w[0] + w[1], 0) @ w[2] + w[3]\n"
+            "p = np.exp(h - h.max(1, keepdims=True))\np /= p.sum(1, keepdims=True)\n"
+            "print(malinn.get_device().platform, float(np.abs(m.predict(x) - p).max()))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    platform, err = out.stdout.strip().rsplit(" ", 1)
+    assert platform.startswith("OpenGL ES 3.") and float(err) < 1e-6, out.stdout

@@ -6,8 +6,10 @@
  *   invocation (tm, tk)  VW * WPT contiguous rows from row0, columns col0 .. col0 + NB - 1, over
  *                  k = tk, tk + KSPLIT, ... < l; the KSPLIT partial sums are added in shared
  *                  memory in a fixed tree (bit-identical from run to run)
- * A (column-major, stride H) is read only in the runs of VW rows that hold a logical row. Loads
- * are scalar: VW and WPT set how many contiguous rows an invocation reads.
+ * A (column-major, stride H) is read only in the runs of VW rows that hold a logical row: as vec4
+ * loads where VW is a multiple of 4, vec2 where it is 2, else scalar; VW and WPT set how many contiguous rows an
+ * invocation reads. KERAS_ORDER=1 (the
+ * gemv_c family) reads B and writes R column-major (matmul.glsl).
  */
 
 #ifndef VW
@@ -27,6 +29,14 @@
 #endif
 #ifndef SOFTMAX
 #define SOFTMAX 0
+#endif
+
+#if VW % 4 == 0
+/* A again, as vec4 (vec2 where VW is 2): H and every run's first row are multiples of VW (the
+ * entry's rowAlign), so a run of VW rows is VW / 4 aligned vec4 loads (one vec2) */
+layout(std430, binding = 0) readonly buffer BufA4 { vec4 a4[]; };
+#elif VW == 2
+layout(std430, binding = 0) readonly buffer BufA2 { vec2 a2[]; };
 #endif
 
 #define RPI (VW * WPT)            /* rows of R per invocation, contiguous */
@@ -63,17 +73,31 @@ void main() {
 #endif
     for (uint k = vectors > 0u ? first : l; k < l; k += uint(KSPLIT)) {
         uint ak = k * H + row0;
-        uint bk = k * w + col0;
         float bv[NB];
         for (int j = 0; j < NB; ++j)
-            bv[j] = b[bk + uint(j)];
+            bv[j] = B_AT(k, col0 + uint(j));
         for (int p = 0; p < WPT; ++p) {
             if (uint(p) < vectors) {
+#if VW % 4 == 0
+                for (int q = 0; q < VW / 4; ++q) {
+                    vec4 av = a4[(ak + uint(p * VW)) / 4u + uint(q)];
+                    for (int i = 0; i < 4; ++i)
+                        for (int j = 0; j < NB; ++j)
+                            acc[p * VW + q * 4 + i][j] += av[i] * bv[j];
+                }
+#elif VW == 2
+                vec2 av = a2[(ak + uint(p * VW)) / 2u];
+                for (int j = 0; j < NB; ++j) {
+                    acc[p * VW][j] += av.x * bv[j];
+                    acc[p * VW + 1][j] += av.y * bv[j];
+                }
+#else
                 for (int i = 0; i < VW; ++i) {
                     float av = a[ak + uint(p * VW + i)];
                     for (int j = 0; j < NB; ++j)
                         acc[p * VW + i][j] += av * bv[j];
                 }
+#endif
             }
         }
     }
@@ -106,7 +130,7 @@ void main() {
 #endif
         part[e] = s;
 #else
-        r[row * w + col] = EPILOGUE(s, row, col);
+        R_AT(row, col) = EPILOGUE(s, row, col);
 #endif
     }
 #else
@@ -115,7 +139,7 @@ void main() {
             for (int i = 0; i < VW; ++i) {
                 uint row = row0 + uint(p * VW + i);
                 uint col = col0 + uint(j);
-                r[row * w + col] = EPILOGUE(acc[p * VW + i][j], row, col);
+                R_AT(row, col) = EPILOGUE(acc[p * VW + i][j], row, col);
             }
 #endif
 
@@ -171,7 +195,7 @@ void main() {
             v = v * scale[row] + shift[row];
 #endif
         }
-        r[row * w + col] = v;
+        R_AT(row, col) = v;
     }
 #endif
 }

@@ -26,17 +26,22 @@ How the OpenCL notions map (docs/BACKENDS.md):
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
+import struct
 import sys
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..cache import read_entry, write_entry
 from ..errors import DeviceError, KernelBuildError
 from ..layout import Layout
 from .base import BoundLaunch, Device
+from .gles_context import ESContext
 
 __all__ = ["GLDevice", "discover", "gl_index_macro", "PREAMBLE_VERSION", "SOFTWARE_RENDERERS"]
 
@@ -48,10 +53,15 @@ PREAMBLE_VERSION = "#version 310 es"
 DEFAULT_LOCAL = {1: (64,), 2: (8, 8)}
 _SHADER_STORAGE_BARRIER_BIT = 0x2000
 _MAX_COMPUTE_SHARED_MEMORY_SIZE = 0x8262
+_MAX_SHADER_STORAGE_BLOCK_SIZE = 0x90DE
+_MAX_COMPUTE_WORK_GROUP_INVOCATIONS = 0x90EB
+_MAX_COMPUTE_WORK_GROUP_SIZE = 0x91BF     # per axis (glGetIntegeri_v)
 _GPU_MEMORY_INFO_TOTAL_AVAILABLE_MEMORY_NVX = 0x9048
 _PROGRAM_BINARY_LENGTH = 0x8741
 _LINK_STATUS = 0x8B82
 _PROGRAM_BINARY_RETRIEVABLE_HINT = 0x8257
+_UNIFORM_BLOCK_DATA_SIZE = 0x8A40
+_INVALID_INDEX = 0xFFFFFFFF
 
 _PROBE_SOURCE = """
 MALINN_ARGS(uint n;)
@@ -97,7 +107,10 @@ def gl_index_macro(layout: Layout, name: str) -> str:
 def _preamble(options: tuple, local: tuple) -> str:
     """``#version``, the defines of ``options`` (``-DNAME=VALUE``), the work-group shape and the
     argument-block and range-guard macros every GL source uses."""
-    lines = [PREAMBLE_VERSION, "precision highp float;", "precision highp int;"]
+    # NVIDIA's GLSL compiler unrolls a constant-bound loop only when asked (OpenCL C's kernels say
+    # #pragma unroll): unrolled, a work item's tile of sums stays in registers; other compilers
+    # ignore the pragma, as GLSL requires of one they do not know
+    lines = [PREAMBLE_VERSION, "#pragma optionNV(unroll all)", "precision highp float;", "precision highp int;"]
     for option in options:
         if not option.startswith("-D"):
             raise KernelBuildError(f"option {option!r}: the OpenGL backend takes -DNAME=VALUE defines only")
@@ -126,23 +139,89 @@ class _GL:
         egl.eglGetProcAddress.restype = ctypes.c_void_p
         egl.eglGetProcAddress.argtypes = [ctypes.c_char_p]
 
-        def fn(name, *argtypes):
+        def fn(name, *argtypes, restype=None):
             address = egl.eglGetProcAddress(name.encode())
             if not address:
                 return None
-            return ctypes.CFUNCTYPE(None, *argtypes)(address)
+            return ctypes.CFUNCTYPE(restype, *argtypes)(address)
 
         u, i, p = ctypes.c_uint, ctypes.c_int, ctypes.c_void_p
         self.get_integerv = fn("glGetIntegerv", u, p)
+        self.get_integeri_v = fn("glGetIntegeri_v", u, u, p)
         self.get_programiv = fn("glGetProgramiv", u, u, p)
         self.get_program_binary = fn("glGetProgramBinary", u, i, p, p, p)
         self.program_binary = fn("glProgramBinary", u, u, p, i)
         self.program_parameteri = fn("glProgramParameteri", u, u, i)
+        self.create_program = fn("glCreateProgram", restype=u)
+        self.delete_program = fn("glDeleteProgram", u)
+        self.use_program = fn("glUseProgram", u)
+        self.dispatch_compute = fn("glDispatchCompute", u, u, u)
+        self.get_uniform_block_index = fn("glGetUniformBlockIndex", u, ctypes.c_char_p, restype=u)
+        self.get_active_uniform_blockiv = fn("glGetActiveUniformBlockiv", u, u, u, p)
+
+    @property
+    def has_binaries(self) -> bool:
+        """Whether every entry point that program binaries need was found."""
+        return all((self.get_programiv, self.get_program_binary, self.program_binary, self.create_program,
+                    self.delete_program, self.use_program, self.dispatch_compute, self.get_uniform_block_index,
+                    self.get_active_uniform_blockiv))
+
+    def program_integer(self, program: int, pname: int) -> int:
+        value = ctypes.c_int(0)
+        self.get_programiv(program, pname, ctypes.byref(value))
+        return int(value.value)
 
     def integer(self, pname: int) -> int:
         value = (ctypes.c_int * 4)()
         self.get_integerv(pname, value)
         return int(value[0])
+
+    def indexed_integer(self, pname: int, index: int) -> int:
+        value = (ctypes.c_int * 4)()
+        self.get_integeri_v(pname, index, value)
+        return int(value[0])
+
+
+class ContextLock:
+    """A GL device's lock: a re-entrant lock that also keeps the device's context current in the
+    thread holding it, made current on the outermost acquire and released (its freed objects
+    collected first) on the outermost release. A plan's run holds ``Device.lock`` across its
+    upload, launches and download, so a predict makes the context current once, not once per call
+    (releasing a context flushes it on some drivers)."""
+
+    def __init__(self, device: "GLDevice"):
+        self._lock = threading.RLock()
+        self._device = device
+        self._depth = 0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if not self._lock.acquire(blocking, timeout):
+            return False
+        if self._depth == 0:
+            try:
+                self._device.ctx.__enter__()
+            except Exception:
+                self._lock.release()
+                raise
+        self._depth += 1
+        return True
+
+    def release(self) -> None:
+        self._depth -= 1
+        try:
+            if self._depth == 0:
+                self._device.ctx.gc()
+                self._device.ctx.__exit__(None, None, None)
+        finally:
+            self._lock.release()
+
+    def __enter__(self):
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
 
 
 @dataclass(eq=False)
@@ -152,28 +231,17 @@ class GLDevice(Device):
     ctx: object = field(repr=False, default=None)
     gl: object = field(repr=False, default=None)
     binary_formats: int = 0
-    _depth: int = field(repr=False, default=0)
+
+    def __post_init__(self):
+        self.lock = ContextLock(self)
 
     # ---------------------------------------------------------------- the current context
     def __enter__(self):
         self.lock.acquire()
-        if self._depth == 0:
-            try:
-                self.ctx.__enter__()
-            except Exception:
-                self.lock.release()
-                raise
-        self._depth += 1
         return self
 
     def __exit__(self, *exc):
-        self._depth -= 1
-        try:
-            if self._depth == 0:
-                self.ctx.gc()
-                self.ctx.__exit__(None, None, None)
-        finally:
-            self.lock.release()
+        self.lock.release()
         return False
 
     def _error(self) -> str | None:
@@ -330,20 +398,97 @@ class GLProgram:
         return _preamble(self.options, local) + self.source
 
     def linked(self, local: tuple):
-        """The moderngl compute shader for ``local`` (KernelBuildError with the compiler's log)."""
+        """The compute shader for ``local``: loaded from the program-binary cache where an entry
+        for this text, device and driver is there and the driver takes it, else built by moderngl
+        from the source (and its binary cached); KernelBuildError with the compiler's log."""
         shader = self.shaders.get(local)
         if shader is None:
             device = self.device
             text = self.text(local)
-            try:
-                shader = device.ctx.compute_shader(text)
-            except Exception as exc:
-                raise KernelBuildError(f"{self.origin}: the GLSL compute shader did not build on {device.name} "
-                                       f"(options {' '.join(self.options) or 'none'}, work-group {local}):\n"
-                                       f"{str(exc).strip()}") from None
-            device.count("builds")
+            key = self.binary_key(local, text)
+            shader = self._from_binary(key)
+            if shader is None:
+                try:
+                    shader = device.ctx.compute_shader(text)
+                except Exception as exc:
+                    raise KernelBuildError(f"{self.origin}: the GLSL compute shader did not build on {device.name} "
+                                           f"(options {' '.join(self.options) or 'none'}, work-group {local}):\n"
+                                           f"{str(exc).strip()}") from None
+                device.count("builds")
+                self._to_binary(key, shader.glo)
             self.shaders[local] = shader
         return shader
+
+    def binary_key(self, local: tuple, text: str) -> dict | None:
+        """The full key of this program's binary in the cache, keyed like the OpenCL backend's (the
+        source's hash, the defines, the renderer and the driver), with the work-group shape; ``None``
+        where binaries are off (``MALINN_BINARY_CACHE=0``) or the driver offers no binary format."""
+        device = self.device
+        if (os.environ.get("MALINN_BINARY_CACHE", "1") == "0" or not device.binary_formats
+                or not device.gl.has_binaries):
+            return None
+        return {"backend": "gl", "source_sha256": hashlib.sha256(text.encode()).hexdigest(),
+                "options": list(self.options), "local": list(local), "device": device.name,
+                "vendor": device.vendor, "driver": device.driver_version, "platform": device.platform}
+
+    def _from_binary(self, key):
+        """A :class:`BinaryShader` from the cache entry for ``key``, or ``None`` (no entry, or the
+        driver refuses it: a driver update; the caller then builds from source)."""
+        if key is None:
+            return None
+        payload = read_entry("programs", key)
+        if payload is None or len(payload) < 5:
+            return None
+        device, gl = self.device, self.device.gl
+        binary_format, = struct.unpack("<I", payload[:4])
+        blob = payload[4:]
+        program = gl.create_program()
+        gl.program_binary(program, binary_format, blob, len(blob))
+        device._error()   # clears an INVALID_ENUM for a format the driver no longer offers
+        if not program or not gl.program_integer(program, _LINK_STATUS):
+            gl.delete_program(program)
+            return None
+        index = gl.get_uniform_block_index(program, b"MalinnArgs")
+        size = ctypes.c_int(0)
+        if index != _INVALID_INDEX:
+            gl.get_active_uniform_blockiv(program, index, _UNIFORM_BLOCK_DATA_SIZE, ctypes.byref(size))
+        device.count("binary_hits")
+        return BinaryShader(gl, program, None if index == _INVALID_INDEX else size.value)
+
+    def _to_binary(self, key, program: int) -> None:
+        """Writes the linked program's binary to the cache (nothing where the driver gives none)."""
+        if key is None:
+            return
+        gl = self.device.gl
+        length = gl.program_integer(program, _PROGRAM_BINARY_LENGTH)
+        if length <= 0:
+            return
+        blob = ctypes.create_string_buffer(length)
+        written, binary_format = ctypes.c_int(0), ctypes.c_uint(0)
+        gl.get_program_binary(program, length, ctypes.byref(written), ctypes.byref(binary_format), blob)
+        if self.device._error() is None and written.value > 0:
+            write_entry("programs", key, struct.pack("<I", binary_format.value) + blob.raw[:written.value])
+
+
+class BinaryShader:
+    """A compute shader made from a cached program binary (moderngl builds only from source): what
+    :meth:`GLDevice.bind` and :meth:`GLDevice.launch_all` use of moderngl's ``ComputeShader``, its
+    ``MalinnArgs`` block's size and ``run``. The program lives as long as the device's context."""
+
+    __slots__ = ("gl", "glo", "block")
+
+    def __init__(self, gl: _GL, program: int, block_size: int | None):
+        self.gl, self.glo = gl, program
+        self.block = None if block_size is None else type("UniformBlock", (), {"size": block_size})()
+
+    def __getitem__(self, name: str):
+        if name != "MalinnArgs" or self.block is None:
+            raise KeyError(name)
+        return self.block
+
+    def run(self, group_x: int = 1, group_y: int = 1, group_z: int = 1) -> None:
+        self.gl.use_program(self.glo)
+        self.gl.dispatch_compute(group_x, group_y, group_z)
 
 
 # -------------------------------------------------------------------- discovery
@@ -358,33 +503,110 @@ def _total_memory(ctx, gl: _GL, software: bool, max_allocation: int) -> int:
         return max_allocation
 
 
-def probe(index: int) -> GLDevice:
-    """Creates a headless context on EGL device ``index`` and runs the probe shader; raises on failure."""
+#: the desktop OpenGL version whose compute shaders (and GLSL ES 3.10) the backend needs
+REQUIRED_GL = 430
+#: the glcontext backend name under which :class:`~malinn.backends.gles_context.ESContext` is found
+ES_BACKEND = "malinn-gles"
+
+
+def _register_es_backend() -> None:
+    """Lets moderngl make its context through :class:`ESContext` (``backend="malinn-gles"``):
+    glcontext finds backends by name only, and its EGL backend binds desktop OpenGL alone."""
+    import glcontext   # moderngl's own dependency
+
+    if getattr(glcontext.get_backend_by_name, "malinn_gles", False):
+        return
+    by_name = glcontext.get_backend_by_name
+
+    def get_backend_by_name(name):
+        if name == ES_BACKEND:
+            return lambda mode="standalone", glversion=310, device_index=0, **settings: ESContext(int(device_index))
+        return by_name(name)
+
+    get_backend_by_name.malinn_gles = True
+    glcontext.get_backend_by_name = get_backend_by_name
+
+
+def _es_context(index: int):
+    """A moderngl context over an OpenGL ES 3.1+ context on EGL device ``index`` (raises on failure)."""
+    _register_es_backend()
+    return _moderngl().create_context(standalone=True, backend=ES_BACKEND, device_index=index, require=310)
+
+
+def _context(index: int):
+    """A headless context on EGL device ``index``: desktop OpenGL 4.3+, else OpenGL ES 3.1+ (the
+    Raspberry Pi's V3D has compute shaders in ES alone); ``MALINN_GL_API=es`` asks for ES first,
+    ``MALINN_GL_API=gl`` for desktop OpenGL only.
+
+    Raises:
+        DeviceError: the device makes neither; the message names the renderer and the version it
+            offers (compute shaders came with OpenGL 4.3 and OpenGL ES 3.1).
+        Exception: moderngl's own, when no context can be made at all (past the last device, ...).
+    """
     moderngl = _moderngl()
+    api = os.environ.get("MALINN_GL_API", "").strip().lower()
     # the runtime packages' names (libgl1, libegl1 ship only the .so.1; glcontext asks for the
     # development links libGL.so / libEGL.so by default)
-    ctx = moderngl.create_context(standalone=True, backend="egl", device_index=index, require=430,
-                                  libgl="libGL.so.1", libegl="libEGL.so.1")
+    libraries = {"libgl": "libGL.so.1", "libegl": "libEGL.so.1"}
+    if api == "es":
+        return _es_context(index)
+    try:
+        return moderngl.create_context(standalone=True, backend="egl", device_index=index, require=REQUIRED_GL,
+                                       **libraries)
+    except Exception as exc:
+        if "requested device index" in str(exc):
+            raise
+        failure = exc
+    es_failure = None
+    if api != "gl":
+        try:
+            return _es_context(index)
+        except Exception as exc:
+            es_failure = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    for version in (330, 210):   # what the device offers instead, to say so
+        try:
+            ctx = moderngl.create_context(standalone=True, backend="egl", device_index=index, require=version,
+                                          **libraries)
+        except Exception:
+            continue
+        try:
+            info = ctx.info
+            renderer, offered = str(info["GL_RENDERER"]).strip(), str(info["GL_VERSION"]).strip()
+        finally:
+            ctx.release()
+        raise DeviceError(f"{renderer} offers OpenGL {offered}" + (f" and no OpenGL ES 3.1 ({es_failure})"
+                                                                    if es_failure else "")
+                          + f"; malinn's GL kernels are compute shaders, which need OpenGL "
+                          f"{REQUIRED_GL // 100}.{REQUIRED_GL // 10 % 10} or OpenGL ES 3.1") from None
+    raise failure
+
+
+def probe(index: int) -> GLDevice:
+    """Creates a headless context on EGL device ``index`` and runs the probe shader; raises on failure."""
+    ctx = _context(index)
     ctx.gc_mode = "context_gc"
     try:
         gl = _GL()
         info = ctx.info
-        renderer = str(info["GL_RENDERER"]).strip()
+        ctx.error   # moderngl's info asks for desktop-only limits on an ES context: clear the GL error
+        renderer, version = str(info["GL_RENDERER"]).strip(), str(info["GL_VERSION"]).strip()
         software = any(s in renderer.lower() for s in SOFTWARE_RENDERERS)
-        if "GL_ARB_ES3_1_compatibility" not in ctx.extensions and ctx.version_code < 460:
+        es = version.startswith("OpenGL ES")
+        if not es and "GL_ARB_ES3_1_compatibility" not in ctx.extensions and ctx.version_code < 460:
             raise DeviceError(f"{renderer} compiles no GLSL ES 3.10 (no GL_ARB_ES3_1_compatibility)")
-        max_allocation = int(info["GL_MAX_SHADER_STORAGE_BLOCK_SIZE"])
-        sizes = tuple(int(s) for s in info["GL_MAX_COMPUTE_WORK_GROUP_SIZE"])
+        max_allocation = gl.integer(_MAX_SHADER_STORAGE_BLOCK_SIZE)
+        sizes = tuple(gl.indexed_integer(_MAX_COMPUTE_WORK_GROUP_SIZE, i) for i in range(3))
         formats = gl.integer(0x87FE) if gl.get_program_binary else 0   # GL_NUM_PROGRAM_BINARY_FORMATS
         device = GLDevice(
-            backend="gl", index=("gl", index), name=renderer, platform=f"OpenGL {str(info['GL_VERSION']).strip()}",
+            backend="gl", index=("gl", index), name=renderer, platform=version if es else f"OpenGL {version}",
             vendor=str(info["GL_VENDOR"]).strip(), type="CPU" if software else "GPU", compute_units=1,
             global_memory=_total_memory(ctx, gl, software, max_allocation), max_allocation=max_allocation,
-            max_work_group_size=int(info["GL_MAX_COMPUTE_WORK_GROUP_INVOCATIONS"]), max_work_item_sizes=sizes,
+            max_work_group_size=gl.integer(_MAX_COMPUTE_WORK_GROUP_INVOCATIONS), max_work_item_sizes=sizes,
             local_memory=gl.integer(_MAX_COMPUTE_SHARED_MEMORY_SIZE), image_support=False,
             image2d_max_size=(0, 0), opencl_c_version="GLSL ES 3.10",
-            driver_version=str(info["GL_VERSION"]).strip(), host_unified_memory=False,   # no mapped transfers
+            driver_version=version, host_unified_memory=False,   # no mapped transfers
             ctx=ctx, gl=gl, binary_formats=formats)
+        ctx.error
     finally:
         ctx.__exit__(None, None, None)   # create_context left it current in this thread
     x = np.arange(100, dtype=np.float32)

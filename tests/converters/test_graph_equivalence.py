@@ -1,8 +1,9 @@
 """malinn against Keras on Functional graphs: every merge layer on every rank and axis, broadcasting,
 shared layers, nested models (tf_keras numbers their calls from 1), several inputs and outputs, in
 every Keras file format, at batch 1, 7 and 100, on inputs in [-1, 1] and in [-1000, 1000], within
-``1e-5 x max(1, max |Keras|)``; a malinn file of each predicts the same bit for bit; unsupported
-layers of a graph, merges included, are all named in one ConversionError.
+``1e-5 x max(1, max |Keras|)`` (3e-5 on OpenGL devices: ``TOLERANCE``); a malinn file of each
+predicts the same bit for bit; unsupported layers of a graph, merges included, are all named in one
+ConversionError.
 
 The Keras side comes from tests/graph_zoo.py, run once per session in a process of its own
 (TensorFlow and PoCL cannot share one); ``MALINN_GRAPH_ZOO=DIR`` keeps (or reuses) it in DIR.
@@ -54,12 +55,19 @@ def zoo_file(graph_zoo, fmt, key):
     return folder / generation / (key + suffix), folder / generation / (key + ".npz")
 
 
-def assert_keras_close(got, want, what):
+#: within 1e-5 x max(1, max |Keras|); on OpenGL devices 3e-5: Mesa's llvmpipe rounds a * b + c twice
+#: (no fused multiply-add, not even through fma()), where TensorFlow and OpenCL round it once, and
+#: concat_three_mixed on [-1000, 1000] feeds a softmax logits of -622.73 and -622.66, whose
+#: last-bit difference moves the output by 1.5e-5
+TOLERANCE = {"opencl": 1e-5, "gl": 3e-5}
+
+
+def assert_keras_close(got, want, what, tolerance=1e-5):
     want = np.asarray(want, np.float32)
     assert got.dtype == np.float32 and got.shape == want.shape, f"{what}: {got.shape} {got.dtype}, Keras {want.shape}"
     scale = max(1.0, float(np.abs(want).max()))
     err = float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max())
-    assert err <= 1e-5 * scale, f"{what}: max |malinn - Keras| = {err:.3g} > 1e-5 x {scale:.3g}"
+    assert err <= tolerance * scale, f"{what}: max |malinn - Keras| = {err:.3g} > {tolerance:g} x {scale:.3g}"
 
 
 @pytest.mark.parametrize("fmt,key", [pytest.param(fmt, key, id=f"{fmt}-{key}") for fmt in FORMATS for key in EQUIVALENCE
@@ -85,7 +93,8 @@ def test_graph_matches_keras(graph_zoo, device, tmp_path, fmt, key):
             got = outputs(model.predict([x[:batch] for x in xs] if len(xs) > 1 else xs[0][:batch]))
             assert len(got) == len(ys)
             for j, (g, y) in enumerate(zip(got, ys)):
-                assert_keras_close(g, y[:batch], f"{fmt} {key} {label} batch {batch} output {j}")
+                assert_keras_close(g, y[:batch], f"{fmt} {key} {label} batch {batch} output {j}",
+                                   TOLERANCE[device.backend])
         given = xs if len(xs) > 1 else xs[0]
         for g, w in zip(outputs(saved.predict(given)), outputs(model.predict(given))):
             np.testing.assert_array_equal(g, w)

@@ -1,0 +1,90 @@
+/* Normalizes groups of elements along a run of axes, in place, R in any layout: the GLSL ES 3.10
+ * twin of normalize_axes.cl (read it for the design). The tensor is (outer, GROUP, INNER) in flat
+ * order (f = col * m + row); invocation (x, y) of the (m / SR) x (n / SC) range takes group
+ * q = y * (m / SR) + x, the elements f = (o * GROUP + g) * INNER + i of one (o, i).
+ *   MODE 0 softmax; 1 softmax as exp(x - logsumexp(x)); 2 layer normalization (CENTER / SCALE:
+ *   beta / gamma in shift / scale); 3 RMS scaling; 4 L2 normalization (p0 the floor of the sum
+ *   of squares, else the epsilon). The maximum skips NaN as OpenCL's fmax does.
+ * The padding is never touched. */
+
+#ifndef GROUP
+#define GROUP 1
+#endif
+#ifndef INNER
+#define INNER 1
+#endif
+#ifndef MODE
+#define MODE 0
+#endif
+#ifndef CENTER
+#define CENTER 0
+#endif
+#ifndef SCALE
+#define SCALE 0
+#endif
+
+MALINN_ARGS(uint m; uint n; uint h; uint w; float p0;)
+layout(std430, binding = 0) buffer BufR { float r[]; };
+layout(std430, binding = 1) readonly buffer BufScale { float scale[]; };
+layout(std430, binding = 2) readonly buffer BufShift { float shift[]; };
+
+#define AT(g) r[MALINN_INDEX_R((base + uint(g) * uint(INNER)) % m, (base + uint(g) * uint(INNER)) / m, h, w)]
+
+void main() {
+    MALINN_GUARD
+    uint q = gl_GlobalInvocationID.y * malinn_range0 + gl_GlobalInvocationID.x;
+    uint o = q / uint(INNER);
+    uint base = o * uint(GROUP) * uint(INNER) + q % uint(INNER);
+#if MODE == 0 || MODE == 1
+    float top = -MALINN_INFINITY;
+    for (uint g = 0u; g < uint(GROUP); ++g) {
+        float x = AT(g);
+        top = isnan(x) ? top : max(top, x);
+    }
+    float total = 0.0;
+    for (uint g = 0u; g < uint(GROUP); ++g)
+        total += exp(AT(g) - top);
+#if MODE == 0
+    for (uint g = 0u; g < uint(GROUP); ++g)
+        AT(g) = exp(AT(g) - top) / total;
+#else
+    float lse = top + log(total);
+    for (uint g = 0u; g < uint(GROUP); ++g)
+        AT(g) = exp(AT(g) - lse);
+#endif
+#elif MODE == 2 || MODE == 3
+    float sum = 0.0;
+    for (uint g = 0u; g < uint(GROUP); ++g)
+        sum += AT(g);
+    float mean = sum / float(GROUP);
+    float squares = 0.0;
+    for (uint g = 0u; g < uint(GROUP); ++g) {
+        float d = AT(g) - mean;
+        squares += d * d;
+    }
+    float inv0 = inversesqrt(squares / float(GROUP) + p0);
+    for (uint g = 0u; g < uint(GROUP); ++g) {
+#if SCALE
+        float inv = inv0 * scale[g];
+#else
+        float inv = inv0;
+#endif
+#if MODE == 2
+#if CENTER
+        AT(g) = AT(g) * inv + (shift[g] - mean * inv);
+#else
+        AT(g) = AT(g) * inv + (-mean * inv);
+#endif
+#else
+        AT(g) = AT(g) * inv;
+#endif
+    }
+#else
+    float squares = 0.0;
+    for (uint g = 0u; g < uint(GROUP); ++g)
+        squares += AT(g) * AT(g);
+    float inv = inversesqrt(max(squares, p0));
+    for (uint g = 0u; g < uint(GROUP); ++g)
+        AT(g) = AT(g) * inv;
+#endif
+}
