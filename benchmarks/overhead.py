@@ -35,13 +35,16 @@ from models import MODELS, build  # noqa: E402
 from peers import median_time  # noqa: E402
 
 
-def floor_runner(plan, empty: bool = False):
-    """Plain pyopencl doing the plan's device work (``empty``: empty kernels instead of the plan's)."""
+def floor_runner(plan, x, empty: bool = False):
+    """Plain pyopencl doing the plan's device work on input ``x`` (``empty``: empty kernels instead
+    of the plan's)."""
     device = plan.device
     queue = device.queue
-    (in_buffer, in_staging, _, _), = plan._io[0]
+    (in_buffer, in_staging, value, _), = plan._io[0]
     (out_buffer, out_staging, _), = plan._io[1]
-    x_whole, out = np.array(in_staging), np.empty_like(out_staging)   # the plan's buffers whole, in plain memory
+    # the plan's buffers whole (padding included), in plain memory, the input laid out as Plan.run does
+    x_whole, out = np.zeros(in_staging.shape, np.float32), np.empty_like(out_staging)
+    x_whole[:x.shape[0], :value.rows] = x.reshape(x.shape[0], value.rows)
     if empty:
         program = cl.Program(device.context, "__kernel void nothing(__global float *x) { }").build()
         kernel = cl.Kernel(program, "nothing")
@@ -83,14 +86,14 @@ def main(argv=None):
             plan = model.plan(batch, device)
             if plan.batch != batch:
                 raise SystemExit(f"{name}: batch {batch} is planned as {plan.batch}; time a bucket size")
-            floor = floor_runner(plan)
+            floor = floor_runner(plan, x)
             got = floor()                                     # the floor does exactly malinn's work
             np.testing.assert_array_equal(got[:want.size // want.shape[-1], :want.shape[-1]].reshape(want.shape), want)
             row = {"model": name, "batch": batch, "launches": len(plan.launches),
                    "kernels": [step["kernel"] + ("+" + "+".join(step["fused"]) if step["fused"] else "")
                                for step in plan.describe()],
                    "floor": median_time(floor, args.repeat, warmup=5),
-                   "empty": median_time(floor_runner(plan, empty=True), args.repeat, warmup=5),
+                   "empty": median_time(floor_runner(plan, x, empty=True), args.repeat, warmup=5),
                    "malinn": median_time(lambda: model.predict(x), args.repeat, warmup=5)}
             row["overhead"] = row["malinn"] / row["floor"]
             rows.append(row)
