@@ -34,6 +34,9 @@ def run(device, layer, shape, reference, rng, matmul=None, batch=7, scale=3.0):
     model = Sequential([dense, type(layer).from_config(layer.get_config())])
     model.build((None,) + shape)
     model.layers[1].set_weights(layer.get_weights())
+    limit = np.sqrt(6.0 / (2 * shape[-1]))   # Keras's glorot_uniform, from the test's seeded generator
+    dense.set_weights([rng.uniform(-limit, limit, (shape[-1], shape[-1])).astype(np.float32),
+                       np.zeros(shape[-1], np.float32)])
     kernel, bias = dense.get_weights()
     h = x.astype(np.float64) @ kernel + bias
     assert_close(model.predict(x), reference(h, model.layers[1]))
