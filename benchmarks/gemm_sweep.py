@@ -32,6 +32,9 @@ from malinn.expressions import evaluate
 from malinn.kernel_library import load_library
 from malinn.tuner import _time_product
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peers import torch_cuda  # noqa: E402
+
 #: The Table 10.5 networks' Dense products at batch 100, (m, k, n).
 SHAPES = [(150, 640, 100), (128, 256, 100), (2500, 784, 100), (2000, 2500, 100), (4096, 3072, 100),
           (3072, 4096, 100)]
@@ -89,13 +92,9 @@ def _time_or_none(spec, device, shape, repeat):
 def torch_times(shapes, repeat: int) -> list | None:
     """Seconds of torch's float32 matmul (n x k) @ (k x m) on the CUDA GPU per shape (CUDA events,
     median of ``repeat`` after a warm-up), or None without torch or a CUDA GPU."""
-    try:
-        import torch
-    except ImportError:
+    torch = torch_cuda()
+    if torch is None:
         return None
-    if not torch.cuda.is_available():
-        return None
-    torch.backends.cuda.matmul.allow_tf32 = False
     times = []
     for m, k, n in shapes:
         x, w = torch.rand(n, k, device="cuda"), torch.rand(k, m, device="cuda")

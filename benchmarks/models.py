@@ -92,17 +92,11 @@ def kernel_seconds(plan, x, repeat: int, matmul_only: bool = False) -> float:
     has none here, the launches' wall time until the device finishes), its input uploaded first;
     ``matmul_only``: of its matmul launches alone (the layers that stream the weights)."""
     device = plan.device
+    if device.backend != "opencl":
+        return launch_wall_seconds(plan, x, repeat)
     plan.run([x])
     matmuls = {id(step.launch) for step in plan.steps if step.kind == "matmul" and step.launch is not None}
     totals = []
-    if device.backend != "opencl":
-        for _ in range(repeat):
-            device.finish()
-            t = time.perf_counter()
-            device.launch_all(plan.launches)
-            device.finish()
-            totals.append(time.perf_counter() - t)
-        return float(np.median(totals))
     for _ in range(repeat):
         with device.lock:
             events = [(launch.enqueue(), id(launch) in matmuls) for launch in plan.launches]
