@@ -621,6 +621,7 @@ class PlanBuilder:
                 left, right = step.inputs["b"].storage.root(), step.out.storage.root()
                 if left is not right:
                     right.group = left
+        self._couple_reshapes()
         groups: dict = {}
         storages = self._storages()
         for storage in storages:
@@ -635,6 +636,23 @@ class PlanBuilder:
         for storage in storages:
             col_mult, cols = groups[id(storage.root())]
             storage.padded = (round_up(storage.rows, storage.row_mult), round_up(storage.cols, col_mult))
+
+    def _couple_reshapes(self) -> None:
+        """A reshape that keeps its input's matrix view in the same layout (a Reshape of the leading
+        axes) pads its result as its input: so the result can be a view of the input's buffer
+        (:meth:`_view_reshapes` needs equal leading dimensions) where the producer pads its rows more
+        than the reader asks (a GPU gemv pads a layer's units to its work-group's rows). A matmul
+        reading the result then reads the larger K: its weight copy is padded to it, with zeros."""
+        for step in self.steps:
+            if step.kind != "reshape":
+                continue
+            x, y = step.inputs["a"], step.out
+            xs, ys = x.storage, y.storage
+            if (x.rows, x.cols) != (y.rows, y.cols) or xs.layout is None or str(xs.layout) != str(ys.layout):
+                continue
+            xs.row_mult = ys.row_mult = math.lcm(xs.row_mult, ys.row_mult)
+            if xs.root() is not ys.root():
+                ys.root().group = xs.root()
 
     def _storages(self) -> list:
         return storages_of(self.inputs, self.steps)

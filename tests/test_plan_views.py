@@ -137,6 +137,25 @@ def test_a_reshape_keeping_the_last_axis_is_a_view(device, rng, batch):
     assert model._kernels(batch)[0]["r"] == "view (no copy)"
 
 
+@pytest.mark.parametrize("batch", BATCHES)
+def test_a_reshape_after_a_kernel_that_pads_its_rows_is_still_a_view(device, rng, batch, monkeypatch):
+    """With the GPU's defaults (the device's kind pretended), the small-batch kernels pad a layer's
+    units to their work-group's rows (6 -> 64): the reshape's result is padded as its input, the next
+    matmul reads the larger K (its weights padded with zeros), and nothing is copied."""
+    if device.backend != "opencl":
+        pytest.skip("the GPU defaults' kernels run on OpenCL devices")
+    monkeypatch.setattr(type(device), "kind", property(lambda self: "gpu"))
+    model = Sequential([Dense(6, name="d"), Reshape((2, 3, 6), name="r"), Dense(2, name="o")])
+    model.build((None, 6, 6))
+    xs = rng.uniform(-1, 1, (batch, 6, 6)).astype(np.float32)
+    plan = model.plan(batch, device)
+    (producer, reshape, reader) = plan.steps[-3:]
+    assert launched(plan, "reshape") == 0 and reshape.view, [r["kernel"] for r in plan.describe()]
+    assert reshape.out.storage.padded == producer.out.storage.padded == reader.inputs["b"].storage.padded
+    want = dense_np(model.layers[2], dense_np(model.layers[0], xs).reshape(batch, 2, 3, 6))
+    assert_close(model.predict(xs), want)
+
+
 def test_a_flatten_of_a_tensor_in_keras_order_is_a_view_and_of_a_row_major_one_a_copy(device, rng):
     flat = Sequential([Activation("tanh"), Flatten(name="f"), Dense(3)])
     flat.build((None, 5, 7))
