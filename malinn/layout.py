@@ -146,6 +146,27 @@ class Layout:
         sizes = [(None, None)] + list(self.blocks) + [(1, 1)]
         return [(base, sizes[k], sizes[k + 1]) for k, base in enumerate(self.bases)]
 
+    def index_expression(self, literal: str = "", row: str = "(R_)", col: str = "(C_)",
+                         prows: str = "(P_R)", pcols: str = "(P_C)") -> str:
+        """:meth:`index` as a C-like expression, for a backend's index macro: ``row`` and ``col``
+        the element's coordinates, ``prows`` and ``pcols`` the padded shape (known only at launch
+        time), each as the backend spells it (a cast), ``literal`` the integer literals' suffix
+        (``"u"`` in GLSL, which converts no ``int`` to ``uint``)."""
+        terms = []
+        for base, (yk, xk), (yn, xn) in self.index_terms():
+            i = row if yk is None else f"({row} % {yk}{literal})"
+            j = col if xk is None else f"({col} % {xk}{literal})"
+            if yn != 1:
+                i = f"({i} / {yn}{literal})"
+            if xn != 1:
+                j = f"({j} / {xn}{literal})"
+            nrows = f"({prows} / {yn}{literal})" if yk is None else f"({yk // yn}{literal})"
+            ncols = f"({pcols} / {xn}{literal})" if xk is None else f"({xk // xn}{literal})"
+            order = f"({i} * {ncols} + {j})" if base == "R" else f"({j} * {nrows} + {i})"
+            weight = "" if (yn, xn) == (1, 1) else f" * {yn * xn}{literal}"
+            terms.append(f"{order}{weight}")
+        return " + ".join(terms)
+
     # ---------------------------------------------------------------- host conversion
     def _digit_shape(self, padded):
         """Shape that splits rows and columns into one digit axis per level."""

@@ -307,20 +307,7 @@ def opencl_index_macro(layout: Layout, name: str) -> str:
     ``prows`` and ``pcols`` are the padded shape, known only at launch time; the chunk sizes are
     literals, so one built program serves every matrix size.
     """
-    terms = []
-    for base, (yk, xk), (yn, xn) in layout.index_terms():
-        i = "(R_)" if yk is None else f"((R_) % {yk})"
-        j = "(C_)" if xk is None else f"((C_) % {xk})"
-        if yn != 1:
-            i = f"({i} / {yn})"
-        if xn != 1:
-            j = f"({j} / {xn})"
-        nrows = f"((P_R) / {yn})" if yk is None else f"({yk // yn})"
-        ncols = f"((P_C) / {xn})" if xk is None else f"({xk // xn})"
-        order = f"({i} * {ncols} + {j})" if base == "R" else f"({j} * {nrows} + {i})"
-        weight = "" if (yn, xn) == (1, 1) else f" * {yn * xn}"
-        terms.append(f"{order}{weight}")
-    body = " + ".join(terms).replace("(R_)", "((size_t)(R_))").replace("(C_)", "((size_t)(C_))")
+    body = layout.index_expression(row="((size_t)(R_))", col="((size_t)(C_))")
     return f"#define {name}(R_, C_, P_R, P_C) ((size_t)({body}))"
 
 

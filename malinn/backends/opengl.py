@@ -84,23 +84,10 @@ def _moderngl():
 def gl_index_macro(layout: Layout, name: str) -> str:
     """A GLSL macro ``name(r, c, prows, pcols)`` computing :meth:`Layout.index` in ``uint``.
 
-    The same terms as the OpenCL macro (``Layout.index_terms()``), with unsigned literals: GLSL
+    The expression of the OpenCL macro (``Layout.index_expression``), with unsigned literals: GLSL
     converts no ``int`` to ``uint`` implicitly.
     """
-    terms = []
-    for base, (yk, xk), (yn, xn) in layout.index_terms():
-        i = "(R_)" if yk is None else f"((R_) % {yk}u)"
-        j = "(C_)" if xk is None else f"((C_) % {xk}u)"
-        if yn != 1:
-            i = f"({i} / {yn}u)"
-        if xn != 1:
-            j = f"({j} / {xn}u)"
-        nrows = f"(uint(P_R) / {yn}u)" if yk is None else f"({yk // yn}u)"
-        ncols = f"(uint(P_C) / {xn}u)" if xk is None else f"({xk // xn}u)"
-        order = f"({i} * {ncols} + {j})" if base == "R" else f"({j} * {nrows} + {i})"
-        weight = "" if (yn, xn) == (1, 1) else f" * {yn * xn}u"
-        terms.append(f"{order}{weight}")
-    body = " + ".join(terms).replace("(R_)", "(uint(R_))").replace("(C_)", "(uint(C_))")
+    body = layout.index_expression("u", "(uint(R_))", "(uint(C_))", "uint(P_R)", "uint(P_C)")
     return f"#define {name}(R_, C_, P_R, P_C) ({body})"
 
 
