@@ -25,13 +25,18 @@
  *   KT       K step staged per iteration (4 times a power of two)
  *   PREFETCH 1: the next K step's tiles are loaded into registers while the current one is
  *            computed (global latency hidden behind the arithmetic); 0: load, then compute
+ *   BUFFERS  local tiles: 1, or 2 (with PREFETCH: the next K step is stored into the other tile
+ *            while some items still compute the current one, so one barrier per K step, not two)
  *   SLICES   work-groups along K per tile of R, a power of 2 (1: none). With SLICES > 1, a
  *            layer whose tiles alone would leave most of a large GPU idle (a batch of 100 has few
  *            tiles) has SLICES times more work-groups: each stores its partial sums in the scratch
  *            buffer and counts itself in its tile's counter (atomic_inc); the work-group that counts
  *            last adds the SLICES partial sums in slice order (the same order whichever finishes
- *            last: bit-identical results), applies the epilogue, writes R and sets the counter back
- *            to 0. Partial sums are written and read with atomic_xchg (no data race). The scratch
+ *            last: bit-identical results; its own slice from its registers), applies the epilogue,
+ *            writes R and sets the counter back to 0. Partial sums are written and read with
+ *            atomic_xchg (no data race), item-major within each result, so that a warp's 32
+ *            exchanges of one result touch 128 consecutive bytes (on the H100, exchanges scattered
+ *            over the tile cost 10-15% of a 4096 x 3072 x 100 product: gemm_keras_sweep4/5). The scratch
  *            (uint): (h / TM) * (w / TN) counters, 0 before a launch (every launch leaves them 0),
  *            then SLICES * h * w floats (library.json "scratch_bytes"; the runtime clears it once).
  *   BIAS, ACTIVATION, AFFINE  the fused epilogue (epilogue.clh)
@@ -60,6 +65,9 @@
 #ifndef SLICES
 #define SLICES 1
 #endif
+#ifndef BUFFERS
+#define BUFFERS 1
+#endif
 
 #define TPU (TM / RM)            /* unit slots of a work-group */
 #define TPB (TN / RN)            /* sample slots */
@@ -75,7 +83,9 @@
 #define W_LOCAL(e) (((e) / (TM / 4)) * TM + 4 * ((e) % (TM / 4)))
 #define X_AT(k0, e) ((size_t)(n0 + (e) / (KT / 4)) * l + (k0) + 4 * ((e) % (KT / 4)))
 /* where result (j, i) of an item lies in a tile's partial sums (TN samples x TM units) */
-#define PART_AT(j, i) ((tb * RN + (j)) * TM + 4 * (tu + ((i) / 4) * TPU) + (i) % 4)
+/* where an item's result (j, i) lies in its slice's partial sums: item-major within each result, so
+ * a warp's exchange of one result covers consecutive words (the tile's work-groups share the map) */
+#define PART_AT(j, i) (((j) * RM + (i)) * THREADS + t)
 #define STORE_X(v, e) do { \
         const uint s_ = (e) / (KT / 4), k_ = 4 * ((e) % (KT / 4)); \
         xl[(k_ + 0) * TN + s_] = TO_ACC((v).s0); \
@@ -104,8 +114,10 @@ void gemm_keras(MATMUL_SCALARS,
     const uint kbegin = min(l, slice * chunk);
     const uint kend = min(l, kbegin + chunk);
 
-    __local acc_t wl[KT * TM];       /* wl[kk * TM + unit] */
-    __local acc_t xl[KT * TN];       /* xl[kk * TN + sample] */
+    __local acc_t wtiles[BUFFERS * KT * TM];   /* wl[kk * TM + unit] */
+    __local acc_t xtiles[BUFFERS * KT * TN];   /* xl[kk * TN + sample] */
+    __local acc_t *wl = wtiles;
+    __local acc_t *xl = xtiles;
 
     acc_t acc[RN][RM];
     #pragma unroll
@@ -128,6 +140,10 @@ void gemm_keras(MATMUL_SCALARS,
             xr[q] = vload4(0, b + X_AT(kbegin, t + q * THREADS));
 #endif
     for (uint k0 = kbegin; k0 < kend; k0 += KT) {
+#if BUFFERS == 2
+        wl = wtiles + ((k0 - kbegin) / KT % 2) * (KT * TM);
+        xl = xtiles + ((k0 - kbegin) / KT % 2) * (KT * TN);
+#endif
 #if PREFETCH
         #pragma unroll
         for (uint q = 0; q < WLOADS; ++q)
@@ -166,16 +182,29 @@ void gemm_keras(MATMUL_SCALARS,
                 wv[4 * c + 2] = q.s2;
                 wv[4 * c + 3] = q.s3;
             }
+#if RN % 4 == 0 && TN % 4 == 0
+            #pragma unroll
+            for (uint c = 0; c < RN / 4; ++c) {
+                const acc4_t q = vload4(0, xl + kk * TN + tb * RN + 4 * c);
+                xv[4 * c + 0] = q.s0;
+                xv[4 * c + 1] = q.s1;
+                xv[4 * c + 2] = q.s2;
+                xv[4 * c + 3] = q.s3;
+            }
+#else
             #pragma unroll
             for (uint j = 0; j < RN; ++j)
                 xv[j] = xl[kk * TN + tb * RN + j];
+#endif
             #pragma unroll
             for (uint j = 0; j < RN; ++j)
                 #pragma unroll
                 for (uint i = 0; i < RM; ++i)
                     acc[j][i] += xv[j] * wv[i];
         }
+#if BUFFERS == 1 || !PREFETCH
         barrier(CLK_LOCAL_MEM_FENCE);
+#endif
     }
 
 #if SLICES > 1
@@ -198,18 +227,17 @@ void gemm_keras(MATMUL_SCALARS,
     if (!last)
         return;
     mem_fence(CLK_GLOBAL_MEM_FENCE);
+    /* the slices in slice order; this work-group's own from its registers (the same value) */
     float sum[RN][RM];
-    #pragma unroll
-    for (uint j = 0; j < RN; ++j)
-        #pragma unroll
-        for (uint i = 0; i < RM; ++i)
-            sum[j][i] = atomic_xchg(partial + PART_AT(j, i), 0.0f);
-    for (uint q = 1; q < SLICES; ++q)          /* in slice order: the same sums whoever is last */
+    for (uint q = 0; q < SLICES; ++q)
         #pragma unroll
         for (uint j = 0; j < RN; ++j)
             #pragma unroll
-            for (uint i = 0; i < RM; ++i)
-                sum[j][i] += atomic_xchg(partial + q * TM * TN + PART_AT(j, i), 0.0f);
+            for (uint i = 0; i < RM; ++i) {
+                const float v = q == slice ? (float)acc[j][i]
+                                           : atomic_xchg(partial + q * TM * TN + PART_AT(j, i), 0.0f);
+                sum[j][i] = q == 0 ? v : sum[j][i] + v;
+            }
     if (t == 0)
         atomic_xchg(counter, 0u);
 #else

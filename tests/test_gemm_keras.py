@@ -5,7 +5,7 @@ tile's last work-group through a scratch buffer (issue 9).
 Each configuration the library names, and sliced ones with tiles that are not powers of two, on odd
 shapes against numpy with the weights each precision stores, with the fused epilogue; results
 bit-identical run after run with products of different shapes sharing the scratch; with the GPU's
-defaults a Dense network at batch 100 runs its wide layers with gemm_keras_large and answers as
+defaults a Dense network at batch 100 runs its wide layers with gemm_keras_full_batch and answers as
 numpy does. (The generic matmul tests in test_ops.py and the Oclgrind suite cover it as every
 matmul kernel.)
 """
@@ -25,6 +25,7 @@ from test_gemv_split import PARAMS, fits, precisions, reference, run
 LIB = load_library()
 #: the library's configurations, and sliced ones whose tiles are not powers of two
 CONFIGS = [dict(c) for c in LIB["gemm_keras"].configurations()] + [
+    {"TM": 32, "TN": 20, "RM": 4, "RN": 4, "KT": 8, "PREFETCH": 1, "SLICES": 4, "BUFFERS": 2},
     {"TM": 32, "TN": 20, "RM": 4, "RN": 5, "KT": 8, "PREFETCH": 1, "SLICES": 8},
     {"TM": 128, "TN": 6, "RM": 8, "RN": 3, "KT": 4, "PREFETCH": 0, "SLICES": 2}]
 CONFIG_IDS = ["-".join(f"{k}{v}" for k, v in c.items()) for c in CONFIGS]
@@ -71,8 +72,9 @@ def test_sliced_results_are_bit_identical_run_after_run(device, rng):
 
 def test_a_wide_dense_network_at_batch_100_runs_gemm_keras_on_a_gpu(device, monkeypatch, rng):
     """With the GPU's defaults (the device's kind pretended), at batch 100 a wide layer with 1024
-    inputs or more runs gemm_keras_large, a narrow one with as many inputs gemm_keras_narrow, a small
-    one gemv_batch_small_c; the answer is numpy's, bit-identical call after call."""
+    inputs or more runs gemm_keras_full_batch (at 130, gemm_keras_large), a narrow one with as many
+    inputs gemm_keras_narrow, a small one gemv_batch_small_c; the answer is numpy's, bit-identical
+    call after call."""
     if device.backend != "opencl":
         pytest.skip("gemm_keras has OpenCL sources only")
     monkeypatch.setattr(type(device), "kind", property(lambda self: "gpu"))
@@ -82,7 +84,8 @@ def test_a_wide_dense_network_at_batch_100_runs_gemm_keras_on_a_gpu(device, monk
     for layer in model.layers:
         layer.set_weights([layer.kernel, rng.standard_normal(layer.units).astype(np.float32) * 0.1])
     kernels = [r["kernel"].split(" ")[0] for r in model.plan(100, device).describe() if r["kind"] == "matmul"]
-    assert kernels == ["gemm_keras_large", "gemm_keras_narrow", "gemv_batch_small_c"], kernels
+    assert kernels == ["gemm_keras_full_batch", "gemm_keras_narrow", "gemv_batch_small_c"], kernels
+    assert model.plan(130, device).describe()[0]["kernel"].startswith("gemm_keras_large"), "batch 130"
     x = rng.uniform(-1, 1, (100, sizes[0])).astype(np.float32)
     h = x.astype(np.float64)
     for layer in model.layers:
