@@ -1,5 +1,8 @@
 """Numpy references for the kernels: the formulas the tests hold malinn to."""
 
+import os
+from pathlib import Path
+
 import numpy as np
 
 from math import erf as _erf
@@ -150,3 +153,11 @@ def pool2d_reference(x, pool, strides, padding, mode):
             patch = x[:, max(y0, 0):y0 + pool[0], max(x0, 0):x0 + pool[1], :]
             out[:, oy, ox] = patch.max(axis=(1, 2)) if mode == "max" else patch.mean(axis=(1, 2))
     return out
+
+
+def python_env(**overrides):
+    """The environment for a child Python process that imports this checkout's malinn: the
+    current environment and ``overrides``, the source tree first on PYTHONPATH and whatever
+    PYTHONPATH already held kept after it (where pyopencl may live outside site-packages)."""
+    path = [str(Path(__file__).resolve().parents[1])] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+    return dict(os.environ, **overrides, PYTHONPATH=os.pathsep.join(path))

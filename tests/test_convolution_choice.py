@@ -14,7 +14,7 @@ from malinn.conv_choice import ConvGeometry, choose_algorithm, holds, patch_budg
 from malinn.layers import Conv2D
 from malinn.layers.windows import window_defines
 
-from helpers import conv2d_reference
+from helpers import conv2d_reference, python_env
 
 
 @pytest.fixture
@@ -197,13 +197,12 @@ def test_the_tuners_reference_is_the_keras_convolution(rng):
 
 
 def test_cli_tune_model_stores_a_winner_per_convolution_layer(tmp_path):
-    import os
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, MALINN_CACHE_DIR=str(tmp_path), PYTHONPATH=str(root))
+    env = python_env(MALINN_CACHE_DIR=str(tmp_path))
     out = subprocess.run([sys.executable, "-m", "malinn.cli", "tune", "--model", str(root / "examples" / "digits_cnn.keras"),
                           "--batch", "1", "--quick"], capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stdout + out.stderr

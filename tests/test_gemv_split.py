@@ -13,7 +13,6 @@ precision.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -31,7 +30,7 @@ from malinn.matrix import DeviceMatrix
 from malinn.precision import device_bytes, effective
 from malinn.resources import kernels_dir
 
-from helpers import activation as ref_activation, assert_close
+from helpers import activation as ref_activation, assert_close, python_env
 
 ROOT = Path(__file__).resolve().parents[1]
 LIB = load_library()
@@ -257,8 +256,7 @@ def test_clean_under_oclgrind_in_every_precision():
     """Out-of-bounds accesses, data races between work-items and work-groups (the partial sums and
     counters are atomics), uninitialised values and API misuse, with slices and without, each
     launched twice (the second finds the counters the first left)."""
-    env = dict(os.environ, MALINN_DEVICE="Oclgrind", MALINN_BINARY_CACHE="0", MALINN_PINNED="0", PYTHONWARNINGS="ignore",
-               PYTHONPATH=str(ROOT))
+    env = python_env(MALINN_DEVICE="Oclgrind", MALINN_BINARY_CACHE="0", MALINN_PINNED="0", PYTHONWARNINGS="ignore")
     done = subprocess.run([OCLGRIND, "--check-api", "--data-races", "--uninitialized", sys.executable, "-c",
                            OCLGRIND_SCRIPT], capture_output=True, text=True, timeout=900, env=env)
     assert done.returncode == 0, done.stderr[-3000:]

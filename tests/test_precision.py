@@ -11,7 +11,6 @@ layers, the tuning key, the device memory, the digits example, and Oclgrind.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -31,7 +30,7 @@ from malinn.kernel_library import load_library
 from malinn.layers import Dense
 from malinn.precision import device_bytes, effective, quantize_int8
 
-from helpers import activation as ref_activation, assert_close
+from helpers import activation as ref_activation, assert_close, python_env
 
 ROOT = Path(__file__).resolve().parents[1]
 REDUCED = ("fp16-storage", "int8-weights")
@@ -224,13 +223,13 @@ def test_cli_convert_and_predict_in_a_precision(device, tmp_path):
     out = tmp_path / "digits.malinn"
     run = subprocess.run([sys.executable, "-m", "malinn.cli", "convert", str(ROOT / "examples" / "digits_mlp.keras"),
                           "-o", str(out), "--precision", "int8-weights", "--target", "cpu"],
-                         capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                         capture_output=True, text=True, timeout=300, env=python_env())
     assert run.returncode == 0, run.stderr
     assert "weights laid out for gemm_tiled in int8-weights" in run.stderr + run.stdout
     assert malinn.load_model(out).precision == "int8-weights"
     bad = subprocess.run([sys.executable, "-m", "malinn.cli", "convert", str(ROOT / "examples" / "digits_mlp.keras"),
                           "-o", str(tmp_path / "x.malinn"), "--precision", "int4"],
-                         capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                         capture_output=True, text=True, timeout=300, env=python_env())
     assert bad.returncode == 2 and "invalid choice: 'int4'" in bad.stderr
 
 
@@ -261,8 +260,7 @@ print(json.dumps(errors))
 
 @pytest.mark.skipif(OCLGRIND is None, reason="oclgrind is not on PATH (bash .ci/setup --test installs it)")
 def test_reduced_precision_kernels_are_clean_under_oclgrind():
-    env = dict(os.environ, MALINN_DEVICE="Oclgrind", MALINN_BINARY_CACHE="0", MALINN_PINNED="0", PYTHONWARNINGS="ignore",
-               PYTHONPATH=str(ROOT))
+    env = python_env(MALINN_DEVICE="Oclgrind", MALINN_BINARY_CACHE="0", MALINN_PINNED="0", PYTHONWARNINGS="ignore")
     run = subprocess.run([OCLGRIND, "--check-api", "--data-races", "--uninitialized", "--global-mem-size",
                           str(2**28), sys.executable, "-c", OCLGRIND_SCRIPT],
                          capture_output=True, text=True, timeout=900, env=env)
