@@ -157,11 +157,13 @@ def _choose_matmul(library, device: Device, shape, activation, precision: str = 
         spec = next((f for f in fallbacks if f.accepts(*shape, device=device)), fallbacks[-1])
     if activation == "softmax" and shape is not None and not explicit \
             and holding_columns(spec, shape, device) is None:
-        for candidate in library.default_specs("matmul_softmax", device.kind, device.backend):
-            same_layouts = all(candidate.matrices[x].layout == spec.matrices[x].layout for x in "br")
-            holding = holding_columns(candidate, shape, device) if same_layouts else None
-            if holding is not None:
-                return holding
+        candidates = [c for c in library.default_specs("matmul_softmax", device.kind, device.backend)
+                      if all(c.matrices[x].layout == spec.matrices[x].layout for x in "br")]
+        # the table's configurations in order, then any configuration of theirs that holds the columns
+        holding = next((c for c in candidates if c.accepts(*shape, device=device)), None) \
+            or next(filter(None, (holding_columns(c, shape, device) for c in candidates)), None)
+        if holding is not None:
+            return holding
     return spec
 
 

@@ -247,21 +247,28 @@ class KernelSpec:
                 continue
             if device is not None:
                 try:
-                    spec = self.configure(config)
+                    if not self.configure(config).fits(device):
+                        continue
                 except LibraryError:
-                    continue
-                if spec.workgroup and math.prod(spec.workgroup) > device.max_work_group_size:
-                    continue
-                local = self.template[1].get("local_bytes")
-                if local is not None and evaluate(local, config) > device.local_memory:
                     continue
             if config not in found:
                 found.append(config)
         return found
 
+    def fits(self, device) -> bool:
+        """Whether ``device`` can launch this configuration: its work-group within the device's
+        largest and its local memory (when the entry says ``local_bytes``) within the device's."""
+        if self.workgroup and math.prod(self.workgroup) > device.max_work_group_size:
+            return False
+        local = self.template[1].get("local_bytes")
+        return local is None or evaluate(local, self.config) <= device.local_memory
+
     def accepts(self, m: int, k: int, n: int, device=None) -> bool:
-        """Whether a product of this shape meets the entry's ``preconditions`` (and, for image
-        operands, ``device``'s image support and size limits)."""
+        """Whether a product of this shape meets the entry's ``preconditions`` and ``device`` can
+        launch this configuration (:meth:`fits`; for image operands, the device's image support and
+        size limits too)."""
+        if device is not None and not self.fits(device):
+            return False
         for name, limit in self.preconditions:
             value = {"m": m, "k": k, "n": n}[name[-1]]
             if value < limit if name.startswith("min_") else value > limit:

@@ -197,3 +197,24 @@ def test_a_configured_spec_is_never_served_for_another_entry_with_a_reused_id():
     kernel_library._configured[(id(other), key[1])] = kernel_library._configured.pop(key)   # as if other took its id
     assert kernel_library._cached(other, defines) is None
     del kernel_library._configured[(id(other), key[1])]
+
+
+def test_a_default_the_device_cannot_launch_gives_way_to_the_next():
+    """A GPU's softmax head takes the first matmul_softmax configuration whose work-group the device
+    can launch: 512 items where the device allows them, the 256-item one on a smaller GPU (a Mali's
+    limit), never a launch the driver would refuse."""
+    from dataclasses import replace
+
+    from malinn import kernel_choice
+    from malinn.backends.base import Device
+
+    big = Device(backend="opencl", index=(0, 0), name="big GPU", platform="test", vendor="test", type="GPU",
+                 compute_units=100, global_memory=2**34, max_allocation=2**32, max_work_group_size=1024,
+                 max_work_item_sizes=(1024, 1024, 64), local_memory=49152, image_support=False,
+                 image2d_max_size=(0, 0), opencl_c_version="OpenCL C 1.2", driver_version="1",
+                 host_unified_memory=False)
+    small = replace(big, name="small GPU", max_work_group_size=256, local_memory=32768)
+    for device, items in ((big, 512), (small, 256)):
+        spec = kernel_choice.choose("matmul", device, (10, 3072, 1), activation="softmax")
+        assert spec.codename == "gemv_softmax_c" and spec.fits(device)
+        assert spec.workgroup[0] * spec.workgroup[1] == items, (device.name, spec.workgroup)
