@@ -16,7 +16,8 @@ as benchmarks/gemv_sweep.py does):
   columns scaled by 32 / WEIGHT_BITS: narrower loads, as many items as fp32) and one vloadN variant
   (WIDE 0).
 
-Every configuration is first checked against numpy (the weights as the precision stores them).
+Past --budget seconds only the chosen configuration and the first 3 of each grid run. Every
+configuration is first checked against numpy (the weights as the precision stores them).
 Per product and precision: the best time, GB/s (the weights' bytes in the precision over the time)
 and its share of the copy bandwidth measured in the same run; the speed-up over fp32 (best against
 best, and the chosen configuration against fp32's chosen: issue 14's targets, >= 1.7x for
@@ -28,7 +29,7 @@ moving the same bytes (half read, half written).
 
 Run:  python3 benchmarks/precision_sweep.py [--device D] [--shapes 4096x3072 3072x4096]
                                             [--precisions fp32 fp16-storage int8-weights [fp16]]
-                                            [--repeat 9] [--flush 256] [--json out.json]
+                                            [--repeat 9] [--flush 256] [--budget 100] [--json out.json]
 """
 
 from __future__ import annotations
@@ -140,6 +141,8 @@ def main(argv=None):
                         help="default: fp32 fp16-storage int8-weights (fp16: half arithmetic, where the device has it)")
     parser.add_argument("--repeat", type=int, default=9, help="timed launches per configuration (the median counts)")
     parser.add_argument("--flush", type=int, default=256, help="MiB read before each cold launch (0: none)")
+    parser.add_argument("--budget", type=float, default=100,
+                        help="seconds; past them only the chosen configuration and the first 3 of a grid run")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
 
@@ -170,6 +173,9 @@ def main(argv=None):
             chosen = chosen_spec(library, precision, m, k)
             if chosen is not None:
                 timed.insert(0, (chosen, "chosen"))
+            if time.perf_counter() - started > args.budget:
+                timed = timed[:4 if chosen is not None else 3]
+                print(f"  over the budget of {args.budget:.0f} s: a few configurations only", flush=True)
             for spec, family in timed:
                 try:
                     cold, warm, fastest, error = time_spec(spec, device, weights, b, flush, args.repeat, want)
