@@ -12,9 +12,11 @@ as benchmarks/gemv_sweep.py does):
   baseline); for fp16-storage (and fp16, on request, where the device has cl_khr_fp16) and
   int8-weights, 16-byte loads of rows (VW 8 halves, VW 16 chars; a few VW 16 halves: two loads per
   column) with COLS columns per item and step (32 bytes per item and step at COLS 2, as fp32's VW 4
-  UNROLL 2), over several work-group shapes and slice counts, beside the former default (VW 4, the
-  columns scaled by 32 / WEIGHT_BITS: narrower loads, as many items as fp32) and one vloadN variant
-  (WIDE 0).
+  UNROLL 2). A layer has (m / VW) * KSPLIT * SLICES items, so the grid spans: as many items as fp32
+  with its bytes per step (fp32's bytes in flight; each item does a half or a quarter of fp32's
+  steps), fewer items with more bytes per step (the same bytes in flight and per item), fewer items
+  with fp32's bytes per step, and a few more or fewer; beside the former default (VW 4, the columns
+  scaled by 32 / WEIGHT_BITS: narrower loads, as many items as fp32) and one vloadN variant (WIDE 0).
 
 Past --budget seconds only the chosen configuration and the first 3 of each grid run. Every
 configuration is first checked against numpy (the weights as the precision stores them).
@@ -57,14 +59,14 @@ SHAPES = [(4096, 3072), (3072, 4096)]
 KEYS = ("VW", "MDIM", "KSPLIT", "SLICES", "UNROLL", "COLS")
 #: gemv_split_c configurations per precision: (VW, MDIM, KSPLIT, SLICES, UNROLL, COLS[, WIDE]), NB 1
 FP32 = [(4, 32, 8, 16, 2, 0), (4, 64, 4, 32, 4, 0), (4, 16, 16, 16, 2, 0), (4, 64, 4, 32, 4, 0, 0)]
-HALF = [(4, 32, 8, 16, 2, 0), (8, 32, 8, 16, 2, 2), (8, 32, 8, 16, 2, 1), (8, 32, 8, 16, 2, 4),
-        (8, 32, 8, 32, 2, 2), (8, 32, 8, 8, 2, 2), (8, 64, 4, 32, 2, 2), (8, 16, 16, 16, 2, 2),
-        (8, 64, 4, 16, 2, 4), (8, 16, 16, 32, 2, 1), (16, 32, 8, 16, 2, 1), (16, 16, 8, 32, 2, 2),
-        (8, 32, 8, 16, 2, 2, 0)]
-CHAR = [(4, 32, 8, 16, 2, 0), (16, 32, 8, 16, 2, 2), (16, 32, 8, 16, 2, 1), (16, 32, 8, 16, 2, 4),
-        (16, 32, 8, 32, 2, 2), (16, 32, 8, 64, 2, 1), (16, 64, 4, 32, 2, 2), (16, 16, 16, 16, 2, 2),
-        (16, 16, 16, 32, 2, 2), (16, 32, 4, 32, 2, 4), (8, 32, 8, 16, 2, 4), (16, 64, 4, 64, 2, 1),
-        (16, 32, 8, 16, 2, 2, 0)]
+HALF = [(4, 32, 8, 16, 2, 0), (8, 32, 8, 32, 2, 2), (8, 16, 16, 16, 2, 2), (8, 32, 8, 16, 2, 2),
+        (8, 64, 4, 32, 2, 2), (8, 32, 8, 16, 2, 4), (16, 16, 8, 32, 2, 2), (8, 32, 8, 32, 2, 4),
+        (8, 16, 16, 32, 2, 1), (8, 32, 8, 8, 2, 2), (8, 64, 4, 16, 2, 4), (16, 32, 8, 16, 2, 1),
+        (8, 32, 8, 32, 2, 2, 0)]
+CHAR = [(4, 32, 8, 16, 2, 0), (16, 16, 16, 32, 2, 2), (16, 8, 32, 16, 2, 2), (16, 32, 8, 64, 2, 1),
+        (16, 32, 8, 32, 2, 4), (16, 32, 8, 16, 2, 8), (16, 16, 16, 16, 2, 4), (16, 32, 8, 16, 2, 2),
+        (16, 32, 8, 32, 2, 2), (16, 16, 16, 64, 2, 1), (8, 32, 8, 16, 2, 4), (16, 64, 4, 64, 2, 2),
+        (16, 16, 16, 32, 2, 2, 0)]
 GRIDS = {"fp32": FP32, "fp16-storage": HALF, "fp16": HALF, "int8-weights": CHAR}
 
 
