@@ -16,7 +16,9 @@ as benchmarks/gemv_sweep.py does):
   with its bytes per step (fp32's bytes in flight; each item does a half or a quarter of fp32's
   steps), fewer items with more bytes per step (the same bytes in flight and per item), fewer items
   with fp32's bytes per step, and a few more or fewer; beside the former default (VW 4, the columns
-  scaled by 32 / WEIGHT_BITS: narrower loads, as many items as fp32) and one vloadN variant (WIDE 0).
+  scaled by 32 / WEIGHT_BITS: narrower loads, as many items as fp32), one vloadN variant (WIDE 0)
+  and, for int8, two with INT8_BIAS 1 (bytes converted through the exponent bias, not by type
+  conversion instructions).
 
 Past --budget seconds only the chosen configuration and the first 3 of each grid run. Every
 configuration is first checked against numpy (the weights as the precision stores them).
@@ -57,28 +59,23 @@ from models import copy_bandwidth  # noqa: E402
 
 SHAPES = [(4096, 3072), (3072, 4096)]
 KEYS = ("VW", "MDIM", "KSPLIT", "SLICES", "UNROLL", "COLS")
-#: gemv_split_c configurations per precision: (VW, MDIM, KSPLIT, SLICES, UNROLL, COLS[, WIDE]), NB 1
-FP32 = [(4, 32, 8, 16, 2, 0), (4, 64, 4, 32, 4, 0), (4, 16, 16, 16, 2, 0), (4, 64, 4, 32, 4, 0, 0)]
+#: gemv_split_c configurations per precision: (VW, MDIM, KSPLIT, SLICES, UNROLL, COLS[, other defines]), NB 1
+FP32 = [(4, 32, 8, 16, 2, 0), (4, 64, 4, 32, 4, 0), (4, 16, 16, 16, 2, 0), (4, 64, 4, 32, 4, 0, {"WIDE": 0})]
 HALF = [(4, 32, 8, 16, 2, 0), (8, 32, 8, 32, 2, 2), (8, 16, 16, 16, 2, 2), (8, 32, 8, 16, 2, 2),
         (8, 64, 4, 32, 2, 2), (8, 32, 8, 16, 2, 4), (16, 16, 8, 32, 2, 2), (8, 32, 8, 32, 2, 4),
         (8, 16, 16, 32, 2, 1), (8, 32, 8, 8, 2, 2), (8, 64, 4, 16, 2, 4), (16, 32, 8, 16, 2, 1),
-        (8, 32, 8, 32, 2, 2, 0)]
-CHAR = [(4, 32, 8, 16, 2, 0), (16, 16, 16, 32, 2, 2), (16, 8, 32, 16, 2, 2), (16, 32, 8, 64, 2, 1),
-        (16, 32, 8, 32, 2, 4), (16, 32, 8, 16, 2, 8), (16, 16, 16, 16, 2, 4), (16, 32, 8, 16, 2, 2),
-        (16, 32, 8, 32, 2, 2), (16, 16, 16, 64, 2, 1), (8, 32, 8, 16, 2, 4), (16, 64, 4, 64, 2, 2),
-        (16, 16, 16, 32, 2, 2, 0)]
+        (8, 32, 8, 32, 2, 2, {"WIDE": 0})]
+CHAR = [(4, 32, 8, 16, 2, 0), (16, 16, 16, 32, 2, 2), (16, 16, 16, 32, 2, 2, {"INT8_BIAS": 1}), (16, 8, 32, 16, 2, 2),
+        (16, 32, 8, 64, 2, 1), (16, 32, 8, 32, 2, 4), (16, 32, 8, 32, 2, 4, {"INT8_BIAS": 1}), (16, 32, 8, 16, 2, 8),
+        (16, 16, 16, 16, 2, 4), (16, 32, 8, 16, 2, 2), (16, 32, 8, 32, 2, 2), (16, 16, 16, 64, 2, 1),
+        (8, 32, 8, 16, 2, 4), (16, 64, 4, 64, 2, 2), (16, 16, 16, 32, 2, 2, {"WIDE": 0})]
 GRIDS = {"fp32": FP32, "fp16-storage": HALF, "fp16": HALF, "int8-weights": CHAR}
 
 
 def configs(precision: str) -> list:
-    """The grid of ``precision`` as define dicts (NB 1; WIDE 1 unless the tuple gives it)."""
-    found = []
-    for values in GRIDS[precision]:
-        config = dict(zip(KEYS, values[:6]), NB=1)
-        if len(values) > 6:
-            config["WIDE"] = values[6]
-        found.append(config)
-    return found
+    """The grid of ``precision`` as define dicts (NB 1, and the tuple's other defines)."""
+    return [{**dict(zip(KEYS, values[:6])), "NB": 1, **(values[6] if len(values) > 6 else {})}
+            for values in GRIDS[precision]]
 
 
 def chosen_spec(library, precision: str, m: int, k: int):

@@ -51,6 +51,10 @@
  *           assume the element's alignment, can become N loads); 0: vloadN (LOAD_Wn of weights.clh).
  *           A vector starts at a multiple of VL elements from a column's start and H is a multiple
  *           of VW, so it is aligned to its size.
+ *   INT8_BIAS  1 (int8 weights, WIDE 1, VW > 1): each byte converted to float through the
+ *           exponent bias (its sign bit flipped, zero-extended into the mantissa of 2^23, less
+ *           2^23 + 128: exact) with integer operations and one add, where convert_floatN issues
+ *           type conversions (on NVIDIA GPUs a quarter of the float rate); the same values
  *   BIAS, ACTIVATION, AFFINE  the fused epilogue (epilogue.clh)
  *   WEIGHT_BITS, HALF_ARITHMETIC  the precision of A and of the sums (weights.clh)
  * OpenCL C 1.2.
@@ -79,6 +83,9 @@
 #endif
 #ifndef COLS
 #define COLS 0
+#endif
+#ifndef INT8_BIAS
+#define INT8_BIAS 0
 #endif
 
 #define ROWS (MDIM * VW)          /* rows of R per work-group */
@@ -149,6 +156,11 @@ CAT(float, VL) load_half_wide(__global const half *p)
     return CAT(vload_half, VL)(0, (const __private half *)&bits);
 }
 #define LOAD_V(p) load_half_wide(p)
+#elif INT8_BIAS
+/* each byte c read as unsigned with its sign bit flipped (c + 128, 0..255), zero-extended into the
+ * mantissa of 2^23, less 2^23 + 128: the signed value c, exactly */
+#define LOAD_V(p) (CAT(as_float, VL)(CAT(convert_uint, VL)(*(__global const CAT(uchar, VL) *)(p) ^ (uchar)0x80) \
+                                     | 0x4B000000u) - 8388736.0f)
 #else
 #define LOAD_V(p) CAT(convert_float, VL)(*(__global const CAT(char, VL) *)(p))
 #endif

@@ -300,10 +300,12 @@ def test_malformed_default_precisions_are_named(tmp_path, mutate, fragment):
 
 def gemv_split_variants(precision: str) -> list:
     """The library's batch-1 GPU configuration for ``precision`` and a variant of it with an odd COLS
-    (a partial last step in every slice) and, for half weights, two 16-byte loads per column (VW 16)."""
+    (a partial last step in every slice) and, for half weights, two 16-byte loads per column (VW 16),
+    for int8 ones the conversion through the exponent bias (INT8_BIAS)."""
     default = batch1_gpu_default(precision)
-    wide = {"VW": 16} if load_library().precision(precision).weight_bytes == 2 else {}
-    return [default, default.configure({**wide, "COLS": 3, "SLICES": 4, "MDIM": 8})]
+    size = load_library().precision(precision).weight_bytes
+    other = {"VW": 16} if size == 2 else {"INT8_BIAS": 1} if size == 1 else {}
+    return [default, default.configure({**other, "COLS": 3, "SLICES": 4, "MDIM": 8})]
 
 
 def run_matmul(spec, device, a, b, bias, affine, activation, params):
