@@ -44,7 +44,8 @@
  *   COLS    columns of A per item per step in any precision (0: from UNROLL). The reduced
  *           precisions' defaults (kernels/library.json) read 16 bytes of rows per load (VW 8
  *           halves, 16 chars) with COLS 2: the 32 bytes per item and step of fp32's VW 4 UNROLL 2,
- *           in two 16-byte loads, over half / a quarter as many items
+ *           in two 16-byte loads; more SLICES or KSPLIT keep fp32's number of items
+ *           ((m / VW) * KSPLIT * SLICES), hence its bytes in flight
  *   NB      columns of B (samples) per work-group
  *   WIDE    1: each vector of A read as one aligned load of its vector type (float4, char16, ushort8
  *           converted with vload_half8 in registers: one 16-byte load where a vloadN, which may only
