@@ -205,6 +205,8 @@ def main():
     tuned_gpu = load("models_tuned_nvidia_h200.json")
     models_gl = load("models_gl_nvidia_h200.json")
     backends_gpu = load("models_backends_nvidia_h200.json")
+    precision_gpu = load("models_precision_nvidia_h200.json") or load("models_precision_nvidia_h100.json")
+    precision_cpu = load("models_precision_pocl_cpu.json")
     gemm_backends = load("gemm_backends_nvidia_h200.json")
     conv_gpu, conv_cpu = load("convolution_nvidia_h200.json"), load("convolution_pocl_cpu.json")
     doc = ["# Performance", "",
@@ -249,7 +251,11 @@ def main():
                      ("NVIDIA H200, after `benchmarks/tune_networks.py` (a winner per layer shape)", tuned_gpu),
                      ("NVIDIA H200 through OpenGL (`--device gl`, NVIDIA's EGL; a run of its own, its torch "
                       "column from that run)", models_gl),
-                     ("PoCL CPU, this machine", models_cpu)):
+                     ("PoCL CPU, this machine", models_cpu),
+                     ("NVIDIA GPU: weight precisions at batch 1 (`--batch 1 --precision fp32 fp16-storage "
+                      "int8-weights`)", precision_gpu),
+                     ("PoCL CPU: weight precisions at batch 1 (`--batch 1 --precision fp32 fp16-storage "
+                      "int8-weights`)", precision_cpu)):
         if d:
             doc += [f"### {title}", ""] + models_table(d) + [""]
     if backends_gpu:

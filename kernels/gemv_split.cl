@@ -14,9 +14,10 @@
  *   item (tm, tk)  VW rows: VW / VL vectors of VL rows each (VL = 16 bytes of weights: 4 floats,
  *               8 halves, 16 chars, or VW where VW is smaller), vector p at work-group row
  *               (p * MDIM + tm) * VL, so that the consecutive items of a warp read one contiguous
- *               run of a column per load; per step UNROLL * 32 / WEIGHT_BITS columns of A (every
- *               load of the step issued before the first is used: the bytes in flight per item are
- *               the same in every precision), columns tk * U, tk * U + KSPLIT * U, ... of the slice
+ *               run of a column per load; per step U columns of A (every load of the step issued
+ *               before the first is used), columns tk * U, tk * U + KSPLIT * U, ... of the slice:
+ *               U = COLS where given, else UNROLL * 32 / WEIGHT_BITS (the same VW then moves the
+ *               same bytes per item and step in every precision, in narrower loads)
  *   then the KSPLIT partial sums of each result are added in local memory in a fixed tree, and
  *   SLICES == 1: the epilogue writes R (its padding as 0);
  *   SLICES > 1: the work-group stores its ROWS x NB partial sums in the scratch buffer and counts
@@ -38,13 +39,23 @@
  *   MDIM    items along M per work-group
  *   KSPLIT  items along K per work-group, a power of 2
  *   SLICES  work-groups along K per block of results, a power of 2 (1: no scratch)
- *   UNROLL  columns of A per item per step for 32-bit weights (x2 for half, x4 for char)
+ *   UNROLL  columns of A per item per step for 32-bit weights (x2 for half, x4 for char), where
+ *           COLS is 0
+ *   COLS    columns of A per item per step in any precision (0: from UNROLL). The reduced
+ *           precisions' defaults (kernels/library.json) read 16 bytes of rows per load (VW 8
+ *           halves, 16 chars) with COLS 2: the 32 bytes per item and step of fp32's VW 4 UNROLL 2,
+ *           in two 16-byte loads; more SLICES or KSPLIT keep fp32's number of items
+ *           ((m / VW) * KSPLIT * SLICES), hence its bytes in flight
  *   NB      columns of B (samples) per work-group
  *   WIDE    1: each vector of A read as one aligned load of its vector type (float4, char16, ushort8
  *           converted with vload_half8 in registers: one 16-byte load where a vloadN, which may only
  *           assume the element's alignment, can become N loads); 0: vloadN (LOAD_Wn of weights.clh).
  *           A vector starts at a multiple of VL elements from a column's start and H is a multiple
  *           of VW, so it is aligned to its size.
+ *   INT8_BIAS  1 (int8 weights, WIDE 1, VW > 1): each byte converted to float through the
+ *           exponent bias (its sign bit flipped, zero-extended into the mantissa of 2^23, less
+ *           2^23 + 128: exact) with integer operations and one add, where convert_floatN issues
+ *           type conversions (on NVIDIA GPUs a quarter of the float rate); the same values
  *   BIAS, ACTIVATION, AFFINE  the fused epilogue (epilogue.clh)
  *   WEIGHT_BITS, HALF_ARITHMETIC  the precision of A and of the sums (weights.clh)
  * OpenCL C 1.2.
@@ -71,11 +82,21 @@
 #ifndef WIDE
 #define WIDE 1
 #endif
+#ifndef COLS
+#define COLS 0
+#endif
+#ifndef INT8_BIAS
+#define INT8_BIAS 0
+#endif
 
 #define ROWS (MDIM * VW)          /* rows of R per work-group */
 #define OUTS (ROWS * NB)          /* results per work-group */
 #define THREADS (MDIM * KSPLIT)
-#define U (UNROLL * 32 / WEIGHT_BITS)   /* columns of A per item per step */
+#if COLS > 0                      /* U: columns of A per item per step */
+#define U COLS
+#else
+#define U (UNROLL * 32 / WEIGHT_BITS)
+#endif
 
 #if VW * WEIGHT_BITS > 128        /* VL: rows per load, at most 16 bytes (a literal: pasted into type names) */
 #if WEIGHT_BITS == 32
@@ -136,6 +157,11 @@ CAT(float, VL) load_half_wide(__global const half *p)
     return CAT(vload_half, VL)(0, (const __private half *)&bits);
 }
 #define LOAD_V(p) load_half_wide(p)
+#elif INT8_BIAS
+/* each byte c read as unsigned with its sign bit flipped (c + 128, 0..255), zero-extended into the
+ * mantissa of 2^23, less 2^23 + 128: the signed value c, exactly */
+#define LOAD_V(p) (CAT(as_float, VL)(CAT(convert_uint, VL)(*(__global const CAT(uchar, VL) *)(p) ^ (uchar)0x80) \
+                                     | 0x4B000000u) - 8388736.0f)
 #else
 #define LOAD_V(p) CAT(convert_float, VL)(*(__global const CAT(char, VL) *)(p))
 #endif

@@ -12,7 +12,9 @@ library's ``matmul_fallback`` for the device's kind. The plan asks once per laye
 ``predict`` never asks.
 
 A matmul in a weight precision other than fp32 (``int8-weights``, ...) asks the tuning database for
-that precision's winners and ends in a kernel whose entry lists the precision: the choice above if
+that precision's winners, takes the library's defaults and fallbacks that serve the precision (an
+entry with ``"precisions"`` serves those only: a configuration for half or int8 weights listed before
+the fp32 one), and ends in a kernel whose entry lists the precision: the choice above if
 it does, else the first fallback, default or library kernel that does and accepts the shape. A
 precision that needs a device extension (``fp16``: cl_khr_fp16) is refused on a device without it.
 """
@@ -122,8 +124,8 @@ def _in_precision(library, spec: KernelSpec, device: Device, shape, precision: s
     ``shape``."""
     if precision in spec.precisions:
         return spec.in_precision(precision)
-    others = library.default_specs("matmul_fallback", device.kind, device.backend) \
-        + library.default_specs("matmul", device.kind, device.backend) \
+    others = library.default_specs("matmul_fallback", device.kind, device.backend, precision) \
+        + library.default_specs("matmul", device.kind, device.backend, precision) \
         + [library[c] for c in library.codenames("matmul", device.backend)]
     for other in others:
         if precision not in other.precisions:
@@ -150,10 +152,10 @@ def _choose_matmul(library, device: Device, shape, activation, precision: str = 
     if chosen:
         spec = library[chosen[0]].configure(chosen[1])
     else:   # the first of the defaults whose preconditions the product meets (the first, for no product)
-        defaults = library.default_specs("matmul", device.kind, device.backend)
+        defaults = library.default_specs("matmul", device.kind, device.backend, precision)
         spec = next((d for d in defaults if shape is None or d.accepts(*shape, device=device)), defaults[0])
     if shape is not None and not spec.accepts(*shape, device=device):
-        fallbacks = library.default_specs("matmul_fallback", device.kind, device.backend)
+        fallbacks = library.default_specs("matmul_fallback", device.kind, device.backend, precision)
         spec = next((f for f in fallbacks if f.accepts(*shape, device=device)), fallbacks[-1])
     if activation == "softmax" and shape is not None and not explicit \
             and holding_columns(spec, shape, device) is None:

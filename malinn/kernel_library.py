@@ -416,13 +416,18 @@ class KernelLibrary:
         """Every codename that implements ``op`` (on ``backend``, when given), in library order."""
         return [c for c, k in self.kernels.items() if k.op == op and (backend is None or k.has_source(backend))]
 
-    def default_specs(self, op: str, device_kind: str, backend: str = "opencl") -> list[KernelSpec]:
+    def default_specs(self, op: str, device_kind: str, backend: str = "opencl",
+                      precision: str = DEFAULT_PRECISION) -> list[KernelSpec]:
         """The default kernels for ``op`` on a device kind, in order of preference, each in the
         configuration the table names.
 
         A ``defaults`` value is a codename, ``{"codename": ..., "defines": {...}}`` for a
         configurable kernel whose best configuration differs by device kind, or a list of those
-        (``matmul_fallback``: the first whose preconditions hold serves a product). ``op`` may be
+        (``matmul_fallback``: the first whose preconditions hold serves a product). An object may
+        add ``"precisions": [...]``: it then serves matmuls whose weights are in one of those
+        precisions only (a configuration for half or int8 weights, say), and is skipped for the
+        others, ``precision`` (the weights' precision) deciding; the specs are returned in fp32,
+        the caller puts them in the precision. ``op`` may be
         ``"matmul_fallback"`` (the kernels used where the chosen matmul's preconditions do not
         hold: small batches, say) or ``"matmul_softmax"`` (the kernel that fuses a softmax; an empty
         list when the library names none).
@@ -437,6 +442,7 @@ class KernelLibrary:
         specs = []
         if value is not None:
             choices = value if isinstance(value, list) else [value]
+            choices = [c for c in choices if not isinstance(c, dict) or precision in c.get("precisions", [precision])]
             specs = [self[c["codename"]].configure(c.get("defines")) if isinstance(c, dict) else self[c]
                      for c in choices]
             specs = [s for s in specs if s.has_source(backend)]
@@ -546,6 +552,11 @@ def _load(path: Path) -> KernelLibrary:
                         kernels[codename].configure(choice.get("defines"))
                     except LibraryError as exc:
                         raise LibraryError(f"{path}: field 'defaults.{name}.{kind}.defines': {exc}") from None
+                    serves = choice.get("precisions", [DEFAULT_PRECISION])
+                    if not isinstance(serves, list) or not serves or not set(serves) <= set(kernels[codename].precisions):
+                        raise LibraryError(f"{path}: field 'defaults.{name}.{kind}.precisions': expected a list of "
+                                           f"precisions {codename!r} supports ({', '.join(kernels[codename].precisions)}), "
+                                           f"got {serves!r}")
     return KernelLibrary(kernels, defaults, path, precisions)
 
 

@@ -27,8 +27,11 @@ from malinn.errors import ConversionError, DeviceError
 from malinn.kernel_call import program_for
 from malinn.kernel_choice import choose
 from malinn.kernel_library import load_library
+from malinn.errors import LibraryError
 from malinn.layers import Dense
+from malinn.matrix import DeviceMatrix
 from malinn.precision import device_bytes, effective, quantize_int8
+from malinn.resources import kernels_dir
 
 from helpers import activation as ref_activation, assert_close, python_env
 
@@ -233,6 +236,113 @@ def test_cli_convert_and_predict_in_a_precision(device, tmp_path):
     assert bad.returncode == 2 and "invalid choice: 'int4'" in bad.stderr
 
 
+# ------------------------------------------- per-precision configurations of the batch-1 GPU default
+def batch1_gpu_default(precision: str):
+    """The GPU's batch-1 kernel for a 4096x3072 layer in ``precision``, in the configuration the
+    library names for it (an entry of matmul_fallback with "precisions" first)."""
+    fallbacks = load_library().default_specs("matmul_fallback", "gpu", precision=precision)
+    return next(f for f in fallbacks if f.accepts(4096, 3072, 1) and precision in f.precisions).in_precision(precision)
+
+
+def bytes_per_item_and_step(spec) -> int:
+    """The bytes of A a gemv_split item loads per step: U columns of VW rows (kernels/gemv_split.cl)."""
+    config, size = spec.config, load_library().precision(spec.precision).weight_bytes
+    columns = int(config["COLS"]) or int(config["UNROLL"]) * 4 // size
+    return columns * int(config["VW"]) * size
+
+
+@pytest.mark.parametrize("precision", REDUCED + ("fp16",))
+def test_reduced_weights_stream_in_16_byte_loads_with_as_many_bytes_per_item_as_fp32(precision):
+    """Issue 14: half and int8 weights read as float4 is (16 bytes of rows per load: VW 8 halves, 16
+    chars), each item moving at least the bytes per step that fp32's does, over fewer items."""
+    fp32, mine = batch1_gpu_default("fp32"), batch1_gpu_default(precision)
+    assert fp32.codename == mine.codename == "gemv_split_c" and mine.precision == precision
+    assert int(mine.config["VW"]) * load_library().precision(precision).weight_bytes >= 16
+    assert int(fp32.config["VW"]) * 4 >= 16
+    assert bytes_per_item_and_step(mine) >= bytes_per_item_and_step(fp32)
+
+
+def test_per_precision_defaults_serve_their_precisions_only():
+    """A defaults entry with "precisions" is among the defaults of those precisions, and of no other."""
+    library = load_library()
+    found = 0
+    for kind in ("gpu", "cpu", "accelerator"):
+        for table in ("matmul", "matmul_fallback"):
+            entries = library.defaults.get(table, {}).get(kind, [])
+            for entry in entries if isinstance(entries, list) else [entries]:
+                if not isinstance(entry, dict) or "precisions" not in entry:
+                    continue
+                found += 1
+                config = library[entry["codename"]].configure(entry["defines"]).config
+                for precision in library.precisions:
+                    serving = [s.config for s in library.default_specs(table, kind, precision=precision)]
+                    assert (config in serving) == (precision in entry["precisions"]), (kind, table, precision)
+    assert found >= 2
+
+
+@pytest.mark.parametrize("mutate, fragment", [
+    (lambda e: e.update(precisions=["fp8"]), "field 'defaults.matmul_fallback.gpu.precisions': expected a list of "
+                                             "precisions 'gemv_split_c' supports"),
+    (lambda e: e.update(precisions="int8-weights"), "field 'defaults.matmul_fallback.gpu.precisions'"),
+    (lambda e: e.update(precisions=[]), "field 'defaults.matmul_fallback.gpu.precisions'"),
+])
+def test_malformed_default_precisions_are_named(tmp_path, mutate, fragment):
+    folder = tmp_path / "kernels"
+    shutil.copytree(kernels_dir(), folder)
+    data = json.loads((folder / "library.json").read_text())
+    mutate(next(e for e in data["defaults"]["matmul_fallback"]["gpu"] if "precisions" in e))
+    (folder / "library.json").write_text(json.dumps(data))
+    with pytest.raises(LibraryError) as info:
+        load_library(folder / "library.json")
+    assert fragment in str(info.value)
+
+
+def gemv_split_variants(precision: str) -> list:
+    """The library's batch-1 GPU configuration for ``precision`` and a variant of it with an odd COLS
+    (a partial last step in every slice) and, for half weights, two 16-byte loads per column (VW 16),
+    for int8 ones the conversion through the exponent bias (INT8_BIAS)."""
+    default = batch1_gpu_default(precision)
+    size = load_library().precision(precision).weight_bytes
+    other = {"VW": 16} if size == 2 else {"INT8_BIAS": 1} if size == 1 else {}
+    return [default, default.configure({**other, "COLS": 3, "SLICES": 4, "MDIM": 8})]
+
+
+def run_matmul(spec, device, a, b, bias, affine, activation, params):
+    m, k = a.shape
+    padded = ops.matmul_plan(spec, m, k, b.shape[1])["a"]
+    layout = spec.matrices["a"].layout
+    weights = DeviceMatrix.upload_weights(device, device_bytes(a, spec.precision, layout, padded), (m, k), layout,
+                                          padded, spec.precision)
+    vector = lambda v: ops.upload_vector(device, v)   # noqa: E731
+    r = ops.matmul(weights, DeviceMatrix.from_host(b), spec, device, bias=vector(bias), activation=activation,
+                   params=params, affine=tuple(vector(v) for v in affine))
+    return r.numpy()
+
+
+@pytest.mark.parametrize("precision", ("fp32",) + REDUCED + ("fp16",))
+def test_per_precision_configurations_match_numpy_on_odd_shapes(device, rng, precision):
+    """Each reduced precision's batch-1 configuration (and a variant: odd COLS, 2 loads per column)
+    against numpy with the weights the precision stores, bias, a four-parameter activation and
+    affine fused, on odd shapes (m and k among 1, 3, 13, 1001, 4099); fp32 runs them too (the tuner
+    may choose them for it)."""
+    if device.backend != "opencl":
+        pytest.skip("gemv_split has OpenCL sources only")
+    if precision == "fp16" and "cl_khr_fp16" not in device.extensions:
+        pytest.skip(f"{device.name} has no cl_khr_fp16")
+    specs = [s.in_precision(precision) for p in REDUCED for s in gemv_split_variants(p)] if precision == "fp32" \
+        else gemv_split_variants(precision)
+    params = {"negative_slope": 0.1, "max_value": 2.5, "threshold": 0.5, "has_max_value": 1.0}
+    for spec in specs:
+        for m, k in [(1, 4099), (4099, 1), (3, 13), (13, 1001), (1001, 3)]:
+            a = rng.standard_normal((m, k)).astype(np.float32)
+            b = rng.standard_normal((k, 1)).astype(np.float32)
+            bias, scale, shift = (rng.standard_normal(m).astype(np.float32) for _ in range(3))
+            got = run_matmul(spec, device, a, b, bias, (scale, shift), "relu_general", params)
+            z = effective(a, precision).astype(np.float64) @ b.astype(np.float64) + bias[:, None]
+            want = ref_activation("relu_general", z, axis=0, **params) * scale[:, None] + shift[:, None]
+            assert_close(got, want, 1e-2 if precision == "fp16" else 1e-5)
+
+
 # ------------------------------------------------------------------ Oclgrind
 OCLGRIND = shutil.which("oclgrind")
 OCLGRIND_SCRIPT = r"""
@@ -270,3 +380,55 @@ def test_reduced_precision_kernels_are_clean_under_oclgrind():
     assert stderr == "", stderr[-3000:]
     errors = json.loads(run.stdout.strip().splitlines()[-1])
     assert len(errors) == 6 and max(errors.values()) < 1e-5, errors
+
+
+OCLGRIND_SPLIT_SCRIPT = r"""
+import json, sys
+import numpy as np
+import malinn
+from malinn import ops
+from malinn.matrix import DeviceMatrix
+from malinn.precision import device_bytes, effective
+sys.path.insert(0, sys.argv[1])
+from test_precision import REDUCED, gemv_split_variants
+device = malinn.get_device()
+rng = np.random.default_rng(0)
+kept, errors = [], {}             # no buffer is released (see tests/oclgrind_driver.py)
+for precision in REDUCED + (("fp16",) if "cl_khr_fp16" in device.extensions else ()):
+    for c, spec in enumerate(gemv_split_variants(precision)):
+        for m, k in [(13, 37), (33, 5)]:
+            a = rng.standard_normal((m, k)).astype(np.float32)
+            b = rng.standard_normal((k, 1)).astype(np.float32)
+            bias, scale, shift = (rng.standard_normal(m).astype(np.float32) for _ in range(3))
+            padded = ops.matmul_plan(spec, m, k, 1)["a"]
+            layout = spec.matrices["a"].layout
+            w = DeviceMatrix.upload_weights(device, device_bytes(a, precision, layout, padded), (m, k), layout, padded,
+                                            precision)
+            vectors = [ops.upload_vector(device, v) for v in (bias, scale, shift)]
+            kept += [w] + vectors
+            for _ in range(2):         # the second launch finds the counters the first left
+                x = DeviceMatrix.from_host(b)
+                r = ops.matmul(w, x, spec, device, bias=vectors[0], activation="tanh", affine=tuple(vectors[1:]))
+                kept += [x, r]
+                got = r.numpy()
+            want = np.tanh(effective(a, precision).astype(np.float64) @ b + bias[:, None]) * scale[:, None] + shift[:, None]
+            errors[f"{precision} {c} {m}x{k}"] = float(np.abs(got - want).max() / max(1.0, np.abs(want).max()))
+print(json.dumps(errors))
+"""
+
+
+@pytest.mark.skipif(OCLGRIND is None, reason="oclgrind is not on PATH (bash .ci/setup --test installs it)")
+def test_per_precision_configurations_are_clean_under_oclgrind():
+    """The reduced precisions' 16-byte-load configurations of gemv_split_c (and the odd-COLS variant)
+    under Oclgrind's memory, race, uninitialised-value and API checks, each launched twice."""
+    env = dict(os.environ, MALINN_DEVICE="Oclgrind", MALINN_BINARY_CACHE="0", MALINN_PINNED="0", PYTHONWARNINGS="ignore",
+               PYTHONPATH=str(ROOT))
+    run = subprocess.run([OCLGRIND, "--check-api", "--data-races", "--uninitialized", sys.executable, "-c",
+                          OCLGRIND_SPLIT_SCRIPT, str(ROOT / "tests")], capture_output=True, text=True, timeout=900, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    stderr = run.stderr.replace("\nOclgrind - OpenCL runtime error detected\n\tFunction: clGetDeviceInfo\n"
+                                "\tError:    CL_INVALID_VALUE\n\tFor argument 'param_name'\n", "").strip()
+    assert stderr == "", stderr[-3000:]
+    errors = json.loads(run.stdout.strip().splitlines()[-1])
+    assert len(errors) >= 8, errors
+    assert all(error < (1e-2 if case.startswith("fp16 ") else 1e-5) for case, error in errors.items()), errors
