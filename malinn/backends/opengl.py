@@ -633,6 +633,8 @@ def discover(others: list | None = None, force: bool = False) -> list:
     """
     if os.environ.get("MALINN_GL", "").strip() == "0" or not (force or wanted(others or [])):
         return []
+    if os.environ.get("MALINN_GL_NO_COMPUTE", "").strip() == "1":   # every device as gles3 (gl_feedback.py)
+        return []
     try:
         _moderngl()
     except ImportError:
