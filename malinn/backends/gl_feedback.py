@@ -256,6 +256,8 @@ class FeedbackDevice(GLDevice):
     ``GL_MAX_TRANSFORM_FEEDBACK_SEPARATE_ATTRIBS``; ``texture_units``, the vertex shader's samplers.
     """
 
+    #: what the device lacks, for the errors of a layer it cannot run
+    limitation = "no compute shaders, only the vertex-stage kernels (\"gles3\" in kernels/library.json)"
     texture_width: int = TEXTURE_WIDTH
     max_texture: int = 2048
     feedback_outputs: int = 4
