@@ -537,11 +537,14 @@ def probe(index: int) -> FeedbackDevice:
 
 def discover(others: list | None = None, force: bool = False) -> list:
     """The gles3 devices: every EGL device the ``gl`` backend did not list (it has no compute
-    shaders), or every EGL device under ``MALINN_GL_NO_COMPUTE=1``; probed, warnings for the rest.
+    shaders), or every EGL device under ``MALINN_GL_NO_COMPUTE=1`` or when asked by name (``force``:
+    ``set_device("gles3")``, which then serves a GPU with compute shaders through its vertex stage
+    too, beside its ``gl`` device); probed, warnings for the rest.
 
     Args:
-        others: the devices other backends found (an EGL device listed as ``gl`` is not listed again).
-        force: look even where :func:`~malinn.backends.opengl.wanted` says not to.
+        others: the devices other backends found (an EGL device listed as ``gl`` is not listed
+            again unless forced).
+        force: look even where :func:`~malinn.backends.opengl.wanted` says not to, on every EGL device.
     """
     if os.environ.get("MALINN_GL", "").strip() == "0" or not (force or wanted(others or [])):
         return []
@@ -554,7 +557,7 @@ def discover(others: list | None = None, force: bool = False) -> list:
     listed = {d.index[1] for d in others or [] if d.backend == "gl"}
     found = []
     for index in range(16):
-        if index in listed and not no_compute():
+        if index in listed and not (force or no_compute()):
             continue
         try:
             found.append(probe(index))
