@@ -147,3 +147,13 @@ def test_no_compute_lists_every_gl_device_as_gles3():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["['gles3']", "gles3", "3.0"], out.stdout
+    # without it, the GPU is a gl device, and a gles3 device on it when asked for by name
+    env = dict(os.environ, MALINN_GL="1")
+    env.pop("MALINN_GL_NO_COMPUTE", None)
+    code = ("import malinn\n"
+            "before = sorted({d.backend for d in malinn.devices()} - {'opencl'})\n"
+            "d = malinn.set_device('gles3')\n"
+            "print(before, d.backend, d.index[1] == malinn.set_device('gl').index[1])")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["['gl']", "gles3", "True"], out.stdout
