@@ -157,3 +157,31 @@ def test_no_compute_lists_every_gl_device_as_gles3():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["['gl']", "gles3", "True"], out.stdout
+
+
+@needs_gl
+@pytest.mark.parametrize("api", ["", "es"])
+def test_an_opengl_es_3_0_gpu_is_a_gles3_device_and_runs_a_dense_model(api):
+    """A GPU without compute shaders, played by Mesa made to offer OpenGL 3.3 and OpenGL ES 3.0
+    (MESA_GL_VERSION_OVERRIDE, MESA_GLES_VERSION_OVERRIDE; MALINN_GL_API=es: an OpenGL ES 3.0
+    context): listed as gles3, not gl, and a Dense model with a softmax equals numpy."""
+    if "Mesa" not in GL[0].platform:
+        pytest.skip("MESA_GL_VERSION_OVERRIDE is Mesa's")
+    env = dict(os.environ, MALINN_GL="1", MESA_GL_VERSION_OVERRIDE="3.3", MESA_GLES_VERSION_OVERRIDE="3.0",
+               MALINN_GL_API=api, MALINN_DEVICE="gles3")
+    env.pop("MALINN_GL_NO_COMPUTE", None)
+    code = ("import numpy as np, malinn\nfrom malinn.layers import Dense\n"
+            "print(sorted({d.backend for d in malinn.devices()} - {'opencl'}))\n"
+            "m = malinn.Sequential([Dense(13, activation='relu'), Dense(5, activation='softmax')])\n"
+            "m.build((None, 7))\nx = np.random.default_rng(0).standard_normal((3, 7)).astype(np.float32)\n"
+            "w = m.get_weights()\nh = np.maximum(x @ w[0] + w[1], 0) @ w[2] + w[3]\n"
+            "p = np.exp(h - h.max(1, keepdims=True))\np /= p.sum(1, keepdims=True)\n"
+            "print(malinn.get_device().platform)\nprint(float(np.abs(m.predict(x) - p).max()))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    backends, platform, err = out.stdout.strip().splitlines()[-3:]
+    assert backends == "['gles3']", out.stdout
+    assert platform.startswith("OpenGL ES 3.0" if api == "es" else "OpenGL 3.3"), platform
+    assert float(err) < 1e-6
+    if not api:   # the gl backend's warning says where the device went
+        assert "the gles3 backend's vertex shaders" in out.stderr, out.stderr[-2000:]

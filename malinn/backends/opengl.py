@@ -564,7 +564,8 @@ def _context(index: int):
         raise DeviceError(f"{renderer} offers OpenGL {offered}" + (f" and no OpenGL ES 3.1 ({es_failure})"
                                                                     if es_failure else "")
                           + f"; malinn's GL kernels are compute shaders, which need OpenGL "
-                          f"{REQUIRED_GL // 100}.{REQUIRED_GL // 10 % 10} or OpenGL ES 3.1") from None
+                          f"{REQUIRED_GL // 100}.{REQUIRED_GL // 10 % 10} or OpenGL ES 3.1 (without them: the gles3 "
+                          "backend's vertex shaders, backends/gl_feedback.py)") from None
     raise failure
 
 
