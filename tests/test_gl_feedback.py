@@ -17,7 +17,8 @@ import malinn
 from malinn import Sequential, ops
 from malinn.errors import BackendError, KernelBuildError
 from malinn.kernel_library import load_library
-from malinn.layers import Activation, BatchNormalization, Conv2D, Dense, Flatten
+from malinn.layers import (Activation, BatchNormalization, Conv2D, Dense, Flatten, LayerNormalization, Permute, PReLU,
+                           RepeatVector, Reshape, Softmax)
 from malinn.matrix import DeviceMatrix
 
 pytest.importorskip("moderngl", reason="the OpenGL backend's extra is not installed (pip install malinn[gl])")
@@ -93,6 +94,22 @@ def test_a_dense_model_on_gles3_equals_the_compute_device(gles3, batch):
     want = model.plan(batch, GL[0]).run([x])[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=1e-5)
+
+
+@needs_gl
+def test_the_layers_beyond_dense_run_on_gles3_as_on_the_compute_device(gles3):
+    """normalize (Softmax, LayerNormalization), broadcast (PReLU, BatchNormalization on the middle
+    axis), permute and repeat as vertex kernels, with odd shapes."""
+    model = Sequential([Dense(15, name="d"), Reshape((3, 5)), Permute((2, 1)), PReLU(name="p"),
+                        BatchNormalization(axis=1, name="bn"), LayerNormalization(axis=(1, 2), name="ln"),
+                        Softmax(axis=1, name="sm"), Flatten(), Dense(7, activation="tanh"), RepeatVector(3)])
+    model.build((None, 6))
+    rng = np.random.default_rng(3)
+    model.set_weights([w + rng.standard_normal(w.shape).astype(np.float32) * 0.3 for w in model.get_weights()])
+    x = rng.standard_normal((5, 6)).astype(np.float32)
+    plan = model.plan(5, gles3)
+    assert {launch.function for launch in plan.launches} >= {"normalize_axes", "broadcast", "permute", "repeat_vector"}
+    np.testing.assert_allclose(plan.run([x])[0], model.plan(5, GL[0]).run([x])[0], rtol=1e-5, atol=1e-6)
 
 
 @needs_gl
