@@ -22,7 +22,8 @@ How a kernel runs (docs/BACKENDS.md, "Vertex-stage kernels"):
 * buffer argument ``i`` is read through the sampler ``malinn_tex<i>`` where the shader declares
   one: an operand the library passes as an image (``"image": true``, the weights) is an RGBA32F
   texture made once (texel ``(x, y)`` = rows ``4x .. 4x+3`` of column ``y``); any other buffer is
-  copied on the device (``GL_PIXEL_UNPACK_BUFFER``) into a flat RGBA32F texture before each draw,
+  copied on the device (``GL_PIXEL_UNPACK_BUFFER``) into a flat RGBA32F texture before each draw
+  (one texture per sampler unit and height, shared by the launches),
   float ``i`` at texel ``i / 4`` of rows ``MALINN_TEXW`` texels wide (``MALINN_LOAD(s, i)``,
   ``MALINN_TEXEL(s, q)``), so a kernel may read the buffer it writes (in place);
 * ``render_index`` gives, besides ``MALINN_INDEX_<X>(r, c, P_R, P_C)``, its inverses
@@ -316,15 +317,20 @@ class FeedbackDevice(GLDevice):
         texture.repeat_x = texture.repeat_y = False
         return texture
 
-    def flat_texture(self, buffer, what: str):
-        """A texture that holds ``buffer``'s floats in rows of ``texture_width`` texels."""
+    def flat_texture(self, buffer, unit: int, what: str):
+        """A texture that holds ``buffer``'s floats in rows of ``texture_width`` texels, for sampler
+        unit ``unit``. One per unit and height, shared by every launch: each launch copies its
+        buffer in before its draw, and GL orders the copy after the draws before it."""
         texels = buffer.size // 16
-        rows = -(-texels // self.texture_width)
+        rows = max(1, -(-texels // self.texture_width))
         if rows > self.max_texture:
             raise DeviceError(f"{what}: {buffer.size / 2**20:.1f} MiB read through a texture of "
                               f"{self.texture_width} x {rows} texels exceeds {self.name}'s largest, "
                               f"{self.max_texture} (GL_MAX_TEXTURE_SIZE)")
-        return self._texture(self.texture_width, max(rows, 1), what)
+        shared = self.cache.setdefault("flat_textures", {})
+        if (unit, rows) not in shared:
+            shared[(unit, rows)] = self._texture(self.texture_width, rows, what)
+        return shared[(unit, rows)]
 
     # ---------------------------------------------------------------- programs
     def compile(self, source: str, options: tuple = (), origin: str = "<source>"):
@@ -396,7 +402,7 @@ class FeedbackDevice(GLDevice):
                 if isinstance(buffer, _moderngl().Texture):    # an image (the weights): made once
                     textures.append((i, buffer))
                     continue
-                texture = self.flat_texture(buffer, f"{what}: buffer {i} of {name}")
+                texture = self.flat_texture(buffer, i, f"{what}: buffer {i} of {name}")
                 textures.append((i, texture))
                 copies.append((buffer, texture, buffer.size // 16))
         ranges = [(target, j * section, section) for j in range(program.outputs)]
