@@ -97,6 +97,20 @@ def test_a_dense_model_on_gles3_equals_the_compute_device(gles3, batch):
 
 
 @needs_gl
+@pytest.mark.parametrize("target", ["gles3", "gpu"])
+def test_a_model_file_moves_between_gles3_and_the_other_backends(gles3, tmp_path, target):
+    """Weights laid out for gemm_feedback run on the compute device, and the OpenCL GPU's on gles3."""
+    model = _model()
+    path = malinn.saving.save_model(model, tmp_path / "m.malinn", target=target)
+    assert malinn.saving.resolve_target(target).codename == ("gemm_feedback" if target == "gles3" else
+                                                             load_library().default("matmul", "gpu"))
+    loaded = malinn.load_model(path)
+    x = np.random.default_rng(7).standard_normal((6, 3, 7)).astype(np.float32)
+    np.testing.assert_allclose(loaded.plan(6, gles3).run([x])[0], model.plan(6, GL[0]).run([x])[0],
+                               rtol=1e-5, atol=1e-6)
+
+
+@needs_gl
 def test_the_layers_beyond_dense_run_on_gles3_as_on_the_compute_device(gles3):
     """normalize (Softmax, LayerNormalization), broadcast (PReLU, BatchNormalization on the middle
     axis), permute and repeat as vertex kernels, with odd shapes."""
