@@ -7,9 +7,14 @@
  * height K). B (K x N) and R (M x N) are column-major buffers, so each sample is contiguous and R
  * feeds the next layer as its B. B is l x w (l the padded K), R is h x w; the image is A's padded
  * shape (H/4 texels wide, W high, H >= h, W >= l: A may be padded more than R), and the K loop runs
- * over k < l only. A work item computes 4 rows by 8 columns of R, finished by the fused epilogue of
- * epilogue.clh (bias, activation, affine; R's padding written as 0). OpenCL C 1.2 with image support.
+ * over k < l only. A work item computes 4 rows by NC columns of R (NC, default 8: the entry's
+ * define), finished by the fused epilogue of epilogue.clh (bias, activation, affine; R's padding
+ * written as 0). OpenCL C 1.2 with image support.
  */
+
+#ifndef NC
+#define NC 8
+#endif
 
 __constant sampler_t malinn_texel = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_NONE | CLK_FILTER_NEAREST;
 
@@ -20,10 +25,10 @@ __kernel void gemm_image(MATMUL_SCALARS,
                          EPILOGUE_BUFFERS)
 {
     const uint gx = get_global_id(0);          /* rows 4gx .. 4gx+3 of R */
-    const uint gy = get_global_id(1);          /* columns 8gy .. 8gy+7 of R */
-    float4 acc[8];
+    const uint gy = get_global_id(1);          /* columns NC gy .. NC gy + NC-1 of R */
+    float4 acc[NC];
     #pragma unroll
-    for (uint j = 0; j < 8; ++j)
+    for (uint j = 0; j < NC; ++j)
         acc[j] = (float4)(0.0f);
     for (uint k = 0; k < l; k += 4) {
         const float4 a0 = read_imagef(a, malinn_texel, (int2)(gx, k));
@@ -31,15 +36,15 @@ __kernel void gemm_image(MATMUL_SCALARS,
         const float4 a2 = read_imagef(a, malinn_texel, (int2)(gx, k + 2));
         const float4 a3 = read_imagef(a, malinn_texel, (int2)(gx, k + 3));
         #pragma unroll
-        for (uint j = 0; j < 8; ++j) {
-            const float4 bv = vload4(0, b + (size_t)(8 * gy + j) * l + k);
+        for (uint j = 0; j < NC; ++j) {
+            const float4 bv = vload4(0, b + (size_t)(NC * gy + j) * l + k);
             acc[j] += bv.x * a0 + bv.y * a1 + bv.z * a2 + bv.w * a3;
         }
     }
     const uint row = 4 * gx;
     #pragma unroll
-    for (uint j = 0; j < 8; ++j) {
-        const uint col = 8 * gy + j;
+    for (uint j = 0; j < NC; ++j) {
+        const uint col = NC * gy + j;
         __global float *rs = r + (size_t)col * h + row;
         rs[0] = EPILOGUE(acc[j].x, row, col);
         rs[1] = EPILOGUE(acc[j].y, row + 1, col);

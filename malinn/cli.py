@@ -416,8 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    device_help = ("gpu, cpu, P:D, part of a device name, or gl (gl:N, gl:NAME) for the OpenGL backend "
-                   "(default: MALINN_DEVICE, else the first GPU)")
+    device_help = ("gpu, cpu, P:D, part of a device name, or gl (gl:N, gl:NAME) for the OpenGL backend, gles3 for "
+                   "its vertex-shader path (GPUs without compute shaders) (default: MALINN_DEVICE, else the first GPU)")
     input_help = ("input samples: .npy, .npz (one array, or --key; for a model of several inputs one array per "
                   "input name) or .csv (one sample per row)")
     key_help = "the array to use from a .npz input holding several"
@@ -431,7 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="malinn model file to write (atomically; a symlink is "
                                                          "followed, a device or FIFO written through)")
     p.add_argument("--target", help="matmul kernel codename, or gpu/cpu/accelerator (gl, gl:cpu: the OpenGL "
-                                    "backend's), whose layouts the weights are "
+                                    "backend's; gles3: its vertex-shader path's), whose layouts the weights are "
                                     "stored in (default: the current device's kernel; a given target needs no device)")
     p.add_argument("--force", action="store_true", help="allow the output to be the source file itself")
     p.add_argument("--precision", choices=PRECISIONS, help=PRECISION_HELP + "; stored in the file (default: the "

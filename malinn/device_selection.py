@@ -17,14 +17,16 @@ from __future__ import annotations
 import os
 import threading
 
-from .backends import opencl, opengl
+from .backends import gl_feedback, opencl, opengl
 from .backends.base import Device
 from .errors import DeviceError
 
 __all__ = ["Device", "devices", "get_device", "set_device"]
 
 #: backend name -> its discovery function; the order is the order of devices()
-BACKENDS = {"opencl": opencl.discover, "gl": opengl.discover}
+BACKENDS = {"opencl": opencl.discover, "gl": opengl.discover, gl_feedback.BACKEND: gl_feedback.discover}
+#: the backends whose discovery reads the devices found before it (OpenGL's: after any OpenCL GPU)
+_AFTER_OTHERS = ("gl", gl_feedback.BACKEND)
 
 _registry_lock = threading.RLock()
 _devices: list | None = None
@@ -52,7 +54,7 @@ def devices(refresh: bool = False) -> list:
                 _probed.clear()
             _devices = []
             for name, discover in BACKENDS.items():
-                _devices += discover(list(_devices)) if name == "gl" else discover(_probed)
+                _devices += discover(list(_devices)) if name in _AFTER_OTHERS else discover(_probed)
             _current = None
         return list(_devices)
 
@@ -70,8 +72,8 @@ def match(spec: str, candidates: list) -> Device:
     backend, _, rest = low.partition(":")
     if backend in BACKENDS:
         mine = [d for d in candidates if d.backend == backend]
-        if not mine and backend == "gl" and candidates is _devices:
-            mine = _discover_gl_on_request()
+        if not mine and backend in _AFTER_OTHERS and candidates is _devices:
+            mine = _discover_gl_on_request(backend)
         if not mine:
             raise DeviceError(f"no working {backend} device; working devices: {listing(candidates)}")
         if not rest:
@@ -99,11 +101,12 @@ def match(spec: str, candidates: list) -> Device:
     raise DeviceError(f"no working device matches {spec!r}; working devices: {listing(candidates)}")
 
 
-def _discover_gl_on_request() -> list:
-    """The OpenGL devices, looked for now that they are asked for by name (a discovery where an
-    OpenCL GPU works leaves Mesa unloaded: :func:`malinn.backends.opengl.wanted`)."""
+def _discover_gl_on_request(backend: str = "gl") -> list:
+    """The OpenGL devices of ``backend`` (``gl``, ``gles3``), looked for now that they are asked for
+    by name (a discovery where an OpenCL GPU works leaves Mesa unloaded:
+    :func:`malinn.backends.opengl.wanted`)."""
     with _registry_lock:
-        found = [d for d in _devices if d.backend == "gl"] or opengl.discover(list(_devices), force=True)
+        found = [d for d in _devices if d.backend == backend] or BACKENDS[backend](list(_devices), force=True)
         _devices.extend(d for d in found if d not in _devices)
         return found
 

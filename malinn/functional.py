@@ -148,9 +148,8 @@ class Functional(PlannedModel):
                   for t in self.inputs}
         per_node = []
         for node in self.nodes:
-            builder.layer = node.layer
             given = [values[id(t)] for t in node.inputs]
-            value = node.layer.lower(builder, given if node.listed else given[0])
+            value = builder.lower(node.layer, given if node.listed else given[0])
             values[id(node.output)] = value
             per_node.append(value)
         return per_node if every_layer else [values[id(t)] for t in self.outputs]

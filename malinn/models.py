@@ -447,8 +447,7 @@ class Sequential(PlannedModel):
         x = builder.input(self.input_shape)
         outputs = []
         for layer in self.layers:
-            builder.layer = layer
-            x = layer.lower(builder, x)
+            x = builder.lower(layer, x)
             outputs.append(x)
         return outputs if every_layer else [x]
 

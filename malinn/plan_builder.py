@@ -29,6 +29,7 @@ import math
 from .backends.base import Device
 from .conv_choice import choose_algorithm
 from .conv_geometry import ConvGeometry
+from .errors import BackendError
 from .kernel_choice import choose, explicit_choice, holding_columns
 from .ops import elementwise_kernel
 from .kernel_library import DEFAULT_PRECISION, KernelSpec, load_library
@@ -80,6 +81,20 @@ class PlanBuilder:
         self.convs: list = []   # the ConvGeometry of each convolution lowered (not 1x1 matmuls)
 
     # ---------------------------------------------------------------- recording
+    def lower(self, layer, x):
+        """``layer.lower(self, x)`` with ``layer`` named in every step it records; a layer the
+        device's backend has no kernel for raises BackendError naming the layer and the device
+        (and what the device lacks, where its backend says: ``Device.limitation``)."""
+        self.layer = layer
+        try:
+            return layer.lower(self, x)
+        except BackendError as exc:
+            device = self.device
+            lacks = getattr(device, "limitation", "")
+            why = str(exc).removeprefix(f"layer {layer.name!r}: ")
+            raise BackendError(f"layer {layer.name!r} ({type(layer).__name__}) cannot run on {device.name} "
+                               f"({device.backend}{': ' + lacks if lacks else ''}): {why}") from None
+
     def input(self, sample_shape, name: str = "input", uses: int = 1) -> Value:
         """A model input: ``batch`` samples of ``sample_shape``, uploaded in Keras's own order
         (column-major: each sample's values contiguous, the samples as far apart as the readers pad).
@@ -112,6 +127,12 @@ class PlanBuilder:
             raise ValueError(f"{what}: the weights expect {k} input features, but the input has shape "
                              f"{format_shape(x.shape)}")
         spec = choose("matmul", self.device, (m, k, x.cols), precision=self.precision)
+        image = spec.matrices["a"]
+        if image.image and not spec.accepts(m, k, x.cols, device=self.device):
+            rows, cols = round_up(m, image.row_multiple), round_up(k, image.col_multiple)
+            raise BackendError(f"{what}: its {m}x{k} weights read as a texture of {rows // 4} x {cols} texels "
+                               f"(kernel {spec.codename}) exceed {self.device.name}'s largest texture, "
+                               f"{self.device.image2d_max_size[0]} x {self.device.image2d_max_size[1]}")
         out = self._record("matmul", spec, x.shape[:-1] + (m,), {"b": x}, what, weight=weight,
                            explicit=explicit_choice("matmul", self.device) is not None)
         if bias is not None:

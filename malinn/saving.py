@@ -64,11 +64,11 @@ def resolve_target(target=None):
     if target in ("gpu", "cpu", "accelerator"):
         return library.default_spec("matmul", target)
     backend, _, kind = str(target).partition(":")
-    if backend in ("opencl", "gl") and kind in ("", "gpu", "cpu", "accelerator"):
+    if backend in ("opencl", "gl", "gles3") and kind in ("", "gpu", "cpu", "accelerator"):
         return library.default_spec("matmul", kind or "gpu", backend)
     if target in library and library[target].op == "matmul":
         return library[target]
-    raise ConversionError(f"unknown target {target!r}; use gpu, cpu, accelerator (or gl, gl:cpu, ...) or a matmul kernel: "
+    raise ConversionError(f"unknown target {target!r}; use gpu, cpu, accelerator (or gl, gl:cpu, gles3, ...) or a matmul kernel: "
                           f"{', '.join(library.codenames('matmul'))}")
 
 

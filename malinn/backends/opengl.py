@@ -564,7 +564,8 @@ def _context(index: int):
         raise DeviceError(f"{renderer} offers OpenGL {offered}" + (f" and no OpenGL ES 3.1 ({es_failure})"
                                                                     if es_failure else "")
                           + f"; malinn's GL kernels are compute shaders, which need OpenGL "
-                          f"{REQUIRED_GL // 100}.{REQUIRED_GL // 10 % 10} or OpenGL ES 3.1") from None
+                          f"{REQUIRED_GL // 100}.{REQUIRED_GL // 10 % 10} or OpenGL ES 3.1 (without them: the gles3 "
+                          "backend's vertex shaders, backends/gl_feedback.py)") from None
     raise failure
 
 
@@ -632,6 +633,8 @@ def discover(others: list | None = None, force: bool = False) -> list:
     TensorFlow is loaded in the process (Mesa's llvmpipe brings an LLVM of its own, as PoCL does).
     """
     if os.environ.get("MALINN_GL", "").strip() == "0" or not (force or wanted(others or [])):
+        return []
+    if os.environ.get("MALINN_GL_NO_COMPUTE", "").strip() == "1":   # every device as gles3 (gl_feedback.py)
         return []
     try:
         _moderngl()
