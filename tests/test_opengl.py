@@ -24,6 +24,8 @@ from malinn.layers import Activation, BatchNormalization, Dense, Flatten
 from malinn.layout import Layout
 from malinn.matrix import DeviceMatrix
 
+from helpers import assert_close
+
 pytest.importorskip("moderngl", reason="the OpenGL backend's extra is not installed (pip install malinn[gl])")
 from malinn.backends import opengl  # noqa: E402
 
@@ -235,12 +237,40 @@ def test_a_gl_gpu_runs_the_opencl_gpus_kernels(op, rng):
 def test_every_op_has_a_glsl_kernel_and_gl_takes_the_opencl_defaults(op, kind):
     """Every op of the library runs on GL (the tests that take the ``device`` fixture compare each
     kernel with numpy there), and a GL device of a kind takes the OpenCL device's default kernels,
-    in the same configurations, wherever they have GLSL (all but gemm_image and gemv_rows)."""
+    in the same configurations, wherever they have GLSL (all but gemm_image and gemv_rows); but a GL
+    CPU (Mesa's llvmpipe) runs its small-batch products with K split over work-items (see
+    test_a_long_product_on_a_gl_cpu_is_exact)."""
     library = load_library()
     gl = library.default_specs(op, kind, "gl")
     cl = [spec for spec in library.default_specs(op, kind, "opencl") if spec.has_source("gl")]
     assert gl and all(spec.has_source("gl") for spec in gl)
+    if kind == "cpu" and op in ("matmul_fallback", "matmul_softmax"):
+        assert all(int(s.config.get("KSPLIT", 64)) >= 64 for s in gl), [s.config for s in gl]
+        return
     assert [(s.codename, s.defines) for s in gl] == [(s.codename, s.defines) for s in cl]
+
+
+@pytest.mark.skipif(not GL, reason="no OpenGL device")
+@pytest.mark.parametrize("activation", [None, "softmax"])
+def test_a_long_product_on_a_gl_cpu_is_exact(activation, rng):
+    """llvmpipe ends a shader invocation's loops after 65535 iterations in all (Mesa's
+    LP_MAX_TGSI_LOOP_ITERATIONS), so a batch-1 gemv that runs all of K in one invocation with an inner
+    loop of 16 went wrong from about 3850 inputs (Full CIFAR's 4096: off by 0.07, 4000: by 3.4); with K
+    split over 64-128 work-items a 5000-input layer is numpy's on every GL device."""
+    model = malinn.Sequential([Dense(10, activation=activation)])
+    model.build((None, 5000))
+    x = rng.standard_normal((1, 5000)).astype(np.float32) * 0.05
+    z = x.astype(np.float64) @ model.layers[0].kernel.astype(np.float64) + model.layers[0].bias
+    if activation == "softmax":
+        z = np.exp(z - z.max(1, keepdims=True))
+        z /= z.sum(1, keepdims=True)
+    previous = malinn.get_device()
+    try:
+        for device in GL:
+            malinn.set_device(device)
+            assert_close(model.predict(x), z)
+    finally:
+        malinn.set_device(previous)
 
 
 _BINARY_SOURCE = """MALINN_ARGS(uint n; float s;)
