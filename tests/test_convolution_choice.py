@@ -211,4 +211,5 @@ def test_cli_tune_model_stores_a_winner_per_convolution_layer(tmp_path):
     devices = json.loads((tmp_path / "tuning.json").read_text())["devices"]
     convs = next(entry["convs"] for entry in devices.values() if "convs" in entry)
     assert sorted(convs) == ["b1-c1-m16-g1-i8x8-o8x8-k3x3-s1x1-d1x1-p1x1", "b1-c16-m32-g1-i4x4-o4x4-k3x3-s1x1-d1x1-p1x1"]
-    assert all(won["codename"] in ("conv_kn2row", "conv_kn2col", "im2row", "im2col") for won in convs.values())
+    assert all(won["codename"] in ("conv_kn2row", "conv_kn2col", "conv_implicit", "im2row", "im2col")
+               for won in convs.values())

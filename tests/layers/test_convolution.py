@@ -15,7 +15,11 @@ from helpers import activation, conv2d_reference, depthwise_reference
 ALGORITHMS = [None, ("conv", "conv_kn2row"), ("conv", "conv_kn2col"), ("im2col", "im2col"), ("im2col", "im2row"),
               ("conv", "conv_kn2row", {"LOCAL": 1}), ("conv", "conv_kn2col", {"LOCAL": 1, "KC": 8, "MWI": 8}),
               ("conv", "conv_kn2col", {"LOCAL": 2, "KC": 16, "MWI": 8, "NWI": 4, "MDIM": 8, "NDIM": 16}),
-              ("conv", "conv_kn2col", {"LOCAL": 2, "KC": 4, "VW": 2, "MWI": 4, "NWI": 4, "MDIM": 4, "NDIM": 8})]
+              ("conv", "conv_kn2col", {"LOCAL": 2, "KC": 4, "VW": 2, "MWI": 4, "NWI": 4, "MDIM": 4, "NDIM": 8}),
+              # the implicit GEMM: a K step past CIN, the patch tile loaded in two rounds, no prefetch
+              ("conv", "conv_implicit", {"TM": 16, "TN": 12, "RM": 4, "RN": 3, "KT": 8, "PREFETCH": 0}),
+              # and its K split over 4 work-groups with the last slices empty for small kernels
+              ("conv", "conv_implicit", {"TM": 32, "TN": 16, "RM": 8, "RN": 2, "KT": 4, "SLICES": 4})]
 #: (H, W, C, M, kernel, strides, dilation, padding, groups, batch)
 CASES = [
     (5, 5, 3, 13, 3, 1, 1, "valid", 1, 1),
@@ -46,7 +50,8 @@ def _randomize(layer, rng):
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS,
-                         ids=lambda a: (a[1] + (f"-local{a[2]['LOCAL']}-kc{a[2].get('KC', 16)}" if len(a) > 2 else ""))
+                         ids=lambda a: (a[1] + "".join(f"-{k.lower()}{v}" for k, v in a[2].items() if k in ("LOCAL", "KC", "KT", "SLICES"))
+                                        if len(a) > 2 else "")
                          if a else "default")
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
 def test_conv2d_matches_the_definition(device, rng, algorithm, case):
