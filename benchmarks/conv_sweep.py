@@ -7,7 +7,8 @@ inception_5b/5x5 at batch 8; stride 1, 'same' padding, ReLU), in one run:
   * the plan's untuned default and the algorithms that were the best before (kn2col's implicit
     GEMM LOCAL=2 in its two configurations, im2row through the device's GEMM);
   * conv_implicit in each configuration of a grid (tiles TM x TN with RM x RN per item, KT
-    channels a K step, the K split over SLICES work-groups, with and without PREFETCH).
+    channels a K step, the K split over SLICES work-groups, with and without PREFETCH, one or two
+    local buffers), nearest to 2 work-groups per SM first, until --budget seconds are spent.
 Each configuration's output is checked against cuDNN's (or, without torch, the default plan's);
 the time is the device time of the convolution's launches (OpenCL profiling, median of --repeat).
 Prints a line per configuration and a summary per layer (the best conv_implicit configuration,
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -51,20 +53,31 @@ KTS = (16, 32)
 SLICES = (1, 2, 4, 8, 16)
 #: a K split only while the work-groups stay at most this many (8 per SM of an H200: more is no use)
 MAX_GROUPS = 1056
+#: the work-groups a configuration would best make (2 per SM of an H200): the grid's order
+TARGET_GROUPS = 264
 QUICK_TILES = [(16, 16, 4, 2), (32, 16, 8, 2)]
 
 
 def grid(quick: bool, m: int, n: int) -> list[dict]:
     """The conv_implicit configurations timed for a GEMM of m output channels x n pixels: every tile
-    x KT x SLICES (those leaving at most MAX_GROUPS work-groups) with PREFETCH, then each tile
-    without PREFETCH at the first KT and no slices."""
+    x KT x SLICES (those leaving at most MAX_GROUPS work-groups) with PREFETCH, with one local buffer
+    and with two (DOUBLE) at the first KT, then each tile without PREFETCH at the first KT and no
+    slices. Ordered by how near their work-groups come to TARGET_GROUPS, so that a spent budget
+    leaves out the least likely."""
     tiles, kts, slices = (QUICK_TILES, (4, 8), (1, 4)) if quick else (TILES, KTS, SLICES)
-    configs = [{"TM": tm, "TN": tn, "RM": rm, "RN": rn, "KT": kt, "SLICES": s, "PREFETCH": 1}
-               for tm, tn, rm, rn in tiles for kt in kts for s in slices
-               if s == 1 or -(-m // tm) * -(-n // tn) * s <= MAX_GROUPS]
-    configs += [{"TM": tm, "TN": tn, "RM": rm, "RN": rn, "KT": kts[0], "SLICES": 1, "PREFETCH": 0}
-                for tm, tn, rm, rn in tiles]
-    return configs
+    configs = []
+    for tm, tn, rm, rn in tiles:
+        groups = -(-m // tm) * -(-n // tn)
+        for s in slices:
+            if s > 1 and groups * s > MAX_GROUPS:
+                continue
+            for kt in kts:
+                for double in ((0, 1) if kt == kts[0] else (0,)):
+                    configs.append(({"TM": tm, "TN": tn, "RM": rm, "RN": rn, "KT": kt, "SLICES": s, "PREFETCH": 1,
+                                     "DOUBLE": double}, groups * s))
+        configs.append(({"TM": tm, "TN": tn, "RM": rm, "RN": rn, "KT": kts[0], "SLICES": 1, "PREFETCH": 0,
+                         "DOUBLE": 0}, 10 ** 9))
+    return [c for c, _ in sorted(configs, key=lambda c: abs(math.log2(c[1] / TARGET_GROUPS)))]
 
 
 def time_choice(model, device, x, batch, repeat, use=None) -> tuple:
@@ -138,8 +151,8 @@ def main(argv=None):
     parser.add_argument("--device", help="gpu, cpu, P:D or part of a device name (default: malinn's default device)")
     parser.add_argument("--repeat", type=int, default=10, help="timed runs; the median counts (default: 10)")
     parser.add_argument("--quick", action="store_true", help="two small layers, a few configurations (a smoke test)")
-    parser.add_argument("--budget", type=float, default=100,
-                        help="seconds for the whole sweep, shared equally by the layers (default: 100)")
+    parser.add_argument("--budget", type=float, default=90,
+                        help="seconds for the layers' grids, shared equally by the layers (default: 90)")
     parser.add_argument("--json", metavar="PATH", help="also write the results, as JSON, to PATH")
     args = parser.parse_args(argv)
     start = time.perf_counter()

@@ -31,6 +31,8 @@
  *   RM        units per item (a multiple of 4)      RN  pixels per item
  *   KT        channels per K step (a multiple of 4)
  *   PREFETCH  1: the next K step's tiles loaded into registers while the current one is computed
+ *   DOUBLE    1 (with PREFETCH): two local buffers, a step's tiles stored into one while the other
+ *             was read the step before, so one barrier per K step instead of two
  *   SLICES    work-groups along K per tile of R (1: none); scratch (uint): (h / TM) * (w / TN)
  *             counters, 0 before a launch and after it, then SLICES * h * w floats
  * Scalars: l, c padded rows and columns of B; h, w of R; m, n logical rows and columns of R;
@@ -66,6 +68,14 @@
 #endif
 #ifndef SLICES
 #define SLICES 1
+#endif
+#ifndef DOUBLE
+#define DOUBLE 0
+#endif
+#if DOUBLE && PREFETCH
+#define BUFFERS 2
+#else
+#define BUFFERS 1
 #endif
 
 #define CIN (CG * GROUPS)                          /* channels a K step runs over */
@@ -162,8 +172,8 @@ void conv_implicit(uint l, uint c, uint h, uint w, uint m, uint n, uint H, uint 
         x0[q] = (int)(pixel.z * SW) - PL;
     }
 
-    __local float wl[KT * TM];   /* wl[ch * TM + unit] */
-    __local float xl[KT * TN];   /* xl[ch * TN + pixel] */
+    __local float wlm[BUFFERS * KT * TM];   /* wl[ch * TM + unit] */
+    __local float xlm[BUFFERS * KT * TN];   /* xl[ch * TN + pixel] */
 
     float acc[RN][RM];
     #pragma unroll
@@ -188,6 +198,14 @@ void conv_implicit(uint l, uint c, uint h, uint w, uint m, uint n, uint H, uint 
     }
 #endif
     for (uint s = sbegin; s < send; ++s) {
+#if BUFFERS == 2
+        /* the buffer the step before last read: every item has passed the last step's barrier */
+        __local float *wl = wlm + (s & 1) * (KT * TM);
+        __local float *xl = xlm + (s & 1) * (KT * TN);
+#else
+        __local float *wl = wlm;
+        __local float *xl = xlm;
+#endif
 #if !PREFETCH
         {
             const uint tap = s / CSTEPS;
@@ -254,7 +272,9 @@ void conv_implicit(uint l, uint c, uint h, uint w, uint m, uint n, uint H, uint 
                 for (uint i = 0; i < RM; ++i)
                     acc[j][i] += xv[j] * wv[i];
         }
+#if BUFFERS == 1
         barrier(CLK_LOCAL_MEM_FENCE);
+#endif
     }
 
 #if SLICES > 1

@@ -284,8 +284,9 @@ def window_cases() -> list[dict]:
         config = {"LOCAL": 2, "MWI": 2, "NWI": 2, "MDIM": 4, "NDIM": 4, **config}
         cases.append({"op": "window", "use": [["conv", "conv_kn2col", config]], "layers": convs,
                       "input": [7, 6, channels], "batch": 2, "kernels": ["conv_kn2col"], "cost": 20000})
-    # the implicit GEMM: a K step past CIN, float4 and scalar patch loads, K split over 4 work-groups
-    for channels, config in ((3, {"KT": 4, "SLICES": 4}), (8, {"KT": 8, "PREFETCH": 0})):
+    # the implicit GEMM: a K step past CIN, float4 and scalar patch loads, K split over 4 work-groups,
+    # two local buffers (one barrier a step: a race would show here)
+    for channels, config in ((3, {"KT": 4, "SLICES": 4, "DOUBLE": 1}), (8, {"KT": 8, "PREFETCH": 0})):
         config = {"TM": 8, "TN": 8, "RM": 4, "RN": 1, **config}
         cases.append({"op": "window", "use": [["conv", "conv_implicit", config]], "layers": convs,
                       "input": [7, 6, channels], "batch": 2, "kernels": ["conv_implicit"], "cost": 20000})

@@ -18,8 +18,8 @@ ALGORITHMS = [None, ("conv", "conv_kn2row"), ("conv", "conv_kn2col"), ("im2col",
               ("conv", "conv_kn2col", {"LOCAL": 2, "KC": 4, "VW": 2, "MWI": 4, "NWI": 4, "MDIM": 4, "NDIM": 8}),
               # the implicit GEMM: a K step past CIN, the patch tile loaded in two rounds, no prefetch
               ("conv", "conv_implicit", {"TM": 16, "TN": 12, "RM": 4, "RN": 3, "KT": 8, "PREFETCH": 0}),
-              # and its K split over 4 work-groups with the last slices empty for small kernels
-              ("conv", "conv_implicit", {"TM": 32, "TN": 16, "RM": 8, "RN": 2, "KT": 4, "SLICES": 4})]
+              # and its K split over 4 work-groups (the last slices empty for small kernels), two local buffers
+              ("conv", "conv_implicit", {"TM": 32, "TN": 16, "RM": 8, "RN": 2, "KT": 4, "SLICES": 4, "DOUBLE": 1})]
 #: (H, W, C, M, kernel, strides, dilation, padding, groups, batch)
 CASES = [
     (5, 5, 3, 13, 3, 1, 1, "valid", 1, 1),
@@ -50,7 +50,7 @@ def _randomize(layer, rng):
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS,
-                         ids=lambda a: (a[1] + "".join(f"-{k.lower()}{v}" for k, v in a[2].items() if k in ("LOCAL", "KC", "KT", "SLICES"))
+                         ids=lambda a: (a[1] + "".join(f"-{k.lower()}{v}" for k, v in a[2].items() if k in ("LOCAL", "KC", "KT", "SLICES", "DOUBLE"))
                                         if len(a) > 2 else "")
                          if a else "default")
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
