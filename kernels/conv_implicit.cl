@@ -263,9 +263,20 @@ void conv_implicit(uint l, uint c, uint h, uint w, uint m, uint n, uint H, uint 
                 wv[4 * v + 2] = u.s2;
                 wv[4 * v + 3] = u.s3;
             }
+#if RN % 4 == 0
+            #pragma unroll
+            for (uint v = 0; v < RN / 4; ++v) {   /* an item's pixels are contiguous: float4 reads */
+                const float4 u = vload4(0, xl + kk * TN + tb * RN + 4 * v);
+                xv[4 * v + 0] = u.s0;
+                xv[4 * v + 1] = u.s1;
+                xv[4 * v + 2] = u.s2;
+                xv[4 * v + 3] = u.s3;
+            }
+#else
             #pragma unroll
             for (uint j = 0; j < RN; ++j)
                 xv[j] = xl[kk * TN + tb * RN + j];
+#endif
             #pragma unroll
             for (uint j = 0; j < RN; ++j)
                 #pragma unroll
