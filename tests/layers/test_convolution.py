@@ -19,7 +19,7 @@ ALGORITHMS = [None, ("conv", "conv_kn2row"), ("conv", "conv_kn2col"), ("im2col",
               # the implicit GEMM: a K step past CIN, the patch tile loaded in two rounds, no prefetch
               ("conv", "conv_implicit", {"TM": 16, "TN": 12, "RM": 4, "RN": 3, "KT": 8, "PREFETCH": 0}),
               # and its K split over 4 work-groups (the last slices empty for small kernels), two local buffers
-              ("conv", "conv_implicit", {"TM": 32, "TN": 16, "RM": 8, "RN": 2, "KT": 4, "SLICES": 4, "DOUBLE": 1})]
+              ("conv", "conv_implicit", {"TM": 32, "TN": 16, "RM": 8, "RN": 4, "KT": 4, "SLICES": 4, "DOUBLE": 1})]
 #: (H, W, C, M, kernel, strides, dilation, padding, groups, batch)
 CASES = [
     (5, 5, 3, 13, 3, 1, 1, "valid", 1, 1),
