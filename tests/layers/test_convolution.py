@@ -69,6 +69,30 @@ def test_conv2d_matches_the_definition(device, rng, algorithm, case):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()))
 
 
+def test_the_implicit_gemm_sums_in_kn2cols_order_and_its_k_split_in_slice_order(device, rng):
+    """conv_implicit adds the taps' channels in kn2col's order (bit-identical to its direct loop);
+    split over work-groups it adds the slices' partial sums in slice order: the same bits at every
+    run, with one local buffer or two."""
+    if device.backend != "opencl":
+        pytest.skip("conv_implicit is an OpenCL kernel")
+    model = _run(Conv2D(13, 3, padding="same", activation="relu"), np.zeros((1, 9, 7, 13)))
+    _randomize(model.layers[0], rng)
+    x = rng.standard_normal((3, 9, 7, 13)).astype(np.float32)
+
+    def predict(codename, config=None):
+        kernel_choice.forget(device)
+        kernel_choice.use("conv", codename, device=device, config=config)
+        return model.predict(x)
+
+    tile = {"TM": 32, "TN": 16, "RM": 8, "RN": 4, "KT": 4}
+    np.testing.assert_array_equal(predict("conv_implicit", tile), predict("conv_kn2col"))
+    split = predict("conv_implicit", {**tile, "SLICES": 4})
+    for _ in range(2):
+        np.testing.assert_array_equal(predict("conv_implicit", {**tile, "SLICES": 4, "DOUBLE": 1}), split)
+    want = np.maximum(conv2d_reference(x, model.layers[0].kernel, model.layers[0].bias, padding="same"), 0)
+    np.testing.assert_allclose(split, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 def test_pointwise_conv_is_a_plain_matmul_and_kn2row_never_holds_k2_copies(device):
     pointwise = _run(Conv2D(8, 1), np.zeros((1, 5, 5, 3)))
     assert [s["kind"] for s in pointwise.plan(7).describe() if s["kind"] != "relayout"] == ["matmul"]
