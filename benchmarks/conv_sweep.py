@@ -53,6 +53,8 @@ KTS = (16, 32)
 SLICES = (1, 2, 4, 8, 16)
 #: a K split only while the work-groups stay at most this many (8 per SM of an H200: more is no use)
 MAX_GROUPS = 1056
+#: local memory a work-group may take (NVIDIA: 48 KiB): DOUBLE only where its two buffers fit
+LOCAL_LIMIT = 48 * 1024
 #: the work-groups a configuration would best make (2 per SM of an H200): the grid's order
 TARGET_GROUPS = 264
 QUICK_TILES = [(16, 16, 4, 2), (32, 16, 8, 2)]
@@ -61,7 +63,7 @@ QUICK_TILES = [(16, 16, 4, 2), (32, 16, 8, 2)]
 def grid(quick: bool, m: int, n: int) -> list[dict]:
     """The conv_implicit configurations timed for a GEMM of m output channels x n pixels: every tile
     x KT x SLICES (those leaving at most MAX_GROUPS work-groups) with PREFETCH, with one local buffer
-    and with two (DOUBLE) at the first KT, then each tile without PREFETCH at the first KT and no
+    and with two (DOUBLE) where they fit LOCAL_LIMIT, then each tile without PREFETCH at the first KT and no
     slices. Ordered by how near their work-groups come to TARGET_GROUPS, so that a spent budget
     leaves out the least likely."""
     tiles, kts, slices = (QUICK_TILES, (4, 8), (1, 4)) if quick else (TILES, KTS, SLICES)
@@ -72,7 +74,7 @@ def grid(quick: bool, m: int, n: int) -> list[dict]:
             if s > 1 and groups * s > MAX_GROUPS:
                 continue
             for kt in kts:
-                for double in ((0, 1) if kt == kts[0] else (0,)):
+                for double in ((0, 1) if 8 * kt * (tm + tn) + 4 <= LOCAL_LIMIT else (0,)):
                     configs.append(({"TM": tm, "TN": tn, "RM": rm, "RN": rn, "KT": kt, "SLICES": s, "PREFETCH": 1,
                                      "DOUBLE": double}, groups * s))
         configs.append(({"TM": tm, "TN": tn, "RM": rm, "RN": rn, "KT": kts[0], "SLICES": 1, "PREFETCH": 0,
