@@ -49,10 +49,17 @@ def _randomize(layer, rng):
     layer.set_weights([rng.standard_normal(w.shape).astype(np.float32) for w in layer.get_weights()])
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS,
-                         ids=lambda a: (a[1] + "".join(f"-{k.lower()}{v}" for k, v in a[2].items() if k in ("LOCAL", "KC", "KT", "SLICES", "DOUBLE"))
-                                        if len(a) > 2 else "")
-                         if a else "default")
+def _algorithm_id(a) -> str:
+    """default, or the codename with the defines that tell its configurations apart"""
+    if not a:
+        return "default"
+    config = a[2] if len(a) > 2 else {}
+    if "LOCAL" in config:
+        return f"{a[1]}-local{config['LOCAL']}-kc{config.get('KC', 16)}"
+    return a[1] + "".join(f"-{k.lower()}{v}" for k, v in config.items() if k in ("KT", "SLICES", "DOUBLE"))
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS, ids=_algorithm_id)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
 def test_conv2d_matches_the_definition(device, rng, algorithm, case):
     h, w, c, m, k, s, d, padding, groups, batch = case
