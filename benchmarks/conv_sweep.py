@@ -11,6 +11,9 @@ inception_5b/5x5 at batch 8; stride 1, 'same' padding, ReLU), in one run:
     local buffers), nearest to 2 work-groups per SM first, until --budget seconds are spent.
 Each configuration's output is checked against cuDNN's (or, without torch, the default plan's);
 the time is the device time of the convolution's launches (OpenCL profiling, median of --repeat).
+Then the check: the --check leading configurations (nearest the best on every swept layer; the
+K split chosen per layer) on every other layer of benchmarks/convolution.py at batch 1 and 8, beside
+the plan's default, so that a conv rule can be chosen without losing a layer that met 0.5x.
 Prints a line per configuration and a summary per layer (the best conv_implicit configuration,
 the best before, their ratios to cuDNN); --json writes everything.
 
@@ -34,6 +37,7 @@ from malinn import kernel_choice
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from convolution import ALGORITHMS, chosen, conv_model, launch_seconds, torch_conv  # noqa: E402
+from convolution import LAYERS as CONV_LAYERS, QUICK as CONV_QUICK  # noqa: E402
 from peers import torch_cuda  # noqa: E402
 
 #: (network, layer, H=W, C, M, k, batch)
@@ -94,8 +98,9 @@ def time_choice(model, device, x, batch, repeat, use=None) -> tuple:
     return own, total, y, chosen(plan)
 
 
-def sweep_layer(args, device, torch, layer, budget: float) -> dict:
-    """Times every choice for one layer; the grid's configurations stop after ``budget`` seconds."""
+def time_layer(args, device, torch, layer, fixed, configs, budget: float) -> dict:
+    """Times one layer: cuDNN, each of ``fixed`` ((kind, use) pairs: use as for :func:`time_choice`),
+    then conv_implicit in each of ``configs`` until ``budget`` seconds have passed since the start."""
     begin = time.perf_counter()
     network, name, h, c, m, k, batch = layer
     model = conv_model(h, c, m, k)
@@ -124,14 +129,13 @@ def sweep_layer(args, device, torch, layer, budget: float) -> dict:
         out["rows"].append(row)
         vs = f" {row['vs_cudnn']:5.2f}x cuDNN" if "vs_cudnn" in row else ""
         bad = "" if err is None or err < 1e-3 else f"  WRONG (error {err:.2g})"
-        print(f"{label:<34} {kind:<14} {own * 1e6:9.1f} us {row['gflops']:7.0f} GFLOP/s{vs}  {kernels}{bad}", flush=True)
+        print(f"{label:<34} {kind:<14} {own * 1e6:9.1f} us {row['gflops']:7.0f} GFLOP/s{vs}  {kernels}{bad}",
+              flush=True)
         if kind == "default" and reference is None:
             out["default_output"] = y
 
-    record("default", None, None)
-    for name_ in BEFORE:
-        record(name_, name_, ALGORITHMS[name_])
-    configs = grid(args.quick, m, batch * h * h)
+    for kind, use in fixed:
+        record(kind, use[2] if use and len(use) > 2 else None, use)
     for i, config in enumerate(configs):
         if time.perf_counter() - begin > budget:
             print(f"{label:<34} budget of {budget:.0f} s spent: {len(configs) - i} configurations left untimed",
@@ -141,11 +145,40 @@ def sweep_layer(args, device, torch, layer, budget: float) -> dict:
         record("conv_implicit", config, ("conv", "conv_implicit", config))
     out.pop("default_output", None)
     ok = [r for r in out["rows"] if "compute_seconds" in r and (r["error"] is None or r["error"] < 1e-3)]
-    best = min((r for r in ok if r["kind"] == "conv_implicit"), key=lambda r: r["compute_seconds"], default=None)
-    before = min((r for r in ok if r["kind"] != "conv_implicit"), key=lambda r: r["compute_seconds"], default=None)
-    out["best_implicit"] = best
-    out["best_before"] = before
+    out["best_implicit"] = min((r for r in ok if r["kind"] == "conv_implicit"), key=lambda r: r["compute_seconds"],
+                               default=None)
+    out["best_before"] = min((r for r in ok if r["kind"] != "conv_implicit"), key=lambda r: r["compute_seconds"],
+                             default=None)
     return out
+
+
+def shape_of(config: dict) -> tuple:
+    """A configuration without its K split: what the check phase carries to other layers."""
+    return tuple(sorted((k, v) for k, v in config.items() if k != "SLICES"))
+
+
+def leaders(results, count: int) -> list[dict]:
+    """The ``count`` configurations (without SLICES) nearest the best of every swept layer: the
+    smallest sum over the layers of log(their best time over the layer's best conv_implicit time),
+    each layer's best over its K splits; a configuration a layer did not time counts as 2x there."""
+    scores = {}
+    for r in results:
+        times = {}
+        for row in r["rows"]:
+            if row["kind"] == "conv_implicit" and "compute_seconds" in row and (row["error"] or 0) < 1e-3:
+                key = shape_of(row["config"])
+                times[key] = min(times.get(key, math.inf), row["compute_seconds"])
+        if times:
+            best = min(times.values())
+            for key in set(scores) | set(times):
+                scores[key] = scores.get(key, 0.0) + (math.log(times[key] / best) if key in times else math.log(2))
+    return [dict(key) for key, _ in sorted(scores.items(), key=lambda kv: kv[1])[:count]]
+
+
+def with_slices(config: dict, m: int, n: int) -> dict:
+    """``config`` with the smallest K split that gives the layer TARGET_GROUPS / 2 work-groups."""
+    groups = -(-m // config["TM"]) * -(-n // config["TN"])
+    return {**config, "SLICES": next((s for s in SLICES if groups * s >= TARGET_GROUPS // 2), SLICES[-1])}
 
 
 def main(argv=None):
@@ -153,8 +186,12 @@ def main(argv=None):
     parser.add_argument("--device", help="gpu, cpu, P:D or part of a device name (default: malinn's default device)")
     parser.add_argument("--repeat", type=int, default=10, help="timed runs; the median counts (default: 10)")
     parser.add_argument("--quick", action="store_true", help="two small layers, a few configurations (a smoke test)")
-    parser.add_argument("--budget", type=float, default=90,
-                        help="seconds for the layers' grids, shared equally by the layers (default: 90)")
+    parser.add_argument("--budget", type=float, default=70,
+                        help="seconds for the layers' grids, shared equally by the layers (default: 70)")
+    parser.add_argument("--check", type=int, default=2,
+                        help="leading configurations timed on the other layers afterwards (default: 2)")
+    parser.add_argument("--check-budget", type=float, default=25,
+                        help="seconds for the check, shared equally by the other layers (default: 25)")
     parser.add_argument("--json", metavar="PATH", help="also write the results, as JSON, to PATH")
     args = parser.parse_args(argv)
     start = time.perf_counter()
@@ -162,10 +199,21 @@ def main(argv=None):
     torch = torch_cuda()
     print(f"device: {device}; torch cuDNN peer: {'yes' if torch is not None else 'no (no CUDA torch)'}")
     layers = QUICK_LAYERS if args.quick else LAYERS
-    results = [sweep_layer(args, device, torch, layer, args.budget / len(layers)) for layer in layers]
+    before = [("default", None)] + [(name, ALGORITHMS[name]) for name in BEFORE]
+    results = [time_layer(args, device, torch, layer, before, grid(args.quick, layer[4], layer[6] * layer[2] ** 2),
+                          args.budget / len(layers)) for layer in layers]
+    # the check: the leading configurations on every other layer of benchmarks/convolution.py
+    top = leaders(results, args.check)
+    print(f"\ncheck: {top} on the other layers, beside the default (benchmarks/convolution.py's layers)")
+    others = [(*layer, batch) for layer in (CONV_QUICK if args.quick else CONV_LAYERS)
+              for batch in ((1, 2) if args.quick else (1, 8)) if layer[5] > 1 and (*layer, batch) not in layers]
+    checks = [time_layer(args, device, torch, layer, [("default", None)],
+                         [with_slices(config, layer[4], layer[6] * layer[2] ** 2) for config in top],
+                         args.check_budget / max(1, len(others))) for layer in others]
     kernel_choice.forget(device)
-    print(f"\n{'layer':<34} {'cuDNN us':>9} {'before us':>9} {'x':>5}  {'implicit us':>11} {'x':>5}  best configuration")
-    for r in results:
+    print(f"\n{'layer':<34} {'cuDNN us':>9} {'before us':>9} {'x':>5}  {'implicit us':>11} {'x':>5}  "
+          "best configuration")
+    for r in results + checks:
         cudnn, before, best = r.get("cudnn_seconds"), r["best_before"], r["best_implicit"]
         ratio = (lambda row: f"{cudnn / row['compute_seconds']:5.2f}" if cudnn and row else f"{'-':>5}")
         print(f"{r['network'] + ' ' + r['layer'] + ' b' + str(r['batch']):<34} "
@@ -176,7 +224,8 @@ def main(argv=None):
     print(f"sweep took {time.perf_counter() - start:.0f} s")
     if args.json:
         Path(args.json).write_text(json.dumps({"device": device.describe(), "driver": device.driver_version,
-                                               "layers": results, "command": " ".join(sys.argv),
+                                               "layers": results, "leaders": top, "checks": checks,
+                                               "command": " ".join(sys.argv),
                                                "seconds": time.perf_counter() - start}, indent=2))
     return 0
 
