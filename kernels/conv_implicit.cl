@@ -21,9 +21,9 @@
  * order (bit-identical whichever finishes last), applies the epilogue and resets the counter,
  * exactly as gemm_keras.cl does.
  *
- * Groups: with GROUPS > 1 the K steps run over all CIN = GROUPS*CG channels and a weight whose
- * channel lies outside its unit's group reads 0 (a block-diagonal GEMM: GROUPS times the work; the
- * conv rules never choose it for grouped layers, it is there to be correct).
+ * Groups: with GROUPS > 1 a tile's K steps run over the input channels of the groups its TM output
+ * channels belong to, and a weight whose channel lies outside its unit's group reads 0 (a
+ * block-diagonal GEMM: the work of one group where a tile lies within one, MG a multiple of TM).
  *
  * Compile-time parameters (-D defines; the plan sets the geometry per layer, see window.clh):
  *   IH, IW, OH, OW, KH, KW, SH, SW, DH, DW, PT, PL  the window    CG, MG, GROUPS  channels per group
@@ -79,8 +79,6 @@
 #endif
 
 #define CIN (CG * GROUPS)                          /* channels a K step runs over */
-#define CSTEPS ((CIN + KT - 1) / KT)               /* K steps per kernel tap */
-#define STEPS (KH * KW * CSTEPS)
 #define TPU (TM / RM)                              /* unit slots of a work-group */
 #define TPB (TN / RN)                              /* pixel slots */
 #define THREADS (TPU * TPB)
@@ -119,7 +117,7 @@ inline float4 load_x(__global const float *b, uint l, uint c, int pix, uint ch)
 {
     if (pix < 0)
         return (float4)(0.0f);
-#if CIN % 4 == 0
+#if CG % 4 == 0   /* then a tile's first channel and CIN are multiples of 4 too */
     if (ch >= CIN)
         return (float4)(0.0f);
     return vload4(0, b + MALINN_INDEX_B(ch, (uint)pix, l, c));
@@ -157,9 +155,19 @@ void conv_implicit(uint l, uint c, uint h, uint w, uint m, uint n, uint H, uint 
     const uint slice = get_group_id(1) - tile_m * SLICES;
     const uint m0 = tile_m * TM;
     /* this work-group's K steps: a contiguous share, the last slices shorter (or empty) */
-    const uint chunk = (STEPS + SLICES - 1) / SLICES;
-    const uint sbegin = min((uint)STEPS, slice * chunk);
-    const uint send = min((uint)STEPS, sbegin + chunk);
+#if GROUPS > 1
+    /* the input channels of the groups this tile's output channels belong to */
+    const uint g0 = m0 / MG;
+    const uint ch0 = g0 * CG;
+    const uint csteps = ((min((m0 + TM - 1) / MG, (uint)(GROUPS - 1)) - g0 + 1) * CG + KT - 1) / KT;
+#else
+    const uint ch0 = 0;
+    const uint csteps = (CG + KT - 1) / KT;   /* K steps per kernel tap */
+#endif
+    const uint steps = KH * KW * csteps;
+    const uint chunk = (steps + SLICES - 1) / SLICES;
+    const uint sbegin = min(steps, slice * chunk);
+    const uint send = min(steps, sbegin + chunk);
 
     /* the first pixel of the image, top-left tap of each pixel this item loads (once) */
     int base[XLOADS], y0[XLOADS], x0[XLOADS];
@@ -185,8 +193,8 @@ void conv_implicit(uint l, uint c, uint h, uint w, uint m, uint n, uint H, uint 
     float4 wr[WLOADS], xr[XLOADS];
 #if PREFETCH
     if (sbegin < send) {
-        const uint tap = sbegin / CSTEPS;
-        const uint c0 = (sbegin - tap * CSTEPS) * KT;
+        const uint tap = sbegin / csteps;
+        const uint c0 = ch0 + (sbegin - tap * csteps) * KT;
         const uint ky = tap / KW, kx = tap - (tap / KW) * KW;
         #pragma unroll
         for (uint q = 0; q < WLOADS; ++q)
@@ -208,8 +216,8 @@ void conv_implicit(uint l, uint c, uint h, uint w, uint m, uint n, uint H, uint 
 #endif
 #if !PREFETCH
         {
-            const uint tap = s / CSTEPS;
-            const uint c0 = (s - tap * CSTEPS) * KT;
+            const uint tap = s / csteps;
+            const uint c0 = ch0 + (s - tap * csteps) * KT;
             const uint ky = tap / KW, kx = tap - (tap / KW) * KW;
             #pragma unroll
             for (uint q = 0; q < WLOADS; ++q)
@@ -240,8 +248,8 @@ void conv_implicit(uint l, uint c, uint h, uint w, uint m, uint n, uint H, uint 
         barrier(CLK_LOCAL_MEM_FENCE);
 #if PREFETCH
         if (s + 1 < send) {
-            const uint tap = (s + 1) / CSTEPS;
-            const uint c0 = (s + 1 - tap * CSTEPS) * KT;
+            const uint tap = (s + 1) / csteps;
+            const uint c0 = ch0 + (s + 1 - tap * csteps) * KT;
             const uint ky = tap / KW, kx = tap - (tap / KW) * KW;
             #pragma unroll
             for (uint q = 0; q < WLOADS; ++q)

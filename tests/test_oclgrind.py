@@ -290,6 +290,12 @@ def window_cases() -> list[dict]:
         config = {"TM": 8, "TN": 8, "RM": 4, "RN": 1, **config}
         cases.append({"op": "window", "use": [["conv", "conv_implicit", config]], "layers": convs,
                       "input": [7, 6, channels], "batch": 2, "kernels": ["conv_implicit"], "cost": 20000})
+    # groups: tiles within one group (its channels only, float4 loads from channel 4) and across two
+    for filters, config in ((32, {"TM": 16, "TN": 8, "RM": 4, "RN": 2, "KT": 4}),
+                            (6, {"TM": 8, "TN": 8, "RM": 4, "RN": 1, "KT": 4, "SLICES": 2})):
+        cases.append({"op": "window", "use": [["conv", "conv_implicit", config]], "input": [5, 5, 8], "batch": 2,
+                      "layers": [["Conv2D", {"filters": filters, "kernel_size": 3, "groups": 2, "padding": "same"}]],
+                      "kernels": ["conv_implicit"], "cost": 10000})
     cases.append({"op": "window", "use": [["conv", "conv_kn2row"]], "input": [5, 5, 4], "batch": 2,
                   "layers": [["Conv2D", {"filters": 6, "kernel_size": 3, "groups": 2, "padding": "same"}]],
                   "kernels": ["conv_kn2row"], "cost": 10000})
