@@ -55,9 +55,11 @@ def test_geometry_keys_round_trip_and_bad_keys_are_refused():
 
 
 def test_gpu_rules_put_the_measured_winner_first():
-    """From benchmarks/results/convolution_nvidia_h200.json: kn2col for few input channels, im2row
-    for small images, the implicit GEMM with 32 x 32 tiles up to 4096 output pixels, im2row for
-    larger layers whose patches fit, the implicit GEMM with 64 x 64 tiles where they do not."""
+    """From benchmarks/results/convolution_nvidia_h200.json and conv_sweep_nvidia_h100.json: kn2col
+    for few input channels, im2row for small images, the register-blocked implicit GEMM
+    (conv_implicit) from 257 to 4096 output pixels with its K split over more work-groups the fewer
+    its tiles, and up to 50176 pixels for at most 128 input channels; im2row for larger layers whose
+    patches fit, kn2col's implicit GEMM with 64 x 64 tiles where they do not."""
     table = conv_choice._section()
     gpu = table["rules"]["gpu"]
     library = malinn.load_library()
@@ -74,8 +76,15 @@ def test_gpu_rules_put_the_measured_winner_first():
     assert first(geometry(1, 28, 16, 32, 5), budget).codename == "conv_kn2col"        # inception_3a/5x5
     assert first(geometry(1, 28, 16, 32, 5), budget).config["LOCAL"] == "0"
     assert first(geometry(1, 13, 256, 384, 3), budget).codename == "im2row"           # AlexNet conv3, batch 1
-    implicit = first(geometry(8, 13, 384, 256, 3), budget)                             # AlexNet conv5, batch 8
-    assert implicit.codename == "conv_kn2col" and implicit.config["LOCAL"] == "2" and implicit.config["KC"] == "32"
+    for args, tile, slices in [((8, 13, 384, 256, 3), "64", "4"),    # AlexNet conv5, batch 8: 88 tiles
+                               ((1, 27, 96, 256, 5), "64", "4"),     # AlexNet conv2, batch 1: 48 tiles
+                               ((1, 28, 512, 512, 3), "64", "2"),    # VGG conv4_3, batch 1: 104 tiles
+                               ((8, 7, 48, 128, 5), "32", "8"),      # inception_5b/5x5, batch 8
+                               ((8, 27, 96, 256, 5), "64", "1")]:    # AlexNet conv2, batch 8: 5832 pixels
+        implicit = first(geometry(*args), budget)
+        assert implicit.codename == "conv_implicit", args
+        assert (implicit.config["TN"], implicit.config["SLICES"]) == (tile, slices), args
+    assert first(geometry(8, 112, 128, 128, 3), budget).codename == "im2row"          # VGG conv2_2, batch 8
     assert first(geometry(8, 28, 512, 512, 3), budget).codename == "im2row"           # VGG conv4_3, batch 8
     staged = first(geometry(8, 224, 64, 64, 3), budget)                                # VGG conv1_2: 882 MiB patches
     assert staged.codename == "conv_kn2col" and staged.config["LOCAL"] == "2" and staged.config["KC"] == "16"
@@ -210,4 +219,5 @@ def test_cli_tune_model_stores_a_winner_per_convolution_layer(tmp_path):
     devices = json.loads((tmp_path / "tuning.json").read_text())["devices"]
     convs = next(entry["convs"] for entry in devices.values() if "convs" in entry)
     assert sorted(convs) == ["b1-c1-m16-g1-i8x8-o8x8-k3x3-s1x1-d1x1-p1x1", "b1-c16-m32-g1-i4x4-o4x4-k3x3-s1x1-d1x1-p1x1"]
-    assert all(won["codename"] in ("conv_kn2row", "conv_kn2col", "im2row", "im2col") for won in convs.values())
+    assert all(won["codename"] in ("conv_kn2row", "conv_kn2col", "conv_implicit", "im2row", "im2col")
+               for won in convs.values())

@@ -277,13 +277,25 @@ def window_cases() -> list[dict]:
     for op, codename in [("conv", c) for c in LIB.codenames("conv")] + [("im2col", c) for c in LIB.codenames("im2col")]:
         cases.append({"op": "window", "use": [[op, codename]], "layers": convs, "input": [7, 6, 3], "batch": 2,
                       "kernels": [codename], "cost": 20000})
-    for codename in LIB.codenames("conv"):   # the local-memory staging, with a channel block past CIN
+    for codename in [c for c in LIB.codenames("conv") if "LOCAL" in LIB[c].defines]:   # the local-memory staging,
         cases.append({"op": "window", "use": [["conv", codename, {"LOCAL": 1, "KC": 2}]], "layers": convs,
                       "input": [7, 6, 3], "batch": 2, "kernels": [codename], "cost": 20000})
     for channels, config in ((3, {"KC": 2}), (8, {"KC": 4, "VW": 4})):   # the implicit GEMM: scalar and vector loads
         config = {"LOCAL": 2, "MWI": 2, "NWI": 2, "MDIM": 4, "NDIM": 4, **config}
         cases.append({"op": "window", "use": [["conv", "conv_kn2col", config]], "layers": convs,
                       "input": [7, 6, channels], "batch": 2, "kernels": ["conv_kn2col"], "cost": 20000})
+    # the implicit GEMM: a K step past CIN, float4 and scalar patch loads, K split over 4 work-groups,
+    # two local buffers (one barrier a step: a race would show here)
+    for channels, config in ((3, {"KT": 4, "SLICES": 4, "DOUBLE": 1}), (8, {"KT": 8, "PREFETCH": 0})):
+        config = {"TM": 8, "TN": 8, "RM": 4, "RN": 1, **config}
+        cases.append({"op": "window", "use": [["conv", "conv_implicit", config]], "layers": convs,
+                      "input": [7, 6, channels], "batch": 2, "kernels": ["conv_implicit"], "cost": 20000})
+    # groups: tiles within one group (its channels only, float4 loads from channel 4) and across two
+    for filters, config in ((32, {"TM": 16, "TN": 8, "RM": 4, "RN": 2, "KT": 4}),
+                            (6, {"TM": 8, "TN": 8, "RM": 4, "RN": 1, "KT": 4, "SLICES": 2})):
+        cases.append({"op": "window", "use": [["conv", "conv_implicit", config]], "input": [5, 5, 8], "batch": 2,
+                      "layers": [["Conv2D", {"filters": filters, "kernel_size": 3, "groups": 2, "padding": "same"}]],
+                      "kernels": ["conv_implicit"], "cost": 10000})
     cases.append({"op": "window", "use": [["conv", "conv_kn2row"]], "input": [5, 5, 4], "batch": 2,
                   "layers": [["Conv2D", {"filters": 6, "kernel_size": 3, "groups": 2, "padding": "same"}]],
                   "kernels": ["conv_kn2row"], "cost": 10000})

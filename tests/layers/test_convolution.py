@@ -15,7 +15,11 @@ from helpers import activation, conv2d_reference, depthwise_reference
 ALGORITHMS = [None, ("conv", "conv_kn2row"), ("conv", "conv_kn2col"), ("im2col", "im2col"), ("im2col", "im2row"),
               ("conv", "conv_kn2row", {"LOCAL": 1}), ("conv", "conv_kn2col", {"LOCAL": 1, "KC": 8, "MWI": 8}),
               ("conv", "conv_kn2col", {"LOCAL": 2, "KC": 16, "MWI": 8, "NWI": 4, "MDIM": 8, "NDIM": 16}),
-              ("conv", "conv_kn2col", {"LOCAL": 2, "KC": 4, "VW": 2, "MWI": 4, "NWI": 4, "MDIM": 4, "NDIM": 8})]
+              ("conv", "conv_kn2col", {"LOCAL": 2, "KC": 4, "VW": 2, "MWI": 4, "NWI": 4, "MDIM": 4, "NDIM": 8}),
+              # the implicit GEMM: a K step past CIN, the patch tile loaded in two rounds, no prefetch
+              ("conv", "conv_implicit", {"TM": 16, "TN": 12, "RM": 4, "RN": 3, "KT": 8, "PREFETCH": 0}),
+              # and its K split over 4 work-groups (the last slices empty for small kernels), two local buffers
+              ("conv", "conv_implicit", {"TM": 32, "TN": 16, "RM": 8, "RN": 4, "KT": 4, "SLICES": 4, "DOUBLE": 1})]
 #: (H, W, C, M, kernel, strides, dilation, padding, groups, batch)
 CASES = [
     (5, 5, 3, 13, 3, 1, 1, "valid", 1, 1),
@@ -45,9 +49,17 @@ def _randomize(layer, rng):
     layer.set_weights([rng.standard_normal(w.shape).astype(np.float32) for w in layer.get_weights()])
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS,
-                         ids=lambda a: (a[1] + (f"-local{a[2]['LOCAL']}-kc{a[2].get('KC', 16)}" if len(a) > 2 else ""))
-                         if a else "default")
+def _algorithm_id(a) -> str:
+    """default, or the codename with the defines that tell its configurations apart"""
+    if not a:
+        return "default"
+    config = a[2] if len(a) > 2 else {}
+    if "LOCAL" in config:
+        return f"{a[1]}-local{config['LOCAL']}-kc{config.get('KC', 16)}"
+    return a[1] + "".join(f"-{k.lower()}{v}" for k, v in config.items() if k in ("KT", "SLICES", "DOUBLE"))
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS, ids=_algorithm_id)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
 def test_conv2d_matches_the_definition(device, rng, algorithm, case):
     h, w, c, m, k, s, d, padding, groups, batch = case
@@ -62,6 +74,30 @@ def test_conv2d_matches_the_definition(device, rng, algorithm, case):
     got = model.predict(x)
     assert got.shape == want.shape == layer.compute_output_shape((batch, h, w, c))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()))
+
+
+def test_the_implicit_gemm_sums_in_kn2cols_order_and_its_k_split_in_slice_order(device, rng):
+    """conv_implicit adds the taps' channels in kn2col's order (bit-identical to its direct loop);
+    split over work-groups it adds the slices' partial sums in slice order: the same bits at every
+    run, with one local buffer or two."""
+    if device.backend != "opencl":
+        pytest.skip("conv_implicit is an OpenCL kernel")
+    model = _run(Conv2D(13, 3, padding="same", activation="relu"), np.zeros((1, 9, 7, 13)))
+    _randomize(model.layers[0], rng)
+    x = rng.standard_normal((3, 9, 7, 13)).astype(np.float32)
+
+    def predict(codename, config=None):
+        kernel_choice.forget(device)
+        kernel_choice.use("conv", codename, device=device, config=config)
+        return model.predict(x)
+
+    tile = {"TM": 32, "TN": 16, "RM": 8, "RN": 4, "KT": 4}
+    np.testing.assert_array_equal(predict("conv_implicit", tile), predict("conv_kn2col"))
+    split = predict("conv_implicit", {**tile, "SLICES": 4})
+    for _ in range(2):
+        np.testing.assert_array_equal(predict("conv_implicit", {**tile, "SLICES": 4, "DOUBLE": 1}), split)
+    want = np.maximum(conv2d_reference(x, model.layers[0].kernel, model.layers[0].bias, padding="same"), 0)
+    np.testing.assert_allclose(split, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
 def test_pointwise_conv_is_a_plain_matmul_and_kn2row_never_holds_k2_copies(device):
