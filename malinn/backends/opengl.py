@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..cache import read_entry, write_entry
-from ..errors import DeviceError, KernelBuildError
+from ..errors import BackendError, DeviceError, KernelBuildError
 from ..layout import Layout
 from .base import BoundLaunch, Device
 from .gles_context import ESContext
@@ -62,6 +62,10 @@ _LINK_STATUS = 0x8B82
 _PROGRAM_BINARY_RETRIEVABLE_HINT = 0x8257
 _UNIFORM_BLOCK_DATA_SIZE = 0x8A40
 _INVALID_INDEX = 0xFFFFFFFF
+
+#: defines of a reduced weight precision (kernels/weights.clh), which no GL shader implements: a
+#: program asking for one is refused (BackendError) rather than reading half or int8 bytes as floats
+_FP32_ONLY = ("-DWEIGHT_BITS", "-DHALF_ARITHMETIC")
 
 _PROBE_SOURCE = """
 MALINN_ARGS(uint n;)
@@ -286,7 +290,16 @@ class GLDevice(Device):
     # ---------------------------------------------------------------- programs
     def compile(self, source: str, options: tuple = (), origin: str = "<source>"):
         """A :class:`GLProgram` for ``source`` and ``options``, memoised; it is linked (and its
-        build errors raised) once per work-group shape, when bound."""
+        build errors raised) once per work-group shape, when bound.
+
+        Raises:
+            BackendError: ``options`` ask for reduced-precision weights (``WEIGHT_BITS`` 16 or 8,
+                ``HALF_ARITHMETIC``), which no GL shader reads.
+        """
+        refused = [o for o in options if o.partition("=")[0] in _FP32_ONLY and o.partition("=")[2] not in ("0", "32")]
+        if refused:
+            raise BackendError(f"{origin}: {' '.join(refused)} asks for reduced-precision weights; the OpenGL "
+                               f"backend's shaders read fp32 weights only ({self.name}): use fp32, or an OpenCL device")
         key = (source, tuple(options))
         programs = self.cache.setdefault("programs", {})
         with self.lock:
