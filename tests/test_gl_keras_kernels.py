@@ -5,8 +5,9 @@ gemv_split_c), K split over work-groups with the partial sums in the scratch buf
 On the GL device (llvmpipe in CI): each in the configuration the GPU defaults name, against numpy on
 odd shapes (1, 3, 5, 13, 1001 units and inputs; batches 1, 3 and 100) with the fused epilogue;
 sliced results bit-identical run after run with products of different shapes sharing the scratch;
-the GL GPU's defaults are the OpenCL GPU's; a reduced weight precision is refused by name (the GL
-shaders read fp32 weights only) instead of reading half or int8 bytes as floats. Few cases:
+the GL GPU's defaults are the OpenCL GPU's; both read fp16-storage and int8 weights
+(gl/weights.glsl), and a precision a GL shader does not read is refused by name instead of reading
+half or int8 bytes as floats. Few cases:
 llvmpipe is slow, and tests/test_gemm_keras.py and tests/test_gemv_split.py run on the GL device too.
 """
 
@@ -94,11 +95,34 @@ def test_the_gl_gpu_defaults_are_the_opencl_gpus(op):
 
 @needs_gl
 @pytest.mark.parametrize("precision", ["fp16-storage", "int8-weights"])
-def test_a_reduced_precision_is_refused_on_gl_by_name(precision, rng):
-    """The GL shaders read fp32 weights: a spec in another precision raises BackendError naming the
-    define (before this check, the shader read the half or int8 bytes as floats: wrong numbers)."""
-    spec = LIB["gemv_split_c"].in_precision(precision)
+def test_the_new_gl_kernels_read_half_and_int8_weights(precision, rng):
+    """gl/weights.glsl: half weights unpacked from uint words, int8 ones sign-extended and scaled per
+    row, against numpy with the weights the precision stores; odd counts of halves and bytes (the
+    buffer's last word only partly filled: 5 x 3 weights, 1-row loads) included."""
+    device = GL[0]
+    cases = [(_gpu_default("gemm_keras_narrow"), [(13, 1025, 9)]),
+             (_gpu_default("gemv_split_c", 1), [(1001, 13, 1)]),
+             (LIB["gemv_split"].configure({"VW": 1, "MDIM": 4, "KSPLIT": 8, "SLICES": 4, "UNROLL": 1, "NB": 2}),
+              [(5, 3, 2), (3, 1001, 1)])]
+    for base, shapes in cases:
+        spec = base.in_precision(precision)
+        for m, k, n in shapes:
+            a = rng.standard_normal((m, k)).astype(np.float32)
+            b = rng.standard_normal((k, n)).astype(np.float32)
+            bias, scale, shift = (rng.standard_normal(m).astype(np.float32) for _ in range(3))
+            got = run(spec, device, a, b, bias=bias, affine=(scale, shift), activation="relu_general", params=PARAMS)
+            assert_close(got, reference(a, b, precision, bias, (scale, shift), "relu_general", PARAMS))
+
+
+@needs_gl
+@pytest.mark.parametrize("codename, precision", [("gemv_c", "fp16-storage"), ("gemv_c", "int8-weights"),
+                                                 ("gemv_split_c", "fp16")])
+def test_a_precision_a_gl_shader_does_not_read_is_refused_by_name(codename, precision, rng):
+    """A shader without gl/weights.glsl reads fp32 weights, and no GL shader computes in half: such a
+    spec raises BackendError naming the define (before this check, gemv_c read the half or int8
+    bytes as floats: wrong numbers)."""
+    spec = LIB[codename].in_precision(precision)
     a = rng.standard_normal((13, 5)).astype(np.float32)
     b = rng.standard_normal((5, 1)).astype(np.float32)
-    with pytest.raises(BackendError, match="WEIGHT_BITS=(16|8).*fp32 weights only"):
+    with pytest.raises(BackendError, match="(WEIGHT_BITS=(16|8)|HALF_ARITHMETIC=1).*does not read"):
         run(spec, GL[0], a, b)

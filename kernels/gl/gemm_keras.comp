@@ -18,7 +18,9 @@
  *           (bit-identical whichever finishes last), applies the epilogue, writes R and sets the
  *           counter back to 0 (library.json "scratch_bytes"; the runtime clears it once).
  *   KERAS_ORDER  always 1 here (the entry's define: matmul.glsl's column-major R_AT)
- * fp32 weights only (the GL backend's one precision). GLSL ES 3.10.
+ *   WEIGHT_BITS  32, 16 or 8: A in fp32, fp16-storage or int8-weights (gl/weights.glsl: LOAD_A4,
+ *           EPILOGUE_W), float sums; each vec4 of A is read as 4 floats, 2 or 1 uint words
+ * GLSL ES 3.10.
  */
 
 #ifndef TM
@@ -52,8 +54,7 @@
 #define WLOADS ((WVECS + THREADS - 1) / THREADS)   /* vec4s of weights per invocation and K step */
 #define XLOADS ((XVECS + THREADS - 1) / THREADS)   /* vec4s of inputs per invocation and K step */
 
-/* A and B again, as vec4: every vec4 read starts at a multiple of 4 floats */
-layout(std430, binding = 0) readonly buffer BufA4 { vec4 a4[]; };
+/* B again, as vec4 (A through gl/weights.glsl's LOAD_A4): every vec4 read starts at a multiple of 4 */
 layout(std430, binding = 1) readonly buffer BufB4 { vec4 b4[]; };
 #if SLICES > 1
 layout(std430, binding = 6) coherent buffer BufScratch { uint scratch[]; };
@@ -64,7 +65,7 @@ shared vec4 wl[WVECS];           /* wl[kk * TM / 4 + unit / 4]: vector e of the 
 shared float xl[KT * TN];        /* xl[kk * TN + sample] */
 
 /* vector e of a K step's weight tile (KT rows of TM units) and of its input tile (TN samples of KT
- * features), as vec4 indices into a4 and b4 */
+ * features), as vec4 indices into A (LOAD_A4) and b4 */
 #define W_AT(k0, e) ((((k0) + (e) / uint(TM / 4)) * H + m0) / 4u + (e) % uint(TM / 4))
 #define X_AT(k0, e) (((n0 + (e) / uint(KT / 4)) * l + (k0)) / 4u + (e) % uint(KT / 4))
 
@@ -101,7 +102,7 @@ void main() {
     for (int q = 0; q < WLOADS; ++q) {
         uint e = t + uint(q * THREADS);
         if (kbegin < kend && e < uint(WVECS))
-            wr[q] = a4[W_AT(kbegin, e)];
+            wr[q] = LOAD_A4(W_AT(kbegin, e));
     }
     for (int q = 0; q < XLOADS; ++q) {
         uint e = t + uint(q * THREADS);
@@ -127,7 +128,7 @@ void main() {
             for (int q = 0; q < WLOADS; ++q) {
                 uint e = t + uint(q * THREADS);
                 if (e < uint(WVECS))
-                    wr[q] = a4[W_AT(k0 + uint(KT), e)];
+                    wr[q] = LOAD_A4(W_AT(k0 + uint(KT), e));
             }
             for (int q = 0; q < XLOADS; ++q) {
                 uint e = t + uint(q * THREADS);
@@ -137,7 +138,7 @@ void main() {
         }
 #else
         for (uint e = t; e < uint(WVECS); e += uint(THREADS))
-            wl[e] = a4[W_AT(k0, e)];
+            wl[e] = LOAD_A4(W_AT(k0, e));
         for (uint e = t; e < uint(XVECS); e += uint(THREADS))
             store_x(b4[X_AT(k0, e)], e);
         memoryBarrierShared();
@@ -200,7 +201,7 @@ void main() {
         for (int c = 0; c < VM; ++c) {
             uint row = m0 + 4u * (tu + uint(c * TPU));
             for (int i = 0; i < 4; ++i)
-                R_AT(row + uint(i), col) = EPILOGUE(sum[j][c][i], row + uint(i), col);
+                R_AT(row + uint(i), col) = EPILOGUE_W(sum[j][c][i], row + uint(i), col);
         }
     }
 }

@@ -16,8 +16,10 @@
  *               (leaving 0), adds them in slice order (bit-identical whichever finishes last), writes
  *               R through the epilogue and sets the counter back to 0.
  *   WIDE        the OpenCL source's choice of load instruction: every load here is one vector load
- * KERAS_ORDER=1 (gemv_split_c) reads B and writes R column-major (matmul.glsl). fp32 weights only
- * (the GL backend's one precision). GLSL ES 3.10.
+ *   WEIGHT_BITS 32, 16 or 8: A in fp32, fp16-storage or int8-weights (gl/weights.glsl), float
+ *               sums; UNROLL * 32 / WEIGHT_BITS columns per step, as in the OpenCL kernel (the same
+ *               columns per invocation: the same sums in the same order)
+ * KERAS_ORDER=1 (gemv_split_c) reads B and writes R column-major (matmul.glsl). GLSL ES 3.10.
  */
 
 #ifndef VW
@@ -42,7 +44,10 @@
 #define ROWS (MDIM * VW)          /* rows of R per work-group */
 #define OUTS (ROWS * NB)          /* results per work-group */
 #define THREADS (MDIM * KSPLIT)
-#define U UNROLL                  /* columns of A per invocation per step (32-bit weights) */
+#ifndef WEIGHT_BITS
+#define WEIGHT_BITS 32
+#endif
+#define U (UNROLL * 32 / WEIGHT_BITS)   /* columns of A per invocation per step */
 #if VW > 4                        /* VL: rows per load, at most 16 bytes */
 #define VL 4
 #else
@@ -55,17 +60,15 @@
 #define TAIL 32
 #endif
 
-#if VL == 4
+#if VL == 4                       /* LOAD_V(i): the VL weights from element i (a multiple of VL) */
 #define accv vec4
-layout(std430, binding = 0) readonly buffer BufA4 { vec4 a4[]; };
-#define LOAD_V(i) a4[(i) / 4u]
+#define LOAD_V(i) LOAD_A4((i) / 4u)
 #elif VL == 2
 #define accv vec2
-layout(std430, binding = 0) readonly buffer BufA2 { vec2 a2[]; };
-#define LOAD_V(i) a2[(i) / 2u]
+#define LOAD_V(i) LOAD_A2((i) / 2u)
 #else
 #define accv float
-#define LOAD_V(i) a[i]
+#define LOAD_V(i) LOAD_A1(i)
 #endif
 
 shared float part[KSPLIT * OUTS];      /* [tk][column in group][row in group] */
@@ -141,7 +144,7 @@ void main() {
 #if SLICES == 1
     for (uint e = t; e < uint(OUTS); e += uint(THREADS)) {
         uint row = rowg + e % uint(ROWS), col = col0 + e / uint(ROWS);
-        R_AT(row, col) = EPILOGUE(part[e], row, col);
+        R_AT(row, col) = EPILOGUE_W(part[e], row, col);
     }
 #else
     uint tiles = (h / uint(ROWS)) * (w / uint(NB));
@@ -170,7 +173,7 @@ void main() {
                     sum = q0 + uint(q) == 0u ? v[0] : sum + v[q];
             }
             uint row = rowg + e % uint(ROWS), col = col0 + e / uint(ROWS);
-            R_AT(row, col) = EPILOGUE(sum, row, col);
+            R_AT(row, col) = EPILOGUE_W(sum, row, col);
         }
         if (t == 0u)
             atomicExchange(scratch[g], 0u);
