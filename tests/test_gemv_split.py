@@ -181,8 +181,6 @@ def test_dense_model_at_small_batch_runs_the_gpu_default(device, monkeypatch, rn
     """With the GPU's defaults (the device's kind pretended), a Dense network at batch 1 and 8 runs
     each wide layer with the first of matmul_fallback whose preconditions hold, and answers as numpy
     does; the classifier head keeps gemv_softmax_c."""
-    if device.backend != "opencl":
-        pytest.skip("gemv_split has OpenCL sources only")
     monkeypatch.setattr(type(device), "kind", property(lambda self: "gpu"))
     sizes = [301, 257, 129, 10]
     layers = [Dense(257, activation="relu"), Dense(129, activation="tanh"), Dense(10, activation="softmax")]

@@ -218,7 +218,8 @@ def test_a_gl_gpu_runs_the_opencl_gpus_kernels(op, rng):
     for spec in gl:
         if spec.workgroup and np.prod(spec.workgroup) > device.max_work_group_size:
             continue
-        for m, k, n in [(1, 1, 1), (3, 5, 7), (13, 37, 5), (150, 640, 13), (1001, 3, 1), (5, 1001, 13)]:
+        for m, k, n in [(1, 1, 1), (3, 5, 7), (13, 37, 5), (150, 640, 13), (1001, 3, 1), (5, 1001, 13),
+                        (13, 1030, 64)]:
             if not spec.accepts(m, k, n):
                 continue
             a = rng.standard_normal((m, k)).astype(np.float32)

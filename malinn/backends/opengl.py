@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..cache import read_entry, write_entry
-from ..errors import DeviceError, KernelBuildError
+from ..errors import BackendError, DeviceError, KernelBuildError
 from ..layout import Layout
 from .base import BoundLaunch, Device
 from .gles_context import ESContext
@@ -62,6 +62,12 @@ _LINK_STATUS = 0x8B82
 _PROGRAM_BINARY_RETRIEVABLE_HINT = 0x8257
 _UNIFORM_BLOCK_DATA_SIZE = 0x8A40
 _INVALID_INDEX = 0xFFFFFFFF
+
+#: defines of a reduced weight precision (kernels/weights.clh): a program asking for one from a
+#: source that does not read it (no _WEIGHTS_MARK: gl/weights.glsl), or for half arithmetic (no GL
+#: shader has it), is refused (BackendError) rather than reading half or int8 bytes as floats
+_FP32_ONLY = ("-DWEIGHT_BITS", "-DHALF_ARITHMETIC")
+_WEIGHTS_MARK = "#define MALINN_WEIGHT_BITS_READ"
 
 _PROBE_SOURCE = """
 MALINN_ARGS(uint n;)
@@ -242,7 +248,8 @@ class GLDevice(Device):
                               f"{self.name} ({self.max_allocation / 2**20:.0f} MiB: its largest shader storage buffer)")
         with self:
             try:
-                buffer = self.ctx.buffer(reserve=max(int(nbytes), 4))
+                # whole 4-byte words: a shader reads half and int8 weights as uint words
+                buffer = self.ctx.buffer(reserve=max(-(-int(nbytes) // 4) * 4, 4))
             except Exception as exc:
                 raise DeviceError(f"{what}: allocating {nbytes / 2**20:.1f} MiB on {self.name} failed ({exc})") from exc
             error = self._error()
@@ -286,7 +293,19 @@ class GLDevice(Device):
     # ---------------------------------------------------------------- programs
     def compile(self, source: str, options: tuple = (), origin: str = "<source>"):
         """A :class:`GLProgram` for ``source`` and ``options``, memoised; it is linked (and its
-        build errors raised) once per work-group shape, when bound."""
+        build errors raised) once per work-group shape, when bound.
+
+        Raises:
+            BackendError: ``options`` ask for half arithmetic (``HALF_ARITHMETIC``), which no GL
+                shader does, or for half or int8 weights (``WEIGHT_BITS`` 16 or 8) from a source
+                that does not read them (one without ``gl/weights.glsl``).
+        """
+        refused = [o for o in options if o.partition("=")[0] in _FP32_ONLY and o.partition("=")[2] not in ("0", "32")
+                   and (o.startswith("-DHALF_ARITHMETIC") or _WEIGHTS_MARK not in source)]
+        if refused:
+            raise BackendError(f"{origin}: {' '.join(refused)} asks for a weight precision this GL shader does not "
+                               f"read ({self.name}): fp32 everywhere, fp16-storage and int8-weights in the shaders "
+                               f"that include gl/weights.glsl, fp16 on OpenCL devices only")
         key = (source, tuple(options))
         programs = self.cache.setdefault("programs", {})
         with self.lock:

@@ -1,0 +1,128 @@
+"""The GLSL twins of the OpenCL GPU's fastest matmul kernels (issue 12): gl/gemm_keras.comp (the
+gemm_keras, gemm_keras_large and gemm_keras_narrow entries) and gl/gemv_split.comp (gemv_split,
+gemv_split_c), K split over work-groups with the partial sums in the scratch buffer.
+
+On the GL device (llvmpipe in CI): each in the configuration the GPU defaults name, against numpy on
+odd shapes (1, 3, 5, 13, 1001 units and inputs; batches 1, 3 and 100) with the fused epilogue;
+sliced results bit-identical run after run with products of different shapes sharing the scratch;
+the GL GPU's defaults are the OpenCL GPU's; both read fp16-storage and int8 weights
+(gl/weights.glsl), and a precision a GL shader does not read is refused by name instead of reading
+half or int8 bytes as floats. Few cases:
+llvmpipe is slow, and tests/test_gemm_keras.py and tests/test_gemv_split.py run on the GL device too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import malinn
+from malinn.errors import BackendError
+from malinn.kernel_library import load_library
+
+from helpers import assert_close
+from test_gemv_split import PARAMS, reference, run
+
+pytest.importorskip("moderngl", reason="the OpenGL backend's extra is not installed (pip install malinn[gl])")
+
+GL = [d for d in malinn.devices() if d.backend == "gl"]
+needs_gl = pytest.mark.skipif(not GL, reason="no working OpenGL device (EGL + Mesa's llvmpipe, or a GPU's driver)")
+LIB = load_library()
+
+
+def _gpu_default(codename: str, nb: int | None = None):
+    """The OpenCL GPU's default (or fallback) configuration of ``codename`` (with ``NB`` = nb)."""
+    for op in ("matmul", "matmul_fallback"):
+        for spec in LIB.default_specs(op, "gpu", "opencl"):
+            if spec.codename == codename and (nb is None or int(spec.config["NB"]) == nb):
+                return spec
+    raise AssertionError(f"the GPU defaults name no {codename}")
+
+
+#: (codename, NB, [(m, k, n), ...]): each kernel on shapes its preconditions accept
+CASES = [
+    ("gemm_keras_large", None, [(1001, 1024, 100), (3, 1030, 64)]),
+    ("gemm_keras_narrow", None, [(13, 1024, 100), (1, 1025, 9)]),
+    ("gemm_keras", None, [(5, 13, 100), (1001, 3, 17)]),
+    ("gemv_split_c", 1, [(1001, 5, 1), (1, 1001, 1), (13, 3, 1)]),
+    ("gemv_split_c", 8, [(5, 1001, 3), (1001, 13, 8)]),
+]
+
+
+@needs_gl
+@pytest.mark.parametrize("codename, nb, shapes", CASES, ids=[f"{c}-NB{nb}" if nb else c for c, nb, _ in CASES])
+def test_each_gl_kernel_matches_numpy_on_odd_shapes(codename, nb, shapes, rng):
+    """The GPU defaults' configuration on the GL device: the plain product, and bias + a four-parameter
+    activation + affine fused; n and m among 1, 3, 5, 13, 1001, batches 1 to 100."""
+    device = GL[0]
+    spec = _gpu_default(codename, nb) if codename != "gemm_keras" else LIB["gemm_keras"]
+    assert spec.has_source("gl")
+    for m, k, n in shapes:
+        assert spec.accepts(m, k, n), (codename, m, k, n)
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        assert_close(run(spec, device, a, b), reference(a, b, "fp32"))
+        bias, scale, shift = (rng.standard_normal(m).astype(np.float32) for _ in range(3))
+        got = run(spec, device, a, b, bias=bias, affine=(scale, shift), activation="relu_general", params=PARAMS)
+        assert_close(got, reference(a, b, "fp32", bias, (scale, shift), "relu_general", PARAMS))
+
+
+@needs_gl
+def test_sliced_gl_results_are_bit_identical_run_after_run(rng):
+    """Each launch leaves the scratch counters at 0 and the slices are added in slice order: two
+    products sharing one scratch buffer, interleaved, repeat exactly, for both sliced shaders."""
+    device = GL[0]
+    for spec, n in ((_gpu_default("gemm_keras_narrow"), 20), (_gpu_default("gemv_split_c", 1), 1)):
+        assert int(spec.config["SLICES"]) > 1
+        a1, a2 = rng.standard_normal((30, 2001)).astype(np.float32), rng.standard_normal((30, 1027)).astype(np.float32)
+        b1, b2 = rng.standard_normal((2001, n)).astype(np.float32), rng.standard_normal((1027, n)).astype(np.float32)
+        first = run(spec, device, a1, b1), run(spec, device, a2, b2)
+        assert_close(first[0], reference(a1, b1, "fp32"))
+        assert_close(first[1], reference(a2, b2, "fp32"))
+        np.testing.assert_array_equal(run(spec, device, a1, b1), first[0])
+        np.testing.assert_array_equal(run(spec, device, a2, b2), first[1])
+
+
+@pytest.mark.parametrize("op", ["matmul", "matmul_fallback", "matmul_softmax"])
+def test_the_gl_gpu_defaults_are_the_opencl_gpus(op):
+    """Now that gemm_keras and gemv_split have GLSL, a GL GPU takes every one of the OpenCL GPU's
+    matmul defaults and fallbacks, in the same order and configurations (before, it lost
+    gemm_keras_large, gemm_keras_narrow and gemv_split_c, the kernels of large GPUs)."""
+    gl = [(s.codename, s.defines) for s in LIB.default_specs(op, "gpu", "gl")]
+    cl = [(s.codename, s.defines) for s in LIB.default_specs(op, "gpu", "opencl")]
+    assert gl == cl
+
+
+@needs_gl
+@pytest.mark.parametrize("precision", ["fp16-storage", "int8-weights"])
+def test_the_new_gl_kernels_read_half_and_int8_weights(precision, rng):
+    """gl/weights.glsl: half weights unpacked from uint words, int8 ones sign-extended and scaled per
+    row, against numpy with the weights the precision stores; odd counts of halves and bytes (the
+    buffer's last word only partly filled: 5 x 3 weights, 1-row loads) included."""
+    device = GL[0]
+    cases = [(_gpu_default("gemm_keras_narrow"), [(13, 1025, 9)]),
+             (_gpu_default("gemv_split_c", 1), [(1001, 13, 1)]),
+             (LIB["gemv_split"].configure({"VW": 1, "MDIM": 4, "KSPLIT": 8, "SLICES": 4, "UNROLL": 1, "NB": 2}),
+              [(5, 3, 2), (3, 1001, 1)])]
+    for base, shapes in cases:
+        spec = base.in_precision(precision)
+        for m, k, n in shapes:
+            a = rng.standard_normal((m, k)).astype(np.float32)
+            b = rng.standard_normal((k, n)).astype(np.float32)
+            bias, scale, shift = (rng.standard_normal(m).astype(np.float32) for _ in range(3))
+            got = run(spec, device, a, b, bias=bias, affine=(scale, shift), activation="relu_general", params=PARAMS)
+            assert_close(got, reference(a, b, precision, bias, (scale, shift), "relu_general", PARAMS))
+
+
+@needs_gl
+@pytest.mark.parametrize("codename, precision", [("gemv_c", "fp16-storage"), ("gemv_c", "int8-weights"),
+                                                 ("gemv_split_c", "fp16")])
+def test_a_precision_a_gl_shader_does_not_read_is_refused_by_name(codename, precision, rng):
+    """A shader without gl/weights.glsl reads fp32 weights, and no GL shader computes in half: such a
+    spec raises BackendError naming the define (before this check, gemv_c read the half or int8
+    bytes as floats: wrong numbers)."""
+    spec = LIB[codename].in_precision(precision)
+    a = rng.standard_normal((13, 5)).astype(np.float32)
+    b = rng.standard_normal((5, 1)).astype(np.float32)
+    with pytest.raises(BackendError, match="(WEIGHT_BITS=(16|8)|HALF_ARITHMETIC=1).*does not read"):
+        run(spec, GL[0], a, b)
