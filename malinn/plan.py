@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from .backends.base import Device
+from .expressions import evaluate
 from .kernel_call import bind
 from .kernel_choice import choose
 from .ops import with_epilogue
@@ -111,7 +112,8 @@ class Plan:
         return total
 
     def activation_bytes(self) -> tuple:
-        """``(largest buffer bytes, what it holds, arena bytes)`` of this plan's activations."""
+        """``(largest buffer bytes, what it holds, arena bytes)`` of this plan's activations, the
+        scratch buffers of its kernels (partial sums of a K split: one per size) among them."""
         arena = self._arena()
         size, storages = max(arena, key=lambda item: item[0]) if arena else (0, [])
         what = ""
@@ -119,7 +121,27 @@ class Plan:
             storage = max(storages, key=lambda s: s.elements())
             value = next((v for v in self._values() if v.storage is storage), None)
             what = self._describe_storage(value, storage)
-        return size, what, sum(s for s, _ in arena)
+        scratch = self._scratch_sizes()
+        if scratch and max(scratch) > size:
+            size, what = max(scratch), scratch[max(scratch)]
+        return size, what, sum(s for s, _ in arena) + sum(scratch)
+
+    def _scratch_sizes(self) -> dict:
+        """``{bytes: what}`` of the scratch buffers this plan's kernels bind, one per size (as
+        kernel_call sizes them: the entry's ``scratch_bytes`` for the result's padded rows ``h`` and
+        columns ``w``)."""
+        sizes = {}
+        for step in self.steps:
+            spec, storage = step.spec, step.out.storage
+            if spec is None or spec.scratch_bytes is None or storage.padded is None:
+                continue
+            h, w = storage.padded
+            size = -(-evaluate(spec.scratch_bytes, {**dict(spec.defines), "h": h, "w": w}) // 4) * 4
+            if size > 4:
+                who = step.layers[-1]._what() if step.layers else step.what
+                sizes.setdefault(size, f"{who} scratch (partial sums for {storage.rows} features x {storage.cols} "
+                                       f"samples, padded to {h}x{w}, kernel {spec.codename})")
+        return sizes
 
     def _describe_storage(self, value, storage) -> str:
         """``layer 'x' output (13 features x 7 samples, padded to 16x8 in R for kernel k)``."""

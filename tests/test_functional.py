@@ -228,7 +228,7 @@ def test_predict_layers_gives_every_call(device, rng):
     x = rng.uniform(-1, 1, (4, 8)).astype(np.float32)
     outs = model.predict_layers(x)
     assert [o.shape for o in outs] == [(4, 16), (4, 8), (4, 8), (4, 8), (4, 3)]
-    np.testing.assert_array_equal(outs[-1], model.predict(x))
+    assert_close(outs[-1], model.predict(x))   # every layer kept: views and fusions differ, sums may round apart
 
 
 def test_graph_errors_name_what_is_wrong():
