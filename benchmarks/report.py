@@ -205,6 +205,7 @@ def main():
     tuned_gpu = load("models_tuned_nvidia_h200.json")
     models_gl = load("models_gl_nvidia_h200.json")
     backends_gpu = load("models_backends_nvidia_h200.json")
+    backends_h100 = load("models_backends_nvidia_h100.json")
     precision_gpu = load("models_precision_nvidia_h200.json") or load("models_precision_nvidia_h100.json")
     precision_cpu = load("models_precision_pocl_cpu.json")
     gemm_backends = load("gemm_backends_nvidia_h200.json")
@@ -262,6 +263,11 @@ def main():
         doc += ["### NVIDIA H200: the OpenGL backend beside the OpenCL backend, one run", "",
                 f"`{backends_gpu['command']}` (issue 12's goal: GL within 1.5x of OpenCL).", ""]
         doc += backends_table(backends_gpu) + [""]
+    if backends_h100:
+        doc += ["### NVIDIA H100: the OpenGL backend (with the GLSL gemm_keras and gemv_split) beside OpenCL, one run",
+                "", f"`{backends_h100['command']}` (`--repeat 10`: a noisy run; issue 12's goal: GL within 1.5x"
+                " of OpenCL).", ""]
+        doc += backends_table(backends_h100) + [""]
     if conv_gpu or conv_cpu:
         doc += ["## Convolution", "",
                 "`python3 benchmarks/convolution.py --json OUT.json`: selected AlexNet, VGG-16 and GoogLeNet layers",
