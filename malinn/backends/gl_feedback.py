@@ -49,7 +49,8 @@ from ..expressions import evaluate
 from ..layout import Layout
 from .base import BoundLaunch
 from .gles_context import ESContext
-from .opengl import SOFTWARE_RENDERERS, GLDevice, GLEvent, _GL, _moderngl, _total_memory, gl_index_macro, wanted
+from .opengl import (SOFTWARE_RENDERERS, GLDevice, GLEvent, _GL, _moderngl, _total_memory, gl_index_macro, run_probe,
+                     wanted)
 
 __all__ = ["FeedbackDevice", "BACKEND", "discover", "probe", "no_compute", "inverse_index_macros"]
 
@@ -528,17 +529,7 @@ def probe(index: int) -> FeedbackDevice:
         ctx.error
     finally:
         ctx.__exit__(None, None, None)   # create_context left it current in this thread
-    x = np.arange(100, dtype=np.float32)
-    y = np.empty_like(x)
-    xb, yb = device.alloc(x.nbytes, "probe input"), device.alloc(y.nbytes, "probe output")
-    program = device.compile(_PROBE_SOURCE, origin="the gles3 probe shader")
-    device.upload(xb, x)
-    device.bind(program, "main", [np.uint32(x.size), xb, yb], (x.size,), None, what="probe")()
-    device.download(yb, y)
-    if not np.array_equal(y, 2 * x + 1):
-        raise DeviceError("the vertex-stage probe ran but returned wrong values")
-    device.counters.update({key: 0 for key in device.counters})
-    return device
+    return run_probe(device, _PROBE_SOURCE, "the gles3 (vertex-stage) probe shader")
 
 
 def discover(others: list | None = None, force: bool = False) -> list:

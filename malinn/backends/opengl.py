@@ -616,15 +616,25 @@ def probe(index: int) -> GLDevice:
         ctx.error
     finally:
         ctx.__exit__(None, None, None)   # create_context left it current in this thread
+    return run_probe(device, _PROBE_SOURCE, "the probe shader")
+
+
+def run_probe(device: "GLDevice", source: str, origin: str) -> "GLDevice":
+    """Runs ``source`` (y = 2 x + 1 over 100 floats) on a new GL device and returns the device with
+    its counters at zero.
+
+    Raises:
+        DeviceError: the probe ran but returned wrong values (a build failure raises its own error).
+    """
     x = np.arange(100, dtype=np.float32)
     y = np.empty_like(x)
     xb, yb = device.alloc(x.nbytes, "probe input"), device.alloc(y.nbytes, "probe output")
-    program = device.compile(_PROBE_SOURCE, origin="the probe shader")
+    program = device.compile(source, origin=origin)
     device.upload(xb, x)
     device.bind(program, "main", [np.uint32(x.size), xb, yb], (x.size,), None, what="probe")()
     device.download(yb, y)
     if not np.array_equal(y, 2 * x + 1):
-        raise DeviceError("the probe shader ran but returned wrong values")
+        raise DeviceError(f"{origin} ran but returned wrong values")
     device.counters.update({key: 0 for key in device.counters})
     return device
 
