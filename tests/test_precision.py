@@ -421,8 +421,7 @@ print(json.dumps(errors))
 def test_per_precision_configurations_are_clean_under_oclgrind():
     """The reduced precisions' 16-byte-load configurations of gemv_split_c (and the odd-COLS variant)
     under Oclgrind's memory, race, uninitialised-value and API checks, each launched twice."""
-    env = dict(os.environ, MALINN_DEVICE="Oclgrind", MALINN_BINARY_CACHE="0", MALINN_PINNED="0", PYTHONWARNINGS="ignore",
-               PYTHONPATH=str(ROOT))
+    env = python_env(MALINN_DEVICE="Oclgrind", MALINN_BINARY_CACHE="0", MALINN_PINNED="0", PYTHONWARNINGS="ignore")
     run = subprocess.run([OCLGRIND, "--check-api", "--data-races", "--uninitialized", sys.executable, "-c",
                           OCLGRIND_SPLIT_SCRIPT, str(ROOT / "tests")], capture_output=True, text=True, timeout=900, env=env)
     assert run.returncode == 0, run.stderr[-3000:]

@@ -102,7 +102,9 @@ def test_layer_by_layer_matches_keras(keras_zoo, device, fmt, key):
         last = layer.keras_names[-1]
         assert_keras_close(out, data[f"layer:{last}"][:100],
                            f"{fmt} {key}: malinn layer {layer.name!r} {layer.keras_names} vs Keras {last!r}")
-    np.testing.assert_array_equal(outputs[-1], model.predict(x))
+    # a plan that keeps every layer may not fuse what predict fuses (a softmax after its Dense), and a
+    # fused head sums K in another order: equal within float32 rounding, not bit for bit
+    np.testing.assert_allclose(outputs[-1], model.predict(x), rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("fmt", FORMAT_PARAMS)
