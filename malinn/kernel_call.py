@@ -83,12 +83,18 @@ def _placeholder(device: Device):
         return device.cache["placeholder"]
 
 
+def scratch_size(spec: KernelSpec, values: dict) -> int:
+    """Bytes of ``spec``'s scratch buffer (its ``scratch_bytes`` for these scalar values), whole
+    words, at least one."""
+    size = max(4, evaluate(spec.scratch_bytes, {**dict(spec.defines), **values}))
+    return -(-size // 4) * 4
+
+
 def _scratch(spec: KernelSpec, device: Device, values: dict):
     """The zeroed scratch buffer of ``spec``'s ``scratch_bytes`` for these scalar values, one per
     device and size: launches on a device's in-order queue run one after another, and a kernel with
     scratch leaves it as it found it, so every launch of that size shares it."""
-    size = max(4, evaluate(spec.scratch_bytes, {**dict(spec.defines), **values}))
-    size = -(-size // 4) * 4
+    size = scratch_size(spec, values)
     with device.lock:
         buffers = device.cache.setdefault("scratch", {})
         if size not in buffers:

@@ -10,8 +10,7 @@ import math
 import numpy as np
 
 from .backends.base import Device
-from .expressions import evaluate
-from .kernel_call import bind
+from .kernel_call import bind, scratch_size
 from .kernel_choice import choose
 from .ops import with_epilogue
 from .kernel_library import DEFAULT_PRECISION, KernelSpec, load_library
@@ -136,7 +135,7 @@ class Plan:
             if spec is None or spec.scratch_bytes is None or storage.padded is None:
                 continue
             h, w = storage.padded
-            size = -(-evaluate(spec.scratch_bytes, {**dict(spec.defines), "h": h, "w": w}) // 4) * 4
+            size = scratch_size(spec, {"h": h, "w": w})
             if size > 4:
                 who = step.layers[-1]._what() if step.layers else step.what
                 sizes.setdefault(size, f"{who} scratch (partial sums for {storage.rows} features x {storage.cols} "
