@@ -105,6 +105,25 @@ def kernel_seconds(plan, x, repeat: int, matmul_only: bool = False) -> float:
     return float(np.median(totals))
 
 
+def step_seconds(plan, x, repeat: int) -> list:
+    """Per step that launches: its kernel (as ``summary`` names it), output shape and median device
+    seconds (profiling events; OpenCL only, else an empty list): where a network's time goes."""
+    if plan.device.backend != "opencl":
+        return []
+    plan.run([x])
+    launching = [(step, row) for step, row in zip(plan.steps, plan.describe()) if step.launch is not None]
+    times = {id(step.launch): [] for step, _ in launching}
+    for _ in range(repeat):
+        with plan.device.lock:
+            events = [(launch.enqueue(), id(launch)) for launch in plan.launches]
+            plan.device.finish()
+        for event, key in events:
+            if key in times:
+                times[key].append((event.profile.end - event.profile.start) * 1e-9)
+    return [{"layers": row["layers"], "kernel": row["kernel"], "kind": row["kind"], "shape": list(row["shape"]),
+             "seconds": float(np.median(times[id(step.launch)]))} for step, row in launching]
+
+
 def launch_wall_seconds(plan, x, repeat: int) -> float:
     """Median wall seconds of the plan's launches from the first enqueue until the device finished
     (its input uploaded first): the same measure on every backend, for comparing backends."""
@@ -180,6 +199,7 @@ def time_row(model, device, name, widths, batch, precision, weights, x, repeat, 
     row["matmul_kernels"] = kernel_seconds(plan, x, repeat, matmul_only=True)
     row["launch_wall"] = launch_wall_seconds(plan, x, repeat)
     row["launches"] = len(plan.launches)
+    row["steps"] = step_seconds(plan, x, repeat)
     row["weight_bytes"] = sum(plan.weight_sizes())
     row["weights_gbs"] = row["weight_bytes"] / row["matmul_kernels"] / 1e9
     row["copy_gbs"] = copy_gbs
@@ -261,6 +281,9 @@ def main(argv=None):
                           f"{row['matmul_kernels'] * 1e3:.3f} ms, weights ({row['weight_bytes'] / 2**20:.1f} MiB) read "
                           f"at {row['weights_gbs']:.0f} GB/s = {row['weights_gbs'] / copy[where]:.0%} of the copy]{gain}",
                           flush=True)
+                    for step in row["steps"]:
+                        print(f"    {step['seconds'] * 1e6:8.1f} us  {'x'.join(map(str, step['shape'])):<12} "
+                              f"{step['kernel']}", flush=True)
     ratios = backend_ratios(results, devices) if len(devices) > 1 else []
     for r in ratios:
         print(f"{r['model']:<14} batch {r['batch']:>4} {r['precision']:<13}: {r['device']} / {r['over']} = "

@@ -65,10 +65,10 @@ def floor_runner(plan, x, empty: bool = False):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", help="gpu, cpu, P:D or part of a device name (default: malinn's default device)")
-    parser.add_argument("--batch", type=int, default=112,
-                        help="samples per predict besides batch 1, a batch bucket (malinn.models.batch_bucket) so "
-                             "that the floor uploads what predict uploads (default: 112, the bucket of the "
-                             "thesis's 100)")
+    parser.add_argument("--batch", type=int, default=100,
+                        help="samples per predict besides batch 1 (planned for malinn.models.batch_bucket of it, so "
+                             "that the floor uploads what predict uploads; default: 100, the "
+                             "thesis.s batch)")
     parser.add_argument("--repeat", type=int, default=200, help="timed runs of each; the median counts (default: 200)")
     parser.add_argument("--models", nargs="+", default=list(MODELS), metavar="NAME", choices=list(MODELS),
                         help="networks to time, among " + ", ".join(repr(m) for m in MODELS) + " (default: all)")
