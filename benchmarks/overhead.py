@@ -68,7 +68,7 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=100,
                         help="samples per predict besides batch 1 (planned for malinn.models.batch_bucket of it, so "
                              "that the floor uploads what predict uploads; default: 100, the "
-                             "thesis.s batch)")
+                             "thesis's batch)")
     parser.add_argument("--repeat", type=int, default=200, help="timed runs of each; the median counts (default: 200)")
     parser.add_argument("--models", nargs="+", default=list(MODELS), metavar="NAME", choices=list(MODELS),
                         help="networks to time, among " + ", ".join(repr(m) for m in MODELS) + " (default: all)")
