@@ -74,21 +74,24 @@ def test_sliced_results_are_bit_identical_run_after_run(device, rng):
 
 def test_a_wide_dense_network_at_batch_100_runs_gemm_keras_on_a_gpu(device, monkeypatch, rng):
     """With the GPU's defaults (the device's kind pretended), at batch 100 a wide layer with 1024
-    inputs or more runs gemm_keras_full_batch (at 130, gemm_keras_large), a narrow one with as many
-    inputs gemm_keras_narrow, a small one gemv_batch_small_c; the answer is numpy's, bit-identical
-    call after call."""
+    inputs or more runs gemm_keras_full_batch (at 130, gemm_keras_large), a narrow one
+    with as many inputs gemm_keras_narrow, a small one gemv_batch_small_c, and a layer of fewer than 1024
+    inputs gemm_keras_medium; the answer is numpy's, bit-identical call after call."""
     monkeypatch.setattr(type(device), "kind", property(lambda self: "gpu"))
-    sizes = [1100, 1030, 40, 10]
-    model = malinn.Sequential([Dense(1030, activation="relu"), Dense(40, activation="tanh"), Dense(10)])
-    model.build((None, sizes[0]))
-    for layer in model.layers:
-        layer.set_weights([layer.kernel, rng.standard_normal(layer.units).astype(np.float32) * 0.1])
-    kernels = [r["kernel"].split(" ")[0] for r in model.plan(100, device).describe() if r["kind"] == "matmul"]
-    assert kernels == ["gemm_keras_full_batch", "gemm_keras_narrow", "gemv_batch_small_c"], kernels
-    assert model.plan(130, device).describe()[0]["kernel"].startswith("gemm_keras_large"), "batch 130"
-    x = rng.uniform(-1, 1, (100, sizes[0])).astype(np.float32)
-    h = x.astype(np.float64)
-    for layer in model.layers:
-        h = ref_activation(layer.activation, h @ layer.kernel.astype(np.float64) + layer.bias, axis=-1)
-    assert_close(model.predict(x), h)
-    np.testing.assert_array_equal(model.predict(x), model.predict(x))
+    for sizes, want in (([1100, 2600, 40, 10], ["gemm_keras_full_batch", "gemm_keras_narrow", "gemv_batch_small_c"]),
+                        ([784, 1030, 10], ["gemm_keras_medium", "gemm_keras_narrow"])):
+        model = malinn.Sequential([Dense(units, activation=act)
+                                   for units, act in zip(sizes[1:], ("relu", "tanh", None)[-(len(sizes) - 1):])])
+        model.build((None, sizes[0]))
+        for layer in model.layers:
+            layer.set_weights([layer.kernel, rng.standard_normal(layer.units).astype(np.float32) * 0.1])
+        kernels = [r["kernel"].split(" ")[0] for r in model.plan(100, device).describe() if r["kind"] == "matmul"]
+        assert kernels == want, kernels
+        if sizes[0] >= 1024:
+            assert model.plan(130, device).describe()[0]["kernel"].startswith("gemm_keras_large"), "batch 130"
+        x = rng.uniform(-1, 1, (100, sizes[0])).astype(np.float32)
+        h = x.astype(np.float64)
+        for layer in model.layers:
+            h = ref_activation(layer.activation, h @ layer.kernel.astype(np.float64) + layer.bias, axis=-1)
+        assert_close(model.predict(x), h)
+        np.testing.assert_array_equal(model.predict(x), model.predict(x))
