@@ -110,12 +110,15 @@ def launch_seconds(plan, x, repeat: int) -> tuple:
 
 
 def memory(plan, x_shape, out_shape) -> dict:
-    """Peak activation bytes (the plan's arena) and what it holds beyond the input and output."""
+    """Peak activation bytes (the plan's arena) and what it holds beyond the input and output:
+    ``extra_bytes`` beyond their logical sizes, ``extra_padded_bytes`` beyond their buffers padded to
+    the kernels' tiles (what an algorithm itself adds: kn2row's target is none beyond the output)."""
     _, _, arena = plan.activation_bytes()
     io = 4 * (int(np.prod(x_shape)) + int(np.prod(out_shape)))
+    padded = sum(4 * v.storage.padded[0] * v.storage.padded[1] for v in plan.inputs + plan.outputs)
     return {"arena_bytes": arena, "input_bytes": 4 * int(np.prod(x_shape)),
             "output_bytes": 4 * int(np.prod(out_shape)), "extra_bytes": max(0, arena - io),
-            "weight_bytes": plan.weight_bytes()}
+            "extra_padded_bytes": max(0, arena - padded), "weight_bytes": plan.weight_bytes()}
 
 
 def torch_conv(torch, model, batch, repeat):
@@ -195,7 +198,7 @@ def bench_layers(args, device, torch) -> list:
                       if peer else "")
                 print(f"{network:<10} {name:<24} batch {batch:>2} {algorithm:<12} compute {own * 1e3:8.3f} ms "
                       f"({row['gflops']:7.0f} GFLOP/s), all launches {total * 1e3:8.3f} ms, host {row['host_seconds'] * 1e3:8.3f} ms, "
-                      f"arena {row['arena_bytes'] / 2**20:7.1f} MiB (extra {row['extra_bytes'] / 2**20:7.1f} MiB, "
+                      f"arena {row['arena_bytes'] / 2**20:7.1f} MiB (extra {row['extra_bytes'] / 2**20:7.1f} MiB, beyond the padded input and output {row['extra_padded_bytes'] / 2**20:6.2f}, "
                       f"output {row['output_bytes'] / 2**20:6.1f} MiB){vs}"
                       + (f"  [{row['chosen']}]" if algorithm in CHOICES else ""), flush=True)
     kernel_choice.forget(device)
