@@ -29,8 +29,10 @@ import json, os, sys
 import numpy as np
 import malinn
 from malinn.layers import Dense
-if os.environ.get("H3_CONFIG"):
-    malinn.ops.use("matmul", "gemm_tiled", config=json.loads(os.environ["H3_CONFIG"]))
+# gemm_tiled in the CPU's default configuration (or H3_CONFIG) on every device: a GPU's defaults would
+# fuse more and build fewer programs
+cpu = malinn.load_library().default_spec("matmul", "cpu")
+malinn.ops.use("matmul", cpu.codename, config=json.loads(os.environ.get("H3_CONFIG") or "null") or cpu.config)
 model = malinn.Sequential([Dense(150, activation="relu"), Dense(10, activation="softmax")])
 model.build((None, 640))
 rng = np.random.default_rng(0)
