@@ -13,12 +13,15 @@ llvmpipe is slow, and tests/test_gemm_keras.py and tests/test_gemv_split.py run 
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
 import malinn
 from malinn.errors import BackendError
 from malinn.kernel_library import load_library
+from malinn.layers import Dense
 
 from helpers import assert_close
 from test_gemv_split import PARAMS, reference, run
@@ -126,3 +129,26 @@ def test_a_precision_a_gl_shader_does_not_read_is_refused_by_name(codename, prec
     b = rng.standard_normal((5, 1)).astype(np.float32)
     with pytest.raises(BackendError, match="(WEIGHT_BITS=(16|8)|HALF_ARITHMETIC=1).*does not read"):
         run(spec, GL[0], a, b)
+
+
+@needs_gl
+def test_launch_seconds_times_each_launch_of_a_plan_on_the_device(rng):
+    """GLDevice.launch_seconds (GL_TIMESTAMP queries around each launch: benchmarks/models.py's
+    per-step times on GL) runs each of a plan's launches once and gives one positive time per
+    launch, their sum within the call's wall time; the plan still answers as numpy does."""
+    device = GL[0]
+    assert device.timer_queries
+    model = malinn.Sequential([Dense(300, activation="relu"), Dense(3)])
+    model.build((None, 200))
+    x = rng.standard_normal((20, 200)).astype(np.float32)
+    plan = model.plan(20, device)
+    plan.run([x])
+    launches = device.counters["launches"]
+    start = time.perf_counter()
+    seconds = device.launch_seconds(plan.launches)
+    wall = time.perf_counter() - start
+    assert device.counters["launches"] == launches + len(plan.launches)
+    assert len(seconds) == len(plan.launches) >= 2 and all(s > 0 for s in seconds), seconds
+    assert sum(seconds) <= wall, (seconds, wall)
+    w1, b1, w2, b2 = model.get_weights()
+    assert_close(plan.run([x])[0], np.maximum(x @ w1 + b1, 0) @ w2 + b2)

@@ -61,6 +61,8 @@ _PROGRAM_BINARY_LENGTH = 0x8741
 _LINK_STATUS = 0x8B82
 _PROGRAM_BINARY_RETRIEVABLE_HINT = 0x8257
 _UNIFORM_BLOCK_DATA_SIZE = 0x8A40
+_TIMESTAMP = 0x8E28
+_QUERY_RESULT = 0x8866
 _INVALID_INDEX = 0xFFFFFFFF
 
 #: defines of a reduced weight precision (kernels/weights.clh): a program asking for one from a
@@ -151,6 +153,12 @@ class _GL:
         self.dispatch_compute = fn("glDispatchCompute", u, u, u)
         self.get_uniform_block_index = fn("glGetUniformBlockIndex", u, ctypes.c_char_p, restype=u)
         self.get_active_uniform_blockiv = fn("glGetActiveUniformBlockiv", u, u, u, p)
+        # timer queries (desktop OpenGL 3.3+; OpenGL ES through GL_EXT_disjoint_timer_query)
+        self.gen_queries = fn("glGenQueries", i, p)
+        self.delete_queries = fn("glDeleteQueries", i, p)
+        self.query_counter = fn("glQueryCounter", u, u) or fn("glQueryCounterEXT", u, u)
+        self.get_query_object_ui64v = (fn("glGetQueryObjectui64v", u, u, p)
+                                       or fn("glGetQueryObjectui64vEXT", u, u, p))
 
     @property
     def has_binaries(self) -> bool:
@@ -158,6 +166,11 @@ class _GL:
         return all((self.get_programiv, self.get_program_binary, self.program_binary, self.create_program,
                     self.delete_program, self.use_program, self.dispatch_compute, self.get_uniform_block_index,
                     self.get_active_uniform_blockiv))
+
+    @property
+    def has_queries(self) -> bool:
+        """Whether every entry point that timer queries need was found."""
+        return all((self.gen_queries, self.delete_queries, self.query_counter, self.get_query_object_ui64v))
 
     def program_integer(self, program: int, pname: int) -> int:
         value = ctypes.c_int(0)
@@ -373,6 +386,60 @@ class GLDevice(Device):
                 names = ", ".join(f"{b.what}: {b.function} over {b.global_size}" for b in launches)
                 raise DeviceError(f"launching {names} on {self.name} failed ({error})")
             self.counters["launches"] += len(launches)
+
+    @property
+    def timer_queries(self) -> bool:
+        """Whether the context records the device's time (``GL_TIMESTAMP`` queries): desktop OpenGL
+        3.3+ (every ``gl`` device's desktop context), OpenGL ES with ``GL_EXT_disjoint_timer_query``."""
+        if not self.gl.has_queries:
+            return False
+        extensions = self.ctx.extensions
+        if self.platform.startswith("OpenGL ES"):
+            return "GL_EXT_disjoint_timer_query" in extensions
+        return self.ctx.version_code >= 330 or "GL_ARB_timer_query" in extensions
+
+    def launch_seconds(self, launches: list) -> list:
+        """Runs ``launches`` in order, each as :meth:`launch_all` runs it (its bindings, its dispatch
+        and the storage barrier after it) between two ``GL_TIMESTAMP`` queries, and returns each
+        one's device seconds: the twin of OpenCL's profiling events, for the benchmarks' per-step
+        times (``benchmarks/models.py``: ``step_seconds``). A timestamp is taken when the commands
+        before it have finished, so a launch's time also holds any wait of the device for it
+        (small: the launches are all issued before the first result is read).
+
+        Args:
+            launches: bound launches of this device (:meth:`bind`).
+
+        Returns:
+            list[float]: seconds per launch, in order, once the device has run them all.
+
+        Raises:
+            BackendError: the context has no timer queries (:attr:`timer_queries`: OpenGL ES
+                without ``GL_EXT_disjoint_timer_query``).
+            DeviceError: a launch failed (as :meth:`launch_all`).
+        """
+        if not self.timer_queries:
+            raise BackendError(f"{self.name} ({self.platform}) has no GL timer queries (GL_TIMESTAMP: desktop "
+                               "OpenGL 3.3, or OpenGL ES with GL_EXT_disjoint_timer_query)")
+        gl, count = self.gl, 2 * len(launches)
+        queries = (ctypes.c_uint * max(count, 1))()
+        result = ctypes.c_uint64(0)
+        with self:
+            gl.gen_queries(count, queries)
+            try:
+                for q, launch in enumerate(launches):
+                    gl.query_counter(queries[2 * q], _TIMESTAMP)
+                    self.launch_all([launch])
+                    gl.query_counter(queries[2 * q + 1], _TIMESTAMP)
+                stamps = []
+                for query in queries[:count]:
+                    gl.get_query_object_ui64v(query, _QUERY_RESULT, ctypes.byref(result))   # waits for it
+                    stamps.append(result.value)
+            finally:
+                gl.delete_queries(count, queries)
+            error = self._error()
+            if error:
+                raise DeviceError(f"timing {len(launches)} launches on {self.name} failed ({error})")
+        return [(end - start) * 1e-9 for start, end in zip(stamps[0::2], stamps[1::2])]
 
 
 class GLEvent:
