@@ -4,7 +4,8 @@ gemv_split_c), K split over work-groups with the partial sums in the scratch buf
 
 On the GL device (llvmpipe in CI): each in the configuration the GPU defaults name, against numpy on
 odd shapes (1, 3, 5, 13, 1001 units and inputs; batches 1, 3 and 100) with the fused epilogue;
-sliced results bit-identical run after run with products of different shapes sharing the scratch;
+sliced results bit-identical run after run with products of different shapes sharing the scratch,
+and with two shared tiles (BUFFERS=2) as with one; per-launch device times (launch_seconds);
 the GL GPU's defaults are the OpenCL GPU's; both read fp16-storage and int8 weights
 (gl/weights.glsl), and a precision a GL shader does not read is refused by name instead of reading
 half or int8 bytes as floats. Few cases:
@@ -84,6 +85,23 @@ def test_sliced_gl_results_are_bit_identical_run_after_run(rng):
         assert_close(first[1], reference(a2, b2, "fp32"))
         np.testing.assert_array_equal(run(spec, device, a1, b1), first[0])
         np.testing.assert_array_equal(run(spec, device, a2, b2), first[1])
+
+
+@needs_gl
+def test_two_gl_tiles_and_vec4_sample_reads_give_the_same_sums(rng):
+    """gl/gemm_keras.comp mirrors gemm_keras.cl: BUFFERS=2 (two shared tiles, one barrier per K
+    step) adds in the same order as BUFFERS=1, so its results are bit-identical, with samples read
+    as vec4s (RN 4) and as floats (RN 5: gemm_keras_full_batch's tile), K split and the partial sums
+    exchanged item-major; and they are numpy's."""
+    device = GL[0]
+    a = rng.standard_normal((70, 1030)).astype(np.float32)
+    b = rng.standard_normal((1030, 60)).astype(np.float32)
+    full = _gpu_default("gemm_keras_full_batch").config
+    for config in ({"TM": 32, "TN": 20, "RM": 4, "RN": 4, "KT": 8, "PREFETCH": 1, "SLICES": 4}, dict(full)):
+        one, two = (LIB["gemm_keras"].configure({**config, "BUFFERS": n}) for n in (1, 2))
+        got = run(two, device, a, b)
+        assert_close(got, reference(a, b, "fp32"))
+        np.testing.assert_array_equal(got, run(one, device, a, b))
 
 
 @pytest.mark.parametrize("op", ["matmul", "matmul_fallback", "matmul_softmax"])
