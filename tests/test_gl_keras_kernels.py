@@ -153,7 +153,8 @@ def test_a_precision_a_gl_shader_does_not_read_is_refused_by_name(codename, prec
 def test_launch_seconds_times_each_launch_of_a_plan_on_the_device(rng):
     """GLDevice.launch_seconds (GL_TIMESTAMP queries around each launch: benchmarks/models.py's
     per-step times on GL) runs each of a plan's launches once and gives one positive time per
-    launch, their sum within the call's wall time; the plan still answers as numpy does."""
+    launch, their sum within the call's wall time, as a launch's enqueue() event does (the tuner's
+    time); the plan still answers as numpy does."""
     device = GL[0]
     assert device.timer_queries
     model = malinn.Sequential([Dense(300, activation="relu"), Dense(3)])
@@ -168,5 +169,8 @@ def test_launch_seconds_times_each_launch_of_a_plan_on_the_device(rng):
     assert device.counters["launches"] == launches + len(plan.launches)
     assert len(seconds) == len(plan.launches) >= 2 and all(s > 0 for s in seconds), seconds
     assert sum(seconds) <= wall, (seconds, wall)
+    start = time.perf_counter()
+    event = plan.launches[1].enqueue()   # what the tuner times: the same device clock
+    assert 0 < (event.profile.end - event.profile.start) * 1e-9 <= time.perf_counter() - start
     w1, b1, w2, b2 = model.get_weights()
     assert_close(plan.run([x])[0], np.maximum(x @ w1 + b1, 0) @ w2 + b2)

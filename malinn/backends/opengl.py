@@ -363,8 +363,13 @@ class GLDevice(Device):
         return bound
 
     def _timed(self, launches: list) -> "GLEvent":
-        """Runs ``launches`` to completion: an event whose profile is their wall time until the
-        device finished (GL has no per-launch events here; the tuner and benchmarks time with it)."""
+        """Runs ``launches`` to completion: an event whose profile is their device time (from the
+        timestamp before the first to the one after the last, :meth:`launch_seconds`) where the
+        context has timer queries, else their wall time until the device finished (GL has no
+        per-launch events; the tuner and benchmarks time with it)."""
+        if self.timer_queries:
+            stamps = self._stamps(launches)
+            return GLEvent(stamps[0][0], stamps[-1][1])
         with self:
             self.ctx.finish()
             start = time.perf_counter_ns()
@@ -391,12 +396,17 @@ class GLDevice(Device):
     def timer_queries(self) -> bool:
         """Whether the context records the device's time (``GL_TIMESTAMP`` queries): desktop OpenGL
         3.3+ (every ``gl`` device's desktop context), OpenGL ES with ``GL_EXT_disjoint_timer_query``."""
-        if not self.gl.has_queries:
-            return False
-        extensions = self.ctx.extensions
-        if self.platform.startswith("OpenGL ES"):
-            return "GL_EXT_disjoint_timer_query" in extensions
-        return self.ctx.version_code >= 330 or "GL_ARB_timer_query" in extensions
+        known = self.cache.get("timer_queries")
+        if known is None:
+            extensions = self.ctx.extensions
+            if not self.gl.has_queries:
+                known = False
+            elif self.platform.startswith("OpenGL ES"):
+                known = "GL_EXT_disjoint_timer_query" in extensions
+            else:
+                known = self.ctx.version_code >= 330 or "GL_ARB_timer_query" in extensions
+            self.cache["timer_queries"] = known
+        return known
 
     def launch_seconds(self, launches: list) -> list:
         """Runs ``launches`` in order, each as :meth:`launch_all` runs it (its bindings, its dispatch
@@ -420,6 +430,11 @@ class GLDevice(Device):
         if not self.timer_queries:
             raise BackendError(f"{self.name} ({self.platform}) has no GL timer queries (GL_TIMESTAMP: desktop "
                                "OpenGL 3.3, or OpenGL ES with GL_EXT_disjoint_timer_query)")
+        return [(end - start) * 1e-9 for start, end in self._stamps(launches)]
+
+    def _stamps(self, launches: list) -> list:
+        """The device's timestamps (ns) before and after each of ``launches``, run as :meth:`launch_all`
+        runs them, once all have run."""
         gl, count = self.gl, 2 * len(launches)
         queries = (ctypes.c_uint * max(count, 1))()
         result = ctypes.c_uint64(0)
@@ -439,7 +454,7 @@ class GLDevice(Device):
             error = self._error()
             if error:
                 raise DeviceError(f"timing {len(launches)} launches on {self.name} failed ({error})")
-        return [(end - start) * 1e-9 for start, end in zip(stamps[0::2], stamps[1::2])]
+        return list(zip(stamps[0::2], stamps[1::2]))
 
 
 class GLEvent:
