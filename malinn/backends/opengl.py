@@ -18,7 +18,8 @@ How the OpenCL notions map (docs/BACKENDS.md):
   buffers go to storage-buffer bindings 0, 1, ... in ``buffers`` order;
 * a range not divisible by the work-group is rounded up, and the shader returns early past
   ``malinn_range`` (``MALINN_GUARD``); kernels with barriers always get a dividing work-group;
-* launches are dispatched in order with a storage-buffer barrier after each;
+* launches are dispatched in order with a storage-buffer barrier after each; profiling events are
+  ``GL_TIMESTAMP`` queries around a launch (``launch_seconds``, a bound launch's ``enqueue``);
 * a context is current in one thread at a time: every call makes it current for its duration
   (under the device's lock) and restores the caller's context after.
 """
