@@ -379,13 +379,22 @@ class GLDevice(Device):
             return GLEvent(start, time.perf_counter_ns())
 
     def launch_all(self, launches: list) -> None:
+        self._launch(launches)
+
+    def _launch(self, launches: list, queries=None) -> None:
+        """:meth:`launch_all`; with ``queries`` (two query names per launch), a ``GL_TIMESTAMP``
+        right before each dispatch and right after it (its bindings and barrier outside)."""
         with self:
-            for launch in launches:
+            for q, launch in enumerate(launches):
                 shader, uniforms, buffers, (gx, gy, gz) = launch.handle
                 uniforms.bind_to_uniform_block(0)
                 for i, buffer in enumerate(buffers):
                     buffer.bind_to_storage_buffer(i)
+                if queries is not None:
+                    self.gl.query_counter(queries[2 * q], _TIMESTAMP)
                 shader.run(gx, gy, gz)
+                if queries is not None:
+                    self.gl.query_counter(queries[2 * q + 1], _TIMESTAMP)
                 self.ctx.memory_barrier(_SHADER_STORAGE_BARRIER_BIT)
             error = self._error()
             if error:
@@ -395,12 +404,14 @@ class GLDevice(Device):
 
     @property
     def timer_queries(self) -> bool:
-        """Whether the context records the device's time (``GL_TIMESTAMP`` queries): desktop OpenGL
-        3.3+ (every ``gl`` device's desktop context), OpenGL ES with ``GL_EXT_disjoint_timer_query``."""
+        """Whether the context records the device's time (``GL_TIMESTAMP`` queries) around compute
+        dispatches: desktop OpenGL 3.3+ (every ``gl`` device's desktop context), OpenGL ES with
+        ``GL_EXT_disjoint_timer_query``. Not on a ``gles3`` device: its launches are draws, which
+        llvmpipe stamps at 70-100 ns whatever they cost."""
         known = self.cache.get("timer_queries")
         if known is None:
             extensions = self.ctx.extensions
-            if not self.gl.has_queries:
+            if not self.gl.has_queries or self.backend != "gl":
                 known = False
             elif self.platform.startswith("OpenGL ES"):
                 known = "GL_EXT_disjoint_timer_query" in extensions
@@ -410,12 +421,13 @@ class GLDevice(Device):
         return known
 
     def launch_seconds(self, launches: list) -> list:
-        """Runs ``launches`` in order, each as :meth:`launch_all` runs it (its bindings, its dispatch
-        and the storage barrier after it) between two ``GL_TIMESTAMP`` queries, and returns each
-        one's device seconds: the twin of OpenCL's profiling events, for the benchmarks' per-step
-        times (``benchmarks/models.py``: ``step_seconds``). A timestamp is taken when the commands
-        before it have finished, so a launch's time also holds any wait of the device for it
-        (small: the launches are all issued before the first result is read).
+        """Runs ``launches`` as :meth:`launch_all` runs them, each dispatch between two
+        ``GL_TIMESTAMP`` queries (issued right before and after it: its bindings and barrier are
+        outside), and returns each one's device seconds: the twin of OpenCL's profiling events, for
+        the benchmarks' per-step times (``benchmarks/models.py``: ``step_seconds``). A timestamp is
+        taken when the commands before it have finished, so a launch's time also holds any wait of
+        the device for its dispatch command (the host's time for one call, where the device runs
+        ahead of the host).
 
         Args:
             launches: bound launches of this device (:meth:`bind`).
@@ -434,18 +446,15 @@ class GLDevice(Device):
         return [(end - start) * 1e-9 for start, end in self._stamps(launches)]
 
     def _stamps(self, launches: list) -> list:
-        """The device's timestamps (ns) before and after each of ``launches``, run as :meth:`launch_all`
-        runs them, once all have run."""
+        """The device's timestamps (ns) right before and after each of ``launches``' dispatches, run
+        as :meth:`launch_all` runs them, once all have run."""
         gl, count = self.gl, 2 * len(launches)
         queries = (ctypes.c_uint * max(count, 1))()
         result = ctypes.c_uint64(0)
         with self:
             gl.gen_queries(count, queries)
             try:
-                for q, launch in enumerate(launches):
-                    gl.query_counter(queries[2 * q], _TIMESTAMP)
-                    self.launch_all([launch])
-                    gl.query_counter(queries[2 * q + 1], _TIMESTAMP)
+                self._launch(launches, queries)
                 stamps = []
                 for query in queries[:count]:
                     gl.get_query_object_ui64v(query, _QUERY_RESULT, ctypes.byref(result))   # waits for it
