@@ -10,7 +10,9 @@ on the CUDA GPU (when present, TF32 off, host to host like malinn).
 Besides the host-to-host times: ``kernels`` is the device time of malinn's launches alone (OpenCL
 profiling events, median of --repeat), and ``weights_gbs`` the weights' bytes over that time, beside
 ``copy_gbs``, a device-to-device copy of 1 GiB on the same device measured in the same run (bytes
-read plus written over its time): the bandwidth a batch-1 Dense layer can reach.
+read plus written over its time): the bandwidth a batch-1 Dense layer can reach. ``steps`` lists each
+launching step's kernel and median device time (OpenCL profiling events; on the OpenGL backend,
+``GL_TIMESTAMP`` queries around each launch), printed under its row: where a network's time goes.
 
 With ``--precision fp32 fp16-storage int8-weights`` each network runs in every precision listed, in
 the same run (peers once, beside the first): each row then gives ``precision``, ``matmul_kernels``
@@ -107,19 +109,26 @@ def kernel_seconds(plan, x, repeat: int, matmul_only: bool = False) -> float:
 
 def step_seconds(plan, x, repeat: int) -> list:
     """Per step that launches: its kernel (as ``summary`` names it), output shape and median device
-    seconds (profiling events; OpenCL only, else an empty list): where a network's time goes."""
-    if plan.device.backend != "opencl":
+    seconds (OpenCL: profiling events; OpenGL: ``GL_TIMESTAMP`` queries around each launch,
+    ``GLDevice.launch_seconds``; an empty list on a device with neither): where a network's time goes."""
+    device = plan.device
+    timed = device.backend == "opencl" or getattr(device, "timer_queries", False)
+    if not timed:
         return []
     plan.run([x])
     launching = [(step, row) for step, row in zip(plan.steps, plan.describe()) if step.launch is not None]
     times = {id(step.launch): [] for step, _ in launching}
     for _ in range(repeat):
-        with plan.device.lock:
-            events = [(launch.enqueue(), id(launch)) for launch in plan.launches]
-            plan.device.finish()
-        for event, key in events:
-            if key in times:
-                times[key].append((event.profile.end - event.profile.start) * 1e-9)
+        if device.backend == "opencl":
+            with device.lock:
+                events = [(launch.enqueue(), id(launch)) for launch in plan.launches]
+                device.finish()
+            seconds = [(event.profile.end - event.profile.start) * 1e-9 for event, _ in events]
+        else:
+            seconds = device.launch_seconds(plan.launches)
+        for launch, value in zip(plan.launches, seconds):
+            if id(launch) in times:
+                times[id(launch)].append(value)
     return [{"layers": row["layers"], "kernel": row["kernel"], "kind": row["kind"], "shape": list(row["shape"]),
              "seconds": float(np.median(times[id(step.launch)]))} for step, row in launching]
 

@@ -4,7 +4,8 @@ gemv_split_c), K split over work-groups with the partial sums in the scratch buf
 
 On the GL device (llvmpipe in CI): each in the configuration the GPU defaults name, against numpy on
 odd shapes (1, 3, 5, 13, 1001 units and inputs; batches 1, 3 and 100) with the fused epilogue;
-sliced results bit-identical run after run with products of different shapes sharing the scratch;
+sliced results bit-identical run after run with products of different shapes sharing the scratch,
+and with two shared tiles (BUFFERS=2) as with one; per-launch device times (launch_seconds);
 the GL GPU's defaults are the OpenCL GPU's; both read fp16-storage and int8 weights
 (gl/weights.glsl), and a precision a GL shader does not read is refused by name instead of reading
 half or int8 bytes as floats. Few cases:
@@ -13,12 +14,15 @@ llvmpipe is slow, and tests/test_gemm_keras.py and tests/test_gemv_split.py run 
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
 import malinn
 from malinn.errors import BackendError
 from malinn.kernel_library import load_library
+from malinn.layers import Dense
 
 from helpers import assert_close
 from test_gemv_split import PARAMS, reference, run
@@ -83,6 +87,23 @@ def test_sliced_gl_results_are_bit_identical_run_after_run(rng):
         np.testing.assert_array_equal(run(spec, device, a2, b2), first[1])
 
 
+@needs_gl
+def test_two_gl_tiles_and_vec4_sample_reads_give_the_same_sums(rng):
+    """gl/gemm_keras.comp mirrors gemm_keras.cl: BUFFERS=2 (two shared tiles, one barrier per K
+    step) adds in the same order as BUFFERS=1, so its results are bit-identical, with samples read
+    as vec4s (RN 4) and as floats (RN 5: gemm_keras_full_batch's tile), K split and the partial sums
+    exchanged item-major; and they are numpy's."""
+    device = GL[0]
+    a = rng.standard_normal((70, 1030)).astype(np.float32)
+    b = rng.standard_normal((1030, 60)).astype(np.float32)
+    full = _gpu_default("gemm_keras_full_batch").config
+    for config in ({"TM": 32, "TN": 20, "RM": 4, "RN": 4, "KT": 8, "PREFETCH": 1, "SLICES": 4}, dict(full)):
+        one, two = (LIB["gemm_keras"].configure({**config, "BUFFERS": n}) for n in (1, 2))
+        got = run(two, device, a, b)
+        assert_close(got, reference(a, b, "fp32"))
+        np.testing.assert_array_equal(got, run(one, device, a, b))
+
+
 @pytest.mark.parametrize("op", ["matmul", "matmul_fallback", "matmul_softmax"])
 def test_the_gl_gpu_defaults_are_the_opencl_gpus(op):
     """Now that gemm_keras and gemv_split have GLSL, a GL GPU takes every one of the OpenCL GPU's
@@ -126,3 +147,30 @@ def test_a_precision_a_gl_shader_does_not_read_is_refused_by_name(codename, prec
     b = rng.standard_normal((5, 1)).astype(np.float32)
     with pytest.raises(BackendError, match="(WEIGHT_BITS=(16|8)|HALF_ARITHMETIC=1).*does not read"):
         run(spec, GL[0], a, b)
+
+
+@needs_gl
+def test_launch_seconds_times_each_launch_of_a_plan_on_the_device(rng):
+    """GLDevice.launch_seconds (GL_TIMESTAMP queries around each launch: benchmarks/models.py's
+    per-step times on GL) runs each of a plan's launches once and gives one positive time per
+    launch, their sum within the call's wall time, as a launch's enqueue() event does (the tuner's
+    time); the plan still answers as numpy does."""
+    device = GL[0]
+    assert device.timer_queries
+    model = malinn.Sequential([Dense(300, activation="relu"), Dense(3)])
+    model.build((None, 200))
+    x = rng.standard_normal((20, 200)).astype(np.float32)
+    plan = model.plan(20, device)
+    plan.run([x])
+    launches = device.counters["launches"]
+    start = time.perf_counter()
+    seconds = device.launch_seconds(plan.launches)
+    wall = time.perf_counter() - start
+    assert device.counters["launches"] == launches + len(plan.launches)
+    assert len(seconds) == len(plan.launches) >= 2 and all(s > 0 for s in seconds), seconds
+    assert sum(seconds) <= wall, (seconds, wall)
+    start = time.perf_counter()
+    event = plan.launches[1].enqueue()   # what the tuner times: the same device clock
+    assert 0 < (event.profile.end - event.profile.start) * 1e-9 <= time.perf_counter() - start
+    w1, b1, w2, b2 = model.get_weights()
+    assert_close(plan.run([x])[0], np.maximum(x @ w1 + b1, 0) @ w2 + b2)

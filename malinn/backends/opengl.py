@@ -18,7 +18,8 @@ How the OpenCL notions map (docs/BACKENDS.md):
   buffers go to storage-buffer bindings 0, 1, ... in ``buffers`` order;
 * a range not divisible by the work-group is rounded up, and the shader returns early past
   ``malinn_range`` (``MALINN_GUARD``); kernels with barriers always get a dividing work-group;
-* launches are dispatched in order with a storage-buffer barrier after each;
+* launches are dispatched in order with a storage-buffer barrier after each; profiling events are
+  ``GL_TIMESTAMP`` queries around a launch (``launch_seconds``, a bound launch's ``enqueue``);
 * a context is current in one thread at a time: every call makes it current for its duration
   (under the device's lock) and restores the caller's context after.
 """
@@ -61,6 +62,8 @@ _PROGRAM_BINARY_LENGTH = 0x8741
 _LINK_STATUS = 0x8B82
 _PROGRAM_BINARY_RETRIEVABLE_HINT = 0x8257
 _UNIFORM_BLOCK_DATA_SIZE = 0x8A40
+_TIMESTAMP = 0x8E28
+_QUERY_RESULT = 0x8866
 _INVALID_INDEX = 0xFFFFFFFF
 
 #: defines of a reduced weight precision (kernels/weights.clh): a program asking for one from a
@@ -151,6 +154,12 @@ class _GL:
         self.dispatch_compute = fn("glDispatchCompute", u, u, u)
         self.get_uniform_block_index = fn("glGetUniformBlockIndex", u, ctypes.c_char_p, restype=u)
         self.get_active_uniform_blockiv = fn("glGetActiveUniformBlockiv", u, u, u, p)
+        # timer queries (desktop OpenGL 3.3+; OpenGL ES through GL_EXT_disjoint_timer_query)
+        self.gen_queries = fn("glGenQueries", i, p)
+        self.delete_queries = fn("glDeleteQueries", i, p)
+        self.query_counter = fn("glQueryCounter", u, u) or fn("glQueryCounterEXT", u, u)
+        self.get_query_object_ui64v = (fn("glGetQueryObjectui64v", u, u, p)
+                                       or fn("glGetQueryObjectui64vEXT", u, u, p))
 
     @property
     def has_binaries(self) -> bool:
@@ -158,6 +167,11 @@ class _GL:
         return all((self.get_programiv, self.get_program_binary, self.program_binary, self.create_program,
                     self.delete_program, self.use_program, self.dispatch_compute, self.get_uniform_block_index,
                     self.get_active_uniform_blockiv))
+
+    @property
+    def has_queries(self) -> bool:
+        """Whether every entry point that timer queries need was found."""
+        return all((self.gen_queries, self.delete_queries, self.query_counter, self.get_query_object_ui64v))
 
     def program_integer(self, program: int, pname: int) -> int:
         value = ctypes.c_int(0)
@@ -350,8 +364,13 @@ class GLDevice(Device):
         return bound
 
     def _timed(self, launches: list) -> "GLEvent":
-        """Runs ``launches`` to completion: an event whose profile is their wall time until the
-        device finished (GL has no per-launch events here; the tuner and benchmarks time with it)."""
+        """Runs ``launches`` to completion: an event whose profile is their device time (from the
+        timestamp before the first to the one after the last, :meth:`launch_seconds`) where the
+        context has timer queries, else their wall time until the device finished (GL has no
+        per-launch events; the tuner and benchmarks time with it)."""
+        if self.timer_queries:
+            stamps = self._stamps(launches)
+            return GLEvent(stamps[0][0], stamps[-1][1])
         with self:
             self.ctx.finish()
             start = time.perf_counter_ns()
@@ -360,19 +379,92 @@ class GLDevice(Device):
             return GLEvent(start, time.perf_counter_ns())
 
     def launch_all(self, launches: list) -> None:
+        self._launch(launches)
+
+    def _launch(self, launches: list, queries=None) -> None:
+        """:meth:`launch_all`; with ``queries`` (two query names per launch), a ``GL_TIMESTAMP``
+        right before each dispatch and right after it (its bindings and barrier outside)."""
         with self:
-            for launch in launches:
+            for q, launch in enumerate(launches):
                 shader, uniforms, buffers, (gx, gy, gz) = launch.handle
                 uniforms.bind_to_uniform_block(0)
                 for i, buffer in enumerate(buffers):
                     buffer.bind_to_storage_buffer(i)
+                if queries is not None:
+                    self.gl.query_counter(queries[2 * q], _TIMESTAMP)
                 shader.run(gx, gy, gz)
+                if queries is not None:
+                    self.gl.query_counter(queries[2 * q + 1], _TIMESTAMP)
                 self.ctx.memory_barrier(_SHADER_STORAGE_BARRIER_BIT)
             error = self._error()
             if error:
                 names = ", ".join(f"{b.what}: {b.function} over {b.global_size}" for b in launches)
                 raise DeviceError(f"launching {names} on {self.name} failed ({error})")
             self.counters["launches"] += len(launches)
+
+    @property
+    def timer_queries(self) -> bool:
+        """Whether the context records the device's time (``GL_TIMESTAMP`` queries) around compute
+        dispatches: desktop OpenGL 3.3+ (every ``gl`` device's desktop context), OpenGL ES with
+        ``GL_EXT_disjoint_timer_query``. Not on a ``gles3`` device: its launches are draws, which
+        llvmpipe stamps at 70-100 ns whatever they cost."""
+        known = self.cache.get("timer_queries")
+        if known is None:
+            extensions = self.ctx.extensions
+            if not self.gl.has_queries or self.backend != "gl":
+                known = False
+            elif self.platform.startswith("OpenGL ES"):
+                known = "GL_EXT_disjoint_timer_query" in extensions
+            else:
+                known = self.ctx.version_code >= 330 or "GL_ARB_timer_query" in extensions
+            self.cache["timer_queries"] = known
+        return known
+
+    def launch_seconds(self, launches: list) -> list:
+        """Runs ``launches`` as :meth:`launch_all` runs them, each dispatch between two
+        ``GL_TIMESTAMP`` queries (issued right before and after it: its bindings and barrier are
+        outside), and returns each one's device seconds: the twin of OpenCL's profiling events, for
+        the benchmarks' per-step times (``benchmarks/models.py``: ``step_seconds``). A timestamp is
+        taken when the commands before it have finished, so a launch's time also holds any wait of
+        the device for its dispatch command (the host's time for one call, where the device runs
+        ahead of the host).
+
+        Args:
+            launches: bound launches of this device (:meth:`bind`).
+
+        Returns:
+            list[float]: seconds per launch, in order, once the device has run them all.
+
+        Raises:
+            BackendError: the context has no timer queries (:attr:`timer_queries`: OpenGL ES
+                without ``GL_EXT_disjoint_timer_query``).
+            DeviceError: a launch failed (as :meth:`launch_all`).
+        """
+        if not self.timer_queries:
+            raise BackendError(f"{self.name} ({self.platform}) has no GL timer queries (GL_TIMESTAMP: desktop "
+                               "OpenGL 3.3, or OpenGL ES with GL_EXT_disjoint_timer_query)")
+        return [(end - start) * 1e-9 for start, end in self._stamps(launches)]
+
+    def _stamps(self, launches: list) -> list:
+        """The device's timestamps (ns) right before and after each of ``launches``' dispatches, run
+        as :meth:`launch_all` runs them, once all have run."""
+        gl, count = self.gl, 2 * len(launches)
+        queries = (ctypes.c_uint * max(count, 1))()
+        result = ctypes.c_uint64(0)
+        with self:
+            gl.gen_queries(count, queries)
+            try:
+                self._launch(launches, queries)
+                stamps = []
+                for query in queries[:count]:
+                    gl.get_query_object_ui64v(query, _QUERY_RESULT, ctypes.byref(result))   # waits for it
+                    stamps.append(result.value)
+            finally:
+                gl.delete_queries(count, queries)
+            error = self._error()
+            if error:
+                raise DeviceError(f"timing {len(launches)} launches on {self.name} failed ({error})")
+        return list(zip(stamps[0::2], stamps[1::2]))
 
 
 class GLEvent:
