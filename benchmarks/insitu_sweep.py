@@ -20,8 +20,10 @@ Run:  python3 benchmarks/insitu_sweep.py [--models "Full MNIST"] [--batch 100] [
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -29,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 os.environ["MALINN_CACHE_DIR"] = tempfile.mkdtemp(prefix="malinn-insitu-")  # before malinn reads it
+atexit.register(shutil.rmtree, os.environ["MALINN_CACHE_DIR"], True)
 
 import malinn  # noqa: E402
 from malinn import tuning_db  # noqa: E402

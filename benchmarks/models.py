@@ -89,22 +89,34 @@ def torch_forward(torch, weights):
     return run
 
 
+def launch_times(plan, x, repeat: int) -> list:
+    """Per pass (``repeat`` of them, the input uploaded first), each launch's device seconds:
+    OpenCL profiling events, or on the OpenGL backend ``GL_TIMESTAMP`` queries around each launch
+    (``GLDevice.launch_seconds``; only where ``timer_queries``)."""
+    device = plan.device
+    plan.run([x])
+    passes = []
+    for _ in range(repeat):
+        if device.backend == "opencl":
+            with device.lock:
+                events = [launch.enqueue() for launch in plan.launches]
+                device.finish()
+            passes.append([(event.profile.end - event.profile.start) * 1e-9 for event in events])
+        else:
+            passes.append(device.launch_seconds(plan.launches))
+    return passes
+
+
 def kernel_seconds(plan, x, repeat: int, matmul_only: bool = False) -> float:
     """Median device seconds of the plan's launches (profiling events; on the OpenGL backend, which
     has none here, the launches' wall time until the device finishes), its input uploaded first;
     ``matmul_only``: of its matmul launches alone (the layers that stream the weights)."""
-    device = plan.device
-    if device.backend != "opencl":
+    if plan.device.backend != "opencl":
         return launch_wall_seconds(plan, x, repeat)
-    plan.run([x])
     matmuls = {id(step.launch) for step in plan.steps if step.kind == "matmul" and step.launch is not None}
-    totals = []
-    for _ in range(repeat):
-        with device.lock:
-            events = [(launch.enqueue(), id(launch) in matmuls) for launch in plan.launches]
-            device.finish()
-        totals.append(sum((e.profile.end - e.profile.start) * 1e-9 for e, mm in events if mm or not matmul_only))
-    return float(np.median(totals))
+    counted = [not matmul_only or id(launch) in matmuls for launch in plan.launches]
+    return float(np.median([sum(t for t, c in zip(times, counted) if c)
+                            for times in launch_times(plan, x, repeat)]))
 
 
 def step_seconds(plan, x, repeat: int) -> list:
@@ -112,25 +124,13 @@ def step_seconds(plan, x, repeat: int) -> list:
     seconds (OpenCL: profiling events; OpenGL: ``GL_TIMESTAMP`` queries around each launch,
     ``GLDevice.launch_seconds``; an empty list on a device with neither): where a network's time goes."""
     device = plan.device
-    timed = device.backend == "opencl" or getattr(device, "timer_queries", False)
-    if not timed:
+    if not (device.backend == "opencl" or getattr(device, "timer_queries", False)):
         return []
-    plan.run([x])
-    launching = [(step, row) for step, row in zip(plan.steps, plan.describe()) if step.launch is not None]
-    times = {id(step.launch): [] for step, _ in launching}
-    for _ in range(repeat):
-        if device.backend == "opencl":
-            with device.lock:
-                events = [(launch.enqueue(), id(launch)) for launch in plan.launches]
-                device.finish()
-            seconds = [(event.profile.end - event.profile.start) * 1e-9 for event, _ in events]
-        else:
-            seconds = device.launch_seconds(plan.launches)
-        for launch, value in zip(plan.launches, seconds):
-            if id(launch) in times:
-                times[id(launch)].append(value)
+    passes = launch_times(plan, x, repeat)
+    index = {id(launch): i for i, launch in enumerate(plan.launches)}
     return [{"layers": row["layers"], "kernel": row["kernel"], "kind": row["kind"], "shape": list(row["shape"]),
-             "seconds": float(np.median(times[id(step.launch)]))} for step, row in launching]
+             "seconds": float(np.median([times[index[id(step.launch)]] for times in passes]))}
+            for step, row in zip(plan.steps, plan.describe()) if step.launch is not None]
 
 
 def launch_wall_seconds(plan, x, repeat: int) -> float:
