@@ -10,11 +10,15 @@ re-made, checked against numpy, and every launch is timed with profiling events 
 order (median of --repeat passes). Each layer's other neighbours keep the library's choice.
 
 Candidates: the library's choice, every ``gemm_keras`` configuration the library lists
-(``candidates``), the defaults' named variants, and the top configurations of gemm_sweep.py JSON
-files given with --from (those timed on this layer's shape).
+(``candidates``), the defaults' named variants, the top configurations of gemm_sweep.py JSON
+files given with --from (those timed on this layer's shape), and every configuration of --configs
+files (``{"codename": [defines, ...]}``, e.g. ``benchmarks/configs/gemv_batch1.json``); those a
+layer's shape, batch or precision cannot take are skipped. --precision runs the network in that
+precision (its tuning entries and numpy reference too).
 
 Run:  python3 benchmarks/insitu_sweep.py [--models "Full MNIST"] [--batch 100] [--from sweep.json ...]
-                                        [--repeat 20] [--json out.json]
+                                        [--configs configs.json ...] [--precision P] [--repeat 20]
+                                        [--json out.json]
 """
 
 from __future__ import annotations
@@ -36,12 +40,13 @@ atexit.register(shutil.rmtree, os.environ["MALINN_CACHE_DIR"], True)
 import malinn  # noqa: E402
 from malinn import tuning_db  # noqa: E402
 from malinn.kernel_library import load_library  # noqa: E402
+from malinn.resources import kernels_dir  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from models import MODELS, build, numpy_forward, step_seconds  # noqa: E402
+from models import MODELS, build, effective_weights, numpy_forward, step_seconds  # noqa: E402
 
 
-def candidates(shape, sources) -> list:
+def candidates(shape, sources, configs=()) -> list:
     """``(codename, defines)`` pairs to try on the product ``shape`` = (m, k, n)."""
     library = load_library()
     entries = json.loads(library.path.read_text())["kernels"]
@@ -53,6 +58,8 @@ def candidates(shape, sources) -> list:
     for data in sources:
         for row in data.get("best_per_shape", {}).get(key, []):
             found.append((data["kernel"], dict(row["defines"])))
+    for data in configs:
+        found.extend((codename, dict(defines)) for codename, listed in data.items() for defines in listed)
     unique, seen = [], set()
     for codename, defines in found:
         tag = (codename, tuple(sorted((k, str(v)) for k, v in defines.items())))
@@ -60,6 +67,38 @@ def candidates(shape, sources) -> list:
             seen.add(tag)
             unique.append((codename, defines))
     return unique
+
+
+def full(entries, codename, overrides) -> dict:
+    """An entry's complete defines (its base's, its own, then ``overrides``), as strings."""
+    entry = entries[codename]
+    base = full(entries, entry["variant_of"], {}) if "variant_of" in entry else {}
+    return {k: str(v) for k, v in {**base, **entry.get("defines", {}), **overrides}.items()}
+
+
+def use_kernels_with(config_files) -> None:
+    """Points malinn (``MALINN_KERNELS``, before the library is first read) at a temporary copy of
+    its kernels folder whose ``library.json`` lists each --configs file's configurations among its
+    kernels' ``candidates``, so that the tuning database accepts them as configurations it offers."""
+    shipped = kernels_dir()
+    library = json.loads((shipped / "library.json").read_text())
+    for path in config_files:
+        for codename, listed in json.loads(Path(path).read_text()).items():
+            entry = library["kernels"][codename]
+            known = list(entry.get("candidates") or [])
+            seen = [full(library["kernels"], codename, c) for c in [{}] + known]
+            for defines in listed:
+                if full(library["kernels"], codename, defines) not in seen:
+                    known.append(defines)
+                    seen.append(full(library["kernels"], codename, defines))
+            entry["candidates"] = known
+    folder = Path(tempfile.mkdtemp(prefix="malinn-insitu-kernels-"))
+    atexit.register(shutil.rmtree, str(folder), True)
+    for item in shipped.iterdir():
+        if item.name != "library.json":
+            (folder / item.name).symlink_to(item)
+    (folder / "library.json").write_text(json.dumps(library))
+    os.environ["MALINN_KERNELS"] = str(folder)
 
 
 def matmul_steps(plan, x, repeat: int) -> list:
@@ -75,33 +114,41 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--from", dest="sources", nargs="*", default=[], metavar="JSON",
                         help="gemm_sweep.py results whose top configurations per shape are tried too")
+    parser.add_argument("--configs", nargs="*", default=[], metavar="JSON",
+                        help='files of {"codename": [defines, ...]} tried on every layer')
+    parser.add_argument("--precision", default="fp32", help="the network's precision (default fp32)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
+    if args.configs:
+        use_kernels_with(args.configs)
     if args.device:
         malinn.set_device(args.device)
     device = malinn.get_device()
     sources = [json.loads(Path(p).read_text()) for p in args.sources]
+    configs = [json.loads(Path(p).read_text()) for p in args.configs]
     print(f"device: {device}", flush=True)
     results = []
     for name in args.models:
         widths = MODELS[name]
         model = build(widths)
+        model.precision = args.precision
         x = np.random.default_rng(1).standard_normal((args.batch, widths[0])).astype(np.float32)
-        want = numpy_forward(model.get_weights(), x)
+        want = numpy_forward(effective_weights(model.get_weights(), args.precision), x)
         plan = model.plan(args.batch, device)
         shapes = plan.matmul_shapes()
         base = matmul_steps(plan, x, args.repeat)
-        print(f"{name} batch {args.batch}: library's choice " + ", ".join(
+        print(f"{name} batch {args.batch} {args.precision}: library's choice " + ", ".join(
             f"{s['seconds'] * 1e6:.1f} us {s['kernel']}" for s in base), flush=True)
         layers = []
         for index, shape in enumerate(shapes):
             key = tuning_db.shape_key(shape)
             rows = [{"codename": "library", "defines": None, "kernel": base[index]["kernel"],
                      "seconds": base[index]["seconds"], "total": sum(s["seconds"] for s in base)}]
-            for codename, defines in candidates(shape, sources):
+            for codename, defines in candidates(shape, sources, configs):
                 try:
-                    tuning_db.save(device, shapes={key: {"codename": codename, "defines": defines}})
-                    if tuning_db.tuned_choice(device, shape) is None:
+                    tuning_db.save(device, shapes={key: {"codename": codename, "defines": defines}},
+                                   precision=args.precision)
+                    if tuning_db.tuned_choice(device, shape, args.precision) is None:
                         continue                          # not offered here (or its preconditions fail)
                     plan = model.plan(args.batch, device)
                     y = model.predict(x)
@@ -119,17 +166,24 @@ def main(argv=None):
             for r in rows[:8]:
                 print(f"    {r['seconds'] * 1e6:7.1f} us (network {r['total'] * 1e6:6.1f})  {r['kernel']}", flush=True)
             layers.append({"shape": list(shape), "rows": rows})
+            write(args.json, device, args.repeat, results + [{"model": name, "batch": args.batch,
+                                                              "precision": args.precision, "library": base,
+                                                              "layers": layers, "partial": True}])
             # later layers are timed with the library's choice here again
             path = tuning_db.tuning_file()
             path.unlink(missing_ok=True)
             tuning_db.forget()
-        results.append({"model": name, "batch": args.batch, "library": base, "layers": layers})
-    if args.json:
-        Path(args.json).write_text(json.dumps({"device": device.describe(), "driver": device.driver_version,
-                                               "repeat": args.repeat, "results": results,
-                                               "command": " ".join(sys.argv)}, indent=1) + "\n")
-        print(f"wrote {args.json}")
+        results.append({"model": name, "batch": args.batch, "precision": args.precision, "library": base,
+                        "layers": layers})
+    write(args.json, device, args.repeat, results)
 
+
+def write(path, device, repeat, results) -> None:
+    """Writes the results so far to ``path`` (when given): a run stopped by a time limit keeps them."""
+    if path:
+        Path(path).write_text(json.dumps({"device": device.describe(), "driver": device.driver_version,
+                                          "repeat": repeat, "results": results,
+                                          "command": " ".join(sys.argv)}, indent=1) + "\n")
 
 if __name__ == "__main__":
     main()

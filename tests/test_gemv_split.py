@@ -203,11 +203,17 @@ def test_dense_model_at_small_batch_runs_the_gpu_default(device, monkeypatch, rn
 
 def test_the_gpu_defaults_name_gemv_split_c_for_small_batches():
     """The H200 sweep (benchmarks/results/gemv_split_sweep_nvidia_h200.json) chose gemv_split_c for
-    batches 1..8 (K split across work-groups beats gemv_c's split inside one)."""
-    fallbacks = LIB.default_specs("matmul_fallback", "gpu")
-    for n in range(1, 9):
-        for m, k in ((4096, 3072), (2500, 784), (10, 3)):
-            assert next(f for f in fallbacks if f.accepts(m, k, n)).codename == "gemv_split_c"
+    batches 1..8 (K split across work-groups beats gemv_c's split inside one); at batch 1 a head of at
+    most 64 units takes gemv_split_head_c, its configuration for few rows (timed inside the networks:
+    benchmarks/results/insitu_b1_*_nvidia_h200.json), in every precision."""
+    for precision in ("fp32", "fp16-storage", "int8-weights"):
+        fallbacks = LIB.default_specs("matmul_fallback", "gpu", precision=precision)
+        for n in range(1, 9):
+            for m, k in ((4096, 3072), (2500, 784), (65, 3072), (10, 3)):
+                chosen = next(f for f in fallbacks if f.accepts(m, k, n)).codename
+                assert chosen == ("gemv_split_head_c" if m <= 64 and n == 1 else "gemv_split_c"), (precision, m, k, n)
+        head = LIB["gemv_split_head_c"]
+        assert not head.accepts(65, 3072, 1) and not head.accepts(10, 3072, 2) and head.accepts(64, 1, 1)
 
 
 OCLGRIND = shutil.which("oclgrind")
@@ -224,7 +230,9 @@ errors = {}
 precisions = ["fp32", "fp16-storage", "int8-weights"] + (["fp16"] if "cl_khr_fp16" in device.extensions else [])
 configs = [None, {"VW": 1, "MDIM": 4, "KSPLIT": 8, "SLICES": 4, "UNROLL": 1, "NB": 2},
            {"VW": 16, "MDIM": 2, "KSPLIT": 4, "SLICES": 8, "UNROLL": 1, "NB": 1},
-           {"VW": 16, "MDIM": 2, "KSPLIT": 2, "SLICES": 2, "UNROLL": 2, "NB": 1, "WIDE": 0}]
+           {"VW": 16, "MDIM": 2, "KSPLIT": 2, "SLICES": 2, "UNROLL": 2, "NB": 1, "WIDE": 0},
+           {"VW": 4, "MDIM": 4, "KSPLIT": 64, "SLICES": 16, "UNROLL": 1, "NB": 1},
+           {"VW": 8, "MDIM": 16, "KSPLIT": 16, "SLICES": 32, "COLS": 2, "NB": 1}]
 for precision in precisions:
     for c, config in enumerate(configs):
         spec = lib["gemv_split_c"].configure(config).in_precision(precision) if config else \

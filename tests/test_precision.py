@@ -252,12 +252,14 @@ def bytes_per_item_and_step(spec) -> int:
 
 
 @pytest.mark.parametrize("precision", REDUCED + ("fp16",))
-def test_reduced_weights_stream_in_16_byte_loads_with_as_many_bytes_per_item_as_fp32(precision):
-    """Issue 14: half and int8 weights read as float4 is (16 bytes of rows per load: VW 8 halves, 16
-    chars), each item moving at least the bytes per step that fp32's does, over fewer items."""
+def test_reduced_weights_stream_in_wide_loads_with_as_many_bytes_per_item_as_fp32(precision):
+    """Issue 14: half and int8 weights read in vector loads of 8 or more bytes of rows (VW 8: half8 is
+    16 bytes, char8 8; char16 loads were slower inside the network on the H200,
+    benchmarks/results/insitu_b1_cifar_int8_nvidia_h200.json), each item moving at least the bytes per
+    step that fp32's does, over fewer items."""
     fp32, mine = batch1_gpu_default("fp32"), batch1_gpu_default(precision)
     assert fp32.codename == mine.codename == "gemv_split_c" and mine.precision == precision
-    assert int(mine.config["VW"]) * load_library().precision(precision).weight_bytes >= 16
+    assert int(mine.config["VW"]) * load_library().precision(precision).weight_bytes >= 8
     assert int(fp32.config["VW"]) * 4 >= 16
     assert bytes_per_item_and_step(mine) >= bytes_per_item_and_step(fp32)
 
@@ -282,7 +284,7 @@ def test_per_precision_defaults_serve_their_precisions_only():
 
 @pytest.mark.parametrize("mutate, fragment", [
     (lambda e: e.update(precisions=["fp8"]), "field 'defaults.matmul_fallback.gpu.precisions': expected a list of "
-                                             "precisions 'gemv_split_c' supports"),
+                                             "precisions 'gemv_split_head_c' supports"),
     (lambda e: e.update(precisions="int8-weights"), "field 'defaults.matmul_fallback.gpu.precisions'"),
     (lambda e: e.update(precisions=[]), "field 'defaults.matmul_fallback.gpu.precisions'"),
 ])
