@@ -6,7 +6,8 @@ and "precisions"). This script measures both parts on one device, in one run:
 
 * OpenCL (profiling events, each launch after a kernel that reads --flush-mib MiB, so the data is
   cold as in a network): an empty kernel of one item, an empty kernel of 4096 work-groups of 256, a
-  4 KiB buffer copy, and a streaming read (float4 loads, one sum per item) of each --sizes MB;
+  4 KiB buffer copy, an empty kernel queued right behind a 12.5 MB stream (as a network's next layer
+  is), and a streaming read (float4 loads, one sum per item) of each --sizes MB;
   ``fixed`` and ``rate`` are the least-squares line through the streaming reads of 4 MB and more.
 * torch (when CUDA is there): the same streaming read as ``torch.sum`` and a matrix times a vector
   (cuBLAS) of each --gemv shape in float32, float16 and (weights only) bfloat16, timed with CUDA
@@ -86,6 +87,15 @@ def opencl_figures(device, sizes_mb, flush_mib, repeat):
     fit = [r for r in figures["stream"] if r["mb"] >= 4]
     fixed, rate = line([r["mb"] * 1e6 for r in fit], [r["s"] for r in fit])
     figures.update(fixed_s=fixed, rate_gbs=rate / 1e9)
+    # an empty kernel queued right behind a 12.5 MB stream, as a network's next layer is: its event
+    chained = []
+    for _ in range(repeat + 1):
+        flush()
+        run_stream(12_500_000)
+        event = cl.enqueue_nd_range_kernel(queue, nothing, (1,), (1,))
+        event.wait()
+        chained.append((event.profile.end - event.profile.start) * 1e-9)
+    figures["empty_after_a_kernel_s"] = float(np.median(chained[1:]))
     return figures
 
 
@@ -143,7 +153,8 @@ def main(argv=None):
     result = {"device": device.name, "opencl": opencl_figures(device, args.sizes, args.flush_mib, args.repeat)}
     o = result["opencl"]
     print(f"{device.name}: OpenCL event of an empty 1-item kernel {o['empty_1_item_s'] * 1e6:.2f} us, "
-          f"4096 empty groups {o['empty_4096_groups_s'] * 1e6:.2f} us, 4 KiB copy {o['copy_4kib_s'] * 1e6:.2f} us")
+          f"4096 empty groups {o['empty_4096_groups_s'] * 1e6:.2f} us, 4 KiB copy {o['copy_4kib_s'] * 1e6:.2f} us, "
+          f"empty kernel right behind another {o['empty_after_a_kernel_s'] * 1e6:.2f} us")
     for r in o["stream"]:
         print(f"  stream {r['mb']:8.3f} MB  {r['s'] * 1e6:8.2f} us")
     print(f"  fit: fixed {o['fixed_s'] * 1e6:.2f} us + bytes / {o['rate_gbs']:.0f} GB/s")
