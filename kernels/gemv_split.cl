@@ -31,6 +31,21 @@
  * clears the buffer once; every launch leaves them 0), then SLICES * h * w floats of partial sums,
  * tile g's slice s at tiles + (g * SLICES + s) * ROWS * NB ("scratch_bytes" in library.json).
  *
+ * HEAD 1 (gemv_split_c_head): a small Dense layer after this one (a classifier head of HEAD_UNITS
+ * units reading R) runs in the same launch, and R is never written to memory. The work-group that
+ * holds a row tile's final values (its last, with SLICES > 1) keeps them in local memory, multiplies
+ * them by the head's weights of those ROWS inputs (an item per row, the rows then added in a fixed
+ * tree in local memory) (the buffer head: HEAD_UNITS x H column-major
+ * with stride HEAD_STRIDE, in the weights' precision, HEAD_COLS columns padded, int8 scales after
+ * them as for A) and stores the HEAD_UNITS x NB partial sums in scratch, then counts itself in its
+ * column block's head counter; the work-group that counts last adds the h / ROWS tiles' partial
+ * sums, ROWS tiles at a time in a fixed tree, the chunks in tile order (bit-identical results), adds head_bias (HEAD_BIAS), applies HEAD_ACTIVATION
+ * or, with HEAD_SOFTMAX, a softmax over the HEAD_UNITS units of each sample, writes the head's
+ * output r (column-major; its padding as 0) and sets the counter back to 0. The arguments h and m
+ * are then the head's output rows (padded, logical); the first layer's are H and HEAD_INPUTS
+ * (compile-time), and the scratch holds, after the layer's, w / NB head counters and (h / ROWS) * HEAD_UNITS * w
+ * floats of head partial sums.
+ *
  * The global range is (h / VW) x (w / NB * KSPLIT * SLICES) (library.json: "ndrange", "scale",
  * "split"); h is a multiple of ROWS and w of NB.
  *
@@ -88,6 +103,47 @@
 #ifndef INT8_BIAS
 #define INT8_BIAS 0
 #endif
+#ifndef HEAD
+#define HEAD 0
+#endif
+#ifndef HEAD_UNITS
+#define HEAD_UNITS 64
+#endif
+#ifndef HEAD_BIAS
+#define HEAD_BIAS 0
+#endif
+#ifndef HEAD_ACTIVATION
+#define HEAD_ACTIVATION act_linear
+#endif
+#ifndef HEAD_SOFTMAX
+#define HEAD_SOFTMAX 0
+#endif
+/* the head's weights' padded rows and columns and the first layer's logical rows (0: none given,
+ * then HEAD_UNITS, the first layer's padded rows and those again; the runtime gives all three) */
+#ifndef HEAD_STRIDE
+#define HEAD_STRIDE 0
+#endif
+#ifndef HEAD_COLS
+#define HEAD_COLS 0
+#endif
+#ifndef HEAD_INPUTS
+#define HEAD_INPUTS 0
+#endif
+#if HEAD_STRIDE > 0
+#define HEAD_LDA HEAD_STRIDE
+#else
+#define HEAD_LDA HEAD_UNITS
+#endif
+#if HEAD_COLS > 0
+#define HEAD_NA HEAD_COLS
+#else
+#define HEAD_NA H
+#endif
+#if HEAD_INPUTS > 0
+#define HEAD_M HEAD_INPUTS
+#else
+#define HEAD_M H
+#endif
 
 #define ROWS (MDIM * VW)          /* rows of R per work-group */
 #define OUTS (ROWS * NB)          /* results per work-group */
@@ -143,6 +199,45 @@ typedef acc_t accv;
 #define VSTORE(v, o, p) ((p)[o] = (v))
 #endif
 
+#if HEAD
+#define HEAD_W(row, j) ((float)LOAD_W((size_t)(row) * HEAD_LDA + (j), head))
+#if WEIGHT_BITS == 8
+#define HEAD_SCALE(j) \
+    (((__global const float *)((__global const char *)head + ((size_t)HEAD_LDA * HEAD_NA + 3) / 4 * 4))[j])
+#else
+#define HEAD_SCALE(j) 1.0f
+#endif
+/* a row tile's final value e (column e / ROWS, row e % ROWS): kept in local memory for the head */
+#define STORE_R(e, row, col, v) (part[e] = EPILOGUE(v, row, col))
+#define HEAD_ARGS , __global const WEIGHT *head, __global const float *head_bias
+/* h and m name the head's output here (R's padded and logical rows): the first layer's are H and
+ * HEAD_INPUTS, taken as h and m inside the kernel */
+#define GEMV_SCALARS uint l, uint head_h, uint w, uint head_m, uint n, uint H, uint W, \
+                     float p0, float p1, float p2, float p3
+#else
+#define GEMV_SCALARS MATMUL_SCALARS
+#define STORE_R(e, row, col, v) (R_AT(row, col) = EPILOGUE(v, row, col))
+#define HEAD_ARGS
+#endif
+
+#if HEAD
+#define HEAD_WIDTH (HEAD_UNITS * NB)
+/* the first len rows of HEAD_WIDTH values at x added pairwise in a fixed tree (row i += row i +
+ * top, top = len / 2 rounded up, until one row is left): the sums end in row 0; every item of
+ * the work-group calls it */
+void head_tree(__local float *x, uint len, uint t)
+{
+    while (len > 1) {
+        const uint top = (len + 1) / 2;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint i = t; i < (len - top) * HEAD_WIDTH; i += MDIM * KSPLIT)
+            x[i] += x[i + top * HEAD_WIDTH];
+        len = top;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+#endif
+
 #define CAT_(x, y) x##y
 #define CAT(x, y) CAT_(x, y)
 #if WIDE && VL > 1                /* LOAD_V(p): the VL weights at p (aligned to VL elements), as accv */
@@ -170,14 +265,21 @@ CAT(float, VL) load_half_wide(__global const half *p)
 #endif
 
 __kernel __attribute__((reqd_work_group_size(MDIM, KSPLIT, 1)))
-void gemv_split(MATMUL_SCALARS,
+void gemv_split(GEMV_SCALARS,
                 __global const WEIGHT *a,
                 __global const float *b,
                 __global float *r,
                 EPILOGUE_BUFFERS,
-                __global uint *scratch)
+                __global uint *scratch
+                HEAD_ARGS)
 {
     __local float part[KSPLIT * OUTS];      /* [tk][column in group][row in group] */
+#if HEAD
+    __local uint head_last;
+    __local float head_values[HEAD_UNITS * NB];
+    __local float head_rows[ROWS * HEAD_WIDTH];     /* [row or tile][sample][head unit] */
+    const uint h = H, m = HEAD_M;
+#endif
     const uint tm = get_local_id(0);
     const uint tk = get_local_id(1);
     const uint t = tk * MDIM + tm;
@@ -245,8 +347,11 @@ void gemv_split(MATMUL_SCALARS,
 #if SLICES == 1
     for (uint e = t; e < OUTS; e += THREADS) {
         const uint row = rowg + e % ROWS, col = col0 + e / ROWS;
-        R_AT(row, col) = EPILOGUE(part[e], row, col);
+        STORE_R(e, row, col, part[e]);
     }
+#if HEAD
+    const uint owner = 1;                       /* every work-group holds its tile's final values */
+#endif
 #else
     __local uint last;
     const uint tiles = (h / ROWS) * (w / NB);
@@ -275,10 +380,89 @@ void gemv_split(MATMUL_SCALARS,
                     sum = q0 + q == 0 ? v[0] : sum + v[q];
             }
             const uint row = rowg + e % ROWS, col = col0 + e / ROWS;
-            R_AT(row, col) = EPILOGUE(sum, row, col);
+            STORE_R(e, row, col, sum);
         }
         if (t == 0)
             atomic_xchg(counter, 0u);
+    }
+#if HEAD
+    const uint owner = last;
+#endif
+#endif
+
+#if HEAD
+    if (owner) {
+        const uint rtiles = h / ROWS;
+        const size_t head_base = (size_t)rtiles * (w / NB) + (size_t)SLICES * h * w;
+        volatile __global uint *head_counter = scratch + head_base + block;
+        /* this column block's tiles' shares: [tile][sample][unit] */
+        volatile __global float *head_part = (volatile __global float *)(scratch + head_base + w / NB)
+                                             + (size_t)block * rtiles * HEAD_WIDTH;
+        /* this row tile's share of each head unit and sample: each item a row q, its values times its
+         * weights (one contiguous run of the head's weights) into row q of head_rows ([row][sample]
+         * [unit]), then the rows added in a fixed tree */
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint q = t; q < ROWS; q += THREADS)
+            for (uint c = 0; c < NB; ++c) {
+                const float v = part[c * ROWS + q];
+                #pragma unroll
+                for (uint j = 0; j < HEAD_UNITS; ++j)
+                    head_rows[q * HEAD_WIDTH + c * HEAD_UNITS + j] = v * HEAD_W(rowg + q, j);
+            }
+        head_tree(head_rows, ROWS, t);
+        for (uint i = t; i < HEAD_WIDTH; i += THREADS)
+            atomic_xchg(head_part + (size_t)get_group_id(0) * HEAD_WIDTH + i, head_rows[i]);
+        mem_fence(CLK_GLOBAL_MEM_FENCE);
+        barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+        if (t == 0)
+            head_last = atomic_inc(head_counter) == rtiles - 1;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (head_last) {
+            mem_fence(CLK_GLOBAL_MEM_FENCE);
+            /* the tiles' shares, ROWS tiles at a time read at once and added in a fixed tree, the
+             * chunks in tile order (the same sums whichever tile is last) */
+            for (uint g0 = 0; g0 < rtiles; g0 += ROWS) {
+                const uint count = min((uint)ROWS, rtiles - g0);
+                barrier(CLK_LOCAL_MEM_FENCE);
+                for (uint i = t; i < count * HEAD_WIDTH; i += THREADS)
+                    head_rows[i] = atomic_xchg(head_part + (size_t)g0 * HEAD_WIDTH + i, 0.0f);
+                head_tree(head_rows, count, t);
+                for (uint i = t; i < HEAD_WIDTH; i += THREADS)
+                    head_values[i] = g0 == 0 ? head_rows[i] : head_values[i] + head_rows[i];
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (uint c = 0; c < NB; ++c)
+                for (uint j = t; j < HEAD_UNITS; j += THREADS) {
+                    float s = head_values[c * HEAD_UNITS + j] * HEAD_SCALE(j);
+#if HEAD_BIAS
+                    s += head_bias[j];
+#endif
+                    head_values[c * HEAD_UNITS + j] = HEAD_ACTIVATION(s);
+                }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (uint c = 0; c < NB; ++c)
+                for (uint j = t; j < head_h; j += THREADS) {
+                    const uint col = col0 + c;
+                    float v = 0.0f;
+                    if (j < HEAD_UNITS && col < n) {
+                        __local const float *x = head_values + c * HEAD_UNITS;
+#if HEAD_SOFTMAX
+                        float top = x[0];
+                        for (uint i = 1; i < HEAD_UNITS; ++i)
+                            top = fmax(top, x[i]);
+                        float total = 0.0f;
+                        for (uint i = 0; i < HEAD_UNITS; ++i)
+                            total += exp(x[i] - top);
+                        v = exp(x[j] - top) / total;
+#else
+                        v = x[j];
+#endif
+                    }
+                    r[(size_t)col * head_h + j] = v;
+                }
+            if (t == 0)
+                atomic_xchg(head_counter, 0u);
+        }
     }
 #endif
 }

@@ -74,7 +74,7 @@ SCALAR_LETTERS = {
     "p": "the next float parameter",
 }
 MATRIX_NAMES = ("a", "b", "r")
-VECTOR_NAMES = ("bias", "scale", "shift")
+VECTOR_NAMES = ("bias", "scale", "shift", "head", "head_bias")
 #: a buffer the runtime allocates for the kernel's own use (its size: the entry's ``scratch_bytes``)
 SCRATCH_NAME = "scratch"
 #: what a matmul kernel can fuse into its final write -> the define that switches it on
@@ -85,7 +85,7 @@ VIEW_DEFINES = ("R_OFFSET", "R_LD", "R_ROWS", "R_SPARE")
 PRECONDITIONS = ("min_m", "max_m", "min_k", "max_k", "min_n", "max_n")
 #: the ``defaults`` tables that name matmul kernels: the choice, the fallbacks where its
 #: preconditions fail (a list: the first whose preconditions hold), the kernel that fuses softmax
-MATMUL_CHOICES = ("matmul", "matmul_fallback", "matmul_softmax")
+MATMUL_CHOICES = ("matmul", "matmul_fallback", "matmul_softmax", "matmul_head")
 #: the precision every kernel supports and every model runs in unless asked otherwise
 DEFAULT_PRECISION = "fp32"
 
@@ -447,7 +447,7 @@ class KernelLibrary:
                      for c in choices]
             specs = [s for s in specs if s.has_source(backend)]
         if not specs:
-            if op == "matmul_softmax":
+            if op in ("matmul_softmax", "matmul_head"):
                 return []
             codenames = self.codenames("matmul" if op in MATMUL_CHOICES else op, backend)
             if not codenames:

@@ -5,6 +5,7 @@ uploads, launches and downloads.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -13,7 +14,7 @@ from .backends.base import Device
 from .kernel_call import bind, scratch_size
 from .kernel_choice import choose
 from .ops import with_epilogue
-from .kernel_library import DEFAULT_PRECISION, KernelSpec, load_library
+from .kernel_library import DEFAULT_PRECISION, KernelSpec, MatrixRestriction, load_library
 from .matrix import DeviceMatrix
 from .tensor import format_shape
 
@@ -86,25 +87,34 @@ class Plan:
             chosen[2].append(storage)
         return [(size, storages) for size, _, storages in buffers]
 
+    def _weights(self):
+        """``(weight, least padding, precision)`` of every weight copy the plan's kernels read (a
+        head's too)."""
+        for step in self.steps:
+            if step.weight is not None:
+                yield step.weight, self._weight_padding(step), step.spec.precision
+            if step.head is not None:
+                yield step.head[0], self._head_padding(step), step.spec.precision
+
     def weight_paddings(self) -> list:
         """The least padded shape of each matmul's weight in this plan (a copy padded more may serve)."""
-        return [self._weight_padding(step) for step in self.steps if step.weight is not None]
+        return [padding for _, padding, _ in self._weights()]
 
     def weight_sizes(self) -> list:
         """Bytes of each matmul's weight copy in this plan, in its precision."""
-        return [step.weight.nbytes(self._weight_padding(step), step.spec.precision)
-                for step in self.steps if step.weight is not None]
+        return [weight.nbytes(padding, precision) for weight, padding, precision in self._weights()]
 
     def weight_bytes(self) -> int:
         """Bytes of the weight copies this plan reads (shared with other plans of the model)."""
         seen, total = set(), 0
+        for weight, padding, precision in self._weights():
+            key = (id(weight), padding, precision)
+            if key not in seen:
+                seen.add(key)
+                total += weight.nbytes(padding, precision)
         for step in self.steps:
-            if step.weight is not None:
-                key = (id(step.weight), self._weight_padding(step), step.spec.precision)
-                if key not in seen:
-                    seen.add(key)
-                    total += step.weight.nbytes(key[1], key[2])
-            for vector in (step.bias,) + (step.affine or ()) + tuple(step.vectors.values()):
+            head_bias = (step.head[1],) if step.head is not None else ()
+            for vector in (step.bias,) + (step.affine or ()) + tuple(step.vectors.values()) + head_bias:
                 if vector is not None and id(vector) not in seen:
                     seen.add(id(vector))
                     total += vector.values.nbytes
@@ -135,7 +145,10 @@ class Plan:
             if spec is None or spec.scratch_bytes is None or storage.padded is None:
                 continue
             h, w = storage.padded
-            size = scratch_size(spec, {"h": h, "w": w})
+            values = {"h": h, "w": w}
+            if step.kind == "matmul" and step.weight is not None:   # a kernel that tiles A's rows (a head's)
+                values["H"] = self._weight_padding(step)[0]
+            size = scratch_size(spec, values)
             if size > 4:
                 who = step.layers[-1]._what() if step.layers else step.what
                 sizes.setdefault(size, f"{who} scratch (partial sums for {storage.rows} features x {storage.cols} "
@@ -269,6 +282,8 @@ class Plan:
                 vectors["bias"] = step.bias.on_device(device)
             if step.affine is not None:
                 vectors["scale"], vectors["shift"] = (v.on_device(device) for v in step.affine)
+            if step.head is not None:
+                spec = self._head(step, spec, matrices["a"], vectors)
         elif step.kind == "affine":
             vectors["scale"], vectors["shift"] = (v.on_device(device) for v in step.affine)
             matrices = {"r": matrices["r"]}
@@ -285,6 +300,31 @@ class Plan:
         for name, vector in step.vectors.items():
             vectors[name] = vector.on_device(device)
         return bind(spec, device, matrices, vectors, params, what=step.what)
+
+    def _head(self, step: Step, spec: KernelSpec, first: DeviceMatrix, vectors: dict) -> KernelSpec:
+        """Uploads the head of a step that computes one (its weights as the first layer's, units
+        by the padded rows of the first layer's copy ``first``; its bias) into ``vectors`` and
+        returns ``spec`` with the paddings the kernel indexes them by."""
+        weight, bias, _ = step.head
+        # the kernel reads the head's inputs up to the first layer's copy's padded rows (a copy shared
+        # with another kernel may be padded beyond this plan's least padding)
+        need = (weight.shape[0], first.padded[0])
+        matrix = weight.on_device(self.device, self._head_restriction(step), need, precision=spec.precision)
+        vectors["head"] = matrix.buffer
+        if bias is not None:
+            vectors["head_bias"] = bias.on_device(self.device)
+        return spec.configure({"HEAD_STRIDE": matrix.padded[0], "HEAD_COLS": matrix.padded[1],
+                               "HEAD_INPUTS": step.weight.shape[0]})
+
+    @staticmethod
+    def _head_restriction(step: Step) -> MatrixRestriction:
+        """The head's weights are read as the first layer's are, with any row padding."""
+        return dataclasses.replace(step.spec.matrices["a"], row_align=1)
+
+    def _head_padding(self, step: Step) -> tuple:
+        """The head's weights padded as its kernel reads them: its units by the first layer's
+        padded rows (the head's inputs)."""
+        return (step.head[0].shape[0], self._weight_padding(step)[0])
 
     @staticmethod
     def _epilogue(step: Step, device: Device) -> KernelSpec:
@@ -342,13 +382,14 @@ class Plan:
             fused = [f for f, on in (("bias", step.bias is not None),
                                      (step.activation, step.kind in ("matmul", "conv", "merge")
                                       and step.activation not in (None, "linear")),
-                                     ("affine", step.kind in ("matmul", "conv") and step.affine is not None)) if on]
+                                     ("affine", step.kind in ("matmul", "conv") and step.affine is not None),
+                                     ("head", step.head is not None)) if on]
             plain = {}   # a shape-generic kernel (merge, concat, dot) shows only what this step sets
             if step.kind in ("merge", "concat", "dot") and step.spec.template is not None:
                 plain = {k: str(v) for k, v in step.spec.template[1].get("defines", {}).items()}
             config = " ".join(f"{k}={v}" for k, v in step.spec.defines
                               if k not in ("BIAS", "ACTIVATION", "AFFINE") and k not in precision_defines
-                              and k not in GEOMETRY and plain.get(k) != v)
+                              and k not in GEOMETRY and plain.get(k) != v and not k.startswith("HEAD"))
             kernel = (step.spec.codename + (f" ({config})" if config else "")
                       + (" (writes its slice of a shared buffer)" if step.out.storage.view is not None else "")
                       + (f" [{step.spec.precision}]" if step.spec.precision != DEFAULT_PRECISION else ""))
@@ -361,4 +402,10 @@ class Plan:
 
     def matmul_shapes(self) -> list:
         """``(m, k, n)`` of every matmul step (what ``malinn tune --model`` times)."""
-        return [(s.weight.shape[0], s.weight.shape[1], s.inputs["b"].cols) for s in self.steps if s.kind == "matmul"]
+        shapes = []
+        for s in self.steps:
+            if s.kind == "matmul":
+                shapes.append((s.weight.shape[0], s.weight.shape[1], s.inputs["b"].cols))
+                if s.head is not None:   # a head computed in the step's kernel (tuned for when it is not)
+                    shapes.append((s.head[0].shape[0], s.weight.shape[0], s.inputs["b"].cols))
+        return shapes

@@ -29,7 +29,7 @@ import math
 from .backends.base import Device
 from .conv_choice import choose_algorithm
 from .conv_geometry import ConvGeometry
-from .errors import BackendError
+from .errors import BackendError, LibraryError
 from .kernel_choice import choose, explicit_choice, holding_columns
 from .ops import elementwise_kernel
 from .kernel_library import DEFAULT_PRECISION, KernelSpec, load_library
@@ -446,6 +446,66 @@ class PlanBuilder:
                 continue
             keep.append(step)
         self.steps = keep
+        self._fuse_heads(outputs)
+
+    def _fuse_heads(self, outputs) -> None:
+        """Computes a small Dense head inside the kernel of the matmul before it (one launch fewer at
+        small batches): where the library names a ``matmul_head`` kernel for the device (one whose
+        source also runs the first matmul's kernel, in the same configuration), the first matmul's
+        result is read by the head alone and is no output, the head fits the kernel (its units,
+        the batch, its activation: softmax or one without parameters), and neither kernel was
+        chosen with ``use``. The first layer's result then never exists in memory."""
+        heads = load_library().default_specs("matmul_head", self.device.kind, self.device.backend)
+        if not heads:
+            return
+        removed = set()
+        for head in self.steps:
+            x = head.inputs.get("b")
+            first = x.producer if x is not None else None
+            if (head.kind != "matmul" or first is None or first.kind != "matmul" or id(first) in removed
+                    or head.explicit or first.explicit or first.head is not None or x in outputs
+                    or len(x.consumers) != 1 or first.affine is not None or head.affine is not None
+                    or x.storage.view is not None or first.spec.precision != head.spec.precision):
+                continue
+            spec = self._head_kernel(heads, first, head)
+            if spec is None:
+                continue
+            first.spec, first.head = spec, (head.weight, head.bias, head.activation)
+            first.layers += [layer for layer in head.layers if layer not in first.layers]
+            first.what = f"{first.what} and {head.what}"
+            first.out = head.out
+            head.out.producer = first
+            x.consumers.remove(head)
+            removed.add(id(head))
+        self.steps = [step for step in self.steps if id(step) not in removed]
+
+    def _head_kernel(self, heads, first: Step, head: Step) -> KernelSpec | None:
+        """The first of ``heads`` that runs ``first``'s kernel in its configuration with ``head``
+        computed in it, configured for the head, or ``None``."""
+        library = load_library()
+        units = head.weight.shape[0]
+        activation = head.activation or "linear"
+        if activation not in ("linear", "softmax") and (elementwise_kernel(activation) is None
+                                                         or library.activation_spec(activation).params):
+            return None
+        for spec in heads:
+            if (spec.source_path != first.spec.source_path or spec.function != first.spec.function
+                    or first.spec.precision not in spec.precisions
+                    or any(spec.matrices[x].layout != first.spec.matrices[x].layout for x in "ab")
+                    or spec.matrices["r"].layout != head.spec.matrices["r"].layout):
+                continue
+            config = {k: v for k, v in first.spec.config.items() if k in spec.config and not k.startswith("HEAD")}
+            config.update(HEAD_UNITS=units, HEAD_BIAS=int(head.bias is not None),
+                          HEAD_SOFTMAX=int(activation == "softmax"),
+                          HEAD_ACTIVATION="act_linear" if activation == "softmax" else f"act_{activation}")
+            try:
+                configured = spec.configure(config)
+            except LibraryError:
+                continue   # more units than the kernel takes
+            if configured.accepts(*first.weight.shape, first.inputs["b"].cols, device=self.device) \
+                    and configured.fits(self.device):
+                return configured.in_precision(first.spec.precision)
+        return None
 
     def _absorb(self, matmul: Step, step: Step) -> bool:
         if step.kind not in ("bias", "affine", "activation"):

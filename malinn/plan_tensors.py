@@ -183,6 +183,8 @@ class Step:
     vectors: dict = dataclasses.field(default_factory=dict)   # kernel buffer name -> Vector (layer steps)
     overwrites: bool = False      # a layer step that rewrites its input "b" in place
     view: bool = False            # the plan made it free: its result is a view (nothing launched)
+    head: tuple | None = None     # (Weight, Vector | None, activation): a small Dense layer after this
+                                  # matmul, computed in its kernel; ``out`` is then the head's output
 
     @property
     def in_place(self) -> bool:

@@ -76,10 +76,13 @@ def test_a_wide_dense_network_at_batch_100_runs_gemm_keras_on_a_gpu(device, monk
     """With the GPU's defaults (the device's kind pretended), at batch 100 a wide layer with 1024
     inputs or more runs gemm_keras_full_batch (at 130, gemm_keras_large), a narrow one
     with as many inputs gemm_keras_narrow, a small one gemv_batch_small_c, and a layer of fewer than 1024
-    inputs gemm_keras_medium; the answer is numpy's, bit-identical call after call."""
+    inputs gemm_keras_medium; on a GL GPU, its own configurations timed in GLSL (gemm_keras_gl_batch,
+    gemm_keras_gl_narrow) in their stead; the answer is numpy's, bit-identical call after call."""
     monkeypatch.setattr(type(device), "kind", property(lambda self: "gpu"))
-    for sizes, want in (([1100, 2600, 40, 10], ["gemm_keras_full_batch", "gemm_keras_narrow", "gemv_batch_small_c"]),
-                        ([784, 1030, 10], ["gemm_keras_medium", "gemm_keras_narrow"])):
+    gl = device.backend == "gl"
+    full, narrow = ("gemm_keras_gl_batch", "gemm_keras_gl_narrow") if gl else ("gemm_keras_full_batch", "gemm_keras_narrow")
+    for sizes, want in (([1100, 2600, 40, 10], [full, narrow, "gemv_batch_small_c"]),
+                        ([784, 1030, 10], ["gemm_keras_medium", narrow])):
         model = malinn.Sequential([Dense(units, activation=act)
                                    for units, act in zip(sizes[1:], ("relu", "tanh", None)[-(len(sizes) - 1):])])
         model.build((None, sizes[0]))

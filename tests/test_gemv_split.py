@@ -180,7 +180,9 @@ def test_a_kernel_without_scratch_may_not_name_its_size(tmp_path):
 def test_dense_model_at_small_batch_runs_the_gpu_default(device, monkeypatch, rng, batch):
     """With the GPU's defaults (the device's kind pretended), a Dense network at batch 1 and 8 runs
     each wide layer with the first of matmul_fallback whose preconditions hold, and answers as numpy
-    does; the classifier head keeps gemv_softmax_c."""
+    does; the classifier head (softmax) runs inside the kernel of the layer before it
+    (gemv_split_c_head, in that layer's configuration): one launch fewer, on a backend whose library
+    entries offer it (OpenCL; on GL the head keeps gemv_softmax_c)."""
     monkeypatch.setattr(type(device), "kind", property(lambda self: "gpu"))
     sizes = [301, 257, 129, 10]
     layers = [Dense(257, activation="relu"), Dense(129, activation="tanh"), Dense(10, activation="softmax")]
@@ -189,11 +191,17 @@ def test_dense_model_at_small_batch_runs_the_gpu_default(device, monkeypatch, rn
     for layer in model.layers:
         layer.set_weights([layer.kernel, rng.standard_normal(layer.units).astype(np.float32) * 0.1])
     rows = [r for r in model.plan(batch, device).describe() if r["kind"] == "matmul"]
-    fallbacks = LIB.default_specs("matmul_fallback", "gpu")
+    fuses = bool(LIB.default_specs("matmul_head", "gpu", device.backend))
+    fallbacks = LIB.default_specs("matmul_fallback", "gpu", device.backend)
     for row, (k, m) in zip(rows[:2], zip(sizes, sizes[1:])):
         want = next(f for f in fallbacks if f.accepts(m, k, batch))
-        assert row["kernel"].split(" ")[0] == want.codename
-    assert rows[2]["kernel"].startswith("gemv_softmax_c")
+        assert row["kernel"].split(" ")[0] == want.codename + ("_head" if fuses and row is rows[1] else "")
+        assert all(f"{key}={want.config[key]}" in row["kernel"] for key in ("VW", "MDIM", "KSPLIT", "SLICES", "NB"))
+    if fuses:
+        assert len(rows) == 2 and rows[1]["layers"] == [layers[1].name, layers[2].name]
+        assert rows[1]["fused"] == ["bias", "tanh", "head"]
+    else:
+        assert rows[2]["kernel"].startswith("gemv_softmax_c")
     x = rng.standard_normal((batch, sizes[0])).astype(np.float32)
     h = x.astype(np.float64)
     for layer in model.layers:
