@@ -55,10 +55,10 @@ from .resources import kernels_dir
 
 __all__ = ["KernelSpec", "MatrixRestriction", "KernelLibrary", "Precision", "load_library", "DEFAULT_PRECISION"]
 
-OPS = ("matmul", "bias", "affine", "activation", "relayout", "reshape", "broadcast", "normalize", "permute", "repeat",
+OPS = ("matmul", "matmul_head", "bias", "affine", "activation", "relayout", "reshape", "broadcast", "normalize", "permute", "repeat",
        "conv", "depthwise", "pool", "spatial", "im2col", "merge", "concat", "dot")
 #: ops whose kernels read a weight matrix ``a`` and may fuse the epilogue (epilogue.clh)
-EPILOGUE_OPS = ("matmul", "conv", "depthwise")
+EPILOGUE_OPS = ("matmul", "matmul_head", "conv", "depthwise")
 SCALAR_LETTERS = {
     "l": "padded common dimension K",
     "h": "padded rows of r",
@@ -85,7 +85,7 @@ VIEW_DEFINES = ("R_OFFSET", "R_LD", "R_ROWS", "R_SPARE")
 PRECONDITIONS = ("min_m", "max_m", "min_k", "max_k", "min_n", "max_n")
 #: the ``defaults`` tables that name matmul kernels: the choice, the fallbacks where its
 #: preconditions fail (a list: the first whose preconditions hold), the kernel that fuses softmax
-MATMUL_CHOICES = ("matmul", "matmul_fallback", "matmul_softmax", "matmul_head")
+MATMUL_CHOICES = ("matmul", "matmul_fallback", "matmul_softmax")
 #: the precision every kernel supports and every model runs in unless asked otherwise
 DEFAULT_PRECISION = "fp32"
 
@@ -785,8 +785,8 @@ def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -
     supported = entry.get("precisions", [DEFAULT_PRECISION])
     if not isinstance(supported, list) or DEFAULT_PRECISION not in supported or not set(supported) <= set(table):
         fail("precisions", f"expected a list of some of {', '.join(table)}, with {DEFAULT_PRECISION!r}")
-    if op != "matmul" and supported != [DEFAULT_PRECISION]:
-        fail("precisions", "only matmul kernels read weights in another precision")
+    if op not in ("matmul", "matmul_head") and supported != [DEFAULT_PRECISION]:
+        fail("precisions", "only matmul kernels (and matmul_head) read weights in another precision")
     given = {k: str(v) for k, v in defines.items()}
     matching = [p for p in supported if all(given.get(k) == v for k, v in table[p].defines)]
     precision = max(matching, key=lambda p: len(table[p].defines))

@@ -383,7 +383,7 @@ class Plan:
                                      (step.activation, step.kind in ("matmul", "conv", "merge")
                                       and step.activation not in (None, "linear")),
                                      ("affine", step.kind in ("matmul", "conv") and step.affine is not None),
-                                     ("head", step.head is not None)) if on]
+                                     (self._head_label(step), step.head is not None)) if on]
             plain = {}   # a shape-generic kernel (merge, concat, dot) shows only what this step sets
             if step.kind in ("merge", "concat", "dot") and step.spec.template is not None:
                 plain = {k: str(v) for k, v in step.spec.template[1].get("defines", {}).items()}
@@ -399,6 +399,12 @@ class Plan:
                          "kernel": kernel, "fused": fused, "shape": step.out.shape, "what": step.what,
                          "kind": step.kind, "view": step.view})
         return rows
+
+    @staticmethod
+    def _head_label(step: Step) -> str:
+        """``head`` (a Dense head computed in the step's kernel), with its activation where it has one."""
+        activation = step.head[2] if step.head is not None else None
+        return "head" if activation in (None, "linear") else f"head ({activation})"
 
     def matmul_shapes(self) -> list:
         """``(m, k, n)`` of every matmul step (what ``malinn tune --model`` times)."""

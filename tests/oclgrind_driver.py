@@ -238,14 +238,24 @@ def run_layer(case, device, rng):
 
 
 def run_model(case, device, rng):
-    from malinn import Sequential
+    from malinn import Sequential, kernel_choice
     from malinn.layers import BatchNormalization, Dense
 
-    ops.use("matmul", case["codename"], device)
+    kind = type(device).kind
+    if case.get("gpu_defaults"):   # the plan's own choices on a GPU (a fused head, say): nothing chosen
+        kernel_choice.forget(device)
+        type(device).kind = property(lambda self: "gpu")
+    else:
+        ops.use("matmul", case["codename"], device)
     layers = [Dense(u, activation=a) for u, a in zip(case["units"], case["activations"])]
     layers.insert(1, BatchNormalization())
     model = Sequential(layers)
     model.build((None, case["input"]))
+    if case.get("gpu_defaults"):
+        kernels = [row["kernel"] for row in model.plan(case["batch"], device).describe()]
+        if not any(k.split(" ")[0] == case["codename"] for k in kernels):
+            type(device).kind = kind
+            raise AssertionError(f"the plan runs {kernels}, not {case['codename']}")
     weights = [w + rng.standard_normal(w.shape).astype(np.float32) * 0.5 for w in model.get_weights()]
     weights[5] = np.abs(weights[5]) + 0.5                      # moving variance > 0
     model.set_weights(weights)
@@ -265,6 +275,7 @@ def run_model(case, device, rng):
         got = model.predict(x, batch_size=case.get("batch_size"))
     finally:
         device.max_allocation = saved
+        type(device).kind = kind
     h = x.astype(np.float64)
     for layer in model.layers:
         w = [v.astype(np.float64) for v in layer.get_weights()]

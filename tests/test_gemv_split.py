@@ -199,7 +199,7 @@ def test_dense_model_at_small_batch_runs_the_gpu_default(device, monkeypatch, rn
         assert all(f"{key}={want.config[key]}" in row["kernel"] for key in ("VW", "MDIM", "KSPLIT", "SLICES", "NB"))
     if fuses:
         assert len(rows) == 2 and rows[1]["layers"] == [layers[1].name, layers[2].name]
-        assert rows[1]["fused"] == ["bias", "tanh", "head"]
+        assert rows[1]["fused"] == ["bias", "tanh", "head (softmax)"]
     else:
         assert rows[2]["kernel"].startswith("gemv_softmax_c")
     x = rng.standard_normal((batch, sizes[0])).astype(np.float32)

@@ -257,6 +257,13 @@ def model_cases() -> list[dict]:
     cases.append({"op": "model", "codename": SPLIT_KERNEL, "input": 13, "units": [7, 33, 5],
                   "activations": ["tanh", "elu", "softmax"], "batch": 23, "split_samples": 4,
                   "kernels": [SPLIT_KERNEL], "cost": 50000})
+    # a kernel that computes a Dense layer and the head after it: chosen by the plan alone, with the
+    # GPU's defaults (the driver checks that the plan runs it)
+    for codename in LIB.codenames("matmul_head"):
+        for batch in (1, 3):
+            cases.append({"op": "model", "codename": codename, "gpu_defaults": True, "input": 13,
+                          "units": [7, 33, 5], "activations": ["relu", "sigmoid", "softmax"], "batch": batch,
+                          "kernels": [codename], "cost": 50000})
     return cases
 
 
