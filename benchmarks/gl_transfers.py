@@ -14,21 +14,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
+import sys
+from pathlib import Path
 
 import numpy as np
 
 import malinn
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peers import median_time  # noqa: E402
+
 
 def median_us(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times)) * 1e6
+    return median_time(fn, repeat) * 1e6
 
 
 def chunked(buffer, x, pieces: int) -> None:

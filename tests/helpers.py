@@ -1,6 +1,9 @@
 """Numpy references for the kernels: the formulas the tests hold malinn to."""
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -161,3 +164,17 @@ def python_env(**overrides):
     PYTHONPATH already held kept after it (where pyopencl may live outside site-packages)."""
     path = [str(Path(__file__).resolve().parents[1])] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
     return dict(os.environ, **overrides, PYTHONPATH=os.pathsep.join(path))
+
+
+def run_under_oclgrind(oclgrind: str, script: str, timeout: int = 900) -> dict:
+    """Runs Python ``script`` on the Oclgrind device under its memory, race, uninitialised-value and
+    API checks; asserts that it exited cleanly and that Oclgrind reported nothing (but the one
+    clGetDeviceInfo query pyopencl makes of every device), and returns the JSON of its last line."""
+    env = python_env(MALINN_DEVICE="Oclgrind", MALINN_BINARY_CACHE="0", MALINN_PINNED="0", PYTHONWARNINGS="ignore")
+    done = subprocess.run([oclgrind, "--check-api", "--data-races", "--uninitialized", sys.executable, "-c", script],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    stderr = done.stderr.replace("\nOclgrind - OpenCL runtime error detected\n\tFunction: clGetDeviceInfo\n"
+                                 "\tError:    CL_INVALID_VALUE\n\tFor argument 'param_name'\n", "").strip()
+    assert stderr == "", stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -12,10 +12,7 @@ uninitialised-value and API checks.
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -26,7 +23,7 @@ from malinn.kernel_library import load_library
 from malinn.layers import Dense
 from malinn.precision import effective
 
-from helpers import activation as ref_activation, assert_close, python_env
+from helpers import activation as ref_activation, assert_close, run_under_oclgrind
 
 LIB = load_library()
 FUSES = bool(LIB.default_specs("matmul_head", "gpu", "opencl"))
@@ -88,7 +85,6 @@ def test_a_fused_head_matches_numpy_on_odd_shapes(gpu_kind, precision, rng):
 def test_fused_heads_repeat_bit_for_bit_sharing_the_scratch(gpu_kind, rng):
     """Each launch leaves the head counters and partial sums at 0 and the tiles are added in tile
     order: two fused networks, interleaved, repeat exactly."""
-    device = gpu_kind
     one = network([1001, 3000, 10], ["relu", "softmax"], rng)
     two = network([700, 2000, 7], ["tanh", "linear"], rng)
     x1, x2 = rng.standard_normal((1, 1001)).astype(np.float32), rng.standard_normal((1, 700)).astype(np.float32)
@@ -169,12 +165,5 @@ def test_a_fused_head_is_clean_under_oclgrind():
     """Out-of-bounds accesses, data races (the head's partial sums and counter are atomics),
     uninitialised values and API misuse, every weight precision, each network run twice (the second
     finds the counters the first left)."""
-    env = python_env(MALINN_DEVICE="Oclgrind", MALINN_BINARY_CACHE="0", MALINN_PINNED="0", PYTHONWARNINGS="ignore")
-    done = subprocess.run([OCLGRIND, "--check-api", "--data-races", "--uninitialized", sys.executable, "-c",
-                           OCLGRIND_SCRIPT], capture_output=True, text=True, timeout=900, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    stderr = done.stderr.replace("\nOclgrind - OpenCL runtime error detected\n\tFunction: clGetDeviceInfo\n"
-                                 "\tError:    CL_INVALID_VALUE\n\tFor argument 'param_name'\n", "").strip()
-    assert stderr == "", stderr[-3000:]
-    errors = json.loads(done.stdout.strip().splitlines()[-1])
+    errors = run_under_oclgrind(OCLGRIND, OCLGRIND_SCRIPT)
     assert len(errors) == 6 and all(error < 1e-5 for error in errors.values()), errors

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +28,7 @@ from malinn.matrix import DeviceMatrix
 from malinn.precision import device_bytes, effective
 from malinn.resources import kernels_dir
 
-from helpers import activation as ref_activation, assert_close, python_env
+from helpers import activation as ref_activation, assert_close, run_under_oclgrind
 
 ROOT = Path(__file__).resolve().parents[1]
 LIB = load_library()
@@ -270,13 +268,6 @@ def test_clean_under_oclgrind_in_every_precision():
     """Out-of-bounds accesses, data races between work-items and work-groups (the partial sums and
     counters are atomics), uninitialised values and API misuse, with slices and without, each
     launched twice (the second finds the counters the first left)."""
-    env = python_env(MALINN_DEVICE="Oclgrind", MALINN_BINARY_CACHE="0", MALINN_PINNED="0", PYTHONWARNINGS="ignore")
-    done = subprocess.run([OCLGRIND, "--check-api", "--data-races", "--uninitialized", sys.executable, "-c",
-                           OCLGRIND_SCRIPT], capture_output=True, text=True, timeout=900, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    stderr = done.stderr.replace("\nOclgrind - OpenCL runtime error detected\n\tFunction: clGetDeviceInfo\n"
-                                 "\tError:    CL_INVALID_VALUE\n\tFor argument 'param_name'\n", "").strip()
-    assert stderr == "", stderr[-3000:]
-    errors = json.loads(done.stdout.strip().splitlines()[-1])
+    errors = run_under_oclgrind(OCLGRIND, OCLGRIND_SCRIPT)
     assert len(errors) >= 27, errors
     assert all(error < (1e-2 if case.startswith("fp16 ") else 1e-5) for case, error in errors.items()), errors
