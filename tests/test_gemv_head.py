@@ -82,6 +82,29 @@ def test_a_fused_head_matches_numpy_on_odd_shapes(gpu_kind, precision, rng):
         assert_close(model.predict(x), reference(model, x, precision), 1e-2 if precision == "fp16" else 1e-5)
 
 
+def test_a_parameterised_activation_before_the_head_keeps_its_parameters(gpu_kind, rng):
+    """The first layer's activation takes parameters (ELU's alpha, a ReLU's slope, cap and
+    threshold): they reach the fused kernel (found on the H200 by the Keras equivalence suite)."""
+    from malinn.layers import ELU, ReLU
+
+    for activation in (ELU(alpha=0.5), ReLU(max_value=2.0, negative_slope=0.2, threshold=0.5)):
+        model = malinn.Sequential([Dense(13), activation, Dense(3, activation="softmax")])
+        model.build((None, 5))
+        model.set_weights([w if w.ndim == 2 else rng.standard_normal(w.shape).astype(np.float32)
+                           for w in model.get_weights()])
+        rows = matmul_rows(model, 1, gpu_kind)
+        assert len(rows) == 1 and rows[0]["kernel"].startswith("gemv_split_c_head"), rows
+        x = rng.standard_normal((1, 5)).astype(np.float32)
+        h = x.astype(np.float64) @ model.layers[0].kernel + model.layers[0].bias
+        if isinstance(activation, ELU):
+            h = np.where(h > 0, h, 0.5 * np.expm1(h))
+        else:
+            h = np.where(h >= 2.0, 2.0, np.where(h >= 0.5, h, 0.2 * (h - 0.5)))
+        z = h @ model.layers[2].kernel + model.layers[2].bias
+        z = np.exp(z - z.max(axis=-1, keepdims=True))
+        assert_close(model.predict(x), z / z.sum(axis=-1, keepdims=True))
+
+
 def test_fused_heads_repeat_bit_for_bit_sharing_the_scratch(gpu_kind, rng):
     """Each launch leaves the head counters and partial sums at 0 and the tiles are added in tile
     order: two fused networks, interleaved, repeat exactly."""
