@@ -98,16 +98,19 @@ def keras_zoo(tmp_path_factory):
     """The Keras models of the converter tests, their files in every format and Keras's outputs.
 
     Runs ``python3 tests/keras_zoo.py DIR`` once per session (about 15 s) and returns a
-    ``keras_zoo.ZooIndex``. ``MALINN_KERAS_ZOO=DIR`` reuses (or fills) a zoo kept in ``DIR``.
-    Tests that need it are skipped when TensorFlow is not installed.
+    ``keras_zoo.ZooIndex``. ``MALINN_KERAS_ZOO=DIR`` reuses (or fills) a zoo kept in ``DIR``; a
+    zoo made elsewhere runs without TensorFlow (on a GPU machine or a board that has none). Tests
+    that need it are skipped when there is neither TensorFlow nor such a zoo.
     """
     from keras_zoo import ZooIndex
 
+    kept = os.environ.get("MALINN_KERAS_ZOO")
+    folder = Path(kept) if kept else tmp_path_factory.mktemp("keras_zoo")
+    if (folder / "manifest.json").is_file():
+        return ZooIndex(folder)
     if importlib.util.find_spec("tensorflow") is None:
         pytest.skip("tensorflow is not installed (pip install tensorflow-cpu tf-keras scikit-learn, "
                     "or bash .ci/setup --test): the Keras reference models cannot be built")
-    kept = os.environ.get("MALINN_KERAS_ZOO")
-    folder = Path(kept) if kept else tmp_path_factory.mktemp("keras_zoo")
     if not (folder / "manifest.json").is_file():
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
         try:
