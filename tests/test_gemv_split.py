@@ -211,13 +211,16 @@ def test_the_gpu_defaults_name_gemv_split_c_for_small_batches():
     """The H200 sweep (benchmarks/results/gemv_split_sweep_nvidia_h200.json) chose gemv_split_c for
     batches 1..8 (K split across work-groups beats gemv_c's split inside one); at batch 1 a head of at
     most 64 units takes gemv_split_head_c, its configuration for few rows (timed inside the networks:
-    benchmarks/results/insitu_b1_*_nvidia_h200.json), in every precision."""
+    benchmarks/results/insitu_b1_*_nvidia_h200.json), in every precision; in fp32 a wider layer of
+    3072 inputs or more takes gemv_split_stream_c, its configuration for weight-streaming layers."""
     for precision in ("fp32", "fp16-storage", "int8-weights"):
         fallbacks = LIB.default_specs("matmul_fallback", "gpu", precision=precision)
         for n in range(1, 9):
-            for m, k in ((4096, 3072), (2500, 784), (65, 3072), (10, 3)):
+            for m, k in ((4096, 3072), (3072, 4096), (2500, 784), (65, 3072), (10, 3)):
                 chosen = next(f for f in fallbacks if f.accepts(m, k, n)).codename
-                assert chosen == ("gemv_split_head_c" if m <= 64 and n == 1 else "gemv_split_c"), (precision, m, k, n)
+                want = ("gemv_split_head_c" if m <= 64 and n == 1 else
+                        "gemv_split_stream_c" if precision == "fp32" and k >= 3072 and n == 1 else "gemv_split_c")
+                assert chosen == want, (precision, m, k, n)
         head = LIB["gemv_split_head_c"]
         assert not head.accepts(65, 3072, 1) and not head.accepts(10, 3072, 2) and head.accepts(64, 1, 1)
 
