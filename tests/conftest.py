@@ -10,6 +10,11 @@ from pathlib import Path
 
 # Tuning results and program binaries go to a cache of the test run's own, never the user's.
 os.environ["MALINN_CACHE_DIR"] = tempfile.mkdtemp(prefix="malinn-test-cache-")
+# No program binaries written for the next process, except where a test asks (test_cache,
+# test_cold_start, test_opengl): the tests build thousands of distinct programs once each, and on
+# PoCL asking a program for its binary compiles every kernel in it for the device (1.5 s a program
+# on a CI core, half a cold build's cost), a binary no later process of the run reads.
+os.environ.setdefault("MALINN_BINARY_CACHE", "0")
 # Hypothesis keeps its files in ./.hypothesis (the checkout) unless told where: a folder of the run's own.
 if not os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
     os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = tempfile.mkdtemp(prefix="malinn-test-hypothesis-")

@@ -53,7 +53,7 @@ OTHER = {"MWG": 64, "NWG": 64, "KWG": 32, "MDIMC": 8, "NDIMC": 16, "VW": 2, "LOC
 
 
 def run_child(cache_dir: Path, config=None) -> tuple[dict, str]:
-    env = {**os.environ, "MALINN_CACHE_DIR": str(cache_dir), "PYTHONWARNINGS": "default"}
+    env = {**os.environ, "MALINN_CACHE_DIR": str(cache_dir), "MALINN_BINARY_CACHE": "1", "PYTHONWARNINGS": "default"}
     env.pop("H3_CONFIG", None)
     if config:
         env["H3_CONFIG"] = json.dumps(config)
@@ -150,7 +150,7 @@ def test_program_binaries_are_cached_for_the_next_process(tmp_path):
     script = ("import numpy as np, malinn; m = malinn.load_model(r'%s'); m.predict(np.zeros((2, 64)));"
               "print(malinn.get_device().counters.get('builds'), malinn.get_device().counters.get('binary_hits', 0))"
               % (malinn.__path__[0] + "/../examples/digits_mlp.keras"))
-    env = {**os.environ, "MALINN_CACHE_DIR": str(tmp_path)}
+    env = {**os.environ, "MALINN_CACHE_DIR": str(tmp_path), "MALINN_BINARY_CACHE": "1"}
     first = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
@@ -164,7 +164,7 @@ def test_program_binaries_are_cached_for_the_next_process(tmp_path):
 
 
 def test_a_damaged_binary_is_rebuilt_from_source(tmp_path):
-    env = {**os.environ, "MALINN_CACHE_DIR": str(tmp_path)}
+    env = {**os.environ, "MALINN_CACHE_DIR": str(tmp_path), "MALINN_BINARY_CACHE": "1"}
     script = ("import numpy as np, malinn; "
               "print(malinn.Sequential([malinn.layers.Dense(3)]).predict(np.ones((1, 2))).shape)")
     assert subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, timeout=300).returncode == 0

@@ -38,7 +38,7 @@ def model_file(tmp_path_factory):
 
 def run(path, cache_dir, **env) -> dict:
     out = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "MALINN_CACHE_DIR": str(cache_dir), **env})
+                         env={**os.environ, "MALINN_CACHE_DIR": str(cache_dir), "MALINN_BINARY_CACHE": "1", **env})
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
