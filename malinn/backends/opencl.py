@@ -217,7 +217,12 @@ class OpenCLDevice(Device):
             program = self._from_binary(key, options)
             if program is None:
                 try:
-                    program = cl.Program(self.context, source).build(options=list(options))
+                    with warnings.catch_warnings():
+                        # a build that succeeded may still print the compiler's notes (PoCL: "3 warnings
+                        # generated"); pyopencl turns them into a warning the user cannot act on. A failed
+                        # build's log is in the error below.
+                        warnings.simplefilter("ignore", cl.CompilerWarning)
+                        program = cl.Program(self.context, source).build(options=list(options))
                 except cl.Error as exc:
                     raise KernelBuildError(
                         f"building {origin} for {self.name} failed ({status_name(exc)})\n"
