@@ -390,7 +390,7 @@ class GLDevice(Device):
 
         Without queries, the first dispatch of several is flushed (``glFlush``) at once: a driver
         may hold commands until something waits on them, and the GPU then starts only once the
-        host has issued every launch (NVIDIA's GL: a predict 2-5% sooner on Table 10.5's Full
+        host has issued every launch (NVIDIA's GL: a predict 1-4% sooner on Table 10.5's Full
         networks, benchmarks/gl_flush.py)."""
         with self:
             for q, launch in enumerate(launches):

@@ -56,12 +56,12 @@ def zoo_file(graph_zoo, fmt, key):
 
 
 #: within 1e-5 x max(1, max |Keras|); on OpenGL devices 3e-5: Mesa's llvmpipe rounds a * b + c twice
-#: (no fused multiply-add, not even through fma()), where TensorFlow and OpenCL round it once, and
-#: concat_three_mixed on [-1000, 1000] feeds a softmax logits of -622.73 and -622.66, whose
-#: last-bit difference moves the output by 1.5e-5
+#: (no fused multiply-add, not even through fma()), where TensorFlow and OpenCL round it once.
 TOLERANCE = {"opencl": 1e-5, "gl": 3e-5}
-#: the "large" range's inputs (magnitude 1000) make pre-softmax sums of ~1e3, where one float32 ulp is 6e-5 and
-#: moves a softmax output by up to 1.5e-5: TensorFlow's and malinn's summation orders may differ by a few ulps
+#: the "large" range ([-1000, 1000]) at LARGE_FACTOR times that: concat_three_mixed feeds a softmax
+#: logits of -622.73 and -622.66, where one float32 ulp (6e-5) moves the output by 1.5e-5, and
+#: TensorFlow's summation order (its CPU kernels differ by machine) may differ from malinn's by a few
+#: ulps (2.2e-5 seen with tf_keras on a CI machine)
 LARGE_FACTOR = 10
 
 
