@@ -44,7 +44,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -185,12 +185,17 @@ class KernelSpec:
         drop = {name for p in self.precisions for name, _ in table[p].defines}
         merged = {k: v for k, v in self.defines if k not in drop}
         merged.update(dict(table[precision].defines))
-        spec = _cached(self.template[1], merged)
-        if spec is None:
-            spec = _remember(self.template[1], merged, _build(self.template[0], self.codename, self.template[1],
-                                                              merged, table))
-        return spec
+        return self._with_defines(merged)
 
+    def _with_defines(self, merged: dict) -> "KernelSpec":
+        """The entry's spec for the complete define dict ``merged`` (built once per entry and
+        defines), carrying this spec's float parameters: a fused activation's, which the entry does
+        not name."""
+        path, entry, table = self.template
+        spec = _cached(entry, merged)
+        if spec is None:
+            spec = _remember(entry, merged, _build(path, self.codename, entry, merged, table))
+        return spec if spec.params == self.params else replace(spec, params=self.params)
 
     def has_source(self, backend: str) -> bool:
         """Whether this kernel runs on ``backend`` (OpenCL always; another backend where the entry's
@@ -207,27 +212,26 @@ class KernelSpec:
         return dict(self.defines)
 
     def configure(self, overrides: dict | None = None) -> "KernelSpec":
-        """This kernel with some defines replaced, restrictions re-evaluated.
+        """This kernel with some defines replaced, restrictions re-evaluated, and the float
+        parameters this spec carries kept (a fused activation's, which its entry does not name).
 
         Raises:
             LibraryError: a define is unknown to the entry, or a constraint or restriction fails.
         """
         if not overrides:
             return self
-        path, entry, table = self.template
+        _, entry, table = self.template
         unknown = set(overrides) - set(dict(self.defines)) - {EPILOGUE_DEFINES[f] for f in self.epilogue} \
             - {name for p in self.precisions for name, _ in table[p].defines} \
             - (set(VIEW_DEFINES) if "view" in self.epilogue else set())
         if unknown:
             raise LibraryError(f"kernel {self.codename!r} has no defines {sorted(unknown)}")
         merged = {**dict(self.defines), **{k: str(v) for k, v in overrides.items()}}
-        spec = _cached(entry, merged)
-        if spec is None:
+        if _cached(entry, merged) is None:
             failed = [c for c in self.constraints if not evaluate(c, merged)]
             if failed:
                 raise LibraryError(f"kernel {self.codename!r}: configuration {overrides} breaks {failed}")
-            spec = _remember(entry, merged, _build(path, self.codename, entry, merged, table))
-        return spec
+        return self._with_defines(merged)
 
     def configurations(self, device=None) -> list[dict]:
         """The defaults and every ``candidates`` entry that meet ``constraints`` and ``device``.

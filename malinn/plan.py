@@ -313,7 +313,7 @@ class Plan:
         vectors["head"] = matrix.buffer
         if bias is not None:
             vectors["head_bias"] = bias.on_device(self.device)
-        return _keeping_params(spec, {"HEAD_STRIDE": matrix.padded[0], "HEAD_COLS": matrix.padded[1],
+        return spec.configure({"HEAD_STRIDE": matrix.padded[0], "HEAD_COLS": matrix.padded[1],
                                       "HEAD_INPUTS": step.weight.shape[0]})
 
     @staticmethod
@@ -337,7 +337,7 @@ class Plan:
         if len(fused) != wanted:
             raise AssertionError(f"{step.what}: {spec.codename} fuses only {fused}")
         if step.out.storage.view is not None:   # R is a slice of a larger buffer (epilogue.clh R_VIEW)
-            spec = _keeping_params(spec, step.out.storage.view)
+            spec = spec.configure(step.out.storage.view)
         return spec
 
     # ---------------------------------------------------------------- running
@@ -416,8 +416,3 @@ class Plan:
                     shapes.append((s.head[0].shape[0], s.weight.shape[0], s.inputs["b"].cols))
         return shapes
 
-
-def _keeping_params(spec: KernelSpec, defines: dict) -> KernelSpec:
-    """``spec`` with ``defines`` replaced, keeping the float parameters its fused activation gave it
-    (``KernelSpec.configure`` rebuilds the spec from its library entry, which names none)."""
-    return dataclasses.replace(spec.configure(defines), params=spec.params)

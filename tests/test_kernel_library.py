@@ -199,6 +199,20 @@ def test_a_configured_spec_is_never_served_for_another_entry_with_a_reused_id():
     del kernel_library._configured[(id(other), key[1])]
 
 
+def test_configuring_a_spec_keeps_a_fused_activations_parameters():
+    """A matmul spec given an activation's float parameters (ops.with_epilogue: ELU's alpha) keeps
+    them when its defines change later (a plan's paddings, a precision): its entry names none, and
+    a spec rebuilt from the entry alone would launch without them."""
+    from dataclasses import replace
+
+    spec = LIB["gemv_split_c"]
+    fused = replace(spec.configure({EPILOGUE_DEFINES["activation"]: "act_elu"}), params=(("alpha", 0.5),))
+    assert fused.configure({"SLICES": "4"}).params == (("alpha", 0.5),)
+    assert fused.configure({"SLICES": "4"}).config["SLICES"] == "4"
+    assert fused.in_precision("int8-weights").params == (("alpha", 0.5),)
+    assert spec.configure({"SLICES": "4"}).params == spec.params == ()
+
+
 def test_a_default_the_device_cannot_launch_gives_way_to_the_next():
     """A GPU's softmax head takes the first matmul_softmax configuration whose work-group the device
     can launch: 512 items where the device allows them, the 256-item one on a smaller GPU (a Mali's
