@@ -135,7 +135,9 @@ def main(argv=None):
         x = np.random.default_rng(1).standard_normal((args.batch, widths[0])).astype(np.float32)
         want = numpy_forward(effective_weights(model.get_weights(), args.precision), x)
         plan = model.plan(args.batch, device)
-        shapes = plan.matmul_shapes()
+        # one shape per matmul step (a head fused into a step is timed in it, never alone here)
+        shapes = [(s.weight.shape[0], s.weight.shape[1], s.inputs["b"].cols) for s in plan.steps
+                  if s.kind == "matmul"]
         base = matmul_steps(plan, x, args.repeat)
         print(f"{name} batch {args.batch} {args.precision}: library's choice " + ", ".join(
             f"{s['seconds'] * 1e6:.1f} us {s['kernel']}" for s in base), flush=True)
