@@ -1,6 +1,8 @@
 """Shared fixtures: every device test runs once per working device of every backend (OpenCL, and
 OpenGL where moderngl is installed)."""
 
+import contextlib
+import fcntl
 import importlib.util
 import os
 import subprocess
@@ -98,6 +100,24 @@ def rng():
 ZOO_SCRIPT = Path(__file__).with_name("keras_zoo.py")
 
 
+def shared_folder(tmp_path_factory, name: str) -> Path:
+    """A folder of this test run that every xdist worker shares (``name`` under the run's base
+    folder; the session's own without xdist), so that what one worker builds the others reuse."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
+
+
+@contextlib.contextmanager
+def exclusive(lock: Path):
+    """Holds an exclusive lock on the file ``lock`` (made if missing) across processes."""
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session")
 def keras_zoo(tmp_path_factory):
     """The Keras models of the converter tests, their files in every format and Keras's outputs.
@@ -107,23 +127,29 @@ def keras_zoo(tmp_path_factory):
     zoo made elsewhere runs without TensorFlow (on a GPU machine or a board that has none). Tests
     that need it are skipped when there is neither TensorFlow nor such a zoo.
     """
+    kept = os.environ.get("MALINN_KERAS_ZOO")
+    folder = Path(kept) if kept else shared_folder(tmp_path_factory, "keras_zoo")
+    folder.mkdir(parents=True, exist_ok=True)
+    with exclusive(folder / ".building"):   # one xdist worker builds it, the others wait and read it
+        return _filled_keras_zoo(folder)
+
+
+def _filled_keras_zoo(folder: Path):
+    """The zoo in ``folder``, built there first unless its manifest (written last) is there."""
     from keras_zoo import ZooIndex
 
-    kept = os.environ.get("MALINN_KERAS_ZOO")
-    folder = Path(kept) if kept else tmp_path_factory.mktemp("keras_zoo")
     if (folder / "manifest.json").is_file():
         return ZooIndex(folder)
     if importlib.util.find_spec("tensorflow") is None:
         pytest.skip("tensorflow is not installed (pip install tensorflow-cpu tf-keras scikit-learn, "
                     "or bash .ci/setup --test): the Keras reference models cannot be built")
-    if not (folder / "manifest.json").is_file():
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-        try:
-            proc = subprocess.run([sys.executable, str(ZOO_SCRIPT), str(folder)], capture_output=True,
-                                  text=True, env=env, timeout=900)
-        except subprocess.TimeoutExpired as exc:
-            pytest.fail(f"tests/keras_zoo.py did not finish in {exc.timeout} s")
-        if proc.returncode != 0 or not (folder / "manifest.json").is_file():
-            pytest.fail(f"tests/keras_zoo.py {folder} failed (exit {proc.returncode}):\n"
-                        f"{proc.stdout[-2000:]}\n{proc.stderr[-6000:]}")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    try:
+        proc = subprocess.run([sys.executable, str(ZOO_SCRIPT), str(folder)], capture_output=True,
+                              text=True, env=env, timeout=900)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"tests/keras_zoo.py did not finish in {exc.timeout} s")
+    if proc.returncode != 0 or not (folder / "manifest.json").is_file():
+        pytest.fail(f"tests/keras_zoo.py {folder} failed (exit {proc.returncode}):\n"
+                    f"{proc.stdout[-2000:]}\n{proc.stderr[-6000:]}")
     return ZooIndex(folder)

@@ -60,13 +60,14 @@ def run_threads(work):
 
 def matmuls_to_check():
     """``None`` (the device's own choice, in the configuration the library names for its kind),
-    the library's default matmul for each device kind, a Morton kernel and every kernel with a
-    fused epilogue or tunable defines (those take other code paths); the others run the same host
-    code as one of these."""
+    the library's default matmul for each device kind, a Morton kernel, every kernel with a scratch
+    buffer (split-K counters and partial sums that each launch must leave as it found them: where
+    threads could collide) and every kernel that fuses softmax (whole columns in local memory). The
+    others run the same host code (the plan's bound launches) as one of these."""
     library = load_library()
     chosen = [library.default("matmul", kind) for kind in ("gpu", "cpu", "accelerator")] + ["morton_4_2"]
     chosen += [c for c in library.codenames("matmul")
-               if getattr(library[c], "epilogue", False) or getattr(library[c], "candidates", ())]
+               if library[c].scratch_bytes or "softmax" in library[c].epilogue]
     return [None] + [c for i, c in enumerate(chosen) if c in library and c not in chosen[:i]]
 
 

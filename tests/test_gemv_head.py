@@ -72,7 +72,8 @@ def test_a_fused_head_matches_numpy_on_odd_shapes(gpu_kind, precision, rng):
     device = gpu_kind
     if precision == "fp16" and "cl_khr_fp16" not in device.extensions:
         pytest.skip(f"{device.name} has no cl_khr_fp16")
-    for inputs, units, head, batch, first, last in CASES:
+    # every case in fp32; every other one in the reduced precisions (only the weights' loads differ)
+    for inputs, units, head, batch, first, last in CASES if precision == "fp32" else CASES[::2]:
         model = network([inputs, units, head], [first, last], rng, precision)
         rows = matmul_rows(model, batch, device)
         assert len(rows) == 1 and rows[0]["kernel"].startswith("gemv_split_c_head"), rows

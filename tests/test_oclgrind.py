@@ -12,7 +12,9 @@ nothing on stderr and to match numpy.
 
 Tuned configurations: ``tuning_configurations`` lists every configuration the tuner can emit for
 a kernel (``KernelSpec.configurations()``: the entry's defaults and its ``candidates`` that meet its
-``constraints``); each runs on every odd shape. Should a kernel ever list more than ``ALL_LIMIT``
+``constraints``). The defaults run on every odd shape, every other configuration on the odd shapes
+that give distinct padded problems (``_distinct_shapes``: (1, 1, 1) and (3, 5, 7) pad alike for a
+64-row tile, and a kernel reads and writes its padded buffers). Should a kernel ever list more than ``ALL_LIMIT``
 (a whole search space), simulating all would take hours, so the suite then checks the defaults on
 every shape plus a set that covers every pair of define values any valid configuration has
 (``covering_configurations``); ``MALINN_OCLGRIND_CONFIGS=all`` checks them all regardless (on a
@@ -120,8 +122,13 @@ def odd_shapes(spec) -> list:
     """SHAPES for kernel ``spec``, each batch capped at 2 * max_n + 1 where the kernel's
     preconditions bound it (gemv: NB samples per work-group, so three or more column groups are
     still checked; the runtime never runs it on wider batches, and simulating them costs time)."""
+    return _capped(spec, SHAPES)
+
+
+def _capped(spec, shapes) -> list:
+    """``shapes`` with each batch capped at 2 * max_n + 1 where ``spec``'s preconditions bound it."""
     bound = dict(spec.preconditions).get("max_n")
-    return [(m, k, min(n, 2 * bound + 1)) if bound else (m, k, n) for m, k, n in SHAPES]
+    return [(m, k, min(n, 2 * bound + 1)) if bound else (m, k, n) for m, k, n in shapes]
 
 
 def _distinct_shapes(spec) -> list:
@@ -176,16 +183,17 @@ def matmul_cases() -> list[dict]:
         spec = LIB[codename]
         for i, config in enumerate(configurations_to_check(spec)):
             configured = spec.configure(config) if config else spec
-            # every shape; only the distinct padded problems where a covering set stands for many
-            shapes = odd_shapes(configured) if i == 0 or len(tuning_configurations(spec)) <= ALL_LIMIT or MODE == "all" \
-                else _distinct_shapes(configured)
+            # the default configuration on every odd shape; the others on the odd shapes that give
+            # distinct padded problems
+            shapes = odd_shapes(configured) if i == 0 else _distinct_shapes(configured)
             for shape in shapes:
                 cases.append({"op": "matmul", "codename": codename, "config": config, "shape": list(shape),
                               "kernels": [codename], "cost": _mac(configured, shape) * (
                                   1 + math.prod(configured.workgroup or (1,)) / 256) ** 1.5})
         # the fused epilogue, default configuration: every vector it reads (bias, scale, shift) and
-        # all four float parameters (the formulas are test_ops.py's; memory is what is checked here)
-        for shape in [(3, 5, 7), (33, 17, 65)]:
+        # all four float parameters (the formulas are test_ops.py's; memory is what is checked here),
+        # batches capped as odd_shapes caps them (a gemv kernel at 65 samples took minutes to simulate)
+        for shape in _capped(spec, [(3, 5, 7), (33, 17, 65)]):
             cases.append({"op": "matmul", "codename": codename, "config": None, "shape": list(shape),
                           "bias": True, "activation": "relu_general", "params": EPILOGUE_PARAMS, "affine": True,
                           "kernels": [codename], "cost": _mac(spec, shape) * 2})
@@ -475,7 +483,8 @@ def test_matmul_ran_every_odd_shape_under_oclgrind(oclgrind_results, codename):
 
 @pytest.mark.parametrize("codename", [c for c in MATMULS if tuning_configurations(LIB[c])])
 def test_tuned_configurations_checked_under_oclgrind(oclgrind_results, codename):
-    """Every configuration the tuner can emit, on every odd shape; for a kernel with more than
+    """Every configuration the tuner can emit, the default on every odd shape and the others on
+    those that give distinct padded problems; for a kernel with more than
     ALL_LIMIT of them (and without MALINN_OCLGRIND_CONFIGS=all), a set that covers every pair of
     define values a valid configuration can have, the default configuration first."""
     cases, results, *_ = oclgrind_results
@@ -492,7 +501,8 @@ def test_tuned_configurations_checked_under_oclgrind(oclgrind_results, codename)
             ran = {tuple(c["shape"]) for i, c in enumerate(cases) if c["op"] == "matmul"
                    and c["codename"] == codename and c.get("config") and i in results
                    and _as_defines(c["config"]) == _as_defines(config) and not c.get("activation")}
-            assert ran == set(odd_shapes(spec.configure(config))), config
+            want = odd_shapes(spec) if config == every[0] else _distinct_shapes(spec.configure(config))
+            assert ran == set(want), config
     else:
         needed = set().union(*(_pairs(_as_defines(c)) for c in every))
         covered = set().union(*(_pairs(json.loads(c)) for c in checked))
