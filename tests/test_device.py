@@ -168,3 +168,22 @@ def test_tensorflow_imported_after_pocl_refuses_new_builds_with_the_hint():
     assert "KernelBuildError:" in out.stdout and HINT in out.stdout
     assert "devices after:" in out.stdout and "Portable" not in out.stdout.split("devices after:")[1]
     assert HINT in out.stderr
+
+
+def test_a_cold_build_prints_nothing(tmp_path):
+    """A first predict that builds its programs from source (no binary, PoCL's kernel cache empty)
+    leaves stderr empty: PoCL's compiler printed "3 warnings generated" (its float16 built-ins on a
+    CPU without AVX-512) for the batch-1 kernels of a wide layer before builds passed -w."""
+    if not any(d.backend == "opencl" for d in malinn.devices()):
+        pytest.skip("no OpenCL device")
+    script = ("import numpy as np, malinn\n"
+              "from malinn.layers import Dense\n"
+              "m = malinn.Sequential([Dense(2500, activation='relu'), Dense(10, activation='softmax')])\n"
+              "m.build((None, 784))\n"
+              "for batch in (1, 7):\n"
+              "    m.predict(np.ones((batch, 784), np.float32))\n")
+    env = {**os.environ, "MALINN_GL": "0", "MALINN_CACHE_DIR": str(tmp_path / "cache"),
+           "POCL_CACHE_DIR": str(tmp_path / "pocl")}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stderr == "", out.stderr[-3000:]
