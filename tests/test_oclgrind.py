@@ -14,8 +14,8 @@ Tuned configurations: ``tuning_configurations`` lists every configuration the tu
 a kernel (``KernelSpec.configurations()``: the entry's defaults and its ``candidates`` that meet its
 ``constraints``). The defaults run on every odd shape, every other configuration on the odd shapes
 that give distinct padded problems (``_distinct_shapes``: (1, 1, 1) and (3, 5, 7) pad alike for a
-64-row tile, and a kernel reads and writes its padded buffers). Should a kernel ever list more than ``ALL_LIMIT``
-(a whole search space), simulating all would take hours, so the suite then checks the defaults on
+64-row tile, and a kernel reads and writes its padded buffers). Should a kernel ever list more
+than ``ALL_LIMIT`` (a whole search space), simulating all would take hours, so the suite then checks the defaults on
 every shape plus a set that covers every pair of define values any valid configuration has
 (``covering_configurations``); ``MALINN_OCLGRIND_CONFIGS=all`` checks them all regardless (on a
 machine with many cores: one Oclgrind process runs per core).
