@@ -10,6 +10,29 @@ import sys
 import tempfile
 from pathlib import Path
 
+
+def usable_cores() -> int:
+    """The cores this process may keep busy: its CPU affinity, capped by a container's CPU quota
+    (cgroup v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``), which the affinity does not show: a container
+    limited to 2 cores of a 64-core host has 64 CPUs in its affinity."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    for quota_file, period_file in (("/sys/fs/cgroup/cpu.max", None),
+                                    ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/cpu.cfs_period_us")):
+        try:
+            fields = Path(quota_file).read_text().split()
+            quota, period = fields[0], (fields[1] if period_file is None else Path(period_file).read_text().strip())
+            if quota not in ("max", "-1"):
+                cores = min(cores, max(1, -(-int(quota) // int(period))))
+        except (OSError, IndexError, ValueError):
+            continue
+    return max(1, cores)
+
+
+# PoCL, Mesa's llvmpipe and Oclgrind start a thread per CPU they see: the host's, under a container's
+# CPU quota too. One per usable core, so that the workers do not crowd the cores they share.
+for _threads in ("POCL_MAX_PTHREAD_COUNT", "LP_NUM_THREADS", "OCLGRIND_NUM_THREADS"):
+    os.environ.setdefault(_threads, str(usable_cores()))
+
 # Tuning results and program binaries go to a cache of the test run's own, never the user's.
 os.environ["MALINN_CACHE_DIR"] = tempfile.mkdtemp(prefix="malinn-test-cache-")
 # No program binaries written for the next process, except where a test asks (test_cache,
@@ -36,11 +59,22 @@ DEVICES = malinn.devices()
 
 
 def pytest_report_header(config):
-    return ["malinn devices: " + ("; ".join(str(d) for d in DEVICES) or "none")]
+    return ["malinn devices: " + ("; ".join(str(d) for d in DEVICES) or "none"),
+            f"usable cores: {usable_cores()}"]
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (pyproject.toml): one worker per usable core. xdist's own count is the host's
+    CPUs (or psutil's physical cores); under a CPU quota that starts more workers than cores, each
+    with its own devices and program builds. ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still decides."""
+    chosen = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+    return int(chosen) if chosen and chosen.isdigit() else usable_cores()
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "run_last: run after every other test (checks what the run left behind)")
+    config.addinivalue_line("markers", "kernel_grid: kernels checked against numpy over a grid of configurations "
+                                       "and shapes; on PoCL built unoptimised (see the device fixture)")
 
 
 def pytest_collection_modifyitems(items):
@@ -53,11 +87,26 @@ def device(request):
     """Each working device in turn, set as the current device; matmul settings restored after."""
     if request.param is None:
         pytest.fail("no working OpenCL device: run `bash .ci/setup` (it installs pocl-opencl-icd)")
-    previous = malinn.get_device()
+    previous, options = malinn.get_device(), os.environ.get("MALINN_CL_OPTIONS")
+    if request.node.get_closest_marker("kernel_grid") and is_pocl(request.param):
+        # A grid of kernels checked against numpy checks each kernel's arithmetic, which does not
+        # depend on the optimiser: PoCL builds it unoptimised, about 3x sooner (a cold build there
+        # is most of a device test's time). The TensorFlow-equivalence, model, precision and CLI
+        # tests build as a user's predict does, optimised, and run every kernel they choose so.
+        os.environ["MALINN_CL_OPTIONS"] = f"{options or ''} -cl-opt-disable".strip()
     malinn.set_device(request.param)
     yield request.param
     kernel_choice.forget()
     malinn.set_device(previous)
+    if options is None:
+        os.environ.pop("MALINN_CL_OPTIONS", None)
+    else:
+        os.environ["MALINN_CL_OPTIONS"] = options
+
+
+def is_pocl(device) -> bool:
+    """Whether ``device`` is a PoCL (CPU) OpenCL device."""
+    return device.backend == "opencl" and "Portable Computing Language" in device.platform
 
 
 @pytest.fixture(autouse=True)

@@ -187,3 +187,31 @@ def test_a_cold_build_prints_nothing(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stderr == "", out.stderr[-3000:]
+
+
+def test_malinn_cl_options_reach_every_build_and_key_its_programs(monkeypatch):
+    """``MALINN_CL_OPTIONS`` is added to every OpenCL build, and a program built with it is not
+    the program a build without it gets (the device's memo and the kernel library's key on it)."""
+    from malinn import kernel_call
+    from malinn.errors import KernelBuildError
+    from malinn.kernel_library import load_library
+
+    devices = [d for d in malinn.devices() if d.backend == "opencl"]
+    if not devices:
+        pytest.skip("no OpenCL device")
+    device = devices[0]
+    source = ("#ifndef MALINN_TEST_OPTION\n#error the option did not reach the build\n#endif\n"
+              "__kernel void k(__global float *x) { x[get_global_id(0)] = MALINN_TEST_OPTION; }\n")
+    monkeypatch.setenv("MALINN_CL_OPTIONS", "-DMALINN_TEST_OPTION=2 -cl-opt-disable")
+    assert device.extra_build_options() == ("-DMALINN_TEST_OPTION=2", "-cl-opt-disable")
+    with_option = device.compile(source, origin="the options test")
+    spec = load_library()["bias_add"]
+    layouts = {name: "C" for name in spec.matrices}
+    chosen = kernel_call.program_for(spec, device, layouts)
+    monkeypatch.delenv("MALINN_CL_OPTIONS")
+    assert device.extra_build_options() == ()
+    with pytest.raises(KernelBuildError, match="the option did not reach the build"):
+        device.compile(source, origin="the options test")
+    assert kernel_call.program_for(spec, device, layouts) is not chosen
+    monkeypatch.setenv("MALINN_CL_OPTIONS", "-DMALINN_TEST_OPTION=2 -cl-opt-disable")
+    assert device.compile(source, origin="the options test") is with_option

@@ -10,6 +10,8 @@ from malinn import Functional, Input
 from malinn.layers import (Activation, Add, Average, Concatenate, Dense, Dot, Maximum, Minimum, Multiply,
                            Subtract)
 
+pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+
 NUMPY = {Add: lambda xs: sum(xs[1:], xs[0]), Subtract: lambda xs: xs[0] - xs[1],
          Multiply: lambda xs: np.prod(np.broadcast_arrays(*xs), axis=0),
          Average: lambda xs: sum(xs[1:], xs[0]) / len(xs),

@@ -22,6 +22,8 @@ from malinn.layers import Dense
 from helpers import activation as ref_activation, assert_close
 from test_gemv_split import PARAMS, fits, precisions, reference, run
 
+pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+
 LIB = load_library()
 #: the library's configurations, and sliced ones whose tiles are not powers of two
 CONFIGS = [dict(c) for c in LIB["gemm_keras"].configurations()] + [

@@ -25,6 +25,8 @@ from malinn.precision import effective
 
 from helpers import activation as ref_activation, assert_close, run_under_oclgrind
 
+pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+
 LIB = load_library()
 FUSES = bool(LIB.default_specs("matmul_head", "gpu", "opencl"))
 

@@ -30,6 +30,8 @@ from malinn.resources import kernels_dir
 
 from helpers import activation as ref_activation, assert_close, run_under_oclgrind
 
+pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 LIB = load_library()
 CODENAMES = ("gemv_split", "gemv_split_c")

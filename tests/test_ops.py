@@ -13,6 +13,8 @@ from malinn.kernel_library import load_library
 from malinn.layout import Layout
 from malinn.matrix import DeviceMatrix
 
+pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+
 LIB = load_library()
 MATMULS = LIB.codenames("matmul")
 SHAPES = [(1, 1, 1), (3, 5, 7), (13, 37, 5), (64, 64, 64), (100, 784, 150), (1001, 1003, 1)]

@@ -9,7 +9,7 @@ from helpers import assert_close
 from malinn import Functional, Input, Sequential
 from malinn.layers import Activation, Concatenate, Dense, Flatten, Reshape
 
-pytestmark = pytest.mark.usefixtures("device")
+pytestmark = [pytest.mark.usefixtures("device"), pytest.mark.kernel_grid]   # kernel_grid: tests/conftest.py
 
 BATCHES = (1, 7, 100)
 

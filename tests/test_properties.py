@@ -20,6 +20,8 @@ from malinn.layers import ELU, Activation, BatchNormalization, Dense, LeakyReLU,
 from malinn.layout import Layout, convert
 from malinn.matrix import DeviceMatrix
 
+pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+
 LIB = load_library()
 MATMULS = LIB.codenames("matmul")
 #: activations a Dense takes by name; relu_general is ReLU's (its parameters have no Keras default)

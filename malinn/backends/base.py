@@ -157,6 +157,11 @@ class Device:
         """A built program for ``source`` and ``options``, memoised (KernelBuildError with the log)."""
         raise NotImplementedError
 
+    def extra_build_options(self) -> tuple:
+        """Options this backend's compiler adds to every build (its ``compile`` adds them; caches of
+        built programs key on them); none unless the backend reads some from its environment."""
+        return ()
+
     def build(self, source: str, options: tuple = (), origin: str = "<source>"):
         """Same as :meth:`compile` (the name of malinn 0.1)."""
         return self.compile(source, options, origin)

@@ -195,7 +195,7 @@ class OpenCLDevice(Device):
     def compile(self, source: str, options: tuple = (), origin: str = "<source>"):
         """Builds (once) and returns an OpenCL program for this device.
 
-        Programs are memoised per (source, options) in the device's cache, and their binaries are
+        Programs are memoised per (source, options and ``MALINN_CL_OPTIONS``) in the device's cache, and their binaries are
         cached on disk (``<cache dir>/programs``, keyed by source, options, device and driver, each
         entry verified before it reaches the driver; ``MALINN_BINARY_CACHE=0`` turns that off), so a
         new process does not recompile.
@@ -206,7 +206,7 @@ class OpenCLDevice(Device):
         cl = _cl()
         if "Portable Computing Language" in self.platform and tensorflow_loaded():
             raise KernelBuildError(f"building {origin} for {self.name}: {TENSORFLOW_HINT}")
-        options = tuple(options)
+        options = tuple(options) + self.extra_build_options()
         digest = hashlib.sha256(source.encode() + b"\0" + "\0".join(options).encode()).hexdigest()
         programs = self.cache.setdefault("programs", {})
         with self.lock:
@@ -233,6 +233,12 @@ class OpenCLDevice(Device):
                 self._to_binary(key, program)
             programs[digest] = program
             return program
+
+    def extra_build_options(self) -> tuple:
+        """``MALINN_CL_OPTIONS``: OpenCL compiler options (space-separated) added to every build, for
+        example ``-cl-opt-disable`` to tell a driver's optimiser from a kernel's arithmetic, or to
+        build many programs fast (the test suite's kernel grids on PoCL: tests/conftest.py)."""
+        return tuple(os.environ.get("MALINN_CL_OPTIONS", "").split())
 
     def _binary_key(self, source: str, options) -> dict | None:
         """The full key of a program binary in the cache (``None`` when ``MALINN_BINARY_CACHE=0``)."""

@@ -30,6 +30,8 @@ def test_activation_layer_first_and_after_dense(device, name, rng):
 
 from malinn.layers import ELU, LeakyReLU, ReLU, Softmax  # noqa: E402
 
+pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+
 
 @pytest.mark.parametrize("layer, reference", [
     (lambda: ReLU(), lambda x: np.maximum(x, 0)),

@@ -11,6 +11,8 @@ from malinn.layers import Conv1D, Conv2D, DepthwiseConv2D, SeparableConv2D
 
 from helpers import activation, conv2d_reference, depthwise_reference
 
+pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+
 #: (op, codename) chosen with use(); None: the library's default for the device
 ALGORITHMS = [None, ("conv", "conv_kn2row"), ("conv", "conv_kn2col"), ("im2col", "im2col"), ("im2col", "im2row"),
               ("conv", "conv_kn2row", {"LOCAL": 1}), ("conv", "conv_kn2col", {"LOCAL": 1, "KC": 8, "MWI": 8}),

@@ -5,6 +5,8 @@ import pytest
 
 from malinn.layers import Dense
 
+pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+
 
 @pytest.mark.parametrize("units", [0, -3, 2.5, "10", None, True])
 def test_units_must_be_a_positive_integer(units):

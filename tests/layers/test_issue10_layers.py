@@ -10,6 +10,8 @@ from malinn import Sequential, ops
 from malinn.layers import (BatchNormalization, Dense, Identity, LayerNormalization, Normalization, Permute, PReLU,
                            RepeatVector, Rescaling, Reshape, Softmax, ThresholdedReLU, UnitNormalization)
 
+pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+
 SHAPES = [(1, 1), (3, 5, 13), (13, 1, 5), (1001,), (5, 3, 1, 13)]
 MATMULS = [None, "morton_4_2"]
 

@@ -7,6 +7,8 @@ from helpers import assert_close
 from malinn import Sequential
 from malinn.layers import Activation, BatchNormalization, Dense, Flatten
 
+pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+
 
 def bn_reference(x, gamma, beta, mean, var, eps):
     return gamma * (x - mean) / np.sqrt(var + eps) + beta

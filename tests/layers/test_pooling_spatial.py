@@ -11,6 +11,8 @@ from malinn.layers import (AveragePooling1D, AveragePooling2D, Conv2D, Cropping1
 
 from helpers import pool2d_reference
 
+pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+
 
 def _predict(layers, x):
     model = malinn.Sequential(layers)
