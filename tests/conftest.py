@@ -73,30 +73,13 @@ def pytest_xdist_auto_num_workers(config):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "run_last: run after every other test (checks what the run left behind)")
-    if hasattr(config.option, "loadscopereorder"):   # xdist >= 3.7 orders files by test count unless told
-        config.option.loadscopereorder = False       # not to: LONGEST_FIRST orders them instead
     config.addinivalue_line("markers", "kernel_grid: kernels checked against numpy over a grid of configurations "
                                        "and shapes; on PoCL built unoptimised (see the device fixture)")
 
 
-# The files that take longest on a cold 2-core run (about 150-350 s each; the Oclgrind batch uses
-# two cores), longest first: xdist hands out whole files (--dist loadfile) in collection order, so
-# these start first and the short files fill the gaps, instead of one starting near the end while
-# the other worker has nothing left to run. (xdist's own order, most tests first, is turned off in
-# pytest_configure: test_oclgrind.py is the longest file and has few tests.)
-LONGEST_FIRST = ("test_oclgrind.py", "test_equivalence.py", "test_ops.py", "test_graph_equivalence.py",
-                 "test_precision.py", "test_large_inputs.py", "test_issue10_layers.py")
-
-
 def pytest_collection_modifyitems(items):
-    """Runs the files of ``LONGEST_FIRST`` first and the tests marked ``run_last`` last, keeping the
-    order of the others."""
-    def rank(item):
-        name = item.path.name
-        first = LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
-        return item.get_closest_marker("run_last") is not None, first
-
-    items.sort(key=rank)
+    """Moves the tests marked ``run_last`` to the end, keeping the order of the others."""
+    items.sort(key=lambda item: item.get_closest_marker("run_last") is not None)
 
 
 @pytest.fixture(params=DEVICES or [None], ids=lambda d: d.name if d is not None else "no-device")
