@@ -195,8 +195,9 @@ class OpenCLDevice(Device):
     def compile(self, source: str, options: tuple = (), origin: str = "<source>"):
         """Builds (once) and returns an OpenCL program for this device.
 
-        Programs are memoised per (source, options and ``MALINN_CL_OPTIONS``) in the device's cache, and their binaries are
-        cached on disk (``<cache dir>/programs``, keyed by source, options, device and driver, each
+        Programs are memoised per (source, options and ``MALINN_CL_OPTIONS``) in the device's cache,
+        and their binaries are cached on disk (``<cache dir>/programs``, keyed by source, options,
+        device and driver, each
         entry verified before it reaches the driver; ``MALINN_BINARY_CACHE=0`` turns that off), so a
         new process does not recompile.
 
