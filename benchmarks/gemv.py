@@ -15,6 +15,10 @@ the host in the same run, interleaved so that both see the same machine. Columns
 * ``gemv:<defines>``: further gemv configurations given with --configs (for tuning the defaults);
 * ``numpy``.
 
+``kernel_us`` gives each kernel's own device time beside them (OpenCL profiling events, median): on
+a CPU a launch costs more than a small layer's kernel (PoCL: ~0.5 ms from a launch until the queue
+is finished), so the wall times of small layers hardly tell their kernels apart.
+
 Each kernel is checked against numpy before it is timed. GB/s is the weights' bytes (m x k floats)
 over the min time: at batch 1..8 a Dense layer is bound by reading its weights.
 
@@ -87,25 +91,37 @@ def main(argv=None):
             rng = np.random.default_rng(m + k + n)
             kernel = rng.standard_normal((k, m)).astype(np.float32)
             x = rng.standard_normal((n, k)).astype(np.float32)
-            runs = {name: (lambda p=p: (p.launch(), device.queue.finish())) for name, p in products.items()}
+            def launched(p):   # the launch's event, once the queue has finished
+                event = p.launch()
+                device.queue.finish()
+                return event
+
+            runs = {name: (lambda p=p: launched(p)) for name, p in products.items()}
             runs["numpy"] = lambda: x @ kernel
             times = {name: [] for name in runs}
+            kernel_times = {name: [] for name in products}
             for run in runs.values():   # warm-up
                 run()
             for _ in range(args.repeat):   # interleaved: every candidate sees the same machine
                 for name, run in runs.items():
                     t = time.perf_counter()
-                    run()
+                    event = run()
                     times[name].append(time.perf_counter() - t)
+                    if name in kernel_times:
+                        kernel_times[name].append((event.profile.end - event.profile.start) * 1e-9)
             row = {"m": m, "k": k, "n": n, "kernels": {name: label(spec) for name, spec in specs},
-                   "ms": {}, "median_ms": {}, "gbps": {}}
+                   "ms": {}, "median_ms": {}, "gbps": {}, "kernel_us": {}}
             for name, ts in times.items():
                 row["ms"][name] = round(min(ts) * 1e3, 4)
                 row["median_ms"][name] = round(float(np.median(ts)) * 1e3, 4)
                 row["gbps"][name] = round(4 * m * k / min(ts) / 1e9, 2)
+            for name, ts in kernel_times.items():
+                row["kernel_us"][name] = round(float(np.median(ts)) * 1e6, 2)
             rows.append(row)
             print(f"{m:5d}x{k:<5d} n={n}: " + "  ".join(f"{name} {row['ms'][name]:.3f}" for name in runs)
                   + f"   (chosen: {row['kernels']['chosen']})", flush=True)
+            print("      kernel (device, median us): " + "  ".join(f"{name} {us:.1f}" for name, us in
+                                                               row["kernel_us"].items()), flush=True)
     summary = {}
     for name in rows[0]["ms"]:
         if name != "numpy":
@@ -122,7 +138,8 @@ def main(argv=None):
                              "compute_units": device.compute_units},
                   "driver": device.driver_version, "host": platform.processor() or platform.machine(),
                   "numpy": np.__version__, "repeat": args.repeat, "time": "min (and median) of launch to queue "
-                  "finished, ms; numpy x @ kernel on the host, interleaved", "rows": rows, "summary": summary,
+                  "finished, ms; numpy x @ kernel on the host, interleaved; kernel_us: median device time "
+                  "of each launch (profiling events)", "rows": rows, "summary": summary,
                   "heads": heads,
                   "command": "benchmarks/gemv.py " + " ".join(argv if argv is not None else __import__("sys").argv[1:])}
         with open(args.json, "w") as f:

@@ -96,6 +96,21 @@ def test_fallbacks_end_in_a_general_kernel():
         assert specs and not specs[-1].preconditions and all(s.op == "matmul" for s in specs)
 
 
+@pytest.mark.parametrize("precision", ["fp32", "int8-weights"])
+def test_a_cpu_runs_a_batch_1_head_in_the_narrow_gemv(precision):
+    """On a CPU a layer of at most 64 units at batch 1 (a classifier head) takes gemv_narrow (32 rows
+    per item); a wider layer, or a head at batch 2, the wide gemv configurations after it."""
+    fallbacks = LIB.default_specs("matmul_fallback", "cpu", precision=precision)
+
+    def first(m, k, n):
+        spec = next(s for s in fallbacks if s.accepts(m, k, n))
+        return spec.codename, int(spec.config["VW"]) * int(spec.config["WPT"]), int(spec.config["NB"])
+
+    assert first(10, 2000, 1) == first(64, 3072, 1) == ("gemv_narrow", 32, 1)
+    assert first(65, 2000, 1) == ("gemv", 512 if precision == "int8-weights" else 256, 1)
+    assert first(10, 2000, 2) == ("gemv", 256, 2)
+
+
 def test_default_matmul_exists_for_every_device_kind():
     for kind in ("gpu", "cpu", "accelerator"):
         assert LIB[LIB.default("matmul", kind)].op == "matmul"
