@@ -106,7 +106,7 @@ def device(request):
 
 def is_pocl(device) -> bool:
     """Whether ``device`` is a PoCL (CPU) OpenCL device."""
-    return device.backend == "opencl" and "Portable Computing Language" in device.platform
+    return device.backend == "opencl" and device.is_pocl
 
 
 @pytest.fixture(autouse=True)

@@ -205,7 +205,7 @@ class OpenCLDevice(Device):
             KernelBuildError: the build failed; the message has the build log and the options.
         """
         cl = _cl()
-        if "Portable Computing Language" in self.platform and tensorflow_loaded():
+        if self.is_pocl and tensorflow_loaded():
             raise KernelBuildError(f"building {origin} for {self.name}: {TENSORFLOW_HINT}")
         options = tuple(options) + self.extra_build_options()
         digest = hashlib.sha256(source.encode() + b"\0" + "\0".join(options).encode()).hexdigest()
@@ -234,6 +234,12 @@ class OpenCLDevice(Device):
                 self._to_binary(key, program)
             programs[digest] = program
             return program
+
+    @property
+    def is_pocl(self) -> bool:
+        """Whether this is a PoCL device (the CPU here): its compiler is an LLVM that clashes with
+        TensorFlow's in one process, and it compiles a kernel again for each work-group size."""
+        return "Portable Computing Language" in self.platform
 
     def extra_build_options(self) -> tuple:
         """``MALINN_CL_OPTIONS``: OpenCL compiler options (space-separated) added to every build, for
