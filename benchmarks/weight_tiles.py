@@ -10,7 +10,7 @@ re-laid out to match), then Full CIFAR's two wide layers (4096x3072 and 3072x409
 one after the other, the variants interleaved (OpenCL profiling events, median of --repeat), beside
 a device-to-device copy of 1 GiB in the same run (bytes read plus written per second).
 
-Run:  python3 benchmarks/weight_tiles.py [--repeat 200] [--json out.json]
+Run:  python3 benchmarks/weight_tiles.py [--device D] [--repeat 200] [--json out.json]
 """
 
 from __future__ import annotations
@@ -22,12 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import pyopencl as cl  # noqa: E402
+import malinn
+from models import copy_bandwidth
+from stream_layer import DEFINES, ROWS, StreamLayer, build, event_us
 
-from malinn.backends.opencl import opencl_index_macro  # noqa: E402
-from malinn.kernel_library import load_library  # noqa: E402
-
+#: the line of gemv_split.cl that addresses A, and its tiled replacements (TK: columns per tile)
 ORIGINAL = "const __global WEIGHT *ak = a + (size_t)(kb + u) * H + rowg + tm * VL;"
 TILED = {
     "R": "const __global WEIGHT *ak = a + ((size_t)(rowg / ROWS) * (l / TK) + (kb + u) / TK) * (ROWS * TK)"
@@ -35,100 +34,58 @@ TILED = {
     "C": "const __global WEIGHT *ak = a + ((size_t)((kb + u) / TK) * (H / ROWS) + rowg / ROWS) * (ROWS * TK)"
          " + ((kb + u) % TK) * ROWS + tm * VL;",
 }
+TK = DEFINES["KSPLIT"] * DEFINES["UNROLL"]    # a work-group's columns per step
+LAYERS = [(4096, 3072), (3072, 4096)]         # Full CIFAR's wide layers
 
 
-def relayout(a, rows, tk, order):
-    """A (M x K, logical) as the tiled buffer."""
-    m, k = a.shape
-    t = a.reshape(m // rows, rows, k // tk, tk)          # [ti, r, tj, c]
-    if order == "R":
-        t = t.transpose(0, 2, 3, 1)                      # [ti][tj][c][r]
-    else:
-        t = t.transpose(2, 0, 3, 1)                      # [tj][ti][c][r]
-    return np.ascontiguousarray(t).ravel()
+def tiled(order):
+    """A (m x k) as the tiled buffer: ROWS x TK tiles, column-major inside, ordered along K first
+    (``R``) or along M first (``C``)."""
+    def layout(a):
+        m, k = a.shape
+        t = a.reshape(m // ROWS, ROWS, k // TK, TK)              # [ti, r, tj, c]
+        t = t.transpose(0, 2, 3, 1) if order == "R" else t.transpose(2, 0, 3, 1)
+        return np.ascontiguousarray(t).ravel()
+    return layout
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", help="an OpenCL device: gpu, P:D or part of a name (default: malinn's default)")
     parser.add_argument("--repeat", type=int, default=200)
     parser.add_argument("--json")
-    args = parser.parse_args()
-    ctx = cl.create_some_context(interactive=False)
-    queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
-    spec = load_library()["gemv_split_stream_c"]
-    d = dict(spec.defines)
-    rows, tk = int(d["MDIM"]) * int(d["VW"]), int(d["KSPLIT"]) * int(d["UNROLL"])
-    src = spec.program_source({"a": "C", "b": "C", "r": "C"}, opencl_index_macro)
-    assert src.count(ORIGINAL) == 1
-    options = list(spec.options()) + [f"-DTK={tk}"]
-    variants = {"column-major": src}
+    args = parser.parse_args(argv)
+    device = malinn.set_device(args.device) if args.device else malinn.get_device()
+    kernels = {"column-major": build(device)}
+    layouts = {"column-major": lambda a: np.ascontiguousarray(a.T)}
     for order, line in TILED.items():
-        variants[f"tiles {order}"] = src.replace(ORIGINAL, line)
-    kernels = {name: cl.Program(ctx, s).build(options=options).gemv_split for name, s in variants.items()}
-    mf = cl.mem_flags
-    rng = np.random.default_rng(0)
-    layers = []
-    for m, k in ((4096, 3072), (3072, 4096)):
-        a = rng.standard_normal((m, k), dtype=np.float32)
-        b = rng.standard_normal(k, dtype=np.float32)
-        bufs = {"column-major": cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=np.asfortranarray(a).ravel(order="K"))}
-        for order in TILED:
-            bufs[f"tiles {order}"] = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=relayout(a, rows, tk, order))
-        slices = int(d["SLICES"])
-        scratch = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR,
-                            hostbuf=np.zeros(m // rows + slices * m, np.uint32))
-        layers.append(dict(m=m, k=k, a=a, b=b, bufs=bufs, scratch=scratch,
-                           bb=cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=b),
-                           r=cl.Buffer(ctx, mf.READ_WRITE, m * 4)))
-    dummy = cl.Buffer(ctx, mf.READ_ONLY, 4)
-    ksplit, vw = int(d["KSPLIT"]), int(d["VW"])
-
-    def launch(name, layer):
-        kern = kernels[name]
-        m, k = layer["m"], layer["k"]
-        kern.set_args(np.uint32(k), np.uint32(m), np.uint32(1), np.uint32(m), np.uint32(1), np.uint32(m),
-                      np.uint32(k), np.float32(0), np.float32(0), np.float32(0), np.float32(0),
-                      layer["bufs"][name], layer["bb"], layer["r"], dummy, dummy, dummy, layer["scratch"])
-        return cl.enqueue_nd_range_kernel(queue, kern, (m // vw, ksplit * slices), (int(d["MDIM"]), ksplit))
-
-    errors = {}
-    for name in variants:
-        for layer in layers:
-            launch(name, layer).wait()
-            out = np.empty(layer["m"], np.float32)
-            cl.enqueue_copy(queue, out, layer["r"])
-            ref = layer["a"].astype(np.float64) @ layer["b"]
-            errors.setdefault(name, []).append(float(np.abs(out - ref).max()))
+        kernels[f"tiles {order}"] = build(device, lambda source, line=line: source.replace(ORIGINAL, line),
+                                          [f"-DTK={TK}"])
+        layouts[f"tiles {order}"] = tiled(order)
+    layers = {name: [StreamLayer(device, m, k, np.random.default_rng(i), layouts[name]) for i, (m, k) in enumerate(LAYERS)]
+              for name in kernels}
+    errors = {name: [layer.error(kernels[name]) for layer in layers[name]] for name in kernels}
     print("max errors", errors)
-    assert max(max(e) for e in errors.values()) < 1e-3, errors
-    times = {name: [[], []] for name in variants}
-    names = list(variants)
-    for i in range(args.repeat):
-        order = names[i % len(names):] + names[:i % len(names)]
-        for name in order:
-            events = [launch(name, layer) for layer in layers]
+    assert max(max(e) for e in errors.values()) < 1e-5, errors
+    times = {name: [[] for _ in LAYERS] for name in kernels}
+    names = list(kernels)
+    for i in range(args.repeat):   # interleaved, each variant's two layers one after the other
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            events = [layer.launch(kernels[name]) for layer in layers[name]]
             events[-1].wait()
-            for j, e in enumerate(events):
-                times[name][j].append((e.profile.end - e.profile.start) * 1e-3)
-    nbytes = 2 ** 30
-    src_b, dst_b = cl.Buffer(ctx, mf.READ_WRITE, nbytes), cl.Buffer(ctx, mf.READ_WRITE, nbytes)
-    copies = []
-    for _ in range(6):
-        e = cl.enqueue_copy(queue, dst_b, src_b, byte_count=nbytes)
-        e.wait()
-        copies.append((e.profile.end - e.profile.start) * 1e-9)
-    copy_gbs = 2 * nbytes / np.median(copies[1:]) / 1e9
-    result = {"device": ctx.devices[0].name, "driver": ctx.devices[0].driver_version, "repeat": args.repeat,
-              "command": "benchmarks/weight_tiles.py " + " ".join(sys.argv[1:]), "copy_gbs": copy_gbs, "errors": errors, "defines": d, "tile": [rows, tk],
-              "median_us": {n: [float(np.median(t)) for t in ts] for n, ts in times.items()},
-              "p10_us": {n: [float(np.percentile(t, 10)) for t in ts] for n, ts in times.items()}}
-    wbytes = sum(layer["m"] * layer["k"] * 4 for layer in layers)
-    for n, ts in result["median_us"].items():
-        total = sum(ts)
-        print(f"{n:<14} {ts[0]:7.2f} {ts[1]:7.2f} us  total {total:7.2f}  = {wbytes / total / 1e3 / copy_gbs:.1%} of copy "
-              f"({copy_gbs:.0f} GB/s)")
+            for j, event in enumerate(events):
+                times[name][j].append(event_us(event))
+    copy_gbs = copy_bandwidth(device) / 1e9
+    median = {name: [float(np.median(t)) for t in ts] for name, ts in times.items()}
+    weights = sum(4 * m * k for m, k in LAYERS)
+    for name, us in median.items():
+        print(f"{name:<14} {us[0]:7.2f} {us[1]:7.2f} us  total {sum(us):7.2f}  = "
+              f"{weights / sum(us) / 1e3 / copy_gbs:.1%} of the copy ({copy_gbs:.0f} GB/s)")
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1))
+        Path(args.json).write_text(json.dumps({
+            "device": device.name, "driver": device.driver_version, "copy_gbs": copy_gbs, "defines": DEFINES,
+            "tile": [ROWS, TK], "layers": LAYERS, "errors": errors, "median_us": median, "repeat": args.repeat,
+            "command": "benchmarks/weight_tiles.py " + " ".join(sys.argv[1:])}, indent=1))
 
 
 if __name__ == "__main__":

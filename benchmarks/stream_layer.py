@@ -1,0 +1,66 @@
+"""gemv_split_stream_c launched by hand on one batch-1 layer: for probes that change its source or its
+weights' layout (weight_tiles.py, two_layers_one_launch.py), outside any plan.
+
+:class:`StreamLayer` holds a random ``m x k`` layer's weights (laid out as ``layout`` returns them), its
+input, result and scratch buffers on a malinn OpenCL device; :meth:`StreamLayer.launch` runs a program
+built from the library's source (:func:`build`, optionally edited) and returns its event;
+:meth:`StreamLayer.error` checks the result against numpy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyopencl as cl
+
+from malinn.backends.opencl import opencl_index_macro
+from malinn.kernel_library import load_library
+
+SPEC = load_library()["gemv_split_stream_c"]
+DEFINES = {k: int(v) for k, v in SPEC.defines}
+ROWS = DEFINES["MDIM"] * DEFINES["VW"]   # rows of a work-group's tile
+
+
+def build(device, edit=lambda source: source, extra_options=()):
+    """The gemv_split kernel of gemv_split_stream_c, its source passed through ``edit``."""
+    source = edit(SPEC.program_source({"a": "C", "b": "C", "r": "C"}, opencl_index_macro))
+    program = cl.Program(device.context, source).build(options=list(SPEC.options()) + list(extra_options))
+    return cl.Kernel(program, "gemv_split")
+
+
+class StreamLayer:
+    """A random ``m x k`` Dense layer at batch 1 on ``device`` (weights as ``layout(a)`` lays them out:
+    column-major by default, the library's layout)."""
+
+    def __init__(self, device, m: int, k: int, rng, layout=lambda a: np.ascontiguousarray(a.T)):
+        self.device, self.m, self.k = device, m, k
+        self.a = rng.standard_normal((m, k), dtype=np.float32)
+        self.x = rng.standard_normal(k, dtype=np.float32)
+        flags = cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR
+        self.weights = cl.Buffer(device.context, flags, hostbuf=layout(self.a))
+        self.input = cl.Buffer(device.context, flags, hostbuf=self.x)
+        self.result = cl.Buffer(device.context, cl.mem_flags.READ_WRITE, 4 * m)
+        self.scratch = cl.Buffer(device.context, flags, hostbuf=np.zeros(m // ROWS + DEFINES["SLICES"] * m, np.uint32))
+        self.unused = cl.Buffer(device.context, cl.mem_flags.READ_ONLY, 4)   # bias, scale, shift: not read
+
+    def launch(self, kernel):
+        """Enqueues ``kernel`` on this layer (arguments "lhwmnHWpppp", then a, b, r, bias, scale,
+        shift, scratch); returns the event."""
+        m, k = np.uint32(self.m), np.uint32(self.k)
+        kernel.set_args(k, m, np.uint32(1), m, np.uint32(1), m, k, *[np.float32(0)] * 4, self.weights, self.input,
+                        self.result, self.unused, self.unused, self.unused, self.scratch)
+        return cl.enqueue_nd_range_kernel(self.device.queue, kernel,
+                                          (self.m // DEFINES["VW"], DEFINES["KSPLIT"] * DEFINES["SLICES"]),
+                                          (DEFINES["MDIM"], DEFINES["KSPLIT"]))
+
+    def error(self, kernel) -> float:
+        """Max error of one launch's result against numpy (float64), relative to the largest value."""
+        self.launch(kernel).wait()
+        got = np.empty(self.m, np.float32)
+        cl.enqueue_copy(self.device.queue, got, self.result)
+        want = self.a.astype(np.float64) @ self.x
+        return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+def event_us(event) -> float:
+    """An event's device time in microseconds."""
+    return (event.profile.end - event.profile.start) * 1e-3
