@@ -9,15 +9,29 @@ built from the library's source (:func:`build`, optionally edited) and returns i
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 import pyopencl as cl
 
+import malinn
 from malinn.backends.opencl import opencl_index_macro
 from malinn.kernel_library import load_library
 
 SPEC = load_library()["gemv_split_stream_c"]
 DEFINES = {k: int(v) for k, v in SPEC.defines}
 ROWS = DEFINES["MDIM"] * DEFINES["VW"]   # rows of a work-group's tile
+
+
+def probe_arguments(doc: str, argv=None, repeat: int = 200):
+    """A probe's command line (``--device``, ``--repeat``, ``--json``, described by ``doc``): the
+    parsed arguments and the malinn device they name."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--device", help="an OpenCL device: gpu, P:D or part of a name (default: malinn's default)")
+    parser.add_argument("--repeat", type=int, default=repeat, help=f"timed launches of each (default: {repeat})")
+    parser.add_argument("--json", metavar="PATH", help="also write the results, as JSON, to PATH")
+    args = parser.parse_args(argv)
+    return args, (malinn.set_device(args.device) if args.device else malinn.get_device())
 
 
 def build(device, edit=lambda source: source, extra_options=()):

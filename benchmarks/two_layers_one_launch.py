@@ -11,28 +11,21 @@ Run:  python3 benchmarks/two_layers_one_launch.py [--device D] [--repeat 200] [-
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
-import malinn
 from models import copy_bandwidth
-from stream_layer import DEFINES, StreamLayer, build, event_us
+from stream_layer import DEFINES, StreamLayer, build, event_us, probe_arguments
 
 #: (units, inputs): Full CIFAR's two wide layers, then their weights' bytes as one layer
 LAYERS = [(4096, 3072), (3072, 4096), (7168, 3584)]
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", help="an OpenCL device: gpu, P:D or part of a name (default: malinn's default)")
-    parser.add_argument("--repeat", type=int, default=200)
-    parser.add_argument("--json")
-    args = parser.parse_args(argv)
-    device = malinn.set_device(args.device) if args.device else malinn.get_device()
+    args, device = probe_arguments(__doc__, argv)
     kernel = build(device)
     rng = np.random.default_rng(0)
     layers = [StreamLayer(device, m, k, rng) for m, k in LAYERS]

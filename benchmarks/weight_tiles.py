@@ -15,16 +15,14 @@ Run:  python3 benchmarks/weight_tiles.py [--device D] [--repeat 200] [--json out
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
-import malinn
 from models import copy_bandwidth
-from stream_layer import DEFINES, ROWS, StreamLayer, build, event_us
+from stream_layer import DEFINES, ROWS, StreamLayer, build, event_us, probe_arguments
 
 #: the line of gemv_split.cl that addresses A, and its tiled replacements (TK: columns per tile)
 ORIGINAL = "const __global WEIGHT *ak = a + (size_t)(kb + u) * H + rowg + tm * VL;"
@@ -50,12 +48,7 @@ def tiled(order):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", help="an OpenCL device: gpu, P:D or part of a name (default: malinn's default)")
-    parser.add_argument("--repeat", type=int, default=200)
-    parser.add_argument("--json")
-    args = parser.parse_args(argv)
-    device = malinn.set_device(args.device) if args.device else malinn.get_device()
+    args, device = probe_arguments(__doc__, argv)
     kernels = {"column-major": build(device)}
     layouts = {"column-major": lambda a: np.ascontiguousarray(a.T)}
     for order, line in TILED.items():
