@@ -28,7 +28,10 @@ Dense(10, activation="softmax") with a bias, at the same batches and at 100, thr
 kernel in one launch, beside ``separate``, the kernel malinn chooses for the product followed by
 the softmax kernel (two launches).
 
-Run:  python3 benchmarks/gemv.py [--device D] [--batches 1 2 4 8] [--repeat 15]
+With ``--precision`` the kernels read the weights in that precision (the general kernels only where
+they take it); GB/s then counts the stored bytes.
+
+Run:  python3 benchmarks/gemv.py [--device D] [--batches 1 2 4 8] [--repeat 15] [--precision P]
                                  [--configs '{"VW": 16, "WPT": 16, ...}' ...] [--json out.json]
 """
 
@@ -43,6 +46,7 @@ import numpy as np
 
 import malinn
 from malinn import ops
+from malinn.kernel_choice import choose
 from malinn.kernel_library import load_library
 from malinn.tuner import Product
 
@@ -62,6 +66,8 @@ def main(argv=None):
     parser.add_argument("--shapes", nargs="+", help="units x inputs, e.g. 4096x3072 (default: Table 10.5's)")
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--configs", nargs="+", default=[], help="gemv defines as JSON objects, timed as well")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "fp16-storage", "fp16", "int8-weights"],
+                        help="the weights' precision (default: fp32); numpy multiplies the weights as stored")
     parser.add_argument("--heads", type=int, nargs="*", default=[150, 128, 2000, 3072],
                         help="inputs of the softmax heads (10 units) to time; none: skip")
     parser.add_argument("--json", help="write the results here")
@@ -72,17 +78,21 @@ def main(argv=None):
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes else SHAPES
     extra = [library["gemv"].configure(json.loads(c)) for c in args.configs]
     print(f"device: {device}\nhost: {platform.processor() or platform.machine()}, numpy {np.__version__}")
+    weight_bytes = library.precision(args.precision).weight_bytes
     rows = []
     for m, k in shapes:
         for n in args.batches:
-            chosen = ops.kernel_for("matmul", device, (m, k, n))
+            chosen = choose("matmul", device, (m, k, n), precision=args.precision)
             specs = [("chosen", chosen)]
             for kind in ("gpu", "cpu"):
-                fallbacks = library.default_specs("matmul_fallback", kind)
+                fallbacks = library.default_specs("matmul_fallback", kind, precision=args.precision)
                 spec = next((f for f in fallbacks if f.accepts(m, k, n, device=device)), fallbacks[-1])
+                spec = spec.in_precision(args.precision)
                 if all((spec.codename, spec.defines) != (s.codename, s.defines) for _, s in specs):
                     specs.append((kind, spec))
-            specs += [(c, library[c]) for c in GENERAL] + [(label(s), s) for s in extra]
+            general = [library[c] for c in GENERAL if args.precision in library[c].precisions]
+            specs += [(c.codename, c.in_precision(args.precision)) for c in general]
+            specs += [(label(s), s.in_precision(args.precision)) for s in extra]
             products = {name: Product(spec, device, m, k, n) for name, spec in specs}
             for name, product in products.items():
                 if not product.correct():
@@ -114,7 +124,7 @@ def main(argv=None):
             for name, ts in times.items():
                 row["ms"][name] = round(min(ts) * 1e3, 4)
                 row["median_ms"][name] = round(float(np.median(ts)) * 1e3, 4)
-                row["gbps"][name] = round(4 * m * k / min(ts) / 1e9, 2)
+                row["gbps"][name] = round(weight_bytes * m * k / min(ts) / 1e9, 2)
             for name, ts in kernel_times.items():
                 row["kernel_us"][name] = round(float(np.median(ts)) * 1e6, 2)
             rows.append(row)
@@ -137,7 +147,7 @@ def main(argv=None):
         result = {"device": {"name": device.name, "platform": device.platform, "type": device.kind,
                              "compute_units": device.compute_units},
                   "driver": device.driver_version, "host": platform.processor() or platform.machine(),
-                  "numpy": np.__version__, "repeat": args.repeat, "time": "min (and median) of launch to queue "
+                  "numpy": np.__version__, "repeat": args.repeat, "precision": args.precision, "time": "min (and median) of launch to queue "
                   "finished, ms; numpy x @ kernel on the host, interleaved; kernel_us: median device time "
                   "of each launch (profiling events)", "rows": rows, "summary": summary,
                   "heads": heads,
