@@ -6,7 +6,7 @@ device: the time from a launch until the queue is finished, operands already on 
 kernel's layouts (min and median of --repeat runs after a warm-up), and numpy's ``x @ kernel`` on
 the host in the same run, interleaved so that both see the same machine. Columns:
 
-* ``chosen``: what malinn runs for this shape (``malinn.ops.kernel_for``: on a small batch the
+* ``chosen``: what malinn runs for this shape in --precision (``malinn.kernel_choice.choose``: on a small batch the
   first of the library's ``matmul_fallback`` kernels whose preconditions hold: gemv in the
   configuration the library names for the device kind and batch);
 * ``gpu``, ``cpu``: the same choice for the other device kind, where it differs (gemv's GPU and

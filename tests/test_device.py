@@ -9,8 +9,10 @@ import warnings
 import pytest
 
 import malinn
+from malinn import kernel_call
 from malinn.backends import opencl as device_module
-from malinn.errors import DeviceError
+from malinn.errors import DeviceError, KernelBuildError
+from malinn.kernel_library import load_library
 
 
 def test_devices_are_listed_with_their_figures():
@@ -192,10 +194,6 @@ def test_a_cold_build_prints_nothing(tmp_path):
 def test_malinn_cl_options_reach_every_build_and_key_its_programs(monkeypatch):
     """``MALINN_CL_OPTIONS`` is added to every OpenCL build, and a program built with it is not
     the program a build without it gets (the device's memo and the kernel library's key on it)."""
-    from malinn import kernel_call
-    from malinn.errors import KernelBuildError
-    from malinn.kernel_library import load_library
-
     devices = [d for d in malinn.devices() if d.backend == "opencl"]
     if not devices:
         pytest.skip("no OpenCL device")

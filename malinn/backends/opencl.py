@@ -67,6 +67,8 @@ def zero_copy_enabled(device: Device) -> bool:
     return device.host_unified_memory and os.environ.get("MALINN_ZERO_COPY", "1") != "0"
 
 
+#: the platform name PoCL reports (its CPU device here)
+POCL_PLATFORM = "Portable Computing Language"
 #: staging arrays below this size stay in pageable memory (see :meth:`OpenCLDevice.host_array`)
 PINNED_MIN_BYTES = 64 * 1024
 #: from this size, an unpadded input is uploaded from the caller's array: the driver's own pipelined
@@ -239,7 +241,7 @@ class OpenCLDevice(Device):
     def is_pocl(self) -> bool:
         """Whether this is a PoCL device (the CPU here): its compiler is an LLVM that clashes with
         TensorFlow's in one process, and it compiles a kernel again for each work-group size."""
-        return "Portable Computing Language" in self.platform
+        return POCL_PLATFORM in self.platform
 
     def extra_build_options(self) -> tuple:
         """``MALINN_CL_OPTIONS``: OpenCL compiler options (space-separated) added to every build, for
@@ -352,7 +354,7 @@ def tensorflow_loaded() -> bool:
 
 
 def _is_pocl(platform) -> bool:
-    return "Portable Computing Language" in _safe_name(platform) or "pocl" in _safe_attr(platform, "vendor").lower()
+    return POCL_PLATFORM in _safe_name(platform) or "pocl" in _safe_attr(platform, "vendor").lower()
 
 
 def _safe_attr(obj, name: str) -> str:
