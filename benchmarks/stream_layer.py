@@ -56,19 +56,19 @@ class StreamLayer:
         self.scratch = cl.Buffer(device.context, flags, hostbuf=np.zeros(m // ROWS + DEFINES["SLICES"] * m, np.uint32))
         self.unused = cl.Buffer(device.context, cl.mem_flags.READ_ONLY, 4)   # bias, scale, shift: not read
 
-    def launch(self, kernel):
+    def launch(self, kernel, extra=()):
         """Enqueues ``kernel`` on this layer (arguments "lhwmnHWpppp", then a, b, r, bias, scale,
-        shift, scratch); returns the event."""
+        shift, scratch, then ``extra``); returns the event."""
         m, k = np.uint32(self.m), np.uint32(self.k)
         kernel.set_args(k, m, np.uint32(1), m, np.uint32(1), m, k, *[np.float32(0)] * 4, self.weights, self.input,
-                        self.result, self.unused, self.unused, self.unused, self.scratch)
+                        self.result, self.unused, self.unused, self.unused, self.scratch, *extra)
         return cl.enqueue_nd_range_kernel(self.device.queue, kernel,
                                           (self.m // DEFINES["VW"], DEFINES["KSPLIT"] * DEFINES["SLICES"]),
                                           (DEFINES["MDIM"], DEFINES["KSPLIT"]))
 
-    def error(self, kernel) -> float:
+    def error(self, kernel, extra=()) -> float:
         """Max error of one launch's result against numpy (float64), relative to the largest value."""
-        self.launch(kernel).wait()
+        self.launch(kernel, extra).wait()
         got = np.empty(self.m, np.float32)
         cl.enqueue_copy(self.device.queue, got, self.result)
         want = self.a.astype(np.float64) @ self.x
