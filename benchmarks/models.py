@@ -18,7 +18,9 @@ With ``--precision fp32 fp16-storage int8-weights`` each network runs in every p
 the same run (peers once, beside the first): each row then gives ``precision``, ``matmul_kernels``
 (device time of the weight-streaming matmul launches alone, profiling events) and
 ``speedup_matmul`` / ``speedup_e2e`` over the row of the first precision, and ``weight_bytes`` (the
-weights' device memory in that precision). Results are checked against numpy computed with the
+weights' device memory in that precision). ``speedup_matmul`` comes from passes of every precision's
+plan interleaved (one pass of each in turn, --repeat times, medians: ``matmul_interleaved``), so
+that a machine whose speed drifts during the run, as a shared CPU's does, moves every precision alike. Results are checked against numpy computed with the
 weights that precision stores.
 
 With several devices (``--device 0:0,gl:0``: the OpenCL GPU and the same GPU through OpenGL) each
@@ -117,6 +119,25 @@ def kernel_seconds(plan, x, repeat: int, matmul_only: bool = False) -> float:
     counted = [not matmul_only or id(launch) in matmuls for launch in plan.launches]
     return float(np.median([sum(t for t, c in zip(times, counted) if c)
                             for times in launch_times(plan, x, repeat)]))
+
+
+def interleaved_matmul_seconds(plans, x, repeat: int) -> list:
+    """Per plan (of one network on one OpenCL device, in different precisions), the median device
+    seconds of its matmul launches, from ``repeat`` rounds that each run one pass of every plan (the
+    order turned each round): the same moments of the machine for every plan."""
+    matmuls = [{id(step.launch) for step in plan.steps if step.kind == "matmul" and step.launch is not None}
+               for plan in plans]
+    for plan in plans:
+        plan.run([x])
+    times = [[] for _ in plans]
+    for i in range(repeat):
+        for j in [(i + j) % len(plans) for j in range(len(plans))]:
+            plan = plans[j]
+            with plan.device.lock:
+                events = [(launch.enqueue(), id(launch) in matmuls[j]) for launch in plan.launches]
+                plan.device.finish()
+            times[j].append(sum((e.profile.end - e.profile.start) * 1e-9 for e, counted in events if counted))
+    return [float(np.median(t)) for t in times]
 
 
 def step_seconds(plan, x, repeat: int) -> list:
@@ -264,7 +285,7 @@ def main(argv=None):
                     peers["tensorflow"] = tf["seconds"]
             for device in devices:
                 where = device.describe()["index"]
-                base = None
+                base, plans = None, []
                 for precision in args.precision:
                     try:
                         row = time_row(model, device, name, widths, batch, precision, weights, x, args.repeat,
@@ -276,14 +297,27 @@ def main(argv=None):
                         base = row
                         row.update(peers)
                     else:
-                        row["speedup_matmul"] = base["matmul_kernels"] / row["matmul_kernels"]
                         row["speedup_e2e"] = base["malinn"] / row["malinn"]
                     results.append(row)
+                    plans.append((row, model.plan(batch, device)))
+                if len(plans) > 1 and device.backend == "opencl":
+                    seconds = interleaved_matmul_seconds([plan for _, plan in plans], x, args.repeat)
+                    for (row, _), s in zip(plans, seconds):
+                        row["matmul_interleaved"] = s
+                        if row is not base:
+                            row["speedup_matmul"] = seconds[0] / s
+                elif len(plans) > 1:
+                    for row, _ in plans[1:]:
+                        row["speedup_matmul"] = base["matmul_kernels"] / row["matmul_kernels"]
+                for row, _ in plans:
                     shown = "  ".join(f"{p} {row[p] * 1e3:8.3f} ({row[p] / row['malinn']:5.2f}x)"
                                       for p in ("numpy", "tensorflow", "torch") if p in row)
-                    gain = (f"  matmuls {row['speedup_matmul']:.2f}x, end to end {row['speedup_e2e']:.2f}x "
-                            f"faster than {base['precision']}" if row is not base else "")
-                    print(f"{name:<14} batch {batch:>4} {precision:<13}"
+                    gain = (f"  matmuls {row['speedup_matmul']:.2f}x"
+                            + (f" (interleaved: {row['matmul_interleaved'] * 1e3:.3f} against "
+                               f"{base['matmul_interleaved'] * 1e3:.3f} ms)" if "matmul_interleaved" in row else "")
+                            + f", end to end {row['speedup_e2e']:.2f}x faster than {base['precision']}"
+                            if row is not base else "")
+                    print(f"{name:<14} batch {batch:>4} {row['precision']:<13}"
                           + (f" {where:<5}" if len(devices) > 1 else "")
                           + f": malinn {row['malinn'] * 1e3:8.3f}  {shown}  "
                           f"[{row['launches']} launches, kernels {row['kernels'] * 1e3:.3f} ms, matmuls "
