@@ -1,4 +1,4 @@
-"""The ``malinn`` command: convert, predict, verify, tune, devices.
+"""The ``malinn`` command (also ``python3 -m malinn``): convert, predict, verify, summary, tune, devices.
 
 Exit codes: 0 success, 1 a malinn error (bad model or input file, device failure, verify
 mismatch), 2 a usage error (bad arguments), 130 interrupted. Every error is one line on stderr,
@@ -417,7 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     device_help = ("gpu, cpu, P:D, part of a device name, or gl (gl:N, gl:NAME) for the OpenGL backend, gles3 for "
-                   "its vertex-shader path (GPUs without compute shaders) (default: MALINN_DEVICE, else the first GPU)")
+                   "its vertex-shader path (GPUs without compute shaders) (default: MALINN_DEVICE, else the first "
+                   "GPU, else the first CPU)")
     input_help = ("input samples: .npy, .npz (one array, or --key; for a model of several inputs one array per "
                   "input name) or .csv (one sample per row)")
     key_help = "the array to use from a .npz input holding several"

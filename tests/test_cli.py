@@ -1,4 +1,4 @@
-"""The malinn command: convert, predict, verify, tune, devices; help, exit codes, clean errors."""
+"""The malinn command: convert, predict, verify, summary, tune, devices; help, exit codes, clean errors."""
 
 import importlib.util
 import io
@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from malinn.version import __version__
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "digits_mlp.keras"
@@ -34,10 +36,15 @@ def digits_malinn(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("command", ["convert", "predict", "verify", "tune", "devices"])
+@pytest.mark.parametrize("command", ["convert", "predict", "verify", "summary", "tune", "devices"])
 def test_every_command_has_help(command):
     out = malinn(command, "--help")
     assert out.returncode == 0 and "usage: malinn " + command in out.stdout
+
+
+def test_python_m_malinn_is_the_malinn_command():
+    out = subprocess.run([sys.executable, "-m", "malinn", "--version"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout == malinn("--version").stdout and __version__ in out.stdout
 
 
 def test_usage_errors_exit_2():

@@ -643,7 +643,7 @@ def _es_context(index: int):
 
 def _context(index: int):
     """A headless context on EGL device ``index``: desktop OpenGL 4.3+, else OpenGL ES 3.1+ (the
-    Raspberry Pi's V3D has compute shaders in ES alone); ``MALINN_GL_API=es`` asks for ES first,
+    Raspberry Pi's V3D has compute shaders in ES alone); ``MALINN_GL_API=es`` for OpenGL ES only,
     ``MALINN_GL_API=gl`` for desktop OpenGL only.
 
     Raises:

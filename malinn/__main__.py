@@ -1,0 +1,7 @@
+"""``python3 -m malinn``: the ``malinn`` command (:func:`malinn.cli.main`)."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
