@@ -178,6 +178,16 @@ def _parse_sequential(class_name, name, cfg, layers, source) -> ModelNode:
     return node
 
 
+def _constant_operand(node: Any):
+    """The first number among a Keras 3 node's positional arguments (``x * 2.0`` saves 2.0 there
+    beside the tensor), else None."""
+    args = node.get("args") if isinstance(node, dict) else None
+    for value in args if isinstance(args, list) else []:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return value
+    return None
+
+
 def _tensor_refs(obj: Any, out: list) -> None:
     """Collect ``keras_history`` of every ``__keras_tensor__`` inside a Keras 3 node."""
     if isinstance(obj, dict):
@@ -257,6 +267,13 @@ def _parse_functional(class_name, name, cfg, layers, source) -> ModelNode:
         if not isinstance(nodes, list) or not nodes:
             raise _fail(source, f"{label}: layer {member.name!r} has no inbound connection")
         node.calls[member.name] = [node_inputs(n) for n in nodes]
+        if is_operation(member):
+            for n, refs in zip(nodes, node.calls[member.name]):
+                constant = _constant_operand(n)
+                if constant is not None and len(refs) < 2:
+                    raise _fail(source, f"{label}: operation {member.name!r} ({member.class_name}) has a constant "
+                                        f"operand ({constant!r}); malinn runs Keras operators on two tensors only "
+                                        "(x * c + d is a Rescaling(c, d) layer)")
         for refs in node.calls[member.name]:
             for ref in refs:
                 if ref[0] not in by_name:

@@ -7,8 +7,9 @@
  * (-D defines with the defaults below). OpenCL C 1.2.
  *
  *   merge   R = ACTIVATION(OP(R, A) / DIVISOR), in place on R (the merge's first operand, or its
- *           running result): OP is op_add, op_sub (R - A), op_rsub (A - R), op_mul, op_max, op_min or
- *           op_copy (A); DIVISOR is the input count for Average on its last step (else 1.0f);
+ *           running result): OP is op_add, op_sub (R - A), op_rsub (A - R), op_mul, op_max, op_min (a
+ *           NaN operand gives NaN, as tf.maximum and tf.minimum; OpenCL's fmax and fmin would give
+ *           the other) or op_copy (A); DIVISOR is the input count for Average on its last step (else 1.0f);
  *           ACTIVATION an act_<name> macro of activations.clh (prepended by the runtime), reading
  *           p0..p3: an Activation layer right after the merge, fused. BROADCAST=1 reads A
  *           with NumPy broadcasting: D1..D8 are R's sample axes (1 past its rank), S0..S8 A's
@@ -84,8 +85,10 @@
 #define op_sub(x, y)  ((x) - (y))
 #define op_rsub(x, y) ((y) - (x))
 #define op_mul(x, y)  ((x) * (y))
-#define op_max(x, y)  fmax((x), (y))
-#define op_min(x, y)  fmin((x), (y))
+float merge_max(float x, float y) { return isnan(x) || isnan(y) ? x + y : fmax(x, y); }
+float merge_min(float x, float y) { return isnan(x) || isnan(y) ? x + y : fmin(x, y); }
+#define op_max(x, y)  merge_max((x), (y))
+#define op_min(x, y)  merge_min((x), (y))
 #define op_copy(x, y) (y)
 
 /* one axis of R's flat index f (last axis first): its position times A's stride along it (the

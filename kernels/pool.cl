@@ -9,12 +9,25 @@
  * R is written as 0.
  *
  * Compile-time parameters (-D defines, set per layer by the plan): IH, IW, OH, OW, KH, KW, SH, SW,
- * PT, PL; MAXPOOL 1 for the maximum, 0 for the mean. Scalars: m, n logical rows and columns of R,
+ * PT, PL; MAXPOOL 1 for the maximum, 0 for the mean; NAN_PROPAGATES (a maximum's NaN taps) 0 as
+ * TensorFlow's max_pool (MaxPooling): NaN taps skipped, the maximum started from -FLT_MAX (a window
+ * of only NaN and -inf gives -FLT_MAX), 1 as its reduce_max (GlobalMaxPooling): a NaN tap gives NaN,
+ * the maximum started from -inf. Scalars: m, n logical rows and columns of R,
  * H, W padded rows and columns of A, h, w of R. OpenCL C 1.2.
  */
 
 #ifndef MAXPOOL
 #define MAXPOOL 1
+#endif
+#ifndef NAN_PROPAGATES
+#define NAN_PROPAGATES 0
+#endif
+#if NAN_PROPAGATES
+#define MAX_START (-INFINITY)
+#define MAX_TAKE(acc, x) (isnan(acc) || isnan(x) ? (acc) + (x) : fmax((acc), (x)))
+#else
+#define MAX_START (-FLT_MAX)
+#define MAX_TAKE(acc, x) fmax((acc), (x))
 #endif
 
 __kernel void pool(uint m, uint n, uint H, uint W, uint h, uint w,
@@ -31,11 +44,11 @@ __kernel void pool(uint m, uint n, uint H, uint W, uint h, uint w,
         const int y0 = (int)(oy * SH) - PT;
         const int x0 = (int)(ox * SW) - PL;
         const int y1 = min(y0 + KH, IH), x1 = min(x0 + KW, IW);
-        float acc = MAXPOOL ? -INFINITY : 0.0f;
+        float acc = MAXPOOL ? MAX_START : 0.0f;
         for (int iy = max(y0, 0); iy < y1; ++iy)
             for (int ix = max(x0, 0); ix < x1; ++ix) {
                 const float x = a[MALINN_INDEX_A(row, base + (uint)(iy * IW + ix), H, W)];
-                acc = MAXPOOL ? fmax(acc, x) : acc + x;
+                acc = MAXPOOL ? MAX_TAKE(acc, x) : acc + x;
             }
 #if MAXPOOL
         v = acc;

@@ -11,6 +11,7 @@ import argparse
 import io
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -23,7 +24,7 @@ from .array_files import read_input_array
 from .conv_tuner import tune_convs
 from .device_selection import devices, get_device, set_device
 from .errors import DeviceError, MalinnError
-from .files import check_destination, write_file
+from .files import check_destination, write_file, write_stdout
 from .saving import is_malinn_file, load_model, resolve_target, save_model
 from .tensor import format_shape
 from .tuner import cache_dir, tune
@@ -120,10 +121,29 @@ def _shown(model, weights) -> str:
     return str(model) if weights is None else f"{model} + {weights}"
 
 
-def _save_npy(y):
-    """A writer of ``y``: one array as .npy, several outputs (a dict by name) as .npz."""
-    if isinstance(y, dict):
-        return lambda f: np.savez(f, **y)
+def _output_format(path, outputs: int) -> str:
+    """``npy``, ``npz`` or ``csv``: how predict writes to ``path`` (None: stdout) the predictions of a
+    model of ``outputs`` outputs: by the file's suffix, else (stdout, ``/dev/null``, a name without
+    one) ``.npy`` for one output and ``.npz`` for several.
+
+    Raises:
+        UsageError: another suffix, or ``.npy`` / ``.csv`` for a model of several outputs.
+    """
+    suffix = Path(str(path)).suffix.lower() if path is not None else ""
+    if suffix not in ("", ".npy", ".npz", ".csv"):
+        raise UsageError(f"{path}: predict writes .npy, .npz or .csv files; give one of those suffixes")
+    if outputs > 1 and suffix in (".npy", ".csv"):
+        raise UsageError(f"{path}: the model has {outputs} outputs; give a .npz file (one array per output)")
+    return suffix[1:] if suffix else ("npz" if outputs > 1 else "npy")
+
+
+def _save_predictions(y, form: str, name: str = "output"):
+    """A writer of ``y`` (one array, or several outputs as a dict by name) in ``form``: ``npy``,
+    ``npz`` (one output named ``name``), or ``csv`` (one row per sample, its values flattened)."""
+    if form == "npz":
+        return lambda f: np.savez(f, **(y if isinstance(y, dict) else {name: y}))
+    if form == "csv":
+        return lambda f: np.savetxt(f, y.reshape(y.shape[0], -1), fmt="%.9g", delimiter=",")
     return lambda f: np.save(f, y)
 
 
@@ -201,16 +221,20 @@ def cmd_convert(args) -> int:
 def cmd_predict(args) -> int:
 
     if args.output is not None:
+        _output_format(args.output, 1)   # a suffix predict cannot write fails before any work
         check_destination(args.output, source=(args.model, args.weights), overwrite_source=args.force)
         check_destination(args.output, source=args.input, overwrite_source=args.force)
     elif sys.stdout is None:
         raise MalinnError("stdout is closed: give the output file with -o")
     device = _device(args)
     model = load_model(args.model, weights=args.weights, precision=args.precision)
+    outputs = getattr(model, "outputs", None) or [None]
+    form = _output_format(args.output, len(outputs))
     x = _read_inputs(model, args.input, args.key)
     y = _named_outputs(model, model.predict(x, batch_size=args.batch_size))
+    name = getattr(outputs[0], "name", None) or model.layers[-1].name
     if args.output is not None:
-        write_file(args.output, _save_npy(y), source=args.input, overwrite_source=args.force)
+        write_file(args.output, _save_predictions(y, form, name), source=args.input, overwrite_source=args.force)
         where = str(args.output)
     elif sys.stdout.isatty():
         for name, out in (y.items() if isinstance(y, dict) else [(None, y)]):
@@ -219,11 +243,7 @@ def cmd_predict(args) -> int:
             _print_table(out)
         where = "the terminal"
     else:
-        buffer = io.BytesIO()
-        _save_npy(y)(buffer)
-        sys.stdout.flush()
-        sys.stdout.buffer.write(buffer.getbuffer())
-        sys.stdout.buffer.flush()
+        write_stdout(_save_predictions(y, form))
         where = "stdout (.npz)" if isinstance(y, dict) else "stdout (.npy)"
     print(f"{_shown(args.model, args.weights)} on {device.name}: {_shape_text(x)} -> {_shape_text(y)} written to "
           f"{where}",
@@ -255,6 +275,10 @@ def cmd_verify(args) -> int:
         x = [rng.standard_normal((16,) + tuple(s)).astype(np.float32) for s in model.input_shapes]
         x = x[0] if len(x) == 1 else dict(zip(model.input_names, x))
     names = [layer.keras_names[-1] for layer in model.layers if layer.keras_names]
+    ours = model.predict_layers(x)   # first: a wrong input is refused with malinn's message, before Keras starts
+    outputs = model.predict(x)
+    outputs = list(outputs.values()) if isinstance(outputs, dict) else (
+        outputs if isinstance(outputs, list) else [outputs])
     with tempfile.TemporaryDirectory() as tmp:
         x_path, out_path = os.path.join(tmp, "x.npz"), os.path.join(tmp, "keras.npz")
         arrays = list(x.values()) if isinstance(x, dict) else [x]
@@ -262,15 +286,10 @@ def cmd_verify(args) -> int:
         run = subprocess.run(_keras_reference_command(str(args.model), x_path, out_path, names, args.weights),
                              capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if run.returncode != 0:
-            tail = run.stderr.strip().splitlines()[-1:] or ["(no output)"]
             if "No module named 'tensorflow'" in run.stderr or "No module named 'keras'" in run.stderr:
                 raise MalinnError("verify needs TensorFlow to run the Keras model: pip install tensorflow-cpu")
-            raise MalinnError(f"running {_shown(args.model, args.weights)} in Keras failed: {tail[0]}")
+            raise MalinnError(f"running {_shown(args.model, args.weights)} in Keras failed: {_exception_line(run.stderr)}")
         reference = dict(np.load(out_path, allow_pickle=False))
-    ours = model.predict_layers(x)
-    outputs = model.predict(x)
-    outputs = list(outputs.values()) if isinstance(outputs, dict) else (
-        outputs if isinstance(outputs, list) else [outputs])
     print(f"verify {_shown(args.model, args.weights)} on {device.name} in {model.precision}, input {_shape_text(x)}; "
           "rel = max|malinn - keras| / max(1, max|keras|), keras in float32")
     rows, called = [], set()
@@ -292,10 +311,7 @@ def cmd_verify(args) -> int:
         if key not in reference:
             print(f"{name:<{left}} {label:<{right}} {'(not compared)':>21}")
             continue
-        ref = np.asarray(reference[key], dtype=np.float32).reshape(out.shape[0], -1)
-        out = out.reshape(out.shape[0], -1)
-        abs_err = float(np.nanmax(np.abs(out - ref))) if out.size else 0.0
-        rel = abs_err / max(1.0, float(np.nanmax(np.abs(ref))) if ref.size else 1.0)
+        abs_err, rel = _errors(out, np.asarray(reference[key], dtype=np.float32))
         worst = max(worst, rel)
         print(f"{name:<{left}} {label:<{right}} {abs_err:>10.3e} {rel:>10.3e}")
     for _, label, keras_name, out in rows[len(rows) - len(outputs):]:   # the model's output(s)
@@ -307,12 +323,37 @@ def cmd_verify(args) -> int:
     return 0 if ok else 1
 
 
+def _errors(out, ref) -> tuple[float, float]:
+    """``(max abs, rel)`` of malinn's ``out`` against Keras's ``ref`` (rel: over max(1, max|ref|)),
+    both over the finite values; a value where one side is NaN or infinite and the other is not the
+    same NaN or infinity counts as an infinite error."""
+    out, ref = out.reshape(out.shape[0], -1), ref.reshape(out.shape[0], -1)
+    finite = np.isfinite(out) & np.isfinite(ref)
+    alike = (np.isnan(out) & np.isnan(ref)) | (np.isinf(out) & (out == ref))
+    if not np.all(finite | alike):
+        return math.inf, math.inf
+    if not finite.any():
+        return 0.0, 0.0
+    abs_err = float(np.max(np.abs(out[finite] - ref[finite])))
+    return abs_err, abs_err / max(1.0, float(np.max(np.abs(ref[finite]))))
+
+
+def _exception_line(stderr: str) -> str:
+    """The last line of a child's ``stderr`` that names an exception (``ValueError: ...``), else its
+    last line."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    named = [line for line in lines if re.match(r"^[\w.]*(Error|Exception|Exit|Interrupt)\b.*:", line)]
+    return (named or lines or ["(no output)"])[-1]
+
+
 def _argmax_agreement(ours, reference) -> str:
-    """``argmax agreement: 97/100 samples (...)``: samples whose largest output is the same."""
+    """``argmax agreement: 97/100 samples (...)``: samples whose largest output is the same (a sample
+    with a NaN on one side only never agrees)."""
     ours, reference = ours.reshape(ours.shape[0], -1), reference.reshape(reference.shape[0], -1)
     if ours.shape[1] < 2:
         return "argmax agreement: not applicable (one output per sample)"
-    same = int(np.sum(np.argmax(ours, axis=1) == np.argmax(reference, axis=1)))
+    same = int(np.sum((np.argmax(ours, axis=1) == np.argmax(reference, axis=1))
+                      & (np.isnan(ours).any(axis=1) == np.isnan(reference).any(axis=1))))
     return f"argmax agreement: {same}/{ours.shape[0]} samples ({100.0 * same / max(1, ours.shape[0]):.2f}%)"
 
 
@@ -443,9 +484,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="malinn model file or Keras file (an architecture .json with --weights)")
     p.add_argument("input", help=input_help)
     p.add_argument("--weights", help=weights_help)
-    p.add_argument("-o", "--output", help=".npy file to write the predictions to, .npz for a model of several "
-                                          "outputs (default: stdout: a table on a terminal, .npy/.npz bytes "
-                                          "otherwise)")
+    p.add_argument("-o", "--output", help="file to write the predictions to: .npy, .npz (one array per output; "
+                                          "needed for a model of several outputs) or .csv (one row per sample) "
+                                          "(default: stdout: a table on a terminal, .npy/.npz bytes otherwise)")
     p.add_argument("--key", help=key_help)
     p.add_argument("--batch-size", type=_positive_int, help="samples per device pass (default: all at once)")
     p.add_argument("--force", action="store_true", help="allow the output to be the model or input file")

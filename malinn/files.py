@@ -84,6 +84,25 @@ def write_file(path, writer, *, source=None, overwrite_source: bool = False) -> 
     return Path(text)
 
 
+def write_stdout(writer) -> None:
+    """Writes the contents that ``writer`` makes (as for :func:`write_file`) to standard output,
+    after what Python has buffered for it: all of them, or an error.
+
+    Raises:
+        MalinnError: the descriptor refused some of the bytes (a full disk behind ``> file``),
+            naming the cause. ``BrokenPipeError`` when the reader has gone.
+    """
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):   # a stream with no descriptor
+        buffer = io.BytesIO()
+        writer(buffer)
+        sys.stdout.buffer.write(buffer.getvalue())
+        sys.stdout.buffer.flush()
+        return
+    _write_fd("stdout", writer, fd)
+
+
 def check_destination(path, *, source=None, overwrite_source: bool = False) -> None:
     """Checks, without writing, that :func:`write_file` may write ``path``.
 

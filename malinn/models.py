@@ -457,6 +457,14 @@ class Sequential(PlannedModel):
     # ---------------------------------------------------------------- inference
     def _check_inputs(self, x) -> list:
         first = self.layers[0].name if self.layers else self.name
+        if isinstance(x, dict):
+            raise ValueError(f"Sequential {self.name!r} takes one input array, got a dict of {len(x)} "
+                             f"({', '.join(map(str, x))}); pass the array itself")
+        if isinstance(x, (list, tuple)) and x and self.input_shape is not None \
+                and np.ndim(x[0]) == 1 + len(self.input_shape):   # a list of whole batches, as Keras takes [x]
+            if len(x) != 1:
+                raise ValueError(f"Sequential {self.name!r} takes one input array, got a list of {len(x)} arrays")
+            x = x[0]
         x = self._as_float32(x, f"layer {first!r}")
         if self.input_shape is not None:
             ok = x.shape[1:] == self.input_shape and x.ndim == 1 + len(self.input_shape)

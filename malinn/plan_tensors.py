@@ -75,7 +75,7 @@ class Weight:
                       and self.nbytes(prefer, precision) <= device.max_allocation)
             padded = tuple(prefer) if shared else tuple(need)
             quantized = self.quantized() if self.quantized is not None else None
-            flat = device_bytes(self.host(), precision, layout, padded, quantized)
+            flat = device_bytes(self.host(), precision, layout, padded, quantized, self.what)
         matrix = DeviceMatrix.upload_weights(device, flat, self.shape, layout, padded, precision, self.what)
         matrix.host = None   # the layer keeps the weights; the copy need not
         self.copies[(device.identity, str(layout), padded, precision)] = matrix

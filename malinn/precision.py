@@ -38,14 +38,25 @@ def check_precision(precision) -> str:
     return load_library().precision(str(precision)).name
 
 
-def quantize_int8(w) -> tuple:
+def quantize_int8(w, what: str = "the weights") -> tuple:
     """Per-row symmetric int8 quantization of ``w`` (rows = output channels).
+
+    Args:
+        w: the weights (rows x cols).
+        what: who holds them, for the error (``layer 'dense'``).
 
     Returns:
         ``(q, scales)``: an int8 array of ``w``'s shape and one float32 scale per row, with
         ``w[i, j] ~ q[i, j] * scales[i]``.
+
+    Raises:
+        ValueError: ``w`` holds a NaN or an infinity, which no scale represents.
     """
     w = np.asarray(w, np.float32)
+    bad = int(np.count_nonzero(~np.isfinite(w)))
+    if bad:
+        raise ValueError(f"{what}: {bad} of its weights are NaN or infinite; int8-weights cannot scale them "
+                         "(keep this model in fp32)")
     top = np.max(np.abs(w), axis=1) if w.shape[1] else np.zeros(w.shape[0], np.float32)
     scales = np.where(top > 0, top.astype(np.float64) / 127.0, 1.0).astype(np.float32)
     q = np.clip(np.rint(w.astype(np.float64) / scales[:, None]), -127, 127).astype(np.int8)
@@ -69,8 +80,11 @@ def effective(w, precision: str, quantized=None) -> np.ndarray:
     return w
 
 
-def device_bytes(w, precision: str, layout: Layout, padded, quantized=None) -> np.ndarray:
+def device_bytes(w, precision: str, layout: Layout, padded, quantized=None, what: str = "the weights") -> np.ndarray:
     """``w`` laid out in ``layout`` and ``padded`` as a kernel in ``precision`` reads it.
+
+    Args:
+        what: who holds the weights, for the errors (``layer 'dense'``).
 
     Returns:
         A flat array to upload as it is: float32, float16, or (int8) uint8 bytes holding the
@@ -78,10 +92,12 @@ def device_bytes(w, precision: str, layout: Layout, padded, quantized=None) -> n
 
     Raises:
         LayoutError: ``w`` does not fit ``padded``.
+        ValueError: a finite weight beyond float16's range (it would be stored as an infinity) in a
+            half precision; a NaN or infinite weight in int8-weights. The message names ``what``.
     """
     spec = load_library().precision(precision)
     if spec.row_scales:
-        q, scales = quantized if quantized is not None else quantize_int8(w)
+        q, scales = quantized if quantized is not None else quantize_int8(w, what)
         values = layout.pack(q.astype(np.float32), padded).astype(np.int8)
         out = np.zeros(spec.weights_nbytes(padded[0], padded[1], len(scales)), np.uint8)
         out[:values.size] = values.view(np.uint8)
@@ -90,7 +106,15 @@ def device_bytes(w, precision: str, layout: Layout, padded, quantized=None) -> n
         return out
     flat = layout.pack(np.asarray(w, np.float32), padded)
     if spec.weight_bytes == 2:
-        return flat.astype(np.float16)
+        with np.errstate(over="ignore"):
+            half = flat.astype(np.float16)
+        lost = np.isinf(half) & np.isfinite(flat)
+        if lost.any():
+            raise ValueError(f"{what}: {int(lost.sum())} of its weights are beyond float16's range (the largest, "
+                             f"{float(np.max(np.abs(flat[lost]))):.6g}, against 65504) and would be stored as "
+                             f"infinities in {precision}; keep this model in fp32, or use int8-weights (scaled "
+                             "per unit)")
+        return half
     if spec.weight_bytes != 4:
         raise LayoutError(f"precision {precision!r}: no packing for {spec.weight_bytes}-byte weights")
     return flat

@@ -23,6 +23,7 @@ place, so a failure leaves no partial file.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -104,6 +105,9 @@ def _save(model, path, target, source, overwrite) -> Path:
         raise ConversionError(f"{path}: model {model.name!r} is not built; call build(input_shape) or predict first")
     spec = resolve_target(target)
     precision = model.precision
+    if precision != "fp32" and str(target).partition(":")[0] in ("gl", "gles3"):
+        raise ConversionError(f"{path}: target {target} is an OpenGL device's, which runs fp32 weights only; "
+                              f"{precision} runs on OpenCL devices (targets gpu, cpu)")
     if precision not in spec.precisions:
         supporting = [c for c in load_library().codenames("matmul") if precision in load_library()[c].precisions]
         raise ConversionError(f"{path}: target {spec.codename} reads fp32 weights only, not {precision}; "
@@ -127,7 +131,10 @@ def _save(model, path, target, source, overwrite) -> Path:
             for i, layer in enumerate(model.layers):
                 g = group.create_group(str(i))
                 g.attrs["name"] = layer.name
-                layer.save_own_variables(g, spec)
+                try:
+                    layer.save_own_variables(g, spec)
+                except ValueError as exc:   # weights the precision cannot hold: named by the layer
+                    raise ConversionError(f"{path}: {exc}") from None
 
     try:
         return write_file(path, write, source=source, overwrite_source=overwrite)
@@ -210,13 +217,23 @@ def load_model(path, weights=None, precision: str | None = None):
             an architecture JSON without weights, weights without an architecture, or a pair that
             does not match; the message names the file(s) and the cause.
         ValueError: ``precision`` is unknown.
+        TypeError: ``path`` or ``weights`` is not a path (str, bytes or os.PathLike).
     """
     if precision is not None:
         check_precision(precision)
-    model = _load_model(Path(path), weights)
+    model = _load_model(_as_path(path, "path"), None if weights is None else _as_path(weights, "weights"))
     if precision is not None:
         model.precision = precision
     return model
+
+
+def _as_path(value, what: str) -> Path:
+    """``value`` (str, bytes or os.PathLike) as a Path, or a TypeError naming ``what``."""
+    try:
+        return Path(os.fsdecode(value))
+    except TypeError:
+        raise TypeError(f"{what} must be a file path (str, bytes or os.PathLike), got "
+                        f"{type(value).__name__} {value!r}") from None
 
 
 def _load_model(path: Path, weights):

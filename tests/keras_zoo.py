@@ -838,6 +838,9 @@ class Zoo:
 
         folder = os.path.join(self.outdir, self.generation)
         if k3:
+            cx = K.Input((3,), name="cx")   # x * 2.0: an operation with a constant operand
+            self.add("constant_operand", K.Model(cx, L.Dense(3, name="c_dense")(cx) * 2.0, name="constant_operand"),
+                     kind="reader")
             small = K.Sequential([K.Input((3,)), L.Dense(2, name="small")], name="small")
             small.save_weights(os.path.join(folder, "small.weights.h5"))
             self.build_tensorflow_formats(small, folder)

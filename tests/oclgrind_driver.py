@@ -320,6 +320,8 @@ def run_window(case, device, rng):
             h = pool2d_reference(h, layer.pool_size, layer.strides, layer.padding, "max" if "Max" in name else "avg")
         elif name == "GlobalAveragePooling2D":
             h = h.mean(axis=(1, 2))
+        elif name == "GlobalMaxPooling2D":
+            h = h.max(axis=(1, 2))
         elif name == "ZeroPadding2D":
             h = np.pad(h, ((0, 0),) + layer.padding + ((0, 0),))
         elif name == "Cropping2D":

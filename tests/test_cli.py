@@ -130,6 +130,52 @@ def test_predict_the_bundled_npz_to_stdout_gives_a_loadable_npy(digits_malinn):
     assert b"written to stdout" in out.stderr and len(out.stderr.splitlines()) == 1
 
 
+def test_predict_to_a_full_disk_fails_and_says_so(digits_malinn):
+    data = ROOT / "examples" / "digits_test.npz"
+    with open("/dev/full", "wb") as full:   # stdout redirected onto a full disk: every write fails
+        out = subprocess.run([sys.executable, "-m", "malinn.cli", "predict", str(digits_malinn), str(data), "--key", "x"],
+                             stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert out.returncode == 1 and "stdout: cannot write (No space left on device)" in out.stderr
+    assert "written to" not in out.stderr
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".npz", ".csv"])
+def test_predict_writes_the_format_its_output_names(digits_malinn, tmp_path, suffix):
+    data = np.load(ROOT / "examples" / "digits_test.npz")
+    out = malinn("predict", digits_malinn, ROOT / "examples" / "digits_test.npz", "--key", "x", "-o",
+                 tmp_path / f"y{suffix}")
+    assert out.returncode == 0, out.stderr
+    path = tmp_path / f"y{suffix}"
+    if suffix == ".npy":
+        y = np.load(path, allow_pickle=False)
+    elif suffix == ".npz":
+        with np.load(path, allow_pickle=False) as z:
+            assert list(z.keys()) == ["dense_2"]
+            y = z["dense_2"]
+    else:
+        y = np.loadtxt(path, delimiter=",", dtype=np.float32)
+    assert y.shape == (360, 10) and np.abs(y - data["keras"]).max() <= 1e-5
+
+
+def test_predict_refuses_an_output_suffix_it_cannot_write_before_any_work(digits_malinn, tmp_path):
+    out = malinn("predict", digits_malinn, tmp_path / "missing.npy", "-o", tmp_path / "y.txt")
+    assert out.returncode == 2 and "predict writes .npy, .npz or .csv files" in out.stderr
+    assert not (tmp_path / "y.txt").exists()
+
+
+def test_verify_counts_a_nan_or_infinity_keras_does_not_have_as_an_infinite_error():
+    from malinn.cli import _argmax_agreement, _errors
+
+    keras = np.array([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]], np.float32)
+    assert _errors(keras + 0.25, keras) == (0.25, 0.125)
+    assert _errors(np.array([[np.nan, 0.0], [np.nan, 1.0], [np.nan, 2.0]], np.float32), keras) == (np.inf, np.inf)
+    assert _errors(np.array([[np.inf, 0.0], [1, 1], [2, 2]], np.float32), keras) == (np.inf, np.inf)
+    both = np.array([[np.nan, -np.inf], [1, 1], [2, 2.5]], np.float32)   # the same NaN and -inf as Keras
+    assert _errors(both, np.array([[np.nan, -np.inf], [1, 1], [2, 2]], np.float32)) == (0.5, 0.25)
+    assert _argmax_agreement(np.array([[np.nan, 0.0], [0.0, 1.0]], np.float32),
+                             np.array([[1.0, 0.0], [0.0, 1.0]], np.float32)).startswith("argmax agreement: 1/2")
+
+
 def test_predict_prints_a_table_on_a_terminal(digits_malinn, capsys, monkeypatch):
     from malinn.cli import main
 

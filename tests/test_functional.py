@@ -52,6 +52,19 @@ def test_elementwise_merges_match_numpy(device, merge, rank, batch, scale):
     keras_close(model.predict(xs), NUMPY[merge]([dense_np(d, xs[0]), xs[1].astype(np.float64)]))
 
 
+@pytest.mark.parametrize("merge, want", [(Maximum, [np.nan, np.nan, np.nan, 1.0, 1.0, 2.0, 7.0, np.nan]),
+                                         (Minimum, [np.nan, np.nan, np.nan, -1.0, 0.5, 1.0, 1.0, np.nan])])
+def test_maximum_and_minimum_give_nan_for_a_nan_operand_as_tensorflow(device, merge, want):
+    """tf.maximum and tf.minimum (Keras 3.15 on TensorFlow 2.x) give NaN where either operand is NaN,
+    where OpenCL's fmax and fmin would give the other."""
+    x, y = Input((8,), name="x"), Input((8,), name="y")
+    model = Functional([x, y], merge()([x, y]))
+    xv = np.array([[np.nan, -np.inf, np.inf, -1.0, 0.5, 2.0, 7.0, np.nan]], np.float32)
+    yv = np.array([[np.nan, np.nan, np.nan, 1.0, 1.0, 1.0, 1.0, 3.0]], np.float32)
+    np.testing.assert_array_equal(model.predict([xv, yv]), [want])
+    np.testing.assert_array_equal(model.predict([yv, xv]), [want])
+
+
 BROADCASTS = [[(3, 6), (1, 6)], [(1, 6), (3, 6)], [(3, 6), (6,)], [(6,), (2, 3, 6)], [(3, 1), (1, 4)],
               [(2, 3, 4), (3, 1), (1, 4)]]
 
@@ -173,6 +186,9 @@ def test_predict_takes_an_array_a_list_or_a_dict(device, rng):
         model.predict([xv, tv[:4]])
     single = Functional(x, Dense(2)(x))
     np.testing.assert_array_equal(single.predict([xv]), single.predict(xv))
+    np.testing.assert_array_equal(single.predict(list(xv)), single.predict(xv))   # a list of samples
+    with pytest.raises(ValueError, match=r"takes 1 input\(s\) \(numeric\), got a list of 2"):
+        single.predict([xv, xv])
 
 
 def test_several_outputs_come_back_as_a_list_or_a_dict(device, rng):

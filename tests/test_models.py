@@ -76,6 +76,17 @@ def test_bad_input_names_the_layer_and_both_shapes(device, x, fragment):
     assert repr(model.layers[0].name) in str(info.value)
 
 
+def test_predict_takes_a_list_of_one_batch_as_keras_does(device):
+    model = three_layer()
+    x = np.random.default_rng(0).uniform(-1, 1, (4, 37)).astype(np.float32)
+    np.testing.assert_array_equal(model.predict([x]), model.predict(x))
+    np.testing.assert_array_equal(model.predict(list(x)), model.predict(x))   # a list of samples
+    with pytest.raises(ValueError, match="takes one input array, got a list of 2 arrays"):
+        model.predict([x, x])
+    with pytest.raises(ValueError, match="takes one input array, got a dict of 1 \\(x\\)"):
+        model.predict({"x": x})
+
+
 def test_bad_batch_size_and_empty_models():
     model = three_layer()
     with pytest.raises(ValueError, match="batch_size must be a positive integer"):

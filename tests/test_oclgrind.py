@@ -324,6 +324,8 @@ def window_cases() -> list[dict]:
                              ["UpSampling2D", {"size": [2, 3]}], ["Cropping2D", {"cropping": [[1, 0], [2, 1]]}],
                              ["AveragePooling2D", {"pool_size": 3, "strides": 2, "padding": "same"}],
                              ["GlobalAveragePooling2D", {}]], "cost": 10000})
+    cases.append({"op": "window", "input": [5, 4, 3], "batch": 2, "kernels": LIB.codenames("pool"),   # NAN_PROPAGATES 1
+                  "layers": [["GlobalMaxPooling2D", {}]], "cost": 2000})
     return cases
 
 

@@ -187,6 +187,44 @@ def test_a_target_without_the_precision_is_refused(tmp_path):
     assert not (tmp_path / "m.malinn").exists()
 
 
+@pytest.mark.parametrize("precision", ["fp16-storage", "fp16"])
+def test_a_weight_beyond_half_range_is_refused_by_name_not_stored_as_infinity(device, tmp_path, precision):
+    if device.backend != "opencl":
+        pytest.skip("a GL CPU's kernels read fp32 weights only")
+    model = dense_model([2, 2], [None], "fp32")
+    model.set_weights([np.array([[1e5, 1.0], [1.0, 1.0]], np.float32), np.zeros(2, np.float32)])
+    layer = model.layers[0].name
+    message = rf"layer '{layer}' kernel: 1 of its weights are beyond float16's range \(the largest, 100000"
+    model.precision = precision
+    with pytest.raises(ConversionError, match=message):
+        model.save(tmp_path / "m.malinn", target="cpu")
+    assert not (tmp_path / "m.malinn").exists()
+    if precision == "fp16-storage":   # every device reads half weights; fp16 arithmetic needs cl_khr_fp16
+        with pytest.raises(ValueError, match=message):
+            model.predict(np.zeros((1, 2), np.float32))
+    model.precision = "int8-weights"  # per-unit scales hold it
+    np.testing.assert_allclose(model.predict(np.array([[1.0, 3.0]], np.float32)), [[1e5 + 3.0, 4.0]], rtol=1e-2)
+
+
+def test_int8_refuses_nan_or_infinite_weights_by_name(device):
+    if device.backend != "opencl":
+        pytest.skip("a GL CPU's kernels read fp32 weights only")
+    model = dense_model([3, 2], [None], "fp32")
+    model.set_weights([np.array([[1.0, np.inf], [0.0, 1.0], [2.0, 1.0]], np.float32), np.zeros(2, np.float32)])
+    model.precision = "int8-weights"
+    with pytest.raises(ValueError, match=rf"layer '{model.layers[0].name}' kernel: 1 of its weights are NaN or "
+                                         "infinite; int8-weights cannot scale them"):
+        model.predict(np.zeros((1, 3), np.float32))
+
+
+@pytest.mark.parametrize("target", ["gl", "gl:gpu", "gl:cpu", "gles3"])
+def test_an_opengl_target_refuses_a_reduced_precision_at_conversion(tmp_path, target):
+    model = dense_model([6, 3], [None], "int8-weights")
+    with pytest.raises(ConversionError, match=f"target {target} is an OpenGL device's, which runs fp32 weights only"):
+        model.save(tmp_path / "m.malinn", target=target)
+    assert not (tmp_path / "m.malinn").exists()
+
+
 def test_keras_int8_dense_runs_on_its_own_int8_values(device, keras_zoo):
     path = keras_zoo.path("keras3-zip", "int8")
     model = malinn.load_model(path, precision="int8-weights")

@@ -111,3 +111,17 @@ def test_missing_and_truncated_files(tmp_path, rng):
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(ConversionError):
         malinn.load_model(path)
+
+
+@pytest.mark.parametrize("path", [None, 3, 2.5])
+def test_load_model_names_a_path_that_is_not_one(path):
+    with pytest.raises(TypeError, match=f"path must be a file path \\(str, bytes or os.PathLike\\), got "
+                                        f"{type(path).__name__}"):
+        malinn.load_model(path)
+
+
+def test_load_model_takes_a_bytes_path(tmp_path):
+    model = malinn.Sequential([malinn.layers.Dense(2)])
+    model.build((None, 3))
+    path = model.save(tmp_path / "m.malinn")
+    np.testing.assert_array_equal(malinn.load_model(bytes(path)).get_weights()[0], model.get_weights()[0])

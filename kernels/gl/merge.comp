@@ -1,7 +1,7 @@
 /* An element-wise merge step in place on R (Add, Subtract, Multiply, Average, Maximum, Minimum of
  * a Functional graph), any layouts: the GLSL ES 3.10 twin of merge.cl (read it for the design).
  *   R = ACTIVATION(OP(R, A) / DIVISOR); OP is op_add, op_sub (R - A), op_rsub (A - R), op_mul,
- *   op_max, op_min (a NaN operand gives the other, as OpenCL's fmax/fmin) or op_copy (A);
+ *   op_max, op_min (a NaN operand gives NaN, as tf.maximum and tf.minimum) or op_copy (A);
  *   ACTIVATION an act_<name> of activations.glsl reading p0..p3. BROADCAST=1 reads A with NumPy
  *   broadcasting: D1..D8 are R's sample axes (1 past its rank), S0..S8 A's strides in its own
  *   flat order (0 along an axis A has once).
@@ -71,8 +71,8 @@
 #define S8 0
 #endif
 
-float malinn_fmax(float x, float y) { return isnan(x) ? y : (isnan(y) ? x : max(x, y)); }
-float malinn_fmin(float x, float y) { return isnan(x) ? y : (isnan(y) ? x : min(x, y)); }
+float malinn_fmax(float x, float y) { return (isnan(x) || isnan(y)) ? x + y : max(x, y); }
+float malinn_fmin(float x, float y) { return (isnan(x) || isnan(y)) ? x + y : min(x, y); }
 #define op_add(x, y)  ((x) + (y))
 #define op_sub(x, y)  ((x) - (y))
 #define op_rsub(x, y) ((y) - (x))

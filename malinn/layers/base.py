@@ -60,7 +60,11 @@ def _auto_name(prefix: str) -> str:
 
 
 def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+    """A class name as Keras names its layers: ``Dense`` dense, ``Conv2D`` conv2d, ``ReLU`` re_lu,
+    ``GlobalMaxPooling2D`` global_max_pooling2d (an underscore before each capitalised word, and
+    between a lower-case letter and a capital)."""
+    name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
+    return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
 
 
 def sample_shape(input_shape, who: str) -> tuple:

@@ -131,11 +131,11 @@ class Dense(Layer):
         precision = target.precision
         w = self.kernel.T
         if precision == "int8-weights":
-            q, scales = self.quantized if self.quantized is not None else quantize_int8(w)
+            q, scales = self.quantized if self.quantized is not None else quantize_int8(w, f"{self._what()} kernel")
             stored = layout.pack(q.astype(np.float32), padded).astype(np.int8)
             store.create_dataset("kernel_scales", data=scales)
         else:
-            stored = device_bytes(w, precision, layout, padded)
+            stored = device_bytes(w, precision, layout, padded, what=f"{self._what()} kernel")
         data = store.create_dataset("kernel_laid_out", data=stored)
         data.attrs["layout"] = str(layout)
         data.attrs["padded"] = list(padded)
@@ -163,7 +163,8 @@ class Dense(Layer):
             weights.append(np.asarray(store["bias"][()], dtype=np.float32))
         self.set_weights(weights)
         self.quantized = quantized
-        flat = device_bytes(w, precision, layout, padded, quantized) if precision != "fp32" else stored.astype(np.float32)
+        flat = (device_bytes(w, precision, layout, padded, quantized, f"{self._what()} kernel") if precision != "fp32"
+                else stored.astype(np.float32))
         self.prepacked = (layout, padded, flat, precision)
 
     def get_config(self) -> dict:

@@ -124,7 +124,9 @@ class _GlobalPooling(Layer):
         h, w, _ = spatial_of(self.input_shape)
         defines = window_defines((h, w), (h, w), (1, 1), (1, 1), "valid")
         del defines["DH"], defines["DW"]
-        return builder.gather(x, "pool", {**defines, "MAXPOOL": int(self.maximum)},
+        # Keras's GlobalMaxPooling is TensorFlow's reduce_max, where a NaN gives NaN (its MaxPooling,
+        # max_pool, skips NaN: pool.cl's NAN_PROPAGATES)
+        return builder.gather(x, "pool", {**defines, "MAXPOOL": int(self.maximum), "NAN_PROPAGATES": int(self.maximum)},
                               self.compute_output_shape(x.shape), self._what())
 
     def get_config(self) -> dict:

@@ -238,6 +238,12 @@ def test_branching_functional_model_converts(keras_zoo, out_dir, fmt):
 # unsupported layers: all of them in one message
 
 
+@pytest.mark.parametrize("fmt", ["keras3-zip", "keras3-h5"])
+def test_an_operator_with_a_constant_operand_is_refused_by_name(keras_zoo, out_dir, fmt):
+    assert_convert_fails(keras_zoo.path(fmt, "constant_operand"), out_dir, "has a constant operand (2.0)",
+                         "Rescaling")
+
+
 UNSUPPORTED = [("Masking", "bad_masking"), ("Conv1DTranspose", "bad_conv"), ("LSTM", "bad_lstm")]
 SUPPORTED = ["Dense", "Activation", "Dropout", "Flatten", "BatchNormalization", "ReLU",
              "LeakyReLU", "ELU", "Softmax", "Conv2D", "MaxPooling2D", "GlobalAveragePooling1D", "UpSampling2D"]

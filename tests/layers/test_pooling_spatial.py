@@ -47,6 +47,18 @@ def test_global_pooling(device, rng):
     np.testing.assert_allclose(_predict([GlobalMaxPooling1D()], s), s.max(axis=1))
 
 
+def test_nan_and_infinities_pool_as_in_tensorflow(device):
+    """TensorFlow's max_pool (MaxPooling) skips NaN and starts from the lowest float (Keras 3.15 on
+    TensorFlow 2.x: a window of NaN and -inf gives -3.4028235e38); its reduce_max (GlobalMaxPooling)
+    gives NaN; a mean with a NaN is NaN."""
+    nan, inf, low = np.nan, np.inf, -np.finfo(np.float32).max
+    x = np.array([[[nan, -inf, inf, -1.0], [0.5, 2.0, 7.0, nan]]], np.float32)[..., None]   # (1, 2, 4, 1)
+    np.testing.assert_array_equal(_predict([MaxPooling2D((1, 2))], x)[..., 0], [[[low, inf], [2.0, 7.0]]])
+    np.testing.assert_array_equal(_predict([GlobalMaxPooling2D()], x), [[nan]])
+    np.testing.assert_array_equal(_predict([GlobalMaxPooling2D()], np.where(np.isnan(x), 1.0, x)), [[inf]])
+    np.testing.assert_array_equal(_predict([AveragePooling2D((1, 2))], x)[..., 0], [[[nan, inf], [1.25, nan]]])
+
+
 def test_pooling_after_a_convolution_reads_its_layout(device, rng):
     conv = Conv2D(13, 3, padding="same", activation="relu")
     conv.build((None, 13, 13, 3))
