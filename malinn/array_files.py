@@ -144,7 +144,8 @@ def _read_csv(path: Path, sample_shape) -> np.ndarray:
     if lines and not _numeric_row(lines[0][1]):
         lines = lines[1:]   # a header row
     if not lines:
-        raise MalinnError(f"{path}: holds a header but no rows of numbers")
+        raise MalinnError(f"{path}: holds a header but no rows of numbers (the values must be plain numbers "
+                          "separated by commas, one sample per row: no quotes, no other separator)")
     width = lines[0][1].count(",") + 1
     for number, line in lines:
         if line.count(",") + 1 != width:

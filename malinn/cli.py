@@ -221,9 +221,9 @@ def cmd_convert(args) -> int:
 def cmd_predict(args) -> int:
 
     if args.output is not None:
-        _output_format(args.output, 1)   # a suffix predict cannot write fails before any work
         check_destination(args.output, source=(args.model, args.weights), overwrite_source=args.force)
         check_destination(args.output, source=args.input, overwrite_source=args.force)
+        _output_format(args.output, 1)   # a suffix predict cannot write fails before any work
     elif sys.stdout is None:
         raise MalinnError("stdout is closed: give the output file with -o")
     device = _device(args)

@@ -159,7 +159,18 @@ def _plan(text: str, source, overwrite_source: bool):
     if len(os.fsencode(real.name)) > name_max:
         raise MalinnError(f"{text}: the file name is {len(os.fsencode(real.name))} bytes long; "
                           f"the folder allows at most {name_max}")
+    if not os.access(folder, os.W_OK | os.X_OK):   # a read-only file system or folder: said before any work
+        shown = folder if os.path.islink(text) else (os.path.dirname(text) or ".")
+        raise MalinnError(f"{text}: cannot write in the folder {shown} (" + (
+            "read-only file system" if _read_only(folder) else "permission denied") + ")")
     return "atomic", st
+
+
+def _read_only(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
 
 
 def _refuse_source(text: str, source, overwrite_source: bool) -> None:
