@@ -39,7 +39,10 @@ def models_table(d):
     out = [f"Device: {d['device']['name']}; default matmul kernel `{d['matmul']}`. Milliseconds per batch, host to "
            "host; in brackets the peer's time over malinn's (above 1: malinn is faster)"
            + ("; reduced precisions beside fp32 in the same run, `matmuls` their weight-streaming kernels' device "
-              "time against fp32's" if precision else "") + ".", "",
+              "time against fp32's" if precision else "")
+           + (" (passes of the precisions interleaved: `matmul_interleaved`; the kernels column times each "
+              "precision's passes back to back)" if any("matmul_interleaved" in r for r in d["rows"]) else "")
+           + ".", "",
            "| model | batch | " + ("precision | " if precision else "") + "malinn | " + " | ".join(peers) + " |",
            "|" + " --- |" * (3 + precision + len(peers))]
     extra = "kernels" in d["rows"][0]
