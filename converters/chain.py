@@ -179,12 +179,15 @@ def _parse_sequential(class_name, name, cfg, layers, source) -> ModelNode:
 
 
 def _constant_operand(node: Any):
-    """The first number among a Keras 3 node's positional arguments (``x * 2.0`` saves 2.0 there
-    beside the tensor), else None."""
+    """The first constant among a Keras 3 node's positional arguments, else None: a number (``x * 2.0``
+    saves 2.0 there beside the tensor), or an array (``x + np.array(...)`` saves a ``__numpy__``
+    object; anything serialised that is not a ``__keras_tensor__``), shown by its class name."""
     args = node.get("args") if isinstance(node, dict) else None
     for value in args if isinstance(args, list) else []:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return value
+        if isinstance(value, dict) and "class_name" in value and value["class_name"] != "__keras_tensor__":
+            return f"a {str(value['class_name']).strip('_')} constant"
     return None
 
 
@@ -271,9 +274,10 @@ def _parse_functional(class_name, name, cfg, layers, source) -> ModelNode:
             for n, refs in zip(nodes, node.calls[member.name]):
                 constant = _constant_operand(n)
                 if constant is not None and len(refs) < 2:
+                    shown = constant if isinstance(constant, str) else repr(constant)
                     raise _fail(source, f"{label}: operation {member.name!r} ({member.class_name}) has a constant "
-                                        f"operand ({constant!r}); malinn runs Keras operators on two tensors only "
-                                        "(x * c + d is a Rescaling(c, d) layer)")
+                                        f"operand ({shown}); malinn runs Keras operators on two tensors only "
+                                        "(a layer may do it: x * c + d is Rescaling(c, d), maximum(x, 0) is ReLU)")
         for refs in node.calls[member.name]:
             for ref in refs:
                 if ref[0] not in by_name:

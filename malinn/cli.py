@@ -12,6 +12,7 @@ import io
 import math
 import os
 import re
+import stat
 import subprocess
 import sys
 import tempfile
@@ -123,18 +124,26 @@ def _shown(model, weights) -> str:
 
 def _output_format(path, outputs: int) -> str:
     """``npy``, ``npz`` or ``csv``: how predict writes to ``path`` (None: stdout) the predictions of a
-    model of ``outputs`` outputs: by the file's suffix, else (stdout, ``/dev/null``, a name without
-    one) ``.npy`` for one output and ``.npz`` for several.
+    model of ``outputs`` outputs: by the file's suffix, else (stdout, an existing device or FIFO such
+    as ``/dev/null``, a name without one) ``.npy`` for one output and ``.npz`` for several.
 
     Raises:
         UsageError: another suffix, or ``.npy`` / ``.csv`` for a model of several outputs.
     """
-    suffix = Path(str(path)).suffix.lower() if path is not None else ""
+    suffix = Path(str(path)).suffix.lower() if path is not None and not _special_file(path) else ""
     if suffix not in ("", ".npy", ".npz", ".csv"):
         raise UsageError(f"{path}: predict writes .npy, .npz or .csv files; give one of those suffixes")
     if outputs > 1 and suffix in (".npy", ".csv"):
         raise UsageError(f"{path}: the model has {outputs} outputs; give a .npz file (one array per output)")
     return suffix[1:] if suffix else ("npz" if outputs > 1 else "npy")
+
+
+def _special_file(path) -> bool:
+    """Whether ``path`` is an existing file that is not a regular one (a device, a FIFO, /dev/stdout)."""
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _save_predictions(y, form: str, name: str = "output"):
@@ -339,11 +348,19 @@ def _errors(out, ref) -> tuple[float, float]:
 
 
 def _exception_line(stderr: str) -> str:
-    """The last line of a child's ``stderr`` that names an exception (``ValueError: ...``), else its
-    last line."""
+    """The exception a child's ``stderr`` ends with: the first line naming one (``ValueError: ...``)
+    after its last traceback (not one Python ignored at exit), with the line after it where Keras
+    puts the cause ("Exception encountered when calling ..."); else the last line."""
     lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
-    named = [line for line in lines if re.match(r"^[\w.]*(Error|Exception|Exit|Interrupt)\b.*:", line)]
-    return (named or lines or ["(no output)"])[-1]
+    starts = [i for i, line in enumerate(lines) if line == "Traceback (most recent call last):"
+              and not (i and lines[i - 1].startswith("Exception ignored"))]
+    tail = lines[starts[-1]:] if starts else lines
+    named = [i for i, line in enumerate(tail) if re.match(r"^[\w.]*(Error|Exception|Exit|Interrupt)\b.*:", line)]
+    if not named:
+        return (lines or ["(no output)"])[-1]
+    i = named[0]
+    cause = tail[i + 1] if "Exception encountered when calling" in tail[i] and i + 1 < len(tail) else ""
+    return tail[i] + (f" {cause}" if cause else "")
 
 
 def _argmax_agreement(ours, reference) -> str:

@@ -64,8 +64,9 @@ def write_file(path, writer, *, source=None, overwrite_source: bool = False) -> 
         The path written, as given (a symlink's path, not its target's).
 
     Raises:
-        MalinnError: the name is empty or names a folder, the folder is missing, the name is too
-            long, the destination is ``source``, a block device or a socket, or the file cannot be
+        MalinnError: the name is empty or names a folder, the folder is missing or cannot be written
+            in, the name is too long, the destination is ``source``, a block device or a socket, or
+            the file cannot be
             written (an ``OSError``, the writer's included; the message names the path and the
             cause). Other exceptions raised by ``writer`` pass through unchanged, and
             ``BrokenPipeError`` from a pipe whose reader has gone. In every case nothing is left
@@ -97,6 +98,7 @@ def write_stdout(writer) -> None:
     except (AttributeError, OSError, ValueError, io.UnsupportedOperation):   # a stream with no descriptor
         buffer = io.BytesIO()
         writer(buffer)
+        sys.stdout.flush()
         sys.stdout.buffer.write(buffer.getvalue())
         sys.stdout.buffer.flush()
         return
@@ -113,7 +115,8 @@ def check_destination(path, *, source=None, overwrite_source: bool = False) -> N
 
     Raises:
         MalinnError: as :func:`write_file` would before writing (empty name, a folder, a missing
-            folder, a name too long, the source file, a block device or a socket).
+            folder or one this process cannot write in, a name too long, the source file, a block
+            device or a socket).
     """
     text = os.fspath(path)
     _plan(os.fsdecode(text) if isinstance(text, bytes) else text, source, overwrite_source)
@@ -159,7 +162,8 @@ def _plan(text: str, source, overwrite_source: bool):
     if len(os.fsencode(real.name)) > name_max:
         raise MalinnError(f"{text}: the file name is {len(os.fsencode(real.name))} bytes long; "
                           f"the folder allows at most {name_max}")
-    if not os.access(folder, os.W_OK | os.X_OK):   # a read-only file system or folder: said before any work
+    effective = os.access in os.supports_effective_ids
+    if not os.access(folder, os.W_OK | os.X_OK, effective_ids=effective):   # read-only: said before any work
         shown = folder if os.path.islink(text) else (os.path.dirname(text) or ".")
         raise MalinnError(f"{text}: cannot write in the folder {shown} (" + (
             "read-only file system" if _read_only(folder) else "permission denied") + ")")

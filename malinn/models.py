@@ -460,11 +460,14 @@ class Sequential(PlannedModel):
         if isinstance(x, dict):
             raise ValueError(f"Sequential {self.name!r} takes one input array, got a dict of {len(x)} "
                              f"({', '.join(map(str, x))}); pass the array itself")
-        if isinstance(x, (list, tuple)) and x and self.input_shape is not None \
-                and np.ndim(x[0]) == 1 + len(self.input_shape):   # a list of whole batches, as Keras takes [x]
-            if len(x) != 1:
+        if isinstance(x, (list, tuple)) and x:
+            # a list of whole batches, as Keras takes [x] (unbuilt: one item that is itself a batch)
+            batches = (np.ndim(x[0]) == 1 + len(self.input_shape) if self.input_shape is not None
+                       else len(x) == 1 and np.ndim(x[0]) >= 2)
+            if batches and len(x) != 1:
                 raise ValueError(f"Sequential {self.name!r} takes one input array, got a list of {len(x)} arrays")
-            x = x[0]
+            if batches:
+                x = x[0]
         x = self._as_float32(x, f"layer {first!r}")
         if self.input_shape is not None:
             ok = x.shape[1:] == self.input_shape and x.ndim == 1 + len(self.input_shape)

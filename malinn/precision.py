@@ -58,7 +58,9 @@ def quantize_int8(w, what: str = "the weights") -> tuple:
         raise ValueError(f"{what}: {bad} of its weights are NaN or infinite; int8-weights cannot scale them "
                          "(keep this model in fp32)")
     top = np.max(np.abs(w), axis=1) if w.shape[1] else np.zeros(w.shape[0], np.float32)
-    scales = np.where(top > 0, top.astype(np.float64) / 127.0, 1.0).astype(np.float32)
+    # at least the smallest float32: a row of tiny values (below ~2e-43) must not get a scale of 0
+    scales = np.where(top > 0, np.maximum(top.astype(np.float64) / 127.0, np.finfo(np.float32).smallest_subnormal),
+                      1.0).astype(np.float32)
     q = np.clip(np.rint(w.astype(np.float64) / scales[:, None]), -127, 127).astype(np.int8)
     return q, scales
 

@@ -91,6 +91,16 @@ def filled(tmp_path_factory):
     return folder, default
 
 
+def test_a_binary_is_keyed_by_the_options_its_build_used(filled):
+    """Source builds add "-w" (no warnings in the log); the key says so, so a binary an earlier
+    malinn cached without it (whose rebuild on PoCL logs warnings, shown by pyopencl as a
+    CompilerWarning on every run) is never taken for one built with it."""
+    folder, _ = filled
+    # OpenCL's entries (a GL shader's key names its "local" size)
+    keys = [key for key in entries(folder).values() if "local" not in key]
+    assert keys and all(key["options"][-1:] == ["-w"] for key in keys), [k["options"] for k in keys]
+
+
 def default_config() -> dict:
     return malinn.load_library().default_spec("matmul", "cpu").config
 

@@ -163,6 +163,31 @@ def test_predict_refuses_an_output_suffix_it_cannot_write_before_any_work(digits
     assert not (tmp_path / "y.txt").exists()
 
 
+def test_predict_writes_npy_into_a_fifo_whatever_its_suffix(digits_malinn, tmp_path):
+    fifo = tmp_path / "predictions.fifo"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen([sys.executable, "-m", "malinn.cli", "predict", str(digits_malinn),
+                             str(ROOT / "examples" / "digits_test.npz"), "--key", "x", "-o", str(fifo)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with open(fifo, "rb") as reader:   # opens once the writer does
+        y = np.load(io.BytesIO(reader.read()), allow_pickle=False)
+    assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    assert y.shape == (360, 10) and stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_verify_shows_the_exception_keras_failed_with():
+    from malinn.cli import _exception_line
+
+    keras = ("Traceback (most recent call last):\n  File \"m.py\"\nValueError: Exception encountered when calling "
+             "Sequential.call().\n\nInput 0 of layer \"dense\" is incompatible\n\nArguments received by "
+             "Sequential.call():\n  • inputs=x\nException ignored in: <function F.__del__>\nTraceback (most "
+             "recent call last):\n  File \"f.py\"\nTypeError: 'NoneType' object is not callable\n")
+    assert _exception_line(keras) == ("ValueError: Exception encountered when calling Sequential.call(). "
+                                      "Input 0 of layer \"dense\" is incompatible")
+    assert _exception_line("Traceback (most recent call last):\n  File \"x\"\nKeyError: 'k'\n") == "KeyError: 'k'"
+    assert _exception_line("no traceback here\n") == "no traceback here"
+
+
 def test_verify_counts_a_nan_or_infinity_keras_does_not_have_as_an_infinite_error():
     from malinn.cli import _argmax_agreement, _errors
 

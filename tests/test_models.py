@@ -85,6 +85,8 @@ def test_predict_takes_a_list_of_one_batch_as_keras_does(device):
         model.predict([x, x])
     with pytest.raises(ValueError, match="takes one input array, got a dict of 1 \\(x\\)"):
         model.predict({"x": x})
+    unbuilt = Sequential([Dense(2)])
+    assert unbuilt.predict([x]).shape == (4, 2) and unbuilt.input_shape == (37,)
 
 
 def test_bad_batch_size_and_empty_models():

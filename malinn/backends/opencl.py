@@ -77,16 +77,6 @@ PINNED_MIN_BYTES = 64 * 1024
 DIRECT_MIN_BYTES = 1024 * 1024
 
 
-def _built(program, options: list):
-    """``program`` built with ``options``. A build that succeeded may leave a log of warnings (PoCL's
-    build from a binary compiles again, and logs the warnings a binary cached by an earlier malinn,
-    built without ``-w``, still has), which pyopencl turns into a ``CompilerWarning`` the user
-    cannot act on: it is not shown."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", _cl().CompilerWarning)
-        return program.build(options=options)
-
-
 @dataclass(eq=False)
 class OpenCLDevice(Device):
     """An OpenCL device with its context and one in-order profiling queue."""
@@ -230,11 +220,14 @@ class OpenCLDevice(Device):
             program = self._from_binary(key, options)
             if program is None:
                 try:
-                    # "-w" keeps compiler warnings about the driver's own headers (PoCL on a CPU without
-                    # AVX-512, of its float16 built-ins) out of the log, and PoCL's compiler from
-                    # printing "3 warnings generated" on stderr. A failed build's errors are in the
-                    # error below.
-                    program = _built(cl.Program(self.context, source), list(options) + ["-w"])
+                    with warnings.catch_warnings():
+                        # a build that succeeded may still have compiler warnings, about the driver's own
+                        # headers (PoCL on a CPU without AVX-512, of its float16 built-ins): "-w" keeps
+                        # them out of the log and PoCL's compiler from printing "3 warnings generated"
+                        # on stderr, and pyopencl turns a non-empty log into a warning the user cannot
+                        # act on. A failed build's errors are in the error below.
+                        warnings.simplefilter("ignore", cl.CompilerWarning)
+                        program = cl.Program(self.context, source).build(options=list(options) + ["-w"])
                 except cl.Error as exc:
                     raise KernelBuildError(
                         f"building {origin} for {self.name} failed ({status_name(exc)})\n"
@@ -260,7 +253,10 @@ class OpenCLDevice(Device):
         """The full key of a program binary in the cache (``None`` when ``MALINN_BINARY_CACHE=0``)."""
         if os.environ.get("MALINN_BINARY_CACHE", "1") == "0":
             return None
-        return {"source_sha256": hashlib.sha256(source.encode()).hexdigest(), "options": list(options),
+        # the options a build really uses ("-w" included): a binary cached by an earlier malinn, built
+        # without "-w", is not found (PoCL builds a binary again and would log its warnings, which
+        # pyopencl shows as a CompilerWarning)
+        return {"source_sha256": hashlib.sha256(source.encode()).hexdigest(), "options": list(options) + ["-w"],
                 "device": self.name, "vendor": self.vendor, "driver": self.driver_version, "platform": self.platform}
 
     def _from_binary(self, key, options):
@@ -271,7 +267,7 @@ class OpenCLDevice(Device):
             return None
         cl = _cl()
         try:
-            program = _built(cl.Program(self.context, [self.cl_device], [binary]), list(options))
+            program = cl.Program(self.context, [self.cl_device], [binary]).build(options=list(options) + ["-w"])
         except Exception:  # the driver refuses a verified binary (a driver update): rebuild from source
             return None
         self.counters["binary_hits"] += 1
