@@ -100,13 +100,24 @@ def launch_times(plan, x, repeat: int) -> list:
     passes = []
     for _ in range(repeat):
         if device.backend == "opencl":
-            with device.lock:
-                events = [launch.enqueue() for launch in plan.launches]
-                device.finish()
-            passes.append([(event.profile.end - event.profile.start) * 1e-9 for event in events])
+            passes.append(pass_seconds(plan))
         else:
             passes.append(device.launch_seconds(plan.launches))
     return passes
+
+
+def pass_seconds(plan) -> list:
+    """One pass of an OpenCL plan's launches (its input as last uploaded): each launch's device
+    seconds (profiling events)."""
+    with plan.device.lock:
+        events = [launch.enqueue() for launch in plan.launches]
+        plan.device.finish()
+    return [(event.profile.end - event.profile.start) * 1e-9 for event in events]
+
+
+def matmul_launches(plan) -> set:
+    """The ids of ``plan``'s matmul launches (the layers that stream the weights)."""
+    return {id(step.launch) for step in plan.steps if step.kind == "matmul" and step.launch is not None}
 
 
 def kernel_seconds(plan, x, repeat: int, matmul_only: bool = False) -> float:
@@ -115,7 +126,7 @@ def kernel_seconds(plan, x, repeat: int, matmul_only: bool = False) -> float:
     ``matmul_only``: of its matmul launches alone (the layers that stream the weights)."""
     if plan.device.backend != "opencl":
         return launch_wall_seconds(plan, x, repeat)
-    matmuls = {id(step.launch) for step in plan.steps if step.kind == "matmul" and step.launch is not None}
+    matmuls = matmul_launches(plan)
     counted = [not matmul_only or id(launch) in matmuls for launch in plan.launches]
     return float(np.median([sum(t for t, c in zip(times, counted) if c)
                             for times in launch_times(plan, x, repeat)]))
@@ -125,18 +136,14 @@ def interleaved_matmul_seconds(plans, x, repeat: int) -> list:
     """Per plan (of one network on one OpenCL device, in different precisions), the median device
     seconds of its matmul launches, from ``repeat`` rounds that each run one pass of every plan (the
     order turned each round): the same moments of the machine for every plan."""
-    matmuls = [{id(step.launch) for step in plan.steps if step.kind == "matmul" and step.launch is not None}
-               for plan in plans]
+    matmuls = [matmul_launches(plan) for plan in plans]
     for plan in plans:
         plan.run([x])
     times = [[] for _ in plans]
     for i in range(repeat):
-        for j in [(i + j) % len(plans) for j in range(len(plans))]:
-            plan = plans[j]
-            with plan.device.lock:
-                events = [(launch.enqueue(), id(launch) in matmuls[j]) for launch in plan.launches]
-                plan.device.finish()
-            times[j].append(sum((e.profile.end - e.profile.start) * 1e-9 for e, counted in events if counted))
+        for j in ((i + k) % len(plans) for k in range(len(plans))):
+            seconds = pass_seconds(plans[j])
+            times[j].append(sum(t for t, launch in zip(seconds, plans[j].launches) if id(launch) in matmuls[j]))
     return [float(np.median(t)) for t in times]
 
 

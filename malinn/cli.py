@@ -241,9 +241,10 @@ def cmd_predict(args) -> int:
     form = _output_format(args.output, len(outputs))
     x = _read_inputs(model, args.input, args.key)
     y = _named_outputs(model, model.predict(x, batch_size=args.batch_size))
-    name = getattr(outputs[0], "name", None) or model.layers[-1].name
+    output_name = getattr(outputs[0], "name", None) or model.layers[-1].name
     if args.output is not None:
-        write_file(args.output, _save_predictions(y, form, name), source=args.input, overwrite_source=args.force)
+        write_file(args.output, _save_predictions(y, form, output_name), source=args.input,
+                   overwrite_source=args.force)
         where = str(args.output)
     elif sys.stdout.isatty():
         for name, out in (y.items() if isinstance(y, dict) else [(None, y)]):

@@ -108,8 +108,12 @@ def choose(op: str, device: Device | None = None, shape: tuple | None = None,
     return _choose_matmul(library, device, shape, activation) if op == "matmul" else _choose(library, op, device)
 
 
+#: the backends whose plans run the reduced weight precisions (the others' read fp32 weights only)
+REDUCED_PRECISION_BACKENDS = ("opencl",)
+
+
 def _check_device(precision, device: Device) -> None:
-    if device.backend != "opencl":
+    if device.backend not in REDUCED_PRECISION_BACKENDS:
         raise BackendError(f"precision {precision.name!r} runs on OpenCL devices; {device.name} is a {device.backend} "
                           f"device, whose kernels read fp32 weights only: use fp32 there")
     extension = precision.extension

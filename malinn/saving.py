@@ -33,8 +33,8 @@ from .converters.to_malinn import to_model
 from .device_selection import get_device
 from .errors import ConversionError, MalinnError
 from .files import write_file
-from .kernel_choice import choose
-from .kernel_library import load_library
+from .kernel_choice import REDUCED_PRECISION_BACKENDS, choose
+from .kernel_library import DEFAULT_PRECISION, load_library
 from .layers.base import weights_to_be_loaded
 from .precision import check_precision
 from .registry import lookup
@@ -46,6 +46,15 @@ FORMAT_NAME = "malinn-model"
 FORMAT_VERSION = 2
 #: the version written for fp32 weights, which malinn 0.1 reads too
 FORMAT_VERSION_FP32 = 1
+
+
+def _backend_target(target) -> tuple:
+    """``(backend, device kind)`` of a target naming a backend's device kind (``gl``: ``("gl", "gpu")``,
+    ``opencl:cpu``), else ``(None, None)``."""
+    backend, _, kind = str(target).partition(":")
+    if backend in ("opencl", "gl", "gles3") and kind in ("", "gpu", "cpu", "accelerator"):
+        return backend, kind or "gpu"
+    return None, None
 
 
 def resolve_target(target=None):
@@ -64,9 +73,9 @@ def resolve_target(target=None):
         return choose("matmul", get_device())
     if target in ("gpu", "cpu", "accelerator"):
         return library.default_spec("matmul", target)
-    backend, _, kind = str(target).partition(":")
-    if backend in ("opencl", "gl", "gles3") and kind in ("", "gpu", "cpu", "accelerator"):
-        return library.default_spec("matmul", kind or "gpu", backend)
+    backend, kind = _backend_target(target)
+    if backend is not None:
+        return library.default_spec("matmul", kind, backend)
     if target in library and library[target].op == "matmul":
         return library[target]
     raise ConversionError(f"unknown target {target!r}; use gpu, cpu, accelerator (or gl, gl:cpu, gles3, ...) or a matmul kernel: "
@@ -105,7 +114,8 @@ def _save(model, path, target, source, overwrite) -> Path:
         raise ConversionError(f"{path}: model {model.name!r} is not built; call build(input_shape) or predict first")
     spec = resolve_target(target)
     precision = model.precision
-    if precision != "fp32" and str(target).partition(":")[0] in ("gl", "gles3"):
+    backend, _ = _backend_target(target)
+    if precision != DEFAULT_PRECISION and backend is not None and backend not in REDUCED_PRECISION_BACKENDS:
         raise ConversionError(f"{path}: target {target} is an OpenGL device's, which runs fp32 weights only; "
                               f"{precision} runs on OpenCL devices (targets gpu, cpu)")
     if precision not in spec.precisions:
