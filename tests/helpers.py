@@ -178,3 +178,12 @@ def run_under_oclgrind(oclgrind: str, script: str, timeout: int = 900) -> dict:
                                  "\tError:    CL_INVALID_VALUE\n\tFor argument 'param_name'\n", "").strip()
     assert stderr == "", stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def program_key(spec) -> tuple:
+    """What makes two configured kernel entries run the same program on the same buffers: the
+    sources, the function, the defines, the launch geometry and the matrices' restrictions. The
+    preconditions (which batches the runtime gives an entry) are left out: variants that differ only
+    there (gemv_c, gemv_batch_c, gemv_batch_small_c) run one program, and a test checks it once."""
+    return (spec.source, spec.sources, spec.function, tuple(sorted((k, str(v)) for k, v in dict(spec.defines).items())),
+            tuple(sorted(spec.matrices.items())), spec.workgroup, spec.ndrange, spec.scale, spec.split, spec.arglist)

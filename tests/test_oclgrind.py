@@ -14,7 +14,9 @@ Tuned configurations: ``tuning_configurations`` lists every configuration the tu
 a kernel (``KernelSpec.configurations()``: the entry's defaults and its ``candidates`` that meet its
 ``constraints``). The defaults run on every odd shape, every other configuration on the odd shapes
 that give distinct padded problems (``_distinct_shapes``: (1, 1, 1) and (3, 5, 7) pad alike for a
-64-row tile, and a kernel reads and writes its padded buffers). Should a kernel ever list more
+64-row tile, and a kernel reads and writes its padded buffers), their widest batch narrowed to two
+column tiles (``_narrow``). A program that several entries run (variants that differ only in their
+preconditions, helpers.program_key) is simulated once per shape. Should a kernel ever list more
 than ``ALL_LIMIT`` (a whole search space), simulating all would take hours, so the suite then checks the defaults on
 every shape plus a set that covers every pair of define values any valid configuration has
 (``covering_configurations``); ``MALINN_OCLGRIND_CONFIGS=all`` checks them all regardless (on a
@@ -44,6 +46,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import program_key
 from malinn import ops
 from malinn.kernel_library import load_library
 
@@ -177,19 +180,41 @@ def configurations_to_check(spec) -> list:
 
 # ------------------------------------------------------------------------------------- cases
 
+def _narrow(spec, shapes) -> list:
+    """``shapes`` with each batch cut to ``max(17, c + 1)`` where that is smaller, c being the
+    column alignment of ``spec``'s result: still two column tiles, the second partial (or, for a
+    gemv that takes NB <= 8 samples a work-group, three groups), at a fraction of the simulation
+    of 65 samples. Padded problems made equal by the cut are checked once."""
+    narrowed, seen = [], set()
+    for m, k, n in shapes:
+        shape = (m, k, min(n, max(17, spec.matrices["r"].col_align + 1)))
+        plan = ops.matmul_plan(spec, *shape)
+        if (plan["a"], plan["b"], plan["r"]) not in seen:
+            seen.add((plan["a"], plan["b"], plan["r"]))
+            narrowed.append(shape)
+    return narrowed
+
+
 def matmul_cases() -> list[dict]:
-    cases = []
+    cases, checked = [], {}
     for codename in MATMULS:
         spec = LIB[codename]
         for i, config in enumerate(configurations_to_check(spec)):
             configured = spec.configure(config) if config else spec
             # the default configuration on every odd shape; the others on the odd shapes that give
-            # distinct padded problems
-            shapes = odd_shapes(configured) if i == 0 else _distinct_shapes(configured)
+            # distinct padded problems, the widest batch narrowed; a program another entry already
+            # runs on a shape (a variant that differs only in preconditions) is simulated once, the
+            # case naming both kernels
+            shapes = odd_shapes(configured) if i == 0 else _narrow(configured, _distinct_shapes(configured))
             for shape in shapes:
+                same = checked.get((program_key(configured), tuple(shape)))
+                if same is not None:
+                    same["kernels"].append(codename)
+                    continue
                 cases.append({"op": "matmul", "codename": codename, "config": config, "shape": list(shape),
                               "kernels": [codename], "cost": _mac(configured, shape) * (
                                   1 + math.prod(configured.workgroup or (1,)) / 256) ** 1.5})
+                checked[program_key(configured), tuple(shape)] = cases[-1]
         # the fused epilogue, default configuration: every vector it reads (bias, scale, shift) and
         # all four float parameters (the formulas are test_ops.py's; memory is what is checked here),
         # batches capped as odd_shapes caps them (a gemv kernel at 65 samples took minutes to simulate)
@@ -472,42 +497,48 @@ def test_kernel_is_clean_under_oclgrind(oclgrind_results, codename):
     assert not failures, f"{len(failures)} of {len(indices)} cases failed:\n" + "\n".join(failures[:20])
 
 
+def _configured(case):
+    spec = LIB[case["codename"]]
+    return spec.configure(case["config"]) if case.get("config") else spec
+
+
+def _ran(cases, results) -> set:
+    """(program, shape) of every matmul case that ran without an epilogue (helpers.program_key)."""
+    return {(program_key(_configured(c)), tuple(c["shape"])) for i, c in enumerate(cases)
+            if c["op"] == "matmul" and not c.get("activation") and i in results}
+
+
 @pytest.mark.parametrize("codename", MATMULS)
 def test_matmul_ran_every_odd_shape_under_oclgrind(oclgrind_results, codename):
+    """The entry as it is (its default configuration) on every odd shape, under its own name or
+    another entry's that runs the same program."""
     cases, results, *_ = oclgrind_results
-    ran = {tuple(c["shape"]) for i, c in enumerate(cases)
-           if c["op"] == "matmul" and c["codename"] == codename and not c.get("config") and i in results}
-    ran |= {tuple(c["shape"]) for i, c in enumerate(cases) if c["op"] == "matmul" and c["codename"] == codename
-            and c.get("config") and _as_defines(c["config"]) == _as_defines(dict(LIB[codename].defines))
-            and i in results}
-    assert set(odd_shapes(LIB[codename])) <= ran
+    spec = LIB[codename]
+    assert {(program_key(spec), shape) for shape in odd_shapes(spec)} <= _ran(cases, results)
 
 
 @pytest.mark.parametrize("codename", [c for c in MATMULS if tuning_configurations(LIB[c])])
 def test_tuned_configurations_checked_under_oclgrind(oclgrind_results, codename):
     """Every configuration the tuner can emit, the default on every odd shape and the others on
-    those that give distinct padded problems; for a kernel with more than
-    ALL_LIMIT of them (and without MALINN_OCLGRIND_CONFIGS=all), a set that covers every pair of
-    define values a valid configuration can have, the default configuration first."""
+    those that give distinct padded problems (the widest batch narrowed: ``_narrow``); for a kernel
+    with more than ALL_LIMIT of them (and without MALINN_OCLGRIND_CONFIGS=all), a set that covers
+    every pair of define values a valid configuration can have, the default configuration first. A
+    configuration whose program another entry runs counts where that entry ran it."""
     cases, results, *_ = oclgrind_results
-    spec = LIB[codename]
+    spec, ran = LIB[codename], _ran(cases, results)
     every = tuning_configurations(spec)   # (a softmax epilogue also runs in each, on shapes of its own)
-    checked = {json.dumps(_as_defines(c["config"]), sort_keys=True) for i, c in enumerate(cases)
-               if c["op"] == "matmul" and c["codename"] == codename and c.get("config") and i in results}
-    valid = {json.dumps(_as_defines(c), sort_keys=True) for c in every}
-    assert checked <= valid
-    assert json.dumps(_as_defines(dict(spec.defines)), sort_keys=True) in checked
+    programs = {program for program, _ in ran}
+    checked = [c for c in every if program_key(spec.configure(c)) in programs]
+    assert every[0] in checked
     if MODE == "all" or len(every) <= ALL_LIMIT:
-        assert checked == valid
+        assert checked == every
         for config in every:   # on every odd shape
-            ran = {tuple(c["shape"]) for i, c in enumerate(cases) if c["op"] == "matmul"
-                   and c["codename"] == codename and c.get("config") and i in results
-                   and _as_defines(c["config"]) == _as_defines(config) and not c.get("activation")}
-            want = odd_shapes(spec) if config == every[0] else _distinct_shapes(spec.configure(config))
-            assert ran == set(want), config
+            configured = spec.configure(config)
+            want = odd_shapes(spec) if config == every[0] else _narrow(configured, _distinct_shapes(configured))
+            assert {(program_key(configured), shape) for shape in want} <= ran, config
     else:
         needed = set().union(*(_pairs(_as_defines(c)) for c in every))
-        covered = set().union(*(_pairs(json.loads(c)) for c in checked))
+        covered = set().union(*(_pairs(_as_defines(c)) for c in checked))
         assert covered == needed, f"pairs of define values never checked: {sorted(needed - covered)[:10]}"
 
 
