@@ -220,14 +220,13 @@ class OpenCLDevice(Device):
             program = self._from_binary(key, options)
             if program is None:
                 try:
-                    with warnings.catch_warnings():
-                        # a build that succeeded may still have compiler warnings, about the driver's own
-                        # headers (PoCL on a CPU without AVX-512, of its float16 built-ins): "-w" keeps
-                        # them out of the log and PoCL's compiler from printing "3 warnings generated"
-                        # on stderr, and pyopencl turns a non-empty log into a warning the user cannot
-                        # act on. A failed build's errors are in the error below.
-                        warnings.simplefilter("ignore", cl.CompilerWarning)
-                        program = cl.Program(self.context, source).build(options=list(options) + ["-w"])
+                    # "-w": a build that succeeded may still have compiler warnings, about the driver's
+                    # own headers (PoCL on a CPU without AVX-512, of its float16 built-ins); "-w" keeps
+                    # them out of the log (pyopencl turns a non-empty log into a CompilerWarning the user
+                    # cannot act on) and PoCL's compiler from printing "3 warnings generated" on stderr.
+                    # No warnings filter: it is process-wide, not thread-safe. A failed build's errors
+                    # are in the error below.
+                    program = cl.Program(self.context, source).build(options=list(options) + ["-w"])
                 except cl.Error as exc:
                     raise KernelBuildError(
                         f"building {origin} for {self.name} failed ({status_name(exc)})\n"
