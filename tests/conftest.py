@@ -28,9 +28,10 @@ def usable_cores() -> int:
     return max(1, cores)
 
 
-# PoCL, Mesa's llvmpipe and Oclgrind start a thread per CPU they see: the host's, under a container's
-# CPU quota too. One per usable core, so that the workers do not crowd the cores they share.
-for _threads in ("POCL_MAX_PTHREAD_COUNT", "LP_NUM_THREADS", "OCLGRIND_NUM_THREADS"):
+# PoCL and Mesa's llvmpipe start a thread per CPU they see: the host's, under a container's CPU
+# quota too. One per usable core, so that the workers do not crowd the cores they share. (Oclgrind
+# runs one simulation thread a process: helpers.OCLGRIND_FLAGS.)
+for _threads in ("POCL_MAX_PTHREAD_COUNT", "LP_NUM_THREADS"):
     os.environ.setdefault(_threads, str(usable_cores()))
 
 # Tuning results and program binaries go to a cache of the test run's own, never the user's.

@@ -6,8 +6,8 @@ every matmul kernel and each of its tuned configurations; each matmul's fused ep
 four-parameter activation and the affine step; the fused softmax in every configuration of a
 kernel that has one; bias, scale-and-shift, every activation, softmax and re-layout on odd shapes
 in several layouts; whole models; a Functional graph with every merge kernel) run in a few
-``oclgrind --check-api --data-races --uninitialized python3 tests/oclgrind_driver.py`` processes
-(in parallel, one per core, at most two by default); each case is then asserted to have left
+``oclgrind --check-api --data-races --uninitialized --num-threads 1 python3 tests/oclgrind_driver.py``
+processes (helpers.OCLGRIND_FLAGS; in parallel, one per core, at most two by default); each case is then asserted to have left
 nothing on stderr and to match numpy.
 
 Tuned configurations: ``tuning_configurations`` lists every configuration the tuner can emit for
@@ -46,7 +46,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import program_key
+from helpers import OCLGRIND_FLAGS, PYOPENCL_PROBE, oclgrind_env, program_key
 from malinn import ops
 from malinn.kernel_library import load_library
 
@@ -72,9 +72,6 @@ SPLIT_KERNEL = "blocked_rmrm" if "blocked_rmrm" in LIB else MATMULS[0]
 MODE = os.environ.get("MALINN_OCLGRIND_CONFIGS", "auto")
 ALL_LIMIT = 40
 PROCESSES = (os.cpu_count() or 1) if MODE == "all" else min(2, os.cpu_count() or 1)
-OCLGRIND_FLAGS = ["--check-api", "--data-races", "--uninitialized"]
-PYOPENCL_PROBE = ("\nOclgrind - OpenCL runtime error detected\n\tFunction: clGetDeviceInfo\n"
-                  "\tError:    CL_INVALID_VALUE\n\tFor argument 'param_name'\n")
 
 
 # ------------------------------------------------------------------------ tuned configurations
@@ -397,9 +394,7 @@ def run_batch(cases, folder: Path, index: int, timeout: float):
     path = folder / f"cases{index}.json"
     path.write_text(json.dumps([{k: v for k, v in c.items() if k not in ("kernels", "cost")} for c in cases]))
     out, err = folder / f"out{index}.txt", folder / f"err{index}.txt"
-    env = dict(os.environ, MALINN_DEVICE="Oclgrind", MALINN_BINARY_CACHE="0", MALINN_PINNED="0", PYTHONWARNINGS="ignore",
-               PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1])] +
-                                          ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+    env = oclgrind_env()
     command = [OCLGRIND, *OCLGRIND_FLAGS, *oclgrind_limits(cases), sys.executable, str(DRIVER), str(path)]
     with open(out, "w") as fo, open(err, "w") as fe:
         proc = subprocess.Popen(command, stdout=fo, stderr=fe, env=env)

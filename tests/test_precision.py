@@ -33,7 +33,7 @@ from malinn.matrix import DeviceMatrix
 from malinn.precision import device_bytes, effective, quantize_int8
 from malinn.resources import kernels_dir
 
-from helpers import activation as ref_activation, assert_close, python_env
+from helpers import activation as ref_activation, assert_close, python_env, run_under_oclgrind
 
 ROOT = Path(__file__).resolve().parents[1]
 REDUCED = ("fp16-storage", "int8-weights")
@@ -420,15 +420,7 @@ print(json.dumps(errors))
 
 @pytest.mark.skipif(OCLGRIND is None, reason="oclgrind is not on PATH (bash .ci/setup --test installs it)")
 def test_reduced_precision_kernels_are_clean_under_oclgrind():
-    env = python_env(MALINN_DEVICE="Oclgrind", MALINN_BINARY_CACHE="0", MALINN_PINNED="0", PYTHONWARNINGS="ignore")
-    run = subprocess.run([OCLGRIND, "--check-api", "--data-races", "--uninitialized", "--global-mem-size",
-                          str(2**28), sys.executable, "-c", OCLGRIND_SCRIPT],
-                         capture_output=True, text=True, timeout=900, env=env)
-    assert run.returncode == 0, run.stderr[-3000:]
-    stderr = run.stderr.replace("\nOclgrind - OpenCL runtime error detected\n\tFunction: clGetDeviceInfo\n"
-                                "\tError:    CL_INVALID_VALUE\n\tFor argument 'param_name'\n", "").strip()
-    assert stderr == "", stderr[-3000:]
-    errors = json.loads(run.stdout.strip().splitlines()[-1])
+    errors = run_under_oclgrind(OCLGRIND, OCLGRIND_SCRIPT, options=("--global-mem-size", str(2**28)))
     assert len(errors) == 6 and max(errors.values()) < 1e-5, errors
 
 
@@ -471,13 +463,6 @@ print(json.dumps(errors))
 def test_per_precision_configurations_are_clean_under_oclgrind():
     """The reduced precisions' 16-byte-load configurations of gemv_split_c (and the odd-COLS variant)
     under Oclgrind's memory, race, uninitialised-value and API checks, each launched twice."""
-    env = python_env(MALINN_DEVICE="Oclgrind", MALINN_BINARY_CACHE="0", MALINN_PINNED="0", PYTHONWARNINGS="ignore")
-    run = subprocess.run([OCLGRIND, "--check-api", "--data-races", "--uninitialized", sys.executable, "-c",
-                          OCLGRIND_SPLIT_SCRIPT, str(ROOT / "tests")], capture_output=True, text=True, timeout=900, env=env)
-    assert run.returncode == 0, run.stderr[-3000:]
-    stderr = run.stderr.replace("\nOclgrind - OpenCL runtime error detected\n\tFunction: clGetDeviceInfo\n"
-                                "\tError:    CL_INVALID_VALUE\n\tFor argument 'param_name'\n", "").strip()
-    assert stderr == "", stderr[-3000:]
-    errors = json.loads(run.stdout.strip().splitlines()[-1])
+    errors = run_under_oclgrind(OCLGRIND, OCLGRIND_SPLIT_SCRIPT, str(ROOT / "tests"))
     assert len(errors) >= 8, errors
     assert all(error < (1e-2 if case.startswith("fp16 ") else 1e-5) for case, error in errors.items()), errors
