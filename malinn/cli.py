@@ -26,6 +26,7 @@ from .conv_tuner import tune_convs
 from .device_selection import devices, get_device, set_device
 from .errors import DeviceError, MalinnError
 from .files import check_destination, write_file, write_stdout
+from .kernel_choice import check_precision
 from .saving import is_malinn_file, load_model, resolve_target, save_model
 from .tensor import format_shape
 from .tuner import cache_dir, tune
@@ -216,14 +217,20 @@ def cmd_devices(args) -> int:
 def cmd_convert(args) -> int:
 
     check_destination(args.output, source=(args.src, args.weights), overwrite_source=args.force)
+    device = None
     if args.device or args.target is None:
-        _device(args)    # the target comes from the device; an explicit --target needs none
+        device = _device(args)    # the target comes from the device; an explicit --target needs none
     spec = resolve_target(args.target)
     model = load_model(args.src, weights=args.weights, precision=args.precision)
     path = save_model(model, args.output, target=args.target, overwrite=args.force)
+    report = _report_stream(args.output)
     print(f"{_shown(args.src, args.weights)} -> {path}: {len(model.layers)} layers, {model.count_params()} parameters, "
-          f"input {_inputs_text(model)}, weights laid out for {spec.codename} in {model.precision}",
-          file=_report_stream(args.output))
+          f"input {_inputs_text(model)}, weights laid out for {spec.codename} in {model.precision}", file=report)
+    if device is not None:
+        try:   # the file may be meant for a board that runs it: written, with a note
+            check_precision(model.precision, device)
+        except MalinnError as error:
+            print(f"malinn: note: {path} is written, but this device cannot run it: {error}", file=sys.stderr)
     return 0
 
 
@@ -495,7 +502,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "stored in (default: the current device's kernel; a given target needs no device)")
     p.add_argument("--force", action="store_true", help="allow the output to be the source file itself")
     p.add_argument("--precision", choices=PRECISIONS, help=PRECISION_HELP + "; stored in the file (default: the "
-                                                                          "source's, fp32 for a Keras file)")
+                                                                          "source's, fp32 for a Keras file), which "
+                                                                          "is written even where this device cannot "
+                                                                          "run it (a note says so)")
     p.add_argument("--device", help=device_help)
 
     p = add("predict", "run a model on input samples", cmd_predict)

@@ -102,7 +102,7 @@ def choose(op: str, device: Device | None = None, shape: tuple | None = None,
     device = device or get_device()
     library = load_library()
     if op == "matmul" and precision != DEFAULT_PRECISION:
-        _check_device(library.precision(precision), device)
+        check_precision(precision, device)
         spec = _choose_matmul(library, device, shape, activation, precision)
         return _in_precision(library, spec, device, shape, precision)
     return _choose_matmul(library, device, shape, activation) if op == "matmul" else _choose(library, op, device)
@@ -112,7 +112,21 @@ def choose(op: str, device: Device | None = None, shape: tuple | None = None,
 REDUCED_PRECISION_BACKENDS = ("opencl",)
 
 
-def _check_device(precision, device: Device) -> None:
+def check_precision(name: str, device: Device) -> None:
+    """Checks that ``device`` runs weight precision ``name``.
+
+    Args:
+        name: a precision of kernels/library.json (``fp32``, ``fp16-storage``, ``fp16``, ``int8-weights``).
+        device: the device.
+
+    Raises:
+        BackendError: a reduced precision on a backend whose kernels read fp32 weights only.
+        DeviceError: ``name`` needs an extension the device lacks (``fp16``: cl_khr_fp16).
+        ValueError: ``name`` is unknown.
+    """
+    if name == DEFAULT_PRECISION:
+        return
+    precision = load_library().precision(name)
     if device.backend not in REDUCED_PRECISION_BACKENDS:
         raise BackendError(f"precision {precision.name!r} runs on OpenCL devices; {device.name} is a {device.backend} "
                           f"device, whose kernels read fp32 weights only: use fp32 there")

@@ -280,6 +280,24 @@ def test_cli_convert_and_predict_in_a_precision(device, tmp_path):
     assert bad.returncode == 2 and "invalid choice: 'int4'" in bad.stderr
 
 
+@pytest.mark.parametrize("precision", ["fp16", "int8-weights"])
+def test_cli_convert_writes_a_file_this_device_cannot_run_with_a_note(device, tmp_path, capsys, precision):
+    """A file may be meant for a board (fp16 for a Mali or Adreno GPU): convert writes it, and says
+    when the device it ran on could not run it."""
+    from malinn.cli import main
+
+    out = tmp_path / "digits.malinn"
+    assert main(["convert", str(ROOT / "examples" / "digits_mlp.keras"), "-o", str(out), "--precision", precision]) == 0
+    assert malinn.load_model(out).precision == precision
+    err = capsys.readouterr().err
+    runs_here = device.backend == "opencl" and (precision != "fp16" or "cl_khr_fp16" in device.extensions)
+    if runs_here:
+        assert "note" not in err, err
+    else:
+        assert f"malinn: note: {out} is written, but this device cannot run it: precision {precision!r}" in err, err
+        assert device.name in err
+
+
 # ------------------------------------------- per-precision configurations of the batch-1 GPU default
 def batch1_gpu_default(precision: str, codename: str | None = None):
     """The GPU's batch-1 kernel for a 4096x3072 layer in ``precision`` (the first of ``codename``'s
