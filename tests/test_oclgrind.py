@@ -192,12 +192,17 @@ def _narrow(spec, shapes) -> list:
     return narrowed
 
 
+def _with(spec, config):
+    """``spec`` in configuration ``config`` (None or empty: its defaults)."""
+    return spec.configure(config) if config else spec
+
+
 def matmul_cases() -> list[dict]:
     cases, checked = [], {}
     for codename in MATMULS:
         spec = LIB[codename]
         for i, config in enumerate(configurations_to_check(spec)):
-            configured = spec.configure(config) if config else spec
+            configured = _with(spec, config)
             # the default configuration on every odd shape; the others on the odd shapes that give
             # distinct padded problems, the widest batch narrowed; a program another entry already
             # runs on a shape (a variant that differs only in preconditions) is simulated once, the
@@ -494,8 +499,7 @@ def test_kernel_is_clean_under_oclgrind(oclgrind_results, codename):
 
 
 def _configured(case):
-    spec = LIB[case["codename"]]
-    return spec.configure(case["config"]) if case.get("config") else spec
+    return _with(LIB[case["codename"]], case.get("config"))
 
 
 def _ran(cases, results) -> set:
