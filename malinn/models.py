@@ -274,8 +274,8 @@ class PlannedModel:
             return limit
         size, what = self.activation_bytes(1, device)
         if size > budget:
-            raise DeviceError(f"{what} needs {size / 2**20:.1f} MiB, more than {device.name} allows in one "
-                              f"allocation ({budget / 2**20:.1f} MiB): even one sample does not fit")
+            raise DeviceError(f"{what} needs {_mib(size)} ({size:,} bytes), more than {device.name} allows in one "
+                              f"allocation ({_mib(budget)}, {budget:,} bytes): even one sample does not fit")
         low, high = 1, limit   # fits(low), not fits(high)
         while high - low > 1:
             mid = (low + high) // 2

@@ -150,10 +150,30 @@ class Plan:
                 values["H"] = self._weight_padding(step)[0]
             size = scratch_size(spec, values)
             if size > 4:
-                who = step.layers[-1]._what() if step.layers else step.what
-                sizes.setdefault(size, f"{who} scratch (partial sums for {storage.rows} features x {storage.cols} "
-                                       f"samples, padded to {h}x{w}, kernel {spec.codename})")
+                sizes.setdefault(size, f"{self._step_what(step)} scratch ({self._partial_sums(step, values)}, "
+                                       f"kernel {spec.codename})")
         return sizes
+
+    @staticmethod
+    def _step_what(step: Step) -> str:
+        """``layer 'x'``, or ``layers 'x' + 'y'`` for a step that computes several in one launch."""
+        if not step.layers:
+            return step.what
+        if len(step.layers) == 1:
+            return step.layers[0]._what()
+        return "layers " + " + ".join(repr(layer.name) for layer in step.layers)
+
+    @staticmethod
+    def _partial_sums(step: Step, values: dict) -> str:
+        """What a K split's scratch holds: the partial sums of the step's matmul (for a kernel that
+        computes a head after it, the first layer's, then the head's)."""
+        storage = step.out.storage
+        h, w = storage.padded
+        units = step.weight.shape[0] if step.kind == "matmul" and step.weight is not None else storage.rows
+        if units == storage.rows:
+            return f"partial sums for {units} features x {storage.cols} samples, padded to {h}x{w}"
+        return (f"partial sums for {units} features x {storage.cols} samples, padded to {values['H']}x{w}, "
+                f"then the head's {storage.rows}")
 
     def _describe_storage(self, value, storage) -> str:
         """``layer 'x' output (13 features x 7 samples, padded to 16x8 in R for kernel k)``."""

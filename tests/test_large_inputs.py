@@ -156,16 +156,23 @@ def test_max_batch_without_a_limit_is_the_whole_batch_when_it_fits(device):
     assert size < device.max_allocation and "layer 'wide'" in what   # the widest layer dominates
 
 
-def test_one_sample_beyond_the_largest_allocation_names_the_layer_and_shape(device, monkeypatch, rng):
+@pytest.mark.parametrize("kind", ["own", "gpu"])
+def test_one_sample_beyond_the_largest_allocation_names_the_layer_and_shape(device, monkeypatch, rng, kind):
+    """With the device's own defaults, and with a GPU's (pretended), where the wide layer and the
+    softmax head after it run in one launch whose scratch holds both layers' partial sums."""
+    if kind == "gpu":
+        monkeypatch.setattr(type(device), "kind", property(lambda self: "gpu"))
     model = make_model()
     x = rng.standard_normal((3, 37)).astype(np.float32)
     size, what = model.activation_bytes(1, device)
     monkeypatch.setattr(device, "max_allocation", size - 4)
     # the largest buffer of one sample: the wide layer's activations, or (where a GPU's batch-1 kernel
-    # splits K over work-groups) its scratch of partial sums
-    with pytest.raises(DeviceError, match=r"layer 'wide' ((input|output) \(1001 features x 1 samples, padded to "
-                                          r"\d+x\d+ in \w+ for kernel \w+\)|scratch \(partial sums for 1001 features "
-                                          r"x 1 samples, padded to \d+x\d+, kernel \w+\)) needs .* MiB.*even one sample"):
+    # splits K over work-groups) its scratch of partial sums; sizes exact to the byte
+    with pytest.raises(DeviceError, match=r"(layer 'wide'|layers 'wide' \+ 'out') ((input|output) \(1001 features x 1 "
+                                          r"samples, padded to \d+x\d+ in \w+ for kernel \w+\)|scratch \(partial sums "
+                                          r"for 1001 features x 1 samples, padded to \d+x\d+(, then the head's 3)?, kernel "
+                                          rf"\w+\)) needs [\d.]+ [KM]iB \({size:,} bytes\), more than .* allows in one "
+                                          rf"allocation \([\d.]+ [KM]iB, {size - 4:,} bytes\): even one sample does not fit"):
         model.predict(x)
 
 
