@@ -191,6 +191,35 @@ def test_a_cold_build_prints_nothing(tmp_path):
     assert out.stderr == "", out.stderr[-3000:]
 
 
+def test_a_build_log_is_kept_from_the_user_as_a_debug_record_not_a_warning(monkeypatch, caplog):
+    """pyopencl's Program.build turns a non-empty build log into a CompilerWarning, and NVIDIA's
+    driver logs a line for every kernel, "-w" or not: malinn builds through the call underneath,
+    which warns of nothing, and hands the log to its logger at debug level."""
+    import warnings
+
+    from malinn.backends import opencl
+
+    devices = [d for d in malinn.devices() if d.backend == "opencl"]
+    if not devices:
+        pytest.skip("no OpenCL device")
+    device = devices[0]
+    cl = opencl._cl()
+    source = '#warning "malinn test warning"\n__kernel void k(__global float *x) { x[0] = 1.0f; }\n'
+    raw = cl._cl._Program(device.context, source)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # any warning fails the test
+        # no -w: PoCL logs the directive; NVIDIA's driver (which leaves it out) its note on every kernel
+        log = opencl._build_quietly(raw, device.cl_device, ["-DMALINN_QUIET=1"])
+        assert log
+        # through the device: a log (what NVIDIA's driver writes) reaches the debug record only
+        monkeypatch.setattr(opencl, "_build_log", lambda raw, cl_device: "the driver said something")
+        with caplog.at_level("DEBUG", logger="malinn.backends.opencl"):
+            program = device.compile(source.replace("k(", "k2("), origin="the log test")
+    assert program.k2 is not None
+    assert any("the log test" in r.getMessage() and "the driver said something" in r.getMessage()
+               for r in caplog.records), caplog.records
+
+
 def test_malinn_cl_options_reach_every_build_and_key_its_programs(monkeypatch):
     """``MALINN_CL_OPTIONS`` is added to every OpenCL build, and a program built with it is not
     the program a build without it gets (the device's memo and the kernel library's key on it)."""

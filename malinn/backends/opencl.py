@@ -11,6 +11,7 @@ OpenCL C.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import sys
 import tempfile
@@ -27,6 +28,8 @@ from .base import BoundLaunch, Device
 
 __all__ = ["OpenCLDevice", "discover", "first_gpu", "status_name", "zero_copy_enabled", "tensorflow_loaded",
            "skipped_for_tensorflow", "TENSORFLOW_HINT"]
+
+_logger = logging.getLogger(__name__)
 
 _PROBE_SOURCE = """
 __kernel void malinn_probe(__global const float *x, __global float *y) {
@@ -55,6 +58,31 @@ def status_name(error: Exception) -> str:
                 return f"CL_{name}"
         return f"OpenCL status {code}"
     return type(error).__name__
+
+
+def _build_quietly(raw, cl_device, options: list) -> str:
+    """Builds pyopencl's underlying program ``raw`` for ``cl_device``; returns the build log.
+
+    pyopencl's ``Program.build`` turns any non-empty log into a ``CompilerWarning``, and NVIDIA's
+    driver (580) logs a line for every kernel, "-w" or not ("Function f is a kernel, so overriding
+    noinline attribute"): a warning on every build that a user can neither act on nor silence but
+    with a process-wide warnings filter, which is not thread-safe. The underlying build call
+    (``_build``, which pyopencl's own ``build`` wraps) warns of nothing; the caller keeps the log.
+
+    Raises:
+        pyopencl.Error: the build failed (its log: :func:`_build_log`).
+    """
+    raw._build(options=" ".join(options).encode(), devices=[cl_device])
+    return _build_log(raw, cl_device)
+
+
+def _build_log(raw, cl_device) -> str:
+    """The build log of pyopencl's underlying program ``raw`` for ``cl_device``, stripped."""
+    cl = _cl()
+    try:
+        return (raw.get_build_info(cl_device, cl.program_build_info.LOG) or "").strip()
+    except cl.Error:
+        return ""
 
 
 def zero_copy_enabled(device: Device) -> bool:
@@ -219,18 +247,20 @@ class OpenCLDevice(Device):
             key = self._binary_key(source, options)
             program = self._from_binary(key, options)
             if program is None:
+                # "-w": a build that succeeded may still have compiler warnings, about the driver's own
+                # headers (PoCL on a CPU without AVX-512, of its float16 built-ins); "-w" keeps PoCL's
+                # compiler from printing "3 warnings generated" on stderr
+                raw = cl._cl._Program(self.context, source)
                 try:
-                    # "-w": a build that succeeded may still have compiler warnings, about the driver's
-                    # own headers (PoCL on a CPU without AVX-512, of its float16 built-ins); "-w" keeps
-                    # them out of the log (pyopencl turns a non-empty log into a CompilerWarning the user
-                    # cannot act on) and PoCL's compiler from printing "3 warnings generated" on stderr.
-                    # No warnings filter: it is process-wide, not thread-safe. A failed build's errors
-                    # are in the error below.
-                    program = cl.Program(self.context, source).build(options=list(options) + ["-w"])
+                    log = _build_quietly(raw, self.cl_device, list(options) + ["-w"])
                 except cl.Error as exc:
                     raise KernelBuildError(
                         f"building {origin} for {self.name} failed ({status_name(exc)})\n"
-                        f"options: {' '.join(options) or '(none)'}\nbuild log:\n{exc}") from exc
+                        f"options: {' '.join(options) or '(none)'}\nbuild log:\n{_build_log(raw, self.cl_device)}"
+                    ) from exc
+                if log:
+                    _logger.debug("building %s for %s: the compiler said:\n%s", origin, self.name, log)
+                program = cl.Program(raw)
                 self.counters["builds"] += 1
                 self._to_binary(key, program)
             programs[digest] = program
@@ -253,8 +283,7 @@ class OpenCLDevice(Device):
         if os.environ.get("MALINN_BINARY_CACHE", "1") == "0":
             return None
         # the options a build really uses ("-w" included): a binary cached by an earlier malinn, built
-        # without "-w", is not found (PoCL builds a binary again and would log its warnings, which
-        # pyopencl shows as a CompilerWarning)
+        # without "-w", is not found (PoCL builds a binary again, and would print its warnings)
         return {"source_sha256": hashlib.sha256(source.encode()).hexdigest(), "options": list(options) + ["-w"],
                 "device": self.name, "vendor": self.vendor, "driver": self.driver_version, "platform": self.platform}
 
@@ -266,7 +295,9 @@ class OpenCLDevice(Device):
             return None
         cl = _cl()
         try:
-            program = cl.Program(self.context, [self.cl_device], [binary]).build(options=list(options) + ["-w"])
+            raw = cl._cl._Program(self.context, [self.cl_device], [binary])
+            _build_quietly(raw, self.cl_device, list(options) + ["-w"])
+            program = cl.Program(raw)
         except Exception:  # the driver refuses a verified binary (a driver update): rebuild from source
             return None
         self.counters["binary_hits"] += 1
