@@ -72,8 +72,21 @@ def _build_quietly(raw, cl_device, options: list) -> str:
     Raises:
         pyopencl.Error: the build failed (its log: :func:`_build_log`).
     """
-    raw._build(options=" ".join(options).encode(), devices=[cl_device])
+    cl = _cl()
+    # the options pyopencl's build adds (its include folder; a define on Oclgrind) too: a driver
+    # caches builds by their options (PoCL's kernel cache), and these are the ones it has seen
+    options_bytes, _ = cl.Program._process_build_options(raw.get_info(cl.program_info.CONTEXT), options)
+    raw._build(options=options_bytes, devices=[cl_device])
     return _build_log(raw, cl_device)
+
+
+def _wrapped(raw, source: str | None):
+    """pyopencl's ``Program`` around its built underlying program ``raw``, with the ``_source``
+    attribute its ``Kernel`` reads: without it the lookup falls through to a kernel of that name, a
+    failed clCreateKernel (which Oclgrind's API check reports)."""
+    program = _cl().Program(raw)
+    program._source = source
+    return program
 
 
 def _build_log(raw, cl_device) -> str:
@@ -260,7 +273,7 @@ class OpenCLDevice(Device):
                     ) from exc
                 if log:
                     _logger.debug("building %s for %s: the compiler said:\n%s", origin, self.name, log)
-                program = cl.Program(raw)
+                program = _wrapped(raw, source)
                 self.counters["builds"] += 1
                 self._to_binary(key, program)
             programs[digest] = program
@@ -297,7 +310,7 @@ class OpenCLDevice(Device):
         try:
             raw = cl._cl._Program(self.context, [self.cl_device], [binary])
             _build_quietly(raw, self.cl_device, list(options) + ["-w"])
-            program = cl.Program(raw)
+            program = _wrapped(raw, None)
         except Exception:  # the driver refuses a verified binary (a driver update): rebuild from source
             return None
         self.counters["binary_hits"] += 1
