@@ -260,24 +260,43 @@ class OpenCLDevice(Device):
             key = self._binary_key(source, options)
             program = self._from_binary(key, options)
             if program is None:
-                # "-w": a build that succeeded may still have compiler warnings, about the driver's own
-                # headers (PoCL on a CPU without AVX-512, of its float16 built-ins); "-w" keeps PoCL's
-                # compiler from printing "3 warnings generated" on stderr
-                raw = cl._cl._Program(self.context, source)
-                try:
-                    log = _build_quietly(raw, self.cl_device, list(options) + ["-w"])
-                except cl.Error as exc:
-                    raise KernelBuildError(
-                        f"building {origin} for {self.name} failed ({status_name(exc)})\n"
-                        f"options: {' '.join(options) or '(none)'}\nbuild log:\n{_build_log(raw, self.cl_device)}"
-                    ) from exc
-                if log:
-                    _logger.debug("building %s for %s: the compiler said:\n%s", origin, self.name, log)
-                program = _wrapped(raw, source)
+                program = self._build_from_source(source, options, origin)
                 self.counters["builds"] += 1
                 self._to_binary(key, program)
             programs[digest] = program
             return program
+
+    def _build_from_source(self, source: str, options: tuple, origin: str):
+        """A program built from ``source`` with ``options`` and "-w": quietly (:func:`_build_quietly`)
+        where the driver caches builds from source itself (NVIDIA's, PoCL: pyopencl builds them
+        uncached too); elsewhere through pyopencl's ``build`` and its cache of builds (Oclgrind's, a
+        board's driver), which may warn of a non-empty log.
+
+        Raises:
+            KernelBuildError: the build failed; the message has the build log and the options.
+        """
+        cl = _cl()
+        # "-w": a build that succeeded may still have compiler warnings, about the driver's own headers
+        # (PoCL on a CPU without AVX-512, of its float16 built-ins); "-w" keeps PoCL's compiler from
+        # printing "3 warnings generated" on stderr
+        flags = list(options) + ["-w"]
+        caches = self.cache.get("driver_caches_builds")
+        if caches is None:
+            from pyopencl.characterize import has_src_build_cache
+
+            caches = self.cache["driver_caches_builds"] = bool(has_src_build_cache(self.cl_device))
+        raw = cl._cl._Program(self.context, source) if caches else None
+        try:
+            if raw is None:
+                return cl.Program(self.context, source).build(options=flags)
+            log = _build_quietly(raw, self.cl_device, flags)
+        except cl.Error as exc:
+            log = _build_log(raw, self.cl_device) if raw is not None else str(exc)
+            raise KernelBuildError(f"building {origin} for {self.name} failed ({status_name(exc)})\n"
+                                   f"options: {' '.join(options) or '(none)'}\nbuild log:\n{log}") from exc
+        if log:
+            _logger.debug("building %s for %s: the compiler said:\n%s", origin, self.name, log)
+        return _wrapped(raw, source)
 
     @property
     def is_pocl(self) -> bool:
