@@ -41,6 +41,7 @@ __kernel void malinn_probe(__global const float *x, __global float *y) {
 
 def _cl():
     import pyopencl as cl  # imported on first use so that `import malinn` never fails for lack of a driver
+    import pyopencl.characterize  # noqa: F401  (cl.characterize: what a driver is known to do)
 
     return cl
 
@@ -116,6 +117,11 @@ PINNED_MIN_BYTES = 64 * 1024
 #: staging of pageable memory beats a host copy into page-locked memory and its DMA (H200: 1.2 MB in
 #: 112 us against 134 us; 0.3 MB in 53 us against 48 us: benchmarks/results/transfers_nvidia_h200.json)
 DIRECT_MIN_BYTES = 1024 * 1024
+#: added to every build's options: a build that succeeded may still have compiler warnings, about
+#: the driver's own headers (PoCL on a CPU without AVX-512, of its float16 built-ins); "-w" keeps
+#: PoCL's compiler from printing "3 warnings generated" on stderr. Part of a cached binary's key: one
+#: built without it by an earlier malinn is not found (PoCL would print its warnings again)
+QUIET_BUILD_OPTIONS = ("-w",)
 
 
 @dataclass(eq=False)
@@ -125,6 +131,9 @@ class OpenCLDevice(Device):
     cl_device: object = field(repr=False, default=None)
     context: object = field(repr=False, default=None)
     queue: object = field(repr=False, default=None)
+    #: whether the driver caches builds from source itself (NVIDIA's, PoCL), decided by the probe:
+    #: such builds go around pyopencl's own cache of builds (see :meth:`_build_from_source`)
+    driver_caches_builds: bool = False
 
     @property
     def extensions(self) -> tuple:
@@ -250,7 +259,7 @@ class OpenCLDevice(Device):
         cl = _cl()
         if self.is_pocl and tensorflow_loaded():
             raise KernelBuildError(f"building {origin} for {self.name}: {TENSORFLOW_HINT}")
-        options = tuple(options) + self.extra_build_options()
+        options = tuple(options) + self.extra_build_options() + QUIET_BUILD_OPTIONS
         digest = hashlib.sha256(source.encode() + b"\0" + "\0".join(options).encode()).hexdigest()
         programs = self.cache.setdefault("programs", {})
         with self.lock:
@@ -267,7 +276,7 @@ class OpenCLDevice(Device):
             return program
 
     def _build_from_source(self, source: str, options: tuple, origin: str):
-        """A program built from ``source`` with ``options`` and "-w": quietly (:func:`_build_quietly`)
+        """A program built from ``source`` with ``options``: quietly (:func:`_build_quietly`)
         where the driver caches builds from source itself (NVIDIA's, PoCL: pyopencl builds them
         uncached too); elsewhere through pyopencl's ``build`` and its cache of builds (Oclgrind's, a
         board's driver), which may warn of a non-empty log.
@@ -276,20 +285,11 @@ class OpenCLDevice(Device):
             KernelBuildError: the build failed; the message has the build log and the options.
         """
         cl = _cl()
-        # "-w": a build that succeeded may still have compiler warnings, about the driver's own headers
-        # (PoCL on a CPU without AVX-512, of its float16 built-ins); "-w" keeps PoCL's compiler from
-        # printing "3 warnings generated" on stderr
-        flags = list(options) + ["-w"]
-        caches = self.cache.get("driver_caches_builds")
-        if caches is None:
-            from pyopencl.characterize import has_src_build_cache
-
-            caches = self.cache["driver_caches_builds"] = bool(has_src_build_cache(self.cl_device))
-        raw = cl._cl._Program(self.context, source) if caches else None
+        raw = cl._cl._Program(self.context, source) if self.driver_caches_builds else None
         try:
             if raw is None:
-                return cl.Program(self.context, source).build(options=flags)
-            log = _build_quietly(raw, self.cl_device, flags)
+                return cl.Program(self.context, source).build(options=list(options))
+            log = _build_quietly(raw, self.cl_device, list(options))
         except cl.Error as exc:
             log = _build_log(raw, self.cl_device) if raw is not None else str(exc)
             raise KernelBuildError(f"building {origin} for {self.name} failed ({status_name(exc)})\n"
@@ -314,9 +314,7 @@ class OpenCLDevice(Device):
         """The full key of a program binary in the cache (``None`` when ``MALINN_BINARY_CACHE=0``)."""
         if os.environ.get("MALINN_BINARY_CACHE", "1") == "0":
             return None
-        # the options a build really uses ("-w" included): a binary cached by an earlier malinn, built
-        # without "-w", is not found (PoCL builds a binary again, and would print its warnings)
-        return {"source_sha256": hashlib.sha256(source.encode()).hexdigest(), "options": list(options) + ["-w"],
+        return {"source_sha256": hashlib.sha256(source.encode()).hexdigest(), "options": list(options),
                 "device": self.name, "vendor": self.vendor, "driver": self.driver_version, "platform": self.platform}
 
     def _from_binary(self, key, options):
@@ -328,7 +326,7 @@ class OpenCLDevice(Device):
         cl = _cl()
         try:
             raw = cl._cl._Program(self.context, [self.cl_device], [binary])
-            _build_quietly(raw, self.cl_device, list(options) + ["-w"])
+            _build_quietly(raw, self.cl_device, list(options))
             program = _wrapped(raw, None)
         except Exception:  # the driver refuses a verified binary (a driver update): rebuild from source
             return None
@@ -535,7 +533,8 @@ def probe(cl, platform, cl_device, index) -> OpenCLDevice:
         local_memory=d.local_mem_size, image_support=bool(d.image_support),
         image2d_max_size=(d.image2d_max_width, d.image2d_max_height) if d.image_support else (0, 0),
         opencl_c_version=version.strip(), driver_version=d.driver_version.strip(),
-        host_unified_memory=unified, cl_device=d, context=context, queue=queue)
+        host_unified_memory=unified, cl_device=d, context=context, queue=queue,
+        driver_caches_builds=bool(cl.characterize.has_src_build_cache(d)))
     key = probe_key(device)
     if key is not None and read_entry("probes", key) == _PROBE_PASSED:
         probe_stats["cached"] += 1
