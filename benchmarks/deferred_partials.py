@@ -35,7 +35,7 @@ import numpy as np
 import pyopencl as cl
 
 from models import copy_bandwidth
-from stream_layer import DEFINES, ROWS, StreamLayer, build, event_us, probe_arguments
+from stream_layer import DEFINES, ROWS, StreamLayer, build, pair_medians, probe_arguments, record_pair
 
 LAYERS = [(4096, 3072), (3072, 4096)]   #: (units, inputs): Full CIFAR's two wide layers
 SLICES = DEFINES["SLICES"]
@@ -152,16 +152,14 @@ def main(argv=None):
             e1 = launch(first, one, first.input)
             e2 = launch(second, two, b())
             e2.wait()
-            times[name][0].append(event_us(e1))
-            times[name][1].append(event_us(e2))
-            times[name][2].append((e2.profile.end - e1.profile.start) * 1e-3)
+            record_pair(times[name], e1, e2)
     copy_gbs = copy_bandwidth(device) / 1e9
     weights = 4 * sum(m * k for m, k in LAYERS)
     rows = []
     print(f"{device.name}: copy {copy_gbs:.0f} GB/s (read + written); errors {errors}")
     print(f"{'variant':<16} {'layer 1':>8} {'layer 2':>8} {'sum':>8} {'span':>8}  of copy (sum)")
-    for name, (a, b, span) in times.items():
-        us = [float(np.median(a)), float(np.median(b)), float(np.median(np.add(a, b))), float(np.median(span))]
+    for name, pair in times.items():
+        us = pair_medians(pair)
         rows.append({"variant": name, "layer1_us": us[0], "layer2_us": us[1], "sum_us": us[2], "span_us": us[3]})
         print(f"{name:<16} {us[0]:8.2f} {us[1]:8.2f} {us[2]:8.2f} {us[3]:8.2f}  {weights / us[2] / 1e3 / copy_gbs:.1%}")
     if args.json:

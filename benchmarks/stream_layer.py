@@ -78,3 +78,18 @@ class StreamLayer:
 def event_us(event) -> float:
     """An event's device time in microseconds."""
     return (event.profile.end - event.profile.start) * 1e-3
+
+
+def record_pair(times: tuple, one, two) -> None:
+    """Appends two finished launches' device times to ``times`` (first's, second's, and the span from
+    the first's start to the second's end, each in microseconds)."""
+    times[0].append(event_us(one))
+    times[1].append(event_us(two))
+    times[2].append((two.profile.end - one.profile.start) * 1e-3)
+
+
+def pair_medians(times: tuple) -> list:
+    """Medians of :func:`record_pair`'s times: first, second, their sum, span (microseconds)."""
+    first, second, span = times
+    return [float(np.median(first)), float(np.median(second)), float(np.median(np.add(first, second))),
+            float(np.median(span))]

@@ -26,7 +26,7 @@ import numpy as np
 import pyopencl as cl
 
 from models import copy_bandwidth
-from stream_layer import DEFINES, ROWS, StreamLayer, build, event_us, probe_arguments
+from stream_layer import DEFINES, ROWS, StreamLayer, build, pair_medians, probe_arguments, record_pair
 
 LAYERS = [(4096, 3072), (3072, 4096)]   #: (units, inputs): Full CIFAR's two wide layers
 SECTOR = 32                              #: bytes per warmed sector
@@ -116,9 +116,7 @@ def main(argv=None):
             one = first.launch(kernel, extra)
             two = second.launch(plain)
             two.wait()
-            times[name][0].append(event_us(one))
-            times[name][1].append(event_us(two))
-            times[name][2].append((two.profile.end - one.profile.start) * 1e-3)
+            record_pair(times[name], one, two)
     left = np.empty(2, np.uint32)
     cl.enqueue_copy(device.queue, left, ticket)
     assert left[0] == 0, left
@@ -127,8 +125,8 @@ def main(argv=None):
     rows = []
     print(f"{device.name}: copy {copy_gbs:.0f} GB/s (read + written); first layer's work-groups: {total}")
     print(f"{'pattern':<7} {'MiB':>4} {'groups':>6} {'first':>6}  {'layer 1':>8} {'layer 2':>8} {'sum':>8} {'span':>8}  of copy")
-    for name, (a, b, span) in times.items():
-        us = [float(np.median(a)), float(np.median(b)), float(np.median(np.add(a, b))), float(np.median(span))]
+    for name, pair in times.items():
+        us = pair_medians(pair)
         pattern, mib, groups, start = ("plain", 0, 0, 0) if name == "plain" else name
         rows.append({"pattern": pattern, "mib": mib, "groups": groups, "first": start, "layer1_us": us[0],
                      "layer2_us": us[1], "sum_us": us[2], "span_us": us[3]})
