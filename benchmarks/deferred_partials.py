@@ -34,8 +34,8 @@ from pathlib import Path
 import numpy as np
 import pyopencl as cl
 
-from models import copy_bandwidth
-from stream_layer import DEFINES, ROWS, StreamLayer, build, pair_medians, probe_arguments, record_pair
+from stream_layer import (DEFINES, ROWS, StreamLayer, build, copy_and_weights, pair_medians, probe_arguments,
+                          record_pair)
 
 LAYERS = [(4096, 3072), (3072, 4096)]   #: (units, inputs): Full CIFAR's two wide layers
 SLICES = DEFINES["SLICES"]
@@ -153,10 +153,8 @@ def main(argv=None):
             e2 = launch(second, two, b())
             e2.wait()
             record_pair(times[name], e1, e2)
-    copy_gbs = copy_bandwidth(device) / 1e9
-    weights = 4 * sum(m * k for m, k in LAYERS)
+    copy_gbs, weights = copy_and_weights(device, LAYERS, f"errors {errors}")
     rows = []
-    print(f"{device.name}: copy {copy_gbs:.0f} GB/s (read + written); errors {errors}")
     print(f"{'variant':<16} {'layer 1':>8} {'layer 2':>8} {'sum':>8} {'span':>8}  of copy (sum)")
     for name, pair in times.items():
         us = pair_medians(pair)

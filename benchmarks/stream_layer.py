@@ -17,6 +17,7 @@ import pyopencl as cl
 import malinn
 from malinn.backends.opencl import opencl_index_macro
 from malinn.kernel_library import load_library
+from models import copy_bandwidth
 
 SPEC = load_library()["gemv_split_stream_c"]
 DEFINES = {k: int(v) for k, v in SPEC.defines}
@@ -93,3 +94,11 @@ def pair_medians(times: tuple) -> list:
     first, second, span = times
     return [float(np.median(first)), float(np.median(second)), float(np.median(np.add(first, second))),
             float(np.median(span))]
+
+
+def copy_and_weights(device, layers, note: str) -> tuple:
+    """A device-to-device copy's bandwidth (GB/s, bytes read plus written) and the fp32 weights'
+    bytes of ``layers`` ((units, inputs) pairs); prints the bandwidth and ``note``."""
+    copy_gbs = copy_bandwidth(device) / 1e9
+    print(f"{device.name}: copy {copy_gbs:.0f} GB/s (read + written); {note}")
+    return copy_gbs, 4 * sum(m * k for m, k in layers)

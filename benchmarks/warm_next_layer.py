@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import pyopencl as cl
 
-from models import copy_bandwidth
-from stream_layer import DEFINES, ROWS, StreamLayer, build, pair_medians, probe_arguments, record_pair
+from stream_layer import (DEFINES, ROWS, StreamLayer, build, copy_and_weights, pair_medians, probe_arguments,
+                          record_pair)
 
 LAYERS = [(4096, 3072), (3072, 4096)]   #: (units, inputs): Full CIFAR's two wide layers
 SECTOR = 32                              #: bytes per warmed sector
@@ -120,10 +120,8 @@ def main(argv=None):
     left = np.empty(2, np.uint32)
     cl.enqueue_copy(device.queue, left, ticket)
     assert left[0] == 0, left
-    copy_gbs = copy_bandwidth(device) / 1e9
-    weights = 4 * sum(m * k for m, k in LAYERS)
+    copy_gbs, weights = copy_and_weights(device, LAYERS, f"first layer's work-groups: {total}")
     rows = []
-    print(f"{device.name}: copy {copy_gbs:.0f} GB/s (read + written); first layer's work-groups: {total}")
     print(f"{'pattern':<7} {'MiB':>4} {'groups':>6} {'first':>6}  {'layer 1':>8} {'layer 2':>8} {'sum':>8} {'span':>8}  of copy")
     for name, pair in times.items():
         us = pair_medians(pair)
