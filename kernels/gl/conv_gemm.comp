@@ -8,7 +8,7 @@
  *   LOCAL 1   stage KC channels of the weight rows and shifted input columns in shared memory
  *             per step (one group only; GROUPS > 1 runs the direct loop)
  *   CG, MG, GROUPS  input channels per group, output channels per group, groups
- * NVIDIA's GLSL compiler unrolls every loop with constant bounds by default: the KH*KW x channel
+ * NVIDIA's GLSL compiler unrolls every loop with constant bounds under the preamble's pragma: the KH*KW x channel
  * loops of a 7x7 or a 64-channel layer then exceed its instruction limit ("too many
  * instructions"); the pragma below keeps them loops there (other compilers ignore it).
  */

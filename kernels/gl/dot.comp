@@ -4,6 +4,12 @@
  *   NORMALIZE=1 divides by both operands' L2 norms along k (each sum of squares at least
  *   NORM_FLOOR). R's padding is written as 0. */
 
+/* NVIDIA's GLSL compiler unrolls every constant-bound loop under the preamble's #pragma
+ * optionNV(unroll all): the loops over DK (the summed axis, up to thousands) unrolled with a layout's
+ * index arithmetic did not finish building in 50 s on an H200 (driver 580), so they stay loops
+ * (other compilers ignore the pragma). */
+#pragma optionNV(unroll none)
+
 #ifndef DP
 #define DP 1
 #endif

@@ -7,6 +7,12 @@
  *   of squares, else the epsilon). The maximum skips NaN as OpenCL's fmax does.
  * The padding is never touched. */
 
+/* NVIDIA's GLSL compiler unrolls every constant-bound loop under the preamble's #pragma
+ * optionNV(unroll all): the loops over GROUP (a whole sample's elements, up to thousands) unrolled with a layout's
+ * index arithmetic did not finish building in 50 s on an H200 (driver 580), so they stay loops
+ * (other compilers ignore the pragma). */
+#pragma optionNV(unroll none)
+
 #ifndef GROUP
 #define GROUP 1
 #endif
