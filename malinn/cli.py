@@ -431,7 +431,7 @@ def cmd_tune(args) -> int:
         convs = [g for batch in (args.batch, 1) for g in model.conv_geometries(batch, device)]
         if not shapes and not convs:
             raise MalinnError(f"{args.model} has no Dense or convolution layer to tune for")
-    if shapes:
+    if shapes or not args.model:   # the shapes asked for, or else the standard set
         _tune_matmuls(args, device, shapes)
     if convs:
         print(f"tuning {len(set(convs))} convolution layers on {device.name}", flush=True)

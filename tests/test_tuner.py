@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -232,6 +233,18 @@ def test_cli_tune_quick_with_a_shape(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "malinn.cli", "tune", "--shape", "20x30"], env=env,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "argument --shape: expected MxKxN" in bad.stderr
+
+
+def test_cli_tune_without_a_shape_or_model_stores_a_general_winner(tmp_path):
+    """The standard set of shapes, as README and ``tune --help`` say (from f225fb0 until now the
+    command timed nothing, said nothing and exited 0)."""
+    env = {**os.environ, "MALINN_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "malinn.cli", "tune", "--quick", "--budget", "5"], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"best: \S+ .* over \d+ shapes, \d+ candidates timed", out.stdout), out.stdout
+    (entry,) = json.loads((tmp_path / "tuning.json").read_text())["devices"].values()
+    assert entry["general"]["codename"] in out.stdout
 
 
 def test_cli_tune_model_tunes_each_dense_shape_at_the_batch_and_at_1(tmp_path):
