@@ -220,9 +220,10 @@ def cmd_convert(args) -> int:
     device = None
     if args.device or args.target is None:
         device = _device(args)    # the target comes from the device; an explicit --target needs none
-    spec = resolve_target(args.target)
+    resolve_target(args.target)   # an unknown target fails before the model is read
     model = load_model(args.src, weights=args.weights, precision=args.precision)
     path = save_model(model, args.output, target=args.target, overwrite=args.force)
+    spec = resolve_target(args.target, model.precision)
     report = _report_stream(args.output)
     print(f"{_shown(args.src, args.weights)} -> {path}: {len(model.layers)} layers, {model.count_params()} parameters, "
           f"input {_inputs_text(model)}, weights laid out for {spec.codename} in {model.precision}", file=report)

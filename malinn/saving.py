@@ -57,10 +57,11 @@ def _backend_target(target) -> tuple:
     return None, None
 
 
-def resolve_target(target=None):
+def resolve_target(target=None, precision: str = DEFAULT_PRECISION):
     """The matmul kernel for ``target``: a codename, a device kind (``gpu``, ``cpu``,
     ``accelerator``, or one of a backend: ``gl``, ``gl:gpu``, ``gl:cpu``, ``opencl:cpu``), or None
-    (the current device's).
+    (the current device's: its chosen kernel, or its kind's default where the chosen one, a tuned
+    winner say, cannot read weights in ``precision``).
 
     Returns:
         A :class:`~malinn.kernel_library.KernelSpec` (with the configuration the target uses).
@@ -70,7 +71,11 @@ def resolve_target(target=None):
     """
     library = load_library()
     if target is None:
-        return choose("matmul", get_device())
+        device = get_device()
+        spec = choose("matmul", device)
+        if precision in spec.precisions:
+            return spec
+        return library.default_spec("matmul", device.kind, device.backend)
     if target in ("gpu", "cpu", "accelerator"):
         return library.default_spec("matmul", target)
     backend, kind = _backend_target(target)
@@ -112,8 +117,8 @@ def _save(model, path, target, source, overwrite) -> Path:
 
     if not model.built:
         raise ConversionError(f"{path}: model {model.name!r} is not built; call build(input_shape) or predict first")
-    spec = resolve_target(target)
     precision = model.precision
+    spec = resolve_target(target, precision)
     backend, _ = _backend_target(target)
     if precision != DEFAULT_PRECISION and backend is not None and backend not in REDUCED_PRECISION_BACKENDS:
         raise ConversionError(f"{path}: target {target} is an OpenGL device's, which runs fp32 weights only; "

@@ -298,6 +298,28 @@ def test_cli_convert_writes_a_file_this_device_cannot_run_with_a_note(device, tm
         assert device.name in err
 
 
+def test_cli_convert_to_a_reduced_precision_after_an_fp32_only_kernel_was_chosen(device, tmp_path, capsys):
+    """The device's chosen kernel (a tuned winner, here set with ``use``) may read fp32 weights only:
+    convert then lays the weights out for the device kind's default, which reads them all (it
+    refused before, naming the chosen kernel)."""
+    from malinn import kernel_choice
+    from malinn.cli import main
+
+    fp32_only = next(c for c in load_library().codenames("matmul", device.backend)
+                     if load_library()[c].precisions == ("fp32",))
+    out = tmp_path / "digits.malinn"
+    kernel_choice.use("matmul", fp32_only, device)
+    try:
+        assert main(["convert", str(ROOT / "examples" / "digits_mlp.keras"), "-o", str(out),
+                     "--precision", "fp16-storage"]) == 0
+    finally:
+        kernel_choice.forget(device)
+    model = malinn.load_model(out)
+    assert model.precision == "fp16-storage"
+    report = capsys.readouterr()
+    assert fp32_only not in report.out + report.err and "in fp16-storage" in report.out + report.err
+
+
 # ------------------------------------------- per-precision configurations of the batch-1 GPU default
 def batch1_gpu_default(precision: str, codename: str | None = None):
     """The GPU's batch-1 kernel for a 4096x3072 layer in ``precision`` (the first of ``codename``'s
