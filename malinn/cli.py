@@ -39,7 +39,7 @@ PRECISIONS = ("fp32", "fp16-storage", "fp16", "int8-weights")
 #: verify's default tolerance (largest rel error) per precision: a little above the worst layer of
 #: the test zoo and the digits example measured in that precision (docs/CONVERTING.md)
 VERIFY_TOLERANCE = {"fp32": 1e-5, "fp16-storage": 1e-2, "fp16": 2e-2, "int8-weights": 1e-1}
-PRECISION_HELP = ("the weights' precision on the device: fp32 (default), fp16-storage (half weights, float "
+PRECISION_HELP = ("the weights' precision on the device: fp32, fp16-storage (half weights, float "
                   "arithmetic), fp16 (half arithmetic: devices with cl_khr_fp16) or int8-weights (per-output-channel "
                   "int8 with float scales)")
 
@@ -529,8 +529,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key", help=key_help)
     p.add_argument("--tolerance", type=_tolerance, help="largest rel error accepted (default 1e-5 in fp32, 1e-2 in "
                                                          "fp16-storage, 2e-2 in fp16, 1e-1 in int8-weights)")
-    p.add_argument("--precision", choices=PRECISIONS, help=PRECISION_HELP + "; prints each layer's error against "
-                                                                          "Keras in float32 and the argmax agreement")
+    p.add_argument("--precision", choices=PRECISIONS, help=PRECISION_HELP + " (default: the model file's, fp32 for a "
+                                                                          "Keras file); prints each layer's error "
+                                                                          "against Keras in float32 and the argmax "
+                                                                          "agreement")
     p.add_argument("--device", help=device_help)
 
     p = add("tune", "time matmul kernels and configurations (with --model, each convolution layer's algorithms "
@@ -547,7 +549,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", type=_product_shape, action="append", help="a product MxKxN to tune for (repeatable)")
     p.add_argument("--budget", type=_positive_seconds, help="stop trying new candidates after this many seconds")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                   help=PRECISION_HELP + "; winners are stored per precision")
+                   help=PRECISION_HELP + " (default: fp32); winners are stored per precision")
     p.add_argument("--device", help=device_help)
 
     p = add("summary", "show a model's layers as Keras does (output shape, parameters, connections) and the "
