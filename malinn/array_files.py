@@ -141,8 +141,8 @@ def _read_csv(path: Path, sample_shape) -> np.ndarray:
     except UnicodeDecodeError:
         raise MalinnError(f"{path} is not a text file (not UTF-8): expected comma-separated numbers") from None
     lines = [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
-    if lines and not _numeric_row(lines[0][1]):
-        lines = lines[1:]   # a header row
+    if lines and not any(_is_number(cell) for cell in lines[0][1].split(",")):
+        lines = lines[1:]   # a header row: no cell of it a number (a row with some numbers is data)
     if not lines:
         raise MalinnError(f"{path}: holds a header but no rows of numbers (the values must be plain numbers "
                           "separated by commas, one sample per row: no quotes, no other separator)")

@@ -99,7 +99,7 @@ def _product_shape(text: str) -> tuple:
 # ------------------------------------------------------------------ helpers
 def _device(args):
 
-    if getattr(args, "device", None):
+    if getattr(args, "device", None) is not None:   # --device "" is refused by name, not ignored
         set_device(args.device)
     return get_device()
 
@@ -180,12 +180,21 @@ def _read_inputs(model, path, key):
 
 
 def _named_outputs(model, y):
-    """One output as it is; several as a dict by the name of the layer computing each."""
+    """One output as it is; several as a dict by the name of the layer computing each, a layer
+    called for several outputs (a shared head) numbered as Keras numbers names: ``dense``,
+    ``dense_1``, ..."""
     if isinstance(y, np.ndarray):
         return y
     if isinstance(y, dict):
         return y
-    return {t.name: out for t, out in zip(model.outputs, y)}
+    names = []
+    for t in model.outputs:
+        name, i = t.name, 0
+        while name in names:
+            i += 1
+            name = f"{t.name}_{i}"
+        names.append(name)
+    return dict(zip(names, y))
 
 
 def _shape_text(value) -> str:
@@ -218,7 +227,7 @@ def cmd_convert(args) -> int:
 
     check_destination(args.output, source=(args.src, args.weights), overwrite_source=args.force)
     device = None
-    if args.device or args.target is None:
+    if args.device is not None or args.target is None:
         device = _device(args)    # the target comes from the device; an explicit --target needs none
     resolve_target(args.target)   # an unknown target fails before the model is read
     model = load_model(args.src, weights=args.weights, precision=args.precision)
@@ -599,7 +608,8 @@ def main(argv=None) -> int:
         try:
             args = build_parser().parse_args(argv)
             status = args.func(args)
-            sys.stdout.flush()
+            if sys.stdout is not None:   # None: started with stdout closed (its prints went nowhere)
+                sys.stdout.flush()
             return status
         except SystemExit as exc:       # --help and --version
             return exc.code if isinstance(exc.code, int) else 0

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import malinn as malinn_api   # the module (malinn() below runs its command line)
 from malinn.version import __version__
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -206,10 +207,49 @@ def test_predict_reads_csv_with_a_header(digits_malinn, tmp_path):
     assert np.abs(np.load(tmp_path / "y.npy") - data["keras"][:7]).max() <= 1e-5
 
 
+def test_a_command_started_with_stdout_closed_succeeds(digits_malinn, tmp_path):
+    """Its report goes nowhere, and the work is done: exit 0 (it was 1, "please report this as a
+    malinn bug", after the file was written)."""
+    out = tmp_path / "again.malinn"
+    done = subprocess.run(f'"{sys.executable}" -m malinn.cli convert "{DIGITS}" -o "{out}" >&-', shell=True,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stderr == "" and out.is_file(), done.stderr
+
+
+def test_an_empty_device_name_is_refused_not_ignored(digits_malinn, tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros((2, 64), np.float32))
+    out = malinn("predict", digits_malinn, tmp_path / "x.npy", "-o", tmp_path / "y.npy", "--device", "")
+    assert out.returncode == 1 and "no working device matches ''" in out.stderr, out.stderr
+    assert not (tmp_path / "y.npy").exists()
+
+
+def test_predict_writes_every_output_of_a_layer_called_twice(tmp_path):
+    """A shared head computing two outputs: both reach the .npz (the second overwrote the first)."""
+    from malinn.layers import Dense
+
+    x, y = malinn_api.Input((5,), name="x"), malinn_api.Input((5,), name="y")
+    head = Dense(3, name="head")
+    model = malinn_api.Functional([x, y], [head(x), head(y)])
+    model.set_weights([w + 1.0 for w in model.get_weights()])
+    path = model.save(tmp_path / "shared.malinn")
+    inputs = {"x": np.arange(10, dtype=np.float32).reshape(2, 5), "y": np.ones((2, 5), np.float32)}
+    np.savez(tmp_path / "in.npz", **inputs)
+    out = malinn("predict", path, tmp_path / "in.npz", "-o", tmp_path / "out.npz")
+    assert out.returncode == 0, out.stderr
+    written = np.load(tmp_path / "out.npz")
+    assert sorted(written.files) == ["head", "head_1"]
+    want = model.predict(inputs)
+    np.testing.assert_allclose(written["head"], want[0], rtol=1e-6)
+    np.testing.assert_allclose(written["head_1"], want[1], rtol=1e-6)
+
+
 @pytest.mark.parametrize("name, content, message", [
     ("x.npy", b"", "x.npy is empty"),
     ("m.malinn", b"\x89HDF", "m.malinn is not an input array file: expected .npy, .npz or .csv"),
     ("x.csv", b"1,2\n3,x\n", "line 2: 'x' is not a number"),
+    # a first row with a number in it is data, not a header to drop (it was dropped, silently)
+    ("x.csv", b"1,NA\n3,4\n", "line 1: 'NA' is not a number"),
+    ("x.csv", b"1,\n3,4\n", "line 1: '' is not a number"),
 ])
 def test_predict_input_errors_are_one_line_and_never_mention_pickle(digits_malinn, tmp_path, name, content, message):
     (tmp_path / name).write_bytes(content)
