@@ -17,11 +17,17 @@ def kernels_dir() -> Path:
     source checkout has it beside ``malinn/``. ``MALINN_KERNELS`` overrides both.
 
     Raises:
-        LibraryError: no folder with a ``library.json`` was found.
+        LibraryError: ``MALINN_KERNELS`` names a folder without a ``library.json`` (a typo would
+            otherwise run the shipped kernels unnoticed), or no folder with one was found.
     """
+    override = os.environ.get("MALINN_KERNELS")
+    if override:
+        if not (Path(override) / "library.json").is_file():
+            raise LibraryError(f"MALINN_KERNELS names {override}, which holds no library.json (it should name a "
+                               "copy of malinn's kernels folder; unset it for the shipped kernels)")
+        return Path(override)
     here = Path(__file__).resolve().parent
-    candidates = [Path(os.environ["MALINN_KERNELS"])] if os.environ.get("MALINN_KERNELS") else []
-    candidates += [here / "kernels", here.parent / "kernels"]
+    candidates = [here / "kernels", here.parent / "kernels"]
     try:  # an editable install maps the package malinn.kernels onto the checkout's kernels/
         import malinn.kernels as _k
 
