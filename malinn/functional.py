@@ -186,7 +186,7 @@ class Functional(PlannedModel):
             checked.append(self._contiguous(array))
         return checked
 
-    def predict(self, x, batch_size: int | None = None):
+    def predict(self, x, batch_size: int | None = None, verbose="auto"):
         """Runs the model.
 
         Args:
@@ -195,6 +195,7 @@ class Functional(PlannedModel):
                 float32 as Keras does.
             batch_size: samples per device pass (default: all, split only where the device's
                 largest allocation requires it; see :meth:`max_batch`).
+            verbose: taken as Keras's ``predict`` takes it; malinn prints no progress.
 
         Returns:
             A float32 array of the output's shape, or a list of them (a dict where the outputs were

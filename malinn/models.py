@@ -483,7 +483,7 @@ class Sequential(PlannedModel):
                     self.build((None,) + x.shape[1:])
         return [self._contiguous(x)]
 
-    def predict(self, x, batch_size: int | None = None) -> np.ndarray:
+    def predict(self, x, batch_size: int | None = None, verbose="auto") -> np.ndarray:
         """Runs the model on ``x``.
 
         Args:
@@ -494,6 +494,8 @@ class Sequential(PlannedModel):
                 :meth:`max_batch`). A sample's result is the same in every pass of the same size
                 bucket; passes of other sizes may run another kernel (a small-batch kernel below
                 16 samples, for instance), whose sums differ in the last bits (docs/KERNELS.md).
+            verbose: taken as Keras's ``predict`` takes it, so that Keras code runs unchanged;
+                malinn prints no progress whatever its value.
 
         Returns:
             A float32 array of shape ``(batch,) + output_shape[1:]``.

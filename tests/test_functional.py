@@ -176,6 +176,7 @@ def test_predict_takes_an_array_a_list_or_a_dict(device, rng):
     assert y.shape == (6, 2) and y.dtype == np.float32
     np.testing.assert_array_equal(model.predict({"category": tv, "numeric": xv}), y)
     np.testing.assert_array_equal(model.predict((xv, tv)), y)
+    np.testing.assert_array_equal(model.predict([xv, tv], verbose=0), y)   # as Keras code calls it
     with pytest.raises(ValueError, match="missing \\['category'\\]"):
         model.predict({"numeric": xv})
     with pytest.raises(ValueError, match="takes 2 input"):
