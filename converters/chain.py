@@ -89,6 +89,9 @@ def parse_model(entry: Any, source: str, where: str = "the model config") -> Mod
             node = _parse_sequential(class_name, name, cfg, layers, source)
         node.entry = entry
         return node
+    if "layers" in cfg:
+        raise _fail(source, f"{where} ({class_name}) has 'layers' that is not a list "
+                            f"(got {type(layers).__name__}): the file is damaged")
     raise _fail(
         source,
         f"{where} describes a {class_name!r}, which is neither a Sequential nor a Functional "

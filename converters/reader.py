@@ -91,7 +91,8 @@ def _read_pair(architecture: str, weights: str) -> KerasModel:
     head = _head(architecture)
     _head(weights)
     if os.path.isdir(architecture) or not _is_json(head):
-        what = "a directory" if os.path.isdir(architecture) else "not a JSON file"
+        what = ("a directory" if os.path.isdir(architecture) else
+                "JSON, but not an object" if _is_json_value(head) else "not a JSON file")
         raise ConversionError(
             f"{architecture}: is {what}; with weights ({weights}) the model must be the "
             "architecture JSON of model.to_json() (a whole .keras or .h5 model is given alone)"
@@ -142,6 +143,11 @@ def _head(source: str) -> bytes:
 def _is_json(head: bytes) -> bool:
     """Whether a file that starts with ``head`` holds a JSON object."""
     return head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n").startswith(b"{")
+
+
+def _is_json_value(head: bytes) -> bool:
+    """Whether a file that starts with ``head`` looks like JSON of another kind (an array, a string)."""
+    return head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n")[:1] in (b"[", b'"')
 
 
 def _is_hdf5(source: str) -> bool:

@@ -254,11 +254,15 @@ def test_pair_given_the_wrong_way_round_or_with_a_whole_model(keras_zoo):
 def test_json_that_is_not_an_architecture(tmp_path, keras_zoo):
     _, weights = keras_zoo.split_paths("keras3-split", "tiny")
     for text, fragment in [('{"layers": []}', "not a Keras model architecture"), ("{nope", "not valid JSON"),
-                           ('{"class_name": "Dense", "config": {"units": 3}}', "neither a Sequential")]:
+                           ('{"class_name": "Dense", "config": {"units": 3}}', "neither a Sequential"),
+                           ('{"class_name": "Sequential", "config": {"layers": 7}}', "'layers' that is not a list")]:
         path = tmp_path / "odd.json"
         path.write_text(text)
         assert_mentions(conversion_error(path, weights=weights), path, fragment)
         assert_mentions(conversion_error(path), path, fragment)
+    path = tmp_path / "list.json"
+    path.write_text("[1, 2]")
+    assert_mentions(conversion_error(path, weights=weights), path, "JSON, but not an object", "architecture JSON")
 
 
 def test_weights_file_that_is_not_keras_weights(tmp_path, keras_zoo):
