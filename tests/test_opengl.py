@@ -377,6 +377,15 @@ def test_a_driver_below_opengl_4_3_is_skipped_naming_its_version():
 
 
 @needs_gl
+def test_an_unknown_gl_api_is_named_once_not_ignored():
+    """MALINN_GL_API=desk (a typo): one warning naming it and the values it takes; no OpenGL device
+    (it was ignored: either API served)."""
+    backends, _, stderr = _gl_devices_under({"MALINN_GL_API": "desk"})
+    assert "'gl'" not in backends and "'gles3'" not in backends
+    assert stderr.count("MALINN_GL_API='desk' is neither 'gl' (desktop OpenGL only) nor 'es'") == 1, stderr[-2000:]
+
+
+@needs_gl
 def test_opengl_es_serves_where_desktop_opengl_is_below_4_3():
     """The Raspberry Pi's case (desktop OpenGL 2.1, OpenGL ES 3.1), played by Mesa made to offer
     OpenGL 3.3: the device comes up on an OpenGL ES context and runs a model; MALINN_GL_API=gl

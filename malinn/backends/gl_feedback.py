@@ -50,7 +50,7 @@ from ..layout import Layout
 from .base import BoundLaunch
 from .gles_context import ESContext
 from .opengl import (SOFTWARE_RENDERERS, GLDevice, GLEvent, _GL, _moderngl, _total_memory, gl_index_macro, run_probe,
-                     wanted)
+                     requested_gl_api, wanted)
 
 __all__ = ["FeedbackDevice", "BACKEND", "discover", "probe", "no_compute", "inverse_index_macros"]
 
@@ -476,7 +476,7 @@ def _context(index: int):
     (with ``GL_ARB_ES3_compatibility``), else OpenGL ES 3.0+; ``MALINN_GL_API=es`` asks for ES
     first, ``MALINN_GL_API=gl`` for desktop OpenGL only."""
     moderngl = _moderngl()
-    api = os.environ.get("MALINN_GL_API", "").strip().lower()
+    api = requested_gl_api()
     libraries = {"libgl": "libGL.so.1", "libegl": "libEGL.so.1"}
 
     def es():
@@ -550,6 +550,10 @@ def discover(others: list | None = None, force: bool = False) -> list:
     except ImportError:
         return []
     if "tensorflow" in sys.modules:
+        return []
+    try:
+        requested_gl_api()
+    except DeviceError:   # the gl backend's discovery said so
         return []
     listed = {d.index[1] for d in others or [] if d.backend == "gl"}
     found = []

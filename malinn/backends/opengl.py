@@ -641,6 +641,20 @@ def _es_context(index: int):
     return _moderngl().create_context(standalone=True, backend=ES_BACKEND, device_index=index, require=310)
 
 
+def requested_gl_api() -> str:
+    """``MALINN_GL_API``: ``"es"`` (an OpenGL ES context only), ``"gl"`` (a desktop one only) or
+    ``""`` (unset: either).
+
+    Raises:
+        DeviceError: another value (a typo would otherwise be ignored).
+    """
+    api = os.environ.get("MALINN_GL_API", "").strip().lower()
+    if api not in ("", "es", "gl"):
+        raise DeviceError(f"MALINN_GL_API={api!r} is neither 'gl' (desktop OpenGL only) nor 'es' (OpenGL ES "
+                          "only); unset it for either")
+    return api
+
+
 def _context(index: int):
     """A headless context on EGL device ``index``: desktop OpenGL 4.3+, else OpenGL ES 3.1+ (the
     Raspberry Pi's V3D has compute shaders in ES alone); ``MALINN_GL_API=es`` for OpenGL ES only,
@@ -652,7 +666,7 @@ def _context(index: int):
         Exception: moderngl's own, when no context can be made at all (past the last device, ...).
     """
     moderngl = _moderngl()
-    api = os.environ.get("MALINN_GL_API", "").strip().lower()
+    api = requested_gl_api()
     # the runtime packages' names (libgl1, libegl1 ship only the .so.1; glcontext asks for the
     # development links libGL.so / libEGL.so by default)
     libraries = {"libgl": "libGL.so.1", "libegl": "libEGL.so.1"}
@@ -774,6 +788,11 @@ def discover(others: list | None = None, force: bool = False) -> list:
     if "tensorflow" in sys.modules:
         warnings.warn("malinn: skipping the OpenGL devices: TensorFlow is loaded in this process, and Mesa's "
                       "drivers bring an LLVM of their own; run TensorFlow in another process", stacklevel=3)
+        return []
+    try:
+        requested_gl_api()
+    except DeviceError as exc:
+        warnings.warn(f"malinn: skipping the OpenGL devices: {exc}", stacklevel=3)
         return []
     found = []
     for index in range(16):
