@@ -140,14 +140,19 @@ def _head(source: str) -> bytes:
     return head
 
 
+def _json_start(head: bytes) -> bytes:
+    """The first character of a file that starts with ``head``, past a BOM and white space."""
+    return head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n")[:1]
+
+
 def _is_json(head: bytes) -> bool:
     """Whether a file that starts with ``head`` holds a JSON object."""
-    return head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n").startswith(b"{")
+    return _json_start(head) == b"{"
 
 
 def _is_json_value(head: bytes) -> bool:
     """Whether a file that starts with ``head`` looks like JSON of another kind (an array, a string)."""
-    return head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n")[:1] in (b"[", b'"')
+    return _json_start(head) in (b"[", b'"')
 
 
 def _is_hdf5(source: str) -> bool:

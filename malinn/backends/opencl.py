@@ -41,9 +41,16 @@ __kernel void malinn_probe(__global const float *x, __global float *y) {
 
 def _cl():
     import pyopencl as cl  # imported on first use so that `import malinn` never fails for lack of a driver
-    import pyopencl.characterize  # noqa: F401  (cl.characterize: what a driver is known to do)
 
     return cl
+
+
+def _driver_caches_builds(cl_device) -> bool:
+    """Whether ``cl_device``'s driver caches builds from source itself (pyopencl knows NVIDIA's and
+    PoCL's); asked once, when the device is probed."""
+    from pyopencl.characterize import has_src_build_cache  # pyopencl on first use, as in _cl()
+
+    return bool(has_src_build_cache(cl_device))
 
 
 def status_name(error: Exception) -> str:
@@ -534,7 +541,7 @@ def probe(cl, platform, cl_device, index) -> OpenCLDevice:
         image2d_max_size=(d.image2d_max_width, d.image2d_max_height) if d.image_support else (0, 0),
         opencl_c_version=version.strip(), driver_version=d.driver_version.strip(),
         host_unified_memory=unified, cl_device=d, context=context, queue=queue,
-        driver_caches_builds=bool(cl.characterize.has_src_build_cache(d)))
+        driver_caches_builds=_driver_caches_builds(d))
     key = probe_key(device)
     if key is not None and read_entry("probes", key) == _PROBE_PASSED:
         probe_stats["cached"] += 1
