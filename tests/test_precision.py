@@ -317,7 +317,8 @@ def test_cli_convert_to_a_reduced_precision_after_an_fp32_only_kernel_was_chosen
     model = malinn.load_model(out)
     assert model.precision == "fp16-storage"
     report = capsys.readouterr()
-    assert fp32_only not in report.out + report.err and "in fp16-storage" in report.out + report.err
+    (used,) = re.findall(r"weights laid out for (\S+) in fp16-storage", report.out + report.err)
+    assert used != fp32_only and "fp16-storage" in load_library()[used].precisions
 
 
 # ------------------------------------------- per-precision configurations of the batch-1 GPU default
