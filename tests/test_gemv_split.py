@@ -248,8 +248,11 @@ configs = [(None, odd), ({"VW": 1, "MDIM": 4, "KSPLIT": 8, "SLICES": 4, "UNROLL"
            ({"VW": 16, "MDIM": 2, "KSPLIT": 2, "SLICES": 2, "UNROLL": 2, "NB": 1, "WIDE": 0}, odd),
            ({"VW": 4, "MDIM": 4, "KSPLIT": 64, "SLICES": 16, "UNROLL": 1, "NB": 1}, odd[2:]),
            ({"VW": 8, "MDIM": 16, "KSPLIT": 16, "SLICES": 32, "COLS": 2, "NB": 1}, odd[:1])]
+tuned = [lib["gemv_split_c"].configure(c).defines for c in lib["gemv_split_c"].configurations()]
 for precision in precisions:
     for c, (config, shapes) in enumerate(configs):
+        if config and precision == "fp32" and lib["gemv_split_c"].configure(config).defines in tuned:
+            continue   # tests/test_oclgrind.py runs each configuration the tuner can emit in fp32
         spec = lib["gemv_split_c"].configure(config).in_precision(precision) if config else \
             lib["gemv_split_c"].in_precision(precision)
         for m, k, n in shapes:
@@ -276,7 +279,8 @@ print(json.dumps(errors))
 def test_clean_under_oclgrind_in_every_precision():
     """Out-of-bounds accesses, data races between work-items and work-groups (the partial sums and
     counters are atomics), uninitialised values and API misuse, with slices and without, each
-    launched twice (the second finds the counters the first left)."""
+    launched twice (the second finds the counters the first left). Of the configurations the tuner
+    can emit, only the default runs in fp32 here (tests/test_oclgrind.py runs the others in fp32)."""
     errors = run_under_oclgrind(OCLGRIND, OCLGRIND_SCRIPT)
-    assert len(errors) >= 33, errors
+    assert len(errors) >= 28, errors
     assert all(error < (1e-2 if case.startswith("fp16 ") else 1e-5) for case, error in errors.items()), errors

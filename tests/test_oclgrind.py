@@ -12,10 +12,11 @@ nothing on stderr and to match numpy.
 
 Tuned configurations: ``tuning_configurations`` lists every configuration the tuner can emit for
 a kernel (``KernelSpec.configurations()``: the entry's defaults and its ``candidates`` that meet its
-``constraints``). The defaults run on every odd shape, every other configuration on the odd shapes
-that give distinct padded problems (``_distinct_shapes``: (1, 1, 1) and (3, 5, 7) pad alike for a
-64-row tile, and a kernel reads and writes its padded buffers), their widest batch narrowed to two
-column tiles (``_narrow``). A program that several entries run (variants that differ only in their
+``constraints``). The defaults run on every odd shape, every other configuration on three of
+the odd shapes' padded problems (``configuration_shapes``): the largest (several row and column
+tiles, the last partial; its batch narrowed to two column tiles, ``_narrow``), the one with the most
+K steps, and the smallest (one tile, nearly all padding); a kernel reads and writes its padded
+buffers, so shapes that pad alike check the same (``_distinct_shapes``). A program that several entries run (variants that differ only in their
 preconditions, helpers.program_key) is simulated once per shape. Should a kernel ever list more
 than ``ALL_LIMIT`` (a whole search space), simulating all would take hours, so the suite then checks the defaults on
 every shape plus a set that covers every pair of define values any valid configuration has
@@ -110,7 +111,7 @@ def _config_cost(spec, config) -> float:
     work-group size (Oclgrind's race checks slow down with large work-groups)."""
     configured = spec.configure(config)
     work_group = math.prod(configured.workgroup or (1,))
-    return sum(_mac(configured, shape) for shape in _distinct_shapes(configured)) * (1 + work_group / 256) ** 1.5
+    return sum(_mac(configured, shape) for shape in configuration_shapes(configured)) * (1 + work_group / 256) ** 1.5
 
 
 def _mac(spec, shape) -> int:
@@ -142,6 +143,18 @@ def _distinct_shapes(spec) -> list:
             seen.add(key)
             shapes.append(shape)
     return shapes
+
+
+def configuration_shapes(spec) -> list:
+    """The shapes a configuration other than the entry's default is checked on, of its distinct
+    padded problems (with MALINN_OCLGRIND_CONFIGS=all, every one): the largest (the most row and
+    column tiles, the last of each partial), the one with the most K steps and the smallest (one
+    tile, nearly all padding); the batches narrowed (``_narrow``)."""
+    shapes = _distinct_shapes(spec)
+    if MODE != "all":
+        deepest = max(shapes, key=lambda shape: ops.matmul_plan(spec, *shape)["a"][1])
+        shapes = [shape for shape in shapes if shape in (shapes[0], deepest, shapes[-1])]
+    return _narrow(spec, shapes)
 
 
 def _as_defines(config: dict) -> dict:
@@ -203,11 +216,11 @@ def matmul_cases() -> list[dict]:
         spec = LIB[codename]
         for i, config in enumerate(configurations_to_check(spec)):
             configured = _with(spec, config)
-            # the default configuration on every odd shape; the others on the odd shapes that give
-            # distinct padded problems, the widest batch narrowed; a program another entry already
+            # the default configuration on every odd shape; the others on the largest and smallest
+            # padded problems (configuration_shapes); a program another entry already
             # runs on a shape (a variant that differs only in preconditions) is simulated once, the
             # case naming both kernels
-            shapes = odd_shapes(configured) if i == 0 else _narrow(configured, _distinct_shapes(configured))
+            shapes = odd_shapes(configured) if i == 0 else configuration_shapes(configured)
             for shape in shapes:
                 same = checked.get((program_key(configured), tuple(shape)))
                 if same is not None:
@@ -520,7 +533,7 @@ def test_matmul_ran_every_odd_shape_under_oclgrind(oclgrind_results, codename):
 @pytest.mark.parametrize("codename", [c for c in MATMULS if tuning_configurations(LIB[c])])
 def test_tuned_configurations_checked_under_oclgrind(oclgrind_results, codename):
     """Every configuration the tuner can emit, the default on every odd shape and the others on
-    those that give distinct padded problems (the widest batch narrowed: ``_narrow``); for a kernel
+    the largest, the deepest and the smallest padded problems (``configuration_shapes``); for a kernel
     with more than ALL_LIMIT of them (and without MALINN_OCLGRIND_CONFIGS=all), a set that covers
     every pair of define values a valid configuration can have, the default configuration first. A
     configuration whose program another entry runs counts where that entry ran it."""
@@ -532,9 +545,9 @@ def test_tuned_configurations_checked_under_oclgrind(oclgrind_results, codename)
     assert every[0] in checked
     if MODE == "all" or len(every) <= ALL_LIMIT:
         assert checked == every
-        for config in every:   # on every odd shape
+        for config in every:   # on its shapes
             configured = spec.configure(config)
-            want = odd_shapes(spec) if config == every[0] else _narrow(configured, _distinct_shapes(configured))
+            want = odd_shapes(spec) if config == every[0] else configuration_shapes(configured)
             assert {(program_key(configured), shape) for shape in want} <= ran, config
     else:
         needed = set().union(*(_pairs(_as_defines(c)) for c in every))
