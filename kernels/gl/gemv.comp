@@ -31,6 +31,13 @@
 #define SOFTMAX 0
 #endif
 
+#if VW * WPT * NB > 256
+/* An invocation's tile of more than 256 sums (the CPU shapes: 16 x 8-16 rows by 2 or more columns)
+ * does not fit in registers however it is compiled; unrolled as the preamble asks
+ * (optionNV(unroll all)), NVIDIA's GL compiler spent 33-60 s and more on each (0.1 s without) */
+#pragma optionNV(unroll none)
+#endif
+
 #if VW % 4 == 0
 /* A again, as vec4 (vec2 where VW is 2): H and every run's first row are multiples of VW (the
  * entry's rowAlign), so a run of VW rows is VW / 4 aligned vec4 loads (one vec2) */
