@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from .backends.base import BoundLaunch, Device
+from .errors import KernelBuildError
 from .expressions import evaluate
 from .kernel_library import SCRATCH_NAME, KernelSpec
 from .matrix import DeviceMatrix
@@ -131,7 +132,11 @@ def bind(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | None 
     if 0 in global_size:
         return None
     local_size = local_range(spec.workgroup, global_size, device)
-    program = program_for(spec, device, {name: m.layout for name, m in matrices.items()})
+    try:
+        program = program_for(spec, device, {name: m.layout for name, m in matrices.items()})
+    except KernelBuildError as exc:   # say whose step it was, with the shapes the kernel was built for
+        shapes = ", ".join(f"{name} {m.shape} padded to {m.padded} in {m.layout}" for name, m in matrices.items())
+        raise KernelBuildError(f"{what or spec.codename} ({shapes}): {exc}") from None
     floats = iter(spec.param_values(params))
     args = [np.float32(next(floats)) if c == "p" else np.uint32(values[c]) for c in spec.arglist]
     for name in spec.buffers:

@@ -242,3 +242,18 @@ def test_malinn_cl_options_reach_every_build_and_key_its_programs(monkeypatch):
     assert kernel_call.program_for(spec, device, layouts) is not chosen
     monkeypatch.setenv("MALINN_CL_OPTIONS", "-DMALINN_TEST_OPTION=2 -cl-opt-disable")
     assert device.compile(source, origin="the options test") is with_option
+
+
+def test_a_kernel_that_does_not_build_for_a_layer_names_the_layer_and_its_shapes(monkeypatch):
+    """A build that fails while a model is planned says whose step it was and the matrices it was
+    built for, beside the driver's log (a define that breaks every kernel: an undefined function)."""
+    devices = [d for d in malinn.devices() if d.backend == "opencl"]
+    if not devices:
+        pytest.skip("no OpenCL device")
+    model = malinn.Sequential([malinn.layers.Dense(5, activation="relu", name="my_dense")])
+    model.build((None, 3))
+    monkeypatch.setenv("MALINN_CL_OPTIONS", "-Dget_global_id=malinn_undefined_function")
+    with pytest.raises(KernelBuildError) as info:
+        model.plan(2, devices[0])
+    text = str(info.value)
+    assert "layer 'my_dense'" in text and "padded to" in text and "malinn_undefined_function" in text, text
