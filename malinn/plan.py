@@ -374,21 +374,23 @@ class Plan:
         n = arrays[0].shape[0]
         device = self.device
         (ins, outs) = self._io
+        in_flight = []   # the uploads' events, held until the blocking download (freed, each would wait)
         with device.lock:
             for (buffer, staging, value, direct), array in zip(ins, arrays):
                 if direct and n == self.batch:
-                    device.upload(buffer, array, blocking=False, what="the input", mapped=False)
+                    in_flight.append(device.upload(buffer, array, blocking=False, what="the input", mapped=False))
                     continue
                 cols = value.cols // self.batch * n
                 staging[:cols, :value.rows] = array.reshape(cols, value.rows)
                 staging[cols:value.cols] = 0
-                device.upload(buffer, staging, blocking=False, what="the input", mapped=False)
+                in_flight.append(device.upload(buffer, staging, blocking=False, what="the input", mapped=False))
             device.launch_all(self.launches)
             results = []
             for buffer, staging, value in outs:
                 device.download(buffer, staging, blocking=True, what="the output", mapped=False)
                 cols = value.cols // self.batch * n
                 results.append(staging[:cols, :value.rows].reshape((n,) + value.shape[1:]).copy())
+            del in_flight    # complete: the download after them returned
         return results
 
     # ---------------------------------------------------------------- reports

@@ -207,3 +207,27 @@ def test_an_unsatisfiable_layer_names_itself_and_the_shapes():
     model.build((None, 4))
     with pytest.raises(ValueError, match=r"expected shape \(None, 4\), found shape \(2, 5\)"):
         model.predict(np.zeros((2, 5), np.float32))
+
+
+def test_a_pass_holds_its_uploads_in_flight_until_the_download(device, monkeypatch):
+    """``predict``'s uploads do not block: what a non-blocking upload returns (pyopencl's event,
+    which waits for its copy when freed) is held until the blocking download, so the launches are
+    enqueued while the input travels; freed at once, each upload would finish before any launch."""
+    model = dense_model([7, 5, 3], ["relu", "softmax"])
+    plan = model.plan(4, device)
+    order, upload, launch_all, download = [], device.upload, device.launch_all, device.download
+
+    class Held:   # stands in for the upload's event; says when it is freed
+        def __init__(self, event):
+            self.event = event
+
+        def __del__(self):
+            order.append("upload freed")
+
+    monkeypatch.setattr(device, "upload", lambda *a, **k: Held(upload(*a, **k)))
+    monkeypatch.setattr(device, "launch_all", lambda launches: (order.append("launches"), launch_all(launches)))
+    monkeypatch.setattr(device, "download", lambda *a, **k: (order.append("download"), download(*a, **k)))
+    x = np.random.default_rng(0).standard_normal((4, 7)).astype(np.float32)
+    got = plan.run([x])[0]
+    assert order == ["launches", "download", "upload freed"], order
+    assert_close(got, numpy_forward(model, x))

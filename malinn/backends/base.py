@@ -114,12 +114,17 @@ class Device:
         """A read-write device buffer of ``nbytes`` (DeviceError on failure, naming ``what``)."""
         raise NotImplementedError
 
-    def upload(self, buffer, array, blocking: bool = True, what: str = "data", mapped: bool | None = None) -> None:
+    def upload(self, buffer, array, blocking: bool = True, what: str = "data", mapped: bool | None = None):
         """Copies the C-contiguous ``array`` into the start of ``buffer``.
 
         ``mapped``: write through a mapping of the buffer (``None``: where the device shares memory
         with the host and the call blocks); a plan's per-call uploads use plain copies, which cost
         the driver less per call.
+
+        Returns:
+            For a copy that ``blocking=False`` left in flight, an object the caller keeps (with
+            ``array``) until a later blocking transfer on the device has returned (pyopencl's event
+            waits for its copy when it is freed); else ``None``.
         """
         raise NotImplementedError
 

@@ -160,17 +160,20 @@ class OpenCLDevice(Device):
             raise DeviceError(f"{what}: allocating {nbytes / 2**20:.1f} MiB on {self.name} failed "
                               f"({status_name(exc)})") from exc
 
-    def upload(self, buffer, array, blocking: bool = True, what: str = "data", mapped: bool | None = None) -> None:
-        self._transfer(buffer, array, True, blocking, mapped, f"uploading {what} ({array.nbytes} bytes) to")
+    def upload(self, buffer, array, blocking: bool = True, what: str = "data", mapped: bool | None = None):
+        event = self._transfer(buffer, array, True, blocking, mapped, f"uploading {what} ({array.nbytes} bytes) to")
         self.counters["uploads"] += 1
+        return event
 
     def download(self, buffer, out, blocking: bool = True, what: str = "data", mapped: bool | None = None) -> None:
         self._transfer(buffer, out, False, blocking, mapped, f"downloading {what} ({out.nbytes} bytes) from")
         self.counters["downloads"] += 1
 
-    def _transfer(self, buffer, host, to_device: bool, blocking: bool, mapped, what: str) -> None:
+    def _transfer(self, buffer, host, to_device: bool, blocking: bool, mapped, what: str):
         """One copy between ``buffer`` and ``host``: through a mapping on host-unified devices when
-        blocking (unless ``mapped`` says otherwise), else a plain copy."""
+        blocking (unless ``mapped`` says otherwise), else a plain copy. Returns a non-blocking copy's
+        event (pyopencl's, which waits for the copy when it is freed: the caller holds it until a
+        later blocking transfer), else None."""
         cl = _cl()
         try:
             if blocking and (zero_copy_enabled(self) if mapped is None else mapped):
@@ -185,10 +188,9 @@ class OpenCLDevice(Device):
                 finally:
                     view.base.release(self.queue)
                 self.counters["zero_copy"] += 1
-            elif to_device:
-                cl.enqueue_copy(self.queue, buffer, host, is_blocking=blocking)
-            else:
-                cl.enqueue_copy(self.queue, host, buffer, is_blocking=blocking)
+                return None
+            event = cl.enqueue_copy(self.queue, *((buffer, host) if to_device else (host, buffer)), is_blocking=blocking)
+            return None if blocking else event
         except cl.Error as exc:
             raise DeviceError(f"{what} {self.name} failed ({status_name(exc)})") from exc
 
