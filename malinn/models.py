@@ -81,6 +81,7 @@ class PlannedModel:
         self._lock = threading.RLock()          # a first predict from several threads builds once
         self._plans: OrderedDict = OrderedDict()
         self._last = None       # (device, samples, stamp, device limits, plan) of the last one-pass call
+        self._max_batches: OrderedDict = OrderedDict()   # what max_batch found, by device, model and limit
 
     @property
     def input_shapes(self) -> list | None:
@@ -180,8 +181,8 @@ class PlannedModel:
             plan = self.plan(n, device)
             self._last = (device, n, self._stamp(), (device.max_allocation, device.global_memory), plan)
             return plan.run(xs)
-        passes = [self.plan(min(step, n - start), device, every_layer).run([a[start:start + step] for a in xs])
-                  for start in range(0, n, step)]
+        plan = self.plan(step, device, every_layer)   # the last, shorter pass too: no plan of its own
+        passes = [plan.run([a[start:start + step] for a in xs]) for start in range(0, n, step)]
         if len(passes) == 1:
             return passes[0]
         return [np.concatenate(parts, axis=0) for parts in zip(*passes)]
@@ -197,6 +198,14 @@ class PlannedModel:
         if x.dtype.kind not in "biuf":
             raise ValueError(f"Input of {who} must be numeric, got dtype {x.dtype} with shape {x.shape}")
         return x
+
+    @staticmethod
+    def _ndim(item, who: str) -> int:
+        """``np.ndim`` of one item of a list given as input, or the ValueError of :meth:`_as_float32`."""
+        try:
+            return np.ndim(item)
+        except Exception as exc:  # a ragged list
+            raise ValueError(f"Input of {who} could not be read as an array: {exc}") from None
 
     @staticmethod
     def _contiguous(x: np.ndarray) -> np.ndarray:
@@ -253,7 +262,8 @@ class PlannedModel:
             limit: stop searching at this many samples (default: 2**31).
 
         Returns:
-            A positive number of samples.
+            A positive number of samples (found once per device, model state and ``limit``; later
+            calls read it).
 
         Raises:
             ValueError: the model is not built.
@@ -265,6 +275,19 @@ class PlannedModel:
         device = device or get_device()
         budget = min(int(device.max_allocation), int(device.global_memory) // 4)
         limit = int(limit) if limit else 2**31
+        key = (device.identity, self._precision, self._stamp(), budget, limit)
+        with self._lock:
+            found = self._max_batches.get(key)
+        if found is None:
+            found = self._search_max_batch(device, budget, limit)
+            with self._lock:
+                self._max_batches[key] = found
+                while len(self._max_batches) > 4 * _PLANS_KEPT:
+                    self._max_batches.popitem(last=False)
+        return found
+
+    def _search_max_batch(self, device: Device, budget: int, limit: int) -> int:
+        """:meth:`max_batch`, found (planning the model where the quick bound does not settle it)."""
         # the common case without planning: kernels pad each dimension by less than _PAD_BOUND
         widest = max([math.prod(s) for s in self.input_shapes] +
                      [math.prod(s[1:]) for s in self._output_shapes(True)])
@@ -462,8 +485,8 @@ class Sequential(PlannedModel):
                              f"({', '.join(map(str, x))}); pass the array itself")
         if isinstance(x, (list, tuple)) and x:
             # a list of whole batches, as Keras takes [x] (unbuilt: one item that is itself a batch)
-            batches = (np.ndim(x[0]) == 1 + len(self.input_shape) if self.input_shape is not None
-                       else len(x) == 1 and np.ndim(x[0]) >= 2)
+            ndim = self._ndim(x[0], f"layer {first!r}")
+            batches = ndim == 1 + len(self.input_shape) if self.input_shape is not None else len(x) == 1 and ndim >= 2
             if batches and len(x) != 1:
                 raise ValueError(f"Sequential {self.name!r} takes one input array, got a list of {len(x)} arrays")
             if batches:
@@ -471,10 +494,10 @@ class Sequential(PlannedModel):
         x = self._as_float32(x, f"layer {first!r}")
         if self.input_shape is not None:
             ok = x.shape[1:] == self.input_shape and x.ndim == 1 + len(self.input_shape)
-            expected = format_shape((None,) + self.input_shape)
         else:
-            ok, expected = x.ndim >= 2, "(None, features)"
+            ok = x.ndim >= 2
         if not ok:
+            expected = format_shape((None,) + self.input_shape) if self.input_shape is not None else "(None, features)"
             raise ValueError(f"Input of layer {first!r} is incompatible with the layer: expected shape {expected}, "
                              f"found shape {x.shape}")
         if not self.built:
@@ -491,9 +514,10 @@ class Sequential(PlannedModel):
                 integers are cast to float32 as Keras does.
             batch_size: samples per device pass (default: the whole batch in one pass, split
                 further only where the device's largest allocation requires it; see
-                :meth:`max_batch`). A sample's result is the same in every pass of the same size
-                bucket; passes of other sizes may run another kernel (a small-batch kernel below
-                16 samples, for instance), whose sums differ in the last bits (docs/KERNELS.md).
+                :meth:`max_batch`). Every pass, the shorter last one too, runs the plan of this
+                size, so a sample's result does not depend on its pass; calls with other pass sizes
+                may run another kernel (a small-batch kernel below 16 samples, for instance), whose
+                sums differ in the last bits (docs/KERNELS.md).
             verbose: taken as Keras's ``predict`` takes it, so that Keras code runs unchanged;
                 malinn prints no progress whatever its value.
 

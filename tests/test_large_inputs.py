@@ -17,6 +17,7 @@ from malinn import DeviceError, Sequential, ops
 from malinn.kernel_library import load_library
 from malinn.layers import Activation, BatchNormalization, Dense
 from malinn.matrix import DeviceMatrix
+from malinn.plan_builder import PlanBuilder
 
 #: every matmul kernel, and None: the device's own default (in the configuration named for its kind)
 MATMULS = [None] + load_library().codenames("matmul")
@@ -105,21 +106,41 @@ def assert_equal_results(got, want, bitwise):
 def test_a_batch_beyond_one_allocation_is_split_and_answered_correctly(device, codename, monkeypatch, rng):
     choose(codename, device)
     model = make_model()
-    n = 300
+    n = 301   # 7 x 43, and a pass takes 60 to 300 samples: the last pass is shorter than the others
     x = rng.standard_normal((n, 37)).astype(np.float32)
     whole = model.predict(x)                                   # one pass
     step = lower_the_limit(monkeypatch, model, device, n, n // 5)
     passes = math.ceil(n / step)
-    for size in {step, n - (passes - 1) * step}:   # a pass may take another kernel than the whole (preconditions
-        model.predict(x[:size])                     # on n, e.g. 51-100 samples): its weights now, the last pass's too
+    assert n % step, step
+    model.predict(x[:step])   # a pass may take another kernel than the whole (preconditions on n): its weights now
     before = dict(device.counters)
     split = model.predict(x)
     assert device.counters["downloads"] - before["downloads"] == passes > 1
     assert device.counters["uploads"] - before["uploads"] == passes          # the inputs only
     assert split.shape == (n, 3) and split.dtype == np.float32
-    assert_equal_results(split, whole, all(same_kernels(model, device, size, n)
-                                           for size in (step, n - (passes - 1) * step)))
+    # every pass, the shorter last one too, runs the plan of ``step`` samples
+    assert_equal_results(split, whole, same_kernels(model, device, step, n))
     assert_close(split, reference(model, x))
+
+
+def test_split_and_batch_size_passes_plan_once_not_per_call(device, monkeypatch, rng):
+    """Repeated predicts that split a batch (the device's limit, or ``batch_size`` with a shorter
+    last pass) plan nothing after the first: the largest pass that fits is remembered and every
+    pass runs the plan of the pass size."""
+    model = make_model(seed=3)
+    n = 230
+    x = rng.standard_normal((n, 37)).astype(np.float32)
+    lower_the_limit(monkeypatch, model, device, n, n // 4)
+    compiles = []
+    original = PlanBuilder.compile
+    monkeypatch.setattr(PlanBuilder, "compile", lambda self, outputs: (compiles.append(self.batch),
+                                                                       original(self, outputs))[1])
+    for batch_size in (None, 7):
+        first = model.predict(x, batch_size=batch_size)
+        planned = len(compiles)
+        for _ in range(3):
+            np.testing.assert_array_equal(model.predict(x, batch_size=batch_size), first)
+        assert len(compiles) == planned, (batch_size, compiles[planned:])
 
 
 def test_batch_size_stays_an_upper_bound_beside_the_device_split(device, monkeypatch, rng):

@@ -68,6 +68,7 @@ def test_float64_and_integers_are_cast_like_keras(device):
     (np.zeros((2, 3, 37)), r"found shape \(2, 3, 37\)"),
     (np.array([["a"] * 37]), "must be numeric, got dtype <U1"),
     ([[1, 2], [3]], "could not be read as an array"),
+    ([[[1.0] * 37, [1.0] * 36]], "could not be read as an array"),   # a list holding a ragged batch
 ])
 def test_bad_input_names_the_layer_and_both_shapes(device, x, fragment):
     model = three_layer()
