@@ -2,12 +2,15 @@
 threads at once gives exactly the results of single-threaded calls, with warm and cold caches."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
 
 from helpers import assert_close
+import malinn
 from malinn import Sequential, ops
+from malinn.backends import opencl
 from malinn.kernel_library import load_library
 from malinn.layers import BatchNormalization, Dense, Softmax
 
@@ -126,3 +129,37 @@ def test_threads_predicting_different_models_and_splits(device, monkeypatch):
     for t in range(THREADS):
         for r in range(ROUNDS):
             assert_close(got[t][r], expected[t][r], rtol=1e-5)
+
+
+def test_a_program_building_for_one_model_does_not_stall_another_models_predict(monkeypatch):
+    """Building a program (a model being planned, seconds on a board) does not hold the lock a
+    predict enqueues under: another model, already planned, predicts meanwhile on the same device."""
+    devices = [d for d in malinn.devices() if d.backend == "opencl"]
+    if not devices:
+        pytest.skip("no OpenCL device")
+    device = devices[0]
+    x = inputs(5)[0][2]
+    plan = make_model(seed=5).plan(len(x), device)
+    want = plan.run([x])[0]
+    building, predicted = threading.Event(), threading.Event()
+    original = opencl.OpenCLDevice._build_from_source
+
+    def slow_build(self, source, options, origin):
+        building.set()
+        predicted.wait(timeout=20)   # a predict that waited for this build would wait out the timeout
+        return original(self, source, options, origin)
+
+    monkeypatch.setattr(opencl.OpenCLDevice, "_build_from_source", slow_build)
+    monkeypatch.setenv("MALINN_BINARY_CACHE", "0")
+    source = f"__kernel void k(__global float *x) {{ x[0] = {time.time_ns() % 1000003}.0f; }}"   # never built
+    builder = threading.Thread(target=device.compile, args=(source,), kwargs={"origin": "the stall test"})
+    builder.start()
+    try:
+        assert building.wait(timeout=20)
+        got = plan.run([x])[0]
+        still_building = builder.is_alive()
+    finally:
+        predicted.set()
+        builder.join()
+    assert still_building, "the predict waited for the other model's build"
+    np.testing.assert_array_equal(got, want)

@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 import tempfile
+import threading
 import warnings
 from dataclasses import dataclass, field
 
@@ -141,6 +142,9 @@ class OpenCLDevice(Device):
     #: whether the driver caches builds from source itself (NVIDIA's, PoCL), decided by the probe:
     #: such builds go around pyopencl's own cache of builds (see :meth:`_build_from_source`)
     driver_caches_builds: bool = False
+    #: held while a program is built (not ``lock``: another model's predict enqueues meanwhile;
+    #: OpenCL's build calls are thread-safe beside a queue's)
+    build_lock: threading.Lock = field(repr=False, default_factory=threading.Lock)
 
     @property
     def extensions(self) -> tuple:
@@ -271,7 +275,7 @@ class OpenCLDevice(Device):
         options = tuple(options) + self.extra_build_options() + QUIET_BUILD_OPTIONS
         digest = hashlib.sha256(source.encode() + b"\0" + "\0".join(options).encode()).hexdigest()
         programs = self.cache.setdefault("programs", {})
-        with self.lock:
+        with self.build_lock:
             program = programs.get(digest)
             if program is not None:
                 return program
@@ -279,7 +283,7 @@ class OpenCLDevice(Device):
             program = self._from_binary(key, options)
             if program is None:
                 program = self._build_from_source(source, options, origin)
-                self.counters["builds"] += 1
+                self.count("builds")
                 self._to_binary(key, program)
             programs[digest] = program
             return program
@@ -339,7 +343,7 @@ class OpenCLDevice(Device):
             program = _wrapped(raw, None)
         except Exception:  # the driver refuses a verified binary (a driver update): rebuild from source
             return None
-        self.counters["binary_hits"] += 1
+        self.count("binary_hits")
         return program
 
     def _to_binary(self, key, program) -> None:
