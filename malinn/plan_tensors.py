@@ -62,7 +62,7 @@ class Weight:
             return (padded[0] >= need[0] and padded[1] >= need[1] and padded[0] % restriction.row_multiple == 0
                     and padded[1] % restriction.col_multiple == 0)
 
-        for key, matrix in self.copies.items():
+        for key, matrix in list(self.copies.items()):   # a snapshot: another model sharing the layer may add one
             if (len(key) == 4 and key[0] == device.identity and key[1] == str(layout) and key[3] == precision
                     and fits(key[2])):
                 return matrix
