@@ -150,6 +150,23 @@ def test_too_large_a_buffer_is_a_device_error_naming_what():
 
 
 @needs_gl
+def test_a_failed_batch_of_launches_names_at_most_four_of_them(monkeypatch):
+    """GL reports one error for a batch of launches; the DeviceError names the device, the error
+    and the first four launches (their layers), not all of a large model's."""
+    device = GL[0]
+    model = Sequential([Dense(7, name=f"d{i}") for i in range(6)])
+    model.build((None, 5))
+    plan = model.plan(2, device)
+    assert len(plan.launches) > 4
+    monkeypatch.setattr(type(device), "_error", lambda self: "GL_OUT_OF_MEMORY")
+    with pytest.raises(DeviceError) as info:
+        plan.run([np.ones((2, 5), np.float32)])
+    text = str(info.value)
+    assert text.startswith(f"one of {len(plan.launches)} launches (layer 'd0'") and device.name in text, text
+    assert f"and {len(plan.launches) - 4} more) on" in text and "(GL_OUT_OF_MEMORY)" in text, text
+
+
+@needs_gl
 def test_a_kernel_without_a_gl_source_is_refused_by_name():
     spec = load_library()["gemm_image"]
     assert not spec.has_source("gl")

@@ -49,8 +49,8 @@ from ..expressions import evaluate
 from ..layout import Layout
 from .base import BoundLaunch
 from .gles_context import ESContext
-from .opengl import (SOFTWARE_RENDERERS, GLDevice, GLEvent, _GL, _moderngl, _total_memory, gl_index_macro, run_probe,
-                     requested_gl_api, wanted)
+from .opengl import (SOFTWARE_RENDERERS, GLDevice, GLEvent, _GL, _moderngl, _total_memory, gl_index_macro, launch_error,
+                     requested_gl_api, run_probe, wanted)
 
 __all__ = ["FeedbackDevice", "BACKEND", "discover", "probe", "no_compute", "inverse_index_macros"]
 
@@ -448,8 +448,7 @@ class FeedbackDevice(GLDevice):
                 gl.active_texture(_TEXTURE0)
             error = self._error()
             if error:
-                names = ", ".join(f"{b.what}: {b.function} over {b.global_size}" for b in launches)
-                raise DeviceError(f"launching {names} on {self.name} failed ({error})")
+                raise launch_error(launches, self.name, error)
             self.counters["launches"] += len(launches)
 
 

@@ -408,8 +408,7 @@ class GLDevice(Device):
                     self.gl.flush()
             error = self._error()
             if error:
-                names = ", ".join(f"{b.what}: {b.function} over {b.global_size}" for b in launches)
-                raise DeviceError(f"launching {names} on {self.name} failed ({error})")
+                raise launch_error(launches, self.name, error)
             self.counters["launches"] += len(launches)
 
     @property
@@ -475,6 +474,15 @@ class GLDevice(Device):
             if error:
                 raise DeviceError(f"timing {len(launches)} launches on {self.name} failed ({error})")
         return list(zip(stamps[0::2], stamps[1::2]))
+
+
+def launch_error(launches: list, device_name: str, error: str) -> DeviceError:
+    """The error of a batch of GL launches: GL reports one error state for the batch (checking it
+    after each launch would cost every predict), so the message names the launches, at most four."""
+    names = [f"{b.what}: {b.function} over {b.global_size}" for b in launches]
+    listed = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    which = f"one of {len(names)} launches ({listed})" if len(names) > 1 else f"launching {listed}"
+    return DeviceError(f"{which} on {device_name} failed ({error})")
 
 
 class GLEvent:
