@@ -5,7 +5,8 @@ MNIST 784-2500-2000-10, Full CIFAR 3072-4096-3072-10; ReLU between layers) at ba
 in one run on one device:
 
 * ``floor``: plain pyopencl doing exactly the device work of malinn's compiled plan: one
-  non-blocking upload of the input buffer's bytes (padding included) from a numpy array, the plan's
+  non-blocking upload of the input buffer's bytes (padding included) from a numpy array (its event
+  held until the download: pyopencl's event waits for its copy when freed), the plan's
   N kernels (the same kernel objects, arguments and ranges) enqueued with
   ``pyopencl.enqueue_nd_range_kernel``, one blocking download of the output buffer's bytes into a
   numpy array. malinn stages both in page-locked memory on a discrete GPU (``Device.host_array``),
@@ -54,10 +55,11 @@ def floor_runner(plan, x, empty: bool = False):
         launches = [(launch.handle, launch.global_size, launch.local_size) for launch in plan.launches]
 
     def run():
-        cl.enqueue_copy(queue, in_buffer, x_whole, is_blocking=False)
+        upload = cl.enqueue_copy(queue, in_buffer, x_whole, is_blocking=False)   # held: freed, it waits for the copy
         for kernel, global_size, local_size in launches:
             cl.enqueue_nd_range_kernel(queue, kernel, global_size, local_size)
         cl.enqueue_copy(queue, out, out_buffer, is_blocking=True)
+        del upload
         return out
     return run
 
