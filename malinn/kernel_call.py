@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from .backends.base import BoundLaunch, Device
-from .errors import KernelBuildError
+from .errors import DeviceError, KernelBuildError
 from .expressions import evaluate
 from .kernel_library import SCRATCH_NAME, KernelSpec
 from .matrix import DeviceMatrix
@@ -124,13 +124,20 @@ def bind(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | None 
 
     Raises:
         KernelBuildError: the program did not build.
-        DeviceError: the arguments could not be set.
+        DeviceError: the arguments could not be set; the device's driver would end the kernel's
+            loops early (:meth:`~malinn.kernel_library.KernelSpec.loops_fit`).
         ValueError: ``params`` names a parameter the kernel does not take.
     """
     values = scalar_values(matrices)
     global_size = global_range(spec, values)
     if 0 in global_size:
         return None
+    if not spec.loops_fit(device, values):   # the driver would end its loops early: a wrong answer, silently
+        raise DeviceError(f"{what or spec.codename}: kernel {spec.codename} would run "
+                          f"{spec.loop_iterations(device.backend, values):,} loop iterations in one shader "
+                          f"invocation on {device.name}, whose driver ends them after "
+                          f"{device.max_loop_iterations:,} (silently: llvmpipe's limit); run the model on an "
+                          f"OpenCL device (PoCL on a CPU) or a GPU")
     local_size = local_range(spec.workgroup, global_size, device)
     try:
         program = program_for(spec, device, {name: m.layout for name, m in matrices.items()})

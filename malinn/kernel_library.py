@@ -31,7 +31,8 @@ must satisfy) is a family the tuner times (:meth:`KernelSpec.configurations`, :m
 ``sources`` gives the kernel in another backend's language, by backend name (``{"gl": {"source":
 "gl/gemv.comp", "includes": [...]}}``, or just the file): the entry's restrictions, defines and
 epilogue serve every backend, and a backend uses only the entries that have a source for it
-(:meth:`KernelSpec.has_source`; OpenCL's is ``source``). ``includes`` lists headers prepended to the source; ``epilogue`` lists what a matmul can fuse into
+(:meth:`KernelSpec.has_source`; OpenCL's is ``source``); a source's ``loop_iterations`` bounds the loop
+iterations one invocation runs, for devices whose driver ends loops early (:meth:`KernelSpec.loops_fit`). ``includes`` lists headers prepended to the source; ``epilogue`` lists what a matmul can fuse into
 its final write (``bias``, ``activation``, ``affine``, ``softmax``: defines ``BIAS``, ``ACTIVATION``,
 ``AFFINE``, ``SOFTMAX``; kernels/epilogue.clh) and ``view`` (it writes R only through ``R_AT``, so
 ``R_VIEW`` with ``R_OFFSET``, ``R_LD``, ``R_ROWS``, ``R_SPARE`` puts R in a slice of a larger buffer); ``preconditions`` (``min_m``/``max_m``, ``min_k``/
@@ -169,6 +170,7 @@ class KernelSpec:
     precisions: tuple = (DEFAULT_PRECISION,)   # the precisions it supports
     precision: str = DEFAULT_PRECISION         # the precision of this configuration
     scratch_bytes: object = None   # expression over the defines and scalar letters: the scratch buffer's size
+    loop_bounds: tuple = ()   # (("gl", expression), ...): the loop iterations one invocation of that source runs
 
     def in_precision(self, precision: str) -> "KernelSpec":
         """This configuration with its weights (and sums) in ``precision``.
@@ -267,12 +269,34 @@ class KernelSpec:
         local = self.template[1].get("local_bytes")
         return local is None or evaluate(local, self.config) <= device.local_memory
 
+    def loop_iterations(self, backend: str, values: dict) -> int | None:
+        """The loop iterations one invocation of ``backend``'s source runs for the scalar ``values``
+        (:func:`~malinn.kernel_call.scalar_values`), where the entry's ``sources.<backend>.loop_iterations``
+        says (an upper bound); else None."""
+        for name, text in self.loop_bounds:
+            if name == backend:
+                return evaluate(text, {**dict(self.defines), **values})
+        return None
+
+    def loops_fit(self, device, values: dict) -> bool:
+        """Whether ``device`` runs this kernel's loops to their end for these scalar ``values``: it
+        ends none early, or the entry bounds them within its limit (:meth:`loop_iterations`)."""
+        limit = getattr(device, "max_loop_iterations", None)
+        count = self.loop_iterations(device.backend, values) if limit else None
+        return count is None or count <= limit
+
     def accepts(self, m: int, k: int, n: int, device=None) -> bool:
         """Whether a product of this shape meets the entry's ``preconditions`` and ``device`` can
         launch this configuration (:meth:`fits`; for image operands, the device's image support and
-        size limits too)."""
+        size limits too; on a device that ends long loops early, :meth:`loops_fit`)."""
         if device is not None and not self.fits(device):
             return False
+        if device is not None and getattr(device, "max_loop_iterations", None) and self.loop_bounds:
+            padded = self.padded_shapes(m, k, n)
+            values = {"l": padded["b"][0], "h": padded["r"][0], "w": padded["r"][1], "m": m, "n": n, "k": k,
+                      "H": padded["a"][0], "W": padded["a"][1], "M": m, "N": k, "K": k, "c": padded["b"][1]}
+            if not self.loops_fit(device, values):
+                return False
         for name, limit in self.preconditions:
             value = {"m": m, "k": k, "n": n}[name[-1]]
             if value < limit if name.startswith("min_") else value > limit:
@@ -662,7 +686,7 @@ def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -
     includes = entry.get("includes", [])
     if not isinstance(includes, list) or not all(_is_file(path.parent / str(i)) for i in includes):
         fail("includes", "expected a list of files in the kernels folder")
-    sources = []
+    sources, loop_bounds = [], []
     raw_sources = entry.get("sources", {})
     if not isinstance(raw_sources, dict):
         fail("sources", 'expected an object of backend: file or {"source": file, "includes": [files]}')
@@ -678,6 +702,12 @@ def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -
         if not isinstance(other_includes, list) or not all(_is_file(path.parent / str(i)) for i in other_includes):
             fail(f"sources.{backend}.includes", "expected a list of files in the kernels folder")
         sources.append((str(backend), other, tuple(path.parent / str(i) for i in other_includes)))
+        if "loop_iterations" in value:
+            try:
+                evaluate(value["loop_iterations"], {**defines, **{c: 1 for c in SCALAR_LETTERS if c != "p"}})
+            except (ValueError, TypeError) as exc:
+                fail(f"sources.{backend}.loop_iterations", str(exc))
+            loop_bounds.append((str(backend), value["loop_iterations"]))
     rs = entry["restrictions"]
     if not isinstance(rs, dict):
         fail("restrictions", "expected an object")
@@ -804,4 +834,4 @@ def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -
                       preconditions=tuple(preconditions.items()), split=split_t,
                       candidates=tuple(candidates), constraints=tuple(constraints),
                       template=(path, entry, table), precisions=tuple(supported), precision=precision,
-                      sources=tuple(sources), scratch_bytes=scratch)
+                      sources=tuple(sources), scratch_bytes=scratch, loop_bounds=tuple(loop_bounds))

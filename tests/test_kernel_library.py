@@ -164,6 +164,8 @@ def _broken_library(tmp_path, mutate):
      "kernel 'gemv', field 'restrictions.split.cols'"),
     (lambda d: d["kernels"]["gemv"]["restrictions"]["b"].update(logicalRows=True),
      "kernel 'gemv', field 'restrictions.b.logicalRows'"),
+    (lambda d: d["kernels"]["gemv"]["sources"]["gl"].update(loop_iterations="l / SPLITK"),
+     "kernel 'gemv', field 'sources.gl.loop_iterations'"),
 ])
 def test_malformed_entries_are_named(tmp_path, mutate, fragment):
     with pytest.raises(LibraryError) as info:

@@ -20,7 +20,7 @@ import malinn
 from malinn import Sequential, ops
 from malinn.errors import DeviceError, KernelBuildError, LibraryError
 from malinn.kernel_library import load_library
-from malinn.layers import Activation, BatchNormalization, Dense, Flatten
+from malinn.layers import Activation, BatchNormalization, Dense, Flatten, Softmax
 from malinn.layout import Layout
 from malinn.matrix import DeviceMatrix
 
@@ -167,6 +167,49 @@ def test_a_failed_batch_of_launches_names_at_most_four_of_them(monkeypatch):
 
 
 @needs_gl
+def test_the_probe_measures_where_the_driver_ends_a_shaders_loops():
+    """llvmpipe ends an invocation's loops after 65535 iterations, silently (Mesa's
+    LP_MAX_TGSI_LOOP_ITERATIONS); a GPU's driver runs them to their end."""
+    for device in GL:
+        if "llvmpipe" in device.name:
+            assert device.max_loop_iterations == 65535
+        else:
+            assert device.max_loop_iterations is None or device.max_loop_iterations >= 65535, device
+
+
+@needs_gl
+@pytest.mark.parametrize("batch", [9, 12, 15])
+def test_a_long_sum_at_9_to_15_samples_is_exact_where_loops_end_early(batch):
+    """A Dense layer of 9216 inputs (a Flatten after convolutions) at 9-15 samples: on a device
+    that ends loops early, the kernel chosen splits K (the general kernel would loop 6 x 9216 times
+    in one invocation and answer wrongly); the numbers are numpy's on every GL device."""
+    rng = np.random.default_rng(batch)
+    model = Sequential([Dense(10, name="logits")])
+    model.build((None, 9216))
+    model.set_weights([rng.standard_normal((9216, 10)).astype(np.float32) * 0.02,
+                       rng.standard_normal(10).astype(np.float32)])
+    x = rng.standard_normal((batch, 9216)).astype(np.float32)
+    w, b = model.get_weights()
+    for device in GL:
+        assert_close(model.plan(batch, device).run([x])[0], x.astype(np.float64) @ w + b)
+
+
+@needs_gl
+def test_a_kernel_whose_loops_the_driver_would_end_is_refused_by_name(monkeypatch):
+    """Where a kernel would loop longer than the driver lets an invocation, the plan refuses it,
+    naming the layer, the count and the limit, instead of answering wrongly (a softmax over 400
+    features loops 3 x 400 times; a limit of 1000 stands in for llvmpipe's 65535 at 32000 features)."""
+    device = GL[0]
+    monkeypatch.setattr(device, "max_loop_iterations", 1000)
+    model = Sequential([Softmax(name="vocabulary")])
+    model.build((None, 400))
+    with pytest.raises(DeviceError) as info:
+        model.plan(2, device)
+    text = str(info.value)
+    assert "layer 'vocabulary'" in text and "1,200 loop iterations" in text and "after 1,000" in text, text
+
+
+@needs_gl
 def test_a_kernel_without_a_gl_source_is_refused_by_name():
     spec = load_library()["gemm_image"]
     assert not spec.has_source("gl")
@@ -259,13 +302,16 @@ def test_every_op_has_a_glsl_kernel_and_gl_takes_the_opencl_defaults(op, kind):
     in the same configurations, wherever they have GLSL (all but gemm_image and gemv_rows), after a
     GL GPU's own matmul defaults (gemm_keras configurations timed faster in GLSL); but a GL
     CPU (Mesa's llvmpipe) runs its small-batch products with K split over work-items (see
-    test_a_long_product_on_a_gl_cpu_is_exact)."""
+    test_a_long_product_on_a_gl_cpu_is_exact), each bounding its loops (library ``loop_iterations``)."""
     library = load_library()
     gl = library.default_specs(op, kind, "gl")
     cl = [spec for spec in library.default_specs(op, kind, "opencl") if spec.has_source("gl")]
     assert gl and all(spec.has_source("gl") for spec in gl)
     if kind == "cpu" and op in ("matmul_fallback", "matmul_softmax"):
-        assert all(int(s.config.get("KSPLIT", 64)) >= 64 for s in gl), [s.config for s in gl]
+        # K split over 32-128 items, and each says how long its loops run (a device that ends them
+        # early is never given one that would loop too long: test_a_long_sum_at_9_to_15_samples...)
+        assert all(int(s.config.get("KSPLIT", 64)) >= 32 for s in gl), [s.config for s in gl]
+        assert all(s.loop_bounds for s in gl), [s.codename for s in gl if not s.loop_bounds]
         return
     own = [s for s in gl if s.codename.startswith("gemm_keras_gl_")]   # a GL GPU's own matmul defaults first
     assert bool(own) == (op == "matmul" and kind == "gpu")
@@ -325,7 +371,7 @@ def test_a_second_context_loads_the_program_binary_from_the_cache(tmp_path, monk
     y, _ = _run_binary_source(first)
     np.testing.assert_array_equal(y, 2 * np.arange(37, dtype=np.float32) + 3)
     assert (first.counters["builds"], first.counters["binary_hits"]) == (1, 0)
-    assert len(list((tmp_path / "programs").glob("*.bin"))) == 2     # the probe shader and this one
+    assert len(list((tmp_path / "programs").glob("*.bin"))) == 3     # the probe shaders (values, loops) and this one
     second = opengl.probe(GL[0].index[1])
     assert second.counters["builds"] == 0
     y, program = _run_binary_source(second)

@@ -41,6 +41,9 @@ class Device:
         local_memory, image_support, image2d_max_size, opencl_c_version, driver_version: the
             driver's figures (memory in bytes); ``opencl_c_version`` is the kernel language version.
         host_unified_memory: whether the device shares memory with the host (Mali, Adreno, CPUs).
+        max_loop_iterations: where the driver ends an invocation's loops after so many iterations
+            in all (llvmpipe), that number: a kernel that would loop longer is not chosen, or is
+            refused when bound (``loop_iterations`` in kernels/library.json); else None.
         counters: uploads, downloads, launches, builds, binary_hits (for tests and reports).
         cache: per-device memo of programs and kernels (``"programs"``, ...), owned by the device.
         lock: held while a command sequence is enqueued (one in-order queue per device).
@@ -63,6 +66,9 @@ class Device:
     opencl_c_version: str
     driver_version: str
     host_unified_memory: bool
+    #: the loop iterations after which the driver silently ends a shader invocation's loops
+    #: (llvmpipe: 65535, measured by the GL probe); None where nothing ends them
+    max_loop_iterations: int | None = None
     counters: dict = field(repr=False, default_factory=lambda: {
         "uploads": 0, "downloads": 0, "launches": 0, "builds": 0, "binary_hits": 0, "zero_copy": 0})
     cache: dict = field(repr=False, default_factory=dict)

@@ -84,6 +84,24 @@ void main() {
 """
 
 
+#: counts the iterations of one loop of ``n`` (each adds a value read from memory, so that no compiler
+#: folds the loop): fewer than ``n`` where the driver ends loops early (llvmpipe: after 65535)
+_LOOP_PROBE_SOURCE = """
+MALINN_ARGS(uint n;)
+layout(std430, binding = 0) readonly buffer BufX { uint x[]; };
+layout(std430, binding = 1) writeonly buffer BufY { uint y[]; };
+void main() {
+    MALINN_GUARD
+    uint count = 0u;
+    for (uint i = 0u; i < n; ++i)
+        count += x[i & 1u];
+    y[0] = count;
+}
+"""
+#: the loop the probe runs: longer than any limit seen (llvmpipe's 65535)
+_LOOP_PROBE_ITERATIONS = 1 << 20
+
+
 def _moderngl():
     import moderngl  # the optional extra: imported on first use, so malinn works without it
 
@@ -740,7 +758,23 @@ def probe(index: int) -> GLDevice:
         ctx.error
     finally:
         ctx.__exit__(None, None, None)   # create_context left it current in this thread
-    return run_probe(device, _PROBE_SOURCE, "the probe shader")
+    device = run_probe(device, _PROBE_SOURCE, "the probe shader")
+    device.max_loop_iterations = _loop_limit(device)
+    return device
+
+
+def _loop_limit(device: "GLDevice") -> int | None:
+    """The iterations after which ``device``'s driver ends a shader invocation's loops, silently
+    (llvmpipe's 65535: Mesa's LP_MAX_TGSI_LOOP_ITERATIONS), or None where a loop of
+    :data:`_LOOP_PROBE_ITERATIONS` runs to its end."""
+    x, y = np.ones(2, np.uint32), np.zeros(1, np.uint32)
+    xb, yb = device.alloc(x.nbytes, "loop probe input"), device.alloc(y.nbytes, "loop probe output")
+    program = device.compile(_LOOP_PROBE_SOURCE, origin="the loop probe shader")
+    device.upload(xb, x)
+    device.bind(program, "main", [np.uint32(_LOOP_PROBE_ITERATIONS), xb, yb], (1,), (1,), what="loop probe")()
+    device.download(yb, y)
+    device.counters.update({key: 0 for key in device.counters})
+    return int(y[0]) if int(y[0]) < _LOOP_PROBE_ITERATIONS else None
 
 
 def run_probe(device: "GLDevice", source: str, origin: str) -> "GLDevice":
