@@ -361,7 +361,8 @@ class GLDevice(Device):
         groups = tuple(-(-g // l) for g, l in zip(global_size, local))
         if any(g > 65535 for g in groups):
             raise DeviceError(f"{what}: kernel {name} over range {global_size} needs {groups} work-groups, "
-                              f"more than {self.name} dispatches (65535 per dimension)")
+                              f"more than {self.name} dispatches (65535 per dimension): predict fewer samples "
+                              f"at a time (batch_size, --batch-size) or run the model on an OpenCL device")
         scalars = [a for a in args if isinstance(a, (np.uint32, np.float32))]
         buffers = [a for a in args if not isinstance(a, (np.uint32, np.float32))]
         with self:
