@@ -27,6 +27,7 @@ from .device_selection import devices, get_device, set_device
 from .errors import DeviceError, MalinnError
 from .files import check_destination, write_file, write_stdout
 from .kernel_choice import check_precision
+from .kernel_library import DEFAULT_PRECISION
 from .saving import is_malinn_file, load_model, resolve_target, save_model
 from .tensor import format_shape
 from .tuner import cache_dir, tune
@@ -230,12 +231,18 @@ def cmd_convert(args) -> int:
     if args.device is not None or args.target is None:
         device = _device(args)    # the target comes from the device; an explicit --target needs none
     resolve_target(args.target)   # an unknown target fails before the model is read
-    model = load_model(args.src, weights=args.weights, precision=args.precision)
+    model = load_model(args.src, weights=args.weights)
+    recorded = model.precision if is_malinn_file(args.src) else None
+    if args.precision is not None:
+        model.precision = args.precision
     path = save_model(model, args.output, target=args.target, overwrite=args.force)
     spec = resolve_target(args.target, model.precision)
     report = _report_stream(args.output)
     print(f"{_shown(args.src, args.weights)} -> {path}: {len(model.layers)} layers, {model.count_params()} parameters, "
           f"input {_inputs_text(model)}, weights laid out for {spec.codename} in {model.precision}", file=report)
+    if recorded not in (None, DEFAULT_PRECISION, model.precision):
+        print(f"malinn: note: {args.src} holds weights rounded to {recorded}; {path} keeps those rounded "
+              f"values in {model.precision} (convert the Keras file for its own float32 weights)", file=sys.stderr)
     if device is not None:
         try:   # the file may be meant for a board that runs it: written, with a note
             check_precision(model.precision, device)

@@ -507,3 +507,22 @@ def test_per_precision_configurations_are_clean_under_oclgrind():
     errors = run_under_oclgrind(OCLGRIND, OCLGRIND_SPLIT_SCRIPT, str(ROOT / "tests"))
     assert len(errors) >= 8, errors
     assert all(error < (1e-2 if case.startswith("fp16 ") else 1e-5) for case, error in errors.items()), errors
+
+
+def test_cli_convert_of_a_reduced_precision_file_back_to_fp32_says_the_weights_stay_rounded(device, tmp_path, capsys):
+    """A malinn file's int8 weights converted to fp32 keep their rounded values (a file holds no
+    other); the command says so, and to convert the Keras file for its own weights."""
+    from malinn.cli import main
+
+    keras = ROOT / "examples" / "digits_mlp.keras"
+    small, back = tmp_path / "int8.malinn", tmp_path / "back.malinn"
+    assert main(["convert", str(keras), "-o", str(small), "--precision", "int8-weights"]) == 0
+    capsys.readouterr()
+    assert main(["convert", str(small), "-o", str(back), "--precision", "fp32"]) == 0
+    err = capsys.readouterr().err
+    assert f"{small} holds weights rounded to int8-weights" in err and "convert the Keras file" in err, err
+    original, rounded = malinn.load_model(keras), malinn.load_model(back)
+    assert rounded.precision == "fp32"
+    assert any(not np.array_equal(a, b) for a, b in zip(original.get_weights(), rounded.get_weights()))
+    assert main(["convert", str(keras), "-o", str(tmp_path / "plain.malinn")]) == 0
+    assert "rounded" not in capsys.readouterr().err
