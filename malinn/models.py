@@ -358,10 +358,15 @@ class PlannedModel:
         if self.built:
             try:
                 plan = self._compile(get_device(), batch_bucket(batch), False)
+                launched = {}
                 for row in plan.describe():
-                    for name in row["layers"]:   # a layer's first launched kernel, else "view (no copy)"
-                        if name not in kernels or (kernels[name] == "view (no copy)" and not row["view"]):
-                            kernels[name] = row["kernel"] + (" + " + "+".join(row["fused"]) if row["fused"] else "")
+                    for name in row["layers"]:   # every kernel a layer launches, in order, else "view (no copy)"
+                        text = row["kernel"] + (" + " + "+".join(row["fused"]) if row["fused"] else "")
+                        if row["view"]:
+                            kernels.setdefault(name, text)
+                        else:
+                            launched.setdefault(name, []).append(text)
+                kernels.update({name: ", ".join(texts) for name, texts in launched.items()})
                 weights = (sum(plan.weight_sizes()), sum(4 * r * c for r, c in plan.weight_paddings()))
             except DeviceError:
                 pass
@@ -566,8 +571,9 @@ class Sequential(PlannedModel):
         return model
 
     def summary(self, print_fn=print, batch: int = 1) -> str:
-        """Prints (and returns) a table of layers: output shape, parameters and the kernel that runs
-        each on the current device for passes of ``batch`` samples (layers fused into one launch
+        """Prints (and returns) a table of layers: output shape, parameters and the kernels that run
+        each on the current device for passes of ``batch`` samples, in order (a convolution as
+        patches then a product: ``im2col, gemm_tiled + bias+relu``; layers fused into one launch
         share it)."""
         kernels, weights = self._kernels(batch)
         rows = [("Layer (type)", "Output Shape", "Param #", "Kernel")]

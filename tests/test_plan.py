@@ -7,7 +7,7 @@ from helpers import activation as ref_activation
 from helpers import assert_close
 from helpers import model_forward as numpy_forward
 from malinn import Sequential, kernel_choice, ops
-from malinn.layers import Activation, BatchNormalization, Dense, Flatten, Softmax
+from malinn.layers import Activation, BatchNormalization, Conv2D, Dense, Flatten, ReLU, Softmax
 from malinn.models import batch_bucket
 
 
@@ -200,6 +200,23 @@ def test_summary_names_the_kernel_of_every_layer(device):
     assert "Kernel" in text and len(rows) == 2
     assert all(any(f" {c}" in row for c in codenames) for row in rows), rows
     assert "softmax" in rows[1]                # the head's softmax runs in its kernel
+
+
+def test_summary_lists_every_kernel_a_layer_launches(device):
+    """A convolution run as patches and a product lists both kernels on its row (the product, with
+    the bias and the next layer's activation fused, is not only on the activation's row); a layer
+    fused into another's launch shows that launch."""
+    model = Sequential([Conv2D(8, 3, name="conv"), ReLU(max_value=6.0, name="relu6"), Flatten(), Dense(3, name="head")])
+    model.build((None, 9, 9, 3))
+    described = model._compile(device, 2, False).describe()
+    text = model.summary(print_fn=lambda s: None)
+    lines = {name: [line for line in text.splitlines() if line.startswith(f"{name} (")][0] for name in ("conv", "relu6")}
+    for name, line in lines.items():
+        kernels = [row["kernel"].split(" ")[0] for row in described if name in row["layers"] and not row["view"]]
+        assert kernels and all(k in line for k in kernels), (name, kernels, line)
+    if any({"conv", "relu6"} <= set(row["layers"]) for row in described):   # the activation fused into the conv's launch
+        assert "relu" in lines["conv"], lines["conv"]
+    assert len([row for row in described if "conv" in row["layers"]]) > 1 or device.kind != "cpu", described
 
 
 def test_an_unsatisfiable_layer_names_itself_and_the_shapes():
