@@ -20,7 +20,7 @@ import malinn
 from malinn import Sequential, ops
 from malinn.errors import DeviceError, KernelBuildError, LibraryError
 from malinn.kernel_library import load_library
-from malinn.layers import Activation, BatchNormalization, Dense, Flatten, Softmax
+from malinn.layers import Activation, BatchNormalization, Dense, Flatten, GlobalAveragePooling2D, Softmax
 from malinn.layout import Layout
 from malinn.matrix import DeviceMatrix
 
@@ -198,15 +198,18 @@ def test_a_long_sum_at_9_to_15_samples_is_exact_where_loops_end_early(batch):
 def test_a_kernel_whose_loops_the_driver_would_end_is_refused_by_name(monkeypatch):
     """Where a kernel would loop longer than the driver lets an invocation, the plan refuses it,
     naming the layer, the count and the limit, instead of answering wrongly (a softmax over 400
-    features loops 3 x 400 times; a limit of 1000 stands in for llvmpipe's 65535 at 32000 features)."""
+    features loops 3 x 400 times; a limit of 1000 stands in for llvmpipe's 65535 at 32000 features;
+    a global pooling over 40 x 40 pixels, 40 x 41 times)."""
     device = GL[0]
     monkeypatch.setattr(device, "max_loop_iterations", 1000)
-    model = Sequential([Softmax(name="vocabulary")])
-    model.build((None, 400))
-    with pytest.raises(DeviceError) as info:
-        model.plan(2, device)
-    text = str(info.value)
-    assert "layer 'vocabulary'" in text and "1,200 loop iterations" in text and "after 1,000" in text, text
+    for layer, shape, count in [(Softmax(name="vocabulary"), (400,), "1,200"),
+                                (GlobalAveragePooling2D(name="pooled"), (40, 40, 2), "1,640")]:
+        model = Sequential([layer])
+        model.build((None,) + shape)
+        with pytest.raises(DeviceError) as info:
+            model.plan(2, device)
+        text = str(info.value)
+        assert f"layer '{layer.name}'" in text and f"{count} loop iterations" in text and "after 1,000" in text, text
 
 
 @needs_gl
