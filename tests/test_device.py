@@ -246,14 +246,14 @@ def test_malinn_cl_options_reach_every_build_and_key_its_programs(monkeypatch):
 
 def test_a_kernel_that_does_not_build_for_a_layer_names_the_layer_and_its_shapes(monkeypatch):
     """A build that fails while a model is planned says whose step it was and the matrices it was
-    built for, beside the driver's log (a define that breaks every kernel: an undefined function)."""
+    built for, beside the driver's log (a define that breaks every kernel: an unknown type)."""
     devices = [d for d in malinn.devices() if d.backend == "opencl"]
     if not devices:
         pytest.skip("no OpenCL device")
     model = malinn.Sequential([malinn.layers.Dense(5, activation="relu", name="my_dense")])
     model.build((None, 3))
-    monkeypatch.setenv("MALINN_CL_OPTIONS", "-Dget_global_id=malinn_undefined_function")
+    monkeypatch.setenv("MALINN_CL_OPTIONS", "-Dfloat=malinn_undefined_type")
     with pytest.raises(KernelBuildError) as info:
         model.plan(2, devices[0])
     text = str(info.value)
-    assert "layer 'my_dense'" in text and "padded to" in text and "malinn_undefined_function" in text, text
+    assert "layer 'my_dense'" in text and "padded to" in text and "malinn_undefined_type" in text, text
