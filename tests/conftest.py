@@ -57,6 +57,10 @@ from malinn import kernel_choice  # noqa: E402
 from malinn.errors import BackendError  # noqa: E402
 
 DEVICES = malinn.devices()
+#: the Keras files a test marked ``formats_once`` reads on every device: one per Keras generation
+#: (and one split form each); the other formats hold the same models in another file of the same
+#: generation, whose reading does not depend on the device, and are read on the first device only
+EVERY_DEVICE_FORMATS = ("keras3-zip", "keras2-h5", "keras3-split", "tf_keras-split")
 
 
 def pytest_report_header(config):
@@ -76,6 +80,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "run_last: run after every other test (checks what the run left behind)")
     config.addinivalue_line("markers", "kernel_grid: kernels checked against numpy over a grid of configurations "
                                        "and shapes; on PoCL built unoptimised (see the device fixture)")
+    config.addinivalue_line("markers", "formats_once: a test over Keras file formats (its 'fmt' parameter) that "
+                                       "reads every format on the first device, EVERY_DEVICE_FORMATS on the others")
 
 
 def pytest_collection_modifyitems(items):
@@ -88,6 +94,11 @@ def device(request):
     """Each working device in turn, set as the current device; matmul settings restored after."""
     if request.param is None:
         pytest.fail("no working OpenCL device: run `bash .ci/setup` (it installs pocl-opencl-icd)")
+    fmt = request.node.callspec.params.get("fmt") if hasattr(request.node, "callspec") else None
+    if request.node.get_closest_marker("formats_once") and request.param is not DEVICES[0] \
+            and fmt not in (None,) + EVERY_DEVICE_FORMATS:
+        pytest.skip(f"{fmt}: read on {DEVICES[0].name}, where the file's model is the one every device gets; "
+                    f"this device reads {', '.join(EVERY_DEVICE_FORMATS)}")
     previous, options = malinn.get_device(), os.environ.get("MALINN_CL_OPTIONS")
     if request.node.get_closest_marker("kernel_grid") and is_pocl(request.param):
         # A grid of kernels checked against numpy checks each kernel's arithmetic, which does not

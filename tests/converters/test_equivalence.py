@@ -68,6 +68,7 @@ def test_tensorflow_is_not_loaded_in_the_test_process(keras_zoo):
 
 
 @pytest.mark.parametrize("fmt,key", CASES)
+@pytest.mark.formats_once
 def test_predict_matches_keras(keras_zoo, device, fmt, key):
     entry = keras_zoo.require(fmt, key)
     data = keras_zoo.data(fmt, key)
@@ -81,6 +82,7 @@ def test_predict_matches_keras(keras_zoo, device, fmt, key):
 
 
 @pytest.mark.parametrize("fmt,key", CASES)
+@pytest.mark.formats_once
 def test_layer_by_layer_matches_keras(keras_zoo, device, fmt, key):
     entry = keras_zoo.require(fmt, key)
     data = keras_zoo.data(fmt, key)
@@ -212,6 +214,7 @@ def test_dense_on_a_multi_axis_sample_is_right_or_rejected(keras_zoo, device, fm
 
 
 @pytest.mark.parametrize("fmt,key", CASES)
+@pytest.mark.formats_once
 def test_convert_round_trip_is_bit_for_bit(keras_zoo, device, tmp_path, fmt, key):
     src = keras_zoo.path(fmt, key)
     x = keras_zoo.data(fmt, key)["x"][:100]

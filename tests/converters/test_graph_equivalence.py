@@ -75,6 +75,7 @@ def assert_keras_close(got, want, what, tolerance=1e-5):
 
 @pytest.mark.parametrize("fmt,key", [pytest.param(fmt, key, id=f"{fmt}-{key}") for fmt in FORMATS for key in EQUIVALENCE
                                      if key not in KERAS3_ONLY or FORMATS[fmt][0] == "keras3"])
+@pytest.mark.formats_once
 def test_graph_matches_keras(graph_zoo, device, tmp_path, fmt, key):
     path, data_path = zoo_file(graph_zoo, fmt, key)
     model = malinn.load_model(path)

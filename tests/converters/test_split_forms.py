@@ -53,6 +53,7 @@ def assert_mentions(text, *fragments):
 
 
 @pytest.mark.parametrize("fmt,key", list(split_cases()))
+@pytest.mark.formats_once
 def test_split_form_matches_keras(keras_zoo, device, fmt, key):
     architecture, weights = keras_zoo.split_paths(fmt, key)
     entry = keras_zoo.split_entry(fmt, key)
