@@ -22,7 +22,7 @@ import numpy as np
 from .backends.base import BoundLaunch, Device
 from .errors import DeviceError, KernelBuildError
 from .expressions import evaluate
-from .kernel_library import SCRATCH_NAME, KernelSpec
+from .kernel_library import SCRATCH_NAME, KernelSpec, letter_values
 from .matrix import DeviceMatrix
 
 __all__ = ["bind", "scalar_values", "global_range"]
@@ -31,11 +31,8 @@ __all__ = ["bind", "scalar_values", "global_range"]
 def scalar_values(matrices: dict) -> dict:
     """The value of each scalar letter for these matrix arguments."""
     r, a, b = matrices["r"], matrices.get("a"), matrices.get("b")
-    common = b.padded[0] if b is not None else (a.padded[1] if a is not None else 0)
-    return {"l": common, "h": r.padded[0], "w": r.padded[1], "m": r.shape[0], "n": r.shape[1],
-            "H": a.padded[0] if a is not None else 0, "W": a.padded[1] if a is not None else 0,
-            "M": a.shape[0] if a is not None else 0, "N": a.shape[1] if a is not None else 0,
-            "K": b.shape[0] if b is not None else 0, "c": b.padded[1] if b is not None else 0}
+    return letter_values(r.shape, r.padded, a.shape if a is not None else None, a.padded if a is not None else None,
+                         b.shape if b is not None else None, b.padded if b is not None else None)
 
 
 def global_range(spec: KernelSpec, values: dict) -> tuple:

@@ -91,6 +91,16 @@ MATMUL_CHOICES = ("matmul", "matmul_fallback", "matmul_softmax")
 DEFAULT_PRECISION = "fp32"
 
 
+
+def letter_values(r_shape, r_padded, a_shape=None, a_padded=None, b_shape=None, b_padded=None) -> dict:
+    """The value of each scalar letter (:data:`SCALAR_LETTERS`) for a result ``r`` and operands
+    ``a``, ``b`` (absent: None) of these logical shapes and paddings."""
+    common = b_padded[0] if b_padded is not None else (a_padded[1] if a_padded is not None else 0)
+    return {"l": common, "h": r_padded[0], "w": r_padded[1], "m": r_shape[0], "n": r_shape[1],
+            "H": a_padded[0] if a_padded is not None else 0, "W": a_padded[1] if a_padded is not None else 0,
+            "M": a_shape[0] if a_shape is not None else 0, "N": a_shape[1] if a_shape is not None else 0,
+            "K": b_shape[0] if b_shape is not None else 0, "c": b_padded[1] if b_padded is not None else 0}
+
 @dataclass(frozen=True)
 class Precision:
     """One entry of the library's ``precisions`` table: how a matmul's weights are stored and summed."""
@@ -293,8 +303,7 @@ class KernelSpec:
             return False
         if device is not None and getattr(device, "max_loop_iterations", None) and self.loop_bounds:
             padded = self.padded_shapes(m, k, n)
-            values = {"l": padded["b"][0], "h": padded["r"][0], "w": padded["r"][1], "m": m, "n": n, "k": k,
-                      "H": padded["a"][0], "W": padded["a"][1], "M": m, "N": k, "K": k, "c": padded["b"][1]}
+            values = letter_values((m, n), padded["r"], (m, k), padded["a"], (k, n), padded["b"])
             if not self.loops_fit(device, values):
                 return False
         for name, limit in self.preconditions:
