@@ -20,7 +20,7 @@ import malinn
 from malinn import Sequential, ops
 from malinn.errors import DeviceError, KernelBuildError, LibraryError
 from malinn.kernel_library import load_library
-from malinn.layers import Activation, BatchNormalization, Dense, Flatten, GlobalAveragePooling2D, Softmax
+from malinn.layers import Activation, BatchNormalization, Conv2D, Dense, Flatten, GlobalAveragePooling2D, Softmax
 from malinn.layout import Layout
 from malinn.matrix import DeviceMatrix
 
@@ -164,6 +164,88 @@ def test_a_failed_batch_of_launches_names_at_most_four_of_them(monkeypatch):
     text = str(info.value)
     assert text.startswith(f"one of {len(plan.launches)} launches (layer 'd0'") and device.name in text, text
     assert f"and {len(plan.launches) - 4} more) on" in text and "(GL_OUT_OF_MEMORY)" in text, text
+
+
+@pytest.mark.parametrize("groups, dispatch, fold", [
+    ((1,), (1, 1, 1), 1), ((65535, 65535), (65535, 65535, 1), 1), ((1, 65536), (1, 32768, 2), 1),
+    ((70001, 3), (35001, 3, 2), 2), ((140000, 140000), (46667, 46667, 9), 3),
+])
+def test_a_range_of_too_many_work_groups_is_folded_into_the_third_dimension(groups, dispatch, fold):
+    assert opengl.fold_groups(groups) == (dispatch, fold)
+
+
+def test_a_range_too_large_even_folded_is_refused():
+    assert opengl.fold_groups((65535 * 300, 65535 * 300)) == (None, 0)
+
+
+_FOLD_SOURCE = """
+MALINN_ARGS(uint width;)
+layout(std430, binding = 0) buffer BufCount { uint count[]; };
+void main() {
+    MALINN_GUARD
+    atomicAdd(count[MALINN_GLOBAL_X * width + MALINN_GLOBAL_Y], 1u);
+}
+"""
+
+_FOLD_GROUPS_SOURCE = """
+MALINN_ARGS(uint width;)
+layout(std430, binding = 0) buffer BufCount { uint count[]; };
+shared uint seen[MALINN_LOCAL_X * MALINN_LOCAL_Y];
+void main() {
+    MALINN_GROUP_GUARD
+    uint t = gl_LocalInvocationID.y * uint(MALINN_LOCAL_X) + gl_LocalInvocationID.x;
+    seen[t] = 1u;
+    barrier();
+    if (t == 0u) {
+        uint sum = 0u;
+        for (uint i = 0u; i < uint(MALINN_LOCAL_X * MALINN_LOCAL_Y); ++i)
+            sum += seen[i];
+        atomicAdd(count[MALINN_GROUP_X * width + MALINN_GROUP_Y], sum);
+    }
+}
+"""
+
+
+@needs_gl
+@pytest.mark.parametrize("source, per_item", [(_FOLD_SOURCE, True), (_FOLD_GROUPS_SOURCE, False)],
+                         ids=["guarded items", "work-groups with a barrier"])
+@pytest.mark.parametrize("global_size, local", [((3, 600001), (1, 8)), ((524297, 2), (8, 1))], ids=str)
+def test_a_launch_of_more_work_groups_than_a_dimension_dispatches_runs_each_once(source, per_item,
+                                                                                 global_size, local):
+    """More than 65535 work-groups along x or y (a 32-sample batch of 128 x 128 x 3 images relaid for
+    a convolution: 524288 columns) run folded along z: every invocation of the range, or every
+    work-group (whole, for a kernel with barriers), exactly once, and nothing past it."""
+    device = GL[0]
+    if per_item:
+        cells = global_size
+    else:   # one cell per work-group, counting its invocations
+        global_size = tuple(-(-g // l) * l for g, l in zip(global_size, local))
+        cells = tuple(g // l for g, l in zip(global_size, local))
+    width = cells[1]
+    spare = 4096   # where a folded dispatch's extra work-groups would land unguarded
+    count = device.alloc(4 * (cells[0] * width + spare), "counts")
+    device.fill_zero(count, 4 * (cells[0] * width + spare), what="counts")
+    program = device.compile(source, origin="fold test")
+    device.launch_all([device.bind(program, "main", [np.uint32(width), count], global_size, local,
+                                   what="fold test")])
+    got = np.empty(cells[0] * width + spare, np.uint32)
+    device.download(count, got)
+    want = 1 if per_item else local[0] * local[1]
+    assert np.all(got[:cells[0] * width] == want) and not got[cells[0] * width:].any()
+
+
+@needs_gl
+def test_a_convolution_of_32_images_of_128_x_128_is_numpys_on_gl(rng):
+    """The re-layout of 32 samples of 128 x 128 x 3 for a convolution spans 524288 columns (65536
+    work-groups of 8 along y): refused before dispatches were folded, numpy's answer now."""
+    model = Sequential([Conv2D(2, 1, name="mix")])
+    model.build((None, 128, 128, 3))
+    w = rng.standard_normal((1, 1, 3, 2)).astype(np.float32)
+    b = rng.standard_normal(2).astype(np.float32)
+    model.set_weights([w, b])
+    x = rng.standard_normal((32, 128, 128, 3)).astype(np.float32)
+    for device in GL:
+        assert_close(model.plan(32, device).run([x])[0], x.astype(np.float64) @ w[0, 0] + b)
 
 
 @needs_gl

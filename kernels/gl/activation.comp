@@ -10,8 +10,8 @@ layout(std430, binding = 0) buffer BufR { float r[]; };
 
 void main() {
     MALINN_GUARD
-    uint row = gl_GlobalInvocationID.x;
-    uint col = gl_GlobalInvocationID.y;
+    uint row = MALINN_GLOBAL_X;
+    uint col = MALINN_GLOBAL_Y;
     uint ix = MALINN_INDEX_R(row, col, h, w);
     float x = r[ix];
     r[ix] = isnan(x) ? x : ACTIVATION(x);   /* NaN stays NaN, whatever the compiler folds */

@@ -7,7 +7,7 @@ layout(std430, binding = 1) readonly buffer BufBias { float bias[]; };
 
 void main() {
     MALINN_GUARD
-    uint row = gl_GlobalInvocationID.x;
-    uint col = gl_GlobalInvocationID.y;
+    uint row = MALINN_GLOBAL_X;
+    uint col = MALINN_GLOBAL_Y;
     r[MALINN_INDEX_R(row, col, h, w)] += bias[row];
 }

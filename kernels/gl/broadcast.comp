@@ -18,8 +18,8 @@ layout(std430, binding = 2) readonly buffer BufShift { float shift[]; };
 
 void main() {
     MALINN_GUARD
-    uint row = gl_GlobalInvocationID.x;
-    uint col = gl_GlobalInvocationID.y;
+    uint row = MALINN_GLOBAL_X;
+    uint col = MALINN_GLOBAL_Y;
     uint ix = MALINN_INDEX_R(row, col, h, w);
     uint p = (col % uint(PCOLS)) * m + row;
     float x = r[ix];

@@ -10,8 +10,8 @@
 
 void main() {
     MALINN_GUARD
-    uint row = gl_GlobalInvocationID.x;
-    uint col = gl_GlobalInvocationID.y;
+    uint row = MALINN_GLOBAL_X;
+    uint col = MALINN_GLOBAL_Y;
     float acc = 0.0;
     if (row < m && col < n) {
         uvec3 pixel = window_pixel(col);

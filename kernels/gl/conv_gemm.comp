@@ -56,8 +56,9 @@ shared float blm[KC * NWG];
 #endif
 
 void main() {
-    uint gx = gl_GlobalInvocationID.x;
-    uint gy = gl_GlobalInvocationID.y;
+    MALINN_GROUP_GUARD   /* a folded dispatch's extra work-groups (GLDevice.bind) */
+    uint gx = MALINN_GLOBAL_X;
+    uint gy = MALINN_GLOBAL_Y;
     uint col0 = (gx / uint(NDIM)) * uint(NDIM * NWI - NDIM) + gx;   /* columns col0 + j*NDIM */
     uint row0 = (gy / uint(MDIM)) * uint(MDIM * MWI - MDIM) + gy;   /* rows row0 + i*MDIM */
 

@@ -98,12 +98,13 @@ void store_x(vec4 v, uint e, uint xbase) {
 }
 
 void main() {
+    MALINN_GROUP_GUARD   /* a folded dispatch's extra work-groups (GLDevice.bind) */
     uint t = gl_LocalInvocationID.x;
     uint tu = t % uint(TPU);
     uint tb = t / uint(TPU);
-    uint n0 = gl_WorkGroupID.x * uint(TN);
-    uint tile_m = gl_WorkGroupID.y / uint(SLICES);
-    uint slice = gl_WorkGroupID.y % uint(SLICES);
+    uint n0 = MALINN_GROUP_X * uint(TN);
+    uint tile_m = MALINN_GROUP_Y / uint(SLICES);
+    uint slice = MALINN_GROUP_Y % uint(SLICES);
     uint m0 = tile_m * uint(TM);
     /* this work-group's slice of K: whole K steps, the last slices shorter (or empty) */
     uint chunk = (l / uint(KT) + uint(SLICES) - 1u) / uint(SLICES) * uint(KT);
@@ -199,7 +200,7 @@ void main() {
 
 #if SLICES > 1
     /* this slice's partial sums into the scratch buffer; the tile's last work-group adds them */
-    uint g = tile_m * (w / uint(TN)) + gl_WorkGroupID.x;
+    uint g = tile_m * (w / uint(TN)) + MALINN_GROUP_X;
     uint partial = (h / uint(TM)) * (w / uint(TN)) + g * uint(SLICES * TM * TN);
     /* where this invocation's result (sample j, unit 4 c + i) lies in a slice's TM x TN partial sums:
      * item-major, so consecutive invocations exchange consecutive words */

@@ -31,15 +31,15 @@
 #define BLD (NWG + 1)             /* row length of the B tile in shared memory (fewer bank conflicts) */
 #define TX gl_LocalInvocationID.y /* along N */
 #define TY gl_LocalInvocationID.x /* along M */
-#define GROUP_N gl_WorkGroupID.y
-#define GROUP_M gl_WorkGroupID.x
+#define GROUP_N MALINN_GROUP_Y
+#define GROUP_M MALINN_GROUP_X
 #define DIM0 MDIMC                /* the work-group's x extent */
 #else
 #define BLD NWG
 #define TX gl_LocalInvocationID.x
 #define TY gl_LocalInvocationID.y
-#define GROUP_N gl_WorkGroupID.x
-#define GROUP_M gl_WorkGroupID.y
+#define GROUP_N MALINN_GROUP_X
+#define GROUP_M MALINN_GROUP_Y
 #define DIM0 NDIMC
 #endif
 
@@ -49,6 +49,7 @@ shared float blm[KWG * BLD];
 #endif
 
 void main() {
+    MALINN_GROUP_GUARD   /* a folded dispatch's extra work-groups (GLDevice.bind) */
     uint tx = TX;
     uint ty = TY;
     uint n0 = GROUP_N * uint(NWG);

@@ -61,11 +61,12 @@ shared float total[NB];
 #endif
 
 void main() {
+    MALINN_GROUP_GUARD   /* a folded dispatch's extra work-groups (GLDevice.bind) */
     uint tm = gl_LocalInvocationID.x;
     uint tk = gl_LocalInvocationID.y;
-    uint rowg = gl_WorkGroupID.x * uint(ROWS);
+    uint rowg = MALINN_GROUP_X * uint(ROWS);
     uint row0 = rowg + tm * uint(RPI);
-    uint col0 = gl_WorkGroupID.y * uint(NB);
+    uint col0 = MALINN_GROUP_Y * uint(NB);
 
     float acc[RPI][NB];
     for (int q = 0; q < RPI; ++q)

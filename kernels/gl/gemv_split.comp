@@ -78,12 +78,13 @@ shared uint last;
 #endif
 
 void main() {
+    MALINN_GROUP_GUARD   /* a folded dispatch's extra work-groups (GLDevice.bind) */
     uint tm = gl_LocalInvocationID.x;
     uint tk = gl_LocalInvocationID.y;
     uint t = tk * uint(MDIM) + tm;
-    uint rowg = gl_WorkGroupID.x * uint(ROWS);   /* first row of the work-group */
-    uint block = gl_WorkGroupID.y / uint(SLICES);
-    uint slice = gl_WorkGroupID.y % uint(SLICES);
+    uint rowg = MALINN_GROUP_X * uint(ROWS);   /* first row of the work-group */
+    uint block = MALINN_GROUP_Y / uint(SLICES);
+    uint slice = MALINN_GROUP_Y % uint(SLICES);
     uint col0 = block * uint(NB);                /* first column of the work-group */
     uint chunk = (l + uint(SLICES) - 1u) / uint(SLICES);
     uint k0 = slice * chunk;
@@ -148,7 +149,7 @@ void main() {
     }
 #else
     uint tiles = (h / uint(ROWS)) * (w / uint(NB));
-    uint g = block * (h / uint(ROWS)) + gl_WorkGroupID.x;
+    uint g = block * (h / uint(ROWS)) + MALINN_GROUP_X;
     uint partial = tiles + g * uint(SLICES * OUTS);
     for (uint e = t; e < uint(OUTS); e += uint(THREADS))
         atomicExchange(scratch[partial + slice * uint(OUTS) + e], floatBitsToUint(part[e]));

@@ -14,8 +14,8 @@ void main() {
     MALINN_GUARD
     uint br = h / malinn_range0;
     uint bc = w / malinn_range1;
-    uint row0 = gl_GlobalInvocationID.x * br;
-    uint col0 = gl_GlobalInvocationID.y * bc;
+    uint row0 = MALINN_GLOBAL_X * br;
+    uint col0 = MALINN_GLOBAL_Y * bc;
     float acc[MAX_BLOCK * MAX_BLOCK];
     for (int e = 0; e < MAX_BLOCK * MAX_BLOCK; ++e)
         acc[e] = 0.0;

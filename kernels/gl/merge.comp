@@ -90,8 +90,8 @@ layout(std430, binding = 1) readonly buffer BufA { float a[]; };
 
 void main() {
     MALINN_GUARD
-    uint row = gl_GlobalInvocationID.x;
-    uint col = gl_GlobalInvocationID.y;
+    uint row = MALINN_GLOBAL_X;
+    uint col = MALINN_GLOBAL_Y;
 #if BROADCAST
     uint f = col * m + row;
     uint src = 0u;

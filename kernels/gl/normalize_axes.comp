@@ -38,7 +38,7 @@ layout(std430, binding = 2) readonly buffer BufShift { float shift[]; };
 
 void main() {
     MALINN_GUARD
-    uint q = gl_GlobalInvocationID.y * malinn_range0 + gl_GlobalInvocationID.x;
+    uint q = MALINN_GLOBAL_Y * malinn_range0 + MALINN_GLOBAL_X;
     uint o = q / uint(INNER);
     uint base = o * uint(GROUP) * uint(INNER) + q % uint(INNER);
 #if MODE == 0 || MODE == 1

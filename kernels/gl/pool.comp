@@ -17,8 +17,8 @@ layout(std430, binding = 1) writeonly buffer BufR { float r[]; };
 
 void main() {
     MALINN_GUARD
-    uint row = gl_GlobalInvocationID.x;
-    uint col = gl_GlobalInvocationID.y;
+    uint row = MALINN_GLOBAL_X;
+    uint col = MALINN_GLOBAL_Y;
     float v = 0.0;
     if (row < m && col < n) {
         uvec3 pixel = window_pixel(col);

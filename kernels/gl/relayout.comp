@@ -7,7 +7,7 @@ layout(std430, binding = 1) writeonly buffer BufR { float r[]; };
 
 void main() {
     MALINN_GUARD
-    uint row = gl_GlobalInvocationID.x;
-    uint col = gl_GlobalInvocationID.y;
+    uint row = MALINN_GLOBAL_X;
+    uint col = MALINN_GLOBAL_Y;
     r[MALINN_INDEX_R(row, col, h, w)] = (row < m && col < n) ? a[MALINN_INDEX_A(row, col, H, W)] : 0.0;
 }

@@ -7,7 +7,7 @@ layout(std430, binding = 0) buffer BufR { float r[]; };
 
 void main() {
     MALINN_GUARD
-    uint col = gl_GlobalInvocationID.x;
+    uint col = MALINN_GLOBAL_X;
     float top = -MALINN_INFINITY;
     bool nan = false;
     for (uint row = 0u; row < m; ++row) {

@@ -14,10 +14,12 @@ How the OpenCL notions map (docs/BACKENDS.md):
   constant in GLSL, so one source is linked once per work-group shape it is launched with);
 * arguments: the scalars (``uint``/``float``, in the library's ``arglist`` order) fill a uniform
   block ``MalinnArgs`` at binding 0 (std140: one 4-byte slot each, after the launch's range
-  ``malinn_range0``, ``malinn_range1``), declared by the shader with ``MALINN_ARGS(...)``; the
-  buffers go to storage-buffer bindings 0, 1, ... in ``buffers`` order;
+  ``malinn_range0``, ``malinn_range1`` and its fold ``malinn_fold``), declared by the shader with
+  ``MALINN_ARGS(...)``; the buffers go to storage-buffer bindings 0, 1, ... in ``buffers`` order;
 * a range not divisible by the work-group is rounded up, and the shader returns early past
   ``malinn_range`` (``MALINN_GUARD``); kernels with barriers always get a dividing work-group;
+* a range of more work-groups than a dimension dispatches (65535) is folded into z
+  (:func:`fold_groups`); shaders index through ``MALINN_GLOBAL_X`` ... ``MALINN_GROUP_Y``;
 * launches are dispatched in order with a storage-buffer barrier after each; profiling events are
   ``GL_TIMESTAMP`` queries around a launch (``launch_seconds``, a bound launch's ``enqueue``);
 * a context is current in one thread at a time: every call makes it current for its duration
@@ -78,7 +80,7 @@ layout(std430, binding = 0) readonly buffer BufX { float x[]; };
 layout(std430, binding = 1) writeonly buffer BufY { float y[]; };
 void main() {
     MALINN_GUARD
-    uint i = gl_GlobalInvocationID.x;
+    uint i = MALINN_GLOBAL_X;
     y[i] = 2.0 * x[i] + 1.0;
 }
 """
@@ -100,6 +102,28 @@ void main() {
 """
 #: the loop the probe runs: longer than any limit seen (llvmpipe's 65535)
 _LOOP_PROBE_ITERATIONS = 1 << 20
+
+
+#: work-groups one dimension of a dispatch may hold: GL_MAX_COMPUTE_WORK_GROUP_COUNT's least value
+#: (OpenGL ES 3.1 and desktop GL 4.3 alike; llvmpipe's and NVIDIA's y and z)
+MAX_GROUPS = 65535
+#: the words of MalinnArgs before a kernel's scalars: malinn_range0, malinn_range1, malinn_fold
+_RANGE_WORDS = 3
+
+
+def fold_groups(groups: tuple) -> tuple:
+    """``(dispatch, fold)``: the ``glDispatchCompute`` counts that run ``groups`` work-groups (one or
+    two dimensions) and the x fold the shaders' ``MALINN_GROUP_X``/``_Y`` read; ``(None, 0)`` where
+    even folded they do not fit.
+
+    A dimension of more than :data:`MAX_GROUPS` work-groups is split into ``f`` parts along z (x's
+    parts at ``z % fold_x``, y's at ``z / fold_x``); the parts round up, so a folded dispatch runs a
+    few work-groups past the range, which ``MALINN_GUARD``/``MALINN_GROUP_GUARD`` drop."""
+    gx, gy = (tuple(groups) + (1,))[:2]
+    fx, fy = -(-gx // MAX_GROUPS), -(-gy // MAX_GROUPS)
+    if fx * fy > MAX_GROUPS:
+        return None, 0
+    return (-(-gx // fx), -(-gy // fy), fx * fy), fx
 
 
 def _moderngl():
@@ -136,9 +160,17 @@ def _preamble(options: tuple, local: tuple) -> str:
         f"#define MALINN_LOCAL_Y {ly}",
         f"layout(local_size_x = {lx}, local_size_y = {ly}, local_size_z = 1) in;",
         "#define MALINN_ARGS(members) layout(std140, binding = 0) uniform MalinnArgs "
-        "{ uint malinn_range0; uint malinn_range1; members };",
-        "#define MALINN_GUARD if (gl_GlobalInvocationID.x >= malinn_range0 || "
-        "gl_GlobalInvocationID.y >= malinn_range1) return;",
+        "{ uint malinn_range0; uint malinn_range1; uint malinn_fold; members };",
+        # a range of more work-groups than one dimension dispatches is folded into the third
+        # (GLDevice.bind): z = fold_x * fold_y, x folds at z % malinn_fold, y at z / malinn_fold
+        "#define MALINN_GROUP_X (gl_WorkGroupID.x + (gl_WorkGroupID.z % malinn_fold) * gl_NumWorkGroups.x)",
+        "#define MALINN_GROUP_Y (gl_WorkGroupID.y + (gl_WorkGroupID.z / malinn_fold) * gl_NumWorkGroups.y)",
+        "#define MALINN_GLOBAL_X (MALINN_GROUP_X * uint(MALINN_LOCAL_X) + gl_LocalInvocationID.x)",
+        "#define MALINN_GLOBAL_Y (MALINN_GROUP_Y * uint(MALINN_LOCAL_Y) + gl_LocalInvocationID.y)",
+        "#define MALINN_GUARD if (MALINN_GLOBAL_X >= malinn_range0 || MALINN_GLOBAL_Y >= malinn_range1) return;",
+        # a kernel that indexes work-groups (and has barriers) drops a folded dispatch's extra groups
+        "#define MALINN_GROUP_GUARD if (MALINN_GROUP_X * uint(MALINN_LOCAL_X) >= malinn_range0 || "
+        "MALINN_GROUP_Y * uint(MALINN_LOCAL_Y) >= malinn_range1) return;",
         "#define MALINN_INFINITY uintBitsToFloat(0x7F800000u)",
     ]
     return "\n".join(lines) + "\n"
@@ -359,10 +391,12 @@ class GLDevice(Device):
         global_size = tuple(int(g) for g in global_size)
         local = tuple(local_size) if local_size else DEFAULT_LOCAL[len(global_size)]
         groups = tuple(-(-g // l) for g, l in zip(global_size, local))
-        if any(g > 65535 for g in groups):
+        dispatch, fold = fold_groups(groups)
+        if dispatch is None:
             raise DeviceError(f"{what}: kernel {name} over range {global_size} needs {groups} work-groups, "
-                              f"more than {self.name} dispatches (65535 per dimension): predict fewer samples "
-                              f"at a time (batch_size, --batch-size) or run the model on an OpenCL device")
+                              f"more than {self.name} dispatches ({MAX_GROUPS} per dimension, "
+                              f"{MAX_GROUPS} x {MAX_GROUPS} folded): predict fewer samples at a time "
+                              f"(batch_size, --batch-size) or run the model on an OpenCL device")
         scalars = [a for a in args if isinstance(a, (np.uint32, np.float32))]
         buffers = [a for a in args if not isinstance(a, (np.uint32, np.float32))]
         with self:
@@ -371,16 +405,17 @@ class GLDevice(Device):
                 block = shader["MalinnArgs"]
             except KeyError:
                 raise KernelBuildError(f"{program.origin}: the shader declares no MALINN_ARGS block") from None
-            words = np.zeros(max(block.size // 4, 2 + len(scalars)), np.uint32)
+            words = np.zeros(max(block.size // 4, _RANGE_WORDS + len(scalars)), np.uint32)
             words[0] = global_size[0]
             words[1] = global_size[1] if len(global_size) > 1 else 1
+            words[2] = fold
             for i, value in enumerate(scalars):
-                words[2 + i] = np.asarray(value).view(np.uint32)
-            if block.size < 4 * (2 + len(scalars)):
-                raise KernelBuildError(f"{program.origin}: MALINN_ARGS holds {block.size // 4 - 2} scalars, "
-                                       f"the library passes {len(scalars)}")
+                words[_RANGE_WORDS + i] = np.asarray(value).view(np.uint32)
+            if block.size < 4 * (_RANGE_WORDS + len(scalars)):
+                raise KernelBuildError(f"{program.origin}: MALINN_ARGS holds {block.size // 4 - _RANGE_WORDS} "
+                                       f"scalars, the library passes {len(scalars)}")
             uniforms = self.ctx.buffer(words.tobytes())
-        handle = (shader, uniforms, tuple(buffers), groups + (1,) * (3 - len(groups)))
+        handle = (shader, uniforms, tuple(buffers), dispatch)
         bound = BoundLaunch(name, global_size, local, handle, None, what=what or name)
         bound.enqueue = lambda: self._timed([bound])
         return bound
