@@ -78,8 +78,9 @@ class PlannedModel:
         self._precision = check_precision(precision)
         self.layers: list = []
         self.source = None                      # the Keras file it came from, when converted
-        self._lock = threading.RLock()          # a first predict from several threads builds once
+        self._lock = threading.RLock()          # guards the caches below (never held while planning)
         self._plans: OrderedDict = OrderedDict()
+        self._planning: dict = {}               # a lock per plan being made: several threads make it once
         self._last = None       # (device, samples, stamp, device limits, plan) of the last one-pass call
         self._max_batches: OrderedDict = OrderedDict()   # what max_batch found, by device, model and limit
 
@@ -127,15 +128,41 @@ class PlannedModel:
         key = (device.identity, batch_bucket(batch), every_layer, self._precision)
         stamp = self._stamp()
         with self._lock:
-            cached = self._plans.get(key)
-            if cached is not None and cached[0] == stamp:
+            cached = self._cached_plan(key, stamp)
+            if cached is not None:
+                return cached
+            planning = self._planning.setdefault(key, threading.Lock())
+        # planned under this key's own lock and the device's plan lock (one plan made at a time per
+        # device: PoCL's pthread driver aborted now and then when two were bound at once), never the
+        # model's: its kept plans run meanwhile, and a second thread asking for this one waits for it
+        with planning:
+            with self._lock:
+                cached = self._cached_plan(key, stamp)
+            if cached is not None:
+                return cached
+            try:
+                with device.plan_lock:
+                    plan = self._compile(device, batch_bucket(batch), every_layer).allocate()
+            except BaseException:
+                with self._lock:
+                    self._planning.pop(key, None)
+                raise
+            with self._lock:
+                self._plans[key] = (stamp, plan)
                 self._plans.move_to_end(key)
-                return cached[1]
-            plan = self._compile(device, batch_bucket(batch), every_layer).allocate()
-            self._plans[key] = (stamp, plan)
-            while len(self._plans) > _PLANS_KEPT:
-                self._plans.popitem(last=False)
+                self._planning.pop(key, None)
+                while len(self._plans) > _PLANS_KEPT:
+                    self._plans.popitem(last=False)
             return plan
+
+    def _cached_plan(self, key: tuple, stamp: tuple) -> Plan | None:
+        """The kept plan for ``key`` made at model state ``stamp`` (moved to the newest), or None;
+        called under ``_lock``."""
+        cached = self._plans.get(key)
+        if cached is None or cached[0] != stamp:
+            return None
+        self._plans.move_to_end(key)
+        return cached[1]
 
     def _compile(self, device: Device, batch: int, every_layer: bool) -> Plan:
         """A plan, decided but not allocated (what memory estimates read)."""

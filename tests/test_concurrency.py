@@ -163,3 +163,43 @@ def test_a_program_building_for_one_model_does_not_stall_another_models_predict(
         builder.join()
     assert still_building, "the predict waited for the other model's build"
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_plan_being_made_does_not_stall_the_same_models_kept_plans(monkeypatch):
+    """One model's plan for a new batch size (seconds on a board) is made under a lock of its own:
+    a thread predicting with a plan already kept runs meanwhile, and threads asking for the plan
+    being made wait for it rather than making it again."""
+    model = make_model(seed=6)
+    device = malinn.get_device()
+    x = inputs(6)[0][2]
+    kept = model.plan(len(x), device)
+    want = kept.run([x])[0]
+    planning, predicted, planned = threading.Event(), threading.Event(), threading.Event()
+    compiled = []
+    original = type(model)._compile
+
+    def slow_compile(self, device, batch, every_layer):
+        compiled.append(batch)
+        planning.set()
+        predicted.wait(timeout=20)   # a predict that waited for this plan would wait out the timeout
+        try:
+            return original(self, device, batch, every_layer)
+        finally:
+            planned.set()
+
+    monkeypatch.setattr(type(model), "_compile", slow_compile)
+    made = []
+    makers = [threading.Thread(target=lambda: made.append(model.plan(200, device))) for _ in range(3)]
+    for maker in makers:
+        maker.start()
+    try:
+        assert planning.wait(timeout=20)
+        got = model.plan(len(x), device).run([x])[0]
+        still_planning = not planned.is_set()
+    finally:
+        predicted.set()
+        for maker in makers:
+            maker.join(timeout=60)
+    assert still_planning, "the kept plan waited for the new one"
+    np.testing.assert_array_equal(got, want)
+    assert compiled == [malinn.models.batch_bucket(200)] and len(made) == 3 and made[0] is made[1] is made[2]

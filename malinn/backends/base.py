@@ -47,6 +47,8 @@ class Device:
         counters: uploads, downloads, launches, builds, binary_hits (for tests and reports).
         cache: per-device memo of programs and kernels (``"programs"``, ...), owned by the device.
         lock: held while a command sequence is enqueued (one in-order queue per device).
+        plan_lock: held while a plan is made and allocated for this device (its kernels bound, its
+            weights uploaded): one plan at a time per device, while planned models predict.
     """
 
     backend: str
@@ -73,6 +75,7 @@ class Device:
         "uploads": 0, "downloads": 0, "launches": 0, "builds": 0, "binary_hits": 0, "zero_copy": 0})
     cache: dict = field(repr=False, default_factory=dict)
     lock: threading.RLock = field(repr=False, default_factory=threading.RLock)
+    plan_lock: threading.RLock = field(repr=False, default_factory=threading.RLock)
 
     # ---------------------------------------------------------------- identity
     @property
