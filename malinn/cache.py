@@ -26,6 +26,7 @@ writing off with one warning; nothing here raises for a cache problem.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -36,8 +37,13 @@ import time
 import warnings
 from pathlib import Path
 
+try:
+    import fcntl   # POSIX: a lock held across processes (absent on Windows, where none is taken)
+except ImportError:  # pragma: no cover
+    fcntl = None
+
 __all__ = ["cache_dir", "read_entry", "write_entry", "entry_path", "encode_entry", "decode_entry",
-           "write_atomic", "MAGIC", "FORMAT_VERSION", "HEADER"]
+           "write_atomic", "locked", "MAGIC", "FORMAT_VERSION", "HEADER"]
 
 MAGIC = b"MALINNCE"
 FORMAT_VERSION = 1
@@ -174,6 +180,24 @@ def write_entry(kind: str, key: dict, payload: bytes) -> None:
             _unwritable.add(str(path.parent.parent))
         warnings.warn(f"malinn: the {_noun(kind)} cache {folder} cannot be written "
                       f"({exc.strerror or exc}); continuing without caching", RuntimeWarning, stacklevel=2)
+
+
+@contextlib.contextmanager
+def locked(path: Path):
+    """Holds an exclusive lock for ``path`` across threads and processes (``flock`` on
+    ``<path>.lock`` beside it), for a read-modify-write of the file: two processes updating it at
+    once each see the other's result. Creates the folder when missing.
+
+    Raises:
+        OSError: the lock file cannot be made.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _lock if fcntl is None else contextlib.nullcontext():
+        with open(path.with_name(path.name + ".lock"), "a+b") as f:
+            if fcntl is not None:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX)   # released when the file closes
+            yield
 
 
 def write_atomic(path: Path, data: bytes) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import random
+import shutil
 import sys
 import time
 
@@ -20,11 +21,12 @@ from .backends.base import Device
 from .cache import cache_dir
 from .device_selection import get_device
 from .errors import MalinnError
+from .kernel_choice import check_precision
 from .kernel_library import load_library
 from .matrix import DeviceMatrix
 from .ops import launch, matmul_plan
 from .precision import device_bytes, effective
-from .tuning_db import check_writable, save, shape_key
+from .tuning_db import check_writable, save, shape_key, stored, tuning_file as tuning_file_path
 
 __all__ = ["tune", "Product", "STANDARD_SHAPES", "QUICK_SHAPES", "cache_dir"]
 
@@ -35,17 +37,26 @@ QUICK_SHAPES = [(1000, 1250, 64), (512, 512, 256)]
 #: configurations per tunable kernel with ``quick``: its defaults, the device kind's default, a sample.
 QUICK_CONFIGS = 4
 
-def _progress(done: int, total: int, label: str, stream, started: float) -> None:
-    width = 30
-    filled = int(width * done / max(total, 1))
+def _progress(done: int, total: int, label: str, stream, started: float, budget_s: float | None = None) -> None:
+    """One line of progress, rewritten in place: a bar, the count, the time left (the budget's
+    rest where that is sooner) and ``label``, cut to the terminal's width (80 columns where the
+    stream is not a terminal) so that the line never wraps."""
     elapsed = time.perf_counter() - started
     if done == total:
         timing = f"done in {elapsed:.0f} s"
     elif done:
-        timing = f"ETA {elapsed / done * (total - done):.0f} s"
+        left = elapsed / done * (total - done)
+        if budget_s is not None:
+            left = max(0.0, min(left, budget_s - elapsed))
+        timing = f"ETA {left:.0f} s"
     else:
         timing = "ETA ?"
-    stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {timing:<14} {label[:56]:<56}")
+    columns = shutil.get_terminal_size((80, 24)).columns if getattr(stream, "isatty", lambda: False)() else 80
+    width = 20 if columns >= 60 else 10
+    filled = int(width * done / max(total, 1))
+    head = f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {timing:<13} "
+    room = max(0, columns - 1 - len(head))
+    stream.write(f"\r{head}{label[:room]:<{room}}")
     if done == total:
         stream.write("\n")
     stream.flush()
@@ -97,7 +108,9 @@ class Product:
 
 
 def _candidates(library, device: Device, quick: bool, seed: int) -> list[tuple[str, dict]]:
-    """``(codename, defines)`` to time: every matmul kernel's defaults first, then its other configurations.
+    """``(codename, defines)`` to time: the library's default for the device's kind first (a run cut
+    short by its budget has timed the untuned choice), then every matmul kernel's defaults, then
+    its other configurations.
 
     Each tunable kernel's own defaults and the library's default for the device's kind come first; the
     rest are shuffled (a run cut short by a budget samples evenly) and, with ``quick``, cut to
@@ -116,7 +129,17 @@ def _candidates(library, device: Device, quick: bool, seed: int) -> list[tuple[s
         if quick:
             rest = rest[:max(0, QUICK_CONFIGS - len(first))]
         found += [(codename, config) for config in first + rest]
-    return found
+    default = (kind_default.codename, kind_default.config)
+    return [default] + [c for c in found if c != default] if default in found else found
+
+
+def _keep_faster(found: dict, before: dict | None, gflops: float) -> dict | None:
+    """``before`` (a winner stored earlier, for the same shapes) where it measured faster than
+    ``gflops``, else None: a run cut short by its budget replaces no better winner."""
+    if not isinstance(before, dict) or not isinstance(before.get("gflops"), (int, float)):
+        return None
+    same = before.get("shapes") is None or before.get("shapes") == found.get("shapes")
+    return before if same and before["gflops"] > gflops else None
 
 
 def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat: int = 3,
@@ -131,7 +154,9 @@ def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat:
         quick: the smaller shapes and at most :data:`QUICK_CONFIGS` configurations per tunable
             kernel (every kernel's defaults are still timed and checked).
         repeat: timed runs per candidate and shape (the median counts).
-        budget_s: stop trying new candidates after this many seconds (the best so far wins).
+        budget_s: stop trying new candidates after this many seconds (the best so far wins; the
+            device kind's default is timed first, and a run cut short replaces no stored winner
+            that measured faster).
         stream: where the progress bar (with its ETA) goes.
         seed: for the sample of configurations.
         per_shape: time each shape on its own, with the candidates whose preconditions it meets,
@@ -147,9 +172,12 @@ def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat:
     Raises:
         MalinnError: no candidate was correct on this device (for any shape), or the database
             cannot be written (checked before any timing where it can be).
+        BackendError, DeviceError: the device does not run ``precision`` (fp16 without
+            cl_khr_fp16, a reduced precision on GL).
     """
     check_writable()
     device = device or get_device()
+    check_precision(precision, device)
     library = load_library()
     shapes = shapes or (QUICK_SHAPES if quick else STANDARD_SHAPES)
     shapes = list(dict.fromkeys(tuple(int(v) for v in s) for s in shapes))
@@ -165,16 +193,18 @@ def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat:
             work.append((codename, config, spec, mine))
     total = sum(len(w[3]) for w in work)
     start = time.perf_counter()
-    done, results = 0, []
+    done, results, cut = 0, [], False
     timed = {s: [] for s in shapes}          # shape -> [(seconds, codename, config)]
     for codename, config, spec, mine in work:
-        if budget_s is not None and time.perf_counter() - start > budget_s:
+        if budget_s is not None and time.perf_counter() - start > budget_s and results:
             stream.write(f"\ntime budget of {budget_s:g} s spent after {len(results)} candidates\n")
+            cut = True
             break
         label = f"{codename} {' '.join(f'{k}={v}' for k, v in config.items())}"
         seconds, error = {}, None
         for shape in mine:
-            _progress(done, total, f"{shape_key(shape)} {label}" if per_shape else label, stream, start)
+            _progress(done, total, f"{shape_key(shape)} {label}" if per_shape else label, stream, start,
+                      budget_s)
             done += 1
             if error is None and (per_shape or None not in seconds.values()):   # general: wrong once, out
                 try:
@@ -203,8 +233,16 @@ def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat:
         if not winners:
             raise MalinnError(f"no matmul candidate ran correctly on {device.name} for "
                               f"{', '.join(map(shape_key, shapes))}")
-        path = save(device, shapes=winners, precision=precision)
-        return {"shapes": winners, "untuned": [shape_key(s) for s in shapes if shape_key(s) not in winners],
+        kept = {}
+        if cut:
+            before = stored(device, precision).get("shapes")
+            before = before if isinstance(before, dict) else {}
+            kept = {key: old for key, won in winners.items()
+                    if (old := _keep_faster(won, before.get(key), won["gflops"])) is not None}
+        new = {key: won for key, won in winners.items() if key not in kept}
+        path = save(device, shapes=new, precision=precision) if new else tuning_file_path()
+        return {"shapes": {**winners, **kept}, "kept": sorted(kept),
+                "untuned": [shape_key(s) for s in shapes if shape_key(s) not in winners],
                 "candidates": len(results), "path": str(path)}
     ranked = sorted((r for r in results if r.get("seconds")), key=lambda r: r["seconds"])
     if not ranked:
@@ -213,5 +251,8 @@ def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat:
     best = {**ranked[0], "shapes": [list(s) for s in shapes], "gflops": flop / ranked[0]["seconds"] / 1e9,
             "device": device.name, "driver": device.driver_version, "tuned_at": stamp, "candidates": len(results),
             "ranking": [{**r, "gflops": flop / r["seconds"] / 1e9} for r in ranked[:20]]}
+    kept = _keep_faster(best, stored(device, precision).get("general"), best["gflops"]) if cut else None
+    if kept is not None:   # the stored winner stays; say so
+        return {**kept, "kept": True, "candidates": len(results), "path": str(tuning_file_path())}
     best["path"] = str(save(device, general=best, precision=precision))
     return best

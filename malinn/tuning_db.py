@@ -27,12 +27,12 @@ from pathlib import Path
 
 from .backends.base import Device
 from .conv_geometry import ConvGeometry
-from .cache import cache_dir, write_atomic
+from .cache import cache_dir, locked, write_atomic
 from .errors import MalinnError
 from .kernel_library import load_library
 
 __all__ = ["tuned_choice", "tuned_conv", "save", "check_writable", "forget", "version", "tuning_file", "device_key",
-           "shape_key", "read_all", "TUNING_FORMAT", "TUNING_VERSION"]
+           "shape_key", "read_all", "stored", "TUNING_FORMAT", "TUNING_VERSION"]
 
 TUNING_FORMAT = "malinn-tuning"
 TUNING_VERSION = 1
@@ -106,6 +106,8 @@ def _read_file(path: Path, quiet: bool = False) -> tuple[dict, bool]:
         return damaged(f"it cannot be read ({exc.strerror or exc})")
     except ValueError as exc:
         return damaged(f"not valid JSON ({exc})")
+    except RecursionError:
+        return damaged("nested too deeply to read")
     if not isinstance(data, dict):
         return damaged(f"expected an object, got {_type(data)}")
     if "format" not in data and "version" not in data and "devices" not in data:
@@ -198,7 +200,7 @@ def _checked_entry(device: Device, precision: str = "fp32") -> dict:
     raw = devices.get(key, {})
     result, problems = {"general": None, "shapes": {}, "convs": {}}, []
     if not isinstance(raw, dict):
-        problems.append(f"the device's entry is {_type(raw)}, expected an object")
+        problems.append(f"entry: it is {_type(raw)}, expected an object")
     else:
         if "general" in raw:
             try:
@@ -207,7 +209,7 @@ def _checked_entry(device: Device, precision: str = "fp32") -> dict:
                 problems.append(f"general winner: {exc}")
         shapes = raw.get("shapes", {})
         if not isinstance(shapes, dict):
-            problems.append(f"'shapes' is {_type(shapes)}, expected an object")
+            problems.append(f"winners by shape: 'shapes' is {_type(shapes)}, expected an object")
             shapes = {}
         for text, entry in shapes.items():
             try:
@@ -217,7 +219,7 @@ def _checked_entry(device: Device, precision: str = "fp32") -> dict:
                 problems.append(f"winner for {text!r}: {exc}")
         convs = raw.get("convs", {}) if precision == "fp32" else {}
         if not isinstance(convs, dict):
-            problems.append(f"'convs' is {_type(convs)}, expected an object")
+            problems.append(f"convolution winners: 'convs' is {_type(convs)}, expected an object")
             convs = {}
         for text, entry in convs.items():
             try:
@@ -266,26 +268,34 @@ def save(device: Device, general: dict | None = None, shapes: dict | None = None
         MalinnError: the database cannot be written, or a newer malinn wrote it.
     """
     path = tuning_file()
-    devices, writable = _read_file(path, quiet=True)
-    if not writable:
-        check_writable()
-    key = device_key(device, precision)
-    entry = dict(devices.get(key)) if isinstance(devices.get(key), dict) else {}
-    if general is not None:
-        entry["general"] = general
-    if shapes:
-        old = entry.get("shapes") if isinstance(entry.get("shapes"), dict) else {}
-        entry["shapes"] = {**old, **shapes}
-    if convs:
-        old = entry.get("convs") if isinstance(entry.get("convs"), dict) else {}
-        entry["convs"] = {**old, **convs}
-    data = {"format": TUNING_FORMAT, "version": TUNING_VERSION, "devices": {**devices, key: entry}}
     try:
-        write_atomic(path, (json.dumps(data, indent=2) + "\n").encode())
+        with locked(path):   # read, merged and written under one lock: two tuning processes lose nothing
+            devices, writable = _read_file(path, quiet=True)
+            if not writable:
+                check_writable()
+            key = device_key(device, precision)
+            entry = dict(devices.get(key)) if isinstance(devices.get(key), dict) else {}
+            if general is not None:
+                entry["general"] = general
+            if shapes:
+                old = entry.get("shapes") if isinstance(entry.get("shapes"), dict) else {}
+                entry["shapes"] = {**old, **shapes}
+            if convs:
+                old = entry.get("convs") if isinstance(entry.get("convs"), dict) else {}
+                entry["convs"] = {**old, **convs}
+            data = {"format": TUNING_FORMAT, "version": TUNING_VERSION, "devices": {**devices, key: entry}}
+            write_atomic(path, (json.dumps(data, indent=2) + "\n").encode())
     except OSError as exc:
         raise MalinnError(f"{path}: cannot store the tuning results ({exc.strerror or exc})") from None
     forget()
     return path
+
+
+def stored(device: Device, precision: str = "fp32") -> dict:
+    """This device's entry in ``precision`` as the file holds it now (unchecked; ``{}`` where there
+    is none): what a run cut short by its budget compares its winners with before replacing them."""
+    entry = _read_file(tuning_file(), quiet=True)[0].get(device_key(device, precision))
+    return entry if isinstance(entry, dict) else {}
 
 
 def check_writable() -> None:

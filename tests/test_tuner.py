@@ -60,10 +60,11 @@ def test_quick_still_times_every_kernel_and_the_defaults(device):
     for codename in library.codenames("matmul", device.backend):
         spec = library[codename]
         mine = [config for c, config in quick if c == codename]
-        assert mine[0] == spec.config                                   # the entry's own defaults first
+        if codename == kind_default.codename:                           # the device kind's default first of all
+            assert mine[0] == kind_default.config and spec.config in mine[:2]
+        else:
+            assert mine[0] == spec.config                               # the entry's own defaults first
         assert len(mine) <= max(1, tuner.QUICK_CONFIGS) and len(mine) == len({json.dumps(c) for c in mine})
-        if codename == kind_default.codename:
-            assert kind_default.config in mine
     assert len(quick) < len(full)
     assert all(min(s) >= 16 and max(s) <= 1250 for s in tuner.QUICK_SHAPES)
 
@@ -152,14 +153,15 @@ def general(winner):
 DAMAGED = [
     ("not JSON", "file", "{ damaged", "not valid JSON"),
     ("empty", "file", "", "not valid JSON"),
+    ("nested deeper than Python reads", "file", "[" * 100000 + "]" * 100000, "nested too deeply"),
     ("a list", "file", [GOOD], "expected an object, got a list"),
     ("a JSON string", "file", '"gemm_tiled"', "expected an object, got a string"),
     ("wrong format", "file", {"format": "clblast", "version": 1, "devices": {}}, "'format' is 'clblast'"),
     ("version a string", "file", {"format": "malinn-tuning", "version": "1", "devices": {}}, "version '1'"),
     ("devices a list", "file", {"format": "malinn-tuning", "version": 1, "devices": [GOOD]}, "'devices' is a list"),
     ("flat form: entry a list", "flat", [GOOD], "expected an object, got a list"),
-    ("device entry a list", "entry", [GOOD], "the device's entry is a list"),
-    ("device entry null", "entry", None, "the device's entry is null"),
+    ("device entry a list", "entry", [GOOD], "ignoring the tuned entry: it is a list"),
+    ("device entry null", "entry", None, "ignoring the tuned entry: it is null"),
     ("general a list", "entry", general([GOOD]), "expected an object, got a list"),
     ("non-matmul codename", "entry", general({"codename": "relu"}), "'relu' is not a matmul kernel"),
     ("bias codename", "entry", general({"codename": "bias_add"}), "'bias_add' is not a matmul kernel"),
@@ -177,7 +179,7 @@ DAMAGED = [
      "not a configuration the library"),
     ("defines of another kernel", "entry", general({"codename": "crossv", "defines": {"MWG": 64}}),
      "not a configuration the library"),
-    ("shapes a list", "entry", {"shapes": [GOOD]}, "'shapes' is a list"),
+    ("shapes a list", "entry", {"shapes": [GOOD]}, "ignoring the tuned winners by shape: 'shapes' is a list"),
     ("shape key not MxKxN", "entry", {"shapes": {"150x640": GOOD}}, "'150x640' is not a product MxKxN"),
     ("shape key zero", "entry", {"shapes": {"0x640x32": GOOD}}, "'0x640x32' is not a product MxKxN"),
     ("shape winner a number", "entry", {"shapes": {"150x640x32": 3}}, "expected an object, got a number"),
@@ -259,3 +261,71 @@ def test_cli_tune_model_tunes_each_dense_shape_at_the_batch_and_at_1(tmp_path):
     want = {f"{m}x{k}x{n}" for m, k in [(32, 64), (16, 32), (10, 16)] for n in (batch_bucket(20), 1)}
     assert set(entry["shapes"]) == want and "general" not in entry
     assert all(f"{shape}: " in out.stdout for shape in want)
+
+
+def test_the_device_kinds_default_is_timed_first(device):
+    """A run cut short by its budget has timed the untuned choice (before, the naive kernels came
+    first, and a 1-second budget stored cross1 as the device's winner)."""
+    library = malinn.load_library()
+    default = library.default_spec("matmul", device.kind, device.backend)
+    for quick in (True, False):
+        assert tuner._candidates(library, device, quick=quick, seed=0)[0] == (default.codename, default.config)
+
+
+@pytest.mark.parametrize("stored_gflops, kept", [(1e9, True), (1e-9, False)], ids=["faster", "slower"])
+def test_a_run_cut_short_replaces_no_faster_stored_winner(device, cache, stored_gflops, kept):
+    shapes = [(13, 37, 33)]
+    before = {"codename": "crossv", "defines": {}, "gflops": stored_gflops, "shapes": [list(s) for s in shapes]}
+    shaped = {"codename": "crossv", "defines": {}, "gflops": stored_gflops, "seconds": 1.0}
+    (cache / "tuning.json").write_text(json.dumps(database(device, {"general": before,
+                                                                    "shapes": {"13x37x33": shaped}})))
+    for per_shape in (False, True):
+        best = tuner.tune(device, shapes=shapes, quick=True, repeat=1, budget_s=0, stream=io.StringIO(),
+                          per_shape=per_shape)
+        assert best["candidates"] == 1
+        entry = json.loads((cache / "tuning.json").read_text())["devices"][device_key(device)]
+        got = entry["shapes"]["13x37x33"] if per_shape else entry["general"]
+        assert (got["gflops"] == stored_gflops) == kept and (got["codename"] == "crossv") == kept
+        said = best["kept"] == ["13x37x33"] if per_shape else bool(best.get("kept"))
+        assert said == kept
+
+
+def test_two_processes_storing_winners_at_once_lose_none(tmp_path):
+    """Each process stores 60 shape winners of its own device, one at a time, while the other does:
+    the database holds all 120 (the file is read, merged and written under a lock)."""
+    script = """
+import sys, types
+from malinn import tuning_db
+device = types.SimpleNamespace(identity="test|" + sys.argv[1])
+for i in range(60):
+    tuning_db.save(device, shapes={f"{i + 1}x1x1": {"codename": "crossv", "defines": {}, "seconds": 1.0}})
+"""
+    env = {**os.environ, "MALINN_CACHE_DIR": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", script, name], env=env) for name in ("a", "b")]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0]
+    devices = json.loads((tmp_path / "tuning.json").read_text())["devices"]
+    assert {name: len(devices[f"test|{name}"]["shapes"]) for name in "ab"} == {"a": 60, "b": 60}
+
+
+def test_tune_refuses_a_precision_the_device_cannot_run_before_timing(device, cache):
+    if "cl_khr_fp16" in getattr(device, "extensions", ()):
+        pytest.skip(f"{device.name} computes in half")
+    progress = io.StringIO()
+    with pytest.raises(MalinnError, match="fp16"):
+        tuner.tune(device, shapes=[(13, 37, 33)], quick=True, repeat=1, stream=progress, precision="fp16")
+    assert progress.getvalue() == "" and not (cache / "tuning.json").exists()
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("columns", [40, 80, 200])
+def test_the_progress_line_fits_the_terminal_and_its_eta_the_budget(monkeypatch, columns):
+    monkeypatch.setattr(tuner.shutil, "get_terminal_size", lambda fallback=None: os.terminal_size((columns, 24)))
+    stream = _Terminal()
+    started = tuner.time.perf_counter() - 10   # 10 s in, 1 of 100 done: 990 s to go, but 5 s of budget left
+    tuner._progress(1, 100, "gemm_tiled " + "MWG=64 " * 30, stream, started, budget_s=15)
+    line = stream.getvalue()
+    assert line.startswith("\r") and len(line) - 1 < columns and "ETA 5 s" in line
