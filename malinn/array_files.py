@@ -141,6 +141,11 @@ def _read_csv(path: Path, sample_shape) -> np.ndarray:
     except UnicodeDecodeError:
         raise MalinnError(f"{path} is not a text file (not UTF-8): expected comma-separated numbers") from None
     lines = [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+    for number, line in lines[:2]:   # numbers separated otherwise would read as a header, then a bad row
+        separator = _other_separator(line)
+        if separator is not None:
+            raise MalinnError(f"{path}: line {number} holds numbers separated by {separator}; malinn reads "
+                              f"comma-separated values (one sample per row)")
     if lines and not any(_is_number(cell) for cell in lines[0][1].split(",")):
         lines = lines[1:]   # a header row: no cell of it a number (a row with some numbers is data)
     if not lines:
@@ -166,6 +171,18 @@ def _read_csv(path: Path, sample_shape) -> np.ndarray:
                               f"{sample_shape} ({int(np.prod(sample_shape))} values per sample)")
         values = values.reshape((len(lines),) + sample_shape)
     return values
+
+
+def _other_separator(line: str) -> str | None:
+    """The name of the separator other than a comma (semicolon, tab, spaces) that splits ``line``
+    into two or more numbers where commas do not, or None."""
+    if "," in line:
+        return None
+    for separator, name in ((";", "semicolons"), ("\t", "tabs"), (None, "spaces")):
+        cells = line.split(separator)
+        if len(cells) > 1 and all(_is_number(cell) for cell in cells if cell.strip() or separator is None):
+            return name
+    return None
 
 
 def _numeric_row(line: str) -> bool:

@@ -442,7 +442,10 @@ def cmd_tune(args) -> int:
                 raise MalinnError(f"--shape {m}x{k}x{n}: a matrix of {largest / 2**20:.0f} MiB exceeds "
                                   f"{device.name}'s largest allocation ({device.max_allocation // 2**20} MiB)")
     convs = []
-    if args.model and not shapes:
+    if args.model and shapes:
+        raise UsageError("tune: --model tunes the model's own shapes; give --model or --shape, not both "
+                         "(see malinn tune --help)")
+    if args.model:
         model = load_model(args.model, precision=args.precision)
         shapes = [shape for batch in (args.batch, 1) for shape in model.matmul_shapes(batch, device)]
         convs = [g for batch in (args.batch, 1) for g in model.conv_geometries(batch, device)]
@@ -464,14 +467,22 @@ def _tune_matmuls(args, device, shapes) -> None:
                 precision=args.precision)
     if args.model:
         for shape, won in best["shapes"].items():
-            config = " ".join(f"{k}={v}" for k, v in won["defines"].items())
-            print(f"{shape}: {won['codename']} {config} - {won['gflops']:.1f} GFLOP/s")
+            kept = " (kept: the stored winner measured faster than this run's)" if shape in best["kept"] else ""
+            print(f"{shape}: {_described(won)} - {won['gflops']:.1f} GFLOP/s{kept}")
         print(f"{len(best['shapes'])} shapes tuned ({', '.join(best['untuned']) or 'none'} left untuned), "
               f"{best['candidates']} candidates timed; stored in {best['path']}")
         return
-    config = " ".join(f"{k}={v}" for k, v in best["defines"].items())
-    print(f"best: {best['codename']} {config} - {best['gflops']:.1f} GFLOP/s over {len(best['shapes'])} shapes, "
+    if best.get("kept"):
+        print(f"kept the stored winner {_described(best)} - {best['gflops']:.1f} GFLOP/s: it measured faster than "
+              f"this run's best, cut short by its budget after {best['candidates']} candidates ({best['path']})")
+        return
+    print(f"best: {_described(best)} - {best['gflops']:.1f} GFLOP/s over {len(best['shapes'])} shapes, "
           f"{best['candidates']} candidates timed; stored in {best['path']}")
+
+
+def _described(winner: dict) -> str:
+    """A winner's codename and its defines (``gemm_tiled MWG=64 ...``; the codename alone where it has none)."""
+    return " ".join([winner["codename"]] + [f"{k}={v}" for k, v in winner["defines"].items()])
 
 
 def _check_cache_dir(folder: Path) -> None:
@@ -556,16 +567,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true",
                    help="smaller shapes and 4 configurations of a tunable kernel (under 30 s on a 2-core CPU)")
     p.add_argument("--model", help="tune each of this model's Dense layers for its own shape, and each of its "
-                                    "convolution layers' algorithms (kn2row, kn2col, im2row, im2col and their "
-                                    "configurations) for its geometry, at --batch (as the "
+                                    "convolution layers' algorithms (every conv kernel the device runs, kn2row, "
+                                    "kn2col and conv_implicit, in its configurations, and im2row "
+                                    "and im2col) for its geometry, at --batch (as the "
                                     "plan runs it: rounded up to its batch bucket) and at batch 1, and store a winner "
                                     "per shape (default: one winner over a standard "
                                     "set of shapes)")
     p.add_argument("--batch", type=_positive_int, default=100, help="batch size to tune for with --model (default 100)")
-    p.add_argument("--shape", type=_product_shape, action="append", help="a product MxKxN to tune for (repeatable)")
+    p.add_argument("--shape", type=_product_shape, action="append",
+                   help="a product MxKxN to tune for (repeatable; not with --model)")
     p.add_argument("--budget", type=_positive_seconds, help="stop trying new candidates after this many seconds")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                   help=PRECISION_HELP + " (default: fp32); winners are stored per precision")
+                   help=PRECISION_HELP + " (default: fp32); matmul winners are stored per precision, "
+                                         "convolution winners once per device")
     p.add_argument("--device", help=device_help)
 
     p = add("summary", "show a model's layers as Keras does (output shape, parameters, connections) and the "

@@ -31,7 +31,7 @@ import numpy as np
 from .converters import read_keras
 from .converters.to_malinn import to_model
 from .device_selection import get_device
-from .errors import ConversionError, MalinnError
+from .errors import ConversionError, LibraryError, MalinnError
 from .files import write_file
 from .kernel_choice import REDUCED_PRECISION_BACKENDS, choose
 from .kernel_library import DEFAULT_PRECISION, load_library
@@ -96,7 +96,9 @@ def save_model(model, path, target=None, overwrite: bool = False) -> Path:
     Args:
         model: a built model (:class:`~malinn.Sequential` or :class:`~malinn.Functional`).
         path: the destination file.
-        target: a matmul codename or device kind (default: the current device's kernel).
+        target: a matmul codename, a device kind (``gpu``, ``cpu``, ``accelerator``) or one of a
+            backend (``gl``, ``gl:cpu``, ``gles3``, ``opencl:cpu``, ...) (default: the current
+            device's kernel).
         overwrite: allow ``path`` to be the Keras file the model was converted from.
 
     Returns:
@@ -106,6 +108,7 @@ def save_model(model, path, target=None, overwrite: bool = False) -> Path:
         ConversionError: the model is not built, the target is unknown, ``path`` is the model's
             source file (without ``overwrite``), or the file cannot be written (nothing is left
             behind).
+        DeviceError: ``target`` is None and there is no working device.
     """
     origin = getattr(model, "source", None) or {}
     return _save(model, path, target, source=(origin.get("file"), origin.get("weights")),
@@ -258,7 +261,7 @@ def _load_model(path: Path, weights):
                                   f"load it without weights ({weights})")
         try:
             return _read_malinn(path)
-        except ConversionError:
+        except (ConversionError, LibraryError):   # the kernel library's own error is not the file's
             raise
         except Exception as exc:  # damaged file: h5py, KeyError, JSON, shape errors
             raise ConversionError(f"{path}: damaged malinn model file ({type(exc).__name__}: {exc})") from None
@@ -272,7 +275,8 @@ def convert(src, dst, target=None, overwrite: bool = False, weights=None, precis
         src: the Keras ``.keras`` / ``.h5`` file, or (with ``weights``) the architecture JSON of
             ``model.to_json()``.
         dst: the malinn model file to write (atomically: on failure no file is left).
-        target: a matmul codename or ``gpu``/``cpu``/``accelerator`` (default: the kernel the
+        target: a matmul codename, a device kind (``gpu``, ``cpu``, ``accelerator``) or one of a
+            backend (``gl``, ``gl:cpu``, ``gles3``, ``opencl:cpu``, ...) (default: the kernel the
             current device would choose).
         overwrite: allow ``dst`` to be ``src`` or ``weights`` (same file, also through links);
             without it that is refused.
@@ -286,6 +290,9 @@ def convert(src, dst, target=None, overwrite: bool = False, weights=None, precis
     Raises:
         ConversionError: ``src`` (and ``weights``) cannot be read or converted, ``dst`` is a
             source file (without ``overwrite``), or ``dst`` cannot be written.
+        ValueError: ``precision`` is unknown.
+        DeviceError: ``target`` is None and there is no working device.
+        TypeError: ``src`` or ``weights`` is not a path (str, bytes or os.PathLike).
     """
     return _save(load_model(src, weights=weights, precision=precision), dst, target, source=(src, weights),
                  overwrite=overwrite)

@@ -250,6 +250,9 @@ def test_predict_writes_every_output_of_a_layer_called_twice(tmp_path):
     # a first row with a number in it is data, not a header to drop (it was dropped, silently)
     ("x.csv", b"1,NA\n3,4\n", "line 1: 'NA' is not a number"),
     ("x.csv", b"1,\n3,4\n", "line 1: '' is not a number"),
+    # numbers separated otherwise read as a header, then a row that was not a number
+    ("x.csv", b"0.5;1;2\n3;4;5\n", "line 1 holds numbers separated by semicolons; malinn reads comma-separated"),
+    ("x.csv", b"0.5\t1\n3\t4\n", "line 1 holds numbers separated by tabs"),
 ])
 def test_predict_input_errors_are_one_line_and_never_mention_pickle(digits_malinn, tmp_path, name, content, message):
     (tmp_path / name).write_bytes(content)
@@ -318,6 +321,7 @@ def test_devices_lists_when_malinn_device_matches_nothing(setting):
     (["--budget", "nan"], 2, "argument --budget"),
     (["--shape", "0x1x1"], 2, "argument --shape: expected MxKxN"),
     (["--shape", "100000x100000x100000"], 1, "exceeds"),
+    (["--shape", "8x8x8", "--model", DIGITS], 2, "give --model or --shape, not both"),
 ])
 def test_tune_fails_up_front(args, status, message):
     start = time.perf_counter()
@@ -402,3 +406,20 @@ def test_ctrl_c_is_one_line_and_exit_130(digits_malinn, tmp_path):
         os.close(writer)
     assert proc.returncode == 130 and err.decode() == "malinn: error: interrupted\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.npy"]
+
+
+def test_summary_says_why_the_device_shows_no_kernels(digits_malinn):
+    """A precision the device cannot run: the layers, then the device's reason (the kernel column
+    was empty, with no word of why)."""
+    devices = malinn("devices").stdout
+    if "cl_khr_fp16" in devices:
+        pytest.skip("the default device computes in half")
+    out = malinn("summary", digits_malinn, "--precision", "fp16")
+    assert out.returncode == 0 and "dense" in out.stdout
+    assert "No kernels on " in out.stdout and "needs cl_khr_fp16" in out.stdout
+
+
+def test_a_wrong_kernels_folder_is_not_blamed_on_the_model_file(digits_malinn, tmp_path):
+    out = malinn("predict", digits_malinn, ROOT / "examples" / "digits_test.npz", "--key", "x", "-o", tmp_path / "y.npy",
+                 env={"MALINN_KERNELS": str(tmp_path / "nowhere")})
+    assert out.returncode == 1 and "MALINN_KERNELS names" in out.stderr and "damaged" not in out.stderr
