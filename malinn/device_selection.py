@@ -121,7 +121,12 @@ def set_device(spec: "str | Device") -> Device:
 
     Args:
         spec: a :class:`Device`, ``"gpu"``, ``"cpu"``, ``"accelerator"``, ``"P:D"`` (platform and
-            device indices) or a substring of the device or platform name.
+            device indices) or a substring of the device or platform name; or, with a backend's
+            name (``opencl``, ``gl``, ``gles3``) before it, one of that backend's devices: the
+            backend alone (``"gl"``: its first GPU, else its first device), ``"gl:N"`` (its device
+            N), or ``"gl:"`` followed by any form above (``"gl:cpu"``, ``"gl:llvmpipe"``,
+            ``"opencl:cpu"``). Naming ``gl`` or ``gles3`` looks for OpenGL devices that a plain
+            discovery left unloaded.
 
     Returns:
         The chosen :class:`Device`.

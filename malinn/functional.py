@@ -213,7 +213,18 @@ class Functional(PlannedModel):
         return results[0] if self._single_output or len(results) == 1 else results
 
     def predict_layers(self, x) -> list:
-        """Every layer call's output (in :attr:`nodes` order), for layer-by-layer checks."""
+        """Runs the model on ``x`` and returns every layer call's output, for layer-by-layer checks.
+
+        Args:
+            x: as for :meth:`predict`.
+
+        Returns:
+            A list with one float32 array per layer call, in :attr:`nodes` order, each in Keras's
+            output shape.
+
+        Raises:
+            ValueError, DeviceError: as for :meth:`predict`.
+        """
         return self._run(x, None, every_layer=True)
 
     def __call__(self, x):
@@ -267,8 +278,17 @@ class Functional(PlannedModel):
     def summary(self, print_fn=print, batch: int = 1) -> str:
         """Prints (and returns) the graph as Keras does: each layer with its output shape, parameters,
         the tensors it is connected to (``layer[call][0]``) and the kernel that runs it on the
-        current device for passes of ``batch`` samples."""
-        kernels, weights = self._kernels(batch)
+        current device for passes of ``batch`` samples.
+
+        Args:
+            print_fn: called once with the whole table (default: :func:`print`), as Keras's.
+            batch: the pass size whose plan's kernels the table shows (default 1).
+
+        Returns:
+            The table's text. Where the device refuses the plan (a buffer that does not fit), the
+            layers are still listed and the last line says why no kernels are shown.
+        """
+        kernels, weights, refused = self._kernels(batch)
         calls = {}
         for node in self.nodes:
             calls.setdefault(id(node.layer), []).append(node)
@@ -285,7 +305,7 @@ class Functional(PlannedModel):
             connected = ", ".join(label[id(t)] for node in nodes for t in node.inputs)
             rows.append((f"{layer.name} ({type(layer).__name__})", shapes.pop() if len(shapes) == 1 else "multiple",
                          str(layer.count_params()), connected, kernels.get(layer.name, "")))
-        return self._table(rows, print_fn, weights)
+        return self._table(rows, print_fn, weights, refused)
 
 
 def _input(entry: dict) -> KerasTensor:

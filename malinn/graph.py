@@ -56,6 +56,14 @@ class Node:
 def Input(shape, name: str | None = None) -> KerasTensor:  # noqa: N802 (Keras's name)
     """A model input of one sample's ``shape`` (without the batch axis), as ``keras.Input``.
 
+    Args:
+        shape: one sample's shape, a tuple of positive integers (or one integer).
+        name: the input's name, which ``predict`` takes a dict by (default: ``input_layer``,
+            ``input_layer_1``, ... in order of creation).
+
+    Returns:
+        A :class:`KerasTensor` of shape ``(None,) + shape``.
+
     Raises:
         ValueError: a size is not a positive integer, or ``name`` is not a non-empty string.
     """

@@ -48,7 +48,13 @@ def use(op: str, codename: str, device: Device | None = None, config: dict | Non
     """Chooses the kernel that ``op`` runs on ``device`` from now on.
 
     Args:
-        op: ``"matmul"``, ``"bias"``, ``"affine"`` or ``"relayout"``.
+        op: an op of the kernel library (``kernels/library.json``'s ``op`` field) that the plan
+            chooses a kernel for: ``"matmul"``, ``"bias"``, ``"affine"``, ``"relayout"``,
+            ``"reshape"``, ``"broadcast"``, ``"normalize"``, ``"permute"``, ``"repeat"``,
+            ``"merge"``, ``"concat"``, ``"dot"``, ``"conv"`` or ``"im2col"`` (a convolution
+            layer's algorithm; ``"im2col"`` for ungrouped layers only), ``"depthwise"``,
+            ``"pool"`` or ``"spatial"``. An ``"activation"`` kernel is chosen by the activation's
+            name and a ``"matmul_head"`` one by the plan, so a choice for either has no effect.
         codename: a codename of the kernel library that implements ``op``.
         device: the device (default: the current one).
         config: defines for a configurable kernel (e.g. ``{"MWG": 128}``); default: the entry's.

@@ -257,19 +257,59 @@ class PlannedModel:
 
     def matmul_shapes(self, batch: int, device: Device | None = None) -> list:
         """``(units, inputs, columns)`` of every matmul a pass of ``batch`` samples runs (the shapes
-        ``malinn tune --model`` times: the plan asks the tuning database for exactly these)."""
+        ``malinn tune --model`` times: the plan asks the tuning database for exactly these).
+
+        Args:
+            batch: samples in the pass (planned for its batch bucket, as :meth:`predict` plans it).
+            device: the device (default: the current one).
+
+        Returns:
+            A list of ``(m, k, n)`` tuples: one per matmul step of the plan, and one for the Dense
+            layer a step computes in the same launch (a fused head).
+
+        Raises:
+            ValueError: the model is not built.
+            DeviceError: there is no working device, or a buffer or weight does not fit it (the
+                message names the layer).
+        """
         return self._compile(device or get_device(), batch_bucket(batch), False).matmul_shapes()
 
     def conv_geometries(self, batch: int, device: Device | None = None) -> list:
         """The :class:`~malinn.conv_geometry.ConvGeometry` of every convolution a pass of ``batch``
         samples runs (1x1 convolutions run as matmuls are not among them): what ``malinn tune
-        --model`` times, and what the plan asks the tuning database about."""
+        --model`` times, and what the plan asks the tuning database about.
+
+        Args:
+            batch: samples in the pass (planned for its batch bucket, as :meth:`predict` plans it).
+            device: the device (default: the current one).
+
+        Returns:
+            A list of :class:`~malinn.conv_geometry.ConvGeometry`, one per convolution lowered.
+
+        Raises:
+            ValueError: the model is not built.
+            DeviceError: there is no working device, or a buffer or weight does not fit it (the
+                message names the layer).
+        """
         return self._compile(device or get_device(), batch_bucket(batch), False).convs
 
     def memory(self, batch: int, device: Device | None = None) -> dict:
         """Bytes a pass of ``batch`` samples holds on the device: ``weights`` (all the weight copies its
         kernels read), ``largest_weight`` (the largest of them, one allocation), ``activations``
-        (the arena) and ``largest`` (its largest buffer)."""
+        (the arena) and ``largest`` (its largest buffer).
+
+        Args:
+            batch: samples in the pass (planned for its batch bucket, as :meth:`predict` plans it).
+            device: the device (default: the current one).
+
+        Returns:
+            ``{"weights", "largest_weight", "activations", "largest"}``, each in bytes.
+
+        Raises:
+            ValueError: the model is not built.
+            DeviceError: there is no working device, or a buffer or weight does not fit it (the
+                message names the layer).
+        """
         device = device or get_device()
         plan = self._compile(device, batch_bucket(batch), False)
         largest, _, arena = plan.activation_bytes()
@@ -343,8 +383,12 @@ class PlannedModel:
     def set_weights(self, weights) -> None:
         """Sets every layer's weights from a flat list, as ``get_weights`` returns it.
 
+        Args:
+            weights: the arrays in Keras's shapes and layer order (a Dense layer's kernel
+                ``(in, out)``, then its bias ``(out,)``).
+
         Raises:
-            ValueError: the count or a shape does not match.
+            ValueError: the model is not built, or the count or a shape does not match.
         """
         weights = list(weights)
         if not self.built:
@@ -362,8 +406,9 @@ class PlannedModel:
 
         Args:
             path: the destination; written atomically.
-            target: a matmul codename or ``gpu``/``cpu``/``accelerator`` whose layouts the weights
-                are stored in (default: the current device's kernel).
+            target: a matmul codename, a device kind (``gpu``, ``cpu``, ``accelerator``) or one of
+                a backend (``gl``, ``gl:cpu``, ``gles3``, ``opencl:cpu``, ...) whose layouts the
+                weights are stored in (default: the current device's kernel).
             overwrite: allow ``path`` to be the Keras file the model was converted from.
 
         Returns:
@@ -375,13 +420,15 @@ class PlannedModel:
         return save_model(self, path, target, overwrite=overwrite)
 
     def count_params(self) -> int:
+        """The number of weight values of every layer together, as Keras's ``count_params``."""
         return sum(layer.count_params() for layer in self.layers)
 
-    def _kernels(self, batch: int) -> tuple[dict, tuple | None]:
-        """``(kernels, weights)``: layer name -> the kernel (and what it fuses) that runs it on the
-        current device, and ``(bytes on the device, bytes in fp32)`` of the weights (None when the
-        model is not built or cannot be planned)."""
-        kernels, weights = {}, None
+    def _kernels(self, batch: int) -> tuple[dict, tuple | None, str | None]:
+        """``(kernels, weights, refused)``: layer name -> the kernel (and what it fuses) that runs it
+        on the current device, ``(bytes on the device, bytes in fp32)`` of the weights (None when
+        the model is not built or cannot be planned), and why the device refused the plan (None
+        where it did not)."""
+        kernels, weights, refused = {}, None, None
         if self.built:
             try:
                 plan = self._compile(get_device(), batch_bucket(batch), False)
@@ -395,11 +442,11 @@ class PlannedModel:
                             launched.setdefault(name, []).append(text)
                 kernels.update({name: ", ".join(texts) for name, texts in launched.items()})
                 weights = (sum(plan.weight_sizes()), sum(4 * r * c for r, c in plan.weight_paddings()))
-            except DeviceError:
-                pass
-        return kernels, weights
+            except DeviceError as exc:   # the table still shows the layers; the last line says why no kernels
+                refused = " ".join(str(exc).split())
+        return kernels, weights, refused
 
-    def _table(self, rows, print_fn, weights: tuple | None = None) -> str:
+    def _table(self, rows, print_fn, weights: tuple | None = None, refused: str | None = None) -> str:
         """Prints (and returns) a Keras-style summary of ``rows`` (the header first)."""
         widths = [max(len(r[i]) for r in rows) + 2 for i in range(len(rows[0]))]
         line = "-" * sum(widths)
@@ -412,6 +459,8 @@ class PlannedModel:
         if weights is not None and weights[1]:
             out.append(f"Weights on the device: {_mib(weights[0])} in {self._precision} "
                        f"({weights[0] / weights[1]:.3f} of {_mib(weights[1])} in fp32)")
+        if refused is not None:
+            out.append(f"No kernels on {get_device().name}: {refused}")
         out.append(line)
         text = "\n".join(out)
         print_fn(text)
@@ -441,7 +490,10 @@ class Sequential(PlannedModel):
         return None if self.input_shape is None else [self.input_shape]
 
     def add(self, layer: Layer) -> None:
-        """Appends a layer.
+        """Appends a layer (and builds it, where the model is built).
+
+        Args:
+            layer: a malinn layer whose name no layer of the model has.
 
         Raises:
             ValueError: ``layer`` is not a malinn layer, or its name is already used.
@@ -466,6 +518,10 @@ class Sequential(PlannedModel):
 
     def build(self, input_shape) -> None:
         """Builds every layer for inputs of ``input_shape``, batch axis first: ``(None, 784)``.
+
+        Args:
+            input_shape: the input's shape with the batch axis first (its size is ignored: ``None``
+                or a number).
 
         Raises:
             ValueError: the shape has no batch axis or a size < 1, or a built layer expects another
@@ -587,6 +643,8 @@ class Sequential(PlannedModel):
 
     # ---------------------------------------------------------------- config and summary
     def get_config(self) -> dict:
+        """The name, one sample's input shape and each layer's class name and config (what
+        :meth:`from_layers` rebuilds the model from)."""
         return {"name": self.name, "input_shape": list(self.input_shape) if self.input_shape else None,
                 "layers": [{"class_name": type(layer).__name__, "config": layer.get_config()} for layer in self.layers]}
 
@@ -601,15 +659,24 @@ class Sequential(PlannedModel):
         """Prints (and returns) a table of layers: output shape, parameters and the kernels that run
         each on the current device for passes of ``batch`` samples, in order (a convolution as
         patches then a product: ``im2col, gemm_tiled + bias+relu``; layers fused into one launch
-        share it)."""
-        kernels, weights = self._kernels(batch)
+        share it).
+
+        Args:
+            print_fn: called once with the whole table (default: :func:`print`), as Keras's.
+            batch: the pass size whose plan's kernels the table shows (default 1).
+
+        Returns:
+            The table's text. Where the device refuses the plan (a buffer that does not fit), the
+            layers are still listed and the last line says why no kernels are shown.
+        """
+        kernels, weights, refused = self._kernels(batch)
         rows = [("Layer (type)", "Output Shape", "Param #", "Kernel")]
         shape = (None,) + self.input_shape if self.input_shape is not None else None
         for layer in self.layers:
             shape = layer.compute_output_shape(shape) if shape is not None else None
             rows.append((f"{layer.name} ({type(layer).__name__})", format_shape(shape) if shape else "?",
                          str(layer.count_params()), kernels.get(layer.name, "")))
-        return self._table(rows, print_fn, weights)
+        return self._table(rows, print_fn, weights, refused)
 
 
 def _mib(nbytes: int) -> str:
