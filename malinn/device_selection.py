@@ -14,6 +14,7 @@ already made are reused, so a device is probed once per process and stays the sa
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import threading
 
@@ -75,7 +76,9 @@ def match(spec: str, candidates: list) -> Device:
         if not mine and backend in _AFTER_OTHERS and candidates is _devices:
             mine = _discover_gl_on_request(backend)
         if not mine:
-            raise DeviceError(f"no working {backend} device; working devices: {listing(candidates)}")
+            hint = ("; the OpenGL backends need moderngl, which is not installed: pip install 'malinn[gl]'"
+                    if backend in _AFTER_OTHERS and importlib.util.find_spec("moderngl") is None else "")
+            raise DeviceError(f"no working {backend} device; working devices: {listing(candidates)}{hint}")
         if not rest:
             return next((d for d in mine if d.kind == "gpu"), mine[0])
         if rest.isdigit():

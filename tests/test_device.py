@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 import malinn
-from malinn import kernel_call
+from malinn import device_selection, kernel_call
 from malinn.backends import opencl as device_module
 from malinn.errors import DeviceError, KernelBuildError
 from malinn.kernel_library import load_library
@@ -257,3 +257,11 @@ def test_a_kernel_that_does_not_build_for_a_layer_names_the_layer_and_its_shapes
         model.plan(2, devices[0])
     text = str(info.value)
     assert "layer 'my_dense'" in text and "padded to" in text and "malinn_undefined_type" in text, text
+
+
+def test_asking_for_gl_without_moderngl_says_how_to_install_it(monkeypatch):
+    """The wheel without its ``gl`` extra: ``--device gl`` names the missing package and the extra."""
+    opencl_only = [d for d in malinn.devices() if d.backend == "opencl"]
+    monkeypatch.setattr(device_selection.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(DeviceError, match=r"no working gl device; .*need moderngl.*pip install 'malinn\[gl\]'"):
+        device_selection.match("gl", opencl_only)
