@@ -462,7 +462,7 @@ def test_a_second_context_loads_the_program_binary_from_the_cache(tmp_path, monk
     y, program = _run_binary_source(second)
     np.testing.assert_array_equal(y, 2 * np.arange(37, dtype=np.float32) + 3)
     assert (second.counters["builds"], second.counters["binary_hits"]) == (0, 1)
-    assert isinstance(program.shaders[opengl.DEFAULT_LOCAL[1]], opengl.BinaryShader)
+    assert isinstance(program.shaders[(opengl.DEFAULT_LOCAL[1], False)], opengl.BinaryShader)
     y, _ = _run_binary_source(second, ("-DK=4",))          # other defines: another entry, built
     np.testing.assert_array_equal(y, 2 * np.arange(37, dtype=np.float32) + 4)
     assert (second.counters["builds"], second.counters["binary_hits"]) == (1, 1)

@@ -19,7 +19,8 @@ How the OpenCL notions map (docs/BACKENDS.md):
 * a range not divisible by the work-group is rounded up, and the shader returns early past
   ``malinn_range`` (``MALINN_GUARD``); kernels with barriers always get a dividing work-group;
 * a range of more work-groups than a dimension dispatches (65535) is folded into z
-  (:func:`fold_groups`); shaders index through ``MALINN_GLOBAL_X`` ... ``MALINN_GROUP_Y``;
+  (:func:`fold_groups`), linked with index macros that add the fold back; shaders index through
+  ``MALINN_GLOBAL_X`` ... ``MALINN_GROUP_Y`` (the plain built-ins where nothing is folded);
 * launches are dispatched in order with a storage-buffer barrier after each; profiling events are
   ``GL_TIMESTAMP`` queries around a launch (``launch_seconds``, a bound launch's ``enqueue``);
 * a context is current in one thread at a time: every call makes it current for its duration
@@ -142,9 +143,11 @@ def gl_index_macro(layout: Layout, name: str) -> str:
     return f"#define {name}(R_, C_, P_R, P_C) ({body})"
 
 
-def _preamble(options: tuple, local: tuple) -> str:
+def _preamble(options: tuple, local: tuple, folded: bool = False) -> str:
     """``#version``, the defines of ``options`` (``-DNAME=VALUE``), the work-group shape and the
-    argument-block and range-guard macros every GL source uses."""
+    argument-block, index and range-guard macros every GL source uses; ``folded``: the indices of a
+    dispatch folded along z (:func:`fold_groups`), else the plain built-ins (no cost where no
+    launch needs the fold: NVIDIA's GL ran a gemm_keras head 19% slower with the folded ones)."""
     # NVIDIA's GLSL compiler unrolls a constant-bound loop only when asked (OpenCL C's kernels say
     # #pragma unroll): unrolled, a work item's tile of sums stays in registers; other compilers
     # ignore the pragma, as GLSL requires of one they do not know
@@ -161,16 +164,29 @@ def _preamble(options: tuple, local: tuple) -> str:
         f"layout(local_size_x = {lx}, local_size_y = {ly}, local_size_z = 1) in;",
         "#define MALINN_ARGS(members) layout(std140, binding = 0) uniform MalinnArgs "
         "{ uint malinn_range0; uint malinn_range1; uint malinn_fold; members };",
-        # a range of more work-groups than one dimension dispatches is folded into the third
-        # (GLDevice.bind): z = fold_x * fold_y, x folds at z % malinn_fold, y at z / malinn_fold
-        "#define MALINN_GROUP_X (gl_WorkGroupID.x + (gl_WorkGroupID.z % malinn_fold) * gl_NumWorkGroups.x)",
-        "#define MALINN_GROUP_Y (gl_WorkGroupID.y + (gl_WorkGroupID.z / malinn_fold) * gl_NumWorkGroups.y)",
-        "#define MALINN_GLOBAL_X (MALINN_GROUP_X * uint(MALINN_LOCAL_X) + gl_LocalInvocationID.x)",
-        "#define MALINN_GLOBAL_Y (MALINN_GROUP_Y * uint(MALINN_LOCAL_Y) + gl_LocalInvocationID.y)",
+    ]
+    if folded:
+        lines += [
+            # a range of more work-groups than one dimension dispatches is folded into the third
+            # (GLDevice.bind): z = fold_x * fold_y, x folds at z % malinn_fold, y at z / malinn_fold
+            "#define MALINN_GROUP_X (gl_WorkGroupID.x + (gl_WorkGroupID.z % malinn_fold) * gl_NumWorkGroups.x)",
+            "#define MALINN_GROUP_Y (gl_WorkGroupID.y + (gl_WorkGroupID.z / malinn_fold) * gl_NumWorkGroups.y)",
+            "#define MALINN_GLOBAL_X (MALINN_GROUP_X * uint(MALINN_LOCAL_X) + gl_LocalInvocationID.x)",
+            "#define MALINN_GLOBAL_Y (MALINN_GROUP_Y * uint(MALINN_LOCAL_Y) + gl_LocalInvocationID.y)",
+            # a kernel that indexes work-groups (and has barriers) drops the fold's extra groups
+            "#define MALINN_GROUP_GUARD if (MALINN_GROUP_X * uint(MALINN_LOCAL_X) >= malinn_range0 || "
+            "MALINN_GROUP_Y * uint(MALINN_LOCAL_Y) >= malinn_range1) return;",
+        ]
+    else:
+        lines += [
+            "#define MALINN_GROUP_X gl_WorkGroupID.x",
+            "#define MALINN_GROUP_Y gl_WorkGroupID.y",
+            "#define MALINN_GLOBAL_X gl_GlobalInvocationID.x",
+            "#define MALINN_GLOBAL_Y gl_GlobalInvocationID.y",
+            "#define MALINN_GROUP_GUARD",
+        ]
+    lines += [
         "#define MALINN_GUARD if (MALINN_GLOBAL_X >= malinn_range0 || MALINN_GLOBAL_Y >= malinn_range1) return;",
-        # a kernel that indexes work-groups (and has barriers) drops a folded dispatch's extra groups
-        "#define MALINN_GROUP_GUARD if (MALINN_GROUP_X * uint(MALINN_LOCAL_X) >= malinn_range0 || "
-        "MALINN_GROUP_Y * uint(MALINN_LOCAL_Y) >= malinn_range1) return;",
         "#define MALINN_INFINITY uintBitsToFloat(0x7F800000u)",
     ]
     return "\n".join(lines) + "\n"
@@ -400,7 +416,7 @@ class GLDevice(Device):
         scalars = [a for a in args if isinstance(a, (np.uint32, np.float32))]
         buffers = [a for a in args if not isinstance(a, (np.uint32, np.float32))]
         with self:
-            shader = program.linked(local)
+            shader = program.linked(local, folded=dispatch[2] > 1)
             try:
                 block = shader["MalinnArgs"]
             except KeyError:
@@ -563,18 +579,20 @@ class GLProgram:
         self.device, self.source, self.options, self.origin = device, source, options, origin
         self.shaders = {}
 
-    def text(self, local: tuple) -> str:
-        """The full GLSL source for work-group shape ``local``."""
-        return _preamble(self.options, local) + self.source
+    def text(self, local: tuple, folded: bool = False) -> str:
+        """The full GLSL source for work-group shape ``local`` (``folded``: for a dispatch folded
+        along z, :func:`fold_groups`)."""
+        return _preamble(self.options, local, folded) + self.source
 
-    def linked(self, local: tuple):
-        """The compute shader for ``local``: loaded from the program-binary cache where an entry
-        for this text, device and driver is there and the driver takes it, else built by moderngl
-        from the source (and its binary cached); KernelBuildError with the compiler's log."""
-        shader = self.shaders.get(local)
+    def linked(self, local: tuple, folded: bool = False):
+        """The compute shader for ``local`` (and a folded dispatch): loaded from the program-binary
+        cache where an entry for this text, device and driver is there and the driver takes it, else
+        built by moderngl from the source (and its binary cached); KernelBuildError with the
+        compiler's log."""
+        shader = self.shaders.get((local, folded))
         if shader is None:
             device = self.device
-            text = self.text(local)
+            text = self.text(local, folded)
             key = self.binary_key(local, text)
             shader = self._from_binary(key)
             if shader is None:
@@ -586,7 +604,7 @@ class GLProgram:
                                            f"{str(exc).strip()}") from None
                 device.count("builds")
                 self._to_binary(key, shader.glo)
-            self.shaders[local] = shader
+            self.shaders[(local, folded)] = shader
         return shader
 
     def binary_key(self, local: tuple, text: str) -> dict | None:
