@@ -516,7 +516,10 @@ class Zoo:
                                   L.LayerNormalization(axis=[1, 3], name="ln_split"), L.Dense(2, name="d2")], 208)
         if "layernorm_rms" in keys:
             seq("layernorm_rms", (4, 6), [L.Dense(6, name="d6"), L.LayerNormalization(rms_scaling=True, name="rms"),
-                                          L.LayerNormalization(axis=[1, 2], rms_scaling=True, name="rms_both")], 209)
+                                          L.LayerNormalization(axis=[1, 2], rms_scaling=True, name="rms_both"),
+                                          # Keras builds gamma for rms_scaling whatever scale says
+                                          L.LayerNormalization(rms_scaling=True, scale=False, name="rms_noscale")],
+                209)
         seq("unitnorm", (4, 6), [L.UnitNormalization(name="un_last"), L.Dense(6, name="d6"),
                                  L.UnitNormalization(axis=1, name="un_rows"),
                                  L.UnitNormalization(axis=[1, 2], name="un_both")], 210)

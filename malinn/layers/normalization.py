@@ -143,7 +143,8 @@ class LayerNormalization(Layer):
         axis: the axis or axes (Keras's, the batch axis being 0); default the last.
         epsilon: added to the variance, > 0.
         center: whether the layer has ``beta``; scale: whether it has ``gamma``.
-        rms_scaling: Keras 3's RMS scaling (implies no ``beta``).
+        rms_scaling: Keras 3's RMS scaling (implies no ``beta``, and ``gamma`` whatever ``scale``
+            says, as Keras 3 builds it).
         name: the layer's name.
 
     Raises:
@@ -157,7 +158,7 @@ class LayerNormalization(Layer):
         if not isinstance(epsilon, (int, float)) or isinstance(epsilon, bool) or not epsilon > 0:
             raise ValueError(f"LayerNormalization {self.name!r}: epsilon must be a positive number, got {epsilon!r}")
         self.epsilon, self.rms_scaling = float(epsilon), bool(rms_scaling)
-        self.center, self.scale = bool(center) and not self.rms_scaling, bool(scale)
+        self.center, self.scale = bool(center) and not self.rms_scaling, bool(scale) or self.rms_scaling
         self.gamma = self.beta = None
 
     def _axes(self) -> tuple:
