@@ -55,6 +55,9 @@ class ModelNode:
     outputs: list = field(default_factory=list)
     calls: dict = field(default_factory=dict)
     output_names: list | None = None
+    #: Functional only: whether its references are Keras 3's (``__keras_tensor__`` objects), which
+    #: number a nested model's calls otherwise than tf_keras's (:func:`_node_offsets`)
+    keras3: bool = False
 
 
 Member = Union[ModelNode, LayerEntry]
@@ -273,6 +276,7 @@ def _parse_functional(class_name, name, cfg, layers, source) -> ModelNode:
         if not isinstance(nodes, list) or not nodes:
             raise _fail(source, f"{label}: layer {member.name!r} has no inbound connection")
         node.calls[member.name] = [node_inputs(n) for n in nodes]
+        node.keras3 = node.keras3 or any(isinstance(n, dict) for n in nodes)
         if is_operation(member):
             for n, refs in zip(nodes, node.calls[member.name]):
                 constant = _constant_operand(n)
@@ -352,14 +356,14 @@ def expand_graph(root: ModelNode, source: str):
         if len(ins) != len(model.inputs):
             raise _fail(source, f"{label} takes {len(model.inputs)} inputs, but is called on {len(ins)}")
         by_name = {m.name: m for m in model.members}
-        offsets = _node_offsets(model, by_name)
+        called_from, output_from = _node_offsets(model, by_name)
         made: dict = {(name, 0, 0): t for name, t in zip(model.inputs, ins)}
         pending = [(name, k, refs) for name, node_refs in model.calls.items() for k, refs in enumerate(node_refs)]
 
-        def key(ref):
+        def key(ref, first=called_from):
             name, node_index, tensor_index = (list(ref) + [0, 0])[:3]
             member = by_name.get(name)
-            shift = offsets.get(name, 0) if isinstance(member, ModelNode) else 0
+            shift = first.get(name, 0) if isinstance(member, ModelNode) else 0
             return (name, int(node_index or 0) - shift, int(tensor_index or 0))
 
         while pending:
@@ -380,9 +384,9 @@ def expand_graph(root: ModelNode, source: str):
                     made[(name, k, 0)] = call_leaf(member, given, len(refs) > 1)
         outs = []
         for ref in model.outputs:
-            if key(ref) not in made:
+            if key(ref, output_from) not in made:
                 raise _fail(source, f"{label} names output {list(ref)}, which no call makes")
-            outs.append(made[key(ref)])
+            outs.append(made[key(ref, output_from)])
         return outs
 
     if root.kind == SEQUENTIAL:
@@ -394,14 +398,17 @@ def expand_graph(root: ModelNode, source: str):
     return KerasGraph(inputs=inputs, calls=calls, outputs=outputs, output_names=root.output_names)
 
 
-def _node_offsets(model: ModelNode, by_name: dict) -> dict:
-    """Nested model name -> 1 where references number its calls from 1 (tf_keras), else 0."""
-    highest: dict = {}
-    for refs in [r for node_refs in model.calls.values() for r in node_refs] + [model.outputs]:
-        for ref in refs:
-            if isinstance(by_name.get(ref[0]), ModelNode) and len(ref) > 1 and isinstance(ref[1], int):
-                highest[ref[0]] = max(highest.get(ref[0], 0), ref[1])
-    return {name: 1 for name, top in highest.items() if top >= len(model.calls.get(name, []))}
+def _node_offsets(model: ModelNode, by_name: dict) -> tuple[dict, dict]:
+    """``(in calls, in outputs)``: nested model name -> the number its first call has in the
+    references of the layers' calls and in ``output_layers``.
+
+    tf_keras numbers a nested model's calls from 1 in both (its node 0 is the model's own). Keras 3
+    numbers them from 0 in calls, and in ``output_layers`` from 1 for a nested Functional (its
+    loader subtracts one: node 0 is the Functional's own) and from 0 for a Sequential."""
+    nested = [m for m in by_name.values() if isinstance(m, ModelNode)]
+    if not model.keras3:
+        return {m.name: 1 for m in nested}, {m.name: 1 for m in nested}
+    return {}, {m.name: 1 for m in nested if m.kind != SEQUENTIAL}
 
 
 def _raw_entry(layers: list, name: str) -> dict | None:

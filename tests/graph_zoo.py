@@ -48,7 +48,8 @@ def model_keys() -> list:
     keys += [f"concat_r{rank}_axis{axis}" for rank, axes in CONCAT_AXES.items() for axis in axes]
     keys += ["concat_three_mixed"]
     keys += [key for key, *_ in DOTS]
-    keys += ["residual", "shared_two_outputs", "nested_shared", "nested_functional", "diamond", "dict_io"]
+    keys += ["residual", "shared_two_outputs", "nested_shared", "nested_functional", "diamond", "dict_io",
+             "nested_functional_twice", "nested_sequential_twice"]
     return keys + list(ERROR_MODELS)
 
 
@@ -122,6 +123,18 @@ def build(K, key):
         x = K.Input((5,), name="x")
         h = inner(x)
         return K.Model(x, L.Dense(2, name="head")(h), name=key)
+    if key in ("nested_functional_twice", "nested_sequential_twice"):
+        # a nested model called twice in a chain, its first output both a model output and read by a
+        # layer: Keras 3 numbers its calls from 0 in the calls and from 1 in output_layers (a
+        # Functional; 0 for a Sequential), tf_keras from 1 in both
+        if key == "nested_sequential_twice":
+            inner = K.Sequential([K.Input((6,)), L.Dense(6, activation="tanh", name="in_d")], name="seq_in")
+        else:
+            ix = K.Input((6,), name="ix")
+            inner = K.Model(ix, L.Dense(6, activation="tanh", name="in_d")(ix), name="func_in")
+        x = K.Input((6,), name="x")
+        h = inner(x)
+        return K.Model(x, [h, L.Dense(2, name="head")(h), inner(h)], name=key)
     if key == "diamond":
         x = K.Input((2, 5), name="x")
         a = L.Dense(5, activation="relu", name="a")(x)
