@@ -16,7 +16,9 @@ An int8-quantized Dense (``model.quantize("int8")``) holds ``kernel`` (int8, (in
 form, ``quantized = (kernel^T, 1 / kernel_scale)``, which malinn's ``int8-weights`` precision
 uploads as it is (``malinn.precision``). Keras computes such a layer with its inputs quantized to
 int8 as well; malinn keeps them float (it is the more exact of the two: ``malinn verify`` shows
-the difference). Other modes (int4, float8, GPTQ) are refused by name.
+the difference). An int8 Dense with LoRA (a QLoRA fine-tune) reads the same where the file holds
+its factors merged into the int8 kernel and its scale, as a ``.keras`` archive does
+(``Dense.save_own_variables``). Other modes (int4, float8, GPTQ) are refused by name.
 """
 
 from __future__ import annotations
@@ -37,14 +39,15 @@ def resolve_dense_variants(model: KerasModel) -> None:
     other quantized Dense layers.
 
     Raises:
-        ConversionError: a Dense quantized in another mode than int8 (or with an int8 LoRA); a
-            LoRA or int8 Dense whose variables cannot be told apart or whose shapes do not fit.
+        ConversionError: a Dense quantized in another mode than int8; a LoRA or int8 Dense whose
+            variables cannot be told apart or whose shapes do not fit (an int8 Dense with LoRA
+            reads where the file holds the factors merged, as a ``.keras`` archive does).
     """
     for layer in model.layers:
         if layer.class_name != "Dense":
             continue
         mode = quantization_mode(layer.config)
-        if mode == "int8" and not layer.config.get("lora_rank"):
+        if mode == "int8":   # with LoRA too, where the file holds the factors merged (a .keras archive)
             _read_int8(model.source, layer)
             continue
         if mode is not None:
@@ -104,8 +107,10 @@ def _read_int8(source: str, layer: KerasLayer) -> None:
     if len(layer.weights) == len(wanted) and all(_role(n).isdigit() for n in layer.weight_names):
         roles = {r: i for i, r in enumerate(wanted)}   # a .keras archive: vars/0.. as Dense.save_own_variables
     if sorted(roles) != sorted(wanted) or len(roles) != len(layer.weights):
+        lora = (" (with LoRA, malinn reads the factors merged into the kernel, as a .keras archive holds them: "
+                "save the model as .keras)" if layer.config.get("lora_rank") else "")
         raise ConversionError(f"{where}: the file has {len(layer.weights)} weight arrays named "
-                              f"{', '.join(layer.weight_names) or 'nothing'}; expected {', '.join(wanted)}")
+                              f"{', '.join(layer.weight_names) or 'nothing'}; expected {', '.join(wanted)}{lora}")
     q, scale = layer.weights[roles["kernel"]], layer.weights[roles["kernel_scale"]]
     if q.ndim != 2 or scale.shape != (q.shape[1],):
         raise ConversionError(f"{where}: kernel {q.shape} and kernel_scale {scale.shape} do not fit: "

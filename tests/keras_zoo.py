@@ -98,7 +98,7 @@ CUSTOM_MODELS = {
 }
 #: Keras 3 Dense variants: weights stored as bfloat16, LoRA enabled, int8-quantized (Keras 3
 #: only, except bfloat16 which tf_keras writes too).
-VARIANT_MODELS = ["bfloat16", "lora", "int8"]
+VARIANT_MODELS = ["bfloat16", "lora", "int8", "int8_lora"]
 
 
 def activation_models(generation):
@@ -776,6 +776,19 @@ class Zoo:
         model = self.calibrate(self.sequential((5,), layers, "int8"), x, 42)
         model.quantize("int8")
         self.add("int8", model, kind="variant")
+
+        # QLoRA: LoRA on an int8 Dense; a .keras archive holds the factors merged into the int8
+        # kernel and its scale, an .h5 holds them apart
+        x = self.inputs((5,), seed=43)
+        model = self.calibrate(self.sequential((5,), [L.Dense(7, activation="tanh", name="d7_qlora"),
+                                                     L.Dense(3, name="d3_int8")], "int8_lora"), x, 43)
+        model.quantize("int8")
+        layer = model.get_layer("d7_qlora")
+        layer.enable_lora(2)
+        rng = np.random.default_rng(43)
+        layer.lora_kernel_a.assign(rng.standard_normal(layer.lora_kernel_a.shape).astype(np.float32) * 0.5)
+        layer.lora_kernel_b.assign(rng.standard_normal(layer.lora_kernel_b.shape).astype(np.float32) * 0.5)
+        self.add("int8_lora", model, x, kind="variant")
 
     # ------------------------------------------------------------------ reader models
     def reader_layers(self, first_kwargs):

@@ -153,3 +153,16 @@ def test_int8_quantized_dense_reads_its_int8_values_and_scales(keras_zoo, fmt):
     assert q.dtype == np.int8 and q.shape == (13, 5) and scales.shape == (13,)
     np.testing.assert_allclose(layer.kernel.T, q * scales[:, None], rtol=1e-6)
     assert np.abs(q).max() == 127
+
+
+def test_int8_dense_with_lora_reads_its_merged_form_and_names_lora_otherwise(keras_zoo):
+    """A QLoRA fine-tune (int8 Dense, LoRA enabled): the .keras archive holds the factors merged
+    into the int8 kernel and its scale, and reads as an int8 Dense (Keras quantizes the inputs too:
+    a looser tolerance); an .h5 holds them apart and is refused naming LoRA and what to do (both
+    were refused as 'not supported (malinn reads int8-quantized Dense layers)')."""
+    data = keras_zoo.data("keras3-zip", "int8_lora")
+    model = malinn.load_model(keras_zoo.path("keras3-zip", "int8_lora"))
+    assert model.layers[0].quantized is not None
+    assert relative_error(model.predict(data["x"]), data["y"]) <= 0.05
+    with pytest.raises(ConversionError, match=r"int8-quantized Dense: the file has 5 weight arrays .*with LoRA.*\.keras"):
+        malinn.load_model(keras_zoo.path("keras3-h5", "int8_lora"))
