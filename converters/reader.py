@@ -10,6 +10,7 @@ import re
 from malinn.errors import ConversionError
 
 from .chain import parse_model
+from .batchnorm_variants import resolve_batchnorm_variants
 from .dense_variants import resolve_dense_variants
 from .hdf5_util import is_hdf5_signature
 from .keras3_zip import read_keras3_dir, read_keras3_zip
@@ -52,6 +53,7 @@ def read_keras(path, weights=None) -> KerasModel:
         else:
             model = _read_pair(source, weights_source)
         resolve_dense_variants(model)
+        resolve_batchnorm_variants(model)
         check_model(model)
         return model
     except ConversionError:

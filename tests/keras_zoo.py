@@ -76,6 +76,7 @@ LAYER_MODELS = ["noops", "multiaxis", "batchnorm", "relus", "wide", "tiny", "dig
 ISSUE10_MODELS = {
     "dense_nd": ("keras3", "tf_keras"), "dense_4d": ("keras3", "tf_keras"),
     "softmax_axes": ("keras3", "tf_keras"), "batchnorm_axes": ("keras3", "tf_keras"),
+    "batchnorm_tf_variants": ("tf_keras",),
     "elementwise_nd": ("keras3", "tf_keras"), "reshapes": ("keras3", "tf_keras"),
     "prelu": ("keras3", "tf_keras"), "thresholded": ("tf_keras",),
     "layernorm": ("keras3", "tf_keras"), "layernorm_rms": ("keras3",), "unitnorm": ("keras3", "tf_keras"),
@@ -495,6 +496,17 @@ class Zoo:
                                           L.Activation("tanh", name="tanh"),
                                           L.BatchNormalization(axis=1, scale=False, name="bn1_noscale")], 203,
             large=30.0)   # at std 100, float32 rounding in this chain puts Keras and malinn 2e-5 to 5e-5 from exact
+        if "batchnorm_tf_variants" in keys:
+            # batch renormalization and ghost batch normalization: plain BatchNormalization at inference
+            # (random weights: calibrate sets a BatchNormalization's four arrays, renorm has seven)
+            model = self.sequential((4, 5, 6), [L.BatchNormalization(renorm=True, name="bn_renorm"),
+                                                L.BatchNormalization(axis=2, virtual_batch_size=1, name="bn_ghost2"),
+                                                L.Dense(6, name="d6"),
+                                                L.BatchNormalization(virtual_batch_size=1, name="bn_ghost")],
+                                    "batchnorm_tf_variants")
+            self.randomize(model, 205)
+            self.add_issue10("batchnorm_tf_variants", model, self.uniform((4, 5, 6), seed=205),
+                             self.inputs((4, 5, 6), seed=255, scale=30.0))
         seq("elementwise_nd", (4, 5), [L.ReLU(max_value=0.8, name="relu"), L.Activation("tanh", name="tanh"),
                                        L.LeakyReLU(0.2, name="leaky"), L.Dropout(0.2, name="drop")], 204)
         seq("reshapes", (4, 6), [L.Reshape((-1, 3), name="to_8x3"), L.Dense(5, name="d5"),
