@@ -40,6 +40,9 @@ PRECISIONS = ("fp32", "fp16-storage", "fp16", "int8-weights")
 #: verify's default tolerance (largest rel error) per precision: a little above the worst layer of
 #: the test zoo and the digits example measured in that precision (docs/CONVERTING.md)
 VERIFY_TOLERANCE = {"fp32": 1e-5, "fp16-storage": 1e-2, "fp16": 2e-2, "int8-weights": 1e-1}
+#: the least default tolerance where Keras itself computed in half (a mixed_float16 or
+#: mixed_bfloat16 policy, a float16 or bfloat16 layer): malinn computes such layers in float32
+KERAS_HALF_TOLERANCE = {"float16": 1e-2, "bfloat16": 5e-2}
 PRECISION_HELP = ("the weights' precision on the device: fp32, fp16-storage (half weights, float "
                   "arithmetic), fp16 (half arithmetic: devices with cl_khr_fp16) or int8-weights (per-output-channel "
                   "int8 with float scales)")
@@ -324,8 +327,16 @@ def cmd_verify(args) -> int:
                 raise MalinnError("verify needs TensorFlow to run the Keras model: pip install tensorflow-cpu")
             raise MalinnError(f"running {_shown(args.model, args.weights)} in Keras failed: {_exception_line(run.stderr)}")
         reference = dict(np.load(out_path, allow_pickle=False))
+    computed = [str(d) for d in reference.pop("compute_dtypes", ["float32"])]
+    halves = [KERAS_HALF_TOLERANCE[d] for d in computed if d in KERAS_HALF_TOLERANCE]
+    if args.tolerance is None and halves and max(halves) > tolerance:
+        tolerance = max(halves)
     print(f"verify {_shown(args.model, args.weights)} on {device.name} in {model.precision}, input {_shape_text(x)}; "
-          "rel = max|malinn - keras| / max(1, max|keras|), keras in float32")
+          f"rel = max|malinn - keras| / max(1, max|keras|), keras in {', '.join(computed)}")
+    if halves:
+        print(f"(Keras computed layers in {' and '.join(d for d in computed if d in KERAS_HALF_TOLERANCE)}; malinn "
+              f"computes them in float32: the errors below are mostly Keras's rounding; default tolerance "
+              f"{max(halves):g})")
     rows, called = [], set()
     for layer, out in zip(model.layer_calls, ours):   # Keras gives a shared layer's first call only
         first = layer.name not in called
@@ -555,10 +566,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", help=input_help + " (default: 16 standard-normal samples)")
     p.add_argument("--key", help=key_help)
     p.add_argument("--tolerance", type=_tolerance, help="largest rel error accepted (default 1e-5 in fp32, 1e-2 in "
-                                                         "fp16-storage, 2e-2 in fp16, 1e-1 in int8-weights)")
+                                                         "fp16-storage, 2e-2 in fp16, 1e-1 in int8-weights; at "
+                                                         "least 1e-2 / 5e-2 where Keras computes in float16 / "
+                                                         "bfloat16)")
     p.add_argument("--precision", choices=PRECISIONS, help=PRECISION_HELP + " (default: the model file's, fp32 for a "
                                                                           "Keras file); prints each layer's error "
-                                                                          "against Keras in float32 and the argmax "
+                                                                          "against Keras and the argmax "
                                                                           "agreement")
     p.add_argument("--device", help=device_help)
 

@@ -2,7 +2,8 @@
 
 Run as ``python -m malinn.tf_reference [--weights=W] MODEL X.npz OUT.npz NAME [NAME ...]``
 (``X.npz`` holds ``x0``, ``x1``, ...: one array per model input); writes Keras's output of each
-named layer (``layer:<name>``) and the model's output (``output``, or ``output:<j>`` for several).
+named layer (``layer:<name>``), the model's output (``output``, or ``output:<j>`` for several) and
+the dtypes its layers computed in (``compute_dtypes``: ``float16`` under ``mixed_float16``, say).
 With ``--weights``, MODEL is an architecture JSON (``model.to_json()``) and W its ``save_weights``
 file. malinn never imports this module: TensorFlow and PoCL cannot share a process (PoCL's kernel
 compiler then binds to TensorFlow's LLVM and fails), and TensorFlow is no runtime dependency.
@@ -48,8 +49,19 @@ def main(argv):
         values = values if isinstance(values, (list, tuple)) else [values]
         for (name, _), value in zip(wanted, values):
             outputs[f"layer:{name}"] = np.asarray(value).astype(np.float32)
+    # what Keras computed in: a mixed or half policy differs from malinn's float32 by its precision
+    outputs["compute_dtypes"] = np.array(sorted({str(dtype) for dtype in _compute_dtypes(model)}) or ["float32"])
     np.savez(out_path, **outputs)
     return 0
+
+
+def _compute_dtypes(model):
+    """The compute dtype of every layer of ``model``, nested models' layers too."""
+    for layer in getattr(model, "layers", []):
+        if getattr(layer, "layers", None):
+            yield from _compute_dtypes(layer)
+        elif type(layer).__name__ != "InputLayer":
+            yield getattr(layer, "compute_dtype", "float32")
 
 
 def _load_split(keras, architecture, weights):

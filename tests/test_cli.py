@@ -423,3 +423,14 @@ def test_a_wrong_kernels_folder_is_not_blamed_on_the_model_file(digits_malinn, t
     out = malinn("predict", digits_malinn, ROOT / "examples" / "digits_test.npz", "--key", "x", "-o", tmp_path / "y.npy",
                  env={"MALINN_KERNELS": str(tmp_path / "nowhere")})
     assert out.returncode == 1 and "MALINN_KERNELS names" in out.stderr and "damaged" not in out.stderr
+
+
+@pytest.mark.skipif(not HAS_TF, reason="verify needs tensorflow (test extra)")
+def test_verify_says_keras_computed_in_half_and_takes_its_tolerance(keras_zoo):
+    """A model of bfloat16 layers: Keras computes them in bfloat16, malinn in float32. verify said
+    'keras in float32' and failed at fp32's 1e-5 (a review's mixed_float16 model: MISMATCH at 3e-4)."""
+    out = malinn("verify", keras_zoo.path("keras3-zip", "bfloat16"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    header = out.stdout.splitlines()[0]
+    assert "keras in bfloat16" in header and "keras in float32" not in header, header
+    assert "malinn computes them in float32" in out.stdout and "(tolerance 0.05)" in out.stdout.splitlines()[-1]
