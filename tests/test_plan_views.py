@@ -92,7 +92,7 @@ def test_an_input_no_kernel_writes_keeps_its_concat_launch_beside_views(device, 
     poison(device, plan, "concat")
     want = dense_np(out.node.layer, np.concatenate([dense_np(d, xs), ts], axis=-1))
     assert_close(model.predict([xs, ts]), want)
-    kernels, _ = model._kernels(batch)
+    kernels, _, _ = model._kernels(batch)
     assert kernels["cat"].startswith("concat") and "writes its slice" in kernels["d"]
 
 
