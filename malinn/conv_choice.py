@@ -121,10 +121,12 @@ def holds(when: dict, geometry: ConvGeometry) -> bool:
 def runs(spec: KernelSpec, geometry: ConvGeometry, device: Device) -> bool:
     """Whether ``spec`` can run ``geometry`` on ``device``: an im2col kernel needs one group and
     patches within :func:`patch_budget`; a conv kernel's preconditions must hold for the product
-    ``(COUT, KH*KW*CG, batch*OH*OW)``."""
+    ``(COUT, KH*KW*CG, batch*OH*OW)``, and on a device that ends long loops early (llvmpipe) its
+    loops must fit (:meth:`~malinn.kernel_library.KernelSpec.loops_fit`)."""
     if spec.op == "im2col":
         return geometry.groups == 1 and patch_bytes(geometry) <= patch_budget(device)
-    return spec.op == "conv" and spec.accepts(*geometry.product())
+    return (spec.op == "conv" and spec.accepts(*geometry.product())
+            and spec.configure(geometry.defines()).loops_fit(device, {}))
 
 
 def choose_algorithm(device: Device, geometry: ConvGeometry) -> tuple[KernelSpec, str]:

@@ -38,6 +38,11 @@ class ConvGeometry:
         """The window defines (``IH`` ... ``PL``)."""
         return {f.name: getattr(self, f.name) for f in fields(self)[4:]}
 
+    def defines(self) -> dict:
+        """What a ``conv`` kernel is configured with for this layer: the window, ``CG`` and ``MG``
+        (input and output channels per group) and ``GROUPS``."""
+        return {**self.window(), "CG": self.cg, "MG": self.cout // self.groups, "GROUPS": self.groups}
+
     @property
     def cg(self) -> int:
         return self.cin // self.groups

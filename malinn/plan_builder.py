@@ -364,8 +364,7 @@ class PlanBuilder:
             patches = self._record("im2col", spec.configure({**g, "CIN": cin}), out_shape[:-1] + (weight.shape[1],),
                                    {"a": x}, what)
             return self.matmul(patches, weight, bias, activation, params, what)
-        defines = {**g, "CG": cin // groups, "MG": cout // groups, "GROUPS": groups}
-        return self._conv_step(spec.configure(defines), x, weight, out_shape, bias, activation, params, what)
+        return self._conv_step(spec.configure(shape.defines()), x, weight, out_shape, bias, activation, params, what)
 
     def depthwise(self, x: Value, weight: Weight, geometry: dict, out_shape, bias: Vector | None = None,
                   activation: str = "linear", params: dict | None = None, what: str = "depthwise") -> Value:

@@ -15,7 +15,7 @@ import pytest
 
 import malinn
 from malinn import Sequential, ops
-from malinn.errors import BackendError, KernelBuildError
+from malinn.errors import BackendError, DeviceError, KernelBuildError
 from malinn.kernel_library import load_library
 from malinn.layers import (Activation, BatchNormalization, Conv2D, Dense, Flatten, LayerNormalization, Permute, PReLU,
                            RepeatVector, Reshape, Softmax)
@@ -216,3 +216,26 @@ def test_an_opengl_es_3_0_gpu_is_a_gles3_device_and_runs_a_dense_model(api):
     assert float(err) < 1e-6
     if not api:   # the gl backend's warning says where the device went
         assert "the gles3 backend's vertex shaders" in out.stderr, out.stderr[-2000:]
+
+
+def test_the_probe_measures_where_the_driver_ends_a_vertex_shaders_loops(gles3):
+    """llvmpipe's vertex shaders stop loops after 65535 iterations as its compute shaders do (a
+    review found a 34000-feature softmax and LayerNormalization wrong on gles3, refused on gl)."""
+    if "llvmpipe" in gles3.name:
+        assert gles3.max_loop_iterations == 65535
+    else:
+        assert gles3.max_loop_iterations is None or gles3.max_loop_iterations >= 65535, gles3
+
+
+def test_a_vertex_kernel_whose_loops_the_driver_would_end_is_refused_by_name(gles3, monkeypatch):
+    """A limit of 1000 stands in for llvmpipe's 65535: a softmax over 600 features loops
+    2 x 600 + 2 times, a LayerNormalization over 300 features 5 x 300."""
+    monkeypatch.setattr(gles3, "max_loop_iterations", 1000)
+    for layer, count in [(Softmax(name="wide_softmax"), "1,202"),
+                         (LayerNormalization(name="wide_norm"), "1,500")]:
+        model = Sequential([layer])
+        model.build((None, 600 if count == "1,202" else 300))
+        with pytest.raises(DeviceError) as info:
+            model.plan(2, gles3)
+        text = str(info.value)
+        assert f"layer '{layer.name}'" in text and f"{count} loop iterations" in text and "after 1,000" in text, text

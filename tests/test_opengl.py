@@ -17,10 +17,12 @@ import numpy as np
 import pytest
 
 import malinn
-from malinn import Sequential, ops
+from malinn import Sequential, conv_choice, ops
+from malinn.conv_geometry import ConvGeometry
 from malinn.errors import DeviceError, KernelBuildError, LibraryError
 from malinn.kernel_library import load_library
-from malinn.layers import Activation, BatchNormalization, Conv2D, Dense, Flatten, GlobalAveragePooling2D, Softmax
+from malinn.layers import (Activation, BatchNormalization, Conv2D, Dense, DepthwiseConv2D, Flatten,
+                           GlobalAveragePooling2D, Softmax)
 from malinn.layout import Layout
 from malinn.matrix import DeviceMatrix
 
@@ -292,6 +294,26 @@ def test_a_kernel_whose_loops_the_driver_would_end_is_refused_by_name(monkeypatc
             model.plan(2, device)
         text = str(info.value)
         assert f"layer '{layer.name}'" in text and f"{count} loop iterations" in text and "after 1,000" in text, text
+
+
+@needs_gl
+def test_convolution_kernels_whose_loops_the_driver_would_end_are_not_chosen_or_are_refused(monkeypatch):
+    """The direct convolutions bound their loops too (a review found conv_kn2row wrong from 65700
+    taps x channels on llvmpipe, the default choice for an 18 x 18 x 8192 input, and a depthwise
+    260 x 260 window wrong): with a limit of 1000, a 3 x 3 kn2row over 120 channels (1,137
+    iterations) does not run where 100 channels (957) do, and a depthwise 32 x 32 window (1,056)
+    is refused naming the layer."""
+    device = GL[0]
+    monkeypatch.setattr(device, "max_loop_iterations", 1000)
+    window = {"IH": 3, "IW": 3, "OH": 1, "OW": 1, "KH": 3, "KW": 3, "SH": 1, "SW": 1, "DH": 1, "DW": 1,
+              "PT": 0, "PL": 0}
+    spec = load_library()["conv_kn2row"].configure({"LOCAL": 0})
+    assert conv_choice.runs(spec, ConvGeometry.of(1, 100, 4, 1, window), device)
+    assert not conv_choice.runs(spec, ConvGeometry.of(1, 120, 4, 1, window), device)
+    model = Sequential([DepthwiseConv2D(32, name="wide_window")])
+    model.build((None, 32, 32, 1))
+    with pytest.raises(DeviceError, match=r"layer 'wide_window'.* 1,056 loop iterations .*after 1,000"):
+        model.plan(1, device)
 
 
 @needs_gl

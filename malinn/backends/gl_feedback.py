@@ -50,7 +50,7 @@ from ..layout import Layout
 from .base import BoundLaunch
 from .gles_context import ESContext
 from .opengl import (SOFTWARE_RENDERERS, GLDevice, GLEvent, _GL, _moderngl, _total_memory, gl_index_macro, launch_error,
-                     requested_gl_api, run_probe, wanted)
+                     loop_limit, requested_gl_api, run_probe, wanted)
 
 __all__ = ["FeedbackDevice", "BACKEND", "discover", "probe", "no_compute", "inverse_index_macros"]
 
@@ -84,6 +84,23 @@ uniform highp sampler2D malinn_tex0;
 out float malinn_out0;
 void main() {
     malinn_out0 = 2.0 * MALINN_LOAD(malinn_tex0, MALINN_VERTEX) + 1.0;
+}
+"""
+
+
+#: counts the iterations of one loop of ``n`` (each adds a value read from the texture, so that no
+#: compiler folds the loop): fewer than ``n`` where the driver ends loops early (llvmpipe's vertex
+#: shaders, as its compute shaders: after 65535); the twin of the gl backend's loop probe
+_LOOP_PROBE_SOURCE = """/* malinn: the gles3 loop probe */
+#pragma malinn_feedback(1, 1, 1, 1)
+MALINN_ARGS(uint n;)
+uniform highp sampler2D malinn_tex0;
+out float malinn_out0;
+void main() {
+    float count = 0.0;
+    for (uint i = 0u; i < n; ++i)
+        count += MALINN_LOAD(malinn_tex0, i & 1u);
+    malinn_out0 = count;
 }
 """
 
@@ -528,7 +545,9 @@ def probe(index: int) -> FeedbackDevice:
         ctx.error
     finally:
         ctx.__exit__(None, None, None)   # create_context left it current in this thread
-    return run_probe(device, _PROBE_SOURCE, "the gles3 (vertex-stage) probe shader")
+    device = run_probe(device, _PROBE_SOURCE, "the gles3 (vertex-stage) probe shader")
+    device.max_loop_iterations = loop_limit(device, _LOOP_PROBE_SOURCE, np.float32, None)
+    return device
 
 
 def discover(others: list | None = None, force: bool = False) -> list:

@@ -47,7 +47,7 @@ from ..layout import Layout
 from .base import BoundLaunch, Device
 from .gles_context import ESContext
 
-__all__ = ["GLDevice", "discover", "gl_index_macro", "PREAMBLE_VERSION", "SOFTWARE_RENDERERS"]
+__all__ = ["GLDevice", "discover", "gl_index_macro", "loop_limit", "PREAMBLE_VERSION", "SOFTWARE_RENDERERS"]
 
 #: renderers that run on the CPU (their devices are listed as type CPU)
 SOFTWARE_RENDERERS = ("llvmpipe", "softpipe", "swiftshader", "lavapipe", "swrast")
@@ -813,19 +813,22 @@ def probe(index: int) -> GLDevice:
     finally:
         ctx.__exit__(None, None, None)   # create_context left it current in this thread
     device = run_probe(device, _PROBE_SOURCE, "the probe shader")
-    device.max_loop_iterations = _loop_limit(device)
+    device.max_loop_iterations = loop_limit(device)
     return device
 
 
-def _loop_limit(device: "GLDevice") -> int | None:
+def loop_limit(device: "GLDevice", source: str = _LOOP_PROBE_SOURCE, dtype=np.uint32,
+               local: tuple | None = (1,)) -> int | None:
     """The iterations after which ``device``'s driver ends a shader invocation's loops, silently
     (llvmpipe's 65535: Mesa's LP_MAX_TGSI_LOOP_ITERATIONS), or None where a loop of
-    :data:`_LOOP_PROBE_ITERATIONS` runs to its end."""
-    x, y = np.ones(2, np.uint32), np.zeros(1, np.uint32)
+    :data:`_LOOP_PROBE_ITERATIONS` runs to its end. ``source`` counts a loop of ``n`` iterations
+    over two ones of ``dtype`` into its one output (a compute shader here; the gles3 backend
+    passes its vertex-stage twin)."""
+    x, y = np.ones(2, dtype), np.zeros(1, dtype)
     xb, yb = device.alloc(x.nbytes, "loop probe input"), device.alloc(y.nbytes, "loop probe output")
-    program = device.compile(_LOOP_PROBE_SOURCE, origin="the loop probe shader")
+    program = device.compile(source, origin="the loop probe shader")
     device.upload(xb, x)
-    device.bind(program, "main", [np.uint32(_LOOP_PROBE_ITERATIONS), xb, yb], (1,), (1,), what="loop probe")()
+    device.bind(program, "main", [np.uint32(_LOOP_PROBE_ITERATIONS), xb, yb], (1,), local, what="loop probe")()
     device.download(yb, y)
     device.counters.update({key: 0 for key in device.counters})
     return int(y[0]) if int(y[0]) < _LOOP_PROBE_ITERATIONS else None
