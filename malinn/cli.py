@@ -493,7 +493,8 @@ def _tune_matmuls(args, device, shapes) -> None:
 
 def _described(winner: dict) -> str:
     """A winner's codename and its defines (``gemm_tiled MWG=64 ...``; the codename alone where it has none)."""
-    return " ".join([winner["codename"]] + [f"{k}={v}" for k, v in winner["defines"].items()])
+    defines = winner.get("defines") if isinstance(winner.get("defines"), dict) else {}
+    return " ".join([str(winner["codename"])] + [f"{k}={v}" for k, v in defines.items()])
 
 
 def _check_cache_dir(folder: Path) -> None:
