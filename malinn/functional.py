@@ -275,20 +275,7 @@ class Functional(PlannedModel):
             outputs = outputs[0]
         return cls(inputs, outputs, name=config["name"], precision=precision)
 
-    def summary(self, print_fn=print, batch: int = 1) -> str:
-        """Prints (and returns) the graph as Keras does: each layer with its output shape, parameters,
-        the tensors it is connected to (``layer[call][0]``) and the kernel that runs it on the
-        current device for passes of ``batch`` samples.
-
-        Args:
-            print_fn: called once with the whole table (default: :func:`print`), as Keras's.
-            batch: the pass size whose plan's kernels the table shows (default 1).
-
-        Returns:
-            The table's text. Where the device refuses the plan (a buffer that does not fit), the
-            layers are still listed and the last line says why no kernels are shown.
-        """
-        kernels, weights, refused = self._kernels(batch)
+    def _summary_rows(self, kernels: dict) -> list:
         calls = {}
         for node in self.nodes:
             calls.setdefault(id(node.layer), []).append(node)
@@ -305,7 +292,7 @@ class Functional(PlannedModel):
             connected = ", ".join(label[id(t)] for node in nodes for t in node.inputs)
             rows.append((f"{layer.name} ({type(layer).__name__})", shapes.pop() if len(shapes) == 1 else "multiple",
                          str(layer.count_params()), connected, kernels.get(layer.name, "")))
-        return self._table(rows, print_fn, weights, refused)
+        return rows
 
 
 def _input(entry: dict) -> KerasTensor:

@@ -423,6 +423,28 @@ class PlannedModel:
         """The number of weight values of every layer together, as Keras's ``count_params``."""
         return sum(layer.count_params() for layer in self.layers)
 
+    def summary(self, print_fn=print, batch: int = 1) -> str:
+        """Prints (and returns) the model as Keras does: each layer with its output shape, parameters
+        (a graph's: the tensors it is connected to, ``layer[call][0]``) and the kernels that run it
+        on the current device for passes of ``batch`` samples, in order (a convolution as patches
+        then a product: ``im2col, gemm_tiled + bias+relu``; layers fused into one launch share it),
+        then the weights' device memory.
+
+        Args:
+            print_fn: called once with the whole table (default: :func:`print`), as Keras's.
+            batch: the pass size whose plan's kernels the table shows (default 1).
+
+        Returns:
+            The table's text. Where the device refuses the plan (a buffer that does not fit), the
+            layers are still listed and the last line says why no kernels are shown.
+        """
+        kernels, weights, refused = self._kernels(batch)
+        return self._table(self._summary_rows(kernels), print_fn, weights, refused)
+
+    def _summary_rows(self, kernels: dict) -> list:
+        """The table's rows (the header first), each layer's kernels from ``kernels``."""
+        raise NotImplementedError
+
     def _kernels(self, batch: int) -> tuple[dict, tuple | None, str | None]:
         """``(kernels, weights, refused)``: layer name -> the kernel (and what it fuses) that runs it
         on the current device, ``(bytes on the device, bytes in fp32)`` of the weights (None when
@@ -655,28 +677,14 @@ class Sequential(PlannedModel):
         model.build([None] + list(config["input_shape"]))
         return model
 
-    def summary(self, print_fn=print, batch: int = 1) -> str:
-        """Prints (and returns) a table of layers: output shape, parameters and the kernels that run
-        each on the current device for passes of ``batch`` samples, in order (a convolution as
-        patches then a product: ``im2col, gemm_tiled + bias+relu``; layers fused into one launch
-        share it).
-
-        Args:
-            print_fn: called once with the whole table (default: :func:`print`), as Keras's.
-            batch: the pass size whose plan's kernels the table shows (default 1).
-
-        Returns:
-            The table's text. Where the device refuses the plan (a buffer that does not fit), the
-            layers are still listed and the last line says why no kernels are shown.
-        """
-        kernels, weights, refused = self._kernels(batch)
+    def _summary_rows(self, kernels: dict) -> list:
         rows = [("Layer (type)", "Output Shape", "Param #", "Kernel")]
         shape = (None,) + self.input_shape if self.input_shape is not None else None
         for layer in self.layers:
             shape = layer.compute_output_shape(shape) if shape is not None else None
             rows.append((f"{layer.name} ({type(layer).__name__})", format_shape(shape) if shape else "?",
                          str(layer.count_params()), kernels.get(layer.name, "")))
-        return self._table(rows, print_fn, weights, refused)
+        return rows
 
 
 def _mib(nbytes: int) -> str:
