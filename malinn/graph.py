@@ -99,9 +99,8 @@ def call_layer(layer, inputs) -> KerasTensor:
     given = shapes if listed else shapes[0]
     if not layer.built:
         layer.build(given)
-    elif not listed and layer.input_shape is not None and layer.input_shape[-1:] != tuple(given[-1:]):
-        raise ValueError(f"layer {layer.name!r} was built for inputs of shape {format_shape((None,) + layer.input_shape)}, "
-                         f"but is called on {format_shape(given)}")
+    elif not listed:
+        layer.check_reuse(given, "is called on")
     node = Node(layer, tensors, listed)
     node.output = KerasTensor(layer.compute_output_shape(given), node, name=layer.name)
     return node.output

@@ -552,14 +552,11 @@ class Sequential(PlannedModel):
         sample = sample_shape(input_shape, f"Sequential {self.name!r}")
         self._last = None
         shape = (None,) + sample
-        for layer in self.layers:
-            if layer.built and layer.input_shape is not None and layer.input_shape[-1:] != shape[-1:]:
-                raise ValueError(f"layer {layer.name!r} was built for inputs of shape "
-                                 f"{format_shape((None,) + layer.input_shape)}, but receives {format_shape(shape)}")
+        for layer in self.layers:   # checked first: a layer another model shares stays as it is
             if not layer.built:
                 layer.build(shape)
-            elif layer.input_shape != shape[1:]:
-                layer.input_shape = shape[1:]
+            else:
+                layer.check_reuse(shape)
             shape = layer.compute_output_shape(shape)
         self.input_shape = sample
         self._plans.clear()

@@ -6,9 +6,9 @@ import pytest
 
 import malinn
 from helpers import assert_close
-from malinn import Functional, Input
-from malinn.layers import (Activation, Add, Average, Concatenate, Dense, Dot, Maximum, Minimum, Multiply,
-                           Subtract)
+from malinn import Functional, Input, Sequential
+from malinn.layers import (Activation, Add, Average, BatchNormalization, Concatenate, Conv2D, Dense, Dot,
+                           Maximum, MaxPooling2D, Minimum, Multiply, Subtract, UpSampling2D)
 
 pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
 
@@ -405,3 +405,38 @@ def test_a_graph_runs_its_dense_weights_in_the_precision_and_its_merges_in_float
     np.testing.assert_array_equal(loaded.predict(xs), got)
     with pytest.raises(ValueError, match="precision"):
         Functional([x, y], s, precision="fp8")
+
+
+def test_a_convolution_and_pooling_shared_by_two_image_sizes_compute_each_size(device, rng):
+    """One Conv2D, MaxPooling2D and UpSampling2D called on 6 x 6 and 9 x 9 images (Keras allows it:
+    their weights follow the channels alone): each call equals the same layers built for its size
+    alone (the second call computed with the first size's geometry: errors up to 5.6e31)."""
+    conv, pool, up = Conv2D(2, 3, activation="relu", name="conv"), MaxPooling2D(2, name="pool"), \
+        UpSampling2D(2, name="up")
+    small, big = Input((6, 6, 1), name="small"), Input((9, 9, 1), name="big")
+    model = Functional([small, big], [up(pool(conv(small))), up(pool(conv(big)))])
+    weights = [rng.standard_normal(w.shape).astype(np.float32) for w in conv.get_weights()]
+    conv.set_weights(weights)
+    xs = [rng.standard_normal((3, n, n, 1)).astype(np.float32) for n in (6, 9)]
+    got = model.predict(xs)
+    for x, y in zip(xs, got):
+        alone = Sequential([Conv2D(2, 3, activation="relu"), MaxPooling2D(2), UpSampling2D(2)])
+        alone.build((None,) + x.shape[1:])
+        alone.layers[0].set_weights(weights)
+        assert y.shape == alone.predict(x).shape
+        assert_close(y, alone.predict(x))
+
+
+def test_a_layer_laid_out_for_one_shape_is_not_shared_by_another(device):
+    """A BatchNormalization on axis 1 built for (3, 4) samples, given (5, 4) ones by a second model:
+    refused naming the layer and both shapes, and the first model still predicts (the second model
+    had rewritten the layer's shape: the first then failed, the second raised numpy's error)."""
+    norm = BatchNormalization(axis=1, name="rows")
+    first = Sequential([norm])
+    first.build((None, 3, 4))
+    x = np.ones((2, 3, 4), np.float32)
+    want = first.predict(x)
+    with pytest.raises(ValueError, match=r"BatchNormalization 'rows' was built for inputs of shape \(None, 3, 4\), "
+                                         r"but receives \(None, 5, 4\): its weights and axes are laid out"):
+        Sequential([norm]).build((None, 5, 4))
+    np.testing.assert_array_equal(first.predict(x), want)

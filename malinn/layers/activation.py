@@ -55,6 +55,8 @@ class Activation(Layer):
         ValueError: the activation is unknown.
     """
 
+    reusable_on_other_shapes = True
+
     def __init__(self, activation, name: str | None = None):
         super().__init__(name)
         self.activation = get_activation(activation)
@@ -215,6 +217,8 @@ class Softmax(Activation):
     Raises:
         ValueError: ``axis`` is not an integer or a list of them, or names the batch axis.
     """
+
+    reusable_on_other_shapes = False
 
     def __init__(self, axis=-1, name: str | None = None):
         super().__init__("softmax", name)

@@ -93,6 +93,10 @@ def folded_affine(kernel, bias, scale, shift, kernel_scale=None) -> tuple:
     return (np.asarray(kernel, np.float64) * ks).astype(np.float32), folded_bias.astype(np.float32)
 
 
+def _shape_text(sample) -> str:
+    return "(None, " + ", ".join(str(d) for d in sample) + ")"
+
+
 class Layer:
     """Base class of malinn layers.
 
@@ -102,6 +106,12 @@ class Layer:
     Raises:
         ValueError: ``name`` is not a non-empty string.
     """
+
+    #: whether a built layer computes right on samples of another shape with the same last axis
+    #: (a Dense or a convolution shared by inputs of two sizes, as Keras allows): its weights and
+    #: kernels follow the input's last axis alone, and its plan steps read the input's own shape.
+    #: False where the weights or axes are laid out for the shape it was built for.
+    reusable_on_other_shapes = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -130,6 +140,23 @@ class Layer:
     def compute_output_shape(self, input_shape) -> tuple:
         """The output shape for ``input_shape`` (both with the batch axis first)."""
         return tuple(input_shape)
+
+    def check_reuse(self, input_shape, how: str = "receives") -> None:
+        """Checks that this layer, built, can compute on inputs of ``input_shape`` (batch axis first).
+
+        Raises:
+            ValueError: the last axis differs from the one it was built for, or another shape where
+                its weights or axes are laid out for the first (:attr:`reusable_on_other_shapes`).
+        """
+        sample = tuple(input_shape)[1:]
+        if not self.built or self.input_shape is None or sample == tuple(self.input_shape):
+            return
+        built = f"{type(self).__name__} {self.name!r} was built for inputs of shape {_shape_text(self.input_shape)}"
+        if sample[-1:] != tuple(self.input_shape[-1:]):
+            raise ValueError(f"{built}, but {how} {_shape_text(sample)}")
+        if not self.reusable_on_other_shapes:
+            raise ValueError(f"{built}, but {how} {_shape_text(sample)}: its weights and axes are laid out for "
+                             f"the first shape (a layer of this kind is not shared by inputs of two shapes)")
 
     def lower(self, builder, x):
         """Records the steps computing this layer on ``x`` in ``builder``; returns the output value."""

@@ -29,6 +29,8 @@ def _glorot(shape, fan_in: int, fan_out: int) -> np.ndarray:
 class _Window(Layer):
     """What every convolution shares: rank, kernel size, strides, padding, dilation, activation, bias."""
 
+    reusable_on_other_shapes = True
+
     rank = 2
     paddings = PADDINGS
 
@@ -135,7 +137,7 @@ class Conv2D(_Window):
         return self.kernel.reshape(-1, self.filters).T
 
     def lower(self, builder, x):
-        geometry = {**self.geometry(self.input_shape), "GROUPS": self.groups}
+        geometry = {**self.geometry(x.shape[1:]), "GROUPS": self.groups}
         weight = Weight(f"layer {self.name!r} kernel", (self.filters, self.kernel[..., 0].size),
                         self.weight_matrix, self.device_copies)
         bias = self._vector(self.bias, "bias") if self.use_bias else None
@@ -235,7 +237,7 @@ class DepthwiseConv2D(_Window):
         return self.depthwise_kernel.reshape(-1, self.out_channels).T
 
     def _lower_depthwise(self, builder, x, bias, activation):
-        geometry = {**self.geometry(self.input_shape), "DM": self.depth_multiplier}
+        geometry = {**self.geometry(x.shape[1:]), "DM": self.depth_multiplier}
         weight = Weight(f"layer {self.name!r} depthwise kernel", (self.out_channels, int(np.prod(self.kernel_size))),
                         self.depthwise_matrix, self.device_copies)
         shape = self.compute_output_shape(x.shape)
@@ -324,7 +326,7 @@ class SeparableConv2D(DepthwiseConv2D):
         return builder.matmul(mid, weight, bias, self.activation, what=self._what())
 
     def _lower_depthwise(self, builder, x, bias, activation):
-        geometry = {**self.geometry(self.input_shape), "DM": self.depth_multiplier}
+        geometry = {**self.geometry(x.shape[1:]), "DM": self.depth_multiplier}
         weight = Weight(f"layer {self.name!r} depthwise kernel", (self.out_channels, int(np.prod(self.kernel_size))),
                         self.depthwise_matrix, self.device_copies)
         shape = DepthwiseConv2D.compute_output_shape(self, x.shape)

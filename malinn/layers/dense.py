@@ -31,6 +31,8 @@ class Dense(Layer):
         ValueError: ``units`` is not a positive integer or ``activation`` is unknown.
     """
 
+    reusable_on_other_shapes = True
+
     def __init__(self, units, activation=None, use_bias: bool = True, name: str | None = None):
         super().__init__(name)
         if isinstance(units, bool) or not isinstance(units, (int, np.integer)) or units < 1:

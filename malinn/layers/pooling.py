@@ -29,6 +29,8 @@ class _Pooling(Layer):
         ValueError: an argument is not what Keras accepts.
     """
 
+    reusable_on_other_shapes = True
+
     rank, maximum = 2, True
 
     def __init__(self, pool_size=2, strides=None, padding="valid", data_format=None, name: str | None = None):
@@ -60,7 +62,7 @@ class _Pooling(Layer):
         super().build(input_shape)
 
     def lower(self, builder, x):
-        h, w, _ = spatial_of(self.input_shape)
+        h, w, _ = spatial_of(x.shape[1:])
         defines = window_defines((h, w), self._hw(self.pool_size), self._hw(self.strides), (1, 1), self.padding)
         del defines["DH"], defines["DW"]
         return builder.gather(x, "pool", {**defines, "MAXPOOL": int(self.maximum)},
@@ -101,6 +103,8 @@ class _GlobalPooling(Layer):
         name: the layer's name.
     """
 
+    reusable_on_other_shapes = True
+
     rank, maximum = 2, True
 
     def __init__(self, keepdims: bool = False, data_format=None, name: str | None = None):
@@ -121,7 +125,7 @@ class _GlobalPooling(Layer):
         super().build(input_shape)
 
     def lower(self, builder, x):
-        h, w, _ = spatial_of(self.input_shape)
+        h, w, _ = spatial_of(x.shape[1:])
         defines = window_defines((h, w), (h, w), (1, 1), (1, 1), "valid")
         del defines["DH"], defines["DW"]
         # Keras's GlobalMaxPooling is TensorFlow's reduce_max, where a NaN gives NaN (its MaxPooling,

@@ -23,6 +23,8 @@ def _int_tuple(value, who: str, label: str, minimum: int) -> tuple:
 class Flatten(Layer):
     """Flattens each sample to one axis in Keras's order (row-major, channels last)."""
 
+    reusable_on_other_shapes = True
+
     def compute_output_shape(self, input_shape) -> tuple:
         shape = tuple(input_shape)
         return (shape[0], math.prod(shape[1:]))
@@ -133,6 +135,8 @@ class RepeatVector(Layer):
 class Identity(Layer):
     """Returns its input (Keras's Identity; the converter also uses it for a model of inference
     no-ops only)."""
+
+    reusable_on_other_shapes = True
 
     def lower(self, builder, x):
         return x

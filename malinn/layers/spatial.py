@@ -51,6 +51,8 @@ def _amounts(value, rank: int, who: str, what: str) -> tuple:
 class _Spatial(Layer):
     """A ``spatial_copy`` of rank ``rank``; subclasses give the output size and the defines."""
 
+    reusable_on_other_shapes = True
+
     rank = 2
 
     def __init__(self, data_format=None, name: str | None = None):
@@ -81,7 +83,7 @@ class _Spatial(Layer):
         super().build(input_shape)
 
     def lower(self, builder, x):
-        h, w, _ = spatial_of(self.input_shape)
+        h, w, _ = spatial_of(x.shape[1:])
         out = self.compute_output_shape(x.shape)
         oh, ow = spatial_of(out[1:])[:2]
         return builder.gather(x, "spatial", {"IH": h, "IW": w, "OH": oh, "OW": ow, **self._defines()}, out,
