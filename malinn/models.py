@@ -388,18 +388,26 @@ class PlannedModel:
                 ``(in, out)``, then its bias ``(out,)``).
 
         Raises:
-            ValueError: the model is not built, or the count or a shape does not match.
+            ValueError: the model is not built, or the count or a shape does not match (no layer's
+                weights are changed then).
         """
         weights = list(weights)
         if not self.built:
             raise self._not_built()
-        want = sum(len(layer.get_weights()) for layer in self.layers)
+        before = [layer.get_weights() for layer in self.layers]
+        want = sum(len(w) for w in before)
         if len(weights) != want:
             raise ValueError(f"{type(self).__name__} {self.name!r} expects {want} weight arrays, got {len(weights)}")
-        for layer in self.layers:
-            count = len(layer.get_weights())
-            layer.set_weights(weights[:count])
-            weights = weights[count:]
+        done = []
+        try:
+            for layer, old in zip(self.layers, before):
+                layer.set_weights(weights[:len(old)])
+                done.append((layer, old))
+                weights = weights[len(old):]
+        except Exception:   # all or nothing, as Keras: the layers set before the bad array get theirs back
+            for layer, old in done:
+                layer.set_weights(old)
+            raise
 
     def save(self, path, target=None, overwrite: bool = False):
         """Writes a malinn model file (see :func:`malinn.saving.save_model`).
@@ -518,7 +526,8 @@ class Sequential(PlannedModel):
             layer: a malinn layer whose name no layer of the model has.
 
         Raises:
-            ValueError: ``layer`` is not a malinn layer, or its name is already used.
+            ValueError: ``layer`` is not a malinn layer, its name is already used, or (the model
+                built) it does not take the last layer's output; the model is unchanged then.
         """
         if not isinstance(layer, Layer):
             raise ValueError(f"Sequential {self.name!r}: expected a malinn layer, got {type(layer).__name__}")
@@ -526,7 +535,11 @@ class Sequential(PlannedModel):
             raise ValueError(f"Sequential {self.name!r}: a layer named {layer.name!r} is already in the model")
         self.layers.append(layer)
         if self.input_shape is not None:
-            self.build((None,) + self.input_shape)
+            try:
+                self.build((None,) + self.input_shape)
+            except Exception:
+                self.layers.pop()
+                raise
 
     @property
     def layer_calls(self) -> list:

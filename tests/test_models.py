@@ -6,7 +6,8 @@ import pytest
 from helpers import assert_close, dense_forward
 from malinn import Sequential, ops
 from malinn.kernel_library import load_library
-from malinn.layers import Activation, Dense
+from malinn.layers import Activation, Dense, Normalization, Reshape
+from malinn.layers.activation import get_activation
 
 
 def three_layer(seed=0):
@@ -132,3 +133,61 @@ def test_duplicate_layer_names_are_rejected():
 def test_summary_lists_layers_and_params():
     text = three_layer().summary(print_fn=lambda s: None)
     assert "(None, 1001)" in text and "Total params: " + str(37 * 13 + 13 + 13 * 1001 + 1001 + 1001 * 3 + 3) in text
+
+
+def test_a_weight_assigned_to_a_layer_reaches_the_next_predict(device):
+    """``dense.kernel = ...`` after a predict (Keras's ``layer.kernel.assign``): the next predict,
+    a new batch size's plan and a saved file all use it (predict kept the old weights)."""
+    dense = Dense(2, name="d")
+    model = Sequential([dense])
+    model.build((None, 3))
+    x = np.ones((1, 3), np.float32)
+    model.predict(x)
+    dense.kernel = np.zeros((3, 2), np.float32)
+    dense.bias = np.ones(2, np.float32)
+    np.testing.assert_array_equal(model.predict(x), [[1.0, 1.0]])
+    np.testing.assert_array_equal(model.predict(np.ones((5, 3), np.float32)), np.ones((5, 2)))
+    dense.activation = get_activation("relu")
+    dense.bias = -np.ones(2, np.float32)
+    np.testing.assert_array_equal(model.predict(x), [[0.0, 0.0]])
+
+
+def test_set_weights_is_all_or_nothing_and_takes_numbers_only():
+    """A bad third array leaves the first layer's weights as they were (they were replaced); arrays
+    of None or of complex numbers are refused by name (they became NaN weights, or lost their
+    imaginary part with a warning)."""
+    model = Sequential([Dense(3, name="a"), Dense(2, name="b")])
+    model.build((None, 4))
+    before = model.get_weights()
+    bad = [np.ones((4, 3)), np.ones(3), np.ones((5, 2)), np.ones(2)]
+    with pytest.raises(ValueError, match="kernel shape"):
+        model.set_weights(bad)
+    for got, want in zip(model.get_weights(), before):
+        np.testing.assert_array_equal(got, want)
+    for strange, kind in [(np.full((4, 3), None), "object"), (np.ones((4, 3)) * 1j, "complex128")]:
+        with pytest.raises(ValueError, match=rf"Dense layer 'a': weight array 0 holds {kind} values"):
+            model.layers[0].set_weights([strange, np.ones(3)])
+
+
+def test_a_failed_add_leaves_the_model_as_it_was():
+    """``add`` of a layer that does not take the last output raises, and the model still predicts
+    and takes the next layer (the refused layer stayed in it: every later call failed)."""
+    model = Sequential([Dense(4, name="d")])
+    model.build((None, 3))
+    with pytest.raises(ValueError):
+        model.add(Reshape((3,), name="wrong"))
+    assert [layer.name for layer in model.layers] == ["d"]
+    model.add(Dense(2, name="e"))
+    assert model.predict(np.ones((2, 3), np.float32)).shape == (2, 2)
+
+
+def test_normalization_statistics_of_another_layout_are_refused():
+    """Statistics of shape (3, 2) for a layer keeping axes of sizes (2, 3) were reshaped silently
+    (values scrambled, not transposed); a count of two numbers raised numpy's reshape error."""
+    norm = Normalization(axis=(1, 2), name="stats")
+    norm.build((None, 2, 3))
+    with pytest.raises(ValueError, match=r"Normalization 'stats': statistics of shape \(3, 2\) do not fit \(2, 3\)"):
+        norm.set_weights([np.zeros((3, 2)), np.ones((3, 2))])
+    norm.set_weights([np.zeros((1, 2, 3)), np.ones((2, 3))])   # axes of 1 aside, the same layout
+    with pytest.raises(ValueError, match=r"Normalization 'stats': count must be one number, got an array of shape \(2,\)"):
+        norm.set_weights([np.zeros((2, 3)), np.ones((2, 3)), np.ones(2)])

@@ -11,7 +11,7 @@ import numpy as np
 from ..kernel_library import load_library
 from ..plan_tensors import Vector
 from .axes import axis_argument, resolve_axes, trailing_vector
-from .base import Layer
+from .base import Layer, numeric_weights
 
 __all__ = ["Activation", "ReLU", "LeakyReLU", "ELU", "ThresholdedReLU", "PReLU", "Softmax", "get_activation"]
 
@@ -189,7 +189,7 @@ class PReLU(Layer):
         Raises:
             ValueError: the layer is not built, or the count or shape is wrong.
         """
-        weights = [np.asarray(w, np.float32) for w in weights]
+        weights = numeric_weights(weights, self._what())
         if not self.built or len(weights) != 1 or weights[0].shape != self.alpha_shape:
             raise ValueError(f"PReLU {self.name!r} expects one alpha of shape "
                              f"{self.alpha_shape if self.built else '(built layer)'}, got {[w.shape for w in weights]}")

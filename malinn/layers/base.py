@@ -23,7 +23,7 @@ import numpy as np
 from ..graph import call_layer
 from ..registry import register
 
-__all__ = ["Layer", "sample_shape", "glorot_uniform", "weights_to_be_loaded"]
+__all__ = ["Layer", "sample_shape", "glorot_uniform", "weights_to_be_loaded", "numeric_weights"]
 
 _counters: dict = {}
 _counter_lock = threading.Lock()
@@ -82,6 +82,21 @@ def sample_shape(input_shape, who: str) -> tuple:
     return tuple(int(d) for d in shape[1:])
 
 
+def numeric_weights(weights, who: str) -> list:
+    """``weights`` as float32 arrays, each checked to hold numbers (booleans, integers or floats).
+
+    Raises:
+        ValueError: an array holds something else (``None``, strings, complex numbers), naming
+            ``who``, the array's place and its dtype (numpy would make NaN of a ``None`` and drop
+            an imaginary part with a warning).
+    """
+    arrays = [np.asarray(w) for w in weights]
+    for i, a in enumerate(arrays):
+        if a.dtype.kind not in "biuf":
+            raise ValueError(f"{who}: weight array {i} holds {a.dtype} values of shape {a.shape}; expected numbers")
+    return [a.astype(np.float32, copy=False) for a in arrays]
+
+
 def folded_affine(kernel, bias, scale, shift, kernel_scale=None) -> tuple:
     """A per-output ``y * scale + shift`` (a BatchNormalization after a linear layer) folded into
     that layer's weights: ``(kernel * scale, bias * scale + shift)``, computed in float64 and
@@ -91,6 +106,11 @@ def folded_affine(kernel, bias, scale, shift, kernel_scale=None) -> tuple:
     ks = s64 if kernel_scale is None else np.asarray(kernel_scale, np.float64)
     folded_bias = (np.asarray(bias, np.float64) if bias is not None else 0.0) * s64 + t64
     return (np.asarray(kernel, np.float64) * ks).astype(np.float32), folded_bias.astype(np.float32)
+
+
+#: a layer's attributes that say nothing of what it computes (its name, its build state, the device
+#: copies and the version that :meth:`Layer.__setattr__` keeps)
+_BOOKKEEPING = frozenset({"name", "built", "input_shape", "keras_names", "device_copies", "version"})
 
 
 def _shape_text(sample) -> str:
@@ -129,6 +149,14 @@ class Layer:
         self.device_copies: dict = {}
         #: bumped whenever the weights change, so models know their plans are stale
         self.version = 0
+
+    def __setattr__(self, name: str, value) -> None:
+        """Sets an attribute; on a built layer, a weight or an option assigned (``dense.kernel =
+        ...``, ``dense.activation = ...``) makes the models' plans stale, as :meth:`set_weights`
+        does (a plan already made would keep the old values)."""
+        object.__setattr__(self, name, value)
+        if name[0] != "_" and name not in _BOOKKEEPING and self.__dict__.get("built"):
+            self._weights_changed()
 
     # ---------------------------------------------------------------- Keras's contract
     def build(self, input_shape) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..plan_tensors import Vector, Weight
 from .activation import get_activation
-from .base import Layer, folded_affine, glorot_uniform
+from .base import Layer, folded_affine, glorot_uniform, numeric_weights
 from .windows import as_tuple, output_size, spatial_of, window_defines
 
 __all__ = ["Conv1D", "Conv2D", "DepthwiseConv2D", "SeparableConv2D"]
@@ -155,7 +155,7 @@ class Conv2D(_Window):
         Raises:
             ValueError: the count or a shape differs from the layer's.
         """
-        weights = [np.asarray(w, np.float32) for w in weights]
+        weights = numeric_weights(weights, self._what())
         want = 1 + self.use_bias
         if len(weights) != want:
             raise ValueError(f"{type(self).__name__} {self.name!r} expects {want} weight arrays, got {len(weights)}")
@@ -253,7 +253,7 @@ class DepthwiseConv2D(_Window):
         return [self.depthwise_kernel.copy()] + ([self.bias.copy()] if self.use_bias else [])
 
     def _check_weights(self, weights, shapes) -> list:
-        weights = [np.asarray(w, np.float32) for w in weights]
+        weights = numeric_weights(weights, self._what())
         if not self.built:
             raise ValueError(f"{type(self).__name__} {self.name!r}: build the layer before setting its weights")
         if [w.shape for w in weights] != shapes:

@@ -9,7 +9,7 @@ from ..layout import parse_layout
 from ..plan_tensors import Vector, Weight
 from ..precision import check_precision, device_bytes, effective, quantize_int8
 from .activation import get_activation
-from .base import Layer, folded_affine, glorot_uniform
+from .base import Layer, folded_affine, glorot_uniform, numeric_weights
 
 __all__ = ["Dense"]
 
@@ -83,7 +83,7 @@ class Dense(Layer):
         Raises:
             ValueError: the count or a shape differs from the layer's.
         """
-        weights = [np.asarray(w) for w in weights]
+        weights = numeric_weights(weights, f"Dense layer {self.name!r}")
         want = 1 + self.use_bias
         if len(weights) != want:
             raise ValueError(f"Dense layer {self.name!r} expects {want} weight arrays "

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..plan_tensors import Vector
 from .axes import axis_argument, broadcast_shape, resolve_axes, trailing_vector
-from .base import Layer
+from .base import Layer, numeric_weights
 
 __all__ = ["BatchNormalization", "LayerNormalization", "UnitNormalization"]
 
@@ -72,7 +72,7 @@ class BatchNormalization(Layer):
         Raises:
             ValueError: the count or a shape is wrong.
         """
-        weights = [np.asarray(w, dtype=np.float32) for w in weights]
+        weights = numeric_weights(weights, self._what())
         want = self.scale + self.center + 2
         if len(weights) != want:
             raise ValueError(f"BatchNormalization {self.name!r} expects {want} weight arrays, got {len(weights)}")
@@ -186,7 +186,7 @@ class LayerNormalization(Layer):
         Raises:
             ValueError: the layer is not built, or the count or a shape is wrong.
         """
-        weights = [np.asarray(w, np.float32) for w in weights]
+        weights = numeric_weights(weights, self._what())
         if not self.built:
             raise ValueError(f"LayerNormalization {self.name!r}: build the layer before setting its weights")
         if len(weights) != self.scale + self.center or any(w.shape != self.param_shape for w in weights):

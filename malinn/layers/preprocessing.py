@@ -7,7 +7,7 @@ import numpy as np
 
 from ..plan_tensors import Vector
 from .axes import axis_argument, broadcast_shape, resolve_axes, trailing_vector
-from .base import Layer
+from .base import Layer, numeric_weights
 
 __all__ = ["Rescaling", "Normalization"]
 
@@ -120,14 +120,15 @@ class Normalization(Layer):
         Raises:
             ValueError: the layer is not built, or the count or a shape is wrong.
         """
-        weights = [np.asarray(w, np.float32) for w in weights]
+        weights = numeric_weights(weights, f"Normalization {self.name!r}")
         if not self.built or len(weights) not in (2, 3):
             raise ValueError(f"Normalization {self.name!r} expects [mean, variance(, count)] of a built layer, "
                              f"got {len(weights)} arrays")
         where = broadcast_shape(self.input_shape, self._kept())
         stats = []
+        squeezed = tuple(d for d in self.stat_shape if d != 1)
         for w in weights[:2]:
-            if w.size == int(np.prod(self.stat_shape)):
+            if tuple(d for d in w.shape if d != 1) == squeezed:   # the same values, axes of 1 aside
                 stats.append(w.reshape(self.stat_shape).copy())
                 continue
             try:
@@ -136,6 +137,9 @@ class Normalization(Layer):
                 raise ValueError(f"Normalization {self.name!r}: statistics of shape {w.shape} do not fit "
                                  f"{self.stat_shape}") from None
         self.mean, self.variance = stats
+        if len(weights) == 3 and weights[2].size != 1:
+            raise ValueError(f"Normalization {self.name!r}: count must be one number, got an array of shape "
+                             f"{weights[2].shape}")
         self.count = weights[2].reshape(()).copy() if len(weights) == 3 else np.zeros((), np.float32)
         self._weights_changed()
 
