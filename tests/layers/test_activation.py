@@ -60,3 +60,12 @@ def test_parametrised_activation_layers(device, layer, reference, rng):
 def test_parametrised_layers_validate(make, fragment):
     with pytest.raises(ValueError, match=fragment):
         make()
+
+
+def test_gelu_tanh_is_zero_far_below_zero_and_x_far_above(device):
+    """Keras's approximate GELU at large magnitudes: -0 and x (PoCL's tanh of -1e4 left a 6e-8
+    that x multiplied: -3e-4 at -1e4, -3e22 at -1e30)."""
+    x = np.array([[-1e30, -1e6, -1e4, -100.0, 0.0, 100.0, 1e4, 1e30]], np.float32)
+    got = Sequential([Activation("gelu_tanh")]).predict(x)
+    np.testing.assert_array_equal(got[0, :5], 0.0)
+    np.testing.assert_array_equal(got[0, 5:], x[0, 5:])
