@@ -18,7 +18,7 @@ from .layers.base import Layer, sample_shape
 from .plan import Plan
 from .plan_builder import PlanBuilder
 from .precision import check_precision
-from .registry import register
+from .registry import lookup, register
 from .saving import save_model
 from .tensor import format_shape
 
@@ -431,6 +431,25 @@ class PlannedModel:
         """The number of weight values of every layer together, as Keras's ``count_params``."""
         return sum(layer.count_params() for layer in self.layers)
 
+    @classmethod
+    def from_config(cls, config: dict) -> "PlannedModel":
+        """The model :meth:`get_config` describes, as Keras's ``from_config`` makes it: its layers
+        made from their configs, with new weights (``set_weights`` or ``malinn.load_model`` for
+        trained ones).
+
+        Args:
+            config: what ``get_config`` returned.
+
+        Returns:
+            The model, built where the config names its input shape.
+
+        Raises:
+            ValueError: a layer's config is refused by its class, or the config is inconsistent.
+            KeyError: a layer class that malinn does not have.
+        """
+        layers = [lookup("layer", entry["class_name"]).from_config(entry["config"]) for entry in config["layers"]]
+        return cls.from_layers(config, layers)
+
     def summary(self, print_fn=print, batch: int = 1) -> str:
         """Prints (and returns) the model as Keras does: each layer with its output shape, parameters
         (a graph's: the tensors it is connected to, ``layer[call][0]``) and the kernels that run it
@@ -682,9 +701,11 @@ class Sequential(PlannedModel):
 
     @classmethod
     def from_layers(cls, config: dict, layers: list, precision: str = "fp32") -> "Sequential":
-        """The model :meth:`get_config` describes, with ``layers`` (made from its layer configs), built."""
+        """The model :meth:`get_config` describes, with ``layers`` (made from its layer configs),
+        built where the config names its input shape."""
         model = cls(layers, name=config["name"], precision=precision)
-        model.build([None] + list(config["input_shape"]))
+        if config.get("input_shape") is not None:
+            model.build([None] + list(config["input_shape"]))
         return model
 
     def _summary_rows(self, kernels: dict) -> list:

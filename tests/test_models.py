@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from helpers import assert_close, dense_forward
-from malinn import Sequential, ops
+from malinn import Functional, Input, Sequential, ops
 from malinn.kernel_library import load_library
-from malinn.layers import Activation, Dense, Normalization, Reshape
+from malinn.layers import Activation, Add, Dense, Normalization, Reshape
 from malinn.layers.activation import get_activation
 
 
@@ -191,3 +191,21 @@ def test_normalization_statistics_of_another_layout_are_refused():
     norm.set_weights([np.zeros((1, 2, 3)), np.ones((2, 3))])   # axes of 1 aside, the same layout
     with pytest.raises(ValueError, match=r"Normalization 'stats': count must be one number, got an array of shape \(2,\)"):
         norm.set_weights([np.zeros((2, 3)), np.ones((2, 3)), np.ones(2)])
+
+
+def test_from_config_makes_the_model_get_config_describes(rng):
+    """Keras's contract: ``Sequential.from_config(model.get_config())`` (and Functional's) makes the
+    same layers and graph; with the weights set, the same answers (there was ``from_layers`` only)."""
+    model = Sequential([Dense(5, activation="tanh", name="h"), Dense(2, name="o")])
+    model.build((None, 3))
+    again = Sequential.from_config(model.get_config())
+    assert [layer.get_config() for layer in again.layers] == [layer.get_config() for layer in model.layers]
+    again.set_weights(model.get_weights())
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    np.testing.assert_array_equal(again.predict(x), model.predict(x))
+    inputs = Input((3,), name="x")
+    graph = Functional(inputs, Add(name="sum")([Dense(3, name="d")(inputs), inputs]))
+    copy = Functional.from_config(graph.get_config())
+    copy.set_weights(graph.get_weights())
+    np.testing.assert_array_equal(copy.predict(x), graph.predict(x))
+    assert not Sequential.from_config(Sequential([Dense(2)]).get_config()).built
