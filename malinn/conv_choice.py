@@ -34,12 +34,11 @@ group), ``cout``, ``taps`` (KH*KW), ``pixels`` (batch*OH*OW), ``image`` (OH*OW),
 from __future__ import annotations
 
 import json
-import math
 
 from .backends.base import Device
 from .conv_geometry import ConvGeometry
 from .errors import LibraryError
-from .kernel_choice import explicit_choice
+from .kernel_choice import choose, explicit_choice
 from .kernel_library import KernelSpec, load_library
 from .tuning_db import tuned_conv
 
@@ -54,9 +53,15 @@ CONDITIONS = ("cg", "cout", "taps", "pixels", "image", "stride", "batch")
 DEFAULT_PATCH_BUDGET_MIB = 64
 
 
-def patch_bytes(geometry: ConvGeometry) -> int:
-    """Bytes of the patch matrix an im2col algorithm builds (float32, unpadded)."""
-    return 4 * math.prod(geometry.product()[1:])
+def patch_bytes(geometry: ConvGeometry, device: Device | None = None) -> int:
+    """Bytes of the patch matrix an im2col algorithm builds (float32): padded as the matmul that
+    ``device`` would run on it pads its right operand (rows of 9 taps padded to 64 are 7 times the
+    unpadded size), unpadded without a device."""
+    m, k, n = geometry.product()
+    if device is None:
+        return 4 * k * n
+    rows, cols = choose("matmul", device, (m, k, n)).padded_shapes(m, k, n)["b"]
+    return 4 * max(rows * cols, k * n)
 
 
 def _section() -> dict:
@@ -124,7 +129,7 @@ def runs(spec: KernelSpec, geometry: ConvGeometry, device: Device) -> bool:
     ``(COUT, KH*KW*CG, batch*OH*OW)``, and on a device that ends long loops early (llvmpipe) its
     loops must fit (:meth:`~malinn.kernel_library.KernelSpec.loops_fit`)."""
     if spec.op == "im2col":
-        return geometry.groups == 1 and patch_bytes(geometry) <= patch_budget(device)
+        return geometry.groups == 1 and patch_bytes(geometry, device) <= patch_budget(device)
     return (spec.op == "conv" and spec.accepts(*geometry.product())
             and spec.configure(geometry.defines()).loops_fit(device, {}))
 

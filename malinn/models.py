@@ -33,7 +33,14 @@ _PLANS_KEPT = 8
 def batch_bucket(n: int) -> int:
     """The batch size a pass of ``n`` samples is planned for: ``n`` itself up to 256 (a plan of its
     own per size, so nothing is padded where serving latency matters), then the next multiple of
-    64 (large passes share plans; padded samples are computed and dropped)."""
+    64 (large passes share plans; padded samples are computed and dropped).
+
+    Raises:
+        ValueError: ``n`` is not a positive whole number of samples.
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"a pass holds a positive whole number of samples, got {n!r}")
+    n = int(n)
     return n if n <= 256 else -(-n // 64) * 64
 
 
@@ -306,9 +313,10 @@ class PlannedModel:
             ``{"weights", "largest_weight", "activations", "largest"}``, each in bytes.
 
         Raises:
-            ValueError: the model is not built.
-            DeviceError: there is no working device, or a buffer or weight does not fit it (the
-                message names the layer).
+            ValueError: the model is not built, or ``batch`` is not a positive number of samples.
+            DeviceError: there is no working device, or the device cannot run a layer (a kernel
+                whose loops it would end). A weight larger than the device's largest allocation is
+                reported, not refused (``largest_weight``): ``predict`` refuses it naming the layer.
         """
         device = device or get_device()
         plan = self._compile(device, batch_bucket(batch), False)
@@ -333,7 +341,7 @@ class PlannedModel:
             calls read it).
 
         Raises:
-            ValueError: the model is not built.
+            ValueError: the model is not built, or ``limit`` is not a positive whole number.
             DeviceError: even one sample's activations do not fit; the message names the layer,
                 the padded shape and the device's limit.
         """
@@ -341,7 +349,9 @@ class PlannedModel:
             raise self._not_built()
         device = device or get_device()
         budget = min(int(device.max_allocation), int(device.global_memory) // 4)
-        limit = int(limit) if limit else 2**31
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1):
+            raise ValueError(f"max_batch: limit must be a positive whole number of samples, got {limit!r}")
+        limit = int(limit) if limit is not None else 2**31
         key = (device.identity, self._precision, self._stamp(), budget, limit)
         with self._lock:
             found = self._max_batches.get(key)
@@ -355,10 +365,14 @@ class PlannedModel:
 
     def _search_max_batch(self, device: Device, budget: int, limit: int) -> int:
         """:meth:`max_batch`, found (planning the model where the quick bound does not settle it)."""
-        # the common case without planning: kernels pad each dimension by less than _PAD_BOUND
-        widest = max([math.prod(s) for s in self.input_shapes] +
-                     [math.prod(s[1:]) for s in self._output_shapes(True)])
-        if 4 * (widest + _PAD_BOUND) * (batch_bucket(limit) + _PAD_BOUND) <= budget // 2:
+        # the common case without planning: a tensor is a matrix of its last axis by the batch's
+        # other positions, each dimension padded by less than _PAD_BOUND (a convolution's 4
+        # channels padded to 32 rows: its columns are batch x pixels); a convolution's patch matrix
+        # stays within a quarter of the largest allocation (conv_choice.patch_budget, padded)
+        bucket = batch_bucket(limit)
+        shapes = list(self.input_shapes) + [s[1:] for s in self._output_shapes(True)]
+        bound = max(4 * (s[-1] + _PAD_BOUND) * (bucket * math.prod(s[:-1]) + _PAD_BOUND) for s in shapes)
+        if bound <= budget // 2:
             return limit
         if self.activation_bytes(limit, device)[0] <= budget:
             return limit

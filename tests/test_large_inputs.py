@@ -13,9 +13,10 @@ import pytest
 
 from helpers import model_forward
 from helpers import assert_close
-from malinn import DeviceError, Sequential, ops
+from malinn import DeviceError, Sequential, conv_choice, ops
+from malinn.conv_geometry import ConvGeometry
 from malinn.kernel_library import load_library
-from malinn.layers import Activation, BatchNormalization, Dense
+from malinn.layers import Activation, BatchNormalization, Conv2D, Dense
 from malinn.matrix import DeviceMatrix
 from malinn.plan_builder import PlanBuilder
 
@@ -291,3 +292,42 @@ def test_activation_only_model_keeps_nan_and_inf(device):
     got = model.predict(x)
     assert np.isnan(got[0, 0]) and got[0, 1] == 1.0 and got[0, 2] == 0.5 and got[0, 3] == 0.5
     assert got[0, 4] == pytest.approx(1 / (1 + np.exp(-2.0)), rel=1e-6)
+
+
+def test_im2col_is_passed_over_where_its_padded_patches_exceed_the_budget(device, monkeypatch):
+    """The patch budget counts the patch matrix as the matmul pads it (9 taps padded to 16 or 64
+    rows): im2col was chosen by its unpadded size, 7 to 16 times its budget, and then a single
+    image was refused ("even one sample does not fit"), or max_batch's bound, which takes the
+    patches to be within a quarter of the largest allocation, let a batch through that predict
+    then refused instead of splitting."""
+    geometry = ConvGeometry.of(1, 1, 8, 1, {"IH": 130, "IW": 130, "OH": 128, "OW": 128, "KH": 3, "KW": 3,
+                                            "SH": 1, "SW": 1, "DH": 1, "DW": 1, "PT": 0, "PL": 0})
+    unpadded, padded = conv_choice.patch_bytes(geometry), conv_choice.patch_bytes(geometry, device)
+    assert padded > unpadded == 4 * 9 * 128 * 128
+    monkeypatch.setattr(conv_choice, "patch_budget", lambda device: (unpadded + padded) // 2)
+    im2col = [spec for spec, _ in conv_choice.rules(device) if spec.op == "im2col"]
+    assert im2col and not any(conv_choice.runs(spec, geometry, device) for spec in im2col)
+
+
+def test_sizes_take_positive_whole_numbers_of_samples():
+    model = Sequential([Dense(3)])
+    model.build((None, 4))
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="positive whole number of samples"):
+            model.activation_bytes(bad)
+        with pytest.raises(ValueError, match="positive whole number of samples"):
+            model.max_batch(limit=bad)
+
+
+@pytest.mark.parametrize("limit", [600, 2000])
+def test_max_batch_of_a_convolution_fits_its_padded_channels(device, monkeypatch, limit):
+    """A convolution's tensors are matrices of their channels by batch x pixels: 4 channels padded
+    to 32 rows are 8 times the bytes. max_batch's bound took the padding to add to a sample's
+    values instead, and let 2000 samples through a 128 MiB limit they need twice of (predict then
+    refused instead of splitting)."""
+    monkeypatch.setattr(device, "max_allocation", 128 * 2**20)
+    model = Sequential([Conv2D(4, 3, name="conv")])
+    model.build((None, 34, 34, 1))
+    budget = min(device.max_allocation, device.global_memory // 4)
+    n = model.max_batch(device, limit=limit)
+    assert 1 <= n <= limit and model.activation_bytes(n, device)[0] <= budget
