@@ -38,10 +38,15 @@ def batch_bucket(n: int) -> int:
     Raises:
         ValueError: ``n`` is not a positive whole number of samples.
     """
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"a pass holds a positive whole number of samples, got {n!r}")
-    n = int(n)
+    n = _samples(n, "a pass holds")
     return n if n <= 256 else -(-n // 64) * 64
+
+
+def _samples(n, what: str) -> int:
+    """``n`` as an int where it is a positive whole number of samples, else a ValueError saying ``what``."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"{what} a positive whole number of samples, got {n!r}")
+    return int(n)
 
 
 class PlannedModel:
@@ -349,9 +354,7 @@ class PlannedModel:
             raise self._not_built()
         device = device or get_device()
         budget = min(int(device.max_allocation), int(device.global_memory) // 4)
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1):
-            raise ValueError(f"max_batch: limit must be a positive whole number of samples, got {limit!r}")
-        limit = int(limit) if limit is not None else 2**31
+        limit = _samples(limit, "max_batch: limit must be") if limit is not None else 2**31
         key = (device.identity, self._precision, self._stamp(), budget, limit)
         with self._lock:
             found = self._max_batches.get(key)

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..graph import call_layer
 from ..registry import register
+from ..tensor import format_shape
 
 __all__ = ["Layer", "sample_shape", "glorot_uniform", "weights_to_be_loaded", "numeric_weights"]
 
@@ -113,10 +114,6 @@ def folded_affine(kernel, bias, scale, shift, kernel_scale=None) -> tuple:
 _BOOKKEEPING = frozenset({"name", "built", "input_shape", "keras_names", "device_copies", "version"})
 
 
-def _shape_text(sample) -> str:
-    return "(None, " + ", ".join(str(d) for d in sample) + ")"
-
-
 class Layer:
     """Base class of malinn layers.
 
@@ -179,11 +176,12 @@ class Layer:
         sample = tuple(input_shape)[1:]
         if not self.built or self.input_shape is None or sample == tuple(self.input_shape):
             return
-        built = f"{type(self).__name__} {self.name!r} was built for inputs of shape {_shape_text(self.input_shape)}"
+        built = (f"{type(self).__name__} {self.name!r} was built for inputs of shape "
+                 f"{format_shape((None,) + tuple(self.input_shape))}")
         if sample[-1:] != tuple(self.input_shape[-1:]):
-            raise ValueError(f"{built}, but {how} {_shape_text(sample)}")
+            raise ValueError(f"{built}, but {how} {format_shape(input_shape)}")
         if not self.reusable_on_other_shapes:
-            raise ValueError(f"{built}, but {how} {_shape_text(sample)}: its weights and axes are laid out for "
+            raise ValueError(f"{built}, but {how} {format_shape(input_shape)}: its weights and axes are laid out for "
                              f"the first shape (a layer of this kind is not shared by inputs of two shapes)")
 
     def lower(self, builder, x):
