@@ -8,7 +8,9 @@
  * one work item per element of R, its padding written as 0 by the epilogue.
  *
  * Compile-time parameters (-D defines, set per layer by the plan): IH, IW, OH, OW, KH, KW, SH, SW,
- * DH, DW, PT, PL as in conv_gemm.cl; DM the depth multiplier; BIAS, ACTIVATION, AFFINE the epilogue.
+ * DH, DW, PT, PL as in conv_gemm.cl; DM the depth multiplier; BIAS, ACTIVATION, AFFINE the epilogue;
+ * WEIGHT_BITS the precision of A (weights.clh; int8's per-row scales applied by the epilogue, the
+ * sums float in every precision).
  * Scalars: l, c padded rows and columns of B; h, w of R; m, n logical rows and columns of R; H, W
  * padded rows and columns of A; p0..p3. OpenCL C 1.2.
  */
@@ -19,7 +21,7 @@
 
 __kernel void conv_depthwise(uint l, uint c, uint h, uint w, uint m, uint n, uint H, uint W,
                              float p0, float p1, float p2, float p3,
-                             __global const float *a,
+                             __global const WEIGHT *a,
                              __global const float *b,
                              __global float *r,
                              EPILOGUE_BUFFERS)
@@ -39,7 +41,7 @@ __kernel void conv_depthwise(uint l, uint c, uint h, uint w, uint m, uint n, uin
             for (uint kx = 0; kx < KW; ++kx) {
                 const int ix = (int)(ox * SW + kx * DW) - PL;
                 if (ix >= 0 && ix < IW)
-                    acc += a[MALINN_INDEX_A(row, ky * KW + kx, H, W)]
+                    acc += LOAD_W(MALINN_INDEX_A(row, ky * KW + kx, H, W), a)
                          * b[MALINN_INDEX_B(channel, base + (uint)(iy * IW + ix), l, c)];
             }
         }

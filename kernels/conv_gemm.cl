@@ -34,6 +34,8 @@
  *   KC       channels staged per step with LOCAL
  *   VW       floats per load with LOCAL 2 (1, 2 or 4; 1 where CG or KC is not a multiple of it)
  *   BIAS, ACTIVATION, AFFINE  the fused epilogue
+ *   WEIGHT_BITS  the precision of A (weights.clh: 32 float, 16 half, 8 int8 with a scale per row,
+ *            which the epilogue applies); the sums are float in every precision
  * Scalars: l, c padded rows and columns of B; h, w of R; m, n logical rows and columns of R;
  * H, W padded rows and columns of A; p0..p3 the activation's parameters. OpenCL C 1.2.
  */
@@ -81,14 +83,17 @@
 #if VW == 4 && CG % 4 == 0 && KC % 4 == 0
 #define CVW 4
 #define CVLOAD(p) vload4(0, (p))
+#define CVLOAD_A(p) LOAD_W4(0, (p))
 typedef float4 cvec;
 #elif VW >= 2 && CG % 2 == 0 && KC % 2 == 0
 #define CVW 2
 #define CVLOAD(p) vload2(0, (p))
+#define CVLOAD_A(p) LOAD_W2(0, (p))
 typedef float2 cvec;
 #else
 #define CVW 1
 #define CVLOAD(p) (*(p))
+#define CVLOAD_A(p) LOAD_W(0, (p))
 typedef float cvec;
 #endif
 #if CVW == 4
@@ -108,7 +113,7 @@ __kernel void conv_gemm(
 #endif
                         uint l, uint c, uint h, uint w, uint m, uint n, uint H, uint W,
                         float p0, float p1, float p2, float p3,
-                        __global const float *a,
+                        __global const WEIGHT *a,
                         __global const float *b,
                         __global float *r,
                         EPILOGUE_BUFFERS)
@@ -187,7 +192,7 @@ __kernel void conv_gemm(
                     const uint kk = (e - r * KV) * CVW;
                     cvec v = (cvec)(0.0f);
                     if (c0 + kk < CG)
-                        v = CVLOAD(a + MALINN_INDEX_A(m0 + r, k0 + c0 + kk, H, W));
+                        v = CVLOAD_A(a + MALINN_INDEX_A(m0 + r, k0 + c0 + kk, H, W));
 #if CVW == 1
                     alm[kk * ALD + r] = v;
 #else
@@ -241,7 +246,7 @@ __kernel void conv_gemm(
                 for (uint e = tid; e < KC * MWG; e += MDIM * NDIM) {
                     const uint kk = e / MWG;
                     const uint r = e - kk * MWG;
-                    alm[kk * MWG + r] = c0 + kk < CG ? a[MALINN_INDEX_A(m0 + r, k0 + c0 + kk, H, W)] : 0.0f;
+                    alm[kk * MWG + r] = c0 + kk < CG ? LOAD_W(MALINN_INDEX_A(m0 + r, k0 + c0 + kk, H, W), a) : 0.0f;
                 }
                 for (uint kk = ty; kk < KC; kk += MDIM)
                     #pragma unroll
@@ -271,7 +276,7 @@ __kernel void conv_gemm(
                 float av[MWI];
                 #pragma unroll
                 for (uint i = 0; i < MWI; ++i)
-                    av[i] = a[MALINN_INDEX_A(row0 + i * MDIM, k0 + cc, H, W)];
+                    av[i] = LOAD_W(MALINN_INDEX_A(row0 + i * MDIM, k0 + cc, H, W), a);
 #if GROUPS == 1
                 float bv[NWI];
                 #pragma unroll

@@ -35,6 +35,8 @@
  *             was read the step before, so one barrier per K step instead of two
  *   SLICES    work-groups along K per tile of R (1: none); scratch (uint): (h / TM) * (w / TN)
  *             counters, 0 before a launch and after it, then SLICES * h * w floats
+ *   WEIGHT_BITS  the precision of A (weights.clh: 32 float, 16 half, 8 int8 with a scale per row,
+ *             which the epilogue applies); the sums are float in every precision
  * Scalars: l, c padded rows and columns of B; h, w of R; m, n logical rows and columns of R;
  * H, W padded rows and columns of A; p0..p3 the activation's parameters. OpenCL C 1.2.
  */
@@ -96,18 +98,18 @@
 
 /* The weights' 4 units u..u+3 of channel ch (0 <= ch < CIN) of tap, 0 past CIN and, with groups,
  * for a unit outside the channel's group. */
-inline float4 load_w(__global const float *a, uint H, uint W, uint tap, uint ch, uint u)
+inline float4 load_w(__global const WEIGHT *a, uint H, uint W, uint tap, uint ch, uint u)
 {
 #if GROUPS == 1
     if (ch >= CG)
         return (float4)(0.0f);
-    return vload4(0, a + MALINN_INDEX_A(u, tap * CG + ch, H, W));
+    return LOAD_W4(0, a + MALINN_INDEX_A(u, tap * CG + ch, H, W));
 #else
     float t[4];
     const uint g = ch / CG;
     #pragma unroll
     for (uint q = 0; q < 4; ++q)
-        t[q] = ch < CIN && (u + q) / MG == g ? a[MALINN_INDEX_A(u + q, tap * CG + ch - g * CG, H, W)] : 0.0f;
+        t[q] = ch < CIN && (u + q) / MG == g ? LOAD_W(MALINN_INDEX_A(u + q, tap * CG + ch - g * CG, H, W), a) : 0.0f;
     return vload4(0, t);
 #endif
 }
@@ -141,7 +143,7 @@ inline int source_pixel(int base, int y0, int x0, uint ky, uint kx)
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1)))
 void conv_implicit(uint l, uint c, uint h, uint w, uint m, uint n, uint H, uint W,
                    float p0, float p1, float p2, float p3,
-                   __global const float *a,
+                   __global const WEIGHT *a,
                    __global const float *b,
                    __global float *r,
                    EPILOGUE_BUFFERS,

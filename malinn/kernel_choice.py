@@ -29,7 +29,7 @@ from .errors import BackendError, DeviceError, LibraryError
 from .kernel_library import DEFAULT_PRECISION, KernelSpec, load_library
 from .tuning_db import tuned_choice, version as tuning_version
 
-__all__ = ["use", "forget", "choose", "holding_columns", "explicit_choice", "epoch"]
+__all__ = ["use", "forget", "choose", "in_precision", "holding_columns", "explicit_choice", "epoch"]
 
 _lock = threading.Lock()
 _epoch = [0]
@@ -110,7 +110,7 @@ def choose(op: str, device: Device | None = None, shape: tuple | None = None,
     if op == "matmul" and precision != DEFAULT_PRECISION:
         check_precision(precision, device)
         spec = _choose_matmul(library, device, shape, activation, precision)
-        return _in_precision(library, spec, device, shape, precision)
+        return in_precision(spec, precision, device.kind, device.backend, shape, device)
     return _choose_matmul(library, device, shape, activation) if op == "matmul" else _choose(library, op, device)
 
 
@@ -142,15 +142,22 @@ def check_precision(name: str, device: Device) -> None:
                           f"does not offer; use fp16-storage (half weights, float arithmetic: every device)")
 
 
-def _in_precision(library, spec: KernelSpec, device: Device, shape, precision: str) -> KernelSpec:
-    """``spec`` in ``precision`` where its entry supports it, else the first kernel that does (the
-    device kind's fallbacks, its default, then the library's matmul kernels in order) and accepts
-    ``shape``."""
+def in_precision(spec: KernelSpec, precision: str, kind: str, backend: str = "opencl", shape=None,
+                 device: Device | None = None) -> KernelSpec:
+    """``spec`` in ``precision`` where its entry supports it, else the first matmul kernel that does
+    (the fallbacks of the device kind ``kind`` on ``backend``, its defaults, then the library's
+    matmul kernels in order) and accepts ``shape`` (a product ``(m, k, n)`` on ``device``; None:
+    any).
+
+    Raises:
+        LibraryError: no matmul kernel supports ``precision`` (for ``shape``).
+    """
     if precision in spec.precisions:
         return spec.in_precision(precision)
-    others = library.default_specs("matmul_fallback", device.kind, device.backend, precision) \
-        + library.default_specs("matmul", device.kind, device.backend, precision) \
-        + [library[c] for c in library.codenames("matmul", device.backend)]
+    library = load_library()
+    others = library.default_specs("matmul_fallback", kind, backend, precision) \
+        + library.default_specs("matmul", kind, backend, precision) \
+        + [library[c] for c in library.codenames("matmul", backend)]
     for other in others:
         if precision not in other.precisions:
             continue

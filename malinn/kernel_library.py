@@ -60,6 +60,8 @@ OPS = ("matmul", "matmul_head", "bias", "affine", "activation", "relayout", "res
        "conv", "depthwise", "pool", "spatial", "im2col", "merge", "concat", "dot")
 #: ops whose kernels read a weight matrix ``a`` and may fuse the epilogue (epilogue.clh)
 EPILOGUE_OPS = ("matmul", "matmul_head", "conv", "depthwise")
+#: the ops whose kernels read a layer's weights, and so may read them in a reduced precision
+WEIGHT_OPS = ("matmul", "matmul_head", "conv", "depthwise")
 SCALAR_LETTERS = {
     "l": "padded common dimension K",
     "h": "padded rows of r",
@@ -828,8 +830,8 @@ def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -
     supported = entry.get("precisions", [DEFAULT_PRECISION])
     if not isinstance(supported, list) or DEFAULT_PRECISION not in supported or not set(supported) <= set(table):
         fail("precisions", f"expected a list of some of {', '.join(table)}, with {DEFAULT_PRECISION!r}")
-    if op not in ("matmul", "matmul_head") and supported != [DEFAULT_PRECISION]:
-        fail("precisions", "only matmul kernels (and matmul_head) read weights in another precision")
+    if op not in WEIGHT_OPS and supported != [DEFAULT_PRECISION]:
+        fail("precisions", f"only the kernels that read weights ({', '.join(WEIGHT_OPS)}) read them in another precision")
     given = {k: str(v) for k, v in defines.items()}
     matching = [p for p in supported if all(given.get(k) == v for k, v in table[p].defines)]
     precision = max(matching, key=lambda p: len(table[p].defines))

@@ -89,34 +89,35 @@ class Plan:
 
     def _weights(self):
         """``(weight, least padding, precision)`` of every weight copy the plan's kernels read (a
-        head's too)."""
+        head's too), each once: a layer called on several tensors (a shared layer) lowers a
+        :class:`Weight` per call, all of them one copy on the device."""
+        seen = set()
         for step in self.steps:
-            if step.weight is not None:
-                yield step.weight, self._weight_padding(step), step.spec.precision
+            found = [] if step.weight is None else [(step.weight, self._weight_padding(step))]
             if step.head is not None:
-                yield step.head[0], self._head_padding(step), step.spec.precision
+                found.append((step.head[0], self._head_padding(step)))
+            for weight, padding in found:
+                key = (id(weight.copies), weight.what, padding, step.spec.precision)
+                if key not in seen:
+                    seen.add(key)
+                    yield weight, padding, step.spec.precision
 
     def weight_paddings(self) -> list:
-        """The least padded shape of each matmul's weight in this plan (a copy padded more may serve)."""
+        """The least padded shape of each weight copy in this plan (a copy padded more may serve)."""
         return [padding for _, padding, _ in self._weights()]
 
     def weight_sizes(self) -> list:
-        """Bytes of each matmul's weight copy in this plan, in its precision."""
+        """Bytes of each weight copy in this plan, in its precision."""
         return [weight.nbytes(padding, precision) for weight, padding, precision in self._weights()]
 
     def weight_bytes(self) -> int:
         """Bytes of the weight copies this plan reads (shared with other plans of the model)."""
-        seen, total = set(), 0
-        for weight, padding, precision in self._weights():
-            key = (id(weight), padding, precision)
-            if key not in seen:
-                seen.add(key)
-                total += weight.nbytes(padding, precision)
+        seen, total = set(), sum(self.weight_sizes())
         for step in self.steps:
             head_bias = (step.head[1],) if step.head is not None else ()
             for vector in (step.bias,) + (step.affine or ()) + tuple(step.vectors.values()) + head_bias:
-                if vector is not None and id(vector) not in seen:
-                    seen.add(id(vector))
+                if vector is not None and (id(vector.copies), vector.what) not in seen:   # once per copy
+                    seen.add((id(vector.copies), vector.what))
                     total += vector.values.nbytes
         return total
 
@@ -287,7 +288,8 @@ class Plan:
         matrices["r"] = self._matrix(step.out)
         vectors, params = {}, step.params
         if step.kind == "conv":
-            matrices["a"] = step.weight.on_device(device, spec.matrices["a"], self._weight_padding(step))
+            matrices["a"] = step.weight.on_device(device, spec.matrices["a"], self._weight_padding(step),
+                                                  precision=spec.precision)
             spec = self._epilogue(step, device)
             if step.bias is not None:
                 vectors["bias"] = step.bias.on_device(device)

@@ -364,7 +364,8 @@ class PlanBuilder:
             patches = self._record("im2col", spec.configure({**g, "CIN": cin}), out_shape[:-1] + (weight.shape[1],),
                                    {"a": x}, what)
             return self.matmul(patches, weight, bias, activation, params, what)
-        return self._conv_step(spec.configure(shape.defines()), x, weight, out_shape, bias, activation, params, what)
+        return self._conv_step(self._in_weight_precision(spec.configure(shape.defines())), x, weight, out_shape, bias,
+                               activation, params, what)
 
     def depthwise(self, x: Value, weight: Weight, geometry: dict, out_shape, bias: Vector | None = None,
                   activation: str = "linear", params: dict | None = None, what: str = "depthwise") -> Value:
@@ -372,7 +373,15 @@ class PlanBuilder:
         bias and activation; ``geometry`` as for :meth:`conv`, with ``DM`` the depth multiplier."""
         out_shape = (self.batch,) + tuple(out_shape[1:])
         spec = self._conv_spec("depthwise", (weight.shape[0], weight.shape[1], math.prod(out_shape[:-1])))
-        return self._conv_step(spec.configure(geometry), x, weight, out_shape, bias, activation, params, what)
+        return self._conv_step(self._in_weight_precision(spec.configure(geometry)), x, weight, out_shape, bias,
+                               activation, params, what)
+
+    def _in_weight_precision(self, spec: KernelSpec) -> KernelSpec:
+        """A convolution kernel reading its weights in the plan's precision: ``fp16`` (half sums)
+        as ``fp16-storage`` (half weights, float sums) where the kernel has no half arithmetic, and
+        fp32 where it reads no reduced precision (the summary names each step's precision)."""
+        wanted = (self.precision, "fp16-storage") if self.precision == "fp16" else (self.precision,)
+        return next((spec.in_precision(p) for p in wanted if p in spec.precisions), spec)
 
     def _conv_spec(self, op: str, shape: tuple) -> KernelSpec:
         """The kernel of ``op``: :func:`use`'s choice, else the first library default for the device's

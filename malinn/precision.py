@@ -24,7 +24,7 @@ from .errors import LayoutError
 from .kernel_library import DEFAULT_PRECISION, load_library
 from .layout import Layout
 
-__all__ = ["check_precision", "quantize_int8", "effective", "device_bytes", "DEFAULT_PRECISION"]
+__all__ = ["check_precision", "quantize_int8", "effective", "rounded", "device_bytes", "DEFAULT_PRECISION"]
 
 
 def check_precision(precision) -> str:
@@ -82,6 +82,41 @@ def effective(w, precision: str, quantized=None) -> np.ndarray:
     return w
 
 
+def rounded(w, precision: str, what: str = "the weights") -> np.ndarray:
+    """``w`` as ``precision`` keeps it, in float32 (:func:`effective`), refused where the precision
+    cannot hold it (as :func:`device_bytes` refuses it): what a model file in ``precision`` stores
+    of weights that the plan lowers to the precision itself (a convolution's).
+
+    Args:
+        w: the weights (rows = output channels, x cols).
+        what: who holds them, for the errors (``layer 'conv2d' kernel``).
+
+    Raises:
+        ValueError: a finite weight beyond float16's range in a half precision; a NaN or infinite
+            weight in int8-weights. The message names ``what``.
+    """
+    spec = load_library().precision(precision)
+    w = np.asarray(w, np.float32)
+    if spec.row_scales:
+        return effective(w, precision, quantize_int8(w, what))
+    if spec.weight_bytes == 2:
+        return _half(w, precision, what).astype(np.float32)
+    return w
+
+
+def _half(values: np.ndarray, precision: str, what: str) -> np.ndarray:
+    """``values`` (float32) as float16, refusing a finite value that would become an infinity."""
+    with np.errstate(over="ignore"):
+        half = values.astype(np.float16)
+    lost = np.isinf(half) & np.isfinite(values)
+    if lost.any():
+        raise ValueError(f"{what}: {int(lost.sum())} of its weights are beyond float16's range (the largest, "
+                         f"{float(np.max(np.abs(values[lost]))):.6g}, against 65504) and would be stored as "
+                         f"infinities in {precision}; keep this model in fp32, or use int8-weights (scaled "
+                         "per unit)")
+    return half
+
+
 def device_bytes(w, precision: str, layout: Layout, padded, quantized=None, what: str = "the weights") -> np.ndarray:
     """``w`` laid out in ``layout`` and ``padded`` as a kernel in ``precision`` reads it.
 
@@ -108,15 +143,7 @@ def device_bytes(w, precision: str, layout: Layout, padded, quantized=None, what
         return out
     flat = layout.pack(np.asarray(w, np.float32), padded)
     if spec.weight_bytes == 2:
-        with np.errstate(over="ignore"):
-            half = flat.astype(np.float16)
-        lost = np.isinf(half) & np.isfinite(flat)
-        if lost.any():
-            raise ValueError(f"{what}: {int(lost.sum())} of its weights are beyond float16's range (the largest, "
-                             f"{float(np.max(np.abs(flat[lost]))):.6g}, against 65504) and would be stored as "
-                             f"infinities in {precision}; keep this model in fp32, or use int8-weights (scaled "
-                             "per unit)")
-        return half
+        return _half(flat, precision, what)
     if spec.weight_bytes != 4:
         raise LayoutError(f"precision {precision!r}: no packing for {spec.weight_bytes}-byte weights")
     return flat

@@ -33,7 +33,7 @@ from .converters.to_malinn import to_model
 from .device_selection import get_device
 from .errors import ConversionError, LibraryError, MalinnError
 from .files import write_file
-from .kernel_choice import REDUCED_PRECISION_BACKENDS, choose
+from .kernel_choice import REDUCED_PRECISION_BACKENDS, choose, in_precision
 from .kernel_library import DEFAULT_PRECISION, load_library
 from .layers.base import weights_to_be_loaded
 from .precision import check_precision
@@ -76,15 +76,29 @@ def resolve_target(target=None, precision: str = DEFAULT_PRECISION):
         if precision in spec.precisions:
             return spec
         return library.default_spec("matmul", device.kind, device.backend)
-    if target in ("gpu", "cpu", "accelerator"):
-        return library.default_spec("matmul", target)
+    if target in ("gpu", "cpu", "accelerator"):   # the kind's default, or its first kernel that reads the precision
+        return _in_precision_or_fp32(library.default_spec("matmul", target), precision, target, "opencl")
     backend, kind = _backend_target(target)
     if backend is not None:
-        return library.default_spec("matmul", kind, backend)
+        return _in_precision_or_fp32(library.default_spec("matmul", kind, backend), precision, kind, backend)
     if target in library and library[target].op == "matmul":
         return library[target]
     raise ConversionError(f"unknown target {target!r}; use gpu, cpu, accelerator (or gl, gl:cpu, gles3, ...) or a matmul kernel: "
                           f"{', '.join(library.codenames('matmul'))}")
+
+
+def _in_precision_or_fp32(spec, precision: str, kind: str, backend: str):
+    """A device kind's default ``spec``, or (where it reads fp32 only) the kind's first kernel that
+    reads ``precision``, returned in fp32 as :func:`resolve_target` returns every target (the
+    caller puts it in the precision); ``spec`` where no kernel of the backend reads it (the caller
+    refuses the precision)."""
+    if precision == DEFAULT_PRECISION or precision in spec.precisions:
+        return spec
+    try:
+        found = in_precision(spec, precision, kind, backend)
+    except LibraryError:
+        return spec
+    return found.in_precision(DEFAULT_PRECISION)
 
 
 def save_model(model, path, target=None, overwrite: bool = False) -> Path:

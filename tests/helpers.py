@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from malinn.precision import effective
+
 from math import erf as _erf
 
 _erf_v = np.vectorize(_erf, otypes=[np.float64])
@@ -112,6 +114,14 @@ def _window(size, kernel, stride, dilation, padding):
         out = -(-size // stride)
         return out, max((out - 1) * stride + span - size, 0) // 2
     return (size - span) // stride + 1, 0
+
+
+def rounded_kernel(kernel, precision: str, depthwise: bool = False) -> np.ndarray:
+    """A Keras-shaped convolution kernel as ``precision`` keeps it (float32): int8's scales per
+    output channel, the last axis (a depthwise kernel's last two, channel x multiplier)."""
+    kernel = np.asarray(kernel, np.float32)
+    outputs = kernel.shape[-2] * kernel.shape[-1] if depthwise else kernel.shape[-1]
+    return effective(kernel.reshape(-1, outputs).T, precision).T.reshape(kernel.shape)
 
 
 def conv2d_reference(x, kernel, bias=None, strides=(1, 1), dilation=(1, 1), padding="valid", groups=1):

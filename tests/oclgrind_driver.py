@@ -293,7 +293,7 @@ def run_model(case, device, rng):
 def run_window(case, device, rng):
     """A Sequential of convolution / pooling / pixel-moving layers (``case["layers"]``: [class name,
     kwargs]) with the kernels ``case["use"]`` chooses, against the numpy definitions in helpers.py."""
-    from helpers import conv2d_reference, depthwise_reference, pool2d_reference
+    from helpers import conv2d_reference, depthwise_reference, pool2d_reference, rounded_kernel
     from malinn import Sequential
     from malinn.registry import lookup
 
@@ -302,7 +302,8 @@ def run_window(case, device, rng):
     kernel_choice.forget(device)   # a choice an earlier case made must not route this one
     for op, codename, *config in case.get("use", []):
         ops.use(op, codename, device, config[0] if config else None)
-    model = Sequential([lookup("layer", name)(**kwargs) for name, kwargs in case["layers"]])
+    model = Sequential([lookup("layer", name)(**kwargs) for name, kwargs in case["layers"]],
+                       precision=case.get("precision", "fp32"))
     model.build((None,) + tuple(case["input"]))
     model.set_weights([rng.standard_normal(w.shape).astype(np.float32) * 0.5 for w in model.get_weights()])
     x = rng.standard_normal((case["batch"],) + tuple(case["input"])).astype(np.float32)
@@ -310,6 +311,9 @@ def run_window(case, device, rng):
     h = x.astype(np.float64)
     for layer in model.layers:
         name, w = type(layer).__name__, layer.get_weights()
+        if model.precision != "fp32":   # the kernels' weights as the precision keeps them
+            w = [rounded_kernel(v, model.precision, name == "DepthwiseConv2D" or (name == "SeparableConv2D" and i == 0))
+                 if i in getattr(layer, "kernel_matrices", dict)() else v for i, v in enumerate(w)]
         if name == "Conv2D":
             h = conv2d_reference(h, w[0], w[1], layer.strides, layer.dilation_rate, layer.padding, layer.groups)
         elif name == "DepthwiseConv2D":

@@ -355,6 +355,15 @@ def window_cases() -> list[dict]:
     cases.append({"op": "window", "use": [["conv", "conv_kn2row"]], "input": [5, 5, 4], "batch": 2,
                   "layers": [["Conv2D", {"filters": 6, "kernel_size": 3, "groups": 2, "padding": "same"}]],
                   "kernels": ["conv_kn2row"], "cost": 10000})
+    # the convolutions' weights in half and int8 (LOAD_W, LOAD_W4 and the int8 scales in the epilogue)
+    for precision, use in (("int8-weights", ["conv", "conv_kn2col", {"LOCAL": 2, "MWI": 2, "NWI": 2, "MDIM": 4,
+                                                                      "NDIM": 4, "KC": 4, "VW": 4}]),
+                           ("fp16-storage", ["conv", "conv_kn2row"]),
+                           ("int8-weights", ["conv", "conv_implicit", {"TM": 8, "TN": 8, "RM": 4, "RN": 1, "KT": 4}])):
+        cases.append({"op": "window", "use": [use], "input": [5, 4, 8], "batch": 1, "precision": precision,
+                      "kernels": [use[1]] + LIB.codenames("depthwise"), "cost": 10000,
+                      "layers": [["Conv2D", {"filters": 5, "kernel_size": 3, "padding": "same", "activation": "relu"}],
+                                 ["SeparableConv2D", {"filters": 3, "kernel_size": 3}]]})
     cases.append({"op": "window", "input": [6, 5, 3], "batch": 2, "kernels": LIB.codenames("depthwise"),
                   "layers": [["DepthwiseConv2D", {"kernel_size": 3, "depth_multiplier": 2, "padding": "same",
                                                   "activation": "tanh"}],

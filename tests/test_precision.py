@@ -26,14 +26,15 @@ from malinn import ops, tuning_db
 from malinn.errors import ConversionError, DeviceError
 from malinn.kernel_call import program_for
 from malinn.kernel_choice import choose
-from malinn.kernel_library import load_library
+from malinn.kernel_library import WEIGHT_OPS, load_library
+from malinn.layout import parse_layout
 from malinn.errors import LibraryError
-from malinn.layers import Dense
+from malinn.layers import Conv2D, Dense, DepthwiseConv2D, SeparableConv2D
 from malinn.matrix import DeviceMatrix
 from malinn.precision import device_bytes, effective, quantize_int8
 from malinn.resources import kernels_dir
 
-from helpers import activation as ref_activation, assert_close, python_env, run_under_oclgrind
+from helpers import activation as ref_activation, assert_close, python_env, rounded_kernel, run_under_oclgrind
 
 ROOT = Path(__file__).resolve().parents[1]
 REDUCED = ("fp16-storage", "int8-weights")
@@ -118,14 +119,15 @@ def test_int8_buffer_holds_values_then_row_scales_at_a_4_byte_boundary():
 
 def test_kernels_build_in_every_precision_they_list(device):
     library = load_library()
-    for codename in library.codenames("matmul"):
+    for codename in [c for op in WEIGHT_OPS if op != "matmul_head" for c in library.codenames(op, device.backend)]:
         spec = library[codename]
         for precision in spec.precisions:
             if library.precision(precision).extension and library.precision(precision).extension not in device.extensions:
                 continue
             configured = spec.in_precision(precision).configure({"BIAS": 1, "AFFINE": 1})
             assert configured.precision == precision
-            program_for(configured, device, {n: r.layout for n, r in configured.matrices.items()})
+            layouts = {n: parse_layout("R") if r.any_layout else r.layout for n, r in configured.matrices.items()}
+            program_for(configured, device, layouts)
 
 
 def test_a_kernel_without_the_precision_is_not_chosen(device):
@@ -178,6 +180,91 @@ def test_model_file_records_the_precision_and_runs_bit_identically(device, rng, 
     assert again.precision == precision
     np.testing.assert_array_equal(again.predict(x), want)
     assert malinn.load_model(path, precision="fp32").precision == "fp32"
+
+
+def conv_model(precision, rng):
+    """A convolution, a depthwise and a separable one, and a head: every kind of weight the plan
+    lowers to a precision itself (the kernels read Keras's weights as matrices)."""
+    model = malinn.Sequential([Conv2D(5, 3, padding="same", activation="relu"), DepthwiseConv2D(3, depth_multiplier=2),
+                               SeparableConv2D(4, 3, padding="same"), malinn.layers.Flatten(), Dense(3)],
+                              precision=precision)
+    model.build((None, 7, 6, 3))
+    model.set_weights([rng.standard_normal(w.shape).astype(np.float32) for w in model.get_weights()])
+    return model
+
+
+@pytest.mark.parametrize("precision", REDUCED)
+def test_a_conv_model_file_holds_the_rounded_weights_and_runs_bit_identically(device, rng, tmp_path, precision):
+    """A file in a reduced precision holds only what the device will (docs/CONVERTING.md), for a
+    convolution's weights as for a Dense layer's; loading it runs the same numbers."""
+    model = conv_model(precision, rng)
+    x = rng.standard_normal((2, 7, 6, 3)).astype(np.float32)
+    want = model.predict(x)
+    path = model.save(tmp_path / "m.malinn", target="cpu")
+    conv, depthwise, separable = model.layers[:3]
+    with h5py.File(path, "r") as f:
+        np.testing.assert_array_equal(f["layers/0/0"][()], rounded_kernel(conv.kernel, precision))
+        np.testing.assert_array_equal(f["layers/1/0"][()], rounded_kernel(depthwise.depthwise_kernel, precision, True))
+        np.testing.assert_array_equal(f["layers/2/0"][()], rounded_kernel(separable.depthwise_kernel, precision, True))
+        np.testing.assert_array_equal(f["layers/2/1"][()], rounded_kernel(separable.pointwise_kernel, precision))
+        assert not np.array_equal(f["layers/0/0"][()], conv.kernel)
+    again = malinn.load_model(path)
+    np.testing.assert_array_equal(again.predict(x), want)
+    again.precision = "fp32"   # the rounded values, now read as float32: the same products
+    np.testing.assert_allclose(again.predict(x), want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()))
+
+
+@pytest.mark.parametrize("precision, weight, message", [
+    ("fp16-storage", 1e5, r"1 of its weights are beyond float16's range"),
+    ("int8-weights", np.nan, r"1 of its weights are NaN or infinite; int8-weights cannot scale them")])
+def test_a_conv_weight_the_precision_cannot_hold_is_refused_at_conversion(device, rng, tmp_path, precision, weight,
+                                                                          message):
+    model = conv_model("fp32", rng)
+    depthwise = model.layers[1]
+    kernel = depthwise.depthwise_kernel.copy()
+    kernel[1, 2, 0, 1] = weight
+    depthwise.set_weights([kernel, depthwise.bias])
+    model.precision = precision
+    with pytest.raises(ConversionError, match=rf"layer '{depthwise.name}' depthwise kernel: {message}"):
+        model.save(tmp_path / "m.malinn", target="cpu")
+    assert not (tmp_path / "m.malinn").exists()
+
+
+def test_a_conv_models_weight_memory_is_in_its_precision(device, rng):
+    """The summary's device memory counts every weight in the model's precision, the convolutions'
+    too (they were fp32 whatever the precision)."""
+    if device.backend != "opencl":
+        pytest.skip("a GL device's kernels read fp32 weights only")
+    model = conv_model("fp16-storage", rng)
+    text = model.summary(print_fn=lambda _: None)
+    assert re.search(r"Weights on the device: [\d.]+ KiB in fp16-storage \(0\.500 of [\d.]+ KiB in fp32\)", text), text
+
+
+def test_a_layer_called_on_two_tensors_counts_its_weights_once(device):
+    shared = Dense(64)
+    a, b = malinn.Input((32,)), malinn.Input((32,))
+    twice = malinn.Functional([a, b], malinn.layers.Add()([shared(a), shared(b)]))
+    assert twice.memory(1, device)["weights"] == model_weight_bytes(shared, device)
+    text = twice.summary(print_fn=lambda _: None)
+    assert re.search(r"Weights on the device: 8\.\d KiB in fp32 \(1\.000 of 8\.\d KiB in fp32\)", text), text
+
+
+def model_weight_bytes(dense, device) -> int:
+    """The bytes of one Dense layer's copy on ``device`` in a model of its own."""
+    alone = malinn.Sequential([Dense(dense.units)])
+    alone.build((None, dense.input_dim))
+    return alone.memory(1, device)["weights"]
+
+
+def test_a_device_kind_whose_default_reads_fp32_only_gets_a_kernel_that_reads_the_precision(device, rng, tmp_path):
+    """--target accelerator: its default (morton_4_2) reads fp32 only; the file is laid out for the
+    kind's first kernel that reads int8 (it was refused naming the internal kernel)."""
+    model = dense_model([6, 3], [None], "int8-weights")
+    path = model.save(tmp_path / "m.malinn", target="accelerator")
+    with h5py.File(path, "r") as f:
+        assert f["layers/0/kernel_laid_out"].dtype == np.int8
+    x = rng.standard_normal((2, 6)).astype(np.float32)
+    np.testing.assert_array_equal(malinn.load_model(path).predict(x), model.predict(x))
 
 
 def test_a_target_without_the_precision_is_refused(tmp_path):
@@ -440,7 +527,7 @@ OCLGRIND_SCRIPT = r"""
 import json, sys
 import numpy as np
 import malinn
-from malinn.layers import Dense
+from malinn.layers import Conv2D, Dense, DepthwiseConv2D, SeparableConv2D
 from malinn.precision import effective
 kept, errors = [], {}
 for precision in ("fp16-storage", "int8-weights"):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..plan_tensors import Vector, Weight
+from ..precision import rounded
 from .activation import get_activation
 from .base import Layer, folded_affine, glorot_uniform, numeric_weights
 from .windows import as_tuple, output_size, spatial_of, window_defines
@@ -78,6 +79,27 @@ class _Window(Layer):
     def _vector(self, values, what):
         return Vector(f"layer {self.name!r} {what}", values, self.device_copies)
 
+    def kernel_matrices(self) -> dict:
+        """``{index in get_weights(): (name, matrix)}``: each kernel as the matrix the plan uploads
+        (rows = output channels, the rows int8-weights scales)."""
+        return {}
+
+    def save_own_variables(self, store, target) -> None:
+        """The weights in Keras's shapes, each kernel rounded as ``target``'s precision keeps it on
+        the device (the plan lowers a convolution's weights itself; the file holds only what the
+        device will, as a Dense layer's does).
+
+        Raises:
+            ValueError: a weight the precision cannot hold (beyond float16's range, NaN in int8),
+                named by the layer.
+        """
+        weights = self.get_weights()
+        for index, (name, matrix) in self.kernel_matrices().items():
+            kept = rounded(matrix, target.precision, f"{self._what()} {name}")
+            weights[index] = kept.T.reshape(weights[index].shape)
+        for i, weight in enumerate(weights):
+            store.create_dataset(str(i), data=weight)
+
     def get_config(self) -> dict:
         return {**super().get_config(), "kernel_size": self.kernel_size, "strides": self.strides,
                 "padding": self.padding, "dilation_rate": self.dilation_rate, "activation": self.activation,
@@ -135,6 +157,9 @@ class Conv2D(_Window):
     def weight_matrix(self) -> np.ndarray:
         """``COUT x KH*KW*CG``: column ``(ky*KW + kx)*CG + c`` of row ``m`` is ``kernel[ky, kx, c, m]``."""
         return self.kernel.reshape(-1, self.filters).T
+
+    def kernel_matrices(self) -> dict:
+        return {0: ("kernel", self.weight_matrix())}
 
     def lower(self, builder, x):
         geometry = {**self.geometry(x.shape[1:]), "GROUPS": self.groups}
@@ -236,6 +261,9 @@ class DepthwiseConv2D(_Window):
         """``C*DM x KH*KW``: row ``c*DM + j``, column ``ky*KW + kx`` is ``depthwise_kernel[ky, kx, c, j]``."""
         return self.depthwise_kernel.reshape(-1, self.out_channels).T
 
+    def kernel_matrices(self) -> dict:
+        return {0: ("depthwise kernel", self.depthwise_matrix())}
+
     def _lower_depthwise(self, builder, x, bias, activation):
         geometry = {**self.geometry(x.shape[1:]), "DM": self.depth_multiplier}
         weight = Weight(f"layer {self.name!r} depthwise kernel", (self.out_channels, int(np.prod(self.kernel_size))),
@@ -318,10 +346,17 @@ class SeparableConv2D(DepthwiseConv2D):
     def compute_output_shape(self, input_shape) -> tuple:
         return super().compute_output_shape(input_shape)[:-1] + (self.filters,)
 
+    def pointwise_matrix(self) -> np.ndarray:
+        """``FILTERS x C*DM``: row ``f``, column ``o`` is ``pointwise_kernel[0, 0, o, f]``."""
+        return self.pointwise_kernel.reshape(self.out_channels, self.filters).T
+
+    def kernel_matrices(self) -> dict:
+        return {0: ("depthwise kernel", self.depthwise_matrix()), 1: ("pointwise kernel", self.pointwise_matrix())}
+
     def lower(self, builder, x):
         mid = self._lower_depthwise(builder, x, None, "linear")
         weight = Weight(f"layer {self.name!r} pointwise kernel", (self.filters, self.out_channels),
-                        lambda: self.pointwise_kernel.reshape(self.out_channels, self.filters).T, self.device_copies)
+                        self.pointwise_matrix, self.device_copies)
         bias = self._vector(self.bias, "bias") if self.use_bias else None
         return builder.matmul(mid, weight, bias, self.activation, what=self._what())
 

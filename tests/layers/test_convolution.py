@@ -9,7 +9,7 @@ import malinn
 from malinn import kernel_choice
 from malinn.layers import Conv1D, Conv2D, DepthwiseConv2D, SeparableConv2D
 
-from helpers import activation, conv2d_reference, depthwise_reference
+from helpers import activation, conv2d_reference, depthwise_reference, rounded_kernel
 
 pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
 
@@ -145,6 +145,44 @@ def test_depthwise_and_separable_match_the_definition(device, rng, case):
     mid = depthwise_reference(x, separable.depthwise_kernel, None, _pair(s), _pair(d), padding)
     want = activation("sigmoid", mid @ separable.pointwise_kernel[0, 0] + separable.bias)
     np.testing.assert_allclose(model.predict(x), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("precision", ["fp16-storage", "int8-weights"])
+@pytest.mark.parametrize("algorithm", [a for a in ALGORITHMS if a is None or a[0] == "conv"], ids=_algorithm_id)
+@pytest.mark.parametrize("case", [CASES[2], CASES[6], CASES[7]], ids=lambda c: "-".join(map(str, c)))
+def test_every_conv_kernel_reads_its_weights_in_the_models_precision(device, rng, precision, algorithm, case):
+    """The direct kernels (kn2row, kn2col, the implicit GEMM) read a reduced precision's weights as
+    the im2col path's matmul does: equal to the definition with the weights that precision keeps
+    (int8: per output channel), and the plan says so."""
+    h, w, c, m, k, s, d, padding, groups, batch = case
+    if algorithm is not None:
+        kernel_choice.use(*algorithm[:2], device=device, config=algorithm[2] if len(algorithm) > 2 else None)
+    layer = Conv2D(m, k, s, padding, d, groups, activation="tanh")
+    model = _run(layer, np.zeros((1, h, w, c)))
+    model.precision = precision
+    _randomize(layer, rng)
+    x = rng.standard_normal((batch, h, w, c)).astype(np.float32)
+    kept = rounded_kernel(layer.kernel, precision)
+    assert not np.array_equal(kept, layer.kernel)
+    want = np.tanh(conv2d_reference(x, kept, layer.bias, _pair(s), _pair(d), padding, groups))
+    np.testing.assert_allclose(model.predict(x), want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()))
+    steps = [row for row in model.plan(batch).describe() if row["kind"] in ("conv", "matmul")]
+    assert steps and all(f"[{precision}]" in row["kernel"] for row in steps), steps
+
+
+@pytest.mark.parametrize("precision", ["fp16-storage", "int8-weights"])
+def test_depthwise_and_separable_read_their_weights_in_the_models_precision(device, rng, precision):
+    x = rng.standard_normal((3, 13, 5, 3)).astype(np.float32)
+    separable = SeparableConv2D(5, 3, 2, "same", 2, activation="relu")
+    model = _run(separable, x)
+    model.precision = precision
+    _randomize(separable, rng)
+    mid = depthwise_reference(x, rounded_kernel(separable.depthwise_kernel, precision, depthwise=True), None, (2, 2),
+                              (1, 1), "same")
+    want = np.maximum(mid @ rounded_kernel(separable.pointwise_kernel, precision)[0, 0] + separable.bias, 0)
+    np.testing.assert_allclose(model.predict(x), want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()))
+    kernels = [row["kernel"] for row in model.plan(3).describe() if row["kind"] in ("conv", "matmul")]
+    assert len(kernels) == 2 and all(f"[{precision}]" in k for k in kernels), kernels
 
 
 def test_batchnorm_folds_into_a_linear_convolution(rng):
