@@ -55,6 +55,13 @@ class ModelNode:
     outputs: list = field(default_factory=list)
     calls: dict = field(default_factory=dict)
     output_names: list | None = None
+    #: Functional only: the keys of Keras 3's inputs given as a dict (``Model({"alpha": x}, ...)``),
+    #: which Keras's predict takes, in the order of ``inputs``; None where they are a list
+    input_keys: list | None = None
+    #: Functional only: Keras 3 operators called with a constant operand (``x * 2.0``), as
+    #: ``(member name, call index) -> the constant as shown``; the graph's call carries it
+    #: (:attr:`~converters.model_spec.KerasCall.constant`) and the converter lists it as unsupported
+    constants: dict = field(default_factory=dict)
     #: Functional only: whether its references are Keras 3's (``__keras_tensor__`` objects), which
     #: number a nested model's calls otherwise than tf_keras's (:func:`_node_offsets`)
     keras3: bool = False
@@ -262,6 +269,12 @@ def _parse_functional(class_name, name, cfg, layers, source) -> ModelNode:
         first = node.members[by_name[ref[0]]]
         if not (isinstance(first, LayerEntry) and first.class_name == INPUT_LAYER):
             raise _fail(source, f"{label}: its input {ref[0]!r} is not an InputLayer")
+    named = cfg.get("input_layers")
+    if isinstance(named, dict) and len(named) == len(inputs):
+        # Keras 3: inputs given as a dict, which its predict takes by key; Keras flattens a dict in
+        # the order of its sorted keys (model.inputs, and a list given to predict)
+        pairs = sorted(zip([str(k) for k in named], inputs), key=lambda pair: pair[0])
+        node.input_keys, inputs = [k for k, _ in pairs], [r for _, r in pairs]
     node.inputs, node.outputs = [r[0] for r in inputs], [tuple(r) for r in outputs]
     named = cfg.get("output_layers")
     if isinstance(named, dict) and len(named) == len(outputs):   # Keras 3: outputs given as a dict
@@ -278,13 +291,10 @@ def _parse_functional(class_name, name, cfg, layers, source) -> ModelNode:
         node.calls[member.name] = [node_inputs(n) for n in nodes]
         node.keras3 = node.keras3 or any(isinstance(n, dict) for n in nodes)
         if is_operation(member):
-            for n, refs in zip(nodes, node.calls[member.name]):
+            for k, (n, refs) in enumerate(zip(nodes, node.calls[member.name])):
                 constant = _constant_operand(n)
                 if constant is not None and len(refs) < 2:
-                    shown = constant if isinstance(constant, str) else repr(constant)
-                    raise _fail(source, f"{label}: operation {member.name!r} ({member.class_name}) has a constant "
-                                        f"operand ({shown}); malinn runs Keras operators on two tensors only "
-                                        "(a layer may do it: x * c + d is Rescaling(c, d), maximum(x, 0) is ReLU)")
+                    node.constants[(member.name, k)] = constant if isinstance(constant, str) else repr(constant)
         for refs in node.calls[member.name]:
             for ref in refs:
                 if ref[0] not in by_name:
@@ -316,9 +326,10 @@ def _chain(node: ModelNode, by_name: dict) -> list[int]:
     return [by_name[n] for n in order]
 
 
-def expand_graph(root: ModelNode, source: str):
+def expand_graph(root: ModelNode, source: str, names: dict | None = None):
     """The model as one graph of leaf-layer calls, nested models expanded (each call of a nested
-    model expands again: its layers are then shared).
+    model expands again: its layers are then shared). ``names``: ``id(leaf) -> the name its calls
+    give it`` (:func:`leaf_names`); a leaf not in it is called by its own name.
 
     tf_keras numbers a nested model's calls from 1 when the model has an InputLayer of its own
     (its first node is that input), Keras 3 from 0; the numbering is recognised from the
@@ -338,9 +349,10 @@ def expand_graph(root: ModelNode, source: str):
         counter[0] += 1
         return f"{label}#{counter[0]}"
 
-    def call_leaf(leaf: LayerEntry, ins: list, listed: bool) -> str:
-        out = new_tensor(leaf.name)
-        calls.append(KerasCall(layer=leaf.name, inputs=list(ins), output=out, listed=listed))
+    def call_leaf(leaf: LayerEntry, ins: list, listed: bool, constant: str | None = None) -> str:
+        name = (names or {}).get(id(leaf), leaf.name)
+        out = new_tensor(name)
+        calls.append(KerasCall(layer=name, inputs=list(ins), output=out, listed=listed, constant=constant))
         return out
 
     def expand(model: ModelNode, ins: list) -> list:
@@ -381,7 +393,7 @@ def expand_graph(root: ModelNode, source: str):
                     for i, t in enumerate(expand(member, given)):
                         made[(name, k, i)] = t
                 else:
-                    made[(name, k, 0)] = call_leaf(member, given, len(refs) > 1)
+                    made[(name, k, 0)] = call_leaf(member, given, len(refs) > 1, model.constants.get((name, k)))
         outs = []
         for ref in model.outputs:
             if key(ref, output_from) not in made:
@@ -393,7 +405,8 @@ def expand_graph(root: ModelNode, source: str):
         inputs = [("input#0", "input", root.input_shape)]
     else:
         by_name = {m.name: m for m in root.members}
-        inputs = [(f"{name}#0", name, input_layer_shape(by_name[name].config)) for name in root.inputs]
+        inputs = [(f"{name}#0", key, input_layer_shape(by_name[name].config))   # named as Keras's predict takes them
+                  for name, key in zip(root.inputs, root.input_keys or root.inputs)]
     outputs = expand(root, [t for t, _, _ in inputs])
     return KerasGraph(inputs=inputs, calls=calls, outputs=outputs, output_names=root.output_names)
 
@@ -431,33 +444,44 @@ def iter_layers(node: ModelNode, trail: tuple = ()) -> Iterator[tuple[LayerEntry
 
 
 def is_chain(node: ModelNode) -> bool:
-    """Whether the model and every model nested in it is a single chain."""
-    if node.kind != SEQUENTIAL and not node.chain:
+    """Whether the model and every model nested in it is a single chain (without an operator on a
+    constant: the graph's calls say which, for the converter to list it)."""
+    if node.kind != SEQUENTIAL and (not node.chain or node.constants):
         return False
     return all(is_chain(m) for m in node.members if isinstance(m, ModelNode))
 
 
 def leaves_and_graph(root: ModelNode, source: str) -> tuple[list, KerasGraph | None]:
-    """``([(leaf, trail), ...], graph)``: for a chain, its leaves in execution order and no graph;
-    for any other model, every leaf once (in the order of its first call) and the expanded graph.
-
-    Raises:
-        ConversionError: two leaf layers (in different nested models) share a name.
+    """``([(leaf, trail, name), ...], graph)``: for a chain, its leaves in execution order and no
+    graph; for any other model, every leaf once (in the order of its first call) and the expanded
+    graph, whose calls name each leaf by ``name`` (:func:`leaf_names`).
     """
     if is_chain(root):
-        return list(iter_chain(root)), None
-    graph = expand_graph(root, source)
-    leaves = list(iter_layers(root))
-    names = [leaf.name for leaf, _ in leaves]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise _fail(source, f"layers of nested models share the name {twice[0]!r}; malinn needs every layer "
-                            "name of a graph to be unique")
+        return named_leaves(list(iter_chain(root))), None
+    leaves = named_leaves(list(iter_layers(root)))
+    graph = expand_graph(root, source, {id(leaf): name for leaf, _, name in leaves})
     first = {}
     for i, call in enumerate(graph.calls):
         first.setdefault(call.layer, i)
-    leaves.sort(key=lambda item: first.get(item[0].name, len(graph.calls)))
+    leaves.sort(key=lambda item: first.get(item[2], len(graph.calls)))
     return leaves, graph
+
+
+def named_leaves(pairs: list) -> list:
+    """``[(leaf, trail), ...]`` as ``[(leaf, trail, name), ...]`` with the names of :func:`leaf_names`."""
+    return [(leaf, trail, name) for (leaf, trail), name in zip(pairs, leaf_names(pairs))]
+
+
+def leaf_names(pairs: list) -> list[str]:
+    """A name for each ``(leaf, trail)`` that tells the leaves apart: the layer's own name where no
+    other leaf has it, else its path through the nested models, ``encoder/dense`` (Keras names
+    a model's own layers apart, not those of the models nested in it: a saved model loaded and
+    wrapped with a new head has two ``dense``). A layer of the top model keeps its own name."""
+    counts: dict[str, int] = {}
+    for leaf, _ in pairs:
+        counts[leaf.name] = counts.get(leaf.name, 0) + 1
+    return [leaf.name if counts[leaf.name] == 1 else
+            "/".join([model.name for model, _ in trail[1:]] + [leaf.name]) for leaf, trail in pairs]
 
 
 def iter_chain(node: ModelNode, trail: tuple = ()) -> Iterator[tuple[LayerEntry, tuple]]:

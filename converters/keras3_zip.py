@@ -33,7 +33,7 @@ import h5py
 
 from malinn.errors import ConversionError
 
-from .chain import ModelNode, is_operation, iter_chain, leaves_and_graph, parse_model
+from .chain import ModelNode, is_operation, iter_chain, leaves_and_graph, named_leaves, parse_model
 from .dtypes import variable_dtype
 from .hdf5_util import read_weight, to_str
 from .limits import MAX_JSON_BYTES, WeightBudget, check_member, member_limit, size_text
@@ -173,11 +173,13 @@ def read_weight_tree(h5: h5py.File, root: ModelNode, source: str, budget, member
         root: the model's structure (:func:`converters.chain.parse_model`).
         source: the file(s), for messages; budget: the :class:`~converters.limits.WeightBudget`.
         member: the weights file's name in messages; config: what holds the layers, in messages.
-        leaves: the ``(leaf, trail)`` pairs to read, in order (those of
+        leaves: the ``(leaf, trail, name)`` triples to read, in order (those of
             :func:`converters.chain.leaves_and_graph`); ``None``: ``root``'s chain.
 
     Returns:
-        A :class:`KerasLayer` per leaf, in the order of ``leaves``.
+        A :class:`KerasLayer` per leaf, named ``name``, in the order of ``leaves``. The variables
+        are found by the leaf's trail through the nested models, so layers of two nested models
+        with one name each get their own.
 
     Raises:
         ConversionError: variables not numbered 0, 1, ...; a ``vars`` group labelled with another
@@ -185,7 +187,7 @@ def read_weight_tree(h5: h5py.File, root: ModelNode, source: str, budget, member
             an empty ``vars`` for one without weights), or weights for a layer it does not have.
     """
     layers, claimed = [], set()
-    for leaf, trail in (iter_chain(root) if leaves is None else leaves):
+    for leaf, trail, name in (named_leaves(list(iter_chain(root))) if leaves is None else leaves):
         group_path, group = _find_vars(h5, trail, leaf.name, source, member, config)
         if leaf.class_name in WRAPPERS and (group is None or not len(group)):
             claimed.add(group_path.rsplit("/", 1)[0])                 # the wrapper's own (empty) group
@@ -219,7 +221,7 @@ def read_weight_tree(h5: h5py.File, root: ModelNode, source: str, budget, member
         layers.append(
             KerasLayer(
                 class_name=leaf.class_name,
-                name=leaf.name,
+                name=name,
                 config=leaf.config,
                 weights=arrays,
                 weight_names=names,

@@ -27,7 +27,7 @@ import h5py
 from malinn.errors import ConversionError
 
 from .chain import (INPUT_LAYER, LayerEntry, ModelNode, is_operation, iter_chain, iter_leaves,
-                    leaves_and_graph, parse_model)
+                    leaves_and_graph, named_leaves, parse_model)
 from .dtypes import variable_dtype
 from .hdf5_util import read_str_list, read_weight, to_str
 from .limits import WeightBudget
@@ -139,29 +139,30 @@ def read_weights_group(root: ModelNode, group: h5py.Group, source: str, budget,
             legacy ``.h5`` model file, or the root of a ``save_weights`` ``.h5`` file.
         source: the file(s), for messages; budget: the :class:`~converters.limits.WeightBudget`.
         where: the group's name in messages; config: what holds the layers, in messages.
-        leaves: the ``(leaf, trail)`` pairs to read, in order (those of
+        leaves: the ``(leaf, trail, name)`` triples to read, in order (those of
             :func:`converters.chain.leaves_and_graph`); ``None``: ``root``'s chain.
 
     Returns:
-        A :class:`KerasLayer` per leaf, in the order of ``leaves``.
+        A :class:`KerasLayer` per leaf, named ``name``, in the order of ``leaves``.
 
     Raises:
         ConversionError: a layer of the config without an entry in the group or the reverse, a
-            weight listed but missing, a dataset that cannot be read.
+            weight listed but missing, a dataset that cannot be read; two layers of one nested
+            model with one name, which its weight names cannot tell apart.
     """
     layer_names = read_str_list(group, "layer_names", source, where)
     if layer_names is None:
         raise _fail(source, f"{where} has no layer_names attribute: the weights are missing")
     weights = _collect_weights(root, group, layer_names, source, budget, where, config)
     if leaves is None:
-        leaves = list(iter_chain(root))
+        leaves = named_leaves(list(iter_chain(root)))
     layers = []
-    for leaf, _trail in leaves:
-        names, arrays = weights.get(leaf.name, ([], []))
+    for leaf, _trail, name in leaves:
+        names, arrays = weights.get(id(leaf), ([], []))
         layers.append(
             KerasLayer(
                 class_name=leaf.class_name,
-                name=leaf.name,
+                name=name,
                 config=leaf.config,
                 weights=arrays,
                 weight_names=names,
@@ -194,14 +195,15 @@ def _read(datasets, layer: str, config: dict, source: str, budget, parent: str) 
 
 
 def _collect_weights(root: ModelNode, weights_group, layer_names, source, budget, where, config) -> dict:
-    """``{leaf layer name: (weight names, arrays)}`` for every leaf layer of the model."""
-    out: dict[str, tuple[list, list]] = {}
+    """``{id(leaf layer): (weight names, arrays)}`` for every leaf layer of the model: a layer of
+    the top model from its own group, one of a nested model from that model's group."""
+    out: dict[int, tuple[list, list]] = {}
     listed = set(layer_names)
     for member in root.members:
         if isinstance(member, LayerEntry) and member.class_name == INPUT_LAYER:
             continue
         if member.name not in listed and is_operation(member):
-            out[member.name] = ([], [])   # Keras 3 saves the layers' weights only; an operation has none
+            out[id(member)] = ([], [])   # Keras 3 saves the layers' weights only; an operation has none
             continue
         if member.name not in listed:
             raise _fail(
@@ -214,11 +216,12 @@ def _collect_weights(root: ModelNode, weights_group, layer_names, source, budget
             raise _fail(source, f"{where}/{member.name} is missing: the weights are missing")
         datasets = _group_datasets(group, source, member.name, where)
         if isinstance(member, LayerEntry):
-            out[member.name] = _read(datasets, member.name, member.config, source, budget, where)
+            out[id(member)] = _read(datasets, member.name, member.config, source, budget, where)
         else:
-            leaves = {leaf.name: leaf for leaf in iter_leaves(member)}
-            for owner, owned in _split_nested(member, leaves, datasets, source).items():
-                out[owner] = _read(owned, member.name, leaves[owner].config, source, budget, where)
+            leaves = list(iter_leaves(member))
+            owned = _split_nested(member, leaves, datasets, source)
+            for leaf in leaves:
+                out[id(leaf)] = _read(owned[id(leaf)], member.name, leaf.config, source, budget, where)
     config_names = {m.name for m in root.members}
     for name in layer_names:
         if name in config_names:
@@ -235,17 +238,29 @@ def _collect_weights(root: ModelNode, weights_group, layer_names, source, budget
     return out
 
 
-def _split_nested(model: ModelNode, leaves: dict, datasets: list, source: str) -> dict:
-    """Give each layer of a nested model the weights whose name contains its name."""
-    out: dict[str, list] = {name: [] for name in leaves}
+def _split_nested(model: ModelNode, leaves: list, datasets: list, source: str) -> dict:
+    """Give each layer of a nested model the weights whose name contains its name
+    (``{id(leaf): [(weight name, dataset), ...]}``): Keras names them ``dense/kernel:0``, the layer's
+    name alone, whatever model inside ``model`` holds it."""
+    by_name: dict[str, list] = {}
+    for leaf in leaves:
+        by_name.setdefault(leaf.name, []).append(leaf)
+    out: dict = {id(leaf): [] for leaf in leaves}
     for weight_name, obj in datasets:
         parts = weight_name.split("/")[:-1]
-        owner = next((p for p in reversed(parts) if p in leaves), None)
+        owner = next((p for p in reversed(parts) if p in by_name), None)
         if owner is None:
             raise _fail(
                 source,
                 f"weight {weight_name!r} of nested model {model.name!r} belongs to none of its "
-                f"layers ({', '.join(leaves)})",
+                f"layers ({', '.join(by_name)})",
             )
-        out[owner].append((weight_name, obj))
+        if len(by_name[owner]) > 1:
+            raise _fail(
+                source,
+                f"weight {weight_name!r} of nested model {model.name!r} may belong to any of its "
+                f"{len(by_name[owner])} layers named {owner!r} (the .h5 format names a nested layer's "
+                "weights by the layer's name alone); save the model as .keras, which keeps them apart",
+            )
+        out[id(by_name[owner][0])].append((weight_name, obj))
     return out

@@ -31,6 +31,10 @@ def version_major(version: str | None) -> int | None:
 class KerasLayer:
     """One layer of the chain.
 
+    ``name`` is the layer's own, or its path through the nested models that hold it
+    (``encoder/dense``) where another layer of the model has the same name
+    (:func:`converters.chain.leaf_names`).
+
     ``weights`` are float32 arrays in Keras's order (``layer.get_weights()``; bfloat16 ones
     widened, a LoRA Dense's factors merged into its kernel): Dense gives
     kernel ``(in, units)`` then bias ``(units,)``; BatchNormalization gives gamma, beta,
@@ -52,12 +56,16 @@ class KerasLayer:
 @dataclass
 class KerasCall:
     """One call of a leaf layer in a Functional graph: the tensors it reads (``listed``: as a list,
-    a merge layer's) and the tensor it makes. Tensors are named by strings unique in the graph."""
+    a merge layer's) and the tensor it makes. Tensors are named by strings unique in the graph;
+    ``layer`` is the :class:`KerasLayer`'s name (its path through nested models where a bare name
+    repeats: ``encoder/dense``). ``constant``: the constant operand of a Keras 3 operator
+    (``x * 2.0`` reads one tensor and ``2.0``), as shown in messages, else None."""
 
     layer: str
     inputs: list[str]
     output: str
     listed: bool = False
+    constant: str | None = None
 
 
 @dataclass

@@ -25,7 +25,9 @@ NO_OPS = ("Dropout", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D",
           "GaussianDropout", "AlphaDropout", "ActivityRegularization", "Identity", "InputLayer")
 MERGES = ("Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate", "Dot")
 #: Keras window layers (channels last) -> the config keys passed on to the malinn layer of that name
-#: ("activation" is mapped to malinn's name).
+#: ("activation" is mapped to malinn's name): every argument of Keras 3's layer that changes what it
+#: computes (``data_format`` included, which the malinn layer refuses unless ``channels_last``), so
+#: that none is dropped silently; tests/converters/test_convert_errors.py checks them against Keras.
 WINDOW_LAYERS = {
     "Conv1D": ("filters", "kernel_size", "strides", "padding", "dilation_rate", "groups", "activation", "use_bias",
                "data_format"),
@@ -39,7 +41,7 @@ WINDOW_LAYERS = {
        for name in ("MaxPooling1D", "MaxPooling2D", "AveragePooling1D", "AveragePooling2D")},
     **{name: ("keepdims", "data_format") for name in ("GlobalMaxPooling1D", "GlobalMaxPooling2D",
                                                        "GlobalAveragePooling1D", "GlobalAveragePooling2D")},
-    "ZeroPadding1D": ("padding",), "ZeroPadding2D": ("padding", "data_format"),
+    "ZeroPadding1D": ("padding", "data_format"), "ZeroPadding2D": ("padding", "data_format"),
     "Cropping1D": ("cropping",), "Cropping2D": ("cropping", "data_format"),
     "UpSampling1D": ("size",), "UpSampling2D": ("size", "data_format", "interpolation"),
 }
@@ -293,6 +295,11 @@ def _to_functional(km: KerasModel):
     for call in graph.calls:
         kl = by_name[call.layer]
         ranks[call.output] = ranks.get(call.inputs[0], 2)
+        if call.constant is not None:
+            unsupported.append(f"{kl.class_name} {kl.name!r} with a constant operand ({call.constant}: malinn runs "
+                               "Keras operators on two tensors only; a layer may do it: x * c + d is Rescaling(c, d), "
+                               "maximum(x, 0) is ReLU)")
+            continue
         if kl.class_name in NO_OPS:
             if call.inputs[0] in tensors:
                 tensors[call.output] = tensors[call.inputs[0]]
@@ -331,9 +338,12 @@ def _to_functional(km: KerasModel):
         layer.keras_names = (name,)
     inputs = [tensors[t] for t, _, _ in graph.inputs]
     outputs = [tensors[t] for t in graph.outputs]
-    if any(o is i for o in outputs for i in inputs) or not made:
-        raise ConversionError(f"{km.source}: an output of the model is one of its inputs; malinn runs models whose "
-                              "outputs a layer computes")
+    if not made:   # inputs (or inference no-ops on them) only: an Identity layer computes each output
+        identities = {}
+        for i, t in enumerate(outputs):
+            if id(t) not in identities:
+                identities[id(t)] = lookup("layer", "Identity")(name=f"{t.name}_identity")(t)
+            outputs[i] = identities[id(t)]
     try:
         if graph.output_names:
             outputs = dict(zip(graph.output_names, outputs))

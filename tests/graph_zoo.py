@@ -8,7 +8,8 @@ this script does the Keras work. For Keras 3 and tf_keras (Keras 2) it builds ev
 :data:`MODELS`, saves it as ``<generation>/<key>.keras`` and ``.h5``, and writes
 ``<generation>/<key>.npz`` with, for each input range ``r`` (``unit``: uniform in [-1, 1];
 ``large``: uniform in [-1000, 1000]), the inputs ``r:x<i>`` (100 samples each) and Keras's outputs
-``r:y<j>`` (in the order of the output dict's keys where Keras returns one, named in the manifest).
+``r:y<j>`` (in the order of the output dict's keys where Keras returns one, named in the manifest;
+the inputs in the order of ``model.inputs``, with their dict keys in the manifest where Keras takes a dict).
 ``manifest.json`` lists what was built (a model a generation cannot express is left
 out, with the reason). The module level is plain data so tests can import it to parametrize.
 """
@@ -34,7 +35,7 @@ DOTS = [("dot_r2", (6,), (6,), 1, False), ("dot_r2_norm", (6,), (6,), 1, True),
         ("dot_r3_12", (3, 6), (5, 3), (1, 2), False), ("dot_r3_norm", (3, 6), (4, 6), (2, 2), True),
         ("dot_r3_r2", (3, 6), (6,), (2, 1), False), ("dot_neg", (3, 6), (4, 6), -1, False)]
 #: models only Keras 3 builds (inputs and outputs given as dicts, an operator on tensors)
-KERAS3_ONLY = {"dict_io"}
+KERAS3_ONLY = {"dict_io", "dict_keys"}
 #: graphs malinn must refuse, each with the layers its one ConversionError must name
 ERROR_MODELS = {"unsupported_graph": ["LSTM 'lstm'", "Dot 'dot4'", "Attention 'att'"]}
 BATCH_SIZES = [1, 7, 100]
@@ -49,7 +50,7 @@ def model_keys() -> list:
     keys += ["concat_three_mixed"]
     keys += [key for key, *_ in DOTS]
     keys += ["residual", "shared_two_outputs", "nested_shared", "nested_functional", "diamond", "dict_io",
-             "nested_functional_twice", "nested_sequential_twice"]
+             "nested_functional_twice", "nested_sequential_twice", "input_as_output", "inputs_only", "dict_keys"]
     return keys + list(ERROR_MODELS)
 
 
@@ -148,12 +149,30 @@ def build(K, key):
         a, b = K.Input((4,), name="a"), K.Input((4,), name="b")
         h = L.Dense(4, name="d")(a)
         return K.Model({"a": a, "b": b}, {"sum": h + b, "prod": L.Multiply(name="mul")([h, b])}, name=key)
+    if key == "input_as_output":   # inputs returned as they are, beside a layer's output
+        x, y = K.Input((4,), name="x"), K.Input((4,), name="y")
+        return K.Model([x, y], [x, L.Dense(2, name="d")(y), y], name=key)
+    if key == "inputs_only":       # no layer computes anything: the outputs are the inputs
+        x, y = K.Input((4,), name="x"), K.Input((3,), name="y")
+        return K.Model([x, y], [L.Dropout(0.5, name="drop")(y), x], name=key)
+    if key == "dict_keys":         # inputs given as a dict whose keys are not the inputs' names
+        a, b = K.Input((4,), name="a_in"), K.Input((3,), name="b_in")
+        h = L.Concatenate(name="cat")([L.Dense(2, name="d")(a), b])
+        return K.Model({"beta": b, "alpha": a}, L.Dense(2, name="head")(h), name=key)
     if key == "unsupported_graph":
         x, y = K.Input((3, 4), name="x"), K.Input((2, 3, 4), name="y")
         d = L.Dot(axes=3, name="dot4")([y, y])
         att = L.Attention(name="att")([x, x])              # a layer of several inputs malinn lacks
         return K.Model([x, y], [L.LSTM(2, name="lstm")(x), L.Flatten(name="flat")(d), att], name=key)
     raise KeyError(key)
+
+
+def _input_keys(model):
+    """Keras 3's keys of inputs given as a dict, in the order of ``model.inputs``; else None."""
+    struct = getattr(model, "_inputs_struct", None)
+    if not isinstance(struct, dict):
+        return None
+    return [next(k for k, t in struct.items() if t is tensor) for tensor in model.inputs]
 
 
 def main(argv):
@@ -195,7 +214,8 @@ def main(argv):
             for label, scale in RANGES.items():
                 xs = [rng.uniform(-scale, scale, (100,) + tuple(t.shape[1:])).astype(np.float32) for t in model.inputs]
                 names = [t.name.split(":")[0] for t in model.inputs]
-                given = dict(zip(names, xs)) if key == "dict_io" else (xs if len(xs) > 1 else xs[0])
+                keys = _input_keys(model)
+                given = dict(zip(keys, xs)) if keys else (xs if len(xs) > 1 else xs[0])
                 ys = model(given, training=False)
                 output_names = list(ys) if isinstance(ys, dict) else None
                 ys = list(ys.values()) if isinstance(ys, dict) else ys if isinstance(ys, (list, tuple)) else [ys]
@@ -203,7 +223,8 @@ def main(argv):
                 data.update({f"{label}:y{j}": np.asarray(y, np.float32) for j, y in enumerate(ys)})
             np.savez(base + ".npz", **data)
             manifest["models"][f"{generation}/{key}"] = {
-                "inputs": [t.name.split(":")[0] for t in model.inputs], "outputs": len(model.outputs),
+                "inputs": [t.name.split(":")[0] for t in model.inputs], "input_keys": _input_keys(model),
+                "outputs": len(model.outputs),
                 "output_names": output_names}
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)

@@ -97,6 +97,13 @@ CUSTOM_MODELS = {
     "custom_sequential": ["'doubled'", "AdvSequential"],
     "custom_activation": ["'d_adv_relu'", "'act_adv_relu'", "adv>relu"],
 }
+#: Keras 3 layers whose constructor arguments the zoo records (``manifest["keras3_layer_arguments"]``):
+#: the window layers, whose configs the converter passes on key by key.
+ARGUMENT_LAYERS = ["Conv1D", "Conv2D", "DepthwiseConv2D", "SeparableConv2D", "MaxPooling1D", "MaxPooling2D",
+                   "AveragePooling1D", "AveragePooling2D", "GlobalMaxPooling1D", "GlobalMaxPooling2D",
+                   "GlobalAveragePooling1D", "GlobalAveragePooling2D", "ZeroPadding1D", "ZeroPadding2D",
+                   "Cropping1D", "Cropping2D", "UpSampling1D", "UpSampling2D"]
+
 #: Keras 3 Dense variants: weights stored as bfloat16, LoRA enabled, int8-quantized (Keras 3
 #: only, except bfloat16 which tf_keras writes too).
 VARIANT_MODELS = ["bfloat16", "lora", "int8", "int8_lora"]
@@ -856,6 +863,26 @@ class Zoo:
         self.randomize(nested, 3)
         self.add("nested", nested, kind="reader")
 
+        # A saved model loaded and wrapped with a new head (transfer learning): Keras names the new
+        # head 'dense' again, beside the encoder's own 'dense' (names are unique per model only)
+        encoder = K.Sequential([K.Input((8,)), L.Dense(16, activation="relu", name="dense"),
+                                L.Dense(8, name="dense_1")], name="encoder")
+        tx = K.Input((8,), name="tx")
+        transfer = K.Model(tx, L.Dense(3, activation="softmax", name="dense")(encoder(tx)), name="transfer")
+        self.randomize(transfer, 4)
+        self.add("nested_names", transfer, self.uniform((8,), seed=4), layer_outputs=False, kind="reader")
+        # the same names at three depths of a graph, the nested model called twice
+        ii = K.Input((5,), name="ii")
+        deep = K.Model(ii, L.Dense(5, activation="relu", name="dense")(ii), name="deep")
+        mi = K.Input((5,), name="mi")
+        mid = K.Model(mi, L.Add(name="add")([deep(mi), L.Dense(5, name="dense_1")(mi)]), name="mid")
+        gx = K.Input((5,), name="gx")
+        a = mid(L.Dense(5, name="dense")(gx))
+        out = L.Dense(2, name="dense_1")(L.Concatenate(name="cat")([a, mid(a)]))
+        graph = K.Model(gx, out, name="nested_names_graph")
+        self.randomize(graph, 5)
+        self.add("nested_names_graph", graph, self.uniform((5,), seed=5), layer_outputs=False, kind="reader")
+
         # Enough long layer names that Keras writes layer_names0, layer_names1, ...
         body = [L.Dropout(0.0, name=f"drop_{i:02d}_" + "n" * 1000) for i in range(70)]
         if k3:
@@ -867,8 +894,16 @@ class Zoo:
         folder = os.path.join(self.outdir, self.generation)
         if k3:
             cx = K.Input((3,), name="cx")   # x * 2.0: an operation with a constant operand
-            self.add("constant_operand", K.Model(cx, L.Dense(3, name="c_dense")(cx) * 2.0, name="constant_operand"),
+            # beside an unsupported layer: both are named in one message
+            self.add("constant_operand", K.Model(cx, [L.Dense(3, name="c_dense")(cx) * 2.0, L.Masking(name="c_mask")(cx)],
+                                                 name="constant_operand"), kind="reader")
+            # an input whose shape is not fully known apart from the batch
+            self.add("unknown_shape", K.Sequential([K.Input((None, 4)), L.Dense(2, name="u_dense")], name="unknown_shape"),
                      kind="reader")
+            # ZeroPadding1D over the steps of a channels-first sequence: malinn runs channels last only
+            self.add("zero_padding1d_channels_first",
+                     K.Sequential([K.Input((4, 6)), L.ZeroPadding1D(1, data_format="channels_first", name="zp_cf"),
+                                   L.Flatten(name="flat"), L.Dense(2, name="zp_dense")], name="zp_cf"), kind="reader")
             small = K.Sequential([K.Input((3,)), L.Dense(2, name="small")], name="small")
             small.save_weights(os.path.join(folder, "small.weights.h5"))
             self.build_tensorflow_formats(small, folder)
@@ -945,6 +980,12 @@ def main(argv):
                                                   "weights_suffix": weights_suffix,
                                                   "reader_format": SPLIT_READER_FORMAT[fmt]}
         manifest["tensorflow_files"].update(zoo.tensorflow_files)
+        if GENERATIONS[generation] == 3:   # what each window layer takes, for the converter's table
+            import inspect
+
+            manifest["keras3_layer_arguments"] = {
+                name: [p for p in inspect.signature(getattr(K.layers, name).__init__).parameters if p != "self"]
+                for name in ARGUMENT_LAYERS}
         for key, entry in zoo.models.items():
             manifest["models"][f"{generation}/{key}"] = entry
         manifest["timings"][generation] = round(time.time() - t, 2)

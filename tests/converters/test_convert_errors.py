@@ -239,9 +239,41 @@ def test_branching_functional_model_converts(keras_zoo, out_dir, fmt):
 
 
 @pytest.mark.parametrize("fmt", ["keras3-zip", "keras3-h5"])
-def test_an_operator_with_a_constant_operand_is_refused_by_name(keras_zoo, out_dir, fmt):
-    assert_convert_fails(keras_zoo.path(fmt, "constant_operand"), out_dir, "has a constant operand (2.0)",
-                         "Rescaling")
+def test_an_operator_with_a_constant_operand_is_listed_with_the_other_unsupported_layers(keras_zoo, out_dir, fmt):
+    assert_convert_fails(keras_zoo.path(fmt, "constant_operand"), out_dir, "2 unsupported layer(s)",
+                         "Multiply 'multiply' with a constant operand (2.0", "Rescaling", "Masking 'c_mask'")
+
+
+@pytest.mark.parametrize("fmt", ["keras3-zip", "keras3-h5"])
+def test_an_input_shape_not_fully_known_is_refused(keras_zoo, out_dir, fmt):
+    assert_convert_fails(keras_zoo.path(fmt, "unknown_shape"), out_dir, "input shape (None, 4) is not fully known",
+                         "every axis but the batch")
+
+
+@pytest.mark.parametrize("fmt", ["keras3-zip", "keras3-h5"])
+def test_zero_padding1d_channels_first_is_refused(keras_zoo, out_dir, fmt):
+    """Padding the steps of a channels-first sequence, run as channels last, pads its channels."""
+    assert_convert_fails(keras_zoo.path(fmt, "zero_padding1d_channels_first"), out_dir, "'zp_cf' (ZeroPadding1D)",
+                         "only data_format='channels_last' runs, got 'channels_first'")
+
+
+#: Keras arguments that change nothing at inference (or name the layer)
+TRAINING_ONLY = ("_initializer", "_regularizer", "_constraint")
+
+
+def test_window_layers_pass_on_every_argument_keras_takes(keras_zoo):
+    """Each Keras 3 window layer's config keys that change what it computes reach the malinn layer,
+    which runs them or refuses them by name (a key left out is dropped silently: a channels-first
+    ZeroPadding1D ran as channels last)."""
+    from malinn.converters.to_malinn import WINDOW_LAYERS
+
+    arguments = keras_zoo.manifest.get("keras3_layer_arguments")
+    if arguments is None:
+        pytest.skip("the zoo has no Keras 3")
+    assert set(arguments) == set(WINDOW_LAYERS)
+    for name, keras_args in arguments.items():
+        wanted = {a for a in keras_args if a not in ("name", "kwargs") and not a.endswith(TRAINING_ONLY)}
+        assert wanted <= set(WINDOW_LAYERS[name]), f"{name}: {sorted(wanted - set(WINDOW_LAYERS[name]))} not passed on"
 
 
 UNSUPPORTED = [("Masking", "bad_masking"), ("Conv1DTranspose", "bad_conv"), ("LSTM", "bad_lstm")]

@@ -1,5 +1,6 @@
 """malinn against Keras on Functional graphs: every merge layer on every rank and axis, broadcasting,
-shared layers, nested models (tf_keras numbers their calls from 1), several inputs and outputs, in
+shared layers, nested models (tf_keras numbers their calls from 1), several inputs and outputs (inputs
+returned as outputs among them), in
 every Keras file format, at batch 1, 7 and 100, on inputs in [-1, 1] and in [-1000, 1000], within
 ``1e-5 x max(1, max |Keras|)`` (3e-5 on OpenGL devices: ``TOLERANCE``); a malinn file of each
 predicts the same bit for bit; unsupported layers of a graph, merges included, are all named in one
@@ -102,6 +103,21 @@ def test_graph_matches_keras(graph_zoo, device, tmp_path, fmt, key):
         given = xs if len(xs) > 1 else xs[0]
         for g, w in zip(outputs(saved.predict(given)), outputs(model.predict(given))):
             np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("fmt", ["keras3-zip", "keras3-h5"])
+def test_inputs_given_as_a_dict_are_named_by_its_keys(graph_zoo, device, fmt):
+    """Keras 3's predict takes a model's dict inputs by the dict's keys (not the Input names), and a
+    list in the order of the sorted keys."""
+    path, data_path = zoo_file(graph_zoo, fmt, "dict_keys")
+    keys = graph_zoo[1]["models"]["keras3/dict_keys"]["input_keys"]
+    assert keys == ["alpha", "beta"] and graph_zoo[1]["models"]["keras3/dict_keys"]["inputs"] == ["a_in", "b_in"]
+    model = malinn.load_model(path)
+    assert model.input_names == keys
+    with np.load(data_path) as npz:
+        xs, y = [npz["unit:x0"], npz["unit:x1"]], npz["unit:y0"]
+    assert_keras_close(model.predict(dict(zip(keys, xs))), y, f"{fmt} by key")
+    assert_keras_close(model.predict(xs), y, f"{fmt} as a list")
 
 
 @pytest.mark.parametrize("key", list(ERROR_MODELS))

@@ -97,7 +97,10 @@ def test_every_zoo_model_reads_as_its_whole_file_does(keras_zoo, fmt):
         assert got.format == SPLIT_READER_FORMAT[fmt] and got.files == (str(architecture), str(weights))
         assert got.source == f"{architecture} + {weights}"
         assert got.keras_major == keras_zoo.split_formats[fmt]["keras_major"]
-        assert [l.name for l in got.layers] == [l["name"] for l in entry["layers"]], key
+        # Keras's own names (malinn's are paths through nested models where a name repeats: encoder/dense),
+        # Keras 3 operators (x * 2.0) left out: they are not among Keras's layers
+        names, keras = [l.name.rsplit("/", 1)[-1] for l in got.layers], [l["name"] for l in entry["layers"]]
+        assert [n for n in names if n in keras] == keras and len(set(names) - set(keras)) == len(names) - len(keras), key
         assert tuple(got.input_shape or ()) == tuple(entry.get("input_shape") or ()), key
         if want is None:
             continue
