@@ -16,6 +16,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
@@ -40,9 +41,10 @@ PRECISIONS = ("fp32", "fp16-storage", "fp16", "int8-weights")
 #: verify's default tolerance (largest rel error) per precision: a little above the worst layer of
 #: the test zoo and the digits example measured in that precision (docs/CONVERTING.md)
 VERIFY_TOLERANCE = {"fp32": 1e-5, "fp16-storage": 1e-2, "fp16": 2e-2, "int8-weights": 1e-1}
-#: the least default tolerance where Keras itself computed in half (a mixed_float16 or
-#: mixed_bfloat16 policy, a float16 or bfloat16 layer): malinn computes such layers in float32
-KERAS_HALF_TOLERANCE = {"float16": 1e-2, "bfloat16": 5e-2}
+#: the least default tolerance where Keras itself computed in a reduced precision (a mixed_float16
+#: or mixed_bfloat16 policy, a float16 or bfloat16 layer; an int8-quantized layer, whose inputs
+#: Keras rounds to int8 too): malinn computes such layers in float32 (with the int8 weights)
+KERAS_REDUCED_TOLERANCE = {"float16": 1e-2, "bfloat16": 5e-2, "int8": 5e-2}
 PRECISION_HELP = ("the weights' precision on the device: fp32, fp16-storage (half weights, float "
                   "arithmetic), fp16 (half arithmetic: devices with cl_khr_fp16) or int8-weights (per-output-channel "
                   "int8 with float scales)")
@@ -319,7 +321,8 @@ def cmd_verify(args) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         x_path, out_path = os.path.join(tmp, "x.npz"), os.path.join(tmp, "keras.npz")
         arrays = list(x.values()) if isinstance(x, dict) else [x]
-        np.savez(x_path, **{f"x{i}": a for i, a in enumerate(arrays)})
+        names = getattr(model, "input_names", [])   # a Functional's (a Sequential has one input)
+        np.savez(x_path, names=np.array(names, dtype=str), **{f"x{i}": a for i, a in enumerate(arrays)})
         run = subprocess.run(_keras_reference_command(str(args.model), x_path, out_path, names, args.weights),
                              capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if run.returncode != 0:
@@ -328,15 +331,16 @@ def cmd_verify(args) -> int:
             raise MalinnError(f"running {_shown(args.model, args.weights)} in Keras failed: {_exception_line(run.stderr)}")
         reference = dict(np.load(out_path, allow_pickle=False))
     computed = [str(d) for d in reference.pop("compute_dtypes", ["float32"])]
-    halves = [KERAS_HALF_TOLERANCE[d] for d in computed if d in KERAS_HALF_TOLERANCE]
-    if args.tolerance is None and halves and max(halves) > tolerance:
-        tolerance = max(halves)
+    reduced = [d for d in computed if d in KERAS_REDUCED_TOLERANCE]
+    if args.tolerance is None and reduced and max(KERAS_REDUCED_TOLERANCE[d] for d in reduced) > tolerance:
+        tolerance = max(KERAS_REDUCED_TOLERANCE[d] for d in reduced)
     print(f"verify {_shown(args.model, args.weights)} on {device.name} in {model.precision}, input {_shape_text(x)}; "
           f"rel = max|malinn - keras| / max(1, max|keras|), keras in {', '.join(computed)}")
-    if halves:
-        print(f"(Keras computed layers in {' and '.join(d for d in computed if d in KERAS_HALF_TOLERANCE)}; malinn "
-              f"computes them in float32: the errors below are mostly Keras's rounding; default tolerance "
-              f"{max(halves):g})")
+    if reduced:
+        quantized = ", rounding their inputs to int8 too" if "int8" in reduced else ""
+        print(f"(Keras computed layers in {' and '.join(reduced)}{quantized}; malinn computes them in float32: the "
+              f"errors below are mostly Keras's rounding; default tolerance "
+              f"{max(KERAS_REDUCED_TOLERANCE[d] for d in reduced):g})")
     rows, called = [], set()
     for layer, out in zip(model.layer_calls, ours):   # Keras gives a shared layer's first call only
         first = layer.name not in called
@@ -356,9 +360,9 @@ def cmd_verify(args) -> int:
         if key not in reference:
             print(f"{name:<{left}} {label:<{right}} {'(not compared)':>21}")
             continue
-        abs_err, rel = _errors(out, np.asarray(reference[key], dtype=np.float32))
+        cells, rel = _compared(out, np.asarray(reference[key], dtype=np.float32))
         worst = max(worst, rel)
-        print(f"{name:<{left}} {label:<{right}} {abs_err:>10.3e} {rel:>10.3e}")
+        print(f"{name:<{left}} {label:<{right}} {cells}")
     for _, label, keras_name, out in rows[len(rows) - len(outputs):]:   # the model's output(s)
         if keras_name in reference:
             agreement = _argmax_agreement(out, np.asarray(reference[keras_name], dtype=np.float32))
@@ -366,6 +370,15 @@ def cmd_verify(args) -> int:
     ok = worst <= tolerance
     print(f"{'OK' if ok else 'MISMATCH'}: worst rel error {worst:.3e} (tolerance {tolerance:g})")
     return 0 if ok else 1
+
+
+def _compared(out, ref) -> tuple[str, float]:
+    """verify's cells for malinn's ``out`` against Keras's ``ref`` (max abs and rel, or both shapes
+    where a sample's values differ in number: an infinite error) and the rel error."""
+    if (out.shape[:1], out[0].size if out.ndim else 1) != (ref.shape[:1], ref[0].size if ref.ndim else 1):
+        return f"shapes differ: malinn {_shape_text(out)}, keras {_shape_text(ref)}", math.inf
+    abs_err, rel = _errors(out, ref)
+    return f"{abs_err:>10.3e} {rel:>10.3e}", rel
 
 
 def _errors(out, ref) -> tuple[float, float]:
@@ -462,11 +475,13 @@ def cmd_tune(args) -> int:
         convs = [g for batch in (args.batch, 1) for g in model.conv_geometries(batch, device)]
         if not shapes and not convs:
             raise MalinnError(f"{args.model} has no Dense or convolution layer to tune for")
+    started = time.perf_counter()   # --budget covers the whole run: the convolutions get what is left
     if shapes or not args.model:   # the shapes asked for, or else the standard set
         _tune_matmuls(args, device, shapes)
     if convs:
+        left = None if args.budget is None else max(0.0, args.budget - (time.perf_counter() - started))
         print(f"tuning {len(set(convs))} convolution layers on {device.name}", flush=True)
-        found = tune_convs(convs, device, quick=args.quick, budget_s=args.budget, stream=sys.stdout)
+        found = tune_convs(convs, device, quick=args.quick, budget_s=left, stream=sys.stdout)
         print(f"{len(found['convs'])} convolutions tuned ({', '.join(found['untuned']) or 'none'} left untuned), "
               f"{found['candidates']} candidates timed; stored in {found['path']}")
     return 0
@@ -590,7 +605,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=_positive_int, default=100, help="batch size to tune for with --model (default 100)")
     p.add_argument("--shape", type=_product_shape, action="append",
                    help="a product MxKxN to tune for (repeatable; not with --model)")
-    p.add_argument("--budget", type=_positive_seconds, help="stop trying new candidates after this many seconds")
+    p.add_argument("--budget", type=_positive_seconds,
+                   help="stop trying new candidates after this many seconds (the whole run: with --model, the "
+                        "convolutions get what the matmuls left; each layer's default is timed still)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help=PRECISION_HELP + " (default: fp32); matmul winners are stored per precision, "
                                          "convolution winners once per device")

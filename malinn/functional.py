@@ -238,9 +238,10 @@ class Functional(PlannedModel):
         return refs
 
     def get_config(self) -> dict:
-        """The inputs, the layers (each once), the calls (layer index, input tensors) and the outputs."""
+        """The inputs, the layers (each once), the calls (layer index, input tensors), the outputs and
+        the weights' precision."""
         refs, index = self._refs(), {id(layer): i for i, layer in enumerate(self.layers)}
-        return {"name": self.name,
+        return {"name": self.name, "precision": self.precision,
                 "inputs": [{"name": t.name, "shape": list(t.shape[1:])} for t in self.inputs],
                 "layers": [{"class_name": type(layer).__name__, "config": layer.get_config()} for layer in self.layers],
                 "nodes": [{"layer": index[id(node.layer)], "inputs": [refs[id(t)] for t in node.inputs],

@@ -12,7 +12,7 @@ import numpy as np
 
 from .backends.base import Device
 from .device_selection import get_device
-from .errors import DeviceError
+from .errors import BackendError, DeviceError
 from .kernel_choice import epoch as choice_epoch
 from .layers.base import Layer, sample_shape
 from .plan import Plan
@@ -465,7 +465,7 @@ class PlannedModel:
             KeyError: a layer class that malinn does not have.
         """
         layers = [lookup("layer", entry["class_name"]).from_config(entry["config"]) for entry in config["layers"]]
-        return cls.from_layers(config, layers)
+        return cls.from_layers(config, layers, precision=check_precision(config.get("precision")))
 
     def summary(self, print_fn=print, batch: int = 1) -> str:
         """Prints (and returns) the model as Keras does: each layer with its output shape, parameters
@@ -508,7 +508,7 @@ class PlannedModel:
                             launched.setdefault(name, []).append(text)
                 kernels.update({name: ", ".join(texts) for name, texts in launched.items()})
                 weights = (sum(plan.weight_sizes()), sum(4 * r * c for r, c in plan.weight_paddings()))
-            except DeviceError as exc:   # the table still shows the layers; the last line says why no kernels
+            except (DeviceError, BackendError) as exc:   # the table still shows the layers; the last line says why
                 refused = " ".join(str(exc).split())
         return kernels, weights, refused
 
@@ -711,9 +711,10 @@ class Sequential(PlannedModel):
 
     # ---------------------------------------------------------------- config and summary
     def get_config(self) -> dict:
-        """The name, one sample's input shape and each layer's class name and config (what
-        :meth:`from_layers` rebuilds the model from)."""
+        """The name, one sample's input shape, each layer's class name and config and the weights'
+        precision (what :meth:`from_layers` rebuilds the model from)."""
         return {"name": self.name, "input_shape": list(self.input_shape) if self.input_shape else None,
+                "precision": self.precision,
                 "layers": [{"class_name": type(layer).__name__, "config": layer.get_config()} for layer in self.layers]}
 
     @classmethod

@@ -171,6 +171,28 @@ def test_verify_shows_the_exception_keras_failed_with():
     assert _exception_line("no traceback here\n") == "no traceback here"
 
 
+@pytest.mark.skipif(not HAS_TF, reason="verify needs tensorflow (test extra)")
+def test_verify_says_keras_quantized_layers_to_int8_and_takes_its_tolerance(keras_zoo):
+    """model.quantize("int8"): Keras rounds the layers' inputs to int8 as well, malinn computes in
+    float32 with the int8 weights. verify said 'keras in float32' and failed at 1e-5 (a review: 5e-3)."""
+    out = malinn("verify", keras_zoo.path("keras3-zip", "int8"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    header = out.stdout.splitlines()[0]
+    assert "keras in int8" in header and "keras in float32" not in header, header
+    assert "rounding their inputs to int8 too" in out.stdout and "(tolerance 0.05)" in out.stdout.splitlines()[-1]
+
+
+def test_verify_names_a_shape_that_differs_from_keras():
+    """A layer whose output has another size than Keras's is a mismatch named with both shapes
+    (it was numpy's broadcasting error); the same values in another shape are compared."""
+    from malinn.cli import _compared
+
+    assert _compared(np.zeros((16, 6, 9), np.float32), np.zeros((16, 3, 12), np.float32)) == (
+        "shapes differ: malinn (16, 6, 9), keras (16, 3, 12)", np.inf)
+    cells, rel = _compared(np.full((16, 54), 0.5, np.float32), np.zeros((16, 6, 9), np.float32))
+    assert rel == 0.5 and cells.split() == ["5.000e-01", "5.000e-01"]
+
+
 def test_verify_counts_a_nan_or_infinity_keras_does_not_have_as_an_infinite_error():
     from malinn.cli import _argmax_agreement, _errors
 
@@ -417,6 +439,39 @@ def test_summary_says_why_the_device_shows_no_kernels(digits_malinn):
     out = malinn("summary", digits_malinn, "--precision", "fp16")
     assert out.returncode == 0 and "dense" in out.stdout
     assert "No kernels on " in out.stdout and "needs cl_khr_fp16" in out.stdout
+
+
+def test_summary_of_a_reduced_precision_on_an_opengl_device_shows_the_layers_and_why(digits_malinn):
+    if "gl" not in malinn("devices").stdout:
+        pytest.skip("no OpenGL device here")
+    out = malinn("summary", digits_malinn, "--precision", "int8-weights", "--device", "gl")
+    assert out.returncode == 0 and "dense" in out.stdout, out.stderr
+    assert "No kernels on " in out.stdout and "runs on OpenCL devices" in out.stdout
+
+
+def test_tune_budget_covers_the_whole_run(monkeypatch, tmp_path, capsys):
+    """--budget S with --model: the convolutions get what the matmuls left (each phase started its
+    own clock, so a run took about twice S)."""
+    from malinn import cli
+
+    clock = [100.0]
+    monkeypatch.setattr(cli.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setenv("MALINN_CACHE_DIR", str(tmp_path))
+    budgets = {}
+
+    def matmuls(device, shapes, quick, budget_s, per_shape, precision):
+        budgets["matmuls"] = budget_s
+        clock[0] += 12.0    # the matmuls took 12 s of it
+        return {"shapes": {}, "kept": [], "untuned": [], "candidates": 0, "path": "p"}
+
+    def convs(geometries, device, quick, budget_s, stream):
+        budgets["convs"] = budget_s
+        return {"convs": {}, "untuned": [], "candidates": 0, "path": "p"}
+
+    monkeypatch.setattr(cli, "tune", matmuls)
+    monkeypatch.setattr(cli, "tune_convs", convs)
+    assert cli.main(["tune", "--model", str(ROOT / "examples" / "digits_cnn.keras"), "--budget", "20"]) == 0
+    assert budgets == {"matmuls": 20.0, "convs": 8.0}
 
 
 def test_a_wrong_kernels_folder_is_not_blamed_on_the_model_file(digits_malinn, tmp_path):

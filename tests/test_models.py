@@ -209,3 +209,6 @@ def test_from_config_makes_the_model_get_config_describes(rng):
     copy.set_weights(graph.get_weights())
     np.testing.assert_array_equal(copy.predict(x), graph.predict(x))
     assert not Sequential.from_config(Sequential([Dense(2)]).get_config()).built
+    model.precision = graph.precision = "int8-weights"   # the precision is part of the model's config
+    assert Sequential.from_config(model.get_config()).precision == "int8-weights"
+    assert Functional.from_config(graph.get_config()).precision == "int8-weights"
