@@ -291,7 +291,7 @@ class Functional(PlannedModel):
             nodes = calls[id(layer)]
             shapes = {format_shape(node.output.shape) for node in nodes}
             connected = ", ".join(label[id(t)] for node in nodes for t in node.inputs)
-            rows.append((f"{layer.name} ({type(layer).__name__})", shapes.pop() if len(shapes) == 1 else "multiple",
+            rows.append((layer.summary_label(), shapes.pop() if len(shapes) == 1 else "multiple",
                          str(layer.count_params()), connected, kernels.get(layer.name, "")))
         return rows
 

@@ -731,7 +731,7 @@ class Sequential(PlannedModel):
         shape = (None,) + self.input_shape if self.input_shape is not None else None
         for layer in self.layers:
             shape = layer.compute_output_shape(shape) if shape is not None else None
-            rows.append((f"{layer.name} ({type(layer).__name__})", format_shape(shape) if shape else "?",
+            rows.append((layer.summary_label(), format_shape(shape) if shape else "?",
                          str(layer.count_params()), kernels.get(layer.name, "")))
         return rows
 

@@ -1,10 +1,12 @@
 """Sequential: numpy equivalence for every matmul variant, device residency, input checks."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from helpers import assert_close, dense_forward
-from malinn import Functional, Input, Sequential, ops
+from malinn import Functional, Input, Sequential, load_model, ops
 from malinn.kernel_library import load_library
 from malinn.layers import Activation, Add, Dense, Normalization, Reshape
 from malinn.layers.activation import get_activation
@@ -133,6 +135,16 @@ def test_duplicate_layer_names_are_rejected():
 def test_summary_lists_layers_and_params():
     text = three_layer().summary(print_fn=lambda s: None)
     assert "(None, 1001)" in text and "Total params: " + str(37 * 13 + 13 + 13 * 1001 + 1001 + 1001 * 3 + 3) in text
+
+
+def test_summary_names_the_keras_layers_folded_into_a_layer():
+    """A BatchNormalization the converter folded into the convolution before it: its parameters are
+    that layer's now, so the total is below Keras's; the row says which layer went in (the summary
+    said nothing, and a review counted 6090 against Keras's 6218)."""
+    model = load_model(Path(__file__).resolve().parents[1] / "examples" / "digits_cnn.keras")
+    text = model.summary(print_fn=lambda s: None)
+    assert "conv2d_1 (Conv2D) + batch_normalization (folded)" in text, text
+    assert "conv2d (Conv2D) " in text and "conv2d (Conv2D) +" not in text
 
 
 def test_a_weight_assigned_to_a_layer_reaches_the_next_predict(device):

@@ -191,6 +191,13 @@ class Layer:
     def count_params(self) -> int:
         return sum(int(w.size) for w in self.get_weights())
 
+    def summary_label(self) -> str:
+        """``name (Type)`` for a model's summary, with the Keras layers the converter folded into
+        this one (``dense (Dense) + batch_normalization (folded)``: their parameters are in this
+        layer's now, so the total is below Keras's)."""
+        folded = [name for name in self.keras_names if name != self.name]
+        return f"{self.name} ({type(self).__name__})" + (f" + {' + '.join(folded)} (folded)" if folded else "")
+
     def get_weights(self) -> list:
         """The layer's weights as numpy arrays, in Keras's shapes and order."""
         return []
