@@ -30,18 +30,19 @@ def read_keras(path, weights=None) -> KerasModel:
     Accepts a Keras 3 ``.keras`` archive (or its unzipped directory), a Keras 3 legacy ``.h5``
     and a Keras 2 / tf_keras ``.h5``; the format is recognised from the file's bytes, not its
     name. With ``weights``, ``path`` is the JSON of ``model.to_json()`` and ``weights`` the file
-    of ``model.save_weights()``, Keras 2 or Keras 3 (``split_forms.py``). The model must be
-    Sequential or a Functional single chain.
+    of ``model.save_weights()``, Keras 2 or Keras 3 (``split_forms.py``). The model is
+    Sequential or Functional, of any graph shape, nested models included.
 
     Nothing in the file is run: custom objects (a class, registered name or module that is not
     Keras's own) are refused by name (``provenance.py``). Declared sizes are checked before
     anything is read (``limits.py``). bfloat16 weights are widened to float32, LoRA merged into
-    the Dense kernel; quantized Dense layers are refused (``dense_variants.py``).
+    the Dense kernel, a Keras int8-quantized Dense read as its int8 values and scales
+    (``dense_variants.py``).
 
     Raises :class:`malinn.errors.ConversionError`, naming the file and the cause, for anything
     wrong with the file: missing, empty, not a model, truncated, no config, missing weights,
-    weights that contradict the config, a Functional graph that branches, custom objects,
-    declared sizes over the limits, quantized Dense layers; an architecture JSON without weights,
+    weights that contradict the config, custom objects, declared sizes over the limits, a
+    quantization Keras names but malinn does not read; an architecture JSON without weights,
     weights without an architecture, a layer on one side of the pair only; a TensorFlow
     SavedModel, checkpoint or ``.tflite`` file (with how to re-save it from Keras).
     """

@@ -233,9 +233,9 @@ class PlannedModel:
             try:
                 x = np.asarray(x)
             except Exception as exc:  # ragged lists and the like
-                raise ValueError(f"Input of {who} could not be read as an array: {exc}") from None
+                raise ValueError(f"The data given for {who} could not be read as an array: {exc}") from None
         if x.dtype.kind not in "biuf":
-            raise ValueError(f"Input of {who} must be numeric, got dtype {x.dtype} with shape {x.shape}")
+            raise ValueError(f"The data given for {who} must be numeric, got dtype {x.dtype} with shape {x.shape}")
         return x
 
     @staticmethod
@@ -244,7 +244,7 @@ class PlannedModel:
         try:
             return np.ndim(item)
         except Exception as exc:  # a ragged list
-            raise ValueError(f"Input of {who} could not be read as an array: {exc}") from None
+            raise ValueError(f"The data given for {who} could not be read as an array: {exc}") from None
 
     @staticmethod
     def _contiguous(x: np.ndarray) -> np.ndarray:

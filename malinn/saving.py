@@ -247,7 +247,7 @@ def load_model(path, weights=None, precision: str | None = None):
     Raises:
         ConversionError: the file is missing, not a model, damaged, or holds unsupported layers;
             an architecture JSON without weights, weights without an architecture, or a pair that
-            does not match; the message names the file(s) and the cause.
+            does not match; an empty path; the message names the file(s) and the cause.
         ValueError: ``precision`` is unknown.
         TypeError: ``path`` or ``weights`` is not a path (str, bytes or os.PathLike).
     """
@@ -260,12 +260,16 @@ def load_model(path, weights=None, precision: str | None = None):
 
 
 def _as_path(value, what: str) -> Path:
-    """``value`` (str, bytes or os.PathLike) as a Path, or a TypeError naming ``what``."""
+    """``value`` (str, bytes or os.PathLike) as a Path, or a TypeError naming ``what``; an empty
+    path is a ConversionError (``Path("")`` is the current folder)."""
     try:
-        return Path(os.fsdecode(value))
+        text = os.fsdecode(value)
     except TypeError:
         raise TypeError(f"{what} must be a file path (str, bytes or os.PathLike), got "
                         f"{type(value).__name__} {value!r}") from None
+    if not text:
+        raise ConversionError(f"{what} is an empty path; give the file")
+    return Path(text)
 
 
 def _load_model(path: Path, weights):

@@ -190,7 +190,7 @@ def test_predict_takes_an_array_a_list_or_a_dict(device, rng):
     np.testing.assert_array_equal(single.predict(list(xv)), single.predict(xv))   # a list of samples
     with pytest.raises(ValueError, match=r"takes 1 input\(s\) \(numeric\), got a list of 2"):
         single.predict([xv, xv])
-    with pytest.raises(ValueError, match="Input of input 'numeric' could not be read as an array"):
+    with pytest.raises(ValueError, match="The data given for input 'numeric' could not be read as an array"):
         single.predict([[list(xv[0]), list(xv[0][:-1])]])   # a ragged batch inside the list
 
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -118,6 +119,14 @@ def test_load_model_names_a_path_that_is_not_one(path):
     with pytest.raises(TypeError, match=f"path must be a file path \\(str, bytes or os.PathLike\\), got "
                                         f"{type(path).__name__}"):
         malinn.load_model(path)
+
+
+def test_an_empty_path_is_named_not_taken_for_the_current_folder():
+    """Path("") is ".": load_model(json, weights="") said ".: is a directory" (a review)."""
+    with pytest.raises(ConversionError, match="^weights is an empty path; give the file$"):
+        malinn.load_model(Path(__file__).resolve().parents[1] / "examples" / "digits_mlp.keras", weights="")
+    with pytest.raises(ConversionError, match="^path is an empty path; give the file$"):
+        malinn.load_model(b"")
 
 
 def test_load_model_takes_a_bytes_path(tmp_path):
