@@ -27,7 +27,12 @@
    the untuned choices ("default") and after tuning its convolutions ("tuned").
 3. A summary per layer: the fastest algorithm and the default's and tuned choice's ratio to cuDNN.
 
-Run:  python3 benchmarks/convolution.py [--device D] [--batches 1 8] [--repeat 10] [--json out.json]
+With ``--precision fp32 fp16-storage int8-weights`` each layer's algorithms run in each weight
+precision in turn (rows carry ``precision`` and ``weight_bytes``; outputs checked against cuDNN's
+fp32 within PRECISION_TOLERANCE).
+
+Run:  python3 benchmarks/convolution.py [--device D] [--batches 1 8] [--repeat 10] [--precision P ...]
+                                        [--json out.json]
       (--quick: a few small layers, for a smoke test on a CPU; --algorithms to time fewer)
 """
 
@@ -175,34 +180,51 @@ def bench_layers(args, device, torch) -> list:
                     conv_tuner.tune_convs(model.conv_geometries(batch, device), device, quick=True,
                                           budget_s=args.tune_budget, stream=log)
                     tuning = log.getvalue()
-                plan = model.plan(batch, device)
-                try:
-                    y = model.predict(x)
-                except malinn.MalinnError as exc:   # im2col's k^2 x input may not fit a small device
-                    print(f"{network:<10} {name:<24} batch {batch:>2} {algorithm:<7} failed: {exc}", flush=True)
-                    continue
-                if reference is not None:
-                    err = float(np.abs(y - reference).max() / max(1.0, np.abs(reference).max()))
-                    assert err < 1e-3, (name, algorithm, err)
-                total, own = launch_seconds(plan, x, args.repeat)
-                row = {"network": network, "layer": name, "hw": h, "c": c, "m": m, "k": k, "batch": batch,
-                       "algorithm": algorithm, "kernels": [s.spec.codename for s in plan.steps],
-                       "chosen": chosen(plan), "device_seconds": total, "compute_seconds": own,
-                       "host_seconds": median_time(lambda: model.predict(x), args.repeat),
-                       "gflops": 2.0 * batch * h * h * m * c * k * k / own / 1e9,
-                       **memory(plan, x.shape, (batch, h, h, m)), **peer}
-                if algorithm == "tuned":
-                    row["tuning"] = tuning
-                rows.append(row)
-                vs = (f"  cuDNN {peer['torch_kernels'] * 1e3:8.3f} ms ({peer['torch_kernels'] / own:5.2f}x)"
-                      if peer else "")
-                print(f"{network:<10} {name:<24} batch {batch:>2} {algorithm:<12} compute {own * 1e3:8.3f} ms "
-                      f"({row['gflops']:7.0f} GFLOP/s), all launches {total * 1e3:8.3f} ms, host {row['host_seconds'] * 1e3:8.3f} ms, "
-                      f"arena {row['arena_bytes'] / 2**20:7.1f} MiB (extra {row['extra_bytes'] / 2**20:7.1f} MiB, beyond the padded input and output {row['extra_padded_bytes'] / 2**20:6.2f}, "
-                      f"output {row['output_bytes'] / 2**20:6.1f} MiB){vs}"
-                      + (f"  [{row['chosen']}]" if algorithm in CHOICES else ""), flush=True)
+                for precision in args.precision:
+                    row = time_layer(args, device, model, x, batch, algorithm, precision, reference, peer,
+                                     (network, name, h, c, m, k))
+                    if row is None:
+                        continue
+                    if algorithm == "tuned":
+                        row["tuning"] = tuning
+                    rows.append(row)
     kernel_choice.forget(device)
     return rows
+
+
+#: the largest error against cuDNN's fp32 output per weight precision (rel to max(1, |y|))
+PRECISION_TOLERANCE = {"fp32": 1e-3, "fp16-storage": 1e-2, "int8-weights": 5e-2}
+
+
+def time_layer(args, device, model, x, batch, algorithm, precision, reference, peer, layer) -> dict | None:
+    """One row: the layer's plan at ``batch`` with its weights in ``precision``, checked and timed."""
+    network, name, h, c, m, k = layer
+    model.precision = precision
+    plan = model.plan(batch, device)
+    try:
+        y = model.predict(x)
+    except malinn.MalinnError as exc:   # im2col's k^2 x input may not fit a small device
+        print(f"{network:<10} {name:<24} batch {batch:>2} {algorithm:<7} {precision} failed: {exc}", flush=True)
+        return None
+    if reference is not None:
+        err = float(np.abs(y - reference).max() / max(1.0, np.abs(reference).max()))
+        assert err < PRECISION_TOLERANCE[precision], (name, algorithm, precision, err)
+    total, own = launch_seconds(plan, x, args.repeat)
+    row = {"network": network, "layer": name, "hw": h, "c": c, "m": m, "k": k, "batch": batch,
+           "algorithm": algorithm, "precision": precision, "kernels": [s.spec.codename for s in plan.steps],
+           "chosen": chosen(plan), "device_seconds": total, "compute_seconds": own,
+           "host_seconds": median_time(lambda: model.predict(x), args.repeat),
+           "gflops": 2.0 * batch * h * h * m * c * k * k / own / 1e9,
+           **memory(plan, x.shape, (batch, h, h, m)), **peer}
+    vs = (f"  cuDNN {peer['torch_kernels'] * 1e3:8.3f} ms ({peer['torch_kernels'] / own:5.2f}x)"
+          if peer else "")
+    print(f"{network:<10} {name:<24} batch {batch:>2} {algorithm:<12} "
+          + (f"{precision:<13}" if len(args.precision) > 1 else "") + f"compute {own * 1e3:8.3f} ms "
+          f"({row['gflops']:7.0f} GFLOP/s), all launches {total * 1e3:8.3f} ms, host {row['host_seconds'] * 1e3:8.3f} ms, "
+          f"arena {row['arena_bytes'] / 2**20:7.1f} MiB (extra {row['extra_bytes'] / 2**20:7.1f} MiB, beyond the padded input and output {row['extra_padded_bytes'] / 2**20:6.2f}, "
+          f"output {row['output_bytes'] / 2**20:6.1f} MiB), weights {row['weight_bytes'] / 2**20:6.2f} MiB{vs}"
+          + (f"  [{row['chosen']}]" if algorithm in CHOICES else ""), flush=True)
+    return row
 
 
 def chosen(plan) -> str:
@@ -224,13 +246,13 @@ def summary(rows) -> list:
     choice's ratio to cuDNN (its time over ours: >= 0.5 is the issue's target)."""
     table = {}
     for row in rows:
-        table.setdefault((row["network"], row["layer"], row["batch"]), []).append(row)
+        table.setdefault((row["network"], row["layer"], row["batch"], row["precision"]), []).append(row)
     found = []
-    for (network, layer, batch), group in table.items():
+    for (network, layer, batch, precision), group in table.items():
         best = min((r for r in group if r["algorithm"] not in CHOICES), key=lambda r: r["compute_seconds"])
         by = {r["algorithm"]: r for r in group}
         default, tuned = by.get("default", by.get("gemm")), by.get("tuned", by.get("gemm"))
-        entry = {"network": network, "layer": layer, "batch": batch, "best": best["algorithm"],
+        entry = {"network": network, "layer": layer, "batch": batch, "precision": precision, "best": best["algorithm"],
                  "best_seconds": best["compute_seconds"], "default": default["chosen"] if default else None,
                  "default_seconds": default["compute_seconds"] if default else None,
                  "tuned": tuned["chosen"] if tuned else None,
@@ -241,10 +263,11 @@ def summary(rows) -> list:
                           "default_vs_cudnn": cudnn / default["compute_seconds"] if default else None,
                           "tuned_vs_cudnn": cudnn / tuned["compute_seconds"] if tuned else None})
         found.append(entry)
-    print(f"\n{'layer':<34} {'batch':>5}  {'best':<12} {'vs cuDNN':>8}  {'default':>8}  {'tuned':>8}  default / tuned kernels")
+    print(f"\n{'layer':<34} {'batch':>5}  {'precision':<13} {'best':<12} {'vs cuDNN':>8}  {'default':>8}  {'tuned':>8}  "
+          "default / tuned kernels")
     for e in found:
         ratio = (lambda key: f"{e[key]:8.2f}" if e.get(key) is not None else f"{'-':>8}")
-        print(f"{e['network'] + ' ' + e['layer']:<34} {e['batch']:>5}  {e['best']:<12} {ratio('best_vs_cudnn')}  "
+        print(f"{e['network'] + ' ' + e['layer']:<34} {e['batch']:>5}  {e['precision']:<13} {e['best']:<12} {ratio('best_vs_cudnn')}  "
               f"{ratio('default_vs_cudnn')}  {ratio('tuned_vs_cudnn')}  {e['default']} / {e['tuned']}")
     for key in ("best_vs_cudnn", "default_vs_cudnn", "tuned_vs_cudnn"):
         values = [e[key] for e in found if e.get(key) is not None]
@@ -361,6 +384,8 @@ def main(argv=None):
                         help="the forced algorithms to time besides the default and tuned choices (default: all)")
     parser.add_argument("--tune-budget", type=float, default=4.0,
                         help="seconds the conv tuner may spend per layer for the 'tuned' rows (default 4)")
+    parser.add_argument("--precision", nargs="+", default=["fp32"], choices=list(PRECISION_TOLERANCE),
+                        help="the layers' weight precisions, each timed per algorithm (default: fp32)")
     parser.add_argument("--json", metavar="PATH", help="also write the results, as JSON, to PATH")
     args = parser.parse_args(argv)
     # the tuned rows' winners go to a temporary tuning database, never the user's
