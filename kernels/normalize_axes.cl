@@ -48,6 +48,23 @@ size_t malinn_flat_index(size_t f, uint m, uint h, uint w)
 
 #define AT(g) r[malinn_flat_index(base + (size_t)(g) * INNER, m, h, w)]
 
+/* BLOCKED_SUM(total, g, n, term): total = the sum of term over g = 0 .. n - 1, in blocks of 64
+ * terms, each block's sum added to the total: its rounding grows with 64 + n / 64 terms, not n
+ * (summed one by one, a softmax over 8192 features was 1.9e-5 off, a LayerNormalization over 4096
+ * 4.4e-5) */
+#define BLOCKED_SUM(total, g, n, term) do {                  \
+        float malinn_part = 0.0f;                            \
+        total = 0.0f;                                        \
+        for (uint g = 0; g < (n); ++g) {                     \
+            malinn_part += (term);                           \
+            if ((g & 63u) == 63u) {                          \
+                total += malinn_part;                        \
+                malinn_part = 0.0f;                          \
+            }                                                \
+        }                                                    \
+        total += malinn_part;                                \
+    } while (0)
+
 __kernel void normalize_axes(uint m, uint n, uint h, uint w, float p0,
                              __global float *r,
                              __global const float *scale,
@@ -60,9 +77,8 @@ __kernel void normalize_axes(uint m, uint n, uint h, uint w, float p0,
     float top = -INFINITY;
     for (uint g = 0; g < GROUP; ++g)
         top = fmax(top, AT(g));
-    float total = 0.0f;
-    for (uint g = 0; g < GROUP; ++g)
-        total += exp(AT(g) - top);
+    float total;
+    BLOCKED_SUM(total, g, GROUP, exp(AT(g) - top));
 #if MODE == 0
     for (uint g = 0; g < GROUP; ++g)
         AT(g) = exp(AT(g) - top) / total;
@@ -72,15 +88,10 @@ __kernel void normalize_axes(uint m, uint n, uint h, uint w, float p0,
         AT(g) = exp(AT(g) - lse);
 #endif
 #elif MODE == 2 || MODE == 3
-    float sum = 0.0f;
-    for (uint g = 0; g < GROUP; ++g)
-        sum += AT(g);
+    float sum, squares;
+    BLOCKED_SUM(sum, g, GROUP, AT(g));
     const float mean = sum / GROUP;
-    float squares = 0.0f;
-    for (uint g = 0; g < GROUP; ++g) {
-        const float d = AT(g) - mean;
-        squares += d * d;
-    }
+    BLOCKED_SUM(squares, g, GROUP, (AT(g) - mean) * (AT(g) - mean));
     const float inv0 = rsqrt(squares / GROUP + p0);
     for (uint g = 0; g < GROUP; ++g) {
 #if SCALE
@@ -99,10 +110,9 @@ __kernel void normalize_axes(uint m, uint n, uint h, uint w, float p0,
 #endif
     }
 #else
-    float squares = 0.0f;
-    for (uint g = 0; g < GROUP; ++g)
-        squares += AT(g) * AT(g);
-    const float inv = rsqrt(fmax(squares, p0));
+    float squares;
+    BLOCKED_SUM(squares, g, GROUP, AT(g) * AT(g));
+    const float inv = rsqrt(squares < p0 ? p0 : squares);   /* a NaN sum stays NaN (fmax would drop it) */
     for (uint g = 0; g < GROUP; ++g)
         AT(g) = AT(g) * inv;
 #endif

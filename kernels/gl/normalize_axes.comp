@@ -36,6 +36,22 @@ layout(std430, binding = 2) readonly buffer BufShift { float shift[]; };
 
 #define AT(g) r[MALINN_INDEX_R((base + uint(g) * uint(INNER)) % m, (base + uint(g) * uint(INNER)) / m, h, w)]
 
+/* BLOCKED_SUM(total, g, n, term): total = the sum of term over g = 0 .. n - 1, in blocks of 64
+ * terms, each block's sum added to the total: its rounding grows with 64 + n / 64 terms, not n
+ * (summed one by one, a softmax over 8192 features was 1.9e-5 off); as normalize_axes.cl's */
+#define BLOCKED_SUM(total, g, n, term) do {                  \
+        float malinn_part = 0.0;                            \
+        total = 0.0;                                        \
+        for (uint g = 0u; g < (n); ++g) {                     \
+            malinn_part += (term);                           \
+            if ((g & 63u) == 63u) {                          \
+                total += malinn_part;                        \
+                malinn_part = 0.0;                          \
+            }                                                \
+        }                                                    \
+        total += malinn_part;                                \
+    } while (false)
+
 void main() {
     MALINN_GUARD
     uint q = MALINN_GLOBAL_Y * malinn_range0 + MALINN_GLOBAL_X;
@@ -47,9 +63,8 @@ void main() {
         float x = AT(g);
         top = isnan(x) ? top : max(top, x);
     }
-    float total = 0.0;
-    for (uint g = 0u; g < uint(GROUP); ++g)
-        total += exp(AT(g) - top);
+    float total;
+    BLOCKED_SUM(total, g, uint(GROUP), exp(AT(g) - top));
 #if MODE == 0
     for (uint g = 0u; g < uint(GROUP); ++g)
         AT(g) = exp(AT(g) - top) / total;
@@ -59,15 +74,10 @@ void main() {
         AT(g) = exp(AT(g) - lse);
 #endif
 #elif MODE == 2 || MODE == 3
-    float sum = 0.0;
-    for (uint g = 0u; g < uint(GROUP); ++g)
-        sum += AT(g);
+    float sum, squares;
+    BLOCKED_SUM(sum, g, uint(GROUP), AT(g));
     float mean = sum / float(GROUP);
-    float squares = 0.0;
-    for (uint g = 0u; g < uint(GROUP); ++g) {
-        float d = AT(g) - mean;
-        squares += d * d;
-    }
+    BLOCKED_SUM(squares, g, uint(GROUP), (AT(g) - mean) * (AT(g) - mean));
     float inv0 = inversesqrt(squares / float(GROUP) + p0);
     for (uint g = 0u; g < uint(GROUP); ++g) {
 #if SCALE
@@ -86,10 +96,9 @@ void main() {
 #endif
     }
 #else
-    float squares = 0.0;
-    for (uint g = 0u; g < uint(GROUP); ++g)
-        squares += AT(g) * AT(g);
-    float inv = inversesqrt(max(squares, p0));
+    float squares;
+    BLOCKED_SUM(squares, g, uint(GROUP), AT(g) * AT(g));
+    float inv = inversesqrt(isnan(squares) ? squares : max(squares, p0));   /* a NaN sum stays NaN */
     for (uint g = 0u; g < uint(GROUP); ++g)
         AT(g) = AT(g) * inv;
 #endif

@@ -3,7 +3,7 @@
  * finds the element it holds (MALINN_ROW_R / MALINN_COL_R, the index macro's inverse), and a
  * logical element takes the column's max and sum of exp(x - max) from the texture copy of R made
  * before the draw; the padding is written back as it was. A NaN in a column makes that column NaN.
- * GLSL ES 3.00. */
+ * The sum runs in blocks of 64 terms, as softmax.cl's. GLSL ES 3.00. */
 
 #pragma malinn_feedback(0, h * w, 1, 1)
 
@@ -29,8 +29,14 @@ void main() {
     }
     if (nan)
         top = uintBitsToFloat(0x7FC00000u);
-    float total = 0.0;
-    for (uint k = 0u; k < m; ++k)
-        total += exp(MALINN_LOAD(malinn_tex0, MALINN_INDEX_R(k, col, h, w)) - top);
+    float total = 0.0, part = 0.0;
+    for (uint k = 0u; k < m; ++k) {
+        part += exp(MALINN_LOAD(malinn_tex0, MALINN_INDEX_R(k, col, h, w)) - top);
+        if ((k & 63u) == 63u) {
+            total += part;
+            part = 0.0;
+        }
+    }
+    total += part;
     malinn_out0 = exp(x - top) / total;
 }
