@@ -180,9 +180,9 @@ def _time_distributed(kl, cfg, shape: tuple, unsupported: list):
     elif cls in ("Softmax", "BatchNormalization", "LayerNormalization", "UnitNormalization", "Normalization"):
         if icfg.get("axis") is not None:
             icfg["axis"] = _axes_shifted(icfg.get("axis", -1))
-    elif cls == "PReLU":
-        if icfg.get("shared_axes"):
-            icfg["shared_axes"] = _axes_shifted(icfg["shared_axes"])
+    elif cls == "PReLU":   # one alpha for every time step: shared along the time axis too
+        shared = icfg.get("shared_axes") or []
+        icfg["shared_axes"] = [1] + _axes_shifted(shared if isinstance(shared, list) else [shared])
     elif cls == "Permute":
         icfg["dims"] = [1] + [d + 1 for d in icfg.get("dims", [])]
     elif cls == "Reshape":
@@ -372,8 +372,8 @@ def _weights(kl, cfg, layer) -> list:
     kind = type(layer).__name__
     if kind == "Normalization" and not weights and cfg.get("mean") is not None:
         weights = [np.asarray(cfg["mean"], np.float32), np.asarray(cfg["variance"], np.float32)]
-    if kind == "PReLU" and weights and weights[0].shape != layer.alpha_shape:
-        weights = [weights[0].reshape(layer.alpha_shape)] if weights[0].size == np.prod(layer.alpha_shape) else weights
+    if kind == "PReLU" and weights and (1,) + weights[0].shape == layer.alpha_shape:   # TimeDistributed's inner alpha
+        weights = [weights[0].reshape(layer.alpha_shape)]
     return weights
 
 

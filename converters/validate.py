@@ -131,12 +131,15 @@ def _check_batchnorm(model: KerasModel, layer: KerasLayer, shape) -> None:
             f"expected {len(names)} weight arrays ({', '.join(names)}; center={center}, "
             f"scale={scale}), the file has {len(layer.weights)}",
         )
+    axis = cfg.get("axis", -1)
+    if isinstance(axis, list) and len(axis) > 1:   # tf_keras takes several axes (one statistic per pair)
+        raise _fail(model, layer, f"BatchNormalization over several axes (axis={axis}) is not supported; "
+                                  "malinn normalizes over one axis")
     sizes = {tuple(w.shape) for w in layer.weights}
     if len(sizes) != 1 or len(next(iter(sizes))) != 1:
         got = ", ".join(f"{n} {tuple(w.shape)}" for n, w in zip(names, layer.weights))
         raise _fail(model, layer, f"its weights must be vectors of one length; got {got}")
     size = next(iter(sizes))[0]
-    axis = cfg.get("axis", -1)
     if isinstance(axis, list) and len(axis) == 1:
         axis = axis[0]
     if shape is None or not isinstance(axis, int) or isinstance(axis, bool):

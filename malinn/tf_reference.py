@@ -22,6 +22,9 @@ def main(argv):
         weights, argv = argv[0][len("--weights="):], argv[1:]
     model_path, x_path, out_path, *names = argv
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    # TensorFlow's oneDNN kernels fuse ops and change their NaN results (a softmax of [nan, 0, 1, 2]
+    # gives [nan, 0, 0, 0], not all NaN): Keras's own arithmetic is the reference, as the test zoo's
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     import numpy as np
 
     keras = _keras_for(model_path, weights)

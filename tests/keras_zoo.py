@@ -301,6 +301,8 @@ class Zoo:
         np = self.np
         rng = np.random.default_rng(seed + self.seed_offset)
         for layer in leaf_layers(model):
+            if layer.__class__.__name__ == "TimeDistributed":   # its inner layer's weights
+                layer = layer.layer
             if layer.__class__.__name__ in classes:
                 layer.set_weights([(rng.uniform(-0.5, 1.5, tuple(w.shape)) if "alpha" in w.name or "gamma" in w.name
                                     else rng.normal(0.0, 0.5, tuple(w.shape))).astype(np.float32)
@@ -523,7 +525,9 @@ class Zoo:
                                  L.Flatten(name="flat")], 205)
         seq("prelu", (4, 5, 6), [L.PReLU(name="prelu_full"), L.Dense(6, name="d6"),
                                  L.PReLU(shared_axes=[1, 2], name="prelu_channels"),
-                                 L.PReLU(shared_axes=[3], name="prelu_rows"), L.Dense(3, name="d3")], 206)
+                                 L.PReLU(shared_axes=[3], name="prelu_rows"),
+                                 # Keras: alpha_shape[-1 - 1] = 1, the sample's second-to-last axis
+                                 L.PReLU(shared_axes=[-1], name="prelu_negative"), L.Dense(3, name="d3")], 206)
         if "thresholded" in keys:
             seq("thresholded", (5,), [L.Dense(13, name="d13"), L.ThresholdedReLU(theta=0.5, name="thr"),
                                       L.Dense(3, name="d3"), L.ThresholdedReLU(theta=0.0, name="thr0")], 207)
@@ -563,6 +567,7 @@ class Zoo:
                                            L.TimeDistributed(L.Dense(4, activation="relu"), name="td_dense"),
                                            L.TimeDistributed(L.Dropout(0.3), name="td_drop"),
                                            L.TimeDistributed(L.Dense(3), name="td_dense3"),
+                                           L.TimeDistributed(L.PReLU(), name="td_prelu"),   # one alpha for every step
                                            L.TimeDistributed(L.Softmax(), name="td_softmax"),
                                            L.TimeDistributed(L.Reshape((3, 1)), name="td_reshape"),
                                            L.Flatten(name="flat"), L.Dense(2, name="d2")], 213)

@@ -182,6 +182,22 @@ def test_verify_says_keras_quantized_layers_to_int8_and_takes_its_tolerance(kera
     assert "rounding their inputs to int8 too" in out.stdout and "(tolerance 0.05)" in out.stdout.splitlines()[-1]
 
 
+@pytest.mark.skipif(not HAS_TF, reason="verify needs tensorflow (test extra)")
+def test_verify_compares_with_keras_without_onednns_fused_nan_results(tmp_path):
+    """TensorFlow's oneDNN softmax gives [nan, 0, 0, 0] for [nan, 0, 1, 2] (Keras's arithmetic, and
+    malinn: all NaN); verify ran Keras with oneDNN on and failed with an infinite error (a review)."""
+    path, x = tmp_path / "softmax.keras", tmp_path / "x.npy"
+    np.save(x, np.array([[np.nan, 0, 1, 2], [1, 2, 3, 4]], np.float32))
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    made = subprocess.run([sys.executable, "-c", "import keras; m = keras.Sequential([keras.Input((4,)), "
+                           f"keras.layers.Softmax()]); m.save({str(path)!r})"], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert made.returncode == 0, made.stderr
+    out = subprocess.run([sys.executable, "-m", "malinn.cli", "verify", str(path), "--input", str(x)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0 and out.stdout.splitlines()[-1].startswith("OK"), out.stdout + out.stderr
+
+
 def test_verify_names_a_shape_that_differs_from_keras():
     """A layer whose output has another size than Keras's is a mismatch named with both shapes
     (it was numpy's broadcasting error); the same values in another shape are compared."""

@@ -153,7 +153,9 @@ class ThresholdedReLU(Activation):
 
 class PReLU(Layer):
     """``x`` for ``x >= 0``, ``alpha * x`` below, with a learned ``alpha`` per element of the sample,
-    shared along ``shared_axes`` (Keras's, 1-based: the batch axis is 0).
+    shared along ``shared_axes`` (Keras's, 1-based: the batch axis is 0). As Keras, a negative axis
+    ``a`` counts from the end of alpha's own shape less one (Keras sets ``alpha_shape[a - 1] = 1``):
+    ``-1`` shares the sample's second-to-last axis.
 
     Args:
         shared_axes: the axes along which one alpha serves, or None.
@@ -172,8 +174,8 @@ class PReLU(Layer):
     @property
     def alpha_shape(self) -> tuple:
         """The sample's shape with 1 along each shared axis (Keras's alpha)."""
-        shared = resolve_axes(self.shared_axes, len(self.input_shape) + 1, f"PReLU {self.name!r}") \
-            if self.shared_axes else ()
+        keras = tuple(a if a > 0 else a - 1 for a in self.shared_axes)   # Keras's alpha_shape[a - 1] = 1
+        shared = resolve_axes(keras, len(self.input_shape) + 1, f"PReLU {self.name!r}") if keras else ()
         return tuple(1 if i + 1 in shared else d for i, d in enumerate(self.input_shape))
 
     def build(self, input_shape) -> None:

@@ -22,7 +22,7 @@ class BatchNormalization(Layer):
 
     Args:
         axis: the features' axis (Keras's, the batch axis being 0; default the last).
-        epsilon: added to the variance, > 0.
+        epsilon: added to the variance, >= 0 (0 as Keras takes it: a zero variance then gives inf or NaN).
         center: whether the layer has ``beta``.
         scale: whether the layer has ``gamma``.
         name: the layer's name.
@@ -37,8 +37,8 @@ class BatchNormalization(Layer):
         if isinstance(axis, tuple) and len(axis) != 1:
             raise ValueError(f"BatchNormalization {self.name!r}: one features axis, not {list(axis)}")
         self.axis = axis[0] if isinstance(axis, tuple) else axis
-        if not isinstance(epsilon, (int, float)) or isinstance(epsilon, bool) or not epsilon > 0:
-            raise ValueError(f"BatchNormalization {self.name!r}: epsilon must be a positive number, got {epsilon!r}")
+        if not isinstance(epsilon, (int, float)) or isinstance(epsilon, bool) or not 0 <= epsilon < float("inf"):
+            raise ValueError(f"BatchNormalization {self.name!r}: epsilon must be a number >= 0 (Keras's), got {epsilon!r}")
         self.epsilon, self.center, self.scale = float(epsilon), bool(center), bool(scale)
         self.gamma = self.beta = self.moving_mean = self.moving_variance = None
 
@@ -92,7 +92,8 @@ class BatchNormalization(Layer):
         """The folded per-feature ``(scale, shift)``: ``y = x * scale + shift``, computed in float64."""
         gamma = self.gamma.astype(np.float64) if self.scale else 1.0
         beta = self.beta.astype(np.float64) if self.center else 0.0
-        s = gamma / np.sqrt(self.moving_variance.astype(np.float64) + self.epsilon)
+        with np.errstate(divide="ignore", invalid="ignore"):   # epsilon 0 and a zero variance: inf, as Keras's rsqrt
+            s = gamma / np.sqrt(self.moving_variance.astype(np.float64) + self.epsilon)
         shift = beta - self.moving_mean.astype(np.float64) * s
         return (np.broadcast_to(s, (self.features,)).astype(np.float32),
                 np.broadcast_to(shift, (self.features,)).astype(np.float32))
@@ -141,22 +142,22 @@ class LayerNormalization(Layer):
 
     Args:
         axis: the axis or axes (Keras's, the batch axis being 0); default the last.
-        epsilon: added to the variance, > 0.
+        epsilon: added to the variance, >= 0 (0 as Keras takes it: a zero variance then gives inf or NaN).
         center: whether the layer has ``beta``; scale: whether it has ``gamma``.
         rms_scaling: Keras 3's RMS scaling (implies no ``beta``, and ``gamma`` whatever ``scale``
             says, as Keras 3 builds it).
         name: the layer's name.
 
     Raises:
-        ValueError: a bad axis or a non-positive epsilon.
+        ValueError: a bad axis or an epsilon that is not a number >= 0.
     """
 
     def __init__(self, axis=-1, epsilon=1e-3, center: bool = True, scale: bool = True, rms_scaling: bool = False,
                  name: str | None = None):
         super().__init__(name)
         self.axis = axis_argument(axis, f"LayerNormalization {self.name!r}")
-        if not isinstance(epsilon, (int, float)) or isinstance(epsilon, bool) or not epsilon > 0:
-            raise ValueError(f"LayerNormalization {self.name!r}: epsilon must be a positive number, got {epsilon!r}")
+        if not isinstance(epsilon, (int, float)) or isinstance(epsilon, bool) or not 0 <= epsilon < float("inf"):
+            raise ValueError(f"LayerNormalization {self.name!r}: epsilon must be a number >= 0 (Keras's), got {epsilon!r}")
         self.epsilon, self.rms_scaling = float(epsilon), bool(rms_scaling)
         self.center, self.scale = bool(center) and not self.rms_scaling, bool(scale) or self.rms_scaling
         self.gamma = self.beta = None
@@ -166,8 +167,10 @@ class LayerNormalization(Layer):
 
     @property
     def param_shape(self) -> tuple:
-        """gamma's and beta's shape: the sizes of the axes, in the order ``axis`` names them."""
-        items = self.axis if isinstance(self.axis, tuple) else (self.axis,)
+        """gamma's and beta's shape: the sizes of the axes, ``axis`` sorted as Keras sorts it (the
+        numbers as given: ``[2, 1]`` is ``(size 1, size 2)``, ``[1, -1]`` is ``(size -1, size 1)``);
+        their values are read in the axes' order in the tensor, as Keras reshapes them."""
+        items = tuple(sorted(self.axis)) if isinstance(self.axis, tuple) else (self.axis,)
         rank = len(self.input_shape) + 1
         return tuple(self.input_shape[(a + rank if a < 0 else a) - 1] for a in items)
 
@@ -219,7 +222,7 @@ class UnitNormalization(Layer):
         name: the layer's name.
 
     Raises:
-        ValueError: a bad axis or a non-positive epsilon.
+        ValueError: a bad axis or an epsilon that is not a number >= 0.
     """
 
     def __init__(self, axis=-1, epsilon=1e-12, name: str | None = None):

@@ -403,3 +403,18 @@ def test_malinn_file_from_a_newer_malinn(good_malinn):
     with h5py.File(good_malinn, "r+") as f:
         f.attrs["format_version"] = 99
     assert_load_fails(good_malinn, "99")
+
+
+def test_batchnorm_over_several_axes_is_refused_by_name():
+    """tf_keras takes BatchNormalization(axis=[1, 3]) (a statistic per pair of indices); the refusal
+    said only that its weights 'must be vectors of one length' (a review)."""
+    from converters.model_spec import KerasLayer, KerasModel
+    from converters.validate import check_model
+
+    stats = [np.ones((1, 3, 1, 5), np.float32)] * 4
+    layer = KerasLayer(class_name="BatchNormalization", name="bn", config={"axis": [1, 3]}, weights=stats)
+    model = KerasModel(source="m.h5", format="keras2-h5", keras_version="2.15", input_shape=(None, 3, 4, 5),
+                       layers=[layer])
+    with pytest.raises(ConversionError, match=r"^m\.h5: layer 'bn' \(BatchNormalization\): BatchNormalization over "
+                                              r"several axes \(axis=\[1, 3\]\) is not supported"):
+        check_model(model)

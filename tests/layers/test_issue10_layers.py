@@ -192,3 +192,28 @@ def test_unit_normalization_of_a_sample_holding_nan_is_nan(device):
     got = model.predict(np.array([[np.nan, 1, 2, 3], [0, 3, 4, 0]], np.float32))
     assert np.isnan(got[0]).all()
     np.testing.assert_allclose(got[1], [0, 0.6, 0.8, 0], rtol=1e-6)
+
+
+def test_prelu_negative_shared_axes_and_layer_normalization_axes_are_keras_s(device, rng):
+    """Keras sets alpha_shape[a - 1] = 1 for each shared axis a, so -1 shares the sample's
+    second-to-last axis (malinn shared the last: wrong values silently on a square sample, a
+    refusal of Keras's alpha otherwise); Keras sorts LayerNormalization's axes before sizing gamma
+    (malinn sized it in the order given and read it sorted: gamma applied to the wrong positions)."""
+    prelu = PReLU(shared_axes=[-1])
+    model = Sequential([prelu])
+    model.build((None, 4, 5))
+    assert prelu.alpha_shape == (1, 5)
+    alpha = rng.standard_normal((1, 5)).astype(np.float32)
+    prelu.set_weights([alpha])
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    assert_close(model.predict(x), np.where(x < 0, alpha * x, x))
+    ln = LayerNormalization(axis=[2, 1])
+    model = Sequential([ln])
+    model.build((None, 3, 4, 5))
+    assert ln.param_shape == (3, 4)
+    gamma, beta = (rng.standard_normal((3, 4)).astype(np.float32) for _ in range(2))
+    ln.set_weights([gamma, beta])
+    x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    xd = x.astype(np.float64)
+    mean, var = xd.mean(axis=(1, 2), keepdims=True), xd.var(axis=(1, 2), keepdims=True)
+    assert_close(model.predict(x), (xd - mean) / np.sqrt(var + 1e-3) * gamma[..., None] + beta[..., None])

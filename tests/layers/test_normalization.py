@@ -5,7 +5,7 @@ import pytest
 
 from helpers import assert_close
 from malinn import Sequential
-from malinn.layers import Activation, BatchNormalization, Dense, Flatten
+from malinn.layers import Activation, BatchNormalization, Dense, Flatten, LayerNormalization
 
 pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
 
@@ -31,9 +31,25 @@ def test_batch_normalization_matches_its_formula(device, center, scale, rng):
     assert len(layer.get_weights()) == len(weights)
 
 
+def test_an_epsilon_of_zero_is_taken_as_keras_takes_it(device):
+    """Keras accepts epsilon=0 (malinn refused it): a zero variance then gives inf, as Keras's rsqrt."""
+    bn = BatchNormalization(epsilon=0)
+    ln = LayerNormalization(epsilon=0.0)
+    model = Sequential([bn, ln])
+    model.build((None, 4))
+    bn.set_weights([np.ones(4, np.float32), np.zeros(4, np.float32), np.zeros(4, np.float32),
+                    np.array([4, 1, 0.25, 1], np.float32)])
+    y = model.predict(np.array([[1, 2, 3, 4]], np.float32))
+    h = np.array([0.5, 2, 6, 4])
+    want = (h - h.mean()) / h.std()
+    np.testing.assert_allclose(y[0], want, rtol=1e-5)
+
+
 def test_batch_normalization_validates():
-    with pytest.raises(ValueError, match="epsilon must be a positive number"):
-        BatchNormalization(epsilon=0)
+    with pytest.raises(ValueError, match=r"epsilon must be a number >= 0 \(Keras's\), got -1"):
+        BatchNormalization(epsilon=-1)
+    with pytest.raises(ValueError, match="epsilon must be a number >= 0"):
+        LayerNormalization(epsilon=float("nan"))
     layer = BatchNormalization()
     with pytest.raises(ValueError, match="expects 4 weight arrays, got 3"):
         layer.set_weights([np.ones(3)] * 3)
