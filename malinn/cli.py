@@ -491,6 +491,11 @@ def _tune_matmuls(args, device, shapes) -> None:
     print(f"tuning matmul on {device.name}" + (f" for {args.model}" if args.model else ""), flush=True)
     best = tune(device, shapes=shapes, quick=args.quick, budget_s=args.budget, per_shape=bool(args.model),
                 precision=args.precision)
+    failed = best.get("failed") or []
+    for entry in failed[:5]:
+        print(f"failed: {_described(entry)}: {entry['why']}")
+    if len(failed) > 5:
+        print(f"... and {len(failed) - 5} more candidates failed")
     if args.model:
         for shape, won in best["shapes"].items():
             kept = " (kept: the stored winner measured faster than this run's)" if shape in best["kept"] else ""

@@ -62,6 +62,8 @@ OPS = ("matmul", "matmul_head", "bias", "affine", "activation", "relayout", "res
 EPILOGUE_OPS = ("matmul", "matmul_head", "conv", "depthwise")
 #: the ops whose kernels read a layer's weights, and so may read them in a reduced precision
 WEIGHT_OPS = ("matmul", "matmul_head", "conv", "depthwise")
+#: the header that reads weights in each precision (LOAD_W): a kernel listing a reduced one includes it
+WEIGHTS_HEADER = "weights.clh"
 SCALAR_LETTERS = {
     "l": "padded common dimension K",
     "h": "padded rows of r",
@@ -351,7 +353,8 @@ class KernelSpec:
         return tuple(f"-D{k}={v}" for k, v in self.defines)
 
     def program_source(self, layouts: dict, render_index, backend: str = "opencl") -> str:
-        """The source with a ``MALINN_INDEX_<X>`` macro prepended for each matrix's layout.
+        """The source with a ``MALINN_INDEX_<X>`` macro prepended for each matrix's layout (and the
+        includes; in OpenCL C each file after a ``#line`` naming it, for the build log).
 
         Args:
             layouts: matrix name -> :class:`Layout` of the matrix passed for it.
@@ -374,8 +377,10 @@ class KernelSpec:
         head = [f"/* malinn: {self.codename} ({source}) */"]
         for name in sorted(layouts):
             head.append(render_index(parse_layout(layouts[name]), f"MALINN_INDEX_{name.upper()}"))
-        head += [_read_source(path) for path in includes]
-        return "\n".join(head) + "\n" + _read_source(source_path)
+        # OpenCL C's #line names each file, so a build log points into kernels/, not the joined source
+        line = (lambda path: f'#line 1 "{path.name}"\n') if backend == "opencl" else (lambda path: "")
+        head += [line(path) + _read_source(path) for path in includes]
+        return "\n".join(head) + "\n" + line(source_path) + _read_source(source_path)
 
 
 _configured: dict = {}   # (entry id, defines) -> (the entry, KernelSpec)
@@ -394,7 +399,7 @@ def _remember(entry: dict, defines: dict, spec):
 
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=256)
 def _read_source(path: Path) -> str:
     return path.read_text()
 
@@ -587,6 +592,10 @@ def _load(path: Path) -> KernelLibrary:
                 if not isinstance(codename, str) or codename not in kernels or kernels[codename].op != op:
                     raise LibraryError(f"{path}: field 'defaults.{name}.{kind}': {codename!r} is not a {op} kernel")
                 if isinstance(choice, dict):
+                    unknown = _unknown(choice, CHOICE_FIELDS)
+                    if unknown:
+                        raise LibraryError(f"{path}: field 'defaults.{name}.{kind}': unknown field {unknown[0]!r} of "
+                                           f"{codename!r}; expected one of {', '.join(CHOICE_FIELDS)}")
                     try:
                         kernels[codename].configure(choice.get("defines"))
                     except LibraryError as exc:
@@ -659,19 +668,80 @@ def _validate(path: Path, codename: str, entry, precisions: dict) -> KernelSpec:
     defines = entry.get("defines", {})
     if not isinstance(defines, dict):
         raise LibraryError(f"{path}: kernel {codename!r}, field 'defines': expected an object of NAME: simple value")
+    _check_fields(path, codename, entry)
     spec = _build(path, codename, entry, dict(defines), precisions)
+    _check_defines_used(path, codename, entry, defines)
+    if spec.precisions != (DEFAULT_PRECISION,) and WEIGHTS_HEADER not in entry.get("includes", []):
+        raise LibraryError(f"{path}: kernel {codename!r}, field 'precisions': lists "
+                           f"{', '.join(p for p in spec.precisions if p != DEFAULT_PRECISION)}, but the source does not "
+                           f"include {WEIGHTS_HEADER}, which reads the weights in them (docs/KERNELS.md)")
     configs = spec.configurations()
     if len(configs) < 1 + len(spec.candidates):
         raise LibraryError(f"{path}: kernel {codename!r}, field 'candidates': "
                            f"{1 + len(spec.candidates) - len(configs)} break the constraints or repeat another")
     for config in configs:                        # every configuration the tuner can emit must resolve
         spec.configure(config)
+        if entry.get("local_bytes") is not None:
+            try:
+                evaluate(entry["local_bytes"], config)
+            except (ValueError, TypeError) as exc:
+                raise LibraryError(f"{path}: kernel {codename!r}, field 'local_bytes': {exc}") from None
     return spec
+
+
+def _check_fields(path: Path, codename: str, entry: dict) -> None:
+    """Refuses a field the entry, its restrictions, a matrix's restriction or another backend's
+    source does not have (a misspelled ``precondition`` was ignored)."""
+    def unknown(fields, known, where):
+        found = _unknown(fields, known) if isinstance(fields, dict) else []
+        if found:
+            raise LibraryError(f"{path}: kernel {codename!r}, field {where + found[0]!r}: unknown field; expected one "
+                               f"of {', '.join(known)} (or a *_doc note)")
+
+    unknown(entry, ENTRY_FIELDS, "")
+    restrictions = entry.get("restrictions")
+    unknown(restrictions, RESTRICTION_FIELDS, "restrictions.")
+    for name in MATRIX_NAMES:
+        unknown((restrictions or {}).get(name) if isinstance(restrictions, dict) else None, MATRIX_FIELDS,
+                f"restrictions.{name}.")
+    for backend, value in (entry.get("sources") or {}).items() if isinstance(entry.get("sources"), dict) else ():
+        unknown(value, SOURCE_FIELDS, f"sources.{backend}.")
+
+
+#: the fields a kernel entry, its restrictions, a matrix's restriction, another backend's source
+#: and a defaults choice may have (besides ``*_doc`` notes): a misspelled one is refused by name
+ENTRY_FIELDS = ("op", "source", "function", "restrictions", "includes", "sources", "defines", "candidates",
+                "constraints", "preconditions", "precisions", "epilogue", "activation", "aliases", "local_bytes",
+                "scratch_bytes", "description", "variant_of")
+RESTRICTION_FIELDS = ("a", "b", "r", "arglist", "buffers", "flop", "ndrange", "params", "scale", "split", "workgroup")
+MATRIX_FIELDS = ("representation", "rowAlign", "colAlign", "image", "logicalRows")
+SOURCE_FIELDS = ("source", "includes", "loop_iterations")
+CHOICE_FIELDS = ("codename", "defines", "precisions")
+
+
+def _unknown(fields: dict, known: tuple) -> list:
+    """The keys of ``fields`` that are neither in ``known`` nor a ``*_doc`` note."""
+    return [k for k in fields if k not in known and not str(k).endswith("_doc")]
+
+
+def _check_defines_used(path: Path, codename: str, entry: dict, defines: dict) -> None:
+    """Refuses a define that none of the entry's sources mention (once per entry, after
+    :func:`_build` checked the files exist): a misspelled one would be passed and ignored."""
+    names = [entry["source"], *entry.get("includes", [])]
+    for value in entry.get("sources", {}).values():
+        value = {"source": value} if isinstance(value, str) else value
+        names += [value["source"], *value.get("includes", [])]
+    unused = [name for name in defines if not any(name in _read_source(path.parent / str(f)) for f in names)]
+    if unused:
+        raise LibraryError(f"{path}: kernel {codename!r}, field 'defines': {', '.join(map(repr, unused))} "
+                           f"{'appears' if len(unused) == 1 else 'appear'} in none of its sources "
+                           f"({', '.join(map(str, names))}): a misspelled define would be passed and ignored")
 
 
 def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -> KernelSpec:
     def fail(field, why):
         raise LibraryError(f"{path}: kernel {codename!r}, field {field!r}: {why}")
+
 
     def positive_int(field, value):
         try:

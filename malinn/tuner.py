@@ -26,7 +26,7 @@ from .kernel_library import load_library
 from .matrix import DeviceMatrix
 from .ops import launch, matmul_plan
 from .precision import device_bytes, effective
-from .tuning_db import check_writable, save, shape_key, stored, tuning_file as tuning_file_path
+from .tuning_db import check_writable, offered, save, shape_key, stored, tuning_file as tuning_file_path
 
 __all__ = ["tune", "Product", "STANDARD_SHAPES", "QUICK_SHAPES", "cache_dir"]
 
@@ -135,7 +135,8 @@ def _candidates(library, device: Device, quick: bool, seed: int) -> list[tuple[s
 
 def _keep_faster(found: dict, before: dict | None, gflops: float) -> dict | None:
     """``before`` (a winner stored earlier, for the same shapes) where it measured faster than
-    ``gflops``, else None: a run cut short by its budget replaces no better winner."""
+    ``gflops``, else None: a run cut short by its budget replaces no better winner (the caller
+    also checks that the library still offers it: :func:`malinn.tuning_db.offered`)."""
     if not isinstance(before, dict) or not isinstance(before.get("gflops"), (int, float)):
         return None
     same = before.get("shapes") is None or before.get("shapes") == found.get("shapes")
@@ -223,6 +224,10 @@ def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat:
     else:
         _progress(total, total, "", stream, start)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    # what did not run, or ran wrong (numpy disagreed): a kernel developer's only check of a candidate
+    failed = [{"codename": r["codename"], "defines": r["defines"],
+               "why": r.get("error") or "a result that numpy does not give"}
+              for r in results if r.get("error") or ("seconds" in r and r["seconds"] is None)]
     if per_shape:
         winners = {}
         for shape, found in timed.items():
@@ -237,13 +242,15 @@ def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat:
         if cut:
             before = stored(device, precision).get("shapes")
             before = before if isinstance(before, dict) else {}
+            by_key = {shape_key(shape): shape for shape in shapes}
             kept = {key: old for key, won in winners.items()
-                    if (old := _keep_faster(won, before.get(key), won["gflops"])) is not None}
+                    if (old := _keep_faster(won, before.get(key), won["gflops"])) is not None
+                    and offered(old, device, by_key[key], precision)}   # a winner the library dropped goes
         new = {key: won for key, won in winners.items() if key not in kept}
         path = save(device, shapes=new, precision=precision) if new else tuning_file_path()
         return {"shapes": {**winners, **kept}, "kept": sorted(kept),
                 "untuned": [shape_key(s) for s in shapes if shape_key(s) not in winners],
-                "candidates": len(results), "path": str(path)}
+                "candidates": len(results), "failed": failed, "path": str(path)}
     ranked = sorted((r for r in results if r.get("seconds")), key=lambda r: r["seconds"])
     if not ranked:
         raise MalinnError(f"no matmul candidate ran correctly on {device.name}")
@@ -252,7 +259,10 @@ def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat:
             "device": device.name, "driver": device.driver_version, "tuned_at": stamp, "candidates": len(results),
             "ranking": [{**r, "gflops": flop / r["seconds"] / 1e9} for r in ranked[:20]]}
     kept = _keep_faster(best, stored(device, precision).get("general"), best["gflops"]) if cut else None
+    if kept is not None and not offered(kept, device, precision=precision):   # the library dropped it
+        kept = None
     if kept is not None:   # the stored winner stays; say so
-        return {**kept, "kept": True, "candidates": len(results), "path": str(tuning_file_path())}
+        return {**kept, "kept": True, "candidates": len(results), "failed": failed, "path": str(tuning_file_path())}
     best["path"] = str(save(device, general=best, precision=precision))
+    best["failed"] = failed
     return best

@@ -31,7 +31,7 @@ from .cache import cache_dir, locked, write_atomic
 from .errors import MalinnError
 from .kernel_library import load_library
 
-__all__ = ["tuned_choice", "tuned_conv", "save", "check_writable", "forget", "version", "tuning_file", "device_key",
+__all__ = ["tuned_choice", "tuned_conv", "offered", "save", "check_writable", "forget", "version", "tuning_file", "device_key",
            "shape_key", "read_all", "stored", "TUNING_FORMAT", "TUNING_VERSION"]
 
 TUNING_FORMAT = "malinn-tuning"
@@ -164,6 +164,16 @@ def _checked_choice(entry, device: Device, shape=None, precision: str = "fp32") 
     if shape is not None and not spec.configure(config).accepts(*shape, device=device):
         raise ValueError(f"{codename}'s preconditions do not hold for {shape_key(shape)}")
     return codename, config
+
+
+def offered(entry, device: Device, shape=None, precision: str = "fp32") -> bool:
+    """Whether a stored matmul winner is one the library still offers on ``device`` (for the product
+    ``shape``, its preconditions holding) in ``precision`` (what :func:`tuned_choice` would take)."""
+    try:
+        _checked_choice(entry, device, shape, precision)
+    except ValueError:
+        return False
+    return True
 
 
 def _checked_conv(entry, device: Device) -> tuple[str, dict]:

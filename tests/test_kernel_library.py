@@ -166,6 +166,22 @@ def _broken_library(tmp_path, mutate):
      "kernel 'gemv', field 'restrictions.b.logicalRows'"),
     (lambda d: d["kernels"]["gemv"]["sources"]["gl"].update(loop_iterations="l / SPLITK"),
      "kernel 'gemv', field 'sources.gl.loop_iterations'"),
+    # misspelled fields and defines were ignored (a kernel developer's review)
+    (lambda d: d["kernels"]["gemv"].update(precondition={"max_n": 1}), "kernel 'gemv', field 'precondition': unknown"),
+    (lambda d: d["kernels"]["gemv"]["restrictions"].update(workgroups=[8]),
+     "kernel 'gemv', field 'restrictions.workgroups': unknown"),
+    (lambda d: d["kernels"]["gemv"]["restrictions"]["a"].update(logicalrows=True),
+     "kernel 'gemv', field 'restrictions.a.logicalrows': unknown"),
+    (lambda d: d["kernels"]["gemv"]["sources"]["gl"].update(loop_iteration="l"),
+     "kernel 'gemv', field 'sources.gl.loop_iteration': unknown"),
+    (lambda d: d["defaults"]["matmul_fallback"].update(cpu=[{"codename": "gemv", "define": {"NB": 2}}]),
+     "field 'defaults.matmul_fallback.cpu': unknown field 'define' of 'gemv'"),
+    (lambda d: d["kernels"].update(gemv_typo={"variant_of": "gemv", "defines": {"NBB": 2}}),
+     "kernel 'gemv_typo', field 'defines': 'NBB' appears in none of its sources"),
+    (lambda d: d["kernels"]["cross1"].update(precisions=["fp32", "int8-weights"]),
+     "kernel 'cross1', field 'precisions': lists int8-weights, but the source does not include weights.clh"),
+    (lambda d: d["kernels"]["gemm_tiled"].update(local_bytes="4 * RPX"),
+     "kernel 'gemm_tiled', field 'local_bytes': '4 * RPX' names 'RPX'"),
 ])
 def test_malformed_entries_are_named(tmp_path, mutate, fragment):
     with pytest.raises(LibraryError) as info:
@@ -191,6 +207,23 @@ def test_failed_build_shows_log_and_options(device):
     text = str(info.value)
     assert "broken.cl" in text and "-DMALINN_TEST=1" in text and "undeclared_thing" in text
     assert "CL_BUILD_PROGRAM_FAILURE" in text
+
+
+def test_a_build_log_names_the_kernel_file_and_line(device, tmp_path):
+    """The includes are prepended to the source: a log pointed at the joined temporary file (an
+    error on line 24 of a kernel reported at line 167); each file now follows a #line naming it."""
+    if device.backend != "opencl":
+        pytest.skip("an OpenCL C source; GLSL's #line takes no file name")
+    from malinn.kernel_call import program_for
+
+    path = _broken_library(tmp_path, lambda d: None)
+    source = path.parent / "activation.cl"
+    lines = source.read_text().splitlines() + ["this is not OpenCL C;"]
+    source.write_text("\n".join(lines) + "\n")
+    spec = load_library(path)["relu"]
+    with pytest.raises(KernelBuildError) as info:
+        program_for(spec, device, {"r": parse_layout("R")})
+    assert f"activation.cl:{len(lines)}:" in str(info.value), str(info.value)[-2000:]
 
 
 def test_programs_are_memoised(device):

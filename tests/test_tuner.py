@@ -290,6 +290,40 @@ def test_a_run_cut_short_replaces_no_faster_stored_winner(device, cache, stored_
         assert said == kept
 
 
+def test_a_run_cut_short_keeps_no_stored_winner_the_library_no_longer_offers(device, cache):
+    """A faster stored winner whose kernel left the library (or whose preconditions no longer hold
+    for the shape) is replaced, not kept: every later process ignored it with a warning (a review)."""
+    shapes = [(13, 37, 33)]
+    gone = {"codename": "no_such_kernel", "defines": {}, "gflops": 1e9, "shapes": [list(s) for s in shapes]}
+    (cache / "tuning.json").write_text(json.dumps(database(device, {"general": gone,
+                                                                    "shapes": {"13x37x33": {**gone, "seconds": 1e-9}}})))
+    for per_shape in (False, True):
+        best = tuner.tune(device, shapes=shapes, quick=True, repeat=1, budget_s=0, stream=io.StringIO(),
+                          per_shape=per_shape)
+        entry = json.loads((cache / "tuning.json").read_text())["devices"][device_key(device)]
+        got = entry["shapes"]["13x37x33"] if per_shape else entry["general"]
+        assert got["codename"] != "no_such_kernel" and not (best["kept"] if per_shape else best.get("kept"))
+
+
+def test_tune_names_the_candidates_that_failed_or_ran_wrong(device, cache, monkeypatch, capsys):
+    """A candidate that does not build or gives numbers numpy does not was dropped without a word:
+    for a kernel developer adding candidates, the tuner is the only check they get (a review)."""
+    from malinn import cli
+
+    timed = tuner._time_product
+
+    def faulty(spec, device, shape, repeat):
+        if spec.codename == "cross1":
+            raise malinn.MalinnError("cross1 did not build\nthe log")
+        return None if spec.codename == "crossv" else timed(spec, device, shape, repeat)
+
+    monkeypatch.setattr(tuner, "_time_product", faulty)
+    assert cli.main(["tune", "--quick", "--shape", "13x7x5"]) == 0
+    out = capsys.readouterr().out
+    assert "failed: cross1: cross1 did not build\n" in out
+    assert "failed: crossv: a result that numpy does not give" in out
+
+
 def test_two_processes_storing_winners_at_once_lose_none(tmp_path):
     """Each process stores 60 shape winners of its own device, one at a time, while the other does:
     the database holds all 120 (the file is read, merged and written under a lock)."""
