@@ -576,7 +576,7 @@ def _load(path: Path) -> KernelLibrary:
     kernels = {}
     for codename, entry in data["kernels"].items():
         kernels[codename] = _validate(path, codename, _with_base(path, codename, entry, data["kernels"], (codename,)),
-                                      precisions)
+                                      precisions, entry.get("variant_of") if isinstance(entry, dict) else None)
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
         raise LibraryError(f"{path}: field 'defaults': expected an object")
@@ -662,7 +662,7 @@ def _precisions(path: Path, table) -> dict:
     return found
 
 
-def _validate(path: Path, codename: str, entry, precisions: dict) -> KernelSpec:
+def _validate(path: Path, codename: str, entry, precisions: dict, variant_of: str | None = None) -> KernelSpec:
     if not isinstance(entry, dict):
         raise LibraryError(f"{path}: kernel {codename!r}, field '': expected an object")
     defines = entry.get("defines", {})
@@ -677,8 +677,18 @@ def _validate(path: Path, codename: str, entry, precisions: dict) -> KernelSpec:
                            f"include {WEIGHTS_HEADER}, which reads the weights in them (docs/KERNELS.md)")
     configs = spec.configurations()
     if len(configs) < 1 + len(spec.candidates):
-        raise LibraryError(f"{path}: kernel {codename!r}, field 'candidates': "
-                           f"{1 + len(spec.candidates) - len(configs)} break the constraints or repeat another")
+        base, seen = dict(spec.defines), []
+        for i, overrides in enumerate(({},) + spec.candidates):
+            config = {**base, **{k: str(v) for k, v in overrides.items()}}
+            broken = [c for c in spec.constraints if not evaluate(c, config)]
+            what = "the defines" if i == 0 else f"candidate {i - 1} {overrides}"
+            if broken or config in seen:
+                inherited = (f" (a variant inherits the candidates of {variant_of!r}: give it "
+                             "\"candidates\": null or its own)" if i and variant_of else "")
+                why = f"breaks {broken[0]!r}" if broken else "repeats " + (
+                    "the defines" if config == seen[0] else "another candidate")
+                raise LibraryError(f"{path}: kernel {codename!r}, field 'candidates': {what} {why}{inherited}")
+            seen.append(config)
     for config in configs:                        # every configuration the tuner can emit must resolve
         spec.configure(config)
         if entry.get("local_bytes") is not None:

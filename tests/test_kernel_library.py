@@ -182,6 +182,10 @@ def _broken_library(tmp_path, mutate):
      "kernel 'cross1', field 'precisions': lists int8-weights, but the source does not include weights.clh"),
     (lambda d: d["kernels"]["gemm_tiled"].update(local_bytes="4 * RPX"),
      "kernel 'gemm_tiled', field 'local_bytes': '4 * RPX' names 'RPX'"),
+    # a variant whose defines equal one of its base's candidates: which one, and why it repeats
+    (lambda d: d["kernels"].update(gemm_tiled_cpu={"variant_of": "gemm_tiled", "defines": d["kernels"]["gemm_tiled"]
+                                                   ["candidates"][0]}),
+     "kernel 'gemm_tiled_cpu', field 'candidates': candidate 0 "),
 ])
 def test_malformed_entries_are_named(tmp_path, mutate, fragment):
     with pytest.raises(LibraryError) as info:
