@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import struct
 import tempfile
@@ -54,7 +55,7 @@ _STALE_TEMP_SECONDS = 3600
 
 _lock = threading.Lock()
 _unwritable: set = set()      # cache folders already reported as not writable (one warning each)
-_swept: set = set()           # folders whose stale temporaries were already removed
+_swept: dict = {}             # folder -> when its stale temporaries were last removed (time.time())
 
 
 class DamagedEntry(Exception):
@@ -238,12 +239,14 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 
 def _sweep_stale_temporaries(folder: Path) -> None:
-    """Removes ``.*.malinn-tmp`` files older than an hour in ``folder`` (once per folder and process)."""
+    """Removes ``.*.malinn-tmp`` files older than an hour in ``folder``: on the process's first write
+    there, then again at most once an hour (a service running for months swept only once)."""
+    now = time.time()
     with _lock:
-        if str(folder) in _swept:
+        if now - _swept.get(str(folder), -math.inf) < _STALE_TEMP_SECONDS:
             return
-        _swept.add(str(folder))
-    cutoff = time.time() - _STALE_TEMP_SECONDS
+        _swept[str(folder)] = now
+    cutoff = now - _STALE_TEMP_SECONDS
     try:
         for entry in os.scandir(folder):
             if entry.name.startswith(".") and entry.name.endswith(".malinn-tmp"):

@@ -26,8 +26,13 @@ __all__ = ["PlannedModel", "Sequential", "batch_bucket"]
 
 #: more than any kernel pads a dimension by (layout chunks and work-group tiles are at most 128)
 _PAD_BOUND = 1024
-#: plans kept per model (each holds its activation buffers)
+#: plans kept per model (each holds its activation buffers): always the last _PLANS_KEPT, and up to
+#: _PLANS_KEPT_MOST while the kept plans' activation buffers total at most _PLANS_KEPT_BYTES (a
+#: service that answers 1..N samples at a time would otherwise make a plan on every call past N = 8:
+#: 2 ms a predict against 0.1 ms for a small model, a review measured)
 _PLANS_KEPT = 8
+_PLANS_KEPT_MOST = 128
+_PLANS_KEPT_BYTES = 64 * 2**20
 
 
 def batch_bucket(n: int) -> int:
@@ -160,12 +165,25 @@ class PlannedModel:
                     self._planning.pop(key, None)
                 raise
             with self._lock:
-                self._plans[key] = (stamp, plan)
+                self._plans[key] = (stamp, plan, plan.activation_bytes()[2])
                 self._plans.move_to_end(key)
                 self._planning.pop(key, None)
-                while len(self._plans) > _PLANS_KEPT:
-                    self._plans.popitem(last=False)
+                self._evict_plans(stamp)
             return plan
+
+    def _evict_plans(self, stamp: tuple) -> None:
+        """Drops the plans made at another model state than ``stamp`` (never used again; they hold
+        the weight copies their launches were bound to), then the least recently used beyond
+        :data:`_PLANS_KEPT` while more than :data:`_PLANS_KEPT_MOST` are kept or their activation
+        buffers exceed :data:`_PLANS_KEPT_BYTES`; called under ``_lock``."""
+        for key in [key for key, kept in self._plans.items() if kept[0] != stamp]:
+            del self._plans[key]
+
+        def held() -> int:
+            return sum(nbytes for _, _, nbytes in self._plans.values())
+
+        while len(self._plans) > _PLANS_KEPT and (len(self._plans) > _PLANS_KEPT_MOST or held() > _PLANS_KEPT_BYTES):
+            self._plans.popitem(last=False)
 
     def _cached_plan(self, key: tuple, stamp: tuple) -> Plan | None:
         """The kept plan for ``key`` made at model state ``stamp`` (moved to the newest), or None;

@@ -275,6 +275,26 @@ def test_stale_temporaries_of_a_killed_writer_are_swept(cache_dir, monkeypatch):
         p.write_bytes(b"partial")
     os.utime(old, (1, 1))
     os.utime(foreign, (1, 1))
-    monkeypatch.setattr(cache, "_swept", set())
+    monkeypatch.setattr(cache, "_swept", {})
     write_entry("programs", KEY, b"payload")
     assert not old.exists() and young.exists() and foreign.exists()
+
+
+def test_a_long_running_process_sweeps_again_an_hour_later(cache_dir, monkeypatch):
+    """The sweep ran once per folder and process: a service running for months never removed a
+    temporary that a killed process left after its first write (a review)."""
+    folder = cache_dir / "programs"
+    folder.mkdir()
+    monkeypatch.setattr(cache, "_swept", {})
+    clock = [1e9]
+    monkeypatch.setattr(cache.time, "time", lambda: clock[0])
+    write_entry("programs", KEY, b"payload")          # the first write sweeps (nothing to sweep)
+    left = folder / ".x.bin.abc.malinn-tmp"
+    left.write_bytes(b"partial")
+    os.utime(left, (clock[0] - 10, clock[0] - 10))
+    clock[0] += 1800
+    write_entry("programs", KEY, b"payload")          # half an hour on: not swept again yet
+    assert left.exists()
+    clock[0] += 3600
+    write_entry("programs", KEY, b"payload")          # past the hour: swept, the temporary old enough
+    assert not left.exists()

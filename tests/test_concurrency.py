@@ -203,3 +203,55 @@ def test_a_plan_being_made_does_not_stall_the_same_models_kept_plans(monkeypatch
     assert still_planning, "the kept plan waited for the new one"
     np.testing.assert_array_equal(got, want)
     assert compiled == [malinn.models.batch_bucket(200)] and len(made) == 3 and made[0] is made[1] is made[2]
+
+
+SET_WEIGHTS_WHILE_PREDICTING = r"""
+import sys, threading, time
+import numpy as np
+import malinn
+from malinn.layers import Dense
+malinn.set_device(sys.argv[1])
+layer = Dense(256, activation="relu")
+model = malinn.Sequential([layer])
+model.build((None, 64))
+rng = np.random.default_rng(0)
+old = [rng.standard_normal((64, 256)).astype(np.float32), np.zeros(256, np.float32)]
+new = [w * 0.5 for w in old]
+x = rng.standard_normal((7, 64)).astype(np.float32)
+answers = []
+for weights in (old, new):
+    model.set_weights(weights)
+    answers.append(model.predict(x))
+stop, seen = threading.Event(), {"old": 0, "new": 0, "other": 0}
+def predicting():
+    while not stop.is_set():
+        y = model.predict(x)
+        seen["old" if np.array_equal(y, answers[0]) else "new" if np.array_equal(y, answers[1]) else "other"] += 1
+threads = [threading.Thread(target=predicting) for _ in range(3)]
+for t in threads:
+    t.start()
+end, n = time.monotonic() + float(sys.argv[2]), 0
+while time.monotonic() < end:
+    model.set_weights(new if n % 2 else old)
+    n += 1
+stop.set()
+for t in threads:
+    t.join()
+print(n, seen["old"], seen["new"], seen["other"])
+"""
+
+
+def test_set_weights_while_other_threads_predict_never_crashes(device):
+    """A plan keeps the buffers its launches were bound to: set_weights dropped the layer's weight
+    copy while another thread's plan still ran on it, and PoCL aborted the process ('PTHREAD ERROR
+    in can_run_command') within seconds (a review). A one-layer model answers with the old weights
+    or the new, nothing else. In a subprocess: an abort must fail this test, not the run."""
+    import subprocess
+    import sys
+
+    spec = f"{device.backend}:{device.index[-1]}" if device.backend != "opencl" else f"{device.index[0]}:{device.index[1]}"
+    out = subprocess.run([sys.executable, "-c", SET_WEIGHTS_WHILE_PREDICTING, spec, "4"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    sets, old, new, other = map(int, out.stdout.split())
+    assert sets > 10 and old + new > 10 and other == 0, out.stdout

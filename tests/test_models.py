@@ -224,3 +224,22 @@ def test_from_config_makes_the_model_get_config_describes(rng):
     model.precision = graph.precision = "int8-weights"   # the precision is part of the model's config
     assert Sequential.from_config(model.get_config()).precision == "int8-weights"
     assert Functional.from_config(graph.get_config()).precision == "int8-weights"
+
+
+def test_a_service_cycling_through_many_batch_sizes_plans_each_once(device, monkeypatch):
+    """Eight plans were kept: answering 1..9 samples in turn made a plan on every call (2 ms a
+    predict against 0.1, a review measured). Small plans are kept up to a budget of their buffers;
+    plans of an older model state (set_weights) are dropped, not kept beside the new ones."""
+    model = Sequential([Dense(16, activation="relu"), Dense(3)])
+    model.build((None, 8))
+    made = []
+    compile_plan = model._compile
+    monkeypatch.setattr(model, "_compile", lambda *args: made.append(args[1]) or compile_plan(*args))
+    x = np.ones((20, 8), np.float32)
+    for _ in range(3):
+        for n in range(1, 21):
+            model.predict(x[:n])
+    assert sorted(made) == list(range(1, 21))
+    model.set_weights(model.get_weights())
+    model.predict(x[:3])
+    assert len(model._plans) == 1

@@ -152,6 +152,52 @@ def test_too_large_a_buffer_is_a_device_error_naming_what():
 
 
 @needs_gl
+def test_an_interrupt_while_making_the_context_current_gives_the_lock_back(monkeypatch):
+    """A KeyboardInterrupt (a SIGALRM timeout around predict, say) that landed while the lock made
+    the context current left the lock held: every other thread's predict then hung (a review)."""
+    import threading
+
+    device, before = GL[0], malinn.get_device()
+    malinn.set_device(device)
+    try:
+        _interrupt_while_making_the_context_current(device, monkeypatch, threading)
+    finally:
+        malinn.set_device(before)
+
+
+def _interrupt_while_making_the_context_current(device, monkeypatch, threading):
+    model = Sequential([Dense(3)])
+    model.build((None, 4))
+    x = np.ones((2, 4), np.float32)
+    want = model.predict(x)
+    real = device.ctx
+
+    class Interrupting:   # the real context, but its next __enter__ is interrupted
+        def __init__(self):
+            self.fired = False
+
+        def __enter__(self):
+            if not self.fired:
+                self.fired = True
+                raise KeyboardInterrupt
+            return real.__enter__()
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    monkeypatch.setattr(device, "ctx", Interrupting())
+    with pytest.raises(KeyboardInterrupt):
+        model.predict(x)
+    monkeypatch.setattr(device, "ctx", real)
+    got = []
+    other = threading.Thread(target=lambda: got.append(model.predict(x)), daemon=True)
+    other.start()
+    other.join(60)
+    assert not other.is_alive(), "another thread's predict waits for the lock the interrupt left held"
+    np.testing.assert_array_equal(got[0], want)
+
+
+@needs_gl
 def test_a_failed_batch_of_launches_names_at_most_four_of_them(monkeypatch):
     """GL reports one error for a batch of launches; the DeviceError names the device, the error
     and the first four launches (their layers), not all of a large model's."""

@@ -203,13 +203,16 @@ class BoundLaunch:
         function: the kernel's name in messages (its library codename); global_size, local_size: its range.
         handle: the backend's kernel object, arguments set (what :meth:`Device.launch_all` enqueues).
         enqueue: a zero-argument callable that enqueues this one launch and returns its event.
+        held: the buffers its arguments name, kept alive as long as the launch: a driver need not
+            retain a buffer it was given as an argument, and a layer drops its weight copy when its
+            weights change while a plan bound to that copy may still run (PoCL aborted the process).
     """
 
-    __slots__ = ("function", "global_size", "local_size", "handle", "enqueue", "what")
+    __slots__ = ("function", "global_size", "local_size", "handle", "enqueue", "what", "held")
 
-    def __init__(self, function, global_size, local_size, handle, enqueue, what=""):
+    def __init__(self, function, global_size, local_size, handle, enqueue, what="", held=()):
         self.function, self.global_size, self.local_size = function, global_size, local_size
-        self.handle, self.enqueue, self.what = handle, enqueue, what
+        self.handle, self.enqueue, self.what, self.held = handle, enqueue, what, tuple(held)
 
     def __call__(self):
         return self.enqueue()

@@ -372,7 +372,8 @@ class OpenCLDevice(Device):
         except cl.Error as exc:
             raise DeviceError(f"{what + ': ' if what else ''}setting the arguments of kernel {function} on "
                               f"{self.name} failed ({status_name(exc)})") from exc
-        bound = BoundLaunch(name or function, global_size, local_size, kernel, None, what)
+        bound = BoundLaunch(name or function, global_size, local_size, kernel, None, what,
+                            held=[a for a in args if not isinstance(a, np.generic)])
         bound.enqueue = lambda: self._enqueue_one(bound)
         return bound
 

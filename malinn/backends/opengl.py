@@ -269,23 +269,28 @@ class ContextLock:
         self._depth = 0
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """Takes the lock (making the context current on the outermost acquire). Whatever interrupts
+        it after the lock is taken, a KeyboardInterrupt from a signal handler too, gives the lock
+        back: a predict interrupted there left it held, and every other thread's predict hung."""
         if not self._lock.acquire(blocking, timeout):
             return False
-        if self._depth == 0:
-            try:
+        try:
+            if self._depth == 0:
                 self._device.ctx.__enter__()
-            except Exception:
-                self._lock.release()
-                raise
-        self._depth += 1
+            self._depth += 1
+        except BaseException:
+            self._lock.release()
+            raise
         return True
 
     def release(self) -> None:
         self._depth -= 1
         try:
             if self._depth == 0:
-                self._device.ctx.gc()
-                self._device.ctx.__exit__(None, None, None)
+                try:
+                    self._device.ctx.gc()
+                finally:
+                    self._device.ctx.__exit__(None, None, None)
         finally:
             self._lock.release()
 
