@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -96,6 +97,30 @@ def _wrapped(raw, source: str | None):
     program = _cl().Program(raw)
     program._source = source
     return program
+
+
+_LOG_PLACE = re.compile(r"^(\S+?):(\d+):(?:\d+:)?", re.M)
+
+
+def _with_files(log: str, source: str) -> str:
+    """``log`` with each place a compiler names in the joined program (``<kernel>:64:`` on NVIDIA,
+    which ignores ``#line``; a temporary file's name elsewhere) followed by the kernel file and line
+    it is (``[activation.cl:22]``), from the ``#line 1 "file"`` markers the library puts before
+    each file (:meth:`~malinn.kernel_library.KernelSpec.program_source`)."""
+    marks = [(i + 1, name) for i, line in enumerate(source.splitlines())
+             for name in re.findall(r'^#line 1 "([^"]+)"$', line)]
+    if not marks:
+        return log
+    names = {name for _, name in marks}
+
+    def place(match):
+        if match.group(1) in names:   # the driver honoured #line
+            return match.group(0)
+        line = int(match.group(2))
+        found = [(start, name) for start, name in marks if start < line]
+        return f"{match.group(0)} [{found[-1][1]}:{line - found[-1][0]}]" if found else match.group(0)
+
+    return _LOG_PLACE.sub(place, log)
 
 
 def _build_log(raw, cl_device) -> str:
@@ -304,7 +329,7 @@ class OpenCLDevice(Device):
                 return cl.Program(self.context, source).build(options=list(options))
             log = _build_quietly(raw, self.cl_device, list(options))
         except cl.Error as exc:
-            log = _build_log(raw, self.cl_device) if raw is not None else str(exc)
+            log = _with_files(_build_log(raw, self.cl_device) if raw is not None else str(exc), source)
             raise KernelBuildError(f"building {origin} for {self.name} failed ({status_name(exc)})\n"
                                    f"options: {' '.join(options) or '(none)'}\nbuild log:\n{log}") from exc
         if log:
