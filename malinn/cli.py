@@ -321,8 +321,8 @@ def cmd_verify(args) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         x_path, out_path = os.path.join(tmp, "x.npz"), os.path.join(tmp, "keras.npz")
         arrays = list(x.values()) if isinstance(x, dict) else [x]
-        names = getattr(model, "input_names", [])   # a Functional's (a Sequential has one input)
-        np.savez(x_path, names=np.array(names, dtype=str), **{f"x{i}": a for i, a in enumerate(arrays)})
+        input_names = getattr(model, "input_names", [])   # a Functional's (a Sequential has one input)
+        np.savez(x_path, names=np.array(input_names, dtype=str), **{f"x{i}": a for i, a in enumerate(arrays)})
         run = subprocess.run(_keras_reference_command(str(args.model), x_path, out_path, names, args.weights),
                              capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if run.returncode != 0:

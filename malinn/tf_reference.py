@@ -35,8 +35,8 @@ def main(argv):
     with np.load(x_path) as npz:   # x0, x1, ...: one array per model input, and their names
         count = len([f for f in npz.files if f.startswith("x")])
         arrays = [npz[f"x{i}"] for i in range(count)]
-        names = [str(n) for n in npz["names"]] if "names" in npz.files else []
-    x = _as_keras_inputs(model, arrays, names)
+        input_names = [str(n) for n in npz["names"]] if "names" in npz.files else []
+    x = _as_keras_inputs(model, arrays, input_names)
     # float32 whatever Keras computed in (a bfloat16 model's outputs would be saved as raw 2-byte items)
     result = model(x, training=False)
     if isinstance(result, (list, tuple, dict)):
@@ -52,7 +52,7 @@ def main(argv):
             pass  # a layer of a nested model, or one called twice: only the final output is compared
     if wanted:
         probe = keras.Model(inputs=model.inputs, outputs=[t for _, t in wanted])
-        x = _in_order(model.inputs, _by_input(model, arrays, names), arrays)
+        x = _in_order(model.inputs, _by_input(model, arrays, input_names), arrays)
         values = probe(x, training=False)
         values = values if isinstance(values, (list, tuple)) else [values]
         for (name, _), value in zip(wanted, values):

@@ -403,6 +403,7 @@ def test_verify_prints_errors_after_every_layer_and_runs_no_code_from_the_cwd(tm
         lines = out.stdout.splitlines()
         for name in ("dense", "activation", "dense_1", "dense_2", "(model output)"):
             assert any(line.startswith(name + " ") for line in lines[2:]), out.stdout
+        assert "(not compared)" not in out.stdout, out.stdout   # every layer of a chain compared
         assert lines[-1].startswith("OK: worst rel error")
     else:
         assert out.returncode == 1 and "verify needs TensorFlow" in out.stderr
