@@ -29,6 +29,7 @@ from .errors import DeviceError, MalinnError
 from .files import check_destination, write_file, write_stdout
 from .kernel_choice import check_precision
 from .kernel_library import DEFAULT_PRECISION
+from .precision import flushed
 from .saving import is_malinn_file, load_model, resolve_target, save_model
 from .tensor import format_shape
 from .tuner import cache_dir, tune
@@ -248,6 +249,12 @@ def cmd_convert(args) -> int:
     if recorded not in (None, DEFAULT_PRECISION, model.precision):
         print(f"malinn: note: {args.src} holds weights rounded to {recorded}; {path} keeps those rounded "
               f"values in {model.precision} (convert the Keras file for its own float32 weights)", file=sys.stderr)
+    lost = {f"{layer.name} {name}": count for layer in model.layers
+            for name, matrix in layer.precision_weights().items() if (count := flushed(matrix, model.precision))}
+    if lost:   # never lower precision without saying what it cost
+        print(f"malinn: note: {sum(lost.values())} non-zero weights are below {model.precision}'s smallest value "
+              f"(about 6e-8) and are stored as 0 ({', '.join(f'{k}: {v}' for k, v in lost.items())}); "
+              f"malinn verify --precision {model.precision} shows what that costs", file=sys.stderr)
     if device is not None:
         try:   # the file may be meant for a board that runs it: written, with a note
             check_precision(model.precision, device)

@@ -24,7 +24,7 @@ from .errors import LayoutError
 from .kernel_library import DEFAULT_PRECISION, load_library
 from .layout import Layout
 
-__all__ = ["check_precision", "quantize_int8", "effective", "rounded", "device_bytes", "DEFAULT_PRECISION"]
+__all__ = ["check_precision", "quantize_int8", "effective", "rounded", "flushed", "device_bytes", "DEFAULT_PRECISION"]
 
 
 def check_precision(precision) -> str:
@@ -102,6 +102,15 @@ def rounded(w, precision: str, what: str = "the weights") -> np.ndarray:
     if spec.weight_bytes == 2:
         return _half(w, precision, what).astype(np.float32)
     return w
+
+
+def flushed(w, precision: str) -> int:
+    """How many non-zero weights of ``w`` ``precision`` stores as 0: in a half precision those below
+    float16's smallest (about 6e-8); none in the others (int8's rounding to 0 is its scale's step)."""
+    if load_library().precision(precision).weight_bytes != 2:
+        return 0
+    w = np.asarray(w, np.float32)
+    return int(np.count_nonzero((w != 0) & (w.astype(np.float16) == 0)))
 
 
 def _half(values: np.ndarray, precision: str, what: str) -> np.ndarray:

@@ -267,6 +267,24 @@ def test_a_device_kind_whose_default_reads_fp32_only_gets_a_kernel_that_reads_th
     np.testing.assert_array_equal(malinn.load_model(path).predict(x), model.predict(x))
 
 
+def test_convert_says_how_many_weights_half_precision_stores_as_zero(tmp_path, capsys):
+    """Weights below float16's smallest (about 6e-8) become 0 in fp16-storage: a model of 1e-8
+    weights predicted all zeros without a word (a review); convert names the layers and the count."""
+    from malinn.cli import main
+
+    model = dense_model([4, 2], [None], "fp32")
+    model.set_weights([np.full((4, 2), 1e-8, np.float32), np.zeros(2, np.float32)])
+    src = model.save(tmp_path / "tiny.malinn", target="cpu")
+    assert main(["convert", str(src), "-o", str(tmp_path / "half.malinn"), "--precision", "fp16-storage",
+                 "--target", "cpu"]) == 0
+    err = capsys.readouterr().err
+    assert f"8 non-zero weights are below fp16-storage's smallest value" in err
+    assert f"({model.layers[0].name} kernel: 8)" in err
+    assert main(["convert", str(src), "-o", str(tmp_path / "int8.malinn"), "--precision", "int8-weights",
+                 "--target", "cpu"]) == 0
+    assert "non-zero weights" not in capsys.readouterr().err   # int8 scales per unit: nothing lost
+
+
 def test_a_target_without_the_precision_is_refused(tmp_path):
     model = dense_model([6, 3], [None], "int8-weights")
     with pytest.raises(ConversionError, match="target morton_4_2 reads fp32 weights only, not int8-weights"):

@@ -191,6 +191,11 @@ class Layer:
     def count_params(self) -> int:
         return sum(int(w.size) for w in self.get_weights())
 
+    def precision_weights(self) -> dict:
+        """``{name: matrix}``: the weights a reduced precision stores (rows = output channels); the
+        rest (biases, normalization vectors, PReLU's alpha) stay float32. None here."""
+        return {}
+
     def summary_label(self) -> str:
         """``name (Type)`` for a model's summary, with the Keras layers the converter folded into
         this one (``dense (Dense) + batch_normalization (folded)``: their parameters are in this

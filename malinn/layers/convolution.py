@@ -84,6 +84,9 @@ class _Window(Layer):
         (rows = output channels, the rows int8-weights scales)."""
         return {}
 
+    def precision_weights(self) -> dict:
+        return {name: matrix for name, matrix in self.kernel_matrices().values()} if self.built else {}
+
     def save_own_variables(self, store, target) -> None:
         """The weights in Keras's shapes, each kernel rounded as ``target``'s precision keeps it on
         the device (the plan lowers a convolution's weights itself; the file holds only what the

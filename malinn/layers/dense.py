@@ -102,6 +102,9 @@ class Dense(Layer):
         self.quantized = None
         self._weights_changed()
 
+    def precision_weights(self) -> dict:
+        return {"kernel": self.kernel.T} if self.built else {}
+
     def absorb_affine(self, scale, shift) -> bool:
         """Folds a following BatchNormalization (``y * scale + shift`` per unit) into the weights,
         in float64, when this layer is linear."""
