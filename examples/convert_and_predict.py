@@ -31,7 +31,7 @@ def main(argv=None):
         command = [sys.executable, "-m", "malinn.cli", "convert", str(HERE / "digits_mlp.keras"), "-o", str(converted)]
         command += ["--device", args.device] if args.device else []
         command += ["--target", args.target] if args.target else []
-        print("$ malinn convert examples/digits_mlp.keras -o digits_mlp.malinn", flush=True)
+        print(f"$ malinn convert examples/digits_mlp.keras -o {converted}   (a temporary folder)", flush=True)
         subprocess.run(command, check=True)
 
         if args.device:

@@ -32,7 +32,7 @@ def main(argv=None):
     parser.add_argument("--kernel", help="matmul codename from kernels/library.json (default: the device's)")
     args = parser.parse_args(argv)
 
-    print("working OpenCL devices:")
+    print("working devices (OpenCL, and OpenGL where the gl extra is installed):")
     for d in malinn.devices():
         print("  ", d)
     device = malinn.set_device(args.device) if args.device else malinn.get_device()

@@ -224,7 +224,7 @@ def cmd_devices(args) -> int:
         current = None
         setting = os.environ.get("MALINN_DEVICE", "")
         print(f"malinn: warning: MALINN_DEVICE={setting!r} matches none of these devices; no device is marked "
-              "and other commands fail until it names one (gpu, cpu, P:D or part of a name)", file=sys.stderr)
+              "and other commands fail until it names one (gpu, cpu, P:D, gl or part of a name)", file=sys.stderr)
     for d in found:
         print(("* " if d is current else "  ") + str(d))
     return 0
@@ -476,10 +476,14 @@ def cmd_tune(args) -> int:
     if args.model and shapes:
         raise UsageError("tune: --model tunes the model's own shapes; give --model or --shape, not both "
                          "(see malinn tune --help)")
+    if args.batch is not None and not args.model:
+        raise UsageError("tune: --batch is the batch a --model is tuned for; give --model with it "
+                         "(see malinn tune --help)")
+    batch = 100 if args.batch is None else args.batch
     if args.model:
         model = load_model(args.model, precision=args.precision)
-        shapes = [shape for batch in (args.batch, 1) for shape in model.matmul_shapes(batch, device)]
-        convs = [g for batch in (args.batch, 1) for g in model.conv_geometries(batch, device)]
+        shapes = [shape for size in (batch, 1) for shape in model.matmul_shapes(size, device)]
+        convs = [g for size in (batch, 1) for g in model.conv_geometries(size, device)]
         if not shapes and not convs:
             raise MalinnError(f"{args.model} has no Dense or convolution layer to tune for")
     started = time.perf_counter()   # --budget covers the whole run: the convolutions get what is left
@@ -596,7 +600,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tolerance", type=_tolerance, help="largest rel error accepted (default 1e-5 in fp32, 1e-2 in "
                                                          "fp16-storage, 2e-2 in fp16, 1e-1 in int8-weights; at "
                                                          "least 1e-2 / 5e-2 where Keras computes in float16 / "
-                                                         "bfloat16)")
+                                                         "bfloat16 or int8 (a quantized layer))")
     p.add_argument("--precision", choices=PRECISIONS, help=PRECISION_HELP + " (default: the model file's, fp32 for a "
                                                                           "Keras file); prints each layer's error "
                                                                           "against Keras and the argmax "
@@ -606,7 +610,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("tune", "time matmul kernels and configurations (with --model, each convolution layer's algorithms "
                     "too) on this device and remember the fastest", cmd_tune)
     p.add_argument("--quick", action="store_true",
-                   help="smaller shapes and 4 configurations of a tunable kernel (under 30 s on a 2-core CPU)")
+                   help="smaller shapes and 4 configurations of a tunable kernel (about 10 s on a 2-core CPU once its "
+                        "kernels are compiled, 45 s the first time)")
     p.add_argument("--model", help="tune each of this model's Dense layers for its own shape, and each of its "
                                     "convolution layers' algorithms (every conv kernel the device runs, kn2row, "
                                     "kn2col and conv_implicit, in its configurations, and im2row "
@@ -614,7 +619,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "plan runs it: rounded up to its batch bucket) and at batch 1, and store a winner "
                                     "per shape (default: one winner over a standard "
                                     "set of shapes)")
-    p.add_argument("--batch", type=_positive_int, default=100, help="batch size to tune for with --model (default 100)")
+    p.add_argument("--batch", type=_positive_int, help="batch size to tune for with --model (default 100)")
     p.add_argument("--shape", type=_product_shape, action="append",
                    help="a product MxKxN to tune for (repeatable; not with --model)")
     p.add_argument("--budget", type=_positive_seconds,

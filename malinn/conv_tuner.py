@@ -170,6 +170,8 @@ def tune_convs(geometries, device: Device | None = None, quick: bool = False, re
             timed += 1
             if seconds is not None:
                 results.append((seconds, spec))
+            else:   # a kernel developer's only numpy check of a candidate: say so
+                stream.write(f"{g.key()}: {spec.codename} {_config(spec)}: a result that numpy does not give\n")
         if not results:
             untuned.append(g.key())
             continue

@@ -400,6 +400,15 @@ def _remember(entry: dict, defines: dict, spec):
 
 
 @lru_cache(maxsize=256)
+def _identifiers(path: Path) -> frozenset:
+    """The identifiers of the source file ``path`` (a define an entry names must be one of them)."""
+    return frozenset(_IDENTIFIER.findall(_read_source(path)))
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+
+
+@lru_cache(maxsize=256)
 def _read_source(path: Path) -> str:
     return path.read_text()
 
@@ -741,7 +750,7 @@ def _check_defines_used(path: Path, codename: str, entry: dict, defines: dict) -
     for value in entry.get("sources", {}).values():
         value = {"source": value} if isinstance(value, str) else value
         names += [value["source"], *value.get("includes", [])]
-    unused = [name for name in defines if not any(name in _read_source(path.parent / str(f)) for f in names)]
+    unused = [name for name in defines if not any(name in _identifiers(path.parent / str(f)) for f in names)]
     if unused:
         raise LibraryError(f"{path}: kernel {codename!r}, field 'defines': {', '.join(map(repr, unused))} "
                            f"{'appears' if len(unused) == 1 else 'appear'} in none of its sources "

@@ -39,8 +39,9 @@ QUICK_CONFIGS = 4
 
 def _progress(done: int, total: int, label: str, stream, started: float, budget_s: float | None = None) -> None:
     """One line of progress, rewritten in place: a bar, the count, the time left (the budget's
-    rest where that is sooner) and ``label``, cut to the terminal's width (80 columns where the
-    stream is not a terminal) so that the line never wraps."""
+    rest where that is sooner) and ``label``, cut to the terminal's width so that the line never
+    wraps; where the stream is not a terminal (a log), a line of 80 columns at each quarter and at
+    the end instead (carriage returns flooded logs)."""
     elapsed = time.perf_counter() - started
     if done == total:
         timing = f"done in {elapsed:.0f} s"
@@ -51,13 +52,16 @@ def _progress(done: int, total: int, label: str, stream, started: float, budget_
         timing = f"ETA {left:.0f} s"
     else:
         timing = "ETA ?"
-    columns = shutil.get_terminal_size((80, 24)).columns if getattr(stream, "isatty", lambda: False)() else 80
+    terminal = getattr(stream, "isatty", lambda: False)()
+    if not terminal and done < total and (done == 0 or done * 4 // total == (done - 1) * 4 // total):
+        return   # a log, not a terminal: a line at each quarter and at the end, no carriage returns
+    columns = shutil.get_terminal_size((80, 24)).columns if terminal else 80
     width = 20 if columns >= 60 else 10
     filled = int(width * done / max(total, 1))
     head = f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {timing:<13} "
     room = max(0, columns - 1 - len(head))
-    stream.write(f"\r{head}{label[:room]:<{room}}")
-    if done == total:
+    stream.write(f"\r{head}{label[:room]:<{room}}" if terminal else f"{head}{label[:room]}".rstrip() + "\n")
+    if done == total and terminal:
         stream.write("\n")
     stream.flush()
 

@@ -360,6 +360,7 @@ def test_devices_lists_when_malinn_device_matches_nothing(setting):
     (["--shape", "0x1x1"], 2, "argument --shape: expected MxKxN"),
     (["--shape", "100000x100000x100000"], 1, "exceeds"),
     (["--shape", "8x8x8", "--model", DIGITS], 2, "give --model or --shape, not both"),
+    (["--batch", "5", "--shape", "8x8x8"], 2, "tune: --batch is the batch a --model is tuned for"),   # was ignored
 ])
 def test_tune_fails_up_front(args, status, message):
     start = time.perf_counter()

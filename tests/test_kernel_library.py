@@ -178,6 +178,8 @@ def _broken_library(tmp_path, mutate):
      "field 'defaults.matmul_fallback.cpu': unknown field 'define' of 'gemv'"),
     (lambda d: d["kernels"].update(gemv_typo={"variant_of": "gemv", "defines": {"NBB": 2}}),
      "kernel 'gemv_typo', field 'defines': 'NBB' appears in none of its sources"),
+    (lambda d: d["kernels"]["gemm_tiled"]["defines"].update(WG=1),   # within MWG and KWG, an identifier of none
+     "kernel 'gemm_tiled', field 'defines': 'WG' appears in none of its sources"),
     (lambda d: d["kernels"]["cross1"].update(precisions=["fp32", "int8-weights"]),
      "kernel 'cross1', field 'precisions': lists int8-weights, but the source does not include weights.clh"),
     (lambda d: d["kernels"]["gemm_tiled"].update(local_bytes="4 * RPX"),

@@ -37,7 +37,7 @@ def database(device, entry) -> dict:
 
 
 def test_tune_stores_a_correct_winner_that_the_runtime_uses(device, cache):
-    progress = io.StringIO()
+    progress = _Terminal()   # a line per candidate on a terminal (a log gets one a quarter)
     best = tuner.tune(device, shapes=[(13, 37, 33), (64, 50, 20)], quick=True, repeat=1, stream=progress)
     assert progress.getvalue().count("[") >= len(malinn.load_library().codenames("matmul"))
     assert "ETA " in progress.getvalue() and "done in" in progress.getvalue()
@@ -353,6 +353,18 @@ def test_tune_refuses_a_precision_the_device_cannot_run_before_timing(device, ca
 class _Terminal(io.StringIO):
     def isatty(self):
         return True
+
+
+def test_progress_to_a_log_is_a_line_at_each_quarter():
+    """Not a terminal: no carriage returns (a review's log filled with them), four lines for 100 steps."""
+    stream = io.StringIO()
+    started = tuner.time.perf_counter()
+    for done in range(101):
+        tuner._progress(done, 100, "gemm_tiled", stream, started)
+    lines = stream.getvalue().splitlines()
+    assert "\r" not in stream.getvalue() and [line.split()[1] for line in lines] == ["25/100", "50/100", "75/100",
+                                                                                  "100/100"]
+    assert all(len(line) < 80 for line in lines)
 
 
 @pytest.mark.parametrize("columns", [40, 80, 200])
