@@ -55,9 +55,10 @@ def local_range(preferred, global_size, device: Device):
 
 
 def program_for(spec: KernelSpec, device: Device, layouts: dict):
-    """The built program of ``spec`` for matrices in ``layouts`` (memoised by the device)."""
-    key = (spec.codename, spec.defines, device.backend, tuple(sorted((name, str(layout)) for name, layout in layouts.items())),
-           device.extra_build_options())
+    """The built program of ``spec`` for matrices in ``layouts`` (memoised by the device, per kernels
+    folder: an entry of another library, ``MALINN_KERNELS``, with the same name is another program)."""
+    key = (spec.codename, str(spec.source_path), spec.defines, device.backend,
+           tuple(sorted((name, str(layout)) for name, layout in layouts.items())), device.extra_build_options())
     programs = device.cache.setdefault("kernel_programs", {})
     program = programs.get(key)
     if program is None:

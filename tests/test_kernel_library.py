@@ -218,11 +218,14 @@ def test_failed_build_shows_log_and_options(device):
 def test_a_build_log_names_the_kernel_file_and_line(device, tmp_path):
     """The includes are prepended to the source: a log pointed at the joined temporary file (an
     error on line 24 of a kernel reported at line 167); each file now follows a #line naming it,
-    and a place in the joined program that a driver names (NVIDIA ignores #line) gets the file's."""
+    and a place in the joined program that a driver names (NVIDIA ignores #line) gets the file's.
+    The programs a device keeps are per kernels folder: the shipped relu, built first, was served
+    for the broken copy's (the suite's order found it)."""
     if device.backend != "opencl":
         pytest.skip("an OpenCL C source; GLSL's #line takes no file name")
     from malinn.kernel_call import program_for
 
+    program_for(load_library()["relu"], device, {"r": parse_layout("R")})   # the shipped relu, built and kept
     path = _broken_library(tmp_path, lambda d: None)
     source = path.parent / "activation.cl"
     lines = source.read_text().splitlines() + ["this is not OpenCL C;"]
