@@ -23,7 +23,9 @@
    same batch, when torch sees a CUDA GPU.
 2. A CIFAR-style VGG (32x32x3: 2x conv64, pool, 2x conv128, pool, 2x conv256, pool, dense 256,
    dense 10 softmax) end to end, host to host, against torch on the GPU and TensorFlow-cpu (in a
-   subprocess; it cannot share a process with PoCL), outputs checked against torch or numpy: with
+   subprocess; it cannot share a process with PoCL), outputs checked against torch (without a CUDA
+   torch: the tuned choice against the default's output; each layer's algorithms against its first
+   fp32 row): with
    the untuned choices ("default") and after tuning its convolutions ("tuned").
 3. A summary per layer: the fastest algorithm and the default's and tuned choice's ratio to cuDNN.
 
@@ -42,6 +44,7 @@ import argparse
 import io
 import json
 import os
+import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -183,6 +186,9 @@ def bench_layers(args, device, torch) -> list:
                 for precision in args.precision:
                     row = time_layer(args, device, model, x, batch, algorithm, precision, reference, peer,
                                      (network, name, h, c, m, k))
+                    if reference is None and row is not None and precision == "fp32":
+                        model.precision = "fp32"   # no cuDNN: every other row against this first fp32 one
+                        reference = model.predict(x)
                     if row is None:
                         continue
                     if algorithm == "tuned":
@@ -333,7 +339,7 @@ with np.load({str(path)!r}) as npz:
 
 def bench_vgg(args, device, torch) -> list:
     model = vgg_model()
-    rows = []
+    rows, checked = [], {}   # checked: the default choice's output per batch, where no cuDNN checks it
     batches = sorted(set(args.batches) | {args.vgg_batch})
     for choice in CHOICES:
         kernel_choice.forget(device)
@@ -356,6 +362,9 @@ def bench_vgg(args, device, torch) -> list:
                 reference = run(x)
                 assert np.abs(y - reference).max() < 1e-3, np.abs(y - reference).max()
                 row["torch"] = median_time(lambda: run(x), args.repeat, warmup=3)
+            else:   # no cuDNN: the tuned choice against the default's output
+                checked.setdefault(batch, y)
+                assert np.abs(y - checked[batch]).max() < 1e-3, np.abs(y - checked[batch]).max()
             if not args.no_tensorflow and choice == "default":
                 tf = tensorflow_vgg(model, batch, args.repeat)
                 if tf is not None:
@@ -403,7 +412,7 @@ def main(argv=None):
                                                "conv_rules": conv_choice._section(),
                                                "patch_budget_bytes": conv_choice.patch_budget(device),
                                                "layers": layers, "summary": table, "vgg": vgg,
-                                               "command": " ".join(sys.argv)},
+                                               "command": shlex.join(sys.argv)},
                                               indent=2))
     return 0
 

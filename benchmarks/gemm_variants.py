@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shlex
 import sys
 import time
 
@@ -255,7 +256,7 @@ def main(argv=None):
         result = {"device": first.describe(), "driver": first.driver_version, "rows": rows,
                   "fastest": names[fastest], "fastest_overall": names.get(overall, overall),
                   "tuned": configurations["tuned"], "configurations": configurations,
-                  "clblast": "used" if "" in clblasts else why_not.get(""), "command": " ".join(sys.argv)}
+                  "clblast": "used" if "" in clblasts else why_not.get(""), "command": shlex.join(sys.argv)}
         if len(devices) > 1:
             result["devices"] = [{**d.describe(), "driver": d.driver_version, "columns": p or "(unprefixed)"}
                                  for d, p in zip(devices, prefixes)]

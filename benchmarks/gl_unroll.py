@@ -50,8 +50,8 @@ def _patch(variant: str) -> list:
 
     preamble, compute_shader, seconds = opengl._preamble, moderngl.Context.compute_shader, []
 
-    def _preamble(options, local):
-        text = preamble(options, local)
+    def _preamble(options, local, *rest):   # rest: what the backend passes besides (the fold)
+        text = preamble(options, local, *rest)
         return text.replace("optionNV(unroll all)", "optionNV(unroll none)") if variant == "unroll_none" else text
 
     def timed(self, source, *args, **kwargs):
@@ -135,7 +135,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--size", type=int, default=2048)
     parser.add_argument("--repeat", type=int, default=30)
-    parser.add_argument("--json", default="benchmarks/results/gl_unroll.json")
+    parser.add_argument("--json", help="write the results here")
     parser.add_argument("--build", nargs=2, metavar=("VARIANT", "JOB"), help=argparse.SUPPRESS)
     parser.add_argument("--time", nargs=2, metavar=("VARIANT", "JOBS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -171,11 +171,12 @@ def main() -> None:
             row.setdefault("kernel_us", {})[v] = result["kernel_us"]
             row["shape"] = result["shape"]
 
-    slow = [r for r in rows if fits(r) and not quick(r)]
+    failed = [r for r in rows if any(isinstance(b, str) and b.startswith("failed") for b in r["build"].values())]
+    slow = [r for r in rows if fits(r) and not quick(r) and r not in failed]
     ratios = [r["kernel_us"]["unroll_none"] / r["kernel_us"]["as_shipped"] for r in timed
               if all(r.get("kernel_us", {}).get(v) for v in VARIANTS)]
     summary = {"programs": len(rows), "too_large_for_the_device": sum(not fits(r) for r in rows),
-               "slow_builds": len(slow),
+               "slow_builds": len(slow), "failed_builds": len(failed),
                "build_s_sum": {v: round(sum(r["build"][v].get("build_s", 0) for r in rows
                                             if isinstance(r["build"][v], dict)), 1) for v in VARIANTS},
                "kernel_unroll_none_over_as_shipped": {"median": statistics.median(ratios), "min": min(ratios),
@@ -183,6 +184,10 @@ def main() -> None:
     for r in slow:
         print("slow build:", r["codename"], r["config"], r["build"], flush=True)
     print(json.dumps(summary, indent=1))
+    if failed and len(failed) == len(rows):
+        sys.exit(f"every build failed, e.g. {failed[0]['codename']}: {next(iter(failed[0]['build'].values()))}")
+    if not args.json:
+        return
     os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
     with open(args.json, "w") as f:
         json.dump({"device": device.name, "timeout_s": args.timeout, "size": args.size, "repeat": args.repeat,

@@ -148,10 +148,11 @@ def main(argv=None):
                      "seconds": base[index]["seconds"], "total": sum(s["seconds"] for s in base)}]
             for codename, defines in candidates(shape, sources, configs):
                 try:
+                    if not tuning_db.offered({"codename": codename, "defines": defines}, device, shape,
+                                             args.precision):
+                        continue                          # not offered here (or its preconditions fail)
                     tuning_db.save(device, shapes={key: {"codename": codename, "defines": defines}},
                                    precision=args.precision)
-                    if tuning_db.tuned_choice(device, shape, args.precision) is None:
-                        continue                          # not offered here (or its preconditions fail)
                     plan = model.plan(args.batch, device)
                     y = model.predict(x)
                     if np.abs(y - want).max() > 1e-4 * max(1.0, float(np.abs(want).max())):

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 
 import numpy as np
 import pyopencl as cl
@@ -39,6 +41,10 @@ __kernel void stream(__global const float4 *x, const uint n4, __global float *ou
 """
 
 
+#: the stream an empty kernel is queued behind (a network's 12.5 MB layer)
+CHAINED_BYTES = 12_500_000
+
+
 def line(sizes_bytes, seconds):
     """Least-squares ``seconds = fixed + bytes / rate``: (fixed seconds, rate in bytes per second)."""
     slope, fixed = np.polyfit(np.asarray(sizes_bytes, float), np.asarray(seconds, float), 1)
@@ -52,7 +58,7 @@ def opencl_figures(device, sizes_mb, flush_mib, repeat):
     flush_n4 = flush_mib * 2**20 // 16
     biggest = max(int(s * 1e6) for s in sizes_mb)
     mf = cl.mem_flags
-    data = cl.Buffer(ctx, mf.READ_WRITE, max(biggest, flush_n4 * 16 * 2))
+    data = cl.Buffer(ctx, mf.READ_WRITE, max(biggest, flush_n4 * 16 * 2, CHAINED_BYTES))   # every stream below fits
     cl.enqueue_fill_buffer(queue, data, np.float32(1.0), 0, data.size).wait()
     items = device.compute_units * 2048
     out = cl.Buffer(ctx, mf.READ_WRITE, 4 * items)
@@ -91,7 +97,7 @@ def opencl_figures(device, sizes_mb, flush_mib, repeat):
     chained = []
     for _ in range(repeat + 1):
         flush()
-        run_stream(12_500_000)
+        run_stream(CHAINED_BYTES)
         event = cl.enqueue_nd_range_kernel(queue, nothing, (1,), (1,))
         event.wait()
         chained.append((event.profile.end - event.profile.start) * 1e-9)
@@ -146,6 +152,8 @@ def main(argv=None):
     parser.add_argument("--no-torch", action="store_true")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    if sum(size >= 4 for size in args.sizes) < 2:
+        parser.error("--sizes: give at least two sizes of 4 MB or more (the line is fitted to those)")
 
     if args.device:
         malinn.set_device(args.device)
@@ -162,7 +170,9 @@ def main(argv=None):
         from peers import torch_cuda
 
         torch = torch_cuda()
-        if torch is not None:
+        if torch is None:
+            print("torch: no CUDA torch here; its figures are left out")
+        else:
             shapes = [tuple(int(v) for v in s.split("x")) for s in args.gemv]
             t = result["torch"] = torch_figures(torch, args.sizes, shapes, args.flush_mib, args.repeat)
             print(f"torch (CUDA events, launch included): add_ on 1 value {t['empty_add_s'] * 1e6:.2f} us")
@@ -172,7 +182,7 @@ def main(argv=None):
             for r in t["gemv"]:
                 print(f"  mv {r['units']}x{r['inputs']}: fp32 {r['fp32_s'] * 1e6:.2f} us, fp16 {r['fp16_s'] * 1e6:.2f}, "
                       f"bf16 {r['bf16_s'] * 1e6:.2f} (fp16 {r['fp16_speedup']:.2f}x faster)")
-    result["command"] = "benchmarks/launch_floor.py " + " ".join(argv or [])
+    result["command"] = shlex.join(["benchmarks/launch_floor.py"] + (sys.argv[1:] if argv is None else list(argv)))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -8,7 +8,8 @@ same run: numpy float32 on the host CPU, TensorFlow-cpu ``model(x)`` (in a subpr
 on the CUDA GPU (when present, TF32 off, host to host like malinn).
 
 Besides the host-to-host times: ``kernels`` is the device time of malinn's launches alone (OpenCL
-profiling events, median of --repeat), and ``weights_gbs`` the weights' bytes over that time, beside
+profiling events, median of --repeat), ``matmul_kernels`` that of its matmul launches, and
+``weights_gbs`` the weights' bytes over the matmuls' time (the launches that read weights), beside
 ``copy_gbs``, a device-to-device copy of 1 GiB on the same device measured in the same run (bytes
 read plus written over its time): the bandwidth a batch-1 Dense layer can reach. ``steps`` lists each
 launching step's kernel and median device time (OpenCL profiling events; on the OpenGL backend,
@@ -37,8 +38,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
+import shlex
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -343,7 +345,7 @@ def main(argv=None):
         result = {"device": first.describe(), "driver": first.driver_version,
                   "matmul": malinn.ops.kernel_for("matmul", first).codename,
                   "copy_gbs": copy[first.describe()["index"]], "precisions": args.precision,
-                  "rows": results, "command": " ".join(sys.argv)}
+                  "rows": results, "command": shlex.join(sys.argv)}
         if len(devices) > 1:
             result["devices"] = [{**d.describe(), "driver": d.driver_version,
                                   "matmul": malinn.ops.kernel_for("matmul", d).codename,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -105,7 +106,7 @@ def main(argv=None):
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"device": device.describe(), "driver": device.driver_version,
-                                               "rows": rows, "command": " ".join(sys.argv)}, indent=2) + "\n")
+                                               "rows": rows, "command": shlex.join(sys.argv)}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

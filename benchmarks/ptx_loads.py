@@ -10,6 +10,7 @@ import argparse
 import collections
 import json
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -33,6 +34,8 @@ def main() -> None:
     parser.add_argument("--dump", help="folder to write each program's PTX")
     args = parser.parse_args()
     device = malinn.get_device()
+    if "NVIDIA" not in device.platform:
+        sys.exit(f"ptx_loads.py reads NVIDIA's PTX; {device.name} ({device.platform}) builds no PTX")
     import pyopencl as cl
     rows = []
     for precision in ("fp32", "fp16-storage", "int8-weights"):
@@ -51,7 +54,8 @@ def main() -> None:
                 Path(args.dump).mkdir(parents=True, exist_ok=True)
                 Path(args.dump, f"{precision}_{i}.ptx").write_text(ptx)
     if args.json:
-        Path(args.json).write_text(json.dumps({"device": device.name, "rows": rows}, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps({"device": device.name, "rows": rows,
+                                               "command": shlex.join(sys.argv)}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

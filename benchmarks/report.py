@@ -6,6 +6,7 @@ Needs matplotlib for the plot (pip install .[bench]); the tables are written wit
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -49,7 +50,7 @@ def models_table(d):
     if extra:
         out[2] = out[2].rstrip(" |") + " | launches | kernels (device) | weights read |"
         out[3] += " --- | --- | --- |"
-        out[0] += (f" Weights read: their bytes over the kernels' device time, beside a device-to-device copy "
+        out[0] += (f" Weights read: their bytes over the matmul kernels' device time, beside a device-to-device copy "
                    f"of {d['copy_gbs']:.0f} GB/s (read + written) in the same run.")
     for r in d["rows"]:
         cells = [f"{r[p] * 1e3:.3f} ({r[p] / r['malinn']:.2f}x)" if p in r else "-" for p in peers]
@@ -200,7 +201,9 @@ def cold_table(rows):
     return out
 
 
-def main():
+def main(argv=None):
+    argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                            epilog="No options: it reads benchmarks/results/*.json and benchmarks/NOTES.md.").parse_args(argv)
     gpu, cpu = load("gemm_nvidia_h200.json"), load("gemm_pocl_cpu.json")
     models_gpu, models_cpu = load("models_nvidia_h200.json"), load("models_pocl_cpu.json")
     cold_gpu, cold_cpu = load("cold_nvidia_h200.json"), load("cold_pocl_cpu.json")
@@ -245,7 +248,8 @@ def main():
         doc += ["GL time over OpenCL time per size (runtime choices; fastest kernels): "
                 + ", ".join(f"n = {r['n']}: {r['tuned']:.2f}x; {r['fastest']:.2f}x" for r in gemm_backends["ratios"])
                 + ".", ""]
-    if gemms and plot(gemms, ROOT / "docs" / "gemm.png"):
+    plotted = bool(gemms) and plot(gemms, ROOT / "docs" / "gemm.png")
+    if plotted:
         doc += ["![GEMM GFLOP/s](gemm.png)", ""]
     doc += ["## Rovder's Table 10.5 networks", "",
             "`python3 benchmarks/models.py --json OUT.json`: Partial MNIST 640-150-10, Partial CIFAR 256-128-10,",
@@ -303,7 +307,7 @@ def main():
     if notes.is_file():
         doc += ["", notes.read_text().strip()]
     (ROOT / "docs" / "PERFORMANCE.md").write_text("\n".join(doc) + "\n")
-    print("wrote docs/PERFORMANCE.md" + (" and docs/gemm.png" if gemms else ""))
+    print("wrote docs/PERFORMANCE.md" + (" and docs/gemm.png" if plotted else ""))
     return 0
 
 

@@ -29,7 +29,7 @@ from .errors import BackendError, DeviceError, LibraryError
 from .kernel_library import DEFAULT_PRECISION, KernelSpec, load_library
 from .tuning_db import tuned_choice, version as tuning_version
 
-__all__ = ["use", "forget", "choose", "in_precision", "holding_columns", "explicit_choice", "epoch"]
+__all__ = ["use", "forget", "choose", "in_precision", "untuned_matmul", "holding_columns", "explicit_choice", "epoch"]
 
 _lock = threading.Lock()
 _epoch = [0]
@@ -180,14 +180,9 @@ def _choose_matmul(library, device: Device, shape, activation, precision: str = 
     explicit = chosen is not None
     if chosen is None:
         chosen = tuned_choice(device, shape, precision)
-    if chosen:
-        spec = library[chosen[0]].configure(chosen[1])
-    else:   # the first of the defaults whose preconditions the product meets (the first, for no product)
-        defaults = library.default_specs("matmul", device.kind, device.backend, precision)
-        spec = next((d for d in defaults if shape is None or d.accepts(*shape, device=device)), defaults[0])
+    spec = library[chosen[0]].configure(chosen[1]) if chosen else _default_matmul(library, device, shape, precision)
     if shape is not None and not spec.accepts(*shape, device=device):
-        fallbacks = library.default_specs("matmul_fallback", device.kind, device.backend, precision)
-        spec = next((f for f in fallbacks if f.accepts(*shape, device=device)), fallbacks[-1])
+        spec = _fallback(library, device, shape, precision)
     if activation == "softmax" and shape is not None and not explicit \
             and holding_columns(spec, shape, device) is None:
         candidates = [c for c in library.default_specs("matmul_softmax", device.kind, device.backend)
@@ -198,6 +193,27 @@ def _choose_matmul(library, device: Device, shape, activation, precision: str = 
         if holding is not None:
             return holding
     return spec
+
+
+def _default_matmul(library, device: Device, shape, precision: str) -> KernelSpec:
+    """The first of the device kind's defaults whose preconditions the product meets (the first,
+    for no product)."""
+    defaults = library.default_specs("matmul", device.kind, device.backend, precision)
+    return next((d for d in defaults if shape is None or d.accepts(*shape, device=device)), defaults[0])
+
+
+def _fallback(library, device: Device, shape, precision: str) -> KernelSpec:
+    fallbacks = library.default_specs("matmul_fallback", device.kind, device.backend, precision)
+    return next((f for f in fallbacks if f.accepts(*shape, device=device)), fallbacks[-1])
+
+
+def untuned_matmul(device: Device, shape, precision: str = DEFAULT_PRECISION) -> KernelSpec:
+    """The matmul kernel the library chooses for the product ``shape`` with no explicit choice and
+    no tuned winner (its defaults, then its fallbacks), in fp32's configuration (what a tuner
+    times first for that shape)."""
+    library = load_library()
+    spec = _default_matmul(library, device, shape, precision)
+    return spec if spec.accepts(*shape, device=device) else _fallback(library, device, shape, precision)
 
 
 def holding_columns(spec: KernelSpec, shape: tuple, device: Device | None = None) -> KernelSpec | None:

@@ -21,7 +21,7 @@ from .backends.base import Device
 from .cache import cache_dir
 from .device_selection import get_device
 from .errors import MalinnError
-from .kernel_choice import check_precision
+from .kernel_choice import check_precision, untuned_matmul
 from .kernel_library import load_library
 from .matrix import DeviceMatrix
 from .ops import launch, matmul_plan
@@ -196,6 +196,14 @@ def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat:
             continue   # a general winner must run every shape; the runtime would never run it on the others
         if mine:
             work.append((codename, config, spec, mine))
+    if per_shape:   # each shape's untuned choice first: a run cut short has timed what the runtime would run
+        first = []
+        for shape in shapes:
+            spec = untuned_matmul(device, shape, precision)
+            mine = [w for w in work if (w[0], w[1]) == (spec.codename, spec.config)]
+            first += [w for w in mine if w not in first] or [(spec.codename, spec.config, spec.in_precision(precision),
+                                                             [shape])]
+        work = first + [w for w in work if w not in first]
     total = sum(len(w[3]) for w in work)
     start = time.perf_counter()
     done, results, cut = 0, [], False

@@ -263,6 +263,20 @@ def test_cli_tune_model_tunes_each_dense_shape_at_the_batch_and_at_1(tmp_path):
     assert all(f"{shape}: " in out.stdout for shape in want)
 
 
+def test_a_per_shape_run_times_each_shapes_untuned_choice_first(device, cache):
+    """At batch 1 the runtime runs a fallback (a gemv), not the kind's default: a --model run cut
+    short by its budget timed cross1 and crossv first and stored crossv, 5x slower than the gemv (a
+    review of benchmarks/tune_networks.py). Each shape's untuned choice is timed first now."""
+    from malinn.kernel_choice import untuned_matmul
+
+    for shape in [(150, 640, 1), (64, 50, 20)]:   # a budget of 0: one candidate timed
+        best = tuner.tune(device, shapes=[shape], quick=True, repeat=1, budget_s=0, stream=io.StringIO(),
+                          per_shape=True)
+        spec = untuned_matmul(device, shape)
+        won = best["shapes"][tuner.shape_key(shape)]
+        assert (won["codename"], won["defines"]) == (spec.codename, spec.config)
+
+
 def test_the_device_kinds_default_is_timed_first(device):
     """A run cut short by its budget has timed the untuned choice (before, the naive kernels came
     first, and a 1-second budget stored cross1 as the device's winner)."""
