@@ -675,7 +675,10 @@ def main(argv=None) -> int:
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
         try:
-            args = build_parser().parse_args(argv)
+            args, extra = build_parser().parse_known_args(argv)
+            if extra:   # named with the command it was given to (argparse names only "malinn")
+                raise UsageError(f"{args.command}: unrecognized arguments: {' '.join(extra)} "
+                                 f"(see malinn {args.command} --help)")
             status = args.func(args)
             if sys.stdout is not None:   # None: started with stdout closed (its prints went nowhere)
                 sys.stdout.flush()

@@ -467,6 +467,15 @@ def test_summary_of_a_reduced_precision_on_an_opengl_device_shows_the_layers_and
     assert "No kernels on " in out.stdout and "runs on OpenCL devices" in out.stdout
 
 
+def test_a_misspelled_option_is_named_with_its_command(tmp_path):
+    """'malinn convert ... --precison int8-weights' said 'unrecognized arguments ... (see malinn
+    --help)', whose help lists no convert option (a new user's review)."""
+    out = malinn("convert", DIGITS, "-o", tmp_path / "x.malinn", "--precison", "int8-weights")
+    assert out.returncode == 2 and out.stderr == ("malinn: error: convert: unrecognized arguments: --precison "
+                                                  "int8-weights (see malinn convert --help)\n")
+    assert not (tmp_path / "x.malinn").exists()
+
+
 def test_tune_budget_covers_the_whole_run(monkeypatch, tmp_path, capsys):
     """--budget S with --model: the convolutions get what the matmuls left (each phase started its
     own clock, so a run took about twice S)."""
