@@ -313,7 +313,7 @@ def run_window(case, device, rng):
         name, w = type(layer).__name__, layer.get_weights()
         if model.precision != "fp32":   # the kernels' weights as the precision keeps them
             w = [rounded_kernel(v, model.precision, name == "DepthwiseConv2D" or (name == "SeparableConv2D" and i == 0))
-                 if i in getattr(layer, "kernel_matrices", dict)() else v for i, v in enumerate(w)]
+                 if i in layer.kernel_matrices() else v for i, v in enumerate(w)]
         if name == "Conv2D":
             h = conv2d_reference(h, w[0], w[1], layer.strides, layer.dilation_rate, layer.padding, layer.groups)
         elif name == "DepthwiseConv2D":

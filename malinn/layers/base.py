@@ -191,10 +191,15 @@ class Layer:
     def count_params(self) -> int:
         return sum(int(w.size) for w in self.get_weights())
 
-    def precision_weights(self) -> dict:
-        """``{name: matrix}``: the weights a reduced precision stores (rows = output channels); the
-        rest (biases, normalization vectors, PReLU's alpha) stay float32. None here."""
+    def kernel_matrices(self) -> dict:
+        """``{index in get_weights(): (name, matrix)}``: each weight a reduced precision stores, as
+        the matrix the plan uploads (rows = output channels, the rows int8-weights scales); the rest
+        (biases, normalization vectors, PReLU's alpha) stay float32. None here."""
         return {}
+
+    def precision_weights(self) -> dict:
+        """``{name: matrix}`` of :meth:`kernel_matrices` (none before the layer is built)."""
+        return {name: matrix for name, matrix in self.kernel_matrices().values()} if self.built else {}
 
     def summary_label(self) -> str:
         """``name (Type)`` for a model's summary, with the Keras layers the converter folded into

@@ -79,14 +79,6 @@ class _Window(Layer):
     def _vector(self, values, what):
         return Vector(f"layer {self.name!r} {what}", values, self.device_copies)
 
-    def kernel_matrices(self) -> dict:
-        """``{index in get_weights(): (name, matrix)}``: each kernel as the matrix the plan uploads
-        (rows = output channels, the rows int8-weights scales)."""
-        return {}
-
-    def precision_weights(self) -> dict:
-        return {name: matrix for name, matrix in self.kernel_matrices().values()} if self.built else {}
-
     def save_own_variables(self, store, target) -> None:
         """The weights in Keras's shapes, each kernel rounded as ``target``'s precision keeps it on
         the device (the plan lowers a convolution's weights itself; the file holds only what the

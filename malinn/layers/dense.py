@@ -102,8 +102,8 @@ class Dense(Layer):
         self.quantized = None
         self._weights_changed()
 
-    def precision_weights(self) -> dict:
-        return {"kernel": self.kernel.T} if self.built else {}
+    def kernel_matrices(self) -> dict:
+        return {0: ("kernel", self.kernel.T)}
 
     def absorb_affine(self, scale, shift) -> bool:
         """Folds a following BatchNormalization (``y * scale + shift`` per unit) into the weights,
