@@ -48,6 +48,7 @@ import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 from .errors import BackendError, LayoutError, LibraryError
 from .expressions import evaluate
@@ -758,9 +759,10 @@ def _check_defines_used(path: Path, codename: str, entry: dict, defines: dict) -
 
 
 def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -> KernelSpec:
+    """The entry's spec for the complete define dict ``defines``: the fields no define changes are
+    checked once per entry (:func:`_fixed_fields`), the expressions of the defines here."""
     def fail(field, why):
         raise LibraryError(f"{path}: kernel {codename!r}, field {field!r}: {why}")
-
 
     def positive_int(field, value):
         try:
@@ -770,6 +772,99 @@ def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             fail(field, f"expected a positive integer, got {value!r}")
         return value
+
+    fixed = _fixed_fields(path, codename, entry, table)
+    rs = entry["restrictions"]
+    scalars = {**defines, **{c: 1 for c in SCALAR_LETTERS if c != "p"}}
+    for backend, bound in fixed.loop_bounds:
+        try:
+            evaluate(bound, scalars)
+        except (ValueError, TypeError) as exc:
+            fail(f"sources.{backend}.loop_iterations", str(exc))
+    matrices = {name: MatrixRestriction(rep, positive_int(f"restrictions.{name}.rowAlign", rs[name].get("rowAlign")),
+                                        positive_int(f"restrictions.{name}.colAlign", rs[name].get("colAlign")),
+                                        image, logical_rows)
+                for name, rep, image, logical_rows in fixed.matrices}
+    scale = rs.get("scale", {"rows": 1, "cols": 1})
+    scale_t = (positive_int("restrictions.scale.rows", scale.get("rows", 1)),
+               positive_int("restrictions.scale.cols", scale.get("cols", 1)))
+    wg = rs.get("workgroup")
+    if wg is not None:
+        if not isinstance(wg, list) or len(wg) != len(fixed.ndrange):
+            fail("restrictions.workgroup", f"expected null or a list of {len(fixed.ndrange)} positive integers")
+        wg = tuple(positive_int("restrictions.workgroup", v) for v in wg)
+    if not all(_DEFINE_NAME.fullmatch(str(k)) and _DEFINE_VALUE.fullmatch(str(v)) for k, v in defines.items()):
+        fail("defines", "expected an object of NAME: simple value")
+    candidates = entry.get("candidates", [])
+    if not isinstance(candidates, list) or not all(
+            isinstance(c, dict) and set(c) <= set(defines) for c in candidates):
+        fail("candidates", "expected a list of objects overriding this entry's defines")
+    for c in fixed.constraints:
+        try:
+            evaluate(c, defines)
+        except ValueError as exc:
+            fail("constraints", str(exc))
+    preconditions = {k: positive_int(f"preconditions.{k}", v) for k, v in entry.get("preconditions", {}).items()}
+    split = rs.get("split", {"rows": 1, "cols": 1})
+    split_t = (positive_int("restrictions.split.rows", split.get("rows", 1)),
+               positive_int("restrictions.split.cols", split.get("cols", 1)))
+    scratch = entry.get("scratch_bytes")
+    if scratch is not None:
+        try:
+            evaluate(scratch, scalars)
+        except ValueError as exc:
+            fail("scratch_bytes", str(exc))
+    given = {k: str(v) for k, v in defines.items()}
+    matching = [p for p in fixed.precisions if all(given.get(k) == v for k, v in table[p].defines)]
+    precision = max(matching, key=lambda p: len(table[p].defines))
+    return KernelSpec(codename=codename, op=fixed.op, source=str(entry["source"]), function=entry["function"],
+                      description=str(entry.get("description", "")), matrices=matrices, arglist=fixed.arglist,
+                      buffers=fixed.buffers, ndrange=fixed.ndrange, scale=scale_t, flop=fixed.flop,
+                      workgroup=wg, defines=tuple((str(k), str(v)) for k, v in defines.items()),
+                      activation=entry.get("activation"), source_path=fixed.source_path,
+                      params=fixed.params, aliases=fixed.aliases, includes=fixed.includes, epilogue=fixed.epilogue,
+                      preconditions=tuple(preconditions.items()), split=split_t,
+                      candidates=tuple(candidates), constraints=fixed.constraints,
+                      template=(path, entry, table), precisions=fixed.precisions, precision=precision,
+                      sources=fixed.sources, scratch_bytes=scratch, loop_bounds=fixed.loop_bounds)
+
+
+_DEFINE_NAME = re.compile(r"[A-Za-z_]\w*")
+_DEFINE_VALUE = re.compile(r"[\w.+-]+")
+
+
+class _FixedFields(NamedTuple):
+    """The fields of a kernel entry that no define changes (checked once per entry)."""
+    op: str
+    source_path: Path
+    includes: tuple
+    sources: tuple
+    loop_bounds: tuple
+    matrices: tuple          # (name, representation, image, logicalRows): the alignments are expressions
+    buffers: tuple
+    arglist: str
+    ndrange: str
+    flop: float
+    params: tuple
+    aliases: tuple
+    epilogue: tuple
+    constraints: tuple
+    precisions: tuple
+
+
+_fixed: dict = {}   # entry id -> (the entry, _FixedFields), kept and compared as in _configured
+
+
+def _fixed_fields(path: Path, codename: str, entry: dict, table: dict) -> _FixedFields:
+    """Checks the fields of ``entry`` that do not depend on its defines, once per entry (every
+    configuration of the entry shares them: its files, op, buffers, layouts, epilogue and
+    precisions), and returns them."""
+    found = _fixed.get(id(entry))
+    if found is not None and found[0] is entry:
+        return found[1]
+
+    def fail(field, why):
+        raise LibraryError(f"{path}: kernel {codename!r}, field {field!r}: {why}")
 
     for key in ("op", "source", "function", "restrictions"):
         if key not in entry:
@@ -803,10 +898,6 @@ def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -
             fail(f"sources.{backend}.includes", "expected a list of files in the kernels folder")
         sources.append((str(backend), other, tuple(path.parent / str(i) for i in other_includes)))
         if "loop_iterations" in value:
-            try:
-                evaluate(value["loop_iterations"], {**defines, **{c: 1 for c in SCALAR_LETTERS if c != "p"}})
-            except (ValueError, TypeError) as exc:
-                fail(f"sources.{backend}.loop_iterations", str(exc))
             loop_bounds.append((str(backend), value["loop_iterations"]))
     rs = entry["restrictions"]
     if not isinstance(rs, dict):
@@ -814,7 +905,7 @@ def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -
     buffers = rs.get("buffers")
     if not isinstance(buffers, list) or not buffers:
         fail("restrictions.buffers", "expected a non-empty list of argument names")
-    matrices = {}
+    matrices = []
     for name in buffers:
         if name in VECTOR_NAMES or name == SCRATCH_NAME:
             continue
@@ -835,10 +926,8 @@ def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -
         logical_rows = m.get("logicalRows", False)
         if not isinstance(logical_rows, bool) or (logical_rows and name != "a"):
             fail(f"restrictions.{name}.logicalRows", "expected true or false, and only for 'a'")
-        matrices[name] = MatrixRestriction(rep, positive_int(f"restrictions.{name}.rowAlign", m.get("rowAlign")),
-                                           positive_int(f"restrictions.{name}.colAlign", m.get("colAlign")),
-                                           image, logical_rows)
-    if "r" not in matrices:
+        matrices.append((name, rep, image, logical_rows))
+    if "r" not in [name for name, *_ in matrices]:
         fail("restrictions.r", "every kernel writes a result matrix 'r'")
     arglist = rs.get("arglist", "")
     if not isinstance(arglist, str) or any(c not in SCALAR_LETTERS for c in arglist):
@@ -846,23 +935,12 @@ def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -
     ndrange = rs.get("ndrange")
     if not isinstance(ndrange, str) or not 1 <= len(ndrange) <= 2 or any(c not in SCALAR_LETTERS for c in ndrange):
         fail("restrictions.ndrange", f"expected 1 or 2 letters from {''.join(SCALAR_LETTERS)}, got {ndrange!r}")
-    scale = rs.get("scale", {"rows": 1, "cols": 1})
-    if not isinstance(scale, dict):
+    if not isinstance(rs.get("scale", {}), dict):
         fail("restrictions.scale", "expected an object with rows and cols")
-    scale_t = (positive_int("restrictions.scale.rows", scale.get("rows", 1)),
-               positive_int("restrictions.scale.cols", scale.get("cols", 1)))
     flop = rs.get("flop", 0)
     if not isinstance(flop, (int, float)) or flop < 0:
         fail("restrictions.flop", f"expected a number >= 0, got {flop!r}")
-    wg = rs.get("workgroup")
-    if wg is not None:
-        if not isinstance(wg, list) or len(wg) != len(ndrange):
-            fail("restrictions.workgroup", f"expected null or a list of {len(ndrange)} positive integers")
-        wg = tuple(positive_int("restrictions.workgroup", v) for v in wg)
-    if not all(re.fullmatch(r"[A-Za-z_]\w*", str(k)) and re.fullmatch(r"[\w.+-]+", str(v)) for k, v in defines.items()):
-        fail("defines", "expected an object of NAME: simple value")
-    activation = entry.get("activation")
-    if op == "activation" and not isinstance(activation, str):
+    if op == "activation" and not isinstance(entry.get("activation"), str):
         fail("activation", "an activation kernel names the activation it computes")
     aliases = entry.get("aliases", [])
     if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
@@ -873,27 +951,15 @@ def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -
         fail("restrictions.params", "expected an object of name: default number")
     if len(params) > arglist.count("p"):
         fail("restrictions.params", f"{len(params)} parameters but only {arglist.count('p')} 'p' letters in arglist")
-    candidates = entry.get("candidates", [])
-    if not isinstance(candidates, list) or not all(
-            isinstance(c, dict) and set(c) <= set(defines) for c in candidates):
-        fail("candidates", "expected a list of objects overriding this entry's defines")
     constraints = entry.get("constraints", [])
     if not isinstance(constraints, list):
         fail("constraints", "expected a list of expressions")
-    for c in constraints:
-        try:
-            evaluate(c, defines)
-        except ValueError as exc:
-            fail("constraints", str(exc))
     preconditions = entry.get("preconditions", {})
     if not isinstance(preconditions, dict) or not all(k in PRECONDITIONS for k in preconditions):
         fail("preconditions", f"expected an object with some of {', '.join(PRECONDITIONS)}")
-    preconditions = {k: positive_int(f"preconditions.{k}", v) for k, v in preconditions.items()}
     split = rs.get("split", {"rows": 1, "cols": 1})
     if not isinstance(split, dict) or not set(split) <= {"rows", "cols"}:
         fail("restrictions.split", "expected an object with rows and cols")
-    split_t = (positive_int("restrictions.split.rows", split.get("rows", 1)),
-               positive_int("restrictions.split.cols", split.get("cols", 1)))
     epilogue = entry.get("epilogue", [])
     if not isinstance(epilogue, list) or not set(epilogue) <= set(EPILOGUE_DEFINES) or len(set(epilogue)) < len(epilogue):
         fail("epilogue", f"expected a list of some of {', '.join(EPILOGUE_DEFINES)}, got {epilogue!r}")
@@ -908,30 +974,16 @@ def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -
         if "softmax" in epilogue and "max_m" not in preconditions:
             fail("epilogue", "a softmax epilogue holds whole columns in one work-group: "
                              "give the largest m as preconditions.max_m")
-    scratch = entry.get("scratch_bytes")
-    if (scratch is None) != (SCRATCH_NAME not in buffers):
+    if (entry.get("scratch_bytes") is None) != (SCRATCH_NAME not in buffers):
         fail("scratch_bytes", f"a kernel with a {SCRATCH_NAME!r} buffer gives its size (and only such a kernel)")
-    if scratch is not None:
-        try:
-            evaluate(scratch, {**defines, **{c: 1 for c in SCALAR_LETTERS if c != "p"}})
-        except ValueError as exc:
-            fail("scratch_bytes", str(exc))
     supported = entry.get("precisions", [DEFAULT_PRECISION])
     if not isinstance(supported, list) or DEFAULT_PRECISION not in supported or not set(supported) <= set(table):
         fail("precisions", f"expected a list of some of {', '.join(table)}, with {DEFAULT_PRECISION!r}")
     if op not in WEIGHT_OPS and supported != [DEFAULT_PRECISION]:
         fail("precisions", f"only the kernels that read weights ({', '.join(WEIGHT_OPS)}) read them in another precision")
-    given = {k: str(v) for k, v in defines.items()}
-    matching = [p for p in supported if all(given.get(k) == v for k, v in table[p].defines)]
-    precision = max(matching, key=lambda p: len(table[p].defines))
-    return KernelSpec(codename=codename, op=op, source=str(entry["source"]), function=function,
-                      description=str(entry.get("description", "")), matrices=matrices, arglist=arglist,
-                      buffers=tuple(buffers), ndrange=ndrange, scale=scale_t, flop=float(flop),
-                      workgroup=wg, defines=tuple((str(k), str(v)) for k, v in defines.items()),
-                      activation=activation, source_path=source_path,
-                      params=tuple((str(k), float(v)) for k, v in params.items()), aliases=tuple(aliases),
-                      includes=tuple(path.parent / str(i) for i in includes), epilogue=tuple(epilogue),
-                      preconditions=tuple(preconditions.items()), split=split_t,
-                      candidates=tuple(candidates), constraints=tuple(constraints),
-                      template=(path, entry, table), precisions=tuple(supported), precision=precision,
-                      sources=tuple(sources), scratch_bytes=scratch, loop_bounds=tuple(loop_bounds))
+    fields = _FixedFields(op, source_path, tuple(path.parent / str(i) for i in includes), tuple(sources),
+                          tuple(loop_bounds), tuple(matrices), tuple(buffers), arglist, ndrange, float(flop),
+                          tuple((str(k), float(v)) for k, v in params.items()), tuple(aliases), tuple(epilogue),
+                          tuple(constraints), tuple(supported))
+    _fixed[id(entry)] = (entry, fields)
+    return fields
