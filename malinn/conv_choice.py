@@ -37,7 +37,7 @@ import json
 
 from .backends.base import Device
 from .conv_geometry import ConvGeometry
-from .errors import LibraryError
+from .errors import BackendError, LibraryError
 from .kernel_choice import choose, explicit_choice
 from .kernel_library import KernelSpec, load_library
 from .tuning_db import tuned_conv
@@ -126,12 +126,15 @@ def holds(when: dict, geometry: ConvGeometry) -> bool:
 def runs(spec: KernelSpec, geometry: ConvGeometry, device: Device) -> bool:
     """Whether ``spec`` can run ``geometry`` on ``device``: an im2col kernel needs one group and
     patches within :func:`patch_budget`; a conv kernel's preconditions must hold for the product
-    ``(COUT, KH*KW*CG, batch*OH*OW)``, and on a device that ends long loops early (llvmpipe) its
-    loops must fit (:meth:`~malinn.kernel_library.KernelSpec.loops_fit`)."""
+    ``(COUT, KH*KW*CG, batch*OH*OW)``, the device must launch its work-group and local memory
+    (:meth:`~malinn.kernel_library.KernelSpec.fits`), and on a device that ends long loops early
+    (llvmpipe) its loops must fit (:meth:`~malinn.kernel_library.KernelSpec.loops_fit`)."""
     if spec.op == "im2col":
         return geometry.groups == 1 and patch_bytes(geometry, device) <= patch_budget(device)
-    return (spec.op == "conv" and spec.accepts(*geometry.product())
-            and spec.configure(geometry.defines()).loops_fit(device, {}))
+    if spec.op != "conv" or not spec.accepts(*geometry.product()):
+        return False
+    configured = spec.configure(geometry.defines())
+    return configured.fits(device) and configured.loops_fit(device, {})
 
 
 def choose_algorithm(device: Device, geometry: ConvGeometry) -> tuple[KernelSpec, str]:
@@ -156,13 +159,26 @@ def choose_algorithm(device: Device, geometry: ConvGeometry) -> tuple[KernelSpec
 
 def default_algorithm(device: Device, geometry: ConvGeometry) -> KernelSpec:
     """The untuned choice: the first of the library's ``conv_algorithms`` rules for the device's
-    kind whose conditions hold for ``geometry`` and whose kernel can run it (:func:`runs`); the
-    last conv rule otherwise (the library's ``conv`` default where the kind names none)."""
+    kind whose conditions hold for ``geometry`` and whose kernel can run it (:func:`runs`); else the
+    last conv rule (the general kernel), the library's ``conv`` defaults for the kind and the other
+    conv rules, each in the first of its configurations the device can run it in (a board whose
+    work-groups or local memory are smaller than a rule's configuration needs).
+
+    Raises:
+        BackendError: no configuration of those kernels runs ``geometry`` on ``device``; the message
+            names the geometry and the device's work-group and local-memory limits.
+    """
     found = [(spec, when) for spec, when in rules(device) if spec.op == "conv" or geometry.groups == 1]
     for spec, when in found:
         if holds(when, geometry) and runs(spec, geometry, device):
             return spec
-    general = [spec for spec, _ in found if spec.op == "conv"]
-    if general:
-        return general[-1]
-    return load_library().default_spec("conv", device.kind, device.backend)
+    general = [spec for spec, _ in found if spec.op == "conv"][::-1]
+    general += load_library().default_specs("conv", device.kind, device.backend)
+    for spec in general:
+        for config in [spec.config] + spec.configurations(device):
+            candidate = spec.configure(config)
+            if runs(candidate, geometry, device):
+                return candidate
+    raise BackendError(f"no convolution kernel of the library runs {geometry.key()} on {device.name} "
+                       f"(work-groups of at most {device.max_work_group_size} items, "
+                       f"{device.local_memory:,} bytes of local memory)")

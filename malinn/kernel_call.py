@@ -123,7 +123,8 @@ def bind(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | None 
     Raises:
         KernelBuildError: the program did not build.
         DeviceError: the arguments could not be set; the device's driver would end the kernel's
-            loops early (:meth:`~malinn.kernel_library.KernelSpec.loops_fit`).
+            loops early (:meth:`~malinn.kernel_library.KernelSpec.loops_fit`); the kernel runs only in
+            a work-group shape the device cannot launch over this range.
         ValueError: ``params`` names a parameter the kernel does not take.
     """
     values = scalar_values(matrices)
@@ -137,6 +138,13 @@ def bind(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | None 
                           f"{device.max_loop_iterations:,} (silently: llvmpipe's limit); run the model on an "
                           f"OpenCL device (PoCL on a CPU) or a GPU")
     local_size = local_range(spec.workgroup, global_size, device)
+    if local_size is None and spec.requires_workgroup:
+        # an OpenCL driver would refuse the launch; a compute shader built in another shape computes wrong values
+        raise DeviceError(f"{what or spec.codename}: kernel {spec.codename} runs only in work-groups of "
+                          f"{' x '.join(map(str, spec.workgroup))} items over its range {global_size}; {device.name} "
+                          f"launches at most {device.max_work_group_size} items a group "
+                          f"({' x '.join(map(str, device.max_work_item_sizes))} per axis): choose another "
+                          f"configuration of it (docs/KERNELS.md) or another kernel (malinn.use)")
     try:
         program = program_for(spec, device, {name: m.layout for name, m in matrices.items()})
     except KernelBuildError as exc:   # say whose step it was, with the shapes the kernel was built for

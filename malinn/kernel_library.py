@@ -293,6 +293,13 @@ class KernelSpec:
                 return evaluate(text, {**dict(self.defines), **values})
         return None
 
+    @property
+    def requires_workgroup(self) -> bool:
+        """Whether the kernel runs only in its configuration's work-group shape: its OpenCL source
+        declares ``reqd_work_group_size`` (a launch in another shape fails there, and another
+        backend's port of it, built in that shape, would compute wrong values)."""
+        return bool(self.workgroup) and self.function in _fixed_workgroup_kernels(self.source_path)
+
     def loops_fit(self, device, values: dict) -> bool:
         """Whether ``device`` runs this kernel's loops to their end for these scalar ``values``: it
         ends none early, or the entry bounds them within its limit (:meth:`loop_iterations`)."""
@@ -427,6 +434,20 @@ def _kernel_functions(path: Path) -> frozenset:
     """The kernel functions the source file ``path`` defines (read once: every configuration of every
     entry naming the file is checked against it)."""
     return frozenset(_KERNEL_FUNCTION.findall(_read_source(path)))
+
+
+@lru_cache(maxsize=256)
+def _fixed_workgroup_kernels(path: Path) -> frozenset:
+    """The kernel functions of the OpenCL source ``path`` that declare ``reqd_work_group_size`` (in
+    their attribute, or through a macro the source defines as it)."""
+    source = _read_source(path)
+    words = {"reqd_work_group_size"} | set(_REQD_MACRO.findall(source))
+    return frozenset(name for attribute, name in _KERNEL_ATTRIBUTES.findall(source)
+                     if words & set(_IDENTIFIER.findall(attribute)))
+
+
+_REQD_MACRO = re.compile(r"#\s*define\s+(\w+)\s+reqd_work_group_size\b")
+_KERNEL_ATTRIBUTES = re.compile(r"(?:__)?kernel\s+(__attribute__\(\(.*\)\)\s+)?void\s+(\w+)\s*\(")
 
 
 @lru_cache(maxsize=1024)

@@ -177,17 +177,23 @@ class Plan:
                 f"then the head's {storage.rows}")
 
     def _describe_storage(self, value, storage) -> str:
-        """``layer 'x' output (13 features x 7 samples, padded to 16x8 in R for kernel k)``."""
+        """``layer 'x' output (13 features x 7 samples, padded to 16x8 in R for kernel k)``; a copy in
+        another layout, ``layer 'x' output re-laid out (...) for kernel k`` (k: the kernel reading it)."""
         step = value.producer if value is not None else None
-        if step is None:
+        copied = step is not None and step.kind == "relayout"
+        source = step.inputs["a"].producer if copied else step
+        if source is None:
             who, role = "the model's", "input"
+        else:
+            who, role = (source.layers[-1]._what() if source.layers else source.what), "output"
+        if step is None or copied:
             reader = next((s for s in self.steps if value in s.inputs.values()), None)
             kernel = reader.spec.codename if reader is not None else "none"
         else:
-            who, role, kernel = (step.layers[-1]._what() if step.layers else step.what), "output", step.spec.codename
+            kernel = step.spec.codename
         unit = "samples" if storage.cols == self.batch else "columns"
-        return (f"{who} {role} ({storage.rows} features x {storage.cols} {unit}, padded to "
-                f"{storage.padded[0]}x{storage.padded[1]} in {storage.layout} for kernel {kernel})")
+        return (f"{who} {role}{' re-laid out' if copied else ''} ({storage.rows} features x {storage.cols} {unit}, "
+                f"padded to {storage.padded[0]}x{storage.padded[1]} in {storage.layout} for kernel {kernel})")
 
     def _values(self):
         yield from self.inputs

@@ -30,7 +30,7 @@ from .backends.base import Device
 from .conv_choice import choose_algorithm
 from .conv_geometry import ConvGeometry
 from .errors import BackendError, LibraryError
-from .kernel_choice import choose, explicit_choice, holding_columns
+from .kernel_choice import check_precision, choose, explicit_choice, holding_columns
 from .ops import elementwise_kernel
 from .kernel_library import DEFAULT_PRECISION, KernelSpec, load_library
 from .layout import Layout, parse_layout, round_up
@@ -380,16 +380,18 @@ class PlanBuilder:
         """A convolution kernel reading its weights in the plan's precision: ``fp16`` (half sums)
         as ``fp16-storage`` (half weights, float sums) where the kernel has no half arithmetic, and
         fp32 where it reads no reduced precision (the summary names each step's precision)."""
+        check_precision(self.precision, self.device)   # as a matmul's: fp16 needs cl_khr_fp16
         wanted = (self.precision, "fp16-storage") if self.precision == "fp16" else (self.precision,)
         return next((spec.in_precision(p) for p in wanted if p in spec.precisions), spec)
 
     def _conv_spec(self, op: str, shape: tuple) -> KernelSpec:
         """The kernel of ``op``: :func:`use`'s choice, else the first library default for the device's
-        kind whose preconditions hold for ``shape`` (the last one, the general kernel, otherwise)."""
+        kind whose preconditions hold for ``shape`` and that the device can launch (the last one, the
+        general kernel, otherwise)."""
         if explicit_choice(op, self.device) is not None:
             return choose(op, self.device)
         specs = load_library().default_specs(op, self.device.kind, self.device.backend)
-        return next((s for s in specs if s.accepts(*shape)), specs[-1])
+        return next((s for s in specs if s.accepts(*shape, device=self.device)), specs[-1])
 
     def _conv_step(self, spec, x, weight, out_shape, bias, activation, params, what) -> Value:
         out = self._record("conv", spec, out_shape, {"b": x}, what, weight=weight)

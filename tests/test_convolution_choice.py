@@ -221,3 +221,54 @@ def test_cli_tune_model_stores_a_winner_per_convolution_layer(tmp_path):
     assert sorted(convs) == ["b1-c1-m16-g1-i8x8-o8x8-k3x3-s1x1-d1x1-p1x1", "b1-c16-m32-g1-i4x4-o4x4-k3x3-s1x1-d1x1-p1x1"]
     assert all(won["codename"] in ("conv_kn2row", "conv_kn2col", "conv_implicit", "im2row", "im2col")
                for won in convs.values())
+
+
+def described_gpu(max_work_group_size: int, local_memory: int, max_allocation: int = 2**28):
+    """A GPU as its driver would describe it (no context: the decisions read the figures only)."""
+    from malinn.backends.base import Device
+
+    return Device(backend="opencl", index=(0, 0), name=f"GPU of {max_work_group_size}-item groups", platform="test",
+                  vendor="test", type="GPU", compute_units=4, global_memory=2**30, max_allocation=max_allocation,
+                  max_work_group_size=max_work_group_size, max_work_item_sizes=(max_work_group_size,) * 3,
+                  local_memory=local_memory, image_support=False, image2d_max_size=(0, 0),
+                  opencl_c_version="OpenCL C 1.2", driver_version="1", host_unified_memory=True)
+
+
+@pytest.mark.parametrize("limits", [(256, 16384), (64, 32768), (64, 16384)])
+def test_a_rule_whose_kernel_the_device_cannot_launch_gives_way(limits):
+    """On a board's GPU (work-groups of 64-256 items, 16-32 KiB of local memory) every layer gets
+    an algorithm the device can launch: the GPU rules' implicit GEMM (128 items, 16 KiB and more)
+    and kn2col's staged configuration (16 x 8 items) were chosen, and the driver refused the launch."""
+    small, big = described_gpu(*limits), described_gpu(1024, 49152, 2**32)
+    for args in [(1, 56, 64, 64, 3), (1, 28, 128, 128, 3), (4, 32, 32, 32, 3), (1, 300, 32, 64, 3),
+                 (8, 224, 64, 64, 3), (2, 16, 32, 32, 3), (1, 13, 256, 384, 3)]:
+        g = geometry(*args)
+        spec = conv_choice.default_algorithm(small, g)
+        assert spec.op == "im2col" or spec.configure(g.defines()).fits(small), (args, spec.codename, spec.config)
+    implicit = conv_choice.default_algorithm(big, geometry(1, 28, 128, 128, 3))   # the rules stand where it fits
+    assert implicit.codename == "conv_implicit" and not implicit.configure(
+        geometry(1, 28, 128, 128, 3).defines()).fits(described_gpu(64, 16384))
+
+
+def test_a_layer_no_kernel_of_the_device_runs_is_named():
+    tiny = described_gpu(32, 16384, max_allocation=2**20)   # no conv kernel's group; no room for patches
+    with pytest.raises(malinn.BackendError, match=r"no convolution kernel of the library runs b8-c64-m64-g1-i224x224"
+                                                  r".*\(work-groups of at most 32 items, 16,384 bytes of local memory\)"):
+        conv_choice.default_algorithm(tiny, geometry(8, 224, 64, 64, 3))
+
+
+def test_a_kernel_whose_work_group_the_device_cannot_launch_is_refused_by_name(device, rng, monkeypatch):
+    """A kernel that runs only in its own work-group shape, chosen where the device launches smaller
+    groups (here by malinn.use): a DeviceError naming both, where OpenCL's driver refused the launch
+    (CL_INVALID_WORK_GROUP_SIZE) and the OpenGL backend built the shader in another shape and
+    answered wrong values."""
+    library = malinn.load_library()
+    if not library["conv_kn2col"].has_source(device.backend):
+        pytest.skip(f"conv_kn2col has no {device.backend} source")
+    model, _ = conv_model(9, 5, 7, 3)
+    monkeypatch.setattr(device, "max_work_group_size", 64)
+    kernel_choice.use("conv", "conv_kn2col", device=device, config={"MWI": 8, "NWI": 4, "MDIM": 8, "NDIM": 16})
+    x = rng.standard_normal((2, 9, 9, 5)).astype(np.float32)
+    with pytest.raises(malinn.DeviceError, match=r"kernel conv_kn2col runs only in work-groups of 16 x 8 items over "
+                                                 r"its range .* launches at most 64 items a group"):
+        model.predict(x)

@@ -248,3 +248,14 @@ def test_a_pass_holds_its_uploads_in_flight_until_the_download(device, monkeypat
     got = plan.run([x])[0]
     assert order == ["launches", "download", "upload freed"], order
     assert_close(got, numpy_forward(model, x))
+
+
+def test_the_largest_buffer_is_named_for_what_it_holds(device):
+    """A copy of the input in the layout the matmul reads is named as that (it was described as the
+    Dense layer's output, of 5000 features where the layer has 4)."""
+    kernel_choice.use("matmul", "gemm_tiled", device=device)   # reads B row-major: the input is re-laid out
+    model = Sequential([Dense(4, name="d")])
+    model.build((None, 5000))
+    size, what = model.activation_bytes(300, device)
+    assert what.startswith("the model's input re-laid out (5000 features x 320 samples, padded to "), what
+    assert what.endswith("for kernel gemm_tiled)") and size >= 4 * 5000 * 320

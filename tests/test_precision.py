@@ -148,6 +148,23 @@ def test_fp16_arithmetic_is_refused_without_cl_khr_fp16(device, rng):
         model.predict(x)
 
 
+@pytest.mark.parametrize("first", ["conv", "depthwise"])
+def test_fp16_is_refused_without_cl_khr_fp16_whatever_the_models_first_layer(device, rng, monkeypatch, first):
+    """A model of convolutions alone is refused as a Dense one is (under the GPU's rules, a direct
+    convolution kernel, and a depthwise one anywhere, ran it in fp16-storage without a word)."""
+    if device.backend != "opencl" or "cl_khr_fp16" in device.extensions:
+        pytest.skip(f"{device.name} runs fp16 (or reads fp32 weights only: another refusal)")
+    monkeypatch.setattr(type(device), "kind", property(lambda self: "gpu"))   # the direct kernels' rules
+    layer = Conv2D(4, 3, padding="same") if first == "conv" else DepthwiseConv2D(3, padding="same")
+    model = malinn.Sequential([layer])
+    model.build((None, 7, 7, 3))
+    model.precision = "fp16"
+    x = rng.standard_normal((2, 7, 7, 3)).astype(np.float32)
+    with pytest.raises(DeviceError, match=r"precision 'fp16' computes in half and needs cl_khr_fp16, which .* does "
+                                          r"not offer; use fp16-storage \(half weights, float arithmetic"):
+        model.predict(x)
+
+
 def test_unknown_precision_is_named():
     with pytest.raises(ValueError, match=r"unknown precision 'fp8'; use one of fp32, fp16-storage, fp16, int8-weights"):
         malinn.Sequential(precision="fp8")
