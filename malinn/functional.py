@@ -227,8 +227,9 @@ class Functional(PlannedModel):
         """
         return self._run(x, None, every_layer=True)
 
-    def __call__(self, x):
-        return self.predict(x)
+    def __call__(self, x, training=None):
+        """:meth:`predict` on ``x`` (see :meth:`~malinn.models.PlannedModel.called_on`)."""
+        return self.predict(self.called_on(x, training))
 
     # ---------------------------------------------------------------- config and summary
     def _refs(self) -> dict:

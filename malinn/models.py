@@ -13,6 +13,7 @@ import numpy as np
 from .backends.base import Device
 from .device_selection import get_device
 from .errors import BackendError, DeviceError
+from .graph import KerasTensor
 from .kernel_choice import epoch as choice_epoch
 from .layers.base import Layer, sample_shape
 from .plan import Plan
@@ -214,7 +215,7 @@ class PlannedModel:
 
     # ---------------------------------------------------------------- inference
     def _run(self, x, batch_size, every_layer: bool) -> list:
-        if not self.layers:
+        if not self.layers and not self.built:
             raise ValueError(f"{type(self).__name__} {self.name!r} has no layers to predict with")
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
                                        or batch_size < 1):
@@ -350,8 +351,8 @@ class PlannedModel:
 
     def max_batch(self, device: Device | None = None, limit: int | None = None) -> int:
         """The most samples one device pass may take, so that no activation buffer exceeds the
-        device's largest single allocation (nor a quarter of its global memory: buffers of several
-        layers can be alive at once, beside the weights).
+        device's largest single allocation (nor a quarter of its global memory), and the weights
+        and the pass's activations together fit the device's global memory.
 
         ``predict`` splits larger batches into passes of this many samples.
 
@@ -365,15 +366,16 @@ class PlannedModel:
 
         Raises:
             ValueError: the model is not built, or ``limit`` is not a positive whole number.
-            DeviceError: even one sample's activations do not fit; the message names the layer,
-                the padded shape and the device's limit.
+            DeviceError: even one sample's activations do not fit (the message names the layer,
+                the padded shape and the device's limit), or the weights and one sample's
+                activations exceed the device's global memory.
         """
         if self.input_shapes is None:
             raise self._not_built()
         device = device or get_device()
         budget = min(int(device.max_allocation), int(device.global_memory) // 4)
         limit = _samples(limit, "max_batch: limit must be") if limit is not None else 2**31
-        key = (device.identity, self._precision, self._stamp(), budget, limit)
+        key = (device.identity, self._precision, self._stamp(), budget, int(device.global_memory), limit)
         with self._lock:
             found = self._max_batches.get(key)
         if found is None:
@@ -390,21 +392,36 @@ class PlannedModel:
         # other positions, each dimension padded by less than _PAD_BOUND (a convolution's 4
         # channels padded to 32 rows: its columns are batch x pixels); a convolution's patch matrix
         # stays within a quarter of the largest allocation (conv_choice.patch_budget, padded)
+        # (and twice as many such tensors as the model has, beside its float32 weights each padded as
+        # much, within the device's memory)
         bucket = batch_bucket(limit)
         shapes = list(self.input_shapes) + [s[1:] for s in self._output_shapes(True)]
         bound = max(4 * (s[-1] + _PAD_BOUND) * (bucket * math.prod(s[:-1]) + _PAD_BOUND) for s in shapes)
-        if bound <= budget // 2:
+        weights = sum(4 * (cols + _PAD_BOUND) * (w.size // max(cols, 1) + _PAD_BOUND)
+                      for layer in self.layers for w in layer.weight_arrays() for cols in (w.shape[-1] if w.ndim else 1,))
+        memory = int(device.global_memory)
+        if bound <= budget // 2 and weights + 2 * len(shapes) * bound <= memory:
             return limit
-        if self.activation_bytes(limit, device)[0] <= budget:
+
+        def fits(batch: int) -> bool:
+            plan = self._compile(device, batch_bucket(batch), False)
+            largest, _, arena = plan.activation_bytes()
+            return largest <= budget and plan.weight_bytes() + arena <= memory
+
+        if fits(limit):
             return limit
-        size, what = self.activation_bytes(1, device)
-        if size > budget:
-            raise DeviceError(f"{what} needs {_mib(size)} ({size:,} bytes), more than {device.name} allows in one "
-                              f"allocation ({_mib(budget)}, {budget:,} bytes): even one sample does not fit")
+        if not fits(1):
+            size, what, arena = self._compile(device, 1, False).activation_bytes()
+            if size > budget:
+                raise DeviceError(f"{what} needs {_mib(size)} ({size:,} bytes), more than {device.name} allows in "
+                                  f"one allocation ({_mib(budget)}, {budget:,} bytes): even one sample does not fit")
+            raise DeviceError(f"{type(self).__name__} {self.name!r}: its weights ({_mib(weights)}) and one sample's "
+                              f"activations ({_mib(arena)}) need more than {device.name}'s global memory "
+                              f"({_mib(memory)}, {memory:,} bytes)")
         low, high = 1, limit   # fits(low), not fits(high)
         while high - low > 1:
             mid = (low + high) // 2
-            if self.activation_bytes(mid, device)[0] <= budget:
+            if fits(mid):
                 low = mid
             else:
                 high = mid
@@ -429,7 +446,7 @@ class PlannedModel:
         weights = list(weights)
         if not self.built:
             raise self._not_built()
-        before = [layer.get_weights() for layer in self.layers]
+        before = [layer.weight_arrays() for layer in self.layers]   # read-only: kept as they are
         want = sum(len(w) for w in before)
         if len(weights) != want:
             raise ValueError(f"{type(self).__name__} {self.name!r} expects {want} weight arrays, got {len(weights)}")
@@ -463,7 +480,13 @@ class PlannedModel:
         return save_model(self, path, target, overwrite=overwrite)
 
     def count_params(self) -> int:
-        """The number of weight values of every layer together, as Keras's ``count_params``."""
+        """The number of weight values of every layer together, as Keras's ``count_params``.
+
+        Raises:
+            ValueError: the model is not built (its weights do not exist yet), as Keras's.
+        """
+        if not self.built:
+            raise self._not_built()
         return sum(layer.count_params() for layer in self.layers)
 
     @classmethod
@@ -485,7 +508,7 @@ class PlannedModel:
         layers = [lookup("layer", entry["class_name"]).from_config(entry["config"]) for entry in config["layers"]]
         return cls.from_layers(config, layers, precision=check_precision(config.get("precision")))
 
-    def summary(self, print_fn=print, batch: int = 1) -> str:
+    def summary(self, line_length: int | None = None, positions=None, print_fn=None, batch: int = 1) -> str:
         """Prints (and returns) the model as Keras does: each layer with its output shape, parameters
         (a graph's: the tensors it is connected to, ``layer[call][0]``) and the kernels that run it
         on the current device for passes of ``batch`` samples, in order (a convolution as patches
@@ -493,19 +516,51 @@ class PlannedModel:
         then the weights' device memory.
 
         Args:
+            line_length: the table's width in characters, as Keras's (default: as wide as its
+                longest entries; a cell longer than its column is cut).
+            positions: where each column ends, as Keras's: fractions of ``line_length`` (each at
+                most 1) or characters, one per column (default with ``line_length``: 0.33, 0.55,
+                0.67, 1.0).
             print_fn: called once with the whole table (default: :func:`print`), as Keras's.
             batch: the pass size whose plan's kernels the table shows (default 1).
 
         Returns:
             The table's text. Where the device refuses the plan (a buffer that does not fit), the
-            layers are still listed and the last line says why no kernels are shown.
+            layers are still listed and the last line says why no kernels are shown; an unbuilt
+            model's parameters are counted as 0 (unbuilt).
+
+        Raises:
+            ValueError: ``line_length`` is not a positive integer, or ``positions`` do not give one
+                increasing end per column.
         """
         kernels, weights, refused = self._kernels(batch)
-        return self._table(self._summary_rows(kernels), print_fn, weights, refused)
+        rows = self._summary_rows(kernels)
+        widths = _column_widths(rows, line_length, positions)
+        return self._table(rows, widths, print_fn or print, weights, refused)
 
     def _summary_rows(self, kernels: dict) -> list:
         """The table's rows (the header first), each layer's kernels from ``kernels``."""
         raise NotImplementedError
+
+    def called_on(self, x, training=None):
+        """``x``, checked as a model call's input: Keras code calls a model as ``model(x)`` or
+        ``model(x, training=False)``.
+
+        Raises:
+            ValueError: ``training`` is true (malinn runs inference: Dropout is dropped, a
+                BatchNormalization uses its moving statistics), or ``x`` is a symbolic tensor (a
+                model is not nested in another by calling it: add its layers to the new model, or
+                convert a Keras model that nests it).
+        """
+        if training:
+            raise ValueError(f"{type(self).__name__} {self.name!r}: malinn runs inference only; call it with "
+                             f"training=False or None")
+        items = list(x.values()) if isinstance(x, dict) else list(x) if isinstance(x, (list, tuple)) else [x]
+        if any(isinstance(item, KerasTensor) for item in items):
+            raise ValueError(f"{type(self).__name__} {self.name!r} cannot be called on symbolic tensors: malinn does "
+                             f"not nest a model in another by hand; call its layers on the tensor, or convert the "
+                             f"Keras model that nests it (malinn convert)")
+        return x
 
     def _kernels(self, batch: int) -> tuple[dict, tuple | None, str | None]:
         """``(kernels, weights, refused)``: layer name -> the kernel (and what it fuses) that runs it
@@ -530,16 +585,16 @@ class PlannedModel:
                 refused = " ".join(str(exc).split())
         return kernels, weights, refused
 
-    def _table(self, rows, print_fn, weights: tuple | None = None, refused: str | None = None) -> str:
-        """Prints (and returns) a Keras-style summary of ``rows`` (the header first)."""
-        widths = [max(len(r[i]) for r in rows) + 2 for i in range(len(rows[0]))]
+    def _table(self, rows, widths: list, print_fn, weights: tuple | None = None, refused: str | None = None) -> str:
+        """Prints (and returns) a Keras-style summary of ``rows`` (the header first) in columns of
+        ``widths`` characters (a longer cell cut)."""
         line = "-" * sum(widths)
         out = [f'Model: "{self.name}"', line]
         for i, r in enumerate(rows):
-            out.append("".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+            out.append("".join(c[:w - 1].ljust(w) for c, w in zip(r, widths)).rstrip())
             if i == 0:
                 out.append("=" * sum(widths))
-        out += ["=" * sum(widths), f"Total params: {self.count_params()}"]
+        out += ["=" * sum(widths), f"Total params: {self.count_params() if self.built else '0 (unbuilt)'}"]
         if weights is not None and weights[1]:
             out.append(f"Weights on the device: {_mib(weights[0])} in {self._precision} "
                        f"({weights[0] / weights[1]:.3f} of {_mib(weights[1])} in fp32)")
@@ -549,6 +604,28 @@ class PlannedModel:
         text = "\n".join(out)
         print_fn(text)
         return text
+
+
+def _column_widths(rows: list, line_length, positions) -> list:
+    """The summary's column widths: as wide as each column's longest cell (and 2 more), or, with
+    ``line_length`` or ``positions``, where Keras's would end them."""
+    columns = len(rows[0])
+    if line_length is None and positions is None:
+        return [max(len(r[i]) for r in rows) + 2 for i in range(columns)]
+    if line_length is not None and (isinstance(line_length, bool) or not isinstance(line_length, int)
+                                    or line_length < columns):
+        raise ValueError(f"summary: line_length must be an integer of at least {columns}, got {line_length!r}")
+    if positions is None:   # Keras's for a Sequential's four columns; even ones for a graph's five
+        positions = [0.33, 0.55, 0.67, 1.0] if columns == 4 else [(i + 1) / columns for i in range(columns)]
+    positions = list(positions)
+    if len(positions) != columns:
+        raise ValueError(f"summary: positions must give {columns} column ends, got {len(positions)}")
+    if all(0 < p <= 1 for p in positions):
+        positions = [int(round(p * (line_length or 98))) for p in positions]
+    if any(not isinstance(p, (int, float)) for p in positions) or \
+            any(b <= a for a, b in zip([0] + positions, positions)):
+        raise ValueError(f"summary: positions must increase, got {positions}")
+    return [int(b) - int(a) for a, b in zip([0] + positions, positions)]
 
 
 class Sequential(PlannedModel):
@@ -565,32 +642,47 @@ class Sequential(PlannedModel):
 
     def __init__(self, layers=None, name: str = "sequential", precision: str = "fp32"):
         super().__init__(name, precision)
-        self.input_shape: tuple | None = None   # one sample's shape, e.g. (784,) or (28, 28)
+        self._sample_shape: tuple | None = None   # one sample's shape, e.g. (784,) or (28, 28)
         for layer in layers or []:
             self.add(layer)
 
     @property
     def input_shapes(self) -> list | None:
-        return None if self.input_shape is None else [self.input_shape]
+        return None if self._sample_shape is None else [self._sample_shape]
+
+    @property
+    def input_shape(self) -> tuple | None:
+        """The input shape with the batch axis first, as Keras gives it: ``(None, 784)`` (None
+        before the model is built)."""
+        return None if self._sample_shape is None else (None,) + self._sample_shape
 
     def add(self, layer: Layer) -> None:
         """Appends a layer (and builds it, where the model is built).
 
         Args:
-            layer: a malinn layer whose name no layer of the model has.
+            layer: a malinn layer whose name no layer of the model has; or, first, a
+                :func:`malinn.Input` (as Keras 3 starts a Sequential), which builds the model for
+                its shape.
 
         Raises:
             ValueError: ``layer`` is not a malinn layer, its name is already used, or (the model
-                built) it does not take the last layer's output; the model is unchanged then.
+                built) it does not take the last layer's output; an Input after a layer, or a
+                layer's output given as one; the model is unchanged then.
         """
+        if isinstance(layer, KerasTensor):
+            if layer.node is not None or self.layers or self._sample_shape is not None:
+                raise ValueError(f"Sequential {self.name!r}: a malinn.Input may only come first, before any layer "
+                                 f"(got {layer!r}{' after layer ' + repr(self.layers[-1].name) if self.layers else ''})")
+            self.build(layer.shape)
+            return
         if not isinstance(layer, Layer):
             raise ValueError(f"Sequential {self.name!r}: expected a malinn layer, got {type(layer).__name__}")
         if any(existing.name == layer.name for existing in self.layers):
             raise ValueError(f"Sequential {self.name!r}: a layer named {layer.name!r} is already in the model")
         self.layers.append(layer)
-        if self.input_shape is not None:
+        if self._sample_shape is not None:
             try:
-                self.build((None,) + self.input_shape)
+                self.build((None,) + self._sample_shape)
             except Exception:
                 self.layers.pop()
                 raise
@@ -603,7 +695,7 @@ class Sequential(PlannedModel):
     @property
     def input_dim(self) -> int | None:
         """Values per sample of the input (``None`` before build)."""
-        return None if self.input_shape is None else math.prod(self.input_shape)
+        return None if self._sample_shape is None else math.prod(self._sample_shape)
 
     def build(self, input_shape) -> None:
         """Builds every layer for inputs of ``input_shape``, batch axis first: ``(None, 784)``.
@@ -625,7 +717,7 @@ class Sequential(PlannedModel):
             else:
                 layer.check_reuse(shape)
             shape = layer.compute_output_shape(shape)
-        self.input_shape = sample
+        self._sample_shape = sample
         self._plans.clear()
 
     def output_shape_for(self, input_shape) -> tuple:
@@ -638,10 +730,10 @@ class Sequential(PlannedModel):
     @property
     def output_shape(self) -> tuple | None:
         """``(None, ...)``: the output shape (``None`` before build)."""
-        return None if self.input_shape is None else self.output_shape_for((None,) + self.input_shape)
+        return None if self._sample_shape is None else self.output_shape_for((None,) + self._sample_shape)
 
     def _lower(self, builder: PlanBuilder, every_layer: bool) -> list:
-        x = builder.input(self.input_shape)
+        x = builder.input(self._sample_shape)
         outputs = []
         for layer in self.layers:
             x = builder.lower(layer, x)
@@ -660,18 +752,18 @@ class Sequential(PlannedModel):
         if isinstance(x, (list, tuple)) and x:
             # a list of whole batches, as Keras takes [x] (unbuilt: one item that is itself a batch)
             ndim = self._ndim(x[0], f"layer {first!r}")
-            batches = ndim == 1 + len(self.input_shape) if self.input_shape is not None else len(x) == 1 and ndim >= 2
+            batches = ndim == 1 + len(self._sample_shape) if self._sample_shape is not None else len(x) == 1 and ndim >= 2
             if batches and len(x) != 1:
                 raise ValueError(f"Sequential {self.name!r} takes one input array, got a list of {len(x)} arrays")
             if batches:
                 x = x[0]
         x = self._as_float32(x, f"layer {first!r}")
-        if self.input_shape is not None:
-            ok = x.shape[1:] == self.input_shape and x.ndim == 1 + len(self.input_shape)
+        if self._sample_shape is not None:
+            ok = x.shape[1:] == self._sample_shape and x.ndim == 1 + len(self._sample_shape)
         else:
             ok = x.ndim >= 2
         if not ok:
-            expected = format_shape((None,) + self.input_shape) if self.input_shape is not None else "(None, features)"
+            expected = format_shape((None,) + self._sample_shape) if self._sample_shape is not None else "(None, features)"
             raise ValueError(f"Input of layer {first!r} is incompatible with the layer: expected shape {expected}, "
                              f"found shape {x.shape}")
         if not self.built:
@@ -718,20 +810,21 @@ class Sequential(PlannedModel):
         return self._run(x, None, every_layer=True)
 
     def _layer_shapes(self) -> list:
-        shapes, shape = [], (None,) + self.input_shape
+        shapes, shape = [], (None,) + self._sample_shape
         for layer in self.layers:
             shape = layer.compute_output_shape(shape)
             shapes.append(shape)
         return shapes
 
-    def __call__(self, x) -> np.ndarray:
-        return self.predict(x)
+    def __call__(self, x, training=None) -> np.ndarray:
+        """:meth:`predict` on ``x`` (see :meth:`PlannedModel.called_on`)."""
+        return self.predict(self.called_on(x, training))
 
     # ---------------------------------------------------------------- config and summary
     def get_config(self) -> dict:
         """The name, one sample's input shape, each layer's class name and config and the weights'
         precision (what :meth:`from_layers` rebuilds the model from)."""
-        return {"name": self.name, "input_shape": list(self.input_shape) if self.input_shape else None,
+        return {"name": self.name, "input_shape": list(self._sample_shape) if self._sample_shape else None,
                 "precision": self.precision,
                 "layers": [{"class_name": type(layer).__name__, "config": layer.get_config()} for layer in self.layers]}
 
@@ -746,7 +839,7 @@ class Sequential(PlannedModel):
 
     def _summary_rows(self, kernels: dict) -> list:
         rows = [("Layer (type)", "Output Shape", "Param #", "Kernel")]
-        shape = (None,) + self.input_shape if self.input_shape is not None else None
+        shape = (None,) + self._sample_shape if self._sample_shape is not None else None
         for layer in self.layers:
             shape = layer.compute_output_shape(shape) if shape is not None else None
             rows.append((layer.summary_label(), format_shape(shape) if shape else "?",

@@ -331,3 +331,27 @@ def test_max_batch_of_a_convolution_fits_its_padded_channels(device, monkeypatch
     budget = min(device.max_allocation, device.global_memory // 4)
     n = model.max_batch(device, limit=limit)
     assert 1 <= n <= limit and model.activation_bytes(n, device)[0] <= budget
+
+
+def test_the_weights_and_a_pass_fit_the_devices_global_memory(device, monkeypatch, rng):
+    """A model whose weights take most of a board's memory: max_batch keeps the weights and a
+    pass's activations within the device's global memory (it checked each buffer alone: five 187 MiB
+    layers on a 1 GiB board got passes of 1.7 GiB), predict answers in such passes, and a model
+    whose weights and one sample do not fit is refused naming the device's memory."""
+    model = Sequential([Dense(1200, activation="relu"), Dense(1200, activation="relu"), Dense(7)])
+    model.build((None, 1100))
+    weights = model.memory(1, device)["weights"]
+    room = 4 * 2**20
+    monkeypatch.setattr(device, "global_memory", weights + room)
+    step = model.max_batch(device)
+    assert 8 < step < 2**31
+    used = model.memory(step, device)
+    assert used["weights"] + used["activations"] <= weights + room
+    more = model.memory(step + 1, device)
+    assert more["weights"] + more["activations"] > weights + room
+    x = rng.standard_normal((3 * step + 5, 1100)).astype(np.float32)
+    assert_close(model.predict(x), model_forward(model, x), rtol=1e-4)
+    monkeypatch.setattr(device, "global_memory", weights // 2)
+    with pytest.raises(DeviceError, match=r"Sequential 'sequential.*': its weights \(.* MiB\) and one sample's "
+                                          r"activations \(.*\) need more than .*'s global memory"):
+        model.max_batch(device)

@@ -1,5 +1,6 @@
 """Sequential: numpy equivalence for every matmul variant, device residency, input checks."""
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 from helpers import assert_close, dense_forward
 from malinn import Functional, Input, Sequential, load_model, ops
 from malinn.kernel_library import load_library
-from malinn.layers import Activation, Add, Dense, Normalization, Reshape
+from malinn.layers import Activation, Add, Conv1D, Dense, Normalization, Reshape
 from malinn.layers.activation import get_activation
 
 
@@ -90,7 +91,7 @@ def test_predict_takes_a_list_of_one_batch_as_keras_does(device):
     with pytest.raises(ValueError, match="takes one input array, got a dict of 1 \\(x\\)"):
         model.predict({"x": x})
     unbuilt = Sequential([Dense(2)])
-    assert unbuilt.predict([x]).shape == (4, 2) and unbuilt.input_shape == (37,)
+    assert unbuilt.predict([x]).shape == (4, 2) and unbuilt.input_shape == (None, 37)
     # Keras code passes verbose=0 (or "auto", 1, 2); malinn prints nothing either way
     for verbose in (0, 1, 2, "auto"):
         np.testing.assert_array_equal(model.predict(x, verbose=verbose), model.predict(x))
@@ -162,6 +163,38 @@ def test_a_weight_assigned_to_a_layer_reaches_the_next_predict(device):
     dense.activation = get_activation("relu")
     dense.bias = -np.ones(2, np.float32)
     np.testing.assert_array_equal(model.predict(x), [[0.0, 0.0]])
+
+
+@pytest.mark.parametrize("make", [lambda: Dense(2, name="d"), lambda: Conv1D(2, 1, name="d")])
+def test_a_weight_changed_in_place_is_refused_and_one_of_another_shape_named(device, make):
+    """A layer's weight arrays are read-only: ``dense.kernel[:] = 0`` after a predict changed what
+    get_weights, save and another device saw while this device kept computing with the values it had
+    uploaded. A weight assigned in another shape is refused by name (a (2, 2) kernel for 3 inputs
+    was cut or padded silently); one given as a list is taken as float32."""
+    layer = make()
+    model = Sequential([layer])
+    model.build((None, 3) if isinstance(layer, Dense) else (None, 4, 3))
+    x = np.ones((1,) + model.input_shapes[0], np.float32)
+    before = model.predict(x)
+    with pytest.raises(ValueError, match="read-only"):
+        layer.kernel[...] = 7.0
+    with pytest.raises(ValueError, match="read-only"):
+        layer.bias += 1.0
+    np.testing.assert_array_equal(model.predict(x), before)
+    shape = layer.kernel.shape
+    with pytest.raises(ValueError, match=rf"layer 'd' \({type(layer).__name__}\): kernel has shape "
+                                         rf"{re.escape(str(shape))}, got \(2, 2\)"):
+        layer.kernel = np.full((2, 2), 7.0, np.float32)
+    with pytest.raises(ValueError, match=r"layer 'd' .*: bias must be numeric"):
+        layer.bias = ["a", "b"]
+    np.testing.assert_array_equal(model.predict(x), before)
+    layer.kernel = np.full(shape, 1.0).tolist()
+    layer.bias = [0, 0]
+    assert layer.kernel.dtype == np.float32 and not layer.kernel.flags.writeable
+    np.testing.assert_allclose(model.predict(x), np.full_like(before, 3.0))
+    copy = model.get_weights()[0]
+    copy[...] = 0.0   # get_weights returns copies the caller may change
+    np.testing.assert_allclose(model.predict(x), np.full_like(before, 3.0))
 
 
 def test_set_weights_is_all_or_nothing_and_takes_numbers_only():
@@ -243,3 +276,38 @@ def test_a_service_cycling_through_many_batch_sizes_plans_each_once(device, monk
     model.set_weights(model.get_weights())
     model.predict(x[:3])
     assert len(model._plans) == 1
+
+
+def test_keras_call_forms(device, rng):
+    """What Keras code writes: ``Sequential([Input(shape), ...])``, ``model(x, training=False)``,
+    ``summary(line_length)`` / ``positions``, ``input_shape`` with the batch axis (a Sequential gave
+    one sample's shape where a Functional gave Keras's), ``count_params`` of an unbuilt model (an
+    error, as Keras's; it said 0), ``Model(a, a)``. Calling a model on a symbolic tensor is refused
+    naming why (it failed as "must be numeric, got dtype object")."""
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    model = Sequential([Input((4,)), Dense(3, activation="relu", name="d1"), Dense(2, name="d2")])
+    a = Input((4,))
+    graph = Functional(a, model.layers[0](a))
+    assert model.input_shape == graph.input_shape == (None, 4) and model.output_shape == (None, 2)
+    np.testing.assert_array_equal(model(x, training=False), model.predict(x))
+    with pytest.raises(ValueError, match="malinn runs inference only; call it with training=False or None"):
+        model(x, training=True)
+    for call in (lambda: model(a), lambda: graph([a]), lambda: graph({"x": a})):
+        with pytest.raises(ValueError, match="cannot be called on symbolic tensors: malinn does not nest a model"):
+            call()
+    with pytest.raises(ValueError, match=r"a malinn.Input may only come first, before any layer \(got .* after "
+                                         r"layer 'd2'\)"):
+        model.add(Input((2,)))
+    assert [layer.name for layer in model.layers] == ["d1", "d2"]
+    lines = model.summary(60, print_fn=lambda text: None).splitlines()
+    assert max(len(line) for line in lines if not line.startswith(("Weights", "Total"))) == 60
+    assert lines[4].startswith("d1 (Dense)".ljust(20)) and lines[4][20:32].rstrip() == "(None, 3)"
+    lines = model.summary(line_length=40, positions=[15, 25, 30, 40], print_fn=lambda text: None).splitlines()
+    assert lines[1] == "-" * 40 and lines[4][:15] == "d1 (Dense)".ljust(15) and lines[4][25:30].rstrip() == "15"
+    with pytest.raises(ValueError, match="positions must give 4 column ends, got 2"):
+        model.summary(80, positions=[0.5, 1.0])
+    unbuilt = Sequential([Dense(3)])
+    with pytest.raises(ValueError, match="is not built"):
+        unbuilt.count_params()
+    assert "Total params: 0 (unbuilt)" in unbuilt.summary(print_fn=lambda text: None)
+    np.testing.assert_array_equal(Functional(a, a).predict(x), x)

@@ -30,7 +30,7 @@ def test_save_load_predicts_bit_for_bit(device, target, tmp_path, rng):
     path = model.save(tmp_path / "m.malinn", target=target)
     loaded = malinn.load_model(path)
     assert [type(l).__name__ for l in loaded.layers] == [type(l).__name__ for l in model.layers]
-    assert loaded.input_shape == (3, 5)
+    assert loaded.input_shape == (None, 3, 5)
     for a, b in zip(loaded.get_weights(), model.get_weights()):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(loaded.predict(x), model.predict(x))

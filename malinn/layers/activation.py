@@ -165,6 +165,8 @@ class PReLU(Layer):
         ValueError: ``shared_axes`` is not a list of sample axes.
     """
 
+    weight_names = ("alpha",)
+
     def __init__(self, shared_axes=None, name: str | None = None):
         super().__init__(name)
         shared = () if shared_axes is None else axis_argument(shared_axes, f"PReLU {self.name!r}")
@@ -181,9 +183,6 @@ class PReLU(Layer):
     def build(self, input_shape) -> None:
         super().build(input_shape)
         self.alpha = np.zeros(self.alpha_shape, np.float32)
-
-    def get_weights(self) -> list:
-        return [self.alpha.copy()] if self.built else []
 
     def set_weights(self, weights) -> None:
         """Sets ``[alpha]`` of :attr:`alpha_shape`.

@@ -13,6 +13,7 @@ converter and the CLI find classes there, never by ``isinstance`` chains.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 import threading
@@ -114,6 +115,19 @@ def folded_affine(kernel, bias, scale, shift, kernel_scale=None) -> tuple:
 _BOOKKEEPING = frozenset({"name", "built", "input_shape", "keras_names", "device_copies", "version"})
 
 
+def _building(build):
+    """``build`` marking the layer as building while it runs (its weights take new shapes then)."""
+    @functools.wraps(build)
+    def building(self, input_shape, *args, **kwargs):
+        depth = self.__dict__.get("_building", 0)
+        object.__setattr__(self, "_building", depth + 1)
+        try:
+            return build(self, input_shape, *args, **kwargs)
+        finally:
+            object.__setattr__(self, "_building", depth)
+    return building
+
+
 class Layer:
     """Base class of malinn layers.
 
@@ -129,10 +143,15 @@ class Layer:
     #: kernels follow the input's last axis alone, and its plan steps read the input's own shape.
     #: False where the weights or axes are laid out for the shape it was built for.
     reusable_on_other_shapes = False
+    #: the attributes that hold the layer's weights (``("kernel", "bias")``): each is stored as a
+    #: read-only float32 copy, and a built layer's keeps its shape (see :meth:`__setattr__`)
+    weight_names: tuple = ()
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         register("layer", cls)
+        if "build" in cls.__dict__:   # while it builds, a layer makes its weights in their new shapes
+            cls.build = _building(cls.__dict__["build"])
 
     def __init__(self, name: str | None = None):
         if name is not None and (not isinstance(name, str) or not name):
@@ -150,10 +169,34 @@ class Layer:
     def __setattr__(self, name: str, value) -> None:
         """Sets an attribute; on a built layer, a weight or an option assigned (``dense.kernel =
         ...``, ``dense.activation = ...``) makes the models' plans stale, as :meth:`set_weights`
-        does (a plan already made would keep the old values)."""
+        does (a plan already made would keep the old values).
+
+        A weight (:attr:`weight_names`) is stored as a read-only float32 copy: changing the array
+        in place (``dense.kernel[0] = 1``) raises, where the device kept the values it had uploaded.
+
+        Raises:
+            ValueError: a weight of a built layer assigned in another shape than its own, or not
+                numeric.
+        """
+        if name in self.weight_names and value is not None:
+            value = self._weight_array(name, value)
         object.__setattr__(self, name, value)
         if name[0] != "_" and name not in _BOOKKEEPING and self.__dict__.get("built"):
             self._weights_changed()
+
+    def _weight_array(self, name: str, value) -> np.ndarray:
+        """``value`` as the read-only float32 array weight ``name`` holds (its shape kept)."""
+        try:
+            array = np.array(value, dtype=np.float32)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"layer {self.name!r} ({type(self).__name__}): {name} must be numeric: {exc}") from None
+        old = self.__dict__.get(name)
+        if self.__dict__.get("built") and not self.__dict__.get("_building") and isinstance(old, np.ndarray) \
+                and array.shape != old.shape:
+            raise ValueError(f"layer {self.name!r} ({type(self).__name__}): {name} has shape {old.shape}, got "
+                             f"{array.shape}")
+        array.flags.writeable = False
+        return array
 
     # ---------------------------------------------------------------- Keras's contract
     def build(self, input_shape) -> None:
@@ -189,7 +232,7 @@ class Layer:
         raise NotImplementedError(f"{type(self).__name__} does not say how it runs")
 
     def count_params(self) -> int:
-        return sum(int(w.size) for w in self.get_weights())
+        return sum(int(w.size) for w in self.weight_arrays())
 
     def kernel_matrices(self) -> dict:
         """``{index in get_weights(): (name, matrix)}``: each weight a reduced precision stores, as
@@ -208,9 +251,16 @@ class Layer:
         folded = [name for name in self.keras_names if name != self.name]
         return f"{self.name} ({type(self).__name__})" + (f" + {' + '.join(folded)} (folded)" if folded else "")
 
+    def weight_arrays(self) -> list:
+        """The layer's weights themselves (read-only arrays, in :meth:`get_weights`'s order): what
+        its plans upload and its file holds, without a copy."""
+        if not self.built:
+            return []
+        return [w for w in (getattr(self, name, None) for name in self.weight_names) if w is not None]
+
     def get_weights(self) -> list:
-        """The layer's weights as numpy arrays, in Keras's shapes and order."""
-        return []
+        """The layer's weights as numpy arrays (copies), in Keras's shapes and order."""
+        return [w.copy() for w in self.weight_arrays()]
 
     def set_weights(self, weights) -> None:
         """Replaces the layer's weights; shapes must equal :meth:`get_weights`'s."""
@@ -239,7 +289,7 @@ class Layer:
     # ---------------------------------------------------------------- model files
     def save_own_variables(self, store, target) -> None:
         """Writes the layer's weights into ``store`` (an HDF5 group) for the matmul kernel ``target``."""
-        for i, weight in enumerate(self.get_weights()):
+        for i, weight in enumerate(self.weight_arrays()):
             store.create_dataset(str(i), data=weight)
 
     def load_own_variables(self, store) -> None:

@@ -88,7 +88,7 @@ class _Window(Layer):
             ValueError: a weight the precision cannot hold (beyond float16's range, NaN in int8),
                 named by the layer.
         """
-        weights = self.get_weights()
+        weights = self.weight_arrays()
         for index, (name, matrix) in self.kernel_matrices().items():
             kept = rounded(matrix, target.precision, f"{self._what()} {name}")
             weights[index] = kept.T.reshape(weights[index].shape)
@@ -116,6 +116,8 @@ class Conv2D(_Window):
     Raises:
         ValueError: an argument is not what Keras accepts.
     """
+
+    weight_names = ("kernel", "bias")
 
     def __init__(self, filters, kernel_size, strides=1, padding="valid", dilation_rate=1, groups=1,
                  activation=None, use_bias: bool = True, data_format=None, name: str | None = None):
@@ -163,11 +165,6 @@ class Conv2D(_Window):
         bias = self._vector(self.bias, "bias") if self.use_bias else None
         return builder.conv(x, weight, geometry, self.compute_output_shape(x.shape), bias, self.activation,
                             what=self._what())
-
-    def get_weights(self) -> list:
-        if not self.built:
-            return []
-        return [self.kernel.copy()] + ([self.bias.copy()] if self.use_bias else [])
 
     def set_weights(self, weights) -> None:
         """Sets ``[kernel, bias]`` (or ``[kernel]``) in Keras's shapes.
@@ -226,6 +223,8 @@ class DepthwiseConv2D(_Window):
         ValueError: an argument is not what Keras accepts.
     """
 
+    weight_names = ("depthwise_kernel", "bias")
+
     def __init__(self, kernel_size, strides=1, padding="valid", depth_multiplier=1, dilation_rate=1,
                  activation=None, use_bias: bool = True, data_format=None, name: str | None = None):
         super().__init__(kernel_size, strides, padding, dilation_rate, activation, use_bias, data_format, name)
@@ -269,11 +268,6 @@ class DepthwiseConv2D(_Window):
     def lower(self, builder, x):
         bias = self._vector(self.bias, "bias") if self.use_bias else None
         return self._lower_depthwise(builder, x, bias, self.activation)
-
-    def get_weights(self) -> list:
-        if not self.built:
-            return []
-        return [self.depthwise_kernel.copy()] + ([self.bias.copy()] if self.use_bias else [])
 
     def _check_weights(self, weights, shapes) -> list:
         weights = numeric_weights(weights, self._what())
@@ -324,6 +318,8 @@ class SeparableConv2D(DepthwiseConv2D):
         ValueError: an argument is not what Keras accepts.
     """
 
+    weight_names = ("depthwise_kernel", "pointwise_kernel", "bias")
+
     def __init__(self, filters, kernel_size, strides=1, padding="valid", depth_multiplier=1, dilation_rate=1,
                  activation=None, use_bias: bool = True, data_format=None, name: str | None = None):
         super().__init__(kernel_size, strides, padding, depth_multiplier, dilation_rate, activation, use_bias,
@@ -361,11 +357,6 @@ class SeparableConv2D(DepthwiseConv2D):
                         self.depthwise_matrix, self.device_copies)
         shape = DepthwiseConv2D.compute_output_shape(self, x.shape)
         return builder.depthwise(x, weight, geometry, shape, bias, activation, what=self._what())
-
-    def get_weights(self) -> list:
-        if not self.built:
-            return []
-        return [self.depthwise_kernel.copy(), self.pointwise_kernel.copy()] + ([self.bias.copy()] if self.use_bias else [])
 
     def set_weights(self, weights) -> None:
         """Sets ``[depthwise_kernel, pointwise_kernel, bias]`` (or without bias) in Keras's shapes.

@@ -31,6 +31,8 @@ class Dense(Layer):
         ValueError: ``units`` is not a positive integer or ``activation`` is unknown.
     """
 
+    weight_names = ("kernel", "bias")
+
     reusable_on_other_shapes = True
 
     def __init__(self, units, activation=None, use_bias: bool = True, name: str | None = None):
@@ -71,11 +73,6 @@ class Dense(Layer):
                         self.device_copies, self.prepacked, (lambda: quantized) if quantized is not None else None)
         bias = Vector(f"layer {self.name!r} bias", self.bias, self.device_copies) if self.use_bias else None
         return builder.matmul(x, weight, bias, self.activation, what=self._what())
-
-    def get_weights(self) -> list:
-        if not self.built:
-            return []
-        return [self.kernel.copy()] + ([self.bias.copy()] if self.use_bias else [])
 
     def set_weights(self, weights) -> None:
         """Sets ``[kernel, bias]`` (or ``[kernel]`` without bias) in Keras's shapes.

@@ -31,6 +31,8 @@ class BatchNormalization(Layer):
         ValueError: ``epsilon`` is not a positive number.
     """
 
+    weight_names = ("gamma", "beta", "moving_mean", "moving_variance")
+
     def __init__(self, epsilon=1e-3, center: bool = True, scale: bool = True, axis=-1, name: str | None = None):
         super().__init__(name)
         axis = axis_argument(axis, f"BatchNormalization {self.name!r}")
@@ -60,11 +62,6 @@ class BatchNormalization(Layer):
         ones, zeros = np.ones(self.features, np.float32), np.zeros(self.features, np.float32)
         self.gamma, self.beta = (ones if self.scale else None), (zeros if self.center else None)
         self.moving_mean, self.moving_variance = zeros.copy(), ones.copy()
-
-    def get_weights(self) -> list:
-        if not self.built:
-            return []
-        return [w.copy() for w in (self.gamma, self.beta, self.moving_mean, self.moving_variance) if w is not None]
 
     def set_weights(self, weights) -> None:
         """Sets ``[gamma?, beta?, moving_mean, moving_variance]`` (gamma/beta as scale/center say).
@@ -152,6 +149,8 @@ class LayerNormalization(Layer):
         ValueError: a bad axis or an epsilon that is not a number >= 0.
     """
 
+    weight_names = ("gamma", "beta")
+
     def __init__(self, axis=-1, epsilon=1e-3, center: bool = True, scale: bool = True, rms_scaling: bool = False,
                  name: str | None = None):
         super().__init__(name)
@@ -179,9 +178,6 @@ class LayerNormalization(Layer):
         shape = (self._axes(), self.param_shape)[1]
         self.gamma = np.ones(shape, np.float32) if self.scale else None
         self.beta = np.zeros(shape, np.float32) if self.center else None
-
-    def get_weights(self) -> list:
-        return [w.copy() for w in (self.gamma, self.beta) if w is not None] if self.built else []
 
     def set_weights(self, weights) -> None:
         """Sets ``[gamma?, beta?]`` (as ``scale`` and ``center`` say), each of :attr:`param_shape`.

@@ -88,6 +88,8 @@ class Normalization(Layer):
         ValueError: a bad axis.
     """
 
+    weight_names = ("mean", "variance", "count")
+
     def __init__(self, axis=-1, invert: bool = False, name: str | None = None):
         super().__init__(name)
         self.axis = None if axis is None or axis == () or axis == [] else axis_argument(axis, f"Normalization {self.name!r}")
@@ -108,9 +110,6 @@ class Normalization(Layer):
     def build(self, input_shape) -> None:
         super().build(input_shape)
         self.mean, self.variance = np.zeros(self.stat_shape, np.float32), np.ones(self.stat_shape, np.float32)
-
-    def get_weights(self) -> list:
-        return [self.mean.copy(), self.variance.copy(), self.count.copy()] if self.built else []
 
     def set_weights(self, weights) -> None:
         """Sets ``[mean, variance]`` or ``[mean, variance, count]``: mean and variance of

@@ -74,7 +74,7 @@ def test_predict_matches_keras(keras_zoo, device, fmt, key):
     data = keras_zoo.data(fmt, key)
     model = load(keras_zoo, fmt, key)
     assert isinstance(model, malinn.Sequential)
-    assert tuple(model.input_shape) == tuple(entry["input_shape"])
+    assert model.input_shape == (None,) + tuple(entry["input_shape"])   # Keras's, the batch axis first
     for batch in entry["batch_sizes"]:
         x = data["x"][:batch]
         assert x.shape[0] == batch

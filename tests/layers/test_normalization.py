@@ -62,7 +62,7 @@ def test_flatten_takes_multi_axis_samples_in_keras_order(device, rng):
     x = rng.standard_normal((4, 5, 7)).astype(np.float32)
     y = model.predict(x)
     kernel, bias = model.layers[2].get_weights()
-    assert model.input_shape == (5, 7) and kernel.shape == (35, 3)
+    assert model.input_shape == (None, 5, 7) and kernel.shape == (35, 3)
     assert_close(y, np.maximum(x, 0).reshape(4, 35).astype(np.float64) @ kernel + bias)
     with pytest.raises(ValueError, match=r"expected shape \(None, 5, 7\), found shape \(4, 35\)"):
         model.predict(x.reshape(4, 35))
