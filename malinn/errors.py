@@ -1,12 +1,14 @@
 """The exceptions malinn raises.
 
-Every error malinn raises derives from :class:`MalinnError`, so a service can catch one type.
-Errors that describe bad input from the user also derive from ``ValueError``, as Keras's do.
+Every error malinn raises about a device, a kernel, a file or a conversion derives from
+:class:`MalinnError`, so a service can catch one type; bad arguments (a wrong shape, an unknown
+option) raise a plain ``ValueError``, as Keras's do, and errors of that kind that malinn defines
+derive from both.
 """
 
 
 class MalinnError(Exception):
-    """Base class of every error raised by malinn."""
+    """Base class of the errors malinn defines (a plain ``ValueError`` for bad arguments is not one)."""
 
 
 class DeviceError(MalinnError, RuntimeError):

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from .graph import Input, KerasTensor
 from .models import PlannedModel
 from .plan_builder import PlanBuilder

@@ -103,6 +103,8 @@ def choose(op: str, device: Device | None = None, shape: tuple | None = None,
 
     Raises:
         DeviceError: ``precision`` needs an extension the device lacks.
+        BackendError: ``precision`` is reduced and the device's backend reads fp32 weights only.
+        LibraryError: no kernel for the device's kind reads the weights in ``precision``.
         ValueError: ``precision`` is unknown.
     """
     device = device or get_device()

@@ -79,6 +79,8 @@ SCALAR_LETTERS = {
     "c": "padded columns of b",
     "p": "the next float parameter",
 }
+#: what a kernel library file says it is (its "format" and "version"): another is refused by name
+LIBRARY_FORMAT, LIBRARY_VERSION = "malinn-kernel-library", 1
 MATRIX_NAMES = ("a", "b", "r")
 VECTOR_NAMES = ("bias", "scale", "shift", "head", "head_bias")
 #: a buffer the runtime allocates for the kernel's own use (its size: the entry's ``scratch_bytes``)
@@ -603,6 +605,9 @@ def _load(path: Path) -> KernelLibrary:
         raise LibraryError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("kernels"), dict):
         raise LibraryError(f"{path}: expected an object with a 'kernels' object")
+    if (data.get("format"), data.get("version")) != (LIBRARY_FORMAT, LIBRARY_VERSION):
+        raise LibraryError(f"{path}: expected \"format\": {LIBRARY_FORMAT!r} and \"version\": {LIBRARY_VERSION} "
+                           f"(this malinn reads that library), got {data.get('format')!r} and {data.get('version')!r}")
     precisions = _precisions(path, data.get("precisions"))
     kernels = {}
     for codename, entry in data["kernels"].items():

@@ -160,8 +160,8 @@ def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat:
             kernel (every kernel's defaults are still timed and checked).
         repeat: timed runs per candidate and shape (the median counts).
         budget_s: stop trying new candidates after this many seconds (the best so far wins; the
-            device kind's default is timed first, and a run cut short replaces no stored winner
-            that measured faster).
+            device kind's default, per shape each shape's untuned choice, is timed first whatever
+            the budget, and a run cut short replaces no stored winner that measured faster).
         stream: where the progress bar (with its ETA) goes.
         seed: for the sample of configurations.
         per_shape: time each shape on its own, with the candidates whose preconditions it meets,
@@ -204,12 +204,13 @@ def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat:
             first += [w for w in mine if w not in first] or [(spec.codename, spec.config, spec.in_precision(precision),
                                                              [shape])]
         work = first + [w for w in work if w not in first]
+    untuned = len(first) if per_shape else 1   # timed whatever the budget: what the runtime runs untuned
     total = sum(len(w[3]) for w in work)
     start = time.perf_counter()
     done, results, cut = 0, [], False
     timed = {s: [] for s in shapes}          # shape -> [(seconds, codename, config)]
-    for codename, config, spec, mine in work:
-        if budget_s is not None and time.perf_counter() - start > budget_s and results:
+    for index, (codename, config, spec, mine) in enumerate(work):
+        if budget_s is not None and time.perf_counter() - start > budget_s and index >= untuned:
             stream.write(f"\ntime budget of {budget_s:g} s spent after {len(results)} candidates\n")
             cut = True
             break

@@ -28,7 +28,6 @@ it, then writes one JSON line to stdout: ``{"case": N, "error": max |got - want|
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys

@@ -28,7 +28,6 @@ from helpers import activation as ref_activation, assert_close, run_under_oclgri
 pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
 
 LIB = load_library()
-FUSES = bool(LIB.default_specs("matmul_head", "gpu", "opencl"))
 
 
 @pytest.fixture

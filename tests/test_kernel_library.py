@@ -204,6 +204,20 @@ def test_library_that_is_not_json(tmp_path):
         load_library(tmp_path / "absent.json")
 
 
+@pytest.mark.parametrize("change", [{"version": 2}, {"format": "clblast-database"}, {"format": None}])
+def test_a_library_of_another_format_or_version_is_refused_by_name(tmp_path, change):
+    """The file's "format" and "version" were never read: a library of a newer version (or none)
+    was taken as this one."""
+    data = json.loads((kernels_dir() / "library.json").read_text())
+    data.update(change)
+    data = {k: v for k, v in data.items() if v is not None}
+    path = tmp_path / "library.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(LibraryError, match=r"expected \"format\": 'malinn-kernel-library' and \"version\": 1 "
+                                           r"\(this malinn reads that library\), got"):
+        load_library(path)
+
+
 def test_failed_build_shows_log_and_options(device):
     if device.backend != "opencl":
         pytest.skip("an OpenCL C source; the OpenGL backend's build errors: tests/test_opengl.py")

@@ -275,6 +275,14 @@ def test_a_per_shape_run_times_each_shapes_untuned_choice_first(device, cache):
         spec = untuned_matmul(device, shape)
         won = best["shapes"][tuner.shape_key(shape)]
         assert (won["codename"], won["defines"]) == (spec.codename, spec.config)
+    # several shapes and a budget of 0: every shape's untuned choice timed still (as `tune --budget`
+    # says; the first shape's alone was, the others were left untuned)
+    shapes = [(150, 640, 1), (64, 50, 20), (10, 150, 1)]
+    best = tuner.tune(device, shapes=shapes, quick=True, repeat=1, budget_s=0, stream=io.StringIO(), per_shape=True)
+    assert best["untuned"] == [] and len(best["shapes"]) == 3
+    for shape in shapes:
+        spec, won = untuned_matmul(device, shape), best["shapes"][tuner.shape_key(shape)]
+        assert (won["codename"], won["defines"]) == (spec.codename, spec.config), shape
 
 
 def test_the_device_kinds_default_is_timed_first(device):

@@ -7,8 +7,9 @@ below and never to the API itself. ``docs/BACKENDS.md`` says what a new backend 
 
 The contract, in the order a model meets it:
 
-* discovery: ``discover() -> list[Device]`` in the backend module, each device already probed (a
-  tiny kernel built, ran and returned the right values);
+* discovery: ``discover(known)`` (OpenCL) or ``discover(others, force=False)`` (a backend that
+  reads the devices found before it) ``-> list[Device]`` in the backend module, each device already
+  probed (a tiny kernel built, ran and returned the right values; docs/BACKENDS.md);
 * memory: :meth:`Device.alloc`, :meth:`Device.upload`, :meth:`Device.download` (blocking or not);
 * programs: :meth:`Device.compile` (source + defines -> program, memoised per device and cached on
   disk as a verified binary where the API allows), :meth:`Device.render_index` (a layout's index

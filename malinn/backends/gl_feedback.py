@@ -489,8 +489,8 @@ def _register_es30_backend() -> None:
 
 def _context(index: int):
     """A headless context on EGL device ``index`` that compiles GLSL ES 3.00: desktop OpenGL 3.3+
-    (with ``GL_ARB_ES3_compatibility``), else OpenGL ES 3.0+; ``MALINN_GL_API=es`` asks for ES
-    first, ``MALINN_GL_API=gl`` for desktop OpenGL only."""
+    (with ``GL_ARB_ES3_compatibility``), else OpenGL ES 3.0+; ``MALINN_GL_API=es`` for OpenGL ES
+    only, ``MALINN_GL_API=gl`` for desktop OpenGL only."""
     moderngl = _moderngl()
     api = requested_gl_api()
     libraries = {"libgl": "libGL.so.1", "libegl": "libEGL.so.1"}

@@ -25,7 +25,6 @@ import json
 import os
 import random
 import select
-import shutil
 import subprocess
 import sys
 import threading
