@@ -14,7 +14,10 @@ in one run on one device:
 * ``empty``: the same upload, N launches of an empty kernel and the download (the driver alone);
 * ``malinn``: ``model.predict(x)`` (input checks, plan look-up, the same work, the output array).
 
-The ratio malinn / floor is malinn's overhead (1.0 = none). Medians of --repeat runs after a warm-up.
+The ratio malinn / floor is malinn's overhead (1.0 = none). Medians of --repeat rounds after a warm-up,
+each round one call of the three in turn (the order turned each round: a drift of the machine moves
+all three, not one side of the ratio; the blocks of one after another that earlier runs timed moved
+Partial MNIST's ratio from 1.24x to 1.48x between four runs of one tree on one H200).
 
 Run:  python3 benchmarks/overhead.py [--device D] [--batch 100] [--repeat 200] [--json out.json]
 """
@@ -34,7 +37,7 @@ import malinn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from models import MODELS, build  # noqa: E402
-from peers import median_time  # noqa: E402
+from peers import interleaved_median_times  # noqa: E402
 
 
 def floor_runner(plan, x, empty: bool = False):
@@ -43,7 +46,7 @@ def floor_runner(plan, x, empty: bool = False):
     device = plan.device
     queue = device.queue
     (in_buffer, in_staging, value, _), = plan._io[0]
-    (out_buffer, out_staging, _), = plan._io[1]
+    (out_buffer, out_staging), = plan._io[1]
     # the plan's buffers whole (padding included), in plain memory, the input laid out as Plan.run does
     x_whole, out = np.zeros(in_staging.shape, np.float32), np.empty_like(out_staging)
     x_whole[:x.shape[0], :value.rows] = x.reshape(x.shape[0], value.rows)
@@ -95,9 +98,8 @@ def main(argv=None):
             row = {"model": name, "batch": batch, "launches": len(plan.launches),
                    "kernels": [step["kernel"] + ("+" + "+".join(step["fused"]) if step["fused"] else "")
                                for step in plan.describe()],
-                   "floor": median_time(floor, args.repeat, warmup=5),
-                   "empty": median_time(floor_runner(plan, x, empty=True), args.repeat, warmup=5),
-                   "malinn": median_time(lambda: model.predict(x), args.repeat, warmup=5)}
+                   **interleaved_median_times({"floor": floor, "empty": floor_runner(plan, x, empty=True),
+                                               "malinn": lambda: model.predict(x)}, args.repeat, warmup=5)}
             row["overhead"] = row["malinn"] / row["floor"]
             rows.append(row)
             print(f"{name:<14} batch {batch:>4}: {row['launches']} launches  malinn {row['malinn'] * 1e3:8.4f}  "

@@ -30,6 +30,23 @@ def median_time(fn, repeat: int, warmup: int = 1) -> float:
     return float(np.median(times))
 
 
+def interleaved_median_times(fns: dict, repeat: int, warmup: int = 1) -> dict:
+    """``{name: median seconds}`` of each function of ``fns``, timed in turn within each of ``repeat``
+    rounds (the order turned each round): every function meets the same moments of the machine, so
+    a drift of its clocks or a neighbour's load moves them all, not one side of a ratio."""
+    names = list(fns)
+    for _ in range(warmup):
+        for name in names:
+            fns[name]()
+    times = {name: [] for name in names}
+    for i in range(repeat):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            t = time.perf_counter()
+            fns[name]()
+            times[name].append(time.perf_counter() - t)
+    return {name: float(np.median(values)) for name, values in times.items()}
+
+
 CLBLAST_HINT = "install Debian's libclblast1 (apt-get install libclblast1) or set MALINN_CLBLAST=/path/to/libclblast.so"
 
 

@@ -39,7 +39,7 @@ def phases(model, plan, x, repeat: int) -> dict:
     """The phases' median seconds of ``plan`` (made for ``x``'s batch) on its device."""
     device = plan.device
     (in_buffer, in_staging, value, direct), = plan._io[0]
-    (out_buffer, out_staging, _), = plan._io[1]
+    (out_buffer, out_staging), = plan._io[1]
     source = x if direct else in_staging
 
     def upload():

@@ -250,8 +250,14 @@ class Plan:
         # (padded rows and samples as zeros, never an earlier call's data) with one plain copy; an
         # input that fills its buffer exactly goes from the caller's array where the device says
         # that a copy into the staging array would not pay (Device.stages_input)
-        self._io = [(v.storage.buffer, self._staging(v, "input"), v, self._direct(v)) for v in self.inputs], [
-            (v.storage.buffer, self._staging(v, "output"), v) for v in self.outputs]
+        # decided once: the inputs (buffer, staging, value, uploaded from the caller's array), the
+        # downloads (buffer, staging) and how each output is cut from its staging (staging, rows,
+        # columns per sample, one sample's shape)
+        downloads = [(v.storage.buffer, self._staging(v, "output")) for v in self.outputs]
+        self._io = ([(v.storage.buffer, self._staging(v, "input"), v, self._direct(v)) for v in self.inputs],
+                    downloads,
+                    [(staging, v.rows, v.cols // self.batch, tuple(v.shape[1:]))
+                     for (_, staging), v in zip(downloads, self.outputs)])
         return self
 
     def _direct(self, value: Value) -> bool:
@@ -381,25 +387,21 @@ class Plan:
         """
         n = arrays[0].shape[0]
         device = self.device
-        (ins, outs) = self._io
-        in_flight = []   # the uploads' events, held until the blocking download (freed, each would wait)
-        with device.lock:
+        ins, downloads, outs = self._io
+        with device.lock:   # the staging arrays are the plan's: one pass at a time
+            uploads = []
             for (buffer, staging, value, direct), array in zip(ins, arrays):
                 if direct and n == self.batch:
-                    in_flight.append(device.upload(buffer, array, blocking=False, what="the input", mapped=False))
+                    uploads.append((buffer, array))
                     continue
                 cols = value.cols // self.batch * n
                 staging[:cols, :value.rows] = array.reshape(cols, value.rows)
-                staging[cols:value.cols] = 0
-                in_flight.append(device.upload(buffer, staging, blocking=False, what="the input", mapped=False))
-            device.launch_all(self.launches)
-            results = []
-            for buffer, staging, value in outs:
-                device.download(buffer, staging, blocking=True, what="the output", mapped=False)
-                cols = value.cols // self.batch * n
-                results.append(staging[:cols, :value.rows].reshape((n,) + value.shape[1:]).copy())
-            del in_flight    # complete: the download after them returned
-        return results
+                if cols < value.cols:
+                    staging[cols:value.cols] = 0
+                uploads.append((buffer, staging))
+            device.run_pass(uploads, self.launches, downloads)
+            return [staging[:cols, :rows].reshape((n,) + tail).copy()
+                    for staging, rows, per_sample, tail in outs for cols in (per_sample * n,)]
 
     # ---------------------------------------------------------------- reports
     def describe(self) -> list:

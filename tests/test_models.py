@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import assert_close, dense_forward
+from helpers import assert_close, dense_forward, model_forward
 from malinn import Functional, Input, Sequential, load_model, ops
 from malinn.kernel_library import load_library
 from malinn.layers import Activation, Add, Conv1D, Dense, Normalization, Reshape
@@ -311,3 +311,23 @@ def test_keras_call_forms(device, rng):
         unbuilt.count_params()
     assert "Total params: 0 (unbuilt)" in unbuilt.summary(print_fn=lambda text: None)
     np.testing.assert_array_equal(Functional(a, a).predict(x), x)
+
+
+def test_a_repeated_call_takes_the_plan_of_the_last_and_still_sees_every_change(device, rng):
+    """``predict`` on a float32 array of the last call's shape goes straight to that call's plan
+    (no checks or decisions again); anything else, and any change of the model, takes the full path."""
+    model = Sequential([Dense(5, activation="relu", name="a"), Dense(3, name="b")])
+    model.build((None, 4))
+    x = rng.standard_normal((6, 4)).astype(np.float32)
+    first = model.predict(x)
+    plan = model._last[4]
+    y = rng.standard_normal((6, 4)).astype(np.float32)
+    assert_close(model.predict(y), model_forward(model, y))
+    assert model._last[4] is plan
+    assert_close(model.predict(y.astype(np.float64)), model_forward(model, y))
+    assert_close(model.predict(np.asfortranarray(y)), model_forward(model, y))
+    with pytest.raises(ValueError, match=r"expected shape \(None, 4\), found shape \(6, 5\)"):
+        model.predict(np.ones((6, 5), np.float32))
+    model.layers[1].bias = np.ones(3, np.float32)
+    assert_close(model.predict(x), first + 1.0)
+    assert_close(model.predict(x, batch_size=4), first + 1.0)

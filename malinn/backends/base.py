@@ -196,6 +196,19 @@ class Device:
         """Enqueues ``launches`` (a list of :class:`BoundLaunch`) in order, as a plan runs them."""
         raise NotImplementedError
 
+    def run_pass(self, uploads: list, launches: list, downloads: list) -> None:
+        """One pass of a plan, the caller holding :attr:`lock`: ``uploads`` (``(buffer, array)``,
+        non-blocking), ``launches`` in order, then ``downloads`` (``(buffer, array)``, the last one
+        blocking: every array holds its data when this returns). A backend may override it with a
+        tighter sequence of the same calls (``predict``'s path: OpenCL's costs a few microseconds
+        less per call than these wrappers)."""
+        in_flight = [self.upload(buffer, array, blocking=False, what="the input", mapped=False)
+                     for buffer, array in uploads]
+        self.launch_all(launches)
+        for buffer, array in downloads:
+            self.download(buffer, array, blocking=True, what="the output", mapped=False)
+        del in_flight   # complete: the blocking download after them returned
+
 
 class BoundLaunch:
     """A kernel with its arguments set, enqueued by calling it (returns the backend's event).

@@ -420,6 +420,34 @@ class OpenCLDevice(Device):
                 raise self._launch_error(launch, exc) from exc
         self.counters["launches"] += len(launches)
 
+    def run_pass(self, uploads: list, launches: list, downloads: list) -> None:
+        """:meth:`Device.run_pass` as pyopencl's calls alone (plain copies, the upload events held
+        until the blocking download): what a plain pyopencl program does, the messages of
+        :meth:`upload`, :meth:`launch_all` and :meth:`download` made only on a failure."""
+        cl = _cl()
+        copy, enqueue, queue = cl.enqueue_copy, cl.enqueue_nd_range_kernel, self.queue
+        in_flight, doing = [], None
+        try:
+            for doing in uploads:
+                in_flight.append(copy(queue, doing[0], doing[1], is_blocking=False))
+            doing = None
+            for doing in launches:
+                enqueue(queue, doing.handle, doing.global_size, doing.local_size)
+            doing = None
+            for doing in downloads:
+                copy(queue, doing[1], doing[0], is_blocking=True)
+        except cl.Error as exc:
+            if isinstance(doing, BoundLaunch):
+                raise self._launch_error(doing, exc) from exc
+            where = "uploading the input" if any(doing is u for u in uploads) else "downloading the output"
+            raise DeviceError(f"{where} ({doing[1].nbytes} bytes) {'to' if where[0] == 'u' else 'from'} {self.name} "
+                              f"failed ({status_name(exc)})") from exc
+        counters = self.counters
+        counters["uploads"] += len(uploads)
+        counters["launches"] += len(launches)
+        counters["downloads"] += len(downloads)
+        del in_flight   # complete: the blocking download after them returned
+
     def _launch_error(self, launch: BoundLaunch, exc) -> DeviceError:
         return DeviceError(f"{launch.what + ': ' if launch.what else ''}kernel {launch.function} failed on "
                            f"{self.name} ({status_name(exc)}); global {launch.global_size}, local {launch.local_size}")
