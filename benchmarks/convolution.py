@@ -133,10 +133,10 @@ def torch_conv(torch, model, batch, repeat):
     """cuDNN fp32 (TF32 off): device ms by CUDA events and host-to-host ms, plus its output (NHWC)."""
     layer = model.layers[0]
     w = torch.from_numpy(np.ascontiguousarray(layer.kernel.transpose(3, 2, 0, 1))).cuda()
-    b = torch.from_numpy(layer.bias).cuda()
+    b = torch.from_numpy(layer.bias.copy()).cuda()   # the layer's own arrays are read-only
     pad = layer.kernel_size[0] // 2
     torch.backends.cudnn.benchmark = True
-    x = np.random.default_rng(1).standard_normal((batch,) + tuple(model.input_shape), dtype=np.float32)
+    x = np.random.default_rng(1).standard_normal((batch,) + tuple(model.input_shapes[0]), dtype=np.float32)
     xt = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2))).cuda()
 
     def device_run():

@@ -530,7 +530,8 @@ class PlannedModel:
             positions: where each column ends, as Keras's: fractions of ``line_length`` (each at
                 most 1) or characters, one per column (default with ``line_length``: 0.33, 0.55,
                 0.67, 1.0).
-            print_fn: called once with the whole table (default: :func:`print`), as Keras's.
+            print_fn: called once with the whole table (default: :func:`print`), as Keras's (also
+                taken as the first argument, where earlier malinn code passes it there).
             batch: the pass size whose plan's kernels the table shows (default 1).
 
         Returns:
@@ -542,6 +543,8 @@ class PlannedModel:
             ValueError: ``line_length`` is not a positive integer, or ``positions`` do not give one
                 increasing end per column.
         """
+        if callable(line_length) and print_fn is None:   # summary(print): malinn 0.1's first argument
+            line_length, print_fn = None, line_length
         kernels, weights, refused = self._kernels(batch)
         rows = self._summary_rows(kernels)
         widths = _column_widths(rows, line_length, positions)

@@ -10,6 +10,7 @@ from helpers import assert_close, dense_forward, model_forward
 from malinn import Functional, Input, Sequential, load_model, ops
 from malinn.kernel_library import load_library
 from malinn.layers import Activation, Add, Conv1D, Dense, Normalization, Reshape
+from malinn.layers.base import Layer
 from malinn.layers.activation import get_activation
 
 
@@ -331,3 +332,42 @@ def test_a_repeated_call_takes_the_plan_of_the_last_and_still_sees_every_change(
     model.layers[1].bias = np.ones(3, np.float32)
     assert_close(model.predict(x), first + 1.0)
     assert_close(model.predict(x, batch_size=4), first + 1.0)
+
+
+class ChannelGain(Layer):
+    """A user's layer written with its own get_weights/set_weights (no weight_names), as malinn's
+    own layers were before they named their weights."""
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        self.gain = np.ones(input_shape[-1], np.float32)
+
+    def get_weights(self):
+        return [self.gain.copy()] if self.built else []
+
+    def set_weights(self, weights):
+        (self.gain,) = [np.asarray(w, np.float32) for w in weights]
+
+    def lower(self, builder, x):
+        return x
+
+
+def test_a_users_layer_with_its_own_get_weights_and_copies_of_layers(tmp_path):
+    """A layer without weight_names is counted, set and saved through its own get_weights (the
+    model expected 2 arrays of 3, counted 16 of 20 parameters and saved none of its weights); a
+    deep copy of a layer holds its weights read-only too."""
+    import copy
+
+    model = Sequential([Dense(4, name="d"), ChannelGain(name="gain")])
+    model.build((None, 3))
+    assert len(model.get_weights()) == 3 and model.count_params() == 20
+    weights = model.get_weights()
+    weights[2] = np.array([1, 2, 3, 4], np.float32)
+    model.set_weights(weights)
+    np.testing.assert_array_equal(model.layers[1].gain, [1, 2, 3, 4])
+    twin = copy.deepcopy(model.layers[0])
+    with pytest.raises(ValueError, match="read-only"):
+        twin.kernel[0] = 1.0
+    lines = []
+    model.summary(lines.append)   # malinn 0.1's first argument: print_fn
+    assert lines and "Total params: 20" in lines[0]

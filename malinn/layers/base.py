@@ -184,6 +184,13 @@ class Layer:
         if name[0] != "_" and name not in _BOOKKEEPING and self.__dict__.get("built"):
             self._weights_changed()
 
+    def __setstate__(self, state: dict) -> None:
+        """A copy (``copy.deepcopy``, ``pickle``) holds its weights read-only too."""
+        self.__dict__.update(state)
+        for name in self.weight_names:
+            if isinstance(state.get(name), np.ndarray):
+                state[name].flags.writeable = False
+
     def _weight_array(self, name: str, value) -> np.ndarray:
         """``value`` as the read-only float32 array weight ``name`` holds (its shape kept)."""
         try:
@@ -256,6 +263,8 @@ class Layer:
         its plans upload and its file holds, without a copy."""
         if not self.built:
             return []
+        if not self.weight_names:   # a layer written with its own get_weights (before weight_names)
+            return [] if type(self).get_weights is Layer.get_weights else list(self.get_weights())
         return [w for w in (getattr(self, name, None) for name in self.weight_names) if w is not None]
 
     def get_weights(self) -> list:
