@@ -417,6 +417,7 @@ class PlanBuilder:
 
         Raises:
             DeviceError: a buffer or weight does not fit the device (the message names the layer).
+            BackendError: a step's kernel (an explicit choice) has no source for the device's backend.
         """
         outputs = list(outputs)
         self._fuse(outputs)
@@ -428,6 +429,12 @@ class PlanBuilder:
         outputs = self._download_ready(outputs)
         self._view_reshapes(outputs)
         self._view_concat_slices(slices)
+        backend = self.device.backend
+        for step in self.steps:   # refused here, as predict would: summary and max_batch say so too
+            if step.spec is not None and not step.spec.has_source(backend):
+                raise BackendError(f"{step.what}: kernel {step.spec.codename!r} has no {backend} source "
+                                   f"(kernels/library.json: its \"sources\" name {', '.join(step.spec.backends())}); "
+                                   f"choose another kernel (malinn.use)")
         plan = Plan(self.device, self.batch, self.inputs, outputs, self.steps, self.precision)
         plan.convs = list(self.convs)   # the convolution geometries (malinn tune --model times them)
         return plan

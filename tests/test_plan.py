@@ -6,7 +6,8 @@ import pytest
 from helpers import activation as ref_activation
 from helpers import assert_close
 from helpers import model_forward as numpy_forward
-from malinn import Sequential, kernel_choice, ops
+from malinn import BackendError, Sequential, kernel_choice, ops
+from malinn.kernel_library import load_library
 from malinn.layers import Activation, BatchNormalization, Conv2D, Dense, Flatten, ReLU, Softmax
 from malinn.models import batch_bucket
 
@@ -274,3 +275,17 @@ def test_the_largest_buffer_is_named_for_what_it_holds(device):
     size, what = model.activation_bytes(300, device)
     assert what.startswith("the model's input re-laid out (5000 features x 320 samples, padded to "), what
     assert what.endswith("for kernel gemm_tiled)") and size >= 4 * 5000 * 320
+
+
+def test_a_kernel_without_a_source_for_the_backend_is_refused_when_planned(device):
+    """An explicit choice of a kernel the device's backend has no source for is refused when the
+    plan is made: the summary said it ran the layers, and predict refused it."""
+    if load_library()["gemv_rows"].has_source(device.backend):
+        pytest.skip(f"gemv_rows runs on {device.backend}")
+    kernel_choice.use("matmul", "gemv_rows", device=device)
+    model = Sequential([Dense(6, activation="relu", name="d"), Dense(3)])
+    model.build((None, 5))
+    text = model.summary(print_fn=lambda s: None)
+    assert f"No kernels on {device.name}: layer 'd'" in text and "kernel 'gemv_rows' has no" in text, text
+    with pytest.raises(BackendError, match=rf"layer .d.*: kernel .gemv_rows. has no {device.backend} source"):
+        model.predict(np.ones((1, 5), np.float32))
