@@ -8,10 +8,12 @@ mismatch), 2 a usage error (bad arguments), 130 interrupted. Every error is one 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import math
 import os
 import re
+import signal
 import stat
 import subprocess
 import sys
@@ -670,9 +672,41 @@ def _drop_stdout() -> None:
         pass
 
 
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived (a service stopped, an ssh session dropped): raised where the
+    command is, so that what it was writing is cleaned up as for Ctrl-C."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _terminate(signum, frame):
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def _terminations_raise():
+    """SIGTERM and SIGHUP raise :class:`Terminated` while the command runs (their default ends the
+    process at once: a half-written temporary file stayed beside the destination); the handlers
+    before are put back after. Outside the main thread (no signals there) nothing changes."""
+    wanted = [getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
+    before = {}
+    try:
+        for signum in wanted:
+            before[signum] = signal.signal(signum, _terminate)
+    except ValueError:   # not the main thread
+        pass
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
 def main(argv=None) -> int:
     """Runs the command line ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _terminations_raise():
         warnings.showwarning = _show_warning
         try:
             args, extra = build_parser().parse_known_args(argv)
@@ -688,6 +722,9 @@ def main(argv=None) -> int:
         except KeyboardInterrupt:
             _error("interrupted")
             return 130
+        except Terminated as exc:
+            _error(f"terminated ({signal.Signals(exc.signum).name})")
+            return 128 + exc.signum
         except BrokenPipeError:         # the reader of stdout went away (malinn predict ... | head)
             _drop_stdout()
             return 1

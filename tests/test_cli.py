@@ -425,7 +425,13 @@ def test_verify_names_the_keras_layers_each_step_covers_and_fails_on_a_mismatch(
 
 
 # ------------------------------------------------------------------ signals
-def test_ctrl_c_is_one_line_and_exit_130(digits_malinn, tmp_path):
+@pytest.mark.parametrize("signum, status, said", [(signal.SIGINT, 130, "interrupted"),
+                                                   (signal.SIGTERM, 143, "terminated (SIGTERM)"),
+                                                   (signal.SIGHUP, 129, "terminated (SIGHUP)")])
+def test_ctrl_c_is_one_line_and_exit_130(digits_malinn, tmp_path, signum, status, said):
+    """Ctrl-C, and SIGTERM (a service stopped) and SIGHUP (an ssh session dropped) as it: one line,
+    the shell's status, nothing left behind (their default ended the process at once, leaving a
+    half-written temporary file beside the destination until the hourly sweep)."""
     fifo = tmp_path / "x.npy"
     os.mkfifo(fifo)
     proc = subprocess.Popen([sys.executable, "-m", "malinn.cli", "predict", str(digits_malinn), str(fifo),
@@ -440,11 +446,11 @@ def test_ctrl_c_is_one_line_and_exit_130(digits_malinn, tmp_path):
             time.sleep(0.05)
     try:
         time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         out, err = proc.communicate(timeout=60)
     finally:
         os.close(writer)
-    assert proc.returncode == 130 and err.decode() == "malinn: error: interrupted\n"
+    assert proc.returncode == status and err.decode() == f"malinn: error: {said}\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.npy"]
 
 

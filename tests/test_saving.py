@@ -134,3 +134,23 @@ def test_load_model_takes_a_bytes_path(tmp_path):
     model.build((None, 3))
     path = model.save(tmp_path / "m.malinn")
     np.testing.assert_array_equal(malinn.load_model(bytes(path)).get_weights()[0], model.get_weights()[0])
+
+
+def test_a_bit_flipped_in_a_files_weights_is_a_damaged_file(tmp_path):
+    """A model file's weights carry HDF5's Fletcher-32 checksum: one flipped bit (a board's flash
+    going bad) is a damaged file, where it was loaded and predicted with a weight of 1e38."""
+    model = Sequential([Dense(8, activation="relu", name="d"), Dense(3, name="e")])
+    model.build((None, 5))
+    path = model.save(tmp_path / "m.malinn")
+    with h5py.File(path, "r") as f:
+        data = f["layers/0/kernel_laid_out"]
+        assert data.fletcher32 and f["layers/0/bias"].fletcher32
+        offset = data.id.get_chunk_info(0).byte_offset
+    malinn.load_model(path)   # intact: read
+    with open(path, "r+b") as f:
+        f.seek(offset + 3)
+        byte = f.read(1)
+        f.seek(offset + 3)
+        f.write(bytes([byte[0] ^ 0x40]))
+    with pytest.raises(ConversionError, match=r"m.malinn: damaged malinn model file \(OSError: .*filter"):
+        malinn.load_model(path)

@@ -128,6 +128,15 @@ def _building(build):
     return building
 
 
+def write_weights(store, name: str, data):
+    """Writes ``data`` as dataset ``name`` of the HDF5 group ``store`` with HDF5's Fletcher-32
+    checksum where the array has values (a board's flash that flips a bit under a model file is then
+    a damaged file when read, not a weight of 1e38 used silently); returns the dataset."""
+    data = np.asarray(data)
+    checked = data.ndim > 0 and data.size > 0
+    return store.create_dataset(name, data=data, fletcher32=checked)
+
+
 class Layer:
     """Base class of malinn layers.
 
@@ -299,7 +308,7 @@ class Layer:
     def save_own_variables(self, store, target) -> None:
         """Writes the layer's weights into ``store`` (an HDF5 group) for the matmul kernel ``target``."""
         for i, weight in enumerate(self.weight_arrays()):
-            store.create_dataset(str(i), data=weight)
+            write_weights(store, str(i), weight)
 
     def load_own_variables(self, store) -> None:
         """Reads what :meth:`save_own_variables` wrote."""

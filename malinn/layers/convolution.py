@@ -15,7 +15,7 @@ import numpy as np
 from ..plan_tensors import Vector, Weight
 from ..precision import rounded
 from .activation import get_activation
-from .base import Layer, folded_affine, glorot_uniform, numeric_weights
+from .base import Layer, folded_affine, glorot_uniform, numeric_weights, write_weights
 from .windows import as_tuple, output_size, spatial_of, window_defines
 
 __all__ = ["Conv1D", "Conv2D", "DepthwiseConv2D", "SeparableConv2D"]
@@ -93,7 +93,7 @@ class _Window(Layer):
             kept = rounded(matrix, target.precision, f"{self._what()} {name}")
             weights[index] = kept.T.reshape(weights[index].shape)
         for i, weight in enumerate(weights):
-            store.create_dataset(str(i), data=weight)
+            write_weights(store, str(i), weight)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "kernel_size": self.kernel_size, "strides": self.strides,

@@ -9,7 +9,7 @@ from ..layout import parse_layout
 from ..plan_tensors import Vector, Weight
 from ..precision import check_precision, device_bytes, effective, quantize_int8
 from .activation import get_activation
-from .base import Layer, folded_affine, glorot_uniform, numeric_weights
+from .base import Layer, folded_affine, glorot_uniform, numeric_weights, write_weights
 
 __all__ = ["Dense"]
 
@@ -135,16 +135,16 @@ class Dense(Layer):
         if precision == "int8-weights":
             q, scales = self.quantized if self.quantized is not None else quantize_int8(w, f"{self._what()} kernel")
             stored = layout.pack(q.astype(np.float32), padded).astype(np.int8)
-            store.create_dataset("kernel_scales", data=scales)
+            write_weights(store, "kernel_scales", scales)
         else:
             stored = device_bytes(w, precision, layout, padded, what=f"{self._what()} kernel")
-        data = store.create_dataset("kernel_laid_out", data=stored)
+        data = write_weights(store, "kernel_laid_out", stored)
         data.attrs["layout"] = str(layout)
         data.attrs["padded"] = list(padded)
         data.attrs["shape"] = [self.units, self.input_dim]
         data.attrs["precision"] = precision
         if self.use_bias:
-            store.create_dataset("bias", data=self.bias)
+            write_weights(store, "bias", self.bias)
 
     def load_own_variables(self, store) -> None:
         data = store["kernel_laid_out"]

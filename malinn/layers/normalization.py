@@ -7,7 +7,7 @@ import numpy as np
 
 from ..plan_tensors import Vector
 from .axes import axis_argument, broadcast_shape, resolve_axes, trailing_vector
-from .base import Layer, numeric_weights
+from .base import Layer, numeric_weights, write_weights
 
 __all__ = ["BatchNormalization", "LayerNormalization", "UnitNormalization"]
 
@@ -118,7 +118,7 @@ class BatchNormalization(Layer):
         for name in ("gamma", "beta", "moving_mean", "moving_variance"):
             value = getattr(self, name)
             if value is not None:
-                store.create_dataset(name, data=value)
+                write_weights(store, name, value)
 
     def load_own_variables(self, store) -> None:
         self.set_weights([np.asarray(store[n][()], np.float32) for n in
