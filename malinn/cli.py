@@ -331,7 +331,11 @@ def cmd_verify(args) -> int:
         x_path, out_path = os.path.join(tmp, "x.npz"), os.path.join(tmp, "keras.npz")
         arrays = list(x.values()) if isinstance(x, dict) else [x]
         input_names = getattr(model, "input_names", [])   # a Functional's (a Sequential has one input)
-        np.savez(x_path, names=np.array(input_names, dtype=str), **{f"x{i}": a for i, a in enumerate(arrays)})
+        try:
+            np.savez(x_path, names=np.array(input_names, dtype=str), **{f"x{i}": a for i, a in enumerate(arrays)})
+        except OSError as exc:   # numpy's error names no file: a full or read-only TMPDIR
+            raise OSError(f"writing the inputs for Keras to {x_path} failed ({exc.strerror or exc}); set TMPDIR "
+                          f"to a folder with room") from None
         run = subprocess.run(_keras_reference_command(str(args.model), x_path, out_path, names, args.weights),
                              capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if run.returncode != 0:

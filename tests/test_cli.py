@@ -158,6 +158,20 @@ def test_predict_writes_npy_into_a_fifo_whatever_its_suffix(digits_malinn, tmp_p
     assert y.shape == (360, 10) and stat.S_ISFIFO(os.stat(fifo).st_mode)
 
 
+def test_verify_names_the_folder_it_cannot_write_the_inputs_to(monkeypatch, capsys):
+    """A full TMPDIR: numpy's error named no file ("[Errno 28] No space left on device")."""
+    from malinn import cli
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cli.np, "savez", full)
+    assert cli.main(["verify", str(DIGITS), "--input", str(ROOT / "examples" / "digits_test.npz"), "--key", "x"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("malinn: error: writing the inputs for Keras to ") and "x.npz failed (No space left on " \
+        "device); set TMPDIR to a folder with room" in err, err
+
+
 def test_verify_shows_the_exception_keras_failed_with():
     from malinn.cli import _exception_line
 
