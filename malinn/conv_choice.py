@@ -33,7 +33,6 @@ group), ``cout``, ``taps`` (KH*KW), ``pixels`` (batch*OH*OW), ``image`` (OH*OW),
 
 from __future__ import annotations
 
-import json
 
 from .backends.base import Device
 from .conv_geometry import ConvGeometry
@@ -66,17 +65,7 @@ def patch_bytes(geometry: ConvGeometry, device: Device | None = None) -> int:
 
 def _section() -> dict:
     """The library's ``conv_algorithms`` section (read with the library's file)."""
-    library = load_library()
-    cached = _SECTIONS.get(library.path)
-    if cached is None:
-        data = json.loads(library.path.read_text()).get("conv_algorithms", {})
-        if not isinstance(data, dict):
-            raise LibraryError(f"{library.path}: field 'conv_algorithms': expected an object")
-        cached = _SECTIONS[library.path] = data
-    return cached
-
-
-_SECTIONS: dict = {}
+    return load_library().section("conv_algorithms")
 
 
 def _for_kind(table: dict, device: Device):

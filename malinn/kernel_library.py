@@ -462,11 +462,25 @@ def _is_file(path: Path) -> bool:
 class KernelLibrary:
     """The parsed library: kernel specs by codename plus the default codename per op and device."""
 
-    def __init__(self, kernels: dict, defaults: dict, path: Path, precisions: dict | None = None):
+    def __init__(self, kernels: dict, defaults: dict, path: Path, precisions: dict | None = None,
+                 sections: dict | None = None):
         self.kernels = kernels
         self.defaults = defaults
         self.path = path
         self.precisions = precisions or {DEFAULT_PRECISION: Precision(DEFAULT_PRECISION, "float", 4, ())}
+        self.sections = sections or {}
+
+    def section(self, name: str) -> dict:
+        """The file's top-level object ``name`` as written (``conv_algorithms``: read by
+        :mod:`malinn.conv_choice`), or an empty one.
+
+        Raises:
+            LibraryError: ``name`` is there but not an object.
+        """
+        found = self.sections.get(name, {})
+        if not isinstance(found, dict):
+            raise LibraryError(f"{self.path}: field {name!r}: expected an object")
+        return found
 
     def precision(self, name: str) -> Precision:
         """The precision called ``name``.
@@ -641,7 +655,8 @@ def _load(path: Path) -> KernelLibrary:
                         raise LibraryError(f"{path}: field 'defaults.{name}.{kind}.precisions': expected a list of "
                                            f"precisions {codename!r} supports ({', '.join(kernels[codename].precisions)}), "
                                            f"got {serves!r}")
-    return KernelLibrary(kernels, defaults, path, precisions)
+    sections = {k: v for k, v in data.items() if k not in ("kernels", "defaults", "precisions")}
+    return KernelLibrary(kernels, defaults, path, precisions, sections)
 
 
 def _with_base(path: Path, codename: str, entry, entries: dict, seen: tuple = ()):

@@ -28,7 +28,7 @@ from pathlib import Path
 from .backends.base import Device
 from .conv_geometry import ConvGeometry
 from .cache import cache_dir, locked, write_atomic
-from .errors import MalinnError
+from .errors import LibraryError, MalinnError
 from .kernel_library import load_library
 
 __all__ = ["tuned_choice", "tuned_conv", "offered", "save", "check_writable", "forget", "version", "tuning_file", "device_key",
@@ -193,10 +193,27 @@ def _checked_conv(entry, device: Device) -> tuple[str, dict]:
         raise ValueError("'defines' is not an object of integers and strings")
     spec = library[codename]
     config = {**spec.config, **{name: str(value) for name, value in defines.items()}}
-    if config not in spec.configurations(device):
+    if config not in spec.configurations(device) + _rule_configurations(library, spec, device):
         raise ValueError(f"{codename} {' '.join(f'{k}={v}' for k, v in defines.items()) or '(defaults)'} is not "
                          f"a configuration the library offers on {device.name}")
     return codename, config
+
+
+def _rule_configurations(library, spec, device: Device) -> list:
+    """The configurations of ``spec`` that the library's ``conv_algorithms`` rules name (for any
+    kind) and ``device`` can launch: the tuner times the device kind's rules beside the entry's
+    candidates, and one of them may win."""
+    found = []
+    for table in library.section("conv_algorithms").get("rules", {}).values():
+        for rule in table if isinstance(table, list) else []:
+            if isinstance(rule, dict) and rule.get("codename") == spec.codename:
+                try:
+                    configured = spec.configure(rule.get("defines"))
+                except LibraryError:   # a bad rule is conv_choice.rules' to name
+                    continue
+                if configured.fits(device):
+                    found.append(configured.config)
+    return found
 
 
 def _checked_entry(device: Device, precision: str = "fp32") -> dict:

@@ -272,3 +272,25 @@ def test_a_kernel_whose_work_group_the_device_cannot_launch_is_refused_by_name(d
     with pytest.raises(malinn.DeviceError, match=r"kernel conv_kn2col runs only in work-groups of 16 x 8 items over "
                                                  r"its range .* launches at most 64 items a group"):
         model.predict(x)
+
+
+def test_a_stored_winner_in_a_rules_configuration_is_read_back(device, cache, monkeypatch):
+    """The tuner times the kind's rules beside each kernel's candidates; a rule's configuration that
+    won (conv_implicit as the GPU rules configure it: none of its candidates) was stored, then
+    refused when read ("not a configuration the library offers"), and the plan ran the untuned
+    default: on an H200 the tuner test failed whenever such a rule won."""
+    if device.backend != "opencl":
+        pytest.skip("convolutions run on OpenCL devices")
+    monkeypatch.setattr(type(device), "kind", property(lambda self: "gpu"))
+    rule = {"TM": 64, "TN": 32, "RM": 4, "RN": 4, "KT": 16, "SLICES": 8}
+    implicit = malinn.load_library()["conv_implicit"]
+    assert {**implicit.config, **{k: str(v) for k, v in rule.items()}} not in implicit.configurations(device)
+    g = geometry(2, 9, 16, 32, 3)
+    tuning_db.save(device, convs={g.key(): {"codename": "conv_implicit", "defines": rule, "seconds": 1e-5}})
+    tuning_db.forget()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        codename, defines = tuning_db.tuned_conv(device, g)
+    assert codename == "conv_implicit" and all(defines[k] == str(v) for k, v in rule.items())
+    spec, why = choose_algorithm(device, g)
+    assert (spec.codename, why) == ("conv_implicit", "tuned")
