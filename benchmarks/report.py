@@ -285,7 +285,8 @@ def main(argv=None):
                 doc += [f"### {title}", ""] + convolution_table(d) + [""]
     doc += ["## What malinn adds to the driver's floor", "",
             "`python3 benchmarks/overhead.py --json OUT.json`: each network's compiled plan, its device work",
-            "replayed in plain pyopencl (the floor) beside `model.predict(x)`.", ""]
+            "replayed in plain pyopencl (the floor) beside `model.predict(x)`, the three timed in turn within",
+            "each round (medians; a drift of the machine moves all three, not one side of the ratio).", ""]
     for title, d in (("NVIDIA H200", overhead_gpu), ("PoCL CPU, this machine", overhead_cpu)):
         if d:
             doc += [f"### {title}", ""] + overhead_table(d) + [""]
