@@ -15,7 +15,8 @@ The contract, in the order a model meets it:
   disk as a verified binary where the API allows), :meth:`Device.render_index` (a layout's index
   macro in the kernel language);
 * launches: :meth:`Device.bind` sets a kernel's arguments once and returns a zero-argument callable
-  that enqueues it, so a compiled plan launches with no per-call argument handling.
+  that enqueues it, so a compiled plan launches with no per-call argument handling;
+  :meth:`Device.run_pass` runs a plan's pass (uploads, launches, downloads) in one call.
 """
 
 from __future__ import annotations
