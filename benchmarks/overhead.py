@@ -25,8 +25,6 @@ Run:  python3 benchmarks/overhead.py [--device D] [--batch 100] [--repeat 200] [
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
 import sys
 from pathlib import Path
 
@@ -37,7 +35,7 @@ import malinn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from models import MODELS, build  # noqa: E402
-from peers import interleaved_median_times  # noqa: E402
+from peers import interleaved_median_times, write_results  # noqa: E402
 
 
 def floor_runner(plan, x, empty: bool = False):
@@ -106,9 +104,7 @@ def main(argv=None):
                   f"floor {row['floor'] * 1e3:8.4f}  empty kernels {row['empty'] * 1e3:8.4f}  "
                   f"overhead {row['overhead']:.2f}x", flush=True)
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"device": device.describe(), "driver": device.driver_version,
-                                               "rows": rows, "command": shlex.join(sys.argv)}, indent=2) + "\n")
+        write_results(args.json, device, rows)
 
 
 if __name__ == "__main__":

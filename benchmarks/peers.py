@@ -12,9 +12,11 @@ import ctypes
 import ctypes.util
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -28,6 +30,14 @@ def median_time(fn, repeat: int, warmup: int = 1) -> float:
         fn()
         times.append(time.perf_counter() - t)
     return float(np.median(times))
+
+
+def write_results(path, device, rows: list, **fields) -> None:
+    """Writes ``{"device", "driver", "rows", ...fields, "command"}`` as JSON to ``path`` (its folder
+    made): a benchmark's results beside the command that made them."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps({"device": device.describe(), "driver": device.driver_version, "rows": rows,
+                                      **fields, "command": shlex.join(sys.argv)}, indent=2) + "\n")
 
 
 def interleaved_median_times(fns: dict, repeat: int, warmup: int = 1) -> dict:

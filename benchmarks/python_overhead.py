@@ -20,8 +20,6 @@ Run:  python3 benchmarks/python_overhead.py [--device D] [--repeat 400] [--json 
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
 import sys
 from pathlib import Path
 
@@ -33,7 +31,7 @@ import malinn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from models import MODELS, build  # noqa: E402
 from overhead import floor_runner  # noqa: E402
-from peers import interleaved_median_times  # noqa: E402
+from peers import interleaved_median_times, write_results  # noqa: E402
 
 
 def variants(model, x) -> dict:
@@ -85,9 +83,7 @@ def main(argv=None):
         print(f"{name:<14} " + "  ".join(f"{s} {row[s] * 1e6:6.1f}" for s in steps) + " us;  "
               + ", ".join(f"{b} +{(row[b] - row[a]) * 1e6:.1f}" for a, b in zip(steps[1:], steps[2:])), flush=True)
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"device": device.describe(), "driver": device.driver_version,
-                                               "rows": rows, "command": shlex.join(sys.argv)}, indent=2) + "\n")
+        write_results(args.json, device, rows)
 
 
 if __name__ == "__main__":
