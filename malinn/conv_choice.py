@@ -146,12 +146,23 @@ def choose_algorithm(device: Device, geometry: ConvGeometry) -> tuple[KernelSpec
     return default_algorithm(device, geometry), "default"
 
 
+def _launches(spec: KernelSpec, geometry: ConvGeometry, device: Device) -> bool:
+    """Whether ``device`` can launch ``spec`` configured for ``geometry`` (its work-group and local
+    memory), whether or not it can run the layer."""
+    try:
+        return spec.configure(geometry.defines()).fits(device)
+    except LibraryError:
+        return False
+
+
 def default_algorithm(device: Device, geometry: ConvGeometry) -> KernelSpec:
     """The untuned choice: the first of the library's ``conv_algorithms`` rules for the device's
     kind whose conditions hold for ``geometry`` and whose kernel can run it (:func:`runs`); else the
     last conv rule (the general kernel), the library's ``conv`` defaults for the kind and the other
     conv rules, each in the first of its configurations the device can run it in (a board whose
-    work-groups or local memory are smaller than a rule's configuration needs).
+    work-groups or local memory are smaller than a rule's configuration needs); else the first of
+    those the device can launch, whose binding then says why it cannot run the layer (llvmpipe's
+    loop limit, say).
 
     Raises:
         BackendError: no configuration of those kernels runs ``geometry`` on ``device``; the message
@@ -163,11 +174,16 @@ def default_algorithm(device: Device, geometry: ConvGeometry) -> KernelSpec:
             return spec
     general = [spec for spec, _ in found if spec.op == "conv"][::-1]
     general += load_library().default_specs("conv", device.kind, device.backend)
+    launchable = None   # the first configuration the device launches, whatever else keeps it from running
     for spec in general:
         for config in [spec.config] + spec.configurations(device):
             candidate = spec.configure(config)
             if runs(candidate, geometry, device):
                 return candidate
+            if launchable is None and _launches(candidate, geometry, device):
+                launchable = candidate
+    if launchable is not None:   # its launch names why it cannot run (llvmpipe's loop limit, say)
+        return launchable
     raise BackendError(f"no convolution kernel of the library runs {geometry.key()} on {device.name} "
                        f"(work-groups of at most {device.max_work_group_size} items, "
                        f"{device.local_memory:,} bytes of local memory)")

@@ -632,8 +632,11 @@ def _column_widths(rows: list, line_length, positions) -> list:
     positions = list(positions)
     if len(positions) != columns:
         raise ValueError(f"summary: positions must give {columns} column ends, got {len(positions)}")
-    if all(0 < p <= 1 for p in positions):
-        positions = [int(round(p * (line_length or 98))) for p in positions]
+    if all(0 < p <= 1 for p in positions):   # fractions, as Keras's: characters of line_length, each column one at least
+        ends = [int(p * (line_length or 98)) for p in positions]
+        positions = [max(end, i + 1) for i, end in enumerate(ends)]
+        for i in range(1, len(positions)):
+            positions[i] = max(positions[i], positions[i - 1] + 1)
     if any(not isinstance(p, (int, float)) for p in positions) or \
             any(b <= a for a, b in zip([0] + positions, positions)):
         raise ValueError(f"summary: positions must increase, got {positions}")

@@ -3,6 +3,7 @@ the tuner's winners per geometry (stored, read, checked), decided once per plan.
 
 import io
 import json
+import re
 import warnings
 
 import numpy as np
@@ -294,3 +295,19 @@ def test_a_stored_winner_in_a_rules_configuration_is_read_back(device, cache, mo
     assert codename == "conv_implicit" and all(defines[k] == str(v) for k, v in rule.items())
     spec, why = choose_algorithm(device, g)
     assert (spec.codename, why) == ("conv_implicit", "tuned")
+
+
+def test_a_layer_beyond_llvmpipes_loop_limit_is_refused_naming_the_limit(device, rng):
+    """A convolution no kernel can run within llvmpipe's 65535 loop iterations is refused naming
+    that limit, as before the device-fit fallback (which named work-groups and local memory)."""
+    if not getattr(device, "max_loop_iterations", None) or not malinn.load_library()["conv_kn2row"].has_source(
+            device.backend):
+        pytest.skip(f"{device.name} runs every loop to its end")
+    model = malinn.Sequential([Conv2D(8, 3, padding="same", name="c")])
+    model.build((None, 18, 18, 8192))
+    x = rng.standard_normal((1, 18, 18, 8192)).astype(np.float32)
+    with pytest.raises(malinn.MalinnError) as info:   # caught here: conftest skips a BackendError escaping a test
+        model.predict(x)
+    assert type(info.value) is malinn.DeviceError, info.value
+    assert re.match(r"layer 'c': kernel conv_kn2\w+ would run [\d,]+ loop iterations in one shader invocation on "
+                    r".*, whose driver ends them after 65,535", str(info.value)), info.value

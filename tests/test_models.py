@@ -307,6 +307,8 @@ def test_keras_call_forms(device, rng):
     assert lines[1] == "-" * 40 and lines[4][:15] == "d1 (Dense)".ljust(15) and lines[4][25:30].rstrip() == "15"
     with pytest.raises(ValueError, match="positions must give 4 column ends, got 2"):
         model.summary(80, positions=[0.5, 1.0])
+    for width in range(4, 12):   # Keras's fractions of a narrow line: each column one character at least
+        assert model.summary(width, print_fn=lambda text: None).splitlines()[1] == "-" * width
     unbuilt = Sequential([Dense(3)])
     with pytest.raises(ValueError, match="is not built"):
         unbuilt.count_params()
