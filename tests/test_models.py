@@ -302,7 +302,7 @@ def test_keras_call_forms(device, rng):
     assert [layer.name for layer in model.layers] == ["d1", "d2"]
     lines = model.summary(60, print_fn=lambda text: None).splitlines()
     assert max(len(line) for line in lines if not line.startswith(("Weights", "Total"))) == 60
-    assert lines[4].startswith("d1 (Dense)".ljust(20)) and lines[4][20:32].rstrip() == "(None, 3)"
+    assert lines[4].startswith("d1 (Dense)".ljust(19)) and lines[4][19:33].rstrip() == "(None, 3)"   # int(0.33 * 60)
     lines = model.summary(line_length=40, positions=[15, 25, 30, 40], print_fn=lambda text: None).splitlines()
     assert lines[1] == "-" * 40 and lines[4][:15] == "d1 (Dense)".ljust(15) and lines[4][25:30].rstrip() == "15"
     with pytest.raises(ValueError, match="positions must give 4 column ends, got 2"):
