@@ -244,9 +244,10 @@ class PlannedModel:
         step = min(n, int(batch_size)) if batch_size else n
         step = max(1, min(step, self.max_batch(device, limit=step)))
         if step >= n and batch_size is None and not every_layer:
+            stamp = self._stamp()   # before the plan: a change while it is made leaves _last stale, never wrong
             plan = self.plan(n, device)
             plain = x.shape if len(xs) == 1 and xs[0] is x else None   # a float32 array taken as it was
-            self._last = (device, n, self._stamp(), (device.max_allocation, device.global_memory), plan, plain)
+            self._last = (device, n, stamp, (device.max_allocation, device.global_memory), plan, plain)
             return plan.run(xs)
         plan = self.plan(step, device, every_layer)   # the last, shorter pass too: no plan of its own
         passes = [plan.run([a[start:start + step] for a in xs]) for start in range(0, n, step)]
@@ -773,18 +774,18 @@ class Sequential(PlannedModel):
             if batches:
                 x = x[0]
         x = self._as_float32(x, f"layer {first!r}")
-        if self._sample_shape is not None:
-            ok = x.shape[1:] == self._sample_shape and x.ndim == 1 + len(self._sample_shape)
-        else:
-            ok = x.ndim >= 2
-        if not ok:
+        if self._sample_shape is None and x.ndim >= 2:
+            with self._lock:   # built for the first call's shape; another thread's may win: checked below
+                if self._sample_shape is None:
+                    self.build((None,) + x.shape[1:])
+        if self._sample_shape is None or x.shape[1:] != self._sample_shape:
             expected = format_shape((None,) + self._sample_shape) if self._sample_shape is not None else "(None, features)"
             raise ValueError(f"Input of layer {first!r} is incompatible with the layer: expected shape {expected}, "
                              f"found shape {x.shape}")
-        if not self.built:
+        if not self.built:   # a layer added since, not built yet
             with self._lock:
                 if not self.built:
-                    self.build((None,) + x.shape[1:])
+                    self.build((None,) + self._sample_shape)
         return [self._contiguous(x)]
 
     def predict(self, x, batch_size: int | None = None, verbose="auto") -> np.ndarray:

@@ -255,3 +255,70 @@ def test_set_weights_while_other_threads_predict_never_crashes(device):
     assert out.returncode == 0, out.stderr[-3000:]
     sets, old, new, other = map(int, out.stdout.split())
     assert sets > 10 and old + new > 10 and other == 0, out.stdout
+
+
+def test_a_weight_change_during_another_plans_upload_is_not_lost(device, monkeypatch):
+    """A thread changing a layer's weights while another thread's plan uploads the old ones: the old
+    upload finished into the layer's (cleared) copies and every later plan reused it: the new
+    weights were never seen (a review: 60 stale results in 80). Forced here: the change lands
+    inside the upload."""
+    from malinn.matrix import DeviceMatrix
+
+    model = Sequential([Dense(3, name="d")])
+    model.build((None, 4))
+    layer = model.layers[0]
+    new = [np.full((4, 3), 2.0, np.float32), np.ones(3, np.float32)]
+    upload, changed = DeviceMatrix.upload_weights, []
+
+    def changing(*args, **kwargs):
+        matrix = upload(*args, **kwargs)
+        if not changed:
+            changed.append(True)
+            layer.set_weights(new)   # what another thread did meanwhile
+        return matrix
+
+    monkeypatch.setattr(DeviceMatrix, "upload_weights", staticmethod(changing))
+    x = np.ones((2, 4), np.float32)
+    model.predict(x)
+    np.testing.assert_array_equal(model.predict(x), np.full((2, 3), 9.0))
+    np.testing.assert_array_equal(model.predict(np.ones((5, 4), np.float32)), np.full((5, 3), 9.0))
+
+
+def test_a_change_while_a_plan_is_made_is_seen_by_the_next_call(device, monkeypatch):
+    """The plan of a call was recorded as the last call's under the stamp read after it was made: a
+    weight changed meanwhile left that old plan serving every later call of the shape."""
+    model = Sequential([Dense(3, name="d")])
+    model.build((None, 4))
+    layer, plan, done = model.layers[0], model.plan, []
+
+    def planning(*args, **kwargs):
+        made = plan(*args, **kwargs)
+        if not done:
+            done.append(True)
+            layer.kernel = np.full((4, 3), 2.0, np.float32)   # another thread, just after
+            layer.bias = np.ones(3, np.float32)
+        return made
+
+    monkeypatch.setattr(model, "plan", planning)
+    x = np.ones((2, 4), np.float32)
+    model.predict(x)
+    for _ in range(3):
+        np.testing.assert_array_equal(model.predict(x), np.full((2, 3), 9.0))
+
+
+def test_an_unbuilt_models_first_calls_are_checked_against_the_shape_it_was_built_for(monkeypatch):
+    """Two threads' first calls on an unbuilt Sequential: the one whose shape lost the build was
+    accepted unchecked, and (recorded as the last call) every later call of that wrong shape too."""
+    model = Sequential([Dense(8, name="d")])
+    build = Sequential.build
+
+    def other_thread_first(self, input_shape):   # another thread's call, of samples (10, 2), built it first
+        return build(self, (None, 10, 2))
+
+    monkeypatch.setattr(Sequential, "build", other_thread_first)
+    with pytest.raises(ValueError, match=r"expected shape \(None, 10, 2\), found shape \(4, 20\)"):
+        model.predict(np.ones((4, 20), np.float32))
+    monkeypatch.setattr(Sequential, "build", build)
+    assert model.predict(np.ones((4, 10, 2), np.float32)).shape == (4, 10, 8)
+    with pytest.raises(ValueError, match=r"expected shape \(None, 10, 2\), found shape \(4, 20\)"):
+        model.predict(np.ones((4, 20), np.float32))

@@ -325,7 +325,9 @@ class Layer:
 
     # ---------------------------------------------------------------- helpers
     def _weights_changed(self) -> None:
-        self.device_copies.clear()
+        # a new dict, not the old one cleared: an upload of the old weights still under way (another
+        # thread's plan) finishes into the old dict, which no plan made from now on reads
+        self.device_copies = {}
         self.version += 1
 
     def _what(self) -> str:
