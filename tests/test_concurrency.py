@@ -13,6 +13,7 @@ from malinn import Sequential, ops
 from malinn.backends import opencl
 from malinn.kernel_library import load_library
 from malinn.layers import BatchNormalization, Dense, Softmax
+from malinn.matrix import DeviceMatrix
 
 THREADS = 4
 ROUNDS = 5
@@ -262,8 +263,6 @@ def test_a_weight_change_during_another_plans_upload_is_not_lost(device, monkeyp
     upload finished into the layer's (cleared) copies and every later plan reused it: the new
     weights were never seen (a review: 60 stale results in 80). Forced here: the change lands
     inside the upload."""
-    from malinn.matrix import DeviceMatrix
-
     model = Sequential([Dense(3, name="d")])
     model.build((None, 4))
     layer = model.layers[0]

@@ -11,6 +11,7 @@ import pytest
 
 import malinn
 from malinn import conv_choice, conv_tuner, kernel_choice, plan_builder, tuning_db
+from malinn.backends.base import Device
 from malinn.conv_choice import ConvGeometry, choose_algorithm, holds, patch_budget, patch_bytes, rules
 from malinn.layers import Conv2D
 from malinn.layers.windows import window_defines
@@ -226,8 +227,6 @@ def test_cli_tune_model_stores_a_winner_per_convolution_layer(tmp_path):
 
 def described_gpu(max_work_group_size: int, local_memory: int, max_allocation: int = 2**28):
     """A GPU as its driver would describe it (no context: the decisions read the figures only)."""
-    from malinn.backends.base import Device
-
     return Device(backend="opencl", index=(0, 0), name=f"GPU of {max_work_group_size}-item groups", platform="test",
                   vendor="test", type="GPU", compute_units=4, global_memory=2**30, max_allocation=max_allocation,
                   max_work_group_size=max_work_group_size, max_work_item_sizes=(max_work_group_size,) * 3,

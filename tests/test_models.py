@@ -1,5 +1,6 @@
 """Sequential: numpy equivalence for every matmul variant, device residency, input checks."""
 
+import copy
 import re
 from pathlib import Path
 
@@ -358,8 +359,6 @@ def test_a_users_layer_with_its_own_get_weights_and_copies_of_layers(tmp_path):
     """A layer without weight_names is counted, set and saved through its own get_weights (the
     model expected 2 arrays of 3, counted 16 of 20 parameters and saved none of its weights); a
     deep copy of a layer holds its weights read-only too."""
-    import copy
-
     model = Sequential([Dense(4, name="d"), ChannelGain(name="gain")])
     model.build((None, 3))
     assert len(model.get_weights()) == 3 and model.count_params() == 20
