@@ -288,8 +288,8 @@ def _to_functional(km: KerasModel):
     tensors, ranks, made, made_calls, unsupported = {}, {}, {}, {}, []
     for tensor, name, shape in graph.inputs:
         if shape is None or any(d is None for d in shape):
-            raise ConversionError(f"{km.source}: input {name!r} has the shape {shape!r}, which is not fully known; "
-                                  "malinn needs every axis but the batch to be fixed")
+            raise ConversionError(f"{km.source}: input {name!r} has the shape {_with_batch(shape)}, which is not "
+                                  "fully known; malinn needs every axis but the batch to be fixed")
         tensors[tensor] = functional.Input(tuple(int(d) for d in shape), name=name)
         ranks[tensor] = 1 + len(shape)
     for call in graph.calls:
@@ -394,12 +394,18 @@ def _window_layer(kl, cfg, keras_major: int, unsupported: list):
     return lookup("layer", kl.class_name)(name=kl.name, **kwargs)
 
 
+def _with_batch(shape) -> str:
+    """One sample's ``shape`` as Keras shows the input's: ``(None, None, 4)`` (the batch axis first, so
+    that an unknown axis of the sample does not look like the batch's)."""
+    return "unknown" if shape is None else str((None,) + tuple(shape))
+
+
 def _input_shape(km: KerasModel) -> tuple:
     shape = km.input_shape
     if shape is None or any(d is None for d in shape):
         first_dense = next((l for l in km.layers if l.class_name == "Dense" and l.weights), None)
         if shape is not None and len(shape) > 1 or first_dense is None:
-            raise ConversionError(f"{km.source}: the model's input shape {shape!r} is not fully known; "
+            raise ConversionError(f"{km.source}: the model's input shape {_with_batch(shape)} is not fully known; "
                                   "malinn needs every axis but the batch to be fixed")
         return (int(first_dense.weights[0].shape[0]),)
     return tuple(int(d) for d in shape)

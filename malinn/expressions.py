@@ -58,7 +58,10 @@ def _compile(node, text):
         def lookup(values):
             if name not in values:
                 raise ValueError(f"{text!r} names {name!r}, which is not a define of this kernel")
-            return int(values[name])
+            try:
+                return int(values[name])
+            except (TypeError, ValueError):
+                raise ValueError(f"{text!r}: {name} is {values[name]!r}, not an integer") from None
         return lookup
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         left, right, op = _compile(node.left, text), _compile(node.right, text), _BINARY[type(node.op)]

@@ -63,7 +63,10 @@ def program_for(spec: KernelSpec, device: Device, layouts: dict):
     program = programs.get(key)
     if program is None:
         source = spec.program_source(layouts, device.render_index, device.backend)
-        program = programs[key] = device.compile(source, spec.options(), origin=f"{spec.source} ({spec.codename})")
+        origin = spec.source if device.backend == "opencl" else next(
+            (str(path.relative_to(spec.source_path.parent)) for name, path, _ in spec.sources if name == device.backend),
+            spec.source)
+        program = programs[key] = device.compile(source, spec.options(), origin=f"{origin} ({spec.codename})")
     return program
 
 
@@ -145,11 +148,14 @@ def bind(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | None 
                           f"launches at most {device.max_work_group_size} items a group "
                           f"({' x '.join(map(str, device.max_work_item_sizes))} per axis): choose another "
                           f"configuration of it (docs/KERNELS.md) or another kernel (malinn.use)")
+    def built_for(exc: KernelBuildError) -> KernelBuildError:   # whose step it was, the shapes it was built for
+        shapes = ", ".join(f"{name} {m.shape} padded to {m.padded} in {m.layout}" for name, m in matrices.items())
+        return KernelBuildError(f"{what or spec.codename} ({shapes}): {exc}")
+
     try:
         program = program_for(spec, device, {name: m.layout for name, m in matrices.items()})
-    except KernelBuildError as exc:   # say whose step it was, with the shapes the kernel was built for
-        shapes = ", ".join(f"{name} {m.shape} padded to {m.padded} in {m.layout}" for name, m in matrices.items())
-        raise KernelBuildError(f"{what or spec.codename} ({shapes}): {exc}") from None
+    except KernelBuildError as exc:
+        raise built_for(exc) from None
     floats = iter(spec.param_values(params))
     args = [np.float32(next(floats)) if c == "p" else np.uint32(values[c]) for c in spec.arglist]
     for name in spec.buffers:
@@ -161,5 +167,8 @@ def bind(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | None 
             args.append(_scratch(spec, device, values))
         else:   # a vector the kernel declares but this call does not use (no bias): never read
             args.append((vectors or {}).get(name) or _placeholder(device))
-    return device.bind(program, spec.function, args, global_size, local_size, what=what or spec.codename,
-                       name=spec.codename)
+    try:   # a backend may build its program here, in the launch's shape (a compute shader)
+        return device.bind(program, spec.function, args, global_size, local_size, what=what or spec.codename,
+                           name=spec.codename)
+    except KernelBuildError as exc:
+        raise built_for(exc) from None

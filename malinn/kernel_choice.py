@@ -61,11 +61,15 @@ def use(op: str, codename: str, device: Device | None = None, config: dict | Non
 
     Raises:
         LibraryError: ``codename`` is unknown, implements another op, or ``config`` does not fit it.
+        ValueError: ``device`` is not a malinn device (a name such as ``"gpu"``: see ``set_device``).
     """
     spec = load_library()[codename]
     if spec.op != op:
         raise LibraryError(f"kernel {codename!r} implements {spec.op!r}, not {op!r}")
     spec.configure(config)
+    if device is not None and not isinstance(device, Device):
+        raise ValueError(f"use: device must be a malinn device (malinn.devices(), malinn.get_device()), got "
+                         f"{device!r}; malinn.set_device({device!r}) makes it the current one")
     device = device or get_device()
     with _lock:
         _choices(device)[op] = (codename, dict(config or {}))

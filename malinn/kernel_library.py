@@ -244,12 +244,18 @@ class KernelSpec:
             - {name for p in self.precisions for name, _ in table[p].defines} \
             - (set(VIEW_DEFINES) if "view" in self.epilogue else set())
         if unknown:
-            raise LibraryError(f"kernel {self.codename!r} has no defines {sorted(unknown)}")
+            raise LibraryError(f"kernel {self.codename!r} has no defines {sorted(unknown)}; its defines are "
+                               f"{', '.join(name for name, _ in self.defines)}")
         merged = {**dict(self.defines), **{k: str(v) for k, v in overrides.items()}}
         if _cached(entry, merged) is None:
-            failed = [c for c in self.constraints if not evaluate(c, merged)]
-            if failed:
-                raise LibraryError(f"kernel {self.codename!r}: configuration {overrides} breaks {failed}")
+            try:
+                failed = [c for c in self.constraints if not evaluate(c, merged)]
+                if not failed:
+                    return self._with_defines(merged)
+            except (LibraryError, ValueError) as exc:   # the configuration's fault, not the file's
+                why = str(exc).split(f"kernel {self.codename!r}", 1)[-1].lstrip(":, ")
+                raise LibraryError(f"kernel {self.codename!r}: configuration {overrides}: {why}") from None
+            raise LibraryError(f"kernel {self.codename!r}: configuration {overrides} breaks {failed}")
         return self._with_defines(merged)
 
     def configurations(self, device=None) -> list[dict]:
@@ -741,7 +747,10 @@ def _validate(path: Path, codename: str, entry, precisions: dict, variant_of: st
                 raise LibraryError(f"{path}: kernel {codename!r}, field 'candidates': {what} {why}{inherited}")
             seen.append(config)
     for config in configs:                        # every configuration the tuner can emit must resolve
-        spec.configure(config)
+        try:
+            spec.configure(config)
+        except LibraryError as exc:
+            raise LibraryError(f"{path}: {exc}") from None
         if entry.get("local_bytes") is not None:
             try:
                 evaluate(entry["local_bytes"], config)

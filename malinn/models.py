@@ -10,7 +10,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .backends.base import Device
+from .backends.base import Device, size_text
 from .device_selection import get_device
 from .errors import BackendError, DeviceError
 from .graph import KerasTensor
@@ -421,13 +421,15 @@ class PlannedModel:
         if fits(limit):
             return limit
         if not fits(1):
-            size, what, arena = self._compile(device, 1, False).activation_bytes()
+            plan = self._compile(device, 1, False)
+            size, what, arena = plan.activation_bytes()
+            weights = plan.weight_bytes()   # the plan's own (the bound above pads every array generously)
             if size > budget:
-                raise DeviceError(f"{what} needs {_mib(size)} ({size:,} bytes), more than {device.name} allows in "
-                                  f"one allocation ({_mib(budget)}, {budget:,} bytes): even one sample does not fit")
-            raise DeviceError(f"{type(self).__name__} {self.name!r}: its weights ({_mib(weights)}) and one sample's "
-                              f"activations ({_mib(arena)}) need more than {device.name}'s global memory "
-                              f"({_mib(memory)}, {memory:,} bytes)")
+                raise DeviceError(f"{what} needs {size_text(size)} ({size:,} bytes), more than {device.name} allows in "
+                                  f"one allocation ({size_text(budget)}, {budget:,} bytes): even one sample does not fit")
+            raise DeviceError(f"{type(self).__name__} {self.name!r}: its weights ({size_text(weights)}) and one sample's "
+                              f"activations ({size_text(arena)}) need more than {device.name}'s global memory "
+                              f"({size_text(memory)}, {memory:,} bytes)")
         low, high = 1, limit   # fits(low), not fits(high)
         while high - low > 1:
             mid = (low + high) // 2
@@ -453,6 +455,9 @@ class PlannedModel:
             ValueError: the model is not built, or the count or a shape does not match (no layer's
                 weights are changed then).
         """
+        if isinstance(weights, (str, bytes, dict)) or not hasattr(weights, "__iter__"):
+            raise ValueError(f"{type(self).__name__} {self.name!r}: set_weights takes a list of arrays, as "
+                             f"get_weights returns it; got {type(weights).__name__}")
         weights = list(weights)
         if not self.built:
             raise self._not_built()
@@ -609,8 +614,8 @@ class PlannedModel:
                 out.append("=" * sum(widths))
         out += ["=" * sum(widths), f"Total params: {self.count_params() if self.built else '0 (unbuilt)'}"]
         if weights is not None and weights[1]:
-            out.append(f"Weights on the device: {_mib(weights[0])} in {self._precision} "
-                       f"({weights[0] / weights[1]:.3f} of {_mib(weights[1])} in fp32)")
+            out.append(f"Weights on the device: {size_text(weights[0])} in {self._precision} "
+                       f"({weights[0] / weights[1]:.3f} of {size_text(weights[1])} in fp32)")
         if refused is not None:
             out.append(f"No kernels on {get_device().name}: {refused}")
         out.append(line)
@@ -863,8 +868,6 @@ class Sequential(PlannedModel):
         return rows
 
 
-def _mib(nbytes: int) -> str:
-    return f"{nbytes / 2**20:.2f} MiB" if nbytes >= 2**20 else f"{nbytes / 1024:.1f} KiB"
 
 
 register("model", Sequential)

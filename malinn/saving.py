@@ -83,7 +83,7 @@ def resolve_target(target=None, precision: str = DEFAULT_PRECISION):
         return _in_precision_or_fp32(library.default_spec("matmul", kind, backend), precision, kind, backend)
     if target in library and library[target].op == "matmul":
         return library[target]
-    raise ConversionError(f"unknown target {target!r}; use gpu, cpu, accelerator (or gl, gl:cpu, gles3, ...) or a matmul kernel: "
+    raise ConversionError(f"unknown target {getattr(target, 'name', target)!r}; use gpu, cpu, accelerator (or gl, gl:cpu, gles3, ...) or a matmul kernel: "
                           f"{', '.join(library.codenames('matmul'))}")
 
 

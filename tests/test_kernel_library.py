@@ -3,6 +3,7 @@
 import json
 import shutil
 
+import numpy as np
 import pytest
 
 from malinn.errors import KernelBuildError, LibraryError
@@ -318,3 +319,48 @@ def test_a_default_the_device_cannot_launch_gives_way_to_the_next():
         spec = kernel_choice.choose("matmul", device, (10, 3072, 1), activation="softmax")
         assert spec.codename == "gemv_softmax_c" and spec.fits(device)
         assert spec.workgroup[0] * spec.workgroup[1] == items, (device.name, spec.workgroup)
+
+
+def test_a_shader_that_does_not_build_is_named_with_its_file_and_layer(device, tmp_path, monkeypatch):
+    """A GLSL compute shader is built when bound, in the launch's work-group: its error named
+    `gemv.cl` (the OpenCL source) and neither the layer nor the shapes."""
+    if device.backend != "gl":
+        pytest.skip("the OpenGL backend builds its shaders when they are bound")
+    from malinn import Sequential, kernel_choice, kernel_library
+    from malinn.layers import Dense
+
+    path = _broken_library(tmp_path, lambda d: None)
+    shader = path.parent / "gl" / "gemv.comp"
+    shader.write_text(shader.read_text() + "\nthis is not GLSL;\n")
+    broken = load_library(path)
+    monkeypatch.setattr(kernel_library, "_default_library", lambda: broken)
+    monkeypatch.setenv("MALINN_BINARY_CACHE", "0")
+    kernel_choice.use("matmul", "gemv", device=device)
+    model = Sequential([Dense(5, name="d")])
+    model.build((None, 7))
+    with pytest.raises(KernelBuildError) as info:
+        model.predict(np.ones((1, 7), np.float32))
+    text = str(info.value)
+    assert text.startswith("layer 'd' (") and "padded to" in text, text[:300]
+    assert "gl/gemv.comp (gemv): the GLSL compute shader did not build" in text, text[:500]
+
+
+def test_a_configuration_given_by_the_user_is_named_as_theirs():
+    """malinn.use's config: an unknown define lists the kernel's; a value breaking a restriction is
+    the configuration's fault, not library.json's; a non-number names the define (it was numpy's
+    "invalid literal for int()"); a device given by name is refused naming set_device (it was an
+    AttributeError)."""
+    from malinn import kernel_choice
+
+    with pytest.raises(LibraryError, match=r"kernel 'gemm_tiled' has no defines \['TS_M'\]; its defines are MWG, "
+                                           r"NWG, KWG"):
+        kernel_choice.use("matmul", "gemm_tiled", config={"TS_M": 3})
+    with pytest.raises(LibraryError) as info:
+        kernel_choice.use("matmul", "gemm_tiled", config={"MWG": 0})
+    assert str(info.value).startswith("kernel 'gemm_tiled': configuration {'MWG': 0}: ") and "library.json" not in \
+        str(info.value), info.value
+    with pytest.raises(LibraryError, match=r"configuration \{'MWG': 'abc'\}: .*MWG is 'abc', not an integer"):
+        kernel_choice.use("matmul", "gemm_tiled", config={"MWG": "abc"})
+    with pytest.raises(ValueError, match=r"use: device must be a malinn device .* got 'gpu'; "
+                                         r"malinn.set_device\('gpu'\)"):
+        kernel_choice.use("matmul", "gemm_tiled", device="gpu")

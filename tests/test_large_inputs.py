@@ -14,6 +14,7 @@ import pytest
 from helpers import model_forward
 from helpers import assert_close
 from malinn import DeviceError, Sequential, conv_choice, ops
+from malinn.backends.base import size_text
 from malinn.conv_geometry import ConvGeometry
 from malinn.kernel_library import load_library
 from malinn.layers import Activation, BatchNormalization, Conv2D, Dense
@@ -202,7 +203,7 @@ def test_weights_beyond_the_largest_allocation_raise_a_device_error_naming_the_l
     model = Sequential([Dense(1001, name="big_kernel")])
     model.build((None, 300))           # W is 1001 x 300: about 1.2 MiB; one sample's activations are ~4 KiB
     monkeypatch.setattr(device, "max_allocation", 2**18)
-    with pytest.raises(DeviceError, match=r"layer 'big_kernel' kernel 1001x300 in \w+: 1\.\d MiB exceeds the largest "
+    with pytest.raises(DeviceError, match=r"layer 'big_kernel' kernel 1001x300 in \w+: 1\.\d+ MiB exceeds the largest "
                                           r"single allocation"):
         model.predict(rng.standard_normal((2, 300)))
 
@@ -221,7 +222,7 @@ def test_a_real_driver_allocation_failure_is_a_device_error(device, monkeypatch)
     try:
         m = DeviceMatrix.empty(device, (1, 1), "R", padded, what="layer 'x' result")
     except DeviceError as exc:
-        assert re.fullmatch(r"layer 'x' result 1x1 in R: allocating 1048576\.0 MiB on .* failed \(CL_\w+\)",
+        assert re.fullmatch(r"layer 'x' result 1x1 in R: allocating 1048576\.00 MiB on .* failed \(CL_\w+\)",
                             str(exc)), exc
     else:
         with pytest.raises(DeviceError, match=r"^layer 'x': kernel relu failed on .* \(CL_\w+\)"):
@@ -352,6 +353,6 @@ def test_the_weights_and_a_pass_fit_the_devices_global_memory(device, monkeypatc
     x = rng.standard_normal((3 * step + 5, 1100)).astype(np.float32)
     assert_close(model.predict(x), model_forward(model, x), rtol=1e-4)
     monkeypatch.setattr(device, "global_memory", weights // 2)
-    with pytest.raises(DeviceError, match=r"Sequential 'sequential.*': its weights \(.* MiB\) and one sample's "
-                                          r"activations \(.*\) need more than .*'s global memory"):
-        model.max_batch(device)
+    with pytest.raises(DeviceError, match=rf"Sequential 'sequential.*': its weights \({size_text(weights)}\) and one "
+                                          r"sample's activations \(.*\) need more than .*'s global memory"):
+        model.max_batch(device)   # the plan's weights (the message gave the generous bound: 22 MiB for 0.6)

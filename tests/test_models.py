@@ -372,3 +372,20 @@ def test_a_users_layer_with_its_own_get_weights_and_copies_of_layers(tmp_path):
     lines = []
     model.summary(lines.append)   # malinn 0.1's first argument: print_fn
     assert lines and "Total params: 20" in lines[0]
+
+
+def test_messages_give_sizes_and_arguments_as_a_user_reads_them(device, monkeypatch):
+    """A limit of 64 KiB was printed as "(0 MiB)"; set_weights(None) was "'NoneType' object is not
+    iterable"."""
+    from malinn import DeviceError
+    from malinn.backends.base import size_text
+
+    assert (size_text(65536), size_text(3 * 2**20 + 2**19)) == ("64.0 KiB", "3.50 MiB")
+    model = Sequential([Dense(300, name="big")])
+    model.build((None, 500))
+    monkeypatch.setattr(device, "max_allocation", 65536)
+    with pytest.raises(DeviceError, match=r"exceeds the largest single allocation of .* \(64\.0 KiB.*\); a reduced "
+                                          r"precision \(fp16-storage, int8-weights\) or a device with more memory"):
+        model.predict(np.ones((1, 500), np.float32))
+    with pytest.raises(ValueError, match=r"set_weights takes a list of arrays, as get_weights returns it; got NoneType"):
+        model.set_weights(None)

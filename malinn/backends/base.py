@@ -28,7 +28,17 @@ from dataclasses import dataclass, field
 
 from ..layout import Layout
 
-__all__ = ["Device", "BoundLaunch"]
+__all__ = ["Device", "BoundLaunch", "size_text"]
+
+
+#: what a refused allocation's message suggests
+ALLOCATION_HINT = "; a reduced precision (fp16-storage, int8-weights) or a device with more memory may hold it"
+
+
+def size_text(nbytes: int) -> str:
+    """``nbytes`` for a message: ``12.34 MiB``, ``64.0 KiB`` below a MiB (a limit of 64 KiB printed
+    as "0 MiB" told the reader nothing)."""
+    return f"{nbytes / 2**20:.2f} MiB" if nbytes >= 2**20 else f"{nbytes / 1024:.1f} KiB"
 
 
 @dataclass(eq=False)

@@ -26,7 +26,7 @@ from ..cache import read_entry, write_entry
 from ..errors import DeviceError, KernelBuildError
 from ..layout import Layout
 from ..version import __version__
-from .base import BoundLaunch, Device
+from .base import ALLOCATION_HINT, BoundLaunch, Device, size_text
 
 __all__ = ["OpenCLDevice", "discover", "first_gpu", "status_name", "zero_copy_enabled", "tensorflow_loaded",
            "skipped_for_tensorflow", "TENSORFLOW_HINT"]
@@ -180,13 +180,13 @@ class OpenCLDevice(Device):
     def alloc(self, nbytes: int, what: str):
         cl = _cl()
         if nbytes > self.max_allocation:
-            raise DeviceError(f"{what}: {nbytes / 2**20:.1f} MiB exceeds the largest single allocation of "
-                              f"{self.name} ({self.max_allocation / 2**20:.0f} MiB)")
+            raise DeviceError(f"{what}: {size_text(nbytes)} exceeds the largest single allocation of "
+                              f"{self.name} ({size_text(self.max_allocation)}){ALLOCATION_HINT}")
         flags = cl.mem_flags.READ_WRITE | (cl.mem_flags.ALLOC_HOST_PTR if zero_copy_enabled(self) else 0)
         try:
             return cl.Buffer(self.context, flags, max(int(nbytes), 4))
         except cl.Error as exc:
-            raise DeviceError(f"{what}: allocating {nbytes / 2**20:.1f} MiB on {self.name} failed "
+            raise DeviceError(f"{what}: allocating {size_text(nbytes)} on {self.name} failed "
                               f"({status_name(exc)})") from exc
 
     def upload(self, buffer, array, blocking: bool = True, what: str = "data", mapped: bool | None = None):
@@ -238,7 +238,7 @@ class OpenCLDevice(Device):
             view, _ = cl.enqueue_map_buffer(self.queue, buffer, cl.map_flags.READ | cl.map_flags.WRITE, 0,
                                             tuple(shape), np.float32, is_blocking=True)
         except cl.Error as exc:
-            raise DeviceError(f"{what}: allocating {nbytes / 2**20:.1f} MiB of page-locked host memory for "
+            raise DeviceError(f"{what}: allocating {size_text(nbytes)} of page-locked host memory for "
                               f"{self.name} failed ({status_name(exc)})") from exc
         view[...] = 0
         return view          # the mapping keeps the buffer alive as long as the array

@@ -44,7 +44,7 @@ import numpy as np
 from ..cache import read_entry, write_entry
 from ..errors import BackendError, DeviceError, KernelBuildError
 from ..layout import Layout
-from .base import BoundLaunch, Device
+from .base import ALLOCATION_HINT, BoundLaunch, Device, size_text
 from .gles_context import ESContext
 
 __all__ = ["GLDevice", "discover", "gl_index_macro", "loop_limit", "PREAMBLE_VERSION", "SOFTWARE_RENDERERS"]
@@ -331,17 +331,18 @@ class GLDevice(Device):
     # ---------------------------------------------------------------- memory
     def alloc(self, nbytes: int, what: str):
         if nbytes > self.max_allocation:
-            raise DeviceError(f"{what}: {nbytes / 2**20:.1f} MiB exceeds the largest single allocation of "
-                              f"{self.name} ({self.max_allocation / 2**20:.0f} MiB: its largest shader storage buffer)")
+            raise DeviceError(f"{what}: {size_text(nbytes)} exceeds the largest single allocation of "
+                              f"{self.name} ({size_text(self.max_allocation)}: its largest shader storage buffer)"
+                              f"{ALLOCATION_HINT}")
         with self:
             try:
                 # whole 4-byte words: a shader reads half and int8 weights as uint words
                 buffer = self.ctx.buffer(reserve=max(-(-int(nbytes) // 4) * 4, 4))
             except Exception as exc:
-                raise DeviceError(f"{what}: allocating {nbytes / 2**20:.1f} MiB on {self.name} failed ({exc})") from exc
+                raise DeviceError(f"{what}: allocating {size_text(nbytes)} on {self.name} failed ({exc})") from exc
             error = self._error()
             if error:
-                raise DeviceError(f"{what}: allocating {nbytes / 2**20:.1f} MiB on {self.name} failed ({error})")
+                raise DeviceError(f"{what}: allocating {size_text(nbytes)} on {self.name} failed ({error})")
         return buffer
 
     def upload(self, buffer, array, blocking: bool = True, what: str = "data", mapped: bool | None = None) -> None:

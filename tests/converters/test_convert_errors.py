@@ -246,7 +246,7 @@ def test_an_operator_with_a_constant_operand_is_listed_with_the_other_unsupporte
 
 @pytest.mark.parametrize("fmt", ["keras3-zip", "keras3-h5"])
 def test_an_input_shape_not_fully_known_is_refused(keras_zoo, out_dir, fmt):
-    assert_convert_fails(keras_zoo.path(fmt, "unknown_shape"), out_dir, "input shape (None, 4) is not fully known",
+    assert_convert_fails(keras_zoo.path(fmt, "unknown_shape"), out_dir, "input shape (None, None, 4) is not fully known",
                          "every axis but the batch")
 
 
