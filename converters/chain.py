@@ -224,6 +224,12 @@ def node_inputs(node: Any) -> list[tuple]:
     refs: list[tuple] = []
     if isinstance(node, dict):  # Keras 3
         _tensor_refs({"args": node.get("args"), "kwargs": node.get("kwargs")}, refs)
+    elif isinstance(node, list) and node and isinstance(node[0], str):
+        # tf_keras's TFOpLambda: one flat reference [name, node_index, tensor_index, kwargs], whose
+        # kwargs may name the operation's other tensor ({"y": [name, 0, 0]})
+        refs.append(tuple(node[:3]))
+        if len(node) > 3:
+            _tensor_refs(node[3], refs)
     elif isinstance(node, list):  # Keras 2: [[name, node_index, tensor_index, kwargs], ...]
         for item in node:
             if isinstance(item, list) and item and isinstance(item[0], str):

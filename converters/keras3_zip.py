@@ -243,7 +243,7 @@ def _check_unclaimed(h5, model: ModelNode, prefix: str, claimed: set, source: st
     layers = h5.get(f"{prefix}layers")
     if not isinstance(layers, h5py.Group):
         return
-    known = dict(zip(_saving_names(model), model.members))
+    known = {name: m for name, m in zip(_saving_names(model), model.members) if name is not None}
     for key in layers:
         path = f"{prefix}layers/{key}"
         owner = known.get(key)
@@ -301,5 +301,8 @@ def _find_vars(h5: h5py.File, trail: tuple, layer_name: str, source: str, member
 
 
 
-def _saving_names(model: ModelNode) -> list[str]:
-    return unique_saving_names([m.class_name for m in model.members])
+def _saving_names(model: ModelNode) -> list:
+    """Each member's path component under ``layers/`` (None for a Keras 3 operation: Keras numbers
+    the model's layers alone, so ``a + b`` before a ``layers.Add`` leaves it ``add``, not ``add_1``)."""
+    layers = iter(unique_saving_names([m.class_name for m in model.members if not is_operation(m)]))
+    return [None if is_operation(m) else next(layers) for m in model.members]

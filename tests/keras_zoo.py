@@ -902,6 +902,12 @@ class Zoo:
             # beside an unsupported layer: both are named in one message
             self.add("constant_operand", K.Model(cx, [L.Dense(3, name="c_dense")(cx) * 2.0, L.Masking(name="c_mask")(cx)],
                                                  name="constant_operand"), kind="reader")
+            # an operation a + b before a layers.Add: Keras numbers the layers' weight groups alone
+            ox = K.Input((4,), name="ox")
+            d1, d2 = L.Dense(4, name="op_d1")(ox), L.Dense(4, name="op_d2")(ox)
+            op_first = K.Model(ox, L.Dense(2, name="op_out")(L.Add(name="res_add")([d1 + d2, d1])), name="op_first")
+            self.randomize(op_first, 7)
+            self.add("operation_before_layer", op_first, self.uniform((4,), seed=7), layer_outputs=False, kind="reader")
             # an input whose shape is not fully known apart from the batch
             self.add("unknown_shape", K.Sequential([K.Input((None, 4)), L.Dense(2, name="u_dense")], name="unknown_shape"),
                      kind="reader")
@@ -923,6 +929,9 @@ class Zoo:
             self.models["unbuilt"] = {"key": "unbuilt", "generation": self.generation, "kind": "reader",
                                       "files": {"keras3-zip": f"{self.generation}/unbuilt.keras"}}
         else:
+            tx = K.Input((4,), name="tx")   # h * 2.0 in tf_keras: a TFOpLambda whose node is one flat reference
+            self.add("tf_op_lambda", K.Model(tx, L.Dense(2, name="t_out")(L.Dense(4, name="t_dense")(tx) * 2.0),
+                                             name="tf_op_lambda"), suffixes=(".h5",), kind="reader")
             small = K.Sequential([L.Dense(2, name="small", input_shape=(3,))])
             small.save_weights(os.path.join(folder, "small_weights.h5"))
             small.save_weights(os.path.join(folder, "ckpt", "small"))   # a TensorFlow checkpoint

@@ -418,3 +418,21 @@ def test_batchnorm_over_several_axes_is_refused_by_name():
     with pytest.raises(ConversionError, match=r"^m\.h5: layer 'bn' \(BatchNormalization\): BatchNormalization over "
                                               r"several axes \(axis=\[1, 3\]\) is not supported"):
         check_model(model)
+
+
+@pytest.mark.parametrize("fmt", ["keras3-zip", "keras3-h5"])
+def test_an_operation_before_a_layer_of_its_class_reads_the_layers_weights(keras_zoo, device, fmt):
+    """Keras numbers the weight groups of a model's layers alone: ``d1 + d2`` before a
+    ``layers.Add`` leaves the layer's group ``add``, which malinn looked up as ``add_1`` and refused
+    ("the weights do not match"; MobileNetV3's .keras files hid their real refusal behind it)."""
+    model = malinn.load_model(keras_zoo.path(fmt, "operation_before_layer"))
+    data = keras_zoo.data(fmt, "operation_before_layer")
+    got, want = model.predict(data["x"]), data["y"]
+    assert np.abs(got - want).max() <= 1e-5 * max(1.0, float(np.abs(want).max())), fmt
+
+
+def test_a_tf_keras_operation_layer_is_refused_by_name(keras_zoo, out_dir):
+    """tf_keras saves a TFOpLambda's node as one flat reference: it was read as a call of no inputs
+    and convert failed with "unexpected IndexError"."""
+    assert_convert_fails(keras_zoo.path("keras2-h5", "tf_op_lambda"), out_dir,
+                         "1 unsupported layer(s): TFOpLambda 'tf.math.multiply'")
