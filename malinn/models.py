@@ -220,9 +220,7 @@ class PlannedModel:
                 and type(x) is np.ndarray and x.shape == last[5] and x.dtype == np.float32 and x.flags.c_contiguous:
             # the same call as last time with an array of the same shape (which passed the checks
             # then): its plan, nothing checked or decided again while the model and device stand
-            device = get_device()
-            if last[0] is device and last[2] == self._stamp() and last[4].precision == self._precision \
-                    and last[3] == (device.max_allocation, device.global_memory):
+            if self._last_serves(last, get_device()):
                 return last[4].run([x])
         if not self.layers and not self.built:
             raise ValueError(f"{type(self).__name__} {self.name!r} has no layers to predict with")
@@ -237,9 +235,8 @@ class PlannedModel:
         if n == 0:
             return [np.zeros((0,) + tuple(s[1:]), np.float32) for s in self._output_shapes(every_layer)]
         device = get_device()
-        if last is not None and last[0] is device and last[1] == n and batch_size is None and not every_layer \
-                and last[2] == self._stamp() and last[4].precision == self._precision \
-                and last[3] == (device.max_allocation, device.global_memory):
+        if last is not None and last[1] == n and batch_size is None and not every_layer \
+                and self._last_serves(last, device):
             return last[4].run(xs)          # the same call as last time: its plan, nothing decided again
         step = min(n, int(batch_size)) if batch_size else n
         step = max(1, min(step, self.max_batch(device, limit=step)))
@@ -254,6 +251,12 @@ class PlannedModel:
         if len(passes) == 1:
             return passes[0]
         return [np.concatenate(parts, axis=0) for parts in zip(*passes)]
+
+    def _last_serves(self, last: tuple, device: Device) -> bool:
+        """Whether the last one-pass call's plan (``_last``) still serves a call on ``device``: the
+        same device, model state, precision and device limits."""
+        return (last[0] is device and last[2] == self._stamp() and last[4].precision == self._precision
+                and last[3] == (device.max_allocation, device.global_memory))
 
     @staticmethod
     def _as_float32(x, who: str) -> np.ndarray:
