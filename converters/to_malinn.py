@@ -1,7 +1,7 @@
 """Turns a :class:`KerasModel` (what a Keras file holds) into a malinn ``Sequential`` (a chain) or
 ``Functional`` (any other graph: merges, shared layers, several inputs and outputs).
 
-Inference no-ops (Dropout and friends) are dropped (a model of nothing else becomes one Identity);
+Inference no-ops (Dropout and friends, the random augmentation layers) are dropped (a model of nothing else becomes one Identity);
 a per-feature affine layer on the last axis (BatchNormalization, Rescaling, Normalization) right
 after a linear Dense is folded into that Dense's kernel and bias (the layer's ``absorb_affine``), one
 that only scales (no shift) right before a Dense into that Dense's kernel (``absorb_input_affine``);
@@ -18,11 +18,12 @@ from malinn.registry import lookup
 from malinn.errors import ConversionError
 
 from .model_spec import KerasModel
+from .validate import AUGMENTATIONS
 
 __all__ = ["to_model", "SUPPORTED_LAYERS", "SUPPORTED_ACTIVATIONS"]
 
 NO_OPS = ("Dropout", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianNoise",
-          "GaussianDropout", "AlphaDropout", "ActivityRegularization", "Identity", "InputLayer")
+          "GaussianDropout", "AlphaDropout", "ActivityRegularization", "Identity", "InputLayer") + AUGMENTATIONS
 MERGES = ("Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate", "Dot")
 #: Keras window layers (channels last) -> the config keys passed on to the malinn layer of that name
 #: ("activation" is mapped to malinn's name): every argument of Keras 3's layer that changes what it
@@ -269,6 +270,10 @@ def _layer(kl, cfg, rank: int, keras_major: int, unsupported: list, shape: tuple
         # the least norm normalize divides by: Keras 3's epsilon; tf_keras's l2_normalize floors the squares at 1e-12
         return layer_class(cls)(axes, normalize=bool(cfg.get("normalize", False)),
                                 epsilon=1e-7 if keras_major >= 3 else 1e-6, name=kl.name)
+    if cls == "RandomCrop":   # not one of the AUGMENTATIONS dropped: what it does at inference depends on the Keras
+        unsupported.append(f"RandomCrop {kl.name!r} (tf_keras crops and resizes at inference, Keras 3 returns the "
+                           "input: crop the images before predict and save the model without it)")
+        return None
     unsupported.append(f"{cls} {kl.name!r}")
     return None
 

@@ -14,8 +14,20 @@ from malinn.errors import ConversionError
 
 from .model_spec import KerasLayer, KerasModel
 
-#: Layers without weights whose output shape equals their input shape.
-SHAPE_PRESERVING = frozenset(
+#: Keras's random augmentation layers: each returns its input unchanged at inference, in Keras 3 and
+#: in tf_keras (tests/graph_zoo.py's "augmented" model runs every one the installed Keras has and
+#: compares), so the converter drops them as it drops Dropout. RandomCrop is not one: tf_keras crops
+#: at inference.
+AUGMENTATIONS = (
+    "RandomFlip", "RandomRotation", "RandomZoom", "RandomTranslation", "RandomContrast", "RandomBrightness",
+    "RandomHeight", "RandomWidth", "RandomColorDegeneration", "RandomColorJitter", "RandomElasticTransform",
+    "RandomErasing", "RandomGaussianBlur", "RandomGrayscale", "RandomHue", "RandomInvert", "RandomPerspective",
+    "RandomPosterization", "RandomSaturation", "RandomSharpness", "RandomShear", "AugMix", "CutMix", "MixUp",
+    "RandAugment", "Solarization",
+)
+
+#: Layers without weights whose output shape equals their input shape (at inference).
+SHAPE_PRESERVING = frozenset(AUGMENTATIONS) | frozenset(
     {
         "Activation", "Dropout", "AlphaDropout", "GaussianDropout", "GaussianNoise",
         "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "ActivityRegularization",

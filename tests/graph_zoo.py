@@ -35,9 +35,28 @@ DOTS = [("dot_r2", (6,), (6,), 1, False), ("dot_r2_norm", (6,), (6,), 1, True),
         ("dot_r3_12", (3, 6), (5, 3), (1, 2), False), ("dot_r3_norm", (3, 6), (4, 6), (2, 2), True),
         ("dot_r3_r2", (3, 6), (6,), (2, 1), False), ("dot_neg", (3, 6), (4, 6), -1, False)]
 #: models only Keras 3 builds (inputs and outputs given as dicts, an operator on tensors)
-KERAS3_ONLY = {"dict_io", "dict_keys"}
+KERAS3_ONLY = {"dict_io", "dict_keys", "augmented_keras3"}
 #: graphs malinn must refuse, each with the layers its one ConversionError must name
-ERROR_MODELS = {"unsupported_graph": ["LSTM 'lstm'", "Dot 'dot4'", "Attention 'att'"]}
+ERROR_MODELS = {"unsupported_graph": ["LSTM 'lstm'", "Dot 'dot4'", "Attention 'att'"],
+                "random_crop": ["RandomCrop 'crop' (tf_keras crops and resizes at inference"]}
+#: Keras's random augmentation layers with the arguments they need: the "augmented" models run each
+#: one the installed Keras has (Keras 3 lacks RandomHeight / RandomWidth, tf_keras the colour ones);
+#: "augmented_keras3" those Keras 3 cannot write to .h5 (their configs hold a module: Keras raises),
+#: saved as .keras alone
+AUGMENTATION_ARGS = {
+    "RandomFlip": {}, "RandomRotation": {"factor": 0.2}, "RandomZoom": {"height_factor": 0.2},
+    "RandomTranslation": {"height_factor": 0.2, "width_factor": 0.2}, "RandomContrast": {"factor": 0.3},
+    "RandomBrightness": {"factor": 0.3}, "RandomHeight": {"factor": 0.3}, "RandomWidth": {"factor": 0.3},
+    "RandomColorDegeneration": {"factor": 0.3}, "RandomColorJitter": {}, "RandomElasticTransform": {},
+    "RandomErasing": {}, "RandomGaussianBlur": {}, "RandomGrayscale": {}, "RandomHue": {"factor": 0.3},
+    "RandomInvert": {}, "RandomPerspective": {}, "RandomPosterization": {"factor": 4},
+    "RandomSaturation": {"factor": 0.3}, "RandomSharpness": {"factor": 0.3}, "RandomShear": {}, "AugMix": {},
+    "CutMix": {}, "MixUp": {}, "RandAugment": {}, "Solarization": {},
+}
+NO_H5 = {"RandomBrightness", "RandomColorDegeneration", "RandomPosterization", "RandomSaturation",
+         "RandomSharpness", "Solarization"}
+#: models Keras 3 saves as .keras only
+KERAS3_ZIP_ONLY = {"augmented_keras3"}
 BATCH_SIZES = [1, 7, 100]
 RANGES = {"unit": 1.0, "large": 1000.0}
 
@@ -50,7 +69,8 @@ def model_keys() -> list:
     keys += ["concat_three_mixed"]
     keys += [key for key, *_ in DOTS]
     keys += ["residual", "shared_two_outputs", "nested_shared", "nested_functional", "diamond", "dict_io",
-             "nested_functional_twice", "nested_sequential_twice", "input_as_output", "inputs_only", "dict_keys"]
+             "nested_functional_twice", "nested_sequential_twice", "input_as_output", "inputs_only", "dict_keys",
+             "augmented", "augmented_keras3"]
     return keys + list(ERROR_MODELS)
 
 
@@ -159,6 +179,21 @@ def build(K, key):
         a, b = K.Input((4,), name="a_in"), K.Input((3,), name="b_in")
         h = L.Concatenate(name="cat")([L.Dense(2, name="d")(a), b])
         return K.Model({"beta": b, "alpha": a}, L.Dense(2, name="head")(h), name=key)
+    if key in ("augmented", "augmented_keras3"):
+        # keras.io's "image classification from scratch": random augmentation in a nested Sequential
+        # (each layer returns its input at inference), then Rescaling, a convolution and a residual
+        names = [name for name in AUGMENTATION_ARGS if hasattr(L, name) and (name in NO_H5) == (key != "augmented")]
+        aug = K.Sequential([K.Input((9, 9, 3))] + [getattr(L, name)(**AUGMENTATION_ARGS[name], name=name.lower())
+                                                    for name in names], name="augmentation")
+        x = K.Input((9, 9, 3), name="x")
+        h = L.Rescaling(1 / 255.0, name="rescale")(aug(x))
+        h = L.Conv2D(3, 3, padding="same", activation="relu", name="conv")(h)
+        h = L.Add(name="res")([h, L.RandomFlip(name="flip_inner")(x)])
+        h = L.GlobalAveragePooling2D(name="gap")(h)
+        return K.Model(x, L.Dense(3, name="head")(h), name=key)
+    if key == "random_crop":       # an augmentation layer whose inference differs between Keras 3 and tf_keras
+        x = K.Input((9, 9, 3), name="x")
+        return K.Model(x, L.Conv2D(2, 3, name="conv")(L.RandomCrop(8, 8, name="crop")(x)), name=key)
     if key == "unsupported_graph":
         x, y = K.Input((3, 4), name="x"), K.Input((2, 3, 4), name="y")
         d = L.Dot(axes=3, name="dot4")([y, y])
@@ -209,7 +244,8 @@ def main(argv):
                         sub.set_weights([(rng.standard_normal(w.shape) * 0.5).astype(np.float32) for w in weights])
             base = os.path.join(out, generation, key)
             model.save(base + ".keras")
-            model.save(base + ".h5")
+            if key not in KERAS3_ZIP_ONLY:
+                model.save(base + ".h5")
             data = {}
             for label, scale in RANGES.items():
                 xs = [rng.uniform(-scale, scale, (100,) + tuple(t.shape[1:])).astype(np.float32) for t in model.inputs]

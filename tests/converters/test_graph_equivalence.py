@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import malinn
-from graph_zoo import BATCH_SIZES, ERROR_MODELS, FORMATS, KERAS3_ONLY, RANGES, model_keys
+from graph_zoo import BATCH_SIZES, ERROR_MODELS, FORMATS, KERAS3_ONLY, KERAS3_ZIP_ONLY, RANGES, model_keys
 
 ZOO_SCRIPT = Path(__file__).resolve().parents[1] / "graph_zoo.py"
 EQUIVALENCE = [key for key in model_keys() if key not in ERROR_MODELS]
@@ -77,7 +77,8 @@ def assert_keras_close(got, want, what, tolerance=1e-5):
 
 
 @pytest.mark.parametrize("fmt,key", [pytest.param(fmt, key, id=f"{fmt}-{key}") for fmt in FORMATS for key in EQUIVALENCE
-                                     if key not in KERAS3_ONLY or FORMATS[fmt][0] == "keras3"])
+                                     if (key not in KERAS3_ONLY or FORMATS[fmt][0] == "keras3")
+                                     and (key not in KERAS3_ZIP_ONLY or fmt == "keras3-zip")])
 @pytest.mark.formats_once
 def test_graph_matches_keras(graph_zoo, device, tmp_path, fmt, key):
     path, data_path = zoo_file(graph_zoo, fmt, key)
@@ -163,3 +164,13 @@ def test_verify_compares_a_graph_layer_by_layer(graph_zoo, device, capsys, fmt, 
     # rows with both errors (not "(not compared)", nor the argmax and OK lines after the table)
     compared = [line for line in text.splitlines() if re.search(r"\de[-+]\d\d +\d\.\d+e[-+]\d\d$", line)]
     assert len(compared) >= outputs + 1, text   # the outputs and at least one layer of their own
+
+
+def test_the_zoo_runs_every_augmentation_layer_the_converter_drops():
+    """The "augmented" models try each layer the converter drops as a random augmentation (those the
+    installed Keras has), so each one's identity at inference is checked against Keras above."""
+    from graph_zoo import AUGMENTATION_ARGS
+
+    from malinn.converters.validate import AUGMENTATIONS
+
+    assert set(AUGMENTATION_ARGS) == set(AUGMENTATIONS)
