@@ -329,9 +329,13 @@ def check_writable() -> None:
     """Fails before any timing when the results could not be stored.
 
     Raises:
-        MalinnError: the cache folder is not a folder, or a newer malinn wrote the database.
+        MalinnError: the cache folder is not a folder, the database's path is a folder, or a newer
+            malinn wrote the database.
     """
     path = tuning_file()
+    if path.is_dir():
+        raise MalinnError(f"{path} is a folder, where the tuning database is a file: move it away (or set "
+                          f"MALINN_CACHE_DIR to another folder)")
     for folder in (path.parent, *path.parent.parents):
         if folder.exists():
             if not folder.is_dir():

@@ -131,6 +131,11 @@ def test_tune_fails_before_any_timing_when_it_could_not_store_the_result(device,
     with pytest.raises(MalinnError, match="newer malinn"):
         tuner.tune(device, shapes=[(8, 8, 8)], quick=True, repeat=1, stream=progress)
     assert progress.getvalue() == ""
+    (tmp_path / "tuning.json").unlink()
+    (tmp_path / "tuning.json").mkdir()     # the database's path taken by a folder
+    with pytest.raises(MalinnError, match="tuning.json is a folder"):
+        tuner.tune(device, shapes=[(8, 8, 8)], quick=True, repeat=1, stream=progress)
+    assert progress.getvalue() == ""
 
 
 def test_use_overrides_the_tuned_choice(device, cache):
