@@ -61,16 +61,22 @@ def use(op: str, codename: str, device: Device | None = None, config: dict | Non
 
     Raises:
         LibraryError: ``codename`` is unknown, implements another op, or ``config`` does not fit it.
+        DeviceError: the device cannot launch that configuration (its work-group or local memory).
         ValueError: ``device`` is not a malinn device (a name such as ``"gpu"``: see ``set_device``).
     """
     spec = load_library()[codename]
     if spec.op != op:
         raise LibraryError(f"kernel {codename!r} implements {spec.op!r}, not {op!r}")
-    spec.configure(config)
+    configured = spec.configure(config)
     if device is not None and not isinstance(device, Device):
         raise ValueError(f"use: device must be a malinn device (malinn.devices(), malinn.get_device()), got "
                          f"{device!r}; malinn.set_device({device!r}) makes it the current one")
     device = device or get_device()
+    limit = configured.launch_limit(device)
+    if limit:   # else every layer would fall back to another kernel, without a word
+        raise DeviceError(f"use: kernel {codename!r} in {'configuration ' + str(config) if config else 'its defaults'} "
+                          f"{limit}: choose a configuration within the device's limits (its candidates: "
+                          f"docs/KERNELS.md) or another kernel")
     with _lock:
         _choices(device)[op] = (codename, dict(config or {}))
         _epoch[0] += 1

@@ -292,6 +292,22 @@ class KernelSpec:
         local = self.template[1].get("local_bytes")
         return local is None or evaluate(local, self.config) <= device.local_memory
 
+    def launch_limit(self, device) -> str | None:
+        """What keeps ``device`` from launching this configuration, in words (its work-group or its
+        local memory beyond the device's), else None (also where the local memory it needs depends on
+        a layer's geometry that this configuration does not hold: a convolution's)."""
+        items = math.prod(self.workgroup) if self.workgroup else 0
+        if items > device.max_work_group_size:
+            return f"runs work-groups of {items} items; {device.name} launches at most {device.max_work_group_size}"
+        local = self.template[1].get("local_bytes")
+        try:
+            needed = evaluate(local, self.config) if local is not None else 0
+        except (ValueError, TypeError):
+            return None
+        if needed > device.local_memory:
+            return f"needs {needed:,} bytes of local memory; {device.name} has {device.local_memory:,}"
+        return None
+
     def loop_iterations(self, backend: str, values: dict) -> int | None:
         """The loop iterations one invocation of ``backend``'s source runs for the scalar ``values``
         (:func:`~malinn.kernel_call.scalar_values`), where the entry's ``sources.<backend>.loop_iterations``

@@ -266,8 +266,13 @@ def test_a_kernel_whose_work_group_the_device_cannot_launch_is_refused_by_name(d
     if not library["conv_kn2col"].has_source(device.backend):
         pytest.skip(f"conv_kn2col has no {device.backend} source")
     model, _ = conv_model(9, 5, 7, 3)
+    config = {"MWI": 8, "NWI": 4, "MDIM": 8, "NDIM": 16}
     monkeypatch.setattr(device, "max_work_group_size", 64)
-    kernel_choice.use("conv", "conv_kn2col", device=device, config={"MWI": 8, "NWI": 4, "MDIM": 8, "NDIM": 16})
+    with pytest.raises(malinn.DeviceError, match=r"use: kernel 'conv_kn2col' .* runs work-groups of 128 items"):
+        kernel_choice.use("conv", "conv_kn2col", device=device, config=config)   # refused where it is made
+    monkeypatch.setattr(device, "max_work_group_size", 128)
+    kernel_choice.use("conv", "conv_kn2col", device=device, config=config)
+    monkeypatch.setattr(device, "max_work_group_size", 64)                      # and where it is launched
     x = rng.standard_normal((2, 9, 9, 5)).astype(np.float32)
     with pytest.raises(malinn.DeviceError, match=r"kernel conv_kn2col runs only in work-groups of 16 x 8 items over "
                                                  r"its range .* launches at most 64 items a group"):

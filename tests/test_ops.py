@@ -9,7 +9,8 @@ from helpers import activation as ref_activation
 from helpers import assert_close
 from helpers import program_key
 from malinn import ops
-from malinn.errors import LibraryError
+from malinn.errors import DeviceError, LibraryError
+from malinn.kernel_choice import explicit_choice
 from malinn.kernel_library import load_library
 from malinn.layout import Layout
 from malinn.matrix import DeviceMatrix
@@ -163,6 +164,22 @@ def test_use_changes_the_kernel_and_rejects_mismatches(device):
         ops.use("matmul", "relu", device)
     with pytest.raises(LibraryError, match="no kernel with codename"):
         ops.use("matmul", "fastest", device)
+
+
+def test_use_refuses_a_configuration_the_device_cannot_launch(device, monkeypatch):
+    """A choice whose work-group or local memory is beyond the device would be replaced by a fallback
+    kernel at every layer, without a word: refused where it is made, naming the limit."""
+    monkeypatch.setattr(device, "max_work_group_size", 64)
+    with pytest.raises(DeviceError, match=r"'gemm_tiled' in configuration \{'MDIMC': 16\} runs work-groups of 256 "
+                                          r"items; .* launches at most 64"):
+        ops.use("matmul", "gemm_tiled", device, {"MDIMC": 16})
+    monkeypatch.setattr(device, "max_work_group_size", 256)
+    monkeypatch.setattr(device, "local_memory", 1024)
+    with pytest.raises(DeviceError, match=r"'gemv' in its defaults needs 9,\d+ bytes of local memory; .* has 1,024"):
+        ops.use("matmul", "gemv", device)
+    assert explicit_choice("matmul", device) is None
+    ops.use("matmul", "crossv", device)            # 64 items, no local memory
+    assert ops.kernel_for("matmul", device).codename == "crossv"
 
 
 def test_upload_and_download_are_counted(device):
