@@ -22,7 +22,7 @@ if not (_Path(__file__).resolve().parent / "converters").is_dir():
 from . import layers, ops  # noqa: E402
 from .device_selection import Device, devices, get_device, set_device  # noqa: E402
 from .errors import (BackendError, ConversionError, DeviceError, KernelBuildError, LayoutError,  # noqa: E402
-                     LibraryError, MalinnError)
+                     LibraryError, MalinnError, SettingError)
 from .kernel_library import load_library  # noqa: E402
 from .layout import Layout  # noqa: E402
 from .models import Sequential  # noqa: E402
@@ -37,5 +37,5 @@ __all__ = [
     "Sequential", "Functional", "Model", "Input", "load_model", "convert", "layers", "ops", "Layout", "load_library",
     "Device", "devices", "get_device", "set_device",
     "MalinnError", "DeviceError", "KernelBuildError", "LibraryError", "BackendError", "LayoutError",
-    "ConversionError",
+    "ConversionError", "SettingError",
 ]

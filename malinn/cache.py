@@ -1,6 +1,7 @@
 """malinn's per-user cache folder, and cache entries that are checked before anything uses them.
 
-The cache folder is ``$MALINN_CACHE_DIR``, else ``$XDG_CACHE_HOME/malinn``, else ``~/.cache/malinn``.
+The cache folder is ``$MALINN_CACHE_DIR``, else ``$XDG_CACHE_HOME/malinn``, else ``~/.cache/malinn``
+(:func:`cache_dir`).
 It holds the tuner's results (``tuning.json``) and entries of named kinds (``programs``: compiled
 program binaries), one file per entry at ``<cache dir>/<kind>/<sha256 of the key>.bin``.
 
@@ -63,11 +64,22 @@ class DamagedEntry(Exception):
 
 
 def cache_dir() -> Path:
-    """The folder of malinn's per-user caches (tuning results, program binaries)."""
-    if os.environ.get("MALINN_CACHE_DIR"):
-        return Path(os.environ["MALINN_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "malinn"
+    """The folder of malinn's per-user caches (tuning results, program binaries): ``$MALINN_CACHE_DIR``
+    (a leading ``~`` is the home folder, as a shell would have it: a service manager's or a Dockerfile's
+    ``ENV`` passes it on as it is), else ``$XDG_CACHE_HOME/malinn`` where that is an absolute path (a
+    relative one is ignored, as the XDG specification says), else ``~/.cache/malinn``; where no home
+    folder is known (``HOME`` empty, or unset without a password entry), ``malinn-cache-<uid>`` in the temporary folder,
+    never a folder named ``~`` in the working directory."""
+    configured = os.environ.get("MALINN_CACHE_DIR", "").strip()
+    if configured:
+        return Path(os.path.expanduser(configured))
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(xdg):
+        return Path(xdg) / "malinn"
+    home = os.path.expanduser("~")   # with HOME set empty, "/"
+    if not os.path.isabs(home) or os.environ.get("HOME", "unset").strip() == "":
+        return Path(tempfile.gettempdir()) / f"malinn-cache-{getattr(os, 'getuid', lambda: 'user')()}"
+    return Path(home) / ".cache" / "malinn"
 
 
 def _canonical(key: dict) -> bytes:
@@ -201,8 +213,24 @@ def locked(path: Path):
             yield
 
 
+def _umask() -> int:
+    """The process's umask (read from /proc where it can be, without changing it; else set and restored)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     """Writes ``data`` to ``path`` atomically: a temporary file beside it, fsync, rename, fsync the folder.
+    The file gets the mode any new file would (0666 less the umask), so a cache filled by one user
+    (``malinn tune`` when an image is built) serves another (the service).
 
     Creates the folder when missing, and removes temporaries of this naming left in it more than
     an hour ago by a killed process.
@@ -215,6 +243,8 @@ def write_atomic(path: Path, data: bytes) -> None:
     _sweep_stale_temporaries(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:32]}.", suffix=".malinn-tmp", dir=path.parent)
     try:
+        if hasattr(os, "fchmod"):   # mkstemp makes it 0600: as any new file instead, so another user can share the cache
+            os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

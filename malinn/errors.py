@@ -31,6 +31,10 @@ class ConversionError(MalinnError, ValueError):
     """A model file cannot be read or converted; the message names the file and the cause."""
 
 
+class SettingError(MalinnError, ValueError):
+    """A malinn environment variable holds a value malinn does not read; the message names it."""
+
+
 class BackendError(LibraryError):
     """What a model needs has no kernel on the device's backend (an op or a weight precision the
     OpenGL backend has no shader for); the message names it and the backends that have one."""

@@ -168,9 +168,10 @@ def test_program_binaries_are_cached_for_the_next_process(tmp_path):
     builds2, hits2 = map(int, second.stdout.split())
     assert builds1 > 0 and hits1 == 0
     assert builds2 == 0 and hits2 == builds1
-    off = subprocess.run([sys.executable, "-c", script], env={**env, "MALINN_BINARY_CACHE": "0"},
-                         capture_output=True, text=True, timeout=300)
-    assert off.stdout.split() == [str(builds1), "0"]
+    for value in ("0", " false ", "OFF"):   # any spelling of off (a "false" was once ignored: the cache stayed on)
+        off = subprocess.run([sys.executable, "-c", script], env={**env, "MALINN_BINARY_CACHE": value},
+                             capture_output=True, text=True, timeout=300)
+        assert off.stdout.split() == [str(builds1), "0"], (value, off.stderr)
 
 
 def test_a_damaged_binary_is_rebuilt_from_source(tmp_path):
@@ -298,3 +299,35 @@ def test_a_long_running_process_sweeps_again_an_hour_later(cache_dir, monkeypatc
     clock[0] += 3600
     write_entry("programs", KEY, b"payload")          # past the hour: swept, the temporary old enough
     assert not left.exists()
+
+
+def test_cache_files_get_the_mode_of_any_new_file(cache_dir):
+    """mkstemp's 0600 kept a cache filled by one user (``malinn tune`` at an image's build) from the
+    service running as another: every entry and the tuning database missed, with a warning each."""
+    old = os.umask(0o022)
+    try:
+        write_entry("programs", {"k": 1}, b"payload")
+        cache.write_atomic(cache_dir / "tuning.json", b"{}")
+        os.umask(0o077)
+        cache.write_atomic(cache_dir / "private.json", b"{}")
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in cache_dir.rglob("*") if p.is_file()}
+    assert modes.pop("tuning.json") == 0o644 and modes.pop("private.json") == 0o600
+    assert list(modes.values()) == [0o644], modes
+
+
+@pytest.mark.parametrize("env,expected", [
+    ({"MALINN_CACHE_DIR": "~/mc"}, "{home}/mc"),                       # as a Dockerfile's ENV passes it
+    ({"MALINN_CACHE_DIR": "", "XDG_CACHE_HOME": "relcache"}, "{home}/.cache/malinn"),   # relative: ignored
+    ({"MALINN_CACHE_DIR": "", "XDG_CACHE_HOME": "/xdg"}, "/xdg/malinn"),
+    ({"MALINN_CACHE_DIR": "", "XDG_CACHE_HOME": "", "HOME": ""}, "{tmp}/malinn-cache-{uid}"),
+])
+def test_the_cache_folder_is_never_a_path_relative_to_the_working_directory(monkeypatch, tmp_path, env, expected):
+    import tempfile
+
+    home = str(tmp_path / "home")
+    monkeypatch.setenv("HOME", home)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert str(cache.cache_dir()) == expected.format(home=home, tmp=tempfile.gettempdir(), uid=os.getuid())

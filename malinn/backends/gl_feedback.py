@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..environment import switch
 from ..errors import DeviceError, KernelBuildError
 from ..expressions import evaluate
 from ..layout import Layout
@@ -107,7 +108,7 @@ void main() {
 
 def no_compute() -> bool:
     """Whether ``MALINN_GL_NO_COMPUTE=1`` asks for every OpenGL device as a gles3 device."""
-    return os.environ.get("MALINN_GL_NO_COMPUTE", "").strip() == "1"
+    return bool(switch("MALINN_GL_NO_COMPUTE", False))
 
 
 def inverse_index_macros(layout: Layout, suffix: str) -> str:
@@ -561,7 +562,7 @@ def discover(others: list | None = None, force: bool = False) -> list:
             again unless forced).
         force: look even where :func:`~malinn.backends.opengl.wanted` says not to, on every EGL device.
     """
-    if os.environ.get("MALINN_GL", "").strip() == "0" or not (force or wanted(others or [])):
+    if switch("MALINN_GL", None) is False or not (force or wanted(others or [])):
         return []
     try:
         _moderngl()

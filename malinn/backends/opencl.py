@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..cache import read_entry, write_entry
-from ..errors import DeviceError, KernelBuildError
+from ..environment import switch
+from ..errors import DeviceError, KernelBuildError, SettingError
 from ..layout import Layout
 from ..version import __version__
 from .base import ALLOCATION_HINT, BoundLaunch, Device, size_text
@@ -68,6 +69,18 @@ def status_name(error: Exception) -> str:
                 return f"CL_{name}"
         return f"OpenCL status {code}"
     return type(error).__name__
+
+
+def _defined_names(options) -> set:
+    """The macro names compiler ``options`` define or undefine (``-DNAME``, ``-DNAME=V``, ``-D NAME=V``,
+    ``-UNAME``)."""
+    names, tokens = set(), list(options)
+    for i, token in enumerate(tokens):
+        if token in ("-D", "-U") and i + 1 < len(tokens):
+            token = token + tokens[i + 1]
+        if token[:2] in ("-D", "-U") and len(token) > 2:
+            names.add(token[2:].split("=", 1)[0])
+    return names
 
 
 def _build_quietly(raw, cl_device, options: list) -> str:
@@ -139,7 +152,7 @@ def zero_copy_enabled(device: Device) -> bool:
     ``MALINN_ZERO_COPY=0``: buffers are then allocated with ``CL_MEM_ALLOC_HOST_PTR`` and filled
     and read through ``clEnqueueMapBuffer``, so no second copy of the data is made.
     """
-    return device.host_unified_memory and os.environ.get("MALINN_ZERO_COPY", "1") != "0"
+    return device.host_unified_memory and switch("MALINN_ZERO_COPY", True)
 
 
 #: the platform name PoCL reports (its CPU device here)
@@ -250,7 +263,7 @@ class OpenCLDevice(Device):
 
     def _pinned(self, nbytes: int) -> bool:
         return not (self.host_unified_memory or nbytes < PINNED_MIN_BYTES
-                    or os.environ.get("MALINN_PINNED", "1") == "0")
+                    or not switch("MALINN_PINNED", True))
 
     def fill_zero(self, buffer, nbytes: int, what: str = "buffer") -> None:
         cl = _cl()
@@ -297,7 +310,13 @@ class OpenCLDevice(Device):
         cl = _cl()
         if self.is_pocl and tensorflow_loaded():
             raise KernelBuildError(f"building {origin} for {self.name}: {TENSORFLOW_HINT}")
-        options = tuple(options) + self.extra_build_options() + QUIET_BUILD_OPTIONS
+        extra = self.extra_build_options()
+        clash = sorted(_defined_names(extra) & _defined_names(options))
+        if clash:   # the launch is sized for the kernel's own value: another would compute wrong results
+            raise SettingError(f"MALINN_CL_OPTIONS={' '.join(extra)!r} sets {', '.join(clash)}, which {origin} takes "
+                               f"from its configuration (its launch is sized for it); choose a configuration with "
+                               f"malinn.ops.use(op, codename, config=...) or malinn tune instead")
+        options = tuple(options) + extra + QUIET_BUILD_OPTIONS
         digest = hashlib.sha256(source.encode() + b"\0" + "\0".join(options).encode()).hexdigest()
         programs = self.cache.setdefault("programs", {})
         with self.build_lock:
@@ -350,7 +369,7 @@ class OpenCLDevice(Device):
 
     def _binary_key(self, source: str, options) -> dict | None:
         """The full key of a program binary in the cache (``None`` when ``MALINN_BINARY_CACHE=0``)."""
-        if os.environ.get("MALINN_BINARY_CACHE", "1") == "0":
+        if not switch("MALINN_BINARY_CACHE", True):
             return None
         return {"source_sha256": hashlib.sha256(source.encode()).hexdigest(), "options": list(options),
                 "device": self.name, "vendor": self.vendor, "driver": self.driver_version, "platform": self.platform}
@@ -569,7 +588,7 @@ def probe_key(device: OpenCLDevice) -> dict | None:
     ``MALINN_PROBE_CACHE=0``: the device's identity (platform, name, vendor, driver version), its
     OpenCL C version, the probe kernel's source and malinn's version. A driver update changes the
     key, so the probe kernel runs again."""
-    if os.environ.get("MALINN_PROBE_CACHE", "1") == "0":
+    if not switch("MALINN_PROBE_CACHE", True):
         return None
     return {"identity": device.identity, "opencl_c": device.opencl_c_version, "malinn": __version__,
             "probe_sha256": hashlib.sha256(_PROBE_SOURCE.encode()).hexdigest()}

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..cache import read_entry, write_entry
+from ..environment import switch
 from ..errors import BackendError, DeviceError, KernelBuildError
 from ..layout import Layout
 from .base import ALLOCATION_HINT, BoundLaunch, Device, size_text
@@ -617,7 +618,7 @@ class GLProgram:
         source's hash, the defines, the renderer and the driver), with the work-group shape; ``None``
         where binaries are off (``MALINN_BINARY_CACHE=0``) or the driver offers no binary format."""
         device = self.device
-        if (os.environ.get("MALINN_BINARY_CACHE", "1") == "0" or not device.binary_formats
+        if (not switch("MALINN_BINARY_CACHE", True) or not device.binary_formats
                 or not device.gl.has_binaries):
             return None
         return {"backend": "gl", "source_sha256": hashlib.sha256(text.encode()).hexdigest(),
@@ -864,9 +865,9 @@ def wanted(others: list) -> bool:
     always, ``MALINN_GL=0`` never, else only where no OpenCL GPU works (the choice order puts an
     OpenGL GPU after any OpenCL GPU). Mesa's drivers bring an LLVM of their own, and importing
     TensorFlow into a process that loaded one crashes it: where OpenCL serves, Mesa stays unloaded."""
-    setting = os.environ.get("MALINN_GL", "").strip()
-    if setting in ("0", "1"):
-        return setting == "1"
+    setting = switch("MALINN_GL", None)
+    if setting is not None:
+        return setting
     return not any(d.kind == "gpu" for d in others)
 
 
@@ -881,9 +882,9 @@ def discover(others: list | None = None, force: bool = False) -> list:
     Nothing is listed when moderngl is not installed (``pip install malinn[gl]``), or when
     TensorFlow is loaded in the process (Mesa's llvmpipe brings an LLVM of its own, as PoCL does).
     """
-    if os.environ.get("MALINN_GL", "").strip() == "0" or not (force or wanted(others or [])):
+    if switch("MALINN_GL", None) is False or not (force or wanted(others or [])):
         return []
-    if os.environ.get("MALINN_GL_NO_COMPUTE", "").strip() == "1":   # every device as gles3 (gl_feedback.py)
+    if switch("MALINN_GL_NO_COMPUTE", False):   # every device as gles3 (gl_feedback.py)
         return []
     try:
         _moderngl()

@@ -1,0 +1,36 @@
+"""malinn's environment variables, read one way.
+
+A switch (``MALINN_GL``, ``MALINN_BINARY_CACHE``, ``MALINN_PROBE_CACHE``, ``MALINN_ZERO_COPY``,
+``MALINN_PINNED``, ``MALINN_GL_NO_COMPUTE``) is on with ``1``, ``true``, ``yes`` or ``on`` and off with
+``0``, ``false``, ``no`` or ``off`` (any case, spaces around ignored); unset or empty, it keeps its
+default. Any other value is refused by name: ``MALINN_BINARY_CACHE=false`` was once ignored (the
+cache stayed on) and ``MALINN_GL=false`` loaded Mesa beside TensorFlow.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .errors import SettingError
+
+__all__ = ["switch", "ON", "OFF"]
+
+ON = ("1", "true", "yes", "on")
+OFF = ("0", "false", "no", "off")
+
+
+def switch(name: str, default: bool | None) -> bool | None:
+    """The value of the switch ``name``, or ``default`` where it is unset or empty.
+
+    Raises:
+        SettingError: the variable holds something else; the message names it and its value.
+    """
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    if value in ON:
+        return True
+    if value in OFF:
+        return False
+    raise SettingError(f"{name}={os.environ[name]!r}: expected 1 or 0 (or true/false, yes/no, on/off); "
+                       f"unset it for the default")
