@@ -235,8 +235,10 @@ def _layer(kl, cfg, rank: int, keras_major: int, unsupported: list, shape: tuple
     if cls == "Rescaling":
         return layer_class("Rescaling")(cfg.get("scale", 1.0), cfg.get("offset", 0.0), name=kl.name)
     if cls == "Normalization":
+        given = cfg.get("mean") is not None and not kl.weights   # statistics in the config: no weights, as Keras's
         return layer_class("Normalization")(axis=cfg.get("axis", -1), invert=bool(cfg.get("invert", False)),
-                                             name=kl.name)
+                                             mean=cfg["mean"] if given else None,
+                                             variance=cfg["variance"] if given else None, name=kl.name)
     if cls == "Reshape":
         return layer_class("Reshape")(list(cfg.get("target_shape") or []), name=kl.name)
     if cls == "Permute":
@@ -370,13 +372,10 @@ def _set_source(model, km: KerasModel) -> None:
 
 
 def _weights(kl, cfg, layer) -> list:
-    """The weights to set on ``layer``: the file's; a Normalization's statistics from its config
-    where the file has none (the layer broadcasts them as Keras does); a TimeDistributed PReLU's alpha with the
-    time axis put back."""
+    """The weights to set on ``layer``: the file's; a TimeDistributed PReLU's alpha with the time axis
+    put back."""
     weights = [np.asarray(w, np.float32) for w in kl.weights]
     kind = type(layer).__name__
-    if kind == "Normalization" and not weights and cfg.get("mean") is not None:
-        weights = [np.asarray(cfg["mean"], np.float32), np.asarray(cfg["variance"], np.float32)]
     if kind == "PReLU" and weights and (1,) + weights[0].shape == layer.alpha_shape:   # TimeDistributed's inner alpha
         weights = [weights[0].reshape(layer.alpha_shape)]
     return weights

@@ -77,23 +77,35 @@ class Normalization(Layer):
     """``(x - mean) / max(sqrt(variance), 1e-7)`` (Keras's Normalization), the statistics per index of
     ``axis`` (the kept axes); ``invert=True`` gives ``mean + x * max(sqrt(variance), 1e-7)``.
 
-    Weights: ``[mean, variance, count]``, mean and variance of the kept axes' sizes (Keras's).
+    Weights: ``[mean, variance, count]``, mean and variance of the kept axes' sizes (Keras's, for
+    statistics set after it is built: an adapted layer's); none where ``mean`` and ``variance`` are
+    given (Keras's too: they are then part of the config, and the layer counts no parameters).
 
     Args:
         axis: the kept axis or axes (Keras's, the batch axis being 0), or None for one mean.
+        mean: the mean, as Keras takes it: of the kept axes' sizes, or anything that broadcasts to
+            the sample's shape with 1 on the reduced axes; with ``variance``, or neither.
+        variance: the variance, likewise.
         invert: undo the normalization instead.
         name: the layer's name.
 
     Raises:
-        ValueError: a bad axis.
+        ValueError: a bad axis, or one of ``mean`` and ``variance`` without the other, or not numeric.
     """
 
     weight_names = ("mean", "variance", "count")
 
-    def __init__(self, axis=-1, invert: bool = False, name: str | None = None):
+    def __init__(self, axis=-1, mean=None, variance=None, invert: bool = False, name: str | None = None):
         super().__init__(name)
         self.axis = None if axis is None or axis == () or axis == [] else axis_argument(axis, f"Normalization {self.name!r}")
         self.invert = bool(invert)
+        if (mean is None) != (variance is None):
+            raise ValueError(f"Normalization {self.name!r}: give both mean and variance, or neither (got only "
+                             f"{'mean' if variance is None else 'variance'})")
+        #: the statistics given to the constructor (Keras's config), else None
+        self.given = None if mean is None else tuple(numeric_weights([mean, variance], f"Normalization {self.name!r}"))
+        if self.given is not None:
+            self.weight_names = ()
         self.mean = self.variance = None
         self.count = np.zeros((), np.float32)
 
@@ -109,24 +121,23 @@ class Normalization(Layer):
 
     def build(self, input_shape) -> None:
         super().build(input_shape)
-        self.mean, self.variance = np.zeros(self.stat_shape, np.float32), np.ones(self.stat_shape, np.float32)
+        if self.given is not None:
+            self.mean, self.variance = self._statistics(self.given)
+            for array in (self.mean, self.variance):
+                array.flags.writeable = False
+        else:
+            self.mean, self.variance = np.zeros(self.stat_shape, np.float32), np.ones(self.stat_shape, np.float32)
 
-    def set_weights(self, weights) -> None:
-        """Sets ``[mean, variance]`` or ``[mean, variance, count]``: mean and variance of
-        :attr:`stat_shape`, or anything that broadcasts to the sample's shape with 1 on the reduced
-        axes (what Keras accepts as the ``mean`` and ``variance`` arguments).
+    def _statistics(self, arrays) -> list:
+        """``[mean, variance]`` of :attr:`stat_shape` from arrays in either of Keras's forms.
 
         Raises:
-            ValueError: the layer is not built, or the count or a shape is wrong.
+            ValueError: an array fits neither.
         """
-        weights = numeric_weights(weights, f"Normalization {self.name!r}")
-        if not self.built or len(weights) not in (2, 3):
-            raise ValueError(f"Normalization {self.name!r} expects [mean, variance(, count)] of a built layer, "
-                             f"got {len(weights)} arrays")
         where = broadcast_shape(self.input_shape, self._kept())
         stats = []
         squeezed = tuple(d for d in self.stat_shape if d != 1)
-        for w in weights[:2]:
+        for w in arrays:
             if tuple(d for d in w.shape if d != 1) == squeezed:   # the same values, axes of 1 aside
                 stats.append(w.reshape(self.stat_shape).copy())
                 continue
@@ -135,7 +146,24 @@ class Normalization(Layer):
             except ValueError:
                 raise ValueError(f"Normalization {self.name!r}: statistics of shape {w.shape} do not fit "
                                  f"{self.stat_shape}") from None
-        self.mean, self.variance = stats
+        return stats
+
+    def set_weights(self, weights) -> None:
+        """Sets ``[mean, variance]`` or ``[mean, variance, count]``: mean and variance of
+        :attr:`stat_shape`, or anything that broadcasts to the sample's shape with 1 on the reduced
+        axes (what Keras accepts as the ``mean`` and ``variance`` arguments). A layer given its
+        statistics in the constructor has no weights (``[]`` only, as Keras's).
+
+        Raises:
+            ValueError: the layer is not built, or the count or a shape is wrong.
+        """
+        if self.given is not None:
+            return Layer.set_weights(self, weights)
+        weights = numeric_weights(weights, f"Normalization {self.name!r}")
+        if not self.built or len(weights) not in (2, 3):
+            raise ValueError(f"Normalization {self.name!r} expects [mean, variance(, count)] of a built layer, "
+                             f"got {len(weights)} arrays")
+        self.mean, self.variance = self._statistics(weights[:2])
         if len(weights) == 3 and weights[2].size != 1:
             raise ValueError(f"Normalization {self.name!r}: count must be one number, got an array of shape "
                              f"{weights[2].shape}")
@@ -166,4 +194,5 @@ class Normalization(Layer):
 
     def get_config(self) -> dict:
         axis = list(self.axis) if isinstance(self.axis, tuple) else self.axis
-        return {**super().get_config(), "axis": axis, "invert": self.invert}
+        given = {} if self.given is None else {"mean": self.given[0].tolist(), "variance": self.given[1].tolist()}
+        return {**super().get_config(), "axis": axis, **given, "invert": self.invert}

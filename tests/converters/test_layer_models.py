@@ -47,3 +47,24 @@ def test_time_distributed_becomes_the_layer_itself(keras_zoo, fmt):
     kinds = {layer.keras_names[0]: type(layer).__name__ for layer in model.layers}
     assert kinds["td_flat"] == "Reshape" and kinds["td_dense"] == "Dense" and kinds["td_softmax"] == "Softmax"
     assert model.output_shape == (None, 2)
+
+
+@pytest.mark.parametrize("fmt", [pytest.param(f, id=f) for f in FORMATS])
+def test_a_normalization_has_the_weights_keras_gives_it(keras_zoo, fmt):
+    """An adapted Normalization holds [mean, variance, count]; one given its statistics in the
+    constructor holds none, as Keras's (they are its config): it counted 2n + 1 parameters, and
+    Keras's get_weights() could not be set on the model."""
+    seen = set()
+    for key in ("preprocessing", "normalization_axes"):
+        entry = keras_zoo.require(fmt, key)
+        model = load(keras_zoo, fmt, key)
+        for keras_layer in entry["layers"]:
+            if keras_layer["class_name"] != "Normalization":
+                continue
+            layer = group_of(model, keras_layer["name"])
+            if isinstance(layer, malinn.layers.Normalization):     # else folded into a Dense
+                assert len(layer.get_weights()) == keras_layer["n_weights"], keras_layer["name"]
+                assert layer.count_params() == sum(w.size for w in layer.get_weights())
+                seen.add(keras_layer["n_weights"])
+        assert layer is not None
+    assert seen == {0, 3}    # both kinds met

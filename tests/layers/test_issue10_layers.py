@@ -123,6 +123,15 @@ def test_prelu_thresholded_relu_rescaling_normalization(device, shape, matmul, r
         x = (rng.standard_normal((7,) + shape) * 3 + mean.reshape(where)[0]).astype(np.float32)
         model = Sequential([layer])
         assert_close(model.predict(x), reference(x.astype(np.float64), layer))
+        # the same statistics given to the constructor, as Keras takes them: no weights, the config holds them
+        given = Normalization.from_config(Normalization(axis=axis, mean=mean, variance=var).get_config())
+        model = Sequential([given])
+        assert_close(model.predict(x), reference(x.astype(np.float64), layer))
+        assert given.get_weights() == [] and model.count_params() == 0
+        with pytest.raises(ValueError, match="has no weights, got 2"):
+            given.set_weights([mean, var])
+    with pytest.raises(ValueError, match="give both mean and variance, or neither"):
+        Normalization(variance=[1.0])
 
 
 @pytest.mark.parametrize("matmul", MATMULS)
