@@ -179,9 +179,10 @@ class Functional(PlannedModel):
         for tensor, array in zip(self.inputs, arrays):
             who = f"input {tensor.name!r}"
             array = self._as_float32(array, who)
+            given, array = array.shape, self._conformed(array, tensor.shape)
             if array.shape[1:] != tensor.shape[1:] or array.ndim != len(tensor.shape):
                 raise ValueError(f"Input {tensor.name!r} of model {self.name!r} is incompatible: expected shape "
-                                 f"{format_shape(tensor.shape)}, found shape {array.shape}")
+                                 f"{format_shape(tensor.shape)}, found shape {given}")
             checked.append(self._contiguous(array))
         return checked
 
@@ -191,7 +192,8 @@ class Functional(PlannedModel):
         Args:
             x: one array (a model of one input), a list of arrays in input order, or a dict of
                 arrays by input name, each ``(batch, ...)``; float64 and integers are cast to
-                float32 as Keras does.
+                float32 as Keras does, and each rank adjusted as Keras's (the last axis added for
+                an input whose last size is 1, an extra last axis of 1 dropped).
             batch_size: samples per device pass (default: all, split only where the device's
                 largest allocation requires it; see :meth:`max_batch`).
             verbose: taken as Keras's ``predict`` takes it; malinn prints no progress.

@@ -279,6 +279,17 @@ class PlannedModel:
             raise ValueError(f"The data given for {who} could not be read as an array: {exc}") from None
 
     @staticmethod
+    def _conformed(x: np.ndarray, shape: tuple) -> np.ndarray:
+        """``x`` given for an input of ``shape`` (batch axis first), its rank adjusted as Keras's
+        models adjust it: one axis fewer where the input's last size is 1 (a batch of scalar
+        features for ``Input((1,))``) gets that axis; one more, of size 1 last, loses it."""
+        if x.ndim == len(shape) - 1 and shape[-1] == 1:
+            return x[..., None]
+        if x.ndim == len(shape) + 1 and x.shape[-1] == 1:
+            return x[..., 0]
+        return x
+
+    @staticmethod
     def _contiguous(x: np.ndarray) -> np.ndarray:
         if x.dtype != np.float32 or not x.flags.c_contiguous:
             x = np.ascontiguousarray(x, dtype=np.float32)
@@ -786,10 +797,13 @@ class Sequential(PlannedModel):
             with self._lock:   # built for the first call's shape; another thread's may win: checked below
                 if self._sample_shape is None:
                     self.build((None,) + x.shape[1:])
+        given = x.shape
+        if self._sample_shape is not None:
+            x = self._conformed(x, (None,) + self._sample_shape)
         if self._sample_shape is None or x.shape[1:] != self._sample_shape:
             expected = format_shape((None,) + self._sample_shape) if self._sample_shape is not None else "(None, features)"
             raise ValueError(f"Input of layer {first!r} is incompatible with the layer: expected shape {expected}, "
-                             f"found shape {x.shape}")
+                             f"found shape {given}")
         if not self.built:   # a layer added since, not built yet
             with self._lock:
                 if not self.built:
@@ -801,7 +815,8 @@ class Sequential(PlannedModel):
 
         Args:
             x: a numeric array of shape ``(batch, ...)`` matching the model's input; float64 and
-                integers are cast to float32 as Keras does.
+                integers are cast to float32 as Keras does, and its rank adjusted as Keras's: the
+                last axis added for an input whose last size is 1, an extra last axis of 1 dropped.
             batch_size: samples per device pass (default: the whole batch in one pass, split
                 further only where the device's largest allocation requires it; see
                 :meth:`max_batch`). Every pass, the shorter last one too, runs the plan of this

@@ -389,3 +389,24 @@ def test_messages_give_sizes_and_arguments_as_a_user_reads_them(device, monkeypa
         model.predict(np.ones((1, 500), np.float32))
     with pytest.raises(ValueError, match=r"set_weights takes a list of arrays, as get_weights returns it; got NoneType"):
         model.set_weights(None)
+
+
+def test_an_input_of_one_feature_takes_a_batch_of_scalars_as_keras_does(device):
+    """Keras's models add the last axis of an input whose last size is 1 where it is missing (the
+    structured-data tutorials' dict of scalar feature columns) and drop an extra last axis of 1;
+    malinn refused them."""
+    from malinn import Input, Model
+
+    scalars = np.arange(5, dtype=np.float32)
+    model = Sequential([Input((1,)), Dense(2)])
+    np.testing.assert_array_equal(model.predict(scalars), model.predict(scalars[:, None]))
+    f, g = Input((1,), name="f"), Input((3,), name="g")
+    graph = Model([f, g], Dense(1)(f))
+    wide = np.ones((5, 3), np.float32)
+    np.testing.assert_array_equal(graph.predict({"f": scalars, "g": wide}), graph.predict([scalars[:, None], wide]))
+    column = Sequential([Input((4, 1)), Dense(2)])
+    x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
+    np.testing.assert_array_equal(column.predict(x), column.predict(x[..., None]))
+    np.testing.assert_array_equal(column.predict(x[..., None, None]), column.predict(x[..., None]))   # one more: dropped
+    with pytest.raises(ValueError, match=r"expected shape \(None, 4, 1\), found shape \(3, 5\)"):
+        column.predict(np.zeros((3, 5), np.float32))   # the shape given, not the one tried
