@@ -232,8 +232,18 @@ def cmd_devices(args) -> int:
     return 0
 
 
-def cmd_convert(args) -> int:
+def _default_output(src: str) -> str:
+    """``model.keras`` -> ``model.malinn`` (beside it); a folder (an unzipped .keras) -> ``folder.malinn``."""
+    path = Path(src.rstrip("/\\") or src)
+    return str(path.with_name(path.stem + ".malinn") if path.suffix and not path.is_dir() else
+               path.with_name(path.name + ".malinn"))
 
+
+def cmd_convert(args) -> int:
+    if args.dest is not None and args.output is not None and args.dest != args.output:
+        raise UsageError(f"convert: two outputs, {args.dest} and -o {args.output}; give one "
+                         "(see malinn convert --help)")
+    args.output = args.output or args.dest or _default_output(args.src)
     check_destination(args.output, source=(args.src, args.weights), overwrite_source=args.force)
     device = None
     if args.device is not None or args.target is None:
@@ -572,8 +582,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "model file", cmd_convert)
     p.add_argument("src", help="Keras .keras or .h5 file (Keras 2 or 3), or an architecture .json with --weights")
     p.add_argument("--weights", help=weights_help)
-    p.add_argument("-o", "--output", required=True, help="malinn model file to write (atomically; a symlink is "
-                                                         "followed, a device or FIFO written through)")
+    p.add_argument("dest", nargs="?", metavar="output", help="malinn model file to write, as -o gives it")
+    p.add_argument("-o", "--output", help="malinn model file to write (atomically; a symlink is followed, a device "
+                                          "or FIFO written through; default: the source's name with .malinn)")
     p.add_argument("--target", help="matmul kernel codename, or gpu/cpu/accelerator (gl, gl:cpu: the OpenGL "
                                     "backend's; gles3: its vertex-shader path's), whose layouts the weights are "
                                     "stored in (default: the current device's kernel; a given target needs no device)")

@@ -51,7 +51,7 @@ def test_python_m_malinn_is_the_malinn_command():
 def test_usage_errors_exit_2():
     assert malinn().returncode == 2
     assert malinn("bogus").returncode == 2
-    assert malinn("convert", DIGITS).returncode == 2        # -o is required
+    assert malinn("convert").returncode == 2                 # the source is required
 
 
 def test_devices_lists_and_marks_the_default():
@@ -324,6 +324,25 @@ def test_predict_to_a_closed_pipe_is_quiet(digits_malinn, tmp_path):
 
 
 # ------------------------------------------------------------------ convert: destinations
+def test_convert_writes_beside_the_source_unless_told_where(tmp_path):
+    """``malinn convert model.keras`` (the README's first step) writes model.malinn beside it; the
+    output may also follow the source, as cp's does; two different outputs are a usage error."""
+    src = tmp_path / "model.keras"
+    src.write_bytes(DIGITS.read_bytes())
+    out = malinn("convert", src, "--target", "gpu")
+    assert out.returncode == 0 and (tmp_path / "model.malinn").is_file(), out.stderr
+    assert f"-> {tmp_path / 'model.malinn'}:" in out.stdout
+    out = malinn("convert", src, tmp_path / "other.malinn", "--target", "gpu")
+    assert out.returncode == 0 and (tmp_path / "other.malinn").is_file(), out.stderr
+    out = malinn("convert", src, tmp_path / "a.malinn", "-o", tmp_path / "b.malinn", "--target", "gpu")
+    assert out.returncode == 2 and "two outputs" in out.stderr
+    assert not (tmp_path / "a.malinn").exists() and not (tmp_path / "b.malinn").exists()
+    mine = tmp_path / "m.malinn"                                # a malinn file's default is itself: refused
+    mine.write_bytes((tmp_path / "model.malinn").read_bytes())
+    out = malinn("convert", mine, "--target", "gpu")
+    assert out.returncode == 1 and "refusing to overwrite" in out.stderr
+
+
 def test_convert_refuses_its_source_unless_forced(tmp_path):
     src = tmp_path / "m.keras"
     src.write_bytes(DIGITS.read_bytes())
