@@ -243,7 +243,8 @@ def cmd_convert(args) -> int:
     if args.dest is not None and args.output is not None and args.dest != args.output:
         raise UsageError(f"convert: two outputs, {args.dest} and -o {args.output}; give one "
                          "(see malinn convert --help)")
-    args.output = args.output or args.dest or _default_output(args.src)
+    if args.output is None:   # an empty -o "" is refused below, not replaced
+        args.output = args.dest if args.dest is not None else _default_output(args.src)
     check_destination(args.output, source=(args.src, args.weights), overwrite_source=args.force)
     device = None
     if args.device is not None or args.target is None:

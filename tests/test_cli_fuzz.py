@@ -86,7 +86,8 @@ CASES = [
     ("devices-extra", ["devices", "extra"], 2),
     ("devices-flag", ["devices", "--bogus"], 2),
     # convert
-    ("convert-no-output", ["convert", str(DIGITS)], 2),
+    ("convert-two-outputs", ["convert", str(DIGITS), OUT + "/a.malinn", "-o", OUT + "/b.malinn"], 2),
+    ("convert-empty-positional-output", ["convert", str(DIGITS), ""], 1),
     ("convert-unknown-flag", ["convert", str(DIGITS), "-o", OUT + "/m.malinn", "--bogus"], 2),
     ("convert-missing-src", ["convert", IN + "/missing.keras", "-o", OUT + "/m.malinn"], 1),
     ("convert-empty-src", ["convert", IN + "/empty.keras", "-o", OUT + "/m.malinn"], 1),
