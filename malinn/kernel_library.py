@@ -53,7 +53,7 @@ from typing import NamedTuple
 from .errors import BackendError, LayoutError, LibraryError
 from .expressions import evaluate
 from .layout import Layout, parse_layout, round_up
-from .resources import kernels_dir
+from .resources import kernels_dir, kernels_overridden
 
 __all__ = ["KernelSpec", "MatrixRestriction", "KernelLibrary", "Precision", "load_library", "DEFAULT_PRECISION"]
 
@@ -612,7 +612,8 @@ def load_library(path: "str | Path | None" = None) -> KernelLibrary:  # noqa: D4
     """Reads and validates a kernel library JSON file.
 
     Args:
-        path: the JSON file (default: ``library.json`` in the shipped kernels folder).
+        path: the JSON file (default: ``library.json`` in the kernels folder: the shipped one, or
+            ``MALINN_KERNELS``'s).
 
     Returns:
         A :class:`KernelLibrary`.
@@ -620,6 +621,12 @@ def load_library(path: "str | Path | None" = None) -> KernelLibrary:  # noqa: D4
     Raises:
         LibraryError: the file is missing or not JSON, or an entry is wrong; the message names the
             entry and the field.
+
+    Every entry's fields are checked. A library named here or by ``MALINN_KERNELS`` is also checked
+    in depth: every configuration its candidates give resolves, and every define appears in its
+    sources (a misspelled one). The shipped library's depth is checked by its tests
+    (tests/test_kernel_library.py), not again at every start of a process: that took about half of
+    loading it (15 ms of a CPU's cold start); a configuration is still checked when it is used.
     """
     if path is None:
         return _default_library()
@@ -628,11 +635,11 @@ def load_library(path: "str | Path | None" = None) -> KernelLibrary:  # noqa: D4
 
 @lru_cache(maxsize=1)
 def _default_library() -> KernelLibrary:
-    return _load((kernels_dir() / "library.json").resolve())
+    return _load((kernels_dir() / "library.json").resolve(), deep=kernels_overridden())
 
 
 @lru_cache(maxsize=8)
-def _load(path: Path) -> KernelLibrary:
+def _load(path: Path, deep: bool = True) -> KernelLibrary:
     try:
         data = json.loads(path.read_text())
     except OSError as exc:
@@ -648,7 +655,7 @@ def _load(path: Path) -> KernelLibrary:
     kernels = {}
     for codename, entry in data["kernels"].items():
         kernels[codename] = _validate(path, codename, _with_base(path, codename, entry, data["kernels"], (codename,)),
-                                      precisions, entry.get("variant_of") if isinstance(entry, dict) else None)
+                                      precisions, entry.get("variant_of") if isinstance(entry, dict) else None, deep)
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
         raise LibraryError(f"{path}: field 'defaults': expected an object")
@@ -735,7 +742,8 @@ def _precisions(path: Path, table) -> dict:
     return found
 
 
-def _validate(path: Path, codename: str, entry, precisions: dict, variant_of: str | None = None) -> KernelSpec:
+def _validate(path: Path, codename: str, entry, precisions: dict, variant_of: str | None = None,
+              deep: bool = True) -> KernelSpec:
     if not isinstance(entry, dict):
         raise LibraryError(f"{path}: kernel {codename!r}, field '': expected an object")
     defines = entry.get("defines", {})
@@ -743,11 +751,14 @@ def _validate(path: Path, codename: str, entry, precisions: dict, variant_of: st
         raise LibraryError(f"{path}: kernel {codename!r}, field 'defines': expected an object of NAME: simple value")
     _check_fields(path, codename, entry)
     spec = _build(path, codename, entry, dict(defines), precisions)
-    _check_defines_used(path, codename, entry, defines)
+    if deep:
+        _check_defines_used(path, codename, entry, defines)
     if spec.precisions != (DEFAULT_PRECISION,) and WEIGHTS_HEADER not in entry.get("includes", []):
         raise LibraryError(f"{path}: kernel {codename!r}, field 'precisions': lists "
                            f"{', '.join(p for p in spec.precisions if p != DEFAULT_PRECISION)}, but the source does not "
                            f"include {WEIGHTS_HEADER}, which reads the weights in them (docs/KERNELS.md)")
+    if not deep:
+        return spec
     configs = spec.configurations()
     if len(configs) < 1 + len(spec.candidates):
         base, seen = dict(spec.defines), []

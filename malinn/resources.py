@@ -7,7 +7,12 @@ from pathlib import Path
 
 from .errors import LibraryError
 
-__all__ = ["kernels_dir"]
+__all__ = ["kernels_dir", "kernels_overridden"]
+
+
+def kernels_overridden() -> bool:
+    """Whether ``MALINN_KERNELS`` names the kernels folder (a copy being worked on, not the shipped one)."""
+    return bool(os.environ.get("MALINN_KERNELS"))
 
 
 def kernels_dir() -> Path:

@@ -196,6 +196,36 @@ def test_malformed_entries_are_named(tmp_path, mutate, fragment):
     assert fragment in str(info.value)
 
 
+def test_the_shipped_library_passes_every_check_in_depth():
+    """A process checks the shipped library's entries' fields alone (its depth is this test's): named
+    by its path, every configuration of every entry resolves and every define is in its sources."""
+    from malinn import kernel_library
+
+    named = load_library(kernels_dir() / "library.json")
+    assert set(named.kernels) == set(LIB.kernels) and named is not LIB
+    kernel_library._load.cache_clear()
+    kernel_library._configured.clear()
+    kernel_library._fixed.clear()
+    kernel_library._identifiers.cache_clear()
+    assert kernel_library._load(kernels_dir().joinpath("library.json").resolve(), deep=True).kernels.keys() \
+        == LIB.kernels.keys()
+
+
+def test_a_kernels_folder_named_by_malinn_kernels_is_checked_in_depth(tmp_path, monkeypatch):
+    """A kernel developer's copy (MALINN_KERNELS) is checked as a named library is: a misspelled
+    define is refused when the library loads, not ignored."""
+    from malinn import kernel_library
+
+    path = _broken_library(tmp_path, lambda d: d["kernels"]["gemm_tiled"]["defines"].update(WG=1))
+    monkeypatch.setenv("MALINN_KERNELS", str(path.parent))
+    kernel_library._default_library.cache_clear()
+    try:
+        with pytest.raises(LibraryError, match="'WG' appears in none of its sources"):
+            load_library()
+    finally:
+        kernel_library._default_library.cache_clear()
+
+
 def test_library_that_is_not_json(tmp_path):
     path = tmp_path / "library.json"
     path.write_text("{ not json")
