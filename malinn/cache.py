@@ -32,6 +32,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 import struct
 import tempfile
 import threading
@@ -67,19 +68,70 @@ def cache_dir() -> Path:
     """The folder of malinn's per-user caches (tuning results, program binaries): ``$MALINN_CACHE_DIR``
     (a leading ``~`` is the home folder, as a shell would have it: a service manager's or a Dockerfile's
     ``ENV`` passes it on as it is), else ``$XDG_CACHE_HOME/malinn`` where that is an absolute path (a
-    relative one is ignored, as the XDG specification says), else ``~/.cache/malinn``; where no home
-    folder is known (``HOME`` empty, or unset without a password entry), ``malinn-cache-<uid>`` in the temporary folder,
-    never a folder named ``~`` in the working directory."""
+    relative one is ignored, as the XDG specification says), else ``~/.cache/malinn``. Where no home
+    folder is known (``HOME`` empty, or unset without a password entry; or a ``~`` that names none),
+    :func:`private_temporary_cache`: never a folder named ``~`` in the working directory, nor ``/``."""
     configured = os.environ.get("MALINN_CACHE_DIR", "").strip()
+    if configured and not configured.startswith("~"):
+        return Path(configured)
     if configured:
-        return Path(os.path.expanduser(configured))
+        own = configured == "~" or configured[1:2] in ("/", os.sep)     # ~ or ~/...: this user's home
+        home = _home() if own else None
+        expanded = (home + configured[1:] if home else "") if own else os.path.expanduser(configured)
+        if os.path.isabs(expanded) and expanded.rstrip("/" + os.sep):
+            return Path(expanded)
+        _warn_once(f"MALINN_CACHE_DIR={configured!r} names no folder (no such home folder): "
+                   "caching in a private temporary folder")
+        return private_temporary_cache()
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     if os.path.isabs(xdg):
         return Path(xdg) / "malinn"
-    home = os.path.expanduser("~")   # with HOME set empty, "/"
-    if not os.path.isabs(home) or os.environ.get("HOME", "unset").strip() == "":
-        return Path(tempfile.gettempdir()) / f"malinn-cache-{getattr(os, 'getuid', lambda: 'user')()}"
-    return Path(home) / ".cache" / "malinn"
+    home = _home()
+    return Path(home) / ".cache" / "malinn" if home else private_temporary_cache()
+
+
+def _home() -> str | None:
+    """The home folder, or None where none is known (``HOME`` empty, or unset without a password entry)."""
+    if os.environ.get("HOME", "unset").strip() == "":
+        return None
+    home = os.path.expanduser("~")
+    return home if os.path.isabs(home) and home.rstrip("/" + os.sep) else None
+
+
+_private: list = []   # the private temporary cache folder made in this process, once
+
+
+def private_temporary_cache() -> Path:
+    """``malinn-cache-<uid>`` in the temporary folder where it is this user's alone (made with mode
+    0700; owned by this user and writable by no one else, so no other user can plant a program
+    binary there, which a driver would run); else a new private folder for this process (one
+    warning): a shared temporary folder is anyone's to create first."""
+    with _lock:
+        if _private:
+            return _private[0]
+        uid = getattr(os, "getuid", lambda: None)()
+        folder = Path(tempfile.gettempdir()) / f"malinn-cache-{uid if uid is not None else 'user'}"
+        try:
+            folder.mkdir(mode=0o700, exist_ok=True)
+            st = os.lstat(folder)
+            safe = stat.S_ISDIR(st.st_mode) and (uid is None or st.st_uid == uid) and not st.st_mode & 0o022
+        except OSError:
+            safe = False
+        if not safe:
+            warnings.warn(f"malinn: {folder} is not a folder of this user's alone; caching in a new private "
+                          f"folder for this process (set MALINN_CACHE_DIR)", RuntimeWarning, stacklevel=3)
+            folder = Path(tempfile.mkdtemp(prefix="malinn-cache-"))
+        _private.append(folder)
+        return folder
+
+
+_warned: set = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(f"malinn: {message}", RuntimeWarning, stacklevel=3)
 
 
 def _canonical(key: dict) -> bytes:

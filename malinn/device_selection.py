@@ -20,6 +20,7 @@ import threading
 
 from .backends import gl_feedback, opencl, opengl
 from .backends.base import Device
+from .environment import check_switches
 from .errors import DeviceError
 
 __all__ = ["Device", "devices", "get_device", "set_device"]
@@ -47,10 +48,15 @@ def devices(refresh: bool = False) -> list:
 
     Returns:
         A list of :class:`Device`, backend by backend, in platform then device order.
+
+    Raises:
+        SettingError: a switch (``MALINN_GL``, ``MALINN_BINARY_CACHE``, ...) holds a value malinn
+            does not read (:mod:`malinn.environment`).
     """
     global _devices, _current
     with _registry_lock:
         if _devices is None or refresh:
+            check_switches()
             if refresh:
                 _probed.clear()
             _devices = []
@@ -156,12 +162,14 @@ def get_device() -> Device:
 
     Raises:
         DeviceError: no working device exists, or ``MALINN_DEVICE`` matches none.
+        SettingError: a switch holds a value malinn does not read (:mod:`malinn.environment`).
     """
     global _current
     with _registry_lock:
         if _current is not None:
             return _current
         if _devices is None and not os.environ.get("MALINN_DEVICE", "").strip():
+            check_switches()
             gpu = opencl.first_gpu(_probed)        # the first choice, without probing anything else
             if gpu is not None:
                 _current = gpu

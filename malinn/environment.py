@@ -13,10 +13,13 @@ import os
 
 from .errors import SettingError
 
-__all__ = ["switch", "ON", "OFF"]
+__all__ = ["switch", "check_switches", "SWITCHES", "ON", "OFF"]
 
 ON = ("1", "true", "yes", "on")
 OFF = ("0", "false", "no", "off")
+#: every switch malinn reads
+SWITCHES = ("MALINN_GL", "MALINN_GL_NO_COMPUTE", "MALINN_BINARY_CACHE", "MALINN_PROBE_CACHE", "MALINN_ZERO_COPY",
+            "MALINN_PINNED")
 
 
 def switch(name: str, default: bool | None) -> bool | None:
@@ -34,3 +37,15 @@ def switch(name: str, default: bool | None) -> bool | None:
         return False
     raise SettingError(f"{name}={os.environ[name]!r}: expected 1 or 0 (or true/false, yes/no, on/off); "
                        f"unset it for the default")
+
+
+def check_switches() -> None:
+    """Reads every switch once, before the devices are looked for: a value malinn does not read is
+    refused there, on every machine, rather than inside a device's probe (which a failure only
+    skips: the next device would be used) or not at all (a switch some devices never read).
+
+    Raises:
+        SettingError: a switch holds a value malinn does not read.
+    """
+    for name in SWITCHES:
+        switch(name, None)

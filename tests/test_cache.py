@@ -328,6 +328,44 @@ def test_the_cache_folder_is_never_a_path_relative_to_the_working_directory(monk
 
     home = str(tmp_path / "home")
     monkeypatch.setenv("HOME", home)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(cache, "_private", [])
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    assert str(cache.cache_dir()) == expected.format(home=home, tmp=tempfile.gettempdir(), uid=os.getuid())
+    assert str(cache.cache_dir()) == expected.format(home=home, tmp=tmp_path, uid=os.getuid())
+
+
+@pytest.mark.parametrize("configured", ["~nosuchuser_malinn/c", "~/c", "~"])
+def test_a_tilde_that_names_no_home_folder_caches_privately(monkeypatch, tmp_path, configured):
+    """``~nosuchuser/c`` stayed relative (a folder named ``~...`` in the working directory); ``~/c``
+    with HOME empty became ``/c``, and ``~`` the root."""
+    import tempfile
+
+    monkeypatch.setenv("HOME", "")
+    monkeypatch.setenv("MALINN_CACHE_DIR", configured)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(cache, "_private", [])
+    monkeypatch.setattr(cache, "_warned", set())
+    with pytest.warns(RuntimeWarning, match="names no folder"):
+        folder = cache.cache_dir()
+    assert folder == tmp_path / f"malinn-cache-{os.getuid()}" and folder.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_shared_temporary_cache_another_user_could_have_made_is_not_used(monkeypatch, tmp_path):
+    """Without a home folder the cache is malinn-cache-<uid> in the temporary folder, which anyone
+    may create first and fill with program binaries (native code a driver runs): used only where it
+    is this user's alone, else a new private folder."""
+    import tempfile
+
+    monkeypatch.setenv("HOME", "")
+    monkeypatch.delenv("MALINN_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(cache, "_private", [])
+    planted = tmp_path / f"malinn-cache-{os.getuid()}"
+    planted.mkdir()
+    planted.chmod(0o777)
+    with pytest.warns(RuntimeWarning, match="not a folder of this user's alone"):
+        folder = cache.cache_dir()
+    assert folder != planted and folder.parent == tmp_path and folder.stat().st_mode & 0o777 == 0o700
+    assert cache.cache_dir() == folder       # one folder per process

@@ -49,3 +49,19 @@ def test_cl_options_that_redefine_a_kernels_define_are_refused(monkeypatch, give
         device.compile(source, ("-DMWG=64", "-DOTHER=1"), origin="probe.cl")
     monkeypatch.setenv("MALINN_CL_OPTIONS", "-DUNRELATED=2 -cl-opt-disable")   # a define no kernel takes: built
     assert device.compile(source, ("-DMWG=64", "-DOTHER=1"), origin="probe.cl") is not None
+
+
+@pytest.mark.parametrize("name", ["MALINN_BINARY_CACHE", "MALINN_PROBE_CACHE", "MALINN_ZERO_COPY", "MALINN_PINNED"])
+def test_a_bad_switch_is_refused_before_any_device_is_probed(tmp_path, name):
+    """Read inside a probe, a bad value only failed that device, and the model ran on the next one
+    (llvmpipe, Mesa loaded); a switch some devices never read (MALINN_PINNED on a CPU) was accepted."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import malinn\ntry:\n    malinn.get_device()\nexcept malinn.SettingError as e:\n    print('refused', e)\n"
+              "try:\n    malinn.devices()\nexcept malinn.SettingError as e:\n    print('refused', e)\n")
+    env = {**os.environ, name: "bogus", "MALINN_CACHE_DIR": str(tmp_path), "PYTHONWARNINGS": "default"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.stdout.count(f"refused {name}='bogus'") == 2, out.stdout + out.stderr
+    assert "skipping" not in out.stderr, out.stderr
