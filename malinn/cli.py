@@ -233,10 +233,19 @@ def cmd_devices(args) -> int:
 
 
 def _default_output(src: str) -> str:
-    """``model.keras`` -> ``model.malinn`` (beside it); a folder (an unzipped .keras) -> ``folder.malinn``."""
-    path = Path(src.rstrip("/\\") or src)
-    return str(path.with_name(path.stem + ".malinn") if path.suffix and not path.is_dir() else
-               path.with_name(path.name + ".malinn"))
+    """``model.keras`` -> ``model.malinn`` (beside it); a folder (an unzipped .keras) -> ``folder.malinn``
+    beside the folder (``.`` is the working directory, named).
+
+    Raises:
+        UsageError: the source has no name to take (``/``).
+    """
+    path = Path(src)
+    if path.is_dir():
+        path = path.resolve()
+        if not path.name:
+            raise UsageError(f"convert: {src} has no name to give the output; give one (-o OUTPUT)")
+        return str(path.with_name(path.name + ".malinn"))
+    return str(path.with_name(path.stem + ".malinn") if path.suffix else path.with_name(path.name + ".malinn"))
 
 
 def cmd_convert(args) -> int:

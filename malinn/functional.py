@@ -163,8 +163,9 @@ class Functional(PlannedModel):
                                  f"{'missing ' + str(missing) if missing else ''}"
                                  f"{' and ' if missing and extra else ''}{'unknown ' + str(extra) if extra else ''}")
             arrays = [x[name] for name in self.input_names]
-        elif isinstance(x, (list, tuple)) and (n > 1 or (len(x) >= 1 and self._ndim(x[0], f"input {self.input_names[0]!r}")
-                                                         == len(self.inputs[0].shape))):
+        elif isinstance(x, (list, tuple)) and (n > 1 or (len(x) >= 1 and (
+                (ndim := self._ndim(x[0], f"input {self.input_names[0]!r}")) == len(self.inputs[0].shape)
+                or (len(x) == 1 and self._conformable(ndim, self.inputs[0].shape[1:]))))):
             # several inputs, or for one input a list whose items are whole batches (not samples)
             if len(x) != n:
                 raise ValueError(f"Functional {self.name!r} takes {n} input(s) ({', '.join(self.input_names)}), "

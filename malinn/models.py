@@ -279,6 +279,12 @@ class PlannedModel:
             raise ValueError(f"The data given for {who} could not be read as an array: {exc}") from None
 
     @staticmethod
+    def _conformable(ndim: int, sample: tuple) -> bool:
+        """Whether one array of ``ndim`` axes is a batch for samples of shape ``sample`` once its rank is
+        adjusted (:meth:`_conformed`): a batch of scalars for a sample of one feature, ``(1,)``."""
+        return ndim == len(sample) and len(sample) > 0 and sample[-1] == 1
+
+    @staticmethod
     def _conformed(x: np.ndarray, shape: tuple) -> np.ndarray:
         """``x`` given for an input of ``shape`` (batch axis first), its rank adjusted as Keras's
         models adjust it: one axis fewer where the input's last size is 1 (a batch of scalar
@@ -787,7 +793,8 @@ class Sequential(PlannedModel):
         if isinstance(x, (list, tuple)) and x:
             # a list of whole batches, as Keras takes [x] (unbuilt: one item that is itself a batch)
             ndim = self._ndim(x[0], f"layer {first!r}")
-            batches = ndim == 1 + len(self._sample_shape) if self._sample_shape is not None else len(x) == 1 and ndim >= 2
+            batches = ndim == 1 + len(self._sample_shape) or (len(x) == 1 and self._conformable(ndim, self._sample_shape)) \
+                if self._sample_shape is not None else len(x) == 1 and ndim >= 2
             if batches and len(x) != 1:
                 raise ValueError(f"Sequential {self.name!r} takes one input array, got a list of {len(x)} arrays")
             if batches:

@@ -555,3 +555,16 @@ def test_verify_says_keras_computed_in_half_and_takes_its_tolerance(keras_zoo):
     header = out.stdout.splitlines()[0]
     assert "keras in bfloat16" in header and "keras in float32" not in header, header
     assert "malinn computes them in float32" in out.stdout and "(tolerance 0.05)" in out.stdout.splitlines()[-1]
+
+
+def test_the_default_output_of_a_folder_is_named_beside_it(tmp_path, monkeypatch):
+    """An unzipped .keras folder, given as ``.`` from inside it, failed with "PosixPath('.') has an
+    empty name"; ``/`` has no name to take and is a usage error."""
+    from malinn.cli import UsageError, _default_output
+
+    (tmp_path / "unz").mkdir()
+    monkeypatch.chdir(tmp_path / "unz")
+    assert _default_output(".") == str(tmp_path / "unz.malinn")
+    assert _default_output("m.keras") == "m.malinn" and _default_output("m") == "m.malinn"
+    with pytest.raises(UsageError, match="has no name to give the output"):
+        _default_output("/")

@@ -400,10 +400,13 @@ def test_an_input_of_one_feature_takes_a_batch_of_scalars_as_keras_does(device):
     scalars = np.arange(5, dtype=np.float32)
     model = Sequential([Input((1,)), Dense(2)])
     np.testing.assert_array_equal(model.predict(scalars), model.predict(scalars[:, None]))
+    np.testing.assert_array_equal(model.predict([scalars]), model.predict(scalars[:, None]))   # in a list, as Keras
     f, g = Input((1,), name="f"), Input((3,), name="g")
     graph = Model([f, g], Dense(1)(f))
     wide = np.ones((5, 3), np.float32)
     np.testing.assert_array_equal(graph.predict({"f": scalars, "g": wide}), graph.predict([scalars[:, None], wide]))
+    single = Model(f, Dense(2)(f))
+    np.testing.assert_array_equal(single.predict([scalars]), single.predict(scalars[:, None]))
     column = Sequential([Input((4, 1)), Dense(2)])
     x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
     np.testing.assert_array_equal(column.predict(x), column.predict(x[..., None]))
