@@ -62,6 +62,9 @@ class ModelNode:
     #: ``(member name, call index) -> the constant as shown``; the graph's call carries it
     #: (:attr:`~converters.model_spec.KerasCall.constant`) and the converter lists it as unsupported
     constants: dict = field(default_factory=dict)
+    #: Functional only: the ``(member name, call index)`` of tf_keras calls given ``training=True``
+    #: (Monte Carlo dropout, an augmentation or a BatchNormalization forced into training in predict)
+    training: set = field(default_factory=set)
     #: Functional only: whether its references are Keras 3's (``__keras_tensor__`` objects), which
     #: number a nested model's calls otherwise than tf_keras's (:func:`_node_offsets`)
     keras3: bool = False
@@ -219,6 +222,19 @@ def _tensor_refs(obj: Any, out: list) -> None:
             _tensor_refs(value, out)
 
 
+def called_in_training(node: Any) -> bool:
+    """Whether a tf_keras node of ``inbound_nodes`` passed ``training=True`` (the kwargs after each
+    reference), which tf_keras's predict honours: its training behaviour runs there. Keras 3 records
+    ``training`` in a node's ``kwargs`` too (also the default of a layer's ``call``: RandomFlip's is
+    True), but its predict passes ``training=False`` over it: never a training call."""
+    if isinstance(node, dict):
+        return False
+    if isinstance(node, list) and node and isinstance(node[0], str):
+        node = [node]
+    return any(isinstance(item, list) and len(item) > 3 and isinstance(item[3], dict)
+               and item[3].get("training") is True for item in node if isinstance(node, list))
+
+
 def node_inputs(node: Any) -> list[tuple]:
     """The ``(layer name, node index, tensor index)`` a node of ``inbound_nodes`` reads."""
     refs: list[tuple] = []
@@ -295,6 +311,7 @@ def _parse_functional(class_name, name, cfg, layers, source) -> ModelNode:
         if not isinstance(nodes, list) or not nodes:
             raise _fail(source, f"{label}: layer {member.name!r} has no inbound connection")
         node.calls[member.name] = [node_inputs(n) for n in nodes]
+        node.training |= {(member.name, k) for k, n in enumerate(nodes) if called_in_training(n)}
         node.keras3 = node.keras3 or any(isinstance(n, dict) for n in nodes)
         if is_operation(member):
             for k, (n, refs) in enumerate(zip(nodes, node.calls[member.name])):
@@ -355,20 +372,25 @@ def expand_graph(root: ModelNode, source: str, names: dict | None = None):
         counter[0] += 1
         return f"{label}#{counter[0]}"
 
-    def call_leaf(leaf: LayerEntry, ins: list, listed: bool, constant: str | None = None) -> str:
+    def call_leaf(leaf: LayerEntry, ins: list, listed: bool, constant: str | None = None,
+                  training: bool = False) -> str:
         name = (names or {}).get(id(leaf), leaf.name)
         out = new_tensor(name)
-        calls.append(KerasCall(layer=name, inputs=list(ins), output=out, listed=listed, constant=constant))
+        calls.append(KerasCall(layer=name, inputs=list(ins), output=out, listed=listed, constant=constant,
+                               training=training))
         return out
 
-    def expand(model: ModelNode, ins: list) -> list:
+    def expand(model: ModelNode, ins: list, training: bool = False) -> list:
+        """``model``'s calls on ``ins`` (``training``: called with ``training=True``, which its layers
+        take on)."""
         if model.kind == SEQUENTIAL:
             if len(ins) != 1:
                 raise _fail(source, f"Sequential model {model.name!r} is called on {len(ins)} tensors")
             t = ins[0]
             for index in model.chain:
                 member = model.members[index]
-                t = expand(member, [t])[0] if isinstance(member, ModelNode) else call_leaf(member, [t], False)
+                t = expand(member, [t], training)[0] if isinstance(member, ModelNode) else \
+                    call_leaf(member, [t], False, training=training)
             return [t]
         label = f"Functional model {model.name!r}"
         if len(ins) != len(model.inputs):
@@ -395,11 +417,13 @@ def expand_graph(root: ModelNode, source: str, names: dict | None = None):
                 pending.remove((name, k, refs))
                 member = by_name[name]
                 given = [made[key(r)] for r in refs]
+                forced = training or (name, k) in model.training
                 if isinstance(member, ModelNode):
-                    for i, t in enumerate(expand(member, given)):
+                    for i, t in enumerate(expand(member, given, forced)):
                         made[(name, k, i)] = t
                 else:
-                    made[(name, k, 0)] = call_leaf(member, given, len(refs) > 1, model.constants.get((name, k)))
+                    made[(name, k, 0)] = call_leaf(member, given, len(refs) > 1, model.constants.get((name, k)),
+                                                   forced)
         outs = []
         for ref in model.outputs:
             if key(ref, output_from) not in made:
@@ -452,7 +476,7 @@ def iter_layers(node: ModelNode, trail: tuple = ()) -> Iterator[tuple[LayerEntry
 def is_chain(node: ModelNode) -> bool:
     """Whether the model and every model nested in it is a single chain (without an operator on a
     constant: the graph's calls say which, for the converter to list it)."""
-    if node.kind != SEQUENTIAL and (not node.chain or node.constants):
+    if node.kind != SEQUENTIAL and (not node.chain or node.constants or node.training):
         return False
     return all(is_chain(m) for m in node.members if isinstance(m, ModelNode))
 

@@ -59,13 +59,16 @@ class KerasCall:
     a merge layer's) and the tensor it makes. Tensors are named by strings unique in the graph;
     ``layer`` is the :class:`KerasLayer`'s name (its path through nested models where a bare name
     repeats: ``encoder/dense``). ``constant``: the constant operand of a Keras 3 operator
-    (``x * 2.0`` reads one tensor and ``2.0``), as shown in messages, else None."""
+    (``x * 2.0`` reads one tensor and ``2.0``), as shown in messages, else None. ``training``: the
+    call (or a nested model's call around it) passed ``training=True`` in a tf_keras file, whose
+    predict then runs the layer's training behaviour."""
 
     layer: str
     inputs: list[str]
     output: str
     listed: bool = False
     constant: str | None = None
+    training: bool = False
 
 
 @dataclass

@@ -24,6 +24,9 @@ __all__ = ["to_model", "SUPPORTED_LAYERS", "SUPPORTED_ACTIVATIONS"]
 
 NO_OPS = ("Dropout", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianNoise",
           "GaussianDropout", "AlphaDropout", "ActivityRegularization", "Identity", "InputLayer") + AUGMENTATIONS
+#: the layers whose output a call with ``training=True`` changes in Keras's predict (random, or the
+#: batch's statistics); any other layer computes the same either way
+TRAINING_DEPENDENT = frozenset(NO_OPS) - {"InputLayer", "Identity", "ActivityRegularization"} | {"BatchNormalization"}
 MERGES = ("Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate", "Dot")
 #: Keras window layers (channels last) -> the config keys passed on to the malinn layer of that name
 #: ("activation" is mapped to malinn's name): every argument of Keras 3's layer that changes what it
@@ -306,6 +309,12 @@ def _to_functional(km: KerasModel):
             unsupported.append(f"{kl.class_name} {kl.name!r} with a constant operand ({call.constant}: malinn runs "
                                "Keras operators on two tensors only; a layer may do it: x * c + d is Rescaling(c, d), "
                                "maximum(x, 0) is ReLU)")
+            continue
+        if call.training and kl.class_name in TRAINING_DEPENDENT:
+            unsupported.append(f"{kl.class_name} {kl.name!r} called with training=True (tf_keras's predict runs its "
+                               "training behaviour there: Dropout's and the augmentation layers' randomness, "
+                               "BatchNormalization on the batch's statistics; malinn runs inference: build the "
+                               "model without training=True and save it again)")
             continue
         if kl.class_name in NO_OPS:
             if call.inputs[0] in tensors:

@@ -35,10 +35,16 @@ DOTS = [("dot_r2", (6,), (6,), 1, False), ("dot_r2_norm", (6,), (6,), 1, True),
         ("dot_r3_12", (3, 6), (5, 3), (1, 2), False), ("dot_r3_norm", (3, 6), (4, 6), (2, 2), True),
         ("dot_r3_r2", (3, 6), (6,), (2, 1), False), ("dot_neg", (3, 6), (4, 6), -1, False)]
 #: models only Keras 3 builds (inputs and outputs given as dicts, an operator on tensors)
-KERAS3_ONLY = {"dict_io", "dict_keys", "augmented_keras3"}
+KERAS3_ONLY = {"dict_io", "dict_keys", "augmented_keras3", "training_true"}
+#: models only tf_keras builds
+TF_KERAS_ONLY = {"training_true_tf_keras"}
 #: graphs malinn must refuse, each with the layers its one ConversionError must name
 ERROR_MODELS = {"unsupported_graph": ["LSTM 'lstm'", "Dot 'dot4'", "Attention 'att'"],
-                "random_crop": ["RandomCrop 'crop' (tf_keras crops and resizes at inference"]}
+                "random_crop": ["RandomCrop 'crop' (tf_keras crops and resizes at inference"],
+                # layers called with training=True: tf_keras's predict runs their training behaviour
+                # (Keras 3's passes training=False over it: "training_true" matches Keras there)
+                "training_true_tf_keras": ["RandomFlip 'flip' called with training=True", "Dropout 'mc_drop' called with "
+                                  "training=True", "BatchNormalization 'bn' called with training=True"]}
 #: Keras's random augmentation layers with the arguments they need: the "augmented" models run each
 #: one the installed Keras has (Keras 3 lacks RandomHeight / RandomWidth, tf_keras the colour ones);
 #: "augmented_keras3" those Keras 3 cannot write to .h5 (their configs hold a module: Keras raises),
@@ -70,7 +76,7 @@ def model_keys() -> list:
     keys += [key for key, *_ in DOTS]
     keys += ["residual", "shared_two_outputs", "nested_shared", "nested_functional", "diamond", "dict_io",
              "nested_functional_twice", "nested_sequential_twice", "input_as_output", "inputs_only", "dict_keys",
-             "augmented", "augmented_keras3"]
+             "augmented", "augmented_keras3", "training_true"]
     return keys + list(ERROR_MODELS)
 
 
@@ -191,6 +197,13 @@ def build(K, key):
         h = L.Add(name="res")([h, L.RandomFlip(name="flip_inner")(x)])
         h = L.GlobalAveragePooling2D(name="gap")(h)
         return K.Model(x, L.Dense(3, name="head")(h), name=key)
+    if key in ("training_true", "training_true_tf_keras"):     # Monte Carlo dropout, a forced augmentation, a nested model in training
+        x = K.Input((9, 9, 3), name="x")
+        h = L.Conv2D(2, 3, name="conv")(L.RandomFlip(name="flip")(x, training=True))
+        h = L.Dropout(0.5, name="mc_drop")(L.Flatten(name="flat")(h), training=True)
+        h = L.Dense(4, name="d")(h, training=True)            # computes the same either way: not named
+        inner = K.Sequential([K.Input((4,)), L.BatchNormalization(name="bn")], name="inner")
+        return K.Model(x, L.Dense(2, name="head")(inner(h, training=True)), name=key)
     if key == "random_crop":       # an augmentation layer whose inference differs between Keras 3 and tf_keras
         x = K.Input((9, 9, 3), name="x")
         return K.Model(x, L.Conv2D(2, 3, name="conv")(L.RandomCrop(8, 8, name="crop")(x)), name=key)
@@ -229,7 +242,7 @@ def main(argv):
         manifest["formats"] += [fmt for fmt, (g, _) in FORMATS.items() if g == generation]
         os.makedirs(os.path.join(out, generation), exist_ok=True)
         for i, key in enumerate(model_keys()):
-            if key in KERAS3_ONLY and generation != "keras3":
+            if (key in KERAS3_ONLY and generation != "keras3") or (key in TF_KERAS_ONLY and generation == "keras3"):
                 continue
             try:
                 model = build(K, key)
@@ -241,7 +254,10 @@ def main(argv):
                 for sub in (layer.layers if hasattr(layer, "layers") else [layer]):
                     weights = sub.get_weights()
                     if weights:
-                        sub.set_weights([(rng.standard_normal(w.shape) * 0.5).astype(np.float32) for w in weights])
+                        new = [(rng.standard_normal(w.shape) * 0.5).astype(np.float32) for w in weights]
+                        if sub.__class__.__name__ == "BatchNormalization":   # a variance is never negative
+                            new[-1] = np.abs(new[-1]) + 0.1
+                        sub.set_weights(new)
             base = os.path.join(out, generation, key)
             model.save(base + ".keras")
             if key not in KERAS3_ZIP_ONLY:

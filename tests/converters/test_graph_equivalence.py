@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import malinn
-from graph_zoo import BATCH_SIZES, ERROR_MODELS, FORMATS, KERAS3_ONLY, KERAS3_ZIP_ONLY, RANGES, model_keys
+from graph_zoo import BATCH_SIZES, ERROR_MODELS, FORMATS, KERAS3_ONLY, KERAS3_ZIP_ONLY, RANGES, TF_KERAS_ONLY, model_keys
 
 ZOO_SCRIPT = Path(__file__).resolve().parents[1] / "graph_zoo.py"
 EQUIVALENCE = [key for key in model_keys() if key not in ERROR_MODELS]
@@ -123,8 +123,8 @@ def test_inputs_given_as_a_dict_are_named_by_its_keys(graph_zoo, device, fmt):
     assert_keras_close(model.predict(xs), y, f"{fmt} as a list")
 
 
-@pytest.mark.parametrize("key", list(ERROR_MODELS))
-@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("fmt,key", [pytest.param(fmt, key, id=f"{fmt}-{key}") for key in ERROR_MODELS for fmt in FORMATS
+                                     if key not in TF_KERAS_ONLY or FORMATS[fmt][0] == "tf_keras"])
 def test_unsupported_layers_of_a_graph_are_all_named(graph_zoo, fmt, key):
     path, _ = zoo_file(graph_zoo, fmt, key)
     with pytest.raises(malinn.ConversionError) as info:
