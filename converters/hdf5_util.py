@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import h5py
@@ -55,6 +56,52 @@ def read_str_list(group, name: str, source: str, where: str) -> list[str] | None
                     f"{source}: attribute {name!r} of {where} holds {value!r}, not names ({exc})"
                 ) from exc
     return out
+
+
+def refuse_external_links(f: h5py.File, source: str) -> None:
+    """Refuses an HDF5 file with an external link anywhere in it: h5py would follow it into another
+    file on this machine (another user's model, or a FIFO that blocks the read for good).
+
+    Raises:
+        ConversionError: naming the link's place in the file.
+    """
+    found: list = []
+
+    def visit(name, info):
+        if info.type == h5py.h5l.TYPE_EXTERNAL:
+            found.append(name.decode(errors="replace") if isinstance(name, bytes) else str(name))
+            return 1   # stops the walk
+        return None
+
+    try:
+        f.id.links.visit(visit, info=True)
+    except (RuntimeError, ValueError, OSError) as exc:
+        raise ConversionError(f"{source}: cannot list its HDF5 links (damaged?): {exc}") from exc
+    if found:
+        raise ConversionError(f"{source}: {found[0]} is an external link into another file, which malinn does not "
+                              "follow (a model file holds its own data)")
+
+
+def read_json_attribute(obj, name: str, source: str, limit: int):
+    """The JSON text of attribute ``name``, parsed where it is within ``limit`` bytes (a text read
+    from the file is no larger than the file; parsed, a JSON text can take 25 times its size).
+
+    Raises:
+        ConversionError: missing, larger than ``limit`` bytes, or not JSON.
+    """
+    if name not in obj.attrs:
+        raise ConversionError(f"{source}: has no {name!r} attribute (not a model file, or damaged)")
+    try:
+        text = to_str(obj.attrs[name])
+    except (OSError, ValueError, TypeError, UnicodeError) as exc:
+        raise ConversionError(f"{source}: cannot read its {name!r} attribute: {exc}") from None
+    if len(text) > limit:
+        raise ConversionError(f"{source}: its {name!r} attribute holds {len(text)} characters, more than malinn "
+                              f"reads for a model's configuration ({limit})")
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError, UnicodeError, RecursionError) as exc:
+        raise ConversionError(f"{source}: its {name!r} attribute is not JSON: {exc}") from None
 
 
 def read_weight(dataset, source: str, where: str, budget=None, variable_dtype=None) -> np.ndarray:

@@ -35,7 +35,7 @@ from malinn.errors import ConversionError
 
 from .chain import ModelNode, is_operation, iter_chain, leaves_and_graph, named_leaves, parse_model
 from .dtypes import variable_dtype
-from .hdf5_util import read_weight, to_str
+from .hdf5_util import read_weight, refuse_external_links, to_str
 from .limits import MAX_JSON_BYTES, WeightBudget, check_member, member_limit, size_text
 from .model_spec import KerasLayer, KerasModel
 from .naming import unique_saving_names
@@ -139,6 +139,7 @@ def _build(source: str, root: ModelNode, version: str | None, weights_file) -> K
         ) from exc
     with h5:
         try:
+            refuse_external_links(h5, source)
             leaves, graph = leaves_and_graph(root, source)
             layers = read_weight_tree(h5, root, source, WeightBudget(root, source), leaves=leaves)
         except ConversionError:
@@ -186,9 +187,9 @@ def read_weight_tree(h5: h5py.File, root: ModelNode, source: str, budget, member
             layer's name; no group for a layer of ``config`` (Keras writes one for every layer,
             an empty ``vars`` for one without weights), or weights for a layer it does not have.
     """
-    layers, claimed = [], set()
+    layers, claimed, memo = [], set(), {}
     for leaf, trail, name in (named_leaves(list(iter_chain(root))) if leaves is None else leaves):
-        group_path, group = _find_vars(h5, trail, leaf.name, source, member, config)
+        group_path, group = _find_vars(h5, trail, leaf.name, source, member, config, memo)
         if leaf.class_name in WRAPPERS and (group is None or not len(group)):
             claimed.add(group_path.rsplit("/", 1)[0])                 # the wrapper's own (empty) group
             group_path = group_path[: -len("vars")] + "layer/vars"   # the wrapped layer's own variables
@@ -269,11 +270,18 @@ def _vars_name(group) -> str | None:
         return None
 
 
-def _find_vars(h5: h5py.File, trail: tuple, layer_name: str, source: str, member: str, config: str):
-    """The ``vars`` group holding a layer's variables, or ``(path, None)`` if there is none."""
+def _find_vars(h5: h5py.File, trail: tuple, layer_name: str, source: str, member: str, config: str,
+               memo: dict | None = None):
+    """The ``vars`` group holding a layer's variables, or ``(path, None)`` if there is none.
+
+    ``memo`` keeps, across the layers of one file, each model's saving names and each folder's
+    ``vars`` labels (found once each: per layer, a model of thousands of layers took minutes)."""
+    memo = {} if memo is None else memo
     prefix = ""
     for model, index in trail:
-        names = _saving_names(model)
+        names = memo.get(("names", id(model)))
+        if names is None:
+            names = memo[("names", id(model))] = _saving_names(model)
         prefix = f"{prefix}layers/{names[index]}/"
     path = prefix + "vars"
     group = h5.get(path)
@@ -284,12 +292,11 @@ def _find_vars(h5: h5py.File, trail: tuple, layer_name: str, source: str, member
         return path, group
     # Paths disagree with the config order: look for the vars group Keras labelled by name.
     parent_path = prefix.rstrip("/").rsplit("/", 1)[0]
-    parent = h5.get(parent_path) if parent_path else None
-    if isinstance(parent, h5py.Group):
-        for key in parent:
-            candidate = parent[key].get("vars") if isinstance(parent[key], h5py.Group) else None
-            if isinstance(candidate, h5py.Group) and _vars_name(candidate) == layer_name:
-                return f"{parent_path}/{key}/vars", candidate
+    labels = memo.get(("labels", parent_path))
+    if labels is None:
+        labels = memo[("labels", parent_path)] = _vars_labels(h5, parent_path)
+    if layer_name in labels:
+        return labels[layer_name]
     if group is not None:
         raise _fail(
             source,
@@ -299,6 +306,20 @@ def _find_vars(h5: h5py.File, trail: tuple, layer_name: str, source: str, member
     return path, None
 
 
+
+
+def _vars_labels(h5: h5py.File, parent_path: str) -> dict:
+    """``{layer name Keras labelled a vars group with: (path, group)}`` for the folders under
+    ``parent_path`` (the first of a name, as a search in folder order finds it)."""
+    parent = h5.get(parent_path) if parent_path else None
+    labels: dict = {}
+    if isinstance(parent, h5py.Group):
+        for key in parent:
+            candidate = parent[key].get("vars") if isinstance(parent[key], h5py.Group) else None
+            label = _vars_name(candidate) if isinstance(candidate, h5py.Group) else None
+            if label is not None and label not in labels:
+                labels[label] = (f"{parent_path}/{key}/vars", candidate)
+    return labels
 
 
 def _saving_names(model: ModelNode) -> list:

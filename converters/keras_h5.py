@@ -29,8 +29,8 @@ from malinn.errors import ConversionError
 from .chain import (INPUT_LAYER, LayerEntry, ModelNode, is_operation, iter_chain, iter_leaves,
                     leaves_and_graph, named_leaves, parse_model)
 from .dtypes import variable_dtype
-from .hdf5_util import read_str_list, read_weight, to_str
-from .limits import WeightBudget
+from .hdf5_util import read_json_attribute, read_str_list, read_weight, refuse_external_links, to_str
+from .limits import MAX_JSON_BYTES, WeightBudget
 from .model_spec import KerasLayer, KerasModel, version_major
 from .provenance import check_keras_own
 
@@ -80,11 +80,8 @@ def _read_open_file(f: h5py.File, source: str) -> KerasModel:
         raise _fail(
             source, "is an HDF5 file but not a Keras model file (no model_config attribute)"
         )
-    try:
-        config_text = to_str(f.attrs["model_config"])
-        config = json.loads(config_text)
-    except (TypeError, UnicodeDecodeError, ValueError) as exc:
-        raise _fail(source, f"its model_config attribute is not valid JSON: {exc}") from exc
+    refuse_external_links(f, source)
+    config = read_json_attribute(f, "model_config", source, MAX_JSON_BYTES)
     if not isinstance(config, dict):
         raise _fail(source, "its model_config attribute is not a JSON object")
 

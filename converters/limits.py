@@ -4,7 +4,8 @@ A ``.keras`` archive declares each member's uncompressed size, an HDF5 dataset i
 type; both can claim gigabytes in a file of a few kilobytes (a zip bomb; a dataset whose storage
 was never written reads as gigabytes of fill values). So, before reading:
 
-* ``config.json`` and ``metadata.json`` declare at most :data:`MAX_JSON_BYTES`;
+* ``config.json`` and ``metadata.json`` declare at most :data:`MAX_JSON_BYTES` (as may an HDF5
+  file's ``model_config`` or a malinn file's ``config`` attribute hold);
 * ``model.weights.h5`` declares at most what the config's layers can hold (:func:`member_limit`:
   their weights in float64 and three optimizer slots each, plus HDF5 bookkeeping) and at most
   :data:`MAX_MEMBER_BYTES`; a compressed member larger than :data:`RATIO_FLOOR` expands at most
@@ -29,7 +30,7 @@ from malinn.errors import ConversionError
 from .chain import ModelNode, iter_layers
 from .validate import SHAPE_PRESERVING
 
-MAX_JSON_BYTES = 64 << 20
+MAX_JSON_BYTES = 16 << 20   # parsed, a JSON text can take 25 times its size
 MAX_WEIGHTS_BYTES = 2 << 30
 MAX_MEMBER_BYTES = 4 << 30
 MAX_COMPRESSION_RATIO = 100
@@ -153,13 +154,14 @@ class WeightBudget:
     """What the weight datasets read from one file may declare, in all and each.
 
     Args:
-        root: the model, whose config sets the total (see :func:`implied_weight_count`).
+        root: the model, whose config sets the total (see :func:`implied_weight_count`); None: the
+            limit alone (a malinn model file's).
         source: the file, for messages.
     """
 
-    def __init__(self, root: ModelNode, source: str):
+    def __init__(self, root: ModelNode | None, source: str):
         self.source = source
-        count = implied_weight_count(root)
+        count = implied_weight_count(root) if root is not None else None
         self.limit, self.why = MAX_WEIGHTS_BYTES, "malinn's limit for a model's weights"
         if count is not None:
             implied = count * 8 + SLACK_BYTES
@@ -183,6 +185,7 @@ class WeightBudget:
                 f"({size_text(declared)}) but the file stores {size_text(stored)} of it; "
                 "refused before reading it"
             )
+        declared = math.prod(shape) * max(dataset.dtype.itemsize, 4)   # what it takes once read, as float32
         if self.used + declared > self.limit:
             raise ConversionError(
                 f"{self.source}: weight {where} declares shape {tuple(shape)} of {dataset.dtype} "

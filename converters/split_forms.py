@@ -29,7 +29,7 @@ import h5py
 from malinn.errors import ConversionError
 
 from .chain import leaves_and_graph, parse_model
-from .hdf5_util import to_str
+from .hdf5_util import refuse_external_links, to_str
 from .keras3_zip import read_weight_tree
 from .keras_h5 import looks_keras3, read_weights_group
 from .limits import MAX_JSON_BYTES, WeightBudget, size_text
@@ -92,6 +92,7 @@ def read_split(architecture: str, weights: str) -> KerasModel:
             f"{weights}: is not a readable HDF5 weights file (save_weights writes HDF5): {exc}"
         ) from exc
     with f:
+        refuse_external_links(f, weights)
         if "model_config" in f.attrs:
             raise ConversionError(
                 f"{weights}: holds a whole Keras model (its own config and weights), not weights "

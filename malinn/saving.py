@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from .converters import read_keras
+from .converters.hdf5_util import read_json_attribute, read_weight, refuse_external_links
+from .converters.limits import MAX_JSON_BYTES, WeightBudget
 from .converters.to_malinn import to_model
 from .device_selection import get_device
 from .errors import ConversionError, LibraryError, MalinnError
@@ -192,14 +194,24 @@ def is_malinn_file(path) -> bool:
 def _read_malinn(path):
     import h5py
 
+    source = str(path)
     with h5py.File(path, "r") as f:
-        version = int(f.attrs["format_version"])
+        refuse_external_links(f, source)
+        try:
+            version = int(f.attrs["format_version"])
+        except (KeyError, TypeError, ValueError):
+            raise ConversionError(f"{path}: has no format version (damaged malinn model file)") from None
         if version > FORMAT_VERSION:
             raise ConversionError(f"{path}: format version {version} was written by a newer malinn "
                                   f"(this one reads up to {FORMAT_VERSION})")
-        config = json.loads(f.attrs["config"])
-        source = json.loads(f.attrs.get("source", "null"))
-        json.dumps([config, source], ensure_ascii=False).encode("utf-8")   # text that is not UTF-8: damaged
+        if version < 1:
+            raise ConversionError(f"{path}: format version {version} is no malinn format (damaged file)")
+        damaged = f"{path} (a damaged malinn model file)"   # how the checks below name it
+        config = read_json_attribute(f, "config", damaged, MAX_JSON_BYTES)
+        origin = read_json_attribute(f, "source", damaged, MAX_JSON_BYTES) if "source" in f.attrs else None
+        json.dumps([config, origin], ensure_ascii=False).encode("utf-8")   # text that is not UTF-8: damaged
+        if not isinstance(config, dict) or not isinstance(config.get("layers"), list):
+            raise ConversionError(f"{path}: its config lists no layers (damaged malinn model file)")
         try:
             model_class = lookup("model", config.get("class_name", "Sequential"))
             layers = [lookup("layer", entry["class_name"]) for entry in config["layers"]]
@@ -212,13 +224,53 @@ def _read_malinn(path):
             made.append(layer)
         with weights_to_be_loaded():     # every weight is read from the file below: no random draw first
             model = model_class.from_layers(config, made, precision=str(f.attrs.get("precision", "fp32")))
+        budget = WeightBudget(None, damaged)
         for i, (layer, entry) in enumerate(zip(made, config["layers"])):
-            group = f["layers"][str(i)]
+            group = _CheckedGroup(f["layers"][str(i)], damaged, f"layers/{i}", budget)
             if entry.get("elementwise") and len(model.input_shapes[0]) > 1:
                 group = _untiled(group, model.input_shape[-1])
             layer.load_own_variables(group)
-    model.source = source
+    model.source = origin
     return model
+
+
+class _CheckedGroup:
+    """A layer's group of a malinn model file as its ``load_own_variables`` reads it (``store[name]``,
+    ``name in store``, ``len``, iteration): each dataset is read through the Keras readers' checks
+    (numeric, its data in this file, within the file's weight budget and the bytes it stores)."""
+
+    def __init__(self, group, source: str, where: str, budget):
+        self.group, self.source, self.where, self.budget = group, source, where, budget
+
+    def __getitem__(self, name: str):
+        item = self.group[name]
+        where = f"{self.where}/{name}"
+        if hasattr(item, "keys"):
+            return _CheckedGroup(item, self.source, where, self.budget)
+        return _CheckedDataset(item, self.source, where, self.budget)
+
+    def __contains__(self, name) -> bool:
+        return name in self.group
+
+    def __len__(self) -> int:
+        return len(self.group)
+
+    def __iter__(self):
+        return iter(self.group)
+
+
+class _CheckedDataset:
+    """One weight dataset: ``[()]`` reads it through :func:`~malinn.converters.hdf5_util.read_weight`
+    (as float32); ``attrs`` are its attributes."""
+
+    def __init__(self, dataset, source: str, where: str, budget):
+        self.dataset, self.source, self.where, self.budget = dataset, source, where, budget
+        self.attrs = dataset.attrs
+
+    def __getitem__(self, key):
+        if key != ():
+            raise ConversionError(f"{self.source}: {self.where} is read whole, not by {key!r}")
+        return read_weight(self.dataset, self.source, self.where, self.budget)
 
 
 def _untiled(group, channels: int) -> dict:

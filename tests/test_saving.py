@@ -152,5 +152,95 @@ def test_a_bit_flipped_in_a_files_weights_is_a_damaged_file(tmp_path):
         byte = f.read(1)
         f.seek(offset + 3)
         f.write(bytes([byte[0] ^ 0x40]))
-    with pytest.raises(ConversionError, match=r"m.malinn: damaged malinn model file \(OSError: .*filter"):
+    with pytest.raises(ConversionError, match=r"m.malinn \(a damaged malinn model file\): cannot read weight layers/0/kernel_laid_out: .*filter"):
         malinn.load_model(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# a hostile model file (a service loading uploads): refused by name, in bounded time and memory
+
+
+def _hostile(tmp_path, rng, edit):
+    path = tmp_path / "m.malinn"
+    sample_model(rng).save(path, target="cpu")
+    with h5py.File(path, "r+") as f:
+        edit(f)
+    return path
+
+
+def _replace(group, name, **dataset):
+    del group[name]
+    group.create_dataset(name, **dataset)
+
+
+def test_a_weight_kept_in_another_file_is_refused(tmp_path, rng):
+    """HDF5 external storage read /etc/passwd into a bias (and convert copied it on)."""
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"root:x:0:0:root:/root:/bin/bash\n" * 4)
+    path = _hostile(tmp_path, rng, lambda f: _replace(f["layers/1"], "bias", shape=(13,), dtype="u1",
+                                                      external=[(str(secret), 0, h5py.h5f.UNLIMITED)]))
+    with pytest.raises(ConversionError, match="layers/1/bias keeps its data in other files"):
+        malinn.load_model(path)
+
+
+def test_an_external_link_is_refused_in_every_hdf5_model_file(tmp_path, rng):
+    """A link into another HDF5 file (another user's model; a FIFO, which hung the read for good)."""
+    other = tmp_path / "other.h5"
+    with h5py.File(other, "w") as f:
+        f["bias"] = np.ones(20, np.float32)
+
+    def link(f):
+        del f["layers/1/bias"]
+        f["layers/1/bias"] = h5py.ExternalLink(str(other), "/bias")
+
+    with pytest.raises(ConversionError, match="layers/1/bias is an external link into another file"):
+        malinn.load_model(_hostile(tmp_path, rng, link))
+    keras_h5 = tmp_path / "k.h5"      # a Keras .h5 file's weights, the same way
+    with h5py.File(keras_h5, "w") as f:
+        f.attrs["model_config"] = json.dumps({"class_name": "Sequential", "config": {"layers": []}})
+        f.create_group("model_weights")["d"] = h5py.ExternalLink(str(other), "/")
+    with pytest.raises(ConversionError, match="model_weights/d is an external link"):
+        malinn.load_model(keras_h5)
+
+
+def test_a_weight_declaring_more_than_the_file_stores_is_refused_before_reading(tmp_path, rng):
+    """A 75 KB file declaring a 4 GiB bias took 4.2 GB of memory and 24 s before its shape failed."""
+    path = _hostile(tmp_path, rng, lambda f: _replace(f["layers/1"], "bias", shape=(1 << 30,), dtype="f4",
+                                                      chunks=(1 << 20,), compression="gzip"))
+    with pytest.raises(ConversionError, match=r"layers/1/bias declares shape \(1073741824,\) .* but the file stores"):
+        malinn.load_model(path)
+
+
+@pytest.mark.parametrize("edit, fragment", [
+    (lambda f: f.attrs.__setitem__("config", json.dumps({"pad": "x" * (17 << 20)})), "attribute holds"),
+    (lambda f: f.attrs.__setitem__("format_version", -5), "format version -5 is no malinn format"),
+    (lambda f: f.attrs.__delitem__("format_version"), "has no format version"),
+    (lambda f: f.attrs.__setitem__("config", json.dumps({"class_name": "Sequential"})), "its config lists no layers"),
+    (lambda f: _replace(f["layers/1"], "bias", data=np.ones(13, np.complex64)), "layers/1/bias has dtype complex64"),
+])
+def test_a_tampered_file_is_refused_by_name(tmp_path, rng, edit, fragment):
+    with pytest.raises(ConversionError, match=fragment):
+        malinn.load_model(_hostile(tmp_path, rng, edit))
+
+
+def test_a_config_declaring_more_than_the_weights_costs_no_memory(tmp_path):
+    """Loading builds the layers before the file's weights replace their zeros: an input shape edited
+    to 4000 x 4000 made a Dense kernel of 1.3 GB (copied, so touched) before its shape was refused."""
+    import subprocess
+    import sys
+
+    if not os.path.exists("/proc/self/status"):
+        pytest.skip("no /proc here to read a process's peak memory from")
+    path = tmp_path / "cnn.malinn"
+    malinn.convert(Path(__file__).resolve().parents[1] / "examples" / "digits_cnn.keras", path, target="cpu")
+    with h5py.File(path, "r+") as f:
+        config = json.loads(f.attrs["config"])
+        config["input_shape"] = [4000, 4000, 1]
+        f.attrs["config"] = json.dumps(config)
+    # the peak of this process's own memory (VmHWM: ru_maxrss would start at the forking worker's)
+    script = ("import sys, malinn\ntry:\n    malinn.load_model(sys.argv[1])\nexcept malinn.ConversionError as e:\n"
+              "    print(e)\nprint(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')))\n")
+    out = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=300)
+    message, peak_kib = out.stdout.rsplit("\n", 2)[:2]
+    assert "kernel shape (128, 10) does not match (32000000, 10)" in message, out.stdout + out.stderr
+    assert int(peak_kib) < 600 * 1024, f"peak {int(peak_kib) // 1024} MiB"

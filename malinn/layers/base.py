@@ -202,8 +202,10 @@ class Layer:
 
     def _weight_array(self, name: str, value) -> np.ndarray:
         """``value`` as the read-only float32 array weight ``name`` holds (its shape kept)."""
-        try:
-            array = np.array(value, dtype=np.float32)
+        try:   # built to be loaded, a layer's zeros are kept as they are: untouched pages until the file's
+            # weights replace them (a file whose config declares more than its weights costs no memory)
+            loading = self.__dict__.get("_building") and getattr(_loading, "active", False)
+            array = np.asarray(value, dtype=np.float32) if loading else np.array(value, dtype=np.float32)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"layer {self.name!r} ({type(self).__name__}): {name} must be numeric: {exc}") from None
         old = self.__dict__.get(name)
