@@ -36,6 +36,10 @@ MAX_MEMBER_BYTES = 4 << 30
 MAX_COMPRESSION_RATIO = 100
 RATIO_FLOOR = 16 << 20
 MAX_EXPANSION = 64
+#: a chunked weight dataset's chunks hold at least this many bytes on average (h5py makes 8 KiB and
+#: more; Keras writes its weights unchunked), and a file's weights at most MAX_CHUNKS chunks
+MIN_CHUNK_BYTES = 4096
+MAX_CHUNKS = 1 << 16
 #: Allowances on top of the config's tensors: small variables (seed generators, optimizer
 #: counters) and HDF5's own bookkeeping (about 1.5 KiB per dataset).
 SLACK_BYTES = 1 << 20
@@ -168,6 +172,7 @@ class WeightBudget:
             if implied < self.limit:
                 self.limit, self.why = implied, "what the config's layers hold"
         self.used = 0
+        self.chunks = 0
 
     def take(self, dataset, where: str) -> None:
         """Count a dataset before it is read.
@@ -185,6 +190,15 @@ class WeightBudget:
                 f"({size_text(declared)}) but the file stores {size_text(stored)} of it; "
                 "refused before reading it"
             )
+        chunks = math.prod(-(-n // c) for n, c in zip(shape, dataset.chunks)) if dataset.chunks else 1
+        if chunks > max(64, declared // MIN_CHUNK_BYTES) or self.chunks + chunks > MAX_CHUNKS:
+            # HDF5 keeps about 4 KiB of bookkeeping per chunk it reads: 2**24 chunks of 4 bytes took 19 GB
+            raise ConversionError(
+                f"{self.source}: weight {where} is stored in {chunks} chunks of {dataset.chunks} "
+                f"({'with the ' + str(self.chunks) + ' before it, ' if self.chunks else ''}more than malinn reads: "
+                f"chunks of {MIN_CHUNK_BYTES} bytes or more on average, {MAX_CHUNKS} in a file); refused before "
+                "reading it")
+        self.chunks += chunks
         declared = math.prod(shape) * max(dataset.dtype.itemsize, 4)   # what it takes once read, as float32
         if self.used + declared > self.limit:
             raise ConversionError(

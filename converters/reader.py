@@ -6,6 +6,8 @@ from __future__ import annotations
 import glob
 import os
 import re
+import stat
+import zipfile
 
 from malinn.errors import ConversionError
 
@@ -72,9 +74,14 @@ def _read(source: str) -> KerasModel:
         if os.path.isfile(os.path.join(source, "config.json")):
             return read_keras3_dir(source)
         raise ConversionError(f"{source}: is a directory, not a Keras model file")
-    if head[:4] in _ZIP_SIGNATURES:
+    zip_file, hdf5_file = head[:4] in _ZIP_SIGNATURES, is_hdf5_signature(head) or _is_hdf5(source)
+    if zip_file and hdf5_file or hdf5_file and _opens_as_zip(source):
+        # read as one and loaded by Keras (malinn verify) as the other: a model malinn never saw would run
+        raise ConversionError(f"{source}: is both a zip archive and an HDF5 file; a Keras model file is one of "
+                              "them (save it again)")
+    if zip_file:
         return read_keras3_zip(source)
-    if is_hdf5_signature(head) or _is_hdf5(source):
+    if hdf5_file:
         return read_keras_h5(source)
     if _is_json(head):
         # a clear message when it is not a Keras architecture, else: the weights are missing
@@ -130,6 +137,8 @@ def _head(source: str) -> bytes:
             name.endswith(".index") and glob.glob(glob.escape(source[:-len(".index")]) + ".data-*")):
         raise ConversionError(f"{source}: is part of a TensorFlow checkpoint, which malinn does "
                               f"not read; {_RESAVE}")
+    if not stat.S_ISREG(os.stat(source).st_mode):   # a FIFO would block open() for good, a device read forever
+        raise ConversionError(f"{source}: is not a regular file (a FIFO, a socket or a device); give the model file")
     try:
         with open(source, "rb") as fh:
             head = fh.read(16)
@@ -156,6 +165,16 @@ def _is_json(head: bytes) -> bool:
 def _is_json_value(head: bytes) -> bool:
     """Whether a file that starts with ``head`` looks like JSON of another kind (an array, a string)."""
     return _json_start(head) in (b"[", b'"')
+
+
+def _opens_as_zip(source: str) -> bool:
+    """Whether a zip archive with members ends ``source`` (its central directory read whole: four bytes
+    of weights that happen to spell a zip's end record are not one)."""
+    try:
+        with zipfile.ZipFile(source) as archive:
+            return bool(archive.namelist())
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError):
+        return False
 
 
 def _is_hdf5(source: str) -> bool:

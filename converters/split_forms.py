@@ -49,7 +49,10 @@ def read_architecture(path: str):
         raise ConversionError(f"{path}: the architecture JSON has {size_text(size)}, more than "
                               f"malinn's limit for a JSON file ({size_text(MAX_JSON_BYTES)})")
     with open(path, "rb") as fh:
-        data = fh.read()
+        data = fh.read(MAX_JSON_BYTES + 1)   # the size above is 0 for what is not a regular file
+    if len(data) > MAX_JSON_BYTES:
+        raise ConversionError(f"{path}: the architecture JSON holds more than malinn's limit for a JSON file "
+                              f"({size_text(MAX_JSON_BYTES)})")
     try:
         config = json.loads(data.decode("utf-8-sig"))
     except (UnicodeDecodeError, ValueError) as exc:

@@ -157,9 +157,9 @@ def _read_csv(path: Path, sample_shape) -> np.ndarray:
             count = line.count(",") + 1
             raise MalinnError(f"{path}: line {number} has {count} value{'s' * (count != 1)}, "
                               f"line {lines[0][0]} has {width}")
-    cells = np.array([cell for _, line in lines for cell in line.split(",")])
-    try:
-        values = cells.astype(np.float32).reshape(len(lines), width)
+    try:   # cell by cell: a fixed-width string array of every cell was as wide as the longest one
+        values = np.array([float(cell) for _, line in lines for cell in line.split(",")],
+                          np.float32).reshape(len(lines), width)
     except ValueError:
         number, line = next((n, line) for n, line in lines if not _numeric_row(line))
         bad = next(cell for cell in line.split(",") if not _is_number(cell))

@@ -568,3 +568,19 @@ def test_the_default_output_of_a_folder_is_named_beside_it(tmp_path, monkeypatch
     assert _default_output("m.keras") == "m.malinn" and _default_output("m") == "m.malinn"
     with pytest.raises(UsageError, match="has no name to give the output"):
         _default_output("/")
+
+
+def test_a_csv_cell_far_longer_than_the_rest_costs_no_more_memory_than_its_text(tmp_path):
+    """Every cell went into one fixed-width string array as wide as the longest: a 2 MB file with one
+    cell of 2,000 characters took 8 GB before its shape was refused."""
+    if not os.path.exists("/proc/self/status"):
+        pytest.skip("no /proc here to read a process's peak memory from")
+    path = tmp_path / "long.csv"
+    path.write_text("0,1,2\n" * 2000 + "3,4," + " " * 50000 + "5\n")   # before: 6,003 cells x 50,005 x 4 bytes
+    script = ("import sys\nfrom malinn.array_files import read_input_array\nx = read_input_array(sys.argv[1])\n"
+              "print(x.shape, x[-1].tolist())\n"
+              "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')))\n")
+    out = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=300)
+    shape, peak_kib = out.stdout.splitlines()[:2]
+    assert shape == "(2001, 3) [3.0, 4.0, 5.0]", out.stdout + out.stderr
+    assert int(peak_kib) < 400 * 1024, f"peak {int(peak_kib) // 1024} MiB"

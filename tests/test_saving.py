@@ -217,6 +217,9 @@ def test_a_weight_declaring_more_than_the_file_stores_is_refused_before_reading(
     (lambda f: f.attrs.__delitem__("format_version"), "has no format version"),
     (lambda f: f.attrs.__setitem__("config", json.dumps({"class_name": "Sequential"})), "its config lists no layers"),
     (lambda f: _replace(f["layers/1"], "bias", data=np.ones(13, np.complex64)), "layers/1/bias has dtype complex64"),
+    # 65,536 chunks of one float: HDF5's bookkeeping of 2**24 such chunks took 19 GB
+    (lambda f: _replace(f["layers/1"], "bias", data=np.ones(1 << 16, np.float32), chunks=(1,)),
+     "layers/1/bias is stored in 65536 chunks"),
 ])
 def test_a_tampered_file_is_refused_by_name(tmp_path, rng, edit, fragment):
     with pytest.raises(ConversionError, match=fragment):
@@ -244,3 +247,15 @@ def test_a_config_declaring_more_than_the_weights_costs_no_memory(tmp_path):
     message, peak_kib = out.stdout.rsplit("\n", 2)[:2]
     assert "kernel shape (128, 10) does not match (32000000, 10)" in message, out.stdout + out.stderr
     assert int(peak_kib) < 600 * 1024, f"peak {int(peak_kib) // 1024} MiB"
+
+
+def test_int8_scales_of_another_count_than_the_kernels_rows_are_refused(tmp_path, rng):
+    """One scale for a kernel of 13 rows was broadcast over them, unnoticed."""
+    path = tmp_path / "m8.malinn"
+    model = sample_model(rng)
+    model.precision = "int8-weights"
+    model.save(path, target="cpu")
+    with h5py.File(path, "r+") as f:
+        _replace(f["layers/1"], "kernel_scales", data=np.ones(1, np.float32))
+    with pytest.raises(ConversionError, match="1 int8 scales for a kernel of 13 rows"):
+        malinn.load_model(path)

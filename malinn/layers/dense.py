@@ -155,8 +155,10 @@ class Dense(Layer):
         stored = np.asarray(data[()])
         quantized = None
         if precision == "int8-weights":
-            quantized = (layout.unpack(stored, shape, padded).astype(np.int8),
-                         np.asarray(store["kernel_scales"][()], dtype=np.float32).reshape(-1))
+            scales = np.asarray(store["kernel_scales"][()], dtype=np.float32).reshape(-1)
+            if scales.size != shape[0]:   # one per output row; one number would be broadcast unnoticed
+                raise ValueError(f"{self._what()}: {scales.size} int8 scales for a kernel of {shape[0]} rows")
+            quantized = (layout.unpack(stored, shape, padded).astype(np.int8), scales)
             w = effective(None, precision, quantized)
         else:
             w = layout.unpack(stored, shape, padded)   # float16 values are exact in float32

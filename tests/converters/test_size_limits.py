@@ -18,6 +18,7 @@ import struct
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -230,3 +231,31 @@ def test_a_model_of_thousands_of_layers_is_read_in_linear_time(tmp_path):
     seconds = time.perf_counter() - start
     assert len(model.layers) == count + 1
     assert seconds < 30, f"{count} layers read in {seconds:.1f} s"   # quadratic: about 75 s; linear: about 1
+
+
+@pytest.mark.parametrize("zip_first", [True, False])
+def test_a_file_that_is_both_a_zip_and_an_hdf5_file_is_refused(tmp_path, zip_first):
+    """malinn read such a file as its .keras zip while tf_keras (malinn verify's reference) loaded it
+    as the HDF5 file hidden in it, by its name: a Lambda layer's stored bytecode ran."""
+    keras = (Path(__file__).resolve().parents[2] / "examples" / "digits_mlp.keras").read_bytes()
+    path = tmp_path / "both.h5"
+    with h5py.File(path, "w", userblock_size=512 if zip_first else 0) as f:
+        f.attrs["model_config"] = json.dumps({"class_name": "Sequential", "config": {"layers": []}})
+    data = bytearray(path.read_bytes())
+    if zip_first:
+        data[:4] = b"PK\x03\x04"     # the user block's first bytes: a zip reader starts here
+    path.write_bytes(bytes(data) + keras)
+    with pytest.raises(ConversionError, match="is both a zip archive and an HDF5 file"):
+        read_keras(path)
+
+
+def test_a_fifo_given_as_the_model_is_refused_without_blocking(tmp_path):
+    """open() of a FIFO blocks until a writer comes (for good, where none does); an architecture JSON
+    read from one had no size limit (its size reads 0)."""
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs here")
+    fifo = tmp_path / "model.json"
+    os.mkfifo(fifo)
+    for weights in (None, tmp_path / "w.h5"):
+        with pytest.raises(ConversionError, match="is not a regular file"):
+            read_keras(fifo, weights=weights)
