@@ -98,7 +98,13 @@ def read_keras3_zip(source: str) -> KerasModel:
 def read_keras3_dir(source: str) -> KerasModel:
     """Read an unzipped ``.keras`` model (``model.save(path, zipped=False)``)."""
     def path(member):
-        return os.path.join(source, member)
+        """The member's file, refused where it is a link leading out of the folder (another file of
+        this machine read as the model's: /etc/passwd as its config)."""
+        inside = os.path.join(source, member)
+        if os.path.lexists(inside) and os.path.dirname(os.path.realpath(inside)) != os.path.realpath(source):
+            raise _fail(source, f"{member} is a link to {os.path.realpath(inside)}, outside the model's folder; "
+                                "malinn reads the folder's own files")
+        return inside
 
     def read_json(member: str):
         size = os.path.getsize(path(member))

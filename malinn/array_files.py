@@ -8,6 +8,7 @@ that names the file and what is wrong with it.
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 import zipfile
@@ -93,9 +94,13 @@ def _read_npy(f, size: int | None, name: str) -> np.ndarray:
         raise MalinnError(f"{name}: damaged .npy header ({_first_line(exc)})") from None
     if dtype.hasobject or dtype.kind not in _NUMERIC_KINDS or dtype.fields is not None:
         raise MalinnError(f"{name}: holds {_describe(dtype)}, not numbers")
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if any(d < 0 for d in shape):
+        raise MalinnError(f"{name}: damaged .npy header (shape {shape} has a negative size)")
+    count = math.prod(shape)   # Python's integers: numpy's int64 product wrapped to 0 for (2**32, 2**32)
     nbytes = count * dtype.itemsize
     offset = f.tell()
+    if nbytes > 1 << 62:   # more than any file holds (and than a read can be asked for)
+        raise MalinnError(f"{name}: damaged .npy header (shape {shape} of {dtype}: {nbytes} bytes of data)")
     if size is not None and size - offset < nbytes:
         raise MalinnError(f"{name}: truncated: the header declares shape {shape} of {dtype} ({nbytes} bytes of data), "
                           f"the file has {max(0, size - offset)}")

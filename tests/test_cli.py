@@ -584,3 +584,20 @@ def test_a_csv_cell_far_longer_than_the_rest_costs_no_more_memory_than_its_text(
     shape, peak_kib = out.stdout.splitlines()[:2]
     assert shape == "(2001, 3) [3.0, 4.0, 5.0]", out.stdout + out.stderr
     assert int(peak_kib) < 400 * 1024, f"peak {int(peak_kib) // 1024} MiB"
+
+
+@pytest.mark.parametrize("shape, fragment", [((2**32, 2**32, 1), "bytes of data"), ((-1, 3), "has a negative size")])
+def test_an_npy_header_of_an_impossible_shape_is_named_with_its_file(tmp_path, shape, fragment):
+    """numpy's int64 product wrapped to 0 for (2**32, 2**32, 1), and a negative size reached read():
+    errors that did not name the file."""
+    import io
+
+    from malinn.array_files import read_input_array
+    from malinn.errors import MalinnError
+
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    path = tmp_path / "x.npy"
+    path.write_bytes(buffer.getvalue() + bytes(16))
+    with pytest.raises(MalinnError, match=f"x.npy: damaged .npy header .*{fragment}"):
+        read_input_array(path)

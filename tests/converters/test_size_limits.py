@@ -259,3 +259,17 @@ def test_a_fifo_given_as_the_model_is_refused_without_blocking(tmp_path):
     for weights in (None, tmp_path / "w.h5"):
         with pytest.raises(ConversionError, match="is not a regular file"):
             read_keras(fifo, weights=weights)
+
+
+def test_an_unzipped_model_whose_member_links_out_of_its_folder_is_refused(tmp_path):
+    """A link in an unzipped .keras folder read another file of the machine as the model's."""
+    folder = tmp_path / "unzipped"
+    with zipfile.ZipFile(Path(__file__).resolve().parents[2] / "examples" / "digits_mlp.keras") as z:
+        z.extractall(folder)
+    assert read_keras(folder).layers                      # the folder as Keras writes it: read
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"keras_version": "3.15.1"}')
+    (folder / "metadata.json").unlink()
+    (folder / "metadata.json").symlink_to(secret)
+    with pytest.raises(ConversionError, match="metadata.json is a link to .*secret.json, outside the model's folder"):
+        read_keras(folder)
