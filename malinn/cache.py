@@ -75,9 +75,11 @@ def cache_dir() -> Path:
     if configured and not configured.startswith("~"):
         return Path(configured)
     if configured:
-        own = configured == "~" or configured[1:2] in ("/", os.sep)     # ~ or ~/...: this user's home
-        home = _home() if own else None
-        expanded = (home + configured[1:] if home else "") if own else os.path.expanduser(configured)
+        if configured == "~" or configured[1:2] in ("/", os.sep):   # ~ or ~/...: this user's home, if known
+            home = _home()
+            expanded = home + configured[1:] if home else ""
+        else:                                                       # ~user/...
+            expanded = os.path.expanduser(configured)
         if os.path.isabs(expanded) and expanded.rstrip("/" + os.sep):
             return Path(expanded)
         _warn_once(f"MALINN_CACHE_DIR={configured!r} names no folder (no such home folder): "
