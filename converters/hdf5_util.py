@@ -84,7 +84,7 @@ def refuse_external_links(f: h5py.File, source: str) -> None:
 
 def read_json_attribute(obj, name: str, source: str, limit: int):
     """The JSON text of attribute ``name``, parsed where it is within ``limit`` bytes (a text read
-    from the file is no larger than the file; parsed, a JSON text can take 25 times its size).
+    from the file is no larger than the file; parsed, a JSON text takes many times its size).
 
     Raises:
         ConversionError: missing, larger than ``limit`` bytes, or not JSON.

@@ -30,7 +30,7 @@ from malinn.errors import ConversionError
 from .chain import ModelNode, iter_layers
 from .validate import SHAPE_PRESERVING
 
-MAX_JSON_BYTES = 16 << 20   # parsed, a JSON text can take 25 times its size
+MAX_JSON_BYTES = 16 << 20   # parsed, a JSON text takes many times its size in memory
 MAX_WEIGHTS_BYTES = 2 << 30
 MAX_MEMBER_BYTES = 4 << 30
 MAX_COMPRESSION_RATIO = 100
