@@ -46,13 +46,23 @@ sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 from peers import CLBlast, median_time, torch_cuda  # noqa: E402
 
 THESIS_SIZES = [96, 192, 384, 768, 1440, 2880, 4096]
+#: the kernels and sizes that computed a wrong product in this run
+WRONG: list = []
 
 
 def time_variant(spec, device, n, repeat, budget_s):
-    """Median time (s) of spec on an n x n x n product, launch to queue finished."""
+    """Median time (s) of spec on an n x n x n product, launch to queue finished; None, said on
+    stderr, where the kernel refuses the shape on this device (its image operand beyond the device's
+    image limits) or computes it wrong (the run goes on; main's exit status is then 1)."""
+    if any(r.image for r in spec.matrices.values()) and not spec.accepts(n, n, n, device):
+        print(f"gemm_variants: {label(spec)} refuses n={n} on {device.name} (its image operand is beyond the "
+              f"device's image limits); not timed", file=sys.stderr)
+        return None
     product = Product(spec, device, n, n, n)
     if not product.correct():
-        raise RuntimeError(f"{spec.codename} at n={n} is wrong; not timing it")
+        print(f"gemm_variants: {label(spec)} at n={n} on {device.name} is WRONG; not timed", file=sys.stderr)
+        WRONG.append(f"{label(spec)} at n={n}")
+        return None
     run = lambda: (product.launch(), device.finish())  # noqa: E731
     t = time.perf_counter()
     run()
@@ -151,8 +161,13 @@ def most_often_fastest(rows, columns):
     """The column fastest on the most rows, and on how many."""
     wins = {}
     for row in rows:
-        fastest = max(columns, key=lambda c: row[c])
+        timed = [c for c in columns if row.get(c) is not None]
+        if not timed:
+            continue
+        fastest = max(timed, key=lambda c: row[c])
         wins[fastest] = wins.get(fastest, 0) + 1
+    if not wins:
+        return columns[0], 0
     winner = max(wins, key=wins.get)
     return winner, wins[winner]
 
@@ -163,11 +178,13 @@ def device_ratios(rows, prefixes, columns):
     first = prefixes[0]
     out = []
     for row in rows:
-        best_first = max(row[c] for c in columns[first])
+        best_first = max((row[c] for c in columns[first] if row.get(c) is not None), default=None)
         for prefix in prefixes[1:]:
+            best = max((row[c] for c in columns[prefix] if row.get(c) is not None), default=None)
+            tuned, tuned_first = row.get(prefix + "tuned"), row.get(first + "tuned")
             out.append({"n": row["n"], "device": prefix.rstrip("/"), "over": first.rstrip("/") or "first",
-                        "tuned": row[first + "tuned"] / row[prefix + "tuned"],
-                        "fastest": best_first / max(row[c] for c in columns[prefix])})
+                        "tuned": tuned_first / tuned if tuned and tuned_first else None,
+                        "fastest": best_first / best if best and best_first else None})
     return out
 
 
@@ -231,7 +248,7 @@ def main(argv=None):
                 key = (spec.codename, spec.defines)
                 if key not in seconds:
                     seconds[key] = time_variant(spec, device, n, args.repeat, args.budget)
-                row[prefix + column] = flop / seconds[key] / 1e9
+                row[prefix + column] = None if seconds[key] is None else flop / seconds[key] / 1e9
             if prefix in clblasts:
                 row[prefix + "CLBlast"] = flop / time_clblast(clblasts[prefix], device, n, args.repeat) / 1e9
         row["numpy"] = flop / time_numpy(n, args.repeat) / 1e9
@@ -239,7 +256,7 @@ def main(argv=None):
         if torch_s is not None:
             row["cuBLAS"] = flop / torch_s / 1e9
         rows.append(row)
-        print(" | ".join([str(n)] + [f"{row[h]:.1f}" for h in header[1:]]), flush=True)
+        print(" | ".join([str(n)] + ["-" if row[h] is None else f"{row[h]:.1f}" for h in header[1:]]), flush=True)
     names = {**configurations, **{p + "tuned": f"{configurations[p + 'tuned']} (the runtime's choice"
                                   + (f" on {p.rstrip('/')})" if p else ")") for p in prefixes}}
     fastest, wins = most_often_fastest(rows, mine_all)
@@ -249,6 +266,8 @@ def main(argv=None):
           f"({overall_wins} of {len(rows)})")
     ratios = device_ratios(rows, prefixes, columns) if len(devices) > 1 else []
     for r in ratios:
+        if r["tuned"] is None or r["fastest"] is None:
+            continue
         print(f"n {r['n']:>5}: {r['device']} / {devices[0].describe()['index']} time = {r['tuned']:.2f}x "
               f"(runtime choices), {r['fastest']:.2f}x (fastest kernels)")
     if args.json:
@@ -256,13 +275,17 @@ def main(argv=None):
         result = {"device": first.describe(), "driver": first.driver_version, "rows": rows,
                   "fastest": names[fastest], "fastest_overall": names.get(overall, overall),
                   "tuned": configurations["tuned"], "configurations": configurations,
-                  "clblast": "used" if "" in clblasts else why_not.get(""), "command": shlex.join(sys.argv)}
+                  "clblast": "used" if "" in clblasts else why_not.get(""), "wrong": WRONG,
+                  "command": shlex.join(sys.argv)}
         if len(devices) > 1:
             result["devices"] = [{**d.describe(), "driver": d.driver_version, "columns": p or "(unprefixed)"}
                                  for d, p in zip(devices, prefixes)]
             result["ratios"] = ratios
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)
+    if WRONG:
+        print(f"gemm_variants: wrong products (not timed): {'; '.join(WRONG)}", file=sys.stderr)
+        return 1
     return 0
 
 

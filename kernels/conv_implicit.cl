@@ -310,14 +310,14 @@ void conv_implicit(uint l, uint c, uint h, uint w, uint m, uint n, uint H, uint 
         #pragma unroll
         for (uint i = 0; i < RM; ++i)
             atomic_xchg(partial + slice * TM * TN + PART_AT(j, i), acc[j][i]);
-    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    DEVICE_FENCE();
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
     if (t == 0)
         last = atomic_inc(counter) == SLICES - 1;
     barrier(CLK_LOCAL_MEM_FENCE);
     if (!last)
         return;
-    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    DEVICE_FENCE();
     float sum[RN][RM];
     #pragma unroll
     for (uint j = 0; j < RN; ++j)

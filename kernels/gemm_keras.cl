@@ -219,14 +219,14 @@ void gemm_keras(MATMUL_SCALARS,
         #pragma unroll
         for (uint i = 0; i < RM; ++i)
             atomic_xchg(partial + slice * TM * TN + PART_AT(j, i), (float)acc[j][i]);
-    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    DEVICE_FENCE();
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
     if (t == 0)
         last = atomic_inc(counter) == SLICES - 1;
     barrier(CLK_LOCAL_MEM_FENCE);
     if (!last)
         return;
-    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    DEVICE_FENCE();
     /* the slices in slice order; this work-group's own from its registers (the same value) */
     float sum[RN][RM];
     for (uint q = 0; q < SLICES; ++q)

@@ -360,13 +360,13 @@ void gemv_split(GEMV_SCALARS,
     volatile __global float *partial = (volatile __global float *)(scratch + tiles) + (size_t)g * SLICES * OUTS;
     for (uint e = t; e < OUTS; e += THREADS)
         atomic_xchg(partial + slice * OUTS + e, part[e]);
-    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    DEVICE_FENCE();
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
     if (t == 0)
         last = atomic_inc(counter) == SLICES - 1;
     barrier(CLK_LOCAL_MEM_FENCE);
     if (last) {
-        mem_fence(CLK_GLOBAL_MEM_FENCE);
+        DEVICE_FENCE();
         for (uint e = t; e < OUTS; e += THREADS) {
             /* in slice order, TAIL reads in flight before they are added */
             float sum = 0.0f;
@@ -412,13 +412,13 @@ void gemv_split(GEMV_SCALARS,
         head_tree(head_rows, ROWS, t);
         for (uint i = t; i < HEAD_WIDTH; i += THREADS)
             atomic_xchg(head_part + (size_t)get_group_id(0) * HEAD_WIDTH + i, head_rows[i]);
-        mem_fence(CLK_GLOBAL_MEM_FENCE);
+        DEVICE_FENCE();
         barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
         if (t == 0)
             head_last = atomic_inc(head_counter) == rtiles - 1;
         barrier(CLK_LOCAL_MEM_FENCE);
         if (head_last) {
-            mem_fence(CLK_GLOBAL_MEM_FENCE);
+            DEVICE_FENCE();
             /* the tiles' shares, ROWS tiles at a time read at once and added in a fixed tree, the
              * chunks in tile order (the same sums whichever tile is last) */
             for (uint g0 = 0; g0 < rtiles; g0 += ROWS) {

@@ -86,10 +86,15 @@ class Product:
         a, b: the host operands; r: the device result.
     """
 
-    def __init__(self, spec, device: Device, m: int, k: int, n: int):
-        rng = np.random.default_rng(m * 7 + k * 3 + n)
-        self.a = rng.standard_normal((m, k)).astype(np.float32)
-        self.b = rng.standard_normal((k, n)).astype(np.float32)
+    def __init__(self, spec, device: Device, m: int, k: int, n: int, operands: tuple | None = None):
+        """Args:
+            operands: ``(a, b)``, float32 arrays of shapes ``(m, k)`` and ``(k, n)``; default: random
+                ones seeded by the shape (the same for every kernel).
+        """
+        if operands is None:
+            rng = np.random.default_rng(m * 7 + k * 3 + n)
+            operands = (rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32))
+        self.a, self.b = operands
         plan = matmul_plan(spec, m, k, n)
         self.r = DeviceMatrix.empty(device, (m, n), spec.matrices["r"].layout, plan["r"])
         layout = spec.matrices["a"].layout

@@ -316,7 +316,7 @@ class OpenCLDevice(Device):
             raise SettingError(f"MALINN_CL_OPTIONS={' '.join(extra)!r} sets {', '.join(clash)}, which {origin} takes "
                                f"from its configuration (its launch is sized for it); choose a configuration with "
                                f"malinn.ops.use(op, codename, config=...) or malinn tune instead")
-        options = tuple(options) + extra + QUIET_BUILD_OPTIONS
+        options = tuple(options) + extra + self.compiler_defines + QUIET_BUILD_OPTIONS
         digest = hashlib.sha256(source.encode() + b"\0" + "\0".join(options).encode()).hexdigest()
         programs = self.cache.setdefault("programs", {})
         with self.build_lock:
@@ -360,6 +360,13 @@ class OpenCLDevice(Device):
         """Whether this is a PoCL device (the CPU here): its compiler is an LLVM that clashes with
         TensorFlow's in one process, and it compiles a kernel again for each work-group size."""
         return POCL_PLATFORM in self.platform
+
+    @property
+    def compiler_defines(self) -> tuple:
+        """Defines naming the compiler that builds this device's programs, for what OpenCL C 1.2 cannot
+        say portably (kernels/device_fence.clh): ``-DNVIDIA_OPENCL=1`` on NVIDIA's platform, whose
+        compiler takes PTX inline assembly (its ``mem_fence`` orders memory for the work-group only)."""
+        return ("-DNVIDIA_OPENCL=1",) if "NVIDIA" in self.platform.upper() else ()
 
     def extra_build_options(self) -> tuple:
         """``MALINN_CL_OPTIONS``: OpenCL compiler options (space-separated) added to every build, for
