@@ -23,6 +23,12 @@ caller rebuilds it. Entries are written to a temporary file in the same folder, 
 and renamed over the old one, so a reader sees the old entry or the new one, never a mix. A cache
 that cannot be written (a read-only folder, a file where the folder should be, a full disk) turns
 writing off with one warning; nothing here raises for a cache problem.
+
+A payload handed to a driver is marked in use meanwhile (:func:`in_use`: a file in
+``in-use/<kind>/``), so that an entry the driver still crashes on costs one process: the next
+reader finds the dead process's mark and discards the entry. Processes making one entry at once
+take turns (:func:`build_lock`: ``flock`` on a file in ``locks/``): the first builds and stores it,
+the others read it.
 """
 
 from __future__ import annotations
@@ -45,7 +51,8 @@ try:
 except ImportError:  # pragma: no cover
     fcntl = None
 
-__all__ = ["cache_dir", "read_entry", "write_entry", "entry_path", "encode_entry", "decode_entry",
+__all__ = ["cache_dir", "read_entry", "write_entry", "entry_path", "encode_entry", "decode_entry", "in_use",
+           "users_died", "build_lock", "DamagedEntry",
            "write_atomic", "locked", "MAGIC", "FORMAT_VERSION", "HEADER"]
 
 MAGIC = b"MALINNCE"
@@ -200,15 +207,20 @@ def _noun(kind: str) -> str:
     return kind[:-1] if kind.endswith("s") else kind
 
 
-def read_entry(kind: str, key: dict) -> bytes | None:
+def read_entry(kind: str, key: dict, check=None) -> bytes | None:
     """The checked payload of ``kind``'s entry for ``key``, or ``None`` (absent, unreadable or damaged).
 
     A damaged entry is deleted and reported with one line of ``warnings.warn``; the caller then
-    rebuilds the payload and writes it again with :func:`write_entry`.
+    rebuilds the payload and writes it again with :func:`write_entry`. So is an entry that a process
+    of this machine was handing to its driver (:func:`in_use`) when it died: the driver may have
+    crashed on it, and would crash this process too.
 
     Args:
         kind: the entry kind, a folder name (e.g. ``"programs"``).
         key: everything the payload depends on, as a JSON-serialisable dict.
+        check: called with the payload once the entry's own checks have passed; raises
+            :class:`DamagedEntry` (saying why) for a payload its user must not be given (a driver's
+            binary that would crash the driver).
 
     Returns:
         The payload bytes, or ``None``.
@@ -219,15 +231,174 @@ def read_entry(kind: str, key: dict) -> bytes | None:
     except OSError:   # absent, or the cache is unreadable (not a folder, no permission): a miss
         return None
     try:
-        return decode_entry(data, key)
+        payload = decode_entry(data, key)
+        if check is not None:
+            check(payload)
     except DamagedEntry as exc:
-        try:
-            path.unlink()
-        except OSError:
-            pass
-        warnings.warn(f"malinn: discarded a damaged {_noun(kind)} cache entry {path}: {exc}; it is rebuilt",
-                      RuntimeWarning, stacklevel=2)
+        _discard(path, f"discarded a damaged {_noun(kind)} cache entry {path}: {exc}; it is rebuilt")
         return None
+    died = _dead_users(path)
+    if died:
+        for mark in died:
+            _unlink(mark)
+        _discard(path, f"discarded a {_noun(kind)} cache entry {path}: process {_pid_of(died[0])} died while "
+                       f"handing it to the driver; it is rebuilt")
+        return None
+    return payload
+
+
+def _discard(path: Path, message: str) -> None:
+    _unlink(path)
+    warnings.warn(f"malinn: {message}", RuntimeWarning, stacklevel=3)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+# ------------------------------------------------------------------ entries in use by a driver
+# A driver that crashes on an entry (an abort inside it cannot be caught) must cost one process, not
+# every later one: a process marks an entry before it hands the payload to the driver and removes
+# the mark once the driver has taken it. A mark whose process is dead names an entry the driver died
+# on; the next reader discards it (read_entry). The marks are files in in-use/<kind>/, named
+# <entry>-<pid>-<random>-<host> and holding the process's start time (a reused pid is not the dead one).
+
+def _marks_folder(path: Path) -> Path:
+    return path.parent.parent / "in-use" / path.parent.name
+
+
+def _host() -> str:
+    import socket
+
+    name = "".join(c if c.isalnum() or c in "._" else "_" for c in socket.gethostname())[:64]
+    return name or "host"
+
+
+def _start_time(pid: int) -> str:
+    """The process's start time (clock ticks since boot, from ``/proc``), or "" where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return "" if fields[0] in (b"Z", b"X") else fields[19].decode()   # a zombie has died
+    except (OSError, IndexError, UnicodeDecodeError):
+        return ""
+
+
+def _alive(pid: int, started: str) -> bool:
+    """Whether process ``pid``, started at ``started`` (as :func:`_start_time` said then), still runs."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # another user's process
+        pass
+    except OSError:
+        return True
+    if started and os.path.isdir("/proc/self"):   # the pid may have been reused since by another process
+        return _start_time(pid) == started
+    return True
+
+
+def _pid_of(mark: Path) -> int:
+    return int(mark.name.split("-")[-3])
+
+
+def _dead_users(path: Path) -> list:
+    """The marks of processes of this machine that died while handing ``path``'s payload to a driver."""
+    try:
+        found = [m for m in os.scandir(_marks_folder(path)) if m.name.startswith(path.name + "-")]
+    except OSError:   # no marks folder: no entry has been in use
+        return []
+    dead = []
+    for mark in found:
+        try:
+            pid, host = _pid_of(Path(mark.path)), mark.name.split("-", 3)[3]
+            if host != _host():   # another machine sharing the folder: its processes are not ours to judge
+                continue
+            with open(mark.path) as f:
+                started = f.read().strip()
+        except (OSError, ValueError, IndexError):
+            continue
+        if not _alive(pid, started):
+            dead.append(Path(mark.path))
+    return dead
+
+
+def users_died(kind: str, key: dict) -> bool:
+    """Whether a process of this machine died while handing ``kind``'s payload for ``key`` to its
+    driver, the entry being gone since (or never stored): a caller checking a payload it made by
+    loading it (:func:`in_use`) should not store it."""
+    return bool(_dead_users(entry_path(kind, key)))
+
+
+@contextlib.contextmanager
+def in_use(kind: str, key: dict):
+    """Marks ``kind``'s entry for ``key`` as being handed to a driver by this process, for the
+    ``with`` block: a crash inside the driver leaves the mark, and the next :func:`read_entry`
+    discards the entry. Never raises for a cache problem (an unwritable cache: no mark)."""
+    path = entry_path(kind, key)
+    mark = _marks_folder(path) / f"{path.name}-{os.getpid()}-{os.urandom(4).hex()}-{_host()}"
+    try:
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            os.write(fd, (_start_time(os.getpid()) + "\n").encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        mark = None
+    try:
+        yield
+    finally:
+        if mark is not None:
+            _unlink(mark)
+
+
+# ------------------------------------------------------------------ one process builds an entry at a time
+@contextlib.contextmanager
+def build_lock(kind: str, name: str, timeout: float = 120.0):
+    """Holds, for the ``with`` block, a lock that other processes (and threads) building the thing
+    called ``name`` wait for: one of 256 lock files ``locks/<kind>-XX.lock`` chosen by the name's
+    hash (``flock``), so that of several processes making one entry at once one builds and stores it
+    and the others then read it. Yields whether the lock is held: never when it cannot be (no
+    ``flock``, an unwritable cache) or when another process held it for ``timeout`` seconds (then
+    the caller goes on without it). Never raises for a cache problem.
+    """
+    slot = hashlib.sha256(name.encode()).hexdigest()[:2]
+    path = cache_dir() / "locks" / f"{kind}-{slot}.lock"
+    fd = None
+    if fcntl is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            except PermissionError:   # another user's lock file: a lock needs only reading
+                fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            fd = None
+    held = False
+    try:
+        if fd is not None:
+            deadline, delay = time.monotonic() + timeout, 0.005
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    held = True
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        break
+                    time.sleep(delay)
+                    delay = min(2 * delay, 0.1)
+                except OSError:
+                    break
+        yield held
+    finally:
+        if fd is not None:
+            os.close(fd)   # releases the lock
 
 
 def write_entry(kind: str, key: dict, payload: bytes) -> None:

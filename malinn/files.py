@@ -20,6 +20,9 @@
 * Temporary files are named ``.NAME.malinn-XXXXXXXX.tmp`` (NAME shortened so that the name stays
   within the folder's name limit). A run killed mid-write leaves one behind; the next write into
   that folder removes the temporaries of this naming older than :data:`STALE_AFTER_S` seconds.
+* A writer that writes with h5py does so through :class:`HDF5Sink`, so that a failed write (a full
+  disk) is raised after HDF5 has closed the file, never met by HDF5 itself (which then crashed the
+  process).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from pathlib import Path
 
 from .errors import MalinnError
 
-__all__ = ["write_file", "check_destination", "STALE_AFTER_S", "TEMP_PATTERN"]
+__all__ = ["write_file", "check_destination", "HDF5Sink", "STALE_AFTER_S", "TEMP_PATTERN"]
 
 #: Temporaries of malinn's naming older than this (seconds) are removed on the next write.
 STALE_AFTER_S = 3600
@@ -249,6 +252,138 @@ def _write_atomic(text: str, real: Path, st, writer) -> None:
         if isinstance(exc, OSError):
             raise MalinnError(f"{text}: cannot write the file ({_reason(exc)})") from None
         raise
+
+
+class HDF5Sink:
+    """The file object an HDF5 writer (``h5py.File(sink, "w")``) writes into, over the file ``f``
+    that :func:`write_file` gives its writer: HDF5 never sees a write fail.
+
+    HDF5 meeting a failed write (a full disk) leaves the file's objects open: their later flushes,
+    from h5py's deallocators and at interpreter exit, print "Exception ignored in
+    ObjectID.__dealloc__" and crash the process. So the sink passes reads and writes through
+    (unbuffered, at their offsets) until one fails; from then on it keeps what HDF5 writes in
+    memory, and reads it back from there, so that HDF5 closes every object of the file itself. The
+    writer stops adding data once :attr:`failed` is set, and calls :meth:`check` after the h5py file
+    is closed: it raises the first failure, which :func:`write_file` reports (naming the file) after
+    removing the temporary.
+    """
+
+    _BLOCK = 1 << 16
+
+    def __init__(self, f):
+        self._f = f
+        try:
+            f.flush()
+            self._fd = f.fileno()
+        except (AttributeError, OSError, ValueError, io.UnsupportedOperation):   # an in-memory file
+            self._fd = None
+        self._pos = 0
+        self._end = 0
+        self._blocks: dict = {}   # block index -> bytearray: what HDF5 wrote after the failure
+        self.failure: OSError | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Whether a write has failed (what HDF5 writes now is kept in memory only)."""
+        return self.failure is not None
+
+    def check(self) -> None:
+        """Raises the first failed write's ``OSError``, if any."""
+        if self.failure is not None:
+            raise self.failure
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._end}[whence]
+        self._pos = base + offset
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return True
+
+    def flush(self) -> None:
+        pass
+
+    def truncate(self, size: int | None = None) -> int:
+        size = self._pos if size is None else size
+        if self.failure is None:
+            try:
+                if self._fd is not None:
+                    os.ftruncate(self._fd, size)
+                else:
+                    self._f.truncate(size)
+            except OSError as exc:
+                self.failure = exc
+        self._end = size
+        return size
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        if self.failure is None:
+            try:
+                self._write_through(self._pos, view)
+            except OSError as exc:   # from here on HDF5 writes into memory
+                self.failure = exc
+        if self.failure is not None:
+            self._keep(self._pos, view)
+        self._pos += len(view)
+        self._end = max(self._end, self._pos)
+        return len(view)
+
+    def read(self, size: int = -1) -> bytes:
+        size = max(0, self._end - self._pos if size is None or size < 0 else min(size, self._end - self._pos))
+        out = bytearray(self._stored(self._pos, size).ljust(size, b"\0"))
+        first, last = self._pos // self._BLOCK, (self._pos + size - 1) // self._BLOCK
+        for index in range(first, last + 1) if self._blocks and size else ():
+            block = self._blocks.get(index)
+            if block is None:
+                continue
+            start = max(self._pos, index * self._BLOCK)
+            stop = min(self._pos + size, (index + 1) * self._BLOCK)
+            out[start - self._pos:stop - self._pos] = block[start - index * self._BLOCK:stop - index * self._BLOCK]
+        self._pos += size
+        return bytes(out)
+
+    def _write_through(self, pos: int, view: memoryview) -> None:
+        if self._fd is None:
+            self._f.seek(pos)
+            self._f.write(view)
+            return
+        done = 0
+        while done < len(view):
+            done += os.pwrite(self._fd, view[done:], pos + done)
+
+    def _stored(self, pos: int, size: int) -> bytes:
+        """What the file itself holds at ``pos`` (up to ``size`` bytes; fewer past its end)."""
+        if size <= 0:
+            return b""
+        try:
+            if self._fd is not None:
+                return os.pread(self._fd, size, pos)
+            self._f.seek(pos)
+            return self._f.read(size)
+        except OSError:
+            return b""
+
+    def _keep(self, pos: int, view: memoryview) -> None:
+        end, done = pos + len(view), pos
+        while done < end:
+            index, offset = divmod(done, self._BLOCK)
+            block = self._blocks.get(index)
+            if block is None:
+                block = self._blocks[index] = bytearray(
+                    self._stored(index * self._BLOCK, self._BLOCK).ljust(self._BLOCK, b"\0"))
+            n = min(self._BLOCK - offset, end - done)
+            block[offset:offset + n] = view[done - pos:done - pos + n]
+            done += n
 
 
 def _create_temp(text: str, folder: Path, name: str, name_max: int):
