@@ -8,6 +8,11 @@ A layer's ``dtype`` in a config is a policy name (``"float32"``, ``"bfloat16"``,
 "Policy", "config": {"name": "mixed_float16"}}``. A ``mixed_*`` policy keeps its variables in
 float32.
 
+A model's InputLayer has a ``dtype`` too (``"float32"``, ``"int32"``, ``"uint8"``, ``"bool"``...):
+Keras casts what predict is given to it at the model's entry (:mod:`malinn.dtypes`), and
+:func:`input_dtypes` reads it. A layer's policy must be one malinn computes (in float32): a float
+one, or a quantized one that ``dense_variants.py`` reads or refuses (:func:`policy_problem`).
+
 h5py has no bfloat16: Keras 3 and tf_keras write bfloat16 variables as a 2-byte HDF5 opaque type
 without a tag (numpy sees ``|V2``), so such a dataset is read as bfloat16 when its layer's variables
 are bfloat16 by the config, and refused otherwise. bfloat16 is the upper half of a float32's bits:
@@ -19,7 +24,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from malinn.dtypes import input_dtype
+from malinn.errors import ConversionError
+
+from .chain import INPUT_LAYER, SEQUENTIAL, LayerEntry, ModelNode
+
 _FLOAT_POLICIES = frozenset({"DTypePolicy", "FloatDTypePolicy", "Policy"})
+#: the dtype policies of a layer that malinn computes, in float32 (Keras's float ones)
+FLOAT_POLICIES = ("float32", "float64", "float16", "bfloat16", "mixed_float16", "mixed_bfloat16")
 
 
 def policy_name(dtype) -> str | None:
@@ -74,3 +86,68 @@ def widen_bfloat16(raw: np.ndarray) -> np.ndarray:
     """bfloat16 values (2-byte items) as float32, exactly."""
     bits = np.ascontiguousarray(raw).view("<u2").astype(np.uint32) << 16
     return bits.view(np.float32)
+
+
+def policy_problem(config: dict) -> str | None:
+    """What is wrong with a layer's dtype policy for malinn (``"dtype policy 'int8'"``), or None
+    for none, a float one (:data:`FLOAT_POLICIES`) or a quantized one (``int8_from_float32``, which
+    ``dense_variants.py`` reads or refuses by its mode)."""
+    dtype = config.get("dtype")
+    if dtype is None:
+        return None
+    name = policy_name(dtype)
+    if name in FLOAT_POLICIES or (name is not None and "_from_" in name):
+        return None
+    return f"dtype policy {name!r}" if name is not None else f"dtype {dtype!r}, which names no policy"
+
+
+def input_dtypes(root: ModelNode, source: str) -> tuple[str, ...]:
+    """The dtype of each input of the top model (its InputLayer's, ``"float32"`` where the config
+    gives none), in the order of its inputs (a Functional's ``inputs``; a Sequential's one).
+
+    Raises:
+        ConversionError: an input's dtype is not one malinn casts to (naming the input, the dtype
+            and those it supports); a nested model's input has a dtype other than float32 or
+            float64 (Keras casts there too, in the middle of the graph: malinn casts the model's
+            own inputs only).
+    """
+    def dtype_of(name: str, config: dict, model: ModelNode) -> str:
+        raw = config.get("dtype")
+        try:   # a value that names no dtype (a number, a policy without a name) is refused as it is
+            return input_dtype(raw if raw is None or policy_name(raw) is None else policy_name(raw),
+                               f"input {name!r} of model {model.name!r}")
+        except ValueError as exc:
+            raise ConversionError(f"{source}: {exc}") from None
+
+    def nested(model: ModelNode) -> None:
+        for member in model.members:
+            if isinstance(member, ModelNode):
+                for name, config in _input_layers(member):
+                    dtype = dtype_of(name, config, member)
+                    if dtype not in ("float32", "float64"):
+                        raise ConversionError(
+                            f"{source}: input {name!r} of the nested model {member.name!r} has dtype {dtype!r}, "
+                            "which Keras casts to inside the model; malinn casts the model's own inputs only: give "
+                            "the outer model's Input that dtype, or the nested one float32")
+                nested(member)
+
+    nested(root)
+    found = _input_layers(root)
+    if root.kind == SEQUENTIAL:
+        return (dtype_of(*found[0], root),) if found else ("float32",)
+    by_name = dict(found)
+    return tuple(dtype_of(name, by_name.get(name, {}), root) for name in root.inputs)
+
+
+def _input_layers(model: ModelNode) -> list:
+    """``[(name, config), ...]`` of a model's own InputLayers: a Functional's members; a
+    Sequential's (which leaves them out of its members) from its config's layers, the first one."""
+    if model.kind != SEQUENTIAL:
+        return [(m.name, m.config) for m in model.members
+                if isinstance(m, LayerEntry) and m.class_name == INPUT_LAYER]
+    for entry in model.config.get("layers") or []:
+        if isinstance(entry, dict) and entry.get("class_name") == INPUT_LAYER:
+            config = entry.get("config") if isinstance(entry.get("config"), dict) else {}
+            name = config.get("name") if isinstance(config.get("name"), str) else str(entry.get("name", "input"))
+            return [(name, config)]
+    return []

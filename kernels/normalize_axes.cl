@@ -11,9 +11,12 @@
  * MODE picks what each group becomes:
  *   0  softmax: exp(x - max) / sum exp(x - max)                 (Keras's Softmax on one axis)
  *   1  softmax as Keras computes it over several axes: exp(x - logsumexp(x))
- *   2  layer normalization: (x - mean) * rsqrt(var + p0) [* scale[g]] [+ shift[g]] in Keras's
- *      order: inv = rsqrt(var + epsilon) * gamma, y = x * inv + (beta - mean * inv); var is
- *      the mean squared deviation (two passes). CENTER / SCALE: 1 where beta / gamma exist
+ *   2  layer normalization: inv = rsqrt(var + p0) [* scale[g]], y = (x - mean) * inv [+ shift[g]]
+ *      (gamma in scale, beta in shift; CENTER / SCALE: 1 where they exist); var is the mean
+ *      squared deviation, x - mean is (x - first) - (mean - first) (first: the group's first
+ *      element). x - mean first, as tf_keras's fused kernel: Keras 3 writes x * inv + (beta -
+ *      mean * inv), whose two products cancel for a group far from zero (a constant 1e10 gave 0
+ *      for beta, and an fma contracting them -0.054 for 65504 x 16)
  *   3  RMS scaling (LayerNormalization(rms_scaling=True)): x * rsqrt(var + p0) [* scale[g]]
  *   4  unit (L2) normalization: x * rsqrt(max(sum x^2, p0))
  * p0 is the epsilon (MODE 2, 3) or the floor of the sum of squares (MODE 4). The padding is
@@ -88,10 +91,17 @@ __kernel void normalize_axes(uint m, uint n, uint h, uint w, float p0,
         AT(g) = exp(AT(g) - lse);
 #endif
 #elif MODE == 2 || MODE == 3
+    /* x - mean as (x - first) - (mean - first), first the group's first element: a constant
+     * group's deviations are 0 exactly (its values summed as they were, 16 x 1e10 came out one
+     * rounding step off the mean, and that step squared, 1024^2, was the variance: every output
+     * -1), an offset group's (1e4 + noise) are its noise to float32's precision where a float32
+     * mean would round by 5e-4, and values near the largest float do not overflow the sum
+     * (13 x 3e38). The variance is the mean squared deviation (two passes). */
+    const float first = AT(0);
     float sum, squares;
-    BLOCKED_SUM(sum, g, GROUP, AT(g));
-    const float mean = sum / GROUP;
-    BLOCKED_SUM(squares, g, GROUP, (AT(g) - mean) * (AT(g) - mean));
+    BLOCKED_SUM(sum, g, GROUP, AT(g) - first);
+    const float offset = sum / GROUP;   /* mean - first */
+    BLOCKED_SUM(squares, g, GROUP, ((AT(g) - first) - offset) * ((AT(g) - first) - offset));
     const float inv0 = rsqrt(squares / GROUP + p0);
     for (uint g = 0; g < GROUP; ++g) {
 #if SCALE
@@ -101,9 +111,9 @@ __kernel void normalize_axes(uint m, uint n, uint h, uint w, float p0,
 #endif
 #if MODE == 2
 #if CENTER
-        AT(g) = AT(g) * inv + (shift[g] - mean * inv);
+        AT(g) = ((AT(g) - first) - offset) * inv + shift[g];
 #else
-        AT(g) = AT(g) * inv + (-mean * inv);
+        AT(g) = ((AT(g) - first) - offset) * inv;
 #endif
 #else
         AT(g) = AT(g) * inv;

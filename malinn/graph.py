@@ -14,6 +14,7 @@ import threading
 
 import numpy as np
 
+from .dtypes import input_cast, input_dtype
 from .tensor import format_shape
 
 __all__ = ["KerasTensor", "Node", "Input", "call_layer"]
@@ -29,11 +30,16 @@ class KerasTensor:
         shape: ``(None, d1, ...)``.
         node: the :class:`Node` that produced it, or ``None`` for a model input.
         name: the input's name (for an input), else the producing layer's name.
+        dtype: an input's dtype (``"float32"``, ``"int32"``...: what predict casts it to first,
+            :mod:`malinn.dtypes`); ``"float32"`` for a layer's output.
+        cast: the function that casts an input's values (None where there is nothing to cast),
+            chosen once here.
     """
 
-    def __init__(self, shape, node: "Node | None" = None, name: str = ""):
+    def __init__(self, shape, node: "Node | None" = None, name: str = "", dtype: str = "float32"):
         self.shape = (None,) + tuple(int(d) for d in tuple(shape)[1:])
         self.node, self.name = node, name
+        self.dtype, self.cast = dtype, input_cast(dtype)
 
     def __repr__(self) -> str:
         return f"<KerasTensor shape={format_shape(self.shape)} name={self.name!r}>"
@@ -53,19 +59,25 @@ class Node:
         return shapes if self.listed else shapes[0]
 
 
-def Input(shape, name: str | None = None) -> KerasTensor:  # noqa: N802 (Keras's name)
+def Input(shape, name: str | None = None, dtype=None) -> KerasTensor:  # noqa: N802 (Keras's name)
     """A model input of one sample's ``shape`` (without the batch axis), as ``keras.Input``.
 
     Args:
         shape: one sample's shape, a tuple of positive integers (or one integer).
         name: the input's name, which ``predict`` takes a dict by (default: ``input_layer``,
             ``input_layer_1``, ... in order of creation).
+        dtype: what ``predict`` casts the input to before the first layer, as Keras does:
+            ``"float32"`` (the default, None), ``"float64"``, ``"float16"``, ``"bfloat16"``, an
+            integer type (``"int32"``, ``"uint8"``...: toward zero, wrapped) or ``"bool"``; a
+            name or a numpy type (:mod:`malinn.dtypes`). The layers compute in float32 on the cast
+            values.
 
     Returns:
         A :class:`KerasTensor` of shape ``(None,) + shape``.
 
     Raises:
-        ValueError: a size is not a positive integer, or ``name`` is not a non-empty string.
+        ValueError: a size is not a positive integer, ``name`` is not a non-empty string, or
+            ``dtype`` is not one an input may have (a string, a complex number, an unknown name).
     """
     try:
         dims = tuple(shape)
@@ -79,7 +91,7 @@ def Input(shape, name: str | None = None) -> KerasTensor:  # noqa: N802 (Keras's
         name = "input_layer" if i == 0 else f"input_layer_{i}"
     if not isinstance(name, str) or not name:
         raise ValueError(f"Input: name must be a non-empty string, got {name!r}")
-    return KerasTensor((None,) + dims, name=name)
+    return KerasTensor((None,) + dims, name=name, dtype=input_dtype(dtype, f"Input {name!r}"))
 
 
 def call_layer(layer, inputs) -> KerasTensor:

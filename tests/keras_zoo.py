@@ -108,6 +108,27 @@ ARGUMENT_LAYERS = ["Conv1D", "Conv2D", "DepthwiseConv2D", "SeparableConv2D", "Ma
 #: only, except bfloat16 which tf_keras writes too).
 VARIANT_MODELS = ["bfloat16", "lora", "int8", "int8_lora"]
 
+#: One LayerNormalization (random gamma and beta) over samples whose mean and variance float32
+#: computes badly: constant (1e10, 65504, 1e4...), offset (1e4 + noise), near the largest float
+#: (3e38); one model per axis size, and with rms_scaling (tf_keras has none)
+#: (tests/layers/test_normalization_statistics.py).
+STATISTICS_SIZES = (1, 3, 13, 1001, 4096)
+
+
+#: The dtypes an Input is given in the zoo's ``input_<dtype>`` models (a Dense of the identity
+#: after ``Input((4,), dtype=...)``: Keras casts predict's float32 input to it first) and the
+#: values cast (toward zero, wrapped, NaN and 1e10 as C converts them); uint32 and uint64 are left
+#: out: NumPy and TensorFlow convert their out-of-range values differently
+#: (tests/converters/test_input_dtypes.py).
+INPUT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "bool", "float16", "bfloat16", "float64")
+INPUT_DTYPE_VALUES = [[0.7, -1.6, 2.5, 300.2], [-0.5, 1e10, -3e9, 65535.7], [255.9, 256.0, -129.0, 127.5],
+                      [float("nan"), float("inf"), float("-inf"), 0.0], [1.0, 0.0, -0.0, 1e-30]]
+
+
+def statistics_models(generation):
+    return [f"ln_statistics_{n}{'_rms' if rms else ''}" for n in STATISTICS_SIZES for rms in (False, True)
+            if not rms or generation == "keras3"]
+
 
 def activation_models(generation):
     return [f"act_{a}" for a in ACTIVATIONS if generation == "keras3" or a not in KERAS3_ONLY]
@@ -755,6 +776,49 @@ class Zoo:
         self.randomize(model, 32)
         self.add("custom_activation", model, kind="custom")
 
+    # ------------------------------------------------------------------ normalization statistics
+    def build_statistics(self):
+        """The models of :func:`statistics_models`, each on constant, offset, huge and plain samples
+        (one file: the statistics do not depend on the format)."""
+        L, np = self.L, self.np
+        for key in statistics_models(self.generation):
+            n, rms = int(key.split("_")[2]), key.endswith("_rms")
+            rng = np.random.default_rng(300 + n + rms + self.seed_offset)
+            rows = [np.full(n, v) for v in (1e10, -1e10, 65504.0, 3e4, 1e4, 1.0, 0.0, 1e-30, 1e38, 3e38, -3e38)]
+            rows += [1e4 + rng.standard_normal(n) * spread for spread in (1e-2, 1e-2, 1.0, 1.0)]
+            rows += [-5e5 + rng.standard_normal(n) * 3.0] + [rng.standard_normal(n) * s for s in (1.0, 100.0, 1e18, 1e30)]
+            model = self.sequential((n,), [L.LayerNormalization(name="ln", **({"rms_scaling": True} if rms else {}))],
+                                    key)
+            self.jitter(model, 300 + n)
+            self.add(key, model, np.array(rows, np.float32), layer_outputs=False,
+                     suffixes=(".keras",) if self.generation == "keras3" else (".h5",))
+
+    # ------------------------------------------------------------------ input dtypes
+    def build_input_dtypes(self):
+        """``input_<dtype>`` for each of :data:`INPUT_DTYPES`, and ``input_dtypes_graph``: an int32
+        and a uint8 input, each through a Dense of the identity, added. Keras's outputs come from
+        its ``predict`` (``y``; the graph's inputs ``x_a`` and ``x_b``)."""
+        K, L, np = self.K, self.L, self.np
+        x = np.array(INPUT_DTYPE_VALUES, np.float32)
+        suffixes = (".keras",) if self.generation == "keras3" else (".h5",)
+
+        def identity(name):
+            return L.Dense(4, use_bias=False, kernel_initializer="identity", name=name)
+
+        def add(key, model, data):
+            entry = self.add(key, model, layer_outputs=False, suffixes=suffixes)
+            np.savez(os.path.join(self.outdir, self.generation, key + ".data.npz"), **data)
+            entry["data"] = f"{self.generation}/{key}.data.npz"
+            entry["input_shape"] = [4]   # the graph's first input's too, as the readers give a graph's
+
+        for dtype in INPUT_DTYPES:
+            model = K.Sequential([K.Input((4,), dtype=dtype), identity("d")], name=f"input_{dtype}")
+            add(f"input_{dtype}", model, {"x": x, "y": plain(model.predict(x, verbose=0))})
+        a, b = K.Input((4,), dtype="int32", name="a_int32"), K.Input((4,), dtype="uint8", name="b_uint8")
+        model = K.Model([a, b], L.Add(name="add")([identity("da")(a), identity("db")(b)]), name="input_dtypes_graph")
+        add("input_dtypes_graph", model, {"x_a": x, "x_b": x[::-1].copy(),
+                                          "y": plain(model.predict([x, x[::-1].copy()], verbose=0))})
+
     # ------------------------------------------------------------------ Dense variants
     def build_variants(self):
         """bfloat16 weights, LoRA and int8 quantization (see :data:`VARIANT_MODELS`)."""
@@ -980,6 +1044,8 @@ def main(argv):
         zoo.build_readers()
         zoo.build_custom()
         zoo.build_variants()
+        zoo.build_statistics()
+        zoo.build_input_dtypes()
         manifest["versions"][generation] = K.__version__
         for fmt, (gen, suffix) in FORMATS.items():
             if gen == generation:

@@ -74,10 +74,13 @@ void main() {
         AT(g) = exp(AT(g) - lse);
 #endif
 #elif MODE == 2 || MODE == 3
+    /* x - mean as (x - first) - (mean - first), as normalize_axes.cl: 0 exactly for a constant
+     * group, an offset group's noise to float32's precision, no overflow near the largest float */
+    float first = AT(0u);
     float sum, squares;
-    BLOCKED_SUM(sum, g, uint(GROUP), AT(g));
-    float mean = sum / float(GROUP);
-    BLOCKED_SUM(squares, g, uint(GROUP), (AT(g) - mean) * (AT(g) - mean));
+    BLOCKED_SUM(sum, g, uint(GROUP), AT(g) - first);
+    float offset = sum / float(GROUP);   /* mean - first */
+    BLOCKED_SUM(squares, g, uint(GROUP), ((AT(g) - first) - offset) * ((AT(g) - first) - offset));
     float inv0 = inversesqrt(squares / float(GROUP) + p0);
     for (uint g = 0u; g < uint(GROUP); ++g) {
 #if SCALE
@@ -87,9 +90,9 @@ void main() {
 #endif
 #if MODE == 2
 #if CENTER
-        AT(g) = AT(g) * inv + (shift[g] - mean * inv);
+        AT(g) = ((AT(g) - first) - offset) * inv + shift[g];
 #else
-        AT(g) = AT(g) * inv + (-mean * inv);
+        AT(g) = ((AT(g) - first) - offset) * inv;
 #endif
 #else
         AT(g) = AT(g) * inv;

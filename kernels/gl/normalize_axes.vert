@@ -89,19 +89,22 @@ void main() {
     malinn_out0 = exp(x - (top + log(total)));
 #endif
 #elif MODE == 2 || MODE == 3
+    /* x - mean as (x - first) - (mean - first), as normalize_axes.cl: 0 exactly for a constant
+     * group, an offset group's noise to float32's precision, no overflow near the largest float */
+    float first = AT(0u);
     float sum, squares;
-    BLOCKED_SUM(sum, k, uint(GROUP), AT(k));
-    float mean = sum / float(GROUP);
-    BLOCKED_SUM(squares, k, uint(GROUP), (AT(k) - mean) * (AT(k) - mean));
+    BLOCKED_SUM(sum, k, uint(GROUP), AT(k) - first);
+    float offset = sum / float(GROUP);   /* mean - first */
+    BLOCKED_SUM(squares, k, uint(GROUP), ((AT(k) - first) - offset) * ((AT(k) - first) - offset));
     float inv = inversesqrt(squares / float(GROUP) + p0);
 #if SCALE
     inv = inv * MALINN_LOAD(malinn_tex1, g);
 #endif
 #if MODE == 2
 #if CENTER
-    malinn_out0 = x * inv + (MALINN_LOAD(malinn_tex2, g) - mean * inv);
+    malinn_out0 = ((x - first) - offset) * inv + MALINN_LOAD(malinn_tex2, g);
 #else
-    malinn_out0 = x * inv + (-mean * inv);
+    malinn_out0 = ((x - first) - offset) * inv;
 #endif
 #else
     malinn_out0 = x * inv;

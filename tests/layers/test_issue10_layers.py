@@ -193,7 +193,37 @@ def test_long_softmax_and_layer_normalization_sums_round_little(device, rng):
     assert np.max(np.abs(model.predict(x) - want)) < 5e-5
 
 
-def test_unit_normalization_of_a_sample_holding_nan_is_nan(device):
+@pytest.mark.parametrize("features", [1, 3, 13, 1001, 4096])
+def test_layer_normalization_of_constant_offset_and_huge_samples_is_exact(device, features, rng):
+    """x - mean is (x - first) - (mean - first): a constant sample gives beta bit for bit (its
+    values summed as they were, 16 x 1e10 had a mean one rounding step off and the variance
+    1024^2: -1 x gamma + beta), rms_scaling x / sqrt(epsilon) x gamma; an offset sample (1e4 +
+    noise) and one far from zero (-5e5 + noise) come within 1e-5 of float64 (a float32 mean rounds
+    by 5e-4 there: 0.015 at noise 0.01); 3e38 does not overflow the sums. Over a run of axes too."""
+    constants = np.array([1e10, -1e10, 65504, 3e4, 1e4, 1.0, 0.0, 1e-30, 1e38, 3e38, -3e38], np.float32)
+    noise = rng.standard_normal((4, features)) * np.array([[1e-2], [1.0], [100.0], [3.0]])
+    x = np.concatenate([np.repeat(constants[:, None], features, axis=1),
+                        noise + np.array([[1e4], [1e4], [1e4], [-5e5]])]).astype(np.float32)
+    k = len(constants)
+    gamma, beta = rng.standard_normal((2, features)).astype(np.float32)
+    for rms in (False, True):
+        for shape, axis in (((features,), -1), ((features, 1), [1, 2])):
+            layer = LayerNormalization(axis=axis, rms_scaling=rms)
+            model = Sequential([layer])
+            model.build((None,) + shape)
+            layer.set_weights([w.reshape(layer.param_shape) for w in ([gamma] if rms else [gamma, beta])])
+            y = model.predict(x.reshape((-1,) + shape)).reshape(x.shape)
+            xd = x.astype(np.float64)
+            inv = gamma / np.sqrt(xd.var(axis=1, keepdims=True) + 1e-3)
+            want = xd * inv if rms else (xd - xd.mean(axis=1, keepdims=True)) * inv + beta
+            what = f"{features} features, rms_scaling={rms}, axis={axis}"
+            if rms:
+                with np.errstate(over="ignore"):
+                    np.testing.assert_allclose(y[:k], want[:k].astype(np.float32), rtol=1e-6, err_msg=what)
+            else:
+                np.testing.assert_array_equal(y[:k], np.broadcast_to(beta, (k, features)), err_msg=what)
+            assert_close(y[k:], want[k:], rtol=1e-5)
+
     """Keras: [nan, 1, 2, 3] -> all NaN. The floor of the sum of squares (fmax) dropped the NaN sum,
     so the other elements came out multiplied by 1e12: plausible, finite and wrong."""
     model = Sequential([UnitNormalization()])
