@@ -36,7 +36,7 @@ def main(argv=None):
         if args.device:
             malinn.set_device(args.device)
         model = malinn.load_model(converted)
-        model.summary()
+        model.summary(show_kernels=True)   # and the kernels that run each layer: the convolution's algorithm
         data = np.load(HERE / "digits_cnn_test.npz")
         probabilities = model.predict(data["x"])
 

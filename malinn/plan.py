@@ -16,6 +16,7 @@ from .kernel_choice import choose
 from .ops import with_epilogue
 from .kernel_library import DEFAULT_PRECISION, KernelSpec, MatrixRestriction, load_library
 from .matrix import DeviceMatrix
+from .progress import BuildProgress
 from .tensor import format_shape
 
 
@@ -226,8 +227,12 @@ class Plan:
                 round_up(max(need[1], theirs[1]), math.lcm(restriction.col_multiple, other.col_multiple)))
 
     # ---------------------------------------------------------------- allocating and binding
-    def allocate(self) -> "Plan":
-        """Uploads the weights, allocates the arena and binds every launch. Returns ``self``."""
+    def allocate(self, model: str | None = None) -> "Plan":
+        """Uploads the weights, allocates the arena and binds every launch. Returns ``self``.
+
+        ``model``: the model's name; where given, the programs built meanwhile are reported on
+        stderr (:class:`~malinn.progress.BuildProgress`: a line updated on a terminal, else a
+        summary where they took a second or more)."""
         device = self.device
         for size, storages in self._arena():
             what = " / ".join(sorted({f"{s.rows}x{s.cols}" for s in storages}))
@@ -240,11 +245,21 @@ class Plan:
             if storage.base is not None:
                 storage.buffer = storage.base.buffer
         self.launches = []
-        for step in self.steps:
-            launch = self._bind(step)
-            step.launch = launch
-            if launch is not None:
-                self.launches.append(launch)
+        progress = None if model is None else BuildProgress(device, model, sum(not s.view for s in self.steps))
+        try:
+            for step in self.steps:
+                launch = self._bind(step)   # its program built here, or taken from memory or the binary cache
+                step.launch = launch
+                if launch is not None:
+                    self.launches.append(launch)
+                if progress is not None and not step.view:
+                    progress.advance()
+        except BaseException:
+            if progress is not None:
+                progress.finish(failed=True)
+            raise
+        if progress is not None:
+            progress.finish()
         # inputs and outputs travel through staging arrays the size of their whole buffers, padding
         # included (page-locked on a discrete GPU): a run writes every float of an input's buffer
         # (padded rows and samples as zeros, never an earlier call's data) with one plain copy; an

@@ -189,8 +189,10 @@ PYOPENCL_PROBE = ("\nOclgrind - OpenCL runtime error detected\n\tFunction: clGet
 
 def oclgrind_env() -> dict:
     """The environment of a Python process run under Oclgrind: its device chosen, no binary cache
-    (Oclgrind builds from source), no pinned host memory, and no warnings on stderr."""
-    return python_env(MALINN_DEVICE="Oclgrind", MALINN_BINARY_CACHE="0", MALINN_PINNED="0", PYTHONWARNINGS="ignore")
+    (Oclgrind builds from source), no pinned host memory, and no warnings or build reports on
+    stderr (its builds take seconds: the plan's summary line would be all that stderr holds)."""
+    return python_env(MALINN_DEVICE="Oclgrind", MALINN_BINARY_CACHE="0", MALINN_PINNED="0", PYTHONWARNINGS="ignore",
+                      MALINN_PROGRESS="0")
 
 
 def run_under_oclgrind(oclgrind: str, script: str, *args: str, options: tuple = (), timeout: int = 900) -> dict:
@@ -212,3 +214,58 @@ def program_key(spec) -> tuple:
     there (gemv_c, gemv_batch_c, gemv_batch_small_c) run one program, and a test checks it once."""
     return (spec.source, spec.sources, spec.function, tuple(sorted((k, str(v)) for k, v in dict(spec.defines).items())),
             tuple(sorted(spec.matrices.items())), spec.workgroup, spec.ndrange, spec.scale, spec.split, spec.arglist)
+
+
+def summary_rows(text: str) -> list:
+    """The rows of a ``model.summary()`` table as dicts by column title ("Layer (type)", "Output
+    Shape", "Param #", "Connected to", "Kernel"), each cell with the lines it was wrapped onto
+    joined by spaces again (a row starts on a line whose "Param #" column is not empty)."""
+    lines = text.splitlines()
+    top = next(i for i, line in enumerate(lines) if line.startswith("Layer (type)"))
+    titles = [t for t in ("Layer (type)", "Output Shape", "Param #", "Connected to", "Kernel")
+              if f"{t.split()[0]}" in lines[top]]   # a narrow column wraps its title: its first word is on top
+    starts = [lines[top].index(t.split()[0]) for t in titles]
+    first = next(i for i in range(top, len(lines)) if lines[i].startswith("=")) + 1
+    rows = []
+    for line in lines[first:]:
+        if line.startswith("="):
+            break
+        cells = [line[a:b].strip() for a, b in zip(starts, starts[1:] + [None])]
+        if cells[titles.index("Param #")] or not rows:
+            rows.append(cells)
+        else:
+            rows[-1] = [f"{old} {new}" if new else old for old, new in zip(rows[-1], cells)]
+    return [dict(zip(titles, row)) for row in rows]
+
+
+def run_on_terminal(args: list, env: dict, timeout: float = 300) -> tuple:
+    """Runs ``args`` with its stderr on a new pseudo-terminal (so that ``sys.stderr.isatty()``);
+    returns ``(exit status, stdout, what the terminal received)`` (its ``\\r\\n`` line ends as ``\\n``)."""
+    import pty
+    import select
+
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=follower, stdin=subprocess.DEVNULL, env=env)
+        os.close(follower)
+        follower = None
+        received = b""
+        while True:   # read as it comes: a terminal holds a few KiB, and a child writing more would wait
+            ready, _, _ = select.select([leader], [], [], timeout)
+            if not ready:
+                proc.kill()
+                raise TimeoutError(f"{args} wrote nothing for {timeout} s")
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:   # EIO: the child closed the terminal's last writer
+                break
+            if not chunk:
+                break
+            received += chunk
+        stdout = proc.stdout.read()
+        status = proc.wait(timeout=timeout)
+    finally:
+        os.close(leader)
+        if follower is not None:
+            os.close(follower)
+    return status, stdout.decode(), received.decode(errors="replace").replace("\r\n", "\n")

@@ -26,6 +26,17 @@ def test_devices_are_listed_with_their_figures():
         assert d.name in str(d)
 
 
+def test_a_device_reads_as_a_short_repr_and_prints_as_its_devices_line():
+    """``print(malinn.devices())`` printed every field of every device (a screenful each): a device's
+    repr is its index, name, type and backend, and its str the line ``malinn devices`` prints."""
+    found = malinn.devices()
+    for d in found:
+        assert repr(d) == f"<Device {d.index[0]}:{d.index[1]} {d.name!r} {d.type} {d.backend}>"
+        assert str(d).startswith(f"[{d.index[0]}:{d.index[1]}] {d.name} ({d.type}, {d.platform}): "
+                                 f"{d.compute_units} compute units, ")
+    assert repr(found) == "[" + ", ".join(repr(d) for d in found) + "]"
+
+
 def test_default_is_first_gpu_else_cpu():
     found = malinn.devices()
     gpus = [d for d in found if d.kind == "gpu"]
@@ -185,7 +196,7 @@ def test_a_cold_build_prints_nothing(tmp_path):
               "for batch in (1, 7):\n"
               "    m.predict(np.ones((batch, 784), np.float32))\n")
     env = {**os.environ, "MALINN_GL": "0", "MALINN_CACHE_DIR": str(tmp_path / "cache"),
-           "POCL_CACHE_DIR": str(tmp_path / "pocl")}
+           "POCL_CACHE_DIR": str(tmp_path / "pocl"), "MALINN_PROGRESS": "0"}   # the compiler's output, not malinn's report
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stderr == "", out.stderr[-3000:]

@@ -51,7 +51,8 @@ def test_cl_options_that_redefine_a_kernels_define_are_refused(monkeypatch, give
     assert device.compile(source, ("-DMWG=64", "-DOTHER=1"), origin="probe.cl") is not None
 
 
-@pytest.mark.parametrize("name", ["MALINN_BINARY_CACHE", "MALINN_PROBE_CACHE", "MALINN_ZERO_COPY", "MALINN_PINNED"])
+@pytest.mark.parametrize("name", ["MALINN_BINARY_CACHE", "MALINN_PROBE_CACHE", "MALINN_ZERO_COPY", "MALINN_PINNED",
+                                  "MALINN_PROGRESS"])
 def test_a_bad_switch_is_refused_before_any_device_is_probed(tmp_path, name):
     """Read inside a probe, a bad value only failed that device, and the model ran on the next one
     (llvmpipe, Mesa loaded); a switch some devices never read (MALINN_PINNED on a CPU) was accepted."""

@@ -6,6 +6,7 @@ import pytest
 from helpers import activation as ref_activation
 from helpers import assert_close
 from helpers import model_forward as numpy_forward
+from helpers import summary_rows
 from malinn import BackendError, Sequential, kernel_choice, ops
 from malinn.kernel_library import load_library
 from malinn.layers import Activation, BatchNormalization, Conv2D, Dense, Flatten, ReLU, Softmax
@@ -195,12 +196,13 @@ def test_every_layer_output_while_in_place_steps_work_on_copies(device, rng):
 
 def test_summary_names_the_kernel_of_every_layer(device):
     model = dense_model([37, 13, 5], ["relu", "softmax"])
-    text = model.summary(print_fn=lambda s: None)
-    rows = [line for line in text.splitlines() if "(Dense)" in line]
+    text = model.summary(print_fn=lambda s: None, show_kernels=True)
+    rows = [row["Kernel"] for row in summary_rows(text) if "(Dense)" in row["Layer (type)"]]
     codenames = ops.load_library().codenames("matmul")
-    assert "Kernel" in text and len(rows) == 2
-    assert all(any(f" {c}" in row for c in codenames) for row in rows), rows
+    assert len(rows) == 2
+    assert all(row.split(" ")[0] in codenames for row in rows), rows
     assert "softmax" in rows[1]                # the head's softmax runs in its kernel
+    assert "Kernel" not in model.summary(print_fn=lambda s: None)   # Keras's columns only, unless asked
 
 
 def test_summary_lists_every_kernel_a_layer_launches(device):
@@ -210,8 +212,10 @@ def test_summary_lists_every_kernel_a_layer_launches(device):
     model = Sequential([Conv2D(8, 3, name="conv"), ReLU(max_value=6.0, name="relu6"), Flatten(), Dense(3, name="head")])
     model.build((None, 9, 9, 3))
     described = model._compile(device, 2, False).describe()
-    text = model.summary(print_fn=lambda s: None)
-    lines = {name: [line for line in text.splitlines() if line.startswith(f"{name} (")][0] for name in ("conv", "relu6")}
+    text = model.summary(print_fn=lambda s: None, show_kernels=True)
+    lines = {row["Layer (type)"].split(" ")[0]: row["Kernel"] for row in summary_rows(text)
+             if row["Layer (type)"].startswith(("conv (", "relu6 ("))}
+    assert sorted(lines) == ["conv", "relu6"], text
     for name, line in lines.items():
         kernels = [row["kernel"].split(" ")[0] for row in described if name in row["layers"] and not row["view"]]
         assert kernels and all(k in line for k in kernels), (name, kernels, line)

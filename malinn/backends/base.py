@@ -119,7 +119,18 @@ class Device:
             "opencl_c_version": self.opencl_c_version,
         }
 
+    def __init_subclass__(cls, **kwargs):
+        # a backend's device is a dataclass too, whose decorator would give it a repr of every
+        # field (twenty of them, a screenful for print(malinn.devices())): it keeps this short one
+        super().__init_subclass__(**kwargs)
+        cls.__repr__ = Device.__repr__
+
+    def __repr__(self) -> str:
+        """``<Device 0:0 'pthread-skylake-avx512-AMD EPYC' CPU opencl>``: index, name, type, backend."""
+        return f"<Device {self.index[0]}:{self.index[1]} {self.name!r} {self.type} {self.backend}>"
+
     def __str__(self) -> str:
+        """The line ``malinn devices`` prints: ``[0:0] name (CPU, platform): 2 compute units, ...``."""
         d = self.describe()
         return (f"[{d['index']}] {self.name} ({self.type}, {self.platform}): {self.compute_units} compute units, "
                 f"{d['global_memory_mib']} MiB global memory, {d['max_allocation_mib']} MiB max allocation, "
