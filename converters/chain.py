@@ -20,6 +20,9 @@ from .model_spec import KerasCall, KerasGraph
 
 SEQUENTIAL = "Sequential"
 INPUT_LAYER = "InputLayer"
+#: how deep models may nest in one another (Keras models nest a few deep; the walks over nested
+#: models recurse once per level, so this keeps them far from Python's recursion limit)
+MAX_NESTED_MODELS = 100
 
 
 @dataclass
@@ -77,16 +80,20 @@ def _fail(source: str, message: str) -> ConversionError:
     return ConversionError(f"{source}: {message}")
 
 
-def parse_model(entry: Any, source: str, where: str = "the model config") -> ModelNode:
-    """Parse ``{"class_name": ..., "config": ...}`` of a Sequential or Functional model."""
+def parse_model(entry: Any, source: str, where: str = "the model config", depth: int = 0) -> ModelNode:
+    """Parse ``{"class_name": ..., "config": ...}`` of a Sequential or Functional model (``depth``: how
+    many models hold it; more than :data:`MAX_NESTED_MODELS` is refused)."""
     if not isinstance(entry, dict):
         raise _fail(source, f"{where} is not a JSON object (got {type(entry).__name__})")
+    if depth > MAX_NESTED_MODELS:
+        raise _fail(source, f"{where} is a model nested {depth} models deep, more than malinn reads "
+                            f"({MAX_NESTED_MODELS}); flatten the model before saving it")
     class_name = entry.get("class_name")
     cfg = entry.get("config")
     if not isinstance(class_name, str):
         raise _fail(source, f"{where} has no class_name")
     if isinstance(cfg, list):  # Keras 2.0-2.2 Sequential: config is the list of layers.
-        node = _parse_sequential(class_name, None, {"layers": cfg}, cfg, source)
+        node = _parse_sequential(class_name, None, {"layers": cfg}, cfg, source, depth)
         node.entry = entry
         return node
     if not isinstance(cfg, dict):
@@ -97,9 +104,9 @@ def parse_model(entry: Any, source: str, where: str = "the model config") -> Mod
         # A Sequential or Functional model (or a custom subclass of one: provenance.py refuses
         # those, since their own call is not in the file).
         if "input_layers" in cfg or "output_layers" in cfg:
-            node = _parse_functional(class_name, name, cfg, layers, source)
+            node = _parse_functional(class_name, name, cfg, layers, source, depth)
         else:
-            node = _parse_sequential(class_name, name, cfg, layers, source)
+            node = _parse_sequential(class_name, name, cfg, layers, source, depth)
         node.entry = entry
         return node
     if "layers" in cfg:
@@ -120,7 +127,7 @@ def _is_model_entry(entry: dict) -> bool:
     return isinstance(cfg, dict) and isinstance(cfg.get("layers"), list)
 
 
-def _parse_member(entry: Any, index: int, model_name: str | None, source: str) -> Member:
+def _parse_member(entry: Any, index: int, model_name: str | None, source: str, depth: int) -> Member:
     where = f"layer #{index} of model {model_name!r}"
     if not isinstance(entry, dict):
         raise _fail(source, f"{where} is not a JSON object")
@@ -128,7 +135,7 @@ def _parse_member(entry: Any, index: int, model_name: str | None, source: str) -
     if not isinstance(class_name, str) or not class_name:
         raise _fail(source, f"{where} has no class_name")
     if _is_model_entry(entry):
-        return parse_model(entry, source, where=where)
+        return parse_model(entry, source, where=where, depth=depth + 1)
     cfg = entry.get("config")
     if cfg is None:
         cfg = {}
@@ -173,11 +180,11 @@ def _first_layer_shape(entry: dict) -> tuple | None:
     return None
 
 
-def _parse_sequential(class_name, name, cfg, layers, source) -> ModelNode:
+def _parse_sequential(class_name, name, cfg, layers, source, depth) -> ModelNode:
     node = ModelNode(class_name=class_name, name=name or "sequential", config=cfg, kind=SEQUENTIAL)
     input_shape = None
     for i, raw in enumerate(layers):
-        member = _parse_member(raw, i, node.name, source)
+        member = _parse_member(raw, i, node.name, source, depth)
         if isinstance(member, LayerEntry) and member.class_name == INPUT_LAYER:
             if input_shape is None:
                 input_shape = input_layer_shape(member.config)
@@ -269,12 +276,12 @@ def _endpoints(value: Any) -> list[tuple]:
     return []
 
 
-def _parse_functional(class_name, name, cfg, layers, source) -> ModelNode:
+def _parse_functional(class_name, name, cfg, layers, source, depth) -> ModelNode:
     node = ModelNode(class_name=class_name, name=name or "model", config=cfg, kind="Functional")
     label = f"Functional model {node.name!r}"
     by_name: dict[str, int] = {}
     for i, raw in enumerate(layers):
-        member = _parse_member(raw, i, node.name, source)
+        member = _parse_member(raw, i, node.name, source, depth)
         if member.name in by_name:
             raise _fail(source, f"{label} has two layers named {member.name!r}")
         by_name[member.name] = len(node.members)
@@ -306,8 +313,7 @@ def _parse_functional(class_name, name, cfg, layers, source) -> ModelNode:
             if member.name not in node.inputs:
                 raise _fail(source, f"{label}: InputLayer {member.name!r} is not among its inputs")
             continue
-        raw = member.entry if isinstance(member, LayerEntry) else _raw_entry(layers, member.name)
-        nodes = raw.get("inbound_nodes") if isinstance(raw, dict) else None
+        nodes = member.entry.get("inbound_nodes")
         if not isinstance(nodes, list) or not nodes:
             raise _fail(source, f"{label}: layer {member.name!r} has no inbound connection")
         node.calls[member.name] = [node_inputs(n) for n in nodes]
@@ -406,24 +412,27 @@ def expand_graph(root: ModelNode, source: str, names: dict | None = None):
             shift = first.get(name, 0) if isinstance(member, ModelNode) else 0
             return (name, int(node_index or 0) - shift, int(tensor_index or 0))
 
-        while pending:
-            ready = [p for p in pending if all(key(r) in made for r in p[2])]
-            if not ready:
-                missing = sorted({r[0] for p in pending for r in p[2] if key(r) not in made})
-                names = ", ".join(repr(p[0]) for p in pending)
-                raise _fail(source, f"{label}: layers {names} read outputs that no call makes "
-                                    f"(of {', '.join(repr(m) for m in missing)}): the graph is inconsistent or cyclic")
-            for name, k, refs in ready:
-                pending.remove((name, k, refs))
-                member = by_name[name]
-                given = [made[key(r)] for r in refs]
-                forced = training or (name, k) in model.training
-                if isinstance(member, ModelNode):
-                    for i, t in enumerate(expand(member, given, forced)):
-                        made[(name, k, i)] = t
-                else:
-                    made[(name, k, 0)] = call_leaf(member, given, len(refs) > 1, model.constants.get((name, k)),
-                                                   forced)
+        stuck = []
+        for index in _in_rounds(pending, key, made):
+            name, k, refs = pending[index]
+            if not all(key(r) in made for r in refs):   # reads what no call makes: its own round never comes
+                stuck.append(index)
+                continue
+            member = by_name[name]
+            given = [made[key(r)] for r in refs]
+            forced = training or (name, k) in model.training
+            if isinstance(member, ModelNode):
+                for i, t in enumerate(expand(member, given, forced)):
+                    made[(name, k, i)] = t
+            else:
+                made[(name, k, 0)] = call_leaf(member, given, len(refs) > 1, model.constants.get((name, k)),
+                                               forced)
+        if stuck:
+            left = [pending[i] for i in sorted(stuck)]
+            missing = sorted({r[0] for p in left for r in p[2] if key(r) not in made})
+            names = ", ".join(repr(p[0]) for p in left)
+            raise _fail(source, f"{label}: layers {names} read outputs that no call makes "
+                                f"(of {', '.join(repr(m) for m in missing)}): the graph is inconsistent or cyclic")
         outs = []
         for ref in model.outputs:
             if key(ref, output_from) not in made:
@@ -441,6 +450,43 @@ def expand_graph(root: ModelNode, source: str, names: dict | None = None):
     return KerasGraph(inputs=inputs, calls=calls, outputs=outputs, output_names=root.output_names)
 
 
+def _in_rounds(pending: list, key, made: dict) -> list:
+    """The indices of ``pending`` calls (``(name, call index, refs)``) in the order of rounds: round 1
+    holds the calls that read only what ``made`` holds already (the model's inputs), round r + 1 those
+    whose last input a call of round r makes, each round in ``pending``'s order; then the calls no round
+    reaches (in a cycle, or reading what no call makes), in ``pending``'s order. Linear in the calls and
+    their references (each call is visited once, after its last producer), sorting aside."""
+    producer = {(name, k): i for i, (name, k, _) in enumerate(pending)}
+    waiting = [0] * len(pending)                 # producers not yet given a round
+    readers: list = [[] for _ in pending]        # i -> the calls that read what call i makes
+    unreachable = set()
+    for i, (_, _, refs) in enumerate(pending):
+        found = set()
+        for ref in refs:
+            wanted = key(ref)
+            if wanted in made:
+                continue
+            source = producer.get(wanted[:2])
+            if source is None:
+                unreachable.add(i)
+            else:
+                found.add(source)
+        for source in found:
+            readers[source].append(i)
+        waiting[i] = len(found)
+    rounds = [0] * len(pending)
+    queue = [i for i in range(len(pending)) if waiting[i] == 0 and i not in unreachable]
+    for i in queue:                              # grows while it is walked: each call once
+        rounds[i] = rounds[i] or 1
+        for reader in readers[i]:
+            rounds[reader] = max(rounds[reader], rounds[i] + 1)
+            waiting[reader] -= 1
+            if waiting[reader] == 0 and reader not in unreachable:
+                queue.append(reader)
+    placed = set(queue)
+    return sorted(queue, key=lambda i: (rounds[i], i)) + [i for i in range(len(pending)) if i not in placed]
+
+
 def _node_offsets(model: ModelNode, by_name: dict) -> tuple[dict, dict]:
     """``(in calls, in outputs)``: nested model name -> the number its first call has in the
     references of the layers' calls and in ``output_layers``.
@@ -452,15 +498,6 @@ def _node_offsets(model: ModelNode, by_name: dict) -> tuple[dict, dict]:
     if not model.keras3:
         return {m.name: 1 for m in nested}, {m.name: 1 for m in nested}
     return {}, {m.name: 1 for m in nested if m.kind != SEQUENTIAL}
-
-
-def _raw_entry(layers: list, name: str) -> dict | None:
-    for raw in layers:
-        if isinstance(raw, dict):
-            cfg = raw.get("config") if isinstance(raw.get("config"), dict) else {}
-            if raw.get("name") == name or cfg.get("name") == name:
-                return raw
-    return None
 
 
 def iter_layers(node: ModelNode, trail: tuple = ()) -> Iterator[tuple[LayerEntry, tuple]]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import zipfile
 import zlib
 
@@ -34,7 +35,7 @@ import h5py
 from malinn.errors import ConversionError
 
 from .chain import ModelNode, is_operation, iter_chain, leaves_and_graph, named_leaves, parse_model
-from .dtypes import variable_dtype
+from .dtypes import input_dtypes, variable_dtype
 from .hdf5_util import read_weight, refuse_external_links, to_str
 from .limits import MAX_JSON_BYTES, WeightBudget, check_member, member_limit, size_text
 from .model_spec import KerasLayer, KerasModel
@@ -55,7 +56,7 @@ def _fail(source: str, message: str) -> ConversionError:
 def _load_json(data: bytes, source: str, member: str):
     try:
         return json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:   # RecursionError: nested past json's depth
         raise _fail(source, f"{member} is not valid JSON: {exc}") from exc
 
 
@@ -104,6 +105,9 @@ def read_keras3_dir(source: str) -> KerasModel:
         if os.path.lexists(inside) and os.path.dirname(os.path.realpath(inside)) != os.path.realpath(source):
             raise _fail(source, f"{member} is a link to {os.path.realpath(inside)}, outside the model's folder; "
                                 "malinn reads the folder's own files")
+        kind = file_kind(inside)
+        if kind not in ("a regular file", None):   # a FIFO would block the read for good
+            raise _fail(source, f"{member} is {kind}, not a regular file; a Keras model's folder holds files")
         return inside
 
     def read_json(member: str):
@@ -124,6 +128,21 @@ def read_keras3_dir(source: str) -> KerasModel:
     return _build(source, root, version, path(WEIGHTS))
 
 
+def file_kind(path: str) -> str | None:
+    """What ``path`` is (``"a regular file"``, ``"a directory"``, ``"a FIFO"``, ``"a socket"``, ``"a
+    character device"``, ``"a block device"``; a link: what it leads to), or None where nothing is."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    for test, kind in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return "neither a file nor a folder"
+
+
 def _parse(source: str, config, metadata) -> tuple[ModelNode, str | None]:
     """The model's structure (custom objects refused) and the Keras version that wrote it."""
     version = None
@@ -137,6 +156,7 @@ def _parse(source: str, config, metadata) -> tuple[ModelNode, str | None]:
 
 
 def _build(source: str, root: ModelNode, version: str | None, weights_file) -> KerasModel:
+    dtypes = input_dtypes(root, source)
     try:
         h5 = h5py.File(weights_file, "r")
     except (OSError, ValueError) as exc:
@@ -163,6 +183,7 @@ def _build(source: str, root: ModelNode, version: str | None, weights_file) -> K
         name=root.name,
         model_class=root.class_name,
         graph=graph,
+        input_dtypes=dtypes,
     )
 
 
@@ -239,9 +260,17 @@ def read_weight_tree(h5: h5py.File, root: ModelNode, source: str, budget, member
 
 
 def _holds_data(obj) -> bool:
-    if isinstance(obj, h5py.Dataset):
-        return True
-    return isinstance(obj, h5py.Group) and any(_holds_data(obj[key]) for key in obj)
+    """Whether ``obj`` is a dataset or a group with one somewhere below it (walked with a list, each
+    group once: groups nested thousands deep, or linked into a cycle, end the walk too)."""
+    pending, seen = [obj], set()
+    while pending:
+        obj = pending.pop()
+        if isinstance(obj, h5py.Dataset):
+            return True
+        if isinstance(obj, h5py.Group) and obj.id not in seen:
+            seen.add(obj.id)
+            pending.extend(obj[key] for key in obj)
+    return False
 
 
 def _check_unclaimed(h5, model: ModelNode, prefix: str, claimed: set, source: str, member: str,

@@ -28,7 +28,7 @@ from malinn.errors import ConversionError
 
 from .chain import (INPUT_LAYER, LayerEntry, ModelNode, is_operation, iter_chain, iter_leaves,
                     leaves_and_graph, named_leaves, parse_model)
-from .dtypes import variable_dtype
+from .dtypes import input_dtypes, variable_dtype
 from .hdf5_util import read_json_attribute, read_str_list, read_weight, refuse_external_links, to_str
 from .limits import MAX_JSON_BYTES, WeightBudget
 from .model_spec import KerasLayer, KerasModel, version_major
@@ -107,6 +107,7 @@ def _read_open_file(f: h5py.File, source: str) -> KerasModel:
 
     root = parse_model(config, source)
     check_keras_own(root, source)
+    dtypes = input_dtypes(root, source)
 
     if "model_weights" not in f or not isinstance(f["model_weights"], h5py.Group):
         raise _fail(source, "has no model_weights group: the weights are missing")
@@ -122,6 +123,7 @@ def _read_open_file(f: h5py.File, source: str) -> KerasModel:
         name=root.name,
         model_class=root.class_name,
         graph=graph,
+        input_dtypes=dtypes,
     )
 
 

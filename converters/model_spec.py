@@ -121,6 +121,9 @@ class KerasModel:
     #: leaf layer once, in the order of their first call); ``None`` for a chain
     graph: KerasGraph | None = None
     files: tuple[str, ...] = ()
+    #: the dtype of each input (``"float32"``, ``"int32"``...: its InputLayer's, which Keras casts
+    #: the input to at the model's entry), in the order of ``graph.inputs`` (a chain: its one input)
+    input_dtypes: tuple[str, ...] = ("float32",)
 
     @property
     def keras_major(self) -> int:

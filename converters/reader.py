@@ -15,7 +15,7 @@ from .chain import parse_model
 from .batchnorm_variants import resolve_batchnorm_variants
 from .dense_variants import resolve_dense_variants
 from .hdf5_util import is_hdf5_signature
-from .keras3_zip import read_keras3_dir, read_keras3_zip
+from .keras3_zip import file_kind, read_keras3_dir, read_keras3_zip
 from .keras_h5 import read_keras_h5
 from .model_spec import KerasModel
 from .split_forms import read_architecture, read_split
@@ -71,7 +71,7 @@ def read_keras(path, weights=None) -> KerasModel:
 def _read(source: str) -> KerasModel:
     head = _head(source)
     if os.path.isdir(source):
-        if os.path.isfile(os.path.join(source, "config.json")):
+        if os.path.lexists(os.path.join(source, "config.json")):   # read_keras3_dir names one that is no file
             return read_keras3_dir(source)
         raise ConversionError(f"{source}: is a directory, not a Keras model file")
     zip_file, hdf5_file = head[:4] in _ZIP_SIGNATURES, is_hdf5_signature(head) or _is_hdf5(source)
@@ -138,7 +138,7 @@ def _head(source: str) -> bytes:
         raise ConversionError(f"{source}: is part of a TensorFlow checkpoint, which malinn does "
                               f"not read; {_RESAVE}")
     if not stat.S_ISREG(os.stat(source).st_mode):   # a FIFO would block open() for good, a device read forever
-        raise ConversionError(f"{source}: is not a regular file (a FIFO, a socket or a device); give the model file")
+        raise ConversionError(f"{source}: is {file_kind(source)}, not a regular file; give the model file")
     try:
         with open(source, "rb") as fh:
             head = fh.read(16)

@@ -29,6 +29,7 @@ import h5py
 from malinn.errors import ConversionError
 
 from .chain import leaves_and_graph, parse_model
+from .dtypes import input_dtypes
 from .hdf5_util import refuse_external_links, to_str
 from .keras3_zip import read_weight_tree
 from .keras_h5 import looks_keras3, read_weights_group
@@ -55,7 +56,7 @@ def read_architecture(path: str):
                               f"({size_text(MAX_JSON_BYTES)})")
     try:
         config = json.loads(data.decode("utf-8-sig"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:   # RecursionError: nested past json's depth
         raise ConversionError(f"{path}: is not valid JSON ({exc})") from exc
     if not isinstance(config, dict) or not isinstance(config.get("class_name"), str):
         raise ConversionError(
@@ -85,6 +86,7 @@ def read_split(architecture: str, weights: str) -> KerasModel:
     config = read_architecture(architecture)
     root = parse_model(config, architecture, where="the architecture JSON")
     check_keras_own(root, architecture)
+    dtypes = input_dtypes(root, architecture)
     source = f"{architecture} + {weights}"
     name = os.path.basename(weights)
     side = f"the architecture {os.path.basename(architecture)}"
@@ -135,6 +137,7 @@ def read_split(architecture: str, weights: str) -> KerasModel:
         model_class=root.class_name,
         files=(architecture, weights),
         graph=graph,
+        input_dtypes=dtypes,
     )
 
 

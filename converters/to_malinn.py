@@ -16,7 +16,10 @@ import numpy as np
 
 from malinn.registry import lookup
 from malinn.errors import ConversionError
+from malinn.layers.base import placeholders, weights_to_be_loaded
+from malinn.tensor import format_shape
 
+from .dtypes import FLOAT_POLICIES, policy_problem
 from .model_spec import KerasModel
 from .validate import AUGMENTATIONS
 
@@ -97,8 +100,10 @@ def to_model(km: KerasModel):
 
     Raises:
         ConversionError: unsupported layers or activations (all listed at once, with the
-            supported ones), an input shape malinn cannot run, or inconsistent weights.
+            supported ones), a layer's dtype policy malinn does not compute (all listed at once),
+            an input shape malinn cannot run, or inconsistent weights.
     """
+    _check_policies(km)
     if km.graph is not None:
         return _to_functional(km)
     sample = _input_shape(km)
@@ -116,10 +121,9 @@ def to_model(km: KerasModel):
             layer = _layer(kl, cfg, len(shape), km.keras_major, unsupported, shape)
             if layer is None or unsupported:   # after an unsupported layer, shapes are unknown: only collect
                 continue
-            layer.build(shape)
-            weights = _weights(kl, cfg, layer)
-            if weights:
-                layer.set_weights(weights)
+            with weights_to_be_loaded():   # placeholders, which the file's weights replace once checked
+                layer.build(shape)
+            _set_file_weights(layer, _weights(kl, cfg, layer), shape)
             if kl.quantized is not None:
                 layer.quantized = kl.quantized   # int8-weights uploads Keras's own int8 values
         except ValueError as exc:
@@ -141,6 +145,8 @@ def to_model(km: KerasModel):
         raise ConversionError(f"{km.source}: the model has no layer that computes anything")
     model = lookup("model", "Sequential")(name=km.name or "sequential")
     try:
+        if km.input_dtypes[0] != "float32":   # Keras casts the input to its Input's dtype first
+            model.add(lookup("model", "Functional").Input(sample, dtype=km.input_dtypes[0]))
         for layer, names in built:
             layer.keras_names = tuple(names)
             model.add(layer)
@@ -283,6 +289,16 @@ def _layer(kl, cfg, rank: int, keras_major: int, unsupported: list, shape: tuple
     return None
 
 
+def _check_policies(km: KerasModel) -> None:
+    """Refuses every layer whose dtype policy malinn does not compute (an integer, string or
+    complex policy, a name Keras does not know), naming each and the supported ones."""
+    problems = [f"layer {kl.name!r} ({kl.class_name}) has the {problem}" for kl in km.layers
+                if (problem := policy_problem(kl.config or {})) is not None]
+    if problems:
+        raise ConversionError(f"{km.source}: {'; '.join(problems)}; malinn computes in float32 the layers of Keras's "
+                              f"float policies ({', '.join(FLOAT_POLICIES)}) and int8-quantized Dense layers")
+
+
 def _unsupported_error(km: KerasModel, unsupported: list) -> ConversionError:
     return ConversionError(
         f"{km.source}: {len(unsupported)} unsupported layer(s): {'; '.join(unsupported)}. "
@@ -296,11 +312,12 @@ def _to_functional(km: KerasModel):
     graph, by_name = km.graph, {kl.name: kl for kl in km.layers}
     functional = lookup("model", "Functional")
     tensors, ranks, made, made_calls, unsupported = {}, {}, {}, {}, []
-    for tensor, name, shape in graph.inputs:
+    dtypes = tuple(km.input_dtypes) + ("float32",) * (len(graph.inputs) - len(km.input_dtypes))
+    for (tensor, name, shape), dtype in zip(graph.inputs, dtypes):
         if shape is None or any(d is None for d in shape):
             raise ConversionError(f"{km.source}: input {name!r} has the shape {_with_batch(shape)}, which is not "
                                   "fully known; malinn needs every axis but the batch to be fixed")
-        tensors[tensor] = functional.Input(tuple(int(d) for d in shape), name=name)
+        tensors[tensor] = functional.Input(tuple(int(d) for d in shape), name=name, dtype=dtype)
         ranks[tensor] = 1 + len(shape)
     for call in graph.calls:
         kl = by_name[call.layer]
@@ -330,7 +347,8 @@ def _to_functional(km: KerasModel):
                 continue   # after an unsupported layer, what reads it is only checked for its class
             given = [tensors[t] for t in call.inputs]
             try:
-                out = layer(given if call.listed else given[0])
+                with weights_to_be_loaded():   # placeholders, which the file's weights replace once checked
+                    out = layer(given if call.listed else given[0])
             except ValueError as exc:   # a supported class on shapes malinn does not run (a Dot of rank 4)
                 why = str(exc).removeprefix(f"{kl.class_name} {kl.name!r}: ")
                 unsupported.append(f"{kl.class_name} {kl.name!r} ({why})")
@@ -338,9 +356,7 @@ def _to_functional(km: KerasModel):
             tensors[call.output], ranks[call.output] = out, len(out.shape)
             if len(made_calls.setdefault(kl.name, [])) == 0:   # once, after the first call built it
                 made_calls[kl.name].append(out)
-                weights = _weights(kl, kl.config or {}, layer)
-                if weights:
-                    layer.set_weights(weights)
+                _set_file_weights(layer, _weights(kl, kl.config or {}, layer), given[0].shape)
                 if kl.quantized is not None:
                     layer.quantized = kl.quantized   # int8-weights uploads Keras's own int8 values
         except ValueError as exc:
@@ -378,6 +394,32 @@ def _set_source(model, km: KerasModel) -> None:
                     "keras_version": km.keras_version}
     if len(km.files) > 1:
         model.source["weights"] = str(km.files[1])
+
+
+def _set_file_weights(layer, weights: list, shape: tuple) -> None:
+    """Gives ``layer``, built on inputs of ``shape`` with placeholder weights (which take no memory),
+    the file's ``weights``, once it is clear that its config asks for no more than the file holds:
+    every size a config declares (a kernel's, from its input shape, units, filters, kernel size) is
+    checked against the weight the file stores before anything of that size is made. A layer that has
+    weights but none in the file is refused (its placeholders were zeros, before them random values).
+
+    Raises:
+        ValueError: the file holds no weights for the layer, a smaller one than the layer's config
+            makes, or none for one of its weights (set_weights' own errors for another count or shape).
+    """
+    declared = layer.weight_arrays()
+    made = ", ".join(str(tuple(w.shape)) for w in declared)
+    if declared and not weights:
+        raise ValueError(f"the file holds no weights for it; on inputs of shape {format_shape(shape)} its config "
+                         f"makes weights of shapes {made}")
+    if any(mine.size > theirs.size for mine, theirs in zip(declared, weights)):
+        raise ValueError(f"on inputs of shape {format_shape(shape)} its config makes weights of shapes {made}, larger "
+                         f"than the file's {', '.join(str(tuple(w.shape)) for w in weights)}")
+    if weights:
+        layer.set_weights(weights)
+    missing = placeholders(layer)
+    if missing:
+        raise ValueError(f"the file holds no value for its {', '.join(missing)}")
 
 
 def _weights(kl, cfg, layer) -> list:

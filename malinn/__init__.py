@@ -10,7 +10,9 @@ Quick start::
     y = model.predict(np.random.rand(100, 640).astype("float32"))
 """
 
+import importlib
 from pathlib import Path as _Path
+from typing import TYPE_CHECKING
 
 # An installed wheel holds the repository's converters/ as malinn/converters/; in a source checkout
 # run without installing, it sits beside malinn/, so the checkout's root joins the package path.
@@ -19,17 +21,7 @@ if not (_Path(__file__).resolve().parent / "converters").is_dir():
     if (_root / "converters" / "__init__.py").is_file():
         __path__.append(str(_root))
 
-from . import layers, ops  # noqa: E402
-from .device_selection import Device, devices, get_device, set_device  # noqa: E402
-from .errors import (BackendError, ConversionError, DeviceError, KernelBuildError, LayoutError,  # noqa: E402
-                     LibraryError, MalinnError, SettingError)
-from .kernel_library import load_library  # noqa: E402
-from .layout import Layout  # noqa: E402
-from .models import Sequential  # noqa: E402
-from .functional import Functional, Model  # noqa: E402
-from .graph import Input  # noqa: E402
-from .saving import convert, load_model  # noqa: E402
-
+from . import registry as _registry  # noqa: E402
 from .version import __version__  # noqa: E402
 
 __all__ = [
@@ -39,3 +31,62 @@ __all__ = [
     "MalinnError", "DeviceError", "KernelBuildError", "LibraryError", "BackendError", "LayoutError",
     "ConversionError", "SettingError",
 ]
+
+if TYPE_CHECKING:   # what the first use of the package imports (_load), for readers and type checkers
+    from . import layers, ops
+    from .device_selection import Device, devices, get_device, set_device
+    from .errors import (BackendError, ConversionError, DeviceError, KernelBuildError, LayoutError, LibraryError,
+                         MalinnError, SettingError)
+    from .functional import Functional, Model
+    from .graph import Input
+    from .kernel_library import load_library
+    from .layout import Layout
+    from .models import Sequential
+    from .saving import convert, load_model
+
+
+_loaded = False
+
+
+def _load() -> None:
+    """Imports the public API (numpy, pyopencl and h5py with it) into the package, once: the package's
+    own import stays cheap, so that the ``malinn`` command (:mod:`malinn.__main__`) takes Ctrl-C
+    before anything slow runs."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    from .device_selection import Device, devices, get_device, set_device
+    from .errors import (BackendError, ConversionError, DeviceError, KernelBuildError, LayoutError, LibraryError,
+                         MalinnError, SettingError)
+    from .functional import Functional, Model
+    from .graph import Input
+    from .kernel_library import load_library
+    from .layout import Layout
+    from .models import Sequential
+    from .saving import convert, load_model
+    layers, ops = importlib.import_module(".layers", __name__), importlib.import_module(".ops", __name__)
+    globals().update({name: value for name, value in locals().items()})
+
+
+_registry.complete_with(_load)   # a file naming a class the package has not imported yet finds it
+
+
+def __getattr__(name: str):
+    """The public API, imported on first use (PEP 562); a submodule of the package where one has the name."""
+    if name.startswith("__"):
+        raise AttributeError(f"module 'malinn' has no attribute {name!r}")
+    _load()
+    if name in globals():
+        return globals()[name]
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__name__}.{name}":
+            raise
+    raise AttributeError(f"module 'malinn' has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    _load()
+    return sorted(set(globals()) | set(__all__))

@@ -1,4 +1,4 @@
-"""The ``malinn`` command (also ``python3 -m malinn``): convert, predict, verify, summary, tune, devices.
+"""The ``malinn`` command (also ``python3 -m malinn``): convert, predict, verify, summary, tune, warm, devices.
 
 Exit codes: 0 success, 1 a malinn error (bad model or input file, device failure, verify
 mismatch), 2 a usage error (bad arguments), 130 interrupted. Every error is one line on stderr,
@@ -25,14 +25,19 @@ from pathlib import Path
 import numpy as np
 
 from .array_files import read_input_array
+from .backends.base import size_text
 from .conv_tuner import tune_convs
 from .device_selection import devices, get_device, set_device
+from .environment import switch
 from .errors import DeviceError, MalinnError
 from .files import check_destination, write_file, write_stdout
 from .kernel_choice import check_precision
 from .kernel_library import DEFAULT_PRECISION
+from .models import batch_bucket
 from .precision import flushed
+from .progress import reported_by_caller
 from .saving import is_malinn_file, load_model, resolve_target, save_model
+from .streams import STREAM, copy_to_stdout, stdin_as_file
 from .tensor import format_shape
 from .tuner import cache_dir, tune
 from .version import __version__
@@ -48,6 +53,9 @@ VERIFY_TOLERANCE = {"fp32": 1e-5, "fp16-storage": 1e-2, "fp16": 2e-2, "int8-weig
 #: or mixed_bfloat16 policy, a float16 or bfloat16 layer; an int8-quantized layer, whose inputs
 #: Keras rounds to int8 too): malinn computes such layers in float32 (with the int8 weights)
 KERAS_REDUCED_TOLERANCE = {"float16": 1e-2, "bfloat16": 5e-2, "int8": 5e-2}
+#: the size of a source (its files together) from which convert says, before each phase, what it does: reading
+#: and converting, then laying out and writing, take about a second each per 40 MB on a 2-core CPU
+CONVERT_ANNOUNCED_BYTES = 64 * 2**20
 PRECISION_HELP = ("the weights' precision on the device: fp32, fp16-storage (half weights, float "
                   "arithmetic), fp16 (half arithmetic: devices with cl_khr_fp16) or int8-weights (per-output-channel "
                   "int8 with float scales)")
@@ -124,7 +132,22 @@ def _is_stdout(path) -> bool:
 
 def _report_stream(output):
     """Where a command's one-line report goes: stdout, unless the data itself goes there."""
-    return sys.stderr if output is None or _is_stdout(output) else sys.stdout
+    return sys.stderr if output is None or output == STREAM or _is_stdout(output) else sys.stdout
+
+
+def _report(text: str, stream, written) -> None:
+    """Prints a command's one-line report once its output ``written`` is safely written: a stream
+    that cannot take it (stdout on a full disk, ``> /dev/full``) is an error (exit 1) that says the
+    output was written all the same."""
+    try:
+        print(text, file=stream, flush=True)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        if stream is sys.stdout:
+            _drop_stdout()   # what stays in its buffer would fail again at exit
+        raise MalinnError(f"{written} is written, but its report could not be written to "
+                          f"{'stdout' if stream is sys.stdout else 'stderr'} ({exc.strerror or exc})") from None
 
 
 def _shown(model, weights) -> str:
@@ -248,26 +271,65 @@ def _default_output(src: str) -> str:
     return str(path.with_name(path.stem + ".malinn") if path.suffix else path.with_name(path.name + ".malinn"))
 
 
+def _source_bytes(*paths) -> int:
+    """The bytes of the files ``paths`` name (a folder's: the files in it; None or a missing path: 0)."""
+    total = 0
+    for path in paths:
+        if path is None:
+            continue
+        try:
+            if os.path.isdir(path):
+                total += sum(os.path.getsize(os.path.join(folder, name)) for folder, _, names in os.walk(path)
+                             for name in names)
+            else:
+                total += os.path.getsize(path)
+        except OSError:
+            continue
+    return total
+
+
 def cmd_convert(args) -> int:
     if args.dest is not None and args.output is not None and args.dest != args.output:
         raise UsageError(f"convert: two outputs, {args.dest} and -o {args.output}; give one "
                          "(see malinn convert --help)")
     if args.output is None:   # an empty -o "" is refused below, not replaced
+        if args.dest is None and getattr(args, "from_stdin", None) == "src":
+            raise UsageError("convert: the source is standard input (-), which has no name to give the output; "
+                             "give one (-o OUTPUT, or -o - for standard output)")
         args.output = args.dest if args.dest is not None else _default_output(args.src)
-    check_destination(args.output, source=(args.src, args.weights), overwrite_source=args.force)
+    to_stdout = args.output == STREAM
+    if to_stdout and (sys.stdout is None or sys.stdout.isatty()):
+        raise UsageError(f"convert: -o - writes the model file's bytes to standard output, which is "
+                         f"{'closed' if sys.stdout is None else 'a terminal'}; redirect it (> model.malinn) or give "
+                         "-o FILE")
+    if not to_stdout:
+        check_destination(args.output, source=(args.src, args.weights), overwrite_source=args.force)
     device = None
     if args.device is not None or args.target is None:
         device = _device(args)    # the target comes from the device; an explicit --target needs none
     resolve_target(args.target)   # an unknown target fails before the model is read
+    size = _source_bytes(args.src, args.weights)
+    announce = size >= CONVERT_ANNOUNCED_BYTES   # each phase then takes seconds: say which one runs
+    if announce:
+        print(f"malinn convert: reading {_shown(args.src, args.weights)} ({size_text(size)})...", file=sys.stderr,
+              flush=True)
     model = load_model(args.src, weights=args.weights)
     recorded = model.precision if is_malinn_file(args.src) else None
     if args.precision is not None:
         model.precision = args.precision
-    path = save_model(model, args.output, target=args.target, overwrite=args.force)
+    if announce:
+        print(f"malinn convert: laying out the weights of {len(model.layers)} layers in {model.precision} and writing "
+              f"{args.output}...", file=sys.stderr, flush=True)
+    if to_stdout:   # HDF5 writes with seeks: a file first, then its bytes
+        with tempfile.TemporaryDirectory(prefix="malinn-stdout-") as folder:
+            copy_to_stdout(save_model(model, os.path.join(folder, "model.malinn"), target=args.target))
+        path = "stdout"
+    else:
+        path = save_model(model, args.output, target=args.target, overwrite=args.force)
     spec = resolve_target(args.target, model.precision)
-    report = _report_stream(args.output)
-    print(f"{_shown(args.src, args.weights)} -> {path}: {len(model.layers)} layers, {model.count_params()} parameters, "
-          f"input {_inputs_text(model)}, weights laid out for {spec.codename} in {model.precision}", file=report)
+    _report(f"{_shown(args.src, args.weights)} -> {path}: {len(model.layers)} layers, {model.count_params()} "
+            f"parameters, input {_inputs_text(model)}, weights laid out for {spec.codename} in {model.precision}",
+            _report_stream(args.output), path)
     if recorded not in (None, DEFAULT_PRECISION, model.precision):
         print(f"malinn: note: {args.src} holds weights rounded to {recorded}; {path} keeps those rounded "
               f"values in {model.precision} (convert the Keras file for its own float32 weights)", file=sys.stderr)
@@ -287,6 +349,8 @@ def cmd_convert(args) -> int:
 
 def cmd_predict(args) -> int:
 
+    if args.output == STREAM:   # stdout, as without -o
+        args.output = None
     if args.output is not None:
         check_destination(args.output, source=(args.model, args.weights), overwrite_source=args.force)
         check_destination(args.output, source=args.input, overwrite_source=args.force)
@@ -313,9 +377,8 @@ def cmd_predict(args) -> int:
     else:
         write_stdout(_save_predictions(y, form))
         where = "stdout (.npz)" if isinstance(y, dict) else "stdout (.npy)"
-    print(f"{_shown(args.model, args.weights)} on {device.name}: {_shape_text(x)} -> {_shape_text(y)} written to "
-          f"{where}",
-          file=_report_stream(args.output))
+    _report(f"{_shown(args.model, args.weights)} on {device.name}: {_shape_text(x)} -> {_shape_text(y)} written to "
+            f"{where}", _report_stream(args.output), where)
     return 0
 
 
@@ -356,6 +419,8 @@ def cmd_verify(args) -> int:
         except OSError as exc:   # numpy's error names no file: a full or read-only TMPDIR
             raise OSError(f"writing the inputs for Keras to {x_path} failed ({exc.strerror or exc}); set TMPDIR "
                           f"to a folder with room") from None
+        print("malinn verify: running the model in Keras (a TensorFlow process: its start alone takes seconds)...",
+              file=sys.stderr, flush=True)
         run = subprocess.run(_keras_reference_command(str(args.model), x_path, out_path, names, args.weights),
                              capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if run.returncode != 0:
@@ -458,7 +523,47 @@ def _argmax_agreement(ours, reference) -> str:
 
 def cmd_summary(args) -> int:
     _device(args)
-    load_model(args.model, weights=args.weights, precision=args.precision).summary(batch=args.batch)
+    load_model(args.model, weights=args.weights, precision=args.precision).summary(batch=args.batch, show_kernels=True)
+    return 0
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 plan``, ``2 plans``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def cmd_warm(args) -> int:
+    """Plans each model at each batch size and runs one pass of zeros on it, so that the kernel
+    programs the plans need are in the program-binary cache (and a driver that compiles a kernel
+    again at its first launch, PoCL, has done so into its own cache) before the application starts."""
+    if switch("MALINN_BINARY_CACHE", True) is False:
+        raise MalinnError("MALINN_BINARY_CACHE=0 turns the program cache off: the programs warm builds would be "
+                          "lost with this process; unset it")
+    device = _device(args)
+    if device.backend == "gles3":
+        raise MalinnError(f"{device.name} ({device.backend}) keeps no program binaries: it builds its shaders in "
+                          "every process, so there is nothing to warm")
+    batches = list(dict.fromkeys(args.batch or [1]))
+    counters = device.counters
+    built = loaded = plans = 0
+    started = time.perf_counter()
+    with reported_by_caller():   # a terminal still shows the builds as they go; the lines below report them
+        for source in args.model:
+            model = load_model(source, precision=args.precision)
+            for batch in batches:
+                builds, hits, begun = counters.get("builds", 0), counters.get("binary_hits", 0), time.perf_counter()
+                samples = max(1, min(batch, model.max_batch(device, limit=batch)))   # as predict splits it
+                plan = model.plan(samples, device)
+                plan.run([np.zeros((1,) + tuple(shape), np.float32) for shape in model.input_shapes])
+                now_built, now_loaded = counters.get("builds", 0) - builds, counters.get("binary_hits", 0) - hits
+                built, loaded, plans = built + now_built, loaded + now_loaded, plans + 1
+                planned = f" (planned as {batch_bucket(samples)})" if batch_bucket(samples) != batch else ""
+                print(f"{source} at batch {batch}{planned}: {_count(now_built, 'kernel program')} built, {now_loaded} "
+                      f"loaded from the program cache ({time.perf_counter() - begun:.1f} s)", flush=True)
+    print(f"warm on {device.name}: {_count(plans, 'plan')} of {_count(len(args.model), 'model')}, "
+          f"{_count(built, 'kernel program')} built, {loaded} loaded from the program cache, in "
+          f"{time.perf_counter() - started:.1f} s "
+          f"(cache: {cache_dir()})")
     return 0
 
 
@@ -508,6 +613,11 @@ def cmd_tune(args) -> int:
     batch = 100 if args.batch is None else args.batch
     if args.model:
         model = load_model(args.model, precision=args.precision)
+        largest = model.max_batch(device, limit=batch)
+        if largest < batch:   # no pass runs it: predict splits such a batch into passes of the largest
+            raise UsageError(f"tune: --batch {batch} is more samples than one pass of {args.model} holds on "
+                             f"{device.name} (at most {largest}: predict runs a larger batch in passes of {largest}); "
+                             f"give --batch {largest} or less")
         shapes = [shape for size in (batch, 1) for shape in model.matmul_shapes(size, device)]
         convs = [g for size in (batch, 1) for g in model.conv_geometries(size, device)]
         if not shapes and not convs:
@@ -583,18 +693,20 @@ def build_parser() -> argparse.ArgumentParser:
                    "its vertex-shader path (GPUs without compute shaders) (default: MALINN_DEVICE, else the first "
                    "GPU, else the first CPU)")
     input_help = ("input samples: .npy, .npz (one array, or --key; for a model of several inputs one array per "
-                  "input name) or .csv (one sample per row)")
+                  "input name) or .csv (one sample per row); - reads standard input")
     key_help = "the array to use from a .npz input holding several"
     weights_help = ("the weights file (model.save_weights: Keras 2 .h5 or Keras 3 .weights.h5) when the model is "
-                    "an architecture JSON (model.to_json())")
+                    "an architecture JSON (model.to_json()); - reads standard input")
 
     p = add("convert", "convert a Keras .keras/.h5 file (or a .json architecture with --weights) into a malinn "
                        "model file", cmd_convert)
-    p.add_argument("src", help="Keras .keras or .h5 file (Keras 2 or 3), or an architecture .json with --weights")
+    p.add_argument("src", help="Keras .keras or .h5 file (Keras 2 or 3), or an architecture .json with --weights; - "
+                               "reads standard input (then give the output)")
     p.add_argument("--weights", help=weights_help)
     p.add_argument("dest", nargs="?", metavar="output", help="malinn model file to write, as -o gives it")
     p.add_argument("-o", "--output", help="malinn model file to write (atomically; a symlink is followed, a device "
-                                          "or FIFO written through; default: the source's name with .malinn)")
+                                          "or FIFO written through; - writes its bytes to standard output; default: "
+                                          "the source's name with .malinn)")
     p.add_argument("--target", help="matmul kernel codename, or gpu/cpu/accelerator (gl, gl:cpu: the OpenGL "
                                     "backend's; gles3: its vertex-shader path's), whose layouts the weights are "
                                     "stored in (default: the current device's kernel; a given target needs no device)")
@@ -606,12 +718,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help=device_help)
 
     p = add("predict", "run a model on input samples", cmd_predict)
-    p.add_argument("model", help="malinn model file or Keras file (an architecture .json with --weights)")
+    p.add_argument("model", help="malinn model file or Keras file (an architecture .json with --weights); - reads "
+                                 "standard input")
     p.add_argument("input", help=input_help)
     p.add_argument("--weights", help=weights_help)
     p.add_argument("-o", "--output", help="file to write the predictions to: .npy, .npz (one array per output; "
                                           "needed for a model of several outputs) or .csv (one row per sample) "
-                                          "(default: stdout: a table on a terminal, .npy/.npz bytes otherwise)")
+                                          "(default, or -: stdout: a table on a terminal, .npy/.npz bytes "
+                                          "otherwise)")
     p.add_argument("--key", help=key_help)
     p.add_argument("--batch-size", type=_positive_int, help="samples per device pass (default: all at once)")
     p.add_argument("--force", action="store_true", help="allow the output to be the model or input file")
@@ -663,6 +777,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights", help=weights_help)
     p.add_argument("--precision", choices=PRECISIONS, help=PRECISION_HELP + " (default: the model file's)")
     p.add_argument("--batch", type=_positive_int, default=1, help="the batch size whose kernels are shown (default 1)")
+    p.add_argument("--device", help=device_help)
+
+    p = add("warm", "build every kernel program the models need into the program cache (at install time: a "
+                    "service's first predict then builds nothing)", cmd_warm)
+    p.add_argument("model", nargs="+", help="malinn model files or Keras files")
+    p.add_argument("--batch", type=_positive_int, action="append",
+                   help="a batch size the application predicts with (repeatable; default 1, one sample a call): "
+                        "each size up to 256 is a plan of its own, larger ones share a plan per multiple of 64")
+    p.add_argument("--precision", choices=PRECISIONS, help=PRECISION_HELP + " (default: each model file's)")
     p.add_argument("--device", help=device_help)
 
     add("devices", "list the working OpenCL and OpenGL devices (* marks the default)", cmd_devices)
@@ -738,9 +861,16 @@ def main(argv=None) -> int:
             if extra:   # named with the command it was given to (argparse names only "malinn")
                 raise UsageError(f"{args.command}: unrecognized arguments: {' '.join(extra)} "
                                  f"(see malinn {args.command} --help)")
-            status = args.func(args)
+            with stdin_as_file(args, UsageError):   # a file given as - is standard input's copy
+                status = args.func(args)
             if sys.stdout is not None:   # None: started with stdout closed (its prints went nowhere)
-                sys.stdout.flush()
+                try:
+                    sys.stdout.flush()
+                except BrokenPipeError:
+                    raise
+                except OSError as exc:   # what the command printed could not be written (> /dev/full)
+                    _drop_stdout()
+                    raise MalinnError(f"stdout: cannot write ({exc.strerror or exc})") from None
             return status
         except SystemExit as exc:       # --help and --version
             return exc.code if isinstance(exc.code, int) else 0

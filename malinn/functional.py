@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .graph import Input, KerasTensor
 from .models import PlannedModel
 from .plan_builder import PlanBuilder
@@ -80,30 +82,40 @@ class Functional(PlannedModel):
             raise ValueError(f"Functional {name!r}: two inputs are named {sorted(n for n in names if names.count(n) > 1)[0]!r}")
 
     def _order(self) -> list:
-        """The layer calls the outputs depend on, each after the calls it reads (a topological order)."""
+        """The layer calls the outputs depend on, each after the calls it reads (a topological order:
+        depth first from each output in turn, a call's inputs in order). Walked with a stack of its
+        own, not by recursion: a graph of thousands of layers in a row has no depth limit."""
         inputs = {id(t) for t in self.inputs}
         order, done, active = [], set(), set()
 
-        def visit(tensor: KerasTensor):
+        def enter(tensor: KerasTensor):
+            """The call making ``tensor`` where it is still to be walked, else None."""
             node = tensor.node
             if node is None:
                 if id(tensor) not in inputs:
                     raise ValueError(f"Functional {self.name!r}: the graph reads input {tensor.name!r}, which is not "
                                      f"among the model's inputs ({', '.join(t.name for t in self.inputs)})")
-                return
+                return None
             if id(node) in done:
-                return
+                return None
             if id(node) in active:
                 raise ValueError(f"Functional {self.name!r}: the graph has a cycle through layer {node.layer.name!r}")
             active.add(id(node))
-            for t in node.inputs:
-                visit(t)
-            active.discard(id(node))
-            done.add(id(node))
-            order.append(node)
+            return node
 
         for t in self.outputs:
-            visit(t)
+            stack = [[node, 0]] if (node := enter(t)) is not None else []
+            while stack:                 # [call, how many of its inputs are walked]
+                top = stack[-1]
+                if top[1] < len(top[0].inputs):
+                    top[1] += 1
+                    if (node := enter(top[0].inputs[top[1] - 1])) is not None:
+                        stack.append([node, 0])
+                    continue
+                stack.pop()
+                active.discard(id(top[0]))
+                done.add(id(top[0]))
+                order.append(top[0])
         return order
 
     # ---------------------------------------------------------------- shapes
@@ -179,12 +191,14 @@ class Functional(PlannedModel):
         checked = []
         for tensor, array in zip(self.inputs, arrays):
             who = f"input {tensor.name!r}"
+            was_array = isinstance(array, np.ndarray)
             array = self._as_float32(array, who)
             given, array = array.shape, self._conformed(array, tensor.shape)
             if array.shape[1:] != tensor.shape[1:] or array.ndim != len(tensor.shape):
                 raise ValueError(f"Input {tensor.name!r} of model {self.name!r} is incompatible: expected shape "
-                                 f"{format_shape(tensor.shape)}, found shape {given}")
-            checked.append(self._contiguous(array))
+                                 f"{format_shape(tensor.shape)}, found shape {given}"
+                                 f"{self._one_sample_hint(given, tensor.shape[1:], was_array)}")
+            checked.append(self._contiguous(array, tensor.cast))
         return checked
 
     def predict(self, x, batch_size: int | None = None, verbose="auto"):
@@ -197,7 +211,8 @@ class Functional(PlannedModel):
                 an input whose last size is 1, an extra last axis of 1 dropped).
             batch_size: samples per device pass (default: all, split only where the device's
                 largest allocation requires it; see :meth:`max_batch`).
-            verbose: taken as Keras's ``predict`` takes it; malinn prints no progress.
+            verbose: taken as Keras's ``predict`` takes it; malinn prints no progress bar (only a
+                first plan's kernel builds, on stderr: :mod:`malinn.progress`).
 
         Returns:
             A float32 array of the output's shape, or a list of them (a dict where the outputs were
@@ -244,7 +259,8 @@ class Functional(PlannedModel):
         the weights' precision."""
         refs, index = self._refs(), {id(layer): i for i, layer in enumerate(self.layers)}
         return {"name": self.name, "precision": self.precision,
-                "inputs": [{"name": t.name, "shape": list(t.shape[1:])} for t in self.inputs],
+                "inputs": [{"name": t.name, "shape": list(t.shape[1:]),
+                            **({"dtype": t.dtype} if t.dtype != "float32" else {})} for t in self.inputs],
                 "layers": [{"class_name": type(layer).__name__, "config": layer.get_config()} for layer in self.layers],
                 "nodes": [{"layer": index[id(node.layer)], "inputs": [refs[id(t)] for t in node.inputs],
                            "listed": node.listed} for node in self.nodes],
@@ -302,7 +318,7 @@ def _input(entry: dict) -> KerasTensor:
     shape = tuple(int(d) for d in entry["shape"])
     if not shape or math.prod(shape) < 1:
         raise ValueError(f"input {entry.get('name')!r} has shape {shape!r}")
-    return Input(shape, name=entry["name"])
+    return Input(shape, name=entry["name"], dtype=entry.get("dtype"))   # files without one: float32
 
 
 #: Keras's name for a model built from inputs and outputs

@@ -5,6 +5,8 @@ model is :class:`malinn.functional.Functional`."""
 from __future__ import annotations
 
 import math
+import shutil
+import textwrap
 import threading
 from collections import OrderedDict
 
@@ -12,6 +14,7 @@ import numpy as np
 
 from .backends.base import Device, size_text
 from .device_selection import get_device
+from .dtypes import input_cast, input_dtype
 from .errors import BackendError, DeviceError
 from .graph import KerasTensor
 from .kernel_choice import epoch as choice_epoch
@@ -34,6 +37,10 @@ _PAD_BOUND = 1024
 _PLANS_KEPT = 8
 _PLANS_KEPT_MOST = 128
 _PLANS_KEPT_BYTES = 64 * 2**20
+#: the widest a summary's table is by default (a wider terminal still gets a table of at most this)
+SUMMARY_WIDTH = 100
+#: the narrowest a summary's column is made to fit the terminal (a column of shorter cells keeps its width)
+_NARROWEST_COLUMN = 12
 
 
 def batch_bucket(n: int) -> int:
@@ -160,7 +167,7 @@ class PlannedModel:
                 return cached
             try:
                 with device.plan_lock:
-                    plan = self._compile(device, batch_bucket(batch), every_layer).allocate()
+                    plan = self._compile(device, batch_bucket(batch), every_layer).allocate(model=self.name)
             except BaseException:
                 with self._lock:
                     self._planning.pop(key, None)
@@ -296,7 +303,25 @@ class PlannedModel:
         return x
 
     @staticmethod
-    def _contiguous(x: np.ndarray) -> np.ndarray:
+    def _one_sample_hint(given: tuple, sample: tuple | None, was_array: bool) -> str:
+        """The fix for an input of shape ``given`` refused where samples have shape ``sample``
+        (None: an unbuilt model, which takes any sample of one axis or more) when ``given`` is one
+        sample without its batch axis: ``; it looks like one sample without its batch axis: pass
+        x[None] or x.reshape(1, 64)`` (``np.asarray(x)[None]`` for a list, ``was_array`` False); else ''."""
+        if sample is not None and tuple(given) != tuple(sample):
+            return ""
+        if sample is None and len(given) != 1:
+            return ""
+        shape = ", ".join(str(d) for d in given)
+        fix = f"x[None] or x.reshape(1, {shape})" if was_array else "np.asarray(x)[None]"
+        return f"; it looks like one sample without its batch axis: pass {fix}"
+
+    @staticmethod
+    def _contiguous(x: np.ndarray, cast=None) -> np.ndarray:
+        """``x`` as a C-contiguous float32 array, after its input's cast (``KerasTensor.cast``:
+        Keras's cast to the Input's dtype, chosen when the input was made), where it has one."""
+        if cast is not None:
+            x = cast(x)
         if x.dtype != np.float32 or not x.flags.c_contiguous:
             x = np.ascontiguousarray(x, dtype=np.float32)
         return x
@@ -543,27 +568,31 @@ class PlannedModel:
         layers = [lookup("layer", entry["class_name"]).from_config(entry["config"]) for entry in config["layers"]]
         return cls.from_layers(config, layers, precision=check_precision(config.get("precision")))
 
-    def summary(self, line_length: int | None = None, positions=None, print_fn=None, batch: int = 1) -> str:
-        """Prints (and returns) the model as Keras does: each layer with its output shape, parameters
-        (a graph's: the tensors it is connected to, ``layer[call][0]``) and the kernels that run it
-        on the current device for passes of ``batch`` samples, in order (a convolution as patches
-        then a product: ``im2col, gemm_tiled + bias+relu``; layers fused into one launch share it),
-        then the weights' device memory.
+    def summary(self, line_length: int | None = None, positions=None, print_fn=None, batch: int = 1,
+                show_kernels: bool = False) -> str:
+        """Prints (and returns) the model as Keras does: each layer with its output shape and
+        parameters (a graph's: the tensors it is connected to, ``layer[call][0]``), then the weights'
+        device memory; with ``show_kernels``, also the kernels that run each layer on the current
+        device for passes of ``batch`` samples, in order (a convolution as patches then a product:
+        ``im2col, gemm_tiled + bias+relu``; layers fused into one launch share it).
 
         Args:
-            line_length: the table's width in characters, as Keras's (default: as wide as its
-                longest entries; a cell longer than its column is cut).
+            line_length: the table's width in characters, as Keras's (default: the terminal's
+                width, at most :data:`SUMMARY_WIDTH`; a narrower table where every cell fits). A
+                cell longer than its column is wrapped onto the lines below.
             positions: where each column ends, as Keras's: fractions of ``line_length`` (each at
-                most 1) or characters, one per column (default with ``line_length``: 0.33, 0.55,
-                0.67, 1.0).
+                most 1) or characters, one per column (default with ``line_length``: Keras's, 0.45,
+                0.85, 1.0 for three columns and 0.33, 0.55, 0.67, 1.0 for four).
             print_fn: called once with the whole table (default: :func:`print`), as Keras's (also
                 taken as the first argument, where earlier malinn code passes it there).
             batch: the pass size whose plan's kernels the table shows (default 1).
+            show_kernels: add the column of the kernels that run each layer (default False: Keras's
+                columns only; ``malinn summary`` shows them).
 
         Returns:
             The table's text. Where the device refuses the plan (a buffer that does not fit), the
-            layers are still listed and the last line says why no kernels are shown; an unbuilt
-            model's parameters are counted as 0 (unbuilt).
+            layers are still listed and the last line says why; an unbuilt model's parameters are
+            counted as 0 (unbuilt).
 
         Raises:
             ValueError: ``line_length`` is not a positive integer, or ``positions`` do not give one
@@ -573,6 +602,8 @@ class PlannedModel:
             line_length, print_fn = None, line_length
         kernels, weights, refused = self._kernels(batch)
         rows = self._summary_rows(kernels)
+        if not show_kernels:
+            rows = [row[:-1] for row in rows]
         widths = _column_widths(rows, line_length, positions)
         return self._table(rows, widths, print_fn or print, weights, refused)
 
@@ -625,11 +656,13 @@ class PlannedModel:
 
     def _table(self, rows, widths: list, print_fn, weights: tuple | None = None, refused: str | None = None) -> str:
         """Prints (and returns) a Keras-style summary of ``rows`` (the header first) in columns of
-        ``widths`` characters (a longer cell cut)."""
+        ``widths`` characters (a longer cell wrapped onto the lines below, as Keras's)."""
         line = "-" * sum(widths)
         out = [f'Model: "{self.name}"', line]
         for i, r in enumerate(rows):
-            out.append("".join(c[:w - 1].ljust(w) for c, w in zip(r, widths)).rstrip())
+            cells = [_wrapped(c, w - 1) for c, w in zip(r, widths)]
+            for k in range(max(len(c) for c in cells)):
+                out.append("".join((c[k] if k < len(c) else "").ljust(w) for c, w in zip(cells, widths)).rstrip())
             if i == 0:
                 out.append("=" * sum(widths))
         out += ["=" * sum(widths), f"Total params: {self.count_params() if self.built else '0 (unbuilt)'}"]
@@ -644,17 +677,41 @@ class PlannedModel:
         return text
 
 
+def _wrapped(cell: str, width: int) -> list:
+    """``cell`` as lines of at most ``width`` characters (at least one line; broken at spaces where
+    it can be, else inside a word)."""
+    if len(cell) <= width:
+        return [cell]
+    return textwrap.wrap(cell, max(1, width), break_on_hyphens=False) or [""]
+
+
+def _fitted(natural: list, width: int) -> list:
+    """``natural`` column widths narrowed to ``width`` in all: the widest column loses a character
+    at a time, down to :data:`_NARROWEST_COLUMN` (or its own width where that is less)."""
+    widths = list(natural)
+    floors = [min(w, _NARROWEST_COLUMN) for w in natural]
+    while sum(widths) > width:
+        i = max(range(len(widths)), key=lambda j: widths[j] - floors[j])
+        if widths[i] <= floors[i]:
+            break
+        widths[i] -= 1
+    return widths
+
+
 def _column_widths(rows: list, line_length, positions) -> list:
-    """The summary's column widths: as wide as each column's longest cell (and 2 more), or, with
-    ``line_length`` or ``positions``, where Keras's would end them."""
+    """The summary's column widths: as wide as each column's longest cell (and 2 more), narrowed to
+    the terminal's width (at most :data:`SUMMARY_WIDTH`), or, with ``line_length`` or ``positions``,
+    where Keras's would end them."""
     columns = len(rows[0])
     if line_length is None and positions is None:
-        return [max(len(r[i]) for r in rows) + 2 for i in range(columns)]
+        width = min(shutil.get_terminal_size((SUMMARY_WIDTH, 24)).columns, SUMMARY_WIDTH)
+        return _fitted([max(len(r[i]) for r in rows) + 2 for i in range(columns)], width)
     if line_length is not None and (isinstance(line_length, bool) or not isinstance(line_length, int)
                                     or line_length < columns):
         raise ValueError(f"summary: line_length must be an integer of at least {columns}, got {line_length!r}")
-    if positions is None:   # Keras's for a Sequential's four columns; even ones for a graph's five
-        positions = [0.33, 0.55, 0.67, 1.0] if columns == 4 else [(i + 1) / columns for i in range(columns)]
+    if positions is None:   # Keras's for a Sequential's three columns and a graph's four; even ones otherwise
+        positions = {3: [0.45, 0.85, 1.0], 4: [0.33, 0.55, 0.67, 1.0]}.get(
+            columns, [(i + 1) / columns for i in range(columns)])
     positions = list(positions)
     if len(positions) != columns:
         raise ValueError(f"summary: positions must give {columns} column ends, got {len(positions)}")
@@ -668,6 +725,16 @@ def _column_widths(rows: list, line_length, positions) -> list:
         raise ValueError(f"summary: positions must increase, got {positions}")
     return [int(b) - int(a) for a, b in zip([0] + positions, positions)]
 
+
+
+def _built_for(layer: Layer, shape: tuple) -> tuple:
+    """Builds ``layer`` for inputs of ``shape`` (or checks that a built one, which another model may
+    share, takes them); returns its output shape."""
+    if not layer.built:
+        layer.build(shape)
+    else:
+        layer.check_reuse(shape)
+    return layer.compute_output_shape(shape)
 
 class Sequential(PlannedModel):
     """A linear stack of layers (see :class:`PlannedModel` for plans, passes and threads).
@@ -684,6 +751,7 @@ class Sequential(PlannedModel):
     def __init__(self, layers=None, name: str = "sequential", precision: str = "fp32"):
         super().__init__(name, precision)
         self._sample_shape: tuple | None = None   # one sample's shape, e.g. (784,) or (28, 28)
+        self._input_dtype, self._input_cast = "float32", None   # a malinn.Input's, given first
         for layer in layers or []:
             self.add(layer)
 
@@ -703,7 +771,7 @@ class Sequential(PlannedModel):
         Args:
             layer: a malinn layer whose name no layer of the model has; or, first, a
                 :func:`malinn.Input` (as Keras 3 starts a Sequential), which builds the model for
-                its shape.
+                its shape and gives it its dtype (what predict casts the input to).
 
         Raises:
             ValueError: ``layer`` is not a malinn layer, its name is already used, or (the model
@@ -715,18 +783,33 @@ class Sequential(PlannedModel):
                 raise ValueError(f"Sequential {self.name!r}: a malinn.Input may only come first, before any layer "
                                  f"(got {layer!r}{' after layer ' + repr(self.layers[-1].name) if self.layers else ''})")
             self.build(layer.shape)
+            self._input_dtype, self._input_cast = layer.dtype, layer.cast
             return
         if not isinstance(layer, Layer):
             raise ValueError(f"Sequential {self.name!r}: expected a malinn layer, got {type(layer).__name__}")
-        if any(existing.name == layer.name for existing in self.layers):
+        names, shape = self._names_and_output()
+        if layer.name in names:
             raise ValueError(f"Sequential {self.name!r}: a layer named {layer.name!r} is already in the model")
+        if shape is not None:   # built: the new layer is built for the last one's output (as build() would)
+            shape = _built_for(layer, shape)
+            self._last = None
+            self._plans.clear()
         self.layers.append(layer)
-        if self._sample_shape is not None:
-            try:
-                self.build((None,) + self._sample_shape)
-            except Exception:
-                self.layers.pop()
-                raise
+        names.add(layer.name)
+        self._known = (self._layers_key(), names, shape)
+
+    def _layers_key(self) -> tuple:
+        return id(self.layers), len(self.layers), id(self.layers[-1]) if self.layers else None, self._sample_shape
+
+    def _names_and_output(self) -> tuple:
+        """``(names, output shape)`` of the layers (the shape None before build), as :meth:`add` left
+        them, or found again where the layer list changed since (assigned, edited in place): adding a
+        layer to a model of thousands scans none of them."""
+        known = self.__dict__.get("_known")
+        if known is None or known[0] != self._layers_key():
+            shape = None if self._sample_shape is None else self.output_shape_for((None,) + self._sample_shape)
+            known = self._known = (self._layers_key(), {layer.name for layer in self.layers}, shape)
+        return known[1], known[2]
 
     @property
     def layer_calls(self) -> list:
@@ -753,11 +836,7 @@ class Sequential(PlannedModel):
         self._last = None
         shape = (None,) + sample
         for layer in self.layers:   # checked first: a layer another model shares stays as it is
-            if not layer.built:
-                layer.build(shape)
-            else:
-                layer.check_reuse(shape)
-            shape = layer.compute_output_shape(shape)
+            shape = _built_for(layer, shape)
         self._sample_shape = sample
         self._plans.clear()
 
@@ -799,6 +878,7 @@ class Sequential(PlannedModel):
                 raise ValueError(f"Sequential {self.name!r} takes one input array, got a list of {len(x)} arrays")
             if batches:
                 x = x[0]
+        was_array = isinstance(x, np.ndarray)
         x = self._as_float32(x, f"layer {first!r}")
         if self._sample_shape is None and x.ndim >= 2:
             with self._lock:   # built for the first call's shape; another thread's may win: checked below
@@ -810,12 +890,12 @@ class Sequential(PlannedModel):
         if self._sample_shape is None or x.shape[1:] != self._sample_shape:
             expected = format_shape((None,) + self._sample_shape) if self._sample_shape is not None else "(None, features)"
             raise ValueError(f"Input of layer {first!r} is incompatible with the layer: expected shape {expected}, "
-                             f"found shape {given}")
+                             f"found shape {given}{self._one_sample_hint(given, self._sample_shape, was_array)}")
         if not self.built:   # a layer added since, not built yet
             with self._lock:
                 if not self.built:
                     self.build((None,) + self._sample_shape)
-        return [self._contiguous(x)]
+        return [self._contiguous(x, self._input_cast)]
 
     def predict(self, x, batch_size: int | None = None, verbose="auto") -> np.ndarray:
         """Runs the model on ``x``.
@@ -831,7 +911,8 @@ class Sequential(PlannedModel):
                 may run another kernel (a small-batch kernel below 16 samples, for instance), whose
                 sums differ in the last bits (docs/KERNELS.md).
             verbose: taken as Keras's ``predict`` takes it, so that Keras code runs unchanged;
-                malinn prints no progress whatever its value.
+                malinn prints no progress bar whatever its value (only a first plan's kernel builds,
+                on stderr: :mod:`malinn.progress`, ``MALINN_PROGRESS=0`` silences them).
 
         Returns:
             A float32 array of shape ``(batch,) + output_shape[1:]``.
@@ -871,6 +952,7 @@ class Sequential(PlannedModel):
         """The name, one sample's input shape, each layer's class name and config and the weights'
         precision (what :meth:`from_layers` rebuilds the model from)."""
         return {"name": self.name, "input_shape": list(self._sample_shape) if self._sample_shape else None,
+                **({"input_dtype": self._input_dtype} if self._input_dtype != "float32" else {}),
                 "precision": self.precision,
                 "layers": [{"class_name": type(layer).__name__, "config": layer.get_config()} for layer in self.layers]}
 
@@ -881,6 +963,9 @@ class Sequential(PlannedModel):
         model = cls(layers, name=config["name"], precision=precision)
         if config.get("input_shape") is not None:
             model.build([None] + list(config["input_shape"]))
+        if config.get("input_dtype", "float32") != "float32":   # files without one: float32
+            model._input_dtype = input_dtype(config["input_dtype"], f"Sequential {model.name!r}'s input")
+            model._input_cast = input_cast(model._input_dtype)
         return model
 
     def _summary_rows(self, kernels: dict) -> list:

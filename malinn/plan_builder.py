@@ -614,11 +614,14 @@ class PlanBuilder:
         return True
 
     def _share_storage(self, value: Value, storage: Storage) -> None:
-        """Points every in-place successor of ``value`` at ``storage`` too."""
-        value.storage = storage
-        for consumer in value.consumers:
-            if consumer.in_place and consumer.inputs.get("b") is value and consumer.out is not value:
-                self._share_storage(consumer.out, storage)
+        """Points every in-place successor of ``value`` at ``storage`` too (walked with a list, not by
+        recursion: a chain of thousands of in-place layers has no depth limit)."""
+        pending = [value]
+        while pending:
+            value = pending.pop()
+            value.storage = storage
+            pending.extend(consumer.out for consumer in reversed(value.consumers)
+                           if consumer.in_place and consumer.inputs.get("b") is value and consumer.out is not value)
 
     def _relayout_step(self, x: Value, layout: Layout | None, what: str) -> Step:
         """A step copying ``x`` into a new storage in ``layout`` (None: decided like any result)."""

@@ -2,14 +2,31 @@
 
 Layer classes register themselves when they are defined (:class:`malinn.layers.Layer` does it for
 every subclass) and model classes likewise, so saving, loading, the converter and the CLI find a
-class from the name a file records, and no module needs to import the one that defines it.
+class from the name a file records, and no module needs to import the one that defines it. The
+package imports its classes on first use (:mod:`malinn`): it gives the registry that loader
+(:func:`complete_with`), which a lookup runs before it says a name is unknown.
 """
 
 from __future__ import annotations
 
-__all__ = ["register", "lookup", "names"]
+__all__ = ["register", "lookup", "names", "complete_with"]
 
 _CLASSES: dict = {"layer": {}, "model": {}}
+#: what imports every class not yet registered (the package's loader), run once, when first needed
+_loader = None
+
+
+def complete_with(loader) -> None:
+    """``loader()`` imports the modules that define the classes; it runs before a lookup misses."""
+    global _loader
+    _loader = loader
+
+
+def _complete() -> None:
+    global _loader
+    if _loader is not None:
+        loader, _loader = _loader, None
+        loader()
 
 
 def register(kind: str, cls) -> None:
@@ -23,6 +40,8 @@ def lookup(kind: str, name: str):
     Raises:
         KeyError: none is; the message lists the known names.
     """
+    if name not in _CLASSES[kind]:
+        _complete()
     try:
         return _CLASSES[kind][name]
     except KeyError:
@@ -31,4 +50,5 @@ def lookup(kind: str, name: str):
 
 def names(kind: str) -> list:
     """The registered ``kind`` class names, sorted."""
+    _complete()
     return sorted(_CLASSES[kind])

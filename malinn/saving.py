@@ -3,11 +3,14 @@
 A malinn model file is HDF5 (read on the board with h5py alone):
 
 * root attributes: ``malinn_format = "malinn-model"``, ``format_version`` (1; 2 for a file whose
-  weights are stored in a reduced precision, which an older malinn must refuse), ``precision``
+  weights are stored in a reduced precision, 3 for one whose input has a dtype other than float32
+  (predict casts to it first), either of which an older malinn must refuse), ``precision``
   (``fp32``, ``fp16-storage``, ``fp16`` or ``int8-weights``: the model's weight precision),
   ``malinn_version``, ``target`` (the matmul codename whose layouts the weights are in) and
   ``target_defines`` (its configuration, JSON), ``config`` (JSON: the model's class, its layers and
-  their configs), ``source`` (JSON: the Keras file, its format and Keras version, when converted);
+  their configs, the input's ``input_dtype`` (Sequential) or each input's ``dtype`` (Functional)
+  where it is not float32: a file without one is float32), ``source`` (JSON: the Keras file, its
+  format and Keras version, when converted);
 * group ``layers/<index>``, one per layer, holding what the layer's ``save_own_variables`` writes:
   for a Dense, dataset ``kernel_laid_out`` (``W = kernel^T`` as the flat buffer the target kernel
   reads, in the precision: float32, float16, or int8 with dataset ``kernel_scales``; attributes
@@ -34,10 +37,10 @@ from .converters.limits import MAX_JSON_BYTES, WeightBudget
 from .converters.to_malinn import to_model
 from .device_selection import get_device
 from .errors import ConversionError, LibraryError, MalinnError
-from .files import write_file
+from .files import HDF5Sink, write_file
 from .kernel_choice import REDUCED_PRECISION_BACKENDS, choose, in_precision
 from .kernel_library import DEFAULT_PRECISION, load_library
-from .layers.base import weights_to_be_loaded
+from .layers.base import placeholders, weights_to_be_loaded
 from .precision import check_precision
 from .registry import lookup
 from .version import __version__
@@ -45,9 +48,11 @@ from .version import __version__
 __all__ = ["save_model", "load_model", "convert", "is_malinn_file", "resolve_target", "FORMAT_VERSION"]
 
 FORMAT_NAME = "malinn-model"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 #: the version written for fp32 weights, which malinn 0.1 reads too
 FORMAT_VERSION_FP32 = 1
+#: the version written for weights in a reduced precision
+FORMAT_VERSION_PRECISION = 2
 
 
 def _backend_target(target) -> tuple:
@@ -152,9 +157,11 @@ def _save(model, path, target, source, overwrite) -> Path:
         entry["keras_names"] = list(layer.keras_names)
 
     def write(tmp):
-        with h5py.File(tmp, "w") as f:
+        sink = HDF5Sink(tmp)   # HDF5 never meets a failed write (a full disk): it closes the file whole
+        with h5py.File(sink, "w") as f:
             f.attrs["malinn_format"] = FORMAT_NAME
-            f.attrs["format_version"] = FORMAT_VERSION if precision != "fp32" else FORMAT_VERSION_FP32
+            f.attrs["format_version"] = (FORMAT_VERSION if _casts_an_input(config) else
+                                         FORMAT_VERSION_PRECISION if precision != "fp32" else FORMAT_VERSION_FP32)
             f.attrs["malinn_version"] = __version__
             f.attrs["precision"] = precision
             f.attrs["target"] = spec.codename
@@ -163,12 +170,15 @@ def _save(model, path, target, source, overwrite) -> Path:
             f.attrs["source"] = json.dumps(getattr(model, "source", None))
             group = f.create_group("layers")
             for i, layer in enumerate(model.layers):
+                if sink.failed:   # the file cannot be written: add nothing more to what HDF5 keeps in memory
+                    break
                 g = group.create_group(str(i))
                 g.attrs["name"] = layer.name
                 try:
                     layer.save_own_variables(g, spec)
                 except ValueError as exc:   # weights the precision cannot hold: named by the layer
                     raise ConversionError(f"{path}: {exc}") from None
+        sink.check()   # the first failed write, now that HDF5 has closed every object of the file
 
     try:
         return write_file(path, write, source=source, overwrite_source=overwrite)
@@ -178,6 +188,12 @@ def _save(model, path, target, source, overwrite) -> Path:
         raise ConversionError(str(exc)) from None
     except (OSError, ValueError, TypeError) as exc:
         raise ConversionError(f"{path}: cannot write the model file ({exc})") from None
+
+
+def _casts_an_input(config: dict) -> bool:
+    """Whether a model's config gives an input a dtype other than float32: an older malinn, which
+    would not cast it, must refuse the file (its format version)."""
+    return "input_dtype" in config or any("dtype" in entry for entry in config.get("inputs", []))
 
 
 def is_malinn_file(path) -> bool:
@@ -209,7 +225,8 @@ def _read_malinn(path):
         damaged = f"{path} (a damaged malinn model file)"   # how the checks below name it
         config = read_json_attribute(f, "config", damaged, MAX_JSON_BYTES)
         origin = read_json_attribute(f, "source", damaged, MAX_JSON_BYTES) if "source" in f.attrs else None
-        json.dumps([config, origin], ensure_ascii=False).encode("utf-8")   # text that is not UTF-8: damaged
+        json.dumps(config, ensure_ascii=False).encode("utf-8")   # text that is not UTF-8: damaged
+        origin = _provenance(origin)
         if not isinstance(config, dict) or not isinstance(config.get("layers"), list):
             raise ConversionError(f"{path}: its config lists no layers (damaged malinn model file)")
         try:
@@ -230,8 +247,33 @@ def _read_malinn(path):
             if entry.get("elementwise") and len(model.input_shapes[0]) > 1:
                 group = _untiled(group, model.input_shape[-1])
             layer.load_own_variables(group)
+            if placeholders(layer):   # a weight the layer has that its group did not give
+                raise ConversionError(f"{damaged}: layers/{i} holds no {', '.join(placeholders(layer))} for layer "
+                                      f"{layer.name!r}")
     model.source = origin
     return model
+
+
+def _provenance(origin):
+    """The ``source`` a model file records (the Keras file it came from), as a dict whose texts are
+    valid Unicode or a file's name: provenance only, it never makes a model unloadable. A file name
+    of bytes that are not UTF-8 (``model\xff.keras``) is kept as Python holds such a name (the
+    bytes as surrogates: ``os.fsencode`` gives them back, and a save beside it still finds the
+    file); any other text that is not valid Unicode is shown with backslash escapes; anything but a
+    JSON object is no provenance (None)."""
+    if not isinstance(origin, dict):
+        return None
+
+    def text(value):
+        if not isinstance(value, str):
+            return value
+        try:
+            value.encode("utf-8", "surrogateescape")   # valid, or a file name's undecodable bytes
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+    return {text(key): text(value) for key, value in origin.items()}
 
 
 class _CheckedGroup:

@@ -45,6 +45,10 @@ os.environ.setdefault("MALINN_BINARY_CACHE", "0")
 if not os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
     os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = tempfile.mkdtemp(prefix="malinn-test-hypothesis-")
 
+# model.summary() fits the terminal's width (at most 100 columns): the same width wherever the suite
+# runs (a CI job without a terminal, a developer's narrow window), so that its tables read alike.
+os.environ["COLUMNS"] = "100"
+
 # The OpenGL backend joins the device tests wherever moderngl and an EGL driver work, even beside
 # an OpenCL GPU (where a plain discovery leaves Mesa unloaded: malinn.backends.opengl.wanted).
 os.environ.setdefault("MALINN_GL", "1")

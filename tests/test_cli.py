@@ -37,7 +37,7 @@ def digits_malinn(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("command", ["convert", "predict", "verify", "summary", "tune", "devices"])
+@pytest.mark.parametrize("command", ["convert", "predict", "verify", "summary", "tune", "warm", "devices"])
 def test_every_command_has_help(command):
     out = malinn(command, "--help")
     assert out.returncode == 0 and "usage: malinn " + command in out.stdout
@@ -106,7 +106,8 @@ def test_malinn_never_imports_tensorflow(tmp_path):
 # ------------------------------------------------------------------ predict: inputs and stdout
 def test_predict_the_bundled_npz_to_stdout_gives_a_loadable_npy(digits_malinn):
     data = np.load(ROOT / "examples" / "digits_test.npz")
-    out = malinn("predict", digits_malinn, ROOT / "examples" / "digits_test.npz", "--key", "x", text=False)
+    out = malinn("predict", digits_malinn, ROOT / "examples" / "digits_test.npz", "--key", "x", text=False,
+                 env={"MALINN_PROGRESS": "0"})   # the report alone (no build summary, however slow the builds)
     assert out.returncode == 0, out.stderr
     y = np.load(io.BytesIO(out.stdout), allow_pickle=False)
     assert y.shape == (360, 10) and np.abs(y - data["keras"]).max() <= 1e-5
@@ -166,6 +167,7 @@ def test_verify_names_the_folder_it_cannot_write_the_inputs_to(monkeypatch, caps
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(cli.np, "savez", full)
+    monkeypatch.setenv("MALINN_PROGRESS", "0")   # the error alone (no build summary, however slow the builds)
     assert cli.main(["verify", str(DIGITS), "--input", str(ROOT / "examples" / "digits_test.npz"), "--key", "x"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("malinn: error: writing the inputs for Keras to ") and "x.npz failed (No space left on " \
@@ -268,6 +270,21 @@ def test_a_command_started_with_stdout_closed_succeeds(digits_malinn, tmp_path):
     assert done.returncode == 0 and done.stderr == "" and out.is_file(), done.stderr
 
 
+def test_convert_of_a_large_source_says_what_it_does_before_each_phase(monkeypatch, tmp_path, capsys):
+    """Reading, laying out and writing take seconds each for a source of many MiB: each phase is
+    named on stderr before it runs (a source under CONVERT_ANNOUNCED_BYTES, the digits, says nothing)."""
+    from malinn import cli
+
+    assert cli.main(["convert", str(DIGITS), "-o", str(tmp_path / "small.malinn"), "--target", "cpu"]) == 0
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(cli, "CONVERT_ANNOUNCED_BYTES", DIGITS.stat().st_size)   # as if the digits were that large
+    assert cli.main(["convert", str(DIGITS), "-o", str(tmp_path / "large.malinn"), "--target", "cpu"]) == 0
+    kib = DIGITS.stat().st_size / 1024
+    assert capsys.readouterr().err.splitlines() == [
+        f"malinn convert: reading {DIGITS} ({kib:.1f} KiB)...",
+        f"malinn convert: laying out the weights of 4 layers in fp32 and writing {tmp_path / 'large.malinn'}..."]
+
+
 def test_an_empty_device_name_is_refused_not_ignored(digits_malinn, tmp_path):
     np.save(tmp_path / "x.npy", np.zeros((2, 64), np.float32))
     out = malinn("predict", digits_malinn, tmp_path / "x.npy", "-o", tmp_path / "y.npy", "--device", "")
@@ -317,7 +334,8 @@ def test_predict_input_errors_are_one_line_and_never_mention_pickle(digits_malin
 def test_predict_to_a_closed_pipe_is_quiet(digits_malinn, tmp_path):
     np.save(tmp_path / "x.npy", np.zeros((30000, 64), np.float32))   # 1.2 MB of output: more than a pipe holds
     proc = subprocess.Popen([sys.executable, "-m", "malinn.cli", "predict", str(digits_malinn), str(tmp_path / "x.npy")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "MALINN_PROGRESS": "0"})   # no build summary either
     proc.stdout.close()
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 1 and err == b""
@@ -394,6 +412,8 @@ def test_devices_lists_when_malinn_device_matches_nothing(setting):
     (["--shape", "100000x100000x100000"], 1, "exceeds"),
     (["--shape", "8x8x8", "--model", DIGITS], 2, "give --model or --shape, not both"),
     (["--batch", "5", "--shape", "8x8x8"], 2, "tune: --batch is the batch a --model is tuned for"),   # was ignored
+    (["--model", DIGITS, "--batch", "9223372036854775807"], 2,   # was numpy's "Maximum allowed dimension exceeded"
+     "tune: --batch 9223372036854775807 is more samples than one pass of"),
 ])
 def test_tune_fails_up_front(args, status, message):
     start = time.perf_counter()
@@ -432,6 +452,7 @@ def test_verify_prints_errors_after_every_layer_and_runs_no_code_from_the_cwd(tm
     out = malinn("verify", "model.keras", "--input", "x.npy", cwd=tmp_path,
                  env={"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
     assert not marker.exists(), marker.read_text()
+    assert "malinn verify: running the model in Keras (a TensorFlow process" in out.stderr, out.stderr   # before it starts
     if HAS_TF:
         assert out.returncode == 0, out.stdout + out.stderr
         lines = out.stdout.splitlines()
@@ -601,3 +622,101 @@ def test_an_npy_header_of_an_impossible_shape_is_named_with_its_file(tmp_path, s
     path.write_bytes(buffer.getvalue() + bytes(16))
     with pytest.raises(MalinnError, match=f"x.npy: damaged .npy header .*{fragment}"):
         read_input_array(path)
+
+
+# ------------------------------------------------------------------ the console command, - for stdin and stdout
+def test_the_console_command_is_the_main_module_that_takes_ctrl_c_first():
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"malinn": "malinn.__main__:main"}
+
+
+def test_ctrl_c_at_any_moment_of_the_command_is_one_line_and_exit_130(tmp_path):
+    """Ctrl-C while the command imported numpy, pyopencl and h5py (its first few tenths of a second)
+    printed a KeyboardInterrupt traceback and the process died of the signal. The script is the one
+    pip writes for the console command; the signal is sent from the moment the launcher has taken
+    SIGTERM (what Python does before that, starting, is Python's own)."""
+    if not os.path.exists(f"/proc/{os.getpid()}/status"):
+        pytest.skip("no /proc here to see when the launcher has taken the signals")
+    script = tmp_path / "malinn"
+    script.write_text(f"import re\nimport sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom malinn.__main__ import main\n"
+                      "if __name__ == '__main__':\n"
+                      "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
+                      "    sys.exit(main())\n")
+
+    def caught(pid: int) -> int:
+        """The signals the process has handlers for (/proc's SigCgt mask); 0 once it is gone."""
+        try:
+            with open(f"/proc/{pid}/status") as status:
+                return next(int(line.split()[1], 16) for line in status if line.startswith("SigCgt:"))
+        except (OSError, StopIteration):
+            return 0
+
+    statuses = []
+    for delay in (0.0, 0.02, 0.05, 0.08, 0.12, 0.16, 0.2, 0.25, 0.3):
+        proc = subprocess.Popen([sys.executable, str(script), "convert", str(DIGITS), "-o", str(tmp_path / "d.malinn"),
+                                 "--target", "cpu", "--force"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while not caught(proc.pid) & (1 << (signal.SIGTERM - 1)) and proc.poll() is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        statuses.append(proc.returncode)
+        # interrupted, or done before the signal came (its report on stdout, stderr empty)
+        assert (proc.returncode, err.decode()) in ((130, "malinn: error: interrupted\n"), (0, "")), \
+            f"at {delay} s: {proc.returncode} {err.decode()}"
+    assert statuses.count(130) >= 3, statuses
+
+
+def run_cli(*args, stdin=None, cwd=None, stdout=subprocess.PIPE):
+    return subprocess.run([sys.executable, "-m", "malinn.cli", *map(str, args)], input=stdin, stdout=stdout,
+                          stderr=subprocess.PIPE, cwd=cwd, timeout=300)
+
+
+def test_a_dash_is_stdin_where_a_file_is_read_and_stdout_where_one_is_written(tmp_path):
+    """``-o -`` and ``convert -`` wrote a file named "-". Formats that need seeking read a copy of
+    stdin; a - that cannot be served is a usage error."""
+    keras = DIGITS.read_bytes()
+    data = ROOT / "examples" / "digits_test.npz"
+    out = run_cli("convert", "-", "-o", "from_stdin.malinn", "--target", "cpu", stdin=keras, cwd=tmp_path)
+    assert out.returncode == 0 and b"stdin.keras -> from_stdin.malinn: 4 layers" in out.stdout, out.stderr
+    out = run_cli("convert", DIGITS, "-o", "-", "--target", "cpu", cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.startswith(b"\x89HDF") and b"-> stdout: 4 layers" in out.stderr
+    (tmp_path / "to_stdout.malinn").write_bytes(out.stdout)
+    want = malinn_api.load_model(tmp_path / "from_stdin.malinn").predict(np.load(data)["x"])
+    out = run_cli("predict", "to_stdout.malinn", data, "--key", "x", "-o", "-", cwd=tmp_path)
+    assert out.returncode == 0 and b"written to stdout (.npy)" in out.stderr
+    np.testing.assert_array_equal(np.load(io.BytesIO(out.stdout)), want)
+    out = run_cli("predict", "-", data, "--key", "x", stdin=(tmp_path / "to_stdout.malinn").read_bytes(), cwd=tmp_path)
+    assert out.returncode == 0
+    np.testing.assert_array_equal(np.load(io.BytesIO(out.stdout)), want)
+    with open(data, "rb") as npz:
+        x = np.load(npz)["x"]
+    buffer = io.BytesIO()
+    np.save(buffer, x)
+    out = run_cli("predict", "to_stdout.malinn", "-", stdin=buffer.getvalue(), cwd=tmp_path)
+    assert out.returncode == 0
+    np.testing.assert_array_equal(np.load(io.BytesIO(out.stdout)), want)
+    for args, message in ((["convert", "-", "--target", "cpu"], "convert: the source is standard input (-), which has "
+                                                                "no name to give the output"),
+                          (["predict", "-", "-"], "predict: model and input are each - (standard input), which "
+                                                  "holds one file")):
+        out = run_cli(*args, stdin=keras, cwd=tmp_path)
+        assert out.returncode == 2 and out.stderr.decode().startswith(f"malinn: error: {message}"), out.stderr
+        assert len(out.stderr.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["from_stdin.malinn", "to_stdout.malinn"]
+
+
+def test_a_report_stdout_cannot_take_says_the_file_was_written(tmp_path):
+    """``convert ... > /dev/full`` wrote the file and said only "[Errno 28] No space left on device"."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    with open("/dev/full", "wb") as full:
+        out = run_cli("convert", DIGITS, "-o", tmp_path / "d.malinn", "--target", "cpu", stdout=full)
+    assert out.returncode == 1 and out.stderr.decode() == (f"malinn: error: {tmp_path / 'd.malinn'} is written, but its "
+                                                           "report could not be written to stdout (No space left on "
+                                                           "device)\n")
+    assert len(malinn_api.load_model(tmp_path / "d.malinn").layers) == 4

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import malinn
-from helpers import assert_close
+from helpers import assert_close, summary_rows
 from malinn import Functional, Input, Sequential
 from malinn.layers import (Activation, Add, Average, BatchNormalization, Concatenate, Conv2D, Dense, Dot,
                            Maximum, MaxPooling2D, Minimum, Multiply, Subtract, UpSampling2D)
@@ -234,11 +234,12 @@ def test_save_and_load_keep_the_graph_bit_for_bit(device, tmp_path, rng):
 
 def test_summary_shows_the_graph_like_keras(device):
     model = residual()
-    lines = model.summary(print_fn=lambda text: None).splitlines()
+    lines = model.summary(print_fn=lambda text: None, show_kernels=True).splitlines()
     header = next(line for line in lines if line.startswith("Layer (type)"))
     assert "Connected to" in header and "Kernel" in header
-    row = next(line for line in lines if line.startswith("res (Add)"))
-    assert "(None, 8)" in row and "x[0][0], d2[0][0]" in row and "merge" in row
+    row = next(row for row in summary_rows("\n".join(lines)) if row["Layer (type)"] == "res (Add)")
+    assert row["Output Shape"] == "(None, 8)" and row["Connected to"] == "x[0][0], d2[0][0]", row
+    assert row["Kernel"].startswith("merge"), row
     assert any(line.startswith("x (InputLayer)") for line in lines)
     assert lines[-3] == f"Total params: {model.count_params()}"
     assert lines[-2].startswith("Weights on the device: ") and " in fp32 (1.000 of " in lines[-2]
@@ -289,7 +290,9 @@ def test_cli_predicts_and_summarises_a_graph_of_two_inputs(device, tmp_path, cap
     assert "takes 2 inputs" in capsys.readouterr().err
     assert main(["summary", str(path), "--batch", "7"]) == 0
     text = capsys.readouterr().out
-    assert "Connected to" in text and "num[0][0], onehot[0][0]" in text and "concat" in text
+    rows = {row["Layer (type)"].split()[0]: row for row in summary_rows(text)}   # wrapped cells joined again
+    assert rows["cat"]["Connected to"] == "num[0][0], onehot[0][0]", text
+    assert rows["cat"]["Kernel"].startswith("concat"), text
 
 
 @pytest.mark.parametrize("activation,params", [("relu", {}), ("tanh", {}), ("leaky_relu", {"negative_slope": 0.1})])

@@ -226,6 +226,39 @@ def test_a_tampered_file_is_refused_by_name(tmp_path, rng, edit, fragment):
         malinn.load_model(_hostile(tmp_path, rng, edit))
 
 
+def test_a_source_named_in_bytes_that_are_not_utf8_round_trips(tmp_path):
+    """Converting b'model\\xff.keras' exited 0, and every later load of the file failed ("damaged
+    malinn model file (UnicodeEncodeError ... '\\udcff')"): the source's name, which the file
+    records, is kept as the bytes it is, and a recorded text that is not valid Unicode never makes
+    a model unloadable."""
+    import shutil
+    import subprocess
+    import sys
+
+    folder = os.fsencode(tmp_path)
+    src, dst = os.path.join(folder, b"model\xff.keras"), os.path.join(folder, b"out\xfe.malinn")
+    try:
+        shutil.copyfile(Path(__file__).resolve().parents[1] / "examples" / "digits_mlp.keras", src)
+    except OSError:
+        pytest.skip("this file system takes only UTF-8 names")
+    out = subprocess.run([sys.executable, "-m", "malinn.cli", "convert", src, "-o", dst, "--target", "cpu"],
+                         capture_output=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    model = malinn.load_model(dst)
+    assert os.fsencode(model.source["file"]) == src and len(model.layers) == 4
+    summary = subprocess.run([sys.executable, "-m", "malinn.cli", "summary", dst], capture_output=True, timeout=300)
+    assert summary.returncode == 0 and b"Total params: 2778" in summary.stdout, summary.stderr
+    again = os.path.join(folder, b"again.malinn")
+    malinn.convert(dst, again, target="cpu")   # a malinn file's source passes on to the next
+    assert os.fsencode(malinn.load_model(again).source["file"]) == src
+    with h5py.File(again, "r+") as f:   # text no file name makes (a lone high surrogate), a source not an object
+        f.attrs["source"] = json.dumps({"file": "m\ud800.keras", "format": "keras3-zip", "keras_version": "3"})
+    assert malinn.load_model(again).source["file"] == "m\\ud800.keras"
+    with h5py.File(again, "r+") as f:
+        f.attrs["source"] = json.dumps(["m.keras"])
+    assert malinn.load_model(again).source is None
+
+
 def test_a_config_declaring_more_than_the_weights_costs_no_memory(tmp_path):
     """Loading builds the layers before the file's weights replace their zeros: an input shape edited
     to 4000 x 4000 made a Dense kernel of 1.3 GB (copied, so touched) before its shape was refused."""

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from ..kernel_library import load_library
 from ..plan_tensors import Vector
 from .axes import axis_argument, resolve_axes, trailing_vector
-from .base import Layer, numeric_weights
+from .base import Layer, numeric_weights, zeros
 
 __all__ = ["Activation", "ReLU", "LeakyReLU", "ELU", "ThresholdedReLU", "PReLU", "Softmax", "get_activation"]
 
@@ -182,7 +180,7 @@ class PReLU(Layer):
 
     def build(self, input_shape) -> None:
         super().build(input_shape)
-        self.alpha = np.zeros(self.alpha_shape, np.float32)
+        self.alpha = zeros(self.alpha_shape)
 
     def set_weights(self, weights) -> None:
         """Sets ``[alpha]`` of :attr:`alpha_shape`.

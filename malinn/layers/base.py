@@ -25,7 +25,8 @@ from ..graph import call_layer
 from ..registry import register
 from ..tensor import format_shape
 
-__all__ = ["Layer", "sample_shape", "glorot_uniform", "weights_to_be_loaded", "numeric_weights"]
+__all__ = ["Layer", "sample_shape", "glorot_uniform", "weights_to_be_loaded", "numeric_weights", "zeros", "ones",
+           "placeholders"]
 
 _counters: dict = {}
 _counter_lock = threading.Lock()
@@ -34,9 +35,12 @@ _loading = threading.local()
 
 @contextmanager
 def weights_to_be_loaded():
-    """Within it (in this thread), :func:`glorot_uniform` gives zeros instead of drawing random
-    values: for a caller that replaces every weight right after ``build`` (loading a model file),
-    where a draw is thrown away (for Full CIFAR's 25 M weights, about a third of a second)."""
+    """Within it (in this thread), a layer's ``build`` makes its weights as placeholders (see
+    :func:`zeros`), not arrays: for a caller that replaces every weight right after ``build``
+    (loading a model file, converting a Keras file), where a random draw is thrown away (for Full
+    CIFAR's 25 M weights, about a third of a second) and where a file's config may declare weights
+    far larger than the file holds (a 3000 x 3000 convolution kernel: 2.6 GB before its shape was
+    refused); :func:`placeholders` names those a caller left unreplaced."""
     previous = getattr(_loading, "active", False)
     _loading.active = True
     try:
@@ -45,11 +49,55 @@ def weights_to_be_loaded():
         _loading.active = previous
 
 
+def _read_only(value: float) -> np.ndarray:
+    array = np.full((), value, np.float32)
+    array.flags.writeable = False
+    return array
+
+
+#: the one value each placeholder weight shows
+_PLACEHOLDER_VALUES = {value: _read_only(value) for value in (0.0, 1.0)}
+
+
+def zeros(shape) -> np.ndarray:
+    """A float32 array of ``shape`` holding zeros, for a layer's initial weight; inside
+    :func:`weights_to_be_loaded` a read-only placeholder: one value seen at every index, which takes
+    no memory whatever the shape.
+
+    Raises:
+        ValueError: inside :func:`weights_to_be_loaded`, a shape with more values than numpy can
+            index (a config declaring sizes no array can have).
+    """
+    return _initial(shape, 0.0)
+
+
+def ones(shape) -> np.ndarray:
+    """As :func:`zeros`, holding ones."""
+    return _initial(shape, 1.0)
+
+
+def _initial(shape, value: float) -> np.ndarray:
+    if getattr(_loading, "active", False):
+        try:
+            return np.broadcast_to(_PLACEHOLDER_VALUES[value], shape)
+        except ValueError:   # numpy's "iterator is too large"
+            raise ValueError(f"a weight of shape {tuple(shape)} has more values than an array can hold") from None
+    return np.zeros(shape, np.float32) if value == 0.0 else np.ones(shape, np.float32)
+
+
+def placeholders(layer) -> list:
+    """The names of ``layer``'s weights that are still the placeholders :func:`zeros` and
+    :func:`ones` made (no file's value replaced them)."""
+    return [name for name in layer.weight_names
+            if isinstance(getattr(layer, name, None), np.ndarray)
+            and any(getattr(layer, name).base is value for value in _PLACEHOLDER_VALUES.values())]
+
+
 def glorot_uniform(shape, fan_in: int, fan_out: int) -> np.ndarray:
     """Float32 weights of ``shape`` drawn uniformly from +-sqrt(6 / (fan_in + fan_out)) (Keras's
-    default kernel initializer); zeros inside :func:`weights_to_be_loaded`."""
+    default kernel initializer); placeholder zeros inside :func:`weights_to_be_loaded`."""
     if getattr(_loading, "active", False):
-        return np.zeros(shape, np.float32)
+        return zeros(shape)
     limit = np.sqrt(6.0 / (fan_in + fan_out))
     return np.random.default_rng().uniform(-limit, limit, shape).astype(np.float32)
 
@@ -69,16 +117,37 @@ def _snake(name: str) -> str:
     return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
 
 
+def _numpy_max_dims() -> int:
+    """The most axes a numpy array may have (64 from numpy 2, 32 before)."""
+    for dims in (64, 32):
+        try:
+            np.empty((1,) * dims, np.float32)
+            return dims
+        except ValueError:
+            continue
+    return 32
+
+
+#: the most axes a sample may have besides the batch's: a batch of more could never be given to
+#: predict (numpy holds arrays of at most :func:`_numpy_max_dims` axes)
+MAX_SAMPLE_AXES = _numpy_max_dims() - 1
+
+
 def sample_shape(input_shape, who: str) -> tuple:
     """``input_shape`` without its batch axis, every size a positive integer.
 
     Raises:
-        ValueError: the shape has no batch axis or a size that is not a positive integer.
+        ValueError: the shape has no batch axis, a size that is not a positive integer, or more
+            than :data:`MAX_SAMPLE_AXES` axes besides the batch's.
     """
     try:
         shape = tuple(input_shape)
     except TypeError:
         raise ValueError(f"{who}: input_shape must be a tuple (batch, ...), got {input_shape!r}") from None
+    if len(shape) - 1 > MAX_SAMPLE_AXES:
+        raise ValueError(f"{who}: input_shape has {len(shape) - 1} axes besides the batch's; a batch of such samples "
+                         f"could never be given (numpy arrays have at most {MAX_SAMPLE_AXES + 1} axes, the batch's "
+                         f"and {MAX_SAMPLE_AXES} more)")
     if len(shape) < 2 or any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1 for d in shape[1:]):
         raise ValueError(f"{who}: input_shape must be (batch, d1, ...) with sizes >= 1, got {input_shape!r}")
     return tuple(int(d) for d in shape[1:])
@@ -202,7 +271,7 @@ class Layer:
 
     def _weight_array(self, name: str, value) -> np.ndarray:
         """``value`` as the read-only float32 array weight ``name`` holds (its shape kept)."""
-        try:   # built to be loaded, a layer's zeros are kept as they are: untouched pages until the file's
+        try:   # built to be loaded, a layer's placeholders are kept as they are (no memory) until the file's
             # weights replace them (a file whose config declares more than its weights costs no memory)
             loading = self.__dict__.get("_building") and getattr(_loading, "active", False)
             array = np.asarray(value, dtype=np.float32) if loading else np.array(value, dtype=np.float32)

@@ -15,7 +15,7 @@ import numpy as np
 from ..plan_tensors import Vector, Weight
 from ..precision import rounded
 from .activation import get_activation
-from .base import Layer, folded_affine, glorot_uniform, numeric_weights, write_weights
+from .base import Layer, folded_affine, glorot_uniform, numeric_weights, write_weights, zeros
 from .windows import as_tuple, output_size, spatial_of, window_defines
 
 __all__ = ["Conv1D", "Conv2D", "DepthwiseConv2D", "SeparableConv2D"]
@@ -145,7 +145,7 @@ class Conv2D(_Window):
         taps = int(np.prod(self.kernel_size))
         cg = shape[-1] // self.groups
         self.kernel = _glorot(self.kernel_size + (cg, self.filters), taps * cg, taps * self.filters)
-        self.bias = np.zeros(self.filters, np.float32) if self.use_bias else None
+        self.bias = zeros(self.filters) if self.use_bias else None
 
     def compute_output_shape(self, input_shape) -> tuple:
         shape = self._check_input(input_shape)
@@ -245,7 +245,7 @@ class DepthwiseConv2D(_Window):
         taps = int(np.prod(self.kernel_size))
         self.depthwise_kernel = _glorot(self.kernel_size + (shape[-1], self.depth_multiplier),
                                         taps, taps * self.depth_multiplier)
-        self.bias = np.zeros(self.out_channels, np.float32) if self.use_bias else None
+        self.bias = zeros(self.out_channels) if self.use_bias else None
 
     def compute_output_shape(self, input_shape) -> tuple:
         shape = self._check_input(input_shape)
@@ -332,7 +332,7 @@ class SeparableConv2D(DepthwiseConv2D):
     def build(self, input_shape) -> None:
         super().build(input_shape)
         self.pointwise_kernel = _glorot((1, 1, self.out_channels, self.filters), self.out_channels, self.filters)
-        self.bias = np.zeros(self.filters, np.float32) if self.use_bias else None
+        self.bias = zeros(self.filters) if self.use_bias else None
 
     def compute_output_shape(self, input_shape) -> tuple:
         return super().compute_output_shape(input_shape)[:-1] + (self.filters,)

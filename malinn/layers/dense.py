@@ -9,7 +9,7 @@ from ..layout import parse_layout
 from ..plan_tensors import Vector, Weight
 from ..precision import check_precision, device_bytes, effective, quantize_int8
 from .activation import get_activation
-from .base import Layer, folded_affine, glorot_uniform, numeric_weights, write_weights
+from .base import Layer, folded_affine, glorot_uniform, numeric_weights, write_weights, zeros
 
 __all__ = ["Dense"]
 
@@ -60,7 +60,7 @@ class Dense(Layer):
         """Creates ``kernel`` (in, units) with Glorot-uniform values and a zero ``bias``."""
         super().build(input_shape)
         self.kernel = glorot_uniform((self.input_dim, self.units), self.input_dim, self.units)
-        self.bias = np.zeros(self.units, dtype=np.float32) if self.use_bias else None
+        self.bias = zeros(self.units) if self.use_bias else None
         self.prepacked = None
         self.quantized = None
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..plan_tensors import Vector
 from .axes import axis_argument, broadcast_shape, resolve_axes, trailing_vector
-from .base import Layer, numeric_weights, write_weights
+from .base import Layer, numeric_weights, ones, write_weights, zeros
 
 __all__ = ["BatchNormalization", "LayerNormalization", "UnitNormalization"]
 
@@ -59,9 +59,9 @@ class BatchNormalization(Layer):
     def build(self, input_shape) -> None:
         super().build(input_shape)
         self._axis()
-        ones, zeros = np.ones(self.features, np.float32), np.zeros(self.features, np.float32)
-        self.gamma, self.beta = (ones if self.scale else None), (zeros if self.center else None)
-        self.moving_mean, self.moving_variance = zeros.copy(), ones.copy()
+        self.gamma = ones(self.features) if self.scale else None
+        self.beta = zeros(self.features) if self.center else None
+        self.moving_mean, self.moving_variance = zeros(self.features), ones(self.features)
 
     def set_weights(self, weights) -> None:
         """Sets ``[gamma?, beta?, moving_mean, moving_variance]`` (gamma/beta as scale/center say).
@@ -133,9 +133,14 @@ class LayerNormalization(Layer):
     """Keras's LayerNormalization: each sample normalized over ``axis`` (one or several axes) to
     mean 0 and variance 1, then ``* gamma + beta``; one kernel (kernels/normalize_axes.cl).
 
-    Computed as Keras does: ``inv = rsqrt(variance + epsilon) * gamma``, ``x * inv + (beta -
-    mean * inv)``, the variance as the mean squared deviation. ``rms_scaling=True`` gives
-    ``x * rsqrt(variance + epsilon) * gamma`` (no centering, no beta), as Keras 3 does.
+    Computed as ``inv = rsqrt(variance + epsilon) * gamma``, ``(x - mean) * inv + beta``, the
+    variance as the mean squared deviation, ``x - mean`` as ``(x - x0) - (mean - x0)`` (``x0`` the
+    group's first element): a constant sample gives beta exactly, an offset one (1e4 + noise) keeps
+    its noise's precision, and values near the largest float do not overflow the sums. Keras 3
+    writes ``x * inv + (beta - mean * inv)`` (tf_keras's fused kernel subtracts first, as here):
+    equal within float32 rounding, but its two products cancel far from zero (a constant 1e10 gives
+    0 there for beta). ``rms_scaling=True`` gives ``x * rsqrt(variance + epsilon) * gamma`` (no
+    centering, no beta), as Keras 3 does.
 
     Args:
         axis: the axis or axes (Keras's, the batch axis being 0); default the last.
@@ -176,8 +181,8 @@ class LayerNormalization(Layer):
     def build(self, input_shape) -> None:
         super().build(input_shape)
         shape = (self._axes(), self.param_shape)[1]
-        self.gamma = np.ones(shape, np.float32) if self.scale else None
-        self.beta = np.zeros(shape, np.float32) if self.center else None
+        self.gamma = ones(shape) if self.scale else None
+        self.beta = zeros(shape) if self.center else None
 
     def set_weights(self, weights) -> None:
         """Sets ``[gamma?, beta?]`` (as ``scale`` and ``center`` say), each of :attr:`param_shape`.

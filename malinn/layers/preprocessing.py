@@ -7,7 +7,7 @@ import numpy as np
 
 from ..plan_tensors import Vector
 from .axes import axis_argument, broadcast_shape, resolve_axes, trailing_vector
-from .base import Layer, numeric_weights
+from .base import Layer, numeric_weights, ones, zeros
 
 __all__ = ["Rescaling", "Normalization"]
 
@@ -126,7 +126,7 @@ class Normalization(Layer):
             for array in (self.mean, self.variance):
                 array.flags.writeable = False
         else:
-            self.mean, self.variance = np.zeros(self.stat_shape, np.float32), np.ones(self.stat_shape, np.float32)
+            self.mean, self.variance = zeros(self.stat_shape), ones(self.stat_shape)
 
     def _statistics(self, arrays) -> list:
         """``[mean, variance]`` of :attr:`stat_shape` from arrays in either of Keras's forms.

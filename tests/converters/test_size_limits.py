@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -257,7 +258,7 @@ def test_a_fifo_given_as_the_model_is_refused_without_blocking(tmp_path):
     fifo = tmp_path / "model.json"
     os.mkfifo(fifo)
     for weights in (None, tmp_path / "w.h5"):
-        with pytest.raises(ConversionError, match="is not a regular file"):
+        with pytest.raises(ConversionError, match="is a FIFO, not a regular file"):
             read_keras(fifo, weights=weights)
 
 
@@ -273,3 +274,131 @@ def test_an_unzipped_model_whose_member_links_out_of_its_folder_is_refused(tmp_p
     (folder / "metadata.json").symlink_to(secret)
     with pytest.raises(ConversionError, match="metadata.json is a link to .*secret.json, outside the model's folder"):
         read_keras(folder)
+
+
+def edited_cnn(tmp_path, name: str, edit=None, drop_conv_weights=False):
+    """examples/digits_cnn.keras (8 x 8 x 1 -> Conv2D 3 x 3 x 16 -> ... -> Dense 128 x 10) with its
+    config.json changed by ``edit(layers)``, or its first convolution's weights taken out."""
+    with zipfile.ZipFile(Path(__file__).resolve().parents[2] / "examples" / "digits_cnn.keras") as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    config = json.loads(members["config.json"])
+    if edit is not None:
+        edit(config["config"]["layers"])
+    members["config.json"] = json.dumps(config).encode()
+    if drop_conv_weights:
+        buffer = io.BytesIO(members["model.weights.h5"])
+        with h5py.File(buffer, "r+") as f:
+            for key in list(f["layers/conv2d/vars"]):
+                del f["layers/conv2d/vars"][key]
+        members["model.weights.h5"] = buffer.getvalue()
+    path = tmp_path / f"{name}.keras"
+    with zipfile.ZipFile(path, "w") as z:
+        for member, data in members.items():
+            z.writestr(member, data)
+    return path
+
+
+def _input(size):
+    def edit(layers):
+        layers[0]["config"]["batch_shape"] = [None, size, size, 1]
+    return edit
+
+
+def _kernel(size, filters=None):
+    def edit(layers):
+        _input(size)(layers)
+        layers[1]["config"]["kernel_size"] = [size, size]
+        if filters is not None:
+            layers[1]["config"]["filters"] = filters
+    return edit
+
+
+def _filters(count):
+    def edit(layers):
+        layers[1]["config"]["filters"] = count
+    return edit
+
+
+def test_sizes_a_config_declares_beyond_the_files_weights_are_refused_without_their_memory(tmp_path):
+    """A 117 KB .keras whose config declares a 2000 x 2000 input took 3.0 GB and 24.5 s before its
+    ConversionError (a Conv2D's kernel_size of 3000 x 3000: 2.6 GB), larger sizes raised numpy's
+    _ArrayMemoryError, and a convolution whose weights the file lacks ran with random ones: every
+    weight a layer's config and input declare is checked against what the file holds before
+    anything of its size is made (the layers are built with placeholders that take no memory)."""
+    if not os.path.exists("/proc/self/status"):
+        pytest.skip("no /proc here to read a process's peak memory from")
+    cases = {
+        "input": (_input(2000), None, r"layer 'dense' \(Dense\): on inputs of shape \(None, 8000000\) its config makes "
+                                      r"weights of shapes \(8000000, 10\), \(10,\), larger than the file's \(128, 10\), "
+                                      r"\(10,\)"),
+        "kernel": (_kernel(3000), None, r"layer 'conv2d' \(Conv2D\): on inputs of shape \(None, 3000, 3000, 1\) its "
+                                        r"config makes weights of shapes \(3000, 3000, 1, 16\), \(16,\), larger than "
+                                        r"the file's \(3, 3, 1, 16\), \(16,\)"),
+        "filters": (_filters(10**9), None, r"layer 'conv2d' \(Conv2D\): on inputs of shape \(None, 8, 8, 1\) its "
+                                           r"config makes weights of shapes \(3, 3, 1, 1000000000\), \(1000000000,\)"),
+        "impossible": (_kernel(10**6, 10**9), None, r"layer 'conv2d' \(Conv2D\): a weight of shape \(1000000, 1000000, "
+                                                    r"1, 1000000000\) has more values than an array can hold"),
+        "no_weights": (None, True, r"layer 'conv2d' \(Conv2D\): the file holds no weights for it; on inputs of shape "
+                                   r"\(None, 8, 8, 1\) its config makes weights of shapes \(3, 3, 1, 16\), \(16,\)"),
+    }
+    paths = [str(edited_cnn(tmp_path, name, edit, drop)) for name, (edit, drop, _) in cases.items()]
+    # the peak of this process's own memory (VmHWM: ru_maxrss would start at the forking worker's)
+    script = ("import sys, time, malinn\n"
+              "for path in sys.argv[1:]:\n"
+              "    started = time.perf_counter()\n"
+              "    try:\n        malinn.load_model(path)\n        said = 'loaded'\n"
+              "    except Exception as e:\n        said = f'{type(e).__name__}: {e}'\n"
+              "    print(f'{time.perf_counter() - started:.2f} {said}')\n"
+              "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')))\n")
+    out = subprocess.run([sys.executable, "-c", script, *paths], capture_output=True, text=True, timeout=300)
+    *lines, peak_kib = out.stdout.strip().split("\n")
+    assert len(lines) == len(cases), out.stdout + out.stderr
+    for line, (name, (_, _, message)) in zip(lines, cases.items()):
+        seconds, said = line.split(" ", 1)
+        assert said.startswith("ConversionError: "), f"{name}: {said}"
+        assert re.search(message, said), f"{name}: {said}"
+        assert float(seconds) < 20, f"{name}: {seconds} s"   # a guard against a hang: each takes a tenth of a second
+    assert int(peak_kib) < 600 * 1024, f"peak {int(peak_kib) // 1024} MiB"
+
+
+@pytest.mark.parametrize("axes", [63, 64, 302])
+def test_an_input_of_more_axes_than_an_array_can_have_is_refused_naming_the_layer(tmp_path, axes):
+    """A 302-axis batch_shape converted, and no batch could ever be given to it (numpy arrays have
+    at most 64 axes): refused when it is read, naming the layer that receives it; 63 axes and the
+    batch's run."""
+    from deep_files import keras3_config, _keras3_weight_tree
+
+    config = keras3_config(1, graph=False)
+    config["config"]["layers"][0]["config"]["batch_shape"] = [None] + [1] * (axes - 1) + [4]
+    buffer = io.BytesIO()
+    with h5py.File(buffer, "w") as f:
+        _keras3_weight_tree(f, 1, False)
+    path = tmp_path / f"axes{axes}.keras"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("config.json", json.dumps(config))
+        z.writestr("model.weights.h5", buffer.getvalue())
+    if axes < 64:
+        model = malinn.load_model(path)
+        x = np.ones((2,) + (1,) * (axes - 1) + (4,), np.float32)
+        assert model.predict(x).shape == (2,) + (1,) * (axes - 1) + (3,)
+        return
+    with pytest.raises(ConversionError, match=f"layer 'dense' \\(Dense\\): layer 'dense': input_shape has {axes} axes "
+                                              "besides the batch's; a batch of such samples could never be given "
+                                              r"\(numpy arrays have at most 64 axes, the batch's and 63 more\)"):
+        malinn.load_model(path)
+
+
+def test_a_fifo_in_an_unzipped_model_is_named_as_one(tmp_path):
+    """An unzipped .keras folder whose config.json is a FIFO was called "a directory, not a Keras
+    model file"; its weights as a FIFO, "missing"."""
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs here")
+    for member in ("config.json", "model.weights.h5"):
+        folder = tmp_path / member
+        with zipfile.ZipFile(Path(__file__).resolve().parents[2] / "examples" / "digits_mlp.keras") as z:
+            z.extractall(folder)
+        (folder / member).unlink()
+        os.mkfifo(folder / member)
+        with pytest.raises(ConversionError, match=f"{member} is a FIFO, not a regular file; a Keras model's folder "
+                                                  "holds files"):
+            read_keras(folder)
