@@ -33,11 +33,12 @@ from pathlib import Path
 import numpy as np
 
 import malinn
-from malinn import kernel_choice
+from malinn.choice import kernel_choice
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from convolution import ALGORITHMS, chosen, conv_model, launch_seconds, torch_conv  # noqa: E402
-from convolution import LAYERS as CONV_LAYERS, QUICK as CONV_QUICK  # noqa: E402
+from convolution import LAYERS as CONV_LAYERS  # noqa: E402
+from convolution import QUICK as CONV_QUICK
 from peers import torch_cuda  # noqa: E402
 
 #: (network, layer, H=W, C, M, k, batch)
@@ -215,7 +216,8 @@ def main(argv=None):
           "best configuration")
     for r in results + checks:
         cudnn, before, best = r.get("cudnn_seconds"), r["best_before"], r["best_implicit"]
-        ratio = (lambda row: f"{cudnn / row['compute_seconds']:5.2f}" if cudnn and row else f"{'-':>5}")
+        def ratio(row):
+            return (f"{cudnn / row['compute_seconds']:5.2f}" if cudnn and row else f"{'-':>5}")
         print(f"{r['network'] + ' ' + r['layer'] + ' b' + str(r['batch']):<34} "
               f"{cudnn * 1e6 if cudnn else float('nan'):9.1f} "
               f"{before['compute_seconds'] * 1e6 if before else float('nan'):9.1f} {ratio(before)}  "

@@ -10,10 +10,10 @@
               local memory (LOCAL=1: 64 x 64 tiles of 8 x 4 per item, 16 channels a step)
      implicit, implicit-32   kn2col's implicit GEMM (LOCAL=2: tiles loaded along the channels,
               4 floats a load; 64 x 64 tiles with 16 channels a step, 32 x 32 with 32)
-     default  what the plan chooses untuned (malinn.conv_choice: the library's conv_algorithms
+     default  what the plan chooses untuned (malinn.choice.conv_choice: the library's conv_algorithms
               rules for the device's kind and the patch budget), its kernels in "kernels"
      tuned    what it chooses after `malinn tune`'s conv tuner timed this layer's candidates
-              (malinn.conv_tuner.tune_convs, quick; in a temporary tuning database)
+              (malinn.tuning.conv_tuner.tune_convs, quick; in a temporary tuning database)
    (a 1x1 layer is a plain GEMM for all of them and is timed once, as "gemm"). For each: the device
    time of the plan's launches (OpenCL profiling events, median of --repeat; "compute" is the
    convolution's own launches, the rest re-layouts), the host-to-host predict time, and the peak
@@ -52,8 +52,9 @@ from pathlib import Path
 import numpy as np
 
 import malinn
-from malinn import conv_choice, conv_tuner, kernel_choice, tuning_db
+from malinn.choice import conv_choice, kernel_choice, tuning_db
 from malinn.layers import Conv2D, Dense, Flatten, MaxPooling2D
+from malinn.tuning import conv_tuner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers import median_time, tensorflow_model_times, torch_cuda  # noqa: E402
@@ -272,7 +273,8 @@ def summary(rows) -> list:
     print(f"\n{'layer':<34} {'batch':>5}  {'precision':<13} {'best':<12} {'vs cuDNN':>8}  {'default':>8}  {'tuned':>8}  "
           "default / tuned kernels")
     for e in found:
-        ratio = (lambda key: f"{e[key]:8.2f}" if e.get(key) is not None else f"{'-':>8}")
+        def ratio(key):
+            return (f"{e[key]:8.2f}" if e.get(key) is not None else f"{'-':>8}")
         print(f"{e['network'] + ' ' + e['layer']:<34} {e['batch']:>5}  {e['precision']:<13} {e['best']:<12} {ratio('best_vs_cudnn')}  "
               f"{ratio('default_vs_cudnn')}  {ratio('tuned_vs_cudnn')}  {e['default']} / {e['tuned']}")
     for key in ("best_vs_cudnn", "default_vs_cudnn", "tuned_vs_cudnn"):

@@ -33,9 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import pyopencl as cl
-
-from stream_layer import (DEFINES, ROWS, StreamLayer, build, copy_and_weights, pair_medians, probe_arguments,
-                          record_pair)
+from stream_layer import DEFINES, ROWS, StreamLayer, build, copy_and_weights, pair_medians, probe_arguments, record_pair
 
 LAYERS = [(4096, 3072), (3072, 4096)]   #: (units, inputs): Full CIFAR's two wide layers
 SLICES = DEFINES["SLICES"]

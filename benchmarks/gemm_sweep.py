@@ -28,9 +28,9 @@ from pathlib import Path
 
 import malinn
 from malinn.errors import LibraryError, MalinnError
-from malinn.expressions import evaluate
-from malinn.kernel_library import load_library
-from malinn.tuner import _time_product
+from malinn.library.expressions import evaluate
+from malinn.library.kernel_library import load_library
+from malinn.tuning.tuner import _time_product
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers import torch_cuda  # noqa: E402

@@ -39,8 +39,8 @@ import numpy as np
 
 import malinn
 from malinn import ops
-from malinn.kernel_library import load_library
-from malinn.tuner import Product
+from malinn.library.kernel_library import load_library
+from malinn.tuning.tuner import Product
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 from peers import CLBlast, median_time, torch_cuda  # noqa: E402

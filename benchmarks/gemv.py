@@ -6,7 +6,7 @@ device: the time from a launch until the queue is finished, operands already on 
 kernel's layouts (min and median of --repeat runs after a warm-up), and numpy's ``x @ kernel`` on
 the host in the same run, interleaved so that both see the same machine. Columns:
 
-* ``chosen``: what malinn runs for this shape in --precision (``malinn.kernel_choice.choose``: on a small batch the
+* ``chosen``: what malinn runs for this shape in --precision (``malinn.choice.kernel_choice.choose``: on a small batch the
   first of the library's ``matmul_fallback`` kernels whose preconditions hold: gemv in the
   configuration the library names for the device kind and batch);
 * ``gpu``, ``cpu``: the same choice for the other device kind, where it differs (gemv's GPU and
@@ -46,9 +46,9 @@ import numpy as np
 
 import malinn
 from malinn import ops
-from malinn.kernel_choice import choose
-from malinn.kernel_library import load_library
-from malinn.tuner import Product
+from malinn.choice.kernel_choice import choose
+from malinn.library.kernel_library import load_library
+from malinn.tuning.tuner import Product
 
 #: (units, inputs) of the Dense layers of Table 10.5's networks
 SHAPES = [(150, 640), (128, 256), (2500, 784), (2000, 2500), (4096, 3072), (3072, 4096), (10, 3072)]
@@ -159,7 +159,7 @@ def main(argv=None):
 
 def time_head(device, k, n, repeat, m=10):
     """Dense(m, softmax) with a bias: the fused kernel (one launch) beside product + softmax."""
-    from malinn.matrix import DeviceMatrix
+    from malinn.choice.matrix import DeviceMatrix
 
     rng = np.random.default_rng(k + n)
     a = rng.standard_normal((m, k)).astype(np.float32)

@@ -42,15 +42,14 @@ import sys
 import time
 
 import numpy as np
+from models import copy_bandwidth
 
 import malinn
+from malinn.choice.matrix import DeviceMatrix
 from malinn.errors import MalinnError
-from malinn.kernel_library import load_library
-from malinn.matrix import DeviceMatrix
+from malinn.library.kernel_library import load_library
+from malinn.library.precision import device_bytes, effective
 from malinn.ops import launch, matmul_plan
-from malinn.precision import device_bytes, effective
-
-from models import copy_bandwidth
 
 SHAPES = [(4096, 3072), (3072, 4096), (2500, 784), (2000, 2500)]
 

@@ -34,7 +34,7 @@ QUICK_BUILD_S = 10.0
 
 
 def _gl_device():
-    from malinn.device_selection import devices
+    from malinn.backends.selection import devices
 
     found = [d for d in devices() if d.backend == "gl"]
     if not found:
@@ -66,7 +66,7 @@ def _patch(variant: str) -> list:
 
 def programs() -> list[dict]:
     """Every distinct GL matmul program the tuner can emit: {codename, config}."""
-    from malinn.kernel_library import load_library
+    from malinn.library.kernel_library import load_library
 
     library, seen, found = load_library(), set(), []
     for codename in library.codenames("matmul"):
@@ -91,8 +91,8 @@ def _shape(spec, size: int) -> tuple:
 
 def build_one(variant: str, job: dict) -> dict:
     """In this process: builds ``job``'s program (by running it once on a small product)."""
-    from malinn.kernel_library import load_library
-    from malinn.tuner import Product
+    from malinn.library.kernel_library import load_library
+    from malinn.tuning.tuner import Product
 
     seconds = _patch(variant)
     device = _gl_device()
@@ -105,8 +105,8 @@ def build_one(variant: str, job: dict) -> dict:
 
 def time_all(variant: str, jobs: list, size: int, repeat: int) -> list:
     """In this process: the kernel time (us) of each of ``jobs`` in ``variant``."""
-    from malinn.kernel_library import load_library
-    from malinn.tuner import _time_product
+    from malinn.library.kernel_library import load_library
+    from malinn.tuning.tuner import _time_product
 
     _patch(variant)
     device, library, out = _gl_device(), load_library(), []

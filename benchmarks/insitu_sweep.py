@@ -38,8 +38,8 @@ os.environ["MALINN_CACHE_DIR"] = tempfile.mkdtemp(prefix="malinn-insitu-")  # be
 atexit.register(shutil.rmtree, os.environ["MALINN_CACHE_DIR"], True)
 
 import malinn  # noqa: E402
-from malinn import tuning_db  # noqa: E402
-from malinn.kernel_library import load_library  # noqa: E402
+from malinn.choice import tuning_db  # noqa: E402
+from malinn.library.kernel_library import load_library  # noqa: E402
 from malinn.resources import kernels_dir  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -48,7 +48,7 @@ import numpy as np
 import malinn
 from malinn.errors import BackendError
 from malinn.layers import Dense
-from malinn.precision import effective
+from malinn.library.precision import effective
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers import median_time, tensorflow_times, torch_cuda  # noqa: E402

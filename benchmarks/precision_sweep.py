@@ -50,8 +50,8 @@ import numpy as np
 
 import malinn
 from malinn.errors import MalinnError
-from malinn.kernel_library import load_library
-from malinn.precision import effective
+from malinn.library.kernel_library import load_library
+from malinn.library.precision import effective
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gemv_sweep import Flush, Weights, copy_ms, label, time_spec  # noqa: E402

@@ -109,7 +109,8 @@ def convolution_table(d):
     for r in d["layers"]:
         groups.setdefault((r["network"], r["layer"], r["batch"]), {})[r["algorithm"]] = r
     for (network, layer, batch), algos in groups.items():
-        cell = lambda a: f"{algos[a]['compute_seconds'] * 1e3:.3f}" if a in algos else "-"
+        def cell(a):
+            return f"{algos[a]['compute_seconds'] * 1e3:.3f}" if a in algos else "-"
         implicit = min((r for a, r in algos.items() if a.startswith("implicit")), default=None,
                        key=lambda r: r["compute_seconds"])
         best = min((r for a, r in algos.items() if a not in ("default", "tuned")), key=lambda r: r["compute_seconds"])

@@ -13,11 +13,11 @@ import argparse
 
 import numpy as np
 import pyopencl as cl
+from models import copy_bandwidth
 
 import malinn
 from malinn.backends.opencl import opencl_index_macro
-from malinn.kernel_library import load_library
-from models import copy_bandwidth
+from malinn.library.kernel_library import load_library
 
 SPEC = load_library()["gemv_split_stream_c"]
 DEFINES = {k: int(v) for k, v in SPEC.defines}

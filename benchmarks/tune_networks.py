@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import malinn
-from malinn.tuner import tune
+from malinn.tuning.tuner import tune
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from models import MODELS, build  # noqa: E402

@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-
 from models import copy_bandwidth
 from stream_layer import DEFINES, StreamLayer, build, event_us, probe_arguments
 

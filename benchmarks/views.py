@@ -31,7 +31,7 @@ import numpy as np
 import malinn
 from malinn import Functional, Input, Sequential
 from malinn.layers import Concatenate, Dense, Flatten, Reshape
-from malinn.plan_builder import PlanBuilder
+from malinn.plan.builder import PlanBuilder
 
 
 def towers():

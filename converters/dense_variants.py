@@ -14,7 +14,7 @@ An int8-quantized Dense (``model.quantize("int8")``) holds ``kernel`` (int8, (in
 ``kernel_scale`` (float32, (units,)) and ``bias``; Keras's weights are ``kernel / kernel_scale``
 (per output channel, symmetric). It reads as a Dense with those float weights and keeps the int8
 form, ``quantized = (kernel^T, 1 / kernel_scale)``, which malinn's ``int8-weights`` precision
-uploads as it is (``malinn.precision``). Keras computes such a layer with its inputs quantized to
+uploads as it is (``malinn.library.precision``). Keras computes such a layer with its inputs quantized to
 int8 as well; malinn keeps them float (it is the more exact of the two: ``malinn verify`` shows
 the difference). An int8 Dense with LoRA (a QLoRA fine-tune) reads the same where the file holds
 its factors merged into the int8 kernel and its scale, as a ``.keras`` archive does

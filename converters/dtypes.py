@@ -9,7 +9,7 @@ A layer's ``dtype`` in a config is a policy name (``"float32"``, ``"bfloat16"``,
 float32.
 
 A model's InputLayer has a ``dtype`` too (``"float32"``, ``"int32"``, ``"uint8"``, ``"bool"``...):
-Keras casts what predict is given to it at the model's entry (:mod:`malinn.dtypes`), and
+Keras casts what predict is given to it at the model's entry (:mod:`malinn.layers.dtypes`), and
 :func:`input_dtypes` reads it. A layer's policy must be one malinn computes (in float32): a float
 one, or a quantized one that ``dense_variants.py`` reads or refuses (:func:`policy_problem`).
 
@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from malinn.dtypes import input_dtype
 from malinn.errors import ConversionError
+from malinn.layers.dtypes import input_dtype
 
 from .chain import INPUT_LAYER, SEQUENTIAL, LayerEntry, ModelNode
 

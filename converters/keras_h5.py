@@ -26,8 +26,17 @@ import h5py
 
 from malinn.errors import ConversionError
 
-from .chain import (INPUT_LAYER, LayerEntry, ModelNode, is_operation, iter_chain, iter_leaves,
-                    leaves_and_graph, named_leaves, parse_model)
+from .chain import (
+    INPUT_LAYER,
+    LayerEntry,
+    ModelNode,
+    is_operation,
+    iter_chain,
+    iter_leaves,
+    leaves_and_graph,
+    named_leaves,
+    parse_model,
+)
 from .dtypes import input_dtypes, variable_dtype
 from .hdf5_util import read_json_attribute, read_str_list, read_weight, refuse_external_links, to_str
 from .limits import MAX_JSON_BYTES, WeightBudget

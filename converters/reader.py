@@ -11,8 +11,8 @@ import zipfile
 
 from malinn.errors import ConversionError
 
-from .chain import parse_model
 from .batchnorm_variants import resolve_batchnorm_variants
+from .chain import parse_model
 from .dense_variants import resolve_dense_variants
 from .hdf5_util import is_hdf5_signature
 from .keras3_zip import file_kind, read_keras3_dir, read_keras3_zip

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from malinn.registry import lookup
 from malinn.errors import ConversionError
 from malinn.layers.base import placeholders, weights_to_be_loaded
-from malinn.tensor import format_shape
+from malinn.plan.tensor import format_shape
+from malinn.registry import lookup
 
 from .dtypes import FLOAT_POLICIES, policy_problem
 from .model_spec import KerasModel

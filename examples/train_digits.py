@@ -13,8 +13,8 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import numpy as np
 import keras
+import numpy as np
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 

@@ -34,15 +34,23 @@ __all__ = [
 
 if TYPE_CHECKING:   # what the first use of the package imports (_load), for readers and type checkers
     from . import layers, ops
-    from .device_selection import Device, devices, get_device, set_device
-    from .errors import (BackendError, ConversionError, DeviceError, KernelBuildError, LayoutError, LibraryError,
-                         MalinnError, SettingError)
-    from .functional import Functional, Model
-    from .graph import Input
-    from .kernel_library import load_library
-    from .layout import Layout
-    from .models import Sequential
-    from .saving import convert, load_model
+    from .backends.selection import Device, devices, get_device, set_device
+    from .errors import (
+        BackendError,
+        ConversionError,
+        DeviceError,
+        KernelBuildError,
+        LayoutError,
+        LibraryError,
+        MalinnError,
+        SettingError,
+    )
+    from .layers.input_layer import Input
+    from .library.kernel_library import load_library
+    from .library.layout import Layout
+    from .model.functional import Functional, Model
+    from .model.saving import convert, load_model
+    from .model.sequential import Sequential
 
 
 _loaded = False
@@ -56,15 +64,23 @@ def _load() -> None:
     if _loaded:
         return
     _loaded = True
-    from .device_selection import Device, devices, get_device, set_device
-    from .errors import (BackendError, ConversionError, DeviceError, KernelBuildError, LayoutError, LibraryError,
-                         MalinnError, SettingError)
-    from .functional import Functional, Model
-    from .graph import Input
-    from .kernel_library import load_library
-    from .layout import Layout
-    from .models import Sequential
-    from .saving import convert, load_model
+    from .backends.selection import Device, devices, get_device, set_device
+    from .errors import (
+        BackendError,
+        ConversionError,
+        DeviceError,
+        KernelBuildError,
+        LayoutError,
+        LibraryError,
+        MalinnError,
+        SettingError,
+    )
+    from .layers.input_layer import Input
+    from .library.kernel_library import load_library
+    from .library.layout import Layout
+    from .model.functional import Functional, Model
+    from .model.saving import convert, load_model
+    from .model.sequential import Sequential
     layers, ops = importlib.import_module(".layers", __name__), importlib.import_module(".ops", __name__)
     globals().update({name: value for name, value in locals().items()})
 

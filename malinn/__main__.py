@@ -1,11 +1,11 @@
 """The ``malinn`` command: ``python3 -m malinn`` and the console script (pyproject.toml's
 ``[project.scripts]``), which both run :func:`main`.
 
-Ctrl-C, SIGTERM and SIGHUP are taken here before :mod:`malinn.cli` imports numpy, pyopencl and h5py
+Ctrl-C, SIGTERM and SIGHUP are taken here before :mod:`malinn.cli.commands` imports numpy, pyopencl and h5py
 (a few tenths of a second; the package's own import is lazy, :mod:`malinn`): a Ctrl-C in that time
 printed a ``KeyboardInterrupt`` traceback and the process died of the signal. At any moment the
 command now ends with one line on stderr and the shell's status (130, 143, 129), as
-:func:`malinn.cli.main` ends it once it runs.
+:func:`malinn.cli.commands.main` ends it once it runs.
 """
 
 import signal
@@ -19,7 +19,7 @@ _received: list = []
 
 
 class _Stopped(BaseException):
-    """SIGTERM or SIGHUP arrived before :func:`malinn.cli.main` took them over."""
+    """SIGTERM or SIGHUP arrived before :func:`malinn.cli.commands.main` took them over."""
 
     def __init__(self, signum: int):
         super().__init__(signum)
@@ -42,13 +42,13 @@ def _said(text: str, status: int) -> int:
 
 
 def main() -> int:
-    """Runs the ``malinn`` command (:func:`malinn.cli.main`) on ``sys.argv[1:]``; returns its exit status."""
+    """Runs the ``malinn`` command (:func:`malinn.cli.commands.main`) on ``sys.argv[1:]``; returns its exit status."""
     wanted = [signal.SIGINT] + [getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
     try:
         try:
             for signum in wanted:
                 signal.signal(signum, _stop)
-            from .cli import main as run   # numpy, pyopencl, h5py: the slow part of starting
+            from .cli.commands import main as run  # numpy, pyopencl, h5py: the slow part of starting
 
             return run()
         except BaseException:

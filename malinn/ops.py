@@ -1,9 +1,9 @@
 """Eager ops (Rovder 5.2): matmul, bias, affine step, activation, re-layout, one launch at a time.
 
-Each op asks for the kernel chosen for the device (:mod:`malinn.kernel_choice`), brings every
+Each op asks for the kernel chosen for the device (:mod:`malinn.choice.kernel_choice`), brings every
 operand into the layout and padding the kernel declares (re-laying out on the device when needed),
 binds and launches it, and returns the result in the kernel's result layout. A model does not run
-through these: its plan (:mod:`malinn.plan`) decides all of that once and keeps the launches. The
+through these: its plan (:mod:`malinn.plan.plan`) decides all of that once and keeps the launches. The
 ops serve tests, the tuner and users who multiply matrices by hand.
 """
 
@@ -14,12 +14,12 @@ import dataclasses
 import numpy as np
 
 from .backends.base import Device
-from .device_selection import get_device
-from .kernel_call import bind
-from .kernel_choice import choose, holding_columns, use
-from .kernel_library import EPILOGUE_DEFINES, KernelSpec, load_library
-from .layout import parse_layout
-from .matrix import DeviceMatrix
+from .backends.selection import get_device
+from .choice.kernel_call import bind
+from .choice.kernel_choice import choose, holding_columns, use
+from .choice.matrix import DeviceMatrix
+from .library.kernel_library import EPILOGUE_DEFINES, KernelSpec, load_library
+from .library.layout import parse_layout
 
 __all__ = ["use", "kernel_for", "matmul", "matmul_plan", "bias_add", "affine", "activation", "relayout",
            "reshape", "to_layout", "upload_vector", "launch", "with_epilogue", "elementwise_kernel"]
@@ -28,7 +28,7 @@ __all__ = ["use", "kernel_for", "matmul", "matmul_plan", "bias_add", "affine", "
 def kernel_for(op: str, device: Device | None = None, shape: tuple | None = None,
                activation: str | None = None) -> KernelSpec:
     """The kernel ``op`` uses on ``device`` (for a matmul, for ``shape = (m, k, n)`` followed by
-    ``activation``); see :func:`malinn.kernel_choice.choose`."""
+    ``activation``); see :func:`malinn.choice.kernel_choice.choose`."""
     return choose(op, device, shape, activation)
 
 

@@ -57,7 +57,7 @@ import numpy as np
 import pytest  # noqa: E402
 
 import malinn  # noqa: E402
-from malinn import kernel_choice  # noqa: E402
+from malinn.choice import kernel_choice  # noqa: E402
 from malinn.errors import BackendError  # noqa: E402
 
 DEVICES = malinn.devices()
@@ -132,7 +132,7 @@ def _kernel_on_backend(request):
     params = getattr(getattr(request.node, "callspec", None), "params", {})
     device, codename = params.get("device"), params.get("codename")
     if device is not None and isinstance(codename, str):
-        from malinn.kernel_library import load_library
+        from malinn.library.kernel_library import load_library
 
         library = load_library()
         if codename in library and not library[codename].has_source(device.backend):

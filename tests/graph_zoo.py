@@ -265,7 +265,6 @@ def main(argv):
             data = {}
             for label, scale in RANGES.items():
                 xs = [rng.uniform(-scale, scale, (100,) + tuple(t.shape[1:])).astype(np.float32) for t in model.inputs]
-                names = [t.name.split(":")[0] for t in model.inputs]
                 keys = _input_keys(model)
                 given = dict(zip(keys, xs)) if keys else (xs if len(xs) > 1 else xs[0])
                 ys = model(given, training=False)

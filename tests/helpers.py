@@ -4,13 +4,12 @@ import json
 import os
 import subprocess
 import sys
+from math import erf as _erf
 from pathlib import Path
 
 import numpy as np
 
-from malinn.precision import effective
-
-from math import erf as _erf
+from malinn.library.precision import effective
 
 _erf_v = np.vectorize(_erf, otypes=[np.float64])
 

@@ -419,7 +419,7 @@ class Zoo:
 
     # ------------------------------------------------------------------ equivalence models
     def build_equivalence(self):
-        L, np = self.L, self.np
+        L = self.L
         k2 = self.generation == "tf_keras"
 
         # Inference no-ops between computing layers (and one first).
@@ -500,7 +500,7 @@ class Zoo:
 
     def build_issue10(self):
         """The models of :data:`ISSUE10_MODELS`."""
-        L, np, K = self.L, self.np, self.K
+        L, np = self.L, self.np
         keys = issue10_models(self.generation)
 
         def seq(key, shape, layers, seed, large=100.0, x=None, x_large=None):
@@ -570,7 +570,8 @@ class Zoo:
         # tabular data: raw features far from 0 (a year, an income), normalized by adapted statistics
         rng = np.random.default_rng(211 + self.seed_offset)
         centre, spread = np.array([2000.0, 5e4, 3.0, -40.0, 0.0, 1e3]), np.array([10.0, 2e4, 1.0, 5.0, 0.01, 300.0])
-        raw = lambda n: (centre + rng.standard_normal((n, 6)) * spread).astype(np.float32)
+        def raw(n):
+            return (centre + rng.standard_normal((n, 6)) * spread).astype(np.float32)
         norm = L.Normalization(name="norm")
         norm.adapt(raw(500))
         seq("preprocessing", (6,), [norm, L.Dense(13, activation="relu", name="d13"),

@@ -38,13 +38,13 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from helpers import activation as ref_activation  # noqa: E402
+
 import malinn  # noqa: E402
 from malinn import ops  # noqa: E402
-from malinn.kernel_library import load_library  # noqa: E402
-from malinn.layout import Layout  # noqa: E402
-from malinn.matrix import DeviceMatrix  # noqa: E402
-
-from helpers import activation as ref_activation  # noqa: E402
+from malinn.choice.matrix import DeviceMatrix  # noqa: E402
+from malinn.library.kernel_library import load_library  # noqa: E402
+from malinn.library.layout import Layout  # noqa: E402
 
 MARK = "@@malinn-case"
 
@@ -209,7 +209,8 @@ def _layer_reference(layer, x):
 
 def run_layer(case, device, rng):
     """One issue-10 layer on odd samples, first or after a Dense run by morton_4_2 (blocked layout)."""
-    from malinn import Sequential, kernel_choice, layers
+    from malinn import Sequential, layers
+    from malinn.choice import kernel_choice
 
     layer = getattr(layers, case["layer"])(**case["config"])
     shape = tuple(case["shape"])
@@ -237,7 +238,8 @@ def run_layer(case, device, rng):
 
 
 def run_model(case, device, rng):
-    from malinn import Sequential, kernel_choice
+    from malinn import Sequential
+    from malinn.choice import kernel_choice
     from malinn.layers import BatchNormalization, Dense
 
     kind = type(device).kind
@@ -293,10 +295,10 @@ def run_window(case, device, rng):
     """A Sequential of convolution / pooling / pixel-moving layers (``case["layers"]``: [class name,
     kwargs]) with the kernels ``case["use"]`` chooses, against the numpy definitions in helpers.py."""
     from helpers import conv2d_reference, depthwise_reference, pool2d_reference, rounded_kernel
-    from malinn import Sequential
-    from malinn.registry import lookup
 
-    from malinn import kernel_choice
+    from malinn import Sequential
+    from malinn.choice import kernel_choice
+    from malinn.registry import lookup
 
     kernel_choice.forget(device)   # a choice an earlier case made must not route this one
     for op, codename, *config in case.get("use", []):

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 import malinn
-from malinn import cache
 from malinn.backends import opencl
-from malinn.cache import HEADER, MAGIC, decode_entry, encode_entry, read_entry, write_entry
+from malinn.io import cache
+from malinn.io.cache import HEADER, MAGIC, decode_entry, encode_entry, read_entry, write_entry
 
 WARNING = "discarded a damaged program cache entry"
 # The thesis's Partial MNIST network at batch 100: gemm_tiled with a fused relu, gemm_tiled with its bias,

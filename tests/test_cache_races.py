@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 import malinn
-from malinn import cache
 from malinn.backends.opencl import pocl_binary_problem
-from malinn.cache import HEADER, encode_entry
+from malinn.io import cache
+from malinn.io.cache import HEADER, encode_entry
 
 DAMAGED = "discarded a damaged program cache entry"
 DIED = "died while handing it to the driver"
@@ -51,7 +51,7 @@ print(json.dumps({"error": error, "builds": device.counters.get("builds", 0),
 RACE_CHILD = r"""
 import json, sys
 import malinn
-from malinn.layout import parse_layout
+from malinn.library.layout import parse_layout
 device = malinn.get_device()
 library = malinn.load_library()
 before = dict(device.counters)
@@ -70,7 +70,7 @@ LOAD_ALL = r"""
 import sys
 from pathlib import Path
 import pyopencl as cl
-from malinn.cache import HEADER
+from malinn.io.cache import HEADER
 platform = next(p for p in cl.get_platforms() if "Portable Computing Language" in p.name)
 device = platform.get_devices()[0]
 context = cl.Context([device])
@@ -83,7 +83,7 @@ for path in sorted(Path(sys.argv[1]).glob("programs/*.bin")):
 """
 MARK = r"""
 import json, sys, time
-from malinn import cache
+from malinn.io import cache
 with cache.in_use("programs", json.loads(sys.argv[1])):
     print("marked", flush=True)
     time.sleep(600)
@@ -142,7 +142,7 @@ def without_program_bc(binary: bytes) -> bytes:
 @pytest.fixture(scope="module")
 def whole_binary(pocl):
     """A real PoCL binary of a program of two kernels (built here: only its bytes are used)."""
-    import pyopencl as cl   # the test process already uses PoCL through malinn
+    import pyopencl as cl  # the test process already uses PoCL through malinn
 
     source = "__kernel void one(__global float *x) { x[0] = 1.0f; }\n" \
              "__kernel void two(__global float *x) { x[1] = 2.0f; }\n"

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import malinn as malinn_api   # the module (malinn() below runs its command line)
+import malinn as malinn_api  # the module (malinn() below runs its command line)
 from malinn.version import __version__
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,7 +96,7 @@ def test_errors_are_one_line_without_traceback_and_leave_no_file(tmp_path):
 
 def test_malinn_never_imports_tensorflow(tmp_path):
     script = ("import sys, numpy as np, malinn; m = malinn.load_model(sys.argv[1]); m.predict(np.zeros((1, 64)));"
-              "import malinn.cli, malinn.converters.to_malinn;"
+              "import malinn.cli.commands, malinn.converters.to_malinn;"
               "print(sorted(n for n in sys.modules if n.split('.')[0] in ('tensorflow', 'keras', 'tf_keras')))")
     out = subprocess.run([sys.executable, "-c", script, DIGITS], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -161,7 +161,7 @@ def test_predict_writes_npy_into_a_fifo_whatever_its_suffix(digits_malinn, tmp_p
 
 def test_verify_names_the_folder_it_cannot_write_the_inputs_to(monkeypatch, capsys):
     """A full TMPDIR: numpy's error named no file ("[Errno 28] No space left on device")."""
-    from malinn import cli
+    from malinn.cli import commands as cli
 
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
@@ -175,7 +175,7 @@ def test_verify_names_the_folder_it_cannot_write_the_inputs_to(monkeypatch, caps
 
 
 def test_verify_shows_the_exception_keras_failed_with():
-    from malinn.cli import _exception_line
+    from malinn.cli.commands import _exception_line
 
     keras = ("Traceback (most recent call last):\n  File \"m.py\"\nValueError: Exception encountered when calling "
              "Sequential.call().\n\nInput 0 of layer \"dense\" is incompatible\n\nArguments received by "
@@ -217,7 +217,7 @@ def test_verify_compares_with_keras_without_onednns_fused_nan_results(tmp_path):
 def test_verify_names_a_shape_that_differs_from_keras():
     """A layer whose output has another size than Keras's is a mismatch named with both shapes
     (it was numpy's broadcasting error); the same values in another shape are compared."""
-    from malinn.cli import _compared
+    from malinn.cli.commands import _compared
 
     assert _compared(np.zeros((16, 6, 9), np.float32), np.zeros((16, 3, 12), np.float32)) == (
         "shapes differ: malinn (16, 6, 9), keras (16, 3, 12)", np.inf)
@@ -226,7 +226,7 @@ def test_verify_names_a_shape_that_differs_from_keras():
 
 
 def test_verify_counts_a_nan_or_infinity_keras_does_not_have_as_an_infinite_error():
-    from malinn.cli import _argmax_agreement, _errors
+    from malinn.cli.commands import _argmax_agreement, _errors
 
     keras = np.array([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]], np.float32)
     assert _errors(keras + 0.25, keras) == (0.25, 0.125)
@@ -239,7 +239,7 @@ def test_verify_counts_a_nan_or_infinity_keras_does_not_have_as_an_infinite_erro
 
 
 def test_predict_prints_a_table_on_a_terminal(digits_malinn, capsys, monkeypatch):
-    from malinn.cli import main
+    from malinn.cli.commands import main
 
     data = np.load(ROOT / "examples" / "digits_test.npz")
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
@@ -273,7 +273,7 @@ def test_a_command_started_with_stdout_closed_succeeds(digits_malinn, tmp_path):
 def test_convert_of_a_large_source_says_what_it_does_before_each_phase(monkeypatch, tmp_path, capsys):
     """Reading, laying out and writing take seconds each for a source of many MiB: each phase is
     named on stderr before it runs (a source under CONVERT_ANNOUNCED_BYTES, the digits, says nothing)."""
-    from malinn import cli
+    from malinn.cli import commands as cli
 
     assert cli.main(["convert", str(DIGITS), "-o", str(tmp_path / "small.malinn"), "--target", "cpu"]) == 0
     assert capsys.readouterr().err == ""
@@ -539,7 +539,7 @@ def test_a_misspelled_option_is_named_with_its_command(tmp_path):
 def test_tune_budget_covers_the_whole_run(monkeypatch, tmp_path, capsys):
     """--budget S with --model: the convolutions get what the matmuls left (each phase started its
     own clock, so a run took about twice S)."""
-    from malinn import cli
+    from malinn.cli import commands as cli
 
     clock = [100.0]
     monkeypatch.setattr(cli.time, "perf_counter", lambda: clock[0])
@@ -581,7 +581,7 @@ def test_verify_says_keras_computed_in_half_and_takes_its_tolerance(keras_zoo):
 def test_the_default_output_of_a_folder_is_named_beside_it(tmp_path, monkeypatch):
     """An unzipped .keras folder, given as ``.`` from inside it, failed with "PosixPath('.') has an
     empty name"; ``/`` has no name to take and is a usage error."""
-    from malinn.cli import UsageError, _default_output
+    from malinn.cli.commands import UsageError, _default_output
 
     (tmp_path / "unz").mkdir()
     monkeypatch.chdir(tmp_path / "unz")
@@ -598,7 +598,7 @@ def test_a_csv_cell_far_longer_than_the_rest_costs_no_more_memory_than_its_text(
         pytest.skip("no /proc here to read a process's peak memory from")
     path = tmp_path / "long.csv"
     path.write_text("0,1,2\n" * 2000 + "3,4," + " " * 50000 + "5\n")   # before: 6,003 cells x 50,005 x 4 bytes
-    script = ("import sys\nfrom malinn.array_files import read_input_array\nx = read_input_array(sys.argv[1])\n"
+    script = ("import sys\nfrom malinn.io.array_files import read_input_array\nx = read_input_array(sys.argv[1])\n"
               "print(x.shape, x[-1].tolist())\n"
               "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')))\n")
     out = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=300)
@@ -613,8 +613,8 @@ def test_an_npy_header_of_an_impossible_shape_is_named_with_its_file(tmp_path, s
     errors that did not name the file."""
     import io
 
-    from malinn.array_files import read_input_array
     from malinn.errors import MalinnError
+    from malinn.io.array_files import read_input_array
 
     buffer = io.BytesIO()
     np.lib.format.write_array_header_1_0(buffer, {"descr": "<f4", "fortran_order": False, "shape": shape})

@@ -3,7 +3,7 @@
 Each case asserts the exit status (1: a malinn error, 2: a usage error), exactly one line on
 stderr that starts ``malinn: error:`` (one-line ``malinn: warning:`` lines aside), never a
 traceback, and no file left behind in the output or input folders. Most cases call
-``malinn.cli.main`` in this process (cheap); a few run the real command in a subprocess.
+``malinn.cli.commands.main`` in this process (cheap); a few run the real command in a subprocess.
 """
 
 import os
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import malinn
-import malinn.device_selection
-from malinn.cli import main
+import malinn.backends.selection
+from malinn.cli.commands import main
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "digits_mlp.keras"
@@ -176,7 +176,7 @@ def _check(status, err, expected, files, out, before_in):
 
 @pytest.mark.parametrize("argv, status", [pytest.param(a, s, id=i) for i, a, s in CASES])
 def test_main_never_raises(argv, status, files, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(malinn.device_selection, "_current", malinn.device_selection._current)   # --device is undone after
+    monkeypatch.setattr(malinn.backends.selection, "_current", malinn.backends.selection._current)   # --device is undone after
     out = tmp_path / "out"
     out.mkdir()
     before_in = sorted(p.name for p in files.iterdir())

@@ -13,7 +13,7 @@ import pytest
 
 import malinn
 from malinn.backends import opencl
-from malinn.cache import read_entry
+from malinn.io.cache import read_entry
 
 CHILD = r"""
 import json, sys

@@ -6,14 +6,14 @@ import time
 
 import numpy as np
 import pytest
-
 from helpers import assert_close
+
 import malinn
 from malinn import Sequential, ops
 from malinn.backends import opencl
-from malinn.kernel_library import load_library
+from malinn.choice.matrix import DeviceMatrix
 from malinn.layers import BatchNormalization, Dense, Softmax
-from malinn.matrix import DeviceMatrix
+from malinn.library.kernel_library import load_library
 
 THREADS = 4
 ROUNDS = 5
@@ -203,7 +203,7 @@ def test_a_plan_being_made_does_not_stall_the_same_models_kept_plans(monkeypatch
             maker.join(timeout=60)
     assert still_planning, "the kept plan waited for the new one"
     np.testing.assert_array_equal(got, want)
-    assert compiled == [malinn.models.batch_bucket(200)] and len(made) == 3 and made[0] is made[1] is made[2]
+    assert compiled == [malinn.model.sequential.batch_bucket(200)] and len(made) == 3 and made[0] is made[1] is made[2]
 
 
 SET_WEIGHTS_WHILE_PREDICTING = r"""

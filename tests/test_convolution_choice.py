@@ -8,15 +8,16 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import conv2d_reference, python_env
 
 import malinn
-from malinn import conv_choice, conv_tuner, kernel_choice, plan_builder, tuning_db
 from malinn.backends.base import Device
-from malinn.conv_choice import ConvGeometry, choose_algorithm, holds, patch_budget, patch_bytes, rules
+from malinn.choice import conv_choice, kernel_choice, tuning_db
+from malinn.choice.conv_choice import ConvGeometry, choose_algorithm, holds, patch_budget, patch_bytes, rules
 from malinn.layers import Conv2D
 from malinn.layers.windows import window_defines
-
-from helpers import conv2d_reference, python_env
+from malinn.plan import builder as plan_builder
+from malinn.tuning import conv_tuner
 
 
 @pytest.fixture

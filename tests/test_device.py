@@ -9,10 +9,11 @@ import warnings
 import pytest
 
 import malinn
-from malinn import device_selection, kernel_call
 from malinn.backends import opencl as device_module
+from malinn.backends import selection as device_selection
+from malinn.choice import kernel_call
 from malinn.errors import DeviceError, KernelBuildError
-from malinn.kernel_library import load_library
+from malinn.library.kernel_library import load_library
 
 
 def test_devices_are_listed_with_their_figures():

@@ -1,5 +1,5 @@
 """``malinn.Input(shape, dtype=...)``: predict casts the input to it first, as Keras does
-(malinn/dtypes.py; the values are Keras's, tests/converters/test_input_dtypes.py compares with
+(malinn/layers/dtypes.py; the values are Keras's, tests/converters/test_input_dtypes.py compares with
 Keras itself)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 
 import malinn
 from malinn import ConversionError, Functional, Input, Sequential
-from malinn.dtypes import INPUT_DTYPES, input_cast, input_dtype
 from malinn.layers import Add, Dense
+from malinn.layers.dtypes import INPUT_DTYPES, input_cast, input_dtype
 
 X = np.array([[0.7, -1.6, 2.5, 300.2]], np.float32)
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from malinn.expressions import _compiled, evaluate, names_in
+from malinn.library.expressions import _compiled, evaluate, names_in
 
 
 @pytest.mark.parametrize("text, values, expected", [

@@ -1,4 +1,4 @@
-"""malinn.files.write_file: every kind of destination, modes, the source file, stale temporaries."""
+"""malinn.io.files.write_file: every kind of destination, modes, the source file, stale temporaries."""
 
 import os
 import socket
@@ -13,7 +13,7 @@ import pytest
 
 import malinn
 from malinn.errors import ConversionError, MalinnError
-from malinn.files import STALE_AFTER_S, TEMP_PATTERN, check_destination, write_file
+from malinn.io.files import STALE_AFTER_S, TEMP_PATTERN, check_destination, write_file
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "digits_mlp.keras"
@@ -167,7 +167,7 @@ def test_a_fifo_is_streamed_into(tmp_path):
 
 def test_dev_stdout_redirected_to_a_file_is_written_into_that_file(tmp_path):
     out = tmp_path / "captured.bin"
-    code = ("import sys; from malinn.files import write_file; "
+    code = ("import sys; from malinn.io.files import write_file; "
             "write_file('/dev/stdout', lambda f: f.write(b'PAYLOAD')); print('more', flush=True)")
     with open(out, "wb") as f:
         inode = os.fstat(f.fileno()).st_ino
@@ -220,7 +220,7 @@ def test_convert_refuses_to_replace_its_keras_source(tmp_path):
     model = malinn.load_model(DIGITS)
     model.source = {"file": str(src)}
     with pytest.raises(ConversionError, match="refusing to overwrite"):
-        malinn.saving.save_model(model, src, target="gpu")
+        malinn.model.saving.save_model(model, src, target="gpu")
 
 
 # ------------------------------------------------------------------ names
@@ -281,7 +281,7 @@ def test_stale_temporaries_of_ours_are_removed_on_the_next_write(tmp_path):
 
 
 def test_a_killed_write_leaves_a_temporary_that_the_next_write_removes(tmp_path):
-    code = ("import os, sys, time; from malinn.files import write_file; "
+    code = ("import os, sys, time; from malinn.io.files import write_file; "
             "write_file(sys.argv[1], lambda f: (f.write(b'half'), f.flush(), os.kill(os.getpid(), 9)))")
     run = subprocess.run([sys.executable, "-c", code, str(tmp_path / "m.malinn")], cwd=ROOT, timeout=60)
     assert run.returncode == -9

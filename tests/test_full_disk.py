@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from malinn.files import TEMP_PATTERN
-from malinn.saving import is_malinn_file
+from malinn.io.files import TEMP_PATTERN
+from malinn.model.saving import is_malinn_file
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "digits_mlp.keras"

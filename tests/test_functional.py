@@ -3,12 +3,26 @@ layers, several outputs, saving, summary, and what the plan costs (no copy, no e
 
 import numpy as np
 import pytest
+from helpers import assert_close, summary_rows
 
 import malinn
-from helpers import assert_close, summary_rows
 from malinn import Functional, Input, Sequential
-from malinn.layers import (Activation, Add, Average, BatchNormalization, Concatenate, Conv2D, Dense, Dot,
-                           Maximum, MaxPooling2D, Minimum, Multiply, Subtract, UpSampling2D)
+from malinn.layers import (
+    Activation,
+    Add,
+    Average,
+    BatchNormalization,
+    Concatenate,
+    Conv2D,
+    Dense,
+    Dot,
+    Maximum,
+    MaxPooling2D,
+    Minimum,
+    Multiply,
+    Subtract,
+    UpSampling2D,
+)
 
 pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
 
@@ -270,7 +284,7 @@ def test_graph_errors_name_what_is_wrong():
 
 
 def test_cli_predicts_and_summarises_a_graph_of_two_inputs(device, tmp_path, capsys, rng):
-    from malinn.cli import main
+    from malinn.cli.commands import main
 
     x, t = Input((5,), name="numeric"), Input((3,), name="onehot")
     h = Concatenate(name="cat")([Dense(4, activation="relu", name="num")(x), t])
@@ -382,7 +396,7 @@ def test_four_threads_predict_a_graph_like_one(device, rng):
 def test_a_graph_runs_its_dense_weights_in_the_precision_and_its_merges_in_float32(device, tmp_path, precision):
     """Functional(precision=...) reaches the matmuls (weights stored in it), the merges and
     Concatenate stay float32 kernels, and a saved graph keeps its precision bit for bit."""
-    from malinn.precision import effective
+    from malinn.library.precision import effective
 
     x, y = Input((6,), name="x"), Input((6,), name="y")
     d, e = Dense(6, activation="relu", name="d"), Dense(5, name="e")

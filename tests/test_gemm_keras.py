@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import activation as ref_activation
+from helpers import assert_close
+from test_gemv_split import PARAMS, fits, precisions, reference, run
 
 import malinn
-from malinn.kernel_library import load_library
 from malinn.layers import Dense
-
-from helpers import activation as ref_activation, assert_close
-from test_gemv_split import PARAMS, fits, precisions, reference, run
+from malinn.library.kernel_library import load_library
 
 pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
 

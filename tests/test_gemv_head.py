@@ -16,14 +16,14 @@ import shutil
 
 import numpy as np
 import pytest
+from helpers import activation as ref_activation
+from helpers import assert_close, run_under_oclgrind
 
 import malinn
-from malinn import kernel_choice
-from malinn.kernel_library import load_library
+from malinn.choice import kernel_choice
 from malinn.layers import Dense
-from malinn.precision import effective
-
-from helpers import activation as ref_activation, assert_close, run_under_oclgrind
+from malinn.library.kernel_library import load_library
+from malinn.library.precision import effective
 
 pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
 
@@ -158,7 +158,7 @@ OCLGRIND = shutil.which("oclgrind")
 OCLGRIND_SCRIPT = r"""
 import json, numpy as np, malinn
 from malinn.layers import Dense
-from malinn.precision import effective
+from malinn.library.precision import effective
 device = malinn.get_device()
 type(device).kind = property(lambda self: "gpu")
 rng = np.random.default_rng(0)

@@ -3,7 +3,7 @@ partial sums reduced by the last work-group through a scratch buffer (issues 9 a
 
 Every configuration the library names or the tuner can emit, on odd shapes (m and k among 1, 3, 5,
 13, 1001, 4099; n = 1 .. NB), against numpy computed with the weights each precision stores
-(``malinn.precision.effective``), with the fused epilogue; results bit-identical run after run
+(``malinn.library.precision.effective``), with the fused epilogue; results bit-identical run after run
 (the slices are added in a fixed order, and every launch leaves the scratch counters at 0);
 the library's ``scratch_bytes`` field validated; a Dense model at batch 1 planned with the GPU
 defaults runs the kernel the defaults name; Oclgrind's memory, race and API checks in every
@@ -18,17 +18,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import activation as ref_activation
+from helpers import assert_close, run_under_oclgrind
 
 import malinn
 from malinn import ops
+from malinn.choice.matrix import DeviceMatrix
 from malinn.errors import LibraryError
-from malinn.kernel_library import load_library
 from malinn.layers import Dense
-from malinn.matrix import DeviceMatrix
-from malinn.precision import device_bytes, effective
+from malinn.library.kernel_library import load_library
+from malinn.library.precision import device_bytes, effective
 from malinn.resources import kernels_dir
-
-from helpers import activation as ref_activation, assert_close, run_under_oclgrind
 
 pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
 
@@ -135,7 +135,7 @@ def test_scratch_holds_the_counters_and_the_partial_sums():
     """scratch_bytes: a counter per block of results and SLICES partial sums per result; none
     without slices."""
     spec = LIB["gemv_split_c"].configure({"VW": 4, "MDIM": 64, "KSPLIT": 2, "SLICES": 16, "UNROLL": 2, "NB": 1})
-    from malinn.expressions import evaluate
+    from malinn.library.expressions import evaluate
 
     values = {**dict(spec.defines), "h": 512, "w": 1}
     assert evaluate(spec.scratch_bytes, values) == 4 * (2 * 1 + 16 * 512 * 1)
@@ -231,9 +231,9 @@ OCLGRIND = shutil.which("oclgrind")
 OCLGRIND_SCRIPT = r"""
 import json, numpy as np, malinn
 from malinn import ops
-from malinn.kernel_library import load_library
-from malinn.matrix import DeviceMatrix
-from malinn.precision import device_bytes, effective
+from malinn.library.kernel_library import load_library
+from malinn.choice.matrix import DeviceMatrix
+from malinn.library.precision import device_bytes, effective
 device = malinn.get_device()
 lib = load_library()
 rng = np.random.default_rng(0)

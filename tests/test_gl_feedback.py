@@ -15,11 +15,22 @@ import pytest
 
 import malinn
 from malinn import Sequential, ops
+from malinn.choice.matrix import DeviceMatrix
 from malinn.errors import BackendError, DeviceError, KernelBuildError
-from malinn.kernel_library import load_library
-from malinn.layers import (Activation, BatchNormalization, Conv2D, Dense, Flatten, LayerNormalization, Permute, PReLU,
-                           RepeatVector, Reshape, Softmax)
-from malinn.matrix import DeviceMatrix
+from malinn.layers import (
+    Activation,
+    BatchNormalization,
+    Conv2D,
+    Dense,
+    Flatten,
+    LayerNormalization,
+    Permute,
+    PReLU,
+    RepeatVector,
+    Reshape,
+    Softmax,
+)
+from malinn.library.kernel_library import load_library
 
 pytest.importorskip("moderngl", reason="the OpenGL backend's extra is not installed (pip install malinn[gl])")
 from malinn.backends import gl_feedback  # noqa: E402
@@ -101,8 +112,8 @@ def test_a_dense_model_on_gles3_equals_the_compute_device(gles3, batch):
 def test_a_model_file_moves_between_gles3_and_the_other_backends(gles3, tmp_path, target):
     """Weights laid out for gemm_feedback run on the compute device, and the OpenCL GPU's on gles3."""
     model = _model()
-    path = malinn.saving.save_model(model, tmp_path / "m.malinn", target=target)
-    assert malinn.saving.resolve_target(target).codename == ("gemm_feedback" if target == "gles3" else
+    path = malinn.model.saving.save_model(model, tmp_path / "m.malinn", target=target)
+    assert malinn.model.saving.resolve_target(target).codename == ("gemm_feedback" if target == "gles3" else
                                                              load_library().default("matmul", "gpu"))
     loaded = malinn.load_model(path)
     x = np.random.default_rng(7).standard_normal((6, 3, 7)).astype(np.float32)

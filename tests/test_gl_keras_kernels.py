@@ -18,14 +18,13 @@ import time
 
 import numpy as np
 import pytest
+from helpers import assert_close
+from test_gemv_split import PARAMS, reference, run
 
 import malinn
 from malinn.errors import BackendError
-from malinn.kernel_library import load_library
 from malinn.layers import Dense
-
-from helpers import assert_close
-from test_gemv_split import PARAMS, reference, run
+from malinn.library.kernel_library import load_library
 
 pytest.importorskip("moderngl", reason="the OpenGL backend's extra is not installed (pip install malinn[gl])")
 

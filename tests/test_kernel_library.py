@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from malinn.errors import KernelBuildError, LibraryError
-from malinn.kernel_library import EPILOGUE_DEFINES, load_library
-from malinn.layout import parse_layout
+from malinn.library.kernel_library import EPILOGUE_DEFINES, load_library
+from malinn.library.layout import parse_layout
 from malinn.resources import kernels_dir
 
 LIB = load_library()
@@ -199,7 +199,7 @@ def test_malformed_entries_are_named(tmp_path, mutate, fragment):
 def test_the_shipped_library_passes_every_check_in_depth():
     """A process checks the shipped library's entries' fields alone (its depth is this test's): named
     by its path, every configuration of every entry resolves and every define is in its sources."""
-    from malinn import kernel_library
+    from malinn.library import kernel_library
 
     named = load_library(kernels_dir() / "library.json")
     assert set(named.kernels) == set(LIB.kernels) and named is not LIB
@@ -214,7 +214,7 @@ def test_the_shipped_library_passes_every_check_in_depth():
 def test_a_kernels_folder_named_by_malinn_kernels_is_checked_in_depth(tmp_path, monkeypatch):
     """A kernel developer's copy (MALINN_KERNELS) is checked as a named library is: a misspelled
     define is refused when the library loads, not ignored."""
-    from malinn import kernel_library
+    from malinn.library import kernel_library
 
     path = _broken_library(tmp_path, lambda d: d["kernels"]["gemm_tiled"]["defines"].update(WG=1))
     monkeypatch.setenv("MALINN_KERNELS", str(path.parent))
@@ -268,7 +268,7 @@ def test_a_build_log_names_the_kernel_file_and_line(device, tmp_path):
     for the broken copy's (the suite's order found it)."""
     if device.backend != "opencl":
         pytest.skip("an OpenCL C source; GLSL's #line takes no file name")
-    from malinn.kernel_call import program_for
+    from malinn.choice.kernel_call import program_for
 
     program_for(load_library()["relu"], device, {"r": parse_layout("R")})   # the shipped relu, built and kept
     path = _broken_library(tmp_path, lambda d: None)
@@ -303,7 +303,7 @@ def test_programs_are_memoised(device):
 def test_a_configured_spec_is_never_served_for_another_entry_with_a_reused_id():
     """The configured-spec cache is keyed by the entry's id(); an entry freed with its library (the
     loader keeps eight) and a new one at the same address must not share specs."""
-    from malinn import kernel_library
+    from malinn.library import kernel_library
 
     entry, other = {"kept": 1}, {"new": 2}
     defines = {"MWG": "32"}
@@ -336,8 +336,8 @@ def test_a_default_the_device_cannot_launch_gives_way_to_the_next():
     limit), never a launch the driver would refuse."""
     from dataclasses import replace
 
-    from malinn import kernel_choice
     from malinn.backends.base import Device
+    from malinn.choice import kernel_choice
 
     big = Device(backend="opencl", index=(0, 0), name="big GPU", platform="test", vendor="test", type="GPU",
                  compute_units=100, global_memory=2**34, max_allocation=2**32, max_work_group_size=1024,
@@ -356,8 +356,10 @@ def test_a_shader_that_does_not_build_is_named_with_its_file_and_layer(device, t
     `gemv.cl` (the OpenCL source) and neither the layer nor the shapes."""
     if device.backend != "gl":
         pytest.skip("the OpenGL backend builds its shaders when they are bound")
-    from malinn import Sequential, kernel_choice, kernel_library
+    from malinn import Sequential
+    from malinn.choice import kernel_choice
     from malinn.layers import Dense
+    from malinn.library import kernel_library
 
     path = _broken_library(tmp_path, lambda d: None)
     shader = path.parent / "gl" / "gemv.comp"
@@ -380,7 +382,7 @@ def test_a_configuration_given_by_the_user_is_named_as_theirs():
     the configuration's fault, not library.json's; a non-number names the define (it was numpy's
     "invalid literal for int()"); a device given by name is refused naming set_device (it was an
     AttributeError)."""
-    from malinn import kernel_choice
+    from malinn.choice import kernel_choice
 
     with pytest.raises(LibraryError, match=r"kernel 'gemm_tiled' has no defines \['TS_M'\]; its defines are MWG, "
                                            r"NWG, KWG"):

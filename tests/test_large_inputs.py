@@ -10,16 +10,16 @@ import re
 
 import numpy as np
 import pytest
+from helpers import assert_close, model_forward
 
-from helpers import model_forward
-from helpers import assert_close
-from malinn import DeviceError, Sequential, conv_choice, ops
+from malinn import DeviceError, Sequential, ops
 from malinn.backends.base import size_text
-from malinn.conv_geometry import ConvGeometry
-from malinn.kernel_library import load_library
+from malinn.choice import conv_choice
+from malinn.choice.conv_geometry import ConvGeometry
+from malinn.choice.matrix import DeviceMatrix
 from malinn.layers import Activation, BatchNormalization, Conv2D, Dense
-from malinn.matrix import DeviceMatrix
-from malinn.plan_builder import PlanBuilder
+from malinn.library.kernel_library import load_library
+from malinn.plan.builder import PlanBuilder
 
 #: every matmul kernel, and None: the device's own default (in the configuration named for its kind)
 MATMULS = [None] + load_library().codenames("matmul")

@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from malinn.kernel_library import load_library
-from malinn.tuner import Product
+from malinn.library.kernel_library import load_library
+from malinn.tuning.tuner import Product
 
 LIB = load_library()
 #: (m, k, n): a layer of m units and k inputs at batch n

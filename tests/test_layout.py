@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from malinn.errors import LayoutError
-from malinn.layout import Layout, convert, padded_shape, parse_layout
+from malinn.library.layout import Layout, convert, padded_shape, parse_layout
 
 VECTORS = {
     ("R_2_4_R", (4, 8)): [[0, 1, 2, 3, 8, 9, 10, 11],

@@ -7,9 +7,9 @@ import sys
 import numpy as np
 import pytest
 
-from malinn.layout import Layout
 from malinn.backends.opencl import zero_copy_enabled as zero_copy
-from malinn.matrix import DeviceMatrix
+from malinn.choice.matrix import DeviceMatrix
+from malinn.library.layout import Layout
 
 
 @pytest.mark.parametrize("layout", ["R", "C", "C_4_2_C", "R_16_16_C_4_4_R"])

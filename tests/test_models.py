@@ -6,13 +6,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from helpers import assert_close, dense_forward, model_forward, summary_rows
+
 from malinn import Functional, Input, Sequential, load_model, ops
-from malinn.kernel_library import load_library
 from malinn.layers import Activation, Add, Conv1D, Dense, Normalization, Reshape
-from malinn.layers.base import Layer
 from malinn.layers.activation import get_activation
+from malinn.layers.base import Layer
+from malinn.library.kernel_library import load_library
 
 
 def three_layer(seed=0):
@@ -339,7 +339,7 @@ def test_summary_fits_the_terminal_and_wraps_long_cells(device, monkeypatch):
     """The table was as wide as its longest cells (133 to 203 columns for a real network, with its
     kernel column): it fits the terminal (COLUMNS), at most SUMMARY_WIDTH columns, each cell that
     does not fit its column wrapped onto the lines below, none of its text lost."""
-    from malinn.models import SUMMARY_WIDTH
+    from malinn.model.sequential import SUMMARY_WIDTH
 
     name = "a_dense_layer_whose_name_takes_more_room_than_a_narrow_terminal_has"
     model = Sequential([Dense(300, activation="relu", name=name), Dense(3, name="head")])

@@ -46,10 +46,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from helpers import OCLGRIND_FLAGS, PYOPENCL_PROBE, oclgrind_env, program_key
+
 from malinn import ops
-from malinn.kernel_library import load_library
+from malinn.library.kernel_library import load_library
 
 OCLGRIND = shutil.which("oclgrind")
 pytestmark = pytest.mark.skipif(
@@ -394,7 +394,7 @@ def oclgrind_limits(cases) -> list[str]:
             work_group = max(work_group, math.prod(spec.workgroup or (1,)))
             entry = spec.template[1] if spec.template else {}
             if entry.get("local_bytes"):
-                from malinn.expressions import evaluate
+                from malinn.library.expressions import evaluate
 
                 local = max(local, evaluate(entry["local_bytes"], {**spec.config, **case["config"]}))
     # the driver keeps every buffer alive (see oclgrind_driver.py), so give the device room for all

@@ -15,18 +15,26 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import assert_close
 
 import malinn
-from malinn import Sequential, conv_choice, ops
-from malinn.conv_geometry import ConvGeometry
+from malinn import Sequential, ops
+from malinn.choice import conv_choice
+from malinn.choice.conv_geometry import ConvGeometry
+from malinn.choice.matrix import DeviceMatrix
 from malinn.errors import DeviceError, KernelBuildError, LibraryError
-from malinn.kernel_library import load_library
-from malinn.layers import (Activation, BatchNormalization, Conv2D, Dense, DepthwiseConv2D, Flatten,
-                           GlobalAveragePooling2D, Softmax)
-from malinn.layout import Layout
-from malinn.matrix import DeviceMatrix
-
-from helpers import assert_close
+from malinn.layers import (
+    Activation,
+    BatchNormalization,
+    Conv2D,
+    Dense,
+    DepthwiseConv2D,
+    Flatten,
+    GlobalAveragePooling2D,
+    Softmax,
+)
+from malinn.library.kernel_library import load_library
+from malinn.library.layout import Layout
 
 pytest.importorskip("moderngl", reason="the OpenGL backend's extra is not installed (pip install malinn[gl])")
 from malinn.backends import opengl  # noqa: E402
@@ -390,7 +398,7 @@ def test_a_model_file_converted_for_one_backend_runs_on_the_other(tmp_path, targ
     """Weights laid out for an OpenCL kernel run on the GL device and the reverse, with the same
     results as the model's own numpy reference."""
     model = _model()
-    path = malinn.saving.save_model(model, tmp_path / "m.malinn", target=target)
+    path = malinn.model.saving.save_model(model, tmp_path / "m.malinn", target=target)
     x = np.random.default_rng(batch).standard_normal((batch, 3, 7)).astype(np.float32)
     results = {}
     previous = malinn.get_device()
@@ -540,7 +548,7 @@ def test_a_second_context_loads_the_program_binary_from_the_cache(tmp_path, monk
 def test_a_binary_the_driver_refuses_is_rebuilt_from_source(tmp_path, monkeypatch):
     """An entry that passes the cache's checks but that the driver does not take (a driver update)
     is built from source instead, and replaced."""
-    from malinn.cache import read_entry, write_entry
+    from malinn.io.cache import read_entry, write_entry
 
     monkeypatch.setenv("MALINN_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("MALINN_BINARY_CACHE", "1")

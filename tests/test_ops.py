@@ -4,16 +4,15 @@ import math
 
 import numpy as np
 import pytest
-
 from helpers import activation as ref_activation
-from helpers import assert_close
-from helpers import program_key
+from helpers import assert_close, program_key
+
 from malinn import ops
+from malinn.choice.kernel_choice import explicit_choice
+from malinn.choice.matrix import DeviceMatrix
 from malinn.errors import DeviceError, LibraryError
-from malinn.kernel_choice import explicit_choice
-from malinn.kernel_library import load_library
-from malinn.layout import Layout
-from malinn.matrix import DeviceMatrix
+from malinn.library.kernel_library import load_library
+from malinn.library.layout import Layout
 
 pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
 

@@ -2,15 +2,15 @@
 
 import numpy as np
 import pytest
-
 from helpers import activation as ref_activation
-from helpers import assert_close
+from helpers import assert_close, summary_rows
 from helpers import model_forward as numpy_forward
-from helpers import summary_rows
-from malinn import BackendError, Sequential, kernel_choice, ops
-from malinn.kernel_library import load_library
+
+from malinn import BackendError, Sequential, ops
+from malinn.choice import kernel_choice
 from malinn.layers import Activation, BatchNormalization, Conv2D, Dense, Flatten, ReLU, Softmax
-from malinn.models import batch_bucket
+from malinn.library.kernel_library import load_library
+from malinn.model.sequential import batch_bucket
 
 
 def dense_model(widths, activations, seed=0, batchnorm_after=None):

@@ -4,8 +4,8 @@ reader) needs a copy, the copy kernel stays; the values are Keras's either way."
 
 import numpy as np
 import pytest
-
 from helpers import assert_close
+
 from malinn import Functional, Input, Sequential
 from malinn.layers import Activation, Concatenate, Dense, Flatten, Reshape
 
@@ -203,7 +203,7 @@ def test_every_slice_writer_writes_its_slice_in_its_order(device, rng, codename,
     """The kernel chosen with use() writes each slice of the concatenation (the padding rows of
     its result to the spare float) in its own order."""
     skip_without_slice_writers(device)
-    from malinn import kernel_choice
+    from malinn.choice import kernel_choice
     try:
         kernel_choice.use("matmul", codename, device, config)
         model = two_dense_concat(units=(5, 11), inputs=9)

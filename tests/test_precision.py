@@ -1,7 +1,7 @@
 """Weight precisions (issue 14): fp16-storage, fp16 and int8-weights beside fp32.
 
 Each reduced precision is checked twice: against a numpy reference computed with the very weights
-the kernel multiplies by (``malinn.precision.effective``: the float16 values, or the int8 values
+the kernel multiplies by (``malinn.library.precision.effective``: the float16 values, or the int8 values
 times their scales) at the float32 tolerance, and against the float32 weights at the tolerance
 docs/CONVERTING.md documents (:data:`VS_FP32`). Odd shapes, both matmul kernels that read reduced
 weights (gemv below 16 samples, gemm_tiled above), every activation, model files, Keras's own int8
@@ -20,21 +20,21 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from helpers import activation as ref_activation
+from helpers import assert_close, python_env, rounded_kernel, run_under_oclgrind
 
 import malinn
-from malinn import ops, tuning_db
-from malinn.errors import ConversionError, DeviceError
-from malinn.kernel_call import program_for
-from malinn.kernel_choice import choose
-from malinn.kernel_library import WEIGHT_OPS, load_library
-from malinn.layout import parse_layout
-from malinn.errors import LibraryError
+from malinn import ops
+from malinn.choice import tuning_db
+from malinn.choice.kernel_call import program_for
+from malinn.choice.kernel_choice import choose
+from malinn.choice.matrix import DeviceMatrix
+from malinn.errors import ConversionError, DeviceError, LibraryError
 from malinn.layers import Conv2D, Dense, DepthwiseConv2D, SeparableConv2D
-from malinn.matrix import DeviceMatrix
-from malinn.precision import device_bytes, effective, quantize_int8
+from malinn.library.kernel_library import WEIGHT_OPS, load_library
+from malinn.library.layout import parse_layout
+from malinn.library.precision import device_bytes, effective, quantize_int8
 from malinn.resources import kernels_dir
-
-from helpers import activation as ref_activation, assert_close, python_env, rounded_kernel, run_under_oclgrind
 
 ROOT = Path(__file__).resolve().parents[1]
 REDUCED = ("fp16-storage", "int8-weights")
@@ -107,7 +107,7 @@ def test_int8_quantization_is_per_output_channel_and_symmetric():
 
 def test_int8_buffer_holds_values_then_row_scales_at_a_4_byte_boundary():
     w = np.arange(15, dtype=np.float32).reshape(5, 3) - 7
-    layout = malinn.layout.parse_layout("C")
+    layout = malinn.library.layout.parse_layout("C")
     flat = device_bytes(w, "int8-weights", layout, (5, 3))
     q, scales = quantize_int8(w)
     assert flat.dtype == np.uint8 and flat.size == 16 + 4 * 5
@@ -287,7 +287,7 @@ def test_a_device_kind_whose_default_reads_fp32_only_gets_a_kernel_that_reads_th
 def test_convert_says_how_many_weights_half_precision_stores_as_zero(tmp_path, capsys):
     """Weights below float16's smallest (about 6e-8) become 0 in fp16-storage: a model of 1e-8
     weights predicted all zeros without a word (a review); convert names the layers and the count."""
-    from malinn.cli import main
+    from malinn.cli.commands import main
 
     model = dense_model([4, 2], [None], "fp32")
     model.set_weights([np.full((4, 2), 1e-8, np.float32), np.zeros(2, np.float32)])
@@ -295,7 +295,7 @@ def test_convert_says_how_many_weights_half_precision_stores_as_zero(tmp_path, c
     assert main(["convert", str(src), "-o", str(tmp_path / "half.malinn"), "--precision", "fp16-storage",
                  "--target", "cpu"]) == 0
     err = capsys.readouterr().err
-    assert f"8 non-zero weights are below fp16-storage's smallest value" in err
+    assert "8 non-zero weights are below fp16-storage's smallest value" in err
     assert f"({model.layers[0].name} kernel: 8)" in err
     assert main(["convert", str(src), "-o", str(tmp_path / "int8.malinn"), "--precision", "int8-weights",
                  "--target", "cpu"]) == 0
@@ -406,7 +406,7 @@ def test_cli_convert_and_predict_in_a_precision(device, tmp_path):
 def test_cli_convert_writes_a_file_this_device_cannot_run_with_a_note(device, tmp_path, capsys, precision):
     """A file may be meant for a board (fp16 for a Mali or Adreno GPU): convert writes it, and says
     when the device it ran on could not run it."""
-    from malinn.cli import main
+    from malinn.cli.commands import main
 
     out = tmp_path / "digits.malinn"
     assert main(["convert", str(ROOT / "examples" / "digits_mlp.keras"), "-o", str(out), "--precision", precision]) == 0
@@ -424,8 +424,8 @@ def test_cli_convert_to_a_reduced_precision_after_an_fp32_only_kernel_was_chosen
     """The device's chosen kernel (a tuned winner, here set with ``use``) may read fp32 weights only:
     convert then lays the weights out for the device kind's default, which reads them all (it
     refused before, naming the chosen kernel)."""
-    from malinn import kernel_choice
-    from malinn.cli import main
+    from malinn.choice import kernel_choice
+    from malinn.cli.commands import main
 
     fp32_only = next(c for c in load_library().codenames("matmul", device.backend)
                      if load_library()[c].precisions == ("fp32",))
@@ -563,7 +563,7 @@ import json, sys
 import numpy as np
 import malinn
 from malinn.layers import Conv2D, Dense, DepthwiseConv2D, SeparableConv2D
-from malinn.precision import effective
+from malinn.library.precision import effective
 kept, errors = [], {}
 for precision in ("fp16-storage", "int8-weights"):
     for batch in (1, 3, 17):
@@ -592,8 +592,8 @@ import json, sys
 import numpy as np
 import malinn
 from malinn import ops
-from malinn.matrix import DeviceMatrix
-from malinn.precision import device_bytes, effective
+from malinn.choice.matrix import DeviceMatrix
+from malinn.library.precision import device_bytes, effective
 sys.path.insert(0, sys.argv[1])
 from test_precision import REDUCED, gemv_split_variants
 device = malinn.get_device()
@@ -634,7 +634,7 @@ def test_per_precision_configurations_are_clean_under_oclgrind():
 def test_cli_convert_of_a_reduced_precision_file_back_to_fp32_says_the_weights_stay_rounded(device, tmp_path, capsys):
     """A malinn file's int8 weights converted to fp32 keep their rounded values (a file holds no
     other); the command says so, and to convert the Keras file for its own weights."""
-    from malinn.cli import main
+    from malinn.cli.commands import main
 
     keras = ROOT / "examples" / "digits_mlp.keras"
     small, back = tmp_path / "int8.malinn", tmp_path / "back.malinn"

@@ -1,4 +1,4 @@
-"""malinn/progress.py: a plan's program builds reported on stderr (a line updated on a terminal, a
+"""malinn/plan/progress.py: a plan's program builds reported on stderr (a line updated on a terminal, a
 summary elsewhere), nothing where nothing is built, nothing with MALINN_PROGRESS=0."""
 
 import re
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import python_env, run_on_terminal
 
 import malinn
-from helpers import python_env, run_on_terminal
-from malinn import progress
 from malinn.layers import Dense
+from malinn.plan import progress
 
 DIGITS = Path(__file__).resolve().parents[1] / "examples" / "digits_mlp.keras"
 

@@ -9,16 +9,16 @@ examples reuse programs already built.
 
 import numpy as np
 import pytest
+from helpers import activation as ref_activation
+from helpers import assert_close
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from helpers import activation as ref_activation
-from helpers import assert_close
 from malinn import Sequential, ops
-from malinn.kernel_library import load_library
+from malinn.choice.matrix import DeviceMatrix
 from malinn.layers import ELU, Activation, BatchNormalization, Dense, LeakyReLU, ReLU, Softmax
-from malinn.layout import Layout, convert
-from malinn.matrix import DeviceMatrix
+from malinn.library.kernel_library import load_library
+from malinn.library.layout import Layout, convert
 
 pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
 

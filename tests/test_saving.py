@@ -10,8 +10,8 @@ import pytest
 
 import malinn
 from malinn import ConversionError, Sequential
-from malinn.kernel_library import load_library
 from malinn.layers import Activation, BatchNormalization, Dense, Flatten, LeakyReLU
+from malinn.library.kernel_library import load_library
 
 
 def sample_model(rng):
@@ -35,7 +35,7 @@ def test_save_load_predicts_bit_for_bit(device, target, tmp_path, rng):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(loaded.predict(x), model.predict(x))
     with h5py.File(path) as f:
-        assert f.attrs["target"] == malinn.saving.resolve_target(target).codename
+        assert f.attrs["target"] == malinn.model.saving.resolve_target(target).codename
         assert f.attrs["format_version"] == 1
 
 

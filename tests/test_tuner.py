@@ -10,14 +10,15 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import assert_close
 
 import malinn
-from malinn import ops, tuner, tuning_db
+from malinn import ops
+from malinn.choice import tuning_db
 from malinn.errors import MalinnError
 from malinn.layers import Dense
-from malinn.models import batch_bucket
-
-from helpers import assert_close
+from malinn.model.sequential import batch_bucket
+from malinn.tuning import tuner
 
 
 @pytest.fixture
@@ -272,7 +273,7 @@ def test_a_per_shape_run_times_each_shapes_untuned_choice_first(device, cache):
     """At batch 1 the runtime runs a fallback (a gemv), not the kind's default: a --model run cut
     short by its budget timed cross1 and crossv first and stored crossv, 5x slower than the gemv (a
     review of benchmarks/tune_networks.py). Each shape's untuned choice is timed first now."""
-    from malinn.kernel_choice import untuned_matmul
+    from malinn.choice.kernel_choice import untuned_matmul
 
     for shape in [(150, 640, 1), (64, 50, 20)]:   # a budget of 0: one candidate timed
         best = tuner.tune(device, shapes=[shape], quick=True, repeat=1, budget_s=0, stream=io.StringIO(),
@@ -335,7 +336,7 @@ def test_a_run_cut_short_keeps_no_stored_winner_the_library_no_longer_offers(dev
 def test_tune_names_the_candidates_that_failed_or_ran_wrong(device, cache, monkeypatch, capsys):
     """A candidate that does not build or gives numbers numpy does not was dropped without a word:
     for a kernel developer adding candidates, the tuner is the only check they get (a review)."""
-    from malinn import cli
+    from malinn.cli import commands as cli
 
     timed = tuner._time_product
 
@@ -356,7 +357,7 @@ def test_two_processes_storing_winners_at_once_lose_none(tmp_path):
     the database holds all 120 (the file is read, merged and written under a lock)."""
     script = """
 import sys, types
-from malinn import tuning_db
+from malinn.choice import tuning_db
 device = types.SimpleNamespace(identity="test|" + sys.argv[1])
 for i in range(60):
     tuning_db.save(device, shapes={f"{i + 1}x1x1": {"codename": "crossv", "defines": {}, "seconds": 1.0}})

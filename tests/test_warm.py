@@ -1,4 +1,4 @@
-"""``malinn warm`` (malinn/cli.py): the programs a model needs built into the program cache at install
+"""``malinn warm`` (malinn/cli/commands.py): the programs a model needs built into the program cache at install
 time, so that a later process's first predict builds nothing and says nothing."""
 
 import re
@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import python_env, run_on_terminal
-from malinn import cli
+
+from malinn.cli import commands as cli
 
 DIGITS = Path(__file__).resolve().parents[1] / "examples" / "digits_mlp.keras"
 

@@ -21,12 +21,12 @@ The contract, in the order a model meets it:
 
 from __future__ import annotations
 
-import numpy as np
-
 import threading
 from dataclasses import dataclass, field
 
-from ..layout import Layout
+import numpy as np
+
+from ..library.layout import Layout
 
 __all__ = ["Device", "BoundLaunch", "size_text"]
 

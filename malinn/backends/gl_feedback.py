@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import os
 import re
 import sys
 import time
@@ -46,12 +45,24 @@ import numpy as np
 
 from ..environment import switch
 from ..errors import DeviceError, KernelBuildError
-from ..expressions import evaluate
-from ..layout import Layout
+from ..library.expressions import evaluate
+from ..library.layout import Layout
 from .base import BoundLaunch
 from .gles_context import ESContext
-from .opengl import (SOFTWARE_RENDERERS, GLDevice, GLEvent, _GL, _moderngl, _total_memory, gl_index_macro, launch_error,
-                     loop_limit, requested_gl_api, run_probe, wanted)
+from .opengl import (
+    _GL,
+    SOFTWARE_RENDERERS,
+    GLDevice,
+    GLEvent,
+    _moderngl,
+    _total_memory,
+    gl_index_macro,
+    launch_error,
+    loop_limit,
+    requested_gl_api,
+    run_probe,
+    wanted,
+)
 
 __all__ = ["FeedbackDevice", "BACKEND", "discover", "probe", "no_compute", "inverse_index_macros"]
 
@@ -473,7 +484,7 @@ class FeedbackDevice(GLDevice):
 # -------------------------------------------------------------------- discovery
 def _register_es30_backend() -> None:
     """Lets moderngl make an OpenGL ES 3.0 context through :class:`ESContext` (``malinn-gles30``)."""
-    import glcontext   # moderngl's own dependency
+    import glcontext  # moderngl's own dependency
 
     if getattr(glcontext.get_backend_by_name, "malinn_gles30", False):
         return

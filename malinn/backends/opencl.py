@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..cache import DamagedEntry, build_lock, in_use, read_entry, users_died, write_entry
 from ..environment import switch
 from ..errors import DeviceError, KernelBuildError, SettingError
-from ..layout import Layout
+from ..io.cache import DamagedEntry, build_lock, in_use, read_entry, users_died, write_entry
+from ..library.layout import Layout
 from ..version import __version__
 from .base import ALLOCATION_HINT, BoundLaunch, Device, size_text
 
@@ -121,7 +121,7 @@ def _with_files(log: str, source: str) -> str:
     """``log`` with each place a compiler names in the joined program (``<kernel>:64:`` on NVIDIA,
     which ignores ``#line``; a temporary file's name elsewhere) followed by the kernel file and line
     it is (``[activation.cl:22]``), from the ``#line 1 "file"`` markers the library puts before
-    each file (:meth:`~malinn.kernel_library.KernelSpec.program_source`)."""
+    each file (:meth:`~malinn.library.kernel_library.KernelSpec.program_source`)."""
     marks = [(i + 1, name) for i, line in enumerate(source.splitlines())
              for name in re.findall(r'^#line 1 "([^"]+)"$', line)]
     if not marks:
@@ -404,12 +404,11 @@ class OpenCLDevice(Device):
         entry verified before it reaches the driver; ``MALINN_BINARY_CACHE=0`` turns that off), so a
         new process does not recompile. A binary is stored only once it is known to load
         (:meth:`_to_binary`), and processes sharing the cache build a program one at a time
-        (:func:`~malinn.cache.build_lock`): the first builds and stores it, the others load it.
+        (:func:`~malinn.io.cache.build_lock`): the first builds and stores it, the others load it.
 
         Raises:
             KernelBuildError: the build failed; the message has the build log and the options.
         """
-        cl = _cl()
         if self.is_pocl and tensorflow_loaded():
             raise KernelBuildError(f"building {origin} for {self.name}: {TENSORFLOW_HINT}")
         extra = self.extra_build_options()
@@ -489,7 +488,7 @@ class OpenCLDevice(Device):
                 "device": self.name, "vendor": self.vendor, "driver": self.driver_version, "platform": self.platform}
 
     def _build_lock_name(self, source: str, options) -> str:
-        """What names a program to :func:`~malinn.cache.build_lock`: the device, the options and the
+        """What names a program to :func:`~malinn.io.cache.build_lock`: the device, the options and the
         source without its comments and spacing, as PoCL's kernel cache tells programs apart (by
         the preprocessed source): two library entries of one source and configuration are one
         program there."""
@@ -501,7 +500,7 @@ class OpenCLDevice(Device):
 
         Besides the entry's own checks, a binary for PoCL must pass :func:`pocl_binary_problem`
         before the driver sees it, and is marked in use while the driver loads it
-        (:func:`~malinn.cache.in_use`): a driver that still crashes on it costs this process only,
+        (:func:`~malinn.io.cache.in_use`): a driver that still crashes on it costs this process only,
         the next one discards it."""
         if key is None:
             return None
@@ -520,7 +519,7 @@ class OpenCLDevice(Device):
         return program
 
     def _check_stored_binary(self, binary: bytes) -> None:
-        """Raises :class:`~malinn.cache.DamagedEntry` for a stored binary the driver would crash on
+        """Raises :class:`~malinn.io.cache.DamagedEntry` for a stored binary the driver would crash on
         (one stored by an earlier malinn, before binaries were checked when stored)."""
         problem = pocl_binary_problem(binary) if self.is_pocl else (None if binary else "an empty binary")
         if problem:

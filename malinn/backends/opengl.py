@@ -41,10 +41,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..cache import read_entry, write_entry
 from ..environment import switch
 from ..errors import BackendError, DeviceError, KernelBuildError
-from ..layout import Layout
+from ..io.cache import read_entry, write_entry
+from ..library.layout import Layout
 from .base import ALLOCATION_HINT, BoundLaunch, Device, size_text
 from .gles_context import ESContext
 
@@ -577,7 +577,7 @@ class GLProgram:
     """A compute-shader source and its defines, linked once per work-group shape.
 
     Linked programs are cached on disk as program binaries (``glGetProgramBinary``) where the driver
-    offers them, through :mod:`malinn.cache` like the OpenCL backend's (``MALINN_BINARY_CACHE=0``
+    offers them, through :mod:`malinn.io.cache` like the OpenCL backend's (``MALINN_BINARY_CACHE=0``
     turns it off).
     """
 
@@ -706,7 +706,7 @@ ES_BACKEND = "malinn-gles"
 def _register_es_backend() -> None:
     """Lets moderngl make its context through :class:`ESContext` (``backend="malinn-gles"``):
     glcontext finds backends by name only, and its EGL backend binds desktop OpenGL alone."""
-    import glcontext   # moderngl's own dependency
+    import glcontext  # moderngl's own dependency
 
     if getattr(glcontext.get_backend_by_name, "malinn_gles", False):
         return

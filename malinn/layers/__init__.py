@@ -6,8 +6,16 @@ from .convolution import Conv1D, Conv2D, DepthwiseConv2D, SeparableConv2D
 from .dense import Dense
 from .merging import Add, Average, Concatenate, Dot, Maximum, Minimum, Multiply, Subtract
 from .normalization import BatchNormalization, LayerNormalization, UnitNormalization
-from .pooling import (AveragePooling1D, AveragePooling2D, GlobalAveragePooling1D, GlobalAveragePooling2D,
-                      GlobalMaxPooling1D, GlobalMaxPooling2D, MaxPooling1D, MaxPooling2D)
+from .pooling import (
+                      AveragePooling1D,
+                      AveragePooling2D,
+                      GlobalAveragePooling1D,
+                      GlobalAveragePooling2D,
+                      GlobalMaxPooling1D,
+                      GlobalMaxPooling2D,
+                      MaxPooling1D,
+                      MaxPooling2D,
+)
 from .preprocessing import Normalization, Rescaling
 from .shaping import Flatten, Identity, Permute, RepeatVector, Reshape
 from .spatial import Cropping1D, Cropping2D, UpSampling1D, UpSampling2D, ZeroPadding1D, ZeroPadding2D

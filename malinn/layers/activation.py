@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import math
 
-from ..kernel_library import load_library
-from ..plan_tensors import Vector
+from ..library.kernel_library import load_library
+from ..plan.tensors import Vector
 from .axes import axis_argument, resolve_axes, trailing_vector
 from .base import Layer, numeric_weights, zeros
 

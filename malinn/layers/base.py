@@ -5,7 +5,7 @@
 ``get_config`` returns what ``__init__`` needs to make the layer again, ``get_weights`` /
 ``set_weights`` move weights in Keras's shapes and order, ``save_own_variables`` /
 ``load_own_variables`` write and read them in a model file, and ``lower(builder, x)`` records the
-steps that compute the layer in a plan (:class:`malinn.plan_builder.PlanBuilder`).
+steps that compute the layer in a plan (:class:`malinn.plan.builder.PlanBuilder`).
 
 Every subclass is registered under its class name (:mod:`malinn.registry`): saving, loading, the
 converter and the CLI find classes there, never by ``isinstance`` chains.
@@ -21,9 +21,9 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from ..graph import call_layer
+from ..plan.tensor import format_shape
 from ..registry import register
-from ..tensor import format_shape
+from .input_layer import call_layer
 
 __all__ = ["Layer", "sample_shape", "glorot_uniform", "weights_to_be_loaded", "numeric_weights", "zeros", "ones",
            "placeholders"]
@@ -368,7 +368,7 @@ class Layer:
         Functional model, as in Keras: ``y = Dense(4)(malinn.Input((8,)))``.
 
         Returns:
-            The output :class:`~malinn.graph.KerasTensor`.
+            The output :class:`~malinn.layers.input_layer.KerasTensor`.
 
         Raises:
             ValueError: ``inputs`` are not symbolic tensors, or their shape does not fit the layer.

@@ -1,8 +1,8 @@
 """Convolution layers, channels last as Keras: ``Conv1D``, ``Conv2D``, ``DepthwiseConv2D``,
 ``SeparableConv2D``.
 
-Each lowers to the plan's convolution steps (:meth:`malinn.plan_builder.PlanBuilder.conv`,
-:meth:`~malinn.plan_builder.PlanBuilder.depthwise`): the weights are re-laid once into the matrix the
+Each lowers to the plan's convolution steps (:meth:`malinn.plan.builder.PlanBuilder.conv`,
+:meth:`~malinn.plan.builder.PlanBuilder.depthwise`): the weights are re-laid once into the matrix the
 kernels read (``COUT x KH*KW*CG``, or ``C*DM x KH*KW`` for a depthwise kernel) and uploaded in the
 chosen kernel's layout; bias, activation and a folded BatchNormalization run in the kernel's
 epilogue. A 1-D layer is the 2-D one on an image of height 1 (the same memory).
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..plan_tensors import Vector, Weight
-from ..precision import rounded
+from ..library.precision import rounded
+from ..plan.tensors import Vector, Weight
 from .activation import get_activation
 from .base import Layer, folded_affine, glorot_uniform, numeric_weights, write_weights, zeros
 from .windows import as_tuple, output_size, spatial_of, window_defines

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernel_library import KernelSpec
-from ..layout import parse_layout
-from ..plan_tensors import Vector, Weight
-from ..precision import check_precision, device_bytes, effective, quantize_int8
+from ..library.kernel_library import KernelSpec
+from ..library.layout import parse_layout
+from ..library.precision import check_precision, device_bytes, effective, quantize_int8
+from ..plan.tensors import Vector, Weight
 from .activation import get_activation
 from .base import Layer, folded_affine, glorot_uniform, numeric_weights, write_weights, zeros
 

@@ -11,8 +11,8 @@ one kernel.
 
 from __future__ import annotations
 
-from ..plan_tensors import broadcast_shape
-from ..tensor import format_shape
+from ..plan.tensor import format_shape
+from ..plan.tensors import broadcast_shape
 from .base import Layer
 
 __all__ = ["Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate", "Dot"]

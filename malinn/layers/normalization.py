@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..plan_tensors import Vector
+from ..plan.tensors import Vector
 from .axes import axis_argument, broadcast_shape, resolve_axes, trailing_vector
 from .base import Layer, numeric_weights, ones, write_weights, zeros
 

@@ -1,7 +1,7 @@
 """Sliding-window geometry shared by convolutions and pooling: Keras's sizes, strides, paddings.
 
 A window layer sees its input ``(batch, H, W, C)`` (2-D) or ``(batch, L, C)`` (1-D, run as
-``H = 1``) through the matrix view ``C x (batch*H*W)`` (:mod:`malinn.tensor`); its kernels take the
+``H = 1``) through the matrix view ``C x (batch*H*W)`` (:mod:`malinn.plan.tensor`); its kernels take the
 geometry as compile-time defines (``IH``, ``IW``, ``OH``, ``OW``, ``KH``, ``KW``, ``SH``, ``SW``,
 ``DH``, ``DW``, ``PT``, ``PL``), which :func:`window_defines` computes the way TensorFlow does.
 """

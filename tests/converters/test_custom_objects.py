@@ -12,11 +12,11 @@ import copy
 
 import numpy as np
 import pytest
-
-import malinn
 from helpers import dense_forward
 from keras_files import dense, dense_weights, keras_object, sequential, write_keras
 from keras_zoo import CUSTOM_MODELS, FORMATS
+
+import malinn
 from malinn import ConversionError
 from malinn.converters import read_keras
 

@@ -19,11 +19,11 @@ import sys
 import time
 import zipfile
 
+import deep_files
 import h5py
 import numpy as np
 import pytest
 
-import deep_files
 import malinn
 from malinn import ConversionError
 from malinn.converters.chain import MAX_NESTED_MODELS

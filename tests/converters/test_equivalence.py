@@ -16,9 +16,9 @@ import sys
 import h5py
 import numpy as np
 import pytest
+from keras_zoo import FORMATS, equivalence_models
 
 import malinn
-from keras_zoo import FORMATS, equivalence_models
 
 RTOL = 1e-5
 

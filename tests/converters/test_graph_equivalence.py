@@ -15,17 +15,25 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-import re
-
 import numpy as np
 import pytest
+from graph_zoo import (
+    BATCH_SIZES,
+    ERROR_MODELS,
+    FORMATS,
+    KERAS3_ONLY,
+    KERAS3_ZIP_ONLY,
+    RANGES,
+    TF_KERAS_ONLY,
+    model_keys,
+)
 
 import malinn
-from graph_zoo import BATCH_SIZES, ERROR_MODELS, FORMATS, KERAS3_ONLY, KERAS3_ZIP_ONLY, RANGES, TF_KERAS_ONLY, model_keys
 
 ZOO_SCRIPT = Path(__file__).resolve().parents[1] / "graph_zoo.py"
 EQUIVALENCE = [key for key in model_keys() if key not in ERROR_MODELS]
@@ -149,7 +157,7 @@ def test_verify_compares_a_graph_layer_by_layer(graph_zoo, device, capsys, fmt, 
     """Each run starts TensorFlow, so: every graph on OpenCL, one (two outputs) on another backend,
     and the nested graph in Keras 2's form as well. Past predict_layers
     (which test_graph_matches_keras checks on every device and format) verify is the same code."""
-    from malinn.cli import main
+    from malinn.cli.commands import main
 
     if device.backend != "opencl" and (fmt, key) != ("keras3-zip", "shared_two_outputs"):
         pytest.skip(f"{fmt} {key} is verified on OpenCL; {device.backend} verifies keras3-zip shared_two_outputs")

@@ -15,10 +15,10 @@ import json
 import h5py
 import numpy as np
 import pytest
-
-import malinn
 from keras_files import dense, dense_weights, keras_object, sequential, write_keras
 from keras_zoo import INPUT_DTYPES
+
+import malinn
 from malinn import ConversionError
 
 #: one file per Keras generation

@@ -9,10 +9,10 @@ features such as a year or an income), and the layers that fold into a Dense are
 from __future__ import annotations
 
 import pytest
-
-import malinn
 from keras_zoo import FORMATS, issue10_models
 from test_equivalence import assert_keras_close, group_of, load
+
+import malinn
 
 CASES = [pytest.param(fmt, key, id=f"{fmt}-{key}") for fmt, (generation, _) in FORMATS.items()
          for key in issue10_models(generation)]

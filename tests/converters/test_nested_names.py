@@ -15,11 +15,11 @@ import json
 
 import h5py
 import pytest
+from keras_zoo import SPLIT_FORMATS
+from test_equivalence import assert_keras_close
 
 import malinn
 from malinn.converters import read_keras
-from keras_zoo import SPLIT_FORMATS
-from test_equivalence import assert_keras_close
 
 WHOLE_FORMATS = ["keras3-zip", "keras3-h5", "keras2-h5", "tf_keras-zip"]
 #: the zoo model -> malinn's names of its leaf layers, in the order Keras lists them

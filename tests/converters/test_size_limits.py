@@ -24,9 +24,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from keras_files import dense, dense_weights, keras_object, sequential, weights_h5, write_keras
 
 import malinn
-from keras_files import dense, dense_weights, keras_object, sequential, weights_h5, write_keras
 from malinn import ConversionError
 from malinn.converters import read_keras
 from malinn.converters.limits import MAX_COMPRESSION_RATIO
@@ -366,7 +366,7 @@ def test_an_input_of_more_axes_than_an_array_can_have_is_refused_naming_the_laye
     """A 302-axis batch_shape converted, and no batch could ever be given to it (numpy arrays have
     at most 64 axes): refused when it is read, naming the layer that receives it; 63 axes and the
     batch's run."""
-    from deep_files import keras3_config, _keras3_weight_tree
+    from deep_files import _keras3_weight_tree, keras3_config
 
     config = keras3_config(1, graph=False)
     config["config"]["layers"][0]["config"]["batch_shape"] = [None] + [1] * (axes - 1) + [4]

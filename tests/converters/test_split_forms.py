@@ -16,12 +16,12 @@ import shutil
 import h5py
 import numpy as np
 import pytest
+from keras_zoo import SPLIT_FORMATS, SPLIT_READER_FORMAT, equivalence_models
+from test_equivalence import assert_keras_close
 
 import malinn
 from malinn.converters import read_keras
 from malinn.converters.to_malinn import SUPPORTED_LAYERS
-from keras_zoo import SPLIT_FORMATS, SPLIT_READER_FORMAT, equivalence_models
-from test_equivalence import assert_keras_close
 
 #: The whole-model file each split form is compared with (same generation; Keras 3's .keras holds
 #: a LoRA Dense's kernel merged by Keras, as its .weights.h5 does).

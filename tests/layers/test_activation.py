@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from helpers import activation, assert_close
+
 from malinn import Sequential
 from malinn.layers import Activation, Dense
 

@@ -4,12 +4,11 @@ convolution as a plain matmul), over odd shapes, strides, dilations, paddings, g
 
 import numpy as np
 import pytest
+from helpers import activation, conv2d_reference, depthwise_reference, rounded_kernel
 
 import malinn
-from malinn import kernel_choice
+from malinn.choice import kernel_choice
 from malinn.layers import Conv1D, Conv2D, DepthwiseConv2D, SeparableConv2D
-
-from helpers import activation, conv2d_reference, depthwise_reference, rounded_kernel
 
 pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
 
@@ -240,10 +239,10 @@ def test_config_round_trips():
 
 
 def test_the_plan_chooses_the_conv_algorithm_per_layer_geometry(device):
-    """Each layer runs what malinn.conv_choice chooses for its geometry (the library's
+    """Each layer runs what malinn.choice.conv_choice chooses for its geometry (the library's
     conv_algorithms rules, untuned here): the patch matrix and a matmul for an im2col kernel, one
     conv step otherwise; every kind's rules end in a conv kernel that takes every layer."""
-    from malinn.conv_choice import ConvGeometry, choose_algorithm
+    from malinn.choice.conv_choice import ConvGeometry, choose_algorithm
 
     for h, c, m, k, batch in [(3, 3, 27, 3, 1), (13, 64, 64, 3, 7), (28, 256, 256, 3, 8)]:
         model = _run(Conv2D(m, k, padding="same"), np.zeros((1, h, h, c)))

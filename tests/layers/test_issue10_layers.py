@@ -4,11 +4,24 @@ kernel's layout: the default one, and Morton's blocked C_4_2_C), on every workin
 
 import numpy as np
 import pytest
-
 from helpers import assert_close
+
 from malinn import Sequential, ops
-from malinn.layers import (BatchNormalization, Dense, Identity, LayerNormalization, Normalization, Permute, PReLU,
-                           RepeatVector, Rescaling, Reshape, Softmax, ThresholdedReLU, UnitNormalization)
+from malinn.layers import (
+    BatchNormalization,
+    Dense,
+    Identity,
+    LayerNormalization,
+    Normalization,
+    Permute,
+    PReLU,
+    RepeatVector,
+    Rescaling,
+    Reshape,
+    Softmax,
+    ThresholdedReLU,
+    UnitNormalization,
+)
 
 pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
 
@@ -95,8 +108,9 @@ def test_layer_and_unit_normalization_over_any_axes(device, shape, matmul, rng):
             gamma, beta = (w.astype(np.float64).reshape(where) for w in layer.get_weights())
             return (x - mean) / np.sqrt(var + 1e-3) * gamma + beta
         run(device, LayerNormalization(axis=list(axes)), shape, layer_norm, rng, matmul)
-        unit = lambda x, layer, axes=axes: x / np.maximum(np.sqrt((x * x).sum(axis=axes_of(axes, rank), keepdims=True)),
-                                                            1e-12)
+        def unit(x, layer, axes=axes):
+            return x / np.maximum(np.sqrt((x * x).sum(axis=axes_of(axes, rank), keepdims=True)),
+                                                                    1e-12)
         run(device, UnitNormalization(axis=list(axes)), shape, unit, rng, matmul)
 
 
@@ -104,7 +118,8 @@ def test_layer_and_unit_normalization_over_any_axes(device, shape, matmul, rng):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_prelu_thresholded_relu_rescaling_normalization(device, shape, matmul, rng):
     rank = len(shape) + 1
-    prelu = lambda x, layer: np.where(x < 0, layer.alpha.astype(np.float64) * x, x)
+    def prelu(x, layer):
+        return np.where(x < 0, layer.alpha.astype(np.float64) * x, x)
     for shared in (None, [1], [rank - 1], list(range(1, rank))):
         run(device, PReLU(shared_axes=shared), shape, prelu, rng, matmul)
     run(device, ThresholdedReLU(0.7), shape, lambda x, layer: np.where(x > 0.7, x, 0.0), rng, matmul)
@@ -119,7 +134,8 @@ def test_prelu_thresholded_relu_rescaling_normalization(device, shape, matmul, r
         var = rng.random(layer.stat_shape) + 0.5
         layer.set_weights([mean, var])
         where = [d if (axis is not None and i % rank == axis % rank) else 1 for i, d in enumerate((1,) + shape)]
-        reference = lambda x, _, m=mean.reshape(where), v=var.reshape(where): (x - m) / np.sqrt(v)
+        def reference(x, _, m=mean.reshape(where), v=var.reshape(where)):
+            return (x - m) / np.sqrt(v)
         x = (rng.standard_normal((7,) + shape) * 3 + mean.reshape(where)[0]).astype(np.float32)
         model = Sequential([layer])
         assert_close(model.predict(x), reference(x.astype(np.float64), layer))

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from helpers import assert_close
+
 from malinn import Sequential
 from malinn.layers import Activation, BatchNormalization, Dense, Flatten, LayerNormalization
 

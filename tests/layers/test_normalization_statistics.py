@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from keras_zoo import FORMATS, statistics_models
 
 import malinn
-from keras_zoo import FORMATS, statistics_models
 
 #: one file per Keras generation: the statistics do not depend on the format
 CASES = [pytest.param(fmt, key, id=f"{fmt}-{key}") for fmt in ("keras3-zip", "keras2-h5")

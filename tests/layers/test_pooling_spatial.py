@@ -3,13 +3,26 @@ read a kernel's layout and padding, not only the uploaded input) and straight fr
 
 import numpy as np
 import pytest
+from helpers import pool2d_reference
 
 import malinn
-from malinn.layers import (AveragePooling1D, AveragePooling2D, Conv2D, Cropping1D, Cropping2D,
-                           GlobalAveragePooling1D, GlobalAveragePooling2D, GlobalMaxPooling1D, GlobalMaxPooling2D,
-                           MaxPooling1D, MaxPooling2D, UpSampling1D, UpSampling2D, ZeroPadding1D, ZeroPadding2D)
-
-from helpers import pool2d_reference
+from malinn.layers import (
+    AveragePooling1D,
+    AveragePooling2D,
+    Conv2D,
+    Cropping1D,
+    Cropping2D,
+    GlobalAveragePooling1D,
+    GlobalAveragePooling2D,
+    GlobalMaxPooling1D,
+    GlobalMaxPooling2D,
+    MaxPooling1D,
+    MaxPooling2D,
+    UpSampling1D,
+    UpSampling2D,
+    ZeroPadding1D,
+    ZeroPadding2D,
+)
 
 pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
 

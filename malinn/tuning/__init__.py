@@ -1,0 +1,1 @@
+"""``malinn tune``: timing candidate kernels and configurations on a device, storing the winners."""
