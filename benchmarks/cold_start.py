@@ -24,7 +24,7 @@ Before measuring, malinn's modules are compiled to bytecode (``compileall``, as 
 so ``warm`` reads them even where PYTHONDONTWRITEBYTECODE is set; numpy and pyopencl are installed
 packages and have theirs.
 
-``above_floor_s`` = warm - floor is what malinn adds (the part malinn owns); the target of issue 9 is
+``above_floor_s`` = warm - floor is what malinn adds (the part malinn owns); the target is
 warm <= 0.3 s. ``process`` figures are the parent's wall time of the whole child process (the
 interpreter's own start included). Medians of --repeat processes each, the kinds interleaved.
 

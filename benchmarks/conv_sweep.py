@@ -1,6 +1,6 @@
 """A sweep of the implicit-GEMM convolution (conv_implicit) on the layers under 0.5x cuDNN.
 
-For each layer at its batch (issue 11's misses in benchmarks/results/convolution_nvidia_h200.json:
+For each layer at its batch (the misses in benchmarks/results/convolution_nvidia_h200.json:
 AlexNet conv2 at batch 1 and 8, conv5 at batch 8, VGG-16 conv4_3 at batch 1, GoogLeNet
 inception_5b/5x5 at batch 8; stride 1, 'same' padding, ReLU), in one run:
   * cuDNN (torch, fp32, TF32 off, CUDA events), when torch sees a CUDA GPU;

@@ -250,7 +250,7 @@ def chosen(plan) -> str:
 
 def summary(rows) -> list:
     """Per layer and batch: the fastest of the forced algorithms, and the default's and the tuned
-    choice's ratio to cuDNN (its time over ours: >= 0.5 is the issue's target)."""
+    choice's ratio to cuDNN (its time over ours: >= 0.5 is the target)."""
     table = {}
     for row in rows:
         table.setdefault((row["network"], row["layer"], row["batch"], row["precision"]), []).append(row)

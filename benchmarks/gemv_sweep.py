@@ -19,7 +19,7 @@ weights as the precision stores them, float64). GB/s: the weights' bytes in the 
 median time; ``of_copy``: that over the copy bandwidth (bytes read plus written per second).
 
 The summary gives, per product and precision, the best of each kernel; the speed-up of each precision
-over fp32 (best against best: issue 14's >= 1.7x for fp16-storage and >= 3x for int8-weights); and per
+over fp32 (best against best: the targets are >= 1.7x for fp16-storage and >= 3x for int8-weights); and per
 batch and precision the gemv_split_c configuration with the best geometric mean over the products
 (what the library's defaults should name).
 

@@ -1,4 +1,4 @@
-"""What a compute shader gets of the GPU beside an OpenCL kernel on the same GPU (issue 12).
+"""What a compute shader gets of the GPU beside an OpenCL kernel on the same GPU.
 
 The GL backend's batch-100 products run the same algorithm as the OpenCL ones and take about twice
 as long on the H200 (where the batch-1 layers, which stream the weights, take about as long). This

@@ -1,4 +1,4 @@
-"""Transform feedback against compute shaders on the same GPU (issue 12): the gles3 backend's
+"""Transform feedback against compute shaders on the same GPU: the gles3 backend's
 vertex-stage kernels (Cronin's GEMM: gemm_feedback, the weights in a texture) beside the gl
 backend's compute shaders, and OpenCL where given, on Rovder's Table 10.5 networks.
 
@@ -9,7 +9,7 @@ device: ``malinn``, host to host (one upload, the launches, one download), media
 every backend); ``layers``, each launch alone (its kernel and median seconds: GL has no profiling
 events, so a launch is timed from the device idle to the device finished). Every result is checked
 against numpy (``max_error``; ``correct``: at most 1e-4, else said in the output too). ``ratios`` gives each device's ``malinn`` and ``launch_wall`` over the first device's,
-and ``feedback_over_compute`` the gles3 device's over the gl device's (the issue's figure).
+and ``feedback_over_compute`` the gles3 device's over the gl device's.
 
 Run:  python3 benchmarks/gl_feedback.py [--device gl,gles3] [--batch 100] [--repeat 10] [--json out.json]
 On the H200:  python3 benchmarks/gl_feedback.py --device opencl:gpu,gl:gpu,gles3:gpu --json

@@ -19,8 +19,8 @@ timed host to host (``model.predict``) with the launches made as:
 * ``first_wait``: ``first`` and ``wait`` together;
 
 the variants interleaved over --rounds rounds of --repeat predicts each (median of each round,
-then the median over rounds), beside the same network on the OpenCL device given (the issue-12
-ratio: GL over OpenCL, host to host).
+then the median over rounds), beside the same network on the OpenCL device given (the
+ratio GL over OpenCL, host to host).
 
 Run:  MALINN_GL=1 python3 benchmarks/gl_flush.py [--device gl:gpu] [--opencl gpu] [--batch 100]
                                                  [--repeat 100] [--rounds 3] [--json out.json]

@@ -1,8 +1,8 @@
 """What a launch costs in device time before it reads a byte, beside torch (CUDA) on the same GPU.
 
 A batch-1 Dense layer streams its weights once, so its kernel time is ``fixed + bytes / rate``. The
-fixed part decides how much a narrower precision or one launch fewer can gain (issues "runtime core"
-and "precisions"). This script measures both parts on one device, in one run:
+fixed part decides how much a narrower precision or one launch fewer can gain. This
+script measures both parts on one device, in one run:
 
 * OpenCL (profiling events, each launch after a kernel that reads --flush-mib MiB, so the data is
   cold as in a network): an empty kernel of one item, an empty kernel of 4096 work-groups of 256, a

@@ -29,7 +29,7 @@ network runs on each device in the same run, the peers timed once per network an
 shared by the devices' rows (each row names its ``device``); ``ratios`` then gives, per network,
 batch and precision, each further device's times over the first's (``malinn``: host to host,
 ``launch_wall``: the plan's launches from enqueue until the device finished, measured the same way
-on every backend): the issue-12 figure, GL over OpenCL (below 1.5 is the goal).
+on every backend): with --device opencl:gpu,gl:gpu, GL over OpenCL (the target: below 1.5).
 
 Run:  python3 benchmarks/models.py [--device D[,D2...]] [--batch 100] [--repeat 10] [--precision P ...] [--json out.json]
 """

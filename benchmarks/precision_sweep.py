@@ -1,5 +1,5 @@
 """Batch-1 weight streaming per precision: gemv_split_c's configurations for fp16-storage and
-int8-weights weights beside fp32's, on the two Full CIFAR layers (issue 14).
+int8-weights weights beside fp32's, on the two Full CIFAR layers.
 
 For each product ``m x k x 1`` (units x inputs; default 4096x3072 and 3072x4096, Keras's memory order:
 gemv_split_c) and each precision it times (OpenCL profiling events, median of --repeat launches, each
@@ -24,7 +24,7 @@ Past --budget seconds only the chosen configuration and the first 3 of each grid
 configuration is first checked against numpy (the weights as the precision stores them).
 Per product and precision: the best time, GB/s (the weights' bytes in the precision over the time)
 and its share of the copy bandwidth measured in the same run; the speed-up over fp32 (best against
-best, and the chosen configuration against fp32's chosen: issue 14's targets, >= 1.7x for
+best, and the chosen configuration against fp32's chosen: the targets, >= 1.7x for
 fp16-storage and >= 3x for int8-weights); per precision, the configurations ranked by the geometric
 mean of their time over the best on each product, and the first of them written as a
 ``matmul_fallback`` entry to paste into kernels/library.json. ``floor_ms``: a 4 KiB copy's event time

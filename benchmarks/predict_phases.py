@@ -13,7 +13,7 @@ For each network of Rovder's Table 10.5 (``models.py``) at batch 1 and --batch, 
 * ``run``: ``Plan.run`` (the sequence, with its staging of the input and output);
 * ``predict``: ``model.predict(x)`` (input checks and the plan's look-up besides).
 
-It names the phase where one backend loses to another (issue 12: GL against OpenCL on one GPU).
+It names the phase where one backend loses to another (GL against OpenCL on one GPU, say).
 
 Run:  python3 benchmarks/predict_phases.py [--device D[,D2...]] [--batch 100] [--repeat 100]
                                            [--models NAME ...] [--json out.json]

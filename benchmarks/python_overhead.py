@@ -11,7 +11,7 @@ For each network of Rovder's Table 10.5 (``models.py``) at batch 1 on one device
 * ``plan_run``: ``Plan.run`` (the device's lock, the input's staging, the outputs cut and copied);
 * ``predict``: ``model.predict(x)`` (its checks, or the last call's plan for an array of its shape).
 
-Each difference is what one layer of malinn costs per call (issue 9: ``predict`` within 1.3x of the
+Each difference is what one layer of malinn costs per call (the target: ``predict`` within 1.3x of the
 floor). OpenCL devices only.
 
 Run:  python3 benchmarks/python_overhead.py [--device D] [--repeat 400] [--json out.json]

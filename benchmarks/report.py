@@ -269,11 +269,11 @@ def main(argv=None):
             doc += [f"### {title}", ""] + models_table(d) + [""]
     if backends_gpu:
         doc += ["### NVIDIA H200: the OpenGL backend beside the OpenCL backend, one run", "",
-                f"`{backends_gpu['command']}` (issue 12's goal: GL within 1.5x of OpenCL).", ""]
+                f"`{backends_gpu['command']}` (the target: GL within 1.5x of OpenCL).", ""]
         doc += backends_table(backends_gpu) + [""]
     if backends_h100:
         doc += ["### NVIDIA H100: the OpenGL backend (with the GLSL gemm_keras and gemv_split) beside OpenCL, one run",
-                "", f"`{backends_h100['command']}` (`--repeat 10`: a noisy run; issue 12's goal: GL within 1.5x"
+                "", f"`{backends_h100['command']}` (`--repeat 10`: a noisy run; the target: GL within 1.5x"
                 " of OpenCL).", ""]
         doc += backends_table(backends_h100) + [""]
     if conv_gpu or conv_cpu:

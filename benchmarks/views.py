@@ -1,4 +1,4 @@
-"""Views in a plan (issue 10): Concatenate inputs written by their Dense layers straight into the
+"""Views in a plan: Concatenate inputs written by their Dense layers straight into the
 concatenation's buffer and Reshapes that launch nothing, beside the same plans with every view
 turned back into its copy kernel, on one device.
 

@@ -70,10 +70,10 @@ KERAS3_ONLY = {"hard_silu", "hard_swish"}
 #: Models built of supported layers (besides the act_* ones), checked against Keras.
 LAYER_MODELS = ["noops", "multiaxis", "batchnorm", "relus", "wide", "tiny", "digits", "cnn", "cnn1d", "cnn_odd"]
 
-#: The single-input layers of issue 10 on every rank and axis (tests/converters/test_layer_models.py):
+#: The single-input layers (activations, normalizations, reshaping, rescaling) on every rank and axis (tests/converters/test_layer_models.py):
 #: key -> the generations that have it (tf_keras has no rms_scaling, Keras 3 no ThresholdedReLU).
 #: Each also records ``x_large`` / ``y_large``: inputs far outside [-1, 1] and Keras's outputs.
-ISSUE10_MODELS = {
+SINGLE_INPUT_LAYER_MODELS = {
     "dense_nd": ("keras3", "tf_keras"), "dense_4d": ("keras3", "tf_keras"),
     "softmax_axes": ("keras3", "tf_keras"), "batchnorm_axes": ("keras3", "tf_keras"),
     "batchnorm_tf_variants": ("tf_keras",),
@@ -85,8 +85,8 @@ ISSUE10_MODELS = {
 }
 
 
-def issue10_models(generation):
-    return [key for key, generations in ISSUE10_MODELS.items() if generation in generations]
+def single_input_layer_models(generation):
+    return [key for key, generations in SINGLE_INPUT_LAYER_MODELS.items() if generation in generations]
 
 
 #: Custom objects registered under the names of Keras built-ins, each computing twice the built-in
@@ -136,7 +136,7 @@ def activation_models(generation):
 
 def equivalence_models(generation):
     """Model keys the equivalence tests run for ``generation``."""
-    return LAYER_MODELS + activation_models(generation) + issue10_models(generation)
+    return LAYER_MODELS + activation_models(generation) + single_input_layer_models(generation)
 
 
 BATCH_SIZES = [1, 7, 100]
@@ -334,8 +334,8 @@ class Zoo:
         rng = self.np.random.default_rng(seed + self.seed_offset)
         return rng.uniform(low, high, (n, *shape)).astype(self.np.float32)
 
-    def add_issue10(self, key, model, x, x_large):
-        """A model of :data:`ISSUE10_MODELS`: inputs in [-1, 1] (``x``) and large ones."""
+    def add_single_input_layer(self, key, model, x, x_large):
+        """A model of :data:`SINGLE_INPUT_LAYER_MODELS`: inputs in [-1, 1] (``x``) and large ones."""
         np = self.np
         x_large = np.asarray(x_large, np.float32)
         self.add(key, model, x, extra={"x_large": x_large, "y_large": plain(model(x_large, training=False))})
@@ -496,12 +496,12 @@ class Zoo:
 
         self.build_cnn()
         self.build_digits()
-        self.build_issue10()
+        self.build_single_input_layers()
 
-    def build_issue10(self):
-        """The models of :data:`ISSUE10_MODELS`."""
+    def build_single_input_layers(self):
+        """The models of :data:`SINGLE_INPUT_LAYER_MODELS`."""
         L, np = self.L, self.np
-        keys = issue10_models(self.generation)
+        keys = single_input_layer_models(self.generation)
 
         def seq(key, shape, layers, seed, large=100.0, x=None, x_large=None):
             model = self.sequential(shape, layers, key)
@@ -509,7 +509,7 @@ class Zoo:
             x_large = self.inputs(shape, seed=seed + 50, scale=large) if x_large is None else x_large
             self.calibrate(model, x, seed)
             self.jitter(model, seed)
-            self.add_issue10(key, model, x, x_large)
+            self.add_single_input_layer(key, model, x, x_large)
 
         seq("dense_nd", (5, 7), [L.Rescaling(2.0, name="resc_first"), L.Dense(13, activation="tanh", name="d13"), L.Dense(3, name="d3"),
                                  L.Dense(4, activation="relu", name="d4")], 200)
@@ -535,7 +535,7 @@ class Zoo:
                                                 L.BatchNormalization(virtual_batch_size=1, name="bn_ghost")],
                                     "batchnorm_tf_variants")
             self.randomize(model, 205)
-            self.add_issue10("batchnorm_tf_variants", model, self.uniform((4, 5, 6), seed=205),
+            self.add_single_input_layer("batchnorm_tf_variants", model, self.uniform((4, 5, 6), seed=205),
                              self.inputs((4, 5, 6), seed=255, scale=30.0))
         seq("elementwise_nd", (4, 5), [L.ReLU(max_value=0.8, name="relu"), L.Activation("tanh", name="tanh"),
                                        L.LeakyReLU(0.2, name="leaky"), L.Dropout(0.2, name="drop")], 204)

@@ -283,7 +283,7 @@ def test_stale_temporaries_of_a_killed_writer_are_swept(cache_dir, monkeypatch):
 
 def test_a_long_running_process_sweeps_again_an_hour_later(cache_dir, monkeypatch):
     """The sweep ran once per folder and process: a service running for months never removed a
-    temporary that a killed process left after its first write (a review)."""
+    temporary that a killed process left after its first write."""
     folder = cache_dir / "programs"
     folder.mkdir()
     monkeypatch.setattr(cache, "_swept", {})

@@ -190,7 +190,7 @@ def test_verify_shows_the_exception_keras_failed_with():
 @pytest.mark.skipif(not HAS_TF, reason="verify needs tensorflow (test extra)")
 def test_verify_says_keras_quantized_layers_to_int8_and_takes_its_tolerance(keras_zoo):
     """model.quantize("int8"): Keras rounds the layers' inputs to int8 as well, malinn computes in
-    float32 with the int8 weights. verify said 'keras in float32' and failed at 1e-5 (a review: 5e-3)."""
+    float32 with the int8 weights. verify said 'keras in float32' and failed at 1e-5 (5e-3)."""
     out = malinn("verify", keras_zoo.path("keras3-zip", "int8"))
     assert out.returncode == 0, out.stdout + out.stderr
     header = out.stdout.splitlines()[0]
@@ -201,7 +201,7 @@ def test_verify_says_keras_quantized_layers_to_int8_and_takes_its_tolerance(kera
 @pytest.mark.skipif(not HAS_TF, reason="verify needs tensorflow (test extra)")
 def test_verify_compares_with_keras_without_onednns_fused_nan_results(tmp_path):
     """TensorFlow's oneDNN softmax gives [nan, 0, 0, 0] for [nan, 0, 1, 2] (Keras's arithmetic, and
-    malinn: all NaN); verify ran Keras with oneDNN on and failed with an infinite error (a review)."""
+    malinn: all NaN); verify ran Keras with oneDNN on and failed with an infinite error."""
     path, x = tmp_path / "softmax.keras", tmp_path / "x.npy"
     np.save(x, np.array([[np.nan, 0, 1, 2], [1, 2, 3, 4]], np.float32))
     env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
@@ -570,7 +570,7 @@ def test_a_wrong_kernels_folder_is_not_blamed_on_the_model_file(digits_malinn, t
 @pytest.mark.skipif(not HAS_TF, reason="verify needs tensorflow (test extra)")
 def test_verify_says_keras_computed_in_half_and_takes_its_tolerance(keras_zoo):
     """A model of bfloat16 layers: Keras computes them in bfloat16, malinn in float32. verify said
-    'keras in float32' and failed at fp32's 1e-5 (a review's mixed_float16 model: MISMATCH at 3e-4)."""
+    'keras in float32' and failed at fp32's 1e-5 (a mixed_float16 model: MISMATCH at 3e-4)."""
     out = malinn("verify", keras_zoo.path("keras3-zip", "bfloat16"))
     assert out.returncode == 0, out.stdout + out.stderr
     header = out.stdout.splitlines()[0]

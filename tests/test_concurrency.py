@@ -1,4 +1,4 @@
-"""Concurrency (issue 5, item 4; docs/RELIABILITY.md): ``predict`` on one model from several
+"""Concurrency (docs/RELIABILITY.md): ``predict`` on one model from several
 threads at once gives exactly the results of single-threaded calls, with warm and cold caches."""
 
 import threading
@@ -245,7 +245,7 @@ print(n, seen["old"], seen["new"], seen["other"])
 def test_set_weights_while_other_threads_predict_never_crashes(device):
     """A plan keeps the buffers its launches were bound to: set_weights dropped the layer's weight
     copy while another thread's plan still ran on it, and PoCL aborted the process ('PTHREAD ERROR
-    in can_run_command') within seconds (a review). A one-layer model answers with the old weights
+    in can_run_command') within seconds. A one-layer model answers with the old weights
     or the new, nothing else. In a subprocess: an abort must fail this test, not the run."""
     import subprocess
     import sys
@@ -261,7 +261,7 @@ def test_set_weights_while_other_threads_predict_never_crashes(device):
 def test_a_weight_change_during_another_plans_upload_is_not_lost(device, monkeypatch):
     """A thread changing a layer's weights while another thread's plan uploads the old ones: the old
     upload finished into the layer's (cleared) copies and every later plan reused it: the new
-    weights were never seen (a review: 60 stale results in 80). Forced here: the change lands
+    weights were never seen (60 stale results in 80). Forced here: the change lands
     inside the upload."""
     model = Sequential([Dense(3, name="d")])
     model.build((None, 4))

@@ -1,6 +1,6 @@
 """gemm_keras (kernels/gemm_keras.cl): the register-blocked GEMM in Keras's memory order for batch
 products, with K optionally split across work-groups (SLICES) and the partial sums added by the
-tile's last work-group through a scratch buffer (issue 9).
+tile's last work-group through a scratch buffer.
 
 Each configuration the library names, and sliced ones with tiles that are not powers of two, on odd
 shapes against numpy with the weights each precision stores, with the fused epilogue; results

@@ -1,5 +1,5 @@
 """gemv_split_c_head (kernels/gemv_split.cl with HEAD=1): a small Dense head computed inside the kernel
-of the Dense layer before it, at batches up to the kernel's NB (issue 9: one launch fewer).
+of the Dense layer before it, at batches up to the kernel's NB (one launch fewer).
 
 Networks planned with the GPU's defaults (the device's kind pretended) on odd shapes (first layer's
 units and inputs among 1, 3, 5, 13, 1001; head units 1, 3, 10, 64), every precision against numpy

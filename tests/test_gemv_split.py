@@ -1,5 +1,5 @@
 """gemv_split (kernels/gemv_split.cl): batch 1..8 products with K split across work-groups, the
-partial sums reduced by the last work-group through a scratch buffer (issues 9 and 14).
+partial sums reduced by the last work-group through a scratch buffer.
 
 Every configuration the library names or the tuner can emit, on odd shapes (m and k among 1, 3, 5,
 13, 1001, 4099; n = 1 .. NB), against numpy computed with the weights each precision stores

@@ -1,4 +1,4 @@
-"""The GLSL twins of the OpenCL GPU's fastest matmul kernels (issue 12): gl/gemm_keras.comp (the
+"""The GLSL twins of the OpenCL GPU's fastest matmul kernels: gl/gemm_keras.comp (the
 gemm_keras, gemm_keras_large and gemm_keras_narrow entries) and gl/gemv_split.comp (gemv_split,
 gemv_split_c), K split over work-groups with the partial sums in the scratch buffer.
 

@@ -1,4 +1,4 @@
-"""Large inputs, out-of-memory and non-finite inputs (issue 5, item 5; docs/RELIABILITY.md).
+"""Large inputs, out-of-memory and non-finite inputs (docs/RELIABILITY.md).
 
 The device's largest single allocation is lowered through the real ``Device.max_allocation``
 attribute (what ``Sequential.max_batch`` and ``matrix.allocate`` read), so that splitting and

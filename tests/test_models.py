@@ -198,7 +198,7 @@ def test_summary_lists_layers_and_params():
 def test_summary_names_the_keras_layers_folded_into_a_layer():
     """A BatchNormalization the converter folded into the convolution before it: its parameters are
     that layer's now, so the total is below Keras's; the row says which layer went in (the summary
-    said nothing, and a review counted 6090 against Keras's 6218)."""
+    said nothing, and it counted 6090 against Keras's 6218)."""
     model = load_model(Path(__file__).resolve().parents[1] / "examples" / "digits_cnn.keras")
     text = model.summary(print_fn=lambda s: None)
     assert "conv2d_1 (Conv2D) + batch_normalization (folded)" in text, text
@@ -318,7 +318,7 @@ def test_from_config_makes_the_model_get_config_describes(rng):
 
 def test_a_service_cycling_through_many_batch_sizes_plans_each_once(device, monkeypatch):
     """Eight plans were kept: answering 1..9 samples in turn made a plan on every call (2 ms a
-    predict against 0.1, a review measured). Small plans are kept up to a budget of their buffers;
+    predict against 0.1, measured). Small plans are kept up to a budget of their buffers;
     plans of an older model state (set_weights) are dropped, not kept beside the new ones."""
     model = Sequential([Dense(16, activation="relu"), Dense(3)])
     model.build((None, 8))

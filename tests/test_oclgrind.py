@@ -1,4 +1,4 @@
-"""Every kernel of kernels/library.json under Oclgrind's memory, race and API checks (issue 5, item 1).
+"""Every kernel of kernels/library.json under Oclgrind's memory, race and API checks.
 
 Oclgrind (Debian's ``oclgrind``) simulates an OpenCL device and reports out-of-bounds accesses,
 data races, uses of uninitialised values and API misuse on stderr. The cases (odd shapes for
@@ -274,7 +274,7 @@ def elementwise_cases() -> list[dict]:
     return cases
 
 
-#: the layers of issue 10, each on odd samples, first (input in C) and after a Dense (the matmul
+#: the single-input layers, each on odd samples, first (input in C) and after a Dense (the matmul
 #: kernel's layout: morton_4_2's blocked C_4_2_C): (layer, config, sample shape, kernels it runs)
 LAYER_CASES = [
     ("BatchNormalization", {"axis": 1}, (3, 5), ["broadcast"]),

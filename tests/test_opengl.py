@@ -162,7 +162,7 @@ def test_too_large_a_buffer_is_a_device_error_naming_what():
 @needs_gl
 def test_an_interrupt_while_making_the_context_current_gives_the_lock_back(monkeypatch):
     """A KeyboardInterrupt (a SIGALRM timeout around predict, say) that landed while the lock made
-    the context current left the lock held: every other thread's predict then hung (a review)."""
+    the context current left the lock held: every other thread's predict then hung."""
     import threading
 
     device, before = GL[0], malinn.get_device()
@@ -352,7 +352,7 @@ def test_a_kernel_whose_loops_the_driver_would_end_is_refused_by_name(monkeypatc
 
 @needs_gl
 def test_convolution_kernels_whose_loops_the_driver_would_end_are_not_chosen_or_are_refused(monkeypatch):
-    """The direct convolutions bound their loops too (a review found conv_kn2row wrong from 65700
+    """The direct convolutions bound their loops too (conv_kn2row was wrong from 65700
     taps x channels on llvmpipe, the default choice for an 18 x 18 x 8192 input, and a depthwise
     260 x 260 window wrong): with a limit of 1000, a 3 x 3 kn2row over 120 channels (1,137
     iterations) does not run where 100 channels (957) do, and a depthwise 32 x 32 window (1,056)

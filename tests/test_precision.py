@@ -1,4 +1,4 @@
-"""Weight precisions (issue 14): fp16-storage, fp16 and int8-weights beside fp32.
+"""Weight precisions: fp16-storage, fp16 and int8-weights beside fp32.
 
 Each reduced precision is checked twice: against a numpy reference computed with the very weights
 the kernel multiplies by (``malinn.library.precision.effective``: the float16 values, or the int8 values
@@ -286,7 +286,7 @@ def test_a_device_kind_whose_default_reads_fp32_only_gets_a_kernel_that_reads_th
 
 def test_convert_says_how_many_weights_half_precision_stores_as_zero(tmp_path, capsys):
     """Weights below float16's smallest (about 6e-8) become 0 in fp16-storage: a model of 1e-8
-    weights predicted all zeros without a word (a review); convert names the layers and the count."""
+    weights predicted all zeros without a word; convert names the layers and the count."""
     from malinn.cli.commands import main
 
     model = dense_model([4, 2], [None], "fp32")
@@ -462,7 +462,7 @@ def bytes_per_item_and_step(spec) -> int:
 
 @pytest.mark.parametrize("precision", REDUCED + ("fp16",))
 def test_reduced_weights_stream_in_wide_loads_with_as_many_bytes_per_item_as_fp32(precision):
-    """Issue 14: half and int8 weights read in vector loads of 8 or more bytes of rows (VW 8: half8 is
+    """half and int8 weights read in vector loads of 8 or more bytes of rows (VW 8: half8 is
     16 bytes, char8 8; char16 loads were slower inside the network on the H200,
     benchmarks/results/insitu_b1_cifar_int8_nvidia_h200.json), each item moving at least the bytes per
     step that fp32's general configuration does, over fewer items (fp32's own configuration for

@@ -1,4 +1,4 @@
-"""Property tests (hypothesis) over layouts and Dense/Sequential (issue 5, item 2).
+"""Property tests (hypothesis) over layouts and Dense/Sequential.
 
 Random shapes (1 and odd sizes included), random Hybrid Morton layouts (R, C and multi-level
 ones built at random), random activations and matmul kernels: everything agrees with numpy.

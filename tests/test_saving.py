@@ -122,7 +122,7 @@ def test_load_model_names_a_path_that_is_not_one(path):
 
 
 def test_an_empty_path_is_named_not_taken_for_the_current_folder():
-    """Path("") is ".": load_model(json, weights="") said ".: is a directory" (a review)."""
+    """Path("") is ".": load_model(json, weights="") said ".: is a directory"."""
     with pytest.raises(ConversionError, match="^weights is an empty path; give the file$"):
         malinn.load_model(Path(__file__).resolve().parents[1] / "examples" / "digits_mlp.keras", weights="")
     with pytest.raises(ConversionError, match="^path is an empty path; give the file$"):

@@ -320,7 +320,7 @@ def test_a_run_cut_short_replaces_no_faster_stored_winner(device, cache, stored_
 
 def test_a_run_cut_short_keeps_no_stored_winner_the_library_no_longer_offers(device, cache):
     """A faster stored winner whose kernel left the library (or whose preconditions no longer hold
-    for the shape) is replaced, not kept: every later process ignored it with a warning (a review)."""
+    for the shape) is replaced, not kept: every later process ignored it with a warning."""
     shapes = [(13, 37, 33)]
     gone = {"codename": "no_such_kernel", "defines": {}, "gflops": 1e9, "shapes": [list(s) for s in shapes]}
     (cache / "tuning.json").write_text(json.dumps(database(device, {"general": gone,
@@ -335,7 +335,7 @@ def test_a_run_cut_short_keeps_no_stored_winner_the_library_no_longer_offers(dev
 
 def test_tune_names_the_candidates_that_failed_or_ran_wrong(device, cache, monkeypatch, capsys):
     """A candidate that does not build or gives numbers numpy does not was dropped without a word:
-    for a kernel developer adding candidates, the tuner is the only check they get (a review)."""
+    for a kernel developer adding candidates, the tuner is the only check they get."""
     from malinn.cli import commands as cli
 
     timed = tuner._time_product
@@ -384,7 +384,7 @@ class _Terminal(io.StringIO):
 
 
 def test_progress_to_a_log_is_a_line_at_each_quarter():
-    """Not a terminal: no carriage returns (a review's log filled with them), four lines for 100 steps."""
+    """Not a terminal: no carriage returns (a log filled with them), four lines for 100 steps."""
     stream = io.StringIO()
     started = tuner.time.perf_counter()
     for done in range(101):

@@ -260,7 +260,7 @@ class PlanBuilder:
              "NORMALIZE": int(bool(normalize)), "NORM_FLOOR": f"{float(norm_floor):.1e}f"})
         return self._record("dot", spec, shape, {"a": x, "b": y}, what)
 
-    # ---------------------------------------------------------------- layers beyond Dense (issue 10)
+    # ---------------------------------------------------------------- layers beyond Dense
     def broadcast(self, x: Value, form: int, scale: Vector, shift: Vector | None, period_cols: int,
                   what: str = "broadcast") -> Value:
         """Per-element parameters applied to ``x`` in place (kernels/broadcast.cl): ``form`` 0 is

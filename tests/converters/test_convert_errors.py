@@ -407,7 +407,7 @@ def test_malinn_file_from_a_newer_malinn(good_malinn):
 
 def test_batchnorm_over_several_axes_is_refused_by_name():
     """tf_keras takes BatchNormalization(axis=[1, 3]) (a statistic per pair of indices); the refusal
-    said only that its weights 'must be vectors of one length' (a review)."""
+    said only that its weights 'must be vectors of one length'."""
     from converters.model_spec import KerasLayer, KerasModel
     from converters.validate import check_model
 

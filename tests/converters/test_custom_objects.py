@@ -1,4 +1,4 @@
-"""Custom objects are refused by name, never read as the built-ins they are named like (issue 8 §4).
+"""Custom objects are refused by name, never read as the built-ins they are named like.
 
 A Dense subclass registered as ``adv>Dense``, a Sequential subclass with its own ``call`` and an
 activation registered as ``adv>relu`` each compute twice the built-in; Keras loads their files only

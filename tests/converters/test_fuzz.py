@@ -1,4 +1,4 @@
-"""Fuzzing the converter (issue 5, item 3; docs/RELIABILITY.md).
+"""Fuzzing the converter (docs/RELIABILITY.md).
 
 Over a thousand mutated model files, made with a fixed seed from three valid ones: the Keras 3
 archive examples/digits_mlp.keras, a Keras 3 legacy ``.h5`` of the same model (written here with

@@ -1,4 +1,4 @@
-"""Keras 3's Dense variants and bfloat16 weights (issue 8 §4): read exactly, or refused by name.
+"""Keras 3's Dense variants and bfloat16 weights: read exactly, or refused by name.
 
 * bfloat16 variables (Keras 3 and tf_keras, ``.keras`` and ``.h5``) are stored as a 2-byte opaque
   HDF5 type; they widen to float32 exactly, and malinn computes in float32: it equals Keras's

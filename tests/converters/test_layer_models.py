@@ -1,6 +1,6 @@
-"""The single-input layers of issue 10 against Keras with large inputs, and where they fold.
+"""The single-input layers (activations, normalizations, reshaping, rescaling) against Keras with large inputs, and where they fold.
 
-The zoo's ISSUE10_MODELS (tests/keras_zoo.py) run in tests/converters/test_equivalence.py on inputs
+The zoo's SINGLE_INPUT_LAYER_MODELS (tests/keras_zoo.py) run in tests/converters/test_equivalence.py on inputs
 in [-1, 1] at batch 1, 7 and 100, layer by layer and through a malinn file; here the same models
 take inputs far outside [-1, 1] (``x_large``: standard deviation 30 to 100, or raw tabular
 features such as a year or an income), and the layers that fold into a Dense are checked to.
@@ -9,13 +9,13 @@ features such as a year or an income), and the layers that fold into a Dense are
 from __future__ import annotations
 
 import pytest
-from keras_zoo import FORMATS, issue10_models
+from keras_zoo import FORMATS, single_input_layer_models
 from test_equivalence import assert_keras_close, group_of, load
 
 import malinn
 
 CASES = [pytest.param(fmt, key, id=f"{fmt}-{key}") for fmt, (generation, _) in FORMATS.items()
-         for key in issue10_models(generation)]
+         for key in single_input_layer_models(generation)]
 
 
 @pytest.mark.parametrize("fmt,key", CASES)

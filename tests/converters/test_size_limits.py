@@ -1,4 +1,4 @@
-"""Declared sizes are checked before reading (issue 8 §4): no zip bomb, no phantom dataset.
+"""Declared sizes are checked before reading: no zip bomb, no phantom dataset.
 
 A ``.keras`` member that declares far more than the config's layers can hold, or that expands
 more than model weights compress, is refused before it is read, naming the member and its

@@ -1,4 +1,4 @@
-"""The single-input layers of issue 10 against numpy on odd shapes (sizes 1, 3, 5, 13, 1001), each as
+"""The single-input layers (activations, normalizations, reshaping, rescaling) against numpy on odd shapes (sizes 1, 3, 5, 13, 1001), each as
 a model's first layer (the input in Keras's order) and after a Dense (the tensor in the matmul
 kernel's layout: the default one, and Morton's blocked C_4_2_C), on every working device."""
 
@@ -195,7 +195,7 @@ def test_flatten_of_a_blocked_layout_pads_whole_chunks(device, matmul, rng):
 def test_long_softmax_and_layer_normalization_sums_round_little(device, rng):
     """Their sums run in blocks of 64 terms: summed one by one, a softmax over 16000 features was
     1.9e-5 off float64 per element and a LayerNormalization over 4096 features around 100 was off
-    by 1.3e-4 (a review measured 1.9e-5 and 4.4e-5 against Keras, beyond its 1e-5)."""
+    by 1.3e-4 (1.9e-5 and 4.4e-5 against Keras were measured, beyond its 1e-5)."""
     x = (rng.standard_normal((17, 16000)) * 3).astype(np.float32)
     model = Sequential([Softmax()])
     model.build((None, 16000))
