@@ -56,6 +56,17 @@ if TYPE_CHECKING:   # what the first use of the package imports (_load), for rea
 _loaded = False
 
 
+#: where _load finds each name of the public API (a module of the package)
+_API = {
+    "Device": "backends.selection", "devices": "backends.selection", "get_device": "backends.selection",
+    "set_device": "backends.selection", "Functional": "model.functional", "Model": "model.functional",
+    "Input": "layers.input_layer", "load_library": "library.kernel_library", "Layout": "library.layout",
+    "Sequential": "model.sequential", "convert": "model.saving", "load_model": "model.saving",
+    **{name: "errors" for name in ("BackendError", "ConversionError", "DeviceError", "KernelBuildError", "LayoutError",
+                                   "LibraryError", "MalinnError", "SettingError")},
+}
+
+
 def _load() -> None:
     """Imports the public API (numpy, pyopencl and h5py with it) into the package, once: the package's
     own import stays cheap, so that the ``malinn`` command (:mod:`malinn.__main__`) takes Ctrl-C
@@ -64,25 +75,10 @@ def _load() -> None:
     if _loaded:
         return
     _loaded = True
-    from .backends.selection import Device, devices, get_device, set_device
-    from .errors import (
-        BackendError,
-        ConversionError,
-        DeviceError,
-        KernelBuildError,
-        LayoutError,
-        LibraryError,
-        MalinnError,
-        SettingError,
-    )
-    from .layers.input_layer import Input
-    from .library.kernel_library import load_library
-    from .library.layout import Layout
-    from .model.functional import Functional, Model
-    from .model.saving import convert, load_model
-    from .model.sequential import Sequential
-    layers, ops = importlib.import_module(".layers", __name__), importlib.import_module(".ops", __name__)
-    globals().update({name: value for name, value in locals().items()})
+    for name, module in _API.items():
+        globals()[name] = getattr(importlib.import_module(f".{module}", __name__), name)
+    for module in ("layers", "ops"):
+        globals()[module] = importlib.import_module(f".{module}", __name__)
 
 
 _registry.complete_with(_load)   # a file naming a class the package has not imported yet finds it

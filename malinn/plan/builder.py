@@ -131,6 +131,11 @@ class PlanBuilder:
                                f"{self.device.image2d_max_size[0]} x {self.device.image2d_max_size[1]}")
         out = self._record("matmul", spec, x.shape[:-1] + (m,), {"b": x}, what, weight=weight,
                            explicit=explicit_choice("matmul", self.device) is not None)
+        return self._bias_and_activation(out, bias, activation, params, what)
+
+    def _bias_and_activation(self, out: Value, bias, activation: str | None, params, what: str) -> Value:
+        """``out`` with a bias step (in place) and an activation step after it, where given (what a
+        kernel that fuses no epilogue leaves to steps of their own)."""
         if bias is not None:
             out = self._record("bias", choose("bias", self.device), out.shape, {"b": out}, what, storage=out.storage,
                                bias=bias)
@@ -391,12 +396,7 @@ class PlanBuilder:
 
     def _conv_step(self, spec, x, weight, out_shape, bias, activation, params, what) -> Value:
         out = self._record("conv", spec, out_shape, {"b": x}, what, weight=weight)
-        if bias is not None:
-            out = self._record("bias", choose("bias", self.device), out.shape, {"b": out}, what, storage=out.storage,
-                               bias=bias)
-        if activation not in (None, "linear"):
-            out = self.activation(out, activation, params, what)
-        return out
+        return self._bias_and_activation(out, bias, activation, params, what)
 
     def gather(self, x: Value, op: str, defines: dict, out_shape, what: str) -> Value:
         """A kernel of ``op`` (``"pool"``, ``"spatial"``, ``"im2col"``) that reads ``x`` (slot ``a``)
