@@ -70,7 +70,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", help="gpu, cpu, P:D or part of a device name (default: malinn's default device)")
     parser.add_argument("--batch", type=int, default=100,
-                        help="samples per predict besides batch 1 (planned for malinn.model.sequential.batch_bucket of it, so "
+                        help="samples per predict besides batch 1 (planned for malinn.model.model.batch_bucket of it, so "
                              "that the floor uploads what predict uploads; default: 100, the "
                              "thesis's batch)")
     parser.add_argument("--repeat", type=int, default=200, help="timed runs of each; the median counts (default: 200)")

@@ -203,7 +203,7 @@ def test_a_plan_being_made_does_not_stall_the_same_models_kept_plans(monkeypatch
             maker.join(timeout=60)
     assert still_planning, "the kept plan waited for the new one"
     np.testing.assert_array_equal(got, want)
-    assert compiled == [malinn.model.sequential.batch_bucket(200)] and len(made) == 3 and made[0] is made[1] is made[2]
+    assert compiled == [malinn.model.model.batch_bucket(200)] and len(made) == 3 and made[0] is made[1] is made[2]
 
 
 SET_WEIGHTS_WHILE_PREDICTING = r"""

@@ -339,7 +339,7 @@ def test_summary_fits_the_terminal_and_wraps_long_cells(device, monkeypatch):
     """The table was as wide as its longest cells (133 to 203 columns for a real network, with its
     kernel column): it fits the terminal (COLUMNS), at most SUMMARY_WIDTH columns, each cell that
     does not fit its column wrapped onto the lines below, none of its text lost."""
-    from malinn.model.sequential import SUMMARY_WIDTH
+    from malinn.model.summary import SUMMARY_WIDTH
 
     name = "a_dense_layer_whose_name_takes_more_room_than_a_narrow_terminal_has"
     model = Sequential([Dense(300, activation="relu", name=name), Dense(3, name="head")])

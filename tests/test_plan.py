@@ -10,7 +10,7 @@ from malinn import BackendError, Sequential, ops
 from malinn.choice import kernel_choice
 from malinn.layers import Activation, BatchNormalization, Conv2D, Dense, Flatten, ReLU, Softmax
 from malinn.library.kernel_library import load_library
-from malinn.model.sequential import batch_bucket
+from malinn.model.model import batch_bucket
 
 
 def dense_model(widths, activations, seed=0, batchnorm_after=None):

@@ -17,7 +17,7 @@ from malinn import ops
 from malinn.choice import tuning_db
 from malinn.errors import MalinnError
 from malinn.layers import Dense
-from malinn.model.sequential import batch_bucket
+from malinn.model.model import batch_bucket
 from malinn.tuning import tuner
 
 

@@ -34,8 +34,8 @@ from ..io.files import check_destination, write_file, write_stdout
 from ..io.streams import STREAM, copy_to_stdout, stdin_as_file
 from ..library.kernel_library import DEFAULT_PRECISION
 from ..library.precision import flushed
+from ..model.model import batch_bucket
 from ..model.saving import is_malinn_file, load_model, resolve_target, save_model
-from ..model.sequential import batch_bucket
 from ..plan.progress import reported_by_caller
 from ..plan.tensor import format_shape
 from ..tuning.conv_tuner import tune_convs

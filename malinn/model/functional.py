@@ -7,7 +7,7 @@ Built as in Keras, from symbolic tensors::
     y = Add()([x, Dense(8)(h)])            # a residual block
     model = malinn.Functional(x, y)        # or malinn.Model(inputs=x, outputs=y)
 
-or by the converter from a Keras file. It shares :class:`~malinn.model.sequential.PlannedModel`'s plans,
+or by the converter from a Keras file. It shares :class:`~malinn.model.model.PlannedModel`'s plans,
 passes, memory and weights with ``Sequential``: every layer call lowers into the same plan (a DAG
 of steps over named values), so a merge needs no mechanism of its own. ``predict`` takes one array,
 a list of arrays (one per input) or a dict by input name, and returns one array per output (a
@@ -24,7 +24,7 @@ from ..layers.input_layer import Input, KerasTensor
 from ..plan.builder import PlanBuilder
 from ..plan.tensor import format_shape
 from ..registry import register
-from .sequential import PlannedModel
+from .model import PlannedModel
 
 __all__ = ["Functional", "Model"]
 
@@ -50,7 +50,7 @@ class Functional(PlannedModel):
         outputs: a tensor, a list of them or a dict by name.
         name: the model's name.
         precision: the weights' precision, as for ``Sequential`` (default ``fp32``; see
-            :class:`~malinn.model.sequential.PlannedModel`); merges compute on float32 activations in every
+            :class:`~malinn.model.model.PlannedModel`); merges compute on float32 activations in every
             precision.
 
     Raises:
@@ -244,7 +244,7 @@ class Functional(PlannedModel):
         return self._run(x, None, every_layer=True)
 
     def __call__(self, x, training=None):
-        """:meth:`predict` on ``x`` (see :meth:`~malinn.model.sequential.PlannedModel.called_on`)."""
+        """:meth:`predict` on ``x`` (see :meth:`~malinn.model.model.PlannedModel.called_on`)."""
         return self.predict(self.called_on(x, training))
 
     # ---------------------------------------------------------------- config and summary
