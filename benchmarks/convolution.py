@@ -33,31 +33,30 @@ With ``--precision fp32 fp16-storage int8-weights`` each layer's algorithms run 
 precision in turn (rows carry ``precision`` and ``weight_bytes``; outputs checked against cuDNN's
 fp32 within PRECISION_TOLERANCE).
 
-Run:  python3 benchmarks/convolution.py [--device D] [--batches 1 8] [--repeat 10] [--precision P ...]
-                                        [--json out.json]
-      (--quick: a few small layers, for a smoke test on a CPU; --algorithms to time fewer)
+The results go to ``benchmarks/results/convolution_<device>.json`` (``convolution_precision_<device>.json``
+with several precisions) unless --out says otherwise.
+
+Run:  python benchmarks/convolution.py [--device D] [--batches 1 8] [--repeat 10] [--precision P ...] [--out PATH]
+      (--quick: three small layers at batch 1, the VGG at 1 and 8, no TensorFlow, 3 repeats: a smoke
+      test on a CPU; --algorithms to time fewer)
 """
 
 from __future__ import annotations
 
-import argparse
 import io
-import json
 import os
-import shlex
 import sys
 import tempfile
 from pathlib import Path
 
+import harness
 import numpy as np
+from harness import median_time, tensorflow_model_times, torch_cuda
 
 import malinn
 from malinn.choice import conv_choice, kernel_choice, tuning_db
 from malinn.layers import Conv2D, Dense, Flatten, MaxPooling2D
 from malinn.tuning import conv_tuner
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers import median_time, tensorflow_model_times, torch_cuda  # noqa: E402
 
 #: (network, layer, H=W, C, M, k): stride 1, 'same' padding
 LAYERS = [
@@ -239,7 +238,7 @@ def chosen(plan) -> str:
     library = malinn.load_library()
     found = []
     for step in plan.steps:
-        if step.kind in ("conv", "im2col"):
+        if getattr(step.kind, "name", step.kind) in ("conv", "im2col"):
             base = library[step.spec.codename].config
             config = " ".join(f"{k}={v}" for k, v in step.spec.config.items()
                               if base.get(k) != v and k not in conv_choice.ConvGeometry.__dataclass_fields__
@@ -382,40 +381,36 @@ def bench_vgg(args, device, torch) -> list:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", help="gpu, cpu, P:D or part of a device name (default: malinn's default device)")
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8], help="batch sizes (default: 1 8)")
-    parser.add_argument("--vgg-batch", type=int, default=64, help="a larger batch for the VGG (default: 64)")
-    parser.add_argument("--repeat", type=int, default=10, help="timed runs; the median counts (default: 10)")
-    parser.add_argument("--quick", action="store_true", help="a few small layers only (a smoke test)")
+    parser = harness.arguments(__doc__, repeat=10)
+    parser.add_argument("--batches", type=int, nargs="+", help="batch sizes (default: 1 8; 1 with --quick)")
+    parser.add_argument("--vgg-batch", type=int, help="a larger batch for the VGG (default: 64; 8 with --quick)")
     parser.add_argument("--no-layers", action="store_true", help="skip the per-layer comparison")
     parser.add_argument("--no-vgg", action="store_true", help="skip the CIFAR-style VGG")
     parser.add_argument("--no-tensorflow", action="store_true", help="skip the TensorFlow-cpu peer")
-    parser.add_argument("--algorithms", nargs="+", choices=list(ALGORITHMS), default=list(ALGORITHMS),
-                        help="the forced algorithms to time besides the default and tuned choices (default: all)")
-    parser.add_argument("--tune-budget", type=float, default=4.0,
-                        help="seconds the conv tuner may spend per layer for the 'tuned' rows (default 4)")
+    parser.add_argument("--algorithms", nargs="+", choices=list(ALGORITHMS),
+                        help="the forced algorithms to time besides the default and tuned choices (default: all; kn2row, kn2col, im2col and implicit with --quick)")
+    parser.add_argument("--tune-budget", type=float,
+                        help="seconds the conv tuner may spend per layer for the 'tuned' rows (default 4; 1 with --quick)")
     parser.add_argument("--precision", nargs="+", default=["fp32"], choices=list(PRECISION_TOLERANCE),
                         help="the layers' weight precisions, each timed per algorithm (default: fp32)")
-    parser.add_argument("--json", metavar="PATH", help="also write the results, as JSON, to PATH")
-    args = parser.parse_args(argv)
+    args = harness.parse(parser, argv)
+    args.batches = args.batches or ([1] if args.quick else [1, 8])
+    args.vgg_batch = args.vgg_batch or (8 if args.quick else 64)
+    args.tune_budget = args.tune_budget or (1.0 if args.quick else 4.0)
+    args.no_tensorflow = args.no_tensorflow or args.quick
+    args.algorithms = args.algorithms or (["kn2row", "kn2col", "im2col", "implicit"] if args.quick else list(ALGORITHMS))
     # the tuned rows' winners go to a temporary tuning database, never the user's
     os.environ["MALINN_CACHE_DIR"] = tempfile.mkdtemp(prefix="malinn-conv-bench-")
     tuning_db.forget()
-    device = malinn.set_device(args.device) if args.device else malinn.get_device()
+    device, = harness.devices(args.device)
     torch = torch_cuda()
     print(f"device: {device}; torch cuDNN peer: {'yes' if torch is not None else 'no (no CUDA torch)'}")
     layers = [] if args.no_layers else bench_layers(args, device, torch)
     vgg = [] if args.no_vgg else bench_vgg(args, device, torch)
     table = summary(layers) if layers else []
-    if args.json:
-        Path(args.json).write_text(json.dumps({"device": device.describe(), "driver": device.driver_version,
-                                               "conv_default": malinn.ops.kernel_for("conv", device).codename,
-                                               "conv_rules": conv_choice._section(),
-                                               "patch_budget_bytes": conv_choice.patch_budget(device),
-                                               "layers": layers, "summary": table, "vgg": vgg,
-                                               "command": shlex.join(sys.argv)},
-                                              indent=2))
+    harness.save("convolution_precision" if len(args.precision) > 1 else "convolution", device, layers, args,
+                 conv_default=malinn.ops.kernel_for("conv", device).codename, conv_rules=conv_choice._section(),
+                 patch_budget_bytes=conv_choice.patch_budget(device), summary=table, vgg=vgg)
     return 0
 
 

@@ -31,27 +31,26 @@ batch and precision, each further device's times over the first's (``malinn``: h
 ``launch_wall``: the plan's launches from enqueue until the device finished, measured the same way
 on every backend): with --device opencl:gpu,gl:gpu, GL over OpenCL (the target: below 1.5).
 
-Run:  python3 benchmarks/models.py [--device D[,D2...]] [--batch 100] [--repeat 10] [--precision P ...] [--json out.json]
+The results go to ``benchmarks/results/models_<device>.json`` (``models_precision_<device>.json``
+with several precisions, ``models_backends_<device>.json`` with several devices) unless --out says
+otherwise. --quick: the two Partial networks, 3 repeats, no TensorFlow.
+
+Run:  python benchmarks/models.py [--device D[,D2...]] [--batch 100] [--repeat 10] [--precision P ...] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import shlex
 import sys
 import time
-from pathlib import Path
 
+import harness
 import numpy as np
+from harness import median_time, tensorflow_times, torch_cuda
 
 import malinn
 from malinn.errors import BackendError
 from malinn.layers import Dense
 from malinn.library.precision import effective
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers import median_time, tensorflow_times, torch_cuda  # noqa: E402
 
 MODELS = {
     "Partial MNIST": [640, 150, 10],
@@ -119,7 +118,7 @@ def pass_seconds(plan) -> list:
 
 def matmul_launches(plan) -> set:
     """The ids of ``plan``'s matmul launches (the layers that stream the weights)."""
-    return {id(step.launch) for step in plan.steps if step.kind == "matmul" and step.launch is not None}
+    return {id(step.launch) for step in plan.steps if getattr(step.kind, "name", step.kind) == "matmul" and step.launch is not None}
 
 
 def kernel_seconds(plan, x, repeat: int, matmul_only: bool = False) -> float:
@@ -246,35 +245,29 @@ def time_row(model, device, name, widths, batch, precision, weights, x, repeat, 
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", help="gpu, cpu, P:D, part of a device name, or gl for the OpenGL backend; "
-                                         "several, comma-separated (0:0,gl:0), time each network on each in one "
-                                         "run, with ratios to the first (default: malinn's default device)")
+    parser = harness.arguments(__doc__, repeat=10, several_devices=True)
     parser.add_argument("--batch", type=int, default=100,
                         help="samples per predict; batch 1 (latency) is always timed too (default: 100)")
-    parser.add_argument("--repeat", type=int, default=10, help="timed runs per model, batch and peer; the median "
-                        "counts (default: 10)")
-    parser.add_argument("--models", nargs="+", default=list(MODELS), metavar="NAME", choices=list(MODELS),
-                        help="networks to time, among " + ", ".join(repr(m) for m in MODELS) + " (default: all)")
+    parser.add_argument("--models", nargs="+", metavar="NAME", choices=list(MODELS),
+                        help="networks to time, among " + ", ".join(repr(m) for m in MODELS)
+                        + " (default: all; the Partial networks with --quick)")
     parser.add_argument("--no-tensorflow", action="store_true",
-                        help="skip the TensorFlow-cpu peer (it runs in a subprocess and is slow to start)")
+                        help="skip the TensorFlow-cpu peer (it runs in a subprocess and is slow to start; "
+                             "skipped with --quick)")
     parser.add_argument("--precision", nargs="+", default=["fp32"], metavar="P",
                         choices=["fp32", "fp16-storage", "fp16", "int8-weights"],
                         help="weight precisions to run each network in, the first the baseline (default: fp32)")
-    parser.add_argument("--json", metavar="PATH", help="also write the results, as JSON, to PATH "
-                        "(benchmarks/report.py reads them)")
-    args = parser.parse_args(argv)
-    specs = [s for s in (args.device or "").split(",") if s.strip()]
-    devices = [malinn.set_device(s) for s in specs] if specs else [malinn.get_device()]
-    if len({id(d) for d in devices}) < len(devices):
-        parser.error(f"--device {args.device} names one device twice")
+    args = harness.parse(parser, argv)
+    args.models = args.models or (["Partial MNIST", "Partial CIFAR"] if args.quick else list(MODELS))
+    args.no_tensorflow = args.no_tensorflow or args.quick
+    devices = harness.devices(args.device)
     torch = torch_cuda()
     for device in devices:
         print(f"device {device.describe()['index']}: {device}")
     print("ms per batch (host to host); ratio = peer / malinn (> 1: malinn faster)")
     copy = {}
     for device in devices:
-        copy[device.describe()["index"]] = copy_bandwidth(device) / 1e9
+        copy[device.describe()["index"]] = copy_bandwidth(device, 2**26 if args.quick else 2**30) / 1e9
         print(f"{device.describe()['index']}: device-to-device copy: {copy[device.describe()['index']]:.0f} GB/s "
               "(read + written)")
     results = []
@@ -340,18 +333,15 @@ def main(argv=None):
     for r in ratios:
         print(f"{r['model']:<14} batch {r['batch']:>4} {r['precision']:<13}: {r['device']} / {r['over']} = "
               f"{r['malinn']:.2f}x host to host, {r['launch_wall']:.2f}x launches until finished")
-    if args.json:
-        first = devices[0]
-        result = {"device": first.describe(), "driver": first.driver_version,
-                  "matmul": malinn.ops.kernel_for("matmul", first).codename,
-                  "copy_gbs": copy[first.describe()["index"]], "precisions": args.precision,
-                  "rows": results, "command": shlex.join(sys.argv)}
-        if len(devices) > 1:
-            result["devices"] = [{**d.describe(), "driver": d.driver_version,
-                                  "matmul": malinn.ops.kernel_for("matmul", d).codename,
-                                  "copy_gbs": copy[d.describe()["index"]]} for d in devices]
-            result["ratios"] = ratios
-        Path(args.json).write_text(json.dumps(result, indent=2))
+    first = devices[0]
+    fields = {"matmul": malinn.ops.kernel_for("matmul", first).codename, "copy_gbs": copy[first.describe()["index"]],
+              "precisions": args.precision}
+    if len(devices) > 1:
+        fields["devices"] = [{**harness.describe(d), "matmul": malinn.ops.kernel_for("matmul", d).codename,
+                              "copy_gbs": copy[d.describe()["index"]]} for d in devices]
+        fields["ratios"] = ratios
+    name = "models_backends" if len(devices) > 1 else "models_precision" if len(args.precision) > 1 else "models"
+    harness.save(name, first, results, args, **fields)
     return 0
 
 

@@ -19,23 +19,21 @@ each round one call of the three in turn (the order turned each round: a drift o
 all three, not one side of the ratio; the blocks of one after another that earlier runs timed moved
 Partial MNIST's ratio from 1.24x to 1.48x between four runs of one tree on one H200).
 
-Run:  python3 benchmarks/overhead.py [--device D] [--batch 100] [--repeat 200] [--json out.json]
+The results go to ``benchmarks/results/overhead_<device>.json`` unless --out says otherwise.
+--quick: the two Partial networks, 20 rounds.
+
+Run:  python benchmarks/overhead.py [--device D] [--batch 100] [--repeat 200] [--quick] [--out PATH]
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
+import harness
 import numpy as np
 import pyopencl as cl
-
-import malinn
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from models import MODELS, build  # noqa: E402
-from peers import interleaved_median_times, write_results  # noqa: E402
+from harness import interleaved_median_times
+from models import MODELS, build
 
 
 def floor_runner(plan, x, empty: bool = False):
@@ -67,18 +65,17 @@ def floor_runner(plan, x, empty: bool = False):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", help="gpu, cpu, P:D or part of a device name (default: malinn's default device)")
+    parser = harness.arguments(__doc__, repeat=200, quick_repeat=20)
     parser.add_argument("--batch", type=int, default=100,
                         help="samples per predict besides batch 1 (planned for malinn.model.model.batch_bucket of it, so "
                              "that the floor uploads what predict uploads; default: 100, the "
                              "thesis's batch)")
-    parser.add_argument("--repeat", type=int, default=200, help="timed runs of each; the median counts (default: 200)")
-    parser.add_argument("--models", nargs="+", default=list(MODELS), metavar="NAME", choices=list(MODELS),
-                        help="networks to time, among " + ", ".join(repr(m) for m in MODELS) + " (default: all)")
-    parser.add_argument("--json", metavar="PATH", help="also write the results, as JSON, to PATH")
-    args = parser.parse_args(argv)
-    device = malinn.set_device(args.device) if args.device else malinn.get_device()
+    parser.add_argument("--models", nargs="+", metavar="NAME", choices=list(MODELS),
+                        help="networks to time, among " + ", ".join(repr(m) for m in MODELS)
+                        + " (default: all; the Partial networks with --quick)")
+    args = harness.parse(parser, argv)
+    args.models = args.models or (["Partial MNIST", "Partial CIFAR"] if args.quick else list(MODELS))
+    device, = harness.devices(args.device)
     print(f"device: {device}")
     print("ms per predict (host to host); overhead = malinn / floor")
     rows = []
@@ -103,9 +100,9 @@ def main(argv=None):
             print(f"{name:<14} batch {batch:>4}: {row['launches']} launches  malinn {row['malinn'] * 1e3:8.4f}  "
                   f"floor {row['floor'] * 1e3:8.4f}  empty kernels {row['empty'] * 1e3:8.4f}  "
                   f"overhead {row['overhead']:.2f}x", flush=True)
-    if args.json:
-        write_results(args.json, device, rows)
+    harness.save("overhead", device, rows, args)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,6 +1,8 @@
-"""Writes docs/PERFORMANCE.md and docs/gemm.png from the JSON results in benchmarks/results/.
+"""Writes docs/PERFORMANCE.md (and docs/gemm.png) from benchmarks/results/*.json and benchmarks/findings.md.
 
-Run after the benchmarks (each writes its JSON with --json):  python3 benchmarks/report.py
+For each benchmark, the latest result of each device (``<benchmark>_<device>.json``, as
+benchmarks/harness.py names them) as a table with its peer's ratio, then that benchmark's findings.
+Run after the benchmarks:  python benchmarks/report.py
 Needs matplotlib for the plot (pip install .[bench]); the tables are written without it.
 """
 
@@ -8,36 +10,95 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
+FINDINGS = ROOT / "benchmarks" / "findings.md"
+#: Result names whose files begin with another benchmark's name: ``models_precision_*`` is not ``models``.
+NAMES = ("models", "models_backends", "models_precision", "overhead", "gemm", "gemm_networks", "gemm_backends",
+         "convolution", "convolution_precision", "transfers", "cold_start", "cold", "tuning")
 
 
-def load(name):
-    path = RESULTS / name
-    return json.loads(path.read_text()) if path.is_file() else None
+#: Devices of results written before they named their benchmark (``"benchmark"`` in the JSON).
+EARLIER_DEVICES = ("nvidia_h200", "nvidia_h100", "pocl_cpu", "gl_nvidia_h200", "gl_llvmpipe")
+
+
+def results(name: str) -> list:
+    """``(device slug, result)`` of each ``<name>_<device>.json``, GPUs first; the sweeps kept as the
+    kernel library's evidence (``gemm_keras_sweep_*``) are not ``gemm`` results."""
+    found = []
+    for path in sorted(RESULTS.glob(f"{name}_*.json")):
+        slug = path.stem[len(name) + 1:]
+        if any(other != name and other.startswith(name + "_") and path.stem.startswith(other + "_") for other in NAMES):
+            continue
+        d = json.loads(path.read_text())
+        if d.get("benchmark", name if slug in EARLIER_DEVICES else None) == name:
+            found.append((slug, d))
+    return sorted(found, key=lambda item: ("pocl" in item[0] or "llvmpipe" in item[0], item[0].startswith("gl_"),
+                                           item[0] != "nvidia_h200", item[0]))
+
+
+def device_title(slug: str, d: dict) -> str:
+    """A table's heading: the device, its platform and driver, and how the run was made."""
+    device = d.get("device")
+    if isinstance(device, dict):
+        driver = d.get("driver") or ""
+        platform = device.get("platform", "?")
+        title = (f"{device['name']} through {'OpenCL' if device.get('backend', 'opencl') == 'opencl' else 'OpenGL'} "
+                 f"({platform}" + (f", driver {driver}" if driver and driver not in platform else "") + ")")
+    else:
+        title = slug.replace("_", " ")
+    return title + (" (`--quick`)" if d.get("quick") or "--quick" in d.get("command", "") else "")
+
+
+def command(d: dict) -> list:
+    """The command that made a result, as the run recorded it (its output path left out)."""
+    text = d.get("command")
+    if not text:
+        return []
+    text = re.sub(r"\s--(json|out) \S+", "", text).replace("benchmarks/gemm_variants.py", "benchmarks/gemm.py")
+    return [f"`python {text}`", ""]
+
+
+def findings() -> dict:
+    """benchmarks/findings.md's sections by their heading."""
+    sections, key = {}, None
+    for line in FINDINGS.read_text().splitlines() if FINDINGS.is_file() else []:
+        if line.startswith("## "):
+            key = line[3:].strip()
+            sections[key] = []
+        elif key is not None:
+            sections[key].append(line)
+    return {k: "\n".join(v).strip() for k, v in sections.items()}
+
+
+def number(v):
+    return "-" if v is None else f"{v:.0f}" if v >= 100 else f"{v:.1f}"
 
 
 def gemm_table(d):
-    cols = [k for k in d["rows"][0] if k != "n"]
-    out = [f"Device: {d['device']['name']} ({d['device']['platform']}), driver {d['driver']}; tuned kernel: "
-           f"`{d.get('tuned', '?')}`.", "", "| n | " + " | ".join(cols) + " |", "|" + " --- |" * (len(cols) + 1)]
-    out += [f"| {r['n']} | " + " | ".join(f"{r[c]:.0f}" if r[c] >= 100 else f"{r[c]:.1f}" for c in cols) + " |"
-            for r in d["rows"]]
+    """GFLOP/s per size (or network product) and kernel, the peers' columns last."""
+    first = "shape" if "shape" in d["rows"][0] else "n"
+    cols = [k for k in d["rows"][0] if k != first]
+    chosen = ("runtime's choice per shape: `chosen`" if first == "shape" else
+              f"tuned kernel: `{d.get('tuned', '?')}`")
+    out = [f"{chosen}. GFLOP/s.", "", f"| {first} | " + " | ".join(cols) + " |", "|" + " --- |" * (len(cols) + 1)]
+    out += [f"| {r[first]} | " + " | ".join(number(r.get(c)) for c in cols) + " |" for r in d["rows"]]
     return out
 
 
 def ratios(d, against):
     row = max(d["rows"], key=lambda r: r["n"])
-    return {p: row["tuned"] / row[p] for p in against if p in row}, row["n"]
+    return {p: row["tuned"] / row[p] for p in against if row.get(p) and row.get("tuned")}, row["n"]
 
 
 def models_table(d):
     peers = [p for p in ("numpy", "tensorflow", "torch") if any(p in r for r in d["rows"])]
     precision = any("precision" in r for r in d["rows"])
-    out = [f"Device: {d['device']['name']}; default matmul kernel `{d['matmul']}`. Milliseconds per batch, host to "
+    out = [f"Default matmul kernel `{d['matmul']}`. Milliseconds per batch, host to "
            "host; in brackets the peer's time over malinn's (above 1: malinn is faster)"
            + ("; reduced precisions beside fp32 in the same run, `matmuls` their weight-streaming kernels' device "
               "time against fp32's" if precision else "")
@@ -96,8 +157,8 @@ def backends_table(d):
 def convolution_table(d):
     """Per layer and batch: each algorithm's device time (compute launches), the best against cuDNN,
     the plan's untuned (default) and tuned choices against cuDNN where the run has them, extra memory."""
-    choices = any(r["algorithm"] == "default" for r in d["layers"])
-    head = f"Device: {d['device']['name']}; " + (
+    choices = any(r["algorithm"] == "default" for r in d.get("layers") or d["rows"])
+    head = "" + (
         "the plan's choice per layer by the library's conv_algorithms rules (default) and after the conv tuner (tuned)"
         if choices else f"default convolution kernel `{d.get('conv_default', '?')}`")
     out = [head + ". Device milliseconds of the convolution's own launches; cuDNN fp32 (TF32 off) by CUDA events; "
@@ -106,7 +167,7 @@ def convolution_table(d):
            + (" default / cuDNN | tuned / cuDNN |" if choices else "") + " extra kn2row / im2col |",
            "| --- | --- | --- | --- | --- | --- | --- | --- |" + (" --- | --- |" if choices else "") + " --- |"]
     groups = {}
-    for r in d["layers"]:
+    for r in d.get("layers") or d["rows"]:
         groups.setdefault((r["network"], r["layer"], r["batch"]), {})[r["algorithm"]] = r
     for (network, layer, batch), algos in groups.items():
         def cell(a):
@@ -147,7 +208,7 @@ def convolution_table(d):
 
 
 def overhead_table(d):
-    out = [f"Device: {d['device']['name']}. Milliseconds per predict, host to host; the floor is plain pyopencl "
+    out = ["Milliseconds per predict, host to host; the floor is plain pyopencl "
            "doing the plan's own work (the same upload, kernels and download); `empty` the same launches of an "
            "empty kernel.", "", "| model | batch | launches | malinn | floor | empty kernels | malinn / floor |",
            "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -202,114 +263,146 @@ def cold_table(rows):
     return out
 
 
+def section(doc, name, table, intro=None):
+    """Each device's latest ``name`` result as a table under its heading; whether there was one."""
+    found = results(name)
+    for slug, d in found:
+        doc += [f"### {intro + ': ' if intro else ''}{device_title(slug, d)}", ""] + command(d) + table(d) + [""]
+    return bool(found)
+
+
+def gemm_summary(d):
+    r, n = ratios(d, ("CLBlast", "cuBLAS", "numpy"))
+    line = [f"At n = {n}: " + ", ".join(f"tuned / {p} = **{v:.2f}x**" for p, v in r.items()) + " (GFLOP/s over GFLOP/s)."]
+    if all(k in d["rows"][0] for k in ("morton_4_2", "blocked_rmcm")):
+        m42 = [row["morton_4_2"] / row["blocked_rmcm"] for row in d["rows"] if row.get("morton_4_2") and row.get("blocked_rmcm")]
+        if m42:
+            line.append(f"The thesis's claim on a cache-only device: Morton 4-2 / blocked RMxCM = {min(m42):.2f}x to "
+                        f"{max(m42):.2f}x over these sizes (the thesis saw 1.12x on a Mali T-628).")
+    return [" ".join(line)]
+
+
+def backends_gemm_summary(d):
+    return ["GL time over OpenCL time per size (runtime choices; fastest kernels): "
+            + ", ".join(f"n = {r['n']}: {r['tuned']:.2f}x; {r['fastest']:.2f}x" for r in d.get("ratios", [])
+                        if r.get("tuned") and r.get("fastest")) + "."]
+
+
+def transfers_table(d):
+    out = ["Microseconds, host to device and back, medians.", "",
+           "| batch x features | bytes | pageable | pinned copy | pinned only | host copy | chunked | download |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in d["rows"]:
+        out.append(f"| {r['batch']} x {r['features']} | {r['bytes']} | " + " | ".join(
+            f"{r[k] * 1e6:.1f}" for k in ("pageable", "pinned_copy", "pinned_only", "host_copy", "chunked", "download"))
+            + " |")
+    launch = d.get("launch")
+    if launch:
+        out += ["", f"Launch floor (device time, cold data): an empty kernel's event {launch['empty_1_item_s'] * 1e6:.1f} us, "
+                f"a 4 KiB copy {launch['copy_4kib_s'] * 1e6:.1f} us; a stream of B bytes takes "
+                f"{launch['fixed_s'] * 1e6:.1f} us + B / {launch['rate_gbs']:.0f} GB/s."]
+    torch = d.get("torch")
+    if torch:
+        out += [f"torch on the same GPU: `sum` {torch['fixed_s'] * 1e6:.1f} us + B / {torch['rate_gbs']:.0f} GB/s; "
+                + "; ".join(f"cuBLAS mv {r['units']}x{r['inputs']} fp32 {r['fp32_s'] * 1e6:.1f} us, fp16 "
+                            f"{r['fp16_s'] * 1e6:.1f} us" for r in torch["gemv"]) + "."]
+    return out
+
+
 def main(argv=None):
     argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                            epilog="No options: it reads benchmarks/results/*.json and benchmarks/NOTES.md.").parse_args(argv)
-    gpu, cpu = load("gemm_nvidia_h200.json"), load("gemm_pocl_cpu.json")
-    models_gpu, models_cpu = load("models_nvidia_h200.json"), load("models_pocl_cpu.json")
-    cold_gpu, cold_cpu = load("cold_nvidia_h200.json"), load("cold_pocl_cpu.json")
-    overhead_gpu, overhead_cpu = load("overhead_nvidia_h200.json"), load("overhead_pocl_cpu.json")
-    tuned_gpu = load("models_tuned_nvidia_h200.json")
-    models_gl = load("models_gl_nvidia_h200.json")
-    backends_gpu = load("models_backends_nvidia_h200.json")
-    backends_h100 = load("models_backends_nvidia_h100.json")
-    precision_gpu = load("models_precision_nvidia_h200.json") or load("models_precision_nvidia_h100.json")
-    precision_cpu = load("models_precision_pocl_cpu.json")
-    gemm_backends = load("gemm_backends_nvidia_h200.json")
-    conv_gpu, conv_cpu = load("convolution_nvidia_h200.json"), load("convolution_pocl_cpu.json")
+                            epilog="No options: it reads benchmarks/results/*.json and benchmarks/findings.md.").parse_args(argv)
+    notes = findings()
     doc = ["# Performance", "",
-           "Every figure comes from a script in `benchmarks/` and is read as a ratio against a peer timed in",
-           "the same run (`benchmarks/results/*.json` hold the raw numbers and the commands; this page is",
-           "written from them by `python3 benchmarks/report.py`). These machines are noisy: rerun before",
-           "trusting a single digit. No test asserts a speed.", "",
-           "## GEMM, square n x n x n, GFLOP/s", "",
-           "`python3 benchmarks/gemm_variants.py --json OUT.json`: every matmul kernel of the library, the tuned",
-           "kernel, CLBlast's SGEMM on the same queue, numpy on the host CPU and cuBLAS (torch, TF32 off);",
-           "time from launch to queue finished, operands on the device, median of 5 after a warm-up.", ""]
-    gemms = []
-    if gpu:
-        doc += ["### NVIDIA H200 through NVIDIA's OpenCL driver (lent machine)", ""] + gemm_table(gpu) + [""]
-        r, n = ratios(gpu, ("CLBlast", "cuBLAS"))
-        doc += [f"At n = {n}: tuned / CLBlast = **{r.get('CLBlast', float('nan')):.2f}x** (target 1.0x), "
-                f"tuned / cuBLAS = **{r.get('cuBLAS', float('nan')):.2f}x** (target 0.75x).", ""]
-        gemms.append(("NVIDIA H200 (OpenCL)", gpu))
-    if cpu:
-        doc += ["### This project's 2-core machine, PoCL CPU device", ""] + gemm_table(cpu) + [""]
-        r, n = ratios(cpu, ("numpy", "CLBlast"))
-        m42 = [row["morton_4_2"] / row["blocked_rmcm"] for row in cpu["rows"]]
-        doc += [f"At n = {n}: tuned / numpy = **{r.get('numpy', float('nan')):.2f}x** (target 0.5x)"
-                + (f", tuned / CLBlast = {r['CLBlast']:.2f}x" if "CLBlast" in r else "") + ".",
-                f"The thesis's claim on a cache-only device: Morton 4-2 / blocked RMxCM = "
-                f"{min(m42):.2f}x to {max(m42):.2f}x over these sizes (the thesis saw 1.12x on a Mali T-628).", ""]
-        gemms.append(("PoCL CPU (2 cores)", cpu))
-    if gemm_backends:
-        doc += ["### NVIDIA H200: OpenGL beside OpenCL, one run", "",
-                f"`{gemm_backends['command']}`: the columns `gl:0/...` are the same kernels' GLSL twins on the "
-                "same GPU through NVIDIA's EGL.", ""] + gemm_table(gemm_backends) + [""]
-        doc += ["GL time over OpenCL time per size (runtime choices; fastest kernels): "
-                + ", ".join(f"n = {r['n']}: {r['tuned']:.2f}x; {r['fastest']:.2f}x" for r in gemm_backends["ratios"])
-                + ".", ""]
-    plotted = bool(gemms) and plot(gemms, ROOT / "docs" / "gemm.png")
-    if plotted:
-        doc += ["![GEMM GFLOP/s](gemm.png)", ""]
+           "Every figure on this page comes from a script in `benchmarks/` that times a peer in the same run",
+           "(numpy, TensorFlow, torch, CLBlast, cuBLAS, cuDNN or plain pyopencl) and is read as a ratio against",
+           "it; `benchmarks/results/*.json` hold the raw numbers and the command that made each, and",
+           "`python benchmarks/report.py` writes this page from them and from `benchmarks/findings.md`. Each",
+           "section shows the latest run on each device, then what the measurements taught: why the kernels",
+           "and the plan are as they are, and what was tried and did not pay. Shared machines are noisy: rerun",
+           "before trusting a single digit. No test asserts a speed. `docs/BENCHMARKS.md` says how to run each",
+           "script.", ""]
+
+    def findings_of(key):
+        if notes.get(key):
+            doc.extend(["#### Findings", "", notes[key], ""])
+
     doc += ["## Rovder's Table 10.5 networks", "",
-            "`python3 benchmarks/models.py --json OUT.json`: Partial MNIST 640-150-10, Partial CIFAR 256-128-10,",
-            "Full MNIST 784-2500-2000-10, Full CIFAR 3072-4096-3072-10, ReLU between layers; batch 100 and",
-            "batch 1 (latency).", ""]
-    for title, d in (("NVIDIA H200 through OpenCL, library defaults", models_gpu),
-                     ("NVIDIA H200, after `benchmarks/tune_networks.py` (a winner per layer shape)", tuned_gpu),
-                     ("NVIDIA H200 through OpenGL (`--device gl`, NVIDIA's EGL; a run of its own, its torch "
-                      "column from that run)", models_gl),
-                     ("PoCL CPU, this machine", models_cpu),
-                     ("NVIDIA GPU: weight precisions at batch 1 (`--batch 1 --precision fp32 fp16-storage "
-                      "int8-weights`)", precision_gpu),
-                     ("PoCL CPU: weight precisions at batch 1 (`--batch 1 --precision fp32 fp16-storage "
-                      "int8-weights`)", precision_cpu)):
-        if d:
-            doc += [f"### {title}", ""] + models_table(d) + [""]
-    if backends_gpu:
-        doc += ["### NVIDIA H200: the OpenGL backend beside the OpenCL backend, one run", "",
-                f"`{backends_gpu['command']}` (the target: GL within 1.5x of OpenCL).", ""]
-        doc += backends_table(backends_gpu) + [""]
-    if backends_h100:
-        doc += ["### NVIDIA H100: the OpenGL backend (with the GLSL gemm_keras and gemv_split) beside OpenCL, one run",
-                "", f"`{backends_h100['command']}` (`--repeat 10`: a noisy run; the target: GL within 1.5x"
-                " of OpenCL).", ""]
-        doc += backends_table(backends_h100) + [""]
-    if conv_gpu or conv_cpu:
-        doc += ["## Convolution", "",
-                "`python3 benchmarks/convolution.py --json OUT.json`: selected AlexNet, VGG-16 and GoogLeNet layers",
-                "(ReLU fused), each algorithm forced in turn beside the plan's own choice untuned and tuned, and a",
-                "small CIFAR-style VGG end to end.", ""]
-        for title, d in (("NVIDIA H200", conv_gpu), ("PoCL CPU, this machine (`--quick`)", conv_cpu)):
-            if d:
-                doc += [f"### {title}", ""] + convolution_table(d) + [""]
+            "`benchmarks/models.py`: Partial MNIST 640-150-10, Partial CIFAR 256-128-10, Full MNIST",
+            "784-2500-2000-10, Full CIFAR 3072-4096-3072-10, ReLU between layers, at batch 100 and batch 1",
+            "(latency), host numpy batch to host numpy result, beside numpy, TensorFlow-cpu and torch.", ""]
+    section(doc, "models", models_table)
+    findings_of("models")
+
     doc += ["## What malinn adds to the driver's floor", "",
-            "`python3 benchmarks/overhead.py --json OUT.json`: each network's compiled plan, its device work",
-            "replayed in plain pyopencl (the floor) beside `model.predict(x)`, the three timed in turn within",
-            "each round (medians; a drift of the machine moves all three, not one side of the ratio).", ""]
-    for title, d in (("NVIDIA H200", overhead_gpu), ("PoCL CPU, this machine", overhead_cpu)):
-        if d:
-            doc += [f"### {title}", ""] + overhead_table(d) + [""]
-    doc += ["## Cold start", "", "`python3 benchmarks/cold_start.py --json OUT.json`: a new process imports malinn,",
-            "loads a Partial MNIST model file and predicts once; with the program-binary and probe caches filled",
-            "by an earlier process, and with every cache off. A warm process probes only the device it chooses",
-            "(the first working OpenCL GPU, else every device), runs no probe kernel where this device and driver",
-            "passed it before, and builds no program; malinn's modules are compiled to bytecode first, as",
-            "`pip install` does (`from source`: every process compiles them, as a checkout under",
-            "PYTHONDONTWRITEBYTECODE does).", ""]
-    for title, d in (("NVIDIA H200", cold_gpu), ("PoCL CPU, this machine", cold_cpu)):
-        if d:
-            doc.append(f"- {title}: warm cache **{d['warm_s']:.3f} s**, no caches {d['cold_s']:.3f} s "
-                       f"(of which importing malinn and probing the devices {d['import_and_probe_s']:.3f} s).")
-    cold_rows = [(title, d) for title, d in (("NVIDIA H200", cold_gpu), ("PoCL CPU", cold_cpu)) if d and "floor_s" in d]
-    if cold_rows:
-        doc += [""] + cold_table(cold_rows)
-    notes = ROOT / "benchmarks" / "NOTES.md"
-    if notes.is_file():
-        doc += ["", notes.read_text().strip()]
-    (ROOT / "docs" / "PERFORMANCE.md").write_text("\n".join(doc) + "\n")
-    print("wrote docs/PERFORMANCE.md" + (" and docs/gemm.png" if plotted else ""))
+            "`benchmarks/overhead.py`: each network's compiled plan, its device work replayed in plain pyopencl",
+            "(the floor) beside `model.predict(x)`, the three timed in turn within each round (medians).", ""]
+    section(doc, "overhead", overhead_table)
+    findings_of("overhead")
+
+    doc += ["## GEMM", "",
+            "`benchmarks/gemm.py`: every matmul kernel of the library in the configuration the runtime gives",
+            "it, the runtime's choice, CLBlast's SGEMM on the same queue, numpy on the host CPU and cuBLAS (torch,",
+            "TF32 off); from launch to queue finished, operands on the device, median after a warm-up.", ""]
+    gemms = []
+    for slug, d in results("gemm"):
+        doc += [f"### Square n x n x n: {device_title(slug, d)}", ""] + command(d) + gemm_table(d) + [""]
+        doc += gemm_summary(d) + [""]
+        gemms.append((d["device"]["name"], d))
+    section(doc, "gemm_networks", gemm_table, "The networks' Dense products")
+    for slug, d in results("gemm_backends"):
+        doc += [f"### OpenGL beside OpenCL: {device_title(slug, d)}", ""] + command(d)
+        doc += ["Columns `gl:0/...` are the same kernels' GLSL twins on the same GPU.", ""] + gemm_table(d) + [""]
+        doc += backends_gemm_summary(d) + [""]
+    if gemms and plot(gemms, ROOT / "docs" / "gemm.png"):
+        doc += ["![GEMM GFLOP/s](gemm.png)", ""]
+    findings_of("gemm")
+
+    doc += ["## Convolution", "",
+            "`benchmarks/convolution.py`: selected AlexNet, VGG-16 and GoogLeNet layers (ReLU fused), each",
+            "algorithm forced in turn beside the plan's own choice untuned and tuned, against cuDNN; and a small",
+            "CIFAR-style VGG end to end against torch and TensorFlow-cpu.", ""]
+    section(doc, "convolution", convolution_table)
+    findings_of("convolution")
+
+    doc += ["## Reduced precisions", "",
+            "`benchmarks/models.py --batch 1 --precision fp32 fp16-storage int8-weights`: each network in",
+            "every weight precision in one run, the weight-streaming kernels' device time against fp32's (passes",
+            "of the precisions interleaved).", ""]
+    section(doc, "models_precision", models_table)
+    section(doc, "convolution_precision", convolution_table, "Convolutions")
+    findings_of("precision")
+
+    doc += ["## OpenGL beside OpenCL", "",
+            "`benchmarks/models.py --device opencl:gpu,gl:gpu`: the networks on both backends of one GPU in one",
+            "run (the target: GL within 1.5x of OpenCL); `--device gl` alone times the GL backend beside torch.", ""]
+    section(doc, "models_backends", backends_table)
+    findings_of("backends")
+
+    doc += ["## Transfers and the launch floor", "",
+            "`benchmarks/transfers.py`: each way of moving a predict's input and output, and what a launch costs",
+            "in device time before it reads a byte, beside torch's own launch and cuBLAS.", ""]
+    section(doc, "transfers", transfers_table)
+    findings_of("transfers")
+
+    doc += ["## Cold start", "",
+            "`benchmarks/cold_start.py`: a new process imports malinn, loads a Partial MNIST model file and",
+            "predicts once, with the program-binary and probe caches filled by an earlier process (warm) and",
+            "with every cache off, beside plain pyopencl doing the same unavoidable work in a fresh process.", ""]
+    cold = [(device_title(slug, d), d) for name in ("cold_start", "cold") for slug, d in results(name)]
+    for title, d in cold:
+        doc.append(f"- {title}: warm cache **{d['warm_s']:.3f} s**, no caches {d['cold_s']:.3f} s "
+                   f"(of which importing malinn and probing the devices {d['import_and_probe_s']:.3f} s).")
+    rows = [(title, d) for title, d in cold if "floor_s" in d]
+    if rows:
+        doc += [""] + cold_table(rows)
+    doc.append("")
+    findings_of("cold_start")
+
+    if notes.get("tried"):
+        doc += ["## Tried and not kept", "", notes["tried"], ""]
+    (ROOT / "docs" / "PERFORMANCE.md").write_text("\n".join(doc).rstrip() + "\n")
+    print("wrote docs/PERFORMANCE.md" + (" and docs/gemm.png" if gemms and (ROOT / "docs" / "gemm.png").is_file() else ""))
     return 0
 
 

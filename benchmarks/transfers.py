@@ -1,48 +1,162 @@
-"""Ways to move a predict's input to the device and its output back, timed in one run.
+"""A predict's fixed costs: moving its input to the device and back, and a launch before it reads a byte.
 
-A plan uploads each input buffer whole. This measures, for the input sizes of the Table 10.5
-networks at batch 1 and 100 (640 to 3072 features), what each way of doing that costs on one
-device, host to device and back, blocking at the end of each (medians of --repeat):
+1. Transfers. A plan uploads each input buffer whole. For the input sizes of the Table 10.5
+   networks at batch 1 and 100 (640 to 3072 features), what each way of doing that costs, host to
+   device and back, blocking at the end of each (medians of --repeat):
 
-* ``pageable``: ``enqueue_copy`` from the caller's numpy array (the driver stages it itself);
-* ``pinned_copy``: numpy copy into a page-locked staging array (``Device.host_array``), then
-  ``enqueue_copy`` from it (what ``Plan.run`` does);
-* ``pinned_only``: ``enqueue_copy`` from the page-locked array alone (the DMA, no host copy: the
-  lower bound of the two above);
-* ``host_copy``: the numpy copy into the page-locked array alone;
-* ``chunked``: the staging copy in --chunks pieces, each piece's upload enqueued as soon as it is
-  copied (the host copy overlaps the DMA);
-* ``download``: the blocking read of a (batch x 10) output into a page-locked array.
+   * ``pageable``: ``enqueue_copy`` from the caller's numpy array (the driver stages it itself);
+   * ``pinned_copy``: numpy copy into a page-locked staging array (``Device.host_array``), then
+     ``enqueue_copy`` from it (what ``Plan.run`` does);
+   * ``pinned_only``: ``enqueue_copy`` from the page-locked array alone (the DMA, no host copy: the
+     lower bound of the two above);
+   * ``host_copy``: the numpy copy into the page-locked array alone;
+   * ``chunked``: the staging copy in --chunks pieces, each piece's upload enqueued as soon as it is
+     copied (the host copy overlaps the DMA);
+   * ``download``: the blocking read of a (batch x 10) output into a page-locked array.
 
-Run:  python3 benchmarks/transfers.py [--device D] [--repeat 200] [--json out.json]
+2. The launch floor. A batch-1 Dense layer streams its weights once, so its kernel time is
+   ``fixed + bytes / rate``; the fixed part decides how much a narrower precision or one launch
+   fewer can gain. OpenCL profiling events, each launch after a kernel that reads --flush-mib MiB (so
+   the data is cold, as in a network): an empty kernel of one item and of 4096 work-groups of 256, a
+   4 KiB buffer copy, an empty kernel queued right behind a 12.5 MB stream (as a network's next
+   layer is), and a streaming read (float4 loads) of each size; ``fixed`` and ``rate`` are the
+   least-squares line through the reads of 4 MB and more. Peer (where torch sees a CUDA GPU): the
+   same read as ``torch.sum`` and cuBLAS's matrix-vector product of the Full CIFAR layers in float32
+   and float16, CUDA events around each call (its launch included).
+
+The results go to ``benchmarks/results/transfers_<device>.json`` unless --out says otherwise.
+--quick: 20 repeats, three stream sizes, a 16 MiB flush.
+
+Run:  python benchmarks/transfers.py [--device D] [--repeat 200] [--chunks 4] [--quick] [--out PATH]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-from pathlib import Path
 
+import harness
 import numpy as np
 import pyopencl as cl
-
-import malinn
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers import median_time  # noqa: E402
+from harness import median_time, torch_cuda
 
 SIZES = [(1, 640), (1, 3072), (100, 784), (100, 3072)]
+STREAM_MB = [0.004, 0.25, 1, 4, 12.5, 25, 50, 100]
+QUICK_STREAM_MB = [0.004, 4, 12.5]
+#: cuBLAS matrix-vector shapes (units, inputs): Full CIFAR's two wide layers
+GEMV_SHAPES = [(4096, 3072), (3072, 4096)]
+SOURCE = """
+__kernel void nothing(__global float *x) { }
+__kernel void stream(__global const float4 *x, const uint n4, __global float *out)
+{
+    float4 s = (float4)(0.0f);
+    for (uint i = get_global_id(0); i < n4; i += get_global_size(0))
+        s += x[i];
+    out[get_global_id(0)] = s.x + s.y + s.z + s.w;
+}
+"""
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", help="gpu, cpu, P:D or part of a device name (default: malinn's default device)")
-    parser.add_argument("--repeat", type=int, default=200, help="timed runs per measurement (default: 200)")
-    parser.add_argument("--chunks", type=int, default=4, help="pieces of the chunked upload (default: 4)")
-    parser.add_argument("--json", metavar="PATH", help="also write the results, as JSON, to PATH")
-    args = parser.parse_args(argv)
-    device = malinn.set_device(args.device) if args.device else malinn.get_device()
+#: the stream an empty kernel is queued behind (a network's 12.5 MB layer)
+CHAINED_BYTES = 12_500_000
+
+
+def line(sizes_bytes, seconds):
+    """Least-squares ``seconds = fixed + bytes / rate``: (fixed seconds, rate in bytes per second)."""
+    slope, fixed = np.polyfit(np.asarray(sizes_bytes, float), np.asarray(seconds, float), 1)
+    return float(fixed), float(1.0 / slope)
+
+
+def opencl_figures(device, sizes_mb, flush_mib, repeat):
+    ctx, queue = device.context, device.queue
+    program = cl.Program(ctx, SOURCE).build()
+    nothing, stream = cl.Kernel(program, "nothing"), cl.Kernel(program, "stream")
+    flush_n4 = flush_mib * 2**20 // 16
+    biggest = max(int(s * 1e6) for s in sizes_mb)
+    mf = cl.mem_flags
+    data = cl.Buffer(ctx, mf.READ_WRITE, max(biggest, flush_n4 * 16 * 2, CHAINED_BYTES))   # every stream below fits
+    cl.enqueue_fill_buffer(queue, data, np.float32(1.0), 0, data.size).wait()
+    items = device.compute_units * 2048
+    out = cl.Buffer(ctx, mf.READ_WRITE, 4 * items)
+    small_src, small_dst = cl.Buffer(ctx, mf.READ_WRITE, 4096), cl.Buffer(ctx, mf.READ_WRITE, 4096)
+
+    def flush():
+        stream.set_args(data, np.uint32(flush_n4), out)
+        cl.enqueue_nd_range_kernel(queue, stream, (items,), (256,))
+
+    def timed(enqueue):
+        times = []
+        for _ in range(repeat + 1):
+            flush()
+            event = enqueue()
+            event.wait()
+            times.append((event.profile.end - event.profile.start) * 1e-9)
+        return float(np.median(times[1:]))
+
+    def run_stream(nbytes):
+        n4 = nbytes // 16
+        stream.set_args(data, np.uint32(n4), out)
+        global_items = min(items, -(-n4 // 256) * 256)
+        return cl.enqueue_nd_range_kernel(queue, stream, (global_items,), (256,))
+
+    nothing.set_args(out)
+    figures = {
+        "empty_1_item_s": timed(lambda: cl.enqueue_nd_range_kernel(queue, nothing, (1,), (1,))),
+        "empty_4096_groups_s": timed(lambda: cl.enqueue_nd_range_kernel(queue, nothing, (4096 * 256,), (256,))),
+        "copy_4kib_s": timed(lambda: cl.enqueue_copy(queue, small_dst, small_src, byte_count=4096)),
+        "stream": [{"mb": s, "s": timed(lambda s=s: run_stream(int(s * 1e6)))} for s in sizes_mb],
+    }
+    fit = [r for r in figures["stream"] if r["mb"] >= 4]
+    fixed, rate = line([r["mb"] * 1e6 for r in fit], [r["s"] for r in fit])
+    figures.update(fixed_s=fixed, rate_gbs=rate / 1e9)
+    # an empty kernel queued right behind a 12.5 MB stream, as a network's next layer is: its event
+    chained = []
+    for _ in range(repeat + 1):
+        flush()
+        run_stream(CHAINED_BYTES)
+        event = cl.enqueue_nd_range_kernel(queue, nothing, (1,), (1,))
+        event.wait()
+        chained.append((event.profile.end - event.profile.start) * 1e-9)
+    figures["empty_after_a_kernel_s"] = float(np.median(chained[1:]))
+    return figures
+
+
+def torch_figures(torch, sizes_mb, gemv_shapes, flush_mib, repeat):
+    flush_buffer = torch.ones(flush_mib * 2**18, device="cuda")
+
+    def timed(fn):
+        times = []
+        for _ in range(repeat + 1):
+            flush_buffer.sum()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e-3)
+        return float(np.median(times[1:]))
+
+    one = torch.ones(1, device="cuda")
+    figures = {"empty_add_s": timed(lambda: one.add_(0.0)),
+               "stream": [], "gemv": []}
+    for s in sizes_mb:
+        x = torch.ones(int(s * 1e6) // 4, device="cuda")
+        figures["stream"].append({"mb": s, "s": timed(lambda x=x: x.sum())})
+    fit = [r for r in figures["stream"] if r["mb"] >= 4]
+    fixed, rate = line([r["mb"] * 1e6 for r in fit], [r["s"] for r in fit])
+    figures.update(fixed_s=fixed, rate_gbs=rate / 1e9)
+    for units, inputs in gemv_shapes:
+        row = {"units": units, "inputs": inputs}
+        for name, dtype in (("fp32", torch.float32), ("fp16", torch.float16), ("bf16", torch.bfloat16)):
+            w = torch.randn(units, inputs, device="cuda").to(dtype)
+            v = torch.randn(inputs, device="cuda").to(dtype)
+            row[name + "_s"] = timed(lambda w=w, v=v: torch.mv(w, v))
+        row["fp16_speedup"] = row["fp32_s"] / row["fp16_s"]
+        figures["gemv"].append(row)
+    return figures
+
+
+def transfer_rows(device, repeat, chunks):
+    """Per input size, each way's median seconds (see the module's docstring)."""
     queue = device.queue
     rows = []
     for batch, features in SIZES:
@@ -51,7 +165,7 @@ def main(argv=None):
         staging = device.host_array(x.shape)
         out_buffer = cl.Buffer(device.context, cl.mem_flags.READ_WRITE, batch * 10 * 4)
         out = device.host_array((batch, 10))
-        bounds = np.linspace(0, batch * features, args.chunks + 1).astype(int)
+        bounds = np.linspace(0, batch * features, chunks + 1).astype(int)
         flat_x, flat_staging = x.reshape(-1), staging.reshape(-1)
 
         def pageable():
@@ -82,14 +196,45 @@ def main(argv=None):
         row = {"batch": batch, "features": features, "bytes": x.nbytes}
         for name, run in [("pageable", pageable), ("pinned_copy", pinned_copy), ("pinned_only", pinned_only),
                           ("host_copy", host_copy), ("chunked", chunked), ("download", download)]:
-            row[name] = median_time(run, args.repeat, warmup=5)
+            row[name] = median_time(run, repeat, warmup=5)
         rows.append(row)
         print(f"{batch:>4} x {features:<5} " + "  ".join(
             f"{k} {row[k] * 1e6:7.1f} us" for k in ("pageable", "pinned_copy", "pinned_only", "host_copy", "chunked",
                                                      "download")), flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps({"device": device.describe(), "driver": device.driver_version,
-                                               "rows": rows, "chunks": args.chunks}, indent=2))
+    return rows
+
+
+def main(argv=None):
+    parser = harness.arguments(__doc__, repeat=200, quick_repeat=20)
+    parser.add_argument("--chunks", type=int, default=4, help="pieces of the chunked upload (default: 4)")
+    parser.add_argument("--flush-mib", type=int, help="MiB read before each timed launch (default: 256, 16 with --quick)")
+    args = harness.parse(parser, argv)
+    device, = harness.devices(args.device)
+    if device.backend != "opencl":
+        parser.error(f"transfers.py times OpenCL's copies and events; {device.name} runs on {device.backend}")
+    print(f"device: {device}")
+    print("transfers, host to device and back:")
+    rows = transfer_rows(device, args.repeat, args.chunks)
+    sizes = QUICK_STREAM_MB if args.quick else STREAM_MB
+    flush_mib = args.flush_mib or (16 if args.quick else 256)
+    launch_repeat = min(args.repeat, 30)
+    o = opencl_figures(device, sizes, flush_mib, launch_repeat)
+    print(f"launch floor: event of an empty 1-item kernel {o['empty_1_item_s'] * 1e6:.2f} us, "
+          f"4096 empty groups {o['empty_4096_groups_s'] * 1e6:.2f} us, 4 KiB copy {o['copy_4kib_s'] * 1e6:.2f} us, "
+          f"empty kernel right behind another {o['empty_after_a_kernel_s'] * 1e6:.2f} us")
+    for r in o["stream"]:
+        print(f"  stream {r['mb']:8.3f} MB  {r['s'] * 1e6:8.2f} us")
+    print(f"  fit: fixed {o['fixed_s'] * 1e6:.2f} us + bytes / {o['rate_gbs']:.0f} GB/s")
+    fields = {"chunks": args.chunks, "launch": o}
+    torch = torch_cuda()
+    if torch is not None:
+        t = fields["torch"] = torch_figures(torch, sizes, GEMV_SHAPES, flush_mib, launch_repeat)
+        print(f"torch (CUDA events, launch included): add_ on 1 value {t['empty_add_s'] * 1e6:.2f} us; "
+              f"sum: fixed {t['fixed_s'] * 1e6:.2f} us + bytes / {t['rate_gbs']:.0f} GB/s")
+        for r in t["gemv"]:
+            print(f"  mv {r['units']}x{r['inputs']}: fp32 {r['fp32_s'] * 1e6:.2f} us, fp16 {r['fp16_s'] * 1e6:.2f}, "
+                  f"bf16 {r['bf16_s'] * 1e6:.2f} (fp16 {r['fp16_speedup']:.2f}x faster)")
+    harness.save("transfers", device, rows, args, **fields)
     return 0
 
 

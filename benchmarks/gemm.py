@@ -1,16 +1,20 @@
 """GEMM GFLOP/s of every matmul kernel in kernels/library.json and the runtime's choice, beside peers.
 
-Times square products R = A x B at the thesis's sizes (Table 8.2: 96 ... 2880) and 4096 on one
-OpenCL device: the time of a launch until the queue is finished, operands already on the device in
-each kernel's layouts (the median of --repeat runs after a warm-up).
+By default it times square products R = A x B at the thesis's sizes (Table 8.2: 96 ... 2880) and
+4096; with --networks, the Dense products of the Table 10.5 networks (units x inputs, at batch 1 and
+100) instead, where the runtime picks a kernel per shape (``chosen``). Each is timed on one OpenCL
+device from a launch until the queue is finished, operands already on the device in each kernel's
+layouts (the median of --repeat runs after a warm-up), every product first checked against numpy.
 
 Each kernel runs in the configuration the runtime would give it on this device (as
 malinn.ops.kernel_for chooses): a configurable kernel such as gemm_tiled in the configuration
 `malinn tune` stored for this device when the tuner chose it, else in the library default's
 configuration for the device kind, else as its entry writes it. "tuned" is the kernel the runtime
-uses for a matmul (the tuner's winner, else the library default); it is timed once with the column
-of the same kernel and configuration. The summary names the fastest of malinn's kernels (every column
-above, "tuned" included) and the fastest of everything measured.
+uses for a square matmul (the tuner's winner, else the library default); it is timed once with the
+column of the same kernel and configuration. Every kernel runs every shape; one that refuses a size
+(an image operand beyond the device's limits) is skipped with a word; a wrong product is reported and
+not timed, and the script then exits 1. The summary names the fastest of malinn's kernels and the
+fastest of everything measured.
 
 Peers are timed in the same run the same way: CLBlast's SGEMM on the same pyopencl queue, numpy on
 the host CPU, and torch's cuBLAS (TF32 off) when a CUDA GPU is present. CLBlast needs Debian's
@@ -23,45 +27,70 @@ device's kernels are timed in the same run, the columns of each device after the
 each further device's time for its runtime choice ("tuned") and for its fastest kernel over the
 first device's (above 1: slower than the first device).
 
-Run:  python3 benchmarks/gemm_variants.py [--device D[,D2...]] [--sizes 96 192 ...] [--repeat 5] [--json out.json]
+The results go to ``benchmarks/results/gemm_<device>.json`` (``gemm_networks_<device>.json`` with
+--networks, ``gemm_backends_<device>.json`` with several devices) unless --out says otherwise.
+--quick: sizes 96 and 192 (the Partial networks' products with --networks), 3 repeats.
+
+Run:  python benchmarks/gemm.py [--device D[,D2...]] [--sizes 96 192 ...] [--networks] [--variants ...] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import platform
-import shlex
 import sys
 import time
 
+import harness
 import numpy as np
+from harness import CLBlast, median_time, torch_cuda
+from models import MODELS
 
 import malinn
 from malinn import ops
+from malinn.choice.kernel_choice import choose
 from malinn.library.kernel_library import load_library
 from malinn.tuning.tuner import Product
 
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
-from peers import CLBlast, median_time, torch_cuda  # noqa: E402
-
 THESIS_SIZES = [96, 192, 384, 768, 1440, 2880, 4096]
+QUICK_SIZES = [96, 192]
+#: The batches the networks' products are timed at: latency and the thesis's batch.
+NETWORK_BATCHES = (1, 100)
 #: the kernels and sizes that computed a wrong product in this run
 WRONG: list = []
 
 
-def time_variant(spec, device, n, repeat, budget_s):
-    """Median time (s) of spec on an n x n x n product, launch to queue finished; None, said on
-    stderr, where the kernel refuses the shape on this device (its image operand beyond the device's
-    image limits) or computes it wrong (the run goes on; main's exit status is then 1)."""
-    if any(r.image for r in spec.matrices.values()) and not spec.accepts(n, n, n, device):
-        print(f"gemm_variants: {label(spec)} refuses n={n} on {device.name} (its image operand is beyond the "
-              f"device's image limits); not timed", file=sys.stderr)
+def network_shapes(quick: bool) -> list:
+    """The Dense products ``(m, k, n)`` of the Table 10.5 networks at NETWORK_BATCHES (units x inputs
+    x batch), each once; with ``quick`` the Partial networks' alone."""
+    shapes = []
+    for name, widths in MODELS.items():
+        if quick and not name.startswith("Partial"):
+            continue
+        for n in NETWORK_BATCHES:
+            shapes += [s for s in ((m, k, n) for k, m in zip(widths, widths[1:])) if s not in shapes]
+    return shapes
+
+
+def shape_name(shape) -> str:
+    """``MxKxN`` (units x inputs x batch)."""
+    return "x".join(map(str, shape))
+
+
+def time_variant(spec, device, shape, repeat, budget_s):
+    """Median time (s) of spec on an ``m x k`` by ``k x n`` product, launch to queue finished; None,
+    said on stderr, where the kernel refuses the shape on this device (its image operand beyond the
+    device's image limits) or computes it wrong (the run goes on; main's exit status is then 1).
+    Every kernel runs every shape, also outside the shapes its preconditions give it at run time:
+    each must compute any product right."""
+    m, k, n = shape
+    if any(r.image for r in spec.matrices.values()) and not spec.accepts(m, k, n, device):
+        print(f"gemm: {label(spec)} refuses {shape_name(shape)} on {device.name} (its image operand is beyond "
+              f"the device's image limits); not timed", file=sys.stderr)
         return None
-    product = Product(spec, device, n, n, n)
+    product = Product(spec, device, m, k, n)
     if not product.correct():
-        print(f"gemm_variants: {label(spec)} at n={n} on {device.name} is WRONG; not timed", file=sys.stderr)
-        WRONG.append(f"{label(spec)} at n={n}")
+        print(f"gemm: {label(spec)} at {shape_name(shape)} on {device.name} is WRONG; not timed", file=sys.stderr)
+        WRONG.append(f"{label(spec)} at {shape_name(shape)}")
         return None
     run = lambda: (product.launch(), device.finish())  # noqa: E731
     t = time.perf_counter()
@@ -72,45 +101,43 @@ def time_variant(spec, device, n, repeat, budget_s):
     return median_time(run, repeat, warmup=0)
 
 
-def time_clblast(clblast, device, n, repeat):
+def operands(shape):
+    m, k, n = shape
+    rng = np.random.default_rng(m * 7 + k * 3 + n)
+    return rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+
+
+def time_clblast(clblast, device, shape, repeat):
     import pyopencl as cl
 
-    rng = np.random.default_rng(n)
-    a = rng.standard_normal((n, n)).astype(np.float32)
-    b = rng.standard_normal((n, n)).astype(np.float32)
+    m, k, n = shape
+    a, b = operands(shape)
     mf = cl.mem_flags
     da = cl.Buffer(device.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
     db = cl.Buffer(device.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=b)
-    dc = cl.Buffer(device.context, mf.READ_WRITE, a.nbytes)
-    run = lambda: (clblast.sgemm(device.queue, n, n, n, da, db, dc), device.queue.finish())  # noqa: E731
+    dc = cl.Buffer(device.context, mf.READ_WRITE, m * n * 4)
+    run = lambda: (clblast.sgemm(device.queue, m, n, k, da, db, dc), device.queue.finish())  # noqa: E731
     run()
-    c = np.empty_like(a)
+    c = np.empty((m, n), np.float32)
     cl.enqueue_copy(device.queue, c, dc, is_blocking=True)
     ref = a.astype(np.float64) @ b
     if np.abs(c - ref).max() > 1e-4 * max(1.0, np.abs(ref).max()):
-        raise RuntimeError(f"CLBlast at n={n} gave wrong results")
+        raise RuntimeError(f"CLBlast at {shape_name(shape)} gave wrong results")
     return median_time(run, repeat, warmup=1)
 
 
-def time_numpy(n, repeat):
-    rng = np.random.default_rng(n)
-    a = rng.standard_normal((n, n)).astype(np.float32)
-    b = rng.standard_normal((n, n)).astype(np.float32)
-    a @ b
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
+def time_numpy(shape, repeat):
+    a, b = operands(shape)
+    return median_time(lambda: a @ b, repeat, warmup=1)
 
 
-def time_torch(n, repeat):
+def time_torch(shape, repeat):
     torch = torch_cuda()
     if torch is None:
         return None
-    a = torch.randn(n, n, device="cuda")
-    b = torch.randn(n, n, device="cuda")
+    m, k, n = shape
+    a = torch.randn(m, k, device="cuda")
+    b = torch.randn(k, n, device="cuda")
     a @ b
     torch.cuda.synchronize()
     times = []
@@ -151,7 +178,7 @@ def usable_clblast(device):
     if clblast is None:
         return None, why
     try:
-        time_clblast(clblast, device, 64, 1)
+        time_clblast(clblast, device, (64, 64, 64), 1)
     except Exception as exc:   # a status, a wrong result or a pyopencl error: skip the peer, say why
         return None, f"CLBlast fails on {device.name}: {exc}"
     return clblast, None
@@ -190,79 +217,84 @@ def device_ratios(rows, prefixes, columns):
 
 def main(argv=None):
     library = load_library()
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", help="gpu, cpu, P:D, part of a device name, or gl for the OpenGL backend; "
-                                         "several, comma-separated (0:0,gl:0), time each device's kernels in "
-                                         "one run (default: malinn's default device)")
-    parser.add_argument("--sizes", type=int, nargs="+", default=THESIS_SIZES, metavar="N",
-                        help=f"n of the square n x n x n products (default: {' '.join(map(str, THESIS_SIZES))})")
+    parser = harness.arguments(__doc__, repeat=5, several_devices=True)
+    parser.add_argument("--sizes", type=int, nargs="+", metavar="N",
+                        help=f"n of the square n x n x n products (default: {' '.join(map(str, THESIS_SIZES))}; "
+                             f"{' '.join(map(str, QUICK_SIZES))} with --quick)")
+    parser.add_argument("--networks", action="store_true",
+                        help="time the Table 10.5 networks' Dense products at batch 1 and 100 instead of squares")
     parser.add_argument("--variants", nargs="+", metavar="CODENAME", choices=library.codenames("matmul"),
                         help="matmul kernel codenames to time, among " + ", ".join(library.codenames("matmul"))
                         + " (default: all that each device's backend has a source for)")
-    parser.add_argument("--repeat", type=int, default=5, help="timed runs per kernel and size; the median counts "
-                        "(default: 5)")
     parser.add_argument("--budget", type=float, default=10.0, help="seconds per kernel and size: when one run "
                         "times --repeat exceeds it, that one run counts (default: 10)")
-    parser.add_argument("--json", metavar="PATH", help="also write the results, as JSON, to PATH "
-                        "(benchmarks/report.py reads them)")
-    args = parser.parse_args(argv)
-
-    names = [s for s in (args.device or "").split(",") if s.strip()]
-    devices = [malinn.set_device(s) for s in names] if names else [malinn.get_device()]
-    if len({id(d) for d in devices}) < len(devices):
-        parser.error(f"--device {args.device} names one device twice")
+    args = harness.parse(parser, argv)
+    devices = harness.devices(args.device)
+    if args.networks and len(devices) > 1:
+        parser.error("--networks times one device")
+    shapes = (network_shapes(args.quick) if args.networks else
+              [(n, n, n) for n in args.sizes or (QUICK_SIZES if args.quick else THESIS_SIZES)])
     prefixes = [""] + [d.describe()["index"] + "/" for d in devices[1:]]
     specs, configurations, clblasts, why_not = {}, {}, {}, {}
     for device, prefix in zip(devices, prefixes):
         variants = [v for v in (args.variants or library.codenames("matmul", device.backend))
                     if library[v].has_source(device.backend)]
         mine = {codename: runtime_spec(library, codename, device) for codename in variants}
-        mine["tuned"] = ops.kernel_for("matmul", device)
+        if not args.networks:
+            mine["tuned"] = ops.kernel_for("matmul", device)
         specs[prefix] = mine
         configurations.update({prefix + column: label(spec) for column, spec in mine.items()})
         clblast, why = usable_clblast(device)
         if clblast is None:
-            print(f"gemm_variants: skipping the CLBlast peer on {device.name}: {why}", file=sys.stderr)
+            print(f"gemm: skipping the CLBlast peer on {device.name}: {why}", file=sys.stderr)
             why_not[prefix] = why
         else:
             clblasts[prefix] = clblast
-    rows = []
     for device, prefix in zip(devices, prefixes):
         print(f"device {device.describe()['index']}" + (f" (columns {prefix}...)" if prefix else "") + f": {device}")
     print(f"host: {platform.processor() or platform.machine()}, numpy {np.__version__}")
     print("configurations: " + "; ".join(f"{c} = {v}" if c.endswith("tuned") or v != c.split("/")[-1] else c
                                          for c, v in configurations.items()))
     print(f"CLBlast: {'found' if clblasts else 'skipped (see stderr)'}")
-    columns = {prefix: [prefix + column for column in specs[prefix]] for prefix in prefixes}
+    columns = {prefix: ([prefix + "chosen"] if args.networks else []) + [prefix + column for column in specs[prefix]]
+               for prefix in prefixes}
     mine_all = [c for prefix in prefixes for c in columns[prefix]]
-    header = (["n"] + mine_all + [prefix + "CLBlast" for prefix in prefixes if prefix in clblasts] + ["numpy"]
-              + (["cuBLAS"] if time_torch(8, 1) is not None else []))
+    header = ([("shape" if args.networks else "n")] + mine_all
+              + [prefix + "CLBlast" for prefix in prefixes if prefix in clblasts] + ["numpy"]
+              + (["cuBLAS"] if torch_cuda() is not None else []))
     print("GFLOP/s; " + " | ".join(header))
-    for n in args.sizes:
-        flop = 2.0 * n ** 3
-        row = {"n": n}
+    rows, chosen = [], {}
+    for shape in shapes:
+        gflop = 2.0 * shape[0] * shape[1] * shape[2] / 1e9
+        row = {"shape": shape_name(shape)} if args.networks else {"n": shape[0]}
         for device, prefix in zip(devices, prefixes):
             malinn.set_device(device)
-            seconds = {}   # (codename, defines) -> seconds: "tuned" is timed once with its own kernel's column
-            for column, spec in specs[prefix].items():
+            seconds = {}   # (codename, defines) -> seconds: a kernel chosen twice is timed once
+            mine = dict(specs[prefix])
+            if args.networks:
+                mine = {"chosen": choose("matmul", device, shape), **mine}
+                chosen[shape_name(shape)] = label(mine["chosen"])
+            for column, spec in mine.items():
                 key = (spec.codename, spec.defines)
                 if key not in seconds:
-                    seconds[key] = time_variant(spec, device, n, args.repeat, args.budget)
-                row[prefix + column] = None if seconds[key] is None else flop / seconds[key] / 1e9
+                    seconds[key] = time_variant(spec, device, shape, args.repeat, args.budget)
+                row[prefix + column] = None if seconds[key] is None else gflop / seconds[key]
             if prefix in clblasts:
-                row[prefix + "CLBlast"] = flop / time_clblast(clblasts[prefix], device, n, args.repeat) / 1e9
-        row["numpy"] = flop / time_numpy(n, args.repeat) / 1e9
-        torch_s = time_torch(n, args.repeat)
+                row[prefix + "CLBlast"] = gflop / time_clblast(clblasts[prefix], device, shape, args.repeat)
+        row["numpy"] = gflop / time_numpy(shape, args.repeat)
+        torch_s = time_torch(shape, args.repeat)
         if torch_s is not None:
-            row["cuBLAS"] = flop / torch_s / 1e9
+            row["cuBLAS"] = gflop / torch_s
         rows.append(row)
-        print(" | ".join([str(n)] + ["-" if row[h] is None else f"{row[h]:.1f}" for h in header[1:]]), flush=True)
+        print(" | ".join([str(row[header[0]])] + ["-" if row.get(h) is None else f"{row[h]:.1f}"
+                                                  for h in header[1:]]), flush=True)
     names = {**configurations, **{p + "tuned": f"{configurations[p + 'tuned']} (the runtime's choice"
-                                  + (f" on {p.rstrip('/')})" if p else ")") for p in prefixes}}
+                                  + (f" on {p.rstrip('/')})" if p else ")") for p in prefixes if p + "tuned" in configurations},
+             **{p + "chosen": "the runtime's choice per shape" for p in prefixes}}
     fastest, wins = most_often_fastest(rows, mine_all)
     overall, overall_wins = most_often_fastest(rows, header[1:])
-    print(f"fastest of malinn's kernels on most sizes: {names[fastest]} ({wins} of {len(rows)})")
-    print(f"fastest of everything measured on most sizes: {names.get(overall, overall)} "
+    print(f"fastest of malinn's kernels on most shapes: {names[fastest]} ({wins} of {len(rows)})")
+    print(f"fastest of everything measured on most shapes: {names.get(overall, overall)} "
           f"({overall_wins} of {len(rows)})")
     ratios = device_ratios(rows, prefixes, columns) if len(devices) > 1 else []
     for r in ratios:
@@ -270,21 +302,20 @@ def main(argv=None):
             continue
         print(f"n {r['n']:>5}: {r['device']} / {devices[0].describe()['index']} time = {r['tuned']:.2f}x "
               f"(runtime choices), {r['fastest']:.2f}x (fastest kernels)")
-    if args.json:
-        first = devices[0]
-        result = {"device": first.describe(), "driver": first.driver_version, "rows": rows,
-                  "fastest": names[fastest], "fastest_overall": names.get(overall, overall),
-                  "tuned": configurations["tuned"], "configurations": configurations,
-                  "clblast": "used" if "" in clblasts else why_not.get(""), "wrong": WRONG,
-                  "command": shlex.join(sys.argv)}
-        if len(devices) > 1:
-            result["devices"] = [{**d.describe(), "driver": d.driver_version, "columns": p or "(unprefixed)"}
-                                 for d, p in zip(devices, prefixes)]
-            result["ratios"] = ratios
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+    fields = {"fastest": names[fastest], "fastest_overall": names.get(overall, overall),
+              "configurations": configurations, "clblast": "used" if "" in clblasts else why_not.get(""),
+              "wrong": WRONG}
+    if args.networks:
+        fields["chosen"] = chosen
+    else:
+        fields["tuned"] = configurations["tuned"]
+    if len(devices) > 1:
+        fields["devices"] = [{**harness.describe(d), "columns": p or "(unprefixed)"} for d, p in zip(devices, prefixes)]
+        fields["ratios"] = ratios
+    name = "gemm_networks" if args.networks else "gemm_backends" if len(devices) > 1 else "gemm"
+    harness.save(name, devices[0], rows, args, **fields)
     if WRONG:
-        print(f"gemm_variants: wrong products (not timed): {'; '.join(WRONG)}", file=sys.stderr)
+        print(f"gemm: wrong products (not timed): {'; '.join(WRONG)}", file=sys.stderr)
         return 1
     return 0
 
