@@ -16,7 +16,7 @@ from malinn.choice import conv_choice, kernel_choice, tuning_db
 from malinn.choice.conv_choice import ConvGeometry, choose_algorithm, holds, patch_budget, patch_bytes, rules
 from malinn.layers import Conv2D
 from malinn.layers.windows import window_defines
-from malinn.plan import builder as plan_builder
+from malinn.plan.kinds import conv as conv_kind
 from malinn.tuning import conv_tuner
 
 
@@ -131,8 +131,8 @@ def test_the_choice_is_made_once_per_plan_never_in_predict(device, rng, monkeypa
     if device.backend != "opencl":
         pytest.skip("convolutions run on OpenCL devices")
     calls = []
-    original = plan_builder.choose_algorithm
-    monkeypatch.setattr(plan_builder, "choose_algorithm", lambda d, g: calls.append(g) or original(d, g))
+    original = conv_kind.choose_algorithm
+    monkeypatch.setattr(conv_kind, "choose_algorithm", lambda d, g: calls.append(g) or original(d, g))
     model, layer = conv_model(9, 5, 7, 3)
     x = rng.standard_normal((3, 9, 9, 5)).astype(np.float32)
     want = np.maximum(conv2d_reference(x, layer.kernel, layer.bias, padding="same"), 0)

@@ -154,14 +154,14 @@ def test_residual_block_costs_no_copy_and_fuses_its_relu(device, rng):
     x = rng.uniform(-1, 1, (9, 8)).astype(np.float32)
     assert_close(model.predict(x), residual_np(model, x))
     plan = model.plan(9, device)
-    kinds = [step.kind for step in plan.steps]
+    kinds = [step.kind.name for step in plan.steps]
     # the Add works in place in d2's result (x is read by d1 before it), the relu in its kernel
     assert [k for k in kinds if k != "relayout"] == ["matmul", "matmul", "merge", "matmul"], kinds
     # re-layouts only where the same Dense layers as a Sequential need them (the input into the
     # kernel's layout, the output into Keras's order): the merge adds none
     chain = malinn.Sequential([Dense(16), Dense(8), Dense(3)])
     chain.build((None, 8))
-    assert kinds.count("relayout") == [s.kind for s in chain.plan(9, device).steps].count("relayout")
+    assert kinds.count("relayout") == [s.kind.name for s in chain.plan(9, device).steps].count("relayout")
     before = dict(device.counters)
     model.predict(x)
     assert device.counters["launches"] - before["launches"] == len(kinds)
@@ -320,7 +320,7 @@ def test_an_activation_after_a_merge_runs_in_the_merge_kernel(device, rng, activ
     z = (dense_np(model.layers[0], xv) + yv) / 2
     want = {"relu": np.maximum(z, 0), "tanh": np.tanh(z), "leaky_relu": np.where(z < 0, 0.1 * z, z)}[activation]
     assert_close(model.predict([xv, yv]), want)
-    kinds = [s.kind for s in model.plan(7, device).steps]
+    kinds = [s.kind.name for s in model.plan(7, device).steps]
     assert "activation" not in kinds and kinds.count("merge") == 1
     row = next(r for r in model.plan(7, device).describe() if r["kind"] == "merge")
     assert row["layers"] == ["avg", "act"] and row["fused"] == [activation]

@@ -22,14 +22,14 @@ def dense_np(layer, x):
 
 def launched(plan, kind) -> int:
     """Steps of ``kind`` that launch a kernel (a view launches nothing)."""
-    return sum(1 for step in plan.steps if step.kind == kind and not step.view)
+    return sum(1 for step in plan.steps if step.kind.name == kind and not step.view)
 
 
 def poison(device, plan, kind) -> None:
     """Fills the buffer of every result of ``kind`` with NaN, padding included, so that a float the
     plan should write (a value or a padding zero) and does not shows up in the results."""
     for step in plan.steps:
-        if step.kind == kind:
+        if step.kind.name == kind:
             storage = step.out.storage.memory()
             nan = np.full(storage.elements(), np.nan, np.float32)
             with device.lock:
@@ -60,7 +60,7 @@ def test_a_concatenate_of_dense_results_launches_no_concat_kernel(device, rng, b
     cat = np.concatenate([dense_np(layers["p0"], x), dense_np(layers["p1"], x)], axis=-1)
     plan = model.plan(batch, device)
     assert launched(plan, "concat") == 0, [r["kernel"] for r in plan.describe()]
-    writers = [s for s in plan.steps if s.kind == "matmul" and s.out.storage.view is not None]
+    writers = [s for s in plan.steps if s.kind.name == "matmul" and s.out.storage.view is not None]
     assert [s.layers[0].name for s in writers] == ["p0", "p1"]
     poison(device, plan, "concat")
     got = model.predict(x)
@@ -68,7 +68,7 @@ def test_a_concatenate_of_dense_results_launches_no_concat_kernel(device, rng, b
     assert_close(got[1], cat)
     # the concatenation's buffer (live to the end: an output): the values where Keras has them,
     # every padding float exactly 0
-    result = next(s for s in plan.steps if s.kind == "concat").out
+    result = next(s for s in plan.steps if s.kind.name == "concat").out
     rows, cols = result.storage.padded
     buffer = np.empty(rows * cols, np.float32)
     with device.lock:
@@ -88,7 +88,7 @@ def test_an_input_no_kernel_writes_keeps_its_concat_launch_beside_views(device, 
     xs, ts = (rng.uniform(-1, 1, (batch, n)).astype(np.float32) for n in (6, 3))
     plan = model.plan(batch, device)
     assert launched(plan, "concat") == 1                 # the model input's slice is copied
-    assert [s.view for s in plan.steps if s.kind == "concat"] == [True, False]
+    assert [s.view for s in plan.steps if s.kind.name == "concat"] == [True, False]
     poison(device, plan, "concat")
     want = dense_np(out.node.layer, np.concatenate([dense_np(d, xs), ts], axis=-1))
     assert_close(model.predict([xs, ts]), want)
@@ -107,7 +107,7 @@ def test_a_concat_input_read_elsewhere_too_is_copied_and_stays_readable(device, 
     layers = {layer.name: layer for layer in model.layers}
     xs = rng.uniform(-1, 1, (batch, 6)).astype(np.float32)
     plan = model.plan(batch, device)
-    assert [s.view for s in plan.steps if s.kind == "concat"] == [False, True]
+    assert [s.view for s in plan.steps if s.kind.name == "concat"] == [False, True]
     av = dense_np(layers["a"], xs)
     got = model.predict(xs)
     assert_close(got[0], dense_np(layers["out"], np.concatenate([av, dense_np(layers["b"], xs)], axis=-1)))
@@ -161,13 +161,13 @@ def test_a_flatten_of_a_tensor_in_keras_order_is_a_view_and_of_a_row_major_one_a
     flat.build((None, 5, 7))
     x = rng.uniform(-1, 1, (1, 5, 7)).astype(np.float32)
     plan = flat.plan(1, device)
-    assert launched(plan, "reshape") == 0 and any(s.view for s in plan.steps if s.kind == "reshape")
+    assert launched(plan, "reshape") == 0 and any(s.view for s in plan.steps if s.kind.name == "reshape")
     assert_close(flat.predict(x), dense_np(flat.layers[2], np.tanh(x.astype(np.float64)).reshape(1, 35)))
     moved = Sequential([Dense(6), Flatten(), Dense(3)])   # a row-major result of 6 rows read as 24 rows
     moved.build((None, 4, 6))
     x = rng.uniform(-1, 1, (7, 4, 6)).astype(np.float32)
     plan = moved.plan(7, device)
-    if str(plan.steps[[s.kind for s in plan.steps].index("matmul")].out.storage.layout) != "C":
+    if str(plan.steps[[s.kind.name for s in plan.steps].index("matmul")].out.storage.layout) != "C":
         assert launched(plan, "reshape") == 1
     assert_close(moved.predict(x), dense_np(moved.layers[2], dense_np(moved.layers[0], x).reshape(7, 24)))
 
@@ -182,7 +182,7 @@ def test_a_reshape_written_in_place_while_its_input_is_read_later_stays_a_copy(d
     model = Functional(x, out)
     xs = rng.uniform(-1, 1, (batch, 6)).astype(np.float32)
     plan = model.plan(batch, device)
-    assert not next(s for s in plan.steps if s.kind == "reshape" and s.layers[0].name == "r").view
+    assert not next(s for s in plan.steps if s.kind.name == "reshape" and s.layers[0].name == "r").view
     hv = dense_np(model.layers[0], xs)
     assert_close(model.predict(xs), np.concatenate([np.tanh(hv), hv], axis=-1))
 

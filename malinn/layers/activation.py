@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from ..library.kernel_library import load_library
+from ..plan import kinds
 from ..plan.tensors import Vector
 from .axes import axis_argument, resolve_axes, trailing_vector
 from .base import Layer, numeric_weights, zeros
@@ -61,7 +62,7 @@ class Activation(Layer):
         self.params: dict = {}
 
     def lower(self, builder, x):
-        return builder.activation(x, self.activation, self.params, what=self._what())
+        return kinds.activation(builder, x, self.activation, self.params, what=self._what())
 
     def get_config(self) -> dict:
         return {**super().get_config(), "activation": self.activation}
@@ -197,7 +198,7 @@ class PReLU(Layer):
 
     def lower(self, builder, x):
         alpha, period = trailing_vector(self.alpha, self.input_shape, self._what())
-        return builder.broadcast(x, 2, Vector(f"layer {self.name!r} alpha", alpha, self.device_copies), None, period,
+        return kinds.broadcast(builder, x, 2, Vector(f"layer {self.name!r} alpha", alpha, self.device_copies), None, period,
                                  what=self._what())
 
     def get_config(self) -> dict:
@@ -231,8 +232,8 @@ class Softmax(Activation):
     def lower(self, builder, x):
         axes = resolve_axes(self.axis, len(x.shape), f"Softmax {self.name!r}")
         if axes == (len(x.shape) - 1,):
-            return builder.activation(x, "softmax", what=self._what())
-        return builder.normalize(x, "softmax" if len(axes) == 1 else "softmax_logsumexp", axes, what=self._what())
+            return kinds.activation(builder, x, "softmax", what=self._what())
+        return kinds.normalize(builder, x, "softmax" if len(axes) == 1 else "softmax_logsumexp", axes, what=self._what())
 
     def get_config(self) -> dict:
         return {"name": self.name, "axis": list(self.axis) if isinstance(self.axis, tuple) else self.axis}

@@ -3,7 +3,7 @@
 ``resolve_axes`` turns an ``axis`` argument (an int or a list, negative counting from the end, the
 batch axis being 0) into sorted positive axes; ``trailing_vector`` turns parameters that broadcast
 against a sample (a PReLU's alpha, a Normalization's mean) into the vector and period the
-``broadcast`` kernel reads (:meth:`malinn.plan.builder.PlanBuilder.broadcast`).
+``broadcast`` kernel reads (:func:`malinn.plan.kinds.normalization.broadcast`).
 """
 
 from __future__ import annotations

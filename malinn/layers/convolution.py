@@ -1,8 +1,8 @@
 """Convolution layers, channels last as Keras: ``Conv1D``, ``Conv2D``, ``DepthwiseConv2D``,
 ``SeparableConv2D``.
 
-Each lowers to the plan's convolution steps (:meth:`malinn.plan.builder.PlanBuilder.conv`,
-:meth:`~malinn.plan.builder.PlanBuilder.depthwise`): the weights are re-laid once into the matrix the
+Each lowers to the plan's convolution steps (:func:`malinn.plan.kinds.conv.conv`,
+:func:`~malinn.plan.kinds.conv.depthwise`): the weights are re-laid once into the matrix the
 kernels read (``COUT x KH*KW*CG``, or ``C*DM x KH*KW`` for a depthwise kernel) and uploaded in the
 chosen kernel's layout; bias, activation and a folded BatchNormalization run in the kernel's
 epilogue. A 1-D layer is the 2-D one on an image of height 1 (the same memory).
@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..library.precision import rounded
+from ..plan import kinds
 from ..plan.tensors import Vector, Weight
 from .activation import get_activation
 from .base import Layer, folded_affine, glorot_uniform, numeric_weights, write_weights, zeros
@@ -163,7 +164,7 @@ class Conv2D(_Window):
         weight = Weight(f"layer {self.name!r} kernel", (self.filters, self.kernel[..., 0].size),
                         self.weight_matrix, self.device_copies)
         bias = self._vector(self.bias, "bias") if self.use_bias else None
-        return builder.conv(x, weight, geometry, self.compute_output_shape(x.shape), bias, self.activation,
+        return kinds.conv(builder, x, weight, geometry, self.compute_output_shape(x.shape), bias, self.activation,
                             what=self._what())
 
     def set_weights(self, weights) -> None:
@@ -263,7 +264,7 @@ class DepthwiseConv2D(_Window):
         weight = Weight(f"layer {self.name!r} depthwise kernel", (self.out_channels, int(np.prod(self.kernel_size))),
                         self.depthwise_matrix, self.device_copies)
         shape = self.compute_output_shape(x.shape)
-        return builder.depthwise(x, weight, geometry, shape, bias, activation, what=self._what())
+        return kinds.depthwise(builder, x, weight, geometry, shape, bias, activation, what=self._what())
 
     def lower(self, builder, x):
         bias = self._vector(self.bias, "bias") if self.use_bias else None
@@ -349,14 +350,14 @@ class SeparableConv2D(DepthwiseConv2D):
         weight = Weight(f"layer {self.name!r} pointwise kernel", (self.filters, self.out_channels),
                         self.pointwise_matrix, self.device_copies)
         bias = self._vector(self.bias, "bias") if self.use_bias else None
-        return builder.matmul(mid, weight, bias, self.activation, what=self._what())
+        return kinds.matmul(builder, mid, weight, bias, self.activation, what=self._what())
 
     def _lower_depthwise(self, builder, x, bias, activation):
         geometry = {**self.geometry(x.shape[1:]), "DM": self.depth_multiplier}
         weight = Weight(f"layer {self.name!r} depthwise kernel", (self.out_channels, int(np.prod(self.kernel_size))),
                         self.depthwise_matrix, self.device_copies)
         shape = DepthwiseConv2D.compute_output_shape(self, x.shape)
-        return builder.depthwise(x, weight, geometry, shape, bias, activation, what=self._what())
+        return kinds.depthwise(builder, x, weight, geometry, shape, bias, activation, what=self._what())
 
     def set_weights(self, weights) -> None:
         """Sets ``[depthwise_kernel, pointwise_kernel, bias]`` (or without bias) in Keras's shapes.

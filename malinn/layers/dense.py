@@ -7,6 +7,7 @@ import numpy as np
 from ..library.kernel_library import KernelSpec
 from ..library.layout import parse_layout
 from ..library.precision import check_precision, device_bytes, effective, quantize_int8
+from ..plan import kinds
 from ..plan.tensors import Vector, Weight
 from .activation import get_activation
 from .base import Layer, folded_affine, glorot_uniform, numeric_weights, write_weights, zeros
@@ -72,7 +73,7 @@ class Dense(Layer):
         weight = Weight(f"layer {self.name!r} kernel", (self.units, self.input_dim), lambda: self.kernel.T,
                         self.device_copies, self.prepacked, (lambda: quantized) if quantized is not None else None)
         bias = Vector(f"layer {self.name!r} bias", self.bias, self.device_copies) if self.use_bias else None
-        return builder.matmul(x, weight, bias, self.activation, what=self._what())
+        return kinds.matmul(builder, x, weight, bias, self.activation, what=self._what())
 
     def set_weights(self, weights) -> None:
         """Sets ``[kernel, bias]`` (or ``[kernel]`` without bias) in Keras's shapes.

@@ -11,6 +11,7 @@ one kernel.
 
 from __future__ import annotations
 
+from ..plan import kinds
 from ..plan.tensor import format_shape
 from ..plan.tensors import broadcast_shape
 from .base import Layer
@@ -59,7 +60,7 @@ class _ElementwiseMerge(_MultiInput):
                                          f"{self.name!r}")[1:]
 
     def lower(self, builder, xs):
-        return builder.merge(list(xs), self.op, what=self._what())
+        return kinds.merge(builder, list(xs), self.op, what=self._what())
 
 
 class Add(_ElementwiseMerge):
@@ -131,7 +132,7 @@ class Concatenate(_MultiInput):
         return (None,) + tuple(shapes[0][1:axis]) + (sum(s[axis] for s in shapes),) + tuple(shapes[0][axis + 1:])
 
     def lower(self, builder, xs):
-        return builder.concat(list(xs), self._axis(len(xs[0].shape)), what=self._what())
+        return kinds.concat(builder, list(xs), self._axis(len(xs[0].shape)), what=self._what())
 
     def get_config(self) -> dict:
         return {**super().get_config(), "axis": self.axis}
@@ -178,7 +179,7 @@ class Dot(_MultiInput):
 
     def lower(self, builder, xs):
         x, y = xs
-        return builder.dot(x, y, self._axes([x.shape, y.shape]), self.normalize, self.epsilon ** 2, what=self._what())
+        return kinds.dot(builder, x, y, self._axes([x.shape, y.shape]), self.normalize, self.epsilon ** 2, what=self._what())
 
     def get_config(self) -> dict:
         axes = list(self.axes) if isinstance(self.axes, (list, tuple)) else self.axes

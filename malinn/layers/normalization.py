@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..plan import kinds
 from ..plan.tensors import Vector
 from .axes import axis_argument, broadcast_shape, resolve_axes, trailing_vector
 from .base import Layer, numeric_weights, ones, write_weights, zeros
@@ -108,10 +109,10 @@ class BatchNormalization(Layer):
             where = broadcast_shape(self.input_shape, (self._axis(),))
             (scale, period), (shift, _) = (trailing_vector(v.reshape(where), self.input_shape, self._what())
                                            for v in (s, t))
-            return builder.broadcast(x, 0, Vector(f"layer {self.name!r} scale", scale, self.device_copies),
+            return kinds.broadcast(builder, x, 0, Vector(f"layer {self.name!r} scale", scale, self.device_copies),
                                      Vector(f"layer {self.name!r} shift", shift, self.device_copies), period,
                                      what=self._what())
-        return builder.affine(x, Vector(f"layer {self.name!r} scale", s, self.device_copies),
+        return kinds.affine(builder, x, Vector(f"layer {self.name!r} scale", s, self.device_copies),
                               Vector(f"layer {self.name!r} shift", t, self.device_copies), what=self._what())
 
     def save_own_variables(self, store, target) -> None:
@@ -204,7 +205,7 @@ class LayerNormalization(Layer):
     def lower(self, builder, x):
         vectors = [None if w is None else Vector(f"layer {self.name!r} {label}", w.reshape(-1), self.device_copies)
                    for label, w in (("gamma", self.gamma), ("beta", self.beta))]
-        return builder.normalize(x, "rms" if self.rms_scaling else "layer", self._axes(), self.epsilon, *vectors,
+        return kinds.normalize(builder, x, "rms" if self.rms_scaling else "layer", self._axes(), self.epsilon, *vectors,
                                  what=self._what())
 
     def get_config(self) -> dict:
@@ -239,7 +240,7 @@ class UnitNormalization(Layer):
 
     def lower(self, builder, x):
         axes = resolve_axes(self.axis, len(x.shape), f"UnitNormalization {self.name!r}")
-        return builder.normalize(x, "unit", axes, self.epsilon ** 2, what=self._what())
+        return kinds.normalize(builder, x, "unit", axes, self.epsilon ** 2, what=self._what())
 
     def get_config(self) -> dict:
         return {**super().get_config(), "axis": list(self.axis) if isinstance(self.axis, tuple) else self.axis,

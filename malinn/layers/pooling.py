@@ -9,6 +9,7 @@ the 2-D one on an image of height 1.
 
 from __future__ import annotations
 
+from ..plan import kinds
 from .base import Layer
 from .windows import as_tuple, output_size, spatial_of, window_defines
 
@@ -65,7 +66,7 @@ class _Pooling(Layer):
         h, w, _ = spatial_of(x.shape[1:])
         defines = window_defines((h, w), self._hw(self.pool_size), self._hw(self.strides), (1, 1), self.padding)
         del defines["DH"], defines["DW"]
-        return builder.gather(x, "pool", {**defines, "MAXPOOL": int(self.maximum)},
+        return kinds.pool(builder, x, {**defines, "MAXPOOL": int(self.maximum)},
                               self.compute_output_shape(x.shape), self._what())
 
     def get_config(self) -> dict:
@@ -130,7 +131,7 @@ class _GlobalPooling(Layer):
         del defines["DH"], defines["DW"]
         # Keras's GlobalMaxPooling is TensorFlow's reduce_max, where a NaN gives NaN (its MaxPooling,
         # max_pool, skips NaN: pool.cl's NAN_PROPAGATES)
-        return builder.gather(x, "pool", {**defines, "MAXPOOL": int(self.maximum), "NAN_PROPAGATES": int(self.maximum)},
+        return kinds.pool(builder, x, {**defines, "MAXPOOL": int(self.maximum), "NAN_PROPAGATES": int(self.maximum)},
                               self.compute_output_shape(x.shape), self._what())
 
     def get_config(self) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..plan import kinds
 from ..plan.tensors import Vector
 from .axes import axis_argument, broadcast_shape, resolve_axes, trailing_vector
 from .base import Layer, numeric_weights, ones, zeros
@@ -30,8 +31,8 @@ def _lower_affine(layer, builder, x, form: int, scale, shift):
     scale, shift = np.broadcast_arrays(np.asarray(scale, np.float64), np.asarray(shift, np.float64))
     (s, t), period = _vectors(layer, (("scale", scale), ("shift", shift)), layer.input_shape)
     if form == 0 and period == 1:
-        return builder.affine(x, s, t, what=layer._what())
-    return builder.broadcast(x, form, s, t, period, what=layer._what())
+        return kinds.affine(builder, x, s, t, what=layer._what())
+    return kinds.broadcast(builder, x, form, s, t, period, what=layer._what())
 
 
 def _per_feature(values, features: int):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from ..plan import kinds
 from .base import Layer
 
 __all__ = ["Flatten", "Reshape", "Permute", "RepeatVector", "Identity"]
@@ -30,7 +31,7 @@ class Flatten(Layer):
         return (shape[0], math.prod(shape[1:]))
 
     def lower(self, builder, x):
-        return builder.reshape(x, self.compute_output_shape(x.shape), what=self._what())
+        return kinds.reshape(builder, x, self.compute_output_shape(x.shape), what=self._what())
 
 
 class Reshape(Layer):
@@ -65,7 +66,7 @@ class Reshape(Layer):
         self.compute_output_shape(input_shape)
 
     def lower(self, builder, x):
-        return builder.reshape(x, self.compute_output_shape(x.shape), what=self._what())
+        return kinds.reshape(builder, x, self.compute_output_shape(x.shape), what=self._what())
 
     def get_config(self) -> dict:
         return {**super().get_config(), "target_shape": list(self.target_shape)}
@@ -96,7 +97,7 @@ class Permute(Layer):
         return (shape[0],) + tuple(shape[d] for d in self.dims)
 
     def lower(self, builder, x):
-        return builder.permute(x, self.dims, what=self._what())
+        return kinds.permute(builder, x, self.dims, what=self._what())
 
     def get_config(self) -> dict:
         return {**super().get_config(), "dims": list(self.dims)}
@@ -126,7 +127,7 @@ class RepeatVector(Layer):
         return (shape[0], self.n) + shape[1:]
 
     def lower(self, builder, x):
-        return builder.repeat(x, self.n, what=self._what())
+        return kinds.repeat(builder, x, self.n, what=self._what())
 
     def get_config(self) -> dict:
         return {**super().get_config(), "n": self.n}

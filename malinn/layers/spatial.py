@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..plan import kinds
 from .base import Layer
 from .windows import as_tuple, spatial_of
 
@@ -86,7 +87,7 @@ class _Spatial(Layer):
         h, w, _ = spatial_of(x.shape[1:])
         out = self.compute_output_shape(x.shape)
         oh, ow = spatial_of(out[1:])[:2]
-        return builder.gather(x, "spatial", {"IH": h, "IW": w, "OH": oh, "OW": ow, **self._defines()}, out,
+        return kinds.spatial(builder, x, {"IH": h, "IW": w, "OH": oh, "OW": ow, **self._defines()}, out,
                               self._what())
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,7 +20,10 @@ from ..library.layout import Layout, parse_layout
 from ..library.precision import device_bytes
 from .tensor import format_shape
 
-__all__ = ["Weight", "Vector", "Storage", "Value", "Step", "broadcast_shape"]
+if TYPE_CHECKING:
+    from .kinds.base import OpKind
+
+__all__ = ["Weight", "Vector", "Storage", "Value", "Head", "Step", "broadcast_shape"]
 
 C = parse_layout("C")
 #: the defines a window kernel's geometry sets per layer (left out of summaries: the shapes say them)
@@ -162,11 +166,18 @@ class Value:
         return f"Value({self.name or '?'} {self.shape})"
 
 
+@dataclasses.dataclass(frozen=True)
+class Head:
+    """A small Dense layer computed in the kernel of the matmul before it (``Step.head``)."""
+
+    weight: Weight
+    bias: Vector | None
+    activation: str | None
+
+
 @dataclasses.dataclass(eq=False)
 class Step:
-    kind: str                   # "matmul", "bias", "activation", "affine", "relayout", "reshape", "conv",
-                                # "pool", "spatial", "im2col", "broadcast", "normalize", "permute", "repeat",
-                                # "merge", "concat", "dot"
+    kind: "OpKind"              # the registered op kind (malinn.plan.kinds): what the step computes and needs
     spec: KernelSpec
     out: Value
     inputs: dict                # slot ("a" or "b") -> Value
@@ -182,16 +193,15 @@ class Step:
     vectors: dict = dataclasses.field(default_factory=dict)   # kernel buffer name -> Vector (layer steps)
     overwrites: bool = False      # a layer step that rewrites its input "b" in place
     view: bool = False            # the plan made it free: its result is a view (nothing launched)
-    head: tuple | None = None     # (Weight, Vector | None, activation): a small Dense layer after this
-                                  # matmul, computed in its kernel; ``out`` is then the head's output
+    head: Head | None = None      # a small Dense layer after this matmul, computed in its kernel;
+                                  # ``out`` is then the head's output
 
     @property
     def in_place(self) -> bool:
-        """Whether the step writes into its input ``b``'s buffer (bias, activation, affine; a layer
-        step that ``overwrites`` it: a broadcast or normalize, a merge's running result, a
-        Concatenate's buffer that earlier inputs wrote their slices into)."""
-        return self.kind in ("bias", "activation", "affine") or self.overwrites
-
+        """Whether the step writes into its input ``b``'s buffer (a kind that always does: bias,
+        activation, affine; a layer step that ``overwrites`` it: a broadcast or normalize, a merge's
+        running result, a Concatenate's buffer that earlier inputs wrote their slices into)."""
+        return self.kind.in_place or self.overwrites
 
 
 #: sample axes the merge kernel broadcasts over (D1..D8)
@@ -244,5 +254,5 @@ def storages_of(values, steps) -> list:
 
 def may_alias(storage: Storage, layout: Layout, x: Value, col_mult: int) -> bool:
     """Whether a plain R or C buffer of one logical column may be read as the other layout (it may
-    while it is padded to one column; :meth:`PlanBuilder._unalias` checks that once padded)."""
+    while it is padded to one column; :func:`malinn.plan.passes.layouts.unalias` checks that once padded)."""
     return {str(storage.layout), str(layout)} == {"R", "C"} and x.cols == 1 and col_mult == 1

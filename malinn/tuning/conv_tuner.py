@@ -26,6 +26,7 @@ from ..choice.conv_choice import ConvGeometry, default_algorithm, rules, runs
 from ..choice.tuning_db import check_writable, save
 from ..errors import MalinnError
 from ..library.kernel_library import KernelSpec, load_library
+from ..plan import kinds
 from ..plan.builder import PlanBuilder
 from ..plan.tensors import Weight
 
@@ -58,7 +59,7 @@ def _plan(device: Device, g: ConvGeometry, weights: np.ndarray, algorithm: Kerne
     builder = PlanBuilder(device, g.batch)
     x = builder.input((g.IH, g.IW, g.cin))
     weight = Weight(f"conv {g.key()} weights", weights.shape, lambda: weights, {})
-    y = builder.conv(x, weight, {**g.window(), "GROUPS": g.groups}, (g.batch, g.OH, g.OW, g.cout),
+    y = kinds.conv(builder, x, weight, {**g.window(), "GROUPS": g.groups}, (g.batch, g.OH, g.OW, g.cout),
                      what=f"conv {g.key()}", algorithm=algorithm)
     return builder.compile([y]).allocate()
 

@@ -1,0 +1,18 @@
+"""The op kinds of a plan's steps, each registered once (:data:`KINDS`), with the functions that
+lower a layer into steps of that kind: a layer's ``lower(builder, x)`` calls them."""
+
+from .base import KINDS, OpKind, kind_named, register
+from .conv import CONV, conv, depthwise
+from .elementwise import ACTIVATION, AFFINE, BIAS, activation, affine, bias_and_activation
+from .layout import PERMUTE, RELAYOUT, REPEAT, RESHAPE, permute, relayout_step, repeat, reshape
+from .matmul import MATMUL, matmul
+from .merge import CONCAT, DOT, MERGE, concat, dot, merge
+from .normalization import BROADCAST, NORMALIZE, NORMALIZE_MODES, broadcast, normalize
+from .window import IM2COL, POOL, SPATIAL, pool, spatial
+
+__all__ = ["KINDS", "OpKind", "kind_named", "register",
+           "MATMUL", "CONV", "BIAS", "ACTIVATION", "AFFINE", "RELAYOUT", "RESHAPE", "PERMUTE", "REPEAT",
+           "MERGE", "CONCAT", "DOT", "BROADCAST", "NORMALIZE", "POOL", "SPATIAL", "IM2COL",
+           "matmul", "conv", "depthwise", "activation", "affine", "bias_and_activation", "reshape", "permute",
+           "repeat", "relayout_step", "merge", "concat", "dot", "broadcast", "normalize", "NORMALIZE_MODES",
+           "pool", "spatial"]

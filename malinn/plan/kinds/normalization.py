@@ -1,0 +1,77 @@
+"""Layer steps that rewrite their input in place with per-element parameters or per-group
+statistics: broadcast parameters (PReLU, Normalization, a BatchNormalization on another axis:
+kernels/broadcast.cl) and normalization over axes (softmax, layer and RMS normalization, L2
+normalization: kernels/normalize_axes.cl)."""
+
+from __future__ import annotations
+
+import math
+
+from ...choice.kernel_choice import choose
+from ..tensor import format_shape
+from ..tensors import Value, Vector
+from .base import OpKind, register
+from .layout import permute
+
+__all__ = ["BROADCAST", "NORMALIZE", "NORMALIZE_MODES", "broadcast", "normalize"]
+
+
+class InPlaceLayerStep(OpKind):
+    """Rewrites its input ``b``'s buffer (the step ``overwrites`` it), reading ``step.vectors``."""
+
+    def operands(self, plan, step) -> tuple:
+        return step.spec, {"r": plan.matrix(step.out)}, {}, step.params
+
+
+class Broadcast(InPlaceLayerStep):
+    name = "broadcast"
+
+
+class Normalize(InPlaceLayerStep):
+    name = "normalize"
+
+
+BROADCAST, NORMALIZE = register(Broadcast()), register(Normalize())
+
+#: what :func:`normalize` computes over each group -> the kernel's MODE (kernels/normalize_axes.cl)
+NORMALIZE_MODES = {"softmax": 0, "softmax_logsumexp": 1, "layer": 2, "rms": 3, "unit": 4}
+
+
+def broadcast(builder, x: Value, form: int, scale: Vector, shift: Vector | None, period_cols: int,
+              what: str = "broadcast") -> Value:
+    """Per-element parameters applied to ``x`` in place (kernels/broadcast.cl): ``form`` 0 is
+    ``x * scale + shift``, 1 ``(x + shift) * scale``, 2 PReLU (``scale`` holds alpha). The vectors
+    hold ``period_cols * x.rows`` values: element (row, col) of ``x``'s matrix view reads
+    ``(col % period_cols) * x.rows + row`` (parameters over the sample's trailing axes)."""
+    if x.cols % period_cols or any(v.values.size != period_cols * x.rows for v in (scale, shift) if v is not None):
+        raise ValueError(f"{what}: parameters of {scale.values.size} values do not tile {format_shape(x.shape)}")
+    spec = choose("broadcast", builder.device).configure({"FORM": int(form), "PCOLS": int(period_cols)})
+    vectors = {"scale": scale, **({"shift": shift} if shift is not None else {})}
+    return builder.record(BROADCAST, spec, x.shape, {"b": x}, what, storage=x.storage, vectors=vectors,
+                          overwrites=True)
+
+
+def normalize(builder, x: Value, mode: str, axes, epsilon: float = 0.0, scale: Vector | None = None,
+              shift: Vector | None = None, what: str = "normalize") -> Value:
+    """Each group of ``x``'s elements along ``axes`` normalized (softmax, layer normalization, RMS
+    scaling, L2 normalization: :data:`NORMALIZE_MODES`), in place, one kernel. ``axes`` are indices
+    into ``x.shape`` (the batch axis is 0 and is never one of them); axes that are not one run are
+    permuted to the end and back. ``scale`` / ``shift`` (gamma / beta) hold one value per element of
+    a group, in the row-major order of the sorted axes."""
+    axes = tuple(sorted(set(int(a) for a in axes)))
+    rank = len(x.shape)
+    if not axes or axes[0] < 1 or axes[-1] >= rank:
+        raise ValueError(f"{what}: axes {axes} are not sample axes of {format_shape(x.shape)}")
+    if axes != tuple(range(axes[0], axes[-1] + 1)):
+        order = [a for a in range(1, rank) if a not in axes] + list(axes)
+        y = normalize(builder, permute(builder, x, order, what), mode, range(rank - len(axes), rank), epsilon,
+                      scale, shift, what)
+        return permute(builder, y, [order.index(a) + 1 for a in range(1, rank)], what)
+    group, inner = math.prod(x.shape[axes[0]:axes[-1] + 1]), math.prod(x.shape[axes[-1] + 1:])
+    split = {"SR": x.rows, "SC": group // x.rows} if inner == 1 else {"SR": 1, "SC": group}
+    spec = choose("normalize", builder.device).configure(
+        {"GROUP": group, "INNER": inner, "MODE": NORMALIZE_MODES[mode], "CENTER": int(shift is not None),
+         "SCALE": int(scale is not None), **split})
+    vectors = {name: v for name, v in (("scale", scale), ("shift", shift)) if v is not None}
+    return builder.record(NORMALIZE, spec, x.shape, {"b": x}, what, storage=x.storage, vectors=vectors,
+                          overwrites=True, params={"epsilon": float(epsilon)})

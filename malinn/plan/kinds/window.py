@@ -1,0 +1,45 @@
+"""Steps that read a window of their input for each result element into a new tensor: pooling
+(kernels/pool.cl), the spatial layers (padding, cropping, upsampling: kernels/spatial.cl) and a
+convolution's ``im2col`` patch matrix."""
+
+from __future__ import annotations
+
+from ...choice.kernel_choice import choose
+from ..tensors import Value
+from .base import OpKind, register
+
+__all__ = ["POOL", "SPATIAL", "IM2COL", "pool", "spatial"]
+
+
+class Window(OpKind):
+    """Reads operand ``a``, writes a new result (its kernel's restrictions on both)."""
+
+
+class Pool(Window):
+    name = "pool"
+
+
+class Spatial(Window):
+    name = "spatial"
+
+
+class Im2col(Window):
+    name = "im2col"
+
+
+POOL, SPATIAL, IM2COL = (register(kind()) for kind in (Pool, Spatial, Im2col))
+
+
+def _window_step(builder, kind: OpKind, x: Value, defines: dict, out_shape, what: str) -> Value:
+    spec = choose(kind.name, builder.device).configure(defines)
+    return builder.record(kind, spec, (builder.batch,) + tuple(out_shape[1:]), {"a": x}, what)
+
+
+def pool(builder, x: Value, defines: dict, out_shape, what: str = "pool") -> Value:
+    """A pooling of ``x`` (kernels/pool.cl) configured with ``defines`` (the window and ``MAXPOOL``)."""
+    return _window_step(builder, POOL, x, defines, out_shape, what)
+
+
+def spatial(builder, x: Value, defines: dict, out_shape, what: str = "spatial") -> Value:
+    """Padding, cropping or upsampling of ``x`` (kernels/spatial.cl) configured with ``defines``."""
+    return _window_step(builder, SPATIAL, x, defines, out_shape, what)
