@@ -82,6 +82,16 @@ class KerasGraph:
     outputs: list[str]
     output_names: list[str] | None = None   # Keras 3 models whose outputs are a dict
 
+    @classmethod
+    def of_chain(cls, layers: list, sample_shape: tuple) -> "KerasGraph":
+        """A chain of ``layers`` (:class:`KerasLayer`) as a graph: one input of ``sample_shape``, each
+        layer called once on the output of the one before."""
+        current, calls = "input#0", []
+        for index, layer in enumerate(layers):
+            calls.append(KerasCall(layer=layer.name, inputs=[current], output=f"{layer.name}#{index + 1}"))
+            current = calls[-1].output
+        return cls(inputs=[("input#0", "input", tuple(sample_shape))], calls=calls, outputs=[current])
+
     def is_chain(self) -> bool:
         """One input, one output, and each call reads the one before it (a Sequential would do)."""
         if len(self.inputs) != 1 or len(self.outputs) != 1:

@@ -11,20 +11,13 @@ from __future__ import annotations
 import math
 
 from malinn.errors import ConversionError
+from malinn.layers.shaping import KERAS_AUGMENTATIONS
 
 from .model_spec import KerasLayer, KerasModel
 
-#: Keras's random augmentation layers: each returns its input unchanged at inference, in Keras 3 and
-#: in tf_keras (tests/graph_zoo.py's "augmented" model runs every one the installed Keras has and
-#: compares), so the converter drops them as it drops Dropout. RandomCrop is not one: tf_keras crops
-#: at inference.
-AUGMENTATIONS = (
-    "RandomFlip", "RandomRotation", "RandomZoom", "RandomTranslation", "RandomContrast", "RandomBrightness",
-    "RandomHeight", "RandomWidth", "RandomColorDegeneration", "RandomColorJitter", "RandomElasticTransform",
-    "RandomErasing", "RandomGaussianBlur", "RandomGrayscale", "RandomHue", "RandomInvert", "RandomPerspective",
-    "RandomPosterization", "RandomSaturation", "RandomSharpness", "RandomShear", "AugMix", "CutMix", "MixUp",
-    "RandAugment", "Solarization",
-)
+#: Keras's random augmentation layers, which return their input at inference (the layer that stands
+#: for them declares them: :class:`malinn.layers.Identity`)
+AUGMENTATIONS = KERAS_AUGMENTATIONS
 
 #: Layers without weights whose output shape equals their input shape (at inference).
 SHAPE_PRESERVING = frozenset(AUGMENTATIONS) | frozenset(

@@ -11,30 +11,22 @@ Quick start::
 """
 
 import importlib
-from pathlib import Path as _Path
 from typing import TYPE_CHECKING
 
-# An installed wheel holds the repository's converters/ as malinn/converters/; in a source checkout
-# run without installing, it sits beside malinn/, so the checkout's root joins the package path.
-if not (_Path(__file__).resolve().parent / "converters").is_dir():
-    _root = _Path(__file__).resolve().parent.parent
-    if (_root / "converters" / "__init__.py").is_file():
-        __path__.append(str(_root))
-
-from . import registry as _registry  # noqa: E402
-from .version import __version__  # noqa: E402
+from . import registry as _registry
+from .version import __version__
 
 __all__ = [
     "__version__",
     "Sequential", "Functional", "Model", "Input", "load_model", "convert", "layers", "ops", "Layout", "load_library",
-    "Device", "devices", "get_device", "set_device",
+    "Device", "devices", "get_device", "get_devices", "set_device",
     "MalinnError", "DeviceError", "KernelBuildError", "LibraryError", "BackendError", "LayoutError",
     "ConversionError", "SettingError",
 ]
 
 if TYPE_CHECKING:   # what the first use of the package imports (_load), for readers and type checkers
     from . import layers, ops
-    from .backends.selection import Device, devices, get_device, set_device
+    from .backends.selection import Device, devices, get_device, get_devices, set_device
     from .errors import (
         BackendError,
         ConversionError,
@@ -59,7 +51,7 @@ _loaded = False
 #: where _load finds each name of the public API (a module of the package)
 _API = {
     "Device": "backends.selection", "devices": "backends.selection", "get_device": "backends.selection",
-    "set_device": "backends.selection", "Functional": "model.functional", "Model": "model.functional",
+    "set_device": "backends.selection", "get_devices": "backends.selection", "Functional": "model.functional", "Model": "model.functional",
     "Input": "layers.input_layer", "load_library": "library.kernel_library", "Layout": "library.layout",
     "Sequential": "model.sequential", "convert": "model.saving", "load_model": "model.saving",
     **{name: "errors" for name in ("BackendError", "ConversionError", "DeviceError", "KernelBuildError", "LayoutError",

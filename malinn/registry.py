@@ -1,7 +1,9 @@
-"""The one registry of serializable classes: layers and models, by class name (as Keras's).
+"""The one registry of serializable classes: layers and models, by class name (as Keras's), and the
+layer class that converts each Keras layer class.
 
 Layer classes register themselves when they are defined (:class:`malinn.layers.Layer` does it for
-every subclass) and model classes likewise, so saving, loading, the converter and the CLI find a
+every subclass, and under ``"keras"`` for each Keras class name a subclass converts: its own and
+those it declares) and model classes likewise, so saving, loading, the converter and the CLI find a
 class from the name a file records, and no module needs to import the one that defines it. The
 package imports its classes on first use (:mod:`malinn`): it gives the registry that loader
 (:func:`complete_with`), which a lookup runs before it says a name is unknown.
@@ -9,14 +11,16 @@ package imports its classes on first use (:mod:`malinn`): it gives the registry 
 
 from __future__ import annotations
 
+from typing import Callable
+
 __all__ = ["register", "lookup", "names", "complete_with"]
 
-_CLASSES: dict = {"layer": {}, "model": {}}
+_CLASSES: dict = {"layer": {}, "model": {}, "keras": {}}
 #: what imports every class not yet registered (the package's loader), run once, when first needed
-_loader = None
+_loader: Callable[[], object] | None = None
 
 
-def complete_with(loader) -> None:
+def complete_with(loader: Callable[[], object]) -> None:
     """``loader()`` imports the modules that define the classes; it runs before a lookup misses."""
     global _loader
     _loader = loader
@@ -29,12 +33,13 @@ def _complete() -> None:
         loader()
 
 
-def register(kind: str, cls) -> None:
-    """Registers ``cls`` as a ``kind`` (``"layer"`` or ``"model"``) under its class name."""
-    _CLASSES[kind][cls.__name__] = cls
+def register(kind: str, cls: type, name: str | None = None) -> None:
+    """Registers ``cls`` as a ``kind`` (``"layer"``, ``"model"``, or ``"keras"``: the layer class
+    that converts a Keras class) under ``name`` (default: its class name)."""
+    _CLASSES[kind][name or cls.__name__] = cls
 
 
-def lookup(kind: str, name: str):
+def lookup(kind: str, name: str) -> type:
     """The ``kind`` class registered as ``name``.
 
     Raises:

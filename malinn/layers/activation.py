@@ -11,6 +11,7 @@ from ..plan import kinds
 from ..plan.tensors import Vector
 from .axes import axis_argument, resolve_axes, trailing_vector
 from .base import Layer, numeric_weights, zeros
+from .keras_config import KerasContext, keras_activation, shifted_axes, with_axis_shifted
 
 __all__ = ["Activation", "ReLU", "LeakyReLU", "ELU", "ThresholdedReLU", "PReLU", "Softmax", "get_activation"]
 
@@ -56,6 +57,14 @@ class Activation(Layer):
 
     reusable_on_other_shapes = True
 
+    @classmethod
+    def from_keras_config(cls, config: dict, keras: KerasContext) -> "Activation":
+        return cls(keras_activation(config.get("activation"), keras), name=keras.name)
+
+    @classmethod
+    def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "Activation":
+        return cls.from_keras_config(config, keras)   # element-wise: each time step as it is
+
     def __init__(self, activation, name: str | None = None):
         super().__init__(name)
         self.activation = get_activation(activation)
@@ -80,6 +89,13 @@ class ReLU(Activation):
     Raises:
         ValueError: a negative ``max_value`` or ``negative_slope``, or a non-finite parameter.
     """
+
+    @classmethod
+    def from_keras_config(cls, config: dict, keras: KerasContext) -> "ReLU":
+        max_value = config.get("max_value")
+        return cls(max_value=None if max_value is None else float(max_value),
+                   negative_slope=float(config.get("negative_slope", 0.0) or 0.0),
+                   threshold=float(config.get("threshold", 0.0) or 0.0), name=keras.name)
 
     def __init__(self, max_value=None, negative_slope=0.0, threshold=0.0, name: str | None = None):
         for label, value in (("negative_slope", negative_slope), ("threshold", threshold)) + (
@@ -106,6 +122,10 @@ class LeakyReLU(Activation):
         ValueError: ``negative_slope`` is not a finite number.
     """
 
+    @classmethod
+    def from_keras_config(cls, config: dict, keras: KerasContext) -> "LeakyReLU":   # Keras 2 names it alpha
+        return cls(float(config.get("negative_slope", config.get("alpha", 0.3))), name=keras.name)
+
     def __init__(self, negative_slope=0.3, name: str | None = None):
         slope = _finite("LeakyReLU", "negative_slope", negative_slope)
         super().__init__("leaky_relu", name)
@@ -123,6 +143,10 @@ class ELU(Activation):
         ValueError: ``alpha`` is not a finite number.
     """
 
+    @classmethod
+    def from_keras_config(cls, config: dict, keras: KerasContext) -> "ELU":
+        return cls(float(config.get("alpha", 1.0)), name=keras.name)
+
     def __init__(self, alpha=1.0, name: str | None = None):
         alpha = _finite("ELU", "alpha", alpha)
         super().__init__("elu", name)
@@ -139,6 +163,10 @@ class ThresholdedReLU(Activation):
     Raises:
         ValueError: ``theta`` is not a finite number.
     """
+
+    @classmethod
+    def from_keras_config(cls, config: dict, keras: KerasContext) -> "ThresholdedReLU":
+        return cls(float(config.get("theta", 1.0)), name=keras.name)
 
     def __init__(self, theta=1.0, name: str | None = None):
         theta = _finite("ThresholdedReLU", "theta", theta)
@@ -165,6 +193,23 @@ class PReLU(Layer):
     """
 
     weight_names = ("alpha",)
+
+    @classmethod
+    def from_keras_config(cls, config: dict, keras: KerasContext) -> "PReLU":
+        return cls(shared_axes=config.get("shared_axes"), name=keras.name)
+
+    @classmethod
+    def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "PReLU":
+        """One alpha for every time step: shared along the time axis too."""
+        shared = config.get("shared_axes") or []
+        shared = [1] + shifted_axes(shared if isinstance(shared, list) else [shared])
+        return cls.from_keras_config({**config, "shared_axes": shared}, keras)
+
+    def from_keras_weights(self, weights: list) -> list:
+        """A ``TimeDistributed`` PReLU's alpha, saved without the time axis, with it put back."""
+        if weights and (1,) + tuple(weights[0].shape) == self.alpha_shape:
+            return [weights[0].reshape(self.alpha_shape)]
+        return list(weights)
 
     def __init__(self, shared_axes=None, name: str | None = None):
         super().__init__(name)
@@ -219,6 +264,14 @@ class Softmax(Activation):
     """
 
     reusable_on_other_shapes = False
+
+    @classmethod
+    def from_keras_config(cls, config: dict, keras: KerasContext) -> "Softmax":
+        return cls(axis=config.get("axis", -1), name=keras.name)
+
+    @classmethod
+    def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "Softmax":
+        return cls.from_keras_config(with_axis_shifted(config), keras)
 
     def __init__(self, axis=-1, name: str | None = None):
         super().__init__("softmax", name)

@@ -8,7 +8,9 @@
 steps that compute the layer in a plan (:class:`malinn.plan.builder.PlanBuilder`).
 
 Every subclass is registered under its class name (:mod:`malinn.registry`): saving, loading, the
-converter and the CLI find classes there, never by ``isinstance`` chains.
+converter and the CLI find classes there, never by ``isinstance`` chains. A subclass that converts
+Keras layers (it declares ``keras_config_keys`` or its own ``from_keras_config``) is registered under
+each Keras class name it stands for too (:mod:`malinn.layers.keras_config`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 from ..plan.tensor import format_shape
 from ..registry import register
 from .input_layer import call_layer
+from .keras_config import SIZE_KEYS, KerasContext, NotConvertible, keras_activation
 
 __all__ = ["Layer", "sample_shape", "glorot_uniform", "weights_to_be_loaded", "numeric_weights", "zeros", "ones",
            "placeholders"]
@@ -224,10 +227,31 @@ class Layer:
     #: the attributes that hold the layer's weights (``("kernel", "bias")``): each is stored as a
     #: read-only float32 copy, and a built layer's keeps its shape (see :meth:`__setattr__`)
     weight_names: tuple = ()
+    #: Keras class names this class converts besides its own, declared by the class itself (a
+    #: subclass converts its own name alone): another generation's spelling, a layer that computes
+    #: the same at inference
+    keras_aliases: tuple = ()
+    #: the keys of a Keras config that the constructor takes as they are (sizes as tuples, the
+    #: activation by malinn's name: :meth:`from_keras_config`); None where the class converts by a
+    #: ``from_keras_config`` of its own, or not at all
+    keras_config_keys: tuple | None = None
+    #: Keras class names this class would stand for but that the converter refuses, each with why
+    #: (listed after the layer's class and name), declared by the class itself
+    keras_refused: dict = {}
+    #: of the Keras classes it converts, those whose call with ``training=True`` computes otherwise in
+    #: Keras's predict (random, or the batch's statistics): the converter refuses such a call
+    keras_training_dependent: tuple = ()
+    #: whether the Keras layers this class converts compute nothing at inference: the converter passes
+    #: their input on (and makes a layer only for a model of nothing else)
+    keras_no_op: bool = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         register("layer", cls)
+        if not cls.__name__.startswith("_") and cls.converts_keras():
+            for keras_name in (cls.__name__, *cls.__dict__.get("keras_aliases", ()),
+                               *cls.__dict__.get("keras_refused", {})):
+                register("keras", cls, keras_name)
         if "build" in cls.__dict__:   # while it builds, a layer makes its weights in their new shapes
             cls.build = _building(cls.__dict__["build"])
 
@@ -386,6 +410,47 @@ class Layer:
         self.set_weights([np.asarray(store[str(i)][()], np.float32) for i in range(len(store))])
 
     # ---------------------------------------------------------------- conversion
+    @classmethod
+    def converts_keras(cls) -> bool:
+        """Whether the class converts Keras layers: it declares :attr:`keras_config_keys` or a
+        :meth:`from_keras_config` of its own."""
+        return cls.keras_config_keys is not None or cls.from_keras_config.__func__ is not Layer.from_keras_config.__func__
+
+    @classmethod
+    def from_keras_config(cls, config: dict, keras: KerasContext) -> "Layer":
+        """The layer a Keras layer's saved ``config`` describes (``keras``: its class, the name to
+        take, the Keras generation, the input shape). This one passes on the keys of
+        :attr:`keras_config_keys` that the config holds; a class whose values need mapping has its own.
+
+        Raises:
+            NotConvertible: no malinn layer computes what the config asks (an activation malinn lacks).
+            ValueError: a value the constructor refuses.
+        """
+        if cls.keras_config_keys is None:
+            raise NotConvertible("")
+        kwargs = {key: config[key] for key in cls.keras_config_keys if key in config}
+        if "activation" in kwargs:
+            kwargs["activation"] = keras_activation(kwargs["activation"], keras)
+        for key in SIZE_KEYS:
+            if isinstance(kwargs.get(key), list):
+                kwargs[key] = tuple(kwargs[key])
+        return cls(name=keras.name, **kwargs)
+
+    @classmethod
+    def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "Layer | None":
+        """The layer that computes Keras's ``TimeDistributed`` of this one (of ``config``) on the
+        ``(batch, time, ...)`` input ``keras.input_shape``: this layer with its axes shifted by one,
+        where it computes each time step so; None where none does (here).
+
+        Raises:
+            NotConvertible: as :meth:`from_keras_config`.
+        """
+        return None
+
+    def from_keras_weights(self, weights: list) -> list:
+        """The weights a Keras file holds for this layer (built), as :meth:`set_weights` takes them."""
+        return list(weights)
+
     def absorb_affine(self, scale: np.ndarray, shift: np.ndarray) -> bool:
         """Folds a following per-feature ``y * scale + shift`` into this layer when that is exact.
 

@@ -119,6 +119,9 @@ class Conv2D(_Window):
     """
 
     weight_names = ("kernel", "bias")
+    #: Keras's arguments that change what it computes (Conv1D's too), as its config saves them
+    keras_config_keys = ("filters", "kernel_size", "strides", "padding", "dilation_rate", "groups", "activation",
+                         "use_bias", "data_format")
 
     def __init__(self, filters, kernel_size, strides=1, padding="valid", dilation_rate=1, groups=1,
                  activation=None, use_bias: bool = True, data_format=None, name: str | None = None):
@@ -225,6 +228,8 @@ class DepthwiseConv2D(_Window):
     """
 
     weight_names = ("depthwise_kernel", "bias")
+    keras_config_keys = ("kernel_size", "strides", "padding", "depth_multiplier", "dilation_rate", "activation",
+                         "use_bias", "data_format")
 
     def __init__(self, kernel_size, strides=1, padding="valid", depth_multiplier=1, dilation_rate=1,
                  activation=None, use_bias: bool = True, data_format=None, name: str | None = None):
@@ -320,6 +325,8 @@ class SeparableConv2D(DepthwiseConv2D):
     """
 
     weight_names = ("depthwise_kernel", "pointwise_kernel", "bias")
+    keras_config_keys = ("filters", "kernel_size", "strides", "padding", "depth_multiplier", "dilation_rate",
+                         "activation", "use_bias", "data_format")
 
     def __init__(self, filters, kernel_size, strides=1, padding="valid", depth_multiplier=1, dilation_rate=1,
                  activation=None, use_bias: bool = True, data_format=None, name: str | None = None):

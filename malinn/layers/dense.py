@@ -11,6 +11,7 @@ from ..plan import kinds
 from ..plan.tensors import Vector, Weight
 from .activation import get_activation
 from .base import Layer, folded_affine, glorot_uniform, numeric_weights, write_weights, zeros
+from .keras_config import KerasContext, keras_activation
 
 __all__ = ["Dense"]
 
@@ -35,6 +36,16 @@ class Dense(Layer):
     weight_names = ("kernel", "bias")
 
     reusable_on_other_shapes = True
+
+    @classmethod
+    def from_keras_config(cls, config: dict, keras: KerasContext) -> "Dense":
+        activation = keras_activation(config.get("activation"), keras)
+        return cls(int(config["units"]), activation=activation, use_bias=bool(config.get("use_bias", True)),
+                   name=keras.name)
+
+    @classmethod
+    def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "Dense":
+        return cls.from_keras_config(config, keras)   # on the last axis: each time step as it is
 
     def __init__(self, units, activation=None, use_bias: bool = True, name: str | None = None):
         super().__init__(name)

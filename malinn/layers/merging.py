@@ -15,6 +15,7 @@ from ..plan import kinds
 from ..plan.tensor import format_shape
 from ..plan.tensors import broadcast_shape
 from .base import Layer
+from .keras_config import KerasContext
 
 __all__ = ["Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate", "Dot"]
 
@@ -53,6 +54,7 @@ class _ElementwiseMerge(_MultiInput):
     """An element-wise merge of two or more inputs of broadcastable shapes."""
 
     op = ""
+    keras_config_keys = ()   # Keras's config holds nothing else that changes what it computes
 
     def compute_output_shape(self, input_shape) -> tuple:
         shapes = _shapes(self, input_shape, self.count)
@@ -110,6 +112,10 @@ class Concatenate(_MultiInput):
         ValueError: ``axis`` is not an integer.
     """
 
+    @classmethod
+    def from_keras_config(cls, config: dict, keras: KerasContext) -> "Concatenate":
+        return cls(axis=int(config.get("axis", -1)), name=keras.name)
+
     def __init__(self, axis=-1, name: str | None = None):
         super().__init__(name)
         if isinstance(axis, bool) or not isinstance(axis, int):
@@ -154,6 +160,14 @@ class Dot(_MultiInput):
     """
 
     count = 2
+
+    @classmethod
+    def from_keras_config(cls, config: dict, keras: KerasContext) -> "Dot":
+        axes = config.get("axes")
+        axes = [int(a) for a in axes] if isinstance(axes, (list, tuple)) else int(axes)
+        # the least norm normalize divides by: Keras 3's epsilon; tf_keras's l2_normalize floors the squares at 1e-12
+        return cls(axes, normalize=bool(config.get("normalize", False)), epsilon=1e-7 if keras.keras_major >= 3 else 1e-6,
+                   name=keras.name)
 
     def __init__(self, axes, normalize: bool = False, epsilon: float = 1e-7, name: str | None = None):
         super().__init__(name)

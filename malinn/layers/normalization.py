@@ -9,6 +9,7 @@ from ..plan import kinds
 from ..plan.tensors import Vector
 from .axes import axis_argument, broadcast_shape, resolve_axes, trailing_vector
 from .base import Layer, numeric_weights, ones, write_weights, zeros
+from .keras_config import KerasContext, with_axis_shifted
 
 __all__ = ["BatchNormalization", "LayerNormalization", "UnitNormalization"]
 
@@ -33,6 +34,18 @@ class BatchNormalization(Layer):
     """
 
     weight_names = ("gamma", "beta", "moving_mean", "moving_variance")
+
+    #: called with training=True, Keras normalizes by the batch's own statistics
+    keras_training_dependent = ("BatchNormalization",)
+
+    @classmethod
+    def from_keras_config(cls, config: dict, keras: KerasContext) -> "BatchNormalization":
+        return cls(epsilon=float(config.get("epsilon", 1e-3)), center=bool(config.get("center", True)),
+                   scale=bool(config.get("scale", True)), axis=config.get("axis", -1), name=keras.name)
+
+    @classmethod
+    def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "BatchNormalization":
+        return cls.from_keras_config(with_axis_shifted(config), keras)
 
     def __init__(self, epsilon=1e-3, center: bool = True, scale: bool = True, axis=-1, name: str | None = None):
         super().__init__(name)
@@ -157,6 +170,16 @@ class LayerNormalization(Layer):
 
     weight_names = ("gamma", "beta")
 
+    @classmethod
+    def from_keras_config(cls, config: dict, keras: KerasContext) -> "LayerNormalization":
+        return cls(axis=config.get("axis", -1), epsilon=float(config.get("epsilon", 1e-3)),
+                   center=bool(config.get("center", True)), scale=bool(config.get("scale", True)),
+                   rms_scaling=bool(config.get("rms_scaling", False)), name=keras.name)
+
+    @classmethod
+    def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "LayerNormalization":
+        return cls.from_keras_config(with_axis_shifted(config), keras)
+
     def __init__(self, axis=-1, epsilon=1e-3, center: bool = True, scale: bool = True, rms_scaling: bool = False,
                  name: str | None = None):
         super().__init__(name)
@@ -226,6 +249,15 @@ class UnitNormalization(Layer):
     Raises:
         ValueError: a bad axis or an epsilon that is not a number >= 0.
     """
+
+    @classmethod
+    def from_keras_config(cls, config: dict, keras: KerasContext) -> "UnitNormalization":
+        # Keras 3: x / max(norm, 1e-12); tf_keras: x * rsqrt(max(norm^2, 1e-12)); neither saves it
+        return cls(axis=config.get("axis", -1), epsilon=1e-12 if keras.keras_major >= 3 else 1e-6, name=keras.name)
+
+    @classmethod
+    def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "UnitNormalization":
+        return cls.from_keras_config(with_axis_shifted(config), keras)
 
     def __init__(self, axis=-1, epsilon=1e-12, name: str | None = None):
         super().__init__(name)

@@ -34,6 +34,9 @@ class _Pooling(Layer):
 
     rank, maximum = 2, True
 
+    #: Keras's arguments that change what it computes, as its config saves them
+    keras_config_keys = ("pool_size", "strides", "padding", "data_format")
+
     def __init__(self, pool_size=2, strides=None, padding="valid", data_format=None, name: str | None = None):
         super().__init__(name)
         who = f"{type(self).__name__} {self.name!r}"
@@ -107,6 +110,8 @@ class _GlobalPooling(Layer):
     reusable_on_other_shapes = True
 
     rank, maximum = 2, True
+
+    keras_config_keys = ("keepdims", "data_format")
 
     def __init__(self, keepdims: bool = False, data_format=None, name: str | None = None):
         super().__init__(name)

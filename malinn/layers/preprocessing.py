@@ -9,6 +9,7 @@ from ..plan import kinds
 from ..plan.tensors import Vector
 from .axes import axis_argument, broadcast_shape, resolve_axes, trailing_vector
 from .base import Layer, numeric_weights, ones, zeros
+from .keras_config import KerasContext, with_axis_shifted
 
 __all__ = ["Rescaling", "Normalization"]
 
@@ -50,6 +51,10 @@ class Rescaling(Layer):
     Raises:
         ValueError: ``scale`` or ``offset`` is not finite.
     """
+
+    @classmethod
+    def from_keras_config(cls, config: dict, keras: KerasContext) -> "Rescaling":
+        return cls(config.get("scale", 1.0), config.get("offset", 0.0), name=keras.name)
 
     def __init__(self, scale, offset=0.0, name: str | None = None):
         super().__init__(name)
@@ -95,6 +100,17 @@ class Normalization(Layer):
     """
 
     weight_names = ("mean", "variance", "count")
+
+    @classmethod
+    def from_keras_config(cls, config: dict, keras: KerasContext) -> "Normalization":
+        given = config.get("mean") is not None and not keras.has_weights   # statistics in the config, as Keras's
+        return cls(axis=config.get("axis", -1), invert=bool(config.get("invert", False)),
+                   mean=config["mean"] if given else None, variance=config["variance"] if given else None,
+                   name=keras.name)
+
+    @classmethod
+    def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "Normalization":
+        return cls.from_keras_config(with_axis_shifted(config), keras)
 
     def __init__(self, axis=-1, mean=None, variance=None, invert: bool = False, name: str | None = None):
         super().__init__(name)

@@ -7,8 +7,24 @@ import math
 
 from ..plan import kinds
 from .base import Layer
+from .keras_config import KerasContext, NotConvertible
 
 __all__ = ["Flatten", "Reshape", "Permute", "RepeatVector", "Identity"]
+
+#: Keras's random augmentation layers: each returns its input unchanged at inference, in Keras 3 and
+#: in tf_keras (tests/graph_zoo.py's "augmented" model runs every one the installed Keras has and
+#: compares), so :class:`Identity` stands for them as for Dropout. RandomCrop is not one: tf_keras crops
+#: at inference.
+KERAS_AUGMENTATIONS = (
+    "RandomFlip", "RandomRotation", "RandomZoom", "RandomTranslation", "RandomContrast", "RandomBrightness",
+    "RandomHeight", "RandomWidth", "RandomColorDegeneration", "RandomColorJitter", "RandomElasticTransform",
+    "RandomErasing", "RandomGaussianBlur", "RandomGrayscale", "RandomHue", "RandomInvert", "RandomPerspective",
+    "RandomPosterization", "RandomSaturation", "RandomSharpness", "RandomShear", "AugMix", "CutMix", "MixUp",
+    "RandAugment", "Solarization",
+)
+#: Keras's layers that compute nothing at inference besides the augmentations (regularizers, noise)
+KERAS_INFERENCE_NO_OPS = ("Dropout", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianNoise",
+                          "GaussianDropout", "AlphaDropout", "ActivityRegularization", "InputLayer")
 
 
 def _int_tuple(value, who: str, label: str, minimum: int) -> tuple:
@@ -25,6 +41,16 @@ class Flatten(Layer):
     """Flattens each sample to one axis in Keras's order (row-major, channels last)."""
 
     reusable_on_other_shapes = True
+
+    @classmethod
+    def from_keras_config(cls, config: dict, keras: KerasContext) -> "Flatten":
+        if keras.rank > 2 and config.get("data_format", "channels_last") == "channels_first":
+            raise NotConvertible("with data_format='channels_first'")
+        return cls(name=keras.name)
+
+    @classmethod
+    def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "Reshape":
+        return Reshape([keras.input_shape[1], -1], name=keras.name)   # each time step flattened
 
     def compute_output_shape(self, input_shape) -> tuple:
         shape = tuple(input_shape)
@@ -45,6 +71,15 @@ class Reshape(Layer):
         ValueError: ``target_shape`` is not a list of positive sizes with at most one -1, or does
             not hold the input's values.
     """
+
+    @classmethod
+    def from_keras_config(cls, config: dict, keras: KerasContext) -> "Reshape":
+        return cls(list(config.get("target_shape") or []), name=keras.name)
+
+    @classmethod
+    def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "Reshape":
+        target = [keras.input_shape[1]] + list(config.get("target_shape", []))   # the time axis kept
+        return cls.from_keras_config({**config, "target_shape": target}, keras)
 
     def __init__(self, target_shape, name: str | None = None):
         super().__init__(name)
@@ -80,6 +115,15 @@ class Permute(Layer):
         ValueError: ``dims`` is not an order of 1..rank.
     """
 
+    @classmethod
+    def from_keras_config(cls, config: dict, keras: KerasContext) -> "Permute":
+        return cls(list(config.get("dims") or []), name=keras.name)
+
+    @classmethod
+    def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "Permute":
+        dims = [1] + [d + 1 for d in config.get("dims", [])]   # the time axis kept first
+        return cls.from_keras_config({**config, "dims": dims}, keras)
+
     def __init__(self, dims, name: str | None = None):
         super().__init__(name)
         self.dims = _int_tuple(dims, f"Permute {self.name!r}", "dims", 1)
@@ -110,6 +154,10 @@ class RepeatVector(Layer):
         ValueError: ``n`` is not a positive integer, or the input is not 2-D.
     """
 
+    @classmethod
+    def from_keras_config(cls, config: dict, keras: KerasContext) -> "RepeatVector":
+        return cls(int(config["n"]), name=keras.name)
+
     def __init__(self, n, name: str | None = None):
         super().__init__(name)
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -134,10 +182,27 @@ class RepeatVector(Layer):
 
 
 class Identity(Layer):
-    """Returns its input (Keras's Identity; the converter also uses it for a model of inference
-    no-ops only)."""
+    """Returns its input (Keras's Identity). It stands for the Keras layers that compute nothing at
+    inference (Dropout and its kind, the random augmentations), which the converter drops: it makes
+    one only for a model of nothing else, or for a ``TimeDistributed`` of one."""
 
     reusable_on_other_shapes = True
+
+    keras_aliases = KERAS_INFERENCE_NO_OPS + KERAS_AUGMENTATIONS
+    keras_no_op = True
+    #: the noise and the augmentations: random in a call with training=True
+    keras_training_dependent = tuple(name for name in keras_aliases if name not in ("InputLayer",
+                                                                                    "ActivityRegularization"))
+    keras_refused = {"RandomCrop": "(tf_keras crops and resizes at inference, Keras 3 returns the input: crop the "
+                                   "images before predict and save the model without it)"}
+
+    @classmethod
+    def from_keras_config(cls, config: dict, keras: KerasContext) -> "Identity":
+        return cls(name=keras.name)
+
+    @classmethod
+    def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "Identity":
+        return cls(name=keras.name)
 
     def lower(self, builder, x):
         return x

@@ -99,6 +99,9 @@ class ZeroPadding2D(_Spatial):
         name: the layer's name.
     """
 
+    #: Keras's arguments that change what it computes (ZeroPadding1D's too), as its config saves them
+    keras_config_keys = ("padding", "data_format")
+
     def __init__(self, padding=1, data_format=None, name: str | None = None):
         super().__init__(data_format, name)
         self.padding = _amounts(padding, self.rank, f"{type(self).__name__} {self.name!r}", "padding")
@@ -128,6 +131,8 @@ class Cropping2D(_Spatial):
         name: the layer's name.
     """
 
+    keras_config_keys = ("cropping", "data_format")
+
     def __init__(self, cropping=((0, 0), (0, 0)), data_format=None, name: str | None = None):
         super().__init__(data_format, name)
         self.cropping = _amounts(cropping, self.rank, f"{type(self).__name__} {self.name!r}", "cropping")
@@ -148,6 +153,8 @@ class Cropping1D(Cropping2D):
 
     rank = 1
 
+    keras_config_keys = ("cropping",)   # Keras's Cropping1D has no data_format
+
     def __init__(self, cropping=(1, 1), data_format=None, name: str | None = None):
         super().__init__(cropping, data_format, name)
 
@@ -160,6 +167,8 @@ class UpSampling2D(_Spatial):
         size: an int or ``(rows, cols)``.
         name: the layer's name.
     """
+
+    keras_config_keys = ("size", "data_format", "interpolation")
 
     def __init__(self, size=2, data_format=None, interpolation="nearest", name: str | None = None):
         super().__init__(data_format, name)
@@ -183,3 +192,4 @@ class UpSampling1D(UpSampling2D):
     """Each step repeated ``size`` times, as Keras's ``UpSampling1D``."""
 
     rank = 1
+    keras_config_keys = ("size",)   # Keras's UpSampling1D has neither data_format nor interpolation

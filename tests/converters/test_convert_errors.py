@@ -265,15 +265,18 @@ def test_window_layers_pass_on_every_argument_keras_takes(keras_zoo):
     """Each Keras 3 window layer's config keys that change what it computes reach the malinn layer,
     which runs them or refuses them by name (a key left out is dropped silently: a channels-first
     ZeroPadding1D ran as channels last)."""
-    from malinn.converters.to_malinn import WINDOW_LAYERS
+    from malinn.registry import lookup, names
 
+    # the layers converted by passing their Keras config keys on, with the keys each declares
+    window_layers = {name: lookup("keras", name).keras_config_keys for name in names("keras")
+                     if lookup("keras", name).keras_config_keys}
     arguments = keras_zoo.manifest.get("keras3_layer_arguments")
     if arguments is None:
         pytest.skip("the zoo has no Keras 3")
-    assert set(arguments) == set(WINDOW_LAYERS)
+    assert set(arguments) == set(window_layers)
     for name, keras_args in arguments.items():
         wanted = {a for a in keras_args if a not in ("name", "kwargs") and not a.endswith(TRAINING_ONLY)}
-        assert wanted <= set(WINDOW_LAYERS[name]), f"{name}: {sorted(wanted - set(WINDOW_LAYERS[name]))} not passed on"
+        assert wanted <= set(window_layers[name]), f"{name}: {sorted(wanted - set(window_layers[name]))} not passed on"
 
 
 UNSUPPORTED = [("Masking", "bad_masking"), ("Conv1DTranspose", "bad_conv"), ("LSTM", "bad_lstm")]
