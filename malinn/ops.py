@@ -10,6 +10,7 @@ ops serve tests, the tuner and users who multiply matrices by hand.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -18,8 +19,9 @@ from .backends.selection import get_device
 from .choice.kernel_call import bind
 from .choice.kernel_choice import choose, holding_columns, use
 from .choice.matrix import DeviceMatrix
+from .errors import LayoutError
 from .library.kernel_library import EPILOGUE_DEFINES, KernelSpec, load_library
-from .library.layout import parse_layout
+from .library.layout import Layout, parse_layout
 
 __all__ = ["use", "kernel_for", "matmul", "matmul_plan", "bias_add", "affine", "activation", "relayout",
            "reshape", "to_layout", "upload_vector", "launch", "with_epilogue", "elementwise_kernel"]
@@ -38,7 +40,7 @@ def matmul_plan(spec: KernelSpec, m: int, k: int, n: int) -> dict:
 
 
 def launch(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | None = None,
-           what: str = "", params: dict | None = None):
+           what: str = "", params: dict | None = None) -> Any:
     """Binds kernel ``spec`` to its arguments and enqueues it once.
 
     Returns:
@@ -56,7 +58,7 @@ def launch(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | Non
         return bound()
 
 
-def to_layout(matrix: DeviceMatrix, device: Device, layout, padded) -> DeviceMatrix:
+def to_layout(matrix: DeviceMatrix, device: Device, layout: Layout | str, padded: tuple) -> DeviceMatrix:
     """``matrix`` on ``device`` in ``layout`` with ``padded`` shape.
 
     Returns ``matrix`` when it already is; uploads straight into the layout when only the host copy
@@ -71,8 +73,8 @@ def to_layout(matrix: DeviceMatrix, device: Device, layout, padded) -> DeviceMat
 
 
 def matmul(a: DeviceMatrix, b: DeviceMatrix, spec: KernelSpec | None = None, device: Device | None = None,
-           what: str = "matmul", bias=None, activation: str = "linear", params: dict | None = None,
-           affine: tuple | None = None) -> DeviceMatrix:
+           what: str = "matmul", bias: Any = None, activation: str = "linear", params: dict | None = None,
+           affine: tuple[Any, Any] | None = None) -> DeviceMatrix:
     """``R = affine(activation(A x B + bias))`` on the device, in one launch when the kernel can fuse.
 
     Args:
@@ -111,7 +113,7 @@ def matmul(a: DeviceMatrix, b: DeviceMatrix, spec: KernelSpec | None = None, dev
     vectors = {}
     if "bias" in fused:
         vectors["bias"] = bias
-    if "affine" in fused:
+    if "affine" in fused and affine is not None:
         vectors["scale"], vectors["shift"] = affine
     launch(spec, device, {"a": a, "b": b, "r": r}, vectors, what=what,
            params=params if "activation" in fused else None)
@@ -124,11 +126,11 @@ def matmul(a: DeviceMatrix, b: DeviceMatrix, spec: KernelSpec | None = None, dev
     return r
 
 
-def _left_operand(a: DeviceMatrix, device: Device, restriction, need) -> DeviceMatrix:
+def _left_operand(a: DeviceMatrix, device: Device, restriction: Any, need: tuple) -> DeviceMatrix:
     """``a`` as the kernel reads it: as it is when it lies on ``device`` in the kernel's layout,
     padded at least to ``need`` with the kernel's alignments (kernels index A with its own padded
     shape), else re-laid out (or uploaded) to exactly ``need``."""
-    if (a.buffer is not None and a.device is device and a.layout == restriction.layout
+    if (a.buffer is not None and a.device is device and a.layout == restriction.layout and a.padded is not None
             and a.padded[0] >= need[0] and a.padded[1] >= need[1]
             and a.padded[0] % restriction.row_multiple == 0 and a.padded[1] % restriction.col_multiple == 0):
         return a
@@ -148,32 +150,43 @@ def with_epilogue(spec: KernelSpec, shape: tuple, device: Device, bias: bool, ac
         + (["affine"] if affine else [])
     fused, defines = [], {}
     for step in steps:
+        kernel = elementwise_kernel(activation) if step == "activation" else None
         if step == "softmax":
             holding = holding_columns(spec, shape, device)
             if holding is None:
                 break
             spec = holding
-        elif step not in spec.epilogue or (step == "activation" and elementwise_kernel(activation) is None):
+        elif step not in spec.epilogue or (step == "activation" and kernel is None):
             break
         fused.append(step)
-        defines[EPILOGUE_DEFINES[step]] = (dict(elementwise_kernel(activation).defines)["ACTIVATION"]
-                                           if step == "activation" else 1)
+        defines[EPILOGUE_DEFINES[step]] = dict(kernel.defines)["ACTIVATION"] if kernel is not None else 1
     spec = spec.configure(defines) if defines else spec
     if "activation" in fused:
         act = elementwise_kernel(activation)
-        if act.params:
+        if act is not None and act.params:
             spec = dataclasses.replace(spec, params=act.params)
     return spec, tuple(fused)
 
 
-def elementwise_kernel(activation: str):
+def elementwise_kernel(activation: str | None) -> KernelSpec | None:
     """The element-wise activation kernel of ``activation`` (whose formula an epilogue can apply),
     or ``None`` (softmax needs a whole column; an unknown name has no kernel)."""
     act = load_library().activation_kernel(activation) if activation not in (None, "linear") else None
     return act if act is not None and act.source == "activation.cl" else None
 
 
-def upload_vector(device: Device, values, what: str = "vector"):
+def _device(m: DeviceMatrix) -> Device:
+    """The device ``m`` lies on.
+
+    Raises:
+        LayoutError: ``m`` is on the host only (upload it first: :meth:`DeviceMatrix.upload`).
+    """
+    if m.device is None:
+        raise LayoutError(f"a {m.shape[0]}x{m.shape[1]} matrix on the host only; upload it to a device first")
+    return m.device
+
+
+def upload_vector(device: Device, values: Any, what: str = "vector") -> Any:
     """Copies a 1-D float32 vector to a new device buffer."""
     values = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
     buffer = device.alloc(values.nbytes, what)
@@ -182,22 +195,22 @@ def upload_vector(device: Device, values, what: str = "vector"):
     return buffer
 
 
-def bias_add(r: DeviceMatrix, bias_buffer, spec: KernelSpec | None = None, what: str = "bias") -> DeviceMatrix:
+def bias_add(r: DeviceMatrix, bias_buffer: Any, spec: KernelSpec | None = None, what: str = "bias") -> DeviceMatrix:
     """Adds a bias (one value per row of ``r``, already on the device) to ``r`` in place."""
     spec = spec or kernel_for("bias", r.device)
-    launch(spec, r.device, {"r": r}, {"bias": bias_buffer}, what=what)
+    launch(spec, _device(r), {"r": r}, {"bias": bias_buffer}, what=what)
     return r
 
 
-def affine(r: DeviceMatrix, scale_buffer, shift_buffer, spec: KernelSpec | None = None,
+def affine(r: DeviceMatrix, scale_buffer: Any, shift_buffer: Any, spec: KernelSpec | None = None,
            what: str = "affine") -> DeviceMatrix:
     """``r = r * scale + shift`` per row (feature) of ``r``, in place; the vectors are on the device."""
     spec = spec or kernel_for("affine", r.device)
-    launch(spec, r.device, {"r": r}, {"scale": scale_buffer, "shift": shift_buffer}, what=what)
+    launch(spec, _device(r), {"r": r}, {"scale": scale_buffer, "shift": shift_buffer}, what=what)
     return r
 
 
-def activation(r: DeviceMatrix, name: str, what: str = "activation", **params) -> DeviceMatrix:
+def activation(r: DeviceMatrix, name: str, what: str = "activation", **params: float) -> DeviceMatrix:
     """Applies activation ``name`` to ``r`` in place (``linear`` launches nothing).
 
     Args:
@@ -211,7 +224,7 @@ def activation(r: DeviceMatrix, name: str, what: str = "activation", **params) -
     """
     if name in (None, "linear"):
         return r
-    launch(load_library().activation_spec(name, what), r.device, {"r": r}, what=what, params=params)
+    launch(load_library().activation_spec(name, what), _device(r), {"r": r}, what=what, params=params)
     return r
 
 
@@ -219,7 +232,8 @@ activation_op = activation
 affine_op = affine
 
 
-def reshape(m: DeviceMatrix, shape, layout, padded, spec: KernelSpec | None = None) -> DeviceMatrix:
+def reshape(m: DeviceMatrix, shape: tuple, layout: Layout | str, padded: tuple,
+            spec: KernelSpec | None = None) -> DeviceMatrix:
     """Device matrix ``m`` as another matrix view of the same tensor (flat order ``col * rows + row``
     kept): ``shape`` rows x cols, in ``layout`` with ``padded`` shape, made on the device.
 
@@ -229,14 +243,14 @@ def reshape(m: DeviceMatrix, shape, layout, padded, spec: KernelSpec | None = No
     if shape[0] * shape[1] != m.shape[0] * m.shape[1]:
         raise ValueError(f"cannot view a {m.shape[0]}x{m.shape[1]} matrix as {shape[0]}x{shape[1]}")
     spec = spec or kernel_for("reshape", m.device)
-    r = DeviceMatrix.empty(m.device, shape, layout, padded, what="reshape")
-    launch(spec, m.device, {"a": m, "r": r}, what=f"reshape to {shape[0]}x{shape[1]}")
+    r = DeviceMatrix.empty(_device(m), shape, layout, padded, what="reshape")
+    launch(spec, _device(m), {"a": m, "r": r}, what=f"reshape to {shape[0]}x{shape[1]}")
     return r
 
 
-def relayout(m: DeviceMatrix, layout, padded, spec: KernelSpec | None = None) -> DeviceMatrix:
+def relayout(m: DeviceMatrix, layout: Layout | str, padded: tuple, spec: KernelSpec | None = None) -> DeviceMatrix:
     """A copy of device matrix ``m`` in another layout and padding, made on the device."""
     spec = spec or kernel_for("relayout", m.device)
-    r = DeviceMatrix.empty(m.device, m.shape, layout, padded, what="relayout")
-    launch(spec, m.device, {"a": m, "r": r}, what=f"relayout to {r.layout}")
+    r = DeviceMatrix.empty(_device(m), m.shape, layout, padded, what="relayout")
+    launch(spec, _device(m), {"a": m, "r": r}, what=f"relayout to {r.layout}")
     return r

@@ -34,7 +34,7 @@ def kernels_dir() -> Path:
     here = Path(__file__).resolve().parent
     candidates = [here / "kernels", here.parent / "kernels"]
     try:  # an editable install maps the package malinn.kernels onto the checkout's kernels/
-        import malinn.kernels as _k
+        import malinn.kernels as _k  # type: ignore[import-not-found]  # kernels/, data the install maps
 
         candidates += [Path(p) for p in getattr(_k, "__path__", [])]
     except ImportError:

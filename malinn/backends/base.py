@@ -22,7 +22,9 @@ The contract, in the order a model meets it:
 from __future__ import annotations
 
 import threading
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -86,7 +88,7 @@ class Device:
     counters: dict = field(repr=False, default_factory=lambda: {
         "uploads": 0, "downloads": 0, "launches": 0, "builds": 0, "binary_hits": 0, "zero_copy": 0})
     cache: dict = field(repr=False, default_factory=dict)
-    lock: threading.RLock = field(repr=False, default_factory=threading.RLock)
+    lock: AbstractContextManager[Any] = field(repr=False, default_factory=threading.RLock)
     plan_lock: threading.RLock = field(repr=False, default_factory=threading.RLock)
 
     # ---------------------------------------------------------------- identity
@@ -119,11 +121,11 @@ class Device:
             "opencl_c_version": self.opencl_c_version,
         }
 
-    def __init_subclass__(cls, **kwargs):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
         # a backend's device is a dataclass too, whose decorator would give it a repr of every
         # field (twenty of them, a screenful for print(malinn.devices())): it keeps this short one
         super().__init_subclass__(**kwargs)
-        cls.__repr__ = Device.__repr__
+        cls.__repr__ = Device.__repr__   # type: ignore[method-assign]  # replacing the method is the point
 
     def __repr__(self) -> str:
         """``<Device 0:0 'pthread-skylake-avx512-AMD EPYC' CPU opencl>``: index, name, type, backend."""
@@ -142,11 +144,12 @@ class Device:
             self.counters[key] = self.counters.get(key, 0) + amount
 
     # ---------------------------------------------------------------- memory (backends implement)
-    def alloc(self, nbytes: int, what: str):
+    def alloc(self, nbytes: int, what: str) -> Any:
         """A read-write device buffer of ``nbytes`` (DeviceError on failure, naming ``what``)."""
         raise NotImplementedError
 
-    def upload(self, buffer, array, blocking: bool = True, what: str = "data", mapped: bool | None = None):
+    def upload(self, buffer: Any, array: np.ndarray, blocking: bool = True, what: str = "data",
+               mapped: bool | None = None) -> Any:
         """Copies the C-contiguous ``array`` into the start of ``buffer``.
 
         ``mapped``: write through a mapping of the buffer (``None``: where the device shares memory
@@ -160,11 +163,12 @@ class Device:
         """
         raise NotImplementedError
 
-    def download(self, buffer, out, blocking: bool = True, what: str = "data", mapped: bool | None = None) -> None:
+    def download(self, buffer: Any, out: np.ndarray, blocking: bool = True, what: str = "data",
+                 mapped: bool | None = None) -> None:
         """Copies the start of ``buffer`` into the C-contiguous host array ``out`` (``mapped`` as for upload)."""
         raise NotImplementedError
 
-    def host_array(self, shape, what: str = "staging") -> np.ndarray:
+    def host_array(self, shape: int | tuple[int, ...], what: str = "staging") -> np.ndarray:
         """A zeroed float32 host array of ``shape`` that the device copies to and from fastest, for
         data transferred on every call (a plan's input and output staging). This default is plain
         memory; a backend whose driver copies page-locked memory directly (without staging it
@@ -177,11 +181,11 @@ class Device:
         as it is (False). This default: False, the staging array being plain memory too."""
         return False
 
-    def fill_zero(self, buffer, nbytes: int, what: str = "buffer") -> None:
+    def fill_zero(self, buffer: Any, nbytes: int, what: str = "buffer") -> None:
         """Sets the first ``nbytes`` of ``buffer`` to zero on the device (no host copy)."""
         raise NotImplementedError
 
-    def image_from(self, buffer, width: int, height: int, what: str = "image"):
+    def image_from(self, buffer: Any, width: int, height: int, what: str = "image") -> Any:
         """An RGBA float image of ``width x height`` texels copied from ``buffer`` (for image operands)."""
         raise NotImplementedError
 
@@ -190,7 +194,7 @@ class Device:
         raise NotImplementedError
 
     # ---------------------------------------------------------------- programs
-    def compile(self, source: str, options: tuple = (), origin: str = "<source>"):
+    def compile(self, source: str, options: tuple = (), origin: str = "<source>") -> Any:
         """A built program for ``source`` and ``options``, memoised (KernelBuildError with the log)."""
         raise NotImplementedError
 
@@ -199,7 +203,7 @@ class Device:
         built programs key on them); none unless the backend reads some from its environment."""
         return ()
 
-    def build(self, source: str, options: tuple = (), origin: str = "<source>"):
+    def build(self, source: str, options: tuple = (), origin: str = "<source>") -> Any:
         """Same as :meth:`compile` (the name of malinn 0.1)."""
         return self.compile(source, options, origin)
 
@@ -208,8 +212,8 @@ class Device:
         raise NotImplementedError
 
     # ---------------------------------------------------------------- launches
-    def bind(self, program, function: str, args: list, global_size: tuple, local_size, what: str = "",
-             name: str | None = None):
+    def bind(self, program: Any, function: str, args: list, global_size: tuple, local_size: tuple | None,
+             what: str = "", name: str | None = None) -> BoundLaunch:
         """A :class:`BoundLaunch` of ``function`` with ``args`` set once (``name``, the kernel's name
         in messages: its codename in the library; default ``function``)."""
         raise NotImplementedError
@@ -245,12 +249,15 @@ class BoundLaunch:
     """
 
     __slots__ = ("function", "global_size", "local_size", "handle", "enqueue", "what", "held")
+    #: a zero-argument callable; a backend that makes the launch with None sets it right after
+    enqueue: Any
 
-    def __init__(self, function, global_size, local_size, handle, enqueue, what="", held=()):
+    def __init__(self, function: str, global_size: tuple, local_size: tuple | None, handle: Any,
+                 enqueue: Callable[[], Any] | None, what: str = "", held: Iterable = ()):
         self.function, self.global_size, self.local_size = function, global_size, local_size
         self.handle, self.enqueue, self.what, self.held = handle, enqueue, what, tuple(held)
 
-    def __call__(self):
+    def __call__(self) -> Any:
         return self.enqueue()
 
     def __repr__(self) -> str:

@@ -2,7 +2,8 @@
 feedback captures, after Cronin's GEMM through OpenGL (seeds/cronin-2018-opengl-gemm-embedded.txt).
 
 The devices of this module are :class:`FeedbackDevice` objects of backend ``"gles3"``: a headless
-EGL context as the OpenGL backend makes it (``backends/opengl.py``), used without compute shaders.
+EGL context (``backends/gl_context.py``) on the device both GL backends share
+(``backends/gl_base.py``), used without compute shaders.
 They run the kernel-library entries that name a source under ``"sources": {"gles3": ...}``
 (``kernels/gl/*.vert``, GLSL ES 3.00), so a new variant needs no Python change. They are listed
 where a device has no compute shaders (OpenGL ES 3.0, or desktop OpenGL 3.3 with
@@ -33,36 +34,31 @@ How a kernel runs (docs/BACKENDS.md, "Vertex-stage kernels"):
 
 from __future__ import annotations
 
-import ctypes
 import math
 import re
-import sys
-import time
-import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from ..environment import switch
 from ..errors import DeviceError, KernelBuildError
 from ..library.expressions import evaluate
 from ..library.layout import Layout
 from .base import BoundLaunch
-from .gles_context import ESContext
-from .opengl import (
-    _GL,
-    SOFTWARE_RENDERERS,
-    GLDevice,
-    GLEvent,
-    _moderngl,
-    _total_memory,
+from .gl_base import (
+    GLBaseDevice,
+    args_block,
     gl_index_macro,
     launch_error,
+    looks_for_devices,
     loop_limit,
-    requested_gl_api,
+    no_compute,
+    probe_each,
     run_probe,
-    wanted,
+    split_args,
 )
+from .gl_context import ContextFigures, load_moderngl, total_memory, vertex_context
+from .gl_functions import FeedbackFunctions
 
 __all__ = ["FeedbackDevice", "BACKEND", "discover", "probe", "no_compute", "inverse_index_macros"]
 
@@ -72,10 +68,9 @@ BACKEND = "gles3"
 PREAMBLE_VERSION = "#version 300 es"
 #: the flat textures' width in texels, at most (a power of two; OpenGL ES 3.0 guarantees 2048)
 TEXTURE_WIDTH = 4096
-_ES_BACKEND = "malinn-gles30"
 
-_TEXTURE_2D, _RGBA, _FLOAT = 0x0DE1, 0x1908, 0x1406
-_PIXEL_UNPACK_BUFFER, _UNIFORM_BUFFER, _TRANSFORM_FEEDBACK_BUFFER = 0x88EC, 0x8A11, 0x8C8E
+_TEXTURE_2D = 0x0DE1
+_UNIFORM_BUFFER, _TRANSFORM_FEEDBACK_BUFFER = 0x8A11, 0x8C8E
 _RASTERIZER_DISCARD, _POINTS, _TEXTURE0 = 0x8C89, 0x0000, 0x84C0
 _MAX_TEXTURE_SIZE, _MAX_SEPARATE_ATTRIBS, _MAX_SEPARATE_COMPONENTS = 0x0D33, 0x8C8B, 0x8C80
 _MAX_COMBINED_TEXTURE_UNITS, _MAX_VERTEX_TEXTURE_UNITS = 0x8B4D, 0x8B4C
@@ -115,11 +110,6 @@ void main() {
     malinn_out0 = count;
 }
 """
-
-
-def no_compute() -> bool:
-    """Whether ``MALINN_GL_NO_COMPUTE=1`` asks for every OpenGL device as a gles3 device."""
-    return bool(switch("MALINN_GL_NO_COMPUTE", False))
 
 
 def inverse_index_macros(layout: Layout, suffix: str) -> str:
@@ -179,7 +169,7 @@ class FeedbackProgram:
 
     def __init__(self, device: "FeedbackDevice", source: str, options: tuple, origin: str, feedback: Feedback):
         self.device, self.source, self.options, self.origin, self.feedback = device, source, options, origin, feedback
-        self.defines = {}
+        self.defines: dict[str, str] = {}
         for option in options:
             if not option.startswith("-D"):
                 raise KernelBuildError(f"option {option!r}: the OpenGL backend takes -DNAME=VALUE defines only")
@@ -189,7 +179,7 @@ class FeedbackProgram:
             self.outputs = evaluate(feedback.outputs, self.defines)
         except ValueError as exc:
             raise KernelBuildError(f"{origin}: #pragma malinn_feedback, OUTPUTS: {exc}") from None
-        self.program = None
+        self.program: tuple[Any, Any] | None = None
 
     def text(self) -> str:
         lines = [PREAMBLE_VERSION, "#pragma optionNV(unroll all)", "precision highp float;", "precision highp int;",
@@ -209,7 +199,7 @@ class FeedbackProgram:
         # the declaration is for malinn: the compiler never sees it
         return "\n".join(lines) + "\n" + _PRAGMA.sub("/* malinn_feedback declared */", self.source)
 
-    def linked(self):
+    def linked(self) -> tuple[Any, Any]:
         """The linked program with its varyings; KernelBuildError with the compiler's log."""
         if self.program is None:
             device = self.device
@@ -236,53 +226,11 @@ class FeedbackProgram:
         return self.program
 
 
-class _FeedbackGL(_GL):
-    """The GL entry points a draw with transform feedback needs (besides the backend's)."""
-
-    def __init__(self):
-        super().__init__()
-        egl = ctypes.CDLL("libEGL.so.1")
-        egl.eglGetProcAddress.restype = ctypes.c_void_p
-        egl.eglGetProcAddress.argtypes = [ctypes.c_char_p]
-
-        def fn(name, *argtypes):
-            address = egl.eglGetProcAddress(name.encode())
-            if not address:
-                raise DeviceError(f"the driver has no {name}")
-            return ctypes.CFUNCTYPE(None, *argtypes)(address)
-
-        u, i, p, s = ctypes.c_uint, ctypes.c_int, ctypes.c_void_p, ctypes.c_ssize_t
-        self.bind_buffer = fn("glBindBuffer", u, u)
-        self.bind_buffer_base = fn("glBindBufferBase", u, u, u)
-        self.bind_buffer_range = fn("glBindBufferRange", u, u, u, s, s)
-        self.bind_texture = fn("glBindTexture", u, u)
-        self.active_texture = fn("glActiveTexture", u)
-        self.tex_sub_image = fn("glTexSubImage2D", u, i, i, i, i, i, u, u, p)
-        self.begin_feedback = fn("glBeginTransformFeedback", u)
-        self.end_feedback = fn("glEndTransformFeedback")
-        self.draw_arrays = fn("glDrawArrays", u, i, i)
-        self.enable = fn("glEnable", u)
-        self.disable = fn("glDisable", u)
-        self.bind_vertex_array = fn("glBindVertexArray", u)
-        self.use_program = fn("glUseProgram", u)
-
-    def copy_to_texture(self, buffer, texture, width: int, texels: int) -> None:
-        """Texels ``0 .. texels`` of ``buffer`` into ``texture`` (rows of ``width``), on the device."""
-        full, rest = divmod(texels, width)
-        self.bind_buffer(_PIXEL_UNPACK_BUFFER, buffer.glo)
-        self.bind_texture(_TEXTURE_2D, texture.glo)
-        if full:
-            self.tex_sub_image(_TEXTURE_2D, 0, 0, 0, width, full, _RGBA, _FLOAT, None)
-        if rest:
-            self.tex_sub_image(_TEXTURE_2D, 0, 0, full, rest, 1, _RGBA, _FLOAT, ctypes.c_void_p(full * width * 16))
-        self.bind_buffer(_PIXEL_UNPACK_BUFFER, 0)
-
-
 @dataclass(eq=False)
-class FeedbackDevice(GLDevice):
+class FeedbackDevice(GLBaseDevice):
     """An OpenGL device without compute shaders: vertex-stage kernels, results by transform feedback.
 
-    Attributes (besides :class:`~malinn.backends.opengl.GLDevice`'s): ``texture_width``, the flat
+    Attributes (besides :class:`~malinn.backends.gl_base.GLBaseDevice`'s): ``texture_width``, the flat
     textures' row in texels; ``max_texture``, ``GL_MAX_TEXTURE_SIZE``; ``feedback_outputs``,
     ``GL_MAX_TRANSFORM_FEEDBACK_SEPARATE_ATTRIBS``; ``texture_units``, the vertex shader's samplers.
     """
@@ -293,29 +241,16 @@ class FeedbackDevice(GLDevice):
     max_texture: int = 2048
     feedback_outputs: int = 4
     texture_units: int = 16
-    framebuffer: object = None
+    framebuffer: Any = None
+    #: an OpenGL ES 3.0 context has no glMemoryBarrier (draws write buffers through transform feedback)
+    storage_barriers = False
 
     # ---------------------------------------------------------------- memory
-    def alloc(self, nbytes: int, what: str):
+    def alloc(self, nbytes: int, what: str) -> Any:
         """A buffer of ``nbytes`` rounded up to whole texels (16 bytes): a buffer is read as a texture."""
         return super().alloc(-(-max(int(nbytes), 4) // 16) * 16, what)
 
-    def download(self, buffer, out, blocking: bool = True, what: str = "data", mapped: bool | None = None) -> None:
-        with self:
-            try:
-                buffer.read_into(out, size=out.nbytes)
-            except Exception as exc:
-                raise DeviceError(f"downloading {what} ({out.nbytes} bytes) from {self.name} failed ({exc})") from exc
-        self.counters["downloads"] += 1
-
-    def fill_zero(self, buffer, nbytes: int, what: str = "buffer") -> None:
-        with self:
-            try:
-                buffer.clear(size=int(nbytes))
-            except Exception as exc:
-                raise DeviceError(f"clearing {what} ({nbytes} bytes) on {self.name} failed ({exc})") from exc
-
-    def image_from(self, buffer, width: int, height: int, what: str = "image"):
+    def image_from(self, buffer: Any, width: int, height: int, what: str = "image") -> Any:
         """An RGBA32F texture of ``width x height`` texels copied from the start of ``buffer`` (texel
         ``(x, y)`` = floats ``4 (y width + x) ..``), made on the device.
 
@@ -337,8 +272,8 @@ class FeedbackDevice(GLDevice):
                                   f"failed ({error})")
         return texture
 
-    def _texture(self, width: int, height: int, what: str):
-        moderngl = _moderngl()
+    def _texture(self, width: int, height: int, what: str) -> Any:
+        moderngl = load_moderngl()
         try:
             texture = self.ctx.texture((int(width), int(height)), 4, dtype="f4")
         except Exception as exc:
@@ -347,7 +282,7 @@ class FeedbackDevice(GLDevice):
         texture.repeat_x = texture.repeat_y = False
         return texture
 
-    def flat_texture(self, buffer, unit: int, what: str):
+    def flat_texture(self, buffer: Any, unit: int, what: str) -> Any:
         """A texture that holds ``buffer``'s floats in rows of ``texture_width`` texels, for sampler
         unit ``unit``. One per unit and height, shared by every launch: each launch copies its
         buffer in before its draw, and GL orders the copy after the draws before it."""
@@ -363,24 +298,18 @@ class FeedbackDevice(GLDevice):
         return shared[(unit, rows)]
 
     # ---------------------------------------------------------------- programs
-    def compile(self, source: str, options: tuple = (), origin: str = "<source>"):
-        """A :class:`FeedbackProgram` for a vertex-stage ``source``, memoised.
+    def new_program(self, source: str, options: tuple, origin: str) -> FeedbackProgram:
+        """A :class:`FeedbackProgram` for a vertex-stage ``source`` (:meth:`compile` memoises it).
 
         Raises:
             KernelBuildError: ``source`` is a compute shader (it declares no ``#pragma
                 malinn_feedback``), which this device cannot run, or its declaration is wrong.
         """
-        key = (source, tuple(options))
-        programs = self.cache.setdefault("programs", {})
-        with self.lock:
-            program = programs.get(key)
-            if program is None:
-                feedback = Feedback.of(source)
-                if feedback is None:
-                    raise KernelBuildError(f"{origin}: a compute shader; {self.name} runs vertex-stage kernels only "
-                                           "(no compute shaders: OpenGL ES 3.0)")
-                program = programs[key] = FeedbackProgram(self, source, tuple(options), origin, feedback)
-        return program
+        feedback = Feedback.of(source)
+        if feedback is None:
+            raise KernelBuildError(f"{origin}: a compute shader; {self.name} runs vertex-stage kernels only "
+                                   "(no compute shaders: OpenGL ES 3.0)")
+        return FeedbackProgram(self, source, options, origin, feedback)
 
     def render_index(self, layout: Layout, name: str) -> str:
         """The index macro ``name`` and its inverses (``MALINN_ROW_<X>``, ``MALINN_COL_<X>``)."""
@@ -388,13 +317,12 @@ class FeedbackDevice(GLDevice):
         return gl_index_macro(layout, name) + "\n" + inverse_index_macros(layout, suffix)
 
     # ---------------------------------------------------------------- launches
-    def bind(self, program, function: str, args: list, global_size: tuple, local_size, what: str = "",
-             name: str | None = None):
+    def bind(self, program: FeedbackProgram, function: str, args: list, global_size: tuple, local_size: Any,
+             what: str = "", name: str | None = None) -> BoundLaunch:
         name = name or function
         what = what or name
         global_size = tuple(int(g) for g in global_size)
-        scalars = [a for a in args if isinstance(a, (np.uint32, np.float32))]
-        buffers = [a for a in args if not isinstance(a, (np.uint32, np.float32))]
+        scalars, buffers = split_args(args)
         feedback = program.feedback
         values = {**{k: v for k, v in program.defines.items()},
                   **{n: int(v) for n, v in zip(feedback.scalars, scalars) if isinstance(v, np.uint32)}}
@@ -412,16 +340,8 @@ class FeedbackDevice(GLDevice):
                               f"floats; its result buffer holds {target.size // 4}")
         with self:
             shader, vao = program.linked()
-            block = shader["MalinnArgs"]
-            if block.size < 4 * (2 + len(scalars)):
-                raise KernelBuildError(f"{program.origin}: MALINN_ARGS holds {block.size // 4 - 2} scalars, "
-                                       f"the library passes {len(scalars)}")
-            words = np.zeros(max(block.size // 4, 2 + len(scalars)), np.uint32)
-            words[0] = global_size[0]
-            words[1] = global_size[1] if len(global_size) > 1 else 1
-            for i, value in enumerate(scalars):
-                words[2 + i] = np.asarray(value).view(np.uint32)
-            uniforms = self.ctx.buffer(words.tobytes())
+            head = [global_size[0], global_size[1] if len(global_size) > 1 else 1]   # malinn_range0, _range1
+            uniforms = self.ctx.buffer(args_block(program.origin, shader["MalinnArgs"].size, head, scalars))
             textures, copies = [], []
             for i, buffer in enumerate(buffers):
                 if f"malinn_tex{i}" not in shader:
@@ -429,7 +349,7 @@ class FeedbackDevice(GLDevice):
                 if i >= self.texture_units:
                     raise KernelBuildError(f"{program.origin}: sampler malinn_tex{i}; {self.name}'s vertex shaders "
                                            f"read {self.texture_units} textures")
-                if isinstance(buffer, _moderngl().Texture):    # an image (the weights): made once
+                if isinstance(buffer, load_moderngl().Texture):    # an image (the weights): made once
                     textures.append((i, buffer))
                     continue
                 texture = self.flat_texture(buffer, i, f"{what}: buffer {i} of {name}")
@@ -437,17 +357,7 @@ class FeedbackDevice(GLDevice):
                 copies.append((buffer, texture, buffer.size // 16))
         ranges = [(target, j * section, section) for j in range(program.outputs)]
         handle = (shader, vao, uniforms, tuple(textures), tuple(copies), tuple(ranges), vertices)
-        bound = BoundLaunch(name, global_size, None, handle, None, what=what)
-        bound.enqueue = lambda: self._timed([bound])
-        return bound
-
-    def _timed(self, launches: list) -> GLEvent:
-        with self:
-            self.ctx.finish()
-            start = time.perf_counter_ns()
-            self.launch_all(launches)
-            self.ctx.finish()
-            return GLEvent(start, time.perf_counter_ns())
+        return self.bound(name, global_size, None, handle, what)
 
     def launch_all(self, launches: list) -> None:
         gl = self.gl
@@ -482,82 +392,32 @@ class FeedbackDevice(GLDevice):
 
 
 # -------------------------------------------------------------------- discovery
-def _register_es30_backend() -> None:
-    """Lets moderngl make an OpenGL ES 3.0 context through :class:`ESContext` (``malinn-gles30``)."""
-    import glcontext  # moderngl's own dependency
-
-    if getattr(glcontext.get_backend_by_name, "malinn_gles30", False):
-        return
-    by_name = glcontext.get_backend_by_name
-
-    def get_backend_by_name(name):
-        if name == _ES_BACKEND:
-            return lambda mode="standalone", glversion=300, device_index=0, **settings: ESContext(int(device_index), 3, 0)
-        return by_name(name)
-
-    get_backend_by_name.malinn_gles30 = True
-    glcontext.get_backend_by_name = get_backend_by_name
-
-
-def _context(index: int):
-    """A headless context on EGL device ``index`` that compiles GLSL ES 3.00: desktop OpenGL 3.3+
-    (with ``GL_ARB_ES3_compatibility``), else OpenGL ES 3.0+; ``MALINN_GL_API=es`` for OpenGL ES
-    only, ``MALINN_GL_API=gl`` for desktop OpenGL only."""
-    moderngl = _moderngl()
-    api = requested_gl_api()
-    libraries = {"libgl": "libGL.so.1", "libegl": "libEGL.so.1"}
-
-    def es():
-        _register_es30_backend()
-        return moderngl.create_context(standalone=True, backend=_ES_BACKEND, device_index=index, require=300)
-
-    if api == "es":
-        return es()
-    try:
-        ctx = moderngl.create_context(standalone=True, backend="egl", device_index=index, require=330, **libraries)
-        if ctx.version_code >= 430 or "GL_ARB_ES3_compatibility" in ctx.extensions:
-            return ctx
-        ctx.release()
-        failure = DeviceError("desktop OpenGL without GL_ARB_ES3_compatibility (GLSL ES 3.00)")
-    except Exception as exc:
-        if "requested device index" in str(exc):
-            raise
-        failure = exc
-    if api == "gl":
-        raise failure
-    return es()
-
-
 def probe(index: int) -> FeedbackDevice:
     """A :class:`FeedbackDevice` on EGL device ``index``, its probe kernel run; raises on failure."""
-    ctx = _context(index)
+    ctx = vertex_context(index)
     ctx.gc_mode = "context_gc"
     try:
-        gl = _FeedbackGL()
-        info = ctx.info
-        ctx.error   # moderngl's info asks for desktop-only limits on an ES context: clear the GL error
-        renderer, version = str(info["GL_RENDERER"]).strip(), str(info["GL_VERSION"]).strip()
-        software = any(s in renderer.lower() for s in SOFTWARE_RENDERERS)
-        es = version.startswith("OpenGL ES")
+        gl = FeedbackFunctions()
+        figures = ContextFigures.of(ctx)
         max_texture = gl.integer(_MAX_TEXTURE_SIZE)
         width = min(TEXTURE_WIDTH, 1 << (max_texture.bit_length() - 1))
         max_allocation = min(width * max_texture * 16, 2**31 - 16)
         units = gl.integer(_MAX_VERTEX_TEXTURE_UNITS)
         device = FeedbackDevice(
-            backend=BACKEND, index=(BACKEND, index), name=renderer,
-            platform=(version if es else f"OpenGL {version}") + " (vertex shaders, transform feedback)",
-            vendor=str(info["GL_VENDOR"]).strip(), type="CPU" if software else "GPU", compute_units=1,
-            global_memory=_total_memory(ctx, gl, software, max_allocation), max_allocation=max_allocation,
+            backend=BACKEND, index=(BACKEND, index), name=figures.renderer,
+            platform=figures.platform + " (vertex shaders, transform feedback)",
+            vendor=figures.vendor, type=figures.type, compute_units=1,
+            global_memory=total_memory(ctx, gl, max_allocation), max_allocation=max_allocation,
             max_work_group_size=1, max_work_item_sizes=(1, 1, 1), local_memory=0, image_support=True,
             image2d_max_size=(max_texture, max_texture), opencl_c_version="GLSL ES 3.00",
-            driver_version=version, host_unified_memory=False, ctx=ctx, gl=gl, binary_formats=0,
+            driver_version=figures.version, host_unified_memory=False, ctx=ctx, gl=gl,
             texture_width=width, max_texture=max_texture, feedback_outputs=gl.integer(_MAX_SEPARATE_ATTRIBS),
             texture_units=units)
         device.framebuffer = ctx.framebuffer(color_attachments=[ctx.renderbuffer((1, 1))])
         ctx.error
     finally:
         ctx.__exit__(None, None, None)   # create_context left it current in this thread
-    device = run_probe(device, _PROBE_SOURCE, "the gles3 (vertex-stage) probe shader")
+    run_probe(device, _PROBE_SOURCE, "the gles3 (vertex-stage) probe shader")
     device.max_loop_iterations = loop_limit(device, _LOOP_PROBE_SOURCE, np.float32, None)
     return device
 
@@ -571,30 +431,13 @@ def discover(others: list | None = None, force: bool = False) -> list:
     Args:
         others: the devices other backends found (an EGL device listed as ``gl`` is not listed
             again unless forced).
-        force: look even where :func:`~malinn.backends.opengl.wanted` says not to, on every EGL device.
+        force: look even where :func:`~malinn.backends.gl_base.wanted` says not to, on every EGL device.
+
+    Returns:
+        list[FeedbackDevice]: nothing where the ``gl`` backend's discovery looks for none (it says
+        why: :func:`~malinn.backends.gl_base.looks_for_devices`).
     """
-    if switch("MALINN_GL", None) is False or not (force or wanted(others or [])):
-        return []
-    try:
-        _moderngl()
-    except ImportError:
-        return []
-    if "tensorflow" in sys.modules:
-        return []
-    try:
-        requested_gl_api()
-    except DeviceError:   # the gl backend's discovery said so
+    if not looks_for_devices(others, force, warn=False):
         return []
     listed = {d.index[1] for d in others or [] if d.backend == "gl"}
-    found = []
-    for index in range(16):
-        if index in listed and not (force or no_compute()):
-            continue
-        try:
-            found.append(probe(index))
-        except Exception as exc:
-            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            if "requested device index" in text:   # past the last EGL device
-                break
-            warnings.warn(f"malinn: skipping OpenGL device {BACKEND}:{index}: {text}", stacklevel=3)
-    return found
+    return probe_each(probe, BACKEND, () if force or no_compute() else listed)

@@ -12,6 +12,7 @@ context restored after) and ``release``. ``backends/opengl.py`` registers it wit
 from __future__ import annotations
 
 import ctypes
+from typing import Any, Literal
 
 __all__ = ["ESContext"]
 
@@ -53,7 +54,7 @@ class _EGL:
         self.query_devices = self.extension("eglQueryDevicesEXT", u, i, ctypes.POINTER(_P), ctypes.POINTER(i))
         self.platform_display = self.extension("eglGetPlatformDisplayEXT", _P, u, _P, _P)
 
-    def extension(self, name: str, restype, *argtypes):
+    def extension(self, name: str, restype: Any, *argtypes: Any) -> Any:
         address = self.lib.eglGetProcAddress(name.encode())
         return ctypes.CFUNCTYPE(restype, *argtypes)(address) if address else None
 
@@ -92,14 +93,14 @@ class ESContext:
         self.context = egl.lib.eglCreateContext(self.display, config, None, attributes)
         if not self.context:
             raise RuntimeError(f"eglCreateContext for OpenGL ES {major}.{minor} failed ({egl.status()})")
-        self._saved = []
+        self._saved: list[tuple] = []
         self.__enter__()
 
-    def load(self, name) -> int:
+    def load(self, name: str | bytes) -> int:
         """The address of GL entry point ``name`` (0 where the driver has none)."""
         return self.egl.lib.eglGetProcAddress(name.encode() if isinstance(name, str) else name) or 0
 
-    def __enter__(self):
+    def __enter__(self) -> ESContext:
         lib = self.egl.lib
         self._saved.append((lib.eglGetCurrentDisplay(), lib.eglGetCurrentSurface(_EGL_DRAW),
                             lib.eglGetCurrentSurface(_EGL_READ), lib.eglGetCurrentContext()))
@@ -108,7 +109,7 @@ class ESContext:
             raise RuntimeError(f"eglMakeCurrent failed ({self.egl.status()})")
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         display, draw, read, context = self._saved.pop() if self._saved else (None, None, None, None)
         if display:
             self.egl.lib.eglMakeCurrent(display, draw, read, context)

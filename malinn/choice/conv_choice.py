@@ -33,6 +33,8 @@ group), ``cout``, ``taps`` (KH*KW), ``pixels`` (batch*OH*OW), ``image`` (OH*OW),
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..backends.base import Device
 from ..errors import BackendError, LibraryError
 from ..library.kernel_library import KernelSpec, load_library
@@ -67,7 +69,7 @@ def _section() -> dict:
     return load_library().section("conv_algorithms")
 
 
-def _for_kind(table: dict, device: Device):
+def _for_kind(table: dict, device: Device) -> Any:
     keys = (f"{device.backend}:{device.kind}", device.backend, device.kind, "*")
     return next((table[k] for k in keys if k in table), None)
 
@@ -92,7 +94,7 @@ def rules(device: Device) -> list:
     for i, rule in enumerate(_for_kind(_section().get("rules", {}), device) or []):
         field = f"{library.path}: field 'conv_algorithms.rules' ({device.kind}, rule {i})"
         codename = rule.get("codename") if isinstance(rule, dict) else None
-        if codename not in library or library[codename].op not in ALGORITHM_OPS:
+        if not isinstance(codename, str) or codename not in library or library[codename].op not in ALGORITHM_OPS:
             raise LibraryError(f"{field}: {codename!r} is not a conv or im2col kernel")
         when = rule.get("when", {})
         bad = [k for k in when if k[4:] not in CONDITIONS or k[:4] not in ("min_", "max_")]

@@ -22,6 +22,7 @@ precision that needs a device extension (``fp16``: cl_khr_fp16) is refused on a 
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from ..backends.base import Device
 from ..backends.selection import devices, get_device
@@ -91,7 +92,7 @@ def forget(device: Device | None = None) -> None:
         _epoch[0] += 1
 
 
-def explicit_choice(op: str, device: Device):
+def explicit_choice(op: str, device: Device) -> Any:
     """``(codename, defines)`` set with :func:`use` for ``op`` on ``device``, or ``None``."""
     with _lock:
         return _choices(device).get(op)
@@ -155,7 +156,7 @@ def check_precision(name: str, device: Device) -> None:
                           f"does not offer; use fp16-storage (half weights, float arithmetic: every device)")
 
 
-def in_precision(spec: KernelSpec, precision: str, kind: str, backend: str = "opencl", shape=None,
+def in_precision(spec: KernelSpec, precision: str, kind: str, backend: str = "opencl", shape: tuple[int, int, int] | None = None,
                  device: Device | None = None) -> KernelSpec:
     """``spec`` in ``precision`` where its entry supports it, else the first matmul kernel that does
     (the fallbacks of the device kind ``kind`` on ``backend``, its defaults, then the library's
@@ -183,12 +184,13 @@ def in_precision(spec: KernelSpec, precision: str, kind: str, backend: str = "op
                        + (f" for a {shape[0]}x{shape[1]}x{shape[2]} product" if shape else ""))
 
 
-def _choose(library, op: str, device: Device) -> KernelSpec:
+def _choose(library: Any, op: str, device: Device) -> KernelSpec:
     chosen = explicit_choice(op, device)
     return library[chosen[0]].configure(chosen[1]) if chosen else library.default_spec(op, device.kind, device.backend)
 
 
-def _choose_matmul(library, device: Device, shape, activation, precision: str = DEFAULT_PRECISION) -> KernelSpec:
+def _choose_matmul(library: Any, device: Device, shape: tuple[int, int, int] | None, activation: str | None,
+                   precision: str = DEFAULT_PRECISION) -> KernelSpec:
     chosen = explicit_choice("matmul", device)
     explicit = chosen is not None
     if chosen is None:
@@ -208,19 +210,19 @@ def _choose_matmul(library, device: Device, shape, activation, precision: str = 
     return spec
 
 
-def _default_matmul(library, device: Device, shape, precision: str) -> KernelSpec:
+def _default_matmul(library: Any, device: Device, shape: tuple[int, int, int] | None, precision: str) -> KernelSpec:
     """The first of the device kind's defaults whose preconditions the product meets (the first,
     for no product)."""
     defaults = library.default_specs("matmul", device.kind, device.backend, precision)
     return next((d for d in defaults if shape is None or d.accepts(*shape, device=device)), defaults[0])
 
 
-def _fallback(library, device: Device, shape, precision: str) -> KernelSpec:
+def _fallback(library: Any, device: Device, shape: tuple[int, int, int], precision: str) -> KernelSpec:
     fallbacks = library.default_specs("matmul_fallback", device.kind, device.backend, precision)
     return next((f for f in fallbacks if f.accepts(*shape, device=device)), fallbacks[-1])
 
 
-def untuned_matmul(device: Device, shape, precision: str = DEFAULT_PRECISION) -> KernelSpec:
+def untuned_matmul(device: Device, shape: tuple[int, int, int], precision: str = DEFAULT_PRECISION) -> KernelSpec:
     """The matmul kernel the library chooses for the product ``shape`` with no explicit choice and
     no tuned winner (its defaults, then its fallbacks), in fp32's configuration (what a tuner
     times first for that shape)."""
@@ -229,7 +231,7 @@ def untuned_matmul(device: Device, shape, precision: str = DEFAULT_PRECISION) ->
     return spec if spec.accepts(*shape, device=device) else _fallback(library, device, shape, precision)
 
 
-def holding_columns(spec: KernelSpec, shape: tuple, device: Device | None = None) -> KernelSpec | None:
+def holding_columns(spec: KernelSpec, shape: tuple[int, int, int], device: Device | None = None) -> KernelSpec | None:
     """``spec`` in the first of its configurations that can fuse a softmax for a product of
     ``shape`` (its preconditions hold: a work-group holds whole columns), or ``None``."""
     if "softmax" not in spec.epilogue:

@@ -9,6 +9,8 @@ copies it; :meth:`DeviceMatrix.numpy` downloads. Re-laying out on the device is 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..backends.base import Device
@@ -32,7 +34,8 @@ class DeviceMatrix:
             reduced precision, :meth:`upload_weights`, and then only a kernel in that precision reads it).
     """
 
-    def __init__(self, shape, *, host=None, device=None, layout=None, padded=None, buffer=None):
+    def __init__(self, shape: tuple, *, host: np.ndarray | None = None, device: Device | None = None,
+                 layout: Layout | str | None = None, padded: tuple | None = None, buffer: Any = None):
         self.shape = (int(shape[0]), int(shape[1]))
         self.host = host
         self.device = device
@@ -43,13 +46,13 @@ class DeviceMatrix:
         self.precision = "fp32"
 
     def __repr__(self) -> str:
-        where = (f"on {self.device.name} as {self.layout} padded to {self.padded}" if self.buffer is not None
+        where = (f"on {self.device.name} as {self.layout} padded to {self.padded}" if self.buffer is not None and self.device is not None
                  else "host only")
         return f"DeviceMatrix({self.shape[0]}x{self.shape[1]}, {where})"
 
     # ---------------------------------------------------------------- construction
     @classmethod
-    def from_host(cls, array) -> "DeviceMatrix":
+    def from_host(cls, array: Any) -> "DeviceMatrix":
         """Wraps a 2-D host array; nothing is uploaded until a layout is asked for."""
         array = np.asarray(array, dtype=np.float32)
         if array.ndim != 2:
@@ -57,7 +60,7 @@ class DeviceMatrix:
         return cls(array.shape, host=array)
 
     @classmethod
-    def empty(cls, device: Device, shape, layout, padded, what: str = "result") -> "DeviceMatrix":
+    def empty(cls, device: Device, shape: tuple, layout: Layout | str, padded: tuple, what: str = "result") -> "DeviceMatrix":
         """Allocates an uninitialised device matrix (a kernel will write every padded element)."""
         layout = parse_layout(layout)
         layout.check_padded(padded)
@@ -65,7 +68,8 @@ class DeviceMatrix:
         return cls(shape, device=device, layout=layout, padded=padded, buffer=buffer)
 
     @classmethod
-    def upload(cls, device: Device, array, layout, padded=None, what: str = "matrix") -> "DeviceMatrix":
+    def upload(cls, device: Device, array: Any, layout: Layout | str, padded: tuple | None = None,
+               what: str = "matrix") -> "DeviceMatrix":
         """Lays ``array`` out on the host in ``layout`` and copies it to ``device``."""
         layout = parse_layout(layout)
         array = np.asarray(array, dtype=np.float32)
@@ -75,7 +79,8 @@ class DeviceMatrix:
         return matrix
 
     @classmethod
-    def upload_flat(cls, device: Device, flat, shape, layout, padded, what: str = "matrix") -> "DeviceMatrix":
+    def upload_flat(cls, device: Device, flat: np.ndarray, shape: tuple, layout: Layout | str, padded: tuple,
+                    what: str = "matrix") -> "DeviceMatrix":
         """Copies a buffer that is already laid out (``layout``, ``padded``) to ``device``."""
         flat = np.ascontiguousarray(flat, dtype=np.float32).reshape(-1)
         if flat.size != padded[0] * padded[1]:
@@ -86,7 +91,8 @@ class DeviceMatrix:
         return matrix
 
     @classmethod
-    def upload_weights(cls, device: Device, flat, shape, layout, padded, precision: str,
+    def upload_weights(cls, device: Device, flat: np.ndarray, shape: tuple, layout: Layout | str, padded: tuple,
+                       precision: str,
                        what: str = "weights") -> "DeviceMatrix":
         """Copies a weight buffer already in ``precision`` (:func:`malinn.library.precision.device_bytes`)
         to ``device``; the matrix has no host copy (its values are not float32)."""
@@ -103,7 +109,7 @@ class DeviceMatrix:
         return matrix
 
     # ---------------------------------------------------------------- state
-    def matches(self, device: Device, layout: Layout, padded) -> bool:
+    def matches(self, device: Device, layout: Layout | str, padded: tuple) -> bool:
         """Whether the device copy is already on ``device`` in ``layout`` with ``padded``."""
         return (self.buffer is not None and self.device is device and self.layout == parse_layout(layout)
                 and self.padded == tuple(padded))
@@ -114,10 +120,12 @@ class DeviceMatrix:
             return self.host
         if self.precision != "fp32":
             raise LayoutError(f"a {self.shape} matrix stored in {self.precision} has no float32 copy to download")
+        if self.device is None or self.layout is None or self.padded is None:
+            raise LayoutError(f"a {self.shape} matrix has neither a host copy nor a device copy")
         flat = np.empty(self.padded[0] * self.padded[1], dtype=np.float32)
         with self.device.lock:
             self.device.download(self.buffer, flat, blocking=True, what=f"a {self.shape} result")
-        self.host = self.layout.unpack(flat, self.shape, self.padded)
+        self.host = self.layout.unpack(flat, self.shape, (self.padded[0], self.padded[1]))
         return self.host
 
     def invalidate_host(self) -> None:

@@ -24,6 +24,7 @@ import json
 import threading
 import warnings
 from pathlib import Path
+from typing import Any
 
 from ..backends.base import Device
 from ..errors import LibraryError, MalinnError
@@ -55,20 +56,20 @@ def device_key(device: Device, precision: str = "fp32") -> str:
     return device.identity if precision == "fp32" else f"{device.identity}|{precision}"
 
 
-def shape_key(shape) -> str:
+def shape_key(shape: tuple) -> str:
     """The database's name of a product ``(m, k, n)``: ``"MxKxN"``."""
     m, k, n = shape
     return f"{m}x{k}x{n}"
 
 
-def _parse_shape(text) -> tuple:
+def _parse_shape(text: object) -> tuple:
     parts = text.split("x") if isinstance(text, str) else []
     if len(parts) != 3 or not all(p.isdigit() and int(p) >= 1 for p in parts):
         raise ValueError(f"{text!r} is not a product MxKxN of positive integers")
     return tuple(int(p) for p in parts)
 
 
-def _type(value) -> str:
+def _type(value: object) -> str:
     return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
         type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
 
@@ -133,7 +134,7 @@ def read_all() -> dict:
         return _loaded
 
 
-def _checked_choice(entry, device: Device, shape=None, precision: str = "fp32") -> tuple[str, dict]:
+def _checked_choice(entry: Any, device: Device, shape: tuple[int, int, int] | None = None, precision: str = "fp32") -> tuple[str, dict]:
     """``(codename, defines)`` of a stored winner after checking it against the library.
 
     Raises:
@@ -166,7 +167,7 @@ def _checked_choice(entry, device: Device, shape=None, precision: str = "fp32") 
     return codename, config
 
 
-def offered(entry, device: Device, shape=None, precision: str = "fp32") -> bool:
+def offered(entry: Any, device: Device, shape: tuple[int, int, int] | None = None, precision: str = "fp32") -> bool:
     """Whether a stored matmul winner is one the library still offers on ``device`` (for the product
     ``shape``, its preconditions holding) in ``precision`` (what :func:`tuned_choice` would take)."""
     try:
@@ -176,7 +177,7 @@ def offered(entry, device: Device, shape=None, precision: str = "fp32") -> bool:
     return True
 
 
-def _checked_conv(entry, device: Device) -> tuple[str, dict]:
+def _checked_conv(entry: Any, device: Device) -> tuple[str, dict]:
     """``(codename, defines)`` of a stored convolution winner after checking it against the library.
 
     Raises:
@@ -199,7 +200,7 @@ def _checked_conv(entry, device: Device) -> tuple[str, dict]:
     return codename, config
 
 
-def _rule_configurations(library, spec, device: Device) -> list:
+def _rule_configurations(library: Any, spec: Any, device: Device) -> list:
     """The configurations of ``spec`` that the library's ``conv_algorithms`` rules name (for any
     kind) and ``device`` can launch: the tuner times the device kind's rules beside the entry's
     candidates, and one of them may win."""
@@ -225,7 +226,8 @@ def _checked_entry(device: Device, precision: str = "fp32") -> dict:
             return _checked[key]
     devices = read_all()
     raw = devices.get(key, {})
-    result, problems = {"general": None, "shapes": {}, "convs": {}}, []
+    result: dict[str, Any] = {"general": None, "shapes": {}, "convs": {}}
+    problems: list[str] = []
     if not isinstance(raw, dict):
         problems.append(f"entry: it is {_type(raw)}, expected an object")
     else:
@@ -261,7 +263,7 @@ def _checked_entry(device: Device, precision: str = "fp32") -> dict:
     return result
 
 
-def tuned_choice(device: Device, shape=None, precision: str = "fp32"):
+def tuned_choice(device: Device, shape: tuple[int, int, int] | None = None, precision: str = "fp32") -> tuple[str, dict] | None:
     """What the tuner chose for ``device``: the winner for ``shape``, else the general winner.
 
     Args:
@@ -279,7 +281,7 @@ def tuned_choice(device: Device, shape=None, precision: str = "fp32"):
     return (choice[0], dict(choice[1])) if choice else None
 
 
-def tuned_conv(device: Device, geometry: ConvGeometry):
+def tuned_conv(device: Device, geometry: ConvGeometry) -> tuple[str, dict] | None:
     """The tuner's winner for a convolution of ``geometry`` on ``device``: ``(codename, defines)``
     (a ``conv`` or ``im2col`` kernel), or ``None`` when none was tuned (or it failed its checks)."""
     choice = _checked_entry(device)["convs"].get(geometry)
@@ -301,15 +303,16 @@ def save(device: Device, general: dict | None = None, shapes: dict | None = None
             if not writable:
                 check_writable()
             key = device_key(device, precision)
-            entry = dict(devices.get(key)) if isinstance(devices.get(key), dict) else {}
+            known = devices.get(key)
+            entry = dict(known) if isinstance(known, dict) else {}
             if general is not None:
                 entry["general"] = general
             if shapes:
-                old = entry.get("shapes") if isinstance(entry.get("shapes"), dict) else {}
-                entry["shapes"] = {**old, **shapes}
+                old = entry.get("shapes")
+                entry["shapes"] = {**(old if isinstance(old, dict) else {}), **shapes}
             if convs:
-                old = entry.get("convs") if isinstance(entry.get("convs"), dict) else {}
-                entry["convs"] = {**old, **convs}
+                old = entry.get("convs")
+                entry["convs"] = {**(old if isinstance(old, dict) else {}), **convs}
             data = {"format": TUNING_FORMAT, "version": TUNING_VERSION, "devices": {**devices, key: entry}}
             write_atomic(path, (json.dumps(data, indent=2) + "\n").encode())
     except OSError as exc:

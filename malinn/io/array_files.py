@@ -13,6 +13,7 @@ import os
 import stat
 import zipfile
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -26,7 +27,8 @@ SUFFIXES = (".npy", ".npz", ".csv")
 _NUMERIC_KINDS = "biuf"   # bool, signed, unsigned, float
 
 
-def read_input_array(path, key: str | None = None, sample_shape=None) -> np.ndarray:
+def read_input_array(path: str | os.PathLike, key: str | None = None,
+                     sample_shape: tuple[int, ...] | None = None) -> np.ndarray:
     """Reads a batch of input samples from a ``.npy``, ``.npz`` or ``.csv`` file.
 
     Args:
@@ -71,11 +73,11 @@ def read_input_array(path, key: str | None = None, sample_shape=None) -> np.ndar
     return array.astype(np.float32, copy=False)
 
 
-def _is_regular(f) -> bool:
+def _is_regular(f: IO[bytes]) -> bool:
     return stat.S_ISREG(os.fstat(f.fileno()).st_mode)
 
 
-def _read_npy(f, size: int | None, name: str) -> np.ndarray:
+def _read_npy(f: IO[bytes], size: int | None, name: str) -> np.ndarray:
     """Reads one .npy stream after checking its header; ``size``: the stream's length if known."""
     fmt = np.lib.format
     magic = f.read(6)
@@ -137,7 +139,7 @@ def _read_npz(path: Path, key: str | None) -> np.ndarray:
             raise MalinnError(f"{path}[{key}]: damaged member ({_first_line(exc)})") from None
 
 
-def _read_csv(path: Path, sample_shape) -> np.ndarray:
+def _read_csv(path: Path, sample_shape: tuple[int, ...] | None) -> np.ndarray:
     raw = path.read_bytes()
     if not raw.strip():
         raise MalinnError(f"{path} is empty")
@@ -163,8 +165,8 @@ def _read_csv(path: Path, sample_shape) -> np.ndarray:
             raise MalinnError(f"{path}: line {number} has {count} value{'s' * (count != 1)}, "
                               f"line {lines[0][0]} has {width}")
     try:   # cell by cell: a fixed-width string array of every cell was as wide as the longest one
-        values = np.array([float(cell) for _, line in lines for cell in line.split(",")],
-                          np.float32).reshape(len(lines), width)
+        values: np.ndarray = np.array([float(cell) for _, line in lines for cell in line.split(",")],
+                                      np.float32).reshape(len(lines), width)
     except ValueError:
         number, line = next((n, line) for n, line in lines if not _numeric_row(line))
         bad = next(cell for cell in line.split(",") if not _is_number(cell))
@@ -206,7 +208,7 @@ def _describe(dtype: np.dtype) -> str:
     if dtype.hasobject:
         return "Python objects (dtype object)"
     if dtype.fields is not None:
-        return f"records with fields {', '.join(dtype.names)}"
+        return f"records with fields {', '.join(dtype.names or ())}"
     names = {"U": "text", "S": "bytes", "c": "complex numbers", "M": "dates", "m": "time spans", "V": "raw bytes"}
     return f"{names.get(dtype.kind, 'values')} (dtype {dtype})"
 

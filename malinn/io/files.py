@@ -36,6 +36,7 @@ import stat
 import sys
 import time
 from pathlib import Path
+from typing import IO, Any, Callable
 
 from ..errors import MalinnError
 
@@ -51,7 +52,8 @@ _TEMP_OVERHEAD = len(".") + len(".malinn-") + 8 + len(".tmp")
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
-def write_file(path, writer, *, source=None, overwrite_source: bool = False) -> Path:
+def write_file(path: str | os.PathLike, writer: Callable[[IO[bytes]], object], *, source: str | os.PathLike | None = None,
+               overwrite_source: bool = False) -> Path:
     """Writes a file through ``writer`` without ever damaging what is at ``path``.
 
     Args:
@@ -88,7 +90,7 @@ def write_file(path, writer, *, source=None, overwrite_source: bool = False) -> 
     return Path(text)
 
 
-def write_stdout(writer) -> None:
+def write_stdout(writer: Callable[[IO[bytes]], object]) -> None:
     """Writes the contents that ``writer`` makes (as for :func:`write_file`) to standard output,
     after what Python has buffered for it: all of them, or an error.
 
@@ -108,7 +110,8 @@ def write_stdout(writer) -> None:
     _write_fd("stdout", writer, fd)
 
 
-def check_destination(path, *, source=None, overwrite_source: bool = False) -> None:
+def check_destination(path: str | bytes | os.PathLike, *, source: str | os.PathLike | None = None,
+                      overwrite_source: bool = False) -> None:
     """Checks, without writing, that :func:`write_file` may write ``path``.
 
     For failing early, before expensive work; :func:`write_file` checks again when it writes.
@@ -125,12 +128,13 @@ def check_destination(path, *, source=None, overwrite_source: bool = False) -> N
     _plan(os.fsdecode(text) if isinstance(text, bytes) else text, source, overwrite_source)
 
 
-def _plan(text: str, source, overwrite_source: bool):
+def _plan(text: str, source: str | os.PathLike | None, overwrite_source: bool) -> tuple[str, Any]:
     """``("fd", N)``, ``("through", stat)`` or ``("atomic", stat or None)`` for ``text``; raises when refused."""
     if not text:
         raise MalinnError("the output file name is empty")
     if text.endswith(os.sep) or (os.altsep and text.endswith(os.altsep)):
         raise MalinnError(f"{text}: names a folder (it ends with {text[-1]!r}); give a file name")
+    st: os.stat_result | None
     fd = _own_fd(text)
     if fd is not None:     # /dev/stdout, /dev/fd/N: write into that descriptor, sharing its offset
         try:
@@ -180,7 +184,7 @@ def _read_only(folder: Path) -> bool:
         return False
 
 
-def _refuse_source(text: str, source, overwrite_source: bool) -> None:
+def _refuse_source(text: str, source: str | os.PathLike | None, overwrite_source: bool) -> None:
     if source is None or overwrite_source:
         return
     for one in source if isinstance(source, (tuple, list)) else (source,):
@@ -196,7 +200,7 @@ def _refuse_source(text: str, source, overwrite_source: bool) -> None:
                               "(pass overwrite=True, or --force on the command line)")
 
 
-def _write_through(text: str, writer) -> None:
+def _write_through(text: str, writer: Callable[[IO[bytes]], object]) -> None:
     """Streams the contents into an existing character device or FIFO."""
     try:
         fd = os.open(text, os.O_WRONLY | _O_CLOEXEC)
@@ -208,7 +212,7 @@ def _write_through(text: str, writer) -> None:
         os.close(fd)
 
 
-def _write_fd(text: str, writer, fd: int) -> None:
+def _write_fd(text: str, writer: Callable[[IO[bytes]], object], fd: int) -> None:
     """Writes the contents to the open descriptor ``fd`` (after Python's own buffers for it)."""
     buffer = io.BytesIO()
     writer(buffer)
@@ -231,7 +235,7 @@ def _write_fd(text: str, writer, fd: int) -> None:
         data.release()
 
 
-def _write_atomic(text: str, real: Path, st, writer) -> None:
+def _write_atomic(text: str, real: Path, st: os.stat_result | None, writer: Callable[[IO[bytes]], object]) -> None:
     folder = real.parent
     _remove_stale(folder)
     fd, tmp = _create_temp(text, folder, real.name, _name_max(folder))
@@ -325,7 +329,7 @@ class HDF5Sink:
         self._end = size
         return size
 
-    def write(self, data) -> int:
+    def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
         if self.failure is None:
             try:
@@ -386,7 +390,7 @@ class HDF5Sink:
             done += n
 
 
-def _create_temp(text: str, folder: Path, name: str, name_max: int):
+def _create_temp(text: str, folder: Path, name: str, name_max: int) -> tuple[int, Path]:
     """Creates ``.NAME.malinn-XXXXXXXX.tmp`` in ``folder`` (mode 0666 & ~umask); returns (fd, path)."""
     raw = os.fsencode(name)
     keep = max(0, min(len(raw), name_max - _TEMP_OVERHEAD))
@@ -404,7 +408,7 @@ def _create_temp(text: str, folder: Path, name: str, name_max: int):
     raise MalinnError(f"{text}: cannot create a temporary file in {folder} (100 names taken)")
 
 
-def _copy_owner_and_mode(fd: int, st) -> None:
+def _copy_owner_and_mode(fd: int, st: os.stat_result) -> None:
     """Gives the temporary the replaced file's owner, group (where permitted) and mode."""
     now = os.fstat(fd)
     if (now.st_uid, now.st_gid) != (st.st_uid, st.st_gid):

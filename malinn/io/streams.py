@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 import tempfile
+from typing import IO, Any, Iterator
 
 from ..errors import MalinnError
 
@@ -33,9 +34,9 @@ _HDF5 = b"\x89HDF\r\n\x1a\n"
 _CHUNK = 1 << 20
 
 
-def _named(args) -> list:
+def _named(args: Any) -> list[tuple[str, int | None, str]]:
     """``[(attribute, index or None, what)]`` of each argument of ``args`` given as ``-``."""
-    found = []
+    found: list[tuple[str, int | None, str]] = []
     for attribute, what in _READ:
         value = getattr(args, attribute, None)
         if value == STREAM:
@@ -46,7 +47,7 @@ def _named(args) -> list:
 
 
 @contextlib.contextmanager
-def stdin_as_file(args, usage_error=MalinnError):
+def stdin_as_file(args: Any, usage_error: type[Exception] = MalinnError) -> Iterator[Any]:
     """Within it, the one file argument of ``args`` given as ``-`` names a copy of standard input
     (``args.from_stdin`` is that argument's name, else None).
 
@@ -87,7 +88,7 @@ def stdin_as_file(args, usage_error=MalinnError):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _spool(stream, folder: str, what: str) -> str:
+def _spool(stream: IO[bytes], folder: str, what: str) -> str:
     """Copies ``stream`` into ``folder``, named by its first bytes; returns the file's path."""
     head = stream.read(_CHUNK)
     path = os.path.join(folder, "stdin" + _suffix(head, what))
@@ -121,7 +122,7 @@ def _suffix(head: bytes, what: str) -> str:
     return ""
 
 
-def copy_to_stdout(path) -> None:
+def copy_to_stdout(path: str | os.PathLike) -> None:
     """Writes the file ``path`` to standard output (after what Python has buffered for it), a
     MiB at a time.
 

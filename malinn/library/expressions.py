@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import operator
 from functools import lru_cache
+from typing import Callable
 
 __all__ = ["evaluate", "names_in"]
 
@@ -19,7 +20,7 @@ _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, as
             ast.Gt: operator.gt, ast.GtE: operator.ge}
 
 
-def evaluate(text, values: dict) -> int:
+def evaluate(text: object, values: dict) -> int:
     """The value of ``text`` (an int, or an expression string) with ``values`` for the names.
 
     Raises:
@@ -35,7 +36,7 @@ def evaluate(text, values: dict) -> int:
 
 
 @lru_cache(maxsize=4096)
-def _compiled(text: str):
+def _compiled(text: str) -> Callable[[dict], int]:
     """``text`` parsed and turned into a function of the values, once per text: loading the kernel
     library evaluates a few thousand expressions over a few hundred distinct texts."""
     try:
@@ -102,7 +103,7 @@ def _compile(node, text):
     return unsupported
 
 
-def names_in(text) -> set:
+def names_in(text: object) -> set:
     """The define names an expression uses."""
     if not isinstance(text, str):
         return set()

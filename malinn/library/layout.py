@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..errors import LayoutError
 
@@ -103,14 +104,14 @@ class Layout:
                 f"layout {self}: a padded shape of {prow}x{pcol} is not a whole number of "
                 f"{self.row_multiple}x{self.col_multiple} chunks")
 
-    def _levels(self, padded: tuple[int, int]):
+    def _levels(self, padded: tuple[int, int]) -> list[tuple]:
         """(base, Yk, Xk, Y(k+1), X(k+1)) for each level, top first, ending at 1 x 1."""
         sizes = [tuple(padded)] + list(self.blocks) + [(1, 1)]
         return [(self.bases[k], sizes[k][0], sizes[k][1], sizes[k + 1][0], sizes[k + 1][1])
                 for k in range(len(self.bases))]
 
     # ---------------------------------------------------------------- indices
-    def index(self, rows, cols, padded: tuple[int, int]) -> np.ndarray:
+    def index(self, rows: ArrayLike, cols: ArrayLike, padded: tuple[int, int]) -> np.ndarray:
         """Memory index of each element ``(rows[i], cols[i])`` in a matrix of shape ``padded``.
 
         Args:
@@ -196,7 +197,8 @@ class Layout:
         if matrix.ndim != 2:
             raise LayoutError(f"layout {self}: expected a 2-D matrix, got shape {matrix.shape}")
         rows, cols = matrix.shape
-        padded = tuple(padded) if padded is not None else self.padded_shape(rows, cols)
+        prow, pcol = padded if padded is not None else self.padded_shape(rows, cols)
+        padded = (prow, pcol)
         self.check_padded(padded)
         if rows > padded[0] or cols > padded[1]:
             raise LayoutError(f"layout {self}: a {rows}x{cols} matrix does not fit in {padded[0]}x{padded[1]}")
@@ -267,12 +269,13 @@ def parse_layout(text: "str | Layout") -> Layout:
     return text if isinstance(text, Layout) else _parse(text)
 
 
-def padded_shape(layout, rows: int, cols: int, row_align: int = 1, col_align: int = 1) -> tuple[int, int]:
+def padded_shape(layout: Layout | str, rows: int, cols: int, row_align: int = 1, col_align: int = 1) -> tuple[int, int]:
     """Shorthand for ``parse_layout(layout).padded_shape(...)``."""
     return parse_layout(layout).padded_shape(rows, cols, row_align, col_align)
 
 
-def convert(flat: np.ndarray, shape: tuple[int, int], src, src_padded, dst, dst_padded) -> np.ndarray:
+def convert(flat: np.ndarray, shape: tuple[int, int], src: Layout | str, src_padded: tuple[int, int],
+            dst: Layout | str, dst_padded: tuple[int, int]) -> np.ndarray:
     """Re-lays a flat buffer from one layout (and padding) into another, on the host.
 
     Args:

@@ -19,6 +19,7 @@ kernel reads.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..errors import LayoutError
 from .kernel_library import DEFAULT_PRECISION, load_library
@@ -27,7 +28,7 @@ from .layout import Layout
 __all__ = ["check_precision", "quantize_int8", "effective", "rounded", "flushed", "device_bytes", "DEFAULT_PRECISION"]
 
 
-def check_precision(precision) -> str:
+def check_precision(precision: object) -> str:
     """``precision`` if the kernel library knows it (``None`` is ``fp32``).
 
     Raises:
@@ -38,7 +39,7 @@ def check_precision(precision) -> str:
     return load_library().precision(str(precision)).name
 
 
-def quantize_int8(w, what: str = "the weights") -> tuple:
+def quantize_int8(w: ArrayLike, what: str = "the weights") -> tuple:
     """Per-row symmetric int8 quantization of ``w`` (rows = output channels).
 
     Args:
@@ -65,7 +66,7 @@ def quantize_int8(w, what: str = "the weights") -> tuple:
     return q, scales
 
 
-def effective(w, precision: str, quantized=None) -> np.ndarray:
+def effective(w: ArrayLike, precision: str, quantized: tuple | None = None) -> np.ndarray:
     """The float32 matrix a kernel multiplies by when ``w`` is stored in ``precision``.
 
     Args:
@@ -82,7 +83,7 @@ def effective(w, precision: str, quantized=None) -> np.ndarray:
     return w
 
 
-def rounded(w, precision: str, what: str = "the weights") -> np.ndarray:
+def rounded(w: ArrayLike, precision: str, what: str = "the weights") -> np.ndarray:
     """``w`` as ``precision`` keeps it, in float32 (:func:`effective`), refused where the precision
     cannot hold it (as :func:`device_bytes` refuses it): what a model file in ``precision`` stores
     of weights that the plan lowers to the precision itself (a convolution's).
@@ -104,7 +105,7 @@ def rounded(w, precision: str, what: str = "the weights") -> np.ndarray:
     return w
 
 
-def flushed(w, precision: str) -> int:
+def flushed(w: ArrayLike, precision: str) -> int:
     """How many non-zero weights of ``w`` ``precision`` stores as 0: in a half precision those below
     float16's smallest (about 6e-8); none in the others (int8's rounding to 0 is its scale's step)."""
     if load_library().precision(precision).weight_bytes != 2:
@@ -126,7 +127,8 @@ def _half(values: np.ndarray, precision: str, what: str) -> np.ndarray:
     return half
 
 
-def device_bytes(w, precision: str, layout: Layout, padded, quantized=None, what: str = "the weights") -> np.ndarray:
+def device_bytes(w: ArrayLike, precision: str, layout: Layout, padded: tuple[int, int], quantized: tuple | None = None,
+                 what: str = "the weights") -> np.ndarray:
     """``w`` laid out in ``layout`` and ``padded`` as a kernel in ``precision`` reads it.
 
     Args:

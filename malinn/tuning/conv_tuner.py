@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 import sys
 import time
+from typing import IO, Any
 
 import numpy as np
 
@@ -55,7 +56,7 @@ def reference(x: np.ndarray, weights: np.ndarray, g: ConvGeometry) -> np.ndarray
     return out
 
 
-def _plan(device: Device, g: ConvGeometry, weights: np.ndarray, algorithm: KernelSpec):
+def _plan(device: Device, g: ConvGeometry, weights: np.ndarray, algorithm: KernelSpec) -> Any:
     builder = PlanBuilder(device, g.batch)
     x = builder.input((g.IH, g.IW, g.cin))
     weight = Weight(f"conv {g.key()} weights", weights.shape, lambda: weights, {})
@@ -107,7 +108,7 @@ def candidates(device: Device, g: ConvGeometry, quick: bool = False, seed: int =
     found = [default_algorithm(device, g)]
     seen = {(found[0].codename, found[0].defines)}   # one timing per kernel and configuration
 
-    def add(spec) -> None:
+    def add(spec: KernelSpec) -> None:
         if (spec.codename, spec.defines) not in seen and runs(spec, g, device):
             seen.add((spec.codename, spec.defines))
             found.append(spec)
@@ -130,8 +131,8 @@ def candidates(device: Device, g: ConvGeometry, quick: bool = False, seed: int =
     return found
 
 
-def tune_convs(geometries, device: Device | None = None, quick: bool = False, repeat: int = 3,
-               budget_s: float | None = None, stream=sys.stderr, seed: int = 0) -> dict:
+def tune_convs(geometries: list, device: Device | None = None, quick: bool = False, repeat: int = 3,
+               budget_s: float | None = None, stream: IO[str] = sys.stderr, seed: int = 0) -> dict:
     """Times every candidate algorithm of each convolution geometry and stores the fastest correct one.
 
     Args:
@@ -158,7 +159,8 @@ def tune_convs(geometries, device: Device | None = None, quick: bool = False, re
     start = time.perf_counter()
     winners, untuned, timed = {}, [], 0
     for g in geometries:
-        results, data = [], case(g)
+        results: list[tuple[float, KernelSpec]] = []   # (seconds, configured algorithm)
+        data = case(g)
         default = default_algorithm(device, g)
         for spec in candidates(device, g, quick, seed):
             if budget_s is not None and time.perf_counter() - start > budget_s and results:

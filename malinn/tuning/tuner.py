@@ -14,6 +14,7 @@ import random
 import shutil
 import sys
 import time
+from typing import IO, Any
 
 import numpy as np
 
@@ -38,7 +39,7 @@ QUICK_SHAPES = [(1000, 1250, 64), (512, 512, 256)]
 #: configurations per tunable kernel with ``quick``: its defaults, the device kind's default, a sample.
 QUICK_CONFIGS = 4
 
-def _progress(done: int, total: int, label: str, stream, started: float, budget_s: float | None = None) -> None:
+def _progress(done: int, total: int, label: str, stream: IO[str], started: float, budget_s: float | None = None) -> None:
     """One line of progress, rewritten in place: a bar, the count, the time left (the budget's
     rest where that is sooner) and ``label``, cut to the terminal's width so that the line never
     wraps; where the stream is not a terminal (a log), a line of 80 columns at each quarter and at
@@ -87,7 +88,7 @@ class Product:
         a, b: the host operands; r: the device result.
     """
 
-    def __init__(self, spec, device: Device, m: int, k: int, n: int, operands: tuple | None = None):
+    def __init__(self, spec: Any, device: Device, m: int, k: int, n: int, operands: tuple | None = None):
         """Args:
             operands: ``(a, b)``, float32 arrays of shapes ``(m, k)`` and ``(k, n)``; default: random
                 ones seeded by the shape (the same for every kernel).
@@ -117,7 +118,7 @@ class Product:
         return bool(np.abs(got - want).max() <= tolerance * max(1.0, np.abs(want).max()))
 
 
-def _candidates(library, device: Device, quick: bool, seed: int) -> list[tuple[str, dict]]:
+def _candidates(library: Any, device: Device, quick: bool, seed: int) -> list[tuple[str, dict]]:
     """``(codename, defines)`` to time: the library's default for the device's kind first (a run cut
     short by its budget has timed the untuned choice), then every matmul kernel's defaults, then
     its other configurations.
@@ -153,8 +154,14 @@ def _keep_faster(found: dict, before: dict | None, gflops: float) -> dict | None
     return before if same and before["gflops"] > gflops else None
 
 
-def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat: int = 3,
-         budget_s: float | None = None, stream=sys.stderr, seed: int = 0, per_shape: bool = False,
+def _product(shape: Any) -> tuple[int, int, int]:
+    """``(m, k, n)`` of a product's shape as given (a list or tuple of three whole numbers)."""
+    m, k, n = (int(v) for v in shape)
+    return m, k, n
+
+
+def tune(device: Device | None = None, shapes: list[tuple[int, int, int]] | None = None, quick: bool = False,
+         repeat: int = 3, budget_s: float | None = None, stream: IO[str] = sys.stderr, seed: int = 0, per_shape: bool = False,
          precision: str = "fp32") -> dict:
     """Times candidates on ``device`` and stores the fastest correct ones in the tuning database.
 
@@ -190,8 +197,7 @@ def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat:
     device = device or get_device()
     check_precision(precision, device)
     library = load_library()
-    shapes = shapes or (QUICK_SHAPES if quick else STANDARD_SHAPES)
-    shapes = list(dict.fromkeys(tuple(int(v) for v in s) for s in shapes))
+    shapes = list(dict.fromkeys(_product(s) for s in shapes or (QUICK_SHAPES if quick else STANDARD_SHAPES)))
     work = []   # (codename, config, spec, the shapes it is timed on)
     for codename, config in _candidates(library, device, quick, seed):
         if precision not in library[codename].precisions:
@@ -203,25 +209,27 @@ def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat:
         if mine:
             work.append((codename, config, spec, mine))
     if per_shape:   # each shape's untuned choice first: a run cut short has timed what the runtime would run
-        first = []
+        first: list[tuple] = []
         for shape in shapes:
             spec = untuned_matmul(device, shape, precision)
-            mine = [w for w in work if (w[0], w[1]) == (spec.codename, spec.config)]
-            first += [w for w in mine if w not in first] or [(spec.codename, spec.config, spec.in_precision(precision),
+            queued = [w for w in work if (w[0], w[1]) == (spec.codename, spec.config)]
+            first += [w for w in queued if w not in first] or [(spec.codename, spec.config, spec.in_precision(precision),
                                                              [shape])]
         work = first + [w for w in work if w not in first]
     untuned = len(first) if per_shape else 1   # timed whatever the budget: what the runtime runs untuned
     total = sum(len(w[3]) for w in work)
     start = time.perf_counter()
-    done, results, cut = 0, [], False
-    timed = {s: [] for s in shapes}          # shape -> [(seconds, codename, config)]
+    done, cut = 0, False
+    results: list[dict[str, Any]] = []
+    timed: dict[tuple, list] = {s: [] for s in shapes}          # shape -> [(seconds, codename, config)]
     for index, (codename, config, spec, mine) in enumerate(work):
         if budget_s is not None and time.perf_counter() - start > budget_s and index >= untuned:
             stream.write(f"\ntime budget of {budget_s:g} s spent after {len(results)} candidates\n")
             cut = True
             break
         label = f"{codename} {' '.join(f'{k}={v}' for k, v in config.items())}"
-        seconds, error = {}, None
+        seconds: dict[tuple, float | None] = {}
+        error = None
         for shape in mine:
             _progress(done, total, f"{shape_key(shape)} {label}" if per_shape else label, stream, start,
                       budget_s)
@@ -234,7 +242,8 @@ def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat:
         if error is not None:
             results.append({"codename": codename, "defines": config, "error": error})
         else:
-            total_s = None if None in seconds.values() else sum(seconds.values())
+            times = [s for s in seconds.values() if s is not None]
+            total_s = None if len(times) < len(seconds) else sum(times)
             results.append({"codename": codename, "defines": config, "seconds": total_s})
         if per_shape or error is None:
             for shape, value in seconds.items():
@@ -277,11 +286,12 @@ def tune(device: Device | None = None, shapes=None, quick: bool = False, repeat:
     best = {**ranked[0], "shapes": [list(s) for s in shapes], "gflops": flop / ranked[0]["seconds"] / 1e9,
             "device": device.name, "driver": device.driver_version, "tuned_at": stamp, "candidates": len(results),
             "ranking": [{**r, "gflops": flop / r["seconds"] / 1e9} for r in ranked[:20]]}
-    kept = _keep_faster(best, stored(device, precision).get("general"), best["gflops"]) if cut else None
-    if kept is not None and not offered(kept, device, precision=precision):   # the library dropped it
-        kept = None
-    if kept is not None:   # the stored winner stays; say so
-        return {**kept, "kept": True, "candidates": len(results), "failed": failed, "path": str(tuning_file_path())}
+    kept_general = _keep_faster(best, stored(device, precision).get("general"), best["gflops"]) if cut else None
+    if kept_general is not None and not offered(kept_general, device, precision=precision):   # the library dropped it
+        kept_general = None
+    if kept_general is not None:   # the stored winner stays; say so
+        return {**kept_general, "kept": True, "candidates": len(results), "failed": failed,
+                "path": str(tuning_file_path())}
     best["path"] = str(save(device, general=best, precision=precision))
     best["failed"] = failed
     return best
