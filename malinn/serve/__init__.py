@@ -1,0 +1,9 @@
+"""``malinn serve``: TensorFlow Serving's REST API for malinn models, with dynamic batching.
+
+``config.py``: what is served and how (models, versions, batching, limits); ``signature.py``: a
+model's named inputs and outputs; ``payload.py``: predict requests and answers as JSON;
+``batcher.py``: concurrent requests merged into one predict call; ``servables.py``: versions loaded,
+switched and unloaded; ``metrics.py``: Prometheus metrics; ``app.py``: the REST API (Starlette);
+``server.py``: the process (uvicorn, signals). Starlette and uvicorn (the ``serve`` extra) are
+imported only when a server starts. docs/SERVING.md describes it.
+"""

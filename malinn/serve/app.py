@@ -1,0 +1,275 @@
+"""The REST API: TensorFlow Serving's paths and payloads, on Starlette.
+
+* ``GET /v1/models/{name}[/versions/{v}|/labels/{l}]``: the versions' status;
+* ``GET /v1/models/{name}[/versions/{v}|/labels/{l}]/metadata``: the ``serving_default`` signature;
+* ``POST /v1/models/{name}[/versions/{v}|/labels/{l}]:predict``: the row or columnar form;
+* ``GET /monitoring/prometheus/metrics``: the metrics (:mod:`malinn.serve.metrics`);
+* ``GET /healthz`` (liveness: the process answers) and ``GET /readyz`` (readiness: every model has
+  an AVAILABLE version and the server is not stopping; 503 otherwise).
+
+An error is ``{"error": "..."}`` with TensorFlow Serving's status: 400 for a request the model cannot
+take, 404 for an unknown model, version or label, 503 when the model's queue is full, 504 when the
+request's time limit passed; 413 for a body over the size limit, 500 where the device failed.
+A client that goes away while its request waits takes its request out of the queue.
+
+Starlette is imported here only, on the ``malinn serve`` path (the ``serve`` extra).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+import time
+from datetime import datetime, timezone
+
+from .batcher import Cancelled, DeadlineExceeded, Overloaded, Retired, Task
+from .config import ServeConfig
+from .metrics import Metrics
+from .payload import BadRequest, dumps, format_predict, parse_predict
+from .servables import ModelManager, NotFound
+from .signature import SIGNATURE_NAME
+
+__all__ = ["build_app"]
+
+#: /v1/models/{name}[/versions/{v}|/labels/{l}][/metadata|:verb]
+MODEL_PATH = re.compile(r"^/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
+                        r"(?P<tail>/metadata|:[A-Za-z]+)?/?$")
+#: bodies above this size are parsed, and answers above this many values written, off the event loop
+OFF_LOOP_BYTES = 1 << 16
+OFF_LOOP_VALUES = 1 << 14
+
+#: an error's HTTP status, by TensorFlow Serving's error code
+STATUS = {"INVALID_ARGUMENT": 400, "NOT_FOUND": 404, "METHOD_NOT_ALLOWED": 405, "RESOURCE_EXHAUSTED": 413,
+          "UNAVAILABLE": 503, "DEADLINE_EXCEEDED": 504, "INTERNAL": 500, "CANCELLED": 499}
+
+
+class _Refused(Exception):
+    """A request answered with an error: TensorFlow Serving's code and the message."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class _Gone(Exception):
+    """The client went away: nothing can be answered."""
+
+
+def build_app(manager: ModelManager, metrics: Metrics, config: ServeConfig, log=None):
+    """The ASGI application serving ``manager``'s models.
+
+    Args:
+        manager: the served models.
+        metrics: where requests are counted.
+        config: the limits (body size, time) and whether each request is logged.
+        log: writes one request's JSON line (default: stdout).
+    """
+    from starlette.applications import Starlette
+    from starlette.requests import ClientDisconnect
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    in_flight = [0]
+    log = log or (lambda line: print(line, flush=True))
+
+    def respond(status: int, document, content_type: str = "application/json") -> Response:
+        body = document if isinstance(document, bytes) else dumps(document)
+        return Response(body, status_code=status, media_type=content_type)
+
+    def finish(request, record: dict, started: float, status: int, code: str | None) -> None:
+        seconds = time.monotonic() - started
+        model = record.get("model", "")
+        api = record["api"]
+        metrics.count("malinn_serve_requests_total", (model, api, str(status)))
+        if code is not None:
+            metrics.count("malinn_serve_request_errors_total", (model, api, code))
+        metrics.observe("malinn_serve_request_latency_seconds", (model, api), seconds)
+        if config.log_requests:
+            client = request.client
+            record.update(status=status, latency_ms=round(seconds * 1e3, 3),
+                          client=f"{client.host}:{client.port}" if client else None)
+            if code is not None:
+                record["error_code"] = code
+            log(json.dumps(record, separators=(",", ":")))
+
+    async def read_body(request) -> bytes:
+        limit = config.max_request_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise _Refused("RESOURCE_EXHAUSTED", f"the request body of {int(declared)} bytes is over the limit of "
+                                                 f"{limit} bytes (--max-request-bytes)")
+        chunks, size = [], 0
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise _Refused("RESOURCE_EXHAUSTED", f"the request body is over the limit of {limit} bytes "
+                                                         f"(--max-request-bytes)")
+                chunks.append(chunk)
+        except ClientDisconnect:
+            raise _Gone() from None
+        return b"".join(chunks)
+
+    async def disconnected(request) -> None:
+        """Returns when the client closes its connection (the body is read by then)."""
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                return
+
+    async def predict(request, name: str, version, label, record: dict, deadline: float) -> Response:
+        body = await asyncio.wait_for(read_body(request), max(deadline - time.monotonic(), 0.001))
+        record["bytes_in"] = len(body)
+        pinned = version is not None or label is not None
+        served = manager.resolve(name, version, label)
+        record["version"] = served.number
+        signature = served.signature
+        parsed = await asyncio.to_thread(parse_predict, body, signature) if len(body) > OFF_LOOP_BYTES \
+            else parse_predict(body, signature)
+        record["instances"] = parsed.samples
+        loop = asyncio.get_running_loop()
+        answer = loop.create_future()
+
+        def settle(outputs, error) -> None:
+            if not answer.done():
+                if error is not None:
+                    answer.set_exception(error)
+                else:
+                    answer.set_result(outputs)
+
+        task = Task(parsed.arrays, parsed.samples, lambda o, e: loop.call_soon_threadsafe(settle, o, e), deadline)
+        for _ in range(8):   # a version being unloaded sends an unpinned request to the newest
+            batcher = served.batcher
+            try:
+                if batcher is None:
+                    raise Retired(served.name)
+                batcher.submit(task)
+                break
+            except Retired:
+                if pinned:
+                    raise NotFound(f"Servable not found for request: Specific({name}, {served.number}) (it is "
+                                   f"being unloaded)") from None
+                served = manager.resolve(name)
+                record["version"] = served.number
+                if served.signature.input_names != signature.input_names:
+                    signature = served.signature
+                    parsed = parse_predict(body, signature)
+                    task = Task(parsed.arrays, parsed.samples, task.done, deadline)
+        else:
+            raise _Refused("UNAVAILABLE", f"model {name!r}: every version was being unloaded; try again")
+        watch = asyncio.ensure_future(disconnected(request))
+        try:
+            done, _ = await asyncio.wait({answer, watch}, timeout=max(deadline - time.monotonic(), 0.0),
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch.cancel()
+        if answer not in done:
+            batcher.withdraw(task)
+            if watch in done:
+                raise _Gone()
+            raise DeadlineExceeded()
+        outputs = answer.result()   # raises what ended the task
+        record["batch"], record["queue_ms"] = task.batch, round(task.queued_s * 1e3, 3)
+        metrics.observe("malinn_serve_queue_latency_seconds", (name,), task.queued_s)
+        values = sum(o.size for o in outputs)
+        document = await asyncio.to_thread(format_predict, outputs, signature, parsed.columnar) \
+            if values > OFF_LOOP_VALUES else format_predict(outputs, signature, parsed.columnar)
+        return respond(200, await asyncio.to_thread(dumps, document) if values > OFF_LOOP_VALUES else dumps(document))
+
+    def metadata(name: str, version, label) -> dict:
+        served = manager.resolve(name, version, label)
+        return {"model_spec": {"name": name, "signature_name": "", "version": str(served.number)},
+                "metadata": {"signature_def": {"signature_def": {SIGNATURE_NAME: served.signature.signature_def()}}}}
+
+    async def models(request) -> Response:
+        started = time.monotonic()
+        deadline = started + config.request_timeout
+        record = {"time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"), "method": request.method,
+                  "path": request.url.path, "api": "other"}
+        in_flight[0] += 1
+        status, code = 500, "INTERNAL"
+        try:
+            match = MODEL_PATH.match(request.url.path)
+            if match is None:
+                raise _Refused("NOT_FOUND", f"Malformed request: {request.method} {request.url.path}")
+            name, tail = match["name"], match["tail"] or ""
+            if name in manager.models:
+                record["model"] = name
+            version, label = match["version"], match["label"]
+            if version is not None:
+                if not version.isdigit():
+                    raise _Refused("INVALID_ARGUMENT", f"Failed to convert version: {version} to numeric.")
+                version = int(version)
+            record["api"] = {"": "status", "/metadata": "metadata", ":predict": "predict"}.get(tail, "other")
+            method = "POST" if tail.startswith(":") else "GET"
+            if request.method != method:
+                raise _Refused("METHOD_NOT_ALLOWED", f"{request.url.path} takes {method}, not {request.method}")
+            if tail == ":predict":
+                response = await predict(request, name, version, label, record, deadline)
+            elif tail.startswith(":"):
+                raise _Refused("INVALID_ARGUMENT", f"{tail[1:]} is not served: a Keras model has the predict API "
+                                                   f"alone ({SIGNATURE_NAME})")
+            elif tail == "/metadata":
+                response = respond(200, metadata(name, version, label))
+            else:
+                response = respond(200, {"model_version_status": manager.statuses(name, version, label)})
+            status, code = 200, None
+            return response
+        except _Gone:
+            status, code = 499, "CANCELLED"
+            return respond(499, {"error": "the client closed the connection"})
+        except _Refused as exc:
+            status, code = STATUS[exc.code], exc.code
+            return respond(status, {"error": str(exc)})
+        except BadRequest as exc:
+            status, code = 400, "INVALID_ARGUMENT"
+            return respond(400, {"error": str(exc)})
+        except NotFound as exc:
+            status, code = 404, "NOT_FOUND"
+            return respond(404, {"error": str(exc)})
+        except Overloaded as exc:
+            status, code = 503, "UNAVAILABLE"
+            return respond(503, {"error": f"The server is overloaded: {exc}; try again later"})
+        except (DeadlineExceeded, asyncio.TimeoutError):
+            status, code = 504, "DEADLINE_EXCEEDED"
+            return respond(504, {"error": f"Deadline exceeded: the request was not answered within "
+                                          f"{config.request_timeout:g} s (--request-timeout)"})
+        except Cancelled:
+            status, code = 499, "CANCELLED"
+            return respond(499, {"error": "the request was cancelled"})
+        except Exception as exc:   # the device failed, or a bug: the request is told, the server goes on
+            print(f"malinn: error: {request.method} {request.url.path}: {type(exc).__name__}: {exc}",
+                  file=sys.stderr, flush=True)
+            return respond(500, {"error": f"{type(exc).__name__}: {exc}"})
+        finally:
+            in_flight[0] -= 1
+            finish(request, record, started, status, code)
+
+    async def prometheus(request) -> Response:
+        return respond(200, metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8")
+
+    async def healthz(request) -> Response:
+        return respond(200, {"status": "live"})
+
+    async def readyz(request) -> Response:
+        if manager.ready:
+            return respond(200, {"status": "ready"})
+        reason = "stopping" if manager.stopping else "loading models" if not manager.initial.is_set() else \
+            "a model has no AVAILABLE version"
+        return respond(503, {"error": f"not ready: {reason}"})
+
+    async def not_found(request, exc=None) -> Response:
+        return respond(404, {"error": f"Malformed request: {request.method} {request.url.path}"})
+
+    async def not_allowed(request, exc=None) -> Response:
+        return respond(405, {"error": f"{request.url.path} takes GET, not {request.method}"})
+
+    routes = [Route("/v1/models/{rest:path}", models, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
+              Route("/monitoring/prometheus/metrics", prometheus, methods=["GET"]),
+              Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"])]
+    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
+    app.router.redirect_slashes = False
+    app.state.in_flight = in_flight
+    return app

@@ -1,0 +1,127 @@
+"""The server's Prometheus metrics, in the text exposition format (version 0.0.4).
+
+Served at TensorFlow Serving's ``/monitoring/prometheus/metrics``:
+
+* ``malinn_serve_requests_total{model,api,code}``: requests answered, by HTTP status;
+* ``malinn_serve_request_errors_total{model,api,error}``: requests refused or failed, by
+  TensorFlow Serving's error code (INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, DEADLINE_EXCEEDED,
+  CANCELLED, INTERNAL, PAYLOAD_TOO_LARGE);
+* ``malinn_serve_request_latency_seconds{model,api}``: a histogram of the time from a request's
+  arrival to its answer;
+* ``malinn_serve_queue_latency_seconds{model}``: a histogram of the time predict requests waited
+  for their batch;
+* ``malinn_serve_batch_size{model,version}``: a histogram of the samples per predict call, and
+  ``malinn_serve_padded_samples_total``: the zero samples added to reach an allowed size;
+* ``malinn_serve_queue_depth{model,version}``: requests waiting now; ``malinn_serve_in_flight``:
+  requests being answered now; ``malinn_serve_model_versions{model,state}``: versions by state.
+
+Label values are model names and fixed words only (never a request's path), so the number of
+series stays bounded.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Callable
+
+__all__ = ["Metrics", "LATENCY_BUCKETS", "BATCH_BUCKETS"]
+
+#: seconds: 0.5 ms to 60 s
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+#: samples per predict call
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+def _labels(names: tuple, values: tuple) -> str:
+    if not names:
+        return ""
+    escaped = (str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"') for v in values)
+    return "{" + ",".join(f'{n}="{v}"' for n, v in zip(names, escaped)) + "}"
+
+
+class _Histogram:
+    __slots__ = ("counts", "sum", "count")
+
+    def __init__(self, buckets: int):
+        self.counts, self.sum, self.count = [0] * buckets, 0.0, 0
+
+
+class Metrics:
+    """Counters and histograms, updated from any thread, and gauges read when scraped.
+
+    Args:
+        gauges: called at each scrape; returns ``[(name, help, label names, {label values: value})]``.
+    """
+
+    def __init__(self, gauges: Callable[[], list] | None = None):
+        self._lock = threading.Lock()
+        self._counters: dict = {}      # name -> {label values: value}
+        self._histograms: dict = {}    # name -> {label values: _Histogram}
+        self._meta = {
+            "malinn_serve_requests_total": ("counter", "Requests answered, by HTTP status.", ("model", "api", "code")),
+            "malinn_serve_request_errors_total": ("counter", "Requests refused or failed, by TensorFlow Serving's "
+                                                             "error code.", ("model", "api", "error")),
+            "malinn_serve_padded_samples_total": ("counter", "Zero samples added to predict calls to reach an "
+                                                             "allowed batch size.", ("model", "version")),
+            "malinn_serve_request_latency_seconds": ("histogram", "Seconds from a request's arrival to its answer.",
+                                                     ("model", "api"), LATENCY_BUCKETS),
+            "malinn_serve_queue_latency_seconds": ("histogram", "Seconds predict requests waited for their batch.",
+                                                   ("model",), LATENCY_BUCKETS),
+            "malinn_serve_batch_size": ("histogram", "Samples per predict call (before padding).",
+                                        ("model", "version"), BATCH_BUCKETS),
+        }
+        self.gauges = gauges
+
+    def count(self, name: str, labels: tuple, amount: float = 1) -> None:
+        with self._lock:
+            series = self._counters.setdefault(name, {})
+            series[labels] = series.get(labels, 0) + amount
+
+    def observe(self, name: str, labels: tuple, value: float) -> None:
+        buckets = self._meta[name][3]
+        with self._lock:
+            series = self._histograms.setdefault(name, {})
+            hist = series.get(labels)
+            if hist is None:
+                hist = series[labels] = _Histogram(len(buckets))
+            i = bisect.bisect_left(buckets, value)
+            if i < len(buckets):
+                hist.counts[i] += 1
+            hist.sum += value
+            hist.count += 1
+
+    def value(self, name: str, labels: tuple) -> float:
+        """A counter's value (0 where it was never counted)."""
+        with self._lock:
+            return self._counters.get(name, {}).get(labels, 0)
+
+    def render(self) -> str:
+        """Every metric in Prometheus's text format."""
+        lines = []
+        with self._lock:
+            for name, (kind, text, label_names, *rest) in self._meta.items():
+                lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
+                if kind == "counter":
+                    for values, amount in sorted(self._counters.get(name, {}).items()):
+                        lines.append(f"{name}{_labels(label_names, values)} {_number(amount)}")
+                    continue
+                buckets = rest[0]
+                for values, hist in sorted(self._histograms.get(name, {}).items()):
+                    cumulative = 0
+                    for bound, n in zip(buckets, hist.counts):
+                        cumulative += n
+                        lines.append(f"{name}_bucket{_labels(label_names + ('le',), values + (_number(bound),))} "
+                                     f"{cumulative}")
+                    lines.append(f"{name}_bucket{_labels(label_names + ('le',), values + ('+Inf',))} {hist.count}")
+                    lines.append(f"{name}_sum{_labels(label_names, values)} {_number(hist.sum)}")
+                    lines.append(f"{name}_count{_labels(label_names, values)} {hist.count}")
+        for name, text, label_names, series in (self.gauges() if self.gauges else []):
+            lines += [f"# HELP {name} {text}", f"# TYPE {name} gauge"]
+            for values, amount in sorted(series.items()):
+                lines.append(f"{name}{_labels(label_names, values)} {_number(amount)}")
+        return "\n".join(lines) + "\n"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))

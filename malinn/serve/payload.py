@@ -1,0 +1,185 @@
+"""TensorFlow Serving's predict payloads: a request's JSON as input arrays, output arrays as JSON.
+
+The row form (``{"instances": [...]}``: one item per sample, an object of named inputs for a
+model of several) is answered in the row form (``{"predictions": [...]}``), the columnar form
+(``{"inputs": ...}``: the whole batch, an object of named inputs for several) in the columnar form
+(``{"outputs": ...}``); a single output is given without its name, several as objects by name.
+Numbers may be ``NaN``, ``Infinity`` and ``-Infinity``, as TensorFlow Serving reads and writes them.
+A model of one input takes it under any one name (a Keras Sequential's input is named otherwise
+after conversion: the metadata API gives the name malinn knows).
+
+Every refusal is a :class:`BadRequest` naming the input, what was expected (dtype, shape) and what
+was given, answered 400.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from .signature import SIGNATURE_NAME, TF_DTYPES, Signature
+
+__all__ = ["BadRequest", "PredictRequest", "parse_predict", "format_predict", "dumps"]
+
+
+class BadRequest(ValueError):
+    """A request the model cannot answer as given (400, TensorFlow Serving's INVALID_ARGUMENT)."""
+
+
+class PredictRequest:
+    """A parsed predict request: one float32 array per model input (batch first), the sample count
+    and whether it came in the columnar form."""
+
+    __slots__ = ("arrays", "samples", "columnar")
+
+    def __init__(self, arrays: list, samples: int, columnar: bool):
+        self.arrays, self.samples, self.columnar = arrays, samples, columnar
+
+
+def parse_predict(body: bytes, signature: Signature) -> PredictRequest:
+    """The arrays of a predict request's ``body`` for a model of ``signature``.
+
+    Raises:
+        BadRequest: the body is not a JSON object of TensorFlow Serving's predict form, names
+            another signature, misses an input or names an unknown one, or gives an input values of
+            the wrong type or shape; the message names the input and both shapes.
+    """
+    try:
+        text = body.decode("utf-8")
+        request = json.loads(text)   # NaN, Infinity and -Infinity read as Python's json reads them
+    except UnicodeDecodeError as exc:
+        raise BadRequest(f"malformed JSON: the body is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno} "
+                         f"(byte {exc.pos} of {len(body)})") from None
+    except RecursionError:
+        raise BadRequest("malformed JSON: nested too deeply") from None
+    if not isinstance(request, dict):
+        raise BadRequest(f"the request body must be a JSON object with 'instances' or 'inputs', got a "
+                         f"{_json_type(request)}")
+    unknown = sorted(set(request) - {"signature_name", "instances", "inputs"})
+    if unknown:
+        raise BadRequest(f"unknown key(s) {', '.join(map(repr, unknown))} in the request (expected 'instances' or "
+                         f"'inputs', and optionally 'signature_name')")
+    name = request.get("signature_name", "")
+    if name not in ("", None, SIGNATURE_NAME):
+        raise BadRequest(f"serving signature name {name!r} not found: the model has {SIGNATURE_NAME!r} alone")
+    if "instances" in request and "inputs" in request:
+        raise BadRequest("a request has 'instances' (row form) or 'inputs' (columnar form), not both")
+    if "instances" in request:
+        return _rows(request["instances"], signature)
+    if "inputs" in request:
+        return _columns(request["inputs"], signature)
+    raise BadRequest("missing 'instances' (row form) or 'inputs' (columnar form) in the request")
+
+
+def _json_type(value) -> str:
+    return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), "number")
+
+
+def _rows(instances, signature: Signature) -> PredictRequest:
+    if not isinstance(instances, list):
+        raise BadRequest(f"'instances' must be a list of samples, got a {_json_type(instances)}")
+    if not instances:
+        raise BadRequest("'instances' is empty: give at least one sample")
+    names = signature.input_names
+    named = isinstance(instances[0], dict)
+    if len(names) > 1 and not named:
+        raise BadRequest(f"the model has {len(names)} inputs ({', '.join(names)}): each of 'instances' must be an "
+                         f"object of them by name")
+    if named:
+        columns = {name: [] for name in names}
+        for i, item in enumerate(instances):
+            if not isinstance(item, dict):
+                raise BadRequest(f"instances[{i}] is a {_json_type(item)}, the first an object: give every sample "
+                                 f"as an object of the inputs by name")
+            if len(names) == 1 and len(item) == 1:   # one input, under whatever name the client knows it by
+                columns[names[0]].append(next(iter(item.values())))
+                continue
+            _check_names(item, names, f"instances[{i}]")
+            for name in names:
+                columns[name].append(item[name])
+        values = [columns[name] for name in names]
+    else:
+        values = [instances]
+    arrays = [_array(v, spec, "instances") for v, spec in zip(values, signature.inputs)]
+    return PredictRequest(arrays, len(instances), columnar=False)
+
+
+def _columns(inputs, signature: Signature) -> PredictRequest:
+    names = signature.input_names
+    if isinstance(inputs, dict) and len(names) == 1 and len(inputs) == 1:
+        values = list(inputs.values())   # one input, under whatever name the client knows it by
+    elif isinstance(inputs, dict):
+        _check_names(inputs, names, "'inputs'")
+        values = [inputs[name] for name in names]
+    elif len(names) > 1:
+        raise BadRequest(f"the model has {len(names)} inputs ({', '.join(names)}): 'inputs' must be an object of "
+                         f"them by name, got a {_json_type(inputs)}")
+    else:
+        values = [inputs]
+    arrays = [_array(v, spec, "inputs") for v, spec in zip(values, signature.inputs)]
+    counts = [a.shape[0] for a in arrays]
+    if len(set(counts)) > 1:
+        raise BadRequest("the inputs have different numbers of samples: " + ", ".join(
+            f"{spec.name!r} {n}" for spec, n in zip(signature.inputs, counts)))
+    if counts[0] == 0:
+        raise BadRequest(f"input {names[0]!r} has no samples: give at least one")
+    return PredictRequest(arrays, counts[0], columnar=True)
+
+
+def _check_names(given: dict, names: list, where: str) -> None:
+    missing = [n for n in names if n not in given]
+    extra = [n for n in given if n not in names]
+    if missing or extra:
+        parts = ([f"missing input(s) {', '.join(map(repr, missing))}"] if missing else []) + \
+                ([f"unknown input(s) {', '.join(map(repr, extra))}"] if extra else [])
+        raise BadRequest(f"{where}: {' and '.join(parts)}; the model's inputs are {', '.join(map(repr, names))}")
+
+
+def _array(value, spec, form: str) -> np.ndarray:
+    """``value`` (one input's whole batch) as a float32 array, checked against ``spec``."""
+    what = f"input {spec.name!r} ({TF_DTYPES.get(spec.dtype, spec.dtype)}, shape {spec.batch_shape})"
+    if not isinstance(value, list):
+        raise BadRequest(f"{what}: expected a list of samples in {form!r}, got a {_json_type(value)}")
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError):
+        raise BadRequest(f"{what}: the nested lists are ragged (samples or rows of different lengths)") from None
+    kind = array.dtype.kind
+    if kind in "US":
+        raise BadRequest(f"{what}: expected numbers, got strings")
+    if kind == "O":
+        raise BadRequest(f"{what}: expected numbers, got nested lists of different depths, null, objects, or "
+                         f"integers beyond 64 bits")
+    if kind == "b" and spec.dtype != "bool":
+        raise BadRequest(f"{what}: expected numbers, got booleans")
+    if kind == "f" and spec.dtype.startswith(("int", "uint")) and not np.all(np.floor(array) == array):
+        bad = np.flatnonzero(np.floor(array) != array)[0]
+        raise BadRequest(f"{what}: expected integers, got {array.reshape(-1)[bad]!r}")
+    if array.shape[1:] != tuple(spec.shape):
+        given = "(" + ", ".join(str(d) for d in array.shape) + ("," if array.ndim == 1 else "") + ")"
+        hint = " (the batch axis first: a list of samples)" if array.shape == tuple(spec.shape) else ""
+        raise BadRequest(f"input {spec.name!r}: expected shape {spec.batch_shape}, got {given}{hint}")
+    with np.errstate(over="ignore"):
+        return array.astype(np.float32, copy=False)
+
+
+def format_predict(outputs: list, signature: Signature, columnar: bool) -> dict:
+    """The response to a predict request of ``outputs`` (one array per output, batch first)."""
+    if columnar:
+        if len(outputs) == 1:
+            return {"outputs": outputs[0].tolist()}
+        return {"outputs": {spec.name: out.tolist() for spec, out in zip(signature.outputs, outputs)}}
+    if len(outputs) == 1:
+        return {"predictions": outputs[0].tolist()}
+    columns = [out.tolist() for out in outputs]
+    names = [spec.name for spec in signature.outputs]
+    return {"predictions": [dict(zip(names, row)) for row in zip(*columns)]}
+
+
+def dumps(document) -> bytes:
+    """``document`` as compact JSON bytes, NaN and infinities as TensorFlow Serving writes them."""
+    return json.dumps(document, separators=(",", ":"), allow_nan=True).encode()

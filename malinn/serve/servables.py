@@ -1,0 +1,300 @@
+"""The served models and their versions: loading, warming, the switch to a new version, unloading.
+
+A model's versions come from its ``base_path``: a model file is version 1; a folder holds version
+folders (``1/``, ``2/``...), each with one model file (``.malinn``, ``.keras`` or ``.h5``), and
+is looked at every ``poll_seconds``. A new version is loaded beside the old ones (its plans for
+every allowed batch size made, so that its first requests plan nothing), then made AVAILABLE in one
+step: from then on a request without a version goes to it. Only then are the versions the policy
+no longer serves unloaded: they stop taking requests, answer those they queued, and end. A version
+that fails to load is retried when its folder's file changes.
+
+The version states are TensorFlow Serving's: LOADING, AVAILABLE, UNLOADING, END.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..model.saving import load_model
+from .batcher import Batcher
+from .config import MODEL_SUFFIXES, ModelConfig, ServeConfig
+from .metrics import Metrics
+from .signature import Signature
+
+__all__ = ["ModelManager", "ModelVersion", "NotFound"]
+
+
+class NotFound(LookupError):
+    """No AVAILABLE version answers the request (404, TensorFlow Serving's NOT_FOUND)."""
+
+
+class ModelVersion:
+    """One version of a served model: its file, state and, once AVAILABLE, model, signature and batcher."""
+
+    def __init__(self, name: str, number: int, path: Path):
+        self.name, self.number, self.path = name, number, path
+        self.state, self.error = "LOADING", ""
+        self.model = self.signature = self.batcher = None
+        self.stamp = _stamp(path)
+
+    def status(self) -> dict:
+        """TensorFlow Serving's ModelVersionStatus as JSON."""
+        return {"version": str(self.number), "state": self.state,
+                "status": {"error_code": "UNKNOWN" if self.error else "OK", "error_message": self.error}}
+
+
+def _stamp(path: Path) -> tuple:
+    try:
+        st = path.stat()
+        return (st.st_size, st.st_mtime_ns)
+    except OSError:
+        return (None, None)
+
+
+def versions_on_disk(config: ModelConfig) -> dict:
+    """``{version: model file}`` of a model's base path (a file: ``{1: file}``)."""
+    base = config.base_path
+    if base.is_file():
+        return {1: base}
+    found = {}
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return found
+    for entry in entries:
+        if not (entry.name.isdigit() and entry.is_dir()):
+            continue
+        folder = Path(entry.path)
+        files = sorted(p for p in folder.iterdir() if p.suffix in MODEL_SUFFIXES and p.is_file()) \
+            if folder.is_dir() else []
+        files.sort(key=lambda p: MODEL_SUFFIXES.index(p.suffix))
+        if files:
+            found[int(entry.name)] = files[0]
+    return found
+
+
+def wanted(policy: tuple, numbers) -> set:
+    """The versions of ``numbers`` a model_version_policy serves."""
+    numbers = sorted(numbers)
+    kind, arg = policy
+    if kind == "latest":
+        return set(numbers[-arg:])
+    if kind == "all":
+        return set(numbers)
+    return set(numbers) & set(arg)
+
+
+class ServedModel:
+    """A model name and its versions."""
+
+    def __init__(self, config: ModelConfig):
+        self.config, self.versions = config, {}
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def available(self) -> list:
+        return sorted((v for v in self.versions.values() if v.state == "AVAILABLE"), key=lambda v: v.number)
+
+
+class ModelManager:
+    """Every served model: finds, loads, switches and unloads their versions, and answers which
+    version serves a request.
+
+    Args:
+        config: the server's configuration.
+        metrics: where the batches are counted.
+        say: prints a line of news (loads, switches, failures) on stderr.
+    """
+
+    def __init__(self, config: ServeConfig, metrics: Metrics, say=None):
+        self.config, self.metrics = config, metrics
+        self.models = {m.name: ServedModel(m) for m in config.models}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.initial = threading.Event()      # set once the first loads are done (failed or not)
+        self.failed: list = []                # the first loads' errors
+        self.stopping = False
+        self._say = say or (lambda text: print(f"malinn: {text}", file=sys.stderr, flush=True))
+        self._thread = threading.Thread(target=self._watch, name="malinn-serve loader", daemon=True)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Loads every model's versions in the background (``initial`` is set when done), then looks
+        for new versions every ``poll_seconds``."""
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stops looking for versions and ends every version's worker, answering what is queued."""
+        self.stopping = True
+        self._stop.set()
+        self._thread.join(timeout)
+        for served in self.models.values():
+            for version in list(served.versions.values()):
+                if version.batcher is not None:
+                    version.batcher.stop(timeout)
+
+    @property
+    def ready(self) -> bool:
+        """Whether every model has an AVAILABLE version and the server is not stopping."""
+        with self._lock:
+            return (self.initial.is_set() and not self.stopping
+                    and all(served.available() for served in self.models.values()))
+
+    def _watch(self) -> None:
+        try:
+            for served in self.models.values():
+                self.failed += self._sync(served)
+        except Exception as exc:   # a bug here must not leave the server waiting for ever
+            self.failed.append(f"unexpected {type(exc).__name__}: {exc}")
+        finally:
+            self.initial.set()
+        if self.failed:
+            return
+        poll = self.config.poll_seconds
+        while poll > 0 and not self._stop.wait(poll):
+            for served in self.models.values():
+                if not served.config.is_file and not self._stop.is_set():
+                    try:
+                        for error in self._sync(served):
+                            self._say(f"error: {error} (still serving the versions loaded before)")
+                    except Exception as exc:
+                        self._say(f"warning: model {served.name!r}: unexpected {type(exc).__name__} while looking "
+                                  f"for versions: {exc}")
+
+    # ------------------------------------------------------------------ versions
+    def _sync(self, served: ServedModel) -> list:
+        """Loads the versions the policy wants and are not loaded, then unloads those it no longer
+        wants (once one it wants is AVAILABLE); returns the load errors."""
+        on_disk = versions_on_disk(served.config)
+        want = wanted(served.config.policy, on_disk)
+        errors = []
+        if not on_disk:
+            errors.append(f"model {served.name!r}: no version found in {str(served.config.base_path)!r} (a model "
+                          f"file, or version folders 1/, 2/... holding one {'/'.join(MODEL_SUFFIXES)} file)")
+        for number in sorted(want, reverse=True):
+            known = served.versions.get(number)
+            if known is not None and (known.state in ("LOADING", "AVAILABLE")
+                                      or (known.error and known.stamp == _stamp(on_disk[number]))):
+                continue
+            error = self._load(served, number, on_disk[number])
+            if error:
+                errors.append(error)
+        if any(served.versions[n].state == "AVAILABLE" for n in want if n in served.versions):
+            for version in list(served.versions.values()):
+                if version.state == "AVAILABLE" and version.number not in want:
+                    self._unload(version)
+        return errors
+
+    def _load(self, served: ServedModel, number: int, path: Path) -> str:
+        version = ModelVersion(served.name, number, path)
+        with self._lock:
+            served.versions[number] = version
+        started = time.monotonic()
+        try:
+            model = load_model(path, precision=served.config.precision)
+            signature = Signature(model)
+            batching = served.config.batching
+            if self.config.warmup:
+                for size in batching.sizes():
+                    model.predict(signature.model_input([np.zeros((size,) + s.shape, np.float32)
+                                                         for s in signature.inputs]))
+        except Exception as exc:
+            version.state, version.error = "END", f"{type(exc).__name__}: {exc}"
+            return f"model {served.name!r} version {number} ({path}) failed to load: {version.error}"
+        label = f"{served.name}/{number}"
+
+        def predict(arrays: list) -> list:
+            return signature.output_arrays(model.predict(signature.model_input(arrays)))
+
+        def observe(samples: int, padded: int) -> None:
+            self.metrics.observe("malinn_serve_batch_size", (served.name, str(number)), samples)
+            if padded > samples:
+                self.metrics.count("malinn_serve_padded_samples_total", (served.name, str(number)), padded - samples)
+
+        batcher = Batcher(predict, batching, label, observe)
+        with self._lock:   # one step: from here a request without a version may go to it
+            version.model, version.signature, version.batcher = model, signature, batcher
+            version.state = "AVAILABLE"
+        self._say(f"model {served.name!r} version {number} is available ({path}, {time.monotonic() - started:.1f} s "
+                  f"to load{' and warm up' if self.config.warmup else ''})")
+        return ""
+
+    def _unload(self, version: ModelVersion) -> None:
+        with self._lock:   # no new request goes to it from here
+            version.state = "UNLOADING"
+        version.batcher.stop()   # answers what it queued
+        with self._lock:
+            version.state, version.model, version.batcher = "END", None, None
+        self._say(f"model {version.name!r} version {version.number} is unloaded")
+
+    # ------------------------------------------------------------------ requests
+    def resolve(self, name: str, version: int | None = None, label: str | None = None) -> ModelVersion:
+        """The AVAILABLE version answering a request for ``name`` (the latest, or the one given by
+        number or label).
+
+        Raises:
+            NotFound: no such model, version or label, or the version is not AVAILABLE.
+        """
+        served = self.models.get(name)
+        if served is None:
+            raise NotFound(f"Servable not found for request: Latest({name}) (served models: "
+                           f"{', '.join(sorted(self.models))})")
+        if label is not None:
+            if label not in served.config.labels:
+                raise NotFound(f"Unrecognized servable version label: {label} (model {name!r} has "
+                               f"{', '.join(sorted(served.config.labels)) or 'none'})")
+            version = served.config.labels[label]
+        with self._lock:
+            if version is None:
+                available = served.available()
+                if not available:
+                    raise NotFound(f"Servable not found for request: Latest({name}) (no version is AVAILABLE yet)")
+                return available[-1]
+            found = served.versions.get(version)
+            if found is None or found.state != "AVAILABLE":
+                raise NotFound(f"Servable not found for request: Specific({name}, {version})"
+                               f"{' (it is ' + found.state + ')' if found is not None else ''}")
+            return found
+
+    def statuses(self, name: str, version: int | None = None, label: str | None = None) -> list:
+        """The ModelVersionStatus of every version of ``name`` (or of the one given), newest first.
+
+        Raises:
+            NotFound: no such model, or no such version or label.
+        """
+        served = self.models.get(name)
+        if served is None:
+            raise NotFound(f"Could not find any versions of model {name}")
+        if label is not None:
+            if label not in served.config.labels:
+                raise NotFound(f"Unrecognized servable version label: {label}")
+            version = served.config.labels[label]
+        with self._lock:
+            versions = sorted(served.versions.values(), key=lambda v: -v.number)
+            if version is not None:
+                versions = [v for v in versions if v.number == version]
+                if not versions:
+                    raise NotFound(f"Could not find version {version} of model {name}")
+            if not versions:
+                raise NotFound(f"Could not find any versions of model {name}")
+            return [v.status() for v in versions]
+
+    def gauges(self) -> list:
+        """The queue depth of each AVAILABLE version and the versions by state, for the metrics."""
+        depth, states = {}, {}
+        with self._lock:
+            for served in self.models.values():
+                for v in served.versions.values():
+                    states[(served.name, v.state)] = states.get((served.name, v.state), 0) + 1
+                    if v.batcher is not None:
+                        depth[(served.name, str(v.number))] = v.batcher.depth()
+        return [("malinn_serve_queue_depth", "Requests waiting for their batch.", ("model", "version"), depth),
+                ("malinn_serve_model_versions", "Model versions by state.", ("model", "state"), states)]
