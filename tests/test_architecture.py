@@ -28,7 +28,7 @@ STAGES = [
     {"plan"},
     {"layers", "tuning", "converters"},
     {"model"},
-    {"cli", "__init__"},
+    {"cli", "serve", "ray", "__init__"},   # serve: malinn serve (starlette, uvicorn: the serve extra); ray: malinn.ray (the ray extra)
     {"__main__"},
 ]
 FLOOR = {name: floor for floor, names in enumerate(STAGES) for name in names}
@@ -89,4 +89,14 @@ def test_the_linter_finds_nothing():
                           text=True, cwd=ROOT)
     if proc.returncode != 0 and "No module named ruff" in proc.stderr:
         pytest.fail("ruff is missing: pip install ruff (the test extra lists it)")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_type_check_finds_nothing():
+    """mypy over the files pyproject.toml's [tool.mypy] names (the backends, file I/O, the kernel
+    library, kernel choice, tuning and the top-level modules) reports no error."""
+    proc = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental"], capture_output=True, text=True,
+                          cwd=ROOT)
+    if proc.returncode != 0 and "No module named mypy" in proc.stderr:
+        pytest.fail("mypy is missing: pip install mypy (the test extra lists it)")
     assert proc.returncode == 0, proc.stdout + proc.stderr

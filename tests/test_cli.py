@@ -720,3 +720,86 @@ def test_a_report_stdout_cannot_take_says_the_file_was_written(tmp_path):
                                                            "report could not be written to stdout (No space left on "
                                                            "device)\n")
     assert len(malinn_api.load_model(tmp_path / "d.malinn").layers) == 4
+
+
+#: the command line in a child process with chunks of CHUNK_BYTES (argv[1]) and, on stderr's last
+#: line, the memory it allocated at its peak beyond what it held before (tracemalloc, where numpy
+#: reports its arrays' data), in a second run after one on argv[2]'s file (the imports, the device
+#: and the kernels then cost nothing); with argv[2] "interrupt", one run, and Ctrl-C arrives once the
+#: output's temporary file holds a chunk
+STREAMING_CHILD = r"""
+import os, signal, sys, threading, time, tracemalloc
+import malinn.cli.streaming as streaming
+from malinn.cli.commands import main
+streaming.CHUNK_BYTES = int(sys.argv[1])
+tracemalloc.start()
+if sys.argv[2] not in ("run", "interrupt"):   # the same command on a small file first
+    warm = sys.argv[3:]
+    warm[warm.index("predict") + 2] = sys.argv[2]
+    assert main(warm) == 0
+if sys.argv[2] == "interrupt":
+    folder = os.path.dirname(sys.argv[-1])
+    def interrupt():
+        while not any(n.endswith(".tmp") and os.path.getsize(os.path.join(folder, n)) > 4096
+                      for n in os.listdir(folder)):
+            time.sleep(0.001)
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=interrupt, daemon=True).start()
+before = tracemalloc.get_traced_memory()[0]
+tracemalloc.reset_peak()
+status = main(sys.argv[3:])
+print(f"peak {tracemalloc.get_traced_memory()[1] - before}", file=sys.stderr)
+sys.exit(status)
+"""
+
+
+def streaming_child(*args):
+    return subprocess.run([sys.executable, "-c", STREAMING_CHILD, *map(str, args)], capture_output=True, text=True,
+                          timeout=300)
+
+
+def streaming_model(path):
+    model = malinn_api.Sequential([malinn_api.layers.Dense(64, activation="relu"),
+                                   malinn_api.layers.Dense(10, activation="softmax")])
+    model.build((None, 512))
+    rng = np.random.default_rng(0)
+    model.set_weights([rng.standard_normal(w.shape).astype(np.float32) * 0.05 for w in model.get_weights()])
+    model.save(path)
+    return model
+
+
+def test_predict_streams_a_large_npy_in_bounded_memory(tmp_path):
+    """A .npy to a .npy is read and written in chunks: the output equals an in-memory predict, and
+    the memory the command allocates stays far below the input's size."""
+    model = streaming_model(tmp_path / "m.malinn")
+    x = np.lib.format.open_memmap(tmp_path / "x.npy", mode="w+", dtype=np.float32, shape=(24576, 512))
+    x[:] = np.random.default_rng(1).uniform(-1, 1, x.shape)
+    x.flush()
+    np.save(tmp_path / "small.npy", x[:100])
+    chunk = 2 * 2**20   # 1024 samples: 24 chunks of 2 MiB, the input 48 MiB
+    out = streaming_child(chunk, tmp_path / "small.npy", "predict", tmp_path / "m.malinn", tmp_path / "x.npy", "-o", tmp_path / "y.npy",
+                          "--batch-size", 512)
+    assert out.returncode == 0, out.stderr
+    y = np.load(tmp_path / "y.npy")
+    np.testing.assert_array_equal(y, model.predict(np.asarray(x), batch_size=512))
+    assert y.shape == (24576, 10) and "(24576, 512) -> (24576, 10) written to" in out.stdout
+    lines = out.stderr.splitlines()
+    assert lines[-2].startswith("24/24 " + "━" * 20), out.stderr   # the progress bar's last line
+    peak = int(lines[-1].split()[1])
+    # two input chunks, a pass's staging arrays and a chunk's outputs: about 5.5 MiB
+    assert peak < x.nbytes / 6, f"the command allocated {peak:,} bytes at its peak for a {x.nbytes:,}-byte input"
+
+
+def test_predict_streaming_interrupted_leaves_no_file(tmp_path):
+    streaming_model(tmp_path / "m.malinn")
+    np.save(tmp_path / "x.npy", np.random.default_rng(2).uniform(-1, 1, (8192, 512)).astype(np.float32))
+    out = streaming_child(64 * 2048, "interrupt", "predict", tmp_path / "m.malinn", tmp_path / "x.npy",
+                          "--batch-size", 64, "-o", tmp_path / "y.npy")
+    assert out.returncode == 130 and "malinn: error: interrupted" in out.stderr, out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.malinn", "x.npy"]
+    # a header that declares more samples than the file holds: refused before anything is written
+    with open(tmp_path / "x.npy", "r+b") as f:
+        f.truncate(f.seek(0, 2) - 4)
+    out = malinn("predict", tmp_path / "m.malinn", tmp_path / "x.npy", "-o", tmp_path / "y.npy")
+    assert out.returncode == 1 and "truncated: the header declares shape (8192, 512)" in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.malinn", "x.npy"]

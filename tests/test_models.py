@@ -126,7 +126,7 @@ def test_predict_takes_a_list_of_one_batch_as_keras_does(device):
         model.predict({"x": x})
     unbuilt = Sequential([Dense(2)])
     assert unbuilt.predict([x]).shape == (4, 2) and unbuilt.input_shape == (None, 37)
-    # Keras code passes verbose=0 (or "auto", 1, 2); malinn prints nothing either way
+    # Keras code passes verbose=0 (or "auto", 1, 2): the same results (a bar only where asked: tests/test_predict_sources.py)
     for verbose in (0, 1, 2, "auto"):
         np.testing.assert_array_equal(model.predict(x, verbose=verbose), model.predict(x))
 

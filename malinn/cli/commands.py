@@ -41,6 +41,8 @@ from ..plan.tensor import format_shape
 from ..tuning.conv_tuner import tune_convs
 from ..tuning.tuner import cache_dir, tune
 from ..version import __version__
+from .serve_command import add_serve_command
+from .streaming import npy_layout, stream_predict
 
 #: the weight precisions (kernels/library.json's "precisions")
 PRECISIONS = ("fp32", "fp16-storage", "fp16", "int8-weights")
@@ -357,12 +359,28 @@ def cmd_predict(args) -> int:
         _output_format(args.output, 1)   # a suffix predict cannot write fails before any work
     elif sys.stdout is None:
         raise MalinnError("stdout is closed: give the output file with -o")
-    device = _device(args)
+    pool = None
+    if args.device is not None and "," in args.device:   # several devices: each chunk's passes spread over them
+        pool = set_device([spec.strip() for spec in args.device.split(",")])
+        device = pool[0]
+    else:
+        device = _device(args)
     model = load_model(args.model, weights=args.weights, precision=args.precision)
     outputs = getattr(model, "outputs", None) or [None]
     form = _output_format(args.output, len(outputs))
+    shown_on = device.name if pool is None else f"{len(pool)} devices ({', '.join(d.name for d in pool)})"
+    layout = None
+    if args.output is not None and form == "npy" and not _special_file(args.output) and args.key is None \
+            and len(model.input_shapes) == 1 and len(outputs) == 1 and Path(args.input).suffix.lower() == ".npy":
+        layout = npy_layout(args.input)
+    if layout is not None:   # .npy to .npy: in chunks, in bounded memory, whatever the input's size
+        shapes = stream_predict(model, args.input, args.output, layout, args.batch_size, devices=pool,
+                                source=args.input, overwrite_source=args.force)
+        _report(f"{_shown(args.model, args.weights)} on {shown_on}: {shapes[0]} -> {shapes[1]} written to "
+                f"{args.output}", _report_stream(args.output), str(args.output))
+        return 0
     x = _read_inputs(model, args.input, args.key)
-    y = _named_outputs(model, model.predict(x, batch_size=args.batch_size))
+    y = _named_outputs(model, model.predict(x, batch_size=args.batch_size, verbose=0, devices=pool))
     output_name = getattr(outputs[0], "name", None) or model.layers[-1].name
     if args.output is not None:
         write_file(args.output, _save_predictions(y, form, output_name), source=args.input,
@@ -377,7 +395,7 @@ def cmd_predict(args) -> int:
     else:
         write_stdout(_save_predictions(y, form))
         where = "stdout (.npz)" if isinstance(y, dict) else "stdout (.npy)"
-    _report(f"{_shown(args.model, args.weights)} on {device.name}: {_shape_text(x)} -> {_shape_text(y)} written to "
+    _report(f"{_shown(args.model, args.weights)} on {shown_on}: {_shape_text(x)} -> {_shape_text(y)} written to "
             f"{where}", _report_stream(args.output), where)
     return 0
 
@@ -727,10 +745,14 @@ def build_parser() -> argparse.ArgumentParser:
                                           "(default, or -: stdout: a table on a terminal, .npy/.npz bytes "
                                           "otherwise)")
     p.add_argument("--key", help=key_help)
-    p.add_argument("--batch-size", type=_positive_int, help="samples per device pass (default: all at once)")
+    p.add_argument("--batch-size", type=_positive_int,
+                   help="samples per device pass (default: all at once; a .npy input written to a .npy output is "
+                        "read in chunks of 64 MiB, a whole number of batches, and the output written as they come: "
+                        "a file larger than memory is predicted in bounded memory, with progress on stderr)")
     p.add_argument("--force", action="store_true", help="allow the output to be the model or input file")
     p.add_argument("--precision", choices=PRECISIONS, help=PRECISION_HELP + " (default: the model file's)")
-    p.add_argument("--device", help=device_help)
+    p.add_argument("--device", help=device_help + "; or several, comma-separated (0:0,0:1): the passes are spread "
+                                                  "over them, one plan and one thread each")
 
     p = add("verify", "compare malinn with Keras (TensorFlow) layer by layer", cmd_verify)
     p.add_argument("model", help="the original Keras .keras or .h5 file, or architecture .json with --weights "
@@ -789,6 +811,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help=device_help)
 
     add("devices", "list the working OpenCL and OpenGL devices (* marks the default)", cmd_devices)
+    add_serve_command(add, device_help, PRECISIONS, PRECISION_HELP)
     return parser
 
 

@@ -165,7 +165,10 @@ class Functional(PlannedModel):
         return per_node if every_layer else [values[id(t)] for t in self.outputs]
 
     # ---------------------------------------------------------------- inference
-    def _check_inputs(self, x) -> list:
+    def _input_casts(self) -> list:
+        return [t.cast for t in self.inputs]
+
+    def _check_inputs(self, x, convert: bool = True) -> list:
         n = len(self.inputs)
         if isinstance(x, dict):
             missing = [name for name in self.input_names if name not in x]
@@ -198,21 +201,27 @@ class Functional(PlannedModel):
                 raise ValueError(f"Input {tensor.name!r} of model {self.name!r} is incompatible: expected shape "
                                  f"{format_shape(tensor.shape)}, found shape {given}"
                                  f"{self._one_sample_hint(given, tensor.shape[1:], was_array)}")
-            checked.append(self._contiguous(array, tensor.cast))
+            checked.append(self._contiguous(array, tensor.cast) if convert else array)
         return checked
 
-    def predict(self, x, batch_size: int | None = None, verbose="auto"):
-        """Runs the model.
+    def predict(self, x, batch_size: int | None = None, verbose="auto", steps: int | None = None, devices=None):
+        """Runs the model, as Keras's ``predict``.
 
         Args:
             x: one array (a model of one input), a list of arrays in input order, or a dict of
-                arrays by input name, each ``(batch, ...)``; float64 and integers are cast to
-                float32 as Keras does, and each rank adjusted as Keras's (the last axis added for
-                an input whose last size is 1, an extra last axis of 1 dropped).
-            batch_size: samples per device pass (default: all, split only where the device's
-                largest allocation requires it; see :meth:`max_batch`).
-            verbose: taken as Keras's ``predict`` takes it; malinn prints no progress bar (only a
-                first plan's kernel builds, on stderr: :mod:`malinn.plan.progress`).
+                arrays by input name, each ``(batch, ...)`` (memory-mapped ``.npy`` arrays are read
+                one batch at a time); float64 and integers are cast to float32 as Keras does, and
+                each rank adjusted as Keras's (the last axis added for an input whose last size is
+                1, an extra last axis of 1 dropped). Or an iterable of such batches (a generator, a
+                data loader; an item ``(x,)``, ``(x, y)`` or ``(x, y, sample_weight)`` gives its
+                ``x``, as Keras: yield ``(x,)`` with ``x`` a list for several inputs, or a dict).
+            batch_size: samples per device pass (default: all in one pass, as ``Sequential.predict``
+                says: Keras's is 32).
+            verbose: Keras's: 0, 1 (a progress bar on stdout), 2, or "auto" (1 on a terminal where
+                more than one batch runs, as ``Sequential.predict`` says).
+            steps: the batches to draw from an iterable (all where None), as Keras's.
+            devices: the devices to spread the passes over (default: ``set_device``'s list, else the
+                current device), as ``Sequential.predict``.
 
         Returns:
             A float32 array of the output's shape, or a list of them (a dict where the outputs were
@@ -220,10 +229,12 @@ class Functional(PlannedModel):
 
         Raises:
             ValueError: an input is missing, not numeric, or of another shape; the inputs have
-                different numbers of samples; ``batch_size`` is not a positive integer.
-            DeviceError: the device failed; the message names the layer and shape.
+                different numbers of samples; ``batch_size``, ``steps`` or ``verbose`` is not one
+                Keras takes.
+            DeviceError: the device failed; the message names the layer, the shape and (with several
+                devices) the device.
         """
-        results = self._run(x, batch_size, every_layer=False)
+        results = self._run(x, batch_size, False, verbose, steps, devices)
         if self.output_names is not None:
             return dict(zip(self.output_names, results))
         return results[0] if self._single_output or len(results) == 1 else results

@@ -14,11 +14,11 @@ from ..backends.base import Device, size_text
 from ..backends.selection import get_device
 from ..choice.kernel_choice import epoch as choice_epoch
 from ..errors import BackendError, DeviceError
-from ..layers.input_layer import KerasTensor
 from ..library.precision import check_precision
 from ..plan.builder import PlanBuilder
 from ..plan.plan import Plan
 from ..registry import lookup
+from .predicting import Predicting
 from .saving import save_model
 from .summary import column_widths, wrapped
 
@@ -54,7 +54,7 @@ def _samples(n, what: str) -> int:
     return int(n)
 
 
-class PlannedModel:
+class PlannedModel(Predicting):
     """What every malinn model shares: plans per device and batch bucket, passes, memory, weights.
 
     A subclass says what its inputs are and how its layers lower into a plan:
@@ -63,7 +63,9 @@ class PlannedModel:
     * ``_lower(builder, every_layer)``: records the steps on a :class:`~malinn.plan.builder.PlanBuilder`
       and returns the values to download (every layer call's output with ``every_layer``);
     * ``_output_shapes(every_layer)``: the shapes of those values (batch axis first);
-    * ``_check_inputs(x)``: the inputs as float32 C-contiguous arrays, in input order.
+    * ``_check_inputs(x, convert=True)``: the inputs as float32 C-contiguous arrays, in input order
+      (with ``convert=False``: checked arrays as given, a memory-mapped one not read);
+    * ``_input_casts()``: per input, the cast to its dtype or None.
 
     The first ``predict`` for a device and batch size compiles the model into a plan
     (:mod:`malinn.plan.plan`): kernels, layouts, paddings, weight buffers, an activation arena and the
@@ -130,19 +132,22 @@ class PlannedModel:
     def _stamp(self) -> tuple:
         return tuple(layer.version for layer in self.layers) + (choice_epoch(),)
 
-    def plan(self, batch: int, device: Device | None = None, every_layer: bool = False) -> Plan:
+    def plan(self, batch: int, device: Device | None = None, every_layer: bool = False, replica: int = 0) -> Plan:
         """The compiled plan for passes of ``batch`` samples on ``device`` (made on first use).
 
         Args:
             batch: the samples one pass takes (it is planned for :func:`batch_bucket` of it).
             device: the device (default: the current one).
             every_layer: download every layer's output (for :meth:`predict_layers` and verify).
+            replica: which of the device's plans for this size (a device listed twice in
+                ``predict``'s devices runs two: 0 and 1).
 
         Returns:
             An allocated :class:`~malinn.plan.plan.Plan`.
         """
         device = device or get_device()
-        key = (device.identity, batch_bucket(batch), every_layer, self._precision)
+        # the device object itself: two GPUs of one model and driver have the same identity string
+        key = (device.identity, id(device), batch_bucket(batch), every_layer, self._precision, replica)
         stamp = self._stamp()
         with self._lock:
             cached = self._cached_plan(key, stamp)
@@ -208,115 +213,6 @@ class PlannedModel:
 
     def _output_shapes(self, every_layer: bool) -> list:
         raise NotImplementedError
-
-    def _check_inputs(self, x) -> list:
-        raise NotImplementedError
-
-    # ---------------------------------------------------------------- inference
-    def _run(self, x, batch_size, every_layer: bool) -> list:
-        last = self._last
-        if last is not None and last[5] is not None and batch_size is None and not every_layer \
-                and type(x) is np.ndarray and x.shape == last[5] and x.dtype == np.float32 and x.flags.c_contiguous:
-            # the same call as last time with an array of the same shape (which passed the checks
-            # then): its plan, nothing checked or decided again while the model and device stand
-            if self._last_serves(last, get_device()):
-                return last[4].run([x])
-        if not self.layers and not self.built:
-            raise ValueError(f"{type(self).__name__} {self.name!r} has no layers to predict with")
-        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
-                                       or batch_size < 1):
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        xs = self._check_inputs(x)
-        n = xs[0].shape[0]
-        if any(a.shape[0] != n for a in xs):
-            raise ValueError(f"{type(self).__name__} {self.name!r}: the inputs have different numbers of samples "
-                             f"({', '.join(str(a.shape[0]) for a in xs)})")
-        if n == 0:
-            return [np.zeros((0,) + tuple(s[1:]), np.float32) for s in self._output_shapes(every_layer)]
-        device = get_device()
-        if last is not None and last[1] == n and batch_size is None and not every_layer \
-                and self._last_serves(last, device):
-            return last[4].run(xs)          # the same call as last time: its plan, nothing decided again
-        step = min(n, int(batch_size)) if batch_size else n
-        step = max(1, min(step, self.max_batch(device, limit=step)))
-        if step >= n and batch_size is None and not every_layer:
-            stamp = self._stamp()   # before the plan: a change while it is made leaves _last stale, never wrong
-            plan = self.plan(n, device)
-            plain = x.shape if len(xs) == 1 and xs[0] is x else None   # a float32 array taken as it was
-            self._last = (device, n, stamp, (device.max_allocation, device.global_memory), plan, plain)
-            return plan.run(xs)
-        plan = self.plan(step, device, every_layer)   # the last, shorter pass too: no plan of its own
-        passes = [plan.run([a[start:start + step] for a in xs]) for start in range(0, n, step)]
-        if len(passes) == 1:
-            return passes[0]
-        return [np.concatenate(parts, axis=0) for parts in zip(*passes)]
-
-    def _last_serves(self, last: tuple, device: Device) -> bool:
-        """Whether the last one-pass call's plan (``_last``) still serves a call on ``device``: the
-        same device, model state, precision and device limits."""
-        return (last[0] is device and last[2] == self._stamp() and last[4].precision == self._precision
-                and last[3] == (device.max_allocation, device.global_memory))
-
-    @staticmethod
-    def _as_float32(x, who: str) -> np.ndarray:
-        """``x`` as a numeric numpy array (not yet checked for shape), or a ValueError naming ``who``."""
-        if not isinstance(x, np.ndarray):
-            try:
-                x = np.asarray(x)
-            except Exception as exc:  # ragged lists and the like
-                raise ValueError(f"The data given for {who} could not be read as an array: {exc}") from None
-        if x.dtype.kind not in "biuf":
-            raise ValueError(f"The data given for {who} must be numeric, got dtype {x.dtype} with shape {x.shape}")
-        return x
-
-    @staticmethod
-    def _ndim(item, who: str) -> int:
-        """``np.ndim`` of one item of a list given as input, or the ValueError of :meth:`_as_float32`."""
-        try:
-            return np.ndim(item)
-        except Exception as exc:  # a ragged list
-            raise ValueError(f"The data given for {who} could not be read as an array: {exc}") from None
-
-    @staticmethod
-    def _conformable(ndim: int, sample: tuple) -> bool:
-        """Whether one array of ``ndim`` axes is a batch for samples of shape ``sample`` once its rank is
-        adjusted (:meth:`_conformed`): a batch of scalars for a sample of one feature, ``(1,)``."""
-        return ndim == len(sample) and len(sample) > 0 and sample[-1] == 1
-
-    @staticmethod
-    def _conformed(x: np.ndarray, shape: tuple) -> np.ndarray:
-        """``x`` given for an input of ``shape`` (batch axis first), its rank adjusted as Keras's
-        models adjust it: one axis fewer where the input's last size is 1 (a batch of scalar
-        features for ``Input((1,))``) gets that axis; one more, of size 1 last, loses it."""
-        if x.ndim == len(shape) - 1 and shape[-1] == 1:
-            return x[..., None]
-        if x.ndim == len(shape) + 1 and x.shape[-1] == 1:
-            return x[..., 0]
-        return x
-
-    @staticmethod
-    def _one_sample_hint(given: tuple, sample: tuple | None, was_array: bool) -> str:
-        """The fix for an input of shape ``given`` refused where samples have shape ``sample``
-        (None: an unbuilt model, which takes any sample of one axis or more) when ``given`` is one
-        sample without its batch axis: ``; it looks like one sample without its batch axis: pass
-        x[None] or x.reshape(1, 64)`` (``np.asarray(x)[None]`` for a list, ``was_array`` False); else ''."""
-        if sample is not None and tuple(given) != tuple(sample):
-            return ""
-        if sample is None and len(given) != 1:
-            return ""
-        shape = ", ".join(str(d) for d in given)
-        fix = f"x[None] or x.reshape(1, {shape})" if was_array else "np.asarray(x)[None]"
-        return f"; it looks like one sample without its batch axis: pass {fix}"
-
-    @staticmethod
-    def _contiguous(x: np.ndarray, cast=None) -> np.ndarray:
-        """``x`` as a C-contiguous float32 array, after its input's cast (``KerasTensor.cast``:
-        Keras's cast to the Input's dtype, chosen when the input was made), where it has one."""
-        if cast is not None:
-            x = cast(x)
-        if x.dtype != np.float32 or not x.flags.c_contiguous:
-            x = np.ascontiguousarray(x, dtype=np.float32)
-        return x
 
     # ---------------------------------------------------------------- memory planning
     def activation_bytes(self, batch: int, device: Device | None = None) -> tuple[int, str]:
@@ -541,6 +437,12 @@ class PlannedModel:
             raise self._not_built()
         return sum(layer.count_params() for layer in self.layers)
 
+    def __reduce__(self):
+        """Pickles the model as its config and weights, as Keras models pickle (Ray and
+        multiprocessing send a model to their workers so); its plans and device buffers stay
+        behind: the copy makes its own on its process's device."""
+        return (_unpickled, (type(self), self.get_config(), self.get_weights() if self.built else None, self.source))
+
     @classmethod
     def from_config(cls, config: dict) -> "PlannedModel":
         """The model :meth:`get_config` describes, as Keras's ``from_config`` makes it: its layers
@@ -603,26 +505,6 @@ class PlannedModel:
         """The table's rows (the header first), each layer's kernels from ``kernels``."""
         raise NotImplementedError
 
-    def called_on(self, x, training=None):
-        """``x``, checked as a model call's input: Keras code calls a model as ``model(x)`` or
-        ``model(x, training=False)``.
-
-        Raises:
-            ValueError: ``training`` is true (malinn runs inference: Dropout is dropped, a
-                BatchNormalization uses its moving statistics), or ``x`` is a symbolic tensor (a
-                model is not nested in another by calling it: add its layers to the new model, or
-                convert a Keras model that nests it).
-        """
-        if training:
-            raise ValueError(f"{type(self).__name__} {self.name!r}: malinn runs inference only; call it with "
-                             f"training=False or None")
-        items = list(x.values()) if isinstance(x, dict) else list(x) if isinstance(x, (list, tuple)) else [x]
-        if any(isinstance(item, KerasTensor) for item in items):
-            raise ValueError(f"{type(self).__name__} {self.name!r} cannot be called on symbolic tensors: malinn does "
-                             f"not nest a model in another by hand; call its layers on the tensor, or convert the "
-                             f"Keras model that nests it (malinn convert)")
-        return x
-
     def _kernels(self, batch: int) -> tuple[dict, tuple | None, str | None]:
         """``(kernels, weights, refused)``: layer name -> the kernel (and what it fuses) that runs it
         on the current device, ``(bytes on the device, bytes in fp32)`` of the weights (None when
@@ -667,3 +549,12 @@ class PlannedModel:
         text = "\n".join(out)
         print_fn(text)
         return text
+
+
+def _unpickled(cls, config: dict, weights, source) -> PlannedModel:
+    """The model :meth:`PlannedModel.__reduce__` pickled."""
+    model = cls.from_config(config)
+    if weights is not None:
+        model.set_weights(weights)
+    model.source = source
+    return model

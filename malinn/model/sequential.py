@@ -155,7 +155,10 @@ class Sequential(PlannedModel):
         return self._layer_shapes() if every_layer else [self.output_shape]
 
     # ---------------------------------------------------------------- inference
-    def _check_inputs(self, x) -> list:
+    def _input_casts(self) -> list:
+        return [self._input_cast]
+
+    def _check_inputs(self, x, convert: bool = True) -> list:
         first = self.layers[0].name if self.layers else self.name
         if isinstance(x, dict):
             raise ValueError(f"Sequential {self.name!r} takes one input array, got a dict of {len(x)} "
@@ -186,35 +189,51 @@ class Sequential(PlannedModel):
             with self._lock:
                 if not self.built:
                     self.build((None,) + self._sample_shape)
-        return [self._contiguous(x, self._input_cast)]
+        return [self._contiguous(x, self._input_cast)] if convert else [x]
 
-    def predict(self, x, batch_size: int | None = None, verbose="auto") -> np.ndarray:
-        """Runs the model on ``x``.
+    def predict(self, x, batch_size: int | None = None, verbose="auto", steps: int | None = None,
+                devices=None) -> np.ndarray:
+        """Runs the model on ``x``, as Keras's ``predict``.
 
         Args:
-            x: a numeric array of shape ``(batch, ...)`` matching the model's input; float64 and
-                integers are cast to float32 as Keras does, and its rank adjusted as Keras's: the
-                last axis added for an input whose last size is 1, an extra last axis of 1 dropped.
-            batch_size: samples per device pass (default: the whole batch in one pass, split
-                further only where the device's largest allocation requires it; see
-                :meth:`max_batch`). Every pass, the shorter last one too, runs the plan of this
-                size, so a sample's result does not depend on its pass; calls with other pass sizes
-                may run another kernel (a small-batch kernel below 16 samples, for instance), whose
-                sums differ in the last bits (docs/KERNELS.md).
-            verbose: taken as Keras's ``predict`` takes it, so that Keras code runs unchanged;
-                malinn prints no progress bar whatever its value (only a first plan's kernel builds,
-                on stderr: :mod:`malinn.plan.progress`, ``MALINN_PROGRESS=0`` silences them).
+            x: a numeric array of shape ``(batch, ...)`` matching the model's input (a memory-mapped
+                ``.npy``, ``np.load(path, mmap_mode="r")``, is read one batch at a time); float64
+                and integers are cast to float32 as Keras does, and its rank adjusted as Keras's:
+                the last axis added for an input whose last size is 1, an extra last axis of 1
+                dropped. Or an iterable of such batches (a generator, a data loader; an item
+                ``(x,)``, ``(x, y)`` or ``(x, y, sample_weight)`` gives its ``x``, as Keras):
+                one batch is held at a time (:mod:`malinn.model.batches`).
+            batch_size: samples per device pass. Default: the whole array in one pass (Keras's
+                default is 32; one pass is malinn's fastest), split only where the device's largest
+                allocation requires it (:meth:`max_batch`), into passes of 64 MiB of input for a
+                memory-mapped array, into one share per device with several devices, and each
+                batch of an iterable as it comes. Every pass, the shorter last one too, runs the
+                plan of this size, so a sample's result does not depend on its pass; calls with
+                other pass sizes may run another kernel (a small-batch kernel below 16 samples,
+                for instance), whose sums differ in the last bits (docs/KERNELS.md).
+            verbose: Keras's: 0 silent, 1 a progress bar, 2 one line at the end, on stdout; "auto"
+                (the default) is 1 on a terminal where more than one batch of ``batch_size`` runs
+                (or of a memory-mapped array's passes, or an iterable's), else 0
+                (:mod:`malinn.model.progbar`). A first plan's kernel builds are reported on stderr
+                whatever its value (:mod:`malinn.plan.progress`, ``MALINN_PROGRESS=0`` silences them).
+            steps: the batches to draw from an iterable (all where None), as Keras's; with an array,
+                the first ``steps * batch_size`` samples (``batch_size`` 32 where not given, as Keras).
+            devices: the devices to spread the passes over (a list of what :func:`malinn.set_device`
+                takes: ``["0:0", "0:1"]``; one plan and one thread per entry, results in order);
+                default: the list given to ``set_device``, else the current device.
 
         Returns:
-            A float32 array of shape ``(batch,) + output_shape[1:]``.
+            A float32 array of shape ``(samples,) + output_shape[1:]``.
 
         Raises:
             ValueError: ``x`` is not numeric or its shape differs from the model's input;
-                ``batch_size`` is not a positive integer; the model has no layers.
+                ``batch_size``, ``steps`` or ``verbose`` is not one Keras takes; the model has no
+                layers.
             DeviceError: the device failed (out of memory, a failed launch), or even one sample's
-                activations exceed its largest allocation; the message names the layer and shape.
+                activations exceed its largest allocation; the message names the layer, the shape
+                and (with several devices) the device; or an entry of ``devices`` matches no device.
         """
-        return self._run(x, batch_size, every_layer=False)[0]
+        return self._run(x, batch_size, False, verbose, steps, devices)[0]
 
     def predict_layers(self, x) -> list:
         """Runs the model on ``x`` and returns every layer's output, for layer-by-layer checks.

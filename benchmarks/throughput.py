@@ -1,0 +1,167 @@
+"""Throughput at scale: samples per second, host to host, beside torch in the same run.
+
+The four networks of Rovder's Table 10.5 (benchmarks/models.py builds them: Partial MNIST
+640-150-10, Partial CIFAR 256-128-10, Full MNIST 784-2500-2000-10, Full CIFAR 3072-4096-3072-10,
+ReLU, random weights) at batch 1024 and 8192, and MobileNetV2 and EfficientNetB0 at 224x224 at
+batch 32 and 256 (keras.applications with random weights, saved by TensorFlow in a child process
+and converted by malinn; the peer builds torchvision's with its own random weights: the same
+architecture, so the same work). Each row times one ``model.predict(x)`` of a host numpy batch to a
+host numpy result (the median of --repeat after a warm-up) and gives ``samples_per_s`` =
+batch / seconds; the peer's figure is timed the same way in the same run: torch on the CUDA GPU
+(``torch.from_numpy(x).cuda()``, the forward pass, ``.cpu().numpy()``; TF32 off), else, where torch
+or a CUDA GPU is missing, numpy on the host CPU for the four MLPs (``peer`` says which; the
+convolutional networks then have no peer: ``peer_samples_per_s`` is null and ``peer_note`` says
+why). ``ratio`` = malinn's samples/s over the peer's (above 1: malinn is faster). The MLPs' results
+are checked against numpy (``max_abs_error``).
+
+With ``--devices N``, each MLP at batch 8192 is also predicted on N devices at once
+(``predict(x, devices=[...])``: one plan and one thread per device, the batch split in N shares):
+``multi_device`` rows give its samples/s and ``speedup`` over one device. The devices are the
+first N GPUs malinn finds; where there are fewer (a machine with one CPU device), the first device
+listed N times, which shows the splitting's cost, not a speedup (``same_device`` says so).
+
+The results go to ``benchmarks/results/throughput_<device>.json``. --quick: the two Partial
+networks at batch 1024 and 8192, 3 repeats, no convolutional network (a minute on a 2-core CPU).
+
+Run:  python benchmarks/throughput.py [--device D] [--devices N] [--repeat 10] [--quick]
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import harness
+import numpy as np
+from harness import median_time, torch_cuda
+from models import MODELS, build, numpy_forward, torch_forward
+
+import malinn
+
+MLP_BATCHES = (1024, 8192)
+CNN_BATCHES = (32, 256)
+#: keras.applications name -> torchvision's name of the same network
+CNNS = {"MobileNetV2": "mobilenet_v2", "EfficientNetB0": "efficientnet_b0"}
+CNN_SIZE = 224
+
+SAVE_KERAS = """
+import os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+import keras
+keras.utils.set_random_seed(0)
+getattr(keras.applications, sys.argv[1])(weights=None, input_shape=(int(sys.argv[2]), int(sys.argv[2]), 3)).save(sys.argv[3])
+"""
+
+
+def keras_network(name: str, folder: Path) -> Path:
+    """``name`` from keras.applications (random weights) saved as a .keras file by TensorFlow in a
+    child process (TensorFlow never shares malinn's process)."""
+    path = folder / f"{name}.keras"
+    out = subprocess.run([sys.executable, "-c", SAVE_KERAS, name, str(CNN_SIZE), str(path)], capture_output=True,
+                         text=True, timeout=900)
+    if out.returncode != 0:
+        raise RuntimeError(f"saving keras.applications.{name} failed:\n{out.stderr[-2000:]}")
+    return path
+
+
+def torch_cnn(torch, name: str):
+    """torchvision's ``name`` (random weights) on the GPU, host to host: NHWC numpy in, numpy out."""
+    import torchvision
+
+    model = getattr(torchvision.models, name)(weights=None).eval().cuda()
+
+    def run(x):
+        with torch.inference_mode():
+            return model(torch.from_numpy(x).cuda().permute(0, 3, 1, 2)).cpu().numpy()
+    return run
+
+
+def row(network: str, batch: int, seconds: float, peer: str | None, peer_seconds: float | None, **extra) -> dict:
+    found = {"network": network, "batch": batch, "seconds": seconds, "samples_per_s": batch / seconds,
+             "peer": peer, "peer_seconds": peer_seconds,
+             "peer_samples_per_s": batch / peer_seconds if peer_seconds else None,
+             "ratio": peer_seconds / seconds if peer_seconds else None, **extra}
+    peer_text = f"{peer} {found['peer_samples_per_s']:>12,.0f}/s  malinn/peer {found['ratio']:.2f}x" \
+        if peer_seconds else f"no peer ({extra.get('peer_note', '')})"
+    print(f"{network:<16} batch {batch:>5}: malinn {found['samples_per_s']:>12,.0f}/s   {peer_text}", flush=True)
+    return found
+
+
+def several_devices(count: int) -> tuple[list, bool]:
+    """The first ``count`` OpenCL GPUs, or (fewer there) the current device ``count`` times; and
+    whether the list repeats one device."""
+    gpus = [d for d in malinn.devices() if d.kind == "gpu" and d.backend == "opencl"]
+    if len(gpus) >= count:
+        return gpus[:count], False
+    return [malinn.get_device()] * count, True
+
+
+def main(argv=None):
+    parser = harness.arguments(__doc__, repeat=10)
+    parser.add_argument("--devices", type=int, default=1,
+                        help="also predict each MLP at batch 8192 on this many devices at once (default 1: not)")
+    parser.add_argument("--networks", nargs="+", choices=list(MODELS) + list(CNNS),
+                        help="the networks to time (default: all; --quick: the two Partial MLPs)")
+    args = harness.parse(parser, argv)
+    device = harness.devices(args.device)[0]
+    torch = torch_cuda()
+    peer = "torch" if torch is not None else "numpy"
+    why = None if torch is not None else "torch with a CUDA GPU is not available here"
+    names = args.networks or (["Partial MNIST", "Partial CIFAR"] if args.quick else list(MODELS) + list(CNNS))
+    rng = np.random.default_rng(0)
+    rows, multi = [], []
+    pool, same = several_devices(args.devices) if args.devices > 1 else ([device], False)
+    print(f"malinn on {device.name}; peer: {peer}" + (f" ({why})" if why else ""), flush=True)
+    for name in [n for n in names if n in MODELS]:
+        widths = MODELS[name]
+        model = build(widths)
+        weights = model.get_weights()
+        run_peer = torch_forward(torch, weights) if torch is not None else (lambda x, w=weights: numpy_forward(w, x))
+        for batch in MLP_BATCHES:
+            x = rng.uniform(-1, 1, (batch, widths[0])).astype(np.float32)
+            y = model.predict(x, verbose=0)
+            error = float(np.abs(y - numpy_forward(weights, x)).max())
+            seconds = median_time(lambda: model.predict(x, verbose=0), args.repeat, warmup=2)
+            peer_seconds = median_time(lambda: run_peer(x), args.repeat, warmup=2)
+            rows.append(row(name, batch, seconds, peer, peer_seconds, max_abs_error=error))
+            if len(pool) > 1 and batch == max(MLP_BATCHES):
+                spread = model.predict(x, devices=pool, verbose=0)
+                np.testing.assert_allclose(spread, y, rtol=1e-4, atol=1e-4)
+                spread_seconds = median_time(lambda: model.predict(x, devices=pool, verbose=0), args.repeat, warmup=2)
+                multi.append({"network": name, "batch": batch, "devices": [f"{d.index[0]}:{d.index[1]} {d.name}"
+                                                                            for d in pool],
+                              "same_device": same, "seconds": spread_seconds, "samples_per_s": batch / spread_seconds,
+                              "one_device_samples_per_s": batch / seconds, "speedup": seconds / spread_seconds})
+                print(f"{'':<16} on {len(pool)} devices{' (one device listed twice)' if same else ''}: "
+                      f"{batch / spread_seconds:>12,.0f}/s, {seconds / spread_seconds:.2f}x one device", flush=True)
+    cnns = [n for n in names if n in CNNS]
+    if cnns:
+        with tempfile.TemporaryDirectory(prefix="malinn-throughput-") as folder:
+            for name in cnns:
+                model = malinn.load_model(keras_network(name, Path(folder)))
+                run_peer = torch_cnn(torch, CNNS[name]) if torch is not None else None
+                for batch in CNN_BATCHES:
+                    x = rng.uniform(0, 1, (batch, CNN_SIZE, CNN_SIZE, 3)).astype(np.float32)
+                    finite = bool(np.isfinite(model.predict(x, verbose=0)).all())
+                    seconds = median_time(lambda: model.predict(x, verbose=0), args.repeat, warmup=2)
+                    if run_peer is not None:
+                        rows.append(row(name, batch, seconds, "torch", median_time(lambda: run_peer(x), args.repeat,
+                                                                                  warmup=3), finite=finite))
+                    else:
+                        rows.append(row(name, batch, seconds, None, None, finite=finite,
+                                        peer_note="torch with a CUDA GPU is not available here; numpy has no "
+                                                  "convolutional network to compare with"))
+    fields = {"peer": peer, "peer_version": torch.__version__ if torch is not None else np.__version__,
+              "repeat": args.repeat, "multi_device": multi}
+    if why:
+        fields["peer_note"] = why
+    harness.save("throughput", device, rows, args, **fields)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    main()

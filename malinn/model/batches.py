@@ -1,0 +1,149 @@
+"""What ``predict`` reads, batch by batch, and how it puts the results back together in order.
+
+``x`` is one of Keras's forms:
+
+* the data itself: an array (a memory-mapped ``.npy`` too: ``np.load(path, mmap_mode="r")``), a
+  list of arrays or a dict of them by input name: sliced into batches of ``batch_size`` samples,
+  each converted to float32 only when its turn comes, so a memory-mapped file larger than memory
+  is read a batch at a time;
+* an iterable of batches (a generator, ``Dataset.iter_batches()`` of Ray Data, a torch
+  ``DataLoader``, any object with ``__iter__`` that is not an array): each item is one batch in
+  any of the forms above, or, as Keras unpacks it, a tuple ``(x,)``, ``(x, y)`` or
+  ``(x, y, sample_weight)`` whose ``x`` is taken. ``steps`` batches are drawn (all, where None);
+  one batch is held at a time (one per device).
+
+Results are written into arrays made once the first batch's output is known (the data's number
+of samples known), or kept per batch and joined at the end (an iterable's), never the inputs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["KERAS_BATCH_SIZE", "STREAM_PASS_BYTES", "Results", "check_batch_size", "check_steps", "default_step",
+           "is_iterable_source", "iterable_length", "unpack"]
+
+#: Keras's batch size where ``steps`` is given with an array and ``batch_size`` is not (malinn's
+#: own default without ``steps`` is one pass of every sample: see ``predict``)
+KERAS_BATCH_SIZE = 32
+#: the input bytes of one pass over a memory-mapped array when no ``batch_size`` is given: large
+#: enough that a GPU's pass is long beside its launch, small enough that the host's staging copy
+#: stays far below a file larger than memory
+STREAM_PASS_BYTES = 64 * 2**20
+
+
+def check_batch_size(batch_size) -> int | None:
+    """``batch_size`` as an int (or None).
+
+    Raises:
+        ValueError: it is not a positive integer.
+    """
+    if batch_size is None:
+        return None
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    return int(batch_size)
+
+
+def check_steps(steps) -> int | None:
+    """``steps`` as an int (or None).
+
+    Raises:
+        ValueError: it is not a positive integer.
+    """
+    if steps is None:
+        return None
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise ValueError(f"steps must be a positive integer (the batches to draw), got {steps!r}")
+    return int(steps)
+
+
+def is_iterable_source(x) -> bool:
+    """Whether ``x`` is an iterable of batches (a generator, a data loader) rather than the data
+    itself (an array, something numpy reads as one, a list or a dict of them)."""
+    if isinstance(x, (np.ndarray, list, tuple, dict, str, bytes)) or np.isscalar(x):
+        return False
+    if hasattr(x, "__array__") or hasattr(x, "__array_interface__"):   # a torch tensor, a DataFrame
+        return False
+    return hasattr(x, "__iter__") or hasattr(x, "__next__")
+
+
+def iterable_length(x, steps: int | None) -> int | None:
+    """The batches an iterable yields: ``steps``, else (or fewer) its ``len`` where it has one, else None."""
+    try:
+        length = len(x)
+    except (TypeError, NotImplementedError):
+        return steps
+    return length if steps is None else min(steps, length)
+
+
+def unpack(item):
+    """The model's input from one item of an iterable, as Keras's ``unpack_x_y_sample_weight``
+    takes it: ``x`` of a tuple (or list) ``(x,)``, ``(x, y)`` or ``(x, y, sample_weight)``, else
+    the item itself (an array, a dict by input name).
+
+    Raises:
+        ValueError: a tuple of more than three items.
+    """
+    if isinstance(item, list):
+        item = tuple(item)
+    if not isinstance(item, tuple):
+        return item
+    if 1 <= len(item) <= 3:
+        return item[0]
+    raise ValueError(f"a batch of an iterable is unpacked as Keras does, (x,), (x, y) or (x, y, sample_weight); "
+                     f"got a tuple of {len(item)} items: yield (x,) where x is a list of arrays (one per input) or "
+                     f"a dict by input name")
+
+
+def default_step(arrays: list, n: int, slots: int) -> int:
+    """The samples of one pass where ``batch_size`` is None: all ``n`` (one pass), at most
+    :data:`STREAM_PASS_BYTES` of float32 input where an input is memory-mapped, and an even share
+    of the ``slots`` devices' where there are several."""
+    step = n
+    if any(isinstance(a, np.memmap) for a in arrays):
+        per_sample = sum(4 * math.prod(a.shape[1:]) for a in arrays)
+        step = max(1, STREAM_PASS_BYTES // max(1, per_sample))
+    if slots > 1:
+        step = min(step, -(-n // slots))
+    return max(1, min(step, n))
+
+
+class Results:
+    """The outputs of a prediction, batch by batch, in order.
+
+    Args:
+        total: the samples of the whole prediction where known (the outputs are written into arrays
+            of that many samples, made at the first batch's result), None for an iterable (each
+            batch's outputs kept and joined at the end).
+    """
+
+    def __init__(self, total: int | None):
+        self.total = total
+        self.arrays: list | None = None
+        self.parts: dict = {}
+
+    def put(self, index: int, start: int, outputs: list) -> None:
+        """Stores batch ``index``'s ``outputs`` (one array per output), its first sample ``start``."""
+        if self.total is None:
+            self.parts[index] = outputs
+            return
+        if self.arrays is None:
+            self.arrays = [np.empty((self.total,) + y.shape[1:], y.dtype) for y in outputs]
+        for out, y in zip(self.arrays, outputs):
+            out[start:start + y.shape[0]] = y
+
+    def collect(self, empty: list) -> list:
+        """The outputs, one array per output, every batch's in order (``empty``: the shapes' zero-sample
+        arrays where no batch ran)."""
+        if self.total is not None:
+            return self.arrays if self.arrays is not None else empty
+        if not self.parts:
+            return empty
+        ordered = [self.parts[i] for i in sorted(self.parts)]
+        self.parts = {}
+        if len(ordered) == 1:
+            return ordered[0]
+        return [np.concatenate(parts, axis=0) for parts in zip(*ordered)]

@@ -1,0 +1,256 @@
+"""How a model predicts: ``x`` in each of Keras's forms checked and read batch by batch, the passes
+run on one device or spread over several, the results put back in order, Keras's progress bar.
+
+:class:`Predicting` is the part of :class:`~malinn.model.model.PlannedModel` that runs it: it reads
+the plans (``plan``, ``max_batch``) that the model makes, and a model kind says what its inputs are
+(``_check_inputs``, ``_input_casts``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..backends.base import Device
+from ..backends.selection import get_device, get_devices, resolve_devices
+from ..layers.input_layer import KerasTensor
+from .batches import (
+    KERAS_BATCH_SIZE,
+    Results,
+    check_batch_size,
+    check_steps,
+    default_step,
+    is_iterable_source,
+    iterable_length,
+    unpack,
+)
+from .passes import spread
+from .progbar import ProgressBar, shown, verbosity
+
+__all__ = ["Predicting"]
+
+
+class Predicting:
+    """``predict``'s work, shared by every model kind (mixed into
+    :class:`~malinn.model.model.PlannedModel`)."""
+
+    def _check_inputs(self, x, convert: bool = True) -> list:
+        raise NotImplementedError
+
+    def _run(self, x, batch_size, every_layer: bool, verbose=0, steps=None, devices=None) -> list:
+        """``predict``'s work: the outputs (one array per output) for ``x`` in any of its forms
+        (:mod:`malinn.model.batches`), over ``devices`` (default: :func:`get_devices`)."""
+        last = self._last
+        if last is not None and last[5] is not None and batch_size is None and not every_layer \
+                and type(x) is np.ndarray and x.shape == last[5] and x.dtype == np.float32 and x.flags.c_contiguous \
+                and steps is None and devices is None and (verbose == "auto" or verbose == 0):
+            # the same call as last time with an array of the same shape (which passed the checks
+            # then): its plan, nothing checked or decided again while the model and device stand
+            if self._last_serves(last, get_device()) and len(get_devices()) == 1:
+                return last[4].run([x])
+        if not self.layers and not self.built:
+            raise ValueError(f"{type(self).__name__} {self.name!r} has no layers to predict with")
+        batch_size, steps, verbose = check_batch_size(batch_size), check_steps(steps), verbosity(verbose)
+        pool = resolve_devices(devices) if devices is not None else get_devices()
+        if is_iterable_source(x):
+            return self._run_iterable(x, batch_size, every_layer, verbose, steps, pool)
+        xs = self._check_inputs(x, convert=False)
+        n = xs[0].shape[0]
+        if any(a.shape[0] != n for a in xs):
+            raise ValueError(f"{type(self).__name__} {self.name!r}: the inputs have different numbers of samples "
+                             f"({', '.join(str(a.shape[0]) for a in xs)})")
+        if steps is not None:   # Keras's: steps batches of batch_size (32 where not given)
+            batch_size = batch_size or KERAS_BATCH_SIZE
+            n = min(n, steps * batch_size)
+        if n == 0:
+            return self._no_samples(every_layer)
+        device = pool[0]
+        if len(pool) == 1 and last is not None and last[1] == n and batch_size is None and not every_layer \
+                and verbose != 1 and verbose != 2 and self._last_serves(last, device) \
+                and not any(isinstance(a, np.memmap) for a in xs):   # a mapped file runs in passes
+            return last[4].run(self._converted(xs))   # the same call as last time: its plan, nothing decided again
+        step = min(n, batch_size) if batch_size else default_step(xs, n, len(pool))
+        step = max(1, min(self.max_batch(d, limit=step) for d in set(pool)))
+        passes = -(-n // step)
+        # "auto" counts the batches asked for (batch_size, a memory-mapped input's passes), not a
+        # split of malinn's own (one share per device, the device's largest allocation)
+        asked = -(-n // batch_size) if batch_size else passes if any(isinstance(a, np.memmap) for a in xs) else 1
+        bar = ProgressBar(passes, shown(verbose, asked))
+        if step >= n and batch_size is None and not every_layer and len(pool) == 1:
+            stamp = self._stamp()   # before the plan: a change while it is made leaves _last stale, never wrong
+            plan = self.plan(n, device)
+            xs = self._converted(xs)
+            plain = x.shape if len(xs) == 1 and xs[0] is x else None   # a float32 array taken as it was
+            ys = plan.run(xs)
+            self._last = (device, n, stamp, (device.max_allocation, device.global_memory), plan, plain)
+            bar.update(1, finalize=True)
+            return ys
+        results = Results(n)
+        done = [0]
+
+        def deliver(index: int, start: int, outputs: list) -> None:
+            results.put(index, start, outputs)
+            done[0] += 1
+            bar.update(done[0], finalize=done[0] == bar.target)
+
+        # every pass, the last and shorter one too, runs the plan of step samples (no plan of its own)
+        items = ((i, start, [a[start:min(start + step, n)] for a in xs]) for i, start in enumerate(range(0, n, step)))
+        spread(items, self._workers(pool, every_layer, step, self._converted), deliver)
+        return results.collect(self._no_samples(every_layer))
+
+    def _run_iterable(self, source, batch_size: int | None, every_layer: bool, verbose, steps: int | None,
+                      pool: list) -> list:
+        """``_run`` over an iterable of batches: ``steps`` of them (all where None), each checked as
+        ``predict``'s ``x`` and run in passes of at most ``batch_size`` samples."""
+        target = iterable_length(source, steps)
+        bar = ProgressBar(target, shown(verbose, target))
+        results = Results(None)
+        done = [0]
+
+        def items():
+            for index, item in enumerate(source):
+                if steps is not None and index >= steps:
+                    break
+                yield index, 0, unpack(item)
+
+        def deliver(index: int, start: int, outputs: list) -> None:
+            results.put(index, start, outputs)
+            done[0] += 1
+            bar.update(done[0])
+
+        spread(items(), self._workers(pool, every_layer, batch_size, lambda x: self._check_inputs(x)), deliver)
+        bar.update(done[0], finalize=True)
+        if not results.parts and not self.built:
+            raise ValueError(f"{type(self).__name__} {self.name!r}: the iterable gave no batches, and the model is not "
+                             f"built (its output shape is not known)")
+        return results.collect(self._no_samples(every_layer))
+
+    def _workers(self, pool: list, every_layer: bool, step: int | None, prepare) -> list:
+        """``(label, work)`` per device of ``pool`` for :func:`~malinn.model.passes.spread`: ``work``
+        takes one batch as ``prepare`` turns it into the checked float32 inputs, and runs it in
+        passes of at most ``step`` samples (None: the batch's own size), each on the plan of this
+        device's largest pass so far (a device listed again: a plan of its own, ``replica``)."""
+        workers, seen = [], {}
+        for device in pool:
+            replica = seen[device] = seen.get(device, -1) + 1
+            label = f"device {device.index[0]}:{device.index[1]} {device.name}" + (
+                f" (plan {replica + 1})" if pool.count(device) > 1 else "")
+            largest = [0]
+
+            def work(batch, device=device, replica=replica, largest=largest) -> list:
+                xs = prepare(batch)
+                m = xs[0].shape[0]
+                if any(a.shape[0] != m for a in xs):
+                    raise ValueError(f"{type(self).__name__} {self.name!r}: the inputs have different numbers of "
+                                     f"samples ({', '.join(str(a.shape[0]) for a in xs)})")
+                if m == 0:
+                    return self._no_samples(every_layer)
+                size = self.max_batch(device, limit=step or m)   # found once per device and size
+                largest[0] = max(largest[0], size)
+                plan = self.plan(largest[0], device, every_layer, replica=replica)
+                if m <= size:
+                    return plan.run(xs)
+                parts = [plan.run([a[s:s + size] for a in xs]) for s in range(0, m, size)]
+                return [np.concatenate(p, axis=0) for p in zip(*parts)]
+
+            workers.append((label, work))
+        return workers
+
+    def _converted(self, xs: list) -> list:
+        """The inputs ``_check_inputs(x, convert=False)`` returned, or a batch of them, as the plan
+        takes them: C-contiguous float32, each after its input's cast."""
+        return [self._contiguous(a, cast) for a, cast in zip(xs, self._input_casts())]
+
+    def _input_casts(self) -> list:
+        """Per input, the cast to its dtype (``KerasTensor.cast``) or None."""
+        raise NotImplementedError
+
+    def _no_samples(self, every_layer: bool) -> list:
+        """The outputs of a prediction of no samples: zero-sample float32 arrays of the outputs' shapes."""
+        return [np.zeros((0,) + tuple(s[1:]), np.float32) for s in self._output_shapes(every_layer)]
+
+    def _last_serves(self, last: tuple, device: Device) -> bool:
+        """Whether the last one-pass call's plan (``_last``) still serves a call on ``device``: the
+        same device, model state, precision and device limits."""
+        return (last[0] is device and last[2] == self._stamp() and last[4].precision == self._precision
+                and last[3] == (device.max_allocation, device.global_memory))
+
+    @staticmethod
+    def _as_float32(x, who: str) -> np.ndarray:
+        """``x`` as a numeric numpy array (not yet checked for shape), or a ValueError naming ``who``."""
+        if not isinstance(x, np.ndarray):
+            try:
+                x = np.asarray(x)
+            except Exception as exc:  # ragged lists and the like
+                raise ValueError(f"The data given for {who} could not be read as an array: {exc}") from None
+        if x.dtype.kind not in "biuf":
+            raise ValueError(f"The data given for {who} must be numeric, got dtype {x.dtype} with shape {x.shape}")
+        return x
+
+    @staticmethod
+    def _ndim(item, who: str) -> int:
+        """``np.ndim`` of one item of a list given as input, or the ValueError of :meth:`_as_float32`."""
+        try:
+            return np.ndim(item)
+        except Exception as exc:  # a ragged list
+            raise ValueError(f"The data given for {who} could not be read as an array: {exc}") from None
+
+    @staticmethod
+    def _conformable(ndim: int, sample: tuple) -> bool:
+        """Whether one array of ``ndim`` axes is a batch for samples of shape ``sample`` once its rank is
+        adjusted (:meth:`_conformed`): a batch of scalars for a sample of one feature, ``(1,)``."""
+        return ndim == len(sample) and len(sample) > 0 and sample[-1] == 1
+
+    @staticmethod
+    def _conformed(x: np.ndarray, shape: tuple) -> np.ndarray:
+        """``x`` given for an input of ``shape`` (batch axis first), its rank adjusted as Keras's
+        models adjust it: one axis fewer where the input's last size is 1 (a batch of scalar
+        features for ``Input((1,))``) gets that axis; one more, of size 1 last, loses it."""
+        if x.ndim == len(shape) - 1 and shape[-1] == 1:
+            return x[..., None]
+        if x.ndim == len(shape) + 1 and x.shape[-1] == 1:
+            return x[..., 0]
+        return x
+
+    @staticmethod
+    def _one_sample_hint(given: tuple, sample: tuple | None, was_array: bool) -> str:
+        """The fix for an input of shape ``given`` refused where samples have shape ``sample``
+        (None: an unbuilt model, which takes any sample of one axis or more) when ``given`` is one
+        sample without its batch axis: ``; it looks like one sample without its batch axis: pass
+        x[None] or x.reshape(1, 64)`` (``np.asarray(x)[None]`` for a list, ``was_array`` False); else ''."""
+        if sample is not None and tuple(given) != tuple(sample):
+            return ""
+        if sample is None and len(given) != 1:
+            return ""
+        shape = ", ".join(str(d) for d in given)
+        fix = f"x[None] or x.reshape(1, {shape})" if was_array else "np.asarray(x)[None]"
+        return f"; it looks like one sample without its batch axis: pass {fix}"
+
+    @staticmethod
+    def _contiguous(x: np.ndarray, cast=None) -> np.ndarray:
+        """``x`` as a C-contiguous float32 array, after its input's cast (``KerasTensor.cast``:
+        Keras's cast to the Input's dtype, chosen when the input was made), where it has one."""
+        if cast is not None:
+            x = cast(x)
+        if x.dtype != np.float32 or not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x, dtype=np.float32)
+        return x
+
+    def called_on(self, x, training=None):
+        """``x``, checked as a model call's input: Keras code calls a model as ``model(x)`` or
+        ``model(x, training=False)``.
+
+        Raises:
+            ValueError: ``training`` is true (malinn runs inference: Dropout is dropped, a
+                BatchNormalization uses its moving statistics), or ``x`` is a symbolic tensor (a
+                model is not nested in another by calling it: add its layers to the new model, or
+                convert a Keras model that nests it).
+        """
+        if training:
+            raise ValueError(f"{type(self).__name__} {self.name!r}: malinn runs inference only; call it with "
+                             f"training=False or None")
+        items = list(x.values()) if isinstance(x, dict) else list(x) if isinstance(x, (list, tuple)) else [x]
+        if any(isinstance(item, KerasTensor) for item in items):
+            raise ValueError(f"{type(self).__name__} {self.name!r} cannot be called on symbolic tensors: malinn does "
+                             f"not nest a model in another by hand; call its layers on the tensor, or convert the "
+                             f"Keras model that nests it (malinn convert)")
+        return x

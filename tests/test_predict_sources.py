@@ -1,0 +1,251 @@
+"""predict as Keras's for data of any size: memory-mapped arrays, iterables of batches, steps, the
+progress bar, several devices (one plan per entry, results in order), and models that pickle."""
+
+import os
+import pickle
+import pty
+import select
+import sys
+import threading
+
+import numpy as np
+import pytest
+from helpers import assert_close, dense_forward
+
+import malinn
+from malinn import Functional, Input, Sequential
+from malinn.layers import Add, Dense
+from malinn.model import batches
+from malinn.model.passes import spread
+
+
+def small_model(seed=0):
+    rng = np.random.default_rng(seed)
+    model = Sequential([Dense(24, activation="relu"), Dense(5, activation="softmax")])
+    model.build((None, 37))
+    model.set_weights([rng.standard_normal(w.shape).astype(np.float32) * 0.3 for w in model.get_weights()])
+    return model
+
+
+def reference(model, x):
+    w = model.get_weights()
+    return dense_forward(np.asarray(x, np.float32), [(w[0], w[1], "relu"), (w[2], w[3], "softmax")])
+
+
+def two_inputs():
+    a, b = Input((6,), name="a"), Input((4,), name="b")
+    y = Add()([Dense(3, name="da")(a), Dense(3, name="db")(b)])
+    model = Functional([a, b], y)
+    rng = np.random.default_rng(3)
+    model.set_weights([rng.standard_normal(w.shape).astype(np.float32) for w in model.get_weights()])
+    return model
+
+
+def test_memory_mapped_npy_is_read_a_pass_at_a_time(device, tmp_path, monkeypatch):
+    model = small_model()
+    x = np.random.default_rng(1).uniform(-1, 1, (3001, 37)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    np.testing.assert_array_equal(model.predict(mapped, batch_size=512), model.predict(x, batch_size=512))
+    # without batch_size: passes of STREAM_PASS_BYTES of input (made small here: 1000 samples)
+    monkeypatch.setattr(batches, "STREAM_PASS_BYTES", 1000 * 37 * 4)
+    assert batches.default_step([mapped], 3001, 1) == 1000
+    y = model.predict(mapped)
+    np.testing.assert_array_equal(y, model.predict(x, batch_size=1000))
+    assert_close(y, reference(model, x))
+    # a float64 file: each pass cast on its own
+    np.save(tmp_path / "x64.npy", x.astype(np.float64))
+    np.testing.assert_array_equal(model.predict(np.load(tmp_path / "x64.npy", mmap_mode="r")), y)
+
+
+def test_a_generator_of_batches_gives_the_results_in_order(device):
+    model = small_model()
+    x = np.random.default_rng(2).uniform(-1, 1, (230, 37)).astype(np.float32)
+    want = model.predict(x, batch_size=50)
+
+    def batches_of(size, wrap=lambda b: b):
+        for start in range(0, len(x), size):
+            yield wrap(x[start:start + size])
+
+    np.testing.assert_array_equal(model.predict(batches_of(50)), want)
+    # Keras's forms of an item: (x,), (x, y), (x, y, sample_weight); a float64 batch is cast
+    np.testing.assert_array_equal(model.predict(batches_of(50, lambda b: (b, np.zeros(len(b))))), want)
+    np.testing.assert_array_equal(model.predict(batches_of(50, lambda b: (b.astype(np.float64),))), want)
+    # batch_size splits each drawn batch into passes (the plan of the pass size, as for an array)
+    np.testing.assert_array_equal(model.predict(batches_of(100), batch_size=50), want)
+    # steps: that many batches, as Keras draws them
+    np.testing.assert_array_equal(model.predict(batches_of(50), steps=2), want[:100])
+    assert_close(want, reference(model, x))
+    assert model.predict(iter([])).shape == (0, 5)
+    with pytest.raises(ValueError, match=r"\(x,\), \(x, y\) or \(x, y, sample_weight\); got a tuple of 4"):
+        model.predict(iter([(x, x, x, x)]))
+
+
+def test_an_iterable_with_a_length_and_named_inputs(device):
+    model = two_inputs()
+    rng = np.random.default_rng(4)
+    a, b = rng.uniform(-1, 1, (70, 6)).astype(np.float32), rng.uniform(-1, 1, (70, 4)).astype(np.float32)
+    want = model.predict({"a": a, "b": b}, batch_size=20)
+
+    class Loader:   # as a torch DataLoader or Keras PyDataset: a length and batches by name
+        def __len__(self):
+            return 4
+
+        def __iter__(self):
+            return ({"a": a[i:i + 20], "b": b[i:i + 20]} for i in range(0, 70, 20))
+
+    np.testing.assert_array_equal(model.predict(Loader()), want)
+    # a list of inputs, as Keras takes it from an iterable: inside a one-item tuple
+    np.testing.assert_array_equal(model.predict(([a[i:i + 20], b[i:i + 20]],) for i in range(0, 70, 20)), want)
+    w = model.get_weights()
+    assert_close(want, a @ w[0] + w[1] + b @ w[2] + w[3])
+
+
+def test_steps_with_an_array_take_keras_batches():
+    model = small_model()
+    x = np.random.default_rng(5).uniform(-1, 1, (100, 37)).astype(np.float32)
+    np.testing.assert_array_equal(model.predict(x, steps=2), model.predict(x, batch_size=32)[:64])
+    np.testing.assert_array_equal(model.predict(x, batch_size=10, steps=3), model.predict(x, batch_size=10)[:30])
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="steps must be a positive integer"):
+            model.predict(x, steps=bad)
+
+
+def test_progress_bar_as_keras_prints_it(capsys):
+    model = small_model()
+    x = np.random.default_rng(6).uniform(-1, 1, (100, 37)).astype(np.float32)
+    model.predict(x, batch_size=25, verbose=2)
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("4/4 - ") and out[0].endswith("/step"), out
+    model.predict(x, batch_size=25, verbose=1)
+    out = capsys.readouterr().out.strip().splitlines()   # not a terminal: the finished bar only
+    assert out[-1].startswith("4/4 " + "━" * 20 + " "), out
+    model.predict((x[i:i + 40] for i in range(0, 100, 40)), verbose=1)
+    assert capsys.readouterr().out.strip().startswith("3/Unknown")
+    for quiet in (0, "auto"):   # auto: 1 only on a terminal
+        model.predict(x, batch_size=25, verbose=quiet)
+        assert capsys.readouterr().out == ""
+    with pytest.raises(ValueError, match="verbose must be 'auto', 0, 1 or 2"):
+        model.predict(x, verbose=3)
+
+
+def test_auto_draws_the_bar_on_a_terminal_where_batches_were_asked_for(monkeypatch):
+    model = small_model()
+    x = np.random.default_rng(6).uniform(-1, 1, (100, 37)).astype(np.float32)
+    leader, follower = pty.openpty()
+    with os.fdopen(follower, "w", encoding="utf-8") as terminal:
+        monkeypatch.setattr(sys, "stdout", terminal)
+        try:
+            model.predict(x)   # one pass, as a service calls it: nothing
+            model.predict(x, batch_size=25)
+            sys.stdout.flush()
+        finally:
+            monkeypatch.undo()
+        drawn = b""
+        while b"\n" not in drawn and select.select([leader], [], [], 10)[0]:   # the terminal passes it on
+            drawn += os.read(leader, 65536)
+    os.close(leader)
+    drawn = drawn.decode()
+    # the first call drew nothing; the second redrew its line in place (a carriage return), the
+    # done part green as Keras's, and ended the line once
+    assert drawn.startswith("\r") and drawn.count("\n") == 1 and "4/4 \x1b[32m" + "━" * 20 in drawn, repr(drawn)
+
+
+def test_one_model_on_a_device_listed_twice_has_two_plans(device):
+    model = small_model()
+    x = np.random.default_rng(7).uniform(-1, 1, (301, 37)).astype(np.float32)
+    # the batch split in one share per entry: each plan of 151 samples
+    y = model.predict(x, devices=[device, device])
+    np.testing.assert_array_equal(y, model.predict(x, batch_size=151))
+    # a plan per entry that drew a pass (the entries draw as they come free: test_spread_... below)
+    replicas = sorted(key[-1] for key in model._plans if key[1] == id(device) and key[2] == 151)
+    assert replicas in ([0], [0, 1])
+    # many passes spread over both, each stored at its place
+    np.testing.assert_array_equal(model.predict(x, batch_size=16, devices=[device, device]),
+                                  model.predict(x, batch_size=16))
+    batches_in = [x[i:i + 7 + i % 5] for i in range(0, 280, 20)]   # uneven batches, in order
+    np.testing.assert_array_equal(model.predict(iter(batches_in), devices=[device, device]),
+                                  np.concatenate([model.predict(b) for b in batches_in]))
+    assert_close(y, reference(model, x))
+
+
+def test_spread_runs_a_thread_per_device_at_once_and_delivers_each_result_at_its_index():
+    barrier = threading.Barrier(2, timeout=60)
+    ran, delivered = {}, {}
+
+    def worker(label):
+        def work(batch):
+            if batch < 2:   # the first two batches run at once, one per worker (else the barrier breaks)
+                barrier.wait()
+            ran.setdefault(label, []).append(batch)
+            return [np.full((batch % 3 + 1, 2), batch, np.float32)]
+        return label, work
+
+    spread(((i, 10 * i, i) for i in range(20)), [worker("a"), worker("b")],
+           lambda index, start, outputs: delivered.setdefault(index, (start, outputs[0])))
+    assert sorted(ran) == ["a", "b"] and sorted(ran["a"] + ran["b"]) == list(range(20))
+    assert sorted(delivered) == list(range(20))
+    assert all(start == 10 * i and (y == i).all() and len(y) == i % 3 + 1 for i, (start, y) in delivered.items())
+
+    def failing(batch):
+        if batch == 5:
+            raise ValueError(f"a shape did not match on {threading.current_thread().name}")
+        return [np.zeros(1)]
+
+    with pytest.raises(ValueError) as raised:   # named by the device that ran batch 5, whichever drew it
+        spread(((i, i, i) for i in range(20)), [("device a", failing), ("device b", failing)], lambda *_: None)
+    label, thread = {"malinn-predict-0": "device a", "malinn-predict-1": "device b"}, str(raised.value).split()[-1]
+    assert str(raised.value) == f"{label[thread]}: a shape did not match on {thread}"
+
+
+def test_set_device_with_a_list_spreads_predict(device):
+    model = two_inputs()
+    rng = np.random.default_rng(8)
+    a, b = rng.uniform(-1, 1, (90, 6)).astype(np.float32), rng.uniform(-1, 1, (90, 4)).astype(np.float32)
+    want = model.predict([a, b], batch_size=10)
+    index = f"{device.backend}:{device.index[1]}" if device.backend != "opencl" else \
+        f"{device.index[0]}:{device.index[1]}"
+    try:
+        chosen = malinn.set_device([device, index])
+        assert chosen == [device, device] and malinn.get_device() is device
+        assert malinn.get_devices() == [device, device]
+        np.testing.assert_array_equal(model.predict([a, b], batch_size=10), want)
+    finally:
+        malinn.set_device(device)
+    assert malinn.get_devices() == [device]
+    with pytest.raises(malinn.DeviceError, match="device 1 of the list, 'no-such-device'"):
+        malinn.set_device([device, "no-such-device"])
+    with pytest.raises(malinn.DeviceError, match="an empty list of devices"):
+        model.predict([a, b], devices=[])
+
+
+def test_an_error_on_one_of_several_devices_names_it(device):
+    model = small_model()
+    x = np.zeros((10, 37), np.float32)
+
+    def broken():
+        yield x
+        yield x
+        yield np.zeros((10, 36), np.float32)
+
+    with pytest.raises(ValueError, match=f"device {device.index[0]}:{device.index[1]} .*expected shape"):
+        model.predict(broken(), devices=[device, device])
+
+    def failing():
+        yield x
+        raise RuntimeError("the data source failed")
+
+    with pytest.raises(RuntimeError, match="^the data source failed$"):   # the source's own error, as it was
+        model.predict(failing(), devices=[device, device])
+
+
+def test_models_pickle_as_keras_models_do(device):
+    model = small_model()
+    x = np.random.default_rng(9).uniform(-1, 1, (12, 37)).astype(np.float32)
+    copy = pickle.loads(pickle.dumps(model))
+    assert copy is not model and copy.name == model.name
+    np.testing.assert_array_equal(copy.predict(x), model.predict(x))
+    graph = two_inputs()
+    again = pickle.loads(pickle.dumps(graph))
+    a, b = x[:, :6], x[:, 6:10]
+    np.testing.assert_array_equal(again.predict({"a": a, "b": b}), graph.predict({"a": a, "b": b}))
