@@ -162,11 +162,12 @@ def test_predict_writes_npy_into_a_fifo_whatever_its_suffix(digits_malinn, tmp_p
 def test_verify_names_the_folder_it_cannot_write_the_inputs_to(monkeypatch, capsys):
     """A full TMPDIR: numpy's error named no file ("[Errno 28] No space left on device")."""
     from malinn.cli import commands as cli
+    from malinn.cli import verify_command
 
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(cli.np, "savez", full)
+    monkeypatch.setattr(verify_command.np, "savez", full)
     monkeypatch.setenv("MALINN_PROGRESS", "0")   # the error alone (no build summary, however slow the builds)
     assert cli.main(["verify", str(DIGITS), "--input", str(ROOT / "examples" / "digits_test.npz"), "--key", "x"]) == 1
     err = capsys.readouterr().err
@@ -175,7 +176,7 @@ def test_verify_names_the_folder_it_cannot_write_the_inputs_to(monkeypatch, caps
 
 
 def test_verify_shows_the_exception_keras_failed_with():
-    from malinn.cli.commands import _exception_line
+    from malinn.cli.verify_command import exception_line as _exception_line
 
     keras = ("Traceback (most recent call last):\n  File \"m.py\"\nValueError: Exception encountered when calling "
              "Sequential.call().\n\nInput 0 of layer \"dense\" is incompatible\n\nArguments received by "
@@ -217,7 +218,7 @@ def test_verify_compares_with_keras_without_onednns_fused_nan_results(tmp_path):
 def test_verify_names_a_shape_that_differs_from_keras():
     """A layer whose output has another size than Keras's is a mismatch named with both shapes
     (it was numpy's broadcasting error); the same values in another shape are compared."""
-    from malinn.cli.commands import _compared
+    from malinn.cli.verify_command import compared as _compared
 
     assert _compared(np.zeros((16, 6, 9), np.float32), np.zeros((16, 3, 12), np.float32)) == (
         "shapes differ: malinn (16, 6, 9), keras (16, 3, 12)", np.inf)
@@ -226,7 +227,8 @@ def test_verify_names_a_shape_that_differs_from_keras():
 
 
 def test_verify_counts_a_nan_or_infinity_keras_does_not_have_as_an_infinite_error():
-    from malinn.cli.commands import _argmax_agreement, _errors
+    from malinn.cli.verify_command import argmax_agreement as _argmax_agreement
+    from malinn.cli.verify_command import error_sizes as _errors
 
     keras = np.array([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]], np.float32)
     assert _errors(keras + 0.25, keras) == (0.25, 0.125)
@@ -274,10 +276,11 @@ def test_convert_of_a_large_source_says_what_it_does_before_each_phase(monkeypat
     """Reading, laying out and writing take seconds each for a source of many MiB: each phase is
     named on stderr before it runs (a source under CONVERT_ANNOUNCED_BYTES, the digits, says nothing)."""
     from malinn.cli import commands as cli
+    from malinn.cli import convert_command
 
     assert cli.main(["convert", str(DIGITS), "-o", str(tmp_path / "small.malinn"), "--target", "cpu"]) == 0
     assert capsys.readouterr().err == ""
-    monkeypatch.setattr(cli, "CONVERT_ANNOUNCED_BYTES", DIGITS.stat().st_size)   # as if the digits were that large
+    monkeypatch.setattr(convert_command, "CONVERT_ANNOUNCED_BYTES", DIGITS.stat().st_size)   # as if the digits were that large
     assert cli.main(["convert", str(DIGITS), "-o", str(tmp_path / "large.malinn"), "--target", "cpu"]) == 0
     kib = DIGITS.stat().st_size / 1024
     assert capsys.readouterr().err.splitlines() == [
@@ -540,9 +543,10 @@ def test_tune_budget_covers_the_whole_run(monkeypatch, tmp_path, capsys):
     """--budget S with --model: the convolutions get what the matmuls left (each phase started its
     own clock, so a run took about twice S)."""
     from malinn.cli import commands as cli
+    from malinn.cli import tune_command
 
     clock = [100.0]
-    monkeypatch.setattr(cli.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(tune_command.time, "perf_counter", lambda: clock[0])
     monkeypatch.setenv("MALINN_CACHE_DIR", str(tmp_path))
     budgets = {}
 
@@ -555,8 +559,8 @@ def test_tune_budget_covers_the_whole_run(monkeypatch, tmp_path, capsys):
         budgets["convs"] = budget_s
         return {"convs": {}, "untuned": [], "candidates": 0, "path": "p"}
 
-    monkeypatch.setattr(cli, "tune", matmuls)
-    monkeypatch.setattr(cli, "tune_convs", convs)
+    monkeypatch.setattr(tune_command, "tune", matmuls)
+    monkeypatch.setattr(tune_command, "tune_convs", convs)
     assert cli.main(["tune", "--model", str(ROOT / "examples" / "digits_cnn.keras"), "--budget", "20"]) == 0
     assert budgets == {"matmuls": 20.0, "convs": 8.0}
 
@@ -581,7 +585,8 @@ def test_verify_says_keras_computed_in_half_and_takes_its_tolerance(keras_zoo):
 def test_the_default_output_of_a_folder_is_named_beside_it(tmp_path, monkeypatch):
     """An unzipped .keras folder, given as ``.`` from inside it, failed with "PosixPath('.') has an
     empty name"; ``/`` has no name to take and is a usage error."""
-    from malinn.cli.commands import UsageError, _default_output
+    from malinn.cli.arguments import UsageError
+    from malinn.cli.convert_command import default_output as _default_output
 
     (tmp_path / "unz").mkdir()
     monkeypatch.chdir(tmp_path / "unz")
