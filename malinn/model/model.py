@@ -4,28 +4,24 @@ predict, memory, weights, saving and the summary. :class:`~malinn.model.sequenti
 
 from __future__ import annotations
 
-import math
 import threading
 from collections import OrderedDict
 
-import numpy as np
-
-from ..backends.base import Device, size_text
+from ..backends.base import Device
 from ..backends.selection import get_device
 from ..choice.kernel_choice import epoch as choice_epoch
-from ..errors import BackendError, DeviceError
 from ..library.precision import check_precision
 from ..plan.builder import PlanBuilder
 from ..plan.plan import Plan
 from ..registry import lookup
+from .buckets import batch_bucket
+from .memory import MemoryLimits
 from .predicting import Predicting
 from .saving import save_model
-from .summary import column_widths, wrapped
+from .summary import Summarizing
 
 __all__ = ["PlannedModel", "batch_bucket"]
 
-#: more than any kernel pads a dimension by (layout chunks and work-group tiles are at most 128)
-_PAD_BOUND = 1024
 #: plans kept per model (each holds its activation buffers): always the last _PLANS_KEPT, and up to
 #: _PLANS_KEPT_MOST while the kept plans' activation buffers total at most _PLANS_KEPT_BYTES (a
 #: service that answers 1..N samples at a time would otherwise make a plan on every call past N = 8:
@@ -35,26 +31,7 @@ _PLANS_KEPT_MOST = 128
 _PLANS_KEPT_BYTES = 64 * 2**20
 
 
-def batch_bucket(n: int) -> int:
-    """The batch size a pass of ``n`` samples is planned for: ``n`` itself up to 256 (a plan of its
-    own per size, so nothing is padded where serving latency matters), then the next multiple of
-    64 (large passes share plans; padded samples are computed and dropped).
-
-    Raises:
-        ValueError: ``n`` is not a positive whole number of samples.
-    """
-    n = _samples(n, "a pass holds")
-    return n if n <= 256 else -(-n // 64) * 64
-
-
-def _samples(n, what: str) -> int:
-    """``n`` as an int where it is a positive whole number of samples, else a ValueError saying ``what``."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"{what} a positive whole number of samples, got {n!r}")
-    return int(n)
-
-
-class PlannedModel(Predicting):
+class PlannedModel(Predicting, MemoryLimits, Summarizing):
     """What every malinn model shares: plans per device and batch bucket, passes, memory, weights.
 
     A subclass says what its inputs are and how its layers lower into a plan:
@@ -214,164 +191,6 @@ class PlannedModel(Predicting):
     def _output_shapes(self, every_layer: bool) -> list:
         raise NotImplementedError
 
-    # ---------------------------------------------------------------- memory planning
-    def activation_bytes(self, batch: int, device: Device | None = None) -> tuple[int, str]:
-        """The largest device buffer a pass of ``batch`` samples allocates for activations.
-
-        Args:
-            batch: samples in the pass.
-            device: the device (default: the current one).
-
-        Returns:
-            ``(bytes, what)``: the size and a description naming the layer and padded shape.
-        """
-        device = device or get_device()
-        size, what, _ = self._compile(device, batch_bucket(batch), False).activation_bytes()
-        return size, what
-
-    def matmul_shapes(self, batch: int, device: Device | None = None) -> list:
-        """``(units, inputs, columns)`` of every matmul a pass of ``batch`` samples runs (the shapes
-        ``malinn tune --model`` times: the plan asks the tuning database for exactly these).
-
-        Args:
-            batch: samples in the pass (planned for its batch bucket, as :meth:`predict` plans it).
-            device: the device (default: the current one).
-
-        Returns:
-            A list of ``(m, k, n)`` tuples: one per matmul step of the plan, and one for the Dense
-            layer a step computes in the same launch (a fused head).
-
-        Raises:
-            ValueError: the model is not built.
-            DeviceError: there is no working device, or a buffer or weight does not fit it (the
-                message names the layer).
-        """
-        return self._compile(device or get_device(), batch_bucket(batch), False).matmul_shapes()
-
-    def conv_geometries(self, batch: int, device: Device | None = None) -> list:
-        """The :class:`~malinn.choice.conv_geometry.ConvGeometry` of every convolution a pass of ``batch``
-        samples runs (1x1 convolutions run as matmuls are not among them): what ``malinn tune
-        --model`` times, and what the plan asks the tuning database about.
-
-        Args:
-            batch: samples in the pass (planned for its batch bucket, as :meth:`predict` plans it).
-            device: the device (default: the current one).
-
-        Returns:
-            A list of :class:`~malinn.choice.conv_geometry.ConvGeometry`, one per convolution lowered.
-
-        Raises:
-            ValueError: the model is not built.
-            DeviceError: there is no working device, or a buffer or weight does not fit it (the
-                message names the layer).
-        """
-        return self._compile(device or get_device(), batch_bucket(batch), False).convs
-
-    def memory(self, batch: int, device: Device | None = None) -> dict:
-        """Bytes a pass of ``batch`` samples holds on the device: ``weights`` (all the weight copies its
-        kernels read), ``largest_weight`` (the largest of them, one allocation), ``activations``
-        (the arena) and ``largest`` (its largest buffer).
-
-        Args:
-            batch: samples in the pass (planned for its batch bucket, as :meth:`predict` plans it).
-            device: the device (default: the current one).
-
-        Returns:
-            ``{"weights", "largest_weight", "activations", "largest"}``, each in bytes.
-
-        Raises:
-            ValueError: the model is not built, or ``batch`` is not a positive number of samples.
-            DeviceError: there is no working device, or the device cannot run a layer (a kernel
-                whose loops it would end). A weight larger than the device's largest allocation is
-                reported, not refused (``largest_weight``): ``predict`` refuses it naming the layer.
-        """
-        device = device or get_device()
-        plan = self._compile(device, batch_bucket(batch), False)
-        largest, _, arena = plan.activation_bytes()
-        weights = plan.weight_sizes()
-        return {"weights": plan.weight_bytes(), "largest_weight": max(weights, default=0), "activations": arena,
-                "largest": largest}
-
-    def max_batch(self, device: Device | None = None, limit: int | None = None) -> int:
-        """The most samples one device pass may take, so that no activation buffer exceeds the
-        device's largest single allocation (nor a quarter of its global memory), and the weights
-        and the pass's activations together fit the device's global memory.
-
-        ``predict`` splits larger batches into passes of this many samples.
-
-        Args:
-            device: the device (default: the current one).
-            limit: stop searching at this many samples (default: 2**31).
-
-        Returns:
-            A positive number of samples (found once per device, model state and ``limit``; later
-            calls read it).
-
-        Raises:
-            ValueError: the model is not built, or ``limit`` is not a positive whole number.
-            DeviceError: even one sample's activations do not fit (the message names the layer,
-                the padded shape and the device's limit), or the weights and one sample's
-                activations exceed the device's global memory.
-        """
-        if self.input_shapes is None:
-            raise self._not_built()
-        device = device or get_device()
-        budget = min(int(device.max_allocation), int(device.global_memory) // 4)
-        limit = _samples(limit, "max_batch: limit must be") if limit is not None else 2**31
-        key = (device.identity, self._precision, self._stamp(), budget, int(device.global_memory), limit)
-        with self._lock:
-            found = self._max_batches.get(key)
-        if found is None:
-            found = self._search_max_batch(device, budget, limit)
-            with self._lock:
-                self._max_batches[key] = found
-                while len(self._max_batches) > 4 * _PLANS_KEPT:
-                    self._max_batches.popitem(last=False)
-        return found
-
-    def _search_max_batch(self, device: Device, budget: int, limit: int) -> int:
-        """:meth:`max_batch`, found (planning the model where the quick bound does not settle it)."""
-        # the common case without planning: a tensor is a matrix of its last axis by the batch's
-        # other positions, each dimension padded by less than _PAD_BOUND (a convolution's 4
-        # channels padded to 32 rows: its columns are batch x pixels); a convolution's patch matrix
-        # stays within a quarter of the largest allocation (conv_choice.patch_budget, padded)
-        # (and twice as many such tensors as the model has, beside its float32 weights each padded as
-        # much, within the device's memory)
-        bucket = batch_bucket(limit)
-        shapes = list(self.input_shapes) + [s[1:] for s in self._output_shapes(True)]
-        bound = max(4 * (s[-1] + _PAD_BOUND) * (bucket * math.prod(s[:-1]) + _PAD_BOUND) for s in shapes)
-        weights = sum(4 * (cols + _PAD_BOUND) * (w.size // max(cols, 1) + _PAD_BOUND)
-                      for layer in self.layers for w in layer.weight_arrays() for cols in (w.shape[-1] if w.ndim else 1,))
-        memory = int(device.global_memory)
-        if bound <= budget // 2 and weights + 2 * len(shapes) * bound <= memory:
-            return limit
-
-        def fits(batch: int) -> bool:
-            plan = self._compile(device, batch_bucket(batch), False)
-            largest, _, arena = plan.activation_bytes()
-            return largest <= budget and plan.weight_bytes() + arena <= memory
-
-        if fits(limit):
-            return limit
-        if not fits(1):
-            plan = self._compile(device, 1, False)
-            size, what, arena = plan.activation_bytes()
-            weights = plan.weight_bytes()   # the plan's own (the bound above pads every array generously)
-            if size > budget:
-                raise DeviceError(f"{what} needs {size_text(size)} ({size:,} bytes), more than {device.name} allows in "
-                                  f"one allocation ({size_text(budget)}, {budget:,} bytes): even one sample does not fit")
-            raise DeviceError(f"{type(self).__name__} {self.name!r}: its weights ({size_text(weights)}) and one sample's "
-                              f"activations ({size_text(arena)}) need more than {device.name}'s global memory "
-                              f"({size_text(memory)}, {memory:,} bytes)")
-        low, high = 1, limit   # fits(low), not fits(high)
-        while high - low > 1:
-            mid = (low + high) // 2
-            if fits(mid):
-                low = mid
-            else:
-                high = mid
-        return low
-
     # ---------------------------------------------------------------- weights and files
     def get_weights(self) -> list:
         """Every layer's weights, in order, in Keras's shapes."""
@@ -461,95 +280,6 @@ class PlannedModel(Predicting):
         """
         layers = [lookup("layer", entry["class_name"]).from_config(entry["config"]) for entry in config["layers"]]
         return cls.from_layers(config, layers, precision=check_precision(config.get("precision")))
-
-    def summary(self, line_length: int | None = None, positions=None, print_fn=None, batch: int = 1,
-                show_kernels: bool = False) -> str:
-        """Prints (and returns) the model as Keras does: each layer with its output shape and
-        parameters (a graph's: the tensors it is connected to, ``layer[call][0]``), then the weights'
-        device memory; with ``show_kernels``, also the kernels that run each layer on the current
-        device for passes of ``batch`` samples, in order (a convolution as patches then a product:
-        ``im2col, gemm_tiled + bias+relu``; layers fused into one launch share it).
-
-        Args:
-            line_length: the table's width in characters, as Keras's (default: the terminal's
-                width, at most :data:`~malinn.model.summary.SUMMARY_WIDTH`; a narrower table where every cell fits). A
-                cell longer than its column is wrapped onto the lines below.
-            positions: where each column ends, as Keras's: fractions of ``line_length`` (each at
-                most 1) or characters, one per column (default with ``line_length``: Keras's, 0.45,
-                0.85, 1.0 for three columns and 0.33, 0.55, 0.67, 1.0 for four).
-            print_fn: called once with the whole table (default: :func:`print`), as Keras's (also
-                taken as the first argument, where earlier malinn code passes it there).
-            batch: the pass size whose plan's kernels the table shows (default 1).
-            show_kernels: add the column of the kernels that run each layer (default False: Keras's
-                columns only; ``malinn summary`` shows them).
-
-        Returns:
-            The table's text. Where the device refuses the plan (a buffer that does not fit), the
-            layers are still listed and the last line says why; an unbuilt model's parameters are
-            counted as 0 (unbuilt).
-
-        Raises:
-            ValueError: ``line_length`` is not a positive integer, or ``positions`` do not give one
-                increasing end per column.
-        """
-        if callable(line_length) and print_fn is None:   # summary(print): malinn 0.1's first argument
-            line_length, print_fn = None, line_length
-        kernels, weights, refused = self._kernels(batch)
-        rows = self._summary_rows(kernels)
-        if not show_kernels:
-            rows = [row[:-1] for row in rows]
-        widths = column_widths(rows, line_length, positions)
-        return self._table(rows, widths, print_fn or print, weights, refused)
-
-    def _summary_rows(self, kernels: dict) -> list:
-        """The table's rows (the header first), each layer's kernels from ``kernels``."""
-        raise NotImplementedError
-
-    def _kernels(self, batch: int) -> tuple[dict, tuple | None, str | None]:
-        """``(kernels, weights, refused)``: layer name -> the kernel (and what it fuses) that runs it
-        on the current device, ``(bytes on the device, bytes in fp32)`` of the weights (None when
-        the model is not built or cannot be planned), and why the device refused the plan (None
-        where it did not)."""
-        kernels, weights, refused = {}, None, None
-        if self.built:
-            try:
-                plan = self._compile(get_device(), batch_bucket(batch), False)
-                launched = {}
-                for row in plan.describe():
-                    for name in row["layers"]:   # every kernel a layer launches, in order, else "view (no copy)"
-                        text = row["kernel"] + (" + " + "+".join(row["fused"]) if row["fused"] else "")
-                        if row["view"]:
-                            kernels.setdefault(name, text)
-                        else:
-                            launched.setdefault(name, []).append(text)
-                kernels.update({name: ", ".join(texts) for name, texts in launched.items()})
-                weights = (sum(plan.weight_sizes()), sum(4 * r * c for r, c in plan.weight_paddings()))
-            except (DeviceError, BackendError) as exc:   # the table still shows the layers; the last line says why
-                refused = " ".join(str(exc).split())
-        return kernels, weights, refused
-
-    def _table(self, rows, widths: list, print_fn, weights: tuple | None = None, refused: str | None = None) -> str:
-        """Prints (and returns) a Keras-style summary of ``rows`` (the header first) in columns of
-        ``widths`` characters (a longer cell wrapped onto the lines below, as Keras's)."""
-        line = "-" * sum(widths)
-        out = [f'Model: "{self.name}"', line]
-        for i, r in enumerate(rows):
-            cells = [wrapped(c, w - 1) for c, w in zip(r, widths)]
-            for k in range(max(len(c) for c in cells)):
-                out.append("".join((c[k] if k < len(c) else "").ljust(w) for c, w in zip(cells, widths)).rstrip())
-            if i == 0:
-                out.append("=" * sum(widths))
-        out += ["=" * sum(widths), f"Total params: {self.count_params() if self.built else '0 (unbuilt)'}"]
-        if weights is not None and weights[1]:
-            out.append(f"Weights on the device: {size_text(weights[0])} in {self._precision} "
-                       f"({weights[0] / weights[1]:.3f} of {size_text(weights[1])} in fp32)")
-        if refused is not None:
-            out.append(f"No kernels on {get_device().name}: {refused}")
-        out.append(line)
-        text = "\n".join(out)
-        print_fn(text)
-        return text
-
 
 def _unpickled(cls, config: dict, weights, source) -> PlannedModel:
     """The model :meth:`PlannedModel.__reduce__` pickled."""

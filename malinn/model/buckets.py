@@ -1,0 +1,26 @@
+"""The batch sizes a model is planned for: a pass's samples rounded to a bucket, so that large
+passes share plans."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["batch_bucket", "samples"]
+
+
+def batch_bucket(n: int) -> int:
+    """The batch size a pass of ``n`` samples is planned for: ``n`` itself up to 256 (a plan of its
+    own per size, so nothing is padded where serving latency matters), then the next multiple of
+    64 (large passes share plans; padded samples are computed and dropped).
+
+    Raises:
+        ValueError: ``n`` is not a positive whole number of samples.
+    """
+    n = samples(n, "a pass holds")
+    return n if n <= 256 else -(-n // 64) * 64
+
+def samples(n, what: str) -> int:
+    """``n`` as an int where it is a positive whole number of samples, else a ValueError saying ``what``."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"{what} a positive whole number of samples, got {n!r}")
+    return int(n)
