@@ -8,6 +8,7 @@ import os
 import re
 import stat
 import zipfile
+from typing import BinaryIO
 
 from malinn.errors import ConversionError
 
@@ -26,7 +27,7 @@ _RESAVE = ("re-save the Keras model with model.save('model.keras') instead (or i
            "with model.to_json() and its weights with model.save_weights('model.weights.h5'))")
 
 
-def read_keras(path, weights=None) -> KerasModel:
+def read_keras(path: str | os.PathLike, weights: str | os.PathLike | None = None) -> KerasModel:
     """Read a Keras model file, or an architecture JSON and its weights file, without TensorFlow.
 
     Accepts a Keras 3 ``.keras`` archive (or its unzipped directory), a Keras 3 legacy ``.h5``
@@ -75,6 +76,8 @@ def _read(source: str) -> KerasModel:
             return read_keras3_dir(source)
         raise ConversionError(f"{source}: is a directory, not a Keras model file")
     zip_file, hdf5_file = head[:4] in _ZIP_SIGNATURES, is_hdf5_signature(head) or _is_hdf5(source)
+    if zip_file and hdf5_file and not is_hdf5_signature(head) and _weights_member_is_the_hdf5(source):
+        hdf5_file = False   # a .keras archive whose stored weights happen to begin where HDF5 looks for a superblock
     if zip_file and hdf5_file or hdf5_file and _opens_as_zip(source):
         # read as one and loaded by Keras (malinn verify) as the other: a model malinn never saw would run
         raise ConversionError(f"{source}: is both a zip archive and an HDF5 file; a Keras model file is one of "
@@ -175,6 +178,39 @@ def _opens_as_zip(source: str) -> bool:
             return bool(archive.namelist())
     except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError):
         return False
+
+
+def _weights_member_is_the_hdf5(source: str) -> bool:
+    """Whether the HDF5 file that ``source`` also reads as is exactly its stored ``model.weights.h5``
+    member: Keras stores that member uncompressed, and where its data begins at a multiple of 512
+    bytes HDF5 takes the archive before it for a user block. Such a file is a .keras archive and
+    nothing else (its HDF5 view is the weights, with no model in them)."""
+    try:
+        with zipfile.ZipFile(source) as archive:
+            info = archive.getinfo("model.weights.h5")
+            if info.compress_type != zipfile.ZIP_STORED:
+                return False
+        with open(source, "rb") as f:
+            f.seek(info.header_offset)
+            local = f.read(30)
+            if len(local) != 30 or local[:4] != b"PK\x03\x04":
+                return False
+            start = info.header_offset + 30 + int.from_bytes(local[26:28], "little") + int.from_bytes(local[28:30], "little")
+            f.seek(start)
+            return is_hdf5_signature(f.read(8)) and start % 512 == 0 and not _hdf5_before(f, start)
+    except (KeyError, zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError):
+        return False
+
+
+def _hdf5_before(f: BinaryIO, end: int) -> bool:
+    """Whether an HDF5 superblock starts at 0, 512, 1024, 2048... before ``end`` (where HDF5 looks first)."""
+    offset = 0
+    while offset < end:
+        f.seek(offset)
+        if is_hdf5_signature(f.read(8)):
+            return True
+        offset = 512 if offset == 0 else 2 * offset
+    return False
 
 
 def _is_hdf5(source: str) -> bool:

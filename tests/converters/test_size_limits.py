@@ -402,3 +402,25 @@ def test_a_fifo_in_an_unzipped_model_is_named_as_one(tmp_path):
         with pytest.raises(ConversionError, match=f"{member} is a FIFO, not a regular file; a Keras model's folder "
                                                   "holds files"):
             read_keras(folder)
+
+
+def test_a_keras_archive_whose_stored_weights_begin_on_a_512_byte_boundary_is_read(tmp_path):
+    """Keras stores model.weights.h5 uncompressed: where its data begins at a multiple of 512 bytes,
+    HDF5 finds its superblock there and takes the archive before it for a user block. The file is
+    still the .keras archive Keras saved (its HDF5 view holds the weights, no model)."""
+    config = sequential([dense("d0", 3, "relu", in_width=4)], width=4)
+    weights = [dense_weights((4, 3))[0]]
+    for pad in range(0, 1024):   # a metadata length that puts the weights member's data on a boundary
+        path = tmp_path / f"aligned{pad}.keras"
+        member = weights_h5(["Dense"], weights)
+        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as z:
+            z.writestr("metadata.json", json.dumps({"keras_version": "3.15.1", "date_saved": "x" * pad}))
+            z.writestr("config.json", json.dumps(config))
+            z.writestr("model.weights.h5", member)
+        if h5py.is_hdf5(path):
+            break
+    else:
+        pytest.fail("no metadata length put the weights on a 512-byte boundary")
+    model = read_keras(path)
+    assert [layer.class_name for layer in model.layers][-1] == "Dense"
+    np.testing.assert_array_equal(model.layers[-1].weights[0], weights[0][0])
