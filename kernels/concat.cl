@@ -7,6 +7,13 @@
  * some input's slice, written by that input's launch, or by the matmul that produced the input
  * straight into its slice (a view: epilogue.clh R_VIEW), which nothing here may overwrite.
  * The runtime prepends MALINN_INDEX_A / _R. OpenCL C 1.2.
+ *
+ * Defines: FIRST (0 or 1), INNER. Arguments after the buffers (the library's "argdefines": one
+ * program serves every input of every concatenation along an axis): ALEN, RLEN, OFFSET, and the
+ * magic numbers RLEN_M, RLEN_L that divide by RLEN with a multiplication (a hardware divide per
+ * item, which a CPU does not vectorise, cost the kernel 1.8x on PoCL: benchmarks/cold_start.py
+ * --kernel-times; kernels/window.clh window_divide), for an R of fewer than 2^32 elements (the
+ * runtime refuses a larger one: malinn/choice/kernel_call.py).
  */
 
 #ifndef FIRST
@@ -15,19 +22,17 @@
 #ifndef INNER
 #define INNER 1
 #endif
-#ifndef ALEN
-#define ALEN 1
-#endif
-#ifndef RLEN
-#define RLEN 1
-#endif
-#ifndef OFFSET
-#define OFFSET 0
-#endif
+
+inline uint concat_divide(uint n, uint m, uint l)
+{
+    const uint t = mul_hi(m, n);
+    return (t + ((n - t) >> min(l, 1u))) >> (max(l, 1u) - 1u);
+}
 
 __kernel void concat(uint m, uint n, uint h, uint w, uint M, uint H, uint W,
                      __global float *r,
-                     __global const float *a)
+                     __global const float *a,
+                     uint ALEN, uint RLEN, uint OFFSET, uint RLEN_M, uint RLEN_L)
 {
     const uint row = get_global_id(0);
     const uint col = get_global_id(1);
@@ -36,7 +41,7 @@ __kernel void concat(uint m, uint n, uint h, uint w, uint M, uint H, uint W,
         const ulong f = (ulong)col * m + row;
         const ulong rest = f / INNER;             /* remainders spelt out: no LLVM freeze (Oclgrind) */
         const ulong inner = f - rest * INNER;
-        const ulong outer = rest / RLEN;
+        const ulong outer = concat_divide((uint)rest, RLEN_M, RLEN_L);   /* rest < 2^32: the runtime's check */
         const ulong j = rest - outer * RLEN;
         if (j >= OFFSET && j < OFFSET + ALEN) {
             const ulong g = (outer * ALEN + (j - OFFSET)) * INNER + inner;

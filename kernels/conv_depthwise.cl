@@ -8,7 +8,8 @@
  * one work item per element of R, its padding written as 0 by the epilogue.
  *
  * Compile-time parameters (-D defines, set per layer by the plan): IH, IW, OH, OW, KH, KW, SH, SW,
- * DH, DW, PT, PL as in conv_gemm.cl; DM the depth multiplier; BIAS, ACTIVATION, AFFINE the epilogue;
+ * DH, DW, PT, PL as in conv_gemm.cl (with WINDOW_ARGS 1, as the library entry has it, IH, IW, OH,
+ * OW, SH, SW, PT, PL are the last arguments instead: window.clh); DM the depth multiplier; BIAS, ACTIVATION, AFFINE the epilogue;
  * WEIGHT_BITS the precision of A (weights.clh; int8's per-row scales applied by the epilogue, the
  * sums float in every precision).
  * Scalars: l, c padded rows and columns of B; h, w of R; m, n logical rows and columns of R; H, W
@@ -24,7 +25,8 @@ __kernel void conv_depthwise(uint l, uint c, uint h, uint w, uint m, uint n, uin
                              __global const WEIGHT *a,
                              __global const float *b,
                              __global float *r,
-                             EPILOGUE_BUFFERS)
+                             EPILOGUE_BUFFERS
+                             WINDOW_PARAMS)
 {
     const uint row = get_global_id(0);
     const uint col = get_global_id(1);

@@ -100,7 +100,8 @@ void gemm_keras(MATMUL_SCALARS,
                 __global const float *b,
                 __global float *r,
                 EPILOGUE_BUFFERS,
-                __global uint *scratch)
+                __global uint *scratch
+                R_VIEW_ARGS)
 {
     const uint t = get_local_id(0);
     const uint tu = t % TPU;

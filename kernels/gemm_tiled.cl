@@ -67,7 +67,8 @@ void gemm_tiled(MATMUL_SCALARS,
                 __global const WEIGHT *a,
                 __global const float *b,
                 __global float *r,
-                EPILOGUE_BUFFERS)
+                EPILOGUE_BUFFERS
+                R_VIEW_ARGS)
 {
     const uint tx = get_local_id(1 - M_DIM);
     const uint ty = get_local_id(M_DIM);

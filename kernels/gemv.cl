@@ -104,7 +104,8 @@ void gemv(MATMUL_SCALARS,
           __global const WEIGHT *a,
           __global const float *b,
           __global float *r,
-          EPILOGUE_BUFFERS)
+          EPILOGUE_BUFFERS
+          R_VIEW_ARGS)
 {
 #if KSPLIT > 1 || SOFTMAX
     __local float part[KSPLIT * OUTS];      /* [tk][column in group][row in group] */

@@ -52,7 +52,8 @@ void gemv_rows(MATMUL_SCALARS,
                __global const float *a,
                __global const float *b,
                __global float *r,
-               EPILOGUE_BUFFERS)
+               EPILOGUE_BUFFERS
+               R_VIEW_ARGS)
 {
     __local float part[OUTS * THREADS];      /* [result][item] */
     const uint t = get_local_id(0);

@@ -271,7 +271,8 @@ void gemv_split(GEMV_SCALARS,
                 __global float *r,
                 EPILOGUE_BUFFERS,
                 __global uint *scratch
-                HEAD_ARGS)
+                HEAD_ARGS
+                R_VIEW_ARGS)
 {
     __local float part[KSPLIT * OUTS];      /* [tk][column in group][row in group] */
 #if HEAD

@@ -9,7 +9,8 @@
  * R is written as 0.
  *
  * Compile-time parameters (-D defines, set per layer by the plan): IH, IW, OH, OW, KH, KW, SH, SW,
- * PT, PL; MAXPOOL 1 for the maximum, 0 for the mean; NAN_PROPAGATES (a maximum's NaN taps) 0 as
+ * PT, PL (with WINDOW_ARGS 1, as the library entry has it, IH, IW, OH, OW, SH, SW, PT, PL are the
+ * last arguments instead: window.clh); MAXPOOL 1 for the maximum, 0 for the mean; NAN_PROPAGATES (a maximum's NaN taps) 0 as
  * TensorFlow's max_pool (MaxPooling): NaN taps skipped, the maximum started from -FLT_MAX (a window
  * of only NaN and -inf gives -FLT_MAX), 1 as its reduce_max (GlobalMaxPooling): a NaN tap gives NaN,
  * the maximum started from -inf. Scalars: m, n logical rows and columns of R,
@@ -32,7 +33,8 @@
 
 __kernel void pool(uint m, uint n, uint H, uint W, uint h, uint w,
                    __global const float *a,
-                   __global float *r)
+                   __global float *r
+                   WINDOW_PARAMS)
 {
     const uint row = get_global_id(0);
     const uint col = get_global_id(1);

@@ -4,6 +4,7 @@ times it)."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -140,3 +141,153 @@ def test_loading_a_model_file_draws_no_random_weights(model_file, monkeypatch):
     fresh.build((None, 6))
     kernel = fresh.get_weights()[0]
     assert np.count_nonzero(kernel) == kernel.size and np.abs(kernel).max() <= np.sqrt(6 / 11)
+
+
+# ---------------------------------------------------------------- fewer programs, built side by side
+def _window_model(shape, strides):
+    from malinn.layers import DepthwiseConv2D, MaxPooling2D, ZeroPadding2D
+
+    model = malinn.Sequential([ZeroPadding2D(((1, 2), (2, 1)), name="pad"),
+                               DepthwiseConv2D(3, strides=strides, padding="same", activation="relu", name="dw"),
+                               MaxPooling2D(2, padding="same", name="pool")])
+    model.build((None,) + shape)
+    return model
+
+
+def _window_reference(model, x):
+    from helpers import depthwise_reference, pool2d_reference
+
+    padded = np.pad(x, ((0, 0), (1, 2), (2, 1), (0, 0)))
+    dw = next(layer for layer in model.layers if layer.name == "dw")
+    y = np.maximum(depthwise_reference(padded, dw.depthwise_kernel, dw.bias, dw.strides, (1, 1), "same"), 0)
+    return pool2d_reference(y, (2, 2), (2, 2), "same", "max")
+
+
+def test_layers_of_other_shapes_share_one_program(device, rng):
+    """Sizes, strides and padding are kernel arguments (kernels/library.json "argdefines"): the
+    padding, the depthwise convolution and the pooling of a second model of other image sizes and
+    strides reuse the first one's programs and compute their own shapes right (odd and large images)."""
+    if device.backend != "opencl":
+        pytest.skip("a GLSL source takes its sizes as defines")
+    programs = device.cache.setdefault("kernel_programs", {})
+    families = ("spatial_copy", "conv_depthwise", "pool")
+    seen = None
+    for shape, strides, batch in (((13, 11, 3), 1, 2), ((61, 33, 5), 2, 3), ((1, 301, 4), 1, 1)):
+        model = _window_model(shape, strides)
+        model.set_weights([rng.standard_normal(w.shape).astype(np.float32) for w in model.get_weights()])
+        x = rng.standard_normal((batch,) + shape).astype(np.float32)
+        want = _window_reference(model, x)
+        np.testing.assert_allclose(model.predict(x), want, rtol=1e-4, atol=1e-5 * max(1.0, np.abs(want).max()))
+        ours = {key for key in programs if key[0] in families}
+        if seen is None:
+            seen = ours
+            assert {key[0] for key in ours} == set(families), ours
+        else:
+            assert ours == seen, sorted(ours - seen)
+
+
+def test_slices_of_a_concatenation_share_one_program(device, rng):
+    """A slice's offset is an argument of the kernel that writes it (R_OFFSET, R_SPARE: R_VIEW_ARGS),
+    and a concatenation's lengths of the concat kernel: a concatenation of more and wider parts
+    builds no program of those kernels that a smaller one built, and computes the same as numpy."""
+    if device.backend != "opencl":
+        pytest.skip("slices of a concatenation are written in place by OpenCL kernels only")
+    from malinn import Functional, Input
+    from malinn.layers import Concatenate, Dense, Flatten
+
+    programs = device.cache.setdefault("kernel_programs", {})
+    before = None
+    for units, inputs in (((5, 3), 8), ((7, 13, 1, 4), 8)):
+        x_in = Input((inputs,), name="x")
+        parts = [Dense(u, activation="relu", name=f"p{i}")(x_in) for i, u in enumerate(units)]
+        flat = Flatten(name="flat")(x_in)
+        cat = Concatenate(name="cat")(parts + [flat])   # the input's copy: the concat kernel itself
+        model = Functional(x_in, Dense(3, name="out")(cat))
+        x = rng.uniform(-1, 1, (2, inputs)).astype(np.float32)
+        layers = {layer.name: layer for layer in model.layers}
+        dense = [np.maximum(x @ layers[f"p{i}"].kernel + layers[f"p{i}"].bias, 0) for i in range(len(units))]
+        joined = np.concatenate(dense + [x], axis=-1)
+        want = joined @ layers["out"].kernel + layers["out"].bias
+        np.testing.assert_allclose(model.predict(x), want, rtol=1e-4, atol=1e-5)
+        assert not [key for key in programs for option in key[2]
+                    if option.startswith(("-DR_OFFSET=", "-DR_SPARE=", "-DALEN=", "-DRLEN=", "-DOFFSET="))]
+        concats = {key for key in programs if key[0] == "concat"}
+        assert concats and any("-DR_VIEW=1" in key[2] for key in programs), sorted(programs)
+        if before is None:
+            before = concats
+        else:
+            assert concats == before, sorted(concats - before)
+
+
+BUILDS_CHILD = r"""
+import json, sys
+import numpy as np
+import malinn
+from malinn.errors import KernelBuildError
+model = malinn.load_model(sys.argv[1])
+x = np.ones((2, 6), np.float32)
+y = model.predict(x)
+device = malinn.get_device()
+print(json.dumps({"y": y.tolist(), "builds": device.counters["builds"], "hits": device.counters["binary_hits"],
+                  "pending": len(device.pending)}))
+"""
+
+
+@pytest.mark.parametrize("threads", ["1", "3"])
+def test_programs_built_side_by_side_are_stored_for_the_next_process(model_file, tmp_path, threads):
+    """MALINN_BUILD_THREADS: the plan's programs built on several threads (or one) give the same
+    values, and each build thread stores its program's binary: the next process builds nothing."""
+    env = {**os.environ, "MALINN_CACHE_DIR": str(tmp_path), "MALINN_BINARY_CACHE": "1",
+           "MALINN_BUILD_THREADS": threads}
+
+    def run_child():
+        out = subprocess.run([sys.executable, "-c", BUILDS_CHILD, str(model_file)], capture_output=True, text=True,
+                             timeout=300, env=env)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first, second = run_child(), run_child()
+    model = malinn.load_model(model_file)
+    want = model.predict(np.ones((2, 6), np.float32))
+    np.testing.assert_allclose(np.array(first["y"]), want, rtol=1e-5, atol=1e-6)
+    assert second["y"] == first["y"] and first["pending"] == second["pending"] == 0
+    assert first["builds"] >= 2 and second["builds"] == 0 and second["hits"] == first["builds"]
+
+
+def test_a_program_that_fails_to_build_beside_others_fails_the_plan(device, monkeypatch, tmp_path):
+    """A failed build on a build thread is raised when the plan is made, naming the layer and its
+    shapes, and again by a later run; the device's other launches are unaffected."""
+    if device.backend != "opencl":
+        pytest.skip("OpenCL's build threads")
+    from malinn.errors import KernelBuildError
+    from malinn.library import kernel_library
+    from malinn.library.kernel_library import load_library
+    from malinn.resources import kernels_dir
+
+    folder = tmp_path / "kernels"
+    shutil.copytree(kernels_dir(), folder)
+    (folder / "concat.cl").write_text((folder / "concat.cl").read_text() + "\nthis is not OpenCL C;\n")
+    broken = load_library(folder / "library.json")
+    monkeypatch.setattr(kernel_library, "_default_library", lambda: broken)
+    monkeypatch.setenv("MALINN_BUILD_THREADS", "2")
+    monkeypatch.setenv("MALINN_BINARY_CACHE", "0")
+    from malinn import Functional, Input
+    from malinn.layers import Concatenate, Dense, Flatten
+
+    x_in = Input((4,), name="x")
+    model = Functional(x_in, Concatenate(name="cat")([Dense(3, name="d")(x_in), Flatten(name="flat")(x_in)]))
+    for _ in range(2):
+        with pytest.raises(KernelBuildError) as info:
+            model.predict(np.ones((1, 4), np.float32))
+        assert "'cat'" in str(info.value) and "concat.cl" in str(info.value), str(info.value)[:500]
+    assert not device.pending
+
+
+def test_the_number_of_build_threads_is_checked(monkeypatch):
+    monkeypatch.setenv("MALINN_BUILD_THREADS", "0")
+    with pytest.raises(malinn.errors.SettingError, match="MALINN_BUILD_THREADS='0'"):
+        opencl.build_threads()
+    monkeypatch.setenv("MALINN_BUILD_THREADS", "4")
+    assert opencl.build_threads() == 4
+    monkeypatch.delenv("MALINN_BUILD_THREADS")
+    assert 1 <= opencl.build_threads() <= 8

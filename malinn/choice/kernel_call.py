@@ -10,19 +10,23 @@ Scalar letters: ``l`` padded rows of ``b`` (the padded common dimension K of a m
 ``a``), ``h``/``w`` padded rows/columns of ``r``, ``m``/``n`` logical rows/columns of ``r``,
 ``H``/``W`` padded rows/columns of ``a``, ``M``/``N`` logical rows/columns of ``a``, ``K`` logical
 rows of ``b``, ``c`` padded columns of ``b`` (a convolution's input, a Dot's second operand), ``p``
-the next float parameter.
+the next float parameter. After the buffers come the defines the OpenCL source takes as arguments
+(the entry's ``argdefines``, a slice's offset: :meth:`~malinn.library.kernel_library.KernelSpec.define_arguments`),
+so that one program serves layers that differ only in those.
 """
 
 from __future__ import annotations
 
 import math
+from concurrent.futures import Future
+from typing import Any, Callable
 
 import numpy as np
 
 from ..backends.base import BoundLaunch, Device
 from ..errors import DeviceError, KernelBuildError
 from ..library.expressions import evaluate
-from ..library.kernel_library import SCRATCH_NAME, KernelSpec, letter_values
+from ..library.kernel_library import DIVIDE, SCRATCH_NAME, KernelSpec, letter_values
 from .matrix import DeviceMatrix
 
 __all__ = ["bind", "scalar_values", "global_range"]
@@ -42,7 +46,7 @@ def global_range(spec: KernelSpec, values: dict) -> tuple:
     return tuple(values[c] // spec.scale[i] * spec.split[i] for c, i in zip(spec.ndrange, axes))
 
 
-def local_range(preferred, global_size, device: Device):
+def local_range(preferred: tuple | None, global_size: tuple, device: Device) -> tuple | None:
     """The kernel's preferred work-group shape where it divides the range and fits the device."""
     if not preferred:
         return None
@@ -54,10 +58,20 @@ def local_range(preferred, global_size, device: Device):
     return tuple(preferred)
 
 
-def program_for(spec: KernelSpec, device: Device, layouts: dict):
+def program_for(spec: KernelSpec, device: Device, layouts: dict, wait: bool = True) -> Any:
     """The built program of ``spec`` for matrices in ``layouts`` (memoised by the device, per kernels
-    folder: an entry of another library, ``MALINN_KERNELS``, with the same name is another program)."""
-    key = (spec.codename, str(spec.source_path), spec.defines, device.backend,
+    folder: an entry of another library, ``MALINN_KERNELS``, with the same name is another program).
+
+    The defines the source takes as arguments (:meth:`KernelSpec.define_arguments`: sizes and
+    offsets) are not part of it: layers that differ only in those share one program. Without
+    ``wait``, on a device that builds programs side by side (``compile_async``), the ``Future`` of
+    the program: its build runs beside the next ones asked for.
+
+    Raises:
+        KernelBuildError: the program did not build (with ``wait``).
+    """
+    options = spec.build_options(device.backend)
+    key = (spec.codename, str(spec.source_path), options, device.backend,
            tuple(sorted((name, str(layout)) for name, layout in layouts.items())), device.extra_build_options())
     programs = device.cache.setdefault("kernel_programs", {})
     program = programs.get(key)
@@ -66,19 +80,48 @@ def program_for(spec: KernelSpec, device: Device, layouts: dict):
         origin = spec.source if device.backend == "opencl" else next(
             (str(path.relative_to(spec.source_path.parent)) for name, path, _ in spec.sources if name == device.backend),
             spec.source)
-        program = programs[key] = device.compile(source, spec.options(), origin=f"{origin} ({spec.codename})")
+        compile_async = getattr(device, "compile_async", None)
+        if compile_async is None:
+            program = programs[key] = device.compile(source, options, origin=f"{origin} ({spec.codename})")
+        else:
+            program = programs[key] = compile_async(source, options, origin=f"{origin} ({spec.codename})")
+            program.add_done_callback(lambda built: _forget_failed(programs, key, built))
+    if wait and isinstance(program, Future):
+        return program.result()
     return program
 
 
-def _image(matrix: DeviceMatrix, device: Device):
+def _forget_failed(programs: dict, key: tuple, built: Future) -> None:
+    """A program that did not build is not kept: asked for again, it is built again."""
+    if built.exception() is not None and programs.get(key) is built:
+        programs.pop(key, None)
+
+
+def _explained(program: Future, explain: Callable[[KernelBuildError], BaseException]) -> Future:
+    """``program``'s Future whose build error is ``explain(error)`` (the step and the shapes)."""
+    explained: Future = Future()
+
+    def settle(built: Future) -> None:
+        error = built.exception()
+        if error is None:
+            explained.set_result(built.result())
+        else:
+            explained.set_exception(explain(error) if isinstance(error, KernelBuildError) else error)
+
+    program.add_done_callback(settle)
+    return explained
+
+
+def _image(matrix: DeviceMatrix, device: Device) -> Any:
     """The matrix (laid out 'C') as an RGBA float image, made on the device once and kept."""
     if matrix.image is None:
+        assert matrix.padded is not None   # an operand on the device
         matrix.image = device.image_from(matrix.buffer, matrix.padded[0] // 4, matrix.padded[1],
                                          what=f"{matrix.shape} operand as an image")
     return matrix.image
 
 
-def _placeholder(device: Device):
+def _placeholder(device: Device) -> Any:
     """A 4-byte buffer passed for a vector argument the kernel is built not to read."""
     with device.lock:
         if "placeholder" not in device.cache:
@@ -93,7 +136,7 @@ def scratch_size(spec: KernelSpec, values: dict) -> int:
     return -(-size // 4) * 4
 
 
-def _scratch(spec: KernelSpec, device: Device, values: dict):
+def _scratch(spec: KernelSpec, device: Device, values: dict) -> Any:
     """The zeroed scratch buffer of ``spec``'s ``scratch_bytes`` for these scalar values, one per
     device and size: launches on a device's in-order queue run one after another, and a kernel with
     scratch leaves it as it found it, so every launch of that size shares it."""
@@ -121,10 +164,14 @@ def bind(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | None 
         what: who asked (a layer name), for error messages.
 
     Returns:
-        The :class:`~malinn.backends.base.BoundLaunch`, or ``None`` when the range is empty.
+        The :class:`~malinn.backends.base.BoundLaunch`, or ``None`` when the range is empty. On a
+        device that builds programs side by side, a launch whose program is still building gets
+        its kernel when the build ends (``wait_for_builds``: a plan waits for them once all its
+        launches are bound; a run of one waits for it).
 
     Raises:
-        KernelBuildError: the program did not build.
+        KernelBuildError: the program did not build (where it is built before the launch is bound;
+            else ``wait_for_builds``, or the first run, raises it).
         DeviceError: the arguments could not be set; the device's driver would end the kernel's
             loops early (:meth:`~malinn.library.kernel_library.KernelSpec.loops_fit`); the kernel runs only in
             a work-group shape the device cannot launch over this range.
@@ -140,11 +187,16 @@ def bind(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | None 
                           f"invocation on {device.name}, whose driver ends them after "
                           f"{device.max_loop_iterations:,} (silently: llvmpipe's limit); run the model on an "
                           f"OpenCL device (PoCL on a CPU) or a GPU")
+    if any(name.startswith(DIVIDE) for name in spec.define_arguments(device.backend)) and \
+            values["h"] * values["w"] > 0xFFFFFFFF:   # the magic division is of 32-bit numbers
+        raise DeviceError(f"{what or spec.codename}: kernel {spec.codename} divides by its sizes in 32 bits, and its "
+                          f"result of {values['h']} x {values['w']} elements has 2^32 or more on {device.name}; "
+                          f"split the layer's input into smaller batches")
     local_size = local_range(spec.workgroup, global_size, device)
     if local_size is None and spec.requires_workgroup:
         # an OpenCL driver would refuse the launch; a compute shader built in another shape computes wrong values
         raise DeviceError(f"{what or spec.codename}: kernel {spec.codename} runs only in work-groups of "
-                          f"{' x '.join(map(str, spec.workgroup))} items over its range {global_size}; {device.name} "
+                          f"{' x '.join(map(str, spec.workgroup or ()))} items over its range {global_size}; {device.name} "
                           f"launches at most {device.max_work_group_size} items a group "
                           f"({' x '.join(map(str, device.max_work_item_sizes))} per axis): choose another "
                           f"configuration of it (docs/KERNELS.md) or another kernel (malinn.use)")
@@ -152,10 +204,12 @@ def bind(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | None 
         shapes = ", ".join(f"{name} {m.shape} padded to {m.padded} in {m.layout}" for name, m in matrices.items())
         return KernelBuildError(f"{what or spec.codename} ({shapes}): {exc}")
 
-    try:
-        program = program_for(spec, device, {name: m.layout for name, m in matrices.items()})
+    try:   # built beside the programs of the launches bound after this one, where the device can
+        program = program_for(spec, device, {name: m.layout for name, m in matrices.items()}, wait=False)
     except KernelBuildError as exc:
         raise built_for(exc) from None
+    if isinstance(program, Future):
+        program = _explained(program, built_for)
     floats = iter(spec.param_values(params))
     args = [np.float32(next(floats)) if c == "p" else np.uint32(values[c]) for c in spec.arglist]
     for name in spec.buffers:
@@ -167,6 +221,7 @@ def bind(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | None 
             args.append(_scratch(spec, device, values))
         else:   # a vector the kernel declares but this call does not use (no bias): never read
             args.append((vectors or {}).get(name) or _placeholder(device))
+    args += [np.uint32(v) for v in spec.define_argument_values(device.backend)]
     try:   # a backend may build its program here, in the launch's shape (a compute shader)
         return device.bind(program, spec.function, args, global_size, local_size, what=what or spec.codename,
                            name=spec.codename)

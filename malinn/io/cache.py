@@ -45,11 +45,12 @@ import threading
 import time
 import warnings
 from pathlib import Path
+from typing import Callable, Iterator
 
 try:
     import fcntl  # POSIX: a lock held across processes (absent on Windows, where none is taken)
 except ImportError:  # pragma: no cover
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]  # no module on Windows: checked before each use
 
 __all__ = ["cache_dir", "read_entry", "write_entry", "entry_path", "encode_entry", "decode_entry", "in_use",
            "users_died", "build_lock", "DamagedEntry",
@@ -207,7 +208,7 @@ def _noun(kind: str) -> str:
     return kind[:-1] if kind.endswith("s") else kind
 
 
-def read_entry(kind: str, key: dict, check=None) -> bytes | None:
+def read_entry(kind: str, key: dict, check: Callable[[bytes], object] | None = None) -> bytes | None:
     """The checked payload of ``kind``'s entry for ``key``, or ``None`` (absent, unreadable or damaged).
 
     A damaged entry is deleted and reported with one line of ``warnings.warn``; the caller then
@@ -335,12 +336,13 @@ def users_died(kind: str, key: dict) -> bool:
 
 
 @contextlib.contextmanager
-def in_use(kind: str, key: dict):
+def in_use(kind: str, key: dict) -> Iterator[None]:
     """Marks ``kind``'s entry for ``key`` as being handed to a driver by this process, for the
     ``with`` block: a crash inside the driver leaves the mark, and the next :func:`read_entry`
     discards the entry. Never raises for a cache problem (an unwritable cache: no mark)."""
     path = entry_path(kind, key)
     mark = _marks_folder(path) / f"{path.name}-{os.getpid()}-{os.urandom(4).hex()}-{_host()}"
+    marked = True
     try:
         mark.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -349,17 +351,17 @@ def in_use(kind: str, key: dict):
         finally:
             os.close(fd)
     except OSError:
-        mark = None
+        marked = False
     try:
         yield
     finally:
-        if mark is not None:
+        if marked:
             _unlink(mark)
 
 
 # ------------------------------------------------------------------ one process builds an entry at a time
 @contextlib.contextmanager
-def build_lock(kind: str, name: str, timeout: float = 120.0):
+def build_lock(kind: str, name: str, timeout: float = 120.0) -> Iterator[bool]:
     """Holds, for the ``with`` block, a lock that other processes (and threads) building the thing
     called ``name`` wait for: one of 256 lock files ``locks/<kind>-XX.lock`` chosen by the name's
     hash (``flock``), so that of several processes making one entry at once one builds and stores it
@@ -421,7 +423,7 @@ def write_entry(kind: str, key: dict, payload: bytes) -> None:
 
 
 @contextlib.contextmanager
-def locked(path: Path):
+def locked(path: Path) -> Iterator[None]:
     """Holds an exclusive lock for ``path`` across threads and processes (``flock`` on
     ``<path>.lock`` beside it), for a read-modify-write of the file: two processes updating it at
     once each see the other's result. Creates the folder when missing.

@@ -10,6 +10,11 @@ configuration it runs: 12 s for MobileNetV2 and 76 s for DenseNet121 through PoC
 * elsewhere (a log, a pipe), only the summary, where the plan built programs for at least
   :data:`MIN_SECONDS`: ``malinn: built 37 kernel programs for 'densenet121' on DEVICE in 12.3 s``.
 
+A device that builds programs side by side (OpenCL: ``MALINN_BUILD_THREADS``) binds a launch
+before its program is built: the line counts a launch once its kernel is made, and :meth:`finish`
+waits for the last builds (``wait_for_builds``), so that a plan is whole, or raises its build error,
+when it is made.
+
 A program served from the device's memory or loaded from the program-binary cache is not built, and
 is not counted (the device counts its builds: ``Device.counters["builds"]``, and its loads,
 ``"binary_hits"``); a plan that builds nothing prints nothing. ``MALINN_PROGRESS=0`` (a switch of
@@ -22,8 +27,12 @@ import contextlib
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING, TextIO
 
 from ..environment import switch
+
+if TYPE_CHECKING:
+    from ..backends.base import Device
 
 __all__ = ["BuildProgress", "MIN_SECONDS", "reported_by_caller"]
 
@@ -59,7 +68,7 @@ class BuildProgress:
         stream: where the lines go (default: ``sys.stderr``; nothing where that is closed).
     """
 
-    def __init__(self, device, model: str, total: int, stream=None):
+    def __init__(self, device: "Device", model: str, total: int, stream: TextIO | None = None):
         self.device, self.model, self.total = device, model, int(total)
         self.stream = sys.stderr if stream is None else stream
         self.enabled = self.stream is not None and bool(switch("MALINN_PROGRESS", True))
@@ -85,15 +94,25 @@ class BuildProgress:
         """The programs loaded from the program-binary cache since the plan began."""
         return self.device.counters.get("binary_hits", 0) - self._hits
 
+    @property
+    def ready(self) -> int:
+        """The launches bound whose kernels are made (a launch whose program still builds is not)."""
+        pending = getattr(self.device, "pending", None) or {}
+        return self.done - sum(not made.done() for made in list(pending.values()))
+
     def advance(self) -> None:
         """One more launch bound: the terminal's line is drawn (once a program was built) or updated."""
         self.done += 1
+        self._update()
+
+    def _update(self) -> None:
         if not self.terminal or not self.built:
             return
         now = time.perf_counter()
-        if self._drawn and self.done < self.total and now - self._drawn_at < _REDRAW_SECONDS:
+        ready = self.ready
+        if self._drawn and ready < self.total and now - self._drawn_at < _REDRAW_SECONDS:
             return
-        self._draw(f"malinn: building kernels for {self.model!r} on {self.device.name}: {self.done}/{self.total}")
+        self._draw(f"malinn: building kernels for {self.model!r} on {self.device.name}: {ready}/{self.total}")
         self._drawn_at = now
 
     def summary(self) -> str:
@@ -106,9 +125,21 @@ class BuildProgress:
                 f"{self.device.name} in {seconds:.1f} s{cached}")
 
     def finish(self, failed: bool = False) -> None:
-        """The plan is made (or ``failed``): the terminal's line ends with the summary (left as it was
+        """The plan's launches are bound (or ``failed``): waits for the programs still building (a
+        failed plan's are forgotten), then the terminal's line ends with the summary (left as it was
         on a failure, so that the error starts a line of its own; cleared where the caller reports);
-        elsewhere the summary is printed where the builds took :data:`MIN_SECONDS` or more."""
+        elsewhere the summary is printed where the builds took :data:`MIN_SECONDS` or more.
+
+        Raises:
+            KernelBuildError: a program of the plan did not build (the line ends first).
+        """
+        wait = getattr(self.device, "wait_for_builds", None)
+        if wait is not None:
+            try:
+                wait(on_done=self._update, discard=failed)
+            except BaseException:
+                self.finish(failed=True)
+                raise
         if not self.enabled:
             return
         try:

@@ -1,0 +1,142 @@
+"""An OpenCL device's memory: buffers, uploads and downloads (mapped in place on devices that share
+memory with the host), page-locked staging arrays on discrete GPUs, zeroed buffers and images
+(the memory side of :class:`~malinn.backends.opencl.OpenCLDevice`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..environment import switch
+from ..errors import DeviceError
+from .base import ALLOCATION_HINT, Device, size_text
+from .opencl_driver import _cl, status_name
+
+__all__ = ["DeviceMemory", "zero_copy_enabled", "PINNED_MIN_BYTES", "DIRECT_MIN_BYTES"]
+
+
+def zero_copy_enabled(device: Device) -> bool:
+    """Whether buffers on ``device`` are host memory mapped in place of copied.
+
+    True on devices that share memory with the host (Mali, Adreno, CPUs), unless
+    ``MALINN_ZERO_COPY=0``: buffers are then allocated with ``CL_MEM_ALLOC_HOST_PTR`` and filled
+    and read through ``clEnqueueMapBuffer``, so no second copy of the data is made.
+    """
+    return device.host_unified_memory and switch("MALINN_ZERO_COPY", True)
+
+
+#: staging arrays below this size stay in pageable memory (see :meth:`OpenCLDevice.host_array`)
+PINNED_MIN_BYTES = 64 * 1024
+#: from this size, an unpadded input is uploaded from the caller's array: the driver's own pipelined
+#: staging of pageable memory beats a host copy into page-locked memory and its DMA (H200: 1.2 MB in
+#: 112 us against 134 us; 0.3 MB in 53 us against 48 us: benchmarks/results/transfers_nvidia_h200.json)
+DIRECT_MIN_BYTES = 1024 * 1024
+
+
+class DeviceMemory:
+    """The memory side of :class:`~malinn.backends.opencl.OpenCLDevice` (a mixin: it reads the
+    device's ``context``, ``queue``, ``counters`` and limits)."""
+
+    def alloc(self, nbytes: int, what: str):
+        cl = _cl()
+        if nbytes > self.max_allocation:
+            raise DeviceError(f"{what}: {size_text(nbytes)} exceeds the largest single allocation of "
+                              f"{self.name} ({size_text(self.max_allocation)}){ALLOCATION_HINT}")
+        flags = cl.mem_flags.READ_WRITE | (cl.mem_flags.ALLOC_HOST_PTR if zero_copy_enabled(self) else 0)
+        try:
+            return cl.Buffer(self.context, flags, max(int(nbytes), 4))
+        except cl.Error as exc:
+            raise DeviceError(f"{what}: allocating {size_text(nbytes)} on {self.name} failed "
+                              f"({status_name(exc)})") from exc
+
+    def upload(self, buffer, array, blocking: bool = True, what: str = "data", mapped: bool | None = None):
+        event = self._transfer(buffer, array, True, blocking, mapped, f"uploading {what} ({array.nbytes} bytes) to")
+        self.counters["uploads"] += 1
+        return event
+
+    def download(self, buffer, out, blocking: bool = True, what: str = "data", mapped: bool | None = None) -> None:
+        self._transfer(buffer, out, False, blocking, mapped, f"downloading {what} ({out.nbytes} bytes) from")
+        self.counters["downloads"] += 1
+
+    def _transfer(self, buffer, host, to_device: bool, blocking: bool, mapped, what: str):
+        """One copy between ``buffer`` and ``host``: through a mapping on host-unified devices when
+        blocking (unless ``mapped`` says otherwise), else a plain copy. Returns a non-blocking copy's
+        event (pyopencl's, which waits for the copy when it is freed: the caller holds it until a
+        later blocking transfer), else None."""
+        cl = _cl()
+        try:
+            if blocking and (zero_copy_enabled(self) if mapped is None else mapped):
+                flags = cl.map_flags.WRITE_INVALIDATE_REGION if to_device else cl.map_flags.READ
+                view, _ = cl.enqueue_map_buffer(self.queue, buffer, flags, 0, (host.size,), host.dtype,
+                                                is_blocking=True)
+                try:
+                    if to_device:
+                        view[...] = host.reshape(-1)
+                    else:
+                        host.reshape(-1)[...] = view
+                finally:
+                    view.base.release(self.queue)
+                self.counters["zero_copy"] += 1
+                return None
+            event = cl.enqueue_copy(self.queue, *((buffer, host) if to_device else (host, buffer)), is_blocking=blocking)
+            return None if blocking else event
+        except cl.Error as exc:
+            raise DeviceError(f"{what} {self.name} failed ({status_name(exc)})") from exc
+
+    def host_array(self, shape, what: str = "staging") -> np.ndarray:
+        """Page-locked memory on a discrete GPU: a ``CL_MEM_ALLOC_HOST_PTR`` buffer mapped once for
+        good (NVIDIA's OpenCL guide: the driver then copies it by DMA, with no staging copy of its
+        own); plain memory where the device shares the host's, for less than
+        :data:`PINNED_MIN_BYTES` (the driver copies a small pageable array as fast, without a DMA
+        setup), or with ``MALINN_PINNED=0``."""
+        nbytes = 4 * int(np.prod(shape))
+        if not self._pinned(nbytes):
+            return np.zeros(shape, np.float32)
+        cl = _cl()
+        try:
+            buffer = cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, max(nbytes, 4))
+            view, _ = cl.enqueue_map_buffer(self.queue, buffer, cl.map_flags.READ | cl.map_flags.WRITE, 0,
+                                            tuple(shape), np.float32, is_blocking=True)
+        except cl.Error as exc:
+            raise DeviceError(f"{what}: allocating {size_text(nbytes)} of page-locked host memory for "
+                              f"{self.name} failed ({status_name(exc)})") from exc
+        view[...] = 0
+        return view          # the mapping keeps the buffer alive as long as the array
+
+    def stages_input(self, nbytes: int) -> bool:
+        """True where :meth:`host_array` gives page-locked memory and the input is below
+        :data:`DIRECT_MIN_BYTES`."""
+        return self._pinned(nbytes) and nbytes < DIRECT_MIN_BYTES
+
+    def _pinned(self, nbytes: int) -> bool:
+        return not (self.host_unified_memory or nbytes < PINNED_MIN_BYTES
+                    or not switch("MALINN_PINNED", True))
+
+    def fill_zero(self, buffer, nbytes: int, what: str = "buffer") -> None:
+        cl = _cl()
+        try:   # a copy of zeros: Oclgrind 21.10 takes a clEnqueueFillBuffer'ed buffer for uninitialised
+            cl.enqueue_copy(self.queue, buffer, np.zeros(int(nbytes) // 4, np.float32), is_blocking=True)
+        except cl.Error as exc:
+            raise DeviceError(f"clearing {what} ({nbytes} bytes) on {self.name} failed ({status_name(exc)})") from exc
+
+    def image_from(self, buffer, width: int, height: int, what: str = "image"):
+        cl = _cl()
+        if not self.image_support or width > self.image2d_max_size[0] or height > self.image2d_max_size[1]:
+            raise DeviceError(f"{what}: {self.name} cannot hold a {width}x{height} image "
+                              f"(image support {self.image_support}, limit {self.image2d_max_size})")
+        try:
+            image = cl.create_image(self.context, cl.mem_flags.READ_ONLY,
+                                    cl.ImageFormat(cl.channel_order.RGBA, cl.channel_type.FLOAT),
+                                    shape=(width, height))
+            cl.enqueue_copy(self.queue, image, buffer, offset=0, origin=(0, 0), region=(width, height))
+        except cl.Error as exc:
+            raise DeviceError(f"{what}: making a {width}x{height} image on {self.name} failed "
+                              f"({status_name(exc)})") from exc
+        return image
+
+    def finish(self) -> None:
+        cl = _cl()
+        try:
+            self.queue.finish()
+        except cl.Error as exc:
+            raise DeviceError(f"{self.name} failed while finishing its queue ({status_name(exc)})") from exc
