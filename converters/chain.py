@@ -12,7 +12,7 @@ is expanded into calls of leaf layers by :func:`expand_graph`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Union
+from typing import Any, Callable, Iterator, Union
 
 from malinn.errors import ConversionError
 
@@ -65,9 +65,15 @@ class ModelNode:
     #: ``(member name, call index) -> the constant as shown``; the graph's call carries it
     #: (:attr:`~converters.model_spec.KerasCall.constant`) and the converter lists it as unsupported
     constants: dict = field(default_factory=dict)
+    #: Functional only: ``(member name, call index) -> operator arguments`` of the operators called with
+    #: a constant or options (:func:`operator_arguments`), which the graph's call carries
+    operands: dict = field(default_factory=dict)
     #: Functional only: the ``(member name, call index)`` of tf_keras calls given ``training=True``
     #: (Monte Carlo dropout, an augmentation or a BatchNormalization forced into training in predict)
     training: set = field(default_factory=set)
+    #: Functional only: ``(member name, call index) -> (argument of each reference, other arguments)``
+    #: of the calls that pass tensors by keyword or options (:func:`node_arguments`)
+    arguments: dict = field(default_factory=dict)
     #: Functional only: whether its references are Keras 3's (``__keras_tensor__`` objects), which
     #: number a nested model's calls otherwise than tf_keras's (:func:`_node_offsets`)
     keras3: bool = False
@@ -167,7 +173,8 @@ def input_layer_shape(cfg: dict) -> tuple | None:
 
 
 def _first_layer_shape(entry: dict) -> tuple | None:
-    cfg = entry.get("config") if isinstance(entry.get("config"), dict) else {}
+    given = entry.get("config")
+    cfg = given if isinstance(given, dict) else {}
     for key in ("batch_input_shape", "batch_shape"):
         shape = _shape_list(cfg.get(key))
         if shape:
@@ -180,7 +187,7 @@ def _first_layer_shape(entry: dict) -> tuple | None:
     return None
 
 
-def _parse_sequential(class_name, name, cfg, layers, source, depth) -> ModelNode:
+def _parse_sequential(class_name: str, name: Any, cfg: dict, layers: list, source: str, depth: int) -> ModelNode:
     node = ModelNode(class_name=class_name, name=name or "sequential", config=cfg, kind=SEQUENTIAL)
     input_shape = None
     for i, raw in enumerate(layers):
@@ -201,7 +208,7 @@ def _parse_sequential(class_name, name, cfg, layers, source, depth) -> ModelNode
     return node
 
 
-def _constant_operand(node: Any):
+def _constant_operand(node: Any) -> int | float | str | None:
     """The first constant among a Keras 3 node's positional arguments, else None: a number (``x * 2.0``
     saves 2.0 there beside the tensor), or an array (``x + np.array(...)`` saves a ``__numpy__``
     object; anything serialised that is not a ``__keras_tensor__``), shown by its class name."""
@@ -212,6 +219,74 @@ def _constant_operand(node: Any):
         if isinstance(value, dict) and "class_name" in value and value["class_name"] != "__keras_tensor__":
             return f"a {str(value['class_name']).strip('_')} constant"
     return None
+
+
+#: tf_keras's reference to a constant first operand of a TFOpLambda (``2.0 - x``)
+CONSTANT_VALUE = "_CONSTANT_VALUE"
+#: the keyword arguments of a TFOpLambda call that change nothing it computes
+_TF_OP_IGNORED = ("name",)
+
+
+def _constant_value(value: Any) -> Any:
+    """A constant operand as plain data (a number, or nested lists of them), or None where it is a
+    tensor reference or something else."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    if isinstance(value, dict) and value.get("class_name") in ("__numpy__", "__tensor__"):
+        inner = (value.get("config") or {}).get("value")
+        return inner if isinstance(inner, (int, float, list)) and not isinstance(inner, bool) else None
+    if isinstance(value, list) and value and not (isinstance(value[0], str)):
+        refs: list = []
+        _tensor_refs_keras2(value, refs)
+        return None if refs else value
+    return None
+
+
+def operator_arguments(member: LayerEntry, node: Any) -> dict | None:
+    """What an operator's call takes besides its tensors, where it takes anything: ``{"constant":
+    value or None, "first": whether the constant is the first operand, "options": other keyword
+    arguments}``; None for a call of tensors alone (or of a layer that is no operator).
+
+    Keras 3 writes an operation's constant among the node's ``args`` (``[tensor, 3.0]``, an array as a
+    ``__numpy__`` object); tf_keras's TFOpLambda as its ``y`` keyword, or first ``[_CONSTANT_VALUE,
+    -1, value, kwargs]``, and its other keywords (``axis``, ``approximate``) beside."""
+    if member.class_name == "TFOpLambda" and isinstance(node, list) and node and isinstance(node[0], str):
+        kwargs = dict(node[3]) if len(node) > 3 and isinstance(node[3], dict) else {}
+        constant, first = None, node[0] == CONSTANT_VALUE
+        if first:
+            constant = _constant_value(node[2] if len(node) > 2 else None)
+        elif "y" in kwargs and _constant_value(kwargs["y"]) is not None:
+            constant = _constant_value(kwargs["y"])
+        if constant is not None or first:
+            kwargs.pop("y", None)
+        options = {k: v for k, v in kwargs.items() if k not in _TF_OP_IGNORED and k != "y"}
+        if constant is None and not first and not options:
+            return None
+        return {"constant": constant, "first": first, "options": options}
+    if is_operation(member) and isinstance(node, dict):
+        args = node.get("args")
+        for i, value in enumerate(args if isinstance(args, list) else []):
+            constant = _constant_value(value)
+            if constant is not None:
+                return {"constant": constant, "first": i == 0, "options": {}}
+    return None
+
+
+def _record_operators(node: ModelNode, member: Member, nodes: list) -> None:
+    """The constant operands of ``member``'s calls (a Keras 3 operation's, shown in messages) and the
+    arguments of its operator calls (:func:`operator_arguments`)."""
+    if not isinstance(member, LayerEntry):
+        return
+    for k, (n, refs) in enumerate(zip(nodes, node.calls[member.name])):
+        if is_operation(member):
+            constant = _constant_operand(n)
+            if constant is not None and len(refs) < 2:
+                node.constants[(member.name, k)] = constant if isinstance(constant, str) else repr(constant)
+        arguments = operator_arguments(member, n)
+        if arguments is not None:
+            node.operands[(member.name, k)] = arguments
+            node.constants.setdefault((member.name, k), repr(arguments["constant"]) if arguments["constant"]
+                                      is not None else "options")
 
 
 def _tensor_refs(obj: Any, out: list) -> None:
@@ -242,6 +317,55 @@ def called_in_training(node: Any) -> bool:
                and item[3].get("training") is True for item in node if isinstance(node, list))
 
 
+def _argument_paths(obj: Any, path: str, roles: list, options: dict) -> None:
+    """The argument path (``"0"``, ``"0.1"``, ``"key"``, ``"mask.1"``) of each ``__keras_tensor__``
+    inside a Keras 3 argument, in :func:`_tensor_refs`'s order; plain values into ``options``."""
+    if isinstance(obj, dict) and obj.get("class_name") == "__keras_tensor__":
+        roles.append(path)
+    elif isinstance(obj, list) and any(isinstance(v, (dict, list)) for v in obj):
+        for i, value in enumerate(obj):
+            _argument_paths(value, f"{path}.{i}", roles, options)
+    elif path.count(".") == 0 and not path.isdigit():
+        options[path] = obj
+
+
+def node_arguments(node: Any) -> tuple:
+    """``(argument of each reference :func:`node_inputs` lists, the call's other keyword arguments)``
+    of a node of ``inbound_nodes``: positional arguments by index (``"0"``; ``"0.1"`` the second
+    tensor of a list), keyword arguments by name (``"attention_mask"``, ``"mask.1"``), so a layer
+    whose call takes several tensors (MultiHeadAttention's query, value, key, attention_mask) knows
+    which is which."""
+    roles: list = []
+    options: dict = {}
+    if isinstance(node, dict):  # Keras 3
+        for i, value in enumerate(node.get("args") or []):
+            _argument_paths(value, str(i), roles, options)
+        for name, value in (node.get("kwargs") or {}).items():
+            _argument_paths(value, str(name), roles, options)
+    elif isinstance(node, list) and node and not isinstance(node[0], str):   # Keras 2: one item per tensor
+        items = [item for item in node if isinstance(item, list) and item and isinstance(item[0], str)]
+        for i, item in enumerate(items):
+            roles.append("0" if len(items) == 1 else f"0.{i}")
+            for name, value in (item[3] if len(item) > 3 and isinstance(item[3], dict) else {}).items():
+                refs: list = []
+                _tensor_refs_keras2(value, refs)
+                if refs:
+                    roles += [str(name)] if len(refs) == 1 and not isinstance(value[0], list) else \
+                        [f"{name}.{j}" for j in range(len(refs))]
+                else:
+                    options[str(name)] = value
+    return roles, options
+
+
+def _tensor_refs_keras2(obj: Any, out: list) -> None:
+    """The ``[name, node, tensor]`` references inside a Keras 2 call's keyword argument."""
+    if isinstance(obj, list) and len(obj) >= 3 and isinstance(obj[0], str) and isinstance(obj[1], int):
+        out.append(tuple(obj[:3]))
+    elif isinstance(obj, list):
+        for value in obj:
+            _tensor_refs_keras2(value, out)
+
+
 def node_inputs(node: Any) -> list[tuple]:
     """The ``(layer name, node index, tensor index)`` a node of ``inbound_nodes`` reads."""
     refs: list[tuple] = []
@@ -249,14 +373,21 @@ def node_inputs(node: Any) -> list[tuple]:
         _tensor_refs({"args": node.get("args"), "kwargs": node.get("kwargs")}, refs)
     elif isinstance(node, list) and node and isinstance(node[0], str):
         # tf_keras's TFOpLambda: one flat reference [name, node_index, tensor_index, kwargs], whose
-        # kwargs may name the operation's other tensor ({"y": [name, 0, 0]})
-        refs.append(tuple(node[:3]))
+        # kwargs may name the operation's other tensor ({"y": [name, 0, 0]}); a constant first
+        # operand (2.0 - x) is written [_CONSTANT_VALUE, -1, value, kwargs]
+        if node[0] != CONSTANT_VALUE:
+            refs.append(tuple(node[:3]))
         if len(node) > 3:
             _tensor_refs(node[3], refs)
+            for value in (node[3].values() if isinstance(node[3], dict) else ()):
+                _tensor_refs_keras2(value, refs)
     elif isinstance(node, list):  # Keras 2: [[name, node_index, tensor_index, kwargs], ...]
         for item in node:
             if isinstance(item, list) and item and isinstance(item[0], str):
                 refs.append(tuple(item[:3]))
+                if len(item) > 3 and isinstance(item[3], dict):   # tensors passed by keyword (a value, a mask)
+                    for value in item[3].values():
+                        _tensor_refs_keras2(value, refs)
             else:
                 _tensor_refs(item, refs)
     return refs
@@ -276,7 +407,7 @@ def _endpoints(value: Any) -> list[tuple]:
     return []
 
 
-def _parse_functional(class_name, name, cfg, layers, source, depth) -> ModelNode:
+def _parse_functional(class_name: str, name: Any, cfg: dict, layers: list, source: str, depth: int) -> ModelNode:
     node = ModelNode(class_name=class_name, name=name or "model", config=cfg, kind="Functional")
     label = f"Functional model {node.name!r}"
     by_name: dict[str, int] = {}
@@ -318,12 +449,12 @@ def _parse_functional(class_name, name, cfg, layers, source, depth) -> ModelNode
             raise _fail(source, f"{label}: layer {member.name!r} has no inbound connection")
         node.calls[member.name] = [node_inputs(n) for n in nodes]
         node.training |= {(member.name, k) for k, n in enumerate(nodes) if called_in_training(n)}
+        for k, n in enumerate(nodes):
+            roles, options = node_arguments(n)
+            if len(roles) == len(node.calls[member.name][k]) and (any(not r.isdigit() for r in roles) or options):
+                node.arguments[(member.name, k)] = (tuple(roles), options)
         node.keras3 = node.keras3 or any(isinstance(n, dict) for n in nodes)
-        if is_operation(member):
-            for k, (n, refs) in enumerate(zip(nodes, node.calls[member.name])):
-                constant = _constant_operand(n)
-                if constant is not None and len(refs) < 2:
-                    node.constants[(member.name, k)] = constant if isinstance(constant, str) else repr(constant)
+        _record_operators(node, member, nodes)
         for refs in node.calls[member.name]:
             for ref in refs:
                 if ref[0] not in by_name:
@@ -355,7 +486,12 @@ def _chain(node: ModelNode, by_name: dict) -> list[int]:
     return [by_name[n] for n in order]
 
 
-def expand_graph(root: ModelNode, source: str, names: dict | None = None):
+#: the outputs a leaf layer's call may have (a Bidirectional LSTM with return_state: the output and four
+#: states); output i > 0 of call tensor ``t`` is named ``t@i``
+_MAX_LEAF_OUTPUTS = 8
+
+
+def expand_graph(root: ModelNode, source: str, names: dict | None = None) -> KerasGraph:
     """The model as one graph of leaf-layer calls, nested models expanded (each call of a nested
     model expands again: its layers are then shared). ``names``: ``id(leaf) -> the name its calls
     give it`` (:func:`leaf_names`); a leaf not in it is called by its own name.
@@ -379,11 +515,11 @@ def expand_graph(root: ModelNode, source: str, names: dict | None = None):
         return f"{label}#{counter[0]}"
 
     def call_leaf(leaf: LayerEntry, ins: list, listed: bool, constant: str | None = None,
-                  training: bool = False) -> str:
+                  training: bool = False, arguments: tuple = ((), {}), operand: dict | None = None) -> str:
         name = (names or {}).get(id(leaf), leaf.name)
         out = new_tensor(name)
         calls.append(KerasCall(layer=name, inputs=list(ins), output=out, listed=listed, constant=constant,
-                               training=training))
+                               training=training, arguments=arguments[0], options=arguments[1], operand=operand))
         return out
 
     def expand(model: ModelNode, ins: list, training: bool = False) -> list:
@@ -426,7 +562,10 @@ def expand_graph(root: ModelNode, source: str, names: dict | None = None):
                     made[(name, k, i)] = t
             else:
                 made[(name, k, 0)] = call_leaf(member, given, len(refs) > 1, model.constants.get((name, k)),
-                                               forced)
+                                               forced, model.arguments.get((name, k), ((), {})),
+                                               model.operands.get((name, k)))
+                for i in range(1, _MAX_LEAF_OUTPUTS):   # a layer's further outputs: a recurrent layer's states
+                    made[(name, k, i)] = f"{made[(name, k, 0)]}@{i}"
         if stuck:
             left = [pending[i] for i in sorted(stuck)]
             missing = sorted({r[0] for p in left for r in p[2] if key(r) not in made})
@@ -450,7 +589,7 @@ def expand_graph(root: ModelNode, source: str, names: dict | None = None):
     return KerasGraph(inputs=inputs, calls=calls, outputs=outputs, output_names=root.output_names)
 
 
-def _in_rounds(pending: list, key, made: dict) -> list:
+def _in_rounds(pending: list, key: Callable[[Any], tuple], made: dict) -> list:
     """The indices of ``pending`` calls (``(name, call index, refs)``) in the order of rounds: round 1
     holds the calls that read only what ``made`` holds already (the model's inputs), round r + 1 those
     whose last input a call of round r makes, each round in ``pending``'s order; then the calls no round
@@ -527,7 +666,7 @@ def leaves_and_graph(root: ModelNode, source: str) -> tuple[list, KerasGraph | N
         return named_leaves(list(iter_chain(root))), None
     leaves = named_leaves(list(iter_layers(root)))
     graph = expand_graph(root, source, {id(leaf): name for leaf, _, name in leaves})
-    first = {}
+    first: dict[str, int] = {}
     for i, call in enumerate(graph.calls):
         first.setdefault(call.layer, i)
     leaves.sort(key=lambda item: first.get(item[2], len(graph.calls)))
@@ -562,16 +701,17 @@ def iter_chain(node: ModelNode, trail: tuple = ()) -> Iterator[tuple[LayerEntry,
             yield member, step
 
 
-def is_operation(member) -> bool:
+def is_operation(member: Any) -> bool:
     """A Keras 3 operation on tensors in a Functional graph (``x + y`` is ``keras.src.ops.numpy.Add``):
-    not a layer, so the file lists no weights for it. Its config holds its name alone (a layer's
-    has ``trainable`` and its dtype policy too), and a ``.keras`` config its module."""
+    not a layer, so the file lists no weights for it. Its config holds its name and its own
+    arguments (``Softmax``'s axis, ``Gelu``'s approximate), never ``trainable`` or a dtype policy as
+    a layer's does, and a ``.keras`` config its module."""
     if not isinstance(member, LayerEntry):
         return False
     module = member.entry.get("module")
     if isinstance(module, str):
         return module.startswith("keras.src.ops.")
-    return set(member.config) <= {"name"}
+    return "trainable" not in member.config and "dtype" not in member.config
 
 
 def iter_leaves(node: ModelNode) -> Iterator[LayerEntry]:

@@ -22,6 +22,8 @@ stores them).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from malinn.errors import ConversionError
@@ -34,7 +36,7 @@ _FLOAT_POLICIES = frozenset({"DTypePolicy", "FloatDTypePolicy", "Policy"})
 FLOAT_POLICIES = ("float32", "float64", "float16", "bfloat16", "mixed_float16", "mixed_bfloat16")
 
 
-def policy_name(dtype) -> str | None:
+def policy_name(dtype: Any) -> str | None:
     """The policy name of a config's ``dtype`` value (``"int8_from_float32"`` for quantized ones)."""
     if isinstance(dtype, str):
         return dtype
@@ -139,7 +141,7 @@ def input_dtypes(root: ModelNode, source: str) -> tuple[str, ...]:
     return tuple(dtype_of(name, by_name.get(name, {}), root) for name in root.inputs)
 
 
-def _input_layers(model: ModelNode) -> list:
+def _input_layers(model: ModelNode) -> list[tuple[str, dict]]:
     """``[(name, config), ...]`` of a model's own InputLayers: a Functional's members; a
     Sequential's (which leaves them out of its members) from its config's layers, the first one."""
     if model.kind != SEQUENTIAL:
@@ -147,7 +149,9 @@ def _input_layers(model: ModelNode) -> list:
                 if isinstance(m, LayerEntry) and m.class_name == INPUT_LAYER]
     for entry in model.config.get("layers") or []:
         if isinstance(entry, dict) and entry.get("class_name") == INPUT_LAYER:
-            config = entry.get("config") if isinstance(entry.get("config"), dict) else {}
-            name = config.get("name") if isinstance(config.get("name"), str) else str(entry.get("name", "input"))
+            given = entry.get("config")
+            config = given if isinstance(given, dict) else {}
+            named = config.get("name")
+            name = named if isinstance(named, str) else str(entry.get("name", "input"))
             return [(name, config)]
     return []

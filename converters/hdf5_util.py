@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import h5py
 import numpy as np
@@ -11,6 +11,9 @@ import numpy as np
 from malinn.errors import ConversionError
 
 from .dtypes import is_bfloat16_storage, widen_bfloat16
+
+if TYPE_CHECKING:
+    from .limits import WeightBudget
 
 
 def to_str(value: Any) -> str:
@@ -24,7 +27,7 @@ def to_str(value: Any) -> str:
     raise TypeError(f"expected a string, got {type(value).__name__}")
 
 
-def read_str_list(group, name: str, source: str, where: str) -> list[str] | None:
+def read_str_list(group: h5py.Group, name: str, source: str, where: str) -> list[str] | None:
     """The list attribute ``name`` of ``group``, or None when absent.
 
     Keras writes lists too large for one HDF5 object header (64 KiB) as ``name0``,
@@ -82,7 +85,7 @@ def refuse_external_links(f: h5py.File, source: str) -> None:
                               "follow (a model file holds its own data)")
 
 
-def read_json_attribute(obj, name: str, source: str, limit: int):
+def read_json_attribute(obj: h5py.HLObject, name: str, source: str, limit: int) -> Any:
     """The JSON text of attribute ``name``, parsed where it is within ``limit`` bytes (a text read
     from the file is no larger than the file; parsed, a JSON text takes many times its size).
 
@@ -104,7 +107,8 @@ def read_json_attribute(obj, name: str, source: str, limit: int):
         raise ConversionError(f"{source}: its {name!r} attribute is not JSON: {exc}") from None
 
 
-def read_weight(dataset, source: str, where: str, budget=None, variable_dtype=None) -> np.ndarray:
+def read_weight(dataset: h5py.Dataset, source: str, where: str, budget: WeightBudget | None = None,
+                variable_dtype: str | None = None) -> np.ndarray:
     """A weight dataset as a C-contiguous float32 array.
 
     Args:

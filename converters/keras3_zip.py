@@ -29,6 +29,7 @@ import os
 import stat
 import zipfile
 import zlib
+from typing import Any
 
 import h5py
 
@@ -53,7 +54,7 @@ def _fail(source: str, message: str) -> ConversionError:
     return ConversionError(f"{source}: {message}")
 
 
-def _load_json(data: bytes, source: str, member: str):
+def _load_json(data: bytes, source: str, member: str) -> Any:
     try:
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:   # RecursionError: nested past json's depth
@@ -71,7 +72,7 @@ def read_keras3_zip(source: str) -> KerasModel:
     with archive:
         names = set(archive.namelist())
 
-        def read_json(member: str):
+        def read_json(member: str) -> Any:
             info = archive.getinfo(member)
             check_member(info, MAX_JSON_BYTES, "malinn's limit for a JSON member", source)
             try:
@@ -110,7 +111,7 @@ def read_keras3_dir(source: str) -> KerasModel:
             raise _fail(source, f"{member} is {kind}, not a regular file; a Keras model's folder holds files")
         return inside
 
-    def read_json(member: str):
+    def read_json(member: str) -> Any:
         size = os.path.getsize(path(member))
         if size > MAX_JSON_BYTES:
             raise _fail(source, f"{member} has {size_text(size)}, more than malinn's limit for a "
@@ -143,7 +144,7 @@ def file_kind(path: str) -> str | None:
     return "neither a file nor a folder"
 
 
-def _parse(source: str, config, metadata) -> tuple[ModelNode, str | None]:
+def _parse(source: str, config: Any, metadata: Any) -> tuple[ModelNode, str | None]:
     """The model's structure (custom objects refused) and the Keras version that wrote it."""
     version = None
     if isinstance(metadata, dict) and isinstance(metadata.get("keras_version"), str):
@@ -155,7 +156,7 @@ def _parse(source: str, config, metadata) -> tuple[ModelNode, str | None]:
     return root, version
 
 
-def _build(source: str, root: ModelNode, version: str | None, weights_file) -> KerasModel:
+def _build(source: str, root: ModelNode, version: str | None, weights_file: Any) -> KerasModel:
     dtypes = input_dtypes(root, source)
     try:
         h5 = h5py.File(weights_file, "r")
@@ -189,9 +190,15 @@ def _build(source: str, root: ModelNode, version: str | None, weights_file) -> K
 
 #: layers that wrap another one; Keras 3 saves the wrapped layer's variables under ``<wrapper>/layer/vars``
 WRAPPERS = ("TimeDistributed",)
+#: where Keras 3 saves a recurrent layer's variables under its own group (its cell's; a
+#: Bidirectional's forward layer's, then its backward layer's)
+CELL_PATHS = ("cell", "forward_layer/cell", "backward_layer/cell")
+#: where MultiHeadAttention's variables are: its projections' (query, key, value, output, in its weights'
+#: order; Keras 3 names them query_dense, tf_keras's .keras _query_dense)
+ATTENTION_PATHS = tuple(f"{prefix}{part}_dense" for part in ("query", "key", "value", "output") for prefix in ("", "_"))
 
 
-def read_weight_tree(h5: h5py.File, root: ModelNode, source: str, budget, member: str = WEIGHTS,
+def read_weight_tree(h5: h5py.File, root: ModelNode, source: str, budget: WeightBudget, member: str = WEIGHTS,
                      config: str = "the config", leaves: list | None = None) -> list[KerasLayer]:
     """Each leaf layer of ``root`` with its variables from a Keras 3-layout HDF5 file.
 
@@ -214,7 +221,8 @@ def read_weight_tree(h5: h5py.File, root: ModelNode, source: str, budget, member
             layer's name; no group for a layer of ``config`` (Keras writes one for every layer,
             an empty ``vars`` for one without weights), or weights for a layer it does not have.
     """
-    layers, claimed, memo = [], set(), {}
+    layers, claimed = [], set()
+    memo: dict = {}
     for leaf, trail, name in (named_leaves(list(iter_chain(root))) if leaves is None else leaves):
         group_path, group = _find_vars(h5, trail, leaf.name, source, member, config, memo)
         if leaf.class_name in WRAPPERS and (group is None or not len(group)):
@@ -223,13 +231,18 @@ def read_weight_tree(h5: h5py.File, root: ModelNode, source: str, budget, member
             group = h5.get(group_path) if isinstance(h5.get(group_path), h5py.Group) else None
         names, arrays = [], []
         layer_path = group_path.rsplit("/", 1)[0]
+        groups = [(group_path, group)]
+        if group is not None and not len(group):   # a recurrent layer's variables are its cell's
+            groups += [(f"{layer_path}/{sub}/vars", h5[f"{layer_path}/{sub}/vars"]) for sub in CELL_PATHS + ATTENTION_PATHS
+                       if isinstance(h5.get(f"{layer_path}/{sub}/vars"), h5py.Group)]
         if group is None and h5.get(layer_path) is None and not is_operation(leaf):
             raise _fail(
                 source,
                 f"{member} has no weights for layer {leaf.name!r} ({leaf.class_name}) of {config} "
                 f"(Keras would keep them in {layer_path}): the weights do not match",
             )
-        if group is not None:
+        for group_path, group in groups if group is not None else []:
+            assert group is not None   # the layer's group, then its cell's (each an h5py.Group)
             claimed.add(group_path.rsplit("/", 1)[0])
             keys = list(group.keys())
             try:
@@ -259,7 +272,7 @@ def read_weight_tree(h5: h5py.File, root: ModelNode, source: str, budget, member
     return layers
 
 
-def _holds_data(obj) -> bool:
+def _holds_data(obj: Any) -> bool:
     """Whether ``obj`` is a dataset or a group with one somewhere below it (walked with a list, each
     group once: groups nested thousands deep, or linked into a cycle, end the walk too)."""
     pending, seen = [obj], set()
@@ -273,7 +286,7 @@ def _holds_data(obj) -> bool:
     return False
 
 
-def _check_unclaimed(h5, model: ModelNode, prefix: str, claimed: set, source: str, member: str,
+def _check_unclaimed(h5: h5py.File, model: ModelNode, prefix: str, claimed: set, source: str, member: str,
                      config: str) -> None:
     """Refuse weights under ``layers/`` that belong to no layer of the config."""
     layers = h5.get(f"{prefix}layers")
@@ -296,7 +309,7 @@ def _check_unclaimed(h5, model: ModelNode, prefix: str, claimed: set, source: st
             )
 
 
-def _vars_name(group) -> str | None:
+def _vars_name(group: h5py.Group) -> str | None:
     if group is None or "name" not in group.attrs:
         return None
     try:
@@ -306,7 +319,7 @@ def _vars_name(group) -> str | None:
 
 
 def _find_vars(h5: h5py.File, trail: tuple, layer_name: str, source: str, member: str, config: str,
-               memo: dict | None = None):
+               memo: dict | None = None) -> tuple[str, h5py.Group | None]:
     """The ``vars`` group holding a layer's variables, or ``(path, None)`` if there is none.
 
     ``memo`` keeps, across the layers of one file, each model's saving names and each folder's

@@ -136,7 +136,7 @@ def _read_open_file(f: h5py.File, source: str) -> KerasModel:
     )
 
 
-def read_weights_group(root: ModelNode, group: h5py.Group, source: str, budget,
+def read_weights_group(root: ModelNode, group: h5py.Group, source: str, budget: WeightBudget,
                        where: str = "model_weights", config: str = "the config",
                        leaves: list | None = None) -> list[KerasLayer]:
     """Each leaf layer of ``root`` with its weights from a Keras 2-layout HDF5 group.
@@ -195,14 +195,15 @@ def _group_datasets(group: h5py.Group, source: str, layer: str, parent: str) -> 
     return out
 
 
-def _read(datasets, layer: str, config: dict, source: str, budget, parent: str) -> tuple[list, list]:
+def _read(datasets: list, layer: str, config: dict, source: str, budget: WeightBudget, parent: str) -> tuple[list, list]:
     names = [name for name, _ in datasets]
     arrays = [read_weight(obj, source, f"{parent}/{layer}/{name}", budget, variable_dtype(config))
               for name, obj in datasets]
     return names, arrays
 
 
-def _collect_weights(root: ModelNode, weights_group, layer_names, source, budget, where, config) -> dict:
+def _collect_weights(root: ModelNode, weights_group: h5py.Group, layer_names: list[str], source: str,
+                     budget: WeightBudget, where: str, config: str) -> dict:
     """``{id(leaf layer): (weight names, arrays)}`` for every leaf layer of the model: a layer of
     the top model from its own group, one of a nested model from that model's group."""
     out: dict[int, tuple[list, list]] = {}

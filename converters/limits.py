@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import math
 import zipfile
+from typing import Any
 
 from malinn.errors import ConversionError
 
-from .chain import ModelNode, iter_layers
+from .chain import LayerEntry, ModelNode, iter_layers
 from .validate import SHAPE_PRESERVING
 
 MAX_JSON_BYTES = 16 << 20   # parsed, a JSON text takes many times its size in memory
@@ -58,13 +59,13 @@ def size_text(n: int) -> str:
     return f"{n} bytes"
 
 
-def _positive_int(value) -> int | None:
+def _positive_int(value: Any) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
     return None
 
 
-def _declared_width(leaf) -> int | None:
+def _declared_width(leaf: LayerEntry) -> int | None:
     """The input width a layer's config records (Keras 3 build_config, Keras 2 batch shapes)."""
     build = leaf.entry.get("build_config")
     candidates = [build.get("input_shape") if isinstance(build, dict) else None]
@@ -91,7 +92,7 @@ def implied_weight_count(root: ModelNode) -> int | None:
         kind = leaf.class_name
         if kind == "Flatten":
             known = shape is not None and all(_positive_int(d) for d in shape)
-            shape = (math.prod(shape),) if known else None
+            shape = (math.prod(shape),) if known and shape is not None else None
             last = shape[0] if shape else None
             continue
         if kind in _WEIGHTLESS:
@@ -110,7 +111,7 @@ def implied_weight_count(root: ModelNode) -> int | None:
         elif kind in ("BatchNormalization", "LayerNormalization"):
             # over the last axis or (another axis, several axes) at most the whole sample
             known = shape is not None and all(_positive_int(d) for d in shape)
-            total += 4 * (math.prod(shape) if known else width)
+            total += 4 * (math.prod(shape) if known and shape is not None else width)
         elif kind == "PReLU" and shape is not None and all(_positive_int(d) for d in shape):
             total += math.prod(shape)
         else:
@@ -174,7 +175,7 @@ class WeightBudget:
         self.used = 0
         self.chunks = 0
 
-    def take(self, dataset, where: str) -> None:
+    def take(self, dataset: Any, where: str) -> None:
         """Count a dataset before it is read.
 
         Raises:

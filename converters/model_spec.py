@@ -69,6 +69,14 @@ class KerasCall:
     listed: bool = False
     constant: str | None = None
     training: bool = False
+    #: the argument each input was passed as (``"0"``, ``"key"``, ``"mask.1"``: converters.chain.node_arguments),
+    #: where the call passed tensors by keyword or options; empty otherwise
+    arguments: tuple = ()
+    #: the call's other keyword arguments (``use_causal_mask``), where ``arguments`` is given
+    options: dict = field(default_factory=dict)
+    #: an operator's arguments besides its tensors (converters.chain.operator_arguments): Keras 3's
+    #: ``x + 3`` and tf_keras's TFOpLambda calls given a constant or options; None for any other call
+    operand: dict | None = None
 
 
 @dataclass

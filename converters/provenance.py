@@ -26,6 +26,8 @@ told apart: Keras itself loads it as the built-in.
 
 from __future__ import annotations
 
+from typing import Any
+
 from malinn.errors import ConversionError
 
 from .chain import LayerEntry, ModelNode
@@ -36,13 +38,16 @@ KERAS_PACKAGES = ("keras", "tf_keras")
 MODEL_CLASSES = frozenset({"Sequential", "Functional", "Model"})
 #: Keys of a layer's config whose objects only matter for training.
 TRAINING_ONLY_SUFFIXES = ("_initializer", "_regularizer", "_constraint")
+#: Registered names of keras.applications' own layers, which tf_keras writes as a custom object's
+#: class name in ``.h5`` (InceptionResNetV2 registers its CustomScaleLayer under the package ``Custom``).
+APPLICATION_CLASSES = frozenset({"Custom>CustomScaleLayer"})
 #: Serialized values that are data, not code.
 DATA_CLASSES = frozenset(
     {"__keras_tensor__", "__tensor__", "__numpy__", "__bytes__", "__ellipsis__", "__slice__"}
 )
 
 
-def is_keras_module(module) -> bool:
+def is_keras_module(module: Any) -> bool:
     """True for ``keras``, ``tf_keras`` and their submodules (``keras.layers``...)."""
     return isinstance(module, str) and any(
         module == package or module.startswith(package + ".") for package in KERAS_PACKAGES
@@ -86,12 +91,12 @@ def _check_model(node: ModelNode, found: list[str]) -> None:
 
 def _class_is_own(entry: dict, model: bool) -> bool:
     class_name = entry.get("class_name")
-    if not isinstance(class_name, str) or ">" in class_name:
+    if not isinstance(class_name, str) or (">" in class_name and class_name not in APPLICATION_CLASSES):
         return False
     if "module" in entry and not is_keras_module(entry["module"]):
         return False
     registered = entry.get("registered_name")
-    if registered is not None and registered != class_name:
+    if registered is not None and registered != class_name and registered not in APPLICATION_CLASSES:
         return False
     return class_name in MODEL_CLASSES if model else True
 
@@ -122,7 +127,7 @@ def _name_is_own(name: str) -> bool:
     return "." not in name or is_keras_module(name.rsplit(".", 1)[0])
 
 
-def _check_config(value, label: str, found: list[str], key: str = "") -> None:
+def _check_config(value: Any, label: str, found: list[str], key: str = "") -> None:
     """Every serialized object (and activation name) inside a layer's config."""
     if isinstance(value, dict):
         class_name = value.get("class_name")

@@ -38,7 +38,7 @@ from .model_spec import KerasModel, version_major
 from .provenance import check_keras_own
 
 
-def read_architecture(path: str):
+def read_architecture(path: str) -> dict:
     """The JSON object of an architecture file (``model.to_json()``), checked for size.
 
     Raises:
@@ -141,7 +141,7 @@ def read_split(architecture: str, weights: str) -> KerasModel:
     )
 
 
-def _attr_text(f, key: str) -> str | None:
+def _attr_text(f: h5py.File, key: str) -> str | None:
     try:
         return to_str(f.attrs[key]) if key in f.attrs else None
     except (TypeError, UnicodeDecodeError):

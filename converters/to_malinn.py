@@ -20,16 +20,19 @@ activation is collected and reported in one ``ConversionError``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from malinn.errors import ConversionError
-from malinn.layers.base import placeholders, weights_to_be_loaded
+from malinn.layers.base import Layer, placeholders, weights_to_be_loaded
 from malinn.layers.keras_config import SUPPORTED_ACTIVATIONS, KerasContext, NotConvertible
+from malinn.layers.operators import operator_layer
 from malinn.plan.tensor import format_shape
 from malinn.registry import lookup, names
 
 from .dtypes import FLOAT_POLICIES, policy_problem
-from .model_spec import KerasGraph, KerasLayer, KerasModel
+from .model_spec import KerasCall, KerasGraph, KerasLayer, KerasModel
 
 __all__ = ["to_model", "supported_layers", "SUPPORTED_ACTIVATIONS", "WRAPPERS"]
 
@@ -44,7 +47,7 @@ def supported_layers() -> list:
     return sorted(declared + list(WRAPPERS))
 
 
-def to_model(km: KerasModel):
+def to_model(km: KerasModel) -> Any:
     """Builds the malinn model for ``km``.
 
     Args:
@@ -91,7 +94,25 @@ class _Conversion:
         self._weighted: set = set()    # the layers given the file's weights
         self._inputs()
         by_name = {kl.name: kl for kl in km.layers}
+        readers: dict = {}
+        for c in graph.calls:
+            for t, argument in zip(c.inputs, c.arguments or ("",) * len(c.inputs)):
+                # a wrapper's mask argument is dropped (its layer hands the input's mask on)
+                wrapped = by_name[c.layer].class_name in WRAPPERS and _is_mask_argument(argument)
+                wrapped = wrapped or _same_mask_twice(c, by_name[c.layer])
+                readers.setdefault(t, []).append(_MaskReader if wrapped else _keras_class(by_name[c.layer].class_name))
         for call in graph.calls:
+            if _same_mask_twice(call, by_name[call.layer]) and call.inputs[0] in self.tensors and \
+                    all(getattr(cls, "keras_takes_mask", False) for cls in readers.get(call.output) or [None]):
+                # Keras 3's mask of a merge of inputs of one mask: that mask OR (AND) itself
+                self.tensors[call.output] = self.tensors[call.inputs[0]]
+                continue
+            if _mask_of_indices(call, by_name[call.layer], readers.get(call.output)):
+                # Keras 3's mask of an Embedding, not_equal(x, 0), handed to the layers that take a mask:
+                # x itself is that mask to them (a step is kept where its value is not 0)
+                if call.inputs[0] in self.tensors:
+                    self.tensors[call.output] = self.tensors[call.inputs[0]]
+                continue
             self._call(call, by_name[call.layer])
         if self.unsupported:
             raise ConversionError(
@@ -114,10 +135,13 @@ class _Conversion:
                 raise ConversionError(f"{self.km.source}: {exc}") from None
             self._ranks[tensor] = 1 + len(shape)
 
-    def _call(self, call, kl: KerasLayer) -> None:
+    def _call(self, call: KerasCall, kl: KerasLayer) -> None:
         """Converts one call: the layer (on its first call), its output tensor, the file's weights."""
         self._ranks[call.output] = self._ranks.get(call.inputs[0], 2)
         cls = _keras_class(kl.class_name)
+        if call.operand is not None:   # x + 3, a TFOpLambda given a constant or options
+            self._operator(call, kl)
+            return
         if call.constant is not None:
             self.unsupported.append(f"{kl.class_name} {kl.name!r} with a constant operand ({call.constant}: malinn "
                                     "runs Keras operators on two tensors only; a layer may do it: x * c + d is "
@@ -147,9 +171,18 @@ class _Conversion:
             if layer is None or not all(t in self.tensors for t in call.inputs):
                 return   # after an unsupported layer, what reads it is only checked for its class
             given = [self.tensors[t] for t in call.inputs]
+            listed = call.listed
+            if kl.class_name in WRAPPERS and call.arguments:   # TimeDistributed(layer)(x, mask=m): m passes on
+                given = [g for g, a in zip(given, call.arguments) if not _is_mask_argument(a)]
+                listed = listed and len(given) > 1
             try:
                 with weights_to_be_loaded():   # placeholders, which the file's weights replace once checked
-                    out = layer(given if call.listed else given[0])
+                    keras_call = getattr(layer, "keras_call", None)
+                    if keras_call is not None:   # a layer of several named inputs (MultiHeadAttention)
+                        out = keras_call(dict(zip(call.arguments or [str(i) for i in range(len(given))], given)),
+                                         dict(call.options))
+                    else:
+                        out = layer(given if listed else given[0])
             except ValueError as exc:
                 if not call.listed:
                     raise
@@ -157,7 +190,10 @@ class _Conversion:
                 why = str(exc).removeprefix(f"{kl.class_name} {kl.name!r}: ")
                 self.unsupported.append(f"{kl.class_name} {kl.name!r} ({why})")
                 return
-            self.tensors[call.output], self._ranks[call.output] = out, len(out.shape)
+            outs = out if isinstance(out, list) else [out]   # a recurrent layer's output and states
+            for i, one in enumerate(outs):
+                name = call.output if i == 0 else f"{call.output}@{i}"
+                self.tensors[name], self._ranks[name] = one, len(one.shape)
             if kl.name not in self._weighted:   # once, after the first call built it
                 self._weighted.add(kl.name)
                 _set_file_weights(layer, layer.from_keras_weights([np.asarray(w, np.float32) for w in kl.weights]),
@@ -170,20 +206,66 @@ class _Conversion:
             raise ConversionError(f"{self.km.source}: layer {kl.name!r} ({kl.class_name}) has a config malinn cannot "
                                   f"use: {exc}") from None
 
-    def _layer(self, kl: KerasLayer, shape: tuple):
+    def _operator(self, call: KerasCall, kl: KerasLayer) -> None:
+        """Converts one call of an operator given a constant or options (``call.operand``): the layer
+        :func:`~malinn.layers.operators.operator_layer` makes of it, called on the call's tensors."""
+        if not all(t in self.tensors for t in call.inputs):
+            return   # after an unsupported layer
+        given = [self.tensors[t] for t in call.inputs]
+        keras = KerasContext(class_name=kl.class_name, name=kl.name, keras_major=self.km.keras_major,
+                             input_shape=tuple(given[0].shape), has_weights=False)
+        try:
+            layer = self.made.get(kl.name) or operator_layer(kl.config or {}, call.operand or {}, keras)
+            self.made[kl.name] = layer
+            out = layer(given if len(given) > 1 else given[0])
+        except NotConvertible as exc:
+            self.unsupported.append(_refusal(keras, exc))
+            return
+        except ValueError as exc:
+            raise ConversionError(f"{self.km.source}: layer {kl.name!r} ({kl.class_name}): {exc}") from None
+        self.tensors[call.output], self._ranks[call.output] = out, len(out.shape)
+
+    def _layer(self, kl: KerasLayer, shape: tuple) -> Layer | None:
         """The malinn layer for one Keras layer called on ``shape`` (None, with a line in
         ``unsupported``, where there is none)."""
         keras = KerasContext(class_name=kl.class_name, name=kl.name, keras_major=self.km.keras_major,
                              input_shape=tuple(shape), has_weights=bool(kl.weights))
         try:
             if kl.class_name in WRAPPERS:
-                return _time_distributed(kl.config or {}, keras)
+                layer = _time_distributed(kl.config or {}, keras)
+                layer.keras_passes_mask = True   # Keras's TimeDistributed hands its input's mask on
+                return layer
             return _convert(kl.config or {}, keras)
         except NotConvertible as exc:
             self.unsupported.append(_refusal(keras, exc))
         except _Refused as exc:
             self.unsupported.append(str(exc))
         return None
+
+
+def _mask_of_indices(call: KerasCall, kl: KerasLayer, readers: list | None) -> bool:
+    """Whether ``call`` is Keras 3's ``not_equal(x, 0)`` that only layers taking a mask read (as
+    their mask: ``keras_takes_mask``)."""
+    return (kl.class_name == "NotEqual" and call.constant in ("0", "0.0") and readers is not None and bool(readers)
+            and all(getattr(cls, "keras_takes_mask", False) for cls in readers))
+
+
+def _same_mask_twice(call: KerasCall, kl: KerasLayer) -> bool:
+    """Whether ``call`` is Keras 3's ``logical_or`` (``logical_and``) of a mask and itself, the mask
+    a merge's output gets from inputs of one mask."""
+    return kl.class_name in ("LogicalOr", "LogicalAnd") and len(call.inputs) == 2 and \
+        call.inputs[0] == call.inputs[1] and call.constant is None and call.operand is None
+
+
+def _is_mask_argument(argument: str) -> bool:
+    """Whether a call's argument is Keras's ``mask`` (``"mask"``, ``"mask.1"``)."""
+    return argument == "mask" or argument.startswith("mask.")
+
+
+class _MaskReader:
+    """Stands for a reader that takes a mask argument and drops it (a wrapper's)."""
+
+    keras_takes_mask = True
 
 
 class _Refused(Exception):
@@ -195,7 +277,7 @@ def _refusal(keras: KerasContext, exc: NotConvertible) -> str:
     return f"{keras.class_name} {keras.name!r}" + (f" {why}" if why else "")
 
 
-def _keras_class(class_name: str):
+def _keras_class(class_name: str) -> type[Layer] | None:
     """The malinn layer class that converts Keras's ``class_name``, or None."""
     try:
         return lookup("keras", class_name)
@@ -203,7 +285,7 @@ def _keras_class(class_name: str):
         return None
 
 
-def _convert(config: dict, keras: KerasContext):
+def _convert(config: dict, keras: KerasContext) -> Layer:
     """The layer ``keras.class_name``'s malinn class makes of ``config``.
 
     Raises:
@@ -217,7 +299,7 @@ def _convert(config: dict, keras: KerasContext):
     return cls.from_keras_config(config, keras)
 
 
-def _time_distributed(config: dict, keras: KerasContext):
+def _time_distributed(config: dict, keras: KerasContext) -> Layer:
     """The layer ``TimeDistributed(inner)`` stands for on its ``(batch, time, ...)`` input: the inner
     layer's class says it (``from_keras_time_distributed``).
 
@@ -241,10 +323,10 @@ def _time_distributed(config: dict, keras: KerasContext):
     return layer
 
 
-def _sequential(km: KerasModel, sample: tuple, conversion: _Conversion):
+def _sequential(km: KerasModel, sample: tuple, conversion: _Conversion) -> Any:
     """The ``Sequential`` of a chain's converted layers, affine layers folded into a neighbouring
     Dense and each inference no-op's name given to the layer before it."""
-    built = []            # [malinn layer, keras names]
+    built: list = []      # [malinn layer, keras names]
     for call in conversion.graph.calls:
         layer = conversion.made.get(call.layer)
         if layer is None:   # an inference no-op
@@ -277,7 +359,7 @@ def _sequential(km: KerasModel, sample: tuple, conversion: _Conversion):
 def _fold_into_next_dense(built: list) -> list:
     """A layer that only scales each feature of the last axis (no shift), right before a Dense, is
     folded into that Dense's kernel; its Keras names go with the Dense."""
-    out = []
+    out: list = []
     for layer, keras_names in built:
         if out and type(layer).__name__ == "Dense":
             affine = getattr(out[-1][0], "feature_affine", lambda: None)()
@@ -287,7 +369,7 @@ def _fold_into_next_dense(built: list) -> list:
     return out
 
 
-def _functional(km: KerasModel, conversion: _Conversion):
+def _functional(km: KerasModel, conversion: _Conversion) -> Any:
     """The ``Functional`` of a graph's converted layers (an Identity layer computes each output of
     a graph of inputs and inference no-ops only)."""
     graph, tensors = conversion.graph, conversion.tensors
@@ -300,10 +382,9 @@ def _functional(km: KerasModel, conversion: _Conversion):
                 identities[id(t)] = lookup("layer", "Identity")(name=f"{t.name}_identity")(t)
             outputs[i] = identities[id(t)]
     try:
-        if graph.output_names:
-            outputs = dict(zip(graph.output_names, outputs))
+        named = dict(zip(graph.output_names, outputs)) if graph.output_names else None
         return lookup("model", "Functional")(inputs if len(inputs) > 1 else inputs[0],
-                                             outputs if isinstance(outputs, dict) or len(outputs) > 1 else outputs[0],
+                                             named if named is not None else outputs if len(outputs) > 1 else outputs[0],
                                              name=km.name or "functional")
     except ValueError as exc:
         raise ConversionError(f"{km.source}: {exc}") from None
@@ -319,7 +400,7 @@ def _check_policies(km: KerasModel) -> None:
                               f"float policies ({', '.join(FLOAT_POLICIES)}) and int8-quantized Dense layers")
 
 
-def _set_source(model, km: KerasModel) -> None:
+def _set_source(model: Any, km: KerasModel) -> None:
     """``model.source``: the Keras file (the architecture of a split form, its weights file beside)."""
     model.source = {"file": str(km.files[0] if km.files else km.source), "format": km.format,
                     "keras_version": km.keras_version}
@@ -327,7 +408,7 @@ def _set_source(model, km: KerasModel) -> None:
         model.source["weights"] = str(km.files[1])
 
 
-def _set_file_weights(layer, weights: list, shape: tuple) -> None:
+def _set_file_weights(layer: Layer, weights: list, shape: tuple) -> None:
     """Gives ``layer``, built on inputs of ``shape`` with placeholder weights (which take no memory),
     the file's ``weights``, once it is clear that its config asks for no more than the file holds:
     every size a config declares (a kernel's, from its input shape, units, filters, kernel size) is
@@ -353,7 +434,7 @@ def _set_file_weights(layer, weights: list, shape: tuple) -> None:
         raise ValueError(f"the file holds no value for its {', '.join(missing)}")
 
 
-def _with_batch(shape) -> str:
+def _with_batch(shape: tuple | None) -> str:
     """One sample's ``shape`` as Keras shows the input's: ``(None, None, 4)`` (the batch axis first, so
     that an unknown axis of the sample does not look like the batch's)."""
     return "unknown" if shape is None else str((None,) + tuple(shape))
@@ -369,4 +450,4 @@ def _chain_input_shape(km: KerasModel) -> tuple:
             raise ConversionError(f"{km.source}: the model's input shape {_with_batch(shape)} is not fully known; "
                                   "malinn needs every axis but the batch to be fixed")
         return (int(first_dense.weights[0].shape[0]),)
-    return tuple(int(d) for d in shape)
+    return tuple(int(d) for d in shape if d is not None)   # every axis is known (checked above)

@@ -60,7 +60,7 @@ def _known_last(shape):
     return shape[-1]
 
 
-def _check_layer(model: KerasModel, layer: KerasLayer, shape):
+def _check_layer(model: KerasModel, layer: KerasLayer, shape: tuple | None) -> tuple | None:
     kind = layer.class_name
     if kind == "Dense":
         return _check_dense(model, layer, shape)
@@ -76,7 +76,7 @@ def _check_layer(model: KerasModel, layer: KerasLayer, shape):
     return None
 
 
-def _check_dense(model: KerasModel, layer: KerasLayer, shape):
+def _check_dense(model: KerasModel, layer: KerasLayer, shape: tuple | None) -> tuple | None:
     cfg = layer.config
     units = cfg.get("units")
     if not isinstance(units, int) or isinstance(units, bool) or units < 1:
@@ -124,7 +124,7 @@ def _check_dense(model: KerasModel, layer: KerasLayer, shape):
     return tuple(shape[:-1]) + (units,)
 
 
-def _check_batchnorm(model: KerasModel, layer: KerasLayer, shape) -> None:
+def _check_batchnorm(model: KerasModel, layer: KerasLayer, shape: tuple | None) -> None:
     cfg = layer.config
     center, scale = _flag(cfg, "center"), _flag(cfg, "scale")
     names = (["gamma"] if scale else []) + (["beta"] if center else []) + [

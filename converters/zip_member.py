@@ -17,8 +17,12 @@ import struct
 import tempfile
 import zipfile
 import zlib
+from typing import IO, TYPE_CHECKING
 
 from malinn.errors import ConversionError
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 _LOCAL_HEADER = struct.Struct("<4s5H3L2H")
 _CHUNK = 1 << 20
@@ -27,7 +31,7 @@ _CHUNK = 1 << 20
 class _Window(io.RawIOBase):
     """Bytes ``[start, start + size)`` of an open binary file, as a read-only seekable file."""
 
-    def __init__(self, fh, start: int, size: int):
+    def __init__(self, fh: io.BufferedReader, start: int, size: int):
         super().__init__()
         self._fh, self._start, self._size, self._pos = fh, start, size, 0
 
@@ -45,12 +49,13 @@ class _Window(io.RawIOBase):
         self._pos = max(0, base + offset)
         return self._pos
 
-    def readinto(self, buffer) -> int:
-        count = max(0, min(len(buffer), self._size - self._pos))
+    def readinto(self, buffer: Buffer) -> int:
+        view = memoryview(buffer)
+        count = max(0, min(len(view), self._size - self._pos))
         if count == 0:
             return 0
         self._fh.seek(self._start + self._pos)
-        got = self._fh.readinto(memoryview(buffer)[:count])
+        got = self._fh.readinto(view[:count])
         self._pos += got
         return got
 
@@ -60,7 +65,7 @@ class _Window(io.RawIOBase):
         super().close()
 
 
-def open_member(source: str, archive: zipfile.ZipFile, info: zipfile.ZipInfo):
+def open_member(source: str, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> IO[bytes] | io.RawIOBase:
     """``info``'s member of the archive at ``source``, as a seekable binary file to close.
 
     Raises:

@@ -7,7 +7,8 @@
  * (-D defines with the defaults below). OpenCL C 1.2.
  *
  *   merge   R = ACTIVATION(OP(R, A) / DIVISOR), in place on R (the merge's first operand, or its
- *           running result): OP is op_add, op_sub (R - A), op_rsub (A - R), op_mul, op_max, op_min (a
+ *           running result): OP is op_add, op_sub (R - A), op_rsub (A - R), op_mul, op_div (R / A),
+ *           op_rdiv (A / R), op_max, op_min (a
  *           NaN operand gives NaN, as tf.maximum and tf.minimum; OpenCL's fmax and fmin would give
  *           the other) or op_copy (A); DIVISOR is the input count for Average on its last step (else 1.0f);
  *           ACTIVATION an act_<name> macro of activations.clh (prepended by the runtime), reading
@@ -85,6 +86,8 @@
 #define op_sub(x, y)  ((x) - (y))
 #define op_rsub(x, y) ((y) - (x))
 #define op_mul(x, y)  ((x) * (y))
+#define op_div(x, y)  ((x) / (y))
+#define op_rdiv(x, y) ((y) / (x))
 float merge_max(float x, float y) { return isnan(x) || isnan(y) ? x + y : fmax(x, y); }
 float merge_min(float x, float y) { return isnan(x) || isnan(y) ? x + y : fmin(x, y); }
 #define op_max(x, y)  merge_max((x), (y))

@@ -11,7 +11,7 @@ package imports its classes on first use (:mod:`malinn`): it gives the registry 
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 __all__ = ["register", "lookup", "names", "complete_with"]
 
@@ -39,7 +39,7 @@ def register(kind: str, cls: type, name: str | None = None) -> None:
     _CLASSES[kind][name or cls.__name__] = cls
 
 
-def lookup(kind: str, name: str) -> type:
+def lookup(kind: str, name: str) -> type[Any]:
     """The ``kind`` class registered as ``name``.
 
     Raises:

@@ -99,7 +99,7 @@ CUSTOM_MODELS = {
 }
 #: Keras 3 layers whose constructor arguments the zoo records (``manifest["keras3_layer_arguments"]``):
 #: the window layers, whose configs the converter passes on key by key.
-ARGUMENT_LAYERS = ["Conv1D", "Conv2D", "DepthwiseConv2D", "SeparableConv2D", "MaxPooling1D", "MaxPooling2D",
+ARGUMENT_LAYERS = ["Conv1D", "Conv2D", "Conv1DTranspose", "Conv2DTranspose", "DepthwiseConv2D", "SeparableConv2D", "MaxPooling1D", "MaxPooling2D",
                    "AveragePooling1D", "AveragePooling2D", "GlobalMaxPooling1D", "GlobalMaxPooling2D",
                    "GlobalAveragePooling1D", "GlobalAveragePooling2D", "ZeroPadding1D", "ZeroPadding2D",
                    "Cropping1D", "Cropping2D", "UpSampling1D", "UpSampling2D"]
@@ -699,11 +699,11 @@ class Zoo:
     # ------------------------------------------------------------------ error models
     def build_errors(self):
         L = self.L
-        # Supported layers around unsupported ones: Masking, Conv1DTranspose, LSTM and a Dense with
-        # an activation malinn does not have.
+        # Supported layers around unsupported ones: Masking, ConvLSTM1D, the generic RNN wrapper of a
+        # cell and a Dense with an activation malinn does not have.
         layers = [L.Dense(12, name="ok_dense"), L.Masking(name="bad_masking"),
-                  L.Reshape((3, 4), name="ok_reshape"), L.Conv1DTranspose(4, 2, name="bad_conv"),
-                  L.LSTM(5, name="bad_lstm"), L.Dense(3, activation="log_softmax", name="bad_logsm"),
+                  L.Reshape((3, 4, 1), name="ok_reshape"), L.ConvLSTM1D(4, 2, name="bad_conv"),
+                  L.RNN(L.LSTMCell(5), name="bad_lstm"), L.Dense(3, activation="log_softmax", name="bad_logsm"),
                   L.Activation("relu", name="ok_relu")]
         model = self.sequential((12,), layers, "unsupported")
         self.randomize(model, 7)

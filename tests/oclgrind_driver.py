@@ -130,8 +130,12 @@ def run_case(case, device, library, rng):
         return run_model(case, device, rng)
     if op == "graph":
         return run_graph(case, device, rng)
+    if op == "attention":
+        return run_attention(case, device, rng)
     if op == "layer":
         return run_layer(case, device, rng)
+    if op == "recurrent":
+        return run_recurrent(case, device, rng)
     if op == "window":
         return run_window(case, device, rng)
     layout = case.get("layout") or case.get("src")
@@ -207,6 +211,42 @@ def _layer_reference(layer, x):
     raise ValueError(f"no reference for {kind}")
 
 
+def run_attention(case, device, rng):
+    """MultiHeadAttention (a separate key, an attention mask with a query that may attend to nothing,
+    causal) and AdditiveAttention (query and value masks) on odd shapes, against numpy."""
+    from layers.test_attention import attention_reference, mha_reference
+
+    import malinn
+
+    batch, tq, tv = case["batch"], case["tq"], case["tv"]
+    q_in, v_in, k_in, m_in = malinn.Input((tq, 5)), malinn.Input((tv, 3)), malinn.Input((tv, 4)), malinn.Input((tq, tv))
+    mha = malinn.layers.MultiHeadAttention(3, 2, value_dim=3, mask_mode=case["mode"])
+    additive = malinn.layers.AdditiveAttention()
+    qm_in, vm_in = malinn.Input((tq,)), malinn.Input((tv,))
+    y = mha(q_in, v_in, key=k_in, attention_mask=m_in, use_causal_mask=True)
+    model = malinn.Functional([q_in, v_in, k_in, m_in], y)
+    mha.set_weights([rng.standard_normal(w.shape).astype(np.float32) for w in mha.get_weights()])
+    xs = [rng.standard_normal((batch, tq, 5)), rng.standard_normal((batch, tv, 3)),
+          rng.standard_normal((batch, tv, 4)), (rng.random((batch, tq, tv)) > 0.4)]
+    xs = [x.astype(np.float32) for x in xs]
+    xs[3][0, 0] = 0
+    got = model.predict(xs, verbose=0)
+    result = _error(got, mha_reference(mha, *(x.astype(np.float64) for x in xs[:3]), mask=xs[3]))
+    a_in, b_in = malinn.Input((tq, 3)), malinn.Input((tv, 3))
+    z = additive([a_in, b_in], mask=[qm_in, vm_in], use_causal_mask=True)
+    second = malinn.Functional([a_in, b_in, qm_in, vm_in], z)
+    additive.set_weights([rng.standard_normal(w.shape).astype(np.float32) for w in additive.get_weights()])
+    ys = [rng.standard_normal((batch, tq, 3)), rng.standard_normal((batch, tv, 3)),
+          rng.random((batch, tq)) > 0.3, rng.random((batch, tv)) > 0.3]
+    ys = [y.astype(np.float32) for y in ys]
+    other = _error(second.predict(ys, verbose=0),
+                   attention_reference(additive, ys[0].astype(np.float64), ys[1].astype(np.float64),
+                                       q_mask=ys[2], v_mask=ys[3]))
+    if "exception" in other or other["error"] > result.get("error", 0):
+        result = other if "exception" in other else {**result, "error": other["error"]}
+    return result
+
+
 def run_layer(case, device, rng):
     """One issue-10 layer on odd samples, first or after a Dense run by morton_4_2 (blocked layout)."""
     from malinn import Sequential, layers
@@ -235,6 +275,43 @@ def run_layer(case, device, rng):
     finally:
         kernel_choice.forget(device)
     return _error(got, _layer_reference(layer, h))
+
+
+def run_recurrent(case, device, rng):
+    """Embedding (7 indices, 3 features) then one recurrent layer of 3 units over 4 steps, batch 2,
+    against tests/layers/recurrent_reference.py; ``masked``: mask_zero, the second sample all 0."""
+    import malinn
+    from malinn import layers
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "layers"))
+    import recurrent_reference as ref
+
+    cell, options = case["cell"], dict(case["options"])
+    cls = {"simple_rnn": layers.SimpleRNN, "lstm": layers.LSTM, "gru": layers.GRU}[cell]
+    emb, rnn = layers.Embedding(7, 3, mask_zero=case["masked"]), cls(3, **options)
+    x = malinn.Input((4,))
+    model = malinn.Functional(x, rnn(emb(x)))
+    table = rng.standard_normal((7, 3)).astype(np.float32)
+    emb.set_weights([table])
+    weights = [rng.uniform(-0.6, 0.6, w.shape).astype(np.float32) for w in rnn.get_weights()]
+    rnn.set_weights(weights)
+    xs = rng.integers(1, 7, (2, 4)).astype(np.float32)
+    if case["masked"]:
+        xs[0, 1], xs[1] = 0, 0
+    if case.get("bidirectional"):   # Bidirectional(merge_mode="sum"): the backward sequence flipped by the kernel
+        bi = layers.Bidirectional(cls(3, **options), merge_mode="sum")
+        model = malinn.Functional(x, bi(emb(x)))
+        weights = [rng.uniform(-0.6, 0.6, w.shape).astype(np.float32) for w in bi.get_weights()]
+        bi.set_weights(weights)
+        half, zero = len(weights) // 2, bool(options.get("return_sequences"))
+        e, mask = ref.embedding(xs, table), xs if case["masked"] else None
+        forward = ref.recurrent(cell, e, *weights[:half], mask=mask, zero_output_for_mask=zero, **options)[0]
+        backward = ref.recurrent(cell, e, *weights[half:], mask=mask, zero_output_for_mask=zero, go_backwards=True,
+                                 **options)[0]
+        return _error(model.predict(xs, verbose=0), forward + (backward[:, ::-1] if zero else backward))
+    want = ref.recurrent(cell, ref.embedding(xs, table), *weights, mask=xs if case["masked"] else None,
+                         **options)[0]
+    return _error(model.predict(xs, verbose=0), want)
 
 
 def run_model(case, device, rng):
@@ -332,6 +409,9 @@ def run_window(case, device, rng):
         elif name == "Cropping2D":
             (t, b), (l, r) = layer.cropping
             h = h[:, t:h.shape[1] - b, l:h.shape[2] - r]
+        elif name in ("Conv2DTranspose", "Resizing") or getattr(layer, "interpolation", "nearest") != "nearest":
+            from layers.upsampling_references import layer_reference
+            h = layer_reference(layer, h, w)
         elif name == "UpSampling2D":
             h = h.repeat(layer.size[0], axis=1).repeat(layer.size[1], axis=2)
         else:

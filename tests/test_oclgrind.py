@@ -374,13 +374,40 @@ def window_cases() -> list[dict]:
                              ["UpSampling2D", {"size": [2, 3]}], ["Cropping2D", {"cropping": [[1, 0], [2, 1]]}],
                              ["AveragePooling2D", {"pool_size": 3, "strides": 2, "padding": "same"}],
                              ["GlobalAveragePooling2D", {}]], "cost": 10000})
+    cases.append({"op": "window", "input": [4, 3, 5], "batch": 2, "cost": 10000,   # transposed convolution, resizing
+                  "kernels": LIB.codenames("conv_transpose") + LIB.codenames("resize"),
+                  "layers": [["Conv2DTranspose", {"filters": 3, "kernel_size": 3, "strides": 2, "padding": "same",
+                                                  "output_padding": 1, "activation": "relu"}],
+                             ["Resizing", {"height": 5, "width": 9}],
+                             ["UpSampling2D", {"size": 2, "interpolation": "bilinear"}],
+                             ["Resizing", {"height": 3, "width": 4, "interpolation": "nearest"}]]})
     cases.append({"op": "window", "input": [5, 4, 3], "batch": 2, "kernels": LIB.codenames("pool"),   # NAN_PROPAGATES 1
                   "layers": [["GlobalMaxPooling2D", {}]], "cost": 2000})
     return cases
 
 
+def attention_cases() -> list[dict]:
+    """MultiHeadAttention and AdditiveAttention with every mask (tests/oclgrind_driver.py run_attention):
+    a query that may attend to nothing in each mask mode, one step and odd lengths."""
+    return [{"op": "attention", "batch": batch, "tq": tq, "tv": tv, "mode": mode, "kernels": ["attention"],
+             "cost": 20000} for batch, tq, tv, mode in ((2, 3, 5, "lowest"), (1, 1, 1, "zeroed"), (3, 4, 2, "added"))]
+
+
+def recurrent_cases() -> list[dict]:
+    """Embedding and each recurrent cell on odd sizes (tests/oclgrind_driver.py run_recurrent); the
+    masked ones after Embedding(mask_zero=True), a sample of masked steps only among them."""
+    cells = (("simple_rnn", {"go_backwards": True}), ("lstm", {"return_sequences": True}), ("gru", {}),
+             ("gru", {"reset_after": False, "return_sequences": True}))
+    return [{"op": "recurrent", "cell": cell, "options": options, "masked": masked,
+             "kernels": ["embedding_gather", "recurrent_masked" if masked else "recurrent"], "cost": 20000}
+            for (cell, options), masked in zip(cells + cells[1:2], (False,) * 4 + (True,))] + [
+        {"op": "recurrent", "cell": "lstm", "options": {"return_sequences": True}, "masked": True,
+         "bidirectional": True, "kernels": ["embedding_gather", "recurrent_masked"], "cost": 20000}]
+
+
 def all_cases() -> list[dict]:
-    return matmul_cases() + elementwise_cases() + model_cases() + layer_cases() + window_cases() + graph_cases()
+    return (matmul_cases() + elementwise_cases() + model_cases() + layer_cases() + window_cases() + graph_cases()
+            + attention_cases() + recurrent_cases())
 
 
 # --------------------------------------------------------------------------------- running

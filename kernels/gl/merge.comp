@@ -1,6 +1,7 @@
 /* An element-wise merge step in place on R (Add, Subtract, Multiply, Average, Maximum, Minimum of
  * a Functional graph), any layouts: the GLSL ES 3.10 twin of merge.cl (read it for the design).
  *   R = ACTIVATION(OP(R, A) / DIVISOR); OP is op_add, op_sub (R - A), op_rsub (A - R), op_mul,
+ *   op_div (R / A), op_rdiv (A / R),
  *   op_max, op_min (a NaN operand gives NaN, as tf.maximum and tf.minimum) or op_copy (A);
  *   ACTIVATION an act_<name> of activations.glsl reading p0..p3. BROADCAST=1 reads A with NumPy
  *   broadcasting: D1..D8 are R's sample axes (1 past its rank), S0..S8 A's strides in its own
@@ -77,6 +78,8 @@ float malinn_fmin(float x, float y) { return (isnan(x) || isnan(y)) ? x + y : mi
 #define op_sub(x, y)  ((x) - (y))
 #define op_rsub(x, y) ((y) - (x))
 #define op_mul(x, y)  ((x) * (y))
+#define op_div(x, y)  ((x) / (y))
+#define op_rdiv(x, y) ((y) / (x))
 #define op_max(x, y)  malinn_fmax((x), (y))
 #define op_min(x, y)  malinn_fmin((x), (y))
 #define op_copy(x, y) (y)

@@ -1,11 +1,17 @@
 """Layers: the Keras-shaped building blocks of a malinn model."""
 
 from .activation import ELU, Activation, LeakyReLU, PReLU, ReLU, Softmax, ThresholdedReLU
+from .attention import AdditiveAttention, Attention, MultiHeadAttention
 from .base import Layer
+from .bidirectional import Bidirectional
 from .convolution import Conv1D, Conv2D, DepthwiseConv2D, SeparableConv2D
+from .convolution_transpose import Conv1DTranspose, Conv2DTranspose
 from .dense import Dense
+from .embedding import Embedding
+from .group_normalization import GroupNormalization
 from .merging import Add, Average, Concatenate, Dot, Maximum, Minimum, Multiply, Subtract
 from .normalization import BatchNormalization, LayerNormalization, UnitNormalization
+from .operators import ConstantOperation, Divide, OperatorActivation
 from .pooling import (
                       AveragePooling1D,
                       AveragePooling2D,
@@ -17,6 +23,9 @@ from .pooling import (
                       MaxPooling2D,
 )
 from .preprocessing import Normalization, Rescaling
+from .recurrent import GRU, LSTM, SimpleRNN
+from .resizing import Resizing
+from .scale_layers import CustomScaleLayer, LayerScale
 from .shaping import Flatten, Identity, Permute, RepeatVector, Reshape
 from .spatial import Cropping1D, Cropping2D, UpSampling1D, UpSampling2D, ZeroPadding1D, ZeroPadding2D
 
@@ -28,3 +37,8 @@ __all__ = ["Layer", "Dense", "Activation", "ReLU", "LeakyReLU", "ELU", "Threshol
            "GlobalMaxPooling2D", "GlobalAveragePooling1D", "GlobalAveragePooling2D",
            "ZeroPadding1D", "ZeroPadding2D", "Cropping1D", "Cropping2D", "UpSampling1D", "UpSampling2D",
            "Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate", "Dot"]
+__all__ += ["Embedding", "SimpleRNN", "LSTM", "GRU"]
+__all__ += ["MultiHeadAttention", "Attention", "AdditiveAttention"]
+__all__ += ["Conv1DTranspose", "Conv2DTranspose", "GroupNormalization", "Resizing"]
+__all__ += ["ConstantOperation", "Divide", "OperatorActivation", "LayerScale", "CustomScaleLayer"]
+__all__ += ["Bidirectional"]

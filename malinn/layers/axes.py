@@ -9,13 +9,14 @@ against a sample (a PReLU's alpha, a Normalization's mean) into the vector and p
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 __all__ = ["resolve_axes", "axis_argument", "trailing_vector", "broadcast_shape"]
 
 
-def axis_argument(axis, who: str):
+def axis_argument(axis: Any, who: str) -> int | tuple:
     """``axis`` checked to be an int or a non-empty list/tuple of ints; returned as an int or a tuple.
 
     Raises:
@@ -28,7 +29,7 @@ def axis_argument(axis, who: str):
     return tuple(items) if isinstance(axis, (list, tuple)) else items[0]
 
 
-def resolve_axes(axis, rank: int, who: str) -> tuple:
+def resolve_axes(axis: int | tuple | list, rank: int, who: str) -> tuple:
     """The sorted positive axes ``axis`` names in inputs of ``rank`` axes (the batch axis included).
 
     Raises:
@@ -49,7 +50,7 @@ def broadcast_shape(sample: tuple, axes: tuple) -> tuple:
     return tuple(d if i + 1 in axes else 1 for i, d in enumerate(sample))
 
 
-def trailing_vector(values, sample: tuple, who: str) -> tuple:
+def trailing_vector(values: Any, sample: tuple, who: str) -> tuple:
     """``values`` (broadcastable to ``sample``, right-aligned as numpy does) as the vector of their
     values over the sample's trailing axes from the first one they vary along, row-major, and the
     number of matrix-view columns that vector spans.

@@ -19,7 +19,9 @@ import functools
 import itertools
 import re
 import threading
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +29,11 @@ from ..plan.tensor import format_shape
 from ..registry import register
 from .input_layer import call_layer
 from .keras_config import SIZE_KEYS, KerasContext, NotConvertible, keras_activation
+
+if TYPE_CHECKING:
+    from ..library.kernel_library import KernelSpec
+    from ..plan.builder import PlanBuilder
+    from ..plan.tensors import Value
 
 __all__ = ["Layer", "sample_shape", "glorot_uniform", "weights_to_be_loaded", "numeric_weights", "zeros", "ones",
            "placeholders"]
@@ -62,7 +69,7 @@ def _read_only(value: float) -> np.ndarray:
 _PLACEHOLDER_VALUES = {value: _read_only(value) for value in (0.0, 1.0)}
 
 
-def zeros(shape) -> np.ndarray:
+def zeros(shape: int | Sequence[int]) -> np.ndarray:
     """A float32 array of ``shape`` holding zeros, for a layer's initial weight; inside
     :func:`weights_to_be_loaded` a read-only placeholder: one value seen at every index, which takes
     no memory whatever the shape.
@@ -74,12 +81,13 @@ def zeros(shape) -> np.ndarray:
     return _initial(shape, 0.0)
 
 
-def ones(shape) -> np.ndarray:
+def ones(shape: int | Sequence[int]) -> np.ndarray:
     """As :func:`zeros`, holding ones."""
     return _initial(shape, 1.0)
 
 
-def _initial(shape, value: float) -> np.ndarray:
+def _initial(shape: int | Sequence[int], value: float) -> np.ndarray:
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)   # a size as numpy takes it
     if getattr(_loading, "active", False):
         try:
             return np.broadcast_to(_PLACEHOLDER_VALUES[value], shape)
@@ -88,7 +96,7 @@ def _initial(shape, value: float) -> np.ndarray:
     return np.zeros(shape, np.float32) if value == 0.0 else np.ones(shape, np.float32)
 
 
-def placeholders(layer) -> list:
+def placeholders(layer: Layer) -> list:
     """The names of ``layer``'s weights that are still the placeholders :func:`zeros` and
     :func:`ones` made (no file's value replaced them)."""
     return [name for name in layer.weight_names
@@ -96,7 +104,7 @@ def placeholders(layer) -> list:
             and any(getattr(layer, name).base is value for value in _PLACEHOLDER_VALUES.values())]
 
 
-def glorot_uniform(shape, fan_in: int, fan_out: int) -> np.ndarray:
+def glorot_uniform(shape: int | Sequence[int], fan_in: int, fan_out: int) -> np.ndarray:
     """Float32 weights of ``shape`` drawn uniformly from +-sqrt(6 / (fan_in + fan_out)) (Keras's
     default kernel initializer); placeholder zeros inside :func:`weights_to_be_loaded`."""
     if getattr(_loading, "active", False):
@@ -136,7 +144,7 @@ def _numpy_max_dims() -> int:
 MAX_SAMPLE_AXES = _numpy_max_dims() - 1
 
 
-def sample_shape(input_shape, who: str) -> tuple:
+def sample_shape(input_shape: Any, who: str) -> tuple:
     """``input_shape`` without its batch axis, every size a positive integer.
 
     Raises:
@@ -156,7 +164,7 @@ def sample_shape(input_shape, who: str) -> tuple:
     return tuple(int(d) for d in shape[1:])
 
 
-def numeric_weights(weights, who: str) -> list:
+def numeric_weights(weights: Iterable[Any], who: str) -> list:
     """``weights`` as float32 arrays, each checked to hold numbers (booleans, integers or floats).
 
     Raises:
@@ -171,7 +179,7 @@ def numeric_weights(weights, who: str) -> list:
     return [a.astype(np.float32, copy=False) for a in arrays]
 
 
-def folded_affine(kernel, bias, scale, shift, kernel_scale=None) -> tuple:
+def folded_affine(kernel: Any, bias: Any, scale: Any, shift: Any, kernel_scale: Any = None) -> tuple:
     """A per-output ``y * scale + shift`` (a BatchNormalization after a linear layer) folded into
     that layer's weights: ``(kernel * scale, bias * scale + shift)``, computed in float64 and
     returned as float32. ``bias`` None counts as zero; ``kernel_scale`` is ``scale`` shaped for the
@@ -187,10 +195,10 @@ def folded_affine(kernel, bias, scale, shift, kernel_scale=None) -> tuple:
 _BOOKKEEPING = frozenset({"name", "built", "input_shape", "keras_names", "device_copies", "version"})
 
 
-def _building(build):
+def _building(build: Callable[..., None]) -> Callable[..., None]:
     """``build`` marking the layer as building while it runs (its weights take new shapes then)."""
     @functools.wraps(build)
-    def building(self, input_shape, *args, **kwargs):
+    def building(self: Layer, input_shape: Any, *args: Any, **kwargs: Any) -> None:
         depth = self.__dict__.get("_building", 0)
         object.__setattr__(self, "_building", depth + 1)
         try:
@@ -200,7 +208,7 @@ def _building(build):
     return building
 
 
-def write_weights(store, name: str, data):
+def write_weights(store: Any, name: str, data: Any) -> Any:
     """Writes ``data`` as dataset ``name`` of the HDF5 group ``store`` with HDF5's Fletcher-32
     checksum where the array has values (a board's flash that flips a bit under a model file is then
     a damaged file when read, not a weight of 1e38 used silently); returns the dataset."""
@@ -245,7 +253,7 @@ class Layer:
     #: their input on (and makes a layer only for a model of nothing else)
     keras_no_op: bool = False
 
-    def __init_subclass__(cls, **kwargs):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         register("layer", cls)
         if not cls.__name__.startswith("_") and cls.converts_keras():
@@ -253,7 +261,7 @@ class Layer:
                                *cls.__dict__.get("keras_refused", {})):
                 register("keras", cls, keras_name)
         if "build" in cls.__dict__:   # while it builds, a layer makes its weights in their new shapes
-            cls.build = _building(cls.__dict__["build"])
+            setattr(cls, "build", _building(cls.__dict__["build"]))   # its build wrapped
 
     def __init__(self, name: str | None = None):
         if name is not None and (not isinstance(name, str) or not name):
@@ -268,7 +276,7 @@ class Layer:
         #: bumped whenever the weights change, so models know their plans are stale
         self.version = 0
 
-    def __setattr__(self, name: str, value) -> None:
+    def __setattr__(self, name: str, value: Any) -> None:
         """Sets an attribute; on a built layer, a weight or an option assigned (``dense.kernel =
         ...``, ``dense.activation = ...``) makes the models' plans stale, as :meth:`set_weights`
         does (a plan already made would keep the old values).
@@ -293,7 +301,7 @@ class Layer:
             if isinstance(state.get(name), np.ndarray):
                 state[name].flags.writeable = False
 
-    def _weight_array(self, name: str, value) -> np.ndarray:
+    def _weight_array(self, name: str, value: Any) -> np.ndarray:
         """``value`` as the read-only float32 array weight ``name`` holds (its shape kept)."""
         try:   # built to be loaded, a layer's placeholders are kept as they are (no memory) until the file's
             # weights replace them (a file whose config declares more than its weights costs no memory)
@@ -310,17 +318,17 @@ class Layer:
         return array
 
     # ---------------------------------------------------------------- Keras's contract
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         """Creates the layer's weights for inputs of ``input_shape`` (batch axis first)."""
         self.input_shape = sample_shape(input_shape, f"layer {self.name!r}")
         self.built = True
         self._weights_changed()
 
-    def compute_output_shape(self, input_shape) -> tuple:
+    def compute_output_shape(self, input_shape: Any) -> tuple:
         """The output shape for ``input_shape`` (both with the batch axis first)."""
         return tuple(input_shape)
 
-    def check_reuse(self, input_shape, how: str = "receives") -> None:
+    def check_reuse(self, input_shape: Sequence[int | None], how: str = "receives") -> None:
         """Checks that this layer, built, can compute on inputs of ``input_shape`` (batch axis first).
 
         Raises:
@@ -338,7 +346,7 @@ class Layer:
             raise ValueError(f"{built}, but {how} {format_shape(input_shape)}: its weights and axes are laid out for "
                              f"the first shape (a layer of this kind is not shared by inputs of two shapes)")
 
-    def lower(self, builder, x):
+    def lower(self, builder: PlanBuilder, x: Any) -> Value:
         """Records the steps computing this layer on ``x`` in ``builder``; returns the output value."""
         raise NotImplementedError(f"{type(self).__name__} does not say how it runs")
 
@@ -375,7 +383,7 @@ class Layer:
         """The layer's weights as numpy arrays (copies), in Keras's shapes and order."""
         return [w.copy() for w in self.weight_arrays()]
 
-    def set_weights(self, weights) -> None:
+    def set_weights(self, weights: Iterable[Any]) -> None:
         """Replaces the layer's weights; shapes must equal :meth:`get_weights`'s."""
         if list(weights):
             raise ValueError(f"layer {self.name!r} ({type(self).__name__}) has no weights, got {len(list(weights))}")
@@ -400,12 +408,12 @@ class Layer:
         return call_layer(self, inputs)
 
     # ---------------------------------------------------------------- model files
-    def save_own_variables(self, store, target) -> None:
+    def save_own_variables(self, store: Any, target: KernelSpec) -> None:
         """Writes the layer's weights into ``store`` (an HDF5 group) for the matmul kernel ``target``."""
         for i, weight in enumerate(self.weight_arrays()):
             write_weights(store, str(i), weight)
 
-    def load_own_variables(self, store) -> None:
+    def load_own_variables(self, store: Any) -> None:
         """Reads what :meth:`save_own_variables` wrote."""
         self.set_weights([np.asarray(store[str(i)][()], np.float32) for i in range(len(store))])
 
@@ -414,7 +422,8 @@ class Layer:
     def converts_keras(cls) -> bool:
         """Whether the class converts Keras layers: it declares :attr:`keras_config_keys` or a
         :meth:`from_keras_config` of its own."""
-        return cls.keras_config_keys is not None or cls.from_keras_config.__func__ is not Layer.from_keras_config.__func__
+        own = getattr(cls.from_keras_config, "__func__")   # the classmethod's function (a subclass's own or Layer's)
+        return cls.keras_config_keys is not None or own is not getattr(Layer.from_keras_config, "__func__")
 
     @classmethod
     def from_keras_config(cls, config: dict, keras: KerasContext) -> "Layer":

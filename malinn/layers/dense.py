@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from ..library.kernel_library import KernelSpec
@@ -12,6 +14,11 @@ from ..plan.tensors import Vector, Weight
 from .activation import get_activation
 from .base import Layer, folded_affine, glorot_uniform, numeric_weights, write_weights, zeros
 from .keras_config import KerasContext, keras_activation
+
+if TYPE_CHECKING:
+    from ..library.layout import Layout
+    from ..plan.builder import PlanBuilder
+    from ..plan.tensors import Value
 
 __all__ = ["Dense"]
 
@@ -47,7 +54,7 @@ class Dense(Layer):
     def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "Dense":
         return cls.from_keras_config(config, keras)   # on the last axis: each time step as it is
 
-    def __init__(self, units, activation=None, use_bias: bool = True, name: str | None = None):
+    def __init__(self, units: int, activation: Any = None, use_bias: bool = True, name: str | None = None):
         super().__init__(name)
         if isinstance(units, bool) or not isinstance(units, (int, np.integer)) or units < 1:
             raise ValueError(f"Dense layer {self.name!r}: units must be a positive integer, got {units!r}")
@@ -58,35 +65,46 @@ class Dense(Layer):
         self.bias: np.ndarray | None = None
         #: (layout, padded, flat, precision) of W as a malinn model file stored it, uploaded as is
         #: when it fits
-        self.prepacked = None
+        self.prepacked: tuple[Layout, tuple, np.ndarray, str] | None = None
         #: (q, scales): W's int8 form (units x in int8, one float scale per unit) when the weights
         #: came quantized (a Keras int8 Dense, an int8-weights model file); int8-weights uploads it
-        self.quantized = None
+        self.quantized: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def input_dim(self) -> int | None:
         """Input features (the last axis), once built."""
         return None if self.input_shape is None else self.input_shape[-1]
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         """Creates ``kernel`` (in, units) with Glorot-uniform values and a zero ``bias``."""
         super().build(input_shape)
-        self.kernel = glorot_uniform((self.input_dim, self.units), self.input_dim, self.units)
+        features = self._features()
+        self.kernel = glorot_uniform((features, self.units), features, self.units)
         self.bias = zeros(self.units) if self.use_bias else None
         self.prepacked = None
         self.quantized = None
 
-    def compute_output_shape(self, input_shape) -> tuple:
+    def _features(self) -> int:
+        """:attr:`input_dim` of the built layer."""
+        assert self.input_shape is not None, f"{self._what()} is not built"
+        return self.input_shape[-1]
+
+    def _kernel(self) -> np.ndarray:
+        """``kernel`` of the built layer."""
+        assert self.kernel is not None, f"{self._what()} is not built"
+        return self.kernel
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
         return tuple(input_shape)[:-1] + (self.units,)
 
-    def lower(self, builder, x):
+    def lower(self, builder: PlanBuilder, x: Value) -> Value:
         quantized = self.quantized
-        weight = Weight(f"layer {self.name!r} kernel", (self.units, self.input_dim), lambda: self.kernel.T,
+        weight = Weight(f"layer {self.name!r} kernel", (self.units, self._features()), lambda: self._kernel().T,
                         self.device_copies, self.prepacked, (lambda: quantized) if quantized is not None else None)
         bias = Vector(f"layer {self.name!r} bias", self.bias, self.device_copies) if self.use_bias else None
         return kinds.matmul(builder, x, weight, bias, self.activation, what=self._what())
 
-    def set_weights(self, weights) -> None:
+    def set_weights(self, weights: Any) -> None:
         """Sets ``[kernel, bias]`` (or ``[kernel]`` without bias) in Keras's shapes.
 
         Raises:
@@ -112,9 +130,9 @@ class Dense(Layer):
         self._weights_changed()
 
     def kernel_matrices(self) -> dict:
-        return {0: ("kernel", self.kernel.T)}
+        return {0: ("kernel", self._kernel().T)}
 
-    def absorb_affine(self, scale, shift) -> bool:
+    def absorb_affine(self, scale: Any, shift: Any) -> bool:
         """Folds a following BatchNormalization (``y * scale + shift`` per unit) into the weights,
         in float64, when this layer is linear."""
         if self.activation != "linear" or not self.built:
@@ -124,7 +142,7 @@ class Dense(Layer):
         self.set_weights([kernel, bias])
         return True
 
-    def absorb_input_affine(self, scale, shift) -> bool:
+    def absorb_input_affine(self, scale: Any, shift: Any) -> bool:
         """Folds a preceding per-feature ``x * scale + shift`` into the weights (``kernel`` rows
         scaled, ``shift @ kernel`` added to the bias), in float64. Done only where it adds no
         constant (``shift`` all zero): a folded shift would be summed with large inputs near it and
@@ -132,18 +150,18 @@ class Dense(Layer):
         s64, t64 = np.asarray(scale, np.float64), np.asarray(shift, np.float64)
         if not self.built or t64.any() or s64.shape != (self.input_dim,):
             return False
-        kernel = self.kernel.astype(np.float64) * s64[:, None]
+        kernel = self._kernel().astype(np.float64) * s64[:, None]
         self.set_weights([kernel.astype(np.float32)] + ([self.bias] if self.use_bias else []))
         return True
 
     # ---------------------------------------------------------------- model files
-    def save_own_variables(self, store, target: KernelSpec) -> None:
+    def save_own_variables(self, store: Any, target: KernelSpec) -> None:
         """``W = kernel^T`` laid out as ``target`` reads its left operand, in ``target``'s precision
         (float32; float16; int8 with dataset ``kernel_scales``, one float per unit), and the bias."""
-        padded = target.padded_shapes(self.units, self.input_dim, 1)["a"]
+        padded = target.padded_shapes(self.units, self._features(), 1)["a"]
         layout = target.matrices["a"].layout
         precision = target.precision
-        w = self.kernel.T
+        w = self._kernel().T
         if precision == "int8-weights":
             q, scales = self.quantized if self.quantized is not None else quantize_int8(w, f"{self._what()} kernel")
             stored = layout.pack(q.astype(np.float32), padded).astype(np.int8)
@@ -158,11 +176,12 @@ class Dense(Layer):
         if self.use_bias:
             write_weights(store, "bias", self.bias)
 
-    def load_own_variables(self, store) -> None:
+    def load_own_variables(self, store: Any) -> None:
         data = store["kernel_laid_out"]
         layout = parse_layout(str(data.attrs["layout"]))
-        padded = tuple(int(v) for v in data.attrs["padded"])
-        shape = tuple(int(v) for v in data.attrs["shape"])
+        rows, cols = (int(v) for v in data.attrs["padded"])
+        units, features = (int(v) for v in data.attrs["shape"])
+        padded, shape = (rows, cols), (units, features)
         precision = check_precision(str(data.attrs.get("precision", "fp32")))
         stored = np.asarray(data[()])
         quantized = None

@@ -15,6 +15,7 @@ TensorFlow differ there only for uint32 and uint64 out of their range).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +28,7 @@ INPUT_DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "i
 _NO_CAST = ("float32", "float64")
 
 
-def input_dtype(dtype, what: str = "Input") -> str:
+def input_dtype(dtype: Any, what: str = "Input") -> str:
     """The name of an input's dtype, as Keras writes it.
 
     Args:

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import itertools
 import threading
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..plan.tensor import format_shape
 from .dtypes import input_cast, input_dtype
+
+if TYPE_CHECKING:
+    from .base import Layer
 
 __all__ = ["KerasTensor", "Node", "Input", "call_layer"]
 
@@ -36,8 +40,8 @@ class KerasTensor:
             chosen once here.
     """
 
-    def __init__(self, shape, node: "Node | None" = None, name: str = "", dtype: str = "float32"):
-        self.shape = (None,) + tuple(int(d) for d in tuple(shape)[1:])
+    def __init__(self, shape: tuple, node: "Node | None" = None, name: str = "", dtype: str = "float32"):
+        self.shape: tuple[int | None, ...] = (None,) + tuple(int(d) for d in tuple(shape)[1:])
         self.node, self.name = node, name
         self.dtype, self.cast = dtype, input_cast(dtype)
 
@@ -49,17 +53,20 @@ class Node:
     """One call of a layer: its input tensors (a list when the layer was called on a list) and
     its output tensor."""
 
-    def __init__(self, layer, inputs: list, listed: bool):
+    def __init__(self, layer: Layer, inputs: list, listed: bool):
         self.layer, self.inputs, self.listed = layer, list(inputs), listed
         self.output: KerasTensor | None = None
+        #: every output tensor, in order (several for a layer returning a list: a recurrent
+        #: layer's output and states); ``output`` is the first
+        self.outputs: list[KerasTensor] = []
 
-    def input_shapes(self):
+    def input_shapes(self) -> tuple | list[tuple]:
         """The shape(s) the layer was called with: a list for a listed call, else one shape."""
         shapes = [t.shape for t in self.inputs]
         return shapes if self.listed else shapes[0]
 
 
-def Input(shape, name: str | None = None, dtype=None) -> KerasTensor:  # noqa: N802 (Keras's name)
+def Input(shape: Any, name: str | None = None, dtype: Any = None) -> KerasTensor:  # noqa: N802 (Keras's name)
     """A model input of one sample's ``shape`` (without the batch axis), as ``keras.Input``.
 
     Args:
@@ -94,7 +101,7 @@ def Input(shape, name: str | None = None, dtype=None) -> KerasTensor:  # noqa: N
     return KerasTensor((None,) + dims, name=name, dtype=input_dtype(dtype, f"Input {name!r}"))
 
 
-def call_layer(layer, inputs) -> KerasTensor:
+def call_layer(layer: Layer, inputs: Any) -> KerasTensor | list[KerasTensor]:
     """Calls ``layer`` on a tensor or a list of tensors: builds it for their shapes on its first
     call, checks them on later ones (a shared layer), and returns its output tensor.
 
@@ -114,5 +121,11 @@ def call_layer(layer, inputs) -> KerasTensor:
     elif not listed:
         layer.check_reuse(given, "is called on")
     node = Node(layer, tensors, listed)
-    node.output = KerasTensor(layer.compute_output_shape(given), node, name=layer.name)
+    shape = layer.compute_output_shape(given)
+    if isinstance(shape, list):   # several outputs (return_state): a list of tensors, as Keras returns
+        node.outputs = [KerasTensor(s, node, name=layer.name) for s in shape]
+        node.output = node.outputs[0]
+        return node.outputs
+    node.output = KerasTensor(shape, node, name=layer.name)
+    node.outputs = [node.output]
     return node.output

@@ -18,6 +18,7 @@ and raise :class:`NotConvertible` for a config no malinn layer computes; the con
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 __all__ = ["KerasContext", "NotConvertible", "SUPPORTED_ACTIVATIONS", "activation_name", "keras_activation",
            "shifted_axes", "with_axis_shifted"]
@@ -72,7 +73,7 @@ SUPPORTED_ACTIVATIONS = {
 SIZE_KEYS = ("kernel_size", "strides", "dilation_rate", "pool_size", "size")
 
 
-def activation_name(value) -> str | None:
+def activation_name(value: Any) -> str | None:
     """The activation's name from a config value: a string, or Keras 3's serialized dict."""
     if value is None:
         return "linear"
@@ -86,13 +87,14 @@ def activation_name(value) -> str | None:
     return None
 
 
-def keras_activation(value, keras: KerasContext) -> str:
+def keras_activation(value: Any, keras: KerasContext) -> str:
     """malinn's name for the Keras activation of a config value.
 
     Raises:
         NotConvertible: malinn has no kernel for it.
     """
-    mapped = SUPPORTED_ACTIVATIONS.get(activation_name(value))
+    name = activation_name(value)
+    mapped = SUPPORTED_ACTIVATIONS.get(name) if name is not None else None
     if mapped is None:
         raise NotConvertible(f"with activation {activation_name(value)!r}")
     if mapped == "hard_sigmoid" and keras.keras_major == 2:

@@ -11,6 +11,9 @@ one kernel.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from ..plan import kinds
 from ..plan.tensor import format_shape
 from ..plan.tensors import broadcast_shape
@@ -20,7 +23,7 @@ from .keras_config import KerasContext
 __all__ = ["Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate", "Dot"]
 
 
-def _shapes(layer: Layer, input_shape, count=None) -> list:
+def _shapes(layer: Layer, input_shape: Any, count: int | None = None) -> list:
     """``input_shape`` as a list of shapes (batch axis first), or a ValueError naming the layer."""
     if not isinstance(input_shape, (list, tuple)) or not input_shape or \
             not all(isinstance(s, (list, tuple)) and len(s) >= 2 for s in input_shape):
@@ -35,13 +38,13 @@ def _shapes(layer: Layer, input_shape, count=None) -> list:
 class _MultiInput(Layer):
     """A layer of several inputs: ``input_shapes`` holds each one's sample shape once built."""
 
-    count = None   # the number of inputs it takes, where fixed
+    count: int | None = None   # the number of inputs it takes, where fixed
 
     def __init__(self, name: str | None = None):
         super().__init__(name)
         self.input_shapes: list | None = None
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         shapes = _shapes(self, input_shape, self.count)
         self.compute_output_shape(shapes)   # validates
         self.input_shapes = [s[1:] for s in shapes]
@@ -56,7 +59,7 @@ class _ElementwiseMerge(_MultiInput):
     op = ""
     keras_config_keys = ()   # Keras's config holds nothing else that changes what it computes
 
-    def compute_output_shape(self, input_shape) -> tuple:
+    def compute_output_shape(self, input_shape: Any) -> tuple:
         shapes = _shapes(self, input_shape, self.count)
         return (None,) + broadcast_shape([(1,) + tuple(s[1:]) for s in shapes], f"{type(self).__name__} "
                                          f"{self.name!r}")[1:]
@@ -116,7 +119,7 @@ class Concatenate(_MultiInput):
     def from_keras_config(cls, config: dict, keras: KerasContext) -> "Concatenate":
         return cls(axis=int(config.get("axis", -1)), name=keras.name)
 
-    def __init__(self, axis=-1, name: str | None = None):
+    def __init__(self, axis: int = -1, name: str | None = None):
         super().__init__(name)
         if isinstance(axis, bool) or not isinstance(axis, int):
             raise ValueError(f"Concatenate {self.name!r}: axis must be an integer, got {axis!r}")
@@ -128,7 +131,7 @@ class Concatenate(_MultiInput):
             raise ValueError(f"Concatenate {self.name!r}: axis {self.axis} is not a sample axis of inputs of rank {rank}")
         return axis
 
-    def compute_output_shape(self, input_shape) -> tuple:
+    def compute_output_shape(self, input_shape: Any) -> tuple:
         shapes = _shapes(self, input_shape)
         rank = len(shapes[0])
         axis = self._axis(rank)
@@ -163,24 +166,24 @@ class Dot(_MultiInput):
 
     @classmethod
     def from_keras_config(cls, config: dict, keras: KerasContext) -> "Dot":
-        axes = config.get("axes")
+        axes: Any = config.get("axes")
         axes = [int(a) for a in axes] if isinstance(axes, (list, tuple)) else int(axes)
         # the least norm normalize divides by: Keras 3's epsilon; tf_keras's l2_normalize floors the squares at 1e-12
         return cls(axes, normalize=bool(config.get("normalize", False)), epsilon=1e-7 if keras.keras_major >= 3 else 1e-6,
                    name=keras.name)
 
-    def __init__(self, axes, normalize: bool = False, epsilon: float = 1e-7, name: str | None = None):
+    def __init__(self, axes: int | Sequence[int], normalize: bool = False, epsilon: float = 1e-7, name: str | None = None):
         super().__init__(name)
         pair = tuple(axes) if isinstance(axes, (list, tuple)) else (axes, axes)
         if len(pair) != 2 or any(isinstance(a, bool) or not isinstance(a, int) for a in pair):
             raise ValueError(f"Dot {self.name!r}: axes must be an integer or a pair of integers, got {axes!r}")
         self.axes, self.normalize, self.epsilon = axes, bool(normalize), float(epsilon)
 
-    def _axes(self, shapes) -> tuple:
+    def _axes(self, shapes: Sequence[tuple]) -> tuple:
         pair = tuple(self.axes) if isinstance(self.axes, (list, tuple)) else (self.axes, self.axes)
         return tuple(a % len(s) if a < 0 else a for a, s in zip(pair, shapes))
 
-    def compute_output_shape(self, input_shape) -> tuple:
+    def compute_output_shape(self, input_shape: Any) -> tuple:
         shapes = _shapes(self, input_shape, 2)
         ax, ay = self._axes(shapes)
         x, y = shapes

@@ -9,8 +9,12 @@ the 2-D one on an image of height 1.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from ..plan import kinds
 from .base import Layer
+from .masking import binary_mask, mask_of
 from .windows import as_tuple, output_size, spatial_of, window_defines
 
 __all__ = ["MaxPooling1D", "MaxPooling2D", "AveragePooling1D", "AveragePooling2D", "GlobalMaxPooling1D",
@@ -37,7 +41,8 @@ class _Pooling(Layer):
     #: Keras's arguments that change what it computes, as its config saves them
     keras_config_keys = ("pool_size", "strides", "padding", "data_format")
 
-    def __init__(self, pool_size=2, strides=None, padding="valid", data_format=None, name: str | None = None):
+    def __init__(self, pool_size: int | Sequence[int] = 2, strides: int | Sequence[int] | None = None,
+                 padding: str = "valid", data_format: str | None = None, name: str | None = None):
         super().__init__(name)
         who = f"{type(self).__name__} {self.name!r}"
         self.pool_size = as_tuple(pool_size, self.rank, f"{who}: pool_size")
@@ -48,10 +53,10 @@ class _Pooling(Layer):
             raise ValueError(f"{who}: only data_format='channels_last' runs, got {data_format!r}")
         self.padding = padding
 
-    def _hw(self, pair) -> tuple:
+    def _hw(self, pair: Sequence[int]) -> tuple:
         return (1,) + tuple(pair) if self.rank == 1 else tuple(pair)
 
-    def compute_output_shape(self, input_shape) -> tuple:
+    def compute_output_shape(self, input_shape: Any) -> tuple:
         shape = tuple(input_shape)
         if len(shape) != self.rank + 2:
             raise ValueError(f"{type(self).__name__} {self.name!r} expects inputs of rank {self.rank + 2}, got {shape}")
@@ -61,7 +66,7 @@ class _Pooling(Layer):
             raise ValueError(f"{type(self).__name__} {self.name!r}: pool {self.pool_size} does not fit input {shape}")
         return (shape[0],) + spatial + (shape[-1],)
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         self.compute_output_shape(input_shape)
         super().build(input_shape)
 
@@ -113,20 +118,20 @@ class _GlobalPooling(Layer):
 
     keras_config_keys = ("keepdims", "data_format")
 
-    def __init__(self, keepdims: bool = False, data_format=None, name: str | None = None):
+    def __init__(self, keepdims: bool = False, data_format: str | None = None, name: str | None = None):
         super().__init__(name)
         if data_format not in (None, "channels_last"):
             raise ValueError(f"{type(self).__name__} {self.name!r}: only data_format='channels_last' runs, "
                              f"got {data_format!r}")
         self.keepdims = bool(keepdims)
 
-    def compute_output_shape(self, input_shape) -> tuple:
+    def compute_output_shape(self, input_shape: Any) -> tuple:
         shape = tuple(input_shape)
         if len(shape) != self.rank + 2:
             raise ValueError(f"{type(self).__name__} {self.name!r} expects inputs of rank {self.rank + 2}, got {shape}")
         return (shape[0],) + ((1,) * self.rank if self.keepdims else ()) + (shape[-1],)
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         self.compute_output_shape(input_shape)
         super().build(input_shape)
 
@@ -160,6 +165,27 @@ class GlobalMaxPooling1D(_GlobalPooling):
 
 
 class GlobalAveragePooling1D(_GlobalPooling):
-    """The mean over the sequence, as Keras's ``GlobalAveragePooling1D``."""
+    """The mean over the sequence, as Keras's ``GlobalAveragePooling1D``; with a Keras mask (an
+    ``Embedding(mask_zero=True)`` before it) the mean over the kept steps, NaN for a sample whose
+    every step is masked (0 / 0, as Keras computes it)."""
 
     rank, maximum = 1, False
+    #: called on ``[x, mask]``, it takes the second as Keras's mask (a Keras 3 file's call with ``mask=``)
+    keras_takes_mask = True
+
+    def build(self, input_shape: Any) -> None:
+        super().build(input_shape[0] if isinstance(input_shape, list) else input_shape)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        return super().compute_output_shape(input_shape[0] if isinstance(input_shape, list) else input_shape)
+
+    def lower(self, builder, x):
+        x, mask = x if isinstance(x, list) else (x, mask_of(builder, x))
+        if mask is None:
+            return super().lower(builder, x)
+        kept = binary_mask(builder, mask)
+        what = self._what()
+        total = kinds.dot(builder, kept, x, (1, 1), what=f"{what} masked sum")           # (batch, features)
+        count = kinds.dot(builder, kept, kept, (1, 1), what=f"{what} kept steps")        # (batch, 1)
+        out = kinds.merge(builder, [total, count], "divide", what=f"{what} masked mean")
+        return kinds.reshape(builder, out, self.compute_output_shape(x.shape), what=what) if self.keepdims else out

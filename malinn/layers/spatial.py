@@ -161,7 +161,7 @@ class Cropping1D(Cropping2D):
 
 class UpSampling2D(_Spatial):
     """Each pixel repeated ``size`` times along height and width, as Keras's ``UpSampling2D``
-    (``interpolation="nearest"`` only).
+    (``interpolation`` ``"nearest"``, or ``"bilinear"`` as ``tf.image.resize``).
 
     Args:
         size: an int or ``(rows, cols)``.
@@ -172,10 +172,11 @@ class UpSampling2D(_Spatial):
 
     def __init__(self, size=2, data_format=None, interpolation="nearest", name: str | None = None):
         super().__init__(data_format, name)
-        if interpolation != "nearest":
-            raise ValueError(f"{type(self).__name__} {self.name!r}: only interpolation='nearest' runs, "
-                             f"got {interpolation!r}")
+        if interpolation not in ("nearest", "bilinear"):   # bilinear: kernels/resize.cl, as tf.image.resize
+            raise ValueError(f"{type(self).__name__} {self.name!r}: only interpolation 'nearest' and 'bilinear' "
+                             f"run, got {interpolation!r}")
         self.size = as_tuple(size, self.rank, f"{type(self).__name__} {self.name!r}: size")
+        self.interpolation = interpolation
 
     def _out(self, n, axis):
         return n * self.size[axis]
@@ -184,8 +185,13 @@ class UpSampling2D(_Spatial):
         uy, ux = ((1,) + self.size) if self.rank == 1 else self.size
         return {"UY": uy, "UX": ux}
 
+    def lower(self, builder, x):
+        if self.interpolation == "nearest":
+            return super().lower(builder, x)
+        return kinds.resize(builder, x, self.compute_output_shape(x.shape)[1:3], self.interpolation, self._what())
+
     def get_config(self) -> dict:
-        return {**super().get_config(), "size": self.size}
+        return {**super().get_config(), "size": self.size, "interpolation": self.interpolation}
 
 
 class UpSampling1D(UpSampling2D):

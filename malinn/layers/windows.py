@@ -8,12 +8,15 @@ geometry as compile-time defines (``IH``, ``IW``, ``OH``, ``OW``, ``KH``, ``KW``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
 __all__ = ["as_tuple", "output_size", "padding_before", "window_defines", "spatial_of"]
 
 
-def as_tuple(value, rank: int, what: str) -> tuple:
+def as_tuple(value: Any, rank: int, what: str) -> tuple:
     """``value`` (an int or a sequence of ``rank`` ints, each >= 1) as a tuple of ``rank`` ints.
 
     Raises:
@@ -50,13 +53,14 @@ def padding_before(size: int, kernel: int, stride: int, dilation: int, padding: 
     return 0
 
 
-def spatial_of(sample_shape) -> tuple:
+def spatial_of(sample_shape: Sequence[int]) -> tuple:
     """``(H, W, C)`` of one sample: ``(H, W, C)`` as it is, ``(L, C)`` as ``(1, L, C)``."""
     shape = tuple(sample_shape)
     return shape if len(shape) == 3 else (1,) + shape
 
 
-def window_defines(hw_in, kernel, strides, dilation, padding: str) -> dict:
+def window_defines(hw_in: Sequence[int], kernel: Sequence[int], strides: Sequence[int], dilation: Sequence[int],
+                   padding: str) -> dict:
     """The geometry defines of a window over an ``(H, W)`` image (see the module docstring)."""
     (ih, iw), (kh, kw), (sh, sw), (dh, dw) = hw_in, kernel, strides, dilation
     return {"IH": ih, "IW": iw,

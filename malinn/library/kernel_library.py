@@ -21,7 +21,14 @@ Each entry maps a codename to an OpenCL function, its source file and its restri
   multiplied by ``split`` (items that share one block of results, e.g. a K loop split across a
   work-group and reduced in local memory; default 1);
 * ``flop``: floating-point operations per result, for GFLOP/s figures;
-* ``workgroup``: the preferred local size, used when it divides the range, else ``null``.
+* ``workgroup``: the preferred local size, used when it divides the range, else ``null``;
+* ``argdefines``: defines that the OpenCL source takes as 32-bit (``uint``, or ``int`` where one may
+  be negative) arguments after its buffers, in order, rather than as ``-D`` options (sizes and offsets that vary from layer to layer: one
+  program then serves every layer, :meth:`KernelSpec.define_arguments`); their values are the
+  configuration's defines, as for any define. ``divide:NAME`` is two ``uint`` arguments, the magic
+  numbers that divide by define ``NAME`` with a multiplication (:func:`division_magic`: a division
+  by a number known only at run time is a hardware divide per work item, which a CPU does not
+  vectorise). Another backend's source takes them all as defines.
 
 An entry may carry ``defines`` (rendered as ``-DNAME=VALUE``), so one source serves many variants:
 choosing another implementation is choosing another codename, and adding one needs no Python.
@@ -48,7 +55,7 @@ import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from ..errors import BackendError, LayoutError, LibraryError
 from ..resources import kernels_dir, kernels_overridden
@@ -58,11 +65,12 @@ from .layout import Layout, parse_layout, round_up
 __all__ = ["KernelSpec", "MatrixRestriction", "KernelLibrary", "Precision", "load_library", "DEFAULT_PRECISION"]
 
 OPS = ("matmul", "matmul_head", "bias", "affine", "activation", "relayout", "reshape", "broadcast", "normalize", "permute", "repeat",
-       "conv", "depthwise", "pool", "spatial", "im2col", "merge", "concat", "dot")
+       "conv", "depthwise", "conv_transpose", "resize", "pool", "spatial", "im2col", "merge", "concat", "dot",
+       "gather", "recurrent", "recurrent_masked", "attention")
 #: ops whose kernels read a weight matrix ``a`` and may fuse the epilogue (epilogue.clh)
-EPILOGUE_OPS = ("matmul", "matmul_head", "conv", "depthwise")
+EPILOGUE_OPS = ("matmul", "matmul_head", "conv", "depthwise", "conv_transpose")
 #: the ops whose kernels read a layer's weights, and so may read them in a reduced precision
-WEIGHT_OPS = ("matmul", "matmul_head", "conv", "depthwise")
+WEIGHT_OPS = ("matmul", "matmul_head", "conv", "depthwise", "conv_transpose")
 #: the header that reads weights in each precision (LOAD_W): a kernel listing a reduced one includes it
 WEIGHTS_HEADER = "weights.clh"
 SCALAR_LETTERS = {
@@ -90,6 +98,9 @@ EPILOGUE_DEFINES = {"bias": "BIAS", "activation": "ACTIVATION", "affine": "AFFIN
                     "view": "R_VIEW"}
 #: the defines besides R_VIEW that place a ``view`` kernel's R in a larger buffer (epilogue.clh)
 VIEW_DEFINES = ("R_OFFSET", "R_LD", "R_ROWS", "R_SPARE")
+#: those of them a ``view`` kernel's OpenCL source takes as its last arguments (epilogue.clh
+#: ``R_VIEW_ARGS``): the slice's place, which differs for every input of a concatenation
+VIEW_ARGUMENTS = ("R_OFFSET", "R_SPARE")
 PRECONDITIONS = ("min_m", "max_m", "min_k", "max_k", "min_n", "max_n")
 #: the ``defaults`` tables that name matmul kernels: the choice, the fallbacks where its
 #: preconditions fail (a list: the first whose preconditions hold), the kernel that fuses softmax
@@ -99,7 +110,8 @@ DEFAULT_PRECISION = "fp32"
 
 
 
-def letter_values(r_shape, r_padded, a_shape=None, a_padded=None, b_shape=None, b_padded=None) -> dict:
+def letter_values(r_shape: tuple, r_padded: tuple, a_shape: tuple | None = None, a_padded: tuple | None = None,
+                  b_shape: tuple | None = None, b_padded: tuple | None = None) -> dict:
     """The value of each scalar letter (:data:`SCALAR_LETTERS`) for a result ``r`` and operands
     ``a``, ``b`` (absent: None) of these logical shapes and paddings."""
     common = b_padded[0] if b_padded is not None else (a_padded[1] if a_padded is not None else 0)
@@ -182,12 +194,13 @@ class KernelSpec:
     split: tuple = (1, 1)     # (rows, cols) multipliers of the ndrange (items sharing one result block)
     candidates: tuple = ()    # define overrides the tuner times, besides the defaults
     constraints: tuple = ()   # expressions every configuration satisfies
-    template: object = None   # (path, raw entry, precisions table) to configure from
+    template: Any = None      # (path, raw entry, precisions table) to configure from (JSON: untyped)
     sources: tuple = ()       # (("gl", source path, (include paths...)), ...): other backends' sources
     precisions: tuple = (DEFAULT_PRECISION,)   # the precisions it supports
     precision: str = DEFAULT_PRECISION         # the precision of this configuration
     scratch_bytes: object = None   # expression over the defines and scalar letters: the scratch buffer's size
     loop_bounds: tuple = ()   # (("gl", expression), ...): the loop iterations one invocation of that source runs
+    argdefines: tuple = ()    # defines the OpenCL source takes as uint arguments after its buffers
 
     def in_precision(self, precision: str) -> "KernelSpec":
         """This configuration with its weights (and sums) in ``precision``.
@@ -258,7 +271,7 @@ class KernelSpec:
             raise LibraryError(f"kernel {self.codename!r}: configuration {overrides} breaks {failed}")
         return self._with_defines(merged)
 
-    def configurations(self, device=None) -> list[dict]:
+    def configurations(self, device: Any = None) -> list[dict]:
         """The defaults and every ``candidates`` entry that meet ``constraints`` and ``device``.
 
         Args:
@@ -284,7 +297,7 @@ class KernelSpec:
                 found.append(config)
         return found
 
-    def fits(self, device) -> bool:
+    def fits(self, device: Any) -> bool:
         """Whether ``device`` can launch this configuration: its work-group within the device's
         largest and its local memory (when the entry says ``local_bytes``) within the device's."""
         if self.workgroup and math.prod(self.workgroup) > device.max_work_group_size:
@@ -292,7 +305,7 @@ class KernelSpec:
         local = self.template[1].get("local_bytes")
         return local is None or evaluate(local, self.config) <= device.local_memory
 
-    def launch_limit(self, device) -> str | None:
+    def launch_limit(self, device: Any) -> str | None:
         """What keeps ``device`` from launching this configuration, in words (its work-group or its
         local memory beyond the device's), else None (also where the local memory it needs depends on
         a layer's geometry that this configuration does not hold: a convolution's)."""
@@ -324,14 +337,16 @@ class KernelSpec:
         backend's port of it, built in that shape, would compute wrong values)."""
         return bool(self.workgroup) and self.function in _fixed_workgroup_kernels(self.source_path)
 
-    def loops_fit(self, device, values: dict) -> bool:
+    def loops_fit(self, device: Any, values: dict) -> bool:
         """Whether ``device`` runs this kernel's loops to their end for these scalar ``values``: it
         ends none early, or the entry bounds them within its limit (:meth:`loop_iterations`)."""
         limit = getattr(device, "max_loop_iterations", None)
-        count = self.loop_iterations(device.backend, values) if limit else None
+        if not limit:
+            return True
+        count = self.loop_iterations(device.backend, values)
         return count is None or count <= limit
 
-    def accepts(self, m: int, k: int, n: int, device=None) -> bool:
+    def accepts(self, m: int, k: int, n: int, device: Any = None) -> bool:
         """Whether a product of this shape meets the entry's ``preconditions`` and ``device`` can
         launch this configuration (:meth:`fits`; for image operands, the device's image support and
         size limits too; on a device that ends long loops early, :meth:`loops_fit`)."""
@@ -381,10 +396,38 @@ class KernelSpec:
         return values + [0.0] * (self.arglist.count("p") - len(values))
 
     def options(self) -> tuple[str, ...]:
-        """Compiler options: the entry's defines as ``-DNAME=VALUE``."""
-        return tuple(f"-D{k}={v}" for k, v in self.defines)
+        """Compiler options of the OpenCL source: the entry's defines as ``-DNAME=VALUE``, but for
+        those it takes as arguments (:meth:`build_options`)."""
+        return self.build_options("opencl")
 
-    def program_source(self, layouts: dict, render_index, backend: str = "opencl") -> str:
+    def define_arguments(self, backend: str = "opencl") -> tuple:
+        """The defines that ``backend``'s source takes as ``uint`` arguments after its buffers, in
+        order: the entry's ``argdefines``, then, for a kernel writing R into a slice (``R_VIEW=1``),
+        :data:`VIEW_ARGUMENTS`. None for another backend than OpenCL (its sources take them as defines)."""
+        if backend != "opencl":
+            return ()
+        view = "view" in self.epilogue and dict(self.defines).get("R_VIEW", "0") not in ("0", "")
+        return self.argdefines + (VIEW_ARGUMENTS if view else ())
+
+    def build_options(self, backend: str = "opencl") -> tuple[str, ...]:
+        """Compiler options for ``backend``'s source: :meth:`options` without the defines it takes
+        as arguments (:meth:`define_arguments`), so that layers that differ only in those share one program."""
+        arguments = {name for name in self.define_arguments(backend) if not name.startswith(DIVIDE)}
+        return tuple(f"-D{k}={v}" for k, v in self.defines if k not in arguments)
+
+    def define_argument_values(self, backend: str = "opencl") -> list:
+        """The values of :meth:`define_arguments`, in order, as the 32 bits of a ``uint`` argument
+        (a negative one, a crop's offset for a kernel's ``int`` argument, in two's complement; 0 for
+        a view define the plan did not set)."""
+        defines, values = dict(self.defines), []
+        for name in self.define_arguments(backend):
+            if name.startswith(DIVIDE):
+                values += division_magic(int(defines[name[len(DIVIDE):]]))
+            else:
+                values.append(int(defines.get(name, 0)) & 0xFFFFFFFF)
+        return values
+
+    def program_source(self, layouts: dict, render_index: Callable[[Layout, str], str], backend: str = "opencl") -> str:
         """The source with a ``MALINN_INDEX_<X>`` macro prepended for each matrix's layout (and the
         includes; in OpenCL C each file after a ``#line`` naming it, for the build log).
 
@@ -418,14 +461,14 @@ class KernelSpec:
 _configured: dict = {}   # (entry id, defines) -> (the entry, KernelSpec)
 
 
-def _cached(entry: dict, defines: dict):
+def _cached(entry: dict, defines: dict) -> KernelSpec | None:
     """The configured spec of ``entry`` with ``defines``, if made before. The entry itself is kept
     beside it and compared, so a new entry that reuses a freed one's id never gets its spec."""
     found = _configured.get((id(entry), tuple(sorted(defines.items()))))
     return found[1] if found is not None and found[0] is entry else None
 
 
-def _remember(entry: dict, defines: dict, spec):
+def _remember(entry: dict, defines: dict, spec: KernelSpec) -> KernelSpec:
     _configured[(id(entry), tuple(sorted(defines.items())))] = (entry, spec)
     return spec
 
@@ -579,7 +622,7 @@ class KernelLibrary:
             raise LibraryError(f"{self.path}: no default kernel for {op!r} on a {device_kind}")
         return specs[0]
 
-    def activation_kernel(self, activation: str) -> KernelSpec:
+    def activation_kernel(self, activation: str) -> KernelSpec | None:
         """The kernel that applies ``activation`` (``None`` if the library has none)."""
         for k in self.kernels.values():
             if k.op == "activation" and (k.activation == activation or activation in k.aliases):
@@ -689,7 +732,7 @@ def _load(path: Path, deep: bool = True) -> KernelLibrary:
     return KernelLibrary(kernels, defaults, path, precisions, sections)
 
 
-def _with_base(path: Path, codename: str, entry, entries: dict, seen: tuple = ()):
+def _with_base(path: Path, codename: str, entry: Any, entries: dict, seen: tuple = ()) -> Any:
     """``entry`` with the fields of the entry it is a ``variant_of`` under its own, as a JSON Merge
     Patch (RFC 7386) would: objects (``defines``, ``restrictions``, each matrix's restriction,
     ``preconditions``) merged key by key, a null removing the base's field, anything else replaced.
@@ -717,7 +760,7 @@ def _with_base(path: Path, codename: str, entry, entries: dict, seen: tuple = ()
     return {key: value for key, value in merge(base, entry).items() if key != "variant_of"}
 
 
-def _precisions(path: Path, table) -> dict:
+def _precisions(path: Path, table: Any) -> dict:
     """The ``precisions`` table as :class:`Precision` objects (``fp32`` alone where there is none)."""
     if table is None:
         table = {DEFAULT_PRECISION: {"description": "float", "weight_bytes": 4, "defines": {}}}
@@ -743,7 +786,7 @@ def _precisions(path: Path, table) -> dict:
     return found
 
 
-def _validate(path: Path, codename: str, entry, precisions: dict, variant_of: str | None = None,
+def _validate(path: Path, codename: str, entry: Any, precisions: dict, variant_of: str | None = None,
               deep: bool = True) -> KernelSpec:
     if not isinstance(entry, dict):
         raise LibraryError(f"{path}: kernel {codename!r}, field '': expected an object")
@@ -762,7 +805,8 @@ def _validate(path: Path, codename: str, entry, precisions: dict, variant_of: st
         return spec
     configs = spec.configurations()
     if len(configs) < 1 + len(spec.candidates):
-        base, seen = dict(spec.defines), []
+        base = dict(spec.defines)
+        seen: list[dict] = []
         for i, overrides in enumerate(({},) + spec.candidates):
             config = {**base, **{k: str(v) for k, v in overrides.items()}}
             broken = [c for c in spec.constraints if not evaluate(c, config)]
@@ -811,7 +855,8 @@ def _check_fields(path: Path, codename: str, entry: dict) -> None:
 ENTRY_FIELDS = ("op", "source", "function", "restrictions", "includes", "sources", "defines", "candidates",
                 "constraints", "preconditions", "precisions", "epilogue", "activation", "aliases", "local_bytes",
                 "scratch_bytes", "description", "variant_of")
-RESTRICTION_FIELDS = ("a", "b", "r", "arglist", "buffers", "flop", "ndrange", "params", "scale", "split", "workgroup")
+RESTRICTION_FIELDS = ("a", "b", "r", "arglist", "buffers", "flop", "ndrange", "params", "scale", "split", "workgroup",
+                      "argdefines")
 MATRIX_FIELDS = ("representation", "rowAlign", "colAlign", "image", "logicalRows")
 SOURCE_FIELDS = ("source", "includes", "loop_iterations")
 CHOICE_FIELDS = ("codename", "defines", "precisions")
@@ -904,7 +949,42 @@ def _build(path: Path, codename: str, entry: dict, defines: dict, table: dict) -
                       preconditions=tuple(preconditions.items()), split=split_t,
                       candidates=tuple(candidates), constraints=fixed.constraints,
                       template=(path, entry, table), precisions=fixed.precisions, precision=precision,
-                      sources=fixed.sources, scratch_bytes=scratch, loop_bounds=fixed.loop_bounds)
+                      sources=fixed.sources, scratch_bytes=scratch, loop_bounds=fixed.loop_bounds,
+                      argdefines=_argdefines(rs.get("argdefines", []), defines, fail))
+
+
+#: an ``argdefines`` entry ``divide:NAME``: the two magic numbers that divide by define NAME
+DIVIDE = "divide:"
+
+
+def division_magic(divisor: int) -> list:
+    """``[M, L]`` that divide any 32-bit ``n`` by ``divisor`` with a multiplication (Granlund and
+    Montgomery, as a compiler does for a constant): ``t = mul_hi(M, n)``, ``n / divisor = (t + ((n -
+    t) >> min(L, 1))) >> (max(L, 1) - 1)``, with ``L = ceil(log2 divisor)`` (kernels/window.clh
+    ``window_divide``). A divisor below 1 divides as 1."""
+    d = max(1, int(divisor))
+    shift = (d - 1).bit_length()
+    return [((1 << 32) * ((1 << shift) - d) // d + 1) & 0xFFFFFFFF, shift]
+
+
+def _argdefines(names: Any, defines: dict, fail: Callable[[str, str], None]) -> tuple:
+    """The entry's ``argdefines``, checked: names of its defines (or ``divide:`` one of them, a
+    positive one), whose values are whole numbers."""
+    plain = [n[len(DIVIDE):] if isinstance(n, str) and n.startswith(DIVIDE) else n for n in names] \
+        if isinstance(names, list) else None
+    if plain is None or not all(isinstance(n, str) and n in defines for n in plain) or len(set(names)) < len(names):
+        fail("restrictions.argdefines", f"expected a list of the entry's define names (or divide:NAME), got {names!r}")
+        return ()
+    for name, define in zip(names, plain):
+        try:
+            value = int(str(defines[define]))
+        except ValueError:
+            fail("restrictions.argdefines", f"define {define} is {defines[define]!r}, not a whole number")
+            continue
+        if not -2 ** 31 <= value < 2 ** 32 or (name != define and value < 1):
+            fail("restrictions.argdefines", f"define {define} is {value}, not a 32-bit int or uint"
+                                            f"{' (a divisor: 1 or more)' if name != define else ''}")
+    return tuple(names)
 
 
 _DEFINE_NAME = re.compile(r"[A-Za-z_]\w*")

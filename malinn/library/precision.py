@@ -66,11 +66,11 @@ def quantize_int8(w: ArrayLike, what: str = "the weights") -> tuple:
     return q, scales
 
 
-def effective(w: ArrayLike, precision: str, quantized: tuple | None = None) -> np.ndarray:
+def effective(w: ArrayLike | None, precision: str, quantized: tuple | None = None) -> np.ndarray:
     """The float32 matrix a kernel multiplies by when ``w`` is stored in ``precision``.
 
     Args:
-        w: the weights (rows x cols).
+        w: the weights (rows x cols); None where ``quantized`` is given for ``int8-weights``.
         precision: a precision name.
         quantized: ``(q, scales)`` to use for ``int8-weights`` instead of quantizing ``w``.
     """

@@ -21,6 +21,7 @@ import math
 import numpy as np
 
 from ..layers.input_layer import Input, KerasTensor
+from ..layers.masking import carry_mask
 from ..plan.builder import PlanBuilder
 from ..plan.tensor import format_shape
 from ..registry import register
@@ -160,8 +161,10 @@ class Functional(PlannedModel):
         for node in self.nodes:
             given = [values[id(t)] for t in node.inputs]
             value = builder.lower(node.layer, given if node.listed else given[0])
-            values[id(node.output)] = value
-            per_node.append(value)
+            carry_mask(builder, node.layer, given if node.listed else given[0], value)   # Keras's mask passed on
+            for tensor, one in zip(node.outputs, value if isinstance(value, list) else [value]):
+                values[id(tensor)] = one
+            per_node.append(values[id(node.output)])
         return per_node if every_layer else [values[id(t)] for t in self.outputs]
 
     # ---------------------------------------------------------------- inference
@@ -263,6 +266,8 @@ class Functional(PlannedModel):
         """id(tensor) -> ``[kind, index]``: ``["input", i]`` or ``["node", j]``."""
         refs = {id(t): ["input", i] for i, t in enumerate(self.inputs)}
         refs.update({id(node.output): ["node", j] for j, node in enumerate(self.nodes)})
+        refs.update({id(t): ["node", j, k] for j, node in enumerate(self.nodes) for k, t in enumerate(node.outputs)
+                     if k})   # a layer's further outputs (a recurrent layer's states)
         return refs
 
     def get_config(self) -> dict:
@@ -289,8 +294,10 @@ class Functional(PlannedModel):
         inputs = [_input(entry) for entry in config["inputs"]]
 
         def tensor(ref):
-            kind, i = ref
+            kind, i = ref[:2]
             found = inputs[i] if kind == "input" else from_graph[i]
+            if isinstance(found, list):   # a layer of several outputs: ["node", j, k] names its k-th
+                found = found[ref[2] if len(ref) > 2 else 0]
             if found is None:
                 raise ValueError(f"model {config['name']!r}: a call reads {kind} {i} before it is made")
             return found

@@ -9,6 +9,7 @@ import numpy as np
 from ..layers.base import Layer, sample_shape
 from ..layers.dtypes import input_cast, input_dtype
 from ..layers.input_layer import KerasTensor
+from ..layers.masking import carry_mask
 from ..plan.builder import PlanBuilder
 from ..plan.tensor import format_shape
 from ..registry import register
@@ -147,7 +148,7 @@ class Sequential(PlannedModel):
         x = builder.input(self._sample_shape)
         outputs = []
         for layer in self.layers:
-            x = builder.lower(layer, x)
+            x = carry_mask(builder, layer, x, builder.lower(layer, x))   # Keras's mask passed on
             outputs.append(x)
         return outputs if every_layer else [x]
 

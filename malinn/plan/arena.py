@@ -38,8 +38,9 @@ def arena(inputs: list, storages: list) -> list:
             chosen = min(free, key=lambda b: b[0])
         else:
             grow = [b for b in buffers if b[1] < storage.first]
-            chosen = max(grow, key=lambda b: b[0]) if grow else None
-            if chosen is None:
+            if grow:
+                chosen = max(grow, key=lambda b: b[0])
+            else:
                 chosen = [0, -2, []]
                 buffers.append(chosen)
             chosen[0] = max(chosen[0], need)

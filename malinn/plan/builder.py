@@ -24,9 +24,12 @@ output. A chain is the special case of the DAG of steps over named tensors.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from typing import Any
+
 from ..backends.base import Device
 from ..errors import BackendError
-from ..library.kernel_library import DEFAULT_PRECISION
+from ..library.kernel_library import DEFAULT_PRECISION, KernelSpec
 from .kinds.base import OpKind
 from .passes.fusion import fuse_epilogues
 from .passes.heads import fuse_heads
@@ -55,8 +58,8 @@ class PlanBuilder:
 
     def __init__(self, device: Device, batch: int, precision: str = DEFAULT_PRECISION):
         self.device, self.batch, self.precision = device, int(batch), precision
-        self.steps: list = []
-        self.inputs: list = []
+        self.steps: list[Step] = []
+        self.inputs: list[Value] = []
         self.layer = None   # the layer being lowered (its name goes into every step it records)
         self._uses: dict = {}   # id(input value) -> how many layer calls read it
         self.convs: list = []   # the ConvGeometry of each convolution lowered (not 1x1 matmuls)
@@ -76,7 +79,7 @@ class PlanBuilder:
             raise BackendError(f"layer {layer.name!r} ({type(layer).__name__}) cannot run on {device.name} "
                                f"({device.backend}{': ' + lacks if lacks else ''}): {why}") from None
 
-    def input(self, sample_shape, name: str = "input", uses: int = 1) -> Value:
+    def input(self, sample_shape: Iterable[int], name: str = "input", uses: int = 1) -> Value:
         """A model input: ``batch`` samples of ``sample_shape``, uploaded in Keras's own order
         (column-major: each sample's values contiguous, the samples as far apart as the readers pad).
 
@@ -92,8 +95,8 @@ class PlanBuilder:
         """Whether ``x`` is a model input that one layer call reads and no step has read yet."""
         return x in self.inputs and not x.consumers and self._uses.get(id(x), 1) <= 1
 
-    def record(self, kind: OpKind, spec, out_shape, inputs: dict, what: str, storage: Storage | None = None,
-               **fields) -> Value:
+    def record(self, kind: OpKind, spec: KernelSpec, out_shape: Sequence[int], inputs: dict[str, Value], what: str,
+               storage: Storage | None = None, **fields: Any) -> Value:
         """Appends a step of ``kind`` running ``spec`` on ``inputs`` (slot -> Value) and returns its
         result, a new Value of ``out_shape`` (in ``storage`` for an in-place step)."""
         rows, cols = matrix_view(out_shape)

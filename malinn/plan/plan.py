@@ -18,7 +18,7 @@ from .kinds.layout import RELAYOUT
 from .kinds.matmul import MATMUL
 from .progress import BuildProgress
 from .tensor import format_shape
-from .tensors import GEOMETRY, Step, Value, storages_of
+from .tensors import GEOMETRY, Step, Storage, Value, storages_of
 
 __all__ = ["Plan", "Upload", "Download", "Output"]
 
@@ -64,6 +64,7 @@ class Plan:
         self.precision = precision
         self.buffers: list = []
         self.launches: list = []
+        self.convs: list = []   # the convolution geometries lowered (PlanBuilder.compile sets them)
         self._assign_lifetimes()
 
     # ---------------------------------------------------------------- memory, before allocating
@@ -140,7 +141,7 @@ class Plan:
         """``{bytes: what}`` of the scratch buffers this plan's kernels bind, one per size (as
         kernel_call sizes them: the entry's ``scratch_bytes`` for the result's padded rows ``h`` and
         columns ``w``)."""
-        sizes = {}
+        sizes: dict[int, str] = {}
         for step in self.steps:
             spec, storage = step.spec, step.out.storage
             if spec is None or spec.scratch_bytes is None or storage.padded is None:
@@ -167,19 +168,19 @@ class Plan:
         """What a K split's scratch holds: the partial sums of the step's matmul (for a kernel that
         computes a head after it, the first layer's, then the head's)."""
         storage = step.out.storage
-        h, w = storage.padded
+        h, w = storage.padded_size
         units = step.weight.shape[0] if step.weight is not None else storage.rows
         if units == storage.rows:
             return f"partial sums for {units} features x {storage.cols} samples, padded to {h}x{w}"
         return (f"partial sums for {units} features x {storage.cols} samples, padded to {values['H']}x{w}, "
                 f"then the head's {storage.rows}")
 
-    def _describe_storage(self, value, storage) -> str:
+    def _describe_storage(self, value: Value | None, storage: Storage) -> str:
         """``layer 'x' output (13 features x 7 samples, padded to 16x8 in R for kernel k)``; a copy in
         another layout, ``layer 'x' output re-laid out (...) for kernel k`` (k: the kernel reading it)."""
         step = value.producer if value is not None else None
         copied = step is not None and step.kind is RELAYOUT
-        source = step.inputs["a"].producer if copied else step
+        source = step.inputs["a"].producer if step is not None and copied else step
         if source is None:
             who, role = "the model's", "input"
         else:
@@ -191,7 +192,7 @@ class Plan:
             kernel = step.spec.codename
         unit = "samples" if storage.cols == self.batch else "columns"
         return (f"{who} {role}{' re-laid out' if copied else ''} ({storage.rows} features x {storage.cols} {unit}, "
-                f"padded to {storage.padded[0]}x{storage.padded[1]} in {storage.layout} for kernel {kernel})")
+                f"padded to {storage.padded_size[0]}x{storage.padded_size[1]} in {storage.layout} for kernel {kernel})")
 
     def _values(self):
         yield from self.inputs
@@ -255,14 +256,14 @@ class Plan:
     def _staging(self, value: Value, what: str) -> np.ndarray:
         """Host memory laid out as ``value``'s buffer: a row per column of its matrix view (the
         padded columns too), each as long as the padded rows."""
-        rows, cols = value.storage.padded
+        rows, cols = value.storage.padded_size
         return self.device.host_array((cols, rows), f"the {what} staging of {value.name or what} "
                                                     f"{format_shape(value.shape)}")
 
     def matrix(self, value: Value, rows: int | None = None) -> DeviceMatrix:
         """``value``'s buffer as a kernel argument (its first ``rows`` padded rows where given)."""
         s = value.storage
-        padded = s.padded if rows is None else (rows, s.padded[1])
+        padded = s.padded_size if rows is None else (rows, s.padded_size[1])
         return DeviceMatrix((value.rows, value.cols), device=self.device, layout=s.layout, padded=padded,
                             buffer=s.buffer)
 

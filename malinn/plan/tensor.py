@@ -12,19 +12,21 @@ work column by column, and a reshape keeps the flat order and changes only the v
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..library.layout import Layout, parse_layout
 
 __all__ = ["matrix_view", "keras_order", "format_shape"]
 
 
-def matrix_view(shape) -> tuple[int, int]:
+def matrix_view(shape: Iterable[int]) -> tuple[int, int]:
     """``(rows, cols)`` of the matrix view of a tensor of Keras ``shape`` (batch first)."""
     shape = tuple(int(d) for d in shape)
     return shape[-1], math.prod(shape[:-1])
 
 
-def keras_order(layout: "Layout | str", rows: int, cols: int, padded) -> bool:
+def keras_order(layout: "Layout | str", rows: int, cols: int, padded: Sequence[int]) -> bool:
     """Whether a buffer in ``layout`` with ``padded`` shape holds the logical ``rows x cols``
     matrix view in Keras's memory order: each column's values contiguous, in order, the columns
     as many floats apart as the rows are padded to (a plan stages it whole, padding included, so
@@ -37,7 +39,7 @@ def keras_order(layout: "Layout | str", rows: int, cols: int, padded) -> bool:
     return False
 
 
-def format_shape(shape) -> str:
+def format_shape(shape: Iterable[Any]) -> str:
     """``(None, 28, 28)`` for Keras-style messages and summaries (``None`` for the batch axis)."""
     dims = ["None"] + [str(int(d)) for d in tuple(shape)[1:]]
     return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..backends.base import Device
 from ..choice.matrix import DeviceMatrix
-from ..library.kernel_library import KernelSpec, load_library
+from ..library.kernel_library import KernelSpec, MatrixRestriction, load_library
 from ..library.layout import Layout, parse_layout
 from ..library.precision import device_bytes
 from .tensor import format_shape
@@ -48,11 +49,13 @@ class Weight:
             ``int8-weights`` (a Keras int8-quantized layer's own), or ``None`` to quantize ``host()``.
     """
 
-    def __init__(self, what: str, shape, host, copies: dict, prepacked=None, quantized=None):
+    def __init__(self, what: str, shape: Iterable[int], host: Callable[[], np.ndarray], copies: dict,
+                 prepacked: tuple | None = None, quantized: Callable[[], tuple] | None = None):
         self.what, self.shape, self.host, self.copies, self.prepacked = what, tuple(shape), host, copies, prepacked
         self.quantized = quantized
 
-    def on_device(self, device: Device, restriction, need, prefer=None, precision: str = "fp32") -> DeviceMatrix:
+    def on_device(self, device: Device, restriction: MatrixRestriction, need: Sequence[int],
+                  prefer: Sequence[int] | None = None, precision: str = "fp32") -> DeviceMatrix:
         """The weight on ``device`` as a kernel with ``restriction`` reads it in ``precision``, padded
         at least to ``need``: a copy already there that fits (kernels index A with its own padded
         shape, so a copy padded more serves), else the model file's laid-out copy where it fits,
@@ -61,7 +64,7 @@ class Weight:
         """
         layout = restriction.layout
 
-        def fits(padded) -> bool:
+        def fits(padded: Sequence[int]) -> bool:
             return (padded[0] >= need[0] and padded[1] >= need[1] and padded[0] % restriction.row_multiple == 0
                     and padded[1] % restriction.col_multiple == 0)
 
@@ -76,7 +79,7 @@ class Weight:
         else:
             shared = (prefer is not None and fits(prefer)
                       and self.nbytes(prefer, precision) <= device.max_allocation)
-            padded = tuple(prefer) if shared else tuple(need)
+            padded = tuple(prefer) if shared and prefer is not None else tuple(need)
             quantized = self.quantized() if self.quantized is not None else None
             flat = device_bytes(self.host(), precision, layout, padded, quantized, self.what)
         matrix = DeviceMatrix.upload_weights(device, flat, self.shape, layout, padded, precision, self.what)
@@ -84,7 +87,7 @@ class Weight:
         self.copies[(device.identity, str(layout), padded, precision)] = matrix
         return matrix
 
-    def nbytes(self, padded, precision: str = "fp32") -> int:
+    def nbytes(self, padded: Sequence[int], precision: str = "fp32") -> int:
         """Bytes of a device copy padded to ``padded`` in ``precision``."""
         return load_library().precision(precision).weights_nbytes(padded[0], padded[1], self.shape[0])
 
@@ -96,10 +99,11 @@ class Vector:
         what: a description for messages; values: the float32 values; copies: the owner's dict.
     """
 
-    def __init__(self, what: str, values, copies: dict):
+    def __init__(self, what: str, values: Any, copies: dict):
         self.what, self.values, self.copies = what, np.ascontiguousarray(values, np.float32).reshape(-1), copies
 
-    def on_device(self, device: Device):
+    def on_device(self, device: Device) -> Any:
+        """The values' buffer on ``device`` (uploaded on first use)."""
         key = (device.identity, self.what)
         buffer = self.copies.get(key)
         if buffer is None:
@@ -123,13 +127,13 @@ class Storage:
     def __init__(self, rows: int, cols: int, layout: Layout | None = None):
         self.rows, self.cols, self.layout = rows, cols, layout
         self.row_mult = self.col_mult = 1
-        self.padded = None
+        self.padded: tuple[int, int] | None = None   # decided by the paddings pass (padded_size)
         self.group = self          # union-find: storages whose column padding must be equal
-        self.base = None           # for a view: the storage whose buffer it shares (never itself a view)
-        self.view = None           # for a slice written by a matmul: its R_* defines (epilogue.clh)
+        self.base: Storage | None = None   # for a view: the storage whose buffer it shares (never itself a view)
+        self.view: dict | None = None      # for a slice written by a matmul: its R_* defines (epilogue.clh)
         self.min_elements = 0
         self.first = self.last = 0
-        self.buffer = None
+        self.buffer: Any = None
 
     def root(self) -> "Storage":
         node = self
@@ -142,17 +146,25 @@ class Storage:
         """The storage whose buffer holds this one's values (itself, or a view's base)."""
         return self.base if self.base is not None else self
 
+    @property
+    def padded_size(self) -> tuple[int, int]:
+        """``padded``, which the paddings pass (:mod:`malinn.plan.passes.paddings`) decides before
+        anything reads it."""
+        assert self.padded is not None, "a storage's padding is read before the paddings pass decided it"
+        return self.padded
+
     def elements(self) -> int:
-        return max(self.padded[0] * self.padded[1], self.min_elements)
+        rows, cols = self.padded_size
+        return max(rows * cols, self.min_elements)
 
 
 class Value:
     """A tensor of the plan: Keras's shape (with the plan's batch) and the storage that holds it."""
 
-    def __init__(self, shape, storage: Storage, producer=None, name: str = ""):
+    def __init__(self, shape: Iterable[int], storage: Storage, producer: Step | None = None, name: str = ""):
         self.shape = tuple(int(d) for d in shape)
         self.storage, self.producer, self.name = storage, producer, name
-        self.consumers: list = []
+        self.consumers: list[Step] = []
 
     @property
     def rows(self) -> int:
@@ -180,7 +192,7 @@ class Step:
     kind: "OpKind"              # the registered op kind (malinn.plan.kinds): what the step computes and needs
     spec: KernelSpec
     out: Value
-    inputs: dict                # slot ("a" or "b") -> Value
+    inputs: dict[str, Value]    # slot ("a" or "b") -> Value
     what: str
     weight: Weight | None = None
     bias: Vector | None = None
@@ -208,7 +220,7 @@ class Step:
 _MAX_BROADCAST_RANK = 8
 
 
-def broadcast_shape(shapes, what: str = "merge") -> tuple:
+def broadcast_shape(shapes: Sequence[Sequence[int]], what: str = "merge") -> tuple:
     """The shape Keras's merge layers give inputs of ``shapes`` (batch axis first): a sample of
     lower rank gains axes of 1 after the batch axis, then axes of 1 stretch (NumPy broadcasting).
 
@@ -227,7 +239,7 @@ def broadcast_shape(shapes, what: str = "merge") -> tuple:
     return tuple(out)
 
 
-def broadcast_defines(shape, out, what: str) -> dict:
+def broadcast_defines(shape: Sequence[int], out: Sequence[int], what: str) -> dict:
     """The merge kernel's defines reading a tensor of ``shape`` broadcast to ``out`` (batch first)."""
     rank = len(out) - 1
     if rank > _MAX_BROADCAST_RANK:
@@ -242,7 +254,7 @@ def broadcast_defines(shape, out, what: str) -> dict:
     return defines
 
 
-def storages_of(values, steps) -> list:
+def storages_of(values: Iterable[Value], steps: Sequence[Step]) -> list[Storage]:
     """Every storage of ``values`` and of the steps' inputs and results, each once, in first-seen order."""
     seen, result = set(), []
     for value in list(values) + [s.out for s in steps] + [x for s in steps for x in s.inputs.values()]:

@@ -1,13 +1,18 @@
 """The op kinds of a plan's steps, each registered once (:data:`KINDS`), with the functions that
 lower a layer into steps of that kind: a layer's ``lower(builder, x)`` calls them."""
 
+from .attention import ATTENTION, attention
 from .base import KINDS, OpKind, kind_named, register
 from .conv import CONV, conv, depthwise
+from .conv_transpose import CONV_TRANSPOSE, conv_transpose
 from .elementwise import ACTIVATION, AFFINE, BIAS, activation, affine, bias_and_activation
+from .gather import GATHER, gather
 from .layout import PERMUTE, RELAYOUT, REPEAT, RESHAPE, permute, relayout_step, repeat, reshape
 from .matmul import MATMUL, matmul
 from .merge import CONCAT, DOT, MERGE, concat, dot, merge
 from .normalization import BROADCAST, NORMALIZE, NORMALIZE_MODES, broadcast, normalize
+from .recurrent import RECURRENT, recurrence
+from .resize import RESIZE, resize
 from .window import IM2COL, POOL, SPATIAL, pool, spatial
 
 __all__ = ["KINDS", "OpKind", "kind_named", "register",
@@ -16,3 +21,6 @@ __all__ = ["KINDS", "OpKind", "kind_named", "register",
            "matmul", "conv", "depthwise", "activation", "affine", "bias_and_activation", "reshape", "permute",
            "repeat", "relayout_step", "merge", "concat", "dot", "broadcast", "normalize", "NORMALIZE_MODES",
            "pool", "spatial"]
+__all__ += ["GATHER", "gather", "RECURRENT", "recurrence"]
+__all__ += ["ATTENTION", "attention"]
+__all__ += ["CONV_TRANSPOSE", "conv_transpose", "RESIZE", "resize"]

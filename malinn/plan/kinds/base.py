@@ -15,14 +15,15 @@ from typing import TYPE_CHECKING
 from ...choice.kernel_call import bind
 
 if TYPE_CHECKING:
-    from ...backends.base import BoundLaunch
+    from ...backends.base import BoundLaunch, Device
     from ...library.kernel_library import KernelSpec
+    from ..plan import Plan
     from ..tensors import Step
 
 __all__ = ["OpKind", "KINDS", "register", "kind_named"]
 
 #: every op kind, by name (filled as the kind modules are imported: :mod:`malinn.plan.kinds`)
-KINDS: dict = {}
+KINDS: dict[str, OpKind] = {}
 
 
 class OpKind:
@@ -56,7 +57,7 @@ class OpKind:
         layout = None if restriction.any_layout else restriction.layout
         return layout, restriction.row_multiple, restriction.col_multiple
 
-    def absorb(self, step: "Step", after: "Step", device) -> bool:
+    def absorb(self, step: "Step", after: "Step", device: "Device") -> bool:
         """Takes the in-place step ``after``, which alone reads ``step``'s result, into ``step``'s
         kernel (an epilogue) where that kernel can compute it; returns whether it did."""
         return False
@@ -75,14 +76,14 @@ class OpKind:
         """Scalar letters beyond the result's ``h`` and ``w`` that size its kernel's scratch."""
         return {}
 
-    def operands(self, plan, step: "Step") -> tuple:
+    def operands(self, plan: "Plan", step: "Step") -> tuple:
         """``(kernel, matrices, vectors, params)`` that ``step`` binds: every input and the result,
         the step's own vectors, its parameters."""
         matrices = {slot: plan.matrix(x) for slot, x in step.inputs.items()}
         matrices["r"] = plan.matrix(step.out)
         return step.spec, matrices, {}, step.params
 
-    def bind(self, plan, step: "Step") -> "BoundLaunch | None":
+    def bind(self, plan: "Plan", step: "Step") -> "BoundLaunch | None":
         """``step``'s kernel bound to its buffers on the plan's device (built, or taken from the
         program caches), or None where it launches nothing (a view)."""
         if step.view:

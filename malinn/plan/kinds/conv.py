@@ -6,18 +6,24 @@ epilogue."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ...choice.conv_choice import choose_algorithm
 from ...choice.conv_geometry import ConvGeometry
 from ...choice.kernel_choice import check_precision, choose, explicit_choice
 from ...library.kernel_library import KernelSpec, load_library
 from ...library.layout import round_up
-from ..tensors import Value, Vector, Weight
+from ..tensors import Step, Value, Vector, Weight
 from .base import register
 from .elementwise import bias_and_activation
 from .matmul import matmul
-from .weighted import WeightedKind
+from .weighted import WeightedKind, step_weight
 from .window import IM2COL
+
+if TYPE_CHECKING:
+    from ..builder import PlanBuilder
+    from ..plan import Plan
 
 __all__ = ["CONV", "conv", "depthwise"]
 
@@ -25,21 +31,22 @@ __all__ = ["CONV", "conv", "depthwise"]
 class Conv(WeightedKind):
     name = "conv"
 
-    def wanted(self, step, slot: str) -> tuple:
+    def wanted(self, step: Step, slot: str) -> tuple:
         restriction = step.spec.matrices[slot]
         layout = None if restriction.any_layout else restriction.layout
         return layout, restriction.row_multiple, restriction.col_multiple
 
-    def weight_padding(self, step) -> tuple:
+    def weight_padding(self, step: Step) -> tuple:
         """A convolution reads A's rows up to its result's padded rows."""
         a = step.spec.matrices["a"]
-        return (round_up(step.out.storage.padded[0], a.row_multiple), round_up(step.weight.shape[1], a.col_multiple))
+        return (round_up(step.out.storage.padded_size[0], a.row_multiple),
+                round_up(step_weight(step).shape[1], a.col_multiple))
 
-    def operands(self, plan, step) -> tuple:
+    def operands(self, plan: Plan, step: Step) -> tuple:
         device, spec = plan.device, step.spec
         matrices = {slot: plan.matrix(x) for slot, x in step.inputs.items()}
         matrices["r"] = plan.matrix(step.out)
-        matrices["a"] = step.weight.on_device(device, spec.matrices["a"], self.weight_padding(step),
+        matrices["a"] = step_weight(step).on_device(device, spec.matrices["a"], self.weight_padding(step),
                                               precision=spec.precision)
         return self.epilogue(step, device), matrices, self.epilogue_vectors(step, device), step.params
 
@@ -47,7 +54,7 @@ class Conv(WeightedKind):
 CONV = register(Conv())
 
 
-def conv(builder, x: Value, weight: Weight, geometry: dict, out_shape, bias: Vector | None = None,
+def conv(builder: PlanBuilder, x: Value, weight: Weight, geometry: dict, out_shape: Sequence[int], bias: Vector | None = None,
          activation: str = "linear", params: dict | None = None, what: str = "conv",
          algorithm: KernelSpec | None = None) -> Value:
     """A convolution of ``x`` (Keras ``(batch, H, W, C)`` or ``(batch, L, C)``) by ``weight``
@@ -80,7 +87,7 @@ def conv(builder, x: Value, weight: Weight, geometry: dict, out_shape, bias: Vec
     return _conv_step(builder, spec, x, weight, out_shape, bias, activation, params, what)
 
 
-def depthwise(builder, x: Value, weight: Weight, geometry: dict, out_shape, bias: Vector | None = None,
+def depthwise(builder: PlanBuilder, x: Value, weight: Weight, geometry: dict, out_shape: Sequence[int], bias: Vector | None = None,
               activation: str = "linear", params: dict | None = None, what: str = "depthwise") -> Value:
     """A depthwise convolution of ``x`` by ``weight`` (``C*DM x KH*KW``, row ``c*DM + j``), then
     bias and activation; ``geometry`` as for :func:`conv`, with ``DM`` the depth multiplier."""
@@ -96,7 +103,7 @@ def depthwise(builder, x: Value, weight: Weight, geometry: dict, out_shape, bias
     return _conv_step(builder, spec, x, weight, out_shape, bias, activation, params, what)
 
 
-def _in_weight_precision(builder, spec: KernelSpec) -> KernelSpec:
+def _in_weight_precision(builder: PlanBuilder, spec: KernelSpec) -> KernelSpec:
     """A convolution kernel reading its weights in the plan's precision: ``fp16`` (half sums) as
     ``fp16-storage`` (half weights, float sums) where the kernel has no half arithmetic, and fp32
     where it reads no reduced precision (the summary names each step's precision)."""
@@ -105,6 +112,7 @@ def _in_weight_precision(builder, spec: KernelSpec) -> KernelSpec:
     return next((spec.in_precision(p) for p in wanted if p in spec.precisions), spec)
 
 
-def _conv_step(builder, spec, x, weight, out_shape, bias, activation, params, what) -> Value:
+def _conv_step(builder: PlanBuilder, spec: KernelSpec, x: Value, weight: Weight, out_shape: Sequence[int],
+               bias: Vector | None, activation: str, params: dict | None, what: str) -> Value:
     out = builder.record(CONV, spec, out_shape, {"b": x}, what, weight=weight)
     return bias_and_activation(builder, out, bias, activation, params, what)

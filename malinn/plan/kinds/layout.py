@@ -4,12 +4,18 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ...choice.kernel_choice import choose
 from ...library.layout import Layout
 from ..tensor import format_shape, matrix_view
 from ..tensors import Step, Storage, Value
 from .base import OpKind, register
+
+if TYPE_CHECKING:
+    from ...backends.base import Device
+    from ..builder import PlanBuilder
 
 __all__ = ["RELAYOUT", "RESHAPE", "PERMUTE", "REPEAT", "relayout_step", "reshape", "permute", "repeat"]
 
@@ -37,7 +43,7 @@ class Repeat(Move):
 RELAYOUT, RESHAPE, PERMUTE, REPEAT = (register(kind()) for kind in (Relayout, Reshape, Permute, Repeat))
 
 
-def relayout_step(device, x: Value, layout: Layout | None, what: str) -> Step:
+def relayout_step(device: Device, x: Value, layout: Layout | None, what: str) -> Step:
     """A step copying ``x`` into a new storage in ``layout`` (None: decided like any result); the
     caller puts it among the plan's steps."""
     out = Value(x.shape, Storage(x.rows, x.cols, layout), name=f"{what} (re-laid out)")
@@ -47,7 +53,7 @@ def relayout_step(device, x: Value, layout: Layout | None, what: str) -> Step:
     return step
 
 
-def reshape(builder, x: Value, shape, what: str = "reshape") -> Value:
+def reshape(builder: PlanBuilder, x: Value, shape: tuple, what: str = "reshape") -> Value:
     """``x`` with another Keras shape of the same size (flat order kept)."""
     shape = (builder.batch,) + tuple(int(d) for d in shape[1:])
     if math.prod(shape) != math.prod(x.shape):
@@ -62,7 +68,7 @@ def reshape(builder, x: Value, shape, what: str = "reshape") -> Value:
     return builder.record(RESHAPE, choose("reshape", builder.device), shape, {"a": x}, what)
 
 
-def permute(builder, x: Value, dims, what: str = "permute") -> Value:
+def permute(builder: PlanBuilder, x: Value, dims: Sequence[int], what: str = "permute") -> Value:
     """``x`` with its sample axes in the order ``dims`` (Keras's ``Permute(dims)``: 1-based, the
     batch axis stays first), copied by kernels/permute.cl."""
     dims = tuple(int(d) for d in dims)
@@ -81,7 +87,7 @@ def permute(builder, x: Value, dims, what: str = "permute") -> Value:
     return builder.record(PERMUTE, choose("permute", builder.device).configure(defines), shape, {"a": x}, what)
 
 
-def repeat(builder, x: Value, times: int, what: str = "repeat") -> Value:
+def repeat(builder: PlanBuilder, x: Value, times: int, what: str = "repeat") -> Value:
     """``x`` of shape ``(batch, features)`` repeated into ``(batch, times, features)`` (Keras's
     ``RepeatVector``), by kernels/repeat.cl."""
     if len(x.shape) != 2:

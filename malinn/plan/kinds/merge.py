@@ -5,23 +5,30 @@ Dot."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ...choice.kernel_choice import choose
 from ...library.kernel_library import KernelSpec, load_library
 from ...ops import elementwise_kernel
 from ..tensor import format_shape
-from ..tensors import Value, broadcast_defines, broadcast_shape
+from ..tensors import Step, Value, broadcast_defines, broadcast_shape
 from .base import OpKind, register
 from .elementwise import ACTIVATION
+
+if TYPE_CHECKING:
+    from ...backends.base import Device
+    from ..builder import PlanBuilder
+    from ..plan import Plan
 
 __all__ = ["MERGE", "CONCAT", "DOT", "merge", "concat", "dot"]
 
 #: Keras merge -> the merge kernel's OP for each further input
 _MERGE_OPS = {"add": "op_add", "subtract": "op_sub", "multiply": "op_mul", "average": "op_add",
-              "maximum": "op_max", "minimum": "op_min"}
+              "maximum": "op_max", "minimum": "op_min", "divide": "op_div"}
 #: the merge kernel's OP with its operands exchanged
 _SWAPPED = {"op_add": "op_add", "op_mul": "op_mul", "op_max": "op_max", "op_min": "op_min",
-            "op_sub": "op_rsub", "op_rsub": "op_sub"}
+            "op_sub": "op_rsub", "op_rsub": "op_sub", "op_div": "op_rdiv", "op_rdiv": "op_div"}
 
 
 class Merge(OpKind):
@@ -32,7 +39,7 @@ class Merge(OpKind):
     shows_activation = True
     shape_generic = True
 
-    def absorb(self, step, after, device) -> bool:
+    def absorb(self, step: Step, after: Step, device: Device) -> bool:
         """An element-wise activation after the merge runs in the merge's kernel."""
         if (after.kind is not ACTIVATION or step.explicit or step.spec.config.get("ACTIVATION") != "act_linear"
                 or elementwise_kernel(after.activation) is None):
@@ -41,13 +48,13 @@ class Merge(OpKind):
         step.activation, step.params = after.activation, after.params
         return True
 
-    def swapped(self, step) -> KernelSpec | None:
+    def swapped(self, step: Step) -> KernelSpec | None:
         op = step.spec.config.get("OP")
         if "a" not in step.inputs or op not in _SWAPPED:
             return None
         return step.spec.configure({"OP": _SWAPPED[op]})
 
-    def operands(self, plan, step) -> tuple:
+    def operands(self, plan: Plan, step: Step) -> tuple:
         matrices = {"r": plan.matrix(step.out), "a": plan.matrix(step.inputs["a"])}
         params = step.params
         if step.activation not in (None, "linear"):   # a fused activation's p0..p3
@@ -55,7 +62,7 @@ class Merge(OpKind):
             params = {f"p{i}": v for i, v in enumerate(values)}
         return step.spec, matrices, {}, params
 
-    def fused(self, step) -> list:
+    def fused(self, step: Step) -> list:
         return [step.activation] if step.activation not in (None, "linear") else []
 
 
@@ -65,7 +72,7 @@ class Concat(OpKind):
     name = "concat"
     shape_generic = True
 
-    def operands(self, plan, step) -> tuple:
+    def operands(self, plan: Plan, step: Step) -> tuple:
         return step.spec, {"r": plan.matrix(step.out), "a": plan.matrix(step.inputs["a"])}, {}, step.params
 
 
@@ -77,25 +84,26 @@ class Dot(OpKind):
 MERGE, CONCAT, DOT = register(Merge()), register(Concat()), register(Dot())
 
 
-def merge(builder, xs: list, op: str, what: str = "merge") -> Value:
+def merge(builder: PlanBuilder, xs: Sequence[Value], op: str, what: str = "merge") -> Value:
     """Keras's element-wise merge of ``xs`` (two or more values): ``op`` is ``add``, ``subtract``
-    (two inputs), ``multiply``, ``average``, ``maximum`` or ``minimum``.
+    (two inputs), ``multiply``, ``divide`` (two inputs), ``average``, ``maximum`` or ``minimum``.
 
     Shapes broadcast as Keras does (:func:`broadcast_shape`). The result is computed in the buffer of
     the first input of the result's shape (a copy of it where another step reads it later), one
     in-place step per further input.
     """
     xs = list(xs)
-    if len(xs) < 2 or (op == "subtract" and len(xs) != 2):
-        raise ValueError(f"{what}: {op} takes {'exactly 2' if op == 'subtract' else 'at least 2'} inputs, "
+    pair = op in ("subtract", "divide")   # of exactly two inputs, in order
+    if len(xs) < 2 or (pair and len(xs) != 2):
+        raise ValueError(f"{what}: {op} takes {'exactly 2' if pair else 'at least 2'} inputs, "
                          f"got {len(xs)}")
     shape = (builder.batch,) + broadcast_shape([x.shape for x in xs], what)[1:]
     # the running result lives in the buffer of an input of the result's shape, preferably one a
     # kernel wrote (in the layout the next kernels read) rather than a model input (Keras's order)
     full = sorted((i for i, x in enumerate(xs) if x.shape == shape), key=lambda i: xs[i] in builder.inputs)
     code = _MERGE_OPS[op]
-    if op == "subtract" and full and full[0] == 1:
-        order, codes = [1, 0], ["op_rsub"]
+    if pair and full and full[0] == 1:
+        order, codes = [1, 0], [_SWAPPED[code]]
     else:
         first = full[0] if full else 0
         order = [first] + [i for i in range(len(xs)) if i != first]
@@ -109,7 +117,7 @@ def merge(builder, xs: list, op: str, what: str = "merge") -> Value:
     return running
 
 
-def _merge_step(builder, running: Value | None, x: Value, code: str, shape, divisor: int, what: str) -> Value:
+def _merge_step(builder: PlanBuilder, running: Value | None, x: Value, code: str, shape: tuple, divisor: int, what: str) -> Value:
     defines = {"OP": code, "DIVISOR": f"{divisor}.0f"}
     if x.shape != shape:
         defines.update(broadcast_defines(x.shape, shape, what))
@@ -119,7 +127,7 @@ def _merge_step(builder, running: Value | None, x: Value, code: str, shape, divi
                           overwrites=running is not None)
 
 
-def concat(builder, xs: list, axis: int, what: str = "concatenate") -> Value:
+def concat(builder: PlanBuilder, xs: Sequence[Value], axis: int, what: str = "concatenate") -> Value:
     """Keras's Concatenate of ``xs`` along ``axis`` (of the Keras shape, batch axis 0): one buffer,
     each input written into its slice by one step."""
     xs = list(xs)
@@ -143,10 +151,11 @@ def concat(builder, xs: list, axis: int, what: str = "concatenate") -> Value:
         out = builder.record(CONCAT, spec, shape, inputs, what, storage=out.storage if out is not None else None,
                              overwrites=out is not None)
         offset += x.shape[axis]
+    assert out is not None   # xs has at least one value (xs[0] above)
     return out
 
 
-def dot(builder, x: Value, y: Value, axes: tuple, normalize: bool = False, norm_floor: float = 1e-12,
+def dot(builder: PlanBuilder, x: Value, y: Value, axes: tuple, normalize: bool = False, norm_floor: float = 1e-12,
         what: str = "dot") -> Value:
     """Keras's Dot: ``batch_dot(x, y, axes)`` of two values of rank 2 or 3 (batch first), optionally
     L2-normalised along ``axes`` (each sum of squares at least ``norm_floor``)."""
@@ -156,7 +165,7 @@ def dot(builder, x: Value, y: Value, axes: tuple, normalize: bool = False, norm_
         raise ValueError(f"{what}: cannot take the dot product of {format_shape(x.shape)} and "
                          f"{format_shape(y.shape)} over axes {list(axes)}")
 
-    def strides(shape, axis):   # (per sample, along the kept axis, along the summed axis)
+    def strides(shape: tuple, axis: int) -> tuple:   # (per sample, along the kept axis, along the summed axis)
         kept = [d for d in range(1, len(shape)) if d != axis]
         row_major = {d: math.prod(shape[d + 1:]) for d in range(len(shape))}
         return row_major[0], (row_major[kept[0]] if kept else 0), row_major[axis], (shape[kept[0]] if kept else 1)

@@ -6,12 +6,18 @@ normalization: kernels/normalize_axes.cl)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from ...choice.kernel_choice import choose
 from ..tensor import format_shape
-from ..tensors import Value, Vector
+from ..tensors import Step, Value, Vector
 from .base import OpKind, register
 from .layout import permute
+
+if TYPE_CHECKING:
+    from ..builder import PlanBuilder
+    from ..plan import Plan
 
 __all__ = ["BROADCAST", "NORMALIZE", "NORMALIZE_MODES", "broadcast", "normalize"]
 
@@ -19,7 +25,7 @@ __all__ = ["BROADCAST", "NORMALIZE", "NORMALIZE_MODES", "broadcast", "normalize"
 class InPlaceLayerStep(OpKind):
     """Rewrites its input ``b``'s buffer (the step ``overwrites`` it), reading ``step.vectors``."""
 
-    def operands(self, plan, step) -> tuple:
+    def operands(self, plan: Plan, step: Step) -> tuple:
         return step.spec, {"r": plan.matrix(step.out)}, {}, step.params
 
 
@@ -37,7 +43,7 @@ BROADCAST, NORMALIZE = register(Broadcast()), register(Normalize())
 NORMALIZE_MODES = {"softmax": 0, "softmax_logsumexp": 1, "layer": 2, "rms": 3, "unit": 4}
 
 
-def broadcast(builder, x: Value, form: int, scale: Vector, shift: Vector | None, period_cols: int,
+def broadcast(builder: PlanBuilder, x: Value, form: int, scale: Vector, shift: Vector | None, period_cols: int,
               what: str = "broadcast") -> Value:
     """Per-element parameters applied to ``x`` in place (kernels/broadcast.cl): ``form`` 0 is
     ``x * scale + shift``, 1 ``(x + shift) * scale``, 2 PReLU (``scale`` holds alpha). The vectors
@@ -51,7 +57,7 @@ def broadcast(builder, x: Value, form: int, scale: Vector, shift: Vector | None,
                           overwrites=True)
 
 
-def normalize(builder, x: Value, mode: str, axes, epsilon: float = 0.0, scale: Vector | None = None,
+def normalize(builder: PlanBuilder, x: Value, mode: str, axes: Iterable[int], epsilon: float = 0.0, scale: Vector | None = None,
               shift: Vector | None = None, what: str = "normalize") -> Value:
     """Each group of ``x``'s elements along ``axes`` normalized (softmax, layer normalization, RMS
     scaling, L2 normalization: :data:`NORMALIZE_MODES`), in place, one kernel. ``axes`` are indices

@@ -4,10 +4,17 @@ holds each sample's features, an element-wise activation into a merge)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from ..tensors import Value
+
+if TYPE_CHECKING:
+    from ..builder import PlanBuilder
+
 __all__ = ["fuse_epilogues"]
 
 
-def fuse_epilogues(builder, outputs) -> None:
+def fuse_epilogues(builder: PlanBuilder, outputs: list[Value]) -> None:
     """Folds each in-place step into the step before it where that step's kind absorbs it
     (:meth:`malinn.plan.kinds.base.OpKind.absorb`): the in-place step disappears and its result is
     the producer's."""
@@ -15,7 +22,7 @@ def fuse_epilogues(builder, outputs) -> None:
     for step in builder.steps:
         x = step.inputs.get("b")
         producer = x.producer if x is not None else None
-        if (step.in_place and producer is not None and len(x.consumers) == 1 and x not in outputs
+        if (step.in_place and x is not None and producer is not None and len(x.consumers) == 1 and x not in outputs
                 and producer.kind.absorb(producer, step, builder.device)):
             producer.layers += [layer for layer in step.layers if layer not in producer.layers]
             producer.out = step.out

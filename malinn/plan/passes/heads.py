@@ -3,16 +3,22 @@ small batches; the first layer's result never exists in memory)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ...errors import LibraryError
 from ...library.kernel_library import KernelSpec, load_library
 from ...ops import elementwise_kernel
 from ..kinds.matmul import MATMUL
-from ..tensors import Head, Step
+from ..tensors import Head, Step, Value
+
+if TYPE_CHECKING:
+    from ...backends.base import Device
+    from ..builder import PlanBuilder
 
 __all__ = ["fuse_heads"]
 
 
-def fuse_heads(builder, outputs) -> None:
+def fuse_heads(builder: PlanBuilder, outputs: list[Value]) -> None:
     """Where the library names a ``matmul_head`` kernel for the device (one whose source also runs
     the first matmul's kernel, in the same configuration), the first matmul's result is read by
     the head alone and is no output, the head fits the kernel (its units, the batch, its
@@ -26,7 +32,7 @@ def fuse_heads(builder, outputs) -> None:
     for head in builder.steps:
         x = head.inputs.get("b")
         first = x.producer if x is not None else None
-        if (head.kind is not MATMUL or first is None or first.kind is not MATMUL or id(first) in removed
+        if (x is None or head.kind is not MATMUL or first is None or first.kind is not MATMUL or id(first) in removed
                 or head.explicit or first.explicit or first.head is not None or x in outputs
                 or len(x.consumers) != 1 or first.affine is not None or head.affine is not None
                 or x.storage.view is not None or first.spec.precision != head.spec.precision):
@@ -34,6 +40,7 @@ def fuse_heads(builder, outputs) -> None:
         spec = _head_kernel(heads, first, head, device)
         if spec is None:
             continue
+        assert head.weight is not None, "a matmul step without a weight"
         first.spec, first.head = spec, Head(head.weight, head.bias, head.activation)
         first.layers += [layer for layer in head.layers if layer not in first.layers]
         first.what = f"{first.what} and {head.what}"
@@ -44,11 +51,13 @@ def fuse_heads(builder, outputs) -> None:
     builder.steps = [step for step in builder.steps if id(step) not in removed]
 
 
-def _head_kernel(heads, first: Step, head: Step, device) -> KernelSpec | None:
+def _head_kernel(heads: list[KernelSpec], first: Step, head: Step, device: Device) -> KernelSpec | None:
     """The first of ``heads`` that runs ``first``'s kernel in its configuration with ``head``
     computed in it, configured for the head, or ``None``."""
+    assert first.weight is not None and head.weight is not None, "a matmul step without a weight"
     library = load_library()
     units = head.weight.shape[0]
+    m, k = first.weight.shape
     activation = head.activation or "linear"
     if activation not in ("linear", "softmax") and (elementwise_kernel(activation) is None
                                                      or library.activation_spec(activation).params):
@@ -67,7 +76,7 @@ def _head_kernel(heads, first: Step, head: Step, device) -> KernelSpec | None:
             configured = spec.configure(config)
         except LibraryError:
             continue   # more units than the kernel takes
-        if configured.accepts(*first.weight.shape, first.inputs["b"].cols, device=device) \
+        if configured.accepts(m, k, first.inputs["b"].cols, device=device) \
                 and configured.fits(device):
             return configured.in_precision(first.spec.precision)
     return None

@@ -3,15 +3,21 @@ another layout gets a re-layout step; outputs end in Keras's order."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ...library.layout import parse_layout, round_up
 from ..kinds.layout import relayout_step
 from ..tensor import keras_order
-from ..tensors import C, Value, may_alias
+from ..tensors import C, Step, Value, may_alias
+
+if TYPE_CHECKING:
+    from ...library.layout import Layout
+    from ..builder import PlanBuilder
 
 __all__ = ["relayout_inputs", "unalias", "download_ready"]
 
 
-def relayout_inputs(builder) -> list:
+def relayout_inputs(builder: PlanBuilder) -> list[tuple[Step, str, Layout]]:
     """Decides each result's layout and gives readers of another layout a re-layout step. Returns
     the readers that take an R buffer for C (or the reverse) while it has one column: ``[(step,
     slot, layout)]`` (:func:`unalias` checks them once the paddings are known)."""
@@ -41,7 +47,7 @@ def relayout_inputs(builder) -> list:
     return aliases
 
 
-def _readers_layout(value: Value):
+def _readers_layout(value: Value) -> Layout | None:
     """The one layout every reader of ``value`` that asks for one wants (a result in any layout is
     then written in it, saving a re-layout), or None."""
     wanted = {str(reader.kind.wanted(reader, slot)[0]) for reader in value.consumers
@@ -49,29 +55,30 @@ def _readers_layout(value: Value):
     return parse_layout(wanted.pop()) if len(wanted) == 1 else None
 
 
-def unalias(builder, aliases) -> None:
+def unalias(builder: PlanBuilder, aliases: list[tuple[Step, str, Layout]]) -> None:
     """Readers that took a plain R buffer for C (or the reverse) get a re-layout step where the
     buffer was padded to more than one column after all."""
     for step, slot, layout in aliases:
         x = step.inputs[slot]
-        if x.storage.padded[1] == 1:
+        if x.storage.padded_size[1] == 1:
             continue
         _, row_mult, _ = step.kind.wanted(step, slot)
         copy = relayout_step(builder.device, x, layout, step.what)
-        copy.out.storage.padded = (round_up(x.rows, row_mult), x.storage.padded[1])
+        copy.out.storage.padded = (round_up(x.rows, row_mult), x.storage.padded_size[1])
         x.consumers.remove(step)
         step.inputs[slot] = copy.out
         copy.out.consumers.append(step)
         builder.steps.insert(builder.steps.index(step), copy)
 
 
-def download_ready(builder, outputs) -> list:
+def download_ready(builder: PlanBuilder, outputs: list[Value]) -> list[Value]:
     """Outputs whose buffers are not in Keras's order get a last re-layout step into it; returns
     the values to download."""
     result = []
     for value in outputs:
         storage = value.storage
-        if not keras_order(storage.layout, value.rows, value.cols, storage.padded):
+        assert storage.layout is not None, "an output's layout is read before the layouts pass decided it"
+        if not keras_order(storage.layout, value.rows, value.cols, storage.padded_size):
             step = relayout_step(builder.device, value, C, value.name or "output")
             step.out.storage.padded = (value.rows, value.cols)
             builder.steps.append(step)

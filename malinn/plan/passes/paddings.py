@@ -4,19 +4,23 @@ columns a kernel couples (a matmul's right operand and result) padded alike."""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from ...library.layout import round_up
 from ..kinds.layout import RESHAPE
 from ..tensors import storages_of
 
+if TYPE_CHECKING:
+    from ..builder import PlanBuilder
+
 __all__ = ["resolve_paddings"]
 
 
-def resolve_paddings(builder) -> None:
+def resolve_paddings(builder: PlanBuilder) -> None:
     """Decides every storage's padded shape."""
     for step in builder.steps:
-        storages = [(slot, x.storage) for slot, x in step.inputs.items()] + [("r", step.out.storage)]
-        for slot, storage in storages:
+        slots = [(slot, x.storage) for slot, x in step.inputs.items()] + [("r", step.out.storage)]
+        for slot, storage in slots:
             _, row_mult, col_mult = step.kind.wanted(step, slot)
             storage.row_mult = math.lcm(storage.row_mult, row_mult)
             storage.col_mult = math.lcm(storage.col_mult, col_mult)
@@ -41,7 +45,7 @@ def resolve_paddings(builder) -> None:
         storage.padded = (round_up(storage.rows, storage.row_mult), round_up(storage.cols, col_mult))
 
 
-def _couple_reshapes(builder) -> None:
+def _couple_reshapes(builder: PlanBuilder) -> None:
     """A reshape that keeps its input's matrix view in the same layout (a Reshape of the leading
     axes) pads its result as its input: so the result can be a view of the input's buffer
     (:func:`malinn.plan.passes.views.view_reshapes` needs equal leading dimensions) where the

@@ -4,10 +4,15 @@ buffer of its own)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..kinds.layout import RESHAPE
 from ..kinds.matmul import MATMUL
 from ..kinds.merge import CONCAT
-from ..tensors import Storage, Value
+from ..tensors import Step, Storage, Value
+
+if TYPE_CHECKING:
+    from ..builder import PlanBuilder
 
 __all__ = ["view_reshapes", "concat_slices", "view_concat_slices"]
 
@@ -18,13 +23,13 @@ def _keras_flat(value: Value) -> bool:
     with one column or one row."""
     storage = value.storage
     if str(storage.layout) == "C":
-        return storage.padded[0] == value.rows or value.cols == 1
+        return storage.padded_size[0] == value.rows or value.cols == 1
     if str(storage.layout) == "R":
-        return storage.padded[1] == 1 or value.rows == 1
+        return storage.padded_size[1] == 1 or value.rows == 1
     return False
 
 
-def view_reshapes(builder, outputs) -> None:
+def view_reshapes(builder: PlanBuilder, outputs: list[Value]) -> None:
     """A reshape whose result's matrix view lies in its input's memory as the layout already holds
     it becomes a view of that memory (nothing launched): the same matrix in the same layout (read
     with the input's leading dimension, no further than its padding), or, where both buffers hold
@@ -39,10 +44,10 @@ def view_reshapes(builder, outputs) -> None:
         xs, ys = x.storage, y.storage
         same = str(xs.layout) == str(ys.layout) and (x.rows, x.cols) == (y.rows, y.cols) and (
             xs.padded == ys.padded   # (R: fewer padded rows read, C: fewer padded columns; both zeros)
-            or str(xs.layout) == "R" and xs.padded[1] == ys.padded[1] and ys.padded[0] <= xs.padded[0]
-            or str(xs.layout) == "C" and xs.padded[0] == ys.padded[0] and ys.padded[1] <= xs.padded[1])
+            or str(xs.layout) == "R" and xs.padded_size[1] == ys.padded_size[1] and ys.padded_size[0] <= xs.padded_size[0]
+            or str(xs.layout) == "C" and xs.padded_size[0] == ys.padded_size[0] and ys.padded_size[1] <= xs.padded_size[1])
         flat = (_keras_flat(x) and _keras_flat(y)
-                and ys.padded[0] * ys.padded[1] <= xs.padded[0] * xs.padded[1])
+                and ys.padded_size[0] * ys.padded_size[1] <= xs.padded_size[0] * xs.padded_size[1])
         if not (same or flat) or ys.base is not None or ys is xs:
             continue
         if _writes_while_read(builder.steps, index, xs.memory(), ys, outputs):
@@ -51,7 +56,7 @@ def view_reshapes(builder, outputs) -> None:
         step.view = True
 
 
-def concat_slices(builder, outputs) -> list:
+def concat_slices(builder: PlanBuilder, outputs: list[Value]) -> list[tuple[list[Step], list[Step]]]:
     """The Concatenate steps (on the last axis) whose input a matmul can write straight into its
     slice of the result (its kernel's epilogue takes ``view``, both in R or both in C, the input
     read by nothing else): ``[(concat steps of one result, [the steps whose inputs may be
@@ -82,7 +87,7 @@ def concat_slices(builder, outputs) -> list:
     return found
 
 
-def view_concat_slices(found) -> None:
+def view_concat_slices(found: list[tuple[list[Step], list[Step]]]) -> None:
     """Makes the inputs :func:`concat_slices` found views into the Concatenate's buffer: the matmul
     writes its slice (rows ``OFFSET`` to ``OFFSET + ALEN`` of the result's matrix view) through
     ``R_AT`` with an offset and a leading dimension, and that input's concat step launches
@@ -90,13 +95,13 @@ def view_concat_slices(found) -> None:
     where every input was a view and the result has padded rows)."""
     for chain, writable in found:
         result = chain[-1].out.storage
-        rows, cols = result.padded
+        rows, cols = result.padded_size
         total = int(chain[0].spec.config["RLEN"])
-        views = [step for step in writable if step.inputs["a"].storage.padded[1] == cols]
+        views = [step for step in writable if step.inputs["a"].storage.padded_size[1] == cols]
         last = chain[-1]
         # the last slice's kernel writes the result's padding rows too (as zeros) where its own
         # padded rows reach that far; else a concat launch stays to zero them
-        covers = last in views and last.inputs["a"].storage.padded[0] >= rows - int(last.spec.config["OFFSET"])
+        covers = last in views and last.inputs["a"].storage.padded_size[0] >= rows - int(last.spec.config["OFFSET"])
         if len(views) == len(chain) and rows > total and not covers:
             views = views[:-1]
         if not views:
@@ -116,20 +121,20 @@ def view_concat_slices(found) -> None:
             step.spec = step.spec.configure({"FIRST": int(i == 0)})
 
 
-def _writes_while_read(steps: list, index: int, memory: Storage, view: Storage, outputs) -> bool:
+def _writes_while_read(steps: list[Step], index: int, memory: Storage, view: Storage, outputs: list[Value]) -> bool:
     """Whether, after step ``index``, an in-place step writes ``view`` while a tensor in ``memory``
     is read at or after it, or writes ``memory`` while ``view`` is read then (outputs count as read
     at the end)."""
     end = len(steps)
 
-    def held(storage, group) -> bool:
+    def held(storage: Storage, group: Storage) -> bool:
         return storage is group if group is view else storage.memory() is group
 
-    def first_write(group) -> int:
+    def first_write(group: Storage) -> int:
         return next((j for j in range(index + 1, end) if steps[j].in_place and held(steps[j].out.storage, group)),
                     end + 1)
 
-    def last_read(group) -> int:
+    def last_read(group: Storage) -> int:
         reads = [j for j in range(index + 1, end) for v in steps[j].inputs.values() if held(v.storage, group)]
         reads += [end for v in outputs if held(v.storage, group)]
         return max(reads, default=-1)

@@ -1,0 +1,34 @@
+"""Transposed convolutions (Keras ``Conv1DTranspose``, ``Conv2DTranspose``): one direct kernel
+(kernels/conv_transpose.cl) per layer, each output pixel summing the input pixels and kernel taps
+that map onto it, with bias, activation and a folded affine step in its epilogue."""
+
+from __future__ import annotations
+
+from ...choice.kernel_choice import choose
+from ..tensors import Value, Vector, Weight
+from .base import register
+from .conv import Conv, _in_weight_precision
+from .elementwise import bias_and_activation
+
+__all__ = ["CONV_TRANSPOSE", "conv_transpose"]
+
+
+class ConvTranspose(Conv):
+    """Reads the input ``b`` as it is and the layer's ``COUT x KH*KW*CIN`` weights as ``a``."""
+
+    name = "conv_transpose"
+
+
+CONV_TRANSPOSE = register(ConvTranspose())
+
+
+def conv_transpose(builder, x: Value, weight: Weight, geometry: dict, out_shape, bias: Vector | None = None,
+                   activation: str = "linear", params: dict | None = None, what: str = "conv_transpose") -> Value:
+    """The transposed convolution of ``x`` (Keras ``(batch, H, W, CIN)``) by ``weight`` (``COUT x
+    KH*KW*CIN``, column ``(ky*KW + kx)*CIN + c``), then bias and activation. ``geometry`` holds the
+    window defines of kernels/conv_transpose.cl: the input and output sizes, strides, dilation,
+    ``PT`` / ``PL`` the padding removed from the top and left of the full output, and ``CIN``."""
+    out_shape = (builder.batch,) + tuple(out_shape[1:])
+    spec = _in_weight_precision(builder, choose("conv_transpose", builder.device).configure(geometry))
+    out = builder.record(CONV_TRANSPOSE, spec, out_shape, {"b": x}, what, weight=weight)
+    return bias_and_activation(builder, out, bias, activation, params, what)

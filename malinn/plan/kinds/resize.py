@@ -1,0 +1,34 @@
+"""Image resizing as TensorFlow's ``tf.image.resize`` without antialiasing (Keras ``Resizing``,
+``UpSampling2D`` with ``interpolation="bilinear"``): one kernel (kernels/resize.cl) reading the input
+in whatever layout its producer wrote."""
+
+from __future__ import annotations
+
+from ...choice.kernel_choice import choose
+from ..tensor import format_shape
+from ..tensors import Value
+from .base import register
+from .window import Window
+
+__all__ = ["RESIZE", "RESIZE_MODES", "resize"]
+
+#: Keras's interpolation -> the kernel's MODE
+RESIZE_MODES = {"nearest": 0, "bilinear": 1}
+
+
+class Resize(Window):
+    name = "resize"
+
+
+RESIZE = register(Resize())
+
+
+def resize(builder, x: Value, size, interpolation: str, what: str = "resize") -> Value:
+    """``x`` (Keras ``(batch, H, W, C)``) resized to ``size`` = ``(height, width)`` by ``interpolation``
+    (:data:`RESIZE_MODES`), with half-pixel centres as TensorFlow."""
+    if len(x.shape) != 4:
+        raise ValueError(f"{what}: resizing takes (batch, height, width, channels), not {format_shape(x.shape)}")
+    (ih, iw), (oh, ow) = x.shape[1:3], (int(size[0]), int(size[1]))
+    spec = choose("resize", builder.device).configure({"IH": ih, "IW": iw, "OH": oh, "OW": ow,
+                                                       "MODE": RESIZE_MODES[interpolation]})
+    return builder.record(RESIZE, spec, (builder.batch, oh, ow, x.shape[3]), {"a": x}, what)

@@ -1,0 +1,55 @@
+"""Resizing, bilinear UpSampling2D and GroupNormalization vs numpy definitions on every device, over
+odd shapes (one pixel, one channel, sizes that shrink and grow unevenly), batch 1 and 3."""
+
+import numpy as np
+import pytest
+from upsampling_references import group_norm_reference, resize_reference
+
+import malinn
+from malinn.layers import GroupNormalization, Resizing, UpSampling2D
+
+pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+
+
+@pytest.mark.parametrize("interpolation", ["bilinear", "nearest"])
+@pytest.mark.parametrize("shape,size", [((1, 1, 1), (3, 2)), ((7, 5, 3), (3, 4)), ((3, 2, 13), (7, 5)),
+                                        ((4, 4, 2), (4, 4)), ((5, 7, 1), (1, 13))])
+def test_resizing_matches_tf_image_resize(device, rng, interpolation, shape, size):
+    model = malinn.Sequential([Resizing(*size, interpolation=interpolation)])
+    model.build((None,) + shape)
+    for batch in (1, 3):
+        x = rng.standard_normal((batch,) + shape).astype(np.float32)
+        want = resize_reference(x, *size, interpolation)
+        got = model.predict(x)
+        assert got.shape == want.shape == (batch,) + size + shape[-1:]
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * max(1.0, np.abs(want).max()))
+
+
+def test_bilinear_upsampling_is_a_resize_to_the_multiple(device, rng):
+    model = malinn.Sequential([UpSampling2D((2, 3), interpolation="bilinear")])
+    model.build((None, 5, 3, 4))
+    x = rng.standard_normal((3, 5, 3, 4)).astype(np.float32)
+    np.testing.assert_allclose(model.predict(x), resize_reference(x, 10, 9, "bilinear"), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape,groups,center,scale", [((5, 4, 6), 3, True, True), ((7, 4), 1, False, True),
+                                                       ((2, 3, 4), 4, True, False), ((1, 1, 13), 13, False, False),
+                                                       ((3, 13), 13, True, True)])
+def test_group_normalization_matches_the_definition(device, rng, shape, groups, center, scale):
+    layer = GroupNormalization(groups, epsilon=1e-3, center=center, scale=scale)
+    model = malinn.Sequential([layer])
+    model.build((None,) + shape)
+    layer.set_weights([rng.standard_normal(w.shape).astype(np.float32) for w in layer.get_weights()])
+    for batch in (1, 3):
+        x = rng.standard_normal((batch,) + shape).astype(np.float32) * 3 + 1
+        want = group_norm_reference(x, groups, 1e-3, layer.gamma, layer.beta)
+        np.testing.assert_allclose(model.predict(x), want, rtol=0, atol=1e-5 * max(1.0, np.abs(want).max()))
+
+
+def test_what_is_not_computed_is_refused_by_name():
+    with pytest.raises(ValueError, match="crop_to_aspect_ratio"):
+        Resizing(3, 3, crop_to_aspect_ratio=True)
+    with pytest.raises(ValueError, match="interpolation"):
+        Resizing(3, 3, interpolation="bicubic")
+    with pytest.raises(ValueError, match="multiple of groups=4"):
+        malinn.Sequential([GroupNormalization(4)]).build((None, 3, 6))
