@@ -104,7 +104,7 @@ def launch_seconds(plan, x, repeat: int) -> tuple:
     """Median device seconds of all the plan's launches and of its convolution's own (not re-layouts)."""
     device = plan.device
     plan.run([x])
-    compute = [s.launch is not None and s.kind not in ("relayout", "reshape") for s in plan.steps]
+    compute = [s.launch is not None and s.kind.name not in ("relayout", "reshape") for s in plan.steps]
     compute = [flag for flag, s in zip(compute, plan.steps) if s.launch is not None]
     totals, own = [], []
     for _ in range(repeat):
@@ -238,7 +238,7 @@ def chosen(plan) -> str:
     library = malinn.load_library()
     found = []
     for step in plan.steps:
-        if getattr(step.kind, "name", step.kind) in ("conv", "im2col"):
+        if step.kind.name in ("conv", "im2col"):
             base = library[step.spec.codename].config
             config = " ".join(f"{k}={v}" for k, v in step.spec.config.items()
                               if base.get(k) != v and k not in conv_choice.ConvGeometry.__dataclass_fields__

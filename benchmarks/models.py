@@ -118,7 +118,7 @@ def pass_seconds(plan) -> list:
 
 def matmul_launches(plan) -> set:
     """The ids of ``plan``'s matmul launches (the layers that stream the weights)."""
-    return {id(step.launch) for step in plan.steps if getattr(step.kind, "name", step.kind) == "matmul" and step.launch is not None}
+    return {id(step.launch) for step in plan.steps if step.kind.name == "matmul" and step.launch is not None}
 
 
 def kernel_seconds(plan, x, repeat: int, matmul_only: bool = False) -> float:

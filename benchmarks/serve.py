@@ -63,7 +63,11 @@ def partial_mnist(path: Path) -> Path:
     return path
 
 
-def mobilenet(path: Path, size: int) -> Path:
+def mobilenet(path: Path, size: int, saved: Path | None = None) -> Path:
+    """MobileNetV2 at ``size`` x ``size`` saved by Keras in a child process, or ``saved``'s
+    ``mobilenetv2_<size>.keras`` where that exists (a machine without TensorFlow)."""
+    if saved is not None and (saved / f"mobilenetv2_{size}.keras").exists():
+        return saved / f"mobilenetv2_{size}.keras"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     done = subprocess.run([sys.executable, "-c", SAVE_MOBILENET, str(size), str(path)], capture_output=True,
                           text=True, env=env, timeout=900)
@@ -102,7 +106,8 @@ class Server:
         self.proc = subprocess.Popen([sys.executable, "-m", "malinn", "serve", str(path), "--host", "127.0.0.1",
                                       "--port", "0", "--poll-seconds", "0", *args],
                                      stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                                     env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                                     env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                                         [str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])))
         self.port = None
         for line in self.proc.stderr:
             found = re.search(r"REST API at http://127\.0\.0\.1:(\d+)", line)
@@ -169,6 +174,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, help="seconds per point (default 5; 3 with --quick)")
     parser.add_argument("--size", type=int, help="MobileNetV2's input size (default 96; 64 with --quick)")
     parser.add_argument("--json", help="where to write the results (default benchmarks/results/serve_<device>.json)")
+    parser.add_argument("--models", type=Path, help="a folder holding mobilenetv2_<size>.keras (default: saved "
+                                                    "here by Keras in a child process)")
     args = parser.parse_args(argv)
     seconds = args.seconds or (3.0 if args.quick else 5.0)
     size = args.size or (64 if args.quick else 96)
@@ -178,7 +185,7 @@ def main(argv=None) -> int:
                "models": {}, "targets": {}}
     with tempfile.TemporaryDirectory(prefix="malinn-serve-bench-") as folder:
         files = {"Partial MNIST": partial_mnist(Path(folder) / "partial_mnist.malinn"),
-                 f"MobileNetV2 {size}x{size}": mobilenet(Path(folder) / "mobilenetv2.keras", size)}
+                 f"MobileNetV2 {size}x{size}": mobilenet(Path(folder) / "mobilenetv2.keras", size, args.models)}
         for name, path in files.items():
             model = malinn.load_model(path)
             shape, outputs = tuple(model.input_shape[1:]), int(model.output_shape[-1])

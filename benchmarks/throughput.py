@@ -57,9 +57,12 @@ getattr(keras.applications, sys.argv[1])(weights=None, input_shape=(int(sys.argv
 """
 
 
-def keras_network(name: str, folder: Path) -> Path:
+def keras_network(name: str, folder: Path, saved: Path | None = None) -> Path:
     """``name`` from keras.applications (random weights) saved as a .keras file by TensorFlow in a
-    child process (TensorFlow never shares malinn's process)."""
+    child process (TensorFlow never shares malinn's process); or ``saved/<name>.keras`` where that
+    exists (a machine without TensorFlow)."""
+    if saved is not None and (saved / f"{name}.keras").exists():
+        return saved / f"{name}.keras"
     path = folder / f"{name}.keras"
     out = subprocess.run([sys.executable, "-c", SAVE_KERAS, name, str(CNN_SIZE), str(path)], capture_output=True,
                          text=True, timeout=900)
@@ -106,6 +109,9 @@ def main(argv=None):
                         help="also predict each MLP at batch 8192 on this many devices at once (default 1: not)")
     parser.add_argument("--networks", nargs="+", choices=list(MODELS) + list(CNNS),
                         help="the networks to time (default: all; --quick: the two Partial MLPs)")
+    parser.add_argument("--models", type=Path,
+                        help=f"a folder of saved keras.applications files <name>.keras at {CNN_SIZE}x{CNN_SIZE} "
+                             "(default: saved here by TensorFlow in a child process)")
     args = harness.parse(parser, argv)
     device = harness.devices(args.device)[0]
     torch = torch_cuda()
@@ -142,7 +148,7 @@ def main(argv=None):
     if cnns:
         with tempfile.TemporaryDirectory(prefix="malinn-throughput-") as folder:
             for name in cnns:
-                model = malinn.load_model(keras_network(name, Path(folder)))
+                model = malinn.load_model(keras_network(name, Path(folder), args.models))
                 run_peer = torch_cnn(torch, CNNS[name]) if torch is not None else None
                 for batch in CNN_BATCHES:
                     x = rng.uniform(0, 1, (batch, CNN_SIZE, CNN_SIZE, 3)).astype(np.float32)
