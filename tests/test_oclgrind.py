@@ -402,7 +402,10 @@ def recurrent_cases() -> list[dict]:
              "kernels": ["embedding_gather", "recurrent_masked" if masked else "recurrent"], "cost": 20000}
             for (cell, options), masked in zip(cells + cells[1:2], (False,) * 4 + (True,))] + [
         {"op": "recurrent", "cell": "lstm", "options": {"return_sequences": True}, "masked": True,
-         "bidirectional": True, "kernels": ["embedding_gather", "recurrent_masked"], "cost": 20000}]
+         "bidirectional": True, "kernels": ["embedding_gather", "recurrent_masked"], "cost": 20000},
+        # a GPU's form: each unit's sums split over items holding their rows of U (KS > 1)
+        {"op": "recurrent", "cell": "lstm", "options": {"return_sequences": True}, "masked": True, "as_gpu": True,
+         "kernels": ["embedding_gather", "recurrent_masked"], "cost": 20000}]
 
 
 def all_cases() -> list[dict]:

@@ -153,3 +153,26 @@ def test_stateful_is_refused_by_name(recurrent_zoo, tmp_path):
     shutil.copy(target, tmp_path / "copy.keras")
     with pytest.raises(ConversionError, match="LSTM 'lstm' with stateful=True"):
         malinn.load_model(str(target))
+
+
+@pytest.mark.parametrize("cls,cell,options", CELLS[:3], ids=["simple_rnn", "lstm", "gru"])
+@pytest.mark.parametrize("units,steps", [(1, 3), (13, 5), (128, 4)])
+def test_each_units_sums_split_over_items_equal_numpy(device, monkeypatch, cls, cell, options, units, steps):
+    """The recurrence a GPU runs (kernels/recurrent.cl KS > 1: each unit's sums split over items that
+    hold their rows of U in registers) on this device, with a mask and a sequence out: the same values."""
+    if device.backend != "opencl":
+        pytest.skip("the recurrent kernel runs on OpenCL devices")
+    monkeypatch.setattr(type(device), "kind", property(lambda self: "gpu"))
+    rng = np.random.default_rng(units + steps)
+    emb = Embedding(5, 3, mask_zero=True)
+    layer = cls(units, return_sequences=True, **options)
+    x = malinn.Input((steps,))
+    model = malinn.Functional(x, layer(emb(x)))
+    table = _random_weights(emb, rng)[0]
+    weights = _random_weights(layer, rng)
+    xs = rng.integers(1, 5, (3, steps)).astype(np.float32)
+    xs[1, -1] = 0
+    spec = next(s.spec for s in model.plan(3, device).steps if s.kind.name == "recurrent")
+    assert int(spec.config["KS"]) == min(8, 1 << (units.bit_length() - 1)) > 1 or units == 1
+    want = ref.recurrent(cell, ref.embedding(xs, table), *weights, return_sequences=True, mask=xs, **options)[0]
+    _close(model.predict(xs, verbose=0), want)

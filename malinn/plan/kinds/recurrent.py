@@ -66,8 +66,32 @@ def recurrence(builder, xproj: Value, units: int, cell: str, recurrent_kernel: V
                "BACKWARDS": int(bool(go_backwards)), "SEQUENCES": int(bool(return_sequences)),
                "STATE": int(state == "c"), "ZERO_MASKED": int(bool(zero_masked)),
                "RBIAS": int(recurrent_bias is not None), "FLIP": int(bool(reverse_output and return_sequences))}
+    defines["KS"] = _unit_split(device, units, code)
     spec = choose("recurrent_masked" if mask is not None else "recurrent", device).configure(defines)
     shape = (batch, steps, units) if return_sequences else (batch, units)
     inputs = {"b": xproj, **({"a": mask} if mask is not None else {})}
     vectors = {"scale": recurrent_kernel, **({"shift": recurrent_bias} if recurrent_bias is not None else {})}
     return builder.record(RECURRENT, spec, shape, inputs, what, vectors=vectors)
+
+
+#: the most work items a unit's recurrent sums are split over (kernels/recurrent.cl KS)
+_MAX_UNIT_SPLIT = 8
+#: local memory the split's partial sums may take (every OpenCL device has 32 KiB)
+_PARTIAL_BYTES = 16 * 1024
+
+
+def _unit_split(device, units: int, cell: int) -> int:
+    """KS: on a GPU, each unit's sums over the largest power of two of items (at most
+    :data:`_MAX_UNIT_SPLIT`, no more than the units) that the work-group and the partial sums'
+    local memory hold, each item keeping its rows of U in registers for the whole sequence (the
+    step no longer waits on a unit's UNITS loads); 1 on other devices (a CPU runs the items of a
+    group one after another) and for a GRU that resets before (its second product reads r h)."""
+    if device.kind != "gpu" or cell == 3:
+        return 1
+    limit = min(int(device.max_work_group_size), int(device.max_work_item_sizes[0]) * int(device.max_work_item_sizes[1]))
+    split = 1
+    while (split * 2 <= min(_MAX_UNIT_SPLIT, units) and units * split * 2 <= limit
+           and split * 2 <= int(device.max_work_item_sizes[1])
+           and 4 * split * 2 * 4 * units <= _PARTIAL_BYTES):
+        split *= 2
+    return split
