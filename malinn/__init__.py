@@ -76,7 +76,7 @@ def _load() -> None:
 _registry.complete_with(_load)   # a file naming a class the package has not imported yet finds it
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     """The public API, imported on first use (PEP 562); a submodule of the package where one has the name."""
     if name.startswith("__"):
         raise AttributeError(f"module 'malinn' has no attribute {name!r}")

@@ -199,14 +199,14 @@ def test_malformed_entries_are_named(tmp_path, mutate, fragment):
 def test_the_shipped_library_passes_every_check_in_depth():
     """A process checks the shipped library's entries' fields alone (its depth is this test's): named
     by its path, every configuration of every entry resolves and every define is in its sources."""
-    from malinn.library import kernel_library
+    from malinn.library import entry_fields, kernel_library, kernel_sources, kernel_spec
 
     named = load_library(kernels_dir() / "library.json")
     assert set(named.kernels) == set(LIB.kernels) and named is not LIB
     kernel_library._load.cache_clear()
-    kernel_library._configured.clear()
-    kernel_library._fixed.clear()
-    kernel_library._identifiers.cache_clear()
+    kernel_spec._configured.clear()
+    entry_fields._fixed.clear()
+    kernel_sources.source_identifiers.cache_clear()
     assert kernel_library._load(kernels_dir().joinpath("library.json").resolve(), deep=True).kernels.keys() \
         == LIB.kernels.keys()
 
@@ -303,17 +303,17 @@ def test_programs_are_memoised(device):
 def test_a_configured_spec_is_never_served_for_another_entry_with_a_reused_id():
     """The configured-spec cache is keyed by the entry's id(); an entry freed with its library (the
     loader keeps eight) and a new one at the same address must not share specs."""
-    from malinn.library import kernel_library
+    from malinn.library import kernel_spec
 
     entry, other = {"kept": 1}, {"new": 2}
     defines = {"MWG": "32"}
     spec = LIB["gemm_tiled"]
-    kernel_library._remember(entry, defines, spec)
-    assert kernel_library._cached(entry, defines) is spec
+    kernel_spec._remember(entry, defines, spec)
+    assert kernel_spec._cached(entry, defines) is spec
     key = (id(entry), tuple(sorted(defines.items())))
-    kernel_library._configured[(id(other), key[1])] = kernel_library._configured.pop(key)   # as if other took its id
-    assert kernel_library._cached(other, defines) is None
-    del kernel_library._configured[(id(other), key[1])]
+    kernel_spec._configured[(id(other), key[1])] = kernel_spec._configured.pop(key)   # as if other took its id
+    assert kernel_spec._cached(other, defines) is None
+    del kernel_spec._configured[(id(other), key[1])]
 
 
 def test_configuring_a_spec_keeps_a_fused_activations_parameters():

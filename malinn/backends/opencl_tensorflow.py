@@ -9,6 +9,7 @@ import os
 import sys
 import tempfile
 import warnings
+from collections.abc import Callable
 
 from .opencl_driver import POCL_PLATFORM, _safe_attr, _safe_name
 
@@ -33,7 +34,7 @@ def tensorflow_loaded() -> bool:
     return "tensorflow" in sys.modules or _mapped("libtensorflow", "_pywrap_tensorflow")
 
 
-def _is_pocl(platform) -> bool:
+def _is_pocl(platform: object) -> bool:
     return POCL_PLATFORM in _safe_name(platform) or "pocl" in _safe_attr(platform, "vendor").lower()
 
 
@@ -43,7 +44,7 @@ def _skip_pocl_for_tensorflow(what: str) -> None:
     warnings.warn(f"malinn: skipping {what}: {TENSORFLOW_HINT}", stacklevel=4)
 
 
-def _icd_loader_without_pocl(start_loader) -> bool:
+def _icd_loader_without_pocl(start_loader: Callable[[], object]) -> bool:
     """Starts the OpenCL ICD loader with PoCL hidden from it; returns whether any other driver is left.
 
     Loading PoCL's library beside TensorFlow's LLVM crashes the process, so it must not be loaded at

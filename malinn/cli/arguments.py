@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from ..backends.selection import get_device, set_device
@@ -42,7 +43,7 @@ def positive_int(text: str) -> int:
     return value
 
 
-def _finite_float(text: str, smallest_ok, expected: str) -> float:
+def _finite_float(text: str, smallest_ok: Callable[[float], bool], expected: str) -> float:
     """``text`` as a finite float that ``smallest_ok`` accepts, else the argparse error ``expected``."""
     try:
         value = float(text)

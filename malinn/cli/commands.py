@@ -12,6 +12,7 @@ import contextlib
 import signal
 import sys
 import warnings
+from collections.abc import Sequence
 
 from ..errors import MalinnError
 from ..io.streams import stdin_as_file
@@ -207,7 +208,7 @@ def _terminations_raise():
             signal.signal(signum, handler)
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
     with warnings.catch_warnings(), _terminations_raise():
         warnings.showwarning = _show_warning

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import tempfile
@@ -39,7 +40,7 @@ def default_output(src: str) -> str:
     return str(path.with_name(path.stem + ".malinn") if path.suffix else path.with_name(path.name + ".malinn"))
 
 
-def _source_bytes(*paths) -> int:
+def _source_bytes(*paths: str | None) -> int:
     """The bytes of the files ``paths`` name (a folder's: the files in it; None or a missing path: 0)."""
     total = 0
     for path in paths:
@@ -56,7 +57,7 @@ def _source_bytes(*paths) -> int:
     return total
 
 
-def cmd_convert(args) -> int:
+def cmd_convert(args: argparse.Namespace) -> int:
     if args.dest is not None and args.output is not None and args.dest != args.output:
         raise UsageError(f"convert: two outputs, {args.dest} and -o {args.output}; give one "
                          "(see malinn convert --help)")
@@ -91,7 +92,7 @@ def cmd_convert(args) -> int:
     if to_stdout:   # HDF5 writes with seeks: a file first, then its bytes
         with tempfile.TemporaryDirectory(prefix="malinn-stdout-") as folder:
             copy_to_stdout(save_model(model, os.path.join(folder, "model.malinn"), target=args.target))
-        path = "stdout"
+        path: str | os.PathLike = "stdout"
     else:
         path = save_model(model, args.output, target=args.target, overwrite=args.force)
     spec = resolve_target(args.target, model.precision)

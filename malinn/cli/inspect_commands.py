@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -20,7 +21,7 @@ from .outputs import count_text
 
 
 # ------------------------------------------------------------------ commands
-def cmd_devices(args) -> int:
+def cmd_devices(args: argparse.Namespace) -> int:
 
     os.environ.setdefault("MALINN_GL", "1")   # list the OpenGL devices too, even beside an OpenCL GPU
     found = devices()
@@ -39,13 +40,13 @@ def cmd_devices(args) -> int:
     return 0
 
 
-def cmd_summary(args) -> int:
+def cmd_summary(args: argparse.Namespace) -> int:
     device_of(args)
     load_model(args.model, weights=args.weights, precision=args.precision).summary(batch=args.batch, show_kernels=True)
     return 0
 
 
-def cmd_warm(args) -> int:
+def cmd_warm(args: argparse.Namespace) -> int:
     """Plans each model at each batch size and runs one pass of zeros on it, so that the kernel
     programs the plans need are in the program-binary cache (and a driver that compiles a kernel
     again at its first launch, PoCL, has done so into its own cache) before the application starts."""

@@ -6,7 +6,9 @@ import io
 import os
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 
@@ -17,7 +19,7 @@ from ..plan.tensor import format_shape
 from .arguments import UsageError
 
 
-def _is_stdout(path) -> bool:
+def _is_stdout(path: str | os.PathLike) -> bool:
     """Whether ``path`` is the file this process's stdout writes to."""
     try:
         a, b = os.stat(path), os.fstat(sys.stdout.fileno())
@@ -31,7 +33,7 @@ def report_stream(output):
     return sys.stderr if output is None or output == STREAM or _is_stdout(output) else sys.stdout
 
 
-def report(text: str, stream, written) -> None:
+def report(text: str, stream: IO[str] | None, written: object) -> None:
     """Prints a command's one-line report once its output ``written`` is safely written: a stream
     that cannot take it (stdout on a full disk, ``> /dev/full``) is an error (exit 1) that says the
     output was written all the same."""
@@ -46,12 +48,12 @@ def report(text: str, stream, written) -> None:
                           f"{'stdout' if stream is sys.stdout else 'stderr'} ({exc.strerror or exc})") from None
 
 
-def shown(model, weights) -> str:
+def shown(model: str, weights: str | None) -> str:
     """The model as the user named it: ``m.keras``, or ``m.json + w.h5`` for a split form."""
     return str(model) if weights is None else f"{model} + {weights}"
 
 
-def output_format(path, outputs: int) -> str:
+def output_format(path: str | None, outputs: int) -> str:
     """``npy``, ``npz`` or ``csv``: how predict writes to ``path`` (None: stdout) the predictions of a
     model of ``outputs`` outputs: by the file's suffix, else (stdout, an existing device or FIFO such
     as ``/dev/null``, a name without one) ``.npy`` for one output and ``.npz`` for several.
@@ -67,7 +69,7 @@ def output_format(path, outputs: int) -> str:
     return suffix[1:] if suffix else ("npz" if outputs > 1 else "npy")
 
 
-def special_file(path) -> bool:
+def special_file(path: str | os.PathLike) -> bool:
     """Whether ``path`` is an existing file that is not a regular one (a device, a FIFO, /dev/stdout)."""
     try:
         return not stat.S_ISREG(os.stat(path).st_mode)
@@ -75,21 +77,21 @@ def special_file(path) -> bool:
         return False
 
 
-def save_predictions(y, form: str, name: str = "output"):
+def save_predictions(y: np.ndarray | dict, form: str, name: str = "output") -> Callable[[IO[bytes]], None]:
     """A writer of ``y`` (one array, or several outputs as a dict by name) in ``form``: ``npy``,
     ``npz`` (one output named ``name``), or ``csv`` (one row per sample, its values flattened)."""
     if form == "npz":
         return lambda f: np.savez(f, **(y if isinstance(y, dict) else {name: y}))
+    array = np.asarray(y)   # one output: the array itself
     if form == "csv":
-        return lambda f: np.savetxt(f, y.reshape(y.shape[0], -1), fmt="%.9g", delimiter=",")
-    return lambda f: np.save(f, y)
+        return lambda f: np.savetxt(f, array.reshape(array.shape[0], -1), fmt="%.9g", delimiter=",")
+    return lambda f: np.save(f, array)
 
 
-def inputs_text(model) -> str:
+def inputs_text(model: Any) -> str:
     """``(None, 8)`` or ``x (None, 8), t (None, 3)`` for a model of several inputs."""
     shapes = [format_shape((None,) + tuple(s)) for s in model.input_shapes]
-    names = getattr(model, "input_names", None)
-    return shapes[0] if len(shapes) == 1 else ", ".join(f"{n} {s}" for n, s in zip(names, shapes))
+    return shapes[0] if len(shapes) == 1 else ", ".join(f"{n} {s}" for n, s in zip(model.input_names, shapes))
 
 
 def read_inputs(model, path, key):
@@ -125,13 +127,13 @@ def named_outputs(model, y):
     return dict(zip(names, y))
 
 
-def shape_text(value) -> str:
+def shape_text(value: np.ndarray | dict) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k} {v.shape}" for k, v in value.items())
     return str(value.shape)
 
 
-def print_table(y) -> None:
+def print_table(y: np.ndarray) -> None:
     rows = y.reshape(y.shape[0], -1)
     print(f"{'sample':>6} " + " ".join(f"{f'y[{j}]':>11}" for j in range(rows.shape[1])))
     for i, row in enumerate(rows):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from .outputs import (
 from .streaming import npy_layout, stream_predict
 
 
-def cmd_predict(args) -> int:
+def cmd_predict(args: argparse.Namespace) -> int:
 
     if args.output == STREAM:   # stdout, as without -o
         args.output = None
@@ -36,9 +37,10 @@ def cmd_predict(args) -> int:
         output_format(args.output, 1)   # a suffix predict cannot write fails before any work
     elif sys.stdout is None:
         raise MalinnError("stdout is closed: give the output file with -o")
-    pool = None
+    pool: list | None = None
     if args.device is not None and "," in args.device:   # several devices: each chunk's passes spread over them
-        pool = set_device([spec.strip() for spec in args.device.split(",")])
+        chosen = set_device([spec.strip() for spec in args.device.split(",")])
+        pool = chosen if isinstance(chosen, list) else [chosen]
         device = pool[0]
     else:
         device = device_of(args)

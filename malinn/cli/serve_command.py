@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 
 from ..backends.selection import get_device, set_device
 from ..serve.config import BatchingParameters, ConfigError, ServeConfig, model_arg, read_config_file
@@ -21,7 +22,7 @@ def _count(text: str, least: int = 1) -> int:
     return value
 
 
-def _seconds(text: str, least_ok=lambda v: v > 0, expected: str = "a positive number of seconds") -> float:
+def _seconds(text: str, least_ok: Callable[[float], bool] = lambda v: v > 0, expected: str = "a positive number of seconds") -> float:
     try:
         value = float(text)
     except ValueError:
@@ -48,7 +49,7 @@ def _sizes(text: str) -> tuple:
     return sizes
 
 
-def add_serve_command(add, device_help: str, precisions: tuple, precision_help: str) -> None:
+def add_serve_command(add: Callable[..., argparse.ArgumentParser], device_help: str, precisions: tuple, precision_help: str) -> None:
     """Adds ``serve`` to the ``malinn`` command's subcommands (``add(name, help, func)`` makes one)."""
     p = add("serve", "serve models over TensorFlow Serving's REST API (predict, status, metadata) with dynamic "
                      "batching, Prometheus metrics and a graceful stop (needs the serve extra: pip install "
@@ -91,7 +92,7 @@ def add_serve_command(add, device_help: str, precisions: tuple, precision_help: 
     p.add_argument("--device", help=device_help)
 
 
-def cmd_serve(args) -> int:
+def cmd_serve(args: argparse.Namespace) -> int:
     """Runs ``malinn serve``; returns the exit status."""
     from ..serve.server import require_extra, serve
 

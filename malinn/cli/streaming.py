@@ -11,6 +11,7 @@ import math
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from typing import IO, Any
 
 import numpy as np
 
@@ -25,7 +26,7 @@ __all__ = ["CHUNK_BYTES", "npy_layout", "stream_predict"]
 CHUNK_BYTES = 64 * 2**20
 
 
-def npy_layout(path) -> tuple | None:
+def npy_layout(path: str | os.PathLike) -> tuple | None:
     """``(shape, dtype, offset)`` of a ``.npy`` file whose samples can be read in chunks: a
     regular file of numbers in C order, format 1.0 or 2.0, at least one sample; else None (the
     whole-file reader then reads it, and says what is wrong with it).
@@ -57,7 +58,7 @@ def npy_layout(path) -> tuple | None:
     return shape, dtype, offset
 
 
-def _is_terminal(stream) -> bool:
+def _is_terminal(stream: IO[str]) -> bool:
     try:
         return bool(stream.isatty())
     except (AttributeError, ValueError, OSError):
@@ -72,7 +73,8 @@ def _chunk_samples(sample_bytes: int, batch_size: int | None) -> int:
     return samples
 
 
-def stream_predict(model, src, dst, layout: tuple, batch_size: int | None, devices=None, source=None,
+def stream_predict(model: Any, src: str | os.PathLike, dst: str | os.PathLike, layout: tuple, batch_size: int | None,
+                   devices: list | None = None, source: str | os.PathLike | tuple | None = None,
                    overwrite_source: bool = False) -> tuple:
     """Predicts the ``.npy`` ``src`` (its ``layout`` from :func:`npy_layout`) chunk by chunk into the
     ``.npy`` ``dst``, with a progress bar on stderr (``MALINN_PROGRESS=0`` silences it).
@@ -102,7 +104,7 @@ def stream_predict(model, src, dst, layout: tuple, batch_size: int | None, devic
     bar = ProgressBar(steps, verbose, stream=sys.stderr)
     out_shape = [None]
 
-    def write(out) -> None:
+    def write(out: IO[bytes]) -> None:
         with open(src, "rb") as f, ThreadPoolExecutor(1, thread_name_prefix="malinn-read") as reader:
             f.seek(offset)
             buffers = [np.empty((chunk,) + sample, dtype) for _ in range(min(2, steps))]
@@ -110,7 +112,7 @@ def stream_predict(model, src, dst, layout: tuple, batch_size: int | None, devic
             def read(i: int) -> np.ndarray:
                 count = min(chunk, n - i * chunk)
                 buffer = buffers[i % len(buffers)][:count]
-                view = memoryview(buffer.reshape(-1).view(np.uint8))
+                view = buffer.reshape(-1).view(np.uint8).data
                 done = 0
                 while done < len(view):
                     got = f.readinto(view[done:])
@@ -134,7 +136,7 @@ def stream_predict(model, src, dst, layout: tuple, batch_size: int | None, devic
                         np.lib.format.write_array_header_1_0(out, header)
                     except ValueError:   # a header longer than format 1.0 holds
                         np.lib.format.write_array_header_2_0(out, header)
-                out.write(memoryview(np.ascontiguousarray(y)).cast("B"))
+                out.write(np.ascontiguousarray(y).data.cast("B"))
                 del x, y
                 bar.update(i + 1, finalize=i + 1 == steps)
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
+from ..backends.base import Device
 from ..errors import MalinnError
 from ..model.saving import load_model
 from ..tuning.conv_tuner import tune_convs
@@ -12,7 +14,7 @@ from ..tuning.tuner import cache_dir, tune
 from .arguments import UsageError, check_cache_dir, device_of
 
 
-def cmd_tune(args) -> int:
+def cmd_tune(args: argparse.Namespace) -> int:
 
     check_cache_dir(cache_dir())
     device = device_of(args)
@@ -54,7 +56,7 @@ def cmd_tune(args) -> int:
     return 0
 
 
-def _tune_matmuls(args, device, shapes) -> None:
+def _tune_matmuls(args: argparse.Namespace, device: Device, shapes: list | None) -> None:
     print(f"tuning matmul on {device.name}" + (f" for {args.model}" if args.model else ""), flush=True)
     best = tune(device, shapes=shapes, quick=args.quick, budget_s=args.budget, per_shape=bool(args.model),
                 precision=args.precision)
@@ -80,5 +82,6 @@ def _tune_matmuls(args, device, shapes) -> None:
 
 def _described(winner: dict) -> str:
     """A winner's codename and its defines (``gemm_tiled MWG=64 ...``; the codename alone where it has none)."""
-    defines = winner.get("defines") if isinstance(winner.get("defines"), dict) else {}
+    found = winner.get("defines")
+    defines = found if isinstance(found, dict) else {}
     return " ".join([str(winner["codename"])] + [f"{k}={v}" for k, v in defines.items()])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import re
@@ -28,7 +29,7 @@ VERIFY_TOLERANCE = {"fp32": 1e-5, "fp16-storage": 1e-2, "fp16": 2e-2, "int8-weig
 KERAS_REDUCED_TOLERANCE = {"float16": 1e-2, "bfloat16": 5e-2, "int8": 5e-2}
 
 
-def cmd_verify(args) -> int:
+def cmd_verify(args: argparse.Namespace) -> int:
 
     if Path(args.model).is_file() and is_malinn_file(args.model):
         raise MalinnError(f"{args.model} is a malinn model file; verify runs the model in Keras and needs the "
@@ -109,7 +110,7 @@ def cmd_verify(args) -> int:
     return 0 if ok else 1
 
 
-def compared(out, ref) -> tuple[str, float]:
+def compared(out: np.ndarray, ref: np.ndarray) -> tuple[str, float]:
     """verify's cells for malinn's ``out`` against Keras's ``ref`` (max abs and rel, or both shapes
     where a sample's values differ in number: an infinite error) and the rel error."""
     if (out.shape[:1], out[0].size if out.ndim else 1) != (ref.shape[:1], ref[0].size if ref.ndim else 1):
@@ -118,7 +119,7 @@ def compared(out, ref) -> tuple[str, float]:
     return f"{abs_err:>10.3e} {rel:>10.3e}", rel
 
 
-def error_sizes(out, ref) -> tuple[float, float]:
+def error_sizes(out: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
     """``(max abs, rel)`` of malinn's ``out`` against Keras's ``ref`` (rel: over max(1, max|ref|)),
     both over the finite values; a value where one side is NaN or infinite and the other is not the
     same NaN or infinity counts as an infinite error."""
@@ -149,7 +150,7 @@ def exception_line(stderr: str) -> str:
     return tail[i] + (f" {cause}" if cause else "")
 
 
-def argmax_agreement(ours, reference) -> str:
+def argmax_agreement(ours: np.ndarray, reference: np.ndarray) -> str:
     """``argmax agreement: 97/100 samples (...)``: samples whose largest output is the same (a sample
     with a NaN on one side only never agrees)."""
     ours, reference = ours.reshape(ours.shape[0], -1), reference.reshape(reference.shape[0], -1)
@@ -160,14 +161,14 @@ def argmax_agreement(ours, reference) -> str:
     return f"argmax agreement: {same}/{ours.shape[0]} samples ({100.0 * same / max(1, ours.shape[0]):.2f}%)"
 
 
-def _keras_label(keras_names) -> str:
+def _keras_label(keras_names: list | tuple | None) -> str:
     """The Keras layers one malinn layer computes: ``dense + batch_normalization (folded)``."""
     if not keras_names:
         return "-"
     return " + ".join(keras_names) + (" (folded)" if len(keras_names) > 1 else "")
 
 
-def _keras_reference_command(model: str, x_path: str, out_path: str, names, weights=None) -> list:
+def _keras_reference_command(model: str, x_path: str, out_path: str, names: list, weights: str | None = None) -> list:
     """``python -I`` running malinn.cli.tf_reference with an explicit sys.path: nothing from the cwd.
 
     Isolated mode drops the cwd (and the script's folder, PYTHON* variables and the user's

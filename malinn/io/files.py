@@ -52,7 +52,7 @@ _TEMP_OVERHEAD = len(".") + len(".malinn-") + 8 + len(".tmp")
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
-def write_file(path: str | os.PathLike, writer: Callable[[IO[bytes]], object], *, source: str | os.PathLike | None = None,
+def write_file(path: str | os.PathLike, writer: Callable[[IO[bytes]], object], *, source: str | os.PathLike | tuple | list | None = None,
                overwrite_source: bool = False) -> Path:
     """Writes a file through ``writer`` without ever damaging what is at ``path``.
 
@@ -110,7 +110,7 @@ def write_stdout(writer: Callable[[IO[bytes]], object]) -> None:
     _write_fd("stdout", writer, fd)
 
 
-def check_destination(path: str | bytes | os.PathLike, *, source: str | os.PathLike | None = None,
+def check_destination(path: str | bytes | os.PathLike, *, source: str | os.PathLike | tuple | list | None = None,
                       overwrite_source: bool = False) -> None:
     """Checks, without writing, that :func:`write_file` may write ``path``.
 
@@ -128,7 +128,7 @@ def check_destination(path: str | bytes | os.PathLike, *, source: str | os.PathL
     _plan(os.fsdecode(text) if isinstance(text, bytes) else text, source, overwrite_source)
 
 
-def _plan(text: str, source: str | os.PathLike | None, overwrite_source: bool) -> tuple[str, Any]:
+def _plan(text: str, source: str | os.PathLike | tuple | list | None, overwrite_source: bool) -> tuple[str, Any]:
     """``("fd", N)``, ``("through", stat)`` or ``("atomic", stat or None)`` for ``text``; raises when refused."""
     if not text:
         raise MalinnError("the output file name is empty")
@@ -184,7 +184,7 @@ def _read_only(folder: Path) -> bool:
         return False
 
 
-def _refuse_source(text: str, source: str | os.PathLike | None, overwrite_source: bool) -> None:
+def _refuse_source(text: str, source: str | os.PathLike | tuple | list | None, overwrite_source: bool) -> None:
     if source is None or overwrite_source:
         return
     for one in source if isinstance(source, (tuple, list)) else (source,):

@@ -121,7 +121,7 @@ def call_layer(layer: Layer, inputs: Any) -> KerasTensor | list[KerasTensor]:
     elif not listed:
         layer.check_reuse(given, "is called on")
     node = Node(layer, tensors, listed)
-    shape = layer.compute_output_shape(given)
+    shape: tuple | list = layer.compute_output_shape(given)   # a list where a layer has several outputs
     if isinstance(shape, list):   # several outputs (return_state): a list of tensors, as Keras returns
         node.outputs = [KerasTensor(s, node, name=layer.name) for s in shape]
         node.output = node.outputs[0]

@@ -129,6 +129,7 @@ class ConstantOperation(Layer):
         return [(-1.0 + zero, c), "relu", (-1.0 + zero, c)]   # minimum: c - relu(c - x)
 
     def lower(self, builder, x):
+        assert self.input_shape is not None, f"{self._what()} is not built"
         for i, step in enumerate(self._steps()):
             if step == "relu":
                 x = kinds.activation(builder, x, "relu", what=self._what())

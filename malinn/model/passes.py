@@ -73,7 +73,7 @@ def spread(items: Iterable, workers: list, deliver: Callable[[int, int, list], N
             except BaseException as exc:
                 raise _SourceError(exc) from exc
 
-    def loop(label: str, work) -> None:
+    def loop(label: str, work: Callable[[list], object]) -> None:
         try:
             while (item := draw()) is not None:
                 index, start, batch = item

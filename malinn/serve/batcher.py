@@ -62,7 +62,7 @@ class Task:
         """Marks the request as no longer wanted: the worker drops it unrun if it has not started."""
         self.cancelled = True
 
-    def _finish(self, outputs, error) -> None:
+    def _finish(self, outputs: list | None, error: BaseException | None) -> None:
         try:
             self.done(outputs, error)
         except Exception:   # a callback's own failure must not stop the worker

@@ -18,6 +18,8 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import MalinnError
 from .config import ServeConfig
@@ -67,7 +69,7 @@ def require_extra() -> None:
                            f"{EXTRA_HINT}") from None
 
 
-def serve(config: ServeConfig, say=_say) -> int:
+def serve(config: ServeConfig, say: Callable[[str], None] = _say) -> int:
     """Serves ``config``'s models until a signal stops the server; returns the exit status.
 
     Raises:
@@ -128,7 +130,7 @@ def serve(config: ServeConfig, say=_say) -> int:
     return status
 
 
-async def _run(server, manager: ModelManager, sock, say) -> int:
+async def _run(server: Any, manager: ModelManager, sock: socket.socket, say: Callable[[str], None]) -> int:
     serving = asyncio.ensure_future(server.serve(sockets=[sock]))
     while not manager.initial.is_set() and not serving.done():
         await asyncio.sleep(0.02)

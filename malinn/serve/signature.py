@@ -65,11 +65,11 @@ class Signature:
             self._keyed = False
         self.input_names = [spec.name for spec in self.inputs]
 
-    def model_input(self, arrays: list):
+    def model_input(self, arrays: list) -> object:
         """What ``predict`` takes for ``arrays`` (one per input, in order): the array itself for one input."""
         return arrays[0] if len(arrays) == 1 else list(arrays)
 
-    def output_arrays(self, result) -> list:
+    def output_arrays(self, result: object) -> list:
         """``predict``'s result (an array, a list, or a dict by output name) as a list in output order."""
         if isinstance(result, dict):
             return [np.asarray(result[spec.name]) for spec in self.outputs] if self._keyed else list(result.values())
@@ -86,7 +86,8 @@ class Signature:
 
 def _distinct(names: list) -> list:
     """``names`` with repeats numbered (a model giving one layer's output twice): ``dense``, ``dense_1``."""
-    seen, out = {}, []
+    seen: dict[str, int] = {}
+    out = []
     for name in names:
         n = seen.get(name, 0)
         seen[name] = n + 1

@@ -11,12 +11,17 @@ itself: a view).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ...choice.kernel_choice import choose
 from ..tensor import format_shape
-from ..tensors import Value, Vector
+from ..tensors import Step, Value, Vector
 from .base import OpKind, register
+
+if TYPE_CHECKING:
+    from ..builder import PlanBuilder
 
 __all__ = ["ATTENTION", "attention", "MASK_MODES", "SCORES"]
 
@@ -37,7 +42,7 @@ class Attention(OpKind):
     name = "attention"
     shape_generic = True
 
-    def fused(self, step) -> list:
+    def fused(self, step: Step) -> list:
         found = ["scores", "softmax"]
         if step.spec.config.get("AMASK") or step.spec.config.get("VMASK") or step.spec.config.get("CAUSAL") \
                 or step.spec.config.get("QMASK") == 2:
@@ -48,7 +53,7 @@ class Attention(OpKind):
 ATTENTION = register(Attention())
 
 
-def attention(builder, queries: Value, keys: Value, *, heads: int, key_dim: int, value_dim: int,
+def attention(builder: PlanBuilder, queries: Value, keys: Value, *, heads: int, key_dim: int, value_dim: int,
               value_row: int, attention_mask: bool = False, query_mask: bool | str = False, value_mask: bool = False,
               causal: bool = False, mode: str = "lowest", score: str = "dot", scale: float = 1.0,
               concat_weight: float = 1.0, score_vector: Vector | None = None, what: str = "attention") -> Value:

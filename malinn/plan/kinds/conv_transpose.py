@@ -4,11 +4,17 @@ that map onto it, with bias, activation and a folded affine step in its epilogue
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from ...choice.kernel_choice import choose
 from ..tensors import Value, Vector, Weight
 from .base import register
 from .conv import Conv, _in_weight_precision
 from .elementwise import bias_and_activation
+
+if TYPE_CHECKING:
+    from ..builder import PlanBuilder
 
 __all__ = ["CONV_TRANSPOSE", "conv_transpose"]
 
@@ -22,7 +28,7 @@ class ConvTranspose(Conv):
 CONV_TRANSPOSE = register(ConvTranspose())
 
 
-def conv_transpose(builder, x: Value, weight: Weight, geometry: dict, out_shape, bias: Vector | None = None,
+def conv_transpose(builder: PlanBuilder, x: Value, weight: Weight, geometry: dict, out_shape: Sequence[int], bias: Vector | None = None,
                    activation: str = "linear", params: dict | None = None, what: str = "conv_transpose") -> Value:
     """The transposed convolution of ``x`` (Keras ``(batch, H, W, CIN)``) by ``weight`` (``COUT x
     KH*KW*CIN``, column ``(ky*KW + kx)*CIN + c``), then bias and activation. ``geometry`` holds the

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ...choice.kernel_choice import choose
 from ..tensors import Value, Vector
 from .base import OpKind, register
+
+if TYPE_CHECKING:
+    from ..builder import PlanBuilder
 
 __all__ = ["GATHER", "gather"]
 
@@ -19,7 +24,7 @@ class Gather(OpKind):
 GATHER = register(Gather())
 
 
-def gather(builder, x: Value, table: Vector, input_dim: int, output_dim: int, what: str = "embedding") -> Value:
+def gather(builder: PlanBuilder, x: Value, table: Vector, input_dim: int, output_dim: int, what: str = "embedding") -> Value:
     """The rows of ``table`` (``input_dim x output_dim`` floats, row-major) that the indices ``x``
     (float32 values of any shape, truncated as Keras casts them) name: the result has ``x``'s shape
     with ``output_dim`` added as the last axis."""

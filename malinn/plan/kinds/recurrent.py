@@ -3,11 +3,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ...choice.kernel_choice import choose
 from ...errors import DeviceError
 from ..tensor import format_shape
-from ..tensors import Value, Vector
+from ..tensors import Step, Value, Vector
 from .base import OpKind, register
+
+if TYPE_CHECKING:
+    from ...backends.base import Device
+    from ..builder import PlanBuilder
 
 __all__ = ["RECURRENT", "CELLS", "recurrence"]
 
@@ -22,7 +28,7 @@ class Recurrent(OpKind):
     name = "recurrent"
     shape_generic = True
 
-    def wanted(self, step, slot: str) -> tuple:
+    def wanted(self, step: Step, slot: str) -> tuple:
         restriction = step.spec.matrices[slot if slot in step.spec.matrices else "r"]
         layout = None if restriction.any_layout else restriction.layout
         return layout, restriction.row_multiple, restriction.col_multiple
@@ -31,7 +37,7 @@ class Recurrent(OpKind):
 RECURRENT = register(Recurrent())
 
 
-def recurrence(builder, xproj: Value, units: int, cell: str, recurrent_kernel: Vector,
+def recurrence(builder: PlanBuilder, xproj: Value, units: int, cell: str, recurrent_kernel: Vector,
                recurrent_bias: Vector | None = None, activation: str = "tanh",
                recurrent_activation: str = "sigmoid", go_backwards: bool = False, return_sequences: bool = False,
                state: str = "h", mask: Value | None = None, zero_masked: bool = False,
@@ -80,7 +86,7 @@ _MAX_UNIT_SPLIT = 8
 _PARTIAL_BYTES = 16 * 1024
 
 
-def _unit_split(device, units: int, cell: int) -> int:
+def _unit_split(device: Device, units: int, cell: int) -> int:
     """KS: on a GPU, each unit's sums over the largest power of two of items (at most
     :data:`_MAX_UNIT_SPLIT`, no more than the units) that the work-group and the partial sums'
     local memory hold, each item keeping its rows of U in registers for the whole sequence (the

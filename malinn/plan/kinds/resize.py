@@ -4,11 +4,17 @@ in whatever layout its producer wrote."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from ...choice.kernel_choice import choose
 from ..tensor import format_shape
 from ..tensors import Value
 from .base import register
 from .window import Window
+
+if TYPE_CHECKING:
+    from ..builder import PlanBuilder
 
 __all__ = ["RESIZE", "RESIZE_MODES", "resize"]
 
@@ -23,7 +29,7 @@ class Resize(Window):
 RESIZE = register(Resize())
 
 
-def resize(builder, x: Value, size, interpolation: str, what: str = "resize") -> Value:
+def resize(builder: PlanBuilder, x: Value, size: Sequence[int], interpolation: str, what: str = "resize") -> Value:
     """``x`` (Keras ``(batch, H, W, C)``) resized to ``size`` = ``(height, width)`` by ``interpolation``
     (:data:`RESIZE_MODES`), with half-pixel centres as TensorFlow."""
     if len(x.shape) != 4:
