@@ -9,7 +9,10 @@ import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ...choice.kernel_choice import choose
+from ...backends.base import Device
+from ...choice.kernel_choice import choose, explicit_choice
+from ...errors import BackendError, LibraryError
+from ...library.kernel_library import KernelSpec, load_library
 from ..tensor import format_shape
 from ..tensors import Step, Value, Vector
 from .base import OpKind, register
@@ -74,10 +77,42 @@ def normalize(builder: PlanBuilder, x: Value, mode: str, axes: Iterable[int], ep
                       scale, shift, what)
         return permute(builder, y, [order.index(a) + 1 for a in range(1, rank)], what)
     group, inner = math.prod(x.shape[axes[0]:axes[-1] + 1]), math.prod(x.shape[axes[-1] + 1:])
-    split = {"SR": x.rows, "SC": group // x.rows} if inner == 1 else {"SR": 1, "SC": group}
-    spec = choose("normalize", builder.device).configure(
-        {"GROUP": group, "INNER": inner, "MODE": NORMALIZE_MODES[mode], "CENTER": int(shift is not None),
-         "SCALE": int(scale is not None), **split})
+    what_defines = {"GROUP": group, "MODE": NORMALIZE_MODES[mode], "CENTER": int(shift is not None),
+                    "SCALE": int(scale is not None)}
+    columns = _column_kernel(builder.device, group) if inner == 1 and group == x.rows else None
+    if columns is not None:   # each group one column of the matrix view: a work-group per column
+        spec = columns.configure({**what_defines, "WG": _column_items(builder.device, group)})
+    else:
+        split = {"SR": x.rows, "SC": group // x.rows} if inner == 1 else {"SR": 1, "SC": group}
+        spec = choose("normalize", builder.device).configure({**what_defines, "INNER": inner, **split})
     vectors = {name: v for name, v in (("scale", scale), ("shift", shift)) if v is not None}
     return builder.record(NORMALIZE, spec, x.shape, {"b": x}, what, storage=x.storage, vectors=vectors,
                           overwrites=True, params={"epsilon": float(epsilon)})
+
+
+#: the most items that share one column's elements (kernels/normalize_columns.cl WG)
+_COLUMN_ITEMS = 256
+
+
+def _column_kernel(device: Device, group: int) -> KernelSpec | None:
+    """The library's ``normalize_column`` kernel for the device (a work-group per column), where it
+    names one for the device's backend, no kernel was chosen for ``normalize`` with ``use``, and the
+    device takes its work-group; else None (normalize_axes: an item per group)."""
+    if explicit_choice("normalize", device) is not None:
+        return None
+    try:
+        specs = load_library().default_specs("normalize_column", device.kind, device.backend)
+    except (LibraryError, BackendError):   # none for this backend (the GL backends run normalize_axes)
+        return None
+    if not specs or _column_items(device, group) > int(device.max_work_group_size):
+        return None
+    return specs[0]
+
+
+def _column_items(device: Device, group: int) -> int:
+    """WG: the power of two of items at least the group's elements, at most :data:`_COLUMN_ITEMS`
+    and the device's work-group."""
+    items = 1
+    while items < min(group, _COLUMN_ITEMS, int(device.max_work_group_size)):
+        items *= 2
+    return min(items, int(device.max_work_group_size))
