@@ -34,7 +34,7 @@
 #if VW * WPT * NB > 256
 /* An invocation's tile of more than 256 sums (the CPU shapes: 16 x 8-16 rows by 2 or more columns)
  * does not fit in registers however it is compiled; unrolled as the preamble asks
- * (optionNV(unroll all)), NVIDIA's GL compiler spent 44-52 s and more on each (0.1 s without; benchmarks/gl_unroll.py) */
+ * (optionNV(unroll all)), NVIDIA's GL compiler spent 44-52 s and more on each (0.1 s without; benchmarks/results/gl_unroll_before_nvidia_h200.json) */
 #pragma optionNV(unroll none)
 #endif
 

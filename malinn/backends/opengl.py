@@ -112,7 +112,8 @@ class GLDevice(GLBaseDevice):
     """
 
     binary_formats: int = 0
-    #: flush the first of several dispatches at once (:meth:`_launch`); benchmarks/gl_flush.py turns it off
+    #: flush the first of several dispatches at once (:meth:`_launch`); off only to time it against no flush
+    #: (benchmarks/results/gl_flush_nvidia_h200.json)
     flush_first_dispatch = True
 
     # ---------------------------------------------------------------- memory and programs
@@ -180,7 +181,7 @@ class GLDevice(GLBaseDevice):
         Without queries, the first dispatch of several is flushed (``glFlush``) at once: a driver
         may hold commands until something waits on them, and the GPU then starts only once the
         host has issued every launch (NVIDIA's GL: a predict 1-4% sooner on Table 10.5's Full
-        networks, benchmarks/gl_flush.py)."""
+        networks, benchmarks/results/gl_flush_nvidia_h200.json)."""
         with self:
             for q, launch in enumerate(launches):
                 shader, uniforms, buffers, (gx, gy, gz) = launch.handle
