@@ -19,7 +19,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 FINDINGS = ROOT / "benchmarks" / "findings.md"
 #: Result names whose files begin with another benchmark's name: ``models_precision_*`` is not ``models``.
 NAMES = ("models", "models_backends", "models_precision", "overhead", "gemm", "gemm_networks", "gemm_backends",
-         "convolution", "convolution_precision", "transfers", "cold_start", "cold", "tuning")
+         "convolution", "convolution_precision", "transfers", "cold_start", "cold", "tuning", "throughput", "sequence",
+         "serve")
 
 
 #: Devices of results written before they named their benchmark (``"benchmark"`` in the JSON).
@@ -263,6 +264,55 @@ def cold_table(rows):
     return out
 
 
+def networks_cold_table(d):
+    """Real networks' first prediction in a new process, caches empty (cold) and filled (warm), beside
+    the peer's own new process."""
+    peer = d.get("peer", "peer")
+    out = [f"| network | size | cold s | warm s | {peer} s | cold / {peer} | warm / {peer} | programs built cold |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in d["rows"]:
+        built = r.get("programs_built", "")
+        out.append(f"| {r['network']} | {r.get('size', '')} | {r['cold_s']:.2f} | {r['warm_s']:.2f} | {r['peer_s']:.2f} | "
+                   f"**{r['cold_s'] / r['peer_s']:.2f}** | {r['warm_s'] / r['peer_s']:.2f} | {built} |")
+    return out
+
+
+def throughput_table(d):
+    out = ["| network | batch | malinn samples/s | peer samples/s | malinn / peer |", "| --- | --- | --- | --- | --- |"]
+    for r in d["rows"]:
+        peer = f"{r['peer_samples_per_s']:,.0f} ({r['peer']})" if r.get("peer_samples_per_s") else "none"
+        ratio = f"**{r['ratio']:.2f}**" if r.get("ratio") else ""
+        out.append(f"| {r['network']} | {r['batch']} | {r['samples_per_s']:,.0f} | {peer} | {ratio} |")
+    for m in d.get("multi_device") or []:
+        out.append(f"| {m['network']} on {len(m['devices'])} devices{' (one listed twice)' if m.get('same_device') else ''}"
+                   f" | {m['batch']} | {m['samples_per_s']:,.0f} | one device {m['one_device_samples_per_s']:,.0f} | "
+                   f"{m['speedup']:.2f}x one device |")
+    return out
+
+
+def sequence_table(d):
+    out = ["| model | batch | malinn ms | peer ms | malinn / peer | max error vs Keras |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    for r in d["rows"]:
+        out.append(f"| {r['model']} | {r['batch']} | {r['malinn_ms']:.3f} | {r['peer_ms']:.3f} ({r['peer']}) | "
+                   f"**{r['ratio']:.2f}** | {r['max_error']:.1e} |")
+    return out
+
+
+def serve_table(d):
+    out = ["| model | batching | clients | requests/s | p50 ms | p99 ms | failed |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, m in d["models"].items():
+        for mode, run in m["serve"].items():
+            for p in run["points"]:
+                out.append(f"| {name} | {mode} | {p['clients']} | {p['requests_per_s']:,.1f} | {p['p50_ms']:.2f} | "
+                           f"{p['p99_ms']:.2f} | {p['failed']} |")
+        inproc = m["in_process"]
+        out.append(f"| {name} in-process | | 1 | {inproc['batch1_calls_per_s']:,.1f} calls/s | {inproc['p50_ms']:.3f} | "
+                   f"{inproc['p99_ms']:.3f} | batch 64: {inproc['batch64_samples_per_s']:,.0f} samples/s |")
+    return out
+
+
 def section(doc, name, table, intro=None):
     """Each device's latest ``name`` result as a table under its heading; whether there was one."""
     found = results(name)
@@ -391,13 +441,31 @@ def main(argv=None):
             "with every cache off, beside plain pyopencl doing the same unavoidable work in a fresh process.", ""]
     cold = [(device_title(slug, d), d) for name in ("cold_start", "cold") for slug, d in results(name)]
     for title, d in cold:
-        doc.append(f"- {title}: warm cache **{d['warm_s']:.3f} s**, no caches {d['cold_s']:.3f} s "
-                   f"(of which importing malinn and probing the devices {d['import_and_probe_s']:.3f} s).")
+        if "rows" in d:   # real networks beside TensorFlow's or torch's new process
+            doc += [f"### Real networks: {title}", ""] + command(d) + networks_cold_table(d) + [""]
+        else:
+            doc.append(f"- {title}: warm cache **{d['warm_s']:.3f} s**, no caches {d['cold_s']:.3f} s "
+                       f"(of which importing malinn and probing the devices {d['import_and_probe_s']:.3f} s).")
     rows = [(title, d) for title, d in cold if "floor_s" in d]
     if rows:
         doc += [""] + cold_table(rows)
     doc.append("")
     findings_of("cold_start")
+
+    doc += ["## Throughput", "", "`benchmarks/throughput.py`: samples per second host to host at large batches, beside "
+            "torch (cuBLAS, cuDNN) or numpy in the same run.", ""]
+    section(doc, "throughput", throughput_table)
+    findings_of("throughput")
+
+    doc += ["## Sequence models", "", "`benchmarks/sequence.py`: an Embedding + LSTM text classifier, a Bidirectional GRU "
+            "and a Transformer encoder, host to host, beside torch (cuDNN, TF32 off) or TensorFlow in the same run.", ""]
+    section(doc, "sequence", sequence_table)
+    findings_of("sequence")
+
+    doc += ["## Serving", "", "`benchmarks/serve.py`: `malinn serve` on loopback, requests per second and latency at 1, "
+            "8 and 64 concurrent clients with dynamic batching on and off, beside the same model called in-process.", ""]
+    section(doc, "serve", serve_table)
+    findings_of("serve")
 
     if notes.get("tried"):
         doc += ["## Tried and not kept", "", notes["tried"], ""]
