@@ -73,7 +73,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(ROOT)]   # this checkout's malinn, here and in the children
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(ROOT)]  # this checkout's malinn, here and in the children
 
 MALINN_PHASES = ("import_numpy", "import_malinn", "device", "load_model", "plan", "predict")
 FLOOR_PHASES = ("import_numpy", "import_pyopencl", "enumerate", "context", "program", "run")
@@ -102,8 +102,10 @@ print(json.dumps({"total": marks[-1] - marks[0], "phases": [b - a for a, b in zi
                                   if name.startswith("malinn.") and getattr(m, "__cached__", None))}))
 """
 
-FLOOR_SOURCE = "__kernel void twice(__global const float *x, __global float *y) " \
-               "{ size_t i = get_global_id(0); y[i] = 2.0f * x[i] + 1.0f; }"
+FLOOR_SOURCE = (
+    "__kernel void twice(__global const float *x, __global float *y) "
+    "{ size_t i = get_global_id(0); y[i] = 2.0f * x[i] + 1.0f; }"
+)
 
 FLOOR_CHILD = """
 import time
@@ -142,15 +144,15 @@ assert np.array_equal(y, 2 * x + 1), "the floor kernel returned wrong values"
 print(json.dumps({"total": marks[-1] - marks[0], "phases": [b - a for a, b in zip(marks, marks[1:])]}))
 """
 
-IMPORT_AND_PROBE = ("import time; s = time.perf_counter(); import malinn; malinn.get_device(); "
-                    "print(time.perf_counter() - s)")
+IMPORT_AND_PROBE = (
+    "import time; s = time.perf_counter(); import malinn; malinn.get_device(); print(time.perf_counter() - s)"
+)
 
 
 def run_child(args, env, cwd=None) -> tuple:
     """Runs ``python3 args...`` in a fresh process; returns (its last stdout line, wall seconds)."""
     start = time.perf_counter()
-    out = subprocess.run([sys.executable] + list(args), env=env, capture_output=True, text=True, timeout=600,
-                         cwd=cwd)
+    out = subprocess.run([sys.executable] + list(args), env=env, capture_output=True, text=True, timeout=600, cwd=cwd)
     wall = time.perf_counter() - start
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(map(str, args))[:80]} failed:\n{out.stderr}")
@@ -162,8 +164,12 @@ def median_phases(samples, names) -> dict:
 
 
 #: keras.applications name -> torchvision's name of the same network
-TORCHVISION = {"MobileNetV2": "mobilenet_v2", "ResNet50": "resnet50", "DenseNet121": "densenet121",
-               "EfficientNetB0": "efficientnet_b0"}
+TORCHVISION = {
+    "MobileNetV2": "mobilenet_v2",
+    "ResNet50": "resnet50",
+    "DenseNet121": "densenet121",
+    "EfficientNetB0": "efficientnet_b0",
+}
 
 SAVE_NETWORK = """
 import os, sys
@@ -277,9 +283,13 @@ print(json.dumps({"device_s": float(medians.sum()), "predict_s": float(np.median
 def kernel_times(args) -> int:
     """Each network's device time per kernel and host predict time, here and (--compare-tree) there."""
     trees = {"this": ROOT} | ({"compare": Path(args.compare_tree).resolve()} if args.compare_tree else {})
-    envs = {name: {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree)] + [p for p in [os.environ.get("PYTHONPATH")]
-                                                                           if p])}
-            for name, tree in trees.items()}
+    envs = {
+        name: {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(tree)] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+        }
+        for name, tree in trees.items()
+    }
     rows, described = [], None
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.networks:
@@ -287,33 +297,53 @@ def kernel_times(args) -> int:
             run_child(["-c", SAVE_NETWORK, name, str(args.size), str(path)], os.environ)
             samples = {tree: [] for tree in trees}
             for round_ in range(args.network_repeat):
-                for tree in (list(trees) if round_ % 2 == 0 else list(trees)[::-1]):
+                for tree in list(trees) if round_ % 2 == 0 else list(trees)[::-1]:
                     env = {**envs[tree], "MALINN_CACHE_DIR": os.path.join(tmp, f"cache_{tree}")}
-                    samples[tree].append(json.loads(run_child(["-c", KERNEL_TIMES_CHILD, str(path), str(args.size),
-                                                               str(args.repeat)], env, cwd=tmp)[0]))
+                    samples[tree].append(
+                        json.loads(
+                            run_child(
+                                ["-c", KERNEL_TIMES_CHILD, str(path), str(args.size), str(args.repeat)], env, cwd=tmp
+                            )[0]
+                        )
+                    )
             described = described or samples["this"][0]
             row = {"network": name, "size": args.size}
             for tree, runs in samples.items():
                 families = sorted({f for r in runs for f in r["families"]})
-                row[tree] = {"device_s": float(np.median([r["device_s"] for r in runs])),
-                             "predict_s": float(np.median([r["predict_s"] for r in runs])),
-                             "programs": runs[-1]["programs"], "launches": runs[-1]["launches"],
-                             "families": {f: float(np.median([r["families"].get(f, 0.0) for r in runs]))
-                                          for f in families}}
+                row[tree] = {
+                    "device_s": float(np.median([r["device_s"] for r in runs])),
+                    "predict_s": float(np.median([r["predict_s"] for r in runs])),
+                    "programs": runs[-1]["programs"],
+                    "launches": runs[-1]["launches"],
+                    "families": {f: float(np.median([r["families"].get(f, 0.0) for r in runs])) for f in families},
+                }
             rows.append(row)
-            line = ", ".join(f"{tree}: device {row[tree]['device_s'] * 1e3:.2f} ms, predict "
-                             f"{row[tree]['predict_s'] * 1e3:.2f} ms, {row[tree]['programs']} programs" for tree in trees)
+            line = ", ".join(
+                f"{tree}: device {row[tree]['device_s'] * 1e3:.2f} ms, predict "
+                f"{row[tree]['predict_s'] * 1e3:.2f} ms, {row[tree]['programs']} programs"
+                for tree in trees
+            )
             print(f"{name} {args.size}x{args.size}: {line}", flush=True)
             if "compare" in trees:
                 for family in sorted(set(row["this"]["families"]) | set(row["compare"]["families"])):
                     here, there = row["this"]["families"].get(family, 0.0), row["compare"]["families"].get(family, 0.0)
-                    print(f"    {family:24s} {here * 1e3:8.3f} ms  (there {there * 1e3:8.3f} ms, "
-                          f"{here / there if there else float('nan'):.2f}x)")
-    result = {"device": {key: described[key] for key in ("name", "platform", "driver", "type")}, "rows": rows,
-              "repeat": args.repeat, "rounds": args.network_repeat,
-              "compare_tree": str(trees.get("compare", "")), "command": " ".join(sys.argv)}
-    out = Path(args.json) if args.json else (ROOT / "benchmarks" / "results"
-                                             / f"cold_start_kernels_{device_slug(described)}.json")
+                    print(
+                        f"    {family:24s} {here * 1e3:8.3f} ms  (there {there * 1e3:8.3f} ms, "
+                        f"{here / there if there else float('nan'):.2f}x)"
+                    )
+    result = {
+        "device": {key: described[key] for key in ("name", "platform", "driver", "type")},
+        "rows": rows,
+        "repeat": args.repeat,
+        "rounds": args.network_repeat,
+        "compare_tree": str(trees.get("compare", "")),
+        "command": " ".join(sys.argv),
+    }
+    out = (
+        Path(args.json)
+        if args.json
+        else (ROOT / "benchmarks" / "results" / f"cold_start_kernels_{device_slug(described)}.json")
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"written: {out}")
@@ -345,10 +375,18 @@ def fresh_caches(folder: Path, base_env: dict) -> dict:
     folder, CUDA's) are new empty folders under ``folder``."""
     for name in ("malinn", "pocl", "xdg", "cuda"):
         (folder / name).mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in base_env.items() if k not in ("MALINN_BINARY_CACHE", "PYOPENCL_NO_CACHE",
-                                                          "POCL_KERNEL_CACHE", "CUDA_CACHE_DISABLE")}
-    return {**env, "MALINN_CACHE_DIR": str(folder / "malinn"), "POCL_CACHE_DIR": str(folder / "pocl"),
-            "XDG_CACHE_HOME": str(folder / "xdg"), "CUDA_CACHE_PATH": str(folder / "cuda")}
+    env = {
+        k: v
+        for k, v in base_env.items()
+        if k not in ("MALINN_BINARY_CACHE", "PYOPENCL_NO_CACHE", "POCL_KERNEL_CACHE", "CUDA_CACHE_DISABLE")
+    }
+    return {
+        **env,
+        "MALINN_CACHE_DIR": str(folder / "malinn"),
+        "POCL_CACHE_DIR": str(folder / "pocl"),
+        "XDG_CACHE_HOME": str(folder / "xdg"),
+        "CUDA_CACHE_PATH": str(folder / "cuda"),
+    }
 
 
 def saved_network(args, name: str, folder: Path, env: dict) -> Path:
@@ -366,61 +404,86 @@ def networks(args) -> int:
     peer = choose_peer(args.peer)
     python_path = os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     base_env = {**os.environ, "PYTHONPATH": python_path}
-    for package in ("malinn", "converters"):           # what pip install does: bytecode once
+    for package in ("malinn", "converters"):  # what pip install does: bytecode once
         compileall.compile_dir(str(ROOT / package), quiet=1)
     rows, described = [], None
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.networks:
             path = saved_network(args, name, Path(tmp), base_env)
             cold, warm, theirs = [], [], []
-            for round_ in range(args.network_repeat):   # malinn and the peer back to back, each round
+            for round_ in range(args.network_repeat):  # malinn and the peer back to back, each round
                 env = fresh_caches(Path(tmp) / f"caches_{name}_{round_}", base_env)
                 cold.append(json.loads(run_child(["-c", NETWORK_CHILD, str(path), str(args.size)], env)[0]))
                 warm.append(json.loads(run_child(["-c", NETWORK_CHILD, str(path), str(args.size)], env)[0]))
                 peer_env = fresh_caches(Path(tmp) / f"peer_{name}_{round_}", base_env)
                 if peer == "torch":
-                    theirs.append(json.loads(run_child(["-c", TORCH_CHILD, TORCHVISION[name], str(args.size)],
-                                                       peer_env)[0]))
+                    theirs.append(
+                        json.loads(run_child(["-c", TORCH_CHILD, TORCHVISION[name], str(args.size)], peer_env)[0])
+                    )
                 else:
-                    theirs.append(json.loads(run_child(["-c", TENSORFLOW_CHILD, str(path), str(args.size)],
-                                                       peer_env)[0]))
+                    theirs.append(
+                        json.loads(run_child(["-c", TENSORFLOW_CHILD, str(path), str(args.size)], peer_env)[0])
+                    )
             described = described or cold[0]
             peer_phases = TORCH_PHASES if peer == "torch" else TENSORFLOW_PHASES
-            row = {"network": name, "size": args.size,
-                   "cold_s": float(np.median([c["total"] for c in cold])),
-                   "warm_s": float(np.median([w["total"] for w in warm])),
-                   "peer_s": float(np.median([t["total"] for t in theirs])),
-                   "cold_cpu_s": float(np.median([c["cpu"] for c in cold])),
-                   "warm_cpu_s": float(np.median([w["cpu"] for w in warm])),
-                   "peer_cpu_s": float(np.median([t["cpu"] for t in theirs])),
-                   "cold_phases": median_phases(cold, NETWORK_PHASES),
-                   "warm_phases": median_phases(warm, NETWORK_PHASES),
-                   "peer_phases": median_phases(theirs, peer_phases),
-                   "programs_built": cold[-1]["builds"], "programs": cold[-1]["programs"],
-                   "kernels": cold[-1]["kernels"], "warm_builds": warm[-1]["builds"],
-                   "warm_binary_hits": warm[-1]["binary_hits"],
-                   "cold_samples_s": [c["total"] for c in cold], "warm_samples_s": [w["total"] for w in warm],
-                   "peer_samples_s": [t["total"] for t in theirs],
-                   "finite": all(c["finite"] for c in cold + warm + theirs)}
+            row = {
+                "network": name,
+                "size": args.size,
+                "cold_s": float(np.median([c["total"] for c in cold])),
+                "warm_s": float(np.median([w["total"] for w in warm])),
+                "peer_s": float(np.median([t["total"] for t in theirs])),
+                "cold_cpu_s": float(np.median([c["cpu"] for c in cold])),
+                "warm_cpu_s": float(np.median([w["cpu"] for w in warm])),
+                "peer_cpu_s": float(np.median([t["cpu"] for t in theirs])),
+                "cold_phases": median_phases(cold, NETWORK_PHASES),
+                "warm_phases": median_phases(warm, NETWORK_PHASES),
+                "peer_phases": median_phases(theirs, peer_phases),
+                "programs_built": cold[-1]["builds"],
+                "programs": cold[-1]["programs"],
+                "kernels": cold[-1]["kernels"],
+                "warm_builds": warm[-1]["builds"],
+                "warm_binary_hits": warm[-1]["binary_hits"],
+                "cold_samples_s": [c["total"] for c in cold],
+                "warm_samples_s": [w["total"] for w in warm],
+                "peer_samples_s": [t["total"] for t in theirs],
+                "finite": all(c["finite"] for c in cold + warm + theirs),
+            }
             row["cold_over_peer"] = row["cold_s"] / row["peer_s"]
             row["warm_over_peer"] = row["warm_s"] / row["peer_s"]
             rows.append(row)
-            print(f"{name} {args.size}x{args.size}: malinn cold {row['cold_s']:.2f} s ({row['programs_built']} "
-                  f"programs built, {row['kernels']} kernels), warm {row['warm_s']:.2f} s "
-                  f"({row['warm_builds']} built, {row['warm_binary_hits']} loaded); {peer} {row['peer_s']:.2f} s; "
-                  f"cold / {peer} {row['cold_over_peer']:.2f}, warm / {peer} {row['warm_over_peer']:.2f}; "
-                  f"CPU seconds (all threads, to the first prediction): cold {row['cold_cpu_s']:.2f}, "
-                  f"warm {row['warm_cpu_s']:.2f}, {peer} {row['peer_cpu_s']:.2f}", flush=True)
-    total = {key: sum(r[key] for r in rows) for key in ("cold_s", "warm_s", "peer_s", "cold_cpu_s", "warm_cpu_s",
-                                                       "peer_cpu_s")}
-    result = {"device": {key: described[key] for key in ("name", "platform", "driver", "type")}, "peer": peer,
-              "peer_version": theirs[-1]["version"], "size": args.size, "repeat": args.network_repeat,
-              "rows": rows, "sum": total, "cold_over_peer": total["cold_s"] / total["peer_s"],
-              "warm_over_peer": total["warm_s"] / total["peer_s"], "command": " ".join(sys.argv)}
-    print(f"summed over {len(rows)} networks: malinn cold {total['cold_s']:.2f} s, warm {total['warm_s']:.2f} s, "
-          f"{peer} {total['peer_s']:.2f} s (cold {result['cold_over_peer']:.2f}x, warm {result['warm_over_peer']:.2f}x); "
-          f"CPU seconds: cold {total['cold_cpu_s']:.2f}, warm {total['warm_cpu_s']:.2f}, {peer} {total['peer_cpu_s']:.2f}")
-    out = Path(args.json) if args.json else ROOT / "benchmarks" / "results" / f"cold_start_{device_slug(described)}.json"
+            print(
+                f"{name} {args.size}x{args.size}: malinn cold {row['cold_s']:.2f} s ({row['programs_built']} "
+                f"programs built, {row['kernels']} kernels), warm {row['warm_s']:.2f} s "
+                f"({row['warm_builds']} built, {row['warm_binary_hits']} loaded); {peer} {row['peer_s']:.2f} s; "
+                f"cold / {peer} {row['cold_over_peer']:.2f}, warm / {peer} {row['warm_over_peer']:.2f}; "
+                f"CPU seconds (all threads, to the first prediction): cold {row['cold_cpu_s']:.2f}, "
+                f"warm {row['warm_cpu_s']:.2f}, {peer} {row['peer_cpu_s']:.2f}",
+                flush=True,
+            )
+    total = {
+        key: sum(r[key] for r in rows)
+        for key in ("cold_s", "warm_s", "peer_s", "cold_cpu_s", "warm_cpu_s", "peer_cpu_s")
+    }
+    result = {
+        "device": {key: described[key] for key in ("name", "platform", "driver", "type")},
+        "peer": peer,
+        "peer_version": theirs[-1]["version"],
+        "size": args.size,
+        "repeat": args.network_repeat,
+        "rows": rows,
+        "sum": total,
+        "cold_over_peer": total["cold_s"] / total["peer_s"],
+        "warm_over_peer": total["warm_s"] / total["peer_s"],
+        "command": " ".join(sys.argv),
+    }
+    print(
+        f"summed over {len(rows)} networks: malinn cold {total['cold_s']:.2f} s, warm {total['warm_s']:.2f} s, "
+        f"{peer} {total['peer_s']:.2f} s (cold {result['cold_over_peer']:.2f}x, warm {result['warm_over_peer']:.2f}x); "
+        f"CPU seconds: cold {total['cold_cpu_s']:.2f}, warm {total['warm_cpu_s']:.2f}, {peer} {total['peer_cpu_s']:.2f}"
+    )
+    out = (
+        Path(args.json) if args.json else ROOT / "benchmarks" / "results" / f"cold_start_{device_slug(described)}.json"
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"written: {out}")
@@ -429,23 +492,50 @@ def networks(args) -> int:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=7,
-                        help="new processes per measurement, the kinds interleaved; the median counts (default: 7)")
-    parser.add_argument("--json", metavar="PATH", help="also write the results, as JSON, to PATH "
-                        "(benchmarks/report.py reads them)")
-    parser.add_argument("--networks", nargs="*", metavar="NAME",
-                        help="time keras.applications networks instead (default: MobileNetV2 ResNet50 DenseNet121)")
-    parser.add_argument("--models", metavar="DIR", help="with --networks: saved keras.applications files "
-                        "<name>.keras of --size (default: saved here by Keras in a child process)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=7,
+        help="new processes per measurement, the kinds interleaved; the median counts (default: 7)",
+    )
+    parser.add_argument(
+        "--json", metavar="PATH", help="also write the results, as JSON, to PATH (benchmarks/report.py reads them)"
+    )
+    parser.add_argument(
+        "--networks",
+        nargs="*",
+        metavar="NAME",
+        help="time keras.applications networks instead (default: MobileNetV2 ResNet50 DenseNet121)",
+    )
+    parser.add_argument(
+        "--models",
+        metavar="DIR",
+        help="with --networks: saved keras.applications files "
+        "<name>.keras of --size (default: saved here by Keras in a child process)",
+    )
     parser.add_argument("--size", type=int, default=32, help="the networks' input height and width (default: 32)")
-    parser.add_argument("--peer", choices=("auto", "tensorflow", "torch"), default="auto",
-                        help="the networks' peer: torch where it sees a CUDA GPU (auto), else TensorFlow-cpu")
-    parser.add_argument("--network-repeat", type=int, default=1,
-                        help="rounds of cold, warm and peer processes per network; the median counts (default: 1)")
-    parser.add_argument("--kernel-times", action="store_true",
-                        help="the networks' device time per kernel and predict time, warm (not cold start)")
-    parser.add_argument("--compare-tree", metavar="DIR", help="with --kernel-times: also time malinn from this "
-                        "checkout, in turn with this one")
+    parser.add_argument(
+        "--peer",
+        choices=("auto", "tensorflow", "torch"),
+        default="auto",
+        help="the networks' peer: torch where it sees a CUDA GPU (auto), else TensorFlow-cpu",
+    )
+    parser.add_argument(
+        "--network-repeat",
+        type=int,
+        default=1,
+        help="rounds of cold, warm and peer processes per network; the median counts (default: 1)",
+    )
+    parser.add_argument(
+        "--kernel-times",
+        action="store_true",
+        help="the networks' device time per kernel and predict time, warm (not cold start)",
+    )
+    parser.add_argument(
+        "--compare-tree",
+        metavar="DIR",
+        help="with --kernel-times: also time malinn from this checkout, in turn with this one",
+    )
     args = parser.parse_args(argv)
     if args.kernel_times:
         args.networks = args.networks or ["MobileNetV2", "ResNet50", "DenseNet121"]
@@ -455,27 +545,42 @@ def main(argv=None):
         return networks(args)
     from models import MODELS, build
 
-    for package in ("malinn", "converters"):           # what pip install does: bytecode once
+    for package in ("malinn", "converters"):  # what pip install does: bytecode once
         compileall.compile_dir(str(ROOT / package), quiet=1)
     with tempfile.TemporaryDirectory() as tmp:
         path = build(MODELS["Partial MNIST"]).save(Path(tmp) / "partial_mnist.malinn")
         python_path = os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
         warm_env = {**os.environ, "MALINN_CACHE_DIR": os.path.join(tmp, "cache"), "PYTHONPATH": python_path}
-        cold_env = {**warm_env, "MALINN_BINARY_CACHE": "0", "PYOPENCL_NO_CACHE": "1", "POCL_KERNEL_CACHE": "0",
-                    "CUDA_CACHE_DISABLE": "1", "MALINN_PROBE_CACHE": "0"}
+        cold_env = {
+            **warm_env,
+            "MALINN_BINARY_CACHE": "0",
+            "PYOPENCL_NO_CACHE": "1",
+            "POCL_KERNEL_CACHE": "0",
+            "CUDA_CACHE_DISABLE": "1",
+            "MALINN_PROBE_CACHE": "0",
+        }
         source = Path(tmp) / "source"
         for package in ("malinn", "converters", "kernels"):
             shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        source_env = {**warm_env, "PYTHONDONTWRITEBYTECODE": "1",
-                      "PYTHONPATH": os.pathsep.join([str(source)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
-        first = json.loads(run_child(["-c", CHILD, str(path)], warm_env)[0])   # fills the binary cache
-        floor_args = ["-c", FLOOR_CHILD, str(first["index"][0]), str(first["index"][1]),
-                      os.path.join(tmp, "floor.bin"), FLOOR_SOURCE]
+        source_env = {
+            **warm_env,
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONPATH": os.pathsep.join([str(source)] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+        }
+        first = json.loads(run_child(["-c", CHILD, str(path)], warm_env)[0])  # fills the binary cache
+        floor_args = [
+            "-c",
+            FLOOR_CHILD,
+            str(first["index"][0]),
+            str(first["index"][1]),
+            os.path.join(tmp, "floor.bin"),
+            FLOOR_SOURCE,
+        ]
         with_floor = first["backend"] == "opencl"
         if with_floor:
-            run_child(floor_args, warm_env)   # builds the floor program and writes its binary
+            run_child(floor_args, warm_env)  # builds the floor program and writes its binary
         warm, floor, from_source, cold, import_only = [], [], [], [], []
-        for _ in range(args.repeat):          # the kinds interleaved, so that a busy spell touches them all
+        for _ in range(args.repeat):  # the kinds interleaved, so that a busy spell touches them all
             warm.append(run_child(["-c", CHILD, str(path)], warm_env))
             if with_floor:
                 floor.append(run_child(floor_args, warm_env))
@@ -484,38 +589,60 @@ def main(argv=None):
             cold.append(json.loads(run_child(["-c", CHILD, str(path)], cold_env)[0]))
         warm_samples = [json.loads(line) for line, _ in warm]
     floor_samples = [json.loads(line) for line, _ in floor]
-    result = {"warm_s": float(np.median([s["total"] for s in warm_samples])),
-              "cold_s": float(np.median([s["total"] for s in cold])),
-              "import_and_probe_s": float(np.median(import_only)), "repeat": args.repeat,
-              "device": {"name": first["name"], "platform": first["platform"], "driver": first["driver"],
-                         "backend": first["backend"]},
-              "warm_phases": median_phases(warm_samples, MALINN_PHASES),
-              "cold_phases": median_phases(cold, MALINN_PHASES),
-              "warm_counters": warm_samples[-1]["counters"],
-              "warm_bytecode": all(s["bytecode"] for s in warm_samples),
-              "warm_from_source_s": float(np.median([s["total"] for s in from_source])),
-              "warm_from_source_phases": median_phases(from_source, MALINN_PHASES),
-              "warm_process_s": float(np.median([wall for _, wall in warm]))}
+    result = {
+        "warm_s": float(np.median([s["total"] for s in warm_samples])),
+        "cold_s": float(np.median([s["total"] for s in cold])),
+        "import_and_probe_s": float(np.median(import_only)),
+        "repeat": args.repeat,
+        "device": {
+            "name": first["name"],
+            "platform": first["platform"],
+            "driver": first["driver"],
+            "backend": first["backend"],
+        },
+        "warm_phases": median_phases(warm_samples, MALINN_PHASES),
+        "cold_phases": median_phases(cold, MALINN_PHASES),
+        "warm_counters": warm_samples[-1]["counters"],
+        "warm_bytecode": all(s["bytecode"] for s in warm_samples),
+        "warm_from_source_s": float(np.median([s["total"] for s in from_source])),
+        "warm_from_source_phases": median_phases(from_source, MALINN_PHASES),
+        "warm_process_s": float(np.median([wall for _, wall in warm])),
+    }
     if floor_samples:
-        result.update({"floor_s": float(np.median([s["total"] for s in floor_samples])),
-                       "floor_phases": median_phases(floor_samples, FLOOR_PHASES),
-                       "floor_process_s": float(np.median([wall for _, wall in floor]))})
+        result.update(
+            {
+                "floor_s": float(np.median([s["total"] for s in floor_samples])),
+                "floor_phases": median_phases(floor_samples, FLOOR_PHASES),
+                "floor_process_s": float(np.median([wall for _, wall in floor])),
+            }
+        )
         result["above_floor_s"] = result["warm_s"] - result["floor_s"]
     print(f"device: {first['name']} ({first['platform']}, driver {first['driver']})")
-    print(f"first prediction of Partial MNIST in a new process: warm binary cache {result['warm_s']:.3f} s, "
-          f"no caches {result['cold_s']:.3f} s (import + device probe alone {result['import_and_probe_s']:.3f} s)")
-    print("  malinn, warm: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in result["warm_phases"].items())
-          + f"; builds {result['warm_counters'].get('builds')}, binary hits {result['warm_counters'].get('binary_hits')}")
+    print(
+        f"first prediction of Partial MNIST in a new process: warm binary cache {result['warm_s']:.3f} s, "
+        f"no caches {result['cold_s']:.3f} s (import + device probe alone {result['import_and_probe_s']:.3f} s)"
+    )
+    print(
+        "  malinn, warm: "
+        + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in result["warm_phases"].items())
+        + f"; builds {result['warm_counters'].get('builds')}, binary hits {result['warm_counters'].get('binary_hits')}"
+    )
     if not result["warm_bytecode"]:
         print("  (malinn's bytecode could not be written here: the warm runs compiled its modules from source)")
-    print(f"  malinn compiled from source in every process (no bytecode): {result['warm_from_source_s']:.3f} s, "
-          f"import malinn {result['warm_from_source_phases']['import_malinn'] * 1e3:.1f} ms")
+    print(
+        f"  malinn compiled from source in every process (no bytecode): {result['warm_from_source_s']:.3f} s, "
+        f"import malinn {result['warm_from_source_phases']['import_malinn'] * 1e3:.1f} ms"
+    )
     if floor_samples:
-        print(f"plain pyopencl floor {result['floor_s']:.3f} s: "
-              + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in result["floor_phases"].items()))
-        print(f"malinn above the floor: {result['above_floor_s']:.3f} s (warm {result['warm_s']:.3f} s "
-              f"- floor {result['floor_s']:.3f} s); whole processes: malinn {result['warm_process_s']:.3f} s, "
-              f"floor {result['floor_process_s']:.3f} s")
+        print(
+            f"plain pyopencl floor {result['floor_s']:.3f} s: "
+            + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in result["floor_phases"].items())
+        )
+        print(
+            f"malinn above the floor: {result['above_floor_s']:.3f} s (warm {result['warm_s']:.3f} s "
+            f"- floor {result['floor_s']:.3f} s); whole processes: malinn {result['warm_process_s']:.3f} s, "
+            f"floor {result['floor_process_s']:.3f} s"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return 0

@@ -75,14 +75,21 @@ LAYERS = [
     ("GoogLeNet", "inception_4a/3x3", 14, 96, 208, 3),
     ("GoogLeNet", "inception_5b/5x5", 7, 48, 128, 5),
 ]
-QUICK = [("AlexNet", "conv5 (small)", 13, 32, 32, 3), ("GoogLeNet", "inception_3a/5x5", 28, 16, 32, 5),
-         ("GoogLeNet", "inception_3a/1x1 (small)", 14, 32, 16, 1)]
-ALGORITHMS = {"kn2row": ("conv", "conv_kn2row"), "kn2col": ("conv", "conv_kn2col"),
-              "im2row": ("im2col", "im2row"), "im2col": ("im2col", "im2col"),
-              "kn2row-local": ("conv", "conv_kn2row", {"LOCAL": 1, "MWI": 8, "NWI": 4, "MDIM": 8, "NDIM": 16, "KC": 16}),
-              "kn2col-local": ("conv", "conv_kn2col", {"LOCAL": 1, "MWI": 8, "NWI": 4, "MDIM": 8, "NDIM": 16, "KC": 16}),
-              "implicit": ("conv", "conv_kn2col", {"LOCAL": 2, "MWI": 8, "NWI": 4, "MDIM": 8, "NDIM": 16, "KC": 16}),
-              "implicit-32": ("conv", "conv_kn2col", {"LOCAL": 2, "MWI": 4, "NWI": 4, "MDIM": 8, "NDIM": 8, "KC": 32})}
+QUICK = [
+    ("AlexNet", "conv5 (small)", 13, 32, 32, 3),
+    ("GoogLeNet", "inception_3a/5x5", 28, 16, 32, 5),
+    ("GoogLeNet", "inception_3a/1x1 (small)", 14, 32, 16, 1),
+]
+ALGORITHMS = {
+    "kn2row": ("conv", "conv_kn2row"),
+    "kn2col": ("conv", "conv_kn2col"),
+    "im2row": ("im2col", "im2row"),
+    "im2col": ("im2col", "im2col"),
+    "kn2row-local": ("conv", "conv_kn2row", {"LOCAL": 1, "MWI": 8, "NWI": 4, "MDIM": 8, "NDIM": 16, "KC": 16}),
+    "kn2col-local": ("conv", "conv_kn2col", {"LOCAL": 1, "MWI": 8, "NWI": 4, "MDIM": 8, "NDIM": 16, "KC": 16}),
+    "implicit": ("conv", "conv_kn2col", {"LOCAL": 2, "MWI": 8, "NWI": 4, "MDIM": 8, "NDIM": 16, "KC": 16}),
+    "implicit-32": ("conv", "conv_kn2col", {"LOCAL": 2, "MWI": 4, "NWI": 4, "MDIM": 8, "NDIM": 8, "KC": 32}),
+}
 #: the plan's own choices (no explicit kernel): untuned, then after the conv tuner
 CHOICES = ("default", "tuned")
 #: the CIFAR-style VGG: filters per conv (None: 2x2 max pooling), then the dense widths
@@ -95,8 +102,12 @@ def conv_model(h, c, m, k, seed=0):
     layer = Conv2D(m, k, padding="same", activation="relu")
     model = malinn.Sequential([layer])
     model.build((None, h, h, c))
-    model.set_weights([(rng.standard_normal(layer.kernel.shape) / np.sqrt(k * k * c)).astype(np.float32),
-                       rng.standard_normal(m).astype(np.float32) * 0.1])
+    model.set_weights(
+        [
+            (rng.standard_normal(layer.kernel.shape) / np.sqrt(k * k * c)).astype(np.float32),
+            rng.standard_normal(m).astype(np.float32) * 0.1,
+        ]
+    )
     return model
 
 
@@ -124,16 +135,21 @@ def memory(plan, x_shape, out_shape) -> dict:
     _, _, arena = plan.activation_bytes()
     io = 4 * (int(np.prod(x_shape)) + int(np.prod(out_shape)))
     padded = sum(4 * v.storage.padded[0] * v.storage.padded[1] for v in plan.inputs + plan.outputs)
-    return {"arena_bytes": arena, "input_bytes": 4 * int(np.prod(x_shape)),
-            "output_bytes": 4 * int(np.prod(out_shape)), "extra_bytes": max(0, arena - io),
-            "extra_padded_bytes": max(0, arena - padded), "weight_bytes": plan.weight_bytes()}
+    return {
+        "arena_bytes": arena,
+        "input_bytes": 4 * int(np.prod(x_shape)),
+        "output_bytes": 4 * int(np.prod(out_shape)),
+        "extra_bytes": max(0, arena - io),
+        "extra_padded_bytes": max(0, arena - padded),
+        "weight_bytes": plan.weight_bytes(),
+    }
 
 
 def torch_conv(torch, model, batch, repeat):
     """cuDNN fp32 (TF32 off): device ms by CUDA events and host-to-host ms, plus its output (NHWC)."""
     layer = model.layers[0]
     w = torch.from_numpy(np.ascontiguousarray(layer.kernel.transpose(3, 2, 0, 1))).cuda()
-    b = torch.from_numpy(layer.bias.copy()).cuda()   # the layer's own arrays are read-only
+    b = torch.from_numpy(layer.bias.copy()).cuda()  # the layer's own arrays are read-only
     pad = layer.kernel_size[0] // 2
     torch.backends.cudnn.benchmark = True
     x = np.random.default_rng(1).standard_normal((batch,) + tuple(model.input_shapes[0]), dtype=np.float32)
@@ -163,7 +179,7 @@ def torch_conv(torch, model, batch, repeat):
 
 def bench_layers(args, device, torch) -> list:
     rows = []
-    for network, name, h, c, m, k in (QUICK if args.quick else LAYERS):
+    for network, name, h, c, m, k in QUICK if args.quick else LAYERS:
         model = conv_model(h, c, m, k)
         for batch in args.batches:
             x = np.random.default_rng(1).standard_normal((batch, h, h, c), dtype=np.float32)
@@ -180,14 +196,25 @@ def bench_layers(args, device, torch) -> list:
                     kernel_choice.use(op, codename, device=device, config=config[0] if config else None)
                 elif algorithm == "tuned":
                     log = io.StringIO()
-                    conv_tuner.tune_convs(model.conv_geometries(batch, device), device, quick=True,
-                                          budget_s=args.tune_budget, stream=log)
+                    conv_tuner.tune_convs(
+                        model.conv_geometries(batch, device), device, quick=True, budget_s=args.tune_budget, stream=log
+                    )
                     tuning = log.getvalue()
                 for precision in args.precision:
-                    row = time_layer(args, device, model, x, batch, algorithm, precision, reference, peer,
-                                     (network, name, h, c, m, k))
+                    row = time_layer(
+                        args,
+                        device,
+                        model,
+                        x,
+                        batch,
+                        algorithm,
+                        precision,
+                        reference,
+                        peer,
+                        (network, name, h, c, m, k),
+                    )
                     if reference is None and row is not None and precision == "fp32":
-                        model.precision = "fp32"   # no cuDNN: every other row against this first fp32 one
+                        model.precision = "fp32"  # no cuDNN: every other row against this first fp32 one
                         reference = model.predict(x)
                     if row is None:
                         continue
@@ -209,27 +236,43 @@ def time_layer(args, device, model, x, batch, algorithm, precision, reference, p
     plan = model.plan(batch, device)
     try:
         y = model.predict(x)
-    except malinn.MalinnError as exc:   # im2col's k^2 x input may not fit a small device
+    except malinn.MalinnError as exc:  # im2col's k^2 x input may not fit a small device
         print(f"{network:<10} {name:<24} batch {batch:>2} {algorithm:<7} {precision} failed: {exc}", flush=True)
         return None
     if reference is not None:
         err = float(np.abs(y - reference).max() / max(1.0, np.abs(reference).max()))
         assert err < PRECISION_TOLERANCE[precision], (name, algorithm, precision, err)
     total, own = launch_seconds(plan, x, args.repeat)
-    row = {"network": network, "layer": name, "hw": h, "c": c, "m": m, "k": k, "batch": batch,
-           "algorithm": algorithm, "precision": precision, "kernels": [s.spec.codename for s in plan.steps],
-           "chosen": chosen(plan), "device_seconds": total, "compute_seconds": own,
-           "host_seconds": median_time(lambda: model.predict(x), args.repeat),
-           "gflops": 2.0 * batch * h * h * m * c * k * k / own / 1e9,
-           **memory(plan, x.shape, (batch, h, h, m)), **peer}
-    vs = (f"  cuDNN {peer['torch_kernels'] * 1e3:8.3f} ms ({peer['torch_kernels'] / own:5.2f}x)"
-          if peer else "")
-    print(f"{network:<10} {name:<24} batch {batch:>2} {algorithm:<12} "
-          + (f"{precision:<13}" if len(args.precision) > 1 else "") + f"compute {own * 1e3:8.3f} ms "
-          f"({row['gflops']:7.0f} GFLOP/s), all launches {total * 1e3:8.3f} ms, host {row['host_seconds'] * 1e3:8.3f} ms, "
-          f"arena {row['arena_bytes'] / 2**20:7.1f} MiB (extra {row['extra_bytes'] / 2**20:7.1f} MiB, beyond the padded input and output {row['extra_padded_bytes'] / 2**20:6.2f}, "
-          f"output {row['output_bytes'] / 2**20:6.1f} MiB), weights {row['weight_bytes'] / 2**20:6.2f} MiB{vs}"
-          + (f"  [{row['chosen']}]" if algorithm in CHOICES else ""), flush=True)
+    row = {
+        "network": network,
+        "layer": name,
+        "hw": h,
+        "c": c,
+        "m": m,
+        "k": k,
+        "batch": batch,
+        "algorithm": algorithm,
+        "precision": precision,
+        "kernels": [s.spec.codename for s in plan.steps],
+        "chosen": chosen(plan),
+        "device_seconds": total,
+        "compute_seconds": own,
+        "host_seconds": median_time(lambda: model.predict(x), args.repeat),
+        "gflops": 2.0 * batch * h * h * m * c * k * k / own / 1e9,
+        **memory(plan, x.shape, (batch, h, h, m)),
+        **peer,
+    }
+    vs = f"  cuDNN {peer['torch_kernels'] * 1e3:8.3f} ms ({peer['torch_kernels'] / own:5.2f}x)" if peer else ""
+    print(
+        f"{network:<10} {name:<24} batch {batch:>2} {algorithm:<12} "
+        + (f"{precision:<13}" if len(args.precision) > 1 else "")
+        + f"compute {own * 1e3:8.3f} ms "
+        f"({row['gflops']:7.0f} GFLOP/s), all launches {total * 1e3:8.3f} ms, host {row['host_seconds'] * 1e3:8.3f} ms, "
+        f"arena {row['arena_bytes'] / 2**20:7.1f} MiB (extra {row['extra_bytes'] / 2**20:7.1f} MiB, beyond the padded input and output {row['extra_padded_bytes'] / 2**20:6.2f}, "
+        f"output {row['output_bytes'] / 2**20:6.1f} MiB), weights {row['weight_bytes'] / 2**20:6.2f} MiB{vs}"
+        + (f"  [{row['chosen']}]" if algorithm in CHOICES else ""),
+        flush=True,
+    )
     return row
 
 
@@ -240,9 +283,13 @@ def chosen(plan) -> str:
     for step in plan.steps:
         if step.kind.name in ("conv", "im2col"):
             base = library[step.spec.codename].config
-            config = " ".join(f"{k}={v}" for k, v in step.spec.config.items()
-                              if base.get(k) != v and k not in conv_choice.ConvGeometry.__dataclass_fields__
-                              and k not in ("CG", "MG", "GROUPS", "CIN", "BIAS", "ACTIVATION", "AFFINE"))
+            config = " ".join(
+                f"{k}={v}"
+                for k, v in step.spec.config.items()
+                if base.get(k) != v
+                and k not in conv_choice.ConvGeometry.__dataclass_fields__
+                and k not in ("CG", "MG", "GROUPS", "CIN", "BIAS", "ACTIVATION", "AFFINE")
+            )
             found.append(step.spec.codename + (f" ({config})" if config else ""))
     return ", ".join(found) or "gemm"
 
@@ -258,24 +305,41 @@ def summary(rows) -> list:
         best = min((r for r in group if r["algorithm"] not in CHOICES), key=lambda r: r["compute_seconds"])
         by = {r["algorithm"]: r for r in group}
         default, tuned = by.get("default", by.get("gemm")), by.get("tuned", by.get("gemm"))
-        entry = {"network": network, "layer": layer, "batch": batch, "precision": precision, "best": best["algorithm"],
-                 "best_seconds": best["compute_seconds"], "default": default["chosen"] if default else None,
-                 "default_seconds": default["compute_seconds"] if default else None,
-                 "tuned": tuned["chosen"] if tuned else None,
-                 "tuned_seconds": tuned["compute_seconds"] if tuned else None}
+        entry = {
+            "network": network,
+            "layer": layer,
+            "batch": batch,
+            "precision": precision,
+            "best": best["algorithm"],
+            "best_seconds": best["compute_seconds"],
+            "default": default["chosen"] if default else None,
+            "default_seconds": default["compute_seconds"] if default else None,
+            "tuned": tuned["chosen"] if tuned else None,
+            "tuned_seconds": tuned["compute_seconds"] if tuned else None,
+        }
         cudnn = group[0].get("torch_kernels")
         if cudnn:
-            entry.update({"best_vs_cudnn": cudnn / best["compute_seconds"],
-                          "default_vs_cudnn": cudnn / default["compute_seconds"] if default else None,
-                          "tuned_vs_cudnn": cudnn / tuned["compute_seconds"] if tuned else None})
+            entry.update(
+                {
+                    "best_vs_cudnn": cudnn / best["compute_seconds"],
+                    "default_vs_cudnn": cudnn / default["compute_seconds"] if default else None,
+                    "tuned_vs_cudnn": cudnn / tuned["compute_seconds"] if tuned else None,
+                }
+            )
         found.append(entry)
-    print(f"\n{'layer':<34} {'batch':>5}  {'precision':<13} {'best':<12} {'vs cuDNN':>8}  {'default':>8}  {'tuned':>8}  "
-          "default / tuned kernels")
+    print(
+        f"\n{'layer':<34} {'batch':>5}  {'precision':<13} {'best':<12} {'vs cuDNN':>8}  {'default':>8}  {'tuned':>8}  "
+        "default / tuned kernels"
+    )
     for e in found:
+
         def ratio(key):
-            return (f"{e[key]:8.2f}" if e.get(key) is not None else f"{'-':>8}")
-        print(f"{e['network'] + ' ' + e['layer']:<34} {e['batch']:>5}  {e['precision']:<13} {e['best']:<12} {ratio('best_vs_cudnn')}  "
-              f"{ratio('default_vs_cudnn')}  {ratio('tuned_vs_cudnn')}  {e['default']} / {e['tuned']}")
+            return f"{e[key]:8.2f}" if e.get(key) is not None else f"{'-':>8}"
+
+        print(
+            f"{e['network'] + ' ' + e['layer']:<34} {e['batch']:>5}  {e['precision']:<13} {e['best']:<12} {ratio('best_vs_cudnn')}  "
+            f"{ratio('default_vs_cudnn')}  {ratio('tuned_vs_cudnn')}  {e['default']} / {e['tuned']}"
+        )
     for key in ("best_vs_cudnn", "default_vs_cudnn", "tuned_vs_cudnn"):
         values = [e[key] for e in found if e.get(key) is not None]
         if values:
@@ -292,8 +356,9 @@ def vgg_model(seed=0):
     weights = []
     for w in model.get_weights():
         fan_in = int(np.prod(w.shape[:-1])) if w.ndim > 1 else 1
-        weights.append((rng.standard_normal(w.shape) / np.sqrt(fan_in) * (1.4 if w.ndim > 1 else 0.1))
-                       .astype(np.float32))
+        weights.append(
+            (rng.standard_normal(w.shape) / np.sqrt(fan_in) * (1.4 if w.ndim > 1 else 0.1)).astype(np.float32)
+        )
     model.set_weights(weights)
     return model
 
@@ -314,11 +379,12 @@ def torch_vgg(torch, model):
             elif name == "MaxPooling2D":
                 h = torch.nn.functional.max_pool2d(h, 2)
             elif name == "Flatten":
-                h = h.permute(0, 2, 3, 1).reshape(h.shape[0], -1)   # Keras flattens NHWC
+                h = h.permute(0, 2, 3, 1).reshape(h.shape[0], -1)  # Keras flattens NHWC
             else:
                 h = h @ w[0] + w[1]
                 h = torch.relu(h) if w[0].shape[1] != VGG_DENSE[-1] else torch.softmax(h, dim=1)
         return h.cpu().numpy()
+
     return run
 
 
@@ -340,30 +406,37 @@ with np.load({str(path)!r}) as npz:
 
 def bench_vgg(args, device, torch) -> list:
     model = vgg_model()
-    rows, checked = [], {}   # checked: the default choice's output per batch, where no cuDNN checks it
+    rows, checked = [], {}  # checked: the default choice's output per batch, where no cuDNN checks it
     batches = sorted(set(args.batches) | {args.vgg_batch})
     for choice in CHOICES:
         kernel_choice.forget(device)
         if choice == "tuned":
             geometries = [g for batch in batches for g in model.conv_geometries(batch, device)]
-            conv_tuner.tune_convs(geometries, device, quick=True, budget_s=args.tune_budget * len(geometries),
-                                  stream=io.StringIO())
+            conv_tuner.tune_convs(
+                geometries, device, quick=True, budget_s=args.tune_budget * len(geometries), stream=io.StringIO()
+            )
         for batch in batches:
             x = np.random.default_rng(1).random((batch, 32, 32, 3), dtype=np.float32)
             y = model.predict(x)
             plan = model.plan(batch, device)
             total, own = launch_seconds(plan, x, args.repeat)
-            row = {"network": "CIFAR VGG", "choice": choice, "batch": batch,
-                   "malinn": median_time(lambda: model.predict(x), args.repeat),
-                   "device_seconds": total, "launches": len(plan.launches),
-                   "kernels": sorted({s.spec.codename for s in plan.steps}), "convs": chosen(plan),
-                   **memory(plan, x.shape, (batch, VGG_DENSE[-1]))}
+            row = {
+                "network": "CIFAR VGG",
+                "choice": choice,
+                "batch": batch,
+                "malinn": median_time(lambda: model.predict(x), args.repeat),
+                "device_seconds": total,
+                "launches": len(plan.launches),
+                "kernels": sorted({s.spec.codename for s in plan.steps}),
+                "convs": chosen(plan),
+                **memory(plan, x.shape, (batch, VGG_DENSE[-1])),
+            }
             if torch is not None:
                 run = torch_vgg(torch, model)
                 reference = run(x)
                 assert np.abs(y - reference).max() < 1e-3, np.abs(y - reference).max()
                 row["torch"] = median_time(lambda: run(x), args.repeat, warmup=3)
-            else:   # no cuDNN: the tuned choice against the default's output
+            else:  # no cuDNN: the tuned choice against the default's output
                 checked.setdefault(batch, y)
                 assert np.abs(y - checked[batch]).max() < 1e-3, np.abs(y - checked[batch]).max()
             if not args.no_tensorflow and choice == "default":
@@ -371,11 +444,17 @@ def bench_vgg(args, device, torch) -> list:
                 if tf is not None:
                     row["tensorflow"] = tf["seconds"]
             rows.append(row)
-            peers = "  ".join(f"{p} {row[p] * 1e3:8.3f} ms ({row[p] / row['malinn']:5.2f}x)"
-                              for p in ("torch", "tensorflow") if p in row)
-            print(f"CIFAR VGG {choice:<7} batch {batch:>3}: malinn {row['malinn'] * 1e3:8.3f} ms host to host "
-                  f"(device {total * 1e3:.3f} ms, {row['launches']} launches, arena "
-                  f"{row['arena_bytes'] / 2**20:.1f} MiB)  {peers}  [{row['convs']}]", flush=True)
+            peers = "  ".join(
+                f"{p} {row[p] * 1e3:8.3f} ms ({row[p] / row['malinn']:5.2f}x)"
+                for p in ("torch", "tensorflow")
+                if p in row
+            )
+            print(
+                f"CIFAR VGG {choice:<7} batch {batch:>3}: malinn {row['malinn'] * 1e3:8.3f} ms host to host "
+                f"(device {total * 1e3:.3f} ms, {row['launches']} launches, arena "
+                f"{row['arena_bytes'] / 2**20:.1f} MiB)  {peers}  [{row['convs']}]",
+                flush=True,
+            )
     kernel_choice.forget(device)
     return rows
 
@@ -387,30 +466,52 @@ def main(argv=None):
     parser.add_argument("--no-layers", action="store_true", help="skip the per-layer comparison")
     parser.add_argument("--no-vgg", action="store_true", help="skip the CIFAR-style VGG")
     parser.add_argument("--no-tensorflow", action="store_true", help="skip the TensorFlow-cpu peer")
-    parser.add_argument("--algorithms", nargs="+", choices=list(ALGORITHMS),
-                        help="the forced algorithms to time besides the default and tuned choices (default: all; kn2row, kn2col, im2col and implicit with --quick)")
-    parser.add_argument("--tune-budget", type=float,
-                        help="seconds the conv tuner may spend per layer for the 'tuned' rows (default 4; 1 with --quick)")
-    parser.add_argument("--precision", nargs="+", default=["fp32"], choices=list(PRECISION_TOLERANCE),
-                        help="the layers' weight precisions, each timed per algorithm (default: fp32)")
+    parser.add_argument(
+        "--algorithms",
+        nargs="+",
+        choices=list(ALGORITHMS),
+        help="the forced algorithms to time besides the default and tuned choices (default: all; kn2row, kn2col, im2col and implicit with --quick)",
+    )
+    parser.add_argument(
+        "--tune-budget",
+        type=float,
+        help="seconds the conv tuner may spend per layer for the 'tuned' rows (default 4; 1 with --quick)",
+    )
+    parser.add_argument(
+        "--precision",
+        nargs="+",
+        default=["fp32"],
+        choices=list(PRECISION_TOLERANCE),
+        help="the layers' weight precisions, each timed per algorithm (default: fp32)",
+    )
     args = harness.parse(parser, argv)
     args.batches = args.batches or ([1] if args.quick else [1, 8])
     args.vgg_batch = args.vgg_batch or (8 if args.quick else 64)
     args.tune_budget = args.tune_budget or (1.0 if args.quick else 4.0)
     args.no_tensorflow = args.no_tensorflow or args.quick
-    args.algorithms = args.algorithms or (["kn2row", "kn2col", "im2col", "implicit"] if args.quick else list(ALGORITHMS))
+    args.algorithms = args.algorithms or (
+        ["kn2row", "kn2col", "im2col", "implicit"] if args.quick else list(ALGORITHMS)
+    )
     # the tuned rows' winners go to a temporary tuning database, never the user's
     os.environ["MALINN_CACHE_DIR"] = tempfile.mkdtemp(prefix="malinn-conv-bench-")
     tuning_db.forget()
-    device, = harness.devices(args.device)
+    (device,) = harness.devices(args.device)
     torch = torch_cuda()
     print(f"device: {device}; torch cuDNN peer: {'yes' if torch is not None else 'no (no CUDA torch)'}")
     layers = [] if args.no_layers else bench_layers(args, device, torch)
     vgg = [] if args.no_vgg else bench_vgg(args, device, torch)
     table = summary(layers) if layers else []
-    harness.save("convolution_precision" if len(args.precision) > 1 else "convolution", device, layers, args,
-                 conv_default=malinn.ops.kernel_for("conv", device).codename, conv_rules=conv_choice._section(),
-                 patch_budget_bytes=conv_choice.patch_budget(device), summary=table, vgg=vgg)
+    harness.save(
+        "convolution_precision" if len(args.precision) > 1 else "convolution",
+        device,
+        layers,
+        args,
+        conv_default=malinn.ops.kernel_for("conv", device).codename,
+        conv_rules=conv_choice._section(),
+        patch_budget_bytes=conv_choice.patch_budget(device),
+        summary=table,
+        vgg=vgg,
+    )
     return 0
 
 

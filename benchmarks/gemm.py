@@ -84,8 +84,11 @@ def time_variant(spec, device, shape, repeat, budget_s):
     each must compute any product right."""
     m, k, n = shape
     if any(r.image for r in spec.matrices.values()) and not spec.accepts(m, k, n, device):
-        print(f"gemm: {label(spec)} refuses {shape_name(shape)} on {device.name} (its image operand is beyond "
-              f"the device's image limits); not timed", file=sys.stderr)
+        print(
+            f"gemm: {label(spec)} refuses {shape_name(shape)} on {device.name} (its image operand is beyond "
+            f"the device's image limits); not timed",
+            file=sys.stderr,
+        )
         return None
     product = Product(spec, device, m, k, n)
     if not product.correct():
@@ -179,7 +182,7 @@ def usable_clblast(device):
         return None, why
     try:
         time_clblast(clblast, device, (64, 64, 64), 1)
-    except Exception as exc:   # a status, a wrong result or a pyopencl error: skip the peer, say why
+    except Exception as exc:  # a status, a wrong result or a pyopencl error: skip the peer, say why
         return None, f"CLBlast fails on {device.name}: {exc}"
     return clblast, None
 
@@ -209,36 +212,66 @@ def device_ratios(rows, prefixes, columns):
         for prefix in prefixes[1:]:
             best = max((row[c] for c in columns[prefix] if row.get(c) is not None), default=None)
             tuned, tuned_first = row.get(prefix + "tuned"), row.get(first + "tuned")
-            out.append({"n": row["n"], "device": prefix.rstrip("/"), "over": first.rstrip("/") or "first",
-                        "tuned": tuned_first / tuned if tuned and tuned_first else None,
-                        "fastest": best_first / best if best and best_first else None})
+            out.append(
+                {
+                    "n": row["n"],
+                    "device": prefix.rstrip("/"),
+                    "over": first.rstrip("/") or "first",
+                    "tuned": tuned_first / tuned if tuned and tuned_first else None,
+                    "fastest": best_first / best if best and best_first else None,
+                }
+            )
     return out
 
 
 def main(argv=None):
     library = load_library()
     parser = harness.arguments(__doc__, repeat=5, several_devices=True)
-    parser.add_argument("--sizes", type=int, nargs="+", metavar="N",
-                        help=f"n of the square n x n x n products (default: {' '.join(map(str, THESIS_SIZES))}; "
-                             f"{' '.join(map(str, QUICK_SIZES))} with --quick)")
-    parser.add_argument("--networks", action="store_true",
-                        help="time the Table 10.5 networks' Dense products at batch 1 and 100 instead of squares")
-    parser.add_argument("--variants", nargs="+", metavar="CODENAME", choices=library.codenames("matmul"),
-                        help="matmul kernel codenames to time, among " + ", ".join(library.codenames("matmul"))
-                        + " (default: all that each device's backend has a source for)")
-    parser.add_argument("--budget", type=float, default=10.0, help="seconds per kernel and size: when one run "
-                        "times --repeat exceeds it, that one run counts (default: 10)")
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help=f"n of the square n x n x n products (default: {' '.join(map(str, THESIS_SIZES))}; "
+        f"{' '.join(map(str, QUICK_SIZES))} with --quick)",
+    )
+    parser.add_argument(
+        "--networks",
+        action="store_true",
+        help="time the Table 10.5 networks' Dense products at batch 1 and 100 instead of squares",
+    )
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        metavar="CODENAME",
+        choices=library.codenames("matmul"),
+        help="matmul kernel codenames to time, among "
+        + ", ".join(library.codenames("matmul"))
+        + " (default: all that each device's backend has a source for)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=10.0,
+        help="seconds per kernel and size: when one run times --repeat exceeds it, that one run counts (default: 10)",
+    )
     args = harness.parse(parser, argv)
     devices = harness.devices(args.device)
     if args.networks and len(devices) > 1:
         parser.error("--networks times one device")
-    shapes = (network_shapes(args.quick) if args.networks else
-              [(n, n, n) for n in args.sizes or (QUICK_SIZES if args.quick else THESIS_SIZES)])
+    shapes = (
+        network_shapes(args.quick)
+        if args.networks
+        else [(n, n, n) for n in args.sizes or (QUICK_SIZES if args.quick else THESIS_SIZES)]
+    )
     prefixes = [""] + [d.describe()["index"] + "/" for d in devices[1:]]
     specs, configurations, clblasts, why_not = {}, {}, {}, {}
     for device, prefix in zip(devices, prefixes):
-        variants = [v for v in (args.variants or library.codenames("matmul", device.backend))
-                    if library[v].has_source(device.backend)]
+        variants = [
+            v
+            for v in (args.variants or library.codenames("matmul", device.backend))
+            if library[v].has_source(device.backend)
+        ]
         mine = {codename: runtime_spec(library, codename, device) for codename in variants}
         if not args.networks:
             mine["tuned"] = ops.kernel_for("matmul", device)
@@ -253,15 +286,25 @@ def main(argv=None):
     for device, prefix in zip(devices, prefixes):
         print(f"device {device.describe()['index']}" + (f" (columns {prefix}...)" if prefix else "") + f": {device}")
     print(f"host: {platform.processor() or platform.machine()}, numpy {np.__version__}")
-    print("configurations: " + "; ".join(f"{c} = {v}" if c.endswith("tuned") or v != c.split("/")[-1] else c
-                                         for c, v in configurations.items()))
+    print(
+        "configurations: "
+        + "; ".join(
+            f"{c} = {v}" if c.endswith("tuned") or v != c.split("/")[-1] else c for c, v in configurations.items()
+        )
+    )
     print(f"CLBlast: {'found' if clblasts else 'skipped (see stderr)'}")
-    columns = {prefix: ([prefix + "chosen"] if args.networks else []) + [prefix + column for column in specs[prefix]]
-               for prefix in prefixes}
+    columns = {
+        prefix: ([prefix + "chosen"] if args.networks else []) + [prefix + column for column in specs[prefix]]
+        for prefix in prefixes
+    }
     mine_all = [c for prefix in prefixes for c in columns[prefix]]
-    header = ([("shape" if args.networks else "n")] + mine_all
-              + [prefix + "CLBlast" for prefix in prefixes if prefix in clblasts] + ["numpy"]
-              + (["cuBLAS"] if torch_cuda() is not None else []))
+    header = (
+        [("shape" if args.networks else "n")]
+        + mine_all
+        + [prefix + "CLBlast" for prefix in prefixes if prefix in clblasts]
+        + ["numpy"]
+        + (["cuBLAS"] if torch_cuda() is not None else [])
+    )
     print("GFLOP/s; " + " | ".join(header))
     rows, chosen = [], {}
     for shape in shapes:
@@ -269,7 +312,7 @@ def main(argv=None):
         row = {"shape": shape_name(shape)} if args.networks else {"n": shape[0]}
         for device, prefix in zip(devices, prefixes):
             malinn.set_device(device)
-            seconds = {}   # (codename, defines) -> seconds: a kernel chosen twice is timed once
+            seconds = {}  # (codename, defines) -> seconds: a kernel chosen twice is timed once
             mine = dict(specs[prefix])
             if args.networks:
                 mine = {"chosen": choose("matmul", device, shape), **mine}
@@ -286,25 +329,41 @@ def main(argv=None):
         if torch_s is not None:
             row["cuBLAS"] = gflop / torch_s
         rows.append(row)
-        print(" | ".join([str(row[header[0]])] + ["-" if row.get(h) is None else f"{row[h]:.1f}"
-                                                  for h in header[1:]]), flush=True)
-    names = {**configurations, **{p + "tuned": f"{configurations[p + 'tuned']} (the runtime's choice"
-                                  + (f" on {p.rstrip('/')})" if p else ")") for p in prefixes if p + "tuned" in configurations},
-             **{p + "chosen": "the runtime's choice per shape" for p in prefixes}}
+        print(
+            " | ".join([str(row[header[0]])] + ["-" if row.get(h) is None else f"{row[h]:.1f}" for h in header[1:]]),
+            flush=True,
+        )
+    names = {
+        **configurations,
+        **{
+            p + "tuned": f"{configurations[p + 'tuned']} (the runtime's choice"
+            + (f" on {p.rstrip('/')})" if p else ")")
+            for p in prefixes
+            if p + "tuned" in configurations
+        },
+        **{p + "chosen": "the runtime's choice per shape" for p in prefixes},
+    }
     fastest, wins = most_often_fastest(rows, mine_all)
     overall, overall_wins = most_often_fastest(rows, header[1:])
     print(f"fastest of malinn's kernels on most shapes: {names[fastest]} ({wins} of {len(rows)})")
-    print(f"fastest of everything measured on most shapes: {names.get(overall, overall)} "
-          f"({overall_wins} of {len(rows)})")
+    print(
+        f"fastest of everything measured on most shapes: {names.get(overall, overall)} ({overall_wins} of {len(rows)})"
+    )
     ratios = device_ratios(rows, prefixes, columns) if len(devices) > 1 else []
     for r in ratios:
         if r["tuned"] is None or r["fastest"] is None:
             continue
-        print(f"n {r['n']:>5}: {r['device']} / {devices[0].describe()['index']} time = {r['tuned']:.2f}x "
-              f"(runtime choices), {r['fastest']:.2f}x (fastest kernels)")
-    fields = {"fastest": names[fastest], "fastest_overall": names.get(overall, overall),
-              "configurations": configurations, "clblast": "used" if "" in clblasts else why_not.get(""),
-              "wrong": WRONG}
+        print(
+            f"n {r['n']:>5}: {r['device']} / {devices[0].describe()['index']} time = {r['tuned']:.2f}x "
+            f"(runtime choices), {r['fastest']:.2f}x (fastest kernels)"
+        )
+    fields = {
+        "fastest": names[fastest],
+        "fastest_overall": names.get(overall, overall),
+        "configurations": configurations,
+        "clblast": "used" if "" in clblasts else why_not.get(""),
+        "wrong": WRONG,
+    }
     if args.networks:
         fields["chosen"] = chosen
     else:

@@ -38,8 +38,10 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 # --- command line and devices -----------------------------------------------------------------------
 
-def arguments(description: str, repeat: int | None = None, quick_repeat: int = 3,
-              several_devices: bool = False) -> argparse.ArgumentParser:
+
+def arguments(
+    description: str, repeat: int | None = None, quick_repeat: int = 3, several_devices: bool = False
+) -> argparse.ArgumentParser:
     """The command line every benchmark takes; a script adds its own options to it.
 
     Args:
@@ -53,16 +55,31 @@ def arguments(description: str, repeat: int | None = None, quick_repeat: int = 3
         older name) and, where asked, ``--repeat``.
     """
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", help="gpu, cpu, P:D, part of a device name, or gl for the OpenGL backend"
-                        + ("; several, comma-separated (0:0,gl:0), are timed in one run" if several_devices else "")
-                        + " (default: MALINN_DEVICE, else malinn's default device)")
-    parser.add_argument("--quick", action="store_true",
-                        help="a small run that ends within a minute on a CPU (fewer sizes, networks and repeats)")
-    parser.add_argument("--out", "--json", dest="out", metavar="PATH",
-                        help="where to write the JSON results (default: benchmarks/results/<benchmark>_<device>.json)")
+    parser.add_argument(
+        "--device",
+        help="gpu, cpu, P:D, part of a device name, or gl for the OpenGL backend"
+        + ("; several, comma-separated (0:0,gl:0), are timed in one run" if several_devices else "")
+        + " (default: MALINN_DEVICE, else malinn's default device)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a small run that ends within a minute on a CPU (fewer sizes, networks and repeats)",
+    )
+    parser.add_argument(
+        "--out",
+        "--json",
+        dest="out",
+        metavar="PATH",
+        help="where to write the JSON results (default: benchmarks/results/<benchmark>_<device>.json)",
+    )
     if repeat is not None:
-        parser.add_argument("--repeat", type=int, help=f"timed runs of each measurement after a warm-up; the "
-                            f"median counts (default: {repeat}, {quick_repeat} with --quick)")
+        parser.add_argument(
+            "--repeat",
+            type=int,
+            help=f"timed runs of each measurement after a warm-up; the "
+            f"median counts (default: {repeat}, {quick_repeat} with --quick)",
+        )
         parser.set_defaults(default_repeat=repeat, quick_repeat=quick_repeat)
     return parser
 
@@ -112,6 +129,7 @@ def describe(device) -> dict:
 
 # --- timing -----------------------------------------------------------------------------------------
 
+
 def median_time(fn, repeat: int, warmup: int = 1) -> float:
     """Median wall seconds of ``fn()`` over ``repeat`` calls after ``warmup`` untimed ones."""
     for _ in range(warmup):
@@ -134,7 +152,7 @@ def interleaved_median_times(fns: dict, repeat: int, warmup: int = 1) -> dict:
             fns[name]()
     times = {name: [] for name in names}
     for i in range(repeat):
-        for name in names[i % len(names):] + names[:i % len(names)]:
+        for name in names[i % len(names) :] + names[: i % len(names)]:
             t = time.perf_counter()
             fns[name]()
             times[name].append(time.perf_counter() - t)
@@ -142,6 +160,7 @@ def interleaved_median_times(fns: dict, repeat: int, warmup: int = 1) -> dict:
 
 
 # --- results ----------------------------------------------------------------------------------------
+
 
 def result_path(benchmark: str, device, out: str | None = None) -> Path:
     """``out``, else ``benchmarks/results/<benchmark>_<device slug>.json``."""
@@ -164,9 +183,16 @@ def save(benchmark: str, device, rows: list, args: argparse.Namespace, **fields)
     """
     path = result_path(benchmark, device, getattr(args, "out", None))
     path.parent.mkdir(parents=True, exist_ok=True)
-    result = {"benchmark": benchmark, "device": device.describe(), "driver": device.driver_version,
-              "host": f"{platform.processor() or platform.machine()}, numpy {np.__version__}",
-              "quick": bool(getattr(args, "quick", False)), "rows": rows, **fields, "command": shlex.join(sys.argv)}
+    result = {
+        "benchmark": benchmark,
+        "device": device.describe(),
+        "driver": device.driver_version,
+        "host": f"{platform.processor() or platform.machine()}, numpy {np.__version__}",
+        "quick": bool(getattr(args, "quick", False)),
+        "rows": rows,
+        **fields,
+        "command": shlex.join(sys.argv),
+    }
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {path}")
     return path
@@ -186,11 +212,27 @@ class CLBlast:
         self.lib = lib
         f = lib.CLBlastSgemm
         f.restype = ctypes.c_int
-        f.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t,
-                      ctypes.c_float, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
-                      ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_float,
-                      ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
-                      ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+        f.argtypes = [
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_size_t,
+            ctypes.c_size_t,
+            ctypes.c_size_t,
+            ctypes.c_float,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_size_t,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_size_t,
+            ctypes.c_float,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_size_t,
+            ctypes.POINTER(ctypes.c_void_p),
+            ctypes.c_void_p,
+        ]
 
     @classmethod
     def load(cls):
@@ -204,15 +246,33 @@ class CLBlast:
             return None, f"libclblast not found: {CLBLAST_HINT}"
         try:
             return cls(ctypes.CDLL(path)), None
-        except (OSError, AttributeError) as exc:   # not loadable, or no CLBlastSgemm in it
+        except (OSError, AttributeError) as exc:  # not loadable, or no CLBlastSgemm in it
             return None, f"{path} cannot be used ({exc}): {CLBLAST_HINT}"
 
     def sgemm(self, queue, m, n, k, a, b, c):
         """C (m x n) = A (m x k) B (k x n), all row-major float32 pyopencl buffers."""
         q = ctypes.c_void_p(queue.int_ptr)
-        status = self.lib.CLBlastSgemm(self.ROW_MAJOR, self.NO_TRANSPOSE, self.NO_TRANSPOSE, m, n, k, 1.0,
-                                       a.int_ptr, 0, k, b.int_ptr, 0, n, 0.0, c.int_ptr, 0, n,
-                                       ctypes.byref(q), None)
+        status = self.lib.CLBlastSgemm(
+            self.ROW_MAJOR,
+            self.NO_TRANSPOSE,
+            self.NO_TRANSPOSE,
+            m,
+            n,
+            k,
+            1.0,
+            a.int_ptr,
+            0,
+            k,
+            b.int_ptr,
+            0,
+            n,
+            0.0,
+            c.int_ptr,
+            0,
+            n,
+            ctypes.byref(q),
+            None,
+        )
         if status != 0:
             raise RuntimeError(f"CLBlastSgemm returned status {status}")
 

@@ -65,8 +65,9 @@ def build(widths, seed=0):
     layers = [Dense(w, activation="relu" if i < len(widths) - 2 else None) for i, w in enumerate(widths[1:])]
     model = malinn.Sequential(layers)
     model.build((None, widths[0]))
-    model.set_weights([(rng.standard_normal(w.shape) / np.sqrt(w.shape[0])).astype(np.float32)
-                       for w in model.get_weights()])
+    model.set_weights(
+        [(rng.standard_normal(w.shape) / np.sqrt(w.shape[0])).astype(np.float32) for w in model.get_weights()]
+    )
     return model
 
 
@@ -89,6 +90,7 @@ def torch_forward(torch, weights):
             if i < len(ws) - 2:
                 h = torch.relu(h)
         return h.cpu().numpy()
+
     return run
 
 
@@ -129,8 +131,7 @@ def kernel_seconds(plan, x, repeat: int, matmul_only: bool = False) -> float:
         return launch_wall_seconds(plan, x, repeat)
     matmuls = matmul_launches(plan)
     counted = [not matmul_only or id(launch) in matmuls for launch in plan.launches]
-    return float(np.median([sum(t for t, c in zip(times, counted) if c)
-                            for times in launch_times(plan, x, repeat)]))
+    return float(np.median([sum(t for t, c in zip(times, counted) if c) for times in launch_times(plan, x, repeat)]))
 
 
 def interleaved_matmul_seconds(plans, x, repeat: int) -> list:
@@ -157,9 +158,17 @@ def step_seconds(plan, x, repeat: int) -> list:
         return []
     passes = launch_times(plan, x, repeat)
     index = {id(launch): i for i, launch in enumerate(plan.launches)}
-    return [{"layers": row["layers"], "kernel": row["kernel"], "kind": row["kind"], "shape": list(row["shape"]),
-             "seconds": float(np.median([times[index[id(step.launch)]] for times in passes]))}
-            for step, row in zip(plan.steps, plan.describe()) if step.launch is not None]
+    return [
+        {
+            "layers": row["layers"],
+            "kernel": row["kernel"],
+            "kind": row["kind"],
+            "shape": list(row["shape"]),
+            "seconds": float(np.median([times[index[id(step.launch)]] for times in passes])),
+        }
+        for step, row in zip(plan.steps, plan.describe())
+        if step.launch is not None
+    ]
 
 
 def launch_wall_seconds(plan, x, repeat: int) -> float:
@@ -187,9 +196,18 @@ def backend_ratios(rows, devices):
         base = by_key.get((r["model"], r["batch"], r["precision"], first))
         if r["device"] == first or base is None:
             continue
-        ratios.append({"model": r["model"], "batch": r["batch"], "precision": r["precision"], "device": r["device"],
-                       "backend": r["backend"], "over": first, "over_backend": base["backend"],
-                       **{key: r[key] / base[key] for key in ("malinn", "kernels", "launch_wall")}})
+        ratios.append(
+            {
+                "model": r["model"],
+                "batch": r["batch"],
+                "precision": r["precision"],
+                "device": r["device"],
+                "backend": r["backend"],
+                "over": first,
+                "over_backend": base["backend"],
+                **{key: r[key] / base[key] for key in ("malinn", "kernels", "launch_wall")},
+            }
+        )
     return ratios
 
 
@@ -229,9 +247,15 @@ def time_row(model, device, name, widths, batch, precision, weights, x, repeat, 
     stored = effective_weights(weights, precision)
     y = model.predict(x)
     assert np.abs(y - numpy_forward(stored, x)).max() <= 1e-4 * max(1, np.abs(y).max()), (name, precision, device.name)
-    row = {"model": name, "widths": widths, "batch": batch, "precision": precision,
-           "device": device.describe()["index"], "backend": device.backend,
-           "malinn": median_time(lambda: model.predict(x), repeat)}
+    row = {
+        "model": name,
+        "widths": widths,
+        "batch": batch,
+        "precision": precision,
+        "device": device.describe()["index"],
+        "backend": device.backend,
+        "malinn": median_time(lambda: model.predict(x), repeat),
+    }
     plan = model.plan(batch, device)
     row["kernels"] = kernel_seconds(plan, x, repeat)
     row["matmul_kernels"] = kernel_seconds(plan, x, repeat, matmul_only=True)
@@ -246,17 +270,34 @@ def time_row(model, device, name, widths, batch, precision, weights, x, repeat, 
 
 def main(argv=None):
     parser = harness.arguments(__doc__, repeat=10, several_devices=True)
-    parser.add_argument("--batch", type=int, default=100,
-                        help="samples per predict; batch 1 (latency) is always timed too (default: 100)")
-    parser.add_argument("--models", nargs="+", metavar="NAME", choices=list(MODELS),
-                        help="networks to time, among " + ", ".join(repr(m) for m in MODELS)
-                        + " (default: all; the Partial networks with --quick)")
-    parser.add_argument("--no-tensorflow", action="store_true",
-                        help="skip the TensorFlow-cpu peer (it runs in a subprocess and is slow to start; "
-                             "skipped with --quick)")
-    parser.add_argument("--precision", nargs="+", default=["fp32"], metavar="P",
-                        choices=["fp32", "fp16-storage", "fp16", "int8-weights"],
-                        help="weight precisions to run each network in, the first the baseline (default: fp32)")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=100,
+        help="samples per predict; batch 1 (latency) is always timed too (default: 100)",
+    )
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        metavar="NAME",
+        choices=list(MODELS),
+        help="networks to time, among "
+        + ", ".join(repr(m) for m in MODELS)
+        + " (default: all; the Partial networks with --quick)",
+    )
+    parser.add_argument(
+        "--no-tensorflow",
+        action="store_true",
+        help="skip the TensorFlow-cpu peer (it runs in a subprocess and is slow to start; skipped with --quick)",
+    )
+    parser.add_argument(
+        "--precision",
+        nargs="+",
+        default=["fp32"],
+        metavar="P",
+        choices=["fp32", "fp16-storage", "fp16", "int8-weights"],
+        help="weight precisions to run each network in, the first the baseline (default: fp32)",
+    )
     args = harness.parse(parser, argv)
     args.models = args.models or (["Partial MNIST", "Partial CIFAR"] if args.quick else list(MODELS))
     args.no_tensorflow = args.no_tensorflow or args.quick
@@ -268,8 +309,10 @@ def main(argv=None):
     copy = {}
     for device in devices:
         copy[device.describe()["index"]] = copy_bandwidth(device, 2**26 if args.quick else 2**30) / 1e9
-        print(f"{device.describe()['index']}: device-to-device copy: {copy[device.describe()['index']]:.0f} GB/s "
-              "(read + written)")
+        print(
+            f"{device.describe()['index']}: device-to-device copy: {copy[device.describe()['index']]:.0f} GB/s "
+            "(read + written)"
+        )
     results = []
     for name in args.models:
         widths = MODELS[name]
@@ -290,9 +333,10 @@ def main(argv=None):
                 base, plans = None, []
                 for precision in args.precision:
                     try:
-                        row = time_row(model, device, name, widths, batch, precision, weights, x, args.repeat,
-                                       copy[where])
-                    except BackendError as exc:   # a precision this backend has no kernel for
+                        row = time_row(
+                            model, device, name, widths, batch, precision, weights, x, args.repeat, copy[where]
+                        )
+                    except BackendError as exc:  # a precision this backend has no kernel for
                         print(f"{name:<14} batch {batch:>4} {precision:<13} on {where}: skipped ({exc})", flush=True)
                         continue
                     if base is None:
@@ -312,33 +356,59 @@ def main(argv=None):
                     for row, _ in plans[1:]:
                         row["speedup_matmul"] = base["matmul_kernels"] / row["matmul_kernels"]
                 for row, _ in plans:
-                    shown = "  ".join(f"{p} {row[p] * 1e3:8.3f} ({row[p] / row['malinn']:5.2f}x)"
-                                      for p in ("numpy", "tensorflow", "torch") if p in row)
-                    gain = (f"  matmuls {row['speedup_matmul']:.2f}x"
-                            + (f" (interleaved: {row['matmul_interleaved'] * 1e3:.3f} against "
-                               f"{base['matmul_interleaved'] * 1e3:.3f} ms)" if "matmul_interleaved" in row else "")
-                            + f", end to end {row['speedup_e2e']:.2f}x faster than {base['precision']}"
-                            if row is not base else "")
-                    print(f"{name:<14} batch {batch:>4} {row['precision']:<13}"
-                          + (f" {where:<5}" if len(devices) > 1 else "")
-                          + f": malinn {row['malinn'] * 1e3:8.3f}  {shown}  "
-                          f"[{row['launches']} launches, kernels {row['kernels'] * 1e3:.3f} ms, matmuls "
-                          f"{row['matmul_kernels'] * 1e3:.3f} ms, weights ({row['weight_bytes'] / 2**20:.1f} MiB) read "
-                          f"at {row['weights_gbs']:.0f} GB/s = {row['weights_gbs'] / copy[where]:.0%} of the copy]{gain}",
-                          flush=True)
+                    shown = "  ".join(
+                        f"{p} {row[p] * 1e3:8.3f} ({row[p] / row['malinn']:5.2f}x)"
+                        for p in ("numpy", "tensorflow", "torch")
+                        if p in row
+                    )
+                    gain = (
+                        f"  matmuls {row['speedup_matmul']:.2f}x"
+                        + (
+                            f" (interleaved: {row['matmul_interleaved'] * 1e3:.3f} against "
+                            f"{base['matmul_interleaved'] * 1e3:.3f} ms)"
+                            if "matmul_interleaved" in row
+                            else ""
+                        )
+                        + f", end to end {row['speedup_e2e']:.2f}x faster than {base['precision']}"
+                        if row is not base
+                        else ""
+                    )
+                    print(
+                        f"{name:<14} batch {batch:>4} {row['precision']:<13}"
+                        + (f" {where:<5}" if len(devices) > 1 else "")
+                        + f": malinn {row['malinn'] * 1e3:8.3f}  {shown}  "
+                        f"[{row['launches']} launches, kernels {row['kernels'] * 1e3:.3f} ms, matmuls "
+                        f"{row['matmul_kernels'] * 1e3:.3f} ms, weights ({row['weight_bytes'] / 2**20:.1f} MiB) read "
+                        f"at {row['weights_gbs']:.0f} GB/s = {row['weights_gbs'] / copy[where]:.0%} of the copy]{gain}",
+                        flush=True,
+                    )
                     for step in row["steps"]:
-                        print(f"    {step['seconds'] * 1e6:8.1f} us  {'x'.join(map(str, step['shape'])):<12} "
-                              f"{step['kernel']}", flush=True)
+                        print(
+                            f"    {step['seconds'] * 1e6:8.1f} us  {'x'.join(map(str, step['shape'])):<12} "
+                            f"{step['kernel']}",
+                            flush=True,
+                        )
     ratios = backend_ratios(results, devices) if len(devices) > 1 else []
     for r in ratios:
-        print(f"{r['model']:<14} batch {r['batch']:>4} {r['precision']:<13}: {r['device']} / {r['over']} = "
-              f"{r['malinn']:.2f}x host to host, {r['launch_wall']:.2f}x launches until finished")
+        print(
+            f"{r['model']:<14} batch {r['batch']:>4} {r['precision']:<13}: {r['device']} / {r['over']} = "
+            f"{r['malinn']:.2f}x host to host, {r['launch_wall']:.2f}x launches until finished"
+        )
     first = devices[0]
-    fields = {"matmul": malinn.ops.kernel_for("matmul", first).codename, "copy_gbs": copy[first.describe()["index"]],
-              "precisions": args.precision}
+    fields = {
+        "matmul": malinn.ops.kernel_for("matmul", first).codename,
+        "copy_gbs": copy[first.describe()["index"]],
+        "precisions": args.precision,
+    }
     if len(devices) > 1:
-        fields["devices"] = [{**harness.describe(d), "matmul": malinn.ops.kernel_for("matmul", d).codename,
-                              "copy_gbs": copy[d.describe()["index"]]} for d in devices]
+        fields["devices"] = [
+            {
+                **harness.describe(d),
+                "matmul": malinn.ops.kernel_for("matmul", d).codename,
+                "copy_gbs": copy[d.describe()["index"]],
+            }
+            for d in devices
+        ]
         fields["ratios"] = ratios
     name = "models_backends" if len(devices) > 1 else "models_precision" if len(args.precision) > 1 else "models"
     harness.save(name, first, results, args, **fields)

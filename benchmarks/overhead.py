@@ -41,11 +41,11 @@ def floor_runner(plan, x, empty: bool = False):
     of the plan's)."""
     device = plan.device
     queue = device.queue
-    (in_buffer, in_staging, value, _), = plan._io[0]
-    (out_buffer, out_staging), = plan._io[1]
+    ((in_buffer, in_staging, value, _),) = plan._io[0]
+    ((out_buffer, out_staging),) = plan._io[1]
     # the plan's buffers whole (padding included), in plain memory, the input laid out as Plan.run does
     x_whole, out = np.zeros(in_staging.shape, np.float32), np.empty_like(out_staging)
-    x_whole[:x.shape[0], :value.rows] = x.reshape(x.shape[0], value.rows)
+    x_whole[: x.shape[0], : value.rows] = x.reshape(x.shape[0], value.rows)
     if empty:
         program = cl.Program(device.context, "__kernel void nothing(__global float *x) { }").build()
         kernel = cl.Kernel(program, "nothing")
@@ -55,27 +55,38 @@ def floor_runner(plan, x, empty: bool = False):
         launches = [(launch.handle, launch.global_size, launch.local_size) for launch in plan.launches]
 
     def run():
-        upload = cl.enqueue_copy(queue, in_buffer, x_whole, is_blocking=False)   # held: freed, it waits for the copy
+        upload = cl.enqueue_copy(queue, in_buffer, x_whole, is_blocking=False)  # held: freed, it waits for the copy
         for kernel, global_size, local_size in launches:
             cl.enqueue_nd_range_kernel(queue, kernel, global_size, local_size)
         cl.enqueue_copy(queue, out, out_buffer, is_blocking=True)
         del upload
         return out
+
     return run
 
 
 def main(argv=None):
     parser = harness.arguments(__doc__, repeat=200, quick_repeat=20)
-    parser.add_argument("--batch", type=int, default=100,
-                        help="samples per predict besides batch 1 (planned for malinn.model.model.batch_bucket of it, so "
-                             "that the floor uploads what predict uploads; default: 100, the "
-                             "thesis's batch)")
-    parser.add_argument("--models", nargs="+", metavar="NAME", choices=list(MODELS),
-                        help="networks to time, among " + ", ".join(repr(m) for m in MODELS)
-                        + " (default: all; the Partial networks with --quick)")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=100,
+        help="samples per predict besides batch 1 (planned for malinn.model.model.batch_bucket of it, so "
+        "that the floor uploads what predict uploads; default: 100, the "
+        "thesis's batch)",
+    )
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        metavar="NAME",
+        choices=list(MODELS),
+        help="networks to time, among "
+        + ", ".join(repr(m) for m in MODELS)
+        + " (default: all; the Partial networks with --quick)",
+    )
     args = harness.parse(parser, argv)
     args.models = args.models or (["Partial MNIST", "Partial CIFAR"] if args.quick else list(MODELS))
-    device, = harness.devices(args.device)
+    (device,) = harness.devices(args.device)
     print(f"device: {device}")
     print("ms per predict (host to host); overhead = malinn / floor")
     rows = []
@@ -88,18 +99,32 @@ def main(argv=None):
             if plan.batch != batch:
                 raise SystemExit(f"{name}: batch {batch} is planned as {plan.batch}; time a bucket size")
             floor = floor_runner(plan, x)
-            got = floor()                                     # the floor does exactly malinn's work
-            np.testing.assert_array_equal(got[:want.size // want.shape[-1], :want.shape[-1]].reshape(want.shape), want)
-            row = {"model": name, "batch": batch, "launches": len(plan.launches),
-                   "kernels": [step["kernel"] + ("+" + "+".join(step["fused"]) if step["fused"] else "")
-                               for step in plan.describe()],
-                   **interleaved_median_times({"floor": floor, "empty": floor_runner(plan, x, empty=True),
-                                               "malinn": lambda: model.predict(x)}, args.repeat, warmup=5)}
+            got = floor()  # the floor does exactly malinn's work
+            np.testing.assert_array_equal(
+                got[: want.size // want.shape[-1], : want.shape[-1]].reshape(want.shape), want
+            )
+            row = {
+                "model": name,
+                "batch": batch,
+                "launches": len(plan.launches),
+                "kernels": [
+                    step["kernel"] + ("+" + "+".join(step["fused"]) if step["fused"] else "")
+                    for step in plan.describe()
+                ],
+                **interleaved_median_times(
+                    {"floor": floor, "empty": floor_runner(plan, x, empty=True), "malinn": lambda: model.predict(x)},
+                    args.repeat,
+                    warmup=5,
+                ),
+            }
             row["overhead"] = row["malinn"] / row["floor"]
             rows.append(row)
-            print(f"{name:<14} batch {batch:>4}: {row['launches']} launches  malinn {row['malinn'] * 1e3:8.4f}  "
-                  f"floor {row['floor'] * 1e3:8.4f}  empty kernels {row['empty'] * 1e3:8.4f}  "
-                  f"overhead {row['overhead']:.2f}x", flush=True)
+            print(
+                f"{name:<14} batch {batch:>4}: {row['launches']} launches  malinn {row['malinn'] * 1e3:8.4f}  "
+                f"floor {row['floor'] * 1e3:8.4f}  empty kernels {row['empty'] * 1e3:8.4f}  "
+                f"overhead {row['overhead']:.2f}x",
+                flush=True,
+            )
     harness.save("overhead", device, rows, args)
     return 0
 

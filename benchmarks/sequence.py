@@ -28,18 +28,27 @@ import malinn
 
 #: name -> (the Keras code building ``model``, the input's sample shape, whether the input is indices)
 MODELS = {
-    "lstm_text": ("""
+    "lstm_text": (
+        """
 inp = keras.Input((200,))
 h = keras.layers.Embedding(20000, 128)(inp)
 model = keras.Model(inp, keras.layers.Dense(1, activation="sigmoid")(keras.layers.LSTM(128)(h)))
-""", (200,), True),
-    "bigru_text": ("""
+""",
+        (200,),
+        True,
+    ),
+    "bigru_text": (
+        """
 inp = keras.Input((200,))
 h = keras.layers.Embedding(20000, 128)(inp)
 h = keras.layers.Bidirectional(keras.layers.GRU(64))(h)
 model = keras.Model(inp, keras.layers.Dense(1, activation="sigmoid")(h))
-""", (200,), True),
-    "transformer_encoder": ("""
+""",
+        (200,),
+        True,
+    ),
+    "transformer_encoder": (
+        """
 inp = keras.Input((128, 256))
 h = inp
 for _ in range(2):   # post-norm blocks, as torch's nn.TransformerEncoderLayer (norm_first=False)
@@ -48,7 +57,10 @@ for _ in range(2):   # post-norm blocks, as torch's nn.TransformerEncoderLayer (
     f = keras.layers.Dense(256)(keras.layers.Dense(512, activation="relu")(h))
     h = keras.layers.LayerNormalization(epsilon=1e-5)(keras.layers.Add()([h, f]))
 model = keras.Model(inp, h)
-""", (128, 256), False),
+""",
+        (128, 256),
+        False,
+    ),
 }
 BATCHES = (1, 32)
 
@@ -94,8 +106,11 @@ def torch_peer(torch, name: str, batch: int, repeat: int) -> float:
         model = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
         head = None
     else:
-        rnn = nn.LSTM(128, 128, batch_first=True) if name == "lstm_text" else \
-            nn.GRU(128, 64, batch_first=True, bidirectional=True)
+        rnn = (
+            nn.LSTM(128, 128, batch_first=True)
+            if name == "lstm_text"
+            else nn.GRU(128, 64, batch_first=True, bidirectional=True)
+        )
         model = nn.ModuleDict({"embedding": nn.Embedding(20000, 128), "rnn": rnn})
         head = nn.Linear(128, 1)
     model = model.to(dev).eval()
@@ -110,7 +125,7 @@ def torch_peer(torch, name: str, batch: int, repeat: int) -> float:
                 y = model(t)
             else:
                 _, h = model["rnn"](model["embedding"](t.long()))
-                h = h[0] if isinstance(h, tuple) else h          # an LSTM's (h, c)
+                h = h[0] if isinstance(h, tuple) else h  # an LSTM's (h, c)
                 y = torch.sigmoid(head(torch.cat(list(h), -1)))  # the last state (both ways: concatenated)
             return y.cpu().numpy()
 
@@ -120,9 +135,11 @@ def torch_peer(torch, name: str, batch: int, repeat: int) -> float:
 def tensorflow_peer(folder: Path, name: str, batch: int, repeat: int) -> dict | None:
     _, shape, indices = MODELS[name]
     # Keras's own predict (a compiled function; the eager call of a recurrent layer loops in Python)
-    code = (f"import keras\n_model = keras.saving.load_model({str(folder / (name + '.keras'))!r})\n"
-            + ("_map = lambda x: np.floor(x * 19999) + 1\n" if indices else "_map = lambda x: x\n")
-            + "model = lambda x: tf.convert_to_tensor(_model.predict(_map(x), batch_size=len(x), verbose=0))\n")
+    code = (
+        f"import keras\n_model = keras.saving.load_model({str(folder / (name + '.keras'))!r})\n"
+        + ("_map = lambda x: np.floor(x * 19999) + 1\n" if indices else "_map = lambda x: x\n")
+        + "model = lambda x: tf.convert_to_tensor(_model.predict(_map(x), batch_size=len(x), verbose=0))\n"
+    )
     return harness.tensorflow_model_times(code, (batch,) + shape, repeat)
 
 
@@ -153,8 +170,10 @@ def main(argv=None) -> None:
             seconds = harness.median_time(lambda: model.predict(x, verbose=0), args.repeat, warmup=2)
             row = {"model": name, "batch": batch, "malinn_ms": seconds * 1e3, "max_error": error}
             if torch is not None:
-                row["peer"], row["peer_ms"] = f"torch {torch.__version__} (CUDA, TF32 off)", \
-                    torch_peer(torch, name, batch, args.repeat) * 1e3
+                row["peer"], row["peer_ms"] = (
+                    f"torch {torch.__version__} (CUDA, TF32 off)",
+                    torch_peer(torch, name, batch, args.repeat) * 1e3,
+                )
             else:
                 tf = tensorflow_peer(folder, name, batch, args.repeat)
                 if tf is not None:

@@ -57,8 +57,9 @@ def partial_mnist(path: Path) -> Path:
     rng = np.random.default_rng(0)
     model = malinn.Sequential([Dense(150, activation="relu"), Dense(10)], name="partial_mnist")
     model.build((None, 640))
-    model.set_weights([(rng.standard_normal(w.shape) / np.sqrt(w.shape[0])).astype(np.float32)
-                       for w in model.get_weights()])
+    model.set_weights(
+        [(rng.standard_normal(w.shape) / np.sqrt(w.shape[0])).astype(np.float32) for w in model.get_weights()]
+    )
     model.save(path, overwrite=True)
     return path
 
@@ -69,8 +70,13 @@ def mobilenet(path: Path, size: int, saved: Path | None = None) -> Path:
     if saved is not None and (saved / f"mobilenetv2_{size}.keras").exists():
         return saved / f"mobilenetv2_{size}.keras"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    done = subprocess.run([sys.executable, "-c", SAVE_MOBILENET, str(size), str(path)], capture_output=True,
-                          text=True, env=env, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-c", SAVE_MOBILENET, str(size), str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     if done.returncode != 0:
         raise SystemExit(f"saving MobileNetV2 failed:\n{done.stderr[-3000:]}")
     return path
@@ -96,18 +102,38 @@ def in_process(path: Path, seconds: float) -> dict:
     while time.perf_counter() - start < seconds / 2 or batches < 2:
         model.predict(many)
         batches += 1
-    return {"batch1_calls_per_s": round(len(times) / sum(times), 1), **percentiles(times),
-            "batch64_samples_per_s": round(64 * batches / (time.perf_counter() - start), 1)}
+    return {
+        "batch1_calls_per_s": round(len(times) / sum(times), 1),
+        **percentiles(times),
+        "batch64_samples_per_s": round(64 * batches / (time.perf_counter() - start), 1),
+    }
 
 
 class Server:
     def __init__(self, path: Path, batching: bool):
         args = ["--max-batch-size", "64"] if batching else ["--no-batching"]
-        self.proc = subprocess.Popen([sys.executable, "-m", "malinn", "serve", str(path), "--host", "127.0.0.1",
-                                      "--port", "0", "--poll-seconds", "0", *args],
-                                     stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                                     env=dict(os.environ, PYTHONPATH=os.pathsep.join(
-                                         [str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])))
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "malinn",
+                "serve",
+                str(path),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--poll-seconds",
+                "0",
+                *args,
+            ],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            env=dict(
+                os.environ, PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+            ),
+        )
         self.port = None
         for line in self.proc.stderr:
             found = re.search(r"REST API at http://127\.0\.0\.1:(\d+)", line)
@@ -151,15 +177,24 @@ async def client(port: int, request: bytes, outputs: int, end: float, latencies:
 
 async def load(port: int, model: str, sample: np.ndarray, outputs: int, clients: int, seconds: float) -> dict:
     body = json.dumps({"instances": sample.tolist()}).encode()
-    request = (f"POST /v1/models/{model}:predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-               f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    request = (
+        f"POST /v1/models/{model}:predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
     latencies, failures = [], []
     start = time.perf_counter()
-    await asyncio.gather(*(client(port, request, outputs, start + seconds, latencies, failures)
-                           for _ in range(clients)))
+    await asyncio.gather(
+        *(client(port, request, outputs, start + seconds, latencies, failures) for _ in range(clients))
+    )
     elapsed = time.perf_counter() - start
-    return {"clients": clients, "requests": len(latencies), "requests_per_s": round(len(latencies) / elapsed, 1),
-            **percentiles(latencies or [0.0]), "failed": len(failures), "failures": failures[:3]}
+    return {
+        "clients": clients,
+        "requests": len(latencies),
+        "requests_per_s": round(len(latencies) / elapsed, 1),
+        **percentiles(latencies or [0.0]),
+        "failed": len(failures),
+        "failures": failures[:3],
+    }
 
 
 def device_slug(device) -> str:
@@ -174,18 +209,28 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, help="seconds per point (default 5; 3 with --quick)")
     parser.add_argument("--size", type=int, help="MobileNetV2's input size (default 96; 64 with --quick)")
     parser.add_argument("--json", help="where to write the results (default benchmarks/results/serve_<device>.json)")
-    parser.add_argument("--models", type=Path, help="a folder holding mobilenetv2_<size>.keras (default: saved "
-                                                    "here by Keras in a child process)")
+    parser.add_argument(
+        "--models",
+        type=Path,
+        help="a folder holding mobilenetv2_<size>.keras (default: saved here by Keras in a child process)",
+    )
     args = parser.parse_args(argv)
     seconds = args.seconds or (3.0 if args.quick else 5.0)
     size = args.size or (64 if args.quick else 96)
     device = malinn.get_device()
-    results = {"device": device.name, "platform": device.platform, "seconds_per_point": seconds,
-               "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-               "models": {}, "targets": {}}
+    results = {
+        "device": device.name,
+        "platform": device.platform,
+        "seconds_per_point": seconds,
+        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "models": {},
+        "targets": {},
+    }
     with tempfile.TemporaryDirectory(prefix="malinn-serve-bench-") as folder:
-        files = {"Partial MNIST": partial_mnist(Path(folder) / "partial_mnist.malinn"),
-                 f"MobileNetV2 {size}x{size}": mobilenet(Path(folder) / "mobilenetv2.keras", size, args.models)}
+        files = {
+            "Partial MNIST": partial_mnist(Path(folder) / "partial_mnist.malinn"),
+            f"MobileNetV2 {size}x{size}": mobilenet(Path(folder) / "mobilenetv2.keras", size, args.models),
+        }
         for name, path in files.items():
             model = malinn.load_model(path)
             shape, outputs = tuple(model.input_shape[1:]), int(model.output_shape[-1])
@@ -196,7 +241,7 @@ def main(argv=None) -> int:
             for mode in ("on", "off"):
                 server = Server(path, batching=mode == "on")
                 try:
-                    asyncio.run(load(server.port, path.stem, sample, outputs, 4, 1.0))   # connections and plans warm
+                    asyncio.run(load(server.port, path.stem, sample, outputs, 4, 1.0))  # connections and plans warm
                     points = []
                     for clients in CLIENTS:
                         point = asyncio.run(load(server.port, path.stem, sample, outputs, clients, seconds))
@@ -212,9 +257,13 @@ def main(argv=None) -> int:
             results["targets"][name] = {
                 "no_failed_request": all(p["failed"] == 0 for m in ("on", "off") for p in row["serve"][m]["points"]),
                 "batching_4x_at_64": row["batching_speedup_64"] >= 4.0,
-                "p99_64_within_10x_p50_1": row["p99_64_over_p50_1"] <= 10.0}
-            print(f"  {results['targets'][name]} (speedup {row['batching_speedup_64']}, "
-                  f"p99@64 / p50@1 {row['p99_64_over_p50_1']})", flush=True)
+                "p99_64_within_10x_p50_1": row["p99_64_over_p50_1"] <= 10.0,
+            }
+            print(
+                f"  {results['targets'][name]} (speedup {row['batching_speedup_64']}, "
+                f"p99@64 / p50@1 {row['p99_64_over_p50_1']})",
+                flush=True,
+            )
     out = Path(args.json) if args.json else ROOT / "benchmarks" / "results" / f"serve_{device_slug(device)}.json"
     out.write_text(json.dumps(results, indent=1) + "\n")
     print(f"wrote {out}")

@@ -64,8 +64,9 @@ def keras_network(name: str, folder: Path, saved: Path | None = None) -> Path:
     if saved is not None and (saved / f"{name}.keras").exists():
         return saved / f"{name}.keras"
     path = folder / f"{name}.keras"
-    out = subprocess.run([sys.executable, "-c", SAVE_KERAS, name, str(CNN_SIZE), str(path)], capture_output=True,
-                         text=True, timeout=900)
+    out = subprocess.run(
+        [sys.executable, "-c", SAVE_KERAS, name, str(CNN_SIZE), str(path)], capture_output=True, text=True, timeout=900
+    )
     if out.returncode != 0:
         raise RuntimeError(f"saving keras.applications.{name} failed:\n{out.stderr[-2000:]}")
     return path
@@ -80,16 +81,27 @@ def torch_cnn(torch, name: str):
     def run(x):
         with torch.inference_mode():
             return model(torch.from_numpy(x).cuda().permute(0, 3, 1, 2)).cpu().numpy()
+
     return run
 
 
 def row(network: str, batch: int, seconds: float, peer: str | None, peer_seconds: float | None, **extra) -> dict:
-    found = {"network": network, "batch": batch, "seconds": seconds, "samples_per_s": batch / seconds,
-             "peer": peer, "peer_seconds": peer_seconds,
-             "peer_samples_per_s": batch / peer_seconds if peer_seconds else None,
-             "ratio": peer_seconds / seconds if peer_seconds else None, **extra}
-    peer_text = f"{peer} {found['peer_samples_per_s']:>12,.0f}/s  malinn/peer {found['ratio']:.2f}x" \
-        if peer_seconds else f"no peer ({extra.get('peer_note', '')})"
+    found = {
+        "network": network,
+        "batch": batch,
+        "seconds": seconds,
+        "samples_per_s": batch / seconds,
+        "peer": peer,
+        "peer_seconds": peer_seconds,
+        "peer_samples_per_s": batch / peer_seconds if peer_seconds else None,
+        "ratio": peer_seconds / seconds if peer_seconds else None,
+        **extra,
+    }
+    peer_text = (
+        f"{peer} {found['peer_samples_per_s']:>12,.0f}/s  malinn/peer {found['ratio']:.2f}x"
+        if peer_seconds
+        else f"no peer ({extra.get('peer_note', '')})"
+    )
     print(f"{network:<16} batch {batch:>5}: malinn {found['samples_per_s']:>12,.0f}/s   {peer_text}", flush=True)
     return found
 
@@ -105,13 +117,24 @@ def several_devices(count: int) -> tuple[list, bool]:
 
 def main(argv=None):
     parser = harness.arguments(__doc__, repeat=10)
-    parser.add_argument("--devices", type=int, default=1,
-                        help="also predict each MLP at batch 8192 on this many devices at once (default 1: not)")
-    parser.add_argument("--networks", nargs="+", choices=list(MODELS) + list(CNNS),
-                        help="the networks to time (default: all; --quick: the two Partial MLPs)")
-    parser.add_argument("--models", type=Path,
-                        help=f"a folder of saved keras.applications files <name>.keras at {CNN_SIZE}x{CNN_SIZE} "
-                             "(default: saved here by TensorFlow in a child process)")
+    parser.add_argument(
+        "--devices",
+        type=int,
+        default=1,
+        help="also predict each MLP at batch 8192 on this many devices at once (default 1: not)",
+    )
+    parser.add_argument(
+        "--networks",
+        nargs="+",
+        choices=list(MODELS) + list(CNNS),
+        help="the networks to time (default: all; --quick: the two Partial MLPs)",
+    )
+    parser.add_argument(
+        "--models",
+        type=Path,
+        help=f"a folder of saved keras.applications files <name>.keras at {CNN_SIZE}x{CNN_SIZE} "
+        "(default: saved here by TensorFlow in a child process)",
+    )
     args = harness.parse(parser, argv)
     device = harness.devices(args.device)[0]
     torch = torch_cuda()
@@ -138,12 +161,23 @@ def main(argv=None):
                 spread = model.predict(x, devices=pool, verbose=0)
                 np.testing.assert_allclose(spread, y, rtol=1e-4, atol=1e-4)
                 spread_seconds = median_time(lambda: model.predict(x, devices=pool, verbose=0), args.repeat, warmup=2)
-                multi.append({"network": name, "batch": batch, "devices": [f"{d.index[0]}:{d.index[1]} {d.name}"
-                                                                            for d in pool],
-                              "same_device": same, "seconds": spread_seconds, "samples_per_s": batch / spread_seconds,
-                              "one_device_samples_per_s": batch / seconds, "speedup": seconds / spread_seconds})
-                print(f"{'':<16} on {len(pool)} devices{' (one device listed twice)' if same else ''}: "
-                      f"{batch / spread_seconds:>12,.0f}/s, {seconds / spread_seconds:.2f}x one device", flush=True)
+                multi.append(
+                    {
+                        "network": name,
+                        "batch": batch,
+                        "devices": [f"{d.index[0]}:{d.index[1]} {d.name}" for d in pool],
+                        "same_device": same,
+                        "seconds": spread_seconds,
+                        "samples_per_s": batch / spread_seconds,
+                        "one_device_samples_per_s": batch / seconds,
+                        "speedup": seconds / spread_seconds,
+                    }
+                )
+                print(
+                    f"{'':<16} on {len(pool)} devices{' (one device listed twice)' if same else ''}: "
+                    f"{batch / spread_seconds:>12,.0f}/s, {seconds / spread_seconds:.2f}x one device",
+                    flush=True,
+                )
     cnns = [n for n in names if n in CNNS]
     if cnns:
         with tempfile.TemporaryDirectory(prefix="malinn-throughput-") as folder:
@@ -155,14 +189,35 @@ def main(argv=None):
                     finite = bool(np.isfinite(model.predict(x, verbose=0)).all())
                     seconds = median_time(lambda: model.predict(x, verbose=0), args.repeat, warmup=2)
                     if run_peer is not None:
-                        rows.append(row(name, batch, seconds, "torch", median_time(lambda: run_peer(x), args.repeat,
-                                                                                  warmup=3), finite=finite))
+                        rows.append(
+                            row(
+                                name,
+                                batch,
+                                seconds,
+                                "torch",
+                                median_time(lambda: run_peer(x), args.repeat, warmup=3),
+                                finite=finite,
+                            )
+                        )
                     else:
-                        rows.append(row(name, batch, seconds, None, None, finite=finite,
-                                        peer_note="torch with a CUDA GPU is not available here; numpy has no "
-                                                  "convolutional network to compare with"))
-    fields = {"peer": peer, "peer_version": torch.__version__ if torch is not None else np.__version__,
-              "repeat": args.repeat, "multi_device": multi}
+                        rows.append(
+                            row(
+                                name,
+                                batch,
+                                seconds,
+                                None,
+                                None,
+                                finite=finite,
+                                peer_note="torch with a CUDA GPU is not available here; numpy has no "
+                                "convolutional network to compare with",
+                            )
+                        )
+    fields = {
+        "peer": peer,
+        "peer_version": torch.__version__ if torch is not None else np.__version__,
+        "repeat": args.repeat,
+        "multi_device": multi,
+    }
     if why:
         fields["peer_note"] = why
     harness.save("throughput", device, rows, args, **fields)

@@ -73,7 +73,7 @@ def opencl_figures(device, sizes_mb, flush_mib, repeat):
     flush_n4 = flush_mib * 2**20 // 16
     biggest = max(int(s * 1e6) for s in sizes_mb)
     mf = cl.mem_flags
-    data = cl.Buffer(ctx, mf.READ_WRITE, max(biggest, flush_n4 * 16 * 2, CHAINED_BYTES))   # every stream below fits
+    data = cl.Buffer(ctx, mf.READ_WRITE, max(biggest, flush_n4 * 16 * 2, CHAINED_BYTES))  # every stream below fits
     cl.enqueue_fill_buffer(queue, data, np.float32(1.0), 0, data.size).wait()
     items = device.compute_units * 2048
     out = cl.Buffer(ctx, mf.READ_WRITE, 4 * items)
@@ -136,8 +136,7 @@ def torch_figures(torch, sizes_mb, gemv_shapes, flush_mib, repeat):
         return float(np.median(times[1:]))
 
     one = torch.ones(1, device="cuda")
-    figures = {"empty_add_s": timed(lambda: one.add_(0.0)),
-               "stream": [], "gemv": []}
+    figures = {"empty_add_s": timed(lambda: one.add_(0.0)), "stream": [], "gemv": []}
     for s in sizes_mb:
         x = torch.ones(int(s * 1e6) // 4, device="cuda")
         figures["stream"].append({"mb": s, "s": timed(lambda x=x: x.sum())})
@@ -194,22 +193,35 @@ def transfer_rows(device, repeat, chunks):
             cl.enqueue_copy(queue, out, out_buffer, is_blocking=True)
 
         row = {"batch": batch, "features": features, "bytes": x.nbytes}
-        for name, run in [("pageable", pageable), ("pinned_copy", pinned_copy), ("pinned_only", pinned_only),
-                          ("host_copy", host_copy), ("chunked", chunked), ("download", download)]:
+        for name, run in [
+            ("pageable", pageable),
+            ("pinned_copy", pinned_copy),
+            ("pinned_only", pinned_only),
+            ("host_copy", host_copy),
+            ("chunked", chunked),
+            ("download", download),
+        ]:
             row[name] = median_time(run, repeat, warmup=5)
         rows.append(row)
-        print(f"{batch:>4} x {features:<5} " + "  ".join(
-            f"{k} {row[k] * 1e6:7.1f} us" for k in ("pageable", "pinned_copy", "pinned_only", "host_copy", "chunked",
-                                                     "download")), flush=True)
+        print(
+            f"{batch:>4} x {features:<5} "
+            + "  ".join(
+                f"{k} {row[k] * 1e6:7.1f} us"
+                for k in ("pageable", "pinned_copy", "pinned_only", "host_copy", "chunked", "download")
+            ),
+            flush=True,
+        )
     return rows
 
 
 def main(argv=None):
     parser = harness.arguments(__doc__, repeat=200, quick_repeat=20)
     parser.add_argument("--chunks", type=int, default=4, help="pieces of the chunked upload (default: 4)")
-    parser.add_argument("--flush-mib", type=int, help="MiB read before each timed launch (default: 256, 16 with --quick)")
+    parser.add_argument(
+        "--flush-mib", type=int, help="MiB read before each timed launch (default: 256, 16 with --quick)"
+    )
     args = harness.parse(parser, argv)
-    device, = harness.devices(args.device)
+    (device,) = harness.devices(args.device)
     if device.backend != "opencl":
         parser.error(f"transfers.py times OpenCL's copies and events; {device.name} runs on {device.backend}")
     print(f"device: {device}")
@@ -219,9 +231,11 @@ def main(argv=None):
     flush_mib = args.flush_mib or (16 if args.quick else 256)
     launch_repeat = min(args.repeat, 30)
     o = opencl_figures(device, sizes, flush_mib, launch_repeat)
-    print(f"launch floor: event of an empty 1-item kernel {o['empty_1_item_s'] * 1e6:.2f} us, "
-          f"4096 empty groups {o['empty_4096_groups_s'] * 1e6:.2f} us, 4 KiB copy {o['copy_4kib_s'] * 1e6:.2f} us, "
-          f"empty kernel right behind another {o['empty_after_a_kernel_s'] * 1e6:.2f} us")
+    print(
+        f"launch floor: event of an empty 1-item kernel {o['empty_1_item_s'] * 1e6:.2f} us, "
+        f"4096 empty groups {o['empty_4096_groups_s'] * 1e6:.2f} us, 4 KiB copy {o['copy_4kib_s'] * 1e6:.2f} us, "
+        f"empty kernel right behind another {o['empty_after_a_kernel_s'] * 1e6:.2f} us"
+    )
     for r in o["stream"]:
         print(f"  stream {r['mb']:8.3f} MB  {r['s'] * 1e6:8.2f} us")
     print(f"  fit: fixed {o['fixed_s'] * 1e6:.2f} us + bytes / {o['rate_gbs']:.0f} GB/s")
@@ -229,11 +243,15 @@ def main(argv=None):
     torch = torch_cuda()
     if torch is not None:
         t = fields["torch"] = torch_figures(torch, sizes, GEMV_SHAPES, flush_mib, launch_repeat)
-        print(f"torch (CUDA events, launch included): add_ on 1 value {t['empty_add_s'] * 1e6:.2f} us; "
-              f"sum: fixed {t['fixed_s'] * 1e6:.2f} us + bytes / {t['rate_gbs']:.0f} GB/s")
+        print(
+            f"torch (CUDA events, launch included): add_ on 1 value {t['empty_add_s'] * 1e6:.2f} us; "
+            f"sum: fixed {t['fixed_s'] * 1e6:.2f} us + bytes / {t['rate_gbs']:.0f} GB/s"
+        )
         for r in t["gemv"]:
-            print(f"  mv {r['units']}x{r['inputs']}: fp32 {r['fp32_s'] * 1e6:.2f} us, fp16 {r['fp16_s'] * 1e6:.2f}, "
-                  f"bf16 {r['bf16_s'] * 1e6:.2f} (fp16 {r['fp16_speedup']:.2f}x faster)")
+            print(
+                f"  mv {r['units']}x{r['inputs']}: fp32 {r['fp32_s'] * 1e6:.2f} us, fp16 {r['fp16_s'] * 1e6:.2f}, "
+                f"bf16 {r['bf16_s'] * 1e6:.2f} (fp16 {r['fp16_speedup']:.2f}x faster)"
+            )
     harness.save("transfers", device, rows, args, **fields)
     return 0
 

@@ -22,10 +22,12 @@ from malinn.tuning.tuner import tune
 
 def main(argv=None):
     parser = harness.arguments(__doc__)
-    parser.add_argument("--batch", type=int, default=100, help="the batch tuned for besides 1, as the plan runs it (default: 100)")
+    parser.add_argument(
+        "--batch", type=int, default=100, help="the batch tuned for besides 1, as the plan runs it (default: 100)"
+    )
     parser.add_argument("--budget", type=float, help="seconds of timing at most (default: 120, 20 with --quick)")
     args = harness.parse(parser, argv)
-    device, = harness.devices(args.device)
+    (device,) = harness.devices(args.device)
     budget = args.budget or (20 if args.quick else 120)
     shapes = []
     for name, widths in MODELS.items():

@@ -46,15 +46,19 @@ def _role(weight_name: str) -> str:
 
 def _drop_renorm(source: str, layer: KerasLayer) -> None:
     roles = [_role(name) for name in layer.weight_names]
-    if roles and all(role.isdigit() for role in roles):   # an archive's vars/0..: the order tf_keras builds them
-        flags = {"gamma": layer.config.get("scale", True) is not False,
-                 "beta": layer.config.get("center", True) is not False}
+    if roles and all(role.isdigit() for role in roles):  # an archive's vars/0..: the order tf_keras builds them
+        flags = {
+            "gamma": layer.config.get("scale", True) is not False,
+            "beta": layer.config.get("center", True) is not False,
+        }
         roles = [r for r in _INFERENCE_ROLES if flags.get(r, True)] + list(_RENORM_ROLES)
     known = set(_INFERENCE_ROLES) | set(_RENORM_ROLES)
     if len(roles) != len(layer.weights) or not set(roles) <= known or len(set(roles)) != len(roles):
-        raise ConversionError(f"{source}: layer {layer.name!r}: BatchNormalization with renorm=True: its "
-                              f"{len(layer.weights)} weight arrays ({', '.join(layer.weight_names) or 'unnamed'}) "
-                              f"cannot be told apart by name; expected {', '.join(_INFERENCE_ROLES + _RENORM_ROLES)}")
+        raise ConversionError(
+            f"{source}: layer {layer.name!r}: BatchNormalization with renorm=True: its "
+            f"{len(layer.weights)} weight arrays ({', '.join(layer.weight_names) or 'unnamed'}) "
+            f"cannot be told apart by name; expected {', '.join(_INFERENCE_ROLES + _RENORM_ROLES)}"
+        )
     kept = [i for i, role in enumerate(roles) if role in _INFERENCE_ROLES]
     layer.weights = [layer.weights[i] for i in kept]
     layer.weight_names = [layer.weight_names[i] for i in kept]
@@ -63,14 +67,18 @@ def _drop_renorm(source: str, layer: KerasLayer) -> None:
 def _squeeze_ghost(source: str, layer: KerasLayer) -> None:
     if any(sum(d != 1 for d in w.shape) > 1 for w in layer.weights):
         shapes = ", ".join(str(tuple(w.shape)) for w in layer.weights)
-        raise ConversionError(f"{source}: layer {layer.name!r}: BatchNormalization with virtual_batch_size: "
-                              f"expected arrays of C values between axes of 1 (e.g. (1, 1, C)), got {shapes}")
+        raise ConversionError(
+            f"{source}: layer {layer.name!r}: BatchNormalization with virtual_batch_size: "
+            f"expected arrays of C values between axes of 1 (e.g. (1, 1, C)), got {shapes}"
+        )
     squeezed = [w.reshape(-1) for w in layer.weights]
     layer.weights = squeezed
     axis = layer.config.get("axis", -1)
     axes = axis if isinstance(axis, list) else [axis]
     if not all(isinstance(a, int) and not isinstance(a, bool) and a >= 2 for a in axes):
-        raise ConversionError(f"{source}: layer {layer.name!r}: BatchNormalization with virtual_batch_size: "
-                              f"axis {axis!r} is not the built layer's (an axis after the virtual batch's, >= 2)")
+        raise ConversionError(
+            f"{source}: layer {layer.name!r}: BatchNormalization with virtual_batch_size: "
+            f"axis {axis!r} is not the built layer's (an axis after the virtual batch's, >= 2)"
+        )
     shifted = [a - 1 for a in axes]
     layer.config = {**layer.config, "axis": shifted if isinstance(axis, list) else shifted[0]}

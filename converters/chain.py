@@ -92,8 +92,11 @@ def parse_model(entry: Any, source: str, where: str = "the model config", depth:
     if not isinstance(entry, dict):
         raise _fail(source, f"{where} is not a JSON object (got {type(entry).__name__})")
     if depth > MAX_NESTED_MODELS:
-        raise _fail(source, f"{where} is a model nested {depth} models deep, more than malinn reads "
-                            f"({MAX_NESTED_MODELS}); flatten the model before saving it")
+        raise _fail(
+            source,
+            f"{where} is a model nested {depth} models deep, more than malinn reads "
+            f"({MAX_NESTED_MODELS}); flatten the model before saving it",
+        )
     class_name = entry.get("class_name")
     cfg = entry.get("config")
     if not isinstance(class_name, str):
@@ -116,8 +119,11 @@ def parse_model(entry: Any, source: str, where: str = "the model config", depth:
         node.entry = entry
         return node
     if "layers" in cfg:
-        raise _fail(source, f"{where} ({class_name}) has 'layers' that is not a list "
-                            f"(got {type(layers).__name__}): the file is damaged")
+        raise _fail(
+            source,
+            f"{where} ({class_name}) has 'layers' that is not a list "
+            f"(got {type(layers).__name__}): the file is damaged",
+        )
     raise _fail(
         source,
         f"{where} describes a {class_name!r}, which is neither a Sequential nor a Functional "
@@ -285,8 +291,9 @@ def _record_operators(node: ModelNode, member: Member, nodes: list) -> None:
         arguments = operator_arguments(member, n)
         if arguments is not None:
             node.operands[(member.name, k)] = arguments
-            node.constants.setdefault((member.name, k), repr(arguments["constant"]) if arguments["constant"]
-                                      is not None else "options")
+            node.constants.setdefault(
+                (member.name, k), repr(arguments["constant"]) if arguments["constant"] is not None else "options"
+            )
 
 
 def _tensor_refs(obj: Any, out: list) -> None:
@@ -313,8 +320,11 @@ def called_in_training(node: Any) -> bool:
         return False
     if isinstance(node, list) and node and isinstance(node[0], str):
         node = [node]
-    return any(isinstance(item, list) and len(item) > 3 and isinstance(item[3], dict)
-               and item[3].get("training") is True for item in node if isinstance(node, list))
+    return any(
+        isinstance(item, list) and len(item) > 3 and isinstance(item[3], dict) and item[3].get("training") is True
+        for item in node
+        if isinstance(node, list)
+    )
 
 
 def _argument_paths(obj: Any, path: str, roles: list, options: dict) -> None:
@@ -342,7 +352,7 @@ def node_arguments(node: Any) -> tuple:
             _argument_paths(value, str(i), roles, options)
         for name, value in (node.get("kwargs") or {}).items():
             _argument_paths(value, str(name), roles, options)
-    elif isinstance(node, list) and node and not isinstance(node[0], str):   # Keras 2: one item per tensor
+    elif isinstance(node, list) and node and not isinstance(node[0], str):  # Keras 2: one item per tensor
         items = [item for item in node if isinstance(item, list) and item and isinstance(item[0], str)]
         for i, item in enumerate(items):
             roles.append("0" if len(items) == 1 else f"0.{i}")
@@ -350,8 +360,11 @@ def node_arguments(node: Any) -> tuple:
                 refs: list = []
                 _tensor_refs_keras2(value, refs)
                 if refs:
-                    roles += [str(name)] if len(refs) == 1 and not isinstance(value[0], list) else \
-                        [f"{name}.{j}" for j in range(len(refs))]
+                    roles += (
+                        [str(name)]
+                        if len(refs) == 1 and not isinstance(value[0], list)
+                        else [f"{name}.{j}" for j in range(len(refs))]
+                    )
                 else:
                     options[str(name)] = value
     return roles, options
@@ -379,13 +392,13 @@ def node_inputs(node: Any) -> list[tuple]:
             refs.append(tuple(node[:3]))
         if len(node) > 3:
             _tensor_refs(node[3], refs)
-            for value in (node[3].values() if isinstance(node[3], dict) else ()):
+            for value in node[3].values() if isinstance(node[3], dict) else ():
                 _tensor_refs_keras2(value, refs)
     elif isinstance(node, list):  # Keras 2: [[name, node_index, tensor_index, kwargs], ...]
         for item in node:
             if isinstance(item, list) and item and isinstance(item[0], str):
                 refs.append(tuple(item[:3]))
-                if len(item) > 3 and isinstance(item[3], dict):   # tensors passed by keyword (a value, a mask)
+                if len(item) > 3 and isinstance(item[3], dict):  # tensors passed by keyword (a value, a mask)
                     for value in item[3].values():
                         _tensor_refs_keras2(value, refs)
             else:
@@ -437,7 +450,7 @@ def _parse_functional(class_name: str, name: Any, cfg: dict, layers: list, sourc
         node.input_keys, inputs = [k for k, _ in pairs], [r for _, r in pairs]
     node.inputs, node.outputs = [r[0] for r in inputs], [tuple(r) for r in outputs]
     named = cfg.get("output_layers")
-    if isinstance(named, dict) and len(named) == len(outputs):   # Keras 3: outputs given as a dict
+    if isinstance(named, dict) and len(named) == len(outputs):  # Keras 3: outputs given as a dict
         node.output_names = [str(k) for k in named]
     for member in node.members:
         if isinstance(member, LayerEntry) and member.class_name == INPUT_LAYER:
@@ -514,12 +527,30 @@ def expand_graph(root: ModelNode, source: str, names: dict | None = None) -> Ker
         counter[0] += 1
         return f"{label}#{counter[0]}"
 
-    def call_leaf(leaf: LayerEntry, ins: list, listed: bool, constant: str | None = None,
-                  training: bool = False, arguments: tuple = ((), {}), operand: dict | None = None) -> str:
+    def call_leaf(
+        leaf: LayerEntry,
+        ins: list,
+        listed: bool,
+        constant: str | None = None,
+        training: bool = False,
+        arguments: tuple = ((), {}),
+        operand: dict | None = None,
+    ) -> str:
         name = (names or {}).get(id(leaf), leaf.name)
         out = new_tensor(name)
-        calls.append(KerasCall(layer=name, inputs=list(ins), output=out, listed=listed, constant=constant,
-                               training=training, arguments=arguments[0], options=arguments[1], operand=operand))
+        calls.append(
+            KerasCall(
+                layer=name,
+                inputs=list(ins),
+                output=out,
+                listed=listed,
+                constant=constant,
+                training=training,
+                arguments=arguments[0],
+                options=arguments[1],
+                operand=operand,
+            )
+        )
         return out
 
     def expand(model: ModelNode, ins: list, training: bool = False) -> list:
@@ -531,8 +562,11 @@ def expand_graph(root: ModelNode, source: str, names: dict | None = None) -> Ker
             t = ins[0]
             for index in model.chain:
                 member = model.members[index]
-                t = expand(member, [t], training)[0] if isinstance(member, ModelNode) else \
-                    call_leaf(member, [t], False, training=training)
+                t = (
+                    expand(member, [t], training)[0]
+                    if isinstance(member, ModelNode)
+                    else call_leaf(member, [t], False, training=training)
+                )
             return [t]
         label = f"Functional model {model.name!r}"
         if len(ins) != len(model.inputs):
@@ -551,7 +585,7 @@ def expand_graph(root: ModelNode, source: str, names: dict | None = None) -> Ker
         stuck = []
         for index in _in_rounds(pending, key, made):
             name, k, refs = pending[index]
-            if not all(key(r) in made for r in refs):   # reads what no call makes: its own round never comes
+            if not all(key(r) in made for r in refs):  # reads what no call makes: its own round never comes
                 stuck.append(index)
                 continue
             member = by_name[name]
@@ -561,17 +595,26 @@ def expand_graph(root: ModelNode, source: str, names: dict | None = None) -> Ker
                 for i, t in enumerate(expand(member, given, forced)):
                     made[(name, k, i)] = t
             else:
-                made[(name, k, 0)] = call_leaf(member, given, len(refs) > 1, model.constants.get((name, k)),
-                                               forced, model.arguments.get((name, k), ((), {})),
-                                               model.operands.get((name, k)))
-                for i in range(1, _MAX_LEAF_OUTPUTS):   # a layer's further outputs: a recurrent layer's states
+                made[(name, k, 0)] = call_leaf(
+                    member,
+                    given,
+                    len(refs) > 1,
+                    model.constants.get((name, k)),
+                    forced,
+                    model.arguments.get((name, k), ((), {})),
+                    model.operands.get((name, k)),
+                )
+                for i in range(1, _MAX_LEAF_OUTPUTS):  # a layer's further outputs: a recurrent layer's states
                     made[(name, k, i)] = f"{made[(name, k, 0)]}@{i}"
         if stuck:
             left = [pending[i] for i in sorted(stuck)]
             missing = sorted({r[0] for p in left for r in p[2] if key(r) not in made})
             names = ", ".join(repr(p[0]) for p in left)
-            raise _fail(source, f"{label}: layers {names} read outputs that no call makes "
-                                f"(of {', '.join(repr(m) for m in missing)}): the graph is inconsistent or cyclic")
+            raise _fail(
+                source,
+                f"{label}: layers {names} read outputs that no call makes "
+                f"(of {', '.join(repr(m) for m in missing)}): the graph is inconsistent or cyclic",
+            )
         outs = []
         for ref in model.outputs:
             if key(ref, output_from) not in made:
@@ -583,8 +626,10 @@ def expand_graph(root: ModelNode, source: str, names: dict | None = None) -> Ker
         inputs = [("input#0", "input", root.input_shape)]
     else:
         by_name = {m.name: m for m in root.members}
-        inputs = [(f"{name}#0", key, input_layer_shape(by_name[name].config))   # named as Keras's predict takes them
-                  for name, key in zip(root.inputs, root.input_keys or root.inputs)]
+        inputs = [
+            (f"{name}#0", key, input_layer_shape(by_name[name].config))  # named as Keras's predict takes them
+            for name, key in zip(root.inputs, root.input_keys or root.inputs)
+        ]
     outputs = expand(root, [t for t, _, _ in inputs])
     return KerasGraph(inputs=inputs, calls=calls, outputs=outputs, output_names=root.output_names)
 
@@ -596,8 +641,8 @@ def _in_rounds(pending: list, key: Callable[[Any], tuple], made: dict) -> list:
     reaches (in a cycle, or reading what no call makes), in ``pending``'s order. Linear in the calls and
     their references (each call is visited once, after its last producer), sorting aside."""
     producer = {(name, k): i for i, (name, k, _) in enumerate(pending)}
-    waiting = [0] * len(pending)                 # producers not yet given a round
-    readers: list = [[] for _ in pending]        # i -> the calls that read what call i makes
+    waiting = [0] * len(pending)  # producers not yet given a round
+    readers: list = [[] for _ in pending]  # i -> the calls that read what call i makes
     unreachable = set()
     for i, (_, _, refs) in enumerate(pending):
         found = set()
@@ -615,7 +660,7 @@ def _in_rounds(pending: list, key: Callable[[Any], tuple], made: dict) -> list:
         waiting[i] = len(found)
     rounds = [0] * len(pending)
     queue = [i for i in range(len(pending)) if waiting[i] == 0 and i not in unreachable]
-    for i in queue:                              # grows while it is walked: each call once
+    for i in queue:  # grows while it is walked: each call once
         rounds[i] = rounds[i] or 1
         for reader in readers[i]:
             rounds[reader] = max(rounds[reader], rounds[i] + 1)
@@ -686,8 +731,10 @@ def leaf_names(pairs: list) -> list[str]:
     counts: dict[str, int] = {}
     for leaf, _ in pairs:
         counts[leaf.name] = counts.get(leaf.name, 0) + 1
-    return [leaf.name if counts[leaf.name] == 1 else
-            "/".join([model.name for model, _ in trail[1:]] + [leaf.name]) for leaf, trail in pairs]
+    return [
+        leaf.name if counts[leaf.name] == 1 else "/".join([model.name for model, _ in trail[1:]] + [leaf.name])
+        for leaf, trail in pairs
+    ]
 
 
 def iter_chain(node: ModelNode, trail: tuple = ()) -> Iterator[tuple[LayerEntry, tuple]]:

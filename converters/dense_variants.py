@@ -47,7 +47,7 @@ def resolve_dense_variants(model: KerasModel) -> None:
         if layer.class_name != "Dense":
             continue
         mode = quantization_mode(layer.config)
-        if mode == "int8":   # with LoRA too, where the file holds the factors merged (a .keras archive)
+        if mode == "int8":  # with LoRA too, where the file holds the factors merged (a .keras archive)
             _read_int8(model.source, layer)
             continue
         if mode is not None:
@@ -69,8 +69,14 @@ def _merge_lora(source: str, layer: KerasLayer) -> None:
     rank, alpha = cfg.get("lora_rank"), cfg.get("lora_alpha")
     alpha = rank if alpha is None else alpha
     where = f"{source}: layer {layer.name!r}: LoRA Dense (lora_rank={rank!r}, lora_alpha={alpha!r})"
-    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1 or isinstance(alpha, bool) \
-            or not isinstance(alpha, (int, float)) or not np.isfinite(alpha):
+    if (
+        not isinstance(rank, int)
+        or isinstance(rank, bool)
+        or rank < 1
+        or isinstance(alpha, bool)
+        or not isinstance(alpha, (int, float))
+        or not np.isfinite(alpha)
+    ):
         raise ConversionError(f"{where}: lora_rank must be a positive integer and lora_alpha a number")
     use_bias = cfg.get("use_bias", True) is not False
     if len(layer.weights) == (2 if use_bias else 1):
@@ -105,18 +111,26 @@ def _read_int8(source: str, layer: KerasLayer) -> None:
     roles = {_role(name): i for i, name in enumerate(layer.weight_names)}
     wanted = [r for r in _INT8_ROLES if use_bias or r != "bias"]
     if len(layer.weights) == len(wanted) and all(_role(n).isdigit() for n in layer.weight_names):
-        roles = {r: i for i, r in enumerate(wanted)}   # a .keras archive: vars/0.. as Dense.save_own_variables
+        roles = {r: i for i, r in enumerate(wanted)}  # a .keras archive: vars/0.. as Dense.save_own_variables
     if sorted(roles) != sorted(wanted) or len(roles) != len(layer.weights):
-        lora = (" (with LoRA, malinn reads the factors merged into the kernel, as a .keras archive holds them: "
-                "save the model as .keras)" if layer.config.get("lora_rank") else "")
-        raise ConversionError(f"{where}: the file has {len(layer.weights)} weight arrays named "
-                              f"{', '.join(layer.weight_names) or 'nothing'}; expected {', '.join(wanted)}{lora}")
+        lora = (
+            " (with LoRA, malinn reads the factors merged into the kernel, as a .keras archive holds them: "
+            "save the model as .keras)"
+            if layer.config.get("lora_rank")
+            else ""
+        )
+        raise ConversionError(
+            f"{where}: the file has {len(layer.weights)} weight arrays named "
+            f"{', '.join(layer.weight_names) or 'nothing'}; expected {', '.join(wanted)}{lora}"
+        )
     q, scale = layer.weights[roles["kernel"]], layer.weights[roles["kernel_scale"]]
     if q.ndim != 2 or scale.shape != (q.shape[1],):
-        raise ConversionError(f"{where}: kernel {q.shape} and kernel_scale {scale.shape} do not fit: "
-                              "expected (in, units) and (units,)")
-    if not (np.all(np.isfinite(scale)) and np.all(scale != 0) and np.all(np.abs(q) <= 127)
-            and np.array_equal(q, np.rint(q))):
+        raise ConversionError(
+            f"{where}: kernel {q.shape} and kernel_scale {scale.shape} do not fit: expected (in, units) and (units,)"
+        )
+    if not (
+        np.all(np.isfinite(scale)) and np.all(scale != 0) and np.all(np.abs(q) <= 127) and np.array_equal(q, np.rint(q))
+    ):
         raise ConversionError(f"{where}: the kernel is not int8 values with finite non-zero scales")
     weights = [(q.astype(np.float64) / scale.astype(np.float64)).astype(np.float32)]
     names = [f"{layer.weight_names[roles['kernel']]} / kernel_scale"]
@@ -124,5 +138,4 @@ def _read_int8(source: str, layer: KerasLayer) -> None:
         weights.append(layer.weights[roles["bias"]])
         names.append(layer.weight_names[roles["bias"]])
     layer.weights, layer.weight_names = weights, names
-    layer.quantized = (np.ascontiguousarray(q.T).astype(np.int8),
-                       (1.0 / scale.astype(np.float64)).astype(np.float32))
+    layer.quantized = (np.ascontiguousarray(q.T).astype(np.int8), (1.0 / scale.astype(np.float64)).astype(np.float32))

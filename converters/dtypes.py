@@ -113,11 +113,14 @@ def input_dtypes(root: ModelNode, source: str) -> tuple[str, ...]:
             float64 (Keras casts there too, in the middle of the graph: malinn casts the model's
             own inputs only).
     """
+
     def dtype_of(name: str, config: dict, model: ModelNode) -> str:
         raw = config.get("dtype")
-        try:   # a value that names no dtype (a number, a policy without a name) is refused as it is
-            return input_dtype(raw if raw is None or policy_name(raw) is None else policy_name(raw),
-                               f"input {name!r} of model {model.name!r}")
+        try:  # a value that names no dtype (a number, a policy without a name) is refused as it is
+            return input_dtype(
+                raw if raw is None or policy_name(raw) is None else policy_name(raw),
+                f"input {name!r} of model {model.name!r}",
+            )
         except ValueError as exc:
             raise ConversionError(f"{source}: {exc}") from None
 
@@ -130,7 +133,8 @@ def input_dtypes(root: ModelNode, source: str) -> tuple[str, ...]:
                         raise ConversionError(
                             f"{source}: input {name!r} of the nested model {member.name!r} has dtype {dtype!r}, "
                             "which Keras casts to inside the model; malinn casts the model's own inputs only: give "
-                            "the outer model's Input that dtype, or the nested one float32")
+                            "the outer model's Input that dtype, or the nested one float32"
+                        )
                 nested(member)
 
     nested(root)
@@ -145,8 +149,7 @@ def _input_layers(model: ModelNode) -> list[tuple[str, dict]]:
     """``[(name, config), ...]`` of a model's own InputLayers: a Functional's members; a
     Sequential's (which leaves them out of its members) from its config's layers, the first one."""
     if model.kind != SEQUENTIAL:
-        return [(m.name, m.config) for m in model.members
-                if isinstance(m, LayerEntry) and m.class_name == INPUT_LAYER]
+        return [(m.name, m.config) for m in model.members if isinstance(m, LayerEntry) and m.class_name == INPUT_LAYER]
     for entry in model.config.get("layers") or []:
         if isinstance(entry, dict) and entry.get("class_name") == INPUT_LAYER:
             given = entry.get("config")

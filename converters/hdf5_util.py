@@ -73,7 +73,7 @@ def refuse_external_links(f: h5py.File, source: str) -> None:
     def visit(name, info):
         if info.type == h5py.h5l.TYPE_EXTERNAL:
             found.append(name.decode(errors="replace") if isinstance(name, bytes) else str(name))
-            return 1   # stops the walk
+            return 1  # stops the walk
         return None
 
     try:
@@ -81,8 +81,10 @@ def refuse_external_links(f: h5py.File, source: str) -> None:
     except (RuntimeError, ValueError, OSError) as exc:
         raise ConversionError(f"{source}: cannot list its HDF5 links (damaged?): {exc}") from exc
     if found:
-        raise ConversionError(f"{source}: {found[0]} is an external link into another file, which malinn does not "
-                              "follow (a model file holds its own data)")
+        raise ConversionError(
+            f"{source}: {found[0]} is an external link into another file, which malinn does not "
+            "follow (a model file holds its own data)"
+        )
 
 
 def read_json_attribute(obj: h5py.HLObject, name: str, source: str, limit: int) -> Any:
@@ -99,16 +101,23 @@ def read_json_attribute(obj: h5py.HLObject, name: str, source: str, limit: int) 
     except (OSError, ValueError, TypeError, UnicodeError) as exc:
         raise ConversionError(f"{source}: cannot read its {name!r} attribute: {exc}") from None
     if len(text) > limit:
-        raise ConversionError(f"{source}: its {name!r} attribute holds {len(text)} characters, more than malinn "
-                              f"reads for a model's configuration ({limit})")
+        raise ConversionError(
+            f"{source}: its {name!r} attribute holds {len(text)} characters, more than malinn "
+            f"reads for a model's configuration ({limit})"
+        )
     try:
         return json.loads(text)
     except (ValueError, TypeError, UnicodeError, RecursionError) as exc:
         raise ConversionError(f"{source}: its {name!r} attribute is not JSON: {exc}") from None
 
 
-def read_weight(dataset: h5py.Dataset, source: str, where: str, budget: WeightBudget | None = None,
-                variable_dtype: str | None = None) -> np.ndarray:
+def read_weight(
+    dataset: h5py.Dataset,
+    source: str,
+    where: str,
+    budget: WeightBudget | None = None,
+    variable_dtype: str | None = None,
+) -> np.ndarray:
     """A weight dataset as a C-contiguous float32 array.
 
     Args:
@@ -130,9 +139,7 @@ def read_weight(dataset: h5py.Dataset, source: str, where: str, budget: WeightBu
             f"writes for bfloat16, but its layer's dtype is {variable_dtype!r}, not bfloat16"
         )
     if not bfloat16 and dataset.dtype.kind not in "fiub":
-        raise ConversionError(
-            f"{source}: weight {where} has dtype {dataset.dtype}, not a numeric array"
-        )
+        raise ConversionError(f"{source}: weight {where} has dtype {dataset.dtype}, not a numeric array")
     if dataset.external or dataset.is_virtual:
         raise ConversionError(
             f"{source}: weight {where} keeps its data in other files (an external or virtual "

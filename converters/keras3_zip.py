@@ -57,7 +57,7 @@ def _fail(source: str, message: str) -> ConversionError:
 def _load_json(data: bytes, source: str, member: str) -> Any:
     try:
         return json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:   # RecursionError: nested past json's depth
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nested past json's depth
         raise _fail(source, f"{member} is not valid JSON: {exc}") from exc
 
 
@@ -66,9 +66,7 @@ def read_keras3_zip(source: str) -> KerasModel:
     try:
         archive = zipfile.ZipFile(source, "r")
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
-        raise _fail(
-            source, f"is not a readable zip archive (truncated or corrupt?): {exc}"
-        ) from exc
+        raise _fail(source, f"is not a readable zip archive (truncated or corrupt?): {exc}") from exc
     with archive:
         names = set(archive.namelist())
 
@@ -77,8 +75,15 @@ def read_keras3_zip(source: str) -> KerasModel:
             check_member(info, MAX_JSON_BYTES, "malinn's limit for a JSON member", source)
             try:
                 data = archive.read(info)
-            except (zipfile.BadZipFile, OSError, ValueError, EOFError, RuntimeError,
-                    NotImplementedError, zlib.error) as exc:
+            except (
+                zipfile.BadZipFile,
+                OSError,
+                ValueError,
+                EOFError,
+                RuntimeError,
+                NotImplementedError,
+                zlib.error,
+            ) as exc:
                 raise _fail(source, f"cannot read {member} from the archive: {exc}") from exc
             return _load_json(data, source, member)
 
@@ -99,23 +104,30 @@ def read_keras3_zip(source: str) -> KerasModel:
 
 def read_keras3_dir(source: str) -> KerasModel:
     """Read an unzipped ``.keras`` model (``model.save(path, zipped=False)``)."""
+
     def path(member):
         """The member's file, refused where it is a link leading out of the folder (another file of
         this machine read as the model's: /etc/passwd as its config)."""
         inside = os.path.join(source, member)
         if os.path.lexists(inside) and os.path.dirname(os.path.realpath(inside)) != os.path.realpath(source):
-            raise _fail(source, f"{member} is a link to {os.path.realpath(inside)}, outside the model's folder; "
-                                "malinn reads the folder's own files")
+            raise _fail(
+                source,
+                f"{member} is a link to {os.path.realpath(inside)}, outside the model's folder; "
+                "malinn reads the folder's own files",
+            )
         kind = file_kind(inside)
-        if kind not in ("a regular file", None):   # a FIFO would block the read for good
+        if kind not in ("a regular file", None):  # a FIFO would block the read for good
             raise _fail(source, f"{member} is {kind}, not a regular file; a Keras model's folder holds files")
         return inside
 
     def read_json(member: str) -> Any:
         size = os.path.getsize(path(member))
         if size > MAX_JSON_BYTES:
-            raise _fail(source, f"{member} has {size_text(size)}, more than malinn's limit for a "
-                                f"JSON member ({size_text(MAX_JSON_BYTES)})")
+            raise _fail(
+                source,
+                f"{member} has {size_text(size)}, more than malinn's limit for a "
+                f"JSON member ({size_text(MAX_JSON_BYTES)})",
+            )
         with open(path(member), "rb") as fh:
             return _load_json(fh.read(), source, member)
 
@@ -136,9 +148,14 @@ def file_kind(path: str) -> str | None:
         mode = os.stat(path).st_mode
     except OSError:
         return None
-    for test, kind in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device")):
+    for test, kind in (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
         if test(mode):
             return kind
     return "neither a file nor a folder"
@@ -161,9 +178,7 @@ def _build(source: str, root: ModelNode, version: str | None, weights_file: Any)
     try:
         h5 = h5py.File(weights_file, "r")
     except (OSError, ValueError) as exc:
-        raise _fail(
-            source, f"{WEIGHTS} is not a readable HDF5 file (truncated or corrupt?): {exc}"
-        ) from exc
+        raise _fail(source, f"{WEIGHTS} is not a readable HDF5 file (truncated or corrupt?): {exc}") from exc
     with h5:
         try:
             refuse_external_links(h5, source)
@@ -172,9 +187,7 @@ def _build(source: str, root: ModelNode, version: str | None, weights_file: Any)
         except ConversionError:
             raise
         except (KeyError, OSError, RuntimeError, ValueError, TypeError, UnicodeError) as exc:
-            raise _fail(
-                source, f"{WEIGHTS} is corrupt ({type(exc).__name__}: {exc})"
-            ) from exc
+            raise _fail(source, f"{WEIGHTS} is corrupt ({type(exc).__name__}: {exc})") from exc
     return KerasModel(
         source=source,
         format="keras3-zip",
@@ -198,8 +211,15 @@ CELL_PATHS = ("cell", "forward_layer/cell", "backward_layer/cell")
 ATTENTION_PATHS = tuple(f"{prefix}{part}_dense" for part in ("query", "key", "value", "output") for prefix in ("", "_"))
 
 
-def read_weight_tree(h5: h5py.File, root: ModelNode, source: str, budget: WeightBudget, member: str = WEIGHTS,
-                     config: str = "the config", leaves: list | None = None) -> list[KerasLayer]:
+def read_weight_tree(
+    h5: h5py.File,
+    root: ModelNode,
+    source: str,
+    budget: WeightBudget,
+    member: str = WEIGHTS,
+    config: str = "the config",
+    leaves: list | None = None,
+) -> list[KerasLayer]:
     """Each leaf layer of ``root`` with its variables from a Keras 3-layout HDF5 file.
 
     Args:
@@ -223,18 +243,21 @@ def read_weight_tree(h5: h5py.File, root: ModelNode, source: str, budget: Weight
     """
     layers, claimed = [], set()
     memo: dict = {}
-    for leaf, trail, name in (named_leaves(list(iter_chain(root))) if leaves is None else leaves):
+    for leaf, trail, name in named_leaves(list(iter_chain(root))) if leaves is None else leaves:
         group_path, group = _find_vars(h5, trail, leaf.name, source, member, config, memo)
         if leaf.class_name in WRAPPERS and (group is None or not len(group)):
-            claimed.add(group_path.rsplit("/", 1)[0])                 # the wrapper's own (empty) group
-            group_path = group_path[: -len("vars")] + "layer/vars"   # the wrapped layer's own variables
+            claimed.add(group_path.rsplit("/", 1)[0])  # the wrapper's own (empty) group
+            group_path = group_path[: -len("vars")] + "layer/vars"  # the wrapped layer's own variables
             group = h5.get(group_path) if isinstance(h5.get(group_path), h5py.Group) else None
         names, arrays = [], []
         layer_path = group_path.rsplit("/", 1)[0]
         groups = [(group_path, group)]
-        if group is not None and not len(group):   # a recurrent layer's variables are its cell's
-            groups += [(f"{layer_path}/{sub}/vars", h5[f"{layer_path}/{sub}/vars"]) for sub in CELL_PATHS + ATTENTION_PATHS
-                       if isinstance(h5.get(f"{layer_path}/{sub}/vars"), h5py.Group)]
+        if group is not None and not len(group):  # a recurrent layer's variables are its cell's
+            groups += [
+                (f"{layer_path}/{sub}/vars", h5[f"{layer_path}/{sub}/vars"])
+                for sub in CELL_PATHS + ATTENTION_PATHS
+                if isinstance(h5.get(f"{layer_path}/{sub}/vars"), h5py.Group)
+            ]
         if group is None and h5.get(layer_path) is None and not is_operation(leaf):
             raise _fail(
                 source,
@@ -242,7 +265,7 @@ def read_weight_tree(h5: h5py.File, root: ModelNode, source: str, budget: Weight
                 f"(Keras would keep them in {layer_path}): the weights do not match",
             )
         for group_path, group in groups if group is not None else []:
-            assert group is not None   # the layer's group, then its cell's (each an h5py.Group)
+            assert group is not None  # the layer's group, then its cell's (each an h5py.Group)
             claimed.add(group_path.rsplit("/", 1)[0])
             keys = list(group.keys())
             try:
@@ -257,8 +280,7 @@ def read_weight_tree(h5: h5py.File, root: ModelNode, source: str, budget: Weight
             for key in order:
                 where = f"{member}:{group_path}/{key}"
                 names.append(f"{group_path}/{key}")
-                arrays.append(read_weight(group[key], source, where, budget,
-                                          variable_dtype(leaf.config)))
+                arrays.append(read_weight(group[key], source, where, budget, variable_dtype(leaf.config)))
         layers.append(
             KerasLayer(
                 class_name=leaf.class_name,
@@ -286,8 +308,9 @@ def _holds_data(obj: Any) -> bool:
     return False
 
 
-def _check_unclaimed(h5: h5py.File, model: ModelNode, prefix: str, claimed: set, source: str, member: str,
-                     config: str) -> None:
+def _check_unclaimed(
+    h5: h5py.File, model: ModelNode, prefix: str, claimed: set, source: str, member: str, config: str
+) -> None:
     """Refuse weights under ``layers/`` that belong to no layer of the config."""
     layers = h5.get(f"{prefix}layers")
     if not isinstance(layers, h5py.Group):
@@ -318,8 +341,9 @@ def _vars_name(group: h5py.Group) -> str | None:
         return None
 
 
-def _find_vars(h5: h5py.File, trail: tuple, layer_name: str, source: str, member: str, config: str,
-               memo: dict | None = None) -> tuple[str, h5py.Group | None]:
+def _find_vars(
+    h5: h5py.File, trail: tuple, layer_name: str, source: str, member: str, config: str, memo: dict | None = None
+) -> tuple[str, h5py.Group | None]:
     """The ``vars`` group holding a layer's variables, or ``(path, None)`` if there is none.
 
     ``memo`` keeps, across the layers of one file, each model's saving names and each folder's
@@ -352,8 +376,6 @@ def _find_vars(h5: h5py.File, trail: tuple, layer_name: str, source: str, member
             f"{config}, and no weights are labelled with that name: the weights do not match",
         )
     return path, None
-
-
 
 
 def _vars_labels(h5: h5py.File, parent_path: str) -> dict:

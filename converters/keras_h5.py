@@ -66,16 +66,12 @@ def read_keras_h5(source: str) -> KerasModel:
         except ConversionError:
             raise
         except (KeyError, OSError, RuntimeError, ValueError, TypeError, UnicodeError) as exc:
-            raise _fail(
-                source, f"the HDF5 file is corrupt ({type(exc).__name__}: {exc})"
-            ) from exc
+            raise _fail(source, f"the HDF5 file is corrupt ({type(exc).__name__}: {exc})") from exc
 
 
 def _read_open_file(f: h5py.File, source: str) -> KerasModel:
     if "model_config" not in f.attrs:
-        if "layer_names" in f.attrs or "layer_names0" in f.attrs or (
-            "layers" in f and "vars" in f
-        ):
+        if "layer_names" in f.attrs or "layer_names0" in f.attrs or ("layers" in f and "vars" in f):
             raise _fail(
                 source,
                 "holds weights only (written by save_weights), without the model's architecture; "
@@ -86,9 +82,7 @@ def _read_open_file(f: h5py.File, source: str) -> KerasModel:
             )
         if "model_weights" in f:
             raise _fail(source, "has no model_config attribute, so the model's layers are unknown")
-        raise _fail(
-            source, "is an HDF5 file but not a Keras model file (no model_config attribute)"
-        )
+        raise _fail(source, "is an HDF5 file but not a Keras model file (no model_config attribute)")
     refuse_external_links(f, source)
     config = read_json_attribute(f, "model_config", source, MAX_JSON_BYTES)
     if not isinstance(config, dict):
@@ -106,8 +100,7 @@ def _read_open_file(f: h5py.File, source: str) -> KerasModel:
     if major is not None and major < 2:
         raise _fail(
             source,
-            f"was written by Keras {version}; Keras 1 files are not read (load and re-save it "
-            "with Keras 2 or 3)",
+            f"was written by Keras {version}; Keras 1 files are not read (load and re-save it with Keras 2 or 3)",
         )
     if major is None:
         fmt = "keras3-h5" if looks_keras3(config) else "keras2-h5"
@@ -121,8 +114,7 @@ def _read_open_file(f: h5py.File, source: str) -> KerasModel:
     if "model_weights" not in f or not isinstance(f["model_weights"], h5py.Group):
         raise _fail(source, "has no model_weights group: the weights are missing")
     leaves, graph = leaves_and_graph(root, source)
-    layers = read_weights_group(root, f["model_weights"], source, WeightBudget(root, source),
-                                leaves=leaves)
+    layers = read_weights_group(root, f["model_weights"], source, WeightBudget(root, source), leaves=leaves)
     return KerasModel(
         source=source,
         format=fmt,
@@ -136,9 +128,15 @@ def _read_open_file(f: h5py.File, source: str) -> KerasModel:
     )
 
 
-def read_weights_group(root: ModelNode, group: h5py.Group, source: str, budget: WeightBudget,
-                       where: str = "model_weights", config: str = "the config",
-                       leaves: list | None = None) -> list[KerasLayer]:
+def read_weights_group(
+    root: ModelNode,
+    group: h5py.Group,
+    source: str,
+    budget: WeightBudget,
+    where: str = "model_weights",
+    config: str = "the config",
+    leaves: list | None = None,
+) -> list[KerasLayer]:
     """Each leaf layer of ``root`` with its weights from a Keras 2-layout HDF5 group.
 
     Args:
@@ -188,22 +186,30 @@ def _group_datasets(group: h5py.Group, source: str, layer: str, parent: str) -> 
     out = []
     for weight_name in names:
         if weight_name not in group:
-            raise _fail(
-                source, f"weight {weight_name!r} of layer {layer!r} is missing from {where}"
-            )
+            raise _fail(source, f"weight {weight_name!r} of layer {layer!r} is missing from {where}")
         out.append((weight_name, group[weight_name]))
     return out
 
 
-def _read(datasets: list, layer: str, config: dict, source: str, budget: WeightBudget, parent: str) -> tuple[list, list]:
+def _read(
+    datasets: list, layer: str, config: dict, source: str, budget: WeightBudget, parent: str
+) -> tuple[list, list]:
     names = [name for name, _ in datasets]
-    arrays = [read_weight(obj, source, f"{parent}/{layer}/{name}", budget, variable_dtype(config))
-              for name, obj in datasets]
+    arrays = [
+        read_weight(obj, source, f"{parent}/{layer}/{name}", budget, variable_dtype(config)) for name, obj in datasets
+    ]
     return names, arrays
 
 
-def _collect_weights(root: ModelNode, weights_group: h5py.Group, layer_names: list[str], source: str,
-                     budget: WeightBudget, where: str, config: str) -> dict:
+def _collect_weights(
+    root: ModelNode,
+    weights_group: h5py.Group,
+    layer_names: list[str],
+    source: str,
+    budget: WeightBudget,
+    where: str,
+    config: str,
+) -> dict:
     """``{id(leaf layer): (weight names, arrays)}`` for every leaf layer of the model: a layer of
     the top model from its own group, one of a nested model from that model's group."""
     out: dict[int, tuple[list, list]] = {}
@@ -212,7 +218,7 @@ def _collect_weights(root: ModelNode, weights_group: h5py.Group, layer_names: li
         if isinstance(member, LayerEntry) and member.class_name == INPUT_LAYER:
             continue
         if member.name not in listed and is_operation(member):
-            out[id(member)] = ([], [])   # Keras 3 saves the layers' weights only; an operation has none
+            out[id(member)] = ([], [])  # Keras 3 saves the layers' weights only; an operation has none
             continue
         if member.name not in listed:
             raise _fail(
@@ -241,8 +247,7 @@ def _collect_weights(root: ModelNode, weights_group: h5py.Group, layer_names: li
             if extra:
                 raise _fail(
                     source,
-                    f"{where} holds weights for layer {name!r}, which {config} does not have: "
-                    "the weights do not match",
+                    f"{where} holds weights for layer {name!r}, which {config} does not have: the weights do not match",
                 )
     return out
 

@@ -31,7 +31,7 @@ from malinn.errors import ConversionError
 from .chain import LayerEntry, ModelNode, iter_layers
 from .validate import SHAPE_PRESERVING
 
-MAX_JSON_BYTES = 16 << 20   # parsed, a JSON text takes many times its size in memory
+MAX_JSON_BYTES = 16 << 20  # parsed, a JSON text takes many times its size in memory
 MAX_WEIGHTS_BYTES = 2 << 30
 MAX_MEMBER_BYTES = 4 << 30
 MAX_COMPRESSION_RATIO = 100
@@ -146,8 +146,11 @@ def check_member(info: zipfile.ZipInfo, limit: int, why: str, source: str) -> No
             f"uncompressed, more than {why} ({size_text(limit)}); refused before reading it"
         )
     packed = max(info.compress_size, 1)
-    if (info.compress_type != zipfile.ZIP_STORED and declared > RATIO_FLOOR
-            and declared > MAX_COMPRESSION_RATIO * packed):
+    if (
+        info.compress_type != zipfile.ZIP_STORED
+        and declared > RATIO_FLOOR
+        and declared > MAX_COMPRESSION_RATIO * packed
+    ):
         raise ConversionError(
             f"{source}: archive member {info.filename} declares {size_text(declared)} "
             f"uncompressed from {size_text(packed)} compressed ({declared // packed}:1, more than "
@@ -198,9 +201,10 @@ class WeightBudget:
                 f"{self.source}: weight {where} is stored in {chunks} chunks of {dataset.chunks} "
                 f"({'with the ' + str(self.chunks) + ' before it, ' if self.chunks else ''}more than malinn reads: "
                 f"chunks of {MIN_CHUNK_BYTES} bytes or more on average, {MAX_CHUNKS} in a file); refused before "
-                "reading it")
+                "reading it"
+            )
         self.chunks += chunks
-        declared = math.prod(shape) * max(dataset.dtype.itemsize, 4)   # what it takes once read, as float32
+        declared = math.prod(shape) * max(dataset.dtype.itemsize, 4)  # what it takes once read, as float32
         if self.used + declared > self.limit:
             raise ConversionError(
                 f"{self.source}: weight {where} declares shape {tuple(shape)} of {dataset.dtype} "

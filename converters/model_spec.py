@@ -88,7 +88,7 @@ class KerasGraph:
     inputs: list[tuple]
     calls: list[KerasCall]
     outputs: list[str]
-    output_names: list[str] | None = None   # Keras 3 models whose outputs are a dict
+    output_names: list[str] | None = None  # Keras 3 models whose outputs are a dict
 
     @classmethod
     def of_chain(cls, layers: list, sample_shape: tuple) -> "KerasGraph":

@@ -42,9 +42,7 @@ TRAINING_ONLY_SUFFIXES = ("_initializer", "_regularizer", "_constraint")
 #: class name in ``.h5`` (InceptionResNetV2 registers its CustomScaleLayer under the package ``Custom``).
 APPLICATION_CLASSES = frozenset({"Custom>CustomScaleLayer"})
 #: Serialized values that are data, not code.
-DATA_CLASSES = frozenset(
-    {"__keras_tensor__", "__tensor__", "__numpy__", "__bytes__", "__ellipsis__", "__slice__"}
-)
+DATA_CLASSES = frozenset({"__keras_tensor__", "__tensor__", "__numpy__", "__bytes__", "__ellipsis__", "__slice__"})
 
 
 def is_keras_module(module: Any) -> bool:

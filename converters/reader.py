@@ -23,8 +23,10 @@ from .split_forms import read_architecture, read_split
 from .validate import check_model
 
 _ZIP_SIGNATURES = (b"PK\x03\x04", b"PK\x05\x06")
-_RESAVE = ("re-save the Keras model with model.save('model.keras') instead (or its architecture "
-           "with model.to_json() and its weights with model.save_weights('model.weights.h5'))")
+_RESAVE = (
+    "re-save the Keras model with model.save('model.keras') instead (or its architecture "
+    "with model.to_json() and its weights with model.save_weights('model.weights.h5'))"
+)
 
 
 def read_keras(path: str | os.PathLike, weights: str | os.PathLike | None = None) -> KerasModel:
@@ -64,24 +66,23 @@ def read_keras(path: str | os.PathLike, weights: str | os.PathLike | None = None
         raise
     except Exception as exc:  # any h5py/zipfile/json failure on a bad file
         label = source if weights_source is None else f"{source} + {weights_source}"
-        raise ConversionError(
-            f"{label}: cannot read the file ({type(exc).__name__}: {exc})"
-        ) from exc
+        raise ConversionError(f"{label}: cannot read the file ({type(exc).__name__}: {exc})") from exc
 
 
 def _read(source: str) -> KerasModel:
     head = _head(source)
     if os.path.isdir(source):
-        if os.path.lexists(os.path.join(source, "config.json")):   # read_keras3_dir names one that is no file
+        if os.path.lexists(os.path.join(source, "config.json")):  # read_keras3_dir names one that is no file
             return read_keras3_dir(source)
         raise ConversionError(f"{source}: is a directory, not a Keras model file")
     zip_file, hdf5_file = head[:4] in _ZIP_SIGNATURES, is_hdf5_signature(head) or _is_hdf5(source)
     if zip_file and hdf5_file and not is_hdf5_signature(head) and _weights_member_is_the_hdf5(source):
-        hdf5_file = False   # a .keras archive whose stored weights happen to begin where HDF5 looks for a superblock
+        hdf5_file = False  # a .keras archive whose stored weights happen to begin where HDF5 looks for a superblock
     if zip_file and hdf5_file or hdf5_file and _opens_as_zip(source):
         # read as one and loaded by Keras (malinn verify) as the other: a model malinn never saw would run
-        raise ConversionError(f"{source}: is both a zip archive and an HDF5 file; a Keras model file is one of "
-                              "them (save it again)")
+        raise ConversionError(
+            f"{source}: is both a zip archive and an HDF5 file; a Keras model file is one of them (save it again)"
+        )
     if zip_file:
         return read_keras3_zip(source)
     if hdf5_file:
@@ -104,8 +105,13 @@ def _read_pair(architecture: str, weights: str) -> KerasModel:
     head = _head(architecture)
     _head(weights)
     if os.path.isdir(architecture) or not _is_json(head):
-        what = ("a directory" if os.path.isdir(architecture) else
-                "JSON, but not an object" if _is_json_value(head) else "not a JSON file")
+        what = (
+            "a directory"
+            if os.path.isdir(architecture)
+            else "JSON, but not an object"
+            if _is_json_value(head)
+            else "not a JSON file"
+        )
         raise ConversionError(
             f"{architecture}: is {what}; with weights ({weights}) the model must be the "
             "architecture JSON of model.to_json() (a whole .keras or .h5 model is given alone)"
@@ -123,8 +129,10 @@ def _head(source: str) -> bytes:
     """
     if not os.path.exists(source):
         if os.path.isfile(source + ".index"):
-            raise ConversionError(f"{source}: is a TensorFlow checkpoint ({source}.index, "
-                                  f"{source}.data-...), which malinn does not read; {_RESAVE}")
+            raise ConversionError(
+                f"{source}: is a TensorFlow checkpoint ({source}.index, "
+                f"{source}.data-...), which malinn does not read; {_RESAVE}"
+            )
         raise ConversionError(f"{source}: no such file")
     if os.path.isdir(source):
         if os.path.isfile(os.path.join(source, "saved_model.pb")):
@@ -134,13 +142,14 @@ def _head(source: str) -> bytes:
         return b""
     name = os.path.basename(source)
     if name == "saved_model.pb":
-        raise ConversionError(f"{source}: is the graph of a TensorFlow SavedModel, which malinn "
-                              f"does not read; {_RESAVE}")
+        raise ConversionError(
+            f"{source}: is the graph of a TensorFlow SavedModel, which malinn does not read; {_RESAVE}"
+        )
     if re.fullmatch(r".+\.data-\d+-of-\d+", name) or (
-            name.endswith(".index") and glob.glob(glob.escape(source[:-len(".index")]) + ".data-*")):
-        raise ConversionError(f"{source}: is part of a TensorFlow checkpoint, which malinn does "
-                              f"not read; {_RESAVE}")
-    if not stat.S_ISREG(os.stat(source).st_mode):   # a FIFO would block open() for good, a device read forever
+        name.endswith(".index") and glob.glob(glob.escape(source[: -len(".index")]) + ".data-*")
+    ):
+        raise ConversionError(f"{source}: is part of a TensorFlow checkpoint, which malinn does not read; {_RESAVE}")
+    if not stat.S_ISREG(os.stat(source).st_mode):  # a FIFO would block open() for good, a device read forever
         raise ConversionError(f"{source}: is {file_kind(source)}, not a regular file; give the model file")
     try:
         with open(source, "rb") as fh:
@@ -150,8 +159,7 @@ def _head(source: str) -> bytes:
     if not head:
         raise ConversionError(f"{source}: the file is empty (0 bytes)")
     if head[4:8] == b"TFL3":
-        raise ConversionError(f"{source}: is a TensorFlow Lite model (.tflite), which malinn does "
-                              f"not read; {_RESAVE}")
+        raise ConversionError(f"{source}: is a TensorFlow Lite model (.tflite), which malinn does not read; {_RESAVE}")
     return head
 
 
@@ -195,7 +203,12 @@ def _weights_member_is_the_hdf5(source: str) -> bool:
             local = f.read(30)
             if len(local) != 30 or local[:4] != b"PK\x03\x04":
                 return False
-            start = info.header_offset + 30 + int.from_bytes(local[26:28], "little") + int.from_bytes(local[28:30], "little")
+            start = (
+                info.header_offset
+                + 30
+                + int.from_bytes(local[26:28], "little")
+                + int.from_bytes(local[28:30], "little")
+            )
             f.seek(start)
             return is_hdf5_signature(f.read(8)) and start % 512 == 0 and not _hdf5_before(f, start)
     except (KeyError, zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError):

@@ -47,16 +47,20 @@ def read_architecture(path: str) -> dict:
     """
     size = os.path.getsize(path)
     if size > MAX_JSON_BYTES:
-        raise ConversionError(f"{path}: the architecture JSON has {size_text(size)}, more than "
-                              f"malinn's limit for a JSON file ({size_text(MAX_JSON_BYTES)})")
+        raise ConversionError(
+            f"{path}: the architecture JSON has {size_text(size)}, more than "
+            f"malinn's limit for a JSON file ({size_text(MAX_JSON_BYTES)})"
+        )
     with open(path, "rb") as fh:
-        data = fh.read(MAX_JSON_BYTES + 1)   # the size above is 0 for what is not a regular file
+        data = fh.read(MAX_JSON_BYTES + 1)  # the size above is 0 for what is not a regular file
     if len(data) > MAX_JSON_BYTES:
-        raise ConversionError(f"{path}: the architecture JSON holds more than malinn's limit for a JSON file "
-                              f"({size_text(MAX_JSON_BYTES)})")
+        raise ConversionError(
+            f"{path}: the architecture JSON holds more than malinn's limit for a JSON file "
+            f"({size_text(MAX_JSON_BYTES)})"
+        )
     try:
         config = json.loads(data.decode("utf-8-sig"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:   # RecursionError: nested past json's depth
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nested past json's depth
         raise ConversionError(f"{path}: is not valid JSON ({exc})") from exc
     if not isinstance(config, dict) or not isinstance(config.get("class_name"), str):
         raise ConversionError(
@@ -106,12 +110,10 @@ def read_split(architecture: str, weights: str) -> KerasModel:
         budget = WeightBudget(root, source)
         leaves, graph = leaves_and_graph(root, source)
         if "layer_names" in f.attrs or "layer_names0" in f.attrs:
-            layers = read_weights_group(root, f, source, budget, where=name, config=side,
-                                        leaves=leaves)
+            layers = read_weights_group(root, f, source, budget, where=name, config=side, leaves=leaves)
             file_version = _attr_text(f, "keras_version")
         elif isinstance(f.get("layers"), h5py.Group) or isinstance(f.get("vars"), h5py.Group):
-            layers = read_weight_tree(f, root, source, budget, member=name, config=side,
-                                      leaves=leaves)
+            layers = read_weight_tree(f, root, source, budget, member=name, config=side, leaves=leaves)
             file_version = None
         else:
             raise ConversionError(
@@ -125,8 +127,10 @@ def read_split(architecture: str, weights: str) -> KerasModel:
     major = version_major(version)
     keras2 = major == 2 if major is not None else not keras3
     if major is not None and major < 2:
-        raise ConversionError(f"{architecture}: was written by Keras {version}; Keras 1 files are "
-                              "not read (load and re-save it with Keras 2 or 3)")
+        raise ConversionError(
+            f"{architecture}: was written by Keras {version}; Keras 1 files are "
+            "not read (load and re-save it with Keras 2 or 3)"
+        )
     return KerasModel(
         source=source,
         format="keras2-json" if keras2 else "keras3-json",

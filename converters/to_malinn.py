@@ -91,7 +91,7 @@ class _Conversion:
         self.made: dict = {}
         self.unsupported: list = []
         self._ranks: dict = {}
-        self._weighted: set = set()    # the layers given the file's weights
+        self._weighted: set = set()  # the layers given the file's weights
         self._inputs()
         by_name = {kl.name: kl for kl in km.layers}
         readers: dict = {}
@@ -102,8 +102,11 @@ class _Conversion:
                 wrapped = wrapped or _same_mask_twice(c, by_name[c.layer])
                 readers.setdefault(t, []).append(_MaskReader if wrapped else _keras_class(by_name[c.layer].class_name))
         for call in graph.calls:
-            if _same_mask_twice(call, by_name[call.layer]) and call.inputs[0] in self.tensors and \
-                    all(getattr(cls, "keras_takes_mask", False) for cls in readers.get(call.output) or [None]):
+            if (
+                _same_mask_twice(call, by_name[call.layer])
+                and call.inputs[0] in self.tensors
+                and all(getattr(cls, "keras_takes_mask", False) for cls in readers.get(call.output) or [None])
+            ):
                 # Keras 3's mask of a merge of inputs of one mask: that mask OR (AND) itself
                 self.tensors[call.output] = self.tensors[call.inputs[0]]
                 continue
@@ -118,7 +121,8 @@ class _Conversion:
             raise ConversionError(
                 f"{km.source}: {len(self.unsupported)} unsupported layer(s): {'; '.join(self.unsupported)}. "
                 f"Supported layers: {', '.join(supported_layers())}. "
-                f"Supported activations: {', '.join(sorted(SUPPORTED_ACTIVATIONS))}.")
+                f"Supported activations: {', '.join(sorted(SUPPORTED_ACTIVATIONS))}."
+            )
         for name, layer in self.made.items():
             layer.keras_names = (name,)
 
@@ -126,12 +130,15 @@ class _Conversion:
         dtypes = tuple(self.km.input_dtypes) + ("float32",) * (len(self.graph.inputs) - len(self.km.input_dtypes))
         for (tensor, name, shape), dtype in zip(self.graph.inputs, dtypes):
             if shape is None or any(d is None for d in shape):
-                raise ConversionError(f"{self.km.source}: input {name!r} has the shape {_with_batch(shape)}, which is "
-                                      "not fully known; malinn needs every axis but the batch to be fixed")
+                raise ConversionError(
+                    f"{self.km.source}: input {name!r} has the shape {_with_batch(shape)}, which is "
+                    "not fully known; malinn needs every axis but the batch to be fixed"
+                )
             try:
-                self.tensors[tensor] = lookup("model", "Functional").Input(tuple(int(d) for d in shape), name=name,
-                                                                           dtype=dtype)
-            except ValueError as exc:   # no axis besides the batch's, a size below 1
+                self.tensors[tensor] = lookup("model", "Functional").Input(
+                    tuple(int(d) for d in shape), name=name, dtype=dtype
+                )
+            except ValueError as exc:  # no axis besides the batch's, a size below 1
                 raise ConversionError(f"{self.km.source}: {exc}") from None
             self._ranks[tensor] = 1 + len(shape)
 
@@ -139,22 +146,26 @@ class _Conversion:
         """Converts one call: the layer (on its first call), its output tensor, the file's weights."""
         self._ranks[call.output] = self._ranks.get(call.inputs[0], 2)
         cls = _keras_class(kl.class_name)
-        if call.operand is not None:   # x + 3, a TFOpLambda given a constant or options
+        if call.operand is not None:  # x + 3, a TFOpLambda given a constant or options
             self._operator(call, kl)
             return
         if call.constant is not None:
-            self.unsupported.append(f"{kl.class_name} {kl.name!r} with a constant operand ({call.constant}: malinn "
-                                    "runs Keras operators on two tensors only; a layer may do it: x * c + d is "
-                                    "Rescaling(c, d), maximum(x, 0) is ReLU)")
+            self.unsupported.append(
+                f"{kl.class_name} {kl.name!r} with a constant operand ({call.constant}: malinn "
+                "runs Keras operators on two tensors only; a layer may do it: x * c + d is "
+                "Rescaling(c, d), maximum(x, 0) is ReLU)"
+            )
             return
         if call.training and cls is not None and kl.class_name in cls.keras_training_dependent:
-            self.unsupported.append(f"{kl.class_name} {kl.name!r} called with training=True (tf_keras's predict runs "
-                                    "its training behaviour there: Dropout's and the augmentation layers' randomness, "
-                                    "BatchNormalization on the batch's statistics; malinn runs inference: build the "
-                                    "model without training=True and save it again)")
+            self.unsupported.append(
+                f"{kl.class_name} {kl.name!r} called with training=True (tf_keras's predict runs "
+                "its training behaviour there: Dropout's and the augmentation layers' randomness, "
+                "BatchNormalization on the batch's statistics; malinn runs inference: build the "
+                "model without training=True and save it again)"
+            )
             return
         if cls is not None and cls.keras_no_op and kl.class_name not in cls.keras_refused:
-            if call.inputs[0] in self.tensors:   # passes its input on
+            if call.inputs[0] in self.tensors:  # passes its input on
                 self.tensors[call.output] = self.tensors[call.inputs[0]]
             return
         try:
@@ -166,21 +177,22 @@ class _Conversion:
                 except ValueError:
                     if first is not None:
                         raise
-                    self.made[kl.name] = None   # its input unknown, after a layer that was not converted
+                    self.made[kl.name] = None  # its input unknown, after a layer that was not converted
             layer = self.made[kl.name]
             if layer is None or not all(t in self.tensors for t in call.inputs):
-                return   # after an unsupported layer, what reads it is only checked for its class
+                return  # after an unsupported layer, what reads it is only checked for its class
             given = [self.tensors[t] for t in call.inputs]
             listed = call.listed
-            if kl.class_name in WRAPPERS and call.arguments:   # TimeDistributed(layer)(x, mask=m): m passes on
+            if kl.class_name in WRAPPERS and call.arguments:  # TimeDistributed(layer)(x, mask=m): m passes on
                 given = [g for g, a in zip(given, call.arguments) if not _is_mask_argument(a)]
                 listed = listed and len(given) > 1
             try:
-                with weights_to_be_loaded():   # placeholders, which the file's weights replace once checked
+                with weights_to_be_loaded():  # placeholders, which the file's weights replace once checked
                     keras_call = getattr(layer, "keras_call", None)
-                    if keras_call is not None:   # a layer of several named inputs (MultiHeadAttention)
-                        out = keras_call(dict(zip(call.arguments or [str(i) for i in range(len(given))], given)),
-                                         dict(call.options))
+                    if keras_call is not None:  # a layer of several named inputs (MultiHeadAttention)
+                        out = keras_call(
+                            dict(zip(call.arguments or [str(i) for i in range(len(given))], given)), dict(call.options)
+                        )
                     else:
                         out = layer(given if listed else given[0])
             except ValueError as exc:
@@ -190,30 +202,37 @@ class _Conversion:
                 why = str(exc).removeprefix(f"{kl.class_name} {kl.name!r}: ")
                 self.unsupported.append(f"{kl.class_name} {kl.name!r} ({why})")
                 return
-            outs = out if isinstance(out, list) else [out]   # a recurrent layer's output and states
+            outs = out if isinstance(out, list) else [out]  # a recurrent layer's output and states
             for i, one in enumerate(outs):
                 name = call.output if i == 0 else f"{call.output}@{i}"
                 self.tensors[name], self._ranks[name] = one, len(one.shape)
-            if kl.name not in self._weighted:   # once, after the first call built it
+            if kl.name not in self._weighted:  # once, after the first call built it
                 self._weighted.add(kl.name)
-                _set_file_weights(layer, layer.from_keras_weights([np.asarray(w, np.float32) for w in kl.weights]),
-                                  given[0].shape)
+                _set_file_weights(
+                    layer, layer.from_keras_weights([np.asarray(w, np.float32) for w in kl.weights]), given[0].shape
+                )
                 if kl.quantized is not None:
-                    layer.quantized = kl.quantized   # int8-weights uploads Keras's own int8 values
+                    layer.quantized = kl.quantized  # int8-weights uploads Keras's own int8 values
         except ValueError as exc:
             raise ConversionError(f"{self.km.source}: layer {kl.name!r} ({kl.class_name}): {exc}") from None
         except (KeyError, TypeError) as exc:
-            raise ConversionError(f"{self.km.source}: layer {kl.name!r} ({kl.class_name}) has a config malinn cannot "
-                                  f"use: {exc}") from None
+            raise ConversionError(
+                f"{self.km.source}: layer {kl.name!r} ({kl.class_name}) has a config malinn cannot use: {exc}"
+            ) from None
 
     def _operator(self, call: KerasCall, kl: KerasLayer) -> None:
         """Converts one call of an operator given a constant or options (``call.operand``): the layer
         :func:`~malinn.layers.operators.operator_layer` makes of it, called on the call's tensors."""
         if not all(t in self.tensors for t in call.inputs):
-            return   # after an unsupported layer
+            return  # after an unsupported layer
         given = [self.tensors[t] for t in call.inputs]
-        keras = KerasContext(class_name=kl.class_name, name=kl.name, keras_major=self.km.keras_major,
-                             input_shape=tuple(given[0].shape), has_weights=False)
+        keras = KerasContext(
+            class_name=kl.class_name,
+            name=kl.name,
+            keras_major=self.km.keras_major,
+            input_shape=tuple(given[0].shape),
+            has_weights=False,
+        )
         try:
             layer = self.made.get(kl.name) or operator_layer(kl.config or {}, call.operand or {}, keras)
             self.made[kl.name] = layer
@@ -228,12 +247,17 @@ class _Conversion:
     def _layer(self, kl: KerasLayer, shape: tuple) -> Layer | None:
         """The malinn layer for one Keras layer called on ``shape`` (None, with a line in
         ``unsupported``, where there is none)."""
-        keras = KerasContext(class_name=kl.class_name, name=kl.name, keras_major=self.km.keras_major,
-                             input_shape=tuple(shape), has_weights=bool(kl.weights))
+        keras = KerasContext(
+            class_name=kl.class_name,
+            name=kl.name,
+            keras_major=self.km.keras_major,
+            input_shape=tuple(shape),
+            has_weights=bool(kl.weights),
+        )
         try:
             if kl.class_name in WRAPPERS:
                 layer = _time_distributed(kl.config or {}, keras)
-                layer.keras_passes_mask = True   # Keras's TimeDistributed hands its input's mask on
+                layer.keras_passes_mask = True  # Keras's TimeDistributed hands its input's mask on
                 return layer
             return _convert(kl.config or {}, keras)
         except NotConvertible as exc:
@@ -246,15 +270,25 @@ class _Conversion:
 def _mask_of_indices(call: KerasCall, kl: KerasLayer, readers: list | None) -> bool:
     """Whether ``call`` is Keras 3's ``not_equal(x, 0)`` that only layers taking a mask read (as
     their mask: ``keras_takes_mask``)."""
-    return (kl.class_name == "NotEqual" and call.constant in ("0", "0.0") and readers is not None and bool(readers)
-            and all(getattr(cls, "keras_takes_mask", False) for cls in readers))
+    return (
+        kl.class_name == "NotEqual"
+        and call.constant in ("0", "0.0")
+        and readers is not None
+        and bool(readers)
+        and all(getattr(cls, "keras_takes_mask", False) for cls in readers)
+    )
 
 
 def _same_mask_twice(call: KerasCall, kl: KerasLayer) -> bool:
     """Whether ``call`` is Keras 3's ``logical_or`` (``logical_and``) of a mask and itself, the mask
     a merge's output gets from inputs of one mask."""
-    return kl.class_name in ("LogicalOr", "LogicalAnd") and len(call.inputs) == 2 and \
-        call.inputs[0] == call.inputs[1] and call.constant is None and call.operand is None
+    return (
+        kl.class_name in ("LogicalOr", "LogicalAnd")
+        and len(call.inputs) == 2
+        and call.inputs[0] == call.inputs[1]
+        and call.constant is None
+        and call.operand is None
+    )
 
 
 def _is_mask_argument(argument: str) -> bool:
@@ -326,26 +360,26 @@ def _time_distributed(config: dict, keras: KerasContext) -> Layer:
 def _sequential(km: KerasModel, sample: tuple, conversion: _Conversion) -> Any:
     """The ``Sequential`` of a chain's converted layers, affine layers folded into a neighbouring
     Dense and each inference no-op's name given to the layer before it."""
-    built: list = []      # [malinn layer, keras names]
+    built: list = []  # [malinn layer, keras names]
     for call in conversion.graph.calls:
         layer = conversion.made.get(call.layer)
-        if layer is None:   # an inference no-op
+        if layer is None:  # an inference no-op
             if built:
                 built[-1][1].append(call.layer)
             continue
         affine = getattr(layer, "feature_affine", lambda: None)()
         if affine is not None and built and built[-1][0].absorb_affine(*affine):
-            built[-1][1].append(call.layer)      # folded into the linear Dense before it
+            built[-1][1].append(call.layer)  # folded into the linear Dense before it
             continue
         built.append([layer, [call.layer]])
-    if not built and km.layers:   # inference no-ops only: the model returns its input
+    if not built and km.layers:  # inference no-ops only: the model returns its input
         built.append([lookup("layer", "Identity")(name=km.layers[0].name), [kl.name for kl in km.layers]])
     built = _fold_into_next_dense(built)
     if not built:
         raise ConversionError(f"{km.source}: the model has no layer that computes anything")
     model = lookup("model", "Sequential")(name=km.name or "sequential")
     try:
-        if km.input_dtypes[0] != "float32":   # Keras casts the input to its Input's dtype first
+        if km.input_dtypes[0] != "float32":  # Keras casts the input to its Input's dtype first
             model.add(lookup("model", "Functional").Input(sample, dtype=km.input_dtypes[0]))
         for layer, keras_names in built:
             layer.keras_names = tuple(keras_names)
@@ -383,9 +417,11 @@ def _functional(km: KerasModel, conversion: _Conversion) -> Any:
             outputs[i] = identities[id(t)]
     try:
         named = dict(zip(graph.output_names, outputs)) if graph.output_names else None
-        return lookup("model", "Functional")(inputs if len(inputs) > 1 else inputs[0],
-                                             named if named is not None else outputs if len(outputs) > 1 else outputs[0],
-                                             name=km.name or "functional")
+        return lookup("model", "Functional")(
+            inputs if len(inputs) > 1 else inputs[0],
+            named if named is not None else outputs if len(outputs) > 1 else outputs[0],
+            name=km.name or "functional",
+        )
     except ValueError as exc:
         raise ConversionError(f"{km.source}: {exc}") from None
 
@@ -393,17 +429,25 @@ def _functional(km: KerasModel, conversion: _Conversion) -> Any:
 def _check_policies(km: KerasModel) -> None:
     """Refuses every layer whose dtype policy malinn does not compute (an integer, string or
     complex policy, a name Keras does not know), naming each and the supported ones."""
-    problems = [f"layer {kl.name!r} ({kl.class_name}) has the {problem}" for kl in km.layers
-                if (problem := policy_problem(kl.config or {})) is not None]
+    problems = [
+        f"layer {kl.name!r} ({kl.class_name}) has the {problem}"
+        for kl in km.layers
+        if (problem := policy_problem(kl.config or {})) is not None
+    ]
     if problems:
-        raise ConversionError(f"{km.source}: {'; '.join(problems)}; malinn computes in float32 the layers of Keras's "
-                              f"float policies ({', '.join(FLOAT_POLICIES)}) and int8-quantized Dense layers")
+        raise ConversionError(
+            f"{km.source}: {'; '.join(problems)}; malinn computes in float32 the layers of Keras's "
+            f"float policies ({', '.join(FLOAT_POLICIES)}) and int8-quantized Dense layers"
+        )
 
 
 def _set_source(model: Any, km: KerasModel) -> None:
     """``model.source``: the Keras file (the architecture of a split form, its weights file beside)."""
-    model.source = {"file": str(km.files[0] if km.files else km.source), "format": km.format,
-                    "keras_version": km.keras_version}
+    model.source = {
+        "file": str(km.files[0] if km.files else km.source),
+        "format": km.format,
+        "keras_version": km.keras_version,
+    }
     if len(km.files) > 1:
         model.source["weights"] = str(km.files[1])
 
@@ -422,11 +466,15 @@ def _set_file_weights(layer: Layer, weights: list, shape: tuple) -> None:
     declared = layer.weight_arrays()
     made = ", ".join(str(tuple(w.shape)) for w in declared)
     if declared and not weights:
-        raise ValueError(f"the file holds no weights for it; on inputs of shape {format_shape(shape)} its config "
-                         f"makes weights of shapes {made}")
+        raise ValueError(
+            f"the file holds no weights for it; on inputs of shape {format_shape(shape)} its config "
+            f"makes weights of shapes {made}"
+        )
     if any(mine.size > theirs.size for mine, theirs in zip(declared, weights)):
-        raise ValueError(f"on inputs of shape {format_shape(shape)} its config makes weights of shapes {made}, larger "
-                         f"than the file's {', '.join(str(tuple(w.shape)) for w in weights)}")
+        raise ValueError(
+            f"on inputs of shape {format_shape(shape)} its config makes weights of shapes {made}, larger "
+            f"than the file's {', '.join(str(tuple(w.shape)) for w in weights)}"
+        )
     if weights:
         layer.set_weights(weights)
     missing = placeholders(layer)
@@ -447,7 +495,9 @@ def _chain_input_shape(km: KerasModel) -> tuple:
     if shape is None or any(d is None for d in shape):
         first_dense = next((l for l in km.layers if l.class_name == "Dense" and l.weights), None)
         if shape is not None and len(shape) > 1 or first_dense is None:
-            raise ConversionError(f"{km.source}: the model's input shape {_with_batch(shape)} is not fully known; "
-                                  "malinn needs every axis but the batch to be fixed")
+            raise ConversionError(
+                f"{km.source}: the model's input shape {_with_batch(shape)} is not fully known; "
+                "malinn needs every axis but the batch to be fixed"
+            )
         return (int(first_dense.weights[0].shape[0]),)
-    return tuple(int(d) for d in shape if d is not None)   # every axis is known (checked above)
+    return tuple(int(d) for d in shape if d is not None)  # every axis is known (checked above)

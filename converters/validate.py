@@ -22,18 +22,31 @@ AUGMENTATIONS = KERAS_AUGMENTATIONS
 #: Layers without weights whose output shape equals their input shape (at inference).
 SHAPE_PRESERVING = frozenset(AUGMENTATIONS) | frozenset(
     {
-        "Activation", "Dropout", "AlphaDropout", "GaussianDropout", "GaussianNoise",
-        "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "ActivityRegularization",
-        "ReLU", "LeakyReLU", "ELU", "Softmax", "ThresholdedReLU", "PReLU", "Identity",
-        "LayerNormalization", "UnitNormalization", "Masking",
+        "Activation",
+        "Dropout",
+        "AlphaDropout",
+        "GaussianDropout",
+        "GaussianNoise",
+        "SpatialDropout1D",
+        "SpatialDropout2D",
+        "SpatialDropout3D",
+        "ActivityRegularization",
+        "ReLU",
+        "LeakyReLU",
+        "ELU",
+        "Softmax",
+        "ThresholdedReLU",
+        "PReLU",
+        "Identity",
+        "LayerNormalization",
+        "UnitNormalization",
+        "Masking",
     }
 )
 
 
 def _fail(model: KerasModel, layer: KerasLayer, message: str) -> ConversionError:
-    return ConversionError(
-        f"{model.source}: layer {layer.name!r} ({layer.class_name}): {message}"
-    )
+    return ConversionError(f"{model.source}: layer {layer.name!r} ({layer.class_name}): {message}")
 
 
 def _flag(config: dict, key: str, default: bool = True) -> bool:
@@ -87,26 +100,30 @@ def _check_dense(model: KerasModel, layer: KerasLayer, shape: tuple | None) -> t
         what = "kernel and bias" if use_bias else "kernel (use_bias is false)"
         hint = " (was the model saved before it was built?)" if not layer.weights else ""
         raise _fail(
-            model, layer,
+            model,
+            layer,
             f"expected {expected} weight arrays ({what}), the file has {len(layer.weights)}{hint}",
         )
     kernel = layer.weights[0]
     if kernel.ndim != 2 or kernel.shape[1] != units:
         raise _fail(
-            model, layer,
+            model,
+            layer,
             f"kernel has shape {tuple(kernel.shape)} but the config says units={units} "
             f"(expected (in_features, {units}))",
         )
     if use_bias and tuple(layer.weights[1].shape) != (units,):
         raise _fail(
-            model, layer,
+            model,
+            layer,
             f"bias has shape {tuple(layer.weights[1].shape)} but the config says units={units}",
         )
     in_features = kernel.shape[0]
     last = _known_last(shape)
     if last is not None and last != in_features:
         raise _fail(
-            model, layer,
+            model,
+            layer,
             f"kernel has shape {tuple(kernel.shape)}, so it takes {in_features} features, "
             f"but the layer before it gives {last}",
         )
@@ -116,7 +133,8 @@ def _check_dense(model: KerasModel, layer: KerasLayer, shape: tuple | None) -> t
         build = raw_build[-1]
     if build is not None and build != in_features:
         raise _fail(
-            model, layer,
+            model,
+            layer,
             f"kernel has shape {tuple(kernel.shape)} but the config's input shape ends in {build}",
         )
     if shape is None:
@@ -127,19 +145,28 @@ def _check_dense(model: KerasModel, layer: KerasLayer, shape: tuple | None) -> t
 def _check_batchnorm(model: KerasModel, layer: KerasLayer, shape: tuple | None) -> None:
     cfg = layer.config
     center, scale = _flag(cfg, "center"), _flag(cfg, "scale")
-    names = (["gamma"] if scale else []) + (["beta"] if center else []) + [
-        "moving_mean", "moving_variance",
-    ]
+    names = (
+        (["gamma"] if scale else [])
+        + (["beta"] if center else [])
+        + [
+            "moving_mean",
+            "moving_variance",
+        ]
+    )
     if len(layer.weights) != len(names):
         raise _fail(
-            model, layer,
+            model,
+            layer,
             f"expected {len(names)} weight arrays ({', '.join(names)}; center={center}, "
             f"scale={scale}), the file has {len(layer.weights)}",
         )
     axis = cfg.get("axis", -1)
-    if isinstance(axis, list) and len(axis) > 1:   # tf_keras takes several axes (one statistic per pair)
-        raise _fail(model, layer, f"BatchNormalization over several axes (axis={axis}) is not supported; "
-                                  "malinn normalizes over one axis")
+    if isinstance(axis, list) and len(axis) > 1:  # tf_keras takes several axes (one statistic per pair)
+        raise _fail(
+            model,
+            layer,
+            f"BatchNormalization over several axes (axis={axis}) is not supported; malinn normalizes over one axis",
+        )
     sizes = {tuple(w.shape) for w in layer.weights}
     if len(sizes) != 1 or len(next(iter(sizes))) != 1:
         got = ", ".join(f"{n} {tuple(w.shape)}" for n, w in zip(names, layer.weights))
@@ -155,6 +182,7 @@ def _check_batchnorm(model: KerasModel, layer: KerasLayer, shape: tuple | None) 
     width = full[axis]
     if width is not None and width != size:
         raise _fail(
-            model, layer,
+            model,
+            layer,
             f"its weights have length {size} but the input has {width} features on axis {axis}",
         )

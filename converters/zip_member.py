@@ -80,8 +80,9 @@ def open_member(source: str, archive: zipfile.ZipFile, info: zipfile.ZipInfo) ->
         spool.seek(0)
     except BaseException as exc:
         spool.close()
-        if isinstance(exc, (zipfile.BadZipFile, OSError, ValueError, EOFError, RuntimeError,
-                            zlib.error, NotImplementedError)):
+        if isinstance(
+            exc, (zipfile.BadZipFile, OSError, ValueError, EOFError, RuntimeError, zlib.error, NotImplementedError)
+        ):
             raise ConversionError(f"{source}: cannot read {info.filename} from the archive: {exc}") from exc
         raise
     return spool
@@ -98,8 +99,7 @@ def _stored(source: str, info: zipfile.ZipInfo) -> _Window:
         if len(header) != _LOCAL_HEADER.size or header[:4] != b"PK\x03\x04":
             raise damaged("its local header is missing")
         if info.compress_size != info.file_size:
-            raise damaged(f"stored uncompressed, it declares {info.file_size} bytes but holds "
-                          f"{info.compress_size}")
+            raise damaged(f"stored uncompressed, it declares {info.file_size} bytes but holds {info.compress_size}")
         name_length, extra_length = _LOCAL_HEADER.unpack(header)[-2:]
         start = info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
         if start + info.file_size > os.fstat(fh.fileno()).st_size:

@@ -36,7 +36,7 @@ def main(argv=None):
         if args.device:
             malinn.set_device(args.device)
         model = malinn.load_model(converted)
-        model.summary(show_kernels=True)   # and the kernels that run each layer: the convolution's algorithm
+        model.summary(show_kernels=True)  # and the kernels that run each layer: the convolution's algorithm
         data = np.load(HERE / "digits_cnn_test.npz")
         probabilities = model.predict(data["x"])
 
@@ -44,8 +44,10 @@ def main(argv=None):
     agree = probabilities.argmax(1) == data["keras"].argmax(1)
     accuracy = float((probabilities.argmax(1) == data["y"]).mean())
     print(f"device: {malinn.get_device().name}")
-    print(f"{len(data['x'])} test digits: accuracy {accuracy:.3f}; same class as Keras for {agree.mean():.1%}; "
-          f"max |malinn - keras| = {error:.2e}")
+    print(
+        f"{len(data['x'])} test digits: accuracy {accuracy:.3f}; same class as Keras for {agree.mean():.1%}; "
+        f"max |malinn - keras| = {error:.2e}"
+    )
     if not agree.all() or error > 1e-5:
         print(f"MISMATCH: samples {np.flatnonzero(~agree).tolist()} differ from Keras", file=sys.stderr)
         return 1

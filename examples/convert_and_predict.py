@@ -23,7 +23,9 @@ HERE = Path(__file__).resolve().parent
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", help="gpu, cpu, P:D or part of a device name (default: first GPU, else CPU)")
-    parser.add_argument("--target", help="matmul kernel or gpu/cpu whose layouts the file stores (default: the device's)")
+    parser.add_argument(
+        "--target", help="matmul kernel or gpu/cpu whose layouts the file stores (default: the device's)"
+    )
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -46,8 +48,10 @@ def main(argv=None):
     agree = float((probabilities.argmax(1) == data["keras"].argmax(1)).mean())
     accuracy = float((probabilities.argmax(1) == data["y"]).mean())
     print(f"device: {device.name}; matmul kernel: {malinn.ops.kernel_for('matmul').codename}")
-    print(f"{len(data['x'])} test digits: accuracy {accuracy:.3f}; same class as Keras for {agree:.1%}; "
-          f"max |malinn - keras| = {error:.2e}")
+    print(
+        f"{len(data['x'])} test digits: accuracy {accuracy:.3f}; same class as Keras for {agree:.1%}; "
+        f"max |malinn - keras| = {error:.2e}"
+    )
     if agree < 1.0 or error > 1e-5:
         print("MISMATCH against Keras", file=sys.stderr)
         return 1

@@ -38,8 +38,10 @@ def compare(label: str, probabilities, data) -> bool:
         ours, theirs = probabilities.argmax(1), keras.argmax(1)
     agree = float((ours == theirs).mean())
     accuracy = float((ours == data["y"]).mean())
-    print(f"{label}: {len(keras)} test samples, accuracy {accuracy:.3f}; same class as Keras for {agree:.1%}; "
-          f"max |malinn - keras| = {error:.2e}")
+    print(
+        f"{label}: {len(keras)} test samples, accuracy {accuracy:.3f}; same class as Keras for {agree:.1%}; "
+        f"max |malinn - keras| = {error:.2e}"
+    )
     return agree == 1.0 and error <= 1e-5
 
 

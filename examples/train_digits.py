@@ -26,15 +26,18 @@ def main():
     x = (digits.data / 16.0).astype(np.float32)
     x_train, x_test, y_train, y_test = train_test_split(x, digits.target, test_size=0.2, random_state=0)
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([
-        keras.Input((64,)),
-        keras.layers.Dense(32),
-        keras.layers.BatchNormalization(),
-        keras.layers.Activation("relu"),
-        keras.layers.Dropout(0.2),
-        keras.layers.Dense(16, activation="tanh"),
-        keras.layers.Dense(10, activation="softmax"),
-    ], name="digits_mlp")
+    model = keras.Sequential(
+        [
+            keras.Input((64,)),
+            keras.layers.Dense(32),
+            keras.layers.BatchNormalization(),
+            keras.layers.Activation("relu"),
+            keras.layers.Dropout(0.2),
+            keras.layers.Dense(16, activation="tanh"),
+            keras.layers.Dense(10, activation="softmax"),
+        ],
+        name="digits_mlp",
+    )
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     model.fit(x_train, y_train, epochs=40, batch_size=32, verbose=0)
     loss, accuracy = model.evaluate(x_test, y_test, verbose=0)

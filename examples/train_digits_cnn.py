@@ -27,18 +27,21 @@ def main():
     x = (digits.images / 16.0).astype(np.float32)[..., None]
     x_train, x_test, y_train, y_test = train_test_split(x, digits.target, test_size=0.2, random_state=0)
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([
-        keras.Input((8, 8, 1)),
-        keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
-        keras.layers.MaxPooling2D(2),
-        keras.layers.Conv2D(32, 3, padding="same"),
-        keras.layers.BatchNormalization(),
-        keras.layers.Activation("relu"),
-        keras.layers.MaxPooling2D(2),
-        keras.layers.Flatten(),
-        keras.layers.Dropout(0.2),
-        keras.layers.Dense(10, activation="softmax"),
-    ], name="digits_cnn")
+    model = keras.Sequential(
+        [
+            keras.Input((8, 8, 1)),
+            keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
+            keras.layers.MaxPooling2D(2),
+            keras.layers.Conv2D(32, 3, padding="same"),
+            keras.layers.BatchNormalization(),
+            keras.layers.Activation("relu"),
+            keras.layers.MaxPooling2D(2),
+            keras.layers.Flatten(),
+            keras.layers.Dropout(0.2),
+            keras.layers.Dense(10, activation="softmax"),
+        ],
+        name="digits_cnn",
+    )
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     model.fit(x_train, y_train, epochs=20, batch_size=32, verbose=0)
     loss, accuracy = model.evaluate(x_test, y_test, verbose=0)

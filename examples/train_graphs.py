@@ -61,14 +61,20 @@ def tabular():
     num = L.Dense(16, activation="relu", name="numeric_dense")(L.BatchNormalization(name="numeric_norm")(num_in))
     cat = L.Dense(4, name="category_embedding", use_bias=False)(cat_in)
     h = L.Dense(16, activation="relu", name="joint")(L.Concatenate(name="features")([num, cat]))
-    model = keras.Model([num_in, cat_in], L.Dense(1, activation="sigmoid", name="probability")(h),
-                        name="tabular_two_inputs")
+    model = keras.Model(
+        [num_in, cat_in], L.Dense(1, activation="sigmoid", name="probability")(h), name="tabular_two_inputs"
+    )
     model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"])
     model.fit([numeric[:split], onehot[:split]], y[:split], epochs=20, batch_size=32, verbose=0)
     _, accuracy = model.evaluate([numeric[split:], onehot[split:]], y[split:], verbose=0)
     model.save(HERE / "tabular_two_inputs.keras")
-    np.savez(HERE / "tabular_test.npz", numeric=numeric[split:], category=onehot[split:], y=y[split:],
-             keras=model.predict([numeric[split:], onehot[split:]], verbose=0))
+    np.savez(
+        HERE / "tabular_test.npz",
+        numeric=numeric[split:],
+        category=onehot[split:],
+        y=y[split:],
+        keras=model.predict([numeric[split:], onehot[split:]], verbose=0),
+    )
     print(f"tabular two-input model: test accuracy {accuracy:.3f}")
 
 

@@ -18,13 +18,32 @@ from .version import __version__
 
 __all__ = [
     "__version__",
-    "Sequential", "Functional", "Model", "Input", "load_model", "convert", "layers", "ops", "Layout", "load_library",
-    "Device", "devices", "get_device", "get_devices", "set_device",
-    "MalinnError", "DeviceError", "KernelBuildError", "LibraryError", "BackendError", "LayoutError",
-    "ConversionError", "SettingError",
+    "Sequential",
+    "Functional",
+    "Model",
+    "Input",
+    "load_model",
+    "convert",
+    "layers",
+    "ops",
+    "Layout",
+    "load_library",
+    "Device",
+    "devices",
+    "get_device",
+    "get_devices",
+    "set_device",
+    "MalinnError",
+    "DeviceError",
+    "KernelBuildError",
+    "LibraryError",
+    "BackendError",
+    "LayoutError",
+    "ConversionError",
+    "SettingError",
 ]
 
-if TYPE_CHECKING:   # what the first use of the package imports (_load), for readers and type checkers
+if TYPE_CHECKING:  # what the first use of the package imports (_load), for readers and type checkers
     from . import layers, ops
     from .backends.selection import Device, devices, get_device, get_devices, set_device
     from .errors import (
@@ -50,12 +69,32 @@ _loaded = False
 
 #: where _load finds each name of the public API (a module of the package)
 _API = {
-    "Device": "backends.selection", "devices": "backends.selection", "get_device": "backends.selection",
-    "set_device": "backends.selection", "get_devices": "backends.selection", "Functional": "model.functional", "Model": "model.functional",
-    "Input": "layers.input_layer", "load_library": "library.kernel_library", "Layout": "library.layout",
-    "Sequential": "model.sequential", "convert": "model.saving", "load_model": "model.saving",
-    **{name: "errors" for name in ("BackendError", "ConversionError", "DeviceError", "KernelBuildError", "LayoutError",
-                                   "LibraryError", "MalinnError", "SettingError")},
+    "Device": "backends.selection",
+    "devices": "backends.selection",
+    "get_device": "backends.selection",
+    "set_device": "backends.selection",
+    "get_devices": "backends.selection",
+    "Functional": "model.functional",
+    "Model": "model.functional",
+    "Input": "layers.input_layer",
+    "load_library": "library.kernel_library",
+    "Layout": "library.layout",
+    "Sequential": "model.sequential",
+    "convert": "model.saving",
+    "load_model": "model.saving",
+    **{
+        name: "errors"
+        for name in (
+            "BackendError",
+            "ConversionError",
+            "DeviceError",
+            "KernelBuildError",
+            "LayoutError",
+            "LibraryError",
+            "MalinnError",
+            "SettingError",
+        )
+    },
 }
 
 
@@ -73,7 +112,7 @@ def _load() -> None:
         globals()[module] = importlib.import_module(f".{module}", __name__)
 
 
-_registry.complete_with(_load)   # a file naming a class the package has not imported yet finds it
+_registry.complete_with(_load)  # a file naming a class the package has not imported yet finds it
 
 
 def __getattr__(name: str) -> object:

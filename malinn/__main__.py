@@ -36,7 +36,7 @@ def _stop(signum, frame):
 def _said(text: str, status: int) -> int:
     try:
         print(f"malinn: error: {text}", file=sys.stderr, flush=True)
-    except (OSError, ValueError, AttributeError):   # stderr closed or gone
+    except (OSError, ValueError, AttributeError):  # stderr closed or gone
         pass
     return status
 
@@ -55,11 +55,13 @@ def main() -> int:
             # an import that a signal interrupts inside C may end as another exception (numpy's
             # ImportError "could not import module datetime"): what counts is that a signal came
             if not _received:
-                raise   # a failure of its own (a broken installation): Python's report of it
+                raise  # a failure of its own (a broken installation): Python's report of it
             _over(wanted)
             signum = _received[0]
-            return _said("interrupted" if signum == signal.SIGINT else f"terminated ({signal.Signals(signum).name})",
-                         128 + signum)
+            return _said(
+                "interrupted" if signum == signal.SIGINT else f"terminated ({signal.Signals(signum).name})",
+                128 + signum,
+            )
     finally:
         _over(wanted)
 

@@ -18,8 +18,15 @@ __all__ = ["switch", "check_switches", "SWITCHES", "ON", "OFF"]
 ON = ("1", "true", "yes", "on")
 OFF = ("0", "false", "no", "off")
 #: every switch malinn reads
-SWITCHES = ("MALINN_GL", "MALINN_GL_NO_COMPUTE", "MALINN_BINARY_CACHE", "MALINN_PROBE_CACHE", "MALINN_ZERO_COPY",
-            "MALINN_PINNED", "MALINN_PROGRESS")
+SWITCHES = (
+    "MALINN_GL",
+    "MALINN_GL_NO_COMPUTE",
+    "MALINN_BINARY_CACHE",
+    "MALINN_PROBE_CACHE",
+    "MALINN_ZERO_COPY",
+    "MALINN_PINNED",
+    "MALINN_PROGRESS",
+)
 
 
 def switch(name: str, default: bool | None) -> bool | None:
@@ -35,8 +42,9 @@ def switch(name: str, default: bool | None) -> bool | None:
         return True
     if value in OFF:
         return False
-    raise SettingError(f"{name}={os.environ[name]!r}: expected 1 or 0 (or true/false, yes/no, on/off); "
-                       f"unset it for the default")
+    raise SettingError(
+        f"{name}={os.environ[name]!r}: expected 1 or 0 (or true/false, yes/no, on/off); unset it for the default"
+    )
 
 
 def check_switches() -> None:

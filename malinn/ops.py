@@ -23,12 +23,27 @@ from .errors import LayoutError
 from .library.kernel_library import EPILOGUE_DEFINES, KernelSpec, load_library
 from .library.layout import Layout, parse_layout
 
-__all__ = ["use", "kernel_for", "matmul", "matmul_plan", "bias_add", "affine", "activation", "relayout",
-           "reshape", "to_layout", "upload_vector", "launch", "with_epilogue", "elementwise_kernel"]
+__all__ = [
+    "use",
+    "kernel_for",
+    "matmul",
+    "matmul_plan",
+    "bias_add",
+    "affine",
+    "activation",
+    "relayout",
+    "reshape",
+    "to_layout",
+    "upload_vector",
+    "launch",
+    "with_epilogue",
+    "elementwise_kernel",
+]
 
 
-def kernel_for(op: str, device: Device | None = None, shape: tuple | None = None,
-               activation: str | None = None) -> KernelSpec:
+def kernel_for(
+    op: str, device: Device | None = None, shape: tuple | None = None, activation: str | None = None
+) -> KernelSpec:
     """The kernel ``op`` uses on ``device`` (for a matmul, for ``shape = (m, k, n)`` followed by
     ``activation``); see :func:`malinn.choice.kernel_choice.choose`."""
     return choose(op, device, shape, activation)
@@ -39,8 +54,14 @@ def matmul_plan(spec: KernelSpec, m: int, k: int, n: int) -> dict:
     return spec.padded_shapes(m, k, n)
 
 
-def launch(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | None = None,
-           what: str = "", params: dict | None = None) -> Any:
+def launch(
+    spec: KernelSpec,
+    device: Device,
+    matrices: dict,
+    vectors: dict | None = None,
+    what: str = "",
+    params: dict | None = None,
+) -> Any:
     """Binds kernel ``spec`` to its arguments and enqueues it once.
 
     Returns:
@@ -72,9 +93,17 @@ def to_layout(matrix: DeviceMatrix, device: Device, layout: Layout | str, padded
     return relayout(matrix, layout, padded)
 
 
-def matmul(a: DeviceMatrix, b: DeviceMatrix, spec: KernelSpec | None = None, device: Device | None = None,
-           what: str = "matmul", bias: Any = None, activation: str = "linear", params: dict | None = None,
-           affine: tuple[Any, Any] | None = None) -> DeviceMatrix:
+def matmul(
+    a: DeviceMatrix,
+    b: DeviceMatrix,
+    spec: KernelSpec | None = None,
+    device: Device | None = None,
+    what: str = "matmul",
+    bias: Any = None,
+    activation: str = "linear",
+    params: dict | None = None,
+    affine: tuple[Any, Any] | None = None,
+) -> DeviceMatrix:
     """``R = affine(activation(A x B + bias))`` on the device, in one launch when the kernel can fuse.
 
     Args:
@@ -115,8 +144,7 @@ def matmul(a: DeviceMatrix, b: DeviceMatrix, spec: KernelSpec | None = None, dev
         vectors["bias"] = bias
     if "affine" in fused and affine is not None:
         vectors["scale"], vectors["shift"] = affine
-    launch(spec, device, {"a": a, "b": b, "r": r}, vectors, what=what,
-           params=params if "activation" in fused else None)
+    launch(spec, device, {"a": a, "b": b, "r": r}, vectors, what=what, params=params if "activation" in fused else None)
     if bias is not None and "bias" not in fused:
         bias_add(r, bias, what=what)
     if not {"activation", "softmax"} & set(fused):
@@ -130,24 +158,34 @@ def _left_operand(a: DeviceMatrix, device: Device, restriction: Any, need: tuple
     """``a`` as the kernel reads it: as it is when it lies on ``device`` in the kernel's layout,
     padded at least to ``need`` with the kernel's alignments (kernels index A with its own padded
     shape), else re-laid out (or uploaded) to exactly ``need``."""
-    if (a.buffer is not None and a.device is device and a.layout == restriction.layout and a.padded is not None
-            and a.padded[0] >= need[0] and a.padded[1] >= need[1]
-            and a.padded[0] % restriction.row_multiple == 0 and a.padded[1] % restriction.col_multiple == 0):
+    if (
+        a.buffer is not None
+        and a.device is device
+        and a.layout == restriction.layout
+        and a.padded is not None
+        and a.padded[0] >= need[0]
+        and a.padded[1] >= need[1]
+        and a.padded[0] % restriction.row_multiple == 0
+        and a.padded[1] % restriction.col_multiple == 0
+    ):
         return a
     return to_layout(a, device, restriction.layout, need)
 
 
-def with_epilogue(spec: KernelSpec, shape: tuple, device: Device, bias: bool, activation: str | None,
-                  affine: bool) -> tuple:
+def with_epilogue(
+    spec: KernelSpec, shape: tuple, device: Device, bias: bool, activation: str | None, affine: bool
+) -> tuple:
     """``spec`` configured to fuse the longest prefix of bias, activation, affine (in that order)
     that its epilogue can, and the names of the fused steps (``softmax`` for a fused softmax).
 
     Returns:
         ``(spec, fused)``; the spec's float parameters take the activation's names and defaults.
     """
-    steps = (["bias"] if bias else []) + ([] if activation in (None, "linear") else
-                                         ["softmax" if activation == "softmax" else "activation"]) \
+    steps = (
+        (["bias"] if bias else [])
+        + ([] if activation in (None, "linear") else ["softmax" if activation == "softmax" else "activation"])
         + (["affine"] if affine else [])
+    )
     fused, defines = [], {}
     for step in steps:
         kernel = elementwise_kernel(activation) if step == "activation" else None
@@ -202,8 +240,9 @@ def bias_add(r: DeviceMatrix, bias_buffer: Any, spec: KernelSpec | None = None, 
     return r
 
 
-def affine(r: DeviceMatrix, scale_buffer: Any, shift_buffer: Any, spec: KernelSpec | None = None,
-           what: str = "affine") -> DeviceMatrix:
+def affine(
+    r: DeviceMatrix, scale_buffer: Any, shift_buffer: Any, spec: KernelSpec | None = None, what: str = "affine"
+) -> DeviceMatrix:
     """``r = r * scale + shift`` per row (feature) of ``r``, in place; the vectors are on the device."""
     spec = spec or kernel_for("affine", r.device)
     launch(spec, _device(r), {"r": r}, {"scale": scale_buffer, "shift": shift_buffer}, what=what)
@@ -232,8 +271,9 @@ activation_op = activation
 affine_op = affine
 
 
-def reshape(m: DeviceMatrix, shape: tuple, layout: Layout | str, padded: tuple,
-            spec: KernelSpec | None = None) -> DeviceMatrix:
+def reshape(
+    m: DeviceMatrix, shape: tuple, layout: Layout | str, padded: tuple, spec: KernelSpec | None = None
+) -> DeviceMatrix:
     """Device matrix ``m`` as another matrix view of the same tensor (flat order ``col * rows + row``
     kept): ``shape`` rows x cols, in ``layout`` with ``padded`` shape, made on the device.
 

@@ -61,9 +61,10 @@ def actor_devices(gpu_ids: list) -> list | None:
     try:
         return [gpus[int(i)] for i in gpu_ids]
     except (ValueError, IndexError):
-        raise DeviceError(f"Ray assigned GPU(s) {', '.join(map(str, gpu_ids))} to this actor, but malinn finds "
-                          f"{len(gpus)} GPU(s) here ({listing(gpus)}); name the device (Predictor(..., device=...))"
-                          ) from None
+        raise DeviceError(
+            f"Ray assigned GPU(s) {', '.join(map(str, gpu_ids))} to this actor, but malinn finds "
+            f"{len(gpus)} GPU(s) here ({listing(gpus)}); name the device (Predictor(..., device=...))"
+        ) from None
 
 
 def _column(batch, name: str) -> np.ndarray:
@@ -76,8 +77,9 @@ def _column(batch, name: str) -> np.ndarray:
     try:
         column = batch[name]
     except KeyError:
-        raise KeyError(f"malinn.ray.Predictor: the batch has no column {name!r}; it has "
-                       f"{', '.join(map(str, batch.keys()))}") from None
+        raise KeyError(
+            f"malinn.ray.Predictor: the batch has no column {name!r}; it has {', '.join(map(str, batch.keys()))}"
+        ) from None
     column = column.to_numpy() if hasattr(column, "to_numpy") else np.asarray(column)
     if column.dtype == object:
         column = np.stack([np.asarray(row) for row in column]) if len(column) else column.astype(np.float32)
@@ -110,8 +112,9 @@ class Predictor:
         MalinnError: the model file cannot be read.
     """
 
-    def __init__(self, model, input_column="data", output_column: str = "predictions", device=None,
-                 batch_size: int | None = None):
+    def __init__(
+        self, model, input_column="data", output_column: str = "predictions", device=None, batch_size: int | None = None
+    ):
         ray = _ray()
         if device is not None:
             self.devices = resolve_devices(device)
@@ -143,7 +146,7 @@ class Predictor:
             outputs = {f"{self.output_column}_{i}": value for i, value in enumerate(y)}
         else:
             outputs = {self.output_column: y}
-        if hasattr(batch, "drop"):   # a pandas DataFrame: a column of rows
+        if hasattr(batch, "drop"):  # a pandas DataFrame: a column of rows
             scored = batch.drop(columns=names)
             for name, value in outputs.items():
                 scored[name] = list(value) if value.ndim > 1 else value

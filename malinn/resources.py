@@ -28,8 +28,10 @@ def kernels_dir() -> Path:
     override = os.environ.get("MALINN_KERNELS")
     if override:
         if not (Path(override) / "library.json").is_file():
-            raise LibraryError(f"MALINN_KERNELS names {override}, which holds no library.json (it should name a "
-                               "copy of malinn's kernels folder; unset it for the shipped kernels)")
+            raise LibraryError(
+                f"MALINN_KERNELS names {override}, which holds no library.json (it should name a "
+                "copy of malinn's kernels folder; unset it for the shipped kernels)"
+            )
         return Path(override)
     here = Path(__file__).resolve().parent
     candidates = [here / "kernels", here.parent / "kernels"]
@@ -42,5 +44,7 @@ def kernels_dir() -> Path:
     for folder in candidates:
         if (folder / "library.json").is_file():
             return folder
-    raise LibraryError("malinn's kernels folder (library.json and *.cl) was not found; looked in "
-                       + ", ".join(str(c) for c in candidates))
+    raise LibraryError(
+        "malinn's kernels folder (library.json and *.cl) was not found; looked in "
+        + ", ".join(str(c) for c in candidates)
+    )

@@ -16,8 +16,10 @@ def usable_cores() -> int:
     (cgroup v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``), which the affinity does not show: a container
     limited to 2 cores of a 64-core host has 64 CPUs in its affinity."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    for quota_file, period_file in (("/sys/fs/cgroup/cpu.max", None),
-                                    ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/cpu.cfs_period_us")):
+    for quota_file, period_file in (
+        ("/sys/fs/cgroup/cpu.max", None),
+        ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/cpu.cfs_period_us"),
+    ):
         try:
             fields = Path(quota_file).read_text().split()
             quota, period = fields[0], (fields[1] if period_file is None else Path(period_file).read_text().strip())
@@ -68,8 +70,7 @@ EVERY_DEVICE_FORMATS = ("keras3-zip", "keras2-h5", "keras3-split", "tf_keras-spl
 
 
 def pytest_report_header(config):
-    return ["malinn devices: " + ("; ".join(str(d) for d in DEVICES) or "none"),
-            f"usable cores: {usable_cores()}"]
+    return ["malinn devices: " + ("; ".join(str(d) for d in DEVICES) or "none"), f"usable cores: {usable_cores()}"]
 
 
 def pytest_xdist_auto_num_workers(config):
@@ -82,10 +83,16 @@ def pytest_xdist_auto_num_workers(config):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "run_last: run after every other test (checks what the run left behind)")
-    config.addinivalue_line("markers", "kernel_grid: kernels checked against numpy over a grid of configurations "
-                                       "and shapes; on PoCL built unoptimised (see the device fixture)")
-    config.addinivalue_line("markers", "formats_once: a test over Keras file formats (its 'fmt' parameter) that "
-                                       "reads every format on the first device, EVERY_DEVICE_FORMATS on the others")
+    config.addinivalue_line(
+        "markers",
+        "kernel_grid: kernels checked against numpy over a grid of configurations "
+        "and shapes; on PoCL built unoptimised (see the device fixture)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "formats_once: a test over Keras file formats (its 'fmt' parameter) that "
+        "reads every format on the first device, EVERY_DEVICE_FORMATS on the others",
+    )
 
 
 def pytest_collection_modifyitems(items):
@@ -99,10 +106,15 @@ def device(request):
     if request.param is None:
         pytest.fail("no working OpenCL device: run `bash .ci/setup` (it installs pocl-opencl-icd)")
     fmt = request.node.callspec.params.get("fmt") if hasattr(request.node, "callspec") else None
-    if request.node.get_closest_marker("formats_once") and request.param is not DEVICES[0] \
-            and fmt not in (None,) + EVERY_DEVICE_FORMATS:
-        pytest.skip(f"{fmt}: read on {DEVICES[0].name}, where the file's model is the one every device gets; "
-                    f"this device reads {', '.join(EVERY_DEVICE_FORMATS)}")
+    if (
+        request.node.get_closest_marker("formats_once")
+        and request.param is not DEVICES[0]
+        and fmt not in (None,) + EVERY_DEVICE_FORMATS
+    ):
+        pytest.skip(
+            f"{fmt}: read on {DEVICES[0].name}, where the file's model is the one every device gets; "
+            f"this device reads {', '.join(EVERY_DEVICE_FORMATS)}"
+        )
     previous, options = malinn.get_device(), os.environ.get("MALINN_CL_OPTIONS")
     if request.node.get_closest_marker("kernel_grid") and is_pocl(request.param):
         # A grid of kernels checked against numpy checks each kernel's arithmetic, which does not
@@ -195,7 +207,7 @@ def keras_zoo(tmp_path_factory):
     kept = os.environ.get("MALINN_KERAS_ZOO")
     folder = Path(kept) if kept else shared_folder(tmp_path_factory, "keras_zoo")
     folder.mkdir(parents=True, exist_ok=True)
-    with exclusive(folder / ".building"):   # one xdist worker builds it, the others wait and read it
+    with exclusive(folder / ".building"):  # one xdist worker builds it, the others wait and read it
         return _filled_keras_zoo(folder)
 
 
@@ -206,15 +218,20 @@ def _filled_keras_zoo(folder: Path):
     if (folder / "manifest.json").is_file():
         return ZooIndex(folder)
     if importlib.util.find_spec("tensorflow") is None:
-        pytest.skip("tensorflow is not installed (pip install tensorflow-cpu tf-keras scikit-learn, "
-                    "or bash .ci/setup --test): the Keras reference models cannot be built")
+        pytest.skip(
+            "tensorflow is not installed (pip install tensorflow-cpu tf-keras scikit-learn, "
+            "or bash .ci/setup --test): the Keras reference models cannot be built"
+        )
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     try:
-        proc = subprocess.run([sys.executable, str(ZOO_SCRIPT), str(folder)], capture_output=True,
-                              text=True, env=env, timeout=900)
+        proc = subprocess.run(
+            [sys.executable, str(ZOO_SCRIPT), str(folder)], capture_output=True, text=True, env=env, timeout=900
+        )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"tests/keras_zoo.py did not finish in {exc.timeout} s")
     if proc.returncode != 0 or not (folder / "manifest.json").is_file():
-        pytest.fail(f"tests/keras_zoo.py {folder} failed (exit {proc.returncode}):\n"
-                    f"{proc.stdout[-2000:]}\n{proc.stderr[-6000:]}")
+        pytest.fail(
+            f"tests/keras_zoo.py {folder} failed (exit {proc.returncode}):\n"
+            f"{proc.stdout[-2000:]}\n{proc.stderr[-6000:]}"
+        )
     return ZooIndex(folder)

@@ -39,7 +39,7 @@ ACTIVATIONS = {
     "hard_swish": lambda x: x * np.clip(x + 3.0, 0.0, 6.0) / 6.0,
     "hard_silu": lambda x: x * np.clip(x + 3.0, 0.0, 6.0) / 6.0,
     "gelu": lambda x: 0.5 * x * (1.0 + _erf_v(x / np.sqrt(2.0))),
-    "gelu_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3))),
+    "gelu_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3))),
     "selu": lambda x: 1.0507009873554805 * np.where(x > 0, x, 1.6732632423543772 * np.expm1(x)),
     "mish": lambda x: x * np.tanh(np.logaddexp(0.0, x)),
     "elu": lambda x, alpha=1.0: np.where(x > 0, x, alpha * np.expm1(x)),
@@ -128,8 +128,10 @@ def conv2d_reference(x, kernel, bias=None, strides=(1, 1), dilation=(1, 1), padd
     x, kernel = np.asarray(x, np.float64), np.asarray(kernel, np.float64)
     n, h, w, c = x.shape
     kh, kw, cg, m = kernel.shape
-    (oh, pt), (ow, pl) = (_window(h, kh, strides[0], dilation[0], padding),
-                          _window(w, kw, strides[1], dilation[1], padding))
+    (oh, pt), (ow, pl) = (
+        _window(h, kh, strides[0], dilation[0], padding),
+        _window(w, kw, strides[1], dilation[1], padding),
+    )
     mg = m // groups
     out = np.zeros((n, oh, ow, m))
     for oy in range(oh):
@@ -139,8 +141,9 @@ def conv2d_reference(x, kernel, bias=None, strides=(1, 1), dilation=(1, 1), padd
                     iy, ix = oy * strides[0] + ky * dilation[0] - pt, ox * strides[1] + kx * dilation[1] - pl
                     if 0 <= iy < h and 0 <= ix < w:
                         for g in range(groups):
-                            out[:, oy, ox, g * mg:(g + 1) * mg] += (x[:, iy, ix, g * cg:(g + 1) * cg]
-                                                                    @ kernel[ky, kx, :, g * mg:(g + 1) * mg])
+                            out[:, oy, ox, g * mg : (g + 1) * mg] += (
+                                x[:, iy, ix, g * cg : (g + 1) * cg] @ kernel[ky, kx, :, g * mg : (g + 1) * mg]
+                            )
     return out + (0.0 if bias is None else np.asarray(bias, np.float64))
 
 
@@ -149,7 +152,7 @@ def depthwise_reference(x, kernel, bias=None, strides=(1, 1), dilation=(1, 1), p
     kh, kw, c, dm = kernel.shape
     full = np.zeros((kh, kw, c, c * dm))
     for ch in range(c):
-        full[:, :, ch, ch * dm:(ch + 1) * dm] = kernel[:, :, ch, :]
+        full[:, :, ch, ch * dm : (ch + 1) * dm] = kernel[:, :, ch, :]
     return conv2d_reference(x, full, bias, strides, dilation, padding)
 
 
@@ -162,7 +165,7 @@ def pool2d_reference(x, pool, strides, padding, mode):
     for oy in range(oh):
         for ox in range(ow):
             y0, x0 = oy * strides[0] - pt, ox * strides[1] - pl
-            patch = x[:, max(y0, 0):y0 + pool[0], max(x0, 0):x0 + pool[1], :]
+            patch = x[:, max(y0, 0) : y0 + pool[0], max(x0, 0) : x0 + pool[1], :]
             out[:, oy, ox] = patch.max(axis=(1, 2)) if mode == "max" else patch.mean(axis=(1, 2))
     return out
 
@@ -171,7 +174,9 @@ def python_env(**overrides):
     """The environment for a child Python process that imports this checkout's malinn: the
     current environment and ``overrides``, the source tree first on PYTHONPATH and whatever
     PYTHONPATH already held kept after it (where pyopencl may live outside site-packages)."""
-    path = [str(Path(__file__).resolve().parents[1])] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+    path = [str(Path(__file__).resolve().parents[1])] + (
+        [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
+    )
     return dict(os.environ, **overrides, PYTHONPATH=os.pathsep.join(path))
 
 
@@ -182,24 +187,36 @@ OCLGRIND_FLAGS = ["--check-api", "--data-races", "--uninitialized", "--num-threa
 #: pyopencl probes every device for NVIDIA's compute capability (``pyopencl.characterize``) when it
 #: makes a kernel object and catches the CL_INVALID_VALUE Oclgrind answers; --check-api reports that
 #: query. Exactly that report is ignored.
-PYOPENCL_PROBE = ("\nOclgrind - OpenCL runtime error detected\n\tFunction: clGetDeviceInfo\n"
-                  "\tError:    CL_INVALID_VALUE\n\tFor argument 'param_name'\n")
+PYOPENCL_PROBE = (
+    "\nOclgrind - OpenCL runtime error detected\n\tFunction: clGetDeviceInfo\n"
+    "\tError:    CL_INVALID_VALUE\n\tFor argument 'param_name'\n"
+)
 
 
 def oclgrind_env() -> dict:
     """The environment of a Python process run under Oclgrind: its device chosen, no binary cache
     (Oclgrind builds from source), no pinned host memory, and no warnings or build reports on
     stderr (its builds take seconds: the plan's summary line would be all that stderr holds)."""
-    return python_env(MALINN_DEVICE="Oclgrind", MALINN_BINARY_CACHE="0", MALINN_PINNED="0", PYTHONWARNINGS="ignore",
-                      MALINN_PROGRESS="0")
+    return python_env(
+        MALINN_DEVICE="Oclgrind",
+        MALINN_BINARY_CACHE="0",
+        MALINN_PINNED="0",
+        PYTHONWARNINGS="ignore",
+        MALINN_PROGRESS="0",
+    )
 
 
 def run_under_oclgrind(oclgrind: str, script: str, *args: str, options: tuple = (), timeout: int = 900) -> dict:
     """Runs Python ``script`` (with ``args``) on the Oclgrind device under OCLGRIND_FLAGS and
     Oclgrind's ``options``; asserts that it exited cleanly and that Oclgrind reported nothing (but
     PYOPENCL_PROBE), and returns the JSON of its last line."""
-    done = subprocess.run([oclgrind, *OCLGRIND_FLAGS, *options, sys.executable, "-c", script, *args],
-                          capture_output=True, text=True, timeout=timeout, env=oclgrind_env())
+    done = subprocess.run(
+        [oclgrind, *OCLGRIND_FLAGS, *options, sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=oclgrind_env(),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     stderr = done.stderr.replace(PYOPENCL_PROBE, "").strip()
     assert stderr == "", stderr[-3000:]
@@ -211,8 +228,18 @@ def program_key(spec) -> tuple:
     sources, the function, the defines, the launch geometry and the matrices' restrictions. The
     preconditions (which batches the runtime gives an entry) are left out: variants that differ only
     there (gemv_c, gemv_batch_c, gemv_batch_small_c) run one program, and a test checks it once."""
-    return (spec.source, spec.sources, spec.function, tuple(sorted((k, str(v)) for k, v in dict(spec.defines).items())),
-            tuple(sorted(spec.matrices.items())), spec.workgroup, spec.ndrange, spec.scale, spec.split, spec.arglist)
+    return (
+        spec.source,
+        spec.sources,
+        spec.function,
+        tuple(sorted((k, str(v)) for k, v in dict(spec.defines).items())),
+        tuple(sorted(spec.matrices.items())),
+        spec.workgroup,
+        spec.ndrange,
+        spec.scale,
+        spec.split,
+        spec.arglist,
+    )
 
 
 def summary_rows(text: str) -> list:
@@ -221,8 +248,11 @@ def summary_rows(text: str) -> list:
     joined by spaces again (a row starts on a line whose "Param #" column is not empty)."""
     lines = text.splitlines()
     top = next(i for i, line in enumerate(lines) if line.startswith("Layer (type)"))
-    titles = [t for t in ("Layer (type)", "Output Shape", "Param #", "Connected to", "Kernel")
-              if f"{t.split()[0]}" in lines[top]]   # a narrow column wraps its title: its first word is on top
+    titles = [
+        t
+        for t in ("Layer (type)", "Output Shape", "Param #", "Connected to", "Kernel")
+        if f"{t.split()[0]}" in lines[top]
+    ]  # a narrow column wraps its title: its first word is on top
     starts = [lines[top].index(t.split()[0]) for t in titles]
     first = next(i for i in range(top, len(lines)) if lines[i].startswith("=")) + 1
     rows = []
@@ -249,14 +279,14 @@ def run_on_terminal(args: list, env: dict, timeout: float = 300) -> tuple:
         os.close(follower)
         follower = None
         received = b""
-        while True:   # read as it comes: a terminal holds a few KiB, and a child writing more would wait
+        while True:  # read as it comes: a terminal holds a few KiB, and a child writing more would wait
             ready, _, _ = select.select([leader], [], [], timeout)
             if not ready:
                 proc.kill()
                 raise TimeoutError(f"{args} wrote nothing for {timeout} s")
             try:
                 chunk = os.read(leader, 65536)
-            except OSError:   # EIO: the child closed the terminal's last writer
+            except OSError:  # EIO: the child closed the terminal's last writer
                 break
             if not chunk:
                 break

@@ -159,7 +159,7 @@ def run_case(case, device, library, rng):
         dst = Layout.parse(case["dst"])
         mat = ops.to_layout(mat, device, dst, dst.padded_shape(rows, cols, 8, 4))
         want = x
-    elif op == "reshape":   # the same tensor as another matrix view: flat index col * rows + row kept
+    elif op == "reshape":  # the same tensor as another matrix view: flat index col * rows + row kept
         dst, (rows, cols) = Layout.parse(case["dst"]), case["view"]
         mat = ops.reshape(mat, (rows, cols), dst, dst.padded_shape(rows, cols, 8, 4))
         want = x.T.reshape(-1).reshape(cols, rows).T
@@ -185,8 +185,9 @@ def _layer_reference(layer, x):
 
     if kind == "BatchNormalization":
         keep = axes(layer.axis)
-        return (x - along(w[2], keep)) / np.sqrt(along(w[3], keep) + layer.epsilon) * along(w[0], keep) \
-            + along(w[1], keep)
+        return (x - along(w[2], keep)) / np.sqrt(along(w[3], keep) + layer.epsilon) * along(w[0], keep) + along(
+            w[1], keep
+        )
     if kind == "Normalization":
         keep = axes(layer.axis)
         return (x - along(w[0], keep)) / np.maximum(np.sqrt(along(w[1], keep)), 1e-7)
@@ -226,8 +227,12 @@ def run_attention(case, device, rng):
     y = mha(q_in, v_in, key=k_in, attention_mask=m_in, use_causal_mask=True)
     model = malinn.Functional([q_in, v_in, k_in, m_in], y)
     mha.set_weights([rng.standard_normal(w.shape).astype(np.float32) for w in mha.get_weights()])
-    xs = [rng.standard_normal((batch, tq, 5)), rng.standard_normal((batch, tv, 3)),
-          rng.standard_normal((batch, tv, 4)), (rng.random((batch, tq, tv)) > 0.4)]
+    xs = [
+        rng.standard_normal((batch, tq, 5)),
+        rng.standard_normal((batch, tv, 3)),
+        rng.standard_normal((batch, tv, 4)),
+        (rng.random((batch, tq, tv)) > 0.4),
+    ]
     xs = [x.astype(np.float32) for x in xs]
     xs[3][0, 0] = 0
     got = model.predict(xs, verbose=0)
@@ -236,12 +241,17 @@ def run_attention(case, device, rng):
     z = additive([a_in, b_in], mask=[qm_in, vm_in], use_causal_mask=True)
     second = malinn.Functional([a_in, b_in, qm_in, vm_in], z)
     additive.set_weights([rng.standard_normal(w.shape).astype(np.float32) for w in additive.get_weights()])
-    ys = [rng.standard_normal((batch, tq, 3)), rng.standard_normal((batch, tv, 3)),
-          rng.random((batch, tq)) > 0.3, rng.random((batch, tv)) > 0.3]
+    ys = [
+        rng.standard_normal((batch, tq, 3)),
+        rng.standard_normal((batch, tv, 3)),
+        rng.random((batch, tq)) > 0.3,
+        rng.random((batch, tv)) > 0.3,
+    ]
     ys = [y.astype(np.float32) for y in ys]
-    other = _error(second.predict(ys, verbose=0),
-                   attention_reference(additive, ys[0].astype(np.float64), ys[1].astype(np.float64),
-                                       q_mask=ys[2], v_mask=ys[3]))
+    other = _error(
+        second.predict(ys, verbose=0),
+        attention_reference(additive, ys[0].astype(np.float64), ys[1].astype(np.float64), q_mask=ys[2], v_mask=ys[3]),
+    )
     if "exception" in other or other["error"] > result.get("error", 0):
         result = other if "exception" in other else {**result, "error": other["error"]}
     return result
@@ -261,10 +271,16 @@ def run_layer(case, device, rng):
     for each in model.layers:
         weights = each.get_weights()
         if weights:
-            each.set_weights([np.abs(rng.standard_normal(v.shape)).astype(np.float32) + 0.5 if i == len(weights) - 1
-                              else rng.standard_normal(v.shape).astype(np.float32) for i, v in enumerate(weights)]
-                             if type(each).__name__ != "Normalization" else
-                             [rng.standard_normal(weights[0].shape), rng.random(weights[0].shape) + 0.5])
+            each.set_weights(
+                [
+                    np.abs(rng.standard_normal(v.shape)).astype(np.float32) + 0.5
+                    if i == len(weights) - 1
+                    else rng.standard_normal(v.shape).astype(np.float32)
+                    for i, v in enumerate(weights)
+                ]
+                if type(each).__name__ != "Normalization"
+                else [rng.standard_normal(weights[0].shape), rng.random(weights[0].shape) + 0.5]
+            )
     x = (rng.standard_normal((case["batch"],) + shape) * 3).astype(np.float32)
     h = x.astype(np.float64)
     if case["after_dense"]:
@@ -287,15 +303,15 @@ def run_recurrent(case, device, rng):
 
     cell, options = case["cell"], dict(case["options"])
     cls = {"simple_rnn": layers.SimpleRNN, "lstm": layers.LSTM, "gru": layers.GRU}[cell]
-    real_kind = type(device).__dict__.get("kind")   # a later case runs as the device is again
-    if case.get("as_gpu"):   # the plan's choices for a GPU (kernels/recurrent.cl KS > 1) on this device
+    real_kind = type(device).__dict__.get("kind")  # a later case runs as the device is again
+    if case.get("as_gpu"):  # the plan's choices for a GPU (kernels/recurrent.cl KS > 1) on this device
         type(device).kind = property(lambda self: "gpu")
     try:
         return _run_recurrent(case, device, rng, ref, cell, options, cls)
     finally:
         if real_kind is not None:
             type(device).kind = real_kind
-        elif "kind" in type(device).__dict__:   # the class inherited it: drop the override
+        elif "kind" in type(device).__dict__:  # the class inherited it: drop the override
             del type(device).kind
 
 
@@ -313,7 +329,7 @@ def _run_recurrent(case, device, rng, ref, cell, options, cls):
     xs = rng.integers(1, 7, (2, 4)).astype(np.float32)
     if case["masked"]:
         xs[0, 1], xs[1] = 0, 0
-    if case.get("bidirectional"):   # Bidirectional(merge_mode="sum"): the backward sequence flipped by the kernel
+    if case.get("bidirectional"):  # Bidirectional(merge_mode="sum"): the backward sequence flipped by the kernel
         bi = layers.Bidirectional(cls(3, **options), merge_mode="sum")
         model = malinn.Functional(x, bi(emb(x)))
         weights = [rng.uniform(-0.6, 0.6, w.shape).astype(np.float32) for w in bi.get_weights()]
@@ -321,11 +337,11 @@ def _run_recurrent(case, device, rng, ref, cell, options, cls):
         half, zero = len(weights) // 2, bool(options.get("return_sequences"))
         e, mask = ref.embedding(xs, table), xs if case["masked"] else None
         forward = ref.recurrent(cell, e, *weights[:half], mask=mask, zero_output_for_mask=zero, **options)[0]
-        backward = ref.recurrent(cell, e, *weights[half:], mask=mask, zero_output_for_mask=zero, go_backwards=True,
-                                 **options)[0]
+        backward = ref.recurrent(
+            cell, e, *weights[half:], mask=mask, zero_output_for_mask=zero, go_backwards=True, **options
+        )[0]
         return _error(model.predict(xs, verbose=0), forward + (backward[:, ::-1] if zero else backward))
-    want = ref.recurrent(cell, ref.embedding(xs, table), *weights, mask=xs if case["masked"] else None,
-                         **options)[0]
+    want = ref.recurrent(cell, ref.embedding(xs, table), *weights, mask=xs if case["masked"] else None, **options)[0]
     return _error(model.predict(xs, verbose=0), want)
 
 
@@ -335,7 +351,7 @@ def run_model(case, device, rng):
     from malinn.layers import BatchNormalization, Dense
 
     kind = type(device).kind
-    if case.get("gpu_defaults"):   # the plan's own choices on a GPU (a fused head, say): nothing chosen
+    if case.get("gpu_defaults"):  # the plan's own choices on a GPU (a fused head, say): nothing chosen
         kernel_choice.forget(device)
         type(device).kind = property(lambda self: "gpu")
     else:
@@ -350,12 +366,12 @@ def run_model(case, device, rng):
             type(device).kind = kind
             raise AssertionError(f"the plan runs {kernels}, not {case['codename']}")
     weights = [w + rng.standard_normal(w.shape).astype(np.float32) * 0.5 for w in model.get_weights()]
-    weights[5] = np.abs(weights[5]) + 0.5                      # moving variance > 0
+    weights[5] = np.abs(weights[5]) + 0.5  # moving variance > 0
     model.set_weights(weights)
     x = rng.standard_normal((case["batch"], case["input"])).astype(np.float32)
     saved = device.max_allocation
     downloads = device.counters["downloads"]
-    if case.get("split_samples"):   # lower the largest allocation to what a few samples need
+    if case.get("split_samples"):  # lower the largest allocation to what a few samples need
         weights_size = 0
         for layer in model.layers:
             if isinstance(layer, Dense):
@@ -392,11 +408,12 @@ def run_window(case, device, rng):
     from malinn.choice import kernel_choice
     from malinn.registry import lookup
 
-    kernel_choice.forget(device)   # a choice an earlier case made must not route this one
+    kernel_choice.forget(device)  # a choice an earlier case made must not route this one
     for op, codename, *config in case.get("use", []):
         ops.use(op, codename, device, config[0] if config else None)
-    model = Sequential([lookup("layer", name)(**kwargs) for name, kwargs in case["layers"]],
-                       precision=case.get("precision", "fp32"))
+    model = Sequential(
+        [lookup("layer", name)(**kwargs) for name, kwargs in case["layers"]], precision=case.get("precision", "fp32")
+    )
     model.build((None,) + tuple(case["input"]))
     model.set_weights([rng.standard_normal(w.shape).astype(np.float32) * 0.5 for w in model.get_weights()])
     x = rng.standard_normal((case["batch"],) + tuple(case["input"])).astype(np.float32)
@@ -404,15 +421,22 @@ def run_window(case, device, rng):
     h = x.astype(np.float64)
     for layer in model.layers:
         name, w = type(layer).__name__, layer.get_weights()
-        if model.precision != "fp32":   # the kernels' weights as the precision keeps them
-            w = [rounded_kernel(v, model.precision, name == "DepthwiseConv2D" or (name == "SeparableConv2D" and i == 0))
-                 if i in layer.kernel_matrices() else v for i, v in enumerate(w)]
+        if model.precision != "fp32":  # the kernels' weights as the precision keeps them
+            w = [
+                rounded_kernel(v, model.precision, name == "DepthwiseConv2D" or (name == "SeparableConv2D" and i == 0))
+                if i in layer.kernel_matrices()
+                else v
+                for i, v in enumerate(w)
+            ]
         if name == "Conv2D":
             h = conv2d_reference(h, w[0], w[1], layer.strides, layer.dilation_rate, layer.padding, layer.groups)
         elif name == "DepthwiseConv2D":
             h = depthwise_reference(h, w[0], w[1], layer.strides, layer.dilation_rate, layer.padding)
         elif name == "SeparableConv2D":
-            h = depthwise_reference(h, w[0], None, layer.strides, layer.dilation_rate, layer.padding) @ w[1][0, 0] + w[2]
+            h = (
+                depthwise_reference(h, w[0], None, layer.strides, layer.dilation_rate, layer.padding) @ w[1][0, 0]
+                + w[2]
+            )
         elif name in ("MaxPooling2D", "AveragePooling2D"):
             h = pool2d_reference(h, layer.pool_size, layer.strides, layer.padding, "max" if "Max" in name else "avg")
         elif name == "GlobalAveragePooling2D":
@@ -423,9 +447,10 @@ def run_window(case, device, rng):
             h = np.pad(h, ((0, 0),) + layer.padding + ((0, 0),))
         elif name == "Cropping2D":
             (t, b), (l, r) = layer.cropping
-            h = h[:, t:h.shape[1] - b, l:h.shape[2] - r]
+            h = h[:, t : h.shape[1] - b, l : h.shape[2] - r]
         elif name in ("Conv2DTranspose", "Resizing") or getattr(layer, "interpolation", "nearest") != "nearest":
             from layers.upsampling_references import layer_reference
+
             h = layer_reference(layer, h, w)
         elif name == "UpSampling2D":
             h = h.repeat(layer.size[0], axis=1).repeat(layer.size[1], axis=2)
@@ -444,11 +469,12 @@ def run_graph(case, device, rng):
     x, y = Input((3, 5), name="x"), Input((1, 5), name="y")
     dense, proj = Dense(5, name="d"), Dense(4, name="proj")
     d = dense(x)
-    s = Activation("relu")(Add()([d, y]))                 # broadcast, relu fused into the merge
-    c = Concatenate(axis=1)([s, x])                       # (6, 5)
-    c2 = Concatenate()([proj(c), c])                      # (6, 9)
-    model = Functional([x, y], [c2, Dot(axes=(2, 2), normalize=True)([c2, c2]),
-                                Activation("tanh")(Average()([x, s, d]))])
+    s = Activation("relu")(Add()([d, y]))  # broadcast, relu fused into the merge
+    c = Concatenate(axis=1)([s, x])  # (6, 5)
+    c2 = Concatenate()([proj(c), c])  # (6, 9)
+    model = Functional(
+        [x, y], [c2, Dot(axes=(2, 2), normalize=True)([c2, c2]), Activation("tanh")(Average()([x, s, d]))]
+    )
     model.set_weights([w + rng.standard_normal(w.shape).astype(np.float32) for w in model.get_weights()])
     xs = [rng.standard_normal((case["batch"],) + shape).astype(np.float32) for shape in ((3, 5), (1, 5))]
     got = model.predict(xs)
@@ -484,7 +510,7 @@ def main(argv):
             result = {"exception": f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}"}
         device.queue.finish()
         result["case"] = i
-        result["seconds"] = round(time.perf_counter() - start, 3)   # what the case costs under Oclgrind
+        result["seconds"] = round(time.perf_counter() - start, 3)  # what the case costs under Oclgrind
         print(json.dumps(result), flush=True)
     print(f"{MARK} end", file=sys.stderr, flush=True)
     return 0

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: the stages, lowest first: a module's stage is its folder's (or, at the package's top, its own name's)
 STAGES = [
-    {"errors", "version", "registry", "kernels"},   # kernels: the shipped kernel sources (data)
+    {"errors", "version", "registry", "kernels"},  # kernels: the shipped kernel sources (data)
     {"environment", "resources", "io"},
     {"library"},
     {"backends"},
@@ -28,7 +28,12 @@ STAGES = [
     {"plan"},
     {"layers", "tuning", "converters"},
     {"model"},
-    {"cli", "serve", "ray", "__init__"},   # serve: malinn serve (starlette, uvicorn: the serve extra); ray: malinn.ray (the ray extra)
+    {
+        "cli",
+        "serve",
+        "ray",
+        "__init__",
+    },  # serve: malinn serve (starlette, uvicorn: the serve extra); ray: malinn.ray (the ray extra)
     {"__main__"},
 ]
 FLOOR = {name: floor for floor, names in enumerate(STAGES) for name in names}
@@ -57,7 +62,7 @@ def imports(name: str, path: Path) -> set:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package[:len(package) - node.level + 1]
+                base = package[: len(package) - node.level + 1]
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
@@ -85,18 +90,28 @@ def test_no_module_imports_from_a_stage_above_its_own():
 
 
 def test_the_linter_finds_nothing():
-    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", str(ROOT)], capture_output=True,
-                          text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", str(ROOT)], capture_output=True, text=True, cwd=ROOT
+    )
     if proc.returncode != 0 and "No module named ruff" in proc.stderr:
         pytest.fail("ruff is missing: pip install ruff (the test extra lists it)")
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_the_formatter_changes_nothing():
+    """Every Python file is as ``ruff format`` writes it (pyproject.toml's [tool.ruff])."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "--no-cache", str(ROOT)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_the_type_check_finds_nothing():
-    """mypy over the files pyproject.toml's [tool.mypy] names (the backends, file I/O, the kernel
-    library, kernel choice, tuning and the top-level modules) reports no error."""
-    proc = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental"], capture_output=True, text=True,
-                          cwd=ROOT)
+    """mypy over the files pyproject.toml's [tool.mypy] names reports no error."""
+    proc = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental"], capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0 and "No module named mypy" in proc.stderr:
         pytest.fail("mypy is missing: pip install mypy (the test extra lists it)")
     assert proc.returncode == 0, proc.stdout + proc.stderr

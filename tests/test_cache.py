@@ -68,7 +68,7 @@ def entries(cache_dir: Path) -> dict:
     for path in sorted((cache_dir / "programs").iterdir()):
         data = path.read_bytes()
         key_len = HEADER.unpack_from(data)[2]
-        found[path] = json.loads(data[HEADER.size:HEADER.size + key_len])
+        found[path] = json.loads(data[HEADER.size : HEADER.size + key_len])
     return found
 
 
@@ -85,7 +85,7 @@ def filled(tmp_path_factory):
     folder = tmp_path_factory.mktemp("filled-cache")
     first, _ = run_child(folder)
     assert first["error"] <= 1e-5 and first["builds"] == first["programs"] >= 4 and first["hits"] == 0
-    probe = hashlib.sha256(opencl._PROBE_SOURCE.encode()).hexdigest()   # a warm process runs no probe kernel
+    probe = hashlib.sha256(opencl._PROBE_SOURCE.encode()).hexdigest()  # a warm process runs no probe kernel
     default = {path: key for path, key in entries(folder).items() if key["source_sha256"] != probe}
     run_child(folder, OTHER)
     return folder, default
@@ -109,32 +109,32 @@ def damage(kind: str, folder: Path, default: dict) -> int:
     """Damages the cache in ``folder`` in one way; returns how many entries are now damaged."""
     target = fused_gemm(folder, default_config())
     data = target.read_bytes()
-    if kind == "truncate":                      # a power cut in the middle of a write
-        target.write_bytes(data[:len(data) // 2])
+    if kind == "truncate":  # a power cut in the middle of a write
+        target.write_bytes(data[: len(data) // 2])
         return 1
-    if kind == "flip":                          # one bit of the payload rots
+    if kind == "flip":  # one bit of the payload rots
         i = len(data) - len(data) // 3
-        target.write_bytes(data[:i] + bytes([data[i] ^ 0x10]) + data[i + 1:])
+        target.write_bytes(data[:i] + bytes([data[i] ^ 0x10]) + data[i + 1 :])
         return 1
-    if kind == "swap":                          # two entries trade files
+    if kind == "swap":  # two entries trade files
         other = next(p for p in default if p != target)
         other_data = other.read_bytes()
         other.write_bytes(data)
         target.write_bytes(other_data)
         return 2
-    if kind == "rotate":                        # entry A renamed onto entry B's file name
+    if kind == "rotate":  # entry A renamed onto entry B's file name
         other = next(p for p in default if p != target)
         os.replace(other, target)
         return 1
     foreign = fused_gemm(folder, OTHER)
-    if kind == "other-config":                  # another configuration's valid entry under the default's name
+    if kind == "other-config":  # another configuration's valid entry under the default's name
         shutil.copyfile(foreign, target)
         return 1
-    if kind == "other-config-patched-key":      # ... with its header's key rewritten to the default's
+    if kind == "other-config-patched-key":  # ... with its header's key rewritten to the default's
         foreign_data = foreign.read_bytes()
         magic, version, key_len, payload_len, checksum = HEADER.unpack_from(foreign_data)
         key = json.dumps(default[target], sort_keys=True, separators=(",", ":")).encode()
-        payload = foreign_data[HEADER.size + key_len:]
+        payload = foreign_data[HEADER.size + key_len :]
         target.write_bytes(HEADER.pack(magic, version, len(key), payload_len, checksum) + key + payload)
         return 1
     raise AssertionError(kind)
@@ -157,9 +157,11 @@ def test_a_damaged_entry_is_discarded_and_rebuilt_in_a_new_process(filled, tmp_p
 
 
 def test_program_binaries_are_cached_for_the_next_process(tmp_path):
-    script = ("import numpy as np, malinn; m = malinn.load_model(r'%s'); m.predict(np.zeros((2, 64)));"
-              "print(malinn.get_device().counters.get('builds'), malinn.get_device().counters.get('binary_hits', 0))"
-              % (malinn.__path__[0] + "/../examples/digits_mlp.keras"))
+    script = (
+        "import numpy as np, malinn; m = malinn.load_model(r'%s'); m.predict(np.zeros((2, 64)));"
+        "print(malinn.get_device().counters.get('builds'), malinn.get_device().counters.get('binary_hits', 0))"
+        % (malinn.__path__[0] + "/../examples/digits_mlp.keras")
+    )
     env = {**os.environ, "MALINN_CACHE_DIR": str(tmp_path), "MALINN_BINARY_CACHE": "1"}
     first = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
@@ -168,18 +170,24 @@ def test_program_binaries_are_cached_for_the_next_process(tmp_path):
     builds2, hits2 = map(int, second.stdout.split())
     assert builds1 > 0 and hits1 == 0
     assert builds2 == 0 and hits2 == builds1
-    for value in ("0", " false ", "OFF"):   # any spelling of off (a "false" was once ignored: the cache stayed on)
-        off = subprocess.run([sys.executable, "-c", script], env={**env, "MALINN_BINARY_CACHE": value},
-                             capture_output=True, text=True, timeout=300)
+    for value in ("0", " false ", "OFF"):  # any spelling of off (a "false" was once ignored: the cache stayed on)
+        off = subprocess.run(
+            [sys.executable, "-c", script],
+            env={**env, "MALINN_BINARY_CACHE": value},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert off.stdout.split() == [str(builds1), "0"], (value, off.stderr)
 
 
 def test_a_damaged_binary_is_rebuilt_from_source(tmp_path):
     env = {**os.environ, "MALINN_CACHE_DIR": str(tmp_path), "MALINN_BINARY_CACHE": "1"}
-    script = ("import numpy as np, malinn; "
-              "print(malinn.Sequential([malinn.layers.Dense(3)]).predict(np.ones((1, 2))).shape)")
+    script = (
+        "import numpy as np, malinn; print(malinn.Sequential([malinn.layers.Dense(3)]).predict(np.ones((1, 2))).shape)"
+    )
     assert subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, timeout=300).returncode == 0
-    probe = hashlib.sha256(opencl._PROBE_SOURCE.encode()).hexdigest()   # a warm process runs no probe kernel
+    probe = hashlib.sha256(opencl._PROBE_SOURCE.encode()).hexdigest()  # a warm process runs no probe kernel
     damaged = [path for path, key in entries(tmp_path).items() if key["source_sha256"] != probe]
     for path in damaged:
         path.write_bytes(b"garbage")
@@ -212,7 +220,7 @@ def test_a_read_only_cache_is_used_and_never_written(filled, tmp_path):
     folder = tmp_path / "cache"
     shutil.copytree(template, folder)
     target = fused_gemm(folder, default_config())
-    target.write_bytes(target.read_bytes()[:100])           # damaged, and it cannot be deleted
+    target.write_bytes(target.read_bytes()[:100])  # damaged, and it cannot be deleted
     undo = _make_read_only(folder / "programs")
     try:
         result, stderr = run_child(folder)
@@ -240,21 +248,24 @@ def test_an_entry_round_trips_and_carries_its_key_length_and_checksum(cache_dir)
     data = path.read_bytes()
     magic, version, key_len, payload_len, _ = HEADER.unpack_from(data)
     assert (magic, version, payload_len) == (MAGIC, cache.FORMAT_VERSION, len(b"payload bytes"))
-    assert json.loads(data[HEADER.size:HEADER.size + key_len]) == KEY
+    assert json.loads(data[HEADER.size : HEADER.size + key_len]) == KEY
     assert read_entry("programs", KEY) == b"payload bytes"
-    assert read_entry("programs", {**KEY, "driver": "2"}) is None            # another key: another file
-    assert [p.name for p in path.parent.iterdir()] == [path.name]           # no temporary left behind
+    assert read_entry("programs", {**KEY, "driver": "2"}) is None  # another key: another file
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left behind
 
 
-@pytest.mark.parametrize("change, why", [
-    (lambda d: d[:-1], "truncated"),
-    (lambda d: d + b"x", "truncated or extended"),
-    (lambda d: d[:10], "shorter than"),
-    (lambda d: b"NOTMALIN" + d[8:], "wrong magic"),
-    (lambda d: d[:8] + (2).to_bytes(4, "little") + d[12:], "format version 2"),
-    (lambda d: d[:-1] + bytes([d[-1] ^ 1]), "checksum"),
-    (lambda d: encode_entry({**KEY, "options": ["-DX=2"]}, b"payload bytes"), "differs in options"),
-])
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        (lambda d: d[:-1], "truncated"),
+        (lambda d: d + b"x", "truncated or extended"),
+        (lambda d: d[:10], "shorter than"),
+        (lambda d: b"NOTMALIN" + d[8:], "wrong magic"),
+        (lambda d: d[:8] + (2).to_bytes(4, "little") + d[12:], "format version 2"),
+        (lambda d: d[:-1] + bytes([d[-1] ^ 1]), "checksum"),
+        (lambda d: encode_entry({**KEY, "options": ["-DX=2"]}, b"payload bytes"), "differs in options"),
+    ],
+)
 def test_each_check_refuses_a_damaged_entry_and_deletes_it(cache_dir, change, why):
     write_entry("programs", KEY, b"payload bytes")
     path = cache.entry_path("programs", KEY)
@@ -289,15 +300,15 @@ def test_a_long_running_process_sweeps_again_an_hour_later(cache_dir, monkeypatc
     monkeypatch.setattr(cache, "_swept", {})
     clock = [1e9]
     monkeypatch.setattr(cache.time, "time", lambda: clock[0])
-    write_entry("programs", KEY, b"payload")          # the first write sweeps (nothing to sweep)
+    write_entry("programs", KEY, b"payload")  # the first write sweeps (nothing to sweep)
     left = folder / ".x.bin.abc.malinn-tmp"
     left.write_bytes(b"partial")
     os.utime(left, (clock[0] - 10, clock[0] - 10))
     clock[0] += 1800
-    write_entry("programs", KEY, b"payload")          # half an hour on: not swept again yet
+    write_entry("programs", KEY, b"payload")  # half an hour on: not swept again yet
     assert left.exists()
     clock[0] += 3600
-    write_entry("programs", KEY, b"payload")          # past the hour: swept, the temporary old enough
+    write_entry("programs", KEY, b"payload")  # past the hour: swept, the temporary old enough
     assert not left.exists()
 
 
@@ -317,12 +328,15 @@ def test_cache_files_get_the_mode_of_any_new_file(cache_dir):
     assert list(modes.values()) == [0o644], modes
 
 
-@pytest.mark.parametrize("env,expected", [
-    ({"MALINN_CACHE_DIR": "~/mc"}, "{home}/mc"),                       # as a Dockerfile's ENV passes it
-    ({"MALINN_CACHE_DIR": "", "XDG_CACHE_HOME": "relcache"}, "{home}/.cache/malinn"),   # relative: ignored
-    ({"MALINN_CACHE_DIR": "", "XDG_CACHE_HOME": "/xdg"}, "/xdg/malinn"),
-    ({"MALINN_CACHE_DIR": "", "XDG_CACHE_HOME": "", "HOME": ""}, "{tmp}/malinn-cache-{uid}"),
-])
+@pytest.mark.parametrize(
+    "env,expected",
+    [
+        ({"MALINN_CACHE_DIR": "~/mc"}, "{home}/mc"),  # as a Dockerfile's ENV passes it
+        ({"MALINN_CACHE_DIR": "", "XDG_CACHE_HOME": "relcache"}, "{home}/.cache/malinn"),  # relative: ignored
+        ({"MALINN_CACHE_DIR": "", "XDG_CACHE_HOME": "/xdg"}, "/xdg/malinn"),
+        ({"MALINN_CACHE_DIR": "", "XDG_CACHE_HOME": "", "HOME": ""}, "{tmp}/malinn-cache-{uid}"),
+    ],
+)
 def test_the_cache_folder_is_never_a_path_relative_to_the_working_directory(monkeypatch, tmp_path, env, expected):
     import tempfile
 
@@ -368,4 +382,4 @@ def test_a_shared_temporary_cache_another_user_could_have_made_is_not_used(monke
     with pytest.warns(RuntimeWarning, match="not a folder of this user's alone"):
         folder = cache.cache_dir()
     assert folder != planted and folder.parent == tmp_path and folder.stat().st_mode & 0o777 == 0o700
-    assert cache.cache_dir() == folder       # one folder per process
+    assert cache.cache_dir() == folder  # one folder per process

@@ -102,16 +102,23 @@ def pocl():
 
 
 def child_env(cache_dir: Path, pocl_cache: Path | None = None) -> dict:
-    env = {**os.environ, "MALINN_CACHE_DIR": str(cache_dir), "MALINN_BINARY_CACHE": "1", "MALINN_DEVICE": "cpu",
-           "MALINN_GL": "0", "PYTHONWARNINGS": "default"}
+    env = {
+        **os.environ,
+        "MALINN_CACHE_DIR": str(cache_dir),
+        "MALINN_BINARY_CACHE": "1",
+        "MALINN_DEVICE": "cpu",
+        "MALINN_GL": "0",
+        "PYTHONWARNINGS": "default",
+    }
     if pocl_cache is not None:
         env["POCL_CACHE_DIR"] = str(pocl_cache)
     return env
 
 
 def run_model(cache_dir: Path) -> tuple:
-    done = subprocess.run([sys.executable, "-c", MODEL_CHILD], env=child_env(cache_dir), capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", MODEL_CHILD], env=child_env(cache_dir), capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, f"exit {done.returncode}:\n{done.stderr[-3000:]}"
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["error"] <= 1e-5, result
@@ -124,9 +131,9 @@ def program_entries(cache_dir: Path) -> dict:
     for path in sorted((cache_dir / "programs").glob("*.bin")):
         data = path.read_bytes()
         key_len = HEADER.unpack_from(data)[2]
-        key = json.loads(data[HEADER.size:HEADER.size + key_len])
-        if "local" not in key:   # not a GL shader's
-            found[path] = (key, data[HEADER.size + key_len:])
+        key = json.loads(data[HEADER.size : HEADER.size + key_len])
+        if "local" not in key:  # not a GL shader's
+            found[path] = (key, data[HEADER.size + key_len :])
     return found
 
 
@@ -143,9 +150,9 @@ def without_program_bc(binary: bytes) -> bytes:
     removed the file."""
     version, flags = struct.unpack_from("<I", binary, 16)[0], struct.unpack_from("<Q", binary, 24)[0]
     assert binary[:8] == b"poclbin\0" and version >= 9, "not PoCL's format 9 or later"
-    at = 77 + (8 if version >= 10 and flags & 2 else 0)   # after the header, the build hash (and 10's size)
+    at = 77 + (8 if version >= 10 and flags & 2 else 0)  # after the header, the build hash (and 10's size)
     size = struct.unpack_from("<Q", binary, at)[0]
-    return binary[:at] + struct.pack("<Q", 0) + binary[at + 8 + size:]
+    return binary[:at] + struct.pack("<Q", 0) + binary[at + 8 + size :]
 
 
 @pytest.fixture(scope="module")
@@ -153,8 +160,9 @@ def whole_binary(pocl):
     """A real PoCL binary of a program of two kernels (built here: only its bytes are used)."""
     import pyopencl as cl  # the test process already uses PoCL through malinn
 
-    source = "__kernel void one(__global float *x) { x[0] = 1.0f; }\n" \
-             "__kernel void two(__global float *x) { x[1] = 2.0f; }\n"
+    source = (
+        "__kernel void one(__global float *x) { x[0] = 1.0f; }\n__kernel void two(__global float *x) { x[1] = 2.0f; }\n"
+    )
     return bytes(pocl.compile(source, origin="two kernels").get_info(cl.program_info.BINARIES)[0])
 
 
@@ -167,7 +175,7 @@ def test_a_whole_pocl_binary_passes_and_each_incomplete_one_is_named(whole_binar
     assert "1 bytes after its 2 kernel records" in pocl_binary_problem(binary + b"\0")
     assert "cut short" in pocl_binary_problem(binary[:200])
     bitcode = binary.index(b"BC\xc0\xde")
-    assert "not LLVM bitcode" in pocl_binary_problem(binary[:bitcode] + b"\0\0\0\0" + binary[bitcode + 4:])
+    assert "not LLVM bitcode" in pocl_binary_problem(binary[:bitcode] + b"\0\0\0\0" + binary[bitcode + 4 :])
     assert "no kernel" in pocl_binary_problem(binary[:20] + struct.pack("<I", 0) + binary[24:])
     assert "no 'poclbin' magic" in pocl_binary_problem(b"\0" * 100)
 
@@ -179,11 +187,16 @@ def test_a_bitcode_less_pocl_binary_with_a_valid_checksum_never_reaches_the_driv
     assert first["builds"] == first["programs"] >= 3 and first["hits"] == 0
     path, (key, binary) = next(iter(model_entries(folder).items()))
     doctored = without_program_bc(binary)
-    path.write_bytes(encode_entry(key, doctored))   # the checksum of the damaged binary: malinn's checks pass
+    path.write_bytes(encode_entry(key, doctored))  # the checksum of the damaged binary: malinn's checks pass
     assert cache.read_entry("programs", key) == doctored
     # the binary is the one that aborted PoCL: loaded by PoCL itself, in a process of its own
-    loaded = subprocess.run([sys.executable, "-c", LOAD_ALL, str(folder)], env=child_env(folder, tmp_path / "pocl"),
-                            capture_output=True, text=True, timeout=300)
+    loaded = subprocess.run(
+        [sys.executable, "-c", LOAD_ALL, str(folder)],
+        env=child_env(folder, tmp_path / "pocl"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert loaded.returncode == -signal.SIGABRT and "Assertion `len > 0' failed" in loaded.stderr, loaded.stderr
     result, stderr = run_model(folder)
     (warning,) = [line for line in stderr.splitlines() if DAMAGED in line]
@@ -198,10 +211,11 @@ def test_an_entry_a_process_died_on_while_handing_it_to_the_driver_is_discarded_
     folder = tmp_path / "cache"
     run_model(folder)
     path, (key, _) = next(iter(model_entries(folder).items()))
-    marker = subprocess.Popen([sys.executable, "-c", MARK, json.dumps(key)], env=child_env(folder),
-                              stdout=subprocess.PIPE, text=True)
+    marker = subprocess.Popen(
+        [sys.executable, "-c", MARK, json.dumps(key)], env=child_env(folder), stdout=subprocess.PIPE, text=True
+    )
     assert marker.stdout.readline().strip() == "marked"
-    marker.send_signal(signal.SIGKILL)   # as a driver's abort ends a process: no cleanup runs
+    marker.send_signal(signal.SIGKILL)  # as a driver's abort ends a process: no cleanup runs
     marker.wait(timeout=60)
     marker.stdout.close()
     marks = list((folder / "in-use" / "programs").iterdir())
@@ -215,8 +229,7 @@ def test_an_entry_a_process_died_on_while_handing_it_to_the_driver_is_discarded_
     assert again["builds"] == 0 and DIED not in stderr and DAMAGED not in stderr, (again, stderr)
 
 
-def test_marks_of_live_processes_are_kept_and_a_reused_pid_is_not_taken_for_its_process(pocl, tmp_path,
-                                                                                          monkeypatch):
+def test_marks_of_live_processes_are_kept_and_a_reused_pid_is_not_taken_for_its_process(pocl, tmp_path, monkeypatch):
     folder = tmp_path / "cache"
     monkeypatch.setenv("MALINN_CACHE_DIR", str(folder))
     run_model(folder)
@@ -244,7 +257,7 @@ def test_a_binary_whose_check_killed_a_process_is_not_stored_again(pocl, tmp_pat
     path.unlink()
     marks = folder / "in-use" / "programs"
     marks.mkdir(parents=True, exist_ok=True)
-    (marks / f"{path.name}-{2 ** 22 + 1}-00000000-{cache._host()}").write_text("1\n")   # a pid no process has
+    (marks / f"{path.name}-{2**22 + 1}-00000000-{cache._host()}").write_text("1\n")  # a pid no process has
     result, stderr = run_model(folder)
     assert result["builds"] == 1 and not path.exists() and DIED not in stderr, (result, stderr)
     again, _ = run_model(folder)
@@ -259,9 +272,16 @@ def test_processes_building_at_once_build_each_program_once_and_every_entry_load
     started = time.monotonic()
     for round_ in range(3):
         folder, pocl_cache = tmp_path / f"cache{round_}", tmp_path / f"pocl{round_}"
-        children = [subprocess.Popen([sys.executable, "-c", RACE_CHILD, ",".join(kernels)],
-                                     env=child_env(folder, pocl_cache), stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True) for _ in range(4)]
+        children = [
+            subprocess.Popen(
+                [sys.executable, "-c", RACE_CHILD, ",".join(kernels)],
+                env=child_env(folder, pocl_cache),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(4)
+        ]
         results = []
         for child in children:
             out, err = child.communicate(timeout=300)
@@ -271,11 +291,15 @@ def test_processes_building_at_once_build_each_program_once_and_every_entry_load
         assert sum(r["builds"] for r in results) == programs, results
         assert sum(r["binary_hits"] for r in results) == 3 * programs, results
         stored = program_entries(folder)
-        assert len(stored) == programs + 1   # and the probe kernel's
+        assert len(stored) == programs + 1  # and the probe kernel's
         assert [pocl_binary_problem(binary) for _, binary in stored.values()] == [None] * len(stored)
-        loaded = subprocess.run([sys.executable, "-c", LOAD_ALL, str(folder)],
-                                env=child_env(folder, tmp_path / f"load{round_}"), capture_output=True, text=True,
-                                timeout=300)
+        loaded = subprocess.run(
+            [sys.executable, "-c", LOAD_ALL, str(folder)],
+            env=child_env(folder, tmp_path / f"load{round_}"),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert loaded.returncode == 0, f"round {round_}: {loaded.stdout[-500:]}\n{loaded.stderr[-2000:]}"
         assert len(loaded.stdout.splitlines()) == len(stored)
     assert time.monotonic() - started < 120

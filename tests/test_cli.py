@@ -24,8 +24,14 @@ HAS_TF = importlib.util.find_spec("tensorflow") is not None
 
 
 def malinn(*args, cwd=None, env=None, text=True):
-    return subprocess.run([sys.executable, "-m", "malinn.cli", *map(str, args)], capture_output=True, text=text,
-                          cwd=cwd, timeout=300, env=None if env is None else {**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, "-m", "malinn.cli", *map(str, args)],
+        capture_output=True,
+        text=text,
+        cwd=cwd,
+        timeout=300,
+        env=None if env is None else {**os.environ, **env},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +57,7 @@ def test_python_m_malinn_is_the_malinn_command():
 def test_usage_errors_exit_2():
     assert malinn().returncode == 2
     assert malinn("bogus").returncode == 2
-    assert malinn("convert").returncode == 2                 # the source is required
+    assert malinn("convert").returncode == 2  # the source is required
 
 
 def test_devices_lists_and_marks_the_default():
@@ -95,9 +101,11 @@ def test_errors_are_one_line_without_traceback_and_leave_no_file(tmp_path):
 
 
 def test_malinn_never_imports_tensorflow(tmp_path):
-    script = ("import sys, numpy as np, malinn; m = malinn.load_model(sys.argv[1]); m.predict(np.zeros((1, 64)));"
-              "import malinn.cli.commands, malinn.converters.to_malinn;"
-              "print(sorted(n for n in sys.modules if n.split('.')[0] in ('tensorflow', 'keras', 'tf_keras')))")
+    script = (
+        "import sys, numpy as np, malinn; m = malinn.load_model(sys.argv[1]); m.predict(np.zeros((1, 64)));"
+        "import malinn.cli.commands, malinn.converters.to_malinn;"
+        "print(sorted(n for n in sys.modules if n.split('.')[0] in ('tensorflow', 'keras', 'tf_keras')))"
+    )
     out = subprocess.run([sys.executable, "-c", script, DIGITS], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
@@ -106,8 +114,15 @@ def test_malinn_never_imports_tensorflow(tmp_path):
 # ------------------------------------------------------------------ predict: inputs and stdout
 def test_predict_the_bundled_npz_to_stdout_gives_a_loadable_npy(digits_malinn):
     data = np.load(ROOT / "examples" / "digits_test.npz")
-    out = malinn("predict", digits_malinn, ROOT / "examples" / "digits_test.npz", "--key", "x", text=False,
-                 env={"MALINN_PROGRESS": "0"})   # the report alone (no build summary, however slow the builds)
+    out = malinn(
+        "predict",
+        digits_malinn,
+        ROOT / "examples" / "digits_test.npz",
+        "--key",
+        "x",
+        text=False,
+        env={"MALINN_PROGRESS": "0"},
+    )  # the report alone (no build summary, however slow the builds)
     assert out.returncode == 0, out.stderr
     y = np.load(io.BytesIO(out.stdout), allow_pickle=False)
     assert y.shape == (360, 10) and np.abs(y - data["keras"]).max() <= 1e-5
@@ -116,9 +131,14 @@ def test_predict_the_bundled_npz_to_stdout_gives_a_loadable_npy(digits_malinn):
 
 def test_predict_to_a_full_disk_fails_and_says_so(digits_malinn):
     data = ROOT / "examples" / "digits_test.npz"
-    with open("/dev/full", "wb") as full:   # stdout redirected onto a full disk: every write fails
-        out = subprocess.run([sys.executable, "-m", "malinn.cli", "predict", str(digits_malinn), str(data), "--key", "x"],
-                             stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+    with open("/dev/full", "wb") as full:  # stdout redirected onto a full disk: every write fails
+        out = subprocess.run(
+            [sys.executable, "-m", "malinn.cli", "predict", str(digits_malinn), str(data), "--key", "x"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
     assert out.returncode == 1 and "stdout: cannot write (No space left on device)" in out.stderr
     assert "written to" not in out.stderr
 
@@ -126,8 +146,9 @@ def test_predict_to_a_full_disk_fails_and_says_so(digits_malinn):
 @pytest.mark.parametrize("suffix", [".npy", ".npz", ".csv"])
 def test_predict_writes_the_format_its_output_names(digits_malinn, tmp_path, suffix):
     data = np.load(ROOT / "examples" / "digits_test.npz")
-    out = malinn("predict", digits_malinn, ROOT / "examples" / "digits_test.npz", "--key", "x", "-o",
-                 tmp_path / f"y{suffix}")
+    out = malinn(
+        "predict", digits_malinn, ROOT / "examples" / "digits_test.npz", "--key", "x", "-o", tmp_path / f"y{suffix}"
+    )
     assert out.returncode == 0, out.stderr
     path = tmp_path / f"y{suffix}"
     if suffix == ".npy":
@@ -150,10 +171,23 @@ def test_predict_refuses_an_output_suffix_it_cannot_write_before_any_work(digits
 def test_predict_writes_npy_into_a_fifo_whatever_its_suffix(digits_malinn, tmp_path):
     fifo = tmp_path / "predictions.fifo"
     os.mkfifo(fifo)
-    proc = subprocess.Popen([sys.executable, "-m", "malinn.cli", "predict", str(digits_malinn),
-                             str(ROOT / "examples" / "digits_test.npz"), "--key", "x", "-o", str(fifo)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    with open(fifo, "rb") as reader:   # opens once the writer does
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "malinn.cli",
+            "predict",
+            str(digits_malinn),
+            str(ROOT / "examples" / "digits_test.npz"),
+            "--key",
+            "x",
+            "-o",
+            str(fifo),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    with open(fifo, "rb") as reader:  # opens once the writer does
         y = np.load(io.BytesIO(reader.read()), allow_pickle=False)
     assert proc.wait(timeout=300) == 0, proc.stderr.read()
     assert y.shape == (360, 10) and stat.S_ISFIFO(os.stat(fifo).st_mode)
@@ -168,22 +202,27 @@ def test_verify_names_the_folder_it_cannot_write_the_inputs_to(monkeypatch, caps
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(verify_command.np, "savez", full)
-    monkeypatch.setenv("MALINN_PROGRESS", "0")   # the error alone (no build summary, however slow the builds)
+    monkeypatch.setenv("MALINN_PROGRESS", "0")  # the error alone (no build summary, however slow the builds)
     assert cli.main(["verify", str(DIGITS), "--input", str(ROOT / "examples" / "digits_test.npz"), "--key", "x"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("malinn: error: writing the inputs for Keras to ") and "x.npz failed (No space left on " \
-        "device); set TMPDIR to a folder with room" in err, err
+    assert (
+        err.startswith("malinn: error: writing the inputs for Keras to ")
+        and "x.npz failed (No space left on device); set TMPDIR to a folder with room" in err
+    ), err
 
 
 def test_verify_shows_the_exception_keras_failed_with():
     from malinn.cli.verify_command import exception_line as _exception_line
 
-    keras = ("Traceback (most recent call last):\n  File \"m.py\"\nValueError: Exception encountered when calling "
-             "Sequential.call().\n\nInput 0 of layer \"dense\" is incompatible\n\nArguments received by "
-             "Sequential.call():\n  • inputs=x\nException ignored in: <function F.__del__>\nTraceback (most "
-             "recent call last):\n  File \"f.py\"\nTypeError: 'NoneType' object is not callable\n")
-    assert _exception_line(keras) == ("ValueError: Exception encountered when calling Sequential.call(). "
-                                      "Input 0 of layer \"dense\" is incompatible")
+    keras = (
+        'Traceback (most recent call last):\n  File "m.py"\nValueError: Exception encountered when calling '
+        'Sequential.call().\n\nInput 0 of layer "dense" is incompatible\n\nArguments received by '
+        "Sequential.call():\n  • inputs=x\nException ignored in: <function F.__del__>\nTraceback (most "
+        "recent call last):\n  File \"f.py\"\nTypeError: 'NoneType' object is not callable\n"
+    )
+    assert _exception_line(keras) == (
+        'ValueError: Exception encountered when calling Sequential.call(). Input 0 of layer "dense" is incompatible'
+    )
     assert _exception_line("Traceback (most recent call last):\n  File \"x\"\nKeyError: 'k'\n") == "KeyError: 'k'"
     assert _exception_line("no traceback here\n") == "no traceback here"
 
@@ -206,12 +245,25 @@ def test_verify_compares_with_keras_without_onednns_fused_nan_results(tmp_path):
     path, x = tmp_path / "softmax.keras", tmp_path / "x.npy"
     np.save(x, np.array([[np.nan, 0, 1, 2], [1, 2, 3, 4]], np.float32))
     env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
-    made = subprocess.run([sys.executable, "-c", "import keras; m = keras.Sequential([keras.Input((4,)), "
-                           f"keras.layers.Softmax()]); m.save({str(path)!r})"], capture_output=True, text=True,
-                          env=env, timeout=300)
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import keras; m = keras.Sequential([keras.Input((4,)), keras.layers.Softmax()]); m.save({str(path)!r})",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert made.returncode == 0, made.stderr
-    out = subprocess.run([sys.executable, "-m", "malinn.cli", "verify", str(path), "--input", str(x)],
-                         capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "malinn.cli", "verify", str(path), "--input", str(x)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert out.returncode == 0 and out.stdout.splitlines()[-1].startswith("OK"), out.stdout + out.stderr
 
 
@@ -221,7 +273,9 @@ def test_verify_names_a_shape_that_differs_from_keras():
     from malinn.cli.verify_command import compared as _compared
 
     assert _compared(np.zeros((16, 6, 9), np.float32), np.zeros((16, 3, 12), np.float32)) == (
-        "shapes differ: malinn (16, 6, 9), keras (16, 3, 12)", np.inf)
+        "shapes differ: malinn (16, 6, 9), keras (16, 3, 12)",
+        np.inf,
+    )
     cells, rel = _compared(np.full((16, 54), 0.5, np.float32), np.zeros((16, 6, 9), np.float32))
     assert rel == 0.5 and cells.split() == ["5.000e-01", "5.000e-01"]
 
@@ -234,10 +288,11 @@ def test_verify_counts_a_nan_or_infinity_keras_does_not_have_as_an_infinite_erro
     assert _errors(keras + 0.25, keras) == (0.25, 0.125)
     assert _errors(np.array([[np.nan, 0.0], [np.nan, 1.0], [np.nan, 2.0]], np.float32), keras) == (np.inf, np.inf)
     assert _errors(np.array([[np.inf, 0.0], [1, 1], [2, 2]], np.float32), keras) == (np.inf, np.inf)
-    both = np.array([[np.nan, -np.inf], [1, 1], [2, 2.5]], np.float32)   # the same NaN and -inf as Keras
+    both = np.array([[np.nan, -np.inf], [1, 1], [2, 2.5]], np.float32)  # the same NaN and -inf as Keras
     assert _errors(both, np.array([[np.nan, -np.inf], [1, 1], [2, 2]], np.float32)) == (0.5, 0.25)
-    assert _argmax_agreement(np.array([[np.nan, 0.0], [0.0, 1.0]], np.float32),
-                             np.array([[1.0, 0.0], [0.0, 1.0]], np.float32)).startswith("argmax agreement: 1/2")
+    assert _argmax_agreement(
+        np.array([[np.nan, 0.0], [0.0, 1.0]], np.float32), np.array([[1.0, 0.0], [0.0, 1.0]], np.float32)
+    ).startswith("argmax agreement: 1/2")
 
 
 def test_predict_prints_a_table_on_a_terminal(digits_malinn, capsys, monkeypatch):
@@ -267,8 +322,13 @@ def test_a_command_started_with_stdout_closed_succeeds(digits_malinn, tmp_path):
     """Its report goes nowhere, and the work is done: exit 0 (it was 1, "please report this as a
     malinn bug", after the file was written)."""
     out = tmp_path / "again.malinn"
-    done = subprocess.run(f'"{sys.executable}" -m malinn.cli convert "{DIGITS}" -o "{out}" >&-', shell=True,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        f'"{sys.executable}" -m malinn.cli convert "{DIGITS}" -o "{out}" >&-',
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0 and done.stderr == "" and out.is_file(), done.stderr
 
 
@@ -280,12 +340,15 @@ def test_convert_of_a_large_source_says_what_it_does_before_each_phase(monkeypat
 
     assert cli.main(["convert", str(DIGITS), "-o", str(tmp_path / "small.malinn"), "--target", "cpu"]) == 0
     assert capsys.readouterr().err == ""
-    monkeypatch.setattr(convert_command, "CONVERT_ANNOUNCED_BYTES", DIGITS.stat().st_size)   # as if the digits were that large
+    monkeypatch.setattr(
+        convert_command, "CONVERT_ANNOUNCED_BYTES", DIGITS.stat().st_size
+    )  # as if the digits were that large
     assert cli.main(["convert", str(DIGITS), "-o", str(tmp_path / "large.malinn"), "--target", "cpu"]) == 0
     kib = DIGITS.stat().st_size / 1024
     assert capsys.readouterr().err.splitlines() == [
         f"malinn convert: reading {DIGITS} ({kib:.1f} KiB)...",
-        f"malinn convert: laying out the weights of 4 layers in fp32 and writing {tmp_path / 'large.malinn'}..."]
+        f"malinn convert: laying out the weights of 4 layers in fp32 and writing {tmp_path / 'large.malinn'}...",
+    ]
 
 
 def test_an_empty_device_name_is_refused_not_ignored(digits_malinn, tmp_path):
@@ -315,17 +378,20 @@ def test_predict_writes_every_output_of_a_layer_called_twice(tmp_path):
     np.testing.assert_allclose(written["head_1"], want[1], rtol=1e-6)
 
 
-@pytest.mark.parametrize("name, content, message", [
-    ("x.npy", b"", "x.npy is empty"),
-    ("m.malinn", b"\x89HDF", "m.malinn is not an input array file: expected .npy, .npz or .csv"),
-    ("x.csv", b"1,2\n3,x\n", "line 2: 'x' is not a number"),
-    # a first row with a number in it is data, not a header to drop (it was dropped, silently)
-    ("x.csv", b"1,NA\n3,4\n", "line 1: 'NA' is not a number"),
-    ("x.csv", b"1,\n3,4\n", "line 1: '' is not a number"),
-    # numbers separated otherwise read as a header, then a row that was not a number
-    ("x.csv", b"0.5;1;2\n3;4;5\n", "line 1 holds numbers separated by semicolons; malinn reads comma-separated"),
-    ("x.csv", b"0.5\t1\n3\t4\n", "line 1 holds numbers separated by tabs"),
-])
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("x.npy", b"", "x.npy is empty"),
+        ("m.malinn", b"\x89HDF", "m.malinn is not an input array file: expected .npy, .npz or .csv"),
+        ("x.csv", b"1,2\n3,x\n", "line 2: 'x' is not a number"),
+        # a first row with a number in it is data, not a header to drop (it was dropped, silently)
+        ("x.csv", b"1,NA\n3,4\n", "line 1: 'NA' is not a number"),
+        ("x.csv", b"1,\n3,4\n", "line 1: '' is not a number"),
+        # numbers separated otherwise read as a header, then a row that was not a number
+        ("x.csv", b"0.5;1;2\n3;4;5\n", "line 1 holds numbers separated by semicolons; malinn reads comma-separated"),
+        ("x.csv", b"0.5\t1\n3\t4\n", "line 1 holds numbers separated by tabs"),
+    ],
+)
 def test_predict_input_errors_are_one_line_and_never_mention_pickle(digits_malinn, tmp_path, name, content, message):
     (tmp_path / name).write_bytes(content)
     out = malinn("predict", digits_malinn, tmp_path / name, "-o", tmp_path / "y.npy")
@@ -335,10 +401,13 @@ def test_predict_input_errors_are_one_line_and_never_mention_pickle(digits_malin
 
 
 def test_predict_to_a_closed_pipe_is_quiet(digits_malinn, tmp_path):
-    np.save(tmp_path / "x.npy", np.zeros((30000, 64), np.float32))   # 1.2 MB of output: more than a pipe holds
-    proc = subprocess.Popen([sys.executable, "-m", "malinn.cli", "predict", str(digits_malinn), str(tmp_path / "x.npy")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "MALINN_PROGRESS": "0"})   # no build summary either
+    np.save(tmp_path / "x.npy", np.zeros((30000, 64), np.float32))  # 1.2 MB of output: more than a pipe holds
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "malinn.cli", "predict", str(digits_malinn), str(tmp_path / "x.npy")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "MALINN_PROGRESS": "0"},
+    )  # no build summary either
     proc.stdout.close()
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 1 and err == b""
@@ -358,7 +427,7 @@ def test_convert_writes_beside_the_source_unless_told_where(tmp_path):
     out = malinn("convert", src, tmp_path / "a.malinn", "-o", tmp_path / "b.malinn", "--target", "gpu")
     assert out.returncode == 2 and "two outputs" in out.stderr
     assert not (tmp_path / "a.malinn").exists() and not (tmp_path / "b.malinn").exists()
-    mine = tmp_path / "m.malinn"                                # a malinn file's default is itself: refused
+    mine = tmp_path / "m.malinn"  # a malinn file's default is itself: refused
     mine.write_bytes((tmp_path / "model.malinn").read_bytes())
     out = malinn("convert", mine, "--target", "gpu")
     assert out.returncode == 1 and "refusing to overwrite" in out.stderr
@@ -394,7 +463,7 @@ def test_convert_with_a_target_needs_no_opencl_device(tmp_path):
     out = malinn("convert", DIGITS, "-o", tmp_path / "d.malinn", "--target", "gpu", env=no_driver)
     assert out.returncode == 0, out.stderr
     assert "weights laid out for" in out.stdout
-    out = malinn("convert", DIGITS, "-o", tmp_path / "e.malinn", env=no_driver)     # no target: needs a device
+    out = malinn("convert", DIGITS, "-o", tmp_path / "e.malinn", env=no_driver)  # no target: needs a device
     assert out.returncode == 1 and "no working OpenCL device" in out.stderr.splitlines()[-1]
 
 
@@ -407,17 +476,23 @@ def test_devices_lists_when_malinn_device_matches_nothing(setting):
     assert out.stderr.count("\n") == 1 and f"MALINN_DEVICE={setting!r} matches none" in out.stderr
 
 
-@pytest.mark.parametrize("args, status, message", [
-    (["--batch", "0", "--model", DIGITS], 2, "argument --batch: expected a positive integer"),
-    (["--budget", "-1"], 2, "argument --budget: expected a positive number of seconds"),
-    (["--budget", "nan"], 2, "argument --budget"),
-    (["--shape", "0x1x1"], 2, "argument --shape: expected MxKxN"),
-    (["--shape", "100000x100000x100000"], 1, "exceeds"),
-    (["--shape", "8x8x8", "--model", DIGITS], 2, "give --model or --shape, not both"),
-    (["--batch", "5", "--shape", "8x8x8"], 2, "tune: --batch is the batch a --model is tuned for"),   # was ignored
-    (["--model", DIGITS, "--batch", "9223372036854775807"], 2,   # was numpy's "Maximum allowed dimension exceeded"
-     "tune: --batch 9223372036854775807 is more samples than one pass of"),
-])
+@pytest.mark.parametrize(
+    "args, status, message",
+    [
+        (["--batch", "0", "--model", DIGITS], 2, "argument --batch: expected a positive integer"),
+        (["--budget", "-1"], 2, "argument --budget: expected a positive number of seconds"),
+        (["--budget", "nan"], 2, "argument --budget"),
+        (["--shape", "0x1x1"], 2, "argument --shape: expected MxKxN"),
+        (["--shape", "100000x100000x100000"], 1, "exceeds"),
+        (["--shape", "8x8x8", "--model", DIGITS], 2, "give --model or --shape, not both"),
+        (["--batch", "5", "--shape", "8x8x8"], 2, "tune: --batch is the batch a --model is tuned for"),  # was ignored
+        (
+            ["--model", DIGITS, "--batch", "9223372036854775807"],
+            2,  # was numpy's "Maximum allowed dimension exceeded"
+            "tune: --batch 9223372036854775807 is more samples than one pass of",
+        ),
+    ],
+)
 def test_tune_fails_up_front(args, status, message):
     start = time.perf_counter()
     out = malinn("tune", *args)
@@ -452,16 +527,24 @@ def test_verify_prints_errors_after_every_layer_and_runs_no_code_from_the_cwd(tm
         (tmp_path / f"{module}.py").write_text(f"open({str(marker)!r}, 'a').write('{module} ran\\n')\n")
     (tmp_path / "model.keras").write_bytes(DIGITS.read_bytes())
     np.save(tmp_path / "x.npy", np.load(ROOT / "examples" / "digits_test.npz")["x"][:4])
-    out = malinn("verify", "model.keras", "--input", "x.npy", cwd=tmp_path,
-                 env={"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
+    out = malinn(
+        "verify",
+        "model.keras",
+        "--input",
+        "x.npy",
+        cwd=tmp_path,
+        env={"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))},
+    )
     assert not marker.exists(), marker.read_text()
-    assert "malinn verify: running the model in Keras (a TensorFlow process" in out.stderr, out.stderr   # before it starts
+    assert "malinn verify: running the model in Keras (a TensorFlow process" in out.stderr, (
+        out.stderr
+    )  # before it starts
     if HAS_TF:
         assert out.returncode == 0, out.stdout + out.stderr
         lines = out.stdout.splitlines()
         for name in ("dense", "activation", "dense_1", "dense_2", "(model output)"):
             assert any(line.startswith(name + " ") for line in lines[2:]), out.stdout
-        assert "(not compared)" not in out.stdout, out.stdout   # every layer of a chain compared
+        assert "(not compared)" not in out.stdout, out.stdout  # every layer of a chain compared
         assert lines[-1].startswith("OK: worst rel error")
     else:
         assert out.returncode == 1 and "verify needs TensorFlow" in out.stderr
@@ -482,19 +565,27 @@ def test_verify_names_the_keras_layers_each_step_covers_and_fails_on_a_mismatch(
 
 
 # ------------------------------------------------------------------ signals
-@pytest.mark.parametrize("signum, status, said", [(signal.SIGINT, 130, "interrupted"),
-                                                   (signal.SIGTERM, 143, "terminated (SIGTERM)"),
-                                                   (signal.SIGHUP, 129, "terminated (SIGHUP)")])
+@pytest.mark.parametrize(
+    "signum, status, said",
+    [
+        (signal.SIGINT, 130, "interrupted"),
+        (signal.SIGTERM, 143, "terminated (SIGTERM)"),
+        (signal.SIGHUP, 129, "terminated (SIGHUP)"),
+    ],
+)
 def test_ctrl_c_is_one_line_and_exit_130(digits_malinn, tmp_path, signum, status, said):
     """Ctrl-C, and SIGTERM (a service stopped) and SIGHUP (an ssh session dropped) as it: one line,
     the shell's status, nothing left behind (their default ended the process at once, leaving a
     half-written temporary file beside the destination until the hourly sweep)."""
     fifo = tmp_path / "x.npy"
     os.mkfifo(fifo)
-    proc = subprocess.Popen([sys.executable, "-m", "malinn.cli", "predict", str(digits_malinn), str(fifo),
-                             "-o", str(tmp_path / "y.npy")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "malinn.cli", "predict", str(digits_malinn), str(fifo), "-o", str(tmp_path / "y.npy")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 120
-    while True:       # opens the FIFO once malinn opens it for reading; malinn then waits in read()
+    while True:  # opens the FIFO once malinn opens it for reading; malinn then waits in read()
         try:
             writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
             break
@@ -534,8 +625,9 @@ def test_a_misspelled_option_is_named_with_its_command(tmp_path):
     """'malinn convert ... --precison int8-weights' said 'unrecognized arguments ... (see malinn
     --help)', whose help lists no convert option (a new user's review)."""
     out = malinn("convert", DIGITS, "-o", tmp_path / "x.malinn", "--precison", "int8-weights")
-    assert out.returncode == 2 and out.stderr == ("malinn: error: convert: unrecognized arguments: --precison "
-                                                  "int8-weights (see malinn convert --help)\n")
+    assert out.returncode == 2 and out.stderr == (
+        "malinn: error: convert: unrecognized arguments: --precison int8-weights (see malinn convert --help)\n"
+    )
     assert not (tmp_path / "x.malinn").exists()
 
 
@@ -552,7 +644,7 @@ def test_tune_budget_covers_the_whole_run(monkeypatch, tmp_path, capsys):
 
     def matmuls(device, shapes, quick, budget_s, per_shape, precision):
         budgets["matmuls"] = budget_s
-        clock[0] += 12.0    # the matmuls took 12 s of it
+        clock[0] += 12.0  # the matmuls took 12 s of it
         return {"shapes": {}, "kept": [], "untuned": [], "candidates": 0, "path": "p"}
 
     def convs(geometries, device, quick, budget_s, stream):
@@ -566,8 +658,16 @@ def test_tune_budget_covers_the_whole_run(monkeypatch, tmp_path, capsys):
 
 
 def test_a_wrong_kernels_folder_is_not_blamed_on_the_model_file(digits_malinn, tmp_path):
-    out = malinn("predict", digits_malinn, ROOT / "examples" / "digits_test.npz", "--key", "x", "-o", tmp_path / "y.npy",
-                 env={"MALINN_KERNELS": str(tmp_path / "nowhere")})
+    out = malinn(
+        "predict",
+        digits_malinn,
+        ROOT / "examples" / "digits_test.npz",
+        "--key",
+        "x",
+        "-o",
+        tmp_path / "y.npy",
+        env={"MALINN_KERNELS": str(tmp_path / "nowhere")},
+    )
     assert out.returncode == 1 and "MALINN_KERNELS names" in out.stderr and "damaged" not in out.stderr
 
 
@@ -602,10 +702,12 @@ def test_a_csv_cell_far_longer_than_the_rest_costs_no_more_memory_than_its_text(
     if not os.path.exists("/proc/self/status"):
         pytest.skip("no /proc here to read a process's peak memory from")
     path = tmp_path / "long.csv"
-    path.write_text("0,1,2\n" * 2000 + "3,4," + " " * 50000 + "5\n")   # before: 6,003 cells x 50,005 x 4 bytes
-    script = ("import sys\nfrom malinn.io.array_files import read_input_array\nx = read_input_array(sys.argv[1])\n"
-              "print(x.shape, x[-1].tolist())\n"
-              "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')))\n")
+    path.write_text("0,1,2\n" * 2000 + "3,4," + " " * 50000 + "5\n")  # before: 6,003 cells x 50,005 x 4 bytes
+    script = (
+        "import sys\nfrom malinn.io.array_files import read_input_array\nx = read_input_array(sys.argv[1])\n"
+        "print(x.shape, x[-1].tolist())\n"
+        "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')))\n"
+    )
     out = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=300)
     shape, peak_kib = out.stdout.splitlines()[:2]
     assert shape == "(2001, 3) [3.0, 4.0, 5.0]", out.stdout + out.stderr
@@ -645,10 +747,12 @@ def test_ctrl_c_at_any_moment_of_the_command_is_one_line_and_exit_130(tmp_path):
     if not os.path.exists(f"/proc/{os.getpid()}/status"):
         pytest.skip("no /proc here to see when the launcher has taken the signals")
     script = tmp_path / "malinn"
-    script.write_text(f"import re\nimport sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom malinn.__main__ import main\n"
-                      "if __name__ == '__main__':\n"
-                      "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
-                      "    sys.exit(main())\n")
+    script.write_text(
+        f"import re\nimport sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom malinn.__main__ import main\n"
+        "if __name__ == '__main__':\n"
+        "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
+        "    sys.exit(main())\n"
+    )
 
     def caught(pid: int) -> int:
         """The signals the process has handlers for (/proc's SigCgt mask); 0 once it is gone."""
@@ -660,8 +764,21 @@ def test_ctrl_c_at_any_moment_of_the_command_is_one_line_and_exit_130(tmp_path):
 
     statuses = []
     for delay in (0.0, 0.02, 0.05, 0.08, 0.12, 0.16, 0.2, 0.25, 0.3):
-        proc = subprocess.Popen([sys.executable, str(script), "convert", str(DIGITS), "-o", str(tmp_path / "d.malinn"),
-                                 "--target", "cpu", "--force"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(script),
+                "convert",
+                str(DIGITS),
+                "-o",
+                str(tmp_path / "d.malinn"),
+                "--target",
+                "cpu",
+                "--force",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         deadline = time.monotonic() + 60
         while not caught(proc.pid) & (1 << (signal.SIGTERM - 1)) and proc.poll() is None:
             assert time.monotonic() < deadline
@@ -671,14 +788,21 @@ def test_ctrl_c_at_any_moment_of_the_command_is_one_line_and_exit_130(tmp_path):
         _, err = proc.communicate(timeout=120)
         statuses.append(proc.returncode)
         # interrupted, or done before the signal came (its report on stdout, stderr empty)
-        assert (proc.returncode, err.decode()) in ((130, "malinn: error: interrupted\n"), (0, "")), \
+        assert (proc.returncode, err.decode()) in ((130, "malinn: error: interrupted\n"), (0, "")), (
             f"at {delay} s: {proc.returncode} {err.decode()}"
+        )
     assert statuses.count(130) >= 3, statuses
 
 
 def run_cli(*args, stdin=None, cwd=None, stdout=subprocess.PIPE):
-    return subprocess.run([sys.executable, "-m", "malinn.cli", *map(str, args)], input=stdin, stdout=stdout,
-                          stderr=subprocess.PIPE, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "malinn.cli", *map(str, args)],
+        input=stdin,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        cwd=cwd,
+        timeout=300,
+    )
 
 
 def test_a_dash_is_stdin_where_a_file_is_read_and_stdout_where_one_is_written(tmp_path):
@@ -705,10 +829,13 @@ def test_a_dash_is_stdin_where_a_file_is_read_and_stdout_where_one_is_written(tm
     out = run_cli("predict", "to_stdout.malinn", "-", stdin=buffer.getvalue(), cwd=tmp_path)
     assert out.returncode == 0
     np.testing.assert_array_equal(np.load(io.BytesIO(out.stdout)), want)
-    for args, message in ((["convert", "-", "--target", "cpu"], "convert: the source is standard input (-), which has "
-                                                                "no name to give the output"),
-                          (["predict", "-", "-"], "predict: model and input are each - (standard input), which "
-                                                  "holds one file")):
+    for args, message in (
+        (
+            ["convert", "-", "--target", "cpu"],
+            "convert: the source is standard input (-), which has no name to give the output",
+        ),
+        (["predict", "-", "-"], "predict: model and input are each - (standard input), which holds one file"),
+    ):
         out = run_cli(*args, stdin=keras, cwd=tmp_path)
         assert out.returncode == 2 and out.stderr.decode().startswith(f"malinn: error: {message}"), out.stderr
         assert len(out.stderr.splitlines()) == 1
@@ -721,9 +848,11 @@ def test_a_report_stdout_cannot_take_says_the_file_was_written(tmp_path):
         pytest.skip("no /dev/full here")
     with open("/dev/full", "wb") as full:
         out = run_cli("convert", DIGITS, "-o", tmp_path / "d.malinn", "--target", "cpu", stdout=full)
-    assert out.returncode == 1 and out.stderr.decode() == (f"malinn: error: {tmp_path / 'd.malinn'} is written, but its "
-                                                           "report could not be written to stdout (No space left on "
-                                                           "device)\n")
+    assert out.returncode == 1 and out.stderr.decode() == (
+        f"malinn: error: {tmp_path / 'd.malinn'} is written, but its "
+        "report could not be written to stdout (No space left on "
+        "device)\n"
+    )
     assert len(malinn_api.load_model(tmp_path / "d.malinn").layers) == 4
 
 
@@ -759,13 +888,15 @@ sys.exit(status)
 
 
 def streaming_child(*args):
-    return subprocess.run([sys.executable, "-c", STREAMING_CHILD, *map(str, args)], capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", STREAMING_CHILD, *map(str, args)], capture_output=True, text=True, timeout=300
+    )
 
 
 def streaming_model(path):
-    model = malinn_api.Sequential([malinn_api.layers.Dense(64, activation="relu"),
-                                   malinn_api.layers.Dense(10, activation="softmax")])
+    model = malinn_api.Sequential(
+        [malinn_api.layers.Dense(64, activation="relu"), malinn_api.layers.Dense(10, activation="softmax")]
+    )
     model.build((None, 512))
     rng = np.random.default_rng(0)
     model.set_weights([rng.standard_normal(w.shape).astype(np.float32) * 0.05 for w in model.get_weights()])
@@ -781,15 +912,24 @@ def test_predict_streams_a_large_npy_in_bounded_memory(tmp_path):
     x[:] = np.random.default_rng(1).uniform(-1, 1, x.shape)
     x.flush()
     np.save(tmp_path / "small.npy", x[:100])
-    chunk = 2 * 2**20   # 1024 samples: 24 chunks of 2 MiB, the input 48 MiB
-    out = streaming_child(chunk, tmp_path / "small.npy", "predict", tmp_path / "m.malinn", tmp_path / "x.npy", "-o", tmp_path / "y.npy",
-                          "--batch-size", 512)
+    chunk = 2 * 2**20  # 1024 samples: 24 chunks of 2 MiB, the input 48 MiB
+    out = streaming_child(
+        chunk,
+        tmp_path / "small.npy",
+        "predict",
+        tmp_path / "m.malinn",
+        tmp_path / "x.npy",
+        "-o",
+        tmp_path / "y.npy",
+        "--batch-size",
+        512,
+    )
     assert out.returncode == 0, out.stderr
     y = np.load(tmp_path / "y.npy")
     np.testing.assert_array_equal(y, model.predict(np.asarray(x), batch_size=512))
     assert y.shape == (24576, 10) and "(24576, 512) -> (24576, 10) written to" in out.stdout
     lines = out.stderr.splitlines()
-    assert lines[-2].startswith("24/24 " + "━" * 20), out.stderr   # the progress bar's last line
+    assert lines[-2].startswith("24/24 " + "━" * 20), out.stderr  # the progress bar's last line
     peak = int(lines[-1].split()[1])
     # two input chunks, a pass's staging arrays and a chunk's outputs: about 5.5 MiB
     assert peak < x.nbytes / 6, f"the command allocated {peak:,} bytes at its peak for a {x.nbytes:,}-byte input"
@@ -798,8 +938,17 @@ def test_predict_streams_a_large_npy_in_bounded_memory(tmp_path):
 def test_predict_streaming_interrupted_leaves_no_file(tmp_path):
     streaming_model(tmp_path / "m.malinn")
     np.save(tmp_path / "x.npy", np.random.default_rng(2).uniform(-1, 1, (8192, 512)).astype(np.float32))
-    out = streaming_child(64 * 2048, "interrupt", "predict", tmp_path / "m.malinn", tmp_path / "x.npy",
-                          "--batch-size", 64, "-o", tmp_path / "y.npy")
+    out = streaming_child(
+        64 * 2048,
+        "interrupt",
+        "predict",
+        tmp_path / "m.malinn",
+        tmp_path / "x.npy",
+        "--batch-size",
+        64,
+        "-o",
+        tmp_path / "y.npy",
+    )
     assert out.returncode == 130 and "malinn: error: interrupted" in out.stderr, out.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.malinn", "x.npy"]
     # a header that declares more samples than the file holds: refused before anything is written

@@ -38,8 +38,13 @@ def model_file(tmp_path_factory):
 
 
 def run(path, cache_dir, **env) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "MALINN_CACHE_DIR": str(cache_dir), "MALINN_BINARY_CACHE": "1", **env})
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "MALINN_CACHE_DIR": str(cache_dir), "MALINN_BINARY_CACHE": "1", **env},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -99,12 +104,16 @@ def test_the_first_choice_probes_only_gpus_up_to_the_first_working_one(monkeypat
     gpu = opencl.first_gpu(known)
     gpus = [d for d in malinn.devices() if d.backend == "opencl" and d.kind == "gpu"]
     assert (gpu.index if gpu else None) == (gpus[0].index if gpus else None)
-    listed = [(pi, di) for pi, p in enumerate(cl.get_platforms()) for di, d in enumerate(p.get_devices())
-              if d.type & cl.device_type.GPU]
-    assert probed == (listed[:listed.index(gpu.index) + 1] if gpu else listed)
+    listed = [
+        (pi, di)
+        for pi, p in enumerate(cl.get_platforms())
+        for di, d in enumerate(p.get_devices())
+        if d.type & cl.device_type.GPU
+    ]
+    assert probed == (listed[: listed.index(gpu.index) + 1] if gpu else listed)
     assert set(known) == set(probed)
     count = len(probed)
-    again = opencl.discover(known)                 # the full discovery reuses those probes
+    again = opencl.discover(known)  # the full discovery reuses those probes
     assert [d.index for d in again] == [d.index for d in malinn.devices() if d.backend == "opencl"]
     assert not set(probed[:count]) & set(probed[count:])
     if gpu is not None:
@@ -112,9 +121,11 @@ def test_the_first_choice_probes_only_gpus_up_to_the_first_working_one(monkeypat
 
 
 def test_the_lazy_choice_is_the_device_listed_later():
-    script = ("import malinn; d = malinn.get_device(); listed = malinn.devices(); "
-              "assert any(x is d for x in listed), (d, listed); malinn.set_device(d); "
-              "assert malinn.get_device() is d; print(d.index)")
+    script = (
+        "import malinn; d = malinn.get_device(); listed = malinn.devices(); "
+        "assert any(x is d for x in listed), (d, listed); malinn.set_device(d); "
+        "assert malinn.get_device() is d; print(d.index)"
+    )
     env = {k: v for k, v in os.environ.items() if k != "MALINN_DEVICE"}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -137,7 +148,7 @@ def test_loading_a_model_file_draws_no_random_weights(model_file, monkeypatch):
         np.testing.assert_array_equal(got, want)
     assert np.count_nonzero(loaded.get_weights()[0]) > 0
     monkeypatch.undo()
-    fresh = malinn.Sequential([malinn.layers.Dense(5)])           # a model built in code still draws Glorot values
+    fresh = malinn.Sequential([malinn.layers.Dense(5)])  # a model built in code still draws Glorot values
     fresh.build((None, 6))
     kernel = fresh.get_weights()[0]
     assert np.count_nonzero(kernel) == kernel.size and np.abs(kernel).max() <= np.sqrt(6 / 11)
@@ -147,9 +158,13 @@ def test_loading_a_model_file_draws_no_random_weights(model_file, monkeypatch):
 def _window_model(shape, strides):
     from malinn.layers import DepthwiseConv2D, MaxPooling2D, ZeroPadding2D
 
-    model = malinn.Sequential([ZeroPadding2D(((1, 2), (2, 1)), name="pad"),
-                               DepthwiseConv2D(3, strides=strides, padding="same", activation="relu", name="dw"),
-                               MaxPooling2D(2, padding="same", name="pool")])
+    model = malinn.Sequential(
+        [
+            ZeroPadding2D(((1, 2), (2, 1)), name="pad"),
+            DepthwiseConv2D(3, strides=strides, padding="same", activation="relu", name="dw"),
+            MaxPooling2D(2, padding="same", name="pool"),
+        ]
+    )
     model.build((None,) + shape)
     return model
 
@@ -201,7 +216,7 @@ def test_slices_of_a_concatenation_share_one_program(device, rng):
         x_in = Input((inputs,), name="x")
         parts = [Dense(u, activation="relu", name=f"p{i}")(x_in) for i, u in enumerate(units)]
         flat = Flatten(name="flat")(x_in)
-        cat = Concatenate(name="cat")(parts + [flat])   # the input's copy: the concat kernel itself
+        cat = Concatenate(name="cat")(parts + [flat])  # the input's copy: the concat kernel itself
         model = Functional(x_in, Dense(3, name="out")(cat))
         x = rng.uniform(-1, 1, (2, inputs)).astype(np.float32)
         layers = {layer.name: layer for layer in model.layers}
@@ -209,8 +224,12 @@ def test_slices_of_a_concatenation_share_one_program(device, rng):
         joined = np.concatenate(dense + [x], axis=-1)
         want = joined @ layers["out"].kernel + layers["out"].bias
         np.testing.assert_allclose(model.predict(x), want, rtol=1e-4, atol=1e-5)
-        assert not [key for key in programs for option in key[2]
-                    if option.startswith(("-DR_OFFSET=", "-DR_SPARE=", "-DALEN=", "-DRLEN=", "-DOFFSET="))]
+        assert not [
+            key
+            for key in programs
+            for option in key[2]
+            if option.startswith(("-DR_OFFSET=", "-DR_SPARE=", "-DALEN=", "-DRLEN=", "-DOFFSET="))
+        ]
         concats = {key for key in programs if key[0] == "concat"}
         assert concats and any("-DR_VIEW=1" in key[2] for key in programs), sorted(programs)
         if before is None:
@@ -237,12 +256,12 @@ print(json.dumps({"y": y.tolist(), "builds": device.counters["builds"], "hits": 
 def test_programs_built_side_by_side_are_stored_for_the_next_process(model_file, tmp_path, threads):
     """MALINN_BUILD_THREADS: the plan's programs built on several threads (or one) give the same
     values, and each build thread stores its program's binary: the next process builds nothing."""
-    env = {**os.environ, "MALINN_CACHE_DIR": str(tmp_path), "MALINN_BINARY_CACHE": "1",
-           "MALINN_BUILD_THREADS": threads}
+    env = {**os.environ, "MALINN_CACHE_DIR": str(tmp_path), "MALINN_BINARY_CACHE": "1", "MALINN_BUILD_THREADS": threads}
 
     def run_child():
-        out = subprocess.run([sys.executable, "-c", BUILDS_CHILD, str(model_file)], capture_output=True, text=True,
-                             timeout=300, env=env)
+        out = subprocess.run(
+            [sys.executable, "-c", BUILDS_CHILD, str(model_file)], capture_output=True, text=True, timeout=300, env=env
+        )
         assert out.returncode == 0, out.stderr[-3000:]
         return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -21,11 +21,18 @@ ROUNDS = 5
 
 def make_model(seed=0):
     rng = np.random.default_rng(seed)
-    model = Sequential([Dense(29, activation="relu", name="h1"), BatchNormalization(name="bn"),
-                        Dense(61, activation="tanh", name="h2"), Dense(7, name="logits"), Softmax(name="p")])
+    model = Sequential(
+        [
+            Dense(29, activation="relu", name="h1"),
+            BatchNormalization(name="bn"),
+            Dense(61, activation="tanh", name="h2"),
+            Dense(7, name="logits"),
+            Softmax(name="p"),
+        ]
+    )
     model.build((None, 45))
     weights = [rng.standard_normal(w.shape).astype(np.float32) * 0.3 for w in model.get_weights()]
-    weights[5] = np.abs(weights[5]) + 0.5      # the moving variance stays positive
+    weights[5] = np.abs(weights[5]) + 0.5  # the moving variance stays positive
     model.set_weights(weights)
     return model
 
@@ -34,8 +41,10 @@ def inputs(seed):
     """Different inputs per thread and round, with different batch sizes (1 and odd ones)."""
     rng = np.random.default_rng(seed)
     sizes = [1, 3, 17, 64, 5, 33, 2, 100]
-    return [[rng.standard_normal((sizes[(t + r) % len(sizes)], 45)).astype(np.float32)
-             for r in range(ROUNDS)] for t in range(THREADS)]
+    return [
+        [rng.standard_normal((sizes[(t + r) % len(sizes)], 45)).astype(np.float32) for r in range(ROUNDS)]
+        for t in range(THREADS)
+    ]
 
 
 def run_threads(work):
@@ -48,7 +57,7 @@ def run_threads(work):
         try:
             barrier.wait(timeout=60)
             results[t] = work(t)
-        except BaseException as exc:   # collected and re-raised in the main thread
+        except BaseException as exc:  # collected and re-raised in the main thread
             errors.append(exc)
 
     threads = [threading.Thread(target=target, args=(t,), name=f"predict-{t}") for t in range(THREADS)]
@@ -70,8 +79,7 @@ def matmuls_to_check():
     others run the same host code (the plan's bound launches) as one of these."""
     library = load_library()
     chosen = [library.default("matmul", kind) for kind in ("gpu", "cpu", "accelerator")] + ["morton_4_2"]
-    chosen += [c for c in library.codenames("matmul")
-               if library[c].scratch_bytes or "softmax" in library[c].epilogue]
+    chosen += [c for c in library.codenames("matmul") if library[c].scratch_bytes or "softmax" in library[c].epilogue]
     return [None] + [c for i, c in enumerate(chosen) if c in library and c not in chosen[:i]]
 
 
@@ -81,7 +89,7 @@ def test_four_threads_predict_exactly_like_one(device, codename):
         ops.use("matmul", codename, device)
     model = make_model()
     xs = inputs(1)
-    expected = [[model.predict(x) for x in rounds] for rounds in xs]      # single-threaded, warms caches
+    expected = [[model.predict(x) for x in rounds] for rounds in xs]  # single-threaded, warms caches
     before = dict(device.counters)
     got = run_threads(lambda t: [model.predict(x) for x in xs[t]])
     for t in range(THREADS):
@@ -94,14 +102,14 @@ def test_four_threads_predict_exactly_like_one(device, codename):
 
 def test_concurrent_first_predict_with_cold_caches(device, monkeypatch):
     """No program built, no weight on the device yet: four threads make the first call at once."""
-    monkeypatch.setattr(device, "cache", {})                # every kernel must be built again...
-    monkeypatch.setenv("MALINN_BINARY_CACHE", "0")          # ...from source, not from the disk cache
+    monkeypatch.setattr(device, "cache", {})  # every kernel must be built again...
+    monkeypatch.setenv("MALINN_BINARY_CACHE", "0")  # ...from source, not from the disk cache
     builds = device.counters["builds"]
     model = make_model(seed=5)
     xs = inputs(2)
     got = run_threads(lambda t: model.predict(xs[t][0]))
-    assert device.counters["builds"] > builds                 # the caches were cold indeed
-    reference = make_model(seed=5)                            # the same weights, predicted alone
+    assert device.counters["builds"] > builds  # the caches were cold indeed
+    reference = make_model(seed=5)  # the same weights, predicted alone
     for t in range(THREADS):
         np.testing.assert_array_equal(got[t], reference.predict(xs[t][0]), err_msg=f"thread {t}")
         np.testing.assert_array_equal(got[t], model.predict(xs[t][0]), err_msg=f"thread {t}")
@@ -147,12 +155,12 @@ def test_a_program_building_for_one_model_does_not_stall_another_models_predict(
 
     def slow_build(self, source, options, origin):
         building.set()
-        predicted.wait(timeout=20)   # a predict that waited for this build would wait out the timeout
+        predicted.wait(timeout=20)  # a predict that waited for this build would wait out the timeout
         return original(self, source, options, origin)
 
     monkeypatch.setattr(opencl.OpenCLDevice, "_build_from_source", slow_build)
     monkeypatch.setenv("MALINN_BINARY_CACHE", "0")
-    source = f"__kernel void k(__global float *x) {{ x[0] = {time.time_ns() % 1000003}.0f; }}"   # never built
+    source = f"__kernel void k(__global float *x) {{ x[0] = {time.time_ns() % 1000003}.0f; }}"  # never built
     builder = threading.Thread(target=device.compile, args=(source,), kwargs={"origin": "the stall test"})
     builder.start()
     try:
@@ -182,7 +190,7 @@ def test_a_plan_being_made_does_not_stall_the_same_models_kept_plans(monkeypatch
     def slow_compile(self, device, batch, every_layer):
         compiled.append(batch)
         planning.set()
-        predicted.wait(timeout=20)   # a predict that waited for this plan would wait out the timeout
+        predicted.wait(timeout=20)  # a predict that waited for this plan would wait out the timeout
         try:
             return original(self, device, batch, every_layer)
         finally:
@@ -250,9 +258,12 @@ def test_set_weights_while_other_threads_predict_never_crashes(device):
     import subprocess
     import sys
 
-    spec = f"{device.backend}:{device.index[-1]}" if device.backend != "opencl" else f"{device.index[0]}:{device.index[1]}"
-    out = subprocess.run([sys.executable, "-c", SET_WEIGHTS_WHILE_PREDICTING, spec, "4"],
-                         capture_output=True, text=True, timeout=300)
+    spec = (
+        f"{device.backend}:{device.index[-1]}" if device.backend != "opencl" else f"{device.index[0]}:{device.index[1]}"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", SET_WEIGHTS_WHILE_PREDICTING, spec, "4"], capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     sets, old, new, other = map(int, out.stdout.split())
     assert sets > 10 and old + new > 10 and other == 0, out.stdout
@@ -273,7 +284,7 @@ def test_a_weight_change_during_another_plans_upload_is_not_lost(device, monkeyp
         matrix = upload(*args, **kwargs)
         if not changed:
             changed.append(True)
-            layer.set_weights(new)   # what another thread did meanwhile
+            layer.set_weights(new)  # what another thread did meanwhile
         return matrix
 
     monkeypatch.setattr(DeviceMatrix, "upload_weights", staticmethod(changing))
@@ -294,7 +305,7 @@ def test_a_change_while_a_plan_is_made_is_seen_by_the_next_call(device, monkeypa
         made = plan(*args, **kwargs)
         if not done:
             done.append(True)
-            layer.kernel = np.full((4, 3), 2.0, np.float32)   # another thread, just after
+            layer.kernel = np.full((4, 3), 2.0, np.float32)  # another thread, just after
             layer.bias = np.ones(3, np.float32)
         return made
 
@@ -311,7 +322,7 @@ def test_an_unbuilt_models_first_calls_are_checked_against_the_shape_it_was_buil
     model = Sequential([Dense(8, name="d")])
     build = Sequential.build
 
-    def other_thread_first(self, input_shape):   # another thread's call, of samples (10, 2), built it first
+    def other_thread_first(self, input_shape):  # another thread's call, of samples (10, 2), built it first
         return build(self, (None, 10, 2))
 
     monkeypatch.setattr(Sequential, "build", other_thread_first)

@@ -29,8 +29,9 @@ def cache(tmp_path, monkeypatch):
 
 
 def geometry(batch, h, cin, cout, k, stride=1, dilation=1, padding="same", groups=1, w=None):
-    return ConvGeometry.of(batch, cin, cout, groups,
-                           window_defines((h, w or h), (k, k), (stride, stride), (dilation, dilation), padding))
+    return ConvGeometry.of(
+        batch, cin, cout, groups, window_defines((h, w or h), (k, k), (stride, stride), (dilation, dilation), padding)
+    )
 
 
 def conv_model(h, cin, cout, k, seed=0, **kwargs):
@@ -51,8 +52,13 @@ def test_geometry_keys_round_trip_and_bad_keys_are_refused():
     assert g.key() == "b8-c96-m256-g1-i27x13-o27x13-k5x5-s1x1-d1x1-p2x2"
     assert ConvGeometry.parse(g.key()) == g
     assert g.product() == (256, 25 * 96, 8 * 27 * 13) and patch_bytes(g) == 4 * 25 * 96 * 8 * 27 * 13
-    for bad in ("", "b8-c96", "b0-c96-m256-g1-i27x13-o27x13-k5x5-s1x1-d1x1-p2x2",
-                "b8-c96-m256-g1-i27x13-o27x13-k5x5-s1x1-d1x1-p2x2-x", "b8-c96-m256-g1-i27-o27x13-k5x5-s1x1-d1x1-p2x2"):
+    for bad in (
+        "",
+        "b8-c96",
+        "b0-c96-m256-g1-i27x13-o27x13-k5x5-s1x1-d1x1-p2x2",
+        "b8-c96-m256-g1-i27x13-o27x13-k5x5-s1x1-d1x1-p2x2-x",
+        "b8-c96-m256-g1-i27-o27x13-k5x5-s1x1-d1x1-p2x2",
+    ):
         with pytest.raises(ValueError, match="convolution geometry"):
             ConvGeometry.parse(bad)
 
@@ -76,27 +82,30 @@ def test_gpu_rules_put_the_measured_winner_first():
         return None
 
     budget = table["patch_budget_mib"]["gpu"] * 2**20
-    assert first(geometry(1, 28, 16, 32, 5), budget).codename == "conv_kn2col"        # inception_3a/5x5
+    assert first(geometry(1, 28, 16, 32, 5), budget).codename == "conv_kn2col"  # inception_3a/5x5
     assert first(geometry(1, 28, 16, 32, 5), budget).config["LOCAL"] == "0"
-    assert first(geometry(1, 13, 256, 384, 3), budget).codename == "im2row"           # AlexNet conv3, batch 1
-    for args, tile, slices in [((8, 13, 384, 256, 3), "64", "4"),    # AlexNet conv5, batch 8: 88 tiles
-                               ((1, 27, 96, 256, 5), "64", "4"),     # AlexNet conv2, batch 1: 48 tiles
-                               ((1, 28, 512, 512, 3), "64", "2"),    # VGG conv4_3, batch 1: 104 tiles
-                               ((8, 7, 48, 128, 5), "32", "8"),      # inception_5b/5x5, batch 8
-                               ((8, 27, 96, 256, 5), "64", "1")]:    # AlexNet conv2, batch 8: 5832 pixels
+    assert first(geometry(1, 13, 256, 384, 3), budget).codename == "im2row"  # AlexNet conv3, batch 1
+    for args, tile, slices in [
+        ((8, 13, 384, 256, 3), "64", "4"),  # AlexNet conv5, batch 8: 88 tiles
+        ((1, 27, 96, 256, 5), "64", "4"),  # AlexNet conv2, batch 1: 48 tiles
+        ((1, 28, 512, 512, 3), "64", "2"),  # VGG conv4_3, batch 1: 104 tiles
+        ((8, 7, 48, 128, 5), "32", "8"),  # inception_5b/5x5, batch 8
+        ((8, 27, 96, 256, 5), "64", "1"),
+    ]:  # AlexNet conv2, batch 8: 5832 pixels
         implicit = first(geometry(*args), budget)
         assert implicit.codename == "conv_implicit", args
         assert (implicit.config["TN"], implicit.config["SLICES"]) == (tile, slices), args
-    assert first(geometry(8, 112, 128, 128, 3), budget).codename == "im2row"          # VGG conv2_2, batch 8
-    assert first(geometry(8, 28, 512, 512, 3), budget).codename == "im2row"           # VGG conv4_3, batch 8
-    staged = first(geometry(8, 224, 64, 64, 3), budget)                                # VGG conv1_2: 882 MiB patches
+    assert first(geometry(8, 112, 128, 128, 3), budget).codename == "im2row"  # VGG conv2_2, batch 8
+    assert first(geometry(8, 28, 512, 512, 3), budget).codename == "im2row"  # VGG conv4_3, batch 8
+    staged = first(geometry(8, 224, 64, 64, 3), budget)  # VGG conv1_2: 882 MiB patches
     assert staged.codename == "conv_kn2col" and staged.config["LOCAL"] == "2" and staged.config["KC"] == "16"
-    tiny = first(geometry(1, 3, 40, 2, 3), 0)   # no room for patches, too small to stage
+    tiny = first(geometry(1, 3, 40, 2, 3), 0)  # no room for patches, too small to stage
     assert tiny.codename == "conv_kn2col" and tiny.config["LOCAL"] == "0"
-    for kind, found in table["rules"].items():   # every kind ends in a conv kernel that takes any layer
+    for kind, found in table["rules"].items():  # every kind ends in a conv kernel that takes any layer
         assert library[found[-1]["codename"]].op == "conv" and not found[-1].get("when"), kind
-        assert not library[found[-1]["codename"]].configure(found[-1].get("defines")).preconditions or \
-            library[found[-1]["codename"]].configure(found[-1].get("defines")).accepts(1, 1, 1), kind
+        assert not library[found[-1]["codename"]].configure(found[-1].get("defines")).preconditions or library[
+            found[-1]["codename"]
+        ].configure(found[-1].get("defines")).accepts(1, 1, 1), kind
 
 
 def test_the_tuner_times_the_untuned_default_first(device):
@@ -131,7 +140,7 @@ def test_the_choice_is_made_once_per_plan_never_in_predict(device, rng, monkeypa
     if device.backend != "opencl":
         pytest.skip("convolutions run on OpenCL devices")
     calls = []
-    conv_kind = importlib.import_module("malinn.plan.kinds.conv")   # the module (the package exports its function)
+    conv_kind = importlib.import_module("malinn.plan.kinds.conv")  # the module (the package exports its function)
     original = conv_kind.choose_algorithm
     monkeypatch.setattr(conv_kind, "choose_algorithm", lambda d, g: calls.append(g) or original(d, g))
     model, layer = conv_model(9, 5, 7, 3)
@@ -163,8 +172,10 @@ def test_tuner_stores_the_winner_per_geometry_and_the_plan_runs_it(device, cache
     np.testing.assert_allclose(model.predict(x), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
-@pytest.mark.parametrize("codename, defines", [("conv_kn2col", {}), ("im2col", {}),
-                                               ("conv_kn2row", {"MWI": 2, "NWI": 4, "MDIM": 8, "NDIM": 16})])
+@pytest.mark.parametrize(
+    "codename, defines",
+    [("conv_kn2col", {}), ("im2col", {}), ("conv_kn2row", {"MWI": 2, "NWI": 4, "MDIM": 8, "NDIM": 16})],
+)
 def test_a_stored_winner_replaces_the_default_at_the_next_plan(device, cache, rng, codename, defines):
     if device.backend != "opencl":
         pytest.skip("convolutions run on OpenCL devices")
@@ -181,14 +192,22 @@ def test_a_stored_winner_replaces_the_default_at_the_next_plan(device, cache, rn
     np.testing.assert_allclose(model.predict(x), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
-@pytest.mark.parametrize("entry, why", [({"codename": "gemm_tiled"}, "not a conv or im2col kernel"),
-                                        ({"codename": "conv_kn2row", "defines": {"MWI": 3}}, "not a configuration"),
-                                        ({"codename": "nothing"}, "not a conv or im2col kernel"),
-                                        ("im2row", "expected an object")])
+@pytest.mark.parametrize(
+    "entry, why",
+    [
+        ({"codename": "gemm_tiled"}, "not a conv or im2col kernel"),
+        ({"codename": "conv_kn2row", "defines": {"MWI": 3}}, "not a configuration"),
+        ({"codename": "nothing"}, "not a conv or im2col kernel"),
+        ("im2row", "expected an object"),
+    ],
+)
 def test_a_bad_stored_conv_winner_is_ignored_with_a_warning(device, cache, entry, why):
     g = geometry(1, 6, 4, 3, 3)
-    data = {"format": "malinn-tuning", "version": 1,
-            "devices": {device.identity: {"convs": {g.key(): entry, "b1-c1": {"codename": "im2row"}}}}}
+    data = {
+        "format": "malinn-tuning",
+        "version": 1,
+        "devices": {device.identity: {"convs": {g.key(): entry, "b1-c1": {"codename": "im2row"}}}},
+    }
     (cache / "tuning.json").write_text(json.dumps(data))
     tuning_db.forget()
     with warnings.catch_warnings(record=True) as caught:
@@ -199,8 +218,11 @@ def test_a_bad_stored_conv_winner_is_ignored_with_a_warning(device, cache, entry
 
 
 def test_the_tuners_reference_is_the_keras_convolution(rng):
-    for g_args, kwargs in [((2, 7, 6, 4, 3), {"stride": 2, "padding": "valid"}),
-                           ((1, 9, 4, 6, 3), {"dilation": 2, "groups": 2}), ((3, 5, 3, 5, 5), {})]:
+    for g_args, kwargs in [
+        ((2, 7, 6, 4, 3), {"stride": 2, "padding": "valid"}),
+        ((1, 9, 4, 6, 3), {"dilation": 2, "groups": 2}),
+        ((3, 5, 3, 5, 5), {}),
+    ]:
         g = geometry(*g_args, **kwargs)
         kernel = rng.standard_normal((g.KH, g.KW, g.cg, g.cout))
         x = rng.standard_normal((g.batch, g.IH, g.IW, g.cin))
@@ -216,24 +238,57 @@ def test_cli_tune_model_stores_a_winner_per_convolution_layer(tmp_path):
 
     root = Path(__file__).resolve().parents[1]
     env = python_env(MALINN_CACHE_DIR=str(tmp_path))
-    out = subprocess.run([sys.executable, "-m", "malinn.cli", "tune", "--model", str(root / "examples" / "digits_cnn.keras"),
-                          "--batch", "1", "--quick"], capture_output=True, text=True, timeout=600, env=env)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "malinn.cli",
+            "tune",
+            "--model",
+            str(root / "examples" / "digits_cnn.keras"),
+            "--batch",
+            "1",
+            "--quick",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "2 convolutions tuned (none left untuned)" in out.stdout
     devices = json.loads((tmp_path / "tuning.json").read_text())["devices"]
     convs = next(entry["convs"] for entry in devices.values() if "convs" in entry)
-    assert sorted(convs) == ["b1-c1-m16-g1-i8x8-o8x8-k3x3-s1x1-d1x1-p1x1", "b1-c16-m32-g1-i4x4-o4x4-k3x3-s1x1-d1x1-p1x1"]
-    assert all(won["codename"] in ("conv_kn2row", "conv_kn2col", "conv_implicit", "im2row", "im2col")
-               for won in convs.values())
+    assert sorted(convs) == [
+        "b1-c1-m16-g1-i8x8-o8x8-k3x3-s1x1-d1x1-p1x1",
+        "b1-c16-m32-g1-i4x4-o4x4-k3x3-s1x1-d1x1-p1x1",
+    ]
+    assert all(
+        won["codename"] in ("conv_kn2row", "conv_kn2col", "conv_implicit", "im2row", "im2col") for won in convs.values()
+    )
 
 
 def described_gpu(max_work_group_size: int, local_memory: int, max_allocation: int = 2**28):
     """A GPU as its driver would describe it (no context: the decisions read the figures only)."""
-    return Device(backend="opencl", index=(0, 0), name=f"GPU of {max_work_group_size}-item groups", platform="test",
-                  vendor="test", type="GPU", compute_units=4, global_memory=2**30, max_allocation=max_allocation,
-                  max_work_group_size=max_work_group_size, max_work_item_sizes=(max_work_group_size,) * 3,
-                  local_memory=local_memory, image_support=False, image2d_max_size=(0, 0),
-                  opencl_c_version="OpenCL C 1.2", driver_version="1", host_unified_memory=True)
+    return Device(
+        backend="opencl",
+        index=(0, 0),
+        name=f"GPU of {max_work_group_size}-item groups",
+        platform="test",
+        vendor="test",
+        type="GPU",
+        compute_units=4,
+        global_memory=2**30,
+        max_allocation=max_allocation,
+        max_work_group_size=max_work_group_size,
+        max_work_item_sizes=(max_work_group_size,) * 3,
+        local_memory=local_memory,
+        image_support=False,
+        image2d_max_size=(0, 0),
+        opencl_c_version="OpenCL C 1.2",
+        driver_version="1",
+        host_unified_memory=True,
+    )
 
 
 @pytest.mark.parametrize("limits", [(256, 16384), (64, 32768), (64, 16384)])
@@ -242,20 +297,31 @@ def test_a_rule_whose_kernel_the_device_cannot_launch_gives_way(limits):
     an algorithm the device can launch: the GPU rules' implicit GEMM (128 items, 16 KiB and more)
     and kn2col's staged configuration (16 x 8 items) were chosen, and the driver refused the launch."""
     small, big = described_gpu(*limits), described_gpu(1024, 49152, 2**32)
-    for args in [(1, 56, 64, 64, 3), (1, 28, 128, 128, 3), (4, 32, 32, 32, 3), (1, 300, 32, 64, 3),
-                 (8, 224, 64, 64, 3), (2, 16, 32, 32, 3), (1, 13, 256, 384, 3)]:
+    for args in [
+        (1, 56, 64, 64, 3),
+        (1, 28, 128, 128, 3),
+        (4, 32, 32, 32, 3),
+        (1, 300, 32, 64, 3),
+        (8, 224, 64, 64, 3),
+        (2, 16, 32, 32, 3),
+        (1, 13, 256, 384, 3),
+    ]:
         g = geometry(*args)
         spec = conv_choice.default_algorithm(small, g)
         assert spec.op == "im2col" or spec.configure(g.defines()).fits(small), (args, spec.codename, spec.config)
-    implicit = conv_choice.default_algorithm(big, geometry(1, 28, 128, 128, 3))   # the rules stand where it fits
-    assert implicit.codename == "conv_implicit" and not implicit.configure(
-        geometry(1, 28, 128, 128, 3).defines()).fits(described_gpu(64, 16384))
+    implicit = conv_choice.default_algorithm(big, geometry(1, 28, 128, 128, 3))  # the rules stand where it fits
+    assert implicit.codename == "conv_implicit" and not implicit.configure(geometry(1, 28, 128, 128, 3).defines()).fits(
+        described_gpu(64, 16384)
+    )
 
 
 def test_a_layer_no_kernel_of_the_device_runs_is_named():
-    tiny = described_gpu(32, 16384, max_allocation=2**20)   # no conv kernel's group; no room for patches
-    with pytest.raises(malinn.BackendError, match=r"no convolution kernel of the library runs b8-c64-m64-g1-i224x224"
-                                                  r".*\(work-groups of at most 32 items, 16,384 bytes of local memory\)"):
+    tiny = described_gpu(32, 16384, max_allocation=2**20)  # no conv kernel's group; no room for patches
+    with pytest.raises(
+        malinn.BackendError,
+        match=r"no convolution kernel of the library runs b8-c64-m64-g1-i224x224"
+        r".*\(work-groups of at most 32 items, 16,384 bytes of local memory\)",
+    ):
         conv_choice.default_algorithm(tiny, geometry(8, 224, 64, 64, 3))
 
 
@@ -271,13 +337,16 @@ def test_a_kernel_whose_work_group_the_device_cannot_launch_is_refused_by_name(d
     config = {"MWI": 8, "NWI": 4, "MDIM": 8, "NDIM": 16}
     monkeypatch.setattr(device, "max_work_group_size", 64)
     with pytest.raises(malinn.DeviceError, match=r"use: kernel 'conv_kn2col' .* runs work-groups of 128 items"):
-        kernel_choice.use("conv", "conv_kn2col", device=device, config=config)   # refused where it is made
+        kernel_choice.use("conv", "conv_kn2col", device=device, config=config)  # refused where it is made
     monkeypatch.setattr(device, "max_work_group_size", 128)
     kernel_choice.use("conv", "conv_kn2col", device=device, config=config)
-    monkeypatch.setattr(device, "max_work_group_size", 64)                      # and where it is launched
+    monkeypatch.setattr(device, "max_work_group_size", 64)  # and where it is launched
     x = rng.standard_normal((2, 9, 9, 5)).astype(np.float32)
-    with pytest.raises(malinn.DeviceError, match=r"kernel conv_kn2col runs only in work-groups of 16 x 8 items over "
-                                                 r"its range .* launches at most 64 items a group"):
+    with pytest.raises(
+        malinn.DeviceError,
+        match=r"kernel conv_kn2col runs only in work-groups of 16 x 8 items over "
+        r"its range .* launches at most 64 items a group",
+    ):
         model.predict(x)
 
 
@@ -307,13 +376,17 @@ def test_a_layer_beyond_llvmpipes_loop_limit_is_refused_naming_the_limit(device,
     """A convolution no kernel can run within llvmpipe's 65535 loop iterations is refused naming
     that limit, as before the device-fit fallback (which named work-groups and local memory)."""
     if not getattr(device, "max_loop_iterations", None) or not malinn.load_library()["conv_kn2row"].has_source(
-            device.backend):
+        device.backend
+    ):
         pytest.skip(f"{device.name} runs every loop to its end")
     model = malinn.Sequential([Conv2D(8, 3, padding="same", name="c")])
     model.build((None, 18, 18, 8192))
     x = rng.standard_normal((1, 18, 18, 8192)).astype(np.float32)
-    with pytest.raises(malinn.MalinnError) as info:   # caught here: conftest skips a BackendError escaping a test
+    with pytest.raises(malinn.MalinnError) as info:  # caught here: conftest skips a BackendError escaping a test
         model.predict(x)
     assert type(info.value) is malinn.DeviceError, info.value
-    assert re.match(r"layer 'c': kernel conv_kn2\w+ would run [\d,]+ loop iterations in one shader invocation on "
-                    r".*, whose driver ends them after 65,535", str(info.value)), info.value
+    assert re.match(
+        r"layer 'c': kernel conv_kn2\w+ would run [\d,]+ loop iterations in one shader invocation on "
+        r".*, whose driver ends them after 65,535",
+        str(info.value),
+    ), info.value

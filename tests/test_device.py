@@ -33,8 +33,9 @@ def test_a_device_reads_as_a_short_repr_and_prints_as_its_devices_line():
     found = malinn.devices()
     for d in found:
         assert repr(d) == f"<Device {d.index[0]}:{d.index[1]} {d.name!r} {d.type} {d.backend}>"
-        assert str(d).startswith(f"[{d.index[0]}:{d.index[1]}] {d.name} ({d.type}, {d.platform}): "
-                                 f"{d.compute_units} compute units, ")
+        assert str(d).startswith(
+            f"[{d.index[0]}:{d.index[1]}] {d.name} ({d.type}, {d.platform}): {d.compute_units} compute units, "
+        )
     assert repr(found) == "[" + ", ".join(repr(d) for d in found) + "]"
 
 
@@ -48,8 +49,9 @@ def test_default_is_first_gpu_else_cpu():
     assert out.stdout.strip() == str(expected.index)
 
 
-@pytest.mark.parametrize("spec_of", [lambda d: d.kind, lambda d: f"{d.index[0]}:{d.index[1]}",
-                                     lambda d: d.name[:6].lower(), lambda d: d])
+@pytest.mark.parametrize(
+    "spec_of", [lambda d: d.kind, lambda d: f"{d.index[0]}:{d.index[1]}", lambda d: d.name[:6].lower(), lambda d: d]
+)
 def test_set_device_accepts_kind_index_name_and_object(spec_of):
     target = malinn.devices()[-1]
     previous = malinn.get_device()
@@ -60,8 +62,10 @@ def test_set_device_accepts_kind_index_name_and_object(spec_of):
         malinn.set_device(previous)
 
 
-@pytest.mark.parametrize("spec, fragment", [("7:7", "platform:device 7:7"), ("no-such-device-name", "matches"),
-                                            ("accelerator", "no working ACCELERATOR")])
+@pytest.mark.parametrize(
+    "spec, fragment",
+    [("7:7", "platform:device 7:7"), ("no-such-device-name", "matches"), ("accelerator", "no working ACCELERATOR")],
+)
 def test_bad_choices_name_the_working_devices(spec, fragment):
     if spec == "accelerator" and any(d.kind == "accelerator" for d in malinn.devices()):
         pytest.skip("this machine has an accelerator device")
@@ -73,11 +77,17 @@ def test_bad_choices_name_the_working_devices(spec, fragment):
 def test_malinn_device_variable_chooses_and_reports_mistakes():
     d = malinn.devices()[-1]
     script = "import malinn; print(malinn.get_device().index)"
-    out = subprocess.run([sys.executable, "-c", script], env={**os.environ, "MALINN_DEVICE": f"{d.index[0]}:{d.index[1]}"},
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "MALINN_DEVICE": f"{d.index[0]}:{d.index[1]}"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.strip() == str(d.index)
-    bad = subprocess.run([sys.executable, "-c", script], env={**os.environ, "MALINN_DEVICE": "9:9"},
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-c", script], env={**os.environ, "MALINN_DEVICE": "9:9"}, capture_output=True, text=True
+    )
     assert bad.returncode != 0 and "MALINN_DEVICE='9:9'" in bad.stderr and "DeviceError" in bad.stderr
 
 
@@ -91,8 +101,12 @@ def test_a_broken_icd_entry_does_not_crash_listing(tmp_path):
                 (vendors / entry).write_text(open(os.path.join(folder, entry)).read())
     (vendors / "broken.icd").write_text("libm.so.6\n")
     (vendors / "missing.icd").write_text("/nonexistent/libOpenCL-driver.so\n")
-    out = subprocess.run([sys.executable, "-c", "import malinn; print(len(malinn.devices()))"],
-                         env={**os.environ, "OCL_ICD_VENDORS": str(vendors)}, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "import malinn; print(len(malinn.devices()))"],
+        env={**os.environ, "OCL_ICD_VENDORS": str(vendors)},
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     assert int(out.stdout.strip()) >= 1
 
@@ -113,18 +127,22 @@ def test_a_device_failing_its_probe_is_skipped_with_a_warning(monkeypatch):
         warnings.simplefilter("always")
         found = device_module.discover()
     assert len(found) == len(calls) - 1
-    assert any("skipping OpenCL device 0:0" in str(w.message) and "injected probe failure" in str(w.message)
-               for w in caught)
+    assert any(
+        "skipping OpenCL device 0:0" in str(w.message) and "injected probe failure" in str(w.message) for w in caught
+    )
 
 
 def test_cli_style_listing_runs():
-    out = subprocess.run([sys.executable, "-c", "import malinn; print(malinn.devices())"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "import malinn; print(malinn.devices())"], capture_output=True, text=True, check=True
+    )
     assert "Device(" in out.stdout or "[" in out.stdout
 
 
-needs_tensorflow = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
-                                      reason="tensorflow is not installed (the test extra installs tensorflow-cpu)")
+needs_tensorflow = pytest.mark.skipif(
+    importlib.util.find_spec("tensorflow") is None,
+    reason="tensorflow is not installed (the test extra installs tensorflow-cpu)",
+)
 TF_FIRST = """
 import sys, tensorflow, malinn
 found = malinn.devices()
@@ -166,8 +184,8 @@ def test_tensorflow_imported_first_skips_pocl_with_the_hint_instead_of_crashing(
     if pocl:
         assert HINT in out.stderr and "run TensorFlow in another process" in out.stderr
     if not others:
-        assert "DeviceError:" in out.stdout and HINT in out.stdout   # get_device() says why nothing is left
-    else:                                                            # NVIDIA's driver and the like stay usable
+        assert "DeviceError:" in out.stdout and HINT in out.stdout  # get_device() says why nothing is left
+    else:  # NVIDIA's driver and the like stay usable
         assert "current:" in out.stdout and "DeviceError" not in out.stdout
 
 
@@ -175,8 +193,11 @@ def test_tensorflow_imported_first_skips_pocl_with_the_hint_instead_of_crashing(
 def test_tensorflow_imported_after_pocl_refuses_new_builds_with_the_hint():
     if not any("Portable Computing Language" in d.platform for d in malinn.devices()):
         pytest.skip("no PoCL device here")
-    script = TF_AFTER_POCL if malinn.get_device().platform.startswith("Portable") else \
-        TF_AFTER_POCL.replace("malinn.get_device()", "malinn.set_device('Portable Computing Language')")
+    script = (
+        TF_AFTER_POCL
+        if malinn.get_device().platform.startswith("Portable")
+        else TF_AFTER_POCL.replace("malinn.get_device()", "malinn.set_device('Portable Computing Language')")
+    )
     out = run_with_tensorflow(script)
     assert out.returncode == 0, f"exit {out.returncode} (a negative code is a signal):\n{out.stderr[-3000:]}"
     assert "KernelBuildError:" in out.stdout and HINT in out.stdout
@@ -190,14 +211,21 @@ def test_a_cold_build_prints_nothing(tmp_path):
     CPU without AVX-512) for the batch-1 kernels of a wide layer before builds passed -w."""
     if not any(d.backend == "opencl" for d in malinn.devices()):
         pytest.skip("no OpenCL device")
-    script = ("import numpy as np, malinn\n"
-              "from malinn.layers import Dense\n"
-              "m = malinn.Sequential([Dense(2500, activation='relu'), Dense(10, activation='softmax')])\n"
-              "m.build((None, 784))\n"
-              "for batch in (1, 7):\n"
-              "    m.predict(np.ones((batch, 784), np.float32))\n")
-    env = {**os.environ, "MALINN_GL": "0", "MALINN_CACHE_DIR": str(tmp_path / "cache"),
-           "POCL_CACHE_DIR": str(tmp_path / "pocl"), "MALINN_PROGRESS": "0"}   # the compiler's output, not malinn's report
+    script = (
+        "import numpy as np, malinn\n"
+        "from malinn.layers import Dense\n"
+        "m = malinn.Sequential([Dense(2500, activation='relu'), Dense(10, activation='softmax')])\n"
+        "m.build((None, 784))\n"
+        "for batch in (1, 7):\n"
+        "    m.predict(np.ones((batch, 784), np.float32))\n"
+    )
+    env = {
+        **os.environ,
+        "MALINN_GL": "0",
+        "MALINN_CACHE_DIR": str(tmp_path / "cache"),
+        "POCL_CACHE_DIR": str(tmp_path / "pocl"),
+        "MALINN_PROGRESS": "0",
+    }  # the compiler's output, not malinn's report
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stderr == "", out.stderr[-3000:]
@@ -219,7 +247,7 @@ def test_a_build_log_is_kept_from_the_user_as_a_debug_record_not_a_warning(monke
     source = '#warning "malinn test warning"\n__kernel void k(__global float *x) { x[0] = 1.0f; }\n'
     raw = cl._cl._Program(device.context, source)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")          # any warning fails the test
+        warnings.simplefilter("error")  # any warning fails the test
         # no -w: PoCL logs the directive; NVIDIA's driver (which leaves it out) its note on every kernel
         log = opencl._build_quietly(raw, device.cl_device, ["-DMALINN_QUIET=1"])
         assert log
@@ -228,8 +256,9 @@ def test_a_build_log_is_kept_from_the_user_as_a_debug_record_not_a_warning(monke
         with caplog.at_level("DEBUG", logger="malinn.backends.opencl"):
             program = device.compile(source.replace("k(", "k2("), origin="the log test")
     assert program.k2 is not None
-    assert any("the log test" in r.getMessage() and "the driver said something" in r.getMessage()
-               for r in caplog.records), caplog.records
+    assert any(
+        "the log test" in r.getMessage() and "the driver said something" in r.getMessage() for r in caplog.records
+    ), caplog.records
 
 
 def test_malinn_cl_options_reach_every_build_and_key_its_programs(monkeypatch):
@@ -239,8 +268,10 @@ def test_malinn_cl_options_reach_every_build_and_key_its_programs(monkeypatch):
     if not devices:
         pytest.skip("no OpenCL device")
     device = devices[0]
-    source = ("#ifndef MALINN_TEST_OPTION\n#error the option did not reach the build\n#endif\n"
-              "__kernel void k(__global float *x) { x[get_global_id(0)] = MALINN_TEST_OPTION; }\n")
+    source = (
+        "#ifndef MALINN_TEST_OPTION\n#error the option did not reach the build\n#endif\n"
+        "__kernel void k(__global float *x) { x[get_global_id(0)] = MALINN_TEST_OPTION; }\n"
+    )
     monkeypatch.setenv("MALINN_CL_OPTIONS", "-DMALINN_TEST_OPTION=2 -cl-opt-disable")
     assert device.extra_build_options() == ("-DMALINN_TEST_OPTION=2", "-cl-opt-disable")
     with_option = device.compile(source, origin="the options test")

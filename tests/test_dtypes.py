@@ -30,8 +30,19 @@ def ones_model(dtype, functional=False):
 
 
 @pytest.mark.parametrize("functional", [False, True], ids=["sequential", "functional"])
-@pytest.mark.parametrize("dtype, want", [("int32", 301.0), ("uint8", 301.0), (np.uint8, 301.0), ("bool", 4.0),
-                                         (bool, 4.0), ("int8", 45.0), ("float16", 301.8505859375), (None, 301.8)])
+@pytest.mark.parametrize(
+    "dtype, want",
+    [
+        ("int32", 301.0),
+        ("uint8", 301.0),
+        (np.uint8, 301.0),
+        ("bool", 4.0),
+        (bool, 4.0),
+        ("int8", 45.0),
+        ("float16", 301.8505859375),
+        (None, 301.8),
+    ],
+)
 def test_a_dense_of_ones_reads_the_input_cast_to_its_dtype(device, dtype, want, functional):
     """int32: 0 - 1 + 2 + 300; uint8: 0 + 255 + 2 + 44 (wrapped); bool: 4 ones; int8: 0 - 1 + 2 +
     44 (300 wraps); float16: the values rounded to half (0.7002 - 1.5996 + 2.5 + 300.25). Twice:
@@ -53,7 +64,7 @@ def test_an_integer_array_is_cast_from_its_own_values_and_a_float64_one_as_float
     an int64 one as it is (2^40 + 3 wraps to 3 as int32)."""
     model = ones_model("int32")
     np.testing.assert_array_equal(model.predict(np.array([[2.9999999999, 0, 0, 0]])), [[3.0]])
-    np.testing.assert_array_equal(model.predict(np.array([[2 ** 40 + 3, 0, 0, 0]], np.int64)), [[3.0]])
+    np.testing.assert_array_equal(model.predict(np.array([[2**40 + 3, 0, 0, 0]], np.int64)), [[3.0]])
 
 
 def test_bfloat16_rounds_to_nearest_even_and_keeps_nan_and_infinities():
@@ -72,7 +83,7 @@ def test_every_input_dtype_casts_to_float32_and_float32_and_float64_need_none():
             assert cast is None
         else:
             assert cast(x).dtype == np.float32 and cast(x).shape == x.shape
-    np.testing.assert_array_equal(input_cast("int16")(x), [[-1, 300, 0, 0]])   # NaN and 1e10: C's conversion on x86
+    np.testing.assert_array_equal(input_cast("int16")(x), [[-1, 300, 0, 0]])  # NaN and 1e10: C's conversion on x86
 
 
 @pytest.mark.parametrize("dtype", ["string", "nonsense", "float", "complex64", np.complex64, object, 5, "int4"])
@@ -85,8 +96,14 @@ def test_an_input_dtype_that_cannot_be_cast_to_is_refused_by_name(dtype):
 
 
 def test_numpy_types_and_names_are_keras_s_names():
-    assert [input_dtype(d) for d in (np.int32, np.dtype("uint16"), bool, np.float16, None, "bfloat16")] == \
-        ["int32", "uint16", "bool", "float16", "float32", "bfloat16"]
+    assert [input_dtype(d) for d in (np.int32, np.dtype("uint16"), bool, np.float16, None, "bfloat16")] == [
+        "int32",
+        "uint16",
+        "bool",
+        "float16",
+        "float32",
+        "bfloat16",
+    ]
 
 
 def test_a_saved_model_keeps_its_input_dtype(device, tmp_path):
@@ -106,6 +123,9 @@ def test_a_file_giving_an_input_a_dtype_it_cannot_have_is_refused(device, tmp_pa
         config = json.loads(f.attrs["config"])
         config["input_dtype"] = "string"
         f.attrs["config"] = json.dumps(config)
-    with pytest.raises(ConversionError, match=r"m.malinn.*Sequential 'sequential'.s input: dtype 'string' is not "
-                                              r"supported"):
+    with pytest.raises(
+        ConversionError,
+        match=r"m.malinn.*Sequential 'sequential'.s input: dtype 'string' is not "
+        r"supported",
+    ):
         malinn.load_model(path)

@@ -7,9 +7,21 @@ from malinn.environment import switch
 from malinn.errors import MalinnError, SettingError
 
 
-@pytest.mark.parametrize("value,expected", [("1", True), ("true", True), (" Yes ", True), ("ON", True),
-                                            ("0", False), ("false", False), ("no", False), (" off", False),
-                                            ("", "default"), ("  ", "default")])
+@pytest.mark.parametrize(
+    "value,expected",
+    [
+        ("1", True),
+        ("true", True),
+        (" Yes ", True),
+        ("ON", True),
+        ("0", False),
+        ("false", False),
+        ("no", False),
+        (" off", False),
+        ("", "default"),
+        ("  ", "default"),
+    ],
+)
 def test_a_switch_reads_every_spelling_of_on_and_off(monkeypatch, value, expected):
     monkeypatch.setenv("MALINN_SOME_SWITCH", value)
     assert switch("MALINN_SOME_SWITCH", "default") == expected
@@ -24,7 +36,7 @@ def test_an_unset_switch_keeps_its_default(monkeypatch):
 def test_a_value_malinn_does_not_read_is_refused_by_name(monkeypatch, value):
     monkeypatch.setenv("MALINN_GL", value)
     with pytest.raises(SettingError, match=f"MALINN_GL='{value}': expected 1 or 0") as info:
-        opengl.wanted([])          # where MALINN_GL=false once looked for OpenGL devices (Mesa loaded)
+        opengl.wanted([])  # where MALINN_GL=false once looked for OpenGL devices (Mesa loaded)
     assert isinstance(info.value, MalinnError) and isinstance(info.value, ValueError)
 
 
@@ -44,15 +56,17 @@ def test_cl_options_that_redefine_a_kernels_define_are_refused(monkeypatch, give
         pytest.skip("no OpenCL device")
     source = "__kernel void k(__global float *x) { x[get_global_id(0)] = MWG + OTHER; }"
     monkeypatch.setenv("MALINN_CL_OPTIONS", given)
-    with pytest.raises(SettingError, match=f"MALINN_CL_OPTIONS='{given}' sets MWG, which probe.cl takes from its "
-                                           "configuration"):
+    with pytest.raises(
+        SettingError, match=f"MALINN_CL_OPTIONS='{given}' sets MWG, which probe.cl takes from its configuration"
+    ):
         device.compile(source, ("-DMWG=64", "-DOTHER=1"), origin="probe.cl")
-    monkeypatch.setenv("MALINN_CL_OPTIONS", "-DUNRELATED=2 -cl-opt-disable")   # a define no kernel takes: built
+    monkeypatch.setenv("MALINN_CL_OPTIONS", "-DUNRELATED=2 -cl-opt-disable")  # a define no kernel takes: built
     assert device.compile(source, ("-DMWG=64", "-DOTHER=1"), origin="probe.cl") is not None
 
 
-@pytest.mark.parametrize("name", ["MALINN_BINARY_CACHE", "MALINN_PROBE_CACHE", "MALINN_ZERO_COPY", "MALINN_PINNED",
-                                  "MALINN_PROGRESS"])
+@pytest.mark.parametrize(
+    "name", ["MALINN_BINARY_CACHE", "MALINN_PROBE_CACHE", "MALINN_ZERO_COPY", "MALINN_PINNED", "MALINN_PROGRESS"]
+)
 def test_a_bad_switch_is_refused_before_any_device_is_probed(tmp_path, name):
     """Read inside a probe, a bad value only failed that device, and the model ran on the next one
     (llvmpipe, Mesa loaded); a switch some devices never read (MALINN_PINNED on a CPU) was accepted."""
@@ -60,8 +74,10 @@ def test_a_bad_switch_is_refused_before_any_device_is_probed(tmp_path, name):
     import subprocess
     import sys
 
-    script = ("import malinn\ntry:\n    malinn.get_device()\nexcept malinn.SettingError as e:\n    print('refused', e)\n"
-              "try:\n    malinn.devices()\nexcept malinn.SettingError as e:\n    print('refused', e)\n")
+    script = (
+        "import malinn\ntry:\n    malinn.get_device()\nexcept malinn.SettingError as e:\n    print('refused', e)\n"
+        "try:\n    malinn.devices()\nexcept malinn.SettingError as e:\n    print('refused', e)\n"
+    )
     env = {**os.environ, name: "bogus", "MALINN_CACHE_DIR": str(tmp_path), "PYTHONWARNINGS": "default"}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert out.stdout.count(f"refused {name}='bogus'") == 2, out.stdout + out.stderr

@@ -73,7 +73,7 @@ def test_the_write_is_atomic_and_returns_the_path_as_given(tmp_path):
 
     def writer(f):
         f.write(b"new contents")
-        seen.append((target.read_bytes(), f.seekable()))   # the destination is untouched while writing
+        seen.append((target.read_bytes(), f.seekable()))  # the destination is untouched while writing
 
     assert write_file(str(target), writer) == target
     assert seen == [(b"old", True)]
@@ -167,13 +167,15 @@ def test_a_fifo_is_streamed_into(tmp_path):
 
 def test_dev_stdout_redirected_to_a_file_is_written_into_that_file(tmp_path):
     out = tmp_path / "captured.bin"
-    code = ("import sys; from malinn.io.files import write_file; "
-            "write_file('/dev/stdout', lambda f: f.write(b'PAYLOAD')); print('more', flush=True)")
+    code = (
+        "import sys; from malinn.io.files import write_file; "
+        "write_file('/dev/stdout', lambda f: f.write(b'PAYLOAD')); print('more', flush=True)"
+    )
     with open(out, "wb") as f:
         inode = os.fstat(f.fileno()).st_ino
         run = subprocess.run([sys.executable, "-c", code], stdout=f, stderr=subprocess.PIPE, cwd=ROOT, timeout=60)
     assert run.returncode == 0, run.stderr
-    assert os.stat(out).st_ino == inode                     # the same file, not a replacement
+    assert os.stat(out).st_ino == inode  # the same file, not a replacement
     assert out.read_bytes() == b"PAYLOADmore\n"
     assert leftovers(tmp_path) == []
 
@@ -206,7 +208,7 @@ def test_the_source_file_is_refused_unless_overwrite_is_asked(tmp_path):
         assert src.read_bytes() == b"the original"
     write_file(src, writes(b"converted"), source=src, overwrite_source=True)
     assert src.read_bytes() == b"converted"
-    write_file(tmp_path / "other.malinn", writes(b"ok"), source=src)   # another file is fine
+    write_file(tmp_path / "other.malinn", writes(b"ok"), source=src)  # another file is fine
 
 
 def test_convert_refuses_to_replace_its_keras_source(tmp_path):
@@ -224,14 +226,17 @@ def test_convert_refuses_to_replace_its_keras_source(tmp_path):
 
 
 # ------------------------------------------------------------------ names
-@pytest.mark.parametrize("name, message", [
-    ("", "the output file name is empty"),
-    ("newdir/", "names a folder"),
-    ("sub", "is a folder"),
-    ("missing/x.malinn", "the folder missing does not exist"),
-    ("file.txt/x.malinn", "Not a directory"),
-    ("n" * 256, "(too long|longer)"),
-])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("", "the output file name is empty"),
+        ("newdir/", "names a folder"),
+        ("sub", "is a folder"),
+        ("missing/x.malinn", "the folder missing does not exist"),
+        ("file.txt/x.malinn", "Not a directory"),
+        ("n" * 256, "(too long|longer)"),
+    ],
+)
 def test_bad_names_are_clear_errors(tmp_path, monkeypatch, name, message):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "sub").mkdir()
@@ -252,13 +257,13 @@ def test_long_names_up_to_255_bytes_are_written(tmp_path, length):
 
 
 def test_a_long_multibyte_name_is_written(tmp_path):
-    name = "é" * 127 + "x"    # 255 bytes in UTF-8
+    name = "é" * 127 + "x"  # 255 bytes in UTF-8
     assert len(name.encode()) == 255
     seen = []
     write_file(tmp_path / name, lambda f: (seen.extend(p.name for p in tmp_path.iterdir()), f.write(b"ok")))
     assert (tmp_path / name).read_bytes() == b"ok"
     assert len(seen) == 1 and TEMP_PATTERN.match(seen[0]) and len(seen[0].encode()) <= 255
-    seen[0].encode()                  # the temporary's name was cut on a character boundary
+    seen[0].encode()  # the temporary's name was cut on a character boundary
 
 
 # ------------------------------------------------------------------ stale temporaries
@@ -266,7 +271,7 @@ def test_stale_temporaries_of_ours_are_removed_on_the_next_write(tmp_path):
     old = time.time() - STALE_AFTER_S - 60
     stale = tmp_path / ".model.malinn.malinn-0123abcd.tmp"
     fresh = tmp_path / ".model.malinn.malinn-89abcdef.tmp"
-    foreign = tmp_path / ".model.malinn.x7Yq2p.tmp"          # another program's (or mkstemp's) naming
+    foreign = tmp_path / ".model.malinn.x7Yq2p.tmp"  # another program's (or mkstemp's) naming
     link = tmp_path / ".other.malinn-deadbeef.tmp"
     for p in (stale, fresh, foreign):
         p.write_bytes(b"partial")
@@ -281,8 +286,10 @@ def test_stale_temporaries_of_ours_are_removed_on_the_next_write(tmp_path):
 
 
 def test_a_killed_write_leaves_a_temporary_that_the_next_write_removes(tmp_path):
-    code = ("import os, sys, time; from malinn.io.files import write_file; "
-            "write_file(sys.argv[1], lambda f: (f.write(b'half'), f.flush(), os.kill(os.getpid(), 9)))")
+    code = (
+        "import os, sys, time; from malinn.io.files import write_file; "
+        "write_file(sys.argv[1], lambda f: (f.write(b'half'), f.flush(), os.kill(os.getpid(), 9)))"
+    )
     run = subprocess.run([sys.executable, "-c", code, str(tmp_path / "m.malinn")], cwd=ROOT, timeout=60)
     assert run.returncode == -9
     left = leftovers(tmp_path)

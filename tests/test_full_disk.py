@@ -58,8 +58,11 @@ def small_disk(tmp_path):
             pytest.skip("mounting a tmpfs needs root (the file-size-limit cases run anyway)")
         folder = tmp_path / f"disk{len(mounted)}"
         folder.mkdir()
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0777", "tmpfs", str(folder)],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0777", "tmpfs", str(folder)],
+            capture_output=True,
+            text=True,
+        )
         if done.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip()}); the file-size-limit cases run anyway")
         mounted.append(folder)
@@ -82,9 +85,11 @@ def fill(folder: Path) -> None:
 
 def limit_file_size(nbytes: int):
     """A ``preexec_fn`` that fails every write past ``nbytes`` of a file with EFBIG (no SIGXFSZ)."""
+
     def apply():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, nbytes))
+
     return apply
 
 
@@ -112,8 +117,14 @@ def assert_failed_cleanly(done, dest: Path, returncode: int = 1) -> str:
 @pytest.mark.parametrize("how", ["tmpfs", "file-size-limit"])
 def test_convert_onto_a_full_disk_is_one_line_exit_1(how, small_disk, tmp_path):
     dest, limit = destination(how, small_disk, tmp_path, "digits.malinn")
-    done = subprocess.run(MALINN + ["convert", str(DIGITS), "-o", str(dest), "--target", "cpu"], env=env(),
-                          capture_output=True, text=True, timeout=300, preexec_fn=limit)
+    done = subprocess.run(
+        MALINN + ["convert", str(DIGITS), "-o", str(dest), "--target", "cpu"],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limit,
+    )
     stderr = assert_failed_cleanly(done, dest)
     assert stderr.splitlines() == [stderr.strip()], stderr
     assert stderr.startswith(f"malinn: error: {dest}: cannot write the file ("), stderr
@@ -125,8 +136,13 @@ def test_convert_onto_tmpfs_of_8k_to_1m_fails_cleanly_or_writes_the_whole_file(s
     folder = small_disk(size)
     dest = folder / "digits.malinn"
     dest.write_bytes(OLD)
-    done = subprocess.run(MALINN + ["convert", str(DIGITS), "-o", str(dest), "--target", "cpu"], env=env(),
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        MALINN + ["convert", str(DIGITS), "-o", str(dest), "--target", "cpu"],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert temporaries(folder) == []
     if fits:
         assert done.returncode == 0 and done.stderr == "", done.stderr
@@ -140,23 +156,39 @@ def test_convert_onto_tmpfs_of_8k_to_1m_fails_cleanly_or_writes_the_whole_file(s
 @pytest.mark.parametrize("how", ["tmpfs", "file-size-limit"])
 def test_the_python_api_raises_and_the_interpreter_lives_on(how, small_disk, tmp_path):
     dest, limit = destination(how, small_disk, tmp_path, "digits.malinn")
-    done = subprocess.run([sys.executable, "-c", API, str(DIGITS), str(dest)], env=env(), capture_output=True,
-                          text=True, timeout=300, preexec_fn=limit)
+    done = subprocess.run(
+        [sys.executable, "-c", API, str(DIGITS), str(dest)],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limit,
+    )
     assert_failed_cleanly(done, dest, returncode=3)
     assert done.stdout.startswith(f"raised ConversionError: {dest}: cannot write the file ("), done.stdout
-    assert done.stderr == "", done.stderr   # no "Exception ignored in ObjectID.__dealloc__"
+    assert done.stderr == "", done.stderr  # no "Exception ignored in ObjectID.__dealloc__"
 
 
 @pytest.mark.parametrize("suffix", [".npy", ".npz", ".csv"])
 def test_predict_onto_a_full_disk_is_one_line_exit_1(suffix, small_disk, tmp_path):
     """(A tmpfs only: a file-size limit would fail PoCL's own writes of the kernels it compiles.)"""
     model, x = tmp_path / "digits.malinn", tmp_path / "x.npy"
-    subprocess.run(MALINN + ["convert", str(DIGITS), "-o", str(model), "--target", "cpu"], env=env(), check=True,
-                   capture_output=True, timeout=300)
-    np.save(x, np.load(ROOT / "examples" / "digits_test.npz")["x"])   # 360 samples: 14 KB of predictions
+    subprocess.run(
+        MALINN + ["convert", str(DIGITS), "-o", str(model), "--target", "cpu"],
+        env=env(),
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    np.save(x, np.load(ROOT / "examples" / "digits_test.npz")["x"])  # 360 samples: 14 KB of predictions
     dest, _ = destination("tmpfs", small_disk, tmp_path, "y" + suffix, size="8k")
-    done = subprocess.run(MALINN + ["predict", str(model), str(x), "-o", str(dest)], env=env(),
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        MALINN + ["predict", str(model), str(x), "-o", str(dest)],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     stderr = assert_failed_cleanly(done, dest)
     assert stderr.splitlines() == [stderr.strip()], stderr
     assert stderr.startswith(f"malinn: error: {dest}: cannot write the file ("), stderr
@@ -170,11 +202,18 @@ def test_tune_onto_a_full_cache_disk_keeps_the_tuning_database(small_disk):
     old = json.dumps({"format": "malinn-tuning", "version": 1, "devices": {}}).encode()
     tuning.write_bytes(old)
     fill(folder)
-    done = subprocess.run(MALINN + ["tune", "--shape", "8x8x8", "--budget", "1"],
-                          env={**env(), "MALINN_CACHE_DIR": str(cache)}, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        MALINN + ["tune", "--shape", "8x8x8", "--budget", "1"],
+        env={**env(), "MALINN_CACHE_DIR": str(cache)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 1, done.stderr[-3000:]
-    assert done.stderr.strip().splitlines()[-1] == \
-        f"malinn: error: {tuning}: cannot store the tuning results (No space left on device)", done.stderr
+    assert (
+        done.stderr.strip().splitlines()[-1]
+        == f"malinn: error: {tuning}: cannot store the tuning results (No space left on device)"
+    ), done.stderr
     assert tuning.read_bytes() == old
     for sub in [cache] + [p for p in cache.iterdir() if p.is_dir()]:
         assert temporaries(sub) == [], sub

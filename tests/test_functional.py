@@ -24,13 +24,16 @@ from malinn.layers import (
     UpSampling2D,
 )
 
-pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+pytestmark = pytest.mark.kernel_grid  # unoptimised builds on PoCL (tests/conftest.py)
 
-NUMPY = {Add: lambda xs: sum(xs[1:], xs[0]), Subtract: lambda xs: xs[0] - xs[1],
-         Multiply: lambda xs: np.prod(np.broadcast_arrays(*xs), axis=0),
-         Average: lambda xs: sum(xs[1:], xs[0]) / len(xs),
-         Maximum: lambda xs: np.maximum.reduce(np.broadcast_arrays(*xs)),
-         Minimum: lambda xs: np.minimum.reduce(np.broadcast_arrays(*xs))}
+NUMPY = {
+    Add: lambda xs: sum(xs[1:], xs[0]),
+    Subtract: lambda xs: xs[0] - xs[1],
+    Multiply: lambda xs: np.prod(np.broadcast_arrays(*xs), axis=0),
+    Average: lambda xs: sum(xs[1:], xs[0]) / len(xs),
+    Maximum: lambda xs: np.maximum.reduce(np.broadcast_arrays(*xs)),
+    Minimum: lambda xs: np.minimum.reduce(np.broadcast_arrays(*xs)),
+}
 SHAPES = {2: (6,), 3: (3, 6), 4: (2, 3, 4)}
 
 
@@ -66,8 +69,13 @@ def test_elementwise_merges_match_numpy(device, merge, rank, batch, scale):
     keras_close(model.predict(xs), NUMPY[merge]([dense_np(d, xs[0]), xs[1].astype(np.float64)]))
 
 
-@pytest.mark.parametrize("merge, want", [(Maximum, [np.nan, np.nan, np.nan, 1.0, 1.0, 2.0, 7.0, np.nan]),
-                                         (Minimum, [np.nan, np.nan, np.nan, -1.0, 0.5, 1.0, 1.0, np.nan])])
+@pytest.mark.parametrize(
+    "merge, want",
+    [
+        (Maximum, [np.nan, np.nan, np.nan, 1.0, 1.0, 2.0, 7.0, np.nan]),
+        (Minimum, [np.nan, np.nan, np.nan, -1.0, 0.5, 1.0, 1.0, np.nan]),
+    ],
+)
 def test_maximum_and_minimum_give_nan_for_a_nan_operand_as_tensorflow(device, merge, want):
     """tf.maximum and tf.minimum (Keras 3.15 on TensorFlow 2.x) give NaN where either operand is NaN,
     where OpenCL's fmax and fmin would give the other."""
@@ -79,19 +87,31 @@ def test_maximum_and_minimum_give_nan_for_a_nan_operand_as_tensorflow(device, me
     np.testing.assert_array_equal(model.predict([yv, xv]), [want])
 
 
-BROADCASTS = [[(3, 6), (1, 6)], [(1, 6), (3, 6)], [(3, 6), (6,)], [(6,), (2, 3, 6)], [(3, 1), (1, 4)],
-              [(2, 3, 4), (3, 1), (1, 4)]]
+BROADCASTS = [
+    [(3, 6), (1, 6)],
+    [(1, 6), (3, 6)],
+    [(3, 6), (6,)],
+    [(6,), (2, 3, 6)],
+    [(3, 1), (1, 4)],
+    [(2, 3, 4), (3, 1), (1, 4)],
+]
 
 
-@pytest.mark.parametrize("merge,shapes", [
-    pytest.param(merge, shapes, id=f"{merge.__name__}-" + "-".join("x".join(map(str, t)) for t in shapes))
-    for merge in NUMPY for shapes in BROADCASTS if merge is not Subtract or len(shapes) == 2])
+@pytest.mark.parametrize(
+    "merge,shapes",
+    [
+        pytest.param(merge, shapes, id=f"{merge.__name__}-" + "-".join("x".join(map(str, t)) for t in shapes))
+        for merge in NUMPY
+        for shapes in BROADCASTS
+        if merge is not Subtract or len(shapes) == 2
+    ],
+)
 def test_merges_broadcast_like_keras(device, merge, shapes):
     tensors = [Input(s, name=f"i{k}") for k, s in enumerate(shapes)]
     model = Functional(tensors, merge()(tensors))
     xs = inputs(shapes, 5, 1.0, seed=3)
     rank = max(len(s) for s in shapes)
-    padded = [x.reshape((5,) + (1,) * (rank - x.ndim + 1) + x.shape[1:]) for x in xs]   # Keras: axes after the batch
+    padded = [x.reshape((5,) + (1,) * (rank - x.ndim + 1) + x.shape[1:]) for x in xs]  # Keras: axes after the batch
     keras_close(model.predict(xs), NUMPY[merge]([p.astype(np.float64) for p in padded]))
 
 
@@ -112,11 +132,18 @@ def test_concatenate_any_axis_matches_numpy(device, rank, axis, batch):
     keras_close(got[1], np.concatenate([xs[1], xs[0], dense_np(d, xs[0])], axis=axis))
 
 
-@pytest.mark.parametrize("sx,sy,axes,spec", [((6,), (6,), 1, "bk,bk->b"), ((3, 6), (4, 6), (2, 2), "bpk,bqk->bpq"),
-                                             ((3, 6), (3, 5), (1, 1), "bkp,bkq->bpq"),
-                                             ((3, 6), (5, 3), (1, 2), "bkp,bqk->bpq"),
-                                             ((3, 6), (6,), (2, 1), "bpk,bk->bp"), ((6,), (6, 4), (1, 1), "bk,bkq->bq"),
-                                             ((3, 6), (4, 6), -1, "bpk,bqk->bpq")])
+@pytest.mark.parametrize(
+    "sx,sy,axes,spec",
+    [
+        ((6,), (6,), 1, "bk,bk->b"),
+        ((3, 6), (4, 6), (2, 2), "bpk,bqk->bpq"),
+        ((3, 6), (3, 5), (1, 1), "bkp,bkq->bpq"),
+        ((3, 6), (5, 3), (1, 2), "bkp,bqk->bpq"),
+        ((3, 6), (6,), (2, 1), "bpk,bk->bp"),
+        ((6,), (6, 4), (1, 1), "bk,bkq->bq"),
+        ((3, 6), (4, 6), -1, "bpk,bqk->bpq"),
+    ],
+)
 @pytest.mark.parametrize("normalize", [False, True])
 @pytest.mark.parametrize("batch", [1, 7, 100])
 def test_dot_matches_numpy(device, sx, sy, axes, spec, normalize, batch):
@@ -165,14 +192,16 @@ def test_residual_block_costs_no_copy_and_fuses_its_relu(device, rng):
     before = dict(device.counters)
     model.predict(x)
     assert device.counters["launches"] - before["launches"] == len(kinds)
-    assert device.counters["uploads"] - before["uploads"] == 1 and device.counters["downloads"] - before["downloads"] == 1
+    assert (
+        device.counters["uploads"] - before["uploads"] == 1 and device.counters["downloads"] - before["downloads"] == 1
+    )
 
 
 def test_merge_operand_read_later_is_not_overwritten(device, rng):
     x = Input((4,), name="x")
     d = Dense(4, name="d")
     h = d(x)
-    s = Add(name="s")([h, x])            # h is read again below and is an output: the sum needs its own buffer
+    s = Add(name="s")([h, x])  # h is read again below and is an output: the sum needs its own buffer
     model = Functional(x, [s, Multiply(name="m")([h, s]), h])
     xv = rng.uniform(-1, 1, (3, 4)).astype(np.float32)
     hv = dense_np(d, xv)
@@ -190,7 +219,7 @@ def test_predict_takes_an_array_a_list_or_a_dict(device, rng):
     assert y.shape == (6, 2) and y.dtype == np.float32
     np.testing.assert_array_equal(model.predict({"category": tv, "numeric": xv}), y)
     np.testing.assert_array_equal(model.predict((xv, tv)), y)
-    np.testing.assert_array_equal(model.predict([xv, tv], verbose=0), y)   # as Keras code calls it
+    np.testing.assert_array_equal(model.predict([xv, tv], verbose=0), y)  # as Keras code calls it
     with pytest.raises(ValueError, match="missing \\['category'\\]"):
         model.predict({"numeric": xv})
     with pytest.raises(ValueError, match="takes 2 input"):
@@ -201,11 +230,11 @@ def test_predict_takes_an_array_a_list_or_a_dict(device, rng):
         model.predict([xv, tv[:4]])
     single = Functional(x, Dense(2)(x))
     np.testing.assert_array_equal(single.predict([xv]), single.predict(xv))
-    np.testing.assert_array_equal(single.predict(list(xv)), single.predict(xv))   # a list of samples
+    np.testing.assert_array_equal(single.predict(list(xv)), single.predict(xv))  # a list of samples
     with pytest.raises(ValueError, match=r"takes 1 input\(s\) \(numeric\), got a list of 2"):
         single.predict([xv, xv])
     with pytest.raises(ValueError, match="The data given for input 'numeric' could not be read as an array"):
-        single.predict([[list(xv[0]), list(xv[0][:-1])]])   # a ragged batch inside the list
+        single.predict([[list(xv[0]), list(xv[0][:-1])]])  # a ragged batch inside the list
 
 
 def test_several_outputs_come_back_as_a_list_or_a_dict(device, rng):
@@ -264,7 +293,7 @@ def test_predict_layers_gives_every_call(device, rng):
     x = rng.uniform(-1, 1, (4, 8)).astype(np.float32)
     outs = model.predict_layers(x)
     assert [o.shape for o in outs] == [(4, 16), (4, 8), (4, 8), (4, 8), (4, 3)]
-    assert_close(outs[-1], model.predict(x))   # every layer kept: views and fusions differ, sums may round apart
+    assert_close(outs[-1], model.predict(x))  # every layer kept: views and fusions differ, sums may round apart
 
 
 def test_graph_errors_name_what_is_wrong():
@@ -292,7 +321,7 @@ def test_cli_predicts_and_summarises_a_graph_of_two_inputs(device, tmp_path, cap
     path = model.save(tmp_path / "tabular.malinn")
     xv, tv = rng.uniform(-1, 1, (6, 5)).astype(np.float32), np.eye(3, dtype=np.float32)[rng.integers(0, 3, 6)]
     np.savez(tmp_path / "in.npz", numeric=xv, onehot=tv)
-    want = model.predict([xv, tv])   # first: a backend without the merge kernels skips the test here
+    want = model.predict([xv, tv])  # first: a backend without the merge kernels skips the test here
     assert main(["predict", str(path), str(tmp_path / "in.npz"), "-o", str(tmp_path / "out.npz")]) == 0
     with np.load(tmp_path / "out.npz") as out:
         got = {k: out[k] for k in out.files}
@@ -304,7 +333,7 @@ def test_cli_predicts_and_summarises_a_graph_of_two_inputs(device, tmp_path, cap
     assert "takes 2 inputs" in capsys.readouterr().err
     assert main(["summary", str(path), "--batch", "7"]) == 0
     text = capsys.readouterr().out
-    rows = {row["Layer (type)"].split()[0]: row for row in summary_rows(text)}   # wrapped cells joined again
+    rows = {row["Layer (type)"].split()[0]: row for row in summary_rows(text)}  # wrapped cells joined again
     assert rows["cat"]["Connected to"] == "num[0][0], onehot[0][0]", text
     assert rows["cat"]["Kernel"].startswith("concat"), text
 
@@ -334,7 +363,7 @@ def test_merges_on_buffers_of_every_matmul_layout(device, codename, rng):
     x, y = Input((3, 5), name="x"), Input((1, 5), name="y")
     dense, proj = Dense(5, name="d"), Dense(4, name="proj")
     d = dense(x)
-    s = Activation("relu")(Add()([d, y]))               # d is an output too: the sum works on a copy
+    s = Activation("relu")(Add()([d, y]))  # d is an output too: the sum works on a copy
     c = Concatenate(axis=1)([s, x])
     model = Functional([x, y], [d, s, Concatenate()([proj(c), c])])
     xs = [rng.standard_normal((7,) + shape).astype(np.float32) for shape in ((3, 5), (1, 5))]
@@ -413,7 +442,7 @@ def test_a_graph_runs_its_dense_weights_in_the_precision_and_its_merges_in_float
 
     got = model.predict(xs)
     assert_close(got, forward(precision), rtol=1e-5)
-    assert not np.array_equal(forward(precision), forward("fp32"))   # the precision changes the result
+    assert not np.array_equal(forward(precision), forward("fp32"))  # the precision changes the result
     steps = model.plan(9, device).describe()
     tagged = {r["kind"]: r["kernel"].endswith(f"[{precision}]") for r in steps if r["kind"] != "relayout"}
     assert tagged == {"matmul": True, "merge": False, "concat": False}
@@ -428,8 +457,11 @@ def test_a_convolution_and_pooling_shared_by_two_image_sizes_compute_each_size(d
     """One Conv2D, MaxPooling2D and UpSampling2D called on 6 x 6 and 9 x 9 images (Keras allows it:
     their weights follow the channels alone): each call equals the same layers built for its size
     alone (the second call computed with the first size's geometry: errors up to 5.6e31)."""
-    conv, pool, up = Conv2D(2, 3, activation="relu", name="conv"), MaxPooling2D(2, name="pool"), \
-        UpSampling2D(2, name="up")
+    conv, pool, up = (
+        Conv2D(2, 3, activation="relu", name="conv"),
+        MaxPooling2D(2, name="pool"),
+        UpSampling2D(2, name="up"),
+    )
     small, big = Input((6, 6, 1), name="small"), Input((9, 9, 1), name="big")
     model = Functional([small, big], [up(pool(conv(small))), up(pool(conv(big)))])
     weights = [rng.standard_normal(w.shape).astype(np.float32) for w in conv.get_weights()]
@@ -453,7 +485,10 @@ def test_a_layer_laid_out_for_one_shape_is_not_shared_by_another(device):
     first.build((None, 3, 4))
     x = np.ones((2, 3, 4), np.float32)
     want = first.predict(x)
-    with pytest.raises(ValueError, match=r"BatchNormalization 'rows' was built for inputs of shape \(None, 3, 4\), "
-                                         r"but receives \(None, 5, 4\): its weights and axes are laid out"):
+    with pytest.raises(
+        ValueError,
+        match=r"BatchNormalization 'rows' was built for inputs of shape \(None, 3, 4\), "
+        r"but receives \(None, 5, 4\): its weights and axes are laid out",
+    ):
         Sequential([norm]).build((None, 5, 4))
     np.testing.assert_array_equal(first.predict(x), want)

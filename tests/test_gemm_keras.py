@@ -22,14 +22,15 @@ import malinn
 from malinn.layers import Dense
 from malinn.library.kernel_library import load_library
 
-pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+pytestmark = pytest.mark.kernel_grid  # unoptimised builds on PoCL (tests/conftest.py)
 
 LIB = load_library()
 #: the library's configurations, and sliced ones whose tiles are not powers of two
 CONFIGS = [dict(c) for c in LIB["gemm_keras"].configurations()] + [
     {"TM": 32, "TN": 20, "RM": 4, "RN": 4, "KT": 8, "PREFETCH": 1, "SLICES": 4, "BUFFERS": 2},
     {"TM": 32, "TN": 20, "RM": 4, "RN": 5, "KT": 8, "PREFETCH": 1, "SLICES": 8},
-    {"TM": 128, "TN": 6, "RM": 8, "RN": 3, "KT": 4, "PREFETCH": 0, "SLICES": 2}]
+    {"TM": 128, "TN": 6, "RM": 8, "RN": 3, "KT": 4, "PREFETCH": 0, "SLICES": 2},
+]
 CONFIG_IDS = ["-".join(f"{k}{v}" for k, v in c.items()) for c in CONFIGS]
 #: (m, k, n): 1, 3, 5, 13, 1001 and 4099 among the sizes, batches that do and do not fill a tile
 ODD = [(1, 1, 9), (3, 13, 13), (13, 5, 100), (1001, 3, 17), (5, 1001, 33), (13, 4099, 9), (130, 257, 101)]
@@ -44,8 +45,8 @@ def test_every_configuration_and_precision_on_odd_shapes(device, config, rng):
     if not fits(base, device):
         pytest.skip(f"work-group {base.workgroup} exceeds {device.name}'s {device.max_work_group_size}")
     every = config == CONFIGS[0] or config in CONFIGS[-2:]
-    if device.backend != "opencl" and config not in (CONFIGS[0], CONFIGS[-1]):   # llvmpipe is slow; the GPU's
-        pytest.skip("on GL: the default and the last odd sliced configuration only")   # in test_gl_keras_kernels
+    if device.backend != "opencl" and config not in (CONFIGS[0], CONFIGS[-1]):  # llvmpipe is slow; the GPU's
+        pytest.skip("on GL: the default and the last odd sliced configuration only")  # in test_gl_keras_kernels
     for precision in precisions(device) if every else ["fp32"]:
         spec, tolerance = base.in_precision(precision), (1e-2 if precision == "fp16" else 1e-5)
         for m, k, n in ODD:
@@ -63,7 +64,7 @@ def test_sliced_results_are_bit_identical_run_after_run(device, rng):
     # several K tiles per slice and two row tiles; K differs, so the products slice differently
     a1, a2 = rng.standard_normal((200, 517)).astype(np.float32), rng.standard_normal((200, 263)).astype(np.float32)
     b1, b2 = rng.standard_normal((517, 23)).astype(np.float32), rng.standard_normal((263, 23)).astype(np.float32)
-    for config in CONFIGS if device.backend == "opencl" else CONFIGS[-1:]:   # llvmpipe is slow
+    for config in CONFIGS if device.backend == "opencl" else CONFIGS[-1:]:  # llvmpipe is slow
         spec = LIB["gemm_keras"].configure(config)
         if int(spec.config["SLICES"]) == 1 or not fits(spec, device):
             continue
@@ -83,11 +84,16 @@ def test_a_wide_dense_network_at_batch_100_runs_gemm_keras_on_a_gpu(device, monk
     gemm_keras_gl_narrow) in their stead; the answer is numpy's, bit-identical call after call."""
     monkeypatch.setattr(type(device), "kind", property(lambda self: "gpu"))
     gl = device.backend == "gl"
-    full, narrow = ("gemm_keras_gl_batch", "gemm_keras_gl_narrow") if gl else ("gemm_keras_full_batch", "gemm_keras_narrow")
-    for sizes, want in (([1100, 2600, 40, 10], [full, narrow, "gemv_batch_small_c"]),
-                        ([784, 1030, 10], ["gemm_keras_medium", narrow])):
-        model = malinn.Sequential([Dense(units, activation=act)
-                                   for units, act in zip(sizes[1:], ("relu", "tanh", None)[-(len(sizes) - 1):])])
+    full, narrow = (
+        ("gemm_keras_gl_batch", "gemm_keras_gl_narrow") if gl else ("gemm_keras_full_batch", "gemm_keras_narrow")
+    )
+    for sizes, want in (
+        ([1100, 2600, 40, 10], [full, narrow, "gemv_batch_small_c"]),
+        ([784, 1030, 10], ["gemm_keras_medium", narrow]),
+    ):
+        model = malinn.Sequential(
+            [Dense(units, activation=act) for units, act in zip(sizes[1:], ("relu", "tanh", None)[-(len(sizes) - 1) :])]
+        )
         model.build((None, sizes[0]))
         for layer in model.layers:
             layer.set_weights([layer.kernel, rng.standard_normal(layer.units).astype(np.float32) * 0.1])

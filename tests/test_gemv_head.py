@@ -25,7 +25,7 @@ from malinn.layers import Dense
 from malinn.library.kernel_library import load_library
 from malinn.library.precision import effective
 
-pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+pytestmark = pytest.mark.kernel_grid  # unoptimised builds on PoCL (tests/conftest.py)
 
 LIB = load_library()
 
@@ -63,9 +63,15 @@ def matmul_rows(model, batch, device):
 
 
 #: (inputs, first layer's units, head units, batch, first activation, head activation)
-CASES = [(1001, 13, 10, 1, "tanh", "softmax"), (5, 1001, 1, 1, "relu", "linear"), (1, 3, 3, 1, "sigmoid", "relu"),
-         (13, 1001, 64, 1, "relu", "sigmoid"), (1001, 5, 3, 2, "linear", "softmax"), (3, 257, 10, 8, "relu", "tanh"),
-         (3072, 129, 10, 1, "relu", "softmax")]
+CASES = [
+    (1001, 13, 10, 1, "tanh", "softmax"),
+    (5, 1001, 1, 1, "relu", "linear"),
+    (1, 3, 3, 1, "sigmoid", "relu"),
+    (13, 1001, 64, 1, "relu", "sigmoid"),
+    (1001, 5, 3, 2, "linear", "softmax"),
+    (3, 257, 10, 8, "relu", "tanh"),
+    (3072, 129, 10, 1, "relu", "softmax"),
+]
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16-storage", "int8-weights", "fp16"])
@@ -92,8 +98,9 @@ def test_a_parameterised_activation_before_the_head_keeps_its_parameters(gpu_kin
     for activation in (ELU(alpha=0.5), ReLU(max_value=2.0, negative_slope=0.2, threshold=0.5)):
         model = malinn.Sequential([Dense(13), activation, Dense(3, activation="softmax")])
         model.build((None, 5))
-        model.set_weights([w if w.ndim == 2 else rng.standard_normal(w.shape).astype(np.float32)
-                           for w in model.get_weights()])
+        model.set_weights(
+            [w if w.ndim == 2 else rng.standard_normal(w.shape).astype(np.float32) for w in model.get_weights()]
+        )
         rows = matmul_rows(model, 1, gpu_kind)
         assert len(rows) == 1 and rows[0]["kernel"].startswith("gemv_split_c_head"), rows
         x = rng.standard_normal((1, 5)).astype(np.float32)
@@ -127,9 +134,11 @@ def test_what_the_plan_does_not_fuse(gpu_kind, rng, monkeypatch):
     launches, and answer as numpy does."""
     device = gpu_kind
     limit = int(dict(LIB["gemv_split_c_head"].defines)["HEAD_UNITS"])
-    cases = [(network([300, 200, limit + 1], ["relu", "linear"], rng), 1),
-             (network([300, 200, 10], ["relu", "elu"], rng), 1),
-             (network([300, 200, 10], ["relu", "softmax"], rng), 9)]
+    cases = [
+        (network([300, 200, limit + 1], ["relu", "linear"], rng), 1),
+        (network([300, 200, 10], ["relu", "elu"], rng), 1),
+        (network([300, 200, 10], ["relu", "softmax"], rng), 9),
+    ]
     for model, batch in cases:
         assert len(matmul_rows(model, batch, device)) == 2
         x = rng.standard_normal((batch, 300)).astype(np.float32)

@@ -30,7 +30,7 @@ from malinn.library.kernel_library import load_library
 from malinn.library.precision import device_bytes, effective
 from malinn.resources import kernels_dir
 
-pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+pytestmark = pytest.mark.kernel_grid  # unoptimised builds on PoCL (tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 LIB = load_library()
@@ -52,11 +52,20 @@ def run(spec, device, a, b, bias=None, affine=None, activation="linear", params=
     m, k = a.shape
     padded = ops.matmul_plan(spec, m, k, b.shape[1])["a"]
     layout = spec.matrices["a"].layout
-    weights = DeviceMatrix.upload_weights(device, device_bytes(a, spec.precision, layout, padded), (m, k), layout,
-                                          padded, spec.precision)
-    vector = lambda v: None if v is None else ops.upload_vector(device, v)   # noqa: E731
-    r = ops.matmul(weights, DeviceMatrix.from_host(b), spec, device, bias=vector(bias), activation=activation,
-                   params=params, affine=None if affine is None else tuple(vector(v) for v in affine))
+    weights = DeviceMatrix.upload_weights(
+        device, device_bytes(a, spec.precision, layout, padded), (m, k), layout, padded, spec.precision
+    )
+    vector = lambda v: None if v is None else ops.upload_vector(device, v)  # noqa: E731
+    r = ops.matmul(
+        weights,
+        DeviceMatrix.from_host(b),
+        spec,
+        device,
+        bias=vector(bias),
+        activation=activation,
+        params=params,
+        affine=None if affine is None else tuple(vector(v) for v in affine),
+    )
     return r.numpy()
 
 
@@ -108,8 +117,9 @@ def test_every_precision_and_epilogue_on_odd_shapes(device, codename, rng):
                 b = rng.standard_normal((k, n)).astype(np.float32)
                 assert_close(run(spec, device, a, b), reference(a, b, precision), tolerance)
                 bias, scale, shift = (rng.standard_normal(m).astype(np.float32) for _ in range(3))
-                got = run(spec, device, a, b, bias=bias, affine=(scale, shift), activation="relu_general",
-                          params=PARAMS)
+                got = run(
+                    spec, device, a, b, bias=bias, affine=(scale, shift), activation="relu_general", params=PARAMS
+                )
                 assert_close(got, reference(a, b, precision, bias, (scale, shift), "relu_general", PARAMS), tolerance)
 
 
@@ -152,12 +162,20 @@ def _broken_library(tmp_path, mutate):
     return folder / "library.json"
 
 
-@pytest.mark.parametrize("mutate, fragment", [
-    (lambda e: e.pop("scratch_bytes"), "kernel 'gemv_split', field 'scratch_bytes': a kernel with a 'scratch'"),
-    (lambda e: e.update(scratch_bytes="4 * SLABS * h"), "kernel 'gemv_split', field 'scratch_bytes': '4 * SLABS * h' names 'SLABS'"),
-    (lambda e: e["restrictions"].update(buffers=["a", "b", "r", "bias", "scale", "shift", "scrap"]),
-     "kernel 'gemv_split', field 'restrictions.buffers': unknown buffer 'scrap'"),
-])
+@pytest.mark.parametrize(
+    "mutate, fragment",
+    [
+        (lambda e: e.pop("scratch_bytes"), "kernel 'gemv_split', field 'scratch_bytes': a kernel with a 'scratch'"),
+        (
+            lambda e: e.update(scratch_bytes="4 * SLABS * h"),
+            "kernel 'gemv_split', field 'scratch_bytes': '4 * SLABS * h' names 'SLABS'",
+        ),
+        (
+            lambda e: e["restrictions"].update(buffers=["a", "b", "r", "bias", "scale", "shift", "scrap"]),
+            "kernel 'gemv_split', field 'restrictions.buffers': unknown buffer 'scrap'",
+        ),
+    ],
+)
 def test_malformed_scratch_is_named(tmp_path, mutate, fragment):
     with pytest.raises(LibraryError) as info:
         load_library(_broken_library(tmp_path, mutate))
@@ -167,6 +185,7 @@ def test_malformed_scratch_is_named(tmp_path, mutate, fragment):
 def test_a_kernel_without_scratch_may_not_name_its_size(tmp_path):
     def mutate(data):
         data["kernels"]["gemv"]["scratch_bytes"] = "4"
+
     folder = tmp_path / "kernels"
     shutil.copytree(kernels_dir(), folder)
     data = json.loads((folder / "library.json").read_text())
@@ -220,8 +239,13 @@ def test_the_gpu_defaults_name_gemv_split_c_for_small_batches():
         for n in range(1, 9):
             for m, k in ((4096, 3072), (3072, 4096), (2500, 784), (65, 3072), (10, 3)):
                 chosen = next(f for f in fallbacks if f.accepts(m, k, n)).codename
-                want = ("gemv_split_head_c" if m <= 64 and n == 1 else
-                        "gemv_split_stream_c" if precision == "fp32" and k >= 3072 and n == 1 else "gemv_split_c")
+                want = (
+                    "gemv_split_head_c"
+                    if m <= 64 and n == 1
+                    else "gemv_split_stream_c"
+                    if precision == "fp32" and k >= 3072 and n == 1
+                    else "gemv_split_c"
+                )
                 assert chosen == want, (precision, m, k, n)
         head = LIB["gemv_split_head_c"]
         assert not head.accepts(65, 3072, 1) and not head.accepts(10, 3072, 2) and head.accepts(64, 1, 1)

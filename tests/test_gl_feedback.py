@@ -59,12 +59,20 @@ def test_gemm_feedback_matches_numpy_on_odd_shapes(gles3, nc, rng):
         a = rng.standard_normal((m, k)).astype(np.float32)
         b = rng.standard_normal((k, n)).astype(np.float32)
         bias = rng.standard_normal(m).astype(np.float32)
-        got = ops.matmul(DeviceMatrix.from_host(a), DeviceMatrix.from_host(b), spec, gles3,
-                         bias=ops.upload_vector(gles3, bias), activation="elu", params={"alpha": 0.5}).numpy()
+        got = ops.matmul(
+            DeviceMatrix.from_host(a),
+            DeviceMatrix.from_host(b),
+            spec,
+            gles3,
+            bias=ops.upload_vector(gles3, bias),
+            activation="elu",
+            params={"alpha": 0.5},
+        ).numpy()
         z = a.astype(np.float64) @ b + bias[:, None]
         want = np.where(z > 0, z, 0.5 * np.expm1(z))
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want).max()),
-                                   err_msg=f"NC={nc} {m}x{k}x{n}")
+        np.testing.assert_allclose(
+            got, want, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want).max()), err_msg=f"NC={nc} {m}x{k}x{n}"
+        )
 
 
 @needs_gl
@@ -81,9 +89,16 @@ def test_vertex_kernels_find_their_element_in_any_layout(gles3, layout, rng):
 
 
 def _model():
-    model = Sequential([Flatten(name="f"), Dense(33, activation="gelu", name="d1"),
-                        BatchNormalization(name="bn"), Dense(17, name="d2"), Activation("tanh", name="t"),
-                        Dense(10, activation="softmax", name="head")])
+    model = Sequential(
+        [
+            Flatten(name="f"),
+            Dense(33, activation="gelu", name="d1"),
+            BatchNormalization(name="bn"),
+            Dense(17, name="d2"),
+            Activation("tanh", name="t"),
+            Dense(10, activation="softmax", name="head"),
+        ]
+    )
     model.build((None, 3, 7))
     rng = np.random.default_rng(5)
     model.set_weights([w + rng.standard_normal(w.shape).astype(np.float32) * 0.3 for w in model.get_weights()])
@@ -113,21 +128,34 @@ def test_a_model_file_moves_between_gles3_and_the_other_backends(gles3, tmp_path
     """Weights laid out for gemm_feedback run on the compute device, and the OpenCL GPU's on gles3."""
     model = _model()
     path = malinn.model.saving.save_model(model, tmp_path / "m.malinn", target=target)
-    assert malinn.model.saving.resolve_target(target).codename == ("gemm_feedback" if target == "gles3" else
-                                                             load_library().default("matmul", "gpu"))
+    assert malinn.model.saving.resolve_target(target).codename == (
+        "gemm_feedback" if target == "gles3" else load_library().default("matmul", "gpu")
+    )
     loaded = malinn.load_model(path)
     x = np.random.default_rng(7).standard_normal((6, 3, 7)).astype(np.float32)
-    np.testing.assert_allclose(loaded.plan(6, gles3).run([x])[0], model.plan(6, GL[0]).run([x])[0],
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        loaded.plan(6, gles3).run([x])[0], model.plan(6, GL[0]).run([x])[0], rtol=1e-5, atol=1e-6
+    )
 
 
 @needs_gl
 def test_the_layers_beyond_dense_run_on_gles3_as_on_the_compute_device(gles3):
     """normalize (Softmax, LayerNormalization), broadcast (PReLU, BatchNormalization on the middle
     axis), permute and repeat as vertex kernels, with odd shapes."""
-    model = Sequential([Dense(15, name="d"), Reshape((3, 5)), Permute((2, 1)), PReLU(name="p"),
-                        BatchNormalization(axis=1, name="bn"), LayerNormalization(axis=(1, 2), name="ln"),
-                        Softmax(axis=1, name="sm"), Flatten(), Dense(7, activation="tanh"), RepeatVector(3)])
+    model = Sequential(
+        [
+            Dense(15, name="d"),
+            Reshape((3, 5)),
+            Permute((2, 1)),
+            PReLU(name="p"),
+            BatchNormalization(axis=1, name="bn"),
+            LayerNormalization(axis=(1, 2), name="ln"),
+            Softmax(axis=1, name="sm"),
+            Flatten(),
+            Dense(7, activation="tanh"),
+            RepeatVector(3),
+        ]
+    )
     model.build((None, 6))
     rng = np.random.default_rng(3)
     model.set_weights([w + rng.standard_normal(w.shape).astype(np.float32) * 0.3 for w in model.get_weights()])
@@ -141,8 +169,18 @@ def test_the_layers_beyond_dense_run_on_gles3_as_on_the_compute_device(gles3):
 def test_the_dense_equivalence_models_match_keras_on_gles3(gles3, keras_zoo):
     """The zoo's Dense models (every activation, softmax, BatchNormalization) against TensorFlow."""
     checked = 0
-    for key in ("tiny", "relus", "wide", "batchnorm", "act_softmax", "act_gelu", "act_selu", "act_leaky_relu",
-                "act_hard_swish", "act_mish"):
+    for key in (
+        "tiny",
+        "relus",
+        "wide",
+        "batchnorm",
+        "act_softmax",
+        "act_gelu",
+        "act_selu",
+        "act_leaky_relu",
+        "act_hard_swish",
+        "act_mish",
+    ):
         if f"keras3/{key}" not in keras_zoo.models:
             continue
         data = keras_zoo.data("keras3-zip", key)
@@ -164,8 +202,11 @@ def test_a_layer_without_a_vertex_kernel_is_refused_naming_it(gles3):
     too_deep = gles3.max_texture + 4
     wide = Sequential([Dense(8, name="wide")])
     wide.build((None, too_deep))
-    with pytest.raises(BackendError, match=rf"layer 'wide' \(Dense\) .* its 8x{too_deep} weights read as a "
-                                           rf"texture of 2 x {too_deep} texels .* exceed"):
+    with pytest.raises(
+        BackendError,
+        match=rf"layer 'wide' \(Dense\) .* its 8x{too_deep} weights read as a "
+        rf"texture of 2 x {too_deep} texels .* exceed",
+    ):
         wide.plan(1, gles3)
 
 
@@ -181,21 +222,25 @@ def test_a_compute_shader_is_refused_by_the_gles3_device(gles3):
 def test_no_compute_lists_every_gl_device_as_gles3():
     """MALINN_GL_NO_COMPUTE=1: the gles3 backend serves, chosen by name, and a Dense model runs."""
     env = dict(os.environ, MALINN_GL="1", MALINN_GL_NO_COMPUTE="1", MALINN_DEVICE="gles3")
-    code = ("import numpy as np, malinn\n"
-            "from malinn.layers import Dense\n"
-            "print(sorted({d.backend for d in malinn.devices()} - {'opencl'}), malinn.get_device().backend)\n"
-            "m = malinn.Sequential([Dense(13, activation='relu'), Dense(5, activation='softmax')]); m.build((None, 6))\n"
-            "print(round(float(m.predict(np.ones((3, 6), np.float32)).sum()), 4))")
+    code = (
+        "import numpy as np, malinn\n"
+        "from malinn.layers import Dense\n"
+        "print(sorted({d.backend for d in malinn.devices()} - {'opencl'}), malinn.get_device().backend)\n"
+        "m = malinn.Sequential([Dense(13, activation='relu'), Dense(5, activation='softmax')]); m.build((None, 6))\n"
+        "print(round(float(m.predict(np.ones((3, 6), np.float32)).sum()), 4))"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["['gles3']", "gles3", "3.0"], out.stdout
     # without it, the GPU is a gl device, and a gles3 device on it when asked for by name
     env = dict(os.environ, MALINN_GL="1")
     env.pop("MALINN_GL_NO_COMPUTE", None)
-    code = ("import malinn\n"
-            "before = sorted({d.backend for d in malinn.devices()} - {'opencl'})\n"
-            "d = malinn.set_device('gles3')\n"
-            "print(before, d.backend, d.index[1] == malinn.set_device('gl').index[1])")
+    code = (
+        "import malinn\n"
+        "before = sorted({d.backend for d in malinn.devices()} - {'opencl'})\n"
+        "d = malinn.set_device('gles3')\n"
+        "print(before, d.backend, d.index[1] == malinn.set_device('gl').index[1])"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["['gl']", "gles3", "True"], out.stdout
@@ -209,23 +254,31 @@ def test_an_opengl_es_3_0_gpu_is_a_gles3_device_and_runs_a_dense_model(api):
     context): listed as gles3, not gl, and a Dense model with a softmax equals numpy."""
     if "Mesa" not in GL[0].platform:
         pytest.skip("MESA_GL_VERSION_OVERRIDE is Mesa's")
-    env = dict(os.environ, MALINN_GL="1", MESA_GL_VERSION_OVERRIDE="3.3", MESA_GLES_VERSION_OVERRIDE="3.0",
-               MALINN_GL_API=api, MALINN_DEVICE="gles3")
+    env = dict(
+        os.environ,
+        MALINN_GL="1",
+        MESA_GL_VERSION_OVERRIDE="3.3",
+        MESA_GLES_VERSION_OVERRIDE="3.0",
+        MALINN_GL_API=api,
+        MALINN_DEVICE="gles3",
+    )
     env.pop("MALINN_GL_NO_COMPUTE", None)
-    code = ("import numpy as np, malinn\nfrom malinn.layers import Dense\n"
-            "print(sorted({d.backend for d in malinn.devices()} - {'opencl'}))\n"
-            "m = malinn.Sequential([Dense(13, activation='relu'), Dense(5, activation='softmax')])\n"
-            "m.build((None, 7))\nx = np.random.default_rng(0).standard_normal((3, 7)).astype(np.float32)\n"
-            "w = m.get_weights()\nh = np.maximum(x @ w[0] + w[1], 0) @ w[2] + w[3]\n"
-            "p = np.exp(h - h.max(1, keepdims=True))\np /= p.sum(1, keepdims=True)\n"
-            "print(malinn.get_device().platform)\nprint(float(np.abs(m.predict(x) - p).max()))")
+    code = (
+        "import numpy as np, malinn\nfrom malinn.layers import Dense\n"
+        "print(sorted({d.backend for d in malinn.devices()} - {'opencl'}))\n"
+        "m = malinn.Sequential([Dense(13, activation='relu'), Dense(5, activation='softmax')])\n"
+        "m.build((None, 7))\nx = np.random.default_rng(0).standard_normal((3, 7)).astype(np.float32)\n"
+        "w = m.get_weights()\nh = np.maximum(x @ w[0] + w[1], 0) @ w[2] + w[3]\n"
+        "p = np.exp(h - h.max(1, keepdims=True))\np /= p.sum(1, keepdims=True)\n"
+        "print(malinn.get_device().platform)\nprint(float(np.abs(m.predict(x) - p).max()))"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     backends, platform, err = out.stdout.strip().splitlines()[-3:]
     assert backends == "['gles3']", out.stdout
     assert platform.startswith("OpenGL ES 3.0" if api == "es" else "OpenGL 3.3"), platform
     assert float(err) < 1e-6
-    if not api:   # the gl backend's warning says where the device went
+    if not api:  # the gl backend's warning says where the device went
         assert "the gles3 backend's vertex shaders" in out.stderr, out.stderr[-2000:]
 
 
@@ -242,8 +295,7 @@ def test_a_vertex_kernel_whose_loops_the_driver_would_end_is_refused_by_name(gle
     """A limit of 1000 stands in for llvmpipe's 65535: a softmax over 600 features loops
     2 x 600 + 2 times, a LayerNormalization over 300 features 5 x 300."""
     monkeypatch.setattr(gles3, "max_loop_iterations", 1000)
-    for layer, count in [(Softmax(name="wide_softmax"), "1,202"),
-                         (LayerNormalization(name="wide_norm"), "1,500")]:
+    for layer, count in [(Softmax(name="wide_softmax"), "1,202"), (LayerNormalization(name="wide_norm"), "1,500")]:
         model = Sequential([layer])
         model.build((None, 600 if count == "1,202" else 300))
         with pytest.raises(DeviceError) as info:

@@ -125,10 +125,14 @@ def test_the_new_gl_kernels_read_half_and_int8_weights(precision, rng):
     row, against numpy with the weights the precision stores; odd counts of halves and bytes (the
     buffer's last word only partly filled: 5 x 3 weights, 1-row loads) included."""
     device = GL[0]
-    cases = [(_gpu_default("gemm_keras_narrow"), [(13, 1025, 9)]),
-             (_gpu_default("gemv_split_c", 1), [(1001, 13, 1)]),
-             (LIB["gemv_split"].configure({"VW": 1, "MDIM": 4, "KSPLIT": 8, "SLICES": 4, "UNROLL": 1, "NB": 2}),
-              [(5, 3, 2), (3, 1001, 1)])]
+    cases = [
+        (_gpu_default("gemm_keras_narrow"), [(13, 1025, 9)]),
+        (_gpu_default("gemv_split_c", 1), [(1001, 13, 1)]),
+        (
+            LIB["gemv_split"].configure({"VW": 1, "MDIM": 4, "KSPLIT": 8, "SLICES": 4, "UNROLL": 1, "NB": 2}),
+            [(5, 3, 2), (3, 1001, 1)],
+        ),
+    ]
     for base, shapes in cases:
         spec = base.in_precision(precision)
         for m, k, n in shapes:
@@ -140,8 +144,9 @@ def test_the_new_gl_kernels_read_half_and_int8_weights(precision, rng):
 
 
 @needs_gl
-@pytest.mark.parametrize("codename, precision", [("gemv_c", "fp16-storage"), ("gemv_c", "int8-weights"),
-                                                 ("gemv_split_c", "fp16")])
+@pytest.mark.parametrize(
+    "codename, precision", [("gemv_c", "fp16-storage"), ("gemv_c", "int8-weights"), ("gemv_split_c", "fp16")]
+)
 def test_a_precision_a_gl_shader_does_not_read_is_refused_by_name(codename, precision, rng):
     """A shader without gl/weights.glsl reads fp32 weights, and no GL shader computes in half: such a
     spec raises BackendError naming the define (before this check, gemv_c read the half or int8
@@ -174,7 +179,7 @@ def test_launch_seconds_times_each_launch_of_a_plan_on_the_device(rng):
     assert len(seconds) == len(plan.launches) >= 2 and all(s > 0 for s in seconds), seconds
     assert sum(seconds) <= wall, (seconds, wall)
     start = time.perf_counter()
-    event = plan.launches[1].enqueue()   # what the tuner times: the same device clock
+    event = plan.launches[1].enqueue()  # what the tuner times: the same device clock
     assert 0 < (event.profile.end - event.profile.start) * 1e-9 <= time.perf_counter() - start
     w1, b1, w2, b2 = model.get_weights()
     assert_close(plan.run([x])[0], np.maximum(x @ w1 + b1, 0) @ w2 + b2)

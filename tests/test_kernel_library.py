@@ -21,31 +21,46 @@ def test_library_has_every_variant_of_the_design_table():
     assert LIB.codenames("bias") and LIB.codenames("relayout")
 
 
-@pytest.mark.parametrize("codename, a, b, r", [
-    ("cross1", "R", "R", "R"), ("rmcm", "R", "C", "C"), ("crossv", "R", "C", "C"),
-    ("blocked_rmrm", "R", "R", "R"), ("blocked_rmcm", "R", "C", "C"),
-    ("morton_4_2", "R_2_4_R", "C_4_2_C", "C_4_2_C"), ("morton_4_4", "R_4_4_R", "C_4_4_C", "C_4_4_C"),
-    ("gemm_tiled", "C", "R", "R"), ("gemm_image", "C", "C", "C"), ("gemv", "C", "R", "R"),
-    ("gemv_softmax", "C", "R", "R"),
-])
+@pytest.mark.parametrize(
+    "codename, a, b, r",
+    [
+        ("cross1", "R", "R", "R"),
+        ("rmcm", "R", "C", "C"),
+        ("crossv", "R", "C", "C"),
+        ("blocked_rmrm", "R", "R", "R"),
+        ("blocked_rmcm", "R", "C", "C"),
+        ("morton_4_2", "R_2_4_R", "C_4_2_C", "C_4_2_C"),
+        ("morton_4_4", "R_4_4_R", "C_4_4_C", "C_4_4_C"),
+        ("gemm_tiled", "C", "R", "R"),
+        ("gemm_image", "C", "C", "C"),
+        ("gemv", "C", "R", "R"),
+        ("gemv_softmax", "C", "R", "R"),
+    ],
+)
 def test_layouts_match_the_design_table(codename, a, b, r):
     spec = LIB[codename]
     assert [spec.matrices[x].representation for x in "abr"] == [a, b, r]
     # chaining: each kernel writes R the way it reads I, so layers need no re-layout between them
     assert spec.matrices["r"].layout == spec.matrices["b"].layout
-    assert spec.matrices["r"].row_multiple % spec.matrices["b"].row_multiple == 0 or \
-        spec.matrices["b"].row_multiple % spec.matrices["r"].row_multiple == 0
+    assert (
+        spec.matrices["r"].row_multiple % spec.matrices["b"].row_multiple == 0
+        or spec.matrices["b"].row_multiple % spec.matrices["r"].row_multiple == 0
+    )
 
 
 @pytest.mark.parametrize("codename", list(LIB.kernels))
 def test_every_kernel_builds_as_opencl_c_1_2(codename, device):
     spec = LIB[codename]
     layouts = {name: (m.layout if not m.any_layout else parse_layout("C_4_2_C")) for name, m in spec.matrices.items()}
-    device.build(spec.program_source(layouts, device.render_index), spec.options() + ("-cl-std=CL1.2",), origin=spec.source)
-    if spec.epilogue:   # and with everything its epilogue can fuse switched on
+    device.build(
+        spec.program_source(layouts, device.render_index), spec.options() + ("-cl-std=CL1.2",), origin=spec.source
+    )
+    if spec.epilogue:  # and with everything its epilogue can fuse switched on
         on = {"BIAS": 1, "ACTIVATION": "act_relu_general", "AFFINE": 1, "SOFTMAX": 1, "R_VIEW": 1}
         full = spec.configure({EPILOGUE_DEFINES[f]: on[EPILOGUE_DEFINES[f]] for f in spec.epilogue})
-        device.build(full.program_source(layouts, device.render_index), full.options() + ("-cl-std=CL1.2",), origin=spec.source)
+        device.build(
+            full.program_source(layouts, device.render_index), full.options() + ("-cl-std=CL1.2",), origin=spec.source
+        )
 
 
 def test_every_matmul_kernel_fuses_bias_activation_and_affine():
@@ -55,7 +70,7 @@ def test_every_matmul_kernel_fuses_bias_activation_and_affine():
         spec = LIB[codename]
         assert {"bias", "activation", "affine"} <= set(spec.epilogue), codename
         assert spec.arglist == "lhwmnHWpppp" and spec.buffers[:6] == ("a", "b", "r", "bias", "scale", "shift"), codename
-        assert spec.buffers[6:] in ((), ("scratch",)), codename   # and, last, the kernel's own scratch
+        assert spec.buffers[6:] in ((), ("scratch",)), codename  # and, last, the kernel's own scratch
     assert [c for c in LIB.codenames("matmul") if "softmax" in LIB[c].epilogue] == ["gemv_softmax", "gemv_softmax_c"]
     assert LIB.default("matmul_softmax", "cpu") == "gemv_softmax"
     assert LIB.default("matmul_softmax", "gpu") == "gemv_softmax_c"
@@ -75,17 +90,32 @@ def test_a_variant_is_its_base_with_its_own_fields_merged_over_it(tmp_path):
     shutil.copytree(kernels_dir(), folder)
     data = json.loads((folder / "library.json").read_text())
     path = folder / "library.json"
-    for bad, message in ([{"bad": {"variant_of": "gemm_tilde"}}, "'bad', field 'variant_of': 'gemm_tilde' is not an entry"],
-                         [{"bad": {"variant_of": "worse"}, "worse": {"variant_of": "bad"}}, "lead back to 'bad'"]):
+    for bad, message in (
+        [{"bad": {"variant_of": "gemm_tilde"}}, "'bad', field 'variant_of': 'gemm_tilde' is not an entry"],
+        [{"bad": {"variant_of": "worse"}, "worse": {"variant_of": "bad"}}, "lead back to 'bad'"],
+    ):
         path.write_text(json.dumps({**data, "kernels": {**data["kernels"], **bad}}))
         with pytest.raises(LibraryError, match=message):
             load_library(path)
-    path.write_text(json.dumps({**data, "kernels": {**data["kernels"], "open": {
-        "variant_of": "gemv", "preconditions": {"max_n": None, "max_m": 64}}}}))
-    assert dict(load_library(path)["open"].preconditions) == {"max_m": 64}     # a null removes the base's field
-    small = LIB["gemv_batch_small_c"]        # a variant of a variant
+    path.write_text(
+        json.dumps(
+            {
+                **data,
+                "kernels": {
+                    **data["kernels"],
+                    "open": {"variant_of": "gemv", "preconditions": {"max_n": None, "max_m": 64}},
+                },
+            }
+        )
+    )
+    assert dict(load_library(path)["open"].preconditions) == {"max_m": 64}  # a null removes the base's field
+    small = LIB["gemv_batch_small_c"]  # a variant of a variant
     assert dict(LIB["gemv"].preconditions) == {"max_n": 1} and dict(small.preconditions) == {
-        "min_n": 9, "max_n": 256, "max_m": 1024, "max_k": 1024}
+        "min_n": 9,
+        "max_n": 256,
+        "max_m": 1024,
+        "max_k": 1024,
+    }
     assert str(small.matrices["b"].layout) == "C" and small.config["KERAS_ORDER"] == "1"
 
 
@@ -131,65 +161,123 @@ def _broken_library(tmp_path, mutate):
     return folder / "library.json"
 
 
-@pytest.mark.parametrize("mutate, fragment", [
-    (lambda d: d["kernels"]["morton_4_2"]["restrictions"]["a"].update(rowAlign=-1),
-     "kernel 'morton_4_2', field 'restrictions.a.rowAlign': expected a positive integer, got -1"),
-    (lambda d: d["kernels"]["rmcm"]["restrictions"]["b"].update(representation="C_3_X"),
-     "kernel 'rmcm', field 'restrictions.b.representation'"),
-    (lambda d: d["kernels"]["cross1"].update(function="missing_fn"),
-     "kernel 'cross1', field 'function': no kernel function 'missing_fn'"),
-    (lambda d: d["kernels"]["cross1"].update(source="nowhere.cl"), "kernel 'cross1', field 'source': no file"),
-    (lambda d: d["kernels"]["cross1"].pop("op"), "kernel 'cross1', field 'op': missing"),
-    (lambda d: d["kernels"]["cross1"].update(op="convolve"), "field 'op': expected one of"),
-    (lambda d: d["kernels"]["crossv"]["restrictions"].update(arglist="lq"), "field 'restrictions.arglist'"),
-    (lambda d: d["kernels"]["crossv"]["restrictions"].update(ndrange="hwl"), "field 'restrictions.ndrange'"),
-    (lambda d: d["kernels"]["crossv"]["restrictions"].update(workgroup=[4]), "field 'restrictions.workgroup'"),
-    (lambda d: d["kernels"]["crossv"]["restrictions"].pop("r"), "field 'restrictions.r'"),
-    (lambda d: d["kernels"]["relu"].update(defines={"A B": "1"}), "kernel 'relu', field 'defines'"),
-    (lambda d: d["defaults"]["matmul"].update(gpu="relu"), "field 'defaults.matmul.gpu': 'relu' is not a matmul kernel"),
-    (lambda d: d["defaults"]["matmul_fallback"].update(cpu=["gemv", "relu"]),
-     "field 'defaults.matmul_fallback.cpu': 'relu' is not a matmul kernel"),
-    (lambda d: d["defaults"]["matmul_fallback"].update(cpu=[{"codename": "gemv", "defines": {"NB": 3, "VW": 3}}]),
-     "field 'defaults.matmul_fallback.cpu.defines'"),
-    (lambda d: d["kernels"]["cross1"].update(epilogue=["bias", "dropout"]), "kernel 'cross1', field 'epilogue': expected"),
-    (lambda d: d["kernels"]["cross1"].update(epilogue=True), "kernel 'cross1', field 'epilogue': expected"),
-    (lambda d: d["kernels"]["cross1"]["restrictions"].update(arglist="lhwHWpppp"), "kernel 'cross1', field 'epilogue'"),
-    (lambda d: d["kernels"]["cross1"]["restrictions"].update(buffers=["a", "b", "r", "bias"]),
-     "kernel 'cross1', field 'epilogue'"),
-    (lambda d: d["kernels"]["cross1"].update(epilogue=["bias", "softmax"]),
-     "kernel 'cross1', field 'epilogue': a softmax epilogue"),
-    (lambda d: d["kernels"]["gemv"].update(preconditions={"max_batch": 8}), "kernel 'gemv', field 'preconditions'"),
-    (lambda d: d["kernels"]["gemv"].update(preconditions={"max_n": "NB - 1"}),
-     "kernel 'gemv', field 'preconditions.max_n': expected a positive integer, got 0"),
-    (lambda d: d["kernels"]["gemv"]["restrictions"]["split"].update(cols="KSPLIT - KSPLIT"),
-     "kernel 'gemv', field 'restrictions.split.cols'"),
-    (lambda d: d["kernels"]["gemv"]["restrictions"]["b"].update(logicalRows=True),
-     "kernel 'gemv', field 'restrictions.b.logicalRows'"),
-    (lambda d: d["kernels"]["gemv"]["sources"]["gl"].update(loop_iterations="l / SPLITK"),
-     "kernel 'gemv', field 'sources.gl.loop_iterations'"),
-    # misspelled fields and defines were ignored (a kernel developer's review)
-    (lambda d: d["kernels"]["gemv"].update(precondition={"max_n": 1}), "kernel 'gemv', field 'precondition': unknown"),
-    (lambda d: d["kernels"]["gemv"]["restrictions"].update(workgroups=[8]),
-     "kernel 'gemv', field 'restrictions.workgroups': unknown"),
-    (lambda d: d["kernels"]["gemv"]["restrictions"]["a"].update(logicalrows=True),
-     "kernel 'gemv', field 'restrictions.a.logicalrows': unknown"),
-    (lambda d: d["kernels"]["gemv"]["sources"]["gl"].update(loop_iteration="l"),
-     "kernel 'gemv', field 'sources.gl.loop_iteration': unknown"),
-    (lambda d: d["defaults"]["matmul_fallback"].update(cpu=[{"codename": "gemv", "define": {"NB": 2}}]),
-     "field 'defaults.matmul_fallback.cpu': unknown field 'define' of 'gemv'"),
-    (lambda d: d["kernels"].update(gemv_typo={"variant_of": "gemv", "defines": {"NBB": 2}}),
-     "kernel 'gemv_typo', field 'defines': 'NBB' appears in none of its sources"),
-    (lambda d: d["kernels"]["gemm_tiled"]["defines"].update(WG=1),   # within MWG and KWG, an identifier of none
-     "kernel 'gemm_tiled', field 'defines': 'WG' appears in none of its sources"),
-    (lambda d: d["kernels"]["cross1"].update(precisions=["fp32", "int8-weights"]),
-     "kernel 'cross1', field 'precisions': lists int8-weights, but the source does not include weights.clh"),
-    (lambda d: d["kernels"]["gemm_tiled"].update(local_bytes="4 * RPX"),
-     "kernel 'gemm_tiled', field 'local_bytes': '4 * RPX' names 'RPX'"),
-    # a variant whose defines equal one of its base's candidates: which one, and why it repeats
-    (lambda d: d["kernels"].update(gemm_tiled_cpu={"variant_of": "gemm_tiled", "defines": d["kernels"]["gemm_tiled"]
-                                                   ["candidates"][0]}),
-     "kernel 'gemm_tiled_cpu', field 'candidates': candidate 0 "),
-])
+@pytest.mark.parametrize(
+    "mutate, fragment",
+    [
+        (
+            lambda d: d["kernels"]["morton_4_2"]["restrictions"]["a"].update(rowAlign=-1),
+            "kernel 'morton_4_2', field 'restrictions.a.rowAlign': expected a positive integer, got -1",
+        ),
+        (
+            lambda d: d["kernels"]["rmcm"]["restrictions"]["b"].update(representation="C_3_X"),
+            "kernel 'rmcm', field 'restrictions.b.representation'",
+        ),
+        (
+            lambda d: d["kernels"]["cross1"].update(function="missing_fn"),
+            "kernel 'cross1', field 'function': no kernel function 'missing_fn'",
+        ),
+        (lambda d: d["kernels"]["cross1"].update(source="nowhere.cl"), "kernel 'cross1', field 'source': no file"),
+        (lambda d: d["kernels"]["cross1"].pop("op"), "kernel 'cross1', field 'op': missing"),
+        (lambda d: d["kernels"]["cross1"].update(op="convolve"), "field 'op': expected one of"),
+        (lambda d: d["kernels"]["crossv"]["restrictions"].update(arglist="lq"), "field 'restrictions.arglist'"),
+        (lambda d: d["kernels"]["crossv"]["restrictions"].update(ndrange="hwl"), "field 'restrictions.ndrange'"),
+        (lambda d: d["kernels"]["crossv"]["restrictions"].update(workgroup=[4]), "field 'restrictions.workgroup'"),
+        (lambda d: d["kernels"]["crossv"]["restrictions"].pop("r"), "field 'restrictions.r'"),
+        (lambda d: d["kernels"]["relu"].update(defines={"A B": "1"}), "kernel 'relu', field 'defines'"),
+        (
+            lambda d: d["defaults"]["matmul"].update(gpu="relu"),
+            "field 'defaults.matmul.gpu': 'relu' is not a matmul kernel",
+        ),
+        (
+            lambda d: d["defaults"]["matmul_fallback"].update(cpu=["gemv", "relu"]),
+            "field 'defaults.matmul_fallback.cpu': 'relu' is not a matmul kernel",
+        ),
+        (
+            lambda d: d["defaults"]["matmul_fallback"].update(
+                cpu=[{"codename": "gemv", "defines": {"NB": 3, "VW": 3}}]
+            ),
+            "field 'defaults.matmul_fallback.cpu.defines'",
+        ),
+        (
+            lambda d: d["kernels"]["cross1"].update(epilogue=["bias", "dropout"]),
+            "kernel 'cross1', field 'epilogue': expected",
+        ),
+        (lambda d: d["kernels"]["cross1"].update(epilogue=True), "kernel 'cross1', field 'epilogue': expected"),
+        (
+            lambda d: d["kernels"]["cross1"]["restrictions"].update(arglist="lhwHWpppp"),
+            "kernel 'cross1', field 'epilogue'",
+        ),
+        (
+            lambda d: d["kernels"]["cross1"]["restrictions"].update(buffers=["a", "b", "r", "bias"]),
+            "kernel 'cross1', field 'epilogue'",
+        ),
+        (
+            lambda d: d["kernels"]["cross1"].update(epilogue=["bias", "softmax"]),
+            "kernel 'cross1', field 'epilogue': a softmax epilogue",
+        ),
+        (lambda d: d["kernels"]["gemv"].update(preconditions={"max_batch": 8}), "kernel 'gemv', field 'preconditions'"),
+        (
+            lambda d: d["kernels"]["gemv"].update(preconditions={"max_n": "NB - 1"}),
+            "kernel 'gemv', field 'preconditions.max_n': expected a positive integer, got 0",
+        ),
+        (
+            lambda d: d["kernels"]["gemv"]["restrictions"]["split"].update(cols="KSPLIT - KSPLIT"),
+            "kernel 'gemv', field 'restrictions.split.cols'",
+        ),
+        (
+            lambda d: d["kernels"]["gemv"]["restrictions"]["b"].update(logicalRows=True),
+            "kernel 'gemv', field 'restrictions.b.logicalRows'",
+        ),
+        (
+            lambda d: d["kernels"]["gemv"]["sources"]["gl"].update(loop_iterations="l / SPLITK"),
+            "kernel 'gemv', field 'sources.gl.loop_iterations'",
+        ),
+        # misspelled fields and defines were ignored (a kernel developer's review)
+        (
+            lambda d: d["kernels"]["gemv"].update(precondition={"max_n": 1}),
+            "kernel 'gemv', field 'precondition': unknown",
+        ),
+        (
+            lambda d: d["kernels"]["gemv"]["restrictions"].update(workgroups=[8]),
+            "kernel 'gemv', field 'restrictions.workgroups': unknown",
+        ),
+        (
+            lambda d: d["kernels"]["gemv"]["restrictions"]["a"].update(logicalrows=True),
+            "kernel 'gemv', field 'restrictions.a.logicalrows': unknown",
+        ),
+        (
+            lambda d: d["kernels"]["gemv"]["sources"]["gl"].update(loop_iteration="l"),
+            "kernel 'gemv', field 'sources.gl.loop_iteration': unknown",
+        ),
+        (
+            lambda d: d["defaults"]["matmul_fallback"].update(cpu=[{"codename": "gemv", "define": {"NB": 2}}]),
+            "field 'defaults.matmul_fallback.cpu': unknown field 'define' of 'gemv'",
+        ),
+        (
+            lambda d: d["kernels"].update(gemv_typo={"variant_of": "gemv", "defines": {"NBB": 2}}),
+            "kernel 'gemv_typo', field 'defines': 'NBB' appears in none of its sources",
+        ),
+        (
+            lambda d: d["kernels"]["gemm_tiled"]["defines"].update(WG=1),  # within MWG and KWG, an identifier of none
+            "kernel 'gemm_tiled', field 'defines': 'WG' appears in none of its sources",
+        ),
+        (
+            lambda d: d["kernels"]["cross1"].update(precisions=["fp32", "int8-weights"]),
+            "kernel 'cross1', field 'precisions': lists int8-weights, but the source does not include weights.clh",
+        ),
+        (
+            lambda d: d["kernels"]["gemm_tiled"].update(local_bytes="4 * RPX"),
+            "kernel 'gemm_tiled', field 'local_bytes': '4 * RPX' names 'RPX'",
+        ),
+        # a variant whose defines equal one of its base's candidates: which one, and why it repeats
+        (
+            lambda d: d["kernels"].update(
+                gemm_tiled_cpu={"variant_of": "gemm_tiled", "defines": d["kernels"]["gemm_tiled"]["candidates"][0]}
+            ),
+            "kernel 'gemm_tiled_cpu', field 'candidates': candidate 0 ",
+        ),
+    ],
+)
 def test_malformed_entries_are_named(tmp_path, mutate, fragment):
     with pytest.raises(LibraryError) as info:
         load_library(_broken_library(tmp_path, mutate))
@@ -207,8 +295,10 @@ def test_the_shipped_library_passes_every_check_in_depth():
     kernel_spec._configured.clear()
     entry_fields._fixed.clear()
     kernel_sources.source_identifiers.cache_clear()
-    assert kernel_library._load(kernels_dir().joinpath("library.json").resolve(), deep=True).kernels.keys() \
+    assert (
+        kernel_library._load(kernels_dir().joinpath("library.json").resolve(), deep=True).kernels.keys()
         == LIB.kernels.keys()
+    )
 
 
 def test_a_kernels_folder_named_by_malinn_kernels_is_checked_in_depth(tmp_path, monkeypatch):
@@ -244,8 +334,11 @@ def test_a_library_of_another_format_or_version_is_refused_by_name(tmp_path, cha
     data = {k: v for k, v in data.items() if v is not None}
     path = tmp_path / "library.json"
     path.write_text(json.dumps(data))
-    with pytest.raises(LibraryError, match=r"expected \"format\": 'malinn-kernel-library' and \"version\": 1 "
-                                           r"\(this malinn reads that library\), got"):
+    with pytest.raises(
+        LibraryError,
+        match=r"expected \"format\": 'malinn-kernel-library' and \"version\": 1 "
+        r"\(this malinn reads that library\), got",
+    ):
         load_library(path)
 
 
@@ -253,8 +346,9 @@ def test_failed_build_shows_log_and_options(device):
     if device.backend != "opencl":
         pytest.skip("an OpenCL C source; the OpenGL backend's build errors: tests/test_opengl.py")
     with pytest.raises(KernelBuildError) as info:
-        device.build("__kernel void f(__global float *x) { x[0] = undeclared_thing; }", ("-DMALINN_TEST=1",),
-                     origin="broken.cl")
+        device.build(
+            "__kernel void f(__global float *x) { x[0] = undeclared_thing; }", ("-DMALINN_TEST=1",), origin="broken.cl"
+        )
     text = str(info.value)
     assert "broken.cl" in text and "-DMALINN_TEST=1" in text and "undeclared_thing" in text
     assert "CL_BUILD_PROGRAM_FAILURE" in text
@@ -270,7 +364,7 @@ def test_a_build_log_names_the_kernel_file_and_line(device, tmp_path):
         pytest.skip("an OpenCL C source; GLSL's #line takes no file name")
     from malinn.choice.kernel_call import program_for
 
-    program_for(load_library()["relu"], device, {"r": parse_layout("R")})   # the shipped relu, built and kept
+    program_for(load_library()["relu"], device, {"r": parse_layout("R")})  # the shipped relu, built and kept
     path = _broken_library(tmp_path, lambda d: None)
     source = path.parent / "activation.cl"
     lines = source.read_text().splitlines() + ["this is not OpenCL C;"]
@@ -278,7 +372,7 @@ def test_a_build_log_names_the_kernel_file_and_line(device, tmp_path):
     spec = load_library(path)["relu"]
     with pytest.raises(KernelBuildError) as info:
         program_for(spec, device, {"r": parse_layout("R")})
-    text = str(info.value)   # the driver's own place (PoCL honours #line; NVIDIA does not) or malinn's note
+    text = str(info.value)  # the driver's own place (PoCL honours #line; NVIDIA does not) or malinn's note
     assert f"activation.cl:{len(lines)}:" in text or f"[activation.cl:{len(lines)}]" in text, text[-2000:]
 
 
@@ -289,8 +383,11 @@ def test_a_place_in_the_joined_program_is_named_by_its_file():
     source = 'macros\n#line 1 "weights.clh"\nw1\nw2\n#line 1 "activation.cl"\na1\na2\n'
     log = "<kernel>:7:1: error: unknown type name 'this'\n  this\n<kernel>:3: note\nactivation.cl:2:1: error"
     assert _with_files(log, source).splitlines() == [
-        "<kernel>:7:1: [activation.cl:2] error: unknown type name 'this'", "  this", "<kernel>:3: [weights.clh:1] note",
-        "activation.cl:2:1: error"]
+        "<kernel>:7:1: [activation.cl:2] error: unknown type name 'this'",
+        "  this",
+        "<kernel>:3: [weights.clh:1] note",
+        "activation.cl:2:1: error",
+    ]
 
 
 def test_programs_are_memoised(device):
@@ -311,7 +408,7 @@ def test_a_configured_spec_is_never_served_for_another_entry_with_a_reused_id():
     kernel_spec._remember(entry, defines, spec)
     assert kernel_spec._cached(entry, defines) is spec
     key = (id(entry), tuple(sorted(defines.items())))
-    kernel_spec._configured[(id(other), key[1])] = kernel_spec._configured.pop(key)   # as if other took its id
+    kernel_spec._configured[(id(other), key[1])] = kernel_spec._configured.pop(key)  # as if other took its id
     assert kernel_spec._cached(other, defines) is None
     del kernel_spec._configured[(id(other), key[1])]
 
@@ -339,11 +436,25 @@ def test_a_default_the_device_cannot_launch_gives_way_to_the_next():
     from malinn.backends.base import Device
     from malinn.choice import kernel_choice
 
-    big = Device(backend="opencl", index=(0, 0), name="big GPU", platform="test", vendor="test", type="GPU",
-                 compute_units=100, global_memory=2**34, max_allocation=2**32, max_work_group_size=1024,
-                 max_work_item_sizes=(1024, 1024, 64), local_memory=49152, image_support=False,
-                 image2d_max_size=(0, 0), opencl_c_version="OpenCL C 1.2", driver_version="1",
-                 host_unified_memory=False)
+    big = Device(
+        backend="opencl",
+        index=(0, 0),
+        name="big GPU",
+        platform="test",
+        vendor="test",
+        type="GPU",
+        compute_units=100,
+        global_memory=2**34,
+        max_allocation=2**32,
+        max_work_group_size=1024,
+        max_work_item_sizes=(1024, 1024, 64),
+        local_memory=49152,
+        image_support=False,
+        image2d_max_size=(0, 0),
+        opencl_c_version="OpenCL C 1.2",
+        driver_version="1",
+        host_unified_memory=False,
+    )
     small = replace(big, name="small GPU", max_work_group_size=256, local_memory=32768)
     for device, items in ((big, 512), (small, 256)):
         spec = kernel_choice.choose("matmul", device, (10, 3072, 1), activation="softmax")
@@ -384,15 +495,22 @@ def test_a_configuration_given_by_the_user_is_named_as_theirs():
     AttributeError)."""
     from malinn.choice import kernel_choice
 
-    with pytest.raises(LibraryError, match=r"kernel 'gemm_tiled' has no defines \['TS_M'\]; its defines are MWG, "
-                                           r"NWG, KWG"):
+    with pytest.raises(
+        LibraryError,
+        match=r"kernel 'gemm_tiled' has no defines \['TS_M'\]; its defines are MWG, "
+        r"NWG, KWG",
+    ):
         kernel_choice.use("matmul", "gemm_tiled", config={"TS_M": 3})
     with pytest.raises(LibraryError) as info:
         kernel_choice.use("matmul", "gemm_tiled", config={"MWG": 0})
-    assert str(info.value).startswith("kernel 'gemm_tiled': configuration {'MWG': 0}: ") and "library.json" not in \
-        str(info.value), info.value
+    assert str(info.value).startswith("kernel 'gemm_tiled': configuration {'MWG': 0}: ") and "library.json" not in str(
+        info.value
+    ), info.value
     with pytest.raises(LibraryError, match=r"configuration \{'MWG': 'abc'\}: .*MWG is 'abc', not an integer"):
         kernel_choice.use("matmul", "gemm_tiled", config={"MWG": "abc"})
-    with pytest.raises(ValueError, match=r"use: device must be a malinn device .* got 'gpu'; "
-                                         r"malinn.set_device\('gpu'\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"use: device must be a malinn device .* got 'gpu'; "
+        r"malinn.set_device\('gpu'\)",
+    ):
         kernel_choice.use("matmul", "gemm_tiled", device="gpu")

@@ -32,8 +32,12 @@ def _one_per_buffer_signature(codenames):
     library, seen = load_library(), set()
     for codename in codenames:
         spec = library[codename]
-        key = (tuple((m.representation, m.image) for m in spec.matrices.values()), spec.buffers,
-               spec.scratch_bytes is not None, tuple(sorted(dict(spec.preconditions))))
+        key = (
+            tuple((m.representation, m.image) for m in spec.matrices.values()),
+            spec.buffers,
+            spec.scratch_bytes is not None,
+            tuple(sorted(dict(spec.preconditions))),
+        )
         if key not in seen:
             seen.add(key)
             yield codename
@@ -51,11 +55,17 @@ def choose(codename, device):
 def make_model(seed=0, input_dim=37):
     """37 -> 13 relu -> BatchNormalization -> 1001 sigmoid -> 3 softmax, with non-trivial weights."""
     rng = np.random.default_rng(seed)
-    model = Sequential([Dense(13, activation="relu", name="narrow"), BatchNormalization(name="norm"),
-                        Dense(1001, activation="sigmoid", name="wide"), Dense(3, activation="softmax", name="out")])
+    model = Sequential(
+        [
+            Dense(13, activation="relu", name="narrow"),
+            BatchNormalization(name="norm"),
+            Dense(1001, activation="sigmoid", name="wide"),
+            Dense(3, activation="softmax", name="out"),
+        ]
+    )
     model.build((None, input_dim))
     weights = [w + rng.standard_normal(w.shape).astype(np.float32) * 0.3 for w in model.get_weights()]
-    weights[5] = np.abs(weights[5]) + 0.5   # the moving variance stays positive
+    weights[5] = np.abs(weights[5]) + 0.5  # the moving variance stays positive
     model.set_weights(weights)
     return model
 
@@ -87,8 +97,10 @@ def lower_the_limit(monkeypatch, model, device, n, samples):
     """Sets ``device.max_allocation`` to what about ``samples`` samples need (never below the
     weights, nor below the small batches' scratch buffers: those are one buffer each whatever the
     batch) and returns the passes of ``n``."""
-    budget = max([model.activation_bytes(k, device)[0] for k in (1, 2, 4, 8, samples)] +   # a small batch's
-                 [weight_bytes(model, device, k) for k in (1, 2, 4, 8, samples, n)])   # gemv splits K: scratch
+    budget = max(
+        [model.activation_bytes(k, device)[0] for k in (1, 2, 4, 8, samples)]  # a small batch's
+        + [weight_bytes(model, device, k) for k in (1, 2, 4, 8, samples, n)]
+    )  # gemv splits K: scratch
     assert model.activation_bytes(n, device)[0] > budget, "the batch must not fit in one pass"
     monkeypatch.setattr(device, "max_allocation", budget)
     step = model.max_batch(device)
@@ -108,17 +120,17 @@ def assert_equal_results(got, want, bitwise):
 def test_a_batch_beyond_one_allocation_is_split_and_answered_correctly(device, codename, monkeypatch, rng):
     choose(codename, device)
     model = make_model()
-    n = 301   # 7 x 43, and a pass takes 60 to 300 samples: the last pass is shorter than the others
+    n = 301  # 7 x 43, and a pass takes 60 to 300 samples: the last pass is shorter than the others
     x = rng.standard_normal((n, 37)).astype(np.float32)
-    whole = model.predict(x)                                   # one pass
+    whole = model.predict(x)  # one pass
     step = lower_the_limit(monkeypatch, model, device, n, n // 5)
     passes = math.ceil(n / step)
     assert n % step, step
-    model.predict(x[:step])   # a pass may take another kernel than the whole (preconditions on n): its weights now
+    model.predict(x[:step])  # a pass may take another kernel than the whole (preconditions on n): its weights now
     before = dict(device.counters)
     split = model.predict(x)
     assert device.counters["downloads"] - before["downloads"] == passes > 1
-    assert device.counters["uploads"] - before["uploads"] == passes          # the inputs only
+    assert device.counters["uploads"] - before["uploads"] == passes  # the inputs only
     assert split.shape == (n, 3) and split.dtype == np.float32
     # every pass, the shorter last one too, runs the plan of ``step`` samples
     assert_equal_results(split, whole, same_kernels(model, device, step, n))
@@ -135,9 +147,10 @@ def test_split_and_batch_size_passes_plan_once_not_per_call(device, monkeypatch,
     lower_the_limit(monkeypatch, model, device, n, n // 4)
     compiles = []
     original = PlanBuilder.compile
-    monkeypatch.setattr(PlanBuilder, "compile", lambda self, outputs: (compiles.append(self.batch),
-                                                                       original(self, outputs))[1])
-    for batch_size in (None, 50):   # 50: four passes and a shorter fifth, inside the device's limit
+    monkeypatch.setattr(
+        PlanBuilder, "compile", lambda self, outputs: (compiles.append(self.batch), original(self, outputs))[1]
+    )
+    for batch_size in (None, 50):  # 50: four passes and a shorter fifth, inside the device's limit
         first = model.predict(x, batch_size=batch_size)
         planned = len(compiles)
         for _ in range(2):
@@ -176,7 +189,7 @@ def test_max_batch_without_a_limit_is_the_whole_batch_when_it_fits(device):
     model = make_model()
     assert model.max_batch(device, limit=1000) == 1000
     size, what = model.activation_bytes(1000, device)
-    assert size < device.max_allocation and "layer 'wide'" in what   # the widest layer dominates
+    assert size < device.max_allocation and "layer 'wide'" in what  # the widest layer dominates
 
 
 @pytest.mark.parametrize("kind", ["own", "gpu"])
@@ -191,20 +204,26 @@ def test_one_sample_beyond_the_largest_allocation_names_the_layer_and_shape(devi
     monkeypatch.setattr(device, "max_allocation", size - 4)
     # the largest buffer of one sample: the wide layer's activations, or (where a GPU's batch-1 kernel
     # splits K over work-groups) its scratch of partial sums; sizes exact to the byte
-    with pytest.raises(DeviceError, match=r"(layer 'wide'|layers 'wide' \+ 'out') ((input|output) \(1001 features x 1 "
-                                          r"samples, padded to \d+x\d+ in \w+ for kernel \w+\)|scratch \(partial sums "
-                                          r"for 1001 features x 1 samples, padded to \d+x\d+(, then the head's 3)?, kernel "
-                                          rf"\w+\)) needs [\d.]+ [KM]iB \({size:,} bytes\), more than .* allows in one "
-                                          rf"allocation \([\d.]+ [KM]iB, {size - 4:,} bytes\): even one sample does not fit"):
+    with pytest.raises(
+        DeviceError,
+        match=r"(layer 'wide'|layers 'wide' \+ 'out') ((input|output) \(1001 features x 1 "
+        r"samples, padded to \d+x\d+ in \w+ for kernel \w+\)|scratch \(partial sums "
+        r"for 1001 features x 1 samples, padded to \d+x\d+(, then the head's 3)?, kernel "
+        rf"\w+\)) needs [\d.]+ [KM]iB \({size:,} bytes\), more than .* allows in one "
+        rf"allocation \([\d.]+ [KM]iB, {size - 4:,} bytes\): even one sample does not fit",
+    ):
         model.predict(x)
 
 
 def test_weights_beyond_the_largest_allocation_raise_a_device_error_naming_the_layer(device, monkeypatch, rng):
     model = Sequential([Dense(1001, name="big_kernel")])
-    model.build((None, 300))           # W is 1001 x 300: about 1.2 MiB; one sample's activations are ~4 KiB
+    model.build((None, 300))  # W is 1001 x 300: about 1.2 MiB; one sample's activations are ~4 KiB
     monkeypatch.setattr(device, "max_allocation", 2**18)
-    with pytest.raises(DeviceError, match=r"layer 'big_kernel' kernel 1001x300 in \w+: 1\.\d+ MiB exceeds the largest "
-                                          r"single allocation"):
+    with pytest.raises(
+        DeviceError,
+        match=r"layer 'big_kernel' kernel 1001x300 in \w+: 1\.\d+ MiB exceeds the largest "
+        r"single allocation",
+    ):
         model.predict(rng.standard_normal((2, 300)))
 
 
@@ -218,16 +237,17 @@ def test_a_real_driver_allocation_failure_is_a_device_error(device, monkeypatch)
     if device.cl_device.max_mem_alloc_size >= 2**40 or device.cl_device.global_mem_size >= 2**40:
         pytest.skip(f"{device.name} claims to hold 1 TiB")
     monkeypatch.setattr(device, "max_allocation", 2**62)
-    padded = (2**18, 2**20)   # 2**38 floats; the kernel below touches one of them
+    padded = (2**18, 2**20)  # 2**38 floats; the kernel below touches one of them
     try:
         m = DeviceMatrix.empty(device, (1, 1), "R", padded, what="layer 'x' result")
     except DeviceError as exc:
-        assert re.fullmatch(r"layer 'x' result 1x1 in R: allocating 1048576\.00 MiB on .* failed \(CL_\w+\)",
-                            str(exc)), exc
+        assert re.fullmatch(
+            r"layer 'x' result 1x1 in R: allocating 1048576\.00 MiB on .* failed \(CL_\w+\)", str(exc)
+        ), exc
     else:
         with pytest.raises(DeviceError, match=r"^layer 'x': kernel relu failed on .* \(CL_\w+\)"):
             ops.activation(m, "relu", what="layer 'x'")
-            device.queue.finish()   # where the error is only reported when the queue runs
+            device.queue.finish()  # where the error is only reported when the queue runs
         del m
     model = make_model()
     x = np.ones((2, 37), np.float32)
@@ -235,6 +255,7 @@ def test_a_real_driver_allocation_failure_is_a_device_error(device, monkeypatch)
 
 
 # ------------------------------------------------------------------------------- NaN and Inf
+
 
 def poisoned(rng, n=9):
     x = rng.standard_normal((n, 37)).astype(np.float32)
@@ -255,8 +276,8 @@ def test_nan_and_inf_stay_in_their_sample_and_propagate_like_tensorflow(device, 
     got = model.predict(x)
     want = reference(model, x)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
-    assert np.isnan(got[[1, 3, 4, 6]]).all()          # each poisoned sample is NaN after softmax
-    assert np.isfinite(got[clean]).all()               # ...and no other sample is touched
+    assert np.isnan(got[[1, 3, 4, 6]]).all()  # each poisoned sample is NaN after softmax
+    assert np.isfinite(got[clean]).all()  # ...and no other sample is touched
     assert_close(got[clean], want[clean])
     assert_close(got[clean], model.predict(x[clean]))
 
@@ -265,8 +286,9 @@ def test_nan_and_inf_stay_in_their_sample_and_propagate_like_tensorflow(device, 
 def test_non_finite_values_through_each_activation(device, activation, rng):
     model = Sequential([Dense(5, activation=activation, name="d")])
     model.build((None, 3))
-    model.set_weights([np.array([[1, -1, 0.5, 2, 0], [0, 0, 0, 0, 1], [1, 1, 1, 1, 1]], np.float32),
-                       np.zeros(5, np.float32)])
+    model.set_weights(
+        [np.array([[1, -1, 0.5, 2, 0], [0, 0, 0, 0, 1], [1, 1, 1, 1, 1]], np.float32), np.zeros(5, np.float32)]
+    )
     x = np.array([[np.inf, 0, 0], [-np.inf, 0, 0], [np.nan, 0, 0], [1, 2, 3], [1, np.inf, -np.inf]], np.float32)
     got = model.predict(x)
     want = reference(model, x)
@@ -279,7 +301,7 @@ def test_non_finite_values_through_each_activation(device, activation, rng):
 def test_nan_does_not_cross_a_split_boundary(device, monkeypatch, rng):
     model = make_model(seed=4)
     x, clean = poisoned(rng, n=9)
-    x = np.concatenate([x] * 40)                  # 360 samples, poisoned ones in every pass
+    x = np.concatenate([x] * 40)  # 360 samples, poisoned ones in every pass
     clean = [i + 9 * j for j in range(40) for i in clean]
     lower_the_limit(monkeypatch, model, device, len(x), 30)
     got = model.predict(x)
@@ -301,8 +323,26 @@ def test_im2col_is_passed_over_where_its_padded_patches_exceed_the_budget(device
     image was refused ("even one sample does not fit"), or max_batch's bound, which takes the
     patches to be within a quarter of the largest allocation, let a batch through that predict
     then refused instead of splitting."""
-    geometry = ConvGeometry.of(1, 1, 8, 1, {"IH": 130, "IW": 130, "OH": 128, "OW": 128, "KH": 3, "KW": 3,
-                                            "SH": 1, "SW": 1, "DH": 1, "DW": 1, "PT": 0, "PL": 0})
+    geometry = ConvGeometry.of(
+        1,
+        1,
+        8,
+        1,
+        {
+            "IH": 130,
+            "IW": 130,
+            "OH": 128,
+            "OW": 128,
+            "KH": 3,
+            "KW": 3,
+            "SH": 1,
+            "SW": 1,
+            "DH": 1,
+            "DW": 1,
+            "PT": 0,
+            "PL": 0,
+        },
+    )
     unpadded, padded = conv_choice.patch_bytes(geometry), conv_choice.patch_bytes(geometry, device)
     assert padded > unpadded == 4 * 9 * 128 * 128
     monkeypatch.setattr(conv_choice, "patch_budget", lambda device: (unpadded + padded) // 2)
@@ -353,6 +393,9 @@ def test_the_weights_and_a_pass_fit_the_devices_global_memory(device, monkeypatc
     x = rng.standard_normal((3 * step + 5, 1100)).astype(np.float32)
     assert_close(model.predict(x), model_forward(model, x), rtol=1e-4)
     monkeypatch.setattr(device, "global_memory", weights // 2)
-    with pytest.raises(DeviceError, match=rf"Sequential 'sequential.*': its weights \({size_text(weights)}\) and one "
-                                          r"sample's activations \(.*\) need more than .*'s global memory"):
-        model.max_batch(device)   # the plan's weights (the message gave the generous bound: 22 MiB for 0.6)
+    with pytest.raises(
+        DeviceError,
+        match=rf"Sequential 'sequential.*': its weights \({size_text(weights)}\) and one "
+        r"sample's activations \(.*\) need more than .*'s global memory",
+    ):
+        model.max_batch(device)  # the plan's weights (the message gave the generous bound: 22 MiB for 0.6)

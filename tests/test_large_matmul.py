@@ -48,15 +48,17 @@ def operands(shape: tuple) -> tuple:
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_every_matmul_kernel_is_right_at_large_shapes_on_a_gpu(device, shape):
-    _WANT.clear()   # one shape's operands at a time
+    _WANT.clear()  # one shape's operands at a time
     if device.kind != "gpu":
-        pytest.skip(f"{device.name} is a {device.kind}: large shapes run on GPUs (CPUs take odd shapes up to "
-                    f"4099 in the kernel tests)")
+        pytest.skip(
+            f"{device.name} is a {device.kind}: large shapes run on GPUs (CPUs take odd shapes up to "
+            f"4099 in the kernel tests)"
+        )
     m, k, n = shape
     wrong, ran = [], 0
     for label, spec in configurations(device):
         if any(r.image for r in spec.matrices.values()) and not spec.accepts(m, k, n, device):
-            continue   # beyond the device's image limits: the library never offers it
+            continue  # beyond the device's image limits: the library never offers it
         given, want = operands(shape)
         product = Product(spec, device, m, k, n, operands=given)
         product.launch().wait()
@@ -65,5 +67,6 @@ def test_every_matmul_kernel_is_right_at_large_shapes_on_a_gpu(device, shape):
         if not error <= 1e-4:
             wrong.append(f"{label}: relative error {error:.3g}")
     assert ran, f"no matmul kernel ran at {shape} on {device.name}"
-    assert not wrong, f"{len(wrong)} of {ran} configurations are wrong at {m}x{k} by {k}x{n} on {device.name}:\n" \
-                      + "\n".join(wrong)
+    assert not wrong, (
+        f"{len(wrong)} of {ran} configurations are wrong at {m}x{k} by {k}x{n} on {device.name}:\n" + "\n".join(wrong)
+    )

@@ -9,12 +9,22 @@ from malinn.errors import LayoutError
 from malinn.library.layout import Layout, convert, padded_shape, parse_layout
 
 VECTORS = {
-    ("R_2_4_R", (4, 8)): [[0, 1, 2, 3, 8, 9, 10, 11],
-                          [4, 5, 6, 7, 12, 13, 14, 15],
-                          [16, 17, 18, 19, 24, 25, 26, 27],
-                          [20, 21, 22, 23, 28, 29, 30, 31]],
-    ("C_4_2_C", (8, 4)): [[0, 4, 16, 20], [1, 5, 17, 21], [2, 6, 18, 22], [3, 7, 19, 23],
-                          [8, 12, 24, 28], [9, 13, 25, 29], [10, 14, 26, 30], [11, 15, 27, 31]],
+    ("R_2_4_R", (4, 8)): [
+        [0, 1, 2, 3, 8, 9, 10, 11],
+        [4, 5, 6, 7, 12, 13, 14, 15],
+        [16, 17, 18, 19, 24, 25, 26, 27],
+        [20, 21, 22, 23, 28, 29, 30, 31],
+    ],
+    ("C_4_2_C", (8, 4)): [
+        [0, 4, 16, 20],
+        [1, 5, 17, 21],
+        [2, 6, 18, 22],
+        [3, 7, 19, 23],
+        [8, 12, 24, 28],
+        [9, 13, 25, 29],
+        [10, 14, 26, 30],
+        [11, 15, 27, 31],
+    ],
 }
 
 
@@ -37,8 +47,9 @@ def test_r_and_c_are_numpys_row_and_column_major(shape):
     np.testing.assert_array_equal(Layout.parse("C").pack(m), m.ravel(order="F"))
 
 
-@pytest.mark.parametrize("rep", ["R", "C", "R_2_4_R", "C_4_2_C", "R_4_4_R", "C_4_4_C", "R_4_4_C",
-                                 "R_16_16_C_4_4_R", "C_8_4_R_2_2_C_1_1_R"])
+@pytest.mark.parametrize(
+    "rep", ["R", "C", "R_2_4_R", "C_4_2_C", "R_4_4_R", "C_4_4_C", "R_4_4_C", "R_16_16_C_4_4_R", "C_8_4_R_2_2_C_1_1_R"]
+)
 def test_index_is_a_permutation(rep):
     layout = Layout.parse(rep)
     padded = layout.padded_shape(37, 21, 4, 4)
@@ -67,19 +78,22 @@ def test_padding_is_zero_and_sizes_follow_chunks_and_alignment():
     assert flat.size == 32 and flat.sum() == 15
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("", "representation string"),
-    ("X", "bad token 'X' at position 0"),
-    ("r", "bad token 'r'"),
-    ("R_2", "tokens"),
-    ("R_2_4", "tokens"),
-    ("R_2_a_R", "bad token 'a' at position 2"),
-    ("R_0_4_R", "bad token '0'"),
-    ("R_-2_4_R", "bad token '-2'"),
-    ("R_2_4_Q", "bad token 'Q' at position 3"),
-    ("R_4_4_R_3_4_C", "does not divide its parent chunk 4x4"),
-    ("R_16_16_C_4_5_R", "does not divide"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("", "representation string"),
+        ("X", "bad token 'X' at position 0"),
+        ("r", "bad token 'r'"),
+        ("R_2", "tokens"),
+        ("R_2_4", "tokens"),
+        ("R_2_a_R", "bad token 'a' at position 2"),
+        ("R_0_4_R", "bad token '0'"),
+        ("R_-2_4_R", "bad token '-2'"),
+        ("R_2_4_Q", "bad token 'Q' at position 3"),
+        ("R_4_4_R_3_4_C", "does not divide its parent chunk 4x4"),
+        ("R_16_16_C_4_5_R", "does not divide"),
+    ],
+)
 def test_malformed_layouts_are_rejected_clearly(text, fragment):
     with pytest.raises(LayoutError, match=fragment.replace("(", r"\(")):
         Layout.parse(text)
@@ -107,13 +121,19 @@ def test_unpack_rejects_wrong_sizes_and_pack_rejects_misfits():
         layout.pack(np.zeros(3))
 
 
-layouts = st.sampled_from(["R", "C", "R_2_4_R", "C_4_2_C", "R_4_4_R", "C_4_4_C", "R_4_4_C",
-                           "R_8_4_C_2_2_R", "C_16_16_R_4_4_C"])
+layouts = st.sampled_from(
+    ["R", "C", "R_2_4_R", "C_4_2_C", "R_4_4_R", "C_4_4_C", "R_4_4_C", "R_8_4_C_2_2_R", "C_16_16_R_4_4_C"]
+)
 
 
 @settings(max_examples=60, deadline=None)
-@given(rows=st.integers(1, 40), cols=st.integers(1, 40), rep=layouts, ra=st.sampled_from([1, 2, 4, 8]),
-       ca=st.sampled_from([1, 2, 4, 8]))
+@given(
+    rows=st.integers(1, 40),
+    cols=st.integers(1, 40),
+    rep=layouts,
+    ra=st.sampled_from([1, 2, 4, 8]),
+    ca=st.sampled_from([1, 2, 4, 8]),
+)
 def test_pack_unpack_round_trip(rows, cols, rep, ra, ca):
     m = np.random.default_rng(rows * 41 + cols).standard_normal((rows, cols)).astype(np.float32)
     layout = Layout.parse(rep)

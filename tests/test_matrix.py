@@ -20,7 +20,7 @@ def test_round_trip_in_every_layout(device, layout, shape, rng):
     m.host = None
     got = m.numpy()
     np.testing.assert_array_equal(got, x)
-    got[...] = 0                      # the host copy owns its memory: no view of a released map
+    got[...] = 0  # the host copy owns its memory: no view of a released map
     m.host = None
     np.testing.assert_array_equal(m.numpy(), x)
 
@@ -36,13 +36,20 @@ def test_host_unified_devices_map_instead_of_copying(device, rng):
 
 
 def test_zero_copy_can_be_turned_off_and_results_agree():
-    script = ("import numpy as np, malinn; m = malinn.load_model('examples/digits_mlp.keras');"
-              "y = m.predict(np.load('examples/digits_test.npz')['x']); np.save('/dev/stdout', y[:3])")
+    script = (
+        "import numpy as np, malinn; m = malinn.load_model('examples/digits_mlp.keras');"
+        "y = m.predict(np.load('examples/digits_test.npz')['x']); np.save('/dev/stdout', y[:3])"
+    )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     outs = []
     for flag in ("1", "0"):
-        out = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, timeout=300,
-                             env={**os.environ, "MALINN_ZERO_COPY": flag})
+        out = subprocess.run(
+            [sys.executable, "-c", script],
+            cwd=root,
+            capture_output=True,
+            timeout=300,
+            env={**os.environ, "MALINN_ZERO_COPY": flag},
+        )
         assert out.returncode == 0, out.stderr.decode()
         outs.append(out.stdout)
     assert outs[0] == outs[1]

@@ -17,8 +17,9 @@ from malinn.library.kernel_library import load_library
 
 def three_layer(seed=0):
     rng = np.random.default_rng(seed)
-    model = Sequential([Dense(13, activation="relu"), Dense(1001, activation="sigmoid"),
-                        Dense(3, activation="softmax")])
+    model = Sequential(
+        [Dense(13, activation="relu"), Dense(1001, activation="sigmoid"), Dense(3, activation="softmax")]
+    )
     model.build((None, 37))
     model.set_weights([w + rng.standard_normal(w.shape).astype(np.float32) * 0.1 for w in model.get_weights()])
     return model
@@ -48,15 +49,16 @@ def test_activations_stay_on_the_device(device, rng):
     model.predict(rng.standard_normal((9, 37)))
     before = dict(device.counters)
     model.predict(rng.standard_normal((9, 37)))
-    assert device.counters["uploads"] - before["uploads"] == 1      # the input only
+    assert device.counters["uploads"] - before["uploads"] == 1  # the input only
     assert device.counters["downloads"] - before["downloads"] == 1  # the output only
 
 
 def test_batch_size_splits_without_changing_results(device, rng):
     model = three_layer()
     x = rng.standard_normal((23, 37)).astype(np.float32)
-    np.testing.assert_array_equal(model.predict(x, batch_size=5), np.concatenate(
-        [model.predict(x[i:i + 5]) for i in range(0, 23, 5)]))
+    np.testing.assert_array_equal(
+        model.predict(x, batch_size=5), np.concatenate([model.predict(x[i : i + 5]) for i in range(0, 23, 5)])
+    )
     assert_close(model.predict(x, batch_size=5), reference(model, x))
 
 
@@ -68,14 +70,17 @@ def test_float64_and_integers_are_cast_like_keras(device):
     np.testing.assert_array_equal(model.predict([[1, 2, 3]]), [[1.0, 2.0]])
 
 
-@pytest.mark.parametrize("x, fragment", [
-    (np.zeros((4, 36)), r"expected shape \(None, 37\), found shape \(4, 36\)"),
-    (np.zeros(37), r"expected shape \(None, 37\), found shape \(37,\)"),
-    (np.zeros((2, 3, 37)), r"found shape \(2, 3, 37\)"),
-    (np.array([["a"] * 37]), "must be numeric, got dtype <U1"),
-    ([[1, 2], [3]], "could not be read as an array"),
-    ([[[1.0] * 37, [1.0] * 36]], "could not be read as an array"),   # a list holding a ragged batch
-])
+@pytest.mark.parametrize(
+    "x, fragment",
+    [
+        (np.zeros((4, 36)), r"expected shape \(None, 37\), found shape \(4, 36\)"),
+        (np.zeros(37), r"expected shape \(None, 37\), found shape \(37,\)"),
+        (np.zeros((2, 3, 37)), r"found shape \(2, 3, 37\)"),
+        (np.array([["a"] * 37]), "must be numeric, got dtype <U1"),
+        ([[1, 2], [3]], "could not be read as an array"),
+        ([[[1.0] * 37, [1.0] * 36]], "could not be read as an array"),  # a list holding a ragged batch
+    ],
+)
 def test_bad_input_names_the_layer_and_both_shapes(device, x, fragment):
     model = three_layer()
     with pytest.raises(ValueError, match=fragment) as info:
@@ -91,27 +96,44 @@ def test_one_sample_without_its_batch_axis_is_refused_with_the_fix(device):
     hint = "; it looks like one sample without its batch axis: pass x[None] or x.reshape(1, 37)"
     with pytest.raises(ValueError, match=re.escape("expected shape (None, 37), found shape (37,)" + hint + "")):
         model.predict(np.zeros(37))
-    with pytest.raises(ValueError, match=re.escape("found shape (37,); it looks like one sample without its batch "
-                                                   "axis: pass np.asarray(x)[None]")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape("found shape (37,); it looks like one sample without its batch axis: pass np.asarray(x)[None]"),
+    ):
         model.predict([0.5] * 37)
     image = Sequential([Input((4, 3, 1)), Dense(2)])
-    with pytest.raises(ValueError, match=re.escape("found shape (4, 3, 1); it looks like one sample without its "
-                                                   "batch axis: pass x[None] or x.reshape(1, 4, 3, 1)")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "found shape (4, 3, 1); it looks like one sample without its "
+            "batch axis: pass x[None] or x.reshape(1, 4, 3, 1)"
+        ),
+    ):
         image.predict(np.zeros((4, 3, 1)))
     unbuilt = Sequential([Dense(2)])
-    with pytest.raises(ValueError, match=re.escape("expected shape (None, features), found shape (5,); it looks like "
-                                                   "one sample without its batch axis: pass x[None] or x.reshape(1, 5)")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "expected shape (None, features), found shape (5,); it looks like "
+            "one sample without its batch axis: pass x[None] or x.reshape(1, 5)"
+        ),
+    ):
         unbuilt.predict(np.zeros(5))
     graph = Functional(a := Input((6,), name="a"), Dense(2)(a))
-    with pytest.raises(ValueError, match=re.escape("Input 'a' of model 'functional' is incompatible: expected shape "
-                                                   "(None, 6), found shape (6,); it looks like one sample without its "
-                                                   "batch axis: pass x[None] or x.reshape(1, 6)")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "Input 'a' of model 'functional' is incompatible: expected shape "
+            "(None, 6), found shape (6,); it looks like one sample without its "
+            "batch axis: pass x[None] or x.reshape(1, 6)"
+        ),
+    ):
         graph.predict(np.zeros(6))
-    for wrong in (np.zeros((2, 36)), np.zeros(36)):   # not one sample: no such advice
+    for wrong in (np.zeros((2, 36)), np.zeros(36)):  # not one sample: no such advice
         with pytest.raises(ValueError, match="found shape") as info:
             model.predict(wrong)
         assert "one sample" not in str(info.value)
-    scalars = Sequential([Input((1,)), Dense(2)])   # Keras's form: a batch of 1 scalar, not a sample
+    scalars = Sequential([Input((1,)), Dense(2)])  # Keras's form: a batch of 1 scalar, not a sample
     assert scalars.predict(np.zeros(1)).shape == (1, 2)
 
 
@@ -119,7 +141,7 @@ def test_predict_takes_a_list_of_one_batch_as_keras_does(device):
     model = three_layer()
     x = np.random.default_rng(0).uniform(-1, 1, (4, 37)).astype(np.float32)
     np.testing.assert_array_equal(model.predict([x]), model.predict(x))
-    np.testing.assert_array_equal(model.predict(list(x)), model.predict(x))   # a list of samples
+    np.testing.assert_array_equal(model.predict(list(x)), model.predict(x))  # a list of samples
     with pytest.raises(ValueError, match="takes one input array, got a list of 2 arrays"):
         model.predict([x, x])
     with pytest.raises(ValueError, match="takes one input array, got a dict of 1 \\(x\\)"):
@@ -179,9 +201,9 @@ def test_adding_to_a_built_model_builds_the_new_layer_alone_and_still_refuses_a_
     with pytest.raises(ValueError, match="a layer named 'a7' is already in the model"):
         model.add(Activation("relu", name="a7"))
     assert len(model.layers) == 300
-    model.layers.pop()                           # edited by hand: a299's name is free again
+    model.layers.pop()  # edited by hand: a299's name is free again
     model.add(Activation("tanh", name="a299"))
-    model.layers = model.layers[:10]             # replaced: a12's too, a3's not
+    model.layers = model.layers[:10]  # replaced: a12's too, a3's not
     model.add(Activation("relu", name="a12"))
     with pytest.raises(ValueError, match="a layer named 'a3' is already in the model"):
         model.add(Dense(2, name="a3"))
@@ -239,8 +261,11 @@ def test_a_weight_changed_in_place_is_refused_and_one_of_another_shape_named(dev
         layer.bias += 1.0
     np.testing.assert_array_equal(model.predict(x), before)
     shape = layer.kernel.shape
-    with pytest.raises(ValueError, match=rf"layer 'd' \({type(layer).__name__}\): kernel has shape "
-                                         rf"{re.escape(str(shape))}, got \(2, 2\)"):
+    with pytest.raises(
+        ValueError,
+        match=rf"layer 'd' \({type(layer).__name__}\): kernel has shape "
+        rf"{re.escape(str(shape))}, got \(2, 2\)",
+    ):
         layer.kernel = np.full((2, 2), 7.0, np.float32)
     with pytest.raises(ValueError, match=r"layer 'd' .*: bias must be numeric"):
         layer.bias = ["a", "b"]
@@ -250,7 +275,7 @@ def test_a_weight_changed_in_place_is_refused_and_one_of_another_shape_named(dev
     assert layer.kernel.dtype == np.float32 and not layer.kernel.flags.writeable
     np.testing.assert_allclose(model.predict(x), np.full_like(before, 3.0))
     copy = model.get_weights()[0]
-    copy[...] = 0.0   # get_weights returns copies the caller may change
+    copy[...] = 0.0  # get_weights returns copies the caller may change
     np.testing.assert_allclose(model.predict(x), np.full_like(before, 3.0))
 
 
@@ -290,8 +315,10 @@ def test_normalization_statistics_of_another_layout_are_refused():
     norm.build((None, 2, 3))
     with pytest.raises(ValueError, match=r"Normalization 'stats': statistics of shape \(3, 2\) do not fit \(2, 3\)"):
         norm.set_weights([np.zeros((3, 2)), np.ones((3, 2))])
-    norm.set_weights([np.zeros((1, 2, 3)), np.ones((2, 3))])   # axes of 1 aside, the same layout
-    with pytest.raises(ValueError, match=r"Normalization 'stats': count must be one number, got an array of shape \(2,\)"):
+    norm.set_weights([np.zeros((1, 2, 3)), np.ones((2, 3))])  # axes of 1 aside, the same layout
+    with pytest.raises(
+        ValueError, match=r"Normalization 'stats': count must be one number, got an array of shape \(2,\)"
+    ):
         norm.set_weights([np.zeros((2, 3)), np.ones((2, 3)), np.ones(2)])
 
 
@@ -311,7 +338,7 @@ def test_from_config_makes_the_model_get_config_describes(rng):
     copy.set_weights(graph.get_weights())
     np.testing.assert_array_equal(copy.predict(x), graph.predict(x))
     assert not Sequential.from_config(Sequential([Dense(2)]).get_config()).built
-    model.precision = graph.precision = "int8-weights"   # the precision is part of the model's config
+    model.precision = graph.precision = "int8-weights"  # the precision is part of the model's config
     assert Sequential.from_config(model.get_config()).precision == "int8-weights"
     assert Functional.from_config(graph.get_config()).precision == "int8-weights"
 
@@ -357,9 +384,20 @@ def test_summary_fits_the_terminal_and_wraps_long_cells(device, monkeypatch):
         assert [row["Kernel"] for row in rows] == [kernels[name], kernels["head"]], text
     small = Sequential([Dense(3, name="d")])
     small.build((None, 4))
-    lines = small.summary(print_fn=lambda s: None).splitlines()   # as wide as its cells, in a wide terminal too
-    assert lines[1] == "-" * (14 + 14 + 9) and lines[2].split() == [   # each column its longest cell and 2 more
-        "Layer", "(type)", "Output", "Shape", "Param", "#"] and lines[4].split() == ["d", "(Dense)", "(None,", "3)", "15"]
+    lines = small.summary(print_fn=lambda s: None).splitlines()  # as wide as its cells, in a wide terminal too
+    assert (
+        lines[1] == "-" * (14 + 14 + 9)
+        and lines[2].split()
+        == [  # each column its longest cell and 2 more
+            "Layer",
+            "(type)",
+            "Output",
+            "Shape",
+            "Param",
+            "#",
+        ]
+        and lines[4].split() == ["d", "(Dense)", "(None,", "3)", "15"]
+    )
 
 
 def test_keras_call_forms(device, rng):
@@ -379,25 +417,28 @@ def test_keras_call_forms(device, rng):
     for call in (lambda: model(a), lambda: graph([a]), lambda: graph({"x": a})):
         with pytest.raises(ValueError, match="cannot be called on symbolic tensors: malinn does not nest a model"):
             call()
-    with pytest.raises(ValueError, match=r"a malinn.Input may only come first, before any layer \(got .* after "
-                                         r"layer 'd2'\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"a malinn.Input may only come first, before any layer \(got .* after "
+        r"layer 'd2'\)",
+    ):
         model.add(Input((2,)))
     assert [layer.name for layer in model.layers] == ["d1", "d2"]
     lines = model.summary(60, print_fn=lambda text: None).splitlines()
     assert max(len(line) for line in lines if not line.startswith(("Weights", "Total"))) == 60
-    assert lines[4].startswith("d1 (Dense)".ljust(27)) and lines[4][27:51].rstrip() == "(None, 3)"   # int(0.45 * 60)
+    assert lines[4].startswith("d1 (Dense)".ljust(27)) and lines[4][27:51].rstrip() == "(None, 3)"  # int(0.45 * 60)
     assert lines[4][51:].rstrip() == "15"
-    lines = model.summary(60, print_fn=lambda text: None, show_kernels=True).splitlines()   # Keras's four columns
+    lines = model.summary(60, print_fn=lambda text: None, show_kernels=True).splitlines()  # Keras's four columns
     row = next(line for line in lines if line.startswith("d1 (Dense)"))
-    assert row.startswith("d1 (Dense)".ljust(19)) and row[19:33].rstrip() == "(None, 3)"   # int(0.33 * 60)
-    assert lines[2].startswith("Layer (type)") and lines[3][33:40].rstrip() == "#"   # "Param #" wrapped in 7 columns
+    assert row.startswith("d1 (Dense)".ljust(19)) and row[19:33].rstrip() == "(None, 3)"  # int(0.33 * 60)
+    assert lines[2].startswith("Layer (type)") and lines[3][33:40].rstrip() == "#"  # "Param #" wrapped in 7 columns
     lines = model.summary(line_length=40, positions=[15, 25, 40], print_fn=lambda text: None).splitlines()
-    row = next(line for line in lines if line.startswith("d1 (Dense)"))   # after a header wrapped onto two lines
+    row = next(line for line in lines if line.startswith("d1 (Dense)"))  # after a header wrapped onto two lines
     assert lines[1] == "-" * 40 and row[:15] == "d1 (Dense)".ljust(15) and row[25:40].rstrip() == "15"
     assert [line[15:25].rstrip() for line in lines[2:4]] == ["Output", "Shape"]
     with pytest.raises(ValueError, match="positions must give 3 column ends, got 2"):
         model.summary(80, positions=[0.5, 1.0])
-    for width in range(4, 12):   # Keras's fractions of a narrow line: each column one character at least
+    for width in range(4, 12):  # Keras's fractions of a narrow line: each column one character at least
         assert model.summary(width, print_fn=lambda text: None).splitlines()[1] == "-" * width
     unbuilt = Sequential([Dense(3)])
     with pytest.raises(ValueError, match="is not built"):
@@ -459,7 +500,7 @@ def test_a_users_layer_with_its_own_get_weights_and_copies_of_layers(tmp_path):
     with pytest.raises(ValueError, match="read-only"):
         twin.kernel[0] = 1.0
     lines = []
-    model.summary(lines.append)   # malinn 0.1's first argument: print_fn
+    model.summary(lines.append)  # malinn 0.1's first argument: print_fn
     assert lines and "Total params: 20" in lines[0]
 
 
@@ -473,10 +514,15 @@ def test_messages_give_sizes_and_arguments_as_a_user_reads_them(device, monkeypa
     model = Sequential([Dense(300, name="big")])
     model.build((None, 500))
     monkeypatch.setattr(device, "max_allocation", 65536)
-    with pytest.raises(DeviceError, match=r"exceeds the largest single allocation of .* \(64\.0 KiB.*\); a reduced "
-                                          r"precision \(fp16-storage, int8-weights\) or a device with more memory"):
+    with pytest.raises(
+        DeviceError,
+        match=r"exceeds the largest single allocation of .* \(64\.0 KiB.*\); a reduced "
+        r"precision \(fp16-storage, int8-weights\) or a device with more memory",
+    ):
         model.predict(np.ones((1, 500), np.float32))
-    with pytest.raises(ValueError, match=r"set_weights takes a list of arrays, as get_weights returns it; got NoneType"):
+    with pytest.raises(
+        ValueError, match=r"set_weights takes a list of arrays, as get_weights returns it; got NoneType"
+    ):
         model.set_weights(None)
 
 
@@ -489,7 +535,7 @@ def test_an_input_of_one_feature_takes_a_batch_of_scalars_as_keras_does(device):
     scalars = np.arange(5, dtype=np.float32)
     model = Sequential([Input((1,)), Dense(2)])
     np.testing.assert_array_equal(model.predict(scalars), model.predict(scalars[:, None]))
-    np.testing.assert_array_equal(model.predict([scalars]), model.predict(scalars[:, None]))   # in a list, as Keras
+    np.testing.assert_array_equal(model.predict([scalars]), model.predict(scalars[:, None]))  # in a list, as Keras
     f, g = Input((1,), name="f"), Input((3,), name="g")
     graph = Model([f, g], Dense(1)(f))
     wide = np.ones((5, 3), np.float32)
@@ -499,6 +545,6 @@ def test_an_input_of_one_feature_takes_a_batch_of_scalars_as_keras_does(device):
     column = Sequential([Input((4, 1)), Dense(2)])
     x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
     np.testing.assert_array_equal(column.predict(x), column.predict(x[..., None]))
-    np.testing.assert_array_equal(column.predict(x[..., None, None]), column.predict(x[..., None]))   # one more: dropped
+    np.testing.assert_array_equal(column.predict(x[..., None, None]), column.predict(x[..., None]))  # one more: dropped
     with pytest.raises(ValueError, match=r"expected shape \(None, 4, 1\), found shape \(3, 5\)"):
-        column.predict(np.zeros((3, 5), np.float32))   # the shape given, not the one tried
+        column.predict(np.zeros((3, 5), np.float32))  # the shape given, not the one tried

@@ -53,8 +53,10 @@ from malinn.library.kernel_library import load_library
 
 OCLGRIND = shutil.which("oclgrind")
 pytestmark = pytest.mark.skipif(
-    OCLGRIND is None, reason="oclgrind is not on PATH: install Debian's oclgrind package "
-    "(bash .ci/setup --test does) to check every kernel for out-of-bounds accesses and data races")
+    OCLGRIND is None,
+    reason="oclgrind is not on PATH: install Debian's oclgrind package "
+    "(bash .ci/setup --test does) to check every kernel for out-of-bounds accesses and data races",
+)
 
 DRIVER = Path(__file__).with_name("oclgrind_driver.py")
 MARK = "@@malinn-case"
@@ -65,8 +67,11 @@ LAYOUTS = ["R", "C", "C_4_2_C", "C_4_4_C", "R_2_4_R", "R_16_16_C_4_4_R", "C_8_4_
 ELEMENT_SHAPES = [(1, 1), (3, 5), (13, 7), (33, 17)]
 #: (matrix, another view of the same tensor): Flatten and Reshape between layouts
 RESHAPES = [((1, 1), (1, 1)), ((3, 5), (15, 1)), ((13, 7), (7, 13)), ((7, 6), (3, 14))]
-PARAMS = {"elu": {"alpha": 0.3}, "leaky_relu": {"negative_slope": 0.01},
-          "relu_general": {"negative_slope": 0.1, "max_value": 2.5, "threshold": 0.5, "has_max_value": 1.0}}
+PARAMS = {
+    "elu": {"alpha": 0.3},
+    "leaky_relu": {"negative_slope": 0.01},
+    "relu_general": {"negative_slope": 0.1, "max_value": 2.5, "threshold": 0.5, "has_max_value": 1.0},
+}
 EPILOGUE_PARAMS = PARAMS["relu_general"]
 TOLERANCE = 1e-5
 SPLIT_KERNEL = "blocked_rmrm" if "blocked_rmrm" in LIB else MATMULS[0]
@@ -76,6 +81,7 @@ PROCESSES = (os.cpu_count() or 1) if MODE == "all" else min(2, os.cpu_count() or
 
 
 # ------------------------------------------------------------------------ tuned configurations
+
 
 def tuning_configurations(spec) -> list[dict]:
     """Every configuration the tuner can emit for kernel ``spec`` (a list of define dicts, the
@@ -89,15 +95,23 @@ def tuning_configurations(spec) -> list[dict]:
     """
     if not hasattr(spec, "configurations"):
         return []
-    configs = [dict(c) for c in spec.configurations()] if (
-        getattr(spec, "candidates", ()) or getattr(spec, "tuning", ())) else []
+    configs = (
+        [dict(c) for c in spec.configurations()]
+        if (getattr(spec, "candidates", ()) or getattr(spec, "tuning", ()))
+        else []
+    )
     # and the configurations the library's defaults name per device kind (the runtime uses them:
     # the choice, the fallbacks of small batches, the kernel that fuses softmax)
-    for kind, table in itertools.product(("gpu", "cpu", "accelerator"), ("matmul", "matmul_fallback", "matmul_softmax")):
+    for kind, table in itertools.product(
+        ("gpu", "cpu", "accelerator"), ("matmul", "matmul_fallback", "matmul_softmax")
+    ):
         for default in LIB.default_specs(table, kind):
             named = dict(default.defines)
-            if default.codename == spec.codename and named != dict(spec.defines) \
-                    and _as_defines(named) not in [_as_defines(c) for c in configs]:
+            if (
+                default.codename == spec.codename
+                and named != dict(spec.defines)
+                and _as_defines(named) not in [_as_defines(c) for c in configs]
+            ):
                 configs = (configs or [dict(spec.defines)]) + [named]
     return configs
 
@@ -190,6 +204,7 @@ def configurations_to_check(spec) -> list:
 
 # ------------------------------------------------------------------------------------- cases
 
+
 def _narrow(spec, shapes) -> list:
     """``shapes`` with each batch cut to ``max(17, c + 1)`` where that is smaller, c being the
     column alignment of ``spec``'s result: still two column tiles, the second partial (or, for a
@@ -226,25 +241,53 @@ def matmul_cases() -> list[dict]:
                 if same is not None:
                     same["kernels"].append(codename)
                     continue
-                cases.append({"op": "matmul", "codename": codename, "config": config, "shape": list(shape),
-                              "kernels": [codename], "cost": _mac(configured, shape) * (
-                                  1 + math.prod(configured.workgroup or (1,)) / 256) ** 1.5})
+                cases.append(
+                    {
+                        "op": "matmul",
+                        "codename": codename,
+                        "config": config,
+                        "shape": list(shape),
+                        "kernels": [codename],
+                        "cost": _mac(configured, shape) * (1 + math.prod(configured.workgroup or (1,)) / 256) ** 1.5,
+                    }
+                )
                 checked[program_key(configured), tuple(shape)] = cases[-1]
         # the fused epilogue, default configuration: every vector it reads (bias, scale, shift) and
         # all four float parameters (the formulas are test_ops.py's; memory is what is checked here),
         # batches capped as odd_shapes caps them and narrowed (the vectors are read per row; more
         # column tiles are the configuration cases' concern)
         for shape in _narrow(spec, _capped(spec, [(3, 5, 7), (33, 17, 65)])):
-            cases.append({"op": "matmul", "codename": codename, "config": None, "shape": list(shape),
-                          "bias": True, "activation": "relu_general", "params": EPILOGUE_PARAMS, "affine": True,
-                          "kernels": [codename], "cost": _mac(spec, shape) * 2})
-        if "softmax" in spec.epilogue:   # whole columns per work-group, in each configuration
+            cases.append(
+                {
+                    "op": "matmul",
+                    "codename": codename,
+                    "config": None,
+                    "shape": list(shape),
+                    "bias": True,
+                    "activation": "relu_general",
+                    "params": EPILOGUE_PARAMS,
+                    "affine": True,
+                    "kernels": [codename],
+                    "cost": _mac(spec, shape) * 2,
+                }
+            )
+        if "softmax" in spec.epilogue:  # whole columns per work-group, in each configuration
             for config in tuning_configurations(spec) or [dict(spec.defines)]:
                 holds = dict(spec.configure(config).preconditions)["max_m"]
                 for shape in {(1, 5, 3), (min(holds, 33), 17, 5), (holds, 3, 2)}:
-                    cases.append({"op": "matmul", "codename": codename, "config": config, "shape": list(shape),
-                                  "bias": True, "activation": "softmax", "affine": True, "kernels": [codename],
-                                  "cost": _mac(spec.configure(config), shape) * 2})
+                    cases.append(
+                        {
+                            "op": "matmul",
+                            "codename": codename,
+                            "config": config,
+                            "shape": list(shape),
+                            "bias": True,
+                            "activation": "softmax",
+                            "affine": True,
+                            "kernels": [codename],
+                            "cost": _mac(spec.configure(config), shape) * 2,
+                        }
+                    )
     return cases
 
 
@@ -256,19 +299,35 @@ def elementwise_cases() -> list[dict]:
     activations = LIB.codenames("activation")
     for shape, (li, layout) in itertools.product(ELEMENT_SHAPES, enumerate(LAYOUTS)):
         cases.append({"op": "bias", "layout": layout, "shape": list(shape), "kernels": LIB.codenames("bias")[:1]})
-        cases.append({"op": "affine", "layout": layout, "shape": list(shape),
-                      "kernels": LIB.codenames("affine")[:1]})
+        cases.append({"op": "affine", "layout": layout, "shape": list(shape), "kernels": LIB.codenames("affine")[:1]})
         for ai, codename in enumerate(activations):
             name = LIB[codename].activation
             if ai % len(LAYOUTS) == li or name in ("relu", "softmax"):
-                cases.append({"op": "activation", "name": name, "layout": layout, "shape": list(shape),
-                              "params": PARAMS.get(name, {}), "kernels": [codename]})
+                cases.append(
+                    {
+                        "op": "activation",
+                        "name": name,
+                        "layout": layout,
+                        "shape": list(shape),
+                        "params": PARAMS.get(name, {}),
+                        "kernels": [codename],
+                    }
+                )
     for (src, dst), shape in itertools.product(itertools.permutations(LAYOUTS[:6], 2), ELEMENT_SHAPES):
-        cases.append({"op": "relayout", "src": src, "dst": dst, "shape": list(shape),
-                      "kernels": LIB.codenames("relayout")[:1]})
+        cases.append(
+            {"op": "relayout", "src": src, "dst": dst, "shape": list(shape), "kernels": LIB.codenames("relayout")[:1]}
+        )
     for (src, dst), (shape, view) in itertools.product(itertools.permutations(LAYOUTS[:4], 2), RESHAPES):
-        cases.append({"op": "reshape", "src": src, "dst": dst, "shape": list(shape), "view": list(view),
-                      "kernels": LIB.codenames("reshape")[:1]})
+        cases.append(
+            {
+                "op": "reshape",
+                "src": src,
+                "dst": dst,
+                "shape": list(shape),
+                "view": list(view),
+                "kernels": LIB.codenames("reshape")[:1],
+            }
+        )
     for case in cases:
         case["cost"] = 2000
     return cases
@@ -293,28 +352,68 @@ LAYER_CASES = [
 
 
 def layer_cases() -> list[dict]:
-    return [{"op": "layer", "layer": layer, "config": config, "shape": list(shape), "batch": 3, "after_dense": after,
-             "kernels": kernels, "cost": 5000}
-            for layer, config, shape, kernels in LAYER_CASES for after in (False, True)]
+    return [
+        {
+            "op": "layer",
+            "layer": layer,
+            "config": config,
+            "shape": list(shape),
+            "batch": 3,
+            "after_dense": after,
+            "kernels": kernels,
+            "cost": 5000,
+        }
+        for layer, config, shape, kernels in LAYER_CASES
+        for after in (False, True)
+    ]
 
 
 def model_cases() -> list[dict]:
     cases = []
     for codename in MATMULS:
-        cases.append({"op": "model", "codename": codename, "input": 13, "units": [7, 33, 5],
-                      "activations": ["relu", "sigmoid", "softmax"], "batch": 19, "kernels": [codename],
-                      "cost": 50000})
+        cases.append(
+            {
+                "op": "model",
+                "codename": codename,
+                "input": 13,
+                "units": [7, 33, 5],
+                "activations": ["relu", "sigmoid", "softmax"],
+                "batch": 19,
+                "kernels": [codename],
+                "cost": 50000,
+            }
+        )
     # a kernel without preconditions or wide padding, so that a few samples make a pass
-    cases.append({"op": "model", "codename": SPLIT_KERNEL, "input": 13, "units": [7, 33, 5],
-                  "activations": ["tanh", "elu", "softmax"], "batch": 23, "split_samples": 4,
-                  "kernels": [SPLIT_KERNEL], "cost": 50000})
+    cases.append(
+        {
+            "op": "model",
+            "codename": SPLIT_KERNEL,
+            "input": 13,
+            "units": [7, 33, 5],
+            "activations": ["tanh", "elu", "softmax"],
+            "batch": 23,
+            "split_samples": 4,
+            "kernels": [SPLIT_KERNEL],
+            "cost": 50000,
+        }
+    )
     # a kernel that computes a Dense layer and the head after it: chosen by the plan alone, with the
     # GPU's defaults (the driver checks that the plan runs it)
     for codename in LIB.codenames("matmul_head"):
         for batch in (1, 3):
-            cases.append({"op": "model", "codename": codename, "gpu_defaults": True, "input": 13,
-                          "units": [7, 33, 5], "activations": ["relu", "sigmoid", "softmax"], "batch": batch,
-                          "kernels": [codename], "cost": 50000})
+            cases.append(
+                {
+                    "op": "model",
+                    "codename": codename,
+                    "gpu_defaults": True,
+                    "input": 13,
+                    "units": [7, 33, 5],
+                    "activations": ["relu", "sigmoid", "softmax"],
+                    "batch": batch,
+                    "kernels": [codename],
+                    "cost": 50000,
+                }
+            )
     return cases
 
 
@@ -322,100 +421,263 @@ def graph_cases() -> list[dict]:
     """A Functional graph with every merge kernel (broadcasting, a fused activation, Concatenate on
     two axes, a normalised Dot), beside matmuls that write R, C and Morton layouts; gemm_tiled_c
     writes its Dense result straight into the last Concatenate's buffer (a view: epilogue.clh R_VIEW)."""
-    return [{"op": "graph", "codename": codename, "batch": 7, "kernels": ["merge", "concat", "dot", codename],
-             "cost": 50000} for codename in ("blocked_rmrm", "morton_4_2", "gemm_tiled_c")]
+    return [
+        {
+            "op": "graph",
+            "codename": codename,
+            "batch": 7,
+            "kernels": ["merge", "concat", "dot", codename],
+            "cost": 50000,
+        }
+        for codename in ("blocked_rmrm", "morton_4_2", "gemm_tiled_c")
+    ]
 
 
 def window_cases() -> list[dict]:
     """Convolutions (every conv and im2col kernel, groups, dilation, strides, both paddings),
     depthwise and separable convolutions, pooling and pixel-moving layers, as small models."""
-    convs = [["Conv2D", {"filters": 5, "kernel_size": 3, "strides": 2, "padding": "same", "activation": "relu"}],
-             ["Conv2D", {"filters": 3, "kernel_size": [3, 2], "dilation_rate": 2, "padding": "same"}]]
+    convs = [
+        ["Conv2D", {"filters": 5, "kernel_size": 3, "strides": 2, "padding": "same", "activation": "relu"}],
+        ["Conv2D", {"filters": 3, "kernel_size": [3, 2], "dilation_rate": 2, "padding": "same"}],
+    ]
     cases = []
     for op, codename in [("conv", c) for c in LIB.codenames("conv")] + [("im2col", c) for c in LIB.codenames("im2col")]:
-        cases.append({"op": "window", "use": [[op, codename]], "layers": convs, "input": [7, 6, 3], "batch": 2,
-                      "kernels": [codename], "cost": 20000})
-    for codename in [c for c in LIB.codenames("conv") if "LOCAL" in LIB[c].defines]:   # the local-memory staging,
-        cases.append({"op": "window", "use": [["conv", codename, {"LOCAL": 1, "KC": 2}]], "layers": convs,
-                      "input": [7, 6, 3], "batch": 2, "kernels": [codename], "cost": 20000})
-    for channels, config in ((3, {"KC": 2}), (8, {"KC": 4, "VW": 4})):   # the implicit GEMM: scalar and vector loads
+        cases.append(
+            {
+                "op": "window",
+                "use": [[op, codename]],
+                "layers": convs,
+                "input": [7, 6, 3],
+                "batch": 2,
+                "kernels": [codename],
+                "cost": 20000,
+            }
+        )
+    for codename in [c for c in LIB.codenames("conv") if "LOCAL" in LIB[c].defines]:  # the local-memory staging,
+        cases.append(
+            {
+                "op": "window",
+                "use": [["conv", codename, {"LOCAL": 1, "KC": 2}]],
+                "layers": convs,
+                "input": [7, 6, 3],
+                "batch": 2,
+                "kernels": [codename],
+                "cost": 20000,
+            }
+        )
+    for channels, config in ((3, {"KC": 2}), (8, {"KC": 4, "VW": 4})):  # the implicit GEMM: scalar and vector loads
         config = {"LOCAL": 2, "MWI": 2, "NWI": 2, "MDIM": 4, "NDIM": 4, **config}
-        cases.append({"op": "window", "use": [["conv", "conv_kn2col", config]], "layers": convs,
-                      "input": [7, 6, channels], "batch": 2, "kernels": ["conv_kn2col"], "cost": 20000})
+        cases.append(
+            {
+                "op": "window",
+                "use": [["conv", "conv_kn2col", config]],
+                "layers": convs,
+                "input": [7, 6, channels],
+                "batch": 2,
+                "kernels": ["conv_kn2col"],
+                "cost": 20000,
+            }
+        )
     # the implicit GEMM: a K step past CIN, float4 and scalar patch loads, K split over 4 work-groups,
     # two local buffers (one barrier a step: a race would show here)
     for channels, config in ((3, {"KT": 4, "SLICES": 4, "DOUBLE": 1}), (8, {"KT": 8, "PREFETCH": 0})):
         config = {"TM": 8, "TN": 8, "RM": 4, "RN": 1, **config}
-        cases.append({"op": "window", "use": [["conv", "conv_implicit", config]], "layers": convs,
-                      "input": [7, 6, channels], "batch": 2, "kernels": ["conv_implicit"], "cost": 20000})
+        cases.append(
+            {
+                "op": "window",
+                "use": [["conv", "conv_implicit", config]],
+                "layers": convs,
+                "input": [7, 6, channels],
+                "batch": 2,
+                "kernels": ["conv_implicit"],
+                "cost": 20000,
+            }
+        )
     # groups: tiles within one group (its channels only, float4 loads from channel 4) and across two
-    for filters, config in ((32, {"TM": 16, "TN": 8, "RM": 4, "RN": 2, "KT": 4}),
-                            (6, {"TM": 8, "TN": 8, "RM": 4, "RN": 1, "KT": 4, "SLICES": 2})):
-        cases.append({"op": "window", "use": [["conv", "conv_implicit", config]], "input": [5, 5, 8], "batch": 2,
-                      "layers": [["Conv2D", {"filters": filters, "kernel_size": 3, "groups": 2, "padding": "same"}]],
-                      "kernels": ["conv_implicit"], "cost": 10000})
-    cases.append({"op": "window", "use": [["conv", "conv_kn2row"]], "input": [5, 5, 4], "batch": 2,
-                  "layers": [["Conv2D", {"filters": 6, "kernel_size": 3, "groups": 2, "padding": "same"}]],
-                  "kernels": ["conv_kn2row"], "cost": 10000})
+    for filters, config in (
+        (32, {"TM": 16, "TN": 8, "RM": 4, "RN": 2, "KT": 4}),
+        (6, {"TM": 8, "TN": 8, "RM": 4, "RN": 1, "KT": 4, "SLICES": 2}),
+    ):
+        cases.append(
+            {
+                "op": "window",
+                "use": [["conv", "conv_implicit", config]],
+                "input": [5, 5, 8],
+                "batch": 2,
+                "layers": [["Conv2D", {"filters": filters, "kernel_size": 3, "groups": 2, "padding": "same"}]],
+                "kernels": ["conv_implicit"],
+                "cost": 10000,
+            }
+        )
+    cases.append(
+        {
+            "op": "window",
+            "use": [["conv", "conv_kn2row"]],
+            "input": [5, 5, 4],
+            "batch": 2,
+            "layers": [["Conv2D", {"filters": 6, "kernel_size": 3, "groups": 2, "padding": "same"}]],
+            "kernels": ["conv_kn2row"],
+            "cost": 10000,
+        }
+    )
     # the convolutions' weights in half and int8 (LOAD_W, LOAD_W4 and the int8 scales in the epilogue)
-    for precision, use in (("int8-weights", ["conv", "conv_kn2col", {"LOCAL": 2, "MWI": 2, "NWI": 2, "MDIM": 4,
-                                                                      "NDIM": 4, "KC": 4, "VW": 4}]),
-                           ("fp16-storage", ["conv", "conv_kn2row"]),
-                           ("int8-weights", ["conv", "conv_implicit", {"TM": 8, "TN": 8, "RM": 4, "RN": 1, "KT": 4}])):
-        cases.append({"op": "window", "use": [use], "input": [5, 4, 8], "batch": 1, "precision": precision,
-                      "kernels": [use[1]] + LIB.codenames("depthwise"), "cost": 10000,
-                      "layers": [["Conv2D", {"filters": 5, "kernel_size": 3, "padding": "same", "activation": "relu"}],
-                                 ["SeparableConv2D", {"filters": 3, "kernel_size": 3}]]})
-    cases.append({"op": "window", "input": [6, 5, 3], "batch": 2, "kernels": LIB.codenames("depthwise"),
-                  "layers": [["DepthwiseConv2D", {"kernel_size": 3, "depth_multiplier": 2, "padding": "same",
-                                                  "activation": "tanh"}],
-                             ["SeparableConv2D", {"filters": 4, "kernel_size": 3, "strides": 2}]], "cost": 10000})
-    cases.append({"op": "window", "input": [7, 6, 3], "batch": 2,
-                  "kernels": LIB.codenames("pool") + LIB.codenames("spatial"),
-                  "layers": [["ZeroPadding2D", {"padding": [[1, 2], [0, 1]]}], ["MaxPooling2D", {"padding": "same"}],
-                             ["UpSampling2D", {"size": [2, 3]}], ["Cropping2D", {"cropping": [[1, 0], [2, 1]]}],
-                             ["AveragePooling2D", {"pool_size": 3, "strides": 2, "padding": "same"}],
-                             ["GlobalAveragePooling2D", {}]], "cost": 10000})
-    cases.append({"op": "window", "input": [4, 3, 5], "batch": 2, "cost": 10000,   # transposed convolution, resizing
-                  "kernels": LIB.codenames("conv_transpose") + LIB.codenames("resize"),
-                  "layers": [["Conv2DTranspose", {"filters": 3, "kernel_size": 3, "strides": 2, "padding": "same",
-                                                  "output_padding": 1, "activation": "relu"}],
-                             ["Resizing", {"height": 5, "width": 9}],
-                             ["UpSampling2D", {"size": 2, "interpolation": "bilinear"}],
-                             ["Resizing", {"height": 3, "width": 4, "interpolation": "nearest"}]]})
-    cases.append({"op": "window", "input": [5, 4, 3], "batch": 2, "kernels": LIB.codenames("pool"),   # NAN_PROPAGATES 1
-                  "layers": [["GlobalMaxPooling2D", {}]], "cost": 2000})
+    for precision, use in (
+        (
+            "int8-weights",
+            ["conv", "conv_kn2col", {"LOCAL": 2, "MWI": 2, "NWI": 2, "MDIM": 4, "NDIM": 4, "KC": 4, "VW": 4}],
+        ),
+        ("fp16-storage", ["conv", "conv_kn2row"]),
+        ("int8-weights", ["conv", "conv_implicit", {"TM": 8, "TN": 8, "RM": 4, "RN": 1, "KT": 4}]),
+    ):
+        cases.append(
+            {
+                "op": "window",
+                "use": [use],
+                "input": [5, 4, 8],
+                "batch": 1,
+                "precision": precision,
+                "kernels": [use[1]] + LIB.codenames("depthwise"),
+                "cost": 10000,
+                "layers": [
+                    ["Conv2D", {"filters": 5, "kernel_size": 3, "padding": "same", "activation": "relu"}],
+                    ["SeparableConv2D", {"filters": 3, "kernel_size": 3}],
+                ],
+            }
+        )
+    cases.append(
+        {
+            "op": "window",
+            "input": [6, 5, 3],
+            "batch": 2,
+            "kernels": LIB.codenames("depthwise"),
+            "layers": [
+                ["DepthwiseConv2D", {"kernel_size": 3, "depth_multiplier": 2, "padding": "same", "activation": "tanh"}],
+                ["SeparableConv2D", {"filters": 4, "kernel_size": 3, "strides": 2}],
+            ],
+            "cost": 10000,
+        }
+    )
+    cases.append(
+        {
+            "op": "window",
+            "input": [7, 6, 3],
+            "batch": 2,
+            "kernels": LIB.codenames("pool") + LIB.codenames("spatial"),
+            "layers": [
+                ["ZeroPadding2D", {"padding": [[1, 2], [0, 1]]}],
+                ["MaxPooling2D", {"padding": "same"}],
+                ["UpSampling2D", {"size": [2, 3]}],
+                ["Cropping2D", {"cropping": [[1, 0], [2, 1]]}],
+                ["AveragePooling2D", {"pool_size": 3, "strides": 2, "padding": "same"}],
+                ["GlobalAveragePooling2D", {}],
+            ],
+            "cost": 10000,
+        }
+    )
+    cases.append(
+        {
+            "op": "window",
+            "input": [4, 3, 5],
+            "batch": 2,
+            "cost": 10000,  # transposed convolution, resizing
+            "kernels": LIB.codenames("conv_transpose") + LIB.codenames("resize"),
+            "layers": [
+                [
+                    "Conv2DTranspose",
+                    {
+                        "filters": 3,
+                        "kernel_size": 3,
+                        "strides": 2,
+                        "padding": "same",
+                        "output_padding": 1,
+                        "activation": "relu",
+                    },
+                ],
+                ["Resizing", {"height": 5, "width": 9}],
+                ["UpSampling2D", {"size": 2, "interpolation": "bilinear"}],
+                ["Resizing", {"height": 3, "width": 4, "interpolation": "nearest"}],
+            ],
+        }
+    )
+    cases.append(
+        {
+            "op": "window",
+            "input": [5, 4, 3],
+            "batch": 2,
+            "kernels": LIB.codenames("pool"),  # NAN_PROPAGATES 1
+            "layers": [["GlobalMaxPooling2D", {}]],
+            "cost": 2000,
+        }
+    )
     return cases
 
 
 def attention_cases() -> list[dict]:
     """MultiHeadAttention and AdditiveAttention with every mask (tests/oclgrind_driver.py run_attention):
     a query that may attend to nothing in each mask mode, one step and odd lengths."""
-    return [{"op": "attention", "batch": batch, "tq": tq, "tv": tv, "mode": mode, "kernels": ["attention"],
-             "cost": 20000} for batch, tq, tv, mode in ((2, 3, 5, "lowest"), (1, 1, 1, "zeroed"), (3, 4, 2, "added"))]
+    return [
+        {"op": "attention", "batch": batch, "tq": tq, "tv": tv, "mode": mode, "kernels": ["attention"], "cost": 20000}
+        for batch, tq, tv, mode in ((2, 3, 5, "lowest"), (1, 1, 1, "zeroed"), (3, 4, 2, "added"))
+    ]
 
 
 def recurrent_cases() -> list[dict]:
     """Embedding and each recurrent cell on odd sizes (tests/oclgrind_driver.py run_recurrent); the
     masked ones after Embedding(mask_zero=True), a sample of masked steps only among them."""
-    cells = (("simple_rnn", {"go_backwards": True}), ("lstm", {"return_sequences": True}), ("gru", {}),
-             ("gru", {"reset_after": False, "return_sequences": True}))
-    return [{"op": "recurrent", "cell": cell, "options": options, "masked": masked,
-             "kernels": ["embedding_gather", "recurrent_masked" if masked else "recurrent"], "cost": 20000}
-            for (cell, options), masked in zip(cells + cells[1:2], (False,) * 4 + (True,))] + [
-        {"op": "recurrent", "cell": "lstm", "options": {"return_sequences": True}, "masked": True,
-         "bidirectional": True, "kernels": ["embedding_gather", "recurrent_masked"], "cost": 20000},
+    cells = (
+        ("simple_rnn", {"go_backwards": True}),
+        ("lstm", {"return_sequences": True}),
+        ("gru", {}),
+        ("gru", {"reset_after": False, "return_sequences": True}),
+    )
+    return [
+        {
+            "op": "recurrent",
+            "cell": cell,
+            "options": options,
+            "masked": masked,
+            "kernels": ["embedding_gather", "recurrent_masked" if masked else "recurrent"],
+            "cost": 20000,
+        }
+        for (cell, options), masked in zip(cells + cells[1:2], (False,) * 4 + (True,))
+    ] + [
+        {
+            "op": "recurrent",
+            "cell": "lstm",
+            "options": {"return_sequences": True},
+            "masked": True,
+            "bidirectional": True,
+            "kernels": ["embedding_gather", "recurrent_masked"],
+            "cost": 20000,
+        },
         # a GPU's form: each unit's sums split over items holding their rows of U (KS > 1)
-        {"op": "recurrent", "cell": "lstm", "options": {"return_sequences": True}, "masked": True, "as_gpu": True,
-         "kernels": ["embedding_gather", "recurrent_masked"], "cost": 20000}]
+        {
+            "op": "recurrent",
+            "cell": "lstm",
+            "options": {"return_sequences": True},
+            "masked": True,
+            "as_gpu": True,
+            "kernels": ["embedding_gather", "recurrent_masked"],
+            "cost": 20000,
+        },
+    ]
 
 
 def all_cases() -> list[dict]:
-    return (matmul_cases() + elementwise_cases() + model_cases() + layer_cases() + window_cases() + graph_cases()
-            + attention_cases() + recurrent_cases())
+    return (
+        matmul_cases()
+        + elementwise_cases()
+        + model_cases()
+        + layer_cases()
+        + window_cases()
+        + graph_cases()
+        + attention_cases()
+        + recurrent_cases()
+    )
 
 
 # --------------------------------------------------------------------------------- running
+
 
 def oclgrind_limits(cases) -> list[str]:
     """--max-wgsize and --local-mem-size large enough for every configuration checked."""
@@ -508,11 +770,12 @@ def oclgrind_results():
 
 # ------------------------------------------------------------------------------------ tests
 
+
 def test_the_driver_ran_on_oclgrind_and_exited_cleanly(oclgrind_results):
     cases, results, stderr, preambles, devices, crashes = oclgrind_results
     assert not crashes, "\n".join(crashes)
     assert devices and all(d["platform"] == "Oclgrind" for d in devices), devices
-    for text in preambles:   # importing malinn and probing the device: nothing reported either
+    for text in preambles:  # importing malinn and probing the device: nothing reported either
         assert unexplained(text) == "", text[-3000:]
     assert len(results) == len(cases)
 
@@ -558,8 +821,11 @@ def _configured(case):
 
 def _ran(cases, results) -> set:
     """(program, shape) of every matmul case that ran without an epilogue (helpers.program_key)."""
-    return {(program_key(_configured(c)), tuple(c["shape"])) for i, c in enumerate(cases)
-            if c["op"] == "matmul" and not c.get("activation") and i in results}
+    return {
+        (program_key(_configured(c)), tuple(c["shape"]))
+        for i, c in enumerate(cases)
+        if c["op"] == "matmul" and not c.get("activation") and i in results
+    }
 
 
 @pytest.mark.parametrize("codename", MATMULS)
@@ -580,13 +846,13 @@ def test_tuned_configurations_checked_under_oclgrind(oclgrind_results, codename)
     configuration whose program another entry runs counts where that entry ran it."""
     cases, results, *_ = oclgrind_results
     spec, ran = LIB[codename], _ran(cases, results)
-    every = tuning_configurations(spec)   # (a softmax epilogue also runs in each, on shapes of its own)
+    every = tuning_configurations(spec)  # (a softmax epilogue also runs in each, on shapes of its own)
     programs = {program for program, _ in ran}
     checked = [c for c in every if program_key(spec.configure(c)) in programs]
     assert every[0] in checked
     if MODE == "all" or len(every) <= ALL_LIMIT:
         assert checked == every
-        for config in every:   # on its shapes
+        for config in every:  # on its shapes
             configured = spec.configure(config)
             want = odd_shapes(spec) if config == every[0] else configuration_shapes(configured)
             assert {(program_key(configured), shape) for shape in want} <= ran, config
@@ -601,8 +867,7 @@ def test_models_and_a_split_batch_under_oclgrind(oclgrind_results):
     indices = [i for i, c in enumerate(cases) if c["op"] == "model"]
     assert not _failures(indices, cases, results, stderr)
     split = [results[i] for i in indices if cases[i].get("split_samples")]
-    whole = [results[i] for i in indices if not cases[i].get("split_samples")
-             and cases[i]["codename"] == SPLIT_KERNEL]
+    whole = [results[i] for i in indices if not cases[i].get("split_samples") and cases[i]["codename"] == SPLIT_KERNEL]
     assert split and whole and whole[0]["passes"] == 1
     assert split[0]["max_batch"] < 23 and split[0]["passes"] == math.ceil(23 / split[0]["max_batch"]) > 1
 

@@ -77,11 +77,17 @@ def test_an_unknown_gl_device_is_named_with_the_working_ones():
 def test_malinn_device_environment_and_the_cli_list_gl_devices():
     env = {**os.environ, "MALINN_DEVICE": "gl"}
     env.pop("MALINN_GL", None)
-    out = subprocess.run([sys.executable, "-c", "import malinn; print(malinn.get_device().backend)"],
-                         env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", "import malinn; print(malinn.get_device().backend)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0 and out.stdout.strip() == "gl", out.stderr[-2000:]
-    out = subprocess.run([sys.executable, "-m", "malinn.cli", "devices"], env=env, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "malinn.cli", "devices"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert re.search(r"^\* \[gl:0\] ", out.stdout, re.M), out.stdout
 
@@ -105,7 +111,9 @@ def test_gl_index_macro_equals_layout_index(rep, shape):
     device = GL[0]
     layout = Layout.parse(rep)
     prows, pcols = layout.padded_shape(*shape, 4, 4)
-    source = opengl.gl_index_macro(layout, "IX") + """
+    source = (
+        opengl.gl_index_macro(layout, "IX")
+        + """
 MALINN_ARGS(uint prows; uint pcols;)
 layout(std430, binding = 0) writeonly buffer BufOut { uint ix[]; };
 void main() {
@@ -114,10 +122,16 @@ void main() {
     ix[r * pcols + c] = IX(r, c, prows, pcols);
 }
 """
+    )
     out = device.alloc(4 * prows * pcols, "indices")
     program = device.compile(source, origin="index test")
-    device.launch_all([device.bind(program, "main", [np.uint32(prows), np.uint32(pcols), out], (prows, pcols),
-                                   None, what="index test")])
+    device.launch_all(
+        [
+            device.bind(
+                program, "main", [np.uint32(prows), np.uint32(pcols), out], (prows, pcols), None, what="index test"
+            )
+        ]
+    )
     got = np.empty(prows * pcols, np.uint32)
     device.download(out, got)
     rows, cols = np.meshgrid(np.arange(prows), np.arange(pcols), indexing="ij")
@@ -128,8 +142,9 @@ void main() {
 @needs_gl
 def test_a_failed_glsl_build_names_the_origin_options_and_log():
     device = GL[0]
-    program = device.compile("MALINN_ARGS(uint n;)\nvoid main() { float x = undeclared_thing; }",
-                             ("-DMALINN_TEST=1",), origin="broken.comp")
+    program = device.compile(
+        "MALINN_ARGS(uint n;)\nvoid main() { float x = undeclared_thing; }", ("-DMALINN_TEST=1",), origin="broken.comp"
+    )
     with pytest.raises(KernelBuildError) as info:
         device.bind(program, "main", [np.uint32(1)], (1,), None, what="broken")
     text = str(info.value)
@@ -180,7 +195,7 @@ def _interrupt_while_making_the_context_current(device, monkeypatch, threading):
     want = model.predict(x)
     real = device.ctx
 
-    class Interrupting:   # the real context, but its next __enter__ is interrupted
+    class Interrupting:  # the real context, but its next __enter__ is interrupted
         def __init__(self):
             self.fired = False
 
@@ -222,10 +237,16 @@ def test_a_failed_batch_of_launches_names_at_most_four_of_them(monkeypatch):
     assert f"and {len(plan.launches) - 4} more) on" in text and "(GL_OUT_OF_MEMORY)" in text, text
 
 
-@pytest.mark.parametrize("groups, dispatch, fold", [
-    ((1,), (1, 1, 1), 1), ((65535, 65535), (65535, 65535, 1), 1), ((1, 65536), (1, 32768, 2), 1),
-    ((70001, 3), (35001, 3, 2), 2), ((140000, 140000), (46667, 46667, 9), 3),
-])
+@pytest.mark.parametrize(
+    "groups, dispatch, fold",
+    [
+        ((1,), (1, 1, 1), 1),
+        ((65535, 65535), (65535, 65535, 1), 1),
+        ((1, 65536), (1, 32768, 2), 1),
+        ((70001, 3), (35001, 3, 2), 2),
+        ((140000, 140000), (46667, 46667, 9), 3),
+    ],
+)
 def test_a_range_of_too_many_work_groups_is_folded_into_the_third_dimension(groups, dispatch, fold):
     assert opengl.fold_groups(groups) == (dispatch, fold)
 
@@ -263,31 +284,32 @@ void main() {
 
 
 @needs_gl
-@pytest.mark.parametrize("source, per_item", [(_FOLD_SOURCE, True), (_FOLD_GROUPS_SOURCE, False)],
-                         ids=["guarded items", "work-groups with a barrier"])
+@pytest.mark.parametrize(
+    "source, per_item",
+    [(_FOLD_SOURCE, True), (_FOLD_GROUPS_SOURCE, False)],
+    ids=["guarded items", "work-groups with a barrier"],
+)
 @pytest.mark.parametrize("global_size, local", [((3, 600001), (1, 8)), ((524297, 2), (8, 1))], ids=str)
-def test_a_launch_of_more_work_groups_than_a_dimension_dispatches_runs_each_once(source, per_item,
-                                                                                 global_size, local):
+def test_a_launch_of_more_work_groups_than_a_dimension_dispatches_runs_each_once(source, per_item, global_size, local):
     """More than 65535 work-groups along x or y (a 32-sample batch of 128 x 128 x 3 images relaid for
     a convolution: 524288 columns) run folded along z: every invocation of the range, or every
     work-group (whole, for a kernel with barriers), exactly once, and nothing past it."""
     device = GL[0]
     if per_item:
         cells = global_size
-    else:   # one cell per work-group, counting its invocations
+    else:  # one cell per work-group, counting its invocations
         global_size = tuple(-(-g // l) * l for g, l in zip(global_size, local))
         cells = tuple(g // l for g, l in zip(global_size, local))
     width = cells[1]
-    spare = 4096   # where a folded dispatch's extra work-groups would land unguarded
+    spare = 4096  # where a folded dispatch's extra work-groups would land unguarded
     count = device.alloc(4 * (cells[0] * width + spare), "counts")
     device.fill_zero(count, 4 * (cells[0] * width + spare), what="counts")
     program = device.compile(source, origin="fold test")
-    device.launch_all([device.bind(program, "main", [np.uint32(width), count], global_size, local,
-                                   what="fold test")])
+    device.launch_all([device.bind(program, "main", [np.uint32(width), count], global_size, local, what="fold test")])
     got = np.empty(cells[0] * width + spare, np.uint32)
     device.download(count, got)
     want = 1 if per_item else local[0] * local[1]
-    assert np.all(got[:cells[0] * width] == want) and not got[cells[0] * width:].any()
+    assert np.all(got[: cells[0] * width] == want) and not got[cells[0] * width :].any()
 
 
 @needs_gl
@@ -324,8 +346,9 @@ def test_a_long_sum_at_9_to_15_samples_is_exact_where_loops_end_early(batch):
     rng = np.random.default_rng(batch)
     model = Sequential([Dense(10, name="logits")])
     model.build((None, 9216))
-    model.set_weights([rng.standard_normal((9216, 10)).astype(np.float32) * 0.02,
-                       rng.standard_normal(10).astype(np.float32)])
+    model.set_weights(
+        [rng.standard_normal((9216, 10)).astype(np.float32) * 0.02, rng.standard_normal(10).astype(np.float32)]
+    )
     x = rng.standard_normal((batch, 9216)).astype(np.float32)
     w, b = model.get_weights()
     for device in GL:
@@ -340,8 +363,10 @@ def test_a_kernel_whose_loops_the_driver_would_end_is_refused_by_name(monkeypatc
     a global pooling over 40 x 40 pixels, 40 x 41 times)."""
     device = GL[0]
     monkeypatch.setattr(device, "max_loop_iterations", 1000)
-    for layer, shape, count in [(Softmax(name="vocabulary"), (400,), "1,200"),
-                                (GlobalAveragePooling2D(name="pooled"), (40, 40, 2), "1,640")]:
+    for layer, shape, count in [
+        (Softmax(name="vocabulary"), (400,), "1,200"),
+        (GlobalAveragePooling2D(name="pooled"), (40, 40, 2), "1,640"),
+    ]:
         model = Sequential([layer])
         model.build((None,) + shape)
         with pytest.raises(DeviceError) as info:
@@ -359,8 +384,20 @@ def test_convolution_kernels_whose_loops_the_driver_would_end_are_not_chosen_or_
     is refused naming the layer."""
     device = GL[0]
     monkeypatch.setattr(device, "max_loop_iterations", 1000)
-    window = {"IH": 3, "IW": 3, "OH": 1, "OW": 1, "KH": 3, "KW": 3, "SH": 1, "SW": 1, "DH": 1, "DW": 1,
-              "PT": 0, "PL": 0}
+    window = {
+        "IH": 3,
+        "IW": 3,
+        "OH": 1,
+        "OW": 1,
+        "KH": 3,
+        "KW": 3,
+        "SH": 1,
+        "SW": 1,
+        "DH": 1,
+        "DW": 1,
+        "PT": 0,
+        "PL": 0,
+    }
     spec = load_library()["conv_kn2row"].configure({"LOCAL": 0})
     assert conv_choice.runs(spec, ConvGeometry.of(1, 100, 4, 1, window), device)
     assert not conv_choice.runs(spec, ConvGeometry.of(1, 120, 4, 1, window), device)
@@ -382,9 +419,16 @@ def test_a_kernel_without_a_gl_source_is_refused_by_name():
 
 
 def _model():
-    model = Sequential([Flatten(name="f"), Dense(33, activation="gelu", name="d1"),
-                        BatchNormalization(name="bn"), Dense(17, name="d2"), Activation("tanh", name="t"),
-                        Dense(10, activation="softmax", name="head")])
+    model = Sequential(
+        [
+            Flatten(name="f"),
+            Dense(33, activation="gelu", name="d1"),
+            BatchNormalization(name="bn"),
+            Dense(17, name="d2"),
+            Activation("tanh", name="t"),
+            Dense(10, activation="softmax", name="head"),
+        ]
+    )
     model.build((None, 3, 7))
     rng = np.random.default_rng(5)
     model.set_weights([w + rng.standard_normal(w.shape).astype(np.float32) * 0.3 for w in model.get_weights()])
@@ -433,15 +477,23 @@ def test_a_gl_gpu_runs_the_opencl_gpus_kernels(op, rng):
     library = load_library()
     gl = library.default_specs(op, "gpu", "gl")
     cl = [spec for spec in library.default_specs(op, "gpu", "opencl") if spec.has_source("gl")]
-    own = [s for s in gl if s.codename.startswith("gemm_keras_gl_")]   # GL's own, timed in GLSL
+    own = [s for s in gl if s.codename.startswith("gemm_keras_gl_")]  # GL's own, timed in GLSL
     assert gl and [(s.codename, s.defines) for s in gl] == [(s.codename, s.defines) for s in own + cl]
     device = GL[0]
     checked = 0
     for spec in gl:
         if spec.workgroup and np.prod(spec.workgroup) > device.max_work_group_size:
             continue
-        for m, k, n in [(1, 1, 1), (3, 5, 7), (13, 37, 5), (150, 640, 13), (1001, 3, 1), (5, 1001, 13),
-                        (13, 1030, 64), (70, 3073, 60)]:
+        for m, k, n in [
+            (1, 1, 1),
+            (3, 5, 7),
+            (13, 37, 5),
+            (150, 640, 13),
+            (1001, 3, 1),
+            (5, 1001, 13),
+            (13, 1030, 64),
+            (70, 3073, 60),
+        ]:
             if not spec.accepts(m, k, n):
                 continue
             a = rng.standard_normal((m, k)).astype(np.float32)
@@ -453,9 +505,30 @@ def test_a_gl_gpu_runs_the_opencl_gpus_kernels(op, rng):
     assert checked >= len(gl)
 
 
-@pytest.mark.parametrize("op", ["matmul", "matmul_fallback", "matmul_softmax", "bias", "affine", "relayout",
-                                "reshape", "broadcast", "normalize", "permute", "repeat", "merge", "concat", "dot",
-                                "conv", "depthwise", "pool", "spatial", "im2col"])
+@pytest.mark.parametrize(
+    "op",
+    [
+        "matmul",
+        "matmul_fallback",
+        "matmul_softmax",
+        "bias",
+        "affine",
+        "relayout",
+        "reshape",
+        "broadcast",
+        "normalize",
+        "permute",
+        "repeat",
+        "merge",
+        "concat",
+        "dot",
+        "conv",
+        "depthwise",
+        "pool",
+        "spatial",
+        "im2col",
+    ],
+)
 @pytest.mark.parametrize("kind", ["gpu", "cpu"])
 def test_every_op_has_a_glsl_kernel_and_gl_takes_the_opencl_defaults(op, kind):
     """Every op of the library runs on GL (the tests that take the ``device`` fixture compare each
@@ -474,7 +547,7 @@ def test_every_op_has_a_glsl_kernel_and_gl_takes_the_opencl_defaults(op, kind):
         assert all(int(s.config.get("KSPLIT", 64)) >= 32 for s in gl), [s.config for s in gl]
         assert all(s.loop_bounds for s in gl), [s.codename for s in gl if not s.loop_bounds]
         return
-    own = [s for s in gl if s.codename.startswith("gemm_keras_gl_")]   # a GL GPU's own matmul defaults first
+    own = [s for s in gl if s.codename.startswith("gemm_keras_gl_")]  # a GL GPU's own matmul defaults first
     assert bool(own) == (op == "matmul" and kind == "gpu")
     assert [(s.codename, s.defines) for s in gl] == [(s.codename, s.defines) for s in own + cl]
 
@@ -532,14 +605,14 @@ def test_a_second_context_loads_the_program_binary_from_the_cache(tmp_path, monk
     y, _ = _run_binary_source(first)
     np.testing.assert_array_equal(y, 2 * np.arange(37, dtype=np.float32) + 3)
     assert (first.counters["builds"], first.counters["binary_hits"]) == (1, 0)
-    assert len(list((tmp_path / "programs").glob("*.bin"))) == 3     # the probe shaders (values, loops) and this one
+    assert len(list((tmp_path / "programs").glob("*.bin"))) == 3  # the probe shaders (values, loops) and this one
     second = opengl.probe(GL[0].index[1])
     assert second.counters["builds"] == 0
     y, program = _run_binary_source(second)
     np.testing.assert_array_equal(y, 2 * np.arange(37, dtype=np.float32) + 3)
     assert (second.counters["builds"], second.counters["binary_hits"]) == (0, 1)
     assert isinstance(program.shaders[(opengl.DEFAULT_LOCAL[1], False)], opengl.BinaryShader)
-    y, _ = _run_binary_source(second, ("-DK=4",))          # other defines: another entry, built
+    y, _ = _run_binary_source(second, ("-DK=4",))  # other defines: another entry, built
     np.testing.assert_array_equal(y, 2 * np.arange(37, dtype=np.float32) + 4)
     assert (second.counters["builds"], second.counters["binary_hits"]) == (1, 1)
 
@@ -577,9 +650,11 @@ def test_binary_cache_off_writes_nothing(tmp_path, monkeypatch):
 def _gl_devices_under(env_extra: dict) -> tuple:
     """(backends listed, platforms of the GL devices, stderr) of a discovery in a new process."""
     env = {**os.environ, "MALINN_GL": "1", **env_extra}
-    code = ("import warnings, malinn\nwarnings.simplefilter('always')\n"
-            "print([d.backend for d in malinn.devices()])\n"
-            "print([d.platform for d in malinn.devices() if d.backend == 'gl'])")
+    code = (
+        "import warnings, malinn\nwarnings.simplefilter('always')\n"
+        "print([d.backend for d in malinn.devices()])\n"
+        "print([d.platform for d in malinn.devices() if d.backend == 'gl'])"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     backends, platforms = out.stdout.strip().splitlines()[-2:]
@@ -593,11 +668,15 @@ def test_a_driver_below_opengl_4_3_is_skipped_naming_its_version():
     versions it offers and the versions compute shaders need."""
     if "Mesa" not in GL[0].platform:
         pytest.skip("MESA_GL_VERSION_OVERRIDE is Mesa's")
-    backends, _, stderr = _gl_devices_under({"MESA_GL_VERSION_OVERRIDE": "3.3", "MESA_GLES_VERSION_OVERRIDE": "3.0",
-                                             "MALINN_GL_API": ""})
+    backends, _, stderr = _gl_devices_under(
+        {"MESA_GL_VERSION_OVERRIDE": "3.3", "MESA_GLES_VERSION_OVERRIDE": "3.0", "MALINN_GL_API": ""}
+    )
     assert "'gl'" not in backends
-    assert re.search(r"skipping OpenGL device gl:0: .+ offers OpenGL 3\.3 .* and no OpenGL ES 3\.1 \(.+\); .*"
-                     r"need OpenGL 4\.3 or OpenGL ES 3\.1", stderr), stderr[-2000:]
+    assert re.search(
+        r"skipping OpenGL device gl:0: .+ offers OpenGL 3\.3 .* and no OpenGL ES 3\.1 \(.+\); .*"
+        r"need OpenGL 4\.3 or OpenGL ES 3\.1",
+        stderr,
+    ), stderr[-2000:]
 
 
 @needs_gl
@@ -623,12 +702,14 @@ def test_opengl_es_serves_where_desktop_opengl_is_below_4_3():
     _, platforms, _ = _gl_devices_under({"MALINN_GL_API": "es"})
     assert "OpenGL ES 3." in platforms
     env = {**os.environ, "MALINN_GL": "1", "MALINN_GL_API": "es", "MALINN_DEVICE": "gl"}
-    code = ("import numpy as np, malinn\nfrom malinn.layers import Dense\n"
-            "m = malinn.Sequential([Dense(13, activation='relu'), Dense(5, activation='softmax')])\n"
-            "m.build((None, 7))\nx = np.random.default_rng(0).standard_normal((3, 7)).astype(np.float32)\n"
-            "w = m.get_weights()\nh = np.maximum(x @ w[0] + w[1], 0) @ w[2] + w[3]\n"
-            "p = np.exp(h - h.max(1, keepdims=True))\np /= p.sum(1, keepdims=True)\n"
-            "print(malinn.get_device().platform, float(np.abs(m.predict(x) - p).max()))")
+    code = (
+        "import numpy as np, malinn\nfrom malinn.layers import Dense\n"
+        "m = malinn.Sequential([Dense(13, activation='relu'), Dense(5, activation='softmax')])\n"
+        "m.build((None, 7))\nx = np.random.default_rng(0).standard_normal((3, 7)).astype(np.float32)\n"
+        "w = m.get_weights()\nh = np.maximum(x @ w[0] + w[1], 0) @ w[2] + w[3]\n"
+        "p = np.exp(h - h.max(1, keepdims=True))\np /= p.sum(1, keepdims=True)\n"
+        "print(malinn.get_device().platform, float(np.abs(m.predict(x) - p).max()))"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     platform, err = out.stdout.strip().rsplit(" ", 1)

@@ -14,7 +14,7 @@ from malinn.errors import DeviceError, LibraryError
 from malinn.library.kernel_library import load_library
 from malinn.library.layout import Layout
 
-pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+pytestmark = pytest.mark.kernel_grid  # unoptimised builds on PoCL (tests/conftest.py)
 
 LIB = load_library()
 MATMULS = LIB.codenames("matmul")
@@ -72,14 +72,19 @@ def test_bias_add_in_every_layout(device, layout, shape, rng):
     ops.bias_add(m, ops.upload_vector(device, bias))
     assert_close(m.numpy(), x + bias[:, None])
     full = Layout.parse(layout).unpack(_download(m), padded, padded)
-    assert np.count_nonzero(full[shape[0]:, :]) == 0 and np.count_nonzero(full[:, shape[1]:]) == 0
+    assert np.count_nonzero(full[shape[0] :, :]) == 0 and np.count_nonzero(full[:, shape[1] :]) == 0
 
 
-PARAMS = {"elu": [{}, {"alpha": 0.3}], "leaky_relu": [{}, {"negative_slope": 0.01}],
-          "relu_general": [{"negative_slope": 0.1, "max_value": 2.5, "threshold": 0.5, "has_max_value": 1.0},
-                           {"negative_slope": 0.0, "max_value": 1.0, "threshold": 0.0, "has_max_value": 1.0},
-                           {"negative_slope": 0.2, "threshold": -0.5},
-                           {"threshold": 1.5}]}
+PARAMS = {
+    "elu": [{}, {"alpha": 0.3}],
+    "leaky_relu": [{}, {"negative_slope": 0.01}],
+    "relu_general": [
+        {"negative_slope": 0.1, "max_value": 2.5, "threshold": 0.5, "has_max_value": 1.0},
+        {"negative_slope": 0.0, "max_value": 1.0, "threshold": 0.0, "has_max_value": 1.0},
+        {"negative_slope": 0.2, "threshold": -0.5},
+        {"threshold": 1.5},
+    ],
+}
 CASES = [(name, p) for name in LIB.activations() for p in PARAMS.get(name, [{}])]
 
 
@@ -90,8 +95,9 @@ def test_every_library_activation_has_a_reference():
 
 
 @pytest.mark.parametrize("name, params", CASES, ids=[f"{n}{p or ''}" for n, p in CASES])
-@pytest.mark.parametrize("layout, shape", [("C_4_2_C", (1, 1)), ("R", (5, 3)), ("C_4_4_C", (13, 7)),
-                                           ("R_16_16_C_4_4_R", (1001, 5))], ids=str)
+@pytest.mark.parametrize(
+    "layout, shape", [("C_4_2_C", (1, 1)), ("R", (5, 3)), ("C_4_4_C", (13, 7)), ("R_16_16_C_4_4_R", (1001, 5))], ids=str
+)
 def test_activation_matches_its_formula(device, name, params, layout, shape, rng):
     x = (rng.standard_normal(shape) * 4).astype(np.float32)
     padded = Layout.parse(layout).padded_shape(*shape, 4, 4)
@@ -100,7 +106,7 @@ def test_activation_matches_its_formula(device, name, params, layout, shape, rng
     # the matrix is features x batch, so softmax runs over axis 0 (each column is a sample)
     assert_close(m.numpy(), ref_activation(name, x.astype(np.float64), axis=0, **params))
     full = Layout.parse(layout).unpack(_download(m), padded, padded)
-    assert np.count_nonzero(full[shape[0]:, :]) == 0 and np.count_nonzero(full[:, shape[1]:]) == 0
+    assert np.count_nonzero(full[shape[0] :, :]) == 0 and np.count_nonzero(full[:, shape[1] :]) == 0
 
 
 def test_softmax_is_numerically_stable(device):
@@ -169,15 +175,18 @@ def test_use_refuses_a_configuration_the_device_cannot_launch(device, monkeypatc
     """A choice whose work-group or local memory is beyond the device would be replaced by a fallback
     kernel at every layer, without a word: refused where it is made, naming the limit."""
     monkeypatch.setattr(device, "max_work_group_size", 64)
-    with pytest.raises(DeviceError, match=r"'gemm_tiled' in configuration \{'MDIMC': 16\} runs work-groups of 256 "
-                                          r"items; .* launches at most 64"):
+    with pytest.raises(
+        DeviceError,
+        match=r"'gemm_tiled' in configuration \{'MDIMC': 16\} runs work-groups of 256 "
+        r"items; .* launches at most 64",
+    ):
         ops.use("matmul", "gemm_tiled", device, {"MDIMC": 16})
     monkeypatch.setattr(device, "max_work_group_size", 256)
     monkeypatch.setattr(device, "local_memory", 1024)
     with pytest.raises(DeviceError, match=r"'gemv' in its defaults needs 9,\d+ bytes of local memory; .* has 1,024"):
         ops.use("matmul", "gemv", device)
     assert explicit_choice("matmul", device) is None
-    ops.use("matmul", "crossv", device)            # 64 items, no local memory
+    ops.use("matmul", "crossv", device)  # 64 items, no local memory
     assert ops.kernel_for("matmul", device).codename == "crossv"
 
 
@@ -201,12 +210,19 @@ def _distinct_programs(pairs):
             yield codename, config
 
 
-TUNABLE = list(_distinct_programs((codename, config) for codename in MATMULS
-                                  for config in LIB[codename].configurations() if LIB[codename].candidates))
+TUNABLE = list(
+    _distinct_programs(
+        (codename, config)
+        for codename in MATMULS
+        for config in LIB[codename].configurations()
+        if LIB[codename].candidates
+    )
+)
 
 
-@pytest.mark.parametrize("codename, config", TUNABLE,
-                         ids=[f"{c}-" + "-".join(f"{k}{v}" for k, v in cfg.items()) for c, cfg in TUNABLE])
+@pytest.mark.parametrize(
+    "codename, config", TUNABLE, ids=[f"{c}-" + "-".join(f"{k}{v}" for k, v in cfg.items()) for c, cfg in TUNABLE]
+)
 def test_every_configuration_the_tuner_can_emit_matches_numpy(device, codename, config, rng):
     spec = LIB[codename].configure(config)
     if spec.workgroup and np.prod(spec.workgroup) > device.max_work_group_size:
@@ -230,14 +246,20 @@ def test_fused_epilogue_matches_separate_kernels(device, activation, with_bias, 
     b = rng.standard_normal((29, 21)).astype(np.float32)
     bias = rng.standard_normal(37).astype(np.float32)
     before = device.counters["launches"]
-    r = ops.matmul(DeviceMatrix.from_host(a), DeviceMatrix.from_host(b), spec, device,
-                   bias=ops.upload_vector(device, bias) if with_bias else None, activation=activation,
-                   params={"alpha": 0.5} if activation == "elu" else None)
+    r = ops.matmul(
+        DeviceMatrix.from_host(a),
+        DeviceMatrix.from_host(b),
+        spec,
+        device,
+        bias=ops.upload_vector(device, bias) if with_bias else None,
+        activation=activation,
+        params={"alpha": 0.5} if activation == "elu" else None,
+    )
     launches = device.counters["launches"] - before
     z = a.astype(np.float64) @ b + (bias[:, None] if with_bias else 0)
     params = {"alpha": 0.5} if activation == "elu" else {}
     assert_close(r.numpy(), ref_activation(activation, z, axis=0, **params))
-    assert launches == (1 if activation != "softmax" else 2)   # softmax is not gemm_tiled's to fuse
+    assert launches == (1 if activation != "softmax" else 2)  # softmax is not gemm_tiled's to fuse
     full = r.layout.unpack(_download(r), r.padded, r.padded)
     assert np.count_nonzero(full[37:, :]) == 0 and np.count_nonzero(full[:, 21:]) == 0
 
@@ -275,9 +297,10 @@ def test_image_operand_is_made_once_and_kept(device, rng):
 def test_image_kernels_fall_back_where_images_do_not_fit(device):
     ops.use("matmul", "gemm_image", device)
     fallbacks = LIB.default_specs("matmul_fallback", device.kind, device.backend)
-    fallback = next((f for f in fallbacks if f.accepts(64, 64, 64)), fallbacks[-1])   # the first that holds
-    assert ops.kernel_for("matmul", device, (64, 64, 64)).codename == ("gemm_image" if device.image_support else
-                                                                      fallback.codename)
+    fallback = next((f for f in fallbacks if f.accepts(64, 64, 64)), fallbacks[-1])  # the first that holds
+    assert ops.kernel_for("matmul", device, (64, 64, 64)).codename == (
+        "gemm_image" if device.image_support else fallback.codename
+    )
     too_deep = (64, device.image2d_max_size[1] + 4 if device.image_support else 64, 8)
     assert ops.kernel_for("matmul", device, too_deep).codename != "gemm_image"
 
@@ -289,13 +312,27 @@ def test_image_kernels_fall_back_where_images_do_not_fit(device):
 # step; and one more, a different one per kernel in turn: the bias alone or another activation
 # family (the formulas are activations.clh's, shared by every epilogue: each still runs on several
 # kernels). A matmul without epilogue is test_matmul_matches_numpy's.
-EPILOGUES = {"relu_general": ("relu_general", {"negative_slope": 0.1, "max_value": 2.5, "threshold": 0.5,
-                                               "has_max_value": 1.0}, False),
-             "selu+affine": ("selu", {}, True)}
-ROTATED = {"bias": ("linear", {}, False), "relu": ("relu", {}, False), "sigmoid": ("sigmoid", {}, False),
-           "tanh": ("tanh", {}, False), "gelu": ("gelu", {}, False), "elu": ("elu", {"alpha": 0.3}, False)}
-EPILOGUE_CASES = [(codename, name) for i, codename in enumerate(MATMULS)
-                  for name in list(EPILOGUES) + [list(ROTATED)[i % len(ROTATED)]]]
+EPILOGUES = {
+    "relu_general": (
+        "relu_general",
+        {"negative_slope": 0.1, "max_value": 2.5, "threshold": 0.5, "has_max_value": 1.0},
+        False,
+    ),
+    "selu+affine": ("selu", {}, True),
+}
+ROTATED = {
+    "bias": ("linear", {}, False),
+    "relu": ("relu", {}, False),
+    "sigmoid": ("sigmoid", {}, False),
+    "tanh": ("tanh", {}, False),
+    "gelu": ("gelu", {}, False),
+    "elu": ("elu", {"alpha": 0.3}, False),
+}
+EPILOGUE_CASES = [
+    (codename, name)
+    for i, codename in enumerate(MATMULS)
+    for name in list(EPILOGUES) + [list(ROTATED)[i % len(ROTATED)]]
+]
 EPILOGUE_SHAPES = [(1, 1, 1), (3, 5, 7), (13, 37, 5), (33, 17, 65), (1001, 3, 1)]
 
 
@@ -326,10 +363,16 @@ def test_every_matmul_fuses_its_epilogue_in_one_launch(device, codename, epilogu
         bias = rng.standard_normal(m).astype(np.float32) if activation else None
         affine = tuple(rng.standard_normal((2, m)).astype(np.float32)) if with_affine else None
         before = device.counters["launches"]
-        r = ops.matmul(DeviceMatrix.from_host(a), DeviceMatrix.from_host(b), LIB[codename], device,
-                       bias=None if bias is None else ops.upload_vector(device, bias),
-                       activation=activation or "linear", params=params,
-                       affine=None if affine is None else tuple(ops.upload_vector(device, v) for v in affine))
+        r = ops.matmul(
+            DeviceMatrix.from_host(a),
+            DeviceMatrix.from_host(b),
+            LIB[codename],
+            device,
+            bias=None if bias is None else ops.upload_vector(device, bias),
+            activation=activation or "linear",
+            params=params,
+            affine=None if affine is None else tuple(ops.upload_vector(device, v) for v in affine),
+        )
         assert device.counters["launches"] - before == 1, (m, k, n)
         assert_close(r.numpy(), _dense_reference(a, b, bias, activation, params, affine))
         full = _full(r)
@@ -369,8 +412,8 @@ def test_a_left_operand_padded_more_than_the_result_serves_as_it_is(device, code
         rows, cols = spec.matrices["a"].row_multiple, spec.matrices["a"].col_multiple
         big = (need[0] + 2 * math.lcm(rows, 4), need[1] + 3 * math.lcm(cols, 4))
         full = np.zeros(big, np.float32)
-        full[need[0]:, :] = np.nan           # beyond what the kernel may read
-        full[:, need[1]:] = np.nan
+        full[need[0] :, :] = np.nan  # beyond what the kernel may read
+        full[:, need[1] :] = np.nan
         full[:m, :k] = a
         wide = DeviceMatrix.upload_flat(device, layout.pack(full, big), (m, k), layout, big, "wide A")
         before = device.counters["launches"]
@@ -400,8 +443,14 @@ def test_gemv_at_every_batch_up_to_its_bound(device, config, rng):
         for n in range(1, bound + 1):
             assert spec.accepts(m, k, n) and not spec.accepts(m, k, bound + 1)
             b = rng.standard_normal((k, n)).astype(np.float32)
-            r = ops.matmul(weights, DeviceMatrix.from_host(b), spec, device, bias=ops.upload_vector(device, bias),
-                           activation="tanh")
+            r = ops.matmul(
+                weights,
+                DeviceMatrix.from_host(b),
+                spec,
+                device,
+                bias=ops.upload_vector(device, bias),
+                activation="tanh",
+            )
             assert_close(r.numpy(), _dense_reference(a, b, bias, "tanh", {}, None))
 
 
@@ -430,8 +479,14 @@ def test_softmax_head_is_one_launch(device, m, rng):
     for n in (1, 7, 100):
         b = (rng.standard_normal((k, n)) * 2).astype(np.float32)
         before = device.counters["launches"]
-        r = ops.matmul(DeviceMatrix.from_host(a), DeviceMatrix.from_host(b), spec, device,
-                       bias=ops.upload_vector(device, bias), activation="softmax")
+        r = ops.matmul(
+            DeviceMatrix.from_host(a),
+            DeviceMatrix.from_host(b),
+            spec,
+            device,
+            bias=ops.upload_vector(device, bias),
+            activation="softmax",
+        )
         assert device.counters["launches"] - before == 1
         got = r.numpy()
         assert_close(got, _dense_reference(a, b, bias, "softmax", {}, None))
@@ -447,7 +502,7 @@ def test_softmax_head_keeps_nan_and_inf_in_their_column(device, rng):
     spec = ops.kernel_for("matmul", device, (m, k, n), activation="softmax")
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
-    b[:, 4] *= 400                      # large logits: exp would overflow without the max
+    b[:, 4] *= 400  # large logits: exp would overflow without the max
     b[2, 1] = np.nan
     b[4, 3] = np.inf
     r = ops.matmul(DeviceMatrix.from_host(a), DeviceMatrix.from_host(b), spec, device, activation="softmax")
@@ -456,30 +511,36 @@ def test_softmax_head_keeps_nan_and_inf_in_their_column(device, rng):
     clean = [0, 2, 4]
     assert np.isfinite(got[:, clean]).all()
     assert_close(got[:, clean], _dense_reference(a, b[:, clean], None, "softmax", {}, None))
-    standalone = ops.activation(ops.matmul(DeviceMatrix.from_host(a), DeviceMatrix.from_host(b), LIB["gemv"], device),
-                                "softmax").numpy()
+    standalone = ops.activation(
+        ops.matmul(DeviceMatrix.from_host(a), DeviceMatrix.from_host(b), LIB["gemv"], device), "softmax"
+    ).numpy()
     np.testing.assert_array_equal(np.isnan(got), np.isnan(standalone))
 
 
 def test_softmax_is_fused_only_where_a_work_group_holds_the_columns(device, rng):
     """gemv_softmax holds at most 1024 units per column; beyond, ops.matmul runs the separate
     softmax kernel after it (and kernel_for keeps the device's own choice)."""
-    largest = max(dict(LIB["gemv_softmax"].configure(c).preconditions)["max_m"]
-                  for c in LIB["gemv_softmax"].configurations())
+    largest = max(
+        dict(LIB["gemv_softmax"].configure(c).preconditions)["max_m"] for c in LIB["gemv_softmax"].configurations()
+    )
     m, k, n = largest + 1, 3, 2
     assert ops.kernel_for("matmul", device, (m, k, n), activation="softmax").codename != "gemv_softmax"
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     before = device.counters["launches"]
-    r = ops.matmul(DeviceMatrix.from_host(a), DeviceMatrix.from_host(b), LIB["gemv_softmax"], device,
-                   activation="softmax")
+    r = ops.matmul(
+        DeviceMatrix.from_host(a), DeviceMatrix.from_host(b), LIB["gemv_softmax"], device, activation="softmax"
+    )
     assert device.counters["launches"] - before == 2
     assert_close(r.numpy(), _dense_reference(a, b, None, "softmax", {}, None))
 
 
 @pytest.mark.parametrize("src, dst", [("R", "C"), ("C", "R"), ("C_4_2_C", "R_2_4_R"), ("C", "C")])
-@pytest.mark.parametrize("shape, view", [((1, 1), (1, 1)), ((3, 5), (15, 1)), ((13, 7), (7, 13)),
-                                         ((1001, 3), (3, 1001)), ((6, 10), (4, 15))], ids=str)
+@pytest.mark.parametrize(
+    "shape, view",
+    [((1, 1), (1, 1)), ((3, 5), (15, 1)), ((13, 7), (7, 13)), ((1001, 3), (3, 1001)), ((6, 10), (4, 15))],
+    ids=str,
+)
 def test_reshape_keeps_the_flat_order_between_layouts(device, src, dst, shape, view, rng):
     x = rng.standard_normal(shape).astype(np.float32)
     m = DeviceMatrix.upload(device, x, src, Layout.parse(src).padded_shape(*shape, 4, 4))
@@ -487,4 +548,4 @@ def test_reshape_keeps_the_flat_order_between_layouts(device, src, dst, shape, v
     r = ops.reshape(m, view, dst, padded)
     np.testing.assert_array_equal(r.numpy(), x.T.reshape(-1).reshape(view[1], view[0]).T)
     full = Layout.parse(dst).unpack(_download(r), padded, padded)
-    assert np.count_nonzero(full[view[0]:, :]) == 0 and np.count_nonzero(full[:, view[1]:]) == 0
+    assert np.count_nonzero(full[view[0] :, :]) == 0 and np.count_nonzero(full[:, view[1] :]) == 0

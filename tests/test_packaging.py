@@ -43,12 +43,16 @@ def checkout_leftovers():
     Returns:
         A set of paths relative to the repository root, or None outside a git checkout.
     """
-    proc = subprocess.run(["git", "status", "--porcelain", "--ignored", "--", "."], cwd=ROOT,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["git", "status", "--porcelain", "--ignored", "--", "."], cwd=ROOT, capture_output=True, text=True
+    )
     if proc.returncode != 0:
         return None
-    return {line[3:] for line in proc.stdout.splitlines() if line[:2] in ("??", "!!")
-            and not {"__pycache__", ".pytest_cache"} & set(Path(line[3:]).parts)}
+    return {
+        line[3:]
+        for line in proc.stdout.splitlines()
+        if line[:2] in ("??", "!!") and not {"__pycache__", ".pytest_cache"} & set(Path(line[3:]).parts)
+    }
 
 
 # Taken when pytest collects this file, before any test runs.
@@ -63,8 +67,8 @@ def library_files():
     """
     library = json.loads((ROOT / "kernels" / "library.json").read_text())
     files = {"library.json"}
-    for entry in library["kernels"].values():   # a variant_of entry reads its base's files
-        for source in [entry] + list((entry.get("sources") or {}).values()):   # OpenCL's, then each backend's
+    for entry in library["kernels"].values():  # a variant_of entry reads its base's files
+        for source in [entry] + list((entry.get("sources") or {}).values()):  # OpenCL's, then each backend's
             source = {"source": source} if isinstance(source, str) else source
             if "source" in source:
                 files.add(source["source"])
@@ -74,28 +78,32 @@ def library_files():
 
 def python_modules(package_dir, package):
     """``package/...py`` for every module under ``package_dir`` (a folder of the checkout)."""
-    return {f"{package}/{p.relative_to(package_dir).as_posix()}" for p in package_dir.rglob("*.py")
-            if "__pycache__" not in p.parts}
+    return {
+        f"{package}/{p.relative_to(package_dir).as_posix()}"
+        for p in package_dir.rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
 
 
 def run(command, cwd, env=None, timeout=300):
     """Runs ``command``; fails the test with its output when it exits non-zero."""
-    proc = subprocess.run([str(c) for c in command], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-    assert proc.returncode == 0, (f"{' '.join(map(str, command))} exited {proc.returncode}:\n"
-                                  f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    proc = subprocess.run([str(c) for c in command], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, (
+        f"{' '.join(map(str, command))} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    )
     return proc.stdout
 
 
 def copy_source(dst):
     """Copies the project's files (tracked or not ignored; a plain copy without git) to ``dst``."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True)
-    if listed.returncode != 0:   # not a git checkout (an unpacked sdist, say)
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True
+    )
+    if listed.returncode != 0:  # not a git checkout (an unpacked sdist, say)
         shutil.copytree(ROOT, dst, ignore=shutil.ignore_patterns(*BUILD_OUTPUTS))
         return dst
     for name in filter(None, listed.stdout.decode().split("\0")):
-        if (ROOT / name).is_file():   # a file deleted but not yet committed is still listed
+        if (ROOT / name).is_file():  # a file deleted but not yet committed is still listed
             (dst / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, dst / name)
     return dst
@@ -103,8 +111,9 @@ def copy_source(dst):
 
 def outside_env():
     """The environment without anything that points Python or malinn at the checkout."""
-    return {k: v for k, v in os.environ.items()
-            if k not in ("PYTHONPATH", "PYTHONHOME", "MALINN_KERNELS", "VIRTUAL_ENV")}
+    return {
+        k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "MALINN_KERNELS", "VIRTUAL_ENV")
+    }
 
 
 def is_within(path, folder) -> bool:
@@ -151,8 +160,11 @@ def fresh_environment(folder, env):
     """
     run([sys.executable, "-m", "venv", "--without-pip", folder], cwd=folder.parent, env=env)
     python = folder / "bin" / "python"
-    site = Path(run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                    cwd=folder.parent, env=env).strip())
+    site = Path(
+        run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], cwd=folder.parent, env=env
+        ).strip()
+    )
     (site / "running_environment.pth").write_text("".join(f"{d}\n" for d in dependency_dirs()))
     return python, site
 
@@ -178,14 +190,20 @@ def dists(tmp_path_factory):
     """The wheel and the sdist built from a copy of the checkout: ``{"wheel": path, "sdist": path}``."""
     if subprocess.run([sys.executable, "-m", "build", "--version"], capture_output=True).returncode != 0:
         pytest.fail("python -m build is missing: pip install build (the test extra lists it)")
-    if not (importlib.util.find_spec("setuptools") and (importlib.util.find_spec("wheel")
-                                                        or importlib.util.find_spec("setuptools.command.bdist_wheel"))):
-        pytest.fail("building without isolation needs setuptools>=64 and wheel in this environment: "
-                    "pip install 'setuptools>=64' wheel (the test extra lists them)")
+    if not (
+        importlib.util.find_spec("setuptools")
+        and (importlib.util.find_spec("wheel") or importlib.util.find_spec("setuptools.command.bdist_wheel"))
+    ):
+        pytest.fail(
+            "building without isolation needs setuptools>=64 and wheel in this environment: "
+            "pip install 'setuptools>=64' wheel (the test extra lists them)"
+        )
     src = copy_source(tmp_path_factory.mktemp("src"))
     out = tmp_path_factory.mktemp("dist")
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
-         "-w", out, src], cwd=out)
+    run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", out, src],
+        cwd=out,
+    )
     run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", out, src], cwd=out)
     (wheel,) = out.glob("malinn-*.whl")
     (sdist,) = out.glob("malinn-*.tar.gz")
@@ -221,8 +239,12 @@ def test_dependency_dirs_hold_the_dependencies_and_never_the_checkout():
     for module in ("numpy", "pyopencl", "h5py", "pip"):
         origin = importlib.util.find_spec(module).origin
         assert any(is_within(origin, d) for d in dirs), f"{module} ({origin}) is in none of {dirs}"
-    assert not [d for d in dirs if Path(d).resolve() in (ROOT, ROOT / "tests")
-                or (ROOT / "malinn" / "__init__.py").is_relative_to(Path(d).resolve())]
+    assert not [
+        d
+        for d in dirs
+        if Path(d).resolve() in (ROOT, ROOT / "tests")
+        or (ROOT / "malinn" / "__init__.py").is_relative_to(Path(d).resolve())
+    ]
 
 
 @pytest.mark.parametrize("kind", ["wheel", "sdist"])
@@ -235,8 +257,23 @@ def test_installed_malinn_converts_and_predicts_the_example(dists, kind, tmp_pat
     # --ignore-installed: the running environment may hold malinn itself (an editable install of this
     # checkout), which must not count as installed; --no-deps: the dependencies are the running
     # environment's, checked against the installed metadata below.
-    run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "--no-index",
-         "--no-build-isolation", "--ignore-installed", dists[kind]], cwd=work, env=env)
+    run(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--no-index",
+            "--no-build-isolation",
+            "--ignore-installed",
+            dists[kind],
+        ],
+        cwd=work,
+        env=env,
+    )
 
     where = json.loads(run([python, "-c", WHERE_SCRIPT], cwd=work, env=env))
     assert Path(where["modules"]["malinn"]).resolve() == (site / "malinn" / "__init__.py").resolve()

@@ -23,7 +23,7 @@ def dense_model(widths, activations, seed=0, batchnorm_after=None):
     model = Sequential(layers)
     model.build((None, widths[0]))
     weights = [w + rng.standard_normal(w.shape).astype(np.float32) * 0.3 for w in model.get_weights()]
-    if batchnorm_after is not None:   # gamma, beta, mean, variance follow the Dense before
+    if batchnorm_after is not None:  # gamma, beta, mean, variance follow the Dense before
         index = 2 * (batchnorm_after + 1) + 3
         weights[index] = np.abs(weights[index]) + 0.5
     model.set_weights(weights)
@@ -45,7 +45,7 @@ def test_a_dense_layer_is_one_launch_with_bias_activation_batchnorm_and_softmax_
         if fused:
             assert matmuls[1]["layers"] == ["d1", "d2"] and matmuls[1]["fused"] == ["bias", "tanh", "head (softmax)"]
     plan = model.plan(1, device)
-    assert len(plan.launches) == (2 if heads else 3)   # batch 1: no re-layout at all
+    assert len(plan.launches) == (2 if heads else 3)  # batch 1: no re-layout at all
 
 
 @pytest.mark.parametrize("n", [16, 37, 100])
@@ -55,8 +55,12 @@ def test_kernels_in_keras_order_need_no_re_layout_and_padded_buffers_travel_whol
     so a plan of it is one launch per Dense layer (and the softmax a chosen kernel cannot fuse)."""
     model = dense_model([13, 29, 5], ["relu", "softmax"])
     try:
-        kernel_choice.use("matmul", "gemm_tiled_c", device, {"MWG": 32, "NWG": 16, "KWG": 16, "MDIMC": 8,
-                                                             "NDIMC": 8, "VW": 2, "LOCAL": 1, "STRIDED": 1})
+        kernel_choice.use(
+            "matmul",
+            "gemm_tiled_c",
+            device,
+            {"MWG": 32, "NWG": 16, "KWG": 16, "MDIMC": 8, "NDIMC": 8, "VW": 2, "LOCAL": 1, "STRIDED": 1},
+        )
         x = rng.standard_normal((n, 13)).astype(np.float32)
         assert_close(model.predict(x), numpy_forward(model, x))
         plan = model.plan(batch_bucket(n), device)
@@ -104,23 +108,25 @@ def test_plans_are_made_again_when_weights_or_kernel_choices_change(device, rng)
 
 
 def test_an_unpadded_input_goes_from_the_callers_array_where_the_device_says_staging_does_not_pay(
-        device, rng, monkeypatch):
+    device, rng, monkeypatch
+):
     """An input that fills its buffer exactly is uploaded from the caller's array unless the device
     stages it (Device.stages_input); a padded one always goes through the staging array. Both answer
     as numpy does, call after call, and a later pass with other values is not served stale data."""
     from malinn.backends import opencl
+
     model = dense_model([64, 32, 8], ["relu", None])
     x = rng.standard_normal((32, 64)).astype(np.float32)
     for stages in (False, True):
         monkeypatch.setattr(type(device), "stages_input", lambda self, nbytes, s=stages: s)
-        model._plans.clear()                # a plan decides at allocation: make a new one
+        model._plans.clear()  # a plan decides at allocation: make a new one
         plan = model.plan(32, device)
-        (_, _, value, direct), = plan._io[0]
+        ((_, _, value, direct),) = plan._io[0]
         assert direct == (value.storage.padded == (64, 32) and not stages)
         assert_close(model.predict(x), numpy_forward(model, x))
         assert_close(model.predict(-x), numpy_forward(model, -x))
     monkeypatch.undo()
-    if device.backend == "opencl":   # page-locked staging below DIRECT_MIN_BYTES only, on a discrete GPU
+    if device.backend == "opencl":  # page-locked staging below DIRECT_MIN_BYTES only, on a discrete GPU
         monkeypatch.setattr(device, "host_unified_memory", False)
         assert device.stages_input(opencl.PINNED_MIN_BYTES) and not device.stages_input(opencl.DIRECT_MIN_BYTES)
         assert not device.stages_input(opencl.PINNED_MIN_BYTES - 4)
@@ -134,9 +140,9 @@ def test_a_pass_smaller_than_its_bucket_is_exact_and_padded_with_zeros(device, r
     x = rng.standard_normal((300, 13)).astype(np.float32)
     plan = model.plan(300, device)
     assert plan.batch == 320
-    (_, staging, _, _), = plan._io[0]
+    ((_, staging, _, _),) = plan._io[0]
     y = model.predict(x)
-    assert staging[:300].any()           # 300 samples in a 320-sample plan go through the staging
+    assert staging[:300].any()  # 300 samples in a 320-sample plan go through the staging
     assert_close(y, numpy_forward(model, x))
     assert not staging[300:].any()
     np.testing.assert_array_equal(model.predict(x[:300]), y)
@@ -155,9 +161,14 @@ def test_one_weight_copy_serves_small_and_large_batches(device, rng):
     model = dense_model([300, 200, 10], ["relu", None])
     for n in (1, 3, 100):
         model.predict(rng.standard_normal((n, 300)).astype(np.float32))
-    kernels = {row["kernel"].split()[0] for row in
-               model.plan(1, device).describe() + model.plan(100, device).describe() if row["kind"] == "matmul"}
-    copies = [key for key in model.layers[0].device_copies if len(key) == 4 and key[0] == device.identity and key[3] == "fp32"]
+    kernels = {
+        row["kernel"].split()[0]
+        for row in model.plan(1, device).describe() + model.plan(100, device).describe()
+        if row["kind"] == "matmul"
+    }
+    copies = [
+        key for key in model.layers[0].device_copies if len(key) == 4 and key[0] == device.identity and key[3] == "fp32"
+    ]
     layouts = {ops.load_library()[k].matrices["a"].representation for k in kernels}
     assert len(copies) == len(layouts), (copies, kernels)
 
@@ -189,7 +200,7 @@ def test_every_layer_output_while_in_place_steps_work_on_copies(device, rng):
     lin, act, out = model.predict_layers(x)
     kernel, bias = model.layers[0].get_weights()
     want = x.astype(np.float64) @ kernel + bias
-    assert_close(lin, want)                 # downloaded before the in-place relu ran on its copy
+    assert_close(lin, want)  # downloaded before the in-place relu ran on its copy
     assert_close(act, np.maximum(want, 0))
     assert_close(out, numpy_forward(model, x))
 
@@ -199,11 +210,11 @@ def test_summary_names_the_kernel_of_every_layer(device):
     text = model.summary(print_fn=lambda s: None, show_kernels=True)
     rows = [row["Kernel"] for row in summary_rows(text) if "(Dense)" in row["Layer (type)"]]
     library = ops.load_library()
-    codenames = library.codenames("matmul") + library.codenames("matmul_head")   # a GPU computes the head in the
-    assert len(rows) == 2                                                         # first layer's kernel
+    codenames = library.codenames("matmul") + library.codenames("matmul_head")  # a GPU computes the head in the
+    assert len(rows) == 2  # first layer's kernel
     assert all(row.split(" ")[0] in codenames for row in rows), rows
-    assert "softmax" in rows[1]                # the head's softmax runs in its kernel
-    assert "Kernel" not in model.summary(print_fn=lambda s: None)   # Keras's columns only, unless asked
+    assert "softmax" in rows[1]  # the head's softmax runs in its kernel
+    assert "Kernel" not in model.summary(print_fn=lambda s: None)  # Keras's columns only, unless asked
 
 
 def test_summary_lists_every_kernel_a_layer_launches(device):
@@ -214,13 +225,16 @@ def test_summary_lists_every_kernel_a_layer_launches(device):
     model.build((None, 9, 9, 3))
     described = model._compile(device, 2, False).describe()
     text = model.summary(print_fn=lambda s: None, show_kernels=True)
-    lines = {row["Layer (type)"].split(" ")[0]: row["Kernel"] for row in summary_rows(text)
-             if row["Layer (type)"].startswith(("conv (", "relu6 ("))}
+    lines = {
+        row["Layer (type)"].split(" ")[0]: row["Kernel"]
+        for row in summary_rows(text)
+        if row["Layer (type)"].startswith(("conv (", "relu6 ("))
+    }
     assert sorted(lines) == ["conv", "relu6"], text
     for name, line in lines.items():
         kernels = [row["kernel"].split(" ")[0] for row in described if name in row["layers"] and not row["view"]]
         assert kernels and all(k in line for k in kernels), (name, kernels, line)
-    if any({"conv", "relu6"} <= set(row["layers"]) for row in described):   # the activation fused into the conv's launch
+    if any({"conv", "relu6"} <= set(row["layers"]) for row in described):  # the activation fused into the conv's launch
         assert "relu" in lines["conv"], lines["conv"]
     assert len([row for row in described if "conv" in row["layers"]]) > 1 or device.kind != "cpu", described
 
@@ -240,14 +254,14 @@ def test_a_pass_holds_its_uploads_in_flight_until_the_download(device, monkeypat
     plan = model.plan(4, device)
     order, upload, launch_all, download = [], device.upload, device.launch_all, device.download
 
-    class Held:   # stands in for the upload's event; says when it is freed
+    class Held:  # stands in for the upload's event; says when it is freed
         def __init__(self, event):
             self.event = event
 
         def __del__(self):
             order.append("upload freed")
 
-    if device.backend == "opencl":   # its run_pass makes pyopencl's calls itself
+    if device.backend == "opencl":  # its run_pass makes pyopencl's calls itself
         import pyopencl as cl
 
         copy, enqueue = cl.enqueue_copy, cl.enqueue_nd_range_kernel
@@ -259,7 +273,9 @@ def test_a_pass_holds_its_uploads_in_flight_until_the_download(device, monkeypat
             return Held(copy(queue, dst, src, is_blocking=False, **kwargs))
 
         monkeypatch.setattr(cl, "enqueue_copy", copying)
-        monkeypatch.setattr(cl, "enqueue_nd_range_kernel", lambda *a, **k: (order.append("launches"), enqueue(*a, **k))[1])
+        monkeypatch.setattr(
+            cl, "enqueue_nd_range_kernel", lambda *a, **k: (order.append("launches"), enqueue(*a, **k))[1]
+        )
     else:
         monkeypatch.setattr(device, "upload", lambda *a, **k: Held(upload(*a, **k)))
         monkeypatch.setattr(device, "launch_all", lambda launches: (order.append("launches"), launch_all(launches)))
@@ -274,7 +290,7 @@ def test_a_pass_holds_its_uploads_in_flight_until_the_download(device, monkeypat
 def test_the_largest_buffer_is_named_for_what_it_holds(device):
     """A copy of the input in the layout the matmul reads is named as that (it was described as the
     Dense layer's output, of 5000 features where the layer has 4)."""
-    kernel_choice.use("matmul", "gemm_tiled", device=device)   # reads B row-major: the input is re-laid out
+    kernel_choice.use("matmul", "gemm_tiled", device=device)  # reads B row-major: the input is re-laid out
     model = Sequential([Dense(4, name="d")])
     model.build((None, 5000))
     size, what = model.activation_bytes(300, device)

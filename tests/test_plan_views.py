@@ -9,7 +9,7 @@ from helpers import assert_close
 from malinn import Functional, Input, Sequential
 from malinn.layers import Activation, Concatenate, Dense, Flatten, Reshape
 
-pytestmark = [pytest.mark.usefixtures("device"), pytest.mark.kernel_grid]   # kernel_grid: tests/conftest.py
+pytestmark = [pytest.mark.usefixtures("device"), pytest.mark.kernel_grid]  # kernel_grid: tests/conftest.py
 
 BATCHES = (1, 7, 100)
 
@@ -40,15 +40,17 @@ def skip_without_slice_writers(device) -> None:
     """A Dense writes its slice of a concatenation through R_VIEW, which the OpenCL kernels have and
     the GL ones do not: on a GL device the concat kernel runs (the graph equivalence suite checks it)."""
     if device.backend != "opencl":
-        pytest.skip(f"slices of a concatenation are written in place by OpenCL kernels only ({device.name} is "
-                    f"a {device.backend} device)")
+        pytest.skip(
+            f"slices of a concatenation are written in place by OpenCL kernels only ({device.name} is "
+            f"a {device.backend} device)"
+        )
 
 
 def two_dense_concat(units=(5, 3), inputs=8):
     x = Input((inputs,), name="x")
     parts = [Dense(u, activation=a, name=f"p{i}")(x) for i, (u, a) in enumerate(zip(units, ("linear", "relu")))]
     cat = Concatenate(name="cat")(parts)
-    return Functional(x, [Dense(4, name="out")(cat), cat])   # the concatenation is downloaded too
+    return Functional(x, [Dense(4, name="out")(cat), cat])  # the concatenation is downloaded too
 
 
 @pytest.mark.parametrize("batch", BATCHES)
@@ -87,7 +89,7 @@ def test_an_input_no_kernel_writes_keeps_its_concat_launch_beside_views(device, 
     model = Functional([x, t], out)
     xs, ts = (rng.uniform(-1, 1, (batch, n)).astype(np.float32) for n in (6, 3))
     plan = model.plan(batch, device)
-    assert launched(plan, "concat") == 1                 # the model input's slice is copied
+    assert launched(plan, "concat") == 1  # the model input's slice is copied
     assert [s.view for s in plan.steps if s.kind.name == "concat"] == [True, False]
     poison(device, plan, "concat")
     want = dense_np(out.node.layer, np.concatenate([dense_np(d, xs), ts], axis=-1))
@@ -102,7 +104,7 @@ def test_a_concat_input_read_elsewhere_too_is_copied_and_stays_readable(device, 
     x = Input((6,), name="x")
     a, b = Dense(5, name="a")(x), Dense(3, name="b")(x)
     cat = Concatenate(name="cat")([a, b])
-    side = Dense(2, name="side")(a)                     # reads a after the concatenation
+    side = Dense(2, name="side")(a)  # reads a after the concatenation
     model = Functional(x, [Dense(2, name="out")(cat), side])
     layers = {layer.name: layer for layer in model.layers}
     xs = rng.uniform(-1, 1, (batch, 6)).astype(np.float32)
@@ -163,7 +165,7 @@ def test_a_flatten_of_a_tensor_in_keras_order_is_a_view_and_of_a_row_major_one_a
     plan = flat.plan(1, device)
     assert launched(plan, "reshape") == 0 and any(s.view for s in plan.steps if s.kind.name == "reshape")
     assert_close(flat.predict(x), dense_np(flat.layers[2], np.tanh(x.astype(np.float64)).reshape(1, 35)))
-    moved = Sequential([Dense(6), Flatten(), Dense(3)])   # a row-major result of 6 rows read as 24 rows
+    moved = Sequential([Dense(6), Flatten(), Dense(3)])  # a row-major result of 6 rows read as 24 rows
     moved.build((None, 4, 6))
     x = rng.uniform(-1, 1, (7, 4, 6)).astype(np.float32)
     plan = moved.plan(7, device)
@@ -176,9 +178,9 @@ def test_a_flatten_of_a_tensor_in_keras_order_is_a_view_and_of_a_row_major_one_a
 def test_a_reshape_written_in_place_while_its_input_is_read_later_stays_a_copy(device, rng, batch):
     x = Input((6,), name="x")
     h = Dense(6, name="h")(x)
-    r = Reshape((1, 6), name="r")(h)                  # the same matrix as h ...
-    a = Activation("tanh", name="act")(r)             # ... written in place ...
-    out = Concatenate(name="cat")([Flatten(name="f")(a), h])   # ... while h is read after it
+    r = Reshape((1, 6), name="r")(h)  # the same matrix as h ...
+    a = Activation("tanh", name="act")(r)  # ... written in place ...
+    out = Concatenate(name="cat")([Flatten(name="f")(a), h])  # ... while h is read after it
     model = Functional(x, out)
     xs = rng.uniform(-1, 1, (batch, 6)).astype(np.float32)
     plan = model.plan(batch, device)
@@ -190,12 +192,16 @@ def test_a_reshape_written_in_place_while_its_input_is_read_later_stays_a_copy(d
 #: kernels that write R through R_AT, in both orders (R row-major: KERAS_ORDER 0; C: 1), at
 #: batches their preconditions take (gemm_tiled: 16 samples or more; gemv: up to NB)
 TILED = {"MWG": 32, "NWG": 16, "KWG": 16, "MDIMC": 8, "NDIMC": 8, "VW": 2, "LOCAL": 1, "STRIDED": 1}
-WRITERS = [("gemm_tiled", TILED, 20), ("gemm_tiled_c", TILED, 20), ("gemm_tiled_c", TILED, 100),
-           ("gemv_c", {"VW": 4, "WPT": 1, "MDIM": 2, "KSPLIT": 8, "NB": 8}, 1),
-           ("gemv_c", {"VW": 4, "WPT": 1, "MDIM": 2, "KSPLIT": 8, "NB": 8}, 7),
-           ("gemv_rows", {"VW": 4, "ROWS": 4, "THREADS": 32, "NB": 8}, 7),
-           ("gemv_split_c", {"VW": 1, "MDIM": 4, "KSPLIT": 8, "SLICES": 4, "UNROLL": 1, "NB": 2}, 1),
-           ("gemv_split_c", {"VW": 4, "MDIM": 16, "KSPLIT": 8, "SLICES": 16, "UNROLL": 1, "NB": 8}, 7)]
+WRITERS = [
+    ("gemm_tiled", TILED, 20),
+    ("gemm_tiled_c", TILED, 20),
+    ("gemm_tiled_c", TILED, 100),
+    ("gemv_c", {"VW": 4, "WPT": 1, "MDIM": 2, "KSPLIT": 8, "NB": 8}, 1),
+    ("gemv_c", {"VW": 4, "WPT": 1, "MDIM": 2, "KSPLIT": 8, "NB": 8}, 7),
+    ("gemv_rows", {"VW": 4, "ROWS": 4, "THREADS": 32, "NB": 8}, 7),
+    ("gemv_split_c", {"VW": 1, "MDIM": 4, "KSPLIT": 8, "SLICES": 4, "UNROLL": 1, "NB": 2}, 1),
+    ("gemv_split_c", {"VW": 4, "MDIM": 16, "KSPLIT": 8, "SLICES": 16, "UNROLL": 1, "NB": 8}, 7),
+]
 
 
 @pytest.mark.parametrize("codename,config,batch", WRITERS, ids=[f"{w[0]}-{w[2]}" for w in WRITERS])
@@ -204,6 +210,7 @@ def test_every_slice_writer_writes_its_slice_in_its_order(device, rng, codename,
     its result to the spare float) in its own order."""
     skip_without_slice_writers(device)
     from malinn.choice import kernel_choice
+
     try:
         kernel_choice.use("matmul", codename, device, config)
         model = two_dense_concat(units=(5, 11), inputs=9)
@@ -212,8 +219,9 @@ def test_every_slice_writer_writes_its_slice_in_its_order(device, rng, codename,
         plan = model.plan(batch, device)
         assert launched(plan, "concat") == 0, [r["kernel"] for r in plan.describe()]
         assert all(r["kernel"].startswith(codename) for r in plan.describe() if r["kind"] == "matmul")
-        assert {str(s.out.storage.layout) for s in plan.steps if s.out.storage.view is not None} == \
-            {"C" if codename.endswith(("_c", "_rows")) else "R"}
+        assert {str(s.out.storage.layout) for s in plan.steps if s.out.storage.view is not None} == {
+            "C" if codename.endswith(("_c", "_rows")) else "R"
+        }
         poison(device, plan, "concat")
         cat = np.concatenate([dense_np(layers["p0"], x), dense_np(layers["p1"], x)], axis=-1)
         got = model.predict(x)

@@ -58,7 +58,7 @@ def dense_model(sizes, activations, precision, seed=0):
     model = malinn.Sequential(layers, precision=precision)
     model.build((None, sizes[0]))
     rng = np.random.default_rng(seed)
-    for layer in model.layers:   # biases not zero, so that the epilogue's order (scale, then bias) shows
+    for layer in model.layers:  # biases not zero, so that the epilogue's order (scale, then bias) shows
         layer.set_weights([layer.kernel, rng.standard_normal(layer.units).astype(np.float32) * 0.1])
     return model
 
@@ -66,14 +66,18 @@ def dense_model(sizes, activations, precision, seed=0):
 @pytest.mark.parametrize("precision", ("fp32",) + REDUCED)
 @pytest.mark.parametrize("batch", [1, 3, 8, 37])
 def test_every_precision_matches_its_own_reference_and_float32_within_the_documented_tolerance(
-        device, rng, precision, batch):
+    device, rng, precision, batch
+):
     model = dense_model([53, 67, 29, 10], ["relu", "tanh", "softmax"], precision)
     x = rng.standard_normal((batch, 53)).astype(np.float32)
     got = model.predict(x)
     kinds = {row["kernel"].split()[0] for row in model.plan(batch, device).describe() if row["kind"] == "matmul"}
     assert all(precision in load_library()[kind].precisions for kind in kinds), kinds
-    assert all(row["kernel"].endswith(f"[{precision}]") == (precision != "fp32")
-               for row in model.plan(batch, device).describe() if row["kind"] == "matmul")
+    assert all(
+        row["kernel"].endswith(f"[{precision}]") == (precision != "fp32")
+        for row in model.plan(batch, device).describe()
+        if row["kind"] == "matmul"
+    )
     assert_close(got, forward(model, x, precision), rtol=1e-5)
     assert_close(got, forward(model, x, "fp32"), rtol=VS_FP32[precision])
 
@@ -122,7 +126,10 @@ def test_kernels_build_in_every_precision_they_list(device):
     for codename in [c for op in WEIGHT_OPS if op != "matmul_head" for c in library.codenames(op, device.backend)]:
         spec = library[codename]
         for precision in spec.precisions:
-            if library.precision(precision).extension and library.precision(precision).extension not in device.extensions:
+            if (
+                library.precision(precision).extension
+                and library.precision(precision).extension not in device.extensions
+            ):
                 continue
             configured = spec.in_precision(precision).configure({"BIAS": 1, "AFFINE": 1})
             assert configured.precision == precision
@@ -143,8 +150,11 @@ def test_fp16_arithmetic_is_refused_without_cl_khr_fp16(device, rng):
     if "cl_khr_fp16" in device.extensions:
         assert_close(model.predict(x), forward(model, x, "fp16-storage"), rtol=2e-2)
         return
-    with pytest.raises(DeviceError, match=r"precision 'fp16' computes in half and needs cl_khr_fp16, which .* does "
-                                          r"not offer; use fp16-storage \(half weights, float arithmetic"):
+    with pytest.raises(
+        DeviceError,
+        match=r"precision 'fp16' computes in half and needs cl_khr_fp16, which .* does "
+        r"not offer; use fp16-storage \(half weights, float arithmetic",
+    ):
         model.predict(x)
 
 
@@ -154,14 +164,17 @@ def test_fp16_is_refused_without_cl_khr_fp16_whatever_the_models_first_layer(dev
     convolution kernel, and a depthwise one anywhere, ran it in fp16-storage without a word)."""
     if device.backend != "opencl" or "cl_khr_fp16" in device.extensions:
         pytest.skip(f"{device.name} runs fp16 (or reads fp32 weights only: another refusal)")
-    monkeypatch.setattr(type(device), "kind", property(lambda self: "gpu"))   # the direct kernels' rules
+    monkeypatch.setattr(type(device), "kind", property(lambda self: "gpu"))  # the direct kernels' rules
     layer = Conv2D(4, 3, padding="same") if first == "conv" else DepthwiseConv2D(3, padding="same")
     model = malinn.Sequential([layer])
     model.build((None, 7, 7, 3))
     model.precision = "fp16"
     x = rng.standard_normal((2, 7, 7, 3)).astype(np.float32)
-    with pytest.raises(DeviceError, match=r"precision 'fp16' computes in half and needs cl_khr_fp16, which .* does "
-                                          r"not offer; use fp16-storage \(half weights, float arithmetic"):
+    with pytest.raises(
+        DeviceError,
+        match=r"precision 'fp16' computes in half and needs cl_khr_fp16, which .* does "
+        r"not offer; use fp16-storage \(half weights, float arithmetic",
+    ):
         model.predict(x)
 
 
@@ -175,11 +188,11 @@ def test_weight_memory_is_halved_and_quartered(device):
     sizes = {}
     for precision in ("fp32",) + REDUCED:
         model.precision = precision
-        sizes[precision] = model.memory(1, device)["weights"] - 4 * (512 + 128)   # biases stay float
+        sizes[precision] = model.memory(1, device)["weights"] - 4 * (512 + 128)  # biases stay float
         text = model.summary(print_fn=lambda _: None)
         assert f"in {precision} (" in text
     assert sizes["fp16-storage"] * 2 == sizes["fp32"]
-    assert sizes["int8-weights"] == sizes["fp32"] // 4 + 4 * (512 + 128)        # plus one scale per unit
+    assert sizes["int8-weights"] == sizes["fp32"] // 4 + 4 * (512 + 128)  # plus one scale per unit
     assert re.search(r"Weights on the device: [\d.]+ KiB in int8-weights \(0\.25\d of [\d.]+ KiB in fp32\)", text), text
 
 
@@ -202,9 +215,16 @@ def test_model_file_records_the_precision_and_runs_bit_identically(device, rng, 
 def conv_model(precision, rng):
     """A convolution, a depthwise and a separable one, and a head: every kind of weight the plan
     lowers to a precision itself (the kernels read Keras's weights as matrices)."""
-    model = malinn.Sequential([Conv2D(5, 3, padding="same", activation="relu"), DepthwiseConv2D(3, depth_multiplier=2),
-                               SeparableConv2D(4, 3, padding="same"), malinn.layers.Flatten(), Dense(3)],
-                              precision=precision)
+    model = malinn.Sequential(
+        [
+            Conv2D(5, 3, padding="same", activation="relu"),
+            DepthwiseConv2D(3, depth_multiplier=2),
+            SeparableConv2D(4, 3, padding="same"),
+            malinn.layers.Flatten(),
+            Dense(3),
+        ],
+        precision=precision,
+    )
     model.build((None, 7, 6, 3))
     model.set_weights([rng.standard_normal(w.shape).astype(np.float32) for w in model.get_weights()])
     return model
@@ -227,15 +247,20 @@ def test_a_conv_model_file_holds_the_rounded_weights_and_runs_bit_identically(de
         assert not np.array_equal(f["layers/0/0"][()], conv.kernel)
     again = malinn.load_model(path)
     np.testing.assert_array_equal(again.predict(x), want)
-    again.precision = "fp32"   # the rounded values, now read as float32: the same products
+    again.precision = "fp32"  # the rounded values, now read as float32: the same products
     np.testing.assert_allclose(again.predict(x), want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()))
 
 
-@pytest.mark.parametrize("precision, weight, message", [
-    ("fp16-storage", 1e5, r"1 of its weights are beyond float16's range"),
-    ("int8-weights", np.nan, r"1 of its weights are NaN or infinite; int8-weights cannot scale them")])
-def test_a_conv_weight_the_precision_cannot_hold_is_refused_at_conversion(device, rng, tmp_path, precision, weight,
-                                                                          message):
+@pytest.mark.parametrize(
+    "precision, weight, message",
+    [
+        ("fp16-storage", 1e5, r"1 of its weights are beyond float16's range"),
+        ("int8-weights", np.nan, r"1 of its weights are NaN or infinite; int8-weights cannot scale them"),
+    ],
+)
+def test_a_conv_weight_the_precision_cannot_hold_is_refused_at_conversion(
+    device, rng, tmp_path, precision, weight, message
+):
     model = conv_model("fp32", rng)
     depthwise = model.layers[1]
     kernel = depthwise.depthwise_kernel.copy()
@@ -292,14 +317,22 @@ def test_convert_says_how_many_weights_half_precision_stores_as_zero(tmp_path, c
     model = dense_model([4, 2], [None], "fp32")
     model.set_weights([np.full((4, 2), 1e-8, np.float32), np.zeros(2, np.float32)])
     src = model.save(tmp_path / "tiny.malinn", target="cpu")
-    assert main(["convert", str(src), "-o", str(tmp_path / "half.malinn"), "--precision", "fp16-storage",
-                 "--target", "cpu"]) == 0
+    assert (
+        main(
+            ["convert", str(src), "-o", str(tmp_path / "half.malinn"), "--precision", "fp16-storage", "--target", "cpu"]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert "8 non-zero weights are below fp16-storage's smallest value" in err
     assert f"({model.layers[0].name} kernel: 8)" in err
-    assert main(["convert", str(src), "-o", str(tmp_path / "int8.malinn"), "--precision", "int8-weights",
-                 "--target", "cpu"]) == 0
-    assert "non-zero weights" not in capsys.readouterr().err   # int8 scales per unit: nothing lost
+    assert (
+        main(
+            ["convert", str(src), "-o", str(tmp_path / "int8.malinn"), "--precision", "int8-weights", "--target", "cpu"]
+        )
+        == 0
+    )
+    assert "non-zero weights" not in capsys.readouterr().err  # int8 scales per unit: nothing lost
 
 
 def test_a_target_without_the_precision_is_refused(tmp_path):
@@ -321,7 +354,7 @@ def test_a_weight_beyond_half_range_is_refused_by_name_not_stored_as_infinity(de
     with pytest.raises(ConversionError, match=message):
         model.save(tmp_path / "m.malinn", target="cpu")
     assert not (tmp_path / "m.malinn").exists()
-    if precision == "fp16-storage":   # every device reads half weights; fp16 arithmetic needs cl_khr_fp16
+    if precision == "fp16-storage":  # every device reads half weights; fp16 arithmetic needs cl_khr_fp16
         with pytest.raises(ValueError, match=message):
             model.predict(np.zeros((1, 2), np.float32))
     model.precision = "int8-weights"  # per-unit scales hold it
@@ -334,8 +367,11 @@ def test_int8_refuses_nan_or_infinite_weights_by_name(device):
     model = dense_model([3, 2], [None], "fp32")
     model.set_weights([np.array([[1.0, np.inf], [0.0, 1.0], [2.0, 1.0]], np.float32), np.zeros(2, np.float32)])
     model.precision = "int8-weights"
-    with pytest.raises(ValueError, match=rf"layer '{model.layers[0].name}' kernel: 1 of its weights are NaN or "
-                                         "infinite; int8-weights cannot scale them"):
+    with pytest.raises(
+        ValueError,
+        match=rf"layer '{model.layers[0].name}' kernel: 1 of its weights are NaN or "
+        "infinite; int8-weights cannot scale them",
+    ):
         model.predict(np.zeros((1, 3), np.float32))
 
 
@@ -365,16 +401,19 @@ def test_tuning_key_includes_the_precision(device, tmp_path, monkeypatch):
         shape = (40, 30, 2)
         default = choose("matmul", device, shape)
         gemv = load_library()["gemv"]
-        config = next(c for c in gemv.configurations(device)
-                      if gemv.configure(c).accepts(*shape) and c != default.config)
+        config = next(
+            c for c in gemv.configurations(device) if gemv.configure(c).accepts(*shape) and c != default.config
+        )
         tuning_db.save(device, shapes={"40x30x2": {"codename": "gemv", "defines": config}}, precision="fp16-storage")
         chosen = choose("matmul", device, shape, precision="fp16-storage")
         assert (chosen.codename, chosen.precision) == ("gemv", "fp16-storage")
         assert {k: v for k, v in chosen.config.items() if k != "WEIGHT_BITS"} == config
-        for precision in ("fp32", "int8-weights"):     # their winners are stored apart: none here
+        for precision in ("fp32", "int8-weights"):  # their winners are stored apart: none here
             other = choose("matmul", device, shape, precision=precision)
-            assert (other.codename, {k: v for k, v in other.config.items() if k != "WEIGHT_BITS"}) == \
-                (default.codename, default.config)
+            assert (other.codename, {k: v for k, v in other.config.items() if k != "WEIGHT_BITS"}) == (
+                default.codename,
+                default.config,
+            )
     finally:
         tuning_db.forget()
 
@@ -390,15 +429,45 @@ def test_digits_example_agrees_with_keras_on_every_sample(device, precision):
 
 def test_cli_convert_and_predict_in_a_precision(device, tmp_path):
     out = tmp_path / "digits.malinn"
-    run = subprocess.run([sys.executable, "-m", "malinn.cli", "convert", str(ROOT / "examples" / "digits_mlp.keras"),
-                          "-o", str(out), "--precision", "int8-weights", "--target", "cpu"],
-                         capture_output=True, text=True, timeout=300, env=python_env())
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "malinn.cli",
+            "convert",
+            str(ROOT / "examples" / "digits_mlp.keras"),
+            "-o",
+            str(out),
+            "--precision",
+            "int8-weights",
+            "--target",
+            "cpu",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=python_env(),
+    )
     assert run.returncode == 0, run.stderr
     assert "weights laid out for gemm_tiled in int8-weights" in run.stderr + run.stdout
     assert malinn.load_model(out).precision == "int8-weights"
-    bad = subprocess.run([sys.executable, "-m", "malinn.cli", "convert", str(ROOT / "examples" / "digits_mlp.keras"),
-                          "-o", str(tmp_path / "x.malinn"), "--precision", "int4"],
-                         capture_output=True, text=True, timeout=300, env=python_env())
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "malinn.cli",
+            "convert",
+            str(ROOT / "examples" / "digits_mlp.keras"),
+            "-o",
+            str(tmp_path / "x.malinn"),
+            "--precision",
+            "int4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=python_env(),
+    )
     assert bad.returncode == 2 and "invalid choice: 'int4'" in bad.stderr
 
 
@@ -427,13 +496,18 @@ def test_cli_convert_to_a_reduced_precision_after_an_fp32_only_kernel_was_chosen
     from malinn.choice import kernel_choice
     from malinn.cli.commands import main
 
-    fp32_only = next(c for c in load_library().codenames("matmul", device.backend)
-                     if load_library()[c].precisions == ("fp32",))
+    fp32_only = next(
+        c for c in load_library().codenames("matmul", device.backend) if load_library()[c].precisions == ("fp32",)
+    )
     out = tmp_path / "digits.malinn"
     kernel_choice.use("matmul", fp32_only, device)
     try:
-        assert main(["convert", str(ROOT / "examples" / "digits_mlp.keras"), "-o", str(out),
-                     "--precision", "fp16-storage"]) == 0
+        assert (
+            main(
+                ["convert", str(ROOT / "examples" / "digits_mlp.keras"), "-o", str(out), "--precision", "fp16-storage"]
+            )
+            == 0
+        )
     finally:
         kernel_choice.forget(device)
     model = malinn.load_model(out)
@@ -449,8 +523,11 @@ def batch1_gpu_default(precision: str, codename: str | None = None):
     entries where given), in the configuration the library names for it (an entry of
     matmul_fallback with "precisions" first)."""
     fallbacks = load_library().default_specs("matmul_fallback", "gpu", precision=precision)
-    return next(f for f in fallbacks if f.accepts(4096, 3072, 1) and precision in f.precisions
-                and codename in (None, f.codename)).in_precision(precision)
+    return next(
+        f
+        for f in fallbacks
+        if f.accepts(4096, 3072, 1) and precision in f.precisions and codename in (None, f.codename)
+    ).in_precision(precision)
 
 
 def bytes_per_item_and_step(spec) -> int:
@@ -493,12 +570,18 @@ def test_per_precision_defaults_serve_their_precisions_only():
     assert found >= 2
 
 
-@pytest.mark.parametrize("mutate, fragment", [
-    (lambda e: e.update(precisions=["fp8"]), "field 'defaults.matmul_fallback.gpu.precisions': expected a list of "
-                                             "precisions 'gemv_split_head_c' supports"),
-    (lambda e: e.update(precisions="int8-weights"), "field 'defaults.matmul_fallback.gpu.precisions'"),
-    (lambda e: e.update(precisions=[]), "field 'defaults.matmul_fallback.gpu.precisions'"),
-])
+@pytest.mark.parametrize(
+    "mutate, fragment",
+    [
+        (
+            lambda e: e.update(precisions=["fp8"]),
+            "field 'defaults.matmul_fallback.gpu.precisions': expected a list of "
+            "precisions 'gemv_split_head_c' supports",
+        ),
+        (lambda e: e.update(precisions="int8-weights"), "field 'defaults.matmul_fallback.gpu.precisions'"),
+        (lambda e: e.update(precisions=[]), "field 'defaults.matmul_fallback.gpu.precisions'"),
+    ],
+)
 def test_malformed_default_precisions_are_named(tmp_path, mutate, fragment):
     folder = tmp_path / "kernels"
     shutil.copytree(kernels_dir(), folder)
@@ -524,11 +607,20 @@ def run_matmul(spec, device, a, b, bias, affine, activation, params):
     m, k = a.shape
     padded = ops.matmul_plan(spec, m, k, b.shape[1])["a"]
     layout = spec.matrices["a"].layout
-    weights = DeviceMatrix.upload_weights(device, device_bytes(a, spec.precision, layout, padded), (m, k), layout,
-                                          padded, spec.precision)
-    vector = lambda v: ops.upload_vector(device, v)   # noqa: E731
-    r = ops.matmul(weights, DeviceMatrix.from_host(b), spec, device, bias=vector(bias), activation=activation,
-                   params=params, affine=tuple(vector(v) for v in affine))
+    weights = DeviceMatrix.upload_weights(
+        device, device_bytes(a, spec.precision, layout, padded), (m, k), layout, padded, spec.precision
+    )
+    vector = lambda v: ops.upload_vector(device, v)  # noqa: E731
+    r = ops.matmul(
+        weights,
+        DeviceMatrix.from_host(b),
+        spec,
+        device,
+        bias=vector(bias),
+        activation=activation,
+        params=params,
+        affine=tuple(vector(v) for v in affine),
+    )
     return r.numpy()
 
 
@@ -542,8 +634,11 @@ def test_per_precision_configurations_match_numpy_on_odd_shapes(device, rng, pre
         pytest.skip("gemv_split has OpenCL sources only")
     if precision == "fp16" and "cl_khr_fp16" not in device.extensions:
         pytest.skip(f"{device.name} has no cl_khr_fp16")
-    specs = [s.in_precision(precision) for p in REDUCED for s in gemv_split_variants(p)] if precision == "fp32" \
+    specs = (
+        [s.in_precision(precision) for p in REDUCED for s in gemv_split_variants(p)]
+        if precision == "fp32"
         else gemv_split_variants(precision)
+    )
     params = {"negative_slope": 0.1, "max_value": 2.5, "threshold": 0.5, "has_max_value": 1.0}
     for spec in specs:
         for m, k in [(1, 4099), (4099, 1), (3, 13), (13, 1001), (1001, 3)]:

@@ -65,7 +65,7 @@ def test_a_generator_of_batches_gives_the_results_in_order(device):
 
     def batches_of(size, wrap=lambda b: b):
         for start in range(0, len(x), size):
-            yield wrap(x[start:start + size])
+            yield wrap(x[start : start + size])
 
     np.testing.assert_array_equal(model.predict(batches_of(50)), want)
     # Keras's forms of an item: (x,), (x, y), (x, y, sample_weight); a float64 batch is cast
@@ -87,16 +87,16 @@ def test_an_iterable_with_a_length_and_named_inputs(device):
     a, b = rng.uniform(-1, 1, (70, 6)).astype(np.float32), rng.uniform(-1, 1, (70, 4)).astype(np.float32)
     want = model.predict({"a": a, "b": b}, batch_size=20)
 
-    class Loader:   # as a torch DataLoader or Keras PyDataset: a length and batches by name
+    class Loader:  # as a torch DataLoader or Keras PyDataset: a length and batches by name
         def __len__(self):
             return 4
 
         def __iter__(self):
-            return ({"a": a[i:i + 20], "b": b[i:i + 20]} for i in range(0, 70, 20))
+            return ({"a": a[i : i + 20], "b": b[i : i + 20]} for i in range(0, 70, 20))
 
     np.testing.assert_array_equal(model.predict(Loader()), want)
     # a list of inputs, as Keras takes it from an iterable: inside a one-item tuple
-    np.testing.assert_array_equal(model.predict(([a[i:i + 20], b[i:i + 20]],) for i in range(0, 70, 20)), want)
+    np.testing.assert_array_equal(model.predict(([a[i : i + 20], b[i : i + 20]],) for i in range(0, 70, 20)), want)
     w = model.get_weights()
     assert_close(want, a @ w[0] + w[1] + b @ w[2] + w[3])
 
@@ -118,11 +118,11 @@ def test_progress_bar_as_keras_prints_it(capsys):
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].startswith("4/4 - ") and out[0].endswith("/step"), out
     model.predict(x, batch_size=25, verbose=1)
-    out = capsys.readouterr().out.strip().splitlines()   # not a terminal: the finished bar only
+    out = capsys.readouterr().out.strip().splitlines()  # not a terminal: the finished bar only
     assert out[-1].startswith("4/4 " + "━" * 20 + " "), out
-    model.predict((x[i:i + 40] for i in range(0, 100, 40)), verbose=1)
+    model.predict((x[i : i + 40] for i in range(0, 100, 40)), verbose=1)
     assert capsys.readouterr().out.strip().startswith("3/Unknown")
-    for quiet in (0, "auto"):   # auto: 1 only on a terminal
+    for quiet in (0, "auto"):  # auto: 1 only on a terminal
         model.predict(x, batch_size=25, verbose=quiet)
         assert capsys.readouterr().out == ""
     with pytest.raises(ValueError, match="verbose must be 'auto', 0, 1 or 2"):
@@ -136,13 +136,13 @@ def test_auto_draws_the_bar_on_a_terminal_where_batches_were_asked_for(monkeypat
     with os.fdopen(follower, "w", encoding="utf-8") as terminal:
         monkeypatch.setattr(sys, "stdout", terminal)
         try:
-            model.predict(x)   # one pass, as a service calls it: nothing
+            model.predict(x)  # one pass, as a service calls it: nothing
             model.predict(x, batch_size=25)
             sys.stdout.flush()
         finally:
             monkeypatch.undo()
         drawn = b""
-        while b"\n" not in drawn and select.select([leader], [], [], 10)[0]:   # the terminal passes it on
+        while b"\n" not in drawn and select.select([leader], [], [], 10)[0]:  # the terminal passes it on
             drawn += os.read(leader, 65536)
     os.close(leader)
     drawn = drawn.decode()
@@ -161,11 +161,14 @@ def test_one_model_on_a_device_listed_twice_has_two_plans(device):
     replicas = sorted(key[-1] for key in model._plans if key[1] == id(device) and key[2] == 151)
     assert replicas in ([0], [0, 1])
     # many passes spread over both, each stored at its place
-    np.testing.assert_array_equal(model.predict(x, batch_size=16, devices=[device, device]),
-                                  model.predict(x, batch_size=16))
-    batches_in = [x[i:i + 7 + i % 5] for i in range(0, 280, 20)]   # uneven batches, in order
-    np.testing.assert_array_equal(model.predict(iter(batches_in), devices=[device, device]),
-                                  np.concatenate([model.predict(b) for b in batches_in]))
+    np.testing.assert_array_equal(
+        model.predict(x, batch_size=16, devices=[device, device]), model.predict(x, batch_size=16)
+    )
+    batches_in = [x[i : i + 7 + i % 5] for i in range(0, 280, 20)]  # uneven batches, in order
+    np.testing.assert_array_equal(
+        model.predict(iter(batches_in), devices=[device, device]),
+        np.concatenate([model.predict(b) for b in batches_in]),
+    )
     assert_close(y, reference(model, x))
 
 
@@ -175,14 +178,18 @@ def test_spread_runs_a_thread_per_device_at_once_and_delivers_each_result_at_its
 
     def worker(label):
         def work(batch):
-            if batch < 2:   # the first two batches run at once, one per worker (else the barrier breaks)
+            if batch < 2:  # the first two batches run at once, one per worker (else the barrier breaks)
                 barrier.wait()
             ran.setdefault(label, []).append(batch)
             return [np.full((batch % 3 + 1, 2), batch, np.float32)]
+
         return label, work
 
-    spread(((i, 10 * i, i) for i in range(20)), [worker("a"), worker("b")],
-           lambda index, start, outputs: delivered.setdefault(index, (start, outputs[0])))
+    spread(
+        ((i, 10 * i, i) for i in range(20)),
+        [worker("a"), worker("b")],
+        lambda index, start, outputs: delivered.setdefault(index, (start, outputs[0])),
+    )
     assert sorted(ran) == ["a", "b"] and sorted(ran["a"] + ran["b"]) == list(range(20))
     assert sorted(delivered) == list(range(20))
     assert all(start == 10 * i and (y == i).all() and len(y) == i % 3 + 1 for i, (start, y) in delivered.items())
@@ -192,7 +199,7 @@ def test_spread_runs_a_thread_per_device_at_once_and_delivers_each_result_at_its
             raise ValueError(f"a shape did not match on {threading.current_thread().name}")
         return [np.zeros(1)]
 
-    with pytest.raises(ValueError) as raised:   # named by the device that ran batch 5, whichever drew it
+    with pytest.raises(ValueError) as raised:  # named by the device that ran batch 5, whichever drew it
         spread(((i, i, i) for i in range(20)), [("device a", failing), ("device b", failing)], lambda *_: None)
     label, thread = {"malinn-predict-0": "device a", "malinn-predict-1": "device b"}, str(raised.value).split()[-1]
     assert str(raised.value) == f"{label[thread]}: a shape did not match on {thread}"
@@ -203,8 +210,9 @@ def test_set_device_with_a_list_spreads_predict(device):
     rng = np.random.default_rng(8)
     a, b = rng.uniform(-1, 1, (90, 6)).astype(np.float32), rng.uniform(-1, 1, (90, 4)).astype(np.float32)
     want = model.predict([a, b], batch_size=10)
-    index = f"{device.backend}:{device.index[1]}" if device.backend != "opencl" else \
-        f"{device.index[0]}:{device.index[1]}"
+    index = (
+        f"{device.backend}:{device.index[1]}" if device.backend != "opencl" else f"{device.index[0]}:{device.index[1]}"
+    )
     try:
         chosen = malinn.set_device([device, index])
         assert chosen == [device, device] and malinn.get_device() is device
@@ -235,7 +243,7 @@ def test_an_error_on_one_of_several_devices_names_it(device):
         yield x
         raise RuntimeError("the data source failed")
 
-    with pytest.raises(RuntimeError, match="^the data source failed$"):   # the source's own error, as it was
+    with pytest.raises(RuntimeError, match="^the data source failed$"):  # the source's own error, as it was
         model.predict(failing(), devices=[device, device])
 
 

@@ -31,7 +31,7 @@ def model(name: str) -> malinn.Sequential:
 
 
 def test_a_plan_that_builds_ends_with_one_summary_line_off_a_terminal(device, monkeypatch, capsys):
-    monkeypatch.setattr(progress, "MIN_SECONDS", 0.0)   # a second or more, in a real network's case
+    monkeypatch.setattr(progress, "MIN_SECONDS", 0.0)  # a second or more, in a real network's case
     cold(device, monkeypatch)
     capsys.readouterr()
     before = device.counters["builds"]
@@ -39,9 +39,12 @@ def test_a_plan_that_builds_ends_with_one_summary_line_off_a_terminal(device, mo
     built = device.counters["builds"] - before
     err = capsys.readouterr().err
     assert built > 0
-    assert re.fullmatch(rf"malinn: built {built} kernel programs? for 'first' on {re.escape(device.name)} in "
-                        rf"\d+\.\d s\n", err), err
-    model("second").predict(np.ones((3, 12), np.float32))   # the same programs, from the device's memory
+    assert re.fullmatch(
+        rf"malinn: built {built} kernel programs? for 'first' on {re.escape(device.name)} in "
+        rf"\d+\.\d s\n",
+        err,
+    ), err
+    model("second").predict(np.ones((3, 12), np.float32))  # the same programs, from the device's memory
     assert capsys.readouterr().err == ""
 
 
@@ -69,11 +72,13 @@ def test_a_terminal_shows_one_line_updated_in_place_then_the_summary(tmp_path):
     """A new process with an empty cache, its stderr a terminal: ``\\r``-updated counts of the plan's
     launches, ending at the total, then the summary and a newline; a second process, whose programs
     are all in the binary cache, prints nothing."""
-    script = ("import sys, numpy as np, malinn\n"
-              "m = malinn.load_model(sys.argv[1])\n"
-              "d = malinn.get_device()\n"
-              "m.predict(np.zeros((1, 64), np.float32))\n"
-              "print(d.counters['builds'], d.counters['binary_hits'], d.name, m.name)\n")
+    script = (
+        "import sys, numpy as np, malinn\n"
+        "m = malinn.load_model(sys.argv[1])\n"
+        "d = malinn.get_device()\n"
+        "m.predict(np.zeros((1, 64), np.float32))\n"
+        "print(d.counters['builds'], d.counters['binary_hits'], d.name, m.name)\n"
+    )
     env = python_env(MALINN_CACHE_DIR=str(tmp_path / "cache"), MALINN_BINARY_CACHE="1", MALINN_GL="0")
     env.pop("MALINN_PROGRESS", None)
     status, out, terminal = run_on_terminal([sys.executable, "-c", script, str(DIGITS)], env)
@@ -82,13 +87,18 @@ def test_a_terminal_shows_one_line_updated_in_place_then_the_summary(tmp_path):
     device_name, name = rest.strip().rsplit(" ", 1)
     assert int(builds) > 0 and int(hits) == 0, out
     lines = terminal.split("\r")
-    counts = [re.fullmatch(rf"malinn: building kernels for '{name}' on {re.escape(device_name)}: (\d+)/(\d+) *", line)
-              for line in lines[1:-1]]
+    counts = [
+        re.fullmatch(rf"malinn: building kernels for '{name}' on {re.escape(device_name)}: (\d+)/(\d+) *", line)
+        for line in lines[1:-1]
+    ]
     assert lines[0] == "" and counts and all(counts), terminal
     steps = [int(c.group(1)) for c in counts]
-    assert steps == sorted(steps) and steps[-1] == int(counts[-1].group(2)), terminal   # it ends at the total
-    assert re.fullmatch(rf"malinn: built {builds} kernel programs? for '{name}' on {re.escape(device_name)} in "
-                        rf"\d+\.\d s *\n", lines[-1]), terminal
+    assert steps == sorted(steps) and steps[-1] == int(counts[-1].group(2)), terminal  # it ends at the total
+    assert re.fullmatch(
+        rf"malinn: built {builds} kernel programs? for '{name}' on {re.escape(device_name)} in "
+        rf"\d+\.\d s *\n",
+        lines[-1],
+    ), terminal
     status, out, terminal = run_on_terminal([sys.executable, "-c", script, str(DIGITS)], env)
     assert status == 0 and out.split()[:2] == ["0", builds] and terminal == "", (out, terminal)
 

@@ -20,7 +20,7 @@ from malinn.layers import ELU, Activation, BatchNormalization, Dense, LeakyReLU,
 from malinn.library.kernel_library import load_library
 from malinn.library.layout import Layout, convert
 
-pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+pytestmark = pytest.mark.kernel_grid  # unoptimised builds on PoCL (tests/conftest.py)
 
 LIB = load_library()
 MATMULS = LIB.codenames("matmul")
@@ -28,8 +28,13 @@ MATMULS = LIB.codenames("matmul")
 DENSE_ACTIVATIONS = ["linear"] + [a for a in LIB.activations() if a != "relu_general"]
 
 HOST = settings(max_examples=150, deadline=None, derandomize=True, database=None)
-DEVICE = settings(max_examples=20, deadline=None, derandomize=True, database=None,
-                  suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+DEVICE = settings(
+    max_examples=20,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 #: a random network may need several new programs (a fused GEMM build takes seconds on PoCL)
 NETWORKS = settings(DEVICE, max_examples=15)
 
@@ -46,7 +51,7 @@ def layouts(draw, max_levels=3):
     for _ in range(levels):
         blocks.append((y, x))
         y, x = y * draw(st.sampled_from([1, 2, 3, 4])), x * draw(st.sampled_from([1, 2, 3, 4]))
-    blocks.reverse()                                   # the largest chunk first
+    blocks.reverse()  # the largest chunk first
     text = bases[0] + "".join(f"_{by}_{bx}_{b}" for (by, bx), b in zip(blocks, bases[1:]))
     return Layout.parse(text)
 
@@ -56,6 +61,7 @@ def matrix(shape, seed):
 
 
 # ------------------------------------------------------------------------------ host layouts
+
 
 @HOST
 @given(layout=layouts(), rows=dims, cols=dims, ra=st.sampled_from([1, 2, 3, 4, 8]), ca=st.sampled_from([1, 2, 4, 5]))
@@ -68,11 +74,11 @@ def test_packing_follows_the_index_formula_and_pads_with_zeros(layout, rows, col
     flat = layout.pack(m, padded)
     table = layout.index_table(padded)
     np.testing.assert_array_equal(np.sort(table.ravel()), np.arange(padded[0] * padded[1]))  # a permutation
-    np.testing.assert_array_equal(flat[table[:rows, :cols]], m)                               # the formula
+    np.testing.assert_array_equal(flat[table[:rows, :cols]], m)  # the formula
     padding = np.ones(padded, bool)
     padding[:rows, :cols] = False
-    assert not flat[table[padding]].any()                                                     # zeros
-    np.testing.assert_array_equal(layout.unpack(flat, (rows, cols), padded), m)               # round trip
+    assert not flat[table[padding]].any()  # zeros
+    np.testing.assert_array_equal(layout.unpack(flat, (rows, cols), padded), m)  # round trip
 
 
 @HOST
@@ -89,8 +95,13 @@ LAYOUT_POOL = ["R", "C", "C_4_2_C", "R_2_4_R", "C_4_4_C", "R_4_4_C", "R_16_16_C_
 
 
 @DEVICE
-@given(src=st.sampled_from(LAYOUT_POOL), dst=st.sampled_from(LAYOUT_POOL), rows=dims, cols=dims,
-       align=st.sampled_from([(1, 1), (4, 4), (8, 2)]))
+@given(
+    src=st.sampled_from(LAYOUT_POOL),
+    dst=st.sampled_from(LAYOUT_POOL),
+    rows=dims,
+    cols=dims,
+    align=st.sampled_from([(1, 1), (4, 4), (8, 2)]),
+)
 def test_device_relayout_between_layouts(device, src, dst, rows, cols, align):
     m = matrix((rows, cols), rows * cols)
     a = DeviceMatrix.upload(device, m, src, Layout.parse(src).padded_shape(rows, cols, 4, 4))
@@ -99,15 +110,14 @@ def test_device_relayout_between_layouts(device, src, dst, rows, cols, align):
     assert r.padded == padded
     flat = np.empty(padded[0] * padded[1], np.float32)
     device.download(r.buffer, flat, what="the re-laid matrix")
-    np.testing.assert_array_equal(flat, Layout.parse(dst).pack(m, padded))   # padding included
+    np.testing.assert_array_equal(flat, Layout.parse(dst).pack(m, padded))  # padding included
 
 
 @DEVICE
-@given(codename=st.sampled_from(MATMULS), m=dims, k=dims, n=dims,
-       src=st.sampled_from(LAYOUT_POOL))
+@given(codename=st.sampled_from(MATMULS), m=dims, k=dims, n=dims, src=st.sampled_from(LAYOUT_POOL))
 def test_matmul_of_any_shape_from_any_layout(device, codename, m, k, n, src):
     """The right operand starts in a random layout: matmul re-lays it out on the device."""
-    assume(LIB[codename].has_source(device.backend))   # a kernel the device's backend runs
+    assume(LIB[codename].has_source(device.backend))  # a kernel the device's backend runs
     a, b = matrix((m, k), m + k), matrix((k, n), k * n)
     bd = DeviceMatrix.upload(device, b, src)
     r = ops.matmul(DeviceMatrix.from_host(a), bd, LIB[codename], device)
@@ -123,15 +133,25 @@ def networks(draw):
     for _ in range(draw(st.integers(1, 3))):
         layers.append(("dense", draw(dims), draw(st.sampled_from(DENSE_ACTIVATIONS)), draw(st.booleans())))
         if draw(st.integers(0, 3)) == 0:
-            layers.append(draw(st.sampled_from([
-                ("activation", draw(st.sampled_from(["relu", "tanh", "sigmoid", "gelu", "softsign"]))),
-                ("relu", draw(st.sampled_from([None, 1.5, 6.0])), draw(st.sampled_from([0.0, 0.1])),
-                 draw(st.sampled_from([0.0, 0.5, -0.5]))),
-                ("leaky_relu", draw(st.floats(0.0, 1.0))),
-                ("elu", draw(st.floats(0.1, 2.0))),
-                ("batch_norm",),
-                ("softmax",),
-            ])))
+            layers.append(
+                draw(
+                    st.sampled_from(
+                        [
+                            ("activation", draw(st.sampled_from(["relu", "tanh", "sigmoid", "gelu", "softsign"]))),
+                            (
+                                "relu",
+                                draw(st.sampled_from([None, 1.5, 6.0])),
+                                draw(st.sampled_from([0.0, 0.1])),
+                                draw(st.sampled_from([0.0, 0.5, -0.5])),
+                            ),
+                            ("leaky_relu", draw(st.floats(0.0, 1.0))),
+                            ("elu", draw(st.floats(0.1, 2.0))),
+                            ("batch_norm",),
+                            ("softmax",),
+                        ]
+                    )
+                )
+            )
     return draw(dims), layers, draw(st.integers(1, 40))
 
 
@@ -158,8 +178,9 @@ def build(network, seed):
     model = Sequential(layers)
     model.build((None, width))
     for layer in model.layers:
-        weights = [rng.standard_normal(w.shape).astype(np.float32) / np.sqrt(max(1, w.shape[0]))
-                   for w in layer.get_weights()]
+        weights = [
+            rng.standard_normal(w.shape).astype(np.float32) / np.sqrt(max(1, w.shape[0])) for w in layer.get_weights()
+        ]
         if isinstance(layer, BatchNormalization):
             weights[-1] = np.abs(weights[-1]) + 0.5
         layer.set_weights(weights)
@@ -179,7 +200,7 @@ def numpy_forward(model, x):
             elif isinstance(layer, BatchNormalization):
                 gamma, beta, mean, var = w
                 h = (h - mean) / np.sqrt(var + layer.epsilon) * gamma + beta
-            else:   # Activation, ReLU, LeakyReLU, ELU, Softmax
+            else:  # Activation, ReLU, LeakyReLU, ELU, Softmax
                 h = ref_activation(layer.activation, h, axis=-1, **layer.params)
             largest = max(largest, float(np.abs(h).max()))
     return h, largest
@@ -192,11 +213,11 @@ def test_sequential_of_random_layers_matches_numpy(device, network, codename):
     model = build(network, seed=len(network[1]))
     x = matrix((network[2], network[0]), network[2]) * 2
     want, largest = numpy_forward(model, x)
-    assume(largest < 1e30)   # float32 overflows where float64 does not (chained exponentials): not a bug
+    assume(largest < 1e30)  # float32 overflows where float64 does not (chained exponentials): not a bug
     got = model.predict(x)
     assert got.shape == (network[2], model.output_shape[-1]) and got.dtype == np.float32
     assert_close(got, want, rtol=2e-5)
-    if network[2] > 1:   # a split into passes changes nothing
+    if network[2] > 1:  # a split into passes changes nothing
         assert_close(model.predict(x, batch_size=max(1, network[2] // 3)), got, rtol=1e-5)
 
 
@@ -218,8 +239,9 @@ def test_every_dense_activation_through_each_matmul(device, codename):
     for name in names:
         model = Sequential([Dense(6, activation=name)])
         model.build((None, 9))
-        model.set_weights([rng.standard_normal((9, 6)).astype(np.float32) / 3,
-                           rng.standard_normal(6).astype(np.float32)])
+        model.set_weights(
+            [rng.standard_normal((9, 6)).astype(np.float32) / 3, rng.standard_normal(6).astype(np.float32)]
+        )
         try:
             assert_close(model.predict(x), numpy_forward(model, x)[0], rtol=2e-5)
         except AssertionError as exc:

@@ -26,8 +26,10 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 #: The two set-up commands, exactly: .ci/run runs the second.
-SETUP_COMMANDS = ("bash .ci/setup && .venv/bin/python examples/convert_and_predict.py",
-                  "bash .ci/setup --test && .venv/bin/python -m pytest -q")
+SETUP_COMMANDS = (
+    "bash .ci/setup && .venv/bin/python examples/convert_and_predict.py",
+    "bash .ci/setup --test && .venv/bin/python -m pytest -q",
+)
 #: How the README says to get the ``malinn`` command: the environment .ci/setup made.
 ACTIVATE = ". .venv/bin/activate"
 SHELL_LANGUAGES = ("", "sh", "bash", "shell", "console")
@@ -60,8 +62,13 @@ def fenced_blocks(text: str) -> list[tuple[int, str, str]]:
 
 BLOCKS = fenced_blocks(README.read_text())
 PYTHON_BLOCKS = [(line, code) for line, language, code in BLOCKS if language == "python"]
-SHELL_LINES = [(line + i, text.strip()) for line, language, code in BLOCKS if language in SHELL_LANGUAGES
-               for i, text in enumerate(code.splitlines(), 1) if text.strip()]
+SHELL_LINES = [
+    (line + i, text.strip())
+    for line, language, code in BLOCKS
+    if language in SHELL_LANGUAGES
+    for i, text in enumerate(code.splitlines(), 1)
+    if text.strip()
+]
 
 
 def commands(text: str) -> list[list[str]]:
@@ -78,8 +85,12 @@ def commands(text: str) -> list[list[str]]:
 
 def is_setup(words: list[str]) -> bool:
     """Whether a command sets malinn up (.ci/setup, the virtual environment) rather than uses it."""
-    return (words[:2] == ["bash", ".ci/setup"] or words[0] == "." or words[0].startswith(".venv/")
-            or words[:3] in (["python3", "-m", "venv"], ["python", "-m", "venv"]))
+    return (
+        words[:2] == ["bash", ".ci/setup"]
+        or words[0] == "."
+        or words[0].startswith(".venv/")
+        or words[:3] in (["python3", "-m", "venv"], ["python", "-m", "venv"])
+    )
 
 
 def is_python_c(words: list[str]) -> bool:
@@ -116,8 +127,9 @@ def test_readme_python_block_runs_as_written(line, code, tmp_path):
     (work / "block.py").write_text(code)
     before = files_in(work)
     out = subprocess.run([sys.executable, "block.py"], cwd=work, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, (f"README.md's python block at line {line} exited {out.returncode}:\n"
-                                 f"{out.stdout[-3000:]}\n{out.stderr[-6000:]}")
+    assert out.returncode == 0, (
+        f"README.md's python block at line {line} exited {out.returncode}:\n{out.stdout[-3000:]}\n{out.stderr[-6000:]}"
+    )
     assert files_in(work) == before, "the block wrote files: a newcomer's checkout would keep them"
 
 
@@ -127,7 +139,7 @@ def test_readme_commands_name_only_files_that_exist_or_an_earlier_command_made(t
     ``python3 -c`` commands run in a copy of the examples, as a newcomer runs them in the checkout;
     ``malinn verify`` needs TensorFlow and runs only where it is installed."""
     work = copy_examples(tmp_path)
-    made: set[str] = set()   # paths (relative) that an earlier command made
+    made: set[str] = set()  # paths (relative) that an earlier command made
     ran = []
     has_tensorflow = importlib.util.find_spec("tensorflow") is not None
     for line, text in SHELL_LINES:
@@ -135,15 +147,17 @@ def test_readme_commands_name_only_files_that_exist_or_an_earlier_command_made(t
             where = f"README.md line {line}: {' '.join(words)}"
             if is_setup(words):
                 for word in filter(PATH_WORD.search, words[1:]):
-                    assert (ROOT / word).exists() or any(Path(word).is_relative_to(m) for m in made), \
+                    assert (ROOT / word).exists() or any(Path(word).is_relative_to(m) for m in made), (
                         f"{where}: {word} is neither in the repository nor made by an earlier command"
+                    )
                 if words[:2] == ["bash", ".ci/setup"]:
                     made.add(".venv")
                 elif words[1:3] == ["-m", "venv"]:
                     made.add(words[3])
                 continue
-            assert words[0] == "malinn" or is_python_c(words), \
+            assert words[0] == "malinn" or is_python_c(words), (
                 f"{where}: the test knows how to check malinn and python3 -c commands only"
+            )
             names = list(filter(PATH_WORD.search, words[1:]))
             if is_python_c(words):
                 names = QUOTED_PATH.findall(words[2])

@@ -15,11 +15,24 @@ from malinn.library.kernel_library import load_library
 
 
 def sample_model(rng):
-    model = Sequential([Flatten(), Dense(13, activation="gelu"), BatchNormalization(), LeakyReLU(0.1),
-                        Dense(3, use_bias=False), Activation("softmax")], name="sample")
+    model = Sequential(
+        [
+            Flatten(),
+            Dense(13, activation="gelu"),
+            BatchNormalization(),
+            LeakyReLU(0.1),
+            Dense(3, use_bias=False),
+            Activation("softmax"),
+        ],
+        name="sample",
+    )
     model.build((None, 3, 5))
-    model.set_weights([rng.standard_normal(w.shape).astype(np.float32) + (2 if i == 5 else 0)
-                       for i, w in enumerate(model.get_weights())])
+    model.set_weights(
+        [
+            rng.standard_normal(w.shape).astype(np.float32) + (2 if i == 5 else 0)
+            for i, w in enumerate(model.get_weights())
+        ]
+    )
     return model
 
 
@@ -41,7 +54,7 @@ def test_save_load_predicts_bit_for_bit(device, target, tmp_path, rng):
 
 def test_weights_laid_out_for_the_device_are_uploaded_as_stored(device, tmp_path, rng):
     model = sample_model(rng)
-    path = model.save(tmp_path / "m.malinn")            # the current device's kernel
+    path = model.save(tmp_path / "m.malinn")  # the current device's kernel
     loaded = malinn.load_model(path)
     dense = loaded.layers[1]
     layout, padded, flat, precision = dense.prepacked
@@ -94,8 +107,15 @@ def _damage(path, how):
             f.attrs["config"] = json.dumps(config)
 
 
-@pytest.mark.parametrize("how, fragment", [("config", "damaged malinn model file"), ("newer", "newer malinn"),
-                                           ("kernel", "damaged malinn model file"), ("class", "unknown layer class 'Conv9D'")])
+@pytest.mark.parametrize(
+    "how, fragment",
+    [
+        ("config", "damaged malinn model file"),
+        ("newer", "newer malinn"),
+        ("kernel", "damaged malinn model file"),
+        ("class", "unknown layer class 'Conv9D'"),
+    ],
+)
 def test_damaged_model_files_raise_conversion_errors(tmp_path, rng, how, fragment):
     path = sample_model(rng).save(tmp_path / "m.malinn")
     _damage(path, how)
@@ -116,8 +136,9 @@ def test_missing_and_truncated_files(tmp_path, rng):
 
 @pytest.mark.parametrize("path", [None, 3, 2.5])
 def test_load_model_names_a_path_that_is_not_one(path):
-    with pytest.raises(TypeError, match=f"path must be a file path \\(str, bytes or os.PathLike\\), got "
-                                        f"{type(path).__name__}"):
+    with pytest.raises(
+        TypeError, match=f"path must be a file path \\(str, bytes or os.PathLike\\), got {type(path).__name__}"
+    ):
         malinn.load_model(path)
 
 
@@ -146,13 +167,16 @@ def test_a_bit_flipped_in_a_files_weights_is_a_damaged_file(tmp_path):
         data = f["layers/0/kernel_laid_out"]
         assert data.fletcher32 and f["layers/0/bias"].fletcher32
         offset = data.id.get_chunk_info(0).byte_offset
-    malinn.load_model(path)   # intact: read
+    malinn.load_model(path)  # intact: read
     with open(path, "r+b") as f:
         f.seek(offset + 3)
         byte = f.read(1)
         f.seek(offset + 3)
         f.write(bytes([byte[0] ^ 0x40]))
-    with pytest.raises(ConversionError, match=r"m.malinn \(a damaged malinn model file\): cannot read weight layers/0/kernel_laid_out: .*filter"):
+    with pytest.raises(
+        ConversionError,
+        match=r"m.malinn \(a damaged malinn model file\): cannot read weight layers/0/kernel_laid_out: .*filter",
+    ):
         malinn.load_model(path)
 
 
@@ -177,8 +201,13 @@ def test_a_weight_kept_in_another_file_is_refused(tmp_path, rng):
     """HDF5 external storage read /etc/passwd into a bias (and convert copied it on)."""
     secret = tmp_path / "secret"
     secret.write_bytes(b"root:x:0:0:root:/root:/bin/bash\n" * 4)
-    path = _hostile(tmp_path, rng, lambda f: _replace(f["layers/1"], "bias", shape=(13,), dtype="u1",
-                                                      external=[(str(secret), 0, h5py.h5f.UNLIMITED)]))
+    path = _hostile(
+        tmp_path,
+        rng,
+        lambda f: _replace(
+            f["layers/1"], "bias", shape=(13,), dtype="u1", external=[(str(secret), 0, h5py.h5f.UNLIMITED)]
+        ),
+    )
     with pytest.raises(ConversionError, match="layers/1/bias keeps its data in other files"):
         malinn.load_model(path)
 
@@ -195,7 +224,7 @@ def test_an_external_link_is_refused_in_every_hdf5_model_file(tmp_path, rng):
 
     with pytest.raises(ConversionError, match="layers/1/bias is an external link into another file"):
         malinn.load_model(_hostile(tmp_path, rng, link))
-    keras_h5 = tmp_path / "k.h5"      # a Keras .h5 file's weights, the same way
+    keras_h5 = tmp_path / "k.h5"  # a Keras .h5 file's weights, the same way
     with h5py.File(keras_h5, "w") as f:
         f.attrs["model_config"] = json.dumps({"class_name": "Sequential", "config": {"layers": []}})
         f.create_group("model_weights")["d"] = h5py.ExternalLink(str(other), "/")
@@ -205,22 +234,36 @@ def test_an_external_link_is_refused_in_every_hdf5_model_file(tmp_path, rng):
 
 def test_a_weight_declaring_more_than_the_file_stores_is_refused_before_reading(tmp_path, rng):
     """A 75 KB file declaring a 4 GiB bias took 4.2 GB of memory and 24 s before its shape failed."""
-    path = _hostile(tmp_path, rng, lambda f: _replace(f["layers/1"], "bias", shape=(1 << 30,), dtype="f4",
-                                                      chunks=(1 << 20,), compression="gzip"))
+    path = _hostile(
+        tmp_path,
+        rng,
+        lambda f: _replace(f["layers/1"], "bias", shape=(1 << 30,), dtype="f4", chunks=(1 << 20,), compression="gzip"),
+    )
     with pytest.raises(ConversionError, match=r"layers/1/bias declares shape \(1073741824,\) .* but the file stores"):
         malinn.load_model(path)
 
 
-@pytest.mark.parametrize("edit, fragment", [
-    (lambda f: f.attrs.__setitem__("config", json.dumps({"pad": "x" * (17 << 20)})), "attribute holds"),
-    (lambda f: f.attrs.__setitem__("format_version", -5), "format version -5 is no malinn format"),
-    (lambda f: f.attrs.__delitem__("format_version"), "has no format version"),
-    (lambda f: f.attrs.__setitem__("config", json.dumps({"class_name": "Sequential"})), "its config lists no layers"),
-    (lambda f: _replace(f["layers/1"], "bias", data=np.ones(13, np.complex64)), "layers/1/bias has dtype complex64"),
-    # 65,536 chunks of one float: HDF5's bookkeeping of 2**24 such chunks took 19 GB
-    (lambda f: _replace(f["layers/1"], "bias", data=np.ones(1 << 16, np.float32), chunks=(1,)),
-     "layers/1/bias is stored in 65536 chunks"),
-])
+@pytest.mark.parametrize(
+    "edit, fragment",
+    [
+        (lambda f: f.attrs.__setitem__("config", json.dumps({"pad": "x" * (17 << 20)})), "attribute holds"),
+        (lambda f: f.attrs.__setitem__("format_version", -5), "format version -5 is no malinn format"),
+        (lambda f: f.attrs.__delitem__("format_version"), "has no format version"),
+        (
+            lambda f: f.attrs.__setitem__("config", json.dumps({"class_name": "Sequential"})),
+            "its config lists no layers",
+        ),
+        (
+            lambda f: _replace(f["layers/1"], "bias", data=np.ones(13, np.complex64)),
+            "layers/1/bias has dtype complex64",
+        ),
+        # 65,536 chunks of one float: HDF5's bookkeeping of 2**24 such chunks took 19 GB
+        (
+            lambda f: _replace(f["layers/1"], "bias", data=np.ones(1 << 16, np.float32), chunks=(1,)),
+            "layers/1/bias is stored in 65536 chunks",
+        ),
+    ],
+)
 def test_a_tampered_file_is_refused_by_name(tmp_path, rng, edit, fragment):
     with pytest.raises(ConversionError, match=fragment):
         malinn.load_model(_hostile(tmp_path, rng, edit))
@@ -241,17 +284,20 @@ def test_a_source_named_in_bytes_that_are_not_utf8_round_trips(tmp_path):
         shutil.copyfile(Path(__file__).resolve().parents[1] / "examples" / "digits_mlp.keras", src)
     except OSError:
         pytest.skip("this file system takes only UTF-8 names")
-    out = subprocess.run([sys.executable, "-m", "malinn.cli", "convert", src, "-o", dst, "--target", "cpu"],
-                         capture_output=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "malinn.cli", "convert", src, "-o", dst, "--target", "cpu"],
+        capture_output=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     model = malinn.load_model(dst)
     assert os.fsencode(model.source["file"]) == src and len(model.layers) == 4
     summary = subprocess.run([sys.executable, "-m", "malinn.cli", "summary", dst], capture_output=True, timeout=300)
     assert summary.returncode == 0 and b"Total params: 2778" in summary.stdout, summary.stderr
     again = os.path.join(folder, b"again.malinn")
-    malinn.convert(dst, again, target="cpu")   # a malinn file's source passes on to the next
+    malinn.convert(dst, again, target="cpu")  # a malinn file's source passes on to the next
     assert os.fsencode(malinn.load_model(again).source["file"]) == src
-    with h5py.File(again, "r+") as f:   # text no file name makes (a lone high surrogate), a source not an object
+    with h5py.File(again, "r+") as f:  # text no file name makes (a lone high surrogate), a source not an object
         f.attrs["source"] = json.dumps({"file": "m\ud800.keras", "format": "keras3-zip", "keras_version": "3"})
     assert malinn.load_model(again).source["file"] == "m\\ud800.keras"
     with h5py.File(again, "r+") as f:
@@ -274,8 +320,10 @@ def test_a_config_declaring_more_than_the_weights_costs_no_memory(tmp_path):
         config["input_shape"] = [4000, 4000, 1]
         f.attrs["config"] = json.dumps(config)
     # the peak of this process's own memory (VmHWM: ru_maxrss would start at the forking worker's)
-    script = ("import sys, malinn\ntry:\n    malinn.load_model(sys.argv[1])\nexcept malinn.ConversionError as e:\n"
-              "    print(e)\nprint(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')))\n")
+    script = (
+        "import sys, malinn\ntry:\n    malinn.load_model(sys.argv[1])\nexcept malinn.ConversionError as e:\n"
+        "    print(e)\nprint(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')))\n"
+    )
     out = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=300)
     message, peak_kib = out.stdout.rsplit("\n", 2)[:2]
     assert "kernel shape (128, 10) does not match (32000000, 10)" in message, out.stdout + out.stderr

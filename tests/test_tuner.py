@@ -38,7 +38,7 @@ def database(device, entry) -> dict:
 
 
 def test_tune_stores_a_correct_winner_that_the_runtime_uses(device, cache):
-    progress = _Terminal()   # a line per candidate on a terminal (a log gets one a quarter)
+    progress = _Terminal()  # a line per candidate on a terminal (a log gets one a quarter)
     best = tuner.tune(device, shapes=[(13, 37, 33), (64, 50, 20)], quick=True, repeat=1, stream=progress)
     assert progress.getvalue().count("[") >= len(malinn.load_library().codenames("matmul"))
     assert "ETA " in progress.getvalue() and "done in" in progress.getvalue()
@@ -56,15 +56,15 @@ def test_quick_still_times_every_kernel_and_the_defaults(device):
     library = malinn.load_library()
     quick = tuner._candidates(library, device, quick=True, seed=0)
     full = tuner._candidates(library, device, quick=False, seed=0)
-    assert {c for c, _ in quick} == set(library.codenames("matmul", device.backend))   # those it can run
+    assert {c for c, _ in quick} == set(library.codenames("matmul", device.backend))  # those it can run
     kind_default = library.default_spec("matmul", device.kind, device.backend)
     for codename in library.codenames("matmul", device.backend):
         spec = library[codename]
         mine = [config for c, config in quick if c == codename]
-        if codename == kind_default.codename:                           # the device kind's default first of all
+        if codename == kind_default.codename:  # the device kind's default first of all
             assert mine[0] == kind_default.config and spec.config in mine[:2]
         else:
-            assert mine[0] == spec.config                               # the entry's own defaults first
+            assert mine[0] == spec.config  # the entry's own defaults first
         assert len(mine) <= max(1, tuner.QUICK_CONFIGS) and len(mine) == len({json.dumps(c) for c in mine})
     assert len(quick) < len(full)
     assert all(min(s) >= 16 and max(s) <= 1250 for s in tuner.QUICK_SHAPES)
@@ -82,16 +82,24 @@ def test_per_shape_tuning_stores_a_winner_per_shape_that_meets_its_preconditions
         assert spec.accepts(*shape, device=device) and won["seconds"] > 0
         assert tuning_db.tuned_choice(device, shape) == (won["codename"], spec.config)
         assert ops.kernel_for("matmul", device, shape).codename == won["codename"]
-    assert tuning_db.tuned_choice(device, (7, 7, 7)) is None          # no general winner stored
+    assert tuning_db.tuned_choice(device, (7, 7, 7)) is None  # no general winner stored
     tuner.tune(device, shapes=[(40, 50, 30)], quick=True, repeat=1, stream=io.StringIO())
     stored = json.loads((cache / "tuning.json").read_text())["devices"][device_key(device)]
-    assert set(stored) == {"general", "shapes"} and len(stored["shapes"]) == 2   # the shapes were kept
+    assert set(stored) == {"general", "shapes"} and len(stored["shapes"]) == 2  # the shapes were kept
 
 
 def test_a_shape_winner_comes_before_the_general_one(device, cache):
-    (cache / "tuning.json").write_text(json.dumps(database(device, {
-        "general": {"codename": "crossv", "defines": {}},
-        "shapes": {"150x640x32": {"codename": "rmcm", "defines": {}}}})))
+    (cache / "tuning.json").write_text(
+        json.dumps(
+            database(
+                device,
+                {
+                    "general": {"codename": "crossv", "defines": {}},
+                    "shapes": {"150x640x32": {"codename": "rmcm", "defines": {}}},
+                },
+            )
+        )
+    )
     assert ops.kernel_for("matmul", device, (150, 640, 32)).codename == "rmcm"
     assert ops.kernel_for("matmul", device, (150, 640, 33)).codename == "crossv"
     assert ops.kernel_for("matmul", device).codename == "crossv"
@@ -99,8 +107,9 @@ def test_a_shape_winner_comes_before_the_general_one(device, cache):
 
 def test_the_flat_form_of_earlier_versions_is_read_and_upgraded(device, cache):
     other = {"codename": "rmcm", "defines": {}}
-    (cache / "tuning.json").write_text(json.dumps({device_key(device): {"codename": "crossv", "defines": {}},
-                                                   "another|device|1": other}))
+    (cache / "tuning.json").write_text(
+        json.dumps({device_key(device): {"codename": "crossv", "defines": {}}, "another|device|1": other})
+    )
     assert tuning_db.tuned_choice(device) == ("crossv", {})
     tuning_db.save(device, shapes={"3x4x5": {"codename": "cross1", "defines": {}}})
     stored = json.loads((cache / "tuning.json").read_text())
@@ -133,7 +142,7 @@ def test_tune_fails_before_any_timing_when_it_could_not_store_the_result(device,
         tuner.tune(device, shapes=[(8, 8, 8)], quick=True, repeat=1, stream=progress)
     assert progress.getvalue() == ""
     (tmp_path / "tuning.json").unlink()
-    (tmp_path / "tuning.json").mkdir()     # the database's path taken by a folder
+    (tmp_path / "tuning.json").mkdir()  # the database's path taken by a folder
     with pytest.raises(MalinnError, match="tuning.json is a folder"):
         tuner.tune(device, shapes=[(8, 8, 8)], quick=True, repeat=1, stream=progress)
     assert progress.getvalue() == ""
@@ -181,22 +190,35 @@ DAMAGED = [
     ("define a word", "entry", general({"codename": GEMM, "defines": {"MWG": "big"}}), "not a configuration"),
     ("unknown define", "entry", general({"codename": GEMM, "defines": {"TILE": 4}}), "not a configuration the library"),
     ("constraint broken", "entry", general({"codename": GEMM, "defines": {"MWG": 7}}), "not a configuration"),
-    ("constraint divides by zero", "entry", general({"codename": GEMM, "defines": {"MDIMC": 0, "NDIMC": 0}}),
-     "not a configuration the library"),
-    ("defines of another kernel", "entry", general({"codename": "crossv", "defines": {"MWG": 64}}),
-     "not a configuration the library"),
+    (
+        "constraint divides by zero",
+        "entry",
+        general({"codename": GEMM, "defines": {"MDIMC": 0, "NDIMC": 0}}),
+        "not a configuration the library",
+    ),
+    (
+        "defines of another kernel",
+        "entry",
+        general({"codename": "crossv", "defines": {"MWG": 64}}),
+        "not a configuration the library",
+    ),
     ("shapes a list", "entry", {"shapes": [GOOD]}, "ignoring the tuned winners by shape: 'shapes' is a list"),
     ("shape key not MxKxN", "entry", {"shapes": {"150x640": GOOD}}, "'150x640' is not a product MxKxN"),
     ("shape key zero", "entry", {"shapes": {"0x640x32": GOOD}}, "'0x640x32' is not a product MxKxN"),
     ("shape winner a number", "entry", {"shapes": {"150x640x32": 3}}, "expected an object, got a number"),
-    ("shape winner outside its preconditions", "entry", {"shapes": {"150x640x1": {"codename": GEMM, "defines": {}}}},
-     "preconditions do not hold for 150x640x1"),
+    (
+        "shape winner outside its preconditions",
+        "entry",
+        {"shapes": {"150x640x1": {"codename": GEMM, "defines": {}}}},
+        "preconditions do not hold for 150x640x1",
+    ),
 ]
 
 
 @pytest.mark.parametrize("name, where, contents, why", DAMAGED, ids=[d[0] for d in DAMAGED])
-def test_a_damaged_database_is_ignored_with_a_warning_and_predict_is_right(device, cache, rng, name, where,
-                                                                            contents, why):
+def test_a_damaged_database_is_ignored_with_a_warning_and_predict_is_right(
+    device, cache, rng, name, where, contents, why
+):
     key = device_key(device)
     path = cache / "tuning.json"
     if where == "file":
@@ -216,16 +238,24 @@ def test_a_damaged_database_is_ignored_with_a_warning_and_predict_is_right(devic
     assert_close(y, np.maximum(x.astype(np.float64) @ w + b, 0))
     assert_close(y1, np.maximum(x[:1].astype(np.float64) @ w + b, 0))
     messages = [str(c.message) for c in caught if "malinn:" in str(c.message)]
-    assert len(messages) == 1, messages                      # one line, once per process
+    assert len(messages) == 1, messages  # one line, once per process
     assert why in messages[0] and str(path) in messages[0] and "\n" not in messages[0]
-    if where != "file":                                       # an entry's damage names the device key
+    if where != "file":  # an entry's damage names the device key
         assert repr(key) in messages[0]
 
 
 def test_one_bad_entry_leaves_the_good_ones_in_use(device, cache):
-    (cache / "tuning.json").write_text(json.dumps(database(device, {
-        "general": {"codename": "crossv", "defines": {}},
-        "shapes": {"150x640x32": {"codename": "relu"}, "150x640x40": {"codename": "rmcm", "defines": {}}}})))
+    (cache / "tuning.json").write_text(
+        json.dumps(
+            database(
+                device,
+                {
+                    "general": {"codename": "crossv", "defines": {}},
+                    "shapes": {"150x640x32": {"codename": "relu"}, "150x640x40": {"codename": "rmcm", "defines": {}}},
+                },
+            )
+        )
+    )
     with pytest.warns(RuntimeWarning, match="'relu' is not a matmul kernel"):
         assert ops.kernel_for("matmul", device, (150, 640, 32)).codename == "crossv"
     assert ops.kernel_for("matmul", device, (150, 640, 40)).codename == "rmcm"
@@ -233,13 +263,23 @@ def test_one_bad_entry_leaves_the_good_ones_in_use(device, cache):
 
 def test_cli_tune_quick_with_a_shape(tmp_path):
     env = {**os.environ, "MALINN_CACHE_DIR": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-m", "malinn.cli", "tune", "--quick", "--shape", "20x30x40",
-                          "--budget", "60"], env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "malinn.cli", "tune", "--quick", "--shape", "20x30x40", "--budget", "60"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr
     assert "best: " in out.stdout and (tmp_path / "tuning.json").is_file()
     assert "ETA " in out.stderr
-    bad = subprocess.run([sys.executable, "-m", "malinn.cli", "tune", "--shape", "20x30"], env=env,
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "malinn.cli", "tune", "--shape", "20x30"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "argument --shape: expected MxKxN" in bad.stderr
 
 
@@ -247,8 +287,13 @@ def test_cli_tune_without_a_shape_or_model_stores_a_general_winner(tmp_path):
     """The standard set of shapes, as README and ``tune --help`` say (from f225fb0 until now the
     command timed nothing, said nothing and exited 0)."""
     env = {**os.environ, "MALINN_CACHE_DIR": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-m", "malinn.cli", "tune", "--quick", "--budget", "5"], env=env,
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "malinn.cli", "tune", "--quick", "--budget", "5"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr
     assert re.search(r"best: \S+ .* over \d+ shapes, \d+ candidates timed", out.stdout), out.stdout
     (entry,) = json.loads((tmp_path / "tuning.json").read_text())["devices"].values()
@@ -258,8 +303,13 @@ def test_cli_tune_without_a_shape_or_model_stores_a_general_winner(tmp_path):
 def test_cli_tune_model_tunes_each_dense_shape_at_the_batch_and_at_1(tmp_path):
     model = os.path.join(malinn.__path__[0], "..", "examples", "digits_mlp.keras")
     env = {**os.environ, "MALINN_CACHE_DIR": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-m", "malinn.cli", "tune", "--quick", "--model", model, "--batch", "20"],
-                         env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "malinn.cli", "tune", "--quick", "--model", model, "--batch", "20"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr
     stored = json.loads((tmp_path / "tuning.json").read_text())["devices"]
     (entry,) = stored.values()
@@ -275,9 +325,10 @@ def test_a_per_shape_run_times_each_shapes_untuned_choice_first(device, cache):
     review of benchmarks/tune_networks.py). Each shape's untuned choice is timed first now."""
     from malinn.choice.kernel_choice import untuned_matmul
 
-    for shape in [(150, 640, 1), (64, 50, 20)]:   # a budget of 0: one candidate timed
-        best = tuner.tune(device, shapes=[shape], quick=True, repeat=1, budget_s=0, stream=io.StringIO(),
-                          per_shape=True)
+    for shape in [(150, 640, 1), (64, 50, 20)]:  # a budget of 0: one candidate timed
+        best = tuner.tune(
+            device, shapes=[shape], quick=True, repeat=1, budget_s=0, stream=io.StringIO(), per_shape=True
+        )
         spec = untuned_matmul(device, shape)
         won = best["shapes"][tuner.shape_key(shape)]
         assert (won["codename"], won["defines"]) == (spec.codename, spec.config)
@@ -305,11 +356,13 @@ def test_a_run_cut_short_replaces_no_faster_stored_winner(device, cache, stored_
     shapes = [(13, 37, 33)]
     before = {"codename": "crossv", "defines": {}, "gflops": stored_gflops, "shapes": [list(s) for s in shapes]}
     shaped = {"codename": "crossv", "defines": {}, "gflops": stored_gflops, "seconds": 1.0}
-    (cache / "tuning.json").write_text(json.dumps(database(device, {"general": before,
-                                                                    "shapes": {"13x37x33": shaped}})))
+    (cache / "tuning.json").write_text(
+        json.dumps(database(device, {"general": before, "shapes": {"13x37x33": shaped}}))
+    )
     for per_shape in (False, True):
-        best = tuner.tune(device, shapes=shapes, quick=True, repeat=1, budget_s=0, stream=io.StringIO(),
-                          per_shape=per_shape)
+        best = tuner.tune(
+            device, shapes=shapes, quick=True, repeat=1, budget_s=0, stream=io.StringIO(), per_shape=per_shape
+        )
         assert best["candidates"] == 1
         entry = json.loads((cache / "tuning.json").read_text())["devices"][device_key(device)]
         got = entry["shapes"]["13x37x33"] if per_shape else entry["general"]
@@ -323,11 +376,13 @@ def test_a_run_cut_short_keeps_no_stored_winner_the_library_no_longer_offers(dev
     for the shape) is replaced, not kept: every later process ignored it with a warning."""
     shapes = [(13, 37, 33)]
     gone = {"codename": "no_such_kernel", "defines": {}, "gflops": 1e9, "shapes": [list(s) for s in shapes]}
-    (cache / "tuning.json").write_text(json.dumps(database(device, {"general": gone,
-                                                                    "shapes": {"13x37x33": {**gone, "seconds": 1e-9}}})))
+    (cache / "tuning.json").write_text(
+        json.dumps(database(device, {"general": gone, "shapes": {"13x37x33": {**gone, "seconds": 1e-9}}}))
+    )
     for per_shape in (False, True):
-        best = tuner.tune(device, shapes=shapes, quick=True, repeat=1, budget_s=0, stream=io.StringIO(),
-                          per_shape=per_shape)
+        best = tuner.tune(
+            device, shapes=shapes, quick=True, repeat=1, budget_s=0, stream=io.StringIO(), per_shape=per_shape
+        )
         entry = json.loads((cache / "tuning.json").read_text())["devices"][device_key(device)]
         got = entry["shapes"]["13x37x33"] if per_shape else entry["general"]
         assert got["codename"] != "no_such_kernel" and not (best["kept"] if per_shape else best.get("kept"))
@@ -390,8 +445,12 @@ def test_progress_to_a_log_is_a_line_at_each_quarter():
     for done in range(101):
         tuner._progress(done, 100, "gemm_tiled", stream, started)
     lines = stream.getvalue().splitlines()
-    assert "\r" not in stream.getvalue() and [line.split()[1] for line in lines] == ["25/100", "50/100", "75/100",
-                                                                                  "100/100"]
+    assert "\r" not in stream.getvalue() and [line.split()[1] for line in lines] == [
+        "25/100",
+        "50/100",
+        "75/100",
+        "100/100",
+    ]
     assert all(len(line) < 80 for line in lines)
 
 
@@ -399,7 +458,7 @@ def test_progress_to_a_log_is_a_line_at_each_quarter():
 def test_the_progress_line_fits_the_terminal_and_its_eta_the_budget(monkeypatch, columns):
     monkeypatch.setattr(tuner.shutil, "get_terminal_size", lambda fallback=None: os.terminal_size((columns, 24)))
     stream = _Terminal()
-    started = tuner.time.perf_counter() - 10   # 10 s in, 1 of 100 done: 990 s to go, but 5 s of budget left
+    started = tuner.time.perf_counter() - 10  # 10 s in, 1 of 100 done: 990 s to go, but 5 s of budget left
     tuner._progress(1, 100, "gemm_tiled " + "MWG=64 " * 30, stream, started, budget_s=15)
     line = stream.getvalue()
     assert line.startswith("\r") and len(line) - 1 < columns and "ETA 5 s" in line

@@ -85,8 +85,17 @@ class Device:
     #: the loop iterations after which the driver silently ends a shader invocation's loops
     #: (llvmpipe: 65535, measured by the GL probe); None where nothing ends them
     max_loop_iterations: int | None = None
-    counters: dict = field(repr=False, default_factory=lambda: {
-        "uploads": 0, "downloads": 0, "launches": 0, "builds": 0, "binary_hits": 0, "zero_copy": 0})
+    counters: dict = field(
+        repr=False,
+        default_factory=lambda: {
+            "uploads": 0,
+            "downloads": 0,
+            "launches": 0,
+            "builds": 0,
+            "binary_hits": 0,
+            "zero_copy": 0,
+        },
+    )
     cache: dict = field(repr=False, default_factory=dict)
     lock: AbstractContextManager[Any] = field(repr=False, default_factory=threading.RLock)
     plan_lock: threading.RLock = field(repr=False, default_factory=threading.RLock)
@@ -125,7 +134,7 @@ class Device:
         # a backend's device is a dataclass too, whose decorator would give it a repr of every
         # field (twenty of them, a screenful for print(malinn.devices())): it keeps this short one
         super().__init_subclass__(**kwargs)
-        cls.__repr__ = Device.__repr__   # type: ignore[method-assign]  # replacing the method is the point
+        cls.__repr__ = Device.__repr__  # type: ignore[method-assign]  # replacing the method is the point
 
     def __repr__(self) -> str:
         """``<Device 0:0 'pthread-skylake-avx512-AMD EPYC' CPU opencl>``: index, name, type, backend."""
@@ -134,9 +143,11 @@ class Device:
     def __str__(self) -> str:
         """The line ``malinn devices`` prints: ``[0:0] name (CPU, platform): 2 compute units, ...``."""
         d = self.describe()
-        return (f"[{d['index']}] {self.name} ({self.type}, {self.platform}): {self.compute_units} compute units, "
-                f"{d['global_memory_mib']} MiB global memory, {d['max_allocation_mib']} MiB max allocation, "
-                f"{self.opencl_c_version}")
+        return (
+            f"[{d['index']}] {self.name} ({self.type}, {self.platform}): {self.compute_units} compute units, "
+            f"{d['global_memory_mib']} MiB global memory, {d['max_allocation_mib']} MiB max allocation, "
+            f"{self.opencl_c_version}"
+        )
 
     def count(self, key: str, amount: int = 1) -> None:
         """Adds to ``counters[key]`` under the device's lock."""
@@ -148,8 +159,9 @@ class Device:
         """A read-write device buffer of ``nbytes`` (DeviceError on failure, naming ``what``)."""
         raise NotImplementedError
 
-    def upload(self, buffer: Any, array: np.ndarray, blocking: bool = True, what: str = "data",
-               mapped: bool | None = None) -> Any:
+    def upload(
+        self, buffer: Any, array: np.ndarray, blocking: bool = True, what: str = "data", mapped: bool | None = None
+    ) -> Any:
         """Copies the C-contiguous ``array`` into the start of ``buffer``.
 
         ``mapped``: write through a mapping of the buffer (``None``: where the device shares memory
@@ -163,8 +175,9 @@ class Device:
         """
         raise NotImplementedError
 
-    def download(self, buffer: Any, out: np.ndarray, blocking: bool = True, what: str = "data",
-                 mapped: bool | None = None) -> None:
+    def download(
+        self, buffer: Any, out: np.ndarray, blocking: bool = True, what: str = "data", mapped: bool | None = None
+    ) -> None:
         """Copies the start of ``buffer`` into the C-contiguous host array ``out`` (``mapped`` as for upload)."""
         raise NotImplementedError
 
@@ -212,8 +225,16 @@ class Device:
         raise NotImplementedError
 
     # ---------------------------------------------------------------- launches
-    def bind(self, program: Any, function: str, args: list, global_size: tuple, local_size: tuple | None,
-             what: str = "", name: str | None = None) -> BoundLaunch:
+    def bind(
+        self,
+        program: Any,
+        function: str,
+        args: list,
+        global_size: tuple,
+        local_size: tuple | None,
+        what: str = "",
+        name: str | None = None,
+    ) -> BoundLaunch:
         """A :class:`BoundLaunch` of ``function`` with ``args`` set once (``name``, the kernel's name
         in messages: its codename in the library; default ``function``)."""
         raise NotImplementedError
@@ -228,12 +249,13 @@ class Device:
         blocking: every array holds its data when this returns). A backend may override it with a
         tighter sequence of the same calls (``predict``'s path: OpenCL's costs a few microseconds
         less per call than these wrappers)."""
-        in_flight = [self.upload(buffer, array, blocking=False, what="the input", mapped=False)
-                     for buffer, array in uploads]
+        in_flight = [
+            self.upload(buffer, array, blocking=False, what="the input", mapped=False) for buffer, array in uploads
+        ]
         self.launch_all(launches)
         for buffer, array in downloads:
             self.download(buffer, array, blocking=True, what="the output", mapped=False)
-        del in_flight   # complete: the blocking download after them returned
+        del in_flight  # complete: the blocking download after them returned
 
 
 class BoundLaunch:
@@ -252,8 +274,16 @@ class BoundLaunch:
     #: a zero-argument callable; a backend that makes the launch with None sets it right after
     enqueue: Any
 
-    def __init__(self, function: str, global_size: tuple, local_size: tuple | None, handle: Any,
-                 enqueue: Callable[[], Any] | None, what: str = "", held: Iterable = ()):
+    def __init__(
+        self,
+        function: str,
+        global_size: tuple,
+        local_size: tuple | None,
+        handle: Any,
+        enqueue: Callable[[], Any] | None,
+        what: str = "",
+        held: Iterable = (),
+    ):
         self.function, self.global_size, self.local_size = function, global_size, local_size
         self.handle, self.enqueue, self.what, self.held = handle, enqueue, what, tuple(held)
 

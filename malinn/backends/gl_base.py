@@ -27,8 +27,22 @@ from ..library.layout import Layout
 from .base import ALLOCATION_HINT, BoundLaunch, Device, size_text
 from .gl_context import error_line, load_moderngl, requested_gl_api
 
-__all__ = ["GLBaseDevice", "ContextLock", "GLEvent", "launch_error", "gl_index_macro", "split_args", "args_block",
-           "wanted", "no_compute", "looks_for_devices", "probe_each", "run_probe", "loop_limit", "LOOP_PROBE_ITERATIONS"]
+__all__ = [
+    "GLBaseDevice",
+    "ContextLock",
+    "GLEvent",
+    "launch_error",
+    "gl_index_macro",
+    "split_args",
+    "args_block",
+    "wanted",
+    "no_compute",
+    "looks_for_devices",
+    "probe_each",
+    "run_probe",
+    "loop_limit",
+    "LOOP_PROBE_ITERATIONS",
+]
 
 #: the loop the loop-limit probes run: longer than any limit seen (llvmpipe's 65535)
 LOOP_PROBE_ITERATIONS = 1 << 20
@@ -131,10 +145,11 @@ def args_block(origin: str, block_size: int, head: list[int], scalars: list) -> 
         KernelBuildError: the block holds fewer scalars than the library passes (named by ``origin``).
     """
     if block_size < 4 * (len(head) + len(scalars)):
-        raise KernelBuildError(f"{origin}: MALINN_ARGS holds {block_size // 4 - len(head)} scalars, "
-                               f"the library passes {len(scalars)}")
+        raise KernelBuildError(
+            f"{origin}: MALINN_ARGS holds {block_size // 4 - len(head)} scalars, the library passes {len(scalars)}"
+        )
     words = np.zeros(max(block_size // 4, len(head) + len(scalars)), np.uint32)
-    words[:len(head)] = head
+    words[: len(head)] = head
     for i, value in enumerate(scalars):
         words[len(head) + i] = np.asarray(value).view(np.uint32)
     return words.tobytes()
@@ -159,7 +174,7 @@ class GLBaseDevice(Device):
 
     # ---------------------------------------------------------------- the current context
     def __enter__(self) -> GLBaseDevice:
-        self.lock.__enter__()   # the ContextLock: the context current in this thread
+        self.lock.__enter__()  # the ContextLock: the context current in this thread
         return self
 
     def __exit__(self, *exc: object) -> Literal[False]:
@@ -174,9 +189,11 @@ class GLBaseDevice(Device):
     # ---------------------------------------------------------------- memory
     def alloc(self, nbytes: int, what: str) -> Any:
         if nbytes > self.max_allocation:
-            raise DeviceError(f"{what}: {size_text(nbytes)} exceeds the largest single allocation of "
-                              f"{self.name} ({size_text(self.max_allocation)}: its largest shader storage buffer)"
-                              f"{ALLOCATION_HINT}")
+            raise DeviceError(
+                f"{what}: {size_text(nbytes)} exceeds the largest single allocation of "
+                f"{self.name} ({size_text(self.max_allocation)}: its largest shader storage buffer)"
+                f"{ALLOCATION_HINT}"
+            )
         with self:
             try:
                 # whole 4-byte words: a shader reads half and int8 weights as uint words
@@ -188,8 +205,9 @@ class GLBaseDevice(Device):
                 raise DeviceError(f"{what}: allocating {size_text(nbytes)} on {self.name} failed ({error})")
         return buffer
 
-    def upload(self, buffer: Any, array: np.ndarray, blocking: bool = True, what: str = "data",
-               mapped: bool | None = None) -> None:
+    def upload(
+        self, buffer: Any, array: np.ndarray, blocking: bool = True, what: str = "data", mapped: bool | None = None
+    ) -> None:
         with self:
             try:
                 buffer.write(np.ascontiguousarray(array))
@@ -197,8 +215,9 @@ class GLBaseDevice(Device):
                 raise DeviceError(f"uploading {what} ({array.nbytes} bytes) to {self.name} failed ({exc})") from exc
         self.counters["uploads"] += 1
 
-    def download(self, buffer: Any, out: np.ndarray, blocking: bool = True, what: str = "data",
-                 mapped: bool | None = None) -> None:
+    def download(
+        self, buffer: Any, out: np.ndarray, blocking: bool = True, what: str = "data", mapped: bool | None = None
+    ) -> None:
         with self:
             try:
                 if self.storage_barriers:
@@ -256,8 +275,10 @@ class GLBaseDevice(Device):
         Raises:
             BackendError: the context has no timer queries.
         """
-        raise BackendError(f"{self.name} ({self.platform}) has no GL timer queries (GL_TIMESTAMP: desktop "
-                           "OpenGL 3.3, or OpenGL ES with GL_EXT_disjoint_timer_query)")
+        raise BackendError(
+            f"{self.name} ({self.platform}) has no GL timer queries (GL_TIMESTAMP: desktop "
+            "OpenGL 3.3, or OpenGL ES with GL_EXT_disjoint_timer_query)"
+        )
 
     def timed(self, launches: list) -> GLEvent:
         """Runs ``launches`` to completion: an event whose profile is their wall time until the
@@ -306,8 +327,11 @@ def looks_for_devices(others: list | None, force: bool, warn: bool) -> bool:
         return False
     if "tensorflow" in sys.modules:
         if warn:
-            warnings.warn("malinn: skipping the OpenGL devices: TensorFlow is loaded in this process, and Mesa's "
-                          "drivers bring an LLVM of their own; run TensorFlow in another process", stacklevel=4)
+            warnings.warn(
+                "malinn: skipping the OpenGL devices: TensorFlow is loaded in this process, and Mesa's "
+                "drivers bring an LLVM of their own; run TensorFlow in another process",
+                stacklevel=4,
+            )
         return False
     try:
         requested_gl_api()
@@ -329,7 +353,7 @@ def probe_each(probe: Callable[[int], Device], backend: str, skip: Collection[in
             found.append(probe(index))
         except Exception as exc:
             text = error_line(exc)
-            if "requested device index" in text:   # past the last EGL device
+            if "requested device index" in text:  # past the last EGL device
                 break
             warnings.warn(f"malinn: skipping OpenGL device {backend}:{index}: {text}", stacklevel=4)
     return found

@@ -22,8 +22,19 @@ from ..errors import DeviceError
 from .gl_functions import GLFunctions
 from .gles_context import ESContext
 
-__all__ = ["load_moderngl", "requested_gl_api", "register_es_backends", "compute_context", "vertex_context",
-           "ContextFigures", "total_memory", "error_line", "SOFTWARE_RENDERERS", "REQUIRED_GL", "ES_BACKENDS"]
+__all__ = [
+    "load_moderngl",
+    "requested_gl_api",
+    "register_es_backends",
+    "compute_context",
+    "vertex_context",
+    "ContextFigures",
+    "total_memory",
+    "error_line",
+    "SOFTWARE_RENDERERS",
+    "REQUIRED_GL",
+    "ES_BACKENDS",
+]
 
 #: renderers that run on the CPU (their devices are listed as type CPU)
 SOFTWARE_RENDERERS = ("llvmpipe", "softpipe", "swiftshader", "lavapipe", "swrast")
@@ -57,8 +68,10 @@ def requested_gl_api() -> str:
     """
     api = os.environ.get("MALINN_GL_API", "").strip().lower()
     if api not in ("", "es", "gl"):
-        raise DeviceError(f"MALINN_GL_API={api!r} is neither 'gl' (desktop OpenGL only) nor 'es' (OpenGL ES "
-                          "only); unset it for either")
+        raise DeviceError(
+            f"MALINN_GL_API={api!r} is neither 'gl' (desktop OpenGL only) nor 'es' (OpenGL ES "
+            "only); unset it for either"
+        )
     return api
 
 
@@ -76,10 +89,11 @@ def register_es_backends() -> None:
         if name in ES_BACKENDS:
             major, minor = ES_BACKENDS[name]
             return lambda mode="standalone", glversion=0, device_index=0, **settings: ESContext(
-                int(device_index), major, minor)
+                int(device_index), major, minor
+            )
         return by_name(name)
 
-    setattr(get_backend_by_name, "malinn_gles", True)   # the mark of the wrapper (a function has no such field)
+    setattr(get_backend_by_name, "malinn_gles", True)  # the mark of the wrapper (a function has no such field)
     glcontext.get_backend_by_name = get_backend_by_name
 
 
@@ -88,8 +102,9 @@ def _es_context(index: int, backend: str) -> Any:
     device ``index`` (raises on failure)."""
     register_es_backends()
     major, minor = ES_BACKENDS[backend]
-    return load_moderngl().create_context(standalone=True, backend=backend, device_index=index,
-                                          require=100 * major + 10 * minor)
+    return load_moderngl().create_context(
+        standalone=True, backend=backend, device_index=index, require=100 * major + 10 * minor
+    )
 
 
 def error_line(exc: BaseException) -> str:
@@ -114,8 +129,9 @@ def compute_context(index: int) -> Any:
     if api == "es":
         return _es_context(index, "malinn-gles")
     try:
-        return moderngl.create_context(standalone=True, backend="egl", device_index=index, require=REQUIRED_GL,
-                                       **_LIBRARIES)
+        return moderngl.create_context(
+            standalone=True, backend="egl", device_index=index, require=REQUIRED_GL, **_LIBRARIES
+        )
     except Exception as exc:
         if "requested device index" in str(exc):
             raise
@@ -126,10 +142,11 @@ def compute_context(index: int) -> Any:
             return _es_context(index, "malinn-gles")
         except Exception as exc:
             es_failure = error_line(exc)
-    for version in (330, 210):   # what the device offers instead, to say so
+    for version in (330, 210):  # what the device offers instead, to say so
         try:
-            ctx = moderngl.create_context(standalone=True, backend="egl", device_index=index, require=version,
-                                          **_LIBRARIES)
+            ctx = moderngl.create_context(
+                standalone=True, backend="egl", device_index=index, require=version, **_LIBRARIES
+            )
         except Exception:
             continue
         try:
@@ -137,11 +154,13 @@ def compute_context(index: int) -> Any:
             renderer, offered = str(info["GL_RENDERER"]).strip(), str(info["GL_VERSION"]).strip()
         finally:
             ctx.release()
-        raise DeviceError(f"{renderer} offers OpenGL {offered}" + (f" and no OpenGL ES 3.1 ({es_failure})"
-                                                                    if es_failure else "")
-                          + f"; malinn's GL kernels are compute shaders, which need OpenGL "
-                          f"{REQUIRED_GL // 100}.{REQUIRED_GL // 10 % 10} or OpenGL ES 3.1 (without them: the gles3 "
-                          "backend's vertex shaders, backends/gl_feedback.py)") from None
+        raise DeviceError(
+            f"{renderer} offers OpenGL {offered}"
+            + (f" and no OpenGL ES 3.1 ({es_failure})" if es_failure else "")
+            + f"; malinn's GL kernels are compute shaders, which need OpenGL "
+            f"{REQUIRED_GL // 100}.{REQUIRED_GL // 10 % 10} or OpenGL ES 3.1 (without them: the gles3 "
+            "backend's vertex shaders, backends/gl_feedback.py)"
+        ) from None
     raise failure
 
 
@@ -190,10 +209,15 @@ class ContextFigures:
     def of(cls, ctx: Any) -> "ContextFigures":
         """The figures of moderngl context ``ctx`` (current in this thread)."""
         info = ctx.info
-        ctx.error   # moderngl's info asks for desktop-only limits on an ES context: clear the GL error
+        ctx.error  # moderngl's info asks for desktop-only limits on an ES context: clear the GL error
         renderer, version = str(info["GL_RENDERER"]).strip(), str(info["GL_VERSION"]).strip()
-        return cls(renderer, version, str(info["GL_VENDOR"]).strip(),
-                   any(s in renderer.lower() for s in SOFTWARE_RENDERERS), version.startswith("OpenGL ES"))
+        return cls(
+            renderer,
+            version,
+            str(info["GL_VENDOR"]).strip(),
+            any(s in renderer.lower() for s in SOFTWARE_RENDERERS),
+            version.startswith("OpenGL ES"),
+        )
 
     @property
     def platform(self) -> str:

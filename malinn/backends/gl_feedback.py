@@ -129,19 +129,21 @@ def inverse_index_macros(layout: Layout, suffix: str) -> str:
             ci, cj = f"({q} % {nrows})", f"({q} / {nrows})"
         rows.append(f"{ci} * {cy}")
         cols.append(f"{cj} * {cx}")
-    return (f"#define MALINN_ROW_{suffix}(I_, P_R, P_C) ({' + '.join(rows)})\n"
-            f"#define MALINN_COL_{suffix}(I_, P_R, P_C) ({' + '.join(cols)})")
+    return (
+        f"#define MALINN_ROW_{suffix}(I_, P_R, P_C) ({' + '.join(rows)})\n"
+        f"#define MALINN_COL_{suffix}(I_, P_R, P_C) ({' + '.join(cols)})"
+    )
 
 
 @dataclass(frozen=True)
 class Feedback:
     """What a vertex-stage source declares with ``#pragma malinn_feedback``."""
 
-    buffer: int         # the buffer argument that receives the outputs
-    vertices: str       # expression over defines and scalar names ("": the launch's range)
-    outputs: str        # expression: how many varyings malinn_out0 ...
-    components: int     # floats per varying (1 to 4)
-    scalars: tuple      # the names of MALINN_ARGS's members, in order
+    buffer: int  # the buffer argument that receives the outputs
+    vertices: str  # expression over defines and scalar names ("": the launch's range)
+    outputs: str  # expression: how many varyings malinn_out0 ...
+    components: int  # floats per varying (1 to 4)
+    scalars: tuple  # the names of MALINN_ARGS's members, in order
 
     @classmethod
     def of(cls, source: str) -> "Feedback | None":
@@ -151,15 +153,17 @@ class Feedback:
             return None
         parts = [p.strip() for p in found.group(1).split(",")]
         if len(parts) != 4:
-            raise KernelBuildError(f"#pragma malinn_feedback({found.group(1)}): expected (BUFFER, VERTICES, "
-                                   "OUTPUTS, COMPONENTS)")
+            raise KernelBuildError(
+                f"#pragma malinn_feedback({found.group(1)}): expected (BUFFER, VERTICES, OUTPUTS, COMPONENTS)"
+            )
         members = _ARGS.search(source)
         names = tuple(m.split()[-1] for m in (members.group(1).split(";") if members else ()) if m.strip())
         try:
             buffer, components = int(parts[0]), int(parts[3])
         except ValueError:
-            raise KernelBuildError(f"#pragma malinn_feedback({found.group(1)}): BUFFER and COMPONENTS are "
-                                   "integers") from None
+            raise KernelBuildError(
+                f"#pragma malinn_feedback({found.group(1)}): BUFFER and COMPONENTS are integers"
+            ) from None
         return cls(buffer, parts[1], parts[2], components, names)
 
 
@@ -182,8 +186,13 @@ class FeedbackProgram:
         self.program: tuple[Any, Any] | None = None
 
     def text(self) -> str:
-        lines = [PREAMBLE_VERSION, "#pragma optionNV(unroll all)", "precision highp float;", "precision highp int;",
-                 "precision highp sampler2D;"]
+        lines = [
+            PREAMBLE_VERSION,
+            "#pragma optionNV(unroll all)",
+            "precision highp float;",
+            "precision highp int;",
+            "precision highp sampler2D;",
+        ]
         lines += [f"#define {name} {value}" for name, value in self.defines.items()]
         shift = int(math.log2(self.device.texture_width))
         lines += [
@@ -204,23 +213,31 @@ class FeedbackProgram:
         if self.program is None:
             device = self.device
             if not 1 <= self.outputs <= device.feedback_outputs or not 1 <= self.feedback.components <= 4:
-                raise KernelBuildError(f"{self.origin}: {self.outputs} outputs of {self.feedback.components} floats "
-                                       f"per vertex; {device.name} captures 1 to {device.feedback_outputs} "
-                                       "outputs (GL_MAX_TRANSFORM_FEEDBACK_SEPARATE_ATTRIBS) of 1 to 4 floats")
+                raise KernelBuildError(
+                    f"{self.origin}: {self.outputs} outputs of {self.feedback.components} floats "
+                    f"per vertex; {device.name} captures 1 to {device.feedback_outputs} "
+                    "outputs (GL_MAX_TRANSFORM_FEEDBACK_SEPARATE_ATTRIBS) of 1 to 4 floats"
+                )
             varyings = [f"malinn_out{j}" for j in range(self.outputs)]
             try:
-                program = device.ctx.program(vertex_shader=self.text(), fragment_shader=_FRAGMENT, varyings=varyings,
-                                             varyings_capture_mode="separate")
+                program = device.ctx.program(
+                    vertex_shader=self.text(),
+                    fragment_shader=_FRAGMENT,
+                    varyings=varyings,
+                    varyings_capture_mode="separate",
+                )
             except Exception as exc:
-                raise KernelBuildError(f"{self.origin}: the GLSL vertex shader did not build on {device.name} "
-                                       f"(options {' '.join(self.options) or 'none'}):\n{str(exc).strip()}") from None
+                raise KernelBuildError(
+                    f"{self.origin}: the GLSL vertex shader did not build on {device.name} "
+                    f"(options {' '.join(self.options) or 'none'}):\n{str(exc).strip()}"
+                ) from None
             try:
                 program["MalinnArgs"].binding = 0
             except KeyError:
                 raise KernelBuildError(f"{self.origin}: the shader declares no MALINN_ARGS block") from None
             for name in program:
                 if name.startswith("malinn_tex"):
-                    program[name].value = int(name[len("malinn_tex"):])
+                    program[name].value = int(name[len("malinn_tex") :])
             device.count("builds")
             self.program = (program, device.ctx.vertex_array(program, []))
         return self.program
@@ -236,7 +253,7 @@ class FeedbackDevice(GLBaseDevice):
     """
 
     #: what the device lacks, for the errors of a layer it cannot run
-    limitation = "no compute shaders, only the vertex-stage kernels (\"gles3\" in kernels/library.json)"
+    limitation = 'no compute shaders, only the vertex-stage kernels ("gles3" in kernels/library.json)'
     texture_width: int = TEXTURE_WIDTH
     max_texture: int = 2048
     feedback_outputs: int = 4
@@ -258,18 +275,22 @@ class FeedbackDevice(GLBaseDevice):
             DeviceError: the texture exceeds ``GL_MAX_TEXTURE_SIZE`` or the buffer, or the copy failed.
         """
         if max(width, height) > self.max_texture:
-            raise DeviceError(f"{what}: a texture of {width} x {height} texels exceeds {self.name}'s largest, "
-                              f"{self.max_texture} (GL_MAX_TEXTURE_SIZE)")
+            raise DeviceError(
+                f"{what}: a texture of {width} x {height} texels exceeds {self.name}'s largest, "
+                f"{self.max_texture} (GL_MAX_TEXTURE_SIZE)"
+            )
         if width * height * 16 > buffer.size:
-            raise DeviceError(f"{what}: {width} x {height} texels need {width * height * 16} bytes; the buffer "
-                              f"holds {buffer.size}")
+            raise DeviceError(
+                f"{what}: {width} x {height} texels need {width * height * 16} bytes; the buffer holds {buffer.size}"
+            )
         with self:
             texture = self._texture(width, height, what)
             self.gl.copy_to_texture(buffer, texture, width, width * height)
             error = self._error()
             if error:
-                raise DeviceError(f"{what}: copying {width} x {height} texels into a texture on {self.name} "
-                                  f"failed ({error})")
+                raise DeviceError(
+                    f"{what}: copying {width} x {height} texels into a texture on {self.name} failed ({error})"
+                )
         return texture
 
     def _texture(self, width: int, height: int, what: str) -> Any:
@@ -278,7 +299,7 @@ class FeedbackDevice(GLBaseDevice):
             texture = self.ctx.texture((int(width), int(height)), 4, dtype="f4")
         except Exception as exc:
             raise DeviceError(f"{what}: a {width} x {height} RGBA32F texture on {self.name} failed ({exc})") from exc
-        texture.filter = (moderngl.NEAREST, moderngl.NEAREST)   # 32-bit floats filter in no ES 3.0 driver
+        texture.filter = (moderngl.NEAREST, moderngl.NEAREST)  # 32-bit floats filter in no ES 3.0 driver
         texture.repeat_x = texture.repeat_y = False
         return texture
 
@@ -289,9 +310,11 @@ class FeedbackDevice(GLBaseDevice):
         texels = buffer.size // 16
         rows = max(1, -(-texels // self.texture_width))
         if rows > self.max_texture:
-            raise DeviceError(f"{what}: {buffer.size / 2**20:.1f} MiB read through a texture of "
-                              f"{self.texture_width} x {rows} texels exceeds {self.name}'s largest, "
-                              f"{self.max_texture} (GL_MAX_TEXTURE_SIZE)")
+            raise DeviceError(
+                f"{what}: {buffer.size / 2**20:.1f} MiB read through a texture of "
+                f"{self.texture_width} x {rows} texels exceeds {self.name}'s largest, "
+                f"{self.max_texture} (GL_MAX_TEXTURE_SIZE)"
+            )
         shared = self.cache.setdefault("flat_textures", {})
         if (unit, rows) not in shared:
             shared[(unit, rows)] = self._texture(self.texture_width, rows, what)
@@ -307,8 +330,10 @@ class FeedbackDevice(GLBaseDevice):
         """
         feedback = Feedback.of(source)
         if feedback is None:
-            raise KernelBuildError(f"{origin}: a compute shader; {self.name} runs vertex-stage kernels only "
-                                   "(no compute shaders: OpenGL ES 3.0)")
+            raise KernelBuildError(
+                f"{origin}: a compute shader; {self.name} runs vertex-stage kernels only "
+                "(no compute shaders: OpenGL ES 3.0)"
+            )
         return FeedbackProgram(self, source, options, origin, feedback)
 
     def render_index(self, layout: Layout, name: str) -> str:
@@ -317,39 +342,55 @@ class FeedbackDevice(GLBaseDevice):
         return gl_index_macro(layout, name) + "\n" + inverse_index_macros(layout, suffix)
 
     # ---------------------------------------------------------------- launches
-    def bind(self, program: FeedbackProgram, function: str, args: list, global_size: tuple, local_size: Any,
-             what: str = "", name: str | None = None) -> BoundLaunch:
+    def bind(
+        self,
+        program: FeedbackProgram,
+        function: str,
+        args: list,
+        global_size: tuple,
+        local_size: Any,
+        what: str = "",
+        name: str | None = None,
+    ) -> BoundLaunch:
         name = name or function
         what = what or name
         global_size = tuple(int(g) for g in global_size)
         scalars, buffers = split_args(args)
         feedback = program.feedback
-        values = {**{k: v for k, v in program.defines.items()},
-                  **{n: int(v) for n, v in zip(feedback.scalars, scalars) if isinstance(v, np.uint32)}}
+        values = {
+            **{k: v for k, v in program.defines.items()},
+            **{n: int(v) for n, v in zip(feedback.scalars, scalars) if isinstance(v, np.uint32)},
+        }
         try:
             vertices = evaluate(feedback.vertices, values) if feedback.vertices else math.prod(global_size)
         except ValueError as exc:
             raise KernelBuildError(f"{program.origin}: #pragma malinn_feedback, VERTICES: {exc}") from None
         if not 0 <= feedback.buffer < len(buffers):
-            raise KernelBuildError(f"{program.origin}: #pragma malinn_feedback names buffer {feedback.buffer}; "
-                                   f"the library passes {len(buffers)}")
+            raise KernelBuildError(
+                f"{program.origin}: #pragma malinn_feedback names buffer {feedback.buffer}; "
+                f"the library passes {len(buffers)}"
+            )
         target = buffers[feedback.buffer]
         section = vertices * feedback.components * 4
         if program.outputs * section > target.size:
-            raise DeviceError(f"{what}: kernel {name} writes {program.outputs} x {vertices} x {feedback.components} "
-                              f"floats; its result buffer holds {target.size // 4}")
+            raise DeviceError(
+                f"{what}: kernel {name} writes {program.outputs} x {vertices} x {feedback.components} "
+                f"floats; its result buffer holds {target.size // 4}"
+            )
         with self:
             shader, vao = program.linked()
-            head = [global_size[0], global_size[1] if len(global_size) > 1 else 1]   # malinn_range0, _range1
+            head = [global_size[0], global_size[1] if len(global_size) > 1 else 1]  # malinn_range0, _range1
             uniforms = self.ctx.buffer(args_block(program.origin, shader["MalinnArgs"].size, head, scalars))
             textures, copies = [], []
             for i, buffer in enumerate(buffers):
                 if f"malinn_tex{i}" not in shader:
                     continue
                 if i >= self.texture_units:
-                    raise KernelBuildError(f"{program.origin}: sampler malinn_tex{i}; {self.name}'s vertex shaders "
-                                           f"read {self.texture_units} textures")
-                if isinstance(buffer, load_moderngl().Texture):    # an image (the weights): made once
+                    raise KernelBuildError(
+                        f"{program.origin}: sampler malinn_tex{i}; {self.name}'s vertex shaders "
+                        f"read {self.texture_units} textures"
+                    )
+                if isinstance(buffer, load_moderngl().Texture):  # an image (the weights): made once
                     textures.append((i, buffer))
                     continue
                 texture = self.flat_texture(buffer, i, f"{what}: buffer {i} of {name}")
@@ -362,7 +403,7 @@ class FeedbackDevice(GLBaseDevice):
     def launch_all(self, launches: list) -> None:
         gl = self.gl
         with self:
-            self.framebuffer.use()   # a draw needs a complete framebuffer, rasterizing or not
+            self.framebuffer.use()  # a draw needs a complete framebuffer, rasterizing or not
             gl.enable(_RASTERIZER_DISCARD)
             try:
                 for launch in launches:
@@ -380,7 +421,7 @@ class FeedbackDevice(GLBaseDevice):
                     gl.begin_feedback(_POINTS)
                     gl.draw_arrays(_POINTS, 0, vertices)
                     gl.end_feedback()
-                    for j in range(len(ranges)):   # the buffer may be read as a texture next
+                    for j in range(len(ranges)):  # the buffer may be read as a texture next
                         gl.bind_buffer_base(_TRANSFORM_FEEDBACK_BUFFER, j, 0)
             finally:
                 gl.disable(_RASTERIZER_DISCARD)
@@ -404,19 +445,34 @@ def probe(index: int) -> FeedbackDevice:
         max_allocation = min(width * max_texture * 16, 2**31 - 16)
         units = gl.integer(_MAX_VERTEX_TEXTURE_UNITS)
         device = FeedbackDevice(
-            backend=BACKEND, index=(BACKEND, index), name=figures.renderer,
+            backend=BACKEND,
+            index=(BACKEND, index),
+            name=figures.renderer,
             platform=figures.platform + " (vertex shaders, transform feedback)",
-            vendor=figures.vendor, type=figures.type, compute_units=1,
-            global_memory=total_memory(ctx, gl, max_allocation), max_allocation=max_allocation,
-            max_work_group_size=1, max_work_item_sizes=(1, 1, 1), local_memory=0, image_support=True,
-            image2d_max_size=(max_texture, max_texture), opencl_c_version="GLSL ES 3.00",
-            driver_version=figures.version, host_unified_memory=False, ctx=ctx, gl=gl,
-            texture_width=width, max_texture=max_texture, feedback_outputs=gl.integer(_MAX_SEPARATE_ATTRIBS),
-            texture_units=units)
+            vendor=figures.vendor,
+            type=figures.type,
+            compute_units=1,
+            global_memory=total_memory(ctx, gl, max_allocation),
+            max_allocation=max_allocation,
+            max_work_group_size=1,
+            max_work_item_sizes=(1, 1, 1),
+            local_memory=0,
+            image_support=True,
+            image2d_max_size=(max_texture, max_texture),
+            opencl_c_version="GLSL ES 3.00",
+            driver_version=figures.version,
+            host_unified_memory=False,
+            ctx=ctx,
+            gl=gl,
+            texture_width=width,
+            max_texture=max_texture,
+            feedback_outputs=gl.integer(_MAX_SEPARATE_ATTRIBS),
+            texture_units=units,
+        )
         device.framebuffer = ctx.framebuffer(color_attachments=[ctx.renderbuffer((1, 1))])
         ctx.error
     finally:
-        ctx.__exit__(None, None, None)   # create_context left it current in this thread
+        ctx.__exit__(None, None, None)  # create_context left it current in this thread
     run_probe(device, _PROBE_SOURCE, "the gles3 (vertex-stage) probe shader")
     device.max_loop_iterations = loop_limit(device, _LOOP_PROBE_SOURCE, np.float32, None)
     return device

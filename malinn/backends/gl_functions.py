@@ -78,15 +78,26 @@ class GLFunctions:
         self.gen_queries = _entry("glGenQueries", i, p)
         self.delete_queries = _entry("glDeleteQueries", i, p)
         self.query_counter = _entry("glQueryCounter", u, u) or _entry("glQueryCounterEXT", u, u)
-        self.get_query_object_ui64v = (_entry("glGetQueryObjectui64v", u, u, p)
-                                       or _entry("glGetQueryObjectui64vEXT", u, u, p))
+        self.get_query_object_ui64v = _entry("glGetQueryObjectui64v", u, u, p) or _entry(
+            "glGetQueryObjectui64vEXT", u, u, p
+        )
 
     @property
     def has_binaries(self) -> bool:
         """Whether every entry point that program binaries need was found."""
-        return all((self.get_programiv, self.get_program_binary, self.program_binary, self.create_program,
-                    self.delete_program, self.use_program, self.dispatch_compute, self.get_uniform_block_index,
-                    self.get_active_uniform_blockiv))
+        return all(
+            (
+                self.get_programiv,
+                self.get_program_binary,
+                self.program_binary,
+                self.create_program,
+                self.delete_program,
+                self.use_program,
+                self.dispatch_compute,
+                self.get_uniform_block_index,
+                self.get_active_uniform_blockiv,
+            )
+        )
 
     @property
     def has_queries(self) -> bool:

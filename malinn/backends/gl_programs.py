@@ -28,8 +28,16 @@ if TYPE_CHECKING:
     from .gl_functions import GLFunctions
     from .opengl import GLDevice
 
-__all__ = ["GLProgram", "BinaryShader", "preamble", "fold_groups", "refused_options", "MAX_GROUPS", "RANGE_WORDS",
-           "PREAMBLE_VERSION"]
+__all__ = [
+    "GLProgram",
+    "BinaryShader",
+    "preamble",
+    "fold_groups",
+    "refused_options",
+    "MAX_GROUPS",
+    "RANGE_WORDS",
+    "PREAMBLE_VERSION",
+]
 
 #: the shader language every GL compute source is written in
 PREAMBLE_VERSION = "#version 310 es"
@@ -55,8 +63,13 @@ def refused_options(source: str, options: tuple) -> list[str]:
     """The defines of ``options`` that ask for a weight precision ``source`` does not read: half
     arithmetic (``HALF_ARITHMETIC``, which no GL shader does), or half or int8 weights
     (``WEIGHT_BITS`` 16 or 8) from a source without ``gl/weights.glsl``."""
-    return [o for o in options if o.partition("=")[0] in _FP32_ONLY and o.partition("=")[2] not in ("0", "32")
-            and (o.startswith("-DHALF_ARITHMETIC") or _WEIGHTS_MARK not in source)]
+    return [
+        o
+        for o in options
+        if o.partition("=")[0] in _FP32_ONLY
+        and o.partition("=")[2] not in ("0", "32")
+        and (o.startswith("-DHALF_ARITHMETIC") or _WEIGHTS_MARK not in source)
+    ]
 
 
 def fold_groups(groups: tuple) -> tuple:
@@ -159,9 +172,11 @@ class GLProgram:
                 try:
                     shader = device.ctx.compute_shader(text)
                 except Exception as exc:
-                    raise KernelBuildError(f"{self.origin}: the GLSL compute shader did not build on {device.name} "
-                                           f"(options {' '.join(self.options) or 'none'}, work-group {local}):\n"
-                                           f"{str(exc).strip()}") from None
+                    raise KernelBuildError(
+                        f"{self.origin}: the GLSL compute shader did not build on {device.name} "
+                        f"(options {' '.join(self.options) or 'none'}, work-group {local}):\n"
+                        f"{str(exc).strip()}"
+                    ) from None
                 device.count("builds")
                 self._to_binary(key, shader.glo)
             self.shaders[(local, folded)] = shader
@@ -172,12 +187,18 @@ class GLProgram:
         source's hash, the defines, the renderer and the driver), with the work-group shape; ``None``
         where binaries are off (``MALINN_BINARY_CACHE=0``) or the driver offers no binary format."""
         device = self.device
-        if (not switch("MALINN_BINARY_CACHE", True) or not device.binary_formats
-                or not device.gl.has_binaries):
+        if not switch("MALINN_BINARY_CACHE", True) or not device.binary_formats or not device.gl.has_binaries:
             return None
-        return {"backend": "gl", "source_sha256": hashlib.sha256(text.encode()).hexdigest(),
-                "options": list(self.options), "local": list(local), "device": device.name,
-                "vendor": device.vendor, "driver": device.driver_version, "platform": device.platform}
+        return {
+            "backend": "gl",
+            "source_sha256": hashlib.sha256(text.encode()).hexdigest(),
+            "options": list(self.options),
+            "local": list(local),
+            "device": device.name,
+            "vendor": device.vendor,
+            "driver": device.driver_version,
+            "platform": device.platform,
+        }
 
     def _from_binary(self, key: dict | None) -> BinaryShader | None:
         """A :class:`BinaryShader` from the cache entry for ``key``, or ``None`` (no entry, or the
@@ -188,11 +209,11 @@ class GLProgram:
         if payload is None or len(payload) < 5:
             return None
         device, gl = self.device, self.device.gl
-        binary_format, = struct.unpack("<I", payload[:4])
+        (binary_format,) = struct.unpack("<I", payload[:4])
         blob = payload[4:]
         program = gl.create_program()
         gl.program_binary(program, binary_format, blob, len(blob))
-        device.ctx.error   # clears an INVALID_ENUM for a format the driver no longer offers
+        device.ctx.error  # clears an INVALID_ENUM for a format the driver no longer offers
         if not program or not gl.program_integer(program, _LINK_STATUS):
             gl.delete_program(program)
             return None
@@ -215,7 +236,7 @@ class GLProgram:
         written, binary_format = ctypes.c_int(0), ctypes.c_uint(0)
         gl.get_program_binary(program, length, ctypes.byref(written), ctypes.byref(binary_format), blob)
         if self.device.ctx.error == "GL_NO_ERROR" and written.value > 0:
-            write_entry("programs", key, struct.pack("<I", binary_format.value) + blob.raw[:written.value])
+            write_entry("programs", key, struct.pack("<I", binary_format.value) + blob.raw[: written.value])
 
 
 class BinaryShader:

@@ -43,11 +43,17 @@ class _EGL:
         lib.eglGetProcAddress.restype, lib.eglGetProcAddress.argtypes = _P, [ctypes.c_char_p]
         u, i = ctypes.c_uint, ctypes.c_int
         for name, restype, argtypes in (
-                ("eglInitialize", u, [_P, _P, _P]), ("eglBindAPI", u, [u]),
-                ("eglChooseConfig", u, [_P, _P, ctypes.POINTER(_P), i, ctypes.POINTER(i)]),
-                ("eglCreateContext", _P, [_P, _P, _P, _P]), ("eglDestroyContext", u, [_P, _P]),
-                ("eglMakeCurrent", u, [_P, _P, _P, _P]), ("eglGetCurrentContext", _P, []),
-                ("eglGetCurrentDisplay", _P, []), ("eglGetCurrentSurface", _P, [i]), ("eglGetError", i, [])):
+            ("eglInitialize", u, [_P, _P, _P]),
+            ("eglBindAPI", u, [u]),
+            ("eglChooseConfig", u, [_P, _P, ctypes.POINTER(_P), i, ctypes.POINTER(i)]),
+            ("eglCreateContext", _P, [_P, _P, _P, _P]),
+            ("eglDestroyContext", u, [_P, _P]),
+            ("eglMakeCurrent", u, [_P, _P, _P, _P]),
+            ("eglGetCurrentContext", _P, []),
+            ("eglGetCurrentDisplay", _P, []),
+            ("eglGetCurrentSurface", _P, [i]),
+            ("eglGetError", i, []),
+        ):
             function = getattr(lib, name)
             function.restype, function.argtypes = restype, argtypes
         self.lib = lib
@@ -85,11 +91,12 @@ class ESContext:
             raise RuntimeError(f"eglBindAPI(EGL_OPENGL_ES_API) failed ({egl.status()})")
         config, found = _P(), ctypes.c_int(0)
         wanted = (ctypes.c_int * 3)(_EGL_RENDERABLE_TYPE, _EGL_OPENGL_ES3_BIT, _EGL_NONE)
-        if not egl.lib.eglChooseConfig(self.display, wanted, ctypes.byref(config), 1, ctypes.byref(found)) \
-                or found.value < 1:
-            config = _P()   # a device display may list no configuration: EGL_KHR_no_config_context
-        attributes = (ctypes.c_int * 5)(_EGL_CONTEXT_MAJOR_VERSION, major, _EGL_CONTEXT_MINOR_VERSION, minor,
-                                        _EGL_NONE)
+        if (
+            not egl.lib.eglChooseConfig(self.display, wanted, ctypes.byref(config), 1, ctypes.byref(found))
+            or found.value < 1
+        ):
+            config = _P()  # a device display may list no configuration: EGL_KHR_no_config_context
+        attributes = (ctypes.c_int * 5)(_EGL_CONTEXT_MAJOR_VERSION, major, _EGL_CONTEXT_MINOR_VERSION, minor, _EGL_NONE)
         self.context = egl.lib.eglCreateContext(self.display, config, None, attributes)
         if not self.context:
             raise RuntimeError(f"eglCreateContext for OpenGL ES {major}.{minor} failed ({egl.status()})")
@@ -102,8 +109,14 @@ class ESContext:
 
     def __enter__(self) -> ESContext:
         lib = self.egl.lib
-        self._saved.append((lib.eglGetCurrentDisplay(), lib.eglGetCurrentSurface(_EGL_DRAW),
-                            lib.eglGetCurrentSurface(_EGL_READ), lib.eglGetCurrentContext()))
+        self._saved.append(
+            (
+                lib.eglGetCurrentDisplay(),
+                lib.eglGetCurrentSurface(_EGL_DRAW),
+                lib.eglGetCurrentSurface(_EGL_READ),
+                lib.eglGetCurrentContext(),
+            )
+        )
         if not lib.eglMakeCurrent(self.display, None, None, self.context):
             self._saved.pop()
             raise RuntimeError(f"eglMakeCurrent failed ({self.egl.status()})")

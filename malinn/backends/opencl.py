@@ -61,9 +61,22 @@ from .opencl_tensorflow import (
     tensorflow_loaded,
 )
 
-__all__ = ["OpenCLDevice", "discover", "first_gpu", "status_name", "zero_copy_enabled", "tensorflow_loaded",
-           "skipped_for_tensorflow", "TENSORFLOW_HINT", "pocl_binary_problem", "build_threads",
-           "POCL_PLATFORM", "QUIET_BUILD_OPTIONS", "PINNED_MIN_BYTES", "DIRECT_MIN_BYTES"]
+__all__ = [
+    "OpenCLDevice",
+    "discover",
+    "first_gpu",
+    "status_name",
+    "zero_copy_enabled",
+    "tensorflow_loaded",
+    "skipped_for_tensorflow",
+    "TENSORFLOW_HINT",
+    "pocl_binary_problem",
+    "build_threads",
+    "POCL_PLATFORM",
+    "QUIET_BUILD_OPTIONS",
+    "PINNED_MIN_BYTES",
+    "DIRECT_MIN_BYTES",
+]
 
 _logger = logging.getLogger(__name__)
 
@@ -86,8 +99,10 @@ def build_threads() -> int:
     if not value:
         return max(1, min(8, os.cpu_count() or 1))
     if not value.isdigit() or int(value) < 1:
-        raise SettingError(f"MALINN_BUILD_THREADS={value!r}: expected a whole number of at least 1 "
-                           f"(the programs a device builds at once); unset it for the CPU count")
+        raise SettingError(
+            f"MALINN_BUILD_THREADS={value!r}: expected a whole number of at least 1 "
+            f"(the programs a device builds at once); unset it for the CPU count"
+        )
     return int(value)
 
 
@@ -147,17 +162,20 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
             raise KernelBuildError(f"building {origin} for {self.name}: {TENSORFLOW_HINT}")
         extra = self.extra_build_options()
         clash = sorted(_defined_names(extra) & _defined_names(options))
-        if clash:   # the launch is sized for the kernel's own value: another would compute wrong results
-            raise SettingError(f"MALINN_CL_OPTIONS={' '.join(extra)!r} sets {', '.join(clash)}, which {origin} takes "
-                               f"from its configuration (its launch is sized for it); choose a configuration with "
-                               f"malinn.ops.use(op, codename, config=...) or malinn tune instead")
+        if clash:  # the launch is sized for the kernel's own value: another would compute wrong results
+            raise SettingError(
+                f"MALINN_CL_OPTIONS={' '.join(extra)!r} sets {', '.join(clash)}, which {origin} takes "
+                f"from its configuration (its launch is sized for it); choose a configuration with "
+                f"malinn.ops.use(op, codename, config=...) or malinn tune instead"
+            )
         options = tuple(options) + extra + self.compiler_defines + QUIET_BUILD_OPTIONS
         digest = hashlib.sha256(source.encode() + b"\0" + "\0".join(options).encode()).hexdigest()
         # side by side on the drivers known to build so (NVIDIA's, PoCL: those that cache builds
         # themselves); elsewhere (Oclgrind, whose process died so, a board's driver) one at a time,
         # unless MALINN_BUILD_THREADS says otherwise
-        threads = 1 if wait or not (self.driver_caches_builds or os.environ.get("MALINN_BUILD_THREADS")) \
-            else build_threads()
+        threads = (
+            1 if wait or not (self.driver_caches_builds or os.environ.get("MALINN_BUILD_THREADS")) else build_threads()
+        )
         with self.build_lock:
             programs = self.cache.setdefault("programs", {})
             future = programs.get(digest)
@@ -199,8 +217,11 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
         # of several processes building this program at once, one builds and stores it and the
         # others load it: PoCL's builds of one program in two processes at once race in its kernel
         # cache (a failed build, or a binary without its program.bc)
-        with (build_lock("programs", self._build_lock_name(source, options))
-              if key is not None or self.is_pocl else contextlib.nullcontext()):
+        with (
+            build_lock("programs", self._build_lock_name(source, options))
+            if key is not None or self.is_pocl
+            else contextlib.nullcontext()
+        ):
             program = self._from_binary(key, options)
             if program is None:
                 program = self._build_from_source(source, options, origin)
@@ -226,8 +247,10 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
             log = _build_log(raw, self.cl_device)
         except cl.Error as exc:
             log = _with_files(_build_log(raw, self.cl_device) if raw is not None else str(exc), source)
-            raise KernelBuildError(f"building {origin} for {self.name} failed ({status_name(exc)})\n"
-                                   f"options: {' '.join(options) or '(none)'}\nbuild log:\n{log}") from exc
+            raise KernelBuildError(
+                f"building {origin} for {self.name} failed ({status_name(exc)})\n"
+                f"options: {' '.join(options) or '(none)'}\nbuild log:\n{log}"
+            ) from exc
         if log:
             _logger.debug("building %s for %s: the compiler said:\n%s", origin, self.name, log)
         return _wrapped(raw, source)
@@ -255,8 +278,16 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
         return opencl_index_macro(layout, name)
 
     # ---------------------------------------------------------------- launches
-    def bind(self, program, function: str, args: list, global_size: tuple, local_size, what: str = "",
-             name: str | None = None):
+    def bind(
+        self,
+        program,
+        function: str,
+        args: list,
+        global_size: tuple,
+        local_size,
+        what: str = "",
+        name: str | None = None,
+    ):
         """:meth:`Device.bind`; ``program`` may be the ``Future`` of :meth:`compile_async`: a launch
         whose program is still building gets its kernel when the build ends (:meth:`wait_for_builds`)."""
         global_size = tuple(int(g) for g in global_size)
@@ -265,9 +296,16 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
         if isinstance(program, Future):
             if not program.done():
                 return self._bind_when_built(program, function, args, global_size, local_size, what, name, held)
-            program = program.result()   # a failed build raises its error here
-        bound = BoundLaunch(name or function, global_size, local_size, self._kernel(program, function, args, what),
-                            None, what, held=held)
+            program = program.result()  # a failed build raises its error here
+        bound = BoundLaunch(
+            name or function,
+            global_size,
+            local_size,
+            self._kernel(program, function, args, what),
+            None,
+            what,
+            held=held,
+        )
         bound.enqueue = lambda: self._enqueue_one(bound)
         return bound
 
@@ -278,8 +316,10 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
             kernel = cl.Kernel(program, function)
             kernel.set_args(*args)
         except cl.Error as exc:
-            raise DeviceError(f"{what + ': ' if what else ''}setting the arguments of kernel {function} on "
-                              f"{self.name} failed ({status_name(exc)})") from exc
+            raise DeviceError(
+                f"{what + ': ' if what else ''}setting the arguments of kernel {function} on "
+                f"{self.name} failed ({status_name(exc)})"
+            ) from exc
         return kernel
 
     def _bind_when_built(self, program: Future, function, args, global_size, local_size, what, name, held):
@@ -287,7 +327,7 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
         bound.enqueue = lambda: self._enqueue_one(bound)
         made = Future()
 
-        def make(built: Future) -> None:   # in the build thread, once the program is built
+        def make(built: Future) -> None:  # in the build thread, once the program is built
             try:
                 bound.handle = self._kernel(built.result(), function, args, what)
             except BaseException as exc:
@@ -369,17 +409,21 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
             if isinstance(doing, BoundLaunch):
                 raise self._launch_error(doing, exc) from exc
             where = "uploading the input" if any(doing is u for u in uploads) else "downloading the output"
-            raise DeviceError(f"{where} ({doing[1].nbytes} bytes) {'to' if where[0] == 'u' else 'from'} {self.name} "
-                              f"failed ({status_name(exc)})") from exc
+            raise DeviceError(
+                f"{where} ({doing[1].nbytes} bytes) {'to' if where[0] == 'u' else 'from'} {self.name} "
+                f"failed ({status_name(exc)})"
+            ) from exc
         counters = self.counters
         counters["uploads"] += len(uploads)
         counters["launches"] += len(launches)
         counters["downloads"] += len(downloads)
-        del in_flight   # complete: the blocking download after them returned
+        del in_flight  # complete: the blocking download after them returned
 
     def _launch_error(self, launch: BoundLaunch, exc) -> DeviceError:
-        return DeviceError(f"{launch.what + ': ' if launch.what else ''}kernel {launch.function} failed on "
-                           f"{self.name} ({status_name(exc)}); global {launch.global_size}, local {launch.local_size}")
+        return DeviceError(
+            f"{launch.what + ': ' if launch.what else ''}kernel {launch.function} failed on "
+            f"{self.name} ({status_name(exc)}); global {launch.global_size}, local {launch.local_size}"
+        )
 
 
 def opencl_index_macro(layout: Layout, name: str) -> str:
@@ -405,8 +449,12 @@ def probe_key(device: OpenCLDevice) -> dict | None:
     key, so the probe kernel runs again."""
     if not switch("MALINN_PROBE_CACHE", True):
         return None
-    return {"identity": device.identity, "opencl_c": device.opencl_c_version, "malinn": __version__,
-            "probe_sha256": hashlib.sha256(_PROBE_SOURCE.encode()).hexdigest()}
+    return {
+        "identity": device.identity,
+        "opencl_c": device.opencl_c_version,
+        "malinn": __version__,
+        "probe_sha256": hashlib.sha256(_PROBE_SOURCE.encode()).hexdigest(),
+    }
 
 
 def probe(cl, platform, cl_device, index) -> OpenCLDevice:
@@ -427,15 +475,28 @@ def probe(cl, platform, cl_device, index) -> OpenCLDevice:
     except Exception:  # removed from OpenCL 3.0 headers on some drivers
         unified = d.type & cl.device_type.CPU != 0
     device = OpenCLDevice(
-        backend="opencl", index=index, name=d.name.strip(), platform=platform.name.strip(), vendor=d.vendor.strip(),
-        type=_type_name(cl, d.type), compute_units=d.max_compute_units,
-        global_memory=d.global_mem_size, max_allocation=d.max_mem_alloc_size,
-        max_work_group_size=d.max_work_group_size, max_work_item_sizes=tuple(d.max_work_item_sizes),
-        local_memory=d.local_mem_size, image_support=bool(d.image_support),
+        backend="opencl",
+        index=index,
+        name=d.name.strip(),
+        platform=platform.name.strip(),
+        vendor=d.vendor.strip(),
+        type=_type_name(cl, d.type),
+        compute_units=d.max_compute_units,
+        global_memory=d.global_mem_size,
+        max_allocation=d.max_mem_alloc_size,
+        max_work_group_size=d.max_work_group_size,
+        max_work_item_sizes=tuple(d.max_work_item_sizes),
+        local_memory=d.local_mem_size,
+        image_support=bool(d.image_support),
         image2d_max_size=(d.image2d_max_width, d.image2d_max_height) if d.image_support else (0, 0),
-        opencl_c_version=version.strip(), driver_version=d.driver_version.strip(),
-        host_unified_memory=unified, cl_device=d, context=context, queue=queue,
-        driver_caches_builds=_driver_caches_builds(d))
+        opencl_c_version=version.strip(),
+        driver_version=d.driver_version.strip(),
+        host_unified_memory=unified,
+        cl_device=d,
+        context=context,
+        queue=queue,
+        driver_caches_builds=_driver_caches_builds(d),
+    )
     key = probe_key(device)
     if key is not None and read_entry("probes", key) == _PROBE_PASSED:
         probe_stats["cached"] += 1
@@ -474,9 +535,11 @@ def _probe_or_warn(cl, platform, cl_device, index, known: dict | None):
     try:
         device = probe(cl, platform, cl_device, index)
     except Exception as exc:
-        warnings.warn(f"malinn: skipping OpenCL device {index[0]}:{index[1]} ({_safe_name(cl_device)} on "
-                      f"{_safe_name(platform)}): the probe kernel failed ({status_name(exc)}: {exc})",
-                      stacklevel=4)
+        warnings.warn(
+            f"malinn: skipping OpenCL device {index[0]}:{index[1]} ({_safe_name(cl_device)} on "
+            f"{_safe_name(platform)}): the probe kernel failed ({status_name(exc)}: {exc})",
+            stacklevel=4,
+        )
         device = None
     if known is not None:
         known[index] = device
@@ -511,7 +574,7 @@ def first_gpu(known: dict) -> OpenCLDevice | None:
             try:
                 gpu = bool(cl_device.type & cl.device_type.GPU)
             except Exception:
-                gpu = True    # the probe decides, and warns
+                gpu = True  # the probe decides, and warns
             if gpu:
                 device = _probe_or_warn(cl, platform, cl_device, (pi, di), known)
                 if device is not None and device.kind == "gpu":
@@ -541,8 +604,11 @@ def discover(known: dict | None = None) -> list:
             return []
         platforms = cl.get_platforms()
     except Exception as exc:
-        warnings.warn(f"malinn: no OpenCL platform could be listed ({status_name(exc)}: {exc}); "
-                      "install an OpenCL driver (e.g. Debian's pocl-opencl-icd)", stacklevel=3)
+        warnings.warn(
+            f"malinn: no OpenCL platform could be listed ({status_name(exc)}: {exc}); "
+            "install an OpenCL driver (e.g. Debian's pocl-opencl-icd)",
+            stacklevel=3,
+        )
         return []
     for pi, platform in enumerate(platforms):
         if tensorflow and _is_pocl(platform):  # PoCL was loaded before TensorFlow: its launches would crash
@@ -551,8 +617,11 @@ def discover(known: dict | None = None) -> list:
         try:
             cl_devices = platform.get_devices()
         except Exception as exc:
-            warnings.warn(f"malinn: skipping OpenCL platform {pi} ({_safe_name(platform)}): its devices cannot be "
-                          f"listed ({status_name(exc)}: {exc})", stacklevel=3)
+            warnings.warn(
+                f"malinn: skipping OpenCL platform {pi} ({_safe_name(platform)}): its devices cannot be "
+                f"listed ({status_name(exc)}: {exc})",
+                stacklevel=3,
+            )
             continue
         for di, cl_device in enumerate(cl_devices):
             device = _probe_or_warn(cl, platform, cl_device, (pi, di), known)

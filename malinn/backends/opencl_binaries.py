@@ -51,21 +51,23 @@ def pocl_binary_problem(binary: bytes) -> str | None:
     if not 6 <= version <= 11:
         return None
     try:
-        if version <= 8:   # program.bc's path and contents right after the header and the build hash
+        if version <= 8:  # program.bc's path and contents right after the header and the build hash
             files, offset = _pocl_files(data, 32 + 41, 1)
-        else:              # root entries, each its size and then its files
+        else:  # root entries, each its size and then its files
             entries, offset = struct.unpack_from("<I", data, 32)[0], 36 + 41
-            if version >= 10 and flags & 2:   # the size of the program's scope variables
+            if version >= 10 and flags & 2:  # the size of the program's scope variables
                 offset += 8
             files = {}
             for _ in range(entries):
                 size = struct.unpack_from("<Q", data, offset)[0]
-                if size == 0:   # the folder's file was missing when PoCL serialised it
-                    return (f"a PoCL binary whose root entry at byte {offset} is empty (its program.bc, the "
-                            f"program's LLVM bitcode, was missing when PoCL wrote it): PoCL would abort loading it")
+                if size == 0:  # the folder's file was missing when PoCL serialised it
+                    return (
+                        f"a PoCL binary whose root entry at byte {offset} is empty (its program.bc, the "
+                        f"program's LLVM bitcode, was missing when PoCL wrote it): PoCL would abort loading it"
+                    )
                 if offset + 8 + size > len(data):
                     return f"a PoCL binary cut short in its root entry at byte {offset}"
-                found, end = _pocl_files(data[:offset + 8 + size], offset + 8, None)
+                found, end = _pocl_files(data[: offset + 8 + size], offset + 8, None)
                 if end != offset + 8 + size:
                     return f"a PoCL binary whose root entry at byte {offset} does not end with its files"
                 files.update(found)
@@ -74,8 +76,10 @@ def pocl_binary_problem(binary: bytes) -> str | None:
         if bitcode is None:
             return "a PoCL binary without its program.bc (the program's LLVM bitcode): PoCL would abort loading it"
         if bytes(bitcode[:4]) not in _BITCODE_MAGICS:
-            return (f"a PoCL binary whose program.bc is {'empty' if not len(bitcode) else 'not LLVM bitcode'}: "
-                    f"PoCL would abort loading it")
+            return (
+                f"a PoCL binary whose program.bc is {'empty' if not len(bitcode) else 'not LLVM bitcode'}: "
+                f"PoCL would abort loading it"
+            )
         for index in range(kernels):
             size = struct.unpack_from("<Q", data, offset)[0]
             if size < 24 or offset + size > len(data):
@@ -95,14 +99,14 @@ def _pocl_files(data: memoryview, offset: int, count: int | None):
     files = {}
     while (count is None and offset < len(data)) or (count is not None and len(files) < count):
         n = struct.unpack_from("<I", data, offset)[0]
-        path = bytes(data[offset + 4:offset + 4 + n]).decode("utf-8", "replace")
+        path = bytes(data[offset + 4 : offset + 4 + n]).decode("utf-8", "replace")
         if n == 0 or offset + 4 + n > len(data):
             raise struct.error("a file without a path")
         offset += 4 + n
         n = struct.unpack_from("<I", data, offset)[0]
         if offset + 4 + n > len(data):
             raise struct.error("a file cut short")
-        files[path] = data[offset + 4:offset + 4 + n]
+        files[path] = data[offset + 4 : offset + 4 + n]
         offset += 4 + n
     return files, offset
 
@@ -115,8 +119,14 @@ class BinaryCache:
         """The full key of a program binary in the cache (``None`` when ``MALINN_BINARY_CACHE=0``)."""
         if not switch("MALINN_BINARY_CACHE", True):
             return None
-        return {"source_sha256": hashlib.sha256(source.encode()).hexdigest(), "options": list(options),
-                "device": self.name, "vendor": self.vendor, "driver": self.driver_version, "platform": self.platform}
+        return {
+            "source_sha256": hashlib.sha256(source.encode()).hexdigest(),
+            "options": list(options),
+            "device": self.name,
+            "vendor": self.vendor,
+            "driver": self.driver_version,
+            "platform": self.platform,
+        }
 
     def _build_lock_name(self, source: str, options) -> str:
         """What names a program to :func:`~malinn.io.cache.build_lock`: the device, the options and the
@@ -176,7 +186,7 @@ class BinaryCache:
         try:
             status = program.get_build_info(self.cl_device, cl.program_build_info.STATUS)
             binary = bytes(program.get_info(cl.program_info.BINARIES)[0])
-        except Exception as exc:   # a driver without binaries: caching is optional
+        except Exception as exc:  # a driver without binaries: caching is optional
             return None, f"the driver gives no binary ({exc})"
         return binary, self._binary_problem(binary, status, _kernel_names(program), key)
 
@@ -191,16 +201,15 @@ class BinaryCache:
             if problem:
                 return problem
         try:
-            with in_use("programs", key):   # a crash in here is remembered: the next process stores none
+            with in_use("programs", key):  # a crash in here is remembered: the next process stores none
                 raw = cl._cl._Program(self.context, [self.cl_device], [binary])
                 _build_quietly(raw, self.cl_device, list(key["options"]))
                 again = raw.get_build_info(self.cl_device, cl.program_build_info.STATUS)
                 loaded = _kernel_names(raw)
-        except Exception as exc:   # caching is optional: never a reason for a build to fail
+        except Exception as exc:  # caching is optional: never a reason for a build to fail
             return f"the driver refuses its own binary ({status_name(exc)})"
         if again != _CL_BUILD_SUCCESS:
             return f"the driver's build of its own binary has status {again}"
         if loaded != kernels:
             return f"the binary's kernels are {loaded}, the program's {kernels}"
         return None
-

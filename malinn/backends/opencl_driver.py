@@ -97,14 +97,15 @@ def _with_files(log: str, source: str) -> str:
     which ignores ``#line``; a temporary file's name elsewhere) followed by the kernel file and line
     it is (``[activation.cl:22]``), from the ``#line 1 "file"`` markers the library puts before
     each file (:meth:`~malinn.library.kernel_library.KernelSpec.program_source`)."""
-    marks = [(i + 1, name) for i, line in enumerate(source.splitlines())
-             for name in re.findall(r'^#line 1 "([^"]+)"$', line)]
+    marks = [
+        (i + 1, name) for i, line in enumerate(source.splitlines()) for name in re.findall(r'^#line 1 "([^"]+)"$', line)
+    ]
     if not marks:
         return log
     names = {name for _, name in marks}
 
     def place(match):
-        if match.group(1) in names:   # the driver honoured #line
+        if match.group(1) in names:  # the driver honoured #line
             return match.group(0)
         line = int(match.group(2))
         found = [(start, name) for start, name in marks if start < line]

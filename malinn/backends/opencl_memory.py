@@ -40,14 +40,17 @@ class DeviceMemory:
     def alloc(self, nbytes: int, what: str):
         cl = _cl()
         if nbytes > self.max_allocation:
-            raise DeviceError(f"{what}: {size_text(nbytes)} exceeds the largest single allocation of "
-                              f"{self.name} ({size_text(self.max_allocation)}){ALLOCATION_HINT}")
+            raise DeviceError(
+                f"{what}: {size_text(nbytes)} exceeds the largest single allocation of "
+                f"{self.name} ({size_text(self.max_allocation)}){ALLOCATION_HINT}"
+            )
         flags = cl.mem_flags.READ_WRITE | (cl.mem_flags.ALLOC_HOST_PTR if zero_copy_enabled(self) else 0)
         try:
             return cl.Buffer(self.context, flags, max(int(nbytes), 4))
         except cl.Error as exc:
-            raise DeviceError(f"{what}: allocating {size_text(nbytes)} on {self.name} failed "
-                              f"({status_name(exc)})") from exc
+            raise DeviceError(
+                f"{what}: allocating {size_text(nbytes)} on {self.name} failed ({status_name(exc)})"
+            ) from exc
 
     def upload(self, buffer, array, blocking: bool = True, what: str = "data", mapped: bool | None = None):
         event = self._transfer(buffer, array, True, blocking, mapped, f"uploading {what} ({array.nbytes} bytes) to")
@@ -67,8 +70,9 @@ class DeviceMemory:
         try:
             if blocking and (zero_copy_enabled(self) if mapped is None else mapped):
                 flags = cl.map_flags.WRITE_INVALIDATE_REGION if to_device else cl.map_flags.READ
-                view, _ = cl.enqueue_map_buffer(self.queue, buffer, flags, 0, (host.size,), host.dtype,
-                                                is_blocking=True)
+                view, _ = cl.enqueue_map_buffer(
+                    self.queue, buffer, flags, 0, (host.size,), host.dtype, is_blocking=True
+                )
                 try:
                     if to_device:
                         view[...] = host.reshape(-1)
@@ -78,7 +82,9 @@ class DeviceMemory:
                     view.base.release(self.queue)
                 self.counters["zero_copy"] += 1
                 return None
-            event = cl.enqueue_copy(self.queue, *((buffer, host) if to_device else (host, buffer)), is_blocking=blocking)
+            event = cl.enqueue_copy(
+                self.queue, *((buffer, host) if to_device else (host, buffer)), is_blocking=blocking
+            )
             return None if blocking else event
         except cl.Error as exc:
             raise DeviceError(f"{what} {self.name} failed ({status_name(exc)})") from exc
@@ -95,13 +101,22 @@ class DeviceMemory:
         cl = _cl()
         try:
             buffer = cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, max(nbytes, 4))
-            view, _ = cl.enqueue_map_buffer(self.queue, buffer, cl.map_flags.READ | cl.map_flags.WRITE, 0,
-                                            tuple(shape), np.float32, is_blocking=True)
+            view, _ = cl.enqueue_map_buffer(
+                self.queue,
+                buffer,
+                cl.map_flags.READ | cl.map_flags.WRITE,
+                0,
+                tuple(shape),
+                np.float32,
+                is_blocking=True,
+            )
         except cl.Error as exc:
-            raise DeviceError(f"{what}: allocating {size_text(nbytes)} of page-locked host memory for "
-                              f"{self.name} failed ({status_name(exc)})") from exc
+            raise DeviceError(
+                f"{what}: allocating {size_text(nbytes)} of page-locked host memory for "
+                f"{self.name} failed ({status_name(exc)})"
+            ) from exc
         view[...] = 0
-        return view          # the mapping keeps the buffer alive as long as the array
+        return view  # the mapping keeps the buffer alive as long as the array
 
     def stages_input(self, nbytes: int) -> bool:
         """True where :meth:`host_array` gives page-locked memory and the input is below
@@ -109,12 +124,11 @@ class DeviceMemory:
         return self._pinned(nbytes) and nbytes < DIRECT_MIN_BYTES
 
     def _pinned(self, nbytes: int) -> bool:
-        return not (self.host_unified_memory or nbytes < PINNED_MIN_BYTES
-                    or not switch("MALINN_PINNED", True))
+        return not (self.host_unified_memory or nbytes < PINNED_MIN_BYTES or not switch("MALINN_PINNED", True))
 
     def fill_zero(self, buffer, nbytes: int, what: str = "buffer") -> None:
         cl = _cl()
-        try:   # a copy of zeros: Oclgrind 21.10 takes a clEnqueueFillBuffer'ed buffer for uninitialised
+        try:  # a copy of zeros: Oclgrind 21.10 takes a clEnqueueFillBuffer'ed buffer for uninitialised
             cl.enqueue_copy(self.queue, buffer, np.zeros(int(nbytes) // 4, np.float32), is_blocking=True)
         except cl.Error as exc:
             raise DeviceError(f"clearing {what} ({nbytes} bytes) on {self.name} failed ({status_name(exc)})") from exc
@@ -122,16 +136,22 @@ class DeviceMemory:
     def image_from(self, buffer, width: int, height: int, what: str = "image"):
         cl = _cl()
         if not self.image_support or width > self.image2d_max_size[0] or height > self.image2d_max_size[1]:
-            raise DeviceError(f"{what}: {self.name} cannot hold a {width}x{height} image "
-                              f"(image support {self.image_support}, limit {self.image2d_max_size})")
+            raise DeviceError(
+                f"{what}: {self.name} cannot hold a {width}x{height} image "
+                f"(image support {self.image_support}, limit {self.image2d_max_size})"
+            )
         try:
-            image = cl.create_image(self.context, cl.mem_flags.READ_ONLY,
-                                    cl.ImageFormat(cl.channel_order.RGBA, cl.channel_type.FLOAT),
-                                    shape=(width, height))
+            image = cl.create_image(
+                self.context,
+                cl.mem_flags.READ_ONLY,
+                cl.ImageFormat(cl.channel_order.RGBA, cl.channel_type.FLOAT),
+                shape=(width, height),
+            )
             cl.enqueue_copy(self.queue, image, buffer, offset=0, origin=(0, 0), region=(width, height))
         except cl.Error as exc:
-            raise DeviceError(f"{what}: making a {width}x{height} image on {self.name} failed "
-                              f"({status_name(exc)})") from exc
+            raise DeviceError(
+                f"{what}: making a {width}x{height} image on {self.name} failed ({status_name(exc)})"
+            ) from exc
         return image
 
     def finish(self) -> None:

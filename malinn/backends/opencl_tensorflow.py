@@ -15,8 +15,10 @@ from .opencl_driver import POCL_PLATFORM, _safe_attr, _safe_name
 
 __all__ = ["TENSORFLOW_HINT", "tensorflow_loaded", "skipped_for_tensorflow", "forget_skips"]
 
-TENSORFLOW_HINT = ("TensorFlow is loaded in this process, and PoCL cannot share a process with it (their LLVMs "
-                   "clash and PoCL crashes); run TensorFlow in another process (as `malinn verify` does)")
+TENSORFLOW_HINT = (
+    "TensorFlow is loaded in this process, and PoCL cannot share a process with it (their LLVMs "
+    "clash and PoCL crashes); run TensorFlow in another process (as `malinn verify` does)"
+)
 _skipped_for_tensorflow = False
 
 
@@ -25,7 +27,7 @@ def _mapped(*fragments: str) -> bool:
     try:
         with open("/proc/self/maps") as maps:
             return any(fragment in line for line in maps for fragment in fragments)
-    except OSError:   # not Linux
+    except OSError:  # not Linux
         return False
 
 

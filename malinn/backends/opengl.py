@@ -62,8 +62,19 @@ from .gl_functions import GLFunctions
 from .gl_programs import MAX_GROUPS, PREAMBLE_VERSION, BinaryShader, GLProgram, fold_groups, refused_options
 
 # the backend's public names, some defined in the shared GL modules
-__all__ = ["GLDevice", "discover", "probe", "wanted", "gl_index_macro", "loop_limit", "fold_groups", "BinaryShader",
-           "DEFAULT_LOCAL", "PREAMBLE_VERSION", "SOFTWARE_RENDERERS"]
+__all__ = [
+    "GLDevice",
+    "discover",
+    "probe",
+    "wanted",
+    "gl_index_macro",
+    "loop_limit",
+    "fold_groups",
+    "BinaryShader",
+    "DEFAULT_LOCAL",
+    "PREAMBLE_VERSION",
+    "SOFTWARE_RENDERERS",
+]
 
 #: the work-group shape of a launch whose kernel names none (a rounded-up range, guarded)
 DEFAULT_LOCAL = {1: (64,), 2: (8, 8)}
@@ -71,7 +82,7 @@ _SHADER_STORAGE_BARRIER_BIT = 0x2000
 _MAX_COMPUTE_SHARED_MEMORY_SIZE = 0x8262
 _MAX_SHADER_STORAGE_BLOCK_SIZE = 0x90DE
 _MAX_COMPUTE_WORK_GROUP_INVOCATIONS = 0x90EB
-_MAX_COMPUTE_WORK_GROUP_SIZE = 0x91BF     # per axis (glGetIntegeri_v)
+_MAX_COMPUTE_WORK_GROUP_SIZE = 0x91BF  # per axis (glGetIntegeri_v)
 _NUM_PROGRAM_BINARY_FORMATS = 0x87FE
 _TIMESTAMP = 0x8E28
 _QUERY_RESULT = 0x8866
@@ -118,8 +129,10 @@ class GLDevice(GLBaseDevice):
 
     # ---------------------------------------------------------------- memory and programs
     def image_from(self, buffer: Any, width: int, height: int, what: str = "image") -> Any:
-        raise DeviceError(f"{what}: the OpenGL backend passes no image operands ({self.name}); "
-                          "choose a kernel without \"image\" restrictions")
+        raise DeviceError(
+            f"{what}: the OpenGL backend passes no image operands ({self.name}); "
+            'choose a kernel without "image" restrictions'
+        )
 
     def new_program(self, source: str, options: tuple, origin: str) -> GLProgram:
         """A :class:`~malinn.backends.gl_programs.GLProgram` for ``source`` and ``options``; it is
@@ -132,24 +145,36 @@ class GLDevice(GLBaseDevice):
         """
         refused = refused_options(source, options)
         if refused:
-            raise BackendError(f"{origin}: {' '.join(refused)} asks for a weight precision this GL shader does not "
-                               f"read ({self.name}): fp32 everywhere, fp16-storage and int8-weights in the shaders "
-                               f"that include gl/weights.glsl, fp16 on OpenCL devices only")
+            raise BackendError(
+                f"{origin}: {' '.join(refused)} asks for a weight precision this GL shader does not "
+                f"read ({self.name}): fp32 everywhere, fp16-storage and int8-weights in the shaders "
+                f"that include gl/weights.glsl, fp16 on OpenCL devices only"
+            )
         return GLProgram(self, source, options, origin)
 
     # ---------------------------------------------------------------- launches
-    def bind(self, program: GLProgram, function: str, args: list, global_size: tuple, local_size: Any,
-             what: str = "", name: str | None = None) -> BoundLaunch:
+    def bind(
+        self,
+        program: GLProgram,
+        function: str,
+        args: list,
+        global_size: tuple,
+        local_size: Any,
+        what: str = "",
+        name: str | None = None,
+    ) -> BoundLaunch:
         name = name or function
         global_size = tuple(int(g) for g in global_size)
         local = tuple(local_size) if local_size else DEFAULT_LOCAL[len(global_size)]
         groups = tuple(-(-g // l) for g, l in zip(global_size, local))
         dispatch, fold = fold_groups(groups)
         if dispatch is None:
-            raise DeviceError(f"{what}: kernel {name} over range {global_size} needs {groups} work-groups, "
-                              f"more than {self.name} dispatches ({MAX_GROUPS} per dimension, "
-                              f"{MAX_GROUPS} x {MAX_GROUPS} folded): predict fewer samples at a time "
-                              f"(batch_size, --batch-size) or run the model on an OpenCL device")
+            raise DeviceError(
+                f"{what}: kernel {name} over range {global_size} needs {groups} work-groups, "
+                f"more than {self.name} dispatches ({MAX_GROUPS} per dimension, "
+                f"{MAX_GROUPS} x {MAX_GROUPS} folded): predict fewer samples at a time "
+                f"(batch_size, --batch-size) or run the model on an OpenCL device"
+            )
         scalars, buffers = split_args(args)
         with self:
             shader = program.linked(local, folded=dispatch[2] > 1)
@@ -157,7 +182,7 @@ class GLDevice(GLBaseDevice):
                 block = shader["MalinnArgs"]
             except KeyError:
                 raise KernelBuildError(f"{program.origin}: the shader declares no MALINN_ARGS block") from None
-            head = [global_size[0], global_size[1] if len(global_size) > 1 else 1, fold]   # gl_programs.RANGE_WORDS
+            head = [global_size[0], global_size[1] if len(global_size) > 1 else 1, fold]  # gl_programs.RANGE_WORDS
             uniforms = self.ctx.buffer(args_block(program.origin, block.size, head, scalars))
         return self.bound(name, global_size, local, (shader, uniforms, tuple(buffers), dispatch), what or name)
 
@@ -256,7 +281,7 @@ class GLDevice(GLBaseDevice):
                 self._launch(launches, queries)
                 stamps = []
                 for query in queries[:count]:
-                    gl.get_query_object_ui64v(query, _QUERY_RESULT, ctypes.byref(result))   # waits for it
+                    gl.get_query_object_ui64v(query, _QUERY_RESULT, ctypes.byref(result))  # waits for it
                     stamps.append(result.value)
             finally:
                 gl.delete_queries(count, queries)
@@ -280,17 +305,30 @@ def probe(index: int) -> GLDevice:
         sizes = tuple(gl.indexed_integer(_MAX_COMPUTE_WORK_GROUP_SIZE, i) for i in range(3))
         formats = gl.integer(_NUM_PROGRAM_BINARY_FORMATS) if gl.get_program_binary else 0
         device = GLDevice(
-            backend="gl", index=("gl", index), name=figures.renderer, platform=figures.platform,
-            vendor=figures.vendor, type=figures.type, compute_units=1,
-            global_memory=total_memory(ctx, gl, max_allocation), max_allocation=max_allocation,
-            max_work_group_size=gl.integer(_MAX_COMPUTE_WORK_GROUP_INVOCATIONS), max_work_item_sizes=sizes,
-            local_memory=gl.integer(_MAX_COMPUTE_SHARED_MEMORY_SIZE), image_support=False,
-            image2d_max_size=(0, 0), opencl_c_version="GLSL ES 3.10",
-            driver_version=figures.version, host_unified_memory=False,   # no mapped transfers
-            ctx=ctx, gl=gl, binary_formats=formats)
+            backend="gl",
+            index=("gl", index),
+            name=figures.renderer,
+            platform=figures.platform,
+            vendor=figures.vendor,
+            type=figures.type,
+            compute_units=1,
+            global_memory=total_memory(ctx, gl, max_allocation),
+            max_allocation=max_allocation,
+            max_work_group_size=gl.integer(_MAX_COMPUTE_WORK_GROUP_INVOCATIONS),
+            max_work_item_sizes=sizes,
+            local_memory=gl.integer(_MAX_COMPUTE_SHARED_MEMORY_SIZE),
+            image_support=False,
+            image2d_max_size=(0, 0),
+            opencl_c_version="GLSL ES 3.10",
+            driver_version=figures.version,
+            host_unified_memory=False,  # no mapped transfers
+            ctx=ctx,
+            gl=gl,
+            binary_formats=formats,
+        )
         ctx.error
     finally:
-        ctx.__exit__(None, None, None)   # create_context left it current in this thread
+        ctx.__exit__(None, None, None)  # create_context left it current in this thread
     run_probe(device, _PROBE_SOURCE, "the probe shader")
     device.max_loop_iterations = loop_limit(device, _LOOP_PROBE_SOURCE)
     return device

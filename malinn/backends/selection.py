@@ -29,15 +29,19 @@ from .base import Device
 __all__ = ["Device", "devices", "get_device", "get_devices", "resolve_devices", "set_device"]
 
 #: backend name -> its discovery function; the order is the order of devices()
-BACKENDS: dict[str, Callable[..., list]] = {"opencl": opencl.discover, "gl": opengl.discover, gl_feedback.BACKEND: gl_feedback.discover}
+BACKENDS: dict[str, Callable[..., list]] = {
+    "opencl": opencl.discover,
+    "gl": opengl.discover,
+    gl_feedback.BACKEND: gl_feedback.discover,
+}
 #: the backends whose discovery reads the devices found before it (OpenGL's: after any OpenCL GPU)
 _AFTER_OTHERS = ("gl", gl_feedback.BACKEND)
 
 _registry_lock = threading.RLock()
 _devices: list | None = None
 _current: Device | None = None
-_current_list: tuple | None = None   # the devices set_device was given as a list (predict spreads over them)
-_probed: dict = {}     # OpenCL (platform, device) -> Device, or None where its probe failed (this discovery)
+_current_list: tuple | None = None  # the devices set_device was given as a list (predict spreads over them)
+_probed: dict = {}  # OpenCL (platform, device) -> Device, or None where its probe failed (this discovery)
 
 
 def devices(refresh: bool = False) -> list:
@@ -87,8 +91,11 @@ def match(spec: str, candidates: list) -> Device:
         if not mine and backend in _AFTER_OTHERS and candidates is _devices:
             mine = _discover_gl_on_request(backend)
         if not mine:
-            hint = ("; the OpenGL backends need moderngl, which is not installed: pip install 'malinn[gl]'"
-                    if backend in _AFTER_OTHERS and importlib.util.find_spec("moderngl") is None else "")
+            hint = (
+                "; the OpenGL backends need moderngl, which is not installed: pip install 'malinn[gl]'"
+                if backend in _AFTER_OTHERS and importlib.util.find_spec("moderngl") is None
+                else ""
+            )
             raise DeviceError(f"no working {backend} device; working devices: {listing(candidates)}{hint}")
         if not rest:
             return next((d for d in mine if d.kind == "gpu"), mine[0])
@@ -131,7 +138,7 @@ def _known() -> list:
     all of them by it, and the OpenGL devices asked for by name are added to it)."""
     if _devices is None:
         devices()
-    assert _devices is not None   # devices() made it
+    assert _devices is not None  # devices() made it
     return _devices
 
 
@@ -199,8 +206,9 @@ def resolve_devices(specs: "str | Device | list | tuple") -> list:
         for i, spec in enumerate(specs):
             if isinstance(spec, Device):
                 if spec not in candidates:
-                    raise DeviceError(f"device {i} of the list, {spec.name}, is not one of the working devices: "
-                                      f"{listing(candidates)}")
+                    raise DeviceError(
+                        f"device {i} of the list, {spec.name}, is not one of the working devices: {listing(candidates)}"
+                    )
                 chosen.append(spec)
             elif isinstance(spec, str):
                 try:
@@ -236,7 +244,7 @@ def get_device() -> Device:
             return _current
         if _devices is None and not os.environ.get("MALINN_DEVICE", "").strip():
             check_switches()
-            gpu = opencl.first_gpu(_probed)        # the first choice, without probing anything else
+            gpu = opencl.first_gpu(_probed)  # the first choice, without probing anything else
             if gpu is not None:
                 _current = gpu
                 return _current
@@ -244,9 +252,11 @@ def get_device() -> Device:
         if not candidates and opencl.skipped_for_tensorflow():
             raise DeviceError(f"no working OpenCL device: PoCL was skipped because {opencl.TENSORFLOW_HINT}")
         if not candidates:
-            raise DeviceError("no working OpenCL or OpenGL device was found; install an OpenCL driver "
-                              "(on Debian: apt-get install pocl-opencl-icd), or an OpenGL ES 3.1 driver and "
-                              "`pip install malinn[gl]`, and see `malinn devices`")
+            raise DeviceError(
+                "no working OpenCL or OpenGL device was found; install an OpenCL driver "
+                "(on Debian: apt-get install pocl-opencl-icd), or an OpenGL ES 3.1 driver and "
+                "`pip install malinn[gl]`, and see `malinn devices`"
+            )
         env = os.environ.get("MALINN_DEVICE", "").strip()
         if env:
             try:
@@ -254,6 +264,8 @@ def get_device() -> Device:
             except DeviceError as exc:
                 raise DeviceError(f"MALINN_DEVICE={env!r}: {exc}") from None
         else:
-            _current = next((d for d in candidates if d.kind == "gpu"),   # OpenCL's first: BACKENDS order
-                            next((d for d in candidates if d.kind == "cpu"), candidates[0]))
+            _current = next(
+                (d for d in candidates if d.kind == "gpu"),  # OpenCL's first: BACKENDS order
+                next((d for d in candidates if d.kind == "cpu"), candidates[0]),
+            )
         return _current

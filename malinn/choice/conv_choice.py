@@ -42,8 +42,18 @@ from .conv_geometry import ConvGeometry
 from .kernel_choice import choose, explicit_choice
 from .tuning_db import tuned_conv
 
-__all__ = ["ConvGeometry", "choose_algorithm", "default_algorithm", "holds", "runs", "patch_budget", "patch_bytes", "rules", "CONDITIONS",
-           "ALGORITHM_OPS"]
+__all__ = [
+    "ConvGeometry",
+    "choose_algorithm",
+    "default_algorithm",
+    "holds",
+    "runs",
+    "patch_budget",
+    "patch_bytes",
+    "rules",
+    "CONDITIONS",
+    "ALGORITHM_OPS",
+]
 
 #: the ops whose kernels are a convolution algorithm
 ALGORITHM_OPS = ("conv", "im2col")
@@ -175,7 +185,7 @@ def default_algorithm(device: Device, geometry: ConvGeometry) -> KernelSpec:
             return spec
     general = [spec for spec, _ in found if spec.op == "conv"][::-1]
     general += load_library().default_specs("conv", device.kind, device.backend)
-    launchable = None   # the first configuration the device launches, whatever else keeps it from running
+    launchable = None  # the first configuration the device launches, whatever else keeps it from running
     for spec in general:
         for config in [spec.config] + spec.configurations(device):
             candidate = spec.configure(config)
@@ -183,8 +193,10 @@ def default_algorithm(device: Device, geometry: ConvGeometry) -> KernelSpec:
                 return candidate
             if launchable is None and _launches(candidate, geometry, device):
                 launchable = candidate
-    if launchable is not None:   # its launch names why it cannot run (llvmpipe's loop limit, say)
+    if launchable is not None:  # its launch names why it cannot run (llvmpipe's loop limit, say)
         return launchable
-    raise BackendError(f"no convolution kernel of the library runs {geometry.key()} on {device.name} "
-                       f"(work-groups of at most {device.max_work_group_size} items, "
-                       f"{device.local_memory:,} bytes of local memory)")
+    raise BackendError(
+        f"no convolution kernel of the library runs {geometry.key()} on {device.name} "
+        f"(work-groups of at most {device.max_work_group_size} items, "
+        f"{device.local_memory:,} bytes of local memory)"
+    )

@@ -31,8 +31,7 @@ class ConvGeometry:
     @classmethod
     def of(cls, batch: int, cin: int, cout: int, groups: int, window: dict) -> "ConvGeometry":
         """From the window defines of :func:`malinn.layers.windows.window_defines`."""
-        return cls(int(batch), int(cin), int(cout), int(groups),
-                   *(int(window[f.name]) for f in fields(cls)[4:]))
+        return cls(int(batch), int(cin), int(cout), int(groups), *(int(window[f.name]) for f in fields(cls)[4:]))
 
     def window(self) -> dict:
         """The window defines (``IH`` ... ``PL``)."""
@@ -61,13 +60,22 @@ class ConvGeometry:
 
     def measures(self) -> dict:
         """The quantities a rule's conditions bound."""
-        return {"cg": self.cg, "cout": self.cout, "taps": self.taps, "pixels": self.pixels,
-                "image": self.OH * self.OW, "stride": max(self.SH, self.SW), "batch": self.batch}
+        return {
+            "cg": self.cg,
+            "cout": self.cout,
+            "taps": self.taps,
+            "pixels": self.pixels,
+            "image": self.OH * self.OW,
+            "stride": max(self.SH, self.SW),
+            "batch": self.batch,
+        }
 
     def key(self) -> str:
         """The tuning database's name: ``b8-c96-m256-g1-i27x27-o27x27-k5x5-s1x1-d1x1-p2x2``."""
-        return (f"b{self.batch}-c{self.cin}-m{self.cout}-g{self.groups}-i{self.IH}x{self.IW}-o{self.OH}x{self.OW}"
-                f"-k{self.KH}x{self.KW}-s{self.SH}x{self.SW}-d{self.DH}x{self.DW}-p{self.PT}x{self.PL}")
+        return (
+            f"b{self.batch}-c{self.cin}-m{self.cout}-g{self.groups}-i{self.IH}x{self.IW}-o{self.OH}x{self.OW}"
+            f"-k{self.KH}x{self.KW}-s{self.SH}x{self.SW}-d{self.DH}x{self.DW}-p{self.PT}x{self.PL}"
+        )
 
     @classmethod
     def parse(cls, text: str) -> "ConvGeometry":
@@ -82,11 +90,29 @@ class ConvGeometry:
             if any(len(p) != 2 for p in pairs):
                 raise ValueError
             (ih, iw), (oh, ow), (kh, kw), (dh, dw), (sh, sw), (pt, pl) = pairs
-            geometry = cls(int(parts["b"]), int(parts["c"]), int(parts["m"]), int(parts["g"]),
-                           ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl)
+            geometry = cls(
+                int(parts["b"]),
+                int(parts["c"]),
+                int(parts["m"]),
+                int(parts["g"]),
+                ih,
+                iw,
+                oh,
+                ow,
+                kh,
+                kw,
+                sh,
+                sw,
+                dh,
+                dw,
+                pt,
+                pl,
+            )
         except (KeyError, ValueError, IndexError, TypeError):
-            raise ValueError(f"{text!r} is not a convolution geometry "
-                             f"(b<batch>-c<cin>-m<cout>-g<groups>-i<H>x<W>-o..-k..-s..-d..-p..)") from None
+            raise ValueError(
+                f"{text!r} is not a convolution geometry "
+                f"(b<batch>-c<cin>-m<cout>-g<groups>-i<H>x<W>-o..-k..-s..-d..-p..)"
+            ) from None
         if geometry.key() != text or min(geometry.batch, geometry.cin, geometry.cout, geometry.groups) < 1:
             raise ValueError(f"{text!r} is not a convolution geometry in its canonical form")
         return geometry

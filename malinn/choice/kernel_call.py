@@ -35,8 +35,14 @@ __all__ = ["bind", "scalar_values", "global_range"]
 def scalar_values(matrices: dict) -> dict:
     """The value of each scalar letter for these matrix arguments."""
     r, a, b = matrices["r"], matrices.get("a"), matrices.get("b")
-    return letter_values(r.shape, r.padded, a.shape if a is not None else None, a.padded if a is not None else None,
-                         b.shape if b is not None else None, b.padded if b is not None else None)
+    return letter_values(
+        r.shape,
+        r.padded,
+        a.shape if a is not None else None,
+        a.padded if a is not None else None,
+        b.shape if b is not None else None,
+        b.padded if b is not None else None,
+    )
 
 
 def global_range(spec: KernelSpec, values: dict) -> tuple:
@@ -71,15 +77,30 @@ def program_for(spec: KernelSpec, device: Device, layouts: dict, wait: bool = Tr
         KernelBuildError: the program did not build (with ``wait``).
     """
     options = spec.build_options(device.backend)
-    key = (spec.codename, str(spec.source_path), options, device.backend,
-           tuple(sorted((name, str(layout)) for name, layout in layouts.items())), device.extra_build_options())
+    key = (
+        spec.codename,
+        str(spec.source_path),
+        options,
+        device.backend,
+        tuple(sorted((name, str(layout)) for name, layout in layouts.items())),
+        device.extra_build_options(),
+    )
     programs = device.cache.setdefault("kernel_programs", {})
     program = programs.get(key)
     if program is None:
         source = spec.program_source(layouts, device.render_index, device.backend)
-        origin = spec.source if device.backend == "opencl" else next(
-            (str(path.relative_to(spec.source_path.parent)) for name, path, _ in spec.sources if name == device.backend),
-            spec.source)
+        origin = (
+            spec.source
+            if device.backend == "opencl"
+            else next(
+                (
+                    str(path.relative_to(spec.source_path.parent))
+                    for name, path, _ in spec.sources
+                    if name == device.backend
+                ),
+                spec.source,
+            )
+        )
         compile_async = getattr(device, "compile_async", None)
         if compile_async is None:
             program = programs[key] = device.compile(source, options, origin=f"{origin} ({spec.codename})")
@@ -115,9 +136,10 @@ def _explained(program: Future, explain: Callable[[KernelBuildError], BaseExcept
 def _image(matrix: DeviceMatrix, device: Device) -> Any:
     """The matrix (laid out 'C') as an RGBA float image, made on the device once and kept."""
     if matrix.image is None:
-        assert matrix.padded is not None   # an operand on the device
-        matrix.image = device.image_from(matrix.buffer, matrix.padded[0] // 4, matrix.padded[1],
-                                         what=f"{matrix.shape} operand as an image")
+        assert matrix.padded is not None  # an operand on the device
+        matrix.image = device.image_from(
+            matrix.buffer, matrix.padded[0] // 4, matrix.padded[1], what=f"{matrix.shape} operand as an image"
+        )
     return matrix.image
 
 
@@ -150,8 +172,14 @@ def _scratch(spec: KernelSpec, device: Device, values: dict) -> Any:
         return buffers[size]
 
 
-def bind(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | None = None,
-         params: dict | None = None, what: str = "") -> BoundLaunch | None:
+def bind(
+    spec: KernelSpec,
+    device: Device,
+    matrices: dict,
+    vectors: dict | None = None,
+    params: dict | None = None,
+    what: str = "",
+) -> BoundLaunch | None:
     """Binds kernel ``spec`` on ``device`` to its arguments.
 
     Args:
@@ -181,30 +209,39 @@ def bind(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | None 
     global_size = global_range(spec, values)
     if 0 in global_size:
         return None
-    if not spec.loops_fit(device, values):   # the driver would end its loops early: a wrong answer, silently
-        raise DeviceError(f"{what or spec.codename}: kernel {spec.codename} would run "
-                          f"{spec.loop_iterations(device.backend, values):,} loop iterations in one shader "
-                          f"invocation on {device.name}, whose driver ends them after "
-                          f"{device.max_loop_iterations:,} (silently: llvmpipe's limit); run the model on an "
-                          f"OpenCL device (PoCL on a CPU) or a GPU")
-    if any(name.startswith(DIVIDE) for name in spec.define_arguments(device.backend)) and \
-            values["h"] * values["w"] > 0xFFFFFFFF:   # the magic division is of 32-bit numbers
-        raise DeviceError(f"{what or spec.codename}: kernel {spec.codename} divides by its sizes in 32 bits, and its "
-                          f"result of {values['h']} x {values['w']} elements has 2^32 or more on {device.name}; "
-                          f"split the layer's input into smaller batches")
+    if not spec.loops_fit(device, values):  # the driver would end its loops early: a wrong answer, silently
+        raise DeviceError(
+            f"{what or spec.codename}: kernel {spec.codename} would run "
+            f"{spec.loop_iterations(device.backend, values):,} loop iterations in one shader "
+            f"invocation on {device.name}, whose driver ends them after "
+            f"{device.max_loop_iterations:,} (silently: llvmpipe's limit); run the model on an "
+            f"OpenCL device (PoCL on a CPU) or a GPU"
+        )
+    if (
+        any(name.startswith(DIVIDE) for name in spec.define_arguments(device.backend))
+        and values["h"] * values["w"] > 0xFFFFFFFF
+    ):  # the magic division is of 32-bit numbers
+        raise DeviceError(
+            f"{what or spec.codename}: kernel {spec.codename} divides by its sizes in 32 bits, and its "
+            f"result of {values['h']} x {values['w']} elements has 2^32 or more on {device.name}; "
+            f"split the layer's input into smaller batches"
+        )
     local_size = local_range(spec.workgroup, global_size, device)
     if local_size is None and spec.requires_workgroup:
         # an OpenCL driver would refuse the launch; a compute shader built in another shape computes wrong values
-        raise DeviceError(f"{what or spec.codename}: kernel {spec.codename} runs only in work-groups of "
-                          f"{' x '.join(map(str, spec.workgroup or ()))} items over its range {global_size}; {device.name} "
-                          f"launches at most {device.max_work_group_size} items a group "
-                          f"({' x '.join(map(str, device.max_work_item_sizes))} per axis): choose another "
-                          f"configuration of it (docs/KERNELS.md) or another kernel (malinn.use)")
-    def built_for(exc: KernelBuildError) -> KernelBuildError:   # whose step it was, the shapes it was built for
+        raise DeviceError(
+            f"{what or spec.codename}: kernel {spec.codename} runs only in work-groups of "
+            f"{' x '.join(map(str, spec.workgroup or ()))} items over its range {global_size}; {device.name} "
+            f"launches at most {device.max_work_group_size} items a group "
+            f"({' x '.join(map(str, device.max_work_item_sizes))} per axis): choose another "
+            f"configuration of it (docs/KERNELS.md) or another kernel (malinn.use)"
+        )
+
+    def built_for(exc: KernelBuildError) -> KernelBuildError:  # whose step it was, the shapes it was built for
         shapes = ", ".join(f"{name} {m.shape} padded to {m.padded} in {m.layout}" for name, m in matrices.items())
         return KernelBuildError(f"{what or spec.codename} ({shapes}): {exc}")
 
-    try:   # built beside the programs of the launches bound after this one, where the device can
+    try:  # built beside the programs of the launches bound after this one, where the device can
         program = program_for(spec, device, {name: m.layout for name, m in matrices.items()}, wait=False)
     except KernelBuildError as exc:
         raise built_for(exc) from None
@@ -219,11 +256,12 @@ def bind(spec: KernelSpec, device: Device, matrices: dict, vectors: dict | None 
             args.append(matrices[name].buffer)
         elif name == SCRATCH_NAME:
             args.append(_scratch(spec, device, values))
-        else:   # a vector the kernel declares but this call does not use (no bias): never read
+        else:  # a vector the kernel declares but this call does not use (no bias): never read
             args.append((vectors or {}).get(name) or _placeholder(device))
     args += [np.uint32(v) for v in spec.define_argument_values(device.backend)]
-    try:   # a backend may build its program here, in the launch's shape (a compute shader)
-        return device.bind(program, spec.function, args, global_size, local_size, what=what or spec.codename,
-                           name=spec.codename)
+    try:  # a backend may build its program here, in the launch's shape (a compute shader)
+        return device.bind(
+            program, spec.function, args, global_size, local_size, what=what or spec.codename, name=spec.codename
+        )
     except KernelBuildError as exc:
         raise built_for(exc) from None

@@ -71,14 +71,18 @@ def use(op: str, codename: str, device: Device | None = None, config: dict | Non
         raise LibraryError(f"kernel {codename!r} implements {spec.op!r}, not {op!r}")
     configured = spec.configure(config)
     if device is not None and not isinstance(device, Device):
-        raise ValueError(f"use: device must be a malinn device (malinn.devices(), malinn.get_device()), got "
-                         f"{device!r}; malinn.set_device({device!r}) makes it the current one")
+        raise ValueError(
+            f"use: device must be a malinn device (malinn.devices(), malinn.get_device()), got "
+            f"{device!r}; malinn.set_device({device!r}) makes it the current one"
+        )
     device = device or get_device()
     limit = configured.launch_limit(device)
-    if limit:   # else every layer would fall back to another kernel, without a word
-        raise DeviceError(f"use: kernel {codename!r} in {'configuration ' + str(config) if config else 'its defaults'} "
-                          f"{limit}: choose a configuration within the device's limits (its candidates: "
-                          f"docs/KERNELS.md) or another kernel")
+    if limit:  # else every layer would fall back to another kernel, without a word
+        raise DeviceError(
+            f"use: kernel {codename!r} in {'configuration ' + str(config) if config else 'its defaults'} "
+            f"{limit}: choose a configuration within the device's limits (its candidates: "
+            f"docs/KERNELS.md) or another kernel"
+        )
     with _lock:
         _choices(device)[op] = (codename, dict(config or {}))
         _epoch[0] += 1
@@ -87,7 +91,7 @@ def use(op: str, codename: str, device: Device | None = None, config: dict | Non
 def forget(device: Device | None = None) -> None:
     """Drops the choices made with :func:`use` (on ``device``, or on every device when ``None``)."""
     with _lock:
-        for d in ([device] if device is not None else devices()):
+        for d in [device] if device is not None else devices():
             _choices(d).clear()
         _epoch[0] += 1
 
@@ -98,8 +102,13 @@ def explicit_choice(op: str, device: Device) -> Any:
         return _choices(device).get(op)
 
 
-def choose(op: str, device: Device | None = None, shape: tuple | None = None,
-           activation: str | None = None, precision: str = DEFAULT_PRECISION) -> KernelSpec:
+def choose(
+    op: str,
+    device: Device | None = None,
+    shape: tuple | None = None,
+    activation: str | None = None,
+    precision: str = DEFAULT_PRECISION,
+) -> KernelSpec:
     """The kernel ``op`` uses on ``device`` (for a matmul, for the product ``shape = (m, k, n)``).
 
     Without an explicit or tuned choice, a matmul takes the first of the library's defaults for the
@@ -148,16 +157,26 @@ def check_precision(name: str, device: Device) -> None:
         return
     precision = load_library().precision(name)
     if device.backend not in REDUCED_PRECISION_BACKENDS:
-        raise BackendError(f"precision {precision.name!r} runs on OpenCL devices; {device.name} is a {device.backend} "
-                          f"device, whose kernels read fp32 weights only: use fp32 there")
+        raise BackendError(
+            f"precision {precision.name!r} runs on OpenCL devices; {device.name} is a {device.backend} "
+            f"device, whose kernels read fp32 weights only: use fp32 there"
+        )
     extension = precision.extension
     if extension and extension not in getattr(device, "extensions", ()):
-        raise DeviceError(f"precision {precision.name!r} computes in half and needs {extension}, which {device.name} "
-                          f"does not offer; use fp16-storage (half weights, float arithmetic: every device)")
+        raise DeviceError(
+            f"precision {precision.name!r} computes in half and needs {extension}, which {device.name} "
+            f"does not offer; use fp16-storage (half weights, float arithmetic: every device)"
+        )
 
 
-def in_precision(spec: KernelSpec, precision: str, kind: str, backend: str = "opencl", shape: tuple[int, int, int] | None = None,
-                 device: Device | None = None) -> KernelSpec:
+def in_precision(
+    spec: KernelSpec,
+    precision: str,
+    kind: str,
+    backend: str = "opencl",
+    shape: tuple[int, int, int] | None = None,
+    device: Device | None = None,
+) -> KernelSpec:
     """``spec`` in ``precision`` where its entry supports it, else the first matmul kernel that does
     (the fallbacks of the device kind ``kind`` on ``backend``, its defaults, then the library's
     matmul kernels in order) and accepts ``shape`` (a product ``(m, k, n)`` on ``device``; None:
@@ -169,19 +188,23 @@ def in_precision(spec: KernelSpec, precision: str, kind: str, backend: str = "op
     if precision in spec.precisions:
         return spec.in_precision(precision)
     library = load_library()
-    others = library.default_specs("matmul_fallback", kind, backend, precision) \
-        + library.default_specs("matmul", kind, backend, precision) \
+    others = (
+        library.default_specs("matmul_fallback", kind, backend, precision)
+        + library.default_specs("matmul", kind, backend, precision)
         + [library[c] for c in library.codenames("matmul", backend)]
+    )
     for other in others:
         if precision not in other.precisions:
             continue
         if shape is None or other.accepts(*shape, device=device):
             return other.in_precision(precision)
-        for config in other.configurations(device):   # e.g. a gemv whose NB holds the batch
+        for config in other.configurations(device):  # e.g. a gemv whose NB holds the batch
             if other.configure(config).accepts(*shape, device=device):
                 return other.configure(config).in_precision(precision)
-    raise LibraryError(f"{library.path}: no matmul kernel supports precision {precision!r}"
-                       + (f" for a {shape[0]}x{shape[1]}x{shape[2]} product" if shape else ""))
+    raise LibraryError(
+        f"{library.path}: no matmul kernel supports precision {precision!r}"
+        + (f" for a {shape[0]}x{shape[1]}x{shape[2]} product" if shape else "")
+    )
 
 
 def _choose(library: Any, op: str, device: Device) -> KernelSpec:
@@ -189,8 +212,13 @@ def _choose(library: Any, op: str, device: Device) -> KernelSpec:
     return library[chosen[0]].configure(chosen[1]) if chosen else library.default_spec(op, device.kind, device.backend)
 
 
-def _choose_matmul(library: Any, device: Device, shape: tuple[int, int, int] | None, activation: str | None,
-                   precision: str = DEFAULT_PRECISION) -> KernelSpec:
+def _choose_matmul(
+    library: Any,
+    device: Device,
+    shape: tuple[int, int, int] | None,
+    activation: str | None,
+    precision: str = DEFAULT_PRECISION,
+) -> KernelSpec:
     chosen = explicit_choice("matmul", device)
     explicit = chosen is not None
     if chosen is None:
@@ -198,13 +226,16 @@ def _choose_matmul(library: Any, device: Device, shape: tuple[int, int, int] | N
     spec = library[chosen[0]].configure(chosen[1]) if chosen else _default_matmul(library, device, shape, precision)
     if shape is not None and not spec.accepts(*shape, device=device):
         spec = _fallback(library, device, shape, precision)
-    if activation == "softmax" and shape is not None and not explicit \
-            and holding_columns(spec, shape, device) is None:
-        candidates = [c for c in library.default_specs("matmul_softmax", device.kind, device.backend)
-                      if all(c.matrices[x].layout == spec.matrices[x].layout for x in "br")]
+    if activation == "softmax" and shape is not None and not explicit and holding_columns(spec, shape, device) is None:
+        candidates = [
+            c
+            for c in library.default_specs("matmul_softmax", device.kind, device.backend)
+            if all(c.matrices[x].layout == spec.matrices[x].layout for x in "br")
+        ]
         # the table's configurations in order, then any configuration of theirs that holds the columns
-        holding = next((c for c in candidates if c.accepts(*shape, device=device)), None) \
-            or next(filter(None, (holding_columns(c, shape, device) for c in candidates)), None)
+        holding = next((c for c in candidates if c.accepts(*shape, device=device)), None) or next(
+            filter(None, (holding_columns(c, shape, device) for c in candidates)), None
+        )
         if holding is not None:
             return holding
     return spec

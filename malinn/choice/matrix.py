@@ -34,8 +34,16 @@ class DeviceMatrix:
             reduced precision, :meth:`upload_weights`, and then only a kernel in that precision reads it).
     """
 
-    def __init__(self, shape: tuple, *, host: np.ndarray | None = None, device: Device | None = None,
-                 layout: Layout | str | None = None, padded: tuple | None = None, buffer: Any = None):
+    def __init__(
+        self,
+        shape: tuple,
+        *,
+        host: np.ndarray | None = None,
+        device: Device | None = None,
+        layout: Layout | str | None = None,
+        padded: tuple | None = None,
+        buffer: Any = None,
+    ):
         self.shape = (int(shape[0]), int(shape[1]))
         self.host = host
         self.device = device
@@ -46,8 +54,11 @@ class DeviceMatrix:
         self.precision = "fp32"
 
     def __repr__(self) -> str:
-        where = (f"on {self.device.name} as {self.layout} padded to {self.padded}" if self.buffer is not None and self.device is not None
-                 else "host only")
+        where = (
+            f"on {self.device.name} as {self.layout} padded to {self.padded}"
+            if self.buffer is not None and self.device is not None
+            else "host only"
+        )
         return f"DeviceMatrix({self.shape[0]}x{self.shape[1]}, {where})"
 
     # ---------------------------------------------------------------- construction
@@ -60,7 +71,9 @@ class DeviceMatrix:
         return cls(array.shape, host=array)
 
     @classmethod
-    def empty(cls, device: Device, shape: tuple, layout: Layout | str, padded: tuple, what: str = "result") -> "DeviceMatrix":
+    def empty(
+        cls, device: Device, shape: tuple, layout: Layout | str, padded: tuple, what: str = "result"
+    ) -> "DeviceMatrix":
         """Allocates an uninitialised device matrix (a kernel will write every padded element)."""
         layout = parse_layout(layout)
         layout.check_padded(padded)
@@ -68,8 +81,9 @@ class DeviceMatrix:
         return cls(shape, device=device, layout=layout, padded=padded, buffer=buffer)
 
     @classmethod
-    def upload(cls, device: Device, array: Any, layout: Layout | str, padded: tuple | None = None,
-               what: str = "matrix") -> "DeviceMatrix":
+    def upload(
+        cls, device: Device, array: Any, layout: Layout | str, padded: tuple | None = None, what: str = "matrix"
+    ) -> "DeviceMatrix":
         """Lays ``array`` out on the host in ``layout`` and copies it to ``device``."""
         layout = parse_layout(layout)
         array = np.asarray(array, dtype=np.float32)
@@ -79,8 +93,9 @@ class DeviceMatrix:
         return matrix
 
     @classmethod
-    def upload_flat(cls, device: Device, flat: np.ndarray, shape: tuple, layout: Layout | str, padded: tuple,
-                    what: str = "matrix") -> "DeviceMatrix":
+    def upload_flat(
+        cls, device: Device, flat: np.ndarray, shape: tuple, layout: Layout | str, padded: tuple, what: str = "matrix"
+    ) -> "DeviceMatrix":
         """Copies a buffer that is already laid out (``layout``, ``padded``) to ``device``."""
         flat = np.ascontiguousarray(flat, dtype=np.float32).reshape(-1)
         if flat.size != padded[0] * padded[1]:
@@ -91,9 +106,16 @@ class DeviceMatrix:
         return matrix
 
     @classmethod
-    def upload_weights(cls, device: Device, flat: np.ndarray, shape: tuple, layout: Layout | str, padded: tuple,
-                       precision: str,
-                       what: str = "weights") -> "DeviceMatrix":
+    def upload_weights(
+        cls,
+        device: Device,
+        flat: np.ndarray,
+        shape: tuple,
+        layout: Layout | str,
+        padded: tuple,
+        precision: str,
+        what: str = "weights",
+    ) -> "DeviceMatrix":
         """Copies a weight buffer already in ``precision`` (:func:`malinn.library.precision.device_bytes`)
         to ``device``; the matrix has no host copy (its values are not float32)."""
         if precision == "fp32":
@@ -111,8 +133,12 @@ class DeviceMatrix:
     # ---------------------------------------------------------------- state
     def matches(self, device: Device, layout: Layout | str, padded: tuple) -> bool:
         """Whether the device copy is already on ``device`` in ``layout`` with ``padded``."""
-        return (self.buffer is not None and self.device is device and self.layout == parse_layout(layout)
-                and self.padded == tuple(padded))
+        return (
+            self.buffer is not None
+            and self.device is device
+            and self.layout == parse_layout(layout)
+            and self.padded == tuple(padded)
+        )
 
     def numpy(self) -> np.ndarray:
         """The logical matrix on the host, downloading it if only the device copy is current."""

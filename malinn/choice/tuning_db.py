@@ -32,15 +32,29 @@ from ..io.cache import cache_dir, locked, write_atomic
 from ..library.kernel_library import load_library
 from .conv_geometry import ConvGeometry
 
-__all__ = ["tuned_choice", "tuned_conv", "offered", "save", "check_writable", "forget", "version", "tuning_file", "device_key",
-           "shape_key", "read_all", "stored", "TUNING_FORMAT", "TUNING_VERSION"]
+__all__ = [
+    "tuned_choice",
+    "tuned_conv",
+    "offered",
+    "save",
+    "check_writable",
+    "forget",
+    "version",
+    "tuning_file",
+    "device_key",
+    "shape_key",
+    "read_all",
+    "stored",
+    "TUNING_FORMAT",
+    "TUNING_VERSION",
+]
 
 TUNING_FORMAT = "malinn-tuning"
 TUNING_VERSION = 1
 
 _lock = threading.Lock()
-_loaded: dict | None = None    # device key -> raw entry, as read from tuning.json
-_checked: dict = {}            # device key -> {"general": choice or None, "shapes": {(m, k, n): choice}}
+_loaded: dict | None = None  # device key -> raw entry, as read from tuning.json
+_checked: dict = {}  # device key -> {"general": choice or None, "shapes": {(m, k, n): choice}}
 _version = [0]
 
 
@@ -71,7 +85,8 @@ def _parse_shape(text: object) -> tuple:
 
 def _type(value: object) -> str:
     return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
+        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__
+    )
 
 
 def forget() -> None:
@@ -94,6 +109,7 @@ def _read_file(path: Path, quiet: bool = False) -> tuple[dict, bool]:
     A damaged file reads as empty (with a one-line warning unless ``quiet``); the flat form of
     earlier versions is converted.
     """
+
     def damaged(why, writable=True):
         if not quiet:
             warnings.warn(f"malinn: ignoring the tuning database {path}: {why}", RuntimeWarning, stacklevel=5)
@@ -112,14 +128,18 @@ def _read_file(path: Path, quiet: bool = False) -> tuple[dict, bool]:
     if not isinstance(data, dict):
         return damaged(f"expected an object, got {_type(data)}")
     if "format" not in data and "version" not in data and "devices" not in data:
-        return {key: {"general": entry} for key, entry in data.items()}, True   # the flat form of malinn < 0.2
+        return {key: {"general": entry} for key, entry in data.items()}, True  # the flat form of malinn < 0.2
     if data.get("format") != TUNING_FORMAT:
         return damaged(f"'format' is {data.get('format')!r}, expected {TUNING_FORMAT!r}")
     version = data.get("version")
     if version != TUNING_VERSION:
         newer = isinstance(version, int) and not isinstance(version, bool) and version > TUNING_VERSION
-        return damaged(f"version {version!r}" + (", written by a newer malinn" if newer else "")
-                       + f"; this malinn reads version {TUNING_VERSION}", writable=not newer)
+        return damaged(
+            f"version {version!r}"
+            + (", written by a newer malinn" if newer else "")
+            + f"; this malinn reads version {TUNING_VERSION}",
+            writable=not newer,
+        )
     if not isinstance(data.get("devices"), dict):
         return damaged(f"'devices' is {_type(data.get('devices'))}, expected an object")
     return data["devices"], True
@@ -134,7 +154,9 @@ def read_all() -> dict:
         return _loaded
 
 
-def _checked_choice(entry: Any, device: Device, shape: tuple[int, int, int] | None = None, precision: str = "fp32") -> tuple[str, dict]:
+def _checked_choice(
+    entry: Any, device: Device, shape: tuple[int, int, int] | None = None, precision: str = "fp32"
+) -> tuple[str, dict]:
     """``(codename, defines)`` of a stored winner after checking it against the library.
 
     Raises:
@@ -159,9 +181,11 @@ def _checked_choice(entry: Any, device: Device, shape: tuple[int, int, int] | No
             raise ValueError(f"define {name} is {_type(value)}, expected an integer or a string")
     config = {**spec.config, **{name: str(value) for name, value in defines.items()}}
     if config not in spec.configurations(device):
-        raise ValueError(f"{codename} {' '.join(f'{k}={v}' for k, v in defines.items()) or '(defaults)'} is not "
-                         f"a configuration the library offers on {device.name} (the library changed since tuning, "
-                         f"or the file was edited)")
+        raise ValueError(
+            f"{codename} {' '.join(f'{k}={v}' for k, v in defines.items()) or '(defaults)'} is not "
+            f"a configuration the library offers on {device.name} (the library changed since tuning, "
+            f"or the file was edited)"
+        )
     if shape is not None and not spec.configure(config).accepts(*shape, device=device):
         raise ValueError(f"{codename}'s preconditions do not hold for {shape_key(shape)}")
     return codename, config
@@ -189,14 +213,17 @@ def _checked_conv(entry: Any, device: Device) -> tuple[str, dict]:
     codename, defines = entry["codename"], entry.get("defines", {})
     if codename not in library or library[codename].op not in ("conv", "im2col"):
         raise ValueError(f"{codename!r} is not a conv or im2col kernel of {library.path}")
-    if not isinstance(defines, dict) or any(isinstance(v, bool) or not isinstance(v, (int, str))
-                                            for v in defines.values()):
+    if not isinstance(defines, dict) or any(
+        isinstance(v, bool) or not isinstance(v, (int, str)) for v in defines.values()
+    ):
         raise ValueError("'defines' is not an object of integers and strings")
     spec = library[codename]
     config = {**spec.config, **{name: str(value) for name, value in defines.items()}}
     if config not in spec.configurations(device) + _rule_configurations(library, spec, device):
-        raise ValueError(f"{codename} {' '.join(f'{k}={v}' for k, v in defines.items()) or '(defaults)'} is not "
-                         f"a configuration the library offers on {device.name}")
+        raise ValueError(
+            f"{codename} {' '.join(f'{k}={v}' for k, v in defines.items()) or '(defaults)'} is not "
+            f"a configuration the library offers on {device.name}"
+        )
     return codename, config
 
 
@@ -210,7 +237,7 @@ def _rule_configurations(library: Any, spec: Any, device: Device) -> list:
             if isinstance(rule, dict) and rule.get("codename") == spec.codename:
                 try:
                     configured = spec.configure(rule.get("defines"))
-                except LibraryError:   # a bad rule is conv_choice.rules' to name
+                except LibraryError:  # a bad rule is conv_choice.rules' to name
                     continue
                 if configured.fits(device):
                     found.append(configured.config)
@@ -256,14 +283,17 @@ def _checked_entry(device: Device, precision: str = "fp32") -> dict:
             except ValueError as exc:
                 problems.append(f"convolution winner for {text!r}: {exc}")
     for problem in problems:
-        warnings.warn(f"malinn: {tuning_file()}: device {key!r}: ignoring the tuned {problem}",
-                      RuntimeWarning, stacklevel=4)
+        warnings.warn(
+            f"malinn: {tuning_file()}: device {key!r}: ignoring the tuned {problem}", RuntimeWarning, stacklevel=4
+        )
     with _lock:
         _checked[key] = result
     return result
 
 
-def tuned_choice(device: Device, shape: tuple[int, int, int] | None = None, precision: str = "fp32") -> tuple[str, dict] | None:
+def tuned_choice(
+    device: Device, shape: tuple[int, int, int] | None = None, precision: str = "fp32"
+) -> tuple[str, dict] | None:
     """What the tuner chose for ``device``: the winner for ``shape``, else the general winner.
 
     Args:
@@ -288,8 +318,13 @@ def tuned_conv(device: Device, geometry: ConvGeometry) -> tuple[str, dict] | Non
     return (choice[0], dict(choice[1])) if choice else None
 
 
-def save(device: Device, general: dict | None = None, shapes: dict | None = None, precision: str = "fp32",
-         convs: dict | None = None) -> Path:
+def save(
+    device: Device,
+    general: dict | None = None,
+    shapes: dict | None = None,
+    precision: str = "fp32",
+    convs: dict | None = None,
+) -> Path:
     """Stores a general winner, per-shape winners and/or convolution winners (``convs``: geometry
     key -> winner) for ``device`` (in ``precision``); other entries are kept.
 
@@ -298,7 +333,7 @@ def save(device: Device, general: dict | None = None, shapes: dict | None = None
     """
     path = tuning_file()
     try:
-        with locked(path):   # read, merged and written under one lock: two tuning processes lose nothing
+        with locked(path):  # read, merged and written under one lock: two tuning processes lose nothing
             devices, writable = _read_file(path, quiet=True)
             if not writable:
                 check_writable()
@@ -337,14 +372,20 @@ def check_writable() -> None:
     """
     path = tuning_file()
     if path.is_dir():
-        raise MalinnError(f"{path} is a folder, where the tuning database is a file: move it away (or set "
-                          f"MALINN_CACHE_DIR to another folder)")
+        raise MalinnError(
+            f"{path} is a folder, where the tuning database is a file: move it away (or set "
+            f"MALINN_CACHE_DIR to another folder)"
+        )
     for folder in (path.parent, *path.parent.parents):
         if folder.exists():
             if not folder.is_dir():
-                raise MalinnError(f"the cache folder {path.parent} cannot be made: {folder} is not a folder "
-                                  f"(set MALINN_CACHE_DIR to a folder)")
+                raise MalinnError(
+                    f"the cache folder {path.parent} cannot be made: {folder} is not a folder "
+                    f"(set MALINN_CACHE_DIR to a folder)"
+                )
             break
     if not _read_file(path, quiet=True)[1]:
-        raise MalinnError(f"{path} was written by a newer malinn; not overwriting it (set MALINN_CACHE_DIR "
-                          f"to another folder to tune with this one)")
+        raise MalinnError(
+            f"{path} was written by a newer malinn; not overwriting it (set MALINN_CACHE_DIR "
+            f"to another folder to tune with this one)"
+        )

@@ -15,9 +15,11 @@ from ..errors import MalinnError
 PRECISIONS = ("fp32", "fp16-storage", "fp16", "int8-weights")
 
 
-PRECISION_HELP = ("the weights' precision on the device: fp32, fp16-storage (half weights, float "
-                  "arithmetic), fp16 (half arithmetic: devices with cl_khr_fp16) or int8-weights (per-output-channel "
-                  "int8 with float scales)")
+PRECISION_HELP = (
+    "the weights' precision on the device: fp32, fp16-storage (half weights, float "
+    "arithmetic), fp16 (half arithmetic: devices with cl_khr_fp16) or int8-weights (per-output-channel "
+    "int8 with float scales)"
+)
 
 
 class UsageError(MalinnError):
@@ -75,7 +77,7 @@ def product_shape(text: str) -> tuple:
 # ------------------------------------------------------------------ helpers
 def device_of(args):
 
-    if getattr(args, "device", None) is not None:   # --device "" is refused by name, not ignored
+    if getattr(args, "device", None) is not None:  # --device "" is refused by name, not ignored
         set_device(args.device)
     return get_device()
 

@@ -48,8 +48,9 @@ def _source_bytes(*paths: str | None) -> int:
             continue
         try:
             if os.path.isdir(path):
-                total += sum(os.path.getsize(os.path.join(folder, name)) for folder, _, names in os.walk(path)
-                             for name in names)
+                total += sum(
+                    os.path.getsize(os.path.join(folder, name)) for folder, _, names in os.walk(path) for name in names
+                )
             else:
                 total += os.path.getsize(path)
         except OSError:
@@ -59,57 +60,82 @@ def _source_bytes(*paths: str | None) -> int:
 
 def cmd_convert(args: argparse.Namespace) -> int:
     if args.dest is not None and args.output is not None and args.dest != args.output:
-        raise UsageError(f"convert: two outputs, {args.dest} and -o {args.output}; give one "
-                         "(see malinn convert --help)")
-    if args.output is None:   # an empty -o "" is refused below, not replaced
+        raise UsageError(
+            f"convert: two outputs, {args.dest} and -o {args.output}; give one (see malinn convert --help)"
+        )
+    if args.output is None:  # an empty -o "" is refused below, not replaced
         if args.dest is None and getattr(args, "from_stdin", None) == "src":
-            raise UsageError("convert: the source is standard input (-), which has no name to give the output; "
-                             "give one (-o OUTPUT, or -o - for standard output)")
+            raise UsageError(
+                "convert: the source is standard input (-), which has no name to give the output; "
+                "give one (-o OUTPUT, or -o - for standard output)"
+            )
         args.output = args.dest if args.dest is not None else default_output(args.src)
     to_stdout = args.output == STREAM
     if to_stdout and (sys.stdout is None or sys.stdout.isatty()):
-        raise UsageError(f"convert: -o - writes the model file's bytes to standard output, which is "
-                         f"{'closed' if sys.stdout is None else 'a terminal'}; redirect it (> model.malinn) or give "
-                         "-o FILE")
+        raise UsageError(
+            f"convert: -o - writes the model file's bytes to standard output, which is "
+            f"{'closed' if sys.stdout is None else 'a terminal'}; redirect it (> model.malinn) or give "
+            "-o FILE"
+        )
     if not to_stdout:
         check_destination(args.output, source=(args.src, args.weights), overwrite_source=args.force)
     device = None
     if args.device is not None or args.target is None:
-        device = device_of(args)    # the target comes from the device; an explicit --target needs none
-    resolve_target(args.target)   # an unknown target fails before the model is read
+        device = device_of(args)  # the target comes from the device; an explicit --target needs none
+    resolve_target(args.target)  # an unknown target fails before the model is read
     size = _source_bytes(args.src, args.weights)
-    announce = size >= CONVERT_ANNOUNCED_BYTES   # each phase then takes seconds: say which one runs
+    announce = size >= CONVERT_ANNOUNCED_BYTES  # each phase then takes seconds: say which one runs
     if announce:
-        print(f"malinn convert: reading {shown(args.src, args.weights)} ({size_text(size)})...", file=sys.stderr,
-              flush=True)
+        print(
+            f"malinn convert: reading {shown(args.src, args.weights)} ({size_text(size)})...",
+            file=sys.stderr,
+            flush=True,
+        )
     model = load_model(args.src, weights=args.weights)
     recorded = model.precision if is_malinn_file(args.src) else None
     if args.precision is not None:
         model.precision = args.precision
     if announce:
-        print(f"malinn convert: laying out the weights of {len(model.layers)} layers in {model.precision} and writing "
-              f"{args.output}...", file=sys.stderr, flush=True)
-    if to_stdout:   # HDF5 writes with seeks: a file first, then its bytes
+        print(
+            f"malinn convert: laying out the weights of {len(model.layers)} layers in {model.precision} and writing "
+            f"{args.output}...",
+            file=sys.stderr,
+            flush=True,
+        )
+    if to_stdout:  # HDF5 writes with seeks: a file first, then its bytes
         with tempfile.TemporaryDirectory(prefix="malinn-stdout-") as folder:
             copy_to_stdout(save_model(model, os.path.join(folder, "model.malinn"), target=args.target))
         path: str | os.PathLike = "stdout"
     else:
         path = save_model(model, args.output, target=args.target, overwrite=args.force)
     spec = resolve_target(args.target, model.precision)
-    report(f"{shown(args.src, args.weights)} -> {path}: {len(model.layers)} layers, {model.count_params()} "
-            f"parameters, input {inputs_text(model)}, weights laid out for {spec.codename} in {model.precision}",
-            report_stream(args.output), path)
+    report(
+        f"{shown(args.src, args.weights)} -> {path}: {len(model.layers)} layers, {model.count_params()} "
+        f"parameters, input {inputs_text(model)}, weights laid out for {spec.codename} in {model.precision}",
+        report_stream(args.output),
+        path,
+    )
     if recorded not in (None, DEFAULT_PRECISION, model.precision):
-        print(f"malinn: note: {args.src} holds weights rounded to {recorded}; {path} keeps those rounded "
-              f"values in {model.precision} (convert the Keras file for its own float32 weights)", file=sys.stderr)
-    lost = {f"{layer.name} {name}": count for layer in model.layers
-            for name, matrix in layer.precision_weights().items() if (count := flushed(matrix, model.precision))}
-    if lost:   # never lower precision without saying what it cost
-        print(f"malinn: note: {sum(lost.values())} non-zero weights are below {model.precision}'s smallest value "
-              f"(about 6e-8) and are stored as 0 ({', '.join(f'{k}: {v}' for k, v in lost.items())}); "
-              f"malinn verify --precision {model.precision} shows what that costs", file=sys.stderr)
+        print(
+            f"malinn: note: {args.src} holds weights rounded to {recorded}; {path} keeps those rounded "
+            f"values in {model.precision} (convert the Keras file for its own float32 weights)",
+            file=sys.stderr,
+        )
+    lost = {
+        f"{layer.name} {name}": count
+        for layer in model.layers
+        for name, matrix in layer.precision_weights().items()
+        if (count := flushed(matrix, model.precision))
+    }
+    if lost:  # never lower precision without saying what it cost
+        print(
+            f"malinn: note: {sum(lost.values())} non-zero weights are below {model.precision}'s smallest value "
+            f"(about 6e-8) and are stored as 0 ({', '.join(f'{k}: {v}' for k, v in lost.items())}); "
+            f"malinn verify --precision {model.precision} shows what that costs",
+            file=sys.stderr,
+        )
     if device is not None:
-        try:   # the file may be meant for a board that runs it: written, with a note
+        try:  # the file may be meant for a board that runs it: written, with a note
             check_precision(model.precision, device)
         except MalinnError as error:
             print(f"malinn: note: {path} is written, but this device cannot run it: {error}", file=sys.stderr)

@@ -43,9 +43,11 @@ def report(text: str, stream: IO[str] | None, written: object) -> None:
         raise
     except OSError as exc:
         if stream is sys.stdout:
-            drop_stdout()   # what stays in its buffer would fail again at exit
-        raise MalinnError(f"{written} is written, but its report could not be written to "
-                          f"{'stdout' if stream is sys.stdout else 'stderr'} ({exc.strerror or exc})") from None
+            drop_stdout()  # what stays in its buffer would fail again at exit
+        raise MalinnError(
+            f"{written} is written, but its report could not be written to "
+            f"{'stdout' if stream is sys.stdout else 'stderr'} ({exc.strerror or exc})"
+        ) from None
 
 
 def shown(model: str, weights: str | None) -> str:
@@ -82,7 +84,7 @@ def save_predictions(y: np.ndarray | dict, form: str, name: str = "output") -> C
     ``npz`` (one output named ``name``), or ``csv`` (one row per sample, its values flattened)."""
     if form == "npz":
         return lambda f: np.savez(f, **(y if isinstance(y, dict) else {name: y}))
-    array = np.asarray(y)   # one output: the array itself
+    array = np.asarray(y)  # one output: the array itself
     if form == "csv":
         return lambda f: np.savetxt(f, array.reshape(array.shape[0], -1), fmt="%.9g", delimiter=",")
     return lambda f: np.save(f, array)
@@ -101,12 +103,18 @@ def read_inputs(model, path, key):
     if len(shapes) == 1:
         return read_input_array(path, key=key, sample_shape=shapes[0])
     if key is not None:
-        raise UsageError(f"--key chooses one array, but the model takes {len(shapes)} inputs: give a .npz holding "
-                         f"arrays named {', '.join(model.input_names)}")
+        raise UsageError(
+            f"--key chooses one array, but the model takes {len(shapes)} inputs: give a .npz holding "
+            f"arrays named {', '.join(model.input_names)}"
+        )
     if Path(path).suffix.lower() != ".npz":
-        raise MalinnError(f"{path}: the model takes {len(shapes)} inputs; give a .npz holding arrays named "
-                          f"{', '.join(model.input_names)}")
-    return {name: read_input_array(path, key=name, sample_shape=shape) for name, shape in zip(model.input_names, shapes)}
+        raise MalinnError(
+            f"{path}: the model takes {len(shapes)} inputs; give a .npz holding arrays named "
+            f"{', '.join(model.input_names)}"
+        )
+    return {
+        name: read_input_array(path, key=name, sample_shape=shape) for name, shape in zip(model.input_names, shapes)
+    }
 
 
 def named_outputs(model, y):

@@ -22,7 +22,9 @@ def _count(text: str, least: int = 1) -> int:
     return value
 
 
-def _seconds(text: str, least_ok: Callable[[float], bool] = lambda v: v > 0, expected: str = "a positive number of seconds") -> float:
+def _seconds(
+    text: str, least_ok: Callable[[float], bool] = lambda v: v > 0, expected: str = "a positive number of seconds"
+) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -49,45 +51,94 @@ def _sizes(text: str) -> tuple:
     return sizes
 
 
-def add_serve_command(add: Callable[..., argparse.ArgumentParser], device_help: str, precisions: tuple, precision_help: str) -> None:
+def add_serve_command(
+    add: Callable[..., argparse.ArgumentParser], device_help: str, precisions: tuple, precision_help: str
+) -> None:
     """Adds ``serve`` to the ``malinn`` command's subcommands (``add(name, help, func)`` makes one)."""
-    p = add("serve", "serve models over TensorFlow Serving's REST API (predict, status, metadata) with dynamic "
-                     "batching, Prometheus metrics and a graceful stop (needs the serve extra: pip install "
-                     "'malinn[serve]'; docs/SERVING.md)", cmd_serve)
-    p.add_argument("models", nargs="*", metavar="MODEL",
-                   help="a model to serve: a malinn model file or Keras file (version 1), or a folder of version "
-                        "folders 1/, 2/... each holding one (the latest served, new ones picked up while serving); "
-                        "NAME=PATH names it (default: the file's or folder's name)")
-    p.add_argument("--model-config-file", metavar="JSON",
-                   help="a JSON file of models (model_config_list: name, base_path, model_version_policy, "
-                        "version_labels, batching_parameters) and batching_parameters, which override the flags")
+    p = add(
+        "serve",
+        "serve models over TensorFlow Serving's REST API (predict, status, metadata) with dynamic "
+        "batching, Prometheus metrics and a graceful stop (needs the serve extra: pip install "
+        "'malinn[serve]'; docs/SERVING.md)",
+        cmd_serve,
+    )
+    p.add_argument(
+        "models",
+        nargs="*",
+        metavar="MODEL",
+        help="a model to serve: a malinn model file or Keras file (version 1), or a folder of version "
+        "folders 1/, 2/... each holding one (the latest served, new ones picked up while serving); "
+        "NAME=PATH names it (default: the file's or folder's name)",
+    )
+    p.add_argument(
+        "--model-config-file",
+        metavar="JSON",
+        help="a JSON file of models (model_config_list: name, base_path, model_version_policy, "
+        "version_labels, batching_parameters) and batching_parameters, which override the flags",
+    )
     p.add_argument("--host", default="0.0.0.0", help="the address to listen on (default 0.0.0.0: every interface)")
-    p.add_argument("--port", type=_port, default=8501, help="the REST API's port (default 8501; 0: a free port, "
-                                                            "printed at start)")
-    p.add_argument("--no-batching", action="store_true",
-                   help="run each request in its own predict call instead of merging concurrent ones")
-    p.add_argument("--max-batch-size", type=_count, default=32,
-                   help="the most samples one merged predict call runs (default 32)")
-    p.add_argument("--batch-timeout-micros", type=lambda t: _count(t, 0), default=0,
-                   help="how long a batch's first request waits for others, in microseconds (default 0: a batch is "
-                        "what queued while the model was busy)")
-    p.add_argument("--max-enqueued-batches", type=_count, default=16,
-                   help="the queue holds this many batches of samples; a request beyond is answered 503 (default 16)")
-    p.add_argument("--allowed-batch-sizes", type=_sizes, metavar="N,N,...",
-                   help="the batch sizes a merged call is padded up to, the last equal to --max-batch-size (default: "
-                        "powers of two up to it); each is planned at load time")
-    p.add_argument("--max-request-bytes", type=_count, default=32 * 2**20,
-                   help="the largest request body in bytes; larger ones are answered 413 (default 32 MiB)")
-    p.add_argument("--request-timeout", type=_seconds, default=30.0,
-                   help="seconds a request may take from its arrival, its wait in the queue included; later ones "
-                        "are answered 504 (default 30)")
-    p.add_argument("--max-connections", type=_count, default=1024,
-                   help="connections served at once; more are answered 503 (default 1024)")
-    p.add_argument("--poll-seconds", type=lambda t: _seconds(t, lambda v: v >= 0, "a number of seconds >= 0"),
-                   default=1.0, help="how often model folders are looked at for new versions (default 1; 0: never)")
+    p.add_argument(
+        "--port", type=_port, default=8501, help="the REST API's port (default 8501; 0: a free port, printed at start)"
+    )
+    p.add_argument(
+        "--no-batching",
+        action="store_true",
+        help="run each request in its own predict call instead of merging concurrent ones",
+    )
+    p.add_argument(
+        "--max-batch-size", type=_count, default=32, help="the most samples one merged predict call runs (default 32)"
+    )
+    p.add_argument(
+        "--batch-timeout-micros",
+        type=lambda t: _count(t, 0),
+        default=0,
+        help="how long a batch's first request waits for others, in microseconds (default 0: a batch is "
+        "what queued while the model was busy)",
+    )
+    p.add_argument(
+        "--max-enqueued-batches",
+        type=_count,
+        default=16,
+        help="the queue holds this many batches of samples; a request beyond is answered 503 (default 16)",
+    )
+    p.add_argument(
+        "--allowed-batch-sizes",
+        type=_sizes,
+        metavar="N,N,...",
+        help="the batch sizes a merged call is padded up to, the last equal to --max-batch-size (default: "
+        "powers of two up to it); each is planned at load time",
+    )
+    p.add_argument(
+        "--max-request-bytes",
+        type=_count,
+        default=32 * 2**20,
+        help="the largest request body in bytes; larger ones are answered 413 (default 32 MiB)",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=_seconds,
+        default=30.0,
+        help="seconds a request may take from its arrival, its wait in the queue included; later ones "
+        "are answered 504 (default 30)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=_count,
+        default=1024,
+        help="connections served at once; more are answered 503 (default 1024)",
+    )
+    p.add_argument(
+        "--poll-seconds",
+        type=lambda t: _seconds(t, lambda v: v >= 0, "a number of seconds >= 0"),
+        default=1.0,
+        help="how often model folders are looked at for new versions (default 1; 0: never)",
+    )
     p.add_argument("--log-requests", action="store_true", help="print one JSON line per request on stdout")
-    p.add_argument("--no-warmup", action="store_true",
-                   help="do not run each padded batch size once at load (the first requests then make the plans)")
+    p.add_argument(
+        "--no-warmup",
+        action="store_true",
+        help="do not run each padded batch size once at load (the first requests then make the plans)",
+    )
     p.add_argument("--precision", choices=precisions, help=precision_help + " (default: each model file's)")
     p.add_argument("--device", help=device_help)
 
@@ -97,10 +148,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ..serve.server import require_extra, serve
 
     require_extra()
-    batching = BatchingParameters(enabled=not args.no_batching, max_batch_size=args.max_batch_size,
-                                  batch_timeout_micros=args.batch_timeout_micros,
-                                  max_enqueued_batches=args.max_enqueued_batches,
-                                  allowed_batch_sizes=args.allowed_batch_sizes or ()).checked("malinn serve")
+    batching = BatchingParameters(
+        enabled=not args.no_batching,
+        max_batch_size=args.max_batch_size,
+        batch_timeout_micros=args.batch_timeout_micros,
+        max_enqueued_batches=args.max_enqueued_batches,
+        allowed_batch_sizes=args.allowed_batch_sizes or (),
+    ).checked("malinn serve")
     models = [model_arg(text, batching, args.precision) for text in args.models]
     if args.model_config_file:
         listed, _ = read_config_file(args.model_config_file, batching, args.precision)
@@ -112,9 +166,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ConfigError(f"serve: two models are named alike ({', '.join(names)}): name them with NAME=PATH")
     if args.device is not None:
         set_device(args.device)
-    get_device()   # a device that does not work is said before the port opens
-    config = ServeConfig(models=tuple(models), host=args.host, port=args.port, poll_seconds=args.poll_seconds,
-                         max_request_bytes=args.max_request_bytes, request_timeout=args.request_timeout,
-                         max_connections=args.max_connections, log_requests=args.log_requests,
-                         warmup=not args.no_warmup)
+    get_device()  # a device that does not work is said before the port opens
+    config = ServeConfig(
+        models=tuple(models),
+        host=args.host,
+        port=args.port,
+        poll_seconds=args.poll_seconds,
+        max_request_bytes=args.max_request_bytes,
+        request_timeout=args.request_timeout,
+        max_connections=args.max_connections,
+        log_requests=args.log_requests,
+        warmup=not args.no_warmup,
+    )
     return serve(config)

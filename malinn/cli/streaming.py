@@ -48,13 +48,22 @@ def npy_layout(path: str | os.PathLike) -> tuple | None:
             size = os.fstat(f.fileno()).st_size
     except (OSError, ValueError, SyntaxError, EOFError, TypeError):
         return None
-    if fortran or dtype.hasobject or dtype.kind not in "biuf" or dtype.fields is not None or not shape \
-            or any(d < 0 for d in shape) or shape[0] == 0:
+    if (
+        fortran
+        or dtype.hasobject
+        or dtype.kind not in "biuf"
+        or dtype.fields is not None
+        or not shape
+        or any(d < 0 for d in shape)
+        or shape[0] == 0
+    ):
         return None
     nbytes = math.prod(shape) * dtype.itemsize
     if size - offset < nbytes:
-        raise MalinnError(f"{path}: truncated: the header declares shape {shape} of {dtype} ({nbytes} bytes of data), "
-                          f"the file has {max(0, size - offset)}")
+        raise MalinnError(
+            f"{path}: truncated: the header declares shape {shape} of {dtype} ({nbytes} bytes of data), "
+            f"the file has {max(0, size - offset)}"
+        )
     return shape, dtype, offset
 
 
@@ -73,9 +82,16 @@ def _chunk_samples(sample_bytes: int, batch_size: int | None) -> int:
     return samples
 
 
-def stream_predict(model: Any, src: str | os.PathLike, dst: str | os.PathLike, layout: tuple, batch_size: int | None,
-                   devices: list | None = None, source: str | os.PathLike | tuple | None = None,
-                   overwrite_source: bool = False) -> tuple:
+def stream_predict(
+    model: Any,
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    layout: tuple,
+    batch_size: int | None,
+    devices: list | None = None,
+    source: str | os.PathLike | tuple | None = None,
+    overwrite_source: bool = False,
+) -> tuple:
     """Predicts the ``.npy`` ``src`` (its ``layout`` from :func:`npy_layout`) chunk by chunk into the
     ``.npy`` ``dst``, with a progress bar on stderr (``MALINN_PROGRESS=0`` silences it).
 
@@ -99,8 +115,11 @@ def stream_predict(model: Any, src: str | os.PathLike, dst: str | os.PathLike, l
     chunk = min(n, _chunk_samples(math.prod(sample) * dtype.itemsize, batch_size))
     steps = -(-n // chunk)
     # a bar on a terminal; elsewhere (a log) its last line, where the input spans several chunks
-    verbose = 1 if switch("MALINN_PROGRESS", True) and sys.stderr is not None and (
-        steps > 1 or _is_terminal(sys.stderr)) else 0
+    verbose = (
+        1
+        if switch("MALINN_PROGRESS", True) and sys.stderr is not None and (steps > 1 or _is_terminal(sys.stderr))
+        else 0
+    )
     bar = ProgressBar(steps, verbose, stream=sys.stderr)
     out_shape = [None]
 
@@ -117,8 +136,10 @@ def stream_predict(model: Any, src: str | os.PathLike, dst: str | os.PathLike, l
                 while done < len(view):
                     got = f.readinto(view[done:])
                     if not got:
-                        raise MalinnError(f"{src}: ended after {offset + i * chunk * buffer[0].nbytes + done} bytes, "
-                                          f"before the {n} samples its header declares")
+                        raise MalinnError(
+                            f"{src}: ended after {offset + i * chunk * buffer[0].nbytes + done} bytes, "
+                            f"before the {n} samples its header declares"
+                        )
                     done += got
                 return buffer
 
@@ -126,15 +147,18 @@ def stream_predict(model: Any, src: str | os.PathLike, dst: str | os.PathLike, l
             for i in range(steps):
                 x = pending.result()
                 if i + 1 < steps:
-                    pending = reader.submit(read, i + 1)   # the next chunk read while this one runs
+                    pending = reader.submit(read, i + 1)  # the next chunk read while this one runs
                 y = model.predict(x, batch_size=batch_size, verbose=0, devices=devices)
                 if i == 0:
                     out_shape[0] = (n,) + y.shape[1:]
-                    header = {"descr": np.lib.format.dtype_to_descr(y.dtype), "fortran_order": False,
-                              "shape": out_shape[0]}
+                    header = {
+                        "descr": np.lib.format.dtype_to_descr(y.dtype),
+                        "fortran_order": False,
+                        "shape": out_shape[0],
+                    }
                     try:
                         np.lib.format.write_array_header_1_0(out, header)
-                    except ValueError:   # a header longer than format 1.0 holds
+                    except ValueError:  # a header longer than format 1.0 holds
                         np.lib.format.write_array_header_2_0(out, header)
                 out.write(np.ascontiguousarray(y).data.cast("B"))
                 del x, y

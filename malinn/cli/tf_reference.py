@@ -19,7 +19,7 @@ import tempfile
 def main(argv):
     weights = None
     if argv and argv[0].startswith("--weights="):
-        weights, argv = argv[0][len("--weights="):], argv[1:]
+        weights, argv = argv[0][len("--weights=") :], argv[1:]
     model_path, x_path, out_path, *names = argv
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     # TensorFlow's oneDNN kernels fuse ops and change their NaN results (a softmax of [nan, 0, 1, 2]
@@ -32,7 +32,7 @@ def main(argv):
         model = keras.models.load_model(model_path, compile=False)
     else:
         model = _load_split(keras, model_path, weights)
-    with np.load(x_path) as npz:   # x0, x1, ...: one array per model input, and their names
+    with np.load(x_path) as npz:  # x0, x1, ...: one array per model input, and their names
         count = len([f for f in npz.files if f.startswith("x")])
         arrays = [npz[f"x{i}"] for i in range(count)]
         input_names = [str(n) for n in npz["names"]] if "names" in npz.files else []
@@ -106,8 +106,9 @@ def _compute_dtypes(model):
         if getattr(layer, "layers", None):
             yield from _compute_dtypes(layer)
         elif type(layer).__name__ != "InputLayer":
-            mode = getattr(layer, "quantization_mode", None) or getattr(getattr(layer, "dtype_policy", None),
-                                                                      "quantization_mode", None)
+            mode = getattr(layer, "quantization_mode", None) or getattr(
+                getattr(layer, "dtype_policy", None), "quantization_mode", None
+            )
             yield str(mode) if mode else getattr(layer, "compute_dtype", "float32")
 
 

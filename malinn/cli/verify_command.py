@@ -32,8 +32,10 @@ KERAS_REDUCED_TOLERANCE = {"float16": 1e-2, "bfloat16": 5e-2, "int8": 5e-2}
 def cmd_verify(args: argparse.Namespace) -> int:
 
     if Path(args.model).is_file() and is_malinn_file(args.model):
-        raise MalinnError(f"{args.model} is a malinn model file; verify runs the model in Keras and needs the "
-                          "original Keras file (.keras or .h5) it was converted from")
+        raise MalinnError(
+            f"{args.model} is a malinn model file; verify runs the model in Keras and needs the "
+            "original Keras file (.keras or .h5) it was converted from"
+        )
     if args.key and not args.input:
         raise UsageError("verify: --key chooses an array of the --input file; give --input too")
     device = device_of(args)
@@ -46,45 +48,67 @@ def cmd_verify(args: argparse.Namespace) -> int:
         x = [rng.standard_normal((16,) + tuple(s)).astype(np.float32) for s in model.input_shapes]
         x = x[0] if len(x) == 1 else dict(zip(model.input_names, x))
     names = [layer.keras_names[-1] for layer in model.layers if layer.keras_names]
-    ours = model.predict_layers(x)   # first: a wrong input is refused with malinn's message, before Keras starts
+    ours = model.predict_layers(x)  # first: a wrong input is refused with malinn's message, before Keras starts
     outputs = model.predict(x)
-    outputs = list(outputs.values()) if isinstance(outputs, dict) else (
-        outputs if isinstance(outputs, list) else [outputs])
+    outputs = (
+        list(outputs.values()) if isinstance(outputs, dict) else (outputs if isinstance(outputs, list) else [outputs])
+    )
     with tempfile.TemporaryDirectory() as tmp:
         x_path, out_path = os.path.join(tmp, "x.npz"), os.path.join(tmp, "keras.npz")
         arrays = list(x.values()) if isinstance(x, dict) else [x]
-        input_names = getattr(model, "input_names", [])   # a Functional's (a Sequential has one input)
+        input_names = getattr(model, "input_names", [])  # a Functional's (a Sequential has one input)
         try:
             np.savez(x_path, names=np.array(input_names, dtype=str), **{f"x{i}": a for i, a in enumerate(arrays)})
-        except OSError as exc:   # numpy's error names no file: a full or read-only TMPDIR
-            raise OSError(f"writing the inputs for Keras to {x_path} failed ({exc.strerror or exc}); set TMPDIR "
-                          f"to a folder with room") from None
-        print("malinn verify: running the model in Keras (a TensorFlow process: its start alone takes seconds)...",
-              file=sys.stderr, flush=True)
-        run = subprocess.run(_keras_reference_command(str(args.model), x_path, out_path, names, args.weights),
-                             capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        except OSError as exc:  # numpy's error names no file: a full or read-only TMPDIR
+            raise OSError(
+                f"writing the inputs for Keras to {x_path} failed ({exc.strerror or exc}); set TMPDIR "
+                f"to a folder with room"
+            ) from None
+        print(
+            "malinn verify: running the model in Keras (a TensorFlow process: its start alone takes seconds)...",
+            file=sys.stderr,
+            flush=True,
+        )
+        run = subprocess.run(
+            _keras_reference_command(str(args.model), x_path, out_path, names, args.weights),
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
         if run.returncode != 0:
             if "No module named 'tensorflow'" in run.stderr or "No module named 'keras'" in run.stderr:
                 raise MalinnError("verify needs TensorFlow to run the Keras model: pip install tensorflow-cpu")
-            raise MalinnError(f"running {shown(args.model, args.weights)} in Keras failed: {exception_line(run.stderr)}")
+            raise MalinnError(
+                f"running {shown(args.model, args.weights)} in Keras failed: {exception_line(run.stderr)}"
+            )
         reference = dict(np.load(out_path, allow_pickle=False))
     computed = [str(d) for d in reference.pop("compute_dtypes", ["float32"])]
     reduced = [d for d in computed if d in KERAS_REDUCED_TOLERANCE]
     if args.tolerance is None and reduced and max(KERAS_REDUCED_TOLERANCE[d] for d in reduced) > tolerance:
         tolerance = max(KERAS_REDUCED_TOLERANCE[d] for d in reduced)
-    print(f"verify {shown(args.model, args.weights)} on {device.name} in {model.precision}, input {shape_text(x)}; "
-          f"rel = max|malinn - keras| / max(1, max|keras|), keras in {', '.join(computed)}")
+    print(
+        f"verify {shown(args.model, args.weights)} on {device.name} in {model.precision}, input {shape_text(x)}; "
+        f"rel = max|malinn - keras| / max(1, max|keras|), keras in {', '.join(computed)}"
+    )
     if reduced:
         quantized = ", rounding their inputs to int8 too" if "int8" in reduced else ""
-        print(f"(Keras computed layers in {' and '.join(reduced)}{quantized}; malinn computes them in float32: the "
-              f"errors below are mostly Keras's rounding; default tolerance "
-              f"{max(KERAS_REDUCED_TOLERANCE[d] for d in reduced):g})")
+        print(
+            f"(Keras computed layers in {' and '.join(reduced)}{quantized}; malinn computes them in float32: the "
+            f"errors below are mostly Keras's rounding; default tolerance "
+            f"{max(KERAS_REDUCED_TOLERANCE[d] for d in reduced):g})"
+        )
     rows, called = [], set()
-    for layer, out in zip(model.layer_calls, ours):   # Keras gives a shared layer's first call only
+    for layer, out in zip(model.layer_calls, ours):  # Keras gives a shared layer's first call only
         first = layer.name not in called
         called.add(layer.name)
-        rows.append((layer.name, _keras_label(layer.keras_names),
-                     layer.keras_names[-1] if layer.keras_names and first else None, out))
+        rows.append(
+            (
+                layer.name,
+                _keras_label(layer.keras_names),
+                layer.keras_names[-1] if layer.keras_names and first else None,
+                out,
+            )
+        )
     if len(outputs) == 1:
         rows.append(("(model output)", "output", "output", outputs[0]))
     else:
@@ -101,7 +125,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         cells, rel = compared(out, np.asarray(reference[key], dtype=np.float32))
         worst = max(worst, rel)
         print(f"{name:<{left}} {label:<{right}} {cells}")
-    for _, label, keras_name, out in rows[len(rows) - len(outputs):]:   # the model's output(s)
+    for _, label, keras_name, out in rows[len(rows) - len(outputs) :]:  # the model's output(s)
         if keras_name in reference:
             agreement = argmax_agreement(out, np.asarray(reference[keras_name], dtype=np.float32))
             print(agreement if len(outputs) == 1 else f"{label}: {agreement}")
@@ -139,9 +163,12 @@ def exception_line(stderr: str) -> str:
     after its last traceback (not one Python ignored at exit), with the line after it where Keras
     puts the cause ("Exception encountered when calling ..."); else the last line."""
     lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
-    starts = [i for i, line in enumerate(lines) if line == "Traceback (most recent call last):"
-              and not (i and lines[i - 1].startswith("Exception ignored"))]
-    tail = lines[starts[-1]:] if starts else lines
+    starts = [
+        i
+        for i, line in enumerate(lines)
+        if line == "Traceback (most recent call last):" and not (i and lines[i - 1].startswith("Exception ignored"))
+    ]
+    tail = lines[starts[-1] :] if starts else lines
     named = [i for i, line in enumerate(tail) if re.match(r"^[\w.]*(Error|Exception|Exit|Interrupt)\b.*:", line)]
     if not named:
         return (lines or ["(no output)"])[-1]
@@ -156,8 +183,12 @@ def argmax_agreement(ours: np.ndarray, reference: np.ndarray) -> str:
     ours, reference = ours.reshape(ours.shape[0], -1), reference.reshape(reference.shape[0], -1)
     if ours.shape[1] < 2:
         return "argmax agreement: not applicable (one output per sample)"
-    same = int(np.sum((np.argmax(ours, axis=1) == np.argmax(reference, axis=1))
-                      & (np.isnan(ours).any(axis=1) == np.isnan(reference).any(axis=1))))
+    same = int(
+        np.sum(
+            (np.argmax(ours, axis=1) == np.argmax(reference, axis=1))
+            & (np.isnan(ours).any(axis=1) == np.isnan(reference).any(axis=1))
+        )
+    )
     return f"argmax agreement: {same}/{ours.shape[0]} samples ({100.0 * same / max(1, ours.shape[0]):.2f}%)"
 
 
@@ -178,9 +209,12 @@ def _keras_reference_command(model: str, x_path: str, out_path: str, names: list
     """
     package_root = str(Path(__file__).resolve().parent.parent)
     cwd = os.getcwd()
-    paths = [package_root] + [os.path.abspath(p) for p in sys.path
-                              if p and os.path.abspath(p) not in (cwd, package_root)]
-    bootstrap = ("import sys; sys.path[:] = {!r} + [p for p in sys.path if p and p not in {!r}]; "
-                 "from malinn.cli.tf_reference import main; sys.exit(main(sys.argv[1:]))").format(paths, paths)
+    paths = [package_root] + [
+        os.path.abspath(p) for p in sys.path if p and os.path.abspath(p) not in (cwd, package_root)
+    ]
+    bootstrap = (
+        "import sys; sys.path[:] = {!r} + [p for p in sys.path if p and p not in {!r}]; "
+        "from malinn.cli.tf_reference import main; sys.exit(main(sys.argv[1:]))"
+    ).format(paths, paths)
     extra = [] if weights is None else [f"--weights={os.path.abspath(weights)}"]
     return [sys.executable, "-I", "-c", bootstrap, *extra, model, x_path, out_path, *names]

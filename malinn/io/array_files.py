@@ -24,11 +24,12 @@ __all__ = ["read_input_array", "SUFFIXES"]
 #: The file kinds accepted as input arrays.
 SUFFIXES = (".npy", ".npz", ".csv")
 
-_NUMERIC_KINDS = "biuf"   # bool, signed, unsigned, float
+_NUMERIC_KINDS = "biuf"  # bool, signed, unsigned, float
 
 
-def read_input_array(path: str | os.PathLike, key: str | None = None,
-                     sample_shape: tuple[int, ...] | None = None) -> np.ndarray:
+def read_input_array(
+    path: str | os.PathLike, key: str | None = None, sample_shape: tuple[int, ...] | None = None
+) -> np.ndarray:
     """Reads a batch of input samples from a ``.npy``, ``.npz`` or ``.csv`` file.
 
     Args:
@@ -88,8 +89,10 @@ def _read_npy(f: IO[bytes], size: int | None, name: str) -> np.ndarray:
     version = tuple(f.read(2))
     readers = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}
     if version not in readers:
-        raise MalinnError(f"{name}: .npy format version {'.'.join(map(str, version)) or '(missing)'} "
-                          "is not read here (1.0 and 2.0 are; 3.0 only stores records, not numbers)")
+        raise MalinnError(
+            f"{name}: .npy format version {'.'.join(map(str, version)) or '(missing)'} "
+            "is not read here (1.0 and 2.0 are; 3.0 only stores records, not numbers)"
+        )
     try:
         shape, fortran, dtype = readers[version](f)
     except (ValueError, SyntaxError, EOFError, OSError, TypeError) as exc:
@@ -98,18 +101,22 @@ def _read_npy(f: IO[bytes], size: int | None, name: str) -> np.ndarray:
         raise MalinnError(f"{name}: holds {_describe(dtype)}, not numbers")
     if any(d < 0 for d in shape):
         raise MalinnError(f"{name}: damaged .npy header (shape {shape} has a negative size)")
-    count = math.prod(shape)   # Python's integers: numpy's int64 product wrapped to 0 for (2**32, 2**32)
+    count = math.prod(shape)  # Python's integers: numpy's int64 product wrapped to 0 for (2**32, 2**32)
     nbytes = count * dtype.itemsize
     offset = f.tell()
-    if nbytes > 1 << 62:   # more than any file holds (and than a read can be asked for)
+    if nbytes > 1 << 62:  # more than any file holds (and than a read can be asked for)
         raise MalinnError(f"{name}: damaged .npy header (shape {shape} of {dtype}: {nbytes} bytes of data)")
     if size is not None and size - offset < nbytes:
-        raise MalinnError(f"{name}: truncated: the header declares shape {shape} of {dtype} ({nbytes} bytes of data), "
-                          f"the file has {max(0, size - offset)}")
+        raise MalinnError(
+            f"{name}: truncated: the header declares shape {shape} of {dtype} ({nbytes} bytes of data), "
+            f"the file has {max(0, size - offset)}"
+        )
     data = f.read(nbytes)
     if len(data) < nbytes:
-        raise MalinnError(f"{name}: truncated: the header declares shape {shape} of {dtype} ({nbytes} bytes of data), "
-                          f"the file has {len(data)}")
+        raise MalinnError(
+            f"{name}: truncated: the header declares shape {shape} of {dtype} ({nbytes} bytes of data), "
+            f"the file has {len(data)}"
+        )
     array = np.frombuffer(data, dtype=dtype, count=count)
     return array.reshape(shape[::-1]).T if fortran else array.reshape(shape)
 
@@ -118,8 +125,9 @@ def _read_npz(path: Path, key: str | None) -> np.ndarray:
     try:
         archive = zipfile.ZipFile(path)
     except zipfile.BadZipFile:
-        raise MalinnError(f"{path} is not a .npz file (not a zip archive)"
-                          if path.stat().st_size else f"{path} is empty") from None
+        raise MalinnError(
+            f"{path} is not a .npz file (not a zip archive)" if path.stat().st_size else f"{path} is empty"
+        ) from None
     with archive:
         members = {info.filename[:-4]: info for info in archive.infolist() if info.filename.endswith(".npy")}
         names = ", ".join(sorted(members)) or "none"
@@ -148,25 +156,31 @@ def _read_csv(path: Path, sample_shape: tuple[int, ...] | None) -> np.ndarray:
     except UnicodeDecodeError:
         raise MalinnError(f"{path} is not a text file (not UTF-8): expected comma-separated numbers") from None
     lines = [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
-    for number, line in lines[:2]:   # numbers separated otherwise would read as a header, then a bad row
+    for number, line in lines[:2]:  # numbers separated otherwise would read as a header, then a bad row
         separator = _other_separator(line)
         if separator is not None:
-            raise MalinnError(f"{path}: line {number} holds numbers separated by {separator}; malinn reads "
-                              f"comma-separated values (one sample per row)")
+            raise MalinnError(
+                f"{path}: line {number} holds numbers separated by {separator}; malinn reads "
+                f"comma-separated values (one sample per row)"
+            )
     if lines and not any(_is_number(cell) for cell in lines[0][1].split(",")):
-        lines = lines[1:]   # a header row: no cell of it a number (a row with some numbers is data)
+        lines = lines[1:]  # a header row: no cell of it a number (a row with some numbers is data)
     if not lines:
-        raise MalinnError(f"{path}: holds a header but no rows of numbers (the values must be plain numbers "
-                          "separated by commas, one sample per row: no quotes, no other separator)")
+        raise MalinnError(
+            f"{path}: holds a header but no rows of numbers (the values must be plain numbers "
+            "separated by commas, one sample per row: no quotes, no other separator)"
+        )
     width = lines[0][1].count(",") + 1
     for number, line in lines:
         if line.count(",") + 1 != width:
             count = line.count(",") + 1
-            raise MalinnError(f"{path}: line {number} has {count} value{'s' * (count != 1)}, "
-                              f"line {lines[0][0]} has {width}")
-    try:   # cell by cell: a fixed-width string array of every cell was as wide as the longest one
-        values: np.ndarray = np.array([float(cell) for _, line in lines for cell in line.split(",")],
-                                      np.float32).reshape(len(lines), width)
+            raise MalinnError(
+                f"{path}: line {number} has {count} value{'s' * (count != 1)}, line {lines[0][0]} has {width}"
+            )
+    try:  # cell by cell: a fixed-width string array of every cell was as wide as the longest one
+        values: np.ndarray = np.array(
+            [float(cell) for _, line in lines for cell in line.split(",")], np.float32
+        ).reshape(len(lines), width)
     except ValueError:
         number, line = next((n, line) for n, line in lines if not _numeric_row(line))
         bad = next(cell for cell in line.split(",") if not _is_number(cell))
@@ -174,8 +188,10 @@ def _read_csv(path: Path, sample_shape: tuple[int, ...] | None) -> np.ndarray:
     if sample_shape is not None:
         sample_shape = tuple(int(d) for d in sample_shape)
         if int(np.prod(sample_shape)) != width:
-            raise MalinnError(f"{path}: rows of {width} values do not fit the model's input shape "
-                              f"{sample_shape} ({int(np.prod(sample_shape))} values per sample)")
+            raise MalinnError(
+                f"{path}: rows of {width} values do not fit the model's input shape "
+                f"{sample_shape} ({int(np.prod(sample_shape))} values per sample)"
+            )
         values = values.reshape((len(lines),) + sample_shape)
     return values
 

@@ -52,9 +52,23 @@ try:
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]  # no module on Windows: checked before each use
 
-__all__ = ["cache_dir", "read_entry", "write_entry", "entry_path", "encode_entry", "decode_entry", "in_use",
-           "users_died", "build_lock", "DamagedEntry",
-           "write_atomic", "locked", "MAGIC", "FORMAT_VERSION", "HEADER"]
+__all__ = [
+    "cache_dir",
+    "read_entry",
+    "write_entry",
+    "entry_path",
+    "encode_entry",
+    "decode_entry",
+    "in_use",
+    "users_died",
+    "build_lock",
+    "DamagedEntry",
+    "write_atomic",
+    "locked",
+    "MAGIC",
+    "FORMAT_VERSION",
+    "HEADER",
+]
 
 MAGIC = b"MALINNCE"
 FORMAT_VERSION = 1
@@ -64,8 +78,8 @@ _MAX_KEY_BYTES = 1 << 16
 _STALE_TEMP_SECONDS = 3600
 
 _lock = threading.Lock()
-_unwritable: set = set()      # cache folders already reported as not writable (one warning each)
-_swept: dict = {}             # folder -> when its stale temporaries were last removed (time.time())
+_unwritable: set = set()  # cache folders already reported as not writable (one warning each)
+_swept: dict = {}  # folder -> when its stale temporaries were last removed (time.time())
 
 
 class DamagedEntry(Exception):
@@ -83,15 +97,17 @@ def cache_dir() -> Path:
     if configured and not configured.startswith("~"):
         return Path(configured)
     if configured:
-        if configured == "~" or configured[1:2] in ("/", os.sep):   # ~ or ~/...: this user's home, if known
+        if configured == "~" or configured[1:2] in ("/", os.sep):  # ~ or ~/...: this user's home, if known
             home = _home()
             expanded = home + configured[1:] if home else ""
-        else:                                                       # ~user/...
+        else:  # ~user/...
             expanded = os.path.expanduser(configured)
         if os.path.isabs(expanded) and expanded.rstrip("/" + os.sep):
             return Path(expanded)
-        _warn_once(f"MALINN_CACHE_DIR={configured!r} names no folder (no such home folder): "
-                   "caching in a private temporary folder")
+        _warn_once(
+            f"MALINN_CACHE_DIR={configured!r} names no folder (no such home folder): "
+            "caching in a private temporary folder"
+        )
         return private_temporary_cache()
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     if os.path.isabs(xdg):
@@ -108,7 +124,7 @@ def _home() -> str | None:
     return home if os.path.isabs(home) and home.rstrip("/" + os.sep) else None
 
 
-_private: list = []   # the private temporary cache folder made in this process, once
+_private: list = []  # the private temporary cache folder made in this process, once
 
 
 def private_temporary_cache() -> Path:
@@ -128,8 +144,12 @@ def private_temporary_cache() -> Path:
         except OSError:
             safe = False
         if not safe:
-            warnings.warn(f"malinn: {folder} is not a folder of this user's alone; caching in a new private "
-                          f"folder for this process (set MALINN_CACHE_DIR)", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"malinn: {folder} is not a folder of this user's alone; caching in a new private "
+                f"folder for this process (set MALINN_CACHE_DIR)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             folder = Path(tempfile.mkdtemp(prefix="malinn-cache-"))
         _private.append(folder)
         return folder
@@ -187,9 +207,10 @@ def decode_entry(data: bytes, key: dict) -> bytes:
     if version != FORMAT_VERSION:
         raise DamagedEntry(f"format version {version}, expected {FORMAT_VERSION}")
     if key_len > _MAX_KEY_BYTES or HEADER.size + key_len + payload_len != len(data):
-        raise DamagedEntry(f"{len(data)} bytes, but the header promises {HEADER.size + key_len + payload_len} "
-                           f"(truncated or extended)")
-    text = data[HEADER.size:HEADER.size + key_len]
+        raise DamagedEntry(
+            f"{len(data)} bytes, but the header promises {HEADER.size + key_len + payload_len} (truncated or extended)"
+        )
+    text = data[HEADER.size : HEADER.size + key_len]
     if text != _canonical(key):
         try:
             other = json.loads(text)
@@ -198,7 +219,7 @@ def decode_entry(data: bytes, key: dict) -> bytes:
         except (ValueError, TypeError, AttributeError):
             why = "its key is not readable JSON"
         raise DamagedEntry(why)
-    payload = data[HEADER.size + key_len:]
+    payload = data[HEADER.size + key_len :]
     if hashlib.sha256(text + payload).digest() != checksum:
         raise DamagedEntry("checksum mismatch (the key or payload was altered)")
     return payload
@@ -229,7 +250,7 @@ def read_entry(kind: str, key: dict, check: Callable[[bytes], object] | None = N
     path = entry_path(kind, key)
     try:
         data = path.read_bytes()
-    except OSError:   # absent, or the cache is unreadable (not a folder, no permission): a miss
+    except OSError:  # absent, or the cache is unreadable (not a folder, no permission): a miss
         return None
     try:
         payload = decode_entry(data, key)
@@ -242,8 +263,11 @@ def read_entry(kind: str, key: dict, check: Callable[[bytes], object] | None = N
     if died:
         for mark in died:
             _unlink(mark)
-        _discard(path, f"discarded a {_noun(kind)} cache entry {path}: process {_pid_of(died[0])} died while "
-                       f"handing it to the driver; it is rebuilt")
+        _discard(
+            path,
+            f"discarded a {_noun(kind)} cache entry {path}: process {_pid_of(died[0])} died while "
+            f"handing it to the driver; it is rebuilt",
+        )
         return None
     return payload
 
@@ -267,6 +291,7 @@ def _unlink(path: Path) -> None:
 # on; the next reader discards it (read_entry). The marks are files in in-use/<kind>/, named
 # <entry>-<pid>-<random>-<host> and holding the process's start time (a reused pid is not the dead one).
 
+
 def _marks_folder(path: Path) -> Path:
     return path.parent.parent / "in-use" / path.parent.name
 
@@ -283,7 +308,7 @@ def _start_time(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
-        return "" if fields[0] in (b"Z", b"X") else fields[19].decode()   # a zombie has died
+        return "" if fields[0] in (b"Z", b"X") else fields[19].decode()  # a zombie has died
     except (OSError, IndexError, UnicodeDecodeError):
         return ""
 
@@ -294,11 +319,11 @@ def _alive(pid: int, started: str) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:   # another user's process
+    except PermissionError:  # another user's process
         pass
     except OSError:
         return True
-    if started and os.path.isdir("/proc/self"):   # the pid may have been reused since by another process
+    if started and os.path.isdir("/proc/self"):  # the pid may have been reused since by another process
         return _start_time(pid) == started
     return True
 
@@ -311,13 +336,13 @@ def _dead_users(path: Path) -> list:
     """The marks of processes of this machine that died while handing ``path``'s payload to a driver."""
     try:
         found = [m for m in os.scandir(_marks_folder(path)) if m.name.startswith(path.name + "-")]
-    except OSError:   # no marks folder: no entry has been in use
+    except OSError:  # no marks folder: no entry has been in use
         return []
     dead = []
     for mark in found:
         try:
             pid, host = _pid_of(Path(mark.path)), mark.name.split("-", 3)[3]
-            if host != _host():   # another machine sharing the folder: its processes are not ours to judge
+            if host != _host():  # another machine sharing the folder: its processes are not ours to judge
                 continue
             with open(mark.path) as f:
                 started = f.read().strip()
@@ -377,7 +402,7 @@ def build_lock(kind: str, name: str, timeout: float = 120.0) -> Iterator[bool]:
             path.parent.mkdir(parents=True, exist_ok=True)
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-            except PermissionError:   # another user's lock file: a lock needs only reading
+            except PermissionError:  # another user's lock file: a lock needs only reading
                 fd = os.open(path, os.O_RDONLY)
         except OSError:
             fd = None
@@ -400,7 +425,7 @@ def build_lock(kind: str, name: str, timeout: float = 120.0) -> Iterator[bool]:
         yield held
     finally:
         if fd is not None:
-            os.close(fd)   # releases the lock
+            os.close(fd)  # releases the lock
 
 
 def write_entry(kind: str, key: dict, payload: bytes) -> None:
@@ -418,8 +443,12 @@ def write_entry(kind: str, key: dict, payload: bytes) -> None:
             if str(path.parent.parent) in _unwritable:
                 return
             _unwritable.add(str(path.parent.parent))
-        warnings.warn(f"malinn: the {_noun(kind)} cache {folder} cannot be written "
-                      f"({exc.strerror or exc}); continuing without caching", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"malinn: the {_noun(kind)} cache {folder} cannot be written "
+            f"({exc.strerror or exc}); continuing without caching",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 @contextlib.contextmanager
@@ -436,7 +465,7 @@ def locked(path: Path) -> Iterator[None]:
     with _lock if fcntl is None else contextlib.nullcontext():
         with open(path.with_name(path.name + ".lock"), "a+b") as f:
             if fcntl is not None:
-                fcntl.flock(f.fileno(), fcntl.LOCK_EX)   # released when the file closes
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # released when the file closes
             yield
 
 
@@ -470,7 +499,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     _sweep_stale_temporaries(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:32]}.", suffix=".malinn-tmp", dir=path.parent)
     try:
-        if hasattr(os, "fchmod"):   # mkstemp makes it 0600: as any new file instead, so another user can share the cache
+        if hasattr(os, "fchmod"):  # mkstemp makes it 0600: as any new file instead, so another user can share the cache
             os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)

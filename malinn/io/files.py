@@ -52,8 +52,13 @@ _TEMP_OVERHEAD = len(".") + len(".malinn-") + 8 + len(".tmp")
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
-def write_file(path: str | os.PathLike, writer: Callable[[IO[bytes]], object], *, source: str | os.PathLike | tuple | list | None = None,
-               overwrite_source: bool = False) -> Path:
+def write_file(
+    path: str | os.PathLike,
+    writer: Callable[[IO[bytes]], object],
+    *,
+    source: str | os.PathLike | tuple | list | None = None,
+    overwrite_source: bool = False,
+) -> Path:
     """Writes a file through ``writer`` without ever damaging what is at ``path``.
 
     Args:
@@ -100,7 +105,7 @@ def write_stdout(writer: Callable[[IO[bytes]], object]) -> None:
     """
     try:
         fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):   # a stream with no descriptor
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):  # a stream with no descriptor
         buffer = io.BytesIO()
         writer(buffer)
         sys.stdout.flush()
@@ -110,8 +115,12 @@ def write_stdout(writer: Callable[[IO[bytes]], object]) -> None:
     _write_fd("stdout", writer, fd)
 
 
-def check_destination(path: str | bytes | os.PathLike, *, source: str | os.PathLike | tuple | list | None = None,
-                      overwrite_source: bool = False) -> None:
+def check_destination(
+    path: str | bytes | os.PathLike,
+    *,
+    source: str | os.PathLike | tuple | list | None = None,
+    overwrite_source: bool = False,
+) -> None:
     """Checks, without writing, that :func:`write_file` may write ``path``.
 
     For failing early, before expensive work; :func:`write_file` checks again when it writes.
@@ -136,7 +145,7 @@ def _plan(text: str, source: str | os.PathLike | tuple | list | None, overwrite_
         raise MalinnError(f"{text}: names a folder (it ends with {text[-1]!r}); give a file name")
     st: os.stat_result | None
     fd = _own_fd(text)
-    if fd is not None:     # /dev/stdout, /dev/fd/N: write into that descriptor, sharing its offset
+    if fd is not None:  # /dev/stdout, /dev/fd/N: write into that descriptor, sharing its offset
         try:
             st = os.fstat(fd)
         except OSError as exc:
@@ -156,10 +165,15 @@ def _plan(text: str, source: str | os.PathLike | tuple | list | None, overwrite_
         if stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
             return "through", st
         if not stat.S_ISREG(st.st_mode):
-            kind = "a block device" if stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) \
+            kind = (
+                "a block device"
+                if stat.S_ISBLK(st.st_mode)
+                else "a socket"
+                if stat.S_ISSOCK(st.st_mode)
                 else "not a regular file"
+            )
             raise MalinnError(f"{text} is {kind}; malinn writes regular files, character devices and FIFOs")
-    real = Path(os.path.realpath(text))   # a symlink (even a dangling one) is written at its target
+    real = Path(os.path.realpath(text))  # a symlink (even a dangling one) is written at its target
     folder = real.parent
     if not folder.is_dir():
         what = "is not a folder" if folder.exists() else "does not exist"
@@ -167,13 +181,17 @@ def _plan(text: str, source: str | os.PathLike | tuple | list | None, overwrite_
         raise MalinnError(f"{text}: the folder {shown} {what}")
     name_max = _name_max(folder)
     if len(os.fsencode(real.name)) > name_max:
-        raise MalinnError(f"{text}: the file name is {len(os.fsencode(real.name))} bytes long; "
-                          f"the folder allows at most {name_max}")
+        raise MalinnError(
+            f"{text}: the file name is {len(os.fsencode(real.name))} bytes long; the folder allows at most {name_max}"
+        )
     effective = os.access in os.supports_effective_ids
-    if not os.access(folder, os.W_OK | os.X_OK, effective_ids=effective):   # read-only: said before any work
+    if not os.access(folder, os.W_OK | os.X_OK, effective_ids=effective):  # read-only: said before any work
         shown = folder if os.path.islink(text) else (os.path.dirname(text) or ".")
-        raise MalinnError(f"{text}: cannot write in the folder {shown} (" + (
-            "read-only file system" if _read_only(folder) else "permission denied") + ")")
+        raise MalinnError(
+            f"{text}: cannot write in the folder {shown} ("
+            + ("read-only file system" if _read_only(folder) else "permission denied")
+            + ")"
+        )
     return "atomic", st
 
 
@@ -193,11 +211,13 @@ def _refuse_source(text: str, source: str | os.PathLike | tuple | list | None, o
         try:
             same = os.path.samefile(one, text)
         except OSError:
-            continue   # the source is gone or unreadable: it cannot be the destination
+            continue  # the source is gone or unreadable: it cannot be the destination
         if same:
             shown = "" if os.fspath(one) == text else f" ({os.fspath(one)})"
-            raise MalinnError(f"{text} is the source file{shown}; refusing to overwrite it "
-                              "(pass overwrite=True, or --force on the command line)")
+            raise MalinnError(
+                f"{text} is the source file{shown}; refusing to overwrite it "
+                "(pass overwrite=True, or --force on the command line)"
+            )
 
 
 def _write_through(text: str, writer: Callable[[IO[bytes]], object]) -> None:
@@ -279,11 +299,11 @@ class HDF5Sink:
         try:
             f.flush()
             self._fd = f.fileno()
-        except (AttributeError, OSError, ValueError, io.UnsupportedOperation):   # an in-memory file
+        except (AttributeError, OSError, ValueError, io.UnsupportedOperation):  # an in-memory file
             self._fd = None
         self._pos = 0
         self._end = 0
-        self._blocks: dict = {}   # block index -> bytearray: what HDF5 wrote after the failure
+        self._blocks: dict = {}  # block index -> bytearray: what HDF5 wrote after the failure
         self.failure: OSError | None = None
 
     @property
@@ -334,7 +354,7 @@ class HDF5Sink:
         if self.failure is None:
             try:
                 self._write_through(self._pos, view)
-            except OSError as exc:   # from here on HDF5 writes into memory
+            except OSError as exc:  # from here on HDF5 writes into memory
                 self.failure = exc
         if self.failure is not None:
             self._keep(self._pos, view)
@@ -352,7 +372,7 @@ class HDF5Sink:
                 continue
             start = max(self._pos, index * self._BLOCK)
             stop = min(self._pos + size, (index + 1) * self._BLOCK)
-            out[start - self._pos:stop - self._pos] = block[start - index * self._BLOCK:stop - index * self._BLOCK]
+            out[start - self._pos : stop - self._pos] = block[start - index * self._BLOCK : stop - index * self._BLOCK]
         self._pos += size
         return bytes(out)
 
@@ -384,9 +404,10 @@ class HDF5Sink:
             block = self._blocks.get(index)
             if block is None:
                 block = self._blocks[index] = bytearray(
-                    self._stored(index * self._BLOCK, self._BLOCK).ljust(self._BLOCK, b"\0"))
+                    self._stored(index * self._BLOCK, self._BLOCK).ljust(self._BLOCK, b"\0")
+                )
             n = min(self._BLOCK - offset, end - done)
-            block[offset:offset + n] = view[done - pos:done - pos + n]
+            block[offset : offset + n] = view[done - pos : done - pos + n]
             done += n
 
 
@@ -394,7 +415,7 @@ def _create_temp(text: str, folder: Path, name: str, name_max: int) -> tuple[int
     """Creates ``.NAME.malinn-XXXXXXXX.tmp`` in ``folder`` (mode 0666 & ~umask); returns (fd, path)."""
     raw = os.fsencode(name)
     keep = max(0, min(len(raw), name_max - _TEMP_OVERHEAD))
-    while 0 < keep < len(raw) and raw[keep] & 0xC0 == 0x80:   # do not cut a UTF-8 character
+    while 0 < keep < len(raw) and raw[keep] & 0xC0 == 0x80:  # do not cut a UTF-8 character
         keep -= 1
     stem = os.fsdecode(raw[:keep])
     for _ in range(100):
@@ -415,7 +436,7 @@ def _copy_owner_and_mode(fd: int, st: os.stat_result) -> None:
         try:
             os.fchown(fd, st.st_uid, st.st_gid)
         except OSError:
-            pass   # not root: the new file is ours, as with any editor's save
+            pass  # not root: the new file is ours, as with any editor's save
     os.fchmod(fd, stat.S_IMODE(st.st_mode))
 
 
@@ -465,8 +486,8 @@ def _own_fd(text: str) -> int | None:
     own = ("/proc/self/fd/", "/proc/thread-self/fd/", f"/proc/{os.getpid()}/fd/", "/dev/fd/")
     for _ in range(40):
         for prefix in own:
-            if current.startswith(prefix) and current[len(prefix):].isdigit():
-                return int(current[len(prefix):])
+            if current.startswith(prefix) and current[len(prefix) :].isdigit():
+                return int(current[len(prefix) :])
         if not os.path.islink(current):
             return None
         folder = os.path.dirname(current)

@@ -41,7 +41,7 @@ def _named(args: Any) -> list[tuple[str, int | None, str]]:
         value = getattr(args, attribute, None)
         if value == STREAM:
             found.append((attribute, None, what))
-        elif isinstance(value, list):   # several models (malinn warm)
+        elif isinstance(value, list):  # several models (malinn warm)
             found += [(attribute, i, what) for i, item in enumerate(value) if item == STREAM]
     return found
 
@@ -68,14 +68,18 @@ def stdin_as_file(args: Any, usage_error: type[Exception] = MalinnError) -> Iter
         return
     if len(named) > 1:
         given = [attribute if index is None else f"{attribute} #{index + 1}" for attribute, index, _ in named]
-        raise usage_error(f"{args.command}: {' and '.join(given)} are each - (standard input), which holds one "
-                          "file; give the others by name")
+        raise usage_error(
+            f"{args.command}: {' and '.join(given)} are each - (standard input), which holds one "
+            "file; give the others by name"
+        )
     attribute, index, what = named[0]
     stream = getattr(sys.stdin, "buffer", None)
     if stream is None or sys.stdin.isatty():
-        raise usage_error(f"{args.command}: {attribute} is - (standard input), which is "
-                          f"{'a terminal' if stream is not None else 'closed'}: pipe the file in "
-                          f"(malinn {args.command} ... - ... < FILE)")
+        raise usage_error(
+            f"{args.command}: {attribute} is - (standard input), which is "
+            f"{'a terminal' if stream is not None else 'closed'}: pipe the file in "
+            f"(malinn {args.command} ... - ... < FILE)"
+        )
     folder = tempfile.mkdtemp(prefix="malinn-stdin-")
     try:
         path = _spool(stream, folder, what)
@@ -101,11 +105,15 @@ def _spool(stream: IO[bytes], folder: str, what: str) -> str:
                 chunk = stream.read(_CHUNK)
                 total += len(chunk)
                 if total > MAX_STDIN_BYTES:
-                    raise MalinnError(f"standard input holds more than {MAX_STDIN_BYTES >> 30} GiB, more than any "
-                                      f"{what} file malinn reads; give the file by name")
+                    raise MalinnError(
+                        f"standard input holds more than {MAX_STDIN_BYTES >> 30} GiB, more than any "
+                        f"{what} file malinn reads; give the file by name"
+                    )
     except OSError as exc:
-        raise MalinnError(f"standard input could not be copied into {folder} ({exc.strerror or exc}); set TMPDIR to a "
-                          "folder with room, or give the file by name") from None
+        raise MalinnError(
+            f"standard input could not be copied into {folder} ({exc.strerror or exc}); set TMPDIR to a "
+            "folder with room, or give the file by name"
+        ) from None
     return path
 
 
@@ -115,7 +123,7 @@ def _suffix(head: bytes, what: str) -> str:
         return ".npy" if head.startswith(b"\x93NUMPY") else ".npz" if head.startswith(b"PK") else ".csv"
     if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
         return ".keras"
-    if any(head[offset:offset + 8] == _HDF5 for offset in (0, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)):
+    if any(head[offset : offset + 8] == _HDF5 for offset in (0, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)):
         return ".h5"
     if head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n")[:1] == b"{":
         return ".json"
@@ -137,7 +145,7 @@ def copy_to_stdout(path: str | os.PathLike) -> None:
             while chunk := source.read(_CHUNK):
                 view = memoryview(chunk)
                 while view:
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view) :]
     except BrokenPipeError:
         raise
     except OSError as exc:

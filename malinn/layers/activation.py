@@ -63,7 +63,7 @@ class Activation(Layer):
 
     @classmethod
     def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "Activation":
-        return cls.from_keras_config(config, keras)   # element-wise: each time step as it is
+        return cls.from_keras_config(config, keras)  # element-wise: each time step as it is
 
     def __init__(self, activation, name: str | None = None):
         super().__init__(name)
@@ -93,13 +93,17 @@ class ReLU(Activation):
     @classmethod
     def from_keras_config(cls, config: dict, keras: KerasContext) -> "ReLU":
         max_value = config.get("max_value")
-        return cls(max_value=None if max_value is None else float(max_value),
-                   negative_slope=float(config.get("negative_slope", 0.0) or 0.0),
-                   threshold=float(config.get("threshold", 0.0) or 0.0), name=keras.name)
+        return cls(
+            max_value=None if max_value is None else float(max_value),
+            negative_slope=float(config.get("negative_slope", 0.0) or 0.0),
+            threshold=float(config.get("threshold", 0.0) or 0.0),
+            name=keras.name,
+        )
 
     def __init__(self, max_value=None, negative_slope=0.0, threshold=0.0, name: str | None = None):
         for label, value in (("negative_slope", negative_slope), ("threshold", threshold)) + (
-                (("max_value", max_value),) if max_value is not None else ()):
+            (("max_value", max_value),) if max_value is not None else ()
+        ):
             _finite("ReLU", label, value)
         if (max_value is not None and max_value < 0) or negative_slope < 0:
             raise ValueError(f"ReLU: max_value and negative_slope must be >= 0, got {max_value!r}, {negative_slope!r}")
@@ -107,12 +111,20 @@ class ReLU(Activation):
         super().__init__("relu" if plain else "relu_general", name)
         self.max_value, self.negative_slope, self.threshold = max_value, float(negative_slope), float(threshold)
         if not plain:
-            self.params = {"negative_slope": self.negative_slope, "max_value": float(max_value or 0.0),
-                           "threshold": self.threshold, "has_max_value": float(max_value is not None)}
+            self.params = {
+                "negative_slope": self.negative_slope,
+                "max_value": float(max_value or 0.0),
+                "threshold": self.threshold,
+                "has_max_value": float(max_value is not None),
+            }
 
     def get_config(self) -> dict:
-        return {"name": self.name, "max_value": self.max_value, "negative_slope": self.negative_slope,
-                "threshold": self.threshold}
+        return {
+            "name": self.name,
+            "max_value": self.max_value,
+            "negative_slope": self.negative_slope,
+            "threshold": self.threshold,
+        }
 
 
 class LeakyReLU(Activation):
@@ -123,7 +135,7 @@ class LeakyReLU(Activation):
     """
 
     @classmethod
-    def from_keras_config(cls, config: dict, keras: KerasContext) -> "LeakyReLU":   # Keras 2 names it alpha
+    def from_keras_config(cls, config: dict, keras: KerasContext) -> "LeakyReLU":  # Keras 2 names it alpha
         return cls(float(config.get("negative_slope", config.get("alpha", 0.3))), name=keras.name)
 
     def __init__(self, negative_slope=0.3, name: str | None = None):
@@ -220,7 +232,7 @@ class PReLU(Layer):
     @property
     def alpha_shape(self) -> tuple:
         """The sample's shape with 1 along each shared axis (Keras's alpha)."""
-        keras = tuple(a if a > 0 else a - 1 for a in self.shared_axes)   # Keras's alpha_shape[a - 1] = 1
+        keras = tuple(a if a > 0 else a - 1 for a in self.shared_axes)  # Keras's alpha_shape[a - 1] = 1
         shared = resolve_axes(keras, len(self.input_shape) + 1, f"PReLU {self.name!r}") if keras else ()
         return tuple(1 if i + 1 in shared else d for i, d in enumerate(self.input_shape))
 
@@ -236,15 +248,24 @@ class PReLU(Layer):
         """
         weights = numeric_weights(weights, self._what())
         if not self.built or len(weights) != 1 or weights[0].shape != self.alpha_shape:
-            raise ValueError(f"PReLU {self.name!r} expects one alpha of shape "
-                             f"{self.alpha_shape if self.built else '(built layer)'}, got {[w.shape for w in weights]}")
+            raise ValueError(
+                f"PReLU {self.name!r} expects one alpha of shape "
+                f"{self.alpha_shape if self.built else '(built layer)'}, got {[w.shape for w in weights]}"
+            )
         self.alpha = weights[0].copy()
         self._weights_changed()
 
     def lower(self, builder, x):
         alpha, period = trailing_vector(self.alpha, self.input_shape, self._what())
-        return kinds.broadcast(builder, x, 2, Vector(f"layer {self.name!r} alpha", alpha, self.device_copies), None, period,
-                                 what=self._what())
+        return kinds.broadcast(
+            builder,
+            x,
+            2,
+            Vector(f"layer {self.name!r} alpha", alpha, self.device_copies),
+            None,
+            period,
+            what=self._what(),
+        )
 
     def get_config(self) -> dict:
         return {**super().get_config(), "shared_axes": list(self.shared_axes) or None}
@@ -286,7 +307,9 @@ class Softmax(Activation):
         axes = resolve_axes(self.axis, len(x.shape), f"Softmax {self.name!r}")
         if axes == (len(x.shape) - 1,):
             return kinds.activation(builder, x, "softmax", what=self._what())
-        return kinds.normalize(builder, x, "softmax" if len(axes) == 1 else "softmax_logsumexp", axes, what=self._what())
+        return kinds.normalize(
+            builder, x, "softmax" if len(axes) == 1 else "softmax_logsumexp", axes, what=self._what()
+        )
 
     def get_config(self) -> dict:
         return {"name": self.name, "axis": list(self.axis) if isinstance(self.axis, tuple) else self.axis}

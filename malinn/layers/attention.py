@@ -41,8 +41,10 @@ def _positive(value, what: str) -> int:
 def _roles(given, allowed: tuple, who: str) -> tuple:
     roles = tuple(given)
     if roles[:2] != ("query", "value") or len(set(roles)) != len(roles) or not set(roles) <= set(allowed):
-        raise ValueError(f"{who}: call_inputs must begin with 'query', 'value' and name each of {allowed} at most "
-                         f"once, got {list(roles)!r}")
+        raise ValueError(
+            f"{who}: call_inputs must begin with 'query', 'value' and name each of {allowed} at most "
+            f"once, got {list(roles)!r}"
+        )
     return roles
 
 
@@ -59,36 +61,47 @@ class _AttentionBase(Layer):
     def _shapes(self, input_shape) -> dict:
         """``{role: shape}`` of a list of shapes in :attr:`call_inputs`'s order."""
         who = f"{type(self).__name__} {self.name!r}"
-        if not isinstance(input_shape, (list, tuple)) or len(input_shape) != len(self.call_inputs) or \
-                not all(isinstance(s, (list, tuple)) for s in input_shape):
-            raise ValueError(f"{who} takes {len(self.call_inputs)} inputs ({', '.join(self.call_inputs)}), "
-                             f"got {input_shape!r}")
+        if (
+            not isinstance(input_shape, (list, tuple))
+            or len(input_shape) != len(self.call_inputs)
+            or not all(isinstance(s, (list, tuple)) for s in input_shape)
+        ):
+            raise ValueError(
+                f"{who} takes {len(self.call_inputs)} inputs ({', '.join(self.call_inputs)}), got {input_shape!r}"
+            )
         shapes = {role: tuple(s) for role, s in zip(self.call_inputs, input_shape)}
         for role in ("query", "value", "key"):
             if role in shapes and len(shapes[role]) != 3:
-                raise ValueError(f"{who}: malinn attends over the sequence axis of (batch, sequence, features) "
-                                 f"inputs; its {role} has shape {format_shape(shapes[role])}")
+                raise ValueError(
+                    f"{who}: malinn attends over the sequence axis of (batch, sequence, features) "
+                    f"inputs; its {role} has shape {format_shape(shapes[role])}"
+                )
         key = shapes.get("key", shapes["value"])
         if key[1] != shapes["value"][1]:
-            raise ValueError(f"{who}: key {format_shape(key)} and value {format_shape(shapes['value'])} differ in "
-                             f"sequence length")
+            raise ValueError(
+                f"{who}: key {format_shape(key)} and value {format_shape(shapes['value'])} differ in sequence length"
+            )
         return shapes
 
     def _record_call(self, tensors: dict, use_causal_mask) -> KerasTensor:
         roles = tuple(role for role in self.allowed_roles if tensors.get(role) is not None)
         if self.built and roles != self.call_inputs:
-            raise ValueError(f"{type(self).__name__} {self.name!r} was called with {', '.join(self.call_inputs)}; "
-                             f"a later call must give the same inputs, not {', '.join(roles)}")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r} was called with {', '.join(self.call_inputs)}; "
+                f"a later call must give the same inputs, not {', '.join(roles)}"
+            )
         if use_causal_mask is not None:
             if self.built and bool(use_causal_mask) != self.use_causal_mask:
                 raise ValueError(f"{type(self).__name__} {self.name!r}: every call must take the same use_causal_mask")
             self.use_causal_mask = bool(use_causal_mask)
         self.call_inputs = roles
         if self.built:
-            self.compute_output_shape([tensors[r].shape for r in roles])   # checks the shapes
+            self.compute_output_shape([tensors[r].shape for r in roles])  # checks the shapes
             if [tensors[r].shape[1:] for r in roles] != [tuple(s) for s in self.input_shapes]:
-                raise ValueError(f"{type(self).__name__} {self.name!r} was built for inputs of shapes "
-                                 f"{self.input_shapes}, not {[tensors[r].shape[1:] for r in roles]}")
+                raise ValueError(
+                    f"{type(self).__name__} {self.name!r} was built for inputs of shapes "
+                    f"{self.input_shapes}, not {[tensors[r].shape[1:] for r in roles]}"
+                )
         return call_layer(self, [tensors[r] for r in roles])
 
     #: a Keras call's argument (its position, ``"0.1"`` the second tensor of a list, or its keyword)
@@ -109,10 +122,13 @@ class _AttentionBase(Layer):
             raise ValueError(f"{who}: called with return_attention_scores=True (malinn returns the output alone)")
         unknown = sorted(a for a in tensors if a not in self.keras_arguments)
         if unknown:
-            raise ValueError(f"{who}: called with tensors as {', '.join(unknown)}; malinn takes "
-                             f"{', '.join(sorted(set(self.keras_arguments.values())))}")
-        return self._record_call({self.keras_arguments[a]: t for a, t in tensors.items()},
-                                 options.get("use_causal_mask"))
+            raise ValueError(
+                f"{who}: called with tensors as {', '.join(unknown)}; malinn takes "
+                f"{', '.join(sorted(set(self.keras_arguments.values())))}"
+            )
+        return self._record_call(
+            {self.keras_arguments[a]: t for a, t in tensors.items()}, options.get("use_causal_mask")
+        )
 
     @staticmethod
     def _keras_mask(builder, values: list):
@@ -169,8 +185,16 @@ class MultiHeadAttention(_AttentionBase):
 
     allowed_roles = _MHA_ROLES
     keras_arguments = {"0": "query", "1": "value", "2": "key", **{role: role for role in _MHA_ROLES}}
-    weight_names = ("query_kernel", "query_bias", "key_kernel", "key_bias", "value_kernel", "value_bias",
-                    "output_kernel", "output_bias")
+    weight_names = (
+        "query_kernel",
+        "query_bias",
+        "key_kernel",
+        "key_bias",
+        "value_kernel",
+        "value_bias",
+        "output_kernel",
+        "output_bias",
+    )
 
     @classmethod
     def from_keras_config(cls, config: dict, keras: KerasContext) -> "MultiHeadAttention":
@@ -186,13 +210,31 @@ class MultiHeadAttention(_AttentionBase):
             raise NotConvertible(f"with output_shape={shape} (malinn takes one output axis)")
         dropout = float(config.get("dropout") or 0.0)
         mode = "added" if keras.keras_major < 3 else ("zeroed" if dropout > 0 else "lowest")
-        return cls(int(config["num_heads"]), int(config["key_dim"]), value_dim=config.get("value_dim"),
-                   dropout=dropout, use_bias=bool(config.get("use_bias", True)), output_shape=shape,
-                   mask_mode=mode, name=keras.name)
+        return cls(
+            int(config["num_heads"]),
+            int(config["key_dim"]),
+            value_dim=config.get("value_dim"),
+            dropout=dropout,
+            use_bias=bool(config.get("use_bias", True)),
+            output_shape=shape,
+            mask_mode=mode,
+            name=keras.name,
+        )
 
-    def __init__(self, num_heads, key_dim, value_dim=None, dropout: float = 0.0, use_bias: bool = True,
-                 output_shape=None, attention_axes=None, use_causal_mask: bool = False, mask_mode: str = "lowest",
-                 call_inputs=("query", "value"), name: str | None = None):
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        value_dim=None,
+        dropout: float = 0.0,
+        use_bias: bool = True,
+        output_shape=None,
+        attention_axes=None,
+        use_causal_mask: bool = False,
+        mask_mode: str = "lowest",
+        call_inputs=("query", "value"),
+        name: str | None = None,
+    ):
         super().__init__(name, call_inputs, use_causal_mask)
         who = f"MultiHeadAttention {self.name!r}"
         self.num_heads = _positive(num_heads, f"{who}: num_heads")
@@ -204,8 +246,9 @@ class MultiHeadAttention(_AttentionBase):
             output_shape = output_shape[0]
         self.output_size = None if output_shape is None else _positive(output_shape, f"{who}: output_shape")
         if attention_axes is not None and list(np.atleast_1d(attention_axes)) not in ([1], [-2]):
-            raise ValueError(f"{who}: malinn attends over the sequence axis (attention_axes None or (1,)), not "
-                             f"{attention_axes!r}")
+            raise ValueError(
+                f"{who}: malinn attends over the sequence axis (attention_axes None or (1,)), not {attention_axes!r}"
+            )
         if mask_mode not in MASK_MODES:
             raise ValueError(f"{who}: mask_mode must be one of {sorted(MASK_MODES)}, got {mask_mode!r}")
         self.dropout, self.use_bias, self.mask_mode = float(dropout), bool(use_bias), mask_mode
@@ -223,16 +266,19 @@ class MultiHeadAttention(_AttentionBase):
         """
         if value is None:
             raise ValueError(f"MultiHeadAttention {self.name!r} takes a query and a value")
-        return self._record_call({"query": query, "value": value, "key": key, "attention_mask": attention_mask},
-                                 use_causal_mask)
+        return self._record_call(
+            {"query": query, "value": value, "key": key, "attention_mask": attention_mask}, use_causal_mask
+        )
 
     def compute_output_shape(self, input_shape) -> tuple:
         shapes = self._shapes(input_shape)
         query, value = shapes["query"], shapes["value"]
         mask = shapes.get("attention_mask")
         if mask is not None and tuple(mask[1:]) != (query[1], value[1]):
-            raise ValueError(f"MultiHeadAttention {self.name!r}: attention_mask {format_shape(mask)} is not "
-                             f"{format_shape((None, query[1], value[1]))} (batch, query length, value length)")
+            raise ValueError(
+                f"MultiHeadAttention {self.name!r}: attention_mask {format_shape(mask)} is not "
+                f"{format_shape((None, query[1], value[1]))} (batch, query length, value length)"
+            )
         return (None, query[1], self.output_size or query[2])
 
     def build(self, input_shape) -> None:
@@ -261,12 +307,15 @@ class MultiHeadAttention(_AttentionBase):
         weights = numeric_weights(weights, f"MultiHeadAttention {self.name!r}")
         names = [n for n in self.weight_names if getattr(self, n) is not None]
         if not self.built or len(weights) != len(names):
-            raise ValueError(f"MultiHeadAttention {self.name!r} expects {len(names)} weight arrays "
-                             f"({', '.join(names)}) once built, got {len(weights)}")
+            raise ValueError(
+                f"MultiHeadAttention {self.name!r} expects {len(names)} weight arrays "
+                f"({', '.join(names)}) once built, got {len(weights)}"
+            )
         for name, w in zip(names, weights):
             if w.shape != getattr(self, name).shape:
-                raise ValueError(f"MultiHeadAttention {self.name!r}: {name} has shape {getattr(self, name).shape}, "
-                                 f"got {w.shape}")
+                raise ValueError(
+                    f"MultiHeadAttention {self.name!r}: {name} has shape {getattr(self, name).shape}, got {w.shape}"
+                )
         for name, w in zip(names, weights):
             setattr(self, name, w)
         self._weights_changed()
@@ -287,8 +336,9 @@ class MultiHeadAttention(_AttentionBase):
         weight = Weight(f"layer {self.name!r} {label} kernel", (rows, matrices[0][0].shape[1]), host, copies)
         bias = None
         if self.use_bias:
-            bias = Vector(f"layer {self.name!r} {label} bias", np.concatenate([b for _, b in matrices]),
-                          self.device_copies)
+            bias = Vector(
+                f"layer {self.name!r} {label} bias", np.concatenate([b for _, b in matrices]), self.device_copies
+            )
         return kinds.matmul(builder, x, weight, bias, what=f"{self._what()} {label}")
 
     def lower(self, builder, xs):
@@ -304,26 +354,51 @@ class MultiHeadAttention(_AttentionBase):
         if key is value:
             keys, value_row = self._matmul(builder, value, ["key", "value"], "key and value"), heads * kd
         else:
-            keys = kinds.concat(builder, [self._matmul(builder, key, ["key"], "key"),
-                                          self._matmul(builder, value, ["value"], "value")], -1, what=what)
+            keys = kinds.concat(
+                builder,
+                [self._matmul(builder, key, ["key"], "key"), self._matmul(builder, value, ["value"], "value")],
+                -1,
+                what=what,
+            )
             value_row = heads * kd
         mask = given.get("attention_mask")
-        extra = ([mask] if mask is not None else []) + \
-            ([self._column(builder, query_mask, what)] if query_mask is not None else [])
+        extra = ([mask] if mask is not None else []) + (
+            [self._column(builder, query_mask, what)] if query_mask is not None else []
+        )
         if extra:
             queries = kinds.concat(builder, [queries] + extra, -1, what=what)
         if value_mask is not None:
             keys = kinds.concat(builder, [keys, self._column(builder, value_mask, what)], -1, what=what)
-        out = kinds.attention(builder, queries, keys, heads=heads, key_dim=kd, value_dim=vd, value_row=value_row,
-                              attention_mask=mask is not None, query_mask="keys" if query_mask is not None else False,
-                              value_mask=value_mask is not None, causal=self.use_causal_mask, mode=self.mask_mode,
-                              score="dot", scale=1.0 / np.sqrt(float(kd)), what=what)
+        out = kinds.attention(
+            builder,
+            queries,
+            keys,
+            heads=heads,
+            key_dim=kd,
+            value_dim=vd,
+            value_row=value_row,
+            attention_mask=mask is not None,
+            query_mask="keys" if query_mask is not None else False,
+            value_mask=value_mask is not None,
+            causal=self.use_causal_mask,
+            mode=self.mask_mode,
+            score="dot",
+            scale=1.0 / np.sqrt(float(kd)),
+            what=what,
+        )
         return with_mask(builder, self._matmul(builder, out, ["output"], "output"), query_mask)
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "num_heads": self.num_heads, "key_dim": self.key_dim,
-                "value_dim": self.value_dim, "dropout": self.dropout, "use_bias": self.use_bias,
-                "output_shape": self.output_size, "mask_mode": self.mask_mode}
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "key_dim": self.key_dim,
+            "value_dim": self.value_dim,
+            "dropout": self.dropout,
+            "use_bias": self.use_bias,
+            "output_shape": self.output_size,
+            "mask_mode": self.mask_mode,
+        }
 
 
 class _DenseAttention(_AttentionBase):
@@ -331,8 +406,12 @@ class _DenseAttention(_AttentionBase):
     key]`` (the key defaults to the value), with ``mask=[query_mask, value_mask]`` optional."""
 
     allowed_roles = _ATTENTION_ROLES
-    keras_arguments = {f"{prefix}.{i}": role for prefix in ("0", "inputs") for i, role in enumerate(("query", "value", "key"))}
-    keras_arguments.update({f"{prefix}.{i}": role for prefix in ("1", "mask") for i, role in enumerate(_ATTENTION_ROLES[3:])})
+    keras_arguments = {
+        f"{prefix}.{i}": role for prefix in ("0", "inputs") for i, role in enumerate(("query", "value", "key"))
+    }
+    keras_arguments.update(
+        {f"{prefix}.{i}": role for prefix in ("1", "mask") for i, role in enumerate(_ATTENTION_ROLES[3:])}
+    )
     score = "dot"
 
     def __call__(self, inputs, mask=None, use_causal_mask=None):
@@ -345,8 +424,13 @@ class _DenseAttention(_AttentionBase):
         if not isinstance(inputs, (list, tuple)) or len(inputs) not in (2, 3):
             raise ValueError(f"{type(self).__name__} {self.name!r} takes [query, value] or [query, value, key]")
         masks = list(mask) if isinstance(mask, (list, tuple)) else [None, None]
-        tensors = {"query": inputs[0], "value": inputs[1], "key": inputs[2] if len(inputs) > 2 else None,
-                   "query_mask": masks[0], "value_mask": masks[1] if len(masks) > 1 else None}
+        tensors = {
+            "query": inputs[0],
+            "value": inputs[1],
+            "key": inputs[2] if len(inputs) > 2 else None,
+            "query_mask": masks[0],
+            "value_mask": masks[1] if len(masks) > 1 else None,
+        }
         return self._record_call(tensors, use_causal_mask)
 
     def compute_output_shape(self, input_shape) -> tuple:
@@ -354,12 +438,16 @@ class _DenseAttention(_AttentionBase):
         query, value = shapes["query"], shapes["value"]
         key = shapes.get("key", value)
         if query[2] != key[2]:
-            raise ValueError(f"{type(self).__name__} {self.name!r}: query {format_shape(query)} and key "
-                             f"{format_shape(key)} differ in features")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r}: query {format_shape(query)} and key "
+                f"{format_shape(key)} differ in features"
+            )
         for role, length in (("query_mask", query[1]), ("value_mask", value[1])):
             if role in shapes and tuple(shapes[role][1:]) not in ((length,), (length, 1)):
-                raise ValueError(f"{type(self).__name__} {self.name!r}: {role} {format_shape(shapes[role])} is not "
-                                 f"{format_shape((None, length))}")
+                raise ValueError(
+                    f"{type(self).__name__} {self.name!r}: {role} {format_shape(shapes[role])} is not "
+                    f"{format_shape((None, length))}"
+                )
         return (None, query[1], value[2])
 
     def _scores(self) -> dict:
@@ -381,12 +469,27 @@ class _DenseAttention(_AttentionBase):
         if value_mask is not None:
             parts.append(self._column(builder, value_mask, what))
         keys = parts[0] if len(parts) == 1 else kinds.concat(builder, parts, -1, what=what)
-        out = kinds.attention(builder, queries, keys, heads=1, key_dim=features, value_dim=value.shape[2],
-                              value_row=value_row, query_mask=query_mask is not None,
-                              value_mask=value_mask is not None, causal=self.use_causal_mask, mode="added",
-                              score=self.score, what=what, **self._scores())
-        return with_mask(builder, out, query_mask if len(query_mask.shape) == 2 else None) \
-            if query_mask is not None else out
+        out = kinds.attention(
+            builder,
+            queries,
+            keys,
+            heads=1,
+            key_dim=features,
+            value_dim=value.shape[2],
+            value_row=value_row,
+            query_mask=query_mask is not None,
+            value_mask=value_mask is not None,
+            causal=self.use_causal_mask,
+            mode="added",
+            score=self.score,
+            what=what,
+            **self._scores(),
+        )
+        return (
+            with_mask(builder, out, query_mask if len(query_mask.shape) == 2 else None)
+            if query_mask is not None
+            else out
+        )
 
 
 class Attention(_DenseAttention):
@@ -409,12 +512,23 @@ class Attention(_DenseAttention):
 
     @classmethod
     def from_keras_config(cls, config: dict, keras: KerasContext) -> "Attention":
-        return cls(use_scale=bool(config.get("use_scale", False)), score_mode=config.get("score_mode", "dot"),
-                   dropout=float(config.get("dropout") or 0.0), use_causal_mask=bool(config.get("causal", False)),
-                   name=keras.name)
+        return cls(
+            use_scale=bool(config.get("use_scale", False)),
+            score_mode=config.get("score_mode", "dot"),
+            dropout=float(config.get("dropout") or 0.0),
+            use_causal_mask=bool(config.get("causal", False)),
+            name=keras.name,
+        )
 
-    def __init__(self, use_scale: bool = False, score_mode: str = "dot", dropout: float = 0.0,
-                 use_causal_mask: bool = False, call_inputs=("query", "value"), name: str | None = None):
+    def __init__(
+        self,
+        use_scale: bool = False,
+        score_mode: str = "dot",
+        dropout: float = 0.0,
+        use_causal_mask: bool = False,
+        call_inputs=("query", "value"),
+        name: str | None = None,
+    ):
         super().__init__(name, call_inputs, use_causal_mask)
         if score_mode not in ("dot", "concat"):
             raise ValueError(f"Attention {self.name!r}: score_mode must be 'dot' or 'concat', got {score_mode!r}")
@@ -436,8 +550,10 @@ class Attention(_DenseAttention):
         weights = numeric_weights(weights, f"Attention {self.name!r}")
         names = [n for n, on in (("scale", self.use_scale), ("concat_score_weight", self.score_mode == "concat")) if on]
         if len(weights) != len(names) or any(w.size != 1 for w in weights):
-            raise ValueError(f"Attention {self.name!r} expects {len(names)} scalar weights ({', '.join(names)}), "
-                             f"got {[w.shape for w in weights]}")
+            raise ValueError(
+                f"Attention {self.name!r} expects {len(names)} scalar weights ({', '.join(names)}), "
+                f"got {[w.shape for w in weights]}"
+            )
         for name, w in zip(names, weights):
             setattr(self, name, w.reshape(()))
         self._weights_changed()
@@ -448,8 +564,12 @@ class Attention(_DenseAttention):
         return {"scale": scale, "concat_weight": weight}
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "use_scale": self.use_scale, "score_mode": self.score_mode,
-                "dropout": self.dropout}
+        return {
+            **super().get_config(),
+            "use_scale": self.use_scale,
+            "score_mode": self.score_mode,
+            "dropout": self.dropout,
+        }
 
 
 class AdditiveAttention(_DenseAttention):
@@ -469,11 +589,21 @@ class AdditiveAttention(_DenseAttention):
 
     @classmethod
     def from_keras_config(cls, config: dict, keras: KerasContext) -> "AdditiveAttention":
-        return cls(use_scale=bool(config.get("use_scale", True)), dropout=float(config.get("dropout") or 0.0),
-                   use_causal_mask=bool(config.get("causal", False)), name=keras.name)
+        return cls(
+            use_scale=bool(config.get("use_scale", True)),
+            dropout=float(config.get("dropout") or 0.0),
+            use_causal_mask=bool(config.get("causal", False)),
+            name=keras.name,
+        )
 
-    def __init__(self, use_scale: bool = True, dropout: float = 0.0, use_causal_mask: bool = False,
-                 call_inputs=("query", "value"), name: str | None = None):
+    def __init__(
+        self,
+        use_scale: bool = True,
+        dropout: float = 0.0,
+        use_causal_mask: bool = False,
+        call_inputs=("query", "value"),
+        name: str | None = None,
+    ):
         super().__init__(name, call_inputs, use_causal_mask)
         self.use_scale, self.dropout = bool(use_scale), float(dropout)
         self.scale = None
@@ -491,8 +621,9 @@ class AdditiveAttention(_DenseAttention):
         weights = numeric_weights(weights, f"AdditiveAttention {self.name!r}")
         want = [self.scale.shape] if self.use_scale and self.scale is not None else []
         if [w.shape for w in weights] != want:
-            raise ValueError(f"AdditiveAttention {self.name!r} expects weights of shapes {want}, "
-                             f"got {[w.shape for w in weights]}")
+            raise ValueError(
+                f"AdditiveAttention {self.name!r} expects weights of shapes {want}, got {[w.shape for w in weights]}"
+            )
         if want:
             self.scale = weights[0]
         self._weights_changed()

@@ -64,8 +64,11 @@ def trailing_vector(values: Any, sample: tuple, who: str) -> tuple:
     """
     values = np.asarray(values, np.float64)
     if values.ndim > len(sample):
-        values = values.reshape(values.shape[values.ndim - len(sample):]) if math.prod(
-            values.shape[:values.ndim - len(sample)]) == 1 else values
+        values = (
+            values.reshape(values.shape[values.ndim - len(sample) :])
+            if math.prod(values.shape[: values.ndim - len(sample)]) == 1
+            else values
+        )
     padded = (1,) * (len(sample) - values.ndim) + values.shape
     if len(padded) != len(sample) or any(p not in (1, d) for p, d in zip(padded, sample)):
         raise ValueError(f"{who}: parameters of shape {values.shape} do not broadcast to samples of shape {sample}")

@@ -35,8 +35,16 @@ if TYPE_CHECKING:
     from ..plan.builder import PlanBuilder
     from ..plan.tensors import Value
 
-__all__ = ["Layer", "sample_shape", "glorot_uniform", "weights_to_be_loaded", "numeric_weights", "zeros", "ones",
-           "placeholders"]
+__all__ = [
+    "Layer",
+    "sample_shape",
+    "glorot_uniform",
+    "weights_to_be_loaded",
+    "numeric_weights",
+    "zeros",
+    "ones",
+    "placeholders",
+]
 
 _counters: dict = {}
 _counter_lock = threading.Lock()
@@ -87,11 +95,11 @@ def ones(shape: int | Sequence[int]) -> np.ndarray:
 
 
 def _initial(shape: int | Sequence[int], value: float) -> np.ndarray:
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)   # a size as numpy takes it
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)  # a size as numpy takes it
     if getattr(_loading, "active", False):
         try:
             return np.broadcast_to(_PLACEHOLDER_VALUES[value], shape)
-        except ValueError:   # numpy's "iterator is too large"
+        except ValueError:  # numpy's "iterator is too large"
             raise ValueError(f"a weight of shape {tuple(shape)} has more values than an array can hold") from None
     return np.zeros(shape, np.float32) if value == 0.0 else np.ones(shape, np.float32)
 
@@ -99,9 +107,12 @@ def _initial(shape: int | Sequence[int], value: float) -> np.ndarray:
 def placeholders(layer: Layer) -> list:
     """The names of ``layer``'s weights that are still the placeholders :func:`zeros` and
     :func:`ones` made (no file's value replaced them)."""
-    return [name for name in layer.weight_names
-            if isinstance(getattr(layer, name, None), np.ndarray)
-            and any(getattr(layer, name).base is value for value in _PLACEHOLDER_VALUES.values())]
+    return [
+        name
+        for name in layer.weight_names
+        if isinstance(getattr(layer, name, None), np.ndarray)
+        and any(getattr(layer, name).base is value for value in _PLACEHOLDER_VALUES.values())
+    ]
 
 
 def glorot_uniform(shape: int | Sequence[int], fan_in: int, fan_out: int) -> np.ndarray:
@@ -156,9 +167,11 @@ def sample_shape(input_shape: Any, who: str) -> tuple:
     except TypeError:
         raise ValueError(f"{who}: input_shape must be a tuple (batch, ...), got {input_shape!r}") from None
     if len(shape) - 1 > MAX_SAMPLE_AXES:
-        raise ValueError(f"{who}: input_shape has {len(shape) - 1} axes besides the batch's; a batch of such samples "
-                         f"could never be given (numpy arrays have at most {MAX_SAMPLE_AXES + 1} axes, the batch's "
-                         f"and {MAX_SAMPLE_AXES} more)")
+        raise ValueError(
+            f"{who}: input_shape has {len(shape) - 1} axes besides the batch's; a batch of such samples "
+            f"could never be given (numpy arrays have at most {MAX_SAMPLE_AXES + 1} axes, the batch's "
+            f"and {MAX_SAMPLE_AXES} more)"
+        )
     if len(shape) < 2 or any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1 for d in shape[1:]):
         raise ValueError(f"{who}: input_shape must be (batch, d1, ...) with sizes >= 1, got {input_shape!r}")
     return tuple(int(d) for d in shape[1:])
@@ -197,6 +210,7 @@ _BOOKKEEPING = frozenset({"name", "built", "input_shape", "keras_names", "device
 
 def _building(build: Callable[..., None]) -> Callable[..., None]:
     """``build`` marking the layer as building while it runs (its weights take new shapes then)."""
+
     @functools.wraps(build)
     def building(self: Layer, input_shape: Any, *args: Any, **kwargs: Any) -> None:
         depth = self.__dict__.get("_building", 0)
@@ -205,6 +219,7 @@ def _building(build: Callable[..., None]) -> Callable[..., None]:
             return build(self, input_shape, *args, **kwargs)
         finally:
             object.__setattr__(self, "_building", depth)
+
     return building
 
 
@@ -257,18 +272,21 @@ class Layer:
         super().__init_subclass__(**kwargs)
         register("layer", cls)
         if not cls.__name__.startswith("_") and cls.converts_keras():
-            for keras_name in (cls.__name__, *cls.__dict__.get("keras_aliases", ()),
-                               *cls.__dict__.get("keras_refused", {})):
+            for keras_name in (
+                cls.__name__,
+                *cls.__dict__.get("keras_aliases", ()),
+                *cls.__dict__.get("keras_refused", {}),
+            ):
                 register("keras", cls, keras_name)
-        if "build" in cls.__dict__:   # while it builds, a layer makes its weights in their new shapes
-            setattr(cls, "build", _building(cls.__dict__["build"]))   # its build wrapped
+        if "build" in cls.__dict__:  # while it builds, a layer makes its weights in their new shapes
+            setattr(cls, "build", _building(cls.__dict__["build"]))  # its build wrapped
 
     def __init__(self, name: str | None = None):
         if name is not None and (not isinstance(name, str) or not name):
             raise ValueError(f"{type(self).__name__}: name must be a non-empty string, got {name!r}")
         self.name = name or _auto_name(_snake(type(self).__name__))
         self.built = False
-        self.input_shape: tuple | None = None     # one sample's shape, without the batch axis
+        self.input_shape: tuple | None = None  # one sample's shape, without the batch axis
         #: names of the Keras layers this layer stands for (set by the converter; for verify)
         self.keras_names: tuple = ()
         #: device copies of the weights, shared by every plan; cleared when the weights change
@@ -303,17 +321,22 @@ class Layer:
 
     def _weight_array(self, name: str, value: Any) -> np.ndarray:
         """``value`` as the read-only float32 array weight ``name`` holds (its shape kept)."""
-        try:   # built to be loaded, a layer's placeholders are kept as they are (no memory) until the file's
+        try:  # built to be loaded, a layer's placeholders are kept as they are (no memory) until the file's
             # weights replace them (a file whose config declares more than its weights costs no memory)
             loading = self.__dict__.get("_building") and getattr(_loading, "active", False)
             array = np.asarray(value, dtype=np.float32) if loading else np.array(value, dtype=np.float32)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"layer {self.name!r} ({type(self).__name__}): {name} must be numeric: {exc}") from None
         old = self.__dict__.get(name)
-        if self.__dict__.get("built") and not self.__dict__.get("_building") and isinstance(old, np.ndarray) \
-                and array.shape != old.shape:
-            raise ValueError(f"layer {self.name!r} ({type(self).__name__}): {name} has shape {old.shape}, got "
-                             f"{array.shape}")
+        if (
+            self.__dict__.get("built")
+            and not self.__dict__.get("_building")
+            and isinstance(old, np.ndarray)
+            and array.shape != old.shape
+        ):
+            raise ValueError(
+                f"layer {self.name!r} ({type(self).__name__}): {name} has shape {old.shape}, got {array.shape}"
+            )
         array.flags.writeable = False
         return array
 
@@ -338,13 +361,17 @@ class Layer:
         sample = tuple(input_shape)[1:]
         if not self.built or self.input_shape is None or sample == tuple(self.input_shape):
             return
-        built = (f"{type(self).__name__} {self.name!r} was built for inputs of shape "
-                 f"{format_shape((None,) + tuple(self.input_shape))}")
+        built = (
+            f"{type(self).__name__} {self.name!r} was built for inputs of shape "
+            f"{format_shape((None,) + tuple(self.input_shape))}"
+        )
         if sample[-1:] != tuple(self.input_shape[-1:]):
             raise ValueError(f"{built}, but {how} {format_shape(input_shape)}")
         if not self.reusable_on_other_shapes:
-            raise ValueError(f"{built}, but {how} {format_shape(input_shape)}: its weights and axes are laid out for "
-                             f"the first shape (a layer of this kind is not shared by inputs of two shapes)")
+            raise ValueError(
+                f"{built}, but {how} {format_shape(input_shape)}: its weights and axes are laid out for "
+                f"the first shape (a layer of this kind is not shared by inputs of two shapes)"
+            )
 
     def lower(self, builder: PlanBuilder, x: Any) -> Value:
         """Records the steps computing this layer on ``x`` in ``builder``; returns the output value."""
@@ -375,7 +402,7 @@ class Layer:
         its plans upload and its file holds, without a copy."""
         if not self.built:
             return []
-        if not self.weight_names:   # a layer written with its own get_weights (before weight_names)
+        if not self.weight_names:  # a layer written with its own get_weights (before weight_names)
             return [] if type(self).get_weights is Layer.get_weights else list(self.get_weights())
         return [w for w in (getattr(self, name, None) for name in self.weight_names) if w is not None]
 
@@ -422,7 +449,7 @@ class Layer:
     def converts_keras(cls) -> bool:
         """Whether the class converts Keras layers: it declares :attr:`keras_config_keys` or a
         :meth:`from_keras_config` of its own."""
-        own = getattr(cls.from_keras_config, "__func__")   # the classmethod's function (a subclass's own or Layer's)
+        own = getattr(cls.from_keras_config, "__func__")  # the classmethod's function (a subclass's own or Layer's)
         return cls.keras_config_keys is not None or own is not getattr(Layer.from_keras_config, "__func__")
 
     @classmethod

@@ -40,8 +40,7 @@ def _layer_from(config: dict, keras: KerasContext, who: str, prefix: str) -> _Re
         raise NotConvertible(f"of {class_name} ({who}: malinn runs Bidirectional of SimpleRNN, LSTM and GRU)")
     inner = dict(config.get("config") or {})
     name = str(inner.get("name") or class_name.lower())
-    return cls.from_keras_config(inner, replace(keras, class_name=class_name,
-                                                name=prefix + name.removeprefix(prefix)))
+    return cls.from_keras_config(inner, replace(keras, class_name=class_name, name=prefix + name.removeprefix(prefix)))
 
 
 class Bidirectional(Layer):
@@ -89,17 +88,22 @@ class Bidirectional(Layer):
             config.update(name=f"backward_{layer.name.removeprefix('forward_')}", go_backwards=not layer.go_backwards)
             backward_layer = type(layer).from_config(config)
         elif not isinstance(backward_layer, _Recurrent):
-            raise ValueError(f"{who}: backward_layer must be a SimpleRNN, LSTM or GRU layer, got "
-                             f"{type(backward_layer).__name__}")
+            raise ValueError(
+                f"{who}: backward_layer must be a SimpleRNN, LSTM or GRU layer, got {type(backward_layer).__name__}"
+            )
         for option in ("return_sequences", "return_state"):
             if getattr(layer, option) != getattr(backward_layer, option):
-                raise ValueError(f"{who}: the forward and the backward layer differ in {option} "
-                                 f"({getattr(layer, option)} and {getattr(backward_layer, option)})")
+                raise ValueError(
+                    f"{who}: the forward and the backward layer differ in {option} "
+                    f"({getattr(layer, option)} and {getattr(backward_layer, option)})"
+                )
         if layer.go_backwards == backward_layer.go_backwards:
             raise ValueError(f"{who}: the forward and the backward layer both have go_backwards={layer.go_backwards}")
         if layer.state_count != backward_layer.state_count:
-            raise ValueError(f"{who}: the forward ({type(layer).__name__}) and the backward layer "
-                             f"({type(backward_layer).__name__}) return different states")
+            raise ValueError(
+                f"{who}: the forward ({type(layer).__name__}) and the backward layer "
+                f"({type(backward_layer).__name__}) return different states"
+            )
         self.forward_layer, self.backward_layer = layer, backward_layer
         self.merge_mode = merge_mode
         self.return_sequences, self.return_state = layer.return_sequences, layer.return_state
@@ -142,8 +146,10 @@ class Bidirectional(Layer):
         half = 2 + self.forward_layer.use_bias
         want = half + 2 + self.backward_layer.use_bias
         if len(weights) != want:
-            raise ValueError(f"Bidirectional layer {self.name!r} expects {want} weight arrays (the forward layer's, "
-                             f"then the backward layer's), got {len(weights)}")
+            raise ValueError(
+                f"Bidirectional layer {self.name!r} expects {want} weight arrays (the forward layer's, "
+                f"then the backward layer's), got {len(weights)}"
+            )
         self.forward_layer.set_weights(weights[:half])
         self.backward_layer.set_weights(weights[half:])
         if not self.built:
@@ -157,11 +163,12 @@ class Bidirectional(Layer):
     def lower(self, builder, x):
         sequence = x[0] if isinstance(x, list) else x
         if len(sequence.shape) != 3:
-            raise ValueError(f"{self._what()}: takes inputs (batch, steps, features), got "
-                             f"{format_shape(sequence.shape)}")
+            raise ValueError(
+                f"{self._what()}: takes inputs (batch, steps, features), got {format_shape(sequence.shape)}"
+            )
         mask = x[1] if isinstance(x, list) else mask_of(builder, sequence)
         given = [sequence, mask] if mask is not None else sequence
-        zero = self.return_sequences   # Keras forces zero_output_for_mask = return_sequences on both
+        zero = self.return_sequences  # Keras forces zero_output_for_mask = return_sequences on both
         forward = self.forward_layer.lower_recurrence(builder, given, zero)
         backward = self.backward_layer.lower_recurrence(builder, given, zero, reverse_output=True)
         forward, states = (forward[0], forward[1:]) if self.return_state else (forward, [])
@@ -185,8 +192,12 @@ class Bidirectional(Layer):
         def serialize(layer):
             return {"class_name": type(layer).__name__, "config": layer.get_config()}
 
-        return {**super().get_config(), "layer": serialize(self.forward_layer), "merge_mode": self.merge_mode,
-                "backward_layer": serialize(self.backward_layer)}
+        return {
+            **super().get_config(),
+            "layer": serialize(self.forward_layer),
+            "merge_mode": self.merge_mode,
+            "backward_layer": serialize(self.backward_layer),
+        }
 
     @classmethod
     def from_config(cls, config: dict) -> "Bidirectional":

@@ -36,8 +36,17 @@ class _Window(Layer):
     rank = 2
     paddings = PADDINGS
 
-    def __init__(self, kernel_size, strides=1, padding="valid", dilation_rate=1, activation=None,
-                 use_bias: bool = True, data_format=None, name: str | None = None):
+    def __init__(
+        self,
+        kernel_size,
+        strides=1,
+        padding="valid",
+        dilation_rate=1,
+        activation=None,
+        use_bias: bool = True,
+        data_format=None,
+        name: str | None = None,
+    ):
         super().__init__(name)
         who = f"{type(self).__name__} {self.name!r}"
         self.kernel_size = as_tuple(kernel_size, self.rank, f"{who}: kernel_size")
@@ -59,22 +68,29 @@ class _Window(Layer):
     def geometry(self, sample_shape) -> dict:
         """The window defines of this layer on one sample of ``sample_shape``."""
         h, w, _ = spatial_of(sample_shape)
-        return window_defines((h, w), self._hw(self.kernel_size), self._hw(self.strides),
-                              self._hw(self.dilation_rate), self.padding)
+        return window_defines(
+            (h, w), self._hw(self.kernel_size), self._hw(self.strides), self._hw(self.dilation_rate), self.padding
+        )
 
     def _spatial_output(self, input_shape) -> tuple:
         shape = tuple(input_shape)
-        return tuple(output_size(n, k, s, d, self.padding)
-                     for n, k, s, d in zip(shape[1:-1], self.kernel_size, self.strides, self.dilation_rate))
+        return tuple(
+            output_size(n, k, s, d, self.padding)
+            for n, k, s, d in zip(shape[1:-1], self.kernel_size, self.strides, self.dilation_rate)
+        )
 
     def _check_input(self, input_shape) -> tuple:
         shape = tuple(input_shape)
         if len(shape) != self.rank + 2:
-            raise ValueError(f"{type(self).__name__} {self.name!r} expects inputs of rank {self.rank + 2} "
-                             f"(batch, {'length' if self.rank == 1 else 'height, width'}, channels), got {shape}")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r} expects inputs of rank {self.rank + 2} "
+                f"(batch, {'length' if self.rank == 1 else 'height, width'}, channels), got {shape}"
+            )
         if 0 in self._spatial_output(shape):
-            raise ValueError(f"{type(self).__name__} {self.name!r}: kernel {self.kernel_size} with dilation "
-                             f"{self.dilation_rate} does not fit input {shape} with padding {self.padding!r}")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r}: kernel {self.kernel_size} with dilation "
+                f"{self.dilation_rate} does not fit input {shape} with padding {self.padding!r}"
+            )
         return shape
 
     def _vector(self, values, what):
@@ -97,9 +113,15 @@ class _Window(Layer):
             write_weights(store, str(i), weight)
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "kernel_size": self.kernel_size, "strides": self.strides,
-                "padding": self.padding, "dilation_rate": self.dilation_rate, "activation": self.activation,
-                "use_bias": self.use_bias}
+        return {
+            **super().get_config(),
+            "kernel_size": self.kernel_size,
+            "strides": self.strides,
+            "padding": self.padding,
+            "dilation_rate": self.dilation_rate,
+            "activation": self.activation,
+            "use_bias": self.use_bias,
+        }
 
 
 class Conv2D(_Window):
@@ -120,11 +142,31 @@ class Conv2D(_Window):
 
     weight_names = ("kernel", "bias")
     #: Keras's arguments that change what it computes (Conv1D's too), as its config saves them
-    keras_config_keys = ("filters", "kernel_size", "strides", "padding", "dilation_rate", "groups", "activation",
-                         "use_bias", "data_format")
+    keras_config_keys = (
+        "filters",
+        "kernel_size",
+        "strides",
+        "padding",
+        "dilation_rate",
+        "groups",
+        "activation",
+        "use_bias",
+        "data_format",
+    )
 
-    def __init__(self, filters, kernel_size, strides=1, padding="valid", dilation_rate=1, groups=1,
-                 activation=None, use_bias: bool = True, data_format=None, name: str | None = None):
+    def __init__(
+        self,
+        filters,
+        kernel_size,
+        strides=1,
+        padding="valid",
+        dilation_rate=1,
+        groups=1,
+        activation=None,
+        use_bias: bool = True,
+        data_format=None,
+        name: str | None = None,
+    ):
         super().__init__(kernel_size, strides, padding, dilation_rate, activation, use_bias, data_format, name)
         who = f"{type(self).__name__} {self.name!r}"
         if isinstance(filters, bool) or not isinstance(filters, (int, np.integer)) or filters < 1:
@@ -143,8 +185,10 @@ class Conv2D(_Window):
         """
         shape = self._check_input(input_shape)
         if shape[-1] % self.groups:
-            raise ValueError(f"{type(self).__name__} {self.name!r}: {shape[-1]} input channels are not a "
-                             f"multiple of groups={self.groups}")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r}: {shape[-1]} input channels are not a "
+                f"multiple of groups={self.groups}"
+            )
         super().build(shape)
         taps = int(np.prod(self.kernel_size))
         cg = shape[-1] // self.groups
@@ -164,11 +208,16 @@ class Conv2D(_Window):
 
     def lower(self, builder, x):
         geometry = {**self.geometry(x.shape[1:]), "GROUPS": self.groups}
-        weight = Weight(f"layer {self.name!r} kernel", (self.filters, self.kernel[..., 0].size),
-                        self.weight_matrix, self.device_copies)
+        weight = Weight(
+            f"layer {self.name!r} kernel",
+            (self.filters, self.kernel[..., 0].size),
+            self.weight_matrix,
+            self.device_copies,
+        )
         bias = self._vector(self.bias, "bias") if self.use_bias else None
-        return kinds.conv(builder, x, weight, geometry, self.compute_output_shape(x.shape), bias, self.activation,
-                            what=self._what())
+        return kinds.conv(
+            builder, x, weight, geometry, self.compute_output_shape(x.shape), bias, self.activation, what=self._what()
+        )
 
     def set_weights(self, weights) -> None:
         """Sets ``[kernel, bias]`` (or ``[kernel]``) in Keras's shapes.
@@ -183,11 +232,13 @@ class Conv2D(_Window):
         expected = self.kernel_size + ((self.input_shape[-1] // self.groups) if self.built else None, self.filters)
         kernel = weights[0]
         if kernel.ndim != self.rank + 2 or any(e is not None and e != g for e, g in zip(expected, kernel.shape)):
-            raise ValueError(f"{type(self).__name__} {self.name!r}: kernel shape {kernel.shape} does not match "
-                             f"{expected}")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r}: kernel shape {kernel.shape} does not match {expected}"
+            )
         if self.use_bias and weights[1].shape != (self.filters,):
-            raise ValueError(f"{type(self).__name__} {self.name!r}: bias shape {weights[1].shape} does not match "
-                             f"({self.filters},)")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r}: bias shape {weights[1].shape} does not match ({self.filters},)"
+            )
         if not self.built:
             raise ValueError(f"{type(self).__name__} {self.name!r}: build the layer before setting its weights")
         self.kernel = kernel.copy()
@@ -228,16 +279,39 @@ class DepthwiseConv2D(_Window):
     """
 
     weight_names = ("depthwise_kernel", "bias")
-    keras_config_keys = ("kernel_size", "strides", "padding", "depth_multiplier", "dilation_rate", "activation",
-                         "use_bias", "data_format")
+    keras_config_keys = (
+        "kernel_size",
+        "strides",
+        "padding",
+        "depth_multiplier",
+        "dilation_rate",
+        "activation",
+        "use_bias",
+        "data_format",
+    )
 
-    def __init__(self, kernel_size, strides=1, padding="valid", depth_multiplier=1, dilation_rate=1,
-                 activation=None, use_bias: bool = True, data_format=None, name: str | None = None):
+    def __init__(
+        self,
+        kernel_size,
+        strides=1,
+        padding="valid",
+        depth_multiplier=1,
+        dilation_rate=1,
+        activation=None,
+        use_bias: bool = True,
+        data_format=None,
+        name: str | None = None,
+    ):
         super().__init__(kernel_size, strides, padding, dilation_rate, activation, use_bias, data_format, name)
-        if isinstance(depth_multiplier, bool) or not isinstance(depth_multiplier, (int, np.integer)) \
-                or depth_multiplier < 1:
-            raise ValueError(f"{type(self).__name__} {self.name!r}: depth_multiplier must be a positive integer, "
-                             f"got {depth_multiplier!r}")
+        if (
+            isinstance(depth_multiplier, bool)
+            or not isinstance(depth_multiplier, (int, np.integer))
+            or depth_multiplier < 1
+        ):
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r}: depth_multiplier must be a positive integer, "
+                f"got {depth_multiplier!r}"
+            )
         self.depth_multiplier = int(depth_multiplier)
         self.depthwise_kernel: np.ndarray | None = None
 
@@ -249,8 +323,9 @@ class DepthwiseConv2D(_Window):
         shape = self._check_input(input_shape)
         super().build(shape)
         taps = int(np.prod(self.kernel_size))
-        self.depthwise_kernel = _glorot(self.kernel_size + (shape[-1], self.depth_multiplier),
-                                        taps, taps * self.depth_multiplier)
+        self.depthwise_kernel = _glorot(
+            self.kernel_size + (shape[-1], self.depth_multiplier), taps, taps * self.depth_multiplier
+        )
         self.bias = zeros(self.out_channels) if self.use_bias else None
 
     def compute_output_shape(self, input_shape) -> tuple:
@@ -266,8 +341,12 @@ class DepthwiseConv2D(_Window):
 
     def _lower_depthwise(self, builder, x, bias, activation):
         geometry = {**self.geometry(x.shape[1:]), "DM": self.depth_multiplier}
-        weight = Weight(f"layer {self.name!r} depthwise kernel", (self.out_channels, int(np.prod(self.kernel_size))),
-                        self.depthwise_matrix, self.device_copies)
+        weight = Weight(
+            f"layer {self.name!r} depthwise kernel",
+            (self.out_channels, int(np.prod(self.kernel_size))),
+            self.depthwise_matrix,
+            self.device_copies,
+        )
         shape = self.compute_output_shape(x.shape)
         return kinds.depthwise(builder, x, weight, geometry, shape, bias, activation, what=self._what())
 
@@ -280,8 +359,9 @@ class DepthwiseConv2D(_Window):
         if not self.built:
             raise ValueError(f"{type(self).__name__} {self.name!r}: build the layer before setting its weights")
         if [w.shape for w in weights] != shapes:
-            raise ValueError(f"{type(self).__name__} {self.name!r}: weight shapes {[w.shape for w in weights]} "
-                             f"do not match {shapes}")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r}: weight shapes {[w.shape for w in weights]} do not match {shapes}"
+            )
         return weights
 
     def set_weights(self, weights) -> None:
@@ -301,8 +381,13 @@ class DepthwiseConv2D(_Window):
         """Folds a following BatchNormalization into the kernel and bias (float64) when linear."""
         if self.activation != "linear" or not self.built:
             return False
-        kernel, bias = folded_affine(self.depthwise_kernel, self.bias if self.use_bias else None, scale, shift,
-                                     np.asarray(scale).reshape(-1, self.depth_multiplier))
+        kernel, bias = folded_affine(
+            self.depthwise_kernel,
+            self.bias if self.use_bias else None,
+            scale,
+            shift,
+            np.asarray(scale).reshape(-1, self.depth_multiplier),
+        )
         self.use_bias = True
         self.set_weights([kernel, bias])
         return True
@@ -325,15 +410,38 @@ class SeparableConv2D(DepthwiseConv2D):
     """
 
     weight_names = ("depthwise_kernel", "pointwise_kernel", "bias")
-    keras_config_keys = ("filters", "kernel_size", "strides", "padding", "depth_multiplier", "dilation_rate",
-                         "activation", "use_bias", "data_format")
+    keras_config_keys = (
+        "filters",
+        "kernel_size",
+        "strides",
+        "padding",
+        "depth_multiplier",
+        "dilation_rate",
+        "activation",
+        "use_bias",
+        "data_format",
+    )
 
-    def __init__(self, filters, kernel_size, strides=1, padding="valid", depth_multiplier=1, dilation_rate=1,
-                 activation=None, use_bias: bool = True, data_format=None, name: str | None = None):
-        super().__init__(kernel_size, strides, padding, depth_multiplier, dilation_rate, activation, use_bias,
-                         data_format, name)
+    def __init__(
+        self,
+        filters,
+        kernel_size,
+        strides=1,
+        padding="valid",
+        depth_multiplier=1,
+        dilation_rate=1,
+        activation=None,
+        use_bias: bool = True,
+        data_format=None,
+        name: str | None = None,
+    ):
+        super().__init__(
+            kernel_size, strides, padding, depth_multiplier, dilation_rate, activation, use_bias, data_format, name
+        )
         if isinstance(filters, bool) or not isinstance(filters, (int, np.integer)) or filters < 1:
-            raise ValueError(f"{type(self).__name__} {self.name!r}: filters must be a positive integer, got {filters!r}")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r}: filters must be a positive integer, got {filters!r}"
+            )
         self.filters = int(filters)
         self.pointwise_kernel: np.ndarray | None = None
 
@@ -354,15 +462,23 @@ class SeparableConv2D(DepthwiseConv2D):
 
     def lower(self, builder, x):
         mid = self._lower_depthwise(builder, x, None, "linear")
-        weight = Weight(f"layer {self.name!r} pointwise kernel", (self.filters, self.out_channels),
-                        self.pointwise_matrix, self.device_copies)
+        weight = Weight(
+            f"layer {self.name!r} pointwise kernel",
+            (self.filters, self.out_channels),
+            self.pointwise_matrix,
+            self.device_copies,
+        )
         bias = self._vector(self.bias, "bias") if self.use_bias else None
         return kinds.matmul(builder, mid, weight, bias, self.activation, what=self._what())
 
     def _lower_depthwise(self, builder, x, bias, activation):
         geometry = {**self.geometry(x.shape[1:]), "DM": self.depth_multiplier}
-        weight = Weight(f"layer {self.name!r} depthwise kernel", (self.out_channels, int(np.prod(self.kernel_size))),
-                        self.depthwise_matrix, self.device_copies)
+        weight = Weight(
+            f"layer {self.name!r} depthwise kernel",
+            (self.out_channels, int(np.prod(self.kernel_size))),
+            self.depthwise_matrix,
+            self.device_copies,
+        )
         shape = DepthwiseConv2D.compute_output_shape(self, x.shape)
         return kinds.depthwise(builder, x, weight, geometry, shape, bias, activation, what=self._what())
 
@@ -372,8 +488,10 @@ class SeparableConv2D(DepthwiseConv2D):
         Raises:
             ValueError: the layer is not built, or the count or a shape differs.
         """
-        shapes = [self.kernel_size + (self.input_shape[-1] if self.built else 0, self.depth_multiplier),
-                  (1, 1, self.out_channels if self.built else 0, self.filters)]
+        shapes = [
+            self.kernel_size + (self.input_shape[-1] if self.built else 0, self.depth_multiplier),
+            (1, 1, self.out_channels if self.built else 0, self.filters),
+        ]
         shapes += [(self.filters,)] if self.use_bias else []
         weights = self._check_weights(weights, shapes)
         self.depthwise_kernel, self.pointwise_kernel = weights[0].copy(), weights[1].copy()

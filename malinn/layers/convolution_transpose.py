@@ -26,8 +26,9 @@ __all__ = ["Conv2DTranspose", "Conv1DTranspose", "transposed_length", "transpose
 _NO_3D = "(malinn runs convolutions over one or two spatial axes; reshape the volume into 2-D convolutions)"
 
 
-def transposed_length(size: int, kernel: int, stride: int, dilation: int, padding: str,
-                      output_padding: int | None) -> int:
+def transposed_length(
+    size: int, kernel: int, stride: int, dilation: int, padding: str, output_padding: int | None
+) -> int:
     """The output length of a transposed convolution along one axis, as Keras computes it."""
     span = (kernel - 1) * dilation + 1
     if output_padding is None:
@@ -65,24 +66,49 @@ class Conv2DTranspose(_Window):
 
     weight_names = ("kernel", "bias")
     #: Keras's arguments that change what it computes (Conv1DTranspose's too), as its config saves them
-    keras_config_keys = ("filters", "kernel_size", "strides", "padding", "output_padding", "dilation_rate",
-                         "activation", "use_bias", "data_format")
+    keras_config_keys = (
+        "filters",
+        "kernel_size",
+        "strides",
+        "padding",
+        "output_padding",
+        "dilation_rate",
+        "activation",
+        "use_bias",
+        "data_format",
+    )
     keras_refused = {"Conv3DTranspose": _NO_3D, "Conv3D": _NO_3D}
 
-    def __init__(self, filters, kernel_size, strides=1, padding="valid", output_padding=None, dilation_rate=1,
-                 activation=None, use_bias: bool = True, data_format=None, name: str | None = None):
+    def __init__(
+        self,
+        filters,
+        kernel_size,
+        strides=1,
+        padding="valid",
+        output_padding=None,
+        dilation_rate=1,
+        activation=None,
+        use_bias: bool = True,
+        data_format=None,
+        name: str | None = None,
+    ):
         super().__init__(kernel_size, strides, padding, dilation_rate, activation, use_bias, data_format, name)
         who = f"{type(self).__name__} {self.name!r}"
         if isinstance(filters, bool) or not isinstance(filters, (int, np.integer)) or filters < 1:
             raise ValueError(f"{who}: filters must be a positive integer, got {filters!r}")
         self.filters = int(filters)
         if output_padding is not None:
-            values = (output_padding,) * self.rank if isinstance(output_padding, (int, np.integer)) \
+            values = (
+                (output_padding,) * self.rank
+                if isinstance(output_padding, (int, np.integer))
                 else tuple(output_padding)
-            if len(values) != self.rank or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0
-                                               for v in values):
-                raise ValueError(f"{who}: output_padding must be None or {self.rank} integers >= 0, "
-                                 f"got {output_padding!r}")
+            )
+            if len(values) != self.rank or any(
+                isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0 for v in values
+            ):
+                raise ValueError(
+                    f"{who}: output_padding must be None or {self.rank} integers >= 0, got {output_padding!r}"
+                )
             if any(p >= s for p, s in zip(values, self.strides)):
                 raise ValueError(f"{who}: output_padding {values} must be below the strides {self.strides}")
             output_padding = tuple(int(v) for v in values)
@@ -94,18 +120,31 @@ class Conv2DTranspose(_Window):
 
     def _spatial_output(self, input_shape) -> tuple:
         shape = tuple(input_shape)
-        return tuple(transposed_length(n, k, s, d, self.padding, p)
-                     for n, k, s, d, p in zip(shape[1:-1], self.kernel_size, self.strides, self.dilation_rate,
-                                              self._pads()))
+        return tuple(
+            transposed_length(n, k, s, d, self.padding, p)
+            for n, k, s, d, p in zip(shape[1:-1], self.kernel_size, self.strides, self.dilation_rate, self._pads())
+        )
 
     def geometry(self, sample_shape) -> dict:
         """The defines of kernels/conv_transpose.cl on one sample of ``sample_shape``."""
         h, w, c = spatial_of(sample_shape)
         (oh, ow) = self._hw(self._spatial_output((None,) + tuple(sample_shape)))
         (kh, kw), (sh, sw), (dh, dw) = self._hw(self.kernel_size), self._hw(self.strides), self._hw(self.dilation_rate)
-        return {"IH": h, "IW": w, "OH": oh, "OW": ow, "KH": kh, "KW": kw, "SH": sh, "SW": sw, "DH": dh, "DW": dw,
-                "PT": transposed_padding(h, oh, kh, sh, dh, self.padding),
-                "PL": transposed_padding(w, ow, kw, sw, dw, self.padding), "CIN": c}
+        return {
+            "IH": h,
+            "IW": w,
+            "OH": oh,
+            "OW": ow,
+            "KH": kh,
+            "KW": kw,
+            "SH": sh,
+            "SW": sw,
+            "DH": dh,
+            "DW": dw,
+            "PT": transposed_padding(h, oh, kh, sh, dh, self.padding),
+            "PL": transposed_padding(w, ow, kw, sw, dw, self.padding),
+            "CIN": c,
+        }
 
     def build(self, input_shape) -> None:
         """Creates ``kernel`` (kernel_size + (filters, channels)), Glorot-uniform, and a zero bias.
@@ -116,8 +155,9 @@ class Conv2DTranspose(_Window):
         shape = self._check_input(input_shape)
         super().build(shape)
         taps = int(np.prod(self.kernel_size))
-        self.kernel = glorot_uniform(self.kernel_size + (self.filters, shape[-1]), taps * self.filters,
-                                     taps * shape[-1])
+        self.kernel = glorot_uniform(
+            self.kernel_size + (self.filters, shape[-1]), taps * self.filters, taps * shape[-1]
+        )
         self.bias = zeros(self.filters) if self.use_bias else None
 
     def compute_output_shape(self, input_shape) -> tuple:
@@ -146,11 +186,23 @@ class Conv2DTranspose(_Window):
             write_weights(store, str(i), weight)
 
     def lower(self, builder, x):
-        weight = Weight(f"layer {self.name!r} kernel", (self.filters, self.kernel[..., 0, :].size),
-                        self.weight_matrix, self.device_copies)
+        weight = Weight(
+            f"layer {self.name!r} kernel",
+            (self.filters, self.kernel[..., 0, :].size),
+            self.weight_matrix,
+            self.device_copies,
+        )
         bias = self._vector(self.bias, "bias") if self.use_bias else None
-        return kinds.conv_transpose(builder, x, weight, self.geometry(x.shape[1:]), self.compute_output_shape(x.shape),
-                                    bias, self.activation, what=self._what())
+        return kinds.conv_transpose(
+            builder,
+            x,
+            weight,
+            self.geometry(x.shape[1:]),
+            self.compute_output_shape(x.shape),
+            bias,
+            self.activation,
+            what=self._what(),
+        )
 
     def set_weights(self, weights) -> None:
         """Sets ``[kernel, bias]`` (or ``[kernel]``) in Keras's shapes.
@@ -173,8 +225,9 @@ class Conv2DTranspose(_Window):
         """Folds a following BatchNormalization into the kernel and bias (float64) when linear."""
         if self.activation != "linear" or not self.built:
             return False
-        kernel, bias = folded_affine(self.kernel, self.bias if self.use_bias else None, scale, shift,
-                                     np.asarray(scale, np.float64)[:, None])
+        kernel, bias = folded_affine(
+            self.kernel, self.bias if self.use_bias else None, scale, shift, np.asarray(scale, np.float64)[:, None]
+        )
         self.use_bias = True
         self.set_weights([kernel, bias])
         return True
@@ -188,4 +241,3 @@ class Conv1DTranspose(Conv2DTranspose):
     ``Conv1DTranspose``. Arguments as :class:`Conv2DTranspose`."""
 
     rank = 1
-

@@ -47,12 +47,13 @@ class Dense(Layer):
     @classmethod
     def from_keras_config(cls, config: dict, keras: KerasContext) -> "Dense":
         activation = keras_activation(config.get("activation"), keras)
-        return cls(int(config["units"]), activation=activation, use_bias=bool(config.get("use_bias", True)),
-                   name=keras.name)
+        return cls(
+            int(config["units"]), activation=activation, use_bias=bool(config.get("use_bias", True)), name=keras.name
+        )
 
     @classmethod
     def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "Dense":
-        return cls.from_keras_config(config, keras)   # on the last axis: each time step as it is
+        return cls.from_keras_config(config, keras)  # on the last axis: each time step as it is
 
     def __init__(self, units: int, activation: Any = None, use_bias: bool = True, name: str | None = None):
         super().__init__(name)
@@ -99,8 +100,14 @@ class Dense(Layer):
 
     def lower(self, builder: PlanBuilder, x: Value) -> Value:
         quantized = self.quantized
-        weight = Weight(f"layer {self.name!r} kernel", (self.units, self._features()), lambda: self._kernel().T,
-                        self.device_copies, self.prepacked, (lambda: quantized) if quantized is not None else None)
+        weight = Weight(
+            f"layer {self.name!r} kernel",
+            (self.units, self._features()),
+            lambda: self._kernel().T,
+            self.device_copies,
+            self.prepacked,
+            (lambda: quantized) if quantized is not None else None,
+        )
         bias = Vector(f"layer {self.name!r} bias", self.bias, self.device_copies) if self.use_bias else None
         return kinds.matmul(builder, x, weight, bias, self.activation, what=self._what())
 
@@ -113,8 +120,10 @@ class Dense(Layer):
         weights = numeric_weights(weights, f"Dense layer {self.name!r}")
         want = 1 + self.use_bias
         if len(weights) != want:
-            raise ValueError(f"Dense layer {self.name!r} expects {want} weight arrays "
-                             f"(kernel{', bias' if self.use_bias else ''}), got {len(weights)}")
+            raise ValueError(
+                f"Dense layer {self.name!r} expects {want} weight arrays "
+                f"(kernel{', bias' if self.use_bias else ''}), got {len(weights)}"
+            )
         kernel = weights[0]
         if kernel.ndim != 2 or kernel.shape[1] != self.units or (self.built and kernel.shape[0] != self.input_dim):
             expected = (self.input_dim if self.built else "in", self.units)
@@ -187,21 +196,23 @@ class Dense(Layer):
         quantized = None
         if precision == "int8-weights":
             scales = np.asarray(store["kernel_scales"][()], dtype=np.float32).reshape(-1)
-            if scales.size != shape[0]:   # one per output row; one number would be broadcast unnoticed
+            if scales.size != shape[0]:  # one per output row; one number would be broadcast unnoticed
                 raise ValueError(f"{self._what()}: {scales.size} int8 scales for a kernel of {shape[0]} rows")
             quantized = (layout.unpack(stored, shape, padded).astype(np.int8), scales)
             w = effective(None, precision, quantized)
         else:
-            w = layout.unpack(stored, shape, padded)   # float16 values are exact in float32
+            w = layout.unpack(stored, shape, padded)  # float16 values are exact in float32
         weights = [w.T]
         if self.use_bias:
             weights.append(np.asarray(store["bias"][()], dtype=np.float32))
         self.set_weights(weights)
         self.quantized = quantized
-        flat = (device_bytes(w, precision, layout, padded, quantized, f"{self._what()} kernel") if precision != "fp32"
-                else stored.astype(np.float32))
+        flat = (
+            device_bytes(w, precision, layout, padded, quantized, f"{self._what()} kernel")
+            if precision != "fp32"
+            else stored.astype(np.float32)
+        )
         self.prepacked = (layout, padded, flat, precision)
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "units": self.units, "activation": self.activation,
-                "use_bias": self.use_bias}
+        return {**super().get_config(), "units": self.units, "activation": self.activation, "use_bias": self.use_bias}

@@ -23,8 +23,21 @@ __all__ = ["INPUT_DTYPES", "input_cast", "input_dtype"]
 
 #: the dtypes an input may have, by Keras's names; float32 and float64 need no cast (the values
 #: as float32 are what the first layer reads)
-INPUT_DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "uint16",
-                "uint32", "uint64", "bool")
+INPUT_DTYPES = (
+    "float32",
+    "float64",
+    "float16",
+    "bfloat16",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "bool",
+)
 _NO_CAST = ("float32", "float64")
 
 
@@ -46,14 +59,16 @@ def input_dtype(dtype: Any, what: str = "Input") -> str:
     if dtype is None:
         return "float32"
     name = dtype if isinstance(dtype, str) else None
-    if isinstance(dtype, (type, np.dtype)):   # np.int32, bool, np.dtype("uint8")
+    if isinstance(dtype, (type, np.dtype)):  # np.int32, bool, np.dtype("uint8")
         try:
             name = np.dtype(dtype).name
         except TypeError:
             name = None
     if name not in INPUT_DTYPES:
-        raise ValueError(f"{what}: dtype {dtype!r} is not supported; an input may be one of "
-                         f"{', '.join(INPUT_DTYPES)} (Keras casts the input to it at the model's entry)")
+        raise ValueError(
+            f"{what}: dtype {dtype!r} is not supported; an input may be one of "
+            f"{', '.join(INPUT_DTYPES)} (Keras casts the input to it at the model's entry)"
+        )
     return name
 
 
@@ -69,7 +84,7 @@ def input_cast(dtype: str) -> Callable[[np.ndarray], np.ndarray] | None:
     target = np.dtype(dtype)
 
     def cast(x: np.ndarray) -> np.ndarray:
-        with np.errstate(invalid="ignore", over="ignore"):   # NaN, 1e10 as int32: C's conversion, as TensorFlow's
+        with np.errstate(invalid="ignore", over="ignore"):  # NaN, 1e10 as int32: C's conversion, as TensorFlow's
             return x.astype(target).astype(np.float32)
 
     return _as_float32_first(cast)

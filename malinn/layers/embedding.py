@@ -45,8 +45,9 @@ class Embedding(Layer):
     def from_keras_config(cls, config: dict, keras: KerasContext) -> "Embedding":
         if config.get("lora_rank"):
             raise NotConvertible(f"with lora_rank {config['lora_rank']} (merge the LoRA weights before saving)")
-        return cls(config["input_dim"], config["output_dim"], mask_zero=bool(config.get("mask_zero", False)),
-                   name=keras.name)
+        return cls(
+            config["input_dim"], config["output_dim"], mask_zero=bool(config.get("mask_zero", False)), name=keras.name
+        )
 
     def __init__(self, input_dim, output_dim, mask_zero: bool = False, name: str | None = None):
         super().__init__(name)
@@ -73,9 +74,12 @@ class Embedding(Layer):
         if not (self.mask_zero and len(x.shape) == 2):
             return out
 
-        def ones_where_kept():   # the 0/1 mask a masked average multiplies by: a table of 0 then 1s
-            table = Vector(f"layer {self.name!r} mask", np.r_[0.0, np.ones(self.input_dim - 1)].astype(np.float32),
-                           self.device_copies)
+        def ones_where_kept():  # the 0/1 mask a masked average multiplies by: a table of 0 then 1s
+            table = Vector(
+                f"layer {self.name!r} mask",
+                np.r_[0.0, np.ones(self.input_dim - 1)].astype(np.float32),
+                self.device_copies,
+            )
             kept = kinds.gather(builder, x, table, self.input_dim, 1, what=f"{self._what()} mask")
             return kinds.reshape(builder, kept, x.shape, what=f"{self._what()} mask")
 
@@ -90,13 +94,19 @@ class Embedding(Layer):
         """
         weights = numeric_weights(weights, f"Embedding layer {self.name!r}")
         if len(weights) != 1 or weights[0].shape != (self.input_dim, self.output_dim):
-            raise ValueError(f"Embedding layer {self.name!r} expects one array of shape "
-                             f"({self.input_dim}, {self.output_dim}), got {[w.shape for w in weights]}")
+            raise ValueError(
+                f"Embedding layer {self.name!r} expects one array of shape "
+                f"({self.input_dim}, {self.output_dim}), got {[w.shape for w in weights]}"
+            )
         if not self.built:
             Layer.build(self, (None, 1))
         self.embeddings = weights[0]
         self._weights_changed()
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "input_dim": self.input_dim, "output_dim": self.output_dim,
-                "mask_zero": self.mask_zero}
+        return {
+            **super().get_config(),
+            "input_dim": self.input_dim,
+            "output_dim": self.output_dim,
+            "mask_zero": self.mask_zero,
+        }

@@ -37,8 +37,9 @@ class GroupNormalization(Layer):
     reusable_on_other_shapes = True
     weight_names = ("gamma", "beta")
 
-    def __init__(self, groups=32, axis=-1, epsilon=1e-3, center: bool = True, scale: bool = True,
-                 name: str | None = None):
+    def __init__(
+        self, groups=32, axis=-1, epsilon=1e-3, center: bool = True, scale: bool = True, name: str | None = None
+    ):
         super().__init__(name)
         who = f"{type(self).__name__} {self.name!r}"
         if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
@@ -61,8 +62,13 @@ class GroupNormalization(Layer):
         axis = config.get("axis", -1)
         if axis not in (-1, keras.rank - 1):
             raise NotConvertible(f"over axis {axis} (malinn normalizes groups of the last axis)")
-        return cls(groups=int(config.get("groups", 32)), epsilon=float(config.get("epsilon", 1e-3)),
-                   center=bool(config.get("center", True)), scale=bool(config.get("scale", True)), name=keras.name)
+        return cls(
+            groups=int(config.get("groups", 32)),
+            epsilon=float(config.get("epsilon", 1e-3)),
+            center=bool(config.get("center", True)),
+            scale=bool(config.get("scale", True)),
+            name=keras.name,
+        )
 
     def build(self, input_shape) -> None:
         """Creates ``gamma`` (ones) and ``beta`` (zeros), one per channel.
@@ -72,8 +78,9 @@ class GroupNormalization(Layer):
         """
         channels = tuple(input_shape)[-1]
         if channels % self.groups:
-            raise ValueError(f"{type(self).__name__} {self.name!r}: {channels} channels are not a multiple of "
-                             f"groups={self.groups}")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r}: {channels} channels are not a multiple of groups={self.groups}"
+            )
         super().build(input_shape)
         self.gamma = ones((channels,)) if self.scale else None
         self.beta = zeros((channels,)) if self.center else None
@@ -90,18 +97,19 @@ class GroupNormalization(Layer):
             raise ValueError(f"{who}: build the layer before setting its weights")
         shape = (self.input_shape[-1],)
         if len(weights) != self.scale + self.center or any(w.shape != shape for w in weights):
-            raise ValueError(f"{who} expects {self.scale + self.center} weight arrays of shape {shape}, got "
-                             f"{[w.shape for w in weights]}")
+            raise ValueError(
+                f"{who} expects {self.scale + self.center} weight arrays of shape {shape}, got "
+                f"{[w.shape for w in weights]}"
+            )
         it = iter(weights)
         self.gamma = next(it).copy() if self.scale else None
         self.beta = next(it).copy() if self.center else None
         self._weights_changed()
 
     def lower(self, builder, x):
-        shape = tuple(x.shape)   # a model input read once is reshaped in place (a view)
+        shape = tuple(x.shape)  # a model input read once is reshaped in place (a view)
         channels, positions = shape[-1], math.prod(shape[1:-1])
-        grouped = kinds.reshape(builder, x, (shape[0], positions, self.groups, channels // self.groups),
-                                self._what())
+        grouped = kinds.reshape(builder, x, (shape[0], positions, self.groups, channels // self.groups), self._what())
         axes = (1, 2, 3) if self.groups == 1 else (1, 3)
         y = kinds.normalize(builder, grouped, "layer", axes, self.epsilon, what=self._what())
         y = kinds.reshape(builder, y, shape, self._what())
@@ -109,9 +117,20 @@ class GroupNormalization(Layer):
             return y
         scale = self.gamma if self.scale else np.ones(channels, np.float32)
         shift = self.beta if self.center else np.zeros(channels, np.float32)
-        return kinds.affine(builder, y, Vector(f"layer {self.name!r} gamma", scale, self.device_copies),
-                            Vector(f"layer {self.name!r} beta", shift, self.device_copies), self._what())
+        return kinds.affine(
+            builder,
+            y,
+            Vector(f"layer {self.name!r} gamma", scale, self.device_copies),
+            Vector(f"layer {self.name!r} beta", shift, self.device_copies),
+            self._what(),
+        )
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "groups": self.groups, "axis": self.axis, "epsilon": self.epsilon,
-                "center": self.center, "scale": self.scale}
+        return {
+            **super().get_config(),
+            "groups": self.groups,
+            "axis": self.axis,
+            "epsilon": self.epsilon,
+            "center": self.center,
+            "scale": self.scale,
+        }

@@ -112,8 +112,10 @@ def call_layer(layer: Layer, inputs: Any) -> KerasTensor | list[KerasTensor]:
     listed = isinstance(inputs, (list, tuple))
     tensors = list(inputs) if listed else [inputs]
     if not tensors or not all(isinstance(t, KerasTensor) for t in tensors):
-        raise ValueError(f"layer {layer.name!r}: call it on malinn.Input tensors (or the tensors layers return) "
-                         f"to build a Functional model; run arrays with model.predict")
+        raise ValueError(
+            f"layer {layer.name!r}: call it on malinn.Input tensors (or the tensors layers return) "
+            f"to build a Functional model; run arrays with model.predict"
+        )
     shapes = [t.shape for t in tensors]
     given = shapes if listed else shapes[0]
     if not layer.built:
@@ -121,8 +123,8 @@ def call_layer(layer: Layer, inputs: Any) -> KerasTensor | list[KerasTensor]:
     elif not listed:
         layer.check_reuse(given, "is called on")
     node = Node(layer, tensors, listed)
-    shape: tuple | list = layer.compute_output_shape(given)   # a list where a layer has several outputs
-    if isinstance(shape, list):   # several outputs (return_state): a list of tensors, as Keras returns
+    shape: tuple | list = layer.compute_output_shape(given)  # a list where a layer has several outputs
+    if isinstance(shape, list):  # several outputs (return_state): a list of tensors, as Keras returns
         node.outputs = [KerasTensor(s, node, name=layer.name) for s in shape]
         node.output = node.outputs[0]
         return node.outputs

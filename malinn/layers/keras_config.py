@@ -20,8 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["KerasContext", "NotConvertible", "SUPPORTED_ACTIVATIONS", "activation_name", "keras_activation",
-           "shifted_axes", "with_axis_shifted"]
+__all__ = [
+    "KerasContext",
+    "NotConvertible",
+    "SUPPORTED_ACTIVATIONS",
+    "activation_name",
+    "keras_activation",
+    "shifted_axes",
+    "with_axis_shifted",
+]
 
 
 class NotConvertible(Exception):
@@ -62,11 +69,26 @@ class KerasContext:
 
 #: Keras activation names -> malinn's (Keras 2 and 3 spell some differently).
 SUPPORTED_ACTIVATIONS = {
-    "linear": "linear", "relu": "relu", "relu6": "relu6", "sigmoid": "sigmoid", "tanh": "tanh",
-    "softmax": "softmax", "softmax_v2": "softmax", "elu": "elu", "selu": "selu", "softplus": "softplus",
-    "softsign": "softsign", "swish": "swish", "silu": "swish", "gelu": "gelu", "exponential": "exponential",
-    "leaky_relu": "leaky_relu", "hard_sigmoid": "hard_sigmoid", "hard_silu": "hard_swish",
-    "hard_swish": "hard_swish", "mish": "mish",
+    "linear": "linear",
+    "relu": "relu",
+    "relu6": "relu6",
+    "sigmoid": "sigmoid",
+    "tanh": "tanh",
+    "softmax": "softmax",
+    "softmax_v2": "softmax",
+    "elu": "elu",
+    "selu": "selu",
+    "softplus": "softplus",
+    "softsign": "softsign",
+    "swish": "swish",
+    "silu": "swish",
+    "gelu": "gelu",
+    "exponential": "exponential",
+    "leaky_relu": "leaky_relu",
+    "hard_sigmoid": "hard_sigmoid",
+    "hard_silu": "hard_swish",
+    "hard_swish": "hard_swish",
+    "mish": "mish",
 }
 
 #: config keys holding Keras sizes, saved as JSON lists and given to the layers as tuples
@@ -79,10 +101,10 @@ def activation_name(value: Any) -> str | None:
         return "linear"
     if isinstance(value, str):
         return value.rsplit(".", 1)[-1]
-    if isinstance(value, dict):   # the reader has refused custom functions and classes
+    if isinstance(value, dict):  # the reader has refused custom functions and classes
         if value.get("class_name") == "function" and isinstance(value.get("config"), str):
             return value["config"].rsplit(".", 1)[-1]
-        if isinstance(value.get("class_name"), str):   # an activation object (a layer class)
+        if isinstance(value.get("class_name"), str):  # an activation object (a layer class)
             return value["class_name"]
     return None
 
@@ -98,7 +120,7 @@ def keras_activation(value: Any, keras: KerasContext) -> str:
     if mapped is None:
         raise NotConvertible(f"with activation {activation_name(value)!r}")
     if mapped == "hard_sigmoid" and keras.keras_major == 2:
-        return "hard_sigmoid_keras2"   # Keras 2: clip(0.2 x + 0.5, 0, 1); Keras 3: relu6(x + 3) / 6
+        return "hard_sigmoid_keras2"  # Keras 2: clip(0.2 x + 0.5, 0, 1); Keras 3: relu6(x + 3) / 6
     return mapped
 
 

@@ -36,10 +36,22 @@ def mask_of(builder, value):
 
 #: malinn's layers Keras hands its input's mask through unchanged (``supports_masking`` without a
 #: mask of their own): a mask from an Embedding reaches a recurrent layer or a pooling after them
-MASK_PASSING = frozenset({
-    "Dense", "Activation", "ReLU", "LeakyReLU", "ELU", "PReLU", "LayerNormalization", "BatchNormalization",
-    "UnitNormalization", "Rescaling", "Normalization", "Identity",
-})
+MASK_PASSING = frozenset(
+    {
+        "Dense",
+        "Activation",
+        "ReLU",
+        "LeakyReLU",
+        "ELU",
+        "PReLU",
+        "LayerNormalization",
+        "BatchNormalization",
+        "UnitNormalization",
+        "Rescaling",
+        "Normalization",
+        "Identity",
+    }
+)
 #: merges: their output's mask is their inputs' where every input has the same one (Keras 3 ORs
 #: the masks, tf_keras ANDs them: equal masks give the same mask either way)
 MASK_MERGING = frozenset({"Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum"})

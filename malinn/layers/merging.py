@@ -25,8 +25,11 @@ __all__ = ["Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Conc
 
 def _shapes(layer: Layer, input_shape: Any, count: int | None = None) -> list:
     """``input_shape`` as a list of shapes (batch axis first), or a ValueError naming the layer."""
-    if not isinstance(input_shape, (list, tuple)) or not input_shape or \
-            not all(isinstance(s, (list, tuple)) and len(s) >= 2 for s in input_shape):
+    if (
+        not isinstance(input_shape, (list, tuple))
+        or not input_shape
+        or not all(isinstance(s, (list, tuple)) and len(s) >= 2 for s in input_shape)
+    ):
         raise ValueError(f"{type(layer).__name__} {layer.name!r} takes a list of inputs, got {input_shape!r}")
     shapes = [tuple(s) for s in input_shape]
     if count is not None and len(shapes) != count or len(shapes) < 2:
@@ -38,7 +41,7 @@ def _shapes(layer: Layer, input_shape: Any, count: int | None = None) -> list:
 class _MultiInput(Layer):
     """A layer of several inputs: ``input_shapes`` holds each one's sample shape once built."""
 
-    count: int | None = None   # the number of inputs it takes, where fixed
+    count: int | None = None  # the number of inputs it takes, where fixed
 
     def __init__(self, name: str | None = None):
         super().__init__(name)
@@ -46,7 +49,7 @@ class _MultiInput(Layer):
 
     def build(self, input_shape: Any) -> None:
         shapes = _shapes(self, input_shape, self.count)
-        self.compute_output_shape(shapes)   # validates
+        self.compute_output_shape(shapes)  # validates
         self.input_shapes = [s[1:] for s in shapes]
         self.input_shape = None
         self.built = True
@@ -57,12 +60,13 @@ class _ElementwiseMerge(_MultiInput):
     """An element-wise merge of two or more inputs of broadcastable shapes."""
 
     op = ""
-    keras_config_keys = ()   # Keras's config holds nothing else that changes what it computes
+    keras_config_keys = ()  # Keras's config holds nothing else that changes what it computes
 
     def compute_output_shape(self, input_shape: Any) -> tuple:
         shapes = _shapes(self, input_shape, self.count)
-        return (None,) + broadcast_shape([(1,) + tuple(s[1:]) for s in shapes], f"{type(self).__name__} "
-                                         f"{self.name!r}")[1:]
+        return (None,) + broadcast_shape([(1,) + tuple(s[1:]) for s in shapes], f"{type(self).__name__} {self.name!r}")[
+            1:
+        ]
 
     def lower(self, builder, xs):
         return kinds.merge(builder, list(xs), self.op, what=self._what())
@@ -128,17 +132,23 @@ class Concatenate(_MultiInput):
     def _axis(self, rank: int) -> int:
         axis = self.axis + rank if self.axis < 0 else self.axis
         if not 1 <= axis < rank:
-            raise ValueError(f"Concatenate {self.name!r}: axis {self.axis} is not a sample axis of inputs of rank {rank}")
+            raise ValueError(
+                f"Concatenate {self.name!r}: axis {self.axis} is not a sample axis of inputs of rank {rank}"
+            )
         return axis
 
     def compute_output_shape(self, input_shape: Any) -> tuple:
         shapes = _shapes(self, input_shape)
         rank = len(shapes[0])
         axis = self._axis(rank)
-        if any(len(s) != rank or s[1:axis] + s[axis + 1:] != shapes[0][1:axis] + shapes[0][axis + 1:] for s in shapes):
-            raise ValueError(f"Concatenate {self.name!r}: inputs of shapes "
-                             f"{', '.join(format_shape(s) for s in shapes)} differ off axis {self.axis}")
-        return (None,) + tuple(shapes[0][1:axis]) + (sum(s[axis] for s in shapes),) + tuple(shapes[0][axis + 1:])
+        if any(
+            len(s) != rank or s[1:axis] + s[axis + 1 :] != shapes[0][1:axis] + shapes[0][axis + 1 :] for s in shapes
+        ):
+            raise ValueError(
+                f"Concatenate {self.name!r}: inputs of shapes "
+                f"{', '.join(format_shape(s) for s in shapes)} differ off axis {self.axis}"
+            )
+        return (None,) + tuple(shapes[0][1:axis]) + (sum(s[axis] for s in shapes),) + tuple(shapes[0][axis + 1 :])
 
     def lower(self, builder, xs):
         return kinds.concat(builder, list(xs), self._axis(len(xs[0].shape)), what=self._what())
@@ -169,10 +179,16 @@ class Dot(_MultiInput):
         axes: Any = config.get("axes")
         axes = [int(a) for a in axes] if isinstance(axes, (list, tuple)) else int(axes)
         # the least norm normalize divides by: Keras 3's epsilon; tf_keras's l2_normalize floors the squares at 1e-12
-        return cls(axes, normalize=bool(config.get("normalize", False)), epsilon=1e-7 if keras.keras_major >= 3 else 1e-6,
-                   name=keras.name)
+        return cls(
+            axes,
+            normalize=bool(config.get("normalize", False)),
+            epsilon=1e-7 if keras.keras_major >= 3 else 1e-6,
+            name=keras.name,
+        )
 
-    def __init__(self, axes: int | Sequence[int], normalize: bool = False, epsilon: float = 1e-7, name: str | None = None):
+    def __init__(
+        self, axes: int | Sequence[int], normalize: bool = False, epsilon: float = 1e-7, name: str | None = None
+    ):
         super().__init__(name)
         pair = tuple(axes) if isinstance(axes, (list, tuple)) else (axes, axes)
         if len(pair) != 2 or any(isinstance(a, bool) or not isinstance(a, int) for a in pair):
@@ -187,16 +203,19 @@ class Dot(_MultiInput):
         shapes = _shapes(self, input_shape, 2)
         ax, ay = self._axes(shapes)
         x, y = shapes
-        if not (2 <= len(x) <= 3 and 2 <= len(y) <= 3) or not (1 <= ax < len(x) and 1 <= ay < len(y)) \
-                or x[ax] != y[ay]:
-            raise ValueError(f"Dot {self.name!r}: malinn takes the dot product of inputs of rank 2 or 3 along axes "
-                             f"of equal size, not {format_shape(x)} and {format_shape(y)} along axes {[ax, ay]}")
+        if not (2 <= len(x) <= 3 and 2 <= len(y) <= 3) or not (1 <= ax < len(x) and 1 <= ay < len(y)) or x[ax] != y[ay]:
+            raise ValueError(
+                f"Dot {self.name!r}: malinn takes the dot product of inputs of rank 2 or 3 along axes "
+                f"of equal size, not {format_shape(x)} and {format_shape(y)} along axes {[ax, ay]}"
+            )
         out = [d for i, d in enumerate(x[1:], 1) if i != ax] + [d for i, d in enumerate(y[1:], 1) if i != ay]
         return (None,) + tuple(out or [1])
 
     def lower(self, builder, xs):
         x, y = xs
-        return kinds.dot(builder, x, y, self._axes([x.shape, y.shape]), self.normalize, self.epsilon ** 2, what=self._what())
+        return kinds.dot(
+            builder, x, y, self._axes([x.shape, y.shape]), self.normalize, self.epsilon**2, what=self._what()
+        )
 
     def get_config(self) -> dict:
         axes = list(self.axes) if isinstance(self.axes, (list, tuple)) else self.axes

@@ -40,8 +40,13 @@ class BatchNormalization(Layer):
 
     @classmethod
     def from_keras_config(cls, config: dict, keras: KerasContext) -> "BatchNormalization":
-        return cls(epsilon=float(config.get("epsilon", 1e-3)), center=bool(config.get("center", True)),
-                   scale=bool(config.get("scale", True)), axis=config.get("axis", -1), name=keras.name)
+        return cls(
+            epsilon=float(config.get("epsilon", 1e-3)),
+            center=bool(config.get("center", True)),
+            scale=bool(config.get("scale", True)),
+            axis=config.get("axis", -1),
+            name=keras.name,
+        )
 
     @classmethod
     def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "BatchNormalization":
@@ -54,7 +59,9 @@ class BatchNormalization(Layer):
             raise ValueError(f"BatchNormalization {self.name!r}: one features axis, not {list(axis)}")
         self.axis = axis[0] if isinstance(axis, tuple) else axis
         if not isinstance(epsilon, (int, float)) or isinstance(epsilon, bool) or not 0 <= epsilon < float("inf"):
-            raise ValueError(f"BatchNormalization {self.name!r}: epsilon must be a number >= 0 (Keras's), got {epsilon!r}")
+            raise ValueError(
+                f"BatchNormalization {self.name!r}: epsilon must be a number >= 0 (Keras's), got {epsilon!r}"
+            )
         self.epsilon, self.center, self.scale = float(epsilon), bool(center), bool(scale)
         self.gamma = self.beta = self.moving_mean = self.moving_variance = None
 
@@ -89,8 +96,10 @@ class BatchNormalization(Layer):
             raise ValueError(f"BatchNormalization {self.name!r} expects {want} weight arrays, got {len(weights)}")
         dim = weights[-1].shape[0] if weights[-1].ndim == 1 else None
         if dim is None or any(w.shape != (dim,) for w in weights) or (self.built and dim != self.features):
-            raise ValueError(f"BatchNormalization {self.name!r}: weight shapes {[w.shape for w in weights]} "
-                             f"are not all ({self.features if self.built else 'features'},)")
+            raise ValueError(
+                f"BatchNormalization {self.name!r}: weight shapes {[w.shape for w in weights]} "
+                f"are not all ({self.features if self.built else 'features'},)"
+            )
         if not self.built:
             Layer.build(self, (None, dim))
         it = iter(weights)
@@ -103,11 +112,13 @@ class BatchNormalization(Layer):
         """The folded per-feature ``(scale, shift)``: ``y = x * scale + shift``, computed in float64."""
         gamma = self.gamma.astype(np.float64) if self.scale else 1.0
         beta = self.beta.astype(np.float64) if self.center else 0.0
-        with np.errstate(divide="ignore", invalid="ignore"):   # epsilon 0 and a zero variance: inf, as Keras's rsqrt
+        with np.errstate(divide="ignore", invalid="ignore"):  # epsilon 0 and a zero variance: inf, as Keras's rsqrt
             s = gamma / np.sqrt(self.moving_variance.astype(np.float64) + self.epsilon)
         shift = beta - self.moving_mean.astype(np.float64) * s
-        return (np.broadcast_to(s, (self.features,)).astype(np.float32),
-                np.broadcast_to(shift, (self.features,)).astype(np.float32))
+        return (
+            np.broadcast_to(s, (self.features,)).astype(np.float32),
+            np.broadcast_to(shift, (self.features,)).astype(np.float32),
+        )
 
     def feature_affine(self):
         """``(scale, shift)`` per feature of the last axis (what a Dense before it can absorb), or None."""
@@ -115,18 +126,32 @@ class BatchNormalization(Layer):
 
     def lower(self, builder, x):
         if x.shape[self._axis()] != self.features:
-            raise ValueError(f"BatchNormalization {self.name!r} was built for {self.features} features on axis "
-                             f"{self._axis()}, but receives shape {x.shape}")
+            raise ValueError(
+                f"BatchNormalization {self.name!r} was built for {self.features} features on axis "
+                f"{self._axis()}, but receives shape {x.shape}"
+            )
         s, t = self.scale_shift()
         if not self.on_last_axis:
             where = broadcast_shape(self.input_shape, (self._axis(),))
-            (scale, period), (shift, _) = (trailing_vector(v.reshape(where), self.input_shape, self._what())
-                                           for v in (s, t))
-            return kinds.broadcast(builder, x, 0, Vector(f"layer {self.name!r} scale", scale, self.device_copies),
-                                     Vector(f"layer {self.name!r} shift", shift, self.device_copies), period,
-                                     what=self._what())
-        return kinds.affine(builder, x, Vector(f"layer {self.name!r} scale", s, self.device_copies),
-                              Vector(f"layer {self.name!r} shift", t, self.device_copies), what=self._what())
+            (scale, period), (shift, _) = (
+                trailing_vector(v.reshape(where), self.input_shape, self._what()) for v in (s, t)
+            )
+            return kinds.broadcast(
+                builder,
+                x,
+                0,
+                Vector(f"layer {self.name!r} scale", scale, self.device_copies),
+                Vector(f"layer {self.name!r} shift", shift, self.device_copies),
+                period,
+                what=self._what(),
+            )
+        return kinds.affine(
+            builder,
+            x,
+            Vector(f"layer {self.name!r} scale", s, self.device_copies),
+            Vector(f"layer {self.name!r} shift", t, self.device_copies),
+            what=self._what(),
+        )
 
     def save_own_variables(self, store, target) -> None:
         for name in ("gamma", "beta", "moving_mean", "moving_variance"):
@@ -135,12 +160,22 @@ class BatchNormalization(Layer):
                 write_weights(store, name, value)
 
     def load_own_variables(self, store) -> None:
-        self.set_weights([np.asarray(store[n][()], np.float32) for n in
-                          ("gamma", "beta", "moving_mean", "moving_variance") if n in store])
+        self.set_weights(
+            [
+                np.asarray(store[n][()], np.float32)
+                for n in ("gamma", "beta", "moving_mean", "moving_variance")
+                if n in store
+            ]
+        )
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "epsilon": self.epsilon, "center": self.center, "scale": self.scale,
-                "axis": self.axis}
+        return {
+            **super().get_config(),
+            "epsilon": self.epsilon,
+            "center": self.center,
+            "scale": self.scale,
+            "axis": self.axis,
+        }
 
 
 class LayerNormalization(Layer):
@@ -172,20 +207,34 @@ class LayerNormalization(Layer):
 
     @classmethod
     def from_keras_config(cls, config: dict, keras: KerasContext) -> "LayerNormalization":
-        return cls(axis=config.get("axis", -1), epsilon=float(config.get("epsilon", 1e-3)),
-                   center=bool(config.get("center", True)), scale=bool(config.get("scale", True)),
-                   rms_scaling=bool(config.get("rms_scaling", False)), name=keras.name)
+        return cls(
+            axis=config.get("axis", -1),
+            epsilon=float(config.get("epsilon", 1e-3)),
+            center=bool(config.get("center", True)),
+            scale=bool(config.get("scale", True)),
+            rms_scaling=bool(config.get("rms_scaling", False)),
+            name=keras.name,
+        )
 
     @classmethod
     def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "LayerNormalization":
         return cls.from_keras_config(with_axis_shifted(config), keras)
 
-    def __init__(self, axis=-1, epsilon=1e-3, center: bool = True, scale: bool = True, rms_scaling: bool = False,
-                 name: str | None = None):
+    def __init__(
+        self,
+        axis=-1,
+        epsilon=1e-3,
+        center: bool = True,
+        scale: bool = True,
+        rms_scaling: bool = False,
+        name: str | None = None,
+    ):
         super().__init__(name)
         self.axis = axis_argument(axis, f"LayerNormalization {self.name!r}")
         if not isinstance(epsilon, (int, float)) or isinstance(epsilon, bool) or not 0 <= epsilon < float("inf"):
-            raise ValueError(f"LayerNormalization {self.name!r}: epsilon must be a number >= 0 (Keras's), got {epsilon!r}")
+            raise ValueError(
+                f"LayerNormalization {self.name!r}: epsilon must be a number >= 0 (Keras's), got {epsilon!r}"
+            )
         self.epsilon, self.rms_scaling = float(epsilon), bool(rms_scaling)
         self.center, self.scale = bool(center) and not self.rms_scaling, bool(scale) or self.rms_scaling
         self.gamma = self.beta = None
@@ -218,22 +267,33 @@ class LayerNormalization(Layer):
         if not self.built:
             raise ValueError(f"LayerNormalization {self.name!r}: build the layer before setting its weights")
         if len(weights) != self.scale + self.center or any(w.shape != self.param_shape for w in weights):
-            raise ValueError(f"LayerNormalization {self.name!r} expects {self.scale + self.center} weight arrays of "
-                             f"shape {self.param_shape}, got {[w.shape for w in weights]}")
+            raise ValueError(
+                f"LayerNormalization {self.name!r} expects {self.scale + self.center} weight arrays of "
+                f"shape {self.param_shape}, got {[w.shape for w in weights]}"
+            )
         it = iter(weights)
         self.gamma = next(it).copy() if self.scale else None
         self.beta = next(it).copy() if self.center else None
         self._weights_changed()
 
     def lower(self, builder, x):
-        vectors = [None if w is None else Vector(f"layer {self.name!r} {label}", w.reshape(-1), self.device_copies)
-                   for label, w in (("gamma", self.gamma), ("beta", self.beta))]
-        return kinds.normalize(builder, x, "rms" if self.rms_scaling else "layer", self._axes(), self.epsilon, *vectors,
-                                 what=self._what())
+        vectors = [
+            None if w is None else Vector(f"layer {self.name!r} {label}", w.reshape(-1), self.device_copies)
+            for label, w in (("gamma", self.gamma), ("beta", self.beta))
+        ]
+        return kinds.normalize(
+            builder, x, "rms" if self.rms_scaling else "layer", self._axes(), self.epsilon, *vectors, what=self._what()
+        )
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "axis": list(self.axis) if isinstance(self.axis, tuple) else self.axis,
-                "epsilon": self.epsilon, "center": self.center, "scale": self.scale, "rms_scaling": self.rms_scaling}
+        return {
+            **super().get_config(),
+            "axis": list(self.axis) if isinstance(self.axis, tuple) else self.axis,
+            "epsilon": self.epsilon,
+            "center": self.center,
+            "scale": self.scale,
+            "rms_scaling": self.rms_scaling,
+        }
 
 
 class UnitNormalization(Layer):
@@ -272,8 +332,11 @@ class UnitNormalization(Layer):
 
     def lower(self, builder, x):
         axes = resolve_axes(self.axis, len(x.shape), f"UnitNormalization {self.name!r}")
-        return kinds.normalize(builder, x, "unit", axes, self.epsilon ** 2, what=self._what())
+        return kinds.normalize(builder, x, "unit", axes, self.epsilon**2, what=self._what())
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "axis": list(self.axis) if isinstance(self.axis, tuple) else self.axis,
-                "epsilon": self.epsilon}
+        return {
+            **super().get_config(),
+            "axis": list(self.axis) if isinstance(self.axis, tuple) else self.axis,
+            "epsilon": self.epsilon,
+        }

@@ -24,28 +24,76 @@ from .base import Layer
 from .keras_config import KerasContext, NotConvertible
 from .merging import Add, Maximum, Minimum, Multiply, Subtract, _ElementwiseMerge
 
-__all__ = ["ConstantOperation", "Divide", "OperatorActivation", "operator_layer", "OPERATIONS", "TF_OPERATORS",
-           "TF_ACTIVATIONS"]
+__all__ = [
+    "ConstantOperation",
+    "Divide",
+    "OperatorActivation",
+    "operator_layer",
+    "OPERATIONS",
+    "TF_OPERATORS",
+    "TF_ACTIVATIONS",
+]
 
 #: Keras 3's operation classes (keras.src.ops.numpy) of a tensor and a constant -> the operator
-OPERATIONS = {"Add": "add", "Subtract": "subtract", "Multiply": "multiply", "Divide": "divide",
-              "TrueDivide": "divide", "Maximum": "maximum", "Minimum": "minimum"}
+OPERATIONS = {
+    "Add": "add",
+    "Subtract": "subtract",
+    "Multiply": "multiply",
+    "Divide": "divide",
+    "TrueDivide": "divide",
+    "Maximum": "maximum",
+    "Minimum": "minimum",
+}
 #: tf_keras's TFOpLambda functions of two operands -> the operator
-TF_OPERATORS = {"__operators__.add": "add", "math.add": "add", "math.subtract": "subtract",
-                "math.multiply": "multiply", "math.truediv": "divide", "math.divide": "divide",
-                "math.maximum": "maximum", "math.minimum": "minimum"}
+TF_OPERATORS = {
+    "__operators__.add": "add",
+    "math.add": "add",
+    "math.subtract": "subtract",
+    "math.multiply": "multiply",
+    "math.truediv": "divide",
+    "math.divide": "divide",
+    "math.maximum": "maximum",
+    "math.minimum": "minimum",
+}
 #: tf_keras's TFOpLambda functions of one tensor -> malinn's activation
-TF_ACTIVATIONS = {"nn.relu": "relu", "nn.relu6": "relu6", "math.sigmoid": "sigmoid", "nn.sigmoid": "sigmoid",
-                  "math.tanh": "tanh", "nn.tanh": "tanh", "nn.silu": "swish", "nn.swish": "swish",
-                  "nn.gelu": "gelu", "nn.softmax": "softmax", "math.softmax": "softmax", "nn.elu": "elu",
-                  "nn.selu": "selu", "math.softplus": "softplus", "nn.softplus": "softplus",
-                  "nn.softsign": "softsign", "math.softsign": "softsign", "math.exp": "exponential",
-                  "nn.leaky_relu": "leaky_relu"}
+TF_ACTIVATIONS = {
+    "nn.relu": "relu",
+    "nn.relu6": "relu6",
+    "math.sigmoid": "sigmoid",
+    "nn.sigmoid": "sigmoid",
+    "math.tanh": "tanh",
+    "nn.tanh": "tanh",
+    "nn.silu": "swish",
+    "nn.swish": "swish",
+    "nn.gelu": "gelu",
+    "nn.softmax": "softmax",
+    "math.softmax": "softmax",
+    "nn.elu": "elu",
+    "nn.selu": "selu",
+    "math.softplus": "softplus",
+    "nn.softplus": "softplus",
+    "nn.softsign": "softsign",
+    "math.softsign": "softsign",
+    "math.exp": "exponential",
+    "nn.leaky_relu": "leaky_relu",
+}
 #: Keras 3's activation operations (keras.src.ops.nn and numpy) -> malinn's activation
-OPERATION_ACTIVATIONS = {"Relu": "relu", "Relu6": "relu6", "Sigmoid": "sigmoid", "HardSigmoid": "hard_sigmoid",
-                         "Silu": "swish", "Tanh": "tanh", "Gelu": "gelu", "Elu": "elu", "Selu": "selu",
-                         "Softplus": "softplus", "Softsign": "softsign", "HardSilu": "hard_swish",
-                         "Exp": "exponential", "LeakyRelu": "leaky_relu"}
+OPERATION_ACTIVATIONS = {
+    "Relu": "relu",
+    "Relu6": "relu6",
+    "Sigmoid": "sigmoid",
+    "HardSigmoid": "hard_sigmoid",
+    "Silu": "swish",
+    "Tanh": "tanh",
+    "Gelu": "gelu",
+    "Elu": "elu",
+    "Selu": "selu",
+    "Softplus": "softplus",
+    "Softsign": "softsign",
+    "HardSilu": "hard_swish",
+    "Exp": "exponential",
+    "LeakyRelu": "leaky_relu",
+}
 _MERGES = {"add": Add, "subtract": Subtract, "multiply": Multiply, "maximum": Maximum, "minimum": Minimum}
 
 
@@ -93,8 +141,10 @@ class ConstantOperation(Layer):
         if not np.isfinite(value).all():
             raise ValueError(f"{who}: the constant must be finite, got {constant!r}")
         if op == "divide" and (constant_first or (value == 0).any()):
-            raise ValueError(f"{who}: malinn divides by a nonzero constant only, not "
-                             f"{'a constant by a tensor' if constant_first else 'by zero'}")
+            raise ValueError(
+                f"{who}: malinn divides by a nonzero constant only, not "
+                f"{'a constant by a tensor' if constant_first else 'by zero'}"
+            )
         self.op, self.constant, self.constant_first = op, value, bool(constant_first)
 
     def build(self, input_shape: Any) -> None:
@@ -108,8 +158,10 @@ class ConstantOperation(Layer):
         except ValueError:
             grown = None
         if grown is None or len(grown) > 1 + len(sample) or tuple(grown[1:]) != sample or grown[0] != 1:
-            raise ValueError(f"ConstantOperation {self.name!r}: a constant of shape {self.constant.shape} does not "
-                             f"broadcast to inputs of shape {format_shape(tuple(input_shape))} without growing them")
+            raise ValueError(
+                f"ConstantOperation {self.name!r}: a constant of shape {self.constant.shape} does not "
+                f"broadcast to inputs of shape {format_shape(tuple(input_shape))} without growing them"
+            )
         return tuple(input_shape)
 
     def _steps(self) -> list:
@@ -124,9 +176,9 @@ class ConstantOperation(Layer):
             return [(c, zero)]
         if self.op == "divide":
             return [(1.0 / c, zero)]
-        if self.op == "maximum":   # relu(x - c) + c
+        if self.op == "maximum":  # relu(x - c) + c
             return ["relu"] if not c.any() else [(1.0 + zero, -c), "relu", (1.0 + zero, c)]
-        return [(-1.0 + zero, c), "relu", (-1.0 + zero, c)]   # minimum: c - relu(c - x)
+        return [(-1.0 + zero, c), "relu", (-1.0 + zero, c)]  # minimum: c - relu(c - x)
 
     def lower(self, builder, x):
         assert self.input_shape is not None, f"{self._what()} is not built"
@@ -135,15 +187,24 @@ class ConstantOperation(Layer):
                 x = kinds.activation(builder, x, "relu", what=self._what())
                 continue
             (scale, period), (shift, _) = (trailing_vector(v, self.input_shape, self._what()) for v in step)
-            s, t = (Vector(f"layer {self.name!r} {label} {i}", v, self.device_copies)
-                    for label, v in (("scale", scale), ("shift", shift)))
-            x = kinds.affine(builder, x, s, t, what=self._what()) if period == 1 else \
-                kinds.broadcast(builder, x, 0, s, t, period, what=self._what())
+            s, t = (
+                Vector(f"layer {self.name!r} {label} {i}", v, self.device_copies)
+                for label, v in (("scale", scale), ("shift", shift))
+            )
+            x = (
+                kinds.affine(builder, x, s, t, what=self._what())
+                if period == 1
+                else kinds.broadcast(builder, x, 0, s, t, period, what=self._what())
+            )
         return x
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "op": self.op, "constant": self.constant.tolist(),
-                "constant_first": self.constant_first}
+        return {
+            **super().get_config(),
+            "op": self.op,
+            "constant": self.constant.tolist(),
+            "constant_first": self.constant_first,
+        }
 
 
 class OperatorActivation(Activation):
@@ -159,7 +220,7 @@ class OperatorActivation(Activation):
             return ELU(float(config.get("alpha", 1.0)), name=keras.name)
         if name == "leaky_relu":
             return LeakyReLU(float(config.get("negative_slope", 0.2)), name=keras.name)
-        if name == "gelu" and config.get("approximate", True):   # keras.ops.gelu approximates by default
+        if name == "gelu" and config.get("approximate", True):  # keras.ops.gelu approximates by default
             name = "gelu_tanh"
         return cls(name, name=keras.name)
 
@@ -177,8 +238,10 @@ def operator_layer(config: dict, operand: dict, keras: KerasContext) -> Layer:
         return _tf_operator(str(config.get("function")), constant, first, options, keras)
     op = OPERATIONS.get(keras.class_name)
     if op is None or constant is None:
-        raise NotConvertible(f"with a constant operand ({_shown(constant)}): malinn computes "
-                             f"{', '.join(sorted(set(OPERATIONS.values())))} of a tensor and a constant")
+        raise NotConvertible(
+            f"with a constant operand ({_shown(constant)}): malinn computes "
+            f"{', '.join(sorted(set(OPERATIONS.values())))} of a tensor and a constant"
+        )
     return _constant_operation(op, constant, first, keras)
 
 
@@ -210,17 +273,19 @@ def _tf_operator(function: str, constant: Any, first: bool, options: dict, keras
         name = TF_ACTIVATIONS[function]
         taken = {"softmax": {"axis"}, "gelu": {"approximate"}, "leaky_relu": {"alpha"}}.get(name, set())
         if set(options) - taken:
-            raise NotConvertible(f"(tf.{function}) with the arguments {sorted(set(options) - taken)}, which malinn "
-                                 "does not take")
+            raise NotConvertible(
+                f"(tf.{function}) with the arguments {sorted(set(options) - taken)}, which malinn does not take"
+            )
         if name == "softmax":
             axis = options.get("axis", -1)
             return Softmax(axis=axis if axis is not None else -1, name=keras.name)
         if name == "leaky_relu":
             return LeakyReLU(float(options.get("alpha", 0.2)), name=keras.name)
-        if name == "gelu" and options.get("approximate", False):   # tf.nn.gelu is exact by default
+        if name == "gelu" and options.get("approximate", False):  # tf.nn.gelu is exact by default
             name = "gelu_tanh"
         return Activation(name, name=keras.name)
     raise NotConvertible(
         f"(tf.{function}): malinn computes tf_keras's operators {', '.join(sorted(TF_OPERATORS))} (of two tensors "
         f"or a tensor and a constant) and the activations {', '.join(sorted(TF_ACTIVATIONS))}; a Keras 3 save of "
-        "the model may convert (Keras 3 writes the operation as a layer or an operation malinn reads)")
+        "the model may convert (Keras 3 writes the operation as a layer or an operation malinn reads)"
+    )

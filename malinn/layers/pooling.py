@@ -17,8 +17,16 @@ from .base import Layer
 from .masking import binary_mask, mask_of
 from .windows import as_tuple, output_size, spatial_of, window_defines
 
-__all__ = ["MaxPooling1D", "MaxPooling2D", "AveragePooling1D", "AveragePooling2D", "GlobalMaxPooling1D",
-           "GlobalMaxPooling2D", "GlobalAveragePooling1D", "GlobalAveragePooling2D"]
+__all__ = [
+    "MaxPooling1D",
+    "MaxPooling2D",
+    "AveragePooling1D",
+    "AveragePooling2D",
+    "GlobalMaxPooling1D",
+    "GlobalMaxPooling2D",
+    "GlobalAveragePooling1D",
+    "GlobalAveragePooling2D",
+]
 
 
 class _Pooling(Layer):
@@ -41,8 +49,14 @@ class _Pooling(Layer):
     #: Keras's arguments that change what it computes, as its config saves them
     keras_config_keys = ("pool_size", "strides", "padding", "data_format")
 
-    def __init__(self, pool_size: int | Sequence[int] = 2, strides: int | Sequence[int] | None = None,
-                 padding: str = "valid", data_format: str | None = None, name: str | None = None):
+    def __init__(
+        self,
+        pool_size: int | Sequence[int] = 2,
+        strides: int | Sequence[int] | None = None,
+        padding: str = "valid",
+        data_format: str | None = None,
+        name: str | None = None,
+    ):
         super().__init__(name)
         who = f"{type(self).__name__} {self.name!r}"
         self.pool_size = as_tuple(pool_size, self.rank, f"{who}: pool_size")
@@ -60,8 +74,9 @@ class _Pooling(Layer):
         shape = tuple(input_shape)
         if len(shape) != self.rank + 2:
             raise ValueError(f"{type(self).__name__} {self.name!r} expects inputs of rank {self.rank + 2}, got {shape}")
-        spatial = tuple(output_size(n, k, s, 1, self.padding)
-                        for n, k, s in zip(shape[1:-1], self.pool_size, self.strides))
+        spatial = tuple(
+            output_size(n, k, s, 1, self.padding) for n, k, s in zip(shape[1:-1], self.pool_size, self.strides)
+        )
         if 0 in spatial:
             raise ValueError(f"{type(self).__name__} {self.name!r}: pool {self.pool_size} does not fit input {shape}")
         return (shape[0],) + spatial + (shape[-1],)
@@ -74,12 +89,12 @@ class _Pooling(Layer):
         h, w, _ = spatial_of(x.shape[1:])
         defines = window_defines((h, w), self._hw(self.pool_size), self._hw(self.strides), (1, 1), self.padding)
         del defines["DH"], defines["DW"]
-        return kinds.pool(builder, x, {**defines, "MAXPOOL": int(self.maximum)},
-                              self.compute_output_shape(x.shape), self._what())
+        return kinds.pool(
+            builder, x, {**defines, "MAXPOOL": int(self.maximum)}, self.compute_output_shape(x.shape), self._what()
+        )
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "pool_size": self.pool_size, "strides": self.strides,
-                "padding": self.padding}
+        return {**super().get_config(), "pool_size": self.pool_size, "strides": self.strides, "padding": self.padding}
 
 
 class MaxPooling2D(_Pooling):
@@ -121,8 +136,9 @@ class _GlobalPooling(Layer):
     def __init__(self, keepdims: bool = False, data_format: str | None = None, name: str | None = None):
         super().__init__(name)
         if data_format not in (None, "channels_last"):
-            raise ValueError(f"{type(self).__name__} {self.name!r}: only data_format='channels_last' runs, "
-                             f"got {data_format!r}")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r}: only data_format='channels_last' runs, got {data_format!r}"
+            )
         self.keepdims = bool(keepdims)
 
     def compute_output_shape(self, input_shape: Any) -> tuple:
@@ -141,8 +157,13 @@ class _GlobalPooling(Layer):
         del defines["DH"], defines["DW"]
         # Keras's GlobalMaxPooling is TensorFlow's reduce_max, where a NaN gives NaN (its MaxPooling,
         # max_pool, skips NaN: pool.cl's NAN_PROPAGATES)
-        return kinds.pool(builder, x, {**defines, "MAXPOOL": int(self.maximum), "NAN_PROPAGATES": int(self.maximum)},
-                              self.compute_output_shape(x.shape), self._what())
+        return kinds.pool(
+            builder,
+            x,
+            {**defines, "MAXPOOL": int(self.maximum), "NAN_PROPAGATES": int(self.maximum)},
+            self.compute_output_shape(x.shape),
+            self._what(),
+        )
 
     def get_config(self) -> dict:
         return {**super().get_config(), "keepdims": self.keepdims}
@@ -185,7 +206,7 @@ class GlobalAveragePooling1D(_GlobalPooling):
             return super().lower(builder, x)
         kept = binary_mask(builder, mask)
         what = self._what()
-        total = kinds.dot(builder, kept, x, (1, 1), what=f"{what} masked sum")           # (batch, features)
-        count = kinds.dot(builder, kept, kept, (1, 1), what=f"{what} kept steps")        # (batch, 1)
+        total = kinds.dot(builder, kept, x, (1, 1), what=f"{what} masked sum")  # (batch, features)
+        count = kinds.dot(builder, kept, kept, (1, 1), what=f"{what} kept steps")  # (batch, 1)
         out = kinds.merge(builder, [total, count], "divide", what=f"{what} masked mean")
         return kinds.reshape(builder, out, self.compute_output_shape(x.shape), what=what) if self.keepdims else out

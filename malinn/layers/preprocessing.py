@@ -103,10 +103,14 @@ class Normalization(Layer):
 
     @classmethod
     def from_keras_config(cls, config: dict, keras: KerasContext) -> "Normalization":
-        given = config.get("mean") is not None and not keras.has_weights   # statistics in the config, as Keras's
-        return cls(axis=config.get("axis", -1), invert=bool(config.get("invert", False)),
-                   mean=config["mean"] if given else None, variance=config["variance"] if given else None,
-                   name=keras.name)
+        given = config.get("mean") is not None and not keras.has_weights  # statistics in the config, as Keras's
+        return cls(
+            axis=config.get("axis", -1),
+            invert=bool(config.get("invert", False)),
+            mean=config["mean"] if given else None,
+            variance=config["variance"] if given else None,
+            name=keras.name,
+        )
 
     @classmethod
     def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "Normalization":
@@ -114,11 +118,15 @@ class Normalization(Layer):
 
     def __init__(self, axis=-1, mean=None, variance=None, invert: bool = False, name: str | None = None):
         super().__init__(name)
-        self.axis = None if axis is None or axis == () or axis == [] else axis_argument(axis, f"Normalization {self.name!r}")
+        self.axis = (
+            None if axis is None or axis == () or axis == [] else axis_argument(axis, f"Normalization {self.name!r}")
+        )
         self.invert = bool(invert)
         if (mean is None) != (variance is None):
-            raise ValueError(f"Normalization {self.name!r}: give both mean and variance, or neither (got only "
-                             f"{'mean' if variance is None else 'variance'})")
+            raise ValueError(
+                f"Normalization {self.name!r}: give both mean and variance, or neither (got only "
+                f"{'mean' if variance is None else 'variance'})"
+            )
         #: the statistics given to the constructor (Keras's config), else None
         self.given = None if mean is None else tuple(numeric_weights([mean, variance], f"Normalization {self.name!r}"))
         if self.given is not None:
@@ -155,14 +163,15 @@ class Normalization(Layer):
         stats = []
         squeezed = tuple(d for d in self.stat_shape if d != 1)
         for w in arrays:
-            if tuple(d for d in w.shape if d != 1) == squeezed:   # the same values, axes of 1 aside
+            if tuple(d for d in w.shape if d != 1) == squeezed:  # the same values, axes of 1 aside
                 stats.append(w.reshape(self.stat_shape).copy())
                 continue
             try:
                 stats.append(np.broadcast_to(w, where).reshape(self.stat_shape).copy())
             except ValueError:
-                raise ValueError(f"Normalization {self.name!r}: statistics of shape {w.shape} do not fit "
-                                 f"{self.stat_shape}") from None
+                raise ValueError(
+                    f"Normalization {self.name!r}: statistics of shape {w.shape} do not fit {self.stat_shape}"
+                ) from None
         return stats
 
     def set_weights(self, weights) -> None:
@@ -178,12 +187,15 @@ class Normalization(Layer):
             return Layer.set_weights(self, weights)
         weights = numeric_weights(weights, f"Normalization {self.name!r}")
         if not self.built or len(weights) not in (2, 3):
-            raise ValueError(f"Normalization {self.name!r} expects [mean, variance(, count)] of a built layer, "
-                             f"got {len(weights)} arrays")
+            raise ValueError(
+                f"Normalization {self.name!r} expects [mean, variance(, count)] of a built layer, "
+                f"got {len(weights)} arrays"
+            )
         self.mean, self.variance = self._statistics(weights[:2])
         if len(weights) == 3 and weights[2].size != 1:
-            raise ValueError(f"Normalization {self.name!r}: count must be one number, got an array of shape "
-                             f"{weights[2].shape}")
+            raise ValueError(
+                f"Normalization {self.name!r}: count must be one number, got an array of shape {weights[2].shape}"
+            )
         self.count = weights[2].reshape(()).copy() if len(weights) == 3 else np.zeros((), np.float32)
         self._weights_changed()
 

@@ -24,15 +24,31 @@ from .masking import mask_of, with_mask
 __all__ = ["SimpleRNN", "LSTM", "GRU", "RECURRENT_ACTIVATIONS"]
 
 #: activations the recurrence computes (element-wise, without parameters)
-RECURRENT_ACTIVATIONS = ("linear", "relu", "relu6", "sigmoid", "tanh", "exponential", "softsign", "softplus", "swish",
-                         "hard_sigmoid", "hard_sigmoid_keras2", "hard_swish", "gelu", "selu", "mish")
+RECURRENT_ACTIVATIONS = (
+    "linear",
+    "relu",
+    "relu6",
+    "sigmoid",
+    "tanh",
+    "exponential",
+    "softsign",
+    "softplus",
+    "swish",
+    "hard_sigmoid",
+    "hard_sigmoid_keras2",
+    "hard_swish",
+    "gelu",
+    "selu",
+    "mish",
+)
 
 
 def _activation(value, who: str) -> str:
     name = get_activation(value)
     if name not in RECURRENT_ACTIVATIONS:
-        raise ValueError(f"{who}: the recurrence computes the activations {', '.join(RECURRENT_ACTIVATIONS)}, "
-                         f"not {name!r}")
+        raise ValueError(
+            f"{who}: the recurrence computes the activations {', '.join(RECURRENT_ACTIVATIONS)}, not {name!r}"
+        )
     return name
 
 
@@ -51,8 +67,10 @@ class _Recurrent(Layer):
     @classmethod
     def from_keras_config(cls, config: dict, keras: KerasContext) -> "_Recurrent":
         if config.get("stateful"):
-            raise NotConvertible("with stateful=True (its state carries over from one batch to the next; malinn "
-                                 "runs each predict call from a zero state: save the model with stateful=False)")
+            raise NotConvertible(
+                "with stateful=True (its state carries over from one batch to the next; malinn "
+                "runs each predict call from a zero state: save the model with stateful=False)"
+            )
         if config.get("time_major"):
             raise NotConvertible("with time_major=True")
         kwargs = {"activation": keras_activation(config.get("activation", "tanh"), keras)}
@@ -69,9 +87,18 @@ class _Recurrent(Layer):
                 raise NotConvertible(f"with {name} {kwargs[name]!r}")
         return cls(name=keras.name, **kwargs)
 
-    def __init__(self, units, activation="tanh", recurrent_activation="sigmoid", use_bias: bool = True,
-                 return_sequences: bool = False, return_state: bool = False, go_backwards: bool = False,
-                 zero_output_for_mask: bool = False, name: str | None = None):
+    def __init__(
+        self,
+        units,
+        activation="tanh",
+        recurrent_activation="sigmoid",
+        use_bias: bool = True,
+        return_sequences: bool = False,
+        return_state: bool = False,
+        go_backwards: bool = False,
+        zero_output_for_mask: bool = False,
+        name: str | None = None,
+    ):
         super().__init__(name)
         who = f"{type(self).__name__} layer {self.name!r}"
         if isinstance(units, bool) or not isinstance(units, (int, np.integer)) or units < 1:
@@ -100,8 +127,10 @@ class _Recurrent(Layer):
         units) and ``bias`` for inputs ``(batch, steps, features)`` (or ``[inputs, mask]``)."""
         super().build(self._without_mask(input_shape))
         if len(self.input_shape) != 2:
-            raise ValueError(f"{type(self).__name__} layer {self.name!r} takes inputs (batch, steps, features), "
-                             f"got {format_shape(input_shape)}")
+            raise ValueError(
+                f"{type(self).__name__} layer {self.name!r} takes inputs (batch, steps, features), "
+                f"got {format_shape(input_shape)}"
+            )
         features, width = self.input_shape[-1], self.gates * self.units
         self.kernel = glorot_uniform((features, width), features, width)
         self.recurrent_kernel = glorot_uniform((self.units, width), self.units, width)
@@ -130,8 +159,10 @@ class _Recurrent(Layer):
         want = 2 + self.use_bias
         width = self.gates * self.units
         if len(weights) != want:
-            raise ValueError(f"{who} expects {want} weight arrays (kernel, recurrent_kernel"
-                             f"{', bias' if self.use_bias else ''}), got {len(weights)}")
+            raise ValueError(
+                f"{who} expects {want} weight arrays (kernel, recurrent_kernel"
+                f"{', bias' if self.use_bias else ''}), got {len(weights)}"
+            )
         kernel, recurrent = weights[0], weights[1]
         features = self.input_shape[-1] if self.built else (kernel.shape[0] if kernel.ndim == 2 else -1)
         expected = [(features, width), (self.units, width)] + ([self._bias_shape()] if self.use_bias else [])
@@ -159,7 +190,7 @@ class _Recurrent(Layer):
         ``return_state``; a masked step's output is zero with ``zero_masked``; ``reverse_output``
         writes the sequence in the other order (a Bidirectional's backward layer)."""
         given_mask = None
-        if isinstance(x, list):   # [inputs, mask]: a (batch, steps) mask, kept where not 0
+        if isinstance(x, list):  # [inputs, mask]: a (batch, steps) mask, kept where not 0
             x, given_mask = x
         if len(x.shape) != 3:
             raise ValueError(f"{self._what()}: takes inputs (batch, steps, features), got {format_shape(x.shape)}")
@@ -174,9 +205,23 @@ class _Recurrent(Layer):
         mask = given_mask if given_mask is not None else mask_of(builder, x)
 
         def run(sequences: bool, state: str = "h"):
-            return kinds.recurrence(builder, xproj, self.units, self.cell, recurrent, rbias, self.activation,
-                                    self.recurrent_activation, self.go_backwards, sequences, state, mask,
-                                    zero_masked, reverse_output, what=self._what())
+            return kinds.recurrence(
+                builder,
+                xproj,
+                self.units,
+                self.cell,
+                recurrent,
+                rbias,
+                self.activation,
+                self.recurrent_activation,
+                self.go_backwards,
+                sequences,
+                state,
+                mask,
+                zero_masked,
+                reverse_output,
+                what=self._what(),
+            )
 
         output = run(self.return_sequences)
         if self.return_sequences:
@@ -189,10 +234,16 @@ class _Recurrent(Layer):
         return [output] + states
 
     def get_config(self) -> dict:
-        config = {**super().get_config(), "units": self.units, "activation": self.activation,
-                  "use_bias": self.use_bias, "return_sequences": self.return_sequences,
-                  "return_state": self.return_state, "go_backwards": self.go_backwards,
-                  "zero_output_for_mask": self.zero_output_for_mask}
+        config = {
+            **super().get_config(),
+            "units": self.units,
+            "activation": self.activation,
+            "use_bias": self.use_bias,
+            "return_sequences": self.return_sequences,
+            "return_state": self.return_state,
+            "go_backwards": self.go_backwards,
+            "zero_output_for_mask": self.zero_output_for_mask,
+        }
         if type(self) is not SimpleRNN:
             config["recurrent_activation"] = self.recurrent_activation
         return config
@@ -220,11 +271,28 @@ class SimpleRNN(_Recurrent):
 
     cell, gates = "simple_rnn", 1
 
-    def __init__(self, units, activation="tanh", use_bias: bool = True, return_sequences: bool = False,
-                 return_state: bool = False, go_backwards: bool = False, zero_output_for_mask: bool = False,
-                 name: str | None = None):
-        super().__init__(units, activation, "sigmoid", use_bias, return_sequences, return_state, go_backwards,
-                         zero_output_for_mask, name)
+    def __init__(
+        self,
+        units,
+        activation="tanh",
+        use_bias: bool = True,
+        return_sequences: bool = False,
+        return_state: bool = False,
+        go_backwards: bool = False,
+        zero_output_for_mask: bool = False,
+        name: str | None = None,
+    ):
+        super().__init__(
+            units,
+            activation,
+            "sigmoid",
+            use_bias,
+            return_sequences,
+            return_state,
+            go_backwards,
+            zero_output_for_mask,
+            name,
+        )
 
 
 class LSTM(_Recurrent):
@@ -261,11 +329,30 @@ class GRU(_Recurrent):
 
     gates = 3
 
-    def __init__(self, units, activation="tanh", recurrent_activation="sigmoid", use_bias: bool = True,
-                 return_sequences: bool = False, return_state: bool = False, go_backwards: bool = False,
-                 reset_after: bool = True, zero_output_for_mask: bool = False, name: str | None = None):
-        super().__init__(units, activation, recurrent_activation, use_bias, return_sequences, return_state,
-                         go_backwards, zero_output_for_mask, name)
+    def __init__(
+        self,
+        units,
+        activation="tanh",
+        recurrent_activation="sigmoid",
+        use_bias: bool = True,
+        return_sequences: bool = False,
+        return_state: bool = False,
+        go_backwards: bool = False,
+        reset_after: bool = True,
+        zero_output_for_mask: bool = False,
+        name: str | None = None,
+    ):
+        super().__init__(
+            units,
+            activation,
+            recurrent_activation,
+            use_bias,
+            return_sequences,
+            return_state,
+            go_backwards,
+            zero_output_for_mask,
+            name,
+        )
         self.reset_after = bool(reset_after)
         self.cell = "gru" if self.reset_after else "gru_reset_before"
 

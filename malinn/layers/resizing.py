@@ -31,9 +31,17 @@ class Resizing(Layer):
 
     reusable_on_other_shapes = True
 
-    def __init__(self, height, width, interpolation="bilinear", crop_to_aspect_ratio: bool = False,
-                 pad_to_aspect_ratio: bool = False, antialias: bool = False, data_format=None,
-                 name: str | None = None):
+    def __init__(
+        self,
+        height,
+        width,
+        interpolation="bilinear",
+        crop_to_aspect_ratio: bool = False,
+        pad_to_aspect_ratio: bool = False,
+        antialias: bool = False,
+        data_format=None,
+        name: str | None = None,
+    ):
         super().__init__(name)
         who = f"{type(self).__name__} {self.name!r}"
         for value, what in ((height, "height"), (width, "width")):
@@ -56,19 +64,23 @@ class Resizing(Layer):
         """
         interpolation = config.get("interpolation", "bilinear")
         if interpolation not in RESIZE_MODES:
-            raise NotConvertible(f"with interpolation {interpolation!r} (malinn resizes by "
-                                 f"{' and '.join(RESIZE_MODES)})")
+            raise NotConvertible(
+                f"with interpolation {interpolation!r} (malinn resizes by {' and '.join(RESIZE_MODES)})"
+            )
         for key in ("crop_to_aspect_ratio", "pad_to_aspect_ratio", "antialias"):
             if config.get(key):
                 raise NotConvertible(f"with {key}=True (malinn resizes the whole image, without antialiasing)")
-        return cls(config["height"], config["width"], interpolation, data_format=config.get("data_format"),
-                   name=keras.name)
+        return cls(
+            config["height"], config["width"], interpolation, data_format=config.get("data_format"), name=keras.name
+        )
 
     def compute_output_shape(self, input_shape) -> tuple:
         shape = tuple(input_shape)
         if len(shape) != 4:
-            raise ValueError(f"{type(self).__name__} {self.name!r} expects inputs of rank 4 (batch, height, width, "
-                             f"channels), got {shape}")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r} expects inputs of rank 4 (batch, height, width, "
+                f"channels), got {shape}"
+            )
         return (shape[0], self.height, self.width, shape[3])
 
     def build(self, input_shape) -> None:
@@ -79,5 +91,4 @@ class Resizing(Layer):
         return kinds.resize(builder, x, (self.height, self.width), self.interpolation, self._what())
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "height": self.height, "width": self.width,
-                "interpolation": self.interpolation}
+        return {**super().get_config(), "height": self.height, "width": self.width, "interpolation": self.interpolation}

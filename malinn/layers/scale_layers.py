@@ -47,18 +47,21 @@ class LayerScale(Layer):
         super().__init__(name)
         self.init_values = _number(f"LayerScale {self.name!r}", "init_values", init_values)
         if isinstance(projection_dim, bool) or not isinstance(projection_dim, int) or projection_dim < 1:
-            raise ValueError(f"LayerScale {self.name!r}: projection_dim must be a positive integer, got "
-                             f"{projection_dim!r}")
+            raise ValueError(
+                f"LayerScale {self.name!r}: projection_dim must be a positive integer, got {projection_dim!r}"
+            )
         self.projection_dim = projection_dim
         self.gamma: np.ndarray | None = None
 
     def build(self, input_shape: Any) -> None:
         super().build(input_shape)
         if self.input_shape[-1] != self.projection_dim:
-            raise ValueError(f"LayerScale {self.name!r}: inputs of shape {tuple(input_shape)} have "
-                             f"{self.input_shape[-1]} channels, not projection_dim {self.projection_dim}")
+            raise ValueError(
+                f"LayerScale {self.name!r}: inputs of shape {tuple(input_shape)} have "
+                f"{self.input_shape[-1]} channels, not projection_dim {self.projection_dim}"
+            )
         gamma = ones(self.projection_dim)
-        self.gamma = gamma if not gamma.flags.writeable else gamma * self.init_values   # a placeholder as it is
+        self.gamma = gamma if not gamma.flags.writeable else gamma * self.init_values  # a placeholder as it is
 
     def set_weights(self, weights: Any) -> None:
         """Sets ``[gamma]`` of shape ``(projection_dim,)``.
@@ -68,8 +71,10 @@ class LayerScale(Layer):
         """
         weights = numeric_weights(weights, self._what())
         if not self.built or len(weights) != 1 or weights[0].shape != (self.projection_dim,):
-            raise ValueError(f"LayerScale {self.name!r} expects one gamma of shape ({self.projection_dim},), got "
-                             f"{[w.shape for w in weights]}")
+            raise ValueError(
+                f"LayerScale {self.name!r} expects one gamma of shape ({self.projection_dim},), got "
+                f"{[w.shape for w in weights]}"
+            )
         self.gamma = weights[0]
         self._weights_changed()
 
@@ -80,8 +85,13 @@ class LayerScale(Layer):
 
     def lower(self, builder, x):
         scale, shift = self.feature_affine()
-        return kinds.affine(builder, x, Vector(f"layer {self.name!r} gamma", scale, self.device_copies),
-                            Vector(f"layer {self.name!r} zero", shift, self.device_copies), what=self._what())
+        return kinds.affine(
+            builder,
+            x,
+            Vector(f"layer {self.name!r} gamma", scale, self.device_copies),
+            Vector(f"layer {self.name!r} zero", shift, self.device_copies),
+            what=self._what(),
+        )
 
     def get_config(self) -> dict:
         return {**super().get_config(), "init_values": self.init_values, "projection_dim": self.projection_dim}
@@ -123,8 +133,9 @@ class CustomScaleLayer(_ElementwiseMerge):
         rows = y.shape[-1]
         scale = Vector(f"layer {self.name!r} scale", np.full(rows, self.scale, np.float32), self.device_copies)
         zero = Vector(f"layer {self.name!r} zero", np.zeros(rows, np.float32), self.device_copies)
-        return kinds.merge(builder, [x, kinds.affine(builder, y, scale, zero, what=self._what())], "add",
-                           what=self._what())
+        return kinds.merge(
+            builder, [x, kinds.affine(builder, y, scale, zero, what=self._what())], "add", what=self._what()
+        )
 
     def get_config(self) -> dict:
         return {**super().get_config(), "scale": self.scale}

@@ -16,15 +16,45 @@ __all__ = ["Flatten", "Reshape", "Permute", "RepeatVector", "Identity"]
 #: compares), so :class:`Identity` stands for them as for Dropout. RandomCrop is not one: tf_keras crops
 #: at inference.
 KERAS_AUGMENTATIONS = (
-    "RandomFlip", "RandomRotation", "RandomZoom", "RandomTranslation", "RandomContrast", "RandomBrightness",
-    "RandomHeight", "RandomWidth", "RandomColorDegeneration", "RandomColorJitter", "RandomElasticTransform",
-    "RandomErasing", "RandomGaussianBlur", "RandomGrayscale", "RandomHue", "RandomInvert", "RandomPerspective",
-    "RandomPosterization", "RandomSaturation", "RandomSharpness", "RandomShear", "AugMix", "CutMix", "MixUp",
-    "RandAugment", "Solarization",
+    "RandomFlip",
+    "RandomRotation",
+    "RandomZoom",
+    "RandomTranslation",
+    "RandomContrast",
+    "RandomBrightness",
+    "RandomHeight",
+    "RandomWidth",
+    "RandomColorDegeneration",
+    "RandomColorJitter",
+    "RandomElasticTransform",
+    "RandomErasing",
+    "RandomGaussianBlur",
+    "RandomGrayscale",
+    "RandomHue",
+    "RandomInvert",
+    "RandomPerspective",
+    "RandomPosterization",
+    "RandomSaturation",
+    "RandomSharpness",
+    "RandomShear",
+    "AugMix",
+    "CutMix",
+    "MixUp",
+    "RandAugment",
+    "Solarization",
 )
 #: Keras's layers that compute nothing at inference besides the augmentations (regularizers, noise)
-KERAS_INFERENCE_NO_OPS = ("Dropout", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianNoise",
-                          "GaussianDropout", "AlphaDropout", "ActivityRegularization", "InputLayer")
+KERAS_INFERENCE_NO_OPS = (
+    "Dropout",
+    "SpatialDropout1D",
+    "SpatialDropout2D",
+    "SpatialDropout3D",
+    "GaussianNoise",
+    "GaussianDropout",
+    "AlphaDropout",
+    "ActivityRegularization",
+    "InputLayer",
+)
 
 
 def _int_tuple(value, who: str, label: str, minimum: int) -> tuple:
@@ -50,7 +80,7 @@ class Flatten(Layer):
 
     @classmethod
     def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "Reshape":
-        return Reshape([keras.input_shape[1], -1], name=keras.name)   # each time step flattened
+        return Reshape([keras.input_shape[1], -1], name=keras.name)  # each time step flattened
 
     def compute_output_shape(self, input_shape) -> tuple:
         shape = tuple(input_shape)
@@ -78,7 +108,7 @@ class Reshape(Layer):
 
     @classmethod
     def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "Reshape":
-        target = [keras.input_shape[1]] + list(config.get("target_shape", []))   # the time axis kept
+        target = [keras.input_shape[1]] + list(config.get("target_shape", []))  # the time axis kept
         return cls.from_keras_config({**config, "target_shape": target}, keras)
 
     def __init__(self, target_shape, name: str | None = None):
@@ -92,8 +122,10 @@ class Reshape(Layer):
         size, known = math.prod(shape[1:]), math.prod(d for d in self.target_shape if d != -1)
         target = tuple(size // known if d == -1 else d for d in self.target_shape)
         if size % known or math.prod(target) != size:
-            raise ValueError(f"Reshape {self.name!r}: samples of shape {shape[1:]} ({size} values) cannot be "
-                             f"reshaped to {self.target_shape}")
+            raise ValueError(
+                f"Reshape {self.name!r}: samples of shape {shape[1:]} ({size} values) cannot be "
+                f"reshaped to {self.target_shape}"
+            )
         return (shape[0],) + target
 
     def build(self, input_shape) -> None:
@@ -121,7 +153,7 @@ class Permute(Layer):
 
     @classmethod
     def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "Permute":
-        dims = [1] + [d + 1 for d in config.get("dims", [])]   # the time axis kept first
+        dims = [1] + [d + 1 for d in config.get("dims", [])]  # the time axis kept first
         return cls.from_keras_config({**config, "dims": dims}, keras)
 
     def __init__(self, dims, name: str | None = None):
@@ -133,8 +165,9 @@ class Permute(Layer):
     def build(self, input_shape) -> None:
         super().build(input_shape)
         if len(self.input_shape) != len(self.dims):
-            raise ValueError(f"Permute {self.name!r}: dims {list(self.dims)} do not fit samples of shape "
-                             f"{self.input_shape}")
+            raise ValueError(
+                f"Permute {self.name!r}: dims {list(self.dims)} do not fit samples of shape {self.input_shape}"
+            )
 
     def compute_output_shape(self, input_shape) -> tuple:
         shape = tuple(input_shape)
@@ -167,8 +200,9 @@ class RepeatVector(Layer):
     def build(self, input_shape) -> None:
         super().build(input_shape)
         if len(self.input_shape) != 1:
-            raise ValueError(f"RepeatVector {self.name!r} takes inputs of shape (batch, features), "
-                             f"not {(None,) + self.input_shape}")
+            raise ValueError(
+                f"RepeatVector {self.name!r} takes inputs of shape (batch, features), not {(None,) + self.input_shape}"
+            )
 
     def compute_output_shape(self, input_shape) -> tuple:
         shape = tuple(input_shape)
@@ -191,10 +225,13 @@ class Identity(Layer):
     keras_aliases = KERAS_INFERENCE_NO_OPS + KERAS_AUGMENTATIONS
     keras_no_op = True
     #: the noise and the augmentations: random in a call with training=True
-    keras_training_dependent = tuple(name for name in keras_aliases if name not in ("InputLayer",
-                                                                                    "ActivityRegularization"))
-    keras_refused = {"RandomCrop": "(tf_keras crops and resizes at inference, Keras 3 returns the input: crop the "
-                                   "images before predict and save the model without it)"}
+    keras_training_dependent = tuple(
+        name for name in keras_aliases if name not in ("InputLayer", "ActivityRegularization")
+    )
+    keras_refused = {
+        "RandomCrop": "(tf_keras crops and resizes at inference, Keras 3 returns the input: crop the "
+        "images before predict and save the model without it)"
+    }
 
     @classmethod
     def from_keras_config(cls, config: dict, keras: KerasContext) -> "Identity":

@@ -23,6 +23,7 @@ def _amounts(value, rank: int, who: str, what: str) -> tuple:
     Raises:
         ValueError: anything Keras would not accept.
     """
+
     def count(v):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
             raise ValueError(f"{who}: {what} must be integers >= 0, got {value!r}")
@@ -59,8 +60,9 @@ class _Spatial(Layer):
     def __init__(self, data_format=None, name: str | None = None):
         super().__init__(name)
         if data_format not in (None, "channels_last"):
-            raise ValueError(f"{type(self).__name__} {self.name!r}: only data_format='channels_last' runs, "
-                             f"got {data_format!r}")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r}: only data_format='channels_last' runs, got {data_format!r}"
+            )
 
     def _check(self, input_shape) -> tuple:
         shape = tuple(input_shape)
@@ -87,8 +89,7 @@ class _Spatial(Layer):
         h, w, _ = spatial_of(x.shape[1:])
         out = self.compute_output_shape(x.shape)
         oh, ow = spatial_of(out[1:])[:2]
-        return kinds.spatial(builder, x, {"IH": h, "IW": w, "OH": oh, "OW": ow, **self._defines()}, out,
-                              self._what())
+        return kinds.spatial(builder, x, {"IH": h, "IW": w, "OH": oh, "OW": ow, **self._defines()}, out, self._what())
 
 
 class ZeroPadding2D(_Spatial):
@@ -153,7 +154,7 @@ class Cropping1D(Cropping2D):
 
     rank = 1
 
-    keras_config_keys = ("cropping",)   # Keras's Cropping1D has no data_format
+    keras_config_keys = ("cropping",)  # Keras's Cropping1D has no data_format
 
     def __init__(self, cropping=(1, 1), data_format=None, name: str | None = None):
         super().__init__(cropping, data_format, name)
@@ -172,9 +173,11 @@ class UpSampling2D(_Spatial):
 
     def __init__(self, size=2, data_format=None, interpolation="nearest", name: str | None = None):
         super().__init__(data_format, name)
-        if interpolation not in ("nearest", "bilinear"):   # bilinear: kernels/resize.cl, as tf.image.resize
-            raise ValueError(f"{type(self).__name__} {self.name!r}: only interpolation 'nearest' and 'bilinear' "
-                             f"run, got {interpolation!r}")
+        if interpolation not in ("nearest", "bilinear"):  # bilinear: kernels/resize.cl, as tf.image.resize
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r}: only interpolation 'nearest' and 'bilinear' "
+                f"run, got {interpolation!r}"
+            )
         self.size = as_tuple(size, self.rank, f"{type(self).__name__} {self.name!r}: size")
         self.interpolation = interpolation
 
@@ -198,4 +201,4 @@ class UpSampling1D(UpSampling2D):
     """Each step repeated ``size`` times, as Keras's ``UpSampling1D``."""
 
     rank = 1
-    keras_config_keys = ("size",)   # Keras's UpSampling1D has neither data_format nor interpolation
+    keras_config_keys = ("size",)  # Keras's UpSampling1D has neither data_format nor interpolation

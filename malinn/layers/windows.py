@@ -27,8 +27,7 @@ def as_tuple(value: Any, rank: int, what: str) -> tuple:
         values = tuple(values)
     except TypeError:
         values = ()
-    if len(values) != rank or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1
-                                  for v in values):
+    if len(values) != rank or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in values):
         raise ValueError(f"{what} must be a positive integer or {rank} of them, got {value!r}")
     return tuple(int(v) for v in values)
 
@@ -59,11 +58,22 @@ def spatial_of(sample_shape: Sequence[int]) -> tuple:
     return shape if len(shape) == 3 else (1,) + shape
 
 
-def window_defines(hw_in: Sequence[int], kernel: Sequence[int], strides: Sequence[int], dilation: Sequence[int],
-                   padding: str) -> dict:
+def window_defines(
+    hw_in: Sequence[int], kernel: Sequence[int], strides: Sequence[int], dilation: Sequence[int], padding: str
+) -> dict:
     """The geometry defines of a window over an ``(H, W)`` image (see the module docstring)."""
     (ih, iw), (kh, kw), (sh, sw), (dh, dw) = hw_in, kernel, strides, dilation
-    return {"IH": ih, "IW": iw,
-            "OH": output_size(ih, kh, sh, dh, padding), "OW": output_size(iw, kw, sw, dw, padding),
-            "KH": kh, "KW": kw, "SH": sh, "SW": sw, "DH": dh, "DW": dw,
-            "PT": padding_before(ih, kh, sh, dh, padding), "PL": padding_before(iw, kw, sw, dw, padding)}
+    return {
+        "IH": ih,
+        "IW": iw,
+        "OH": output_size(ih, kh, sh, dh, padding),
+        "OW": output_size(iw, kw, sw, dw, padding),
+        "KH": kh,
+        "KW": kw,
+        "SH": sh,
+        "SW": sw,
+        "DH": dh,
+        "DW": dw,
+        "PT": padding_before(ih, kh, sh, dh, padding),
+        "PL": padding_before(iw, kw, sw, dw, padding),
+    }

@@ -14,17 +14,58 @@ from .matrix_restriction import MATRIX_NAMES, SCRATCH_NAME, VECTOR_NAMES
 from .precision_table import DEFAULT_PRECISION, WEIGHT_OPS
 from .scalar_arguments import SCALAR_LETTERS
 
-__all__ = ["OPS", "EPILOGUE_OPS", "EPILOGUE_DEFINES", "VIEW_DEFINES", "VIEW_ARGUMENTS", "PRECONDITIONS",
-           "MATMUL_CHOICES", "DEFINE_NAME", "DEFINE_VALUE", "FixedFields", "fixed_fields"]
+__all__ = [
+    "OPS",
+    "EPILOGUE_OPS",
+    "EPILOGUE_DEFINES",
+    "VIEW_DEFINES",
+    "VIEW_ARGUMENTS",
+    "PRECONDITIONS",
+    "MATMUL_CHOICES",
+    "DEFINE_NAME",
+    "DEFINE_VALUE",
+    "FixedFields",
+    "fixed_fields",
+]
 
-OPS = ("matmul", "matmul_head", "bias", "affine", "activation", "relayout", "reshape", "broadcast", "normalize", "permute", "repeat",
-       "conv", "depthwise", "conv_transpose", "resize", "pool", "spatial", "im2col", "merge", "concat", "dot",
-       "gather", "recurrent", "recurrent_masked", "attention", "normalize_column")
+OPS = (
+    "matmul",
+    "matmul_head",
+    "bias",
+    "affine",
+    "activation",
+    "relayout",
+    "reshape",
+    "broadcast",
+    "normalize",
+    "permute",
+    "repeat",
+    "conv",
+    "depthwise",
+    "conv_transpose",
+    "resize",
+    "pool",
+    "spatial",
+    "im2col",
+    "merge",
+    "concat",
+    "dot",
+    "gather",
+    "recurrent",
+    "recurrent_masked",
+    "attention",
+    "normalize_column",
+)
 #: ops whose kernels read a weight matrix ``a`` and may fuse the epilogue (epilogue.clh)
 EPILOGUE_OPS = ("matmul", "matmul_head", "conv", "depthwise", "conv_transpose")
 #: what a matmul kernel can fuse into its final write -> the define that switches it on
-EPILOGUE_DEFINES = {"bias": "BIAS", "activation": "ACTIVATION", "affine": "AFFINE", "softmax": "SOFTMAX",
-                    "view": "R_VIEW"}
+EPILOGUE_DEFINES = {
+    "bias": "BIAS",
+    "activation": "ACTIVATION",
+    "affine": "AFFINE",
+    "softmax": "SOFTMAX",
+    "view": "R_VIEW",
+}
 #: the defines besides R_VIEW that place a ``view`` kernel's R in a larger buffer (epilogue.clh)
 VIEW_DEFINES = ("R_OFFSET", "R_LD", "R_ROWS", "R_SPARE")
 #: those of them a ``view`` kernel's OpenCL source takes as its last arguments (epilogue.clh
@@ -40,12 +81,13 @@ DEFINE_VALUE = re.compile(r"[\w.+-]+")
 
 class FixedFields(NamedTuple):
     """The fields of a kernel entry that no define changes (checked once per entry)."""
+
     op: str
     source_path: Path
     includes: tuple
     sources: tuple
     loop_bounds: tuple
-    matrices: tuple          # (name, representation, image, logicalRows): the alignments are expressions
+    matrices: tuple  # (name, representation, image, logicalRows): the alignments are expressions
     buffers: tuple
     arglist: str
     ndrange: str
@@ -57,7 +99,7 @@ class FixedFields(NamedTuple):
     precisions: tuple
 
 
-_fixed: dict = {}   # entry id -> (the entry, FixedFields), kept beside it and compared, so a new entry that reuses a freed one's id never gets its fields
+_fixed: dict = {}  # entry id -> (the entry, FixedFields), kept beside it and compared, so a new entry that reuses a freed one's id never gets its fields
 
 
 def fixed_fields(path: Path, codename: str, entry: dict, table: dict) -> FixedFields:
@@ -93,8 +135,10 @@ def fixed_fields(path: Path, codename: str, entry: dict, table: dict) -> FixedFi
     for backend, value in raw_sources.items():
         value = {"source": value} if isinstance(value, str) else value
         if backend == "opencl" or not isinstance(value, dict) or not isinstance(value.get("source"), str):
-            fail(f"sources.{backend}", 'expected a file or {"source": file, "includes": [files]} '
-                                       '(OpenCL\'s source is the entry\'s "source")')
+            fail(
+                f"sources.{backend}",
+                'expected a file or {"source": file, "includes": [files]} (OpenCL\'s source is the entry\'s "source")',
+            )
         other = path.parent / value["source"]
         if not is_file(other):
             fail(f"sources.{backend}.source", f"no file {other}")
@@ -115,7 +159,10 @@ def fixed_fields(path: Path, codename: str, entry: dict, table: dict) -> FixedFi
         if name in VECTOR_NAMES or name == SCRATCH_NAME:
             continue
         if name not in MATRIX_NAMES:
-            fail("restrictions.buffers", f"unknown buffer {name!r}; expected {MATRIX_NAMES + VECTOR_NAMES + (SCRATCH_NAME,)}")
+            fail(
+                "restrictions.buffers",
+                f"unknown buffer {name!r}; expected {MATRIX_NAMES + VECTOR_NAMES + (SCRATCH_NAME,)}",
+            )
         m = rs.get(name)
         if not isinstance(m, dict):
             fail(f"restrictions.{name}", "missing: every matrix buffer needs a restriction object")
@@ -152,7 +199,8 @@ def fixed_fields(path: Path, codename: str, entry: dict, table: dict) -> FixedFi
         fail("aliases", "expected a list of activation names")
     params = rs.get("params", {})
     if not isinstance(params, dict) or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in params.values()):
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in params.values()
+    ):
         fail("restrictions.params", "expected an object of name: default number")
     if len(params) > arglist.count("p"):
         fail("restrictions.params", f"{len(params)} parameters but only {arglist.count('p')} 'p' letters in arglist")
@@ -166,29 +214,53 @@ def fixed_fields(path: Path, codename: str, entry: dict, table: dict) -> FixedFi
     if not isinstance(split, dict) or not set(split) <= {"rows", "cols"}:
         fail("restrictions.split", "expected an object with rows and cols")
     epilogue = entry.get("epilogue", [])
-    if not isinstance(epilogue, list) or not set(epilogue) <= set(EPILOGUE_DEFINES) or len(set(epilogue)) < len(epilogue):
+    if (
+        not isinstance(epilogue, list)
+        or not set(epilogue) <= set(EPILOGUE_DEFINES)
+        or len(set(epilogue)) < len(epilogue)
+    ):
         fail("epilogue", f"expected a list of some of {', '.join(EPILOGUE_DEFINES)}, got {epilogue!r}")
     if epilogue:
         needs = {"bias": ["bias"], "affine": ["scale", "shift"]}
         missing = [v for f in epilogue for v in needs.get(f, []) if v not in buffers]
         if op not in EPILOGUE_OPS or missing or "m" not in arglist or "n" not in arglist:
-            fail("epilogue", f"a fused epilogue needs a matmul or convolution with 'm' and 'n' in its arglist "
-                             f"(R's padding is written as 0) and the buffers it reads; missing {missing}")
+            fail(
+                "epilogue",
+                f"a fused epilogue needs a matmul or convolution with 'm' and 'n' in its arglist "
+                f"(R's padding is written as 0) and the buffers it reads; missing {missing}",
+            )
         if "activation" in epilogue and arglist.count("p") < 4:
             fail("epilogue", "a fused activation needs 4 'p' parameters in the arglist (p0..p3)")
         if "softmax" in epilogue and "max_m" not in preconditions:
-            fail("epilogue", "a softmax epilogue holds whole columns in one work-group: "
-                             "give the largest m as preconditions.max_m")
+            fail(
+                "epilogue",
+                "a softmax epilogue holds whole columns in one work-group: give the largest m as preconditions.max_m",
+            )
     if (entry.get("scratch_bytes") is None) != (SCRATCH_NAME not in buffers):
         fail("scratch_bytes", f"a kernel with a {SCRATCH_NAME!r} buffer gives its size (and only such a kernel)")
     supported = entry.get("precisions", [DEFAULT_PRECISION])
     if not isinstance(supported, list) or DEFAULT_PRECISION not in supported or not set(supported) <= set(table):
         fail("precisions", f"expected a list of some of {', '.join(table)}, with {DEFAULT_PRECISION!r}")
     if op not in WEIGHT_OPS and supported != [DEFAULT_PRECISION]:
-        fail("precisions", f"only the kernels that read weights ({', '.join(WEIGHT_OPS)}) read them in another precision")
-    fields = FixedFields(op, source_path, tuple(path.parent / str(i) for i in includes), tuple(sources),
-                          tuple(loop_bounds), tuple(matrices), tuple(buffers), arglist, ndrange, float(flop),
-                          tuple((str(k), float(v)) for k, v in params.items()), tuple(aliases), tuple(epilogue),
-                          tuple(constraints), tuple(supported))
+        fail(
+            "precisions", f"only the kernels that read weights ({', '.join(WEIGHT_OPS)}) read them in another precision"
+        )
+    fields = FixedFields(
+        op,
+        source_path,
+        tuple(path.parent / str(i) for i in includes),
+        tuple(sources),
+        tuple(loop_bounds),
+        tuple(matrices),
+        tuple(buffers),
+        arglist,
+        ndrange,
+        float(flop),
+        tuple((str(k), float(v)) for k, v in params.items()),
+        tuple(aliases),
+        tuple(epilogue),
+        tuple(constraints),
+        tuple(supported),
+    )
     _fixed[id(entry)] = (entry, fields)
     return fields

@@ -13,8 +13,16 @@ from .kernel_spec import KernelSpec, build_spec
 from .matrix_restriction import MATRIX_NAMES
 from .precision_table import DEFAULT_PRECISION, WEIGHTS_HEADER
 
-__all__ = ["ENTRY_FIELDS", "RESTRICTION_FIELDS", "MATRIX_FIELDS", "SOURCE_FIELDS", "CHOICE_FIELDS", "unknown_fields",
-           "with_base", "validate_entry"]
+__all__ = [
+    "ENTRY_FIELDS",
+    "RESTRICTION_FIELDS",
+    "MATRIX_FIELDS",
+    "SOURCE_FIELDS",
+    "CHOICE_FIELDS",
+    "unknown_fields",
+    "with_base",
+    "validate_entry",
+]
 
 
 def with_base(path: Path, codename: str, entry: Any, entries: dict, seen: tuple = ()) -> Any:
@@ -27,8 +35,10 @@ def with_base(path: Path, codename: str, entry: Any, entries: dict, seen: tuple 
         return entry
     base = entries.get(entry["variant_of"])
     if not isinstance(base, dict) or len(seen) > len(entries) or entry["variant_of"] in seen:
-        raise LibraryError(f"{path}: kernel {codename!r}, field 'variant_of': {entry['variant_of']!r} is not "
-                           f"an entry of the library (or its variants lead back to {codename!r})")
+        raise LibraryError(
+            f"{path}: kernel {codename!r}, field 'variant_of': {entry['variant_of']!r} is not "
+            f"an entry of the library (or its variants lead back to {codename!r})"
+        )
     base = with_base(path, codename, base, entries, seen + (entry["variant_of"],))
 
     def merge(under, over):
@@ -45,8 +55,9 @@ def with_base(path: Path, codename: str, entry: Any, entries: dict, seen: tuple 
     return {key: value for key, value in merge(base, entry).items() if key != "variant_of"}
 
 
-def validate_entry(path: Path, codename: str, entry: Any, precisions: dict, variant_of: str | None = None,
-                   deep: bool = True) -> KernelSpec:
+def validate_entry(
+    path: Path, codename: str, entry: Any, precisions: dict, variant_of: str | None = None, deep: bool = True
+) -> KernelSpec:
     """The spec of the library's entry ``codename`` (its variant already resolved: :func:`with_base`),
     its fields checked; in depth (``deep``) also every define against its sources and every
     configuration its candidates give."""
@@ -60,9 +71,11 @@ def validate_entry(path: Path, codename: str, entry: Any, precisions: dict, vari
     if deep:
         _check_defines_used(path, codename, entry, defines)
     if spec.precisions != (DEFAULT_PRECISION,) and WEIGHTS_HEADER not in entry.get("includes", []):
-        raise LibraryError(f"{path}: kernel {codename!r}, field 'precisions': lists "
-                           f"{', '.join(p for p in spec.precisions if p != DEFAULT_PRECISION)}, but the source does not "
-                           f"include {WEIGHTS_HEADER}, which reads the weights in them (docs/KERNELS.md)")
+        raise LibraryError(
+            f"{path}: kernel {codename!r}, field 'precisions': lists "
+            f"{', '.join(p for p in spec.precisions if p != DEFAULT_PRECISION)}, but the source does not "
+            f"include {WEIGHTS_HEADER}, which reads the weights in them (docs/KERNELS.md)"
+        )
     if not deep:
         return spec
     configs = spec.configurations()
@@ -74,13 +87,19 @@ def validate_entry(path: Path, codename: str, entry: Any, precisions: dict, vari
             broken = [c for c in spec.constraints if not evaluate(c, config)]
             what = "the defines" if i == 0 else f"candidate {i - 1} {overrides}"
             if broken or config in seen:
-                inherited = (f" (a variant inherits the candidates of {variant_of!r}: give it "
-                             "\"candidates\": null or its own)" if i and variant_of else "")
-                why = f"breaks {broken[0]!r}" if broken else "repeats " + (
-                    "the defines" if config == seen[0] else "another candidate")
+                inherited = (
+                    f' (a variant inherits the candidates of {variant_of!r}: give it "candidates": null or its own)'
+                    if i and variant_of
+                    else ""
+                )
+                why = (
+                    f"breaks {broken[0]!r}"
+                    if broken
+                    else "repeats " + ("the defines" if config == seen[0] else "another candidate")
+                )
                 raise LibraryError(f"{path}: kernel {codename!r}, field 'candidates': {what} {why}{inherited}")
             seen.append(config)
-    for config in configs:                        # every configuration the tuner can emit must resolve
+    for config in configs:  # every configuration the tuner can emit must resolve
         try:
             spec.configure(config)
         except LibraryError as exc:
@@ -96,29 +115,64 @@ def validate_entry(path: Path, codename: str, entry: Any, precisions: dict, vari
 def _check_fields(path: Path, codename: str, entry: dict) -> None:
     """Refuses a field the entry, its restrictions, a matrix's restriction or another backend's
     source does not have (a misspelled ``precondition`` was ignored)."""
+
     def unknown(fields, known, where):
         found = unknown_fields(fields, known) if isinstance(fields, dict) else []
         if found:
-            raise LibraryError(f"{path}: kernel {codename!r}, field {where + found[0]!r}: unknown field; expected one "
-                               f"of {', '.join(known)} (or a *_doc note)")
+            raise LibraryError(
+                f"{path}: kernel {codename!r}, field {where + found[0]!r}: unknown field; expected one "
+                f"of {', '.join(known)} (or a *_doc note)"
+            )
 
     unknown(entry, ENTRY_FIELDS, "")
     restrictions = entry.get("restrictions")
     unknown(restrictions, RESTRICTION_FIELDS, "restrictions.")
     for name in MATRIX_NAMES:
-        unknown((restrictions or {}).get(name) if isinstance(restrictions, dict) else None, MATRIX_FIELDS,
-                f"restrictions.{name}.")
+        unknown(
+            (restrictions or {}).get(name) if isinstance(restrictions, dict) else None,
+            MATRIX_FIELDS,
+            f"restrictions.{name}.",
+        )
     for backend, value in (entry.get("sources") or {}).items() if isinstance(entry.get("sources"), dict) else ():
         unknown(value, SOURCE_FIELDS, f"sources.{backend}.")
 
 
 #: the fields a kernel entry, its restrictions, a matrix's restriction, another backend's source
 #: and a defaults choice may have (besides ``*_doc`` notes): a misspelled one is refused by name
-ENTRY_FIELDS = ("op", "source", "function", "restrictions", "includes", "sources", "defines", "candidates",
-                "constraints", "preconditions", "precisions", "epilogue", "activation", "aliases", "local_bytes",
-                "scratch_bytes", "description", "variant_of")
-RESTRICTION_FIELDS = ("a", "b", "r", "arglist", "buffers", "flop", "ndrange", "params", "scale", "split", "workgroup",
-                      "argdefines")
+ENTRY_FIELDS = (
+    "op",
+    "source",
+    "function",
+    "restrictions",
+    "includes",
+    "sources",
+    "defines",
+    "candidates",
+    "constraints",
+    "preconditions",
+    "precisions",
+    "epilogue",
+    "activation",
+    "aliases",
+    "local_bytes",
+    "scratch_bytes",
+    "description",
+    "variant_of",
+)
+RESTRICTION_FIELDS = (
+    "a",
+    "b",
+    "r",
+    "arglist",
+    "buffers",
+    "flop",
+    "ndrange",
+    "params",
+    "scale",
+    "split",
+    "workgroup",
+    "argdefines",
+)
 MATRIX_FIELDS = ("representation", "rowAlign", "colAlign", "image", "logicalRows")
 SOURCE_FIELDS = ("source", "includes", "loop_iterations")
 CHOICE_FIELDS = ("codename", "defines", "precisions")
@@ -138,6 +192,8 @@ def _check_defines_used(path: Path, codename: str, entry: dict, defines: dict) -
         names += [value["source"], *value.get("includes", [])]
     unused = [name for name in defines if not any(name in source_identifiers(path.parent / str(f)) for f in names)]
     if unused:
-        raise LibraryError(f"{path}: kernel {codename!r}, field 'defines': {', '.join(map(repr, unused))} "
-                           f"{'appears' if len(unused) == 1 else 'appear'} in none of its sources "
-                           f"({', '.join(map(str, names))}): a misspelled define would be passed and ignored")
+        raise LibraryError(
+            f"{path}: kernel {codename!r}, field 'defines': {', '.join(map(repr, unused))} "
+            f"{'appears' if len(unused) == 1 else 'appear'} in none of its sources "
+            f"({', '.join(map(str, names))}): a misspelled define would be passed and ignored"
+        )

@@ -14,10 +14,22 @@ from typing import Callable
 
 __all__ = ["evaluate", "names_in"]
 
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-           ast.Div: operator.floordiv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
-_COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-            ast.Gt: operator.gt, ast.GtE: operator.ge}
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.floordiv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
+_COMPARE = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
 
 
 def evaluate(text: object, values: dict) -> int:
@@ -42,8 +54,10 @@ def _compiled(text: str) -> Callable[[dict], int]:
     try:
         tree = ast.parse(text, mode="eval").body
     except SyntaxError:
+
         def fail(values):
             raise ValueError(f"cannot parse {text!r}")
+
         return fail
     return _compile(tree, text)
 
@@ -63,6 +77,7 @@ def _compile(node, text):
                 return int(values[name])
             except (TypeError, ValueError):
                 raise ValueError(f"{text!r}: {name} is {values[name]!r}, not an integer") from None
+
         return lookup
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         left, right, op = _compile(node.left, text), _compile(node.right, text), _BINARY[type(node.op)]
@@ -73,6 +88,7 @@ def _compile(node, text):
             if divides and b == 0:
                 raise ValueError(f"{text!r} divides by zero")
             return op(a, b)
+
         return binary
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         operand = _compile(node.operand, text)
@@ -86,20 +102,22 @@ def _compile(node, text):
 
         def compare(values):
             left = first(values)
-            for op, comparator in chain:      # stops at the first false link, as Python does
+            for op, comparator in chain:  # stops at the first false link, as Python does
                 right = comparator(values)
                 if not op(left, right):
                     return 0
                 left = right
             return 1
+
         return compare
     if isinstance(node, ast.BoolOp):
         parts = [_compile(v, text) for v in node.values]
         combine = all if isinstance(node.op, ast.And) else any
-        return lambda values: int(combine([part(values) for part in parts]))   # every operand is evaluated
+        return lambda values: int(combine([part(values) for part in parts]))  # every operand is evaluated
 
     def unsupported(values):
         raise ValueError(f"{text!r}: only integers, define names, + - * / %, comparisons, and/or/not are allowed")
+
     return unsupported
 
 

@@ -80,11 +80,37 @@ from .matrix_restriction import MATRIX_NAMES, SCRATCH_NAME, VECTOR_NAMES, Matrix
 from .precision_table import DEFAULT_PRECISION, WEIGHT_OPS, WEIGHTS_HEADER, Precision, parse_precisions
 from .scalar_arguments import DIVIDE, SCALAR_LETTERS, division_magic, letter_values
 
-__all__ = ["KernelSpec", "MatrixRestriction", "KernelLibrary", "Precision", "load_library", "DEFAULT_PRECISION",
-           "OPS", "EPILOGUE_OPS", "WEIGHT_OPS", "WEIGHTS_HEADER", "SCALAR_LETTERS", "LIBRARY_FORMAT", "LIBRARY_VERSION",
-           "MATRIX_NAMES", "VECTOR_NAMES", "SCRATCH_NAME", "EPILOGUE_DEFINES", "VIEW_DEFINES", "VIEW_ARGUMENTS",
-           "PRECONDITIONS", "MATMUL_CHOICES", "ENTRY_FIELDS", "RESTRICTION_FIELDS", "MATRIX_FIELDS", "SOURCE_FIELDS",
-           "CHOICE_FIELDS", "DIVIDE", "division_magic", "letter_values"]
+__all__ = [
+    "KernelSpec",
+    "MatrixRestriction",
+    "KernelLibrary",
+    "Precision",
+    "load_library",
+    "DEFAULT_PRECISION",
+    "OPS",
+    "EPILOGUE_OPS",
+    "WEIGHT_OPS",
+    "WEIGHTS_HEADER",
+    "SCALAR_LETTERS",
+    "LIBRARY_FORMAT",
+    "LIBRARY_VERSION",
+    "MATRIX_NAMES",
+    "VECTOR_NAMES",
+    "SCRATCH_NAME",
+    "EPILOGUE_DEFINES",
+    "VIEW_DEFINES",
+    "VIEW_ARGUMENTS",
+    "PRECONDITIONS",
+    "MATMUL_CHOICES",
+    "ENTRY_FIELDS",
+    "RESTRICTION_FIELDS",
+    "MATRIX_FIELDS",
+    "SOURCE_FIELDS",
+    "CHOICE_FIELDS",
+    "DIVIDE",
+    "division_magic",
+    "letter_values",
+]
 
 #: what a kernel library file says it is (its "format" and "version"): another is refused by name
 LIBRARY_FORMAT, LIBRARY_VERSION = "malinn-kernel-library", 1
@@ -132,21 +158,30 @@ def _load(path: Path, deep: bool = True) -> KernelLibrary:
     if not isinstance(data, dict) or not isinstance(data.get("kernels"), dict):
         raise LibraryError(f"{path}: expected an object with a 'kernels' object")
     if (data.get("format"), data.get("version")) != (LIBRARY_FORMAT, LIBRARY_VERSION):
-        raise LibraryError(f"{path}: expected \"format\": {LIBRARY_FORMAT!r} and \"version\": {LIBRARY_VERSION} "
-                           f"(this malinn reads that library), got {data.get('format')!r} and {data.get('version')!r}")
+        raise LibraryError(
+            f'{path}: expected "format": {LIBRARY_FORMAT!r} and "version": {LIBRARY_VERSION} '
+            f"(this malinn reads that library), got {data.get('format')!r} and {data.get('version')!r}"
+        )
     precisions = parse_precisions(path, data.get("precisions"))
     kernels = {}
     for codename, entry in data["kernels"].items():
-        kernels[codename] = validate_entry(path, codename, with_base(path, codename, entry, data["kernels"], (codename,)),
-                                      precisions, entry.get("variant_of") if isinstance(entry, dict) else None, deep)
+        kernels[codename] = validate_entry(
+            path,
+            codename,
+            with_base(path, codename, entry, data["kernels"], (codename,)),
+            precisions,
+            entry.get("variant_of") if isinstance(entry, dict) else None,
+            deep,
+        )
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
         raise LibraryError(f"{path}: field 'defaults': expected an object")
     for name, table in defaults.items():
         op = "matmul" if name in MATMUL_CHOICES else name
         if op not in OPS or not isinstance(table, dict):
-            raise LibraryError(f"{path}: field 'defaults.{name}': expected one of {OPS + MATMUL_CHOICES[1:]} "
-                               f"mapping to an object")
+            raise LibraryError(
+                f"{path}: field 'defaults.{name}': expected one of {OPS + MATMUL_CHOICES[1:]} mapping to an object"
+            )
         for kind, value in table.items():
             choices = value if isinstance(value, list) and value else [value]
             for choice in choices:
@@ -156,16 +191,24 @@ def _load(path: Path, deep: bool = True) -> KernelLibrary:
                 if isinstance(choice, dict):
                     unknown = unknown_fields(choice, CHOICE_FIELDS)
                     if unknown:
-                        raise LibraryError(f"{path}: field 'defaults.{name}.{kind}': unknown field {unknown[0]!r} of "
-                                           f"{codename!r}; expected one of {', '.join(CHOICE_FIELDS)}")
+                        raise LibraryError(
+                            f"{path}: field 'defaults.{name}.{kind}': unknown field {unknown[0]!r} of "
+                            f"{codename!r}; expected one of {', '.join(CHOICE_FIELDS)}"
+                        )
                     try:
                         kernels[codename].configure(choice.get("defines"))
                     except LibraryError as exc:
                         raise LibraryError(f"{path}: field 'defaults.{name}.{kind}.defines': {exc}") from None
                     serves = choice.get("precisions", [DEFAULT_PRECISION])
-                    if not isinstance(serves, list) or not serves or not set(serves) <= set(kernels[codename].precisions):
-                        raise LibraryError(f"{path}: field 'defaults.{name}.{kind}.precisions': expected a list of "
-                                           f"precisions {codename!r} supports ({', '.join(kernels[codename].precisions)}), "
-                                           f"got {serves!r}")
+                    if (
+                        not isinstance(serves, list)
+                        or not serves
+                        or not set(serves) <= set(kernels[codename].precisions)
+                    ):
+                        raise LibraryError(
+                            f"{path}: field 'defaults.{name}.{kind}.precisions': expected a list of "
+                            f"precisions {codename!r} supports ({', '.join(kernels[codename].precisions)}), "
+                            f"got {serves!r}"
+                        )
     sections = {k: v for k, v in data.items() if k not in ("kernels", "defaults", "precisions")}
     return KernelLibrary(kernels, defaults, path, precisions, sections)

@@ -7,8 +7,14 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["read_source", "source_identifiers", "defines_kernel", "kernel_functions", "fixed_workgroup_kernels",
-           "is_file"]
+__all__ = [
+    "read_source",
+    "source_identifiers",
+    "defines_kernel",
+    "kernel_functions",
+    "fixed_workgroup_kernels",
+    "is_file",
+]
 
 
 @lru_cache(maxsize=256)
@@ -47,8 +53,9 @@ def fixed_workgroup_kernels(path: Path) -> frozenset:
     their attribute, or through a macro the source defines as it)."""
     source = read_source(path)
     words = {"reqd_work_group_size"} | set(_REQD_MACRO.findall(source))
-    return frozenset(name for attribute, name in _KERNEL_ATTRIBUTES.findall(source)
-                     if words & set(_IDENTIFIER.findall(attribute)))
+    return frozenset(
+        name for attribute, name in _KERNEL_ATTRIBUTES.findall(source) if words & set(_IDENTIFIER.findall(attribute))
+    )
 
 
 _REQD_MACRO = re.compile(r"#\s*define\s+(\w+)\s+reqd_work_group_size\b")

@@ -29,31 +29,31 @@ class KernelSpec:
     source: str
     function: str
     description: str
-    matrices: dict            # name -> MatrixRestriction
+    matrices: dict  # name -> MatrixRestriction
     arglist: str
     buffers: tuple
     ndrange: str
-    scale: tuple              # (rows, cols) divisors of the ndrange letters, in order
+    scale: tuple  # (rows, cols) divisors of the ndrange letters, in order
     flop: float
     workgroup: tuple | None
-    defines: tuple            # (("NAME", "VALUE"), ...)
+    defines: tuple  # (("NAME", "VALUE"), ...)
     activation: str | None
     source_path: Path
-    params: tuple = ()        # (("name", default), ...) in the order of the 'p' letters
-    aliases: tuple = ()       # other activation names this kernel answers to
-    includes: tuple = ()      # header paths prepended to the source
-    epilogue: tuple = ()      # what it can fuse: ("bias", "activation", "affine", "softmax")
-    preconditions: tuple = () # (("min_m", 64), ("max_n", 8), ...), evaluated for this configuration
-    split: tuple = (1, 1)     # (rows, cols) multipliers of the ndrange (items sharing one result block)
-    candidates: tuple = ()    # define overrides the tuner times, besides the defaults
-    constraints: tuple = ()   # expressions every configuration satisfies
-    template: Any = None      # (path, raw entry, precisions table) to configure from (JSON: untyped)
-    sources: tuple = ()       # (("gl", source path, (include paths...)), ...): other backends' sources
-    precisions: tuple = (DEFAULT_PRECISION,)   # the precisions it supports
-    precision: str = DEFAULT_PRECISION         # the precision of this configuration
-    scratch_bytes: object = None   # expression over the defines and scalar letters: the scratch buffer's size
-    loop_bounds: tuple = ()   # (("gl", expression), ...): the loop iterations one invocation of that source runs
-    argdefines: tuple = ()    # defines the OpenCL source takes as uint arguments after its buffers
+    params: tuple = ()  # (("name", default), ...) in the order of the 'p' letters
+    aliases: tuple = ()  # other activation names this kernel answers to
+    includes: tuple = ()  # header paths prepended to the source
+    epilogue: tuple = ()  # what it can fuse: ("bias", "activation", "affine", "softmax")
+    preconditions: tuple = ()  # (("min_m", 64), ("max_n", 8), ...), evaluated for this configuration
+    split: tuple = (1, 1)  # (rows, cols) multipliers of the ndrange (items sharing one result block)
+    candidates: tuple = ()  # define overrides the tuner times, besides the defaults
+    constraints: tuple = ()  # expressions every configuration satisfies
+    template: Any = None  # (path, raw entry, precisions table) to configure from (JSON: untyped)
+    sources: tuple = ()  # (("gl", source path, (include paths...)), ...): other backends' sources
+    precisions: tuple = (DEFAULT_PRECISION,)  # the precisions it supports
+    precision: str = DEFAULT_PRECISION  # the precision of this configuration
+    scratch_bytes: object = None  # expression over the defines and scalar letters: the scratch buffer's size
+    loop_bounds: tuple = ()  # (("gl", expression), ...): the loop iterations one invocation of that source runs
+    argdefines: tuple = ()  # defines the OpenCL source takes as uint arguments after its buffers
 
     def in_precision(self, precision: str) -> "KernelSpec":
         """This configuration with its weights (and sums) in ``precision``.
@@ -64,8 +64,9 @@ class KernelSpec:
         if precision == self.precision:
             return self
         if precision not in self.precisions:
-            raise LibraryError(f"kernel {self.codename!r} supports precisions {list(self.precisions)}, "
-                               f"not {precision!r}")
+            raise LibraryError(
+                f"kernel {self.codename!r} supports precisions {list(self.precisions)}, not {precision!r}"
+            )
         table = self.template[2]
         drop = {name for p in self.precisions for name, _ in table[p].defines}
         merged = {k: v for k, v in self.defines if k not in drop}
@@ -106,19 +107,25 @@ class KernelSpec:
         if not overrides:
             return self
         _, entry, table = self.template
-        unknown = set(overrides) - set(dict(self.defines)) - {EPILOGUE_DEFINES[f] for f in self.epilogue} \
-            - {name for p in self.precisions for name, _ in table[p].defines} \
+        unknown = (
+            set(overrides)
+            - set(dict(self.defines))
+            - {EPILOGUE_DEFINES[f] for f in self.epilogue}
+            - {name for p in self.precisions for name, _ in table[p].defines}
             - (set(VIEW_DEFINES) if "view" in self.epilogue else set())
+        )
         if unknown:
-            raise LibraryError(f"kernel {self.codename!r} has no defines {sorted(unknown)}; its defines are "
-                               f"{', '.join(name for name, _ in self.defines)}")
+            raise LibraryError(
+                f"kernel {self.codename!r} has no defines {sorted(unknown)}; its defines are "
+                f"{', '.join(name for name, _ in self.defines)}"
+            )
         merged = {**dict(self.defines), **{k: str(v) for k, v in overrides.items()}}
         if _cached(entry, merged) is None:
             try:
                 failed = [c for c in self.constraints if not evaluate(c, merged)]
                 if not failed:
                     return self._with_defines(merged)
-            except (LibraryError, ValueError) as exc:   # the configuration's fault, not the file's
+            except (LibraryError, ValueError) as exc:  # the configuration's fault, not the file's
                 why = str(exc).split(f"kernel {self.codename!r}", 1)[-1].lstrip(":, ")
                 raise LibraryError(f"kernel {self.codename!r}: configuration {overrides}: {why}") from None
             raise LibraryError(f"kernel {self.codename!r}: configuration {overrides} breaks {failed}")
@@ -217,8 +224,9 @@ class KernelSpec:
         if device is not None and any(r.image for r in self.matrices.values()):
             a = self.matrices["a"]
             rows, cols = -(-m // a.row_multiple) * a.row_multiple, -(-k // a.col_multiple) * a.col_multiple
-            return (device.image_support and rows // 4 <= device.image2d_max_size[0]
-                    and cols <= device.image2d_max_size[1])
+            return (
+                device.image_support and rows // 4 <= device.image2d_max_size[0] and cols <= device.image2d_max_size[1]
+            )
         return True
 
     def padded_shapes(self, m: int, k: int, n: int) -> dict:
@@ -243,8 +251,7 @@ class KernelSpec:
         names = [name for name, _ in self.params]
         unknown = set(given) - set(names)
         if unknown:
-            raise ValueError(f"kernel {self.codename!r} takes parameters {names or 'none'}, "
-                             f"not {sorted(unknown)}")
+            raise ValueError(f"kernel {self.codename!r} takes parameters {names or 'none'}, not {sorted(unknown)}")
         values = [float(given.get(name, default)) for name, default in self.params]
         return values + [0.0] * (self.arglist.count("p") - len(values))
 
@@ -275,7 +282,7 @@ class KernelSpec:
         defines, values = dict(self.defines), []
         for name in self.define_arguments(backend):
             if name.startswith(DIVIDE):
-                values += division_magic(int(defines[name[len(DIVIDE):]]))
+                values += division_magic(int(defines[name[len(DIVIDE) :]]))
             else:
                 values.append(int(defines.get(name, 0)) & 0xFFFFFFFF)
         return values
@@ -298,8 +305,10 @@ class KernelSpec:
         else:
             found = [(path, inc) for name, path, inc in self.sources if name == backend]
             if not found:
-                raise BackendError(f"kernel {self.codename!r} has no {backend} source (kernels/library.json: "
-                                   f"its \"sources\" name {', '.join(self.backends())}); choose another kernel")
+                raise BackendError(
+                    f"kernel {self.codename!r} has no {backend} source (kernels/library.json: "
+                    f'its "sources" name {", ".join(self.backends())}); choose another kernel'
+                )
             source_path, includes = found[0]
             source = source_path.name
         head = [f"/* malinn: {self.codename} ({source}) */"]
@@ -311,7 +320,7 @@ class KernelSpec:
         return "\n".join(head) + "\n" + line(source_path) + read_source(source_path)
 
 
-_configured: dict = {}   # (entry id, defines) -> (the entry, KernelSpec)
+_configured: dict = {}  # (entry id, defines) -> (the entry, KernelSpec)
 
 
 def _cached(entry: dict, defines: dict) -> KernelSpec | None:
@@ -329,6 +338,7 @@ def _remember(entry: dict, defines: dict, spec: KernelSpec) -> KernelSpec:
 def build_spec(path: Path, codename: str, entry: dict, defines: dict, table: dict) -> KernelSpec:
     """The entry's spec for the complete define dict ``defines``: the fields no define changes are
     checked once per entry (:func:`fixed_fields`), the expressions of the defines here."""
+
     def fail(field, why):
         raise LibraryError(f"{path}: kernel {codename!r}, field {field!r}: {why}")
 
@@ -349,13 +359,21 @@ def build_spec(path: Path, codename: str, entry: dict, defines: dict, table: dic
             evaluate(bound, scalars)
         except (ValueError, TypeError) as exc:
             fail(f"sources.{backend}.loop_iterations", str(exc))
-    matrices = {name: MatrixRestriction(rep, positive_int(f"restrictions.{name}.rowAlign", rs[name].get("rowAlign")),
-                                        positive_int(f"restrictions.{name}.colAlign", rs[name].get("colAlign")),
-                                        image, logical_rows)
-                for name, rep, image, logical_rows in fixed.matrices}
+    matrices = {
+        name: MatrixRestriction(
+            rep,
+            positive_int(f"restrictions.{name}.rowAlign", rs[name].get("rowAlign")),
+            positive_int(f"restrictions.{name}.colAlign", rs[name].get("colAlign")),
+            image,
+            logical_rows,
+        )
+        for name, rep, image, logical_rows in fixed.matrices
+    }
     scale = rs.get("scale", {"rows": 1, "cols": 1})
-    scale_t = (positive_int("restrictions.scale.rows", scale.get("rows", 1)),
-               positive_int("restrictions.scale.cols", scale.get("cols", 1)))
+    scale_t = (
+        positive_int("restrictions.scale.rows", scale.get("rows", 1)),
+        positive_int("restrictions.scale.cols", scale.get("cols", 1)),
+    )
     wg = rs.get("workgroup")
     if wg is not None:
         if not isinstance(wg, list) or len(wg) != len(fixed.ndrange):
@@ -364,8 +382,7 @@ def build_spec(path: Path, codename: str, entry: dict, defines: dict, table: dic
     if not all(DEFINE_NAME.fullmatch(str(k)) and DEFINE_VALUE.fullmatch(str(v)) for k, v in defines.items()):
         fail("defines", "expected an object of NAME: simple value")
     candidates = entry.get("candidates", [])
-    if not isinstance(candidates, list) or not all(
-            isinstance(c, dict) and set(c) <= set(defines) for c in candidates):
+    if not isinstance(candidates, list) or not all(isinstance(c, dict) and set(c) <= set(defines) for c in candidates):
         fail("candidates", "expected a list of objects overriding this entry's defines")
     for c in fixed.constraints:
         try:
@@ -374,8 +391,10 @@ def build_spec(path: Path, codename: str, entry: dict, defines: dict, table: dic
             fail("constraints", str(exc))
     preconditions = {k: positive_int(f"preconditions.{k}", v) for k, v in entry.get("preconditions", {}).items()}
     split = rs.get("split", {"rows": 1, "cols": 1})
-    split_t = (positive_int("restrictions.split.rows", split.get("rows", 1)),
-               positive_int("restrictions.split.cols", split.get("cols", 1)))
+    split_t = (
+        positive_int("restrictions.split.rows", split.get("rows", 1)),
+        positive_int("restrictions.split.cols", split.get("cols", 1)),
+    )
     scratch = entry.get("scratch_bytes")
     if scratch is not None:
         try:
@@ -385,14 +404,35 @@ def build_spec(path: Path, codename: str, entry: dict, defines: dict, table: dic
     given = {k: str(v) for k, v in defines.items()}
     matching = [p for p in fixed.precisions if all(given.get(k) == v for k, v in table[p].defines)]
     precision = max(matching, key=lambda p: len(table[p].defines))
-    return KernelSpec(codename=codename, op=fixed.op, source=str(entry["source"]), function=entry["function"],
-                      description=str(entry.get("description", "")), matrices=matrices, arglist=fixed.arglist,
-                      buffers=fixed.buffers, ndrange=fixed.ndrange, scale=scale_t, flop=fixed.flop,
-                      workgroup=wg, defines=tuple((str(k), str(v)) for k, v in defines.items()),
-                      activation=entry.get("activation"), source_path=fixed.source_path,
-                      params=fixed.params, aliases=fixed.aliases, includes=fixed.includes, epilogue=fixed.epilogue,
-                      preconditions=tuple(preconditions.items()), split=split_t,
-                      candidates=tuple(candidates), constraints=fixed.constraints,
-                      template=(path, entry, table), precisions=fixed.precisions, precision=precision,
-                      sources=fixed.sources, scratch_bytes=scratch, loop_bounds=fixed.loop_bounds,
-                      argdefines=check_argdefines(rs.get("argdefines", []), defines, fail))
+    return KernelSpec(
+        codename=codename,
+        op=fixed.op,
+        source=str(entry["source"]),
+        function=entry["function"],
+        description=str(entry.get("description", "")),
+        matrices=matrices,
+        arglist=fixed.arglist,
+        buffers=fixed.buffers,
+        ndrange=fixed.ndrange,
+        scale=scale_t,
+        flop=fixed.flop,
+        workgroup=wg,
+        defines=tuple((str(k), str(v)) for k, v in defines.items()),
+        activation=entry.get("activation"),
+        source_path=fixed.source_path,
+        params=fixed.params,
+        aliases=fixed.aliases,
+        includes=fixed.includes,
+        epilogue=fixed.epilogue,
+        preconditions=tuple(preconditions.items()),
+        split=split_t,
+        candidates=tuple(candidates),
+        constraints=fixed.constraints,
+        template=(path, entry, table),
+        precisions=fixed.precisions,
+        precision=precision,
+        sources=fixed.sources,
+        scratch_bytes=scratch,
+        loop_bounds=fixed.loop_bounds,
+        argdefines=check_argdefines(rs.get("argdefines", []), defines, fail),
+    )

@@ -93,8 +93,10 @@ class Layout:
         Returns:
             ``(padded_rows, padded_cols)``, multiples of the chunk shape and of the alignments.
         """
-        return (round_up(rows, math.lcm(self.row_multiple, row_align)),
-                round_up(cols, math.lcm(self.col_multiple, col_align)))
+        return (
+            round_up(rows, math.lcm(self.row_multiple, row_align)),
+            round_up(cols, math.lcm(self.col_multiple, col_align)),
+        )
 
     def check_padded(self, padded: tuple[int, int]) -> None:
         """Raises :class:`LayoutError` if ``padded`` is not a whole number of top-level chunks."""
@@ -102,13 +104,15 @@ class Layout:
         if prow < 0 or pcol < 0 or prow % self.row_multiple or pcol % self.col_multiple:
             raise LayoutError(
                 f"layout {self}: a padded shape of {prow}x{pcol} is not a whole number of "
-                f"{self.row_multiple}x{self.col_multiple} chunks")
+                f"{self.row_multiple}x{self.col_multiple} chunks"
+            )
 
     def _levels(self, padded: tuple[int, int]) -> list[tuple]:
         """(base, Yk, Xk, Y(k+1), X(k+1)) for each level, top first, ending at 1 x 1."""
         sizes = [tuple(padded)] + list(self.blocks) + [(1, 1)]
-        return [(self.bases[k], sizes[k][0], sizes[k][1], sizes[k + 1][0], sizes[k + 1][1])
-                for k in range(len(self.bases))]
+        return [
+            (self.bases[k], sizes[k][0], sizes[k][1], sizes[k + 1][0], sizes[k + 1][1]) for k in range(len(self.bases))
+        ]
 
     # ---------------------------------------------------------------- indices
     def index(self, rows: ArrayLike, cols: ArrayLike, padded: tuple[int, int]) -> np.ndarray:
@@ -147,8 +151,9 @@ class Layout:
         sizes = [(None, None)] + list(self.blocks) + [(1, 1)]
         return [(base, sizes[k], sizes[k + 1]) for k, base in enumerate(self.bases)]
 
-    def index_expression(self, literal: str = "", row: str = "(R_)", col: str = "(C_)",
-                         prows: str = "(P_R)", pcols: str = "(P_C)") -> str:
+    def index_expression(
+        self, literal: str = "", row: str = "(R_)", col: str = "(C_)", prows: str = "(P_R)", pcols: str = "(P_C)"
+    ) -> str:
         """:meth:`index` as a C-like expression, for a backend's index macro: ``row`` and ``col``
         the element's coordinates, ``prows`` and ``pcols`` the padded shape (known only at launch
         time), each as the backend spells it (a cast), ``literal`` the integer literals' suffix
@@ -242,7 +247,8 @@ def _parse(text: str) -> Layout:
     if len(tokens) % 3 != 1:
         raise LayoutError(
             f"layout {text!r}: {len(tokens)} tokens; a layout is B0 followed by groups of Y_X_B "
-            f"(e.g. 'R_2_4_R'), so it has 1, 4, 7, ... tokens")
+            f"(e.g. 'R_2_4_R'), so it has 1, 4, 7, ... tokens"
+        )
     bases, blocks = [], []
     for pos, tok in enumerate(tokens):
         if pos % 3 == 0:
@@ -253,14 +259,16 @@ def _parse(text: str) -> Layout:
             if not tok.isdigit() or int(tok) < 1:
                 what = "rows (Y)" if pos % 3 == 1 else "columns (X)"
                 raise LayoutError(
-                    f"layout {text!r}: bad token {tok!r} at position {pos}: expected a positive integer for chunk {what}")
+                    f"layout {text!r}: bad token {tok!r} at position {pos}: expected a positive integer for chunk {what}"
+                )
             if pos % 3 == 2:
                 blocks.append((int(tokens[pos - 1]), int(tok)))
     for k in range(1, len(blocks)):
         (py, px), (y, x) = blocks[k - 1], blocks[k]
         if py % y or px % x:
             raise LayoutError(
-                f"layout {text!r}: level {k + 1} chunk {y}x{x} does not divide its parent chunk {py}x{px}")
+                f"layout {text!r}: level {k + 1} chunk {y}x{x} does not divide its parent chunk {py}x{px}"
+            )
     return Layout(tuple(bases), tuple(blocks))
 
 
@@ -274,8 +282,14 @@ def padded_shape(layout: Layout | str, rows: int, cols: int, row_align: int = 1,
     return parse_layout(layout).padded_shape(rows, cols, row_align, col_align)
 
 
-def convert(flat: np.ndarray, shape: tuple[int, int], src: Layout | str, src_padded: tuple[int, int],
-            dst: Layout | str, dst_padded: tuple[int, int]) -> np.ndarray:
+def convert(
+    flat: np.ndarray,
+    shape: tuple[int, int],
+    src: Layout | str,
+    src_padded: tuple[int, int],
+    dst: Layout | str,
+    dst_padded: tuple[int, int],
+) -> np.ndarray:
     """Re-lays a flat buffer from one layout (and padding) into another, on the host.
 
     Args:

@@ -16,8 +16,9 @@ __all__ = ["KernelLibrary"]
 class KernelLibrary:
     """The parsed library: kernel specs by codename plus the default codename per op and device."""
 
-    def __init__(self, kernels: dict, defaults: dict, path: Path, precisions: dict | None = None,
-                 sections: dict | None = None):
+    def __init__(
+        self, kernels: dict, defaults: dict, path: Path, precisions: dict | None = None, sections: dict | None = None
+    ):
         self.kernels = kernels
         self.defaults = defaults
         self.path = path
@@ -51,8 +52,9 @@ class KernelLibrary:
         try:
             return self.kernels[codename]
         except KeyError:
-            raise LibraryError(f"{self.path}: no kernel with codename {codename!r}; "
-                               f"known: {', '.join(sorted(self.kernels))}") from None
+            raise LibraryError(
+                f"{self.path}: no kernel with codename {codename!r}; known: {', '.join(sorted(self.kernels))}"
+            ) from None
 
     def __contains__(self, codename: str) -> bool:
         return codename in self.kernels
@@ -61,8 +63,9 @@ class KernelLibrary:
         """Every codename that implements ``op`` (on ``backend``, when given), in library order."""
         return [c for c, k in self.kernels.items() if k.op == op and (backend is None or k.has_source(backend))]
 
-    def default_specs(self, op: str, device_kind: str, backend: str = "opencl",
-                      precision: str = DEFAULT_PRECISION) -> list[KernelSpec]:
+    def default_specs(
+        self, op: str, device_kind: str, backend: str = "opencl", precision: str = DEFAULT_PRECISION
+    ) -> list[KernelSpec]:
         """The default kernels for ``op`` on a device kind, in order of preference, each in the
         configuration the table names.
 
@@ -88,8 +91,9 @@ class KernelLibrary:
         if value is not None:
             choices = value if isinstance(value, list) else [value]
             choices = [c for c in choices if not isinstance(c, dict) or precision in c.get("precisions", [precision])]
-            specs = [self[c["codename"]].configure(c.get("defines")) if isinstance(c, dict) else self[c]
-                     for c in choices]
+            specs = [
+                self[c["codename"]].configure(c.get("defines")) if isinstance(c, dict) else self[c] for c in choices
+            ]
             specs = [s for s in specs if s.has_source(backend)]
         if not specs:
             if op in ("matmul_softmax", "matmul_head"):
@@ -126,8 +130,10 @@ class KernelLibrary:
         """
         spec = self.activation_kernel(activation)
         if spec is None:
-            raise ValueError(f"{what}: no kernel computes activation {activation!r}; "
-                             f"available: {', '.join(['linear'] + self.activations())}")
+            raise ValueError(
+                f"{what}: no kernel computes activation {activation!r}; "
+                f"available: {', '.join(['linear'] + self.activations())}"
+            )
         return spec
 
     def activations(self) -> list[str]:

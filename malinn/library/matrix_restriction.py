@@ -20,11 +20,11 @@ SCRATCH_NAME = "scratch"
 class MatrixRestriction:
     """What a kernel asks of one matrix argument."""
 
-    representation: str          # a layout string, or "*" for any layout
+    representation: str  # a layout string, or "*" for any layout
     row_align: int
     col_align: int
-    image: bool = False          # passed as an RGBA float image2d (texel = 4 rows of a column)
-    logical_rows: bool = False   # reads rows < m rounded up to the alignment only: A needs no more
+    image: bool = False  # passed as an RGBA float image2d (texel = 4 rows of a column)
+    logical_rows: bool = False  # reads rows < m rounded up to the alignment only: A needs no more
 
     @property
     def any_layout(self) -> bool:

@@ -56,12 +56,15 @@ def quantize_int8(w: ArrayLike, what: str = "the weights") -> tuple:
     w = np.asarray(w, np.float32)
     bad = int(np.count_nonzero(~np.isfinite(w)))
     if bad:
-        raise ValueError(f"{what}: {bad} of its weights are NaN or infinite; int8-weights cannot scale them "
-                         "(keep this model in fp32)")
+        raise ValueError(
+            f"{what}: {bad} of its weights are NaN or infinite; int8-weights cannot scale them "
+            "(keep this model in fp32)"
+        )
     top = np.max(np.abs(w), axis=1) if w.shape[1] else np.zeros(w.shape[0], np.float32)
     # at least the smallest float32: a row of tiny values (below ~2e-43) must not get a scale of 0
-    scales = np.where(top > 0, np.maximum(top.astype(np.float64) / 127.0, np.finfo(np.float32).smallest_subnormal),
-                      1.0).astype(np.float32)
+    scales = np.where(
+        top > 0, np.maximum(top.astype(np.float64) / 127.0, np.finfo(np.float32).smallest_subnormal), 1.0
+    ).astype(np.float32)
     q = np.clip(np.rint(w.astype(np.float64) / scales[:, None]), -127, 127).astype(np.int8)
     return q, scales
 
@@ -120,15 +123,23 @@ def _half(values: np.ndarray, precision: str, what: str) -> np.ndarray:
         half = values.astype(np.float16)
     lost = np.isinf(half) & np.isfinite(values)
     if lost.any():
-        raise ValueError(f"{what}: {int(lost.sum())} of its weights are beyond float16's range (the largest, "
-                         f"{float(np.max(np.abs(values[lost]))):.6g}, against 65504) and would be stored as "
-                         f"infinities in {precision}; keep this model in fp32, or use int8-weights (scaled "
-                         "per unit)")
+        raise ValueError(
+            f"{what}: {int(lost.sum())} of its weights are beyond float16's range (the largest, "
+            f"{float(np.max(np.abs(values[lost]))):.6g}, against 65504) and would be stored as "
+            f"infinities in {precision}; keep this model in fp32, or use int8-weights (scaled "
+            "per unit)"
+        )
     return half
 
 
-def device_bytes(w: ArrayLike, precision: str, layout: Layout, padded: tuple[int, int], quantized: tuple | None = None,
-                 what: str = "the weights") -> np.ndarray:
+def device_bytes(
+    w: ArrayLike,
+    precision: str,
+    layout: Layout,
+    padded: tuple[int, int],
+    quantized: tuple | None = None,
+    what: str = "the weights",
+) -> np.ndarray:
     """``w`` laid out in ``layout`` and ``padded`` as a kernel in ``precision`` reads it.
 
     Args:
@@ -148,7 +159,7 @@ def device_bytes(w: ArrayLike, precision: str, layout: Layout, padded: tuple[int
         q, scales = quantized if quantized is not None else quantize_int8(w, what)
         values = layout.pack(q.astype(np.float32), padded).astype(np.int8)
         out = np.zeros(spec.weights_nbytes(padded[0], padded[1], len(scales)), np.uint8)
-        out[:values.size] = values.view(np.uint8)
+        out[: values.size] = values.view(np.uint8)
         start = -(-values.size // 4) * 4
         out[start:] = np.ascontiguousarray(scales, np.float32).view(np.uint8)
         return out

@@ -25,9 +25,9 @@ class Precision:
 
     name: str
     description: str
-    weight_bytes: int         # bytes per stored weight: 4, 2 or 1
-    defines: tuple            # (("WEIGHT_BITS", "16"), ...) that switch a kernel to it
-    extension: str | None = None   # the device extension it needs (cl_khr_fp16), or None
+    weight_bytes: int  # bytes per stored weight: 4, 2 or 1
+    defines: tuple  # (("WEIGHT_BITS", "16"), ...) that switch a kernel to it
+    extension: str | None = None  # the device extension it needs (cl_khr_fp16), or None
     row_scales: bool = False  # int8: one float scale per row of A follows the values
 
     def weights_nbytes(self, rows: int, cols: int, scales: int) -> int:
@@ -36,13 +36,14 @@ class Precision:
         return (-(-values // 4) * 4 + 4 * scales) if self.row_scales else values
 
 
-
 def parse_precisions(path: Path, table: Any) -> dict:
     """The ``precisions`` table as :class:`Precision` objects (``fp32`` alone where there is none)."""
     if table is None:
         table = {DEFAULT_PRECISION: {"description": "float", "weight_bytes": 4, "defines": {}}}
     if not isinstance(table, dict) or DEFAULT_PRECISION not in table:
-        raise LibraryError(f"{path}: field 'precisions': expected an object of name: precision, with {DEFAULT_PRECISION!r}")
+        raise LibraryError(
+            f"{path}: field 'precisions': expected an object of name: precision, with {DEFAULT_PRECISION!r}"
+        )
     found = {}
     for name, entry in table.items():
         field = f"{path}: field 'precisions.{name}'"
@@ -50,14 +51,20 @@ def parse_precisions(path: Path, table: Any) -> dict:
             raise LibraryError(f"{field}: expected an object")
         defines = entry.get("defines", {})
         if not isinstance(defines, dict) or not all(
-                re.fullmatch(r"[A-Za-z_]\w*", str(k)) and re.fullmatch(r"[\w.+-]+", str(v)) for k, v in defines.items()):
+            re.fullmatch(r"[A-Za-z_]\w*", str(k)) and re.fullmatch(r"[\w.+-]+", str(v)) for k, v in defines.items()
+        ):
             raise LibraryError(f"{field}.defines: expected an object of NAME: simple value")
         if entry.get("weight_bytes") not in (1, 2, 4):
             raise LibraryError(f"{field}.weight_bytes: expected 1, 2 or 4, got {entry.get('weight_bytes')!r}")
         extension = entry.get("extension")
         if extension is not None and not isinstance(extension, str):
             raise LibraryError(f"{field}.extension: expected an extension name")
-        found[name] = Precision(name, str(entry.get("description", "")), entry["weight_bytes"],
-                                tuple((str(k), str(v)) for k, v in defines.items()), extension,
-                                bool(entry.get("row_scales", False)))
+        found[name] = Precision(
+            name,
+            str(entry.get("description", "")),
+            entry["weight_bytes"],
+            tuple((str(k), str(v)) for k, v in defines.items()),
+            extension,
+            bool(entry.get("row_scales", False)),
+        )
     return found

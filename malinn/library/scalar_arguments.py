@@ -24,15 +24,30 @@ SCALAR_LETTERS = {
 }
 
 
-def letter_values(r_shape: tuple, r_padded: tuple, a_shape: tuple | None = None, a_padded: tuple | None = None,
-                  b_shape: tuple | None = None, b_padded: tuple | None = None) -> dict:
+def letter_values(
+    r_shape: tuple,
+    r_padded: tuple,
+    a_shape: tuple | None = None,
+    a_padded: tuple | None = None,
+    b_shape: tuple | None = None,
+    b_padded: tuple | None = None,
+) -> dict:
     """The value of each scalar letter (:data:`SCALAR_LETTERS`) for a result ``r`` and operands
     ``a``, ``b`` (absent: None) of these logical shapes and paddings."""
     common = b_padded[0] if b_padded is not None else (a_padded[1] if a_padded is not None else 0)
-    return {"l": common, "h": r_padded[0], "w": r_padded[1], "m": r_shape[0], "n": r_shape[1],
-            "H": a_padded[0] if a_padded is not None else 0, "W": a_padded[1] if a_padded is not None else 0,
-            "M": a_shape[0] if a_shape is not None else 0, "N": a_shape[1] if a_shape is not None else 0,
-            "K": b_shape[0] if b_shape is not None else 0, "c": b_padded[1] if b_padded is not None else 0}
+    return {
+        "l": common,
+        "h": r_padded[0],
+        "w": r_padded[1],
+        "m": r_shape[0],
+        "n": r_shape[1],
+        "H": a_padded[0] if a_padded is not None else 0,
+        "W": a_padded[1] if a_padded is not None else 0,
+        "M": a_shape[0] if a_shape is not None else 0,
+        "N": a_shape[1] if a_shape is not None else 0,
+        "K": b_shape[0] if b_shape is not None else 0,
+        "c": b_padded[1] if b_padded is not None else 0,
+    }
 
 
 #: an ``argdefines`` entry ``divide:NAME``: the two magic numbers that divide by define NAME
@@ -49,12 +64,14 @@ def division_magic(divisor: int) -> list:
     return [((1 << 32) * ((1 << shift) - d) // d + 1) & 0xFFFFFFFF, shift]
 
 
-
 def check_argdefines(names: Any, defines: dict, fail: Callable[[str, str], None]) -> tuple:
     """The entry's ``argdefines``, checked: names of its defines (or ``divide:`` one of them, a
     positive one), whose values are whole numbers."""
-    plain = [n[len(DIVIDE):] if isinstance(n, str) and n.startswith(DIVIDE) else n for n in names] \
-        if isinstance(names, list) else None
+    plain = (
+        [n[len(DIVIDE) :] if isinstance(n, str) and n.startswith(DIVIDE) else n for n in names]
+        if isinstance(names, list)
+        else None
+    )
     if plain is None or not all(isinstance(n, str) and n in defines for n in plain) or len(set(names)) < len(names):
         fail("restrictions.argdefines", f"expected a list of the entry's define names (or divide:NAME), got {names!r}")
         return ()
@@ -64,7 +81,10 @@ def check_argdefines(names: Any, defines: dict, fail: Callable[[str, str], None]
         except ValueError:
             fail("restrictions.argdefines", f"define {define} is {defines[define]!r}, not a whole number")
             continue
-        if not -2 ** 31 <= value < 2 ** 32 or (name != define and value < 1):
-            fail("restrictions.argdefines", f"define {define} is {value}, not a 32-bit int or uint"
-                                            f"{' (a divisor: 1 or more)' if name != define else ''}")
+        if not -(2**31) <= value < 2**32 or (name != define and value < 1):
+            fail(
+                "restrictions.argdefines",
+                f"define {define} is {value}, not a 32-bit int or uint"
+                f"{' (a divisor: 1 or more)' if name != define else ''}",
+            )
     return tuple(names)

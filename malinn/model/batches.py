@@ -22,8 +22,17 @@ import math
 
 import numpy as np
 
-__all__ = ["KERAS_BATCH_SIZE", "STREAM_PASS_BYTES", "Results", "check_batch_size", "check_steps", "default_step",
-           "is_iterable_source", "iterable_length", "unpack"]
+__all__ = [
+    "KERAS_BATCH_SIZE",
+    "STREAM_PASS_BYTES",
+    "Results",
+    "check_batch_size",
+    "check_steps",
+    "default_step",
+    "is_iterable_source",
+    "iterable_length",
+    "unpack",
+]
 
 #: Keras's batch size where ``steps`` is given with an array and ``batch_size`` is not (malinn's
 #: own default without ``steps`` is one pass of every sample: see ``predict``)
@@ -65,7 +74,7 @@ def is_iterable_source(x) -> bool:
     itself (an array, something numpy reads as one, a list or a dict of them)."""
     if isinstance(x, (np.ndarray, list, tuple, dict, str, bytes)) or np.isscalar(x):
         return False
-    if hasattr(x, "__array__") or hasattr(x, "__array_interface__"):   # a torch tensor, a DataFrame
+    if hasattr(x, "__array__") or hasattr(x, "__array_interface__"):  # a torch tensor, a DataFrame
         return False
     return hasattr(x, "__iter__") or hasattr(x, "__next__")
 
@@ -93,9 +102,11 @@ def unpack(item):
         return item
     if 1 <= len(item) <= 3:
         return item[0]
-    raise ValueError(f"a batch of an iterable is unpacked as Keras does, (x,), (x, y) or (x, y, sample_weight); "
-                     f"got a tuple of {len(item)} items: yield (x,) where x is a list of arrays (one per input) or "
-                     f"a dict by input name")
+    raise ValueError(
+        f"a batch of an iterable is unpacked as Keras does, (x,), (x, y) or (x, y, sample_weight); "
+        f"got a tuple of {len(item)} items: yield (x,) where x is a list of arrays (one per input) or "
+        f"a dict by input name"
+    )
 
 
 def default_step(arrays: list, n: int, slots: int) -> int:
@@ -133,7 +144,7 @@ class Results:
         if self.arrays is None:
             self.arrays = [np.empty((self.total,) + y.shape[1:], y.dtype) for y in outputs]
         for out, y in zip(self.arrays, outputs):
-            out[start:start + y.shape[0]] = y
+            out[start : start + y.shape[0]] = y
 
     def collect(self, empty: list) -> list:
         """The outputs, one array per output, every batch's in order (``empty``: the shapes' zero-sample

@@ -19,6 +19,7 @@ def batch_bucket(n: int) -> int:
     n = samples(n, "a pass holds")
     return n if n <= 256 else -(-n // 64) * 64
 
+
 def samples(n: object, what: str) -> int:
     """``n`` as an int where it is a positive whole number of samples, else a ValueError saying ``what``."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:

@@ -38,8 +38,9 @@ def _flatten(tensors, what: str) -> tuple[list, list | None]:
         names = None
         tensors = list(tensors) if isinstance(tensors, (list, tuple)) else [tensors]
     if not tensors or not all(isinstance(t, KerasTensor) for t in tensors):
-        raise ValueError(f"Functional: {what} must be malinn.Input tensors or tensors that layers return, "
-                         f"got {tensors!r}")
+        raise ValueError(
+            f"Functional: {what} must be malinn.Input tensors or tensors that layers return, got {tensors!r}"
+        )
     return tensors, names
 
 
@@ -80,7 +81,9 @@ class Functional(PlannedModel):
         self.layers = list(seen.values())
         names = [t.name for t in self.inputs]
         if len(set(names)) != len(names):
-            raise ValueError(f"Functional {name!r}: two inputs are named {sorted(n for n in names if names.count(n) > 1)[0]!r}")
+            raise ValueError(
+                f"Functional {name!r}: two inputs are named {sorted(n for n in names if names.count(n) > 1)[0]!r}"
+            )
 
     def _order(self) -> list:
         """The layer calls the outputs depend on, each after the calls it reads (a topological order:
@@ -94,8 +97,10 @@ class Functional(PlannedModel):
             node = tensor.node
             if node is None:
                 if id(tensor) not in inputs:
-                    raise ValueError(f"Functional {self.name!r}: the graph reads input {tensor.name!r}, which is not "
-                                     f"among the model's inputs ({', '.join(t.name for t in self.inputs)})")
+                    raise ValueError(
+                        f"Functional {self.name!r}: the graph reads input {tensor.name!r}, which is not "
+                        f"among the model's inputs ({', '.join(t.name for t in self.inputs)})"
+                    )
                 return None
             if id(node) in done:
                 return None
@@ -106,7 +111,7 @@ class Functional(PlannedModel):
 
         for t in self.outputs:
             stack = [[node, 0]] if (node := enter(t)) is not None else []
-            while stack:                 # [call, how many of its inputs are walked]
+            while stack:  # [call, how many of its inputs are walked]
                 top = stack[-1]
                 if top[1] < len(top[0].inputs):
                     top[1] += 1
@@ -155,13 +160,14 @@ class Functional(PlannedModel):
             for t in node.inputs:
                 if id(t) in uses:
                     uses[id(t)] += 1
-        values = {id(t): builder.input(t.shape[1:], name=t.name, uses=uses[id(t)] + (t in self.outputs))
-                  for t in self.inputs}
+        values = {
+            id(t): builder.input(t.shape[1:], name=t.name, uses=uses[id(t)] + (t in self.outputs)) for t in self.inputs
+        }
         per_node = []
         for node in self.nodes:
             given = [values[id(t)] for t in node.inputs]
             value = builder.lower(node.layer, given if node.listed else given[0])
-            carry_mask(builder, node.layer, given if node.listed else given[0], value)   # Keras's mask passed on
+            carry_mask(builder, node.layer, given if node.listed else given[0], value)  # Keras's mask passed on
             for tensor, one in zip(node.outputs, value if isinstance(value, list) else [value]):
                 values[id(tensor)] = one
             per_node.append(values[id(node.output)])
@@ -177,23 +183,36 @@ class Functional(PlannedModel):
             missing = [name for name in self.input_names if name not in x]
             extra = [name for name in x if name not in self.input_names]
             if missing or extra:
-                raise ValueError(f"Functional {self.name!r} takes inputs named {self.input_names}; "
-                                 f"{'missing ' + str(missing) if missing else ''}"
-                                 f"{' and ' if missing and extra else ''}{'unknown ' + str(extra) if extra else ''}")
+                raise ValueError(
+                    f"Functional {self.name!r} takes inputs named {self.input_names}; "
+                    f"{'missing ' + str(missing) if missing else ''}"
+                    f"{' and ' if missing and extra else ''}{'unknown ' + str(extra) if extra else ''}"
+                )
             arrays = [x[name] for name in self.input_names]
-        elif isinstance(x, (list, tuple)) and (n > 1 or (len(x) >= 1 and (
-                (ndim := self._ndim(x[0], f"input {self.input_names[0]!r}")) == len(self.inputs[0].shape)
-                or (len(x) == 1 and self._conformable(ndim, self.inputs[0].shape[1:]))))):
+        elif isinstance(x, (list, tuple)) and (
+            n > 1
+            or (
+                len(x) >= 1
+                and (
+                    (ndim := self._ndim(x[0], f"input {self.input_names[0]!r}")) == len(self.inputs[0].shape)
+                    or (len(x) == 1 and self._conformable(ndim, self.inputs[0].shape[1:]))
+                )
+            )
+        ):
             # several inputs, or for one input a list whose items are whole batches (not samples)
             if len(x) != n:
-                raise ValueError(f"Functional {self.name!r} takes {n} input(s) ({', '.join(self.input_names)}), "
-                                 f"got a list of {len(x)}")
+                raise ValueError(
+                    f"Functional {self.name!r} takes {n} input(s) ({', '.join(self.input_names)}), "
+                    f"got a list of {len(x)}"
+                )
             arrays = list(x)
         elif n == 1:
             arrays = [x]
         else:
-            raise ValueError(f"Functional {self.name!r} takes {n} inputs ({', '.join(self.input_names)}): pass a "
-                             f"list of arrays or a dict by name")
+            raise ValueError(
+                f"Functional {self.name!r} takes {n} inputs ({', '.join(self.input_names)}): pass a "
+                f"list of arrays or a dict by name"
+            )
         checked = []
         for tensor, array in zip(self.inputs, arrays):
             who = f"input {tensor.name!r}"
@@ -201,9 +220,11 @@ class Functional(PlannedModel):
             array = self._as_float32(array, who)
             given, array = array.shape, self._conformed(array, tensor.shape)
             if array.shape[1:] != tensor.shape[1:] or array.ndim != len(tensor.shape):
-                raise ValueError(f"Input {tensor.name!r} of model {self.name!r} is incompatible: expected shape "
-                                 f"{format_shape(tensor.shape)}, found shape {given}"
-                                 f"{self._one_sample_hint(given, tensor.shape[1:], was_array)}")
+                raise ValueError(
+                    f"Input {tensor.name!r} of model {self.name!r} is incompatible: expected shape "
+                    f"{format_shape(tensor.shape)}, found shape {given}"
+                    f"{self._one_sample_hint(given, tensor.shape[1:], was_array)}"
+                )
             checked.append(self._contiguous(array, tensor.cast) if convert else array)
         return checked
 
@@ -266,22 +287,31 @@ class Functional(PlannedModel):
         """id(tensor) -> ``[kind, index]``: ``["input", i]`` or ``["node", j]``."""
         refs = {id(t): ["input", i] for i, t in enumerate(self.inputs)}
         refs.update({id(node.output): ["node", j] for j, node in enumerate(self.nodes)})
-        refs.update({id(t): ["node", j, k] for j, node in enumerate(self.nodes) for k, t in enumerate(node.outputs)
-                     if k})   # a layer's further outputs (a recurrent layer's states)
+        refs.update(
+            {id(t): ["node", j, k] for j, node in enumerate(self.nodes) for k, t in enumerate(node.outputs) if k}
+        )  # a layer's further outputs (a recurrent layer's states)
         return refs
 
     def get_config(self) -> dict:
         """The inputs, the layers (each once), the calls (layer index, input tensors), the outputs and
         the weights' precision."""
         refs, index = self._refs(), {id(layer): i for i, layer in enumerate(self.layers)}
-        return {"name": self.name, "precision": self.precision,
-                "inputs": [{"name": t.name, "shape": list(t.shape[1:]),
-                            **({"dtype": t.dtype} if t.dtype != "float32" else {})} for t in self.inputs],
-                "layers": [{"class_name": type(layer).__name__, "config": layer.get_config()} for layer in self.layers],
-                "nodes": [{"layer": index[id(node.layer)], "inputs": [refs[id(t)] for t in node.inputs],
-                           "listed": node.listed} for node in self.nodes],
-                "outputs": [refs[id(t)] for t in self.outputs], "output_names": self.output_names,
-                "single_output": self._single_output}
+        return {
+            "name": self.name,
+            "precision": self.precision,
+            "inputs": [
+                {"name": t.name, "shape": list(t.shape[1:]), **({"dtype": t.dtype} if t.dtype != "float32" else {})}
+                for t in self.inputs
+            ],
+            "layers": [{"class_name": type(layer).__name__, "config": layer.get_config()} for layer in self.layers],
+            "nodes": [
+                {"layer": index[id(node.layer)], "inputs": [refs[id(t)] for t in node.inputs], "listed": node.listed}
+                for node in self.nodes
+            ],
+            "outputs": [refs[id(t)] for t in self.outputs],
+            "output_names": self.output_names,
+            "single_output": self._single_output,
+        }
 
     @classmethod
     def from_layers(cls, config: dict, layers: list, precision: str = "fp32") -> "Functional":
@@ -296,7 +326,7 @@ class Functional(PlannedModel):
         def tensor(ref):
             kind, i = ref[:2]
             found = inputs[i] if kind == "input" else from_graph[i]
-            if isinstance(found, list):   # a layer of several outputs: ["node", j, k] names its k-th
+            if isinstance(found, list):  # a layer of several outputs: ["node", j, k] names its k-th
                 found = found[ref[2] if len(ref) > 2 else 0]
             if found is None:
                 raise ValueError(f"model {config['name']!r}: a call reads {kind} {i} before it is made")
@@ -327,8 +357,15 @@ class Functional(PlannedModel):
             nodes = calls[id(layer)]
             shapes = {format_shape(node.output.shape) for node in nodes}
             connected = ", ".join(label[id(t)] for node in nodes for t in node.inputs)
-            rows.append((layer.summary_label(), shapes.pop() if len(shapes) == 1 else "multiple",
-                         str(layer.count_params()), connected, kernels.get(layer.name, "")))
+            rows.append(
+                (
+                    layer.summary_label(),
+                    shapes.pop() if len(shapes) == 1 else "multiple",
+                    str(layer.count_params()),
+                    connected,
+                    kernels.get(layer.name, ""),
+                )
+            )
         return rows
 
 
@@ -336,7 +373,7 @@ def _input(entry: dict) -> KerasTensor:
     shape = tuple(int(d) for d in entry["shape"])
     if not shape or math.prod(shape) < 1:
         raise ValueError(f"input {entry.get('name')!r} has shape {shape!r}")
-    return Input(shape, name=entry["name"], dtype=entry.get("dtype"))   # files without one: float32
+    return Input(shape, name=entry["name"], dtype=entry.get("dtype"))  # files without one: float32
 
 
 #: Keras's name for a model built from inputs and outputs

@@ -98,8 +98,12 @@ class MemoryLimits:
         plan = self._compile(device, batch_bucket(batch), False)
         largest, _, arena = plan.activation_bytes()
         weights = plan.weight_sizes()
-        return {"weights": plan.weight_bytes(), "largest_weight": max(weights, default=0), "activations": arena,
-                "largest": largest}
+        return {
+            "weights": plan.weight_bytes(),
+            "largest_weight": max(weights, default=0),
+            "activations": arena,
+            "largest": largest,
+        }
 
     def max_batch(self, device: Device | None = None, limit: int | None = None) -> int:
         """The most samples one device pass may take, so that no activation buffer exceeds the
@@ -149,8 +153,12 @@ class MemoryLimits:
         bucket = batch_bucket(limit)
         shapes = list(self.input_shapes) + [s[1:] for s in self._output_shapes(True)]
         bound = max(4 * (s[-1] + _PAD_BOUND) * (bucket * math.prod(s[:-1]) + _PAD_BOUND) for s in shapes)
-        weights = sum(4 * (cols + _PAD_BOUND) * (w.size // max(cols, 1) + _PAD_BOUND)
-                      for layer in self.layers for w in layer.weight_arrays() for cols in (w.shape[-1] if w.ndim else 1,))
+        weights = sum(
+            4 * (cols + _PAD_BOUND) * (w.size // max(cols, 1) + _PAD_BOUND)
+            for layer in self.layers
+            for w in layer.weight_arrays()
+            for cols in (w.shape[-1] if w.ndim else 1,)
+        )
         memory = int(device.global_memory)
         if bound <= budget // 2 and weights + 2 * len(shapes) * bound <= memory:
             return limit
@@ -165,14 +173,18 @@ class MemoryLimits:
         if not fits(1):
             plan = self._compile(device, 1, False)
             size, what, arena = plan.activation_bytes()
-            weights = plan.weight_bytes()   # the plan's own (the bound above pads every array generously)
+            weights = plan.weight_bytes()  # the plan's own (the bound above pads every array generously)
             if size > budget:
-                raise DeviceError(f"{what} needs {size_text(size)} ({size:,} bytes), more than {device.name} allows in "
-                                  f"one allocation ({size_text(budget)}, {budget:,} bytes): even one sample does not fit")
-            raise DeviceError(f"{type(self).__name__} {self.name!r}: its weights ({size_text(weights)}) and one sample's "
-                              f"activations ({size_text(arena)}) need more than {device.name}'s global memory "
-                              f"({size_text(memory)}, {memory:,} bytes)")
-        low, high = 1, limit   # fits(low), not fits(high)
+                raise DeviceError(
+                    f"{what} needs {size_text(size)} ({size:,} bytes), more than {device.name} allows in "
+                    f"one allocation ({size_text(budget)}, {budget:,} bytes): even one sample does not fit"
+                )
+            raise DeviceError(
+                f"{type(self).__name__} {self.name!r}: its weights ({size_text(weights)}) and one sample's "
+                f"activations ({size_text(arena)}) need more than {device.name}'s global memory "
+                f"({size_text(memory)}, {memory:,} bytes)"
+            )
+        low, high = 1, limit  # fits(low), not fits(high)
         while high - low > 1:
             mid = (low + high) // 2
             if fits(mid):

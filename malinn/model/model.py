@@ -73,12 +73,12 @@ class PlannedModel(Predicting, MemoryLimits, Summarizing):
         self.name = name
         self._precision = check_precision(precision)
         self.layers: list = []
-        self.source = None                      # the Keras file it came from, when converted
-        self._lock = threading.RLock()          # guards the caches below (never held while planning)
+        self.source = None  # the Keras file it came from, when converted
+        self._lock = threading.RLock()  # guards the caches below (never held while planning)
         self._plans: OrderedDict = OrderedDict()
-        self._planning: dict = {}               # a lock per plan being made: several threads make it once
-        self._last = None       # (device, samples, stamp, limits, plan, plain input shape) of the last one-pass call
-        self._max_batches: OrderedDict = OrderedDict()   # what max_batch found, by device, model and limit
+        self._planning: dict = {}  # a lock per plan being made: several threads make it once
+        self._last = None  # (device, samples, stamp, limits, plan, plain input shape) of the last one-pass call
+        self._max_batches: OrderedDict = OrderedDict()  # what max_batch found, by device, model and limit
 
     @property
     def input_shapes(self) -> list | None:
@@ -208,22 +208,24 @@ class PlannedModel(Predicting, MemoryLimits, Summarizing):
                 weights are changed then).
         """
         if isinstance(weights, (str, bytes, dict)) or not hasattr(weights, "__iter__"):
-            raise ValueError(f"{type(self).__name__} {self.name!r}: set_weights takes a list of arrays, as "
-                             f"get_weights returns it; got {type(weights).__name__}")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r}: set_weights takes a list of arrays, as "
+                f"get_weights returns it; got {type(weights).__name__}"
+            )
         weights = list(weights)
         if not self.built:
             raise self._not_built()
-        before = [layer.weight_arrays() for layer in self.layers]   # read-only: kept as they are
+        before = [layer.weight_arrays() for layer in self.layers]  # read-only: kept as they are
         want = sum(len(w) for w in before)
         if len(weights) != want:
             raise ValueError(f"{type(self).__name__} {self.name!r} expects {want} weight arrays, got {len(weights)}")
         done = []
         try:
             for layer, old in zip(self.layers, before):
-                layer.set_weights(weights[:len(old)])
+                layer.set_weights(weights[: len(old)])
                 done.append((layer, old))
-                weights = weights[len(old):]
-        except Exception:   # all or nothing, as Keras: the layers set before the bad array get theirs back
+                weights = weights[len(old) :]
+        except Exception:  # all or nothing, as Keras: the layers set before the bad array get theirs back
             for layer, old in done:
                 layer.set_weights(old)
             raise
@@ -280,6 +282,7 @@ class PlannedModel(Predicting, MemoryLimits, Summarizing):
         """
         layers = [lookup("layer", entry["class_name"]).from_config(entry["config"]) for entry in config["layers"]]
         return cls.from_layers(config, layers, precision=check_precision(config.get("precision")))
+
 
 def _unpickled(cls, config: dict, weights, source) -> PlannedModel:
     """The model :meth:`PlannedModel.__reduce__` pickled."""

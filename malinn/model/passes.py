@@ -34,7 +34,7 @@ def _named(error: BaseException, label: str) -> BaseException:
         return error
     try:
         named = type(error)(f"{label}: {error}")
-    except Exception:   # a type whose constructor takes other arguments
+    except Exception:  # a type whose constructor takes other arguments
         return error
     named.__cause__ = error
     return named
@@ -88,15 +88,17 @@ def spread(items: Iterable, workers: list, deliver: Callable[[int, int, list], N
         finally:
             results.put((_DONE, label, None))
 
-    threads = [threading.Thread(target=loop, args=(label, work), name=f"malinn-predict-{i}", daemon=True)
-               for i, (label, work) in enumerate(workers)]
+    threads = [
+        threading.Thread(target=loop, args=(label, work), name=f"malinn-predict-{i}", daemon=True)
+        for i, (label, work) in enumerate(workers)
+    ]
     for thread in threads:
         thread.start()
     running, failure = len(threads), None
     try:
         while running:
             try:
-                kind, what, value = results.get(timeout=0.5)   # a timeout: Ctrl-C is taken while waiting
+                kind, what, value = results.get(timeout=0.5)  # a timeout: Ctrl-C is taken while waiting
             except queue.Empty:
                 continue
             if kind == _DONE:

@@ -40,9 +40,19 @@ class Predicting:
         """``predict``'s work: the outputs (one array per output) for ``x`` in any of its forms
         (:mod:`malinn.model.batches`), over ``devices`` (default: :func:`get_devices`)."""
         last = self._last
-        if last is not None and last[5] is not None and batch_size is None and not every_layer \
-                and type(x) is np.ndarray and x.shape == last[5] and x.dtype == np.float32 and x.flags.c_contiguous \
-                and steps is None and devices is None and (verbose == "auto" or verbose == 0):
+        if (
+            last is not None
+            and last[5] is not None
+            and batch_size is None
+            and not every_layer
+            and type(x) is np.ndarray
+            and x.shape == last[5]
+            and x.dtype == np.float32
+            and x.flags.c_contiguous
+            and steps is None
+            and devices is None
+            and (verbose == "auto" or verbose == 0)
+        ):
             # the same call as last time with an array of the same shape (which passed the checks
             # then): its plan, nothing checked or decided again while the model and device stand
             if self._last_serves(last, get_device()) and len(get_devices()) == 1:
@@ -56,18 +66,28 @@ class Predicting:
         xs = self._check_inputs(x, convert=False)
         n = xs[0].shape[0]
         if any(a.shape[0] != n for a in xs):
-            raise ValueError(f"{type(self).__name__} {self.name!r}: the inputs have different numbers of samples "
-                             f"({', '.join(str(a.shape[0]) for a in xs)})")
-        if steps is not None:   # Keras's: steps batches of batch_size (32 where not given)
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r}: the inputs have different numbers of samples "
+                f"({', '.join(str(a.shape[0]) for a in xs)})"
+            )
+        if steps is not None:  # Keras's: steps batches of batch_size (32 where not given)
             batch_size = batch_size or KERAS_BATCH_SIZE
             n = min(n, steps * batch_size)
         if n == 0:
             return self._no_samples(every_layer)
         device = pool[0]
-        if len(pool) == 1 and last is not None and last[1] == n and batch_size is None and not every_layer \
-                and verbose != 1 and verbose != 2 and self._last_serves(last, device) \
-                and not any(isinstance(a, np.memmap) for a in xs):   # a mapped file runs in passes
-            return last[4].run(self._converted(xs))   # the same call as last time: its plan, nothing decided again
+        if (
+            len(pool) == 1
+            and last is not None
+            and last[1] == n
+            and batch_size is None
+            and not every_layer
+            and verbose != 1
+            and verbose != 2
+            and self._last_serves(last, device)
+            and not any(isinstance(a, np.memmap) for a in xs)
+        ):  # a mapped file runs in passes
+            return last[4].run(self._converted(xs))  # the same call as last time: its plan, nothing decided again
         step = min(n, batch_size) if batch_size else default_step(xs, n, len(pool))
         step = max(1, min(self.max_batch(d, limit=step) for d in set(pool)))
         passes = -(-n // step)
@@ -76,10 +96,10 @@ class Predicting:
         asked = -(-n // batch_size) if batch_size else passes if any(isinstance(a, np.memmap) for a in xs) else 1
         bar = ProgressBar(passes, shown(verbose, asked))
         if step >= n and batch_size is None and not every_layer and len(pool) == 1:
-            stamp = self._stamp()   # before the plan: a change while it is made leaves _last stale, never wrong
+            stamp = self._stamp()  # before the plan: a change while it is made leaves _last stale, never wrong
             plan = self.plan(n, device)
             xs = self._converted(xs)
-            plain = x.shape if len(xs) == 1 and xs[0] is x else None   # a float32 array taken as it was
+            plain = x.shape if len(xs) == 1 and xs[0] is x else None  # a float32 array taken as it was
             ys = plan.run(xs)
             self._last = (device, n, stamp, (device.max_allocation, device.global_memory), plan, plain)
             bar.update(1, finalize=True)
@@ -93,12 +113,13 @@ class Predicting:
             bar.update(done[0], finalize=done[0] == bar.target)
 
         # every pass, the last and shorter one too, runs the plan of step samples (no plan of its own)
-        items = ((i, start, [a[start:min(start + step, n)] for a in xs]) for i, start in enumerate(range(0, n, step)))
+        items = ((i, start, [a[start : min(start + step, n)] for a in xs]) for i, start in enumerate(range(0, n, step)))
         spread(items, self._workers(pool, every_layer, step, self._converted), deliver)
         return results.collect(self._no_samples(every_layer))
 
-    def _run_iterable(self, source, batch_size: int | None, every_layer: bool, verbose, steps: int | None,
-                      pool: list) -> list:
+    def _run_iterable(
+        self, source, batch_size: int | None, every_layer: bool, verbose, steps: int | None, pool: list
+    ) -> list:
         """``_run`` over an iterable of batches: ``steps`` of them (all where None), each checked as
         ``predict``'s ``x`` and run in passes of at most ``batch_size`` samples."""
         target = iterable_length(source, steps)
@@ -120,8 +141,10 @@ class Predicting:
         spread(items(), self._workers(pool, every_layer, batch_size, lambda x: self._check_inputs(x)), deliver)
         bar.update(done[0], finalize=True)
         if not results.parts and not self.built:
-            raise ValueError(f"{type(self).__name__} {self.name!r}: the iterable gave no batches, and the model is not "
-                             f"built (its output shape is not known)")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r}: the iterable gave no batches, and the model is not "
+                f"built (its output shape is not known)"
+            )
         return results.collect(self._no_samples(every_layer))
 
     def _workers(self, pool: list, every_layer: bool, step: int | None, prepare) -> list:
@@ -133,23 +156,26 @@ class Predicting:
         for device in pool:
             replica = seen[device] = seen.get(device, -1) + 1
             label = f"device {device.index[0]}:{device.index[1]} {device.name}" + (
-                f" (plan {replica + 1})" if pool.count(device) > 1 else "")
+                f" (plan {replica + 1})" if pool.count(device) > 1 else ""
+            )
             largest = [0]
 
             def work(batch, device=device, replica=replica, largest=largest) -> list:
                 xs = prepare(batch)
                 m = xs[0].shape[0]
                 if any(a.shape[0] != m for a in xs):
-                    raise ValueError(f"{type(self).__name__} {self.name!r}: the inputs have different numbers of "
-                                     f"samples ({', '.join(str(a.shape[0]) for a in xs)})")
+                    raise ValueError(
+                        f"{type(self).__name__} {self.name!r}: the inputs have different numbers of "
+                        f"samples ({', '.join(str(a.shape[0]) for a in xs)})"
+                    )
                 if m == 0:
                     return self._no_samples(every_layer)
-                size = self.max_batch(device, limit=step or m)   # found once per device and size
+                size = self.max_batch(device, limit=step or m)  # found once per device and size
                 largest[0] = max(largest[0], size)
                 plan = self.plan(largest[0], device, every_layer, replica=replica)
                 if m <= size:
                     return plan.run(xs)
-                parts = [plan.run([a[s:s + size] for a in xs]) for s in range(0, m, size)]
+                parts = [plan.run([a[s : s + size] for a in xs]) for s in range(0, m, size)]
                 return [np.concatenate(p, axis=0) for p in zip(*parts)]
 
             workers.append((label, work))
@@ -171,8 +197,12 @@ class Predicting:
     def _last_serves(self, last: tuple, device: Device) -> bool:
         """Whether the last one-pass call's plan (``_last``) still serves a call on ``device``: the
         same device, model state, precision and device limits."""
-        return (last[0] is device and last[2] == self._stamp() and last[4].precision == self._precision
-                and last[3] == (device.max_allocation, device.global_memory))
+        return (
+            last[0] is device
+            and last[2] == self._stamp()
+            and last[4].precision == self._precision
+            and last[3] == (device.max_allocation, device.global_memory)
+        )
 
     @staticmethod
     def _as_float32(x, who: str) -> np.ndarray:
@@ -246,11 +276,14 @@ class Predicting:
                 convert a Keras model that nests it).
         """
         if training:
-            raise ValueError(f"{type(self).__name__} {self.name!r}: malinn runs inference only; call it with "
-                             f"training=False or None")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r}: malinn runs inference only; call it with training=False or None"
+            )
         items = list(x.values()) if isinstance(x, dict) else list(x) if isinstance(x, (list, tuple)) else [x]
         if any(isinstance(item, KerasTensor) for item in items):
-            raise ValueError(f"{type(self).__name__} {self.name!r} cannot be called on symbolic tensors: malinn does "
-                             f"not nest a model in another by hand; call its layers on the tensor, or convert the "
-                             f"Keras model that nests it (malinn convert)")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r} cannot be called on symbolic tensors: malinn does "
+                f"not nest a model in another by hand; call its layers on the tensor, or convert the "
+                f"Keras model that nests it (malinn convert)"
+            )
         return x

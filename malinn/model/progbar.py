@@ -107,11 +107,17 @@ class ProgressBar:
         else:
             if self.target:
                 done = min(WIDTH, int(WIDTH * current / self.target))
-                bar = ("\x1b[32m" + "━" * done + "\x1b[37m" + "━" * (WIDTH - done) + "\x1b[0m" if self.dynamic
-                       else "━" * done + "─" * (WIDTH - done))
+                bar = (
+                    "\x1b[32m" + "━" * done + "\x1b[37m" + "━" * (WIDTH - done) + "\x1b[0m"
+                    if self.dynamic
+                    else "━" * done + "─" * (WIDTH - done)
+                )
                 count = f"{current:{len(str(self.target))}d}/{self.target} {bar}"
-            left = f"{_duration(per_step * (self.target - current))}" if self.target and not finalize \
+            left = (
+                f"{_duration(per_step * (self.target - current))}"
+                if self.target and not finalize
                 else f"{elapsed:.0f}s"
+            )
             line = f"{count} {left} {_per_step(per_step)}"
         try:
             if self.dynamic and self.verbose == 1:
@@ -121,5 +127,5 @@ class ProgressBar:
             else:
                 self.stream.write(line + "\n")
             self.stream.flush()
-        except (OSError, ValueError):   # a closed or full stdout: the prediction goes on without its bar
+        except (OSError, ValueError):  # a closed or full stdout: the prediction goes on without its bar
             self.verbose = 0

@@ -83,15 +83,17 @@ def resolve_target(target=None, precision: str = DEFAULT_PRECISION):
         if precision in spec.precisions:
             return spec
         return library.default_spec("matmul", device.kind, device.backend)
-    if target in ("gpu", "cpu", "accelerator"):   # the kind's default, or its first kernel that reads the precision
+    if target in ("gpu", "cpu", "accelerator"):  # the kind's default, or its first kernel that reads the precision
         return _in_precision_or_fp32(library.default_spec("matmul", target), precision, target, "opencl")
     backend, kind = _backend_target(target)
     if backend is not None:
         return _in_precision_or_fp32(library.default_spec("matmul", kind, backend), precision, kind, backend)
     if target in library and library[target].op == "matmul":
         return library[target]
-    raise ConversionError(f"unknown target {getattr(target, 'name', target)!r}; use gpu, cpu, accelerator (or gl, gl:cpu, gles3, ...) or a matmul kernel: "
-                          f"{', '.join(library.codenames('matmul'))}")
+    raise ConversionError(
+        f"unknown target {getattr(target, 'name', target)!r}; use gpu, cpu, accelerator (or gl, gl:cpu, gles3, ...) or a matmul kernel: "
+        f"{', '.join(library.codenames('matmul'))}"
+    )
 
 
 def _in_precision_or_fp32(spec, precision: str, kind: str, backend: str):
@@ -132,8 +134,7 @@ def save_model(model, path, target=None, overwrite: bool = False) -> Path:
         DeviceError: ``target`` is None and there is no working device.
     """
     origin = getattr(model, "source", None) or {}
-    return _save(model, path, target, source=(origin.get("file"), origin.get("weights")),
-                 overwrite=overwrite)
+    return _save(model, path, target, source=(origin.get("file"), origin.get("weights")), overwrite=overwrite)
 
 
 def _save(model, path, target, source, overwrite) -> Path:
@@ -145,23 +146,32 @@ def _save(model, path, target, source, overwrite) -> Path:
     spec = resolve_target(target, precision)
     backend, _ = _backend_target(target)
     if precision != DEFAULT_PRECISION and backend is not None and backend not in REDUCED_PRECISION_BACKENDS:
-        raise ConversionError(f"{path}: target {target} is an OpenGL device's, which runs fp32 weights only; "
-                              f"{precision} runs on OpenCL devices (targets gpu, cpu)")
+        raise ConversionError(
+            f"{path}: target {target} is an OpenGL device's, which runs fp32 weights only; "
+            f"{precision} runs on OpenCL devices (targets gpu, cpu)"
+        )
     if precision not in spec.precisions:
         supporting = [c for c in load_library().codenames("matmul") if precision in load_library()[c].precisions]
-        raise ConversionError(f"{path}: target {spec.codename} reads fp32 weights only, not {precision}; "
-                              f"targets for {precision}: gpu, cpu, {', '.join(supporting)}")
+        raise ConversionError(
+            f"{path}: target {spec.codename} reads fp32 weights only, not {precision}; "
+            f"targets for {precision}: gpu, cpu, {', '.join(supporting)}"
+        )
     spec = spec.in_precision(precision)
     config = {"class_name": type(model).__name__, **model.get_config()}
     for entry, layer in zip(config["layers"], model.layers):
         entry["keras_names"] = list(layer.keras_names)
 
     def write(tmp):
-        sink = HDF5Sink(tmp)   # HDF5 never meets a failed write (a full disk): it closes the file whole
+        sink = HDF5Sink(tmp)  # HDF5 never meets a failed write (a full disk): it closes the file whole
         with h5py.File(sink, "w") as f:
             f.attrs["malinn_format"] = FORMAT_NAME
-            f.attrs["format_version"] = (FORMAT_VERSION if _casts_an_input(config) else
-                                         FORMAT_VERSION_PRECISION if precision != "fp32" else FORMAT_VERSION_FP32)
+            f.attrs["format_version"] = (
+                FORMAT_VERSION
+                if _casts_an_input(config)
+                else FORMAT_VERSION_PRECISION
+                if precision != "fp32"
+                else FORMAT_VERSION_FP32
+            )
             f.attrs["malinn_version"] = __version__
             f.attrs["precision"] = precision
             f.attrs["target"] = spec.codename
@@ -170,15 +180,15 @@ def _save(model, path, target, source, overwrite) -> Path:
             f.attrs["source"] = json.dumps(getattr(model, "source", None))
             group = f.create_group("layers")
             for i, layer in enumerate(model.layers):
-                if sink.failed:   # the file cannot be written: add nothing more to what HDF5 keeps in memory
+                if sink.failed:  # the file cannot be written: add nothing more to what HDF5 keeps in memory
                     break
                 g = group.create_group(str(i))
                 g.attrs["name"] = layer.name
                 try:
                     layer.save_own_variables(g, spec)
-                except ValueError as exc:   # weights the precision cannot hold: named by the layer
+                except ValueError as exc:  # weights the precision cannot hold: named by the layer
                     raise ConversionError(f"{path}: {exc}") from None
-        sink.check()   # the first failed write, now that HDF5 has closed every object of the file
+        sink.check()  # the first failed write, now that HDF5 has closed every object of the file
 
     try:
         return write_file(path, write, source=source, overwrite_source=overwrite)
@@ -218,14 +228,16 @@ def _read_malinn(path):
         except (KeyError, TypeError, ValueError):
             raise ConversionError(f"{path}: has no format version (damaged malinn model file)") from None
         if version > FORMAT_VERSION:
-            raise ConversionError(f"{path}: format version {version} was written by a newer malinn "
-                                  f"(this one reads up to {FORMAT_VERSION})")
+            raise ConversionError(
+                f"{path}: format version {version} was written by a newer malinn "
+                f"(this one reads up to {FORMAT_VERSION})"
+            )
         if version < 1:
             raise ConversionError(f"{path}: format version {version} is no malinn format (damaged file)")
-        damaged = f"{path} (a damaged malinn model file)"   # how the checks below name it
+        damaged = f"{path} (a damaged malinn model file)"  # how the checks below name it
         config = read_json_attribute(f, "config", damaged, MAX_JSON_BYTES)
         origin = read_json_attribute(f, "source", damaged, MAX_JSON_BYTES) if "source" in f.attrs else None
-        json.dumps(config, ensure_ascii=False).encode("utf-8")   # text that is not UTF-8: damaged
+        json.dumps(config, ensure_ascii=False).encode("utf-8")  # text that is not UTF-8: damaged
         origin = _provenance(origin)
         if not isinstance(config, dict) or not isinstance(config.get("layers"), list):
             raise ConversionError(f"{path}: its config lists no layers (damaged malinn model file)")
@@ -239,7 +251,7 @@ def _read_malinn(path):
             layer = cls.from_config(entry["config"])
             layer.keras_names = tuple(entry.get("keras_names", ()))
             made.append(layer)
-        with weights_to_be_loaded():     # every weight is read from the file below: no random draw first
+        with weights_to_be_loaded():  # every weight is read from the file below: no random draw first
             model = model_class.from_layers(config, made, precision=str(f.attrs.get("precision", "fp32")))
         budget = WeightBudget(None, damaged)
         for i, (layer, entry) in enumerate(zip(made, config["layers"])):
@@ -247,9 +259,10 @@ def _read_malinn(path):
             if entry.get("elementwise") and len(model.input_shapes[0]) > 1:
                 group = _untiled(group, model.input_shape[-1])
             layer.load_own_variables(group)
-            if placeholders(layer):   # a weight the layer has that its group did not give
-                raise ConversionError(f"{damaged}: layers/{i} holds no {', '.join(placeholders(layer))} for layer "
-                                      f"{layer.name!r}")
+            if placeholders(layer):  # a weight the layer has that its group did not give
+                raise ConversionError(
+                    f"{damaged}: layers/{i} holds no {', '.join(placeholders(layer))} for layer {layer.name!r}"
+                )
     model.source = origin
     return model
 
@@ -268,7 +281,7 @@ def _provenance(origin):
         if not isinstance(value, str):
             return value
         try:
-            value.encode("utf-8", "surrogateescape")   # valid, or a file name's undecodable bytes
+            value.encode("utf-8", "surrogateescape")  # valid, or a file name's undecodable bytes
             return value
         except UnicodeEncodeError:
             return value.encode("utf-8", "backslashreplace").decode("utf-8")
@@ -359,8 +372,9 @@ def _as_path(value, what: str) -> Path:
     try:
         text = os.fsdecode(value)
     except TypeError:
-        raise TypeError(f"{what} must be a file path (str, bytes or os.PathLike), got "
-                        f"{type(value).__name__} {value!r}") from None
+        raise TypeError(
+            f"{what} must be a file path (str, bytes or os.PathLike), got {type(value).__name__} {value!r}"
+        ) from None
     if not text:
         raise ConversionError(f"{what} is an empty path; give the file")
     return Path(text)
@@ -369,11 +383,12 @@ def _as_path(value, what: str) -> Path:
 def _load_model(path: Path, weights):
     if path.is_file() and is_malinn_file(path):
         if weights is not None:
-            raise ConversionError(f"{path}: is a malinn model file, which holds its weights; "
-                                  f"load it without weights ({weights})")
+            raise ConversionError(
+                f"{path}: is a malinn model file, which holds its weights; load it without weights ({weights})"
+            )
         try:
             return _read_malinn(path)
-        except (ConversionError, LibraryError):   # the kernel library's own error is not the file's
+        except (ConversionError, LibraryError):  # the kernel library's own error is not the file's
             raise
         except Exception as exc:  # damaged file: h5py, KeyError, JSON, shape errors
             raise ConversionError(f"{path}: damaged malinn model file ({type(exc).__name__}: {exc})") from None
@@ -406,5 +421,6 @@ def convert(src, dst, target=None, overwrite: bool = False, weights=None, precis
         DeviceError: ``target`` is None and there is no working device.
         TypeError: ``src`` or ``weights`` is not a path (str, bytes or os.PathLike).
     """
-    return _save(load_model(src, weights=weights, precision=precision), dst, target, source=(src, weights),
-                 overwrite=overwrite)
+    return _save(
+        load_model(src, weights=weights, precision=precision), dst, target, source=(src, weights), overwrite=overwrite
+    )

@@ -42,8 +42,8 @@ class Sequential(PlannedModel):
 
     def __init__(self, layers=None, name: str = "sequential", precision: str = "fp32"):
         super().__init__(name, precision)
-        self._sample_shape: tuple | None = None   # one sample's shape, e.g. (784,) or (28, 28)
-        self._input_dtype, self._input_cast = "float32", None   # a malinn.Input's, given first
+        self._sample_shape: tuple | None = None  # one sample's shape, e.g. (784,) or (28, 28)
+        self._input_dtype, self._input_cast = "float32", None  # a malinn.Input's, given first
         for layer in layers or []:
             self.add(layer)
 
@@ -72,8 +72,10 @@ class Sequential(PlannedModel):
         """
         if isinstance(layer, KerasTensor):
             if layer.node is not None or self.layers or self._sample_shape is not None:
-                raise ValueError(f"Sequential {self.name!r}: a malinn.Input may only come first, before any layer "
-                                 f"(got {layer!r}{' after layer ' + repr(self.layers[-1].name) if self.layers else ''})")
+                raise ValueError(
+                    f"Sequential {self.name!r}: a malinn.Input may only come first, before any layer "
+                    f"(got {layer!r}{' after layer ' + repr(self.layers[-1].name) if self.layers else ''})"
+                )
             self.build(layer.shape)
             self._input_dtype, self._input_cast = layer.dtype, layer.cast
             return
@@ -82,7 +84,7 @@ class Sequential(PlannedModel):
         names, shape = self._names_and_output()
         if layer.name in names:
             raise ValueError(f"Sequential {self.name!r}: a layer named {layer.name!r} is already in the model")
-        if shape is not None:   # built: the new layer is built for the last one's output (as build() would)
+        if shape is not None:  # built: the new layer is built for the last one's output (as build() would)
             shape = _built_for(layer, shape)
             self._last = None
             self._plans.clear()
@@ -127,7 +129,7 @@ class Sequential(PlannedModel):
         sample = sample_shape(input_shape, f"Sequential {self.name!r}")
         self._last = None
         shape = (None,) + sample
-        for layer in self.layers:   # checked first: a layer another model shares stays as it is
+        for layer in self.layers:  # checked first: a layer another model shares stays as it is
             shape = _built_for(layer, shape)
         self._sample_shape = sample
         self._plans.clear()
@@ -148,7 +150,7 @@ class Sequential(PlannedModel):
         x = builder.input(self._sample_shape)
         outputs = []
         for layer in self.layers:
-            x = carry_mask(builder, layer, x, builder.lower(layer, x))   # Keras's mask passed on
+            x = carry_mask(builder, layer, x, builder.lower(layer, x))  # Keras's mask passed on
             outputs.append(x)
         return outputs if every_layer else [x]
 
@@ -162,13 +164,18 @@ class Sequential(PlannedModel):
     def _check_inputs(self, x, convert: bool = True) -> list:
         first = self.layers[0].name if self.layers else self.name
         if isinstance(x, dict):
-            raise ValueError(f"Sequential {self.name!r} takes one input array, got a dict of {len(x)} "
-                             f"({', '.join(map(str, x))}); pass the array itself")
+            raise ValueError(
+                f"Sequential {self.name!r} takes one input array, got a dict of {len(x)} "
+                f"({', '.join(map(str, x))}); pass the array itself"
+            )
         if isinstance(x, (list, tuple)) and x:
             # a list of whole batches, as Keras takes [x] (unbuilt: one item that is itself a batch)
             ndim = self._ndim(x[0], f"layer {first!r}")
-            batches = ndim == 1 + len(self._sample_shape) or (len(x) == 1 and self._conformable(ndim, self._sample_shape)) \
-                if self._sample_shape is not None else len(x) == 1 and ndim >= 2
+            batches = (
+                ndim == 1 + len(self._sample_shape) or (len(x) == 1 and self._conformable(ndim, self._sample_shape))
+                if self._sample_shape is not None
+                else len(x) == 1 and ndim >= 2
+            )
             if batches and len(x) != 1:
                 raise ValueError(f"Sequential {self.name!r} takes one input array, got a list of {len(x)} arrays")
             if batches:
@@ -176,24 +183,29 @@ class Sequential(PlannedModel):
         was_array = isinstance(x, np.ndarray)
         x = self._as_float32(x, f"layer {first!r}")
         if self._sample_shape is None and x.ndim >= 2:
-            with self._lock:   # built for the first call's shape; another thread's may win: checked below
+            with self._lock:  # built for the first call's shape; another thread's may win: checked below
                 if self._sample_shape is None:
                     self.build((None,) + x.shape[1:])
         given = x.shape
         if self._sample_shape is not None:
             x = self._conformed(x, (None,) + self._sample_shape)
         if self._sample_shape is None or x.shape[1:] != self._sample_shape:
-            expected = format_shape((None,) + self._sample_shape) if self._sample_shape is not None else "(None, features)"
-            raise ValueError(f"Input of layer {first!r} is incompatible with the layer: expected shape {expected}, "
-                             f"found shape {given}{self._one_sample_hint(given, self._sample_shape, was_array)}")
-        if not self.built:   # a layer added since, not built yet
+            expected = (
+                format_shape((None,) + self._sample_shape) if self._sample_shape is not None else "(None, features)"
+            )
+            raise ValueError(
+                f"Input of layer {first!r} is incompatible with the layer: expected shape {expected}, "
+                f"found shape {given}{self._one_sample_hint(given, self._sample_shape, was_array)}"
+            )
+        if not self.built:  # a layer added since, not built yet
             with self._lock:
                 if not self.built:
                     self.build((None,) + self._sample_shape)
         return [self._contiguous(x, self._input_cast)] if convert else [x]
 
-    def predict(self, x, batch_size: int | None = None, verbose="auto", steps: int | None = None,
-                devices=None) -> np.ndarray:
+    def predict(
+        self, x, batch_size: int | None = None, verbose="auto", steps: int | None = None, devices=None
+    ) -> np.ndarray:
         """Runs the model on ``x``, as Keras's ``predict``.
 
         Args:
@@ -262,10 +274,13 @@ class Sequential(PlannedModel):
     def get_config(self) -> dict:
         """The name, one sample's input shape, each layer's class name and config and the weights'
         precision (what :meth:`from_layers` rebuilds the model from)."""
-        return {"name": self.name, "input_shape": list(self._sample_shape) if self._sample_shape else None,
-                **({"input_dtype": self._input_dtype} if self._input_dtype != "float32" else {}),
-                "precision": self.precision,
-                "layers": [{"class_name": type(layer).__name__, "config": layer.get_config()} for layer in self.layers]}
+        return {
+            "name": self.name,
+            "input_shape": list(self._sample_shape) if self._sample_shape else None,
+            **({"input_dtype": self._input_dtype} if self._input_dtype != "float32" else {}),
+            "precision": self.precision,
+            "layers": [{"class_name": type(layer).__name__, "config": layer.get_config()} for layer in self.layers],
+        }
 
     @classmethod
     def from_layers(cls, config: dict, layers: list, precision: str = "fp32") -> "Sequential":
@@ -274,7 +289,7 @@ class Sequential(PlannedModel):
         model = cls(layers, name=config["name"], precision=precision)
         if config.get("input_shape") is not None:
             model.build([None] + list(config["input_shape"]))
-        if config.get("input_dtype", "float32") != "float32":   # files without one: float32
+        if config.get("input_dtype", "float32") != "float32":  # files without one: float32
             model._input_dtype = input_dtype(config["input_dtype"], f"Sequential {model.name!r}'s input")
             model._input_cast = input_cast(model._input_dtype)
         return model
@@ -284,11 +299,15 @@ class Sequential(PlannedModel):
         shape = (None,) + self._sample_shape if self._sample_shape is not None else None
         for layer in self.layers:
             shape = layer.compute_output_shape(shape) if shape is not None else None
-            rows.append((layer.summary_label(), format_shape(shape) if shape else "?",
-                         str(layer.count_params()), kernels.get(layer.name, "")))
+            rows.append(
+                (
+                    layer.summary_label(),
+                    format_shape(shape) if shape else "?",
+                    str(layer.count_params()),
+                    kernels.get(layer.name, ""),
+                )
+            )
         return rows
-
-
 
 
 register("model", Sequential)

@@ -48,22 +48,25 @@ def column_widths(rows: list, line_length, positions) -> list:
     if line_length is None and positions is None:
         width = min(shutil.get_terminal_size((SUMMARY_WIDTH, 24)).columns, SUMMARY_WIDTH)
         return _fitted([max(len(r[i]) for r in rows) + 2 for i in range(columns)], width)
-    if line_length is not None and (isinstance(line_length, bool) or not isinstance(line_length, int)
-                                    or line_length < columns):
+    if line_length is not None and (
+        isinstance(line_length, bool) or not isinstance(line_length, int) or line_length < columns
+    ):
         raise ValueError(f"summary: line_length must be an integer of at least {columns}, got {line_length!r}")
-    if positions is None:   # Keras's for a Sequential's three columns and a graph's four; even ones otherwise
+    if positions is None:  # Keras's for a Sequential's three columns and a graph's four; even ones otherwise
         positions = {3: [0.45, 0.85, 1.0], 4: [0.33, 0.55, 0.67, 1.0]}.get(
-            columns, [(i + 1) / columns for i in range(columns)])
+            columns, [(i + 1) / columns for i in range(columns)]
+        )
     positions = list(positions)
     if len(positions) != columns:
         raise ValueError(f"summary: positions must give {columns} column ends, got {len(positions)}")
-    if all(0 < p <= 1 for p in positions):   # fractions, as Keras's: characters of line_length, each column one at least
+    if all(0 < p <= 1 for p in positions):  # fractions, as Keras's: characters of line_length, each column one at least
         ends = [int(p * (line_length or 98)) for p in positions]
         positions = [max(end, i + 1) for i, end in enumerate(ends)]
         for i in range(1, len(positions)):
             positions[i] = max(positions[i], positions[i - 1] + 1)
-    if any(not isinstance(p, (int, float)) for p in positions) or \
-            any(b <= a for a, b in zip([0] + positions, positions)):
+    if any(not isinstance(p, (int, float)) for p in positions) or any(
+        b <= a for a, b in zip([0] + positions, positions)
+    ):
         raise ValueError(f"summary: positions must increase, got {positions}")
     return [int(b) - int(a) for a, b in zip([0] + positions, positions)]
 
@@ -73,8 +76,9 @@ class Summarizing:
     of :class:`~malinn.model.model.PlannedModel`, whose ``_compile``, ``built``, ``count_params``
     and ``_summary_rows`` it reads)."""
 
-    def summary(self, line_length: int | None = None, positions=None, print_fn=None, batch: int = 1,
-                show_kernels: bool = False) -> str:
+    def summary(
+        self, line_length: int | None = None, positions=None, print_fn=None, batch: int = 1, show_kernels: bool = False
+    ) -> str:
         """Prints (and returns) the model as Keras does: each layer with its output shape and
         parameters (a graph's: the tensors it is connected to, ``layer[call][0]``), then the weights'
         device memory; with ``show_kernels``, also the kernels that run each layer on the current
@@ -103,7 +107,7 @@ class Summarizing:
             ValueError: ``line_length`` is not a positive integer, or ``positions`` do not give one
                 increasing end per column.
         """
-        if callable(line_length) and print_fn is None:   # summary(print): malinn 0.1's first argument
+        if callable(line_length) and print_fn is None:  # summary(print): malinn 0.1's first argument
             line_length, print_fn = None, line_length
         kernels, weights, refused = self._kernels(batch)
         rows = self._summary_rows(kernels)
@@ -127,7 +131,7 @@ class Summarizing:
                 plan = self._compile(get_device(), batch_bucket(batch), False)
                 launched = {}
                 for row in plan.describe():
-                    for name in row["layers"]:   # every kernel a layer launches, in order, else "view (no copy)"
+                    for name in row["layers"]:  # every kernel a layer launches, in order, else "view (no copy)"
                         text = row["kernel"] + (" + " + "+".join(row["fused"]) if row["fused"] else "")
                         if row["view"]:
                             kernels.setdefault(name, text)
@@ -135,7 +139,7 @@ class Summarizing:
                             launched.setdefault(name, []).append(text)
                 kernels.update({name: ", ".join(texts) for name, texts in launched.items()})
                 weights = (sum(plan.weight_sizes()), sum(4 * r * c for r, c in plan.weight_paddings()))
-            except (DeviceError, BackendError) as exc:   # the table still shows the layers; the last line says why
+            except (DeviceError, BackendError) as exc:  # the table still shows the layers; the last line says why
                 refused = " ".join(str(exc).split())
         return kernels, weights, refused
 
@@ -152,8 +156,10 @@ class Summarizing:
                 out.append("=" * sum(widths))
         out += ["=" * sum(widths), f"Total params: {self.count_params() if self.built else '0 (unbuilt)'}"]
         if weights is not None and weights[1]:
-            out.append(f"Weights on the device: {size_text(weights[0])} in {self._precision} "
-                       f"({weights[0] / weights[1]:.3f} of {size_text(weights[1])} in fp32)")
+            out.append(
+                f"Weights on the device: {size_text(weights[0])} in {self._precision} "
+                f"({weights[0] / weights[1]:.3f} of {size_text(weights[1])} in fp32)"
+            )
         if refused is not None:
             out.append(f"No kernels on {get_device().name}: {refused}")
         out.append(line)

@@ -60,9 +60,9 @@ class PlanBuilder:
         self.device, self.batch, self.precision = device, int(batch), precision
         self.steps: list[Step] = []
         self.inputs: list[Value] = []
-        self.layer = None   # the layer being lowered (its name goes into every step it records)
-        self._uses: dict = {}   # id(input value) -> how many layer calls read it
-        self.convs: list = []   # the ConvGeometry of each convolution lowered (not 1x1 matmuls)
+        self.layer = None  # the layer being lowered (its name goes into every step it records)
+        self._uses: dict = {}  # id(input value) -> how many layer calls read it
+        self.convs: list = []  # the ConvGeometry of each convolution lowered (not 1x1 matmuls)
 
     # ---------------------------------------------------------------- recording
     def lower(self, layer, x):
@@ -76,8 +76,10 @@ class PlanBuilder:
             device = self.device
             lacks = getattr(device, "limitation", "")
             why = str(exc).removeprefix(f"layer {layer.name!r}: ")
-            raise BackendError(f"layer {layer.name!r} ({type(layer).__name__}) cannot run on {device.name} "
-                               f"({device.backend}{': ' + lacks if lacks else ''}): {why}") from None
+            raise BackendError(
+                f"layer {layer.name!r} ({type(layer).__name__}) cannot run on {device.name} "
+                f"({device.backend}{': ' + lacks if lacks else ''}): {why}"
+            ) from None
 
     def input(self, sample_shape: Iterable[int], name: str = "input", uses: int = 1) -> Value:
         """A model input: ``batch`` samples of ``sample_shape``, uploaded in Keras's own order
@@ -95,14 +97,23 @@ class PlanBuilder:
         """Whether ``x`` is a model input that one layer call reads and no step has read yet."""
         return x in self.inputs and not x.consumers and self._uses.get(id(x), 1) <= 1
 
-    def record(self, kind: OpKind, spec: KernelSpec, out_shape: Sequence[int], inputs: dict[str, Value], what: str,
-               storage: Storage | None = None, **fields: Any) -> Value:
+    def record(
+        self,
+        kind: OpKind,
+        spec: KernelSpec,
+        out_shape: Sequence[int],
+        inputs: dict[str, Value],
+        what: str,
+        storage: Storage | None = None,
+        **fields: Any,
+    ) -> Value:
         """Appends a step of ``kind`` running ``spec`` on ``inputs`` (slot -> Value) and returns its
         result, a new Value of ``out_shape`` (in ``storage`` for an in-place step)."""
         rows, cols = matrix_view(out_shape)
         out = Value(out_shape, storage or Storage(rows, cols), name=what)
-        step = Step(kind, spec, out, dict(inputs), what, layers=[self.layer] if self.layer is not None else [],
-                    **fields)
+        step = Step(
+            kind, spec, out, dict(inputs), what, layers=[self.layer] if self.layer is not None else [], **fields
+        )
         out.producer = step
         for value in inputs.values():
             value.consumers.append(step)
@@ -132,11 +143,13 @@ class PlanBuilder:
         view_reshapes(self, outputs)
         view_concat_slices(slices)
         backend = self.device.backend
-        for step in self.steps:   # refused here, as predict would: summary and max_batch say so too
+        for step in self.steps:  # refused here, as predict would: summary and max_batch say so too
             if step.spec is not None and not step.spec.has_source(backend):
-                raise BackendError(f"{step.what}: kernel {step.spec.codename!r} has no {backend} source "
-                                   f"(kernels/library.json: its \"sources\" name {', '.join(step.spec.backends())}); "
-                                   f"choose another kernel (malinn.use)")
+                raise BackendError(
+                    f"{step.what}: kernel {step.spec.codename!r} has no {backend} source "
+                    f'(kernels/library.json: its "sources" name {", ".join(step.spec.backends())}); '
+                    f"choose another kernel (malinn.use)"
+                )
         plan = Plan(self.device, self.batch, self.inputs, outputs, self.steps, self.precision)
-        plan.convs = list(self.convs)   # the convolution geometries (malinn tune --model times them)
+        plan.convs = list(self.convs)  # the convolution geometries (malinn tune --model times them)
         return plan

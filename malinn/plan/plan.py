@@ -48,6 +48,7 @@ class Output(NamedTuple):
     per_sample: int
     sample_shape: tuple
 
+
 # ======================================================================== the plan
 class Plan:
     """A model compiled for one device and batch size: its steps, buffers and bound launches.
@@ -58,13 +59,14 @@ class Plan:
         steps: the steps, in launch order (each with its kernel, layers and fused epilogue).
     """
 
-    def __init__(self, device: Device, batch: int, inputs: list, outputs: list, steps: list,
-                 precision: str = DEFAULT_PRECISION):
+    def __init__(
+        self, device: Device, batch: int, inputs: list, outputs: list, steps: list, precision: str = DEFAULT_PRECISION
+    ):
         self.device, self.batch, self.inputs, self.outputs, self.steps = device, batch, inputs, outputs, steps
         self.precision = precision
         self.buffers: list = []
         self.launches: list = []
-        self.convs: list = []   # the convolution geometries lowered (PlanBuilder.compile sets them)
+        self.convs: list = []  # the convolution geometries lowered (PlanBuilder.compile sets them)
         self._assign_lifetimes()
 
     # ---------------------------------------------------------------- memory, before allocating
@@ -79,7 +81,7 @@ class Plan:
                 storage.first, storage.last = min(storage.first, i), max(storage.last, i)
         for value in self.outputs:
             value.storage.last = end
-        for storage in self._storages():   # a view keeps its base's buffer alive while it is used
+        for storage in self._storages():  # a view keeps its base's buffer alive while it is used
             base = storage.base
             if base is not None:
                 base.first, base.last = min(base.first, storage.first), max(base.last, storage.last)
@@ -117,7 +119,7 @@ class Plan:
         for step in self.steps:
             head_bias = (step.head.bias,) if step.head is not None else ()
             for vector in (step.bias,) + (step.affine or ()) + tuple(step.vectors.values()) + head_bias:
-                if vector is not None and (id(vector.copies), vector.what) not in seen:   # once per copy
+                if vector is not None and (id(vector.copies), vector.what) not in seen:  # once per copy
                     seen.add((id(vector.copies), vector.what))
                     total += vector.values.nbytes
         return total
@@ -150,8 +152,10 @@ class Plan:
             values = {"h": h, "w": w, **step.kind.scratch_values(step)}
             size = scratch_size(spec, values)
             if size > 4:
-                sizes.setdefault(size, f"{self._step_what(step)} scratch ({self._partial_sums(step, values)}, "
-                                       f"kernel {spec.codename})")
+                sizes.setdefault(
+                    size,
+                    f"{self._step_what(step)} scratch ({self._partial_sums(step, values)}, kernel {spec.codename})",
+                )
         return sizes
 
     @staticmethod
@@ -172,8 +176,10 @@ class Plan:
         units = step.weight.shape[0] if step.weight is not None else storage.rows
         if units == storage.rows:
             return f"partial sums for {units} features x {storage.cols} samples, padded to {h}x{w}"
-        return (f"partial sums for {units} features x {storage.cols} samples, padded to {values['H']}x{w}, "
-                f"then the head's {storage.rows}")
+        return (
+            f"partial sums for {units} features x {storage.cols} samples, padded to {values['H']}x{w}, "
+            f"then the head's {storage.rows}"
+        )
 
     def _describe_storage(self, value: Value | None, storage: Storage) -> str:
         """``layer 'x' output (13 features x 7 samples, padded to 16x8 in R for kernel k)``; a copy in
@@ -191,8 +197,10 @@ class Plan:
         else:
             kernel = step.spec.codename
         unit = "samples" if storage.cols == self.batch else "columns"
-        return (f"{who} {role}{' re-laid out' if copied else ''} ({storage.rows} features x {storage.cols} {unit}, "
-                f"padded to {storage.padded_size[0]}x{storage.padded_size[1]} in {storage.layout} for kernel {kernel})")
+        return (
+            f"{who} {role}{' re-laid out' if copied else ''} ({storage.rows} features x {storage.cols} {unit}, "
+            f"padded to {storage.padded_size[0]}x{storage.padded_size[1]} in {storage.layout} for kernel {kernel})"
+        )
 
     def _values(self):
         yield from self.inputs
@@ -221,7 +229,7 @@ class Plan:
         progress = None if model is None else BuildProgress(device, model, sum(not s.view for s in self.steps))
         try:
             for step in self.steps:
-                launch = step.kind.bind(self, step)   # its program built here, or taken from memory or the binary cache
+                launch = step.kind.bind(self, step)  # its program built here, or taken from memory or the binary cache
                 step.launch = launch
                 if launch is not None:
                     self.launches.append(launch)
@@ -242,30 +250,37 @@ class Plan:
         # downloads (buffer, staging) and how each output is cut from its staging (staging, rows,
         # columns per sample, one sample's shape)
         downloads = [Download(v.storage.buffer, self._staging(v, "output")) for v in self.outputs]
-        self._io = ([Upload(v.storage.buffer, self._staging(v, "input"), v, self._direct(v)) for v in self.inputs],
-                    downloads,
-                    [Output(d.staging, v.rows, v.cols // self.batch, tuple(v.shape[1:]))
-                     for d, v in zip(downloads, self.outputs)])
+        self._io = (
+            [Upload(v.storage.buffer, self._staging(v, "input"), v, self._direct(v)) for v in self.inputs],
+            downloads,
+            [
+                Output(d.staging, v.rows, v.cols // self.batch, tuple(v.shape[1:]))
+                for d, v in zip(downloads, self.outputs)
+            ],
+        )
         return self
 
     def _direct(self, value: Value) -> bool:
         """Whether a full pass uploads ``value`` from the caller's array (no padding, no staging copy)."""
         return value.storage.padded == (value.rows, value.cols) and not self.device.stages_input(
-            4 * value.rows * value.cols)
+            4 * value.rows * value.cols
+        )
 
     def _staging(self, value: Value, what: str) -> np.ndarray:
         """Host memory laid out as ``value``'s buffer: a row per column of its matrix view (the
         padded columns too), each as long as the padded rows."""
         rows, cols = value.storage.padded_size
-        return self.device.host_array((cols, rows), f"the {what} staging of {value.name or what} "
-                                                    f"{format_shape(value.shape)}")
+        return self.device.host_array(
+            (cols, rows), f"the {what} staging of {value.name or what} {format_shape(value.shape)}"
+        )
 
     def matrix(self, value: Value, rows: int | None = None) -> DeviceMatrix:
         """``value``'s buffer as a kernel argument (its first ``rows`` padded rows where given)."""
         s = value.storage
         padded = s.padded_size if rows is None else (rows, s.padded_size[1])
-        return DeviceMatrix((value.rows, value.cols), device=self.device, layout=s.layout, padded=padded,
-                            buffer=s.buffer)
+        return DeviceMatrix(
+            (value.rows, value.cols), device=self.device, layout=s.layout, padded=padded, buffer=s.buffer
+        )
 
     # ---------------------------------------------------------------- running
     def run(self, arrays: list) -> list:
@@ -281,20 +296,23 @@ class Plan:
         n = arrays[0].shape[0]
         device = self.device
         ins, downloads, outs = self._io
-        with device.lock:   # the staging arrays are the plan's: one pass at a time
+        with device.lock:  # the staging arrays are the plan's: one pass at a time
             uploads = []
             for (buffer, staging, value, direct), array in zip(ins, arrays):
                 if direct and n == self.batch:
                     uploads.append((buffer, array))
                     continue
                 cols = value.cols // self.batch * n
-                staging[:cols, :value.rows] = array.reshape(cols, value.rows)
+                staging[:cols, : value.rows] = array.reshape(cols, value.rows)
                 if cols < value.cols:
-                    staging[cols:value.cols] = 0
+                    staging[cols : value.cols] = 0
                 uploads.append((buffer, staging))
             device.run_pass(uploads, self.launches, downloads)
-            return [staging[:cols, :rows].reshape((n,) + tail).copy()
-                    for staging, rows, per_sample, tail in outs for cols in (per_sample * n,)]
+            return [
+                staging[:cols, :rows].reshape((n,) + tail).copy()
+                for staging, rows, per_sample, tail in outs
+                for cols in (per_sample * n,)
+            ]
 
     # ---------------------------------------------------------------- reports
     def describe(self) -> list:
@@ -305,20 +323,37 @@ class Plan:
         rows = []
         for step in self.steps:
             fused = step.kind.fused(step)
-            plain = {}   # a shape-generic kernel (merge, concat, dot) shows only what this step sets
+            plain = {}  # a shape-generic kernel (merge, concat, dot) shows only what this step sets
             if step.kind.shape_generic and step.spec.template is not None:
                 plain = {k: str(v) for k, v in step.spec.template[1].get("defines", {}).items()}
-            config = " ".join(f"{k}={v}" for k, v in step.spec.defines
-                              if k not in ("BIAS", "ACTIVATION", "AFFINE") and k not in precision_defines
-                              and k not in GEOMETRY and plain.get(k) != v and not k.startswith("HEAD"))
-            kernel = (step.spec.codename + (f" ({config})" if config else "")
-                      + (" (writes its slice of a shared buffer)" if step.out.storage.view is not None else "")
-                      + (f" [{step.spec.precision}]" if step.spec.precision != DEFAULT_PRECISION else ""))
+            config = " ".join(
+                f"{k}={v}"
+                for k, v in step.spec.defines
+                if k not in ("BIAS", "ACTIVATION", "AFFINE")
+                and k not in precision_defines
+                and k not in GEOMETRY
+                and plain.get(k) != v
+                and not k.startswith("HEAD")
+            )
+            kernel = (
+                step.spec.codename
+                + (f" ({config})" if config else "")
+                + (" (writes its slice of a shared buffer)" if step.out.storage.view is not None else "")
+                + (f" [{step.spec.precision}]" if step.spec.precision != DEFAULT_PRECISION else "")
+            )
             if step.view:
                 kernel = "view (no copy)"
-            rows.append({"layers": [getattr(layer, "name", str(layer)) for layer in step.layers],
-                         "kernel": kernel, "fused": fused, "shape": step.out.shape, "what": step.what,
-                         "kind": step.kind.name, "view": step.view})
+            rows.append(
+                {
+                    "layers": [getattr(layer, "name", str(layer)) for layer in step.layers],
+                    "kernel": kernel,
+                    "fused": fused,
+                    "shape": step.out.shape,
+                    "what": step.what,
+                    "kind": step.kind.name,
+                    "view": step.view,
+                }
+            )
         return rows
 
     def matmul_shapes(self) -> list:
@@ -327,7 +362,6 @@ class Plan:
         for s in self.steps:
             if s.kind is MATMUL:
                 shapes.append((s.weight.shape[0], s.weight.shape[1], s.inputs["b"].cols))
-                if s.head is not None:   # a head computed in the step's kernel (tuned for when it is not)
+                if s.head is not None:  # a head computed in the step's kernel (tuned for when it is not)
                     shapes.append((s.head.weight.shape[0], s.weight.shape[0], s.inputs["b"].cols))
         return shapes
-

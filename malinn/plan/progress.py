@@ -74,14 +74,14 @@ class BuildProgress:
         self.enabled = self.stream is not None and bool(switch("MALINN_PROGRESS", True))
         try:
             self.terminal = self.enabled and self.stream.isatty()
-        except (AttributeError, ValueError, OSError):   # a closed or unusual stream
+        except (AttributeError, ValueError, OSError):  # a closed or unusual stream
             self.terminal = False
         self.caller_reports = getattr(_local, "caller_reports", False)
         counters = device.counters
         self._builds, self._hits = counters.get("builds", 0), counters.get("binary_hits", 0)
         self.started = time.perf_counter()
         self.done = 0
-        self._drawn = 0       # the length of the line on the terminal (0: none drawn)
+        self._drawn = 0  # the length of the line on the terminal (0: none drawn)
         self._drawn_at = 0.0
 
     @property
@@ -121,8 +121,10 @@ class BuildProgress:
         built, loaded = self.built, self.loaded
         seconds = time.perf_counter() - self.started
         cached = f" ({loaded} loaded from the program cache)" if loaded else ""
-        return (f"malinn: built {built} kernel program{'s' if built != 1 else ''} for {self.model!r} on "
-                f"{self.device.name} in {seconds:.1f} s{cached}")
+        return (
+            f"malinn: built {built} kernel program{'s' if built != 1 else ''} for {self.model!r} on "
+            f"{self.device.name} in {seconds:.1f} s{cached}"
+        )
 
     def finish(self, failed: bool = False) -> None:
         """The plan's launches are bound (or ``failed``): waits for the programs still building (a
@@ -152,11 +154,15 @@ class BuildProgress:
                     self._draw(self.summary())
                     self.stream.write("\n")
                 self.stream.flush()
-            elif (not failed and not self.caller_reports and self.built
-                  and time.perf_counter() - self.started >= MIN_SECONDS):
+            elif (
+                not failed
+                and not self.caller_reports
+                and self.built
+                and time.perf_counter() - self.started >= MIN_SECONDS
+            ):
                 self.stream.write(self.summary() + "\n")
                 self.stream.flush()
-        except (OSError, ValueError):   # stderr closed or gone: the plan is made all the same
+        except (OSError, ValueError):  # stderr closed or gone: the plan is made all the same
             pass
 
     def _draw(self, text: str) -> None:

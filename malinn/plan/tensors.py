@@ -49,13 +49,26 @@ class Weight:
             ``int8-weights`` (a Keras int8-quantized layer's own), or ``None`` to quantize ``host()``.
     """
 
-    def __init__(self, what: str, shape: Iterable[int], host: Callable[[], np.ndarray], copies: dict,
-                 prepacked: tuple | None = None, quantized: Callable[[], tuple] | None = None):
+    def __init__(
+        self,
+        what: str,
+        shape: Iterable[int],
+        host: Callable[[], np.ndarray],
+        copies: dict,
+        prepacked: tuple | None = None,
+        quantized: Callable[[], tuple] | None = None,
+    ):
         self.what, self.shape, self.host, self.copies, self.prepacked = what, tuple(shape), host, copies, prepacked
         self.quantized = quantized
 
-    def on_device(self, device: Device, restriction: MatrixRestriction, need: Sequence[int],
-                  prefer: Sequence[int] | None = None, precision: str = "fp32") -> DeviceMatrix:
+    def on_device(
+        self,
+        device: Device,
+        restriction: MatrixRestriction,
+        need: Sequence[int],
+        prefer: Sequence[int] | None = None,
+        precision: str = "fp32",
+    ) -> DeviceMatrix:
         """The weight on ``device`` as a kernel with ``restriction`` reads it in ``precision``, padded
         at least to ``need``: a copy already there that fits (kernels index A with its own padded
         shape, so a copy padded more serves), else the model file's laid-out copy where it fits,
@@ -65,25 +78,37 @@ class Weight:
         layout = restriction.layout
 
         def fits(padded: Sequence[int]) -> bool:
-            return (padded[0] >= need[0] and padded[1] >= need[1] and padded[0] % restriction.row_multiple == 0
-                    and padded[1] % restriction.col_multiple == 0)
+            return (
+                padded[0] >= need[0]
+                and padded[1] >= need[1]
+                and padded[0] % restriction.row_multiple == 0
+                and padded[1] % restriction.col_multiple == 0
+            )
 
-        for key, matrix in list(self.copies.items()):   # a snapshot: another model sharing the layer may add one
-            if (len(key) == 4 and key[0] == device.identity and key[1] == str(layout) and key[3] == precision
-                    and fits(key[2])):
+        for key, matrix in list(self.copies.items()):  # a snapshot: another model sharing the layer may add one
+            if (
+                len(key) == 4
+                and key[0] == device.identity
+                and key[1] == str(layout)
+                and key[3] == precision
+                and fits(key[2])
+            ):
                 return matrix
-        if (self.prepacked is not None and str(self.prepacked[0]) == str(layout) and fits(self.prepacked[1])
-                and self.prepacked[3] == precision):
+        if (
+            self.prepacked is not None
+            and str(self.prepacked[0]) == str(layout)
+            and fits(self.prepacked[1])
+            and self.prepacked[3] == precision
+        ):
             padded = tuple(self.prepacked[1])
             flat = self.prepacked[2]
         else:
-            shared = (prefer is not None and fits(prefer)
-                      and self.nbytes(prefer, precision) <= device.max_allocation)
+            shared = prefer is not None and fits(prefer) and self.nbytes(prefer, precision) <= device.max_allocation
             padded = tuple(prefer) if shared and prefer is not None else tuple(need)
             quantized = self.quantized() if self.quantized is not None else None
             flat = device_bytes(self.host(), precision, layout, padded, quantized, self.what)
         matrix = DeviceMatrix.upload_weights(device, flat, self.shape, layout, padded, precision, self.what)
-        matrix.host = None   # the layer keeps the weights; the copy need not
+        matrix.host = None  # the layer keeps the weights; the copy need not
         self.copies[(device.identity, str(layout), padded, precision)] = matrix
         return matrix
 
@@ -127,10 +152,10 @@ class Storage:
     def __init__(self, rows: int, cols: int, layout: Layout | None = None):
         self.rows, self.cols, self.layout = rows, cols, layout
         self.row_mult = self.col_mult = 1
-        self.padded: tuple[int, int] | None = None   # decided by the paddings pass (padded_size)
-        self.group = self          # union-find: storages whose column padding must be equal
-        self.base: Storage | None = None   # for a view: the storage whose buffer it shares (never itself a view)
-        self.view: dict | None = None      # for a slice written by a matmul: its R_* defines (epilogue.clh)
+        self.padded: tuple[int, int] | None = None  # decided by the paddings pass (padded_size)
+        self.group = self  # union-find: storages whose column padding must be equal
+        self.base: Storage | None = None  # for a view: the storage whose buffer it shares (never itself a view)
+        self.view: dict | None = None  # for a slice written by a matmul: its R_* defines (epilogue.clh)
         self.min_elements = 0
         self.first = self.last = 0
         self.buffer: Any = None
@@ -189,24 +214,24 @@ class Head:
 
 @dataclasses.dataclass(eq=False)
 class Step:
-    kind: "OpKind"              # the registered op kind (malinn.plan.kinds): what the step computes and needs
+    kind: "OpKind"  # the registered op kind (malinn.plan.kinds): what the step computes and needs
     spec: KernelSpec
     out: Value
-    inputs: dict[str, Value]    # slot ("a" or "b") -> Value
+    inputs: dict[str, Value]  # slot ("a" or "b") -> Value
     what: str
     weight: Weight | None = None
     bias: Vector | None = None
     activation: str = "linear"
     params: dict = dataclasses.field(default_factory=dict)
-    affine: tuple | None = None   # (scale, shift) Vectors applied after the activation
-    layers: list = dataclasses.field(default_factory=list)   # the layers this step runs (for summary)
-    explicit: bool = False        # the kernel was chosen with use(): never swapped by fusion
+    affine: tuple | None = None  # (scale, shift) Vectors applied after the activation
+    layers: list = dataclasses.field(default_factory=list)  # the layers this step runs (for summary)
+    explicit: bool = False  # the kernel was chosen with use(): never swapped by fusion
     launch: object = None
-    vectors: dict = dataclasses.field(default_factory=dict)   # kernel buffer name -> Vector (layer steps)
-    overwrites: bool = False      # a layer step that rewrites its input "b" in place
-    view: bool = False            # the plan made it free: its result is a view (nothing launched)
-    head: Head | None = None      # a small Dense layer after this matmul, computed in its kernel;
-                                  # ``out`` is then the head's output
+    vectors: dict = dataclasses.field(default_factory=dict)  # kernel buffer name -> Vector (layer steps)
+    overwrites: bool = False  # a layer step that rewrites its input "b" in place
+    view: bool = False  # the plan made it free: its result is a view (nothing launched)
+    head: Head | None = None  # a small Dense layer after this matmul, computed in its kernel;
+    # ``out`` is then the head's output
 
     @property
     def in_place(self) -> bool:
@@ -233,8 +258,10 @@ def broadcast_shape(shapes: Sequence[Sequence[int]], what: str = "merge") -> tup
     for axis in range(1, rank):
         sizes = {p[axis] for p in padded} - {1}
         if len(sizes) > 1:
-            raise ValueError(f"{what}: inputs of shapes {', '.join(format_shape(s) for s in shapes)} do not "
-                             f"broadcast (axis {axis} has sizes {sorted(sizes)})")
+            raise ValueError(
+                f"{what}: inputs of shapes {', '.join(format_shape(s) for s in shapes)} do not "
+                f"broadcast (axis {axis} has sizes {sorted(sizes)})"
+            )
         out.append(sizes.pop() if sizes else 1)
     return tuple(out)
 
@@ -243,8 +270,9 @@ def broadcast_defines(shape: Sequence[int], out: Sequence[int], what: str) -> di
     """The merge kernel's defines reading a tensor of ``shape`` broadcast to ``out`` (batch first)."""
     rank = len(out) - 1
     if rank > _MAX_BROADCAST_RANK:
-        raise ValueError(f"{what}: malinn broadcasts samples of up to {_MAX_BROADCAST_RANK} axes, not "
-                         f"{format_shape(out)}")
+        raise ValueError(
+            f"{what}: malinn broadcasts samples of up to {_MAX_BROADCAST_RANK} axes, not {format_shape(out)}"
+        )
     sample = (1,) * (rank - (len(shape) - 1)) + tuple(shape[1:])
     defines = {"BROADCAST": 1, "S0": math.prod(sample)}
     for axis in range(1, rank + 1):

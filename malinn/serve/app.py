@@ -34,15 +34,25 @@ from .signature import SIGNATURE_NAME
 __all__ = ["build_app"]
 
 #: /v1/models/{name}[/versions/{v}|/labels/{l}][/metadata|:verb]
-MODEL_PATH = re.compile(r"^/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
-                        r"(?P<tail>/metadata|:[A-Za-z]+)?/?$")
+MODEL_PATH = re.compile(
+    r"^/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
+    r"(?P<tail>/metadata|:[A-Za-z]+)?/?$"
+)
 #: bodies above this size are parsed, and answers above this many values written, off the event loop
 OFF_LOOP_BYTES = 1 << 16
 OFF_LOOP_VALUES = 1 << 14
 
 #: an error's HTTP status, by TensorFlow Serving's error code
-STATUS = {"INVALID_ARGUMENT": 400, "NOT_FOUND": 404, "METHOD_NOT_ALLOWED": 405, "RESOURCE_EXHAUSTED": 413,
-          "UNAVAILABLE": 503, "DEADLINE_EXCEEDED": 504, "INTERNAL": 500, "CANCELLED": 499}
+STATUS = {
+    "INVALID_ARGUMENT": 400,
+    "NOT_FOUND": 404,
+    "METHOD_NOT_ALLOWED": 405,
+    "RESOURCE_EXHAUSTED": 413,
+    "UNAVAILABLE": 503,
+    "DEADLINE_EXCEEDED": 504,
+    "INTERNAL": 500,
+    "CANCELLED": 499,
+}
 
 
 class _Refused(Exception):
@@ -88,8 +98,11 @@ def build_app(manager: ModelManager, metrics: Metrics, config: ServeConfig, log=
         metrics.observe("malinn_serve_request_latency_seconds", (model, api), seconds)
         if config.log_requests:
             client = request.client
-            record.update(status=status, latency_ms=round(seconds * 1e3, 3),
-                          client=f"{client.host}:{client.port}" if client else None)
+            record.update(
+                status=status,
+                latency_ms=round(seconds * 1e3, 3),
+                client=f"{client.host}:{client.port}" if client else None,
+            )
             if code is not None:
                 record["error_code"] = code
             log(json.dumps(record, separators=(",", ":")))
@@ -98,15 +111,19 @@ def build_app(manager: ModelManager, metrics: Metrics, config: ServeConfig, log=
         limit = config.max_request_bytes
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise _Refused("RESOURCE_EXHAUSTED", f"the request body of {int(declared)} bytes is over the limit of "
-                                                 f"{limit} bytes (--max-request-bytes)")
+            raise _Refused(
+                "RESOURCE_EXHAUSTED",
+                f"the request body of {int(declared)} bytes is over the limit of {limit} bytes (--max-request-bytes)",
+            )
         chunks, size = [], 0
         try:
             async for chunk in request.stream():
                 size += len(chunk)
                 if size > limit:
-                    raise _Refused("RESOURCE_EXHAUSTED", f"the request body is over the limit of {limit} bytes "
-                                                         f"(--max-request-bytes)")
+                    raise _Refused(
+                        "RESOURCE_EXHAUSTED",
+                        f"the request body is over the limit of {limit} bytes (--max-request-bytes)",
+                    )
                 chunks.append(chunk)
         except ClientDisconnect:
             raise _Gone() from None
@@ -126,8 +143,11 @@ def build_app(manager: ModelManager, metrics: Metrics, config: ServeConfig, log=
         served = manager.resolve(name, version, label)
         record["version"] = served.number
         signature = served.signature
-        parsed = await asyncio.to_thread(parse_predict, body, signature) if len(body) > OFF_LOOP_BYTES \
+        parsed = (
+            await asyncio.to_thread(parse_predict, body, signature)
+            if len(body) > OFF_LOOP_BYTES
             else parse_predict(body, signature)
+        )
         record["instances"] = parsed.samples
         loop = asyncio.get_running_loop()
         answer = loop.create_future()
@@ -140,7 +160,7 @@ def build_app(manager: ModelManager, metrics: Metrics, config: ServeConfig, log=
                     answer.set_result(outputs)
 
         task = Task(parsed.arrays, parsed.samples, lambda o, e: loop.call_soon_threadsafe(settle, o, e), deadline)
-        for _ in range(8):   # a version being unloaded sends an unpinned request to the newest
+        for _ in range(8):  # a version being unloaded sends an unpinned request to the newest
             batcher = served.batcher
             try:
                 if batcher is None:
@@ -149,8 +169,9 @@ def build_app(manager: ModelManager, metrics: Metrics, config: ServeConfig, log=
                 break
             except Retired:
                 if pinned:
-                    raise NotFound(f"Servable not found for request: Specific({name}, {served.number}) (it is "
-                                   f"being unloaded)") from None
+                    raise NotFound(
+                        f"Servable not found for request: Specific({name}, {served.number}) (it is being unloaded)"
+                    ) from None
                 served = manager.resolve(name)
                 record["version"] = served.number
                 if served.signature.input_names != signature.input_names:
@@ -161,8 +182,9 @@ def build_app(manager: ModelManager, metrics: Metrics, config: ServeConfig, log=
             raise _Refused("UNAVAILABLE", f"model {name!r}: every version was being unloaded; try again")
         watch = asyncio.ensure_future(disconnected(request))
         try:
-            done, _ = await asyncio.wait({answer, watch}, timeout=max(deadline - time.monotonic(), 0.0),
-                                         return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                {answer, watch}, timeout=max(deadline - time.monotonic(), 0.0), return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             watch.cancel()
         if answer not in done:
@@ -170,24 +192,33 @@ def build_app(manager: ModelManager, metrics: Metrics, config: ServeConfig, log=
             if watch in done:
                 raise _Gone()
             raise DeadlineExceeded()
-        outputs = answer.result()   # raises what ended the task
+        outputs = answer.result()  # raises what ended the task
         record["batch"], record["queue_ms"] = task.batch, round(task.queued_s * 1e3, 3)
         metrics.observe("malinn_serve_queue_latency_seconds", (name,), task.queued_s)
         values = sum(o.size for o in outputs)
-        document = await asyncio.to_thread(format_predict, outputs, signature, parsed.columnar) \
-            if values > OFF_LOOP_VALUES else format_predict(outputs, signature, parsed.columnar)
+        document = (
+            await asyncio.to_thread(format_predict, outputs, signature, parsed.columnar)
+            if values > OFF_LOOP_VALUES
+            else format_predict(outputs, signature, parsed.columnar)
+        )
         return respond(200, await asyncio.to_thread(dumps, document) if values > OFF_LOOP_VALUES else dumps(document))
 
     def metadata(name: str, version, label) -> dict:
         served = manager.resolve(name, version, label)
-        return {"model_spec": {"name": name, "signature_name": "", "version": str(served.number)},
-                "metadata": {"signature_def": {"signature_def": {SIGNATURE_NAME: served.signature.signature_def()}}}}
+        return {
+            "model_spec": {"name": name, "signature_name": "", "version": str(served.number)},
+            "metadata": {"signature_def": {"signature_def": {SIGNATURE_NAME: served.signature.signature_def()}}},
+        }
 
     async def models(request) -> Response:
         started = time.monotonic()
         deadline = started + config.request_timeout
-        record = {"time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"), "method": request.method,
-                  "path": request.url.path, "api": "other"}
+        record = {
+            "time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            "method": request.method,
+            "path": request.url.path,
+            "api": "other",
+        }
         in_flight[0] += 1
         status, code = 500, "INTERNAL"
         try:
@@ -209,8 +240,10 @@ def build_app(manager: ModelManager, metrics: Metrics, config: ServeConfig, log=
             if tail == ":predict":
                 response = await predict(request, name, version, label, record, deadline)
             elif tail.startswith(":"):
-                raise _Refused("INVALID_ARGUMENT", f"{tail[1:]} is not served: a Keras model has the predict API "
-                                                   f"alone ({SIGNATURE_NAME})")
+                raise _Refused(
+                    "INVALID_ARGUMENT",
+                    f"{tail[1:]} is not served: a Keras model has the predict API alone ({SIGNATURE_NAME})",
+                )
             elif tail == "/metadata":
                 response = respond(200, metadata(name, version, label))
             else:
@@ -234,14 +267,22 @@ def build_app(manager: ModelManager, metrics: Metrics, config: ServeConfig, log=
             return respond(503, {"error": f"The server is overloaded: {exc}; try again later"})
         except (DeadlineExceeded, asyncio.TimeoutError):
             status, code = 504, "DEADLINE_EXCEEDED"
-            return respond(504, {"error": f"Deadline exceeded: the request was not answered within "
-                                          f"{config.request_timeout:g} s (--request-timeout)"})
+            return respond(
+                504,
+                {
+                    "error": f"Deadline exceeded: the request was not answered within "
+                    f"{config.request_timeout:g} s (--request-timeout)"
+                },
+            )
         except Cancelled:
             status, code = 499, "CANCELLED"
             return respond(499, {"error": "the request was cancelled"})
-        except Exception as exc:   # the device failed, or a bug: the request is told, the server goes on
-            print(f"malinn: error: {request.method} {request.url.path}: {type(exc).__name__}: {exc}",
-                  file=sys.stderr, flush=True)
+        except Exception as exc:  # the device failed, or a bug: the request is told, the server goes on
+            print(
+                f"malinn: error: {request.method} {request.url.path}: {type(exc).__name__}: {exc}",
+                file=sys.stderr,
+                flush=True,
+            )
             return respond(500, {"error": f"{type(exc).__name__}: {exc}"})
         finally:
             in_flight[0] -= 1
@@ -256,8 +297,13 @@ def build_app(manager: ModelManager, metrics: Metrics, config: ServeConfig, log=
     async def readyz(request) -> Response:
         if manager.ready:
             return respond(200, {"status": "ready"})
-        reason = "stopping" if manager.stopping else "loading models" if not manager.initial.is_set() else \
-            "a model has no AVAILABLE version"
+        reason = (
+            "stopping"
+            if manager.stopping
+            else "loading models"
+            if not manager.initial.is_set()
+            else "a model has no AVAILABLE version"
+        )
         return respond(503, {"error": f"not ready: {reason}"})
 
     async def not_found(request, exc=None) -> Response:
@@ -266,9 +312,12 @@ def build_app(manager: ModelManager, metrics: Metrics, config: ServeConfig, log=
     async def not_allowed(request, exc=None) -> Response:
         return respond(405, {"error": f"{request.url.path} takes GET, not {request.method}"})
 
-    routes = [Route("/v1/models/{rest:path}", models, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
-              Route("/monitoring/prometheus/metrics", prometheus, methods=["GET"]),
-              Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"])]
+    routes = [
+        Route("/v1/models/{rest:path}", models, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
+        Route("/monitoring/prometheus/metrics", prometheus, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+    ]
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
     app.router.redirect_slashes = False
     app.state.in_flight = in_flight

@@ -65,7 +65,7 @@ class Task:
     def _finish(self, outputs: list | None, error: BaseException | None) -> None:
         try:
             self.done(outputs, error)
-        except Exception:   # a callback's own failure must not stop the worker
+        except Exception:  # a callback's own failure must not stop the worker
             pass
 
 
@@ -79,15 +79,16 @@ class Batcher:
         observe: called after each predict call with ``(samples, padded_to)``.
     """
 
-    def __init__(self, predict: Callable[[list], list], params: BatchingParameters, name: str,
-                 observe: Callable | None = None):
+    def __init__(
+        self, predict: Callable[[list], list], params: BatchingParameters, name: str, observe: Callable | None = None
+    ):
         self._predict, self.params, self.name, self._observe = predict, params, name, observe
         self._sizes = params.sizes()
         self._queue: deque = deque()
-        self._queued = 0              # samples in the queue
+        self._queued = 0  # samples in the queue
         self._cond = threading.Condition()
         self._stopping = False
-        self.running = 0              # requests in the predict call under way
+        self.running = 0  # requests in the predict call under way
         self._thread = threading.Thread(target=self._loop, name=f"malinn-serve {name}", daemon=True)
         self._thread.start()
 
@@ -104,8 +105,10 @@ class Batcher:
             if self._stopping:
                 raise Retired(self.name)
             if self._queue and self._queued + task.samples > self.params.queue_capacity:
-                raise Overloaded(f"the queue of {self.name} is full ({self._queued} samples of "
-                                 f"{self.params.queue_capacity} queued, {len(self._queue)} requests)")
+                raise Overloaded(
+                    f"the queue of {self.name} is full ({self._queued} samples of "
+                    f"{self.params.queue_capacity} queued, {len(self._queue)} requests)"
+                )
             task.enqueued = time.monotonic()
             self._queue.append(task)
             self._queued += task.samples
@@ -118,7 +121,7 @@ class Batcher:
         with self._cond:
             try:
                 self._queue.remove(task)
-            except ValueError:   # taken for a call, or never queued
+            except ValueError:  # taken for a call, or never queued
                 return
             self._queued -= task.samples
             self._cond.notify()
@@ -157,11 +160,16 @@ class Batcher:
                     break
                 first = self._queue[0]
                 until = first.enqueued + wait
-                while self._queue and self._queue[0] is first and self._queued < limit and not self._stopping \
-                        and (left := until - time.monotonic()) > 0:
+                while (
+                    self._queue
+                    and self._queue[0] is first
+                    and self._queued < limit
+                    and not self._stopping
+                    and (left := until - time.monotonic()) > 0
+                ):
                     self._cond.wait(left)
                 if self._queue and self._queue[0] is first:
-                    break   # else the first was withdrawn: the next one's own wait begins
+                    break  # else the first was withdrawn: the next one's own wait begins
             batch = [self._queue.popleft()]
             total = batch[0].samples
             while self._queue and total + self._queue[0].samples <= limit:
@@ -190,14 +198,14 @@ class Batcher:
             stacked = inputs[0] if len(live) == 1 else [np.concatenate(parts) for parts in zip(*inputs)]
             try:
                 outputs = self._call(stacked, total)
-            except Exception as exc:   # the device failed: every request of the call is told
+            except Exception as exc:  # the device failed: every request of the call is told
                 for task in live:
                     task._finish(None, exc)
                 return
             start = 0
             for task in live:
                 task.batch = total
-                task._finish([out[start:start + task.samples] for out in outputs], None)
+                task._finish([out[start : start + task.samples] for out in outputs], None)
                 start += task.samples
         finally:
             with self._cond:
@@ -213,7 +221,9 @@ class Batcher:
             return outputs
         largest = self._sizes[-1]
         if n > largest:
-            parts = [self._call([a[i:i + largest] for a in arrays], min(largest, n - i)) for i in range(0, n, largest)]
+            parts = [
+                self._call([a[i : i + largest] for a in arrays], min(largest, n - i)) for i in range(0, n, largest)
+            ]
             return [np.concatenate(chunks) for chunks in zip(*parts)]
         size = next(s for s in self._sizes if s >= n)
         if size > n:

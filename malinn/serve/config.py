@@ -21,8 +21,15 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-__all__ = ["BatchingParameters", "ModelConfig", "ServeConfig", "ConfigError", "MODEL_SUFFIXES", "model_arg",
-           "read_config_file"]
+__all__ = [
+    "BatchingParameters",
+    "ModelConfig",
+    "ServeConfig",
+    "ConfigError",
+    "MODEL_SUFFIXES",
+    "model_arg",
+    "read_config_file",
+]
 
 #: the files a version folder may hold as its model (the first found, in this order)
 MODEL_SUFFIXES = (".malinn", ".keras", ".h5")
@@ -87,12 +94,17 @@ class BatchingParameters:
             raise ConfigError(f"{where}: batch_timeout_micros must be an integer >= 0, got {value!r}")
         sizes = self.allowed_batch_sizes
         if sizes:
-            if any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes) or list(sizes) != sorted(set(sizes)):
-                raise ConfigError(f"{where}: allowed_batch_sizes must be positive integers in increasing order, got "
-                                  f"{list(sizes)}")
+            if any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes) or list(sizes) != sorted(
+                set(sizes)
+            ):
+                raise ConfigError(
+                    f"{where}: allowed_batch_sizes must be positive integers in increasing order, got {list(sizes)}"
+                )
             if sizes[-1] != self.max_batch_size:
-                raise ConfigError(f"{where}: the last of allowed_batch_sizes ({sizes[-1]}) must equal max_batch_size "
-                                  f"({self.max_batch_size}), as TensorFlow Serving requires")
+                raise ConfigError(
+                    f"{where}: the last of allowed_batch_sizes ({sizes[-1]}) must equal max_batch_size "
+                    f"({self.max_batch_size}), as TensorFlow Serving requires"
+                )
         return self
 
     def updated(self, values: dict, where: str) -> "BatchingParameters":
@@ -102,8 +114,9 @@ class BatchingParameters:
         known = {"enabled", "max_batch_size", "batch_timeout_micros", "max_enqueued_batches", "allowed_batch_sizes"}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ConfigError(f"{where}: unknown batching parameter(s) {', '.join(unknown)} (known: "
-                              f"{', '.join(sorted(known))})")
+            raise ConfigError(
+                f"{where}: unknown batching parameter(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})"
+            )
         values = {k: _unwrapped(v) for k, v in values.items()}
         if "allowed_batch_sizes" in values:
             if not isinstance(values["allowed_batch_sizes"], list):
@@ -189,8 +202,10 @@ def model_arg(text: str, batching: BatchingParameters, precision: str | None = N
 
 def _checked_name(name, where: str) -> str:
     if not isinstance(name, str) or not name or any(c in name for c in "/:?#%") or name.strip() != name:
-        raise ConfigError(f"{where}: a model name must be a non-empty string without '/', ':', '?', '#', '%' "
-                          f"or surrounding spaces, got {name!r}")
+        raise ConfigError(
+            f"{where}: a model name must be a non-empty string without '/', ':', '?', '#', '%' "
+            f"or surrounding spaces, got {name!r}"
+        )
     return name
 
 
@@ -215,11 +230,13 @@ def read_config_file(path, batching: BatchingParameters, precision: str | None =
         raise ConfigError(f"{where}: expected an object with model_config_list")
     unknown = sorted(set(data) - {"model_config_list", "batching_parameters"})
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} (known: model_config_list, batching_parameters)")
+        raise ConfigError(
+            f"{where}: unknown key(s) {', '.join(unknown)} (known: model_config_list, batching_parameters)"
+        )
     if "batching_parameters" in data:
         batching = batching.updated(data["batching_parameters"], where)
     entries = data.get("model_config_list")
-    if isinstance(entries, dict) and set(entries) == {"config"}:   # TensorFlow Serving's {"config": [...]}
+    if isinstance(entries, dict) and set(entries) == {"config"}:  # TensorFlow Serving's {"config": [...]}
         entries = entries["config"]
     if not isinstance(entries, list) or not entries:
         raise ConfigError(f"{where}: model_config_list must be a non-empty list of models")
@@ -234,8 +251,15 @@ def _model_entry(entry, index: int, folder: Path, where: str, batching, precisio
     where = f"{where}, model_config_list[{index}]"
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: expected an object with name and base_path")
-    known = {"name", "base_path", "model_platform", "model_version_policy", "version_labels", "batching_parameters",
-             "precision"}
+    known = {
+        "name",
+        "base_path",
+        "model_platform",
+        "model_version_policy",
+        "version_labels",
+        "batching_parameters",
+        "precision",
+    }
     unknown = sorted(set(entry) - known)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
@@ -247,23 +271,30 @@ def _model_entry(entry, index: int, folder: Path, where: str, batching, precisio
     if not base.exists():
         raise ConfigError(f"{where} ({name!r}): base_path {str(base)!r} does not exist")
     labels = entry.get("version_labels", {})
-    if not isinstance(labels, dict) or any(isinstance(v, bool) or not isinstance(_unwrapped(v), int)
-                                           for v in labels.values()):
+    if not isinstance(labels, dict) or any(
+        isinstance(v, bool) or not isinstance(_unwrapped(v), int) for v in labels.values()
+    ):
         raise ConfigError(f"{where} ({name!r}): version_labels must map labels to version numbers")
     labels = {str(k): int(_unwrapped(v)) for k, v in labels.items()}
     if "batching_parameters" in entry:
         batching = batching.updated(entry["batching_parameters"], f"{where} ({name!r})")
     if entry.get("precision") is not None:
         precision = entry["precision"]
-    return ModelConfig(name=name, base_path=base, policy=_policy(entry.get("model_version_policy"), where),
-                       labels=labels, batching=batching, precision=precision)
+    return ModelConfig(
+        name=name,
+        base_path=base,
+        policy=_policy(entry.get("model_version_policy"), where),
+        labels=labels,
+        batching=batching,
+        precision=precision,
+    )
 
 
 def _policy(value, where: str) -> tuple:
     if value is None:
         return ("latest", 1)
     if isinstance(value, dict) and len(value) == 1:
-        (kind, args), = value.items()
+        ((kind, args),) = value.items()
         args = args if isinstance(args, dict) else {}
         if kind == "latest":
             n = _unwrapped(args.get("num_versions", 1))
@@ -277,5 +308,7 @@ def _policy(value, where: str) -> tuple:
             versions = [_unwrapped(v) for v in versions]
             if versions and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in versions):
                 return ("specific", tuple(sorted(set(versions))))
-    raise ConfigError(f"{where}: model_version_policy must be {{\"latest\": {{\"num_versions\": N}}}}, {{\"all\": {{}}}} "
-                      f"or {{\"specific\": {{\"versions\": [V, ...]}}}}, got {json.dumps(value)}")
+    raise ConfigError(
+        f'{where}: model_version_policy must be {{"latest": {{"num_versions": N}}}}, {{"all": {{}}}} '
+        f'or {{"specific": {{"versions": [V, ...]}}}}, got {json.dumps(value)}'
+    )

@@ -56,20 +56,38 @@ class Metrics:
 
     def __init__(self, gauges: Callable[[], list] | None = None):
         self._lock = threading.Lock()
-        self._counters: dict = {}      # name -> {label values: value}
-        self._histograms: dict = {}    # name -> {label values: _Histogram}
+        self._counters: dict = {}  # name -> {label values: value}
+        self._histograms: dict = {}  # name -> {label values: _Histogram}
         self._meta = {
             "malinn_serve_requests_total": ("counter", "Requests answered, by HTTP status.", ("model", "api", "code")),
-            "malinn_serve_request_errors_total": ("counter", "Requests refused or failed, by TensorFlow Serving's "
-                                                             "error code.", ("model", "api", "error")),
-            "malinn_serve_padded_samples_total": ("counter", "Zero samples added to predict calls to reach an "
-                                                             "allowed batch size.", ("model", "version")),
-            "malinn_serve_request_latency_seconds": ("histogram", "Seconds from a request's arrival to its answer.",
-                                                     ("model", "api"), LATENCY_BUCKETS),
-            "malinn_serve_queue_latency_seconds": ("histogram", "Seconds predict requests waited for their batch.",
-                                                   ("model",), LATENCY_BUCKETS),
-            "malinn_serve_batch_size": ("histogram", "Samples per predict call (before padding).",
-                                        ("model", "version"), BATCH_BUCKETS),
+            "malinn_serve_request_errors_total": (
+                "counter",
+                "Requests refused or failed, by TensorFlow Serving's error code.",
+                ("model", "api", "error"),
+            ),
+            "malinn_serve_padded_samples_total": (
+                "counter",
+                "Zero samples added to predict calls to reach an allowed batch size.",
+                ("model", "version"),
+            ),
+            "malinn_serve_request_latency_seconds": (
+                "histogram",
+                "Seconds from a request's arrival to its answer.",
+                ("model", "api"),
+                LATENCY_BUCKETS,
+            ),
+            "malinn_serve_queue_latency_seconds": (
+                "histogram",
+                "Seconds predict requests waited for their batch.",
+                ("model",),
+                LATENCY_BUCKETS,
+            ),
+            "malinn_serve_batch_size": (
+                "histogram",
+                "Samples per predict call (before padding).",
+                ("model", "version"),
+                BATCH_BUCKETS,
+            ),
         }
         self.gauges = gauges
 
@@ -111,12 +129,13 @@ class Metrics:
                     cumulative = 0
                     for bound, n in zip(buckets, hist.counts):
                         cumulative += n
-                        lines.append(f"{name}_bucket{_labels(label_names + ('le',), values + (_number(bound),))} "
-                                     f"{cumulative}")
+                        lines.append(
+                            f"{name}_bucket{_labels(label_names + ('le',), values + (_number(bound),))} {cumulative}"
+                        )
                     lines.append(f"{name}_bucket{_labels(label_names + ('le',), values + ('+Inf',))} {hist.count}")
                     lines.append(f"{name}_sum{_labels(label_names, values)} {_number(hist.sum)}")
                     lines.append(f"{name}_count{_labels(label_names, values)} {hist.count}")
-        for name, text, label_names, series in (self.gauges() if self.gauges else []):
+        for name, text, label_names, series in self.gauges() if self.gauges else []:
             lines += [f"# HELP {name} {text}", f"# TYPE {name} gauge"]
             for values, amount in sorted(series.items()):
                 lines.append(f"{name}{_labels(label_names, values)} {_number(amount)}")

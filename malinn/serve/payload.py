@@ -47,21 +47,25 @@ def parse_predict(body: bytes, signature: Signature) -> PredictRequest:
     """
     try:
         text = body.decode("utf-8")
-        request = json.loads(text)   # NaN, Infinity and -Infinity read as Python's json reads them
+        request = json.loads(text)  # NaN, Infinity and -Infinity read as Python's json reads them
     except UnicodeDecodeError as exc:
         raise BadRequest(f"malformed JSON: the body is not UTF-8 ({exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
-        raise BadRequest(f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno} "
-                         f"(byte {exc.pos} of {len(body)})") from None
+        raise BadRequest(
+            f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno} (byte {exc.pos} of {len(body)})"
+        ) from None
     except RecursionError:
         raise BadRequest("malformed JSON: nested too deeply") from None
     if not isinstance(request, dict):
-        raise BadRequest(f"the request body must be a JSON object with 'instances' or 'inputs', got a "
-                         f"{_json_type(request)}")
+        raise BadRequest(
+            f"the request body must be a JSON object with 'instances' or 'inputs', got a {_json_type(request)}"
+        )
     unknown = sorted(set(request) - {"signature_name", "instances", "inputs"})
     if unknown:
-        raise BadRequest(f"unknown key(s) {', '.join(map(repr, unknown))} in the request (expected 'instances' or "
-                         f"'inputs', and optionally 'signature_name')")
+        raise BadRequest(
+            f"unknown key(s) {', '.join(map(repr, unknown))} in the request (expected 'instances' or "
+            f"'inputs', and optionally 'signature_name')"
+        )
     name = request.get("signature_name", "")
     if name not in ("", None, SIGNATURE_NAME):
         raise BadRequest(f"serving signature name {name!r} not found: the model has {SIGNATURE_NAME!r} alone")
@@ -75,8 +79,7 @@ def parse_predict(body: bytes, signature: Signature) -> PredictRequest:
 
 
 def _json_type(value) -> str:
-    return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(
-        type(value), "number")
+    return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(type(value), "number")
 
 
 def _rows(instances, signature: Signature) -> PredictRequest:
@@ -87,15 +90,19 @@ def _rows(instances, signature: Signature) -> PredictRequest:
     names = signature.input_names
     named = isinstance(instances[0], dict)
     if len(names) > 1 and not named:
-        raise BadRequest(f"the model has {len(names)} inputs ({', '.join(names)}): each of 'instances' must be an "
-                         f"object of them by name")
+        raise BadRequest(
+            f"the model has {len(names)} inputs ({', '.join(names)}): each of 'instances' must be an "
+            f"object of them by name"
+        )
     if named:
         columns = {name: [] for name in names}
         for i, item in enumerate(instances):
             if not isinstance(item, dict):
-                raise BadRequest(f"instances[{i}] is a {_json_type(item)}, the first an object: give every sample "
-                                 f"as an object of the inputs by name")
-            if len(names) == 1 and len(item) == 1:   # one input, under whatever name the client knows it by
+                raise BadRequest(
+                    f"instances[{i}] is a {_json_type(item)}, the first an object: give every sample "
+                    f"as an object of the inputs by name"
+                )
+            if len(names) == 1 and len(item) == 1:  # one input, under whatever name the client knows it by
                 columns[names[0]].append(next(iter(item.values())))
                 continue
             _check_names(item, names, f"instances[{i}]")
@@ -111,20 +118,24 @@ def _rows(instances, signature: Signature) -> PredictRequest:
 def _columns(inputs, signature: Signature) -> PredictRequest:
     names = signature.input_names
     if isinstance(inputs, dict) and len(names) == 1 and len(inputs) == 1:
-        values = list(inputs.values())   # one input, under whatever name the client knows it by
+        values = list(inputs.values())  # one input, under whatever name the client knows it by
     elif isinstance(inputs, dict):
         _check_names(inputs, names, "'inputs'")
         values = [inputs[name] for name in names]
     elif len(names) > 1:
-        raise BadRequest(f"the model has {len(names)} inputs ({', '.join(names)}): 'inputs' must be an object of "
-                         f"them by name, got a {_json_type(inputs)}")
+        raise BadRequest(
+            f"the model has {len(names)} inputs ({', '.join(names)}): 'inputs' must be an object of "
+            f"them by name, got a {_json_type(inputs)}"
+        )
     else:
         values = [inputs]
     arrays = [_array(v, spec, "inputs") for v, spec in zip(values, signature.inputs)]
     counts = [a.shape[0] for a in arrays]
     if len(set(counts)) > 1:
-        raise BadRequest("the inputs have different numbers of samples: " + ", ".join(
-            f"{spec.name!r} {n}" for spec, n in zip(signature.inputs, counts)))
+        raise BadRequest(
+            "the inputs have different numbers of samples: "
+            + ", ".join(f"{spec.name!r} {n}" for spec, n in zip(signature.inputs, counts))
+        )
     if counts[0] == 0:
         raise BadRequest(f"input {names[0]!r} has no samples: give at least one")
     return PredictRequest(arrays, counts[0], columnar=True)
@@ -134,8 +145,9 @@ def _check_names(given: dict, names: list, where: str) -> None:
     missing = [n for n in names if n not in given]
     extra = [n for n in given if n not in names]
     if missing or extra:
-        parts = ([f"missing input(s) {', '.join(map(repr, missing))}"] if missing else []) + \
-                ([f"unknown input(s) {', '.join(map(repr, extra))}"] if extra else [])
+        parts = ([f"missing input(s) {', '.join(map(repr, missing))}"] if missing else []) + (
+            [f"unknown input(s) {', '.join(map(repr, extra))}"] if extra else []
+        )
         raise BadRequest(f"{where}: {' and '.join(parts)}; the model's inputs are {', '.join(map(repr, names))}")
 
 
@@ -152,8 +164,9 @@ def _array(value, spec, form: str) -> np.ndarray:
     if kind in "US":
         raise BadRequest(f"{what}: expected numbers, got strings")
     if kind == "O":
-        raise BadRequest(f"{what}: expected numbers, got nested lists of different depths, null, objects, or "
-                         f"integers beyond 64 bits")
+        raise BadRequest(
+            f"{what}: expected numbers, got nested lists of different depths, null, objects, or integers beyond 64 bits"
+        )
     if kind == "b" and spec.dtype != "bool":
         raise BadRequest(f"{what}: expected numbers, got booleans")
     if kind == "f" and spec.dtype.startswith(("int", "uint")) and not np.all(np.floor(array) == array):

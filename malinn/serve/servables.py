@@ -45,8 +45,11 @@ class ModelVersion:
 
     def status(self) -> dict:
         """TensorFlow Serving's ModelVersionStatus as JSON."""
-        return {"version": str(self.number), "state": self.state,
-                "status": {"error_code": "UNKNOWN" if self.error else "OK", "error_message": self.error}}
+        return {
+            "version": str(self.number),
+            "state": self.state,
+            "status": {"error_code": "UNKNOWN" if self.error else "OK", "error_message": self.error},
+        }
 
 
 def _stamp(path: Path) -> tuple:
@@ -71,8 +74,9 @@ def versions_on_disk(config: ModelConfig) -> dict:
         if not (entry.name.isdigit() and entry.is_dir()):
             continue
         folder = Path(entry.path)
-        files = sorted(p for p in folder.iterdir() if p.suffix in MODEL_SUFFIXES and p.is_file()) \
-            if folder.is_dir() else []
+        files = (
+            sorted(p for p in folder.iterdir() if p.suffix in MODEL_SUFFIXES and p.is_file()) if folder.is_dir() else []
+        )
         files.sort(key=lambda p: MODEL_SUFFIXES.index(p.suffix))
         if files:
             found[int(entry.name)] = files[0]
@@ -119,8 +123,8 @@ class ModelManager:
         self.models = {m.name: ServedModel(m) for m in config.models}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self.initial = threading.Event()      # set once the first loads are done (failed or not)
-        self.failed: list = []                # the first loads' errors
+        self.initial = threading.Event()  # set once the first loads are done (failed or not)
+        self.failed: list = []  # the first loads' errors
         self.stopping = False
         self._say = say or (lambda text: print(f"malinn: {text}", file=sys.stderr, flush=True))
         self._thread = threading.Thread(target=self._watch, name="malinn-serve loader", daemon=True)
@@ -145,14 +149,17 @@ class ModelManager:
     def ready(self) -> bool:
         """Whether every model has an AVAILABLE version and the server is not stopping."""
         with self._lock:
-            return (self.initial.is_set() and not self.stopping
-                    and all(served.available() for served in self.models.values()))
+            return (
+                self.initial.is_set()
+                and not self.stopping
+                and all(served.available() for served in self.models.values())
+            )
 
     def _watch(self) -> None:
         try:
             for served in self.models.values():
                 self.failed += self._sync(served)
-        except Exception as exc:   # a bug here must not leave the server waiting for ever
+        except Exception as exc:  # a bug here must not leave the server waiting for ever
             self.failed.append(f"unexpected {type(exc).__name__}: {exc}")
         finally:
             self.initial.set()
@@ -166,8 +173,10 @@ class ModelManager:
                         for error in self._sync(served):
                             self._say(f"error: {error} (still serving the versions loaded before)")
                     except Exception as exc:
-                        self._say(f"warning: model {served.name!r}: unexpected {type(exc).__name__} while looking "
-                                  f"for versions: {exc}")
+                        self._say(
+                            f"warning: model {served.name!r}: unexpected {type(exc).__name__} while looking "
+                            f"for versions: {exc}"
+                        )
 
     # ------------------------------------------------------------------ versions
     def _sync(self, served: ServedModel) -> list:
@@ -177,12 +186,15 @@ class ModelManager:
         want = wanted(served.config.policy, on_disk)
         errors = []
         if not on_disk:
-            errors.append(f"model {served.name!r}: no version found in {str(served.config.base_path)!r} (a model "
-                          f"file, or version folders 1/, 2/... holding one {'/'.join(MODEL_SUFFIXES)} file)")
+            errors.append(
+                f"model {served.name!r}: no version found in {str(served.config.base_path)!r} (a model "
+                f"file, or version folders 1/, 2/... holding one {'/'.join(MODEL_SUFFIXES)} file)"
+            )
         for number in sorted(want, reverse=True):
             known = served.versions.get(number)
-            if known is not None and (known.state in ("LOADING", "AVAILABLE")
-                                      or (known.error and known.stamp == _stamp(on_disk[number]))):
+            if known is not None and (
+                known.state in ("LOADING", "AVAILABLE") or (known.error and known.stamp == _stamp(on_disk[number]))
+            ):
                 continue
             error = self._load(served, number, on_disk[number])
             if error:
@@ -204,8 +216,9 @@ class ModelManager:
             batching = served.config.batching
             if self.config.warmup:
                 for size in batching.sizes():
-                    model.predict(signature.model_input([np.zeros((size,) + s.shape, np.float32)
-                                                         for s in signature.inputs]))
+                    model.predict(
+                        signature.model_input([np.zeros((size,) + s.shape, np.float32) for s in signature.inputs])
+                    )
         except Exception as exc:
             version.state, version.error = "END", f"{type(exc).__name__}: {exc}"
             return f"model {served.name!r} version {number} ({path}) failed to load: {version.error}"
@@ -220,17 +233,19 @@ class ModelManager:
                 self.metrics.count("malinn_serve_padded_samples_total", (served.name, str(number)), padded - samples)
 
         batcher = Batcher(predict, batching, label, observe)
-        with self._lock:   # one step: from here a request without a version may go to it
+        with self._lock:  # one step: from here a request without a version may go to it
             version.model, version.signature, version.batcher = model, signature, batcher
             version.state = "AVAILABLE"
-        self._say(f"model {served.name!r} version {number} is available ({path}, {time.monotonic() - started:.1f} s "
-                  f"to load{' and warm up' if self.config.warmup else ''})")
+        self._say(
+            f"model {served.name!r} version {number} is available ({path}, {time.monotonic() - started:.1f} s "
+            f"to load{' and warm up' if self.config.warmup else ''})"
+        )
         return ""
 
     def _unload(self, version: ModelVersion) -> None:
-        with self._lock:   # no new request goes to it from here
+        with self._lock:  # no new request goes to it from here
             version.state = "UNLOADING"
-        version.batcher.stop()   # answers what it queued
+        version.batcher.stop()  # answers what it queued
         with self._lock:
             version.state, version.model, version.batcher = "END", None, None
         self._say(f"model {version.name!r} version {version.number} is unloaded")
@@ -245,12 +260,15 @@ class ModelManager:
         """
         served = self.models.get(name)
         if served is None:
-            raise NotFound(f"Servable not found for request: Latest({name}) (served models: "
-                           f"{', '.join(sorted(self.models))})")
+            raise NotFound(
+                f"Servable not found for request: Latest({name}) (served models: {', '.join(sorted(self.models))})"
+            )
         if label is not None:
             if label not in served.config.labels:
-                raise NotFound(f"Unrecognized servable version label: {label} (model {name!r} has "
-                               f"{', '.join(sorted(served.config.labels)) or 'none'})")
+                raise NotFound(
+                    f"Unrecognized servable version label: {label} (model {name!r} has "
+                    f"{', '.join(sorted(served.config.labels)) or 'none'})"
+                )
             version = served.config.labels[label]
         with self._lock:
             if version is None:
@@ -260,8 +278,10 @@ class ModelManager:
                 return available[-1]
             found = served.versions.get(version)
             if found is None or found.state != "AVAILABLE":
-                raise NotFound(f"Servable not found for request: Specific({name}, {version})"
-                               f"{' (it is ' + found.state + ')' if found is not None else ''}")
+                raise NotFound(
+                    f"Servable not found for request: Specific({name}, {version})"
+                    f"{' (it is ' + found.state + ')' if found is not None else ''}"
+                )
             return found
 
     def statuses(self, name: str, version: int | None = None, label: str | None = None) -> list:
@@ -296,5 +316,7 @@ class ModelManager:
                     states[(served.name, v.state)] = states.get((served.name, v.state), 0) + 1
                     if v.batcher is not None:
                         depth[(served.name, str(v.number))] = v.batcher.depth()
-        return [("malinn_serve_queue_depth", "Requests waiting for their batch.", ("model", "version"), depth),
-                ("malinn_serve_model_versions", "Model versions by state.", ("model", "state"), states)]
+        return [
+            ("malinn_serve_queue_depth", "Requests waiting for their batch.", ("model", "version"), depth),
+            ("malinn_serve_model_versions", "Model versions by state.", ("model", "state"), states),
+        ]

@@ -65,8 +65,9 @@ def require_extra() -> None:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
-        raise MissingExtra(f"malinn serve needs the serve extra ({exc.name or 'starlette, uvicorn'} is missing): "
-                           f"{EXTRA_HINT}") from None
+        raise MissingExtra(
+            f"malinn serve needs the serve extra ({exc.name or 'starlette, uvicorn'} is missing): {EXTRA_HINT}"
+        ) from None
 
 
 def serve(config: ServeConfig, say: Callable[[str], None] = _say) -> int:
@@ -85,8 +86,9 @@ def serve(config: ServeConfig, say: Callable[[str], None] = _say) -> int:
     manager = ModelManager(config, metrics, say=say)
     app = build_app(manager, metrics, config)
     in_flight = app.state.in_flight
-    metrics.gauges = lambda: manager.gauges() + [
-        ("malinn_serve_in_flight", "Requests being answered now.", (), {(): in_flight[0]})]
+    metrics.gauges = lambda: (
+        manager.gauges() + [("malinn_serve_in_flight", "Requests being answered now.", (), {(): in_flight[0]})]
+    )
 
     class Server(uvicorn.Server):
         """uvicorn's server, whose signals stop it gracefully and are not raised again afterwards
@@ -114,9 +116,14 @@ def serve(config: ServeConfig, say: Callable[[str], None] = _say) -> int:
     sock = _listening_socket(config.host, config.port)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    uv_config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                               limit_concurrency=config.max_connections,
-                               timeout_graceful_shutdown=int(config.request_timeout) + 5)
+    uv_config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        limit_concurrency=config.max_connections,
+        timeout_graceful_shutdown=int(config.request_timeout) + 5,
+    )
     server = Server(uv_config)
     say(f"REST API at http://{shown}:{port} (models: {', '.join(manager.models)}); loading the models")
     manager.start()

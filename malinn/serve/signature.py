@@ -18,9 +18,21 @@ __all__ = ["TensorSpec", "Signature", "SIGNATURE_NAME", "TF_DTYPES"]
 SIGNATURE_NAME = "serving_default"
 
 #: Keras's dtype names as TensorFlow's DataType enum names them
-TF_DTYPES = {"float32": "DT_FLOAT", "float64": "DT_DOUBLE", "float16": "DT_HALF", "bfloat16": "DT_BFLOAT16",
-             "int8": "DT_INT8", "int16": "DT_INT16", "int32": "DT_INT32", "int64": "DT_INT64", "uint8": "DT_UINT8",
-             "uint16": "DT_UINT16", "uint32": "DT_UINT32", "uint64": "DT_UINT64", "bool": "DT_BOOL"}
+TF_DTYPES = {
+    "float32": "DT_FLOAT",
+    "float64": "DT_DOUBLE",
+    "float16": "DT_HALF",
+    "bfloat16": "DT_BFLOAT16",
+    "int8": "DT_INT8",
+    "int16": "DT_INT16",
+    "int32": "DT_INT32",
+    "int64": "DT_INT64",
+    "uint8": "DT_UINT8",
+    "uint16": "DT_UINT16",
+    "uint32": "DT_UINT32",
+    "uint64": "DT_UINT64",
+    "bool": "DT_BOOL",
+}
 
 
 @dataclass(frozen=True)
@@ -39,8 +51,11 @@ class TensorSpec:
     def tensor_info(self) -> dict:
         """TensorFlow's TensorInfo as JSON (sizes are strings there: int64 in proto3's JSON)."""
         dims = [{"size": "-1", "name": ""}] + [{"size": str(d), "name": ""} for d in self.shape]
-        return {"dtype": TF_DTYPES.get(self.dtype, "DT_FLOAT"), "tensor_shape": {"dim": dims, "unknown_rank": False},
-                "name": f"{SIGNATURE_NAME}_{self.name}:0"}
+        return {
+            "dtype": TF_DTYPES.get(self.dtype, "DT_FLOAT"),
+            "tensor_shape": {"dim": dims, "unknown_rank": False},
+            "name": f"{SIGNATURE_NAME}_{self.name}:0",
+        }
 
 
 class Signature:
@@ -51,12 +66,12 @@ class Signature:
     """
 
     def __init__(self, model):
-        if hasattr(model, "inputs") and hasattr(model, "outputs"):   # Functional
+        if hasattr(model, "inputs") and hasattr(model, "outputs"):  # Functional
             self.inputs = [TensorSpec(t.name, tuple(t.shape[1:]), t.dtype) for t in model.inputs]
             names = list(model.output_names) if model.output_names is not None else [t.name for t in model.outputs]
             self.outputs = [TensorSpec(n, tuple(t.shape[1:])) for n, t in zip(_distinct(names), model.outputs)]
             self._keyed = model.output_names is not None
-        else:                                                        # Sequential
+        else:  # Sequential
             first = model.layers[0].name if model.layers else model.name
             dtype = getattr(model, "_input_dtype", "float32")
             self.inputs = [TensorSpec(f"{first}_input", tuple(model.input_shape[1:]), dtype)]
@@ -79,9 +94,12 @@ class Signature:
 
     def signature_def(self) -> dict:
         """The ``serving_default`` SignatureDef as TensorFlow Serving's metadata API answers it."""
-        return {"inputs": {s.name: s.tensor_info() for s in self.inputs},
-                "outputs": {s.name: s.tensor_info() for s in self.outputs},
-                "method_name": "tensorflow/serving/predict", "defaults": {}}
+        return {
+            "inputs": {s.name: s.tensor_info() for s in self.inputs},
+            "outputs": {s.name: s.tensor_info() for s in self.outputs},
+            "method_name": "tensorflow/serving/predict",
+            "defaults": {},
+        }
 
 
 def _distinct(names: list) -> list:

@@ -51,8 +51,8 @@ def reference(x: np.ndarray, weights: np.ndarray, g: ConvGeometry) -> np.ndarray
             patch = x[:, np.clip(iy, 0, g.IH - 1)][:, :, np.clip(ix, 0, g.IW - 1)] * mask[None, :, :, None]
             tap = (ky * g.KW + kx) * g.cg
             for group in range(g.groups):
-                w = weights[group * mg:(group + 1) * mg, tap:tap + g.cg].astype(np.float64)
-                out[..., group * mg:(group + 1) * mg] += patch[..., group * g.cg:(group + 1) * g.cg] @ w.T
+                w = weights[group * mg : (group + 1) * mg, tap : tap + g.cg].astype(np.float64)
+                out[..., group * mg : (group + 1) * mg] += patch[..., group * g.cg : (group + 1) * g.cg] @ w.T
     return out
 
 
@@ -60,8 +60,15 @@ def _plan(device: Device, g: ConvGeometry, weights: np.ndarray, algorithm: Kerne
     builder = PlanBuilder(device, g.batch)
     x = builder.input((g.IH, g.IW, g.cin))
     weight = Weight(f"conv {g.key()} weights", weights.shape, lambda: weights, {})
-    y = kinds.conv(builder, x, weight, {**g.window(), "GROUPS": g.groups}, (g.batch, g.OH, g.OW, g.cout),
-                     what=f"conv {g.key()}", algorithm=algorithm)
+    y = kinds.conv(
+        builder,
+        x,
+        weight,
+        {**g.window(), "GROUPS": g.groups},
+        (g.batch, g.OH, g.OW, g.cout),
+        what=f"conv {g.key()}",
+        algorithm=algorithm,
+    )
     return builder.compile([y]).allocate()
 
 
@@ -74,8 +81,14 @@ def case(g: ConvGeometry) -> tuple:
     return x, weights, reference(x, weights, g)
 
 
-def time_algorithm(device: Device, g: ConvGeometry, algorithm: KernelSpec, repeat: int = 3,
-                   tolerance: float = 1e-4, data: tuple | None = None) -> float | None:
+def time_algorithm(
+    device: Device,
+    g: ConvGeometry,
+    algorithm: KernelSpec,
+    repeat: int = 3,
+    tolerance: float = 1e-4,
+    data: tuple | None = None,
+) -> float | None:
     """Median device seconds of all the launches of a one-layer plan of ``g`` running
     ``algorithm``, or ``None`` when its result differs from :func:`reference`.
 
@@ -106,7 +119,7 @@ def candidates(device: Device, g: ConvGeometry, quick: bool = False, seed: int =
     defaults, then one of each other staging mode (``LOCAL``), then a sample."""
     library = load_library()
     found = [default_algorithm(device, g)]
-    seen = {(found[0].codename, found[0].defines)}   # one timing per kernel and configuration
+    seen = {(found[0].codename, found[0].defines)}  # one timing per kernel and configuration
 
     def add(spec: KernelSpec) -> None:
         if (spec.codename, spec.defines) not in seen and runs(spec, g, device):
@@ -122,17 +135,27 @@ def candidates(device: Device, g: ConvGeometry, quick: bool = False, seed: int =
             rest = configs[1:]
             random.Random(seed).shuffle(rest)
             # each staging mode (LOCAL) once before any second configuration of one
-            firsts = [c for i, c in enumerate(rest) if c.get("LOCAL") not in
-                      [configs[0].get("LOCAL")] + [r.get("LOCAL") for r in rest[:i]]]
+            firsts = [
+                c
+                for i, c in enumerate(rest)
+                if c.get("LOCAL") not in [configs[0].get("LOCAL")] + [r.get("LOCAL") for r in rest[:i]]
+            ]
             rest = firsts + [c for c in rest if c not in firsts]
-            configs = configs[:1] + (rest[:QUICK_CONV_CONFIGS - 1] if quick else rest)
+            configs = configs[:1] + (rest[: QUICK_CONV_CONFIGS - 1] if quick else rest)
             for config in configs:
                 add(spec.configure(config))
     return found
 
 
-def tune_convs(geometries: list, device: Device | None = None, quick: bool = False, repeat: int = 3,
-               budget_s: float | None = None, stream: IO[str] = sys.stderr, seed: int = 0) -> dict:
+def tune_convs(
+    geometries: list,
+    device: Device | None = None,
+    quick: bool = False,
+    repeat: int = 3,
+    budget_s: float | None = None,
+    stream: IO[str] = sys.stderr,
+    seed: int = 0,
+) -> dict:
     """Times every candidate algorithm of each convolution geometry and stores the fastest correct one.
 
     Args:
@@ -159,38 +182,48 @@ def tune_convs(geometries: list, device: Device | None = None, quick: bool = Fal
     start = time.perf_counter()
     winners, untuned, timed = {}, [], 0
     for g in geometries:
-        results: list[tuple[float, KernelSpec]] = []   # (seconds, configured algorithm)
+        results: list[tuple[float, KernelSpec]] = []  # (seconds, configured algorithm)
         data = case(g)
         default = default_algorithm(device, g)
         for spec in candidates(device, g, quick, seed):
             if budget_s is not None and time.perf_counter() - start > budget_s and results:
-                break   # the default is always timed
+                break  # the default is always timed
             try:
                 seconds = time_algorithm(device, g, spec, repeat, data=data)
-            except MalinnError as exc:   # a configuration this device cannot build, launch or hold
+            except MalinnError as exc:  # a configuration this device cannot build, launch or hold
                 stream.write(f"{g.key()}: {spec.codename} {_config(spec)}: {str(exc).splitlines()[0]}\n")
                 continue
             timed += 1
             if seconds is not None:
                 results.append((seconds, spec))
-            else:   # a kernel developer's only numpy check of a candidate: say so
+            else:  # a kernel developer's only numpy check of a candidate: say so
                 stream.write(f"{g.key()}: {spec.codename} {_config(spec)}: a result that numpy does not give\n")
         if not results:
             untuned.append(g.key())
             continue
         seconds, spec = min(results, key=lambda r: r[0])
         flop = 2.0 * g.cout * g.taps * g.cg * g.pixels
-        winner = {"codename": spec.codename, "defines": _overrides(spec), "seconds": seconds,
-                  "gflops": flop / seconds / 1e9, "tuned_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+        winner = {
+            "codename": spec.codename,
+            "defines": _overrides(spec),
+            "seconds": seconds,
+            "gflops": flop / seconds / 1e9,
+            "tuned_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
         before = next((s for s, c in results if c == default), None)
         if before is not None:
             winner["default_seconds"] = before
         winners[g.key()] = winner
-        stream.write(f"{g.key()}: {spec.codename} {_config(spec)} {seconds * 1e3:.3f} ms"
-                     + (f" (default {default.codename}: {before * 1e3:.3f} ms)" if before is not None else "") + "\n")
+        stream.write(
+            f"{g.key()}: {spec.codename} {_config(spec)} {seconds * 1e3:.3f} ms"
+            + (f" (default {default.codename}: {before * 1e3:.3f} ms)" if before is not None else "")
+            + "\n"
+        )
     if not winners:
-        raise MalinnError(f"no convolution algorithm ran correctly on {device.name} for "
-                          f"{', '.join(g.key() for g in geometries) or 'no layer'}")
+        raise MalinnError(
+            f"no convolution algorithm ran correctly on {device.name} for "
+            f"{', '.join(g.key() for g in geometries) or 'no layer'}"
+        )
     path = save(device, convs=winners)
     return {"convs": winners, "untuned": untuned, "candidates": timed, "path": str(path)}
 

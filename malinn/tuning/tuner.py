@@ -39,7 +39,10 @@ QUICK_SHAPES = [(1000, 1250, 64), (512, 512, 256)]
 #: configurations per tunable kernel with ``quick``: its defaults, the device kind's default, a sample.
 QUICK_CONFIGS = 4
 
-def _progress(done: int, total: int, label: str, stream: IO[str], started: float, budget_s: float | None = None) -> None:
+
+def _progress(
+    done: int, total: int, label: str, stream: IO[str], started: float, budget_s: float | None = None
+) -> None:
     """One line of progress, rewritten in place: a bar, the count, the time left (the budget's
     rest where that is sooner) and ``label``, cut to the terminal's width so that the line never
     wraps; where the stream is not a terminal (a log), a line of 80 columns at each quarter and at
@@ -56,7 +59,7 @@ def _progress(done: int, total: int, label: str, stream: IO[str], started: float
         timing = "ETA ?"
     terminal = getattr(stream, "isatty", lambda: False)()
     if not terminal and done < total and (done == 0 or done * 4 // total == (done - 1) * 4 // total):
-        return   # a log, not a terminal: a line at each quarter and at the end, no carriage returns
+        return  # a log, not a terminal: a line at each quarter and at the end, no carriage returns
     columns = shutil.get_terminal_size((80, 24)).columns if terminal else 80
     width = 20 if columns >= 60 else 10
     filled = int(width * done / max(total, 1))
@@ -90,8 +93,8 @@ class Product:
 
     def __init__(self, spec: Any, device: Device, m: int, k: int, n: int, operands: tuple | None = None):
         """Args:
-            operands: ``(a, b)``, float32 arrays of shapes ``(m, k)`` and ``(k, n)``; default: random
-                ones seeded by the shape (the same for every kernel).
+        operands: ``(a, b)``, float32 arrays of shapes ``(m, k)`` and ``(k, n)``; default: random
+            ones seeded by the shape (the same for every kernel).
         """
         if operands is None:
             rng = np.random.default_rng(m * 7 + k * 3 + n)
@@ -100,11 +103,15 @@ class Product:
         plan = matmul_plan(spec, m, k, n)
         self.r = DeviceMatrix.empty(device, (m, n), spec.matrices["r"].layout, plan["r"])
         layout = spec.matrices["a"].layout
-        weights = DeviceMatrix.upload_weights(device, device_bytes(self.a, spec.precision, layout, plan["a"]),
-                                              (m, k), layout, plan["a"], spec.precision)
-        self.a = effective(self.a, spec.precision)   # what the kernel multiplies by
-        self._args = {"a": weights,
-                      "b": DeviceMatrix.upload(device, self.b, spec.matrices["b"].layout, plan["b"]), "r": self.r}
+        weights = DeviceMatrix.upload_weights(
+            device, device_bytes(self.a, spec.precision, layout, plan["a"]), (m, k), layout, plan["a"], spec.precision
+        )
+        self.a = effective(self.a, spec.precision)  # what the kernel multiplies by
+        self._args = {
+            "a": weights,
+            "b": DeviceMatrix.upload(device, self.b, spec.matrices["b"].layout, plan["b"]),
+            "r": self.r,
+        }
         self._spec, self._device = spec, device
 
     def launch(self):
@@ -138,7 +145,7 @@ def _candidates(library: Any, device: Device, quick: bool, seed: int) -> list[tu
         rest = [c for c in configs if c not in first]
         random.Random(seed).shuffle(rest)
         if quick:
-            rest = rest[:max(0, QUICK_CONFIGS - len(first))]
+            rest = rest[: max(0, QUICK_CONFIGS - len(first))]
         found += [(codename, config) for config in first + rest]
     default = (kind_default.codename, kind_default.config)
     return [default] + [c for c in found if c != default] if default in found else found
@@ -160,9 +167,17 @@ def _product(shape: Any) -> tuple[int, int, int]:
     return m, k, n
 
 
-def tune(device: Device | None = None, shapes: list[tuple[int, int, int]] | None = None, quick: bool = False,
-         repeat: int = 3, budget_s: float | None = None, stream: IO[str] = sys.stderr, seed: int = 0, per_shape: bool = False,
-         precision: str = "fp32") -> dict:
+def tune(
+    device: Device | None = None,
+    shapes: list[tuple[int, int, int]] | None = None,
+    quick: bool = False,
+    repeat: int = 3,
+    budget_s: float | None = None,
+    stream: IO[str] = sys.stderr,
+    seed: int = 0,
+    per_shape: bool = False,
+    precision: str = "fp32",
+) -> dict:
     """Times candidates on ``device`` and stores the fastest correct ones in the tuning database.
 
     Args:
@@ -198,30 +213,31 @@ def tune(device: Device | None = None, shapes: list[tuple[int, int, int]] | None
     check_precision(precision, device)
     library = load_library()
     shapes = list(dict.fromkeys(_product(s) for s in shapes or (QUICK_SHAPES if quick else STANDARD_SHAPES)))
-    work = []   # (codename, config, spec, the shapes it is timed on)
+    work = []  # (codename, config, spec, the shapes it is timed on)
     for codename, config in _candidates(library, device, quick, seed):
         if precision not in library[codename].precisions:
             continue
         spec = library[codename].configure(config).in_precision(precision)
         mine = [s for s in shapes if spec.accepts(*s, device=device)]
         if not per_shape and len(mine) < len(shapes):
-            continue   # a general winner must run every shape; the runtime would never run it on the others
+            continue  # a general winner must run every shape; the runtime would never run it on the others
         if mine:
             work.append((codename, config, spec, mine))
-    if per_shape:   # each shape's untuned choice first: a run cut short has timed what the runtime would run
+    if per_shape:  # each shape's untuned choice first: a run cut short has timed what the runtime would run
         first: list[tuple] = []
         for shape in shapes:
             spec = untuned_matmul(device, shape, precision)
             queued = [w for w in work if (w[0], w[1]) == (spec.codename, spec.config)]
-            first += [w for w in queued if w not in first] or [(spec.codename, spec.config, spec.in_precision(precision),
-                                                             [shape])]
+            first += [w for w in queued if w not in first] or [
+                (spec.codename, spec.config, spec.in_precision(precision), [shape])
+            ]
         work = first + [w for w in work if w not in first]
-    untuned = len(first) if per_shape else 1   # timed whatever the budget: what the runtime runs untuned
+    untuned = len(first) if per_shape else 1  # timed whatever the budget: what the runtime runs untuned
     total = sum(len(w[3]) for w in work)
     start = time.perf_counter()
     done, cut = 0, False
     results: list[dict[str, Any]] = []
-    timed: dict[tuple, list] = {s: [] for s in shapes}          # shape -> [(seconds, codename, config)]
+    timed: dict[tuple, list] = {s: [] for s in shapes}  # shape -> [(seconds, codename, config)]
     for index, (codename, config, spec, mine) in enumerate(work):
         if budget_s is not None and time.perf_counter() - start > budget_s and index >= untuned:
             stream.write(f"\ntime budget of {budget_s:g} s spent after {len(results)} candidates\n")
@@ -231,13 +247,12 @@ def tune(device: Device | None = None, shapes: list[tuple[int, int, int]] | None
         seconds: dict[tuple, float | None] = {}
         error = None
         for shape in mine:
-            _progress(done, total, f"{shape_key(shape)} {label}" if per_shape else label, stream, start,
-                      budget_s)
+            _progress(done, total, f"{shape_key(shape)} {label}" if per_shape else label, stream, start, budget_s)
             done += 1
-            if error is None and (per_shape or None not in seconds.values()):   # general: wrong once, out
+            if error is None and (per_shape or None not in seconds.values()):  # general: wrong once, out
                 try:
                     seconds[shape] = _time_product(spec, device, shape, repeat)
-                except MalinnError as exc:   # a configuration this device cannot build or launch
+                except MalinnError as exc:  # a configuration this device cannot build or launch
                     error = str(exc).splitlines()[0]
         if error is not None:
             results.append({"codename": codename, "defines": config, "error": error})
@@ -253,45 +268,77 @@ def tune(device: Device | None = None, shapes: list[tuple[int, int, int]] | None
         _progress(total, total, "", stream, start)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     # what did not run, or ran wrong (numpy disagreed): a kernel developer's only check of a candidate
-    failed = [{"codename": r["codename"], "defines": r["defines"],
-               "why": r.get("error") or "a result that numpy does not give"}
-              for r in results if r.get("error") or ("seconds" in r and r["seconds"] is None)]
+    failed = [
+        {
+            "codename": r["codename"],
+            "defines": r["defines"],
+            "why": r.get("error") or "a result that numpy does not give",
+        }
+        for r in results
+        if r.get("error") or ("seconds" in r and r["seconds"] is None)
+    ]
     if per_shape:
         winners = {}
         for shape, found in timed.items():
             if found:
                 value, codename, config = min(found, key=lambda t: t[0])
-                winners[shape_key(shape)] = {"codename": codename, "defines": config, "seconds": value,
-                                             "gflops": 2.0 * math.prod(shape) / value / 1e9, "tuned_at": stamp}
+                winners[shape_key(shape)] = {
+                    "codename": codename,
+                    "defines": config,
+                    "seconds": value,
+                    "gflops": 2.0 * math.prod(shape) / value / 1e9,
+                    "tuned_at": stamp,
+                }
         if not winners:
-            raise MalinnError(f"no matmul candidate ran correctly on {device.name} for "
-                              f"{', '.join(map(shape_key, shapes))}")
+            raise MalinnError(
+                f"no matmul candidate ran correctly on {device.name} for {', '.join(map(shape_key, shapes))}"
+            )
         kept = {}
         if cut:
             before = stored(device, precision).get("shapes")
             before = before if isinstance(before, dict) else {}
             by_key = {shape_key(shape): shape for shape in shapes}
-            kept = {key: old for key, won in winners.items()
-                    if (old := _keep_faster(won, before.get(key), won["gflops"])) is not None
-                    and offered(old, device, by_key[key], precision)}   # a winner the library dropped goes
+            kept = {
+                key: old
+                for key, won in winners.items()
+                if (old := _keep_faster(won, before.get(key), won["gflops"])) is not None
+                and offered(old, device, by_key[key], precision)
+            }  # a winner the library dropped goes
         new = {key: won for key, won in winners.items() if key not in kept}
         path = save(device, shapes=new, precision=precision) if new else tuning_file_path()
-        return {"shapes": {**winners, **kept}, "kept": sorted(kept),
-                "untuned": [shape_key(s) for s in shapes if shape_key(s) not in winners],
-                "candidates": len(results), "failed": failed, "path": str(path)}
+        return {
+            "shapes": {**winners, **kept},
+            "kept": sorted(kept),
+            "untuned": [shape_key(s) for s in shapes if shape_key(s) not in winners],
+            "candidates": len(results),
+            "failed": failed,
+            "path": str(path),
+        }
     ranked = sorted((r for r in results if r.get("seconds")), key=lambda r: r["seconds"])
     if not ranked:
         raise MalinnError(f"no matmul candidate ran correctly on {device.name}")
     flop = sum(2.0 * m * k * n for m, k, n in shapes)
-    best = {**ranked[0], "shapes": [list(s) for s in shapes], "gflops": flop / ranked[0]["seconds"] / 1e9,
-            "device": device.name, "driver": device.driver_version, "tuned_at": stamp, "candidates": len(results),
-            "ranking": [{**r, "gflops": flop / r["seconds"] / 1e9} for r in ranked[:20]]}
+    best = {
+        **ranked[0],
+        "shapes": [list(s) for s in shapes],
+        "gflops": flop / ranked[0]["seconds"] / 1e9,
+        "device": device.name,
+        "driver": device.driver_version,
+        "tuned_at": stamp,
+        "candidates": len(results),
+        "ranking": [{**r, "gflops": flop / r["seconds"] / 1e9} for r in ranked[:20]],
+    }
     kept_general = _keep_faster(best, stored(device, precision).get("general"), best["gflops"]) if cut else None
-    if kept_general is not None and not offered(kept_general, device, precision=precision):   # the library dropped it
+    if kept_general is not None and not offered(kept_general, device, precision=precision):  # the library dropped it
         kept_general = None
-    if kept_general is not None:   # the stored winner stays; say so
-        return {**kept_general, "kept": True, "candidates": len(results), "failed": failed,
-                "path": str(tuning_file_path())}
+    if kept_general is not None:  # the stored winner stays; say so
+        return {
+            **kept_general,
+            "kept": True,
+            "candidates": len(results),
+            "failed": failed,
+            "path": str(tuning_file_path()),
+        }
     best["path"] = str(save(device, general=best, precision=precision))
     best["failed"] = failed
     return best

@@ -33,14 +33,18 @@ def _object(module, class_name, config):
 
 
 def _keras3_ref(name, width=3):
-    return {"class_name": "__keras_tensor__", "config": {"shape": [None, width], "dtype": "float32",
-                                                         "keras_history": [name, 0, 0]}}
+    return {
+        "class_name": "__keras_tensor__",
+        "config": {"shape": [None, width], "dtype": "float32", "keras_history": [name, 0, 0]},
+    }
 
 
 def layer_specs(n: int, graph: bool) -> list:
     """``[(class name, name, config extras, inputs)]`` of the model, the InputLayer first."""
-    specs = [("InputLayer", "input_layer", {}, []), ("Dense", "dense", {"units": 3, "activation": "linear",
-                                                                        "use_bias": True}, ["input_layer"])]
+    specs = [
+        ("InputLayer", "input_layer", {}, []),
+        ("Dense", "dense", {"units": 3, "activation": "linear", "use_bias": True}, ["input_layer"]),
+    ]
     previous = "dense"
     for i in range(n):
         specs.append(("Activation", f"act_{i}", {"activation": "relu"}, [previous]))
@@ -55,23 +59,32 @@ def keras3_config(n: int, graph: bool) -> dict:
     layers = []
     for class_name, name, extra, inputs in layer_specs(n, graph):
         if class_name == "InputLayer":
-            entry = _object("keras.layers", "InputLayer", {"batch_shape": [None, 4], "dtype": "float32",
-                                                           "sparse": False, "ragged": False, "name": name})
+            entry = _object(
+                "keras.layers",
+                "InputLayer",
+                {"batch_shape": [None, 4], "dtype": "float32", "sparse": False, "ragged": False, "name": name},
+            )
             entry.update(name=name, inbound_nodes=[])
         else:
-            entry = _object("keras.layers", class_name, {"name": name, "trainable": True, "dtype": "float32",
-                                                         **extra})
+            entry = _object("keras.layers", class_name, {"name": name, "trainable": True, "dtype": "float32", **extra})
             width = 4 if class_name == "Dense" else 3
             refs = [_keras3_ref(i, width) for i in inputs]
-            entry.update(name=name, inbound_nodes=[{"args": [refs] if class_name == "Add" else refs,
-                                                    "kwargs": {}}])
+            entry.update(name=name, inbound_nodes=[{"args": [refs] if class_name == "Add" else refs, "kwargs": {}}])
             if class_name == "Dense":
                 entry["build_config"] = {"input_shape": [None, 4]}
         layers.append(entry)
     last = layers[-1]["name"]
-    return _object("keras.src.models.functional", "Functional", {
-        "name": "functional", "trainable": True, "layers": layers,
-        "input_layers": [["input_layer", 0, 0]], "output_layers": [[last, 0, 0]]})
+    return _object(
+        "keras.src.models.functional",
+        "Functional",
+        {
+            "name": "functional",
+            "trainable": True,
+            "layers": layers,
+            "input_layers": [["input_layer", 0, 0]],
+            "output_layers": [[last, 0, 0]],
+        },
+    )
 
 
 def keras2_config(n: int, graph: bool) -> dict:
@@ -79,16 +92,29 @@ def keras2_config(n: int, graph: bool) -> dict:
     layers = []
     for class_name, name, extra, inputs in layer_specs(n, graph):
         if class_name == "InputLayer":
-            config = {"batch_input_shape": [None, 4], "dtype": "float32", "sparse": False, "ragged": False,
-                      "name": name}
+            config = {
+                "batch_input_shape": [None, 4],
+                "dtype": "float32",
+                "sparse": False,
+                "ragged": False,
+                "name": name,
+            }
             nodes = []
         else:
             config = {"name": name, "trainable": True, "dtype": "float32", **extra}
             nodes = [[[i, 0, 0, {}] for i in inputs]]
         layers.append({"class_name": class_name, "config": config, "name": name, "inbound_nodes": nodes})
-    return {"class_name": "Functional", "config": {
-        "name": "model", "layers": layers, "input_layers": [["input_layer", 0, 0]],
-        "output_layers": [[layers[-1]["name"], 0, 0]]}, "keras_version": "2.15.0", "backend": "tensorflow"}
+    return {
+        "class_name": "Functional",
+        "config": {
+            "name": "model",
+            "layers": layers,
+            "input_layers": [["input_layer", 0, 0]],
+            "output_layers": [[layers[-1]["name"], 0, 0]],
+        },
+        "keras_version": "2.15.0",
+        "backend": "tensorflow",
+    }
 
 
 def _keras3_weight_tree(f, n: int, graph: bool) -> None:
@@ -170,12 +196,21 @@ def expected(x: np.ndarray, graph: bool = True) -> np.ndarray:
 
 def nested_sequential(depth: int) -> dict:
     """A Keras 3 config of Sequentials nested ``depth`` deep, the innermost holding one Dense."""
-    inner = _object("keras.layers", "Dense", {"name": "dense", "trainable": True, "dtype": "float32",
-                                              "units": 3, "activation": "linear", "use_bias": True})
+    inner = _object(
+        "keras.layers",
+        "Dense",
+        {"name": "dense", "trainable": True, "dtype": "float32", "units": 3, "activation": "linear", "use_bias": True},
+    )
     inner["build_config"] = {"input_shape": [None, 4]}
     model = _object("keras", "Sequential", {"name": f"sequential_{depth}", "trainable": True, "layers": [inner]})
     for level in range(depth - 1, 0, -1):
         model = _object("keras", "Sequential", {"name": f"sequential_{level}", "trainable": True, "layers": [model]})
-    model["config"]["layers"].insert(0, _object("keras.layers", "InputLayer", {
-        "batch_shape": [None, 4], "dtype": "float32", "sparse": False, "ragged": False, "name": "input_layer"}))
+    model["config"]["layers"].insert(
+        0,
+        _object(
+            "keras.layers",
+            "InputLayer",
+            {"batch_shape": [None, 4], "dtype": "float32", "sparse": False, "ragged": False, "name": "input_layer"},
+        ),
+    )
     return model

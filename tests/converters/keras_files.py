@@ -19,25 +19,49 @@ from malinn.converters.naming import unique_saving_names
 
 
 def keras_object(module, class_name, config=None, registered_name=None):
-    return {"module": module, "class_name": class_name, "config": config if config is not None else {},
-            "registered_name": registered_name}
+    return {
+        "module": module,
+        "class_name": class_name,
+        "config": config if config is not None else {},
+        "registered_name": registered_name,
+    }
 
 
 def input_layer(width):
-    return keras_object("keras.layers", "InputLayer", {
-        "batch_shape": [None, width], "dtype": "float32", "sparse": False, "ragged": False,
-        "name": "input_layer", "optional": False})
+    return keras_object(
+        "keras.layers",
+        "InputLayer",
+        {
+            "batch_shape": [None, width],
+            "dtype": "float32",
+            "sparse": False,
+            "ragged": False,
+            "name": "input_layer",
+            "optional": False,
+        },
+    )
 
 
 def dense(name, units, activation="linear", in_width=None, use_bias=True, **config):
-    entry = keras_object("keras.layers", "Dense", {
-        "name": name, "trainable": True,
-        "dtype": keras_object("keras", "DTypePolicy", {"name": "float32"}),
-        "units": units, "activation": activation, "use_bias": use_bias,
-        "kernel_initializer": keras_object("keras.initializers", "GlorotUniform", {"seed": None}),
-        "bias_initializer": keras_object("keras.initializers", "Zeros"),
-        "kernel_regularizer": None, "bias_regularizer": None, "kernel_constraint": None,
-        "bias_constraint": None, **config})
+    entry = keras_object(
+        "keras.layers",
+        "Dense",
+        {
+            "name": name,
+            "trainable": True,
+            "dtype": keras_object("keras", "DTypePolicy", {"name": "float32"}),
+            "units": units,
+            "activation": activation,
+            "use_bias": use_bias,
+            "kernel_initializer": keras_object("keras.initializers", "GlorotUniform", {"seed": None}),
+            "bias_initializer": keras_object("keras.initializers", "Zeros"),
+            "kernel_regularizer": None,
+            "bias_regularizer": None,
+            "kernel_constraint": None,
+            "bias_constraint": None,
+            **config,
+        },
+    )
     if in_width is not None:
         entry["build_config"] = {"input_shape": [None, in_width]}
     return entry
@@ -52,8 +76,10 @@ def sequential(layers, name="sequential", width=None):
 def dense_weights(widths, seed=0):
     """Random kernel and bias of a chain of Dense layers ``widths[0] -> widths[1] -> ...``."""
     rng = np.random.default_rng(seed)
-    return [[rng.standard_normal((a, b)).astype(np.float32), rng.standard_normal(b).astype(np.float32)]
-            for a, b in zip(widths[:-1], widths[1:])]
+    return [
+        [rng.standard_normal((a, b)).astype(np.float32), rng.standard_normal(b).astype(np.float32)]
+        for a, b in zip(widths[:-1], widths[1:])
+    ]
 
 
 def weights_h5(class_names, weights) -> bytes:

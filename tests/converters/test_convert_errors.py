@@ -20,8 +20,7 @@ import pytest
 import malinn
 from malinn import ConversionError
 
-FORMAT_PARAMS = [pytest.param(fmt, id=fmt) for fmt in
-                 ("keras3-zip", "keras3-h5", "keras2-h5", "tf_keras-zip")]
+FORMAT_PARAMS = [pytest.param(fmt, id=fmt) for fmt in ("keras3-zip", "keras3-h5", "keras2-h5", "tf_keras-zip")]
 ZIP_FORMATS = [pytest.param("keras3-zip", id="keras3"), pytest.param("tf_keras-zip", id="tf_keras")]
 H5_FORMATS = [pytest.param("keras3-h5", id="keras3"), pytest.param("keras2-h5", id="tf_keras")]
 PREVIOUS = b"a previous model file that a failed conversion must not touch\n"
@@ -150,28 +149,28 @@ def test_zip_that_is_not_a_keras_archive(tmp_path, out_dir):
 def test_truncated(keras_zoo, tmp_path, out_dir, fmt, fraction):
     good = keras_zoo.path(fmt, "batchnorm")
     src = truncate(good, tmp_path / f"cut{good.suffix}", fraction)
-    assert_convert_fails(src, out_dir,
-                         any_of=("truncated", "corrupt", "cannot read", "damaged", "not a readable"))
+    assert_convert_fails(src, out_dir, any_of=("truncated", "corrupt", "cannot read", "damaged", "not a readable"))
 
 
 @pytest.mark.parametrize("fmt", ZIP_FORMATS)
 def test_zip_missing_weights(keras_zoo, tmp_path, out_dir, fmt):
-    src = rewrite_zip(keras_zoo.path(fmt, "batchnorm"), tmp_path / "noweights.keras",
-                      drop={"model.weights.h5"})
+    src = rewrite_zip(keras_zoo.path(fmt, "batchnorm"), tmp_path / "noweights.keras", drop={"model.weights.h5"})
     assert_convert_fails(src, out_dir, "model.weights.h5")
 
 
 @pytest.mark.parametrize("fmt", ZIP_FORMATS)
 def test_zip_missing_config(keras_zoo, tmp_path, out_dir, fmt):
-    src = rewrite_zip(keras_zoo.path(fmt, "batchnorm"), tmp_path / "noconfig.keras",
-                      drop={"config.json"})
+    src = rewrite_zip(keras_zoo.path(fmt, "batchnorm"), tmp_path / "noconfig.keras", drop={"config.json"})
     assert_convert_fails(src, out_dir, "config.json")
 
 
 @pytest.mark.parametrize("fmt", ZIP_FORMATS)
 def test_zip_config_not_json(keras_zoo, tmp_path, out_dir, fmt):
-    src = rewrite_zip(keras_zoo.path(fmt, "batchnorm"), tmp_path / "badjson.keras",
-                      replace={"config.json": b'{"class_name": "Sequential", '})
+    src = rewrite_zip(
+        keras_zoo.path(fmt, "batchnorm"),
+        tmp_path / "badjson.keras",
+        replace={"config.json": b'{"class_name": "Sequential", '},
+    )
     assert_convert_fails(src, out_dir, "config.json", "JSON")
 
 
@@ -183,8 +182,7 @@ def test_zip_kernel_inconsistent_with_config(keras_zoo, tmp_path, out_dir, fmt):
     with zipfile.ZipFile(good) as z:
         inner.write_bytes(z.read("model.weights.h5"))
     reshape_dataset(inner, "layers/dense/vars/0", (7, 12))
-    src = rewrite_zip(good, tmp_path / "reshaped.keras",
-                      replace={"model.weights.h5": inner.read_bytes()})
+    src = rewrite_zip(good, tmp_path / "reshaped.keras", replace={"model.weights.h5": inner.read_bytes()})
     assert_convert_fails(src, out_dir, "'d_lin'", "units=13")
 
 
@@ -241,22 +239,31 @@ def test_branching_functional_model_converts(keras_zoo, out_dir, fmt):
 @pytest.mark.parametrize("fmt", ["keras3-zip", "keras3-h5"])
 def test_an_operator_with_a_constant_operand_is_not_listed_with_the_unsupported_layers(keras_zoo, out_dir, fmt):
     """``x * 2.0`` converts (tests/layers/test_operators.py); the layer beside it is still named."""
-    message = assert_convert_fails(keras_zoo.path(fmt, "constant_operand"), out_dir, "1 unsupported layer(s)",
-                                   "Masking 'c_mask'")
+    message = assert_convert_fails(
+        keras_zoo.path(fmt, "constant_operand"), out_dir, "1 unsupported layer(s)", "Masking 'c_mask'"
+    )
     assert "Multiply 'multiply'" not in message
 
 
 @pytest.mark.parametrize("fmt", ["keras3-zip", "keras3-h5"])
 def test_an_input_shape_not_fully_known_is_refused(keras_zoo, out_dir, fmt):
-    assert_convert_fails(keras_zoo.path(fmt, "unknown_shape"), out_dir, "input shape (None, None, 4) is not fully known",
-                         "every axis but the batch")
+    assert_convert_fails(
+        keras_zoo.path(fmt, "unknown_shape"),
+        out_dir,
+        "input shape (None, None, 4) is not fully known",
+        "every axis but the batch",
+    )
 
 
 @pytest.mark.parametrize("fmt", ["keras3-zip", "keras3-h5"])
 def test_zero_padding1d_channels_first_is_refused(keras_zoo, out_dir, fmt):
     """Padding the steps of a channels-first sequence, run as channels last, pads its channels."""
-    assert_convert_fails(keras_zoo.path(fmt, "zero_padding1d_channels_first"), out_dir, "'zp_cf' (ZeroPadding1D)",
-                         "only data_format='channels_last' runs, got 'channels_first'")
+    assert_convert_fails(
+        keras_zoo.path(fmt, "zero_padding1d_channels_first"),
+        out_dir,
+        "'zp_cf' (ZeroPadding1D)",
+        "only data_format='channels_last' runs, got 'channels_first'",
+    )
 
 
 #: Keras arguments that change nothing at inference (or name the layer)
@@ -271,9 +278,11 @@ def test_window_layers_pass_on_every_argument_keras_takes(keras_zoo):
 
     # the layers converted by passing their Keras config keys on, with the keys each declares
     # (a Keras class a layer refuses by name, Conv3D beside Conv2DTranspose, passes nothing on)
-    window_layers = {name: lookup("keras", name).keras_config_keys for name in names("keras")
-                     if lookup("keras", name).keras_config_keys
-                     and name not in getattr(lookup("keras", name), "keras_refused", {})}
+    window_layers = {
+        name: lookup("keras", name).keras_config_keys
+        for name in names("keras")
+        if lookup("keras", name).keras_config_keys and name not in getattr(lookup("keras", name), "keras_refused", {})
+    }
     arguments = keras_zoo.manifest.get("keras3_layer_arguments")
     if arguments is None:
         pytest.skip("the zoo has no Keras 3")
@@ -284,8 +293,21 @@ def test_window_layers_pass_on_every_argument_keras_takes(keras_zoo):
 
 
 UNSUPPORTED = [("Masking", "bad_masking"), ("ConvLSTM1D", "bad_conv"), ("RNN", "bad_lstm")]
-SUPPORTED = ["Dense", "Activation", "Dropout", "Flatten", "BatchNormalization", "ReLU",
-             "LeakyReLU", "ELU", "Softmax", "Conv2D", "MaxPooling2D", "GlobalAveragePooling1D", "UpSampling2D"]
+SUPPORTED = [
+    "Dense",
+    "Activation",
+    "Dropout",
+    "Flatten",
+    "BatchNormalization",
+    "ReLU",
+    "LeakyReLU",
+    "ELU",
+    "Softmax",
+    "Conv2D",
+    "MaxPooling2D",
+    "GlobalAveragePooling1D",
+    "UpSampling2D",
+]
 
 
 @pytest.mark.parametrize("fmt", FORMAT_PARAMS)
@@ -294,7 +316,7 @@ def test_every_unsupported_layer_in_one_message(keras_zoo, out_dir, fmt):
     classes = [layer["class_name"] for layer in keras_zoo.require(fmt, "unsupported")["layers"]]
     assert classes == ["Dense", "Masking", "Reshape", "ConvLSTM1D", "RNN", "Dense", "Activation"]
     check_unsupported_message(assert_convert_fails(src, out_dir))
-    with pytest.raises(ConversionError) as info:   # load_model gives the same error
+    with pytest.raises(ConversionError) as info:  # load_model gives the same error
         malinn.load_model(src)
     assert src.name in str(info.value)
     check_unsupported_message(str(info.value))
@@ -342,7 +364,7 @@ def test_failure_while_writing_leaves_nothing(keras_zoo, tmp_path, monkeypatch):
 
     def full_disk(self, *args, **kwargs):
         calls.append(args[:1])
-        if len(calls) > 1:   # the file exists and holds a first dataset by now
+        if len(calls) > 1:  # the file exists and holds a first dataset by now
             raise OSError(errno.ENOSPC, "No space left on device")
         return original(self, *args, **kwargs)
 
@@ -420,10 +442,14 @@ def test_batchnorm_over_several_axes_is_refused_by_name():
 
     stats = [np.ones((1, 3, 1, 5), np.float32)] * 4
     layer = KerasLayer(class_name="BatchNormalization", name="bn", config={"axis": [1, 3]}, weights=stats)
-    model = KerasModel(source="m.h5", format="keras2-h5", keras_version="2.15", input_shape=(None, 3, 4, 5),
-                       layers=[layer])
-    with pytest.raises(ConversionError, match=r"^m\.h5: layer 'bn' \(BatchNormalization\): BatchNormalization over "
-                                              r"several axes \(axis=\[1, 3\]\) is not supported"):
+    model = KerasModel(
+        source="m.h5", format="keras2-h5", keras_version="2.15", input_shape=(None, 3, 4, 5), layers=[layer]
+    )
+    with pytest.raises(
+        ConversionError,
+        match=r"^m\.h5: layer 'bn' \(BatchNormalization\): BatchNormalization over "
+        r"several axes \(axis=\[1, 3\]\) is not supported",
+    ):
         check_model(model)
 
 

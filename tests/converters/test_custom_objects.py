@@ -52,7 +52,7 @@ def test_custom_objects_named_like_builtins_are_refused(keras_zoo, tmp_path, fmt
 def test_custom_dense_names_class_registered_name_and_module(keras_zoo, tmp_path, fmt):
     message = assert_refused(keras_zoo.path(fmt, "custom_dense"), tmp_path)
     assert "layer 'd_adv' (class 'Dense', registered as 'adv>Dense', module 'adv.layers')" in message
-    assert "'d2'" not in message          # the built-in Dense beside it is not blamed
+    assert "'d2'" not in message  # the built-in Dense beside it is not blamed
     message = assert_refused(keras_zoo.path(fmt, "custom_sequential"), tmp_path)
     assert "model 'doubled' (class 'AdvSequential', registered as 'adv>AdvSequential', module None)" in message
 
@@ -74,18 +74,21 @@ def first_layer(config):
 def _set_activation(value):
     def edit(config):
         first_layer(config)["config"]["activation"] = value
+
     return edit
 
 
 def _set_layer(**fields):
     def edit(config):
         first_layer(config).update(fields)
+
     return edit
 
 
 def _set_model(**fields):
     def edit(config):
         config.update(fields)
+
     return edit
 
 
@@ -96,32 +99,38 @@ def _nest_in_custom_sequential(config):
 
 
 def _custom_dtype_policy(config):
-    first_layer(config)["config"]["dtype"] = keras_object("adv.policies", "DTypePolicy", {"name": "float32"},
-                                                          "adv>DTypePolicy")
+    first_layer(config)["config"]["dtype"] = keras_object(
+        "adv.policies", "DTypePolicy", {"name": "float32"}, "adv>DTypePolicy"
+    )
 
 
 REFUSED = {
     "layer module of its own": (_set_layer(module="adv.layers"), ["layer 'd0'", "module 'adv.layers'"]),
     "layer module null (__main__)": (_set_layer(module=None), ["layer 'd0'", "module None"]),
-    "layer module of a package named keras_*": (_set_layer(module="keras_hub.layers"),
-                                                ["module 'keras_hub.layers'"]),
-    "registered name in a keras module": (_set_layer(registered_name="adv>Dense"),
-                                          ["layer 'd0'", "registered as 'adv>Dense'"]),
-    "registered class name, no module (.h5)": (_set_layer(class_name="adv>Dense", module=None),
-                                               ["class 'adv>Dense'"]),
+    "layer module of a package named keras_*": (_set_layer(module="keras_hub.layers"), ["module 'keras_hub.layers'"]),
+    "registered name in a keras module": (
+        _set_layer(registered_name="adv>Dense"),
+        ["layer 'd0'", "registered as 'adv>Dense'"],
+    ),
+    "registered class name, no module (.h5)": (_set_layer(class_name="adv>Dense", module=None), ["class 'adv>Dense'"]),
     "model subclass": (_set_model(class_name="Doubling"), ["model 'sequential'", "class 'Doubling'"]),
     "model module null": (_set_model(module=None), ["model 'sequential'", "module None"]),
     "nested custom model": (_nest_in_custom_sequential, ["model 'inner'", "registered as 'adv>Doubling'"]),
     "activation package>name": (_set_activation("adv>relu"), ["layer 'd0' activation ('adv>relu')"]),
     "activation dotted outside keras": (_set_activation("adv.relu"), ["('adv.relu')"]),
-    "registered function": (_set_activation(keras_object("builtins", "function", "adv>relu", "function")),
-                            ["function 'adv>relu'"]),
-    "function of another module": (_set_activation(keras_object("adv.acts", "function", "relu", "relu")),
-                                   ["function 'relu'", "module 'adv.acts'"]),
-    "lambda": (_set_activation({"class_name": "__lambda__", "config": {"value": ["abc", None, None]}}),
-               ["a Python lambda"]),
-    "activation object of its own": (_set_activation(keras_object(None, "ReLU", {}, "adv>ReLU")),
-                                     ["class 'ReLU'"]),
+    "registered function": (
+        _set_activation(keras_object("builtins", "function", "adv>relu", "function")),
+        ["function 'adv>relu'"],
+    ),
+    "function of another module": (
+        _set_activation(keras_object("adv.acts", "function", "relu", "relu")),
+        ["function 'relu'", "module 'adv.acts'"],
+    ),
+    "lambda": (
+        _set_activation({"class_name": "__lambda__", "config": {"value": ["abc", None, None]}}),
+        ["a Python lambda"],
+    ),
+    "activation object of its own": (_set_activation(keras_object(None, "ReLU", {}, "adv>ReLU")), ["class 'ReLU'"]),
     "dtype policy of its own": (_custom_dtype_policy, ["layer 'd0' dtype", "module 'adv.policies'"]),
 }
 
@@ -153,14 +162,16 @@ ACCEPTED = {
     "keras.src module": _set_layer(module="keras.src.layers.core.dense"),
     "registered name equal to the class": _set_layer(registered_name="Dense"),
     "activation as Keras's public function": _set_activation(
-        keras_object("keras.activations", "function", "relu", "relu")),
-    "activation as a built-in function name": _set_activation(
-        keras_object("builtins", "function", "relu", "function")),
+        keras_object("keras.activations", "function", "relu", "relu")
+    ),
+    "activation as a built-in function name": _set_activation(keras_object("builtins", "function", "relu", "function")),
     "activation dotted inside keras": _set_activation("keras.activations.relu"),
     "custom initializer (training only)": lambda config: first_layer(config)["config"].update(
-        kernel_initializer=keras_object("adv.init", "Mine", {}, "adv>Mine")),
+        kernel_initializer=keras_object("adv.init", "Mine", {}, "adv>Mine")
+    ),
     "custom regularizer (training only)": lambda config: first_layer(config)["config"].update(
-        kernel_regularizer=keras_object(None, "L3", {}, "adv>L3")),
+        kernel_regularizer=keras_object(None, "L3", {}, "adv>L3")
+    ),
 }
 
 

@@ -64,7 +64,7 @@ def test_loading_does_work_linear_in_the_depth(tmp_path, form, graph):
     """Twice the layers, twice the work: quadratic loading (the graph's rounds, the names scanned
     by each add) did 2.4 to 3.4 times the work for 500 layers as for 250."""
     small, large = write(tmp_path, form, 250, graph), write(tmp_path, form, 500, graph)
-    malinn.load_model(*small)   # imports and the kernel library, once, before counting
+    malinn.load_model(*small)  # imports and the kernel library, once, before counting
     counts = [calls_to_load(*small), calls_to_load(*large)]
     assert counts[1] < 2.3 * counts[0], f"{counts[1]} calls for 500 layers, {counts[0]} for 250"
 
@@ -79,7 +79,7 @@ def test_a_graph_of_4000_layers_loads_in_every_form(tmp_path, form):
     assert isinstance(model, malinn.Functional) and len(model.layers) == 4002
     assert [layer.name for layer in model.layers[:3]] == ["dense", "act_0", "act_1"]
     assert model.layers[-1].name == "add"
-    assert seconds < 30, f"4000 layers took {seconds:.1f} s (35 s when loading was quadratic)"   # a hang's guard
+    assert seconds < 30, f"4000 layers took {seconds:.1f} s (35 s when loading was quadratic)"  # a hang's guard
 
 
 def test_a_graph_deeper_than_the_recursion_limit_predicts_as_numpy(tmp_path):
@@ -96,7 +96,7 @@ def test_the_order_of_a_graphs_calls_is_each_call_after_what_it_reads(tmp_path):
     its place in the config."""
     config = deep_files.keras3_config(300, graph=True)
     layers = config["config"]["layers"]
-    layers.insert(2, layers.pop())   # the Add listed right after the Dense, before the chain it reads
+    layers.insert(2, layers.pop())  # the Add listed right after the Dense, before the chain it reads
     buffer = io.BytesIO()
     with h5py.File(buffer, "w") as f:
         deep_files._keras3_weight_tree(f, 300, True)
@@ -128,8 +128,11 @@ def test_models_nested_past_the_limit_are_refused_by_name(tmp_path):
     """The walks over nested models recurse once per level: past MAX_NESTED_MODELS a clear refusal,
     not a RecursionError (JSON itself nests about 300 models deep before its parser stops)."""
     x = np.ones((2, 4), np.float32)
-    model = malinn.load_model(nested(tmp_path, MAX_NESTED_MODELS + 1))   # the innermost at the limit
+    model = malinn.load_model(nested(tmp_path, MAX_NESTED_MODELS + 1))  # the innermost at the limit
     np.testing.assert_allclose(model.predict(x), x @ deep_files.KERNEL + deep_files.BIAS, rtol=1e-6)
-    with pytest.raises(ConversionError, match=f"is a model nested {MAX_NESTED_MODELS + 1} models deep, more than "
-                                              f"malinn reads \\({MAX_NESTED_MODELS}\\)"):
+    with pytest.raises(
+        ConversionError,
+        match=f"is a model nested {MAX_NESTED_MODELS + 1} models deep, more than "
+        f"malinn reads \\({MAX_NESTED_MODELS}\\)",
+    ):
         malinn.load_model(nested(tmp_path, MAX_NESTED_MODELS + 2))

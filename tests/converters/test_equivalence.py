@@ -23,8 +23,18 @@ import malinn
 RTOL = 1e-5
 
 #: Keras layers that do nothing at inference (malinn drops them, or folds their name in).
-NO_OPS = {"Dropout", "GaussianNoise", "AlphaDropout", "GaussianDropout", "ActivityRegularization",
-          "Identity", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "InputLayer"}
+NO_OPS = {
+    "Dropout",
+    "GaussianNoise",
+    "AlphaDropout",
+    "GaussianDropout",
+    "ActivityRegularization",
+    "Identity",
+    "SpatialDropout1D",
+    "SpatialDropout2D",
+    "SpatialDropout3D",
+    "InputLayer",
+}
 
 
 def cases():
@@ -45,8 +55,9 @@ def assert_keras_close(got, want, what):
     assert np.isfinite(want).all(), f"{what}: the Keras reference is not finite (zoo problem)"
     scale = max(1.0, float(np.abs(want).max()))
     err = float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max())
-    assert err <= RTOL * scale, (f"{what}: max |malinn - Keras| = {err:.3g} > {RTOL:g} x {scale:.3g} "
-                                 f"(relative {err / scale:.3g})")
+    assert err <= RTOL * scale, (
+        f"{what}: max |malinn - Keras| = {err:.3g} > {RTOL:g} x {scale:.3g} (relative {err / scale:.3g})"
+    )
 
 
 def load(keras_zoo, fmt, key):
@@ -74,7 +85,7 @@ def test_predict_matches_keras(keras_zoo, device, fmt, key):
     data = keras_zoo.data(fmt, key)
     model = load(keras_zoo, fmt, key)
     assert isinstance(model, malinn.Sequential)
-    assert model.input_shape == (None,) + tuple(entry["input_shape"])   # Keras's, the batch axis first
+    assert model.input_shape == (None,) + tuple(entry["input_shape"])  # Keras's, the batch axis first
     for batch in entry["batch_sizes"]:
         x = data["x"][:batch]
         assert x.shape[0] == batch
@@ -102,8 +113,11 @@ def test_layer_by_layer_matches_keras(keras_zoo, device, fmt, key):
 
     for layer, out in zip(model.layers, outputs):
         last = layer.keras_names[-1]
-        assert_keras_close(out, data[f"layer:{last}"][:100],
-                           f"{fmt} {key}: malinn layer {layer.name!r} {layer.keras_names} vs Keras {last!r}")
+        assert_keras_close(
+            out,
+            data[f"layer:{last}"][:100],
+            f"{fmt} {key}: malinn layer {layer.name!r} {layer.keras_names} vs Keras {last!r}",
+        )
     # a plan that keeps every layer may not fuse what predict fuses (a softmax after its Dense), and a
     # fused head sums K in another order: equal within float32 rounding, not bit for bit
     np.testing.assert_allclose(outputs[-1], model.predict(x), rtol=1e-5, atol=1e-7)
@@ -116,8 +130,12 @@ def test_batchnorm_after_linear_dense_is_folded(keras_zoo, device, fmt):
         layer = group_of(model, bn)
         assert isinstance(layer, malinn.layers.Dense), (bn, type(layer).__name__)
         assert dense in layer.keras_names, (bn, layer.keras_names)
-    for bn, before in [("bn_input", None), ("bn_after_act", "d_tanh"), ("bn_noscale", "d_relu"),
-                       ("bn_bare", "bn_noscale")]:
+    for bn, before in [
+        ("bn_input", None),
+        ("bn_after_act", "d_tanh"),
+        ("bn_noscale", "d_relu"),
+        ("bn_bare", "bn_noscale"),
+    ]:
         layer = group_of(model, bn)
         assert isinstance(layer, malinn.layers.BatchNormalization), (bn, type(layer).__name__)
         assert before not in layer.keras_names
@@ -162,8 +180,9 @@ def test_big_batch_in_every_format(keras_zoo, device):
         assert data["x"].shape[0] == 10_000
         model = load(keras_zoo, fmt, "tiny")
         assert_keras_close(model.predict(data["x"]), data["y"], f"{fmt} tiny batch 10000")
-        assert_keras_close(model.predict(data["x"], batch_size=999), data["y"],
-                           f"{fmt} tiny batch 10000 in chunks of 999")
+        assert_keras_close(
+            model.predict(data["x"], batch_size=999), data["y"], f"{fmt} tiny batch 10000 in chunks of 999"
+        )
         checked += 1
     assert checked == len(keras_zoo.formats) > 0
 
@@ -222,7 +241,7 @@ def test_convert_round_trip_is_bit_for_bit(keras_zoo, device, tmp_path, fmt, key
     dst = tmp_path / f"{key}.malinn"
     written = malinn.convert(src, dst)
     assert written == dst and isinstance(written, os.PathLike)
-    assert sorted(os.listdir(tmp_path)) == [dst.name]   # no temporary file left beside it
+    assert sorted(os.listdir(tmp_path)) == [dst.name]  # no temporary file left beside it
     assert h5py.is_hdf5(dst)
     converted = malinn.load_model(dst)
     assert [type(l).__name__ for l in converted.layers] == [type(l).__name__ for l in direct.layers]
@@ -264,8 +283,10 @@ def test_every_target_loads_to_the_same_predictions(keras_zoo, device, tmp_path)
 @pytest.mark.parametrize("fmt", FORMAT_PARAMS)
 def test_batchnorm_after_linear_convolution_is_folded(keras_zoo, device, fmt):
     model = load(keras_zoo, fmt, "cnn")
-    for conv, bn, cls in [("c5_s2_valid", "bn_folded", malinn.layers.Conv2D),
-                          ("dw_s2_valid", "bn_dw_folded", malinn.layers.DepthwiseConv2D)]:
+    for conv, bn, cls in [
+        ("c5_s2_valid", "bn_folded", malinn.layers.Conv2D),
+        ("dw_s2_valid", "bn_dw_folded", malinn.layers.DepthwiseConv2D),
+    ]:
         layer = group_of(model, bn)
         assert isinstance(layer, cls) and conv in layer.keras_names, (bn, type(layer).__name__, layer.keras_names)
     assert isinstance(group_of(model, "bn_after_relu"), malinn.layers.BatchNormalization)
@@ -273,5 +294,5 @@ def test_batchnorm_after_linear_convolution_is_folded(keras_zoo, device, fmt):
     kinds = [row["kind"] for row in rows]
     # one conv step, or a patch matrix (im2col) and its matmul, per convolution; the 1x1 one is a matmul
     assert kinds.count("conv") + kinds.count("im2col") == 6 and "affine" not in kinds, kinds
-    first = next(row for row in rows if row["kind"] in ("conv", "matmul"))   # the first convolution's GEMM
-    assert first["fused"] == ["bias", "relu", "affine"], first   # bn_after_relu in the epilogue
+    first = next(row for row in rows if row["kind"] in ("conv", "matmul"))  # the first convolution's GEMM
+    assert first["fused"] == ["bias", "relu", "affine"], first  # bn_after_relu in the epilogue

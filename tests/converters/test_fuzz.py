@@ -43,12 +43,13 @@ SEED = 20240605
 PER_FILE_SECONDS = 20.0
 WORKERS = 2
 TARGETS = ["cpu", "gpu", "morton_4_2"]
-COUNTS = {"keras": 900, "h5": 800, "malinn": 700}     # 2,400 files in all
+COUNTS = {"keras": 900, "h5": 800, "malinn": 700}  # 2,400 files in all
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
 # ===================================================================================== worker
+
 
 def worker_main() -> int:
     """Reads ``{"src", "dst", "target"}`` lines on stdin, converts, answers one JSON line each."""
@@ -64,7 +65,7 @@ def worker_main() -> int:
         try:
             malinn.convert(src, dst, target=job["target"])
             answer["outcome"] = "ok"
-            try:   # a success must leave a complete file
+            try:  # a success must leave a complete file
                 model = malinn.load_model(dst)
                 answer["reloaded_weights"] = len(model.get_weights())
             except BaseException as exc:
@@ -72,20 +73,21 @@ def worker_main() -> int:
         except malinn.ConversionError as exc:
             answer["outcome"] = "ConversionError"
             answer["message"] = str(exc)[:500]
-        except BaseException as exc:   # what the test exists to find
+        except BaseException as exc:  # what the test exists to find
             answer["outcome"] = f"{type(exc).__module__}.{type(exc).__name__}"
             answer["message"] = str(exc)[:500]
             answer["traceback"] = traceback.format_exc()[-3000:]
         answer["seconds"] = time.perf_counter() - start
         folder = Path(dst).parent
         answer["left"] = sorted(p.name for p in folder.iterdir())
-        for p in folder.iterdir():   # the next file starts from an empty folder
+        for p in folder.iterdir():  # the next file starts from an empty folder
             p.unlink()
         print(json.dumps(answer), flush=True)
     return 0
 
 
 # ============================================================================== the base files
+
 
 def keras_members() -> dict:
     with zipfile.ZipFile(DIGITS) as z:
@@ -114,10 +116,18 @@ def legacy_h5_from_keras(members: dict) -> bytes:
     config = json.loads(members["config.json"])
     weights = h5py.File(io.BytesIO(members["model.weights.h5"]), "r")
     names = [layer["config"]["name"] for layer in config["config"]["layers"] if layer["class_name"] != "InputLayer"]
-    saving = {"dense": "dense", "batch_normalization": "batch_normalization", "activation": "activation",
-              "dropout": "dropout", "dense_1": "dense_1", "dense_2": "dense_2"}
-    variable_names = {"Dense": ["kernel", "bias"], "BatchNormalization": ["gamma", "beta", "moving_mean",
-                                                                           "moving_variance"]}
+    saving = {
+        "dense": "dense",
+        "batch_normalization": "batch_normalization",
+        "activation": "activation",
+        "dropout": "dropout",
+        "dense_1": "dense_1",
+        "dense_2": "dense_2",
+    }
+    variable_names = {
+        "Dense": ["kernel", "bias"],
+        "BatchNormalization": ["gamma", "beta", "moving_mean", "moving_variance"],
+    }
     classes = {layer["config"]["name"]: layer["class_name"] for layer in config["config"]["layers"]}
 
     def build(f):
@@ -131,7 +141,7 @@ def legacy_h5_from_keras(members: dict) -> bytes:
         for name in names:
             g = group.create_group(name)
             vars_ = weights[f"layers/{saving[name]}/vars"]
-            wnames = [f"{name}/{v}" for v in variable_names.get(classes[name], [])][:len(vars_)]
+            wnames = [f"{name}/{v}" for v in variable_names.get(classes[name], [])][: len(vars_)]
             g.attrs["weight_names"] = np.array([w.encode() for w in wnames])
             for i, wname in enumerate(wnames):
                 g.create_dataset(wname, data=vars_[str(i)][()])
@@ -143,11 +153,51 @@ def legacy_h5_from_keras(members: dict) -> bytes:
 
 # ============================================================================ JSON mutations
 
-ODD_VALUES = [None, True, False, 0, -1, 1, 2**31, 10**30, -10**12, 0.5, -2.5, 1e308, float("nan"),
-              float("inf"), "", "x", "relu", "Dense", "-1", "1e9", [], {}, [None], [1, 2, 3], {"a": 1},
-              [[[]]], "\u0000\ufffd"]
-CLASS_NAMES = ["Dense", "Conv2D", "Sequential", "Functional", "InputLayer", "Model", "Lambda", "Activation",
-               "BatchNormalization", "Flatten", "Dropout", "Add", "Bogus", ""]
+ODD_VALUES = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1,
+    2**31,
+    10**30,
+    -(10**12),
+    0.5,
+    -2.5,
+    1e308,
+    float("nan"),
+    float("inf"),
+    "",
+    "x",
+    "relu",
+    "Dense",
+    "-1",
+    "1e9",
+    [],
+    {},
+    [None],
+    [1, 2, 3],
+    {"a": 1},
+    [[[]]],
+    "\u0000\ufffd",
+]
+CLASS_NAMES = [
+    "Dense",
+    "Conv2D",
+    "Sequential",
+    "Functional",
+    "InputLayer",
+    "Model",
+    "Lambda",
+    "Activation",
+    "BatchNormalization",
+    "Flatten",
+    "Dropout",
+    "Add",
+    "Bogus",
+    "",
+]
 SIZES = [0, -5, 1, 3, 31, 33, 10**9, 2**40, 2.5, "32", None]
 
 
@@ -181,15 +231,52 @@ def mutate_json(doc, rng: random.Random):
     activation, layers."""
     doc = json.loads(json.dumps(doc))
     paths = list(json_paths(doc))
-    important = [(p, v) for p, v in paths if p and p[-1] in (
-        "class_name", "units", "batch_shape", "batch_input_shape", "input_shape", "name", "activation",
-        "layers", "config", "use_bias", "center", "scale", "epsilon", "axis", "momentum", "input_shape",
-        "keras_names", "keras_version", "rate", "dtype", "build_config")]
+    important = [
+        (p, v)
+        for p, v in paths
+        if p
+        and p[-1]
+        in (
+            "class_name",
+            "units",
+            "batch_shape",
+            "batch_input_shape",
+            "input_shape",
+            "name",
+            "activation",
+            "layers",
+            "config",
+            "use_bias",
+            "center",
+            "scale",
+            "epsilon",
+            "axis",
+            "momentum",
+            "input_shape",
+            "keras_names",
+            "keras_version",
+            "rate",
+            "dtype",
+            "build_config",
+        )
+    ]
     choice = rng.random()
-    if choice < 0.06:   # not a document at all
-        return rng.choice(["", "{", "[1,", "null", "42", '"text"', "{\"class_name\": }", "\xff\xfe",
-                           "[" * 5000 + "]" * 5000, "{\"a\":" * 3000 + "1" + "}" * 3000,
-                           json.dumps(doc)[: rng.randrange(1, len(json.dumps(doc)))]])
+    if choice < 0.06:  # not a document at all
+        return rng.choice(
+            [
+                "",
+                "{",
+                "[1,",
+                "null",
+                "42",
+                '"text"',
+                '{"class_name": }',
+                "\xff\xfe",
+                "[" * 5000 + "]" * 5000,
+                '{"a":' * 3000 + "1" + "}" * 3000,
+                json.dumps(doc)[: rng.randrange(1, len(json.dumps(doc)))],
+            ]
+        )
     path, value = rng.choice(important if important and choice < 0.75 else paths)
     if not path:
         return rng.choice([[], None, "Sequential", [doc], {"config": doc}])
@@ -202,8 +289,26 @@ def mutate_json(doc, rng: random.Random):
     if key == "units":
         return set_at(doc, path, rng.choice(SIZES))
     if key in ("batch_shape", "batch_input_shape", "input_shape"):
-        return set_at(doc, path, rng.choice([[None, 10**9], [None], [], [None, 0], [None, -3], [None, 64, 64],
-                                             "abc", [None, "64"], [None, 65], [None, 1], [None, 2.5], None]))
+        return set_at(
+            doc,
+            path,
+            rng.choice(
+                [
+                    [None, 10**9],
+                    [None],
+                    [],
+                    [None, 0],
+                    [None, -3],
+                    [None, 64, 64],
+                    "abc",
+                    [None, "64"],
+                    [None, 65],
+                    [None, 1],
+                    [None, 2.5],
+                    None,
+                ]
+            ),
+        )
     if key == "layers" and isinstance(value, list) and value:
         op = rng.randrange(5)
         if op == 0:
@@ -214,7 +319,7 @@ def mutate_json(doc, rng: random.Random):
             value.reverse()
         elif op == 3:
             rng.shuffle(value)
-        else:   # a random subset, in order: models without their Dense layers, or without the input
+        else:  # a random subset, in order: models without their Dense layers, or without the input
             keep = sorted(rng.sample(range(len(value)), rng.randrange(len(value) + 1)))
             value[:] = [value[i] for i in keep]
         return doc
@@ -222,8 +327,13 @@ def mutate_json(doc, rng: random.Random):
         names = [v for p, v in paths if p and p[-1] == "name" and isinstance(v, str)]
         return set_at(doc, path, rng.choice(names + ODD_VALUES[:8]))
     if key == "activation":
-        return set_at(doc, path, rng.choice(["relu6", "swishy", "softmax", None, 3, {"class_name": "x"},
-                                             {"registered_name": "gelu"}, ["relu"]]))
+        return set_at(
+            doc,
+            path,
+            rng.choice(
+                ["relu6", "swishy", "softmax", None, 3, {"class_name": "x"}, {"registered_name": "gelu"}, ["relu"]]
+            ),
+        )
     return set_at(doc, path, rng.choice(ODD_VALUES))
 
 
@@ -241,6 +351,7 @@ def dumps(doc) -> bytes:
 
 
 # ============================================================================ HDF5 mutations
+
 
 def h5_objects(data: bytes):
     """(groups, datasets, attributes) of an HDF5 file: paths, and (path, name) of attributes."""
@@ -264,10 +375,20 @@ def edit_h5(data: bytes, edit) -> bytes:
 
 
 def bad_attribute_values(rng):
-    return [np.int64(rng.randrange(-5, 5)), np.float64(2.5), np.array([1, 2, 3]), np.array([], dtype="S1"),
-            b"\xff\xfe\x00bad", np.array([b"a", b"b"]), "x" * 70000, np.array([[1.0]]), np.bool_(True),
-            np.array([1.5, float("nan")]), np.array(["dense", "dense"], dtype=h5py.string_dtype()),
-            np.zeros((2, 2), dtype=[("a", "<i4"), ("b", "<f8")])]
+    return [
+        np.int64(rng.randrange(-5, 5)),
+        np.float64(2.5),
+        np.array([1, 2, 3]),
+        np.array([], dtype="S1"),
+        b"\xff\xfe\x00bad",
+        np.array([b"a", b"b"]),
+        "x" * 70000,
+        np.array([[1.0]]),
+        np.bool_(True),
+        np.array([1.5, float("nan")]),
+        np.array(["dense", "dense"], dtype=h5py.string_dtype()),
+        np.zeros((2, 2), dtype=[("a", "<i4"), ("b", "<f8")]),
+    ]
 
 
 def h5_mutation(data: bytes, rng: random.Random, json_attributes=("model_config", "config")):
@@ -275,7 +396,7 @@ def h5_mutation(data: bytes, rng: random.Random, json_attributes=("model_config"
     JSON attribute) mutated; a dataset removed, reshaped, retyped, replaced by a group or a link;
     a group removed or replaced."""
     groups, datasets, attributes = h5_objects(data)
-    if rng.random() < 0.85:   # mostly what the readers use, not the optimizer's state
+    if rng.random() < 0.85:  # mostly what the readers use, not the optimizer's state
         groups = [g for g in groups if not g.startswith("optimizer")] or groups
         datasets = [d for d in datasets if not d.startswith("optimizer")] or datasets
         attributes = [a for a in attributes if not a[0].startswith("optimizer")] or attributes
@@ -298,9 +419,10 @@ def h5_mutation(data: bytes, rng: random.Random, json_attributes=("model_config"
             else:
                 try:
                     holder.attrs[name] = rng.choice(bad_attribute_values(rng))
-                except Exception:   # h5py refuses some values (a header over 64 KiB): remove instead
+                except Exception:  # h5py refuses some values (a header over 64 KiB): remove instead
                     if name in holder.attrs:
                         del holder.attrs[name]
+
         return edit_h5(data, edit)
     if kind < 0.8 and datasets:
         path = rng.choice(datasets)
@@ -311,7 +433,7 @@ def h5_mutation(data: bytes, rng: random.Random, json_attributes=("model_config"
             op = rng.randrange(11)
             del f[path]
             if op == 0:
-                return                                                    # removed
+                return  # removed
             if op == 1 and np.ndim(value) == 2:
                 f.create_dataset(path, data=np.ascontiguousarray(value.T))  # transposed
             elif op == 2:
@@ -320,19 +442,20 @@ def h5_mutation(data: bytes, rng: random.Random, json_attributes=("model_config"
             elif op == 3:
                 f.create_dataset(path, data=np.array([b"not", b"numbers"]))
             elif op == 4:
-                f.create_dataset(path, data=np.float32(1.5))              # a scalar
+                f.create_dataset(path, data=np.float32(1.5))  # a scalar
             elif op == 5:
-                f.create_dataset(path, shape=(0,), dtype="f4")              # empty
+                f.create_dataset(path, shape=(0,), dtype="f4")  # empty
             elif op == 6:
-                f.create_group(path)                                        # a group instead
+                f.create_group(path)  # a group instead
             elif op == 7:
-                f[path] = h5py.SoftLink("/" + path)                         # a link to itself
+                f[path] = h5py.SoftLink("/" + path)  # a link to itself
             elif op == 8:
-                f[path] = h5py.ExternalLink("no_such_file.h5", "/x")        # a dangling external link
+                f[path] = h5py.ExternalLink("no_such_file.h5", "/x")  # a dangling external link
             elif op == 9:
                 f.create_dataset(path, data=np.asarray(value).astype(np.complex64))
             else:
                 f.create_dataset(path, data=np.full(np.shape(value), np.nan, np.float32))
+
         return edit_h5(data, edit)
     path = rng.choice(groups[1:] or groups)
 
@@ -351,17 +474,19 @@ def h5_mutation(data: bytes, rng: random.Random, json_attributes=("model_config"
         else:
             f[path + "_moved"] = f[path]
             del f[path]
+
     return edit_h5(data, edit)
 
 
 # ============================================================================ byte mutations
+
 
 def byte_mutation(data: bytes, rng: random.Random) -> bytes:
     """Truncated, bits flipped, a region overwritten, bytes inserted or removed."""
     op = rng.randrange(6)
     n = len(data)
     if op == 0:
-        return data[:rng.choice([0, 1, 4, 7, 8, 22, 100, 511, 512, n // 2, n - 22, n - 1, rng.randrange(n)])]
+        return data[: rng.choice([0, 1, 4, 7, 8, 22, 100, 511, 512, n // 2, n - 22, n - 1, rng.randrange(n)])]
     out = bytearray(data)
     if op == 1:
         for _ in range(rng.choice([1, 1, 2, 4, 16])):
@@ -369,20 +494,21 @@ def byte_mutation(data: bytes, rng: random.Random) -> bytes:
     elif op == 2:
         start = rng.randrange(n)
         length = rng.choice([1, 4, 8, 64, 512])
-        out[start:start + length] = bytes(rng.choice([0, 0xFF, rng.randrange(256)]) for _ in range(length))
+        out[start : start + length] = bytes(rng.choice([0, 0xFF, rng.randrange(256)]) for _ in range(length))
     elif op == 3:
         start = rng.randrange(n)
         out[start:start] = bytes(rng.randrange(256) for _ in range(rng.choice([1, 3, 100])))
     elif op == 4:
         start = rng.randrange(n)
-        del out[start:start + rng.choice([1, 8, 1000])]
-    else:   # a header field: the first 600 bytes hold the superblock or the first zip header
+        del out[start : start + rng.choice([1, 8, 1000])]
+    else:  # a header field: the first 600 bytes hold the superblock or the first zip header
         for _ in range(rng.choice([1, 2, 3])):
             out[rng.randrange(min(n, 600))] = rng.randrange(256)
     return bytes(out)
 
 
 # ============================================================================ the corpora
+
 
 def _deflated(members: dict) -> bytes:
     buffer = io.BytesIO()
@@ -402,8 +528,15 @@ def keras_corpus(members: dict, rng: random.Random, count: int):
         ("no metadata.json", write_zip({k: v for k, v in members.items() if k != "metadata.json"})),
         ("only metadata.json", write_zip({"metadata.json": members["metadata.json"]})),
         ("empty zip", write_zip({})),
-        ("weights as npz", write_zip({**{k: v for k, v in members.items() if k != "model.weights.h5"},
-                                      "model.weights.npz": b"PK\x05\x06" + bytes(18)})),
+        (
+            "weights as npz",
+            write_zip(
+                {
+                    **{k: v for k, v in members.items() if k != "model.weights.h5"},
+                    "model.weights.npz": b"PK\x05\x06" + bytes(18),
+                }
+            ),
+        ),
         ("a zip inside", write_zip({"config.json": base, "model.weights.h5": base})),
         ("config is the weights", write_zip({**members, "config.json": members["model.weights.h5"]})),
         ("weights are the config", write_zip({**members, "model.weights.h5": members["config.json"]})),
@@ -422,16 +555,26 @@ def keras_corpus(members: dict, rng: random.Random, count: int):
         kind = rng.random()
         if kind < 0.22:
             out.append(("bytes", byte_mutation(base, rng)))
-        elif kind < 0.3:   # bytes of a deflated archive: CRC and inflate errors
+        elif kind < 0.3:  # bytes of a deflated archive: CRC and inflate errors
             out.append(("deflated bytes", byte_mutation(_deflated(members), rng)))
         elif kind < 0.6:
-            out.append(("config.json", write_zip({**members, "config.json": dumps(mutate_json_repeatedly(config, rng))})))
+            out.append(
+                ("config.json", write_zip({**members, "config.json": dumps(mutate_json_repeatedly(config, rng))}))
+            )
         elif kind < 0.9:
-            out.append(("model.weights.h5 structure",
-                        write_zip({**members, "model.weights.h5": h5_mutation(members["model.weights.h5"], rng)})))
+            out.append(
+                (
+                    "model.weights.h5 structure",
+                    write_zip({**members, "model.weights.h5": h5_mutation(members["model.weights.h5"], rng)}),
+                )
+            )
         else:
-            out.append(("model.weights.h5 bytes",
-                        write_zip({**members, "model.weights.h5": byte_mutation(members["model.weights.h5"], rng)})))
+            out.append(
+                (
+                    "model.weights.h5 bytes",
+                    write_zip({**members, "model.weights.h5": byte_mutation(members["model.weights.h5"], rng)}),
+                )
+            )
     return out[:count]
 
 
@@ -472,6 +615,7 @@ def malinn_corpus(data: bytes, rng: random.Random, count: int):
 
 # ============================================================================== the test
 
+
 class Worker:
     """One worker process converting files; restarted after a hang or a crash."""
 
@@ -480,11 +624,22 @@ class Worker:
         self.proc = None
 
     def start(self):
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT)] + (
-            [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])), PYTHONWARNINGS="ignore")
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(
+                [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+            ),
+            PYTHONWARNINGS="ignore",
+        )
         self.log = open(self.folder.parent / f"{self.folder.name}.log", "ab")
-        self.proc = subprocess.Popen([sys.executable, __file__, "--worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.log, env=env, bufsize=0)
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            env=env,
+            bufsize=0,
+        )
         assert json.loads(self._line(120)) == {"ready": True}
 
     def _line(self, timeout):
@@ -541,9 +696,11 @@ def make_corpus(folder: Path):
     (folder / "base.h5").write_bytes(legacy)
     malinn.convert(DIGITS, folder / "base.malinn", target="cpu")
     native = (folder / "base.malinn").read_bytes()
-    corpora = [("keras", ".keras", keras_corpus(members, rng, COUNTS["keras"])),
-               ("h5", ".h5", h5_corpus(legacy, rng, COUNTS["h5"])),
-               ("malinn", ".malinn", malinn_corpus(native, rng, COUNTS["malinn"]))]
+    corpora = [
+        ("keras", ".keras", keras_corpus(members, rng, COUNTS["keras"])),
+        ("h5", ".h5", h5_corpus(legacy, rng, COUNTS["h5"])),
+        ("malinn", ".malinn", malinn_corpus(native, rng, COUNTS["malinn"])),
+    ]
     files = []
     for base, suffix, corpus in corpora:
         for i, (label, data) in enumerate(corpus):
@@ -563,7 +720,7 @@ def test_the_base_files_convert_to_the_same_model(tmp_path):
     malinn.convert(tmp_path / "m.h5", tmp_path / "b.malinn", target="cpu")
     malinn.convert(tmp_path / "a.malinn", tmp_path / "c.malinn", target="gpu")
     weights = [malinn.load_model(tmp_path / f"{n}.malinn").get_weights() for n in "abc"]
-    assert len(weights[0]) == 6          # three Dense layers (the BatchNormalization folded in)
+    assert len(weights[0]) == 6  # three Dense layers (the BatchNormalization folded in)
     for other in weights[1:]:
         for w0, w1 in zip(weights[0], other):
             np.testing.assert_array_equal(w0, w1)
@@ -607,8 +764,10 @@ def test_mutated_model_files_raise_only_conversion_error(tmp_path):
         where = f"{path.name} ({base}, {label}, target {target})"
         if outcome == "ok":
             if answer.get("reload_error") or answer["left"] != ["out.malinn"]:
-                failures.append(f"{where}: converted, but the output is not a complete model file: "
-                                f"{answer.get('reload_error')}; folder holds {answer['left']}")
+                failures.append(
+                    f"{where}: converted, but the output is not a complete model file: "
+                    f"{answer.get('reload_error')}; folder holds {answer['left']}"
+                )
         elif outcome == "ConversionError":
             if answer["left"]:
                 failures.append(f"{where}: a failed conversion left {answer['left']}")
@@ -617,13 +776,21 @@ def test_mutated_model_files_raise_only_conversion_error(tmp_path):
         else:
             failures.append(f"{where}: {outcome}: {answer.get('message', '')}\n{answer.get('traceback', '')}")
     slowest = max(outcomes, key=lambda a: a.get("seconds", 0))
-    summary = (f"{len(files)} files in {elapsed:.1f} s; slowest {slowest.get('seconds', 0):.2f} s "
-               f"({Path(slowest['src']).name}); outcomes {sorted(tally.items())}")
+    summary = (
+        f"{len(files)} files in {elapsed:.1f} s; slowest {slowest.get('seconds', 0):.2f} s "
+        f"({Path(slowest['src']).name}); outcomes {sorted(tally.items())}"
+    )
     print(summary)
     if os.environ.get("MALINN_FUZZ_REPORT"):
-        Path(os.environ["MALINN_FUZZ_REPORT"]).write_text(json.dumps(
-            [dict(answer, base=base, label=label, target=target)
-             for (path, base, label, target), answer in zip(files, outcomes)], indent=0))
+        Path(os.environ["MALINN_FUZZ_REPORT"]).write_text(
+            json.dumps(
+                [
+                    dict(answer, base=base, label=label, target=target)
+                    for (path, base, label, target), answer in zip(files, outcomes)
+                ],
+                indent=0,
+            )
+        )
     assert not failures, f"{len(failures)} failures ({summary}):\n" + "\n".join(failures[:15])
     # the mutations matter: most files are rejected, in every corpus
     for base in COUNTS:

@@ -39,7 +39,6 @@ ZOO_SCRIPT = Path(__file__).resolve().parents[1] / "graph_zoo.py"
 EQUIVALENCE = [key for key in model_keys() if key not in ERROR_MODELS]
 
 
-
 @pytest.fixture(scope="session")
 def graph_zoo(tmp_path_factory):
     if importlib.util.find_spec("tensorflow") is None:
@@ -48,8 +47,9 @@ def graph_zoo(tmp_path_factory):
     folder = Path(kept) if kept else tmp_path_factory.mktemp("graph_zoo")
     if not (folder / "manifest.json").is_file():
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-        proc = subprocess.run([sys.executable, str(ZOO_SCRIPT), str(folder)], capture_output=True, text=True,
-                              env=env, timeout=900)
+        proc = subprocess.run(
+            [sys.executable, str(ZOO_SCRIPT), str(folder)], capture_output=True, text=True, env=env, timeout=900
+        )
         if proc.returncode != 0 or not (folder / "manifest.json").is_file():
             pytest.fail(f"tests/graph_zoo.py failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
     return folder, json.loads((folder / "manifest.json").read_text())
@@ -84,9 +84,16 @@ def assert_keras_close(got, want, what, tolerance=1e-5):
     assert err <= tolerance * scale, f"{what}: max |malinn - Keras| = {err:.3g} > {tolerance:g} x {scale:.3g}"
 
 
-@pytest.mark.parametrize("fmt,key", [pytest.param(fmt, key, id=f"{fmt}-{key}") for fmt in FORMATS for key in EQUIVALENCE
-                                     if (key not in KERAS3_ONLY or FORMATS[fmt][0] == "keras3")
-                                     and (key not in KERAS3_ZIP_ONLY or fmt == "keras3-zip")])
+@pytest.mark.parametrize(
+    "fmt,key",
+    [
+        pytest.param(fmt, key, id=f"{fmt}-{key}")
+        for fmt in FORMATS
+        for key in EQUIVALENCE
+        if (key not in KERAS3_ONLY or FORMATS[fmt][0] == "keras3")
+        and (key not in KERAS3_ZIP_ONLY or fmt == "keras3-zip")
+    ],
+)
 @pytest.mark.formats_once
 def test_graph_matches_keras(graph_zoo, device, tmp_path, fmt, key):
     path, data_path = zoo_file(graph_zoo, fmt, key)
@@ -97,7 +104,7 @@ def test_graph_matches_keras(graph_zoo, device, tmp_path, fmt, key):
     names = graph_zoo[1]["models"][f"{FORMATS[fmt][0]}/{key}"].get("output_names")
 
     def outputs(result) -> list:
-        if names:   # Keras returned a dict: malinn too, with the same keys
+        if names:  # Keras returned a dict: malinn too, with the same keys
             assert isinstance(result, dict) and list(result) == names
             return list(result.values())
         return result if isinstance(result, list) else [result]
@@ -109,8 +116,12 @@ def test_graph_matches_keras(graph_zoo, device, tmp_path, fmt, key):
             got = outputs(model.predict([x[:batch] for x in xs] if len(xs) > 1 else xs[0][:batch]))
             assert len(got) == len(ys)
             for j, (g, y) in enumerate(zip(got, ys)):
-                assert_keras_close(g, y[:batch], f"{fmt} {key} {label} batch {batch} output {j}",
-                                   TOLERANCE[device.backend] * (LARGE_FACTOR if label == "large" else 1))
+                assert_keras_close(
+                    g,
+                    y[:batch],
+                    f"{fmt} {key} {label} batch {batch} output {j}",
+                    TOLERANCE[device.backend] * (LARGE_FACTOR if label == "large" else 1),
+                )
         given = xs if len(xs) > 1 else xs[0]
         for g, w in zip(outputs(saved.predict(given)), outputs(model.predict(given))):
             np.testing.assert_array_equal(g, w)
@@ -131,8 +142,15 @@ def test_inputs_given_as_a_dict_are_named_by_its_keys(graph_zoo, device, fmt):
     assert_keras_close(model.predict(xs), y, f"{fmt} as a list")
 
 
-@pytest.mark.parametrize("fmt,key", [pytest.param(fmt, key, id=f"{fmt}-{key}") for key in ERROR_MODELS for fmt in FORMATS
-                                     if key not in TF_KERAS_ONLY or FORMATS[fmt][0] == "tf_keras"])
+@pytest.mark.parametrize(
+    "fmt,key",
+    [
+        pytest.param(fmt, key, id=f"{fmt}-{key}")
+        for key in ERROR_MODELS
+        for fmt in FORMATS
+        if key not in TF_KERAS_ONLY or FORMATS[fmt][0] == "tf_keras"
+    ],
+)
 def test_unsupported_layers_of_a_graph_are_all_named(graph_zoo, fmt, key):
     path, _ = zoo_file(graph_zoo, fmt, key)
     with pytest.raises(malinn.ConversionError) as info:
@@ -145,11 +163,16 @@ def test_unsupported_layers_of_a_graph_are_all_named(graph_zoo, fmt, key):
 
 
 #: (format, graph) pairs verified: graphs in Keras 3's form, and the nested one in Keras 2's too
-VERIFIED = [("keras3-zip", "residual"), ("keras3-zip", "shared_two_outputs"), ("keras3-zip", "nested_shared"),
-            ("keras2-h5", "nested_shared"),
-            # inputs given as a dict: Keras is given them by key (a list in malinn's order failed:
-            # "the structure of `inputs` doesn't match"), also where the keys are not the inputs' names
-            ("keras3-zip", "dict_io"), ("keras3-zip", "dict_keys")]
+VERIFIED = [
+    ("keras3-zip", "residual"),
+    ("keras3-zip", "shared_two_outputs"),
+    ("keras3-zip", "nested_shared"),
+    ("keras2-h5", "nested_shared"),
+    # inputs given as a dict: Keras is given them by key (a list in malinn's order failed:
+    # "the structure of `inputs` doesn't match"), also where the keys are not the inputs' names
+    ("keras3-zip", "dict_io"),
+    ("keras3-zip", "dict_keys"),
+]
 
 
 @pytest.mark.parametrize("fmt, key", VERIFIED)
@@ -163,7 +186,7 @@ def test_verify_compares_a_graph_layer_by_layer(graph_zoo, device, capsys, fmt, 
         pytest.skip(f"{fmt} {key} is verified on OpenCL; {device.backend} verifies keras3-zip shared_two_outputs")
     path, _ = zoo_file(graph_zoo, fmt, key)
     model = malinn.load_model(path)
-    model.plan(16, device)   # first: a backend without the merge kernels skips the test here
+    model.plan(16, device)  # first: a backend without the merge kernels skips the test here
     assert main(["verify", str(path)]) == 0
     text = capsys.readouterr().out
     assert "OK: worst rel error" in text
@@ -171,7 +194,7 @@ def test_verify_compares_a_graph_layer_by_layer(graph_zoo, device, capsys, fmt, 
     assert text.count("(model output") == outputs
     # rows with both errors (not "(not compared)", nor the argmax and OK lines after the table)
     compared = [line for line in text.splitlines() if re.search(r"\de[-+]\d\d +\d\.\d+e[-+]\d\d$", line)]
-    assert len(compared) >= outputs + 1, text   # the outputs and at least one layer of their own
+    assert len(compared) >= outputs + 1, text  # the outputs and at least one layer of their own
 
 
 def test_the_zoo_runs_every_augmentation_layer_the_converter_drops():

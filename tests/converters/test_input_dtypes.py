@@ -92,21 +92,28 @@ def test_a_file_without_an_input_dtype_is_float32(device, tmp_path):
 
 # ---------------------------------------------------------------------------- refusals
 
+
 def with_input_dtype(dtype):
     config = sequential([dense("d0", 3, in_width=4)], width=4)
     config["config"]["layers"][0]["config"]["dtype"] = dtype
     return config
 
 
-@pytest.mark.parametrize("dtype", ["string", "nonsense", "complex64", "float8_e4m3fn", 5,
-                                   keras_object("keras", "DTypePolicy", {})])
+@pytest.mark.parametrize(
+    "dtype", ["string", "nonsense", "complex64", "float8_e4m3fn", 5, keras_object("keras", "DTypePolicy", {})]
+)
 def test_an_input_dtype_malinn_cannot_cast_to_is_refused_by_name(tmp_path, dtype):
     src = write_keras(tmp_path / "m.keras", with_input_dtype(dtype), dense_weights([4, 3]))
     with pytest.raises(ConversionError) as info:
         malinn.load_model(src)
     message = str(info.value)
-    for fragment in ("m.keras", "input 'input_layer'", f"dtype {dtype!r} is not supported", "int32, int64, uint8",
-                     "bool"):
+    for fragment in (
+        "m.keras",
+        "input 'input_layer'",
+        f"dtype {dtype!r} is not supported",
+        "int32, int64, uint8",
+        "bool",
+    ):
         assert fragment in message, message
 
 
@@ -119,8 +126,14 @@ def test_a_layers_dtype_policy_malinn_does_not_compute_is_refused_by_name(tmp_pa
     with pytest.raises(ConversionError) as info:
         malinn.convert(src, tmp_path / "m.malinn", target="cpu")
     message = str(info.value)
-    for fragment in ("m.keras", "layer 'd1' (Dense)", f"dtype policy {policy!r}", "float32, float64, float16",
-                     "mixed_bfloat16", "int8-quantized"):
+    for fragment in (
+        "m.keras",
+        "layer 'd1' (Dense)",
+        f"dtype policy {policy!r}",
+        "float32, float64, float16",
+        "mixed_bfloat16",
+        "int8-quantized",
+    ):
         assert fragment in message, message
     assert not (tmp_path / "m.malinn").exists()
 
@@ -141,6 +154,9 @@ def test_a_nested_models_input_dtype_is_refused(tmp_path):
     inner["config"]["layers"][0]["config"]["dtype"] = "int32"
     outer = sequential([copy.deepcopy(inner), dense("d1", 2, in_width=3)], name="outer", width=4)
     src = write_keras(tmp_path / "m.keras", outer, dense_weights([4, 3, 2]))
-    with pytest.raises(ConversionError, match=r"input 'input_layer' of the nested model 'inner' has dtype 'int32'.*"
-                                              r"give the outer model's Input that dtype"):
+    with pytest.raises(
+        ConversionError,
+        match=r"input 'input_layer' of the nested model 'inner' has dtype 'int32'.*"
+        r"give the outer model's Input that dtype",
+    ):
         malinn.load_model(src)

@@ -46,10 +46,14 @@ def relative_error(got, want):
 
 def test_bfloat16_widening_is_exact_for_every_kind_of_value():
     rng = np.random.default_rng(3)
-    values = np.concatenate([rng.standard_normal(1000) * 10.0 ** rng.integers(-40, 38, 1000),
-                             [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -3e-39, 3.3e38]]).astype(np.float32)
-    truncated = (values.view(np.uint32) & 0xFFFF0000).view(np.float32)   # exactly bfloat16 values
-    stored = (values.view(np.uint32) >> 16).astype("<u2").view("V2")      # how the files hold them
+    values = np.concatenate(
+        [
+            rng.standard_normal(1000) * 10.0 ** rng.integers(-40, 38, 1000),
+            [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -3e-39, 3.3e38],
+        ]
+    ).astype(np.float32)
+    truncated = (values.view(np.uint32) & 0xFFFF0000).view(np.float32)  # exactly bfloat16 values
+    stored = (values.view(np.uint32) >> 16).astype("<u2").view("V2")  # how the files hold them
     widened = widen_bfloat16(stored)
     assert widened.dtype == np.float32
     np.testing.assert_array_equal(widened.view(np.uint32), truncated.view(np.uint32))
@@ -60,15 +64,15 @@ def test_bfloat16_weights_read_exactly(keras_zoo, fmt):
     """Before: ``weight ... has dtype |V2, not a numeric array``."""
     path = keras_zoo.path(fmt, "bfloat16")
     model = read_keras(path)
-    expected = keras_zoo.weights(fmt, "bfloat16")       # Keras's bfloat16 weights as float32
+    expected = keras_zoo.weights(fmt, "bfloat16")  # Keras's bfloat16 weights as float32
     assert [layer.name for layer in model.layers] == ["d13_bf16", "bn_bf16", "d3"]
     for layer, want in zip(model.layers, expected):
         assert len(layer.weights) == len(want)
         for got, ref in zip(layer.weights, want):
             assert got.dtype == np.float32
             np.testing.assert_array_equal(got, ref)
-            if layer.name == "d13_bf16":   # bfloat16 values: low 16 bits zero (tf_keras keeps
-                assert not (got.view(np.uint32) & 0xFFFF).any()   # BatchNormalization's in float32)
+            if layer.name == "d13_bf16":  # bfloat16 values: low 16 bits zero (tf_keras keeps
+                assert not (got.view(np.uint32) & 0xFFFF).any()  # BatchNormalization's in float32)
 
 
 @pytest.mark.parametrize("fmt", ALL_FORMATS)
@@ -131,9 +135,12 @@ def test_lora_variables_that_cannot_be_told_apart_are_refused(keras_zoo, tmp_pat
         group = f["model_weights/d13_lora"]
         names = [n.decode() if isinstance(n, bytes) else n for n in group.attrs["weight_names"]]
         group.attrs["weight_names"] = np.array([n.encode() for n in names if not n.endswith("lora_kernel_b")])
-    with pytest.raises(ConversionError, match=r"layer 'd13_lora': LoRA Dense \(lora_rank=2, lora_alpha=6\): "
-                                               r"the file has 3 weight arrays .* expected kernel, bias, "
-                                               r"lora_kernel_a, lora_kernel_b"):
+    with pytest.raises(
+        ConversionError,
+        match=r"layer 'd13_lora': LoRA Dense \(lora_rank=2, lora_alpha=6\): "
+        r"the file has 3 weight arrays .* expected kernel, bias, "
+        r"lora_kernel_a, lora_kernel_b",
+    ):
         read_keras(path)
 
 
@@ -164,5 +171,7 @@ def test_int8_dense_with_lora_reads_its_merged_form_and_names_lora_otherwise(ker
     model = malinn.load_model(keras_zoo.path("keras3-zip", "int8_lora"))
     assert model.layers[0].quantized is not None
     assert relative_error(model.predict(data["x"]), data["y"]) <= 0.05
-    with pytest.raises(ConversionError, match=r"int8-quantized Dense: the file has 5 weight arrays .*with LoRA.*\.keras"):
+    with pytest.raises(
+        ConversionError, match=r"int8-quantized Dense: the file has 5 weight arrays .*with LoRA.*\.keras"
+    ):
         malinn.load_model(keras_zoo.path("keras3-h5", "int8_lora"))

@@ -14,8 +14,11 @@ from test_equivalence import assert_keras_close, group_of, load
 
 import malinn
 
-CASES = [pytest.param(fmt, key, id=f"{fmt}-{key}") for fmt, (generation, _) in FORMATS.items()
-         for key in single_input_layer_models(generation)]
+CASES = [
+    pytest.param(fmt, key, id=f"{fmt}-{key}")
+    for fmt, (generation, _) in FORMATS.items()
+    for key in single_input_layer_models(generation)
+]
 
 
 @pytest.mark.parametrize("fmt,key", CASES)
@@ -23,8 +26,9 @@ def test_large_inputs_match_keras(keras_zoo, device, fmt, key):
     data = keras_zoo.data(fmt, key)
     model = load(keras_zoo, fmt, key)
     for batch in (1, 7, 100):
-        assert_keras_close(model.predict(data["x_large"][:batch]), data["y_large"][:batch],
-                           f"{fmt} {key} large inputs, batch {batch}")
+        assert_keras_close(
+            model.predict(data["x_large"][:batch]), data["y_large"][:batch], f"{fmt} {key} large inputs, batch {batch}"
+        )
 
 
 @pytest.mark.parametrize("fmt", [pytest.param(f, id=f) for f in FORMATS])
@@ -62,9 +66,9 @@ def test_a_normalization_has_the_weights_keras_gives_it(keras_zoo, fmt):
             if keras_layer["class_name"] != "Normalization":
                 continue
             layer = group_of(model, keras_layer["name"])
-            if isinstance(layer, malinn.layers.Normalization):     # else folded into a Dense
+            if isinstance(layer, malinn.layers.Normalization):  # else folded into a Dense
                 assert len(layer.get_weights()) == keras_layer["n_weights"], keras_layer["name"]
                 assert layer.count_params() == sum(w.size for w in layer.get_weights())
                 seen.add(keras_layer["n_weights"])
         assert layer is not None
-    assert seen == {0, 3}    # both kinds met
+    assert seen == {0, 3}  # both kinds met

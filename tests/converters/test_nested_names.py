@@ -44,8 +44,9 @@ def test_layers_sharing_a_name_read_their_own_weights(keras_zoo, fmt, key):
     model, entry, _ = load(keras_zoo, fmt, key, read_keras)
     assert [layer.name for layer in model.layers] == NAMES[key]
     assert [layer.name.rsplit("/", 1)[-1] for layer in model.layers] == [layer["name"] for layer in entry["layers"]]
-    generation_fmt = fmt if fmt in WHOLE_FORMATS else {"keras3": "keras3-zip", "tf_keras": "keras2-h5"}[
-        SPLIT_FORMATS[fmt][0]]
+    generation_fmt = (
+        fmt if fmt in WHOLE_FORMATS else {"keras3": "keras3-zip", "tf_keras": "keras2-h5"}[SPLIT_FORMATS[fmt][0]]
+    )
     for layer, weights in zip(model.layers, keras_zoo.weights(generation_fmt, key)):
         assert len(layer.weights) == len(weights), layer.name
         for got, want in zip(layer.weights, weights):
@@ -75,7 +76,7 @@ def test_h5_refuses_two_layers_of_one_name_in_one_nested_model(keras_zoo, tmp_pa
         config = json.loads(f.attrs["model_config"])
         mid = next(layer for layer in config["config"]["layers"] if layer["config"].get("name") == "mid")
 
-        def renamed(value):   # mid's own 'dense_1' (and the references to it) named 'dense'
+        def renamed(value):  # mid's own 'dense_1' (and the references to it) named 'dense'
             if isinstance(value, dict):
                 return {k: renamed(v) for k, v in value.items()}
             if isinstance(value, list):

@@ -82,8 +82,7 @@ def truncate(src, dst, fraction=0.5):
 
 
 def initializer(cls="Zeros"):
-    return {"module": "keras.initializers", "class_name": cls, "config": {},
-            "registered_name": None}
+    return {"module": "keras.initializers", "class_name": cls, "config": {}, "registered_name": None}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -92,12 +91,23 @@ def initializer(cls="Zeros"):
 
 def keras2_dense(name, units, activation, input_shape=None):
     cfg = {
-        "name": name, "trainable": True, "dtype": "float32", "units": units,
-        "activation": activation, "use_bias": True,
-        "kernel_initializer": {"module": "keras.initializers", "class_name": "GlorotUniform",
-                               "config": {"seed": None}, "registered_name": None},
-        "bias_initializer": initializer(), "kernel_regularizer": None,
-        "bias_regularizer": None, "activity_regularizer": None, "kernel_constraint": None,
+        "name": name,
+        "trainable": True,
+        "dtype": "float32",
+        "units": units,
+        "activation": activation,
+        "use_bias": True,
+        "kernel_initializer": {
+            "module": "keras.initializers",
+            "class_name": "GlorotUniform",
+            "config": {"seed": None},
+            "registered_name": None,
+        },
+        "bias_initializer": initializer(),
+        "kernel_regularizer": None,
+        "bias_regularizer": None,
+        "activity_regularizer": None,
+        "kernel_constraint": None,
         "bias_constraint": None,
     }
     if input_shape is not None:
@@ -105,8 +115,15 @@ def keras2_dense(name, units, activation, input_shape=None):
     return {"class_name": "Dense", "config": cfg}
 
 
-def write_keras2_h5(path, widths=(6, 3, 1), split_layer_names=False, split_weight_names=False,
-                    layer_name_length=0, seed=0, keras22=False):
+def write_keras2_h5(
+    path,
+    widths=(6, 3, 1),
+    split_layer_names=False,
+    split_weight_names=False,
+    layer_name_length=0,
+    seed=0,
+    keras22=False,
+):
     """A tf_keras-style Sequential of Dense layers, as ``model.save("m.h5")`` writes it.
 
     With ``split_*`` the attribute is written as ``name0``, ``name1`` fixed-length byte arrays,
@@ -116,13 +133,24 @@ def write_keras2_h5(path, widths=(6, 3, 1), split_layer_names=False, split_weigh
     pad = "x" * layer_name_length
     names = [f"dense{pad}" if i == 0 else f"dense_{i}{pad}" for i in range(len(widths) - 1)]
     activations = ["relu", "hard_sigmoid", "softmax", "tanh"]
-    layers = [{"class_name": "InputLayer", "config": {
-        "batch_input_shape": [None, widths[0]], "dtype": "float32", "sparse": False,
-        "ragged": False, "name": f"{names[0]}_input", "optional": False}}]
+    layers = [
+        {
+            "class_name": "InputLayer",
+            "config": {
+                "batch_input_shape": [None, widths[0]],
+                "dtype": "float32",
+                "sparse": False,
+                "ragged": False,
+                "name": f"{names[0]}_input",
+                "optional": False,
+            },
+        }
+    ]
     weights = {}
     for i, name in enumerate(names):
-        layers.append(keras2_dense(name, widths[i + 1], activations[i % 4],
-                                   input_shape=(widths[0],) if i == 0 else None))
+        layers.append(
+            keras2_dense(name, widths[i + 1], activations[i % 4], input_shape=(widths[0],) if i == 0 else None)
+        )
         kernel = rng.standard_normal((widths[i], widths[i + 1])).astype(np.float32)
         bias = rng.standard_normal(widths[i + 1]).astype(np.float32)
         weights[name] = [(f"{name}/kernel:0", kernel), (f"{name}/bias:0", bias)]
@@ -159,30 +187,58 @@ def write_keras2_h5(path, widths=(6, 3, 1), split_layer_names=False, split_weigh
     return names, {n: [v for _, v in weights[n]] for n in names}
 
 
-def write_keras3_zip(path, widths=(5, 4, 2), seed=0, config_text=None, with_weights=True,
-                     swap_paths=False):
+def write_keras3_zip(path, widths=(5, 4, 2), seed=0, config_text=None, with_weights=True, swap_paths=False):
     """A Keras 3 ``.keras`` archive of a Sequential of Dense layers.
 
     ``swap_paths`` stores the first two layers under each other's paths (their ``vars`` groups
     still labelled with their own names), as a file whose layer order changed would.
     """
     rng = np.random.default_rng(seed)
-    layers = [{"module": "keras.layers", "class_name": "InputLayer", "config": {
-        "batch_shape": [None, widths[0]], "dtype": "float32", "sparse": False,
-        "ragged": False, "name": "input_layer", "optional": False}, "registered_name": None}]
+    layers = [
+        {
+            "module": "keras.layers",
+            "class_name": "InputLayer",
+            "config": {
+                "batch_shape": [None, widths[0]],
+                "dtype": "float32",
+                "sparse": False,
+                "ragged": False,
+                "name": "input_layer",
+                "optional": False,
+            },
+            "registered_name": None,
+        }
+    ]
     weights = {}
     for i in range(len(widths) - 1):
         name = "dense" if i == 0 else f"dense_{i}"
-        layers.append({"module": "keras.layers", "class_name": "Dense", "config": {
-            "name": name, "trainable": True, "units": widths[i + 1], "activation": "relu",
-            "use_bias": True, "kernel_initializer": initializer("GlorotUniform"),
-            "bias_initializer": initializer()}, "registered_name": None,
-            "build_config": {"input_shape": [None, widths[i]]}})
-        weights[name] = [rng.standard_normal((widths[i], widths[i + 1])).astype(np.float32),
-                         rng.standard_normal(widths[i + 1]).astype(np.float32)]
-    config = {"module": "keras", "class_name": "Sequential", "config": {
-        "name": "sequential", "trainable": True, "layers": layers,
-        "build_input_shape": [None, widths[0]]}, "registered_name": None}
+        layers.append(
+            {
+                "module": "keras.layers",
+                "class_name": "Dense",
+                "config": {
+                    "name": name,
+                    "trainable": True,
+                    "units": widths[i + 1],
+                    "activation": "relu",
+                    "use_bias": True,
+                    "kernel_initializer": initializer("GlorotUniform"),
+                    "bias_initializer": initializer(),
+                },
+                "registered_name": None,
+                "build_config": {"input_shape": [None, widths[i]]},
+            }
+        )
+        weights[name] = [
+            rng.standard_normal((widths[i], widths[i + 1])).astype(np.float32),
+            rng.standard_normal(widths[i + 1]).astype(np.float32),
+        ]
+    config = {
+        "module": "keras",
+        "class_name": "Sequential",
+        "config": {"name": "sequential", "trainable": True, "layers": layers, "build_input_shape": [None, widths[0]]},
+        "registered_name": None,
+    }
     buffer = io.BytesIO()
     paths = {name: name for name in weights}
     if swap_paths:
@@ -195,8 +251,7 @@ def write_keras3_zip(path, widths=(5, 4, 2), seed=0, config_text=None, with_weig
             for i, value in enumerate(values):
                 group.create_dataset(str(i), data=value)
     with zipfile.ZipFile(path, "w") as z:
-        z.writestr("metadata.json", json.dumps({"keras_version": "3.15.1",
-                                                "date_saved": "2026-01-01@00:00:00"}))
+        z.writestr("metadata.json", json.dumps({"keras_version": "3.15.1", "date_saved": "2026-01-01@00:00:00"}))
         z.writestr("config.json", config_text if config_text is not None else json.dumps(config))
         if with_weights:
             z.writestr("model.weights.h5", buffer.getvalue())
@@ -222,13 +277,12 @@ def test_no_tensorflow_or_keras_import_in_converters():
                 assert top not in {"tensorflow", "keras", "tf_keras"}, f"{source.name}: {module}"
 
 
-@pytest.mark.parametrize("split_layer_names,split_weight_names",
-                         [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("split_layer_names,split_weight_names", [(False, False), (True, False), (True, True)])
 def test_keras2_h5_mirror_and_split_attributes(tmp_path, split_layer_names, split_weight_names):
     path = tmp_path / "k2.h5"
-    names, weights = write_keras2_h5(path, widths=(6, 1, 3, 13),
-                                     split_layer_names=split_layer_names,
-                                     split_weight_names=split_weight_names)
+    names, weights = write_keras2_h5(
+        path, widths=(6, 1, 3, 13), split_layer_names=split_layer_names, split_weight_names=split_weight_names
+    )
     model = read_keras(path)
     assert isinstance(model, KerasModel)
     assert model.source == str(path)
@@ -238,8 +292,7 @@ def test_keras2_h5_mirror_and_split_attributes(tmp_path, split_layer_names, spli
     assert [layer.name for layer in model.layers] == names
     assert all(isinstance(layer, KerasLayer) for layer in model.layers)
     assert [layer.config["units"] for layer in model.layers] == [1, 3, 13]
-    assert [layer.config["activation"] for layer in model.layers] == ["relu", "hard_sigmoid",
-                                                                      "softmax"]
+    assert [layer.config["activation"] for layer in model.layers] == ["relu", "hard_sigmoid", "softmax"]
     for layer in model.layers:
         assert len(layer.weights) == 2
         for got, want in zip(layer.weights, weights[layer.name]):
@@ -250,8 +303,7 @@ def test_keras2_h5_mirror_and_split_attributes(tmp_path, split_layer_names, spli
 def test_keras2_h5_long_layer_names_split(tmp_path):
     """Names long enough that tf_keras would split layer_names into chunks."""
     path = tmp_path / "long.h5"
-    names, _ = write_keras2_h5(path, widths=(4, 3, 2, 2), split_layer_names=True,
-                               layer_name_length=30000)
+    names, _ = write_keras2_h5(path, widths=(4, 3, 2, 2), split_layer_names=True, layer_name_length=30000)
     assert [layer.name for layer in read_keras(path).layers] == names
 
 
@@ -262,8 +314,7 @@ def test_keras3_zip_mirror(tmp_path):
     assert model.format == "keras3-zip" and model.keras_version == "3.15.1"
     assert model.keras_major == 3
     assert model.input_shape == (5,)
-    assert [(layer.class_name, layer.name) for layer in model.layers] == [
-        ("Dense", "dense"), ("Dense", "dense_1")]
+    assert [(layer.class_name, layer.name) for layer in model.layers] == [("Dense", "dense"), ("Dense", "dense_1")]
     for layer in model.layers:
         for got, want in zip(layer.weights, weights[layer.name]):
             np.testing.assert_array_equal(got, want)
@@ -354,16 +405,22 @@ def test_zip_without_weights(tmp_path):
 def test_zip_weights_not_hdf5(tmp_path):
     good = tmp_path / "good.keras"
     write_keras3_zip(good)
-    bad = rewrite_zip(good, tmp_path / "badweights.keras",
-                      replace={"model.weights.h5": b"\x89HDF\r\n\x1a\n" + b"\0" * 20})
+    bad = rewrite_zip(
+        good, tmp_path / "badweights.keras", replace={"model.weights.h5": b"\x89HDF\r\n\x1a\n" + b"\0" * 20}
+    )
     assert_conversion_error(bad, "model.weights.h5")
 
 
 def test_zip_kernel_shape_changed(tmp_path):
     good = tmp_path / "good.keras"
     write_keras3_zip(good, widths=(5, 4, 2))
-    bad = zip_member_edit(good, tmp_path / "reshaped.keras", "model.weights.h5",
-                          lambda p: reshape_dataset(p, "layers/dense_1/vars/0", (4, 3)), tmp_path)
+    bad = zip_member_edit(
+        good,
+        tmp_path / "reshaped.keras",
+        "model.weights.h5",
+        lambda p: reshape_dataset(p, "layers/dense_1/vars/0", (4, 3)),
+        tmp_path,
+    )
     assert_conversion_error(bad, "'dense_1'", "units=2")
 
 
@@ -423,8 +480,20 @@ def test_plain_hdf5_is_not_a_model(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # files written by Keras 3 and tf_keras (the zoo: tests/keras_zoo.py)
 
-KEYS = ("units", "activation", "use_bias", "center", "scale", "epsilon", "max_value",
-        "negative_slope", "threshold", "alpha", "rate", "axis")
+KEYS = (
+    "units",
+    "activation",
+    "use_bias",
+    "center",
+    "scale",
+    "epsilon",
+    "max_value",
+    "negative_slope",
+    "threshold",
+    "alpha",
+    "rate",
+    "axis",
+)
 
 
 def plain(value):
@@ -448,8 +517,10 @@ def same_value(got, want):
 def reference(zoo, fmt, key):
     """[(class name, name, get_config(), get_weights())] of the Keras model's leaf layers."""
     entry = zoo.require(fmt, key)
-    return [(layer["class_name"], layer["name"], layer["config"], weights)
-            for layer, weights in zip(entry["layers"], zoo.weights(fmt, key))]
+    return [
+        (layer["class_name"], layer["name"], layer["config"], weights)
+        for layer, weights in zip(entry["layers"], zoo.weights(fmt, key))
+    ]
 
 
 #: (format id in the zoo, KerasModel.format, Keras generation)
@@ -464,8 +535,7 @@ H5_FORMATS = [pytest.param("keras3-h5", id="keras3"), pytest.param("keras2-h5", 
 
 
 def check_against_reference(model, ref):
-    assert [(layer.class_name, layer.name) for layer in model.layers] == [
-        (cls, name) for cls, name, _, _ in ref]
+    assert [(layer.class_name, layer.name) for layer in model.layers] == [(cls, name) for cls, name, _, _ in ref]
     for layer, (_, _, config, weights) in zip(model.layers, ref):
         for key in KEYS:
             if key in config and key != "axis":
@@ -498,8 +568,7 @@ def test_zoo(keras_zoo, fmt, reader_format, major):
     assert by_name["d1"].config["units"] == 1
     assert by_name["act_hs"].config["activation"] == "hard_sigmoid"
     # BatchNormalization drops gamma without scale and beta without center.
-    assert [len(by_name[n].weights) for n in ("bn_full", "bn_nocenter", "bn_noscale",
-                                              "bn_bare")] == [4, 3, 3, 2]
+    assert [len(by_name[n].weights) for n in ("bn_full", "bn_nocenter", "bn_noscale", "bn_bare")] == [4, 3, 3, 2]
     assert len(by_name["d13_nobias"].weights) == 1
     # Keras 2 and Keras 3 name LeakyReLU's slope differently; the config is kept as written.
     slope_key = "negative_slope" if major == 3 else "alpha"
@@ -543,14 +612,14 @@ def test_keras3_zip_without_vars_names(keras_zoo, tmp_path, key):
     def strip(h5path):
         with h5py.File(h5path, "r+") as f:
             groups = []
-            f.visititems(lambda name, obj: groups.append(obj) if isinstance(obj, h5py.Group)
-                         else None)
+            f.visititems(lambda name, obj: groups.append(obj) if isinstance(obj, h5py.Group) else None)
             for group in groups + [f]:
                 if "name" in group.attrs:
                     del group.attrs["name"]
 
-    path = zip_member_edit(keras_zoo.path("keras3-zip", key), tmp_path / f"{key}_nonames.keras",
-                           "model.weights.h5", strip, tmp_path)
+    path = zip_member_edit(
+        keras_zoo.path("keras3-zip", key), tmp_path / f"{key}_nonames.keras", "model.weights.h5", strip, tmp_path
+    )
     check_against_reference(read_keras(path), reference(keras_zoo, "keras3-zip", key))
 
 
@@ -592,16 +661,22 @@ def test_truncated(keras_zoo, tmp_path, fmt, reader_format, major):
 @pytest.mark.parametrize("fmt", ZIP_FORMATS)
 def test_keras_zip_corrupted_members(keras_zoo, tmp_path, fmt):
     good = keras_zoo.path(fmt, "zoo")
-    assert_conversion_error(rewrite_zip(good, tmp_path / "noweights.keras",
-                                        drop={"model.weights.h5"}), "model.weights.h5")
-    assert_conversion_error(rewrite_zip(good, tmp_path / "badjson.keras",
-                                        replace={"config.json": b"{\"class_name\": "}),
-                            "config.json", "not valid JSON")
-    assert_conversion_error(rewrite_zip(good, tmp_path / "noconfig.keras",
-                                        drop={"config.json"}), "config.json")
-    reshaped = zip_member_edit(good, tmp_path / "reshaped.keras", "model.weights.h5",
-                               lambda p: reshape_dataset(p, "layers/dense/vars/0", (28, 12)),
-                               tmp_path)
+    assert_conversion_error(
+        rewrite_zip(good, tmp_path / "noweights.keras", drop={"model.weights.h5"}), "model.weights.h5"
+    )
+    assert_conversion_error(
+        rewrite_zip(good, tmp_path / "badjson.keras", replace={"config.json": b'{"class_name": '}),
+        "config.json",
+        "not valid JSON",
+    )
+    assert_conversion_error(rewrite_zip(good, tmp_path / "noconfig.keras", drop={"config.json"}), "config.json")
+    reshaped = zip_member_edit(
+        good,
+        tmp_path / "reshaped.keras",
+        "model.weights.h5",
+        lambda p: reshape_dataset(p, "layers/dense/vars/0", (28, 12)),
+        tmp_path,
+    )
     assert_conversion_error(reshaped, "'d13'", "units=13")
 
 
@@ -612,8 +687,9 @@ def test_h5_weight_shape_changed(keras_zoo, tmp_path, fmt):
     path.write_bytes(source.read_bytes())
     with h5py.File(path, "r") as f:
         group = f["model_weights/d3"]
-        kernel_name = next(n for n in (x.decode() if isinstance(x, bytes) else x
-                                       for x in group.attrs["weight_names"]) if "kernel" in n)
+        kernel_name = next(
+            n for n in (x.decode() if isinstance(x, bytes) else x for x in group.attrs["weight_names"]) if "kernel" in n
+        )
     reshape_dataset(path, f"model_weights/d3/{kernel_name}", (13, 4))
     assert_conversion_error(path, "'d3'", "units=3")
 

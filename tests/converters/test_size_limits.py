@@ -62,7 +62,7 @@ def declare_size(path, member, size):
         at = 0
         while (at := data.find(signature, at)) >= 0:
             name_at = at + (30 if signature == b"PK\x03\x04" else 46)
-            if data[name_at:name_at + len(name)] == name:
+            if data[name_at : name_at + len(name)] == name:
                 struct.pack_into("<L", data, at + offset, size)
             at += 4
     path.write_bytes(bytes(data))
@@ -86,14 +86,16 @@ def refused(path, *fragments):
 def test_weights_member_larger_than_the_config_allows(tmp_path):
     """Before: the 64 MiB member was read into memory whole, then failed as 'not HDF5'."""
     src = write_zeros_member(tmp_path / "bomb.keras", small_config(), 64 * MiB)
-    refused(src, "model.weights.h5 declares 64.0 MiB (67108864 bytes)",
-            "more than what the config's layers can hold")
+    refused(src, "model.weights.h5 declares 64.0 MiB (67108864 bytes)", "more than what the config's layers can hold")
 
 
 def test_gigabytes_declared_by_a_small_file(tmp_path):
     """The 3 GiB of the report, declared by a file of a few kilobytes."""
-    src = declare_size(write_keras(tmp_path / "liar.keras", small_config(), dense_weights(WIDTHS),
-                                   compression=zipfile.ZIP_DEFLATED), "model.weights.h5", 3 << 30)
+    src = declare_size(
+        write_keras(tmp_path / "liar.keras", small_config(), dense_weights(WIDTHS), compression=zipfile.ZIP_DEFLATED),
+        "model.weights.h5",
+        3 << 30,
+    )
     assert src.stat().st_size < 64 * 1024
     refused(src, "model.weights.h5 declares 3.0 GiB (3221225472 bytes)")
 
@@ -107,8 +109,11 @@ def test_compression_ratio_when_the_config_sets_no_bound(tmp_path):
 
 
 def test_json_member_over_the_limit(tmp_path):
-    src = declare_size(write_keras(tmp_path / "json.keras", small_config(), dense_weights(WIDTHS),
-                                   compression=zipfile.ZIP_DEFLATED), "config.json", 1 << 30)
+    src = declare_size(
+        write_keras(tmp_path / "json.keras", small_config(), dense_weights(WIDTHS), compression=zipfile.ZIP_DEFLATED),
+        "config.json",
+        1 << 30,
+    )
     refused(src, "config.json declares 1.0 GiB", "malinn's limit for a JSON member")
 
 
@@ -123,8 +128,13 @@ def test_bomb_is_refused_in_small_memory(tmp_path):
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)\n"
     )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.run([sys.executable, "-c", script, str(src), str(tmp_path / "big.malinn")],
-                          capture_output=True, text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(src), str(tmp_path / "big.malinn")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "refused" in proc.stderr and "declares 256.0 MiB" in proc.stderr, proc.stderr
     grown_kib = int(proc.stdout.split()[-1])
@@ -156,8 +166,8 @@ def test_stored_weights_are_checked_against_their_crc(keras_zoo, tmp_path):
     with h5py.File(io.BytesIO(member), "r") as f:
         offset = f["layers/dense/vars/0"].id.get_offset()
     data = bytearray(src.read_bytes())
-    at = data.find(member[offset:offset + 64])
-    assert data.count(member[offset:offset + 64]) == 1
+    at = data.find(member[offset : offset + 64])
+    assert data.count(member[offset : offset + 64]) == 1
     data[at + 5] ^= 0x40
     src.write_bytes(bytes(data))
     with pytest.raises(ConversionError, match=r"model.weights.h5 in the archive is damaged: CRC-32"):
@@ -186,16 +196,18 @@ def replace_kernel(src, dst, **dataset):
 @pytest.mark.parametrize("fmt", H5_FORMATS)
 def test_h5_dataset_declaring_more_than_it_stores(keras_zoo, tmp_path, fmt):
     """Before: reading it allocated 37 GiB of fill values."""
-    src = replace_kernel(keras_zoo.path(fmt, "tiny"), tmp_path / "phantom.h5", shape=(100_000, 100_000),
-                         dtype="float32")
+    src = replace_kernel(
+        keras_zoo.path(fmt, "tiny"), tmp_path / "phantom.h5", shape=(100_000, 100_000), dtype="float32"
+    )
     refused(src, "declares shape (100000, 100000) of float32 (37.3 GiB", "stores 0 bytes of it")
 
 
 @pytest.mark.parametrize("fmt", H5_FORMATS)
 def test_h5_dataset_larger_than_the_config(keras_zoo, tmp_path, fmt):
     """Real data, but far more than a Dense 3 -> 13 holds: refused before reading it."""
-    src = replace_kernel(keras_zoo.path(fmt, "tiny"), tmp_path / "big_kernel.h5",
-                         data=np.ones((2000, 1000), np.float32))
+    src = replace_kernel(
+        keras_zoo.path(fmt, "tiny"), tmp_path / "big_kernel.h5", data=np.ones((2000, 1000), np.float32)
+    )
     refused(src, "declares shape (2000, 1000) of float32 (7.6 MiB", "more than what the config's layers hold")
 
 
@@ -223,15 +235,16 @@ def test_a_model_of_thousands_of_layers_is_read_in_linear_time(tmp_path):
     from keras_files import keras_object
 
     count = 4000
-    acts = [keras_object("keras.layers", "Activation", {"name": f"act_{i}", "activation": "relu"})
-            for i in range(count)]
+    acts = [
+        keras_object("keras.layers", "Activation", {"name": f"act_{i}", "activation": "relu"}) for i in range(count)
+    ]
     config = sequential([dense("d0", 3, "relu", in_width=4)] + acts, width=4)
     src = write_keras(tmp_path / "deep.keras", config, [dense_weights((4, 3))[0]] + [[] for _ in acts])
     start = time.perf_counter()
     model = read_keras(src)
     seconds = time.perf_counter() - start
     assert len(model.layers) == count + 1
-    assert seconds < 30, f"{count} layers read in {seconds:.1f} s"   # quadratic: about 75 s; linear: about 1
+    assert seconds < 30, f"{count} layers read in {seconds:.1f} s"  # quadratic: about 75 s; linear: about 1
 
 
 @pytest.mark.parametrize("zip_first", [True, False])
@@ -244,7 +257,7 @@ def test_a_file_that_is_both_a_zip_and_an_hdf5_file_is_refused(tmp_path, zip_fir
         f.attrs["model_config"] = json.dumps({"class_name": "Sequential", "config": {"layers": []}})
     data = bytearray(path.read_bytes())
     if zip_first:
-        data[:4] = b"PK\x03\x04"     # the user block's first bytes: a zip reader starts here
+        data[:4] = b"PK\x03\x04"  # the user block's first bytes: a zip reader starts here
     path.write_bytes(bytes(data) + keras)
     with pytest.raises(ConversionError, match="is both a zip archive and an HDF5 file"):
         read_keras(path)
@@ -267,7 +280,7 @@ def test_an_unzipped_model_whose_member_links_out_of_its_folder_is_refused(tmp_p
     folder = tmp_path / "unzipped"
     with zipfile.ZipFile(Path(__file__).resolve().parents[2] / "examples" / "digits_mlp.keras") as z:
         z.extractall(folder)
-    assert read_keras(folder).layers                      # the folder as Keras writes it: read
+    assert read_keras(folder).layers  # the folder as Keras writes it: read
     secret = tmp_path / "secret.json"
     secret.write_text('{"keras_version": "3.15.1"}')
     (folder / "metadata.json").unlink()
@@ -301,6 +314,7 @@ def edited_cnn(tmp_path, name: str, edit=None, drop_conv_weights=False):
 def _input(size):
     def edit(layers):
         layers[0]["config"]["batch_shape"] = [None, size, size, 1]
+
     return edit
 
 
@@ -310,12 +324,14 @@ def _kernel(size, filters=None):
         layers[1]["config"]["kernel_size"] = [size, size]
         if filters is not None:
             layers[1]["config"]["filters"] = filters
+
     return edit
 
 
 def _filters(count):
     def edit(layers):
         layers[1]["config"]["filters"] = count
+
     return edit
 
 
@@ -328,28 +344,50 @@ def test_sizes_a_config_declares_beyond_the_files_weights_are_refused_without_th
     if not os.path.exists("/proc/self/status"):
         pytest.skip("no /proc here to read a process's peak memory from")
     cases = {
-        "input": (_input(2000), None, r"layer 'dense' \(Dense\): on inputs of shape \(None, 8000000\) its config makes "
-                                      r"weights of shapes \(8000000, 10\), \(10,\), larger than the file's \(128, 10\), "
-                                      r"\(10,\)"),
-        "kernel": (_kernel(3000), None, r"layer 'conv2d' \(Conv2D\): on inputs of shape \(None, 3000, 3000, 1\) its "
-                                        r"config makes weights of shapes \(3000, 3000, 1, 16\), \(16,\), larger than "
-                                        r"the file's \(3, 3, 1, 16\), \(16,\)"),
-        "filters": (_filters(10**9), None, r"layer 'conv2d' \(Conv2D\): on inputs of shape \(None, 8, 8, 1\) its "
-                                           r"config makes weights of shapes \(3, 3, 1, 1000000000\), \(1000000000,\)"),
-        "impossible": (_kernel(10**6, 10**9), None, r"layer 'conv2d' \(Conv2D\): a weight of shape \(1000000, 1000000, "
-                                                    r"1, 1000000000\) has more values than an array can hold"),
-        "no_weights": (None, True, r"layer 'conv2d' \(Conv2D\): the file holds no weights for it; on inputs of shape "
-                                   r"\(None, 8, 8, 1\) its config makes weights of shapes \(3, 3, 1, 16\), \(16,\)"),
+        "input": (
+            _input(2000),
+            None,
+            r"layer 'dense' \(Dense\): on inputs of shape \(None, 8000000\) its config makes "
+            r"weights of shapes \(8000000, 10\), \(10,\), larger than the file's \(128, 10\), "
+            r"\(10,\)",
+        ),
+        "kernel": (
+            _kernel(3000),
+            None,
+            r"layer 'conv2d' \(Conv2D\): on inputs of shape \(None, 3000, 3000, 1\) its "
+            r"config makes weights of shapes \(3000, 3000, 1, 16\), \(16,\), larger than "
+            r"the file's \(3, 3, 1, 16\), \(16,\)",
+        ),
+        "filters": (
+            _filters(10**9),
+            None,
+            r"layer 'conv2d' \(Conv2D\): on inputs of shape \(None, 8, 8, 1\) its "
+            r"config makes weights of shapes \(3, 3, 1, 1000000000\), \(1000000000,\)",
+        ),
+        "impossible": (
+            _kernel(10**6, 10**9),
+            None,
+            r"layer 'conv2d' \(Conv2D\): a weight of shape \(1000000, 1000000, "
+            r"1, 1000000000\) has more values than an array can hold",
+        ),
+        "no_weights": (
+            None,
+            True,
+            r"layer 'conv2d' \(Conv2D\): the file holds no weights for it; on inputs of shape "
+            r"\(None, 8, 8, 1\) its config makes weights of shapes \(3, 3, 1, 16\), \(16,\)",
+        ),
     }
     paths = [str(edited_cnn(tmp_path, name, edit, drop)) for name, (edit, drop, _) in cases.items()]
     # the peak of this process's own memory (VmHWM: ru_maxrss would start at the forking worker's)
-    script = ("import sys, time, malinn\n"
-              "for path in sys.argv[1:]:\n"
-              "    started = time.perf_counter()\n"
-              "    try:\n        malinn.load_model(path)\n        said = 'loaded'\n"
-              "    except Exception as e:\n        said = f'{type(e).__name__}: {e}'\n"
-              "    print(f'{time.perf_counter() - started:.2f} {said}')\n"
-              "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')))\n")
+    script = (
+        "import sys, time, malinn\n"
+        "for path in sys.argv[1:]:\n"
+        "    started = time.perf_counter()\n"
+        "    try:\n        malinn.load_model(path)\n        said = 'loaded'\n"
+        "    except Exception as e:\n        said = f'{type(e).__name__}: {e}'\n"
+        "    print(f'{time.perf_counter() - started:.2f} {said}')\n"
+        "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')))\n"
+    )
     out = subprocess.run([sys.executable, "-c", script, *paths], capture_output=True, text=True, timeout=300)
     *lines, peak_kib = out.stdout.strip().split("\n")
     assert len(lines) == len(cases), out.stdout + out.stderr
@@ -357,7 +395,7 @@ def test_sizes_a_config_declares_beyond_the_files_weights_are_refused_without_th
         seconds, said = line.split(" ", 1)
         assert said.startswith("ConversionError: "), f"{name}: {said}"
         assert re.search(message, said), f"{name}: {said}"
-        assert float(seconds) < 20, f"{name}: {seconds} s"   # a guard against a hang: each takes a tenth of a second
+        assert float(seconds) < 20, f"{name}: {seconds} s"  # a guard against a hang: each takes a tenth of a second
     assert int(peak_kib) < 600 * 1024, f"peak {int(peak_kib) // 1024} MiB"
 
 
@@ -382,9 +420,12 @@ def test_an_input_of_more_axes_than_an_array_can_have_is_refused_naming_the_laye
         x = np.ones((2,) + (1,) * (axes - 1) + (4,), np.float32)
         assert model.predict(x).shape == (2,) + (1,) * (axes - 1) + (3,)
         return
-    with pytest.raises(ConversionError, match=f"layer 'dense' \\(Dense\\): layer 'dense': input_shape has {axes} axes "
-                                              "besides the batch's; a batch of such samples could never be given "
-                                              r"\(numpy arrays have at most 64 axes, the batch's and 63 more\)"):
+    with pytest.raises(
+        ConversionError,
+        match=f"layer 'dense' \\(Dense\\): layer 'dense': input_shape has {axes} axes "
+        "besides the batch's; a batch of such samples could never be given "
+        r"\(numpy arrays have at most 64 axes, the batch's and 63 more\)",
+    ):
         malinn.load_model(path)
 
 
@@ -399,8 +440,9 @@ def test_a_fifo_in_an_unzipped_model_is_named_as_one(tmp_path):
             z.extractall(folder)
         (folder / member).unlink()
         os.mkfifo(folder / member)
-        with pytest.raises(ConversionError, match=f"{member} is a FIFO, not a regular file; a Keras model's folder "
-                                                  "holds files"):
+        with pytest.raises(
+            ConversionError, match=f"{member} is a FIFO, not a regular file; a Keras model's folder holds files"
+        ):
             read_keras(folder)
 
 
@@ -410,7 +452,7 @@ def test_a_keras_archive_whose_stored_weights_begin_on_a_512_byte_boundary_is_re
     still the .keras archive Keras saved (its HDF5 view holds the weights, no model)."""
     config = sequential([dense("d0", 3, "relu", in_width=4)], width=4)
     weights = [dense_weights((4, 3))[0]]
-    for pad in range(0, 1024):   # a metadata length that puts the weights member's data on a boundary
+    for pad in range(0, 1024):  # a metadata length that puts the weights member's data on a boundary
         path = tmp_path / f"aligned{pad}.keras"
         member = weights_h5(["Dense"], weights)
         with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as z:

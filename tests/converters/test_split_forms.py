@@ -100,7 +100,9 @@ def test_every_zoo_model_reads_as_its_whole_file_does(keras_zoo, fmt):
         # Keras's own names (malinn's are paths through nested models where a name repeats: encoder/dense),
         # Keras 3 operators (x * 2.0) left out: they are not among Keras's layers
         names, keras = [l.name.rsplit("/", 1)[-1] for l in got.layers], [l["name"] for l in entry["layers"]]
-        assert [n for n in names if n in keras] == keras and len(set(names) - set(keras)) == len(names) - len(keras), key
+        assert [n for n in names if n in keras] == keras and len(set(names) - set(keras)) == len(names) - len(keras), (
+            key
+        )
         assert tuple(got.input_shape or ()) == tuple(entry.get("input_shape") or ()), key
         if want is None:
             continue
@@ -109,7 +111,7 @@ def test_every_zoo_model_reads_as_its_whole_file_does(keras_zoo, fmt):
         graphs += got.graph is not None
         for mine, theirs in zip(got.layers, want.layers):
             if mine.class_name not in supported_layers():
-                continue   # tf_keras keeps an LSTM's weights in a sub-object malinn does not read
+                continue  # tf_keras keeps an LSTM's weights in a sub-object malinn does not read
             assert len(mine.weights) == len(theirs.weights), (key, mine.name)
             for a, b in zip(mine.weights, theirs.weights):
                 np.testing.assert_array_equal(a, b, err_msg=f"{key} {mine.name}")
@@ -128,8 +130,9 @@ def test_keras2_list_only_sequential_json(keras_zoo, device, tmp_path, key):
         shape = layers.pop(0)["config"]["batch_input_shape"]
         layers[0]["config"]["batch_input_shape"] = shape
     old = tmp_path / f"{key}_old.json"
-    old.write_text(json.dumps({"class_name": "Sequential", "config": layers, "keras_version": "2.1.6",
-                               "backend": "tensorflow"}))
+    old.write_text(
+        json.dumps({"class_name": "Sequential", "config": layers, "keras_version": "2.1.6", "backend": "tensorflow"})
+    )
     data = keras_zoo.split_data("tf_keras-split", key)
     model = malinn.load_model(old, weights=weights)
     assert_keras_close(model.predict(data["x"]), data["y"], f"list-only Sequential {key}")
@@ -206,7 +209,7 @@ def test_weights_in_the_file_for_a_layer_the_json_lacks(keras_zoo, tmp_path, fmt
     architecture, weights = keras_zoo.split_paths(fmt, "tiny")
     text = conversion_error(edited_json(architecture, tmp_path, lambda layers: layers.pop()), weights=weights)
     assert_mentions(text, weights.name, "tiny.json", "does not have", "do not match")
-    if fmt != "tf_keras-split-v3":   # tf_keras writes no layer names into Keras 3's layout
+    if fmt != "tf_keras-split-v3":  # tf_keras writes no layer names into Keras 3's layout
         assert_mentions(text, "'d1'")
 
 
@@ -248,18 +251,19 @@ def test_pair_given_the_wrong_way_round_or_with_a_whole_model(keras_zoo):
     architecture, weights = keras_zoo.split_paths("keras3-split", "tiny")
     whole_h5, whole_keras = keras_zoo.path("keras3-h5", "tiny"), keras_zoo.path("keras3-zip", "tiny")
     assert_mentions(conversion_error(weights, weights=architecture), weights, "not a JSON file", "architecture JSON")
-    assert_mentions(conversion_error(whole_keras, weights=weights), whole_keras, "not a JSON file",
-                    "given alone")
-    assert_mentions(conversion_error(architecture, weights=whole_h5), whole_h5, "whole Keras model",
-                    "give it alone")
+    assert_mentions(conversion_error(whole_keras, weights=weights), whole_keras, "not a JSON file", "given alone")
+    assert_mentions(conversion_error(architecture, weights=whole_h5), whole_h5, "whole Keras model", "give it alone")
     assert_mentions(conversion_error(architecture, weights=whole_keras), whole_keras, "HDF5")
 
 
 def test_json_that_is_not_an_architecture(tmp_path, keras_zoo):
     _, weights = keras_zoo.split_paths("keras3-split", "tiny")
-    for text, fragment in [('{"layers": []}', "not a Keras model architecture"), ("{nope", "not valid JSON"),
-                           ('{"class_name": "Dense", "config": {"units": 3}}', "neither a Sequential"),
-                           ('{"class_name": "Sequential", "config": {"layers": 7}}', "'layers' that is not a list")]:
+    for text, fragment in [
+        ('{"layers": []}', "not a Keras model architecture"),
+        ("{nope", "not valid JSON"),
+        ('{"class_name": "Dense", "config": {"units": 3}}', "neither a Sequential"),
+        ('{"class_name": "Sequential", "config": {"layers": 7}}', "'layers' that is not a list"),
+    ]:
         path = tmp_path / "odd.json"
         path.write_text(text)
         assert_mentions(conversion_error(path, weights=weights), path, fragment)
@@ -300,7 +304,7 @@ def test_convert_round_trip_and_source_protection(keras_zoo, device, tmp_path):
     with pytest.raises(malinn.ConversionError, match="is the source file"):
         direct.save(weights)
     with h5py.File(copy, "r") as f:
-        assert "layer_names" in f.attrs   # untouched
+        assert "layer_names" in f.attrs  # untouched
 
 
 # ---------------------------------------------------------------------------------------------
@@ -314,8 +318,10 @@ def tensorflow_file(keras_zoo, kind):
     return keras_zoo.root / relative
 
 
-@pytest.mark.parametrize("kind,fragment", [("savedmodel", "SavedModel directory"), ("tflite", "TensorFlow Lite"),
-                                           ("checkpoint", "TensorFlow checkpoint")])
+@pytest.mark.parametrize(
+    "kind,fragment",
+    [("savedmodel", "SavedModel directory"), ("tflite", "TensorFlow Lite"), ("checkpoint", "TensorFlow checkpoint")],
+)
 def test_tensorflow_formats_are_refused_with_advice_anywhere(keras_zoo, kind, fragment):
     path = tensorflow_file(keras_zoo, kind)
     architecture, weights = keras_zoo.split_paths("keras3-split", "tiny")
@@ -333,7 +339,7 @@ def test_savedmodel_graph_file_and_checkpoint_parts(keras_zoo, tmp_path):
     assert index.is_file()
     for part in (index, data):
         assert_mentions(conversion_error(part), part, "TensorFlow checkpoint", "model.save('model.keras')")
-    renamed = tmp_path / "tiny.index"   # a name alone proves nothing: a Keras file under it reads
+    renamed = tmp_path / "tiny.index"  # a name alone proves nothing: a Keras file under it reads
     shutil.copy(keras_zoo.path("keras3-h5", "tiny"), renamed)
     assert [l.name for l in read_keras(renamed).layers] == ["d13", "d1"]
 
@@ -346,8 +352,9 @@ def cli(*args):
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "malinn.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "malinn.cli", *map(str, args)], capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.mark.parametrize("fmt", SPLIT_PARAMS)
@@ -388,7 +395,7 @@ def test_cli_errors_name_what_is_missing(keras_zoo, tmp_path):
         assert_mentions(out.stderr, *fragments)
     assert not (tmp_path / "m.malinn").exists()
     with h5py.File(weights, "r") as f:
-        assert "layers" in f   # the weights file is untouched
+        assert "layers" in f  # the weights file is untouched
 
 
 @pytest.mark.parametrize("command", ["convert", "predict", "verify"])

@@ -57,18 +57,19 @@ def _graph(generation, keras, key, shape):
         hard_sigmoid, gelu, relu = ops.hard_sigmoid, (lambda t: ops.gelu(t, approximate=False)), ops.relu
     else:
         import tensorflow as tf
+
         maximum, minimum = tf.maximum, tf.minimum
         relu6, sigmoid, tanh, silu, softmax = tf.nn.relu6, tf.math.sigmoid, tf.math.tanh, tf.nn.silu, tf.nn.softmax
         hard_sigmoid, gelu, relu = None, tf.nn.gelu, tf.nn.relu
     x = keras.Input(shape, name="x")
-    if key == "constant_scalars":   # MobileNetV3's hard sigmoid, and each operator with a number
+    if key == "constant_scalars":  # MobileNetV3's hard sigmoid, and each operator with a number
         h = L.Dense(3, name="d")(x)
         outs = [L.ReLU(6.0)(h + 3.0) * (1.0 / 6.0), h - 0.5, h / 4.0, h * -2.5]
         y = L.Concatenate()(outs)
-    elif key == "constant_first":   # the number first: 2 - h, 3 * h, 1 + h
+    elif key == "constant_first":  # the number first: 2 - h, 3 * h, 1 + h
         h = L.Dense(4, name="d")(x)
         y = L.Concatenate()([2.0 - h, 3.0 * h, 1.0 + h])
-    elif key == "constant_per_channel":   # arrays broadcast over the last axis and over the trailing two
+    elif key == "constant_per_channel":  # arrays broadcast over the last axis and over the trailing two
         h = L.Conv2D(4, 1, name="c")(x)
         scale = np.array([0.5, -1.0, 2.0, 3.0], np.float32)
         shift = np.arange(12, dtype=np.float32).reshape(3, 4) / 7.0
@@ -76,9 +77,8 @@ def _graph(generation, keras, key, shape):
         y = y - np.array([0.25, 0.5, 0.75, 1.0], np.float32)
     elif key == "constant_maximum_minimum":
         h = L.Dense(7, name="d")(x)
-        y = L.Concatenate()([maximum(h, 0.0), maximum(h, 0.3), minimum(h, 0.2), minimum(h, -0.4),
-                             maximum(h, -0.1)])
-    elif key == "two_tensors":   # RegNet's residual add and squeeze-excite multiply, and the rest
+        y = L.Concatenate()([maximum(h, 0.0), maximum(h, 0.3), minimum(h, 0.2), minimum(h, -0.4), maximum(h, -0.1)])
+    elif key == "two_tensors":  # RegNet's residual add and squeeze-excite multiply, and the rest
         a, b = L.Dense(5, name="a")(x), L.Dense(5, name="b")(x)
         c = L.Dense(1, name="c", activation="sigmoid")(x)
         y = L.Concatenate()([a + b, a - b, a * b, a / (c + 0.5), maximum(a, b), minimum(a, b), a * c])
@@ -167,12 +167,17 @@ def main(outdir: str, applications: bool = False) -> None:
             for i, (key, (generations, name, shape, extra)) in enumerate(APPLICATIONS.items()):
                 if generation not in generations:
                     continue
-                model = getattr(module.applications, name)(weights=None, input_shape=shape,
-                                                           classifier_activation=None, **extra)
+                model = getattr(module.applications, name)(
+                    weights=None, input_shape=shape, classifier_activation=None, **extra
+                )
                 _randomize_statistics(model, 100 + i)
                 _save(model, folder, key, shape, 5)
-    manifest = {"keras": keras.__version__, "tf_keras": tf_keras.__version__, "models": list(MODELS),
-                "applications": list(APPLICATIONS) if applications else []}
+    manifest = {
+        "keras": keras.__version__,
+        "tf_keras": tf_keras.__version__,
+        "models": list(MODELS),
+        "applications": list(APPLICATIONS) if applications else [],
+    }
     (out / "manifest.json").write_text(json.dumps(manifest))
 
 

@@ -3,8 +3,11 @@
 import numpy as np
 
 ACTIVATIONS = {
-    "tanh": np.tanh, "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "relu": lambda x: np.maximum(x, 0),
-    "linear": lambda x: x, "hard_sigmoid": lambda x: np.clip(x + 3, 0, 6) / 6,
+    "tanh": np.tanh,
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "relu": lambda x: np.maximum(x, 0),
+    "linear": lambda x: x,
+    "hard_sigmoid": lambda x: np.clip(x + 3, 0, 6) / 6,
     "hard_sigmoid_keras2": lambda x: np.clip(0.2 * x + 0.5, 0, 1),
 }
 
@@ -19,9 +22,21 @@ def embedding(x, table):
     return out
 
 
-def recurrent(cell, x, kernel, recurrent_kernel, bias=None, units=None, activation="tanh",
-              recurrent_activation="sigmoid", go_backwards=False, return_sequences=False, mask=None,
-              zero_output_for_mask=False, reset_after=True):
+def recurrent(
+    cell,
+    x,
+    kernel,
+    recurrent_kernel,
+    bias=None,
+    units=None,
+    activation="tanh",
+    recurrent_activation="sigmoid",
+    go_backwards=False,
+    return_sequences=False,
+    mask=None,
+    zero_output_for_mask=False,
+    reset_after=True,
+):
     """``(output, h, c)`` of Keras's ``cell`` ("simple_rnn", "lstm", "gru") over ``x`` (batch,
     steps, features), in float64: the output as Keras returns it."""
     act, ract = ACTIVATIONS[activation], ACTIVATIONS[recurrent_activation]
@@ -46,16 +61,16 @@ def recurrent(cell, x, kernel, recurrent_kernel, bias=None, units=None, activati
             nh, nc = act(z + h @ u), c
         elif cell == "lstm":
             g = z + h @ u
-            i, f, cc, o = (g[:, j * units:(j + 1) * units] for j in range(4))
+            i, f, cc, o = (g[:, j * units : (j + 1) * units] for j in range(4))
             nc = ract(f) * c + ract(i) * act(cc)
             nh = ract(o) * act(nc)
         else:
-            xz, xr, xh = (z[:, j * units:(j + 1) * units] for j in range(3))
-            uz, ur, uh = (u[:, j * units:(j + 1) * units] for j in range(3))
+            xz, xr, xh = (z[:, j * units : (j + 1) * units] for j in range(3))
+            uz, ur, uh = (u[:, j * units : (j + 1) * units] for j in range(3))
             if reset_after:
                 rec = h @ u + b_rec
-                zg, rg = ract(xz + rec[:, :units]), ract(xr + rec[:, units:2 * units])
-                hh = act(xh + rg * rec[:, 2 * units:])
+                zg, rg = ract(xz + rec[:, :units]), ract(xr + rec[:, units : 2 * units])
+                hh = act(xh + rg * rec[:, 2 * units :])
             else:
                 zg, rg = ract(xz + h @ uz), ract(xr + h @ ur)
                 hh = act(xh + (rg * h) @ uh)

@@ -37,18 +37,24 @@ def build(keras, key: str):
         h = layers.GRU(4, return_sequences=True)(layers.Embedding(9, 3, mask_zero=True)(inp))
         out = layers.LSTM(3)(h)
         x = rng.integers(1, 9, (4, 6)).astype(np.float32)
-        x[0, [1, 4]] = 0                      # masked steps inside
-        x[1, :] = 0                           # a sample of masked steps only
-        x[2, :3] = 0                          # leading padding
-        x[3, 4:] = 0                          # trailing padding
+        x[0, [1, 4]] = 0  # masked steps inside
+        x[1, :] = 0  # a sample of masked steps only
+        x[2, :3] = 0  # leading padding
+        x[3, 4:] = 0  # trailing padding
     elif key == "lstm_state":
         inp = keras.Input((6, 2))
         out = layers.LSTM(4, return_sequences=True, return_state=True, name="lstm_states")(inp)
         x = rng.standard_normal((2, 6, 2)).astype(np.float32)
     elif key == "gru_before_back":
         inp = keras.Input((5, 2))
-        out = layers.GRU(3, reset_after=False, go_backwards=True, return_sequences=True, activation="relu",
-                         recurrent_activation="hard_sigmoid")(inp)
+        out = layers.GRU(
+            3,
+            reset_after=False,
+            go_backwards=True,
+            return_sequences=True,
+            activation="relu",
+            recurrent_activation="hard_sigmoid",
+        )(inp)
         x = rng.standard_normal((2, 5, 2)).astype(np.float32)
     elif key == "rnn_one":
         inp = keras.Input((1, 1))

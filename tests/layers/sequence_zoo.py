@@ -21,8 +21,18 @@ import sys
 from pathlib import Path
 
 #: model keys (the tests parametrize over them)
-MODELS = ("bi_lstm_concat", "bi_gru_none_state", "bi_rnn_mul_one", "bi_lstm_ave_state", "bi_backward_layer",
-          "bi_gru_sum_masked", "td_dense_mask", "gap_mask", "mha_mask", "attention_mask")
+MODELS = (
+    "bi_lstm_concat",
+    "bi_gru_none_state",
+    "bi_rnn_mul_one",
+    "bi_lstm_ave_state",
+    "bi_backward_layer",
+    "bi_gru_sum_masked",
+    "td_dense_mask",
+    "gap_mask",
+    "mha_mask",
+    "attention_mask",
+)
 GENERATIONS = ("keras3", "tf_keras")
 
 
@@ -35,7 +45,7 @@ def _indices(rng, batch: int, steps: int, vocabulary: int):
     x[1, :] = 0
     x[2, :2] = 0
     if batch > 3:
-        x[3, steps - 2:] = 0
+        x[3, steps - 2 :] = 0
     return x
 
 
@@ -45,7 +55,7 @@ def build(keras, key: str):
 
     rng = np.random.default_rng(11)
     layers = keras.layers
-    if key == "bi_lstm_concat":   # masked, both ways return_sequences, stacked on another Bidirectional
+    if key == "bi_lstm_concat":  # masked, both ways return_sequences, stacked on another Bidirectional
         inp = keras.Input((7,))
         h = layers.Bidirectional(layers.LSTM(3, return_sequences=True))(layers.Embedding(9, 4, mask_zero=True)(inp))
         out = layers.Bidirectional(layers.GRU(2), merge_mode="concat")(h)
@@ -54,7 +64,7 @@ def build(keras, key: str):
         inp = keras.Input((5, 2))
         out = layers.Bidirectional(layers.GRU(3, return_sequences=True, return_state=True), merge_mode=None)(inp)
         x = rng.standard_normal((2, 5, 2)).astype(np.float32)
-    elif key == "bi_rnn_mul_one":   # sequence length 1, batch 1, one unit
+    elif key == "bi_rnn_mul_one":  # sequence length 1, batch 1, one unit
         inp = keras.Input((1, 3))
         out = layers.Bidirectional(layers.SimpleRNN(1, return_sequences=True), merge_mode="mul")(inp)
         x = rng.standard_normal((1, 1, 3)).astype(np.float32)
@@ -67,11 +77,11 @@ def build(keras, key: str):
         back = layers.GRU(3, return_sequences=True, go_backwards=True, reset_after=False, activation="relu")
         out = layers.Bidirectional(layers.GRU(3, return_sequences=True), backward_layer=back, merge_mode="sum")(inp)
         x = rng.standard_normal((2, 5, 2)).astype(np.float32)
-    elif key == "bi_gru_sum_masked":   # last states of masked sequences, summed
+    elif key == "bi_gru_sum_masked":  # last states of masked sequences, summed
         inp = keras.Input((6,))
         out = layers.Bidirectional(layers.GRU(5), merge_mode="sum")(layers.Embedding(8, 3, mask_zero=True)(inp))
         x = _indices(rng, 4, 6, 8)
-    elif key == "td_dense_mask":   # the mask passes through TimeDistributed(Dense) and Dense to the LSTM
+    elif key == "td_dense_mask":  # the mask passes through TimeDistributed(Dense) and Dense to the LSTM
         inp = keras.Input((6,))
         h = layers.TimeDistributed(layers.Dense(4, activation="tanh"))(layers.Embedding(7, 3, mask_zero=True)(inp))
         out = layers.LSTM(3, return_sequences=True)(layers.Dense(5)(h))
@@ -81,27 +91,27 @@ def build(keras, key: str):
         out = layers.LSTM(4)(layers.Masking(mask_value=0.5)(inp))
         x = rng.standard_normal((3, 5, 3)).astype(np.float32)
         x[0, 1] = 0.5
-        x[1, :] = 0.5                          # every step masked
+        x[1, :] = 0.5  # every step masked
         x[2, 3:] = 0.5
-        x[2, 0, 0] = 0.5                       # one feature equal to mask_value: the step is kept
+        x[2, 0, 0] = 0.5  # one feature equal to mask_value: the step is kept
     elif key == "gap_mask":
         inp = keras.Input((6,))
         h = layers.Embedding(9, 4, mask_zero=True)(inp)
         out = layers.Dense(2)(layers.GlobalAveragePooling1D()(h))
         x = _indices(rng, 4, 6, 9)
-    elif key == "mha_mask":   # self-attention of a masked sequence; its output mask reaches the pooling
+    elif key == "mha_mask":  # self-attention of a masked sequence; its output mask reaches the pooling
         inp = keras.Input((5,))
         h = layers.Embedding(8, 6, mask_zero=True)(inp)
         a = layers.MultiHeadAttention(2, 3)(h, h)
         out = layers.GlobalAveragePooling1D()(layers.Add()([h, a]))
         x = _indices(rng, 4, 5, 8)
-    elif key == "attention_mask":   # query and value masks from two Embeddings
+    elif key == "attention_mask":  # query and value masks from two Embeddings
         q_in, v_in = keras.Input((4,)), keras.Input((5,))
         q = layers.Embedding(7, 3, mask_zero=True)(q_in)
         v = layers.Embedding(7, 3, mask_zero=True)(v_in)
         out = layers.Attention()([q, v])
         x = [_indices(rng, 4, 4, 7), _indices(rng, 4, 5, 7)]
-        x[1][2] = 0                            # the third sample's values all masked
+        x[1][2] = 0  # the third sample's values all masked
         inp = [q_in, v_in]
     else:
         raise KeyError(key)

@@ -30,33 +30,43 @@ def test_activation_layer_first_and_after_dense(device, name, rng):
 
 from malinn.layers import ELU, LeakyReLU, ReLU, Softmax  # noqa: E402
 
-pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+pytestmark = pytest.mark.kernel_grid  # unoptimised builds on PoCL (tests/conftest.py)
 
 
-@pytest.mark.parametrize("layer, reference", [
-    (lambda: ReLU(), lambda x: np.maximum(x, 0)),
-    (lambda: ReLU(max_value=1.5), lambda x: np.clip(x, 0, 1.5)),
-    (lambda: ReLU(negative_slope=0.1, threshold=0.5),
-     lambda x: np.where(x > 0.5, x, 0) - 0.1 * np.maximum(0.5 - x, 0)),
-    (lambda: ReLU(max_value=2.0, negative_slope=0.2, threshold=-1.0),
-     lambda x: np.clip(np.where(x > -1, x, 0), 0, 2) - 0.2 * np.maximum(-1 - x, 0)),
-    (lambda: LeakyReLU(0.3), lambda x: np.where(x < 0, 0.3 * x, x)),
-    (lambda: ELU(0.7), lambda x: np.where(x > 0, x, 0.7 * np.expm1(x))),
-    (lambda: Softmax(), lambda x: activation("softmax", x, axis=-1)),
-])
+@pytest.mark.parametrize(
+    "layer, reference",
+    [
+        (lambda: ReLU(), lambda x: np.maximum(x, 0)),
+        (lambda: ReLU(max_value=1.5), lambda x: np.clip(x, 0, 1.5)),
+        (
+            lambda: ReLU(negative_slope=0.1, threshold=0.5),
+            lambda x: np.where(x > 0.5, x, 0) - 0.1 * np.maximum(0.5 - x, 0),
+        ),
+        (
+            lambda: ReLU(max_value=2.0, negative_slope=0.2, threshold=-1.0),
+            lambda x: np.clip(np.where(x > -1, x, 0), 0, 2) - 0.2 * np.maximum(-1 - x, 0),
+        ),
+        (lambda: LeakyReLU(0.3), lambda x: np.where(x < 0, 0.3 * x, x)),
+        (lambda: ELU(0.7), lambda x: np.where(x > 0, x, 0.7 * np.expm1(x))),
+        (lambda: Softmax(), lambda x: activation("softmax", x, axis=-1)),
+    ],
+)
 def test_parametrised_activation_layers(device, layer, reference, rng):
     x = (rng.standard_normal((9, 13)) * 3).astype(np.float32)
     assert_close(Sequential([layer()]).predict(x), reference(x.astype(np.float64)))
 
 
-@pytest.mark.parametrize("make, fragment", [
-    (lambda: ReLU(max_value=-1), "must be >= 0"),
-    (lambda: ReLU(negative_slope=-0.1), "must be >= 0"),
-    (lambda: ReLU(threshold=float("nan")), "finite"),
-    (lambda: LeakyReLU("a"), "finite number"),
-    (lambda: ELU(None), "finite number"),
-    (lambda: Softmax(axis="last"), "axis must be an integer"),
-])
+@pytest.mark.parametrize(
+    "make, fragment",
+    [
+        (lambda: ReLU(max_value=-1), "must be >= 0"),
+        (lambda: ReLU(negative_slope=-0.1), "must be >= 0"),
+        (lambda: ReLU(threshold=float("nan")), "finite"),
+        (lambda: LeakyReLU("a"), "finite number"),
+        (lambda: ELU(None), "finite number"),
+        (lambda: Softmax(axis="last"), "axis must be an integer"),
+    ],
+)
 def test_parametrised_layers_validate(make, fragment):
     with pytest.raises(ValueError, match=fragment):
         make()

@@ -16,7 +16,7 @@ import malinn
 from malinn.layers import AdditiveAttention, Attention, MultiHeadAttention
 from malinn.plan.kinds.attention import _LOWEST
 
-pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+pytestmark = pytest.mark.kernel_grid  # unoptimised builds on PoCL (tests/conftest.py)
 
 
 def _softmax(x, keep, mode):
@@ -38,8 +38,10 @@ def _softmax(x, keep, mode):
 def mha_reference(layer, query, value, key=None, mask=None):
     """numpy's MultiHeadAttention (float64) with the layer's weights."""
     key = value if key is None else key
-    w = {name: getattr(layer, name).astype(np.float64) if getattr(layer, name) is not None else 0.0
-         for name in layer.weight_names}
+    w = {
+        name: getattr(layer, name).astype(np.float64) if getattr(layer, name) is not None else 0.0
+        for name in layer.weight_names
+    }
 
     def project(x, name):
         y = np.einsum("btd,dhk->bhtk", x, w[f"{name}_kernel"])
@@ -72,7 +74,7 @@ def _check(got, want):
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * max(1.0, float(np.abs(want).max())))
 
 
-MHA_CASES = [   # batch, Tq, Tv, query features, value features, heads, key_dim, value_dim, key given, output
+MHA_CASES = [  # batch, Tq, Tv, query features, value features, heads, key_dim, value_dim, key given, output
     (2, 5, 7, 8, 6, 2, 3, 4, False, None),
     (1, 1, 1, 3, 3, 1, 1, 1, False, None),
     (3, 37, 13, 5, 4, 3, 2, 5, True, 7),
@@ -98,10 +100,11 @@ def test_multi_head_attention_matches_numpy(device, case, masked):
     k = rng.standard_normal((batch, tv, dv + 1)).astype(np.float32) if with_key else None
     m = (rng.random((batch, tq, tv)) > 0.4).astype(np.float32) if m_in is not None else None
     if m is not None:
-        m[0, 0] = 0   # a query that may attend to nothing
+        m[0, 0] = 0  # a query that may attend to nothing
     got = model.predict([x for x in (q, v, k, m) if x is not None], verbose=0)
-    want = mha_reference(layer, q.astype(np.float64), v.astype(np.float64),
-                         None if k is None else k.astype(np.float64), m)
+    want = mha_reference(
+        layer, q.astype(np.float64), v.astype(np.float64), None if k is None else k.astype(np.float64), m
+    )
     assert got.shape == (batch, tq, out or dq)
     _check(got, want)
 
@@ -121,7 +124,7 @@ def test_a_fully_masked_query_computes_as_keras_does(device, mode):
     m[0, 1, ::2] = 0
     got = model.predict([q, v, m], verbose=0)
     _check(got, mha_reference(layer, q.astype(np.float64), v.astype(np.float64), mask=m))
-    if mode == "zeroed":   # the output projection's bias alone
+    if mode == "zeroed":  # the output projection's bias alone
         _check(got[1, 2], layer.output_bias)
 
 
@@ -150,14 +153,18 @@ def attention_reference(layer, q, v, k=None, q_mask=None, v_mask=None):
 def test_attention_layers_match_numpy(device, kind, shape, extras):
     batch, tq, tv, d, dv = shape
     rng = np.random.default_rng(tq * 7 + tv)
-    layer = (AdditiveAttention(use_scale=kind == "additive") if kind.startswith("additive") else
-             Attention(use_scale=kind != "dot", score_mode="concat" if kind == "concat" else "dot"))
+    layer = (
+        AdditiveAttention(use_scale=kind == "additive")
+        if kind.startswith("additive")
+        else Attention(use_scale=kind != "dot", score_mode="concat" if kind == "concat" else "dot")
+    )
     full = extras != "plain"
     q_in, v_in = malinn.Input((tq, d)), malinn.Input((tv, dv))
     k_in = malinn.Input((tv, d)) if full or dv != d else None
     qm_in, vm_in = (malinn.Input((tq,)), malinn.Input((tv,))) if full else (None, None)
-    y = layer([q_in, v_in] + ([k_in] if k_in is not None else []),
-              mask=[qm_in, vm_in] if full else None, use_causal_mask=full)
+    y = layer(
+        [q_in, v_in] + ([k_in] if k_in is not None else []), mask=[qm_in, vm_in] if full else None, use_causal_mask=full
+    )
     inputs = [t for t in (q_in, v_in, k_in, qm_in, vm_in) if t is not None]
     model = malinn.Functional(inputs, y)
     if layer.get_weights():
@@ -168,7 +175,7 @@ def test_attention_layers_match_numpy(device, kind, shape, extras):
     qm = (rng.random((batch, tq)) > 0.3).astype(np.float32) if full else None
     vm = (rng.random((batch, tv)) > 0.3).astype(np.float32) if full else None
     if full:
-        vm[0] = 0   # a sample whose every key is masked
+        vm[0] = 0  # a sample whose every key is masked
     got = model.predict([x for x in (q, v, k, qm, vm) if x is not None], verbose=0)
     want = attention_reference(layer, *(None if x is None else x.astype(np.float64) for x in (q, v, k, qm, vm)))
     _check(got, want)
@@ -190,8 +197,16 @@ def test_validation_and_config_round_trip():
     assert config["call_inputs"] == ["query", "value"] and config["use_causal_mask"] and config["output_shape"] == 7
     again = MultiHeadAttention.from_config(config)
     assert again.get_config() == config
-    assert [w.shape for w in layer.get_weights()] == [(6, 2, 3), (2, 3), (6, 2, 3), (2, 3), (6, 2, 5), (2, 5),
-                                                      (2, 5, 7), (7,)]
+    assert [w.shape for w in layer.get_weights()] == [
+        (6, 2, 3),
+        (2, 3),
+        (6, 2, 3),
+        (2, 3),
+        (6, 2, 5),
+        (2, 5),
+        (2, 5, 7),
+        (7,),
+    ]
     with pytest.raises(ValueError, match="same inputs"):
         layer(q, q, key=q)
 
@@ -206,8 +221,13 @@ def attention_zoo(tmp_path_factory):
     if importlib.util.find_spec("tensorflow") is None:
         pytest.skip("tensorflow is not installed: the Keras attention models cannot be built")
     folder = tmp_path_factory.mktemp("attention_zoo")
-    done = subprocess.run([sys.executable, str(ZOO_SCRIPT), str(folder)], capture_output=True, text=True,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(ZOO_SCRIPT), str(folder)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     return folder, json.loads((folder / "manifest.json").read_text())
 

@@ -10,17 +10,24 @@ import malinn
 from malinn.choice import kernel_choice
 from malinn.layers import Conv1D, Conv2D, DepthwiseConv2D, SeparableConv2D
 
-pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+pytestmark = pytest.mark.kernel_grid  # unoptimised builds on PoCL (tests/conftest.py)
 
 #: (op, codename) chosen with use(); None: the library's default for the device
-ALGORITHMS = [None, ("conv", "conv_kn2row"), ("conv", "conv_kn2col"), ("im2col", "im2col"), ("im2col", "im2row"),
-              ("conv", "conv_kn2row", {"LOCAL": 1}), ("conv", "conv_kn2col", {"LOCAL": 1, "KC": 8, "MWI": 8}),
-              ("conv", "conv_kn2col", {"LOCAL": 2, "KC": 16, "MWI": 8, "NWI": 4, "MDIM": 8, "NDIM": 16}),
-              ("conv", "conv_kn2col", {"LOCAL": 2, "KC": 4, "VW": 2, "MWI": 4, "NWI": 4, "MDIM": 4, "NDIM": 8}),
-              # the implicit GEMM: a K step past CIN, the patch tile loaded in two rounds, no prefetch
-              ("conv", "conv_implicit", {"TM": 16, "TN": 12, "RM": 4, "RN": 3, "KT": 8, "PREFETCH": 0}),
-              # and its K split over 4 work-groups (the last slices empty for small kernels), two local buffers
-              ("conv", "conv_implicit", {"TM": 32, "TN": 16, "RM": 8, "RN": 4, "KT": 4, "SLICES": 4, "DOUBLE": 1})]
+ALGORITHMS = [
+    None,
+    ("conv", "conv_kn2row"),
+    ("conv", "conv_kn2col"),
+    ("im2col", "im2col"),
+    ("im2col", "im2row"),
+    ("conv", "conv_kn2row", {"LOCAL": 1}),
+    ("conv", "conv_kn2col", {"LOCAL": 1, "KC": 8, "MWI": 8}),
+    ("conv", "conv_kn2col", {"LOCAL": 2, "KC": 16, "MWI": 8, "NWI": 4, "MDIM": 8, "NDIM": 16}),
+    ("conv", "conv_kn2col", {"LOCAL": 2, "KC": 4, "VW": 2, "MWI": 4, "NWI": 4, "MDIM": 4, "NDIM": 8}),
+    # the implicit GEMM: a K step past CIN, the patch tile loaded in two rounds, no prefetch
+    ("conv", "conv_implicit", {"TM": 16, "TN": 12, "RM": 4, "RN": 3, "KT": 8, "PREFETCH": 0}),
+    # and its K split over 4 work-groups (the last slices empty for small kernels), two local buffers
+    ("conv", "conv_implicit", {"TM": 32, "TN": 16, "RM": 8, "RN": 4, "KT": 4, "SLICES": 4, "DOUBLE": 1}),
+]
 #: (H, W, C, M, kernel, strides, dilation, padding, groups, batch)
 CASES = [
     (5, 5, 3, 13, 3, 1, 1, "valid", 1, 1),
@@ -70,8 +77,9 @@ def test_conv2d_matches_the_definition(device, rng, algorithm, case):
     model = _run(layer, np.zeros((1, h, w, c)))
     _randomize(layer, rng)
     x = rng.standard_normal((batch, h, w, c)).astype(np.float32)
-    want = activation(layer.activation, conv2d_reference(x, layer.kernel, layer.bias, _pair(s), _pair(d), padding,
-                                                         groups))
+    want = activation(
+        layer.activation, conv2d_reference(x, layer.kernel, layer.bias, _pair(s), _pair(d), padding, groups)
+    )
     got = model.predict(x)
     assert got.shape == want.shape == layer.compute_output_shape((batch, h, w, c))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()))
@@ -120,16 +128,24 @@ def test_conv1d_matches_the_definition(device, rng, padding):
     _randomize(layer, rng)
     x = rng.standard_normal((7, 13, 3)).astype(np.float32)
     x2 = x[:, None]
-    if padding == "causal":   # zeros before the sequence only: a 'valid' conv of the left-padded input
+    if padding == "causal":  # zeros before the sequence only: a 'valid' conv of the left-padded input
         x2 = np.concatenate([np.zeros((7, 1, 4, 3), np.float32), x2], axis=2)
-    want = conv2d_reference(x2, layer.kernel[None], layer.bias, (1, layer.strides[0]), (1, 2),
-                            "valid" if padding == "causal" else padding)[:, 0]
+    want = conv2d_reference(
+        x2, layer.kernel[None], layer.bias, (1, layer.strides[0]), (1, 2), "valid" if padding == "causal" else padding
+    )[:, 0]
     np.testing.assert_allclose(model.predict(x), activation("elu", want), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("case", [(5, 5, 3, 1, 3, 1, 1, "valid"), (13, 13, 13, 2, 3, 2, 1, "same"),
-                                  (13, 31, 1, 3, 5, 1, 2, "same"), (1, 5, 64, 1, (1, 3), 1, 1, "same")],
-                         ids=lambda c: "-".join(map(str, c)))
+@pytest.mark.parametrize(
+    "case",
+    [
+        (5, 5, 3, 1, 3, 1, 1, "valid"),
+        (13, 13, 13, 2, 3, 2, 1, "same"),
+        (13, 31, 1, 3, 5, 1, 2, "same"),
+        (1, 5, 64, 1, (1, 3), 1, 1, "same"),
+    ],
+    ids=lambda c: "-".join(map(str, c)),
+)
 def test_depthwise_and_separable_match_the_definition(device, rng, case):
     h, w, c, dm, k, s, d, padding = case
     x = rng.standard_normal((7, h, w, c)).astype(np.float32)
@@ -176,8 +192,9 @@ def test_depthwise_and_separable_read_their_weights_in_the_models_precision(devi
     model = _run(separable, x)
     model.precision = precision
     _randomize(separable, rng)
-    mid = depthwise_reference(x, rounded_kernel(separable.depthwise_kernel, precision, depthwise=True), None, (2, 2),
-                              (1, 1), "same")
+    mid = depthwise_reference(
+        x, rounded_kernel(separable.depthwise_kernel, precision, depthwise=True), None, (2, 2), (1, 1), "same"
+    )
     want = np.maximum(mid @ rounded_kernel(separable.pointwise_kernel, precision)[0, 0] + separable.bias, 0)
     np.testing.assert_allclose(model.predict(x), want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()))
     kernels = [row["kernel"] for row in model.plan(3).describe() if row["kind"] in ("conv", "matmul")]
@@ -194,23 +211,27 @@ def test_batchnorm_folds_into_a_linear_convolution(rng):
         assert layer.absorb_affine(scale, shift)
         kernel_index = 1 if isinstance(layer, SeparableConv2D) else 0
         folded = layer.get_weights()
-        np.testing.assert_allclose(folded[kernel_index].reshape(-1, m),
-                                   before[kernel_index].reshape(-1, m) * scale, rtol=1e-6)
+        np.testing.assert_allclose(
+            folded[kernel_index].reshape(-1, m), before[kernel_index].reshape(-1, m) * scale, rtol=1e-6
+        )
         np.testing.assert_allclose(folded[-1], before[-1] * scale + shift, rtol=1e-6, atol=1e-6)
     relu = Conv2D(4, 3, activation="relu")
     relu.build((None, 5, 5, 2))
     assert not relu.absorb_affine(np.ones(4), np.zeros(4))
 
 
-@pytest.mark.parametrize("bad, message", [
-    (lambda: Conv2D(0, 3), "filters must be a positive integer"),
-    (lambda: Conv2D(4, (3, 0)), "kernel_size must be a positive integer"),
-    (lambda: Conv2D(4, 3, padding="full"), "padding must be one of"),
-    (lambda: Conv2D(4, 3, padding="causal"), "padding must be one of"),
-    (lambda: Conv2D(6, 3, groups=4), "groups must be a positive integer dividing filters"),
-    (lambda: Conv2D(4, 3, data_format="channels_first"), "channels_last"),
-    (lambda: DepthwiseConv2D(3, depth_multiplier=0), "depth_multiplier must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (lambda: Conv2D(0, 3), "filters must be a positive integer"),
+        (lambda: Conv2D(4, (3, 0)), "kernel_size must be a positive integer"),
+        (lambda: Conv2D(4, 3, padding="full"), "padding must be one of"),
+        (lambda: Conv2D(4, 3, padding="causal"), "padding must be one of"),
+        (lambda: Conv2D(6, 3, groups=4), "groups must be a positive integer dividing filters"),
+        (lambda: Conv2D(4, 3, data_format="channels_first"), "channels_last"),
+        (lambda: DepthwiseConv2D(3, depth_multiplier=0), "depth_multiplier must be a positive integer"),
+    ],
+)
 def test_arguments_are_checked(bad, message):
     with pytest.raises(ValueError, match=message):
         bad()

@@ -5,7 +5,7 @@ import pytest
 
 from malinn.layers import Dense
 
-pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+pytestmark = pytest.mark.kernel_grid  # unoptimised builds on PoCL (tests/conftest.py)
 
 
 @pytest.mark.parametrize("units", [0, -3, 2.5, "10", None, True])

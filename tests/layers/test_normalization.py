@@ -7,7 +7,7 @@ from helpers import assert_close
 from malinn import Sequential
 from malinn.layers import Activation, BatchNormalization, Dense, Flatten, LayerNormalization
 
-pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+pytestmark = pytest.mark.kernel_grid  # unoptimised builds on PoCL (tests/conftest.py)
 
 
 def bn_reference(x, gamma, beta, mean, var, eps):
@@ -37,8 +37,14 @@ def test_an_epsilon_of_zero_is_taken_as_keras_takes_it(device):
     ln = LayerNormalization(epsilon=0.0)
     model = Sequential([bn, ln])
     model.build((None, 4))
-    bn.set_weights([np.ones(4, np.float32), np.zeros(4, np.float32), np.zeros(4, np.float32),
-                    np.array([4, 1, 0.25, 1], np.float32)])
+    bn.set_weights(
+        [
+            np.ones(4, np.float32),
+            np.zeros(4, np.float32),
+            np.zeros(4, np.float32),
+            np.array([4, 1, 0.25, 1], np.float32),
+        ]
+    )
     y = model.predict(np.array([[1, 2, 3, 4]], np.float32))
     h = np.array([0.5, 2, 6, 4])
     want = (h - h.mean()) / h.std()

@@ -22,8 +22,11 @@ from keras_zoo import FORMATS, statistics_models
 import malinn
 
 #: one file per Keras generation: the statistics do not depend on the format
-CASES = [pytest.param(fmt, key, id=f"{fmt}-{key}") for fmt in ("keras3-zip", "keras2-h5")
-         for key in statistics_models(FORMATS[fmt][0])]
+CASES = [
+    pytest.param(fmt, key, id=f"{fmt}-{key}")
+    for fmt in ("keras3-zip", "keras2-h5")
+    for key in statistics_models(FORMATS[fmt][0])
+]
 
 
 def exact(x, weights, epsilon, rms):
@@ -54,13 +57,15 @@ def check_rows(got, data, weights, epsilon, rms, what):
     keras, x = data["y"], data["x"]
     truth = exact(x, weights, epsilon, rms)
     with np.errstate(over="ignore"):
-        truth32 = truth.astype(np.float32)   # what float32 can hold: 3e38 x 31.6 is inf
+        truth32 = truth.astype(np.float32)  # what float32 can hold: 3e38 x 31.6 is inf
     to_keras, ours, theirs = row_errors(got, keras), row_errors(got, truth32), row_errors(keras, truth32)
     bad = [i for i in range(len(x)) if not (to_keras[i] <= 1e-5 or ours[i] <= theirs[i])]
     assert not bad, "; ".join(
         f"{what} sample {i} (x[:3] = {x[i, :3].tolist()}): malinn {got[i, :3].tolist()}, keras "
         f"{keras[i, :3].tolist()}, exact {truth32[i, :3].tolist()} (errors: malinn {ours[i]:.3g}, keras "
-        f"{theirs[i]:.3g})" for i in bad[:4])
+        f"{theirs[i]:.3g})"
+        for i in bad[:4]
+    )
     return ours, theirs
 
 

@@ -32,15 +32,18 @@ SLOW = os.environ.get("MALINN_SLOW_TESTS") == "1"
 
 # ---------------------------------------------------------------- numpy references, every device
 @pytest.mark.parametrize("shape", [(1,), (13,), (3, 1), (2, 3, 5)])
-@pytest.mark.parametrize("op, first, reference", [
-    ("add", False, lambda x, c: x + c),
-    ("subtract", False, lambda x, c: x - c),
-    ("subtract", True, lambda x, c: c - x),
-    ("multiply", True, lambda x, c: c * x),
-    ("divide", False, lambda x, c: x / c),
-    ("maximum", False, np.maximum),
-    ("minimum", False, np.minimum),
-])
+@pytest.mark.parametrize(
+    "op, first, reference",
+    [
+        ("add", False, lambda x, c: x + c),
+        ("subtract", False, lambda x, c: x - c),
+        ("subtract", True, lambda x, c: c - x),
+        ("multiply", True, lambda x, c: c * x),
+        ("divide", False, lambda x, c: x / c),
+        ("maximum", False, np.maximum),
+        ("minimum", False, np.minimum),
+    ],
+)
 def test_constant_operation_on_a_scalar_and_per_channel(device, rng, shape, op, first, reference):
     x = (rng.standard_normal((3,) + shape) * 2).astype(np.float32)
     for constant in (np.float32(0.7), np.float32(-1.5), (rng.random(shape[-1]) + 0.5).astype(np.float32)):
@@ -98,15 +101,18 @@ def test_layer_scale_folds_into_the_dense_before(device, rng):
     assert_close(model.predict(x), (x @ kernel + bias) * gamma)
 
 
-@pytest.mark.parametrize("make, fragment", [
-    (lambda: ConstantOperation("power", 2.0), "op must be one of"),
-    (lambda: ConstantOperation("add", float("inf")), "finite"),
-    (lambda: ConstantOperation("divide", 2.0, constant_first=True), "divides by a nonzero constant"),
-    (lambda: ConstantOperation("divide", 0.0), "by zero"),
-    (lambda: LayerScale(float("nan"), 3), "finite"),
-    (lambda: LayerScale(1e-6, 0), "positive integer"),
-    (lambda: CustomScaleLayer("a"), "finite number"),
-])
+@pytest.mark.parametrize(
+    "make, fragment",
+    [
+        (lambda: ConstantOperation("power", 2.0), "op must be one of"),
+        (lambda: ConstantOperation("add", float("inf")), "finite"),
+        (lambda: ConstantOperation("divide", 2.0, constant_first=True), "divides by a nonzero constant"),
+        (lambda: ConstantOperation("divide", 0.0), "by zero"),
+        (lambda: LayerScale(float("nan"), 3), "finite"),
+        (lambda: LayerScale(1e-6, 0), "positive integer"),
+        (lambda: CustomScaleLayer("a"), "finite number"),
+    ],
+)
 def test_operator_layers_validate(make, fragment):
     with pytest.raises(ValueError, match=fragment):
         make()
@@ -118,10 +124,13 @@ def test_a_constant_that_grows_the_input_is_refused():
         ConstantOperation("add", np.ones((3, 4), np.float32))(i)
 
 
-@pytest.mark.parametrize("function, fragment", [
-    ("math.cumsum", "a Keras 3 save of the model may convert"),
-    ("math.pow", "(tf.math.pow)"),
-])
+@pytest.mark.parametrize(
+    "function, fragment",
+    [
+        ("math.cumsum", "a Keras 3 save of the model may convert"),
+        ("math.pow", "(tf.math.pow)"),
+    ],
+)
 def test_tf_operators_malinn_lacks_are_refused_by_name(function, fragment):
     keras = KerasContext(class_name="TFOpLambda", name="op", keras_major=2, input_shape=(None, 3))
     with pytest.raises(NotConvertible, match=fragment.replace("(", r"\(").replace(")", r"\)")):
@@ -138,8 +147,13 @@ def _zoo(tmp_path_factory, name: str, *args: str) -> Path:
         if not (folder / "manifest.json").is_file():
             if importlib.util.find_spec("tensorflow") is None:
                 pytest.skip("tensorflow is not installed (bash .ci/setup --test): the Keras models cannot be built")
-            proc = subprocess.run([sys.executable, str(ZOO), str(folder), *args], capture_output=True, text=True,
-                                  env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), timeout=900)
+            proc = subprocess.run(
+                [sys.executable, str(ZOO), str(folder), *args],
+                capture_output=True,
+                text=True,
+                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+                timeout=900,
+            )
             if proc.returncode != 0:
                 pytest.fail(f"{ZOO.name} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
     return folder
@@ -164,8 +178,9 @@ def _assert_equals_keras(path: Path, data_path: Path) -> None:
         want = data[f"y{batch}"]
         got = model.predict(data[f"x{batch}"])
         assert got.shape == want.shape, path.name
-        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * max(1.0, float(np.abs(want).max())),
-                                   err_msg=str(path))
+        np.testing.assert_allclose(
+            got, want, rtol=0, atol=1e-5 * max(1.0, float(np.abs(want).max())), err_msg=str(path)
+        )
 
 
 @pytest.mark.parametrize("suffix", SUFFIXES)
@@ -183,8 +198,9 @@ def test_applications_equal_keras(applications_zoo):
     for key, (generations, *_) in APPLICATIONS.items():
         for generation in generations:
             for suffix in SUFFIXES:
-                _assert_equals_keras(applications_zoo / generation / f"{key}{suffix}",
-                                     applications_zoo / generation / f"{key}.npz")
+                _assert_equals_keras(
+                    applications_zoo / generation / f"{key}{suffix}", applications_zoo / generation / f"{key}.npz"
+                )
                 checked.append(f"{generation}/{key}{suffix}")
     assert len(checked) == 14
 
@@ -194,6 +210,7 @@ def test_an_operator_with_a_constant_malinn_lacks_is_refused_by_name(operators_z
     and constant; the rest of the file converts."""
     import json
     import zipfile
+
     source = operators_zoo / "keras3" / "constant_scalars.keras"
     target = tmp_path / "power.keras"
     with zipfile.ZipFile(source) as zin, zipfile.ZipFile(target, "w") as zout:

@@ -24,7 +24,7 @@ from malinn.layers import (
     ZeroPadding2D,
 )
 
-pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+pytestmark = pytest.mark.kernel_grid  # unoptimised builds on PoCL (tests/conftest.py)
 
 
 def _predict(layers, x):
@@ -34,9 +34,16 @@ def _predict(layers, x):
 
 
 @pytest.mark.parametrize("cls, mode", [(MaxPooling2D, "max"), (AveragePooling2D, "avg")])
-@pytest.mark.parametrize("shape, pool, strides, padding", [
-    ((13, 13, 3), (2, 2), None, "valid"), ((5, 31, 13), (3, 3), (2, 2), "same"), ((1, 5, 64), (1, 2), None, "same"),
-    ((31, 5, 1), (3, 2), (1, 3), "valid"), ((5, 5, 3), (5, 5), None, "same")])
+@pytest.mark.parametrize(
+    "shape, pool, strides, padding",
+    [
+        ((13, 13, 3), (2, 2), None, "valid"),
+        ((5, 31, 13), (3, 3), (2, 2), "same"),
+        ((1, 5, 64), (1, 2), None, "same"),
+        ((31, 5, 1), (3, 2), (1, 3), "valid"),
+        ((5, 5, 3), (5, 5), None, "same"),
+    ],
+)
 def test_pooling_2d(device, rng, cls, mode, shape, pool, strides, padding):
     x = rng.standard_normal((7,) + shape).astype(np.float32)
     want = pool2d_reference(x, pool, strides or pool, padding, mode)
@@ -65,7 +72,7 @@ def test_nan_and_infinities_pool_as_in_tensorflow(device):
     TensorFlow 2.x: a window of NaN and -inf gives -3.4028235e38); its reduce_max (GlobalMaxPooling)
     gives NaN; a mean with a NaN is NaN."""
     nan, inf, low = np.nan, np.inf, -np.finfo(np.float32).max
-    x = np.array([[[nan, -inf, inf, -1.0], [0.5, 2.0, 7.0, nan]]], np.float32)[..., None]   # (1, 2, 4, 1)
+    x = np.array([[[nan, -inf, inf, -1.0], [0.5, 2.0, 7.0, nan]]], np.float32)[..., None]  # (1, 2, 4, 1)
     np.testing.assert_array_equal(_predict([MaxPooling2D((1, 2))], x)[..., 0], [[[low, inf], [2.0, 7.0]]])
     np.testing.assert_array_equal(_predict([GlobalMaxPooling2D()], x), [[nan]])
     np.testing.assert_array_equal(_predict([GlobalMaxPooling2D()], np.where(np.isnan(x), 1.0, x)), [[inf]])
@@ -77,9 +84,11 @@ def test_pooling_after_a_convolution_reads_its_layout(device, rng):
     conv.build((None, 13, 13, 3))
     x = rng.standard_normal((7, 13, 13, 3)).astype(np.float32)
     y = _predict([conv], x)
-    for layer, want in [(MaxPooling2D(2), pool2d_reference(y, (2, 2), (2, 2), "valid", "max")),
-                        (GlobalAveragePooling2D(), y.mean(axis=(1, 2))),
-                        (ZeroPadding2D(((1, 2), (0, 3))), np.pad(y, ((0, 0), (1, 2), (0, 3), (0, 0))))]:
+    for layer, want in [
+        (MaxPooling2D(2), pool2d_reference(y, (2, 2), (2, 2), "valid", "max")),
+        (GlobalAveragePooling2D(), y.mean(axis=(1, 2))),
+        (ZeroPadding2D(((1, 2), (0, 3))), np.pad(y, ((0, 0), (1, 2), (0, 3), (0, 0)))),
+    ]:
         conv2 = Conv2D(13, 3, padding="same", activation="relu")
         conv2.build((None, 13, 13, 3))
         conv2.set_weights(conv.get_weights())
@@ -103,14 +112,17 @@ def test_padding_cropping_upsampling(device, rng):
         np.testing.assert_array_equal(_predict([layer], given), want, err_msg=type(layer).__name__)
 
 
-@pytest.mark.parametrize("bad, message", [
-    (lambda: MaxPooling2D(0), "pool_size must be a positive integer"),
-    (lambda: AveragePooling2D(2, padding="causal"), "padding must be 'valid' or 'same'"),
-    (lambda: ZeroPadding2D(-1), "must be integers >= 0"),
-    (lambda: ZeroPadding2D((1, 2, 3)), "2 pairs"),
-    (lambda: UpSampling2D(2, interpolation="bicubic"), "only interpolation .nearest. and .bilinear. run"),
-    (lambda: Cropping2D(((1, 2, 3), (0, 0))), "2 pairs"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (lambda: MaxPooling2D(0), "pool_size must be a positive integer"),
+        (lambda: AveragePooling2D(2, padding="causal"), "padding must be 'valid' or 'same'"),
+        (lambda: ZeroPadding2D(-1), "must be integers >= 0"),
+        (lambda: ZeroPadding2D((1, 2, 3)), "2 pairs"),
+        (lambda: UpSampling2D(2, interpolation="bicubic"), "only interpolation .nearest. and .bilinear. run"),
+        (lambda: Cropping2D(((1, 2, 3), (0, 0))), "2 pairs"),
+    ],
+)
 def test_arguments_are_checked(bad, message):
     with pytest.raises(ValueError, match=message):
         bad()

@@ -37,8 +37,9 @@ def _random_weights(layer, rng, scale=0.5):
 
 
 @pytest.mark.parametrize("cls,cell,options", CELLS, ids=["simple_rnn", "lstm", "gru", "gru_reset_before"])
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "u{}_t{}_f{}_b{}{}{}".format(*s[:4], "_seq" * s[4],
-                                                                                      "_back" * s[5]))
+@pytest.mark.parametrize(
+    "shape", SHAPES, ids=lambda s: "u{}_t{}_f{}_b{}{}{}".format(*s[:4], "_seq" * s[4], "_back" * s[5])
+)
 def test_recurrence_equals_numpy(device, cls, cell, options, shape):
     units, steps, features, batch, sequences, backwards = shape
     rng = np.random.default_rng(units * 100 + steps)
@@ -54,8 +55,14 @@ def test_recurrence_equals_numpy(device, cls, cell, options, shape):
 def test_lstm_return_state_and_mask_equal_numpy(device):
     rng = np.random.default_rng(3)
     emb = Embedding(6, 3, mask_zero=True)
-    lstm = LSTM(5, return_sequences=True, return_state=True, activation="relu", recurrent_activation="hard_sigmoid",
-                use_bias=False)
+    lstm = LSTM(
+        5,
+        return_sequences=True,
+        return_state=True,
+        activation="relu",
+        recurrent_activation="hard_sigmoid",
+        use_bias=False,
+    )
     x = malinn.Input((7,))
     seq, h, c = lstm(emb(x))
     model = malinn.Functional(x, [seq, h, c])
@@ -63,10 +70,17 @@ def test_lstm_return_state_and_mask_equal_numpy(device):
     weights = _random_weights(lstm, rng)
     xs = rng.integers(1, 6, (3, 7)).astype(np.float32)
     xs[0, 2:4] = 0
-    xs[1] = 0           # every step masked: zeros out, zero state
+    xs[1] = 0  # every step masked: zeros out, zero state
     got = model.predict(xs, verbose=0)
-    want = ref.recurrent("lstm", ref.embedding(xs, table), *weights, activation="relu",
-                         recurrent_activation="hard_sigmoid", return_sequences=True, mask=xs)
+    want = ref.recurrent(
+        "lstm",
+        ref.embedding(xs, table),
+        *weights,
+        activation="relu",
+        recurrent_activation="hard_sigmoid",
+        return_sequences=True,
+        mask=xs,
+    )
     for g, w in zip(got, want):
         _close(g, w)
     assert not got[0][1].any() and not got[2][1].any()
@@ -80,9 +94,9 @@ def test_embedding_equals_numpy_and_marks_indices_outside_the_table(device):
     xs = np.array([[[0, 6, -1, 7], [1.7, -7, -8, 2]]], np.float32)
     got = model.predict(xs, verbose=0)
     assert got.shape == (1, 2, 4, 3)
-    np.testing.assert_array_equal(got[0, 0, :3], table[[0, 6, 6]])        # -1: the last row (Keras 3's take)
+    np.testing.assert_array_equal(got[0, 0, :3], table[[0, 6, 6]])  # -1: the last row (Keras 3's take)
     np.testing.assert_array_equal(got[0, 1, [0, 1, 3]], table[[1, 0, 2]])  # 1.7 truncated to 1
-    assert np.isnan(got[0, 0, 3]).all() and np.isnan(got[0, 1, 2]).all()   # 7 and -8: outside the table
+    assert np.isnan(got[0, 0, 3]).all() and np.isnan(got[0, 1, 2]).all()  # 7 and -8: outside the table
 
 
 def test_validation_and_config():
@@ -111,9 +125,13 @@ def recurrent_zoo(tmp_path_factory):
     if not (folder / "done").is_file():
         if importlib.util.find_spec("tensorflow") is None:
             pytest.skip("tensorflow is not installed: the Keras reference models cannot be built")
-        proc = subprocess.run([sys.executable, str(Path(__file__).with_name("recurrent_zoo.py")), str(folder)],
-                              capture_output=True, text=True, timeout=600,
-                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES=""))
+        proc = subprocess.run(
+            [sys.executable, str(Path(__file__).with_name("recurrent_zoo.py")), str(folder)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES=""),
+        )
         if proc.returncode != 0:
             pytest.fail(f"recurrent_zoo.py failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
     return folder

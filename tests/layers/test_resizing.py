@@ -8,12 +8,14 @@ from upsampling_references import group_norm_reference, resize_reference
 import malinn
 from malinn.layers import GroupNormalization, Resizing, UpSampling2D
 
-pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+pytestmark = pytest.mark.kernel_grid  # unoptimised builds on PoCL (tests/conftest.py)
 
 
 @pytest.mark.parametrize("interpolation", ["bilinear", "nearest"])
-@pytest.mark.parametrize("shape,size", [((1, 1, 1), (3, 2)), ((7, 5, 3), (3, 4)), ((3, 2, 13), (7, 5)),
-                                        ((4, 4, 2), (4, 4)), ((5, 7, 1), (1, 13))])
+@pytest.mark.parametrize(
+    "shape,size",
+    [((1, 1, 1), (3, 2)), ((7, 5, 3), (3, 4)), ((3, 2, 13), (7, 5)), ((4, 4, 2), (4, 4)), ((5, 7, 1), (1, 13))],
+)
 def test_resizing_matches_tf_image_resize(device, rng, interpolation, shape, size):
     model = malinn.Sequential([Resizing(*size, interpolation=interpolation)])
     model.build((None,) + shape)
@@ -32,9 +34,16 @@ def test_bilinear_upsampling_is_a_resize_to_the_multiple(device, rng):
     np.testing.assert_allclose(model.predict(x), resize_reference(x, 10, 9, "bilinear"), rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("shape,groups,center,scale", [((5, 4, 6), 3, True, True), ((7, 4), 1, False, True),
-                                                       ((2, 3, 4), 4, True, False), ((1, 1, 13), 13, False, False),
-                                                       ((3, 13), 13, True, True)])
+@pytest.mark.parametrize(
+    "shape,groups,center,scale",
+    [
+        ((5, 4, 6), 3, True, True),
+        ((7, 4), 1, False, True),
+        ((2, 3, 4), 4, True, False),
+        ((1, 1, 13), 13, False, False),
+        ((3, 13), 13, True, True),
+    ],
+)
 def test_group_normalization_matches_the_definition(device, rng, shape, groups, center, scale):
     layer = GroupNormalization(groups, epsilon=1e-3, center=center, scale=scale)
     model = malinn.Sequential([layer])

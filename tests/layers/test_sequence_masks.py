@@ -18,8 +18,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 import recurrent_reference as ref  # noqa: E402
 from sequence_zoo import GENERATIONS, MODELS  # noqa: E402
 
-MERGES = {"concat": lambda f, b: [np.concatenate([f, b], -1)], "sum": lambda f, b: [f + b],
-          "mul": lambda f, b: [f * b], "ave": lambda f, b: [(f + b) / 2], None: lambda f, b: [f, b]}
+MERGES = {
+    "concat": lambda f, b: [np.concatenate([f, b], -1)],
+    "sum": lambda f, b: [f + b],
+    "mul": lambda f, b: [f * b],
+    "ave": lambda f, b: [(f + b) / 2],
+    None: lambda f, b: [f, b],
+}
 
 
 def _close(got, want):
@@ -37,17 +42,19 @@ def _random_weights(layer, rng, scale=0.5):
 
 def _indices(rng, batch, steps, vocabulary):
     x = rng.integers(1, vocabulary, (batch, steps)).astype(np.float32)
-    x[0, steps // 2:] = 0
+    x[0, steps // 2 :] = 0
     if batch > 1:
-        x[1] = 0                 # every step masked
+        x[1] = 0  # every step masked
     return x
 
 
 @pytest.mark.parametrize("merge_mode", list(MERGES), ids=str)
-@pytest.mark.parametrize("cls,cell", [(SimpleRNN, "simple_rnn"), (LSTM, "lstm"), (GRU, "gru")],
-                         ids=["simple_rnn", "lstm", "gru"])
-@pytest.mark.parametrize("shape", [(3, 7, 3, True), (1, 1, 1, False), (5, 4, 2, True)],
-                         ids=["u3_t7_b3_seq", "u1_t1_b1", "u5_t4_b2_seq"])
+@pytest.mark.parametrize(
+    "cls,cell", [(SimpleRNN, "simple_rnn"), (LSTM, "lstm"), (GRU, "gru")], ids=["simple_rnn", "lstm", "gru"]
+)
+@pytest.mark.parametrize(
+    "shape", [(3, 7, 3, True), (1, 1, 1, False), (5, 4, 2, True)], ids=["u3_t7_b3_seq", "u1_t1_b1", "u5_t4_b2_seq"]
+)
 def test_bidirectional_equals_numpy(device, cls, cell, merge_mode, shape):
     """Both directions, masked (a sample of masked steps only), states returned, every merge."""
     units, steps, batch, sequences = shape
@@ -60,11 +67,13 @@ def test_bidirectional_equals_numpy(device, cls, cell, merge_mode, shape):
     weights = _random_weights(bi, rng)
     xs = _indices(rng, batch, steps, 6)
     e, half = ref.embedding(xs, table), len(weights) // 2
-    forward = ref.recurrent(cell, e, *weights[:half], return_sequences=sequences, mask=xs,
-                            zero_output_for_mask=sequences)
-    backward = ref.recurrent(cell, e, *weights[half:], return_sequences=sequences, mask=xs,
-                             zero_output_for_mask=sequences, go_backwards=True)
-    back = backward[0][:, ::-1] if sequences else backward[0]   # Keras flips the backward sequence back
+    forward = ref.recurrent(
+        cell, e, *weights[:half], return_sequences=sequences, mask=xs, zero_output_for_mask=sequences
+    )
+    backward = ref.recurrent(
+        cell, e, *weights[half:], return_sequences=sequences, mask=xs, zero_output_for_mask=sequences, go_backwards=True
+    )
+    back = backward[0][:, ::-1] if sequences else backward[0]  # Keras flips the backward sequence back
     states = [forward[1], forward[2], backward[1], backward[2]] if cell == "lstm" else [forward[1], backward[1]]
     want = MERGES[merge_mode](forward[0], back) + states
     got = model.predict(xs, verbose=0)
@@ -116,9 +125,13 @@ def sequence_zoo(tmp_path_factory):
     if not (folder / "done").is_file():
         if importlib.util.find_spec("tensorflow") is None:
             pytest.skip("tensorflow is not installed: the Keras reference models cannot be built")
-        proc = subprocess.run([sys.executable, str(Path(__file__).with_name("sequence_zoo.py")), str(folder)],
-                              capture_output=True, text=True, timeout=600,
-                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES=""))
+        proc = subprocess.run(
+            [sys.executable, str(Path(__file__).with_name("sequence_zoo.py")), str(folder)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES=""),
+        )
         if proc.returncode != 0:
             pytest.fail(f"sequence_zoo.py failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
     return folder

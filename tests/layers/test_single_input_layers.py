@@ -23,7 +23,7 @@ from malinn.layers import (
     UnitNormalization,
 )
 
-pytestmark = pytest.mark.kernel_grid   # unoptimised builds on PoCL (tests/conftest.py)
+pytestmark = pytest.mark.kernel_grid  # unoptimised builds on PoCL (tests/conftest.py)
 
 SHAPES = [(1, 1), (3, 5, 13), (13, 1, 5), (1001,), (5, 3, 1, 13)]
 MATMULS = [None, "morton_4_2"]
@@ -49,9 +49,10 @@ def run(device, layer, shape, reference, rng, matmul=None, batch=7, scale=3.0):
     model = Sequential([dense, type(layer).from_config(layer.get_config())])
     model.build((None,) + shape)
     model.layers[1].set_weights(layer.get_weights())
-    limit = np.sqrt(6.0 / (2 * shape[-1]))   # Keras's glorot_uniform, from the test's seeded generator
-    dense.set_weights([rng.uniform(-limit, limit, (shape[-1], shape[-1])).astype(np.float32),
-                       np.zeros(shape[-1], np.float32)])
+    limit = np.sqrt(6.0 / (2 * shape[-1]))  # Keras's glorot_uniform, from the test's seeded generator
+    dense.set_weights(
+        [rng.uniform(-limit, limit, (shape[-1], shape[-1])).astype(np.float32), np.zeros(shape[-1], np.float32)]
+    )
     kernel, bias = dense.get_weights()
     h = x.astype(np.float64) @ kernel + bias
     assert_close(model.predict(x), reference(h, model.layers[1]))
@@ -60,9 +61,14 @@ def run(device, layer, shape, reference, rng, matmul=None, batch=7, scale=3.0):
 def randomize(layer, rng):
     weights = layer.get_weights()
     if weights:
-        layer.set_weights([np.abs(rng.standard_normal(w.shape)).astype(np.float32) + 0.5 if i == len(weights) - 1
-                           and isinstance(layer, BatchNormalization) else rng.standard_normal(w.shape).astype(np.float32)
-                           for i, w in enumerate(weights)])
+        layer.set_weights(
+            [
+                np.abs(rng.standard_normal(w.shape)).astype(np.float32) + 0.5
+                if i == len(weights) - 1 and isinstance(layer, BatchNormalization)
+                else rng.standard_normal(w.shape).astype(np.float32)
+                for i, w in enumerate(weights)
+            ]
+        )
 
 
 def axes_of(axis, rank):
@@ -77,8 +83,14 @@ def test_softmax_over_any_axes(device, shape, matmul, rng):
     for axis in sorted({-1, 1, rank - 2 or 1, (1, rank - 1)}, key=str):
         if len(set(axes_of(axis, rank))) != (len(axis) if isinstance(axis, tuple) else 1):
             continue
-        run(device, Softmax(axis=list(axis) if isinstance(axis, tuple) else axis), shape,
-            lambda x, layer, axis=axis: softmax(x, axes_of(axis, rank)), rng, matmul)
+        run(
+            device,
+            Softmax(axis=list(axis) if isinstance(axis, tuple) else axis),
+            shape,
+            lambda x, layer, axis=axis: softmax(x, axes_of(axis, rank)),
+            rng,
+            matmul,
+        )
 
 
 @pytest.mark.parametrize("matmul", MATMULS)
@@ -86,12 +98,15 @@ def test_softmax_over_any_axes(device, shape, matmul, rng):
 def test_batch_normalization_on_any_axis(device, shape, matmul, rng):
     rank = len(shape) + 1
     for axis in sorted({1, -1, rank - 2 or 1}):
+
         def reference(x, layer, axis=axis):
             gamma, beta, mean, var = (w.astype(np.float64) for w in layer.get_weights())
             where = [1] * rank
             where[axis % rank] = -1
-            return (x - mean.reshape(where)) / np.sqrt(var.reshape(where) + 1e-3) * gamma.reshape(where) \
-                + beta.reshape(where)
+            return (x - mean.reshape(where)) / np.sqrt(var.reshape(where) + 1e-3) * gamma.reshape(where) + beta.reshape(
+                where
+            )
+
         run(device, BatchNormalization(axis=axis), shape, reference, rng, matmul)
 
 
@@ -101,16 +116,19 @@ def test_layer_and_unit_normalization_over_any_axes(device, shape, matmul, rng):
     rank = len(shape) + 1
     choices = {(-1,), (1,), tuple(range(1, rank))} | ({(1, rank - 1)} if rank > 3 else set())
     for axes in sorted(choices):
+
         def layer_norm(x, layer, axes=axes):
             a = axes_of(axes, rank)
             mean, var = x.mean(axis=a, keepdims=True), x.var(axis=a, keepdims=True)
             where = [x.shape[i] if i in a else 1 for i in range(rank)]
             gamma, beta = (w.astype(np.float64).reshape(where) for w in layer.get_weights())
             return (x - mean) / np.sqrt(var + 1e-3) * gamma + beta
+
         run(device, LayerNormalization(axis=list(axes)), shape, layer_norm, rng, matmul)
+
         def unit(x, layer, axes=axes):
-            return x / np.maximum(np.sqrt((x * x).sum(axis=axes_of(axes, rank), keepdims=True)),
-                                                                    1e-12)
+            return x / np.maximum(np.sqrt((x * x).sum(axis=axes_of(axes, rank), keepdims=True)), 1e-12)
+
         run(device, UnitNormalization(axis=list(axes)), shape, unit, rng, matmul)
 
 
@@ -118,8 +136,10 @@ def test_layer_and_unit_normalization_over_any_axes(device, shape, matmul, rng):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_prelu_thresholded_relu_rescaling_normalization(device, shape, matmul, rng):
     rank = len(shape) + 1
+
     def prelu(x, layer):
         return np.where(x < 0, layer.alpha.astype(np.float64) * x, x)
+
     for shared in (None, [1], [rank - 1], list(range(1, rank))):
         run(device, PReLU(shared_axes=shared), shape, prelu, rng, matmul)
     run(device, ThresholdedReLU(0.7), shape, lambda x, layer: np.where(x > 0.7, x, 0.0), rng, matmul)
@@ -134,8 +154,10 @@ def test_prelu_thresholded_relu_rescaling_normalization(device, shape, matmul, r
         var = rng.random(layer.stat_shape) + 0.5
         layer.set_weights([mean, var])
         where = [d if (axis is not None and i % rank == axis % rank) else 1 for i, d in enumerate((1,) + shape)]
+
         def reference(x, _, m=mean.reshape(where), v=var.reshape(where)):
             return (x - m) / np.sqrt(v)
+
         x = (rng.standard_normal((7,) + shape) * 3 + mean.reshape(where)[0]).astype(np.float32)
         model = Sequential([layer])
         assert_close(model.predict(x), reference(x.astype(np.float64), layer))
@@ -185,6 +207,7 @@ def test_flatten_of_a_blocked_layout_pads_whole_chunks(device, matmul, rng):
     if matmul is not None:
         ops.use("matmul", matmul, device)
     from malinn.layers import Flatten
+
     model = Sequential([Dense(13), Flatten()])
     model.build((None, 3, 5, 13))
     x = rng.standard_normal((7, 3, 5, 13)).astype(np.float32)
@@ -218,8 +241,9 @@ def test_layer_normalization_of_constant_offset_and_huge_samples_is_exact(device
     by 5e-4 there: 0.015 at noise 0.01); 3e38 does not overflow the sums. Over a run of axes too."""
     constants = np.array([1e10, -1e10, 65504, 3e4, 1e4, 1.0, 0.0, 1e-30, 1e38, 3e38, -3e38], np.float32)
     noise = rng.standard_normal((4, features)) * np.array([[1e-2], [1.0], [100.0], [3.0]])
-    x = np.concatenate([np.repeat(constants[:, None], features, axis=1),
-                        noise + np.array([[1e4], [1e4], [1e4], [-5e5]])]).astype(np.float32)
+    x = np.concatenate(
+        [np.repeat(constants[:, None], features, axis=1), noise + np.array([[1e4], [1e4], [1e4], [-5e5]])]
+    ).astype(np.float32)
     k = len(constants)
     gamma, beta = rng.standard_normal((2, features)).astype(np.float32)
     for rms in (False, True):

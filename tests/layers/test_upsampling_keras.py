@@ -27,8 +27,13 @@ def upsampling_zoo(tmp_path_factory) -> Path:
         if not (folder / "manifest.json").is_file():
             if importlib.util.find_spec("tensorflow") is None:
                 pytest.skip("tensorflow is not installed (bash .ci/setup --test): the Keras models cannot be built")
-            proc = subprocess.run([sys.executable, str(ZOO), str(folder)], capture_output=True, text=True,
-                                  env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), timeout=600)
+            proc = subprocess.run(
+                [sys.executable, str(ZOO), str(folder)],
+                capture_output=True,
+                text=True,
+                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+                timeout=600,
+            )
             if proc.returncode != 0:
                 pytest.fail(f"{ZOO.name} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
     return folder

@@ -39,8 +39,11 @@ def resize_reference(x, height, width, interpolation):
             return index, index, np.zeros(out, np.float32)
         source = centre - np.float32(0.5)
         low = np.floor(source)
-        return (np.maximum(low.astype(int), 0), np.minimum(np.ceil(source).astype(int), size - 1),
-                (source - low).astype(np.float32))
+        return (
+            np.maximum(low.astype(int), 0),
+            np.minimum(np.ceil(source).astype(int), size - 1),
+            (source - low).astype(np.float32),
+        )
 
     y0, y1, wy = coordinates(height, ih)
     x0, x1, wx = coordinates(width, iw)
@@ -64,8 +67,15 @@ def layer_reference(layer, x, weights):
     UpSampling2D on ``x``, with ``weights`` the layer's."""
     name = type(layer).__name__
     if name == "Conv2DTranspose":
-        return conv_transpose_reference(x, weights[0], weights[1] if len(weights) > 1 else None, layer.strides,
-                                        layer.dilation_rate, layer.padding, layer.output_padding)
+        return conv_transpose_reference(
+            x,
+            weights[0],
+            weights[1] if len(weights) > 1 else None,
+            layer.strides,
+            layer.dilation_rate,
+            layer.padding,
+            layer.output_padding,
+        )
     if name == "Resizing":
         return resize_reference(x, layer.height, layer.width, layer.interpolation)
     return resize_reference(x, x.shape[1] * layer.size[0], x.shape[2] * layer.size[1], layer.interpolation)

@@ -19,25 +19,47 @@ import sys
 
 #: key -> (input shape without the batch, [(layer class, kwargs)]): a Sequential after an Input
 MODELS = {
-    "conv2dt_same_s2": ((5, 4, 3), [("Conv2DTranspose", dict(filters=4, kernel_size=3, strides=2, padding="same",
-                                                              activation="relu"))]),
-    "conv2dt_valid_s3x2": ((3, 5, 13), [("Conv2DTranspose", dict(filters=3, kernel_size=(2, 3), strides=(3, 2),
-                                                                  padding="valid"))]),
-    "conv2dt_output_padding": ((4, 3, 2), [("Conv2DTranspose", dict(filters=5, kernel_size=4, strides=(2, 3),
-                                                                     padding="same", output_padding=(1, 2)))]),
-    "conv2dt_valid_output_padding": ((3, 3, 2), [("Conv2DTranspose", dict(filters=2, kernel_size=3, strides=2,
-                                                                           padding="valid", output_padding=1,
-                                                                           use_bias=False))]),
-    "conv2dt_dilated": ((4, 5, 2), [("Conv2DTranspose", dict(filters=3, kernel_size=3, dilation_rate=2,
-                                                              padding="same", activation="tanh"))]),
+    "conv2dt_same_s2": (
+        (5, 4, 3),
+        [("Conv2DTranspose", dict(filters=4, kernel_size=3, strides=2, padding="same", activation="relu"))],
+    ),
+    "conv2dt_valid_s3x2": (
+        (3, 5, 13),
+        [("Conv2DTranspose", dict(filters=3, kernel_size=(2, 3), strides=(3, 2), padding="valid"))],
+    ),
+    "conv2dt_output_padding": (
+        (4, 3, 2),
+        [("Conv2DTranspose", dict(filters=5, kernel_size=4, strides=(2, 3), padding="same", output_padding=(1, 2)))],
+    ),
+    "conv2dt_valid_output_padding": (
+        (3, 3, 2),
+        [
+            (
+                "Conv2DTranspose",
+                dict(filters=2, kernel_size=3, strides=2, padding="valid", output_padding=1, use_bias=False),
+            )
+        ],
+    ),
+    "conv2dt_dilated": (
+        (4, 5, 2),
+        [("Conv2DTranspose", dict(filters=3, kernel_size=3, dilation_rate=2, padding="same", activation="tanh"))],
+    ),
     "conv2dt_one_pixel": ((1, 1, 1), [("Conv2DTranspose", dict(filters=1, kernel_size=1))]),
-    "conv1dt": ((7, 3), [("Conv1DTranspose", dict(filters=4, kernel_size=3, strides=2, padding="same")),
-                         ("Conv1DTranspose", dict(filters=2, kernel_size=2, strides=3, padding="valid",
-                                                  activation="sigmoid"))]),
-    "decoder": ((3, 3, 4), [("Conv2DTranspose", dict(filters=8, kernel_size=3, strides=2, padding="same")),
-                            ("BatchNormalization", {}),
-                            ("Conv2DTranspose", dict(filters=3, kernel_size=3, strides=2, padding="same",
-                                                     activation="sigmoid"))]),
+    "conv1dt": (
+        (7, 3),
+        [
+            ("Conv1DTranspose", dict(filters=4, kernel_size=3, strides=2, padding="same")),
+            ("Conv1DTranspose", dict(filters=2, kernel_size=2, strides=3, padding="valid", activation="sigmoid")),
+        ],
+    ),
+    "decoder": (
+        (3, 3, 4),
+        [
+            ("Conv2DTranspose", dict(filters=8, kernel_size=3, strides=2, padding="same")),
+            ("BatchNormalization", {}),
+            ("Conv2DTranspose", dict(filters=3, kernel_size=3, strides=2, padding="same", activation="sigmoid")),
+        ],
+    ),
     "upsampling_bilinear": ((5, 3, 2), [("UpSampling2D", dict(size=(2, 3), interpolation="bilinear"))]),
     "upsampling_bilinear_one_pixel": ((1, 1, 3), [("UpSampling2D", dict(size=3, interpolation="bilinear"))]),
     "resizing_bilinear_down": ((7, 5, 3), [("Resizing", dict(height=3, width=4))]),
@@ -46,8 +68,14 @@ MODELS = {
     "groupnorm": ((5, 4, 6), [("GroupNormalization", dict(groups=3))]),
     "groupnorm_one_group": ((7, 4), [("GroupNormalization", dict(groups=1, center=False))]),
     "groupnorm_per_channel": ((2, 3, 4), [("GroupNormalization", dict(groups=4, epsilon=1e-5, scale=False))]),
-    "groupnorm_after_conv": ((3, 3, 2), [("Conv2DTranspose", dict(filters=6, kernel_size=3, strides=2)),
-                                         ("GroupNormalization", dict(groups=2)), ("Activation", dict(activation="relu"))]),
+    "groupnorm_after_conv": (
+        (3, 3, 2),
+        [
+            ("Conv2DTranspose", dict(filters=6, kernel_size=3, strides=2)),
+            ("GroupNormalization", dict(groups=2)),
+            ("Activation", dict(activation="relu")),
+        ],
+    ),
 }
 GENERATIONS = ("keras3", "tf_keras")
 SUFFIXES = (".keras", ".h5")
@@ -58,6 +86,7 @@ BATCHES = (1, 3)
 def _build(keras, shape, layers):
     model = keras.Sequential([keras.Input(shape)] + [getattr(keras.layers, cls)(**kw) for cls, kw in layers])
     import numpy as np
+
     rng = np.random.default_rng(len(layers) * 7 + len(shape))
     weights = []
     for layer in model.layers:

@@ -46,16 +46,16 @@ def check(inputs, storages, buffers):
 
 def test_a_chain_reuses_two_buffers():
     x = Held(100, -1, 0)
-    steps = [Held(50 + i, i, i + 1) for i in range(6)]   # each read by the next step only
+    steps = [Held(50 + i, i, i + 1) for i in range(6)]  # each read by the next step only
     buffers = arena([FakeValue(x)], [x] + steps)
     check([FakeValue(x)], [x] + steps, buffers)
-    assert len(buffers) == 3   # the input's own, and two that alternate
+    assert len(buffers) == 3  # the input's own, and two that alternate
     assert sorted(size for size, _ in buffers) == [ELEMENT_BYTES * 54, ELEMENT_BYTES * 55, ELEMENT_BYTES * 100]
 
 
 def test_a_view_takes_no_buffer_and_a_long_lived_tensor_keeps_its_own():
     x = Held(8, -1, 0)
-    skip = Held(30, 0, 5)             # read again at the end (a residual connection)
+    skip = Held(30, 0, 5)  # read again at the end (a residual connection)
     mid = [Held(30, i, i + 1) for i in range(1, 5)]
     view = Held(30, 2, 3, base=mid[1])
     storages = [x, skip, *mid, view]

@@ -26,8 +26,25 @@ def test_each_kind_is_registered_once_under_its_own_name():
             if isinstance(value, OpKind):
                 defined[id(value)] = value
     assert sorted(k.name for k in defined.values()) == sorted(KINDS)
-    assert {"matmul", "conv", "bias", "activation", "affine", "relayout", "reshape", "permute", "repeat", "merge",
-            "concat", "dot", "broadcast", "normalize", "pool", "spatial", "im2col"} <= set(KINDS)
+    assert {
+        "matmul",
+        "conv",
+        "bias",
+        "activation",
+        "affine",
+        "relayout",
+        "reshape",
+        "permute",
+        "repeat",
+        "merge",
+        "concat",
+        "dot",
+        "broadcast",
+        "normalize",
+        "pool",
+        "spatial",
+        "im2col",
+    } <= set(KINDS)
     for name, kind in KINDS.items():
         assert isinstance(kind, OpKind) and kind.name == name and kind_named(name) is kind
 
@@ -47,8 +64,14 @@ def test_a_second_registration_of_a_name_is_refused():
 
 
 def test_a_plan_describes_each_step_by_its_kind_and_computes_keras_values(device, rng):
-    model = Sequential([Dense(7, activation="relu", name="d0"), Reshape((7, 1), name="r"), Flatten(name="f"),
-                        Dense(3, activation="softmax", name="d1")])
+    model = Sequential(
+        [
+            Dense(7, activation="relu", name="d0"),
+            Reshape((7, 1), name="r"),
+            Flatten(name="f"),
+            Dense(3, activation="softmax", name="d1"),
+        ]
+    )
     model.build((None, 13))
     model.set_weights([w + rng.standard_normal(w.shape).astype(np.float32) for w in model.get_weights()])
     plan = model.plan(5, device)

@@ -32,8 +32,14 @@ def build(keras, key: str):
     layers = keras.layers
     if key in ("mlp", "mlp_v2"):
         keras.utils.set_random_seed(1 if key == "mlp" else 2)
-        return keras.Sequential([keras.Input((20,)), layers.Dense(32, activation="relu", name="hidden"),
-                                 layers.Dense(10, activation="softmax", name="probs")], name=key)
+        return keras.Sequential(
+            [
+                keras.Input((20,)),
+                layers.Dense(32, activation="relu", name="hidden"),
+                layers.Dense(10, activation="softmax", name="probs"),
+            ],
+            name=key,
+        )
     if key == "cnn":
         keras.utils.set_random_seed(3)
         x = inputs = keras.Input((12, 12, 3), name="pixels")
@@ -47,8 +53,9 @@ def build(keras, key: str):
         model = keras.Model(inputs, outputs, name="cnn")
         bn = model.get_layer("bn")
         rng = __import__("numpy").random.default_rng(3)
-        bn.set_weights([rng.uniform(0.5, 1.5, 8), rng.uniform(-0.2, 0.2, 8), rng.uniform(-0.2, 0.2, 8),
-                        rng.uniform(0.5, 1.5, 8)])
+        bn.set_weights(
+            [rng.uniform(0.5, 1.5, 8), rng.uniform(-0.2, 0.2, 8), rng.uniform(-0.2, 0.2, 8), rng.uniform(0.5, 1.5, 8)]
+        )
         return model
     keras.utils.set_random_seed(4)
     image = keras.Input((6, 6, 1), name="image")
@@ -56,9 +63,14 @@ def build(keras, key: str):
     h = layers.Flatten(name="flat")(image)
     h = layers.Concatenate(name="joined")([h, meta])
     h = layers.Dense(12, activation="tanh", name="mixed")(h)
-    return keras.Model({"image": image, "meta": meta},
-                       {"label": layers.Dense(3, activation="softmax", name="label")(h),
-                        "score": layers.Dense(1, activation="sigmoid", name="score")(h)}, name="two_io")
+    return keras.Model(
+        {"image": image, "meta": meta},
+        {
+            "label": layers.Dense(3, activation="softmax", name="label")(h),
+            "score": layers.Dense(1, activation="sigmoid", name="score")(h),
+        },
+        name="two_io",
+    )
 
 
 def inputs_of(np, key: str, rng) -> dict:
@@ -66,8 +78,10 @@ def inputs_of(np, key: str, rng) -> dict:
         return {"input": rng.standard_normal((SAMPLES, 20)).astype(np.float32)}
     if key == "cnn":
         return {"pixels": rng.uniform(-1, 1, (SAMPLES, 12, 12, 3)).astype(np.float32)}
-    return {"image": rng.uniform(-1, 1, (SAMPLES, 6, 6, 1)).astype(np.float32),
-            "meta": rng.integers(-5, 6, (SAMPLES, 4)).astype(np.float32)}
+    return {
+        "image": rng.uniform(-1, 1, (SAMPLES, 6, 6, 1)).astype(np.float32),
+        "meta": rng.integers(-5, 6, (SAMPLES, 4)).astype(np.float32),
+    }
 
 
 def main(folder: str) -> None:
@@ -81,12 +95,15 @@ def main(folder: str) -> None:
     for key in MODELS:
         model = build(keras, key)
         model.save(os.path.join(folder, f"{key}.keras"))
-        seed = 10 + MODELS.index("mlp" if key == "mlp_v2" else key)   # the two versions answer the same inputs
+        seed = 10 + MODELS.index("mlp" if key == "mlp_v2" else key)  # the two versions answer the same inputs
         x = inputs_of(np, key, np.random.default_rng(seed))
         y = model.predict(x if key == "two_io" else next(iter(x.values())), verbose=0)
         outputs = y if isinstance(y, dict) else {model.layers[-1].name: y}
-        np.savez(os.path.join(folder, f"{key}.npz"), **{f"x:{k}": v for k, v in x.items()},
-                 **{f"y:{k}": np.asarray(v, np.float32) for k, v in outputs.items()})
+        np.savez(
+            os.path.join(folder, f"{key}.npz"),
+            **{f"x:{k}": v for k, v in x.items()},
+            **{f"y:{k}": np.asarray(v, np.float32) for k, v in outputs.items()},
+        )
         manifest[key] = {"inputs": list(x), "outputs": sorted(outputs)}
     with open(os.path.join(folder, "manifest.json"), "w") as f:
         json.dump(manifest, f)

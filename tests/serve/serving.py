@@ -30,9 +30,14 @@ class ServerProcess:
 
     def __init__(self, *args: str, cwd=None):
         env = python_env(MALINN_BINARY_CACHE="1", PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen([sys.executable, "-m", "malinn", "serve", "--host", "127.0.0.1", "--port", "0",
-                                      *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                     cwd=cwd)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "malinn", "serve", "--host", "127.0.0.1", "--port", "0", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=cwd,
+        )
         self.stdout: list = []
         self.stderr: list = []
         self.port = None
@@ -103,8 +108,9 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            raise AssertionError(f"malinn serve did not stop within {timeout} s of {signum!r}:\n" +
-                                 "\n".join(self.stderr)) from None
+            raise AssertionError(
+                f"malinn serve did not stop within {timeout} s of {signum!r}:\n" + "\n".join(self.stderr)
+            ) from None
 
 
 def metric(text: str, name: str, **labels) -> float:
@@ -157,8 +163,13 @@ def keras_models(tmp_path_factory) -> KerasModels:
             if not (folder / "manifest.json").is_file():
                 if importlib.util.find_spec("keras") is None:
                     pytest.skip("keras is not installed (bash .ci/setup --test): the Keras models cannot be built")
-                done = subprocess.run([sys.executable, str(SCRIPT), str(folder)], capture_output=True, text=True,
-                                      timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+                done = subprocess.run(
+                    [sys.executable, str(SCRIPT), str(folder)],
+                    capture_output=True,
+                    text=True,
+                    timeout=600,
+                    env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+                )
                 assert done.returncode == 0 and (folder / "manifest.json").is_file(), done.stderr[-4000:]
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)

@@ -22,8 +22,15 @@ BATCHING = {
     "slow_queue": {"max_batch_size": 4, "batch_timeout_micros": 2_000_000, "max_enqueued_batches": 1},
     "stuck": {"max_batch_size": 2, "batch_timeout_micros": 10_000_000},
 }
-FILES = {"mlp": "mlp", "cnn": "cnn", "two_io": "two_io", "mlp_solo": "mlp", "merged": "mlp", "slow_queue": "mlp",
-         "stuck": "mlp"}
+FILES = {
+    "mlp": "mlp",
+    "cnn": "cnn",
+    "two_io": "two_io",
+    "mlp_solo": "mlp",
+    "merged": "mlp",
+    "slow_queue": "mlp",
+    "stuck": "mlp",
+}
 MAX_BYTES = 200_000
 TIMEOUT = 3
 
@@ -41,8 +48,15 @@ def server(keras_models, tmp_path_factory):
         entries.append(entry)
     config = folder / "models.json"
     config.write_text(json.dumps({"model_config_list": entries, "batching_parameters": {"max_batch_size": 8}}))
-    proc = ServerProcess("--model-config-file", str(config), "--request-timeout", str(TIMEOUT), "--log-requests",
-                         "--max-request-bytes", str(MAX_BYTES))
+    proc = ServerProcess(
+        "--model-config-file",
+        str(config),
+        "--request-timeout",
+        str(TIMEOUT),
+        "--log-requests",
+        "--max-request-bytes",
+        str(MAX_BYTES),
+    )
     try:
         yield proc.wait_ready()
     finally:
@@ -73,7 +87,7 @@ def test_predict_in_the_row_and_columnar_forms_equals_keras(server, keras_models
     for i in (0, 7):
         status, answer = server.predict(key, {"instances": [{"anything": x[i].tolist()}]})
         assert status == 200, answer
-        close(answer["predictions"], y[i:i + 1])
+        close(answer["predictions"], y[i : i + 1])
 
 
 def test_a_model_of_two_named_inputs_and_outputs_equals_keras(server, keras_models):
@@ -84,8 +98,9 @@ def test_a_model_of_two_named_inputs_and_outputs_equals_keras(server, keras_mode
     assert len(answer["predictions"]) == 6 and all(set(p) == {"label", "score"} for p in answer["predictions"])
     close([p["label"] for p in answer["predictions"]], y["label"][:6])
     close([p["score"] for p in answer["predictions"]], y["score"][:6])
-    status, answer = server.predict("two_io", {"inputs": {"meta": x["meta"].astype(int).tolist(),
-                                                          "image": x["image"].tolist()}})
+    status, answer = server.predict(
+        "two_io", {"inputs": {"meta": x["meta"].astype(int).tolist(), "image": x["image"].tolist()}}
+    )
     assert status == 200, answer
     assert set(answer["outputs"]) == {"label", "score"}
     close(answer["outputs"]["label"], y["label"])
@@ -93,8 +108,11 @@ def test_a_model_of_two_named_inputs_and_outputs_equals_keras(server, keras_mode
 
 
 def test_status_metadata_versions_and_labels_answer_in_tensorflow_servings_shapes(server):
-    available = {"model_version_status": [{"version": "1", "state": "AVAILABLE",
-                                           "status": {"error_code": "OK", "error_message": ""}}]}
+    available = {
+        "model_version_status": [
+            {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+        ]
+    }
     assert server.request("GET", "/v1/models/mlp") == (200, available)
     assert server.request("GET", "/v1/models/mlp/versions/1") == (200, available)
     assert server.request("GET", "/v1/models/mlp/labels/stable") == (200, available)
@@ -103,10 +121,14 @@ def test_status_metadata_versions_and_labels_answer_in_tensorflow_servings_shape
     assert meta["model_spec"] == {"name": "two_io", "signature_name": "", "version": "1"}
     sig = meta["metadata"]["signature_def"]["signature_def"]["serving_default"]
     assert sig["method_name"] == "tensorflow/serving/predict"
-    assert {k: (v["dtype"], [d["size"] for d in v["tensor_shape"]["dim"]]) for k, v in sig["inputs"].items()} == \
-        {"image": ("DT_FLOAT", ["-1", "6", "6", "1"]), "meta": ("DT_INT32", ["-1", "4"])}
-    assert {k: (v["dtype"], [d["size"] for d in v["tensor_shape"]["dim"]]) for k, v in sig["outputs"].items()} == \
-        {"label": ("DT_FLOAT", ["-1", "3"]), "score": ("DT_FLOAT", ["-1", "1"])}
+    assert {k: (v["dtype"], [d["size"] for d in v["tensor_shape"]["dim"]]) for k, v in sig["inputs"].items()} == {
+        "image": ("DT_FLOAT", ["-1", "6", "6", "1"]),
+        "meta": ("DT_INT32", ["-1", "4"]),
+    }
+    assert {k: (v["dtype"], [d["size"] for d in v["tensor_shape"]["dim"]]) for k, v in sig["outputs"].items()} == {
+        "label": ("DT_FLOAT", ["-1", "3"]),
+        "score": ("DT_FLOAT", ["-1", "1"]),
+    }
     status, meta = server.request("GET", "/v1/models/mlp/versions/1/metadata")
     assert status == 200 and meta["model_spec"]["version"] == "1"
     sig = meta["metadata"]["signature_def"]["signature_def"]["serving_default"]
@@ -128,22 +150,47 @@ ERRORS = [
     ("POST", "/v1/models/mlp:predict", {"instances": 3}, 400, ["list of samples"]),
     ("POST", "/v1/models/mlp:predict", {"instances": [[0.5] * 19]}, 400, ["'hidden_input'", "(None, 20)", "(1, 19)"]),
     ("POST", "/v1/models/mlp:predict", {"inputs": [0.5] * 20}, 400, ["(None, 20)", "(20,)", "batch axis first"]),
-    ("POST", "/v1/models/cnn:predict", {"instances": [[[[0.0] * 3] * 12] * 11]}, 400,
-     ["(None, 12, 12, 3)", "(1, 11, 12, 3)"]),
+    (
+        "POST",
+        "/v1/models/cnn:predict",
+        {"instances": [[[[0.0] * 3] * 12] * 11]},
+        400,
+        ["(None, 12, 12, 3)", "(1, 11, 12, 3)"],
+    ),
     ("POST", "/v1/models/mlp:predict", {"instances": [["a"] * 20]}, 400, ["'hidden_input'", "DT_FLOAT", "strings"]),
     ("POST", "/v1/models/mlp:predict", {"instances": [[None] * 20]}, 400, ["'hidden_input'", "null"]),
     ("POST", "/v1/models/mlp:predict", {"instances": [[True] * 20]}, 400, ["booleans"]),
     ("POST", "/v1/models/mlp:predict", {"instances": [[0.5] * 20, [0.5] * 19]}, 400, ["ragged"]),
-    ("POST", "/v1/models/mlp:predict", {"instances": [[0.5] * 20], "signature_name": "classify"}, 400,
-     ["'classify'", "serving_default"]),
+    (
+        "POST",
+        "/v1/models/mlp:predict",
+        {"instances": [[0.5] * 20], "signature_name": "classify"},
+        400,
+        ["'classify'", "serving_default"],
+    ),
     ("POST", "/v1/models/two_io:predict", {"instances": [{"image": [[[0.0]] * 6] * 6}]}, 400, ["missing", "'meta'"]),
-    ("POST", "/v1/models/two_io:predict", {"instances": [{"image": [[[0.0]] * 6] * 6, "meta": [1, 2, 3, 4],
-                                                          "extra": [1]}]}, 400, ["unknown", "'extra'"]),
-    ("POST", "/v1/models/two_io:predict", {"instances": [{"image": [[[0.0]] * 6] * 6, "meta": [1.5, 2, 3, 4]}]}, 400,
-     ["'meta'", "DT_INT32", "integers", "1.5"]),
+    (
+        "POST",
+        "/v1/models/two_io:predict",
+        {"instances": [{"image": [[[0.0]] * 6] * 6, "meta": [1, 2, 3, 4], "extra": [1]}]},
+        400,
+        ["unknown", "'extra'"],
+    ),
+    (
+        "POST",
+        "/v1/models/two_io:predict",
+        {"instances": [{"image": [[[0.0]] * 6] * 6, "meta": [1.5, 2, 3, 4]}]},
+        400,
+        ["'meta'", "DT_INT32", "integers", "1.5"],
+    ),
     ("POST", "/v1/models/two_io:predict", {"instances": [[0.0] * 4]}, 400, ["2 inputs", "image", "meta"]),
-    ("POST", "/v1/models/two_io:predict", {"inputs": {"image": [[[[0.0]] * 6] * 6] * 2, "meta": [[1, 2, 3, 4]]}}, 400,
-     ["different numbers of samples", "'image' 2", "'meta' 1"]),
+    (
+        "POST",
+        "/v1/models/two_io:predict",
+        {"inputs": {"image": [[[[0.0]] * 6] * 6] * 2, "meta": [[1, 2, 3, 4]]}},
+        400,
+        ["different numbers of samples", "'image' 2", "'meta' 1"],
+    ),
     ("POST", "/v1/models/nope:predict", GOOD, 404, ["Servable not found", "nope"]),
     ("POST", "/v1/models/mlp/versions/7:predict", GOOD, 404, ["Servable not found", "Specific(mlp, 7)"]),
     ("POST", "/v1/models/mlp/versions/x:predict", GOOD, 400, ["version: x"]),
@@ -159,10 +206,10 @@ ERRORS = [
 ]
 
 
-@pytest.mark.parametrize("method, path, body, status, words", ERRORS,
-                         ids=[f"{i}-{e[3]}" for i, e in enumerate(ERRORS)])
-def test_every_bad_request_is_answered_as_tensorflow_serving_answers_it(server, keras_models, method, path, body,
-                                                                         status, words):
+@pytest.mark.parametrize("method, path, body, status, words", ERRORS, ids=[f"{i}-{e[3]}" for i, e in enumerate(ERRORS)])
+def test_every_bad_request_is_answered_as_tensorflow_serving_answers_it(
+    server, keras_models, method, path, body, status, words
+):
     got, answer = server.request(method, path, body)
     assert got == status, answer
     assert isinstance(answer, dict) and set(answer) == {"error"}, answer
@@ -212,10 +259,10 @@ def logged(server, path: str, after: int) -> list:
 def test_concurrent_requests_are_merged_into_one_call_each_answered_its_own_rows(server, keras_models):
     x, y = one_input(keras_models, "mlp"), one_output(keras_models, "mlp")
     seen = len(server.stdout)
-    answers = concurrently(8, lambda i: server.predict("merged", {"instances": x[i:i + 1].tolist()}))
+    answers = concurrently(8, lambda i: server.predict("merged", {"instances": x[i : i + 1].tolist()}))
     for i, (status, answer) in enumerate(answers):
         assert status == 200, answer
-        close(answer["predictions"], y[i:i + 1])
+        close(answer["predictions"], y[i : i + 1])
     time.sleep(0.2)
     lines = logged(server, "/v1/models/merged:predict", seen)
     assert len(lines) == 8 and all(line["status"] == 200 and line["instances"] == 1 for line in lines)
@@ -230,10 +277,10 @@ def test_concurrent_requests_are_merged_into_one_call_each_answered_its_own_rows
 def test_without_batching_each_request_runs_in_its_own_call(server, keras_models):
     x, y = one_input(keras_models, "mlp"), one_output(keras_models, "mlp")
     seen = len(server.stdout)
-    answers = concurrently(6, lambda i: server.predict("mlp_solo", {"instances": x[2 * i:2 * i + 2].tolist()}))
+    answers = concurrently(6, lambda i: server.predict("mlp_solo", {"instances": x[2 * i : 2 * i + 2].tolist()}))
     for i, (status, answer) in enumerate(answers):
         assert status == 200, answer
-        close(answer["predictions"], y[2 * i:2 * i + 2])
+        close(answer["predictions"], y[2 * i : 2 * i + 2])
     time.sleep(0.2)
     lines = logged(server, "/v1/models/mlp_solo:predict", seen)
     assert len(lines) == 6 and all(line["batch"] == 2 for line in lines), lines
@@ -254,36 +301,45 @@ def test_a_full_queue_answers_503_and_the_queued_request_is_still_answered(serve
         status, answer = first.result()
     assert status == 200, answer
     close(answer["predictions"], y[:3])
-    status, answer = server.predict("slow_queue", {"instances": x[3:7].tolist()})   # a full batch goes at once
+    status, answer = server.predict("slow_queue", {"instances": x[3:7].tolist()})  # a full batch goes at once
     assert status == 200, answer
     close(answer["predictions"], y[3:7])
 
 
 def test_a_request_past_its_time_limit_is_answered_504(server):
     started = time.monotonic()
-    status, answer = server.predict("stuck", GOOD)   # waits 10 s for a second sample; the limit is 3 s
+    status, answer = server.predict("stuck", GOOD)  # waits 10 s for a second sample; the limit is 3 s
     assert status == 504, answer
     assert "Deadline exceeded" in answer["error"] and f"{TIMEOUT} s" in answer["error"]
     assert time.monotonic() - started < TIMEOUT + 5
 
 
 def test_clients_that_disconnect_mid_body_or_while_queued_are_dropped_and_counted(server, keras_models):
-    before = metric(server.metrics(), "malinn_serve_request_errors_total", model="slow_queue", api="predict",
-                    error="CANCELLED")
+    before = metric(
+        server.metrics(), "malinn_serve_request_errors_total", model="slow_queue", api="predict", error="CANCELLED"
+    )
     # a body cut short: the declared length never arrives
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
-        sock.sendall(b"POST /v1/models/slow_queue:predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: 5000\r\n\r\n{\"instances\": [[0.5, 0.5")
+        sock.sendall(
+            b"POST /v1/models/slow_queue:predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 5000\r\n\r\n{"instances": [[0.5, 0.5'
+        )
         time.sleep(0.3)
     # a whole request, the client gone while it waits in the queue (up to 2 s for a batch of 4)
     body = json.dumps({"instances": [[0.25] * 20]}).encode()
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
-        sock.sendall(b"POST /v1/models/slow_queue:predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        sock.sendall(
+            b"POST /v1/models/slow_queue:predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
         time.sleep(0.3)
     end = time.monotonic() + 10
-    while metric(server.metrics(), "malinn_serve_request_errors_total", model="slow_queue", api="predict",
-                 error="CANCELLED") < before + 2:
+    while (
+        metric(
+            server.metrics(), "malinn_serve_request_errors_total", model="slow_queue", api="predict", error="CANCELLED"
+        )
+        < before + 2
+    ):
         assert time.monotonic() < end, server.metrics()
         time.sleep(0.05)
     x, y = one_input(keras_models, "mlp"), one_output(keras_models, "mlp")
@@ -296,7 +352,7 @@ def test_metrics_count_requests_errors_latency_batches_and_queue(server, keras_m
     x = one_input(keras_models, "mlp")
     before = server.metrics()
     for i in range(3):
-        assert server.predict("mlp", {"instances": x[i:i + 1].tolist()})[0] == 200
+        assert server.predict("mlp", {"instances": x[i : i + 1].tolist()})[0] == 200
     assert server.predict("mlp", {"instances": [[1.0]]})[0] == 400
     assert server.request("GET", "/v1/models/mlp")[0] == 200
     after = server.metrics()
@@ -316,7 +372,7 @@ def test_metrics_count_requests_errors_latency_batches_and_queue(server, keras_m
     assert "# TYPE malinn_serve_queue_depth gauge" in after
     assert metric(after, "malinn_serve_queue_depth", model="mlp", version="1") == 0
     assert metric(after, "malinn_serve_model_versions", model="mlp", state="AVAILABLE") == 1
-    assert "malinn_serve_in_flight 0" in after.splitlines()   # no model request is under way
+    assert "malinn_serve_in_flight 0" in after.splitlines()  # no model request is under way
 
 
 def test_one_json_log_line_per_request(server, keras_models):
@@ -326,8 +382,10 @@ def test_one_json_log_line_per_request(server, keras_models):
     assert server.request("GET", "/v1/models/nope")[0] == 404
     time.sleep(0.2)
     lines = [json.loads(line) for line in server.stdout[seen:]]
-    assert [(line["method"], line["path"], line["status"]) for line in lines] == \
-        [("POST", "/v1/models/mlp:predict", 200), ("GET", "/v1/models/nope", 404)]
+    assert [(line["method"], line["path"], line["status"]) for line in lines] == [
+        ("POST", "/v1/models/mlp:predict", 200),
+        ("GET", "/v1/models/nope", 404),
+    ]
     assert lines[0]["model"] == "mlp" and lines[0]["version"] == 1 and lines[0]["instances"] == 3
     assert lines[0]["latency_ms"] > 0 and lines[0]["bytes_in"] > 0
     assert lines[1]["error_code"] == "NOT_FOUND" and "model" not in lines[1]
@@ -343,12 +401,12 @@ def test_a_bounded_load_is_answered_right_without_a_failure(server, keras_models
         rng = np.random.default_rng(i)
         while time.monotonic() < end:
             k = int(rng.integers(0, len(x) - 2))
-            status, answer = server.predict("mlp", {"instances": x[k:k + 2].tolist()}, connection=conn)
+            status, answer = server.predict("mlp", {"instances": x[k : k + 2].tolist()}, connection=conn)
             if status != 200:
                 failures.append(answer)
                 continue
             try:
-                close(answer["predictions"], y[k:k + 2])
+                close(answer["predictions"], y[k : k + 2])
             except AssertionError as exc:
                 failures.append(str(exc))
             answered[i] += 1

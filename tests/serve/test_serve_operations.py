@@ -28,8 +28,8 @@ class Load:
 
     def __init__(self, server, model: str, x: np.ndarray, clients: int = 8):
         self.server, self.model, self.x = server, model, x
-        self.answers: list = []      # (sent at, first sample, status, answer)
-        self.refused: list = []      # (sent at, exception)
+        self.answers: list = []  # (sent at, first sample, status, answer)
+        self.refused: list = []  # (sent at, exception)
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._client, args=(i,), daemon=True) for i in range(clients)]
         for t in self.threads:
@@ -40,8 +40,8 @@ class Load:
         while not self.stop.is_set():
             k = int(rng.integers(0, len(self.x) - 2))
             sent = time.monotonic()
-            try:   # a connection per request: one the server refuses was never accepted
-                status, answer = self.server.predict(self.model, {"instances": self.x[k:k + 2].tolist()})
+            try:  # a connection per request: one the server refuses was never accepted
+                status, answer = self.server.predict(self.model, {"instances": self.x[k : k + 2].tolist()})
             except (OSError, http.client.HTTPException) as exc:
                 self.refused.append((sent, exc))
                 if isinstance(exc, ConnectionRefusedError):
@@ -59,16 +59,30 @@ class Load:
 def test_sigterm_under_load_answers_every_request_in_flight_and_exits_0(keras_models, tmp_path):
     x, y = next(iter(keras_models.x("mlp").values())), next(iter(keras_models.y("mlp").values()))
     config = tmp_path / "models.json"
-    config.write_text(json.dumps({"model_config_list": [
-        {"name": "mlp", "base_path": str(keras_models.path("mlp"))},
-        {"name": "held", "base_path": str(keras_models.path("mlp")),
-         "batching_parameters": {"max_batch_size": 64, "batch_timeout_micros": 1_500_000}}],
-        "batching_parameters": {"max_batch_size": 8}}))
+    config.write_text(
+        json.dumps(
+            {
+                "model_config_list": [
+                    {"name": "mlp", "base_path": str(keras_models.path("mlp"))},
+                    {
+                        "name": "held",
+                        "base_path": str(keras_models.path("mlp")),
+                        "batching_parameters": {"max_batch_size": 64, "batch_timeout_micros": 1_500_000},
+                    },
+                ],
+                "batching_parameters": {"max_batch_size": 8},
+            }
+        )
+    )
     server = ServerProcess("--model-config-file", str(config)).wait_ready()
     load = Load(server, "mlp", x)
-    held = []   # requests that wait 1.5 s in the queue of "held": in flight when SIGTERM comes
-    pool = [threading.Thread(target=lambda i=i: held.append((i, server.predict("held", {"instances": x[i:i + 1].tolist()}))))
-            for i in range(6)]
+    held = []  # requests that wait 1.5 s in the queue of "held": in flight when SIGTERM comes
+    pool = [
+        threading.Thread(
+            target=lambda i=i: held.append((i, server.predict("held", {"instances": x[i : i + 1].tolist()})))
+        )
+        for i in range(6)
+    ]
     try:
         time.sleep(1.0)
         for t in pool:
@@ -91,11 +105,11 @@ def test_sigterm_under_load_answers_every_request_in_flight_and_exits_0(keras_mo
     assert sorted(i for i, _ in held) == list(range(6))
     for i, (code, answer) in held:
         assert code == 200, answer
-        close(answer["predictions"], y[i:i + 1])
+        close(answer["predictions"], y[i : i + 1])
     assert len(load.answers) > 8
     for sent, k, code, answer in load.answers:
         assert code == 200, answer
-        close(answer["predictions"], y[k:k + 2])
+        close(answer["predictions"], y[k : k + 2])
     # refusals only once the server was told to stop, and then no connection is accepted
     assert all(sent >= signalled - 0.05 for sent, _ in load.refused), load.refused[:3]
     with pytest.raises(ConnectionRefusedError):
@@ -115,7 +129,7 @@ def test_a_new_version_is_loaded_beside_the_old_and_switched_to_under_load(keras
         staging = tmp_path / "staging"
         staging.mkdir()
         shutil.copy(keras_models.path("mlp_v2"), staging / "model.keras")
-        os.rename(staging, base / "2")   # a version folder appears whole, as TensorFlow Serving asks
+        os.rename(staging, base / "2")  # a version folder appears whole, as TensorFlow Serving asks
         switched = None
         end = time.monotonic() + 120
         while time.monotonic() < end:
@@ -135,10 +149,10 @@ def test_a_new_version_is_loaded_beside_the_old_and_switched_to_under_load(keras
     for sent, k, code, answer in load.answers:
         assert code == 200, answer
         got = np.asarray(answer["predictions"], np.float32)
-        if np.allclose(got, y2[k:k + 2], rtol=1e-5, atol=1e-6):
+        if np.allclose(got, y2[k : k + 2], rtol=1e-5, atol=1e-6):
             new += 1
         else:
-            close(got, y1[k:k + 2])   # the old version's answer, never anything else
+            close(got, y1[k : k + 2])  # the old version's answer, never anything else
             old += 1
             assert sent < switched + 1.0, "a request sent after the switch was answered by the old version"
     assert old > 0 and new > 0, (old, new)
@@ -167,8 +181,9 @@ def run_command(*args, prelude: str = "") -> subprocess.CompletedProcess:
     from helpers import python_env
 
     code = f"import sys\n{prelude}\nfrom malinn.cli.commands import main\nsys.exit(main(sys.argv[1:]))"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
-                          env=python_env())
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, env=python_env()
+    )
 
 
 def test_without_the_serve_extra_the_command_says_how_to_install_it(keras_models):
@@ -178,15 +193,21 @@ def test_without_the_serve_extra_the_command_says_how_to_install_it(keras_models
     assert done.stderr.count("\n") == 1
 
 
-@pytest.mark.parametrize("args, status, words", [
-    (["serve"], 1, ["give a MODEL or --model-config-file"]),
-    (["serve", "/no/such/model.keras"], 1, ["/no/such/model.keras", "no such file"]),
-    (["serve", "--port", "70000", "m.keras"], 2, ["--port", "70000"]),
-    (["serve", "--max-batch-size", "0", "m.keras"], 2, ["--max-batch-size"]),
-    (["serve", "--allowed-batch-sizes", "1,2,4", "--max-batch-size", "8", "m.keras"], 1, ["allowed_batch_sizes",
-                                                                                         "max_batch_size"]),
-    (["serve", "--model-config-file", "/no/such.json"], 1, ["/no/such.json"]),
-])
+@pytest.mark.parametrize(
+    "args, status, words",
+    [
+        (["serve"], 1, ["give a MODEL or --model-config-file"]),
+        (["serve", "/no/such/model.keras"], 1, ["/no/such/model.keras", "no such file"]),
+        (["serve", "--port", "70000", "m.keras"], 2, ["--port", "70000"]),
+        (["serve", "--max-batch-size", "0", "m.keras"], 2, ["--max-batch-size"]),
+        (
+            ["serve", "--allowed-batch-sizes", "1,2,4", "--max-batch-size", "8", "m.keras"],
+            1,
+            ["allowed_batch_sizes", "max_batch_size"],
+        ),
+        (["serve", "--model-config-file", "/no/such.json"], 1, ["/no/such.json"]),
+    ],
+)
 def test_bad_command_lines_are_refused_in_one_line(args, status, words):
     done = run_command(*args)
     assert done.returncode == status, done.stderr
@@ -195,21 +216,30 @@ def test_bad_command_lines_are_refused_in_one_line(args, status, words):
         assert word in done.stderr, (word, done.stderr)
 
 
-@pytest.mark.parametrize("document, words", [
-    ("{", ["not JSON"]),
-    ([], ["expected an object"]),
-    ({"models": []}, ["unknown key", "models"]),
-    ({"model_config_list": []}, ["non-empty list"]),
-    ({"model_config_list": [{"name": "a/b", "base_path": "."}]}, ["model name", "'a/b'"]),
-    ({"model_config_list": [{"name": "a", "base_path": "missing"}]}, ["base_path", "does not exist"]),
-    ({"model_config_list": [{"name": "a", "base_path": "."}, {"name": "a", "base_path": "."}]}, ["distinct"]),
-    ({"model_config_list": [{"name": "a", "base_path": ".", "model_version_policy": {"newest": {}}}]},
-     ["model_version_policy"]),
-    ({"model_config_list": [{"name": "a", "base_path": ".", "batching_parameters": {"max_batch_size": 0}}]},
-     ["'a'", "max_batch_size", "positive"]),
-    ({"model_config_list": [{"name": "a", "base_path": "."}], "batching_parameters": {"batch_size": 4}},
-     ["unknown batching parameter", "batch_size"]),
-])
+@pytest.mark.parametrize(
+    "document, words",
+    [
+        ("{", ["not JSON"]),
+        ([], ["expected an object"]),
+        ({"models": []}, ["unknown key", "models"]),
+        ({"model_config_list": []}, ["non-empty list"]),
+        ({"model_config_list": [{"name": "a/b", "base_path": "."}]}, ["model name", "'a/b'"]),
+        ({"model_config_list": [{"name": "a", "base_path": "missing"}]}, ["base_path", "does not exist"]),
+        ({"model_config_list": [{"name": "a", "base_path": "."}, {"name": "a", "base_path": "."}]}, ["distinct"]),
+        (
+            {"model_config_list": [{"name": "a", "base_path": ".", "model_version_policy": {"newest": {}}}]},
+            ["model_version_policy"],
+        ),
+        (
+            {"model_config_list": [{"name": "a", "base_path": ".", "batching_parameters": {"max_batch_size": 0}}]},
+            ["'a'", "max_batch_size", "positive"],
+        ),
+        (
+            {"model_config_list": [{"name": "a", "base_path": "."}], "batching_parameters": {"batch_size": 4}},
+            ["unknown batching parameter", "batch_size"],
+        ),
+    ],
+)
 def test_a_bad_config_file_is_refused_naming_the_entry(tmp_path, document, words):
     path = tmp_path / "models.json"
     path.write_text(document if isinstance(document, str) else json.dumps(document))
@@ -222,15 +252,34 @@ def test_a_bad_config_file_is_refused_naming_the_entry(tmp_path, document, words
 def test_a_config_file_reads_tensorflow_servings_forms(tmp_path):
     (tmp_path / "m" / "3").mkdir(parents=True)
     path = tmp_path / "models.json"
-    path.write_text(json.dumps({
-        "model_config_list": {"config": [{"name": "m", "base_path": "m", "model_platform": "tensorflow",
-                                          "model_version_policy": {"specific": {"versions": [3, 1]}},
-                                          "version_labels": {"stable": 3}}]},
-        "batching_parameters": {"max_batch_size": {"value": 16}, "batch_timeout_micros": {"value": 500},
-                                "allowed_batch_sizes": [4, 16]}}))
+    path.write_text(
+        json.dumps(
+            {
+                "model_config_list": {
+                    "config": [
+                        {
+                            "name": "m",
+                            "base_path": "m",
+                            "model_platform": "tensorflow",
+                            "model_version_policy": {"specific": {"versions": [3, 1]}},
+                            "version_labels": {"stable": 3},
+                        }
+                    ]
+                },
+                "batching_parameters": {
+                    "max_batch_size": {"value": 16},
+                    "batch_timeout_micros": {"value": 500},
+                    "allowed_batch_sizes": [4, 16],
+                },
+            }
+        )
+    )
     (model,), batching = read_config_file(path, BatchingParameters())
     assert model.name == "m" and model.base_path == tmp_path / "m" and model.policy == ("specific", (1, 3))
     assert model.labels == {"stable": 3}
-    assert batching == model.batching == BatchingParameters(max_batch_size=16, batch_timeout_micros=500,
-                                                            allowed_batch_sizes=(4, 16))
+    assert (
+        batching
+        == model.batching
+        == BatchingParameters(max_batch_size=16, batch_timeout_micros=500, allowed_batch_sizes=(4, 16))
+    )
     assert batching.sizes() == (4, 16) and BatchingParameters(max_batch_size=20).sizes() == (1, 2, 4, 8, 16, 20)

@@ -15,12 +15,47 @@ from .recurrent import RECURRENT, recurrence
 from .resize import RESIZE, resize
 from .window import IM2COL, POOL, SPATIAL, pool, spatial
 
-__all__ = ["KINDS", "OpKind", "kind_named", "register",
-           "MATMUL", "CONV", "BIAS", "ACTIVATION", "AFFINE", "RELAYOUT", "RESHAPE", "PERMUTE", "REPEAT",
-           "MERGE", "CONCAT", "DOT", "BROADCAST", "NORMALIZE", "POOL", "SPATIAL", "IM2COL",
-           "matmul", "conv", "depthwise", "activation", "affine", "bias_and_activation", "reshape", "permute",
-           "repeat", "relayout_step", "merge", "concat", "dot", "broadcast", "normalize", "NORMALIZE_MODES",
-           "pool", "spatial"]
+__all__ = [
+    "KINDS",
+    "OpKind",
+    "kind_named",
+    "register",
+    "MATMUL",
+    "CONV",
+    "BIAS",
+    "ACTIVATION",
+    "AFFINE",
+    "RELAYOUT",
+    "RESHAPE",
+    "PERMUTE",
+    "REPEAT",
+    "MERGE",
+    "CONCAT",
+    "DOT",
+    "BROADCAST",
+    "NORMALIZE",
+    "POOL",
+    "SPATIAL",
+    "IM2COL",
+    "matmul",
+    "conv",
+    "depthwise",
+    "activation",
+    "affine",
+    "bias_and_activation",
+    "reshape",
+    "permute",
+    "repeat",
+    "relayout_step",
+    "merge",
+    "concat",
+    "dot",
+    "broadcast",
+    "normalize",
+    "NORMALIZE_MODES",
+    "pool",
+    "spatial",
+]
 __all__ += ["GATHER", "gather", "RECURRENT", "recurrence"]
 __all__ += ["ATTENTION", "attention"]
 __all__ += ["CONV_TRANSPOSE", "conv_transpose", "RESIZE", "resize"]

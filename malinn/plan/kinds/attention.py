@@ -44,8 +44,12 @@ class Attention(OpKind):
 
     def fused(self, step: Step) -> list:
         found = ["scores", "softmax"]
-        if step.spec.config.get("AMASK") or step.spec.config.get("VMASK") or step.spec.config.get("CAUSAL") \
-                or step.spec.config.get("QMASK") == 2:
+        if (
+            step.spec.config.get("AMASK")
+            or step.spec.config.get("VMASK")
+            or step.spec.config.get("CAUSAL")
+            or step.spec.config.get("QMASK") == 2
+        ):
             found.insert(1, "mask")
         return found
 
@@ -53,10 +57,26 @@ class Attention(OpKind):
 ATTENTION = register(Attention())
 
 
-def attention(builder: PlanBuilder, queries: Value, keys: Value, *, heads: int, key_dim: int, value_dim: int,
-              value_row: int, attention_mask: bool = False, query_mask: bool | str = False, value_mask: bool = False,
-              causal: bool = False, mode: str = "lowest", score: str = "dot", scale: float = 1.0,
-              concat_weight: float = 1.0, score_vector: Vector | None = None, what: str = "attention") -> Value:
+def attention(
+    builder: PlanBuilder,
+    queries: Value,
+    keys: Value,
+    *,
+    heads: int,
+    key_dim: int,
+    value_dim: int,
+    value_row: int,
+    attention_mask: bool = False,
+    query_mask: bool | str = False,
+    value_mask: bool = False,
+    causal: bool = False,
+    mode: str = "lowest",
+    score: str = "dot",
+    scale: float = 1.0,
+    concat_weight: float = 1.0,
+    score_vector: Vector | None = None,
+    what: str = "attention",
+) -> Value:
     """The attention output ``(batch, Tq, heads * value_dim)`` of ``queries`` (batch, Tq, rows: see the
     module) over ``keys`` (batch, Tv, rows).
 
@@ -78,20 +98,40 @@ def attention(builder: PlanBuilder, queries: Value, keys: Value, *, heads: int, 
         ValueError: the shapes do not hold what the arguments say.
     """
     if len(queries.shape) != 3 or len(keys.shape) != 3 or queries.shape[0] != keys.shape[0]:
-        raise ValueError(f"{what}: attention takes queries and keys of shape (batch, sequence, features), got "
-                         f"{format_shape(queries.shape)} and {format_shape(keys.shape)}")
+        raise ValueError(
+            f"{what}: attention takes queries and keys of shape (batch, sequence, features), got "
+            f"{format_shape(queries.shape)} and {format_shape(keys.shape)}"
+        )
     tq, tv = queries.shape[1], keys.shape[1]
     a_rows = heads * key_dim + (tv if attention_mask else 0) + int(bool(query_mask))
     b_rows = max(heads * key_dim, value_row + heads * value_dim) + int(value_mask)
     if queries.rows != a_rows or keys.rows != b_rows:
-        raise ValueError(f"{what}: attention expects {a_rows} query rows and {b_rows} key rows, got "
-                         f"{format_shape(queries.shape)} and {format_shape(keys.shape)}")
-    defines = {"NH": heads, "KD": key_dim, "VD": value_dim, "TQ": tq, "TS": tv, "VROW": value_row,
-               "AMASK": int(attention_mask), "QMASK": 2 if query_mask == "keys" else int(bool(query_mask)), "QMROW": a_rows - 1,
-               "VMASK": int(value_mask), "VMROW": b_rows - 1, "CAUSAL": int(causal), "MODE": MASK_MODES[mode],
-               "SCORE": SCORES[score], "USE_VECTOR": int(score_vector is not None), "SCALE": _literal(scale),
-               "CW": _literal(concat_weight), "LARGE_NEG": _literal(_LOWEST)}
+        raise ValueError(
+            f"{what}: attention expects {a_rows} query rows and {b_rows} key rows, got "
+            f"{format_shape(queries.shape)} and {format_shape(keys.shape)}"
+        )
+    defines = {
+        "NH": heads,
+        "KD": key_dim,
+        "VD": value_dim,
+        "TQ": tq,
+        "TS": tv,
+        "VROW": value_row,
+        "AMASK": int(attention_mask),
+        "QMASK": 2 if query_mask == "keys" else int(bool(query_mask)),
+        "QMROW": a_rows - 1,
+        "VMASK": int(value_mask),
+        "VMROW": b_rows - 1,
+        "CAUSAL": int(causal),
+        "MODE": MASK_MODES[mode],
+        "SCORE": SCORES[score],
+        "USE_VECTOR": int(score_vector is not None),
+        "SCALE": _literal(scale),
+        "CW": _literal(concat_weight),
+        "LARGE_NEG": _literal(_LOWEST),
+    }
     spec = choose("attention", builder.device).configure(defines)
     vectors = {"scale": score_vector} if score_vector is not None else {}
-    return builder.record(ATTENTION, spec, (builder.batch, tq, heads * value_dim), {"a": queries, "b": keys}, what,
-                          vectors=vectors)
+    return builder.record(
+        ATTENTION, spec, (builder.batch, tq, heads * value_dim), {"a": queries, "b": keys}, what, vectors=vectors
+    )

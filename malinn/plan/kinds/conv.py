@@ -39,24 +39,36 @@ class Conv(WeightedKind):
     def weight_padding(self, step: Step) -> tuple:
         """A convolution reads A's rows up to its result's padded rows."""
         a = step.spec.matrices["a"]
-        return (round_up(step.out.storage.padded_size[0], a.row_multiple),
-                round_up(step_weight(step).shape[1], a.col_multiple))
+        return (
+            round_up(step.out.storage.padded_size[0], a.row_multiple),
+            round_up(step_weight(step).shape[1], a.col_multiple),
+        )
 
     def operands(self, plan: Plan, step: Step) -> tuple:
         device, spec = plan.device, step.spec
         matrices = {slot: plan.matrix(x) for slot, x in step.inputs.items()}
         matrices["r"] = plan.matrix(step.out)
-        matrices["a"] = step_weight(step).on_device(device, spec.matrices["a"], self.weight_padding(step),
-                                              precision=spec.precision)
+        matrices["a"] = step_weight(step).on_device(
+            device, spec.matrices["a"], self.weight_padding(step), precision=spec.precision
+        )
         return self.epilogue(step, device), matrices, self.epilogue_vectors(step, device), step.params
 
 
 CONV = register(Conv())
 
 
-def conv(builder: PlanBuilder, x: Value, weight: Weight, geometry: dict, out_shape: Sequence[int], bias: Vector | None = None,
-         activation: str = "linear", params: dict | None = None, what: str = "conv",
-         algorithm: KernelSpec | None = None) -> Value:
+def conv(
+    builder: PlanBuilder,
+    x: Value,
+    weight: Weight,
+    geometry: dict,
+    out_shape: Sequence[int],
+    bias: Vector | None = None,
+    activation: str = "linear",
+    params: dict | None = None,
+    what: str = "conv",
+    algorithm: KernelSpec | None = None,
+) -> Value:
     """A convolution of ``x`` (Keras ``(batch, H, W, C)`` or ``(batch, L, C)``) by ``weight``
     (``COUT x KH*KW*CG``, column ``(ky*KW + kx)*CG + c``), then bias and activation.
 
@@ -80,15 +92,25 @@ def conv(builder: PlanBuilder, x: Value, weight: Weight, geometry: dict, out_sha
     builder.convs.append(shape)
     spec = algorithm if algorithm is not None else choose_algorithm(builder.device, shape)[0]
     if spec.op == "im2col":
-        patches = builder.record(IM2COL, spec.configure({**g, "CIN": cin}), out_shape[:-1] + (weight.shape[1],),
-                                 {"a": x}, what)
+        patches = builder.record(
+            IM2COL, spec.configure({**g, "CIN": cin}), out_shape[:-1] + (weight.shape[1],), {"a": x}, what
+        )
         return matmul(builder, patches, weight, bias, activation, params, what)
     spec = _in_weight_precision(builder, spec.configure(shape.defines()))
     return _conv_step(builder, spec, x, weight, out_shape, bias, activation, params, what)
 
 
-def depthwise(builder: PlanBuilder, x: Value, weight: Weight, geometry: dict, out_shape: Sequence[int], bias: Vector | None = None,
-              activation: str = "linear", params: dict | None = None, what: str = "depthwise") -> Value:
+def depthwise(
+    builder: PlanBuilder,
+    x: Value,
+    weight: Weight,
+    geometry: dict,
+    out_shape: Sequence[int],
+    bias: Vector | None = None,
+    activation: str = "linear",
+    params: dict | None = None,
+    what: str = "depthwise",
+) -> Value:
     """A depthwise convolution of ``x`` by ``weight`` (``C*DM x KH*KW``, row ``c*DM + j``), then
     bias and activation; ``geometry`` as for :func:`conv`, with ``DM`` the depth multiplier."""
     device = builder.device
@@ -96,7 +118,7 @@ def depthwise(builder: PlanBuilder, x: Value, weight: Weight, geometry: dict, ou
     shape = (weight.shape[0], weight.shape[1], math.prod(out_shape[:-1]))
     if explicit_choice("depthwise", device) is not None:
         spec = choose("depthwise", device)
-    else:   # the first default whose preconditions hold and that the device can launch; else the general one
+    else:  # the first default whose preconditions hold and that the device can launch; else the general one
         specs = load_library().default_specs("depthwise", device.kind, device.backend)
         spec = next((s for s in specs if s.accepts(*shape, device=device)), specs[-1])
     spec = _in_weight_precision(builder, spec.configure(geometry))
@@ -107,12 +129,21 @@ def _in_weight_precision(builder: PlanBuilder, spec: KernelSpec) -> KernelSpec:
     """A convolution kernel reading its weights in the plan's precision: ``fp16`` (half sums) as
     ``fp16-storage`` (half weights, float sums) where the kernel has no half arithmetic, and fp32
     where it reads no reduced precision (the summary names each step's precision)."""
-    check_precision(builder.precision, builder.device)   # as a matmul's: fp16 needs cl_khr_fp16
+    check_precision(builder.precision, builder.device)  # as a matmul's: fp16 needs cl_khr_fp16
     wanted = (builder.precision, "fp16-storage") if builder.precision == "fp16" else (builder.precision,)
     return next((spec.in_precision(p) for p in wanted if p in spec.precisions), spec)
 
 
-def _conv_step(builder: PlanBuilder, spec: KernelSpec, x: Value, weight: Weight, out_shape: Sequence[int],
-               bias: Vector | None, activation: str, params: dict | None, what: str) -> Value:
+def _conv_step(
+    builder: PlanBuilder,
+    spec: KernelSpec,
+    x: Value,
+    weight: Weight,
+    out_shape: Sequence[int],
+    bias: Vector | None,
+    activation: str,
+    params: dict | None,
+    what: str,
+) -> Value:
     out = builder.record(CONV, spec, out_shape, {"b": x}, what, weight=weight)
     return bias_and_activation(builder, out, bias, activation, params, what)

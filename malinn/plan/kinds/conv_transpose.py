@@ -28,8 +28,17 @@ class ConvTranspose(Conv):
 CONV_TRANSPOSE = register(ConvTranspose())
 
 
-def conv_transpose(builder: PlanBuilder, x: Value, weight: Weight, geometry: dict, out_shape: Sequence[int], bias: Vector | None = None,
-                   activation: str = "linear", params: dict | None = None, what: str = "conv_transpose") -> Value:
+def conv_transpose(
+    builder: PlanBuilder,
+    x: Value,
+    weight: Weight,
+    geometry: dict,
+    out_shape: Sequence[int],
+    bias: Vector | None = None,
+    activation: str = "linear",
+    params: dict | None = None,
+    what: str = "conv_transpose",
+) -> Value:
     """The transposed convolution of ``x`` (Keras ``(batch, H, W, CIN)``) by ``weight`` (``COUT x
     KH*KW*CIN``, column ``(ky*KW + kx)*CIN + c``), then bias and activation. ``geometry`` holds the
     window defines of kernels/conv_transpose.cl: the input and output sizes, strides, dilation,

@@ -35,8 +35,11 @@ class Bias(EpilogueStep):
     name = "bias"
 
     def fold_into(self, producer: Step, step: Step, device: Device) -> bool:
-        if ("bias" not in producer.spec.epilogue or producer.bias is not None
-                or producer.activation not in (None, "linear")):
+        if (
+            "bias" not in producer.spec.epilogue
+            or producer.bias is not None
+            or producer.activation not in (None, "linear")
+        ):
             return False
         producer.bias = step.bias
         return True
@@ -67,7 +70,7 @@ class Activation(EpilogueStep):
     def fold_into(self, producer: Step, step: Step, device: Device) -> bool:
         if producer.activation not in (None, "linear"):
             return False
-        if step.activation == "softmax":   # over each sample's features: the producer's kernel must hold them
+        if step.activation == "softmax":  # over each sample's features: the producer's kernel must hold them
             kind = producer.kind
             assert isinstance(kind, WeightedKind), "steps fold only into a weighted kind's (WeightedKind.absorb)"
             spec = kind.softmax_spec(producer, device)
@@ -90,29 +93,35 @@ BIAS, AFFINE, ACTIVATION = register(Bias()), register(Affine()), register(Activa
 
 
 # ---------------------------------------------------------------- lowering
-def bias_and_activation(builder: PlanBuilder, out: Value, bias: Vector | None, function: str | None, params: dict | None,
-                        what: str) -> Value:
+def bias_and_activation(
+    builder: PlanBuilder, out: Value, bias: Vector | None, function: str | None, params: dict | None, what: str
+) -> Value:
     """``out`` with a bias step (in place) and an activation step (``function``) after it, where given (what a
     kernel that fuses no epilogue leaves to steps of their own)."""
     if bias is not None:
-        out = builder.record(BIAS, choose("bias", builder.device), out.shape, {"b": out}, what, storage=out.storage,
-                             bias=bias)
+        out = builder.record(
+            BIAS, choose("bias", builder.device), out.shape, {"b": out}, what, storage=out.storage, bias=bias
+        )
     if function not in (None, "linear"):
         out = activation(builder, out, function, params, what)
     return out
 
 
-def activation(builder: PlanBuilder, x: Value, name: str, params: dict | None = None, what: str = "activation") -> Value:
+def activation(
+    builder: PlanBuilder, x: Value, name: str, params: dict | None = None, what: str = "activation"
+) -> Value:
     """Activation ``name`` applied to ``x`` (in place where ``x`` is read by nothing else)."""
     if name in (None, "linear"):
         return x
     spec = load_library().activation_spec(name, what)
-    spec.param_values(params)   # names the parameter a kernel does not take, now
-    return builder.record(ACTIVATION, spec, x.shape, {"b": x}, what, storage=x.storage, activation=name,
-                          params=dict(params or {}))
+    spec.param_values(params)  # names the parameter a kernel does not take, now
+    return builder.record(
+        ACTIVATION, spec, x.shape, {"b": x}, what, storage=x.storage, activation=name, params=dict(params or {})
+    )
 
 
 def affine(builder: PlanBuilder, x: Value, scale: Vector, shift: Vector, what: str = "affine") -> Value:
     """``x * scale + shift`` per feature (last axis)."""
-    return builder.record(AFFINE, choose("affine", builder.device), x.shape, {"b": x}, what, storage=x.storage,
-                          affine=(scale, shift))
+    return builder.record(
+        AFFINE, choose("affine", builder.device), x.shape, {"b": x}, what, storage=x.storage, affine=(scale, shift)
+    )

@@ -24,10 +24,11 @@ class Gather(OpKind):
 GATHER = register(Gather())
 
 
-def gather(builder: PlanBuilder, x: Value, table: Vector, input_dim: int, output_dim: int, what: str = "embedding") -> Value:
+def gather(
+    builder: PlanBuilder, x: Value, table: Vector, input_dim: int, output_dim: int, what: str = "embedding"
+) -> Value:
     """The rows of ``table`` (``input_dim x output_dim`` floats, row-major) that the indices ``x``
     (float32 values of any shape, truncated as Keras casts them) name: the result has ``x``'s shape
     with ``output_dim`` added as the last axis."""
     spec = choose("gather", builder.device).configure({"INPUT_DIM": int(input_dim), "OUTPUT_DIM": int(output_dim)})
-    return builder.record(GATHER, spec, tuple(x.shape) + (int(output_dim),), {"a": x}, what,
-                          vectors={"scale": table})
+    return builder.record(GATHER, spec, tuple(x.shape) + (int(output_dim),), {"a": x}, what, vectors={"scale": table})

@@ -82,8 +82,9 @@ def permute(builder: PlanBuilder, x: Value, dims: Sequence[int], what: str = "pe
     shape = (x.shape[0],) + tuple(x.shape[d] for d in dims)
     defines = {"NAX": rank - 1, "SAMPLE": math.prod(x.shape[1:])}
     for k, d in enumerate(dims):
-        defines.update({f"ODIM{k}": shape[k + 1], f"OSTR{k}": math.prod(shape[k + 2:]),
-                        f"ISTR{k}": math.prod(x.shape[d + 1:])})
+        defines.update(
+            {f"ODIM{k}": shape[k + 1], f"OSTR{k}": math.prod(shape[k + 2 :]), f"ISTR{k}": math.prod(x.shape[d + 1 :])}
+        )
     return builder.record(PERMUTE, choose("permute", builder.device).configure(defines), shape, {"a": x}, what)
 
 
@@ -92,5 +93,6 @@ def repeat(builder: PlanBuilder, x: Value, times: int, what: str = "repeat") -> 
     ``RepeatVector``), by kernels/repeat.cl."""
     if len(x.shape) != 2:
         raise ValueError(f"{what}: RepeatVector takes (batch, features), not {format_shape(x.shape)}")
-    return builder.record(REPEAT, choose("repeat", builder.device), (x.shape[0], int(times), x.shape[1]), {"a": x},
-                          what)
+    return builder.record(
+        REPEAT, choose("repeat", builder.device), (x.shape[0], int(times), x.shape[1]), {"a": x}, what
+    )

@@ -81,7 +81,9 @@ class MatMul(WeightedKind):
         """Its result's padded rows (or, for a kernel that reads A's logical rows only, the units
         rounded up to A's alignment) by the common K (the right operand's padded rows)."""
         a = step.spec.matrices["a"]
-        rows = round_up(step_weight(step).shape[0], a.row_multiple) if a.logical_rows else step.out.storage.padded_size[0]
+        rows = (
+            round_up(step_weight(step).shape[0], a.row_multiple) if a.logical_rows else step.out.storage.padded_size[0]
+        )
         return (rows, self.common_rows(step))
 
     def head_padding(self, step: Step) -> tuple:
@@ -97,7 +99,7 @@ class MatMul(WeightedKind):
         return found
 
     def scratch_values(self, step: Step) -> dict:
-        return {"H": self.weight_padding(step)[0]}   # a kernel that tiles A's rows (a head's)
+        return {"H": self.weight_padding(step)[0]}  # a kernel that tiles A's rows (a head's)
 
     def shared_padding(self, step: Step, need: tuple, device: Device) -> tuple | None:
         """A padding of the weight that the device's large-batch kernel can read too, where it reads
@@ -109,15 +111,18 @@ class MatMul(WeightedKind):
         if other.any_layout or restriction.any_layout or other.layout != restriction.layout:
             return None
         theirs = big.padded_shapes(m, k, 4096)["a"]
-        return (round_up(max(need[0], theirs[0]), math.lcm(restriction.row_multiple, other.row_multiple)),
-                round_up(max(need[1], theirs[1]), math.lcm(restriction.col_multiple, other.col_multiple)))
+        return (
+            round_up(max(need[0], theirs[0]), math.lcm(restriction.row_multiple, other.row_multiple)),
+            round_up(max(need[1], theirs[1]), math.lcm(restriction.col_multiple, other.col_multiple)),
+        )
 
     def operands(self, plan: Plan, step: Step) -> tuple:
         device, spec = plan.device, step.spec
         matrices = {"b": plan.matrix(step.inputs["b"], self.common_rows(step)), "r": plan.matrix(step.out)}
         need = self.weight_padding(step)
-        matrices["a"] = step_weight(step).on_device(device, spec.matrices["a"], need, self.shared_padding(step, need, device),
-                                              spec.precision)
+        matrices["a"] = step_weight(step).on_device(
+            device, spec.matrices["a"], need, self.shared_padding(step, need, device), spec.precision
+        )
         spec = self.epilogue(step, device)
         vectors = self.epilogue_vectors(step, device)
         if step.head is not None:
@@ -140,8 +145,9 @@ class MatMul(WeightedKind):
         vectors["head"] = matrix.buffer
         if head.bias is not None:
             vectors["head_bias"] = head.bias.on_device(device)
-        return spec.configure({"HEAD_STRIDE": matrix.padded[0], "HEAD_COLS": matrix.padded[1],
-                               "HEAD_INPUTS": step_weight(step).shape[0]})
+        return spec.configure(
+            {"HEAD_STRIDE": matrix.padded[0], "HEAD_COLS": matrix.padded[1], "HEAD_INPUTS": step_weight(step).shape[0]}
+        )
 
     def fused(self, step: Step) -> list:
         found = super().fused(step)
@@ -154,22 +160,39 @@ class MatMul(WeightedKind):
 MATMUL = register(MatMul())
 
 
-def matmul(builder: PlanBuilder, x: Value, weight: Weight, bias: Vector | None = None, activation: str = "linear",
-           params: dict | None = None, what: str = "matmul") -> Value:
+def matmul(
+    builder: PlanBuilder,
+    x: Value,
+    weight: Weight,
+    bias: Vector | None = None,
+    activation: str = "linear",
+    params: dict | None = None,
+    what: str = "matmul",
+) -> Value:
     """``activation(W x X + bias)``: ``weight`` is ``units x x.rows``; the result has ``x``'s shape
     with ``units`` in place of the last axis."""
     device = builder.device
     m, k = weight.shape
     if k != x.rows:
-        raise ValueError(f"{what}: the weights expect {k} input features, but the input has shape "
-                         f"{format_shape(x.shape)}")
+        raise ValueError(
+            f"{what}: the weights expect {k} input features, but the input has shape {format_shape(x.shape)}"
+        )
     spec = choose("matmul", device, (m, k, x.cols), precision=builder.precision)
     image = spec.matrices["a"]
     if image.image and not spec.accepts(m, k, x.cols, device=device):
         rows, cols = round_up(m, image.row_multiple), round_up(k, image.col_multiple)
-        raise BackendError(f"{what}: its {m}x{k} weights read as a texture of {rows // 4} x {cols} texels "
-                           f"(kernel {spec.codename}) exceed {device.name}'s largest texture, "
-                           f"{device.image2d_max_size[0]} x {device.image2d_max_size[1]}")
-    out = builder.record(MATMUL, spec, x.shape[:-1] + (m,), {"b": x}, what, weight=weight,
-                         explicit=explicit_choice("matmul", device) is not None)
+        raise BackendError(
+            f"{what}: its {m}x{k} weights read as a texture of {rows // 4} x {cols} texels "
+            f"(kernel {spec.codename}) exceed {device.name}'s largest texture, "
+            f"{device.image2d_max_size[0]} x {device.image2d_max_size[1]}"
+        )
+    out = builder.record(
+        MATMUL,
+        spec,
+        x.shape[:-1] + (m,),
+        {"b": x},
+        what,
+        weight=weight,
+        explicit=explicit_choice("matmul", device) is not None,
+    )
     return bias_and_activation(builder, out, bias, activation, params, what)

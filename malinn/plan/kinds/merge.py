@@ -24,11 +24,26 @@ if TYPE_CHECKING:
 __all__ = ["MERGE", "CONCAT", "DOT", "merge", "concat", "dot"]
 
 #: Keras merge -> the merge kernel's OP for each further input
-_MERGE_OPS = {"add": "op_add", "subtract": "op_sub", "multiply": "op_mul", "average": "op_add",
-              "maximum": "op_max", "minimum": "op_min", "divide": "op_div"}
+_MERGE_OPS = {
+    "add": "op_add",
+    "subtract": "op_sub",
+    "multiply": "op_mul",
+    "average": "op_add",
+    "maximum": "op_max",
+    "minimum": "op_min",
+    "divide": "op_div",
+}
 #: the merge kernel's OP with its operands exchanged
-_SWAPPED = {"op_add": "op_add", "op_mul": "op_mul", "op_max": "op_max", "op_min": "op_min",
-            "op_sub": "op_rsub", "op_rsub": "op_sub", "op_div": "op_rdiv", "op_rdiv": "op_div"}
+_SWAPPED = {
+    "op_add": "op_add",
+    "op_mul": "op_mul",
+    "op_max": "op_max",
+    "op_min": "op_min",
+    "op_sub": "op_rsub",
+    "op_rsub": "op_sub",
+    "op_div": "op_rdiv",
+    "op_rdiv": "op_div",
+}
 
 
 class Merge(OpKind):
@@ -41,8 +56,12 @@ class Merge(OpKind):
 
     def absorb(self, step: Step, after: Step, device: Device) -> bool:
         """An element-wise activation after the merge runs in the merge's kernel."""
-        if (after.kind is not ACTIVATION or step.explicit or step.spec.config.get("ACTIVATION") != "act_linear"
-                or elementwise_kernel(after.activation) is None):
+        if (
+            after.kind is not ACTIVATION
+            or step.explicit
+            or step.spec.config.get("ACTIVATION") != "act_linear"
+            or elementwise_kernel(after.activation) is None
+        ):
             return False
         step.spec = step.spec.configure({"ACTIVATION": f"act_{after.activation}"})
         step.activation, step.params = after.activation, after.params
@@ -57,7 +76,7 @@ class Merge(OpKind):
     def operands(self, plan: Plan, step: Step) -> tuple:
         matrices = {"r": plan.matrix(step.out), "a": plan.matrix(step.inputs["a"])}
         params = step.params
-        if step.activation not in (None, "linear"):   # a fused activation's p0..p3
+        if step.activation not in (None, "linear"):  # a fused activation's p0..p3
             values = load_library().activation_spec(step.activation, step.what).param_values(step.params)
             params = {f"p{i}": v for i, v in enumerate(values)}
         return step.spec, matrices, {}, params
@@ -93,10 +112,9 @@ def merge(builder: PlanBuilder, xs: Sequence[Value], op: str, what: str = "merge
     in-place step per further input.
     """
     xs = list(xs)
-    pair = op in ("subtract", "divide")   # of exactly two inputs, in order
+    pair = op in ("subtract", "divide")  # of exactly two inputs, in order
     if len(xs) < 2 or (pair and len(xs) != 2):
-        raise ValueError(f"{what}: {op} takes {'exactly 2' if pair else 'at least 2'} inputs, "
-                         f"got {len(xs)}")
+        raise ValueError(f"{what}: {op} takes {'exactly 2' if pair else 'at least 2'} inputs, got {len(xs)}")
     shape = (builder.batch,) + broadcast_shape([x.shape for x in xs], what)[1:]
     # the running result lives in the buffer of an input of the result's shape, preferably one a
     # kernel wrote (in the layout the next kernels read) rather than a model input (Keras's order)
@@ -109,7 +127,7 @@ def merge(builder: PlanBuilder, xs: Sequence[Value], op: str, what: str = "merge
         order = [first] + [i for i in range(len(xs)) if i != first]
         codes = [code] * (len(xs) - 1)
     running = xs[order[0]]
-    if running.shape != shape:   # no input has the result's shape: broadcast the first one into it
+    if running.shape != shape:  # no input has the result's shape: broadcast the first one into it
         running = _merge_step(builder, None, running, "op_copy", shape, 1, what)
     for step, (i, code) in enumerate(zip(order[1:], codes)):
         divisor = len(xs) if op == "average" and step == len(codes) - 1 else 1
@@ -117,14 +135,17 @@ def merge(builder: PlanBuilder, xs: Sequence[Value], op: str, what: str = "merge
     return running
 
 
-def _merge_step(builder: PlanBuilder, running: Value | None, x: Value, code: str, shape: tuple, divisor: int, what: str) -> Value:
+def _merge_step(
+    builder: PlanBuilder, running: Value | None, x: Value, code: str, shape: tuple, divisor: int, what: str
+) -> Value:
     defines = {"OP": code, "DIVISOR": f"{divisor}.0f"}
     if x.shape != shape:
         defines.update(broadcast_defines(x.shape, shape, what))
     spec = choose("merge", builder.device).configure(defines)
     inputs = {"b": running, "a": x} if running is not None else {"a": x}
-    return builder.record(MERGE, spec, shape, inputs, what, storage=running.storage if running else None,
-                          overwrites=running is not None)
+    return builder.record(
+        MERGE, spec, shape, inputs, what, storage=running.storage if running else None, overwrites=running is not None
+    )
 
 
 def concat(builder: PlanBuilder, xs: Sequence[Value], axis: int, what: str = "concatenate") -> Value:
@@ -134,49 +155,85 @@ def concat(builder: PlanBuilder, xs: Sequence[Value], axis: int, what: str = "co
     rank = len(xs[0].shape)
     axis = axis + rank if axis < 0 else axis
     if not 1 <= axis < rank or any(len(x.shape) != rank for x in xs):
-        raise ValueError(f"{what}: cannot concatenate shapes {', '.join(format_shape(x.shape) for x in xs)} "
-                         f"along axis {axis}")
+        raise ValueError(
+            f"{what}: cannot concatenate shapes {', '.join(format_shape(x.shape) for x in xs)} along axis {axis}"
+        )
     for x in xs:
-        if x.shape[:axis] + x.shape[axis + 1:] != xs[0].shape[:axis] + xs[0].shape[axis + 1:]:
-            raise ValueError(f"{what}: shapes {', '.join(format_shape(x.shape) for x in xs)} differ off the "
-                             f"concatenation axis {axis}")
+        if x.shape[:axis] + x.shape[axis + 1 :] != xs[0].shape[:axis] + xs[0].shape[axis + 1 :]:
+            raise ValueError(
+                f"{what}: shapes {', '.join(format_shape(x.shape) for x in xs)} differ off the "
+                f"concatenation axis {axis}"
+            )
     total = sum(x.shape[axis] for x in xs)
-    shape = xs[0].shape[:axis] + (total,) + xs[0].shape[axis + 1:]
-    inner = math.prod(shape[axis + 1:])
+    shape = xs[0].shape[:axis] + (total,) + xs[0].shape[axis + 1 :]
+    inner = math.prod(shape[axis + 1 :])
     out, offset = None, 0
     for i, x in enumerate(xs):
         spec = choose("concat", builder.device).configure(
-            {"FIRST": int(i == 0), "INNER": inner, "ALEN": x.shape[axis], "RLEN": total, "OFFSET": offset})
+            {"FIRST": int(i == 0), "INNER": inner, "ALEN": x.shape[axis], "RLEN": total, "OFFSET": offset}
+        )
         inputs = {"a": x} if out is None else {"b": out, "a": x}
-        out = builder.record(CONCAT, spec, shape, inputs, what, storage=out.storage if out is not None else None,
-                             overwrites=out is not None)
+        out = builder.record(
+            CONCAT,
+            spec,
+            shape,
+            inputs,
+            what,
+            storage=out.storage if out is not None else None,
+            overwrites=out is not None,
+        )
         offset += x.shape[axis]
-    assert out is not None   # xs has at least one value (xs[0] above)
+    assert out is not None  # xs has at least one value (xs[0] above)
     return out
 
 
-def dot(builder: PlanBuilder, x: Value, y: Value, axes: tuple, normalize: bool = False, norm_floor: float = 1e-12,
-        what: str = "dot") -> Value:
+def dot(
+    builder: PlanBuilder,
+    x: Value,
+    y: Value,
+    axes: tuple,
+    normalize: bool = False,
+    norm_floor: float = 1e-12,
+    what: str = "dot",
+) -> Value:
     """Keras's Dot: ``batch_dot(x, y, axes)`` of two values of rank 2 or 3 (batch first), optionally
     L2-normalised along ``axes`` (each sum of squares at least ``norm_floor``)."""
     ax, ay = axes
-    if not (2 <= len(x.shape) <= 3 and 2 <= len(y.shape) <= 3) or x.shape[ax] != y.shape[ay] \
-            or not (1 <= ax < len(x.shape) and 1 <= ay < len(y.shape)):
-        raise ValueError(f"{what}: cannot take the dot product of {format_shape(x.shape)} and "
-                         f"{format_shape(y.shape)} over axes {list(axes)}")
+    if (
+        not (2 <= len(x.shape) <= 3 and 2 <= len(y.shape) <= 3)
+        or x.shape[ax] != y.shape[ay]
+        or not (1 <= ax < len(x.shape) and 1 <= ay < len(y.shape))
+    ):
+        raise ValueError(
+            f"{what}: cannot take the dot product of {format_shape(x.shape)} and "
+            f"{format_shape(y.shape)} over axes {list(axes)}"
+        )
 
-    def strides(shape: tuple, axis: int) -> tuple:   # (per sample, along the kept axis, along the summed axis)
+    def strides(shape: tuple, axis: int) -> tuple:  # (per sample, along the kept axis, along the summed axis)
         kept = [d for d in range(1, len(shape)) if d != axis]
-        row_major = {d: math.prod(shape[d + 1:]) for d in range(len(shape))}
+        row_major = {d: math.prod(shape[d + 1 :]) for d in range(len(shape))}
         return row_major[0], (row_major[kept[0]] if kept else 0), row_major[axis], (shape[kept[0]] if kept else 1)
 
     xb, xp, xk, dp = strides(x.shape, ax)
     yb, yq, yk, dq = strides(y.shape, ay)
-    shape = (builder.batch,) + tuple(d for d in (dp if len(x.shape) == 3 else None,
-                                                 dq if len(y.shape) == 3 else None) if d is not None)
+    shape = (builder.batch,) + tuple(
+        d for d in (dp if len(x.shape) == 3 else None, dq if len(y.shape) == 3 else None) if d is not None
+    )
     if len(shape) == 1:
         shape += (1,)
     spec = choose("dot", builder.device).configure(
-        {"DP": dp, "DQ": dq, "DK": x.shape[ax], "AB": xb, "AP": xp, "AK": xk, "BB": yb, "BQ": yq, "BK": yk,
-         "NORMALIZE": int(bool(normalize)), "NORM_FLOOR": f"{float(norm_floor):.1e}f"})
+        {
+            "DP": dp,
+            "DQ": dq,
+            "DK": x.shape[ax],
+            "AB": xb,
+            "AP": xp,
+            "AK": xk,
+            "BB": yb,
+            "BQ": yq,
+            "BK": yk,
+            "NORMALIZE": int(bool(normalize)),
+            "NORM_FLOOR": f"{float(norm_floor):.1e}f",
+        }
+    )
     return builder.record(DOT, spec, shape, {"a": x, "b": y}, what)

@@ -46,8 +46,15 @@ BROADCAST, NORMALIZE = register(Broadcast()), register(Normalize())
 NORMALIZE_MODES = {"softmax": 0, "softmax_logsumexp": 1, "layer": 2, "rms": 3, "unit": 4}
 
 
-def broadcast(builder: PlanBuilder, x: Value, form: int, scale: Vector, shift: Vector | None, period_cols: int,
-              what: str = "broadcast") -> Value:
+def broadcast(
+    builder: PlanBuilder,
+    x: Value,
+    form: int,
+    scale: Vector,
+    shift: Vector | None,
+    period_cols: int,
+    what: str = "broadcast",
+) -> Value:
     """Per-element parameters applied to ``x`` in place (kernels/broadcast.cl): ``form`` 0 is
     ``x * scale + shift``, 1 ``(x + shift) * scale``, 2 PReLU (``scale`` holds alpha). The vectors
     hold ``period_cols * x.rows`` values: element (row, col) of ``x``'s matrix view reads
@@ -56,12 +63,19 @@ def broadcast(builder: PlanBuilder, x: Value, form: int, scale: Vector, shift: V
         raise ValueError(f"{what}: parameters of {scale.values.size} values do not tile {format_shape(x.shape)}")
     spec = choose("broadcast", builder.device).configure({"FORM": int(form), "PCOLS": int(period_cols)})
     vectors = {"scale": scale, **({"shift": shift} if shift is not None else {})}
-    return builder.record(BROADCAST, spec, x.shape, {"b": x}, what, storage=x.storage, vectors=vectors,
-                          overwrites=True)
+    return builder.record(BROADCAST, spec, x.shape, {"b": x}, what, storage=x.storage, vectors=vectors, overwrites=True)
 
 
-def normalize(builder: PlanBuilder, x: Value, mode: str, axes: Iterable[int], epsilon: float = 0.0, scale: Vector | None = None,
-              shift: Vector | None = None, what: str = "normalize") -> Value:
+def normalize(
+    builder: PlanBuilder,
+    x: Value,
+    mode: str,
+    axes: Iterable[int],
+    epsilon: float = 0.0,
+    scale: Vector | None = None,
+    shift: Vector | None = None,
+    what: str = "normalize",
+) -> Value:
     """Each group of ``x``'s elements along ``axes`` normalized (softmax, layer normalization, RMS
     scaling, L2 normalization: :data:`NORMALIZE_MODES`), in place, one kernel. ``axes`` are indices
     into ``x.shape`` (the batch axis is 0 and is never one of them); axes that are not one run are
@@ -73,21 +87,35 @@ def normalize(builder: PlanBuilder, x: Value, mode: str, axes: Iterable[int], ep
         raise ValueError(f"{what}: axes {axes} are not sample axes of {format_shape(x.shape)}")
     if axes != tuple(range(axes[0], axes[-1] + 1)):
         order = [a for a in range(1, rank) if a not in axes] + list(axes)
-        y = normalize(builder, permute(builder, x, order, what), mode, range(rank - len(axes), rank), epsilon,
-                      scale, shift, what)
+        y = normalize(
+            builder, permute(builder, x, order, what), mode, range(rank - len(axes), rank), epsilon, scale, shift, what
+        )
         return permute(builder, y, [order.index(a) + 1 for a in range(1, rank)], what)
-    group, inner = math.prod(x.shape[axes[0]:axes[-1] + 1]), math.prod(x.shape[axes[-1] + 1:])
-    what_defines = {"GROUP": group, "MODE": NORMALIZE_MODES[mode], "CENTER": int(shift is not None),
-                    "SCALE": int(scale is not None)}
+    group, inner = math.prod(x.shape[axes[0] : axes[-1] + 1]), math.prod(x.shape[axes[-1] + 1 :])
+    what_defines = {
+        "GROUP": group,
+        "MODE": NORMALIZE_MODES[mode],
+        "CENTER": int(shift is not None),
+        "SCALE": int(scale is not None),
+    }
     columns = _column_kernel(builder.device, group) if inner == 1 and group == x.rows else None
-    if columns is not None:   # each group one column of the matrix view: a work-group per column
+    if columns is not None:  # each group one column of the matrix view: a work-group per column
         spec = columns.configure({**what_defines, "WG": _column_items(builder.device, group)})
     else:
         split = {"SR": x.rows, "SC": group // x.rows} if inner == 1 else {"SR": 1, "SC": group}
         spec = choose("normalize", builder.device).configure({**what_defines, "INNER": inner, **split})
     vectors = {name: v for name, v in (("scale", scale), ("shift", shift)) if v is not None}
-    return builder.record(NORMALIZE, spec, x.shape, {"b": x}, what, storage=x.storage, vectors=vectors,
-                          overwrites=True, params={"epsilon": float(epsilon)})
+    return builder.record(
+        NORMALIZE,
+        spec,
+        x.shape,
+        {"b": x},
+        what,
+        storage=x.storage,
+        vectors=vectors,
+        overwrites=True,
+        params={"epsilon": float(epsilon)},
+    )
 
 
 #: the most items that share one column's elements (kernels/normalize_columns.cl WG)
@@ -102,7 +130,7 @@ def _column_kernel(device: Device, group: int) -> KernelSpec | None:
         return None
     try:
         specs = load_library().default_specs("normalize_column", device.kind, device.backend)
-    except (LibraryError, BackendError):   # none for this backend (the GL backends run normalize_axes)
+    except (LibraryError, BackendError):  # none for this backend (the GL backends run normalize_axes)
         return None
     if not specs or _column_items(device, group) > int(device.max_work_group_size):
         return None

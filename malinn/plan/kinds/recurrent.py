@@ -37,11 +37,23 @@ class Recurrent(OpKind):
 RECURRENT = register(Recurrent())
 
 
-def recurrence(builder: PlanBuilder, xproj: Value, units: int, cell: str, recurrent_kernel: Vector,
-               recurrent_bias: Vector | None = None, activation: str = "tanh",
-               recurrent_activation: str = "sigmoid", go_backwards: bool = False, return_sequences: bool = False,
-               state: str = "h", mask: Value | None = None, zero_masked: bool = False,
-               reverse_output: bool = False, what: str = "recurrent") -> Value:
+def recurrence(
+    builder: PlanBuilder,
+    xproj: Value,
+    units: int,
+    cell: str,
+    recurrent_kernel: Vector,
+    recurrent_bias: Vector | None = None,
+    activation: str = "tanh",
+    recurrent_activation: str = "sigmoid",
+    go_backwards: bool = False,
+    return_sequences: bool = False,
+    state: str = "h",
+    mask: Value | None = None,
+    zero_masked: bool = False,
+    reverse_output: bool = False,
+    what: str = "recurrent",
+) -> Value:
     """The recurrence of one layer over ``xproj``, the input projection ``(batch, steps, gates *
     units)`` of every step (bias included): every step's output ``(batch, steps, units)`` in the
     order the steps run (``return_sequences``), else the last state ``(batch, units)``: ``h``, or
@@ -57,21 +69,35 @@ def recurrence(builder: PlanBuilder, xproj: Value, units: int, cell: str, recurr
     code, gates = CELLS[cell]
     batch, steps, features = xproj.shape
     if features != gates * units:
-        raise ValueError(f"{what}: the input projection {format_shape(xproj.shape)} does not hold {gates} gates of "
-                         f"{units} units")
+        raise ValueError(
+            f"{what}: the input projection {format_shape(xproj.shape)} does not hold {gates} gates of {units} units"
+        )
     device = builder.device
     limit = min(int(device.max_work_group_size), int(device.max_work_item_sizes[0]))
     if units > limit:
-        raise DeviceError(f"{what}: its recurrence runs one work item per unit in one work-group, and {units} units "
-                          f"exceed {device.name}'s largest work-group of {limit} items")
+        raise DeviceError(
+            f"{what}: its recurrence runs one work item per unit in one work-group, and {units} units "
+            f"exceed {device.name}'s largest work-group of {limit} items"
+        )
     if mask is not None and mask.shape != (batch, steps):
-        raise ValueError(f"{what}: the mask {format_shape(mask.shape)} does not fit the input of "
-                         f"{steps} steps {format_shape(xproj.shape)}")
-    defines = {"UNITS": int(units), "STEPS": int(steps), "OUT_STEPS": int(steps) if return_sequences else 1,
-               "CELL": code, "ACT": f"act_{activation}", "RACT": f"act_{recurrent_activation}",
-               "BACKWARDS": int(bool(go_backwards)), "SEQUENCES": int(bool(return_sequences)),
-               "STATE": int(state == "c"), "ZERO_MASKED": int(bool(zero_masked)),
-               "RBIAS": int(recurrent_bias is not None), "FLIP": int(bool(reverse_output and return_sequences))}
+        raise ValueError(
+            f"{what}: the mask {format_shape(mask.shape)} does not fit the input of "
+            f"{steps} steps {format_shape(xproj.shape)}"
+        )
+    defines = {
+        "UNITS": int(units),
+        "STEPS": int(steps),
+        "OUT_STEPS": int(steps) if return_sequences else 1,
+        "CELL": code,
+        "ACT": f"act_{activation}",
+        "RACT": f"act_{recurrent_activation}",
+        "BACKWARDS": int(bool(go_backwards)),
+        "SEQUENCES": int(bool(return_sequences)),
+        "STATE": int(state == "c"),
+        "ZERO_MASKED": int(bool(zero_masked)),
+        "RBIAS": int(recurrent_bias is not None),
+        "FLIP": int(bool(reverse_output and return_sequences)),
+    }
     defines["KS"] = _unit_split(device, units, code)
     spec = choose("recurrent_masked" if mask is not None else "recurrent", device).configure(defines)
     shape = (batch, steps, units) if return_sequences else (batch, units)
@@ -94,10 +120,15 @@ def _unit_split(device: Device, units: int, cell: int) -> int:
     group one after another) and for a GRU that resets before (its second product reads r h)."""
     if device.kind != "gpu" or cell == 3:
         return 1
-    limit = min(int(device.max_work_group_size), int(device.max_work_item_sizes[0]) * int(device.max_work_item_sizes[1]))
+    limit = min(
+        int(device.max_work_group_size), int(device.max_work_item_sizes[0]) * int(device.max_work_item_sizes[1])
+    )
     split = 1
-    while (split * 2 <= min(_MAX_UNIT_SPLIT, units) and units * split * 2 <= limit
-           and split * 2 <= int(device.max_work_item_sizes[1])
-           and 4 * split * 2 * 4 * units <= _PARTIAL_BYTES):
+    while (
+        split * 2 <= min(_MAX_UNIT_SPLIT, units)
+        and units * split * 2 <= limit
+        and split * 2 <= int(device.max_work_item_sizes[1])
+        and 4 * split * 2 * 4 * units <= _PARTIAL_BYTES
+    ):
         split *= 2
     return split

@@ -35,6 +35,7 @@ def resize(builder: PlanBuilder, x: Value, size: Sequence[int], interpolation: s
     if len(x.shape) != 4:
         raise ValueError(f"{what}: resizing takes (batch, height, width, channels), not {format_shape(x.shape)}")
     (ih, iw), (oh, ow) = x.shape[1:3], (int(size[0]), int(size[1]))
-    spec = choose("resize", builder.device).configure({"IH": ih, "IW": iw, "OH": oh, "OW": ow,
-                                                       "MODE": RESIZE_MODES[interpolation]})
+    spec = choose("resize", builder.device).configure(
+        {"IH": ih, "IW": iw, "OH": oh, "OW": ow, "MODE": RESIZE_MODES[interpolation]}
+    )
     return builder.record(RESIZE, spec, (builder.batch, oh, ow, x.shape[3]), {"a": x}, what)

@@ -49,12 +49,13 @@ class WeightedKind(OpKind):
         configuring the eager ``ops.matmul`` does), writing its slice of a shared buffer where its
         result is one (``R_VIEW``)."""
         shape = step_weight(step).shape + (step.inputs["b"].cols,)
-        spec, fused = with_epilogue(step.spec, shape, device, step.bias is not None, step.activation,
-                                    step.affine is not None)
+        spec, fused = with_epilogue(
+            step.spec, shape, device, step.bias is not None, step.activation, step.affine is not None
+        )
         wanted = (step.bias is not None) + (step.activation not in (None, "linear")) + (step.affine is not None)
         if len(fused) != wanted:
             raise AssertionError(f"{step.what}: {spec.codename} fuses only {fused}")
-        if step.out.storage.view is not None:   # R is a slice of a larger buffer (epilogue.clh R_VIEW)
+        if step.out.storage.view is not None:  # R is a slice of a larger buffer (epilogue.clh R_VIEW)
             spec = spec.configure(step.out.storage.view)
         return spec
 

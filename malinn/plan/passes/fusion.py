@@ -22,8 +22,14 @@ def fuse_epilogues(builder: PlanBuilder, outputs: list[Value]) -> None:
     for step in builder.steps:
         x = step.inputs.get("b")
         producer = x.producer if x is not None else None
-        if (step.in_place and x is not None and producer is not None and len(x.consumers) == 1 and x not in outputs
-                and producer.kind.absorb(producer, step, builder.device)):
+        if (
+            step.in_place
+            and x is not None
+            and producer is not None
+            and len(x.consumers) == 1
+            and x not in outputs
+            and producer.kind.absorb(producer, step, builder.device)
+        ):
             producer.layers += [layer for layer in step.layers if layer not in producer.layers]
             producer.out = step.out
             step.out.producer = producer

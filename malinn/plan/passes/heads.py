@@ -32,10 +32,22 @@ def fuse_heads(builder: PlanBuilder, outputs: list[Value]) -> None:
     for head in builder.steps:
         x = head.inputs.get("b")
         first = x.producer if x is not None else None
-        if (x is None or head.kind is not MATMUL or first is None or first.kind is not MATMUL or id(first) in removed
-                or head.explicit or first.explicit or first.head is not None or x in outputs
-                or len(x.consumers) != 1 or first.affine is not None or head.affine is not None
-                or x.storage.view is not None or first.spec.precision != head.spec.precision):
+        if (
+            x is None
+            or head.kind is not MATMUL
+            or first is None
+            or first.kind is not MATMUL
+            or id(first) in removed
+            or head.explicit
+            or first.explicit
+            or first.head is not None
+            or x in outputs
+            or len(x.consumers) != 1
+            or first.affine is not None
+            or head.affine is not None
+            or x.storage.view is not None
+            or first.spec.precision != head.spec.precision
+        ):
             continue
         spec = _head_kernel(heads, first, head, device)
         if spec is None:
@@ -59,24 +71,30 @@ def _head_kernel(heads: list[KernelSpec], first: Step, head: Step, device: Devic
     units = head.weight.shape[0]
     m, k = first.weight.shape
     activation = head.activation or "linear"
-    if activation not in ("linear", "softmax") and (elementwise_kernel(activation) is None
-                                                     or library.activation_spec(activation).params):
+    if activation not in ("linear", "softmax") and (
+        elementwise_kernel(activation) is None or library.activation_spec(activation).params
+    ):
         return None
     for spec in heads:
-        if (spec.source_path != first.spec.source_path or spec.function != first.spec.function
-                or first.spec.precision not in spec.precisions
-                or any(spec.matrices[x].layout != first.spec.matrices[x].layout for x in "ab")
-                or spec.matrices["r"].layout != head.spec.matrices["r"].layout):
+        if (
+            spec.source_path != first.spec.source_path
+            or spec.function != first.spec.function
+            or first.spec.precision not in spec.precisions
+            or any(spec.matrices[x].layout != first.spec.matrices[x].layout for x in "ab")
+            or spec.matrices["r"].layout != head.spec.matrices["r"].layout
+        ):
             continue
         config = {k: v for k, v in first.spec.config.items() if k in spec.config and not k.startswith("HEAD")}
-        config.update(HEAD_UNITS=units, HEAD_BIAS=int(head.bias is not None),
-                      HEAD_SOFTMAX=int(activation == "softmax"),
-                      HEAD_ACTIVATION="act_linear" if activation == "softmax" else f"act_{activation}")
+        config.update(
+            HEAD_UNITS=units,
+            HEAD_BIAS=int(head.bias is not None),
+            HEAD_SOFTMAX=int(activation == "softmax"),
+            HEAD_ACTIVATION="act_linear" if activation == "softmax" else f"act_{activation}",
+        )
         try:
             configured = spec.configure(config)
         except LibraryError:
-            continue   # more units than the kernel takes
-        if configured.accepts(m, k, first.inputs["b"].cols, device=device) \
-                and configured.fits(device):
+            continue  # more units than the kernel takes
+        if configured.accepts(m, k, first.inputs["b"].cols, device=device) and configured.fits(device):
             return configured.in_precision(first.spec.precision)
     return None

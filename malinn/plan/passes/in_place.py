@@ -61,5 +61,8 @@ def share_storage(value: Value, storage: Storage) -> None:
     while pending:
         value = pending.pop()
         value.storage = storage
-        pending.extend(consumer.out for consumer in reversed(value.consumers)
-                       if consumer.in_place and consumer.inputs.get("b") is value and consumer.out is not value)
+        pending.extend(
+            consumer.out
+            for consumer in reversed(value.consumers)
+            if consumer.in_place and consumer.inputs.get("b") is value and consumer.out is not value
+        )

@@ -37,11 +37,12 @@ def relayout_inputs(builder: PlanBuilder) -> list[tuple[Step, str, Layout]]:
                 step.inputs[slot] = relaid[key]
                 relaid[key].consumers.append(step)
             elif alias:
-                aliases.append((step, slot, layout))   # R and C are one memory while there is one column
+                aliases.append((step, slot, layout))  # R and C are one memory while there is one column
         if step.out.storage.layout is None:
             layout = step.kind.wanted(step, "r")[0] or _readers_layout(step.out)
-            step.out.storage.layout = (layout if layout is not None
-                                       else step.inputs["b" if "b" in step.inputs else "a"].storage.layout)
+            step.out.storage.layout = (
+                layout if layout is not None else step.inputs["b" if "b" in step.inputs else "a"].storage.layout
+            )
         steps.append(step)
     builder.steps = steps
     return aliases
@@ -50,8 +51,12 @@ def relayout_inputs(builder: PlanBuilder) -> list[tuple[Step, str, Layout]]:
 def _readers_layout(value: Value) -> Layout | None:
     """The one layout every reader of ``value`` that asks for one wants (a result in any layout is
     then written in it, saving a re-layout), or None."""
-    wanted = {str(reader.kind.wanted(reader, slot)[0]) for reader in value.consumers
-              for slot, x in reader.inputs.items() if x is value and reader.kind.wanted(reader, slot)[0] is not None}
+    wanted = {
+        str(reader.kind.wanted(reader, slot)[0])
+        for reader in value.consumers
+        for slot, x in reader.inputs.items()
+        if x is value and reader.kind.wanted(reader, slot)[0] is not None
+    }
     return parse_layout(wanted.pop()) if len(wanted) == 1 else None
 
 

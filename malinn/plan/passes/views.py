@@ -42,12 +42,24 @@ def view_reshapes(builder: PlanBuilder, outputs: list[Value]) -> None:
             continue
         x, y = step.inputs["a"], step.out
         xs, ys = x.storage, y.storage
-        same = str(xs.layout) == str(ys.layout) and (x.rows, x.cols) == (y.rows, y.cols) and (
-            xs.padded == ys.padded   # (R: fewer padded rows read, C: fewer padded columns; both zeros)
-            or str(xs.layout) == "R" and xs.padded_size[1] == ys.padded_size[1] and ys.padded_size[0] <= xs.padded_size[0]
-            or str(xs.layout) == "C" and xs.padded_size[0] == ys.padded_size[0] and ys.padded_size[1] <= xs.padded_size[1])
-        flat = (_keras_flat(x) and _keras_flat(y)
-                and ys.padded_size[0] * ys.padded_size[1] <= xs.padded_size[0] * xs.padded_size[1])
+        same = (
+            str(xs.layout) == str(ys.layout)
+            and (x.rows, x.cols) == (y.rows, y.cols)
+            and (
+                xs.padded == ys.padded  # (R: fewer padded rows read, C: fewer padded columns; both zeros)
+                or str(xs.layout) == "R"
+                and xs.padded_size[1] == ys.padded_size[1]
+                and ys.padded_size[0] <= xs.padded_size[0]
+                or str(xs.layout) == "C"
+                and xs.padded_size[0] == ys.padded_size[0]
+                and ys.padded_size[1] <= xs.padded_size[1]
+            )
+        )
+        flat = (
+            _keras_flat(x)
+            and _keras_flat(y)
+            and ys.padded_size[0] * ys.padded_size[1] <= xs.padded_size[0] * xs.padded_size[1]
+        )
         if not (same or flat) or ys.base is not None or ys is xs:
             continue
         if _writes_while_read(builder.steps, index, xs.memory(), ys, outputs):
@@ -74,12 +86,19 @@ def concat_slices(builder: PlanBuilder, outputs: list[Value]) -> list[tuple[list
         for step in chain:
             x = step.inputs["a"]
             producer = x.producer
-            if (builder.device.backend == "opencl" and int(step.spec.config.get("INNER", 0)) == 1
-                    and producer is not None and producer.kind is MATMUL
-                    and "view" in producer.spec.epilogue and x.consumers == [step] and x not in outputs
-                    and x.storage is not result and str(x.storage.layout) in ("R", "C")
-                    and str(x.storage.layout) == str(result.layout)
-                    and not any(s.out.storage is x.storage for s in builder.steps if s is not producer)):
+            if (
+                builder.device.backend == "opencl"
+                and int(step.spec.config.get("INNER", 0)) == 1
+                and producer is not None
+                and producer.kind is MATMUL
+                and "view" in producer.spec.epilogue
+                and x.consumers == [step]
+                and x not in outputs
+                and x.storage is not result
+                and str(x.storage.layout) in ("R", "C")
+                and str(x.storage.layout) == str(result.layout)
+                and not any(s.out.storage is x.storage for s in builder.steps if s is not producer)
+            ):
                 writable.append(step)
                 x.storage.root().group = result.root()
         if writable:
@@ -111,11 +130,15 @@ def view_concat_slices(found: list[tuple[list[Step], list[Step]]]) -> None:
             offset = int(step.spec.config["OFFSET"])
             row_major = str(result.layout) == "R"
             x.storage.base = result
-            x.storage.view = {"R_VIEW": 1, "R_OFFSET": offset * cols if row_major else offset,
-                              "R_LD": cols if row_major else rows,
-                              "R_ROWS": rows - offset if step is last else x.rows, "R_SPARE": rows * cols}
+            x.storage.view = {
+                "R_VIEW": 1,
+                "R_OFFSET": offset * cols if row_major else offset,
+                "R_LD": cols if row_major else rows,
+                "R_ROWS": rows - offset if step is last else x.rows,
+                "R_SPARE": rows * cols,
+            }
             step.view = True
-        result.min_elements = rows * cols + 1   # the spare float that rows past a slice go to
+        result.min_elements = rows * cols + 1  # the spare float that rows past a slice go to
         kept = [step for step in chain if not step.view]
         for i, step in enumerate(kept):
             step.spec = step.spec.configure({"FIRST": int(i == 0)})
@@ -131,8 +154,9 @@ def _writes_while_read(steps: list[Step], index: int, memory: Storage, view: Sto
         return storage is group if group is view else storage.memory() is group
 
     def first_write(group: Storage) -> int:
-        return next((j for j in range(index + 1, end) if steps[j].in_place and held(steps[j].out.storage, group)),
-                    end + 1)
+        return next(
+            (j for j in range(index + 1, end) if steps[j].in_place and held(steps[j].out.storage, group)), end + 1
+        )
 
     def last_read(group: Storage) -> int:
         reads = [j for j in range(index + 1, end) for v in steps[j].inputs.values() if held(v.storage, group)]
