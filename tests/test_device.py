@@ -243,16 +243,16 @@ def test_a_build_log_is_kept_from_the_user_as_a_debug_record_not_a_warning(monke
     if not devices:
         pytest.skip("no OpenCL device")
     device = devices[0]
-    cl = opencl._cl()
+    cl = opencl.pyopencl_module()
     source = '#warning "malinn test warning"\n__kernel void k(__global float *x) { x[0] = 1.0f; }\n'
     raw = cl._cl._Program(device.context, source)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # any warning fails the test
         # no -w: PoCL logs the directive; NVIDIA's driver (which leaves it out) its note on every kernel
-        log = opencl._build_quietly(raw, device.cl_device, ["-DMALINN_QUIET=1"])
+        log = opencl.build_quietly(raw, device.cl_device, ["-DMALINN_QUIET=1"])
         assert log
         # through the device: a log (what NVIDIA's driver writes) reaches the debug record only
-        monkeypatch.setattr(opencl, "_build_log", lambda raw, cl_device: "the driver said something")
+        monkeypatch.setattr(opencl, "build_log", lambda raw, cl_device: "the driver said something")
         with caplog.at_level("DEBUG", logger="malinn.backends.opencl"):
             program = device.compile(source.replace("k(", "k2("), origin="the log test")
     assert program.k2 is not None

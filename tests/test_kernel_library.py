@@ -378,11 +378,11 @@ def test_a_build_log_names_the_kernel_file_and_line(device, tmp_path):
 
 def test_a_place_in_the_joined_program_is_named_by_its_file():
     """NVIDIA's compiler ignores #line and names <kernel>:64 of the joined program (found on an H200)."""
-    from malinn.backends.opencl import _with_files
+    from malinn.backends.opencl import with_files
 
     source = 'macros\n#line 1 "weights.clh"\nw1\nw2\n#line 1 "activation.cl"\na1\na2\n'
     log = "<kernel>:7:1: error: unknown type name 'this'\n  this\n<kernel>:3: note\nactivation.cl:2:1: error"
-    assert _with_files(log, source).splitlines() == [
+    assert with_files(log, source).splitlines() == [
         "<kernel>:7:1: [activation.cl:2] error: unknown type name 'this'",
         "  this",
         "<kernel>:3: [weights.clh:1] note",

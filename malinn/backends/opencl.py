@@ -40,23 +40,23 @@ from .opencl_binaries import BinaryCache, pocl_binary_problem
 from .opencl_driver import (
     POCL_PLATFORM,
     QUIET_BUILD_OPTIONS,
-    _build_log,
-    _build_quietly,
-    _cl,
-    _defined_names,
-    _driver_caches_builds,
-    _safe_name,
-    _with_files,
-    _wrapped,
+    build_log,
+    build_quietly,
+    caches_its_builds,
+    defined_names,
+    pyopencl_module,
+    safe_name,
     status_name,
+    with_files,
+    wrapped_program,
 )
 from .opencl_memory import DIRECT_MIN_BYTES, PINNED_MIN_BYTES, DeviceMemory, zero_copy_enabled
 from .opencl_tensorflow import (
     TENSORFLOW_HINT,
-    _icd_loader_without_pocl,
-    _is_pocl,
-    _skip_pocl_for_tensorflow,
     forget_skips,
+    icd_loader_without_pocl,
+    is_pocl,
+    skip_pocl_for_tensorflow,
     skipped_for_tensorflow,
     tensorflow_loaded,
 )
@@ -161,7 +161,7 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
         if self.is_pocl and tensorflow_loaded():
             raise KernelBuildError(f"building {origin} for {self.name}: {TENSORFLOW_HINT}")
         extra = self.extra_build_options()
-        clash = sorted(_defined_names(extra) & _defined_names(options))
+        clash = sorted(defined_names(extra) & defined_names(options))
         if clash:  # the launch is sized for the kernel's own value: another would compute wrong results
             raise SettingError(
                 f"MALINN_CL_OPTIONS={' '.join(extra)!r} sets {', '.join(clash)}, which {origin} takes "
@@ -230,7 +230,7 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
             return program
 
     def _build_from_source(self, source: str, options: tuple, origin: str):
-        """A program built from ``source`` with ``options``: quietly (:func:`_build_quietly`)
+        """A program built from ``source`` with ``options``: quietly (:func:`build_quietly`)
         where the driver caches builds from source itself (NVIDIA's, PoCL: pyopencl builds them
         uncached too); elsewhere through pyopencl's ``build`` and its cache of builds (Oclgrind's, a
         board's driver), which may warn of a non-empty log.
@@ -238,22 +238,22 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
         Raises:
             KernelBuildError: the build failed; the message has the build log and the options.
         """
-        cl = _cl()
+        cl = pyopencl_module()
         raw = cl._cl._Program(self.context, source) if self.driver_caches_builds else None
         try:
             if raw is None:
                 return cl.Program(self.context, source).build(options=list(options))
-            _build_quietly(raw, self.cl_device, list(options))
-            log = _build_log(raw, self.cl_device)
+            build_quietly(raw, self.cl_device, list(options))
+            log = build_log(raw, self.cl_device)
         except cl.Error as exc:
-            log = _with_files(_build_log(raw, self.cl_device) if raw is not None else str(exc), source)
+            log = with_files(build_log(raw, self.cl_device) if raw is not None else str(exc), source)
             raise KernelBuildError(
                 f"building {origin} for {self.name} failed ({status_name(exc)})\n"
                 f"options: {' '.join(options) or '(none)'}\nbuild log:\n{log}"
             ) from exc
         if log:
             _logger.debug("building %s for %s: the compiler said:\n%s", origin, self.name, log)
-        return _wrapped(raw, source)
+        return wrapped_program(raw, source)
 
     @property
     def is_pocl(self) -> bool:
@@ -311,7 +311,7 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
 
     def _kernel(self, program, function: str, args: list, what: str):
         """The kernel ``function`` of ``program`` with ``args`` set."""
-        cl = _cl()
+        cl = pyopencl_module()
         try:
             kernel = cl.Kernel(program, function)
             kernel.set_args(*args)
@@ -368,8 +368,10 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
         if self.pending:
             self.wait_for_builds()
         try:
-            event = _cl().enqueue_nd_range_kernel(self.queue, launch.handle, launch.global_size, launch.local_size)
-        except _cl().Error as exc:
+            event = pyopencl_module().enqueue_nd_range_kernel(
+                self.queue, launch.handle, launch.global_size, launch.local_size
+            )
+        except pyopencl_module().Error as exc:
             raise self._launch_error(launch, exc) from exc
         self.counters["launches"] += 1
         return event
@@ -377,7 +379,7 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
     def launch_all(self, launches: list) -> None:
         if self.pending:
             self.wait_for_builds()
-        cl = _cl()
+        cl = pyopencl_module()
         enqueue, queue = cl.enqueue_nd_range_kernel, self.queue
         for launch in launches:
             try:
@@ -393,7 +395,7 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
         of launches bound before their programs were built waits for them first."""
         if self.pending:
             self.wait_for_builds()
-        cl = _cl()
+        cl = pyopencl_module()
         copy, enqueue, queue = cl.enqueue_copy, cl.enqueue_nd_range_kernel, self.queue
         in_flight, doing = [], None
         try:
@@ -495,7 +497,7 @@ def probe(cl, platform, cl_device, index) -> OpenCLDevice:
         cl_device=d,
         context=context,
         queue=queue,
-        driver_caches_builds=_driver_caches_builds(d),
+        driver_caches_builds=caches_its_builds(d),
     )
     key = probe_key(device)
     if key is not None and read_entry("probes", key) == _PROBE_PASSED:
@@ -536,8 +538,8 @@ def _probe_or_warn(cl, platform, cl_device, index, known: dict | None):
         device = probe(cl, platform, cl_device, index)
     except Exception as exc:
         warnings.warn(
-            f"malinn: skipping OpenCL device {index[0]}:{index[1]} ({_safe_name(cl_device)} on "
-            f"{_safe_name(platform)}): the probe kernel failed ({status_name(exc)}: {exc})",
+            f"malinn: skipping OpenCL device {index[0]}:{index[1]} ({safe_name(cl_device)} on "
+            f"{safe_name(platform)}): the probe kernel failed ({status_name(exc)}: {exc})",
             stacklevel=4,
         )
         device = None
@@ -561,7 +563,7 @@ def first_gpu(known: dict) -> OpenCLDevice | None:
     if tensorflow_loaded():
         return None
     try:
-        cl = _cl()
+        cl = pyopencl_module()
         platforms = cl.get_platforms()
     except Exception:
         return None
@@ -593,14 +595,14 @@ def discover(known: dict | None = None) -> list:
     """
     forget_skips()
     try:
-        cl = _cl()
+        cl = pyopencl_module()
     except ImportError as exc:  # pragma: no cover - pyopencl is a dependency
         warnings.warn(f"malinn: pyopencl cannot be imported ({exc}); no OpenCL device is usable", stacklevel=3)
         return []
     found = []
     tensorflow = tensorflow_loaded()
     try:
-        if tensorflow and not _icd_loader_without_pocl(lambda: cl.get_platforms()):
+        if tensorflow and not icd_loader_without_pocl(lambda: cl.get_platforms()):
             return []
         platforms = cl.get_platforms()
     except Exception as exc:
@@ -611,14 +613,14 @@ def discover(known: dict | None = None) -> list:
         )
         return []
     for pi, platform in enumerate(platforms):
-        if tensorflow and _is_pocl(platform):  # PoCL was loaded before TensorFlow: its launches would crash
-            _skip_pocl_for_tensorflow(f"OpenCL platform {pi} ({_safe_name(platform)})")
+        if tensorflow and is_pocl(platform):  # PoCL was loaded before TensorFlow: its launches would crash
+            skip_pocl_for_tensorflow(f"OpenCL platform {pi} ({safe_name(platform)})")
             continue
         try:
             cl_devices = platform.get_devices()
         except Exception as exc:
             warnings.warn(
-                f"malinn: skipping OpenCL platform {pi} ({_safe_name(platform)}): its devices cannot be "
+                f"malinn: skipping OpenCL platform {pi} ({safe_name(platform)}): its devices cannot be "
                 f"listed ({status_name(exc)}: {exc})",
                 stacklevel=3,
             )

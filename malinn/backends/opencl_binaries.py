@@ -17,7 +17,15 @@ import struct
 
 from ..environment import switch
 from ..io.cache import DamagedEntry, in_use, read_entry, users_died, write_entry
-from .opencl_driver import _CL_BUILD_SUCCESS, _COMMENTS, _build_quietly, _cl, _kernel_names, _wrapped, status_name
+from .opencl_driver import (
+    CL_BUILD_SUCCESS,
+    SOURCE_COMMENTS,
+    build_quietly,
+    kernel_names,
+    pyopencl_module,
+    status_name,
+    wrapped_program,
+)
 
 __all__ = ["BinaryCache", "pocl_binary_problem"]
 
@@ -133,7 +141,7 @@ class BinaryCache:
         source without its comments and spacing, as PoCL's kernel cache tells programs apart (by
         the preprocessed source): two library entries of one source and configuration are one
         program there."""
-        text = " ".join(_COMMENTS.sub(" ", source).split())
+        text = " ".join(SOURCE_COMMENTS.sub(" ", source).split())
         return "\0".join([self.platform, self.name, self.driver_version, *options, text])
 
     def _from_binary(self, key, options):
@@ -148,12 +156,12 @@ class BinaryCache:
         binary = read_entry("programs", key, check=self._check_stored_binary)
         if binary is None:
             return None
-        cl = _cl()
+        cl = pyopencl_module()
         try:
             with in_use("programs", key):
                 raw = cl._cl._Program(self.context, [self.cl_device], [binary])
-                _build_quietly(raw, self.cl_device, list(options))
-            program = _wrapped(raw, None)
+                build_quietly(raw, self.cl_device, list(options))
+            program = wrapped_program(raw, None)
         except Exception:  # the driver refuses a verified binary (a driver update): rebuild from source
             return None
         self.count_build("binary_hits")
@@ -182,17 +190,17 @@ class BinaryCache:
 
     def _loadable_binary(self, program, key) -> tuple:
         """``(binary, None)``, or ``(binary or None, why it would not load in another process)``."""
-        cl = _cl()
+        cl = pyopencl_module()
         try:
             status = program.get_build_info(self.cl_device, cl.program_build_info.STATUS)
             binary = bytes(program.get_info(cl.program_info.BINARIES)[0])
         except Exception as exc:  # a driver without binaries: caching is optional
             return None, f"the driver gives no binary ({exc})"
-        return binary, self._binary_problem(binary, status, _kernel_names(program), key)
+        return binary, self._binary_problem(binary, status, kernel_names(program), key)
 
     def _binary_problem(self, binary: bytes, status, kernels: list, key) -> str | None:
-        cl = _cl()
-        if status != _CL_BUILD_SUCCESS:
+        cl = pyopencl_module()
+        if status != CL_BUILD_SUCCESS:
             return f"the driver's build status is {status}, not success"
         if not binary:
             return "the driver's binary is empty"
@@ -203,12 +211,12 @@ class BinaryCache:
         try:
             with in_use("programs", key):  # a crash in here is remembered: the next process stores none
                 raw = cl._cl._Program(self.context, [self.cl_device], [binary])
-                _build_quietly(raw, self.cl_device, list(key["options"]))
+                build_quietly(raw, self.cl_device, list(key["options"]))
                 again = raw.get_build_info(self.cl_device, cl.program_build_info.STATUS)
-                loaded = _kernel_names(raw)
+                loaded = kernel_names(raw)
         except Exception as exc:  # caching is optional: never a reason for a build to fail
             return f"the driver refuses its own binary ({status_name(exc)})"
-        if again != _CL_BUILD_SUCCESS:
+        if again != CL_BUILD_SUCCESS:
             return f"the driver's build of its own binary has status {again}"
         if loaded != kernels:
             return f"the binary's kernels are {loaded}, the program's {kernels}"

@@ -19,23 +19,23 @@ POCL_PLATFORM = "Portable Computing Language"
 QUIET_BUILD_OPTIONS = ("-w",)
 
 
-def _cl():
+def pyopencl_module():
     import pyopencl as cl  # imported on first use so that `import malinn` never fails for lack of a driver
 
     return cl
 
 
-def _driver_caches_builds(cl_device) -> bool:
+def caches_its_builds(cl_device) -> bool:
     """Whether ``cl_device``'s driver caches builds from source itself (pyopencl knows NVIDIA's and
     PoCL's); asked once, when the device is probed."""
-    from pyopencl.characterize import has_src_build_cache  # pyopencl on first use, as in _cl()
+    from pyopencl.characterize import has_src_build_cache  # pyopencl on first use, as in pyopencl_module()
 
     return bool(has_src_build_cache(cl_device))
 
 
 def status_name(error: Exception) -> str:
     """The OpenCL status name (e.g. ``CL_OUT_OF_RESOURCES``) carried by a pyopencl error."""
-    cl = _cl()
+    cl = pyopencl_module()
     try:
         code = int(error.code)
     except Exception:
@@ -48,7 +48,7 @@ def status_name(error: Exception) -> str:
     return type(error).__name__
 
 
-def _defined_names(options) -> set:
+def defined_names(options) -> set:
     """The macro names compiler ``options`` define or undefine (``-DNAME``, ``-DNAME=V``, ``-D NAME=V``,
     ``-UNAME``)."""
     names, tokens = set(), list(options)
@@ -60,7 +60,7 @@ def _defined_names(options) -> set:
     return names
 
 
-def _build_quietly(raw, cl_device, options: list) -> str:
+def build_quietly(raw, cl_device, options: list) -> str:
     """Builds pyopencl's underlying program ``raw`` for ``cl_device``; returns the build log.
 
     pyopencl's ``Program.build`` turns any non-empty log into a ``CompilerWarning``, and NVIDIA's
@@ -70,21 +70,21 @@ def _build_quietly(raw, cl_device, options: list) -> str:
     (``_build``, which pyopencl's own ``build`` wraps) warns of nothing; the caller keeps the log.
 
     Raises:
-        pyopencl.Error: the build failed (its log: :func:`_build_log`).
+        pyopencl.Error: the build failed (its log: :func:`build_log`).
     """
-    cl = _cl()
+    cl = pyopencl_module()
     # the options pyopencl's build adds (its include folder; a define on Oclgrind) too: a driver
     # caches builds by their options (PoCL's kernel cache), and these are the ones it has seen
     options_bytes, _ = cl.Program._process_build_options(raw.get_info(cl.program_info.CONTEXT), options)
     raw._build(options=options_bytes, devices=[cl_device])
-    return _build_log(raw, cl_device)
+    return build_log(raw, cl_device)
 
 
-def _wrapped(raw, source: str | None):
+def wrapped_program(raw, source: str | None):
     """pyopencl's ``Program`` around its built underlying program ``raw``, with the ``_source``
     attribute its ``Kernel`` reads: without it the lookup falls through to a kernel of that name, a
     failed clCreateKernel (which Oclgrind's API check reports)."""
-    program = _cl().Program(raw)
+    program = pyopencl_module().Program(raw)
     program._source = source
     return program
 
@@ -92,7 +92,7 @@ def _wrapped(raw, source: str | None):
 _LOG_PLACE = re.compile(r"^(\S+?):(\d+):(?:\d+:)?", re.M)
 
 
-def _with_files(log: str, source: str) -> str:
+def with_files(log: str, source: str) -> str:
     """``log`` with each place a compiler names in the joined program (``<kernel>:64:`` on NVIDIA,
     which ignores ``#line``; a temporary file's name elsewhere) followed by the kernel file and line
     it is (``[activation.cl:22]``), from the ``#line 1 "file"`` markers the library puts before
@@ -114,9 +114,9 @@ def _with_files(log: str, source: str) -> str:
     return _LOG_PLACE.sub(place, log)
 
 
-def _build_log(raw, cl_device) -> str:
+def build_log(raw, cl_device) -> str:
     """The build log of pyopencl's underlying program ``raw`` for ``cl_device``, stripped."""
-    cl = _cl()
+    cl = pyopencl_module()
     try:
         return (raw.get_build_info(cl_device, cl.program_build_info.LOG) or "").strip()
     except cl.Error:
@@ -124,27 +124,27 @@ def _build_log(raw, cl_device) -> str:
 
 
 #: CL_BUILD_SUCCESS, a program's build status once built (pyopencl names no such constant)
-_CL_BUILD_SUCCESS = 0
+CL_BUILD_SUCCESS = 0
 #: C comments, for telling programs apart as a compiler's preprocessor does
-_COMMENTS = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+SOURCE_COMMENTS = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 
 
-def _kernel_names(program) -> list:
+def kernel_names(program) -> list:
     """The kernel names of a built program, sorted (``[]`` where the driver does not say: OpenCL 1.1)."""
     try:
-        return sorted(filter(None, program.get_info(_cl().program_info.KERNEL_NAMES).split(";")))
+        return sorted(filter(None, program.get_info(pyopencl_module().program_info.KERNEL_NAMES).split(";")))
     except Exception:
         return []
 
 
-def _safe_name(obj) -> str:
+def safe_name(obj) -> str:
     try:
         return obj.name.strip()
     except Exception:
         return "unnamed"
 
 
-def _safe_attr(obj, name: str) -> str:
+def safe_attr(obj, name: str) -> str:
     try:
         return str(getattr(obj, name))
     except Exception:

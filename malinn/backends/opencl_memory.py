@@ -10,7 +10,7 @@ import numpy as np
 from ..environment import switch
 from ..errors import DeviceError
 from .base import ALLOCATION_HINT, Device, size_text
-from .opencl_driver import _cl, status_name
+from .opencl_driver import pyopencl_module, status_name
 
 __all__ = ["DeviceMemory", "zero_copy_enabled", "PINNED_MIN_BYTES", "DIRECT_MIN_BYTES"]
 
@@ -38,7 +38,7 @@ class DeviceMemory:
     device's ``context``, ``queue``, ``counters`` and limits)."""
 
     def alloc(self, nbytes: int, what: str):
-        cl = _cl()
+        cl = pyopencl_module()
         if nbytes > self.max_allocation:
             raise DeviceError(
                 f"{what}: {size_text(nbytes)} exceeds the largest single allocation of "
@@ -66,7 +66,7 @@ class DeviceMemory:
         blocking (unless ``mapped`` says otherwise), else a plain copy. Returns a non-blocking copy's
         event (pyopencl's, which waits for the copy when it is freed: the caller holds it until a
         later blocking transfer), else None."""
-        cl = _cl()
+        cl = pyopencl_module()
         try:
             if blocking and (zero_copy_enabled(self) if mapped is None else mapped):
                 flags = cl.map_flags.WRITE_INVALIDATE_REGION if to_device else cl.map_flags.READ
@@ -98,7 +98,7 @@ class DeviceMemory:
         nbytes = 4 * int(np.prod(shape))
         if not self._pinned(nbytes):
             return np.zeros(shape, np.float32)
-        cl = _cl()
+        cl = pyopencl_module()
         try:
             buffer = cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, max(nbytes, 4))
             view, _ = cl.enqueue_map_buffer(
@@ -127,14 +127,14 @@ class DeviceMemory:
         return not (self.host_unified_memory or nbytes < PINNED_MIN_BYTES or not switch("MALINN_PINNED", True))
 
     def fill_zero(self, buffer, nbytes: int, what: str = "buffer") -> None:
-        cl = _cl()
+        cl = pyopencl_module()
         try:  # a copy of zeros: Oclgrind 21.10 takes a clEnqueueFillBuffer'ed buffer for uninitialised
             cl.enqueue_copy(self.queue, buffer, np.zeros(int(nbytes) // 4, np.float32), is_blocking=True)
         except cl.Error as exc:
             raise DeviceError(f"clearing {what} ({nbytes} bytes) on {self.name} failed ({status_name(exc)})") from exc
 
     def image_from(self, buffer, width: int, height: int, what: str = "image"):
-        cl = _cl()
+        cl = pyopencl_module()
         if not self.image_support or width > self.image2d_max_size[0] or height > self.image2d_max_size[1]:
             raise DeviceError(
                 f"{what}: {self.name} cannot hold a {width}x{height} image "
@@ -155,7 +155,7 @@ class DeviceMemory:
         return image
 
     def finish(self) -> None:
-        cl = _cl()
+        cl = pyopencl_module()
         try:
             self.queue.finish()
         except cl.Error as exc:

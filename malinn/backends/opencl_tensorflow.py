@@ -11,7 +11,7 @@ import tempfile
 import warnings
 from collections.abc import Callable
 
-from .opencl_driver import POCL_PLATFORM, _safe_attr, _safe_name
+from .opencl_driver import POCL_PLATFORM, safe_attr, safe_name
 
 __all__ = ["TENSORFLOW_HINT", "tensorflow_loaded", "skipped_for_tensorflow", "forget_skips"]
 
@@ -36,17 +36,17 @@ def tensorflow_loaded() -> bool:
     return "tensorflow" in sys.modules or _mapped("libtensorflow", "_pywrap_tensorflow")
 
 
-def _is_pocl(platform: object) -> bool:
-    return POCL_PLATFORM in _safe_name(platform) or "pocl" in _safe_attr(platform, "vendor").lower()
+def is_pocl(platform: object) -> bool:
+    return POCL_PLATFORM in safe_name(platform) or "pocl" in safe_attr(platform, "vendor").lower()
 
 
-def _skip_pocl_for_tensorflow(what: str) -> None:
+def skip_pocl_for_tensorflow(what: str) -> None:
     global _skipped_for_tensorflow
     _skipped_for_tensorflow = True
     warnings.warn(f"malinn: skipping {what}: {TENSORFLOW_HINT}", stacklevel=4)
 
 
-def _icd_loader_without_pocl(start_loader: Callable[[], object]) -> bool:
+def icd_loader_without_pocl(start_loader: Callable[[], object]) -> bool:
     """Starts the OpenCL ICD loader with PoCL hidden from it; returns whether any other driver is left.
 
     Loading PoCL's library beside TensorFlow's LLVM crashes the process, so it must not be loaded at
@@ -74,7 +74,7 @@ def _icd_loader_without_pocl(start_loader: Callable[[], object]) -> bool:
     pocl += [f for f in filenames if "pocl" in os.path.basename(f).lower()]
     if not pocl:
         return True
-    _skip_pocl_for_tensorflow("the PoCL OpenCL driver")
+    skip_pocl_for_tensorflow("the PoCL OpenCL driver")
     others = {icd: library for icd, library in libraries.items() if icd not in pocl}
     other_files = [f for f in filenames if f not in pocl]
     if not others and not other_files:

@@ -15,7 +15,7 @@ from ...choice.kernel_choice import check_precision, choose, explicit_choice
 from ...library.kernel_library import KernelSpec, load_library
 from ...library.layout import round_up
 from ..tensors import Step, Value, Vector, Weight
-from .base import register
+from .base import OpKind, register
 from .elementwise import bias_and_activation
 from .matmul import matmul
 from .weighted import WeightedKind, step_weight
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ..builder import PlanBuilder
     from ..plan import Plan
 
-__all__ = ["CONV", "conv", "depthwise"]
+__all__ = ["CONV", "conv", "depthwise", "conv_step", "in_weight_precision"]
 
 
 class Conv(WeightedKind):
@@ -96,8 +96,8 @@ def conv(
             IM2COL, spec.configure({**g, "CIN": cin}), out_shape[:-1] + (weight.shape[1],), {"a": x}, what
         )
         return matmul(builder, patches, weight, bias, activation, params, what)
-    spec = _in_weight_precision(builder, spec.configure(shape.defines()))
-    return _conv_step(builder, spec, x, weight, out_shape, bias, activation, params, what)
+    spec = in_weight_precision(builder, spec.configure(shape.defines()))
+    return conv_step(builder, spec, x, weight, out_shape, bias, activation, params, what)
 
 
 def depthwise(
@@ -121,11 +121,11 @@ def depthwise(
     else:  # the first default whose preconditions hold and that the device can launch; else the general one
         specs = load_library().default_specs("depthwise", device.kind, device.backend)
         spec = next((s for s in specs if s.accepts(*shape, device=device)), specs[-1])
-    spec = _in_weight_precision(builder, spec.configure(geometry))
-    return _conv_step(builder, spec, x, weight, out_shape, bias, activation, params, what)
+    spec = in_weight_precision(builder, spec.configure(geometry))
+    return conv_step(builder, spec, x, weight, out_shape, bias, activation, params, what)
 
 
-def _in_weight_precision(builder: PlanBuilder, spec: KernelSpec) -> KernelSpec:
+def in_weight_precision(builder: PlanBuilder, spec: KernelSpec) -> KernelSpec:
     """A convolution kernel reading its weights in the plan's precision: ``fp16`` (half sums) as
     ``fp16-storage`` (half weights, float sums) where the kernel has no half arithmetic, and fp32
     where it reads no reduced precision (the summary names each step's precision)."""
@@ -134,7 +134,7 @@ def _in_weight_precision(builder: PlanBuilder, spec: KernelSpec) -> KernelSpec:
     return next((spec.in_precision(p) for p in wanted if p in spec.precisions), spec)
 
 
-def _conv_step(
+def conv_step(
     builder: PlanBuilder,
     spec: KernelSpec,
     x: Value,
@@ -144,6 +144,9 @@ def _conv_step(
     activation: str,
     params: dict | None,
     what: str,
+    kind: OpKind = CONV,
 ) -> Value:
-    out = builder.record(CONV, spec, out_shape, {"b": x}, what, weight=weight)
+    """A step of ``kind`` (a convolution's) running ``spec`` on ``x`` with ``weight``, then the bias
+    and activation steps that its epilogue takes in where it can (the fusion pass)."""
+    out = builder.record(kind, spec, out_shape, {"b": x}, what, weight=weight)
     return bias_and_activation(builder, out, bias, activation, params, what)

@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING
 from ...choice.kernel_choice import choose
 from ..tensors import Value, Vector, Weight
 from .base import register
-from .conv import Conv, _in_weight_precision
-from .elementwise import bias_and_activation
+from .conv import Conv, conv_step, in_weight_precision
 
 if TYPE_CHECKING:
     from ..builder import PlanBuilder
@@ -44,6 +43,5 @@ def conv_transpose(
     window defines of kernels/conv_transpose.cl: the input and output sizes, strides, dilation,
     ``PT`` / ``PL`` the padding removed from the top and left of the full output, and ``CIN``."""
     out_shape = (builder.batch,) + tuple(out_shape[1:])
-    spec = _in_weight_precision(builder, choose("conv_transpose", builder.device).configure(geometry))
-    out = builder.record(CONV_TRANSPOSE, spec, out_shape, {"b": x}, what, weight=weight)
-    return bias_and_activation(builder, out, bias, activation, params, what)
+    spec = in_weight_precision(builder, choose("conv_transpose", builder.device).configure(geometry))
+    return conv_step(builder, spec, x, weight, out_shape, bias, activation, params, what, kind=CONV_TRANSPOSE)
