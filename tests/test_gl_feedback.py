@@ -284,7 +284,7 @@ def test_an_opengl_es_3_0_gpu_is_a_gles3_device_and_runs_a_dense_model(api):
 
 def test_the_probe_measures_where_the_driver_ends_a_vertex_shaders_loops(gles3):
     """llvmpipe's vertex shaders stop loops after 65535 iterations as its compute shaders do (a
-    review found a 34000-feature softmax and LayerNormalization wrong on gles3, refused on gl)."""
+    34000-feature softmax and LayerNormalization came out wrong on gles3 and were refused on gl)."""
     if "llvmpipe" in gles3.name:
         assert gles3.max_loop_iterations == 65535
     else:
