@@ -248,7 +248,7 @@ x = np.ones((2, 6), np.float32)
 y = model.predict(x)
 device = malinn.get_device()
 print(json.dumps({"y": y.tolist(), "builds": device.counters["builds"], "hits": device.counters["binary_hits"],
-                  "pending": len(device.pending)}))
+                  "pending": len(device.pending), "kind": device.kind}))
 """
 
 
@@ -270,7 +270,9 @@ def test_programs_built_side_by_side_are_stored_for_the_next_process(model_file,
     want = model.predict(np.ones((2, 6), np.float32))
     np.testing.assert_allclose(np.array(first["y"]), want, rtol=1e-5, atol=1e-6)
     assert second["y"] == first["y"] and first["pending"] == second["pending"] == 0
-    assert first["builds"] >= 2 and second["builds"] == 0 and second["hits"] == first["builds"]
+    # (a CPU's plan runs two programs here; a GPU's computes both layers in one: gemv_split_c_head)
+    assert first["builds"] >= (2 if first["kind"] == "cpu" else 1)
+    assert second["builds"] == 0 and second["hits"] == first["builds"]
 
 
 def test_a_program_that_fails_to_build_beside_others_fails_the_plan(device, monkeypatch, tmp_path):
