@@ -15,7 +15,7 @@ MobileNetV2 (keras.applications, random weights, saved by Keras in a process of 
   but 200 with one prediction of the model's output size, or a connection error). The clients are
   one asyncio loop in this process.
 
-The issue's targets, checked in ``targets``: no failed request; at 64 clients batching on gives
+The serving targets, checked in ``targets``: no failed request; at 64 clients batching on gives
 >= 4x the requests/s of batching off; p99 at 64 clients (batching on) <= 10x p50 at one client.
 
 Run:  python3 benchmarks/serve.py [--quick] [--seconds 5] [--size 96] [--json PATH]

@@ -1,4 +1,4 @@
-"""Small helpers for reading Keras's HDF5 files with h5py."""
+"""Functions for reading Keras's HDF5 files with h5py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 /* Fused attention: scores, mask, softmax over the keys and the value product in one kernel, the
  * score matrix never written (Keras's MultiHeadAttention after its projections, Attention and
- * AdditiveAttention), on tensors held as matrix views (malinn/plan/tensor.py) in any layouts.
+ * AdditiveAttention), on tensors held as matrix views in any layouts.
  *
  * A holds the queries, one column per (sample s, query t) = s * TQ + t: rows [0, NH * KD) the
  * projected query of each head (head h at rows h * KD ...), then, with AMASK=1, TS rows of the

@@ -3,7 +3,7 @@
  *   scale_shift  R[row, col] = R[row, col] * scale[row] + shift[row]
  *
  * R is units x batch, so bias[row] is the bias of one unit, added to every sample (column). The
- * runtime prepends MALINN_INDEX_R(row, col, prows, pcols) for R's layout (malinn/layout.py), so
+ * runtime prepends MALINN_INDEX_R(row, col, prows, pcols) for R's layout (the kernel library's layout grammar), so
  * this one source serves R, C, C_4_2_C, C_4_4_C and any other layout. m, n are R's logical rows
  * and columns, h, w its padded ones. Only logical elements are touched, so the padding stays zero.
  * OpenCL C 1.2.

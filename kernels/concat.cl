@@ -1,4 +1,4 @@
-/* Concatenate (any axis) on tensors held as matrix views (malinn/tensor.py), in any layouts.
+/* Concatenate (any axis) on tensors held as matrix views, in any layouts.
  *
  * Element (row, col) of a matrix view is flat index col * rows + row in Keras's row-major order.
  * One launch per input: R's elements at axis positions [OFFSET, OFFSET + ALEN) come from A
@@ -11,9 +11,9 @@
  * Defines: FIRST (0 or 1), INNER. Arguments after the buffers (the library's "argdefines": one
  * program serves every input of every concatenation along an axis): ALEN, RLEN, OFFSET, and the
  * magic numbers RLEN_M, RLEN_L that divide by RLEN with a multiplication (a hardware divide per
- * item, which a CPU does not vectorise, cost the kernel 1.8x on PoCL: benchmarks/cold_start.py
- * --kernel-times; kernels/window.clh window_divide), for an R of fewer than 2^32 elements (the
- * runtime refuses a larger one: malinn/choice/kernel_call.py).
+ * item, which a CPU does not vectorise, cost the kernel 1.8x on PoCL, measured with the cold-start
+ * benchmark's --kernel-times; window.clh window_divide), for an R of fewer than 2^32 elements (the
+ * runtime refuses a larger one when it binds the kernel).
  */
 
 #ifndef FIRST

@@ -2,7 +2,7 @@
  * "kn2row-convolution-via-gemm"), with the shift-and-add done on the device and the fused epilogue
  * of epilogue.clh: R = AFFINE(ACTIVATION(sum over the KH*KW kernel offsets of W_k x shift_k(B) + bias)).
  *
- * Matrix views (malinn/tensor.py): the input B is CIN x (batch*IH*IW), the result R is
+ * Matrix views: the input B is CIN x (batch*IH*IW), the result R is
  * COUT x (batch*OH*OW), column = (image*H + y)*W + x. The weights A are COUT x (KH*KW*CG): column
  * (ky*KW + kx)*CG + c holds Keras's kernel[ky, kx, c, m] (CG = CIN / GROUPS input channels per
  * group; output row m belongs to group m / MG). For each kernel offset (ky, kx) the sub-matrix

@@ -2,7 +2,7 @@
  * R = W x patches(B) with the patch tiles gathered from the unreplicated input per K step, and the
  * fused epilogue of epilogue.clh (R = AFFINE(ACTIVATION(W x patches + bias)), R's padding written 0).
  *
- * Matrix views (malinn/tensor.py), all in Keras's memory order: the input B is CIN x (batch*IH*IW)
+ * Matrix views, all in Keras's memory order: the input B is CIN x (batch*IH*IW)
  * column-major (NHWC: a pixel's channels contiguous); the result R is COUT x (batch*OH*OW)
  * column-major (column = (image*OH + y)*OW + x); the weights A are COUT x (KH*KW*CG) column-major,
  * i.e. Keras's kernel[ky, kx, c, m] as it is stored (column (ky*KW + kx)*CG + c, a tap's channel's

@@ -1,5 +1,5 @@
 /* Keras's Dot layer (batch_dot over one axis of each input) on tensors held as matrix views
- * (malinn/tensor.py), in any layouts.
+ *, in any layouts.
  *
  * R[s, p, q] = sum_k A[s*AB + p*AP + k*AK] * B[s*BB + q*BQ + k*BK] over k < DK (flat row-major
  * indices of A and B, sample s), for R of shape (batch, DP, DQ) (axes of 1 dropped as Keras does).

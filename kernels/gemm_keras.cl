@@ -18,7 +18,7 @@
  * A is H x W (H >= h, W >= l), B is l x w, R is h x w (padded shapes; the library's restrictions
  * make l a multiple of KT, h of TM and w of TN); m and n are R's logical rows and columns.
  *
- * Compile-time parameters (-D defines; the tuner picks them per device, see malinn/tuner.py):
+ * Compile-time parameters (-D defines; the tuner picks them per device, see `malinn tune`):
  *   TM, TN   units and samples of R per work-group
  *   RM       units per item (a multiple of 4)
  *   RN       samples per item (any; TN is RN x the number of sample slots)

@@ -10,7 +10,7 @@
  * m and n are R's logical rows and columns. The K loop runs over k < l only. l, h and w are
  * multiples of the tiles (kernels/library.json says so).
  *
- * Compile-time parameters (-D defines; a tuner picks them per device, see malinn/tuner.py):
+ * Compile-time parameters (-D defines; a tuner picks them per device, see `malinn tune`):
  *   MWG, NWG   rows and columns of R computed by one work-group
  *   KWG        K step staged per iteration
  *   MDIMC, NDIMC  work-group shape (dimension 0 runs along N, so loads and stores coalesce)

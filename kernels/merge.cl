@@ -1,5 +1,5 @@
 /* Element-wise merge layers of a Functional graph (Add, Subtract, Multiply, Average, Maximum,
- * Minimum) on tensors held as matrix views (malinn/tensor.py), in any layouts.
+ * Minimum) on tensors held as matrix views, in any layouts.
  *
  * A tensor of Keras shape (batch, d1, ..., dk) is the matrix view dk x (batch * d1 * ...): element
  * (row, col) is flat index col * dk + row in Keras's row-major order. The runtime prepends

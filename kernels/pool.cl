@@ -1,7 +1,7 @@
 /* Pooling (Keras MaxPooling1D/2D, AveragePooling1D/2D, GlobalMax/GlobalAveragePooling1D/2D): one
  * work item per element of R, R[ch, col] = max or mean of A[ch, window(col)].
  *
- * Matrix views (malinn/tensor.py): A is C x (batch*IH*IW), R is C x (batch*OH*OW), column =
+ * Matrix views: A is C x (batch*IH*IW), R is C x (batch*OH*OW), column =
  * (image*H + y)*W + x. The window of output (oy, ox) starts at (oy*SH - PT, ox*SW - PL) and is
  * KH x KW; taps outside the image are left out (TensorFlow's 'same' pooling: the maximum of the
  * taps inside, the mean over the taps inside). A global pooling is the window of the whole image.

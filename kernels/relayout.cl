@@ -1,6 +1,6 @@
 /* Re-layout on the device: R = A in another layout and padding, with R's padding zero-filled.
  *
- * The runtime prepends MALINN_INDEX_A and MALINN_INDEX_R for the two layouts (malinn/layout.py).
+ * The runtime prepends MALINN_INDEX_A and MALINN_INDEX_R for the two layouts (the kernel library's layout grammar).
  * m, n are the logical rows and columns, H, W A's padded shape, h, w R's padded shape. One work
  * item per element of the padded R. OpenCL C 1.2.
  */

@@ -7,7 +7,7 @@
  *                      weight in - floor(in); top = tl + (tr - tl) * wx, bottom likewise,
  *                      R = top + (bottom - top) * wy
  *
- * Matrix views (malinn/plan/tensor.py): column = (image*H + y)*W + x. A and R in any layout (the
+ * Matrix views: column = (image*H + y)*W + x. A and R in any layout (the
  * runtime prepends MALINN_INDEX_A and MALINN_INDEX_R); R's padding written as 0.
  * Compile-time parameters (-D defines, set per layer by the plan): IH, IW, OH, OW (window.clh, with
  * WINDOW_ARGS 0), MODE (default 1). Scalars: m, n logical rows and columns of R, H, W padded rows

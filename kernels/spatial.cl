@@ -10,7 +10,7 @@
  *                 R's layout: "R" (im2col, one patch element per row) or "C" (im2row, a pixel's
  *                 patch contiguous).
  *
- * Matrix views (malinn/tensor.py): column = (image*H + y)*W + x. A and R in any layout (the
+ * Matrix views: column = (image*H + y)*W + x. A and R in any layout (the
  * runtime prepends MALINN_INDEX_A and MALINN_INDEX_R); R's padding written as 0.
  * Compile-time parameters (-D defines, set per layer by the plan): IH, IW, OH, OW; OY, OX, UY, UX
  * (spatial_copy); KH, KW, SH, SW, DH, DW, PT, PL, CIN (im2col). With WINDOW_ARGS 1 (the library

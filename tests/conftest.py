@@ -179,7 +179,7 @@ ZOO_SCRIPT = Path(__file__).with_name("keras_zoo.py")
 
 def shared_folder(tmp_path_factory, name: str) -> Path:
     """A folder of this test run that every xdist worker shares (``name`` under the run's base
-    folder; the session's own without xdist), so that what one worker builds the others reuse."""
+    folder; the test run's own without xdist), so that what one worker builds the others reuse."""
     base = tmp_path_factory.getbasetemp()
     return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
 
@@ -199,7 +199,7 @@ def exclusive(lock: Path):
 def keras_zoo(tmp_path_factory):
     """The Keras models of the converter tests, their files in every format and Keras's outputs.
 
-    Runs ``python3 tests/keras_zoo.py DIR`` once per session (about 15 s) and returns a
+    Runs ``python3 tests/keras_zoo.py DIR`` once per test run (about 15 s) and returns a
     ``keras_zoo.ZooIndex``. ``MALINN_KERAS_ZOO=DIR`` reuses (or fills) a zoo kept in ``DIR``; a
     zoo made elsewhere runs without TensorFlow (on a GPU machine or a board that has none). Tests
     that need it are skipped when there is neither TensorFlow nor such a zoo.

@@ -323,7 +323,7 @@ class Zoo:
         self.seed_offset = 0 if generation == "keras3" else 1000  # different numbers per generation
         os.makedirs(os.path.join(outdir, generation), exist_ok=True)
 
-    # ------------------------------------------------------------------ helpers
+    # ------------------------------------------------------------------ shared steps
     def sequential(self, input_shape, layers, name, kwarg_style=False):
         """A Sequential; tf_keras models may give the input shape as the first layer's kwarg."""
         K = self.K

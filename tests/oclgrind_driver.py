@@ -173,7 +173,7 @@ def run_case(case, device, library, rng):
 
 
 def _layer_reference(layer, x):
-    """numpy's answer for the issue-10 layers the Oclgrind cases run (float64)."""
+    """numpy's answer for the single-input layers the Oclgrind cases run (float64)."""
     kind, rank = type(layer).__name__, x.ndim
     w = [v.astype(np.float64) for v in layer.get_weights()]
 
@@ -258,7 +258,7 @@ def run_attention(case, device, rng):
 
 
 def run_layer(case, device, rng):
-    """One issue-10 layer on odd samples, first or after a Dense run by morton_4_2 (blocked layout)."""
+    """One single-input layer on odd samples, first or after a Dense run by morton_4_2 (blocked layout)."""
     from malinn import Sequential, layers
     from malinn.choice import kernel_choice
 

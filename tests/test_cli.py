@@ -623,7 +623,7 @@ def test_summary_of_a_reduced_precision_on_an_opengl_device_shows_the_layers_and
 
 def test_a_misspelled_option_is_named_with_its_command(tmp_path):
     """'malinn convert ... --precison int8-weights' said 'unrecognized arguments ... (see malinn
-    --help)', whose help lists no convert option (a new user's review)."""
+    --help)', whose help lists no convert option."""
     out = malinn("convert", DIGITS, "-o", tmp_path / "x.malinn", "--precison", "int8-weights")
     assert out.returncode == 2 and out.stderr == (
         "malinn: error: convert: unrecognized arguments: --precison int8-weights (see malinn convert --help)\n"

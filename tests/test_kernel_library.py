@@ -232,7 +232,7 @@ def _broken_library(tmp_path, mutate):
             lambda d: d["kernels"]["gemv"]["sources"]["gl"].update(loop_iterations="l / SPLITK"),
             "kernel 'gemv', field 'sources.gl.loop_iterations'",
         ),
-        # misspelled fields and defines were ignored (a kernel developer's review)
+        # misspelled fields and defines were ignored
         (
             lambda d: d["kernels"]["gemv"].update(precondition={"max_n": 1}),
             "kernel 'gemv', field 'precondition': unknown",

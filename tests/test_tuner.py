@@ -321,8 +321,8 @@ def test_cli_tune_model_tunes_each_dense_shape_at_the_batch_and_at_1(tmp_path):
 
 def test_a_per_shape_run_times_each_shapes_untuned_choice_first(device, cache):
     """At batch 1 the runtime runs a fallback (a gemv), not the kind's default: a --model run cut
-    short by its budget timed cross1 and crossv first and stored crossv, 5x slower than the gemv (a
-    review of benchmarks/tune_networks.py). Each shape's untuned choice is timed first now."""
+    short by its budget timed cross1 and crossv first and stored crossv, 5x slower than the gemv
+    (benchmarks/tune_networks.py). Each shape's untuned choice is timed first now."""
     from malinn.choice.kernel_choice import untuned_matmul
 
     for shape in [(150, 640, 1), (64, 50, 20)]:  # a budget of 0: one candidate timed

@@ -10,7 +10,7 @@
  *                    bitfieldExtract; then, at the next multiple of 4 bytes, one float scale per
  *                    logical row (A[row][k] = value * scale[row]); float sums
  *   HALF_ARITHMETIC ("fp16") has no twin: GLSL ES guarantees no half arithmetic; the runtime
- *                refuses it on GL (malinn/backends/opengl.py).
+ *                refuses it on GL (the OpenGL backend).
  *
  *   LOAD_A4(v)   elements 4v .. 4v + 3 of A's buffer, as a vec4 (4v: a multiple of 4)
  *   LOAD_A2(v)   elements 2v, 2v + 1, as a vec2

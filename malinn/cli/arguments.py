@@ -74,7 +74,7 @@ def product_shape(text: str) -> tuple:
     return shape
 
 
-# ------------------------------------------------------------------ helpers
+# ------------------------------------------------------------------ shared steps
 def device_of(args):
 
     if getattr(args, "device", None) is not None:  # --device "" is refused by name, not ignored

@@ -495,7 +495,7 @@ class Layer:
         """
         return False
 
-    # ---------------------------------------------------------------- helpers
+    # ---------------------------------------------------------------- shared steps
     def _weights_changed(self) -> None:
         # a new dict, not the old one cleared: an upload of the old weights still under way (another
         # thread's plan) finishes into the old dict, which no plan made from now on reads

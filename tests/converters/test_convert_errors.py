@@ -27,7 +27,7 @@ PREVIOUS = b"a previous model file that a failed conversion must not touch\n"
 
 
 # ---------------------------------------------------------------------------------------------
-# helpers
+# shared steps
 
 
 def snapshot(folder):

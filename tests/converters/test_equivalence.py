@@ -1,6 +1,6 @@
 """malinn against Keras: every supported layer and activation, in every Keras file format.
 
-The Keras side comes from the zoo (tests/keras_zoo.py, run once per session in a process of its
+The Keras side comes from the zoo (tests/keras_zoo.py, run once per test run in a process of its
 own: TensorFlow and PoCL cannot share one). For each format (Keras 3 ``.keras``, Keras 3 ``.h5``,
 tf_keras ``.h5``, tf_keras ``.keras``) and each model, ``malinn.load_model`` must give Keras's
 outputs within ``1e-5 x max(1, max |Keras|)`` in float32, at batch sizes 1, 7, 100 (and 10,000

@@ -6,7 +6,7 @@ every Keras file format, at batch 1, 7 and 100, on inputs in [-1, 1] and in [-10
 predicts the same bit for bit; unsupported layers of a graph, merges included, are all named in one
 ConversionError.
 
-The Keras side comes from tests/graph_zoo.py, run once per session in a process of its own
+The Keras side comes from tests/graph_zoo.py, run once per test run in a process of its own
 (TensorFlow and PoCL cannot share one); ``MALINN_GRAPH_ZOO=DIR`` keeps (or reuses) it in DIR.
 """
 

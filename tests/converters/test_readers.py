@@ -33,7 +33,7 @@ pytestmark = [
 
 
 # ---------------------------------------------------------------------------------------------
-# helpers
+# shared steps
 
 
 def assert_conversion_error(path, *fragments):

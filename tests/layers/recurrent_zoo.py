@@ -1,7 +1,7 @@
 """Keras models of Embedding and the recurrent layers, saved by Keras 3 and tf_keras, with Keras's outputs.
 
 TensorFlow never shares a process with PoCL: tests/layers/test_recurrent.py runs this script in a
-child process (once per session):
+child process (once per test run):
 
     python3 tests/layers/recurrent_zoo.py OUTDIR
 

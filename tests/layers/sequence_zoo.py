@@ -4,7 +4,7 @@ attention), saved by Keras 3 and tf_keras, with Keras's outputs.
 ``masking_lstm`` (Keras's Masking layer) is built on request only: malinn refuses Masking by name.
 
 TensorFlow never shares a process with PoCL: tests/layers/test_sequence_masks.py runs this script
-in a child process (once per session):
+in a child process (once per test run):
 
     python3 tests/layers/sequence_zoo.py OUTDIR [KEY ...]
 

@@ -216,7 +216,7 @@ ZOO_SCRIPT = Path(__file__).with_name("attention_zoo.py")
 
 @pytest.fixture(scope="session")
 def attention_zoo(tmp_path_factory):
-    """tests/layers/attention_zoo.py's files and Keras's outputs, made once per session in a child
+    """tests/layers/attention_zoo.py's files and Keras's outputs, made once per test run in a child
     process (TensorFlow never shares this process)."""
     if importlib.util.find_spec("tensorflow") is None:
         pytest.skip("tensorflow is not installed: the Keras attention models cannot be built")

@@ -3,7 +3,7 @@ Divide, LayerScale, CustomScaleLayer), and converted from Keras 3 and tf_keras f
 .h5) equal to Keras's own predict within 1e-5 x max(1, |y|): the models of
 tests/layers/operators_zoo.py, and keras.applications' MobileNetV3Small, ConvNeXtTiny,
 InceptionResNetV2 and tf_keras's RegNetX002 (``MALINN_SLOW_TESTS=1``: they take minutes to build
-and compile on two cores), each built in a process of its own once per session."""
+and compile on two cores), each built in a process of its own once per test run."""
 
 import importlib.util
 import os

@@ -119,7 +119,7 @@ def test_validation_and_config():
 # ---------------------------------------------------------------------------------------------- Keras
 @pytest.fixture(scope="session")
 def recurrent_zoo(tmp_path_factory):
-    """The zoo's folder (tests/layers/recurrent_zoo.py run once per session in a child process)."""
+    """The zoo's folder (tests/layers/recurrent_zoo.py run once per test run in a child process)."""
     kept = os.environ.get("MALINN_RECURRENT_ZOO")
     folder = Path(kept) if kept else tmp_path_factory.mktemp("recurrent_zoo")
     if not (folder / "done").is_file():

@@ -1,6 +1,6 @@
 """The layers that grow or renormalize images, converted from Keras 3 and tf_keras files (.keras and
 .h5), equal to Keras's own predict within 1e-5 x max(1, |y|): the models of
-tests/layers/upsampling_zoo.py, built in a process of its own once per session."""
+tests/layers/upsampling_zoo.py, built in a process of its own once per test run."""
 
 import importlib.util
 import os
