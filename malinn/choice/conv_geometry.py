@@ -33,14 +33,14 @@ class ConvGeometry:
         """From the window defines of :func:`malinn.layers.windows.window_defines`."""
         return cls(int(batch), int(cin), int(cout), int(groups), *(int(window[f.name]) for f in fields(cls)[4:]))
 
-    def window(self) -> dict:
+    def window_defines(self) -> dict:
         """The window defines (``IH`` ... ``PL``)."""
         return {f.name: getattr(self, f.name) for f in fields(self)[4:]}
 
     def defines(self) -> dict:
         """What a ``conv`` kernel is configured with for this layer: the window, ``CG`` and ``MG``
         (input and output channels per group) and ``GROUPS``."""
-        return {**self.window(), "CG": self.cg, "MG": self.cout // self.groups, "GROUPS": self.groups}
+        return {**self.window_defines(), "CG": self.cg, "MG": self.cout // self.groups, "GROUPS": self.groups}
 
     @property
     def cg(self) -> int:

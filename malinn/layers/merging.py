@@ -213,7 +213,7 @@ class Dot(_MultiInput):
 
     def lower(self, builder, xs):
         x, y = xs
-        return kinds.dot(
+        return kinds.batch_dot(
             builder, x, y, self._axes([x.shape, y.shape]), self.normalize, self.epsilon**2, what=self._what()
         )
 

@@ -206,7 +206,7 @@ class GlobalAveragePooling1D(_GlobalPooling):
             return super().lower(builder, x)
         kept = binary_mask(builder, mask)
         what = self._what()
-        total = kinds.dot(builder, kept, x, (1, 1), what=f"{what} masked sum")  # (batch, features)
-        count = kinds.dot(builder, kept, kept, (1, 1), what=f"{what} kept steps")  # (batch, 1)
+        total = kinds.batch_dot(builder, kept, x, (1, 1), what=f"{what} masked sum")  # (batch, features)
+        count = kinds.batch_dot(builder, kept, kept, (1, 1), what=f"{what} kept steps")  # (batch, 1)
         out = kinds.merge(builder, [total, count], "divide", what=f"{what} masked mean")
         return kinds.reshape(builder, out, self.compute_output_shape(x.shape), what=what) if self.keepdims else out

@@ -64,7 +64,7 @@ def _plan(device: Device, g: ConvGeometry, weights: np.ndarray, algorithm: Kerne
         builder,
         x,
         weight,
-        {**g.window(), "GROUPS": g.groups},
+        {**g.window_defines(), "GROUPS": g.groups},
         (g.batch, g.OH, g.OW, g.cout),
         what=f"conv {g.key()}",
         algorithm=algorithm,

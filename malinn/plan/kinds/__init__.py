@@ -9,7 +9,7 @@ from .elementwise import ACTIVATION, AFFINE, BIAS, activation, affine, bias_and_
 from .gather import GATHER, gather
 from .layout import PERMUTE, RELAYOUT, REPEAT, RESHAPE, permute, relayout_step, repeat, reshape
 from .matmul import MATMUL, matmul
-from .merge import CONCAT, DOT, MERGE, concat, dot, merge
+from .merge import CONCAT, DOT, MERGE, batch_dot, concat, merge
 from .normalization import BROADCAST, NORMALIZE, NORMALIZE_MODES, broadcast, normalize
 from .recurrent import RECURRENT, recurrence
 from .resize import RESIZE, resize
@@ -49,7 +49,7 @@ __all__ = [
     "relayout_step",
     "merge",
     "concat",
-    "dot",
+    "batch_dot",
     "broadcast",
     "normalize",
     "NORMALIZE_MODES",

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ..builder import PlanBuilder
     from ..plan import Plan
 
-__all__ = ["MERGE", "CONCAT", "DOT", "merge", "concat", "dot"]
+__all__ = ["MERGE", "CONCAT", "DOT", "merge", "concat", "batch_dot"]
 
 #: Keras merge -> the merge kernel's OP for each further input
 _MERGE_OPS = {
@@ -187,7 +187,7 @@ def concat(builder: PlanBuilder, xs: Sequence[Value], axis: int, what: str = "co
     return out
 
 
-def dot(
+def batch_dot(
     builder: PlanBuilder,
     x: Value,
     y: Value,
