@@ -9,16 +9,32 @@ MobileNetV2 (keras.applications, random weights, saved by Keras in a process of 
   program calling malinn itself gets), its calls/s, p50 and p99; and of 64 samples (the device's
   throughput ceiling in samples/s);
 * ``serve``: a ``malinn serve`` process (--port 0 on 127.0.0.1) per model and batching mode
-  (``on``: --max-batch-size 64, no batch timeout; ``off``: --no-batching), and for each of 1, 8
-  and 64 clients, each client sending one-sample predicts (the row form, JSON) back to back on
-  its own keep-alive connection for --seconds: requests/s, p50, p99 and failed requests (any answer
-  but 200 with one prediction of the model's output size, or a connection error). The clients are
-  one asyncio loop in this process.
+  (``on``: --max-batch-size 64 and the first of --batch-timeout-micros, default 0, ``on_<t>us``
+  each other one; ``off``: --no-batching), and for each of 1, 8 and 64 clients, each client sending one-sample predicts
+  (the row form, JSON) back to back on its own keep-alive connection for --seconds: requests/s,
+  p50, p99, failed requests (any answer but 200 with one prediction of the model's output size, or
+  a connection error) and the mean samples per predict call (the server's batch-size histogram).
+  The clients are one asyncio loop in this process. Each of --parse-workers (default: 0, the
+  request parse in the server's process, and the server's default count) is run in turn:
+  ``serve_by_parse_workers`` holds each, ``serve`` and ``targets`` the last.
+
+* ``request_path``: what one predict request of one sample costs the server's process besides
+  the model, each step timed alone in this process (median of --seconds of calls): the JSON body's
+  bytes, ``json.loads`` of it, the nested lists to a float32 array, malinn's whole request parse
+  (``payload.parse_predict``: both and the checks), the output to the response's JSON bytes; and
+  ``numpy_text_parse_ms``, numpy's C text reader (``np.fromstring``) on the numbers alone (brackets
+  and whitespace removed, nothing checked), the floor of any parser that converts the decimal
+  text to doubles; ``worker_parse_ms``, the same parse sent to a parse worker process and its arrays
+  back (one worker, one request at a time), ``worker_encode_ms`` the response's encoding there,
+  and the CPU time this process spends on each either way (``parse_predict_cpu_ms``,
+  ``worker_parse_cpu_ms``, ``encode_response_cpu_ms``, ``worker_encode_cpu_ms``): what the
+  server's own process pays per request, which bounds its requests/s.
 
 The serving targets, checked in ``targets``: no failed request; at 64 clients batching on gives
 >= 4x the requests/s of batching off; p99 at 64 clients (batching on) <= 10x p50 at one client.
 
-Run:  python3 benchmarks/serve.py [--quick] [--seconds 5] [--size 96] [--json PATH]
+Run:  python3 benchmarks/serve.py [--quick] [--seconds 5] [--size 96] [--parse-workers 0 8]
+      [--batch-timeout-micros 0 1000] [--json PATH]
 (default PATH: benchmarks/results/serve_<device>.json; --quick: 3 s per point and --size 64)
 """
 
@@ -39,6 +55,7 @@ import numpy as np
 
 import malinn
 from malinn.layers import Dense
+from malinn.serve.config import default_parse_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIENTS = (1, 8, 64)
@@ -109,9 +126,56 @@ def in_process(path: Path, seconds: float) -> dict:
     }
 
 
+def request_path(path: Path, seconds: float) -> dict:
+    """The server's own costs of one one-sample predict request (see the module's docstring)."""
+    from malinn.serve.parse_workers import ParsePool
+    from malinn.serve.payload import dumps, encode_predict, format_predict, parse_predict
+    from malinn.serve.signature import Signature
+
+    model = malinn.load_model(path)
+    signature = Signature(model)
+    sample = np.random.default_rng(1).random((1,) + tuple(model.input_shape[1:]), dtype=np.float32)
+    body = json.dumps({"instances": sample.tolist()}).encode()
+    numbers = body[body.index(b"[") : body.rindex(b"]") + 1].translate(None, b"[] \t\n\r")
+    lists = json.loads(body)["instances"]
+    outputs = model.predict(sample)
+    outputs = outputs if isinstance(outputs, list) else [outputs]
+    pool = ParsePool(1)
+    pool.pids()  # started
+    steps = {
+        "json_loads_ms": lambda: json.loads(body),
+        "lists_to_array_ms": lambda: np.asarray(lists).astype(np.float32),
+        "parse_predict_ms": lambda: parse_predict(body, signature),
+        "numpy_text_parse_ms": lambda: np.fromstring(numbers, sep=","),
+        "encode_response_ms": lambda: dumps(format_predict(outputs, signature, False)),
+        "worker_parse_ms": lambda: pool.parse_now(body, signature),
+        "worker_encode_ms": lambda: pool.submit(encode_predict, outputs, signature, False)[0].result(),
+        "predict_ms": lambda: model.predict(sample),
+    }
+    times: dict = {name: [] for name in steps}
+    cpu: dict = {name: [] for name in ("parse_predict_cpu_ms", "worker_parse_cpu_ms")}
+    cpu.update({name: [] for name in ("encode_response_cpu_ms", "worker_encode_cpu_ms")})
+    end = time.perf_counter() + seconds
+    try:
+        while time.perf_counter() < end or len(times["predict_ms"]) < 5:
+            for name, step in steps.items():  # interleaved: the machine's load falls on every step alike
+                start, used = time.perf_counter(), time.process_time()
+                step()
+                times[name].append(time.perf_counter() - start)
+                if name.replace("_ms", "_cpu_ms") in cpu:
+                    cpu[name.replace("_ms", "_cpu_ms")].append(time.process_time() - used)
+    finally:
+        pool.shutdown()
+    row = {"body_bytes": len(body), "response_values": int(sum(o.size for o in outputs))}
+    row.update({name: round(float(np.median(t)) * 1e3, 3) for name, t in times.items()})
+    row.update({name: round(float(np.mean(t)) * 1e3, 3) for name, t in cpu.items()})
+    return row
+
+
 class Server:
-    def __init__(self, path: Path, batching: bool):
-        args = ["--max-batch-size", "64"] if batching else ["--no-batching"]
+    def __init__(self, path: Path, batching: bool, parse_workers: int, batch_timeout_micros: int = 0):
+        args = ["--max-batch-size", "64", "--batch-timeout-micros", str(batch_timeout_micros)]
+        args = (args if batching else ["--no-batching"]) + ["--parse-workers", str(parse_workers)]
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -144,6 +208,21 @@ class Server:
                 raise SystemExit(f"malinn serve failed: {line}")
         if self.port is None or self.proc.poll() is not None:
             raise SystemExit("malinn serve did not start")
+
+    def batches(self, model: str) -> tuple:
+        """The server's predict calls of ``model`` so far and their samples."""
+        import http.client
+
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            conn.request("GET", "/monitoring/prometheus/metrics")
+            text = conn.getresponse().read().decode()
+        finally:
+            conn.close()
+        found = dict(
+            re.findall(rf'^malinn_serve_batch_size_(count|sum){{model="{re.escape(model)}"[^}}]*}} (\S+)$', text, re.M)
+        )
+        return float(found.get("count", 0)), float(found.get("sum", 0))
 
     def stop(self) -> int:
         self.proc.terminate()
@@ -197,6 +276,26 @@ async def load(port: int, model: str, sample: np.ndarray, outputs: int, clients:
     }
 
 
+def serve_points(path: Path, sample, outputs: int, seconds: float, workers: int, timeout) -> dict:
+    """A server of ``path`` (batching with ``timeout`` us of wait, or none where None) under 1, 8
+    and 64 clients: each point's figures and mean batch, and the server's exit status."""
+    server = Server(path, timeout is not None, workers, timeout or 0)
+    mode = "off" if timeout is None else f"on ({timeout} us)"
+    try:
+        asyncio.run(load(server.port, path.stem, sample, outputs, 4, 1.0))  # connections and plans warm
+        points = []
+        for clients in CLIENTS:
+            calls, samples = server.batches(path.stem)
+            point = asyncio.run(load(server.port, path.stem, sample, outputs, clients, seconds))
+            calls_after, samples_after = server.batches(path.stem)
+            point["mean_batch"] = round((samples_after - samples) / max(calls_after - calls, 1), 2)
+            print(f"  parse workers {workers}, batching {mode}, {clients} clients: {point}", flush=True)
+            points.append(point)
+    finally:
+        status = server.stop()
+    return {"points": points, "exit_status": status}
+
+
 def device_slug(device) -> str:
     if "Portable Computing Language" in device.platform:
         return f"pocl_{device.type.lower()}"
@@ -210,6 +309,20 @@ def main(argv=None) -> int:
     parser.add_argument("--size", type=int, help="MobileNetV2's input size (default 96; 64 with --quick)")
     parser.add_argument("--json", help="where to write the results (default benchmarks/results/serve_<device>.json)")
     parser.add_argument(
+        "--parse-workers",
+        type=int,
+        nargs="+",
+        help="the servers' --parse-workers, each run in turn (default: 0 and the server's default here)",
+    )
+    parser.add_argument(
+        "--batch-timeout-micros",
+        type=int,
+        nargs="+",
+        default=[0],
+        help="the batching servers' --batch-timeout-micros, each run in turn (default 0; the first is 'on', "
+        "the others 'on_<t>us')",
+    )
+    parser.add_argument(
         "--models",
         type=Path,
         help="a folder holding mobilenetv2_<size>.keras (default: saved here by Keras in a child process)",
@@ -218,11 +331,16 @@ def main(argv=None) -> int:
     seconds = args.seconds or (3.0 if args.quick else 5.0)
     size = args.size or (64 if args.quick else 96)
     device = malinn.get_device()
+    workers = args.parse_workers or sorted({0, default_parse_workers()})
+    timeouts = args.batch_timeout_micros
     results = {
         "device": device.name,
         "platform": device.platform,
         "seconds_per_point": seconds,
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "parse_workers": workers,
+        "batch_timeout_micros": timeouts,
         "models": {},
         "targets": {},
     }
@@ -236,32 +354,41 @@ def main(argv=None) -> int:
             shape, outputs = tuple(model.input_shape[1:]), int(model.output_shape[-1])
             del model
             row = {"input_shape": list(shape), "in_process": in_process(path, seconds), "serve": {}}
-            print(f"{name}: in-process {row['in_process']}", flush=True)
+            row["request_path"] = request_path(path, seconds)
+            print(f"{name}: in-process {row['in_process']}\n  request path {row['request_path']}", flush=True)
             sample = np.random.default_rng(1).random((1,) + shape, dtype=np.float32)
-            for mode in ("on", "off"):
-                server = Server(path, batching=mode == "on")
-                try:
-                    asyncio.run(load(server.port, path.stem, sample, outputs, 4, 1.0))  # connections and plans warm
-                    points = []
-                    for clients in CLIENTS:
-                        point = asyncio.run(load(server.port, path.stem, sample, outputs, clients, seconds))
-                        print(f"  batching {mode}, {clients} clients: {point}", flush=True)
-                        points.append(point)
-                finally:
-                    status = server.stop()
-                row["serve"][mode] = {"points": points, "exit_status": status}
-            on, off = ({p["clients"]: p for p in row["serve"][m]["points"]} for m in ("on", "off"))
-            row["batching_speedup_64"] = round(on[64]["requests_per_s"] / off[64]["requests_per_s"], 2)
-            row["p99_64_over_p50_1"] = round(on[64]["p99_ms"] / on[1]["p50_ms"], 2)
+            row["serve_by_parse_workers"] = {}
+            for count in workers:
+                runs = {}
+                modes = [("off", None)] + [("on" if i == 0 else f"on_{t}us", t) for i, t in enumerate(timeouts)]
+                for mode, timeout in modes:
+                    runs[mode] = serve_points(path, sample, outputs, seconds, count, timeout)
+                off = {p["clients"]: p for p in runs["off"]["points"]}
+                for mode, timeout in modes[1:]:
+                    on = {p["clients"]: p for p in runs[mode]["points"]}
+                    tail = mode[2:]
+                    runs["batching_speedup_64" + tail] = round(on[64]["requests_per_s"] / off[64]["requests_per_s"], 2)
+                    runs["p99_64_over_p50_1" + tail] = round(on[64]["p99_ms"] / on[1]["p50_ms"], 2)
+                row["serve_by_parse_workers"][str(count)] = runs
+            last = row["serve_by_parse_workers"][str(workers[-1])]
+            row["serve"] = {mode: last[mode] for mode in ("on", "off")}
+            row["batching_speedup_64"] = last["batching_speedup_64"]
+            row["p99_64_over_p50_1"] = last["p99_64_over_p50_1"]
             results["models"][name] = row
             results["targets"][name] = {
-                "no_failed_request": all(p["failed"] == 0 for m in ("on", "off") for p in row["serve"][m]["points"]),
+                "no_failed_request": all(
+                    p["failed"] == 0
+                    for runs in row["serve_by_parse_workers"].values()
+                    for run in runs.values()
+                    if isinstance(run, dict)
+                    for p in run["points"]
+                ),
                 "batching_4x_at_64": row["batching_speedup_64"] >= 4.0,
                 "p99_64_within_10x_p50_1": row["p99_64_over_p50_1"] <= 10.0,
             }
             print(
-                f"  {results['targets'][name]} (speedup {row['batching_speedup_64']}, "
-                f"p99@64 / p50@1 {row['p99_64_over_p50_1']})",
+                f"  {results['targets'][name]} with {workers[-1]} parse workers (speedup "
+                f"{row['batching_speedup_64']}, p99@64 / p50@1 {row['p99_64_over_p50_1']})",
                 flush=True,
             )
     out = Path(args.json) if args.json else ROOT / "benchmarks" / "results" / f"serve_{device_slug(device)}.json"

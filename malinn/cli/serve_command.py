@@ -7,7 +7,15 @@ import math
 from collections.abc import Callable
 
 from ..backends.selection import get_device, set_device
-from ..serve.config import BatchingParameters, ConfigError, ServeConfig, model_arg, read_config_file
+from ..serve.config import (
+    PARSE_WORKER_MIN_BYTES,
+    BatchingParameters,
+    ConfigError,
+    ServeConfig,
+    default_parse_workers,
+    model_arg,
+    read_config_file,
+)
 
 __all__ = ["add_serve_command", "cmd_serve"]
 
@@ -133,6 +141,24 @@ def add_serve_command(
         default=1.0,
         help="how often model folders are looked at for new versions (default 1; 0: never)",
     )
+    p.add_argument(
+        "--parse-workers",
+        type=lambda t: _count(t, 0),
+        metavar="N",
+        help="processes that parse large request bodies (JSON), and write large answers, in parallel, started "
+        "with the server; "
+        "the JSON parse holds Python's GIL, so without them one body is parsed at a time (default: half "
+        f"the cores, at most 8: {default_parse_workers()} here; the config file's parse_workers where "
+        "it has one; 0: parse in the server's process)",
+    )
+    p.add_argument(
+        "--parse-worker-min-bytes",
+        type=lambda t: _count(t, 0),
+        default=PARSE_WORKER_MIN_BYTES,
+        metavar="BYTES",
+        help="the smallest body sent to a parse worker; smaller ones are parsed in the server's "
+        f"process, where that costs less than the trip (default {PARSE_WORKER_MIN_BYTES})",
+    )
     p.add_argument("--log-requests", action="store_true", help="print one JSON line per request on stdout")
     p.add_argument(
         "--no-warmup",
@@ -156,9 +182,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         allowed_batch_sizes=args.allowed_batch_sizes or (),
     ).checked("malinn serve")
     models = [model_arg(text, batching, args.precision) for text in args.models]
+    workers = args.parse_workers
     if args.model_config_file:
-        listed, _ = read_config_file(args.model_config_file, batching, args.precision)
-        models += list(listed)
+        listed = read_config_file(args.model_config_file, batching, args.precision)
+        models += list(listed.models)
+        if workers is None:
+            workers = listed.parse_workers
     if not models:
         raise ConfigError("serve: give a MODEL or --model-config-file (see malinn serve --help)")
     names = [m.name for m in models]
@@ -177,5 +206,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_connections=args.max_connections,
         log_requests=args.log_requests,
         warmup=not args.no_warmup,
+        parse_workers=default_parse_workers() if workers is None else workers,
+        parse_worker_min_bytes=args.parse_worker_min_bytes,
     )
     return serve(config)

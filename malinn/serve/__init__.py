@@ -2,8 +2,9 @@
 
 ``config.py``: what is served and how (models, versions, batching, limits); ``signature.py``: a
 model's named inputs and outputs; ``payload.py``: predict requests and answers as JSON;
-``batcher.py``: concurrent requests merged into one predict call; ``servables.py``: versions loaded,
-switched and unloaded; ``metrics.py``: Prometheus metrics; ``app.py``: the REST API (Starlette);
-``server.py``: the process (uvicorn, signals). Starlette and uvicorn (the ``serve`` extra) are
-imported only when a server starts. docs/SERVING.md describes it.
+``parse_workers.py`` (with ``worker_process.py``): large request bodies parsed in worker
+processes, in parallel; ``batcher.py``: concurrent requests merged into one predict call;
+``servables.py``: versions loaded, switched and unloaded; ``metrics.py``: Prometheus metrics;
+``app.py``: the REST API (Starlette); ``server.py``: the process (uvicorn, signals). Starlette and
+uvicorn (the ``serve`` extra) are imported only when a server starts. docs/SERVING.md describes it.
 """

@@ -8,9 +8,15 @@
   an AVAILABLE version and the server is not stopping; 503 otherwise).
 
 An error is ``{"error": "..."}`` with TensorFlow Serving's status: 400 for a request the model cannot
-take, 404 for an unknown model, version or label, 503 when the model's queue is full, 504 when the
-request's time limit passed; 413 for a body over the size limit, 500 where the device failed.
+take, 404 for an unknown model, version or label, 503 when the model's queue is full (or a parse
+worker exited while the workers held the request), 504 when the request's time limit passed; 413
+for a body over the size limit, 500 where the device failed.
 A client that goes away while its request waits takes its request out of the queue.
+
+A predict body of ``config.parse_worker_min_bytes`` or more is parsed in a parse worker process
+(:mod:`malinn.serve.parse_workers`) where the server has them, so that large bodies are parsed in
+parallel, and an answer of ``ENCODE_WORKER_MIN_VALUES`` numbers or more is written there; the
+answer, an error's too, is the same wherever the body was parsed.
 
 Starlette is imported here only, on the ``malinn serve`` path (the ``serve`` extra).
 """
@@ -25,9 +31,10 @@ import time
 from datetime import datetime, timezone
 
 from .batcher import Cancelled, DeadlineExceeded, Overloaded, Retired, Task
-from .config import ServeConfig
+from .config import ENCODE_WORKER_MIN_VALUES, ServeConfig
 from .metrics import Metrics
-from .payload import BadRequest, dumps, format_predict, parse_predict
+from .parse_workers import ParsePool, WorkerLost
+from .payload import BadRequest, dumps, encode_predict, parse_predict
 from .servables import ModelManager, NotFound
 from .signature import SIGNATURE_NAME
 
@@ -67,14 +74,16 @@ class _Gone(Exception):
     """The client went away: nothing can be answered."""
 
 
-def build_app(manager: ModelManager, metrics: Metrics, config: ServeConfig, log=None):
+def build_app(manager: ModelManager, metrics: Metrics, config: ServeConfig, log=None, parsing: ParsePool | None = None):
     """The ASGI application serving ``manager``'s models.
 
     Args:
         manager: the served models.
         metrics: where requests are counted.
-        config: the limits (body size, time) and whether each request is logged.
+        config: the limits (body size, time), whether each request is logged, the smallest body
+            sent to a parse worker.
         log: writes one request's JSON line (default: stdout).
+        parsing: the parse workers (None: every body is parsed in this process).
     """
     from starlette.applications import Starlette
     from starlette.requests import ClientDisconnect
@@ -143,11 +152,16 @@ def build_app(manager: ModelManager, metrics: Metrics, config: ServeConfig, log=
         served = manager.resolve(name, version, label)
         record["version"] = served.number
         signature = served.signature
-        parsed = (
-            await asyncio.to_thread(parse_predict, body, signature)
-            if len(body) > OFF_LOOP_BYTES
-            else parse_predict(body, signature)
-        )
+        if parsing is not None and len(body) >= config.parse_worker_min_bytes:
+            metrics.count("malinn_serve_worker_parses_total", ())
+            try:
+                parsed = await asyncio.wait_for(parsing.parse(body, signature), max(deadline - time.monotonic(), 0.001))
+            except WorkerLost as exc:
+                raise _Refused("UNAVAILABLE", str(exc)) from None
+        elif len(body) > OFF_LOOP_BYTES:
+            parsed = await asyncio.to_thread(parse_predict, body, signature)
+        else:
+            parsed = parse_predict(body, signature)
         record["instances"] = parsed.samples
         loop = asyncio.get_running_loop()
         answer = loop.create_future()
@@ -196,12 +210,12 @@ def build_app(manager: ModelManager, metrics: Metrics, config: ServeConfig, log=
         record["batch"], record["queue_ms"] = task.batch, round(task.queued_s * 1e3, 3)
         metrics.observe("malinn_serve_queue_latency_seconds", (name,), task.queued_s)
         values = sum(o.size for o in outputs)
-        document = (
-            await asyncio.to_thread(format_predict, outputs, signature, parsed.columnar)
-            if values > OFF_LOOP_VALUES
-            else format_predict(outputs, signature, parsed.columnar)
-        )
-        return respond(200, await asyncio.to_thread(dumps, document) if values > OFF_LOOP_VALUES else dumps(document))
+        if parsing is not None and values >= ENCODE_WORKER_MIN_VALUES:
+            metrics.count("malinn_serve_worker_encodes_total", ())
+            return respond(200, await parsing.encode(outputs, signature, parsed.columnar))
+        if values > OFF_LOOP_VALUES:
+            return respond(200, await asyncio.to_thread(encode_predict, outputs, signature, parsed.columnar))
+        return respond(200, encode_predict(outputs, signature, parsed.columnar))
 
     def metadata(name: str, version, label) -> dict:
         served = manager.resolve(name, version, label)

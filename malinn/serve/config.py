@@ -7,7 +7,8 @@ keys follow TensorFlow Serving's model config and batching parameters (``docs/SE
         {"name": "digits", "base_path": "/srv/models/digits",
          "model_version_policy": {"latest": {"num_versions": 1}}, "version_labels": {"stable": 1},
          "batching_parameters": {"max_batch_size": 16}}],
-     "batching_parameters": {"max_batch_size": 32, "batch_timeout_micros": 0, "max_enqueued_batches": 16}}
+     "batching_parameters": {"max_batch_size": 32, "batch_timeout_micros": 0, "max_enqueued_batches": 16},
+     "parse_workers": 4}
 
 A model's ``base_path`` is a model file (served as version 1) or a folder of version folders
 (``1/``, ``2/``... each holding one model file), watched for new versions as TensorFlow Serving
@@ -20,6 +21,7 @@ import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 __all__ = [
     "BatchingParameters",
@@ -27,12 +29,32 @@ __all__ = [
     "ServeConfig",
     "ConfigError",
     "MODEL_SUFFIXES",
+    "ConfigFile",
     "model_arg",
     "read_config_file",
+    "default_parse_workers",
+    "PARSE_WORKER_MIN_BYTES",
+    "ENCODE_WORKER_MIN_VALUES",
 ]
 
 #: the files a version folder may hold as its model (the first found, in this order)
 MODEL_SUFFIXES = (".malinn", ".keras", ".h5")
+
+#: bodies of this many bytes or more go to the parse workers, smaller ones are parsed in the event
+#: loop: sending a body and its arrays between processes costs the server's process about 0.2 ms
+#: of its own, which is what parsing a 13 KB body costs (benchmarks/serve.py's request_path)
+PARSE_WORKER_MIN_BYTES = 32 * 1024
+
+#: answers of this many numbers or more are written as JSON in a parse worker where the server has
+#: them: a number costs about 0.7 us to write (Python's float repr), the trip about 0.2 ms
+ENCODE_WORKER_MIN_VALUES = 512
+
+
+def default_parse_workers() -> int:
+    """The parse workers ``malinn serve`` starts by default: half the cores this process may use,
+    at most 8 (the event loop, the batchers and the device's driver keep the others); 0 on one core."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return min(8, cores // 2)
 
 
 class ConfigError(ValueError):
@@ -171,6 +193,9 @@ class ServeConfig:
         max_connections: connections served at once (503 beyond).
         log_requests: one JSON line per request on stdout.
         warmup: run each padded batch size once at load, so the first requests plan nothing.
+        parse_workers: processes parsing large request bodies in parallel (0: every body is
+            parsed in the server's process).
+        parse_worker_min_bytes: the smallest body sent to a parse worker.
     """
 
     models: tuple
@@ -182,6 +207,8 @@ class ServeConfig:
     max_connections: int = 1024
     log_requests: bool = False
     warmup: bool = True
+    parse_workers: int = 0
+    parse_worker_min_bytes: int = PARSE_WORKER_MIN_BYTES
 
 
 def model_arg(text: str, batching: BatchingParameters, precision: str | None = None) -> ModelConfig:
@@ -209,8 +236,17 @@ def _checked_name(name, where: str) -> str:
     return name
 
 
-def read_config_file(path, batching: BatchingParameters, precision: str | None = None) -> tuple:
-    """The models and global batching parameters of a JSON config file: ``(models, batching)``.
+class ConfigFile(NamedTuple):
+    """A config file's contents: its models, its global batching parameters (over the flags') and
+    its ``parse_workers`` (None where it names none)."""
+
+    models: tuple
+    batching: BatchingParameters
+    parse_workers: int | None
+
+
+def read_config_file(path, batching: BatchingParameters, precision: str | None = None) -> ConfigFile:
+    """The models, global batching parameters and parse workers of a JSON config file.
 
     Paths in it are relative to the file's folder.
 
@@ -228,13 +264,15 @@ def read_config_file(path, batching: BatchingParameters, precision: str | None =
     where = f"config file {str(path)!r}"
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected an object with model_config_list")
-    unknown = sorted(set(data) - {"model_config_list", "batching_parameters"})
+    known = {"model_config_list", "batching_parameters", "parse_workers"}
+    unknown = sorted(set(data) - known)
     if unknown:
-        raise ConfigError(
-            f"{where}: unknown key(s) {', '.join(unknown)} (known: model_config_list, batching_parameters)"
-        )
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     if "batching_parameters" in data:
         batching = batching.updated(data["batching_parameters"], where)
+    workers = _unwrapped(data.get("parse_workers"))
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
+        raise ConfigError(f"{where}: parse_workers must be an integer >= 0, got {workers!r}")
     entries = data.get("model_config_list")
     if isinstance(entries, dict) and set(entries) == {"config"}:  # TensorFlow Serving's {"config": [...]}
         entries = entries["config"]
@@ -244,7 +282,7 @@ def read_config_file(path, batching: BatchingParameters, precision: str | None =
     names = [m.name for m in models]
     if len(set(names)) != len(names):
         raise ConfigError(f"{where}: model names must be distinct, got {names}")
-    return tuple(models), batching
+    return ConfigFile(tuple(models), batching, workers)
 
 
 def _model_entry(entry, index: int, folder: Path, where: str, batching, precision) -> ModelConfig:

@@ -12,6 +12,9 @@ Served at TensorFlow Serving's ``/monitoring/prometheus/metrics``:
   for their batch;
 * ``malinn_serve_batch_size{model,version}``: a histogram of the samples per predict call, and
   ``malinn_serve_padded_samples_total``: the zero samples added to reach an allowed size;
+* ``malinn_serve_worker_parses_total`` and ``malinn_serve_worker_encodes_total``: request bodies
+  sent to a parse worker and answers written there, and
+  ``malinn_serve_parse_worker_restarts_total``: parse pools replaced after a worker died;
 * ``malinn_serve_queue_depth{model,version}``: requests waiting now; ``malinn_serve_in_flight``:
   requests being answered now; ``malinn_serve_model_versions{model,state}``: versions by state.
 
@@ -69,6 +72,21 @@ class Metrics:
                 "counter",
                 "Zero samples added to predict calls to reach an allowed batch size.",
                 ("model", "version"),
+            ),
+            "malinn_serve_worker_parses_total": (
+                "counter",
+                "Request bodies sent to a parse worker process.",
+                (),
+            ),
+            "malinn_serve_worker_encodes_total": (
+                "counter",
+                "Answers written as JSON in a parse worker process.",
+                (),
+            ),
+            "malinn_serve_parse_worker_restarts_total": (
+                "counter",
+                "Parse worker pools replaced after a worker exited.",
+                (),
             ),
             "malinn_serve_request_latency_seconds": (
                 "histogram",

@@ -20,7 +20,7 @@ import numpy as np
 
 from .signature import SIGNATURE_NAME, TF_DTYPES, Signature
 
-__all__ = ["BadRequest", "PredictRequest", "parse_predict", "format_predict", "dumps"]
+__all__ = ["BadRequest", "PredictRequest", "parse_predict", "format_predict", "encode_predict", "dumps"]
 
 
 class BadRequest(ValueError):
@@ -191,6 +191,11 @@ def format_predict(outputs: list, signature: Signature, columnar: bool) -> dict:
     columns = [out.tolist() for out in outputs]
     names = [spec.name for spec in signature.outputs]
     return {"predictions": [dict(zip(names, row)) for row in zip(*columns)]}
+
+
+def encode_predict(outputs: list, signature: Signature, columnar: bool) -> bytes:
+    """The response's JSON bytes for ``outputs``: :func:`format_predict`, then :func:`dumps`."""
+    return dumps(format_predict(outputs, signature, columnar))
 
 
 def dumps(document) -> bytes:

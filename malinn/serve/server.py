@@ -6,8 +6,9 @@ readiness (``/readyz``: 503 until every model has an AVAILABLE version). A model
 first load stops the server (exit status 1), as TensorFlow Serving does.
 
 SIGTERM, SIGINT and SIGHUP stop it gracefully: readiness turns 503, no new connection is accepted,
-idle keep-alive connections are closed, every request in flight is answered (the queues drain), and
-the process exits 0. A second Ctrl-C stops at once.
+idle keep-alive connections are closed, every request in flight is answered (the queues drain), the
+parse workers (:mod:`malinn.serve.parse_workers`, started with the server) end, and the process
+exits 0. A second Ctrl-C stops at once.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from ..errors import MalinnError
 from .config import ServeConfig
 from .metrics import Metrics
+from .parse_workers import ParsePool
 from .servables import ModelManager
 
 __all__ = ["serve", "require_extra", "MissingExtra"]
@@ -84,7 +86,12 @@ def serve(config: ServeConfig, say: Callable[[str], None] = _say) -> int:
 
     metrics = Metrics()
     manager = ModelManager(config, metrics, say=say)
-    app = build_app(manager, metrics, config)
+    parsing = None
+    if config.parse_workers:
+        parsing = ParsePool(
+            config.parse_workers, on_restart=lambda: metrics.count("malinn_serve_parse_worker_restarts_total", ())
+        )
+    app = build_app(manager, metrics, config, parsing=parsing)
     in_flight = app.state.in_flight
     metrics.gauges = lambda: (
         manager.gauges() + [("malinn_serve_in_flight", "Requests being answered now.", (), {(): in_flight[0]})]
@@ -125,13 +132,18 @@ def serve(config: ServeConfig, say: Callable[[str], None] = _say) -> int:
         timeout_graceful_shutdown=int(config.request_timeout) + 5,
     )
     server = Server(uv_config)
-    say(f"REST API at http://{shown}:{port} (models: {', '.join(manager.models)}); loading the models")
+    workers = f"; {config.parse_workers} parse workers" if parsing is not None else ""
+    say(f"REST API at http://{shown}:{port} (models: {', '.join(manager.models)}{workers}); loading the models")
+    if parsing is not None:
+        parsing.start()
     manager.start()
     try:
         status = asyncio.run(_run(server, manager, sock, say))
     finally:
         manager.stopping = True
         manager.stop()
+        if parsing is not None:
+            parsing.shutdown()
         sock.close()
     say("stopped")
     return status

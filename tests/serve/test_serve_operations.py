@@ -200,6 +200,7 @@ def test_without_the_serve_extra_the_command_says_how_to_install_it(keras_models
         (["serve", "/no/such/model.keras"], 1, ["/no/such/model.keras", "no such file"]),
         (["serve", "--port", "70000", "m.keras"], 2, ["--port", "70000"]),
         (["serve", "--max-batch-size", "0", "m.keras"], 2, ["--max-batch-size"]),
+        (["serve", "--parse-workers", "-1", "m.keras"], 2, ["--parse-workers", "-1"]),
         (
             ["serve", "--allowed-batch-sizes", "1,2,4", "--max-batch-size", "8", "m.keras"],
             1,
@@ -274,9 +275,9 @@ def test_a_config_file_reads_tensorflow_servings_forms(tmp_path):
             }
         )
     )
-    (model,), batching = read_config_file(path, BatchingParameters())
+    (model,), batching, parse_workers = read_config_file(path, BatchingParameters())
     assert model.name == "m" and model.base_path == tmp_path / "m" and model.policy == ("specific", (1, 3))
-    assert model.labels == {"stable": 3}
+    assert model.labels == {"stable": 3} and parse_workers is None
     assert (
         batching
         == model.batching
