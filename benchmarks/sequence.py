@@ -9,7 +9,16 @@ malinn loads each file, checks its outputs against Keras's (``max_error``, relat
 with CUDA where importable (``nn.LSTM``, a bidirectional ``nn.GRU``, ``nn.TransformerEncoder`` of
 the same shapes, fp32, TF32 off), else TensorFlow-cpu timing the saved model's own call.
 
+``--attention`` times instead the attention kernels of the library on the Transformer encoder's
+MultiHeadAttention (sequence 128, width 256, 4 heads of 64, batch 32; ``--attention-shape`` another):
+each kernel (``attention``, ``attention_tiled`` in its defines and its ``candidates``) chosen with
+``malinn.use`` in turn, the device time of the plan's attention launch (OpenCL profiling events, the
+median of ``--repeat`` rounds, the kernels interleaved in each), and the largest difference of its
+output from the ``attention`` kernel's and from numpy's; writes
+``benchmarks/results/sequence_attention_<device>.json``.
+
     python benchmarks/sequence.py [--quick] [--device gpu] [--models DIR] [--save-models DIR]
+    python benchmarks/sequence.py --attention [--device gpu] [--attention-shape B,T,WIDTH,HEADS,KEY_DIM]
 """
 
 from __future__ import annotations
@@ -143,12 +152,116 @@ def tensorflow_peer(folder: Path, name: str, batch: int, repeat: int) -> dict | 
     return harness.tensorflow_model_times(code, (batch,) + shape, repeat)
 
 
+#: the Transformer encoder's attention: batch, sequence, width, heads, key_dim
+ATTENTION_SHAPE = (32, 128, 256, 4, 64)
+
+
+def attention_kernels() -> list:
+    """``(label, codename, defines)`` of every attention kernel of the library: each entry in its
+    defines, then in each of its ``candidates``."""
+    from malinn.library.kernel_library import load_library
+
+    library, found = load_library(), []
+    for codename in library.codenames("attention"):
+        spec = library[codename]
+        for overrides in ({},) + tuple(spec.candidates):
+            label = codename + "".join(f" {k}={v}" for k, v in overrides.items())
+            found.append((label, codename, dict(overrides)))
+    return found
+
+
+def _attention_reference(layer, x: np.ndarray) -> np.ndarray:
+    """numpy's MultiHeadAttention of ``x`` over itself (float64, no mask) with the layer's weights."""
+    w = {name: getattr(layer, name).astype(np.float64) for name in layer.weight_names}
+    q, k, v = (
+        np.einsum("btd,dhk->bhtk", x, w[f"{n}_kernel"]) + w[f"{n}_bias"][None, :, None]
+        for n in ("query", "key", "value")
+    )
+    scores = np.einsum("bhtk,bhsk->bhts", q, k) / np.sqrt(layer.key_dim)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    out = np.einsum("bhts,bhsk->bthk", p, v)
+    return np.einsum("bthk,hko->bto", out, w["output_kernel"]) + w["output_bias"]
+
+
+def time_attention(device, shape: tuple, repeat: int) -> list:
+    """Rows of the device time of the attention launch of a MultiHeadAttention of ``shape`` (batch,
+    sequence, width, heads, key_dim) under each attention kernel (:func:`attention_kernels`), timed in
+    turn in each round; each row with its output's largest difference from the ``attention`` kernel's
+    and numpy's (relative to ``max(1, |y|)``)."""
+    from malinn.choice import kernel_choice
+
+    batch, sequence, width, heads, key_dim = shape
+    x_in = malinn.Input((sequence, width))
+    layer = malinn.layers.MultiHeadAttention(heads, key_dim)
+    model = malinn.Functional(x_in, layer(x_in, x_in))
+    rng = np.random.default_rng(0)
+    layer.set_weights(
+        [(rng.standard_normal(w.shape) / np.sqrt(w.shape[0])).astype(np.float32) for w in layer.get_weights()]
+    )
+    x = rng.standard_normal((batch, sequence, width)).astype(np.float32)
+    want = _attention_reference(layer, x.astype(np.float64))
+    scale = max(1.0, float(np.abs(want).max()))
+    launches, rows, first = {}, {}, None
+    for label, codename, config in attention_kernels():
+        kernel_choice.use("attention", codename, device, config)
+        got = model.predict(x, verbose=0)
+        plan = model.plan(batch, device)
+        found = [launch for launch in plan.launches if launch.function == codename]
+        ran = [step.spec for step in plan.steps if step.kind.name == "attention"]
+        if len(found) != 1 or any(ran[0].config.get(k) != str(v) for k, v in config.items()):
+            # the layer's defines do not fit this configuration (head size, local memory, queries per block)
+            print(json.dumps({"kernel": label, "skipped": f"the plan runs {ran[0].codename} {ran[0].config}"}))
+            continue
+        first = got if first is None else first
+        launches[label] = found[0]
+        rows[label] = {
+            "kernel": label,
+            "defines": {k: ran[0].config[k] for k in ("BQ", "BK", "MAXD") if k in ran[0].config},
+            "global": list(found[0].global_size),
+            "local": list(found[0].local_size or ()),
+            "max_error": float(np.abs(got - want).max()) / scale,
+            "max_difference_from_attention": float(np.abs(got - first).max()) / scale,
+        }
+    kernel_choice.forget(device)
+    times: dict = {label: [] for label in launches}
+    labels = list(launches)
+    for i in range(repeat + 1):  # the first round warms up
+        for label in labels[i % len(labels) :] + labels[: i % len(labels)]:
+            with device.lock:
+                event = launches[label].enqueue()
+                device.finish()
+            if i:
+                times[label].append((event.profile.end - event.profile.start) * 1e-9)
+    base = float(np.median(times[labels[0]]))
+    for label in labels:
+        ms = float(np.median(times[label])) * 1e3
+        rows[label].update({"shape": dict(zip(("batch", "sequence", "width", "heads", "key_dim"), shape)), "ms": ms})
+        rows[label]["speedup_over_attention"] = base * 1e3 / ms
+        print(json.dumps(rows[label]))
+    return [rows[label] for label in labels]
+
+
 def main(argv=None) -> None:
     parser = harness.arguments(__doc__, repeat=20, quick_repeat=3)
     parser.add_argument("--models", metavar="DIR", help="reuse the .keras files saved in DIR (no TensorFlow needed)")
     parser.add_argument("--save-models", metavar="DIR", help="save the models into DIR and keep them")
+    parser.add_argument(
+        "--attention", action="store_true", help="time the library's attention kernels on one layer (no models)"
+    )
+    parser.add_argument(
+        "--attention-shape",
+        metavar="B,T,WIDTH,HEADS,KEY_DIM",
+        default=",".join(map(str, ATTENTION_SHAPE)),
+        help="with --attention: batch, sequence, width, heads and head size (default: the encoder's, %(default)s)",
+    )
     args = harness.parse(parser, argv)
     device = harness.devices(args.device)[0]
+    if args.attention:
+        shape = tuple(int(v) for v in args.attention_shape.split(","))
+        rows = time_attention(device, shape, args.repeat)
+        harness.save("sequence_attention", device, rows, args)
+        return
     temporary = None
     if args.models:
         folder = Path(args.models)

@@ -108,6 +108,7 @@ def choose(
     shape: tuple | None = None,
     activation: str | None = None,
     precision: str = DEFAULT_PRECISION,
+    defines: dict | None = None,
 ) -> KernelSpec:
     """The kernel ``op`` uses on ``device`` (for a matmul, for the product ``shape = (m, k, n)``).
 
@@ -119,13 +120,20 @@ def choose(
     unless :func:`use` set the choice, takes the library's ``matmul_softmax`` kernel where it reads
     and writes the same layouts and holds the shape's columns (see :func:`holding_columns`).
 
+    Another op given a layer's ``defines`` takes the first of the explicit choice and the library's
+    defaults for the device's kind (a list there orders variants) that those defines configure
+    within its ``constraints`` and that the device can launch (its work-group and ``local_bytes``):
+    a tiled kernel bounded in head size or local memory gives way to the general one.
+
     Returns:
-        The configured :class:`~malinn.library.kernel_library.KernelSpec` (for a matmul, in ``precision``).
+        The configured :class:`~malinn.library.kernel_library.KernelSpec` (for a matmul, in ``precision``;
+        for another op, configured with ``defines``).
 
     Raises:
         DeviceError: ``precision`` needs an extension the device lacks.
         BackendError: ``precision`` is reduced and the device's backend reads fp32 weights only.
-        LibraryError: no kernel for the device's kind reads the weights in ``precision``.
+        LibraryError: no kernel for the device's kind reads the weights in ``precision``; or, for
+            another op, ``defines`` fit none of its kernels (the last one's error).
         ValueError: ``precision`` is unknown.
     """
     device = device or get_device()
@@ -134,7 +142,9 @@ def choose(
         check_precision(precision, device)
         spec = _choose_matmul(library, device, shape, activation, precision)
         return in_precision(spec, precision, device.kind, device.backend, shape, device)
-    return _choose_matmul(library, device, shape, activation) if op == "matmul" else _choose(library, op, device)
+    if op == "matmul":
+        return _choose_matmul(library, device, shape, activation)
+    return _choose(library, op, device) if defines is None else _choose_configured(library, op, device, defines)
 
 
 #: the backends whose plans run the reduced weight precisions (the others' read fp32 weights only)
@@ -210,6 +220,22 @@ def in_precision(
 def _choose(library: Any, op: str, device: Device) -> KernelSpec:
     chosen = explicit_choice(op, device)
     return library[chosen[0]].configure(chosen[1]) if chosen else library.default_spec(op, device.kind, device.backend)
+
+
+def _choose_configured(library: Any, op: str, device: Device, defines: dict) -> KernelSpec:
+    """The first of the explicit choice and the defaults that ``defines`` configure within its
+    constraints and that ``device`` can launch; else the last, configured (which raises why not)."""
+    chosen = explicit_choice(op, device)
+    specs = [library[chosen[0]].configure(chosen[1])] if chosen else []
+    specs += library.default_specs(op, device.kind, device.backend)
+    for spec in specs:
+        try:
+            configured = spec.configure(defines)
+        except LibraryError:
+            continue
+        if configured.fits(device):
+            return configured
+    return specs[-1].configure(defines)
 
 
 def _choose_matmul(

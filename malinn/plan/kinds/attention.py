@@ -21,7 +21,7 @@ from ..tensors import Step, Value, Vector
 from .base import OpKind, register
 
 if TYPE_CHECKING:
-    from ..builder import PlanBuilder
+    from ..recorder import Recorder
 
 __all__ = ["ATTENTION", "attention", "MASK_MODES", "SCORES"]
 
@@ -58,7 +58,7 @@ ATTENTION = register(Attention())
 
 
 def attention(
-    builder: PlanBuilder,
+    builder: Recorder,
     queries: Value,
     keys: Value,
     *,
@@ -130,7 +130,7 @@ def attention(
         "CW": _literal(concat_weight),
         "LARGE_NEG": _literal(_LOWEST),
     }
-    spec = choose("attention", builder.device).configure(defines)
+    spec = choose("attention", builder.device, defines=defines)  # the first kernel these defines fit
     vectors = {"scale": score_vector} if score_vector is not None else {}
     return builder.record(
         ATTENTION, spec, (builder.batch, tq, heads * value_dim), {"a": queries, "b": keys}, what, vectors=vectors
