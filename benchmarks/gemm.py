@@ -31,7 +31,17 @@ The results go to ``benchmarks/results/gemm_<device>.json`` (``gemm_networks_<de
 --networks, ``gemm_backends_<device>.json`` with several devices) unless --out says otherwise.
 --quick: sizes 96 and 192 (the Partial networks' products with --networks), 3 repeats.
 
+With ``--sweep CODENAME`` it times one configurable kernel in many configurations instead: every
+configuration its library entry offers the device (its defaults and ``candidates``) plus those of
+``--sweep-configs FILE`` (a JSON list of define dicts), on the products ``--shape MxKxN`` names
+(units x inputs x batch; default: squares of --sizes), each checked against one float64 numpy
+product per shape, beside CLBlast and cuBLAS timed on the same shapes in the same run. It writes
+``gemm_sweep_<codename>_<device>.json``: a row per shape and configuration, and per shape the
+fastest configuration with its ratio to each peer. That is how a library entry's configuration for
+a range of shapes is found (the entry's description cites the file).
+
 Run:  python benchmarks/gemm.py [--device D[,D2...]] [--sizes 96 192 ...] [--networks] [--variants ...] [--quick]
+      python benchmarks/gemm.py --sweep gemm_keras [--sweep-configs FILE] [--shape 4096x4096x4096 ...]
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ from __future__ import annotations
 import platform
 import sys
 import time
+from pathlib import Path
 
 import harness
 import numpy as np
@@ -48,6 +59,7 @@ from models import MODELS
 import malinn
 from malinn import ops
 from malinn.choice.kernel_choice import choose
+from malinn.errors import LibraryError
 from malinn.library.kernel_library import load_library
 from malinn.tuning.tuner import Product
 
@@ -255,8 +267,20 @@ def main(argv=None):
         default=10.0,
         help="seconds per kernel and size: when one run times --repeat exceeds it, that one run counts (default: 10)",
     )
+    parser.add_argument(
+        "--sweep",
+        metavar="CODENAME",
+        choices=library.codenames("matmul"),
+        help="time this kernel in every configuration its entry offers (and --sweep-configs') instead",
+    )
+    parser.add_argument("--sweep-configs", metavar="FILE", help="a JSON list of define dicts for --sweep")
+    parser.add_argument(
+        "--shape", action="append", metavar="MxKxN", help="a product for --sweep: units x inputs x batch (repeatable)"
+    )
     args = harness.parse(parser, argv)
     devices = harness.devices(args.device)
+    if args.sweep:
+        return sweep(library, devices[0], args)
     if args.networks and len(devices) > 1:
         parser.error("--networks times one device")
     shapes = (
@@ -373,6 +397,78 @@ def main(argv=None):
         fields["ratios"] = ratios
     name = "gemm_networks" if args.networks else "gemm_backends" if len(devices) > 1 else "gemm"
     harness.save(name, devices[0], rows, args, **fields)
+    if WRONG:
+        print(f"gemm: wrong products (not timed): {'; '.join(WRONG)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def sweep_specs(library, device, codename: str, extra: list) -> list:
+    """``codename`` in each configuration its entry offers ``device`` and in each of ``extra`` (define
+    dicts) that meets its constraints and fits the device, each once."""
+    base = library[codename]
+    specs, seen = [], set()
+    for config in base.configurations(device) + [{**dict(base.defines), **c} for c in extra]:
+        try:
+            spec = base.configure(config)
+        except LibraryError as exc:
+            print(f"gemm: skipping {config}: {exc}", file=sys.stderr)
+            continue
+        if spec.defines in seen or not spec.fits(device):
+            continue
+        seen.add(spec.defines)
+        specs.append(spec)
+    return specs
+
+
+def sweep(library, device, args) -> int:
+    """``--sweep``: one kernel's configurations on the ``--shape`` products beside CLBlast and cuBLAS."""
+    import json
+
+    extra = json.loads(Path(args.sweep_configs).read_text()) if args.sweep_configs else []
+    specs = sweep_specs(library, device, args.sweep, extra)
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shape or []] or [
+        (n, n, n) for n in args.sizes or (QUICK_SIZES if args.quick else THESIS_SIZES)
+    ]
+    clblast, why = usable_clblast(device)
+    print(f"device: {device}; {len(specs)} configurations of {args.sweep}; CLBlast: {'found' if clblast else why}")
+    rows, best = [], []
+    for shape in shapes:
+        m, k, n = shape
+        gflop = 2.0 * m * k * n / 1e9
+        a, b = operands(shape)
+        want = a.astype(np.float64) @ b
+        tolerance = 1e-4 * max(1.0, float(np.abs(want).max()))
+        peers = {"CLBlast": gflop / time_clblast(clblast, device, shape, args.repeat) if clblast else None}
+        torch_s = time_torch(shape, args.repeat)
+        peers["cuBLAS"] = gflop / torch_s if torch_s else None
+        fastest = None
+        for spec in specs:
+            if not spec.accepts(m, k, n, device):
+                continue
+            product = Product(spec, device, m, k, n, operands=(a, b))
+            product.launch().wait()
+            if float(np.abs(product.r.numpy() - want).max()) > tolerance:
+                WRONG.append(f"{label(spec)} at {shape_name(shape)}")
+                continue
+            run = lambda: (product.launch(), device.finish())  # noqa: E731
+            gflops = gflop / median_time(run, args.repeat, warmup=1)
+            rows.append({"shape": shape_name(shape), "configuration": label(spec), "gflops": gflops})
+            if fastest is None or gflops > fastest["gflops"]:
+                fastest = rows[-1]
+        entry = {"shape": shape_name(shape), **peers, "fastest": fastest}
+        for peer, value in peers.items():
+            if fastest is not None and value:
+                entry[f"fastest_over_{peer}"] = fastest["gflops"] / value
+        best.append(entry)
+        print(
+            f"{shape_name(shape)}: fastest {fastest and fastest['configuration']} "
+            f"{fastest and round(fastest['gflops'])} GFLOP/s; "
+            + ", ".join(f"{p} {v:.0f}" for p, v in peers.items() if v),
+            flush=True,
+        )
+        # after each shape, so that a run stopped by a time limit keeps what it measured
+        harness.save(f"gemm_sweep_{args.sweep}", device, rows, args, best=best, wrong=WRONG)
     if WRONG:
         print(f"gemm: wrong products (not timed): {'; '.join(WRONG)}", file=sys.stderr)
         return 1

@@ -19,8 +19,13 @@ Ray is imported only here, and only when a :class:`Predictor` is made (an option
 
 from __future__ import annotations
 
+import os
+from types import ModuleType
+from typing import Any
+
 import numpy as np
 
+from .backends.base import Device
 from .backends.selection import devices as working_devices
 from .backends.selection import listing, resolve_devices
 from .errors import DeviceError
@@ -33,7 +38,7 @@ __all__ = ["Predictor", "RAY_HINT", "actor_devices"]
 RAY_HINT = "malinn.ray needs Ray Data, which is not installed: pip install 'malinn[ray]'"
 
 
-def _ray():
+def _ray() -> ModuleType:
     try:
         import ray
     except ImportError:
@@ -67,7 +72,7 @@ def actor_devices(gpu_ids: list) -> list | None:
         ) from None
 
 
-def _column(batch, name: str) -> np.ndarray:
+def _column(batch: Any, name: str) -> np.ndarray:
     """Column ``name`` of a batch (a dict of numpy arrays, or a pandas DataFrame) as one array, its
     rows stacked where each row holds an array (a Parquet list column).
 
@@ -113,9 +118,15 @@ class Predictor:
     """
 
     def __init__(
-        self, model, input_column="data", output_column: str = "predictions", device=None, batch_size: int | None = None
+        self,
+        model: PlannedModel | str | os.PathLike,
+        input_column: str | list[str] | tuple[str, ...] = "data",
+        output_column: str = "predictions",
+        device: str | Device | list | tuple | None = None,
+        batch_size: int | None = None,
     ):
         ray = _ray()
+        self.devices: list | None
         if device is not None:
             self.devices = resolve_devices(device)
         else:
@@ -125,7 +136,7 @@ class Predictor:
         self.model = model if isinstance(model, PlannedModel) else load_model(model)
         self.input_column, self.output_column, self.batch_size = input_column, output_column, batch_size
 
-    def __call__(self, batch):
+    def __call__(self, batch: Any) -> Any:
         """Predicts one batch.
 
         Args:

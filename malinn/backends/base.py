@@ -85,6 +85,11 @@ class Device:
     #: the loop iterations after which the driver silently ends a shader invocation's loops
     #: (llvmpipe: 65535, measured by the GL probe); None where nothing ends them
     max_loop_iterations: int | None = None
+    #: whether a further plan of one model on this device (a replica: the device listed twice in
+    #: ``predict``'s ``devices``) passes its data on a queue of its own (:meth:`stream`), so that one
+    #: pass's copies run while another's kernels compute: the backend's probe decides (OpenCL: on a
+    #: discrete GPU, whose copy engines work beside its compute units, unless ``MALINN_OVERLAP=0``)
+    overlap_queues: bool = False
     counters: dict = field(
         repr=False,
         default_factory=lambda: {
@@ -243,8 +248,17 @@ class Device:
         """Enqueues ``launches`` (a list of :class:`BoundLaunch`) in order, as a plan runs them."""
         raise NotImplementedError
 
-    def run_pass(self, uploads: list, launches: list, downloads: list) -> None:
-        """One pass of a plan, the caller holding :attr:`lock`: ``uploads`` (``(buffer, array)``,
+    def stream(self, replica: int = 0) -> tuple[Any, AbstractContextManager[Any]]:
+        """The queue and the lock that the passes of a plan for ``replica`` use (see
+        :meth:`~malinn.model.model.PlannedModel.plan`): here, and for replica 0 on every backend,
+        the device's own queue (None: the backend's one) and :attr:`lock`, so that passes run one
+        after another. A backend whose copies can run beside its kernels gives a further replica a
+        queue of its own."""
+        return None, self.lock
+
+    def run_pass(self, uploads: list, launches: list, downloads: list, queue: Any = None) -> None:
+        """One pass of a plan, the caller holding :attr:`lock` (or the lock of ``queue``'s
+        :meth:`stream`; None: the device's own queue): ``uploads`` (``(buffer, array)``,
         non-blocking), ``launches`` in order, then ``downloads`` (``(buffer, array)``, the last one
         blocking: every array holds its data when this returns). A backend may override it with a
         tighter sequence of the same calls (``predict``'s path: OpenCL's costs a few microseconds

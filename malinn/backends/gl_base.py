@@ -166,6 +166,8 @@ class GLBaseDevice(Device):
 
     ctx: Any = field(repr=False, default=None)
     gl: Any = field(repr=False, default=None)
+    #: the program-binary formats the driver offers (0: none, no binary cache of its programs)
+    binary_formats: int = 0
     #: whether the context has ``glMemoryBarrier`` (compute contexts), issued before a buffer is read
     storage_barriers: ClassVar[bool] = True
 

@@ -25,8 +25,8 @@ from ..errors import KernelBuildError
 from ..io.cache import read_entry, write_entry
 
 if TYPE_CHECKING:
+    from .gl_base import GLBaseDevice
     from .gl_functions import GLFunctions
-    from .opengl import GLDevice
 
 __all__ = [
     "GLProgram",
@@ -148,7 +148,7 @@ class GLProgram:
     turns it off).
     """
 
-    def __init__(self, device: GLDevice, source: str, options: tuple, origin: str):
+    def __init__(self, device: GLBaseDevice, source: str, options: tuple, origin: str):
         self.device, self.source, self.options, self.origin = device, source, options, origin
         self.shaders: dict[tuple, Any] = {}
 

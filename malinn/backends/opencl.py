@@ -25,8 +25,11 @@ import logging
 import os
 import threading
 import warnings
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -60,6 +63,9 @@ from .opencl_tensorflow import (
     skipped_for_tensorflow,
     tensorflow_loaded,
 )
+
+if TYPE_CHECKING:
+    import pyopencl
 
 __all__ = [
     "OpenCLDevice",
@@ -110,9 +116,10 @@ def build_threads() -> int:
 class OpenCLDevice(DeviceMemory, BinaryCache, Device):
     """An OpenCL device with its context and one in-order profiling queue."""
 
-    cl_device: object = field(repr=False, default=None)
-    context: object = field(repr=False, default=None)
-    queue: object = field(repr=False, default=None)
+    # the driver's objects, which the probe gives (keyword-only: the fields before them have defaults)
+    cl_device: pyopencl.Device = field(repr=False, kw_only=True)
+    context: pyopencl.Context = field(repr=False, kw_only=True)
+    queue: pyopencl.CommandQueue = field(repr=False, kw_only=True)
     #: whether the driver caches builds from source itself (NVIDIA's, PoCL), decided by the probe:
     #: such builds go around pyopencl's own cache of builds (see :meth:`_build_from_source`)
     driver_caches_builds: bool = False
@@ -120,10 +127,12 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
     #: another model's predict enqueues meanwhile; the builds themselves run outside it, side by side)
     build_lock: threading.Lock = field(repr=False, default_factory=threading.Lock)
     #: the threads that build programs (made with the first build that may run beside others)
-    build_pool: object = field(repr=False, default=None)
+    build_pool: ThreadPoolExecutor | None = field(repr=False, default=None)
     #: launches bound before their program was built: launch -> Future of the launch, done once its
     #: kernel is made (:meth:`wait_for_builds`)
-    pending: dict = field(repr=False, default_factory=dict)
+    pending: dict[BoundLaunch, Future[BoundLaunch]] = field(repr=False, default_factory=dict)
+    #: the queues and locks of replicas 1, 2, ... (made on first use)
+    streams: dict[int, tuple[pyopencl.CommandQueue, threading.RLock]] = field(repr=False, default_factory=dict)
 
     @property
     def extensions(self) -> tuple:
@@ -131,7 +140,7 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
         return tuple(self.cl_device.extensions.split()) if self.cl_device is not None else ()
 
     # ---------------------------------------------------------------- programs
-    def compile(self, source: str, options: tuple = (), origin: str = "<source>"):
+    def compile(self, source: str, options: tuple = (), origin: str = "<source>") -> pyopencl.Program:
         """Builds (once) and returns an OpenCL program for this device.
 
         Programs are memoised per (source, options and ``MALINN_CL_OPTIONS``) in the device's cache,
@@ -147,7 +156,9 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
         """
         return self.compile_async(source, options, origin, wait=True).result()
 
-    def compile_async(self, source: str, options: tuple = (), origin: str = "<source>", wait: bool = False) -> Future:
+    def compile_async(
+        self, source: str, options: tuple = (), origin: str = "<source>", wait: bool = False
+    ) -> Future[pyopencl.Program]:
         """:meth:`compile` without waiting for the build: the ``Future`` of the program, built on the
         device's build threads (:func:`build_threads`; on a driver other than NVIDIA's or PoCL, only
         where ``MALINN_BUILD_THREADS`` is set) beside the other programs asked for. A program
@@ -184,8 +195,9 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
             future = programs[digest] = Future()
             if threads > 1 and self.build_pool is None:
                 self.build_pool = ThreadPoolExecutor(threads, thread_name_prefix="malinn-build")
-        if threads > 1:
-            self.build_pool.submit(self._build_into, future, digest, source, options, origin)
+            pool = self.build_pool
+        if threads > 1 and pool is not None:  # made above where threads > 1
+            pool.submit(self._build_into, future, digest, source, options, origin)
         else:
             self._build_into(future, digest, source, options, origin)
         return future
@@ -197,7 +209,9 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
         with self.build_lock:
             self.counters[key] = self.counters.get(key, 0) + 1
 
-    def _build_into(self, future: Future, digest: str, source: str, options: tuple, origin: str) -> None:
+    def _build_into(
+        self, future: Future[pyopencl.Program], digest: str, source: str, options: tuple, origin: str
+    ) -> None:
         """Builds the program (:meth:`_build`) and settles ``future`` with it, or with the error (the
         memo then forgets it)."""
         try:
@@ -209,7 +223,7 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
         else:
             future.set_result(program)
 
-    def _build(self, source: str, options: tuple, origin: str):
+    def _build(self, source: str, options: tuple, origin: str) -> pyopencl.Program:
         """The program from its binary in the cache, else built from source and its binary stored,
         under the program's build lock (in the build thread: the stores of several programs, on PoCL
         a compile of each kernel and a load of the binary, run side by side as their builds do)."""
@@ -229,7 +243,7 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
                 self._to_binary(key, program)
             return program
 
-    def _build_from_source(self, source: str, options: tuple, origin: str):
+    def _build_from_source(self, source: str, options: tuple, origin: str) -> pyopencl.Program:
         """A program built from ``source`` with ``options``: quietly (:func:`build_quietly`)
         where the driver caches builds from source itself (NVIDIA's, PoCL: pyopencl builds them
         uncached too); elsewhere through pyopencl's ``build`` and its cache of builds (Oclgrind's, a
@@ -280,14 +294,14 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
     # ---------------------------------------------------------------- launches
     def bind(
         self,
-        program,
+        program: Any,
         function: str,
         args: list,
         global_size: tuple,
-        local_size,
+        local_size: tuple | None,
         what: str = "",
         name: str | None = None,
-    ):
+    ) -> BoundLaunch:
         """:meth:`Device.bind`; ``program`` may be the ``Future`` of :meth:`compile_async`: a launch
         whose program is still building gets its kernel when the build ends (:meth:`wait_for_builds`)."""
         global_size = tuple(int(g) for g in global_size)
@@ -309,7 +323,7 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
         bound.enqueue = lambda: self._enqueue_one(bound)
         return bound
 
-    def _kernel(self, program, function: str, args: list, what: str):
+    def _kernel(self, program: Any, function: str, args: list, what: str) -> pyopencl.Kernel:
         """The kernel ``function`` of ``program`` with ``args`` set."""
         cl = pyopencl_module()
         try:
@@ -322,12 +336,22 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
             ) from exc
         return kernel
 
-    def _bind_when_built(self, program: Future, function, args, global_size, local_size, what, name, held):
+    def _bind_when_built(
+        self,
+        program: Future[Any],
+        function: str,
+        args: list,
+        global_size: tuple,
+        local_size: tuple | None,
+        what: str,
+        name: str | None,
+        held: list,
+    ) -> BoundLaunch:
         bound = BoundLaunch(name or function, global_size, local_size, None, None, what, held=held)
         bound.enqueue = lambda: self._enqueue_one(bound)
-        made = Future()
+        made: Future[BoundLaunch] = Future()
 
-        def make(built: Future) -> None:  # in the build thread, once the program is built
+        def make(built: Future[Any]) -> None:  # in the build thread, once the program is built
             try:
                 bound.handle = self._kernel(built.result(), function, args, what)
             except BaseException as exc:
@@ -340,7 +364,7 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
         program.add_done_callback(make)
         return bound
 
-    def wait_for_builds(self, on_done=None, discard: bool = False) -> None:
+    def wait_for_builds(self, on_done: Callable[[], object] | None = None, discard: bool = False) -> None:
         """Waits until every launch bound before its program was built has its kernel, calling
         ``on_done()`` as each one's is made. With ``discard`` (a plan that failed) they are forgotten.
 
@@ -364,7 +388,7 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
         if failed and not discard:
             failed[0].result()
 
-    def _enqueue_one(self, launch: BoundLaunch):
+    def _enqueue_one(self, launch: BoundLaunch) -> pyopencl.Event:
         if self.pending:
             self.wait_for_builds()
         try:
@@ -388,7 +412,35 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
                 raise self._launch_error(launch, exc) from exc
         self.counters["launches"] += len(launches)
 
-    def run_pass(self, uploads: list, launches: list, downloads: list) -> None:
+    def stream(self, replica: int = 0) -> tuple[pyopencl.CommandQueue, Any]:
+        """:meth:`Device.stream`: replica 0, and every replica where :attr:`overlap_queues` is off,
+        the device's queue and :attr:`lock`; a further replica its own in-order queue and lock (a
+        pass holds them while it enqueues and waits for its download, so another replica's pass
+        uploads meanwhile)."""
+        if replica == 0 or not self.overlap_queues:
+            return self.queue, self.lock
+        cl = pyopencl_module()
+        with self.build_lock:
+            if replica not in self.streams:
+                try:
+                    queue = cl.CommandQueue(
+                        self.context, self.cl_device, properties=cl.command_queue_properties.PROFILING_ENABLE
+                    )
+                except cl.Error as exc:
+                    raise DeviceError(
+                        f"making a second command queue on {self.name} failed ({status_name(exc)}); "
+                        f"set MALINN_OVERLAP=0 to run every pass on one queue"
+                    ) from exc
+                self.streams[replica] = (queue, threading.RLock())
+            return self.streams[replica]
+
+    def run_pass(
+        self,
+        uploads: list[tuple[pyopencl.Buffer, np.ndarray]],
+        launches: list[BoundLaunch],
+        downloads: list[tuple[pyopencl.Buffer, np.ndarray]],
+        queue: pyopencl.CommandQueue | None = None,
+    ) -> None:
         """:meth:`Device.run_pass` as pyopencl's calls alone (plain copies, the upload events held
         until the blocking download): what a plain pyopencl program does, the messages of
         :meth:`upload`, :meth:`launch_all` and :meth:`download` made only on a failure. A first run
@@ -396,8 +448,9 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
         if self.pending:
             self.wait_for_builds()
         cl = pyopencl_module()
-        copy, enqueue, queue = cl.enqueue_copy, cl.enqueue_nd_range_kernel, self.queue
-        in_flight, doing = [], None
+        copy, enqueue, queue = cl.enqueue_copy, cl.enqueue_nd_range_kernel, queue or self.queue
+        in_flight: list = []
+        doing: BoundLaunch | tuple[pyopencl.Buffer, np.ndarray] | None = None
         try:
             for doing in uploads:
                 in_flight.append(copy(queue, doing[0], doing[1], is_blocking=False))
@@ -410,18 +463,20 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
         except cl.Error as exc:
             if isinstance(doing, BoundLaunch):
                 raise self._launch_error(doing, exc) from exc
+            assert doing is not None  # the error came from a copy or a launch
             where = "uploading the input" if any(doing is u for u in uploads) else "downloading the output"
             raise DeviceError(
                 f"{where} ({doing[1].nbytes} bytes) {'to' if where[0] == 'u' else 'from'} {self.name} "
                 f"failed ({status_name(exc)})"
             ) from exc
         counters = self.counters
-        counters["uploads"] += len(uploads)
-        counters["launches"] += len(launches)
-        counters["downloads"] += len(downloads)
+        with self.build_lock:  # replicas' passes on queues of their own count at once
+            counters["uploads"] += len(uploads)
+            counters["launches"] += len(launches)
+            counters["downloads"] += len(downloads)
         del in_flight  # complete: the blocking download after them returned
 
-    def _launch_error(self, launch: BoundLaunch, exc) -> DeviceError:
+    def _launch_error(self, launch: BoundLaunch, exc: Exception) -> DeviceError:
         return DeviceError(
             f"{launch.what + ': ' if launch.what else ''}kernel {launch.function} failed on "
             f"{self.name} ({status_name(exc)}); global {launch.global_size}, local {launch.local_size}"
@@ -459,7 +514,9 @@ def probe_key(device: OpenCLDevice) -> dict | None:
     }
 
 
-def probe(cl, platform, cl_device, index) -> OpenCLDevice:
+def probe(
+    cl: ModuleType, platform: pyopencl.Platform, cl_device: pyopencl.Device, index: tuple[int, int]
+) -> OpenCLDevice:
     """Creates a context and queue on ``cl_device`` and runs the probe kernel; raises on failure.
 
     The probe program goes through :meth:`OpenCLDevice.compile`, so its binary is cached like any
@@ -494,6 +551,7 @@ def probe(cl, platform, cl_device, index) -> OpenCLDevice:
         opencl_c_version=version.strip(),
         driver_version=d.driver_version.strip(),
         host_unified_memory=unified,
+        overlap_queues=not unified and bool(switch("MALINN_OVERLAP", True)),
         cl_device=d,
         context=context,
         queue=queue,
@@ -522,14 +580,16 @@ def probe(cl, platform, cl_device, index) -> OpenCLDevice:
 _PROBE_PASSED = b"passed"
 
 
-def _type_name(cl, bits: int) -> str:
+def _type_name(cl: ModuleType, bits: int) -> str:
     for name in ("GPU", "CPU", "ACCELERATOR", "CUSTOM"):
         if bits & getattr(cl.device_type, name, 0):
             return name
     return cl.device_type.to_string(bits)
 
 
-def _probe_or_warn(cl, platform, cl_device, index, known: dict | None):
+def _probe_or_warn(
+    cl: ModuleType, platform: pyopencl.Platform, cl_device: pyopencl.Device, index: tuple[int, int], known: dict | None
+) -> OpenCLDevice | None:
     """The probed device at ``index`` (``None``: its probe failed, with a warning), reusing ``known``'s
     result for that index where there is one and recording the new one there."""
     if known is not None and index in known:

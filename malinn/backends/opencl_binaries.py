@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import struct
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from ..environment import switch
 from ..io.cache import DamagedEntry, in_use, read_entry, users_died, write_entry
@@ -26,6 +28,9 @@ from .opencl_driver import (
     status_name,
     wrapped_program,
 )
+
+if TYPE_CHECKING:
+    import pyopencl
 
 __all__ = ["BinaryCache", "pocl_binary_problem"]
 
@@ -100,11 +105,11 @@ def pocl_binary_problem(binary: bytes) -> str | None:
     return None
 
 
-def _pocl_files(data: memoryview, offset: int, count: int | None):
+def _pocl_files(data: memoryview, offset: int, count: int | None) -> tuple[dict[str, memoryview], int]:
     """PoCL's serialised files from ``offset``: ``count`` of them, or (None) up to the end of
     ``data``; returns ({path: contents}, the offset after them). A file is its path's length (4
     bytes), the path, its contents' length (4 bytes) and the contents."""
-    files = {}
+    files: dict[str, memoryview] = {}
     while (count is None and offset < len(data)) or (count is not None and len(files) < count):
         n = struct.unpack_from("<I", data, offset)[0]
         path = bytes(data[offset + 4 : offset + 4 + n]).decode("utf-8", "replace")
@@ -123,7 +128,22 @@ class BinaryCache:
     """The program-binary cache's side of :class:`~malinn.backends.opencl.OpenCLDevice` (a mixin:
     it reads the device's ``context``, ``cl_device``, identity and ``is_pocl``)."""
 
-    def _binary_key(self, source: str, options) -> dict | None:
+    # what it reads of the device (:class:`~malinn.backends.base.Device`'s and
+    # :class:`~malinn.backends.opencl.OpenCLDevice`'s fields)
+    name: str
+    vendor: str
+    platform: str
+    driver_version: str
+    context: pyopencl.Context
+    cl_device: pyopencl.Device
+    if TYPE_CHECKING:
+
+        @property
+        def is_pocl(self) -> bool: ...
+
+        def count_build(self, key: str) -> None: ...
+
+    def _binary_key(self, source: str, options: Iterable[str]) -> dict | None:
         """The full key of a program binary in the cache (``None`` when ``MALINN_BINARY_CACHE=0``)."""
         if not switch("MALINN_BINARY_CACHE", True):
             return None
@@ -136,7 +156,7 @@ class BinaryCache:
             "platform": self.platform,
         }
 
-    def _build_lock_name(self, source: str, options) -> str:
+    def _build_lock_name(self, source: str, options: Iterable[str]) -> str:
         """What names a program to :func:`~malinn.io.cache.build_lock`: the device, the options and the
         source without its comments and spacing, as PoCL's kernel cache tells programs apart (by
         the preprocessed source): two library entries of one source and configuration are one
@@ -144,7 +164,7 @@ class BinaryCache:
         text = " ".join(SOURCE_COMMENTS.sub(" ", source).split())
         return "\0".join([self.platform, self.name, self.driver_version, *options, text])
 
-    def _from_binary(self, key, options):
+    def _from_binary(self, key: dict | None, options: Iterable[str]) -> pyopencl.Program | None:
         """The program loaded from its binary in the cache, or ``None`` (absent, damaged, refused).
 
         Besides the entry's own checks, a binary for PoCL must pass :func:`pocl_binary_problem`
@@ -174,7 +194,7 @@ class BinaryCache:
         if problem:
             raise DamagedEntry(problem)
 
-    def _to_binary(self, key, program) -> None:
+    def _to_binary(self, key: dict | None, program: Any) -> None:
         """Stores ``program``'s binary under ``key`` once it is known to load: the driver's build
         succeeded, the binary is not empty, its bytes pass :func:`pocl_binary_problem` on PoCL, and
         a new program made from it in this process builds and has the same kernels. A binary that
@@ -183,12 +203,12 @@ class BinaryCache:
         if key is None or users_died("programs", key):
             return
         binary, problem = self._loadable_binary(program, key)
-        if problem:
+        if problem or binary is None:  # no binary comes with a problem
             _logger.debug("not caching a binary for %s: %s", self.name, problem)
             return
         write_entry("programs", key, binary)
 
-    def _loadable_binary(self, program, key) -> tuple:
+    def _loadable_binary(self, program: Any, key: dict) -> tuple[bytes | None, str | None]:
         """``(binary, None)``, or ``(binary or None, why it would not load in another process)``."""
         cl = pyopencl_module()
         try:
@@ -198,7 +218,7 @@ class BinaryCache:
             return None, f"the driver gives no binary ({exc})"
         return binary, self._binary_problem(binary, status, kernel_names(program), key)
 
-    def _binary_problem(self, binary: bytes, status, kernels: list, key) -> str | None:
+    def _binary_problem(self, binary: bytes, status: object, kernels: list[str], key: dict) -> str | None:
         cl = pyopencl_module()
         if status != CL_BUILD_SUCCESS:
             return f"the driver's build status is {status}, not success"

@@ -7,6 +7,16 @@ are the only importers of pyopencl).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyopencl
+
+# Programs (pyopencl's ``Program`` and its underlying ``_cl._Program``) are typed ``Any`` here: their
+# ``get_info`` and ``get_build_info`` answer ``object`` whatever the key asks, and this module reads
+# strings, lists and statuses from them.
 
 __all__ = ["status_name", "POCL_PLATFORM", "QUIET_BUILD_OPTIONS"]
 
@@ -19,13 +29,13 @@ POCL_PLATFORM = "Portable Computing Language"
 QUIET_BUILD_OPTIONS = ("-w",)
 
 
-def pyopencl_module():
+def pyopencl_module() -> ModuleType:
     import pyopencl as cl  # imported on first use so that `import malinn` never fails for lack of a driver
 
     return cl
 
 
-def caches_its_builds(cl_device) -> bool:
+def caches_its_builds(cl_device: pyopencl.Device) -> bool:
     """Whether ``cl_device``'s driver caches builds from source itself (pyopencl knows NVIDIA's and
     PoCL's); asked once, when the device is probed."""
     from pyopencl.characterize import has_src_build_cache  # pyopencl on first use, as in pyopencl_module()
@@ -37,7 +47,7 @@ def status_name(error: Exception) -> str:
     """The OpenCL status name (e.g. ``CL_OUT_OF_RESOURCES``) carried by a pyopencl error."""
     cl = pyopencl_module()
     try:
-        code = int(error.code)
+        code = int(getattr(error, "code"))  # pyopencl.Error's; another exception has none
     except Exception:
         code = None
     if code is not None:
@@ -48,10 +58,11 @@ def status_name(error: Exception) -> str:
     return type(error).__name__
 
 
-def defined_names(options) -> set:
+def defined_names(options: Iterable[str]) -> set[str]:
     """The macro names compiler ``options`` define or undefine (``-DNAME``, ``-DNAME=V``, ``-D NAME=V``,
     ``-UNAME``)."""
-    names, tokens = set(), list(options)
+    names: set[str] = set()
+    tokens = list(options)
     for i, token in enumerate(tokens):
         if token in ("-D", "-U") and i + 1 < len(tokens):
             token = token + tokens[i + 1]
@@ -60,7 +71,7 @@ def defined_names(options) -> set:
     return names
 
 
-def build_quietly(raw, cl_device, options: list) -> str:
+def build_quietly(raw: Any, cl_device: pyopencl.Device, options: list) -> str:
     """Builds pyopencl's underlying program ``raw`` for ``cl_device``; returns the build log.
 
     pyopencl's ``Program.build`` turns any non-empty log into a ``CompilerWarning``, and NVIDIA's
@@ -80,7 +91,7 @@ def build_quietly(raw, cl_device, options: list) -> str:
     return build_log(raw, cl_device)
 
 
-def wrapped_program(raw, source: str | None):
+def wrapped_program(raw: Any, source: str | None) -> pyopencl.Program:
     """pyopencl's ``Program`` around its built underlying program ``raw``, with the ``_source``
     attribute its ``Kernel`` reads: without it the lookup falls through to a kernel of that name, a
     failed clCreateKernel (which Oclgrind's API check reports)."""
@@ -104,7 +115,7 @@ def with_files(log: str, source: str) -> str:
         return log
     names = {name for _, name in marks}
 
-    def place(match):
+    def place(match: re.Match[str]) -> str:
         if match.group(1) in names:  # the driver honoured #line
             return match.group(0)
         line = int(match.group(2))
@@ -114,7 +125,7 @@ def with_files(log: str, source: str) -> str:
     return _LOG_PLACE.sub(place, log)
 
 
-def build_log(raw, cl_device) -> str:
+def build_log(raw: Any, cl_device: pyopencl.Device) -> str:
     """The build log of pyopencl's underlying program ``raw`` for ``cl_device``, stripped."""
     cl = pyopencl_module()
     try:
@@ -129,7 +140,7 @@ CL_BUILD_SUCCESS = 0
 SOURCE_COMMENTS = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 
 
-def kernel_names(program) -> list:
+def kernel_names(program: Any) -> list[str]:
     """The kernel names of a built program, sorted (``[]`` where the driver does not say: OpenCL 1.1)."""
     try:
         return sorted(filter(None, program.get_info(pyopencl_module().program_info.KERNEL_NAMES).split(";")))
@@ -137,14 +148,14 @@ def kernel_names(program) -> list:
         return []
 
 
-def safe_name(obj) -> str:
+def safe_name(obj: Any) -> str:
     try:
         return obj.name.strip()
     except Exception:
         return "unnamed"
 
 
-def safe_attr(obj, name: str) -> str:
+def safe_attr(obj: Any, name: str) -> str:
     try:
         return str(getattr(obj, name))
     except Exception:

@@ -5,24 +5,36 @@ memory with the host), page-locked staging arrays on discrete GPUs, zeroed buffe
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Protocol
+
 import numpy as np
 
 from ..environment import switch
 from ..errors import DeviceError
-from .base import ALLOCATION_HINT, Device, size_text
+from .base import ALLOCATION_HINT, size_text
 from .opencl_driver import pyopencl_module, status_name
+
+if TYPE_CHECKING:
+    import pyopencl
 
 __all__ = ["DeviceMemory", "zero_copy_enabled", "PINNED_MIN_BYTES", "DIRECT_MIN_BYTES"]
 
 
-def zero_copy_enabled(device: Device) -> bool:
+class _SharesMemory(Protocol):
+    """What :func:`zero_copy_enabled` reads of a device (a :class:`~malinn.backends.base.Device`)."""
+
+    @property
+    def host_unified_memory(self) -> bool: ...
+
+
+def zero_copy_enabled(device: _SharesMemory) -> bool:
     """Whether buffers on ``device`` are host memory mapped in place of copied.
 
     True on devices that share memory with the host (Mali, Adreno, CPUs), unless
     ``MALINN_ZERO_COPY=0``: buffers are then allocated with ``CL_MEM_ALLOC_HOST_PTR`` and filled
     and read through ``clEnqueueMapBuffer``, so no second copy of the data is made.
     """
-    return device.host_unified_memory and switch("MALINN_ZERO_COPY", True)
+    return device.host_unified_memory and bool(switch("MALINN_ZERO_COPY", True))  # never None: its default is True
 
 
 #: staging arrays below this size stay in pageable memory (see :meth:`OpenCLDevice.host_array`)
@@ -37,7 +49,18 @@ class DeviceMemory:
     """The memory side of :class:`~malinn.backends.opencl.OpenCLDevice` (a mixin: it reads the
     device's ``context``, ``queue``, ``counters`` and limits)."""
 
-    def alloc(self, nbytes: int, what: str):
+    # what it reads of the device (:class:`~malinn.backends.base.Device`'s and
+    # :class:`~malinn.backends.opencl.OpenCLDevice`'s fields)
+    name: str
+    max_allocation: int
+    host_unified_memory: bool
+    image_support: bool
+    image2d_max_size: tuple
+    counters: dict
+    context: pyopencl.Context
+    queue: pyopencl.CommandQueue
+
+    def alloc(self, nbytes: int, what: str) -> pyopencl.Buffer:
         cl = pyopencl_module()
         if nbytes > self.max_allocation:
             raise DeviceError(
@@ -52,16 +75,38 @@ class DeviceMemory:
                 f"{what}: allocating {size_text(nbytes)} on {self.name} failed ({status_name(exc)})"
             ) from exc
 
-    def upload(self, buffer, array, blocking: bool = True, what: str = "data", mapped: bool | None = None):
+    def upload(
+        self,
+        buffer: pyopencl.Buffer,
+        array: np.ndarray,
+        blocking: bool = True,
+        what: str = "data",
+        mapped: bool | None = None,
+    ) -> pyopencl.Event | None:
         event = self._transfer(buffer, array, True, blocking, mapped, f"uploading {what} ({array.nbytes} bytes) to")
         self.counters["uploads"] += 1
         return event
 
-    def download(self, buffer, out, blocking: bool = True, what: str = "data", mapped: bool | None = None) -> None:
+    def download(
+        self,
+        buffer: pyopencl.Buffer,
+        out: np.ndarray,
+        blocking: bool = True,
+        what: str = "data",
+        mapped: bool | None = None,
+    ) -> None:
         self._transfer(buffer, out, False, blocking, mapped, f"downloading {what} ({out.nbytes} bytes) from")
         self.counters["downloads"] += 1
 
-    def _transfer(self, buffer, host, to_device: bool, blocking: bool, mapped, what: str):
+    def _transfer(
+        self,
+        buffer: pyopencl.Buffer,
+        host: np.ndarray,
+        to_device: bool,
+        blocking: bool,
+        mapped: bool | None,
+        what: str,
+    ) -> pyopencl.Event | None:
         """One copy between ``buffer`` and ``host``: through a mapping on host-unified devices when
         blocking (unless ``mapped`` says otherwise), else a plain copy. Returns a non-blocking copy's
         event (pyopencl's, which waits for the copy when it is freed: the caller holds it until a
@@ -89,7 +134,7 @@ class DeviceMemory:
         except cl.Error as exc:
             raise DeviceError(f"{what} {self.name} failed ({status_name(exc)})") from exc
 
-    def host_array(self, shape, what: str = "staging") -> np.ndarray:
+    def host_array(self, shape: int | tuple[int, ...], what: str = "staging") -> np.ndarray:
         """Page-locked memory on a discrete GPU: a ``CL_MEM_ALLOC_HOST_PTR`` buffer mapped once for
         good (NVIDIA's OpenCL guide: the driver then copies it by DMA, with no staging copy of its
         own); plain memory where the device shares the host's, for less than
@@ -98,6 +143,7 @@ class DeviceMemory:
         nbytes = 4 * int(np.prod(shape))
         if not self._pinned(nbytes):
             return np.zeros(shape, np.float32)
+        dims = (shape,) if isinstance(shape, int) else tuple(shape)  # Device.host_array takes an int too
         cl = pyopencl_module()
         try:
             buffer = cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, max(nbytes, 4))
@@ -106,7 +152,7 @@ class DeviceMemory:
                 buffer,
                 cl.map_flags.READ | cl.map_flags.WRITE,
                 0,
-                tuple(shape),
+                dims,
                 np.float32,
                 is_blocking=True,
             )
@@ -126,14 +172,14 @@ class DeviceMemory:
     def _pinned(self, nbytes: int) -> bool:
         return not (self.host_unified_memory or nbytes < PINNED_MIN_BYTES or not switch("MALINN_PINNED", True))
 
-    def fill_zero(self, buffer, nbytes: int, what: str = "buffer") -> None:
+    def fill_zero(self, buffer: pyopencl.Buffer, nbytes: int, what: str = "buffer") -> None:
         cl = pyopencl_module()
         try:  # a copy of zeros: Oclgrind 21.10 takes a clEnqueueFillBuffer'ed buffer for uninitialised
             cl.enqueue_copy(self.queue, buffer, np.zeros(int(nbytes) // 4, np.float32), is_blocking=True)
         except cl.Error as exc:
             raise DeviceError(f"clearing {what} ({nbytes} bytes) on {self.name} failed ({status_name(exc)})") from exc
 
-    def image_from(self, buffer, width: int, height: int, what: str = "image"):
+    def image_from(self, buffer: pyopencl.Buffer, width: int, height: int, what: str = "image") -> pyopencl.Image:
         cl = pyopencl_module()
         if not self.image_support or width > self.image2d_max_size[0] or height > self.image2d_max_size[1]:
             raise DeviceError(

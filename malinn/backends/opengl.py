@@ -118,11 +118,10 @@ void main() {
 class GLDevice(GLBaseDevice):
     """An OpenGL device: a headless EGL context holding OpenGL 4.3+ or OpenGL ES 3.1.
 
-    Attributes (besides :class:`~malinn.backends.gl_base.GLBaseDevice`'s): ``binary_formats``, the
-    program-binary formats the driver offers (none: no binary cache).
+    Its programs are :class:`~malinn.backends.gl_programs.GLProgram` objects, cached as binaries
+    where the driver offers program-binary formats (``binary_formats``).
     """
 
-    binary_formats: int = 0
     #: flush the first of several dispatches at once (:meth:`_launch`); off only to time it against no flush
     #: (benchmarks/results/gl_flush_nvidia_h200.json)
     flush_first_dispatch = True

@@ -11,12 +11,22 @@ file. malinn never imports this module: TensorFlow and PoCL cannot share a proce
 compiler then binds to TensorFlow's LLVM and fails), and TensorFlow is no runtime dependency.
 """
 
+from __future__ import annotations
+
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# Keras's models, layers and tensors are typed Any here: keras and tf_keras ship no type information.
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
     weights = None
     if argv and argv[0].startswith("--weights="):
         weights, argv = argv[0][len("--weights=") :], argv[1:]
@@ -41,7 +51,7 @@ def main(argv):
     result = model(x, training=False)
     if isinstance(result, (list, tuple, dict)):
         result = list(result.values()) if isinstance(result, dict) else list(result)
-        outputs = {f"output:{j}": np.asarray(y).astype(np.float32) for j, y in enumerate(result)}
+        outputs: dict[str, np.ndarray] = {f"output:{j}": np.asarray(y).astype(np.float32) for j, y in enumerate(result)}
     else:
         outputs = {"output": np.asarray(result).astype(np.float32)}
     wanted = []
@@ -59,15 +69,15 @@ def main(argv):
             outputs[f"layer:{name}"] = np.asarray(value).astype(np.float32)
     # what Keras computed in: a mixed or half policy differs from malinn's float32 by its precision
     outputs["compute_dtypes"] = np.array(sorted({str(dtype) for dtype in _compute_dtypes(model)}) or ["float32"])
-    np.savez(out_path, **outputs)
+    np.savez(out_path, **outputs)  # type: ignore[arg-type]  # numpy's stubs take **outputs for savez's allow_pickle
     return 0
 
 
-def _tensor_name(tensor) -> str:
+def _tensor_name(tensor: Any) -> str:
     return str(getattr(tensor, "name", "")).split(":")[0]
 
 
-def _by_input(model, arrays, names) -> dict:
+def _by_input(model: Any, arrays: list[np.ndarray], names: list[str]) -> dict:
     """Each array by the name of the Keras input tensor it feeds: malinn names an input by its
     ``Input``'s name, or, for a Keras 3 dict of inputs, by its key."""
     by_name = dict(zip(names, arrays))
@@ -79,7 +89,7 @@ def _by_input(model, arrays, names) -> dict:
     return by_name
 
 
-def _in_order(tensors, by_input: dict, arrays):
+def _in_order(tensors: list, by_input: dict, arrays: list[np.ndarray]) -> object:
     """The arrays as a list in the order of ``tensors``; ``arrays`` as given (malinn's order) where
     an input's name is not known."""
     ordered = [by_input.get(_tensor_name(t)) for t in tensors]
@@ -87,7 +97,7 @@ def _in_order(tensors, by_input: dict, arrays):
     return found[0] if len(found) == 1 else found
 
 
-def _as_keras_inputs(model, arrays, names):
+def _as_keras_inputs(model: Any, arrays: list[np.ndarray], names: list[str]) -> object:
     """The inputs as ``model`` takes them: a dict keyed as its inputs' dict (Keras 3 orders a dict
     of inputs by key, not as written), else a list in the order of ``model.inputs``."""
     by_input = _by_input(model, arrays, names)
@@ -99,7 +109,7 @@ def _as_keras_inputs(model, arrays, names):
     return _in_order(model.inputs, by_input, arrays)
 
 
-def _compute_dtypes(model):
+def _compute_dtypes(model: Any) -> Iterator[str]:
     """The compute dtype of every layer of ``model``, nested models' layers too; ``int8`` for a
     layer Keras quantized (``model.quantize("int8")``: it rounds the layer's inputs to int8 too)."""
     for layer in getattr(model, "layers", []):
@@ -112,7 +122,7 @@ def _compute_dtypes(model):
             yield str(mode) if mode else getattr(layer, "compute_dtype", "float32")
 
 
-def _load_split(keras, architecture, weights):
+def _load_split(keras: ModuleType, architecture: str, weights: str) -> Any:
     """``model_from_json`` then ``load_weights``, the weights file seen under the suffix Keras
     dispatches on: ``.weights.h5`` for Keras 3's layout, ``.h5`` for Keras 2's."""
     import h5py
@@ -128,7 +138,7 @@ def _load_split(keras, architecture, weights):
     return model
 
 
-def _keras_for(path, weights=None):
+def _keras_for(path: str, weights: str | None = None) -> ModuleType:
     """tf_keras for files written by Keras 2 (when installed), else Keras 3."""
     from malinn.converters import read_keras
 

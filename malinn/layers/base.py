@@ -505,5 +505,10 @@ class Layer:
     def _what(self) -> str:
         return f"layer {self.name!r}"
 
+    def _built_shape(self) -> tuple:
+        """:attr:`input_shape` of the built layer."""
+        assert self.input_shape is not None, f"{self._what()} is not built"
+        return self.input_shape
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name!r}>"

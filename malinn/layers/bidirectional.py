@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import replace
+from typing import Any
 
 from ..plan import kinds
 from ..plan.tensor import format_shape
@@ -26,7 +27,7 @@ __all__ = ["Bidirectional", "MERGE_MODES"]
 MERGE_MODES = ("concat", "sum", "mul", "ave", None)
 
 
-def _layer_from(config: dict, keras: KerasContext, who: str, prefix: str) -> _Recurrent:
+def _layer_from(config: object, keras: KerasContext, who: str, prefix: str) -> _Recurrent:
     """The recurrent layer a Keras ``{"class_name", "config"}`` stands for, named ``prefix`` + its
     name (as Keras names a Bidirectional's layers)."""
     if not isinstance(config, dict) or not isinstance(config.get("class_name"), str):
@@ -76,7 +77,13 @@ class Bidirectional(Layer):
             raise NotConvertible(f"with merge_mode {merge_mode!r}")
         return cls(forward, merge_mode=merge_mode, backward_layer=backward, name=keras.name)
 
-    def __init__(self, layer, merge_mode: str | None = "concat", backward_layer=None, name: str | None = None):
+    def __init__(
+        self,
+        layer: Layer,
+        merge_mode: str | None = "concat",
+        backward_layer: Layer | None = None,
+        name: str | None = None,
+    ):
         super().__init__(name)
         who = f"Bidirectional layer {self.name!r}"
         if not isinstance(layer, _Recurrent):
@@ -87,7 +94,7 @@ class Bidirectional(Layer):
             config = layer.get_config()
             config.update(name=f"backward_{layer.name.removeprefix('forward_')}", go_backwards=not layer.go_backwards)
             backward_layer = type(layer).from_config(config)
-        elif not isinstance(backward_layer, _Recurrent):
+        if not isinstance(backward_layer, _Recurrent):  # a copy of layer is one
             raise ValueError(
                 f"{who}: backward_layer must be a SimpleRNN, LSTM or GRU layer, got {type(backward_layer).__name__}"
             )
@@ -109,7 +116,7 @@ class Bidirectional(Layer):
         self.return_sequences, self.return_state = layer.return_sequences, layer.return_state
 
     # ---------------------------------------------------------------- shapes and weights
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         """Builds the forward and the backward layer for inputs ``(batch, steps, features)``."""
         shape = input_shape[0] if isinstance(input_shape, list) else input_shape
         super().build(shape)
@@ -136,7 +143,7 @@ class Bidirectional(Layer):
         """The forward layer's weights, then the backward layer's (Keras's order)."""
         return self.forward_layer.weight_arrays() + self.backward_layer.weight_arrays() if self.built else []
 
-    def set_weights(self, weights) -> None:
+    def set_weights(self, weights: Any) -> None:
         """Sets the forward layer's weights, then the backward layer's (Keras's order).
 
         Raises:
@@ -153,7 +160,7 @@ class Bidirectional(Layer):
         self.forward_layer.set_weights(weights[:half])
         self.backward_layer.set_weights(weights[half:])
         if not self.built:
-            Layer.build(self, (None,) + tuple(self.forward_layer.input_shape))
+            Layer.build(self, (None,) + self.forward_layer._built_shape())
         self._weights_changed()
 
     def count_params(self) -> int:
@@ -189,7 +196,7 @@ class Bidirectional(Layer):
         return outputs + list(states) + list(back_states)
 
     def get_config(self) -> dict:
-        def serialize(layer):
+        def serialize(layer: Layer) -> dict:
             return {"class_name": type(layer).__name__, "config": layer.get_config()}
 
         return {
@@ -203,7 +210,7 @@ class Bidirectional(Layer):
     def from_config(cls, config: dict) -> "Bidirectional":
         config = copy.deepcopy(config)
 
-        def deserialize(item):
+        def deserialize(item: Layer | dict | None) -> Layer | None:
             if item is None or isinstance(item, Layer):
                 return item
             return lookup("layer", item["class_name"]).from_config(item["config"])

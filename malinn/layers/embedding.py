@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from ..plan import kinds
@@ -10,10 +13,14 @@ from .base import Layer, glorot_uniform, numeric_weights
 from .keras_config import KerasContext, NotConvertible
 from .masking import with_mask, with_mask_maker
 
+if TYPE_CHECKING:
+    from ..plan.builder import PlanBuilder
+    from ..plan.tensors import Value
+
 __all__ = ["Embedding"]
 
 
-def _positive(value, what: str) -> int:
+def _positive(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{what} must be a positive integer, got {value!r}")
     return int(value)
@@ -49,32 +56,32 @@ class Embedding(Layer):
             config["input_dim"], config["output_dim"], mask_zero=bool(config.get("mask_zero", False)), name=keras.name
         )
 
-    def __init__(self, input_dim, output_dim, mask_zero: bool = False, name: str | None = None):
+    def __init__(self, input_dim: int, output_dim: int, mask_zero: bool = False, name: str | None = None):
         super().__init__(name)
         self.input_dim = _positive(input_dim, f"Embedding layer {self.name!r}: input_dim")
         self.output_dim = _positive(output_dim, f"Embedding layer {self.name!r}: output_dim")
         self.mask_zero = bool(mask_zero)
         self.embeddings: np.ndarray | None = None
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         """Creates ``embeddings`` (input_dim, output_dim)."""
         super().build(input_shape)
         self.embeddings = glorot_uniform((self.input_dim, self.output_dim), self.input_dim, self.output_dim)
 
-    def compute_output_shape(self, input_shape) -> tuple:
+    def compute_output_shape(self, input_shape: Any) -> tuple:
         return tuple(input_shape) + (self.output_dim,)
 
-    def check_reuse(self, input_shape, how: str = "receives") -> None:
+    def check_reuse(self, input_shape: Sequence[int | None], how: str = "receives") -> None:
         """An Embedding reads indices of any shape: its table does not depend on it."""
 
-    def lower(self, builder, x):
+    def lower(self, builder: PlanBuilder, x: Value) -> Value:
         table = Vector(f"layer {self.name!r} embeddings", self.embeddings, self.device_copies)
         out = kinds.gather(builder, x, table, self.input_dim, self.output_dim, what=self._what())
         # Keras's mask (x != 0) is the indices themselves: the recurrent kernel keeps non-zero entries
         if not (self.mask_zero and len(x.shape) == 2):
             return out
 
-        def ones_where_kept():  # the 0/1 mask a masked average multiplies by: a table of 0 then 1s
+        def ones_where_kept() -> Value:  # the 0/1 mask a masked average multiplies by: a table of 0 then 1s
             table = Vector(
                 f"layer {self.name!r} mask",
                 np.r_[0.0, np.ones(self.input_dim - 1)].astype(np.float32),
@@ -86,7 +93,7 @@ class Embedding(Layer):
         with_mask_maker(builder, x, ones_where_kept)
         return with_mask(builder, out, x)
 
-    def set_weights(self, weights) -> None:
+    def set_weights(self, weights: Any) -> None:
         """Sets ``[embeddings]`` of shape (input_dim, output_dim).
 
         Raises:

@@ -8,6 +8,7 @@ first and back), then the per-channel affine step (kernels/bias.cl's scale and s
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +39,13 @@ class GroupNormalization(Layer):
     weight_names = ("gamma", "beta")
 
     def __init__(
-        self, groups=32, axis=-1, epsilon=1e-3, center: bool = True, scale: bool = True, name: str | None = None
+        self,
+        groups: int = 32,
+        axis: int = -1,
+        epsilon: float = 1e-3,
+        center: bool = True,
+        scale: bool = True,
+        name: str | None = None,
     ):
         super().__init__(name)
         who = f"{type(self).__name__} {self.name!r}"
@@ -50,7 +57,8 @@ class GroupNormalization(Layer):
             raise ValueError(f"{who}: epsilon must be a number >= 0, got {epsilon!r}")
         self.groups, self.axis, self.epsilon = int(groups), -1, float(epsilon)
         self.center, self.scale = bool(center), bool(scale)
-        self.gamma = self.beta = None
+        self.gamma: np.ndarray | None = None
+        self.beta: np.ndarray | None = None
 
     @classmethod
     def from_keras_config(cls, config: dict, keras: KerasContext) -> "GroupNormalization":
@@ -70,7 +78,7 @@ class GroupNormalization(Layer):
             name=keras.name,
         )
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         """Creates ``gamma`` (ones) and ``beta`` (zeros), one per channel.
 
         Raises:
@@ -85,7 +93,7 @@ class GroupNormalization(Layer):
         self.gamma = ones((channels,)) if self.scale else None
         self.beta = zeros((channels,)) if self.center else None
 
-    def set_weights(self, weights) -> None:
+    def set_weights(self, weights: Any) -> None:
         """Sets ``[gamma?, beta?]`` (as ``scale`` and ``center`` say), one value per channel.
 
         Raises:
@@ -95,7 +103,7 @@ class GroupNormalization(Layer):
         who = f"{type(self).__name__} {self.name!r}"
         if not self.built:
             raise ValueError(f"{who}: build the layer before setting its weights")
-        shape = (self.input_shape[-1],)
+        shape = (self._built_shape()[-1],)
         if len(weights) != self.scale + self.center or any(w.shape != shape for w in weights):
             raise ValueError(
                 f"{who} expects {self.scale + self.center} weight arrays of shape {shape}, got "

@@ -11,15 +11,27 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..plan.tensor import format_shape
 from .dtypes import input_cast, input_dtype
 
-if TYPE_CHECKING:
-    from .base import Layer
+
+class CalledLayer(Protocol):
+    """What calling a layer on tensors asks of it (every :class:`~malinn.layers.base.Layer` has it;
+    declared here so that this module, below the layers, names no layer class)."""
+
+    name: str
+    built: bool
+
+    def build(self, input_shape: Any) -> None: ...
+
+    def check_reuse(self, input_shape: Any, how: str = ...) -> None: ...
+
+    def compute_output_shape(self, input_shape: Any) -> Any: ...
+
 
 __all__ = ["KerasTensor", "Node", "Input", "call_layer"]
 
@@ -53,12 +65,16 @@ class Node:
     """One call of a layer: its input tensors (a list when the layer was called on a list) and
     its output tensor."""
 
-    def __init__(self, layer: Layer, inputs: list, listed: bool):
+    def __init__(self, layer: CalledLayer, inputs: list, listed: bool):
         self.layer, self.inputs, self.listed = layer, list(inputs), listed
-        self.output: KerasTensor | None = None
         #: every output tensor, in order (several for a layer returning a list: a recurrent
         #: layer's output and states); ``output`` is the first
         self.outputs: list[KerasTensor] = []
+
+    @property
+    def output(self) -> KerasTensor:
+        """The call's (first) output tensor."""
+        return self.outputs[0]
 
     def input_shapes(self) -> tuple | list[tuple]:
         """The shape(s) the layer was called with: a list for a listed call, else one shape."""
@@ -101,7 +117,7 @@ def Input(shape: Any, name: str | None = None, dtype: Any = None) -> KerasTensor
     return KerasTensor((None,) + dims, name=name, dtype=input_dtype(dtype, f"Input {name!r}"))
 
 
-def call_layer(layer: Layer, inputs: Any) -> KerasTensor | list[KerasTensor]:
+def call_layer(layer: CalledLayer, inputs: Any) -> KerasTensor | list[KerasTensor]:
     """Calls ``layer`` on a tensor or a list of tensors: builds it for their shapes on its first
     call, checks them on later ones (a shared layer), and returns its output tensor.
 
@@ -126,8 +142,6 @@ def call_layer(layer: Layer, inputs: Any) -> KerasTensor | list[KerasTensor]:
     shape: tuple | list = layer.compute_output_shape(given)  # a list where a layer has several outputs
     if isinstance(shape, list):  # several outputs (return_state): a list of tensors, as Keras returns
         node.outputs = [KerasTensor(s, node, name=layer.name) for s in shape]
-        node.output = node.outputs[0]
         return node.outputs
-    node.output = KerasTensor(shape, node, name=layer.name)
-    node.outputs = [node.output]
+    node.outputs = [KerasTensor(shape, node, name=layer.name)]
     return node.output

@@ -41,7 +41,7 @@ class LayerScale(Layer):
 
     @classmethod
     def from_keras_config(cls, config: dict, keras: KerasContext) -> "LayerScale":
-        return cls(config.get("init_values", 1e-6), config.get("projection_dim"), name=keras.name)
+        return cls(config.get("init_values", 1e-6), config.get("projection_dim"), name=keras.name)  # type: ignore[arg-type]  # __init__ checks it
 
     def __init__(self, init_values: float, projection_dim: int, name: str | None = None):
         super().__init__(name)
@@ -55,10 +55,10 @@ class LayerScale(Layer):
 
     def build(self, input_shape: Any) -> None:
         super().build(input_shape)
-        if self.input_shape[-1] != self.projection_dim:
+        if self._built_shape()[-1] != self.projection_dim:
             raise ValueError(
                 f"LayerScale {self.name!r}: inputs of shape {tuple(input_shape)} have "
-                f"{self.input_shape[-1]} channels, not projection_dim {self.projection_dim}"
+                f"{self._built_shape()[-1]} channels, not projection_dim {self.projection_dim}"
             )
         gamma = ones(self.projection_dim)
         self.gamma = gamma if not gamma.flags.writeable else gamma * self.init_values  # a placeholder as it is
@@ -113,7 +113,8 @@ class CustomScaleLayer(_ElementwiseMerge):
 
     count = 2
     keras_aliases = ("Custom>CustomScaleLayer",)
-    keras_config_keys = None
+    # Layer declares tuple | None; _ElementwiseMerge's () is inferred as tuple[()]
+    keras_config_keys = None  # type: ignore[assignment]
     #: the keys of keras.applications' config (any other is another layer of the same name)
     KERAS_KEYS = frozenset({"name", "trainable", "dtype", "scale"})
 

@@ -19,6 +19,8 @@ of samples known), or kept per batch and joined at the end (an iterable's), neve
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sized
+from typing import Any
 
 import numpy as np
 
@@ -43,7 +45,7 @@ KERAS_BATCH_SIZE = 32
 STREAM_PASS_BYTES = 64 * 2**20
 
 
-def check_batch_size(batch_size) -> int | None:
+def check_batch_size(batch_size: object) -> int | None:
     """``batch_size`` as an int (or None).
 
     Raises:
@@ -56,7 +58,7 @@ def check_batch_size(batch_size) -> int | None:
     return int(batch_size)
 
 
-def check_steps(steps) -> int | None:
+def check_steps(steps: object) -> int | None:
     """``steps`` as an int (or None).
 
     Raises:
@@ -69,7 +71,7 @@ def check_steps(steps) -> int | None:
     return int(steps)
 
 
-def is_iterable_source(x) -> bool:
+def is_iterable_source(x: object) -> bool:
     """Whether ``x`` is an iterable of batches (a generator, a data loader) rather than the data
     itself (an array, something numpy reads as one, a list or a dict of them)."""
     if isinstance(x, (np.ndarray, list, tuple, dict, str, bytes)) or np.isscalar(x):
@@ -79,8 +81,10 @@ def is_iterable_source(x) -> bool:
     return hasattr(x, "__iter__") or hasattr(x, "__next__")
 
 
-def iterable_length(x, steps: int | None) -> int | None:
+def iterable_length(x: Iterable, steps: int | None) -> int | None:
     """The batches an iterable yields: ``steps``, else (or fewer) its ``len`` where it has one, else None."""
+    if not isinstance(x, Sized):  # no __len__
+        return steps
     try:
         length = len(x)
     except (TypeError, NotImplementedError):
@@ -88,7 +92,7 @@ def iterable_length(x, steps: int | None) -> int | None:
     return length if steps is None else min(steps, length)
 
 
-def unpack(item):
+def unpack(item: Any) -> Any:
     """The model's input from one item of an iterable, as Keras's ``unpack_x_y_sample_weight``
     takes it: ``x`` of a tuple (or list) ``(x,)``, ``(x, y)`` or ``(x, y, sample_weight)``, else
     the item itself (an array, a dict by input name).

@@ -17,10 +17,14 @@ list when there are several), as Keras does.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from ..layers.input_layer import Input, KerasTensor
+from ..backends.base import Device
+from ..layers.base import Layer
+from ..layers.input_layer import Input, KerasTensor, Node
 from ..layers.masking import carry_mask
 from ..plan.builder import PlanBuilder
 from ..plan.tensor import format_shape
@@ -30,7 +34,7 @@ from .model import PlannedModel
 __all__ = ["Functional", "Model"]
 
 
-def _flatten(tensors, what: str) -> tuple[list, list | None]:
+def _flatten(tensors: Any, what: str) -> tuple[list, list | None]:
     """``(tensors, names)``: a tensor, a list of them, or a dict by name, as a list (and the dict's keys)."""
     if isinstance(tensors, dict):
         names, tensors = list(tensors), list(tensors.values())
@@ -63,7 +67,13 @@ class Functional(PlannedModel):
     #: ``malinn.Input``, here for code that finds the class through the registry (the converter)
     Input = staticmethod(Input)
 
-    def __init__(self, inputs, outputs, name: str = "functional", precision: str = "fp32"):
+    def __init__(
+        self,
+        inputs: KerasTensor | Sequence[KerasTensor] | dict[str, KerasTensor],
+        outputs: KerasTensor | Sequence[KerasTensor] | dict[str, KerasTensor],
+        name: str = "functional",
+        precision: str = "fp32",
+    ):
         super().__init__(name, precision)
         self.inputs, _ = _flatten(inputs, "inputs")
         self.outputs, self.output_names = _flatten(outputs, "outputs")
@@ -73,7 +83,7 @@ class Functional(PlannedModel):
         if any(t.node is not None for t in self.inputs):
             raise ValueError(f"Functional {name!r}: inputs must be malinn.Input tensors")
         self.nodes = self._order()
-        seen = {}
+        seen: dict[str, Layer] = {}
         for node in self.nodes:
             other = seen.setdefault(node.layer.name, node.layer)
             if other is not node.layer:
@@ -92,7 +102,7 @@ class Functional(PlannedModel):
         inputs = {id(t) for t in self.inputs}
         order, done, active = [], set(), set()
 
-        def enter(tensor: KerasTensor):
+        def enter(tensor: KerasTensor) -> Node | None:
             """The call making ``tensor`` where it is still to be walked, else None."""
             node = tensor.node
             if node is None:
@@ -110,7 +120,7 @@ class Functional(PlannedModel):
             return node
 
         for t in self.outputs:
-            stack = [[node, 0]] if (node := enter(t)) is not None else []
+            stack: list[list[Any]] = [[node, 0]] if (node := enter(t)) is not None else []
             while stack:  # [call, how many of its inputs are walked]
                 top = stack[-1]
                 if top[1] < len(top[0].inputs):
@@ -177,7 +187,7 @@ class Functional(PlannedModel):
     def _input_casts(self) -> list:
         return [t.cast for t in self.inputs]
 
-    def _check_inputs(self, x, convert: bool = True) -> list:
+    def _check_inputs(self, x: Any, convert: bool = True) -> list:
         n = len(self.inputs)
         if isinstance(x, dict):
             missing = [name for name in self.input_names if name not in x]
@@ -228,7 +238,14 @@ class Functional(PlannedModel):
             checked.append(self._contiguous(array, tensor.cast) if convert else array)
         return checked
 
-    def predict(self, x, batch_size: int | None = None, verbose="auto", steps: int | None = None, devices=None):
+    def predict(
+        self,
+        x: Any,
+        batch_size: int | None = None,
+        verbose: str | int = "auto",
+        steps: int | None = None,
+        devices: str | Device | list | tuple | None = None,
+    ) -> np.ndarray | list[np.ndarray] | dict[str, np.ndarray]:
         """Runs the model, as Keras's ``predict``.
 
         Args:
@@ -263,7 +280,7 @@ class Functional(PlannedModel):
             return dict(zip(self.output_names, results))
         return results[0] if self._single_output or len(results) == 1 else results
 
-    def predict_layers(self, x) -> list:
+    def predict_layers(self, x: Any) -> list:
         """Runs the model on ``x`` and returns every layer call's output, for layer-by-layer checks.
 
         Args:
@@ -278,7 +295,7 @@ class Functional(PlannedModel):
         """
         return self._run(x, None, every_layer=True)
 
-    def __call__(self, x, training=None):
+    def __call__(self, x: Any, training: bool | None = None) -> np.ndarray | list[np.ndarray] | dict[str, np.ndarray]:
         """:meth:`predict` on ``x`` (see :meth:`~malinn.model.model.PlannedModel.called_on`)."""
         return self.predict(self.called_on(x, training))
 
@@ -320,10 +337,10 @@ class Functional(PlannedModel):
         Raises:
             ValueError: the config is inconsistent (a call reads a tensor made after it).
         """
-        from_graph = [None] * len(config["nodes"])
+        from_graph: list[Any] = [None] * len(config["nodes"])  # each call's output, a tensor or a list of them
         inputs = [_input(entry) for entry in config["inputs"]]
 
-        def tensor(ref):
+        def tensor(ref: list) -> KerasTensor:
             kind, i = ref[:2]
             found = inputs[i] if kind == "input" else from_graph[i]
             if isinstance(found, list):  # a layer of several outputs: ["node", j, k] names its k-th
@@ -335,15 +352,16 @@ class Functional(PlannedModel):
         for j, entry in enumerate(config["nodes"]):
             given = [tensor(ref) for ref in entry["inputs"]]
             from_graph[j] = layers[entry["layer"]](given if entry["listed"] else given[0])
-        outputs = [tensor(ref) for ref in config["outputs"]]
+        made = [tensor(ref) for ref in config["outputs"]]
+        outputs: list[KerasTensor] | dict[str, KerasTensor] | KerasTensor = made
         if config.get("output_names"):
-            outputs = dict(zip(config["output_names"], outputs))
-        elif config.get("single_output", len(outputs) == 1):
-            outputs = outputs[0]
+            outputs = dict(zip(config["output_names"], made))
+        elif config.get("single_output", len(made) == 1):
+            outputs = made[0]
         return cls(inputs, outputs, name=config["name"], precision=precision)
 
     def _summary_rows(self, kernels: dict) -> list:
-        calls = {}
+        calls: dict[int, list[Node]] = {}
         for node in self.nodes:
             calls.setdefault(id(node.layer), []).append(node)
         label = {id(t): f"{t.name}[0][0]" for t in self.inputs}

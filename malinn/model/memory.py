@@ -9,6 +9,7 @@ from ..backends.base import Device, size_text
 from ..backends.selection import get_device
 from ..errors import DeviceError
 from .buckets import batch_bucket, samples
+from .host import ModelHost
 
 __all__ = ["MemoryLimits"]
 
@@ -18,7 +19,7 @@ _PAD_BOUND = 1024
 _ANSWERS_KEPT = 32
 
 
-class MemoryLimits:
+class MemoryLimits(ModelHost):
     """Device memory of a model's passes and :meth:`max_batch` (a mixin of
     :class:`~malinn.model.model.PlannedModel`, whose ``_compile``, ``_lock``, ``_max_batches``,
     ``_stamp`` and layers it reads)."""
@@ -151,7 +152,9 @@ class MemoryLimits:
         # (and twice as many such tensors as the model has, beside its float32 weights each padded as
         # much, within the device's memory)
         bucket = batch_bucket(limit)
-        shapes = list(self.input_shapes) + [s[1:] for s in self._output_shapes(True)]
+        inputs = self.input_shapes
+        assert inputs is not None, f"{type(self).__name__} {self.name!r} is not built"  # max_batch checked it
+        shapes = list(inputs) + [s[1:] for s in self._output_shapes(True)]
         bound = max(4 * (s[-1] + _PAD_BOUND) * (bucket * math.prod(s[:-1]) + _PAD_BOUND) for s in shapes)
         weights = sum(
             4 * (cols + _PAD_BOUND) * (w.size // max(cols, 1) + _PAD_BOUND)

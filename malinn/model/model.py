@@ -4,8 +4,14 @@ predict, memory, weights, saving and the summary. :class:`~malinn.model.sequenti
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from ..backends.base import Device
 from ..backends.selection import get_device
@@ -19,6 +25,10 @@ from .memory import MemoryLimits
 from .predicting import Predicting
 from .saving import save_model
 from .summary import Summarizing
+
+if TYPE_CHECKING:
+    from ..layers.base import Layer
+    from .host import LastCall
 
 __all__ = ["PlannedModel", "batch_bucket"]
 
@@ -72,13 +82,15 @@ class PlannedModel(Predicting, MemoryLimits, Summarizing):
     def __init__(self, name: str, precision: str = "fp32"):
         self.name = name
         self._precision = check_precision(precision)
-        self.layers: list = []
-        self.source = None  # the Keras file it came from, when converted
+        self.layers: list[Layer] = []
+        self.source: dict | None = None  # the Keras file it came from, when converted (its provenance)
         self._lock = threading.RLock()  # guards the caches below (never held while planning)
-        self._plans: OrderedDict = OrderedDict()
-        self._planning: dict = {}  # a lock per plan being made: several threads make it once
-        self._last = None  # (device, samples, stamp, limits, plan, plain input shape) of the last one-pass call
-        self._max_batches: OrderedDict = OrderedDict()  # what max_batch found, by device, model and limit
+        self._plans: OrderedDict[tuple, tuple[tuple, Plan, int]] = OrderedDict()
+        self._planning: dict[tuple, threading.Lock] = {}  # a lock per plan being made: several threads make it once
+        self._last: LastCall | None = (
+            None  # (device, samples, stamp, limits, plan, plain input shape) of the last one-pass call
+        )
+        self._max_batches: OrderedDict[tuple, int] = OrderedDict()  # what max_batch found, by device, model and limit
 
     @property
     def input_shapes(self) -> list | None:
@@ -141,7 +153,9 @@ class PlannedModel(Predicting, MemoryLimits, Summarizing):
                 return cached
             try:
                 with device.plan_lock:
-                    plan = self._compile(device, batch_bucket(batch), every_layer).allocate(model=self.name)
+                    plan = self._compile(device, batch_bucket(batch), every_layer).allocate(
+                        model=self.name, replica=replica
+                    )
             except BaseException:
                 with self._lock:
                     self._planning.pop(key, None)
@@ -191,12 +205,32 @@ class PlannedModel(Predicting, MemoryLimits, Summarizing):
     def _output_shapes(self, every_layer: bool) -> list:
         raise NotImplementedError
 
+    def predict(
+        self,
+        x: Any,
+        batch_size: int | None = None,
+        verbose: str | int = "auto",
+        steps: int | None = None,
+        devices: str | Device | list | tuple | None = None,
+    ) -> np.ndarray | list[np.ndarray] | dict[str, np.ndarray]:
+        """Runs the model on ``x``, as Keras's ``predict`` (each kind's own documents it)."""
+        raise NotImplementedError
+
+    def get_config(self) -> dict:
+        """The model's configuration (what :meth:`from_config` makes it from again)."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_layers(cls, config: dict, layers: list, precision: str = "fp32") -> PlannedModel:
+        """The model :meth:`get_config` describes, with ``layers`` made from its layer configs."""
+        raise NotImplementedError
+
     # ---------------------------------------------------------------- weights and files
     def get_weights(self) -> list:
         """Every layer's weights, in order, in Keras's shapes."""
         return [w for layer in self.layers for w in layer.get_weights()]
 
-    def set_weights(self, weights) -> None:
+    def set_weights(self, weights: Iterable[Any]) -> None:
         """Sets every layer's weights from a flat list, as ``get_weights`` returns it.
 
         Args:
@@ -230,7 +264,7 @@ class PlannedModel(Predicting, MemoryLimits, Summarizing):
                 layer.set_weights(old)
             raise
 
-    def save(self, path, target=None, overwrite: bool = False):
+    def save(self, path: str | os.PathLike[str], target: str | None = None, overwrite: bool = False) -> Path:
         """Writes a malinn model file (see :func:`malinn.model.saving.save_model`).
 
         Args:
@@ -258,7 +292,7 @@ class PlannedModel(Predicting, MemoryLimits, Summarizing):
             raise self._not_built()
         return sum(layer.count_params() for layer in self.layers)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple:
         """Pickles the model as its config and weights, as Keras models pickle (Ray and
         multiprocessing send a model to their workers so); its plans and device buffers stay
         behind: the copy makes its own on its process's device."""
@@ -284,7 +318,7 @@ class PlannedModel(Predicting, MemoryLimits, Summarizing):
         return cls.from_layers(config, layers, precision=check_precision(config.get("precision")))
 
 
-def _unpickled(cls, config: dict, weights, source) -> PlannedModel:
+def _unpickled(cls: type[PlannedModel], config: dict, weights: list | None, source: dict | None) -> PlannedModel:
     """The model :meth:`PlannedModel.__reduce__` pickled."""
     model = cls.from_config(config)
     if weights is not None:

@@ -8,6 +8,9 @@ the plans (``plan``, ``max_batch``) that the model makes, and a model kind says 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from ..backends.base import Device
@@ -23,20 +26,32 @@ from .batches import (
     iterable_length,
     unpack,
 )
+from .host import ModelHost
 from .passes import spread
 from .progbar import ProgressBar, shown, verbosity
+
+if TYPE_CHECKING:
+    from .host import LastCall
 
 __all__ = ["Predicting"]
 
 
-class Predicting:
+class Predicting(ModelHost):
     """``predict``'s work, shared by every model kind (mixed into
     :class:`~malinn.model.model.PlannedModel`)."""
 
-    def _check_inputs(self, x, convert: bool = True) -> list:
+    def _check_inputs(self, x: Any, convert: bool = True) -> list:
         raise NotImplementedError
 
-    def _run(self, x, batch_size, every_layer: bool, verbose=0, steps=None, devices=None) -> list:
+    def _run(
+        self,
+        x: Any,
+        batch_size: int | None,
+        every_layer: bool,
+        verbose: str | int = 0,
+        steps: int | None = None,
+        devices: str | Device | list | tuple | None = None,
+    ) -> list:
         """``predict``'s work: the outputs (one array per output) for ``x`` in any of its forms
         (:mod:`malinn.model.batches`), over ``devices`` (default: :func:`get_devices`)."""
         last = self._last
@@ -118,7 +133,13 @@ class Predicting:
         return results.collect(self._no_samples(every_layer))
 
     def _run_iterable(
-        self, source, batch_size: int | None, every_layer: bool, verbose, steps: int | None, pool: list
+        self,
+        source: Iterable,
+        batch_size: int | None,
+        every_layer: bool,
+        verbose: str | int,
+        steps: int | None,
+        pool: list,
     ) -> list:
         """``_run`` over an iterable of batches: ``steps`` of them (all where None), each checked as
         ``predict``'s ``x`` and run in passes of at most ``batch_size`` samples."""
@@ -127,7 +148,7 @@ class Predicting:
         results = Results(None)
         done = [0]
 
-        def items():
+        def items() -> Iterator[tuple[int, int, Any]]:
             for index, item in enumerate(source):
                 if steps is not None and index >= steps:
                     break
@@ -147,12 +168,13 @@ class Predicting:
             )
         return results.collect(self._no_samples(every_layer))
 
-    def _workers(self, pool: list, every_layer: bool, step: int | None, prepare) -> list:
+    def _workers(self, pool: list, every_layer: bool, step: int | None, prepare: Callable[[Any], list]) -> list:
         """``(label, work)`` per device of ``pool`` for :func:`~malinn.model.passes.spread`: ``work``
         takes one batch as ``prepare`` turns it into the checked float32 inputs, and runs it in
         passes of at most ``step`` samples (None: the batch's own size), each on the plan of this
         device's largest pass so far (a device listed again: a plan of its own, ``replica``)."""
-        workers, seen = [], {}
+        workers: list[tuple[str, Callable[[Any], list]]] = []
+        seen: dict[Device, int] = {}
         for device in pool:
             replica = seen[device] = seen.get(device, -1) + 1
             label = f"device {device.index[0]}:{device.index[1]} {device.name}" + (
@@ -160,7 +182,7 @@ class Predicting:
             )
             largest = [0]
 
-            def work(batch, device=device, replica=replica, largest=largest) -> list:
+            def work(batch: Any, device: Device = device, replica: int = replica, largest: list = largest) -> list:
                 xs = prepare(batch)
                 m = xs[0].shape[0]
                 if any(a.shape[0] != m for a in xs):
@@ -194,7 +216,7 @@ class Predicting:
         """The outputs of a prediction of no samples: zero-sample float32 arrays of the outputs' shapes."""
         return [np.zeros((0,) + tuple(s[1:]), np.float32) for s in self._output_shapes(every_layer)]
 
-    def _last_serves(self, last: tuple, device: Device) -> bool:
+    def _last_serves(self, last: LastCall, device: Device) -> bool:
         """Whether the last one-pass call's plan (``_last``) still serves a call on ``device``: the
         same device, model state, precision and device limits."""
         return (
@@ -205,7 +227,7 @@ class Predicting:
         )
 
     @staticmethod
-    def _as_float32(x, who: str) -> np.ndarray:
+    def _as_float32(x: Any, who: str) -> np.ndarray:
         """``x`` as a numeric numpy array (not yet checked for shape), or a ValueError naming ``who``."""
         if not isinstance(x, np.ndarray):
             try:
@@ -217,7 +239,7 @@ class Predicting:
         return x
 
     @staticmethod
-    def _ndim(item, who: str) -> int:
+    def _ndim(item: Any, who: str) -> int:
         """``np.ndim`` of one item of a list given as input, or the ValueError of :meth:`_as_float32`."""
         try:
             return np.ndim(item)
@@ -256,7 +278,7 @@ class Predicting:
         return f"; it looks like one sample without its batch axis: pass {fix}"
 
     @staticmethod
-    def _contiguous(x: np.ndarray, cast=None) -> np.ndarray:
+    def _contiguous(x: np.ndarray, cast: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
         """``x`` as a C-contiguous float32 array, after its input's cast (``KerasTensor.cast``:
         Keras's cast to the Input's dtype, chosen when the input was made), where it has one."""
         if cast is not None:
@@ -265,7 +287,7 @@ class Predicting:
             x = np.ascontiguousarray(x, dtype=np.float32)
         return x
 
-    def called_on(self, x, training=None):
+    def called_on(self, x: Any, training: bool | None = None) -> Any:
         """``x``, checked as a model call's input: Keras code calls a model as ``model(x)`` or
         ``model(x, training=False)``.
 

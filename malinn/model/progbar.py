@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TextIO
 
 __all__ = ["ProgressBar", "verbosity", "shown"]
 
@@ -23,7 +24,7 @@ WIDTH = 20
 INTERVAL = 0.05
 
 
-def verbosity(verbose) -> "str | int":
+def verbosity(verbose: object) -> str | int:
     """``verbose`` checked: ``"auto"``, 0, 1 or 2 (a bool as 0 or 1).
 
     Raises:
@@ -39,17 +40,17 @@ def verbosity(verbose) -> "str | int":
     raise ValueError(f"verbose must be 'auto', 0, 1 or 2 (as Keras's predict), got {verbose!r}")
 
 
-def _is_terminal(stream) -> bool:
+def _is_terminal(stream: TextIO) -> bool:
     try:
         return bool(stream.isatty())
     except (AttributeError, ValueError, OSError):
         return False
 
 
-def shown(verbose, steps: int | None) -> int:
+def shown(verbose: str | int, steps: int | None) -> int:
     """The verbosity a prediction of ``steps`` batches (None: not known) prints with: ``verbose``, or
     for ``"auto"`` 1 on a terminal where more than one batch runs, else 0."""
-    if verbose != "auto":
+    if not isinstance(verbose, str):  # "auto", as verbosity() leaves it
         return verbose
     return 1 if (steps is None or steps > 1) and _is_terminal(sys.stdout) else 0
 
@@ -83,7 +84,7 @@ class ProgressBar:
         stream: where it prints (default: stdout, as Keras).
     """
 
-    def __init__(self, target: int | None, verbose: int, stream=None):
+    def __init__(self, target: int | None, verbose: int, stream: TextIO | None = None):
         self.target, self.verbose = target, verbose
         self.stream = stream if stream is not None else sys.stdout
         self.dynamic = _is_terminal(self.stream)

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -45,6 +47,10 @@ from ..library.precision import check_precision
 from ..registry import lookup
 from ..version import __version__
 
+if TYPE_CHECKING:
+    from ..layers.base import Layer
+    from ..library.kernel_spec import KernelSpec
+
 __all__ = ["save_model", "load_model", "convert", "is_malinn_file", "resolve_target", "FORMAT_VERSION"]
 
 FORMAT_NAME = "malinn-model"
@@ -54,8 +60,27 @@ FORMAT_VERSION_FP32 = 1
 #: the version written for weights in a reduced precision
 FORMAT_VERSION_PRECISION = 2
 
+#: a path as the public functions take it
+PathLike = str | bytes | os.PathLike
 
-def _backend_target(target) -> tuple:
+
+class SavedModel(Protocol):
+    """What writing a model file reads of a model (:class:`~malinn.model.model.PlannedModel`)."""
+
+    name: str
+    layers: list[Layer]
+    source: dict | None
+
+    @property
+    def built(self) -> bool: ...
+
+    @property
+    def precision(self) -> str: ...
+
+    def get_config(self) -> dict: ...
+
+
+def _backend_target(target: object) -> tuple[str, str] | tuple[None, None]:
     """``(backend, device kind)`` of a target naming a backend's device kind (``gl``: ``("gl", "gpu")``,
     ``opencl:cpu``), else ``(None, None)``."""
     backend, _, kind = str(target).partition(":")
@@ -64,7 +89,7 @@ def _backend_target(target) -> tuple:
     return None, None
 
 
-def resolve_target(target=None, precision: str = DEFAULT_PRECISION):
+def resolve_target(target: str | None = None, precision: str = DEFAULT_PRECISION) -> KernelSpec:
     """The matmul kernel for ``target``: a codename, a device kind (``gpu``, ``cpu``,
     ``accelerator``, or one of a backend: ``gl``, ``gl:gpu``, ``gl:cpu``, ``opencl:cpu``), or None
     (the current device's: its chosen kernel, or its kind's default where the chosen one, a tuned
@@ -86,7 +111,7 @@ def resolve_target(target=None, precision: str = DEFAULT_PRECISION):
     if target in ("gpu", "cpu", "accelerator"):  # the kind's default, or its first kernel that reads the precision
         return _in_precision_or_fp32(library.default_spec("matmul", target), precision, target, "opencl")
     backend, kind = _backend_target(target)
-    if backend is not None:
+    if backend is not None and kind is not None:  # both or neither
         return _in_precision_or_fp32(library.default_spec("matmul", kind, backend), precision, kind, backend)
     if target in library and library[target].op == "matmul":
         return library[target]
@@ -96,7 +121,7 @@ def resolve_target(target=None, precision: str = DEFAULT_PRECISION):
     )
 
 
-def _in_precision_or_fp32(spec, precision: str, kind: str, backend: str):
+def _in_precision_or_fp32(spec: KernelSpec, precision: str, kind: str, backend: str) -> KernelSpec:
     """A device kind's default ``spec``, or (where it reads fp32 only) the kind's first kernel that
     reads ``precision``, returned in fp32 as :func:`resolve_target` returns every target (the
     caller puts it in the precision); ``spec`` where no kernel of the backend reads it (the caller
@@ -110,7 +135,7 @@ def _in_precision_or_fp32(spec, precision: str, kind: str, backend: str):
     return found.in_precision(DEFAULT_PRECISION)
 
 
-def save_model(model, path, target=None, overwrite: bool = False) -> Path:
+def save_model(model: SavedModel, path: str | os.PathLike, target: str | None = None, overwrite: bool = False) -> Path:
     """Writes ``model`` as a malinn model file with weights laid out for ``target``.
 
     The file is written by :func:`malinn.io.files.write_file`: atomically, a symlink is followed,
@@ -137,7 +162,13 @@ def save_model(model, path, target=None, overwrite: bool = False) -> Path:
     return _save(model, path, target, source=(origin.get("file"), origin.get("weights")), overwrite=overwrite)
 
 
-def _save(model, path, target, source, overwrite) -> Path:
+def _save(
+    model: SavedModel,
+    path: str | os.PathLike,
+    target: str | None,
+    source: tuple[PathLike | None, PathLike | None],
+    overwrite: bool,
+) -> Path:
     import h5py
 
     if not model.built:
@@ -161,7 +192,7 @@ def _save(model, path, target, source, overwrite) -> Path:
     for entry, layer in zip(config["layers"], model.layers):
         entry["keras_names"] = list(layer.keras_names)
 
-    def write(tmp):
+    def write(tmp: IO[bytes]) -> None:
         sink = HDF5Sink(tmp)  # HDF5 never meets a failed write (a full disk): it closes the file whole
         with h5py.File(sink, "w") as f:
             f.attrs["malinn_format"] = FORMAT_NAME
@@ -206,7 +237,7 @@ def _casts_an_input(config: dict) -> bool:
     return "input_dtype" in config or any("dtype" in entry for entry in config.get("inputs", []))
 
 
-def is_malinn_file(path) -> bool:
+def is_malinn_file(path: PathLike) -> bool:
     """Whether ``path`` is an HDF5 file marked as a malinn model."""
     import h5py
 
@@ -217,7 +248,7 @@ def is_malinn_file(path) -> bool:
         return False
 
 
-def _read_malinn(path):
+def _read_malinn(path: Path) -> Any:
     import h5py
 
     source = str(path)
@@ -255,9 +286,9 @@ def _read_malinn(path):
             model = model_class.from_layers(config, made, precision=str(f.attrs.get("precision", "fp32")))
         budget = WeightBudget(None, damaged)
         for i, (layer, entry) in enumerate(zip(made, config["layers"])):
-            group = _CheckedGroup(f["layers"][str(i)], damaged, f"layers/{i}", budget)
-            if entry.get("elementwise") and len(model.input_shapes[0]) > 1:
-                group = _untiled(group, model.input_shape[-1])
+            checked = _CheckedGroup(f["layers"][str(i)], damaged, f"layers/{i}", budget)
+            elementwise = entry.get("elementwise") and len(model.input_shapes[0]) > 1
+            group = _untiled(checked, model.input_shape[-1]) if elementwise else checked
             layer.load_own_variables(group)
             if placeholders(layer):  # a weight the layer has that its group did not give
                 raise ConversionError(
@@ -267,7 +298,7 @@ def _read_malinn(path):
     return model
 
 
-def _provenance(origin):
+def _provenance(origin: object) -> dict | None:
     """The ``source`` a model file records (the Keras file it came from), as a dict whose texts are
     valid Unicode or a file's name: provenance only, it never makes a model unloadable. A file name
     of bytes that are not UTF-8 (``model\xff.keras``) is kept as Python holds such a name (the
@@ -277,7 +308,7 @@ def _provenance(origin):
     if not isinstance(origin, dict):
         return None
 
-    def text(value):
+    def text(value: Any) -> Any:
         if not isinstance(value, str):
             return value
         try:
@@ -294,23 +325,23 @@ class _CheckedGroup:
     ``name in store``, ``len``, iteration): each dataset is read through the Keras readers' checks
     (numeric, its data in this file, within the file's weight budget and the bytes it stores)."""
 
-    def __init__(self, group, source: str, where: str, budget):
+    def __init__(self, group: Any, source: str, where: str, budget: WeightBudget):
         self.group, self.source, self.where, self.budget = group, source, where, budget
 
-    def __getitem__(self, name: str):
+    def __getitem__(self, name: str) -> _CheckedGroup | _CheckedDataset:
         item = self.group[name]
         where = f"{self.where}/{name}"
         if hasattr(item, "keys"):
             return _CheckedGroup(item, self.source, where, self.budget)
         return _CheckedDataset(item, self.source, where, self.budget)
 
-    def __contains__(self, name) -> bool:
+    def __contains__(self, name: object) -> bool:
         return name in self.group
 
     def __len__(self) -> int:
         return len(self.group)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self.group)
 
 
@@ -318,23 +349,28 @@ class _CheckedDataset:
     """One weight dataset: ``[()]`` reads it through :func:`~malinn.converters.hdf5_util.read_weight`
     (as float32); ``attrs`` are its attributes."""
 
-    def __init__(self, dataset, source: str, where: str, budget):
+    def __init__(self, dataset: Any, source: str, where: str, budget: WeightBudget):
         self.dataset, self.source, self.where, self.budget = dataset, source, where, budget
         self.attrs = dataset.attrs
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: object) -> np.ndarray:
         if key != ():
             raise ConversionError(f"{self.source}: {self.where} is read whole, not by {key!r}")
         return read_weight(self.dataset, self.source, self.where, self.budget)
 
 
-def _untiled(group, channels: int) -> dict:
+def _untiled(group: _CheckedGroup, channels: int) -> dict:
     """A malinn 0.1 file's BatchNormalization on multi-axis samples held its vectors tiled over the
     flattened sample; the layer now works on the last axis, whose values are the first ones."""
-    return {name: np.asarray(group[name][()])[:channels] for name in group}
+    untiled = {}
+    for name in group:
+        dataset = group[name]
+        assert isinstance(dataset, _CheckedDataset), f"{group.where}/{name} is a group, not a vector"
+        untiled[name] = np.asarray(dataset[()])[:channels]
+    return untiled
 
 
-def load_model(path, weights=None, precision: str | None = None):
+def load_model(path: PathLike, weights: PathLike | None = None, precision: str | None = None) -> Any:
     """Loads a model from a malinn model file, a Keras file, or a Keras architecture and its weights.
 
     Args:
@@ -366,7 +402,7 @@ def load_model(path, weights=None, precision: str | None = None):
     return model
 
 
-def _as_path(value, what: str) -> Path:
+def _as_path(value: PathLike, what: str) -> Path:
     """``value`` (str, bytes or os.PathLike) as a Path, or a TypeError naming ``what``; an empty
     path is a ConversionError (``Path("")`` is the current folder)."""
     try:
@@ -380,7 +416,7 @@ def _as_path(value, what: str) -> Path:
     return Path(text)
 
 
-def _load_model(path: Path, weights):
+def _load_model(path: Path, weights: Path | None) -> Any:
     if path.is_file() and is_malinn_file(path):
         if weights is not None:
             raise ConversionError(
@@ -395,7 +431,14 @@ def _load_model(path: Path, weights):
     return to_model(read_keras(path, weights=weights))
 
 
-def convert(src, dst, target=None, overwrite: bool = False, weights=None, precision: str | None = None) -> Path:
+def convert(
+    src: PathLike,
+    dst: str | os.PathLike,
+    target: str | None = None,
+    overwrite: bool = False,
+    weights: PathLike | None = None,
+    precision: str | None = None,
+) -> Path:
     """Converts a Keras file, or a Keras architecture and its weights, into a malinn model file for ``target``.
 
     Args:

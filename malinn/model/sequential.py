@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
+from ..backends.base import Device
 from ..layers.base import Layer, sample_shape
 from ..layers.dtypes import input_cast, input_dtype
 from ..layers.input_layer import KerasTensor
@@ -40,10 +43,11 @@ class Sequential(PlannedModel):
         ValueError: an element of ``layers`` is not a malinn layer, or ``precision`` is unknown.
     """
 
-    def __init__(self, layers=None, name: str = "sequential", precision: str = "fp32"):
+    def __init__(self, layers: Iterable[Layer] | None = None, name: str = "sequential", precision: str = "fp32"):
         super().__init__(name, precision)
         self._sample_shape: tuple | None = None  # one sample's shape, e.g. (784,) or (28, 28)
-        self._input_dtype, self._input_cast = "float32", None  # a malinn.Input's, given first
+        self._input_dtype = "float32"  # a malinn.Input's, given first
+        self._input_cast: Callable[[np.ndarray], np.ndarray] | None = None
         for layer in layers or []:
             self.add(layer)
 
@@ -92,6 +96,11 @@ class Sequential(PlannedModel):
         names.add(layer.name)
         self._known = (self._layers_key(), names, shape)
 
+    def _sample(self) -> tuple:
+        """One sample's input shape, of the built model."""
+        assert self._sample_shape is not None, f"Sequential {self.name!r} is not built"
+        return self._sample_shape
+
     def _layers_key(self) -> tuple:
         return id(self.layers), len(self.layers), id(self.layers[-1]) if self.layers else None, self._sample_shape
 
@@ -115,7 +124,7 @@ class Sequential(PlannedModel):
         """Values per sample of the input (``None`` before build)."""
         return None if self._sample_shape is None else math.prod(self._sample_shape)
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Sequence[int | None]) -> None:
         """Builds every layer for inputs of ``input_shape``, batch axis first: ``(None, 784)``.
 
         Args:
@@ -134,7 +143,7 @@ class Sequential(PlannedModel):
         self._sample_shape = sample
         self._plans.clear()
 
-    def output_shape_for(self, input_shape) -> tuple:
+    def output_shape_for(self, input_shape: Sequence[int | None]) -> tuple:
         """The model's output shape for ``input_shape`` (batch axis first)."""
         shape = tuple(input_shape)
         for layer in self.layers:
@@ -147,7 +156,7 @@ class Sequential(PlannedModel):
         return None if self._sample_shape is None else self.output_shape_for((None,) + self._sample_shape)
 
     def _lower(self, builder: PlanBuilder, every_layer: bool) -> list:
-        x = builder.input(self._sample_shape)
+        x = builder.input(self._sample())
         outputs = []
         for layer in self.layers:
             x = carry_mask(builder, layer, x, builder.lower(layer, x))  # Keras's mask passed on
@@ -161,7 +170,7 @@ class Sequential(PlannedModel):
     def _input_casts(self) -> list:
         return [self._input_cast]
 
-    def _check_inputs(self, x, convert: bool = True) -> list:
+    def _check_inputs(self, x: Any, convert: bool = True) -> list:
         first = self.layers[0].name if self.layers else self.name
         if isinstance(x, dict):
             raise ValueError(
@@ -204,7 +213,12 @@ class Sequential(PlannedModel):
         return [self._contiguous(x, self._input_cast)] if convert else [x]
 
     def predict(
-        self, x, batch_size: int | None = None, verbose="auto", steps: int | None = None, devices=None
+        self,
+        x: Any,
+        batch_size: int | None = None,
+        verbose: str | int = "auto",
+        steps: int | None = None,
+        devices: str | Device | list | tuple | None = None,
     ) -> np.ndarray:
         """Runs the model on ``x``, as Keras's ``predict``.
 
@@ -248,7 +262,7 @@ class Sequential(PlannedModel):
         """
         return self._run(x, batch_size, False, verbose, steps, devices)[0]
 
-    def predict_layers(self, x) -> list:
+    def predict_layers(self, x: Any) -> list:
         """Runs the model on ``x`` and returns every layer's output, for layer-by-layer checks.
 
         Args:
@@ -260,13 +274,13 @@ class Sequential(PlannedModel):
         return self._run(x, None, every_layer=True)
 
     def _layer_shapes(self) -> list:
-        shapes, shape = [], (None,) + self._sample_shape
+        shapes, shape = [], (None,) + self._sample()
         for layer in self.layers:
             shape = layer.compute_output_shape(shape)
             shapes.append(shape)
         return shapes
 
-    def __call__(self, x, training=None) -> np.ndarray:
+    def __call__(self, x: Any, training: bool | None = None) -> np.ndarray:
         """:meth:`predict` on ``x`` (see :meth:`PlannedModel.called_on`)."""
         return self.predict(self.called_on(x, training))
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import shutil
 import textwrap
+from collections.abc import Callable, Sequence
 
 from ..backends.base import size_text
 from ..backends.selection import get_device
 from ..errors import BackendError, DeviceError
 from .buckets import batch_bucket
+from .host import ModelHost
 
 __all__ = ["SUMMARY_WIDTH", "Summarizing", "column_widths", "wrapped"]
 
@@ -40,7 +42,7 @@ def _fitted(natural: list, width: int) -> list:
     return widths
 
 
-def column_widths(rows: list, line_length, positions) -> list:
+def column_widths(rows: list, line_length: object, positions: Sequence[float] | None) -> list:
     """The summary's column widths: as wide as each column's longest cell (and 2 more), narrowed to
     the terminal's width (at most :data:`SUMMARY_WIDTH`), or, with ``line_length`` or ``positions``,
     where Keras's would end them."""
@@ -60,7 +62,7 @@ def column_widths(rows: list, line_length, positions) -> list:
     if len(positions) != columns:
         raise ValueError(f"summary: positions must give {columns} column ends, got {len(positions)}")
     if all(0 < p <= 1 for p in positions):  # fractions, as Keras's: characters of line_length, each column one at least
-        ends = [int(p * (line_length or 98)) for p in positions]
+        ends = [int(p * (line_length if isinstance(line_length, int) else 98)) for p in positions]  # int or None here
         positions = [max(end, i + 1) for i, end in enumerate(ends)]
         for i in range(1, len(positions)):
             positions[i] = max(positions[i], positions[i - 1] + 1)
@@ -71,13 +73,18 @@ def column_widths(rows: list, line_length, positions) -> list:
     return [int(b) - int(a) for a, b in zip([0] + positions, positions)]
 
 
-class Summarizing:
+class Summarizing(ModelHost):
     """:meth:`summary`, Keras's table of a model's layers with the kernels that run them (a mixin
     of :class:`~malinn.model.model.PlannedModel`, whose ``_compile``, ``built``, ``count_params``
     and ``_summary_rows`` it reads)."""
 
     def summary(
-        self, line_length: int | None = None, positions=None, print_fn=None, batch: int = 1, show_kernels: bool = False
+        self,
+        line_length: int | Callable[[str], object] | None = None,
+        positions: Sequence[float] | None = None,
+        print_fn: Callable[[str], object] | None = None,
+        batch: int = 1,
+        show_kernels: bool = False,
     ) -> str:
         """Prints (and returns) the model as Keras does: each layer with its output shape and
         parameters (a graph's: the tensors it is connected to, ``layer[call][0]``), then the weights'
@@ -125,11 +132,13 @@ class Summarizing:
         on the current device, ``(bytes on the device, bytes in fp32)`` of the weights (None when
         the model is not built or cannot be planned), and why the device refused the plan (None
         where it did not)."""
-        kernels, weights, refused = {}, None, None
+        kernels: dict[str, str] = {}
+        weights: tuple[int, int] | None = None
+        refused: str | None = None
         if self.built:
             try:
                 plan = self._compile(get_device(), batch_bucket(batch), False)
-                launched = {}
+                launched: dict[str, list[str]] = {}
                 for row in plan.describe():
                     for name in row["layers"]:  # every kernel a layer launches, in order, else "view (no copy)"
                         text = row["kernel"] + (" + " + "+".join(row["fused"]) if row["fused"] else "")
@@ -143,7 +152,14 @@ class Summarizing:
                 refused = " ".join(str(exc).split())
         return kernels, weights, refused
 
-    def _table(self, rows, widths: list, print_fn, weights: tuple | None = None, refused: str | None = None) -> str:
+    def _table(
+        self,
+        rows: list,
+        widths: list,
+        print_fn: Callable[[str], object],
+        weights: tuple | None = None,
+        refused: str | None = None,
+    ) -> str:
         """Prints (and returns) a Keras-style summary of ``rows`` (the header first) in columns of
         ``widths`` characters (a longer cell wrapped onto the lines below, as Keras's)."""
         line = "-" * sum(widths)

@@ -5,7 +5,7 @@ uploads, launches and downloads.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -63,6 +63,9 @@ class Plan:
         self, device: Device, batch: int, inputs: list, outputs: list, steps: list, precision: str = DEFAULT_PRECISION
     ):
         self.device, self.batch, self.inputs, self.outputs, self.steps = device, batch, inputs, outputs, steps
+        #: the queue (None: the backend's own) and lock of this plan's passes (:meth:`allocate`)
+        self.queue: Any = None
+        self.lock: Any = device.lock
         self.precision = precision
         self.buffers: list = []
         self.launches: list = []
@@ -208,13 +211,16 @@ class Plan:
             yield step.out
 
     # ---------------------------------------------------------------- allocating and binding
-    def allocate(self, model: str | None = None) -> "Plan":
+    def allocate(self, model: str | None = None, replica: int = 0) -> "Plan":
         """Uploads the weights, allocates the arena and binds every launch. Returns ``self``.
 
         ``model``: the model's name; where given, the programs built meanwhile are reported on
         stderr (:class:`~malinn.plan.progress.BuildProgress`: a line updated on a terminal, else a
-        summary where they took a second or more)."""
+        summary where they took a second or more). ``replica``: which of the device's plans of
+        this model and size it is; its passes run on the queue and under the lock that
+        :meth:`~malinn.backends.base.Device.stream` gives it."""
         device = self.device
+        self.queue, self.lock = device.stream(replica)
         for size, storages in self._arena():
             what = " / ".join(sorted({f"{s.rows}x{s.cols}" for s in storages}))
             buffer = device.alloc(size, f"activations ({what})")
@@ -296,7 +302,7 @@ class Plan:
         n = arrays[0].shape[0]
         device = self.device
         ins, downloads, outs = self._io
-        with device.lock:  # the staging arrays are the plan's: one pass at a time
+        with self.lock:  # the staging arrays are the plan's: one pass at a time on its queue
             uploads = []
             for (buffer, staging, value, direct), array in zip(ins, arrays):
                 if direct and n == self.batch:
@@ -307,7 +313,7 @@ class Plan:
                 if cols < value.cols:
                     staging[cols : value.cols] = 0
                 uploads.append((buffer, staging))
-            device.run_pass(uploads, self.launches, downloads)
+            device.run_pass(uploads, self.launches, downloads, self.queue)
             return [
                 staging[:cols, :rows].reshape((n,) + tail).copy()
                 for staging, rows, per_sample, tail in outs

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -21,14 +21,13 @@ from ..library.layout import Layout, parse_layout
 from ..library.precision import device_bytes
 from .tensor import format_shape
 
-if TYPE_CHECKING:
-    from .kinds.base import OpKind
-
 __all__ = ["Weight", "Vector", "Storage", "Value", "Head", "Step", "broadcast_shape"]
 
 C = parse_layout("C")
 #: the defines a window kernel's geometry sets per layer (left out of summaries: the shapes say them)
-GEOMETRY = frozenset("IH IW OH OW KH KW SH SW DH DW PT PL CG MG GROUPS DM CIN OY OX UY UX MAXPOOL".split())
+GEOMETRY = frozenset(
+    "IH IW OH OW KH KW SH SW DH DW PT PL CG MG GROUPS DM CIN OY OX UY UX MAXPOOL ID OD KD SD DD PF OZ UZ".split()
+)
 
 
 # ======================================================================== constants of a plan
@@ -214,7 +213,9 @@ class Head:
 
 @dataclasses.dataclass(eq=False)
 class Step:
-    kind: "OpKind"  # the registered op kind (malinn.plan.kinds): what the step computes and needs
+    # the registered op kind (a malinn.plan.kinds.base.OpKind, which imports this module, so not
+    # named here): what the step computes and needs
+    kind: Any
     spec: KernelSpec
     out: Value
     inputs: dict[str, Value]  # slot ("a" or "b") -> Value

@@ -17,7 +17,7 @@ from ...choice.kernel_call import bind
 if TYPE_CHECKING:
     from ...backends.base import BoundLaunch, Device
     from ...library.kernel_library import KernelSpec
-    from ..plan import Plan
+    from ..recorder import Planned
     from ..tensors import Step
 
 __all__ = ["OpKind", "KINDS", "register", "kind_named"]
@@ -76,14 +76,14 @@ class OpKind:
         """Scalar letters beyond the result's ``h`` and ``w`` that size its kernel's scratch."""
         return {}
 
-    def operands(self, plan: "Plan", step: "Step") -> tuple:
+    def operands(self, plan: "Planned", step: "Step") -> tuple:
         """``(kernel, matrices, vectors, params)`` that ``step`` binds: every input and the result,
         the step's own vectors, its parameters."""
         matrices = {slot: plan.matrix(x) for slot, x in step.inputs.items()}
         matrices["r"] = plan.matrix(step.out)
         return step.spec, matrices, {}, step.params
 
-    def bind(self, plan: "Plan", step: "Step") -> "BoundLaunch | None":
+    def bind(self, plan: "Planned", step: "Step") -> "BoundLaunch | None":
         """``step``'s kernel bound to its buffers on the plan's device (built, or taken from the
         program caches), or None where it launches nothing (a view)."""
         if step.view:

@@ -22,8 +22,7 @@ from .weighted import WeightedKind, step_weight
 from .window import IM2COL
 
 if TYPE_CHECKING:
-    from ..builder import PlanBuilder
-    from ..plan import Plan
+    from ..recorder import Planned, Recorder
 
 __all__ = ["CONV", "conv", "depthwise", "conv_step", "in_weight_precision"]
 
@@ -44,7 +43,7 @@ class Conv(WeightedKind):
             round_up(step_weight(step).shape[1], a.col_multiple),
         )
 
-    def operands(self, plan: Plan, step: Step) -> tuple:
+    def operands(self, plan: Planned, step: Step) -> tuple:
         device, spec = plan.device, step.spec
         matrices = {slot: plan.matrix(x) for slot, x in step.inputs.items()}
         matrices["r"] = plan.matrix(step.out)
@@ -58,7 +57,7 @@ CONV = register(Conv())
 
 
 def conv(
-    builder: PlanBuilder,
+    builder: Recorder,
     x: Value,
     weight: Weight,
     geometry: dict,
@@ -101,7 +100,7 @@ def conv(
 
 
 def depthwise(
-    builder: PlanBuilder,
+    builder: Recorder,
     x: Value,
     weight: Weight,
     geometry: dict,
@@ -125,7 +124,7 @@ def depthwise(
     return conv_step(builder, spec, x, weight, out_shape, bias, activation, params, what)
 
 
-def in_weight_precision(builder: PlanBuilder, spec: KernelSpec) -> KernelSpec:
+def in_weight_precision(builder: Recorder, spec: KernelSpec) -> KernelSpec:
     """A convolution kernel reading its weights in the plan's precision: ``fp16`` (half sums) as
     ``fp16-storage`` (half weights, float sums) where the kernel has no half arithmetic, and fp32
     where it reads no reduced precision (the summary names each step's precision)."""
@@ -135,7 +134,7 @@ def in_weight_precision(builder: PlanBuilder, spec: KernelSpec) -> KernelSpec:
 
 
 def conv_step(
-    builder: PlanBuilder,
+    builder: Recorder,
     spec: KernelSpec,
     x: Value,
     weight: Weight,

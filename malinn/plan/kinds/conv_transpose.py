@@ -13,7 +13,7 @@ from .base import register
 from .conv import Conv, conv_step, in_weight_precision
 
 if TYPE_CHECKING:
-    from ..builder import PlanBuilder
+    from ..recorder import Recorder
 
 __all__ = ["CONV_TRANSPOSE", "conv_transpose"]
 
@@ -28,7 +28,7 @@ CONV_TRANSPOSE = register(ConvTranspose())
 
 
 def conv_transpose(
-    builder: PlanBuilder,
+    builder: Recorder,
     x: Value,
     weight: Weight,
     geometry: dict,

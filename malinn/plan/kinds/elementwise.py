@@ -15,8 +15,7 @@ from .weighted import WeightedKind
 
 if TYPE_CHECKING:
     from ...backends.base import Device
-    from ..builder import PlanBuilder
-    from ..plan import Plan
+    from ..recorder import Planned, Recorder
 
 __all__ = ["BIAS", "ACTIVATION", "AFFINE", "bias_and_activation", "activation", "affine"]
 
@@ -44,7 +43,7 @@ class Bias(EpilogueStep):
         producer.bias = step.bias
         return True
 
-    def operands(self, plan: Plan, step: Step) -> tuple:
+    def operands(self, plan: Planned, step: Step) -> tuple:
         assert step.bias is not None, f"{step.what}: a bias step without a bias"
         return step.spec, {"r": plan.matrix(step.out)}, {"bias": step.bias.on_device(plan.device)}, step.params
 
@@ -58,7 +57,7 @@ class Affine(EpilogueStep):
         producer.affine = step.affine
         return True
 
-    def operands(self, plan: Plan, step: Step) -> tuple:
+    def operands(self, plan: Planned, step: Step) -> tuple:
         assert step.affine is not None, f"{step.what}: an affine step without its vectors"
         scale, shift = (v.on_device(plan.device) for v in step.affine)
         return step.spec, {"r": plan.matrix(step.out)}, {"scale": scale, "shift": shift}, step.params
@@ -82,7 +81,7 @@ class Activation(EpilogueStep):
         producer.activation, producer.params = step.activation, step.params
         return True
 
-    def operands(self, plan: Plan, step: Step) -> tuple:
+    def operands(self, plan: Planned, step: Step) -> tuple:
         return step.spec, {"r": plan.matrix(step.out)}, {}, step.params
 
     def fused(self, step: Step) -> list:
@@ -94,7 +93,7 @@ BIAS, AFFINE, ACTIVATION = register(Bias()), register(Affine()), register(Activa
 
 # ---------------------------------------------------------------- lowering
 def bias_and_activation(
-    builder: PlanBuilder, out: Value, bias: Vector | None, function: str | None, params: dict | None, what: str
+    builder: Recorder, out: Value, bias: Vector | None, function: str | None, params: dict | None, what: str
 ) -> Value:
     """``out`` with a bias step (in place) and an activation step (``function``) after it, where given (what a
     kernel that fuses no epilogue leaves to steps of their own)."""
@@ -107,9 +106,7 @@ def bias_and_activation(
     return out
 
 
-def activation(
-    builder: PlanBuilder, x: Value, name: str, params: dict | None = None, what: str = "activation"
-) -> Value:
+def activation(builder: Recorder, x: Value, name: str, params: dict | None = None, what: str = "activation") -> Value:
     """Activation ``name`` applied to ``x`` (in place where ``x`` is read by nothing else)."""
     if name in (None, "linear"):
         return x
@@ -120,7 +117,7 @@ def activation(
     )
 
 
-def affine(builder: PlanBuilder, x: Value, scale: Vector, shift: Vector, what: str = "affine") -> Value:
+def affine(builder: Recorder, x: Value, scale: Vector, shift: Vector, what: str = "affine") -> Value:
     """``x * scale + shift`` per feature (last axis)."""
     return builder.record(
         AFFINE, choose("affine", builder.device), x.shape, {"b": x}, what, storage=x.storage, affine=(scale, shift)

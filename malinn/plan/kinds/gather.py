@@ -9,7 +9,7 @@ from ..tensors import Value, Vector
 from .base import OpKind, register
 
 if TYPE_CHECKING:
-    from ..builder import PlanBuilder
+    from ..recorder import Recorder
 
 __all__ = ["GATHER", "gather"]
 
@@ -25,7 +25,7 @@ GATHER = register(Gather())
 
 
 def gather(
-    builder: PlanBuilder, x: Value, table: Vector, input_dim: int, output_dim: int, what: str = "embedding"
+    builder: Recorder, x: Value, table: Vector, input_dim: int, output_dim: int, what: str = "embedding"
 ) -> Value:
     """The rows of ``table`` (``input_dim x output_dim`` floats, row-major) that the indices ``x``
     (float32 values of any shape, truncated as Keras casts them) name: the result has ``x``'s shape

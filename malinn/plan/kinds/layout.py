@@ -15,7 +15,7 @@ from .base import OpKind, register
 
 if TYPE_CHECKING:
     from ...backends.base import Device
-    from ..builder import PlanBuilder
+    from ..recorder import Recorder
 
 __all__ = ["RELAYOUT", "RESHAPE", "PERMUTE", "REPEAT", "relayout_step", "reshape", "permute", "repeat"]
 
@@ -53,7 +53,7 @@ def relayout_step(device: Device, x: Value, layout: Layout | None, what: str) ->
     return step
 
 
-def reshape(builder: PlanBuilder, x: Value, shape: tuple, what: str = "reshape") -> Value:
+def reshape(builder: Recorder, x: Value, shape: tuple, what: str = "reshape") -> Value:
     """``x`` with another Keras shape of the same size (flat order kept)."""
     shape = (builder.batch,) + tuple(int(d) for d in shape[1:])
     if math.prod(shape) != math.prod(x.shape):
@@ -68,7 +68,7 @@ def reshape(builder: PlanBuilder, x: Value, shape: tuple, what: str = "reshape")
     return builder.record(RESHAPE, choose("reshape", builder.device), shape, {"a": x}, what)
 
 
-def permute(builder: PlanBuilder, x: Value, dims: Sequence[int], what: str = "permute") -> Value:
+def permute(builder: Recorder, x: Value, dims: Sequence[int], what: str = "permute") -> Value:
     """``x`` with its sample axes in the order ``dims`` (Keras's ``Permute(dims)``: 1-based, the
     batch axis stays first), copied by kernels/permute.cl."""
     dims = tuple(int(d) for d in dims)
@@ -88,7 +88,7 @@ def permute(builder: PlanBuilder, x: Value, dims: Sequence[int], what: str = "pe
     return builder.record(PERMUTE, choose("permute", builder.device).configure(defines), shape, {"a": x}, what)
 
 
-def repeat(builder: PlanBuilder, x: Value, times: int, what: str = "repeat") -> Value:
+def repeat(builder: Recorder, x: Value, times: int, what: str = "repeat") -> Value:
     """``x`` of shape ``(batch, features)`` repeated into ``(batch, times, features)`` (Keras's
     ``RepeatVector``), by kernels/repeat.cl."""
     if len(x.shape) != 2:

@@ -21,8 +21,7 @@ from .weighted import WeightedKind, step_weight
 
 if TYPE_CHECKING:
     from ...backends.base import Device
-    from ..builder import PlanBuilder
-    from ..plan import Plan
+    from ..recorder import Planned, Recorder
 
 __all__ = ["MATMUL", "matmul"]
 
@@ -116,7 +115,7 @@ class MatMul(WeightedKind):
             round_up(max(need[1], theirs[1]), math.lcm(restriction.col_multiple, other.col_multiple)),
         )
 
-    def operands(self, plan: Plan, step: Step) -> tuple:
+    def operands(self, plan: Planned, step: Step) -> tuple:
         device, spec = plan.device, step.spec
         matrices = {"b": plan.matrix(step.inputs["b"], self.common_rows(step)), "r": plan.matrix(step.out)}
         need = self.weight_padding(step)
@@ -161,7 +160,7 @@ MATMUL = register(MatMul())
 
 
 def matmul(
-    builder: PlanBuilder,
+    builder: Recorder,
     x: Value,
     weight: Weight,
     bias: Vector | None = None,

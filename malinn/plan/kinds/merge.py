@@ -18,8 +18,7 @@ from .elementwise import ACTIVATION
 
 if TYPE_CHECKING:
     from ...backends.base import Device
-    from ..builder import PlanBuilder
-    from ..plan import Plan
+    from ..recorder import Planned, Recorder
 
 __all__ = ["MERGE", "CONCAT", "DOT", "merge", "concat", "batch_dot"]
 
@@ -73,7 +72,7 @@ class Merge(OpKind):
             return None
         return step.spec.configure({"OP": _SWAPPED[op]})
 
-    def operands(self, plan: Plan, step: Step) -> tuple:
+    def operands(self, plan: Planned, step: Step) -> tuple:
         matrices = {"r": plan.matrix(step.out), "a": plan.matrix(step.inputs["a"])}
         params = step.params
         if step.activation not in (None, "linear"):  # a fused activation's p0..p3
@@ -91,7 +90,7 @@ class Concat(OpKind):
     name = "concat"
     shape_generic = True
 
-    def operands(self, plan: Plan, step: Step) -> tuple:
+    def operands(self, plan: Planned, step: Step) -> tuple:
         return step.spec, {"r": plan.matrix(step.out), "a": plan.matrix(step.inputs["a"])}, {}, step.params
 
 
@@ -103,7 +102,7 @@ class Dot(OpKind):
 MERGE, CONCAT, DOT = register(Merge()), register(Concat()), register(Dot())
 
 
-def merge(builder: PlanBuilder, xs: Sequence[Value], op: str, what: str = "merge") -> Value:
+def merge(builder: Recorder, xs: Sequence[Value], op: str, what: str = "merge") -> Value:
     """Keras's element-wise merge of ``xs`` (two or more values): ``op`` is ``add``, ``subtract``
     (two inputs), ``multiply``, ``divide`` (two inputs), ``average``, ``maximum`` or ``minimum``.
 
@@ -136,7 +135,7 @@ def merge(builder: PlanBuilder, xs: Sequence[Value], op: str, what: str = "merge
 
 
 def _merge_step(
-    builder: PlanBuilder, running: Value | None, x: Value, code: str, shape: tuple, divisor: int, what: str
+    builder: Recorder, running: Value | None, x: Value, code: str, shape: tuple, divisor: int, what: str
 ) -> Value:
     defines = {"OP": code, "DIVISOR": f"{divisor}.0f"}
     if x.shape != shape:
@@ -148,7 +147,7 @@ def _merge_step(
     )
 
 
-def concat(builder: PlanBuilder, xs: Sequence[Value], axis: int, what: str = "concatenate") -> Value:
+def concat(builder: Recorder, xs: Sequence[Value], axis: int, what: str = "concatenate") -> Value:
     """Keras's Concatenate of ``xs`` along ``axis`` (of the Keras shape, batch axis 0): one buffer,
     each input written into its slice by one step."""
     xs = list(xs)
@@ -188,7 +187,7 @@ def concat(builder: PlanBuilder, xs: Sequence[Value], axis: int, what: str = "co
 
 
 def batch_dot(
-    builder: PlanBuilder,
+    builder: Recorder,
     x: Value,
     y: Value,
     axes: tuple,

@@ -19,8 +19,7 @@ from .base import OpKind, register
 from .layout import permute
 
 if TYPE_CHECKING:
-    from ..builder import PlanBuilder
-    from ..plan import Plan
+    from ..recorder import Planned, Recorder
 
 __all__ = ["BROADCAST", "NORMALIZE", "NORMALIZE_MODES", "broadcast", "normalize"]
 
@@ -28,7 +27,7 @@ __all__ = ["BROADCAST", "NORMALIZE", "NORMALIZE_MODES", "broadcast", "normalize"
 class InPlaceLayerStep(OpKind):
     """Rewrites its input ``b``'s buffer (the step ``overwrites`` it), reading ``step.vectors``."""
 
-    def operands(self, plan: Plan, step: Step) -> tuple:
+    def operands(self, plan: Planned, step: Step) -> tuple:
         return step.spec, {"r": plan.matrix(step.out)}, {}, step.params
 
 
@@ -47,7 +46,7 @@ NORMALIZE_MODES = {"softmax": 0, "softmax_logsumexp": 1, "layer": 2, "rms": 3, "
 
 
 def broadcast(
-    builder: PlanBuilder,
+    builder: Recorder,
     x: Value,
     form: int,
     scale: Vector,
@@ -67,7 +66,7 @@ def broadcast(
 
 
 def normalize(
-    builder: PlanBuilder,
+    builder: Recorder,
     x: Value,
     mode: str,
     axes: Iterable[int],

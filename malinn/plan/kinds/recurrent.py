@@ -13,7 +13,7 @@ from .base import OpKind, register
 
 if TYPE_CHECKING:
     from ...backends.base import Device
-    from ..builder import PlanBuilder
+    from ..recorder import Recorder
 
 __all__ = ["RECURRENT", "CELLS", "recurrence"]
 
@@ -38,7 +38,7 @@ RECURRENT = register(Recurrent())
 
 
 def recurrence(
-    builder: PlanBuilder,
+    builder: Recorder,
     xproj: Value,
     units: int,
     cell: str,

@@ -11,7 +11,7 @@ from ..tensors import Value
 from .base import OpKind, register
 
 if TYPE_CHECKING:
-    from ..builder import PlanBuilder
+    from ..recorder import Recorder
 
 __all__ = ["POOL", "SPATIAL", "IM2COL", "pool", "spatial"]
 
@@ -35,16 +35,16 @@ class Im2col(Window):
 POOL, SPATIAL, IM2COL = (register(kind()) for kind in (Pool, Spatial, Im2col))
 
 
-def _window_step(builder: PlanBuilder, kind: OpKind, x: Value, defines: dict, out_shape: tuple, what: str) -> Value:
+def _window_step(builder: Recorder, kind: OpKind, x: Value, defines: dict, out_shape: tuple, what: str) -> Value:
     spec = choose(kind.name, builder.device).configure(defines)
     return builder.record(kind, spec, (builder.batch,) + tuple(out_shape[1:]), {"a": x}, what)
 
 
-def pool(builder: PlanBuilder, x: Value, defines: dict, out_shape: tuple, what: str = "pool") -> Value:
+def pool(builder: Recorder, x: Value, defines: dict, out_shape: tuple, what: str = "pool") -> Value:
     """A pooling of ``x`` (kernels/pool.cl) configured with ``defines`` (the window and ``MAXPOOL``)."""
     return _window_step(builder, POOL, x, defines, out_shape, what)
 
 
-def spatial(builder: PlanBuilder, x: Value, defines: dict, out_shape: tuple, what: str = "spatial") -> Value:
+def spatial(builder: Recorder, x: Value, defines: dict, out_shape: tuple, what: str = "spatial") -> Value:
     """Padding, cropping or upsampling of ``x`` (kernels/spatial.cl) configured with ``defines``."""
     return _window_step(builder, SPATIAL, x, defines, out_shape, what)

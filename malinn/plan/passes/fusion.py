@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 from ..tensors import Value
 
 if TYPE_CHECKING:
-    from ..builder import PlanBuilder
+    from ..recorder import Recorder
 
 __all__ = ["fuse_epilogues"]
 
 
-def fuse_epilogues(builder: PlanBuilder, outputs: list[Value]) -> None:
+def fuse_epilogues(builder: Recorder, outputs: list[Value]) -> None:
     """Folds each in-place step into the step before it where that step's kind absorbs it
     (:meth:`malinn.plan.kinds.base.OpKind.absorb`): the in-place step disappears and its result is
     the producer's."""

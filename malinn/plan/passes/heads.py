@@ -13,12 +13,12 @@ from ..tensors import Head, Step, Value
 
 if TYPE_CHECKING:
     from ...backends.base import Device
-    from ..builder import PlanBuilder
+    from ..recorder import Recorder
 
 __all__ = ["fuse_heads"]
 
 
-def fuse_heads(builder: PlanBuilder, outputs: list[Value]) -> None:
+def fuse_heads(builder: Recorder, outputs: list[Value]) -> None:
     """Where the library names a ``matmul_head`` kernel for the device (one whose source also runs
     the first matmul's kernel, in the same configuration), the first matmul's result is read by
     the head alone and is no output, the head fits the kernel (its units, the batch, its

@@ -9,12 +9,12 @@ from ..kinds.layout import relayout_step
 from ..tensors import Step, Storage, Value
 
 if TYPE_CHECKING:
-    from ..builder import PlanBuilder
+    from ..recorder import Recorder
 
 __all__ = ["protect_in_place", "share_storage"]
 
 
-def protect_in_place(builder: PlanBuilder, outputs: list[Value]) -> None:
+def protect_in_place(builder: Recorder, outputs: list[Value]) -> None:
     """Gives each in-place step whose input ``b`` is read after it, or is an output, a buffer of
     its own: its operands exchanged where that frees it (:func:`_swap_operands`), else a copy."""
     steps = []
@@ -36,7 +36,7 @@ def protect_in_place(builder: PlanBuilder, outputs: list[Value]) -> None:
     builder.steps = steps
 
 
-def _swap_operands(builder: PlanBuilder, step: Step, index: int, outputs: list[Value]) -> bool:
+def _swap_operands(builder: Recorder, step: Step, index: int, outputs: list[Value]) -> bool:
     """A step whose in-place operand is read again works in its other operand's buffer instead,
     where its kind can exchange them (:meth:`OpKind.swapped`), that operand has the result's shape
     and nothing reads it after the step (no copy)."""

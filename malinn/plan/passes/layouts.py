@@ -12,12 +12,12 @@ from ..tensors import C, Step, Value, may_alias
 
 if TYPE_CHECKING:
     from ...library.layout import Layout
-    from ..builder import PlanBuilder
+    from ..recorder import Recorder
 
 __all__ = ["relayout_inputs", "unalias", "download_ready"]
 
 
-def relayout_inputs(builder: PlanBuilder) -> list[tuple[Step, str, Layout]]:
+def relayout_inputs(builder: Recorder) -> list[tuple[Step, str, Layout]]:
     """Decides each result's layout and gives readers of another layout a re-layout step. Returns
     the readers that take an R buffer for C (or the reverse) while it has one column: ``[(step,
     slot, layout)]`` (:func:`unalias` checks them once the paddings are known)."""
@@ -60,7 +60,7 @@ def _readers_layout(value: Value) -> Layout | None:
     return parse_layout(wanted.pop()) if len(wanted) == 1 else None
 
 
-def unalias(builder: PlanBuilder, aliases: list[tuple[Step, str, Layout]]) -> None:
+def unalias(builder: Recorder, aliases: list[tuple[Step, str, Layout]]) -> None:
     """Readers that took a plain R buffer for C (or the reverse) get a re-layout step where the
     buffer was padded to more than one column after all."""
     for step, slot, layout in aliases:
@@ -76,7 +76,7 @@ def unalias(builder: PlanBuilder, aliases: list[tuple[Step, str, Layout]]) -> No
         builder.steps.insert(builder.steps.index(step), copy)
 
 
-def download_ready(builder: PlanBuilder, outputs: list[Value]) -> list[Value]:
+def download_ready(builder: Recorder, outputs: list[Value]) -> list[Value]:
     """Outputs whose buffers are not in Keras's order get a last re-layout step into it; returns
     the values to download."""
     result = []

@@ -11,12 +11,12 @@ from ..kinds.layout import RESHAPE
 from ..tensors import storages_of
 
 if TYPE_CHECKING:
-    from ..builder import PlanBuilder
+    from ..recorder import Recorder
 
 __all__ = ["resolve_paddings"]
 
 
-def resolve_paddings(builder: PlanBuilder) -> None:
+def resolve_paddings(builder: Recorder) -> None:
     """Decides every storage's padded shape."""
     for step in builder.steps:
         slots = [(slot, x.storage) for slot, x in step.inputs.items()] + [("r", step.out.storage)]
@@ -45,7 +45,7 @@ def resolve_paddings(builder: PlanBuilder) -> None:
         storage.padded = (round_up(storage.rows, storage.row_mult), round_up(storage.cols, col_mult))
 
 
-def _couple_reshapes(builder: PlanBuilder) -> None:
+def _couple_reshapes(builder: Recorder) -> None:
     """A reshape that keeps its input's matrix view in the same layout (a Reshape of the leading
     axes) pads its result as its input: so the result can be a view of the input's buffer
     (:func:`malinn.plan.passes.views.view_reshapes` needs equal leading dimensions) where the

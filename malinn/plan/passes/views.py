@@ -12,7 +12,7 @@ from ..kinds.merge import CONCAT
 from ..tensors import Step, Storage, Value
 
 if TYPE_CHECKING:
-    from ..builder import PlanBuilder
+    from ..recorder import Recorder
 
 __all__ = ["view_reshapes", "concat_slices", "view_concat_slices"]
 
@@ -29,7 +29,7 @@ def _keras_flat(value: Value) -> bool:
     return False
 
 
-def view_reshapes(builder: PlanBuilder, outputs: list[Value]) -> None:
+def view_reshapes(builder: Recorder, outputs: list[Value]) -> None:
     """A reshape whose result's matrix view lies in its input's memory as the layout already holds
     it becomes a view of that memory (nothing launched): the same matrix in the same layout (read
     with the input's leading dimension, no further than its padding), or, where both buffers hold
@@ -68,7 +68,7 @@ def view_reshapes(builder: PlanBuilder, outputs: list[Value]) -> None:
         step.view = True
 
 
-def concat_slices(builder: PlanBuilder, outputs: list[Value]) -> list[tuple[list[Step], list[Step]]]:
+def concat_slices(builder: Recorder, outputs: list[Value]) -> list[tuple[list[Step], list[Step]]]:
     """The Concatenate steps (on the last axis) whose input a matmul can write straight into its
     slice of the result (its kernel's epilogue takes ``view``, both in R or both in C, the input
     read by nothing else): ``[(concat steps of one result, [the steps whose inputs may be
