@@ -100,6 +100,8 @@ def policy_problem(config: dict) -> str | None:
     name = policy_name(dtype)
     if name in FLOAT_POLICIES or (name is not None and "_from_" in name):
         return None
+    if name in ("int32", "int64") and config.get("output_mode") == "int" and "vocabulary" in config:
+        return None  # tf_keras's lookup layers take their indices' dtype as their own: malinn's are whole floats
     return f"dtype policy {name!r}" if name is not None else f"dtype {dtype!r}, which names no policy"
 
 

@@ -5,7 +5,7 @@ On disk::
     metadata.json       {"keras_version": "3.15.1", "date_saved": ...}
     config.json         {"module", "class_name": "Sequential" | "Functional", "config": {...}}
     model.weights.h5    layers/<path>/vars/0, 1, ...   (one dataset per variable, in order)
-    assets/             (unused here)
+    assets/<path>/vocabulary.txt   a lookup layer's adapted (or file) vocabulary, one token a line
 
 ``<path>`` is not the layer's name: it is ``snake_case(class name)`` made unique with ``_1``,
 ``_2``... in the order of ``model.layers`` (Sequential: without InputLayer; Functional: with
@@ -18,6 +18,11 @@ Keras 3's ``model.save_weights("w.weights.h5")`` (and tf_keras's, for that suffi
 same layout as ``model.weights.h5`` in a file of its own; :func:`read_weight_tree` reads either,
 for the split form (``split_forms.py``) as for archives.
 
+A lookup layer whose config holds no vocabulary (``IntegerLookup`` adapted, or given a file) has it
+in ``assets/<path>/vocabulary.txt``, the mask and OOV tokens first, as its ``get_vocabulary()``
+lists them: the reader puts those tokens in its config's ``vocabulary`` (integers where every line
+is one), as Keras's ``load_assets`` sets them.
+
 Each member's declared size is checked before it is read (``limits.py``); ``model.weights.h5`` is
 read in place or through a temporary file, never whole into memory (``zip_member.py``).
 """
@@ -29,6 +34,7 @@ import os
 import stat
 import zipfile
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import h5py
@@ -48,6 +54,8 @@ CONFIG = "config.json"
 METADATA = "metadata.json"
 WEIGHTS = "model.weights.h5"
 WEIGHTS_NPZ = "model.weights.npz"
+#: the asset a lookup layer saves its vocabulary in, under ``assets/<its path>/``
+VOCABULARY = "vocabulary.txt"
 
 
 def _fail(source: str, message: str) -> ConversionError:
@@ -98,8 +106,19 @@ def read_keras3_zip(source: str) -> KerasModel:
         root, version = _parse(source, config, metadata)
         info = archive.getinfo(WEIGHTS)
         check_member(info, *member_limit(root), source)
+
+        def read_asset(member: str) -> bytes | None:
+            if member not in names:
+                return None
+            asset = archive.getinfo(member)
+            check_member(asset, MAX_JSON_BYTES, "malinn's limit for an asset", source)
+            try:
+                return archive.read(asset)
+            except (zipfile.BadZipFile, OSError, ValueError, EOFError, RuntimeError, zlib.error) as exc:
+                raise _fail(source, f"cannot read {member} from the archive: {exc}") from exc
+
         with open_member(source, archive, info) as weights_file:
-            return _build(source, root, version, weights_file)
+            return _build(source, root, version, weights_file, with_vocabulary(read_asset))
 
 
 def read_keras3_dir(source: str) -> KerasModel:
@@ -137,8 +156,20 @@ def read_keras3_dir(source: str) -> KerasModel:
     metadata = read_json(METADATA) if os.path.isfile(path(METADATA)) else None
     if not os.path.isfile(path(WEIGHTS)):
         raise _fail(source, f"has no {WEIGHTS}: the weights are missing")
+
+    def read_asset(member: str) -> bytes | None:
+        inside, folder = os.path.join(source, member), os.path.realpath(source)
+        if not os.path.lexists(inside):
+            return None
+        if os.path.commonpath([os.path.realpath(inside), folder]) != folder:
+            raise _fail(source, f"{member} is a link to {os.path.realpath(inside)}, outside the model's folder")
+        if file_kind(inside) != "a regular file" or os.path.getsize(inside) > MAX_JSON_BYTES:
+            raise _fail(source, f"{member} is not a regular file within malinn's limit for an asset")
+        with open(inside, "rb") as fh:
+            return fh.read()
+
     root, version = _parse(source, config, metadata)
-    return _build(source, root, version, path(WEIGHTS))
+    return _build(source, root, version, path(WEIGHTS), with_vocabulary(read_asset))
 
 
 def file_kind(path: str) -> str | None:
@@ -173,7 +204,32 @@ def _parse(source: str, config: Any, metadata: Any) -> tuple[ModelNode, str | No
     return root, version
 
 
-def _build(source: str, root: ModelNode, version: str | None, weights_file: Any) -> KerasModel:
+def with_vocabulary(read_asset: Callable[[str], bytes | None]) -> Callable[[str, Any], Any]:
+    """``(layer path, config) -> config``: a lookup layer's config (``"vocabulary": None``) with the
+    tokens of its ``assets/<path>/vocabulary.txt`` (read by ``read_asset``, None where there is none)
+    as its vocabulary; any other config as it is."""
+
+    def config_with_assets(layer_path: str, config: Any) -> Any:
+        if not isinstance(config, dict) or "vocabulary" not in config or config["vocabulary"] is not None:
+            return config
+        data = read_asset(f"assets/{layer_path}/{VOCABULARY}")
+        if data is None:
+            return config
+        lines = data.decode("utf-8", errors="replace").splitlines()
+        while lines and lines[-1] == "":
+            lines.pop()
+        try:
+            tokens: list = [int(line) for line in lines]
+        except ValueError:  # string tokens (StringLookup's), which the layer refuses
+            tokens = lines
+        return {**config, "vocabulary": tokens}
+
+    return config_with_assets
+
+
+def _build(
+    source: str, root: ModelNode, version: str | None, weights_file: Any, assets: Callable | None = None
+) -> KerasModel:
     dtypes = input_dtypes(root, source)
     try:
         h5 = h5py.File(weights_file, "r")
@@ -183,7 +239,7 @@ def _build(source: str, root: ModelNode, version: str | None, weights_file: Any)
         try:
             refuse_external_links(h5, source)
             leaves, graph = leaves_and_graph(root, source)
-            layers = read_weight_tree(h5, root, source, WeightBudget(root, source), leaves=leaves)
+            layers = read_weight_tree(h5, root, source, WeightBudget(root, source), leaves=leaves, assets=assets)
         except ConversionError:
             raise
         except (KeyError, OSError, RuntimeError, ValueError, TypeError, UnicodeError) as exc:
@@ -219,6 +275,7 @@ def read_weight_tree(
     member: str = WEIGHTS,
     config: str = "the config",
     leaves: list | None = None,
+    assets: Callable[[str, Any], Any] | None = None,
 ) -> list[KerasLayer]:
     """Each leaf layer of ``root`` with its variables from a Keras 3-layout HDF5 file.
 
@@ -230,6 +287,8 @@ def read_weight_tree(
         member: the weights file's name in messages; config: what holds the layers, in messages.
         leaves: the ``(leaf, trail, name)`` triples to read, in order (those of
             :func:`converters.chain.leaves_and_graph`); ``None``: ``root``'s chain.
+        assets: ``(layer path, config) -> config`` adding what a layer keeps in the archive's
+            assets (:func:`with_vocabulary`); None: the configs as they are.
 
     Returns:
         A :class:`KerasLayer` per leaf, named ``name``, in the order of ``leaves``. The variables
@@ -285,7 +344,7 @@ def read_weight_tree(
             KerasLayer(
                 class_name=leaf.class_name,
                 name=name,
-                config=leaf.config,
+                config=leaf.config if assets is None else assets(layer_path, leaf.config),
                 weights=arrays,
                 weight_names=names,
             )

@@ -50,7 +50,7 @@ KERAS3_ONLY = {"dict_io", "dict_keys", "augmented_keras3", "training_true"}
 TF_KERAS_ONLY = {"training_true_tf_keras"}
 #: graphs malinn must refuse, each with the layers its one ConversionError must name
 ERROR_MODELS = {
-    "unsupported_graph": ["RNN 'rnn'", "Dot 'dot4'", "ConvLSTM1D 'convlstm'"],
+    "unsupported_graph": ["RNN 'rnn'", "Dot 'dot4'", "ConvLSTM1D 'convlstm' with activation 'softmax'"],
     "random_crop": ["RandomCrop 'crop' (tf_keras crops and resizes at inference"],
     # layers called with training=True: tf_keras's predict runs their training behaviour
     # (Keras 3's passes training=False over it: "training_true" matches Keras there)
@@ -269,7 +269,7 @@ def build(K, key):
     if key == "unsupported_graph":
         x, y = K.Input((3, 4), name="x"), K.Input((2, 3, 4), name="y")
         d = L.Dot(axes=3, name="dot4")([y, y])  # a merge on shapes malinn does not run
-        convlstm = L.ConvLSTM1D(2, 1, name="convlstm")(y)  # layers malinn lacks
+        convlstm = L.ConvLSTM1D(2, 1, activation="softmax", name="convlstm")(y)  # not element-wise gates
         return K.Model([x, y], [L.RNN(L.GRUCell(2), name="rnn")(x), L.Flatten(name="flat")(d), convlstm], name=key)
     raise KeyError(key)
 

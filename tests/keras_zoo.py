@@ -154,6 +154,15 @@ ARGUMENT_LAYERS = [
     "Cropping2D",
     "UpSampling1D",
     "UpSampling2D",
+    "Conv3D",
+    "Conv3DTranspose",
+    "MaxPooling3D",
+    "AveragePooling3D",
+    "GlobalMaxPooling3D",
+    "GlobalAveragePooling3D",
+    "ZeroPadding3D",
+    "Cropping3D",
+    "UpSampling3D",
 ]
 
 #: Keras 3 Dense variants: weights stored as bfloat16, LoRA enabled, int8-quantized (Keras 3
@@ -985,13 +994,14 @@ class Zoo:
     # ------------------------------------------------------------------ error models
     def build_errors(self):
         L = self.L
-        # Supported layers around unsupported ones: Masking, ConvLSTM1D, the generic RNN wrapper of a
-        # cell and a Dense with an activation malinn does not have.
+        # Supported layers around unsupported ones: Masking, a ConvLSTM1D whose activation is a softmax
+        # (over its filters: not element-wise), the generic RNN wrapper of a cell and a Dense with an
+        # activation malinn does not have.
         layers = [
             L.Dense(12, name="ok_dense"),
             L.Masking(name="bad_masking"),
             L.Reshape((3, 4, 1), name="ok_reshape"),
-            L.ConvLSTM1D(4, 2, name="bad_conv"),
+            L.ConvLSTM1D(4, 2, activation="softmax", name="bad_conv"),
             L.RNN(L.LSTMCell(5), name="bad_lstm"),
             L.Dense(3, activation="log_softmax", name="bad_logsm"),
             L.Activation("relu", name="ok_relu"),

@@ -136,6 +136,8 @@ def run_case(case, device, library, rng):
         return run_layer(case, device, rng)
     if op == "recurrent":
         return run_recurrent(case, device, rng)
+    if op == "conv_lstm":
+        return run_conv_lstm(case, rng)
     if op == "window":
         return run_window(case, device, rng)
     layout = case.get("layout") or case.get("src")
@@ -193,6 +195,8 @@ def _layer_reference(layer, x):
         return (x - along(w[0], keep)) / np.maximum(np.sqrt(along(w[1], keep)), 1e-7)
     if kind == "PReLU":
         return np.where(x < 0, w[0] * x, x)
+    if kind == "Masking":
+        return x * (x != layer.mask_value).any(-1, keepdims=True)
     if kind == "Softmax":
         a = axes(layer.axis)
         z = np.exp(x - x.max(axis=a, keepdims=True))
@@ -209,6 +213,11 @@ def _layer_reference(layer, x):
         return x.transpose((0,) + tuple(layer.dims))
     if kind == "RepeatVector":
         return np.repeat(x[:, None, :], layer.n, axis=1)
+    if kind in ("CategoryEncoding", "IntegerLookup"):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "layers"))
+        from encoding_references import layer_reference
+
+        return layer_reference(layer, x)
     raise ValueError(f"no reference for {kind}")
 
 
@@ -220,6 +229,16 @@ def run_attention(case, device, rng):
     import malinn
 
     batch, tq, tv = case["batch"], case["tq"], case["tv"]
+    if case.get("codename"):  # a kernel chosen for both layers (the tiled one), forgotten after
+        from malinn.choice import kernel_choice
+
+        kernel_choice.use("attention", case["codename"], device, case.get("config"))
+        try:
+            result = run_attention({**case, "codename": None}, device, rng)
+        finally:
+            kernel_choice.forget(device)
+        ran = set(result.pop("attention_kernels", ()))
+        return result if ran == {case["codename"]} else {"exception": f"the plans ran {sorted(ran)}", **result}
     q_in, v_in, k_in, m_in = malinn.Input((tq, 5)), malinn.Input((tv, 3)), malinn.Input((tv, 4)), malinn.Input((tq, tv))
     mha = malinn.layers.MultiHeadAttention(3, 2, value_dim=3, mask_mode=case["mode"])
     additive = malinn.layers.AdditiveAttention()
@@ -254,6 +273,8 @@ def run_attention(case, device, rng):
     )
     if "exception" in other or other["error"] > result.get("error", 0):
         result = other if "exception" in other else {**result, "error": other["error"]}
+    launches = model.plan(batch).launches + second.plan(batch).launches
+    result["attention_kernels"] = sorted({lh.function for lh in launches if lh.function.startswith("attention")})
     return result
 
 
@@ -343,6 +364,34 @@ def _run_recurrent(case, device, rng, ref, cell, options, cls):
         return _error(model.predict(xs, verbose=0), forward + (backward[:, ::-1] if zero else backward))
     want = ref.recurrent(cell, ref.embedding(xs, table), *weights, mask=xs if case["masked"] else None, **options)[0]
     return _error(model.predict(xs, verbose=0), want)
+
+
+def run_conv_lstm(case, rng):
+    """ConvLSTM2D (2 filters, 3x3 'same', 2 steps of 3x4 images of 2 channels, backwards, the
+    sequence out) or ConvLSTM1D (its last output and states, length 5, 'valid', stride 2), batch 2,
+    against tests/layers/conv_lstm_reference.py."""
+    import malinn
+    from malinn import layers
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "layers"))
+    import conv_lstm_reference as ref
+
+    if case["rank"] == 2:
+        layer = layers.ConvLSTM2D(2, 3, padding="same", return_sequences=True, go_backwards=True)
+        options, sample = {"padding": "same", "return_sequences": True, "go_backwards": True}, (2, 3, 4, 2)
+    else:
+        layer = layers.ConvLSTM1D(2, 3, strides=2, return_state=True)
+        options, sample = {"strides": 2}, (2, 5, 1)
+    x = malinn.Input(sample)
+    model = malinn.Functional(x, layer(x))
+    weights = [rng.uniform(-0.6, 0.6, w.shape).astype(np.float32) for w in layer.get_weights()]
+    layer.set_weights(weights)
+    xs = rng.standard_normal((2,) + sample).astype(np.float32)
+    got, want = model.predict(xs, verbose=0), ref.conv_lstm(xs, *weights, **options)
+    if case["rank"] == 2:
+        return _error(got, want[0])
+    errors = [_error(g, w) for g, w in zip(got, want)]
+    return {"error": max(e["error"] for e in errors), "nan_mismatch": any(e["nan_mismatch"] for e in errors)}
 
 
 def run_model(case, device, rng):
@@ -449,11 +498,16 @@ def run_window(case, device, rng):
             (t, b), (l, r) = layer.cropping
             h = h[:, t : h.shape[1] - b, l : h.shape[2] - r]
         elif name in ("Conv2DTranspose", "Resizing") or getattr(layer, "interpolation", "nearest") != "nearest":
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "layers"))
             from layers.upsampling_references import layer_reference
 
             h = layer_reference(layer, h, w)
         elif name == "UpSampling2D":
             h = h.repeat(layer.size[0], axis=1).repeat(layer.size[1], axis=2)
+        elif "3D" in name:  # the volumes' layers (the activation follows below)
+            from layers.volumetric_reference import layer_reference as volume_reference
+
+            h = volume_reference(layer, h, activated=False)
         else:
             raise ValueError(f"no reference for {name}")
         if getattr(layer, "activation", "linear") != "linear":

@@ -348,6 +348,17 @@ LAYER_CASES = [
     ("UnitNormalization", {"axis": 1}, (5, 3), ["normalize_axes"]),
     ("Permute", {"dims": [2, 1]}, (3, 5), ["permute"]),
     ("RepeatVector", {"n": 3}, (5,), ["repeat_vector"]),
+    ("Masking", {"mask_value": 0.0}, (4, 3), ["masking_any", "merge"]),
+    # indices and tokens from x * 3 (truncated): outside the range, the vocabulary, negative, the mask
+    ("CategoryEncoding", {"num_tokens": 5, "output_mode": "one_hot"}, (3,), ["category_encoding"]),
+    ("CategoryEncoding", {"num_tokens": 4, "output_mode": "count"}, (13,), ["category_encoding"]),
+    (
+        "IntegerLookup",
+        {"vocabulary": [3, -2, 0, 7, 1], "num_oov_indices": 2, "mask_token": 5, "output_mode": "multi_hot"},
+        (5,),
+        ["integer_lookup", "category_encoding"],
+    ),
+    ("IntegerLookup", {"vocabulary": [1], "num_oov_indices": 0}, (3,), ["integer_lookup"]),
 ]
 
 
@@ -596,6 +607,39 @@ def window_cases() -> list[dict]:
                 ["Resizing", {"height": 5, "width": 9}],
                 ["UpSampling2D", {"size": 2, "interpolation": "bilinear"}],
                 ["Resizing", {"height": 3, "width": 4, "interpolation": "nearest"}],
+                ["Resizing", {"height": 7, "width": 2, "interpolation": "bicubic"}],
+                ["Resizing", {"height": 2, "width": 5, "interpolation": "area"}],
+                ["UpSampling2D", {"size": [1, 2], "interpolation": "bicubic"}],
+            ],
+        }
+    )
+    volume_ops = ("conv3d", "conv3d_transpose", "pool3d", "spatial3d")
+    cases.append(
+        {
+            "op": "window",
+            "input": [3, 4, 3, 2],
+            "batch": 2,
+            "cost": 10000,  # the volumes' kernels: strides, dilation, groups, both paddings, output_padding
+            "kernels": [codename for op in volume_ops for codename in LIB.codenames(op)] + LIB.codenames("pool"),
+            "layers": [
+                [
+                    "Conv3D",
+                    {"filters": 4, "kernel_size": 3, "strides": [1, 2, 1], "padding": "same", "activation": "relu"},
+                ],
+                [
+                    "Conv3D",
+                    {"filters": 4, "kernel_size": 2, "dilation_rate": [2, 1, 1], "groups": 2, "padding": "same"},
+                ],
+                [
+                    "Conv3DTranspose",
+                    {"filters": 2, "kernel_size": 2, "strides": 2, "padding": "same", "output_padding": [1, 0, 1]},
+                ],
+                ["ZeroPadding3D", {"padding": [[1, 0], [0, 1], [1, 1]]}],
+                ["MaxPooling3D", {"pool_size": 2, "padding": "same"}],
+                ["UpSampling3D", {"size": [1, 2, 1]}],
+                ["Cropping3D", {"cropping": [[1, 0], [0, 1], [1, 0]]}],
+                ["AveragePooling3D", {"pool_size": 2, "strides": 1, "padding": "same"}],
+                ["GlobalMaxPooling3D", {}],
             ],
         }
     )
@@ -614,10 +658,28 @@ def window_cases() -> list[dict]:
 
 def attention_cases() -> list[dict]:
     """MultiHeadAttention and AdditiveAttention with every mask (tests/oclgrind_driver.py run_attention):
-    a query that may attend to nothing in each mask mode, one step and odd lengths."""
+    a query that may attend to nothing in each mask mode, one step and odd lengths; then with the
+    tiled kernel chosen in small blocks and tiles (blocks ending inside a sample, a last tile of one key)."""
     return [
         {"op": "attention", "batch": batch, "tq": tq, "tv": tv, "mode": mode, "kernels": ["attention"], "cost": 20000}
         for batch, tq, tv, mode in ((2, 3, 5, "lowest"), (1, 1, 1, "zeroed"), (3, 4, 2, "added"))
+    ] + [
+        {
+            "op": "attention",
+            "batch": batch,
+            "tq": tq,
+            "tv": tv,
+            "mode": mode,
+            "codename": "attention_tiled",
+            "config": {"BQ": bq, "BK": bk},
+            "kernels": ["attention_tiled"],
+            "cost": 20000,
+        }
+        for batch, tq, tv, mode, bq, bk in (
+            (2, 3, 5, "lowest", 2, 2),
+            (1, 1, 1, "zeroed", 1, 1),
+            (3, 5, 7, "added", 4, 3),
+        )
     ]
 
 
@@ -663,6 +725,12 @@ def recurrent_cases() -> list[dict]:
     ]
 
 
+def conv_lstm_cases() -> list[dict]:
+    """ConvLSTM2D (a sequence out, backwards) and ConvLSTM1D (its states out) on odd sizes
+    (tests/oclgrind_driver.py run_conv_lstm, against tests/layers/conv_lstm_reference.py)."""
+    return [{"op": "conv_lstm", "rank": rank, "kernels": ["conv_lstm_gates"], "cost": 20000} for rank in (2, 1)]
+
+
 def all_cases() -> list[dict]:
     return (
         matmul_cases()
@@ -673,6 +741,7 @@ def all_cases() -> list[dict]:
         + graph_cases()
         + attention_cases()
         + recurrent_cases()
+        + conv_lstm_cases()
     )
 
 

@@ -22,9 +22,6 @@ from .windows import spatial_of
 
 __all__ = ["Conv2DTranspose", "Conv1DTranspose", "transposed_length", "transposed_padding"]
 
-#: Keras's convolutions of three spatial axes, which malinn does not run
-_NO_3D = "(malinn runs convolutions over one or two spatial axes; reshape the volume into 2-D convolutions)"
-
 
 def transposed_length(
     size: int, kernel: int, stride: int, dilation: int, padding: str, output_padding: int | None
@@ -77,7 +74,6 @@ class Conv2DTranspose(_Window):
         "use_bias",
         "data_format",
     )
-    keras_refused = {"Conv3DTranspose": _NO_3D, "Conv3D": _NO_3D}
 
     def __init__(
         self,

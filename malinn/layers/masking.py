@@ -5,13 +5,32 @@ are not 0) and hands it to the layers that take one (recurrent layers skip maske
 recurrent layer returning sequences passes it on). In a plan a mask is a :class:`Value` of
 shape ``(batch, steps)`` whose non-zero entries mark the steps kept, recorded beside the value it
 masks (:func:`with_mask`) and read by the layers that take one (:func:`mask_of`); the Embedding's
-mask is its index tensor itself (an index is kept where it is not 0). Inference no-ops (Dropout)
-pass the same value on, and so its mask.
+mask is its index tensor itself (an index is kept where it is not 0); the Masking layer's is a
+0/1 value. Inference no-ops (Dropout) pass the same value on, and so its mask.
+
+A merge of inputs of different masks (two Embeddings added, a Masking branch concatenated with an
+Embedding one) gets the logical AND of the masks its inputs have (tf_keras's rule; an input without
+one counts as all kept), computed by a multiply of their 0/1 forms only where a layer reads it
+(a mask recorded as pending: :func:`with_pending_mask`). Keras 3 writes the masks it merges into
+its files as operations (``LogicalOr`` and the like), which the layers of
+:mod:`malinn.layers.mask_operations` compute.
 """
 
 from __future__ import annotations
 
-__all__ = ["mask_of", "with_mask", "carry_mask", "binary_mask", "with_mask_maker", "MASK_PASSING", "MASK_MERGING"]
+from ..plan import kinds
+from ..plan.tensor import format_shape
+
+__all__ = [
+    "mask_of",
+    "with_mask",
+    "with_pending_mask",
+    "carry_mask",
+    "binary_mask",
+    "with_mask_maker",
+    "MASK_PASSING",
+    "MASK_MERGING",
+]
 
 
 def _masks(builder) -> dict:
@@ -28,10 +47,36 @@ def with_mask(builder, value, mask):
     return value
 
 
-def mask_of(builder, value):
-    """``value``'s Keras mask (a ``(batch, steps)`` value), or None where it has none."""
+class _Pending:
+    """A mask whose steps are recorded only when a layer reads it: its shape and the function that
+    records them (called once)."""
+
+    def __init__(self, shape: tuple, make):
+        self.shape, self._make, self._value = tuple(shape), make, None
+
+    def value(self):
+        if self._value is None:
+            self._value = self._make()
+        return self._value
+
+
+def with_pending_mask(builder, value, shape, make):
+    """Records as ``value``'s Keras mask the value of ``shape`` that ``make()`` records the steps of,
+    called by the first :func:`mask_of` that asks for it (none where no layer reads it); returns
+    ``value``."""
+    return with_mask(builder, value, _Pending(shape, make))
+
+
+def _mask_entry(builder, value):
+    """``value``'s mask as recorded (a value or a pending one), or None."""
     found = _masks(builder).get(id(value))
     return found[1] if found is not None and found[0] is value else None
+
+
+def mask_of(builder, value):
+    """``value``'s Keras mask (a ``(batch, steps)`` value), or None where it has none."""
+    mask = _mask_entry(builder, value)
+    return mask.value() if isinstance(mask, _Pending) else mask
 
 
 #: malinn's layers Keras hands its input's mask through unchanged (``supports_masking`` without a
@@ -52,30 +97,84 @@ MASK_PASSING = frozenset(
         "Identity",
     }
 )
-#: merges: their output's mask is their inputs' where every input has the same one (Keras 3 ORs
-#: the masks, tf_keras ANDs them: equal masks give the same mask either way)
-MASK_MERGING = frozenset({"Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum"})
+#: merges: their output's mask is the logical AND of their inputs' (tf_keras's rule: an input
+#: without one counts as all kept; equal masks give that mask, as in Keras 3, which ORs them)
+MASK_MERGING = frozenset({"Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate"})
 
 
 def carry_mask(builder, layer, given, value):
     """Records the mask Keras gives ``value``, the output ``layer`` computed from ``given``, where
     the layer hands its input's mask on (:data:`MASK_PASSING`, a layer with ``keras_passes_mask``
-    set: a ``TimeDistributed`` one) and has not recorded a mask of its own; returns ``value``."""
-    if isinstance(value, list) or mask_of(builder, value) is not None:
+    set: a ``TimeDistributed`` one) or merges its inputs' (:data:`MASK_MERGING`) and has not
+    recorded a mask of its own; returns ``value``.
+
+    Raises:
+        ValueError: a mask of more than the ``(batch, steps)`` axes (a Masking layer's on inputs of
+            rank 4 or more) that Keras hands on to an output it does not fit.
+    """
+    if isinstance(value, list) or _mask_entry(builder, value) is not None:
         return value
     name = type(layer).__name__
     if isinstance(given, list):
         if name not in MASK_MERGING:
             return value
-        masks = [mask_of(builder, x) for x in given]
-        mask = masks[0] if masks and all(m is not None and m is masks[0] for m in masks) else None
+        mask = _merged_mask(builder, layer, given, value)
     elif getattr(layer, "keras_passes_mask", name in MASK_PASSING):
-        mask = mask_of(builder, given)
+        mask = _mask_entry(builder, given)
     else:
         return value
-    if mask is not None and tuple(value.shape[:2]) == tuple(mask.shape):
+    if mask is None:
+        return value
+    if tuple(value.shape[: len(mask.shape)]) == tuple(mask.shape):
         with_mask(builder, value, mask)
+    elif len(mask.shape) > 2:
+        raise ValueError(
+            f"{type(layer).__name__} {layer.name!r}: Keras hands its input's mask of shape "
+            f"{format_shape(mask.shape)} on to its output of shape {format_shape(value.shape)}, which "
+            "malinn does not compute (it carries a mask to the layers that read one where the mask is "
+            "(batch, steps), or the leading axes of the output)"
+        )
     return value
+
+
+def _merged_mask(builder, layer, given: list, value):
+    """The mask of a merge's output, pending until a layer reads it, by the layer's
+    ``keras_mask_merge`` rule: ``"and"`` (tf_keras, the default) ANDs the masks present (an input
+    without one counts as all kept), ``"or"`` (Keras 3) ORs them where every input has one (else
+    none: Keras 3's Concatenate then gives an all-kept mask, which masks nothing). A Concatenate
+    along the steps joins the masks where every input has one. None where no input has a mask,
+    or where Keras's merged mask is not the output's leading axes."""
+    masks = [_mask_entry(builder, x) for x in given]
+    present = [m for m in masks if m is not None]
+    rule = getattr(layer, "keras_mask_merge", "and")
+    if not present or (rule == "or" and len(present) != len(masks)):
+        return None
+    rank = len(value.shape)
+    what = f"{layer._what()} mask"
+    if type(layer).__name__ == "Concatenate" and layer.axis % rank != rank - 1:
+        if layer.axis % rank != 1 or len(present) != len(masks) or any(len(m.shape) != 2 for m in masks):
+            return None  # along the steps: the masks joined, where every input has one
+        return _Pending(
+            tuple(value.shape[:2]),
+            lambda: kinds.concat(builder, [binary_mask(builder, _value(m)) for m in masks], 1, what=what),
+        )
+    shape = tuple(value.shape[: len(present[0].shape)])
+    distinct: list = []
+    for m in present:
+        if tuple(m.shape) != shape:
+            return None
+        if not any(m is d for d in distinct):
+            distinct.append(m)
+    if len(distinct) == 1:
+        return distinct[0]
+    op = "maximum" if rule == "or" else "multiply"  # on 0/1 masks: OR, AND
+    return _Pending(
+        shape, lambda: kinds.merge(builder, [binary_mask(builder, _value(m)) for m in distinct], op, what=what)
+    )
+
+
+def _value(mask):
+    return mask.value() if isinstance(mask, _Pending) else mask
 
 
 def with_mask_maker(builder, mask, make) -> None:

@@ -12,13 +12,15 @@ one kernel.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from ..plan import kinds
 from ..plan.tensor import format_shape
 from ..plan.tensors import broadcast_shape
 from .base import Layer
 from .keras_config import KerasContext
+
+_M = TypeVar("_M", bound="_MultiInput")
 
 __all__ = ["Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate", "Dot"]
 
@@ -39,9 +41,15 @@ def _shapes(layer: Layer, input_shape: Any, count: int | None = None) -> list:
 
 
 class _MultiInput(Layer):
-    """A layer of several inputs: ``input_shapes`` holds each one's sample shape once built."""
+    """A layer of several inputs: ``input_shapes`` holds each one's sample shape once built.
+
+    ``keras_mask_merge`` says how Keras merges its inputs' masks (:mod:`malinn.layers.masking`):
+    ``"and"`` (tf_keras: the masks present ANDed) or ``"or"`` (Keras 3: ORed where every input has
+    one), set from the Keras generation of a converted file and kept in its config.
+    """
 
     count: int | None = None  # the number of inputs it takes, where fixed
+    keras_mask_merge = "and"
 
     def __init__(self, name: str | None = None):
         super().__init__(name)
@@ -55,12 +63,37 @@ class _MultiInput(Layer):
         self.built = True
         self._weights_changed()
 
+    def _mask_merge_of(self: _M, keras: KerasContext) -> _M:
+        """This layer with the mask rule of the Keras generation that saved it; returns it."""
+        self.keras_mask_merge = "or" if keras.keras_major >= 3 else "and"
+        return self
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        if self.keras_mask_merge != "and":
+            config["keras_mask_merge"] = self.keras_mask_merge
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict) -> "Layer":
+        config = dict(config)
+        rule = config.pop("keras_mask_merge", "and")
+        if rule not in ("and", "or"):
+            raise ValueError(f"{cls.__name__}: keras_mask_merge must be 'and' or 'or', got {rule!r}")
+        layer = cls(**config)
+        layer.keras_mask_merge = rule
+        return layer
+
 
 class _ElementwiseMerge(_MultiInput):
     """An element-wise merge of two or more inputs of broadcastable shapes."""
 
     op = ""
     keras_config_keys = ()  # Keras's config holds nothing else that changes what it computes
+
+    @classmethod
+    def from_keras_config(cls, config: dict, keras: KerasContext) -> Layer:
+        return cls(name=keras.name)._mask_merge_of(keras)
 
     def compute_output_shape(self, input_shape: Any) -> tuple:
         shapes = _shapes(self, input_shape, self.count)
@@ -121,7 +154,7 @@ class Concatenate(_MultiInput):
 
     @classmethod
     def from_keras_config(cls, config: dict, keras: KerasContext) -> "Concatenate":
-        return cls(axis=int(config.get("axis", -1)), name=keras.name)
+        return cls(axis=int(config.get("axis", -1)), name=keras.name)._mask_merge_of(keras)
 
     def __init__(self, axis: int = -1, name: str | None = None):
         super().__init__(name)

@@ -22,6 +22,7 @@ from .activation import ELU, Activation, LeakyReLU, Softmax
 from .axes import trailing_vector
 from .base import Layer
 from .keras_config import KerasContext, NotConvertible
+from .mask_operations import not_equal_layer
 from .merging import Add, Maximum, Minimum, Multiply, Subtract, _ElementwiseMerge
 
 __all__ = [
@@ -236,6 +237,8 @@ def operator_layer(config: dict, operand: dict, keras: KerasContext) -> Layer:
     constant, first, options = operand.get("constant"), bool(operand.get("first")), dict(operand.get("options") or {})
     if keras.class_name == "TFOpLambda":
         return _tf_operator(str(config.get("function")), constant, first, options, keras)
+    if keras.class_name == "NotEqual" and constant is not None:  # a Keras 3 mask: not_equal(x, value)
+        return not_equal_layer(constant, first, keras)
     op = OPERATIONS.get(keras.class_name)
     if op is None or constant is None:
         raise NotConvertible(

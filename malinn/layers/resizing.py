@@ -1,6 +1,6 @@
 """``Resizing``: images resized to a fixed height and width, as Keras's preprocessing layer computes
-it at inference (TensorFlow's ``tf.image.resize`` without antialiasing, half-pixel centres; Keras 3
-and tf_keras alike), by kernels/resize.cl."""
+it at inference (TensorFlow's ``tf.image.resize`` without antialiasing: nearest, bilinear and bicubic
+with half-pixel centres, and area; Keras 3 and tf_keras alike), by kernels/resize.cl."""
 
 from __future__ import annotations
 
@@ -11,7 +11,21 @@ from ..plan.kinds.resize import RESIZE_MODES
 from .base import Layer
 from .keras_config import KerasContext, NotConvertible
 
-__all__ = ["Resizing"]
+__all__ = ["Resizing", "REFUSED_INTERPOLATIONS", "interpolation_refusal"]
+
+#: the interpolations Keras offers that malinn does not compute, each with what it is
+REFUSED_INTERPOLATIONS = {
+    "lanczos3": "a Lanczos kernel of radius 3, tf.image.resize's scale-and-translate resampler",
+    "lanczos5": "a Lanczos kernel of radius 5, tf.image.resize's scale-and-translate resampler",
+    "gaussian": "a Gaussian kernel, tf.image.resize's scale-and-translate resampler",
+    "mitchellcubic": "the Mitchell-Netravali cubic, tf.image.resize's scale-and-translate resampler",
+}
+
+
+def interpolation_refusal(interpolation) -> str:
+    """Why malinn does not resize by ``interpolation``: what it is, and what malinn computes."""
+    what = REFUSED_INTERPOLATIONS.get(interpolation, "not an interpolation Keras offers")
+    return f"interpolation {interpolation!r} ({what}) is not computed: malinn resizes by {', '.join(RESIZE_MODES)}"
 
 
 class Resizing(Layer):
@@ -20,7 +34,10 @@ class Resizing(Layer):
 
     Args:
         height, width: the output size, positive integers.
-        interpolation: ``"bilinear"`` or ``"nearest"``.
+        interpolation: ``"bilinear"``, ``"nearest"``, ``"bicubic"`` (Keys' cubic with a = -0.5,
+            TensorFlow's: the taps outside the image left out and the others reweighted) or
+            ``"area"``; ``"lanczos3"``, ``"lanczos5"``, ``"gaussian"`` and ``"mitchellcubic"``
+            are refused.
         crop_to_aspect_ratio, pad_to_aspect_ratio: False (malinn resizes the whole image).
         antialias: False (Keras's default).
         name: the layer's name.
@@ -48,7 +65,7 @@ class Resizing(Layer):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{who}: {what} must be a positive integer, got {value!r}")
         if interpolation not in RESIZE_MODES:
-            raise ValueError(f"{who}: interpolation must be one of {tuple(RESIZE_MODES)}, got {interpolation!r}")
+            raise ValueError(f"{who}: {interpolation_refusal(interpolation)}")
         if crop_to_aspect_ratio or pad_to_aspect_ratio or antialias:
             raise ValueError(f"{who}: crop_to_aspect_ratio, pad_to_aspect_ratio and antialias are not computed")
         if data_format not in (None, "channels_last"):
@@ -64,9 +81,7 @@ class Resizing(Layer):
         """
         interpolation = config.get("interpolation", "bilinear")
         if interpolation not in RESIZE_MODES:
-            raise NotConvertible(
-                f"with interpolation {interpolation!r} (malinn resizes by {' and '.join(RESIZE_MODES)})"
-            )
+            raise NotConvertible(f"with {interpolation_refusal(interpolation)}")
         for key in ("crop_to_aspect_ratio", "pad_to_aspect_ratio", "antialias"):
             if config.get(key):
                 raise NotConvertible(f"with {key}=True (malinn resizes the whole image, without antialiasing)")

@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..plan import kinds
+from ..plan.kinds.resize import RESIZE_MODES
 from .base import Layer
+from .resizing import interpolation_refusal
 from .windows import as_tuple, spatial_of
 
 __all__ = ["ZeroPadding1D", "ZeroPadding2D", "Cropping1D", "Cropping2D", "UpSampling1D", "UpSampling2D"]
@@ -162,7 +164,7 @@ class Cropping1D(Cropping2D):
 
 class UpSampling2D(_Spatial):
     """Each pixel repeated ``size`` times along height and width, as Keras's ``UpSampling2D``
-    (``interpolation`` ``"nearest"``, or ``"bilinear"`` as ``tf.image.resize``).
+    (``interpolation`` ``"nearest"``, or ``"bilinear"``, ``"bicubic"``, ``"area"`` as ``tf.image.resize``).
 
     Args:
         size: an int or ``(rows, cols)``.
@@ -173,11 +175,8 @@ class UpSampling2D(_Spatial):
 
     def __init__(self, size=2, data_format=None, interpolation="nearest", name: str | None = None):
         super().__init__(data_format, name)
-        if interpolation not in ("nearest", "bilinear"):  # bilinear: kernels/resize.cl, as tf.image.resize
-            raise ValueError(
-                f"{type(self).__name__} {self.name!r}: only interpolation 'nearest' and 'bilinear' "
-                f"run, got {interpolation!r}"
-            )
+        if interpolation not in RESIZE_MODES:  # all but nearest: kernels/resize.cl, as tf.image.resize
+            raise ValueError(f"{type(self).__name__} {self.name!r}: {interpolation_refusal(interpolation)}")
         self.size = as_tuple(size, self.rank, f"{type(self).__name__} {self.name!r}: size")
         self.interpolation = interpolation
 

@@ -43,6 +43,10 @@ OPS = (
     "conv",
     "depthwise",
     "conv_transpose",
+    "conv3d",
+    "conv3d_transpose",
+    "pool3d",
+    "spatial3d",
     "resize",
     "pool",
     "spatial",
@@ -51,13 +55,17 @@ OPS = (
     "concat",
     "dot",
     "gather",
+    "encoding",
+    "lookup",
+    "masking",
     "recurrent",
     "recurrent_masked",
+    "conv_lstm_gates",
     "attention",
     "normalize_column",
 )
 #: ops whose kernels read a weight matrix ``a`` and may fuse the epilogue (epilogue.clh)
-EPILOGUE_OPS = ("matmul", "matmul_head", "conv", "depthwise", "conv_transpose")
+EPILOGUE_OPS = ("matmul", "matmul_head", "conv", "depthwise", "conv_transpose", "conv3d", "conv3d_transpose")
 #: what a matmul kernel can fuse into its final write -> the define that switches it on
 EPILOGUE_DEFINES = {
     "bias": "BIAS",

@@ -14,7 +14,7 @@ __all__ = ["DEFAULT_PRECISION", "WEIGHT_OPS", "WEIGHTS_HEADER", "Precision", "pa
 #: the precision every kernel supports and every model runs in unless asked otherwise
 DEFAULT_PRECISION = "fp32"
 #: the ops whose kernels read a layer's weights, and so may read them in a reduced precision
-WEIGHT_OPS = ("matmul", "matmul_head", "conv", "depthwise", "conv_transpose")
+WEIGHT_OPS = ("matmul", "matmul_head", "conv", "depthwise", "conv_transpose", "conv3d", "conv3d_transpose")
 #: the header that reads weights in each precision (LOAD_W): a kernel listing a reduced one includes it
 WEIGHTS_HEADER = "weights.clh"
 

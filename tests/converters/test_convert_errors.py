@@ -237,12 +237,15 @@ def test_branching_functional_model_converts(keras_zoo, out_dir, fmt):
 
 
 @pytest.mark.parametrize("fmt", ["keras3-zip", "keras3-h5"])
-def test_an_operator_with_a_constant_operand_is_not_listed_with_the_unsupported_layers(keras_zoo, out_dir, fmt):
-    """``x * 2.0`` converts (tests/layers/test_operators.py); the layer beside it is still named."""
-    message = assert_convert_fails(
-        keras_zoo.path(fmt, "constant_operand"), out_dir, "1 unsupported layer(s)", "Masking 'c_mask'"
-    )
-    assert "Multiply 'multiply'" not in message
+def test_an_operator_with_a_constant_operand_converts_beside_a_masking_layer(keras_zoo, fmt):
+    """``x * 2.0`` converts (tests/layers/test_operators.py), and the Masking layer beside it."""
+    model = malinn.load_model(keras_zoo.path(fmt, "constant_operand"))
+    kernel, bias = next(layer for layer in model.layers if type(layer).__name__ == "Dense").get_weights()
+    x = np.random.default_rng(1).uniform(-1, 1, (4, 3)).astype(np.float32)
+    x[2] = 0
+    doubled, masked = model.predict(x, verbose=0)
+    np.testing.assert_allclose(doubled, (x @ kernel + bias) * 2.0, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(masked, x * (x != 0).any(-1, keepdims=True))
 
 
 @pytest.mark.parametrize("fmt", ["keras3-zip", "keras3-h5"])
@@ -292,8 +295,9 @@ def test_window_layers_pass_on_every_argument_keras_takes(keras_zoo):
         assert wanted <= set(window_layers[name]), f"{name}: {sorted(wanted - set(window_layers[name]))} not passed on"
 
 
-UNSUPPORTED = [("Masking", "bad_masking"), ("ConvLSTM1D", "bad_conv"), ("RNN", "bad_lstm")]
+UNSUPPORTED = [("ConvLSTM1D", "bad_conv"), ("RNN", "bad_lstm")]
 SUPPORTED = [
+    "Masking",
     "Dense",
     "Activation",
     "Dropout",

@@ -29,6 +29,10 @@ def conv_transpose_reference(x, kernel, bias, strides, dilation, padding, output
 
 def resize_reference(x, height, width, interpolation):
     """tf.image.resize without antialiasing: half-pixel centres, the scale in float32."""
+    if interpolation in ("bicubic", "area"):
+        from resize_references import area_reference, bicubic_reference
+
+        return (bicubic_reference if interpolation == "bicubic" else area_reference)(x, height, width)
     n, ih, iw, c = x.shape
 
     def coordinates(out, size):

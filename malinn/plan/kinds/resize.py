@@ -1,6 +1,6 @@
 """Image resizing as TensorFlow's ``tf.image.resize`` without antialiasing (Keras ``Resizing``,
-``UpSampling2D`` with ``interpolation="bilinear"``): one kernel (kernels/resize.cl) reading the input
-in whatever layout its producer wrote."""
+``UpSampling2D`` with an interpolation other than ``"nearest"``): one kernel (kernels/resize.cl),
+its interpolation a define, reading the input in whatever layout its producer wrote."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ from .base import register
 from .window import Window
 
 if TYPE_CHECKING:
-    from ..builder import PlanBuilder
+    from ..recorder import Recorder
 
 __all__ = ["RESIZE", "RESIZE_MODES", "resize"]
 
-#: Keras's interpolation -> the kernel's MODE
-RESIZE_MODES = {"nearest": 0, "bilinear": 1}
+#: Keras's interpolation -> the kernel's MODE (tf.image.resize's nearest, bilinear and bicubic with
+#: half-pixel centres, and its area resize)
+RESIZE_MODES = {"nearest": 0, "bilinear": 1, "bicubic": 2, "area": 3}
 
 
 class Resize(Window):
@@ -29,7 +30,7 @@ class Resize(Window):
 RESIZE = register(Resize())
 
 
-def resize(builder: PlanBuilder, x: Value, size: Sequence[int], interpolation: str, what: str = "resize") -> Value:
+def resize(builder: Recorder, x: Value, size: Sequence[int], interpolation: str, what: str = "resize") -> Value:
     """``x`` (Keras ``(batch, H, W, C)``) resized to ``size`` = ``(height, width)`` by ``interpolation``
     (:data:`RESIZE_MODES`), with half-pixel centres as TensorFlow."""
     if len(x.shape) != 4:
