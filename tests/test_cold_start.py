@@ -312,3 +312,84 @@ def test_the_number_of_build_threads_is_checked(monkeypatch):
     assert opencl.build_threads() == 4
     monkeypatch.delenv("MALINN_BUILD_THREADS")
     assert 1 <= opencl.build_threads() <= 8
+
+
+# ---------------------------------------------------------------- few work-group shapes per kernel
+def _dense_block(channels, growths, size):
+    """A DenseNet-like block: each step a BatchNormalization (of a concatenation: not folded into a
+    convolution), a ReLU and a 1x1 convolution whose output is concatenated to the step's input, so
+    the element-wise kernels run over a range of another width at every step."""
+    from malinn import Functional, Input
+    from malinn.layers import BatchNormalization, Concatenate, Conv2D, ReLU
+
+    x_in = Input(size + (channels,), name="x")
+    h = x_in
+    for i, growth in enumerate(growths):
+        y = ReLU(name=f"relu{i}")(BatchNormalization(name=f"bn{i}")(h))
+        h = Concatenate(name=f"cat{i}")([h, Conv2D(growth, 1, name=f"conv{i}")(y)])
+    return Functional(x_in, h)
+
+
+def _dense_block_reference(model, x, growths):
+    layers = {layer.name: layer for layer in model.layers}
+    h = x
+    for i in range(len(growths)):
+        gamma, beta, mean, variance = layers[f"bn{i}"].get_weights()
+        y = np.maximum(gamma * (h - mean) / np.sqrt(variance + 1e-3) + beta, 0)
+        conv = layers[f"conv{i}"]
+        h = np.concatenate([h, y @ conv.kernel[0, 0] + conv.bias], axis=-1)
+    return h
+
+
+def test_element_wise_kernels_of_many_widths_run_in_few_work_group_shapes(device, rng):
+    """kernels/library.json "workgroup_bound": on a device class an entry bounds (PoCL's CPU: it
+    compiles a kernel again for each work-group shape it is launched with), every launch of that
+    kernel runs in the shape of the greatest common divisors of its range and the bound, so a block
+    whose every step widens the ranges runs each such kernel in fewer shapes than it has ranges and
+    computes what numpy does; elsewhere the driver chooses."""
+    from malinn.choice.kernel_call import bounded_range
+    from malinn.library.kernel_library import load_library
+
+    growths, size = (8, 16, 24, 8, 16), (5, 6)
+    model = _dense_block(8, growths, size)
+    weights = []
+    for layer in model.layers:
+        if layer.name.startswith("bn"):
+            gamma, beta, mean, variance = (w.shape for w in layer.get_weights())
+            weights += [rng.uniform(0.5, 1.5, gamma), rng.standard_normal(beta), rng.standard_normal(mean)]
+            weights.append(rng.uniform(0.5, 1.5, variance))
+        else:
+            weights += [0.3 * rng.standard_normal(w.shape) for w in layer.get_weights()]
+    model.set_weights([w.astype(np.float32) for w in weights])
+    x = rng.standard_normal((2,) + size + (8,)).astype(np.float32)
+    want = _dense_block_reference(model, x, growths)
+    np.testing.assert_allclose(model.predict(x), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+    library = load_library()
+    ranges, shapes = {}, {}
+    for launch in model.plan(2).launches:
+        bound = library[launch.function].workgroup_bound(device)
+        if bound is None:
+            continue
+        assert launch.local_size == bounded_range(bound, launch.global_size, device), (launch, bound)
+        ranges.setdefault(launch.function, set()).add(tuple(launch.global_size))
+        shapes.setdefault(launch.function, set()).add(launch.local_size)
+    if device.backend == "opencl" and device.kind == "cpu":  # the shipped library bounds these there
+        assert {"relu", "scale_shift"} <= set(ranges), sorted(ranges)
+        assert all(len(shapes[f]) < len(ranges[f]) for f in ("relu", "scale_shift")), (shapes, ranges)
+        assert all(s is not None and np.prod(s) > 1 for f in shapes for s in shapes[f]), shapes
+
+
+def test_a_work_group_bound_of_another_rank_is_refused_by_name(tmp_path):
+    from malinn.errors import LibraryError
+    from malinn.library.kernel_library import load_library
+    from malinn.resources import kernels_dir
+
+    folder = tmp_path / "kernels"
+    shutil.copytree(kernels_dir(), folder)
+    data = json.loads((folder / "library.json").read_text())
+    for bound, field in (([16], "restrictions.workgroup_bound"), ([16, 0], "restrictions.workgroup_bound.opencl:cpu")):
+        data["kernels"]["relu"]["restrictions"]["workgroup_bound"] = {"opencl:cpu": bound}
+        (folder / "library.json").write_text(json.dumps(data))
+        with pytest.raises(LibraryError, match=f"kernel 'relu', field '{field}'"):
+            load_library(folder / "library.json")

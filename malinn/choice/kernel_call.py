@@ -29,7 +29,7 @@ from ..library.expressions import evaluate
 from ..library.kernel_library import DIVIDE, SCRATCH_NAME, KernelSpec, letter_values
 from .matrix import DeviceMatrix
 
-__all__ = ["bind", "scalar_values", "global_range"]
+__all__ = ["bind", "scalar_values", "global_range", "local_range", "bounded_range"]
 
 
 def scalar_values(matrices: dict) -> dict:
@@ -62,6 +62,18 @@ def local_range(preferred: tuple | None, global_size: tuple, device: Device) -> 
         if p > limit or g % p:
             return None
     return tuple(preferred)
+
+
+def bounded_range(bound: tuple | None, global_size: tuple, device: Device) -> tuple | None:
+    """The work-group shape within ``bound`` (an entry's ``workgroup_bound`` for the device's class):
+    along each axis the greatest common divisor of the range and the bound, so every range falls into
+    a few shapes (a bound of powers of two: at most log2(bound) + 1 sizes an axis) where a driver that
+    chooses for itself picks one per range. PoCL on a CPU compiles a kernel again for every shape it
+    is launched with, so a network's first prediction compiled its element-wise kernels once per
+    layer. None where the entry gives no bound or the shape does not fit the device."""
+    if not bound:
+        return None
+    return local_range(tuple(math.gcd(g, b) for g, b in zip(global_size, bound)), global_size, device)
 
 
 def program_for(spec: KernelSpec, device: Device, layouts: dict, wait: bool = True) -> Any:
@@ -236,6 +248,8 @@ def bind(
             f"({' x '.join(map(str, device.max_work_item_sizes))} per axis): choose another "
             f"configuration of it (docs/KERNELS.md) or another kernel (malinn.use)"
         )
+    if local_size is None:  # decided here, once per launch bound (a plan binds its launches once)
+        local_size = bounded_range(spec.workgroup_bound(device), global_size, device)
 
     def built_for(exc: KernelBuildError) -> KernelBuildError:  # whose step it was, the shapes it was built for
         shapes = ", ".join(f"{name} {m.shape} padded to {m.padded} in {m.layout}" for name, m in matrices.items())

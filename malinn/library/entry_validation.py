@@ -171,6 +171,7 @@ RESTRICTION_FIELDS = (
     "scale",
     "split",
     "workgroup",
+    "workgroup_bound",
     "argdefines",
 )
 MATRIX_FIELDS = ("representation", "rowAlign", "colAlign", "image", "logicalRows")

@@ -54,6 +54,7 @@ class KernelSpec:
     scratch_bytes: object = None  # expression over the defines and scalar letters: the scratch buffer's size
     loop_bounds: tuple = ()  # (("gl", expression), ...): the loop iterations one invocation of that source runs
     argdefines: tuple = ()  # defines the OpenCL source takes as uint arguments after its buffers
+    workgroup_bounds: tuple = ()  # (("opencl:cpu", (16, 16)), ...): work-group bounds by device class
 
     def in_precision(self, precision: str) -> "KernelSpec":
         """This configuration with its weights (and sums) in ``precision``.
@@ -189,6 +190,13 @@ class KernelSpec:
             if name == backend:
                 return evaluate(text, {**dict(self.defines), **values})
         return None
+
+    def workgroup_bound(self, device: Any) -> tuple | None:
+        """The entry's ``workgroup_bound`` for ``device``'s class: the first of ``"<backend>:<kind>"``,
+        ``"<backend>"``, ``"<kind>"`` and ``"*"`` it names (as ``defaults`` are looked up), else None."""
+        bounds = dict(self.workgroup_bounds)
+        keys = (f"{device.backend}:{device.kind}", device.backend, device.kind, "*")
+        return next((bounds[key] for key in keys if key in bounds), None)
 
     @property
     def requires_workgroup(self) -> bool:
@@ -379,6 +387,20 @@ def build_spec(path: Path, codename: str, entry: dict, defines: dict, table: dic
         if not isinstance(wg, list) or len(wg) != len(fixed.ndrange):
             fail("restrictions.workgroup", f"expected null or a list of {len(fixed.ndrange)} positive integers")
         wg = tuple(positive_int("restrictions.workgroup", v) for v in wg)
+    bounds = rs.get("workgroup_bound", {})
+    if not isinstance(bounds, dict) or not all(
+        isinstance(key, str) and isinstance(shape, list) and len(shape) == len(fixed.ndrange)
+        for key, shape in bounds.items()
+    ):
+        fail(
+            "restrictions.workgroup_bound",
+            f'expected an object of device class ("opencl:cpu", "gpu", "*", ...): a list of '
+            f"{len(fixed.ndrange)} positive integers",
+        )
+    workgroup_bounds = tuple(
+        (key, tuple(positive_int(f"restrictions.workgroup_bound.{key}", v) for v in shape))
+        for key, shape in bounds.items()
+    )
     if not all(DEFINE_NAME.fullmatch(str(k)) and DEFINE_VALUE.fullmatch(str(v)) for k, v in defines.items()):
         fail("defines", "expected an object of NAME: simple value")
     candidates = entry.get("candidates", [])
@@ -435,4 +457,5 @@ def build_spec(path: Path, codename: str, entry: dict, defines: dict, table: dic
         scratch_bytes=scratch,
         loop_bounds=fixed.loop_bounds,
         argdefines=check_argdefines(rs.get("argdefines", []), defines, fail),
+        workgroup_bounds=workgroup_bounds,
     )
