@@ -35,7 +35,10 @@ Steady state (``--kernel-times``): fewer programs must not cost the device time.
 (warm caches), the device time of each launch of its plan (OpenCL profiling events, the median of
 ``--repeat`` passes), summed per kernel (codename), and the median host-to-host ``predict``; with
 ``--compare-tree DIR`` the same from another checkout of malinn (the code before a change), the two
-run in turn in each round so that a busy spell touches both. Writes
+run in turn in each round so that a busy spell touches both. Where the library bounds some kernels'
+work-group shapes (``workgroup_bound``), ``pass_s`` times whole passes (every launch enqueued, then
+a finish) host to host in one process, those launches in their bound shapes (``bound``) and in the
+driver's own (``driver``, ``NULL``) in turn: a comparison that a busy machine touches evenly. Writes
 benchmarks/results/cold_start_kernels_<device>.json (or --json).
 """
 
@@ -199,10 +202,32 @@ for _ in range(repeat):
     model.predict(x)
     hosts.append(time.perf_counter() - start)
 medians = np.median(np.array(per_launch), axis=0)
+# the same passes with the driver's own work-group shape for the launches a library bound shapes
+# (workgroup_bound), in turn with the bound shapes, in this process: what the bounds cost host to host
+passes = {}
+from malinn.library.kernel_library import load_library
+library = load_library()
+bounded = [getattr(library[l.function], "workgroup_bound", lambda d: None)(device) is not None for l in plan.launches]
+if device.backend == "opencl" and any(bounded):
+    import pyopencl as cl
+    shapes = {"bound": [l.local_size for l in plan.launches],
+              "driver": [None if b else l.local_size for l, b in zip(plan.launches, bounded)]}
+    passes = {name: [] for name in shapes}
+    for i in range(4 * repeat + 4):
+        for name in (list(shapes) if i % 2 == 0 else list(shapes)[::-1]):
+            with device.lock:
+                start = time.perf_counter()
+                for launch, local in zip(plan.launches, shapes[name]):
+                    cl.enqueue_nd_range_kernel(device.queue, launch.handle, launch.global_size, local)
+                device.finish()
+                if i >= 4:  # the first passes compile the driver's shapes
+                    passes[name].append(time.perf_counter() - start)
+    passes = {name: float(np.median(times)) for name, times in passes.items()}
 families = {}
 for launch, seconds in zip(plan.launches, medians):
     families[launch.function] = families.get(launch.function, 0.0) + float(seconds)
 print(json.dumps({"device_s": float(medians.sum()), "predict_s": float(np.median(hosts)), "families": families,
+                  "pass_s": passes, "bounded_launches": sum(bounded),
                   "launches": len(plan.launches), "launch_shapes": launch_shapes(plan.launches),
                   "programs": len(device.cache.get("programs", {})),
                   "name": device.name, "platform": device.platform, "driver": device.driver_version,
@@ -247,6 +272,11 @@ def kernel_times(args) -> int:
                     "programs": runs[-1]["programs"],
                     "launches": runs[-1]["launches"],
                     "launch_shapes": runs[-1]["launch_shapes"],
+                    "bounded_launches": runs[-1].get("bounded_launches", 0),
+                    "pass_s": {
+                        name: float(np.median([r["pass_s"][name] for r in runs if r.get("pass_s")]))
+                        for name in (runs[-1].get("pass_s") or {})
+                    },
                     "families": {f: float(np.median([r["families"].get(f, 0.0) for r in runs])) for f in families},
                 }
             rows.append(row)
@@ -257,6 +287,14 @@ def kernel_times(args) -> int:
                 for tree in trees
             )
             print(f"{name} {args.size}x{args.size}: {line}", flush=True)
+            for tree in trees:
+                passes = row[tree]["pass_s"]
+                if passes:
+                    print(
+                        f"    {tree}: a pass host to host in one process, the {row[tree]['bounded_launches']} launches "
+                        f"of bounded kernels in their bound shapes {passes['bound'] * 1e3:.2f} ms, in the driver's "
+                        f"{passes['driver'] * 1e3:.2f} ms ({passes['bound'] / passes['driver']:.2f}x)"
+                    )
             if "compare" in trees:
                 for family in sorted(set(row["this"]["families"]) | set(row["compare"]["families"])):
                     here, there = row["this"]["families"].get(family, 0.0), row["compare"]["families"].get(family, 0.0)

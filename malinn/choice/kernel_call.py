@@ -66,11 +66,11 @@ def local_range(preferred: tuple | None, global_size: tuple, device: Device) -> 
 
 def bounded_range(bound: tuple | None, global_size: tuple, device: Device) -> tuple | None:
     """The work-group shape within ``bound`` (an entry's ``workgroup_bound`` for the device's class):
-    along each axis the greatest common divisor of the range and the bound, so every range falls into
-    a few shapes (a bound of powers of two: at most log2(bound) + 1 sizes an axis) where a driver that
-    chooses for itself picks one per range. PoCL on a CPU compiles a kernel again for every shape it
-    is launched with, so a network's first prediction compiled its element-wise kernels once per
-    layer. None where the entry gives no bound or the shape does not fit the device."""
+    along each axis the greatest common divisor of the range and the bound, so that the ranges of
+    every layer fall into a few shapes (a bound of powers of two: at most log2(bound) + 1 sizes an
+    axis), where a driver left to choose picks one per range. PoCL on a CPU compiles a kernel again
+    for every shape it is launched with: left to choose, it compiled the element-wise kernels of a
+    network once per layer. None where the entry gives no bound or the shape does not fit the device."""
     if not bound:
         return None
     return local_range(tuple(math.gcd(g, b) for g, b in zip(global_size, bound)), global_size, device)
