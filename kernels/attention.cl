@@ -29,63 +29,10 @@
  *
  * One work item per (query column, head): the range is (h / VD) x w; an item whose head or column
  * is beyond the tensor writes R's padding as 0 (and the last head item the rows past
- * (h / VD) * VD). The runtime prepends MALINN_INDEX_A / _B / _R. OpenCL C 1.2.
+ * (h / VD) * VD). The defines' defaults, the score and the online softmax step are attention.clh's
+ * (shared with attention_tiled.cl). The runtime prepends MALINN_INDEX_A / _B / _R. OpenCL C 1.2.
  */
 
-#ifndef NH
-#define NH 1
-#endif
-#ifndef KD
-#define KD 1
-#endif
-#ifndef VD
-#define VD 1
-#endif
-#ifndef TQ
-#define TQ 1
-#endif
-#ifndef TS
-#define TS 1
-#endif
-#ifndef VROW
-#define VROW 0
-#endif
-#ifndef AMASK
-#define AMASK 0
-#endif
-#ifndef QMASK
-#define QMASK 0
-#endif
-#ifndef QMROW
-#define QMROW 0
-#endif
-#ifndef VMASK
-#define VMASK 0
-#endif
-#ifndef VMROW
-#define VMROW 0
-#endif
-#ifndef CAUSAL
-#define CAUSAL 0
-#endif
-#ifndef MODE
-#define MODE 0
-#endif
-#ifndef SCORE
-#define SCORE 0
-#endif
-#ifndef USE_VECTOR
-#define USE_VECTOR 0
-#endif
-#ifndef SCALE
-#define SCALE 1.0f
-#endif
-#ifndef CW
-#define CW 1.0f
-#endif
-#ifndef LARGE_NEG
-#define LARGE_NEG -2.3726710e38f
-#endif
 
 __kernel void attention(uint m, uint n, uint h, uint w, uint H, uint W, uint l, uint c,
                         __global const float *a,
@@ -116,24 +63,12 @@ __kernel void attention(uint m, uint n, uint h, uint w, uint H, uint W, uint l, 
         for (uint d = 0; d < KD; ++d) {
             const float q = a[MALINN_INDEX_A(head * KD + d, col, H, W)];
             const float k = b[MALINN_INDEX_B(head * KD + d, kcol, l, c)];
-#if SCORE == 0
-            score += q * k;
-#elif SCORE == 1
-            score += tanh(SCALE * (q + k));
-#elif USE_VECTOR
-            score += scale[d] * tanh(q + k);
-#else
-            score += tanh(q + k);
-#endif
+            score += SCORE_TERM(q, k, d);
         }
-#if SCORE == 0
-        score *= SCALE;
-#elif SCORE == 1
-        score *= CW;
-#endif
-        float keep = 1.0f;
+        score = SCORED(score);
+        float keep = 1.0f, given = 1.0f;
 #if AMASK
-        const float given = a[MALINN_INDEX_A(NH * KD + j, col, H, W)];
+        given = a[MALINN_INDEX_A(NH * KD + j, col, H, W)];
         keep = given != 0.0f ? 1.0f : 0.0f;
 #endif
 #if VMASK
@@ -145,32 +80,7 @@ __kernel void attention(uint m, uint n, uint h, uint w, uint H, uint W, uint l, 
 #if CAUSAL
         keep = j <= t ? keep : 0.0f;
 #endif
-#if MODE == 0
-        const float x = keep != 0.0f ? score : LARGE_NEG;
-#elif MODE == 1
-        const float x = keep != 0.0f ? score : -1e9f;
-#else
-#if AMASK && !VMASK && !CAUSAL && QMASK != 2
-        const float x = score + (1.0f - given) * -1e9f;
-#else
-        const float x = score + (1.0f - keep) * -1e9f;
-#endif
-#endif
-        if (x > top) {   /* a new maximum: rescale what was summed so far */
-            const float shrink = exp(top - x);
-            total *= shrink;
-            for (uint d = 0; d < VD; ++d) {
-                acc[d] *= shrink;
-            }
-            top = x;
-        }
-        const float p = exp(x - top);
-        total += p;
-#if MODE == 1
-        const float weight = p * keep;
-#else
-        const float weight = p;
-#endif
+        const float weight = online_step(masked_score(score, keep, given), keep, &top, &total, acc);
         for (uint d = 0; d < VD; ++d) {
             acc[d] += weight * b[MALINN_INDEX_B(VROW + head * VD + d, kcol, l, c)];
         }

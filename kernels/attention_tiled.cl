@@ -3,7 +3,8 @@
  * memory once per work-group instead of once per query.
  *
  * A, B, R, the scores (SCORE, SCALE, CW, USE_VECTOR), the masks (AMASK, QMASK, QMROW, VMASK, VMROW,
- * CAUSAL) and what a masked key's score becomes (MODE, LARGE_NEG): as in attention.cl's header.
+ * CAUSAL) and what a masked key's score becomes (MODE, LARGE_NEG): as in attention.cl's header;
+ * the score and the online softmax step come from attention.clh, as attention.cl's do.
  *
  * A work-group is BQ items along the columns (the range is (h / VD) x w, as attention.cl's; the
  * entry pads R's columns to a multiple of BQ, so every work-group is whole): work-group g holds one
@@ -28,60 +29,6 @@
  * OpenCL C 1.2.
  */
 
-#ifndef NH
-#define NH 1
-#endif
-#ifndef KD
-#define KD 1
-#endif
-#ifndef VD
-#define VD 1
-#endif
-#ifndef TQ
-#define TQ 1
-#endif
-#ifndef TS
-#define TS 1
-#endif
-#ifndef VROW
-#define VROW 0
-#endif
-#ifndef AMASK
-#define AMASK 0
-#endif
-#ifndef QMASK
-#define QMASK 0
-#endif
-#ifndef QMROW
-#define QMROW 0
-#endif
-#ifndef VMASK
-#define VMASK 0
-#endif
-#ifndef VMROW
-#define VMROW 0
-#endif
-#ifndef CAUSAL
-#define CAUSAL 0
-#endif
-#ifndef MODE
-#define MODE 0
-#endif
-#ifndef SCORE
-#define SCORE 0
-#endif
-#ifndef USE_VECTOR
-#define USE_VECTOR 0
-#endif
-#ifndef SCALE
-#define SCALE 1.0f
-#endif
-#ifndef CW
-#define CW 1.0f
-#endif
-#ifndef LARGE_NEG
-#define LARGE_NEG -2.3726710e38f
-#endif
 #ifndef BQ
 #define BQ 64
 #endif
@@ -167,24 +114,12 @@ void attention_tiled(uint m, uint n, uint h, uint w, uint H, uint W, uint l, uin
                 float score = 0.0f;
                 for (uint d = 0; d < KD; ++d) {
                     const float k = keys[jj * KD + d];
-#if SCORE == 0
-                    score += q[d] * k;
-#elif SCORE == 1
-                    score += tanh(SCALE * (q[d] + k));
-#elif USE_VECTOR
-                    score += scale[d] * tanh(q[d] + k);
-#else
-                    score += tanh(q[d] + k);
-#endif
+                    score += SCORE_TERM(q[d], k, d);
                 }
-#if SCORE == 0
-                score *= SCALE;
-#elif SCORE == 1
-                score *= CW;
-#endif
-                float keep = 1.0f;
+                score = SCORED(score);
+                float keep = 1.0f, given = 1.0f;
 #if AMASK
-                const float given = a[MALINN_INDEX_A(NH * KD + j, col, H, W)];
+                given = a[MALINN_INDEX_A(NH * KD + j, col, H, W)];
                 keep = given != 0.0f ? 1.0f : 0.0f;
 #endif
 #if VMASK
@@ -196,32 +131,7 @@ void attention_tiled(uint m, uint n, uint h, uint w, uint H, uint W, uint l, uin
 #if CAUSAL
                 keep = j <= t ? keep : 0.0f;
 #endif
-#if MODE == 0
-                const float x = keep != 0.0f ? score : LARGE_NEG;
-#elif MODE == 1
-                const float x = keep != 0.0f ? score : -1e9f;
-#else
-#if AMASK && !VMASK && !CAUSAL && QMASK != 2
-                const float x = score + (1.0f - given) * -1e9f;
-#else
-                const float x = score + (1.0f - keep) * -1e9f;
-#endif
-#endif
-                if (x > top) {   /* a new maximum: rescale what was summed so far */
-                    const float shrink = exp(top - x);
-                    total *= shrink;
-                    for (uint d = 0; d < VD; ++d) {
-                        acc[d] *= shrink;
-                    }
-                    top = x;
-                }
-                const float p = exp(x - top);
-                total += p;
-#if MODE == 1
-                const float weight = p * keep;
-#else
-                const float weight = p;
-#endif
+                const float weight = online_step(masked_score(score, keep, given), keep, &top, &total, acc);
                 for (uint d = 0; d < VD; ++d) {
                     acc[d] += weight * values[jj * VD + d];
                 }
