@@ -206,8 +206,14 @@ class Conv2D(_Window):
     def kernel_matrices(self) -> dict:
         return {0: ("kernel", self.weight_matrix())}
 
+    #: the op kind's lowering function of the layer's step (Conv3D: kinds.conv3d)
+    lowering = staticmethod(kinds.conv)
+
+    def lowered_geometry(self, sample_shape) -> dict:
+        """The defines :attr:`lowering` takes for one sample of ``sample_shape``."""
+        return {**self.geometry(sample_shape), "GROUPS": self.groups}
+
     def lower(self, builder, x):
-        geometry = {**self.geometry(x.shape[1:]), "GROUPS": self.groups}
         weight = Weight(
             f"layer {self.name!r} kernel",
             (self.filters, self.kernel[..., 0].size),
@@ -215,8 +221,15 @@ class Conv2D(_Window):
             self.device_copies,
         )
         bias = self._vector(self.bias, "bias") if self.use_bias else None
-        return kinds.conv(
-            builder, x, weight, geometry, self.compute_output_shape(x.shape), bias, self.activation, what=self._what()
+        return self.lowering(
+            builder,
+            x,
+            weight,
+            self.lowered_geometry(x.shape[1:]),
+            self.compute_output_shape(x.shape),
+            bias,
+            self.activation,
+            what=self._what(),
         )
 
     def set_weights(self, weights) -> None:

@@ -14,7 +14,6 @@ layers do.
 from __future__ import annotations
 
 from ..plan import kinds
-from ..plan.tensors import Weight
 from .convolution import Conv2D
 from .convolution_transpose import Conv2DTranspose, transposed_padding
 from .volumes import volume_defines
@@ -68,24 +67,10 @@ class Conv3D(Conv2D):
             "MG": self.filters // self.groups,
         }
 
-    def lower(self, builder, x):
-        weight = Weight(
-            f"layer {self.name!r} kernel",
-            (self.filters, self.kernel[..., 0].size),
-            self.weight_matrix,
-            self.device_copies,
-        )
-        bias = self._vector(self.bias, "bias") if self.use_bias else None
-        return kinds.conv3d(
-            builder,
-            x,
-            weight,
-            self.geometry(x.shape[1:]),
-            self.compute_output_shape(x.shape),
-            bias,
-            self.activation,
-            what=self._what(),
-        )
+    lowering = staticmethod(kinds.conv3d)
+
+    def lowered_geometry(self, sample_shape) -> dict:
+        return self.geometry(sample_shape)  # the groups are in it (CG, MG)
 
 
 class Conv3DTranspose(Conv2DTranspose):
@@ -124,21 +109,4 @@ class Conv3DTranspose(Conv2DTranspose):
         )
         return {**defines, "CIN": channels}
 
-    def lower(self, builder, x):
-        weight = Weight(
-            f"layer {self.name!r} kernel",
-            (self.filters, self.kernel[..., 0, :].size),
-            self.weight_matrix,
-            self.device_copies,
-        )
-        bias = self._vector(self.bias, "bias") if self.use_bias else None
-        return kinds.conv3d_transpose(
-            builder,
-            x,
-            weight,
-            self.geometry(x.shape[1:]),
-            self.compute_output_shape(x.shape),
-            bias,
-            self.activation,
-            what=self._what(),
-        )
+    lowering = staticmethod(kinds.conv3d_transpose)

@@ -181,6 +181,9 @@ class Conv2DTranspose(_Window):
         for i, weight in enumerate(weights):
             write_weights(store, str(i), weight)
 
+    #: the op kind's lowering function of the layer's step (Conv3DTranspose: kinds.conv3d_transpose)
+    lowering = staticmethod(kinds.conv_transpose)
+
     def lower(self, builder, x):
         weight = Weight(
             f"layer {self.name!r} kernel",
@@ -189,7 +192,7 @@ class Conv2DTranspose(_Window):
             self.device_copies,
         )
         bias = self._vector(self.bias, "bias") if self.use_bias else None
-        return kinds.conv_transpose(
+        return self.lowering(
             builder,
             x,
             weight,
