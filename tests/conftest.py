@@ -195,6 +195,40 @@ def exclusive(lock: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def built_zoo(
+    tmp_path_factory,
+    script: Path,
+    marker: str = "manifest.json",
+    args: tuple = (),
+    keep: str | None = None,
+    name: str | None = None,
+) -> Path:
+    """The folder of Keras models and outputs that ``script`` (a zoo, run with Keras in a child
+    process: TensorFlow never shares a test process) writes, ending with the file ``marker``; built
+    once per test run and shared by the xdist workers, or kept across runs in the folder that the
+    environment variable ``keep`` names (``name``: the folder's, default the script's name). Skips where TensorFlow is missing; fails with the script's
+    output where it fails."""
+    kept = os.environ.get(keep) if keep else None
+    folder = Path(kept) if kept else shared_folder(tmp_path_factory, name or script.stem)
+    folder.mkdir(parents=True, exist_ok=True)
+    with exclusive(folder / ".building"):
+        if not (folder / marker).is_file():
+            if importlib.util.find_spec("tensorflow") is None:
+                pytest.skip("tensorflow is not installed (bash .ci/setup --test): the Keras models cannot be built")
+            proc = subprocess.run(
+                [sys.executable, str(script), str(folder), *args],
+                capture_output=True,
+                text=True,
+                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES=""),
+                timeout=900,
+            )
+            if proc.returncode != 0:
+                pytest.fail(
+                    f"{script.name} failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+                )
+    return folder
+
+
 @pytest.fixture(scope="session")
 def keras_zoo(tmp_path_factory):
     """The Keras models of the converter tests, their files in every format and Keras's outputs.

@@ -2,15 +2,12 @@
 1, batch 1, one head, key_dim 1, sequence 37, three heads), masks (an all-masked query in every mask
 mode), causal masks, on every device; validation and configs."""
 
-import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import built_zoo
 
 import malinn
 from malinn.layers import AdditiveAttention, Attention, MultiHeadAttention
@@ -218,17 +215,7 @@ ZOO_SCRIPT = Path(__file__).with_name("attention_zoo.py")
 def attention_zoo(tmp_path_factory):
     """tests/layers/attention_zoo.py's files and Keras's outputs, made once per test run in a child
     process (TensorFlow never shares this process)."""
-    if importlib.util.find_spec("tensorflow") is None:
-        pytest.skip("tensorflow is not installed: the Keras attention models cannot be built")
-    folder = tmp_path_factory.mktemp("attention_zoo")
-    done = subprocess.run(
-        [sys.executable, str(ZOO_SCRIPT), str(folder)],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+    folder = built_zoo(tmp_path_factory, ZOO_SCRIPT)
     return folder, json.loads((folder / "manifest.json").read_text())
 
 

@@ -2,16 +2,14 @@
 outputs for models saved by Keras 3 and tf_keras (tests/layers/conv_lstm_zoo.py, run in a child
 process: TensorFlow never shares this one)."""
 
-import importlib.util
 import json
-import os
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import built_zoo
 
 import malinn
 from malinn.errors import ConversionError
@@ -108,21 +106,9 @@ def test_validation_config_and_saving(tmp_path):
 @pytest.fixture(scope="session")
 def conv_lstm_zoo(tmp_path_factory):
     """The zoo's folder (tests/layers/conv_lstm_zoo.py run once per test run in a child process)."""
-    kept = os.environ.get("MALINN_CONV_LSTM_ZOO")
-    folder = Path(kept) if kept else tmp_path_factory.mktemp("conv_lstm_zoo")
-    if not (folder / "done").is_file():
-        if importlib.util.find_spec("tensorflow") is None:
-            pytest.skip("tensorflow is not installed: the Keras reference models cannot be built")
-        proc = subprocess.run(
-            [sys.executable, str(Path(__file__).with_name("conv_lstm_zoo.py")), str(folder)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES=""),
-        )
-        if proc.returncode != 0:
-            pytest.fail(f"conv_lstm_zoo.py failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
-    return folder
+    return built_zoo(
+        tmp_path_factory, Path(__file__).with_name("conv_lstm_zoo.py"), "done", keep="MALINN_CONV_LSTM_ZOO"
+    )
 
 
 @pytest.mark.parametrize("suffix", [".keras", ".h5"])

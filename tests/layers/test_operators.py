@@ -5,15 +5,12 @@ tests/layers/operators_zoo.py, and keras.applications' MobileNetV3Small, ConvNeX
 InceptionResNetV2 and tf_keras's RegNetX002 (``MALINN_SLOW_TESTS=1``: they take minutes to build
 and compile on two cores), each built in a process of its own once per test run."""
 
-import importlib.util
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import exclusive, shared_folder
+from conftest import built_zoo
 from helpers import assert_close
 from operators_zoo import APPLICATIONS, BATCHES, GENERATIONS, MODELS, SUFFIXES
 
@@ -141,22 +138,7 @@ def test_tf_operators_malinn_lacks_are_refused_by_name(function, fragment):
 
 # ---------------------------------------------------------------- Keras's own files
 def _zoo(tmp_path_factory, name: str, *args: str) -> Path:
-    folder = shared_folder(tmp_path_factory, name)
-    folder.mkdir(parents=True, exist_ok=True)
-    with exclusive(folder / ".building"):
-        if not (folder / "manifest.json").is_file():
-            if importlib.util.find_spec("tensorflow") is None:
-                pytest.skip("tensorflow is not installed (bash .ci/setup --test): the Keras models cannot be built")
-            proc = subprocess.run(
-                [sys.executable, str(ZOO), str(folder), *args],
-                capture_output=True,
-                text=True,
-                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-                timeout=900,
-            )
-            if proc.returncode != 0:
-                pytest.fail(f"{ZOO.name} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
-    return folder
+    return built_zoo(tmp_path_factory, ZOO, args=args, name=name)
 
 
 @pytest.fixture(scope="session")

@@ -5,17 +5,13 @@ encodings, the lookups, a tabular model and the bicubic and area resizes) conver
 tf_keras files (.keras and .h5) equal to Keras's own predict: exactly for the integer outputs, within
 1e-5 x max(1, |y|) for the rest. The zoo is built in a process of its own once per test run."""
 
-import importlib.util
-import os
 import shutil
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import exclusive, shared_folder
+from conftest import built_zoo
 from encoding_references import category_encoding_reference, integer_lookup_reference
 from encoding_zoo import BATCHES, GENERATIONS, MODELS, SUFFIXES, THOUSAND, VOCABULARY
 
@@ -164,22 +160,7 @@ def test_count_weights_are_refused_by_name():
 @pytest.fixture(scope="session")
 def encoding_zoo(tmp_path_factory) -> Path:
     """The zoo's folder, built once per test run (every xdist worker reads the one built)."""
-    folder = shared_folder(tmp_path_factory, "encoding_zoo")
-    folder.mkdir(parents=True, exist_ok=True)
-    with exclusive(folder / ".building"):
-        if not (folder / "manifest.json").is_file():
-            if importlib.util.find_spec("tensorflow") is None:
-                pytest.skip("tensorflow is not installed (bash .ci/setup --test): the Keras models cannot be built")
-            proc = subprocess.run(
-                [sys.executable, str(ZOO), str(folder)],
-                capture_output=True,
-                text=True,
-                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-                timeout=600,
-            )
-            if proc.returncode != 0:
-                pytest.fail(f"{ZOO.name} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
-    return folder
+    return built_zoo(tmp_path_factory, ZOO)
 
 
 FILES = [

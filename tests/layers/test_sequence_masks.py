@@ -2,14 +2,12 @@
 on odd shapes on every device, and Keras's own outputs for models saved by Keras 3 and tf_keras
 (tests/layers/sequence_zoo.py, run in a child process: TensorFlow never shares this one)."""
 
-import importlib.util
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import built_zoo
 
 import malinn
 from malinn.layers import GRU, LSTM, Bidirectional, Dense, Embedding, GlobalAveragePooling1D, SimpleRNN
@@ -120,21 +118,7 @@ def test_bidirectional_validation_and_config():
 @pytest.fixture(scope="session")
 def sequence_zoo(tmp_path_factory):
     """The zoo's folder (tests/layers/sequence_zoo.py run once per test run in a child process)."""
-    kept = os.environ.get("MALINN_SEQUENCE_ZOO")
-    folder = Path(kept) if kept else tmp_path_factory.mktemp("sequence_zoo")
-    if not (folder / "done").is_file():
-        if importlib.util.find_spec("tensorflow") is None:
-            pytest.skip("tensorflow is not installed: the Keras reference models cannot be built")
-        proc = subprocess.run(
-            [sys.executable, str(Path(__file__).with_name("sequence_zoo.py")), str(folder)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES=""),
-        )
-        if proc.returncode != 0:
-            pytest.fail(f"sequence_zoo.py failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
-    return folder
+    return built_zoo(tmp_path_factory, Path(__file__).with_name("sequence_zoo.py"), "done", keep="MALINN_SEQUENCE_ZOO")
 
 
 @pytest.mark.parametrize("suffix", [".keras", ".h5"])

@@ -6,15 +6,11 @@ and one larger volume; and converted from Keras 3 and tf_keras files (.keras and
 Keras's own predict within 1e-5 x max(1, |y|): the models of tests/layers/volumetric_zoo.py (a video
 classifier, a 3-D U-Net block, odd shapes), built in a process of their own once per test run."""
 
-import importlib.util
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import exclusive, shared_folder
+from conftest import built_zoo
 from helpers import rounded_kernel
 from volumetric_reference import conv3d_reference, layer_reference
 from volumetric_zoo import BATCHES, GENERATIONS, GRAPHS, MODELS, SUFFIXES
@@ -237,22 +233,7 @@ ZOO = Path(__file__).with_name("volumetric_zoo.py")
 @pytest.fixture(scope="session")
 def volumetric_zoo(tmp_path_factory) -> Path:
     """The zoo's folder, built once per test run (every xdist worker reads the one built)."""
-    folder = shared_folder(tmp_path_factory, "volumetric_zoo")
-    folder.mkdir(parents=True, exist_ok=True)
-    with exclusive(folder / ".building"):
-        if not (folder / "manifest.json").is_file():
-            if importlib.util.find_spec("tensorflow") is None:
-                pytest.skip("tensorflow is not installed (bash .ci/setup --test): the Keras models cannot be built")
-            proc = subprocess.run(
-                [sys.executable, str(ZOO), str(folder)],
-                capture_output=True,
-                text=True,
-                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-                timeout=600,
-            )
-            if proc.returncode != 0:
-                pytest.fail(f"{ZOO.name} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
-    return folder
+    return built_zoo(tmp_path_factory, ZOO)
 
 
 @pytest.mark.parametrize("suffix", SUFFIXES)
