@@ -13,13 +13,13 @@ For each model of :data:`MODELS` and each generation (``keras3``, ``tf_keras``) 
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
+from zoo_files import write_zoo
+
 #: model keys (the tests parametrize over them)
 MODELS = ("next_frame", "conv1d_state_back", "dilated_one_step")
-GENERATIONS = ("keras3", "tf_keras")
 
 
 def build(keras, key: str):
@@ -67,25 +67,7 @@ def build(keras, key: str):
 
 
 def main(out: Path) -> None:
-    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    import numpy as np
-
-    for generation in GENERATIONS:
-        if generation == "keras3":
-            import keras
-        else:
-            import tf_keras as keras
-        folder = out / generation
-        folder.mkdir(parents=True, exist_ok=True)
-        for key in MODELS:
-            model, x = build(keras, key)
-            ys = model.predict(x, verbose=0)
-            ys = list(ys) if isinstance(ys, (list, tuple)) else [ys]
-            model.save(folder / f"{key}.keras")
-            model.save(folder / f"{key}.h5")
-            np.savez(folder / f"{key}.npz", x=x, **{f"y{i}": np.asarray(y) for i, y in enumerate(ys)})
-    (out / "done").write_text("ok")
+    write_zoo(out, MODELS, build)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,10 @@ whose every step is masked.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
+
+from zoo_files import write_zoo
 
 #: model keys (the tests parametrize over them)
 MODELS = (
@@ -29,7 +30,6 @@ MODELS = (
     "masking_embedding_concat_lstm",
     "masked_unmasked_added_gru",
 )
-GENERATIONS = ("keras3", "tf_keras")
 
 
 def _indices(rng, batch: int, steps: int, vocabulary: int):
@@ -106,25 +106,17 @@ def build(keras, key: str):
     return model, xs
 
 
-def main(out: Path) -> None:
-    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    import numpy as np
+def _one_or_several(keras, key: str):
+    model, xs = build(keras, key)
+    return model, xs if len(xs) > 1 else xs[0]
 
-    for generation in GENERATIONS:
-        if generation == "keras3":
-            import keras
-        else:
-            import tf_keras as keras
-        folder = out / generation
-        folder.mkdir(parents=True, exist_ok=True)
-        for key in MODELS:
-            model, xs = build(keras, key)
-            y = np.asarray(model.predict(xs if len(xs) > 1 else xs[0], verbose=0))
-            model.save(folder / f"{key}.keras")
-            model.save(folder / f"{key}.h5")
-            np.savez(folder / f"{key}.npz", y=y, **{f"x{i}": v for i, v in enumerate(xs)})
-    (out / "done").write_text("ok")
+
+def _arrays(x, ys: list) -> dict:
+    return {"y": ys[0], **{f"x{i}": v for i, v in enumerate(x if isinstance(x, list) else [x])}}
+
+
+def main(out: Path) -> None:
+    write_zoo(out, MODELS, _one_or_several, _arrays)
 
 
 if __name__ == "__main__":

@@ -16,9 +16,10 @@ masked model has a sample whose every step is masked.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
+
+from zoo_files import write_zoo
 
 #: model keys (the tests parametrize over them)
 MODELS = (
@@ -33,7 +34,6 @@ MODELS = (
     "mha_mask",
     "attention_mask",
 )
-GENERATIONS = ("keras3", "tf_keras")
 
 
 def _indices(rng, batch: int, steps: int, vocabulary: int):
@@ -122,26 +122,7 @@ def build(keras, key: str):
 
 
 def main(out: Path, keys: list) -> None:
-    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    import numpy as np
-
-    for generation in GENERATIONS:
-        if generation == "keras3":
-            import keras
-        else:
-            import tf_keras as keras
-        folder = out / generation
-        folder.mkdir(parents=True, exist_ok=True)
-        for key in keys or MODELS:
-            model, x = build(keras, key)
-            ys = model.predict(x, verbose=0)
-            ys = list(ys) if isinstance(ys, (list, tuple)) else [ys]
-            model.save(folder / f"{key}.keras")
-            model.save(folder / f"{key}.h5")
-            xs = {f"x{i}": v for i, v in enumerate(x)} if isinstance(x, list) else {"x": x}
-            np.savez(folder / f"{key}.npz", **xs, **{f"y{i}": np.asarray(y) for i, y in enumerate(ys)})
-    (out / "done").write_text("ok")
+    write_zoo(out, keys or MODELS, build)
 
 
 if __name__ == "__main__":

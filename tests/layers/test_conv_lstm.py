@@ -17,7 +17,8 @@ from malinn.layers import ConvLSTM1D, ConvLSTM2D
 
 sys.path.insert(0, str(Path(__file__).parent))
 import conv_lstm_reference as ref  # noqa: E402
-from conv_lstm_zoo import GENERATIONS, MODELS  # noqa: E402
+from conv_lstm_zoo import MODELS  # noqa: E402
+from zoo_files import GENERATIONS  # noqa: E402
 
 #: (class, filters, steps, spatial, channels, kernel, padding, strides, batch, options)
 SHAPES = [

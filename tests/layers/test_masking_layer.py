@@ -15,7 +15,8 @@ from malinn.layers import Add, Concatenate, Dense, Embedding, GlobalAveragePooli
 
 sys.path.insert(0, str(Path(__file__).parent))
 import recurrent_reference as ref  # noqa: E402
-from masking_zoo import GENERATIONS, MODELS  # noqa: E402
+from masking_zoo import MODELS  # noqa: E402
+from zoo_files import GENERATIONS  # noqa: E402
 
 #: Keras 3 writes the mask of a Concatenate with ZerosLike operations of dtype bool, which malinn refuses
 KERAS3_REFUSED = {"masking_embedding_concat_lstm": "ZerosLike"}

@@ -15,7 +15,8 @@ from malinn.layers import GRU, LSTM, Embedding, SimpleRNN
 
 sys.path.insert(0, str(Path(__file__).parent))
 import recurrent_reference as ref  # noqa: E402
-from recurrent_zoo import GENERATIONS, MODELS  # noqa: E402
+from recurrent_zoo import MODELS  # noqa: E402
+from zoo_files import GENERATIONS  # noqa: E402
 
 CELLS = [(SimpleRNN, "simple_rnn", {}), (LSTM, "lstm", {}), (GRU, "gru", {}), (GRU, "gru", {"reset_after": False})]
 #: (units, steps, features, batch, return_sequences, go_backwards)

@@ -14,7 +14,8 @@ from malinn.layers import GRU, LSTM, Bidirectional, Dense, Embedding, GlobalAver
 
 sys.path.insert(0, str(Path(__file__).parent))
 import recurrent_reference as ref  # noqa: E402
-from sequence_zoo import GENERATIONS, MODELS  # noqa: E402
+from sequence_zoo import MODELS  # noqa: E402
+from zoo_files import GENERATIONS  # noqa: E402
 
 MERGES = {
     "concat": lambda f, b: [np.concatenate([f, b], -1)],
