@@ -5,6 +5,9 @@ one or several axes) on the device."""
 from __future__ import annotations
 
 import math
+from typing import Any
+
+import numpy as np
 
 from ..library.kernel_library import load_library
 from ..plan import kinds
@@ -16,14 +19,14 @@ from .keras_config import KerasContext, keras_activation, shifted_axes, with_axi
 __all__ = ["Activation", "ReLU", "LeakyReLU", "ELU", "ThresholdedReLU", "PReLU", "Softmax", "get_activation"]
 
 
-def _finite(layer: str, label: str, value) -> float:
+def _finite(layer: str, label: str, value: Any) -> float:
     """``value`` as a float, or a ValueError naming the layer and the parameter."""
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
         raise ValueError(f"{layer}: {label} must be a finite number, got {value!r}")
     return float(value)
 
 
-def get_activation(activation) -> str:
+def get_activation(activation: str | None) -> str:
     """Normalises an activation argument to a name the kernel library implements.
 
     Args:
@@ -65,7 +68,7 @@ class Activation(Layer):
     def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "Activation":
         return cls.from_keras_config(config, keras)  # element-wise: each time step as it is
 
-    def __init__(self, activation, name: str | None = None):
+    def __init__(self, activation: str | None, name: str | None = None):
         super().__init__(name)
         self.activation = get_activation(activation)
         self.params: dict = {}
@@ -100,7 +103,13 @@ class ReLU(Activation):
             name=keras.name,
         )
 
-    def __init__(self, max_value=None, negative_slope=0.0, threshold=0.0, name: str | None = None):
+    def __init__(
+        self,
+        max_value: float | None = None,
+        negative_slope: float = 0.0,
+        threshold: float = 0.0,
+        name: str | None = None,
+    ):
         for label, value in (("negative_slope", negative_slope), ("threshold", threshold)) + (
             (("max_value", max_value),) if max_value is not None else ()
         ):
@@ -138,7 +147,7 @@ class LeakyReLU(Activation):
     def from_keras_config(cls, config: dict, keras: KerasContext) -> "LeakyReLU":  # Keras 2 names it alpha
         return cls(float(config.get("negative_slope", config.get("alpha", 0.3))), name=keras.name)
 
-    def __init__(self, negative_slope=0.3, name: str | None = None):
+    def __init__(self, negative_slope: float = 0.3, name: str | None = None):
         slope = _finite("LeakyReLU", "negative_slope", negative_slope)
         super().__init__("leaky_relu", name)
         self.negative_slope = slope
@@ -159,7 +168,7 @@ class ELU(Activation):
     def from_keras_config(cls, config: dict, keras: KerasContext) -> "ELU":
         return cls(float(config.get("alpha", 1.0)), name=keras.name)
 
-    def __init__(self, alpha=1.0, name: str | None = None):
+    def __init__(self, alpha: float = 1.0, name: str | None = None):
         alpha = _finite("ELU", "alpha", alpha)
         super().__init__("elu", name)
         self.alpha = alpha
@@ -180,7 +189,7 @@ class ThresholdedReLU(Activation):
     def from_keras_config(cls, config: dict, keras: KerasContext) -> "ThresholdedReLU":
         return cls(float(config.get("theta", 1.0)), name=keras.name)
 
-    def __init__(self, theta=1.0, name: str | None = None):
+    def __init__(self, theta: float = 1.0, name: str | None = None):
         theta = _finite("ThresholdedReLU", "theta", theta)
         super().__init__("relu_general", name)
         self.theta = theta
@@ -223,24 +232,25 @@ class PReLU(Layer):
             return [weights[0].reshape(self.alpha_shape)]
         return list(weights)
 
-    def __init__(self, shared_axes=None, name: str | None = None):
+    def __init__(self, shared_axes: Any = None, name: str | None = None):
         super().__init__(name)
         shared = () if shared_axes is None else axis_argument(shared_axes, f"PReLU {self.name!r}")
         self.shared_axes = tuple(shared) if isinstance(shared, tuple) else (shared,)
-        self.alpha = None
+        self.alpha: np.ndarray | None = None
 
     @property
     def alpha_shape(self) -> tuple:
         """The sample's shape with 1 along each shared axis (Keras's alpha)."""
         keras = tuple(a if a > 0 else a - 1 for a in self.shared_axes)  # Keras's alpha_shape[a - 1] = 1
-        shared = resolve_axes(keras, len(self.input_shape) + 1, f"PReLU {self.name!r}") if keras else ()
-        return tuple(1 if i + 1 in shared else d for i, d in enumerate(self.input_shape))
+        sample = self._built_shape()
+        shared = resolve_axes(keras, len(sample) + 1, f"PReLU {self.name!r}") if keras else ()
+        return tuple(1 if i + 1 in shared else d for i, d in enumerate(sample))
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         super().build(input_shape)
         self.alpha = zeros(self.alpha_shape)
 
-    def set_weights(self, weights) -> None:
+    def set_weights(self, weights: Any) -> None:
         """Sets ``[alpha]`` of :attr:`alpha_shape`.
 
         Raises:
@@ -256,7 +266,7 @@ class PReLU(Layer):
         self._weights_changed()
 
     def lower(self, builder, x):
-        alpha, period = trailing_vector(self.alpha, self.input_shape, self._what())
+        alpha, period = trailing_vector(self.alpha, self._built_shape(), self._what())
         return kinds.broadcast(
             builder,
             x,
@@ -294,14 +304,14 @@ class Softmax(Activation):
     def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "Softmax":
         return cls.from_keras_config(with_axis_shifted(config), keras)
 
-    def __init__(self, axis=-1, name: str | None = None):
+    def __init__(self, axis: int | tuple | list = -1, name: str | None = None):
         super().__init__("softmax", name)
         axis = axis_argument(axis, f"Softmax {self.name!r}")
         self.axis = axis[0] if isinstance(axis, tuple) and len(axis) == 1 else axis
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         super().build(input_shape)
-        resolve_axes(self.axis, len(self.input_shape) + 1, f"Softmax {self.name!r}")
+        resolve_axes(self.axis, len(self._built_shape()) + 1, f"Softmax {self.name!r}")
 
     def lower(self, builder, x):
         axes = resolve_axes(self.axis, len(x.shape), f"Softmax {self.name!r}")

@@ -4,6 +4,8 @@ with half-pixel centres, and area; Keras 3 and tf_keras alike), by kernels/resiz
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..plan import kinds
@@ -22,7 +24,7 @@ REFUSED_INTERPOLATIONS = {
 }
 
 
-def interpolation_refusal(interpolation) -> str:
+def interpolation_refusal(interpolation: Any) -> str:
     """Why malinn does not resize by ``interpolation``: what it is, and what malinn computes."""
     what = REFUSED_INTERPOLATIONS.get(interpolation, "not an interpolation Keras offers")
     return f"interpolation {interpolation!r} ({what}) is not computed: malinn resizes by {', '.join(RESIZE_MODES)}"
@@ -50,13 +52,13 @@ class Resizing(Layer):
 
     def __init__(
         self,
-        height,
-        width,
-        interpolation="bilinear",
+        height: int,
+        width: int,
+        interpolation: str = "bilinear",
         crop_to_aspect_ratio: bool = False,
         pad_to_aspect_ratio: bool = False,
         antialias: bool = False,
-        data_format=None,
+        data_format: str | None = None,
         name: str | None = None,
     ):
         super().__init__(name)
@@ -89,7 +91,7 @@ class Resizing(Layer):
             config["height"], config["width"], interpolation, data_format=config.get("data_format"), name=keras.name
         )
 
-    def compute_output_shape(self, input_shape) -> tuple:
+    def compute_output_shape(self, input_shape: Any) -> tuple:
         shape = tuple(input_shape)
         if len(shape) != 4:
             raise ValueError(
@@ -98,7 +100,7 @@ class Resizing(Layer):
             )
         return (shape[0], self.height, self.width, shape[3])
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         self.compute_output_shape(input_shape)
         super().build(input_shape)
 

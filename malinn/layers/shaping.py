@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from ..plan import kinds
 from .base import Layer
@@ -57,7 +58,8 @@ KERAS_INFERENCE_NO_OPS = (
 )
 
 
-def _int_tuple(value, who: str, label: str, minimum: int) -> tuple:
+def _int_tuple(value: Any, who: str, label: str, minimum: int) -> tuple:
+    items: tuple | None
     try:
         items = tuple(value)
     except TypeError:
@@ -82,7 +84,7 @@ class Flatten(Layer):
     def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "Reshape":
         return Reshape([keras.input_shape[1], -1], name=keras.name)  # each time step flattened
 
-    def compute_output_shape(self, input_shape) -> tuple:
+    def compute_output_shape(self, input_shape: Any) -> tuple:
         shape = tuple(input_shape)
         return (shape[0], math.prod(shape[1:]))
 
@@ -111,13 +113,13 @@ class Reshape(Layer):
         target = [keras.input_shape[1]] + list(config.get("target_shape", []))  # the time axis kept
         return cls.from_keras_config({**config, "target_shape": target}, keras)
 
-    def __init__(self, target_shape, name: str | None = None):
+    def __init__(self, target_shape: Any, name: str | None = None):
         super().__init__(name)
         self.target_shape = _int_tuple(target_shape, f"Reshape {self.name!r}", "target_shape", -1)
         if 0 in self.target_shape or self.target_shape.count(-1) > 1:
             raise ValueError(f"Reshape {self.name!r}: target_shape {list(target_shape)} has a 0 or more than one -1")
 
-    def compute_output_shape(self, input_shape) -> tuple:
+    def compute_output_shape(self, input_shape: Any) -> tuple:
         shape = tuple(input_shape)
         size, known = math.prod(shape[1:]), math.prod(d for d in self.target_shape if d != -1)
         target = tuple(size // known if d == -1 else d for d in self.target_shape)
@@ -128,7 +130,7 @@ class Reshape(Layer):
             )
         return (shape[0],) + target
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         super().build(input_shape)
         self.compute_output_shape(input_shape)
 
@@ -156,20 +158,20 @@ class Permute(Layer):
         dims = [1] + [d + 1 for d in config.get("dims", [])]  # the time axis kept first
         return cls.from_keras_config({**config, "dims": dims}, keras)
 
-    def __init__(self, dims, name: str | None = None):
+    def __init__(self, dims: Any, name: str | None = None):
         super().__init__(name)
         self.dims = _int_tuple(dims, f"Permute {self.name!r}", "dims", 1)
         if sorted(self.dims) != list(range(1, len(self.dims) + 1)):
             raise ValueError(f"Permute {self.name!r}: dims {list(dims)} is not an order of 1..{len(self.dims)}")
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         super().build(input_shape)
-        if len(self.input_shape) != len(self.dims):
+        if len(self._built_shape()) != len(self.dims):
             raise ValueError(
                 f"Permute {self.name!r}: dims {list(self.dims)} do not fit samples of shape {self.input_shape}"
             )
 
-    def compute_output_shape(self, input_shape) -> tuple:
+    def compute_output_shape(self, input_shape: Any) -> tuple:
         shape = tuple(input_shape)
         return (shape[0],) + tuple(shape[d] for d in self.dims)
 
@@ -191,20 +193,20 @@ class RepeatVector(Layer):
     def from_keras_config(cls, config: dict, keras: KerasContext) -> "RepeatVector":
         return cls(int(config["n"]), name=keras.name)
 
-    def __init__(self, n, name: str | None = None):
+    def __init__(self, n: int, name: str | None = None):
         super().__init__(name)
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"RepeatVector {self.name!r}: n must be a positive integer, got {n!r}")
         self.n = n
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         super().build(input_shape)
-        if len(self.input_shape) != 1:
+        if len(self._built_shape()) != 1:
             raise ValueError(
-                f"RepeatVector {self.name!r} takes inputs of shape (batch, features), not {(None,) + self.input_shape}"
+                f"RepeatVector {self.name!r} takes inputs of shape (batch, features), not {(None,) + self._built_shape()}"
             )
 
-    def compute_output_shape(self, input_shape) -> tuple:
+    def compute_output_shape(self, input_shape: Any) -> tuple:
         shape = tuple(input_shape)
         return (shape[0], self.n) + shape[1:]
 

@@ -8,6 +8,8 @@ layout its producer wrote: output pixel ``(y, x)`` is input pixel ``((y + OY) / 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..plan import kinds
@@ -19,14 +21,14 @@ from .windows import as_tuple, spatial_of
 __all__ = ["ZeroPadding1D", "ZeroPadding2D", "Cropping1D", "Cropping2D", "UpSampling1D", "UpSampling2D"]
 
 
-def _amounts(value, rank: int, who: str, what: str) -> tuple:
+def _amounts(value: Any, rank: int, who: str, what: str) -> tuple:
     """Keras's padding/cropping argument as ``((before, after),) * rank`` of ints >= 0.
 
     Raises:
         ValueError: anything Keras would not accept.
     """
 
-    def count(v):
+    def count(v: Any) -> int:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
             raise ValueError(f"{who}: {what} must be integers >= 0, got {value!r}")
         return int(v)
@@ -59,31 +61,39 @@ class _Spatial(Layer):
 
     rank = 2
 
-    def __init__(self, data_format=None, name: str | None = None):
+    def __init__(self, data_format: str | None = None, name: str | None = None):
         super().__init__(name)
         if data_format not in (None, "channels_last"):
             raise ValueError(
                 f"{type(self).__name__} {self.name!r}: only data_format='channels_last' runs, got {data_format!r}"
             )
 
-    def _check(self, input_shape) -> tuple:
+    def _check(self, input_shape: Any) -> tuple:
         shape = tuple(input_shape)
         if len(shape) != self.rank + 2:
             raise ValueError(f"{type(self).__name__} {self.name!r} expects inputs of rank {self.rank + 2}, got {shape}")
         return shape
 
-    def _full(self, pairs) -> tuple:
+    def _full(self, pairs: Any) -> tuple:
         """Per-axis values for the (height, width) of the 2-D view."""
         return ((0, 0),) + tuple(pairs) if self.rank == 1 else tuple(pairs)
 
-    def compute_output_shape(self, input_shape) -> tuple:
+    def _out(self, n: int, axis: int) -> int:
+        """The output size along spatial axis ``axis`` of input size ``n``."""
+        raise NotImplementedError
+
+    def _defines(self) -> dict:
+        """The ``spatial_copy`` defines beyond the sizes (offsets ``OY``/``OX``, factors ``UY``/``UX``)."""
+        raise NotImplementedError
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
         shape = self._check(input_shape)
         spatial = tuple(self._out(n, axis) for axis, n in enumerate(shape[1:-1]))
         if min(spatial) < 1:
             raise ValueError(f"{type(self).__name__} {self.name!r} leaves nothing of input {shape}")
         return (shape[0],) + spatial + (shape[-1],)
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         self.compute_output_shape(input_shape)
         super().build(input_shape)
 
@@ -105,14 +115,14 @@ class ZeroPadding2D(_Spatial):
     #: Keras's arguments that change what it computes (ZeroPadding1D's too), as its config saves them
     keras_config_keys = ("padding", "data_format")
 
-    def __init__(self, padding=1, data_format=None, name: str | None = None):
+    def __init__(self, padding: Any = 1, data_format: str | None = None, name: str | None = None):
         super().__init__(data_format, name)
         self.padding = _amounts(padding, self.rank, f"{type(self).__name__} {self.name!r}", "padding")
 
-    def _out(self, n, axis):
+    def _out(self, n: int, axis: int) -> int:
         return n + sum(self.padding[axis])
 
-    def _defines(self):
+    def _defines(self) -> dict:
         (top, _), (left, _) = self._full(self.padding)
         return {"OY": -top, "OX": -left}
 
@@ -134,16 +144,16 @@ class Cropping2D(_Spatial):
         name: the layer's name.
     """
 
-    keras_config_keys = ("cropping", "data_format")
+    keras_config_keys: tuple | None = ("cropping", "data_format")
 
-    def __init__(self, cropping=((0, 0), (0, 0)), data_format=None, name: str | None = None):
+    def __init__(self, cropping: Any = ((0, 0), (0, 0)), data_format: str | None = None, name: str | None = None):
         super().__init__(data_format, name)
         self.cropping = _amounts(cropping, self.rank, f"{type(self).__name__} {self.name!r}", "cropping")
 
-    def _out(self, n, axis):
+    def _out(self, n: int, axis: int) -> int:
         return n - sum(self.cropping[axis])
 
-    def _defines(self):
+    def _defines(self) -> dict:
         (top, _), (left, _) = self._full(self.cropping)
         return {"OY": top, "OX": left}
 
@@ -158,7 +168,7 @@ class Cropping1D(Cropping2D):
 
     keras_config_keys = ("cropping",)  # Keras's Cropping1D has no data_format
 
-    def __init__(self, cropping=(1, 1), data_format=None, name: str | None = None):
+    def __init__(self, cropping: Any = (1, 1), data_format: str | None = None, name: str | None = None):
         super().__init__(cropping, data_format, name)
 
 
@@ -171,19 +181,21 @@ class UpSampling2D(_Spatial):
         name: the layer's name.
     """
 
-    keras_config_keys = ("size", "data_format", "interpolation")
+    keras_config_keys: tuple | None = ("size", "data_format", "interpolation")
 
-    def __init__(self, size=2, data_format=None, interpolation="nearest", name: str | None = None):
+    def __init__(
+        self, size: Any = 2, data_format: str | None = None, interpolation: str = "nearest", name: str | None = None
+    ):
         super().__init__(data_format, name)
         if interpolation not in RESIZE_MODES:  # all but nearest: kernels/resize.cl, as tf.image.resize
             raise ValueError(f"{type(self).__name__} {self.name!r}: {interpolation_refusal(interpolation)}")
         self.size = as_tuple(size, self.rank, f"{type(self).__name__} {self.name!r}: size")
         self.interpolation = interpolation
 
-    def _out(self, n, axis):
+    def _out(self, n: int, axis: int) -> int:
         return n * self.size[axis]
 
-    def _defines(self):
+    def _defines(self) -> dict:
         uy, ux = ((1,) + self.size) if self.rank == 1 else self.size
         return {"UY": uy, "UX": ux}
 

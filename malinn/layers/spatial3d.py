@@ -8,6 +8,8 @@ whatever layout its producer wrote: output voxel ``(z, y, x)`` is input voxel ``
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..plan import kinds
 from .spatial import Cropping2D, UpSampling2D, ZeroPadding2D
 from .volumes import volume_sizes
@@ -40,7 +42,7 @@ class ZeroPadding3D(_VolumeCopy, ZeroPadding2D):
 
     rank = 3
 
-    def __init__(self, padding=(1, 1, 1), data_format=None, name: str | None = None):
+    def __init__(self, padding: Any = (1, 1, 1), data_format: str | None = None, name: str | None = None):
         super().__init__(padding, data_format, name)
 
     def _volume_defines(self) -> dict:
@@ -58,7 +60,9 @@ class Cropping3D(_VolumeCopy, Cropping2D):
 
     rank = 3
 
-    def __init__(self, cropping=((1, 1), (1, 1), (1, 1)), data_format=None, name: str | None = None):
+    def __init__(
+        self, cropping: Any = ((1, 1), (1, 1), (1, 1)), data_format: str | None = None, name: str | None = None
+    ):
         super().__init__(cropping, data_format, name)
 
     def _volume_defines(self) -> dict:
@@ -81,7 +85,7 @@ class UpSampling3D(_VolumeCopy, UpSampling2D):
     rank = 3
     keras_config_keys = ("size", "data_format")  # Keras's UpSampling3D has no interpolation
 
-    def __init__(self, size=(2, 2, 2), data_format=None, name: str | None = None):
+    def __init__(self, size: Any = (2, 2, 2), data_format: str | None = None, name: str | None = None):
         super().__init__(size, data_format, "nearest", name)
 
     def _volume_defines(self) -> dict:

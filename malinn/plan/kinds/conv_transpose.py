@@ -1,6 +1,7 @@
 """Transposed convolutions (Keras ``Conv1DTranspose``, ``Conv2DTranspose``): one direct kernel
-(kernels/conv_transpose.cl) per layer, each output pixel summing the input pixels and kernel taps
-that map onto it, with bias, activation and a folded affine step in its epilogue."""
+(op ``conv_transpose`` of kernels/library.json) per layer, each output pixel summing the input
+pixels and kernel taps that map onto it, with bias, activation and a folded affine step in its
+epilogue."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def conv_transpose(
 ) -> Value:
     """The transposed convolution of ``x`` (Keras ``(batch, H, W, CIN)``) by ``weight`` (``COUT x
     KH*KW*CIN``, column ``(ky*KW + kx)*CIN + c``), then bias and activation. ``geometry`` holds the
-    window defines of kernels/conv_transpose.cl: the input and output sizes, strides, dilation,
+    window defines of the ``conv_transpose`` kernel: the input and output sizes, strides, dilation,
     ``PT`` / ``PL`` the padding removed from the top and left of the full output, and ``CIN``."""
     out_shape = (builder.batch,) + tuple(out_shape[1:])
     spec = in_weight_precision(builder, choose("conv_transpose", builder.device).configure(geometry))

@@ -1,6 +1,7 @@
 """Image resizing as TensorFlow's ``tf.image.resize`` without antialiasing (Keras ``Resizing``,
-``UpSampling2D`` with an interpolation other than ``"nearest"``): one kernel (kernels/resize.cl),
-its interpolation a define, reading the input in whatever layout its producer wrote."""
+``UpSampling2D`` with an interpolation other than ``"nearest"``): one kernel (op ``resize`` of
+kernels/library.json), its interpolation a define, reading the input in whatever layout its producer
+wrote."""
 
 from __future__ import annotations
 
