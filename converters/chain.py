@@ -244,6 +244,7 @@ def _constant_value(value: Any) -> Any:
     if isinstance(value, list) and value and not (isinstance(value[0], str)):
         refs: list = []
         _tensor_refs_keras2(value, refs)
+        _tensor_refs(value, refs)  # Keras 3's list of tensors (the operation ``concatenate([a, b])``)
         return None if refs else value
     return None
 
@@ -751,14 +752,15 @@ def iter_chain(node: ModelNode, trail: tuple = ()) -> Iterator[tuple[LayerEntry,
 def is_operation(member: Any) -> bool:
     """A Keras 3 operation on tensors in a Functional graph (``x + y`` is ``keras.src.ops.numpy.Add``):
     not a layer, so the file lists no weights for it. Its config holds its name and its own
-    arguments (``Softmax``'s axis, ``Gelu``'s approximate), never ``trainable`` or a dtype policy as
-    a layer's does, and a ``.keras`` config its module."""
+    arguments (``Softmax``'s axis, ``Gelu``'s approximate; ``zeros_like``'s output dtype
+    ``"bool"``), never ``trainable`` or a dtype policy as a layer's does, and a ``.keras`` config
+    its module."""
     if not isinstance(member, LayerEntry):
         return False
     module = member.entry.get("module")
     if isinstance(module, str):
         return module.startswith("keras.src.ops.")
-    return "trainable" not in member.config and "dtype" not in member.config
+    return "trainable" not in member.config and member.config.get("dtype", "bool") == "bool"
 
 
 def iter_leaves(node: ModelNode) -> Iterator[LayerEntry]:

@@ -56,6 +56,8 @@ WEIGHTS = "model.weights.h5"
 WEIGHTS_NPZ = "model.weights.npz"
 #: the asset a lookup layer saves its vocabulary in, under ``assets/<its path>/``
 VOCABULARY = "vocabulary.txt"
+#: the variable of a lookup layer in ``"tf_idf"`` mode (Keras's IndexLookup saves it by name)
+IDF_WEIGHTS = "idf_weights"
 
 
 def _fail(source: str, message: str) -> ConversionError:
@@ -327,15 +329,18 @@ def read_weight_tree(
             assert group is not None  # the layer's group, then its cell's (each an h5py.Group)
             claimed.add(group_path.rsplit("/", 1)[0])
             keys = list(group.keys())
-            try:
-                order = sorted(keys, key=int)
-            except ValueError:
-                raise _fail(
-                    source,
-                    f"{member}: {group_path} holds {keys}, not variables named 0, 1, ...",
-                ) from None
-            if [int(k) for k in order] != list(range(len(order))):
-                raise _fail(source, f"{member}: {group_path} has variables {order}, with gaps")
+            if keys == [IDF_WEIGHTS]:  # a lookup layer's one variable, which Keras saves by its name
+                order = keys
+            else:
+                try:
+                    order = sorted(keys, key=int)
+                except ValueError:
+                    raise _fail(
+                        source,
+                        f"{member}: {group_path} holds {keys}, not variables named 0, 1, ...",
+                    ) from None
+                if [int(k) for k in order] != list(range(len(order))):
+                    raise _fail(source, f"{member}: {group_path} has variables {order}, with gaps")
             for key in order:
                 where = f"{member}:{group_path}/{key}"
                 names.append(f"{group_path}/{key}")

@@ -428,11 +428,14 @@ def _functional(km: KerasModel, conversion: _Conversion) -> Any:
 
 def _check_policies(km: KerasModel) -> None:
     """Refuses every layer whose dtype policy malinn does not compute (an integer, string or
-    complex policy, a name Keras does not know), naming each and the supported ones."""
+    complex policy, a name Keras does not know), naming each and the supported ones; an operation
+    whose ``dtype`` is its output's (``zeros_like(x, dtype="bool")``: its class's
+    ``keras_output_dtypes``) is not refused for it."""
     problems = [
         f"layer {kl.name!r} ({kl.class_name}) has the {problem}"
         for kl in km.layers
         if (problem := policy_problem(kl.config or {})) is not None
+        and (kl.config or {}).get("dtype") not in getattr(_keras_class(kl.class_name), "keras_output_dtypes", ())
     ]
     if problems:
         raise ConversionError(

@@ -5,7 +5,7 @@ from .attention import AdditiveAttention, Attention, MultiHeadAttention
 from .base import Layer
 from .bidirectional import Bidirectional
 from .category_encoding import CategoryEncoding
-from .conv_lstm import ConvLSTM1D, ConvLSTM2D
+from .conv_lstm import ConvLSTM1D, ConvLSTM2D, ConvLSTM3D
 from .convolution import Conv1D, Conv2D, DepthwiseConv2D, SeparableConv2D
 from .convolution3d import Conv3D, Conv3DTranspose
 from .convolution_transpose import Conv1DTranspose, Conv2DTranspose
@@ -13,7 +13,7 @@ from .dense import Dense
 from .embedding import Embedding
 from .group_normalization import GroupNormalization
 from .lookup import IntegerLookup
-from .mask_operations import AnyOperation, LogicalAnd, LogicalOr, NotEqual
+from .mask_operations import AnyOperation, ExpandDims, LogicalAnd, LogicalOr, NotEqual, OnesLike, ZerosLike
 from .masking_layer import Masking
 from .merging import Add, Average, Concatenate, Dot, Maximum, Minimum, Multiply, Subtract
 from .normalization import BatchNormalization, LayerNormalization, UnitNormalization
@@ -90,7 +90,8 @@ __all__ += ["Conv1DTranspose", "Conv2DTranspose", "GroupNormalization", "Resizin
 __all__ += ["ConstantOperation", "Divide", "OperatorActivation", "LayerScale", "CustomScaleLayer"]
 __all__ += ["Bidirectional"]
 __all__ += ["Masking", "NotEqual", "AnyOperation", "LogicalOr", "LogicalAnd"]
+__all__ += ["ExpandDims", "ZerosLike", "OnesLike"]
 __all__ += ["Conv3D", "Conv3DTranspose", "MaxPooling3D", "AveragePooling3D", "GlobalMaxPooling3D"]
 __all__ += ["GlobalAveragePooling3D", "ZeroPadding3D", "Cropping3D", "UpSampling3D"]
-__all__ += ["ConvLSTM1D", "ConvLSTM2D"]
+__all__ += ["ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D"]
 __all__ += ["CategoryEncoding", "IntegerLookup"]

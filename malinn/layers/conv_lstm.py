@@ -1,4 +1,4 @@
-"""Keras's convolutional LSTM layers, channels last: ``ConvLSTM1D`` and ``ConvLSTM2D``.
+"""Keras's convolutional LSTM layers, channels last: ``ConvLSTM1D``, ``ConvLSTM2D`` and ``ConvLSTM3D``.
 
 An LSTM whose input and recurrent transformations are convolutions (Keras's ``ConvLSTMCell``):
 per step, with the gates in Keras's order i, f, c, o,
@@ -8,11 +8,12 @@ per step, with the gates in Keras's order i, f, c, o,
 
 the input convolution with the layer's strides, padding and dilation, the recurrent one ``'same'``
 with stride 1 (as Keras's). On the device the input convolution of every step is one convolution
-over ``batch * steps`` images; then each step is its recurrent convolution (none at the first step,
+over ``batch * steps`` images (volumes: one Conv3D); then each step is its recurrent convolution (none at the first step,
 where ``h`` is zero) and two launches of the gate kernel, the new ``c`` then the new ``h``, all
 recorded once in the plan (:mod:`malinn.plan.kinds.conv_lstm`). Dropout and recurrent dropout do
-nothing at inference; ``stateful`` models and ``ConvLSTM3D`` are refused by name. The OpenGL
-backends have no gate kernel: they refuse the layer by name.
+nothing at inference; ``stateful`` models are refused by name. The ``gl``
+backend runs the gates from kernels/gl/conv_lstm_gates.comp; ``gles3`` devices have no gate kernel
+and refuse the layer by name.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from .activation import get_activation
 from .base import Layer, glorot_uniform, numeric_weights, zeros
 from .keras_config import SIZE_KEYS, KerasContext, NotConvertible, keras_activation
 from .recurrent import RECURRENT_ACTIVATIONS
+from .volumes import volume_defines
 from .windows import as_tuple, output_size, window_defines
 
-__all__ = ["ConvLSTM1D", "ConvLSTM2D"]
+__all__ = ["ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D"]
 
 #: the gates of a step, in Keras's order (i, f, c, o)
 GATES = 4
@@ -42,7 +44,7 @@ def _activation(value, who: str) -> str:
 
 
 class _ConvLSTM(Layer):
-    """What ConvLSTM1D and ConvLSTM2D share (Keras's ``ConvLSTM`` of rank 1 or 2)."""
+    """What ConvLSTM1D, ConvLSTM2D and ConvLSTM3D share (Keras's ``ConvLSTM`` of rank 1, 2 or 3)."""
 
     weight_names = ("kernel", "recurrent_kernel", "bias")
     rank = 2
@@ -130,7 +132,7 @@ class _ConvLSTM(Layer):
     def _check_input(self, input_shape) -> tuple:
         shape = tuple(input_shape)
         if len(shape) != self.rank + 3:
-            axes = "length" if self.rank == 1 else "height, width"
+            axes = {1: "length", 2: "height, width", 3: "depth, height, width"}[self.rank]
             raise ValueError(
                 f"{type(self).__name__} layer {self.name!r} takes inputs (batch, steps, {axes}, channels), "
                 f"got {format_shape(shape)}"
@@ -220,10 +222,9 @@ class _ConvLSTM(Layer):
     def _hw(self, pair) -> tuple:
         return (1,) + tuple(pair) if self.rank == 1 else tuple(pair)
 
-    def lower(self, builder, x):
-        shape = self._check_input(x.shape)
-        steps, width = shape[1], GATES * self.filters
-        what = self._what()
+    def _input_conv(self, builder, x, kernel: Weight, bias: Vector | None, what: str):
+        """The input convolution of every step: ``(batch, steps, ..., 4 * filters)``, bias added."""
+        shape = tuple(x.shape)
         geometry = window_defines(
             self._hw(shape[2:-1]),
             self._hw(self.kernel_size),
@@ -231,6 +232,20 @@ class _ConvLSTM(Layer):
             self._hw(self.dilation_rate),
             self.padding,
         )
+        out_shape = (builder.batch, shape[1]) + self._spatial_output(shape) + (GATES * self.filters,)
+        return kinds.images_conv(builder, x, kernel, geometry, builder.batch * shape[1], out_shape, bias, what)
+
+    def _recurrent_geometry(self, spatial: tuple) -> dict:
+        """The recurrent convolution's window defines on the state ``spatial``: ``'same'``, stride 1."""
+        return window_defines(self._hw(spatial), self._hw(self.kernel_size), (1, 1), (1, 1), "same")
+
+    #: the lowering of the recurrent convolution (:func:`malinn.plan.kinds.conv_lstm.conv_lstm_recurrence`'s ``convolve``)
+    recurrent_lowering = staticmethod(kinds.conv)
+
+    def lower(self, builder, x):
+        shape = self._check_input(x.shape)
+        width = GATES * self.filters
+        what = self._what()
         spatial = self._spatial_output(shape)
         kernel = Weight(
             f"{what} kernel",
@@ -239,34 +254,25 @@ class _ConvLSTM(Layer):
             self.device_copies,
         )
         bias = Vector(f"{what} bias", self.bias, self.device_copies) if self.use_bias else None
-        xconv = kinds.images_conv(
-            builder,
-            x,
-            kernel,
-            geometry,
-            builder.batch * steps,
-            (builder.batch, steps) + spatial + (width,),
-            bias,
-            f"{what} input conv",
-        )
+        xconv = self._input_conv(builder, x, kernel, bias, f"{what} input conv")
         recurrent = Weight(
             f"{what} recurrent kernel",
             (width, int(np.prod(self.kernel_size)) * self.filters),
             lambda: self._matrix(self.recurrent_kernel),
             self._recurrent_copies,
         )
-        same = window_defines(self._hw(spatial), self._hw(self.kernel_size), (1, 1), (1, 1), "same")
         output, h, c = kinds.conv_lstm_recurrence(
             builder,
             xconv,
             recurrent,
-            same,
+            self._recurrent_geometry(spatial),
             self.filters,
             self.activation,
             self.recurrent_activation,
             self.go_backwards,
             self.return_sequences,
             what,
+            convolve=self.recurrent_lowering,
         )
         return [output, h, c] if self.return_state else output
 
@@ -313,9 +319,6 @@ class ConvLSTM2D(_ConvLSTM):
     """
 
     rank = 2
-    keras_refused = {
-        "ConvLSTM3D": "(malinn runs the 1-D and 2-D convolutional LSTMs; a ConvLSTM3D's volumes are not computed)"
-    }
 
 
 class ConvLSTM1D(_ConvLSTM):
@@ -323,3 +326,25 @@ class ConvLSTM1D(_ConvLSTM):
     Arguments as :class:`ConvLSTM2D`."""
 
     rank = 1
+
+
+class ConvLSTM3D(_ConvLSTM):
+    """A 3-D convolutional LSTM over ``(batch, steps, depth, height, width, channels)``, as Keras's
+    ``ConvLSTM3D``: the input convolution of every step one Conv3D over ``batch * steps`` volumes
+    (kernels/conv3d.cl), each step's recurrent one a Conv3D (``'same'``, stride 1). Arguments as
+    :class:`ConvLSTM2D`, sizes of 3 ints."""
+
+    rank = 3
+
+    def _input_conv(self, builder, x, kernel: Weight, bias: Vector | None, what: str):
+        shape = tuple(x.shape)
+        geometry = volume_defines(shape[2:-1], self.kernel_size, self.strides, self.dilation_rate, self.padding)
+        geometry.update(CG=shape[-1], MG=GATES * self.filters)
+        out_shape = (builder.batch, shape[1]) + self._spatial_output(shape) + (GATES * self.filters,)
+        return kinds.conv3d(builder, x, kernel, geometry, out_shape, bias, what=what)
+
+    def _recurrent_geometry(self, spatial: tuple) -> dict:
+        geometry = volume_defines(spatial, self.kernel_size, (1, 1, 1), (1, 1, 1), "same")
+        return {**geometry, "CG": self.filters, "MG": GATES * self.filters}
+
+    recurrent_lowering = staticmethod(kinds.conv3d)

@@ -6,7 +6,10 @@ binary search per token (``ceil(log2(V + 1))`` reads of a buffer small enough to
 direct table indexed by the token would take one read, but its size follows the span of the tokens
 (ids such as 10^6 and 5 * 10^6 make millions of entries for two tokens), and the lookup is a small
 part of any model that has one: one code path whose memory follows the vocabulary's size wins. The
-encoded output modes run CategoryEncoding's kernel on the indices.
+encoded output modes run CategoryEncoding's kernel on the indices; ``"tf_idf"`` is the count times
+each index's inverse document frequency (Keras's ``idf_weights`` padded as Keras pads them: the
+OOV indices the mean weight where the vocabulary omits them, zeros up to ``max_tokens`` with
+``pad_to_max_tokens``), one per-feature scale after the count.
 
 malinn computes in float32: a token is exact up to 2^24 in magnitude, so a vocabulary of larger
 tokens is refused; ``StringLookup`` (string tokens) and ``invert=True`` (indices back to tokens)
@@ -23,7 +26,7 @@ import numpy as np
 from ..plan import kinds
 from ..plan.kinds.encoding import encoded_shape
 from ..plan.tensors import Vector
-from .base import Layer
+from .base import Layer, numeric_weights
 from .category_encoding import SPARSE_REFUSAL, check_encoded_rank, encoding_mode
 from .keras_config import KerasContext, NotConvertible
 
@@ -44,7 +47,8 @@ STRING_REFUSAL = (
     "(its tokens are strings: malinn takes numeric arrays only; map the strings to integers before "
     "predict and look them up with an IntegerLookup)"
 )
-TF_IDF_REFUSAL = "output_mode 'tf_idf' is not computed (malinn encodes as int, one_hot, multi_hot or count)"
+#: the output modes besides "int": CategoryEncoding's, and the count weighted by idf_weights
+ENCODED_MODES = ("one_hot", "multi_hot", "count", "tf_idf")
 
 
 def _whole(value: Any, who: str, what: str) -> int:
@@ -59,7 +63,8 @@ def _whole(value: Any, who: str, what: str) -> int:
 class IntegerLookup(Layer):
     """Each integer token replaced by its index in ``vocabulary`` (Keras's ``IntegerLookup`` with
     ``invert=False``), output as the indices (``output_mode="int"``) or encoded over the vocabulary's
-    size as CategoryEncoding encodes (``"one_hot"``, ``"multi_hot"``, ``"count"``).
+    size as CategoryEncoding encodes (``"one_hot"``, ``"multi_hot"``, ``"count"``), or as the count
+    times ``idf_weights`` (``"tf_idf"``).
 
     The indices, as Keras: ``mask_token`` (where set) first (index 0, in ``"int"`` mode only),
     then ``num_oov_indices`` out-of-vocabulary indices, then the vocabulary's tokens in order. A
@@ -78,9 +83,11 @@ class IntegerLookup(Layer):
             without them).
         vocabulary: the tokens, integers of at most 2^24 in magnitude, none twice.
         vocabulary_dtype: ``"int64"``.
-        idf_weights: None (``output_mode="tf_idf"`` is refused).
+        idf_weights: with ``output_mode="tf_idf"`` (and only then), one weight per token of
+            ``vocabulary`` as given (the special tokens' too where it starts with them).
         invert: False (refused).
-        output_mode: ``"int"``, ``"one_hot"``, ``"multi_hot"`` (``"binary"``) or ``"count"``.
+        output_mode: ``"int"``, ``"one_hot"``, ``"multi_hot"`` (``"binary"``), ``"count"`` or
+            ``"tf_idf"`` (``"tf-idf"``).
         sparse: False.
         pad_to_max_tokens: encode over ``max_tokens`` rather than the vocabulary's size.
         oov_method: ``"floormod"`` (``"farmhash"`` hashes the token's digits: refused).
@@ -92,7 +99,9 @@ class IntegerLookup(Layer):
     """
 
     reusable_on_other_shapes = True
-    keras_refused = {"StringLookup": STRING_REFUSAL}
+    keras_refused = {"StringLookup": STRING_REFUSAL, "TextVectorization": STRING_REFUSAL}
+    #: ``"tf_idf"``: the padded inverse document frequencies, one per index of the encoding
+    weight_names = ("idf_weights",)
 
     @classmethod
     def from_keras_config(cls, config: dict, keras: KerasContext) -> "IntegerLookup":
@@ -100,12 +109,11 @@ class IntegerLookup(Layer):
         a ``.keras`` file's assets into it by the reader).
 
         Raises:
-            NotConvertible: ``invert``, ``tf_idf``, ``sparse``, farmhash, or no vocabulary.
+            NotConvertible: ``invert``, ``sparse``, farmhash, or no vocabulary.
         """
         mode = config.get("output_mode", "int")
         for refused, why in (
             (config.get("invert"), INVERT_REFUSAL),
-            (mode in ("tf_idf", "tf-idf"), TF_IDF_REFUSAL),
             (config.get("sparse"), SPARSE_REFUSAL),
             (config.get("oov_method", "floormod") != "floormod", "oov_method 'farmhash' is not computed"),
         ):
@@ -117,7 +125,10 @@ class IntegerLookup(Layer):
                 "file's assets only (a .h5 file loses it); save the model as .keras, or give the "
                 "layer its vocabulary as a list"
             )
-        return cls(
+        idf = config.get("idf_weights")
+        if mode in ("tf_idf", "tf-idf") and idf is None:  # adapted: the file's weights hold them (padded)
+            idf = [0.0] * len(np.asarray(config["vocabulary"], dtype=object).reshape(-1))
+        layer = cls(
             max_tokens=config.get("max_tokens"),
             num_oov_indices=config.get("num_oov_indices", 1),
             mask_token=config.get("mask_token"),
@@ -125,9 +136,18 @@ class IntegerLookup(Layer):
             vocabulary=config["vocabulary"],
             vocabulary_dtype=config.get("vocabulary_dtype", "int64"),
             output_mode=mode,
+            idf_weights=idf,
             pad_to_max_tokens=bool(config.get("pad_to_max_tokens", False)),
             name=keras.name,
         )
+        layer._idf_in_config = config.get("idf_weights") is not None
+        return layer
+
+    def from_keras_weights(self, weights: list) -> list:
+        """The file's ``idf_weights`` (Keras's padded ones); a file without them: those of the config."""
+        if self.output_mode == "tf_idf" and not weights and self._idf_in_config:
+            return [self._padded_idf()]
+        return list(weights)
 
     def __init__(
         self,
@@ -150,15 +170,19 @@ class IntegerLookup(Layer):
         who = f"IntegerLookup {self.name!r}"
         if invert:
             raise ValueError(f"{who}: {INVERT_REFUSAL}")
-        if output_mode in ("tf_idf", "tf-idf") or idf_weights is not None:
-            raise ValueError(f"{who}: {TF_IDF_REFUSAL}")
         if sparse:
             raise ValueError(f"{who}: {SPARSE_REFUSAL}")
         if oov_method != "floormod" or salt is not None:
             raise ValueError(f"{who}: oov_method must be 'floormod' without a salt, got {oov_method!r}, salt {salt!r}")
         if vocabulary_dtype != "int64":
             raise ValueError(f"{who}: vocabulary_dtype must be 'int64', got {vocabulary_dtype!r}")
-        self.output_mode = "int" if output_mode == "int" else encoding_mode(output_mode, who)
+        tf_idf = output_mode in ("tf_idf", "tf-idf")
+        self.output_mode = "int" if output_mode == "int" else "tf_idf" if tf_idf else encoding_mode(output_mode, who)
+        if (idf_weights is not None) != tf_idf:
+            raise ValueError(
+                f"{who}: idf_weights are given with output_mode 'tf_idf' and only then, got output_mode "
+                f"{output_mode!r} and idf_weights {'None' if idf_weights is None else 'set'}"
+            )
         self.num_oov_indices = _whole(num_oov_indices, who, "num_oov_indices")
         if self.num_oov_indices < 0:
             raise ValueError(f"{who}: num_oov_indices must be >= 0, got {num_oov_indices!r}")
@@ -171,6 +195,22 @@ class IntegerLookup(Layer):
         self.mask_token = None if mask_token is None else _whole(mask_token, who, "mask_token")
         self.oov_token = None if oov_token is None else _whole(oov_token, who, "oov_token")
         self.tokens = self._tokens(vocabulary, who)
+        self.input_idf_weights: list | None = None
+        self._idf_in_config = idf_weights is not None
+        self.idf_weights: np.ndarray | None = None
+        if tf_idf:
+            given = np.asarray(vocabulary, dtype=object).reshape(-1)
+            try:
+                idf = np.asarray(idf_weights, np.float64).reshape(-1)
+            except (TypeError, ValueError):
+                raise ValueError(f"{who}: idf_weights must be numbers, got {idf_weights!r}") from None
+            if idf.size != given.size or np.asarray(idf_weights, dtype=object).ndim != 1:
+                raise ValueError(
+                    f"{who}: idf_weights must be one number per vocabulary token ({given.size}), got "
+                    f"{np.asarray(idf_weights, dtype=object).shape}"
+                )
+            self.input_idf_weights = [float(v) for v in idf]
+            self._special_given = given.size != len(self.tokens)
 
     def _tokens(self, vocabulary: Any, who: str) -> list:
         """The vocabulary's tokens, without the mask and OOV tokens Keras lists at its start, checked
@@ -226,17 +266,51 @@ class IntegerLookup(Layer):
         """The size of an encoding: ``max_tokens`` with ``pad_to_max_tokens``, else the vocabulary's."""
         return self.max_tokens if self.pad_to_max_tokens and self.max_tokens else self.vocabulary_size()
 
+    def _padded_idf(self) -> np.ndarray:
+        """Keras's idf weights of each index: those given, after the mean for the OOV indices where
+        the vocabulary was given without them, zeros after up to :attr:`depth`."""
+        idf = np.asarray(self.input_idf_weights, np.float64)
+        front = [] if self._special_given else [float(np.average(idf)) if idf.size else 0.0] * self.token_start
+        padded = np.concatenate([np.asarray(front, np.float64), idf])
+        return np.pad(padded, (0, max(0, self.depth - padded.size))).astype(np.float32)
+
+    def _encoding(self) -> str:
+        """The encoding kernel's mode: a tf_idf's count, else the output mode."""
+        return "count" if self.output_mode == "tf_idf" else self.output_mode
+
     def compute_output_shape(self, input_shape: Any) -> tuple:
         if self.output_mode == "int":
             if len(tuple(input_shape)) < 2:
                 raise ValueError(f"IntegerLookup {self.name!r} expects inputs with a sample axis, got {input_shape}")
             return tuple(input_shape)
-        check_encoded_rank(input_shape, self.output_mode, f"IntegerLookup {self.name!r}")
-        return encoded_shape(input_shape, self.depth, self.output_mode)
+        check_encoded_rank(input_shape, self._encoding(), f"IntegerLookup {self.name!r}")
+        return encoded_shape(input_shape, self.depth, self._encoding())
 
     def build(self, input_shape: Any) -> None:
+        """Checks the input shape; with ``"tf_idf"``, sets :attr:`idf_weights` (``depth`` values,
+        padded as Keras pads them)."""
         self.compute_output_shape(input_shape)
         super().build(input_shape)
+        if self.output_mode == "tf_idf":
+            self.idf_weights = self._padded_idf()
+
+    def set_weights(self, weights: Any) -> None:
+        """Sets ``[idf_weights]`` (``"tf_idf"``: one per index of the encoding, as Keras's variable);
+        the other modes have no weights.
+
+        Raises:
+            ValueError: the layer is not built, or the count or shape differs.
+        """
+        weights = numeric_weights(weights, f"IntegerLookup {self.name!r}")
+        want = [(self.depth,)] if self.output_mode == "tf_idf" else []
+        if not self.built or [w.shape for w in weights] != want:
+            raise ValueError(
+                f"IntegerLookup {self.name!r}: takes weights of shapes {want} once built, got "
+                f"{[w.shape for w in weights]}"
+            )
+        if weights:
+            self.idf_weights = weights[0]
+            self._weights_changed()
 
     def check_reuse(self, input_shape: Any, how: str = "receives") -> None:
         """An IntegerLookup looks up tokens of any shape it accepts: it has no weights."""
@@ -261,7 +335,12 @@ class IntegerLookup(Layer):
         indices_out = kinds.integer_lookup(builder, x, tokens, indices, defines, self._what())
         if self.output_mode == "int":
             return indices_out
-        return kinds.category_encoding(builder, indices_out, self.depth, self.output_mode, self._what())
+        out = kinds.category_encoding(builder, indices_out, self.depth, self._encoding(), self._what())
+        if self.output_mode != "tf_idf":
+            return out
+        idf = Vector(f"layer {self.name!r} idf_weights", self.idf_weights, self.device_copies)
+        zero = Vector(f"layer {self.name!r} idf shift", np.zeros(self.depth), self.device_copies)
+        return kinds.affine(builder, out, idf, zero, what=self._what())
 
     def _config_vocabulary(self) -> list:
         """The tokens, after the special tokens where they begin as those do (read back without them)."""
@@ -275,7 +354,9 @@ class IntegerLookup(Layer):
             "num_oov_indices": self.num_oov_indices,
             "mask_token": self.mask_token,
             "oov_token": self.oov_token,
-            "vocabulary": self._config_vocabulary(),
+            # tf_idf weights given for the special tokens too: the vocabulary as given, with them
+            "vocabulary": self.get_vocabulary() if self.__dict__.get("_special_given") else self._config_vocabulary(),
             "output_mode": self.output_mode,
             "pad_to_max_tokens": self.pad_to_max_tokens,
+            **({"idf_weights": list(self.input_idf_weights)} if self.input_idf_weights is not None else {}),
         }

@@ -1,20 +1,35 @@
 """The operations Keras 3 writes into a Functional model's file to compute the masks it hands to
 the layers that read one: ``not_equal(x, value)`` and ``any(..., axis=-1)`` (an Embedding's or a
-Masking layer's mask), ``logical_or`` and ``logical_and`` (the masks of a merge). Each computes
-Keras's booleans as 1.0 (true) and 0.0 (false), so that a recurrent or attention layer given the
-result as its mask skips the steps Keras skips.
+Masking layer's mask), ``logical_or`` and ``logical_and`` (the masks of a merge), and what a
+Concatenate's mask is made of: ``expand_dims(mask, -1)``, ``zeros_like(x, dtype="bool")`` (ORed with
+it: the mask broadcast over the input's features), ``ones_like(x, dtype="bool")`` (the mask of an
+input without one), their concatenation and ``any`` over the last axis. Each computes Keras's
+booleans as 1.0 (true) and 0.0 (false), so that a recurrent or attention layer given the result as
+its mask skips the steps Keras skips.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..plan import kinds
+from ..plan.tensors import Vector
 from .base import Layer
 from .keras_config import KerasContext, NotConvertible
 from .merging import Maximum, Minimum
 
-__all__ = ["NotEqual", "AnyOperation", "LogicalOr", "LogicalAnd", "not_equal_layer"]
+__all__ = [
+    "NotEqual",
+    "AnyOperation",
+    "LogicalOr",
+    "LogicalAnd",
+    "ExpandDims",
+    "ZerosLike",
+    "OnesLike",
+    "not_equal_layer",
+]
 
 
 def _zero_ones(builder) -> dict:
@@ -146,3 +161,95 @@ class LogicalAnd(Minimum):
     def lower(self, builder, xs):
         xs = [_as_boolean(builder, x, self._what()) for x in xs]
         return _boolean(builder, super().lower(builder, xs))
+
+
+class ExpandDims(Layer):
+    """Keras 3's ``expand_dims(x, axis)``: an axis of size 1 inserted (the values unchanged; a mask
+    stays a mask).
+
+    Args:
+        axis: where the new axis goes, counted from the batch axis (negative from after the last):
+            any place after the batch axis.
+        name: the layer's name.
+
+    Raises:
+        ValueError: ``axis`` is not an integer.
+    """
+
+    reusable_on_other_shapes = True
+
+    @classmethod
+    def from_keras_config(cls, config: dict, keras: KerasContext) -> "ExpandDims":
+        axis = config.get("axis")
+        if not isinstance(axis, int) or isinstance(axis, bool):
+            raise NotConvertible(f"over the axes {axis!r} (malinn inserts one axis)")
+        return cls(axis, name=keras.name)
+
+    def __init__(self, axis: int = -1, name: str | None = None):
+        super().__init__(name)
+        if isinstance(axis, bool) or not isinstance(axis, int):
+            raise ValueError(f"ExpandDims {self.name!r}: axis must be an integer, got {axis!r}")
+        self.axis = axis
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        shape = tuple(input_shape)
+        axis = self.axis + len(shape) + 1 if self.axis < 0 else self.axis
+        if not 1 <= axis <= len(shape):
+            raise ValueError(
+                f"ExpandDims {self.name!r}: axis {self.axis} is not after the batch axis of inputs of shape {shape}"
+            )
+        return shape[:axis] + (1,) + shape[axis:]
+
+    def lower(self, builder, x):
+        out = kinds.reshape(builder, x, self.compute_output_shape(x.shape), what=self._what())
+        return _boolean(builder, out) if _zero_ones(builder).get(id(x)) is x else out
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "axis": self.axis}
+
+
+class ZerosLike(Layer):
+    """Keras 3's ``zeros_like(x)``: a tensor of ``x``'s shape holding 0.0 (Keras's ``False`` where
+    its ``dtype`` is ``"bool"``: a Concatenate's mask ORs a mask with it to broadcast the mask over
+    the input's features).
+
+    Computed from ``x`` whatever it holds (NaN and infinities too): whether each element differs
+    from 0, then times 0 plus :attr:`fill` (two small steps).
+
+    Args:
+        dtype: ``None``, ``"bool"`` or a float dtype (malinn holds every one as float32).
+        name: the layer's name.
+    """
+
+    fill = 0.0
+    #: the dtypes of Keras's config that are its output's, not a policy of float variables
+    keras_output_dtypes = ("bool",)
+    reusable_on_other_shapes = True
+
+    @classmethod
+    def from_keras_config(cls, config: dict, keras: KerasContext) -> "ZerosLike":
+        dtype = config.get("dtype")
+        return cls(dtype if isinstance(dtype, str) else None, name=keras.name)
+
+    def __init__(self, dtype: str | None = None, name: str | None = None):
+        super().__init__(name)
+        self.dtype = dtype
+
+    def lower(self, builder, x):
+        what = self._what()
+        column = kinds.reshape(builder, x, tuple(x.shape) + (1,), what=what)
+        known = kinds.any_not_equal(builder, column, 0.0, shape=x.shape, what=what)  # 0 or 1, never NaN
+        width = x.shape[-1]
+        scale = Vector(f"{what} scale", np.zeros(width), self.device_copies)
+        shift = Vector(f"{what} fill", np.full(width, self.fill), self.device_copies)
+        return _boolean(builder, kinds.affine(builder, known, scale, shift, what=what))
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "dtype": self.dtype}
+
+
+class OnesLike(ZerosLike):
+    """Keras 3's ``ones_like(x)``: a tensor of ``x``'s shape holding 1.0 (``True`` with ``dtype``
+    ``"bool"``: the mask a Concatenate gives an input without one). Arguments as :class:`ZerosLike`."""
+
+    fill = 1.0

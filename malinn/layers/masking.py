@@ -18,8 +18,13 @@ its files as operations (``LogicalOr`` and the like), which the layers of
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from ..plan import kinds
 from ..plan.tensor import format_shape
+from ..plan.tensors import Vector
 
 __all__ = [
     "mask_of",
@@ -142,22 +147,34 @@ def _merged_mask(builder, layer, given: list, value):
     ``keras_mask_merge`` rule: ``"and"`` (tf_keras, the default) ANDs the masks present (an input
     without one counts as all kept), ``"or"`` (Keras 3) ORs them where every input has one (else
     none: Keras 3's Concatenate then gives an all-kept mask, which masks nothing). A Concatenate
-    along the steps joins the masks where every input has one. None where no input has a mask,
+    along the steps joins the masks, all kept for an input without one (as both Kerases: tf_keras
+    where that input has one feature, else it refuses the model). None where no input has a mask,
     or where Keras's merged mask is not the output's leading axes."""
     masks = [_mask_entry(builder, x) for x in given]
     present = [m for m in masks if m is not None]
     rule = getattr(layer, "keras_mask_merge", "and")
-    if not present or (rule == "or" and len(present) != len(masks)):
-        return None
     rank = len(value.shape)
     what = f"{layer._what()} mask"
-    if type(layer).__name__ == "Concatenate" and layer.axis % rank != rank - 1:
-        if layer.axis % rank != 1 or len(present) != len(masks) or any(len(m.shape) != 2 for m in masks):
-            return None  # along the steps: the masks joined, where every input has one
+    if present and type(layer).__name__ == "Concatenate" and layer.axis % rank != rank - 1:
+        if layer.axis % rank != 1 or any(len(m.shape) != 2 for m in present) or rank < 3:
+            return None
+        # along the steps: the masks joined, all kept for an input without one (both Kerases)
         return _Pending(
             tuple(value.shape[:2]),
-            lambda: kinds.concat(builder, [binary_mask(builder, _value(m)) for m in masks], 1, what=what),
+            lambda: kinds.concat(
+                builder,
+                [
+                    binary_mask(builder, _value(m))
+                    if m is not None
+                    else _all_kept(builder, x, layer.device_copies, what)
+                    for m, x in zip(masks, given)
+                ],
+                1,
+                what=what,
+            ),
         )
+    if not present or (rule == "or" and len(present) != len(masks)):
+        return None
     shape = tuple(value.shape[: len(present[0].shape)])
     distinct: list = []
     for m in present:
@@ -171,6 +188,19 @@ def _merged_mask(builder, layer, given: list, value):
     return _Pending(
         shape, lambda: kinds.merge(builder, [binary_mask(builder, _value(m)) for m in distinct], op, what=what)
     )
+
+
+def _all_kept(builder, x, copies: dict, what: str):
+    """A ``(batch, steps)`` mask of 1.0 for ``x`` ``(batch, steps, ...)``: whether each step differs
+    from 0 anywhere (0 or 1, whatever ``x`` holds), times 0 plus 1 (``copies``: the layer's device
+    copies, which hold the constants)."""
+    batch, steps = x.shape[:2]
+    flat = x
+    if len(x.shape) != 3:
+        flat = kinds.reshape(builder, x, (batch, steps, math.prod(x.shape[2:])), what=what)
+    known = kinds.any_not_equal(builder, flat, 0.0, shape=(batch, steps), what=what)
+    scale, ones = Vector(f"{what} scale", np.zeros(steps), copies), Vector(f"{what} ones", np.ones(steps), copies)
+    return kinds.affine(builder, known, scale, ones, what)
 
 
 def _value(mask):

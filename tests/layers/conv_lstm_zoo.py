@@ -1,4 +1,4 @@
-"""Keras models of ConvLSTM1D and ConvLSTM2D, saved by Keras 3 and tf_keras, with Keras's outputs.
+"""Keras models of ConvLSTM1D, ConvLSTM2D and ConvLSTM3D, saved by Keras 3 and tf_keras, with Keras's outputs.
 
 TensorFlow never shares a process with PoCL: tests/layers/test_conv_lstm.py runs this script in a
 child process (once per test run):
@@ -19,7 +19,7 @@ from pathlib import Path
 from zoo_files import write_zoo
 
 #: model keys (the tests parametrize over them)
-MODELS = ("next_frame", "conv1d_state_back", "dilated_one_step")
+MODELS = ("next_frame", "conv1d_state_back", "dilated_one_step", "conv3d_state_back", "conv3d_valid_strided")
 
 
 def build(keras, key: str):
@@ -54,6 +54,17 @@ def build(keras, key: str):
             1, 2, dilation_rate=2, padding="same", use_bias=False, recurrent_activation="hard_sigmoid"
         )(inp)
         x = rng.standard_normal((3, 1, 6, 6, 3)).astype(np.float32)
+    elif key == "conv3d_state_back":  # volumes, 'same', every output and state, steps from the last
+        inp = keras.Input((3, 3, 4, 3, 2))
+        out = layers.ConvLSTM3D(
+            2, (2, 3, 2), padding="same", return_sequences=True, return_state=True, go_backwards=True
+        )(inp)
+        x = rng.standard_normal((2, 3, 3, 4, 3, 2)).astype(np.float32)
+    elif key == "conv3d_valid_strided":  # 'valid' and strided, then a Dense on the last state
+        inp = keras.Input((2, 5, 4, 3, 1))
+        h = layers.ConvLSTM3D(3, 2, strides=(2, 1, 1), recurrent_activation="hard_sigmoid")(inp)
+        out = layers.Dense(2)(layers.Flatten()(h))
+        x = rng.standard_normal((1, 2, 5, 4, 3, 1)).astype(np.float32)
     else:
         raise KeyError(key)
     model = keras.Model(inp, list(out) if isinstance(out, (list, tuple)) else out)

@@ -46,6 +46,8 @@ def integer_lookup_reference(layer, x) -> np.ndarray:
     indices = lookup_indices(layer, x)
     if layer.output_mode == "int":
         return indices
+    if layer.output_mode == "tf_idf":  # the count times each index's weight
+        return category_encoding_reference(indices, layer.depth, "count") * np.asarray(layer.idf_weights, np.float64)
     return category_encoding_reference(indices, layer.depth, layer.output_mode)
 
 

@@ -120,6 +120,41 @@ MODELS = {
         "layers": [("IntegerLookup", dict(mask_token=0, num_oov_indices=2))],
         "adapt": VOCABULARY + VOCABULARY[:3] + [42],
     },
+    "lookup_tf_idf": {  # the OOV index weighted by the mean idf (the vocabulary given without it)
+        "generations": BOTH,
+        "inputs": [((5,), "int64", VOCABULARY + OUT_OF_VOCABULARY)],
+        "layers": [
+            (
+                "IntegerLookup",
+                dict(vocabulary=VOCABULARY, idf_weights=[0.5, 1.25, 2.0, 0.75, 3.0, 1.5], output_mode="tf_idf"),
+            )
+        ],
+    },
+    "lookup_tf_idf_special_padded": {  # weights of the special tokens given; zeros up to max_tokens
+        "generations": BOTH,
+        "inputs": [((4,), "int64", VOCABULARY + OUT_OF_VOCABULARY)],
+        "layers": [
+            (
+                "IntegerLookup",
+                dict(
+                    vocabulary=[-1, -1] + VOCABULARY,
+                    idf_weights=[0.25, 0.5] + [1.0, 2.0, 3.0, 0.5, 1.5, 2.5],
+                    num_oov_indices=2,
+                    mask_token=0,
+                    output_mode="tf_idf",
+                    max_tokens=11,
+                    pad_to_max_tokens=True,
+                ),
+            )
+        ],
+    },
+    "lookup_tf_idf_adapted": {  # the vocabulary in the assets, the idf weights in the weights file
+        "generations": BOTH,
+        "suffixes": (".keras",),
+        "inputs": [((3,), "int64", VOCABULARY + OUT_OF_VOCABULARY)],
+        "layers": [("IntegerLookup", dict(output_mode="tf_idf"))],
+        "adapt": [12, 36, 36, 7, 42, 12, 1138, -5, 7, 12],
+    },
     "tabular": {
         "generations": BOTH,
         "inputs": [

@@ -29,6 +29,10 @@ MODELS = (
     "embeddings_added_lstm",
     "masking_embedding_concat_lstm",
     "masked_unmasked_added_gru",
+    "embeddings_concat_lstm",
+    "embeddings_concat_steps_gap",
+    "embedding_unmasked_steps_concat_gap",
+    "embedding_unmasked_concat_lstm",
 )
 
 
@@ -98,6 +102,28 @@ def build(keras, key: str):
         a, b = keras.Input((5, 3)), keras.Input((5, 3))
         out = layers.GRU(2)(layers.Add()([layers.Masking()(a), b]))
         xs, inp = [_sequences(rng, (3, 5, 3), 0.0, [(0, 2), 1]), _sequences(rng, (3, 5, 3), 0.0, [])], [a, b]
+    elif key == "embeddings_concat_lstm":  # two masks along the features: ANDed (tf_keras), ORed (Keras 3)
+        a, b = keras.Input((6,)), keras.Input((6,))
+        h = layers.Concatenate()([layers.Embedding(7, 3, mask_zero=True)(a), layers.Embedding(7, 2, mask_zero=True)(b)])
+        out = layers.LSTM(2)(h)
+        xa, xb = _indices(rng, 4, 6, 7), _indices(rng, 4, 6, 7)
+        xb[0, :3] = 0
+        xs, inp = [xa, xb], [a, b]
+    elif key == "embeddings_concat_steps_gap":  # two masks joined along the steps
+        a, b = keras.Input((4,)), keras.Input((3,))
+        embed = layers.Embedding(6, 2, mask_zero=True)
+        out = layers.GlobalAveragePooling1D()(layers.Concatenate(axis=1)([embed(a), embed(b)]))
+        xs, inp = [_indices(rng, 3, 4, 6), _indices(rng, 3, 3, 6)], [a, b]
+    elif key == "embedding_unmasked_steps_concat_gap":  # an input without a mask: its steps all kept
+        a, b = keras.Input((5,)), keras.Input((2, 1))
+        h = layers.Concatenate(axis=1)([layers.Embedding(6, 1, mask_zero=True)(a), b])
+        out = layers.GlobalAveragePooling1D()(h)
+        xs, inp = [_indices(rng, 3, 5, 6), _sequences(rng, (3, 2, 1), 0.0, [(0, 1)])], [a, b]
+    elif key == "embedding_unmasked_concat_lstm":  # tf_keras: the one mask; Keras 3: all kept
+        a, b = keras.Input((5,)), keras.Input((5, 2))
+        h = layers.Concatenate()([layers.Embedding(6, 2, mask_zero=True)(a), b])
+        out = layers.LSTM(3, return_sequences=True)(h)
+        xs, inp = [_indices(rng, 3, 5, 6), _sequences(rng, (3, 5, 2), 0.0, [(2, 1)])], [a, b]
     else:
         raise KeyError(key)
     model = keras.Model(inp, out)

@@ -13,7 +13,7 @@ from conftest import built_zoo
 
 import malinn
 from malinn.errors import ConversionError
-from malinn.layers import ConvLSTM1D, ConvLSTM2D
+from malinn.layers import ConvLSTM1D, ConvLSTM2D, ConvLSTM3D
 
 sys.path.insert(0, str(Path(__file__).parent))
 import conv_lstm_reference as ref  # noqa: E402
@@ -28,6 +28,21 @@ SHAPES = [
     (ConvLSTM2D, 1, 3, (5, 7), 2, (3, 1), "valid", 2, 1, {"recurrent_activation": "hard_sigmoid"}),
     (ConvLSTM1D, 1, 3, (9,), 2, 3, "valid", 2, 1, {"return_sequences": True, "go_backwards": True}),
     (ConvLSTM1D, 4, 1, (5,), 1, 1, "same", 1, 3, {"return_state": True, "use_bias": False, "activation": "relu"}),
+    (ConvLSTM3D, 1, 1, (1, 1, 1), 1, 1, "valid", 1, 1, {"return_state": True}),
+    (ConvLSTM3D, 3, 3, (3, 4, 5), 2, (2, 3, 2), "same", 1, 2, {"return_sequences": True, "go_backwards": True}),
+    (
+        ConvLSTM3D,
+        1,
+        2,
+        (5, 3, 4),
+        3,
+        (3, 1, 2),
+        "valid",
+        (2, 1, 2),
+        3,
+        {"return_sequences": True, "return_state": True},
+    ),
+    (ConvLSTM3D, 2, 13, (1, 3, 1), 1, 3, "same", 1, 1, {"use_bias": False, "recurrent_activation": "hard_sigmoid"}),
 ]
 
 
@@ -141,7 +156,7 @@ def _edited(source: Path, target: Path, edit) -> Path:
     return target
 
 
-def test_stateful_channels_first_and_conv_lstm_3d_are_refused_by_name(conv_lstm_zoo, tmp_path):
+def test_stateful_and_channels_first_are_refused_by_name(conv_lstm_zoo, tmp_path):
     source = conv_lstm_zoo / "keras3" / "conv1d_state_back.keras"
     edits = {
         "stateful": (
@@ -152,7 +167,6 @@ def test_stateful_channels_first_and_conv_lstm_3d_are_refused_by_name(conv_lstm_
             lambda layer: layer["config"].update(data_format="channels_first"),
             "ConvLSTM1D 'conv_lstm_states' with data_format='channels_first'",
         ),
-        "3d": (lambda layer: layer.update(class_name="ConvLSTM3D"), "ConvLSTM3D 'conv_lstm_states'"),
     }
     for name, (edit, message) in edits.items():
         with pytest.raises(ConversionError, match=message):

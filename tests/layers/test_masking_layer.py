@@ -10,16 +10,12 @@ import pytest
 from conftest import built_zoo
 
 import malinn
-from malinn.errors import ConversionError
 from malinn.layers import Add, Concatenate, Dense, Embedding, GlobalAveragePooling1D, Masking, SimpleRNN
 
 sys.path.insert(0, str(Path(__file__).parent))
 import recurrent_reference as ref  # noqa: E402
 from masking_zoo import MODELS  # noqa: E402
 from zoo_files import GENERATIONS  # noqa: E402
-
-#: Keras 3 writes the mask of a Concatenate with ZerosLike operations of dtype bool, which malinn refuses
-KERAS3_REFUSED = {"masking_embedding_concat_lstm": "ZerosLike"}
 
 
 def _close(got, want):
@@ -135,6 +131,25 @@ def test_concatenated_masks_along_features_and_steps(device):
     _close(got_s, want_s)
 
 
+@pytest.mark.parametrize("shape", [(3, 5, 2, 3), (1, 1, 1, 1), (2, 13, 3, 2)], ids=["b3_t5", "b1_t1", "b2_t13"])
+def test_steps_concatenated_with_an_unmasked_input(device, shape):
+    """An Embedding's steps joined with an input that has no mask: the joined mask keeps every
+    step of that input, a step of zeros too (as both Kerases compute it)."""
+    batch, steps, other, width = shape
+    rng = np.random.default_rng(steps)
+    a, b = malinn.Input((steps,)), malinn.Input((other, width))
+    emb = Embedding(6, width, mask_zero=True)
+    model = malinn.Functional([a, b], GlobalAveragePooling1D()(Concatenate(axis=1)([emb(a), b])))
+    table = _random_weights(emb, rng)[0]
+    xa = rng.integers(0, 6, (batch, steps)).astype(np.float32)
+    xa[0] = 0
+    xb = rng.standard_normal((batch, other, width)).astype(np.float32)
+    xb[0, 0] = 0
+    keep = np.concatenate([xa != 0, np.ones((batch, other), bool)], 1)
+    h = np.concatenate([ref.embedding(xa, table), xb], 1)
+    _close(model.predict([xa, xb], verbose=0), (h * keep[..., None]).sum(1) / keep[..., None].sum(1))
+
+
 def test_masking_validation_and_config():
     with pytest.raises(ValueError, match="mask_value must be finite"):
         Masking(float("inf"))
@@ -184,9 +199,5 @@ def test_equals_keras(masking_zoo, device, key, generation, suffix):
     data = np.load(masking_zoo / generation / f"{key}.npz")
     xs = [data[k] for k in sorted(k for k in data.files if k.startswith("x"))]
     path = str(masking_zoo / generation / f"{key}{suffix}")
-    if generation == "keras3" and key in KERAS3_REFUSED:
-        with pytest.raises(ConversionError, match=KERAS3_REFUSED[key]):
-            malinn.load_model(path)
-        return
     model = malinn.load_model(path)
     _close(model.predict(xs if len(xs) > 1 else xs[0], verbose=0), data["y"])

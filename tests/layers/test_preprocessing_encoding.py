@@ -19,6 +19,9 @@ import malinn
 from malinn.errors import ConversionError
 from malinn.layers import CategoryEncoding, IntegerLookup
 
+#: idf weights of VOCABULARY's tokens (their mean, 1.5, the OOV indices')
+IDF = [0.5, 1.25, 2.0, 0.75, 3.0, 1.5]
+
 ZOO = Path(__file__).with_name("encoding_zoo.py")
 
 
@@ -66,19 +69,41 @@ def test_category_encoding_of_indices_in_range_is_keras_s(device):
         (VOCABULARY, dict(output_mode="one_hot", max_tokens=11, pad_to_max_tokens=True), 3),
         (THOUSAND, dict(num_oov_indices=5), 1001),
         (THOUSAND, dict(mask_token=0, output_mode="count"), 13),
+        ([7], dict(output_mode="tf_idf", idf_weights=[0.75]), 1),
+        (VOCABULARY, dict(mask_token=0, num_oov_indices=2, output_mode="tf_idf", idf_weights=IDF), 13),
+        (VOCABULARY, dict(output_mode="tf_idf", idf_weights=IDF, max_tokens=11, pad_to_max_tokens=True), 3),
     ],
 )
 def test_integer_lookup_matches_the_definition(device, rng, vocabulary, options, width):
-    """Tokens of the vocabulary, outside it (negative too: floormod), the mask token, a fraction
+    """Tokens of the vocabulary, outside it (negative too: floormod; beyond 2^32, which the GL
+    kernel's 32-bit integers reach through the float's exponent), the mask token, a fraction
     (truncated) and NaN; without OOV indices an unknown token is NaN."""
     layer = IntegerLookup(vocabulary=vocabulary, **options)
-    pool = np.r_[vocabulary, 0, 5, -7, 1139, 2.5, -3.5, 16777216, -16777216, np.nan]
+    pool = np.r_[vocabulary, 0, 5, -7, 1139, 2.5, -3.5, 16777216, -16777216, 1e10, -3e18, np.nan]
     for batch in (1, 3):
         x = rng.choice(pool, (batch, width)).astype(np.float32)
         want = integer_lookup_reference(layer, x)
         got = _predict(layer, (width,), x)
         assert got.shape == want.shape == layer.compute_output_shape((batch, width))
         np.testing.assert_array_equal(got, want)
+
+
+def test_tf_idf_weights_are_padded_as_keras_pads_them(device):
+    """The OOV indices weighted by the mean where the vocabulary is given without them, by the given
+    weights where it starts with them; zeros up to max_tokens (Keras's IndexLookup.set_vocabulary)."""
+    plain = IntegerLookup(vocabulary=[12, 36, 42], idf_weights=[1.0, 2.0, 4.5], output_mode="tf_idf", num_oov_indices=2)
+    plain.build((None, 3))
+    np.testing.assert_array_equal(plain.idf_weights, [2.5, 2.5, 1.0, 2.0, 4.5])
+    special = IntegerLookup(
+        vocabulary=[-1, 12, 36], idf_weights=[0.5, 1.0, 2.0], output_mode="tf_idf", max_tokens=6, pad_to_max_tokens=True
+    )
+    special.build((None, 3))
+    np.testing.assert_array_equal(special.idf_weights, [0.5, 1.0, 2.0, 0, 0, 0])
+    got = _predict(special, (3,), np.array([[36, 36, 5], [12, 0, 0]], np.float32))
+    np.testing.assert_array_equal(got, [[0.5, 0, 4, 0, 0, 0], [1.0, 1.0, 0, 0, 0, 0]])
+    again = IntegerLookup.from_config(special.get_config())
+    again.build((None, 3))
+    np.testing.assert_array_equal(again.idf_weights, special.idf_weights)
 
 
 def test_integer_lookup_indices_are_keras_s(device):
@@ -123,7 +148,9 @@ def test_a_tabular_model_runs_in_a_malinn_file(device, rng, tmp_path):
         (lambda: CategoryEncoding(4, "tf_idf"), "output_mode must be one of"),
         (lambda: CategoryEncoding(4, sparse=True), "sparse=True"),
         (lambda: IntegerLookup(vocabulary=[1, 2], invert=True), "invert=True"),
-        (lambda: IntegerLookup(vocabulary=[1, 2], output_mode="tf_idf"), "tf_idf"),
+        (lambda: IntegerLookup(vocabulary=[1, 2], output_mode="tf_idf"), "idf_weights are given with output_mode"),
+        (lambda: IntegerLookup(vocabulary=[1, 2], idf_weights=[1, 2]), "idf_weights are given with output_mode"),
+        (lambda: IntegerLookup(vocabulary=[1, 2], output_mode="tf_idf", idf_weights=[1]), "one number per"),
         (lambda: IntegerLookup(vocabulary=[1, 2], output_mode="count", sparse=True), "sparse=True"),
         (lambda: IntegerLookup(vocabulary=[1, 2], oov_method="farmhash"), "floormod"),
         (lambda: IntegerLookup(), "give the vocabulary"),

@@ -1,15 +1,16 @@
-"""Keras's convolutional LSTM (ConvLSTM1D, ConvLSTM2D) as plan steps: the input convolution of
-every time step is one convolution over ``batch * steps`` images (:func:`images_conv`, the
-convolution lowering of :mod:`.conv` with the images counted right); then, per step, launches
-recorded once in the plan: the recurrent convolution of ``h`` (``'same'``, stride 1, no bias:
-:func:`~.conv.conv`) and two launches of kernels/conv_lstm_gates.cl, which add the step's part of
-the input convolution, apply the activations and write the new cell state ``c``, then the new
-output ``h`` (:func:`conv_lstm_recurrence`)."""
+"""Keras's convolutional LSTM (ConvLSTM1D, ConvLSTM2D, ConvLSTM3D) as plan steps: the input
+convolution of every time step is one convolution over ``batch * steps`` images (:func:`images_conv`,
+the convolution lowering of :mod:`.conv` with the images counted right; a ConvLSTM3D's is one
+:func:`~.volume.conv3d` over ``batch * steps`` volumes); then, per step, launches recorded once in
+the plan: the recurrent convolution of ``h`` (``'same'``, stride 1, no bias: :func:`~.conv.conv`,
+or :func:`~.volume.conv3d` for volumes) and two launches of kernels/conv_lstm_gates.cl, which add
+the step's part of the input convolution, apply the activations and write the new cell state
+``c``, then the new output ``h`` (:func:`conv_lstm_recurrence`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ...choice.conv_choice import choose_algorithm
@@ -153,12 +154,15 @@ def conv_lstm_recurrence(
     go_backwards: bool = False,
     return_sequences: bool = False,
     what: str = "conv_lstm",
+    convolve: Callable[..., Value] = conv,
 ) -> tuple:
     """The recurrence of a ConvLSTM over ``xconv``, the input convolution of every step (bias
     included), ``(batch, steps, OH, OW, 4 * filters)`` (or ``(batch, steps, OW, 4 * filters)``):
     per step the recurrent convolution of ``h`` by ``recurrent_kernel`` (``4 * filters x
     KH*KW*filters``; ``geometry`` its window defines on the ``(OH, OW)`` state: ``'same'``, stride
     1, as Keras's), then the new ``c`` and ``h``. ``go_backwards`` runs the steps from the last.
+    ``convolve`` lowers the recurrent convolution (:func:`~.conv.conv`; :func:`~.volume.conv3d`
+    for volumes ``(batch, steps, OD, OH, OW, 4 * filters)``, ``geometry`` then its defines).
 
     Returns:
         ``(output, h, c)``: ``output`` every step's ``h`` in the order the steps run ``(batch, steps,
@@ -173,7 +177,7 @@ def conv_lstm_recurrence(
         t = steps - 1 - k if go_backwards else k
         label = f"{what} step {k + 1}"
         if h is not None:
-            recurrent = conv(builder, h, recurrent_kernel, geometry, state_shape, what=f"{label} recurrent conv")
+            recurrent = convolve(builder, h, recurrent_kernel, geometry, state_shape, what=f"{label} recurrent conv")
         c = conv_lstm_gates(builder, xconv, recurrent, c, filters, t, True, activation, recurrent_activation, label)
         h = conv_lstm_gates(builder, xconv, recurrent, c, filters, t, False, activation, recurrent_activation, label)
         outputs.append(h)
