@@ -219,11 +219,11 @@ def attention_zoo(tmp_path_factory):
     return folder, json.loads((folder / "manifest.json").read_text())
 
 
-def test_keras_attention_models_match_keras_in_every_file_form(attention_zoo):
+def test_keras_attention_models_match_keras_in_every_file_form(attention_zoo, device):
     """MultiHeadAttention (masks with a query that may attend to nothing, causal, dropout set,
     output_shape, sequence 1 and 37), Attention, AdditiveAttention and Transformer encoder and
     decoder blocks saved by Keras 3 and tf_keras as .keras and .h5: Keras's outputs within
-    1e-5 * max(1, |y|)."""
+    1e-5 * max(1, |y|) on every device."""
     folder, entries = attention_zoo
     assert len(entries) == 48
     for entry in entries:
@@ -233,4 +233,4 @@ def test_keras_attention_models_match_keras_in_every_file_form(attention_zoo):
         got = model.predict(xs if len(xs) > 1 else xs[0], verbose=0)
         want = data["y"]
         error = float(np.abs(got - want).max()) / max(1.0, float(np.abs(want).max()))
-        assert error < 1e-5, f"{entry['file']}: {error:.3g}"
+        assert error < 1e-5, f"{entry['file']} on {device.name}: {error:.3g}"

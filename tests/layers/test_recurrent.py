@@ -10,7 +10,7 @@ import pytest
 from conftest import built_zoo
 
 import malinn
-from malinn.errors import ConversionError
+from malinn.errors import ConversionError, DeviceError
 from malinn.layers import GRU, LSTM, Embedding, SimpleRNN
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -165,8 +165,6 @@ def test_stateful_is_refused_by_name(recurrent_zoo, tmp_path):
 def test_each_units_sums_split_over_items_equal_numpy(device, monkeypatch, cls, cell, options, units, steps):
     """The recurrence a GPU runs (kernels/recurrent.cl KS > 1: each unit's sums split over items that
     hold their rows of U in registers) on this device, with a mask and a sequence out: the same values."""
-    if device.backend != "opencl":
-        pytest.skip("the recurrent kernel runs on OpenCL devices")
     monkeypatch.setattr(type(device), "kind", property(lambda self: "gpu"))
     rng = np.random.default_rng(units + steps)
     emb = Embedding(5, 3, mask_zero=True)
@@ -181,3 +179,33 @@ def test_each_units_sums_split_over_items_equal_numpy(device, monkeypatch, cls, 
     assert int(spec.config["KS"]) == min(8, 1 << (units.bit_length() - 1)) > 1 or units == 1
     want = ref.recurrent(cell, ref.embedding(xs, table), *weights, return_sequences=True, mask=xs, **options)[0]
     _close(model.predict(xs, verbose=0), want)
+
+
+#: devices whose driver ends a shader invocation's loops early (llvmpipe: after 65535 iterations in all)
+LOOPS_END = [d for d in malinn.devices() if getattr(d, "max_loop_iterations", None)]
+
+
+@pytest.mark.skipif(not LOOPS_END, reason="no device whose driver ends a shader's loops early (Mesa llvmpipe)")
+def test_a_recurrence_longer_than_the_driver_runs_loops_is_refused_and_one_within_it_is_exact():
+    """The GL recurrence runs every step in one invocation: on llvmpipe a sequence whose loops would
+    pass the driver's limit (the library's loop_iterations bound) is refused by name rather than cut
+    short, and one just within the bound equals numpy."""
+    device = LOOPS_END[0]
+    previous = malinn.get_device()
+    malinn.set_device(device)
+    try:
+        rng = np.random.default_rng(9)
+        for steps in (150, 400):  # the bound: 329 iterations a step for 64 SimpleRNN units
+            layer = SimpleRNN(64, return_sequences=True)
+            x = malinn.Input((steps, 3))
+            model = malinn.Functional(x, layer(x))
+            weights = _random_weights(layer, rng, scale=0.2)
+            xs = rng.standard_normal((2, steps, 3)).astype(np.float32)
+            if steps * 329 > device.max_loop_iterations:
+                with pytest.raises(DeviceError, match=r"simple_rnn.* loop iterations in one shader invocation"):
+                    model.predict(xs, verbose=0)
+            else:
+                want = ref.recurrent("simple_rnn", xs, *weights, return_sequences=True)[0]
+                _close(model.predict(xs, verbose=0), want)
+    finally:
+        malinn.set_device(previous)

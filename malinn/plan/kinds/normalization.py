@@ -129,7 +129,7 @@ def _column_kernel(device: Device, group: int) -> KernelSpec | None:
         return None
     try:
         specs = load_library().default_specs("normalize_column", device.kind, device.backend)
-    except (LibraryError, BackendError):  # none for this backend (the GL backends run normalize_axes)
+    except (LibraryError, BackendError):  # none for this backend (the gles3 backend runs normalize_axes)
         return None
     if not specs or _column_items(device, group) > int(device.max_work_group_size):
         return None

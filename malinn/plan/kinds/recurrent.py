@@ -117,7 +117,8 @@ def _unit_split(device: Device, units: int, cell: int) -> int:
     :data:`_MAX_UNIT_SPLIT`, no more than the units) that the work-group and the partial sums'
     local memory hold, each item keeping its rows of U in registers for the whole sequence (the
     step no longer waits on a unit's UNITS loads); 1 on other devices (a CPU runs the items of a
-    group one after another) and for a GRU that resets before (its second product reads r h)."""
+    group one after another) and for a GRU that resets before (its second product reads r h). The
+    partial sums and the state fit the device's local memory (OpenGL ES guarantees 16 KiB)."""
     if device.kind != "gpu" or cell == 3:
         return 1
     limit = min(
@@ -129,6 +130,7 @@ def _unit_split(device: Device, units: int, cell: int) -> int:
         and units * split * 2 <= limit
         and split * 2 <= int(device.max_work_item_sizes[1])
         and 4 * split * 2 * 4 * units <= _PARTIAL_BYTES
+        and 4 * units * (split * 2 * 4 + 1) <= int(device.local_memory)  # with h: a GL GPU may have 16 KiB
     ):
         split *= 2
     return split
