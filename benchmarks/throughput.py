@@ -14,6 +14,16 @@ convolutional networks then have no peer: ``peer_samples_per_s`` is null and ``p
 why). ``ratio`` = malinn's samples/s over the peer's (above 1: malinn is faster). The MLPs' results
 are checked against numpy (``max_abs_error``).
 
+Each row also splits malinn's time (``split``): ``kernels_s``, the plan's launches alone (enqueued
+and finished, no transfer: the median of --repeat), and ``transfers_s``, the rest (the upload, the
+download and their host copies); ``staged`` says whether the input moved through a staging ring
+(``Device.staging_ring``: large inputs on a discrete GPU, in chunks through page-locked slots).
+
+With ``--auto-split``, each MLP at batch 8192 is also predicted in two shares on the one
+device, each share's plan on a queue of its own (``predict(x, devices=[d, d])``: one share's
+transfers overlap the other's kernels on a discrete GPU), as ``auto_split`` rows with its samples/s
+and ``speedup`` over one pass: the measurement that decides whether predict should split so itself.
+
 With ``--devices N``, each MLP at batch 8192 is also predicted on N devices at once
 (``predict(x, devices=[...])``: one plan and one thread per device, the batch split in N shares):
 ``multi_device`` rows give its samples/s and ``speedup`` over one device. The devices are the
@@ -23,7 +33,7 @@ listed N times, which shows the splitting's cost, not a speedup (``same_device``
 The results go to ``benchmarks/results/throughput_<device>.json``. --quick: the two Partial
 networks at batch 1024 and 8192, 3 repeats, no convolutional network (a minute on a 2-core CPU).
 
-Run:  python benchmarks/throughput.py [--device D] [--devices N] [--repeat 10] [--quick]
+Run:  python benchmarks/throughput.py [--device D] [--devices N] [--auto-split] [--repeat 10] [--quick]
 """
 
 from __future__ import annotations
@@ -106,6 +116,51 @@ def row(network: str, batch: int, seconds: float, peer: str | None, peer_seconds
     return found
 
 
+def time_split(model, batch: int, device, seconds: float, repeat: int) -> dict:
+    """``{"kernels_s", "transfers_s", "staged"}``: the plan's launches alone (enqueued, then the
+    queue finished), the rest of ``seconds``, and whether the input moved through a staging ring."""
+    plan = model.plan(batch, device)
+
+    def kernels():
+        device.launch_all(plan.launches)
+        device.finish()
+
+    kernel_seconds = median_time(kernels, repeat, warmup=2)
+    staged = any(ring is not None for ring in getattr(plan, "_rings", ([], []))[0])
+    return {"kernels_s": kernel_seconds, "transfers_s": max(0.0, seconds - kernel_seconds), "staged": staged}
+
+
+def split_text(split: dict, seconds: float) -> str:
+    return (
+        f"{'':<16} {seconds * 1e3:8.3f} ms: kernels {split['kernels_s'] * 1e3:.3f} ms, transfers and host copies "
+        f"{split['transfers_s'] * 1e3:.3f} ms{' (input staged in chunks)' if split['staged'] else ''}"
+    )
+
+
+def auto_split(model, x, device, seconds: float, repeat: int, network: str) -> dict:
+    """``x`` predicted in two shares on ``device`` (two plans, the second on a queue of its own where
+    the device overlaps them), checked against one pass, timed."""
+    one = model.predict(x, verbose=0)
+    two = model.predict(x, devices=[device, device], verbose=0)
+    np.testing.assert_allclose(two, one, rtol=1e-4, atol=1e-4)
+    split_seconds = median_time(lambda: model.predict(x, devices=[device, device], verbose=0), repeat, warmup=2)
+    found = {
+        "network": network,
+        "batch": x.shape[0],
+        "overlap_queues": bool(device.overlap_queues),
+        "seconds": split_seconds,
+        "samples_per_s": x.shape[0] / split_seconds,
+        "one_pass_samples_per_s": x.shape[0] / seconds,
+        "speedup": seconds / split_seconds,
+    }
+    print(
+        f"{'':<16} in two shares on one device{'' if device.overlap_queues else ' (one queue)'}: "
+        f"{found['samples_per_s']:>12,.0f}/s, {found['speedup']:.2f}x one pass",
+        flush=True,
+    )
+    return found
+
+
 def several_devices(count: int) -> tuple[list, bool]:
     """The first ``count`` OpenCL GPUs, or (fewer there) the current device ``count`` times; and
     whether the list repeats one device."""
@@ -135,6 +190,11 @@ def main(argv=None):
         help=f"a folder of saved keras.applications files <name>.keras at {CNN_SIZE}x{CNN_SIZE} "
         "(default: saved here by TensorFlow in a child process)",
     )
+    parser.add_argument(
+        "--auto-split",
+        action="store_true",
+        help="also predict each MLP at batch 8192 in two shares on the one device, each on a queue of its own",
+    )
     args = harness.parse(parser, argv)
     device = harness.devices(args.device)[0]
     torch = torch_cuda()
@@ -142,7 +202,7 @@ def main(argv=None):
     why = None if torch is not None else "torch with a CUDA GPU is not available here"
     names = args.networks or (["Partial MNIST", "Partial CIFAR"] if args.quick else list(MODELS) + list(CNNS))
     rng = np.random.default_rng(0)
-    rows, multi = [], []
+    rows, multi, split_rows = [], [], []
     pool, same = several_devices(args.devices) if args.devices > 1 else ([device], False)
     print(f"malinn on {device.name}; peer: {peer}" + (f" ({why})" if why else ""), flush=True)
     for name in [n for n in names if n in MODELS]:
@@ -156,7 +216,11 @@ def main(argv=None):
             error = float(np.abs(y - numpy_forward(weights, x)).max())
             seconds = median_time(lambda: model.predict(x, verbose=0), args.repeat, warmup=2)
             peer_seconds = median_time(lambda: run_peer(x), args.repeat, warmup=2)
-            rows.append(row(name, batch, seconds, peer, peer_seconds, max_abs_error=error))
+            split = time_split(model, batch, device, seconds, args.repeat)
+            rows.append(row(name, batch, seconds, peer, peer_seconds, max_abs_error=error, split=split))
+            print(split_text(split, seconds), flush=True)
+            if args.auto_split and batch >= 8192:
+                split_rows.append(auto_split(model, x, device, seconds, args.repeat, name))
             if len(pool) > 1 and batch == max(MLP_BATCHES):
                 spread = model.predict(x, devices=pool, verbose=0)
                 np.testing.assert_allclose(spread, y, rtol=1e-4, atol=1e-4)
@@ -188,6 +252,7 @@ def main(argv=None):
                     x = rng.uniform(0, 1, (batch, CNN_SIZE, CNN_SIZE, 3)).astype(np.float32)
                     finite = bool(np.isfinite(model.predict(x, verbose=0)).all())
                     seconds = median_time(lambda: model.predict(x, verbose=0), args.repeat, warmup=2)
+                    split = time_split(model, batch, device, seconds, args.repeat)
                     if run_peer is not None:
                         rows.append(
                             row(
@@ -197,6 +262,7 @@ def main(argv=None):
                                 "torch",
                                 median_time(lambda: run_peer(x), args.repeat, warmup=3),
                                 finite=finite,
+                                split=split,
                             )
                         )
                     else:
@@ -208,15 +274,18 @@ def main(argv=None):
                                 None,
                                 None,
                                 finite=finite,
+                                split=split,
                                 peer_note="torch with a CUDA GPU is not available here; numpy has no "
                                 "convolutional network to compare with",
                             )
                         )
+                    print(split_text(split, seconds), flush=True)
     fields = {
         "peer": peer,
         "peer_version": torch.__version__ if torch is not None else np.__version__,
         "repeat": args.repeat,
         "multi_device": multi,
+        "auto_split": split_rows,
     }
     if why:
         fields["peer_note"] = why

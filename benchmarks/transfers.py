@@ -14,7 +14,24 @@
      copied (the host copy overlaps the DMA);
    * ``download``: the blocking read of a (batch x 10) output into a page-locked array.
 
-2. The launch floor. A batch-1 Dense layer streams its weights once, so its kernel time is
+2. Large batches at the bus's pace. For a batch of 8192 of the Table 10.5 networks' inputs (640,
+   784 and 3072 features: 21 to 101 MB), host to device and back, each blocking at its end (medians
+   of --repeat, at most 30), in GB/s:
+
+   * ``pageable_write`` / ``pageable_read``: ``enqueue_copy`` to or from the caller's numpy array;
+   * ``pinned_write`` / ``pinned_read``: ``enqueue_copy`` to or from a page-locked array alone (the
+     bus's limit: no host copy);
+   * ``staged_write`` / ``staged_read``: malinn's staging ring (``Device.staging_ring``,
+     malinn/backends/opencl_staging.py) moving the caller's array in chunks through page-locked
+     slots, the host's copies overlapping the DMA: what ``Plan.run`` does for such an input;
+   * ``staged_over_pinned``: the staged upload's rate over the page-locked one's (1.0: the bus's pace).
+
+   ``ring`` says the chunk, slots and copy threads the device decided. On a device that shares the
+   host's memory (PoCL), which makes no ring by default, the ring is forced (``MALINN_STAGING=1``;
+   ``forced`` says so). ``--sweep`` also times the first size's staged upload for copy threads
+   1, 2, 4, 6, 8 and chunks of 1, 2, 4, 8 MiB (``sweep``): the figures to choose the defaults from.
+
+3. The launch floor. A batch-1 Dense layer streams its weights once, so its kernel time is
    ``fixed + bytes / rate``; the fixed part decides how much a narrower precision or one launch
    fewer can gain. OpenCL profiling events, each launch after a kernel that reads --flush-mib MiB (so
    the data is cold, as in a network): an empty kernel of one item and of 4096 work-groups of 256, a
@@ -27,11 +44,12 @@
 The results go to ``benchmarks/results/transfers_<device>.json`` unless --out says otherwise.
 --quick: 20 repeats, three stream sizes, a 16 MiB flush.
 
-Run:  python benchmarks/transfers.py [--device D] [--repeat 200] [--chunks 4] [--quick] [--out PATH]
+Run:  python benchmarks/transfers.py [--device D] [--repeat 200] [--chunks 4] [--sweep] [--quick] [--out PATH]
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import harness
@@ -40,6 +58,10 @@ import pyopencl as cl
 from harness import median_time, torch_cuda
 
 SIZES = [(1, 640), (1, 3072), (100, 784), (100, 3072)]
+#: the large batches: 8192 samples of the Table 10.5 networks' inputs
+LARGE_SIZES = [(8192, 640), (8192, 784), (8192, 3072)]
+SWEEP_THREADS = (1, 2, 4, 6, 8)
+SWEEP_CHUNK_MIB = (1, 2, 4, 8)
 STREAM_MB = [0.004, 0.25, 1, 4, 12.5, 25, 50, 100]
 QUICK_STREAM_MB = [0.004, 4, 12.5]
 #: cuBLAS matrix-vector shapes (units, inputs): Full CIFAR's two wide layers
@@ -214,9 +236,114 @@ def transfer_rows(device, repeat, chunks):
     return rows
 
 
+def staging_ring(device, shape):
+    """The ring the device decides for a buffer of ``shape`` (columns, rows), forced where it makes
+    none (a device sharing the host's memory); and whether it was forced."""
+    ring = device.staging_ring(shape, "the benchmark's input")
+    if ring is not None:
+        return ring, False
+    previous = os.environ.get("MALINN_STAGING")
+    os.environ["MALINN_STAGING"] = "1"
+    try:
+        return device.staging_ring(shape, "the benchmark's input"), True
+    finally:
+        if previous is None:
+            del os.environ["MALINN_STAGING"]
+        else:
+            os.environ["MALINN_STAGING"] = previous
+
+
+def large_rows(device, repeat, sweep):
+    """Per large size, each way's GB/s up and down (see the module's docstring, part 2)."""
+    queue = device.queue
+    rows, sweeps = [], []
+    for batch, features in LARGE_SIZES:
+        x = np.random.default_rng(1).random((batch, features), dtype=np.float32)
+        back = np.empty_like(x)
+        buffer = cl.Buffer(device.context, cl.mem_flags.READ_WRITE, x.nbytes)
+        pinned = device.host_array(x.shape)
+        pinned[...] = x
+        ring, forced = staging_ring(device, (batch, features))
+
+        def pageable_write():
+            cl.enqueue_copy(queue, buffer, x, is_blocking=False)
+            queue.finish()
+
+        def pinned_write():
+            cl.enqueue_copy(queue, buffer, pinned, is_blocking=False)
+            queue.finish()
+
+        def staged_write(ring=ring):
+            ring.upload(queue, buffer, x)
+            queue.finish()
+
+        def pageable_read():
+            cl.enqueue_copy(queue, back, buffer, is_blocking=True)
+
+        def pinned_read():
+            cl.enqueue_copy(queue, pinned, buffer, is_blocking=True)
+
+        def staged_read(ring=ring):
+            ring.download(queue, buffer, back)
+
+        row = {"batch": batch, "features": features, "bytes": x.nbytes, "forced": forced, "ring": ring.describe()}
+        for name, run in [
+            ("pageable_write", pageable_write),
+            ("pinned_write", pinned_write),
+            ("staged_write", staged_write),
+            ("pageable_read", pageable_read),
+            ("pinned_read", pinned_read),
+            ("staged_read", staged_read),
+        ]:
+            seconds = median_time(run, repeat, warmup=3)
+            row[name + "_s"], row[name + "_gbs"] = seconds, x.nbytes / seconds / 1e9
+        np.testing.assert_array_equal(back, x)  # the staged read of the staged write: the caller's data
+        row["staged_over_pinned"] = row["staged_write_gbs"] / row["pinned_write_gbs"]
+        row["staged_read_over_pinned"] = row["staged_read_gbs"] / row["pinned_read_gbs"]
+        rows.append(row)
+        print(
+            f"{batch} x {features:<5} {x.nbytes / 1e6:6.1f} MB  up: pageable {row['pageable_write_gbs']:5.1f}  "
+            f"pinned {row['pinned_write_gbs']:5.1f}  staged {row['staged_write_gbs']:5.1f} GB/s "
+            f"({row['staged_over_pinned']:.2f}x pinned)   down: pageable {row['pageable_read_gbs']:5.1f}  "
+            f"pinned {row['pinned_read_gbs']:5.1f}  staged {row['staged_read_gbs']:5.1f} GB/s"
+            f"{'  (ring forced)' if forced else ''}; {row['ring']}",
+            flush=True,
+        )
+        if sweep and not sweeps:
+            kept = device.staging_threads, device.staging_chunk_bytes
+            try:
+                for threads in SWEEP_THREADS:
+                    for mib in SWEEP_CHUNK_MIB:
+                        device.staging_threads, device.staging_chunk_bytes = threads, mib * 2**20
+                        tried, _ = staging_ring(device, (batch, features))
+                        seconds = median_time(lambda tried=tried: staged_write(tried), repeat, warmup=3)
+                        sweeps.append(
+                            {
+                                "threads": threads,
+                                "chunk_mib": mib,
+                                "slots": len(tried.slots),
+                                "staged_write_gbs": x.nbytes / seconds / 1e9,
+                                "over_pinned": x.nbytes / seconds / 1e9 / row["pinned_write_gbs"],
+                            }
+                        )
+                        print(
+                            f"    sweep: {threads} threads, {mib} MiB chunks: {sweeps[-1]['staged_write_gbs']:5.1f} GB/s "
+                            f"({sweeps[-1]['over_pinned']:.2f}x pinned)",
+                            flush=True,
+                        )
+            finally:
+                device.staging_threads, device.staging_chunk_bytes = kept
+    return rows, sweeps
+
+
 def main(argv=None):
     parser = harness.arguments(__doc__, repeat=200, quick_repeat=20)
     parser.add_argument("--chunks", type=int, default=4, help="pieces of the chunked upload (default: 4)")
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="also time the staged upload of 8192 x 640 for several copy threads and chunk sizes",
+    )
     parser.add_argument(
         "--flush-mib", type=int, help="MiB read before each timed launch (default: 256, 16 with --quick)"
     )
@@ -227,6 +354,8 @@ def main(argv=None):
     print(f"device: {device}")
     print("transfers, host to device and back:")
     rows = transfer_rows(device, args.repeat, args.chunks)
+    print("large batches, GB/s:")
+    large, sweep = large_rows(device, min(args.repeat, 30), args.sweep)
     sizes = QUICK_STREAM_MB if args.quick else STREAM_MB
     flush_mib = args.flush_mib or (16 if args.quick else 256)
     launch_repeat = min(args.repeat, 30)
@@ -239,7 +368,7 @@ def main(argv=None):
     for r in o["stream"]:
         print(f"  stream {r['mb']:8.3f} MB  {r['s'] * 1e6:8.2f} us")
     print(f"  fit: fixed {o['fixed_s'] * 1e6:.2f} us + bytes / {o['rate_gbs']:.0f} GB/s")
-    fields = {"chunks": args.chunks, "launch": o}
+    fields = {"chunks": args.chunks, "large": large, "sweep": sweep, "launch": o}
     torch = torch_cuda()
     if torch is not None:
         t = fields["torch"] = torch_figures(torch, sizes, GEMV_SHAPES, flush_mib, launch_repeat)

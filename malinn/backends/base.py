@@ -199,6 +199,15 @@ class Device:
         as it is (False). This default: False, the staging array being plain memory too."""
         return False
 
+    def staging_ring(self, shape: tuple[int, int], what: str = "data") -> Any:
+        """How a plan moves a buffer laid out as a ``shape`` staging array (columns, padded rows) on
+        every call: None, as one copy through :meth:`host_array` memory (this default); or a ring of
+        page-locked slots whose ``upload(queue, buffer, array)`` and ``download(queue, buffer, out)``
+        move it in chunks, the host's copies overlapping the device's (a backend whose discrete GPU
+        copies page-locked memory several times faster than pageable memory). Decided once, when the
+        plan is allocated."""
+        return None
+
     def fill_zero(self, buffer: Any, nbytes: int, what: str = "buffer") -> None:
         """Sets the first ``nbytes`` of ``buffer`` to zero on the device (no host copy)."""
         raise NotImplementedError

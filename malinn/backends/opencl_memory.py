@@ -1,6 +1,7 @@
 """An OpenCL device's memory: buffers, uploads and downloads (mapped in place on devices that share
 memory with the host), page-locked staging arrays on discrete GPUs, zeroed buffers and images
-(the memory side of :class:`~malinn.backends.opencl.OpenCLDevice`).
+(the memory side of :class:`~malinn.backends.opencl.OpenCLDevice`); large inputs and outputs
+through a ring of page-locked slots in chunks (:mod:`.opencl_staging`).
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from ..environment import switch
 from ..errors import DeviceError
 from .base import ALLOCATION_HINT, size_text
 from .opencl_driver import pyopencl_module, status_name
+from .opencl_staging import STAGING_CHUNK_BYTES, StagingRing, default_threads
 
 if TYPE_CHECKING:
     import pyopencl
 
-__all__ = ["DeviceMemory", "zero_copy_enabled", "PINNED_MIN_BYTES", "DIRECT_MIN_BYTES"]
+__all__ = ["DeviceMemory", "zero_copy_enabled", "PINNED_MIN_BYTES", "DIRECT_MIN_BYTES", "STAGED_MIN_BYTES"]
 
 
 class _SharesMemory(Protocol):
@@ -43,6 +45,11 @@ PINNED_MIN_BYTES = 64 * 1024
 #: staging of pageable memory beats a host copy into page-locked memory and its DMA (H200: 1.2 MB in
 #: 112 us against 134 us; 0.3 MB in 53 us against 48 us: benchmarks/results/transfers_nvidia_h200.json)
 DIRECT_MIN_BYTES = 1024 * 1024
+#: from this size, a plan's input or output moves in chunks through a ring of page-locked slots, the
+#: host's copies overlapping the DMA (:class:`~.opencl_staging.StagingRing`): a pageable upload runs
+#: at 6-13 GB/s on the H200, a page-locked one at 49-51 GB/s, one thread's host copy at ~10 GB/s
+#: (benchmarks/transfers.py times the three on the device it is given)
+STAGED_MIN_BYTES = 4 * 1024 * 1024
 
 
 class DeviceMemory:
@@ -59,6 +66,10 @@ class DeviceMemory:
     counters: dict
     context: pyopencl.Context
     queue: pyopencl.CommandQueue
+    #: a staging ring's chunk, at most (bytes), slots and copy threads (:meth:`staging_ring`)
+    staging_chunk_bytes: int = STAGING_CHUNK_BYTES
+    staging_slots: int = 0  # 0: the copy threads and 2 more (one slot in DMA, one being handed over)
+    staging_threads: int = 0  # 0: opencl_staging.default_threads()
 
     def alloc(self, nbytes: int, what: str) -> pyopencl.Buffer:
         cl = pyopencl_module()
@@ -168,6 +179,22 @@ class DeviceMemory:
         """True where :meth:`host_array` gives page-locked memory and the input is below
         :data:`DIRECT_MIN_BYTES`."""
         return self._pinned(nbytes) and nbytes < DIRECT_MIN_BYTES
+
+    def staging_ring(self, shape: tuple[int, int], what: str = "data") -> StagingRing | None:
+        """:meth:`Device.staging_ring`: a ring of page-locked slots (:class:`~.opencl_staging.StagingRing`)
+        for a buffer laid out as a ``shape`` staging array (columns, padded rows) of at least
+        :data:`STAGED_MIN_BYTES` on a discrete GPU (page-locked memory: :meth:`host_array`); None
+        elsewhere. ``MALINN_STAGING=1`` gives every buffer a ring (on any device, of any size: what
+        the tests of the path run on PoCL), ``MALINN_STAGING=0`` none."""
+        forced = switch("MALINN_STAGING", None)
+        columns, rows = (int(n) for n in shape)
+        nbytes = 4 * rows * columns
+        if forced is False or (forced is None and not (self._pinned(nbytes) and nbytes >= STAGED_MIN_BYTES)):
+            return None
+        threads = self.staging_threads or default_threads()
+        return StagingRing(
+            self, rows, columns, self.staging_chunk_bytes, self.staging_slots or threads + 2, threads, what
+        )
 
     def _pinned(self, nbytes: int) -> bool:
         return not (self.host_unified_memory or nbytes < PINNED_MIN_BYTES or not switch("MALINN_PINNED", True))

@@ -28,7 +28,7 @@ class Upload(NamedTuple):
     pass of an unpadded input), else through ``staging`` (host memory laid out as the buffer)."""
 
     buffer: object
-    staging: np.ndarray
+    staging: np.ndarray | None  # None: the input moves through a staging ring (Plan._rings)
     value: Value
     direct: bool
 
@@ -43,7 +43,7 @@ class Download(NamedTuple):
 class Output(NamedTuple):
     """How an output is cut from its staging: its rows, columns per sample, one sample's shape."""
 
-    staging: np.ndarray
+    staging: np.ndarray | None  # None: the output moves through a staging ring (Plan._rings)
     rows: int
     per_sample: int
     sample_shape: tuple
@@ -255,13 +255,27 @@ class Plan:
         # decided once: the inputs (buffer, staging, value, uploaded from the caller's array), the
         # downloads (buffer, staging) and how each output is cut from its staging (staging, rows,
         # columns per sample, one sample's shape)
-        downloads = [Download(v.storage.buffer, self._staging(v, "output")) for v in self.outputs]
+        # a large input or output on a discrete GPU moves in chunks through a ring of page-locked
+        # slots instead (Device.staging_ring: the host's copies overlap the DMA), with no staging
+        # array of its own; each ring decided here, once
+        self._rings = (
+            [self.device.staging_ring(self._staging_shape(v), self._staging_what(v, "input")) for v in self.inputs],
+            [self.device.staging_ring(self._staging_shape(v), self._staging_what(v, "output")) for v in self.outputs],
+        )
+        stagings = [
+            None if ring is not None else self._staging(v, "output") for v, ring in zip(self.outputs, self._rings[1])
+        ]
         self._io = (
-            [Upload(v.storage.buffer, self._staging(v, "input"), v, self._direct(v)) for v in self.inputs],
-            downloads,
             [
-                Output(d.staging, v.rows, v.cols // self.batch, tuple(v.shape[1:]))
-                for d, v in zip(downloads, self.outputs)
+                Upload(v.storage.buffer, None, v, False)
+                if ring is not None
+                else Upload(v.storage.buffer, self._staging(v, "input"), v, self._direct(v))
+                for v, ring in zip(self.inputs, self._rings[0])
+            ],
+            [Download(v.storage.buffer, staging) for v, staging in zip(self.outputs, stagings) if staging is not None],
+            [
+                Output(staging, v.rows, v.cols // self.batch, tuple(v.shape[1:]))
+                for staging, v in zip(stagings, self.outputs)
             ],
         )
         return self
@@ -275,10 +289,17 @@ class Plan:
     def _staging(self, value: Value, what: str) -> np.ndarray:
         """Host memory laid out as ``value``'s buffer: a row per column of its matrix view (the
         padded columns too), each as long as the padded rows."""
+        return self.device.host_array(self._staging_shape(value), self._staging_what(value, what))
+
+    @staticmethod
+    def _staging_shape(value: Value) -> tuple[int, int]:
+        """``(padded columns, padded rows)``: the shape of host memory laid out as ``value``'s buffer."""
         rows, cols = value.storage.padded_size
-        return self.device.host_array(
-            (cols, rows), f"the {what} staging of {value.name or what} {format_shape(value.shape)}"
-        )
+        return cols, rows
+
+    @staticmethod
+    def _staging_what(value: Value, what: str) -> str:
+        return f"the {what} staging of {value.name or what} {format_shape(value.shape)}"
 
     def matrix(self, value: Value, rows: int | None = None) -> DeviceMatrix:
         """``value``'s buffer as a kernel argument (its first ``rows`` padded rows where given)."""
@@ -302,23 +323,32 @@ class Plan:
         n = arrays[0].shape[0]
         device = self.device
         ins, downloads, outs = self._io
-        with self.lock:  # the staging arrays are the plan's: one pass at a time on its queue
+        in_rings, out_rings = self._rings
+        with self.lock:  # the staging arrays and rings are the plan's: one pass at a time on its queue
             uploads = []
-            for (buffer, staging, value, direct), array in zip(ins, arrays):
+            for (buffer, staging, value, direct), array, ring in zip(ins, arrays, in_rings):
+                cols = value.cols // self.batch * n
+                if staging is None:  # through its ring, in chunks, its last ones in flight while the others go
+                    ring.upload(self.queue, buffer, array.reshape(cols, value.rows))
+                    continue
                 if direct and n == self.batch:
                     uploads.append((buffer, array))
                     continue
-                cols = value.cols // self.batch * n
                 staging[:cols, : value.rows] = array.reshape(cols, value.rows)
                 if cols < value.cols:
                     staging[cols : value.cols] = 0
                 uploads.append((buffer, staging))
             device.run_pass(uploads, self.launches, downloads, self.queue)
-            return [
-                staging[:cols, :rows].reshape((n,) + tail).copy()
-                for staging, rows, per_sample, tail in outs
-                for cols in (per_sample * n,)
-            ]
+            results = []
+            for (staging, rows, per_sample, tail), ring, value in zip(outs, out_rings, self.outputs):
+                cols = per_sample * n
+                if staging is not None:
+                    results.append(staging[:cols, :rows].reshape((n,) + tail).copy())
+                    continue
+                result = np.empty((n,) + tail, np.float32)
+                ring.download(self.queue, value.storage.buffer, result.reshape(cols, rows))
+                results.append(result)
+            return results
 
     # ---------------------------------------------------------------- reports
     def describe(self) -> list:
