@@ -14,7 +14,9 @@ at most 8; 1: one after another in the caller's thread): a plan asks for all of 
 (:meth:`OpenCLDevice.bind` of a program not yet built: its kernel is made when the build ends);
 :meth:`OpenCLDevice.wait_for_builds`, and any run of a launch whose kernel is not made yet, wait
 for them. pyopencl releases the GIL while a driver builds, so the builds run side by side (PoCL:
-3.2 s for eight programs one after another, 2.0 s on two threads of a busy 2-core CPU).
+3.2 s for eight programs one after another, 2.0 s on two threads of a busy 2-core CPU). On PoCL,
+whose compiles take turns within a process, a plan whose programs the binary cache lacks also has
+build worker processes build and launch them and store their binaries (:mod:`.opencl_build_workers`).
 """
 
 from __future__ import annotations
@@ -35,11 +37,12 @@ import numpy as np
 
 from ..environment import switch
 from ..errors import DeviceError, KernelBuildError, SettingError
-from ..io.cache import build_lock, read_entry, write_entry
+from ..io.cache import build_lock, entry_path, read_entry, write_entry
 from ..library.layout import Layout
 from ..version import __version__
 from .base import BoundLaunch, Device
 from .opencl_binaries import BinaryCache, pocl_binary_problem
+from .opencl_build_workers import BuildWorkers, build_workers, cache_writable
 from .opencl_driver import (
     POCL_PLATFORM,
     QUIET_BUILD_OPTIONS,
@@ -133,6 +136,11 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
     pending: dict[BoundLaunch, Future[BoundLaunch]] = field(repr=False, default_factory=dict)
     #: the queues and locks of replicas 1, 2, ... (made on first use)
     streams: dict[int, tuple[pyopencl.CommandQueue, threading.RLock]] = field(repr=False, default_factory=dict)
+    #: PoCL: the worker processes that build a cold plan's programs beside the build threads and
+    #: store their binaries (:mod:`.opencl_build_workers`; ``None`` until a plan asks for programs)
+    workers: BuildWorkers | None = field(repr=False, default=None)
+    #: whether this device starts no build workers (decided at the first plan's programs)
+    workers_refused: bool = field(repr=False, default=False)
 
     @property
     def extensions(self) -> tuple:
@@ -157,13 +165,15 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
         return self.compile_async(source, options, origin, wait=True).result()
 
     def compile_async(
-        self, source: str, options: tuple = (), origin: str = "<source>", wait: bool = False
+        self, source: str, options: tuple = (), origin: str = "<source>", wait: bool = False, defer: bool = False
     ) -> Future[pyopencl.Program]:
         """:meth:`compile` without waiting for the build: the ``Future`` of the program, built on the
         device's build threads (:func:`build_threads`; on a driver other than NVIDIA's or PoCL, only
         where ``MALINN_BUILD_THREADS`` is set) beside the other programs asked for. A program
         asked for again while it builds is the same ``Future``; a build that failed is forgotten (the
         next call builds it again). With ``wait`` (or one build thread) it is built in this thread.
+        A program asked for without ``wait`` (a plan's), or with ``defer``, on PoCL goes to the build
+        workers too (:mod:`.opencl_build_workers`), which store its binary after the next pass.
 
         Raises:
             KernelBuildError: PoCL beside TensorFlow (the build's own failure is the Future's).
@@ -193,14 +203,30 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
             if future is not None:
                 return future
             future = programs[digest] = Future()
+            workers = None if wait and not defer else self._build_workers()
             if threads > 1 and self.build_pool is None:
                 self.build_pool = ThreadPoolExecutor(threads, thread_name_prefix="malinn-build")
             pool = self.build_pool
+        key = self._binary_key(source, options) if workers is not None else None
+        if workers is not None and key is not None and not entry_path("programs", key).exists():
+            future.build_request = (source, options)  # type: ignore[attr-defined]  # for bind's launches
+            workers.ask(source, options)  # a program the cache lacks: the workers start
         if threads > 1 and pool is not None:  # made above where threads > 1
-            pool.submit(self._build_into, future, digest, source, options, origin)
+            pool.submit(self._build_into, future, digest, source, options, origin, workers)
         else:
-            self._build_into(future, digest, source, options, origin)
+            self._build_into(future, digest, source, options, origin, workers)
         return future
+
+    def _build_workers(self) -> BuildWorkers | None:
+        """The device's build workers (under :attr:`build_lock`): on PoCL with the binary cache on
+        and ``MALINN_BUILD_WORKERS`` above 0, else ``None``; made, not started, on first use."""
+        if self.workers is None and not self.workers_refused:
+            count = build_workers() if self.is_pocl and switch("MALINN_BINARY_CACHE", True) else 0
+            if count == 0 or not cache_writable():
+                self.workers_refused = True
+                return None
+            self.workers = BuildWorkers(self, count)
+        return self.workers
 
     def count_build(self, key: str) -> None:
         """Adds one to ``counters[key]`` (``builds``, ``binary_hits``) under the build lock, not the
@@ -210,12 +236,18 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
             self.counters[key] = self.counters.get(key, 0) + 1
 
     def _build_into(
-        self, future: Future[pyopencl.Program], digest: str, source: str, options: tuple, origin: str
+        self,
+        future: Future[pyopencl.Program],
+        digest: str,
+        source: str,
+        options: tuple,
+        origin: str,
+        workers: BuildWorkers | None = None,
     ) -> None:
         """Builds the program (:meth:`_build`) and settles ``future`` with it, or with the error (the
         memo then forgets it)."""
         try:
-            program = self._build(source, options, origin)
+            program = self._build(source, options, origin, workers)
         except BaseException as exc:
             with self.build_lock:
                 self.cache.get("programs", {}).pop(digest, None)
@@ -223,10 +255,12 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
         else:
             future.set_result(program)
 
-    def _build(self, source: str, options: tuple, origin: str) -> pyopencl.Program:
+    def _build(self, source: str, options: tuple, origin: str, workers: BuildWorkers | None = None) -> pyopencl.Program:
         """The program from its binary in the cache, else built from source and its binary stored,
         under the program's build lock (in the build thread: the stores of several programs, on PoCL
-        a compile of each kernel and a load of the binary, run side by side as their builds do)."""
+        a compile of each kernel and a load of the binary, run side by side as their builds do).
+        With ``workers`` (a plan's program on PoCL) the store is theirs, after the device's next
+        pass (:meth:`BuildWorkers.defer`)."""
         key = self._binary_key(source, options)
         # of several processes building this program at once, one builds and stores it and the
         # others load it: PoCL's builds of one program in two processes at once race in its kernel
@@ -240,7 +274,10 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
             if program is None:
                 program = self._build_from_source(source, options, origin)
                 self.count_build("builds")
-                self._to_binary(key, program)
+                if workers is not None and key is not None:
+                    workers.defer(source, options, key, program)
+                else:
+                    self._to_binary(key, program)
             return program
 
     def _build_from_source(self, source: str, options: tuple, origin: str) -> pyopencl.Program:
@@ -308,6 +345,9 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
         local_size = tuple(int(v) for v in local_size) if local_size else None
         held = [a for a in args if not isinstance(a, np.generic)]
         if isinstance(program, Future):
+            request = getattr(program, "build_request", None)
+            if request is not None and self.workers is not None:  # a cold plan's: a worker launches it too
+                self.workers.ask_launch(request[0], request[1], function, args, global_size, local_size)
             if not program.done():
                 return self._bind_when_built(program, function, args, global_size, local_size, what, name, held)
             program = program.result()  # a failed build raises its error here
@@ -475,6 +515,8 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
             counters["launches"] += len(launches)
             counters["downloads"] += len(downloads)
         del in_flight  # complete: the blocking download after them returned
+        if self.workers is not None and self.workers.deferred:  # their kernels ran: store their binaries
+            self.workers.release()
 
     def _launch_error(self, launch: BoundLaunch, exc: Exception) -> DeviceError:
         return DeviceError(
@@ -561,10 +603,14 @@ def probe(
     if key is not None and read_entry("probes", key) == _PROBE_PASSED:
         probe_stats["cached"] += 1
         return device
+    workers = device._build_workers() if device.is_pocl else None
+    if workers is not None:  # a machine new to malinn: its first plan builds programs beside them
+        workers.start()
     x = np.arange(16, dtype=np.float32)
     y = np.empty_like(x)
     xb, yb = device.alloc(x.nbytes, "probe input"), device.alloc(y.nbytes, "probe output")
-    program = device.compile(_PROBE_SOURCE, origin="the probe kernel")
+    # its binary stored by the build workers where they run (off the first prediction's path)
+    program = device.compile_async(_PROBE_SOURCE, origin="the probe kernel", wait=True, defer=True).result()
     device.upload(xb, x, mapped=False)
     device.bind(program, "malinn_probe", [xb, yb], (16,), None, what="probe")()
     device.download(yb, y, mapped=False)

@@ -133,6 +133,8 @@ def _forget_failed(programs: dict, key: tuple, built: Future) -> None:
 def _explained(program: Future, explain: Callable[[KernelBuildError], BaseException]) -> Future:
     """``program``'s Future whose build error is ``explain(error)`` (the step and the shapes)."""
     explained: Future = Future()
+    # the device's note of what the program is built from (OpenCL: its build workers launch it too)
+    explained.build_request = getattr(program, "build_request", None)  # type: ignore[attr-defined]
 
     def settle(built: Future) -> None:
         error = built.exception()
