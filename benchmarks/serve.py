@@ -14,17 +14,21 @@ MobileNetV2 (keras.applications, random weights, saved by Keras in a process of 
   (the row form, JSON) back to back on its own keep-alive connection for --seconds: requests/s,
   p50, p99, failed requests (any answer but 200 with one prediction of the model's output size, or
   a connection error) and the mean samples per predict call (the server's batch-size histogram).
-  The clients are one asyncio loop in this process. Each of --parse-workers (default: 0, the
-  request parse in the server's process, and the server's default count) is run in turn:
-  ``serve_by_parse_workers`` holds each, ``serve`` and ``targets`` the last.
+  The clients are one asyncio loop in this process, or spread over --client-processes processes of
+  one loop each (a loop alone tops out near a few thousand requests/s on one core). Each of --http-workers (default 1: the
+  server's own process answers HTTP; N: N front processes parse and answer, the model process runs
+  the batches) and each of --parse-workers (default: 0, the request parse in the server's process,
+  and the server's default count) is run in turn: ``serve_runs`` holds each pair
+  (``http<N>_parse<M>``, with its targets in ``targets_by_run``), ``serve_by_parse_workers`` those
+  of the first --http-workers, ``serve`` and ``targets`` the last pair.
 
 * ``request_path``: what one predict request of one sample costs the server's process besides
   the model, each step timed alone in this process (median of --seconds of calls): the JSON body's
   bytes, ``json.loads`` of it, the nested lists to a float32 array, malinn's whole request parse
-  (``payload.parse_predict``: both and the checks), the output to the response's JSON bytes; and
+  (``parse_predict_ms``: both and the checks), the output to the response's JSON bytes; and
   ``numpy_text_parse_ms``, numpy's C text reader (``np.fromstring``) on the numbers alone (brackets
-  and whitespace removed, nothing checked), the floor of any parser that converts the decimal
-  text to doubles; ``worker_parse_ms``, the same parse sent to a parse worker process and its arrays
+  and whitespace removed, nothing checked), which is no faster than ``json.loads`` (each number's
+  correctly rounded conversion costs as much); ``worker_parse_ms``, the same parse sent to a parse worker process and its arrays
   back (one worker, one request at a time), ``worker_encode_ms`` the response's encoding there,
   and the CPU time this process spends on each either way (``parse_predict_cpu_ms``,
   ``worker_parse_cpu_ms``, ``encode_response_cpu_ms``, ``worker_encode_cpu_ms``): what the
@@ -34,7 +38,7 @@ The serving targets, checked in ``targets``: no failed request; at 64 clients ba
 >= 4x the requests/s of batching off; p99 at 64 clients (batching on) <= 10x p50 at one client.
 
 Run:  python3 benchmarks/serve.py [--quick] [--seconds 5] [--size 96] [--parse-workers 0 8]
-      [--batch-timeout-micros 0 1000] [--json PATH]
+      [--http-workers 1 4] [--batch-timeout-micros 0 1000] [--json PATH]
 (default PATH: benchmarks/results/serve_<device>.json; --quick: 3 s per point and --size 64)
 """
 
@@ -42,7 +46,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import json
+import multiprocessing
 import os
 import re
 import subprocess
@@ -173,9 +179,12 @@ def request_path(path: Path, seconds: float) -> dict:
 
 
 class Server:
-    def __init__(self, path: Path, batching: bool, parse_workers: int, batch_timeout_micros: int = 0):
+    def __init__(
+        self, path: Path, batching: bool, parse_workers: int, batch_timeout_micros: int = 0, http_workers: int = 1
+    ):
         args = ["--max-batch-size", "64", "--batch-timeout-micros", str(batch_timeout_micros)]
         args = (args if batching else ["--no-batching"]) + ["--parse-workers", str(parse_workers)]
+        args += ["--http-workers", str(http_workers)]
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -254,20 +263,48 @@ async def client(port: int, request: bytes, outputs: int, end: float, latencies:
         writer.close()
 
 
-async def load(port: int, model: str, sample: np.ndarray, outputs: int, clients: int, seconds: float) -> dict:
+def request_bytes(model: str, sample: np.ndarray) -> bytes:
+    """One predict request of ``sample`` (the row form, JSON) on a keep-alive connection."""
     body = json.dumps({"instances": sample.tolist()}).encode()
-    request = (
+    return (
         f"POST /v1/models/{model}:predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
     ).encode() + body
+
+
+async def clients_of_one_loop(port: int, request: bytes, outputs: int, clients: int, end: float) -> tuple:
+    """``clients`` clients in this process's loop until ``end``: their latencies and failures."""
     latencies, failures = [], []
+    await asyncio.gather(*(client(port, request, outputs, end, latencies, failures) for _ in range(clients)))
+    return latencies, failures
+
+
+def _client_process(port: int, request: bytes, outputs: int, clients: int, end: float) -> tuple:
+    return asyncio.run(clients_of_one_loop(port, request, outputs, clients, end))
+
+
+def load(
+    port: int, model: str, sample: np.ndarray, outputs: int, clients: int, seconds: float, processes: int = 1
+) -> dict:
+    """``clients`` clients for ``seconds``, spread over ``processes`` client processes (each one
+    asyncio loop: one loop alone tops out near a few thousand requests/s, and its queueing would
+    show as the server's latency)."""
+    request = request_bytes(model, sample)
+    processes = max(1, min(processes, clients))
     start = time.perf_counter()
-    await asyncio.gather(
-        *(client(port, request, outputs, start + seconds, latencies, failures) for _ in range(clients))
-    )
+    end = start + seconds
+    if processes == 1:
+        latencies, failures = asyncio.run(clients_of_one_loop(port, request, outputs, clients, end))
+    else:
+        shares = [clients // processes + (i < clients % processes) for i in range(processes)]
+        with concurrent.futures.ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork")) as pool:
+            parts = list(pool.map(_client_process, *zip(*[(port, request, outputs, n, end) for n in shares])))
+        latencies = [t for part in parts for t in part[0]]
+        failures = [f for part in parts for f in part[1]]
     elapsed = time.perf_counter() - start
     return {
         "clients": clients,
+        "client_processes": processes,
         "requests": len(latencies),
         "requests_per_s": round(len(latencies) / elapsed, 1),
         **percentiles(latencies or [0.0]),
@@ -276,20 +313,32 @@ async def load(port: int, model: str, sample: np.ndarray, outputs: int, clients:
     }
 
 
-def serve_points(path: Path, sample, outputs: int, seconds: float, workers: int, timeout) -> dict:
+def serve_points(
+    path: Path,
+    sample,
+    outputs: int,
+    seconds: float,
+    workers: int,
+    timeout,
+    http_workers: int = 1,
+    client_processes: int = 1,
+) -> dict:
     """A server of ``path`` (batching with ``timeout`` us of wait, or none where None) under 1, 8
     and 64 clients: each point's figures and mean batch, and the server's exit status."""
-    server = Server(path, timeout is not None, workers, timeout or 0)
+    server = Server(path, timeout is not None, workers, timeout or 0, http_workers)
     mode = "off" if timeout is None else f"on ({timeout} us)"
     try:
-        asyncio.run(load(server.port, path.stem, sample, outputs, 4, 1.0))  # connections and plans warm
+        load(server.port, path.stem, sample, outputs, 4, 1.0)  # connections and plans warm
         points = []
         for clients in CLIENTS:
             calls, samples = server.batches(path.stem)
-            point = asyncio.run(load(server.port, path.stem, sample, outputs, clients, seconds))
+            point = load(server.port, path.stem, sample, outputs, clients, seconds, client_processes)
             calls_after, samples_after = server.batches(path.stem)
             point["mean_batch"] = round((samples_after - samples) / max(calls_after - calls, 1), 2)
-            print(f"  parse workers {workers}, batching {mode}, {clients} clients: {point}", flush=True)
+            print(
+                f"  http workers {http_workers}, parse workers {workers}, batching {mode}, {clients} clients: {point}",
+                flush=True,
+            )
             points.append(point)
     finally:
         status = server.stop()
@@ -315,12 +364,25 @@ def main(argv=None) -> int:
         help="the servers' --parse-workers, each run in turn (default: 0 and the server's default here)",
     )
     parser.add_argument(
+        "--http-workers",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="the servers' --http-workers, each run in turn with each --parse-workers (default 1)",
+    )
+    parser.add_argument(
         "--batch-timeout-micros",
         type=int,
         nargs="+",
         default=[0],
         help="the batching servers' --batch-timeout-micros, each run in turn (default 0; the first is 'on', "
         "the others 'on_<t>us')",
+    )
+    parser.add_argument(
+        "--client-processes",
+        type=int,
+        default=1,
+        help="processes the clients are spread over, each one asyncio loop (default 1)",
     )
     parser.add_argument(
         "--models",
@@ -340,6 +402,8 @@ def main(argv=None) -> int:
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "parse_workers": workers,
+        "http_workers": args.http_workers,
+        "client_processes": args.client_processes,
         "batch_timeout_micros": timeouts,
         "models": {},
         "targets": {},
@@ -357,37 +421,49 @@ def main(argv=None) -> int:
             row["request_path"] = request_path(path, seconds)
             print(f"{name}: in-process {row['in_process']}\n  request path {row['request_path']}", flush=True)
             sample = np.random.default_rng(1).random((1,) + shape, dtype=np.float32)
-            row["serve_by_parse_workers"] = {}
-            for count in workers:
-                runs = {}
-                modes = [("off", None)] + [("on" if i == 0 else f"on_{t}us", t) for i, t in enumerate(timeouts)]
-                for mode, timeout in modes:
-                    runs[mode] = serve_points(path, sample, outputs, seconds, count, timeout)
-                off = {p["clients"]: p for p in runs["off"]["points"]}
-                for mode, timeout in modes[1:]:
-                    on = {p["clients"]: p for p in runs[mode]["points"]}
-                    tail = mode[2:]
-                    runs["batching_speedup_64" + tail] = round(on[64]["requests_per_s"] / off[64]["requests_per_s"], 2)
-                    runs["p99_64_over_p50_1" + tail] = round(on[64]["p99_ms"] / on[1]["p50_ms"], 2)
-                row["serve_by_parse_workers"][str(count)] = runs
-            last = row["serve_by_parse_workers"][str(workers[-1])]
+            row["serve_runs"], row["targets_by_run"] = {}, {}
+            for fronts in args.http_workers:
+                for count in workers:
+                    runs = {}
+                    modes = [("off", None)] + [("on" if i == 0 else f"on_{t}us", t) for i, t in enumerate(timeouts)]
+                    for mode, timeout in modes:
+                        runs[mode] = serve_points(
+                            path, sample, outputs, seconds, count, timeout, fronts, args.client_processes
+                        )
+                    off = {p["clients"]: p for p in runs["off"]["points"]}
+                    for mode, timeout in modes[1:]:
+                        on = {p["clients"]: p for p in runs[mode]["points"]}
+                        tail = mode[2:]
+                        runs["batching_speedup_64" + tail] = round(
+                            on[64]["requests_per_s"] / off[64]["requests_per_s"], 2
+                        )
+                        runs["p99_64_over_p50_1" + tail] = round(on[64]["p99_ms"] / on[1]["p50_ms"], 2)
+                    key = f"http{fronts}_parse{count}"
+                    row["serve_runs"][key] = runs
+                    row["targets_by_run"][key] = {
+                        "no_failed_request": all(
+                            p["failed"] == 0 for run in runs.values() if isinstance(run, dict) for p in run["points"]
+                        ),
+                        "batching_4x_at_64": runs["batching_speedup_64"] >= 4.0,
+                        "p99_64_within_10x_p50_1": runs["p99_64_over_p50_1"] <= 10.0,
+                        "batching_speedup_64": runs["batching_speedup_64"],
+                        "p99_64_over_p50_1": runs["p99_64_over_p50_1"],
+                    }
+            first = args.http_workers[0]
+            row["serve_by_parse_workers"] = {str(c): row["serve_runs"][f"http{first}_parse{c}"] for c in workers}
+            last = row["serve_runs"][f"http{args.http_workers[-1]}_parse{workers[-1]}"]
             row["serve"] = {mode: last[mode] for mode in ("on", "off")}
             row["batching_speedup_64"] = last["batching_speedup_64"]
             row["p99_64_over_p50_1"] = last["p99_64_over_p50_1"]
             results["models"][name] = row
             results["targets"][name] = {
-                "no_failed_request": all(
-                    p["failed"] == 0
-                    for runs in row["serve_by_parse_workers"].values()
-                    for run in runs.values()
-                    if isinstance(run, dict)
-                    for p in run["points"]
-                ),
+                "no_failed_request": all(t["no_failed_request"] for t in row["targets_by_run"].values()),
                 "batching_4x_at_64": row["batching_speedup_64"] >= 4.0,
                 "p99_64_within_10x_p50_1": row["p99_64_over_p50_1"] <= 10.0,
             }
             print(
-                f"  {results['targets'][name]} with {workers[-1]} parse workers (speedup "
+                f"  {results['targets'][name]} with {args.http_workers[-1]} HTTP workers, {workers[-1]} parse "
+                f"workers (speedup "
                 f"{row['batching_speedup_64']}, p99@64 / p50@1 {row['p99_64_over_p50_1']})",
                 flush=True,
             )

@@ -148,8 +148,8 @@ def add_serve_command(
         help="processes that parse large request bodies (JSON), and write large answers, in parallel, started "
         "with the server; "
         "the JSON parse holds Python's GIL, so without them one body is parsed at a time (default: half "
-        f"the cores, at most 8: {default_parse_workers()} here; the config file's parse_workers where "
-        "it has one; 0: parse in the server's process)",
+        f"the cores, at most 8: {default_parse_workers()} here, and 0 with --http-workers above 1, where a "
+        "count is per front; the config file's parse_workers where it has one; 0: parse in the server's process)",
     )
     p.add_argument(
         "--parse-worker-min-bytes",
@@ -158,6 +158,15 @@ def add_serve_command(
         metavar="BYTES",
         help="the smallest body sent to a parse worker; smaller ones are parsed in the server's "
         f"process, where that costs less than the trip (default {PARSE_WORKER_MIN_BYTES})",
+    )
+    p.add_argument(
+        "--http-workers",
+        type=_count,
+        default=1,
+        metavar="N",
+        help="HTTP front processes on the port, each parsing requests and writing answers, the models run "
+        "in the one process that owns the device (default 1: that process answers HTTP itself); with "
+        "more than 1, --parse-workers defaults to 0 and is per front",
     )
     p.add_argument("--log-requests", action="store_true", help="print one JSON line per request on stdout")
     p.add_argument(
@@ -206,7 +215,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_connections=args.max_connections,
         log_requests=args.log_requests,
         warmup=not args.no_warmup,
-        parse_workers=default_parse_workers() if workers is None else workers,
+        parse_workers=(default_parse_workers() if args.http_workers == 1 else 0) if workers is None else workers,
         parse_worker_min_bytes=args.parse_worker_min_bytes,
+        http_workers=args.http_workers,
     )
     return serve(config)

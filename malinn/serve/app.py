@@ -24,19 +24,21 @@ Starlette is imported here only, on the ``malinn serve`` path (the ``serve`` ext
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 
-from .batcher import Cancelled, DeadlineExceeded, Overloaded, Retired, Task
+from .batcher import Cancelled, DeadlineExceeded, Overloaded, Retired, Task, Unavailable
 from .config import ENCODE_WORKER_MIN_VALUES, ServeConfig
 from .metrics import Metrics
 from .parse_workers import ParsePool, WorkerLost
 from .payload import BadRequest, dumps, encode_predict, parse_predict
-from .servables import ModelManager, NotFound
 from .signature import SIGNATURE_NAME
+from .version_table import NotFound, VersionTable
 
 __all__ = ["build_app"]
 
@@ -74,16 +76,30 @@ class _Gone(Exception):
     """The client went away: nothing can be answered."""
 
 
-def build_app(manager: ModelManager, metrics: Metrics, config: ServeConfig, log=None, parsing: ParsePool | None = None):
+def build_app(
+    manager: VersionTable,
+    metrics: Metrics,
+    config: ServeConfig,
+    log=None,
+    parsing: ParsePool | None = None,
+    submit: Callable[..., Awaitable[tuple]] | None = None,
+    scrape: Callable[[], Awaitable[str]] | None = None,
+):
     """The ASGI application serving ``manager``'s models.
 
     Args:
-        manager: the served models.
+        manager: the served models (a :class:`~malinn.serve.servables.ModelManager`, or a front
+            process's copy of its table).
         metrics: where requests are counted.
         config: the limits (body size, time), whether each request is logged, the smallest body
             sent to a parse worker.
         log: writes one request's JSON line (default: stdout).
         parsing: the parse workers (None: every body is parsed in this process).
+        submit: ``await submit(name, version, parsed, pinned, deadline, reparse)`` runs a parsed
+            request and returns ``(outputs, version number, batch, queued seconds, parsed,
+            signature)`` (default: the version's batcher in this process); cancelling it takes
+            the request out of its queue.
+        scrape: returns the metrics' text (default: ``metrics.render()``).
     """
     from starlette.applications import Starlette
     from starlette.requests import ClientDisconnect
@@ -145,6 +161,49 @@ def build_app(manager: ModelManager, metrics: Metrics, config: ServeConfig, log=
             if message["type"] == "http.disconnect":
                 return
 
+    async def run_here(name: str, served, parsed, pinned: bool, deadline: float, reparse) -> tuple:
+        """The request run by its version's batcher in this process: ``(outputs, version number,
+        batch, queued seconds, parsed, signature)``; cancelled, it leaves the queue."""
+        loop = asyncio.get_running_loop()
+        answer = loop.create_future()
+
+        def settle(outputs, error) -> None:
+            if not answer.done():
+                if error is not None:
+                    answer.set_exception(error)
+                else:
+                    answer.set_result(outputs)
+
+        signature = served.signature
+        task = Task(parsed.arrays, parsed.samples, lambda o, e: loop.call_soon_threadsafe(settle, o, e), deadline)
+        for _ in range(8):  # a version being unloaded sends an unpinned request to the newest
+            batcher = served.batcher
+            try:
+                if batcher is None:
+                    raise Retired(served.name)
+                batcher.submit(task)
+                break
+            except Retired:
+                if pinned:
+                    raise NotFound(
+                        f"Servable not found for request: Specific({name}, {served.number}) (it is being unloaded)"
+                    ) from None
+                served = manager.resolve(name)
+                if served.signature.input_names != signature.input_names:
+                    signature = served.signature
+                    parsed = reparse(signature)
+                    task = Task(parsed.arrays, parsed.samples, task.done, deadline)
+        else:
+            raise Unavailable(f"model {name!r}: every version was being unloaded; try again")
+        try:
+            outputs = await answer
+        except asyncio.CancelledError:
+            batcher.withdraw(task)
+            raise
+        return outputs, served.number, task.batch, task.queued_s, parsed, signature
+
+    run = submit or run_here
+
     async def predict(request, name: str, version, label, record: dict, deadline: float) -> Response:
         body = await asyncio.wait_for(read_body(request), max(deadline - time.monotonic(), 0.001))
         record["bytes_in"] = len(body)
@@ -163,52 +222,27 @@ def build_app(manager: ModelManager, metrics: Metrics, config: ServeConfig, log=
         else:
             parsed = parse_predict(body, signature)
         record["instances"] = parsed.samples
-        loop = asyncio.get_running_loop()
-        answer = loop.create_future()
-
-        def settle(outputs, error) -> None:
-            if not answer.done():
-                if error is not None:
-                    answer.set_exception(error)
-                else:
-                    answer.set_result(outputs)
-
-        task = Task(parsed.arrays, parsed.samples, lambda o, e: loop.call_soon_threadsafe(settle, o, e), deadline)
-        for _ in range(8):  # a version being unloaded sends an unpinned request to the newest
-            batcher = served.batcher
-            try:
-                if batcher is None:
-                    raise Retired(served.name)
-                batcher.submit(task)
-                break
-            except Retired:
-                if pinned:
-                    raise NotFound(
-                        f"Servable not found for request: Specific({name}, {served.number}) (it is being unloaded)"
-                    ) from None
-                served = manager.resolve(name)
-                record["version"] = served.number
-                if served.signature.input_names != signature.input_names:
-                    signature = served.signature
-                    parsed = parse_predict(body, signature)
-                    task = Task(parsed.arrays, parsed.samples, task.done, deadline)
-        else:
-            raise _Refused("UNAVAILABLE", f"model {name!r}: every version was being unloaded; try again")
+        running = asyncio.ensure_future(
+            run(name, served, parsed, pinned, deadline, lambda signature: parse_predict(body, signature))
+        )
         watch = asyncio.ensure_future(disconnected(request))
         try:
             done, _ = await asyncio.wait(
-                {answer, watch}, timeout=max(deadline - time.monotonic(), 0.0), return_when=asyncio.FIRST_COMPLETED
+                {running, watch}, timeout=max(deadline - time.monotonic(), 0.0), return_when=asyncio.FIRST_COMPLETED
             )
         finally:
             watch.cancel()
-        if answer not in done:
-            batcher.withdraw(task)
+        if running not in done:
+            running.cancel()  # takes the request out of its queue
+            with contextlib.suppress(BaseException):
+                await running
             if watch in done:
                 raise _Gone()
             raise DeadlineExceeded()
-        outputs = answer.result()  # raises what ended the task
-        record["batch"], record["queue_ms"] = task.batch, round(task.queued_s * 1e3, 3)
-        metrics.observe("malinn_serve_queue_latency_seconds", (name,), task.queued_s)
+        outputs, number, batch, queued_s, parsed, signature = running.result()  # raises what ended the request
+        record["version"] = number
+        record["batch"], record["queue_ms"] = batch, round(queued_s * 1e3, 3)
+        metrics.observe("malinn_serve_queue_latency_seconds", (name,), queued_s)
         values = sum(o.size for o in outputs)
         if parsing is not None and values >= ENCODE_WORKER_MIN_VALUES:
             metrics.count("malinn_serve_worker_encodes_total", ())
@@ -279,6 +313,9 @@ def build_app(manager: ModelManager, metrics: Metrics, config: ServeConfig, log=
         except Overloaded as exc:
             status, code = 503, "UNAVAILABLE"
             return respond(503, {"error": f"The server is overloaded: {exc}; try again later"})
+        except Unavailable as exc:
+            status, code = 503, "UNAVAILABLE"
+            return respond(503, {"error": str(exc)})
         except (DeadlineExceeded, asyncio.TimeoutError):
             status, code = 504, "DEADLINE_EXCEEDED"
             return respond(
@@ -292,18 +329,16 @@ def build_app(manager: ModelManager, metrics: Metrics, config: ServeConfig, log=
             status, code = 499, "CANCELLED"
             return respond(499, {"error": "the request was cancelled"})
         except Exception as exc:  # the device failed, or a bug: the request is told, the server goes on
-            print(
-                f"malinn: error: {request.method} {request.url.path}: {type(exc).__name__}: {exc}",
-                file=sys.stderr,
-                flush=True,
-            )
-            return respond(500, {"error": f"{type(exc).__name__}: {exc}"})
+            kind = getattr(exc, "kind", None) or type(exc).__name__  # a model process's error keeps its name
+            print(f"malinn: error: {request.method} {request.url.path}: {kind}: {exc}", file=sys.stderr, flush=True)
+            return respond(500, {"error": f"{kind}: {exc}"})
         finally:
             in_flight[0] -= 1
             finish(request, record, started, status, code)
 
     async def prometheus(request) -> Response:
-        return respond(200, metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8")
+        text = await scrape() if scrape is not None else metrics.render()
+        return respond(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
 
     async def healthz(request) -> Response:
         return respond(200, {"status": "live"})

@@ -24,7 +24,7 @@ import numpy as np
 
 from .config import BatchingParameters
 
-__all__ = ["Batcher", "Task", "Overloaded", "Retired", "Cancelled", "DeadlineExceeded"]
+__all__ = ["Batcher", "Task", "Overloaded", "Retired", "Cancelled", "DeadlineExceeded", "Unavailable"]
 
 
 class Overloaded(Exception):
@@ -33,6 +33,11 @@ class Overloaded(Exception):
 
 class Retired(Exception):
     """The model version stopped taking requests (it is being unloaded): ask the newest version."""
+
+
+class Unavailable(Exception):
+    """No version can take the request now, or the process running the model is gone (503,
+    TensorFlow Serving's UNAVAILABLE); the message says which."""
 
 
 class Cancelled(Exception):

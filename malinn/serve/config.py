@@ -196,6 +196,8 @@ class ServeConfig:
         parse_workers: processes parsing large request bodies in parallel (0: every body is
             parsed in the server's process).
         parse_worker_min_bytes: the smallest body sent to a parse worker.
+        http_workers: HTTP front processes on the port (1: the server's own process answers HTTP;
+            more: each front parses and answers, this process runs the models).
     """
 
     models: tuple
@@ -209,6 +211,7 @@ class ServeConfig:
     warmup: bool = True
     parse_workers: int = 0
     parse_worker_min_bytes: int = PARSE_WORKER_MIN_BYTES
+    http_workers: int = 1
 
 
 def model_arg(text: str, batching: BatchingParameters, precision: str | None = None) -> ModelConfig:

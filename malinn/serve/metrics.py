@@ -15,8 +15,13 @@ Served at TensorFlow Serving's ``/monitoring/prometheus/metrics``:
 * ``malinn_serve_worker_parses_total`` and ``malinn_serve_worker_encodes_total``: request bodies
   sent to a parse worker and answers written there, and
   ``malinn_serve_parse_worker_restarts_total``: parse pools replaced after a worker died;
+* ``malinn_serve_front_restarts_total``: HTTP front processes started again after one exited;
 * ``malinn_serve_queue_depth{model,version}``: requests waiting now; ``malinn_serve_in_flight``:
   requests being answered now; ``malinn_serve_model_versions{model,state}``: versions by state.
+
+With HTTP front processes (``--http-workers``) each front counts its requests and the process that
+owns the device its batches; a scrape of any front merges them all (:meth:`Metrics.snapshot`,
+:meth:`Metrics.merge`), so the metrics are the whole server's.
 
 Label values are model names and fixed words only (never a request's path), so the number of
 series stays bounded.
@@ -88,6 +93,11 @@ class Metrics:
                 "Parse worker pools replaced after a worker exited.",
                 (),
             ),
+            "malinn_serve_front_restarts_total": (
+                "counter",
+                "HTTP front processes (--http-workers) started again after one exited.",
+                (),
+            ),
             "malinn_serve_request_latency_seconds": (
                 "histogram",
                 "Seconds from a request's arrival to its answer.",
@@ -131,6 +141,34 @@ class Metrics:
         """A counter's value (0 where it was never counted)."""
         with self._lock:
             return self._counters.get(name, {}).get(labels, 0)
+
+    def snapshot(self) -> tuple:
+        """The counters and histograms as plain data (another process's :meth:`merge` takes it)."""
+        with self._lock:
+            counters = {name: dict(series) for name, series in self._counters.items()}
+            histograms = {
+                name: {labels: (list(h.counts), h.sum, h.count) for labels, h in series.items()}
+                for name, series in self._histograms.items()
+            }
+        return counters, histograms
+
+    def merge(self, snapshot: tuple) -> None:
+        """Adds another process's :meth:`snapshot` to these metrics (the server's whole count)."""
+        counters, histograms = snapshot
+        with self._lock:
+            for name, series in counters.items():
+                mine = self._counters.setdefault(name, {})
+                for labels, amount in series.items():
+                    mine[labels] = mine.get(labels, 0) + amount
+            for name, series in histograms.items():
+                mine = self._histograms.setdefault(name, {})
+                for labels, (counts, total, count) in series.items():
+                    hist = mine.get(labels)
+                    if hist is None:
+                        hist = mine[labels] = _Histogram(len(counts))
+                    hist.counts = [a + b for a, b in zip(hist.counts, counts)]
+                    hist.sum += total
+                    hist.count += count
 
     def render(self) -> str:
         """Every metric in Prometheus's text format."""

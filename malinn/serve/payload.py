@@ -20,7 +20,14 @@ import numpy as np
 
 from .signature import SIGNATURE_NAME, TF_DTYPES, Signature
 
-__all__ = ["BadRequest", "PredictRequest", "parse_predict", "format_predict", "encode_predict", "dumps"]
+__all__ = [
+    "BadRequest",
+    "PredictRequest",
+    "parse_predict",
+    "format_predict",
+    "encode_predict",
+    "dumps",
+]
 
 
 class BadRequest(ValueError):

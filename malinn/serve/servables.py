@@ -26,30 +26,9 @@ from .batcher import Batcher
 from .config import MODEL_SUFFIXES, ModelConfig, ServeConfig
 from .metrics import Metrics
 from .signature import Signature
+from .version_table import ModelVersion, NotFound, VersionTable
 
 __all__ = ["ModelManager", "ModelVersion", "NotFound"]
-
-
-class NotFound(LookupError):
-    """No AVAILABLE version answers the request (404, TensorFlow Serving's NOT_FOUND)."""
-
-
-class ModelVersion:
-    """One version of a served model: its file, state and, once AVAILABLE, model, signature and batcher."""
-
-    def __init__(self, name: str, number: int, path: Path):
-        self.name, self.number, self.path = name, number, path
-        self.state, self.error = "LOADING", ""
-        self.model = self.signature = self.batcher = None
-        self.stamp = _stamp(path)
-
-    def status(self) -> dict:
-        """TensorFlow Serving's ModelVersionStatus as JSON."""
-        return {
-            "version": str(self.number),
-            "state": self.state,
-            "status": {"error_code": "UNKNOWN" if self.error else "OK", "error_message": self.error},
-        }
 
 
 def _stamp(path: Path) -> tuple:
@@ -94,23 +73,9 @@ def wanted(policy: tuple, numbers) -> set:
     return set(numbers) & set(arg)
 
 
-class ServedModel:
-    """A model name and its versions."""
-
-    def __init__(self, config: ModelConfig):
-        self.config, self.versions = config, {}
-
-    @property
-    def name(self) -> str:
-        return self.config.name
-
-    def available(self) -> list:
-        return sorted((v for v in self.versions.values() if v.state == "AVAILABLE"), key=lambda v: v.number)
-
-
-class ModelManager:
+class ModelManager(VersionTable):
     """Every served model: finds, loads, switches and unloads their versions, and answers which
-    version serves a request.
+    version serves a request (:class:`~malinn.serve.version_table.VersionTable`).
 
     Args:
         config: the server's configuration.
@@ -119,9 +84,8 @@ class ModelManager:
     """
 
     def __init__(self, config: ServeConfig, metrics: Metrics, say=None):
+        super().__init__(config.models)
         self.config, self.metrics = config, metrics
-        self.models = {m.name: ServedModel(m) for m in config.models}
-        self._lock = threading.Lock()
         self._stop = threading.Event()
         self.initial = threading.Event()  # set once the first loads are done (failed or not)
         self.failed: list = []  # the first loads' errors
@@ -179,7 +143,7 @@ class ModelManager:
                         )
 
     # ------------------------------------------------------------------ versions
-    def _sync(self, served: ServedModel) -> list:
+    def _sync(self, served) -> list:
         """Loads the versions the policy wants and are not loaded, then unloads those it no longer
         wants (once one it wants is AVAILABLE); returns the load errors."""
         on_disk = versions_on_disk(served.config)
@@ -205,8 +169,9 @@ class ModelManager:
                     self._unload(version)
         return errors
 
-    def _load(self, served: ServedModel, number: int, path: Path) -> str:
+    def _load(self, served, number: int, path: Path) -> str:
         version = ModelVersion(served.name, number, path)
+        version.stamp = _stamp(path)
         with self._lock:
             served.versions[number] = version
         started = time.monotonic()
@@ -249,63 +214,6 @@ class ModelManager:
         with self._lock:
             version.state, version.model, version.batcher = "END", None, None
         self._say(f"model {version.name!r} version {version.number} is unloaded")
-
-    # ------------------------------------------------------------------ requests
-    def resolve(self, name: str, version: int | None = None, label: str | None = None) -> ModelVersion:
-        """The AVAILABLE version answering a request for ``name`` (the latest, or the one given by
-        number or label).
-
-        Raises:
-            NotFound: no such model, version or label, or the version is not AVAILABLE.
-        """
-        served = self.models.get(name)
-        if served is None:
-            raise NotFound(
-                f"Servable not found for request: Latest({name}) (served models: {', '.join(sorted(self.models))})"
-            )
-        if label is not None:
-            if label not in served.config.labels:
-                raise NotFound(
-                    f"Unrecognized servable version label: {label} (model {name!r} has "
-                    f"{', '.join(sorted(served.config.labels)) or 'none'})"
-                )
-            version = served.config.labels[label]
-        with self._lock:
-            if version is None:
-                available = served.available()
-                if not available:
-                    raise NotFound(f"Servable not found for request: Latest({name}) (no version is AVAILABLE yet)")
-                return available[-1]
-            found = served.versions.get(version)
-            if found is None or found.state != "AVAILABLE":
-                raise NotFound(
-                    f"Servable not found for request: Specific({name}, {version})"
-                    f"{' (it is ' + found.state + ')' if found is not None else ''}"
-                )
-            return found
-
-    def statuses(self, name: str, version: int | None = None, label: str | None = None) -> list:
-        """The ModelVersionStatus of every version of ``name`` (or of the one given), newest first.
-
-        Raises:
-            NotFound: no such model, or no such version or label.
-        """
-        served = self.models.get(name)
-        if served is None:
-            raise NotFound(f"Could not find any versions of model {name}")
-        if label is not None:
-            if label not in served.config.labels:
-                raise NotFound(f"Unrecognized servable version label: {label}")
-            version = served.config.labels[label]
-        with self._lock:
-            versions = sorted(served.versions.values(), key=lambda v: -v.number)
-            if version is not None:
-                versions = [v for v in versions if v.number == version]
-                if not versions:
-                    raise NotFound(f"Could not find version {version} of model {name}")
-            if not versions:
-                raise NotFound(f"Could not find any versions of model {name}")
-            return [v.status() for v in versions]
 
     def gauges(self) -> list:
         """The queue depth of each AVAILABLE version and the versions by state, for the metrics."""

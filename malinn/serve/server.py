@@ -9,12 +9,18 @@ SIGTERM, SIGINT and SIGHUP stop it gracefully: readiness turns 503, no new conne
 idle keep-alive connections are closed, every request in flight is answered (the queues drain), the
 parse workers (:mod:`malinn.serve.parse_workers`, started with the server) end, and the process
 exits 0. A second Ctrl-C stops at once.
+
+With ``http_workers`` above 1 this process answers no HTTP itself: it binds the port, owns the
+device and the batchers, and starts that many front processes on the socket
+(:mod:`malinn.serve.fronts`); a signal stops the fronts (each answers what it holds), then the
+batchers, and the process exits 0. It says ``ready`` once every model is loaded and every front
+listens.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import os
 import signal
 import socket
 import sys
@@ -24,6 +30,8 @@ from typing import Any
 
 from ..errors import MalinnError
 from .config import ServeConfig
+from .front_process import graceful_server
+from .fronts import Fronts
 from .metrics import Metrics
 from .parse_workers import ParsePool
 from .servables import ModelManager
@@ -80,8 +88,8 @@ def serve(config: ServeConfig, say: Callable[[str], None] = _say) -> int:
         MalinnError: the port cannot be bound.
     """
     require_extra()
-    import uvicorn
-
+    if config.http_workers > 1:
+        return _serve_with_fronts(config, say)
     from .app import build_app
 
     metrics = Metrics()
@@ -97,41 +105,14 @@ def serve(config: ServeConfig, say: Callable[[str], None] = _say) -> int:
         manager.gauges() + [("malinn_serve_in_flight", "Requests being answered now.", (), {(): in_flight[0]})]
     )
 
-    class Server(uvicorn.Server):
-        """uvicorn's server, whose signals stop it gracefully and are not raised again afterwards
-        (uvicorn re-raises them, which would end the process with the signal's status)."""
-
-        @contextlib.contextmanager
-        def capture_signals(self):
-            if threading.current_thread() is not threading.main_thread():
-                yield
-                return
-            wanted = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
-            before = {signum: signal.signal(signum, self.handle_exit) for signum in wanted}
-            try:
-                yield
-            finally:
-                for signum, handler in before.items():
-                    signal.signal(signum, handler)
-
-        def handle_exit(self, sig, frame):
-            if not self.should_exit:
-                manager.stopping = True
-                say(f"{signal.Signals(sig).name}: stopping (answering the requests in flight)")
-            super().handle_exit(sig, frame)
+    def stopping(signum: int) -> None:
+        manager.stopping = True
+        say(f"{signal.Signals(signum).name}: stopping (answering the requests in flight)")
 
     sock = _listening_socket(config.host, config.port)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    uv_config = uvicorn.Config(
-        app,
-        log_level="warning",
-        access_log=False,
-        lifespan="off",
-        limit_concurrency=config.max_connections,
-        timeout_graceful_shutdown=int(config.request_timeout) + 5,
-    )
-    server = Server(uv_config)
+    server = graceful_server(app, config, config.max_connections, stopping)
     workers = f"; {config.parse_workers} parse workers" if parsing is not None else ""
     say(f"REST API at http://{shown}:{port} (models: {', '.join(manager.models)}{workers}); loading the models")
     if parsing is not None:
@@ -163,4 +144,61 @@ async def _run(server: Any, manager: ModelManager, sock: socket.socket, say: Cal
     elif not serving.done():
         say("ready")
     await serving
+    return status
+
+
+def _serve_with_fronts(config: ServeConfig, say: Callable[[str], None]) -> int:
+    """``--http-workers N``: this process owns the device and the batchers, N front processes
+    answer HTTP on the port bound here (:mod:`malinn.serve.fronts`)."""
+    metrics = Metrics()
+    manager = ModelManager(config, metrics, say=say)
+    sock = _listening_socket(config.host, config.port)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    fronts = Fronts(config, sock, manager, metrics, say)
+    signals: list = []
+    wake = threading.Event()
+
+    def caught(signum: int, frame: object) -> None:
+        signals.append(signum)
+        wake.set()
+        if signum == signal.SIGINT and signals.count(signal.SIGINT) > 1:  # a second Ctrl-C: at once
+            fronts.kill()
+            os._exit(130)
+
+    wanted = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    before = {signum: signal.signal(signum, caught) for signum in wanted}
+    say(
+        f"REST API at http://{shown}:{port} (models: {', '.join(manager.models)}; {config.http_workers} HTTP "
+        f"workers{f', {config.parse_workers} parse workers each' if config.parse_workers else ''}); loading the models"
+    )
+    status, announced = 0, False
+    try:
+        fronts.start()
+        manager.start()
+        while not signals:
+            if manager.initial.is_set() and not announced:
+                if manager.failed:
+                    for error in manager.failed:
+                        say(f"error: {error}")
+                    say("a model failed to load: stopping")
+                    status = 1
+                    break
+                if fronts.all_up:
+                    say("ready")
+                    announced = True
+            wake.wait(0.02)
+        if signals:
+            say(f"{signal.Signals(signals[0]).name}: stopping (answering the requests in flight)")
+        manager.stopping = True
+        fronts.publish_now()
+        sock.close()  # the fronts hold their own copies until they stop
+        fronts.stop(config.request_timeout + 10)
+    finally:
+        manager.stopping = True
+        manager.stop()
+        sock.close()
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+    say("stopped")
     return status

@@ -116,13 +116,16 @@ def test_sigterm_under_load_answers_every_request_in_flight_and_exits_0(keras_mo
         server.request("GET", "/healthz")
 
 
-def test_a_new_version_is_loaded_beside_the_old_and_switched_to_under_load(keras_models, tmp_path):
+@pytest.mark.parametrize("http_workers", [1, 2])
+def test_a_new_version_is_loaded_beside_the_old_and_switched_to_under_load(keras_models, tmp_path, http_workers):
     x = next(iter(keras_models.x("mlp").values()))
     y1, y2 = next(iter(keras_models.y("mlp").values())), next(iter(keras_models.y("mlp_v2").values()))
     base = tmp_path / "mlp"
     (base / "1").mkdir(parents=True)
     shutil.copy(keras_models.path("mlp"), base / "1" / "model.keras")
-    server = ServerProcess(f"digits={base}", "--poll-seconds", "0.2", "--max-batch-size", "8").wait_ready()
+    server = ServerProcess(
+        f"digits={base}", "--poll-seconds", "0.2", "--max-batch-size", "8", "--http-workers", str(http_workers)
+    ).wait_ready()
     load = Load(server, "digits", x)
     try:
         time.sleep(0.8)

@@ -1,0 +1,187 @@
+"""An HTTP front process's side of its pipe to the process that owns the device (``--http-workers``).
+
+A front parses requests and writes answers; the model process runs them. Over one
+:func:`multiprocessing.Pipe` per front, each message a tuple whose first item names it:
+
+* front to model: ``("up", pid)`` once the front listens; ``("predict", id, name, version, pinned,
+  arrays, samples, deadline, input names)``; ``("cancel", id)`` (the client went away, or its
+  time is up: the request leaves its queue); ``("metrics", id)`` (a scrape); ``("dumped", id,
+  metrics snapshot, requests in flight)``, the answer to a ``dump``;
+* model to front: ``("table", versions, flags)`` whenever a version's state or readiness changes;
+  ``("done", id, outputs, version, batch, queued seconds)``; ``("error", id, exception)``;
+  ``("retry", id, version, signature)`` (the version asked for is being unloaded and the newest
+  takes other inputs: the front parses the body again for it); ``("metrics", id, text)``;
+  ``("dump", id)``.
+
+Deadlines are ``time.monotonic()`` seconds, one clock for every process of the machine.
+
+:class:`ModelLink` keeps the front's copy of the version table (:class:`FrontTable`), sends
+requests and hands the answers to the event loop. When the model process is gone (the pipe ends)
+every request waiting for it is answered 503 and the front stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .batcher import Unavailable
+from .metrics import Metrics
+from .version_table import VersionTable
+
+__all__ = ["FrontTable", "ModelLink"]
+
+
+class _Initial:
+    """``initial.is_set()``, as the model process last said it."""
+
+    def __init__(self):
+        self.value = False
+
+    def is_set(self) -> bool:
+        return self.value
+
+
+class FrontTable(VersionTable):
+    """A front's copy of the model process's version table and readiness."""
+
+    def __init__(self, configs):
+        super().__init__(configs)
+        self.initial = _Initial()
+        self.owner_ready = False  # every model has an AVAILABLE version, the model process says
+        self.stopping = False  # set by this front's own signal, or by the model process's
+
+    @property
+    def ready(self) -> bool:
+        return self.owner_ready and not self.stopping
+
+    def take(self, versions: dict, flags: dict) -> None:
+        self.update(versions)
+        self.initial.value = flags["initial"]
+        self.owner_ready = flags["ready"]
+        self.stopping = self.stopping or flags["stopping"]
+
+
+class ModelLink:
+    """The front's pipe to the model process.
+
+    Args:
+        conn: the front's end of the pipe.
+        table: the front's version table, kept up to date here.
+        metrics: the front's metrics (sent when the model process gathers a scrape).
+        in_flight: ``[requests being answered now]`` (sent with the metrics).
+    """
+
+    def __init__(self, conn: Any, table: FrontTable, metrics: Metrics, in_flight: list):
+        self._conn, self.table, self._metrics, self._in_flight = conn, table, metrics, in_flight
+        self._send_lock = threading.Lock()
+        self._ids = itertools.count()
+        self._pending: dict = {}  # id -> (loop, future)
+        self._lost = False
+        self.on_lost: Callable[[], None] = lambda: None
+
+    def send(self, message: tuple) -> None:
+        with self._send_lock:
+            self._conn.send(message)
+
+    def start(self) -> None:
+        """Reads the model process's messages in a thread of their own."""
+        threading.Thread(target=self._read, name="malinn-serve front link", daemon=True).start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                message = self._conn.recv()
+            except (EOFError, OSError):
+                break
+            kind = message[0]
+            if kind == "table":
+                self.table.take(message[1], message[2])
+            elif kind == "dump":
+                self.send(("dumped", message[1], self._metrics.snapshot(), self._in_flight[0]))
+            else:
+                waiting = self._pending.pop(message[1], None)
+                if waiting is not None:
+                    loop, future = waiting
+                    loop.call_soon_threadsafe(_settle, future, message)
+        self._lost = True
+        self.table.stopping = True
+        for loop, future in list(self._pending.values()):
+            loop.call_soon_threadsafe(_settle, future, ("error", None, _gone()))
+        self._pending.clear()
+        self.on_lost()
+
+    async def _ask(self, message_of: Callable[[int], tuple]) -> tuple:
+        if self._lost:
+            raise _gone()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        key = next(self._ids)
+        self._pending[key] = (loop, future)
+        try:
+            self.send(message_of(key))
+        except (OSError, ValueError):
+            self._pending.pop(key, None)
+            raise _gone() from None
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if self._pending.pop(key, None) is not None:
+                try:
+                    self.send(("cancel", key))
+                except (OSError, ValueError):
+                    pass
+            raise
+
+    async def submit(
+        self, name: str, served: Any, parsed: Any, pinned: bool, deadline: float, reparse: Callable[[Any], Any]
+    ) -> tuple:
+        """A parsed request run by the model process: ``(outputs, version, batch, queued seconds,
+        parsed, signature)``, as :func:`malinn.serve.app.build_app`'s ``submit`` returns it.
+
+        Raises:
+            what ended the request in the model process (NotFound, Overloaded, DeadlineExceeded...),
+            or Unavailable where the model process is gone.
+        """
+        number, signature = served.number, served.signature
+        for _ in range(8):
+            reply = await self._ask(
+                lambda key: (
+                    "predict",
+                    key,
+                    name,
+                    number,
+                    pinned,
+                    parsed.arrays,
+                    parsed.samples,
+                    deadline,
+                    tuple(signature.input_names),
+                )
+            )
+            if reply[0] == "done":
+                _, _, outputs, number, batch, queued_s = reply
+                return outputs, number, batch, queued_s, parsed, signature
+            if reply[0] == "error":
+                raise reply[2]
+            _, _, number, signature = reply  # "retry": the newest version takes other inputs
+            parsed = reparse(signature)
+        raise Unavailable(f"model {name!r}: every version was being unloaded; try again")
+
+    async def scrape(self) -> str:
+        """The whole server's metrics, gathered by the model process from every front."""
+        reply = await self._ask(lambda key: ("metrics", key))
+        if reply[0] == "error":
+            raise reply[2]
+        return reply[2]
+
+
+def _gone() -> Unavailable:
+    return Unavailable("the process running the models exited; the server is stopping (try again once it is back)")
+
+
+def _settle(future: asyncio.Future, message: tuple) -> None:
+    if not future.done():
+        future.set_result(message)

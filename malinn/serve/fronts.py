@@ -1,0 +1,315 @@
+"""The model process's side of ``--http-workers N``: N HTTP front processes on one port, and the
+requests they send run here, where the device and the batchers are.
+
+The listening socket is bound here and inherited by every front (the kernel hands each new
+connection to one of the fronts accepting on it). A front parses the request's JSON and sends its
+arrays over its pipe (:mod:`malinn.serve.front_link` lists the messages); here one thread per
+front reads them and puts each request in its version's batcher, whose worker sends the outputs
+back to the front that asked. This process never reads or writes JSON.
+
+* The version table and readiness are sent to every front whenever they change (looked at every
+  20 ms), so that status, metadata and the choice of a request's version are answered in the front.
+* A metrics scrape asks every front for its counts and merges them with the batches counted here.
+* A front that exits (killed, out of memory) is started again with the same socket; the requests
+  it had queued are withdrawn. ``malinn_serve_front_restarts_total`` counts it.
+* :meth:`Fronts.stop` sends SIGTERM to each front, which answers what it holds and exits; the
+  requests they send meanwhile are still run here.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .batcher import Cancelled, DeadlineExceeded, Overloaded, Retired, Task, Unavailable
+from .config import ServeConfig
+from .front_process import run_front
+from .metrics import Metrics
+from .servables import ModelManager
+from .version_table import NotFound
+
+__all__ = ["Fronts"]
+
+#: the exceptions a front raises as they are; any other (a device's error) goes as Failed
+_SENT_AS_THEY_ARE = (NotFound, Overloaded, Unavailable, Cancelled, DeadlineExceeded)
+
+
+class Failed(Exception):
+    """A model process's error sent to a front: its type's name (``kind``) and its message."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+    def __reduce__(self):
+        return (Failed, (self.kind, str(self)))
+
+
+def _sendable(error: BaseException) -> BaseException:
+    if type(error) in _SENT_AS_THEY_ARE:
+        return error
+    return Failed(type(error).__name__, str(error))
+
+
+class _Front:
+    """One front process: its process, pipe, the requests it queued here and whether it listens."""
+
+    def __init__(self, index: int, process: Any, conn: Any):
+        self.index, self.process, self.conn = index, process, conn
+        self.lock = threading.Lock()
+        self.tasks: dict = {}  # request id -> (task, batcher)
+        self.up = False
+        self.gone = False
+
+    def send(self, message: tuple) -> bool:
+        with self.lock:
+            if self.gone:
+                return False
+            try:
+                self.conn.send(message)
+                return True
+            except (OSError, ValueError):
+                return False
+
+
+class Fronts:
+    """The HTTP front processes of a server.
+
+    Args:
+        config: the server's configuration (``http_workers`` fronts).
+        sock: the listening socket, inherited by every front.
+        manager: the served models.
+        metrics: this process's metrics (the batches).
+        say: prints a line of news on stderr.
+    """
+
+    def __init__(
+        self, config: ServeConfig, sock: Any, manager: ModelManager, metrics: Metrics, say: Callable[[str], None]
+    ):
+        self.config, self.sock, self.manager, self.metrics, self._say = config, sock, manager, metrics, say
+        self._context = multiprocessing.get_context("spawn")
+        self._fronts: list = [None] * config.http_workers
+        self._lock = threading.Lock()
+        self._stopping = False
+        self._dumps: dict = {}  # scrape id -> (event, replies, fronts asked)
+        self._ids = itertools.count()
+        self._table = ""  # the table last sent, as text
+        self._stop = threading.Event()
+
+    # ------------------------------------------------------------------ processes
+    def start(self) -> None:
+        """Starts every front, and the thread sending them the version table."""
+        for index in range(self.config.http_workers):
+            self._start(index)
+        threading.Thread(target=self._publish, name="malinn-serve version table", daemon=True).start()
+
+    def _start(self, index: int) -> None:
+        mine, theirs = self._context.Pipe()
+        process = self._context.Process(
+            target=run_front,
+            args=(index, self.sock, theirs, self.config, os.getpid()),
+            name=f"malinn-serve front {index}",
+            daemon=False,
+        )
+        process.start()
+        theirs.close()
+        front = _Front(index, process, mine)
+        with self._lock:
+            self._fronts[index] = front
+        front.send(("table",) + self._current())
+        threading.Thread(target=self._read, args=(front,), name=f"malinn-serve front {index} link", daemon=True).start()
+
+    @property
+    def all_up(self) -> bool:
+        with self._lock:
+            return all(f is not None and f.up for f in self._fronts)
+
+    def pids(self) -> list:
+        with self._lock:
+            return [f.process.pid for f in self._fronts if f is not None]
+
+    def stop(self, timeout: float) -> None:
+        """Sends SIGTERM to every front and waits for each to answer what it holds and exit."""
+        with self._lock:
+            self._stopping = True
+            fronts = [f for f in self._fronts if f is not None]
+        self._stop.set()
+        self.publish_now()
+        for front in fronts:
+            if front.process.is_alive():
+                try:
+                    os.kill(front.process.pid, signal.SIGTERM)
+                except OSError:
+                    pass
+        end = time.monotonic() + timeout
+        for front in fronts:
+            front.process.join(max(end - time.monotonic(), 0.1))
+            if front.process.is_alive():
+                self._say(f"HTTP worker {front.index} (pid {front.process.pid}) did not stop in time: killed")
+                front.process.kill()
+                front.process.join(5)
+
+    def kill(self) -> None:
+        """Ends every front at once (a second Ctrl-C)."""
+        with self._lock:
+            self._stopping = True
+            fronts = [f for f in self._fronts if f is not None]
+        for front in fronts:
+            if front.process.is_alive():
+                front.process.kill()
+
+    # ------------------------------------------------------------------ the version table
+    def _current(self) -> tuple:
+        manager = self.manager
+        flags = {"initial": manager.initial.is_set(), "ready": manager.ready, "stopping": manager.stopping}
+        return manager.snapshot(), flags
+
+    def publish_now(self) -> None:
+        """Sends the version table to every front where it changed since last sent."""
+        table = self._current()
+        key = repr((sorted((n, [r[:3] for r in rows]) for n, rows in table[0].items()), sorted(table[1].items())))
+        if key == self._table:
+            return
+        self._table = key
+        with self._lock:
+            fronts = [f for f in self._fronts if f is not None]
+        for front in fronts:
+            front.send(("table",) + table)
+
+    def _publish(self) -> None:
+        while not self._stop.wait(0.02):
+            self.publish_now()
+
+    # ------------------------------------------------------------------ requests
+    def _read(self, front: _Front) -> None:
+        conn = front.conn
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                break
+            kind = message[0]
+            if kind == "predict":
+                self._predict(front, *message[1:])
+            elif kind == "cancel":
+                held = front.tasks.pop(message[1], None)
+                if held is not None:
+                    held[1].withdraw(held[0])
+            elif kind == "metrics":
+                threading.Thread(target=self._scrape, args=(front, message[1]), daemon=True).start()
+            elif kind == "dumped":
+                waiting = self._dumps.get(message[1])
+                if waiting is not None:
+                    waiting[1].append((message[2], message[3]))
+                    if len(waiting[1]) >= waiting[2]:
+                        waiting[0].set()
+            elif kind == "up":
+                front.up = True
+                self._say(f"HTTP worker {front.index} listening (pid {message[1]})")
+        self._lost(front)
+
+    def _lost(self, front: _Front) -> None:
+        with front.lock:
+            front.gone = True
+        for task, batcher in list(front.tasks.values()):
+            batcher.withdraw(task)
+        front.tasks.clear()
+        front.process.join(10)
+        with self._lock:
+            again = not self._stopping and self._fronts[front.index] is front
+        if again:
+            self._say(
+                f"HTTP worker {front.index} (pid {front.process.pid}) exited with status {front.process.exitcode}: "
+                "starting it again"
+            )
+            self.metrics.count("malinn_serve_front_restarts_total", ())
+            self._start(front.index)
+
+    def _predict(
+        self,
+        front: _Front,
+        key: int,
+        name: str,
+        number: int,
+        pinned: bool,
+        arrays: list,
+        samples: int,
+        deadline: float,
+        input_names: tuple,
+    ) -> None:
+        def done(outputs: Any, error: BaseException | None) -> None:
+            front.tasks.pop(key, None)
+            if error is not None:
+                front.send(("error", key, _sendable(error)))
+            else:
+                front.send(("done", key, outputs, number, task.batch, task.queued_s))
+
+        served = self.manager.models.get(name)
+        version = served.versions.get(number) if served is not None else None
+        task = Task(arrays, samples, done, deadline)
+        try:
+            for _ in range(8):  # a version being unloaded sends an unpinned request to the newest
+                batcher = version.batcher if version is not None and version.state == "AVAILABLE" else None
+                try:
+                    if batcher is None:
+                        raise Retired(name)
+                    front.tasks[key] = (task, batcher)
+                    batcher.submit(task)
+                    return
+                except Retired:
+                    front.tasks.pop(key, None)
+                    if pinned:
+                        raise NotFound(
+                            f"Servable not found for request: Specific({name}, {number}) (it is being unloaded)"
+                        ) from None
+                    version = self.manager.resolve(name)
+                    number = version.number
+                    signature: Any = version.signature
+                    if tuple(signature.input_names) != tuple(input_names):
+                        front.send(("retry", key, version.number, version.signature))
+                        return
+            raise Unavailable(f"model {name!r}: every version was being unloaded; try again")
+        except Exception as exc:
+            front.tasks.pop(key, None)
+            front.send(("error", key, _sendable(exc)))
+
+    # ------------------------------------------------------------------ metrics
+    def _scrape(self, front: _Front, key: int) -> None:
+        try:
+            text = self.render()
+        except Exception as exc:  # a bug here must not leave the scrape waiting
+            front.send(("error", key, Failed(type(exc).__name__, str(exc))))
+            return
+        front.send(("metrics", key, text))
+
+    def render(self, timeout: float = 5.0) -> str:
+        """Every front's metrics merged with this process's, in Prometheus's text format."""
+        with self._lock:
+            fronts = [f for f in self._fronts if f is not None and not f.gone]
+        event = threading.Event()
+        replies: list = []
+        dump = next(self._ids)
+        self._dumps[dump] = (event, replies, len(fronts))
+        try:
+            asked = sum(front.send(("dump", dump)) for front in fronts)
+            end = time.monotonic() + timeout
+            while len(replies) < asked and time.monotonic() < end:  # a front that exits meanwhile never answers
+                event.wait(0.05)
+        finally:
+            self._dumps.pop(dump, None)
+        merged = Metrics()
+        merged.merge(self.metrics.snapshot())
+        in_flight = 0
+        for snapshot, held in list(replies):
+            merged.merge(snapshot)
+            in_flight += held
+        merged.gauges = lambda: (
+            self.manager.gauges() + [("malinn_serve_in_flight", "Requests being answered now.", (), {(): in_flight})]
+        )
+        return merged.render()
