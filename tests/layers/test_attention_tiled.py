@@ -162,7 +162,9 @@ def _chosen(device, **changes):
 def test_a_gpu_runs_the_tiled_kernel_where_its_restrictions_hold():
     spec = _chosen(GPU)
     assert spec.codename == "attention_tiled" and spec.config["KD"] == "64" and spec.fits(GPU)
-    assert spec.config["BQ"] == "64" and load_library().default("attention", "gpu") == "attention_tiled"
+    # an OpenCL GPU's first default: 128 queries a work-group, keys in tiles of 16
+    assert (spec.config["BQ"], spec.config["BK"]) == ("128", "16")
+    assert load_library().default("attention", "gpu") == "attention_tiled"
 
 
 @pytest.mark.parametrize(
@@ -180,7 +182,7 @@ def test_the_next_default_configuration_serves_shorter_sequences_and_smaller_wor
     [
         (GPU, {"KD": 128, "VD": 128, "VROW": 512}, "heads larger than MAXD"),
         (GPU, {"TQ": 1}, "fewer queries than a work-group's items"),
-        (replace(GPU, name="small GPU", local_memory=8192), {}, "tiles beyond the local memory"),
+        (replace(GPU, name="small GPU", local_memory=4096), {}, "tiles beyond the local memory"),
         (replace(GPU, name="narrow GPU", max_work_group_size=8), {}, "a work-group the device cannot launch"),
     ],
     ids=lambda v: v if isinstance(v, str) else "",
