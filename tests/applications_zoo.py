@@ -17,6 +17,9 @@ import os
 import pathlib
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).with_name("layers")))
+from zoo_files import randomize_statistics  # noqa: E402
+
 GENERATIONS = ("keras3", "tf_keras")
 SUFFIXES = (".keras", ".h5")
 BATCH = 2
@@ -43,21 +46,6 @@ APPLICATIONS = {
 }
 
 
-def _randomize_statistics(model, seed: int) -> None:
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    weights = []
-    for w in model.weights:
-        value, name, shape = np.asarray(w.numpy(), np.float32), w.name, tuple(w.shape)
-        if "variance" in name or "gamma" in name:
-            value = rng.uniform(0.5, 1.5, shape).astype(np.float32)
-        elif "beta" in name or "moving_mean" in name:
-            value = (rng.standard_normal(shape) * 0.1).astype(np.float32)
-        weights.append(value)
-    model.set_weights(weights)
-
-
 def main(outdir: str, names: list[str]) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
@@ -76,7 +64,7 @@ def main(outdir: str, names: list[str]) -> None:
             if not hasattr(module.applications, name):  # Keras 3 has no RegNet
                 continue
             model = getattr(module.applications, name)(weights=None, input_shape=shape, classifier_activation=None)
-            _randomize_statistics(model, 100 + i)
+            randomize_statistics(model, 100 + i)
             for suffix in SUFFIXES:
                 model.save(folder / f"{name}{suffix}")
             x = np.random.default_rng(i).standard_normal((BATCH,) + shape).astype(np.float32)

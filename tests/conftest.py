@@ -230,6 +230,13 @@ def built_zoo(
 
 
 @pytest.fixture(scope="session")
+def applications(tmp_path_factory) -> Path:
+    """One member of every keras.applications family, saved by both Kerases with Keras's logits
+    (tests/applications_zoo.py), built once per test run; ``MALINN_APPLICATIONS_ZOO=DIR`` keeps it."""
+    return built_zoo(tmp_path_factory, Path(__file__).with_name("applications_zoo.py"), keep="MALINN_APPLICATIONS_ZOO")
+
+
+@pytest.fixture(scope="session")
 def keras_zoo(tmp_path_factory):
     """The Keras models of the converter tests, their files in every format and Keras's outputs.
 

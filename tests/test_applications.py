@@ -1,7 +1,7 @@
 """Every keras.applications family, converted from Keras 3 and tf_keras files (``.keras`` and
 ``.h5``) and predicted on the current device, equal to Keras's own logits within
 1e-5 x max(1, |y|): the networks of tests/applications_zoo.py, built in a process of their own once
-per test run.
+per test run (the ``applications`` fixture of tests/conftest.py).
 
 They take tens of minutes to build and compile on two cores, so they run with
 ``MALINN_SLOW_TESTS=1`` only; ``MALINN_APPLICATIONS_ZOO=DIR`` keeps the saved networks in ``DIR``
@@ -9,12 +9,10 @@ across runs."""
 
 import json
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 from applications_zoo import APPLICATIONS, GENERATIONS, SUFFIXES
-from conftest import built_zoo
 from helpers import assert_close
 
 import malinn
@@ -23,11 +21,6 @@ SLOW = os.environ.get("MALINN_SLOW_TESTS") == "1"
 pytestmark = pytest.mark.skipif(
     not SLOW, reason="keras.applications' networks take tens of minutes on two cores: MALINN_SLOW_TESTS=1"
 )
-
-
-@pytest.fixture(scope="session")
-def applications(tmp_path_factory) -> Path:
-    return built_zoo(tmp_path_factory, Path(__file__).with_name("applications_zoo.py"), keep="MALINN_APPLICATIONS_ZOO")
 
 
 @pytest.mark.parametrize("suffix", SUFFIXES)

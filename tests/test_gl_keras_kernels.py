@@ -106,12 +106,17 @@ def test_two_gl_tiles_and_vec4_sample_reads_give_the_same_sums(rng):
 @pytest.mark.parametrize("op", ["matmul", "matmul_fallback", "matmul_softmax"])
 def test_the_gl_gpu_defaults_are_the_opencl_gpus_after_its_own(op):
     """Now that gemm_keras and gemv_split have GLSL, a GL GPU takes every one of the OpenCL GPU's
-    matmul defaults and fallbacks, in the same order and configurations (before, it lost
-    gemm_keras_large, gemm_keras_narrow and gemv_split_c, the kernels of large GPUs); its matmul
-    defaults first list the gemm_keras configurations timed faster in GLSL inside the networks
-    (gemm_keras_gl_*: benchmarks/results/insitu_gl_b100_nvidia_h200.json), each a gemm_keras variant."""
+    matmul defaults and fallbacks that has a GLSL source, in the same order and configurations
+    (before, it lost gemm_keras_large, gemm_keras_narrow and gemv_split_c, the kernels of large
+    GPUs; gemm_bulk has OpenCL C only); its matmul defaults first list the gemm_keras configurations
+    timed faster in GLSL inside the networks (gemm_keras_gl_*:
+    benchmarks/results/insitu_gl_b100_nvidia_h200.json), each a gemm_keras variant."""
     gl = [(s.codename, s.defines) for s in LIB.default_specs(op, "gpu", "gl")]
-    cl = [(s.codename, s.defines) for s in LIB.default_specs(op, "gpu", "opencl")]
+    cl = [
+        (s.codename, s.defines)
+        for s in LIB.default_specs(op, "gpu", "opencl")
+        if any(api == "gl" for api, *_ in LIB[s.codename].sources)
+    ]
     own = [entry for entry in gl if entry[0].startswith("gemm_keras_gl_")]
     assert gl == own + cl
     assert bool(own) == (op == "matmul")

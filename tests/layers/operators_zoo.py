@@ -20,6 +20,8 @@ import os
 import pathlib
 import sys
 
+from zoo_files import randomize_statistics
+
 GENERATIONS = ("keras3", "tf_keras")
 SUFFIXES = (".keras", ".h5")
 BATCHES = (1, 3)
@@ -119,24 +121,6 @@ def _randomize(model, seed):
     model.set_weights(weights)
 
 
-def _randomize_statistics(model, seed):
-    """Random normalization statistics and scales (a LayerScale's too: 1e-6 would hide its branch);
-    the other weights keep Keras's own initializers, under which a deep model's activations stay
-    near 1 (standard normal weights grow them to 1e4, where float32 sums differ by more than 1e-5)."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    weights = []
-    for w in model.weights:
-        value, name, shape = np.asarray(w.numpy(), np.float32), w.name, tuple(w.shape)
-        if "variance" in name or "gamma" in name:
-            value = rng.uniform(0.5, 1.5, shape).astype(np.float32)
-        elif "beta" in name or "moving_mean" in name:
-            value = (rng.standard_normal(shape) * 0.1).astype(np.float32)
-        weights.append(value)
-    model.set_weights(weights)
-
-
 def _save(model, folder, key, shape, seed):
     import numpy as np
 
@@ -170,7 +154,7 @@ def main(outdir: str, applications: bool = False) -> None:
                 model = getattr(module.applications, name)(
                     weights=None, input_shape=shape, classifier_activation=None, **extra
                 )
-                _randomize_statistics(model, 100 + i)
+                randomize_statistics(model, 100 + i)
                 _save(model, folder, key, shape, 5)
     manifest = {
         "keras": keras.__version__,

@@ -47,3 +47,21 @@ def write_zoo(out: Path, keys: Iterable[str], build: Callable, arrays: Callable 
             model.save(folder / f"{key}.h5")
             np.savez(folder / f"{key}.npz", **arrays(x, ys))
     (out / "done").write_text("ok")
+
+
+def randomize_statistics(model, seed: int) -> None:
+    """Random normalization statistics and scales (a LayerScale's too: 1e-6 would hide its branch);
+    the other weights keep Keras's own initializers, under which a deep model's activations stay
+    near 1 (standard normal weights grow them to 1e4, where float32 sums differ by more than 1e-5)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    weights = []
+    for w in model.weights:
+        value, name, shape = np.asarray(w.numpy(), np.float32), w.name, tuple(w.shape)
+        if "variance" in name or "gamma" in name:
+            value = rng.uniform(0.5, 1.5, shape).astype(np.float32)
+        elif "beta" in name or "moving_mean" in name:
+            value = (rng.standard_normal(shape) * 0.1).astype(np.float32)
+        weights.append(value)
+    model.set_weights(weights)
