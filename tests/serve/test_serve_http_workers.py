@@ -45,6 +45,16 @@ def front_pids(server: ServerProcess) -> dict:
     return found
 
 
+def wait_fronts(server: ServerProcess, count: int, seconds: float = 30.0) -> dict:
+    """:func:`front_pids` once ``count`` fronts have said they listen: a front writes its line to
+    the shared stderr itself, so it may reach the reader after the model process's ``ready``."""
+    end = time.monotonic() + seconds
+    while len(found := front_pids(server)) < count:
+        assert time.monotonic() < end, "\n".join(server.stderr)
+        time.sleep(0.02)
+    return found
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -68,7 +78,7 @@ def servers(keras_models, tmp_path_factory):
 
 def test_two_fronts_answer_as_one_process_does_outputs_and_errors(servers, keras_models):
     single, fronts = servers
-    assert len(front_pids(fronts)) == 2 and not front_pids(single)
+    assert len(wait_fronts(fronts, 2)) == 2 and not front_pids(single)
     for key in ("mlp", "cnn"):
         x, y = next(iter(keras_models.x(key).values())), next(iter(keras_models.y(key).values()))
         for document, answer_key, rows in (
@@ -139,7 +149,7 @@ def test_a_killed_front_is_started_again_and_the_server_serves_on(servers, keras
     _, fronts = servers
     x, y = next(iter(keras_models.x("mlp").values())), next(iter(keras_models.y("mlp").values()))
     restarts = metric(fronts.metrics(), "malinn_serve_front_restarts_total")
-    victim = front_pids(fronts)[0]
+    victim = wait_fronts(fronts, 2)[0]
     os.kill(victim, signal.SIGKILL)
     end = time.monotonic() + 60
     while front_pids(fronts)[0] == victim:
@@ -163,7 +173,7 @@ def test_sigterm_answers_every_request_in_flight_in_every_front_and_exits_0(kera
     x, y = next(iter(keras_models.x("mlp").values())), next(iter(keras_models.y("mlp").values()))
     server = ServerProcess("--model-config-file", config_file(keras_models, tmp_path), "--http-workers", "2")
     server.wait_ready()
-    fronts = list(front_pids(server).values())
+    fronts = list(wait_fronts(server, 2).values())
     load = Load(server, "mlp", x)
     held = []
 
@@ -206,7 +216,7 @@ def test_a_killed_model_process_ends_the_fronts_answering_503(keras_models, tmp_
     x = next(iter(keras_models.x("mlp").values()))
     server = ServerProcess("--model-config-file", config_file(keras_models, tmp_path), "--http-workers", "2")
     server.wait_ready()
-    fronts = list(front_pids(server).values())
+    fronts = list(wait_fronts(server, 2).values())
     held = []
     pool = [
         threading.Thread(target=lambda i=i: held.append(server.predict("held", {"instances": x[i : i + 1].tolist()})))
