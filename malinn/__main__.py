@@ -3,7 +3,8 @@
 
 Ctrl-C, SIGTERM and SIGHUP are taken here before :mod:`malinn.cli.commands` imports numpy, pyopencl and h5py
 (a few tenths of a second; the package's own import is lazy, :mod:`malinn`): a Ctrl-C in that time
-printed a ``KeyboardInterrupt`` traceback and the process died of the signal. At any moment the
+printed a ``KeyboardInterrupt`` traceback and the process died of the signal. A signal during those
+imports is noted and acted on once they end, never raised inside an extension's initialisation. At any moment the
 command now ends with one line on stderr and the shell's status (130, 143, 129), as
 :func:`malinn.cli.commands.main` ends it once it runs.
 """
@@ -26,6 +27,10 @@ class _Stopped(BaseException):
         self.signum = signum
 
 
+def _note(signum, frame):
+    _received.append(signum)
+
+
 def _stop(signum, frame):
     _received.append(signum)
     if signum == signal.SIGINT:
@@ -46,10 +51,17 @@ def main() -> int:
     wanted = [signal.SIGINT] + [getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
     try:
         try:
+            # while numpy, pyopencl and h5py import (the slow part of starting) a signal is only
+            # noted: raised inside an extension's initialisation, numpy's C code prints its own
+            # ImportError ("_multiarray_umath failed to import") before any handler here runs
+            for signum in wanted:
+                signal.signal(signum, _note)
+            from .cli.commands import main as run
+
+            if _received:
+                raise _Stopped(_received[0])
             for signum in wanted:
                 signal.signal(signum, _stop)
-            from .cli.commands import main as run  # numpy, pyopencl, h5py: the slow part of starting
-
             return run()
         except BaseException:
             # an import that a signal interrupts inside C may end as another exception (numpy's
