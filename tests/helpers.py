@@ -298,3 +298,32 @@ def run_on_terminal(args: list, env: dict, timeout: float = 300) -> tuple:
         if follower is not None:
             os.close(follower)
     return status, stdout.decode(), received.decode(errors="replace").replace("\r\n", "\n")
+
+
+def described_gpu(name: str = "test GPU", **changes):
+    """A large OpenCL GPU as a :class:`~malinn.backends.base.Device` description only (no driver
+    behind it): what the kernel choice reads, for tests of which kernel a device would get."""
+    from dataclasses import replace
+
+    from malinn.backends.base import Device
+
+    gpu = Device(
+        backend="opencl",
+        index=(0, 0),
+        name=name,
+        platform="test",
+        vendor="test",
+        type="GPU",
+        compute_units=100,
+        global_memory=2**34,
+        max_allocation=2**32,
+        max_work_group_size=1024,
+        max_work_item_sizes=(1024, 1024, 64),
+        local_memory=49152,
+        image_support=False,
+        image2d_max_size=(0, 0),
+        opencl_c_version="OpenCL C 1.2",
+        driver_version="1",
+        host_unified_memory=False,
+    )
+    return replace(gpu, **changes)

@@ -433,28 +433,11 @@ def test_a_default_the_device_cannot_launch_gives_way_to_the_next():
     limit), never a launch the driver would refuse."""
     from dataclasses import replace
 
-    from malinn.backends.base import Device
+    from helpers import described_gpu
+
     from malinn.choice import kernel_choice
 
-    big = Device(
-        backend="opencl",
-        index=(0, 0),
-        name="big GPU",
-        platform="test",
-        vendor="test",
-        type="GPU",
-        compute_units=100,
-        global_memory=2**34,
-        max_allocation=2**32,
-        max_work_group_size=1024,
-        max_work_item_sizes=(1024, 1024, 64),
-        local_memory=49152,
-        image_support=False,
-        image2d_max_size=(0, 0),
-        opencl_c_version="OpenCL C 1.2",
-        driver_version="1",
-        host_unified_memory=False,
-    )
+    big = described_gpu("big GPU")
     small = replace(big, name="small GPU", max_work_group_size=256, local_memory=32768)
     for device, items in ((big, 512), (small, 256)):
         spec = kernel_choice.choose("matmul", device, (10, 3072, 1), activation="softmax")

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from helpers import described_gpu
 from layers.test_attention import attention_reference, mha_reference
 
 import malinn
-from malinn.backends.base import Device
 from malinn.choice import kernel_choice
 from malinn.layers import AdditiveAttention, Attention, Masking, MultiHeadAttention
 from malinn.library.kernel_library import load_library
@@ -133,25 +133,7 @@ def test_a_keras_mask_masks_the_queries_keys_in_the_tiled_kernel(cl_device):
 
 # ------------------------------------------------------------------ the choice, from library data
 
-GPU = Device(
-    backend="opencl",
-    index=(0, 0),
-    name="test GPU",
-    platform="test",
-    vendor="test",
-    type="GPU",
-    compute_units=100,
-    global_memory=2**34,
-    max_allocation=2**32,
-    max_work_group_size=1024,
-    max_work_item_sizes=(1024, 1024, 64),
-    local_memory=49152,
-    image_support=False,
-    image2d_max_size=(0, 0),
-    opencl_c_version="OpenCL C 1.2",
-    driver_version="1",
-    host_unified_memory=False,
-)
+GPU = described_gpu()
 ENCODER = {"NH": 4, "KD": 64, "VD": 64, "TQ": 128, "TS": 128, "VROW": 256}
 
 
