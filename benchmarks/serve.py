@@ -13,9 +13,14 @@ MobileNetV2 (keras.applications, random weights, saved by Keras in a process of 
   each other one; ``off``: --no-batching), and for each of 1, 8 and 64 clients, each client sending one-sample predicts
   (the row form, JSON) back to back on its own keep-alive connection for --seconds: requests/s,
   p50, p99, failed requests (any answer but 200 with one prediction of the model's output size, or
-  a connection error) and the mean samples per predict call (the server's batch-size histogram).
-  The clients are one asyncio loop in this process, or spread over --client-processes processes of
-  one loop each (a loop alone tops out near a few thousand requests/s on one core). Each of --http-workers (default 1: the
+  a connection error), the mean samples per predict call (the server's batch-size histogram), and
+  the CPU each request cost the server's processes (``server_cpu_ms_per_request``: the server, its
+  fronts and workers, the device driver's threads, from /proc) and the clients
+  (``client_cpu_ms_per_request``), and ``cores_busy``, the share of the host's cores both kept
+  busy (near 1: the cores are the limit, not the server's design).
+  The clients are lean HTTP/1.1 clients (an asyncio protocol writing pre-encoded request bytes, as
+  wrk does; about 0.03-0.08 ms of CPU a request), one asyncio loop in this process, or spread over
+  --client-processes processes of one loop each. Each of --http-workers (default 1: the
   server's own process answers HTTP; N: N front processes parse and answer, the model process runs
   the batches) and each of --parse-workers (default: 0, the request parse in the server's process,
   and the server's default count) is run in turn: ``serve_runs`` holds each pair
@@ -24,8 +29,10 @@ MobileNetV2 (keras.applications, random weights, saved by Keras in a process of 
 
 * ``request_path``: what one predict request of one sample costs the server's process besides
   the model, each step timed alone in this process (median of --seconds of calls): the JSON body's
-  bytes, ``json.loads`` of it, the nested lists to a float32 array, malinn's whole request parse
-  (``parse_predict_ms``: both and the checks), the output to the response's JSON bytes; and
+  bytes, ``json.loads`` of it (Python's reader), ``orjson_loads_ms`` (orjson's, where installed),
+  the nested lists to a float32 array, malinn's whole request parse (``parse_predict_ms``: the
+  read, orjson's where installed, the array and the checks), the output to the response's JSON bytes
+  (``encode_response_ms``, orjson's writer where installed; ``json_encode_response_ms``, Python's); and
   ``numpy_text_parse_ms``, numpy's C text reader (``np.fromstring``) on the numbers alone (brackets
   and whitespace removed, nothing checked), which is no faster than ``json.loads`` (each number's
   correctly rounded conversion costs as much); ``worker_parse_ms``, the same parse sent to a parse worker process and its arrays
@@ -36,9 +43,17 @@ MobileNetV2 (keras.applications, random weights, saved by Keras in a process of 
 
 The serving targets, checked in ``targets``: no failed request; at 64 clients batching on gives
 >= 4x the requests/s of batching off; p99 at 64 clients (batching on) <= 10x p50 at one client.
+Beside them, what bounds them: ``device_batching_ceiling``, the in-process batch-64 samples/s over
+the in-process batch-1 calls/s (what batching can give any server of the model on the device:
+below 4, ``device_allows_4x`` is false and so is the 4x target, whatever the server;
+MobileNetV2 on a CPU device is near 1); ``p99_64_over_p50_1_floor``, the least p99@64 / p50@1 the
+measured 64-client throughput allows (64 clients sending back to back wait 64 / (requests/s) on
+average, Little's law); ``batch1_serving_over_in_process`` and ``batching_serving_over_in_process``,
+each server's 64-client requests/s over the device's own in-process calls/s (batch 1) and samples/s
+(batch 64).
 
 Run:  python3 benchmarks/serve.py [--quick] [--seconds 5] [--size 96] [--parse-workers 0 8]
-      [--http-workers 1 4] [--batch-timeout-micros 0 1000] [--json PATH]
+      [--http-workers 1 4] [--batch-timeout-micros 0 1000] [--out PATH]
 (default PATH: benchmarks/results/serve_<device>.json; --quick: 3 s per point and --size 64)
 """
 
@@ -47,6 +62,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import importlib
 import json
 import multiprocessing
 import os
@@ -65,6 +81,7 @@ from malinn.serve.config import default_parse_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIENTS = (1, 8, 64)
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 SAVE_MOBILENET = """
 import os, sys
@@ -138,6 +155,10 @@ def request_path(path: Path, seconds: float) -> dict:
     from malinn.serve.payload import dumps, encode_predict, format_predict, parse_predict
     from malinn.serve.signature import Signature
 
+    try:
+        import orjson
+    except ImportError:
+        orjson = None
     model = malinn.load_model(path)
     signature = Signature(model)
     sample = np.random.default_rng(1).random((1,) + tuple(model.input_shape[1:]), dtype=np.float32)
@@ -150,10 +171,12 @@ def request_path(path: Path, seconds: float) -> dict:
     pool.pids()  # started
     steps = {
         "json_loads_ms": lambda: json.loads(body),
+        **({"orjson_loads_ms": lambda: orjson.loads(body)} if orjson is not None else {}),
         "lists_to_array_ms": lambda: np.asarray(lists).astype(np.float32),
         "parse_predict_ms": lambda: parse_predict(body, signature),
         "numpy_text_parse_ms": lambda: np.fromstring(numbers, sep=","),
-        "encode_response_ms": lambda: dumps(format_predict(outputs, signature, False)),
+        "encode_response_ms": lambda: encode_predict(outputs, signature, False),
+        "json_encode_response_ms": lambda: dumps(format_predict(outputs, signature, False)),
         "worker_parse_ms": lambda: pool.parse_now(body, signature),
         "worker_encode_ms": lambda: pool.submit(encode_predict, outputs, signature, False)[0].result(),
         "predict_ms": lambda: model.predict(sample),
@@ -239,28 +262,86 @@ class Server:
         return self.proc.wait(120)
 
 
+class Client(asyncio.Protocol):
+    """One client on its own keep-alive connection: sends the pre-encoded ``request`` and, once its
+    answer is whole, the next, until ``end`` (``time.perf_counter()``). A lean HTTP/1.1 client,
+    as wrk is (no HTTP library, no per-request parse of the headers beyond their length, the
+    answer's JSON read in full for the first request of the connection and checked by its shape
+    after: starts with one list of ``outputs`` numbers), so that the load generator, sharing the
+    host's cores with the server, takes as little of them as it can."""
+
+    def __init__(self, request: bytes, outputs: int, end: float, latencies: list, failures: list, closed):
+        self.request, self.outputs, self.end = request, outputs, end
+        self.latencies, self.failures, self.closed = latencies, failures, closed
+        self.buffer = bytearray()
+        self.body_at = self.length = -1
+        self.start = 0.0
+        self.checked = self.status_ok = False
+        self.transport = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.send()
+
+    def send(self) -> None:
+        if time.perf_counter() >= self.end:
+            self.transport.close()
+            return
+        self.start = time.perf_counter()
+        self.transport.write(self.request)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if self.body_at < 0:
+            head_end = self.buffer.find(b"\r\n\r\n")
+            if head_end < 0:
+                return
+            head = bytes(self.buffer[:head_end]).lower() + b"\r\n"
+            at = head.find(b"content-length:")
+            if at < 0:
+                self.failures.append(f"an answer without a content-length: {head[:200]!r}")
+                self.transport.close()
+                return
+            self.length = int(head[at + 15 : head.index(b"\r\n", at)])
+            self.body_at = head_end + 4
+            self.status_ok = head.startswith(b"http/1.1 200")
+        if len(self.buffer) < self.body_at + self.length:
+            return
+        self.latencies.append(time.perf_counter() - self.start)
+        body = bytes(self.buffer[self.body_at : self.body_at + self.length])
+        if not self.status_ok:
+            line = bytes(self.buffer[: self.buffer.find(b"\r\n")]).decode(errors="replace")
+            self.failures.append(f"{line} {body[:200].decode(errors='replace')}")
+        elif not self.checked:
+            self.checked = True
+            if len(json.loads(body)["predictions"][0]) != self.outputs:
+                self.failures.append("a prediction of another size")
+        elif not (
+            body.startswith(b'{"predictions":[[') and body.endswith(b"]]}") and body.count(b",") == self.outputs - 1
+        ):
+            self.failures.append(f"an answer of another form: {body[:200]!r}")
+        del self.buffer[: self.body_at + self.length]
+        self.body_at = self.length = -1
+        self.send()
+
+    def connection_lost(self, exc) -> None:
+        if time.perf_counter() < self.end or self.body_at >= 0 or self.buffer:
+            self.failures.append(f"the connection closed mid-run: {exc!r}")
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
 async def client(port: int, request: bytes, outputs: int, end: float, latencies: list, failures: list) -> None:
+    loop = asyncio.get_running_loop()
+    closed = loop.create_future()
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        await loop.create_connection(
+            lambda: Client(request, outputs, end, latencies, failures, closed), "127.0.0.1", port
+        )
     except OSError as exc:
         failures.append(repr(exc))
         return
-    try:
-        while time.perf_counter() < end:
-            start = time.perf_counter()
-            writer.write(request)
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = int(re.search(rb"(?i)content-length: *(\d+)", head)[1])
-            body = await reader.readexactly(length)
-            latencies.append(time.perf_counter() - start)
-            if not head.startswith(b"HTTP/1.1 200"):
-                failures.append(head.split(b"\r\n")[0].decode() + " " + body[:200].decode(errors="replace"))
-            elif len(json.loads(body)["predictions"][0]) != outputs:
-                failures.append("a prediction of another size")
-    except (OSError, asyncio.IncompleteReadError) as exc:
-        failures.append(repr(exc))
-    finally:
-        writer.close()
+    await closed
 
 
 def request_bytes(model: str, sample: np.ndarray) -> bytes:
@@ -273,10 +354,12 @@ def request_bytes(model: str, sample: np.ndarray) -> bytes:
 
 
 async def clients_of_one_loop(port: int, request: bytes, outputs: int, clients: int, end: float) -> tuple:
-    """``clients`` clients in this process's loop until ``end``: their latencies and failures."""
+    """``clients`` clients in this process's loop until ``end``: their latencies, failures and the
+    CPU seconds this thread spent on them."""
     latencies, failures = [], []
+    used = time.thread_time()
     await asyncio.gather(*(client(port, request, outputs, end, latencies, failures) for _ in range(clients)))
-    return latencies, failures
+    return latencies, failures, time.thread_time() - used
 
 
 def _client_process(port: int, request: bytes, outputs: int, clients: int, end: float) -> tuple:
@@ -284,24 +367,36 @@ def _client_process(port: int, request: bytes, outputs: int, clients: int, end: 
 
 
 def load(
-    port: int, model: str, sample: np.ndarray, outputs: int, clients: int, seconds: float, processes: int = 1
+    port: int,
+    model: str,
+    sample: np.ndarray,
+    outputs: int,
+    clients: int,
+    seconds: float,
+    processes: int = 1,
+    server_pid: int | None = None,
 ) -> dict:
     """``clients`` clients for ``seconds``, spread over ``processes`` client processes (each one
-    asyncio loop: one loop alone tops out near a few thousand requests/s, and its queueing would
-    show as the server's latency)."""
+    asyncio loop: one loop alone tops out near several thousand requests/s, and its queueing would
+    show as the server's latency), and the CPU the server (process ``server_pid`` and its children)
+    and the clients spent per request."""
     request = request_bytes(model, sample)
     processes = max(1, min(processes, clients))
+    server_used = process_tree_cpu(server_pid)
     start = time.perf_counter()
     end = start + seconds
     if processes == 1:
-        latencies, failures = asyncio.run(clients_of_one_loop(port, request, outputs, clients, end))
+        latencies, failures, client_used = asyncio.run(clients_of_one_loop(port, request, outputs, clients, end))
     else:
         shares = [clients // processes + (i < clients % processes) for i in range(processes)]
         with concurrent.futures.ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork")) as pool:
             parts = list(pool.map(_client_process, *zip(*[(port, request, outputs, n, end) for n in shares])))
         latencies = [t for part in parts for t in part[0]]
         failures = [f for part in parts for f in part[1]]
+        client_used = sum(part[2] for part in parts)
     elapsed = time.perf_counter() - start
+    server_used = None if server_used is None else process_tree_cpu(server_pid) - server_used
+    done = max(len(latencies), 1)
     return {
         "clients": clients,
         "client_processes": processes,
@@ -310,7 +405,35 @@ def load(
         **percentiles(latencies or [0.0]),
         "failed": len(failures),
         "failures": failures[:3],
+        "server_cpu_ms_per_request": None if server_used is None else round(server_used / done * 1e3, 3),
+        "client_cpu_ms_per_request": round(client_used / done * 1e3, 3),
+        # the share of the host's cores the server and the clients kept busy: near 1, the cores are the limit
+        "cores_busy": None if server_used is None else round((server_used + client_used) / (elapsed * CORES), 2),
     }
+
+
+def process_tree_cpu(pid: int | None) -> float | None:
+    """CPU seconds (user and system) used so far by process ``pid`` and its descendants (its HTTP
+    fronts, parse workers, the device driver's threads), from /proc; None where there is no /proc."""
+    if pid is None or not os.path.isdir(f"/proc/{pid}"):
+        return None
+    parents, used = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        used[int(entry)] = int(fields[11]) + int(fields[12])
+    tree, grew = {pid}, True
+    while grew:
+        more = {p for p, parent in parents.items() if parent in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return sum(used.get(p, 0) for p in tree) / os.sysconf("SC_CLK_TCK")
 
 
 def serve_points(
@@ -332,7 +455,7 @@ def serve_points(
         points = []
         for clients in CLIENTS:
             calls, samples = server.batches(path.stem)
-            point = load(server.port, path.stem, sample, outputs, clients, seconds, client_processes)
+            point = load(server.port, path.stem, sample, outputs, clients, seconds, client_processes, server.proc.pid)
             calls_after, samples_after = server.batches(path.stem)
             point["mean_batch"] = round((samples_after - samples) / max(calls_after - calls, 1), 2)
             print(
@@ -343,6 +466,14 @@ def serve_points(
     finally:
         status = server.stop()
     return {"points": points, "exit_status": status}
+
+
+def importable(name: str) -> bool:
+    try:
+        importlib.import_module(name)
+        return True
+    except ImportError:
+        return False
 
 
 def device_slug(device) -> str:
@@ -356,7 +487,12 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="3 s per point, MobileNetV2 at 64 x 64")
     parser.add_argument("--seconds", type=float, help="seconds per point (default 5; 3 with --quick)")
     parser.add_argument("--size", type=int, help="MobileNetV2's input size (default 96; 64 with --quick)")
-    parser.add_argument("--json", help="where to write the results (default benchmarks/results/serve_<device>.json)")
+    parser.add_argument(
+        "--json",
+        "--out",
+        dest="json",
+        help="where to write the results (default benchmarks/results/serve_<device>.json)",
+    )
     parser.add_argument(
         "--parse-workers",
         type=int,
@@ -405,6 +541,12 @@ def main(argv=None) -> int:
         "http_workers": args.http_workers,
         "client_processes": args.client_processes,
         "batch_timeout_micros": timeouts,
+        # what the servers ran on: uvicorn takes httptools and uvloop, malinn orjson, where installed
+        "server_stack": {
+            "http": "httptools" if importable("httptools") else "h11",
+            "loop": "uvloop" if importable("uvloop") else "asyncio",
+            "json_reader": "orjson" if importable("orjson") else "json",
+        },
         "models": {},
         "targets": {},
     }
@@ -418,8 +560,16 @@ def main(argv=None) -> int:
             shape, outputs = tuple(model.input_shape[1:]), int(model.output_shape[-1])
             del model
             row = {"input_shape": list(shape), "in_process": in_process(path, seconds), "serve": {}}
+            # the most batching can give any server of this model on this device: the device's samples/s at
+            # batch 64 over its calls/s at batch 1, both in-process (below 4, the 4x target is out of reach)
+            ceiling = row["in_process"]["batch64_samples_per_s"] / row["in_process"]["batch1_calls_per_s"]
+            row["device_batching_ceiling"] = round(ceiling, 2)
             row["request_path"] = request_path(path, seconds)
-            print(f"{name}: in-process {row['in_process']}\n  request path {row['request_path']}", flush=True)
+            print(
+                f"{name}: in-process {row['in_process']} (batching ceiling on this device {ceiling:.2f}x)\n"
+                f"  request path {row['request_path']}",
+                flush=True,
+            )
             sample = np.random.default_rng(1).random((1,) + shape, dtype=np.float32)
             row["serve_runs"], row["targets_by_run"] = {}, {}
             for fronts in args.http_workers:
@@ -438,6 +588,20 @@ def main(argv=None) -> int:
                             on[64]["requests_per_s"] / off[64]["requests_per_s"], 2
                         )
                         runs["p99_64_over_p50_1" + tail] = round(on[64]["p99_ms"] / on[1]["p50_ms"], 2)
+                        # clients that send back to back wait 64 / (requests/s) on average (Little's law), so
+                        # the p99 at 64 clients is at least that: the least p99@64 / p50@1 this throughput allows
+                        runs["p99_64_over_p50_1_floor" + tail] = round(
+                            64e3 / on[64]["requests_per_s"] / on[1]["p50_ms"], 2
+                        )
+                    # each server's 64-client requests/s against what the device itself runs in-process: batch-1
+                    # serving against batch-1 calls/s, batching against batch-64 samples/s (near 1: the device
+                    # is the limit; far below: the HTTP, JSON and the host's cores are)
+                    device = row["in_process"]
+                    off64 = off[64]["requests_per_s"]
+                    runs["batch1_serving_over_in_process"] = round(off64 / device["batch1_calls_per_s"], 3)
+                    runs["batching_serving_over_in_process"] = round(
+                        runs["on"]["points"][-1]["requests_per_s"] / device["batch64_samples_per_s"], 3
+                    )
                     key = f"http{fronts}_parse{count}"
                     row["serve_runs"][key] = runs
                     row["targets_by_run"][key] = {
@@ -447,7 +611,11 @@ def main(argv=None) -> int:
                         "batching_4x_at_64": runs["batching_speedup_64"] >= 4.0,
                         "p99_64_within_10x_p50_1": runs["p99_64_over_p50_1"] <= 10.0,
                         "batching_speedup_64": runs["batching_speedup_64"],
+                        "device_batching_ceiling": row["device_batching_ceiling"],
                         "p99_64_over_p50_1": runs["p99_64_over_p50_1"],
+                        "p99_64_over_p50_1_floor": runs["p99_64_over_p50_1_floor"],
+                        "batch1_serving_over_in_process": runs["batch1_serving_over_in_process"],
+                        "batching_serving_over_in_process": runs["batching_serving_over_in_process"],
                     }
             first = args.http_workers[0]
             row["serve_by_parse_workers"] = {str(c): row["serve_runs"][f"http{first}_parse{c}"] for c in workers}
@@ -455,16 +623,22 @@ def main(argv=None) -> int:
             row["serve"] = {mode: last[mode] for mode in ("on", "off")}
             row["batching_speedup_64"] = last["batching_speedup_64"]
             row["p99_64_over_p50_1"] = last["p99_64_over_p50_1"]
+            row["p99_64_over_p50_1_floor"] = last["p99_64_over_p50_1_floor"]
             results["models"][name] = row
             results["targets"][name] = {
                 "no_failed_request": all(t["no_failed_request"] for t in row["targets_by_run"].values()),
                 "batching_4x_at_64": row["batching_speedup_64"] >= 4.0,
                 "p99_64_within_10x_p50_1": row["p99_64_over_p50_1"] <= 10.0,
+                # whether the device itself gives 4x at batch 64: where not, no server meets the 4x target
+                "device_allows_4x": row["device_batching_ceiling"] >= 4.0,
             }
             print(
                 f"  {results['targets'][name]} with {args.http_workers[-1]} HTTP workers, {workers[-1]} parse "
-                f"workers (speedup "
-                f"{row['batching_speedup_64']}, p99@64 / p50@1 {row['p99_64_over_p50_1']})",
+                f"workers (speedup {row['batching_speedup_64']} of a device ceiling of "
+                f"{row['device_batching_ceiling']}, p99@64 / p50@1 {row['p99_64_over_p50_1']}, at least "
+                f"{row['p99_64_over_p50_1_floor']} at that throughput; batch-1 serving at 64 clients "
+                f"{last['batch1_serving_over_in_process']:.0%} of in-process batch-1 calls/s, batching "
+                f"{last['batching_serving_over_in_process']:.0%} of in-process batch-64 samples/s)",
                 flush=True,
             )
     out = Path(args.json) if args.json else ROOT / "benchmarks" / "results" / f"serve_{device_slug(device)}.json"

@@ -15,7 +15,8 @@ A client that goes away while its request waits takes its request out of the que
 
 A predict body of ``config.parse_worker_min_bytes`` or more is parsed in a parse worker process
 (:mod:`malinn.serve.parse_workers`) where the server has them, so that large bodies are parsed in
-parallel, and an answer of ``ENCODE_WORKER_MIN_VALUES`` numbers or more is written there; the
+parallel, and an answer of ``ENCODE_WORKER_MIN_VALUES`` numbers or more
+(``ENCODE_WORKER_MIN_VALUES_ORJSON`` where orjson writes the answers) is written there; the
 answer, an error's too, is the same wherever the body was parsed.
 
 Starlette is imported here only, on the ``malinn serve`` path (the ``serve`` extra).
@@ -24,7 +25,6 @@ Starlette is imported here only, on the ``malinn serve`` path (the ``serve`` ext
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import re
 import sys
@@ -33,10 +33,10 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 
 from .batcher import Cancelled, DeadlineExceeded, Overloaded, Retired, Task, Unavailable
-from .config import ENCODE_WORKER_MIN_VALUES, ServeConfig
+from .config import ENCODE_WORKER_MIN_VALUES, ENCODE_WORKER_MIN_VALUES_ORJSON, ServeConfig
 from .metrics import Metrics
 from .parse_workers import ParsePool, WorkerLost
-from .payload import BadRequest, dumps, encode_predict, parse_predict
+from .payload import BadRequest, dumps, encode_predict, parse_predict, writes_fast
 from .signature import SIGNATURE_NAME
 from .version_table import NotFound, VersionTable
 
@@ -62,6 +62,19 @@ STATUS = {
     "INTERNAL": 500,
     "CANCELLED": 499,
 }
+
+
+async def _by(deadline: float, awaitable: Awaitable):
+    """``await awaitable`` that raises TimeoutError once ``deadline`` (``time.monotonic()``) passes,
+    without a task of its own where Python has ``asyncio.timeout_at`` (3.11 on)."""
+    left = max(deadline - time.monotonic(), 0.001)
+    if _TIMEOUT_AT is None:
+        return await asyncio.wait_for(awaitable, left)
+    async with _TIMEOUT_AT(asyncio.get_running_loop().time() + left):
+        return await awaitable
+
+
+_TIMEOUT_AT = getattr(asyncio, "timeout_at", None)
 
 
 class _Refused(Exception):
@@ -107,6 +120,7 @@ def build_app(
     from starlette.routing import Route
 
     in_flight = [0]
+    encode_min_values = ENCODE_WORKER_MIN_VALUES_ORJSON if writes_fast() else ENCODE_WORKER_MIN_VALUES
     log = log or (lambda line: print(line, flush=True))
 
     def respond(status: int, document, content_type: str = "application/json") -> Response:
@@ -205,7 +219,7 @@ def build_app(
     run = submit or run_here
 
     async def predict(request, name: str, version, label, record: dict, deadline: float) -> Response:
-        body = await asyncio.wait_for(read_body(request), max(deadline - time.monotonic(), 0.001))
+        body = await _by(deadline, read_body(request))
         record["bytes_in"] = len(body)
         pinned = version is not None or label is not None
         served = manager.resolve(name, version, label)
@@ -222,29 +236,39 @@ def build_app(
         else:
             parsed = parse_predict(body, signature)
         record["instances"] = parsed.samples
-        running = asyncio.ensure_future(
-            run(name, served, parsed, pinned, deadline, lambda signature: parse_predict(body, signature))
-        )
+        # the request runs in this task (no task of its own: each costs the event loop a turn); a client
+        # that goes away cancels it, as its time limit does, and a cancelled run leaves its queue
+        me = asyncio.current_task()
+        gone: list = []
+        waiting = [True]
+
+        def went(watch: asyncio.Task) -> None:
+            if waiting[0] and not watch.cancelled() and watch.exception() is None and me is not None:
+                gone.append(True)
+                me.cancel()
+
         watch = asyncio.ensure_future(disconnected(request))
+        watch.add_done_callback(went)
         try:
-            done, _ = await asyncio.wait(
-                {running, watch}, timeout=max(deadline - time.monotonic(), 0.0), return_when=asyncio.FIRST_COMPLETED
-            )
+            outputs, number, batch, queued_s, parsed, signature = await _by(
+                deadline, run(name, served, parsed, pinned, deadline, lambda signature: parse_predict(body, signature))
+            )  # raises what ended the request
+        except asyncio.CancelledError:
+            if not gone:
+                raise  # the server is stopping at once
+            if hasattr(me, "uncancel"):
+                me.uncancel()
+            raise _Gone() from None
+        except asyncio.TimeoutError:
+            raise DeadlineExceeded() from None
         finally:
+            waiting[0] = False  # a callback of the watch already scheduled must not cancel the answer
             watch.cancel()
-        if running not in done:
-            running.cancel()  # takes the request out of its queue
-            with contextlib.suppress(BaseException):
-                await running
-            if watch in done:
-                raise _Gone()
-            raise DeadlineExceeded()
-        outputs, number, batch, queued_s, parsed, signature = running.result()  # raises what ended the request
         record["version"] = number
         record["batch"], record["queue_ms"] = batch, round(queued_s * 1e3, 3)
         metrics.observe("malinn_serve_queue_latency_seconds", (name,), queued_s)
         values = sum(o.size for o in outputs)
-        if parsing is not None and values >= ENCODE_WORKER_MIN_VALUES:
+        if parsing is not None and values >= encode_min_values:
             metrics.count("malinn_serve_worker_encodes_total", ())
             return respond(200, await parsing.encode(outputs, signature, parsed.columnar))
         if values > OFF_LOOP_VALUES:
@@ -261,12 +285,9 @@ def build_app(
     async def models(request) -> Response:
         started = time.monotonic()
         deadline = started + config.request_timeout
-        record = {
-            "time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-            "method": request.method,
-            "path": request.url.path,
-            "api": "other",
-        }
+        record = {"method": request.method, "path": request.url.path, "api": "other"}
+        if config.log_requests:
+            record = {"time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"), **record}
         in_flight[0] += 1
         status, code = 500, "INTERNAL"
         try:

@@ -35,6 +35,7 @@ __all__ = [
     "default_parse_workers",
     "PARSE_WORKER_MIN_BYTES",
     "ENCODE_WORKER_MIN_VALUES",
+    "ENCODE_WORKER_MIN_VALUES_ORJSON",
 ]
 
 #: the files a version folder may hold as its model (the first found, in this order)
@@ -42,12 +43,18 @@ MODEL_SUFFIXES = (".malinn", ".keras", ".h5")
 
 #: bodies of this many bytes or more go to the parse workers, smaller ones are parsed in the event
 #: loop: sending a body and its arrays between processes costs the server's process about 0.2 ms
-#: of its own, which is what parsing a 13 KB body costs (benchmarks/serve.py's request_path)
+#: of its own, which is what Python's json takes to read a 13 KB body (benchmarks/serve.py's
+#: request_path; orjson, where installed, reads bodies 3 to 11 times faster, so the trip pays for
+#: larger bodies only there)
 PARSE_WORKER_MIN_BYTES = 32 * 1024
 
 #: answers of this many numbers or more are written as JSON in a parse worker where the server has
 #: them: a number costs about 0.7 us to write (Python's float repr), the trip about 0.2 ms
 ENCODE_WORKER_MIN_VALUES = 512
+
+#: the same where orjson writes the answers (installed with the serve extra): a number costs about
+#: 0.14 us there, so only answers of some thousands of numbers repay the trip
+ENCODE_WORKER_MIN_VALUES_ORJSON = 4096
 
 
 def default_parse_workers() -> int:

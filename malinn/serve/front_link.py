@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -87,9 +88,29 @@ class ModelLink:
         with self._send_lock:
             self._conn.send(message)
 
-    def start(self) -> None:
-        """Reads the model process's messages in a thread of their own."""
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Reads the model process's messages: in ``loop`` as they arrive (an answer then wakes no
+        thread: its future is settled where it is awaited), else in a thread of their own."""
+        if loop is not None:
+            try:
+                loop.add_reader(self._conn.fileno(), self._readable, loop)
+                # uvloop (libuv) makes a watched descriptor non-blocking; the pipe's reads and writes
+                # are whole messages, a read begun when data arrived and a write to a full pipe wait
+                os.set_blocking(self._conn.fileno(), True)
+                return
+            except (NotImplementedError, OSError, ValueError):  # a loop that cannot watch a pipe
+                pass
         threading.Thread(target=self._read, name="malinn-serve front link", daemon=True).start()
+
+    def _readable(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The pipe has data: every message that arrived, handled in the loop (a message is written
+        whole by one send, so a read that started finishes at once)."""
+        try:
+            while self._conn.poll():
+                self._handle(self._conn.recv(), None)
+        except (EOFError, OSError):
+            loop.remove_reader(self._conn.fileno())
+            self._end()
 
     def _read(self) -> None:
         while True:
@@ -97,16 +118,25 @@ class ModelLink:
                 message = self._conn.recv()
             except (EOFError, OSError):
                 break
-            kind = message[0]
-            if kind == "table":
-                self.table.take(message[1], message[2])
-            elif kind == "dump":
-                self.send(("dumped", message[1], self._metrics.snapshot(), self._in_flight[0]))
-            else:
-                waiting = self._pending.pop(message[1], None)
-                if waiting is not None:
-                    loop, future = waiting
-                    loop.call_soon_threadsafe(_settle, future, message)
+            self._handle(message, _settle_threadsafe)
+        self._end()
+
+    def _handle(self, message: tuple, settle: Callable | None) -> None:
+        kind = message[0]
+        if kind == "table":
+            self.table.take(message[1], message[2])
+        elif kind == "dump":
+            self.send(("dumped", message[1], self._metrics.snapshot(), self._in_flight[0]))
+        else:
+            waiting = self._pending.pop(message[1], None)
+            if waiting is not None:
+                loop, future = waiting
+                if settle is None:
+                    _settle(future, message)
+                else:
+                    settle(loop, future, message)
+
+    def _end(self) -> None:
         self._lost = True
         self.table.stopping = True
         for loop, future in list(self._pending.values()):
@@ -185,3 +215,7 @@ def _gone() -> Unavailable:
 def _settle(future: asyncio.Future, message: tuple) -> None:
     if not future.done():
         future.set_result(message)
+
+
+def _settle_threadsafe(loop: asyncio.AbstractEventLoop, future: asyncio.Future, message: tuple) -> None:
+    loop.call_soon_threadsafe(_settle, future, message)

@@ -8,7 +8,8 @@ than running its model in a batch. A :class:`ParsePool` of spawned processes par
 in parallel and sends back the arrays (a pickled array is a copy of its bytes) or the very
 :class:`~malinn.serve.payload.BadRequest` the server's own parse raises, so that an answer does
 not depend on where its body was parsed. An answer of many numbers (the config's
-``ENCODE_WORKER_MIN_VALUES``: a classifier's 1,000 classes) is written as JSON there too.
+``ENCODE_WORKER_MIN_VALUES``: a classifier's 1,000 classes; ``ENCODE_WORKER_MIN_VALUES_ORJSON``
+where orjson writes answers) is written as JSON there too.
 
 A worker imports this module and :mod:`malinn.serve.payload` (numpy) only: never the model, the
 device or OpenCL. It ignores the signals a service manager or a Ctrl-C sends the whole group, the

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import MalinnError
 from .config import ServeConfig
-from .front_process import graceful_server
+from .front_process import graceful_server, run_loop
 from .fronts import Fronts
 from .metrics import Metrics
 from .parse_workers import ParsePool
@@ -119,7 +119,7 @@ def serve(config: ServeConfig, say: Callable[[str], None] = _say) -> int:
         parsing.start()
     manager.start()
     try:
-        status = asyncio.run(_run(server, manager, sock, say))
+        status = run_loop(_run(server, manager, sock, say), server)
     finally:
         manager.stopping = True
         manager.stop()
