@@ -653,6 +653,23 @@ def window_cases() -> list[dict]:
             "cost": 2000,
         }
     )
+    # the global pooling work-groups (kernels/global_pool.cl): lanes past an image's pixels, channels
+    # past the layer's (R's rows padded to LC), the local tree, the sliced kernel's scratch and last group
+    for codename, config, layer, shape in (
+        ("global_pool", {"LC": 4, "LP": 4, "UNROLL": 2}, "GlobalMaxPooling2D", [5, 3, 6]),
+        ("global_pool_sliced", {"LC": 4, "LP": 4, "SLICES": 4, "UNROLL": 2}, "GlobalAveragePooling2D", [64, 32, 5]),
+    ):
+        cases.append(
+            {
+                "op": "window",
+                "use": [["pool", codename, config]],
+                "input": shape,
+                "batch": 2,
+                "kernels": [codename],
+                "layers": [[layer, {}]],
+                "cost": 10000,
+            }
+        )
     return cases
 
 

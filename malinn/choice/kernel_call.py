@@ -64,16 +64,28 @@ def local_range(preferred: tuple | None, global_size: tuple, device: Device) -> 
     return tuple(preferred)
 
 
-def bounded_range(bound: tuple | None, global_size: tuple, device: Device) -> tuple | None:
+def bounded_range(bound: tuple | None, global_size: tuple, device: Device, items: int | None = None) -> tuple | None:
     """The work-group shape within ``bound`` (an entry's ``workgroup_bound`` for the device's class):
     along each axis the greatest common divisor of the range and the bound, so that the ranges of
     every layer fall into a few shapes (a bound of powers of two: at most log2(bound) + 1 sizes an
     axis), where a driver left to choose picks one per range. PoCL on a CPU compiles a kernel again
     for every shape it is launched with: left to choose, it compiled the element-wise kernels of a
-    network once per layer. None where the entry gives no bound or the shape does not fit the device."""
+    network once per layer. With ``items`` (an entry's ``workgroup_items``), the shape has at most
+    that many items, the axes filled in order: on a GPU an element-wise kernel over 3 rows gets 1 x 256
+    items and one over 32 rows 32 x 8 from one bound of 32 x 256 (NVIDIA's driver, left to choose,
+    launched such ranges 2-50x slower); where that leaves fewer than a quarter of them (a range of
+    odd columns: 32 x 1 items over 96 rows), the driver's shape instead. None where the entry gives
+    no bound, the shape does not fit the device, or the driver chooses."""
     if not bound:
         return None
-    return local_range(tuple(math.gcd(g, b) for g, b in zip(global_size, bound)), global_size, device)
+    shape, left = [], items
+    for g, b in zip(global_size, bound):
+        size = math.gcd(g, b) if left is None else math.gcd(g, b, left)
+        shape.append(size)
+        left = None if left is None else left // size
+    if items is not None and 4 * math.prod(shape) < items:
+        return None  # a range few powers of two divide (odd columns): the driver's shape ran faster
+    return local_range(tuple(shape), global_size, device)
 
 
 def program_for(spec: KernelSpec, device: Device, layouts: dict, wait: bool = True) -> Any:
@@ -251,7 +263,7 @@ def bind(
             f"configuration of it (docs/KERNELS.md) or another kernel (malinn.use)"
         )
     if local_size is None:  # decided here, once per launch bound (a plan binds its launches once)
-        local_size = bounded_range(spec.workgroup_bound(device), global_size, device)
+        local_size = bounded_range(spec.workgroup_bound(device), global_size, device, spec.workgroup_item_limit(device))
 
     def built_for(exc: KernelBuildError) -> KernelBuildError:  # whose step it was, the shapes it was built for
         shapes = ", ".join(f"{name} {m.shape} padded to {m.padded} in {m.layout}" for name, m in matrices.items())

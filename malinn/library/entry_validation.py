@@ -172,6 +172,7 @@ RESTRICTION_FIELDS = (
     "split",
     "workgroup",
     "workgroup_bound",
+    "workgroup_items",
     "argdefines",
 )
 MATRIX_FIELDS = ("representation", "rowAlign", "colAlign", "image", "logicalRows")

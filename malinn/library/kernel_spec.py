@@ -55,6 +55,7 @@ class KernelSpec:
     loop_bounds: tuple = ()  # (("gl", expression), ...): the loop iterations one invocation of that source runs
     argdefines: tuple = ()  # defines the OpenCL source takes as uint arguments after its buffers
     workgroup_bounds: tuple = ()  # (("opencl:cpu", (16, 16)), ...): work-group bounds by device class
+    workgroup_items: tuple = ()  # (("opencl:gpu", 256), ...): the most items of a bounded work-group
 
     def in_precision(self, precision: str) -> "KernelSpec":
         """This configuration with its weights (and sums) in ``precision``.
@@ -194,9 +195,13 @@ class KernelSpec:
     def workgroup_bound(self, device: Any) -> tuple | None:
         """The entry's ``workgroup_bound`` for ``device``'s class: the first of ``"<backend>:<kind>"``,
         ``"<backend>"``, ``"<kind>"`` and ``"*"`` it names (as ``defaults`` are looked up), else None."""
-        bounds = dict(self.workgroup_bounds)
-        keys = (f"{device.backend}:{device.kind}", device.backend, device.kind, "*")
-        return next((bounds[key] for key in keys if key in bounds), None)
+        return _by_class(dict(self.workgroup_bounds), device)
+
+    def workgroup_item_limit(self, device: Any) -> int | None:
+        """The entry's ``workgroup_items`` for ``device``'s class (looked up as
+        :meth:`workgroup_bound` is): the most items of a work-group its bound gives, filled along
+        the first axis first; else None (the bound alone)."""
+        return _by_class(dict(self.workgroup_items), device)
 
     @property
     def requires_workgroup(self) -> bool:
@@ -401,6 +406,13 @@ def build_spec(path: Path, codename: str, entry: dict, defines: dict, table: dic
         (key, tuple(positive_int(f"restrictions.workgroup_bound.{key}", v) for v in shape))
         for key, shape in bounds.items()
     )
+    items = rs.get("workgroup_items", {})
+    if not isinstance(items, dict) or not all(isinstance(key, str) for key in items):
+        fail(
+            "restrictions.workgroup_items",
+            'expected an object of device class ("opencl:gpu", "*", ...): a positive integer',
+        )
+    workgroup_items = tuple((key, positive_int(f"restrictions.workgroup_items.{key}", v)) for key, v in items.items())
     if not all(DEFINE_NAME.fullmatch(str(k)) and DEFINE_VALUE.fullmatch(str(v)) for k, v in defines.items()):
         fail("defines", "expected an object of NAME: simple value")
     candidates = entry.get("candidates", [])
@@ -458,4 +470,12 @@ def build_spec(path: Path, codename: str, entry: dict, defines: dict, table: dic
         loop_bounds=fixed.loop_bounds,
         argdefines=check_argdefines(rs.get("argdefines", []), defines, fail),
         workgroup_bounds=workgroup_bounds,
+        workgroup_items=workgroup_items,
     )
+
+
+def _by_class(values: dict, device: Any) -> Any:
+    """The value ``values`` gives ``device``'s class: the first of ``"<backend>:<kind>"``,
+    ``"<backend>"``, ``"<kind>"`` and ``"*"`` it names (as ``defaults`` are looked up), else None."""
+    keys = (f"{device.backend}:{device.kind}", device.backend, device.kind, "*")
+    return next((values[key] for key in keys if key in values), None)

@@ -36,12 +36,15 @@ POOL, SPATIAL, IM2COL = (register(kind()) for kind in (Pool, Spatial, Im2col))
 
 
 def _window_step(builder: Recorder, kind: OpKind, x: Value, defines: dict, out_shape: tuple, what: str) -> Value:
-    spec = choose(kind.name, builder.device).configure(defines)
+    # the first of the explicit choice and the library's defaults for the device that the layer's
+    # geometry configures: a global pooling's kernels (kernels/global_pool.cl) refuse other windows
+    spec = choose(kind.name, builder.device, defines=defines)
     return builder.record(kind, spec, (builder.batch,) + tuple(out_shape[1:]), {"a": x}, what)
 
 
 def pool(builder: Recorder, x: Value, defines: dict, out_shape: tuple, what: str = "pool") -> Value:
-    """A pooling of ``x`` (kernels/pool.cl) configured with ``defines`` (the window and ``MAXPOOL``)."""
+    """A pooling of ``x`` (kernels/pool.cl; a global one on a GPU kernels/global_pool.cl) configured with
+    ``defines`` (the window and ``MAXPOOL``)."""
     return _window_step(builder, POOL, x, defines, out_shape, what)
 
 
