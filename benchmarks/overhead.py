@@ -41,10 +41,11 @@ def floor_runner(plan, x, empty: bool = False):
     of the plan's)."""
     device = plan.device
     queue = device.queue
-    ((in_buffer, in_staging, value, _),) = plan._io[0]
-    ((out_buffer, out_staging),) = plan._io[1]
+    ((in_buffer, in_staging, value, _, _),) = plan._io[0]
+    (output,) = plan._io[1]
+    out_buffer = output.buffer
     # the plan's buffers whole (padding included), in plain memory, the input laid out as Plan.run does
-    x_whole, out = np.zeros(in_staging.shape, np.float32), np.empty_like(out_staging)
+    x_whole, out = np.zeros(in_staging.shape, np.float32), np.empty(plan._staging_shape(plan.outputs[0]), np.float32)
     x_whole[: x.shape[0], : value.rows] = x.reshape(x.shape[0], value.rows)
     if empty:
         program = cl.Program(device.context, "__kernel void nothing(__global float *x) { }").build()

@@ -24,6 +24,12 @@ device, each share's plan on a queue of its own (``predict(x, devices=[d, d])``:
 transfers overlap the other's kernels on a discrete GPU), as ``auto_split`` rows with its samples/s
 and ``speedup`` over one pass: the measurement that decides whether predict should split so itself.
 
+With ``--breakdown``, each MLP row also times a predict's stages alone (``breakdown``: predict's
+own checks, the input side, the kernels, the output side, each with the queue finished after it) and
+the bare transfers of the same bytes in the same run (one ``enqueue_copy`` each way from and into
+plain numpy arrays; from a page-locked copy too on a discrete GPU): ``beyond_transfers_s`` is what a
+predict spends beyond its kernels and those copies.
+
 With ``--devices N``, each MLP at batch 8192 is also predicted on N devices at once
 (``predict(x, devices=[...])``: one plan and one thread per device, the batch split in N shares):
 ``multi_device`` rows give its samples/s and ``speedup`` over one device. The devices are the
@@ -33,7 +39,7 @@ listed N times, which shows the splitting's cost, not a speedup (``same_device``
 The results go to ``benchmarks/results/throughput_<device>.json``. --quick: the two Partial
 networks at batch 1024 and 8192, 3 repeats, no convolutional network (a minute on a 2-core CPU).
 
-Run:  python benchmarks/throughput.py [--device D] [--devices N] [--auto-split] [--repeat 10] [--quick]
+Run:  python benchmarks/throughput.py [--device D] [--devices N] [--auto-split] [--breakdown] [--repeat 10] [--quick]
 """
 
 from __future__ import annotations
@@ -130,6 +136,157 @@ def time_split(model, batch: int, device, seconds: float, repeat: int) -> dict:
     return {"kernels_s": kernel_seconds, "transfers_s": max(0.0, seconds - kernel_seconds), "staged": staged}
 
 
+def breakdown(model, x, device, seconds: float, repeat: int) -> dict:
+    """Where one ``model.predict(x)`` of ``seconds`` spends its time on the host, each stage timed
+    alone (medians of ``repeat``, the queue finished after each): ``dispatch_s`` (predict's checks
+    and choices: the predict less its plan's run), ``upload_s`` (the plan's input side: its host
+    copies, a ring's chunks, the device copy), ``kernels_s``, ``download_s`` (the output side: the
+    device copy and any host copy out of a staging array or ring), and the bare transfers of the
+    same bytes in the same run: ``pageable_upload_s`` / ``pageable_download_s`` (one ``enqueue_copy``
+    from the caller's array into the input buffer, and of the output's floats into a new array),
+    ``pinned_upload_s`` (from a page-locked copy of the input; null where the device has no
+    page-locked host memory). ``host_s`` = dispatch + upload + download, ``host_beyond_bare_s`` that
+    less the two pageable transfers (the host work a predict adds to moving its data, stage by stage:
+    free of the kernels' spread on a CPU device); ``beyond_transfers_s`` = ``seconds`` less the
+    kernels and the two pageable transfers (the same, pipelining and waits included)."""
+    import pyopencl as cl
+
+    n = x.shape[0]
+    plan = model.plan(n, device)
+    queue = plan.queue
+
+    def upload():
+        with plan.lock:
+            device.run_pass(plan._send([x], n), [], [], queue)
+            queue.finish()
+
+    def kernels():
+        device.launch_all(plan.launches)
+        queue.finish()
+
+    def download():
+        with plan.lock:
+            results, downloads = plan._results(n)
+            device.run_pass([], [], downloads, queue)
+            plan._receive(results, n)
+
+    (source,), (target,) = plan._io[0], plan._io[1]
+    samples = np.empty((n,) + target.sample_shape, np.float32)
+
+    def bare(to_device: bool, host: np.ndarray):
+        def copy():
+            if to_device:
+                cl.enqueue_copy(queue, source.buffer, host, is_blocking=False)
+                queue.finish()
+            else:
+                cl.enqueue_copy(queue, host, target.buffer, is_blocking=True)
+
+        return copy
+
+    pinned = device.host_array(x.shape, "the input's page-locked copy") if device.stages_output(x.nbytes) else None
+    if pinned is not None:
+        pinned[...] = x
+    found = {
+        "dispatch_s": dispatch_seconds(model, plan, x, repeat),
+        "upload_s": median_time(upload, repeat, warmup=2),
+        "kernels_s": median_time(kernels, repeat, warmup=2),
+        "download_s": median_time(download, repeat, warmup=2),
+        "pageable_upload_s": median_time(bare(True, x), repeat, warmup=2),
+        "pageable_download_s": median_time(bare(False, samples), repeat, warmup=2),
+        "pinned_upload_s": median_time(bare(True, pinned), repeat, warmup=2) if pinned is not None else None,
+        "input": "ring" if plan._rings[0][0] is not None else "direct" if source.direct else "staging array",
+        "output": "ring" if plan._rings[1][0] is not None else "direct" if target.direct else "staging array",
+    }
+    bare = found["pageable_upload_s"] + found["pageable_download_s"]
+    found["host_s"] = found["dispatch_s"] + found["upload_s"] + found["download_s"]
+    found["host_beyond_bare_s"] = found["host_s"] - bare
+    found["beyond_transfers_s"] = seconds - found["kernels_s"] - bare
+    return found
+
+
+def dispatch_seconds(model, plan, x, repeat: int) -> float:
+    """A ``model.predict(x)`` with its plan's run made a no-op (on this plan object only, put back
+    after): predict's own checks and choices, without a transfer or a kernel."""
+    plan.run = lambda arrays: [None]
+    try:
+        return median_time(lambda: model.predict(x, verbose=0), repeat, warmup=2)
+    finally:
+        del plan.run
+
+
+def pinned_row(model, x, y, device, torch, weights, repeat: int) -> dict:
+    """The row's predict with its input in page-locked memory (``malinn.empty_pinned``: a full pass
+    is one DMA), beside torch's forward from a ``pin_memory()`` tensor (``non_blocking`` upload) where
+    torch sees a CUDA GPU, and a plain upload of the same page-locked bytes (``enqueue_copy``: the
+    bus's pace, what the plan's upload is measured against)."""
+    import pyopencl as cl
+
+    pinned = malinn.empty_pinned(x.shape, device=device)
+    pinned[...] = x
+    got = model.predict(pinned, verbose=0)
+    np.testing.assert_array_equal(got, y)
+    seconds = median_time(lambda: model.predict(pinned, verbose=0), repeat, warmup=2)
+    plan = model.plan(x.shape[0], device)
+    ((buffer, *_),) = plan._io[0]
+
+    def upload():
+        with plan.lock:
+            device.run_pass(plan._send([pinned], x.shape[0]), [], [], plan.queue)
+            plan.queue.finish()
+
+    def bare():
+        cl.enqueue_copy(plan.queue, buffer, pinned, is_blocking=False)
+        plan.queue.finish()
+
+    found = {
+        "seconds": seconds,
+        "samples_per_s": x.shape[0] / seconds,
+        "upload_s": median_time(upload, repeat, warmup=2),
+        "bare_pinned_upload_s": median_time(bare, repeat, warmup=2),
+        "page_locked": bool(device.page_locked(pinned)),
+    }
+    found["upload_over_bus"] = found["bare_pinned_upload_s"] / found["upload_s"]
+    if torch is not None:
+        ws = [torch.from_numpy(w).cuda() for w in weights]
+        xt = torch.from_numpy(x).pin_memory()
+
+        def run_peer():
+            h = xt.cuda(non_blocking=True)
+            for i in range(0, len(ws), 2):
+                h = h @ ws[i] + ws[i + 1]
+                if i < len(ws) - 2:
+                    h = torch.relu(h)
+            return h.cpu().numpy()
+
+        found["peer_seconds"] = median_time(run_peer, repeat, warmup=2)
+        found["ratio"] = found["peer_seconds"] / seconds
+    return found
+
+
+def pinned_text(found: dict) -> str:
+    peer = (
+        f", torch from pinned memory {found['peer_seconds'] * 1e3:.3f} ms: {found['ratio']:.2f}x"
+        if "ratio" in found
+        else ""
+    )
+    return (
+        f"{'':<16} from page-locked input: {found['seconds'] * 1e3:.3f} ms, upload {found['upload_s'] * 1e3:.3f} ms "
+        f"({found['upload_over_bus']:.2f}x the bus: {found['bare_pinned_upload_s'] * 1e3:.3f} ms){peer}"
+    )
+
+
+def breakdown_text(found: dict, seconds: float) -> str:
+    ms = {k: v * 1e3 for k, v in found.items() if k.endswith("_s") and v is not None}
+    pinned = f", pinned {ms['pinned_upload_s']:.3f}" if "pinned_upload_s" in ms else ""
+    return (
+        f"{'':<16} dispatch {ms['dispatch_s']:.3f} ms, upload {ms['upload_s']:.3f} ({found['input']}), kernels "
+        f"{ms['kernels_s']:.3f}, download {ms['download_s']:.3f} ({found['output']}); bare transfers: up "
+        f"{ms['pageable_upload_s']:.3f}{pinned}, down {ms['pageable_download_s']:.3f}; host {ms['host_s']:.3f} ms, "
+        f"{ms['host_beyond_bare_s']:+.3f} beyond the bare transfers; predict {seconds * 1e3:.3f} ms, "
+        f"{ms['beyond_transfers_s']:+.3f} beyond kernels and bare transfers"
+    )
+
+
 def split_text(split: dict, seconds: float) -> str:
     return (
         f"{'':<16} {seconds * 1e3:8.3f} ms: kernels {split['kernels_s'] * 1e3:.3f} ms, transfers and host copies "
@@ -195,6 +352,25 @@ def main(argv=None):
         action="store_true",
         help="also predict each MLP at batch 8192 in two shares on the one device, each on a queue of its own",
     )
+    parser.add_argument(
+        "--batches",
+        type=int,
+        nargs="+",
+        default=list(MLP_BATCHES),
+        help=f"the MLPs' batch sizes (default: {' '.join(map(str, MLP_BATCHES))})",
+    )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also time each MLP predict's stages alone (dispatch, upload, kernels, download) beside the "
+        "bare transfers of the same bytes (a row's 'breakdown')",
+    )
+    parser.add_argument(
+        "--pinned",
+        action="store_true",
+        help="also time each MLP from page-locked input memory: malinn.empty_pinned beside torch's "
+        "pin_memory() (a row's 'pinned')",
+    )
     args = harness.parse(parser, argv)
     device = harness.devices(args.device)[0]
     torch = torch_cuda()
@@ -210,18 +386,25 @@ def main(argv=None):
         model = build(widths)
         weights = model.get_weights()
         run_peer = torch_forward(torch, weights) if torch is not None else (lambda x, w=weights: numpy_forward(w, x))
-        for batch in MLP_BATCHES:
+        for batch in args.batches:
             x = rng.uniform(-1, 1, (batch, widths[0])).astype(np.float32)
             y = model.predict(x, verbose=0)
             error = float(np.abs(y - numpy_forward(weights, x)).max())
             seconds = median_time(lambda: model.predict(x, verbose=0), args.repeat, warmup=2)
             peer_seconds = median_time(lambda: run_peer(x), args.repeat, warmup=2)
             split = time_split(model, batch, device, seconds, args.repeat)
-            rows.append(row(name, batch, seconds, peer, peer_seconds, max_abs_error=error, split=split))
+            extra = {"breakdown": breakdown(model, x, device, seconds, args.repeat)} if args.breakdown else {}
+            if args.pinned:
+                extra["pinned"] = pinned_row(model, x, y, device, torch, weights, args.repeat)
+            rows.append(row(name, batch, seconds, peer, peer_seconds, max_abs_error=error, split=split, **extra))
             print(split_text(split, seconds), flush=True)
+            if args.breakdown:
+                print(breakdown_text(extra["breakdown"], seconds), flush=True)
+            if args.pinned:
+                print(pinned_text(extra["pinned"]), flush=True)
             if args.auto_split and batch >= 8192:
                 split_rows.append(auto_split(model, x, device, seconds, args.repeat, name))
-            if len(pool) > 1 and batch == max(MLP_BATCHES):
+            if len(pool) > 1 and batch == max(args.batches):
                 spread = model.predict(x, devices=pool, verbose=0)
                 np.testing.assert_allclose(spread, y, rtol=1e-4, atol=1e-4)
                 spread_seconds = median_time(lambda: model.predict(x, devices=pool, verbose=0), args.repeat, warmup=2)

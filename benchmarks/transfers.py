@@ -60,8 +60,8 @@ from harness import median_time, torch_cuda
 SIZES = [(1, 640), (1, 3072), (100, 784), (100, 3072)]
 #: the large batches: 8192 samples of the Table 10.5 networks' inputs
 LARGE_SIZES = [(8192, 640), (8192, 784), (8192, 3072)]
-SWEEP_THREADS = (1, 2, 4, 6, 8)
-SWEEP_CHUNK_MIB = (1, 2, 4, 8)
+SWEEP_THREADS = (2, 4, 6, 8, 12)
+SWEEP_CHUNK_MIB = (0.5, 1, 2, 4)
 STREAM_MB = [0.004, 0.25, 1, 4, 12.5, 25, 50, 100]
 QUICK_STREAM_MB = [0.004, 4, 12.5]
 #: cuBLAS matrix-vector shapes (units, inputs): Full CIFAR's two wide layers
@@ -314,7 +314,7 @@ def large_rows(device, repeat, sweep):
             try:
                 for threads in SWEEP_THREADS:
                     for mib in SWEEP_CHUNK_MIB:
-                        device.staging_threads, device.staging_chunk_bytes = threads, mib * 2**20
+                        device.staging_threads, device.staging_chunk_bytes = threads, int(mib * 2**20)
                         tried, _ = staging_ring(device, (batch, features))
                         seconds = median_time(lambda tried=tried: staged_write(tried), repeat, warmup=3)
                         sweeps.append(
@@ -336,8 +336,64 @@ def large_rows(device, repeat, sweep):
     return rows, sweeps
 
 
+#: host copies into page-locked memory: piece sizes (MB) and the threads each is cut over
+HOST_COPY_MB = (0.5, 1, 2, 4, 8, 16)
+HOST_COPY_THREADS = (1, 2, 4, 8, 12)
+
+
+def host_copy_rows(device, repeat: int) -> dict:
+    """``--host-copies``: what a staging ring's host side can do on this host. Each piece of
+    ``HOST_COPY_MB`` copied from a pageable array into page-locked memory (``Device.host_array``), cut
+    into one stripe per thread of a pool of ``HOST_COPY_THREADS`` (each stripe a task, as the ring
+    hands chunks to its threads), beside the DMA of the piece from that memory; and the round trip
+    of handing an empty task to a pool thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    source = np.random.default_rng(2).random((64 << 20) // 4, dtype=np.float32)
+    pinned = device.host_array(source.shape, "the host-copy benchmark's page-locked memory")
+    buffer = cl.Buffer(device.context, cl.mem_flags.READ_WRITE, source.nbytes)
+    pools = {t: ThreadPoolExecutor(t) for t in HOST_COPY_THREADS}
+    copies, dma = [], []
+    try:
+        for mb in HOST_COPY_MB:
+            n = int(mb * (1 << 20)) // 4
+            for threads, pool in pools.items():
+                cuts = [n * i // threads for i in range(threads + 1)]
+
+                def copy(pool=pool, cuts=cuts):
+                    tasks = [pool.submit(np.copyto, pinned[a:b], source[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
+                    for task in tasks:
+                        task.result()
+
+                seconds = median_time(copy, repeat, warmup=3)
+                copies.append({"mb": mb, "threads": threads, "s": seconds, "gbs": 4 * n / seconds / 1e9})
+
+            def upload(n=n):
+                cl.enqueue_copy(device.queue, buffer, pinned[:n], is_blocking=False)
+                device.queue.finish()
+
+            seconds = median_time(upload, repeat, warmup=3)
+            dma.append({"mb": mb, "s": seconds, "gbs": 4 * n / seconds / 1e9})
+            print(
+                f"  {mb:5.1f} MB: DMA {seconds * 1e6:6.0f} us; host copy "
+                + ", ".join(f"{r['threads']} threads {r['s'] * 1e6:.0f} us" for r in copies if r["mb"] == mb),
+                flush=True,
+            )
+        handoff = median_time(lambda: pools[max(pools)].submit(int).result(), 10 * repeat, warmup=10)
+    finally:
+        for pool in pools.values():
+            pool.shutdown()
+    print(f"  handing an empty task to a pool thread and back: {handoff * 1e6:.0f} us")
+    return {"copies": copies, "dma": dma, "handoff_s": handoff}
+
+
 def main(argv=None):
     parser = harness.arguments(__doc__, repeat=200, quick_repeat=20)
+    parser.add_argument(
+        "--host-copies",
+        action="store_true",
+        help="also time host copies into page-locked memory cut over 1-12 threads, beside their DMA",
+    )
     parser.add_argument("--chunks", type=int, default=4, help="pieces of the chunked upload (default: 4)")
     parser.add_argument(
         "--sweep",
@@ -356,6 +412,10 @@ def main(argv=None):
     rows = transfer_rows(device, args.repeat, args.chunks)
     print("large batches, GB/s:")
     large, sweep = large_rows(device, min(args.repeat, 30), args.sweep)
+    host_copies = None
+    if args.host_copies:
+        print("host copies into page-locked memory:")
+        host_copies = host_copy_rows(device, min(args.repeat, 21))
     sizes = QUICK_STREAM_MB if args.quick else STREAM_MB
     flush_mib = args.flush_mib or (16 if args.quick else 256)
     launch_repeat = min(args.repeat, 30)
@@ -368,7 +428,7 @@ def main(argv=None):
     for r in o["stream"]:
         print(f"  stream {r['mb']:8.3f} MB  {r['s'] * 1e6:8.2f} us")
     print(f"  fit: fixed {o['fixed_s'] * 1e6:.2f} us + bytes / {o['rate_gbs']:.0f} GB/s")
-    fields = {"chunks": args.chunks, "large": large, "sweep": sweep, "launch": o}
+    fields = {"chunks": args.chunks, "large": large, "sweep": sweep, "host_copies": host_copies, "launch": o}
     torch = torch_cuda()
     if torch is not None:
         t = fields["torch"] = torch_figures(torch, sizes, GEMV_SHAPES, flush_mib, launch_repeat)

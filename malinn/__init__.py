@@ -33,6 +33,7 @@ __all__ = [
     "get_device",
     "get_devices",
     "set_device",
+    "empty_pinned",
     "MalinnError",
     "DeviceError",
     "KernelBuildError",
@@ -45,6 +46,7 @@ __all__ = [
 
 if TYPE_CHECKING:  # what the first use of the package imports (_load), for readers and type checkers
     from . import layers, ops
+    from .backends.pinned import empty_pinned
     from .backends.selection import Device, devices, get_device, get_devices, set_device
     from .errors import (
         BackendError,
@@ -78,6 +80,7 @@ _API = {
     "Model": "model.functional",
     "Input": "layers.input_layer",
     "load_library": "library.kernel_library",
+    "empty_pinned": "backends.pinned",
     "Layout": "library.layout",
     "Sequential": "model.sequential",
     "convert": "model.saving",

@@ -327,3 +327,16 @@ def described_gpu(name: str = "test GPU", **changes):
         host_unified_memory=False,
     )
     return replace(gpu, **changes)
+
+
+def small_conv_model():
+    """Conv2D(5, 3, relu) over 6x6x3 images with seeded weights: a sample is several columns of its
+    input's and its output's matrix views (6x6 and 4x4 pixels)."""
+    from malinn import Sequential
+    from malinn.layers import Conv2D
+
+    rng = np.random.default_rng(4)
+    model = Sequential([Conv2D(5, 3, activation="relu")])
+    model.build((None, 6, 6, 3))
+    model.set_weights([rng.standard_normal(w.shape).astype(np.float32) * 0.3 for w in model.get_weights()])
+    return model

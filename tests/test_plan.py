@@ -121,7 +121,7 @@ def test_an_unpadded_input_goes_from_the_callers_array_where_the_device_says_sta
         monkeypatch.setattr(type(device), "stages_input", lambda self, nbytes, s=stages: s)
         model._plans.clear()  # a plan decides at allocation: make a new one
         plan = model.plan(32, device)
-        ((_, _, value, direct),) = plan._io[0]
+        ((_, _, value, direct, _),) = plan._io[0]
         assert direct == (value.storage.padded == (64, 32) and not stages)
         assert_close(model.predict(x), numpy_forward(model, x))
         assert_close(model.predict(-x), numpy_forward(model, -x))
@@ -140,7 +140,7 @@ def test_a_pass_smaller_than_its_bucket_is_exact_and_padded_with_zeros(device, r
     x = rng.standard_normal((300, 13)).astype(np.float32)
     plan = model.plan(300, device)
     assert plan.batch == 320
-    ((_, staging, _, _),) = plan._io[0]
+    ((_, staging, _, _, _),) = plan._io[0]
     y = model.predict(x)
     assert staging[:300].any()  # 300 samples in a 320-sample plan go through the staging
     assert_close(y, numpy_forward(model, x))

@@ -11,11 +11,11 @@ import threading
 
 import numpy as np
 import pytest
-from helpers import assert_close, dense_forward
+from helpers import assert_close, dense_forward, small_conv_model
 
 from malinn import DeviceError, Sequential
 from malinn.backends import opencl_staging
-from malinn.layers import Conv2D, Dense
+from malinn.layers import Dense
 
 
 @pytest.fixture
@@ -34,15 +34,6 @@ def dense_model(features: int = 37):
     model.set_weights([rng.standard_normal(w.shape).astype(np.float32) * 0.2 for w in model.get_weights()])
     w = model.get_weights()
     return model, lambda x: dense_forward(x, [(w[0], w[1], "relu"), (w[2], w[3], "softmax")])
-
-
-def conv_model():
-    """A sample is several columns of the input's and the output's matrix views (6x6 and 4x4 pixels)."""
-    rng = np.random.default_rng(4)
-    model = Sequential([Conv2D(5, 3, activation="relu")])
-    model.build((None, 6, 6, 3))
-    model.set_weights([rng.standard_normal(w.shape).astype(np.float32) * 0.3 for w in model.get_weights()])
-    return model
 
 
 def replan(model):
@@ -95,7 +86,7 @@ def test_chunked_transfers_equal_one_whole_copy(staged, monkeypatch, n, chunk):
 def test_a_sample_of_several_columns_split_between_chunks(staged, monkeypatch):
     """Conv2D: a sample is 36 input columns of 3 floats (padded to the kernel's rows) and 16 output
     columns of 5; chunks of 7 columns cut samples in two."""
-    model = conv_model()
+    model = small_conv_model()
     x = np.random.default_rng(5).standard_normal((23, 6, 6, 3)).astype(np.float32)
     want = unstaged(model, x, monkeypatch)
     monkeypatch.setattr(staged, "staging_chunk_bytes", 1)

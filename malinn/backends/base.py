@@ -199,6 +199,19 @@ class Device:
         as it is (False). This default: False, the staging array being plain memory too."""
         return False
 
+    def page_locked(self, array: np.ndarray) -> bool:
+        """Whether ``array`` lies in page-locked host memory this device gave out
+        (:meth:`host_array`): a full pass uploads such an input by one DMA, at the bus's pace, with no
+        host copy. This default: False."""
+        return False
+
+    def stages_output(self, nbytes: int) -> bool:
+        """Whether an output of ``nbytes`` whose samples fill the start of its device buffer (no
+        padded features) is read into :meth:`host_array` memory and copied out (True), or read
+        straight into the array returned to the caller (False). This default: False, the staging
+        array being plain memory too."""
+        return False
+
     def staging_ring(self, shape: tuple[int, int], what: str = "data") -> Any:
         """How a plan moves a buffer laid out as a ``shape`` staging array (columns, padded rows) on
         every call: None, as one copy through :meth:`host_array` memory (this default); or a ring of

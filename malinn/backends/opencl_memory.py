@@ -6,7 +6,8 @@ through a ring of page-locked slots in chunks (:mod:`.opencl_staging`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+import weakref
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -64,6 +65,7 @@ class DeviceMemory:
     image_support: bool
     image2d_max_size: tuple
     counters: dict
+    cache: dict[str, Any]
     context: pyopencl.Context
     queue: pyopencl.CommandQueue
     #: a staging ring's chunk, at most (bytes), slots and copy threads (:meth:`staging_ring`)
@@ -173,12 +175,30 @@ class DeviceMemory:
                 f"{self.name} failed ({status_name(exc)})"
             ) from exc
         view[...] = 0
+        start = view.__array_interface__["data"][0]
+        regions = self.cache.setdefault("page_locked", {})
+        regions[start] = start + nbytes
+        weakref.finalize(view, regions.pop, start, None)  # unmapped with the last array on it
         return view  # the mapping keeps the buffer alive as long as the array
+
+    def page_locked(self, array: np.ndarray) -> bool:
+        """:meth:`Device.page_locked`: whether ``array`` lies in page-locked memory of
+        :meth:`host_array`'s (a slot, a staging array, :func:`malinn.empty_pinned`'s)."""
+        start = array.__array_interface__["data"][0]
+        stop = start + array.nbytes
+        return any(begin <= start and stop <= end for begin, end in self.cache.get("page_locked", {}).items())
 
     def stages_input(self, nbytes: int) -> bool:
         """True where :meth:`host_array` gives page-locked memory and the input is below
         :data:`DIRECT_MIN_BYTES`."""
         return self._pinned(nbytes) and nbytes < DIRECT_MIN_BYTES
+
+    def stages_output(self, nbytes: int) -> bool:
+        """True where :meth:`host_array` gives page-locked memory (a discrete GPU's DMA target: an
+        output of ``nbytes`` is read into it, then copied out); False where the device shares the
+        host's memory or the output is small: the driver's read lands in the caller's array as fast,
+        with no second host pass."""
+        return self._pinned(nbytes)
 
     def staging_ring(self, shape: tuple[int, int], what: str = "data") -> StagingRing | None:
         """:meth:`Device.staging_ring`: a ring of page-locked slots (:class:`~.opencl_staging.StagingRing`)

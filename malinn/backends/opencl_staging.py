@@ -41,9 +41,12 @@ if TYPE_CHECKING:
 __all__ = ["StagingRing", "copy_threads", "STAGING_CHUNK_BYTES", "STAGING_THREADS"]
 
 #: the most bytes of one chunk: each DMA long against its fixed cost (a few microseconds), the
-#: first chunk's host copy (not overlapped) short
-STAGING_CHUNK_BYTES = 2 * 1024 * 1024
-#: the most host threads that copy chunks: one moves ~10 GB/s, the bus ~50 GB/s
+#: first chunk's host copy (not overlapped) short. On an H200 host 4 MiB beat 2 MiB at every thread
+#: count (benchmarks/transfers.py --sweep: 8192 x 640 floats at 17.0 against 15.7 GB/s with 6
+#: threads, 18.0 against 16.5 with 4)
+STAGING_CHUNK_BYTES = 4 * 1024 * 1024
+#: the most host threads that copy chunks: one moves 6-13 GB/s into page-locked memory, the bus ~50;
+#: more threads ran no faster there (handing a copy to a thread costs ~70 us: --host-copies)
 STAGING_THREADS = 6
 
 _pools_lock = threading.Lock()
@@ -80,7 +83,11 @@ class StagingRing:
         self, device: Any, rows: int, columns: int, chunk_bytes: int, slots: int, threads: int, what: str
     ) -> None:
         self.device, self.rows, self.columns, self.what = device, int(rows), int(columns), what
-        self.chunk = max(1, min(self.columns, int(chunk_bytes) // (4 * self.rows)))
+        most = max(1, int(chunk_bytes) // (4 * self.rows))  # columns of chunk_bytes
+        # a quarter of the buffer where that is less (none below 1 MiB): the first chunk's host copy
+        # and the last one's DMA are not overlapped
+        floor = max(1, (1 << 20) // (4 * self.rows))
+        self.chunk = max(1, min(self.columns, most, max(-(-self.columns // 4), floor)))
         count = max(1, min(int(slots), -(-self.columns // self.chunk)))
         self.slots = [device.host_array((self.chunk, self.rows), f"{what}: staging slot") for _ in range(count)]
         self.threads = max(1, int(threads))

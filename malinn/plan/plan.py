@@ -20,33 +20,33 @@ from .progress import BuildProgress
 from .tensor import format_shape
 from .tensors import GEOMETRY, Step, Storage, Value, storages_of
 
-__all__ = ["Plan", "Upload", "Download", "Output"]
+__all__ = ["Plan", "Upload", "Output"]
 
 
 class Upload(NamedTuple):
     """How a run uploads one input: into ``buffer`` from the caller's array where ``direct`` (a full
-    pass of an unpadded input), else through ``staging`` (host memory laid out as the buffer)."""
+    pass of an unpadded input), else through ``staging`` (host memory laid out as the buffer);
+    ``unpadded`` where the buffer is the caller's array as laid out (a full pass from page-locked
+    memory is then one DMA, whatever ``direct`` and ``staging`` say)."""
 
     buffer: object
     staging: np.ndarray | None  # None: the input moves through a staging ring (Plan._rings)
     value: Value
     direct: bool
-
-
-class Download(NamedTuple):
-    """One output's buffer and the host memory it is downloaded into."""
-
-    buffer: object
-    staging: np.ndarray
+    unpadded: bool
 
 
 class Output(NamedTuple):
-    """How an output is cut from its staging: its rows, columns per sample, one sample's shape."""
+    """How an output reaches the caller: its buffer, the staging it is cut from, its rows, columns
+    per sample and one sample's shape; ``direct`` where it is read straight into the array returned
+    (its samples fill the start of the buffer: no padded features, nothing to cut)."""
 
-    staging: np.ndarray | None  # None: the output moves through a staging ring (Plan._rings)
+    buffer: object
+    staging: np.ndarray | None  # None: read straight into the result (direct) or through a ring (Plan._rings)
     rows: int
     per_sample: int
     sample_shape: tuple
+    direct: bool
 
 
 # ======================================================================== the plan
@@ -252,9 +252,9 @@ class Plan:
         # (padded rows and samples as zeros, never an earlier call's data) with one plain copy; an
         # input that fills its buffer exactly goes from the caller's array where the device says
         # that a copy into the staging array would not pay (Device.stages_input)
-        # decided once: the inputs (buffer, staging, value, uploaded from the caller's array), the
-        # downloads (buffer, staging) and how each output is cut from its staging (staging, rows,
-        # columns per sample, one sample's shape)
+        # decided once: the inputs (buffer, staging, value, uploaded from the caller's array) and
+        # how each output reaches the caller (buffer, staging to cut it from, rows, columns per
+        # sample, one sample's shape, read straight into the result)
         # a large input or output on a discrete GPU moves in chunks through a ring of page-locked
         # slots instead (Device.staging_ring: the host's copies overlap the DMA), with no staging
         # array of its own; each ring decided here, once
@@ -262,23 +262,44 @@ class Plan:
             [self.device.staging_ring(self._staging_shape(v), self._staging_what(v, "input")) for v in self.inputs],
             [self.device.staging_ring(self._staging_shape(v), self._staging_what(v, "output")) for v in self.outputs],
         )
+        # an output whose features are not padded is read straight into the array the caller gets
+        # (the first samples' columns are the start of its buffer) where the device says that a read
+        # into the staging array and a copy out would not pay (Device.stages_output): one host pass
+        # over it, not two; the result is a new array each call, never a buffer the next one reuses
+        direct = [ring is None and self._direct_output(v) for v, ring in zip(self.outputs, self._rings[1])]
         stagings = [
-            None if ring is not None else self._staging(v, "output") for v, ring in zip(self.outputs, self._rings[1])
+            None if ring is not None or plain else self._staging(v, "output")
+            for v, ring, plain in zip(self.outputs, self._rings[1], direct)
         ]
         self._io = (
             [
-                Upload(v.storage.buffer, None, v, False)
+                Upload(v.storage.buffer, None, v, False, self._unpadded(v))
                 if ring is not None
-                else Upload(v.storage.buffer, self._staging(v, "input"), v, self._direct(v))
+                else Upload(v.storage.buffer, self._staging(v, "input"), v, self._direct(v), self._unpadded(v))
                 for v, ring in zip(self.inputs, self._rings[0])
             ],
-            [Download(v.storage.buffer, staging) for v, staging in zip(self.outputs, stagings) if staging is not None],
             [
-                Output(staging, v.rows, v.cols // self.batch, tuple(v.shape[1:]))
-                for staging, v in zip(stagings, self.outputs)
+                Output(v.storage.buffer, staging, v.rows, v.cols // self.batch, tuple(v.shape[1:]), plain)
+                for staging, v, plain in zip(stagings, self.outputs, direct)
             ],
         )
         return self
+
+    def _direct_output(self, value: Value) -> bool:
+        """Whether ``value`` is read straight into the caller's result: its features unpadded (a
+        pass's samples are then the first ``rows x columns`` floats of its buffer) and the device
+        reading it so at least as fast as through a staging array (:meth:`Device.stages_output`)."""
+        storage = value.storage
+        return (
+            storage.view is None
+            and storage.padded_size[0] == value.rows
+            and not self.device.stages_output(4 * value.rows * value.cols)
+        )
+
+    @staticmethod
+    def _unpadded(value: Value) -> bool:
+        """Whether ``value``'s buffer holds the caller's array as it is laid out (no padding)."""
+        return value.storage.view is None and value.storage.padded == (value.rows, value.cols)
 
     def _direct(self, value: Value) -> bool:
         """Whether a full pass uploads ``value`` from the caller's array (no padding, no staging copy)."""
@@ -315,40 +336,71 @@ class Plan:
         step and downloads the outputs.
 
         Returns:
-            One float32 array per output, with the inputs' number of samples.
+            One float32 array per output, with the inputs' number of samples (new arrays: the next
+            run never writes into them).
 
         Raises:
             DeviceError: a launch, an upload or a download failed.
         """
         n = arrays[0].shape[0]
-        device = self.device
-        ins, downloads, outs = self._io
-        in_rings, out_rings = self._rings
         with self.lock:  # the staging arrays and rings are the plan's: one pass at a time on its queue
-            uploads = []
-            for (buffer, staging, value, direct), array, ring in zip(ins, arrays, in_rings):
-                cols = value.cols // self.batch * n
-                if staging is None:  # through its ring, in chunks, its last ones in flight while the others go
-                    ring.upload(self.queue, buffer, array.reshape(cols, value.rows))
-                    continue
-                if direct and n == self.batch:
-                    uploads.append((buffer, array))
-                    continue
-                staging[:cols, : value.rows] = array.reshape(cols, value.rows)
-                if cols < value.cols:
-                    staging[cols : value.cols] = 0
-                uploads.append((buffer, staging))
-            device.run_pass(uploads, self.launches, downloads, self.queue)
-            results = []
-            for (staging, rows, per_sample, tail), ring, value in zip(outs, out_rings, self.outputs):
-                cols = per_sample * n
-                if staging is not None:
-                    results.append(staging[:cols, :rows].reshape((n,) + tail).copy())
-                    continue
-                result = np.empty((n,) + tail, np.float32)
-                ring.download(self.queue, value.storage.buffer, result.reshape(cols, rows))
-                results.append(result)
-            return results
+            uploads = self._send(arrays, n)
+            results, downloads = self._results(n)
+            self.device.run_pass(uploads, self.launches, downloads, self.queue)
+            return self._receive(results, n)
+
+    def _send(self, arrays: list, n: int) -> list:
+        """The host side of a pass's uploads of ``n`` samples (under :attr:`lock`): an input with a
+        ring enqueued through it in chunks; a full pass of a direct input left as the caller's array;
+        any other copied into its staging array (the samples past ``n`` zeroed). Returns the
+        ``(buffer, array)`` uploads for :meth:`Device.run_pass`."""
+        uploads = []
+        for (buffer, staging, value, direct, unpadded), array, ring in zip(self._io[0], arrays, self._rings[0]):
+            cols = value.cols // self.batch * n
+            if unpadded and n == self.batch and self.device.page_locked(array):
+                uploads.append((buffer, array))  # page-locked already (malinn.empty_pinned): one DMA
+                continue
+            if staging is None:  # through its ring, in chunks, its last ones in flight while the others go
+                ring.upload(self.queue, buffer, array.reshape(cols, value.rows))
+                continue
+            if direct and n == self.batch:
+                uploads.append((buffer, array))
+                continue
+            staging[:cols, : value.rows] = array.reshape(cols, value.rows)
+            if cols < value.cols:
+                staging[cols : value.cols] = 0
+            uploads.append((buffer, staging))
+        return uploads
+
+    def _results(self, n: int) -> tuple[list, list]:
+        """A pass's result arrays of ``n`` samples (None for an output cut from its staging) and the
+        ``(buffer, array)`` downloads for :meth:`Device.run_pass`: a direct output's samples read
+        straight into its result (the first floats of its buffer), a staged output's whole staging."""
+        results: list[np.ndarray | None] = []
+        downloads: list[tuple[object, np.ndarray]] = []
+        for output in self._io[1]:
+            if output.staging is not None:
+                results.append(None)
+                downloads.append((output.buffer, output.staging))
+                continue
+            result = np.empty((n,) + output.sample_shape, np.float32)
+            results.append(result)
+            if output.direct:
+                downloads.append((output.buffer, result))
+        return results, downloads
+
+    def _receive(self, results: list, n: int) -> list:
+        """The outputs once :meth:`Device.run_pass` returned (under :attr:`lock`): a ring's read
+        through it into its result, a staged output cut from its staging into a new array."""
+        done = []
+        for output, ring, result in zip(self._io[1], self._rings[1], results):
+            cols = output.per_sample * n
+            if output.staging is not None:
+                result = output.staging[:cols, : output.rows].reshape((n,) + output.sample_shape).copy()
+            elif not output.direct:
+                ring.download(self.queue, output.buffer, result.reshape(cols, output.rows))
+            done.append(result)
+        return done
 
     # ---------------------------------------------------------------- reports
     def describe(self) -> list:
