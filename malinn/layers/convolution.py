@@ -10,6 +10,9 @@ epilogue. A 1-D layer is the 2-D one on an image of height 1 (the same memory).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..library.precision import rounded
@@ -18,6 +21,9 @@ from ..plan.tensors import Vector, Weight
 from .activation import get_activation
 from .base import Layer, folded_affine, glorot_uniform, numeric_weights, write_weights, zeros
 from .windows import as_tuple, output_size, spatial_of, window_defines
+
+if TYPE_CHECKING:
+    from ..plan.tensors import Value
 
 __all__ = ["Conv1D", "Conv2D", "DepthwiseConv2D", "SeparableConv2D"]
 
@@ -207,7 +213,7 @@ class Conv2D(_Window):
         return {0: ("kernel", self.weight_matrix())}
 
     #: the op kind's lowering function of the layer's step (Conv3D: kinds.conv3d)
-    lowering = staticmethod(kinds.conv)
+    lowering: Callable[..., Value] = staticmethod(kinds.conv)
 
     def lowered_geometry(self, sample_shape) -> dict:
         """The defines :attr:`lowering` takes for one sample of ``sample_shape``."""

@@ -13,6 +13,9 @@ layers do.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from ..plan import kinds
 from .convolution import Conv2D
 from .convolution_transpose import Conv2DTranspose, transposed_padding
@@ -21,7 +24,7 @@ from .volumes import volume_defines
 __all__ = ["Conv3D", "Conv3DTranspose"]
 
 
-def _check_volume(layer, input_shape) -> tuple:
+def _check_volume(layer: Conv3D | Conv3DTranspose, input_shape: Any) -> tuple:
     """``input_shape`` as a tuple, checked to be ``(batch, depth, height, width, channels)``.
 
     Raises:
@@ -55,10 +58,10 @@ class Conv3D(Conv2D):
 
     rank = 3
 
-    def _check_input(self, input_shape) -> tuple:
+    def _check_input(self, input_shape: Any) -> tuple:
         return super()._check_input(_check_volume(self, input_shape))
 
-    def geometry(self, sample_shape) -> dict:
+    def geometry(self, sample_shape: Sequence[int]) -> dict:
         """The defines of kernels/conv3d.cl on one sample of ``sample_shape`` ``(D, H, W, C)``."""
         *dhw, channels = sample_shape
         return {
@@ -69,7 +72,7 @@ class Conv3D(Conv2D):
 
     lowering = staticmethod(kinds.conv3d)
 
-    def lowered_geometry(self, sample_shape) -> dict:
+    def lowered_geometry(self, sample_shape: Sequence[int]) -> dict:
         return self.geometry(sample_shape)  # the groups are in it (CG, MG)
 
 
@@ -94,10 +97,10 @@ class Conv3DTranspose(Conv2DTranspose):
 
     rank = 3
 
-    def _check_input(self, input_shape) -> tuple:
+    def _check_input(self, input_shape: Any) -> tuple:
         return super()._check_input(_check_volume(self, input_shape))
 
-    def geometry(self, sample_shape) -> dict:
+    def geometry(self, sample_shape: Sequence[int]) -> dict:
         """The defines of kernels/conv3d_transpose.cl on one sample of ``sample_shape`` ``(D, H, W, C)``."""
         *dhw, channels = sample_shape
         out = self._spatial_output((None,) + tuple(sample_shape))

@@ -11,6 +11,9 @@ computes (``output_padding`` added after the last pixel).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from ..library.precision import rounded
@@ -19,6 +22,11 @@ from ..plan.tensors import Weight
 from .base import folded_affine, glorot_uniform, numeric_weights, write_weights, zeros
 from .convolution import _Window
 from .windows import spatial_of
+
+if TYPE_CHECKING:
+    from ..library.kernel_library import KernelSpec
+    from ..plan.builder import PlanBuilder
+    from ..plan.tensors import Value
 
 __all__ = ["Conv2DTranspose", "Conv1DTranspose", "transposed_length", "transposed_padding"]
 
@@ -77,15 +85,15 @@ class Conv2DTranspose(_Window):
 
     def __init__(
         self,
-        filters,
-        kernel_size,
-        strides=1,
-        padding="valid",
-        output_padding=None,
-        dilation_rate=1,
-        activation=None,
+        filters: int,
+        kernel_size: int | Sequence[int],
+        strides: int | Sequence[int] = 1,
+        padding: str = "valid",
+        output_padding: int | Sequence[int] | None = None,
+        dilation_rate: int | Sequence[int] = 1,
+        activation: Any = None,
         use_bias: bool = True,
-        data_format=None,
+        data_format: str | None = None,
         name: str | None = None,
     ):
         super().__init__(kernel_size, strides, padding, dilation_rate, activation, use_bias, data_format, name)
@@ -108,20 +116,20 @@ class Conv2DTranspose(_Window):
             if any(p >= s for p, s in zip(values, self.strides)):
                 raise ValueError(f"{who}: output_padding {values} must be below the strides {self.strides}")
             output_padding = tuple(int(v) for v in values)
-        self.output_padding = output_padding
+        self.output_padding: tuple | None = output_padding
         self.kernel: np.ndarray | None = None
 
     def _pads(self) -> tuple:
         return self.output_padding if self.output_padding is not None else (None,) * self.rank
 
-    def _spatial_output(self, input_shape) -> tuple:
+    def _spatial_output(self, input_shape: Any) -> tuple:
         shape = tuple(input_shape)
         return tuple(
             transposed_length(n, k, s, d, self.padding, p)
             for n, k, s, d, p in zip(shape[1:-1], self.kernel_size, self.strides, self.dilation_rate, self._pads())
         )
 
-    def geometry(self, sample_shape) -> dict:
+    def geometry(self, sample_shape: Sequence[int]) -> dict:
         """The defines of kernels/conv_transpose.cl on one sample of ``sample_shape``."""
         h, w, c = spatial_of(sample_shape)
         (oh, ow) = self._hw(self._spatial_output((None,) + tuple(sample_shape)))
@@ -142,7 +150,7 @@ class Conv2DTranspose(_Window):
             "CIN": c,
         }
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         """Creates ``kernel`` (kernel_size + (filters, channels)), Glorot-uniform, and a zero bias.
 
         Raises:
@@ -156,18 +164,23 @@ class Conv2DTranspose(_Window):
         )
         self.bias = zeros(self.filters) if self.use_bias else None
 
-    def compute_output_shape(self, input_shape) -> tuple:
+    def compute_output_shape(self, input_shape: Any) -> tuple:
         shape = self._check_input(input_shape)
         return (shape[0],) + self._spatial_output(shape) + (self.filters,)
 
+    def _kernel(self) -> np.ndarray:
+        """``kernel`` of the built layer."""
+        assert self.kernel is not None, f"{self._what()} is not built"
+        return self.kernel
+
     def weight_matrix(self) -> np.ndarray:
         """``COUT x KH*KW*CIN``: column ``(ky*KW + kx)*CIN + c`` of row ``m`` is ``kernel[ky, kx, m, c]``."""
-        return np.moveaxis(self.kernel, -2, 0).reshape(self.filters, -1)
+        return np.moveaxis(self._kernel(), -2, 0).reshape(self.filters, -1)
 
     def kernel_matrices(self) -> dict:
         return {0: ("kernel", self.weight_matrix())}
 
-    def save_own_variables(self, store, target) -> None:
+    def save_own_variables(self, store: Any, target: KernelSpec) -> None:
         """The weights in Keras's shapes, the kernel rounded as ``target``'s precision keeps it on
         the device (as :meth:`Conv2D.save_own_variables`).
 
@@ -176,18 +189,18 @@ class Conv2DTranspose(_Window):
         """
         weights = self.weight_arrays()
         kept = rounded(self.weight_matrix(), target.precision, f"{self._what()} kernel")
-        shape = self.kernel.shape
+        shape = self._kernel().shape
         weights[0] = np.moveaxis(kept.reshape((self.filters,) + shape[:-2] + (shape[-1],)), 0, -2)
         for i, weight in enumerate(weights):
             write_weights(store, str(i), weight)
 
     #: the op kind's lowering function of the layer's step (Conv3DTranspose: kinds.conv3d_transpose)
-    lowering = staticmethod(kinds.conv_transpose)
+    lowering: Callable[..., Value] = staticmethod(kinds.conv_transpose)
 
-    def lower(self, builder, x):
+    def lower(self, builder: PlanBuilder, x: Value) -> Value:
         weight = Weight(
             f"layer {self.name!r} kernel",
-            (self.filters, self.kernel[..., 0, :].size),
+            (self.filters, self._kernel()[..., 0, :].size),
             self.weight_matrix,
             self.device_copies,
         )
@@ -203,7 +216,7 @@ class Conv2DTranspose(_Window):
             what=self._what(),
         )
 
-    def set_weights(self, weights) -> None:
+    def set_weights(self, weights: Iterable[Any]) -> None:
         """Sets ``[kernel, bias]`` (or ``[kernel]``) in Keras's shapes.
 
         Raises:
@@ -213,19 +226,19 @@ class Conv2DTranspose(_Window):
         who = f"{type(self).__name__} {self.name!r}"
         if not self.built:
             raise ValueError(f"{who}: build the layer before setting its weights")
-        shapes = [self.kernel_size + (self.filters, self.input_shape[-1])] + [(self.filters,)] * self.use_bias
+        shapes = [self.kernel_size + (self.filters, self._built_shape()[-1])] + [(self.filters,)] * self.use_bias
         if [w.shape for w in weights] != shapes:
             raise ValueError(f"{who}: weight shapes {[w.shape for w in weights]} do not match {shapes}")
         self.kernel = weights[0].copy()
         self.bias = weights[1].copy() if self.use_bias else None
         self._weights_changed()
 
-    def absorb_affine(self, scale, shift) -> bool:
+    def absorb_affine(self, scale: np.ndarray, shift: np.ndarray) -> bool:
         """Folds a following BatchNormalization into the kernel and bias (float64) when linear."""
         if self.activation != "linear" or not self.built:
             return False
         kernel, bias = folded_affine(
-            self.kernel, self.bias if self.use_bias else None, scale, shift, np.asarray(scale, np.float64)[:, None]
+            self._kernel(), self.bias if self.use_bias else None, scale, shift, np.asarray(scale, np.float64)[:, None]
         )
         self.use_bias = True
         self.set_weights([kernel, bias])

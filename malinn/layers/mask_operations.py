@@ -10,7 +10,7 @@ its mask skips the steps Keras skips.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,6 +19,11 @@ from ..plan.tensors import Vector
 from .base import Layer
 from .keras_config import KerasContext, NotConvertible
 from .merging import Maximum, Minimum
+
+if TYPE_CHECKING:
+    from ..plan.builder import PlanBuilder
+    from ..plan.recorder import Recorder
+    from ..plan.tensors import Value
 
 __all__ = [
     "NotEqual",
@@ -32,7 +37,7 @@ __all__ = [
 ]
 
 
-def _zero_ones(builder) -> dict:
+def _zero_ones(builder: Recorder) -> dict:
     """The values of this plan that hold 0.0 and 1.0 only (by id: the value kept alive)."""
     found = builder.__dict__.get("keras_booleans")
     if found is None:
@@ -40,13 +45,13 @@ def _zero_ones(builder) -> dict:
     return found
 
 
-def _boolean(builder, value):
+def _boolean(builder: Recorder, value: Value) -> Value:
     """Records ``value`` as one of 0.0 and 1.0 only; returns it."""
     _zero_ones(builder)[id(value)] = value
     return value
 
 
-def _as_boolean(builder, x, what: str):
+def _as_boolean(builder: Recorder, x: Value, what: str) -> Value:
     """``x`` as Keras's cast to bool: 1.0 where it is not 0 (NaN too), else 0.0."""
     if _zero_ones(builder).get(id(x)) is x:
         return x
@@ -79,7 +84,7 @@ class NotEqual(Layer):
         except (TypeError, ValueError):
             raise ValueError(f"NotEqual {self.name!r}: value must be a number, got {value!r}") from None
 
-    def lower(self, builder, x):
+    def lower(self, builder: PlanBuilder, x: Value) -> Value:
         column = kinds.reshape(builder, x, tuple(x.shape) + (1,), what=self._what())
         return _boolean(builder, kinds.any_not_equal(builder, column, self.value, shape=x.shape, what=self._what()))
 
@@ -139,7 +144,7 @@ class AnyOperation(Layer):
             )
         return shape[:-1] + ((1,) if self.keepdims else ())
 
-    def lower(self, builder, x):
+    def lower(self, builder: PlanBuilder, x: Value) -> Value:
         shape = tuple(x.shape[:-1]) + ((1,) if self.keepdims else ())
         return _boolean(builder, kinds.any_not_equal(builder, x, 0.0, shape=shape, what=self._what()))
 
@@ -150,7 +155,7 @@ class AnyOperation(Layer):
 class LogicalOr(Maximum):
     """Keras 3's ``logical_or`` of two tensors (each true where not 0), as 1.0 and 0.0."""
 
-    def lower(self, builder, xs):
+    def lower(self, builder: PlanBuilder, xs: list) -> Value:
         xs = [_as_boolean(builder, x, self._what()) for x in xs]
         return _boolean(builder, super().lower(builder, xs))
 
@@ -158,7 +163,7 @@ class LogicalOr(Maximum):
 class LogicalAnd(Minimum):
     """Keras 3's ``logical_and`` of two tensors (each true where not 0), as 1.0 and 0.0."""
 
-    def lower(self, builder, xs):
+    def lower(self, builder: PlanBuilder, xs: list) -> Value:
         xs = [_as_boolean(builder, x, self._what()) for x in xs]
         return _boolean(builder, super().lower(builder, xs))
 
@@ -200,7 +205,7 @@ class ExpandDims(Layer):
             )
         return shape[:axis] + (1,) + shape[axis:]
 
-    def lower(self, builder, x):
+    def lower(self, builder: PlanBuilder, x: Value) -> Value:
         out = kinds.reshape(builder, x, self.compute_output_shape(x.shape), what=self._what())
         return _boolean(builder, out) if _zero_ones(builder).get(id(x)) is x else out
 
@@ -235,7 +240,7 @@ class ZerosLike(Layer):
         super().__init__(name)
         self.dtype = dtype
 
-    def lower(self, builder, x):
+    def lower(self, builder: PlanBuilder, x: Value) -> Value:
         what = self._what()
         column = kinds.reshape(builder, x, tuple(x.shape) + (1,), what=what)
         known = kinds.any_not_equal(builder, column, 0.0, shape=x.shape, what=what)  # 0 or 1, never NaN

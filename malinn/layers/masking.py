@@ -19,12 +19,22 @@ its files as operations (``LogicalOr`` and the like), which the layers of
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from ..plan import kinds
 from ..plan.tensor import format_shape
 from ..plan.tensors import Vector
+
+if TYPE_CHECKING:
+    from ..plan.recorder import Recorder
+    from ..plan.tensors import Value
+    from .base import Layer
+
+#: what a layer gives: a value, or a list of them
+_Output = TypeVar("_Output", bound="Value | list")
 
 __all__ = [
     "mask_of",
@@ -38,14 +48,14 @@ __all__ = [
 ]
 
 
-def _masks(builder) -> dict:
+def _masks(builder: Recorder) -> dict:
     masks = builder.__dict__.get("keras_masks")
     if masks is None:
         masks = builder.__dict__["keras_masks"] = {}
     return masks
 
 
-def with_mask(builder, value, mask):
+def with_mask(builder: Recorder, value: Value, mask: Value | _Pending | None) -> Value:
     """Records ``mask`` (a ``(batch, steps)`` value, or None) as ``value``'s Keras mask; returns ``value``."""
     if mask is not None:
         _masks(builder)[id(value)] = (value, mask)
@@ -56,29 +66,30 @@ class _Pending:
     """A mask whose steps are recorded only when a layer reads it: its shape and the function that
     records them (called once)."""
 
-    def __init__(self, shape: tuple, make):
-        self.shape, self._make, self._value = tuple(shape), make, None
+    def __init__(self, shape: tuple, make: Callable[[], Value]):
+        self.shape, self._make = tuple(shape), make
+        self._value: Value | None = None
 
-    def value(self):
+    def value(self) -> Value:
         if self._value is None:
             self._value = self._make()
         return self._value
 
 
-def with_pending_mask(builder, value, shape, make):
+def with_pending_mask(builder: Recorder, value: Value, shape: tuple, make: Callable[[], Value]) -> Value:
     """Records as ``value``'s Keras mask the value of ``shape`` that ``make()`` records the steps of,
     called by the first :func:`mask_of` that asks for it (none where no layer reads it); returns
     ``value``."""
     return with_mask(builder, value, _Pending(shape, make))
 
 
-def _mask_entry(builder, value):
+def _mask_entry(builder: Recorder, value: Value) -> Value | _Pending | None:
     """``value``'s mask as recorded (a value or a pending one), or None."""
     found = _masks(builder).get(id(value))
     return found[1] if found is not None and found[0] is value else None
 
 
-def mask_of(builder, value):
+def mask_of(builder: Recorder, value: Value) -> Value | None:
     """``value``'s Keras mask (a ``(batch, steps)`` value), or None where it has none."""
     mask = _mask_entry(builder, value)
     return mask.value() if isinstance(mask, _Pending) else mask
@@ -107,7 +118,7 @@ MASK_PASSING = frozenset(
 MASK_MERGING = frozenset({"Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate"})
 
 
-def carry_mask(builder, layer, given, value):
+def carry_mask(builder: Recorder, layer: Layer, given: Value | list, value: _Output) -> _Output:
     """Records the mask Keras gives ``value``, the output ``layer`` computed from ``given``, where
     the layer hands its input's mask on (:data:`MASK_PASSING`, a layer with ``keras_passes_mask``
     set: a ``TimeDistributed`` one) or merges its inputs' (:data:`MASK_MERGING`) and has not
@@ -142,7 +153,7 @@ def carry_mask(builder, layer, given, value):
     return value
 
 
-def _merged_mask(builder, layer, given: list, value):
+def _merged_mask(builder: Recorder, layer: Any, given: list, value: Value) -> Value | _Pending | None:
     """The mask of a merge's output, pending until a layer reads it, by the layer's
     ``keras_mask_merge`` rule: ``"and"`` (tf_keras, the default) ANDs the masks present (an input
     without one counts as all kept), ``"or"`` (Keras 3) ORs them where every input has one (else
@@ -190,7 +201,7 @@ def _merged_mask(builder, layer, given: list, value):
     )
 
 
-def _all_kept(builder, x, copies: dict, what: str):
+def _all_kept(builder: Recorder, x: Value, copies: dict, what: str) -> Value:
     """A ``(batch, steps)`` mask of 1.0 for ``x`` ``(batch, steps, ...)``: whether each step differs
     from 0 anywhere (0 or 1, whatever ``x`` holds), times 0 plus 1 (``copies``: the layer's device
     copies, which hold the constants)."""
@@ -203,17 +214,17 @@ def _all_kept(builder, x, copies: dict, what: str):
     return kinds.affine(builder, known, scale, ones, what)
 
 
-def _value(mask):
+def _value(mask: Value | _Pending) -> Value:
     return mask.value() if isinstance(mask, _Pending) else mask
 
 
-def with_mask_maker(builder, mask, make) -> None:
+def with_mask_maker(builder: Recorder, mask: Value, make: Callable[[], Value]) -> None:
     """Records ``make()`` as the way to compute ``mask``'s 0/1 form (an Embedding's mask is its
     indices: kept where not 0), called once by the first :func:`binary_mask` that needs it."""
     _masks(builder)[("binary", id(mask))] = (mask, make)
 
 
-def binary_mask(builder, mask):
+def binary_mask(builder: Recorder, mask: Value) -> Value:
     """``mask`` as a ``(batch, steps)`` value of 1 (kept) and 0 (masked): the layers that sum over
     the kept steps multiply by it (a mask without a maker recorded is such a value already)."""
     found = _masks(builder).get(("binary", id(mask)))

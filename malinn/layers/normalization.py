@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from ..plan import kinds
@@ -10,6 +13,11 @@ from ..plan.tensors import Vector
 from .axes import axis_argument, broadcast_shape, resolve_axes, trailing_vector
 from .base import Layer, numeric_weights, ones, write_weights, zeros
 from .keras_config import KerasContext, with_axis_shifted
+
+if TYPE_CHECKING:
+    from ..library.kernel_library import KernelSpec
+    from ..plan.builder import PlanBuilder
+    from ..plan.tensors import Value
 
 __all__ = ["BatchNormalization", "LayerNormalization", "UnitNormalization"]
 
@@ -52,7 +60,9 @@ class BatchNormalization(Layer):
     def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "BatchNormalization":
         return cls.from_keras_config(with_axis_shifted(config), keras)
 
-    def __init__(self, epsilon=1e-3, center: bool = True, scale: bool = True, axis=-1, name: str | None = None):
+    def __init__(
+        self, epsilon: float = 1e-3, center: bool = True, scale: bool = True, axis: Any = -1, name: str | None = None
+    ):
         super().__init__(name)
         axis = axis_argument(axis, f"BatchNormalization {self.name!r}")
         if isinstance(axis, tuple) and len(axis) != 1:
@@ -63,7 +73,10 @@ class BatchNormalization(Layer):
                 f"BatchNormalization {self.name!r}: epsilon must be a number >= 0 (Keras's), got {epsilon!r}"
             )
         self.epsilon, self.center, self.scale = float(epsilon), bool(center), bool(scale)
-        self.gamma = self.beta = self.moving_mean = self.moving_variance = None
+        self.gamma: np.ndarray | None = None
+        self.beta: np.ndarray | None = None
+        self.moving_mean: np.ndarray | None = None
+        self.moving_variance: np.ndarray | None = None
 
     @property
     def features(self) -> int | None:
@@ -71,20 +84,24 @@ class BatchNormalization(Layer):
 
     def _axis(self) -> int:
         """The features' axis, positive (the batch axis is 0), for the built input."""
-        return resolve_axes(self.axis, len(self.input_shape) + 1, f"BatchNormalization {self.name!r}")[0]
+        return resolve_axes(self.axis, len(self._built_shape()) + 1, f"BatchNormalization {self.name!r}")[0]
 
     @property
     def on_last_axis(self) -> bool:
         return self.input_shape is not None and self._axis() == len(self.input_shape)
 
-    def build(self, input_shape) -> None:
-        super().build(input_shape)
-        self._axis()
-        self.gamma = ones(self.features) if self.scale else None
-        self.beta = zeros(self.features) if self.center else None
-        self.moving_mean, self.moving_variance = zeros(self.features), ones(self.features)
+    def _features(self) -> int:
+        """:attr:`features` of the built layer."""
+        return self._built_shape()[self._axis() - 1]
 
-    def set_weights(self, weights) -> None:
+    def build(self, input_shape: Any) -> None:
+        super().build(input_shape)
+        features = self._features()
+        self.gamma = ones(features) if self.scale else None
+        self.beta = zeros(features) if self.center else None
+        self.moving_mean, self.moving_variance = zeros(features), ones(features)
+
+    def set_weights(self, weights: Iterable[Any]) -> None:
         """Sets ``[gamma?, beta?, moving_mean, moving_variance]`` (gamma/beta as scale/center say).
 
         Raises:
@@ -110,21 +127,23 @@ class BatchNormalization(Layer):
 
     def scale_shift(self) -> tuple[np.ndarray, np.ndarray]:
         """The folded per-feature ``(scale, shift)``: ``y = x * scale + shift``, computed in float64."""
-        gamma = self.gamma.astype(np.float64) if self.scale else 1.0
-        beta = self.beta.astype(np.float64) if self.center else 0.0
+        assert self.moving_mean is not None and self.moving_variance is not None, f"{self._what()} is not built"
+        gamma = self.gamma.astype(np.float64) if self.gamma is not None and self.scale else 1.0
+        beta = self.beta.astype(np.float64) if self.beta is not None and self.center else 0.0
         with np.errstate(divide="ignore", invalid="ignore"):  # epsilon 0 and a zero variance: inf, as Keras's rsqrt
             s = gamma / np.sqrt(self.moving_variance.astype(np.float64) + self.epsilon)
         shift = beta - self.moving_mean.astype(np.float64) * s
+        features = self._features()
         return (
-            np.broadcast_to(s, (self.features,)).astype(np.float32),
-            np.broadcast_to(shift, (self.features,)).astype(np.float32),
+            np.broadcast_to(s, (features,)).astype(np.float32),
+            np.broadcast_to(shift, (features,)).astype(np.float32),
         )
 
-    def feature_affine(self):
+    def feature_affine(self) -> tuple[np.ndarray, np.ndarray] | None:
         """``(scale, shift)`` per feature of the last axis (what a Dense before it can absorb), or None."""
         return self.scale_shift() if self.on_last_axis else None
 
-    def lower(self, builder, x):
+    def lower(self, builder: PlanBuilder, x: Value) -> Value:
         if x.shape[self._axis()] != self.features:
             raise ValueError(
                 f"BatchNormalization {self.name!r} was built for {self.features} features on axis "
@@ -132,9 +151,9 @@ class BatchNormalization(Layer):
             )
         s, t = self.scale_shift()
         if not self.on_last_axis:
-            where = broadcast_shape(self.input_shape, (self._axis(),))
+            where = broadcast_shape(self._built_shape(), (self._axis(),))
             (scale, period), (shift, _) = (
-                trailing_vector(v.reshape(where), self.input_shape, self._what()) for v in (s, t)
+                trailing_vector(v.reshape(where), self._built_shape(), self._what()) for v in (s, t)
             )
             return kinds.broadcast(
                 builder,
@@ -153,13 +172,13 @@ class BatchNormalization(Layer):
             what=self._what(),
         )
 
-    def save_own_variables(self, store, target) -> None:
+    def save_own_variables(self, store: Any, target: KernelSpec) -> None:
         for name in ("gamma", "beta", "moving_mean", "moving_variance"):
             value = getattr(self, name)
             if value is not None:
                 write_weights(store, name, value)
 
-    def load_own_variables(self, store) -> None:
+    def load_own_variables(self, store: Any) -> None:
         self.set_weights(
             [
                 np.asarray(store[n][()], np.float32)
@@ -222,8 +241,8 @@ class LayerNormalization(Layer):
 
     def __init__(
         self,
-        axis=-1,
-        epsilon=1e-3,
+        axis: Any = -1,
+        epsilon: float = 1e-3,
         center: bool = True,
         scale: bool = True,
         rms_scaling: bool = False,
@@ -237,10 +256,11 @@ class LayerNormalization(Layer):
             )
         self.epsilon, self.rms_scaling = float(epsilon), bool(rms_scaling)
         self.center, self.scale = bool(center) and not self.rms_scaling, bool(scale) or self.rms_scaling
-        self.gamma = self.beta = None
+        self.gamma: np.ndarray | None = None
+        self.beta: np.ndarray | None = None
 
     def _axes(self) -> tuple:
-        return resolve_axes(self.axis, len(self.input_shape) + 1, f"LayerNormalization {self.name!r}")
+        return resolve_axes(self.axis, len(self._built_shape()) + 1, f"LayerNormalization {self.name!r}")
 
     @property
     def param_shape(self) -> tuple:
@@ -248,16 +268,17 @@ class LayerNormalization(Layer):
         numbers as given: ``[2, 1]`` is ``(size 1, size 2)``, ``[1, -1]`` is ``(size -1, size 1)``);
         their values are read in the axes' order in the tensor, as Keras reshapes them."""
         items = tuple(sorted(self.axis)) if isinstance(self.axis, tuple) else (self.axis,)
-        rank = len(self.input_shape) + 1
-        return tuple(self.input_shape[(a + rank if a < 0 else a) - 1] for a in items)
+        shape = self._built_shape()
+        rank = len(shape) + 1
+        return tuple(shape[(a + rank if a < 0 else a) - 1] for a in items)
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         super().build(input_shape)
         shape = (self._axes(), self.param_shape)[1]
         self.gamma = ones(shape) if self.scale else None
         self.beta = zeros(shape) if self.center else None
 
-    def set_weights(self, weights) -> None:
+    def set_weights(self, weights: Iterable[Any]) -> None:
         """Sets ``[gamma?, beta?]`` (as ``scale`` and ``center`` say), each of :attr:`param_shape`.
 
         Raises:
@@ -276,13 +297,20 @@ class LayerNormalization(Layer):
         self.beta = next(it).copy() if self.center else None
         self._weights_changed()
 
-    def lower(self, builder, x):
-        vectors = [
+    def lower(self, builder: PlanBuilder, x: Value) -> Value:
+        gamma, beta = (
             None if w is None else Vector(f"layer {self.name!r} {label}", w.reshape(-1), self.device_copies)
             for label, w in (("gamma", self.gamma), ("beta", self.beta))
-        ]
+        )
         return kinds.normalize(
-            builder, x, "rms" if self.rms_scaling else "layer", self._axes(), self.epsilon, *vectors, what=self._what()
+            builder,
+            x,
+            "rms" if self.rms_scaling else "layer",
+            self._axes(),
+            self.epsilon,
+            gamma,
+            beta,
+            what=self._what(),
         )
 
     def get_config(self) -> dict:
@@ -319,18 +347,18 @@ class UnitNormalization(Layer):
     def from_keras_time_distributed(cls, config: dict, keras: KerasContext) -> "UnitNormalization":
         return cls.from_keras_config(with_axis_shifted(config), keras)
 
-    def __init__(self, axis=-1, epsilon=1e-12, name: str | None = None):
+    def __init__(self, axis: Any = -1, epsilon: float = 1e-12, name: str | None = None):
         super().__init__(name)
         self.axis = axis_argument(axis, f"UnitNormalization {self.name!r}")
         if not isinstance(epsilon, (int, float)) or isinstance(epsilon, bool) or not epsilon > 0:
             raise ValueError(f"UnitNormalization {self.name!r}: epsilon must be a positive number, got {epsilon!r}")
         self.epsilon = float(epsilon)
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         super().build(input_shape)
-        resolve_axes(self.axis, len(self.input_shape) + 1, f"UnitNormalization {self.name!r}")
+        resolve_axes(self.axis, len(self._built_shape()) + 1, f"UnitNormalization {self.name!r}")
 
-    def lower(self, builder, x):
+    def lower(self, builder: PlanBuilder, x: Value) -> Value:
         axes = resolve_axes(self.axis, len(x.shape), f"UnitNormalization {self.name!r}")
         return kinds.normalize(builder, x, "unit", axes, self.epsilon**2, what=self._what())
 

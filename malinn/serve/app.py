@@ -31,14 +31,24 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .batcher import Cancelled, DeadlineExceeded, Overloaded, Retired, Task, Unavailable
 from .config import ENCODE_WORKER_MIN_VALUES, ENCODE_WORKER_MIN_VALUES_ORJSON, ServeConfig
 from .metrics import Metrics
 from .parse_workers import ParsePool, WorkerLost
-from .payload import BadRequest, dumps, encode_predict, parse_predict, writes_fast
-from .signature import SIGNATURE_NAME
-from .version_table import NotFound, VersionTable
+from .payload import BadRequest, PredictRequest, dumps, encode_predict, parse_predict, writes_fast
+from .signature import SIGNATURE_NAME, Signature
+from .version_table import ModelVersion, NotFound
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+
+    from .front_link import FrontTable
+    from .servables import ModelManager
+
+_T = TypeVar("_T")
 
 __all__ = ["build_app"]
 
@@ -64,7 +74,7 @@ STATUS = {
 }
 
 
-async def _by(deadline: float, awaitable: Awaitable):
+async def _by(deadline: float, awaitable: Awaitable[_T]) -> _T:
     """``await awaitable`` that raises TimeoutError once ``deadline`` (``time.monotonic()``) passes,
     without a task of its own where Python has ``asyncio.timeout_at`` (3.11 on)."""
     left = max(deadline - time.monotonic(), 0.001)
@@ -75,6 +85,14 @@ async def _by(deadline: float, awaitable: Awaitable):
 
 
 _TIMEOUT_AT = getattr(asyncio, "timeout_at", None)
+
+
+def _signature(served: ModelVersion) -> Signature:
+    """The signature of a version :meth:`~malinn.serve.version_table.VersionTable.resolve` answered
+    (an AVAILABLE version: it has one)."""
+    signature = served.signature
+    assert signature is not None, f"model {served.name!r} version {served.number} is AVAILABLE without a signature"
+    return signature
 
 
 class _Refused(Exception):
@@ -90,14 +108,14 @@ class _Gone(Exception):
 
 
 def build_app(
-    manager: VersionTable,
+    manager: ModelManager | FrontTable,
     metrics: Metrics,
     config: ServeConfig,
-    log=None,
+    log: Callable[[str], None] | None = None,
     parsing: ParsePool | None = None,
     submit: Callable[..., Awaitable[tuple]] | None = None,
     scrape: Callable[[], Awaitable[str]] | None = None,
-):
+) -> Starlette:
     """The ASGI application serving ``manager``'s models.
 
     Args:
@@ -123,11 +141,11 @@ def build_app(
     encode_min_values = ENCODE_WORKER_MIN_VALUES_ORJSON if writes_fast() else ENCODE_WORKER_MIN_VALUES
     log = log or (lambda line: print(line, flush=True))
 
-    def respond(status: int, document, content_type: str = "application/json") -> Response:
+    def respond(status: int, document: Any, content_type: str = "application/json") -> Response:
         body = document if isinstance(document, bytes) else dumps(document)
         return Response(body, status_code=status, media_type=content_type)
 
-    def finish(request, record: dict, started: float, status: int, code: str | None) -> None:
+    def finish(request: Request, record: dict[str, Any], started: float, status: int, code: str | None) -> None:
         seconds = time.monotonic() - started
         model = record.get("model", "")
         api = record["api"]
@@ -146,7 +164,7 @@ def build_app(
                 record["error_code"] = code
             log(json.dumps(record, separators=(",", ":")))
 
-    async def read_body(request) -> bytes:
+    async def read_body(request: Request) -> bytes:
         limit = config.max_request_bytes
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -154,7 +172,8 @@ def build_app(
                 "RESOURCE_EXHAUSTED",
                 f"the request body of {int(declared)} bytes is over the limit of {limit} bytes (--max-request-bytes)",
             )
-        chunks, size = [], 0
+        chunks: list[bytes] = []
+        size = 0
         try:
             async for chunk in request.stream():
                 size += len(chunk)
@@ -168,27 +187,34 @@ def build_app(
             raise _Gone() from None
         return b"".join(chunks)
 
-    async def disconnected(request) -> None:
+    async def disconnected(request: Request) -> None:
         """Returns when the client closes its connection (the body is read by then)."""
         while True:
             message = await request.receive()
             if message["type"] == "http.disconnect":
                 return
 
-    async def run_here(name: str, served, parsed, pinned: bool, deadline: float, reparse) -> tuple:
+    async def run_here(
+        name: str,
+        served: ModelVersion,
+        parsed: PredictRequest,
+        pinned: bool,
+        deadline: float,
+        reparse: Callable[[Signature], PredictRequest],
+    ) -> tuple:
         """The request run by its version's batcher in this process: ``(outputs, version number,
         batch, queued seconds, parsed, signature)``; cancelled, it leaves the queue."""
         loop = asyncio.get_running_loop()
-        answer = loop.create_future()
+        answer: asyncio.Future[list] = loop.create_future()
 
-        def settle(outputs, error) -> None:
+        def settle(outputs: list, error: BaseException | None) -> None:
             if not answer.done():
                 if error is not None:
                     answer.set_exception(error)
                 else:
                     answer.set_result(outputs)
 
-        signature = served.signature
+        signature = _signature(served)
         task = Task(parsed.arrays, parsed.samples, lambda o, e: loop.call_soon_threadsafe(settle, o, e), deadline)
         for _ in range(8):  # a version being unloaded sends an unpinned request to the newest
             batcher = served.batcher
@@ -203,8 +229,8 @@ def build_app(
                         f"Servable not found for request: Specific({name}, {served.number}) (it is being unloaded)"
                     ) from None
                 served = manager.resolve(name)
-                if served.signature.input_names != signature.input_names:
-                    signature = served.signature
+                if _signature(served).input_names != signature.input_names:
+                    signature = _signature(served)
                     parsed = reparse(signature)
                     task = Task(parsed.arrays, parsed.samples, task.done, deadline)
         else:
@@ -218,13 +244,15 @@ def build_app(
 
     run = submit or run_here
 
-    async def predict(request, name: str, version, label, record: dict, deadline: float) -> Response:
+    async def predict(
+        request: Request, name: str, version: int | None, label: str | None, record: dict[str, Any], deadline: float
+    ) -> Response:
         body = await _by(deadline, read_body(request))
         record["bytes_in"] = len(body)
         pinned = version is not None or label is not None
         served = manager.resolve(name, version, label)
         record["version"] = served.number
-        signature = served.signature
+        signature = _signature(served)
         if parsing is not None and len(body) >= config.parse_worker_min_bytes:
             metrics.count("malinn_serve_worker_parses_total", ())
             try:
@@ -256,7 +284,7 @@ def build_app(
         except asyncio.CancelledError:
             if not gone:
                 raise  # the server is stopping at once
-            if hasattr(me, "uncancel"):
+            if me is not None and hasattr(me, "uncancel"):  # Python 3.11 on
                 me.uncancel()
             raise _Gone() from None
         except asyncio.TimeoutError:
@@ -275,21 +303,22 @@ def build_app(
             return respond(200, await asyncio.to_thread(encode_predict, outputs, signature, parsed.columnar))
         return respond(200, encode_predict(outputs, signature, parsed.columnar))
 
-    def metadata(name: str, version, label) -> dict:
+    def metadata(name: str, version: int | None, label: str | None) -> dict[str, Any]:
         served = manager.resolve(name, version, label)
         return {
             "model_spec": {"name": name, "signature_name": "", "version": str(served.number)},
-            "metadata": {"signature_def": {"signature_def": {SIGNATURE_NAME: served.signature.signature_def()}}},
+            "metadata": {"signature_def": {"signature_def": {SIGNATURE_NAME: _signature(served).signature_def()}}},
         }
 
-    async def models(request) -> Response:
+    async def models(request: Request) -> Response:
         started = time.monotonic()
         deadline = started + config.request_timeout
-        record = {"method": request.method, "path": request.url.path, "api": "other"}
+        record: dict[str, Any] = {"method": request.method, "path": request.url.path, "api": "other"}
         if config.log_requests:
             record = {"time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"), **record}
         in_flight[0] += 1
-        status, code = 500, "INTERNAL"
+        status = 500
+        code: str | None = "INTERNAL"
         try:
             match = MODEL_PATH.match(request.url.path)
             if match is None:
@@ -297,11 +326,12 @@ def build_app(
             name, tail = match["name"], match["tail"] or ""
             if name in manager.models:
                 record["model"] = name
-            version, label = match["version"], match["label"]
-            if version is not None:
-                if not version.isdigit():
-                    raise _Refused("INVALID_ARGUMENT", f"Failed to convert version: {version} to numeric.")
-                version = int(version)
+            given, label = match["version"], match["label"]
+            version = None
+            if given is not None:
+                if not given.isdigit():
+                    raise _Refused("INVALID_ARGUMENT", f"Failed to convert version: {given} to numeric.")
+                version = int(given)
             record["api"] = {"": "status", "/metadata": "metadata", ":predict": "predict"}.get(tail, "other")
             method = "POST" if tail.startswith(":") else "GET"
             if request.method != method:
@@ -357,14 +387,14 @@ def build_app(
             in_flight[0] -= 1
             finish(request, record, started, status, code)
 
-    async def prometheus(request) -> Response:
+    async def prometheus(request: Request) -> Response:
         text = await scrape() if scrape is not None else metrics.render()
         return respond(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
 
-    async def healthz(request) -> Response:
+    async def healthz(request: Request) -> Response:
         return respond(200, {"status": "live"})
 
-    async def readyz(request) -> Response:
+    async def readyz(request: Request) -> Response:
         if manager.ready:
             return respond(200, {"status": "ready"})
         reason = (
@@ -376,10 +406,10 @@ def build_app(
         )
         return respond(503, {"error": f"not ready: {reason}"})
 
-    async def not_found(request, exc=None) -> Response:
+    async def not_found(request: Request, exc: Exception | None = None) -> Response:
         return respond(404, {"error": f"Malformed request: {request.method} {request.url.path}"})
 
-    async def not_allowed(request, exc=None) -> Response:
+    async def not_allowed(request: Request, exc: Exception | None = None) -> Response:
         return respond(405, {"error": f"{request.url.path} takes GET, not {request.method}"})
 
     routes = [

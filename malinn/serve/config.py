@@ -21,7 +21,7 @@ import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 __all__ = [
     "BatchingParameters",
@@ -156,7 +156,7 @@ class BatchingParameters:
         return replace(self, **values).checked(where)
 
 
-def _unwrapped(value):
+def _unwrapped(value: Any) -> Any:
     """TensorFlow Serving's text config wraps numbers as ``{"value": 32}``: either form is taken."""
     return value["value"] if isinstance(value, dict) and set(value) == {"value"} else value
 
@@ -227,17 +227,17 @@ def model_arg(text: str, batching: BatchingParameters, precision: str | None = N
     Raises:
         ConfigError: the path does not exist, or the name is not a URL path segment.
     """
-    name, sep, path = text.partition("=")
+    name, sep, given = text.partition("=")
     if not sep or os.path.exists(text):
-        name, path = "", text
-    path = Path(path)
+        name, given = "", text
+    path = Path(given)
     if not path.exists():
         raise ConfigError(f"model {text!r}: no such file or folder")
     name = name or (path.stem if path.is_file() else path.resolve().name)
     return ModelConfig(name=_checked_name(name, text), base_path=path, batching=batching, precision=precision)
 
 
-def _checked_name(name, where: str) -> str:
+def _checked_name(name: Any, where: str) -> str:
     if not isinstance(name, str) or not name or any(c in name for c in "/:?#%") or name.strip() != name:
         raise ConfigError(
             f"{where}: a model name must be a non-empty string without '/', ':', '?', '#', '%' "
@@ -255,7 +255,9 @@ class ConfigFile(NamedTuple):
     parse_workers: int | None
 
 
-def read_config_file(path, batching: BatchingParameters, precision: str | None = None) -> ConfigFile:
+def read_config_file(
+    path: str | os.PathLike[str], batching: BatchingParameters, precision: str | None = None
+) -> ConfigFile:
     """The models, global batching parameters and parse workers of a JSON config file.
 
     Paths in it are relative to the file's folder.
@@ -295,7 +297,9 @@ def read_config_file(path, batching: BatchingParameters, precision: str | None =
     return ConfigFile(tuple(models), batching, workers)
 
 
-def _model_entry(entry, index: int, folder: Path, where: str, batching, precision) -> ModelConfig:
+def _model_entry(
+    entry: Any, index: int, folder: Path, where: str, batching: BatchingParameters, precision: str | None
+) -> ModelConfig:
     where = f"{where}, model_config_list[{index}]"
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: expected an object with name and base_path")
@@ -338,7 +342,7 @@ def _model_entry(entry, index: int, folder: Path, where: str, batching, precisio
     )
 
 
-def _policy(value, where: str) -> tuple:
+def _policy(value: Any, where: str) -> tuple:
     if value is None:
         return ("latest", 1)
     if isinstance(value, dict) and len(value) == 1:

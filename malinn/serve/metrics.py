@@ -40,6 +40,9 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 #: samples per predict call
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
+#: a counter's (kind, help, label names), or a histogram's (kind, help, label names, bucket bounds)
+_Meta = tuple[str, str, tuple[str, ...]] | tuple[str, str, tuple[str, ...], tuple[float, ...]]
+
 
 def _labels(names: tuple, values: tuple) -> str:
     if not names:
@@ -64,9 +67,9 @@ class Metrics:
 
     def __init__(self, gauges: Callable[[], list] | None = None):
         self._lock = threading.Lock()
-        self._counters: dict = {}  # name -> {label values: value}
-        self._histograms: dict = {}  # name -> {label values: _Histogram}
-        self._meta = {
+        self._counters: dict[str, dict[tuple, float]] = {}  # name -> {label values: value}
+        self._histograms: dict[str, dict[tuple, _Histogram]] = {}  # name -> {label values: _Histogram}
+        self._meta: dict[str, _Meta] = {
             "malinn_serve_requests_total": ("counter", "Requests answered, by HTTP status.", ("model", "api", "code")),
             "malinn_serve_request_errors_total": (
                 "counter",
@@ -125,7 +128,10 @@ class Metrics:
             series[labels] = series.get(labels, 0) + amount
 
     def observe(self, name: str, labels: tuple, value: float) -> None:
-        buckets = self._meta[name][3]
+        meta = self._meta[name]
+        if len(meta) != 4:
+            raise ValueError(f"{name} is a counter: count() adds to it, observe() is for histograms")
+        buckets = meta[3]
         with self._lock:
             series = self._histograms.setdefault(name, {})
             hist = series.get(labels)
@@ -157,15 +163,15 @@ class Metrics:
         counters, histograms = snapshot
         with self._lock:
             for name, series in counters.items():
-                mine = self._counters.setdefault(name, {})
+                amounts = self._counters.setdefault(name, {})
                 for labels, amount in series.items():
-                    mine[labels] = mine.get(labels, 0) + amount
+                    amounts[labels] = amounts.get(labels, 0) + amount
             for name, series in histograms.items():
-                mine = self._histograms.setdefault(name, {})
+                hists = self._histograms.setdefault(name, {})
                 for labels, (counts, total, count) in series.items():
-                    hist = mine.get(labels)
+                    hist = hists.get(labels)
                     if hist is None:
-                        hist = mine[labels] = _Histogram(len(counts))
+                        hist = hists[labels] = _Histogram(len(counts))
                     hist.counts = [a + b for a, b in zip(hist.counts, counts)]
                     hist.sum += total
                     hist.count += count

@@ -15,11 +15,14 @@ was given, answered 400.
 from __future__ import annotations
 
 import json
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
-from .signature import SIGNATURE_NAME, TF_DTYPES, Signature
+from .signature import SIGNATURE_NAME, TF_DTYPES, Signature, TensorSpec
 
+_orjson: ModuleType | None
 try:  # optional (the serve extra): a faster reader of the request's numbers
     import orjson as _orjson
 except ImportError:  # pragma: no cover - the stdlib reader alone
@@ -90,7 +93,7 @@ def parse_predict(body: bytes, signature: Signature) -> PredictRequest:
     raise BadRequest("missing 'instances' (row form) or 'inputs' (columnar form) in the request")
 
 
-def _loads(body: bytes):
+def _loads(body: bytes) -> Any:
     """``body``'s JSON document: read by orjson where it is installed (the ``serve`` extra brings
     it: it reads a request's decimal numbers 3 to 11 times faster than Python's json, to the same
     doubles), else, and for whatever orjson refuses (NaN, Infinity, a number beyond a double's range,
@@ -103,11 +106,11 @@ def _loads(body: bytes):
     return json.loads(body.decode("utf-8"))  # NaN, Infinity and -Infinity read as Python's json reads them
 
 
-def _json_type(value) -> str:
+def _json_type(value: Any) -> str:
     return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(type(value), "number")
 
 
-def _rows(instances, signature: Signature) -> PredictRequest:
+def _rows(instances: Any, signature: Signature) -> PredictRequest:
     if not isinstance(instances, list):
         raise BadRequest(f"'instances' must be a list of samples, got a {_json_type(instances)}")
     if not instances:
@@ -120,7 +123,7 @@ def _rows(instances, signature: Signature) -> PredictRequest:
             f"object of them by name"
         )
     if named:
-        columns = {name: [] for name in names}
+        columns: dict[str, list[Any]] = {name: [] for name in names}
         for i, item in enumerate(instances):
             if not isinstance(item, dict):
                 raise BadRequest(
@@ -140,7 +143,7 @@ def _rows(instances, signature: Signature) -> PredictRequest:
     return PredictRequest(arrays, len(instances), columnar=False)
 
 
-def _columns(inputs, signature: Signature) -> PredictRequest:
+def _columns(inputs: Any, signature: Signature) -> PredictRequest:
     names = signature.input_names
     if isinstance(inputs, dict) and len(names) == 1 and len(inputs) == 1:
         values = list(inputs.values())  # one input, under whatever name the client knows it by
@@ -176,7 +179,7 @@ def _check_names(given: dict, names: list, where: str) -> None:
         raise BadRequest(f"{where}: {' and '.join(parts)}; the model's inputs are {', '.join(map(repr, names))}")
 
 
-def _array(value, spec, form: str) -> np.ndarray:
+def _array(value: Any, spec: TensorSpec, form: str) -> np.ndarray:
     """``value`` (one input's whole batch) as a float32 array, checked against ``spec``."""
     what = f"input {spec.name!r} ({TF_DTYPES.get(spec.dtype, spec.dtype)}, shape {spec.batch_shape})"
     if not isinstance(value, list):
@@ -234,6 +237,6 @@ def encode_predict(outputs: list, signature: Signature, columnar: bool) -> bytes
     return dumps(document)
 
 
-def dumps(document) -> bytes:
+def dumps(document: Any) -> bytes:
     """``document`` as compact JSON bytes, NaN and infinities as TensorFlow Serving writes them."""
     return json.dumps(document, separators=(",", ":"), allow_nan=True).encode()

@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ from .batcher import Batcher
 from .config import MODEL_SUFFIXES, ModelConfig, ServeConfig
 from .metrics import Metrics
 from .signature import Signature
-from .version_table import ModelVersion, NotFound, VersionTable
+from .version_table import ModelVersion, NotFound, ServedModel, VersionTable
 
 __all__ = ["ModelManager", "ModelVersion", "NotFound"]
 
@@ -39,12 +40,12 @@ def _stamp(path: Path) -> tuple:
         return (None, None)
 
 
-def versions_on_disk(config: ModelConfig) -> dict:
+def versions_on_disk(config: ModelConfig) -> dict[int, Path]:
     """``{version: model file}`` of a model's base path (a file: ``{1: file}``)."""
     base = config.base_path
     if base.is_file():
         return {1: base}
-    found = {}
+    found: dict[int, Path] = {}
     try:
         entries = list(os.scandir(base))
     except OSError:
@@ -62,15 +63,15 @@ def versions_on_disk(config: ModelConfig) -> dict:
     return found
 
 
-def wanted(policy: tuple, numbers) -> set:
+def wanted(policy: tuple, numbers: Iterable[int]) -> set[int]:
     """The versions of ``numbers`` a model_version_policy serves."""
-    numbers = sorted(numbers)
+    ordered = sorted(numbers)
     kind, arg = policy
     if kind == "latest":
-        return set(numbers[-arg:])
+        return set(ordered[-arg:])
     if kind == "all":
-        return set(numbers)
-    return set(numbers) & set(arg)
+        return set(ordered)
+    return set(ordered) & set(arg)
 
 
 class ModelManager(VersionTable):
@@ -83,7 +84,7 @@ class ModelManager(VersionTable):
         say: prints a line of news (loads, switches, failures) on stderr.
     """
 
-    def __init__(self, config: ServeConfig, metrics: Metrics, say=None):
+    def __init__(self, config: ServeConfig, metrics: Metrics, say: Callable[[str], None] | None = None):
         super().__init__(config.models)
         self.config, self.metrics = config, metrics
         self._stop = threading.Event()
@@ -143,12 +144,12 @@ class ModelManager(VersionTable):
                         )
 
     # ------------------------------------------------------------------ versions
-    def _sync(self, served) -> list:
+    def _sync(self, served: ServedModel) -> list[str]:
         """Loads the versions the policy wants and are not loaded, then unloads those it no longer
         wants (once one it wants is AVAILABLE); returns the load errors."""
         on_disk = versions_on_disk(served.config)
         want = wanted(served.config.policy, on_disk)
-        errors = []
+        errors: list[str] = []
         if not on_disk:
             errors.append(
                 f"model {served.name!r}: no version found in {str(served.config.base_path)!r} (a model "
@@ -169,7 +170,7 @@ class ModelManager(VersionTable):
                     self._unload(version)
         return errors
 
-    def _load(self, served, number: int, path: Path) -> str:
+    def _load(self, served: ServedModel, number: int, path: Path) -> str:
         version = ModelVersion(served.name, number, path)
         version.stamp = _stamp(path)
         with self._lock:
@@ -210,14 +211,16 @@ class ModelManager(VersionTable):
     def _unload(self, version: ModelVersion) -> None:
         with self._lock:  # no new request goes to it from here
             version.state = "UNLOADING"
-        version.batcher.stop()  # answers what it queued
+        if version.batcher is not None:  # an AVAILABLE version has one
+            version.batcher.stop()  # answers what it queued
         with self._lock:
             version.state, version.model, version.batcher = "END", None, None
         self._say(f"model {version.name!r} version {version.number} is unloaded")
 
     def gauges(self) -> list:
         """The queue depth of each AVAILABLE version and the versions by state, for the metrics."""
-        depth, states = {}, {}
+        depth: dict[tuple[str, str], int] = {}
+        states: dict[tuple[str, str], int] = {}
         with self._lock:
             for served in self.models.values():
                 for v in served.versions.values():

@@ -12,6 +12,11 @@ The version states are TensorFlow Serving's: LOADING, AVAILABLE, UNLOADING, END.
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .batcher import Batcher
+    from .signature import Signature
 
 __all__ = ["NotFound", "ModelVersion", "ServedModel", "VersionTable"]
 
@@ -27,7 +32,9 @@ class ModelVersion:
     def __init__(self, name: str, number: int, path: object = None):
         self.name, self.number, self.path = name, number, path
         self.state, self.error = "LOADING", ""
-        self.model = self.signature = self.batcher = None
+        self.model: Any = None  # a loaded malinn model (load_model's)
+        self.signature: Signature | None = None
+        self.batcher: Batcher | None = None
         self.stamp: tuple = (None, None)
 
     def status(self) -> dict:
