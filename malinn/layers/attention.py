@@ -15,6 +15,9 @@ lowest score (a query whose every key is masked averages the values), or, with `
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from ..plan import kinds
@@ -26,19 +29,23 @@ from .input_layer import KerasTensor, call_layer
 from .keras_config import KerasContext, NotConvertible
 from .masking import binary_mask, mask_of, with_mask
 
+if TYPE_CHECKING:
+    from ..plan.builder import PlanBuilder
+    from ..plan.tensors import Value
+
 __all__ = ["MultiHeadAttention", "Attention", "AdditiveAttention"]
 
 _MHA_ROLES = ("query", "value", "key", "attention_mask")
 _ATTENTION_ROLES = ("query", "value", "key", "query_mask", "value_mask")
 
 
-def _positive(value, what: str) -> int:
+def _positive(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{what} must be a positive integer, got {value!r}")
     return int(value)
 
 
-def _roles(given, allowed: tuple, who: str) -> tuple:
+def _roles(given: Iterable[str], allowed: tuple[str, ...], who: str) -> tuple[str, ...]:
     roles = tuple(given)
     if roles[:2] != ("query", "value") or len(set(roles)) != len(roles) or not set(roles) <= set(allowed):
         raise ValueError(
@@ -51,14 +58,14 @@ def _roles(given, allowed: tuple, who: str) -> tuple:
 class _AttentionBase(Layer):
     """What the attention layers share: the call's inputs by role and the causal option."""
 
-    allowed_roles: tuple = ()
+    allowed_roles: tuple[str, ...] = ()
 
-    def __init__(self, name: str | None, call_inputs, use_causal_mask: bool):
+    def __init__(self, name: str | None, call_inputs: Iterable[str], use_causal_mask: bool):
         super().__init__(name)
         self.call_inputs = _roles(call_inputs, self.allowed_roles, f"{type(self).__name__} {self.name!r}")
         self.use_causal_mask = bool(use_causal_mask)
 
-    def _shapes(self, input_shape) -> dict:
+    def _shapes(self, input_shape: Any) -> dict[str, tuple]:
         """``{role: shape}`` of a list of shapes in :attr:`call_inputs`'s order."""
         who = f"{type(self).__name__} {self.name!r}"
         if (
@@ -83,7 +90,7 @@ class _AttentionBase(Layer):
             )
         return shapes
 
-    def _record_call(self, tensors: dict, use_causal_mask) -> KerasTensor:
+    def _record_call(self, tensors: dict[str, Any], use_causal_mask: bool | None) -> KerasTensor:
         roles = tuple(role for role in self.allowed_roles if tensors.get(role) is not None)
         if self.built and roles != self.call_inputs:
             raise ValueError(
@@ -102,7 +109,9 @@ class _AttentionBase(Layer):
                     f"{type(self).__name__} {self.name!r} was built for inputs of shapes "
                     f"{self.input_shapes}, not {[tensors[r].shape[1:] for r in roles]}"
                 )
-        return call_layer(self, [tensors[r] for r in roles])
+        output = call_layer(self, [tensors[r] for r in roles])
+        assert isinstance(output, KerasTensor), f"{self._what()} has one output"
+        return output
 
     #: a Keras call's argument (its position, ``"0.1"`` the second tensor of a list, or its keyword)
     #: -> the input's role
@@ -131,7 +140,7 @@ class _AttentionBase(Layer):
         )
 
     @staticmethod
-    def _keras_mask(builder, values: list):
+    def _keras_mask(builder: PlanBuilder, values: list[Value]) -> Value | None:
         """The Keras mask of ``values`` together (a step kept where each one's mask keeps it: the
         masks of a value and a key), or None where none has one."""
         masks = [m for m in (mask_of(builder, v) for v in values) if m is not None]
@@ -140,11 +149,11 @@ class _AttentionBase(Layer):
         return kinds.merge(builder, [binary_mask(builder, m) for m in masks], "multiply", what="attention masks")
 
     @staticmethod
-    def _column(builder, x, what: str):
+    def _column(builder: PlanBuilder, x: Value, what: str) -> Value:
         """A ``(batch, T)`` mask as one feature, ``(batch, T, 1)``."""
         return kinds.reshape(builder, x, x.shape[:2] + (1,), what=what) if len(x.shape) == 2 else x
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         shapes = self._shapes(input_shape)
         self.compute_output_shape(input_shape)
         self.input_shapes = [s[1:] for s in (shapes[r] for r in self.call_inputs)]
@@ -223,16 +232,16 @@ class MultiHeadAttention(_AttentionBase):
 
     def __init__(
         self,
-        num_heads,
-        key_dim,
-        value_dim=None,
+        num_heads: int,
+        key_dim: int,
+        value_dim: int | None = None,
         dropout: float = 0.0,
         use_bias: bool = True,
-        output_shape=None,
-        attention_axes=None,
+        output_shape: int | Sequence[int] | None = None,
+        attention_axes: int | Sequence[int] | None = None,
         use_causal_mask: bool = False,
         mask_mode: str = "lowest",
-        call_inputs=("query", "value"),
+        call_inputs: Iterable[str] = ("query", "value"),
         name: str | None = None,
     ):
         super().__init__(name, call_inputs, use_causal_mask)
@@ -255,7 +264,14 @@ class MultiHeadAttention(_AttentionBase):
         for weight in self.weight_names:
             setattr(self, weight, None)
 
-    def __call__(self, query, value=None, key=None, attention_mask=None, use_causal_mask=None):
+    def __call__(
+        self,
+        query: KerasTensor,
+        value: KerasTensor | None = None,
+        key: KerasTensor | None = None,
+        attention_mask: KerasTensor | None = None,
+        use_causal_mask: bool | None = None,
+    ) -> KerasTensor:
         """Calls the layer on symbolic tensors, as Keras's ``mha(query, value, key, attention_mask)``.
 
         Returns:
@@ -270,7 +286,7 @@ class MultiHeadAttention(_AttentionBase):
             {"query": query, "value": value, "key": key, "attention_mask": attention_mask}, use_causal_mask
         )
 
-    def compute_output_shape(self, input_shape) -> tuple:
+    def compute_output_shape(self, input_shape: Any) -> tuple:
         shapes = self._shapes(input_shape)
         query, value = shapes["query"], shapes["value"]
         mask = shapes.get("attention_mask")
@@ -281,7 +297,7 @@ class MultiHeadAttention(_AttentionBase):
             )
         return (None, query[1], self.output_size or query[2])
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         """Creates the projections' kernels in Keras's shapes: ``query_kernel`` (query features, heads,
         key_dim), key and value likewise, ``output_kernel`` (heads, value_dim, output features)."""
         super().build(input_shape)
@@ -298,7 +314,7 @@ class MultiHeadAttention(_AttentionBase):
             self.query_bias, self.key_bias = zeros((heads, kd)), zeros((heads, kd))
             self.value_bias, self.output_bias = zeros((heads, vd)), zeros(out)
 
-    def set_weights(self, weights) -> None:
+    def set_weights(self, weights: Any) -> None:
         """Sets the weights in Keras's order: query kernel and bias, key, value, output.
 
         Raises:
@@ -326,7 +342,7 @@ class MultiHeadAttention(_AttentionBase):
         matrix = kernel.reshape(kernel.shape[0], -1).T if prefix != "output" else kernel.reshape(-1, kernel.shape[-1]).T
         return matrix, (bias.reshape(-1) if bias is not None else None)
 
-    def _matmul(self, builder, x, parts: list, label: str):
+    def _matmul(self, builder: PlanBuilder, x: Value, parts: list[str], label: str) -> Value:
         """One matmul of ``x`` by the projections ``parts`` stacked (their outputs side by side)."""
         matrices = [self._projection(p) for p in parts]
         host = (lambda: matrices[0][0]) if len(parts) == 1 else (lambda: np.concatenate([m for m, _ in matrices]))
@@ -341,7 +357,7 @@ class MultiHeadAttention(_AttentionBase):
             )
         return kinds.matmul(builder, x, weight, bias, what=f"{self._what()} {label}")
 
-    def lower(self, builder, xs):
+    def lower(self, builder: PlanBuilder, xs: list[Value]) -> Value:
         given = dict(zip(self.call_inputs, xs))
         query, value = given["query"], given["value"]
         key = given.get("key", value)
@@ -414,7 +430,12 @@ class _DenseAttention(_AttentionBase):
     )
     score = "dot"
 
-    def __call__(self, inputs, mask=None, use_causal_mask=None):
+    def __call__(
+        self,
+        inputs: Sequence[KerasTensor],
+        mask: Sequence[KerasTensor | None] | None = None,
+        use_causal_mask: bool | None = None,
+    ) -> KerasTensor:
         """Calls the layer on ``[query, value]`` or ``[query, value, key]`` symbolic tensors, with
         ``mask=[query_mask, value_mask]`` ((batch, T) tensors, non-zero where a step counts; either None).
 
@@ -433,7 +454,7 @@ class _DenseAttention(_AttentionBase):
         }
         return self._record_call(tensors, use_causal_mask)
 
-    def compute_output_shape(self, input_shape) -> tuple:
+    def compute_output_shape(self, input_shape: Any) -> tuple:
         shapes = self._shapes(input_shape)
         query, value = shapes["query"], shapes["value"]
         key = shapes.get("key", value)
@@ -453,7 +474,7 @@ class _DenseAttention(_AttentionBase):
     def _scores(self) -> dict:
         return {}
 
-    def lower(self, builder, xs):
+    def lower(self, builder: PlanBuilder, xs: list[Value]) -> Value:
         given = dict(zip(self.call_inputs, xs))
         query, value = given["query"], given["value"]
         key = given.get("key", value)
@@ -526,7 +547,7 @@ class Attention(_DenseAttention):
         score_mode: str = "dot",
         dropout: float = 0.0,
         use_causal_mask: bool = False,
-        call_inputs=("query", "value"),
+        call_inputs: Iterable[str] = ("query", "value"),
         name: str | None = None,
     ):
         super().__init__(name, call_inputs, use_causal_mask)
@@ -534,14 +555,15 @@ class Attention(_DenseAttention):
             raise ValueError(f"Attention {self.name!r}: score_mode must be 'dot' or 'concat', got {score_mode!r}")
         self.use_scale, self.score_mode, self.dropout = bool(use_scale), score_mode, float(dropout)
         self.score = score_mode
-        self.scale = self.concat_score_weight = None
+        self.scale: np.ndarray | None = None
+        self.concat_score_weight: np.ndarray | None = None
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         super().build(input_shape)
         self.scale = ones(()) if self.use_scale else None
         self.concat_score_weight = ones(()) if self.score_mode == "concat" else None
 
-    def set_weights(self, weights) -> None:
+    def set_weights(self, weights: Any) -> None:
         """Sets ``[scale]`` (with ``use_scale``) then ``[concat_score_weight]`` (``concat``), scalars.
 
         Raises:
@@ -601,25 +623,25 @@ class AdditiveAttention(_DenseAttention):
         use_scale: bool = True,
         dropout: float = 0.0,
         use_causal_mask: bool = False,
-        call_inputs=("query", "value"),
+        call_inputs: Iterable[str] = ("query", "value"),
         name: str | None = None,
     ):
         super().__init__(name, call_inputs, use_causal_mask)
         self.use_scale, self.dropout = bool(use_scale), float(dropout)
-        self.scale = None
+        self.scale: np.ndarray | None = None
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         super().build(input_shape)
         self.scale = glorot_uniform((self._shapes(input_shape)["query"][2],), 1, 1) if self.use_scale else None
 
-    def set_weights(self, weights) -> None:
+    def set_weights(self, weights: Any) -> None:
         """Sets ``[scale]`` (features,) with ``use_scale``, else nothing.
 
         Raises:
             ValueError: the count or the shape differs.
         """
         weights = numeric_weights(weights, f"AdditiveAttention {self.name!r}")
-        want = [self.scale.shape] if self.use_scale and self.scale is not None else []
+        want: list[tuple] = [self.scale.shape] if self.use_scale and self.scale is not None else []
         if [w.shape for w in weights] != want:
             raise ValueError(
                 f"AdditiveAttention {self.name!r} expects weights of shapes {want}, got {[w.shape for w in weights]}"

@@ -18,6 +18,9 @@ and refuse the layer by name.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from ..plan import kinds
@@ -30,13 +33,17 @@ from .recurrent import RECURRENT_ACTIVATIONS
 from .volumes import volume_defines
 from .windows import as_tuple, output_size, window_defines
 
+if TYPE_CHECKING:
+    from ..plan.builder import PlanBuilder
+    from ..plan.tensors import Value
+
 __all__ = ["ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D"]
 
 #: the gates of a step, in Keras's order (i, f, c, o)
 GATES = 4
 
 
-def _activation(value, who: str) -> str:
+def _activation(value: str | None, who: str) -> str:
     name = get_activation(value)
     if name not in RECURRENT_ACTIVATIONS:
         raise ValueError(f"{who}: the gates compute the activations {', '.join(RECURRENT_ACTIVATIONS)}, not {name!r}")
@@ -58,7 +65,7 @@ class _ConvLSTM(Layer):
             )
         if config.get("data_format") not in (None, "channels_last"):
             raise NotConvertible(f"with data_format={config['data_format']!r} (malinn runs channels_last)")
-        kwargs = {
+        kwargs: dict[str, Any] = {
             "activation": keras_activation(config.get("activation", "tanh"), keras),
             "recurrent_activation": keras_activation(config.get("recurrent_activation", "sigmoid"), keras),
         }
@@ -84,14 +91,14 @@ class _ConvLSTM(Layer):
 
     def __init__(
         self,
-        filters,
-        kernel_size,
-        strides=1,
+        filters: int,
+        kernel_size: int | Sequence[int],
+        strides: int | Sequence[int] = 1,
         padding: str = "valid",
-        data_format=None,
-        dilation_rate=1,
-        activation="tanh",
-        recurrent_activation="sigmoid",
+        data_format: str | None = None,
+        dilation_rate: int | Sequence[int] = 1,
+        activation: str = "tanh",
+        recurrent_activation: str = "sigmoid",
         use_bias: bool = True,
         unit_forget_bias: bool = True,
         return_sequences: bool = False,
@@ -125,11 +132,13 @@ class _ConvLSTM(Layer):
         self.return_sequences = bool(return_sequences)
         self.return_state = bool(return_state)
         self.go_backwards = bool(go_backwards)
-        self.kernel = self.recurrent_kernel = self.bias = None
+        self.kernel: np.ndarray | None = None
+        self.recurrent_kernel: np.ndarray | None = None
+        self.bias: np.ndarray | None = None
         self._recurrent_copies: dict = {}
 
     # ---------------------------------------------------------------- shapes and weights
-    def _check_input(self, input_shape) -> tuple:
+    def _check_input(self, input_shape: Sequence[int | None]) -> tuple:
         shape = tuple(input_shape)
         if len(shape) != self.rank + 3:
             axes = {1: "length", 2: "height, width", 3: "depth, height, width"}[self.rank]
@@ -146,13 +155,13 @@ class _ConvLSTM(Layer):
             )
         return shape
 
-    def _spatial_output(self, shape) -> tuple:
+    def _spatial_output(self, shape: tuple) -> tuple:
         return tuple(
             output_size(n, k, s, d, self.padding)
             for n, k, s, d in zip(shape[2:-1], self.kernel_size, self.strides, self.dilation_rate)
         )
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         """Creates ``kernel`` (kernel_size + (channels, 4 * filters)), ``recurrent_kernel``
         (kernel_size + (filters, 4 * filters)), Glorot-uniform, and ``bias`` (4 * filters: zeros,
         the forget gate's ones with ``unit_forget_bias``) for inputs ``(batch, steps, ...,
@@ -187,7 +196,7 @@ class _ConvLSTM(Layer):
         output = (shape[0], shape[1]) + state[1:] if self.return_sequences else state
         return [output, state, state] if self.return_state else output
 
-    def set_weights(self, weights) -> None:
+    def set_weights(self, weights: Any) -> None:
         """Sets ``[kernel, recurrent_kernel, bias]`` (``bias`` only with ``use_bias``) in Keras's shapes.
 
         Raises:
@@ -198,7 +207,7 @@ class _ConvLSTM(Layer):
         if not self.built:
             raise ValueError(f"{who}: build the layer before setting its weights")
         width = GATES * self.filters
-        expected = [self.kernel_size + (self.input_shape[-1], width), self.kernel_size + (self.filters, width)]
+        expected = [self.kernel_size + (self._built_shape()[-1], width), self.kernel_size + (self.filters, width)]
         expected += [(width,)] if self.use_bias else []
         got = [w.shape for w in weights]
         if got != expected:
@@ -206,6 +215,11 @@ class _ConvLSTM(Layer):
         self.kernel, self.recurrent_kernel = weights[0].copy(), weights[1].copy()
         self.bias = weights[2].copy() if self.use_bias else None
         self._weights_changed()
+
+    def _kernels(self) -> tuple[np.ndarray, np.ndarray]:
+        """``kernel`` and ``recurrent_kernel`` of the built layer."""
+        assert self.kernel is not None and self.recurrent_kernel is not None, f"{self._what()} is not built"
+        return self.kernel, self.recurrent_kernel
 
     def _matrix(self, kernel: np.ndarray) -> np.ndarray:
         """``4 * filters x KH*KW*C``: column ``(ky*KW + kx)*C + c`` of row ``m`` is ``kernel[ky, kx, c, m]``
@@ -219,10 +233,10 @@ class _ConvLSTM(Layer):
         # by device, layout and padding, which the two share where the kernels pad them alike
         self._recurrent_copies = {}
 
-    def _hw(self, pair) -> tuple:
+    def _hw(self, pair: Sequence[int]) -> tuple:
         return (1,) + tuple(pair) if self.rank == 1 else tuple(pair)
 
-    def _input_conv(self, builder, x, kernel: Weight, bias: Vector | None, what: str):
+    def _input_conv(self, builder: PlanBuilder, x: Value, kernel: Weight, bias: Vector | None, what: str) -> Value:
         """The input convolution of every step: ``(batch, steps, ..., 4 * filters)``, bias added."""
         shape = tuple(x.shape)
         geometry = window_defines(
@@ -240,7 +254,7 @@ class _ConvLSTM(Layer):
         return window_defines(self._hw(spatial), self._hw(self.kernel_size), (1, 1), (1, 1), "same")
 
     #: the lowering of the recurrent convolution (:func:`malinn.plan.kinds.conv_lstm.conv_lstm_recurrence`'s ``convolve``)
-    recurrent_lowering = staticmethod(kinds.conv)
+    recurrent_lowering: Callable[..., Value] = staticmethod(kinds.conv)
 
     def lower(self, builder, x):
         shape = self._check_input(x.shape)
@@ -250,7 +264,7 @@ class _ConvLSTM(Layer):
         kernel = Weight(
             f"{what} kernel",
             (width, int(np.prod(self.kernel_size)) * shape[-1]),
-            lambda: self._matrix(self.kernel),
+            lambda: self._matrix(self._kernels()[0]),
             self.device_copies,
         )
         bias = Vector(f"{what} bias", self.bias, self.device_copies) if self.use_bias else None
@@ -258,7 +272,7 @@ class _ConvLSTM(Layer):
         recurrent = Weight(
             f"{what} recurrent kernel",
             (width, int(np.prod(self.kernel_size)) * self.filters),
-            lambda: self._matrix(self.recurrent_kernel),
+            lambda: self._matrix(self._kernels()[1]),
             self._recurrent_copies,
         )
         output, h, c = kinds.conv_lstm_recurrence(
@@ -336,7 +350,7 @@ class ConvLSTM3D(_ConvLSTM):
 
     rank = 3
 
-    def _input_conv(self, builder, x, kernel: Weight, bias: Vector | None, what: str):
+    def _input_conv(self, builder: PlanBuilder, x: Value, kernel: Weight, bias: Vector | None, what: str) -> Value:
         shape = tuple(x.shape)
         geometry = volume_defines(shape[2:-1], self.kernel_size, self.strides, self.dilation_rate, self.padding)
         geometry.update(CG=shape[-1], MG=GATES * self.filters)

@@ -10,8 +10,8 @@ epilogue. A 1-D layer is the 2-D one on an image of height 1 (the same memory).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,6 +23,8 @@ from .base import Layer, folded_affine, glorot_uniform, numeric_weights, write_w
 from .windows import as_tuple, output_size, spatial_of, window_defines
 
 if TYPE_CHECKING:
+    from ..library.kernel_library import KernelSpec
+    from ..plan.builder import PlanBuilder
     from ..plan.tensors import Value
 
 __all__ = ["Conv1D", "Conv2D", "DepthwiseConv2D", "SeparableConv2D"]
@@ -30,7 +32,7 @@ __all__ = ["Conv1D", "Conv2D", "DepthwiseConv2D", "SeparableConv2D"]
 PADDINGS = ("valid", "same")
 
 
-def _glorot(shape, fan_in: int, fan_out: int) -> np.ndarray:
+def _glorot(shape: tuple, fan_in: int, fan_out: int) -> np.ndarray:
     return glorot_uniform(shape, fan_in, fan_out)
 
 
@@ -40,17 +42,17 @@ class _Window(Layer):
     reusable_on_other_shapes = True
 
     rank = 2
-    paddings = PADDINGS
+    paddings: tuple[str, ...] = PADDINGS
 
     def __init__(
         self,
-        kernel_size,
-        strides=1,
-        padding="valid",
-        dilation_rate=1,
-        activation=None,
+        kernel_size: int | Sequence[int],
+        strides: int | Sequence[int] = 1,
+        padding: str = "valid",
+        dilation_rate: int | Sequence[int] = 1,
+        activation: str | None = None,
         use_bias: bool = True,
-        data_format=None,
+        data_format: str | None = None,
         name: str | None = None,
     ):
         super().__init__(name)
@@ -68,24 +70,24 @@ class _Window(Layer):
         self.bias: np.ndarray | None = None
 
     # 2-D views of the 1-D and 2-D geometry
-    def _hw(self, pair) -> tuple:
+    def _hw(self, pair: Sequence[int]) -> tuple:
         return (1,) + tuple(pair) if self.rank == 1 else tuple(pair)
 
-    def geometry(self, sample_shape) -> dict:
+    def geometry(self, sample_shape: Sequence[int]) -> dict:
         """The window defines of this layer on one sample of ``sample_shape``."""
         h, w, _ = spatial_of(sample_shape)
         return window_defines(
             (h, w), self._hw(self.kernel_size), self._hw(self.strides), self._hw(self.dilation_rate), self.padding
         )
 
-    def _spatial_output(self, input_shape) -> tuple:
+    def _spatial_output(self, input_shape: Any) -> tuple:
         shape = tuple(input_shape)
         return tuple(
             output_size(n, k, s, d, self.padding)
             for n, k, s, d in zip(shape[1:-1], self.kernel_size, self.strides, self.dilation_rate)
         )
 
-    def _check_input(self, input_shape) -> tuple:
+    def _check_input(self, input_shape: Any) -> tuple:
         shape = tuple(input_shape)
         if len(shape) != self.rank + 2:
             raise ValueError(
@@ -99,10 +101,10 @@ class _Window(Layer):
             )
         return shape
 
-    def _vector(self, values, what):
+    def _vector(self, values: np.ndarray | None, what: str) -> Vector:
         return Vector(f"layer {self.name!r} {what}", values, self.device_copies)
 
-    def save_own_variables(self, store, target) -> None:
+    def save_own_variables(self, store: Any, target: KernelSpec) -> None:
         """The weights in Keras's shapes, each kernel rounded as ``target``'s precision keeps it on
         the device (the plan lowers a convolution's weights itself; the file holds only what the
         device will, as a Dense layer's does).
@@ -148,7 +150,7 @@ class Conv2D(_Window):
 
     weight_names = ("kernel", "bias")
     #: Keras's arguments that change what it computes (Conv1D's too), as its config saves them
-    keras_config_keys = (
+    keras_config_keys: tuple[str, ...] = (
         "filters",
         "kernel_size",
         "strides",
@@ -162,15 +164,15 @@ class Conv2D(_Window):
 
     def __init__(
         self,
-        filters,
-        kernel_size,
-        strides=1,
-        padding="valid",
-        dilation_rate=1,
-        groups=1,
-        activation=None,
+        filters: int,
+        kernel_size: int | Sequence[int],
+        strides: int | Sequence[int] = 1,
+        padding: str = "valid",
+        dilation_rate: int | Sequence[int] = 1,
+        groups: int = 1,
+        activation: str | None = None,
         use_bias: bool = True,
-        data_format=None,
+        data_format: str | None = None,
         name: str | None = None,
     ):
         super().__init__(kernel_size, strides, padding, dilation_rate, activation, use_bias, data_format, name)
@@ -182,7 +184,7 @@ class Conv2D(_Window):
         self.filters, self.groups = int(filters), int(groups)
         self.kernel: np.ndarray | None = None
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         """Creates ``kernel`` (kernel_size + (channels / groups, filters)), Glorot-uniform, and a zero bias.
 
         Raises:
@@ -201,13 +203,18 @@ class Conv2D(_Window):
         self.kernel = _glorot(self.kernel_size + (cg, self.filters), taps * cg, taps * self.filters)
         self.bias = zeros(self.filters) if self.use_bias else None
 
-    def compute_output_shape(self, input_shape) -> tuple:
+    def compute_output_shape(self, input_shape: Any) -> tuple:
         shape = self._check_input(input_shape)
         return (shape[0],) + self._spatial_output(shape) + (self.filters,)
 
+    def _kernel(self) -> np.ndarray:
+        """``kernel`` of the built layer."""
+        assert self.kernel is not None, f"{self._what()} is not built"
+        return self.kernel
+
     def weight_matrix(self) -> np.ndarray:
         """``COUT x KH*KW*CG``: column ``(ky*KW + kx)*CG + c`` of row ``m`` is ``kernel[ky, kx, c, m]``."""
-        return self.kernel.reshape(-1, self.filters).T
+        return self._kernel().reshape(-1, self.filters).T
 
     def kernel_matrices(self) -> dict:
         return {0: ("kernel", self.weight_matrix())}
@@ -215,14 +222,14 @@ class Conv2D(_Window):
     #: the op kind's lowering function of the layer's step (Conv3D: kinds.conv3d)
     lowering: Callable[..., Value] = staticmethod(kinds.conv)
 
-    def lowered_geometry(self, sample_shape) -> dict:
+    def lowered_geometry(self, sample_shape: Sequence[int]) -> dict:
         """The defines :attr:`lowering` takes for one sample of ``sample_shape``."""
         return {**self.geometry(sample_shape), "GROUPS": self.groups}
 
-    def lower(self, builder, x):
+    def lower(self, builder: PlanBuilder, x: Value) -> Value:
         weight = Weight(
             f"layer {self.name!r} kernel",
-            (self.filters, self.kernel[..., 0].size),
+            (self.filters, self._kernel()[..., 0].size),
             self.weight_matrix,
             self.device_copies,
         )
@@ -238,7 +245,7 @@ class Conv2D(_Window):
             what=self._what(),
         )
 
-    def set_weights(self, weights) -> None:
+    def set_weights(self, weights: Any) -> None:
         """Sets ``[kernel, bias]`` (or ``[kernel]``) in Keras's shapes.
 
         Raises:
@@ -248,7 +255,7 @@ class Conv2D(_Window):
         want = 1 + self.use_bias
         if len(weights) != want:
             raise ValueError(f"{type(self).__name__} {self.name!r} expects {want} weight arrays, got {len(weights)}")
-        expected = self.kernel_size + ((self.input_shape[-1] // self.groups) if self.built else None, self.filters)
+        expected = self.kernel_size + ((self._built_shape()[-1] // self.groups) if self.built else None, self.filters)
         kernel = weights[0]
         if kernel.ndim != self.rank + 2 or any(e is not None and e != g for e, g in zip(expected, kernel.shape)):
             raise ValueError(
@@ -264,7 +271,7 @@ class Conv2D(_Window):
         self.bias = weights[1].copy() if self.use_bias else None
         self._weights_changed()
 
-    def absorb_affine(self, scale, shift) -> bool:
+    def absorb_affine(self, scale: np.ndarray, shift: np.ndarray) -> bool:
         """Folds a following BatchNormalization into the kernel and bias (float64) when linear."""
         if self.activation != "linear" or not self.built:
             return False
@@ -297,8 +304,8 @@ class DepthwiseConv2D(_Window):
         ValueError: an argument is not what Keras accepts.
     """
 
-    weight_names = ("depthwise_kernel", "bias")
-    keras_config_keys = (
+    weight_names: tuple[str, ...] = ("depthwise_kernel", "bias")
+    keras_config_keys: tuple[str, ...] = (
         "kernel_size",
         "strides",
         "padding",
@@ -311,14 +318,14 @@ class DepthwiseConv2D(_Window):
 
     def __init__(
         self,
-        kernel_size,
-        strides=1,
-        padding="valid",
-        depth_multiplier=1,
-        dilation_rate=1,
-        activation=None,
+        kernel_size: int | Sequence[int],
+        strides: int | Sequence[int] = 1,
+        padding: str = "valid",
+        depth_multiplier: int = 1,
+        dilation_rate: int | Sequence[int] = 1,
+        activation: str | None = None,
         use_bias: bool = True,
-        data_format=None,
+        data_format: str | None = None,
         name: str | None = None,
     ):
         super().__init__(kernel_size, strides, padding, dilation_rate, activation, use_bias, data_format, name)
@@ -336,9 +343,9 @@ class DepthwiseConv2D(_Window):
 
     @property
     def out_channels(self) -> int:
-        return self.input_shape[-1] * self.depth_multiplier
+        return self._built_shape()[-1] * self.depth_multiplier
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         shape = self._check_input(input_shape)
         super().build(shape)
         taps = int(np.prod(self.kernel_size))
@@ -347,18 +354,19 @@ class DepthwiseConv2D(_Window):
         )
         self.bias = zeros(self.out_channels) if self.use_bias else None
 
-    def compute_output_shape(self, input_shape) -> tuple:
+    def compute_output_shape(self, input_shape: Any) -> tuple:
         shape = self._check_input(input_shape)
         return (shape[0],) + self._spatial_output(shape) + (shape[-1] * self.depth_multiplier,)
 
     def depthwise_matrix(self) -> np.ndarray:
         """``C*DM x KH*KW``: row ``c*DM + j``, column ``ky*KW + kx`` is ``depthwise_kernel[ky, kx, c, j]``."""
+        assert self.depthwise_kernel is not None, f"{self._what()} is not built"
         return self.depthwise_kernel.reshape(-1, self.out_channels).T
 
     def kernel_matrices(self) -> dict:
         return {0: ("depthwise kernel", self.depthwise_matrix())}
 
-    def _lower_depthwise(self, builder, x, bias, activation):
+    def _lower_depthwise(self, builder: PlanBuilder, x: Value, bias: Vector | None, activation: str) -> Value:
         geometry = {**self.geometry(x.shape[1:]), "DM": self.depth_multiplier}
         weight = Weight(
             f"layer {self.name!r} depthwise kernel",
@@ -369,11 +377,11 @@ class DepthwiseConv2D(_Window):
         shape = self.compute_output_shape(x.shape)
         return kinds.depthwise(builder, x, weight, geometry, shape, bias, activation, what=self._what())
 
-    def lower(self, builder, x):
+    def lower(self, builder: PlanBuilder, x: Value) -> Value:
         bias = self._vector(self.bias, "bias") if self.use_bias else None
         return self._lower_depthwise(builder, x, bias, self.activation)
 
-    def _check_weights(self, weights, shapes) -> list:
+    def _check_weights(self, weights: Any, shapes: list[tuple]) -> list:
         weights = numeric_weights(weights, self._what())
         if not self.built:
             raise ValueError(f"{type(self).__name__} {self.name!r}: build the layer before setting its weights")
@@ -383,20 +391,20 @@ class DepthwiseConv2D(_Window):
             )
         return weights
 
-    def set_weights(self, weights) -> None:
+    def set_weights(self, weights: Any) -> None:
         """Sets ``[depthwise_kernel, bias]`` (or without bias) in Keras's shapes.
 
         Raises:
             ValueError: the layer is not built, or the count or a shape differs.
         """
-        shapes = [self.kernel_size + (self.input_shape[-1] if self.built else 0, self.depth_multiplier)]
+        shapes = [self.kernel_size + (self._built_shape()[-1] if self.built else 0, self.depth_multiplier)]
         shapes += [(self.out_channels,)] if self.use_bias and self.built else []
         weights = self._check_weights(weights, shapes)
         self.depthwise_kernel = weights[0].copy()
         self.bias = weights[1].copy() if self.use_bias else None
         self._weights_changed()
 
-    def absorb_affine(self, scale, shift) -> bool:
+    def absorb_affine(self, scale: np.ndarray, shift: np.ndarray) -> bool:
         """Folds a following BatchNormalization into the kernel and bias (float64) when linear."""
         if self.activation != "linear" or not self.built:
             return False
@@ -443,15 +451,15 @@ class SeparableConv2D(DepthwiseConv2D):
 
     def __init__(
         self,
-        filters,
-        kernel_size,
-        strides=1,
-        padding="valid",
-        depth_multiplier=1,
-        dilation_rate=1,
-        activation=None,
+        filters: int,
+        kernel_size: int | Sequence[int],
+        strides: int | Sequence[int] = 1,
+        padding: str = "valid",
+        depth_multiplier: int = 1,
+        dilation_rate: int | Sequence[int] = 1,
+        activation: str | None = None,
         use_bias: bool = True,
-        data_format=None,
+        data_format: str | None = None,
         name: str | None = None,
     ):
         super().__init__(
@@ -464,22 +472,23 @@ class SeparableConv2D(DepthwiseConv2D):
         self.filters = int(filters)
         self.pointwise_kernel: np.ndarray | None = None
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         super().build(input_shape)
         self.pointwise_kernel = _glorot((1, 1, self.out_channels, self.filters), self.out_channels, self.filters)
         self.bias = zeros(self.filters) if self.use_bias else None
 
-    def compute_output_shape(self, input_shape) -> tuple:
+    def compute_output_shape(self, input_shape: Any) -> tuple:
         return super().compute_output_shape(input_shape)[:-1] + (self.filters,)
 
     def pointwise_matrix(self) -> np.ndarray:
         """``FILTERS x C*DM``: row ``f``, column ``o`` is ``pointwise_kernel[0, 0, o, f]``."""
+        assert self.pointwise_kernel is not None, f"{self._what()} is not built"
         return self.pointwise_kernel.reshape(self.out_channels, self.filters).T
 
     def kernel_matrices(self) -> dict:
         return {0: ("depthwise kernel", self.depthwise_matrix()), 1: ("pointwise kernel", self.pointwise_matrix())}
 
-    def lower(self, builder, x):
+    def lower(self, builder: PlanBuilder, x: Value) -> Value:
         mid = self._lower_depthwise(builder, x, None, "linear")
         weight = Weight(
             f"layer {self.name!r} pointwise kernel",
@@ -490,7 +499,7 @@ class SeparableConv2D(DepthwiseConv2D):
         bias = self._vector(self.bias, "bias") if self.use_bias else None
         return kinds.matmul(builder, mid, weight, bias, self.activation, what=self._what())
 
-    def _lower_depthwise(self, builder, x, bias, activation):
+    def _lower_depthwise(self, builder: PlanBuilder, x: Value, bias: Vector | None, activation: str) -> Value:
         geometry = {**self.geometry(x.shape[1:]), "DM": self.depth_multiplier}
         weight = Weight(
             f"layer {self.name!r} depthwise kernel",
@@ -501,14 +510,14 @@ class SeparableConv2D(DepthwiseConv2D):
         shape = DepthwiseConv2D.compute_output_shape(self, x.shape)
         return kinds.depthwise(builder, x, weight, geometry, shape, bias, activation, what=self._what())
 
-    def set_weights(self, weights) -> None:
+    def set_weights(self, weights: Any) -> None:
         """Sets ``[depthwise_kernel, pointwise_kernel, bias]`` (or without bias) in Keras's shapes.
 
         Raises:
             ValueError: the layer is not built, or the count or a shape differs.
         """
         shapes = [
-            self.kernel_size + (self.input_shape[-1] if self.built else 0, self.depth_multiplier),
+            self.kernel_size + (self._built_shape()[-1] if self.built else 0, self.depth_multiplier),
             (1, 1, self.out_channels if self.built else 0, self.filters),
         ]
         shapes += [(self.filters,)] if self.use_bias else []
@@ -517,7 +526,7 @@ class SeparableConv2D(DepthwiseConv2D):
         self.bias = weights[2].copy() if self.use_bias else None
         self._weights_changed()
 
-    def absorb_affine(self, scale, shift) -> bool:
+    def absorb_affine(self, scale: np.ndarray, shift: np.ndarray) -> bool:
         """Folds a following BatchNormalization into the pointwise kernel and bias when linear."""
         if self.activation != "linear" or not self.built:
             return False

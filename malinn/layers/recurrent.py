@@ -11,6 +11,8 @@ recurrent dropout do nothing at inference; ``unroll`` computes the same; ``state
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from ..plan import kinds
@@ -20,6 +22,10 @@ from .activation import get_activation
 from .base import Layer, glorot_uniform, numeric_weights, zeros
 from .keras_config import KerasContext, NotConvertible, keras_activation
 from .masking import mask_of, with_mask
+
+if TYPE_CHECKING:
+    from ..plan.builder import PlanBuilder
+    from ..plan.tensors import Value
 
 __all__ = ["SimpleRNN", "LSTM", "GRU", "RECURRENT_ACTIVATIONS"]
 
@@ -43,7 +49,7 @@ RECURRENT_ACTIVATIONS = (
 )
 
 
-def _activation(value, who: str) -> str:
+def _activation(value: str | None, who: str) -> str:
     name = get_activation(value)
     if name not in RECURRENT_ACTIVATIONS:
         raise ValueError(
@@ -73,7 +79,7 @@ class _Recurrent(Layer):
             )
         if config.get("time_major"):
             raise NotConvertible("with time_major=True")
-        kwargs = {"activation": keras_activation(config.get("activation", "tanh"), keras)}
+        kwargs: dict[str, Any] = {"activation": keras_activation(config.get("activation", "tanh"), keras)}
         if cls is not SimpleRNN:
             kwargs["recurrent_activation"] = keras_activation(config.get("recurrent_activation", "sigmoid"), keras)
         if cls is GRU:
@@ -89,9 +95,9 @@ class _Recurrent(Layer):
 
     def __init__(
         self,
-        units,
-        activation="tanh",
-        recurrent_activation="sigmoid",
+        units: int,
+        activation: str = "tanh",
+        recurrent_activation: str = "sigmoid",
         use_bias: bool = True,
         return_sequences: bool = False,
         return_state: bool = False,
@@ -111,7 +117,9 @@ class _Recurrent(Layer):
         self.return_state = bool(return_state)
         self.go_backwards = bool(go_backwards)
         self.zero_output_for_mask = bool(zero_output_for_mask)
-        self.kernel = self.recurrent_kernel = self.bias = None
+        self.kernel: np.ndarray | None = None
+        self.recurrent_kernel: np.ndarray | None = None
+        self.bias: np.ndarray | None = None
 
     # ---------------------------------------------------------------- shapes and weights
     @property
@@ -122,16 +130,16 @@ class _Recurrent(Layer):
     def _bias_shape(self) -> tuple:
         return (self.gates * self.units,)
 
-    def build(self, input_shape) -> None:
+    def build(self, input_shape: Any) -> None:
         """Creates ``kernel`` (features, gates * units), ``recurrent_kernel`` (units, gates *
         units) and ``bias`` for inputs ``(batch, steps, features)`` (or ``[inputs, mask]``)."""
         super().build(self._without_mask(input_shape))
-        if len(self.input_shape) != 2:
+        if len(self._built_shape()) != 2:
             raise ValueError(
                 f"{type(self).__name__} layer {self.name!r} takes inputs (batch, steps, features), "
                 f"got {format_shape(input_shape)}"
             )
-        features, width = self.input_shape[-1], self.gates * self.units
+        features, width = self._built_shape()[-1], self.gates * self.units
         self.kernel = glorot_uniform((features, width), features, width)
         self.recurrent_kernel = glorot_uniform((self.units, width), self.units, width)
         self.bias = zeros(self._bias_shape()) if self.use_bias else None
@@ -148,7 +156,7 @@ class _Recurrent(Layer):
             return [output] + [(batch, self.units)] * self.state_count
         return output
 
-    def set_weights(self, weights) -> None:
+    def set_weights(self, weights: Any) -> None:
         """Sets ``[kernel, recurrent_kernel, bias]`` (``bias`` only with ``use_bias``) in Keras's shapes.
 
         Raises:
@@ -164,7 +172,7 @@ class _Recurrent(Layer):
                 f"{', bias' if self.use_bias else ''}), got {len(weights)}"
             )
         kernel, recurrent = weights[0], weights[1]
-        features = self.input_shape[-1] if self.built else (kernel.shape[0] if kernel.ndim == 2 else -1)
+        features = self._built_shape()[-1] if self.built else (kernel.shape[0] if kernel.ndim == 2 else -1)
         expected = [(features, width), (self.units, width)] + ([self._bias_shape()] if self.use_bias else [])
         got = [w.shape for w in weights]
         if got != expected:
@@ -176,16 +184,23 @@ class _Recurrent(Layer):
         self._weights_changed()
 
     # ---------------------------------------------------------------- lowering
-    def _input_bias(self):
+    def _kernels(self) -> tuple[np.ndarray, np.ndarray]:
+        """``kernel`` and ``recurrent_kernel`` of the built layer."""
+        assert self.kernel is not None and self.recurrent_kernel is not None, f"{self._what()} is not built"
+        return self.kernel, self.recurrent_kernel
+
+    def _input_bias(self) -> np.ndarray | None:
         return self.bias
 
-    def _recurrent_bias(self):
+    def _recurrent_bias(self) -> np.ndarray | None:
         return None
 
     def lower(self, builder, x):
         return self.lower_recurrence(builder, x, self.zero_output_for_mask)
 
-    def lower_recurrence(self, builder, x, zero_masked: bool, reverse_output: bool = False):
+    def lower_recurrence(
+        self, builder: PlanBuilder, x: Value | list[Value], zero_masked: bool, reverse_output: bool = False
+    ) -> Any:
         """Records this layer on ``x`` (or ``[x, mask]``): its output, or ``[output, *states]`` with
         ``return_state``; a masked step's output is zero with ``zero_masked``; ``reverse_output``
         writes the sequence in the other order (a Bidirectional's backward layer)."""
@@ -195,16 +210,22 @@ class _Recurrent(Layer):
         if len(x.shape) != 3:
             raise ValueError(f"{self._what()}: takes inputs (batch, steps, features), got {format_shape(x.shape)}")
         width = self.gates * self.units
-        weight = Weight(f"{self._what()} kernel", (width, x.shape[-1]), lambda: self.kernel.T, self.device_copies)
+        weight = Weight(
+            f"{self._what()} kernel", (width, x.shape[-1]), lambda: self._kernels()[0].T, self.device_copies
+        )
         input_bias = self._input_bias()
         bias = Vector(f"{self._what()} bias", input_bias, self.device_copies) if input_bias is not None else None
         xproj = kinds.matmul(builder, x, weight, bias, what=f"{self._what()} input projection")
-        recurrent = Vector(f"{self._what()} recurrent kernel", self.recurrent_kernel, self.device_copies)
-        rbias = self._recurrent_bias()
-        rbias = Vector(f"{self._what()} recurrent bias", rbias, self.device_copies) if rbias is not None else None
+        recurrent = Vector(f"{self._what()} recurrent kernel", self._kernels()[1], self.device_copies)
+        recurrent_bias = self._recurrent_bias()
+        rbias = (
+            Vector(f"{self._what()} recurrent bias", recurrent_bias, self.device_copies)
+            if recurrent_bias is not None
+            else None
+        )
         mask = given_mask if given_mask is not None else mask_of(builder, x)
 
-        def run(sequences: bool, state: str = "h"):
+        def run(sequences: bool, state: str = "h") -> Value:
             return kinds.recurrence(
                 builder,
                 xproj,
@@ -273,8 +294,8 @@ class SimpleRNN(_Recurrent):
 
     def __init__(
         self,
-        units,
-        activation="tanh",
+        units: int,
+        activation: str = "tanh",
         use_bias: bool = True,
         return_sequences: bool = False,
         return_state: bool = False,
@@ -331,9 +352,9 @@ class GRU(_Recurrent):
 
     def __init__(
         self,
-        units,
-        activation="tanh",
-        recurrent_activation="sigmoid",
+        units: int,
+        activation: str = "tanh",
+        recurrent_activation: str = "sigmoid",
         use_bias: bool = True,
         return_sequences: bool = False,
         return_state: bool = False,
@@ -359,10 +380,10 @@ class GRU(_Recurrent):
     def _bias_shape(self) -> tuple:
         return (2, 3 * self.units) if self.reset_after else (3 * self.units,)
 
-    def _input_bias(self):
+    def _input_bias(self) -> np.ndarray | None:
         return self.bias[0] if self.reset_after and self.bias is not None else self.bias
 
-    def _recurrent_bias(self):
+    def _recurrent_bias(self) -> np.ndarray | None:
         return self.bias[1] if self.reset_after and self.bias is not None else None
 
     def get_config(self) -> dict:
