@@ -32,7 +32,7 @@ def usable_cores() -> int:
 
 # PoCL and Mesa's llvmpipe start a thread per CPU they see: the host's, under a container's CPU
 # quota too. One per usable core, so that the workers do not crowd the cores they share. (Oclgrind
-# runs one simulation thread a process: helpers.OCLGRIND_FLAGS.)
+# runs one simulation thread a process: support.OCLGRIND_FLAGS.)
 for _threads in ("POCL_MAX_PTHREAD_COUNT", "LP_NUM_THREADS"):
     os.environ.setdefault(_threads, str(usable_cores()))
 

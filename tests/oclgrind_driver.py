@@ -38,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from helpers import activation as ref_activation  # noqa: E402
+from support import activation as ref_activation  # noqa: E402
 
 import malinn  # noqa: E402
 from malinn import ops  # noqa: E402
@@ -450,8 +450,8 @@ def run_model(case, device, rng):
 
 def run_window(case, device, rng):
     """A Sequential of convolution / pooling / pixel-moving layers (``case["layers"]``: [class name,
-    kwargs]) with the kernels ``case["use"]`` chooses, against the numpy definitions in helpers.py."""
-    from helpers import conv2d_reference, depthwise_reference, pool2d_reference, rounded_kernel
+    kwargs]) with the kernels ``case["use"]`` chooses, against the numpy definitions in support.py."""
+    from support import conv2d_reference, depthwise_reference, pool2d_reference, rounded_kernel
 
     from malinn import Sequential
     from malinn.choice import kernel_choice

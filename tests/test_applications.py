@@ -13,7 +13,7 @@ import os
 import numpy as np
 import pytest
 from applications_zoo import APPLICATIONS, GENERATIONS, SUFFIXES
-from helpers import assert_close
+from support import assert_close
 
 import malinn
 

@@ -574,7 +574,7 @@ def test_verify_names_the_keras_layers_each_step_covers_and_fails_on_a_mismatch(
     ],
 )
 def test_ctrl_c_is_one_line_and_exit_130(digits_malinn, tmp_path, signum, status, said):
-    """Ctrl-C, and SIGTERM (a service stopped) and SIGHUP (an ssh session dropped) as it: one line,
+    """Ctrl-C, and SIGTERM (a service stopped) and SIGHUP (an ssh connection dropped) as it: one line,
     the shell's status, nothing left behind (their default ended the process at once, leaving a
     half-written temporary file beside the destination until the hourly sweep)."""
     fifo = tmp_path / "x.npy"

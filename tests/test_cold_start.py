@@ -170,7 +170,7 @@ def _window_model(shape, strides):
 
 
 def _window_reference(model, x):
-    from helpers import depthwise_reference, pool2d_reference
+    from support import depthwise_reference, pool2d_reference
 
     padded = np.pad(x, ((0, 0), (1, 2), (2, 1), (0, 0)))
     dw = next(layer for layer in model.layers if layer.name == "dw")
@@ -387,7 +387,7 @@ def test_element_wise_kernels_on_a_gpu_fill_their_work_groups_along_the_rows_fir
     1 x 256 groups, 32 or 96 rows in 32 x 8, 144 in 16 x 16, 24 in 8 x 32, the shapes measured
     fastest on the H200 where the driver's own choice ran 2-50x slower; depthwise convolutions in
     16 x 16; every shape divides its range."""
-    from helpers import described_gpu
+    from support import described_gpu
 
     from malinn.choice.kernel_call import bounded_range
     from malinn.library.kernel_library import load_library

@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import assert_close
+from support import assert_close
 
 import malinn
 from malinn import Sequential, ops

@@ -9,7 +9,7 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers import conv2d_reference, python_env
+from support import conv2d_reference, python_env
 
 import malinn
 from malinn.backends.base import Device

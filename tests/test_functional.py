@@ -3,7 +3,7 @@ layers, several outputs, saving, summary, and what the plan costs (no copy, no e
 
 import numpy as np
 import pytest
-from helpers import assert_close, summary_rows
+from support import assert_close, summary_rows
 
 import malinn
 from malinn import Functional, Input, Sequential

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import activation as ref_activation
-from helpers import assert_close
+from support import activation as ref_activation
+from support import assert_close
 from test_gemv_split import PARAMS, fits, precisions, reference, run
 
 import malinn

@@ -16,8 +16,8 @@ import shutil
 
 import numpy as np
 import pytest
-from helpers import activation as ref_activation
-from helpers import assert_close, run_under_oclgrind
+from support import activation as ref_activation
+from support import assert_close, run_under_oclgrind
 
 import malinn
 from malinn.choice import kernel_choice

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import assert_close
+from support import assert_close
 from test_gemv_split import PARAMS, reference, run
 
 import malinn

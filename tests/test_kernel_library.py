@@ -433,7 +433,7 @@ def test_a_default_the_device_cannot_launch_gives_way_to_the_next():
     limit), never a launch the driver would refuse."""
     from dataclasses import replace
 
-    from helpers import described_gpu
+    from support import described_gpu
 
     from malinn.choice import kernel_choice
 

@@ -10,7 +10,7 @@ import re
 
 import numpy as np
 import pytest
-from helpers import assert_close, model_forward
+from support import assert_close, model_forward
 
 from malinn import DeviceError, Sequential, ops
 from malinn.backends.base import size_text

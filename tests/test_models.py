@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import assert_close, dense_forward, model_forward, summary_rows
+from support import assert_close, dense_forward, model_forward, summary_rows
 
 from malinn import Functional, Input, Sequential, load_model, ops
 from malinn.layers import Activation, Add, Conv1D, Dense, Normalization, Reshape

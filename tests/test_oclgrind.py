@@ -7,7 +7,7 @@ four-parameter activation and the affine step; the fused softmax in every config
 kernel that has one; bias, scale-and-shift, every activation, softmax and re-layout on odd shapes
 in several layouts; whole models; a Functional graph with every merge kernel) run in a few
 ``oclgrind --check-api --data-races --uninitialized --num-threads 1 python3 tests/oclgrind_driver.py``
-processes (helpers.OCLGRIND_FLAGS; in parallel, one per core, at most two by default); each case is then asserted to have left
+processes (support.OCLGRIND_FLAGS; in parallel, one per core, at most two by default); each case is then asserted to have left
 nothing on stderr and to match numpy.
 
 Tuned configurations: ``tuning_configurations`` lists every configuration the tuner can emit for
@@ -17,7 +17,7 @@ the odd shapes' padded problems (``configuration_shapes``): the largest (several
 tiles, the last partial; its batch narrowed to two column tiles, ``_narrow``), the one with the most
 K steps, and the smallest (one tile, nearly all padding); a kernel reads and writes its padded
 buffers, so shapes that pad alike check the same (``_distinct_shapes``). A program that several entries run (variants that differ only in their
-preconditions, helpers.program_key) is simulated once per shape. Should a kernel ever list more
+preconditions, support.program_key) is simulated once per shape. Should a kernel ever list more
 than ``ALL_LIMIT`` (a whole search space), simulating all would take hours, so the suite then checks the defaults on
 every shape plus a set that covers every pair of define values any valid configuration has
 (``covering_configurations``); ``MALINN_OCLGRIND_CONFIGS=all`` checks them all regardless (on a
@@ -46,7 +46,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from helpers import OCLGRIND_FLAGS, PYOPENCL_PROBE, oclgrind_env, program_key
+from support import OCLGRIND_FLAGS, PYOPENCL_PROBE, oclgrind_env, program_key
 
 from malinn import ops
 from malinn.library.kernel_library import load_library
@@ -906,7 +906,7 @@ def _configured(case):
 
 
 def _ran(cases, results) -> set:
-    """(program, shape) of every matmul case that ran without an epilogue (helpers.program_key)."""
+    """(program, shape) of every matmul case that ran without an epilogue (support.program_key)."""
     return {
         (program_key(_configured(c)), tuple(c["shape"]))
         for i, c in enumerate(cases)

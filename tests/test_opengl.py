@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import assert_close
+from support import assert_close
 
 import malinn
 from malinn import Sequential, ops

@@ -4,8 +4,8 @@ import math
 
 import numpy as np
 import pytest
-from helpers import activation as ref_activation
-from helpers import assert_close, program_key
+from support import activation as ref_activation
+from support import assert_close, program_key
 
 from malinn import ops
 from malinn.choice.kernel_choice import explicit_choice
@@ -89,7 +89,7 @@ CASES = [(name, p) for name in LIB.activations() for p in PARAMS.get(name, [{}])
 
 
 def test_every_library_activation_has_a_reference():
-    from helpers import ACTIVATIONS
+    from support import ACTIVATIONS
 
     assert set(LIB.activations()) - {"softmax"} <= set(ACTIVATIONS)
 
@@ -200,7 +200,7 @@ def test_upload_and_download_are_counted(device):
 
 
 def _distinct_programs(pairs):
-    """``(codename, config)`` pairs, each program once (helpers.program_key: a variant that differs
+    """``(codename, config)`` pairs, each program once (support.program_key: a variant that differs
     from its parent only in preconditions runs the parent's programs)."""
     seen = set()
     for codename, config in pairs:

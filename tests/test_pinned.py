@@ -9,7 +9,7 @@ import gc
 
 import numpy as np
 import pytest
-from helpers import assert_close, dense_forward
+from support import assert_close, dense_forward
 
 import malinn
 from malinn import Sequential

@@ -2,9 +2,9 @@
 
 import numpy as np
 import pytest
-from helpers import activation as ref_activation
-from helpers import assert_close, summary_rows
-from helpers import model_forward as numpy_forward
+from support import activation as ref_activation
+from support import assert_close, summary_rows
+from support import model_forward as numpy_forward
 
 from malinn import BackendError, Sequential, ops
 from malinn.choice import kernel_choice

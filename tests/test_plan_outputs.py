@@ -6,8 +6,8 @@ no later call writes into."""
 
 import numpy as np
 import pytest
-from helpers import assert_close, small_conv_model
-from helpers import model_forward as numpy_forward
+from support import assert_close, small_conv_model
+from support import model_forward as numpy_forward
 
 from malinn import Sequential
 from malinn.layers import Dense

@@ -4,7 +4,7 @@ reader) needs a copy, the copy kernel stays; the values are Keras's either way."
 
 import numpy as np
 import pytest
-from helpers import assert_close
+from support import assert_close
 
 from malinn import Functional, Input, Sequential
 from malinn.layers import Activation, Concatenate, Dense, Flatten, Reshape

@@ -20,8 +20,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from helpers import activation as ref_activation
-from helpers import assert_close, python_env, rounded_kernel, run_under_oclgrind
+from support import activation as ref_activation
+from support import assert_close, python_env, rounded_kernel, run_under_oclgrind
 
 import malinn
 from malinn import ops

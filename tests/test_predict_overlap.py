@@ -4,7 +4,7 @@ and equal to one pass's."""
 
 import numpy as np
 import pytest
-from helpers import assert_close, dense_forward
+from support import assert_close, dense_forward
 
 from malinn import Sequential
 from malinn.layers import Dense

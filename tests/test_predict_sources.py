@@ -10,7 +10,7 @@ import threading
 
 import numpy as np
 import pytest
-from helpers import assert_close, dense_forward
+from support import assert_close, dense_forward
 
 import malinn
 from malinn import Functional, Input, Sequential

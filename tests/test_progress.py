@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import python_env, run_on_terminal
+from support import python_env, run_on_terminal
 
 import malinn
 from malinn.layers import Dense

@@ -9,10 +9,10 @@ examples reuse programs already built.
 
 import numpy as np
 import pytest
-from helpers import activation as ref_activation
-from helpers import assert_close
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from support import activation as ref_activation
+from support import assert_close
 
 from malinn import Sequential, ops
 from malinn.choice.matrix import DeviceMatrix

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import ray
-from helpers import assert_close
+from support import assert_close
 
 import malinn
 from malinn import DeviceError, Functional, Input, Sequential

@@ -11,7 +11,7 @@ import threading
 
 import numpy as np
 import pytest
-from helpers import assert_close, dense_forward, small_conv_model
+from support import assert_close, dense_forward, small_conv_model
 
 from malinn import DeviceError, Sequential
 from malinn.backends import opencl_staging

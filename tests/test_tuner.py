@@ -10,7 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers import assert_close
+from support import assert_close
 
 import malinn
 from malinn import ops

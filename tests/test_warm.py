@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import python_env, run_on_terminal
+from support import python_env, run_on_terminal
 
 from malinn.cli import commands as cli
 

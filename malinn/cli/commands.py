@@ -252,7 +252,7 @@ def _error(text: str) -> None:
 
 
 class Terminated(BaseException):
-    """SIGTERM or SIGHUP arrived (a service stopped, an ssh session dropped): raised where the
+    """SIGTERM or SIGHUP arrived (a service stopped, an ssh connection dropped): raised where the
     command is, so that what it was writing is cleaned up as for Ctrl-C."""
 
     def __init__(self, signum: int):

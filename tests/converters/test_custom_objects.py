@@ -12,9 +12,9 @@ import copy
 
 import numpy as np
 import pytest
-from helpers import dense_forward
 from keras_files import dense, dense_weights, keras_object, sequential, write_keras
 from keras_zoo import CUSTOM_MODELS, FORMATS
+from support import dense_forward
 
 import malinn
 from malinn import ConversionError

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from helpers import activation, assert_close
+from support import activation, assert_close
 
 from malinn import Sequential
 from malinn.layers import Activation, Dense

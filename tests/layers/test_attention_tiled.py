@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers import described_gpu
 from layers.test_attention import attention_reference, mha_reference
+from support import described_gpu
 
 import malinn
 from malinn.choice import kernel_choice

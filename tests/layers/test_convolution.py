@@ -4,7 +4,7 @@ convolution as a plain matmul), over odd shapes, strides, dilations, paddings, g
 
 import numpy as np
 import pytest
-from helpers import activation, conv2d_reference, depthwise_reference, rounded_kernel
+from support import activation, conv2d_reference, depthwise_reference, rounded_kernel
 
 import malinn
 from malinn.choice import kernel_choice

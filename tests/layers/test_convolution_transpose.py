@@ -4,7 +4,7 @@ paddings, output_padding, batch 1 and 3, and in the reduced weight precisions.""
 
 import numpy as np
 import pytest
-from helpers import activation, rounded_kernel
+from support import activation, rounded_kernel
 from upsampling_references import conv_transpose_reference
 
 import malinn

@@ -7,8 +7,8 @@ the library gives a global pooling on each kind of device; on the OpenGL backend
 
 import numpy as np
 import pytest
-from helpers import conv2d_reference, depthwise_reference
 from keras_zoo import FORMATS
+from support import conv2d_reference, depthwise_reference
 
 import malinn
 from malinn import Functional, Input, ops

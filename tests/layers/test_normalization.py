@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from helpers import assert_close
+from support import assert_close
 
 from malinn import Sequential
 from malinn.layers import Activation, BatchNormalization, Dense, Flatten, LayerNormalization

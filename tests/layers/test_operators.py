@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import built_zoo
-from helpers import assert_close
 from operators_zoo import APPLICATIONS, BATCHES, GENERATIONS, MODELS, SUFFIXES
+from support import assert_close
 
 import malinn
 from malinn import Functional, Input

@@ -3,7 +3,7 @@ read a kernel's layout and padding, not only the uploaded input) and straight fr
 
 import numpy as np
 import pytest
-from helpers import pool2d_reference
+from support import pool2d_reference
 
 import malinn
 from malinn.layers import (

@@ -4,7 +4,7 @@ kernel's layout: the default one, and Morton's blocked C_4_2_C), on every workin
 
 import numpy as np
 import pytest
-from helpers import assert_close
+from support import assert_close
 
 from malinn import Sequential, ops
 from malinn.layers import (

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import built_zoo
-from helpers import rounded_kernel
+from support import rounded_kernel
 from volumetric_reference import conv3d_reference, layer_reference
 from volumetric_zoo import BATCHES, GENERATIONS, GRAPHS, MODELS, SUFFIXES
 

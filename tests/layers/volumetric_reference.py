@@ -104,7 +104,7 @@ def pool3d_reference(x, pool, strides, padding, mode):
 def layer_reference(layer, x, activated: bool = True):
     """numpy's answer for one malinn 3-D layer (its weights and options) on ``x``, float64; a
     convolution's activation left out unless ``activated``."""
-    from helpers import activation
+    from support import activation
 
     name, w = type(layer).__name__, [np.asarray(v, np.float64) for v in layer.get_weights()]
     bias = w[1] if getattr(layer, "use_bias", False) else None

@@ -8,7 +8,7 @@ import pkgutil
 
 import numpy as np
 import pytest
-from helpers import assert_close
+from support import assert_close
 
 from malinn import Sequential
 from malinn.layers import Dense, Flatten, Reshape

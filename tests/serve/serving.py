@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers import python_env  # noqa: E402
+from support import python_env  # noqa: E402
 
 
 class ServerProcess:

@@ -181,7 +181,7 @@ def test_a_model_that_fails_its_first_load_stops_the_server_with_status_1(tmp_pa
 
 
 def run_command(*args, prelude: str = "") -> subprocess.CompletedProcess:
-    from helpers import python_env
+    from support import python_env
 
     code = f"import sys\n{prelude}\nfrom malinn.cli.commands import main\nsys.exit(main(sys.argv[1:]))"
     return subprocess.run(
