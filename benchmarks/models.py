@@ -84,7 +84,9 @@ def torch_forward(torch, weights):
     ws = [torch.from_numpy(w).cuda() for w in weights]
 
     def run(x):
-        h = torch.from_numpy(x).cuda()
+        """``x``: a numpy array, or a torch tensor on the host (a ``pin_memory()`` one is copied
+        without blocking, as a page-locked upload is)."""
+        h = (x if isinstance(x, torch.Tensor) else torch.from_numpy(x)).cuda(non_blocking=True)
         for i in range(0, len(ws), 2):
             h = h @ ws[i] + ws[i + 1]
             if i < len(ws) - 2:

@@ -247,18 +247,8 @@ def pinned_row(model, x, y, device, torch, weights, repeat: int) -> dict:
     }
     found["upload_over_bus"] = found["bare_pinned_upload_s"] / found["upload_s"]
     if torch is not None:
-        ws = [torch.from_numpy(w).cuda() for w in weights]
-        xt = torch.from_numpy(x).pin_memory()
-
-        def run_peer():
-            h = xt.cuda(non_blocking=True)
-            for i in range(0, len(ws), 2):
-                h = h @ ws[i] + ws[i + 1]
-                if i < len(ws) - 2:
-                    h = torch.relu(h)
-            return h.cpu().numpy()
-
-        found["peer_seconds"] = median_time(run_peer, repeat, warmup=2)
+        run_peer, xt = torch_forward(torch, weights), torch.from_numpy(x).pin_memory()
+        found["peer_seconds"] = median_time(lambda: run_peer(xt), repeat, warmup=2)
         found["ratio"] = found["peer_seconds"] / seconds
     return found
 

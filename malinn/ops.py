@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .backends.base import Device
+from .backends.base import BoundLaunch, Device
 from .backends.selection import get_device
 from .choice.kernel_call import bind
 from .choice.kernel_choice import choose, holding_columns, use
@@ -36,6 +36,7 @@ __all__ = [
     "to_layout",
     "upload_vector",
     "launch",
+    "enqueue",
     "with_epilogue",
     "elementwise_kernel",
 ]
@@ -71,8 +72,17 @@ def launch(
         KernelBuildError: the program did not build.
         DeviceError: the launch failed; the message names the kernel, the sizes and the status.
     """
-    bound = bind(spec, device, matrices, vectors, params, what)
-    matrices["r"].invalidate_host()
+    return enqueue(bind(spec, device, matrices, vectors, params, what), device, matrices["r"])
+
+
+def enqueue(bound: BoundLaunch | None, device: Device, result: DeviceMatrix) -> Any:
+    """Enqueues a launch bound before (:func:`~malinn.choice.kernel_call.bind`) once, under the
+    device's lock, its ``result``'s host copy marked stale.
+
+    Returns:
+        The backend's event of the launch (``None`` where ``bound`` is: an empty range).
+    """
+    result.invalidate_host()
     if bound is None:
         return None
     with device.lock:

@@ -184,9 +184,12 @@ class DeviceMemory:
     def page_locked(self, array: np.ndarray) -> bool:
         """:meth:`Device.page_locked`: whether ``array`` lies in page-locked memory of
         :meth:`host_array`'s (a slot, a staging array, :func:`malinn.empty_pinned`'s)."""
+        regions = self.cache.get("page_locked")
+        if not regions or array.base is None:  # memory given out is a view of its mapping, never owned
+            return False
         start = array.__array_interface__["data"][0]
         stop = start + array.nbytes
-        return any(begin <= start and stop <= end for begin, end in self.cache.get("page_locked", {}).items())
+        return any(begin <= start and stop <= end for begin, end in regions.items())
 
     def stages_input(self, nbytes: int) -> bool:
         """True where :meth:`host_array` gives page-locked memory and the input is below

@@ -29,7 +29,7 @@ from ..errors import MalinnError
 from ..io.cache import cache_dir
 from ..library.kernel_library import load_library
 from ..library.precision import device_bytes, effective
-from ..ops import matmul_plan
+from ..ops import enqueue, matmul_plan
 
 __all__ = ["tune", "Product", "STANDARD_SHAPES", "QUICK_SHAPES", "cache_dir"]
 
@@ -114,17 +114,14 @@ class Product:
             "r": self.r,
         }
         self._spec, self._device = spec, device
-        # bound once, as a plan binds its launches: a timed launch is the enqueue alone (binding
-        # costs 0.4-0.6 ms of host time, more than a 1024 x 1024 x 1024 product on a large GPU)
+        # bound once, as a plan binds its launches: a timed launch is the enqueue alone (bound on
+        # every call, products of 1024 x 1024 x 1024 on the H200 timed the binding: at most 5.3 TFLOP/s in
+        # any configuration, up to 25.9 bound once; benchmarks/gemm.py --sweep before and after)
         self._bound = bind(spec, device, self._args)
 
     def launch(self):
         """Enqueues the kernel once; returns its event."""
-        self.r.invalidate_host()
-        if self._bound is None:
-            return None
-        with self._device.lock:
-            return self._bound()
+        return enqueue(self._bound, self._device, self.r)
 
     def correct(self, tolerance: float = 1e-4) -> bool:
         """Runs once and compares with numpy in float64."""
