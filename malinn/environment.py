@@ -1,11 +1,13 @@
 """malinn's environment variables, read one way.
 
 A switch (``MALINN_GL``, ``MALINN_BINARY_CACHE``, ``MALINN_PROBE_CACHE``, ``MALINN_ZERO_COPY``,
-``MALINN_PINNED``, ``MALINN_STAGING``, ``MALINN_OVERLAP``, ``MALINN_GL_NO_COMPUTE``,
+``MALINN_PINNED``, ``MALINN_STAGING``, ``MALINN_DEVICE_PADDING``, ``MALINN_OVERLAP``, ``MALINN_GL_NO_COMPUTE``,
 ``MALINN_PROGRESS``) is on with ``1``, ``true``, ``yes``
 or ``on`` and off with ``0``, ``false``, ``no`` or ``off`` (any case, spaces around ignored); unset
 or empty, it keeps its default (``MALINN_STAGING``'s: decided per device and size, a staging ring
-for large transfers on a discrete GPU; 1 gives every plan input and output one, 0 none). Any other value is refused by name: ``MALINN_BINARY_CACHE=false`` was once ignored (the
+for large transfers on a discrete GPU; 1 gives every plan input and output one, 0 none;
+``MALINN_DEVICE_PADDING``'s: a padded input padded by a kernel on a discrete GPU, 1 on every device,
+0 on none). Any other value is refused by name: ``MALINN_BINARY_CACHE=false`` was once ignored (the
 cache stayed on) and ``MALINN_GL=false`` loaded Mesa beside TensorFlow.
 """
 
@@ -28,6 +30,7 @@ SWITCHES = (
     "MALINN_ZERO_COPY",
     "MALINN_PINNED",
     "MALINN_STAGING",
+    "MALINN_DEVICE_PADDING",
     "MALINN_OVERLAP",
     "MALINN_PROGRESS",
 )

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from ..environment import switch
 from ..library.layout import Layout
 
 __all__ = ["Device", "BoundLaunch", "size_text"]
@@ -211,6 +212,18 @@ class Device:
         straight into the array returned to the caller (False). This default: False, the staging
         array being plain memory too."""
         return False
+
+    def pads_on_device(self, nbytes: int) -> bool:
+        """Whether a plan's input of ``nbytes`` (unpadded) whose kernels read it from a padded buffer
+        (rows padded to a kernel's tile, samples to its columns) is uploaded as the caller's array is
+        laid out, into a buffer of its own, and copied into the padded buffer by a kernel on the
+        device that zeroes the padding (True: the upload direct, or one DMA from page-locked memory),
+        rather than copied on the host into a staging array laid out as the padded buffer (False).
+        Pays where the device copies far faster than the host (a discrete GPU: >1 TB/s against one
+        host thread's 6-13 GB/s). Decided once, when the plan is compiled. This default: False,
+        unless ``MALINN_DEVICE_PADDING=1`` forces it (what the tests of the path run on CPUs and
+        OpenGL)."""
+        return bool(switch("MALINN_DEVICE_PADDING", False))
 
     def staging_ring(self, shape: tuple[int, int], what: str = "data") -> Any:
         """How a plan moves a buffer laid out as a ``shape`` staging array (columns, padded rows) on

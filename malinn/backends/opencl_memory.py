@@ -203,6 +203,18 @@ class DeviceMemory:
         with no second host pass."""
         return self._pinned(nbytes)
 
+    def pads_on_device(self, nbytes: int) -> bool:
+        """:meth:`Device.pads_on_device`: True on a discrete GPU (not sharing the host's memory) for
+        an input of at least :data:`DIRECT_MIN_BYTES`, which is then uploaded from the caller's array
+        (below it an unpadded input is staged anyway: :meth:`stages_input`, and the copy kernel's
+        launch would be one more cost); False elsewhere. ``MALINN_DEVICE_PADDING=1`` pads every
+        padded input on the device (on any device, of any size: what the tests of the path run on
+        PoCL and Oclgrind), ``MALINN_DEVICE_PADDING=0`` none."""
+        forced = switch("MALINN_DEVICE_PADDING", None)
+        if forced is not None:
+            return forced
+        return not self.host_unified_memory and nbytes >= DIRECT_MIN_BYTES
+
     def staging_ring(self, shape: tuple[int, int], what: str = "data") -> StagingRing | None:
         """:meth:`Device.staging_ring`: a ring of page-locked slots (:class:`~.opencl_staging.StagingRing`)
         for a buffer laid out as a ``shape`` staging array (columns, padded rows) of at least

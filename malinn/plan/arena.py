@@ -13,22 +13,28 @@ __all__ = ["arena"]
 ELEMENT_BYTES = 4
 
 
-def arena(inputs: list, storages: list) -> list:
+def arena(inputs: list, storages: list, released: frozenset = frozenset()) -> list:
     """``[(bytes, [storages])]``: one buffer per entry, each holding storages whose lifetimes do
     not overlap (best fit among the free buffers, else the largest free one grown, else a new one;
     storages taken by first use, larger first).
 
-    Each input has a buffer of its own, exactly its size, written whole by every run (no other
-    tensor shares it, so an upload never covers part of a larger buffer). A view (a storage with a
-    ``base``) lives in its base's buffer and takes none.
+    Each input has a buffer of its own, exactly its size, written whole by every run (never grown,
+    so an upload never covers part of a larger buffer); no other tensor shares it, but for an input
+    in ``released``, read only by the step that pads it on the device: its buffer is free for later
+    tensors that fit it once that step ran. A view (a storage with a ``base``) lives in its base's
+    buffer and takes none.
 
     Args:
         inputs: the plan's input values (``value.storage`` each).
         storages: every storage of the plan, each with ``first`` and ``last`` (the steps that first
             and last touch it), ``elements()`` and ``base``.
+        released: ``id()`` of the input storages whose buffers later tensors may reuse.
     """
     taken = {id(v.storage) for v in inputs}
-    buffers = [[ELEMENT_BYTES * v.storage.elements(), 2**62, [v.storage]] for v in inputs]
+    buffers = [
+        [ELEMENT_BYTES * v.storage.elements(), v.storage.last if id(v.storage) in released else 2**62, [v.storage]]
+        for v in inputs
+    ]
     for storage in sorted(storages, key=lambda s: (s.first, -s.elements())):
         if id(storage) in taken or storage.base is not None:
             continue
@@ -37,7 +43,7 @@ def arena(inputs: list, storages: list) -> list:
         if free:
             chosen = min(free, key=lambda b: b[0])
         else:
-            grow = [b for b in buffers if b[1] < storage.first]
+            grow = [b for b in buffers[len(inputs) :] if b[1] < storage.first]  # an input's is never grown
             if grow:
                 chosen = max(grow, key=lambda b: b[0])
             else:

@@ -12,7 +12,9 @@ runs the passes (:mod:`malinn.plan.passes`), each deciding one thing once:
 3. layouts: each tensor is in its producer's layout (the input in Keras's own order); a consumer
    that reads another layout gets a re-layout step;
 4. paddings: every buffer is padded to what all its readers and writers ask (a matmul's right
-   operand and result share their column padding);
+   operand and result share their column padding); a padded input that the device pads itself
+   (``Device.pads_on_device``) is uploaded unpadded and copied into its padded buffer by a first
+   re-layout step;
 5. weights: each matrix weight uploaded in the layout and padding its kernel reads (kept by the
    layer, shared by every plan that asks for the same), vectors uploaded once;
 6. an activation arena: buffers reused by liveness;
@@ -34,6 +36,7 @@ from .kinds.base import OpKind
 from .passes.fusion import fuse_epilogues
 from .passes.heads import fuse_heads
 from .passes.in_place import protect_in_place
+from .passes.input_padding import pad_inputs_on_device
 from .passes.layouts import download_ready, relayout_inputs, unalias
 from .passes.paddings import resolve_paddings
 from .passes.views import concat_slices, view_concat_slices, view_reshapes
@@ -142,6 +145,7 @@ class PlanBuilder:
         outputs = download_ready(self, outputs)
         view_reshapes(self, outputs)
         view_concat_slices(slices)
+        copies = pad_inputs_on_device(self)
         backend = self.device.backend
         for step in self.steps:  # refused here, as predict would: summary and max_batch say so too
             if step.spec is not None and not step.spec.has_source(backend):
@@ -152,4 +156,5 @@ class PlanBuilder:
                 )
         plan = Plan(self.device, self.batch, self.inputs, outputs, self.steps, self.precision)
         plan.convs = list(self.convs)  # the convolution geometries (malinn tune --model times them)
+        plan.input_copies = copies  # the inputs padded on the device: their buffers free after the copy
         return plan

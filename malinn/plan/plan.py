@@ -70,6 +70,9 @@ class Plan:
         self.buffers: list = []
         self.launches: list = []
         self.convs: list = []  # the convolution geometries lowered (PlanBuilder.compile sets them)
+        #: the first steps that copy an unpadded input into the padded buffer its kernels read
+        #: (PlanBuilder.compile sets them: malinn.plan.passes.input_padding)
+        self.input_copies: list[Step] = []
         self._assign_lifetimes()
 
     # ---------------------------------------------------------------- memory, before allocating
@@ -94,7 +97,8 @@ class Plan:
 
     def _arena(self) -> list:
         """``[(bytes, [storages])]``: the activation buffers (:func:`malinn.plan.arena.arena`)."""
-        return arena(self.inputs, self._storages())
+        released = frozenset(id(step.inputs["a"].storage) for step in self.input_copies)
+        return arena(self.inputs, self._storages(), released)
 
     def _weights(self):
         """``(weight, least padding, precision)`` of every weight copy the plan's kernels read (a
@@ -251,7 +255,10 @@ class Plan:
         # included (page-locked on a discrete GPU): a run writes every float of an input's buffer
         # (padded rows and samples as zeros, never an earlier call's data) with one plain copy; an
         # input that fills its buffer exactly goes from the caller's array where the device says
-        # that a copy into the staging array would not pay (Device.stages_input)
+        # that a copy into the staging array would not pay (Device.stages_input); a padded input the
+        # device pads itself (Device.pads_on_device) is such an unpadded input, copied into its
+        # padded buffer by the plan's first steps (input_copies), and a partial pass of it goes
+        # through its staging array, the samples past n zeroed there
         # decided once: the inputs (buffer, staging, value, uploaded from the caller's array) and
         # how each output reaches the caller (buffer, staging to cut it from, rows, columns per
         # sample, one sample's shape, read straight into the result)
