@@ -379,13 +379,15 @@ def main(argv=None):
         for batch in args.batches:
             x = rng.uniform(-1, 1, (batch, widths[0])).astype(np.float32)
             y = model.predict(x, verbose=0)
-            error = float(np.abs(y - numpy_forward(weights, x)).max())
             seconds = median_time(lambda: model.predict(x, verbose=0), args.repeat, warmup=2)
             peer_seconds = median_time(lambda: run_peer(x), args.repeat, warmup=2)
             split = time_split(model, batch, device, seconds, args.repeat)
             extra = {"breakdown": breakdown(model, x, device, seconds, args.repeat)} if args.breakdown else {}
             if args.pinned:
                 extra["pinned"] = pinned_row(model, x, y, device, torch, weights, args.repeat)
+            # the numpy reference last: its BLAS threads spin on the host's cores for a while after a
+            # large product, and a predict timed then lost up to a third to them (its copy threads)
+            error = float(np.abs(y - numpy_forward(weights, x)).max())
             rows.append(row(name, batch, seconds, peer, peer_seconds, max_abs_error=error, split=split, **extra))
             print(split_text(split, seconds), flush=True)
             if args.breakdown:
