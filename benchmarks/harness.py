@@ -159,6 +159,27 @@ def interleaved_median_times(fns: dict, repeat: int, warmup: int = 1) -> dict:
     return {name: float(np.median(values)) for name, values in times.items()}
 
 
+def block_median_times(fns: dict, repeat: int, blocks: int = 3, warmup: int = 2) -> dict:
+    """``{name: median seconds}`` of each function of ``fns`` over ``blocks`` blocks of ``repeat``
+    calls each (after ``warmup`` untimed ones per block), the functions' blocks in turn and the order
+    turned each round: a drift of the host's clocks or load reaches every function, as in
+    :func:`interleaved_median_times`, while consecutive calls stay the same function's. For
+    functions that use one GPU through different drivers (malinn's OpenCL, torch's CUDA), whose
+    calls alternated one by one pay a switch between the drivers' contexts that neither pays when
+    run alone."""
+    names = list(fns)
+    times = {name: [] for name in names}
+    for i in range(blocks):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            for _ in range(warmup):
+                fns[name]()
+            for _ in range(repeat):
+                t = time.perf_counter()
+                fns[name]()
+                times[name].append(time.perf_counter() - t)
+    return {name: float(np.median(values)) for name, values in times.items()}
+
+
 # --- results ----------------------------------------------------------------------------------------
 
 

@@ -6,8 +6,11 @@ ReLU, random weights) at batch 1024 and 8192, and MobileNetV2 and EfficientNetB0
 batch 32 and 256 (keras.applications with random weights, saved by TensorFlow in a child process
 and converted by malinn; the peer builds torchvision's with its own random weights: the same
 architecture, so the same work). Each row times one ``model.predict(x)`` of a host numpy batch to a
-host numpy result (the median of --repeat after a warm-up) and gives ``samples_per_s`` =
-batch / seconds; the peer's figure is timed the same way in the same run: torch on the CUDA GPU
+host numpy result (the median of three blocks of --repeat, each after a warm-up) and gives
+``samples_per_s`` = batch / seconds; the peer's figure is timed the same way in the same run, the
+two sides' blocks in turn (``harness.block_median_times``: a drift of the host's clocks or load
+reaches both sides, while no call of one follows a call of the other, which on one GPU would switch
+between the OpenCL and CUDA contexts): torch on the CUDA GPU
 (``torch.from_numpy(x).cuda()``, the forward pass, ``.cpu().numpy()``; TF32 off), else, where torch
 or a CUDA GPU is missing, numpy on the host CPU for the four MLPs (``peer`` says which; the
 convolutional networks then have no peer: ``peer_samples_per_s`` is null and ``peer_note`` says
@@ -52,7 +55,7 @@ from pathlib import Path
 
 import harness
 import numpy as np
-from harness import median_time, torch_cuda
+from harness import block_median_times, median_time, torch_cuda
 from models import MODELS, build, numpy_forward, torch_forward
 
 import malinn
@@ -379,8 +382,10 @@ def main(argv=None):
         for batch in args.batches:
             x = rng.uniform(-1, 1, (batch, widths[0])).astype(np.float32)
             y = model.predict(x, verbose=0)
-            seconds = median_time(lambda: model.predict(x, verbose=0), args.repeat, warmup=2)
-            peer_seconds = median_time(lambda: run_peer(x), args.repeat, warmup=2)
+            timed = block_median_times(
+                {"malinn": lambda: model.predict(x, verbose=0), "peer": lambda: run_peer(x)}, args.repeat
+            )
+            seconds, peer_seconds = timed["malinn"], timed["peer"]
             split = time_split(model, batch, device, seconds, args.repeat)
             extra = {"breakdown": breakdown(model, x, device, seconds, args.repeat)} if args.breakdown else {}
             if args.pinned:
@@ -426,7 +431,11 @@ def main(argv=None):
                 for batch in CNN_BATCHES:
                     x = rng.uniform(0, 1, (batch, CNN_SIZE, CNN_SIZE, 3)).astype(np.float32)
                     finite = bool(np.isfinite(model.predict(x, verbose=0)).all())
-                    seconds = median_time(lambda: model.predict(x, verbose=0), args.repeat, warmup=2)
+                    fns = {"malinn": lambda: model.predict(x, verbose=0)}
+                    if run_peer is not None:
+                        fns["peer"] = lambda: run_peer(x)
+                    timed = block_median_times(fns, args.repeat, warmup=3)
+                    seconds = timed["malinn"]
                     split = time_split(model, batch, device, seconds, args.repeat)
                     if run_peer is not None:
                         rows.append(
@@ -435,7 +444,7 @@ def main(argv=None):
                                 batch,
                                 seconds,
                                 "torch",
-                                median_time(lambda: run_peer(x), args.repeat, warmup=3),
+                                timed["peer"],
                                 finite=finite,
                                 split=split,
                             )

@@ -14,9 +14,10 @@
      copied (the host copy overlaps the DMA);
    * ``download``: the blocking read of a (batch x 10) output into a page-locked array.
 
-2. Large batches at the bus's pace. For a batch of 8192 of the Table 10.5 networks' inputs (640,
-   784 and 3072 features: 21 to 101 MB), host to device and back, each blocking at its end (medians
-   of --repeat, at most 30), in GB/s:
+2. Large batches at the bus's pace. For the Table 10.5 networks' inputs at the batches that
+   ``throughput.py`` runs (8192 x 256, 1024 x 3072, 8192 x 640, 784 and 3072: 8.4 to 101 MB) and
+   two sizes between (2048 x 784 and 4096 x 784: 6.4 and 12.8 MB), host to device and back, each
+   blocking at its end (medians of --repeat, at most 30), in GB/s:
 
    * ``pageable_write`` / ``pageable_read``: ``enqueue_copy`` to or from the caller's numpy array;
    * ``pinned_write`` / ``pinned_read``: ``enqueue_copy`` to or from a page-locked array alone (the
@@ -28,7 +29,7 @@
 
    ``ring`` says the chunk, slots and copy threads the device decided. On a device that shares the
    host's memory (PoCL), which makes no ring by default, the ring is forced (``MALINN_STAGING=1``;
-   ``forced`` says so). ``--sweep`` also times the first size's staged upload for copy threads
+   ``forced`` says so). ``--sweep`` also times 8192 x 640's staged upload for copy threads
    1, 2, 4, 6, 8 and chunks of 1, 2, 4, 8 MiB (``sweep``): the figures to choose the defaults from.
 
 3. The launch floor. A batch-1 Dense layer streams its weights once, so its kernel time is
@@ -58,8 +59,11 @@ import pyopencl as cl
 from harness import median_time, torch_cuda
 
 SIZES = [(1, 640), (1, 3072), (100, 784), (100, 3072)]
-#: the large batches: 8192 samples of the Table 10.5 networks' inputs
-LARGE_SIZES = [(8192, 640), (8192, 784), (8192, 3072)]
+#: the large batches: the Table 10.5 networks' inputs at throughput.py's batches, and sizes between
+#: them (where a staging ring starts to beat the driver's pageable copy: STAGED_MIN_BYTES)
+LARGE_SIZES = [(2048, 784), (8192, 256), (1024, 3072), (4096, 784), (8192, 640), (8192, 784), (8192, 3072)]
+#: the size --sweep times in every ring configuration
+SWEEP_SIZE = (8192, 640)
 SWEEP_THREADS = (2, 4, 6, 8, 12)
 SWEEP_CHUNK_MIB = (0.5, 1, 2, 4)
 STREAM_MB = [0.004, 0.25, 1, 4, 12.5, 25, 50, 100]
@@ -309,7 +313,7 @@ def large_rows(device, repeat, sweep):
             f"{'  (ring forced)' if forced else ''}; {row['ring']}",
             flush=True,
         )
-        if sweep and not sweeps:
+        if sweep and (batch, features) == SWEEP_SIZE:
             kept = device.staging_threads, device.staging_chunk_bytes
             try:
                 for threads in SWEEP_THREADS:

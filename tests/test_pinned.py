@@ -13,6 +13,7 @@ from support import assert_close, dense_forward
 
 import malinn
 from malinn import Sequential
+from malinn.backends.opencl_memory import STAGED_MIN_BYTES
 from malinn.layers import Dense
 
 
@@ -63,7 +64,7 @@ def test_a_full_pass_from_page_locked_memory_is_one_copy_with_the_same_results(d
     model.build((None, 1024))
     model.set_weights([rng.standard_normal(w.shape).astype(np.float32) * 0.05 for w in model.get_weights()])
     w = model.get_weights()
-    samples = 1024  # 4 MiB: a plain array of it moves through the staging ring
+    samples = STAGED_MIN_BYTES // (4 * 1024)  # a plain array of it moves through the staging ring
     plain = rng.standard_normal((samples, 1024)).astype(np.float32)
     pinned = malinn.empty_pinned(plain.shape, device=discrete)
     pinned[...] = plain

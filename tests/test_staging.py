@@ -163,7 +163,7 @@ def test_a_ring_only_for_large_buffers_on_a_discrete_gpu(device, monkeypatch):
     """Unforced: a ring from STAGED_MIN_BYTES where host_array is page-locked; none below it, on a
     device that shares the host's memory, with MALINN_STAGING=0 or MALINN_PINNED=0. On PoCL posing as
     a discrete GPU (page-locked host arrays are CL_MEM_ALLOC_HOST_PTR buffers there too), a predict
-    of a 4 MiB input through the default ring equals one without it."""
+    of an input of STAGED_MIN_BYTES through the default ring equals one without it."""
     if device.backend != "opencl":
         pytest.skip("staging rings are OpenCL's")
     from malinn.backends.opencl_memory import STAGED_MIN_BYTES
