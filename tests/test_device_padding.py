@@ -258,23 +258,24 @@ device = malinn.get_device()
 type(device).kind = property(lambda self: "gpu")
 rng = np.random.default_rng(0)
 errors = {}
-for features, batch, n in [(13, 19, 19), (1, 3, 3), (13, 320, 300)]:
-    model = malinn.Sequential([Dense(5, activation="relu")])
+for features, units, batch, n in [(13, 5, 19, 19), (1, 1, 3, 3), (13, 13, 320, 300)]:
+    model = malinn.Sequential([Dense(units, activation="relu")])
     model.build((None, features))
     plan = model.plan(batch, device)
-    assert len(plan.input_copies) == 1, plan.describe()
+    assert len(plan.input_copies) == 1 and len(plan.output_copies) == 1, plan.describe()
     w, b = model.get_weights()
     full = rng.standard_normal((batch, features)).astype(np.float32) + 50
     for which, x in (("full", full), ("then", rng.standard_normal((n, features)).astype(np.float32))):
         got = model.predict(x, verbose=0)
-        errors[f"{features} {batch} {which} {len(x)}"] = float(np.abs(got - np.maximum(x @ w + b, 0)).max())
+        errors[f"{features} {units} {batch} {which} {len(x)}"] = float(np.abs(got - np.maximum(x @ w + b, 0)).max())
 print(json.dumps(errors))
 """
 
 
 @pytest.mark.skipif(OCLGRIND is None, reason="oclgrind is not on PATH (bash .ci/setup --test installs it)")
-def test_an_input_padded_on_the_device_is_clean_under_oclgrind():
-    """Out-of-bounds accesses, uninitialised values (the padding read is zeros the copy wrote), data
-    races and API misuse: full passes and a shorter one after a full one."""
+def test_an_input_padded_and_an_output_unpadded_on_the_device_are_clean_under_oclgrind():
+    """Out-of-bounds accesses (the output's copy reads a larger buffer than it writes), uninitialised
+    values (the padding read is zeros the input's copy wrote), data races and API misuse: full passes
+    and a shorter one after a full one, the input padded and the output unpadded in one plan."""
     errors = run_under_oclgrind(OCLGRIND, OCLGRIND_SCRIPT)
     assert len(errors) == 6 and all(error < 1e-3 for error in errors.values()), errors

@@ -225,6 +225,17 @@ class Device:
         OpenGL)."""
         return bool(switch("MALINN_DEVICE_PADDING", False))
 
+    def unpads_on_device(self, nbytes: int) -> bool:
+        """Whether a plan's output whose buffer of ``nbytes`` pads its features (a 10-unit head's
+        result in rows padded to a kernel's tile) is copied by a kernel on the device into an
+        unpadded buffer of its own (the caller's array as laid out), which the download then reads
+        (True: only the caller's floats move, and no strided host copy cuts them out), rather than
+        read whole into a staging array laid out as the padded buffer and cut on the host (False).
+        Pays where the device copies far faster than the host and its reads cost by the byte (a
+        discrete GPU). Decided once, when the plan is compiled. This default: False, unless
+        ``MALINN_DEVICE_PADDING=1`` forces it (the one switch of both directions: :meth:`pads_on_device`)."""
+        return bool(switch("MALINN_DEVICE_PADDING", False))
+
     def staging_ring(self, shape: tuple[int, int], what: str = "data") -> Any:
         """How a plan moves a buffer laid out as a ``shape`` staging array (columns, padded rows) on
         every call: None, as one copy through :meth:`host_array` memory (this default); or a ring of

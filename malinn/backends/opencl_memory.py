@@ -48,9 +48,11 @@ PINNED_MIN_BYTES = 64 * 1024
 DIRECT_MIN_BYTES = 1024 * 1024
 #: from this size, a plan's input or output moves in chunks through a ring of page-locked slots, the
 #: host's copies overlapping the DMA (:class:`~.opencl_staging.StagingRing`): a pageable upload runs
-#: at 6-13 GB/s on the H200, a page-locked one at 49-51 GB/s, one thread's host copy at ~10 GB/s
-#: (benchmarks/transfers.py times the three on the device it is given)
-STAGED_MIN_BYTES = 4 * 1024 * 1024
+#: at 6-13 GB/s on the H200, a page-locked one at 45-55 GB/s, one thread's host copy at ~10 GB/s.
+#: Below 12 MiB the driver's pageable copy was as fast or faster there (benchmarks/transfers.py,
+#: benchmarks/results/transfers_nvidia_h200.json: 6.4 and 8.4 MB at 12.3-12.6 GB/s pageable against
+#: 11.2-11.8 through the ring; 12.6 MB at 11.6 against 14.2, 21-26 MB at 13 against 18.5-18.8)
+STAGED_MIN_BYTES = 12 * 1024 * 1024
 
 
 class DeviceMemory:
@@ -214,6 +216,18 @@ class DeviceMemory:
         if forced is not None:
             return forced
         return not self.host_unified_memory and nbytes >= DIRECT_MIN_BYTES
+
+    def unpads_on_device(self, nbytes: int) -> bool:
+        """:meth:`Device.unpads_on_device`: True on a discrete GPU (not sharing the host's memory) for
+        a padded output buffer of at least :data:`PINNED_MIN_BYTES`, the size from which it would be
+        read whole into a page-locked staging array (:meth:`stages_output`) and its samples cut out
+        by a strided host copy; False elsewhere. ``MALINN_DEVICE_PADDING=1`` unpads every
+        padded output on the device (on any device, of any size), ``=0`` none: one switch for
+        inputs (:meth:`pads_on_device`) and outputs alike."""
+        forced = switch("MALINN_DEVICE_PADDING", None)
+        if forced is not None:
+            return forced
+        return not self.host_unified_memory and nbytes >= PINNED_MIN_BYTES
 
     def staging_ring(self, shape: tuple[int, int], what: str = "data") -> StagingRing | None:
         """:meth:`Device.staging_ring`: a ring of page-locked slots (:class:`~.opencl_staging.StagingRing`)

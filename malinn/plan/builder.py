@@ -14,7 +14,8 @@ runs the passes (:mod:`malinn.plan.passes`), each deciding one thing once:
 4. paddings: every buffer is padded to what all its readers and writers ask (a matmul's right
    operand and result share their column padding); a padded input that the device pads itself
    (``Device.pads_on_device``) is uploaded unpadded and copied into its padded buffer by a first
-   re-layout step;
+   re-layout step; an output whose features are padded that the device unpads itself
+   (``Device.unpads_on_device``) is copied by a re-layout step into an unpadded buffer, the one downloaded;
 5. weights: each matrix weight uploaded in the layout and padding its kernel reads (kept by the
    layer, shared by every plan that asks for the same), vectors uploaded once;
 6. an activation arena: buffers reused by liveness;
@@ -38,6 +39,7 @@ from .passes.heads import fuse_heads
 from .passes.in_place import protect_in_place
 from .passes.input_padding import pad_inputs_on_device
 from .passes.layouts import download_ready, relayout_inputs, unalias
+from .passes.output_padding import unpad_outputs_on_device
 from .passes.paddings import resolve_paddings
 from .passes.views import concat_slices, view_concat_slices, view_reshapes
 from .plan import Plan
@@ -146,6 +148,7 @@ class PlanBuilder:
         view_reshapes(self, outputs)
         view_concat_slices(slices)
         copies = pad_inputs_on_device(self)
+        outputs, unpadded = unpad_outputs_on_device(self, outputs, copies)
         backend = self.device.backend
         for step in self.steps:  # refused here, as predict would: summary and max_batch say so too
             if step.spec is not None and not step.spec.has_source(backend):
@@ -157,4 +160,5 @@ class PlanBuilder:
         plan = Plan(self.device, self.batch, self.inputs, outputs, self.steps, self.precision)
         plan.convs = list(self.convs)  # the convolution geometries (malinn tune --model times them)
         plan.input_copies = copies  # the inputs padded on the device: their buffers free after the copy
+        plan.output_copies = unpadded  # the outputs unpadded on the device: what is downloaded
         return plan

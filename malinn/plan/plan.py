@@ -73,6 +73,9 @@ class Plan:
         #: the first steps that copy an unpadded input into the padded buffer its kernels read
         #: (PlanBuilder.compile sets them: malinn.plan.passes.input_padding)
         self.input_copies: list[Step] = []
+        #: the steps that copy a padded output into the unpadded buffer downloaded (PlanBuilder.compile
+        #: sets them: malinn.plan.passes.output_padding)
+        self.output_copies: list[Step] = []
         self._assign_lifetimes()
 
     # ---------------------------------------------------------------- memory, before allocating
@@ -273,6 +276,9 @@ class Plan:
         # (the first samples' columns are the start of its buffer) where the device says that a read
         # into the staging array and a copy out would not pay (Device.stages_output): one host pass
         # over it, not two; the result is a new array each call, never a buffer the next one reuses
+        # (an output whose features were padded, unpadded on the device by a last copy step, is such an
+        # output: PlanBuilder.compile, malinn.plan.passes.output_padding); a staged one of unpadded
+        # features reads only a pass's samples into its staging (Plan._results)
         direct = [ring is None and self._direct_output(v) for v, ring in zip(self.outputs, self._rings[1])]
         stagings = [
             None if ring is not None or plain else self._staging(v, "output")
@@ -382,13 +388,17 @@ class Plan:
     def _results(self, n: int) -> tuple[list, list]:
         """A pass's result arrays of ``n`` samples (None for an output cut from its staging) and the
         ``(buffer, array)`` downloads for :meth:`Device.run_pass`: a direct output's samples read
-        straight into its result (the first floats of its buffer), a staged output's whole staging."""
+        straight into its result (the first floats of its buffer), a staged output's staging: only
+        the pass's samples where its features are unpadded (they are the start of the buffer, an
+        output unpadded on the device among them), else the whole staging."""
         results: list[np.ndarray | None] = []
         downloads: list[tuple[object, np.ndarray]] = []
         for output in self._io[1]:
-            if output.staging is not None:
+            staging = output.staging
+            if staging is not None:
                 results.append(None)
-                downloads.append((output.buffer, output.staging))
+                plain = staging.shape[1] == output.rows
+                downloads.append((output.buffer, staging[: output.per_sample * n] if plain else staging))
                 continue
             result = np.empty((n,) + output.sample_shape, np.float32)
             results.append(result)
