@@ -15,7 +15,10 @@ MobileNetV2 (keras.applications, random weights, saved by Keras in a process of 
   p50, p99, failed requests (any answer but 200 with one prediction of the model's output size, or
   a connection error), the mean samples per predict call (the server's batch-size histogram), and
   the CPU each request cost the server's processes (``server_cpu_ms_per_request``: the server, its
-  fronts and workers, the device driver's threads, from /proc) and the clients
+  fronts and workers, the device driver's threads, from /proc), split into the process that owns
+  the device (``model_process_cpu_ms_per_request``: its batchers, its ends of the fronts' pipes and
+  the driver's threads, and with one HTTP worker the HTTP and JSON too; one process, so the
+  ceiling that every front shares) and the others (``fronts_cpu_ms_per_request``), and the clients
   (``client_cpu_ms_per_request``), and ``cores_busy``, the share of the host's cores both kept
   busy (near 1: the cores are the limit, not the server's design).
   The clients are lean HTTP/1.1 clients (an asyncio protocol writing pre-encoded request bytes, as
@@ -53,7 +56,7 @@ each server's 64-client requests/s over the device's own in-process calls/s (bat
 (batch 64).
 
 Run:  python3 benchmarks/serve.py [--quick] [--seconds 5] [--size 96] [--parse-workers 0 8]
-      [--http-workers 1 4] [--batch-timeout-micros 0 1000] [--out PATH]
+      [--http-workers 1 4] [--batch-timeout-micros 0 1000] [--only partial_mnist] [--out PATH]
 (default PATH: benchmarks/results/serve_<device>.json; --quick: 3 s per point and --size 64)
 """
 
@@ -383,6 +386,7 @@ def load(
     request = request_bytes(model, sample)
     processes = max(1, min(processes, clients))
     server_used = process_tree_cpu(server_pid)
+    own_used = process_cpu(server_pid)
     start = time.perf_counter()
     end = start + seconds
     if processes == 1:
@@ -396,6 +400,7 @@ def load(
         client_used = sum(part[2] for part in parts)
     elapsed = time.perf_counter() - start
     server_used = None if server_used is None else process_tree_cpu(server_pid) - server_used
+    own_used = None if own_used is None else process_cpu(server_pid) - own_used
     done = max(len(latencies), 1)
     return {
         "clients": clients,
@@ -406,10 +411,27 @@ def load(
         "failed": len(failures),
         "failures": failures[:3],
         "server_cpu_ms_per_request": None if server_used is None else round(server_used / done * 1e3, 3),
+        # the split: the process that owns the device (its batchers, pipes, the driver's threads; with one
+        # HTTP worker also the HTTP and JSON) and the rest (HTTP fronts, parse workers)
+        "model_process_cpu_ms_per_request": None if own_used is None else round(own_used / done * 1e3, 3),
+        "fronts_cpu_ms_per_request": None
+        if server_used is None or own_used is None
+        else round((server_used - own_used) / done * 1e3, 3),
         "client_cpu_ms_per_request": round(client_used / done * 1e3, 3),
         # the share of the host's cores the server and the clients kept busy: near 1, the cores are the limit
         "cores_busy": None if server_used is None else round((server_used + client_used) / (elapsed * CORES), 2),
     }
+
+
+def process_cpu(pid: int | None) -> float | None:
+    """CPU seconds (user and system, every thread) used so far by process ``pid`` alone, from /proc;
+    None where there is no /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, TypeError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def process_tree_cpu(pid: int | None) -> float | None:
@@ -521,6 +543,12 @@ def main(argv=None) -> int:
         help="processes the clients are spread over, each one asyncio loop (default 1)",
     )
     parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=["partial_mnist", "mobilenetv2"],
+        help="the models to run (default: both)",
+    )
+    parser.add_argument(
         "--models",
         type=Path,
         help="a folder holding mobilenetv2_<size>.keras (default: saved here by Keras in a child process)",
@@ -551,10 +579,12 @@ def main(argv=None) -> int:
         "targets": {},
     }
     with tempfile.TemporaryDirectory(prefix="malinn-serve-bench-") as folder:
-        files = {
-            "Partial MNIST": partial_mnist(Path(folder) / "partial_mnist.malinn"),
-            f"MobileNetV2 {size}x{size}": mobilenet(Path(folder) / "mobilenetv2.keras", size, args.models),
-        }
+        only = set(args.only or ["partial_mnist", "mobilenetv2"])
+        files = {}
+        if "partial_mnist" in only:
+            files["Partial MNIST"] = partial_mnist(Path(folder) / "partial_mnist.malinn")
+        if "mobilenetv2" in only:
+            files[f"MobileNetV2 {size}x{size}"] = mobilenet(Path(folder) / "mobilenetv2.keras", size, args.models)
         for name, path in files.items():
             model = malinn.load_model(path)
             shape, outputs = tuple(model.input_shape[1:]), int(model.output_shape[-1])

@@ -24,8 +24,10 @@ from malinn.plan.kinds.layout import RELAYOUT
 
 @pytest.fixture
 def gpu_kind(device, monkeypatch):
-    """The device choosing the GPU's kernels (its kind pretended); the path's switch unset."""
-    monkeypatch.delenv("MALINN_DEVICE_PADDING", raising=False)
+    """The device choosing the GPU's kernels (its kind pretended); the path switched off, as on a
+    device sharing the host's memory (a discrete GPU, the H200 among the devices the tests run on,
+    unpads large outputs by default: the ``discrete`` tests take that default)."""
+    monkeypatch.setenv("MALINN_DEVICE_PADDING", "0")
     monkeypatch.delenv("MALINN_STAGING", raising=False)
     monkeypatch.setattr(type(device), "kind", property(lambda self: "gpu"))
     return device
@@ -58,10 +60,7 @@ def unpadded(plan, index: int = 0) -> bool:
 
 
 def forced(monkeypatch, on: bool) -> None:
-    if on:
-        monkeypatch.setenv("MALINN_DEVICE_PADDING", "1")
-    else:
-        monkeypatch.delenv("MALINN_DEVICE_PADDING", raising=False)
+    monkeypatch.setenv("MALINN_DEVICE_PADDING", "1" if on else "0")
 
 
 @pytest.mark.parametrize("units", [10, 1, 13, 1001])
@@ -242,6 +241,7 @@ def discrete(gpu_kind, monkeypatch):
     if gpu_kind.backend != "opencl":
         pytest.skip("page-locked staging is OpenCL's (the OpenGL backends read into the result)")
     monkeypatch.delenv("MALINN_PINNED", raising=False)
+    monkeypatch.delenv("MALINN_DEVICE_PADDING", raising=False)  # the discrete GPU's default
     monkeypatch.setattr(gpu_kind, "host_unified_memory", False)
     return gpu_kind
 

@@ -27,8 +27,10 @@ from malinn.plan.kinds.layout import RELAYOUT
 
 @pytest.fixture
 def gpu_kind(device, monkeypatch):
-    """The device choosing the GPU's kernels (its kind pretended); the path's switch unset."""
-    monkeypatch.delenv("MALINN_DEVICE_PADDING", raising=False)
+    """The device choosing the GPU's kernels (its kind pretended); the path switched off, as on a
+    device sharing the host's memory (a discrete GPU, the H200 among the devices the tests run on,
+    pads large inputs by default: the ``discrete`` tests take that default)."""
+    monkeypatch.setenv("MALINN_DEVICE_PADDING", "0")
     monkeypatch.delenv("MALINN_STAGING", raising=False)
     monkeypatch.setattr(type(device), "kind", property(lambda self: "gpu"))
     return device
@@ -68,7 +70,6 @@ def test_a_dense_input_padded_on_the_device_answers_as_the_hosts_padding_and_num
     model, forward = network(features, rng)
     for batch in (19, 320):
         x = rng.standard_normal((batch, features)).astype(np.float32)
-        monkeypatch.setenv("MALINN_DEVICE_PADDING", "0")
         replan(model)
         plan = model.plan(batch, device)
         ((_, staging, _, _, unpadded),) = plan._io[0]
@@ -86,7 +87,7 @@ def test_a_dense_input_padded_on_the_device_answers_as_the_hosts_padding_and_num
         np.testing.assert_array_equal(got, host)
         assert_close(got, forward(x))
         assert_close(model.predict(-x, verbose=0), forward(-x))  # the next call is not served the last's
-        monkeypatch.delenv("MALINN_DEVICE_PADDING")
+        monkeypatch.setenv("MALINN_DEVICE_PADDING", "0")
 
 
 def test_a_shorter_pass_zeroes_the_samples_past_it_in_the_padded_buffer(gpu_kind, rng, monkeypatch):
@@ -194,6 +195,7 @@ def discrete(gpu_kind, monkeypatch):
     if gpu_kind.backend != "opencl":
         pytest.skip("page-locked memory is OpenCL's (the OpenGL backends copy through their own buffers)")
     monkeypatch.delenv("MALINN_PINNED", raising=False)
+    monkeypatch.delenv("MALINN_DEVICE_PADDING", raising=False)  # the discrete GPU's default
     monkeypatch.setattr(gpu_kind, "host_unified_memory", False)
     return gpu_kind
 

@@ -25,6 +25,7 @@ Starlette is imported here only, on the ``malinn serve`` path (the ``serve`` ext
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import re
 import sys
@@ -86,6 +87,12 @@ async def _by(deadline: float, awaitable: Awaitable[_T]) -> _T:
 
 _TIMEOUT_AT = getattr(asyncio, "timeout_at", None)
 
+#: the connection of the request being answered, where malinn's HTTP protocol
+#: (:func:`malinn.serve.front_process.graceful_server`) set it: ``watch(callback)`` calls back once
+#: the client goes away, ``unwatch(callback)`` forgets it. Elsewhere (None) a task per request
+#: watches for the disconnect.
+CONNECTION: contextvars.ContextVar[Any] = contextvars.ContextVar("malinn_serve_connection", default=None)
+
 
 def _signature(served: ModelVersion) -> Signature:
     """The signature of a version :meth:`~malinn.serve.version_table.VersionTable.resolve` answered
@@ -133,7 +140,7 @@ def build_app(
         scrape: returns the metrics' text (default: ``metrics.render()``).
     """
     from starlette.applications import Starlette
-    from starlette.requests import ClientDisconnect
+    from starlette.requests import ClientDisconnect, Request
     from starlette.responses import Response
     from starlette.routing import Route
 
@@ -270,13 +277,22 @@ def build_app(
         gone: list = []
         waiting = [True]
 
-        def went(watch: asyncio.Task) -> None:
-            if waiting[0] and not watch.cancelled() and watch.exception() is None and me is not None:
+        def lost() -> None:
+            if waiting[0] and me is not None:
                 gone.append(True)
                 me.cancel()
 
-        watch = asyncio.ensure_future(disconnected(request))
-        watch.add_done_callback(went)
+        def went(watch: asyncio.Task) -> None:
+            if not watch.cancelled() and watch.exception() is None:
+                lost()
+
+        connection = CONNECTION.get()
+        watch = None
+        if connection is not None:
+            connection.watch(lost)
+        else:
+            watch = asyncio.ensure_future(disconnected(request))
+            watch.add_done_callback(went)
         try:
             outputs, number, batch, queued_s, parsed, signature = await _by(
                 deadline, run(name, served, parsed, pinned, deadline, lambda signature: parse_predict(body, signature))
@@ -291,7 +307,10 @@ def build_app(
             raise DeadlineExceeded() from None
         finally:
             waiting[0] = False  # a callback of the watch already scheduled must not cancel the answer
-            watch.cancel()
+            if watch is not None:
+                watch.cancel()
+            else:
+                connection.unwatch(lost)
         record["version"] = number
         record["batch"], record["queue_ms"] = batch, round(queued_s * 1e3, 3)
         metrics.observe("malinn_serve_queue_latency_seconds", (name,), queued_s)
@@ -412,13 +431,29 @@ def build_app(
     async def not_allowed(request: Request, exc: Exception | None = None) -> Response:
         return respond(405, {"error": f"{request.url.path} takes GET, not {request.method}"})
 
+    model_route = Route("/v1/models/{rest:path}", models, methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
     routes = [
-        Route("/v1/models/{rest:path}", models, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
+        model_route,
         Route("/monitoring/prometheus/metrics", prometheus, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
     ]
-    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
+    model_methods = frozenset(model_route.methods or ())  # Starlette adds HEAD to GET
+
+    class App(Starlette):
+        """Starlette's application whose model paths (every predict, status and metadata request)
+        go straight to their endpoint: it answers every error itself, so Starlette's error
+        middlewares and router would only add their CPU (the same answers either way)."""
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http" and scope["path"].startswith("/v1/models/") and scope["method"] in model_methods:
+                scope["app"] = self
+                response = await models(Request(scope, receive, send))
+                await response(scope, receive, send)
+                return
+            await super().__call__(scope, receive, send)
+
+    app = App(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
     app.router.redirect_slashes = False
     app.state.in_flight = in_flight
     return app

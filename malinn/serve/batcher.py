@@ -53,15 +53,42 @@ class Task:
     (``time.monotonic()`` seconds, or None) and ``done(outputs, error)``, called once from the
     worker thread with the request's own output arrays or the exception that ended it.
 
+    A task with a ``sink`` is answered with the others of its call instead: the worker calls
+    ``sink(outputs, answered, failed)`` once per predict call with the call's whole outputs,
+    ``[(task, first row), ...]`` of the tasks of that sink it answered (in the outputs' order)
+    and ``[(task, exception), ...]`` of those that ended otherwise (the process of
+    ``--http-workers`` sends a front all its answers of a call in one message); ``tag`` is the
+    sink's own (the request's id there).
+
     After it ran, ``batch`` is the number of samples of the predict call it ran in and
     ``queued_s`` the seconds it waited for it.
     """
 
-    __slots__ = ("arrays", "samples", "deadline", "done", "cancelled", "enqueued", "batch", "queued_s")
+    __slots__ = (
+        "arrays",
+        "samples",
+        "deadline",
+        "done",
+        "cancelled",
+        "enqueued",
+        "batch",
+        "queued_s",
+        "sink",
+        "tag",
+    )
 
-    def __init__(self, arrays: list, samples: int, done: Callable, deadline: float | None = None):
+    def __init__(
+        self,
+        arrays: list,
+        samples: int,
+        done: Callable | None,
+        deadline: float | None = None,
+        sink: Callable[[list, list, list], None] | None = None,
+        tag: object = None,
+    ):
         self.arrays, self.samples, self.done, self.deadline = arrays, samples, done, deadline
         self.cancelled, self.enqueued, self.batch, self.queued_s = False, 0.0, 0, 0.0
+        self.sink, self.tag = sink, tag
 
     def cancel(self) -> None:
         """Marks the request as no longer wanted: the worker drops it unrun if it has not started."""
@@ -69,7 +96,8 @@ class Task:
 
     def _finish(self, outputs: list | None, error: BaseException | None) -> None:
         try:
-            self.done(outputs, error)
+            if self.done is not None:
+                self.done(outputs, error)
         except Exception:  # a callback's own failure must not stop the worker
             pass
 
@@ -110,14 +138,36 @@ class Batcher:
             if self._stopping:
                 raise Retired(self.name)
             if self._queue and self._queued + task.samples > self.params.queue_capacity:
-                raise Overloaded(
-                    f"the queue of {self.name} is full ({self._queued} samples of "
-                    f"{self.params.queue_capacity} queued, {len(self._queue)} requests)"
-                )
+                raise self._full()
             task.enqueued = time.monotonic()
             self._queue.append(task)
             self._queued += task.samples
             self._cond.notify()
+
+    def submit_many(self, tasks: list) -> list:
+        """Queues ``tasks`` in order, waking the worker once; returns ``(task, exception)`` for each
+        one refused (Overloaded, as :meth:`submit`; every one Retired where the version is stopping)."""
+        refused = []
+        with self._cond:
+            if self._stopping:
+                return [(task, Retired(self.name)) for task in tasks]
+            capacity, now = self.params.queue_capacity, time.monotonic()
+            for task in tasks:
+                if self._queue and self._queued + task.samples > capacity:
+                    refused.append((task, self._full()))
+                    continue
+                task.enqueued = now
+                self._queue.append(task)
+                self._queued += task.samples
+            if len(refused) < len(tasks):
+                self._cond.notify()
+        return refused
+
+    def _full(self) -> Overloaded:
+        return Overloaded(
+            f"the queue of {self.name} is full ({self._queued} samples of "
+            f"{self.params.queue_capacity} queued, {len(self._queue)} requests)"
+        )
 
     def withdraw(self, task: Task) -> None:
         """Takes ``task`` out of the queue (its client went away, or its time is up): it frees its
@@ -187,11 +237,20 @@ class Batcher:
     def _run(self, tasks: list) -> None:
         now = time.monotonic()
         live = []
+        outputs: list = []
+        sinks: dict = {}  # sink -> ([(task, first row)] answered, [(task, exception)] failed) of this call
+
+        def fail(task: Task, error: BaseException) -> None:
+            if task.sink is None:
+                task._finish(None, error)
+            else:
+                sinks.setdefault(task.sink, ([], []))[1].append((task, error))
+
         for task in tasks:
             if task.cancelled:
-                task._finish(None, Cancelled())
+                fail(task, Cancelled())
             elif task.deadline is not None and now > task.deadline:
-                task._finish(None, DeadlineExceeded())
+                fail(task, DeadlineExceeded())
             else:
                 task.queued_s = now - task.enqueued
                 live.append(task)
@@ -205,14 +264,22 @@ class Batcher:
                 outputs = self._call(stacked, total)
             except Exception as exc:  # the device failed: every request of the call is told
                 for task in live:
-                    task._finish(None, exc)
+                    fail(task, exc)
                 return
             start = 0
             for task in live:
                 task.batch = total
-                task._finish([out[start : start + task.samples] for out in outputs], None)
+                if task.sink is None:
+                    task._finish([out[start : start + task.samples] for out in outputs], None)
+                else:
+                    sinks.setdefault(task.sink, ([], []))[0].append((task, start))
                 start += task.samples
         finally:
+            for sink, (answered, failed) in sinks.items():
+                try:
+                    sink(outputs, answered, failed)
+                except Exception:  # a sink's own failure must not stop the worker
+                    pass
             with self._cond:
                 self.running = 0
 

@@ -3,15 +3,22 @@
 A front parses requests and writes answers; the model process runs them. Over one
 :func:`multiprocessing.Pipe` per front, each message a tuple whose first item names it:
 
-* front to model: ``("up", pid)`` once the front listens; ``("predict", id, name, version, pinned,
-  arrays, samples, deadline, input names)``; ``("cancel", id)`` (the client went away, or its
-  time is up: the request leaves its queue); ``("metrics", id)`` (a scrape); ``("dumped", id,
-  metrics snapshot, requests in flight)``, the answer to a ``dump``;
+* front to model: ``("up", pid)`` once the front listens; ``("predict", requests)``, every request
+  the front's event loop sent in one turn, each ``(id, name, version, pinned, arrays, samples,
+  deadline, input names)``; ``("cancel", id)`` (the client went away, or its time is up: the
+  request leaves its queue); ``("metrics", id)`` (a scrape); ``("dumped", id, metrics snapshot,
+  requests in flight)``, the answer to a ``dump``;
 * model to front: ``("table", versions, flags)`` whenever a version's state or readiness changes;
-  ``("done", id, outputs, version, batch, queued seconds)``; ``("error", id, exception)``;
-  ``("retry", id, version, signature)`` (the version asked for is being unloaded and the newest
-  takes other inputs: the front parses the body again for it); ``("metrics", id, text)``;
-  ``("dump", id)``.
+  ``("done", answers, outputs)``, the front's requests answered by one predict call, each answer
+  ``(id, samples, version, batch, queued seconds)`` and ``outputs`` their rows of each output, in
+  the answers' order; ``("error", id, exception)``; ``("retry", id, version, signature)`` (the
+  version asked for is being unloaded and the newest takes other inputs: the front parses the body
+  again for it); ``("metrics", id, text)``; ``("dump", id)``.
+
+Arrays cross the pipe as ``(dtype, shape, bytes)`` (:func:`pack`, :func:`unpack`): a pickled numpy
+array costs each side several times more than its bytes, and the model process reads every
+front's requests alone. A busy front thus sends many requests in one message and gets many answers
+in one, where each would cost both processes a message of its own.
 
 Deadlines are ``time.monotonic()`` seconds, one clock for every process of the machine.
 
@@ -29,11 +36,23 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from .batcher import Unavailable
 from .metrics import Metrics
 from .version_table import VersionTable
 
-__all__ = ["FrontTable", "ModelLink"]
+__all__ = ["FrontTable", "ModelLink", "pack", "unpack"]
+
+
+def pack(arrays: list) -> list:
+    """``arrays`` as ``(dtype, shape, bytes)`` each, for the pipe."""
+    return [(a.dtype.str, a.shape, a.tobytes()) for a in arrays]
+
+
+def unpack(packed: list) -> list:
+    """The arrays :func:`pack` packed (read-only, over the received bytes)."""
+    return [np.frombuffer(data, dtype).reshape(shape) for dtype, shape, data in packed]
 
 
 class _Initial:
@@ -82,6 +101,7 @@ class ModelLink:
         self._ids = itertools.count()
         self._pending: dict = {}  # id -> (loop, future)
         self._lost = False
+        self._unsent: list = []  # the requests of this turn of the event loop, sent together at its end
         self.on_lost: Callable[[], None] = lambda: None
 
     def send(self, message: tuple) -> None:
@@ -123,18 +143,31 @@ class ModelLink:
 
     def _handle(self, message: tuple, settle: Callable | None) -> None:
         kind = message[0]
-        if kind == "table":
+        if kind == "done":
+            outputs = unpack(message[2])
+            start = 0
+            for key, samples, number, batch, queued_s in message[1]:
+                waiting = self._pending.pop(key, None)
+                if waiting is not None:
+                    rows = [out[start : start + samples] for out in outputs]
+                    self._settle(waiting, ("done", key, rows, number, batch, queued_s), settle)
+                start += samples
+        elif kind == "table":
             self.table.take(message[1], message[2])
         elif kind == "dump":
             self.send(("dumped", message[1], self._metrics.snapshot(), self._in_flight[0]))
         else:
             waiting = self._pending.pop(message[1], None)
             if waiting is not None:
-                loop, future = waiting
-                if settle is None:
-                    _settle(future, message)
-                else:
-                    settle(loop, future, message)
+                self._settle(waiting, message, settle)
+
+    @staticmethod
+    def _settle(waiting: tuple, message: tuple, settle: Callable | None) -> None:
+        loop, future = waiting
+        if settle is None:
+            _settle(future, message)
+        else:
+            settle(loop, future, message)
 
     def _end(self) -> None:
         self._lost = True
@@ -144,27 +177,51 @@ class ModelLink:
         self._pending.clear()
         self.on_lost()
 
-    async def _ask(self, message_of: Callable[[int], tuple]) -> tuple:
+    async def _ask(self, message_of: Callable[[int], tuple], coalesce: bool = False) -> tuple:
+        """Sends ``message_of(id)`` and waits for its answer; with ``coalesce``, ``message_of``
+        gives one request of a ``predict`` message, sent with the others of this turn of the loop."""
         if self._lost:
             raise _gone()
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         key = next(self._ids)
         self._pending[key] = (loop, future)
-        try:
-            self.send(message_of(key))
-        except (OSError, ValueError):
-            self._pending.pop(key, None)
-            raise _gone() from None
+        if coalesce:
+            if not self._unsent:
+                loop.call_soon(self._flush)
+            self._unsent.append(message_of(key))
+        else:
+            try:
+                self.send(message_of(key))
+            except (OSError, ValueError):
+                self._pending.pop(key, None)
+                raise _gone() from None
         try:
             return await future
         except asyncio.CancelledError:
             if self._pending.pop(key, None) is not None:
-                try:
-                    self.send(("cancel", key))
-                except (OSError, ValueError):
-                    pass
+                unsent = next((i for i, request in enumerate(self._unsent) if request[0] == key), None)
+                if unsent is not None:  # not sent yet: it never leaves this process
+                    del self._unsent[unsent]
+                else:
+                    try:
+                        self.send(("cancel", key))
+                    except (OSError, ValueError):
+                        pass
             raise
+
+    def _flush(self) -> None:
+        """Sends the requests of this turn of the loop as one message."""
+        unsent, self._unsent = self._unsent, []
+        if not unsent:
+            return
+        try:
+            self.send(("predict", unsent))
+        except (OSError, ValueError):  # the model process is gone: the reader ends the rest
+            for request in unsent:
+                waiting = self._pending.pop(request[0], None)
+                if waiting is not None:
+                    _settle(waiting[1], ("error", request[0], _gone()))
 
     async def submit(
         self, name: str, served: Any, parsed: Any, pinned: bool, deadline: float, reparse: Callable[[Any], Any]
@@ -178,18 +235,19 @@ class ModelLink:
         """
         number, signature = served.number, served.signature
         for _ in range(8):
+            arrays = pack(parsed.arrays)
             reply = await self._ask(
                 lambda key: (
-                    "predict",
                     key,
                     name,
                     number,
                     pinned,
-                    parsed.arrays,
+                    arrays,
                     parsed.samples,
                     deadline,
                     tuple(signature.input_names),
-                )
+                ),
+                coalesce=True,
             )
             if reply[0] == "done":
                 _, _, outputs, number, batch, queued_s = reply

@@ -4,7 +4,8 @@
 process (``--http-workers``): SIGTERM, SIGINT and SIGHUP close the listening socket and idle
 connections, answer every request in flight and end the server; a second Ctrl-C stops at once.
 Its HTTP/1.1 protocol is uvicorn's (httptools' parser where installed) with the writes of one
-turn of the event loop joined, so that an answer's head and body reach the client as one segment;
+turn of the event loop joined, so that an answer's head and body reach the client as one segment,
+and a request's disconnect watch a callback of its connection's (no task a request);
 :func:`run_loop` runs it on uvloop where installed.
 
 :func:`run_front` is a front process's whole life, spawned by :mod:`malinn.serve.fronts` with the
@@ -26,6 +27,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from .app import CONNECTION
 from .config import ServeConfig
 from .front_link import FrontTable, ModelLink
 from .metrics import Metrics
@@ -80,6 +82,24 @@ class _Coalescing:
     def __init__(self, transport: Any, loop: asyncio.AbstractEventLoop):
         self._transport, self._loop = transport, loop
         self._pending: list | None = None
+        self._watchers: set | None = set()  # called when the connection is lost (None: it was)
+
+    def watch(self, callback: Callable[[], None]) -> None:
+        """Calls ``callback()`` once the connection is lost (at once where it was): a request's
+        disconnect watch without a task of its own (:data:`malinn.serve.app.CONNECTION`)."""
+        if self._watchers is None:
+            callback()
+        else:
+            self._watchers.add(callback)
+
+    def unwatch(self, callback: Callable[[], None]) -> None:
+        if self._watchers is not None:
+            self._watchers.discard(callback)
+
+    def lost(self) -> None:
+        watchers, self._watchers = self._watchers, None
+        for callback in watchers or ():
+            callback()
 
     def write(self, data: bytes) -> None:
         if self._pending is None:
@@ -115,7 +135,17 @@ def _coalescing_protocol() -> type:
 
     class Protocol(base):
         def connection_made(self, transport: Any) -> None:
-            super().connection_made(_Coalescing(transport, asyncio.get_running_loop()))
+            self._malinn_transport = _Coalescing(transport, asyncio.get_running_loop())
+            super().connection_made(self._malinn_transport)
+
+        def data_received(self, data: bytes) -> None:
+            # the task uvicorn starts for a request here copies this context: the app finds its connection
+            CONNECTION.set(self._malinn_transport)
+            super().data_received(data)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            super().connection_lost(exc)
+            self._malinn_transport.lost()
 
     return Protocol
 

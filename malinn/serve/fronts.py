@@ -3,9 +3,11 @@ requests they send run here, where the device and the batchers are.
 
 The listening socket is bound here and inherited by every front (the kernel hands each new
 connection to one of the fronts accepting on it). A front parses the request's JSON and sends its
-arrays over its pipe (:mod:`malinn.serve.front_link` lists the messages); here one thread per
-front reads them and puts each request in its version's batcher, whose worker sends the outputs
-back to the front that asked. This process never reads or writes JSON.
+arrays over its pipe (:mod:`malinn.serve.front_link` lists the messages), the requests of one turn
+of its event loop in one message; here one thread per front reads them and puts them in their
+versions' batchers (each batcher's queue taking a message's requests at once), whose worker sends
+each front the outputs of all its requests of one predict call in one message. This process never
+reads or writes JSON.
 
 * The version table and readiness are sent to every front whenever they change (looked at every
   20 ms), so that status, metadata and the choice of a request's version are answered in the front.
@@ -27,8 +29,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from .batcher import Cancelled, DeadlineExceeded, Overloaded, Retired, Task, Unavailable
 from .config import ServeConfig
+from .front_link import pack, unpack
 from .front_process import run_front
 from .metrics import Metrics
 from .servables import ModelManager
@@ -66,6 +71,31 @@ class _Front:
         self.tasks: dict = {}  # request id -> (task, batcher)
         self.up = False
         self.gone = False
+
+    def answer(self, outputs: list, answered: list, failed: list) -> None:
+        """A batcher's sink: the answers of one predict call to this front's requests, their rows
+        of the call's ``outputs`` in one message (one slice where they are adjacent, as the
+        requests of one message are), and each error in its own."""
+        tasks = self.tasks
+        for task, error in failed:
+            tasks.pop(task.tag[0], None)
+            self.send(("error", task.tag[0], _sendable(error)))
+        if not answered:
+            return
+        answers = []
+        first = end = answered[0][1]
+        adjacent = True
+        for task, start in answered:
+            key, number = task.tag
+            tasks.pop(key, None)
+            answers.append((key, task.samples, number, task.batch, task.queued_s))
+            adjacent = adjacent and start == end
+            end = start + task.samples
+        if adjacent:
+            rows = [out[first:end] for out in outputs]
+        else:
+            rows = [np.concatenate([out[start : start + task.samples] for task, start in answered]) for out in outputs]
+        self.send(("done", answers, pack(rows)))
 
     def send(self, message: tuple) -> bool:
         with self.lock:
@@ -194,25 +224,29 @@ class Fronts:
                 message = conn.recv()
             except (EOFError, OSError):
                 break
-            kind = message[0]
-            if kind == "predict":
-                self._predict(front, *message[1:])
-            elif kind == "cancel":
-                held = front.tasks.pop(message[1], None)
-                if held is not None:
-                    held[1].withdraw(held[0])
-            elif kind == "metrics":
-                threading.Thread(target=self._scrape, args=(front, message[1]), daemon=True).start()
-            elif kind == "dumped":
-                waiting = self._dumps.get(message[1])
-                if waiting is not None:
-                    waiting[1].append((message[2], message[3]))
-                    if len(waiting[1]) >= waiting[2]:
-                        waiting[0].set()
-            elif kind == "up":
-                front.up = True
-                self._say(f"HTTP worker {front.index} listening (pid {message[1]})")
+            self._handle(front, message)
         self._lost(front)
+
+    def _handle(self, front: _Front, message: tuple) -> None:
+        """One message of ``front``'s (:mod:`malinn.serve.front_link` lists them)."""
+        kind = message[0]
+        if kind == "predict":
+            self._predict(front, message[1])
+        elif kind == "cancel":
+            held = front.tasks.pop(message[1], None)
+            if held is not None:
+                held[1].withdraw(held[0])
+        elif kind == "metrics":
+            threading.Thread(target=self._scrape, args=(front, message[1]), daemon=True).start()
+        elif kind == "dumped":
+            waiting = self._dumps.get(message[1])
+            if waiting is not None:
+                waiting[1].append((message[2], message[3]))
+                if len(waiting[1]) >= waiting[2]:
+                    waiting[0].set()
+        elif kind == "up":
+            front.up = True
+            self._say(f"HTTP worker {front.index} listening (pid {message[1]})")
 
     def _lost(self, front: _Front) -> None:
         with front.lock:
@@ -231,34 +265,44 @@ class Fronts:
             self.metrics.count("malinn_serve_front_restarts_total", ())
             self._start(front.index)
 
-    def _predict(
-        self,
-        front: _Front,
-        key: int,
-        name: str,
-        number: int,
-        pinned: bool,
-        arrays: list,
-        samples: int,
-        deadline: float,
-        input_names: tuple,
-    ) -> None:
-        def done(outputs: Any, error: BaseException | None) -> None:
-            front.tasks.pop(key, None)
-            if error is not None:
-                front.send(("error", key, _sendable(error)))
-            else:
-                front.send(("done", key, outputs, number, task.batch, task.queued_s))
+    def _predict(self, front: _Front, requests: list) -> None:
+        """A message's requests put in their versions' queues, each queue taking its share at once."""
+        by_batcher: dict = {}
+        models = self.manager.models
+        for request in requests:
+            key, name, number, pinned, arrays, samples, deadline, input_names = request
+            task = Task(unpack(arrays), samples, None, deadline, front.answer, (key, number))
+            served = models.get(name)
+            version = served.versions.get(number) if served is not None else None
+            batcher = version.batcher if version is not None and version.state == "AVAILABLE" else None
+            if batcher is None:
+                self._predict_one(front, request, task)
+                continue
+            front.tasks[key] = (task, batcher)
+            by_batcher.setdefault(batcher, []).append(task)
+        for batcher, tasks in by_batcher.items():
+            for task, error in batcher.submit_many(tasks):
+                key = task.tag[0]
+                front.tasks.pop(key, None)
+                if isinstance(error, Retired):
+                    self._predict_one(front, next(r for r in requests if r[0] == key), task)
+                else:
+                    front.send(("error", key, _sendable(error)))
 
-        served = self.manager.models.get(name)
-        version = served.versions.get(number) if served is not None else None
-        task = Task(arrays, samples, done, deadline)
+    def _predict_one(self, front: _Front, request: tuple, task: Task) -> None:
+        """One request whose version is not AVAILABLE (or stopped taking requests): an unpinned one
+        goes to the newest version (or back to its front for a parse of its own where the newest
+        takes other inputs), a pinned one is answered 404."""
+        key, name, number, pinned, _, _, _, input_names = request
         try:
+            served = self.manager.models.get(name)
+            version = served.versions.get(number) if served is not None else None
             for _ in range(8):  # a version being unloaded sends an unpinned request to the newest
                 batcher = version.batcher if version is not None and version.state == "AVAILABLE" else None
                 try:
                     if batcher is None:
                         raise Retired(name)
+                    task.tag = (key, number)
                     front.tasks[key] = (task, batcher)
                     batcher.submit(task)
                     return

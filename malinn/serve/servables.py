@@ -104,7 +104,8 @@ class ModelManager(VersionTable):
         """Stops looking for versions and ends every version's worker, answering what is queued."""
         self.stopping = True
         self._stop.set()
-        self._thread.join(timeout)
+        if self._thread.ident is not None:  # started (a failed start stops a manager that never was)
+            self._thread.join(timeout)
         for served in self.models.values():
             for version in list(served.versions.values()):
                 if version.batcher is not None:
