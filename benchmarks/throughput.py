@@ -33,6 +33,9 @@ the bare transfers of the same bytes in the same run (one ``enqueue_copy`` each 
 plain numpy arrays; from a page-locked copy too on a discrete GPU): ``beyond_transfers_s`` is what a
 predict spends beyond its kernels and those copies.
 
+With ``--steps``, each MLP row also lists its plan's steps with each launch's median device seconds
+(``models.step_seconds``: OpenCL profiling events): where the kernels' time goes.
+
 With ``--devices N``, each MLP at batch 8192 is also predicted on N devices at once
 (``predict(x, devices=[...])``: one plan and one thread per device, the batch split in N shares):
 ``multi_device`` rows give its samples/s and ``speedup`` over one device. The devices are the
@@ -42,7 +45,7 @@ listed N times, which shows the splitting's cost, not a speedup (``same_device``
 The results go to ``benchmarks/results/throughput_<device>.json``. --quick: the two Partial
 networks at batch 1024 and 8192, 3 repeats, no convolutional network (a minute on a 2-core CPU).
 
-Run:  python benchmarks/throughput.py [--device D] [--devices N] [--auto-split] [--breakdown] [--repeat 10] [--quick]
+Run:  python benchmarks/throughput.py [--device D] [--devices N] [--auto-split] [--breakdown] [--pinned] [--steps] [--repeat 10] [--quick]
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ from pathlib import Path
 import harness
 import numpy as np
 from harness import block_median_times, median_time, torch_cuda
-from models import MODELS, build, numpy_forward, torch_forward
+from models import MODELS, build, numpy_forward, step_seconds, torch_forward
 
 import malinn
 
@@ -364,6 +367,11 @@ def main(argv=None):
         help="also time each MLP from page-locked input memory: malinn.empty_pinned beside torch's "
         "pin_memory() (a row's 'pinned')",
     )
+    parser.add_argument(
+        "--steps",
+        action="store_true",
+        help="also give each MLP row its plan's steps, each launch's median device seconds (a row's 'steps')",
+    )
     args = harness.parse(parser, argv)
     device = harness.devices(args.device)[0]
     torch = torch_cuda()
@@ -390,6 +398,8 @@ def main(argv=None):
             extra = {"breakdown": breakdown(model, x, device, seconds, args.repeat)} if args.breakdown else {}
             if args.pinned:
                 extra["pinned"] = pinned_row(model, x, y, device, torch, weights, args.repeat)
+            if args.steps:
+                extra["steps"] = step_seconds(model.plan(batch, device), x, args.repeat)
             # the numpy reference last: its BLAS threads spin on the host's cores for a while after a
             # large product, and a predict timed then lost up to a third to them (its copy threads)
             error = float(np.abs(y - numpy_forward(weights, x)).max())
@@ -399,6 +409,8 @@ def main(argv=None):
                 print(breakdown_text(extra["breakdown"], seconds), flush=True)
             if args.pinned:
                 print(pinned_text(extra["pinned"]), flush=True)
+            for step in extra.get("steps", []):
+                print(f"{'':<16} {step['seconds'] * 1e3:8.3f} ms  {step['kind']:<9} {step['kernel'][:60]}", flush=True)
             if args.auto_split and batch >= 8192:
                 split_rows.append(auto_split(model, x, device, seconds, args.repeat, name))
             if len(pool) > 1 and batch == max(args.batches):
