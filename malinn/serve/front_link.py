@@ -3,22 +3,26 @@
 A front parses requests and writes answers; the model process runs them. Over one
 :func:`multiprocessing.Pipe` per front, each message a tuple whose first item names it:
 
-* front to model: ``("up", pid)`` once the front listens; ``("predict", requests)``, every request
-  the front's event loop sent in one turn, each ``(id, name, version, pinned, arrays, samples,
-  deadline, input names)``; ``("cancel", id)`` (the client went away, or its time is up: the
-  request leaves its queue); ``("metrics", id)`` (a scrape); ``("dumped", id, metrics snapshot,
-  requests in flight)``, the answer to a ``dump``;
+* front to model: ``("up", pid)`` once the front listens; ``("predict", groups)``, every request
+  the front's event loop sent in one turn, those of one model, version and inputs as one group
+  ``(name, version, pinned, input names, ids, sample counts, deadlines, arrays)``, the requests'
+  inputs stacked in their order (one array per input); ``("cancel", id)`` (the client went away,
+  or its time is up: the request leaves its queue); ``("metrics", id)`` (a scrape); ``("dumped",
+  id, metrics snapshot, requests in flight)``, the answer to a ``dump``;
 * model to front: ``("table", versions, flags)`` whenever a version's state or readiness changes;
-  ``("done", answers, outputs)``, the front's requests answered by one predict call, each answer
-  ``(id, samples, version, batch, queued seconds)`` and ``outputs`` their rows of each output, in
-  the answers' order; ``("error", id, exception)``; ``("retry", id, version, signature)`` (the
-  version asked for is being unloaded and the newest takes other inputs: the front parses the body
-  again for it); ``("metrics", id, text)``; ``("dump", id)``.
+  ``("done", parts, outputs)``, the front's requests answered by one predict call, each part
+  ``(ids, sample counts, version, batch, queued seconds)`` of a group's requests that ran and
+  ``outputs`` their rows of each output, in the parts' order; ``("error", id, exception)``;
+  ``("retry", id, version, signature)`` (the version asked for is being unloaded and the newest
+  takes other inputs: the front parses the body again for it); ``("metrics", id, text)``;
+  ``("dump", id)``.
 
 Arrays cross the pipe as ``(dtype, shape, bytes)`` (:func:`pack`, :func:`unpack`): a pickled numpy
 array costs each side several times more than its bytes, and the model process reads every
 front's requests alone. A busy front thus sends many requests in one message and gets many answers
-in one, where each would cost both processes a message of its own.
+in one, where each would cost both processes a message of its own; stacked, a group's requests
+cost the model process one array, one queue entry and one slice of the outputs, not one of each a
+request.
 
 Deadlines are ``time.monotonic()`` seconds, one clock for every process of the machine.
 
@@ -33,7 +37,7 @@ import asyncio
 import itertools
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -45,7 +49,7 @@ from .version_table import VersionTable
 __all__ = ["FrontTable", "ModelLink", "pack", "unpack"]
 
 
-def pack(arrays: list) -> list:
+def pack(arrays: Iterable) -> list:
     """``arrays`` as ``(dtype, shape, bytes)`` each, for the pipe."""
     return [(a.dtype.str, a.shape, a.tobytes()) for a in arrays]
 
@@ -145,13 +149,15 @@ class ModelLink:
         kind = message[0]
         if kind == "done":
             outputs = unpack(message[2])
+            pending = self._pending
             start = 0
-            for key, samples, number, batch, queued_s in message[1]:
-                waiting = self._pending.pop(key, None)
-                if waiting is not None:
-                    rows = [out[start : start + samples] for out in outputs]
-                    self._settle(waiting, ("done", key, rows, number, batch, queued_s), settle)
-                start += samples
+            for keys, counts, number, batch, queued_s in message[1]:
+                for key, samples in zip(keys, counts):
+                    waiting = pending.pop(key, None)
+                    if waiting is not None:
+                        rows = [out[start : start + samples] for out in outputs]
+                        self._settle(waiting, ("done", key, rows, number, batch, queued_s), settle)
+                    start += samples
         elif kind == "table":
             self.table.take(message[1], message[2])
         elif kind == "dump":
@@ -211,12 +217,30 @@ class ModelLink:
             raise
 
     def _flush(self) -> None:
-        """Sends the requests of this turn of the loop as one message."""
+        """Sends the requests of this turn of the loop as one message, those of one model, version
+        and inputs stacked into one group."""
         unsent, self._unsent = self._unsent, []
         if not unsent:
             return
+        groups: dict = {}
+        for request in unsent:
+            key, name, number, pinned, arrays, samples, deadline, input_names = request
+            kind = (name, number, pinned, input_names, tuple((a.dtype.str, a.shape[1:]) for a in arrays))
+            group = groups.get(kind)
+            if group is None:
+                groups[kind] = ([key], [samples], [deadline], [arrays])
+            else:
+                group[0].append(key)
+                group[1].append(samples)
+                group[2].append(deadline)
+                group[3].append(arrays)
+        message = [
+            kind[:4]
+            + (keys, counts, deadlines, pack(arrays[0] if len(arrays) == 1 else map(np.concatenate, zip(*arrays))))
+            for kind, (keys, counts, deadlines, arrays) in groups.items()
+        ]
         try:
-            self.send(("predict", unsent))
+            self.send(("predict", message))
         except (OSError, ValueError):  # the model process is gone: the reader ends the rest
             for request in unsent:
                 waiting = self._pending.pop(request[0], None)
@@ -235,18 +259,9 @@ class ModelLink:
         """
         number, signature = served.number, served.signature
         for _ in range(8):
-            arrays = pack(parsed.arrays)
+            arrays = parsed.arrays
             reply = await self._ask(
-                lambda key: (
-                    key,
-                    name,
-                    number,
-                    pinned,
-                    arrays,
-                    parsed.samples,
-                    deadline,
-                    tuple(signature.input_names),
-                ),
+                lambda key: (key, name, number, pinned, arrays, parsed.samples, deadline, tuple(signature.input_names)),
                 coalesce=True,
             )
             if reply[0] == "done":

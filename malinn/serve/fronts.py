@@ -4,10 +4,12 @@ requests they send run here, where the device and the batchers are.
 The listening socket is bound here and inherited by every front (the kernel hands each new
 connection to one of the fronts accepting on it). A front parses the request's JSON and sends its
 arrays over its pipe (:mod:`malinn.serve.front_link` lists the messages), the requests of one turn
-of its event loop in one message; here one thread per front reads them and puts them in their
-versions' batchers (each batcher's queue taking a message's requests at once), whose worker sends
-each front the outputs of all its requests of one predict call in one message. This process never
-reads or writes JSON.
+of its event loop in one message, those of one model version stacked into one group; here one
+thread per front reads them and puts each group in its version's batcher as one unit
+(:class:`~malinn.serve.batcher.Group`), whose worker sends each front the outputs of all its
+requests of one predict call in one message, the rows of a group's requests as one slice. This
+process never reads or writes JSON, and its work a message does not grow with the requests in it
+(but where a request of a group ends alone: cancelled, refused, past its deadline).
 
 * The version table and readiness are sent to every front whenever they change (looked at every
   20 ms), so that status, metadata and the choice of a request's version are answered in the front.
@@ -31,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .batcher import Cancelled, DeadlineExceeded, Overloaded, Retired, Task, Unavailable
+from .batcher import Cancelled, DeadlineExceeded, Group, Overloaded, Retired, Unavailable
 from .config import ServeConfig
 from .front_link import pack, unpack
 from .front_process import run_front
@@ -63,39 +65,48 @@ def _sendable(error: BaseException) -> BaseException:
 
 
 class _Front:
-    """One front process: its process, pipe, the requests it queued here and whether it listens."""
+    """One front process: its process, pipe, the groups of its requests queued here and whether it
+    listens."""
 
     def __init__(self, index: int, process: Any, conn: Any):
         self.index, self.process, self.conn = index, process, conn
         self.lock = threading.Lock()
-        self.tasks: dict = {}  # request id -> (task, batcher)
+        self.groups: set = set()  # the groups of its requests queued or running (Group.owner)
         self.up = False
         self.gone = False
 
     def answer(self, outputs: list, answered: list, failed: list) -> None:
         """A batcher's sink: the answers of one predict call to this front's requests, their rows
         of the call's ``outputs`` in one message (one slice where they are adjacent, as the
-        requests of one message are), and each error in its own."""
-        tasks = self.tasks
-        for task, error in failed:
-            tasks.pop(task.tag[0], None)
-            self.send(("error", task.tag[0], _sendable(error)))
+        groups of one message are), and each error in its own."""
+        for _, key, error in failed:
+            self.send(("error", key, _sendable(error)))
         if not answered:
             return
-        answers = []
+        parts = []
         first = end = answered[0][1]
         adjacent = True
-        for task, start in answered:
-            key, number = task.tag
-            tasks.pop(key, None)
-            answers.append((key, task.samples, number, task.batch, task.queued_s))
+        for group, start in answered:
+            parts.append((group.keys, group.counts, group.number, group.batch, group.queued_s))
             adjacent = adjacent and start == end
-            end = start + task.samples
+            end = start + group.samples
         if adjacent:
             rows = [out[first:end] for out in outputs]
         else:
-            rows = [np.concatenate([out[start : start + task.samples] for task, start in answered]) for out in outputs]
-        self.send(("done", answers, pack(rows)))
+            rows = [
+                np.concatenate([out[start : start + group.samples] for group, start in answered]) for out in outputs
+            ]
+        self.send(("done", parts, pack(rows)))
+
+    def withdraw(self, key: object = None) -> None:
+        """Takes request ``key`` (every request of this front where None) out of its queue."""
+        for _ in range(2):  # a group split meanwhile holds the request in a part of its own
+            for group in list(self.groups):
+                batcher = group.batcher
+                if batcher is None or (key is not None and key not in group.keys):
+                    continue
+                if batcher.withdraw(group, key) and key is not None:
+                    return
 
     def send(self, message: tuple) -> bool:
         with self.lock:
@@ -233,9 +244,7 @@ class Fronts:
         if kind == "predict":
             self._predict(front, message[1])
         elif kind == "cancel":
-            held = front.tasks.pop(message[1], None)
-            if held is not None:
-                held[1].withdraw(held[0])
+            front.withdraw(message[1])
         elif kind == "metrics":
             threading.Thread(target=self._scrape, args=(front, message[1]), daemon=True).start()
         elif kind == "dumped":
@@ -251,9 +260,7 @@ class Fronts:
     def _lost(self, front: _Front) -> None:
         with front.lock:
             front.gone = True
-        for task, batcher in list(front.tasks.values()):
-            batcher.withdraw(task)
-        front.tasks.clear()
+        front.withdraw()
         front.process.join(10)
         with self._lock:
             again = not self._stopping and self._fronts[front.index] is front
@@ -265,35 +272,31 @@ class Fronts:
             self.metrics.count("malinn_serve_front_restarts_total", ())
             self._start(front.index)
 
-    def _predict(self, front: _Front, requests: list) -> None:
-        """A message's requests put in their versions' queues, each queue taking its share at once."""
-        by_batcher: dict = {}
+    def _predict(self, front: _Front, groups: list) -> None:
+        """A message's groups put in their versions' queues, each as one unit."""
         models = self.manager.models
-        for request in requests:
-            key, name, number, pinned, arrays, samples, deadline, input_names = request
-            task = Task(unpack(arrays), samples, None, deadline, front.answer, (key, number))
+        for name, number, pinned, input_names, keys, counts, deadlines, arrays in groups:
+            group = Group(unpack(arrays), keys, counts, deadlines, front.answer, number, front.groups)
             served = models.get(name)
             version = served.versions.get(number) if served is not None else None
             batcher = version.batcher if version is not None and version.state == "AVAILABLE" else None
-            if batcher is None:
-                self._predict_one(front, request, task)
+            try:
+                if batcher is None:
+                    raise Retired(name)
+                refused = batcher.submit_group(group)
+            except Retired:  # each request on its own: to the newest version, or a 404
+                group.release()
+                for index in range(len(keys)):
+                    self._predict_one(front, group.member(index), name, pinned, input_names)
                 continue
-            front.tasks[key] = (task, batcher)
-            by_batcher.setdefault(batcher, []).append(task)
-        for batcher, tasks in by_batcher.items():
-            for task, error in batcher.submit_many(tasks):
-                key = task.tag[0]
-                front.tasks.pop(key, None)
-                if isinstance(error, Retired):
-                    self._predict_one(front, next(r for r in requests if r[0] == key), task)
-                else:
-                    front.send(("error", key, _sendable(error)))
+            for key, error in refused:
+                front.send(("error", key, _sendable(error)))
 
-    def _predict_one(self, front: _Front, request: tuple, task: Task) -> None:
-        """One request whose version is not AVAILABLE (or stopped taking requests): an unpinned one
-        goes to the newest version (or back to its front for a parse of its own where the newest
-        takes other inputs), a pinned one is answered 404."""
-        key, name, number, pinned, _, _, _, input_names = request
+    def _predict_one(self, front: _Front, group: Group, name: str, pinned: bool, input_names: tuple) -> None:
+        """One request (a group of one) whose version is not AVAILABLE (or stopped taking
+        requests): an unpinned one goes to the newest version (or back to its front for a parse of
+        its own where the newest takes other inputs), a pinned one is answered 404."""
+        key, number = group.keys[0], group.number
         try:
             served = self.manager.models.get(name)
             version = served.versions.get(number) if served is not None else None
@@ -302,12 +305,11 @@ class Fronts:
                 try:
                     if batcher is None:
                         raise Retired(name)
-                    task.tag = (key, number)
-                    front.tasks[key] = (task, batcher)
-                    batcher.submit(task)
+                    group.number = number
+                    for _, error in batcher.submit_group(group):
+                        front.send(("error", key, _sendable(error)))
                     return
                 except Retired:
-                    front.tasks.pop(key, None)
                     if pinned:
                         raise NotFound(
                             f"Servable not found for request: Specific({name}, {number}) (it is being unloaded)"
@@ -316,11 +318,12 @@ class Fronts:
                     number = version.number
                     signature: Any = version.signature
                     if tuple(signature.input_names) != tuple(input_names):
+                        group.release()
                         front.send(("retry", key, version.number, version.signature))
                         return
             raise Unavailable(f"model {name!r}: every version was being unloaded; try again")
         except Exception as exc:
-            front.tasks.pop(key, None)
+            group.release()
             front.send(("error", key, _sendable(exc)))
 
     # ------------------------------------------------------------------ metrics
