@@ -170,6 +170,31 @@ def rng():
     return np.random.default_rng(1234)
 
 
+@pytest.fixture
+def padding_gpu(device, monkeypatch):
+    """``device`` choosing the GPU's kernels (its kind pretended) with padding on the device switched
+    off (``MALINN_DEVICE_PADDING=0``), as on a device sharing the host's memory: the host's padding,
+    the baseline of tests/test_device_padding.py and test_device_output_padding.py (a discrete GPU,
+    the H200 among the devices the tests run on, pads large inputs and unpads large outputs by
+    default: ``padding_discrete`` takes that default)."""
+    monkeypatch.setenv("MALINN_DEVICE_PADDING", "0")
+    monkeypatch.delenv("MALINN_STAGING", raising=False)
+    monkeypatch.setattr(type(device), "kind", property(lambda self: "gpu"))
+    return device
+
+
+@pytest.fixture
+def padding_discrete(padding_gpu, monkeypatch):
+    """``padding_gpu`` as a discrete GPU with the path's default (host_unified_memory False: on PoCL,
+    page-locked host arrays are CL_MEM_ALLOC_HOST_PTR buffers mapped once, as on NVIDIA's driver)."""
+    if padding_gpu.backend != "opencl":
+        pytest.skip("page-locked memory is OpenCL's (the OpenGL backends copy through their own buffers)")
+    monkeypatch.delenv("MALINN_PINNED", raising=False)
+    monkeypatch.delenv("MALINN_DEVICE_PADDING", raising=False)  # the discrete GPU's default
+    monkeypatch.setattr(padding_gpu, "host_unified_memory", False)
+    return padding_gpu
+
+
 # ---------------------------------------------------------------------------------------------
 # Keras reference models (tests/converters): built by tests/keras_zoo.py in a process of its own,
 # because TensorFlow and PoCL cannot share one. No test file imports tensorflow/keras/tf_keras.

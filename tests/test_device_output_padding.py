@@ -22,17 +22,6 @@ from malinn.layers import Conv2D, Dense
 from malinn.plan.kinds.layout import RELAYOUT
 
 
-@pytest.fixture
-def gpu_kind(device, monkeypatch):
-    """The device choosing the GPU's kernels (its kind pretended); the path switched off, as on a
-    device sharing the host's memory (a discrete GPU, the H200 among the devices the tests run on,
-    unpads large outputs by default: the ``discrete`` tests take that default)."""
-    monkeypatch.setenv("MALINN_DEVICE_PADDING", "0")
-    monkeypatch.delenv("MALINN_STAGING", raising=False)
-    monkeypatch.setattr(type(device), "kind", property(lambda self: "gpu"))
-    return device
-
-
 def seeded(model, rng, scale: float = 0.2, shape: tuple | None = None):
     """``model`` (built on ``shape`` where given) with seeded weights."""
     if shape is not None:
@@ -64,11 +53,11 @@ def forced(monkeypatch, on: bool) -> None:
 
 
 @pytest.mark.parametrize("units", [10, 1, 13, 1001])
-def test_a_dense_head_unpadded_on_the_device_answers_as_the_hosts_cut_and_numpy(gpu_kind, rng, monkeypatch, units):
+def test_a_dense_head_unpadded_on_the_device_answers_as_the_hosts_cut_and_numpy(padding_gpu, rng, monkeypatch, units):
     """19 samples (a small-batch kernel's tile) and 320 (a tiled GEMM's): unforced the head's padded
     buffer is read whole and cut; forced its last step copies it into an unpadded buffer, read as it
     is. A shorter pass after a full one of other data, and a full one after it, answer alike."""
-    device = gpu_kind
+    device = padding_gpu
     model = seeded(Sequential([Dense(37, activation="relu"), Dense(units, name="head")]), rng, shape=(None, 20))
     w = model.get_weights()
 
@@ -101,10 +90,10 @@ def test_a_dense_head_unpadded_on_the_device_answers_as_the_hosts_cut_and_numpy(
         assert_close(again, forward(x))
 
 
-def test_of_two_outputs_only_the_padded_one_is_copied(gpu_kind, rng, monkeypatch):
+def test_of_two_outputs_only_the_padded_one_is_copied(padding_gpu, rng, monkeypatch):
     """A functional model with a 10-unit head (padded to the GEMM's 64 rows) and a 64-unit one (its
     rows the tile's): one copy; both outputs numpy's and the unforced plan's."""
-    device = gpu_kind
+    device = padding_gpu
     x = Input((20,), name="x")
     h = Dense(37, activation="relu", name="h")(x)
     model = Functional(x, [Dense(10, name="small")(h), Dense(64, name="wide")(h)])
@@ -131,11 +120,11 @@ def test_of_two_outputs_only_the_padded_one_is_copied(gpu_kind, rng, monkeypatch
     assert_close(wide, hidden @ ww + bw)
 
 
-def test_an_output_read_by_a_later_layer_is_copied_after_its_step_and_its_buffer_freed(gpu_kind, rng, monkeypatch):
+def test_an_output_read_by_a_later_layer_is_copied_after_its_step_and_its_buffer_freed(padding_gpu, rng, monkeypatch):
     """``a = Dense(10)(x)`` is an output and the input of ``Dense(3)``; a third branch comes later.
     The copy runs right after ``a``'s step; the later layers read the padded buffer; once the last
     of them ran, the padded buffer (no output now) is free for later tensors. Numpy's answers."""
-    device = gpu_kind
+    device = padding_gpu
     x = Input((20,), name="x")
     a = Dense(10, name="a")(x)
     b = Dense(3, activation="relu", name="b")(a)
@@ -168,10 +157,10 @@ def test_an_output_read_by_a_later_layer_is_copied_after_its_step_and_its_buffer
     assert_close(short[1], np.maximum(want_a[:300] @ wb + bb, 0))
 
 
-def test_a_convolutions_output_unpadded_on_the_device(gpu_kind, rng, monkeypatch):
+def test_a_convolutions_output_unpadded_on_the_device(padding_gpu, rng, monkeypatch):
     """Conv2D(8, 1) on 9x9x13 images: the GPU's matmul writes the 8 channels of 567 pixels padded to
     64 x 576; forced, they are copied into an 8 x 567 buffer; results equal the cut and numpy's."""
-    device = gpu_kind
+    device = padding_gpu
     model = seeded(Sequential([Conv2D(8, 1, activation="relu")]), rng, 0.3, shape=(None, 9, 9, 13))
     kernel, bias = model.get_weights()
     x = rng.standard_normal((7, 9, 9, 13)).astype(np.float32)
@@ -190,10 +179,10 @@ def test_a_convolutions_output_unpadded_on_the_device(gpu_kind, rng, monkeypatch
     assert_close(after, np.concatenate([want, want[:3]]))
 
 
-def test_every_layers_outputs_unpadded_on_the_device(gpu_kind, rng, monkeypatch):
+def test_every_layers_outputs_unpadded_on_the_device(padding_gpu, rng, monkeypatch):
     """``predict_layers``: every layer's output is an output; each padded one gets its copy (the
     first layer's read again by the second); every result numpy's and the unforced plan's."""
-    device = gpu_kind
+    device = padding_gpu
     model = seeded(
         Sequential([Dense(37, activation="relu"), Dense(10), Dense(5, activation="relu")]), rng, shape=(None, 20)
     )
@@ -213,11 +202,11 @@ def test_every_layers_outputs_unpadded_on_the_device(gpu_kind, rng, monkeypatch)
     assert_close(model.predict(x, verbose=0), np.maximum(h2 @ w[4] + w[5], 0))
 
 
-def test_an_output_that_is_the_input_is_downloaded_from_its_unpadded_upload(gpu_kind, rng, monkeypatch):
+def test_an_output_that_is_the_input_is_downloaded_from_its_unpadded_upload(padding_gpu, rng, monkeypatch):
     """A model whose outputs are its input and a Dense of it: forced, the input is uploaded unpadded
     and padded on the device for the Dense; the first output is read from the unpadded upload (no
     copy back), exactly the caller's array, full and shorter passes."""
-    device = gpu_kind
+    device = padding_gpu
     x = Input((20,), name="x")
     model = seeded(Functional(x, [x, Dense(10, name="d")(x)]), rng)
     kernel, bias = model.get_weights()
@@ -234,20 +223,8 @@ def test_an_output_that_is_the_input_is_downloaded_from_its_unpadded_upload(gpu_
     assert_close(dense, -data[:290].astype(np.float64) @ kernel + bias)
 
 
-@pytest.fixture
-def discrete(gpu_kind, monkeypatch):
-    """PoCL posing as a discrete GPU (host_unified_memory False: outputs from 64 KiB are read into
-    page-locked staging arrays, as on NVIDIA's driver)."""
-    if gpu_kind.backend != "opencl":
-        pytest.skip("page-locked staging is OpenCL's (the OpenGL backends read into the result)")
-    monkeypatch.delenv("MALINN_PINNED", raising=False)
-    monkeypatch.delenv("MALINN_DEVICE_PADDING", raising=False)  # the discrete GPU's default
-    monkeypatch.setattr(gpu_kind, "host_unified_memory", False)
-    return gpu_kind
-
-
 def test_a_discrete_gpu_unpads_an_output_it_would_stage_and_a_shorter_pass_reads_only_its_samples(
-    discrete, rng, monkeypatch
+    padding_discrete, rng, monkeypatch
 ):
     """On a discrete GPU (by default) a padded output buffer of 64 KiB or more is unpadded on the
     device, a smaller one not; ``MALINN_DEVICE_PADDING=0`` unpads none. The unpadded output goes
@@ -255,7 +232,7 @@ def test_a_discrete_gpu_unpads_an_output_it_would_stage_and_a_shorter_pass_reads
     it (the rest of the staging untouched). Results equal the host's cut."""
     from malinn.backends.opencl_memory import PINNED_MIN_BYTES
 
-    device = discrete
+    device = padding_discrete
     assert device.unpads_on_device(PINNED_MIN_BYTES) and not device.unpads_on_device(PINNED_MIN_BYTES - 4)
     model = seeded(Sequential([Dense(10)]), rng, shape=(None, 20))
     kernel, bias = model.get_weights()

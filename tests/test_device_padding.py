@@ -25,17 +25,6 @@ from malinn.plan.arena import arena
 from malinn.plan.kinds.layout import RELAYOUT
 
 
-@pytest.fixture
-def gpu_kind(device, monkeypatch):
-    """The device choosing the GPU's kernels (its kind pretended); the path switched off, as on a
-    device sharing the host's memory (a discrete GPU, the H200 among the devices the tests run on,
-    pads large inputs by default: the ``discrete`` tests take that default)."""
-    monkeypatch.setenv("MALINN_DEVICE_PADDING", "0")
-    monkeypatch.delenv("MALINN_STAGING", raising=False)
-    monkeypatch.setattr(type(device), "kind", property(lambda self: "gpu"))
-    return device
-
-
 def network(features: int, rng, units=(37, 10)) -> tuple:
     """A Dense network on ``features`` inputs and its numpy forward pass."""
     model = Sequential([Dense(units[0], activation="relu"), Dense(units[1], activation="softmax")])
@@ -60,13 +49,13 @@ def padded_input(plan) -> bool:
 
 @pytest.mark.parametrize("features", [784, 13, 1, 1001])
 def test_a_dense_input_padded_on_the_device_answers_as_the_hosts_padding_and_numpy(
-    gpu_kind, rng, monkeypatch, features
+    padding_gpu, rng, monkeypatch, features
 ):
     """19 samples (no multiple of a column tile) and 320 (a tiled GEMM's batch): forced, the input's
     upload is direct from an unpadded buffer that the first step copies; switched off (0: what PoCL
     and llvmpipe do by default, sharing the host's memory) it goes through the padded staging array.
     Results equal."""
-    device = gpu_kind
+    device = padding_gpu
     model, forward = network(features, rng)
     for batch in (19, 320):
         x = rng.standard_normal((batch, features)).astype(np.float32)
@@ -90,12 +79,12 @@ def test_a_dense_input_padded_on_the_device_answers_as_the_hosts_padding_and_num
         monkeypatch.setenv("MALINN_DEVICE_PADDING", "0")
 
 
-def test_a_shorter_pass_zeroes_the_samples_past_it_in_the_padded_buffer(gpu_kind, rng, monkeypatch):
+def test_a_shorter_pass_zeroes_the_samples_past_it_in_the_padded_buffer(padding_gpu, rng, monkeypatch):
     """A pass of 300 samples in a 320-sample plan, after a full pass of other data: the answers are
     numpy's, and the padded buffer the kernels read holds the 300 samples, then zeros (never the
     earlier call's samples); then a full pass again."""
     monkeypatch.setenv("MALINN_DEVICE_PADDING", "1")
-    device = gpu_kind
+    device = padding_gpu
     model = Sequential([Dense(5)])  # one layer: the padded buffer is still the copy's when the pass ends
     model.build((None, 13))
     model.set_weights([rng.standard_normal(w.shape).astype(np.float32) for w in model.get_weights()])
@@ -118,10 +107,10 @@ def test_a_shorter_pass_zeroes_the_samples_past_it_in_the_padded_buffer(gpu_kind
     assert_close(model.predict(-full, verbose=0), -full.astype(np.float64) @ kernel + bias)
 
 
-def test_a_one_by_one_convolution_reads_its_input_padded_on_the_device(gpu_kind, rng, monkeypatch):
+def test_a_one_by_one_convolution_reads_its_input_padded_on_the_device(padding_gpu, rng, monkeypatch):
     """Conv2D(8, 1) on 9x9x13 images: the GPU's matmul reads the pixels' 13 channels padded; forced,
     the input is copied on the device; results equal the host's padding and numpy's."""
-    device = gpu_kind
+    device = padding_gpu
     model = Sequential([Conv2D(8, 1, activation="relu")])
     model.build((None, 9, 9, 13))
     model.set_weights([rng.standard_normal(w.shape).astype(np.float32) * 0.3 for w in model.get_weights()])
@@ -148,11 +137,11 @@ def test_a_small_convolutions_unpadded_input_is_left_alone(device, rng, monkeypa
     assert not plan.input_copies and not padded_input(plan)
 
 
-def test_the_unpadded_inputs_buffer_is_free_for_later_tensors_after_the_copy(gpu_kind, rng, monkeypatch):
+def test_the_unpadded_inputs_buffer_is_free_for_later_tensors_after_the_copy(padding_gpu, rng, monkeypatch):
     """The arena gives the unpadded input a buffer of exactly its size, which a later tensor that
     fits takes once the copy ran (Full MNIST's first layers at 1024 samples); results stay numpy's."""
     monkeypatch.setenv("MALINN_DEVICE_PADDING", "1")
-    device = gpu_kind
+    device = padding_gpu
     model, forward = network(784, rng, units=(250, 10))
     plan = model.plan(1024, device)
     source = plan.inputs[0].storage
@@ -188,24 +177,14 @@ def test_the_arena_reuses_a_released_inputs_buffer_and_never_grows_it():
     assert (400, [source]) in kept  # not released: the input's alone
 
 
-@pytest.fixture
-def discrete(gpu_kind, monkeypatch):
-    """PoCL posing as a discrete GPU (host_unified_memory False: page-locked host arrays are
-    CL_MEM_ALLOC_HOST_PTR buffers mapped once, as on NVIDIA's driver)."""
-    if gpu_kind.backend != "opencl":
-        pytest.skip("page-locked memory is OpenCL's (the OpenGL backends copy through their own buffers)")
-    monkeypatch.delenv("MALINN_PINNED", raising=False)
-    monkeypatch.delenv("MALINN_DEVICE_PADDING", raising=False)  # the discrete GPU's default
-    monkeypatch.setattr(gpu_kind, "host_unified_memory", False)
-    return gpu_kind
-
-
-def test_a_discrete_gpu_pads_a_large_input_itself_and_a_page_locked_one_goes_by_one_copy(discrete, rng, monkeypatch):
+def test_a_discrete_gpu_pads_a_large_input_itself_and_a_page_locked_one_goes_by_one_copy(
+    padding_discrete, rng, monkeypatch
+):
     """On a discrete GPU (by default) an input of 1 MiB or more is padded on the device, a smaller
     one on the host; ``MALINN_DEVICE_PADDING=0`` keeps the host's padding. A whole pass from
     ``malinn.empty_pinned`` memory is then one upload, its staging untouched, with a plain array's
     results; a shorter pass of it goes through the staging."""
-    device = discrete
+    device = padding_discrete
     assert device.pads_on_device(opencl.DIRECT_MIN_BYTES) and not device.pads_on_device(opencl.DIRECT_MIN_BYTES - 4)
     model, forward = network(784, rng)
     assert not model.plan(320, device).input_copies  # 784 x 320 floats: below 1 MiB
@@ -231,12 +210,12 @@ def test_a_discrete_gpu_pads_a_large_input_itself_and_a_page_locked_one_goes_by_
     assert not staging[1000:].any()  # the shorter pass's samples past it, zeros
 
 
-def test_through_a_staging_ring_the_unpadded_input_moves_in_chunks(gpu_kind, rng, monkeypatch):
+def test_through_a_staging_ring_the_unpadded_input_moves_in_chunks(padding_gpu, rng, monkeypatch):
     """``MALINN_STAGING=1`` with the path forced: the ring is laid out as the unpadded buffer;
     results equal the host's padding, full and shorter passes."""
-    if gpu_kind.backend != "opencl":
+    if padding_gpu.backend != "opencl":
         pytest.skip("staging rings are OpenCL's")
-    device = gpu_kind
+    device = padding_gpu
     model, forward = network(13, rng)
     x = rng.standard_normal((320, 13)).astype(np.float32)
     host = model.predict(x, verbose=0)
