@@ -112,16 +112,15 @@ def test_a_wide_dense_network_at_batch_100_runs_gemm_keras_on_a_gpu(device, monk
 
 def test_a_classifier_head_at_a_large_batch_runs_gemm_keras_head_bulk_on_a_gpu(device, monkeypatch, rng):
     """With the GPU's defaults (the device's kind pretended), a head of at most 32 units on 1024 inputs
-    or more runs gemm_keras_head_bulk past 256 samples (gemm_keras_narrow up to 256), the layer before
-    it gemm_bulk_large from 1024 samples; the answers are numpy's, at a batch that fills no tile too."""
-    if device.backend != "opencl":
-        pytest.skip("the OpenCL GPU defaults (gemm_keras_head_bulk has no GL default)")
+    or more runs gemm_keras_head_bulk past 256 samples (up to 256 gemm_keras_narrow, on a GL GPU its
+    own gemm_keras_gl_narrow); the answers are numpy's, at a batch that fills no tile too."""
     monkeypatch.setattr(type(device), "kind", property(lambda self: "gpu"))
+    narrow = "gemm_keras_gl_narrow" if device.backend == "gl" else "gemm_keras_narrow"
     model = malinn.Sequential([Dense(1030, activation="relu"), Dense(10)])
     model.build((None, 40))
     for layer in model.layers:
         layer.set_weights([layer.kernel, rng.standard_normal(layer.units).astype(np.float32) * 0.1])
-    for batch, want in ((256, "gemm_keras_narrow"), (300, "gemm_keras_head_bulk"), (1024, "gemm_keras_head_bulk")):
+    for batch, want in ((256, narrow), (300, "gemm_keras_head_bulk"), (1024, "gemm_keras_head_bulk")):
         kernels = [r["kernel"].split(" ")[0] for r in model.plan(batch, device).describe() if r["kind"] == "matmul"]
         assert kernels[-1] == want, (batch, kernels)
     for n in (300, 1024, 1001):

@@ -46,6 +46,7 @@ def _gpu_default(codename: str, nb: int | None = None):
 CASES = [
     ("gemm_keras_large", None, [(1001, 1024, 100), (3, 1030, 64)]),
     ("gemm_keras_narrow", None, [(13, 1024, 100), (1, 1025, 9)]),
+    ("gemm_keras_head_bulk", None, [(13, 1024, 300), (1, 1025, 257), (32, 1031, 1001)]),
     ("gemm_keras", None, [(5, 13, 100), (1001, 3, 17)]),
     ("gemv_split_c", 1, [(1001, 5, 1), (1, 1001, 1), (13, 3, 1)]),
     ("gemv_split_c", 8, [(5, 1001, 3), (1001, 13, 8)]),
