@@ -1,6 +1,7 @@
 """malinn.io.files.write_file: every kind of destination, modes, the source file, stale temporaries."""
 
 import os
+import signal
 import socket
 import stat
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 
 import malinn
 from malinn.errors import ConversionError, MalinnError
-from malinn.io.files import STALE_AFTER_S, TEMP_PATTERN, check_destination, write_file
+from malinn.io.files import STALE_AFTER_S, TEMP_PATTERN, check_destination, signals_held, write_file
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "digits_mlp.keras"
@@ -298,3 +299,41 @@ def test_a_killed_write_leaves_a_temporary_that_the_next_write_removes(tmp_path)
     os.utime(tmp_path / left[0], (old, old))
     write_file(tmp_path / "m.malinn", writes(b"whole"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.malinn"]
+
+
+def test_a_signal_inside_held_signals_is_acted_on_as_the_block_ends(tmp_path):
+    """Ctrl-C (Python's own handler) and SIGTERM (a raising handler, as the command installs) sent
+    inside the block raise nothing there; the first one's handler raises as the block ends, and the
+    handlers are the ones before. A model saved through HDF5 meanwhile is whole."""
+
+    class Stop(BaseException):
+        pass
+
+    def stop(signum, frame):
+        raise Stop(signum)
+
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        reached = []
+        with pytest.raises(KeyboardInterrupt):
+            with signals_held():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.01)  # delivered: Python runs the noting handler here
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.01)
+                reached.append(True)
+        assert reached == [True]
+        assert (
+            signal.getsignal(signal.SIGTERM) is stop and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        )
+        with pytest.raises(Stop):
+            with signals_held():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.01)
+                model = malinn.Sequential([malinn.layers.Dense(3)])
+                model.build((None, 5))
+                model.save(tmp_path / "m.malinn")
+        again = malinn.load_model(tmp_path / "m.malinn")
+        assert [w.shape for w in again.get_weights()] == [(5, 3), (3,)]
+    finally:
+        signal.signal(signal.SIGTERM, before)

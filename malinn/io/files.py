@@ -27,20 +27,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
 import re
 import secrets
+import signal
 import stat
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import IO, Any, Callable
 
 from ..errors import MalinnError
 
-__all__ = ["write_file", "check_destination", "HDF5Sink", "STALE_AFTER_S", "TEMP_PATTERN"]
+__all__ = ["write_file", "check_destination", "HDF5Sink", "signals_held", "STALE_AFTER_S", "TEMP_PATTERN"]
 
 #: Temporaries of malinn's naming older than this (seconds) are removed on the next write.
 STALE_AFTER_S = 3600
@@ -276,6 +279,37 @@ def _write_atomic(text: str, real: Path, st: os.stat_result | None, writer: Call
         if isinstance(exc, OSError):
             raise MalinnError(f"{text}: cannot write the file ({_reason(exc)})") from None
         raise
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Ctrl-C, SIGTERM and SIGHUP noted, not acted on, inside the block; the first one's handler run
+    as the block ends (its exception raised there). For code that calls back into Python from C,
+    such as HDF5 writing through :class:`HDF5Sink`: a handler's ``KeyboardInterrupt`` raised inside
+    such a callback cannot pass through the library, which then frees its objects twice and aborts
+    the process (``double free or corruption``), with the file half written. A signal is acted on
+    once the writing ends, the temporary then removed as for any failure. In a thread other than
+    the main one (where no handler runs) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list = []
+    wanted = [signal.SIGINT] + [getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
+    before = {signum: signal.getsignal(signum) for signum in wanted}
+    for signum, handler in before.items():
+        if callable(handler):  # a Python handler (Python's own for Ctrl-C among them); not SIG_DFL / SIG_IGN
+            signal.signal(signum, lambda got, frame: noted.append((got, frame)))
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            if callable(handler):
+                signal.signal(signum, handler)
+        if noted:
+            got, frame = noted[0]
+            handler = before[got]
+            if callable(handler):  # only a Python handler notes a signal
+                handler(got, frame)
 
 
 class HDF5Sink:

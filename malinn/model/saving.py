@@ -40,7 +40,7 @@ from ..converters.hdf5_util import read_json_attribute, read_weight, refuse_exte
 from ..converters.limits import MAX_JSON_BYTES, WeightBudget
 from ..converters.to_malinn import to_model
 from ..errors import ConversionError, LibraryError, MalinnError
-from ..io.files import HDF5Sink, write_file
+from ..io.files import HDF5Sink, signals_held, write_file
 from ..layers.base import placeholders, weights_to_be_loaded
 from ..library.kernel_library import DEFAULT_PRECISION, load_library
 from ..library.precision import check_precision
@@ -194,7 +194,8 @@ def _save(
 
     def write(tmp: IO[bytes]) -> None:
         sink = HDF5Sink(tmp)  # HDF5 never meets a failed write (a full disk): it closes the file whole
-        with h5py.File(sink, "w") as f:
+        # nor a signal's exception inside its writes (through the sink's Python methods): acted on after
+        with signals_held(), h5py.File(sink, "w") as f:
             f.attrs["malinn_format"] = FORMAT_NAME
             f.attrs["format_version"] = (
                 FORMAT_VERSION
