@@ -85,13 +85,7 @@ class Weight:
             )
 
         for key, matrix in list(self.copies.items()):  # a snapshot: another model sharing the layer may add one
-            if (
-                len(key) == 4
-                and key[0] == device.identity
-                and key[1] == str(layout)
-                and key[3] == precision
-                and fits(key[2])
-            ):
+            if len(key) == 4 and key[0] is device and key[1] == str(layout) and key[3] == precision and fits(key[2]):
                 return matrix
         if (
             self.prepacked is not None
@@ -108,7 +102,9 @@ class Weight:
             flat = device_bytes(self.host(), precision, layout, padded, quantized, self.what)
         matrix = DeviceMatrix.upload_weights(device, flat, self.shape, layout, padded, precision, self.what)
         matrix.host = None  # the layer keeps the weights; the copy need not
-        self.copies[(device.identity, str(layout), padded, precision)] = matrix
+        # keyed by the device itself, never its identity: two GPUs of one model (two H200s) share
+        # the identity, but a buffer of one's context is no argument of the other's kernels
+        self.copies[(device, str(layout), padded, precision)] = matrix
         return matrix
 
     def nbytes(self, padded: Sequence[int], precision: str = "fp32") -> int:
@@ -128,7 +124,7 @@ class Vector:
 
     def on_device(self, device: Device) -> Any:
         """The values' buffer on ``device`` (uploaded on first use)."""
-        key = (device.identity, self.what)
+        key = (device, self.what)  # the device itself: identical GPUs share an identity, not buffers
         buffer = self.copies.get(key)
         if buffer is None:
             buffer = device.alloc(self.values.nbytes, self.what)
