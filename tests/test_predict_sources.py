@@ -205,6 +205,31 @@ def test_spread_runs_a_thread_per_device_at_once_and_delivers_each_result_at_its
     assert str(raised.value) == f"{label[thread]}: a shape did not match on {thread}"
 
 
+def test_spread_keeps_its_threads_for_the_next_call_and_a_forked_child_starts_its_own():
+    def threads_of_a_call():
+        barrier, seen = threading.Barrier(2, timeout=60), set()
+
+        def work(batch):
+            barrier.wait()  # both workers at once: two threads
+            seen.add(threading.get_ident())
+            return [np.zeros(1)]
+
+        spread(((i, i, i) for i in range(2)), [("a", work), ("b", work)], lambda *_: None)
+        return seen
+
+    first = threads_of_a_call()
+    assert len(first) == 2 and threading.get_ident() not in first
+    assert threads_of_a_call() == first  # the same two threads, started once
+    pid = os.fork()
+    if pid == 0:  # the parent's idle threads do not exist here: new ones run the call
+        try:
+            os._exit(0 if len(threads_of_a_call()) == 2 else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 def test_set_device_with_a_list_spreads_predict(device):
     model = two_inputs()
     rng = np.random.default_rng(8)

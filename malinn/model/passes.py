@@ -6,10 +6,15 @@ finished first.
 A driver's wait for a pass (pyopencl's) releases the GIL, so the threads of several GPUs keep them
 busy at once. The input is drawn from its source under a lock, one batch per worker at a time:
 memory holds at most one batch per device beside the results.
+
+The threads outlive a call: an idle one waits for the next (at most :data:`_IDLE_KEPT` wait), so that
+a predict of a few milliseconds over several GPUs does not also start its threads each time. A
+process forked from this one starts its own (the parent's do not exist in the child).
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable, Iterable
@@ -17,6 +22,47 @@ from collections.abc import Callable, Iterable
 __all__ = ["spread"]
 
 _RESULT, _FAILED, _SOURCE_FAILED, _DONE = range(4)
+
+#: idle worker threads kept for the next call (more exit once their call is done)
+_IDLE_KEPT = 16
+
+_idle: list[queue.SimpleQueue] = []  # the inboxes of this process's idle threads
+_idle_lock = threading.Lock()
+
+
+def _forget_parent_threads() -> None:
+    """In a forked child: none of the parent's threads exist, and its lock may have been held."""
+    global _idle_lock
+    _idle_lock = threading.Lock()
+    _idle.clear()
+
+
+os.register_at_fork(after_in_child=_forget_parent_threads)
+
+
+def _serve(inbox: queue.SimpleQueue) -> None:
+    """An idle-kept thread's life: runs each job put in its inbox, then waits as idle again (or
+    exits, where :data:`_IDLE_KEPT` already wait)."""
+    while True:
+        name, job = inbox.get()
+        threading.current_thread().name = name
+        job()
+        del job
+        with _idle_lock:
+            if len(_idle) >= _IDLE_KEPT:
+                return
+            _idle.append(inbox)
+
+
+def _in_thread(job: Callable[[], None], name: str) -> None:
+    """Runs ``job()`` in a worker thread named ``name``: an idle one of this process, else a new
+    one. ``job`` must not raise (a spread's loop puts what it raised in its results)."""
+    with _idle_lock:
+        inbox = _idle.pop() if _idle else None
+    if inbox is None:
+        inbox = queue.SimpleQueue()
+        threading.Thread(target=_serve, args=(inbox,), name=name, daemon=True).start()
+    inbox.put((name, job))
 
 
 class _SourceError(Exception):
@@ -88,14 +134,11 @@ def spread(items: Iterable, workers: list, deliver: Callable[[int, int, list], N
         finally:
             results.put((_DONE, label, None))
 
-    threads = [
-        threading.Thread(target=loop, args=(label, work), name=f"malinn-predict-{i}", daemon=True)
-        for i, (label, work) in enumerate(workers)
-    ]
-    for thread in threads:
-        thread.start()
-    running, failure = len(threads), None
+    running, failure = 0, None
     try:
+        for i, (label, work) in enumerate(workers):
+            _in_thread(lambda label=label, work=work: loop(label, work), f"malinn-predict-{i}")
+            running += 1
         while running:
             try:
                 kind, what, value = results.get(timeout=0.5)  # a timeout: Ctrl-C is taken while waiting
@@ -109,8 +152,9 @@ def spread(items: Iterable, workers: list, deliver: Callable[[int, int, list], N
             elif failure is None:
                 failure = value if kind == _SOURCE_FAILED else _named(value, what)
     finally:
-        stop.set()
-        for thread in threads:
-            thread.join()
+        stop.set()  # what failed or was interrupted here: the workers end their current batch
+        while running:
+            if results.get()[0] == _DONE:
+                running -= 1
     if failure is not None:
         raise failure
