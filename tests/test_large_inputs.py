@@ -399,3 +399,20 @@ def test_the_weights_and_a_pass_fit_the_devices_global_memory(device, monkeypatc
         r"sample's activations \(.*\) need more than .*'s global memory",
     ):
         model.max_batch(device)  # the plan's weights (the message gave the generous bound: 22 MiB for 0.6)
+
+
+def test_max_batch_keeps_each_tensor_within_the_kernels_32_bit_element_count(device, monkeypatch):
+    """A device whose allocations may hold 2^32 floats or more (an H200's are 35 GB): a pass of a
+    depthwise convolution whose result has that many elements is refused by its kernel (it divides
+    by its sizes in 32 bits), so max_batch plans passes whose tensors stay below it; it gave the
+    whole batch, and predict of 8192 images at 224 x 224 failed."""
+    from malinn.layers import DepthwiseConv2D
+    from malinn.model.memory import MAX_TENSOR_BYTES
+
+    monkeypatch.setattr(device, "max_allocation", 2**40)
+    monkeypatch.setattr(device, "global_memory", 2**43)
+    model = Sequential([DepthwiseConv2D(3, padding="same", name="depthwise")])
+    model.build((None, 112, 112, 32))
+    n = model.max_batch(device, limit=20000)
+    assert 8000 < n < 20000  # 112 x 112 x 32 floats a sample: about 10,700 within 2^32 elements
+    assert model.activation_bytes(n, device)[0] <= MAX_TENSOR_BYTES < model.activation_bytes(20000, device)[0]

@@ -27,6 +27,7 @@ from ..backends.base import BoundLaunch, Device
 from ..errors import DeviceError, KernelBuildError
 from ..library.expressions import evaluate
 from ..library.kernel_library import DIVIDE, SCRATCH_NAME, KernelSpec, letter_values
+from ..library.scalar_arguments import DIVIDE_MAX_ELEMENTS
 from .matrix import DeviceMatrix
 
 __all__ = ["bind", "scalar_values", "global_range", "local_range", "bounded_range"]
@@ -245,7 +246,7 @@ def bind(
         )
     if (
         any(name.startswith(DIVIDE) for name in spec.define_arguments(device.backend))
-        and values["h"] * values["w"] > 0xFFFFFFFF
+        and values["h"] * values["w"] > DIVIDE_MAX_ELEMENTS
     ):  # the magic division is of 32-bit numbers
         raise DeviceError(
             f"{what or spec.codename}: kernel {spec.codename} divides by its sizes in 32 bits, and its "

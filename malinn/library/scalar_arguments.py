@@ -52,6 +52,9 @@ def letter_values(
 
 #: an ``argdefines`` entry ``divide:NAME``: the two magic numbers that divide by define NAME
 DIVIDE = "divide:"
+#: the most elements of a result a kernel that divides by its sizes (``divide:``) indexes: its
+#: element numbers are 32-bit
+DIVIDE_MAX_ELEMENTS = 0xFFFFFFFF
 
 
 def division_magic(divisor: int) -> list:

@@ -8,6 +8,7 @@ import math
 from ..backends.base import Device, size_text
 from ..backends.selection import get_device
 from ..errors import DeviceError
+from ..library.scalar_arguments import DIVIDE_MAX_ELEMENTS
 from .buckets import batch_bucket, samples
 from .host import ModelHost
 
@@ -15,6 +16,10 @@ __all__ = ["MemoryLimits"]
 
 #: more than any kernel pads a dimension by (layout chunks and work-group tiles are at most 128)
 _PAD_BOUND = 1024
+#: the most bytes of one activation buffer a pass is planned with: a kernel that divides by its
+#: sizes counts a result's elements in 32 bits (scalar_arguments.DIVIDE_MAX_ELEMENTS) and refuses a
+#: larger one, so a device whose allocations may be larger (an H200's 35 GB) still runs such passes
+MAX_TENSOR_BYTES = 4 * DIVIDE_MAX_ELEMENTS
 #: max_batch answers kept per model (device, precision, weights version, limit)
 _ANSWERS_KEPT = 32
 
@@ -108,7 +113,8 @@ class MemoryLimits(ModelHost):
 
     def max_batch(self, device: Device | None = None, limit: int | None = None) -> int:
         """The most samples one device pass may take, so that no activation buffer exceeds the
-        device's largest single allocation (nor a quarter of its global memory), and the weights
+        device's largest single allocation (nor a quarter of its global memory, nor
+        :data:`MAX_TENSOR_BYTES`: kernels count a tensor's elements in 32 bits), and the weights
         and the pass's activations together fit the device's global memory.
 
         ``predict`` splits larger batches into passes of this many samples.
@@ -130,7 +136,7 @@ class MemoryLimits(ModelHost):
         if self.input_shapes is None:
             raise self._not_built()
         device = device or get_device()
-        budget = min(int(device.max_allocation), int(device.global_memory) // 4)
+        budget = min(int(device.max_allocation), int(device.global_memory) // 4, MAX_TENSOR_BYTES)
         limit = samples(limit, "max_batch: limit must be") if limit is not None else 2**31
         key = (device.identity, self._precision, self._stamp(), budget, int(device.global_memory), limit)
         with self._lock:
