@@ -37,15 +37,17 @@ With ``--steps``, each MLP row also lists its plan's steps with each launch's me
 (``models.step_seconds``: OpenCL profiling events): where the kernels' time goes.
 
 With ``--devices N``, each MLP at batch 8192 is also predicted on N devices at once
-(``predict(x, devices=[...])``: one plan and one thread per device, the batch split in N shares):
-``multi_device`` rows give its samples/s and ``speedup`` over one device. The devices are the
+(``predict(x, devices=[...])``: one plan and one thread per device, the batch split in N shares),
+and each convolutional network at ``--multi-batch`` (8192 images: a data set's worth, 4.9 GB of
+input, run in passes of what each device's memory holds): ``multi_device`` rows give its
+samples/s and ``speedup`` over one device. The devices are the
 first N GPUs malinn finds; where there are fewer (a machine with one CPU device), the first device
 listed N times, which shows the splitting's cost, not a speedup (``same_device`` says so).
 
 The results go to ``benchmarks/results/throughput_<device>.json``. --quick: the two Partial
 networks at batch 1024 and 8192, 3 repeats, no convolutional network (a minute on a 2-core CPU).
 
-Run:  python benchmarks/throughput.py [--device D] [--devices N] [--auto-split] [--breakdown] [--pinned] [--steps] [--repeat 10] [--quick]
+Run:  python benchmarks/throughput.py [--device D] [--devices N [--multi-batch B]] [--auto-split] [--breakdown] [--pinned] [--steps] [--repeat 10] [--quick]
 """
 
 from __future__ import annotations
@@ -314,6 +316,37 @@ def auto_split(model, x, device, seconds: float, repeat: int, network: str) -> d
     return found
 
 
+def several(model, x, pool: list, same: bool, network: str, seconds: float | None, repeat: int, y=None) -> dict:
+    """A ``multi_device`` row: ``x`` predicted on the devices of ``pool`` at once (the batch split in
+    shares, one thread per device) beside one device's ``seconds`` (timed here where None), the
+    results checked against one device's ``y`` (predicted here where None)."""
+    if y is None:
+        y = model.predict(x, verbose=0)
+    if seconds is None:
+        seconds = median_time(lambda: model.predict(x, verbose=0), repeat, warmup=1)
+    spread = model.predict(x, devices=pool, verbose=0)
+    np.testing.assert_allclose(spread, y, rtol=1e-4, atol=1e-4)
+    spread_seconds = median_time(lambda: model.predict(x, devices=pool, verbose=0), repeat, warmup=1)
+    batch = x.shape[0]
+    print(
+        f"{network:<16} batch {batch:>5} on {len(pool)} devices{' (one device listed twice)' if same else ''}: "
+        f"{batch / spread_seconds:>12,.0f}/s, {seconds / spread_seconds:.2f}x one device "
+        f"({batch / seconds:,.0f}/s)",
+        flush=True,
+    )
+    return {
+        "network": network,
+        "batch": batch,
+        "devices": [f"{d.index[0]}:{d.index[1]} {d.name}" for d in pool],
+        "same_device": same,
+        "seconds": spread_seconds,
+        "samples_per_s": batch / spread_seconds,
+        "one_device_seconds": seconds,
+        "one_device_samples_per_s": batch / seconds,
+        "speedup": seconds / spread_seconds,
+    }
+
+
 def several_devices(count: int) -> tuple[list, bool]:
     """The first ``count`` OpenCL GPUs, or (fewer there) the current device ``count`` times; and
     whether the list repeats one device."""
@@ -329,7 +362,14 @@ def main(argv=None):
         "--devices",
         type=int,
         default=1,
-        help="also predict each MLP at batch 8192 on this many devices at once (default 1: not)",
+        help="also predict each MLP at its largest batch, and each convolutional network at --multi-batch, "
+        "on this many devices at once (default 1: not)",
+    )
+    parser.add_argument(
+        "--multi-batch",
+        type=int,
+        default=8192,
+        help="the convolutional networks' batch on --devices (default 8192: in passes, 4.9 GB of input)",
     )
     parser.add_argument(
         "--networks",
@@ -414,26 +454,7 @@ def main(argv=None):
             if args.auto_split and batch >= 8192:
                 split_rows.append(auto_split(model, x, device, seconds, args.repeat, name))
             if len(pool) > 1 and batch == max(args.batches):
-                spread = model.predict(x, devices=pool, verbose=0)
-                np.testing.assert_allclose(spread, y, rtol=1e-4, atol=1e-4)
-                spread_seconds = median_time(lambda: model.predict(x, devices=pool, verbose=0), args.repeat, warmup=2)
-                multi.append(
-                    {
-                        "network": name,
-                        "batch": batch,
-                        "devices": [f"{d.index[0]}:{d.index[1]} {d.name}" for d in pool],
-                        "same_device": same,
-                        "seconds": spread_seconds,
-                        "samples_per_s": batch / spread_seconds,
-                        "one_device_samples_per_s": batch / seconds,
-                        "speedup": seconds / spread_seconds,
-                    }
-                )
-                print(
-                    f"{'':<16} on {len(pool)} devices{' (one device listed twice)' if same else ''}: "
-                    f"{batch / spread_seconds:>12,.0f}/s, {seconds / spread_seconds:.2f}x one device",
-                    flush=True,
-                )
+                multi.append(several(model, x, pool, same, name, seconds, args.repeat, y))
     cnns = [n for n in names if n in CNNS]
     if cnns:
         with tempfile.TemporaryDirectory(prefix="malinn-throughput-") as folder:
@@ -476,6 +497,10 @@ def main(argv=None):
                             )
                         )
                     print(split_text(split, seconds), flush=True)
+                if len(pool) > 1:  # a data set's worth: the batch runs in passes, spread over the devices
+                    x = rng.random((args.multi_batch, CNN_SIZE, CNN_SIZE, 3), dtype=np.float32)
+                    multi.append(several(model, x, pool, same, name, None, max(3, args.repeat // 3)))
+                    del x
     fields = {
         "peer": peer,
         "peer_version": torch.__version__ if torch is not None else np.__version__,
