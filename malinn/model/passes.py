@@ -14,6 +14,7 @@ process forked from this one starts its own (the parent's do not exist in the ch
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import threading
@@ -137,7 +138,7 @@ def spread(items: Iterable, workers: list, deliver: Callable[[int, int, list], N
     running, failure = 0, None
     try:
         for i, (label, work) in enumerate(workers):
-            _in_thread(lambda label=label, work=work: loop(label, work), f"malinn-predict-{i}")
+            _in_thread(functools.partial(loop, label, work), f"malinn-predict-{i}")
             running += 1
         while running:
             try:
