@@ -47,15 +47,37 @@ def test_memory_mapped_npy_is_read_a_pass_at_a_time(device, tmp_path, monkeypatc
     np.save(tmp_path / "x.npy", x)
     mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
     np.testing.assert_array_equal(model.predict(mapped, batch_size=512), model.predict(x, batch_size=512))
-    # without batch_size: passes of STREAM_PASS_BYTES of input (made small here: 1000 samples)
+    # without batch_size: passes of STREAM_PASS_BYTES of input (made small here: 1000 samples,
+    # a bucket of 960)
     monkeypatch.setattr(batches, "STREAM_PASS_BYTES", 1000 * 37 * 4)
-    assert batches.default_step([mapped], 3001, 1) == 1000
+    assert batches.default_step([mapped], 3001, 1) == 960
     y = model.predict(mapped)
-    np.testing.assert_array_equal(y, model.predict(x, batch_size=1000))
+    np.testing.assert_array_equal(y, model.predict(x, batch_size=960))
     assert_close(y, reference(model, x))
     # a float64 file: each pass cast on its own
     np.save(tmp_path / "x64.npy", x.astype(np.float64))
     np.testing.assert_array_equal(model.predict(np.load(tmp_path / "x64.npy", mmap_mode="r")), y)
+
+
+@pytest.mark.parametrize("several", [False, True])
+def test_an_array_beyond_a_pass_of_input_bytes_runs_in_passes_of_it(device, monkeypatch, several):
+    """Without batch_size, an array runs in one pass up to ARRAY_PASS_BYTES of input (made small
+    here: 1000 samples), in passes of it beyond; spread over several devices, passes of
+    SPREAD_PASS_BYTES (400 samples here), at most one share each. A pass so cut holds a bucket's
+    samples (960 and 384: multiples of 64 above 256), whose plan pads none. The results equal one
+    pass's within float32 sums (each pass runs the plan of its size)."""
+    model = small_model()
+    x = np.random.default_rng(4).uniform(-1, 1, (2501, 37)).astype(np.float32)
+    monkeypatch.setattr(batches, "ARRAY_PASS_BYTES", 1000 * 37 * 4)
+    monkeypatch.setattr(batches, "SPREAD_PASS_BYTES", 400 * 37 * 4)
+    step = 384 if several else 960
+    assert batches.default_step([x], 2501, 2 if several else 1) == step
+    assert batches.default_step([x[:600]], 600, 2 if several else 1) == (300 if several else 600)
+    before = device.counters["downloads"]
+    y = model.predict(x, devices=[device, device] if several else None, verbose=0)
+    assert device.counters["downloads"] - before == -(-2501 // step)  # one download a pass
+    np.testing.assert_array_equal(y, model.predict(x, batch_size=step, verbose=0))
+    assert_close(y, reference(model, x))
 
 
 def test_a_generator_of_batches_gives_the_results_in_order(device):

@@ -24,8 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from .buckets import bucket_floor
+
 __all__ = [
     "KERAS_BATCH_SIZE",
+    "ARRAY_PASS_BYTES",
+    "SPREAD_PASS_BYTES",
     "STREAM_PASS_BYTES",
     "Results",
     "check_batch_size",
@@ -37,12 +41,26 @@ __all__ = [
 ]
 
 #: Keras's batch size where ``steps`` is given with an array and ``batch_size`` is not (malinn's
-#: own default without ``steps`` is one pass of every sample: see ``predict``)
+#: own default without ``steps`` is one pass of every sample up to :data:`ARRAY_PASS_BYTES`: see
+#: ``predict``)
 KERAS_BATCH_SIZE = 32
 #: the input bytes of one pass over a memory-mapped array when no ``batch_size`` is given: large
 #: enough that a GPU's pass is long beside its launch, small enough that the host's staging copy
 #: stays far below a file larger than memory
 STREAM_PASS_BYTES = 64 * 2**20
+#: the input bytes of one pass over an array in memory when no ``batch_size`` is given: a pass of
+#: gigabytes uploads them all before its first kernel and holds an arena as large, and ran slower
+#: than passes of hundreds of megabytes (8192 images at 224 x 224 on an H200: MobileNetV2 7,184 and
+#: EfficientNetB0 5,728 images/s in passes of thousands, 7,886-8,708 and 6,527-7,098 in passes of
+#: 256 to 1024 images, 154 to 616 MB: benchmarks/throughput.py --pass-sizes,
+#: benchmarks/results/throughput_nvidia_h200_x2.json and throughput_whole_array_pass_nvidia_h200_x2.json);
+#: the largest MLP batch timed (8192 x 3072 floats, 100 MB) stays one pass
+ARRAY_PASS_BYTES = 512 * 2**20
+#: the same where the passes are spread over several devices: shorter passes, so that the devices'
+#: host copies take turns and each device's share ends at about the same time (two H200s: passes of
+#: 256 images gave 1.92x and 1.95x one device's images/s at the same passes, passes of 1024 1.62x
+#: and 1.79x: the same measurement)
+SPREAD_PASS_BYTES = 160 * 2**20
 
 
 def check_batch_size(batch_size: object) -> int | None:
@@ -114,13 +132,18 @@ def unpack(item: Any) -> Any:
 
 
 def default_step(arrays: list, n: int, slots: int) -> int:
-    """The samples of one pass where ``batch_size`` is None: all ``n`` (one pass), at most
-    :data:`STREAM_PASS_BYTES` of float32 input where an input is memory-mapped, and an even share
-    of the ``slots`` devices' where there are several."""
-    step = n
+    """The samples of one pass where ``batch_size`` is None: all ``n`` (one pass) up to
+    :data:`ARRAY_PASS_BYTES` of float32 input (:data:`SPREAD_PASS_BYTES` where the ``slots``
+    devices are several, each then taking at most an even share), :data:`STREAM_PASS_BYTES` where
+    an input is memory-mapped; a pass cut by those bytes holds a bucket's samples (at most 256, else
+    a multiple of 64: :func:`~malinn.model.buckets.bucket_floor`), whose plan pads none (a pass of
+    278 samples ran the plan of 320)."""
+    per_sample = max(1, sum(4 * math.prod(a.shape[1:]) for a in arrays))
     if any(isinstance(a, np.memmap) for a in arrays):
-        per_sample = sum(4 * math.prod(a.shape[1:]) for a in arrays)
-        step = max(1, STREAM_PASS_BYTES // max(1, per_sample))
+        most = STREAM_PASS_BYTES
+    else:
+        most = SPREAD_PASS_BYTES if slots > 1 else ARRAY_PASS_BYTES
+    step = bucket_floor(most // per_sample)  # a pass of a bucket's size: none of its samples padding
     if slots > 1:
         step = min(step, -(-n // slots))
     return max(1, min(step, n))

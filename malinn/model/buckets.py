@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["batch_bucket", "samples"]
+__all__ = ["batch_bucket", "bucket_floor", "samples"]
 
 
 def batch_bucket(n: int) -> int:
@@ -18,6 +18,13 @@ def batch_bucket(n: int) -> int:
     """
     n = samples(n, "a pass holds")
     return n if n <= 256 else -(-n // 64) * 64
+
+
+def bucket_floor(n: int) -> int:
+    """The largest pass size of at most ``n`` samples (at least 1) that is its own bucket, so that
+    a pass of it pads nothing: ``n`` up to 256, a multiple of 64 above."""
+    n = max(1, int(n))
+    return n if n <= 256 else n - n % 64
 
 
 def samples(n: object, what: str) -> int:

@@ -231,9 +231,10 @@ class Sequential(PlannedModel):
                 ``(x,)``, ``(x, y)`` or ``(x, y, sample_weight)`` gives its ``x``, as Keras):
                 one batch is held at a time (:mod:`malinn.model.batches`).
             batch_size: samples per device pass. Default: the whole array in one pass (Keras's
-                default is 32; one pass is malinn's fastest), split only where the device's largest
-                allocation requires it (:meth:`max_batch`), into passes of 64 MiB of input for a
-                memory-mapped array, into one share per device with several devices, and each
+                default is 32; one pass is malinn's fastest) up to 512 MiB of input, split where
+                the device's largest allocation requires it (:meth:`max_batch`), into passes of
+                512 MiB of input for a larger array (160 MiB, at most one share per device, with
+                several devices), of 64 MiB for a memory-mapped array, and each
                 batch of an iterable as it comes. Every pass, the shorter last one too, runs the
                 plan of this size, so a sample's result does not depend on its pass; calls with
                 other pass sizes may run another kernel (a small-batch kernel below 16 samples,
