@@ -40,14 +40,17 @@ With ``--devices N``, each MLP at batch 8192 is also predicted on N devices at o
 (``predict(x, devices=[...])``: one plan and one thread per device, the batch split in N shares),
 and each convolutional network at ``--multi-batch`` (8192 images: a data set's worth, 4.9 GB of
 input, run in passes of what each device's memory holds): ``multi_device`` rows give its
-samples/s and ``speedup`` over one device. The devices are the
+samples/s and ``speedup`` over one device. With ``--pass-sizes B ...``, each convolutional
+network's ``--multi-batch`` images are also predicted in passes of B (``batch_size``) on one device
+and on the N: the ``pass_sizes`` rows, what predict's default pass of an array is set from
+(``malinn.model.batches.ARRAY_PASS_BYTES``, ``SPREAD_PASS_BYTES``). The devices are the
 first N GPUs malinn finds; where there are fewer (a machine with one CPU device), the first device
 listed N times, which shows the splitting's cost, not a speedup (``same_device`` says so).
 
 The results go to ``benchmarks/results/throughput_<device>.json``. --quick: the two Partial
 networks at batch 1024 and 8192, 3 repeats, no convolutional network (a minute on a 2-core CPU).
 
-Run:  python benchmarks/throughput.py [--device D] [--devices N [--multi-batch B]] [--auto-split] [--breakdown] [--pinned] [--steps] [--repeat 10] [--quick]
+Run:  python benchmarks/throughput.py [--device D] [--devices N [--multi-batch B] [--pass-sizes B ...]] [--auto-split] [--breakdown] [--pinned] [--steps] [--repeat 10] [--quick]
 """
 
 from __future__ import annotations
@@ -347,6 +350,21 @@ def several(model, x, pool: list, same: bool, network: str, seconds: float | Non
     }
 
 
+def pass_size(model, x, size: int, pool: list, network: str, repeat: int) -> dict:
+    """A ``pass_sizes`` row: ``x`` predicted in passes of ``size`` samples (``batch_size``) on one
+    device, and spread over the devices of ``pool`` where they are several."""
+    one = median_time(lambda: model.predict(x, batch_size=size, verbose=0), repeat, warmup=1)
+    found = {"network": network, "batch": x.shape[0], "pass_samples": size, "pass_bytes": x[:size].nbytes}
+    found.update(one_device_seconds=one, one_device_samples_per_s=x.shape[0] / one)
+    text = f"{network:<16} batch {x.shape[0]:>5} in passes of {size:>5}: {x.shape[0] / one:>10,.0f}/s"
+    if len(pool) > 1:
+        spread = median_time(lambda: model.predict(x, batch_size=size, devices=pool, verbose=0), repeat, warmup=1)
+        found.update(devices=len(pool), seconds=spread, samples_per_s=x.shape[0] / spread, speedup=one / spread)
+        text += f", on {len(pool)} devices {x.shape[0] / spread:>10,.0f}/s ({one / spread:.2f}x)"
+    print(text, flush=True)
+    return found
+
+
 def several_devices(count: int) -> tuple[list, bool]:
     """The first ``count`` OpenCL GPUs, or (fewer there) the current device ``count`` times; and
     whether the list repeats one device."""
@@ -364,6 +382,13 @@ def main(argv=None):
         default=1,
         help="also predict each MLP at its largest batch, and each convolutional network at --multi-batch, "
         "on this many devices at once (default 1: not)",
+    )
+    parser.add_argument(
+        "--pass-sizes",
+        type=int,
+        nargs="+",
+        help="also predict each convolutional network's --multi-batch images in passes of each of these "
+        "sizes (batch_size), on one device and on --devices (the 'pass_sizes' rows)",
     )
     parser.add_argument(
         "--multi-batch",
@@ -419,7 +444,7 @@ def main(argv=None):
     why = None if torch is not None else "torch with a CUDA GPU is not available here"
     names = args.networks or (["Partial MNIST", "Partial CIFAR"] if args.quick else list(MODELS) + list(CNNS))
     rng = np.random.default_rng(0)
-    rows, multi, split_rows = [], [], []
+    rows, multi, split_rows, pass_rows = [], [], [], []
     pool, same = several_devices(args.devices) if args.devices > 1 else ([device], False)
     print(f"malinn on {device.name}; peer: {peer}" + (f" ({why})" if why else ""), flush=True)
     for name in [n for n in names if n in MODELS]:
@@ -440,6 +465,8 @@ def main(argv=None):
                 extra["pinned"] = pinned_row(model, x, y, device, torch, weights, args.repeat)
             if args.steps:
                 extra["steps"] = step_seconds(model.plan(batch, device), x, args.repeat)
+            if len(pool) > 1 and batch == max(args.batches):
+                multi.append(several(model, x, pool, same, name, seconds, args.repeat, y))
             # the numpy reference last: its BLAS threads spin on the host's cores for a while after a
             # large product, and a predict timed then lost up to a third to them (its copy threads)
             error = float(np.abs(y - numpy_forward(weights, x)).max())
@@ -453,8 +480,6 @@ def main(argv=None):
                 print(f"{'':<16} {step['seconds'] * 1e3:8.3f} ms  {step['kind']:<9} {step['kernel'][:60]}", flush=True)
             if args.auto_split and batch >= 8192:
                 split_rows.append(auto_split(model, x, device, seconds, args.repeat, name))
-            if len(pool) > 1 and batch == max(args.batches):
-                multi.append(several(model, x, pool, same, name, seconds, args.repeat, y))
     cnns = [n for n in names if n in CNNS]
     if cnns:
         with tempfile.TemporaryDirectory(prefix="malinn-throughput-") as folder:
@@ -497,9 +522,12 @@ def main(argv=None):
                             )
                         )
                     print(split_text(split, seconds), flush=True)
-                if len(pool) > 1:  # a data set's worth: the batch runs in passes, spread over the devices
+                if len(pool) > 1 or args.pass_sizes:  # a data set's worth, in passes
                     x = rng.random((args.multi_batch, CNN_SIZE, CNN_SIZE, 3), dtype=np.float32)
-                    multi.append(several(model, x, pool, same, name, None, max(3, args.repeat // 3)))
+                    if len(pool) > 1:
+                        multi.append(several(model, x, pool, same, name, None, max(3, args.repeat // 3)))
+                    for size in args.pass_sizes or ():
+                        pass_rows.append(pass_size(model, x, size, pool, name, max(3, args.repeat // 3)))
                     del x
     fields = {
         "peer": peer,
@@ -507,6 +535,7 @@ def main(argv=None):
         "repeat": args.repeat,
         "multi_device": multi,
         "auto_split": split_rows,
+        "pass_sizes": pass_rows,
     }
     if why:
         fields["peer_note"] = why
