@@ -429,11 +429,7 @@ class Batcher:
             if not live:
                 return
             total = sum(u.samples for u in live)
-            stacked = (
-                live[0].arrays
-                if len(live) == 1
-                else [np.concatenate(parts) for parts in zip(*(u.arrays for u in live))]
-            )
+            stacked = self._stack(live, total)
             try:
                 outputs = self._call(stacked, total)
             except Exception as exc:  # the device failed: every request of the call is told
@@ -458,6 +454,24 @@ class Batcher:
                 except Exception:  # a sink's own failure must not stop the worker
                     pass
 
+    def _stack(self, live: list, total: int) -> list:
+        """The inputs of ``live``'s requests, their rows in order, as one array per input: copied
+        once into an array of the call's padded size (its rows past ``total`` zero) where a single
+        padded call runs them, a unit's own arrays where it runs alone unpadded."""
+        size = total
+        if self.params.enabled and total <= self._sizes[-1]:
+            size = next(s for s in self._sizes if s >= total)
+        if len(live) == 1 and size == total:
+            return live[0].arrays
+        stacked = []
+        for parts in zip(*(u.arrays for u in live)):
+            first = parts[0]
+            out = np.empty((size,) + first.shape[1:], first.dtype)
+            np.concatenate(parts, out=out[:total])
+            out[total:] = 0
+            stacked.append(out)
+        return stacked
+
     @staticmethod
     def _drop(group: Group, now: float, fail: Callable) -> Group | None:
         """``group`` without its requests withdrawn or past their deadline (each failed), or None
@@ -479,8 +493,9 @@ class Batcher:
         return group
 
     def _call(self, arrays: list, n: int) -> list:
-        """The outputs for ``n`` samples: one padded call, or calls of the largest size for more
-        (without batching: the request's own call, as it came)."""
+        """The outputs for ``n`` samples (the first ``n`` rows of ``arrays``, padded or not): one
+        padded call, or calls of the largest size for more (without batching: the request's own
+        call, as it came)."""
         if not self.params.enabled:
             outputs = self._predict(arrays)
             if self._observe is not None:
@@ -493,7 +508,7 @@ class Batcher:
             ]
             return [np.concatenate(chunks) for chunks in zip(*parts)]
         size = next(s for s in self._sizes if s >= n)
-        if size > n:
+        if arrays[0].shape[0] < size:  # (stacked by _stack, the padding is there already)
             arrays = [np.concatenate([a, np.zeros((size - n,) + a.shape[1:], a.dtype)]) for a in arrays]
         outputs = self._predict(arrays)
         if self._observe is not None:

@@ -1,4 +1,4 @@
-"""An HTTP front process's side of its pipe to the process that owns the device (``--http-workers``).
+"""The pipe between an HTTP front process and the process that owns the device (``--http-workers``).
 
 A front parses requests and writes answers; the model process runs them. Over one
 :func:`multiprocessing.Pipe` per front, each message a tuple whose first item names it:
@@ -29,6 +29,10 @@ Deadlines are ``time.monotonic()`` seconds, one clock for every process of the m
 :class:`ModelLink` keeps the front's copy of the version table (:class:`FrontTable`), sends
 requests and hands the answers to the event loop. When the model process is gone (the pipe ends)
 every request waiting for it is answered 503 and the front stops.
+
+:class:`PipeReader` is the model process's end: one thread waits on every front's pipe at once and
+reads each ready pipe's bytes in one read, however many messages they hold, where a thread a pipe
+would cost a wakeup, a hand-over of the GIL and two reads a message (its length, then its bytes).
 """
 
 from __future__ import annotations
@@ -36,8 +40,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import pickle
+import selectors
+import socket
+import sys
 import threading
+import traceback
 from collections.abc import Callable, Iterable
+from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
@@ -46,7 +56,7 @@ from .batcher import Unavailable
 from .metrics import Metrics
 from .version_table import VersionTable
 
-__all__ = ["FrontTable", "ModelLink", "pack", "unpack"]
+__all__ = ["FrontTable", "ModelLink", "PipeReader", "pack", "unpack", "read_messages"]
 
 
 def pack(arrays: Iterable) -> list:
@@ -57,6 +67,137 @@ def pack(arrays: Iterable) -> list:
 def unpack(packed: list) -> list:
     """The arrays :func:`pack` packed (read-only, over the received bytes)."""
     return [np.frombuffer(data, dtype).reshape(shape) for dtype, shape, data in packed]
+
+
+#: the most bytes one read of a pipe takes (the messages it holds are handled before the next read)
+READ_BYTES = 1 << 20
+
+
+def read_messages(buffer: bytearray) -> list:
+    """The whole messages at the start of ``buffer`` (bytes that :class:`multiprocessing.connection.Connection`
+    wrote: each a 4-byte big-endian length, -1 then an 8-byte one beyond 2 GiB, and its pickle),
+    unpickled and taken out of it; a message not whole yet stays for the next read."""
+    messages = []
+    at, end = 0, len(buffer)
+    with memoryview(buffer) as view:
+        while end - at >= 4:
+            size = int.from_bytes(view[at : at + 4], "big", signed=True)
+            start = at + 4
+            if size == -1:
+                if end - at < 12:
+                    break
+                size, start = int.from_bytes(view[at + 4 : at + 12], "big"), at + 12
+            if end - start < size:
+                break
+            messages.append(pickle.loads(view[start : start + size]))
+            at = start + size
+    del buffer[:at]
+    return messages
+
+
+class PipeReader:
+    """One thread reading every front's pipe (the model process's end of each).
+
+    Args:
+        handle: called with ``(owner, message)`` for each message, in each pipe's order.
+        lost: called with ``owner`` once its pipe ended (the front exited); from the reader's
+            thread, so it must not wait.
+        name: the thread's name.
+
+    Where a pipe end cannot be waited on with others (not a socket or pipe of this platform's
+    :mod:`selectors`, e.g. Windows' named pipes) it is read by a thread of its own, by ``recv``.
+    """
+
+    def __init__(self, handle: Callable[[Any, tuple], None], lost: Callable[[Any], None], name: str):
+        self._handle, self._lost, self._name = handle, lost, name
+        self._lock = threading.Lock()
+        self._added: list = []  # (conn, owner) to register, by the reader's thread
+        self._selector: selectors.BaseSelector | None = None
+        self._wake: tuple | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def add(self, conn: Any, owner: Any) -> None:
+        """Reads ``conn`` from now on, its messages handed over with ``owner``."""
+        if sys.platform == "win32" or not isinstance(conn, Connection):
+            threading.Thread(target=self._read_alone, args=(conn, owner), name=self._name, daemon=True).start()
+            return
+        with self._lock:
+            if self._closed:
+                raise ValueError("the pipe reader is closed")
+            self._added.append((conn, owner))
+            if self._thread is None:
+                self._selector = selectors.DefaultSelector()
+                self._wake = socket.socketpair()
+                self._wake[0].setblocking(False)
+                self._selector.register(self._wake[0], selectors.EVENT_READ, None)
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+                return
+        try:
+            self._wake[1].send(b"\0")  # type: ignore[index]
+        except OSError:  # the reader's wake is full: it is awake anyway
+            pass
+
+    def close(self) -> None:
+        """Stops reading (the pipes stay open); the thread ends at once."""
+        with self._lock:
+            self._closed = True
+            wake = self._wake
+        if wake is not None:
+            wake[1].close()  # the reader sees its wake end: it ends
+
+    def _read_alone(self, conn: Any, owner: Any) -> None:
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                break
+            self._handle(owner, message)
+        self._lost(owner)
+
+    def _register(self) -> None:
+        with self._lock:
+            added, self._added = self._added, []
+        for conn, owner in added:
+            assert self._selector is not None
+            try:
+                self._selector.register(conn.fileno(), selectors.EVENT_READ, (conn, owner, bytearray()))
+            except (OSError, ValueError, KeyError):  # closed meanwhile
+                self._lost(owner)
+
+    def _run(self) -> None:
+        selector, wake = self._selector, self._wake
+        assert selector is not None and wake is not None
+        self._register()
+        while True:
+            for key, _ in selector.select():
+                if key.data is None:
+                    try:
+                        woken = wake[0].recv(4096)
+                    except OSError:
+                        woken = b"\0"
+                    if not woken:  # closed
+                        selector.close()
+                        wake[0].close()
+                        return
+                    self._register()
+                    continue
+                conn, owner, buffer = key.data
+                try:
+                    data = os.read(key.fd, READ_BYTES)  # what the pipe holds (it was ready: no wait)
+                except OSError:
+                    data = b""
+                if not data:  # the front's end closed
+                    selector.unregister(key.fd)
+                    self._lost(owner)
+                    continue
+                buffer += data
+                for message in read_messages(buffer):
+                    try:
+                        self._handle(owner, message)
+                    except Exception:  # a bug handling one message must not stop every front's reads
+                        traceback.print_exc()
 
 
 class _Initial:

@@ -5,7 +5,7 @@ The listening socket is bound here and inherited by every front (the kernel hand
 connection to one of the fronts accepting on it). A front parses the request's JSON and sends its
 arrays over its pipe (:mod:`malinn.serve.front_link` lists the messages), the requests of one turn
 of its event loop in one message, those of one model version stacked into one group; here one
-thread per front reads them and puts each group in its version's batcher as one unit
+thread reads every front's pipe (:class:`~malinn.serve.front_link.PipeReader`) and puts each group in its version's batcher as one unit
 (:class:`~malinn.serve.batcher.Group`), whose worker sends each front the outputs of all its
 requests of one predict call in one message, the rows of a group's requests as one slice. This
 process never reads or writes JSON, and its work a message does not grow with the requests in it
@@ -35,7 +35,7 @@ import numpy as np
 
 from .batcher import Cancelled, DeadlineExceeded, Group, Overloaded, Retired, Unavailable
 from .config import ServeConfig
-from .front_link import pack, unpack
+from .front_link import PipeReader, pack, unpack
 from .front_process import run_front
 from .metrics import Metrics
 from .servables import ModelManager
@@ -142,6 +142,7 @@ class Fronts:
         self._ids = itertools.count()
         self._table = ""  # the table last sent, as text
         self._stop = threading.Event()
+        self._pipes = PipeReader(self._handle, self._gone, "malinn-serve front links")  # one thread reads every pipe
 
     # ------------------------------------------------------------------ processes
     def start(self) -> None:
@@ -164,7 +165,7 @@ class Fronts:
         with self._lock:
             self._fronts[index] = front
         front.send(("table",) + self._current())
-        threading.Thread(target=self._read, args=(front,), name=f"malinn-serve front {index} link", daemon=True).start()
+        self._pipes.add(mine, front)
 
     @property
     def all_up(self) -> bool:
@@ -228,15 +229,11 @@ class Fronts:
             self.publish_now()
 
     # ------------------------------------------------------------------ requests
-    def _read(self, front: _Front) -> None:
-        conn = front.conn
-        while True:
-            try:
-                message = conn.recv()
-            except (EOFError, OSError):
-                break
-            self._handle(front, message)
-        self._lost(front)
+    def _gone(self, front: _Front) -> None:
+        """``front``'s pipe ended: handled in a thread of its own (it waits for the process to exit)."""
+        threading.Thread(
+            target=self._lost, args=(front,), name=f"malinn-serve front {front.index} lost", daemon=True
+        ).start()
 
     def _handle(self, front: _Front, message: tuple) -> None:
         """One message of ``front``'s (:mod:`malinn.serve.front_link` lists them)."""

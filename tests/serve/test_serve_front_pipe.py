@@ -8,8 +8,8 @@ deadline (504), and without batching its own call.
 
 The front's side is a real :class:`~malinn.serve.front_link.ModelLink` on an event loop of this
 process; the model process's side is a real :class:`~malinn.serve.fronts.Fronts` over real
-batchers and models (:class:`~malinn.serve.servables.ModelManager`), its messages read here so
-that the test sees each one."""
+batchers and models (:class:`~malinn.serve.servables.ModelManager`), its messages read by the
+model process's own :class:`~malinn.serve.front_link.PipeReader`, which shows the test each one."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from serving import close
 import malinn
 from malinn.serve.batcher import DeadlineExceeded, Overloaded
 from malinn.serve.config import BatchingParameters, ModelConfig, ServeConfig
-from malinn.serve.front_link import FrontTable, ModelLink, pack, unpack
+from malinn.serve.front_link import FrontTable, ModelLink, PipeReader, pack, unpack
 from malinn.serve.fronts import Fronts, _Front
 from malinn.serve.metrics import Metrics
 from malinn.serve.payload import PredictRequest
@@ -62,17 +62,13 @@ class Pipe:
         self.seen: list = []
         self.table = FrontTable(self.config.models)
         self.link = ModelLink(self.front_end, self.table, Metrics(), [0])
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
+        self.ended = threading.Event()
+        self.reader = PipeReader(self._handle, lambda owner: self.ended.set(), "test pipe reader")
+        self.reader.add(model_end, self.front)
 
-    def _read(self) -> None:
-        while True:
-            try:
-                message = self.sent.conn.recv()
-            except (EOFError, OSError):
-                return
-            self.seen.append(message)
-            self.fronts._handle(self.front, message)
+    def _handle(self, front: _Front, message: tuple) -> None:
+        self.seen.append(message)
+        self.fronts._handle(front, message)
 
     def batches(self) -> tuple:
         """The predict calls run so far and their samples, from the batch-size histogram."""
@@ -81,8 +77,9 @@ class Pipe:
 
     def close(self) -> None:
         self.front_end.close()
+        assert self.ended.wait(5)  # the reader saw the front's end close
+        self.reader.close()
         self.sent.conn.close()
-        self.reader.join(5)
         self.manager.stop()
 
 
