@@ -386,6 +386,13 @@ def throughput_table(d):
             f" | {m['batch']} | {m['samples_per_s']:,.0f} | one device {m['one_device_samples_per_s']:,.0f} | "
             f"{m['speedup']:.2f}x one device |"
         )
+    for m in d.get("pass_sizes") or []:
+        if "devices" in m:
+            out.append(
+                f"| {m['network']} in passes of {m['pass_samples']} on {m['devices']} devices | {m['batch']} | "
+                f"{m['samples_per_s']:,.0f} | one device {m['one_device_samples_per_s']:,.0f} | "
+                f"{m['speedup']:.2f}x one device |"
+            )
     return out
 
 
