@@ -39,7 +39,9 @@ class Upload(NamedTuple):
 class Output(NamedTuple):
     """How an output reaches the caller: its buffer, the staging it is cut from, its rows, columns
     per sample and one sample's shape; ``direct`` where it is read straight into the array returned
-    (its samples fill the start of the buffer: no padded features, nothing to cut)."""
+    (its samples fill the start of the buffer: no padded features, nothing to cut); ``plain`` where
+    its staging rows are as long as its features (a pass's samples are the staging's first rows:
+    a shorter pass reads only those)."""
 
     buffer: object
     staging: np.ndarray | None  # None: read straight into the result (direct) or through a ring (Plan._rings)
@@ -47,6 +49,7 @@ class Output(NamedTuple):
     per_sample: int
     sample_shape: tuple
     direct: bool
+    plain: bool
 
 
 # ======================================================================== the plan
@@ -281,8 +284,8 @@ class Plan:
         # features reads only a pass's samples into its staging (Plan._results)
         direct = [ring is None and self._direct_output(v) for v, ring in zip(self.outputs, self._rings[1])]
         stagings = [
-            None if ring is not None or plain else self._staging(v, "output")
-            for v, ring, plain in zip(self.outputs, self._rings[1], direct)
+            None if ring is not None or straight else self._staging(v, "output")
+            for v, ring, straight in zip(self.outputs, self._rings[1], direct)
         ]
         self._io = (
             [
@@ -292,8 +295,16 @@ class Plan:
                 for v, ring in zip(self.inputs, self._rings[0])
             ],
             [
-                Output(v.storage.buffer, staging, v.rows, v.cols // self.batch, tuple(v.shape[1:]), plain)
-                for staging, v, plain in zip(stagings, self.outputs, direct)
+                Output(
+                    v.storage.buffer,
+                    staging,
+                    v.rows,
+                    v.cols // self.batch,
+                    tuple(v.shape[1:]),
+                    straight,
+                    staging is not None and staging.shape[1] == v.rows,
+                )
+                for staging, v, straight in zip(stagings, self.outputs, direct)
             ],
         )
         return self
@@ -397,8 +408,7 @@ class Plan:
             staging = output.staging
             if staging is not None:
                 results.append(None)
-                plain = staging.shape[1] == output.rows
-                downloads.append((output.buffer, staging[: output.per_sample * n] if plain else staging))
+                downloads.append((output.buffer, staging[: output.per_sample * n] if output.plain else staging))
                 continue
             result = np.empty((n,) + output.sample_shape, np.float32)
             results.append(result)
