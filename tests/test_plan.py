@@ -166,9 +166,7 @@ def test_one_weight_copy_serves_small_and_large_batches(device, rng):
         for row in model.plan(1, device).describe() + model.plan(100, device).describe()
         if row["kind"] == "matmul"
     }
-    copies = [
-        key for key in model.layers[0].device_copies if len(key) == 4 and key[0] == device.identity and key[3] == "fp32"
-    ]
+    copies = [key for key in model.layers[0].device_copies if len(key) == 4 and key[0] is device and key[3] == "fp32"]
     layouts = {ops.load_library()[k].matrices["a"].representation for k in kernels}
     assert len(copies) == len(layouts), (copies, kernels)
 
