@@ -13,6 +13,11 @@ worker exited while the workers held the request), 504 when the request's time l
 for a body over the size limit, 500 where the device failed.
 A client that goes away while its request waits takes its request out of the queue.
 
+A model path (every predict, status and metadata request) is answered as a raw ASGI application:
+no Starlette request, URL or response object, one timer for the request's time limit wherever it
+waits, and its metrics counted under one hold of their lock; its answer's messages, status and
+words are those Starlette's would be (other paths go through Starlette's router).
+
 A predict body of ``config.parse_worker_min_bytes`` or more is parsed in a parse worker process
 (:mod:`malinn.serve.parse_workers`) where the server has them, so that large bodies are parsed in
 parallel, and an answer of ``ENCODE_WORKER_MIN_VALUES`` numbers or more
@@ -32,7 +37,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from .batcher import Cancelled, DeadlineExceeded, Overloaded, Retired, Task, Unavailable
 from .config import ENCODE_WORKER_MIN_VALUES, ENCODE_WORKER_MIN_VALUES_ORJSON, ServeConfig
@@ -48,8 +53,6 @@ if TYPE_CHECKING:
 
     from .front_link import FrontTable
     from .servables import ModelManager
-
-_T = TypeVar("_T")
 
 __all__ = ["build_app"]
 
@@ -75,17 +78,26 @@ STATUS = {
 }
 
 
-async def _by(deadline: float, awaitable: Awaitable[_T]) -> _T:
-    """``await awaitable`` that raises TimeoutError once ``deadline`` (``time.monotonic()``) passes,
-    without a task of its own where Python has ``asyncio.timeout_at`` (3.11 on)."""
-    left = max(deadline - time.monotonic(), 0.001)
-    if _TIMEOUT_AT is None:
-        return await asyncio.wait_for(awaitable, left)
-    async with _TIMEOUT_AT(asyncio.get_running_loop().time() + left):
-        return await awaitable
+#: characters Starlette's ``request.url.path`` writes otherwise than the ASGI scope's path holds them
+#: (quoted, or dropped by :func:`urllib.parse.urlsplit`): a path without any is its own URL path
+_URL_CHANGES = re.compile(r"[?#\\\t\r\n]")
 
 
-_TIMEOUT_AT = getattr(asyncio, "timeout_at", None)
+def _url_path(scope: Any) -> str:
+    """``request.url.path`` of the request of ``scope``, as Starlette gives it, without building a
+    URL where the path holds nothing that the URL writes otherwise (every usual path)."""
+    path = scope["path"]
+    if _URL_CHANGES.search(path) is None:
+        return path
+    from starlette.datastructures import URL
+
+    return URL(scope=scope).path
+
+
+def _head(body: bytes, content_type: bytes = b"application/json") -> list:
+    """An answer's headers, as Starlette's ``Response(body, media_type=...)`` writes them."""
+    return [(b"content-length", str(len(body)).encode("latin-1")), (b"content-type", content_type)]
+
 
 #: the connection of the request being answered, where malinn's HTTP protocol
 #: (:func:`malinn.serve.front_process.graceful_server`) set it: ``watch(callback)`` calls back once
@@ -140,7 +152,6 @@ def build_app(
         scrape: returns the metrics' text (default: ``metrics.render()``).
     """
     from starlette.applications import Starlette
-    from starlette.requests import ClientDisconnect, Request
     from starlette.responses import Response
     from starlette.routing import Route
 
@@ -152,28 +163,26 @@ def build_app(
         body = document if isinstance(document, bytes) else dumps(document)
         return Response(body, status_code=status, media_type=content_type)
 
-    def finish(request: Request, record: dict[str, Any], started: float, status: int, code: str | None) -> None:
+    def finish(client: Any, record: dict[str, Any], started: float, status: int, code: str | None) -> None:
         seconds = time.monotonic() - started
-        model = record.get("model", "")
-        api = record["api"]
-        metrics.count("malinn_serve_requests_total", (model, api, str(status)))
-        if code is not None:
-            metrics.count("malinn_serve_request_errors_total", (model, api, code))
-        metrics.observe("malinn_serve_request_latency_seconds", (model, api), seconds)
+        metrics.answered(record.get("model", ""), record["api"], status, code, seconds)
         if config.log_requests:
-            client = request.client
             record.update(
                 status=status,
                 latency_ms=round(seconds * 1e3, 3),
-                client=f"{client.host}:{client.port}" if client else None,
+                client=f"{client[0]}:{client[1]}" if client else None,
             )
             if code is not None:
                 record["error_code"] = code
             log(json.dumps(record, separators=(",", ":")))
 
-    async def read_body(request: Request) -> bytes:
+    async def read_body(scope: Any, receive: Any) -> bytes:
         limit = config.max_request_bytes
-        declared = request.headers.get("content-length")
+        declared = None
+        for key, value in scope["headers"]:  # the first content-length, as Starlette's headers read it
+            if key == b"content-length":
+                declared = value.decode("latin-1")
+                break
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise _Refused(
                 "RESOURCE_EXHAUSTED",
@@ -181,23 +190,28 @@ def build_app(
             )
         chunks: list[bytes] = []
         size = 0
-        try:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise _Refused(
-                        "RESOURCE_EXHAUSTED",
-                        f"the request body is over the limit of {limit} bytes (--max-request-bytes)",
-                    )
-                chunks.append(chunk)
-        except ClientDisconnect:
-            raise _Gone() from None
-        return b"".join(chunks)
+        while True:
+            message = await receive()
+            if message["type"] == "http.request":
+                chunk = message.get("body", b"")
+                if chunk:
+                    size += len(chunk)
+                    if size > limit:
+                        raise _Refused(
+                            "RESOURCE_EXHAUSTED",
+                            f"the request body is over the limit of {limit} bytes (--max-request-bytes)",
+                        )
+                    chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
+            elif message["type"] == "http.disconnect":
+                raise _Gone()
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-    async def disconnected(request: Request) -> None:
+    async def disconnected(receive: Any) -> None:
         """Returns when the client closes its connection (the body is read by then)."""
         while True:
-            message = await request.receive()
+            message = await receive()
             if message["type"] == "http.disconnect":
                 return
 
@@ -252,64 +266,78 @@ def build_app(
     run = submit or run_here
 
     async def predict(
-        request: Request, name: str, version: int | None, label: str | None, record: dict[str, Any], deadline: float
-    ) -> Response:
-        body = await _by(deadline, read_body(request))
-        record["bytes_in"] = len(body)
-        pinned = version is not None or label is not None
-        served = manager.resolve(name, version, label)
-        record["version"] = served.number
-        signature = _signature(served)
-        if parsing is not None and len(body) >= config.parse_worker_min_bytes:
-            metrics.count("malinn_serve_worker_parses_total", ())
-            try:
-                parsed = await asyncio.wait_for(parsing.parse(body, signature), max(deadline - time.monotonic(), 0.001))
-            except WorkerLost as exc:
-                raise _Refused("UNAVAILABLE", str(exc)) from None
-        elif len(body) > OFF_LOOP_BYTES:
-            parsed = await asyncio.to_thread(parse_predict, body, signature)
-        else:
-            parsed = parse_predict(body, signature)
-        record["instances"] = parsed.samples
-        # the request runs in this task (no task of its own: each costs the event loop a turn); a client
-        # that goes away cancels it, as its time limit does, and a cancelled run leaves its queue
+        scope: Any,
+        receive: Any,
+        name: str,
+        version: int | None,
+        label: str | None,
+        record: dict[str, Any],
+        deadline: float,
+    ) -> bytes:
+        # The request runs in this task (no task of its own: each costs the event loop a turn). One timer
+        # cancels it at its time limit, and a client that goes away while it waits for the model cancels
+        # it too (the cancelled run leaves its queue); ``ended`` says which did.
         me = asyncio.current_task()
-        gone: list = []
+        loop = asyncio.get_running_loop()
+        ended: list = []
         waiting = [True]
 
-        def lost() -> None:
-            if waiting[0] and me is not None:
-                gone.append(True)
+        def end(why: type) -> None:
+            if waiting[0] and me is not None and not ended:
+                ended.append(why)
                 me.cancel()
+
+        def lost() -> None:
+            end(_Gone)
 
         def went(watch: asyncio.Task) -> None:
             if not watch.cancelled() and watch.exception() is None:
                 lost()
 
-        connection = CONNECTION.get()
-        watch = None
-        if connection is not None:
-            connection.watch(lost)
-        else:
-            watch = asyncio.ensure_future(disconnected(request))
-            watch.add_done_callback(went)
+        timer = loop.call_at(loop.time() + max(deadline - time.monotonic(), 0.001), end, DeadlineExceeded)
+        connection = watch = None
         try:
-            outputs, number, batch, queued_s, parsed, signature = await _by(
-                deadline, run(name, served, parsed, pinned, deadline, lambda signature: parse_predict(body, signature))
-            )  # raises what ended the request
+            body = await read_body(scope, receive)
+            record["bytes_in"] = len(body)
+            pinned = version is not None or label is not None
+            served = manager.resolve(name, version, label)
+            record["version"] = served.number
+            signature = _signature(served)
+            if parsing is not None and len(body) >= config.parse_worker_min_bytes:
+                metrics.count("malinn_serve_worker_parses_total", ())
+                try:
+                    parsed = await asyncio.wait_for(
+                        parsing.parse(body, signature), max(deadline - time.monotonic(), 0.001)
+                    )
+                except WorkerLost as exc:
+                    raise _Refused("UNAVAILABLE", str(exc)) from None
+            elif len(body) > OFF_LOOP_BYTES:
+                parsed = await asyncio.to_thread(parse_predict, body, signature)
+            else:
+                parsed = parse_predict(body, signature)
+            record["instances"] = parsed.samples
+            connection = CONNECTION.get()
+            if connection is not None:
+                connection.watch(lost)
+            else:
+                watch = asyncio.ensure_future(disconnected(receive))
+                watch.add_done_callback(went)
+            # raises what ended the request
+            outputs, number, batch, queued_s, parsed, signature = await run(
+                name, served, parsed, pinned, deadline, lambda signature: parse_predict(body, signature)
+            )
         except asyncio.CancelledError:
-            if not gone:
+            if not ended:
                 raise  # the server is stopping at once
             if me is not None and hasattr(me, "uncancel"):  # Python 3.11 on
                 me.uncancel()
-            raise _Gone() from None
-        except asyncio.TimeoutError:
-            raise DeadlineExceeded() from None
+            raise ended[0]() from None
         finally:
-            waiting[0] = False  # a callback of the watch already scheduled must not cancel the answer
+            waiting[0] = False  # a callback already scheduled must not cancel the answer
+            timer.cancel()
             if watch is not None:
                 watch.cancel()
-            else:
+            elif connection is not None:
                 connection.unwatch(lost)
         record["version"] = number
         record["batch"], record["queue_ms"] = batch, round(queued_s * 1e3, 3)
@@ -317,10 +345,10 @@ def build_app(
         values = sum(o.size for o in outputs)
         if parsing is not None and values >= encode_min_values:
             metrics.count("malinn_serve_worker_encodes_total", ())
-            return respond(200, await parsing.encode(outputs, signature, parsed.columnar))
+            return await parsing.encode(outputs, signature, parsed.columnar)
         if values > OFF_LOOP_VALUES:
-            return respond(200, await asyncio.to_thread(encode_predict, outputs, signature, parsed.columnar))
-        return respond(200, encode_predict(outputs, signature, parsed.columnar))
+            return await asyncio.to_thread(encode_predict, outputs, signature, parsed.columnar)
+        return encode_predict(outputs, signature, parsed.columnar)
 
     def metadata(name: str, version: int | None, label: str | None) -> dict[str, Any]:
         served = manager.resolve(name, version, label)
@@ -329,19 +357,22 @@ def build_app(
             "metadata": {"signature_def": {"signature_def": {SIGNATURE_NAME: _signature(served).signature_def()}}},
         }
 
-    async def models(request: Request) -> Response:
+    async def models(scope: Any, receive: Any) -> tuple[int, bytes]:
+        """A model path's answer, every error's too: ``(HTTP status, JSON body)``."""
         started = time.monotonic()
         deadline = started + config.request_timeout
-        record: dict[str, Any] = {"method": request.method, "path": request.url.path, "api": "other"}
+        method = scope["method"]
+        path = _url_path(scope)
+        record: dict[str, Any] = {"method": method, "path": path, "api": "other"}
         if config.log_requests:
             record = {"time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"), **record}
         in_flight[0] += 1
         status = 500
         code: str | None = "INTERNAL"
         try:
-            match = MODEL_PATH.match(request.url.path)
+            match = MODEL_PATH.match(path)
             if match is None:
-                raise _Refused("NOT_FOUND", f"Malformed request: {request.method} {request.url.path}")
+                raise _Refused("NOT_FOUND", f"Malformed request: {method} {path}")
             name, tail = match["name"], match["tail"] or ""
             if name in manager.models:
                 record["model"] = name
@@ -352,59 +383,69 @@ def build_app(
                     raise _Refused("INVALID_ARGUMENT", f"Failed to convert version: {given} to numeric.")
                 version = int(given)
             record["api"] = {"": "status", "/metadata": "metadata", ":predict": "predict"}.get(tail, "other")
-            method = "POST" if tail.startswith(":") else "GET"
-            if request.method != method:
-                raise _Refused("METHOD_NOT_ALLOWED", f"{request.url.path} takes {method}, not {request.method}")
+            wanted = "POST" if tail.startswith(":") else "GET"
+            if method != wanted:
+                raise _Refused("METHOD_NOT_ALLOWED", f"{path} takes {wanted}, not {method}")
             if tail == ":predict":
-                response = await predict(request, name, version, label, record, deadline)
+                answer = await predict(scope, receive, name, version, label, record, deadline)
             elif tail.startswith(":"):
                 raise _Refused(
                     "INVALID_ARGUMENT",
                     f"{tail[1:]} is not served: a Keras model has the predict API alone ({SIGNATURE_NAME})",
                 )
             elif tail == "/metadata":
-                response = respond(200, metadata(name, version, label))
+                answer = dumps(metadata(name, version, label))
             else:
-                response = respond(200, {"model_version_status": manager.statuses(name, version, label)})
+                answer = dumps({"model_version_status": manager.statuses(name, version, label)})
             status, code = 200, None
-            return response
+            return 200, answer
         except _Gone:
             status, code = 499, "CANCELLED"
-            return respond(499, {"error": "the client closed the connection"})
+            return 499, dumps({"error": "the client closed the connection"})
         except _Refused as exc:
             status, code = STATUS[exc.code], exc.code
-            return respond(status, {"error": str(exc)})
+            return status, dumps({"error": str(exc)})
         except BadRequest as exc:
             status, code = 400, "INVALID_ARGUMENT"
-            return respond(400, {"error": str(exc)})
+            return 400, dumps({"error": str(exc)})
         except NotFound as exc:
             status, code = 404, "NOT_FOUND"
-            return respond(404, {"error": str(exc)})
+            return 404, dumps({"error": str(exc)})
         except Overloaded as exc:
             status, code = 503, "UNAVAILABLE"
-            return respond(503, {"error": f"The server is overloaded: {exc}; try again later"})
+            return 503, dumps({"error": f"The server is overloaded: {exc}; try again later"})
         except Unavailable as exc:
             status, code = 503, "UNAVAILABLE"
-            return respond(503, {"error": str(exc)})
+            return 503, dumps({"error": str(exc)})
         except (DeadlineExceeded, asyncio.TimeoutError):
             status, code = 504, "DEADLINE_EXCEEDED"
-            return respond(
-                504,
+            return 504, dumps(
                 {
                     "error": f"Deadline exceeded: the request was not answered within "
                     f"{config.request_timeout:g} s (--request-timeout)"
-                },
+                }
             )
         except Cancelled:
             status, code = 499, "CANCELLED"
-            return respond(499, {"error": "the request was cancelled"})
+            return 499, dumps({"error": "the request was cancelled"})
         except Exception as exc:  # the device failed, or a bug: the request is told, the server goes on
             kind = getattr(exc, "kind", None) or type(exc).__name__  # a model process's error keeps its name
-            print(f"malinn: error: {request.method} {request.url.path}: {kind}: {exc}", file=sys.stderr, flush=True)
-            return respond(500, {"error": f"{kind}: {exc}"})
+            print(f"malinn: error: {method} {path}: {kind}: {exc}", file=sys.stderr, flush=True)
+            return 500, dumps({"error": f"{kind}: {exc}"})
         finally:
             in_flight[0] -= 1
-            finish(request, record, started, status, code)
+            finish(scope.get("client"), record, started, status, code)
+
+    async def answer_model(scope: Any, receive: Any, send: Any) -> None:
+        """A model path answered as a raw ASGI application: its two messages sent as Starlette's
+        ``Response`` sends them (the same bytes), without a request or a response object."""
+        status, body = await models(scope, receive)
+        await send({"type": "http.response.start", "status": status, "headers": _head(body)})
+        await send({"type": "http.response.body", "body": body})
+
+    async def models_endpoint(request: Request) -> Response:
+        status, body = await models(request.scope, request.receive)
+        return respond(status, body)
 
     async def prometheus(request: Request) -> Response:
         text = await scrape() if scrape is not None else metrics.render()
@@ -431,7 +472,7 @@ def build_app(
     async def not_allowed(request: Request, exc: Exception | None = None) -> Response:
         return respond(405, {"error": f"{request.url.path} takes GET, not {request.method}"})
 
-    model_route = Route("/v1/models/{rest:path}", models, methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
+    model_route = Route("/v1/models/{rest:path}", models_endpoint, methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
     routes = [
         model_route,
         Route("/monitoring/prometheus/metrics", prometheus, methods=["GET"]),
@@ -442,14 +483,14 @@ def build_app(
 
     class App(Starlette):
         """Starlette's application whose model paths (every predict, status and metadata request)
-        go straight to their endpoint: it answers every error itself, so Starlette's error
-        middlewares and router would only add their CPU (the same answers either way)."""
+        go straight to :func:`answer_model`: it answers every error itself, so Starlette's error
+        middlewares, router and request and response objects would only add their CPU (the same
+        answers either way)."""
 
         async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
             if scope["type"] == "http" and scope["path"].startswith("/v1/models/") and scope["method"] in model_methods:
                 scope["app"] = self
-                response = await models(Request(scope, receive, send))
-                await response(scope, receive, send)
+                await answer_model(scope, receive, send)
                 return
             await super().__call__(scope, receive, send)
 

@@ -27,7 +27,10 @@ request.
 Deadlines are ``time.monotonic()`` seconds, one clock for every process of the machine.
 
 :class:`ModelLink` keeps the front's copy of the version table (:class:`FrontTable`), sends
-requests and hands the answers to the event loop. When the model process is gone (the pipe ends)
+requests and hands the answers to the event loop. It writes each message in one write (the bytes
+``Connection.send`` writes, which it writes in two beyond 16 KiB: two wakeups of the model
+process's reader) and, in the event loop, reads what its pipe holds in one read, however many
+messages that is. When the model process is gone (the pipe ends)
 every request waiting for it is answered 503 and the front stops.
 
 :class:`PipeReader` is the model process's end: one thread waits on every front's pipe at once and
@@ -38,6 +41,7 @@ would cost a wakeup, a hand-over of the GIL and two reads a message (its length,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import pickle
@@ -48,6 +52,7 @@ import threading
 import traceback
 from collections.abc import Callable, Iterable
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import numpy as np
@@ -247,11 +252,30 @@ class ModelLink:
         self._pending: dict = {}  # id -> (loop, future)
         self._lost = False
         self._unsent: list = []  # the requests of this turn of the event loop, sent together at its end
+        self._received = bytearray()  # what the loop read of the model process's messages, not whole yet
         self.on_lost: Callable[[], None] = lambda: None
+        # a pipe of this platform is written here, each message in one write (Connection.send writes a
+        # message over 16 KiB in two: its length, then its pickle, each a wakeup of the model process's reader)
+        self._writes_whole = isinstance(conn, Connection) and sys.platform != "win32"
 
     def send(self, message: tuple) -> None:
+        """Sends ``message``: the bytes :meth:`multiprocessing.connection.Connection.send` writes
+        (a 4-byte big-endian length, then the pickle), written at once.
+
+        Raises:
+            OSError, ValueError: the pipe is closed (the model process is gone).
+        """
+        if not self._writes_whole:
+            with self._send_lock:
+                self._conn.send(message)
+            return
+        data = ForkingPickler.dumps(message)
+        if len(data) > 0x7FFFFFFF:  # an 8-byte length: Connection's own writes
+            with self._send_lock:
+                self._conn.send_bytes(data)
+            return
         with self._send_lock:
-            self._conn.send(message)
+            _write_all(self._conn.fileno(), [len(data).to_bytes(4, "big"), data])
 
     def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Reads the model process's messages: in ``loop`` as they arrive (an answer then wakes no
@@ -268,14 +292,20 @@ class ModelLink:
         threading.Thread(target=self._read, name="malinn-serve front link", daemon=True).start()
 
     def _readable(self, loop: asyncio.AbstractEventLoop) -> None:
-        """The pipe has data: every message that arrived, handled in the loop (a message is written
-        whole by one send, so a read that started finishes at once)."""
+        """The pipe has data: what it holds, read in one read, and every whole message in it handled
+        in the loop (a message not whole yet waits for the rest)."""
         try:
-            while self._conn.poll():
-                self._handle(self._conn.recv(), None)
-        except (EOFError, OSError):
+            data = os.read(self._conn.fileno(), READ_BYTES)  # what the pipe holds (it is readable: no wait)
+            if data:
+                self._received += data
+                for message in read_messages(self._received):
+                    self._handle(message, None)
+                return
+        except OSError:  # the pipe broke (reading it, or answering a dump)
+            pass
+        with contextlib.suppress(OSError, ValueError):  # the model process's end closed
             loop.remove_reader(self._conn.fileno())
-            self._end()
+        self._end()
 
     def _read(self) -> None:
         while True:
@@ -420,6 +450,16 @@ class ModelLink:
         if reply[0] == "error":
             raise reply[2]
         return reply[2]
+
+
+def _write_all(fd: int, parts: list) -> None:
+    """Writes ``parts`` to ``fd`` (a blocking pipe) in one write where it takes them whole."""
+    written = os.writev(fd, parts)
+    if written == sum(map(len, parts)):
+        return
+    rest = memoryview(b"".join(parts))[written:]  # a write that a signal cut short
+    while rest:
+        rest = rest[os.write(fd, rest) :]
 
 
 def _gone() -> Unavailable:

@@ -131,17 +131,33 @@ class Metrics:
         meta = self._meta[name]
         if len(meta) != 4:
             raise ValueError(f"{name} is a counter: count() adds to it, observe() is for histograms")
-        buckets = meta[3]
         with self._lock:
-            series = self._histograms.setdefault(name, {})
-            hist = series.get(labels)
-            if hist is None:
-                hist = series[labels] = _Histogram(len(buckets))
-            i = bisect.bisect_left(buckets, value)
-            if i < len(buckets):
-                hist.counts[i] += 1
-            hist.sum += value
-            hist.count += 1
+            self._observe(name, meta[3], labels, value)
+
+    def answered(self, model: str, api: str, status: int, code: str | None, seconds: float) -> None:
+        """One request answered: ``malinn_serve_requests_total`` by its status, where it failed
+        ``malinn_serve_request_errors_total`` by its error code, and its latency observed (as
+        :meth:`count` and :meth:`observe` would, under one hold of the lock)."""
+        with self._lock:
+            series = self._counters.setdefault("malinn_serve_requests_total", {})
+            labels = (model, api, str(status))
+            series[labels] = series.get(labels, 0) + 1
+            if code is not None:
+                series = self._counters.setdefault("malinn_serve_request_errors_total", {})
+                labels = (model, api, code)
+                series[labels] = series.get(labels, 0) + 1
+            self._observe("malinn_serve_request_latency_seconds", LATENCY_BUCKETS, (model, api), seconds)
+
+    def _observe(self, name: str, buckets: tuple, labels: tuple, value: float) -> None:
+        series = self._histograms.setdefault(name, {})
+        hist = series.get(labels)
+        if hist is None:
+            hist = series[labels] = _Histogram(len(buckets))
+        i = bisect.bisect_left(buckets, value)
+        if i < len(buckets):
+            hist.counts[i] += 1
+        hist.sum += value
+        hist.count += 1
 
     def value(self, name: str, labels: tuple) -> float:
         """A counter's value (0 where it was never counted)."""

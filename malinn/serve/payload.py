@@ -75,7 +75,7 @@ def parse_predict(body: bytes, signature: Signature) -> PredictRequest:
         raise BadRequest(
             f"the request body must be a JSON object with 'instances' or 'inputs', got a {_json_type(request)}"
         )
-    unknown = sorted(set(request) - {"signature_name", "instances", "inputs"})
+    unknown = [] if request.keys() <= _KEYS else sorted(set(request) - _KEYS)
     if unknown:
         raise BadRequest(
             f"unknown key(s) {', '.join(map(repr, unknown))} in the request (expected 'instances' or "
@@ -91,6 +91,10 @@ def parse_predict(body: bytes, signature: Signature) -> PredictRequest:
     if "inputs" in request:
         return _columns(request["inputs"], signature)
     raise BadRequest("missing 'instances' (row form) or 'inputs' (columnar form) in the request")
+
+
+#: the keys of a predict request
+_KEYS = frozenset(("signature_name", "instances", "inputs"))
 
 
 def _loads(body: bytes) -> Any:
@@ -181,31 +185,37 @@ def _check_names(given: dict, names: list, where: str) -> None:
 
 def _array(value: Any, spec: TensorSpec, form: str) -> np.ndarray:
     """``value`` (one input's whole batch) as a float32 array, checked against ``spec``."""
-    what = f"input {spec.name!r} ({TF_DTYPES.get(spec.dtype, spec.dtype)}, shape {spec.batch_shape})"
     if not isinstance(value, list):
-        raise BadRequest(f"{what}: expected a list of samples in {form!r}, got a {_json_type(value)}")
+        raise BadRequest(f"{_what(spec)}: expected a list of samples in {form!r}, got a {_json_type(value)}")
     try:
         array = np.asarray(value)
     except (ValueError, TypeError):
-        raise BadRequest(f"{what}: the nested lists are ragged (samples or rows of different lengths)") from None
+        raise BadRequest(f"{_what(spec)}: the nested lists are ragged (samples or rows of different lengths)") from None
     kind = array.dtype.kind
-    if kind in "US":
-        raise BadRequest(f"{what}: expected numbers, got strings")
-    if kind == "O":
-        raise BadRequest(
-            f"{what}: expected numbers, got nested lists of different depths, null, objects, or integers beyond 64 bits"
-        )
-    if kind == "b" and spec.dtype != "bool":
-        raise BadRequest(f"{what}: expected numbers, got booleans")
-    if kind == "f" and spec.dtype.startswith(("int", "uint")) and not np.all(np.floor(array) == array):
+    if kind != "f":  # a float array (every number request) needs no check of its kind
+        if kind in "US":
+            raise BadRequest(f"{_what(spec)}: expected numbers, got strings")
+        if kind == "O":
+            raise BadRequest(
+                f"{_what(spec)}: expected numbers, got nested lists of different depths, null, objects, "
+                f"or integers beyond 64 bits"
+            )
+        if kind == "b" and spec.dtype != "bool":
+            raise BadRequest(f"{_what(spec)}: expected numbers, got booleans")
+    elif spec.dtype.startswith(("int", "uint")) and not np.all(np.floor(array) == array):
         bad = np.flatnonzero(np.floor(array) != array)[0]
-        raise BadRequest(f"{what}: expected integers, got {array.reshape(-1)[bad]!r}")
+        raise BadRequest(f"{_what(spec)}: expected integers, got {array.reshape(-1)[bad]!r}")
     if array.shape[1:] != tuple(spec.shape):
         given = "(" + ", ".join(str(d) for d in array.shape) + ("," if array.ndim == 1 else "") + ")"
         hint = " (the batch axis first: a list of samples)" if array.shape == tuple(spec.shape) else ""
         raise BadRequest(f"input {spec.name!r}: expected shape {spec.batch_shape}, got {given}{hint}")
     with np.errstate(over="ignore"):
         return array.astype(np.float32, copy=False)
+
+
+def _what(spec: TensorSpec) -> str:
+    """How an error names the input of ``spec``: its name, dtype and batch shape."""
+    return f"input {spec.name!r} ({TF_DTYPES.get(spec.dtype, spec.dtype)}, shape {spec.batch_shape})"
 
 
 def format_predict(outputs: list, signature: Signature, columnar: bool) -> dict:
@@ -232,8 +242,12 @@ def encode_predict(outputs: list, signature: Signature, columnar: bool) -> bytes
     14 times faster: 0.04 ms for a classifier's 1,000 classes against 0.5), else by :func:`dumps`
     (orjson would write NaN and the infinities as null)."""
     document = format_predict(outputs, signature, columnar)
-    if _orjson is not None and all(np.isfinite(out).all() for out in outputs):
-        return _orjson.dumps(document)
+    if _orjson is not None:
+        written = _orjson.dumps(document)
+        # a value that is not finite is written null, so an answer without "null" had none; one with
+        # it (or an output named so) is checked
+        if b"null" not in written or all(np.isfinite(out).all() for out in outputs):
+            return written
     return dumps(document)
 
 
