@@ -19,10 +19,15 @@ each round one call of the three in turn (the order turned each round: a drift o
 all three, not one side of the ratio; the blocks of one after another that earlier runs timed moved
 Partial MNIST's ratio from 1.24x to 1.48x between four runs of one tree on one H200).
 
+With ``--cycle N [N ...]``, each network is also called with batches of those sizes in turn (a
+server's calls, padded to a few sizes, alternate so): ``predict`` on each, beside each size's plan
+run directly (``Plan.run``: the same device work without predict's checks and look-ups), per call;
+the ``cycled`` rows' ``overhead`` is their ratio.
+
 The results go to ``benchmarks/results/overhead_<device>.json`` unless --out says otherwise.
 --quick: the two Partial networks, 20 rounds.
 
-Run:  python benchmarks/overhead.py [--device D] [--batch 100] [--repeat 200] [--quick] [--out PATH]
+Run:  python benchmarks/overhead.py [--device D] [--batch 100] [--cycle 16 32 64] [--repeat 200] [--quick] [--out PATH]
 """
 
 from __future__ import annotations
@@ -66,6 +71,39 @@ def floor_runner(plan, x, empty: bool = False):
     return run
 
 
+def cycled_row(model, name: str, sizes: list, device, repeat: int) -> dict:
+    """A ``cycled`` row: ``predict`` called with batches of ``sizes`` in turn, beside each size's plan
+    run directly in the same turn (seconds per call)."""
+    rng = np.random.default_rng(2)
+    xs = [rng.random((n, model.input_shapes[0][-1]), dtype=np.float32) for n in sizes]
+    plans = [model.plan(n, device) for n in sizes]
+    for plan, x in zip(plans, xs):
+        np.testing.assert_array_equal(model.predict(x), plan.run([x])[0])
+
+    def by_predict():
+        for x in xs:
+            model.predict(x)
+
+    def by_plans():
+        for plan, x in zip(plans, xs):
+            plan.run([x])
+
+    times = interleaved_median_times({"predict": by_predict, "plans": by_plans}, repeat, warmup=5)
+    row = {
+        "model": name,
+        "cycle": list(sizes),
+        "predict_s": times["predict"] / len(sizes),
+        "plans_s": times["plans"] / len(sizes),
+        "overhead": times["predict"] / times["plans"],
+    }
+    print(
+        f"{name:<14} batches {'/'.join(map(str, sizes))} in turn: predict {row['predict_s'] * 1e3:8.4f}  "
+        f"plans {row['plans_s'] * 1e3:8.4f} ms a call  overhead {row['overhead']:.2f}x",
+        flush=True,
+    )
+    return row
+
+
 def main(argv=None):
     parser = harness.arguments(__doc__, repeat=200, quick_repeat=20)
     parser.add_argument(
@@ -85,14 +123,24 @@ def main(argv=None):
         + ", ".join(repr(m) for m in MODELS)
         + " (default: all; the Partial networks with --quick)",
     )
+    parser.add_argument(
+        "--cycle",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help="also call each network with batches of these sizes in turn, predict beside the plans run "
+        "directly (the 'cycled' rows)",
+    )
     args = harness.parse(parser, argv)
     args.models = args.models or (["Partial MNIST", "Partial CIFAR"] if args.quick else list(MODELS))
     (device,) = harness.devices(args.device)
     print(f"device: {device}")
     print("ms per predict (host to host); overhead = malinn / floor")
-    rows = []
+    rows, cycled = [], []
     for name in args.models:
         model = build(MODELS[name])
+        if args.cycle:
+            cycled.append(cycled_row(model, name, args.cycle, device, args.repeat))
         for batch in (1, args.batch):
             x = np.random.default_rng(1).random((batch, MODELS[name][0]), dtype=np.float32)
             want = model.predict(x)
@@ -126,7 +174,7 @@ def main(argv=None):
                 f"overhead {row['overhead']:.2f}x",
                 flush=True,
             )
-    harness.save("overhead", device, rows, args)
+    harness.save("overhead", device, rows, args, cycled=cycled)
     return 0
 
 

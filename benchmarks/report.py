@@ -304,6 +304,19 @@ def overhead_table(d):
             f"| {r['model']} | {r['batch']} | {r['launches']} | {r['malinn'] * 1e3:.4f} | "
             f"{r['floor'] * 1e3:.4f} | {r['empty'] * 1e3:.4f} | **{r['overhead']:.2f}x** |"
         )
+    if d.get("cycled"):
+        out += [
+            "",
+            "Batches of several sizes in turn: `predict` on each beside each size's plan run directly, ms a call.",
+            "",
+            "| model | sizes in turn | predict | plans | predict / plans |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for r in d["cycled"]:
+            out.append(
+                f"| {r['model']} | {'/'.join(map(str, r['cycle']))} | {r['predict_s'] * 1e3:.4f} | "
+                f"{r['plans_s'] * 1e3:.4f} | **{r['overhead']:.2f}x** |"
+            )
     return out
 
 

@@ -33,7 +33,7 @@ def seeded(model, rng, scale: float = 0.2, shape: tuple | None = None):
 def replan(model) -> None:
     """Forgets the model's plans, so the next predict makes one (the path is decided when it is)."""
     model._plans.clear()
-    model._last = None
+    model._recent = {}
 
 
 def padded_features(value) -> bool:

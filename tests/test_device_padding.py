@@ -37,7 +37,7 @@ def network(features: int, rng, units=(37, 10)) -> tuple:
 def replan(model) -> None:
     """Forgets the model's plans, so the next predict makes one (the path is decided when it is)."""
     model._plans.clear()
-    model._last = None
+    model._recent = {}
 
 
 def padded_input(plan) -> bool:

@@ -454,10 +454,10 @@ def test_a_repeated_call_takes_the_plan_of_the_last_and_still_sees_every_change(
     model.build((None, 4))
     x = rng.standard_normal((6, 4)).astype(np.float32)
     first = model.predict(x)
-    plan = model._last[4]
+    plan = model._recent[6][4]
     y = rng.standard_normal((6, 4)).astype(np.float32)
     assert_close(model.predict(y), model_forward(model, y))
-    assert model._last[4] is plan
+    assert model._recent[6][4] is plan
     assert_close(model.predict(y.astype(np.float64)), model_forward(model, y))
     assert_close(model.predict(np.asfortranarray(y)), model_forward(model, y))
     with pytest.raises(ValueError, match=r"expected shape \(None, 4\), found shape \(6, 5\)"):
@@ -465,6 +465,34 @@ def test_a_repeated_call_takes_the_plan_of_the_last_and_still_sees_every_change(
     model.layers[1].bias = np.ones(3, np.float32)
     assert_close(model.predict(x), first + 1.0)
     assert_close(model.predict(x, batch_size=4), first + 1.0)
+
+
+def test_calls_alternating_between_a_few_sizes_each_go_straight_to_their_plan(device, rng, monkeypatch):
+    """A server's calls alternate between a few padded sizes: each size's array goes straight to its
+    own plan (the inputs not checked again), up to RECENT_CALLS_KEPT sizes, the oldest dropped
+    beyond; a change of the model is still seen by every one of them."""
+    from malinn.model.predicting import RECENT_CALLS_KEPT
+
+    model = Sequential([Dense(5, activation="relu", name="a"), Dense(3, name="b")])
+    model.build((None, 4))
+    xs = {n: rng.standard_normal((n, 4)).astype(np.float32) for n in (16, 32, 64)}
+    first = {n: model.predict(x) for n, x in xs.items()}
+    checked = []
+    real = type(model)._check_inputs
+    monkeypatch.setattr(type(model), "_check_inputs", lambda self, x, **kw: checked.append(1) or real(self, x, **kw))
+    for n in (16, 64, 32, 16, 32, 64):
+        assert_close(model.predict(xs[n]), first[n])
+    assert not checked  # every size straight to its plan
+    for n in range(1, RECENT_CALLS_KEPT + 1):  # as many other sizes: 16, 32 and 64 are dropped
+        model.predict(rng.standard_normal((n, 4)).astype(np.float32))
+    assert sorted(model._recent) == list(range(1, RECENT_CALLS_KEPT + 1))
+    checked.clear()
+    assert_close(model.predict(xs[16]), first[16])
+    assert checked  # the full path again
+    model.layers[1].bias = model.layers[1].bias + 1.0
+    for n in (16, 1, 2):
+        x = xs[16] if n == 16 else rng.standard_normal((n, 4)).astype(np.float32)
+        assert_close(model.predict(x), model_forward(model, x))
 
 
 class ChannelGain(Layer):

@@ -27,7 +27,7 @@ def predictions(model, x, device, monkeypatch, stages: bool) -> list:
     read straight into the result."""
     monkeypatch.setattr(type(device), "stages_output", lambda self, nbytes: stages)
     model._plans.clear()  # a plan decides at allocation: make new ones
-    model._last = None
+    model._recent = {}
     got = [model.predict(x, verbose=0), model.predict(x[:21], verbose=0), model.predict(x, batch_size=64, verbose=0)]
     ((output,),) = [model.plan(x.shape[0], device)._io[1]]
     return got, output.direct

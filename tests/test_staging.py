@@ -40,7 +40,7 @@ def replan(model):
     """Forgets the model's plans (and its last call's), so that the next predict makes new ones
     (a plan decides its rings when it is allocated)."""
     model._plans.clear()
-    model._last = None
+    model._recent = {}
 
 
 def unstaged(model, x, monkeypatch):

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ..layers.base import Layer
     from ..plan.plan import Plan
 
-    #: the last one-pass call (``PlannedModel._last``): its device, samples, model state (``_stamp``),
+    #: a recent one-pass call (``PlannedModel._recent``): its device, samples, model state (``_stamp``),
     #: the device's ``(max_allocation, global_memory)``, its plan, and the plain input shape (a
     #: float32 array taken as it was) or None
     LastCall: TypeAlias = tuple[Device, int, tuple, tuple[int, int], Plan, tuple | None]
@@ -33,7 +33,7 @@ class ModelHost:
         layers: list[Layer]
         _precision: str
         _lock: threading.RLock
-        _last: LastCall | None
+        _recent: dict[int, LastCall]
         _max_batches: OrderedDict[tuple, int]
 
         @property

@@ -87,9 +87,10 @@ class PlannedModel(Predicting, MemoryLimits, Summarizing):
         self._lock = threading.RLock()  # guards the caches below (never held while planning)
         self._plans: OrderedDict[tuple, tuple[tuple, Plan, int]] = OrderedDict()
         self._planning: dict[tuple, threading.Lock] = {}  # a lock per plan being made: several threads make it once
-        self._last: LastCall | None = (
-            None  # (device, samples, stamp, limits, plan, plain input shape) of the last one-pass call
-        )
+        # the recent one-pass calls by their samples (at most _RECENT_KEPT, the newest last): each
+        # (device, samples, stamp, limits, plan, plain input shape), so that calls alternating
+        # between a few sizes (a server's batches) each go straight to their plan
+        self._recent: dict[int, LastCall] = {}
         self._max_batches: OrderedDict[tuple, int] = OrderedDict()  # what max_batch found, by device, model and limit
 
     @property
@@ -108,7 +109,7 @@ class PlannedModel(Predicting, MemoryLimits, Summarizing):
             if value != self._precision:
                 self._precision = value
                 self._plans.clear()
-                self._last = None
+                self._recent = {}
 
     @property
     def built(self) -> bool:

@@ -33,7 +33,11 @@ from .progbar import ProgressBar, shown, verbosity
 if TYPE_CHECKING:
     from .host import LastCall
 
-__all__ = ["Predicting"]
+__all__ = ["Predicting", "RECENT_CALLS_KEPT"]
+
+#: the one-pass calls whose plans predict goes straight to for an array of their shape (by samples):
+#: a server's calls, whose batches are padded to a few sizes, alternate between them
+RECENT_CALLS_KEPT = 8
 
 
 class Predicting(ModelHost):
@@ -54,7 +58,7 @@ class Predicting(ModelHost):
     ) -> list:
         """``predict``'s work: the outputs (one array per output) for ``x`` in any of its forms
         (:mod:`malinn.model.batches`), over ``devices`` (default: :func:`get_devices`)."""
-        last = self._last
+        last = self._recent.get(x.shape[0]) if type(x) is np.ndarray and x.ndim else None
         if (
             last is not None
             and last[5] is not None
@@ -68,7 +72,7 @@ class Predicting(ModelHost):
             and devices is None
             and (verbose == "auto" or verbose == 0)
         ):
-            # the same call as last time with an array of the same shape (which passed the checks
+            # the same call as a recent one with an array of the same shape (which passed the checks
             # then): its plan, nothing checked or decided again while the model and device stand
             if self._last_serves(last, get_device()) and len(get_devices()) == 1:
                 return last[4].run([x])
@@ -91,6 +95,7 @@ class Predicting(ModelHost):
         if n == 0:
             return self._no_samples(every_layer)
         device = pool[0]
+        last = self._recent.get(n)
         if (
             len(pool) == 1
             and last is not None
@@ -102,7 +107,7 @@ class Predicting(ModelHost):
             and self._last_serves(last, device)
             and not any(isinstance(a, np.memmap) for a in xs)
         ):  # a mapped file runs in passes
-            return last[4].run(self._converted(xs))  # the same call as last time: its plan, nothing decided again
+            return last[4].run(self._converted(xs))  # as a recent call of n samples: its plan, nothing decided again
         step = min(n, batch_size) if batch_size else default_step(xs, n, len(pool))
         step = max(1, min(self.max_batch(d, limit=step) for d in set(pool)))
         passes = -(-n // step)
@@ -111,12 +116,12 @@ class Predicting(ModelHost):
         asked = -(-n // batch_size) if batch_size else passes if any(isinstance(a, np.memmap) for a in xs) else 1
         bar = ProgressBar(passes, shown(verbose, asked))
         if step >= n and batch_size is None and not every_layer and len(pool) == 1:
-            stamp = self._stamp()  # before the plan: a change while it is made leaves _last stale, never wrong
+            stamp = self._stamp()  # before the plan: a change while it is made leaves _recent stale, never wrong
             plan = self.plan(n, device)
             xs = self._converted(xs)
             plain = x.shape if len(xs) == 1 and xs[0] is x else None  # a float32 array taken as it was
             ys = plan.run(xs)
-            self._last = (device, n, stamp, (device.max_allocation, device.global_memory), plan, plain)
+            self._remember((device, n, stamp, (device.max_allocation, device.global_memory), plan, plain))
             bar.update(1, finalize=True)
             return ys
         results = Results(n)
@@ -216,8 +221,19 @@ class Predicting(ModelHost):
         """The outputs of a prediction of no samples: zero-sample float32 arrays of the outputs' shapes."""
         return [np.zeros((0,) + tuple(s[1:]), np.float32) for s in self._output_shapes(every_layer)]
 
+    def _remember(self, call: LastCall) -> None:
+        """Keeps ``call`` among the recent one-pass calls (the oldest dropped beyond
+        :data:`RECENT_CALLS_KEPT`)."""
+        with self._lock:
+            recent = dict(self._recent)  # a new dict: a reader's get never sees one being changed
+            recent.pop(call[1], None)
+            recent[call[1]] = call
+            while len(recent) > RECENT_CALLS_KEPT:
+                del recent[next(iter(recent))]
+            self._recent = recent
+
     def _last_serves(self, last: LastCall, device: Device) -> bool:
-        """Whether the last one-pass call's plan (``_last``) still serves a call on ``device``: the
+        """Whether a recent one-pass call's plan (``_recent``) still serves a call on ``device``: the
         same device, model state, precision and device limits."""
         return (
             last[0] is device

@@ -90,7 +90,7 @@ class Sequential(PlannedModel):
             raise ValueError(f"Sequential {self.name!r}: a layer named {layer.name!r} is already in the model")
         if shape is not None:  # built: the new layer is built for the last one's output (as build() would)
             shape = _built_for(layer, shape)
-            self._last = None
+            self._recent = {}
             self._plans.clear()
         self.layers.append(layer)
         names.add(layer.name)
@@ -136,7 +136,7 @@ class Sequential(PlannedModel):
                 shape.
         """
         sample = sample_shape(input_shape, f"Sequential {self.name!r}")
-        self._last = None
+        self._recent = {}
         shape = (None,) + sample
         for layer in self.layers:  # checked first: a layer another model shares stays as it is
             shape = _built_for(layer, shape)
