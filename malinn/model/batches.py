@@ -53,7 +53,7 @@ STREAM_PASS_BYTES = 64 * 2**20
 #: than passes of hundreds of megabytes (8192 images at 224 x 224 on an H200: MobileNetV2 7,184 and
 #: EfficientNetB0 5,728 images/s in passes of thousands, 7,886-8,708 and 6,527-7,098 in passes of
 #: 256 to 1024 images, 154 to 616 MB: benchmarks/throughput.py --pass-sizes,
-#: benchmarks/results/throughput_nvidia_h200_x2.json and throughput_whole_array_pass_nvidia_h200_x2.json);
+#: benchmarks/results/throughput_nvidia_h200_x2.json and throughput_whole_array_pass_nvidia_h200_x2.json, two runs);
 #: the largest MLP batch timed (8192 x 3072 floats, 100 MB) stays one pass
 ARRAY_PASS_BYTES = 512 * 2**20
 #: the same where the passes are spread over several devices: shorter passes, so that the devices'
