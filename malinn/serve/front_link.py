@@ -27,11 +27,13 @@ request.
 Deadlines are ``time.monotonic()`` seconds, one clock for every process of the machine.
 
 :class:`ModelLink` keeps the front's copy of the version table (:class:`FrontTable`), sends
-requests and hands the answers to the event loop. It writes each message in one write (the bytes
-``Connection.send`` writes, which it writes in two beyond 16 KiB: two wakeups of the model
-process's reader) and, in the event loop, reads what its pipe holds in one read, however many
-messages that is. When the model process is gone (the pipe ends)
+requests and hands the answers to the event loop; in the event loop it reads what its pipe holds
+in one read, however many messages that is. When the model process is gone (the pipe ends)
 every request waiting for it is answered 503 and the front stops.
+
+Both processes write a message with :func:`write_message`: the bytes ``Connection.send`` writes,
+pickled by :func:`pickle.dumps` and written in one write (``Connection.send`` writes a message
+beyond 16 KiB in two: two wakeups of the reader).
 
 :class:`PipeReader` is the model process's end: one thread waits on every front's pipe at once and
 reads each ready pipe's bytes in one read, however many messages they hold, where a thread a pipe
@@ -52,7 +54,6 @@ import threading
 import traceback
 from collections.abc import Callable, Iterable
 from multiprocessing.connection import Connection
-from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import numpy as np
@@ -61,7 +62,7 @@ from .batcher import Unavailable
 from .metrics import Metrics
 from .version_table import VersionTable
 
-__all__ = ["FrontTable", "ModelLink", "PipeReader", "pack", "unpack", "read_messages"]
+__all__ = ["FrontTable", "ModelLink", "PipeReader", "pack", "unpack", "read_messages", "write_message", "writes_whole"]
 
 
 def pack(arrays: Iterable) -> list:
@@ -254,28 +255,16 @@ class ModelLink:
         self._unsent: list = []  # the requests of this turn of the event loop, sent together at its end
         self._received = bytearray()  # what the loop read of the model process's messages, not whole yet
         self.on_lost: Callable[[], None] = lambda: None
-        # a pipe of this platform is written here, each message in one write (Connection.send writes a
-        # message over 16 KiB in two: its length, then its pickle, each a wakeup of the model process's reader)
-        self._writes_whole = isinstance(conn, Connection) and sys.platform != "win32"
+        self._writes_whole = writes_whole(conn)
 
     def send(self, message: tuple) -> None:
-        """Sends ``message``: the bytes :meth:`multiprocessing.connection.Connection.send` writes
-        (a 4-byte big-endian length, then the pickle), written at once.
+        """Sends ``message`` (:func:`write_message`).
 
         Raises:
             OSError, ValueError: the pipe is closed (the model process is gone).
         """
-        if not self._writes_whole:
-            with self._send_lock:
-                self._conn.send(message)
-            return
-        data = ForkingPickler.dumps(message)
-        if len(data) > 0x7FFFFFFF:  # an 8-byte length: Connection's own writes
-            with self._send_lock:
-                self._conn.send_bytes(data)
-            return
         with self._send_lock:
-            _write_all(self._conn.fileno(), [len(data).to_bytes(4, "big"), data])
+            write_message(self._conn, message, self._writes_whole)
 
     def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Reads the model process's messages: in ``loop`` as they arrive (an answer then wakes no
@@ -450,6 +439,32 @@ class ModelLink:
         if reply[0] == "error":
             raise reply[2]
         return reply[2]
+
+
+def writes_whole(conn: Any) -> bool:
+    """Whether :func:`write_message` writes ``conn``'s messages itself: a pipe of this platform."""
+    return isinstance(conn, Connection) and sys.platform != "win32"
+
+
+def write_message(conn: Any, message: tuple, whole: bool) -> None:
+    """Sends ``message`` over ``conn`` as :meth:`multiprocessing.connection.Connection.send` does
+    (a 4-byte big-endian length, then the pickle; the other end reads it with ``recv`` or
+    :func:`read_messages`). Where ``whole`` (:func:`writes_whole`) it is pickled by :func:`pickle.dumps`
+    and written in one write: ``Connection.send`` pickles through a pickler made for each message
+    and writes a message over 16 KiB in two, each a wakeup of the reader, which costs the sender
+    about twice the CPU of one write. The caller keeps other writers of ``conn`` out meanwhile.
+
+    Raises:
+        OSError, ValueError: the pipe is closed.
+    """
+    if not whole:
+        conn.send(message)
+        return
+    data = pickle.dumps(message)
+    if len(data) > 0x7FFFFFFF:  # an 8-byte length: Connection's own writes
+        conn.send_bytes(data)
+        return
+    _write_all(conn.fileno(), [len(data).to_bytes(4, "big"), data])
 
 
 def _write_all(fd: int, parts: list) -> None:

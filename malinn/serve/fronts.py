@@ -35,7 +35,7 @@ import numpy as np
 
 from .batcher import Cancelled, DeadlineExceeded, Group, Overloaded, Retired, Unavailable
 from .config import ServeConfig
-from .front_link import PipeReader, pack, unpack
+from .front_link import PipeReader, pack, unpack, write_message, writes_whole
 from .front_process import run_front
 from .metrics import Metrics
 from .servables import ModelManager
@@ -70,6 +70,7 @@ class _Front:
 
     def __init__(self, index: int, process: Any, conn: Any):
         self.index, self.process, self.conn = index, process, conn
+        self.whole = writes_whole(conn)
         self.lock = threading.Lock()
         self.groups: set = set()  # the groups of its requests queued or running (Group.owner)
         self.up = False
@@ -113,7 +114,7 @@ class _Front:
             if self.gone:
                 return False
             try:
-                self.conn.send(message)
+                write_message(self.conn, message, self.whole)
                 return True
             except (OSError, ValueError):
                 return False

@@ -25,6 +25,7 @@ from malinn.layers import Dense
 from malinn.serve.app import _url_path, build_app
 from malinn.serve.config import ModelConfig, ServeConfig
 from malinn.serve.front_link import FrontTable, ModelLink, read_messages
+from malinn.serve.fronts import Failed, _Front
 from malinn.serve.metrics import Metrics
 from malinn.serve.servables import ModelManager
 
@@ -198,28 +199,35 @@ def raw_bytes(fd: int, size: int) -> bytes:
 
 
 @pytest.mark.parametrize("size", [10, 40_000])  # Connection.send writes one over 16 KiB in two writes
-def test_the_front_writes_the_bytes_connection_send_writes(size):
-    message = ("predict", [("m", 1, False, ("x",), [0], [1], [1.5], [("<f4", (1, size), b"\1" * 4 * size)])])
-    ours, theirs = multiprocessing.Pipe(), multiprocessing.Pipe()
-    link = ModelLink(ours[1], FrontTable(()), Metrics(), [0])
-    written = []
-
-    def send_theirs() -> None:  # a write of over 64 KiB waits for the reader
-        theirs[1].send(message)
-
-    def send_ours() -> None:
-        link.send(message)
-
-    for sender, (reader, _) in ((send_theirs, theirs), (send_ours, ours)):
-        thread = threading.Thread(target=sender)
-        thread.start()
-        head = raw_bytes(reader.fileno(), 4)
-        written.append(head + raw_bytes(reader.fileno(), int.from_bytes(head, "big")))
-        thread.join(10)
-    assert written[0] == written[1]
-    assert read_messages(bytearray(written[1])) == [message]
-    for conn in (*ours, *theirs):
-        conn.close()
+def test_both_ends_write_the_bytes_connection_send_writes(size):
+    request = ("predict", [("m", 1, False, ("x",), [0], [1], [1.5], [("<f4", (1, size), b"\1" * 4 * size)])])
+    answer = ("done", [([0, 1], [1, 1], 1, 2, 0.5)], [("<f4", (2, size), b"\2" * 8 * size)])
+    error = ("error", 3, Failed("DeviceError", "the device failed"))
+    for message in (request, answer, error):
+        ours, theirs = multiprocessing.Pipe(), multiprocessing.Pipe()
+        link = ModelLink(ours[1], FrontTable(()), Metrics(), [0])
+        front = _Front(0, None, ours[1])
+        written = []
+        senders = (
+            lambda: theirs[1].send(message),  # a write of over 64 KiB waits for the reader
+            lambda: link.send(message),  # the front's end
+            lambda: front.send(message),  # the model process's end
+        )
+        for sender, reader in zip(senders, (theirs[0], ours[0], ours[0])):
+            thread = threading.Thread(target=sender)
+            thread.start()
+            head = raw_bytes(reader.fileno(), 4)
+            written.append(head + raw_bytes(reader.fileno(), int.from_bytes(head, "big")))
+            thread.join(10)
+        assert written[0] == written[1] == written[2]
+        got = read_messages(bytearray(written[1]))
+        assert len(got) == 1 and got[0][:2] == message[:2]
+        if message is error:
+            assert (type(got[0][2]), got[0][2].kind, str(got[0][2])) == (Failed, "DeviceError", "the device failed")
+        else:
+            assert got == [message]
+        for conn in (*ours, *theirs):
+            conn.close()
 
 
 def test_the_front_reads_messages_however_the_pipe_cuts_them():
