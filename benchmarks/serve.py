@@ -55,8 +55,14 @@ average, Little's law); ``batch1_serving_over_in_process`` and ``batching_servin
 each server's 64-client requests/s over the device's own in-process calls/s (batch 1) and samples/s
 (batch 64).
 
+With --rounds R, each configuration's batching-off and batching-on servers run R times, alternately
+(a busy spell of a shared host then falls on both): each point is the median of its rounds (its
+requests and failures their sums, every round under ``rounds``), and the speedup at 64 clients the
+median of each round's own (``batching_speedup_64_by_round``). On a shared 16-core host one
+round's speedup moved by a fifth from run to run.
+
 Run:  python3 benchmarks/serve.py [--quick] [--seconds 5] [--size 96] [--parse-workers 0 8]
-      [--http-workers 1 4] [--batch-timeout-micros 0 1000] [--only partial_mnist] [--out PATH]
+      [--http-workers 1 4] [--batch-timeout-micros 0 1000] [--rounds 1] [--only partial_mnist] [--out PATH]
 (default PATH: benchmarks/results/serve_<device>.json; --quick: 3 s per point and --size 64)
 """
 
@@ -490,6 +496,28 @@ def serve_points(
     return {"points": points, "exit_status": status}
 
 
+def median_run(rounds: list) -> dict:
+    """The runs of one server configuration (:func:`serve_points`, one a round) as one: each point's
+    figures the median over the rounds, its requests and failures their sums, the worst exit status;
+    with the rounds themselves under ``rounds`` where there is more than one."""
+    if len(rounds) == 1:
+        return rounds[0]
+    points = []
+    for same in zip(*(run["points"] for run in rounds)):
+        point = dict(same[0])
+        for key, value in same[0].items():
+            values = [p[key] for p in same]
+            if key in ("requests", "failed"):
+                point[key] = sum(values)
+            elif key == "failures":
+                point[key] = [f for v in values for f in v][:3]
+            elif isinstance(value, (int, float)) and key not in ("clients", "client_processes") and None not in values:
+                point[key] = round(float(np.median(values)), 3)
+        points.append(point)
+    status = max((run["exit_status"] for run in rounds), key=lambda code: code != 0)
+    return {"points": points, "exit_status": status, "rounds": rounds}
+
+
 def importable(name: str) -> bool:
     try:
         importlib.import_module(name)
@@ -543,6 +571,13 @@ def main(argv=None) -> int:
         help="processes the clients are spread over, each one asyncio loop (default 1)",
     )
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="times each server configuration's batching-off and batching-on servers run, alternately; each "
+        "point is the median over the rounds and the speedup the median of each round's (default 1)",
+    )
+    parser.add_argument(
         "--only",
         nargs="+",
         choices=["partial_mnist", "mobilenetv2"],
@@ -554,6 +589,8 @@ def main(argv=None) -> int:
         help="a folder holding mobilenetv2_<size>.keras (default: saved here by Keras in a child process)",
     )
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be 1 or more, got {args.rounds}")
     seconds = args.seconds or (3.0 if args.quick else 5.0)
     size = args.size or (64 if args.quick else 96)
     device = malinn.get_device()
@@ -569,6 +606,7 @@ def main(argv=None) -> int:
         "http_workers": args.http_workers,
         "client_processes": args.client_processes,
         "batch_timeout_micros": timeouts,
+        "rounds": args.rounds,
         # what the servers ran on: uvicorn takes httptools and uvloop, malinn orjson, where installed
         "server_stack": {
             "http": "httptools" if importable("httptools") else "h11",
@@ -606,17 +644,27 @@ def main(argv=None) -> int:
                 for count in workers:
                     runs = {}
                     modes = [("off", None)] + [("on" if i == 0 else f"on_{t}us", t) for i, t in enumerate(timeouts)]
-                    for mode, timeout in modes:
-                        runs[mode] = serve_points(
-                            path, sample, outputs, seconds, count, timeout, fronts, args.client_processes
-                        )
+                    by_round: dict = {mode: [] for mode, _ in modes}
+                    for _ in range(args.rounds):  # alternately, so that a slow spell of the host hits both modes
+                        for mode, timeout in modes:
+                            by_round[mode].append(
+                                serve_points(
+                                    path, sample, outputs, seconds, count, timeout, fronts, args.client_processes
+                                )
+                            )
+                    for mode, _ in modes:
+                        runs[mode] = median_run(by_round[mode])
                     off = {p["clients"]: p for p in runs["off"]["points"]}
                     for mode, timeout in modes[1:]:
                         on = {p["clients"]: p for p in runs[mode]["points"]}
                         tail = mode[2:]
-                        runs["batching_speedup_64" + tail] = round(
-                            on[64]["requests_per_s"] / off[64]["requests_per_s"], 2
-                        )
+                        speedups = [
+                            on_run["points"][-1]["requests_per_s"] / off_run["points"][-1]["requests_per_s"]
+                            for on_run, off_run in zip(by_round[mode], by_round["off"])
+                        ]
+                        runs["batching_speedup_64" + tail] = round(float(np.median(speedups)), 2)
+                        if args.rounds > 1:
+                            runs["batching_speedup_64_by_round" + tail] = [round(x, 2) for x in speedups]
                         runs["p99_64_over_p50_1" + tail] = round(on[64]["p99_ms"] / on[1]["p50_ms"], 2)
                         # clients that send back to back wait 64 / (requests/s) on average (Little's law), so
                         # the p99 at 64 clients is at least that: the least p99@64 / p50@1 this throughput allows
