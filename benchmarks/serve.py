@@ -76,6 +76,7 @@ import json
 import multiprocessing
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -599,6 +600,7 @@ def main(argv=None) -> int:
     results = {
         "device": device.name,
         "platform": device.platform,
+        "command": shlex.join(sys.argv if argv is None else [sys.argv[0], *argv]),
         "seconds_per_point": seconds,
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
