@@ -25,6 +25,9 @@
    * ``staged_write`` / ``staged_read``: malinn's staging ring (``Device.staging_ring``,
      malinn/backends/opencl_staging.py) moving the caller's array in chunks through page-locked
      slots, the host's copies overlapping the DMA: what ``Plan.run`` does for such an input;
+   * ``host_ptr_write``: a ``CL_MEM_USE_HOST_PTR`` buffer made over the caller's array, copied into
+     the device's buffer and released, each call: the driver may pin the caller's own pages (what a
+     predict of a new array would pay for that);
    * ``staged_over_pinned``: the staged upload's rate over the page-locked one's (1.0: the bus's pace).
 
    ``ring`` says the chunk, slots and copy threads the device decided. On a device that shares the
@@ -281,6 +284,12 @@ def large_rows(device, repeat, sweep):
             ring.upload(queue, buffer, x)
             queue.finish()
 
+        def host_ptr_write():
+            wrapped = cl.Buffer(device.context, cl.mem_flags.READ_ONLY | cl.mem_flags.USE_HOST_PTR, hostbuf=x)
+            cl.enqueue_copy(queue, buffer, wrapped)
+            queue.finish()
+            wrapped.release()
+
         def pageable_read():
             cl.enqueue_copy(queue, back, buffer, is_blocking=True)
 
@@ -295,6 +304,7 @@ def large_rows(device, repeat, sweep):
             ("pageable_write", pageable_write),
             ("pinned_write", pinned_write),
             ("staged_write", staged_write),
+            ("host_ptr_write", host_ptr_write),
             ("pageable_read", pageable_read),
             ("pinned_read", pinned_read),
             ("staged_read", staged_read),
@@ -308,7 +318,7 @@ def large_rows(device, repeat, sweep):
         print(
             f"{batch} x {features:<5} {x.nbytes / 1e6:6.1f} MB  up: pageable {row['pageable_write_gbs']:5.1f}  "
             f"pinned {row['pinned_write_gbs']:5.1f}  staged {row['staged_write_gbs']:5.1f} GB/s "
-            f"({row['staged_over_pinned']:.2f}x pinned)   down: pageable {row['pageable_read_gbs']:5.1f}  "
+            f"({row['staged_over_pinned']:.2f}x pinned)  host_ptr {row['host_ptr_write_gbs']:5.1f}   down: pageable {row['pageable_read_gbs']:5.1f}  "
             f"pinned {row['pinned_read_gbs']:5.1f}  staged {row['staged_read_gbs']:5.1f} GB/s"
             f"{'  (ring forced)' if forced else ''}; {row['ring']}",
             flush=True,
