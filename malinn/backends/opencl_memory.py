@@ -44,14 +44,14 @@ def zero_copy_enabled(device: _SharesMemory) -> bool:
 PINNED_MIN_BYTES = 64 * 1024
 #: from this size, an unpadded input is uploaded from the caller's array: the driver's own pipelined
 #: staging of pageable memory beats a host copy into page-locked memory and its DMA (H200: 1.2 MB in
-#: 112 us against 134 us; 0.3 MB in 53 us against 48 us: benchmarks/results/transfers_nvidia_h200.json)
+#: 124 us against 127 us; 0.3 MB in 57 us against 44 us: benchmarks/results/transfers_nvidia_h200.json)
 DIRECT_MIN_BYTES = 1024 * 1024
 #: from this size, a plan's input or output moves in chunks through a ring of page-locked slots, the
 #: host's copies overlapping the DMA (:class:`~.opencl_staging.StagingRing`): a pageable upload runs
 #: at 6-13 GB/s on the H200, a page-locked one at 45-55 GB/s, one thread's host copy at ~10 GB/s.
 #: Below 12 MiB the driver's pageable copy was as fast or faster there (benchmarks/transfers.py,
-#: benchmarks/results/transfers_nvidia_h200.json: 6.4 and 8.4 MB at 12.3-12.6 GB/s pageable against
-#: 11.2-11.8 through the ring; 12.6 MB at 11.6 against 14.2, 21-26 MB at 13 against 18.5-18.8)
+#: benchmarks/results/transfers_nvidia_h200.json: 6.4 and 8.4 MB at 11.6-11.7 GB/s pageable against
+#: 8.9-10.4 through the ring; 12.6 MB at 12.4 against 13.8, 21-26 MB at 13.5-13.6 against 17.9-18.6)
 STAGED_MIN_BYTES = 12 * 1024 * 1024
 
 
