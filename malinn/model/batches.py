@@ -27,7 +27,6 @@ import numpy as np
 from .buckets import bucket_floor
 
 __all__ = [
-    "KERAS_BATCH_SIZE",
     "ARRAY_PASS_BYTES",
     "SPREAD_PASS_BYTES",
     "STREAM_PASS_BYTES",
@@ -40,10 +39,6 @@ __all__ = [
     "unpack",
 ]
 
-#: Keras's batch size where ``steps`` is given with an array and ``batch_size`` is not (malinn's
-#: own default without ``steps`` is one pass of every sample up to :data:`ARRAY_PASS_BYTES`: see
-#: ``predict``)
-KERAS_BATCH_SIZE = 32
 #: the input bytes of one pass over a memory-mapped array when no ``batch_size`` is given: large
 #: enough that a GPU's pass is long beside its launch, small enough that the host's staging copy
 #: stays far below a file larger than memory

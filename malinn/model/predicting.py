@@ -8,6 +8,7 @@ the plans (``plan``, ``max_batch``) that the model makes, and a model kind says 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,6 @@ from ..backends.base import Device
 from ..backends.selection import get_device, get_devices, resolve_devices
 from ..layers.input_layer import KerasTensor
 from .batches import (
-    KERAS_BATCH_SIZE,
     Results,
     check_batch_size,
     check_steps,
@@ -89,8 +89,12 @@ class Predicting(ModelHost):
                 f"{type(self).__name__} {self.name!r}: the inputs have different numbers of samples "
                 f"({', '.join(str(a.shape[0]) for a in xs)})"
             )
-        if steps is not None:  # Keras's: steps batches of batch_size (32 where not given)
-            batch_size = batch_size or KERAS_BATCH_SIZE
+        if steps is not None:  # Keras's: steps batches of batch_size, or where not given every sample in steps batches
+            if batch_size is None:
+                batch_size = max(1, -(-n // steps))
+            available = -(-n // batch_size)  # the batches the array holds
+            if available < steps:
+                self._ran_out(steps, available, 3)
             n = min(n, steps * batch_size)
         if n == 0:
             return self._no_samples(every_layer)
@@ -151,20 +155,42 @@ class Predicting(ModelHost):
         target = iterable_length(source, steps)
         bar = ProgressBar(target, shown(verbose, target))
         results = Results(None)
-        done = [0]
+        done, drawn = [0], [0]  # batches predicted, batches drawn from the source
 
         def items() -> Iterator[tuple[int, int, Any]]:
             for index, item in enumerate(source):
                 if steps is not None and index >= steps:
                     break
-                yield index, 0, unpack(item)
+                drawn[0] = index + 1
+                try:
+                    x = unpack(item)
+                except ValueError as exc:
+                    raise ValueError(f"batch {index} of the iterable: {exc}") from None
+                yield index, 0, (index, x)
+
+        def prepare(batch: tuple[int, Any]) -> list:
+            index, x = batch
+            try:
+                xs = self._check_inputs(x)
+                if any(a.shape[0] != xs[0].shape[0] for a in xs):
+                    raise ValueError(
+                        f"{type(self).__name__} {self.name!r}: the inputs have different numbers of "
+                        f"samples ({', '.join(str(a.shape[0]) for a in xs)})"
+                    )
+            except ValueError as exc:  # which batch of the iterable, beside the layer and the shapes
+                raise ValueError(f"batch {index} of the iterable: {exc}") from None
+            return xs
 
         def deliver(index: int, start: int, outputs: list) -> None:
             results.put(index, start, outputs)
             done[0] += 1
             bar.update(done[0])
 
-        spread(items(), self._workers(pool, every_layer, batch_size, lambda x: self._check_inputs(x)), deliver)
+        spread(items(), self._workers(pool, every_layer, batch_size, prepare), deliver)
+        if steps is not None and drawn[0] < steps:
+            self._ran_out(steps, drawn[0], 4)
+        if bar.target is None:  # Keras's bar ends with the steps it saw as its target: 5/5
+            bar.target = done[0]
         bar.update(done[0], finalize=True)
         if not results.parts and not self.built:
             raise ValueError(
@@ -172,6 +198,17 @@ class Predicting(ModelHost):
                 f"built (its output shape is not known)"
             )
         return results.collect(self._no_samples(every_layer))
+
+    def _ran_out(self, steps: int, available: int, depth: int) -> None:
+        """Warns, as Keras does, that the input holds fewer than the ``steps`` batches asked for
+        (``available`` of them: predict returns their outputs); ``depth``: the calls between this
+        and the caller of ``predict``."""
+        warnings.warn(
+            f"{type(self).__name__} {self.name!r}: predict was asked for steps={steps} batches, but the input "
+            f"ran out of data after {available}; the outputs of those {available} are returned",
+            UserWarning,
+            stacklevel=depth + 1,
+        )
 
     def _workers(self, pool: list, every_layer: bool, step: int | None, prepare: Callable[[Any], list]) -> list:
         """``(label, work)`` per device of ``pool`` for :func:`~malinn.model.passes.spread`: ``work``

@@ -245,7 +245,9 @@ class Sequential(PlannedModel):
                 (:mod:`malinn.model.progbar`). A first plan's kernel builds are reported on stderr
                 whatever its value (:mod:`malinn.plan.progress`, ``MALINN_PROGRESS=0`` silences them).
             steps: the batches to draw from an iterable (all where None), as Keras's; with an array,
-                the first ``steps * batch_size`` samples (``batch_size`` 32 where not given, as Keras).
+                the first ``steps * batch_size`` samples, or where ``batch_size`` is not given every
+                sample, in ``steps`` batches (Keras's). Fewer batches than ``steps``: a UserWarning,
+                as Keras, and the outputs of those there are.
             devices: the devices to spread the passes over (a list of what :func:`malinn.set_device`
                 takes: ``["0:0", "0:1"]``; one plan and one thread per entry, results in order);
                 default: the list given to ``set_device``, else the current device.
