@@ -260,7 +260,9 @@ class Functional(PlannedModel):
                 says: Keras's is 32).
             verbose: Keras's: 0, 1 (a progress bar on stdout), 2, or "auto" (1 on a terminal where
                 more than one batch runs, as ``Sequential.predict`` says).
-            steps: the batches to draw from an iterable (all where None), as Keras's.
+            steps: the batches to draw from an iterable (all where None), as Keras's; with arrays,
+                ``steps`` batches of ``batch_size``, or every sample in ``steps`` batches where it is
+                not given (a UserWarning where fewer batches are there), as ``Sequential.predict``.
             devices: the devices to spread the passes over (default: ``set_device``'s list, else the
                 current device), as ``Sequential.predict``.
 
