@@ -153,7 +153,15 @@ class BatchingParameters:
             values["allowed_batch_sizes"] = tuple(values["allowed_batch_sizes"])
         if "enabled" in values and not isinstance(values["enabled"], bool):
             raise ConfigError(f"{where}: enabled must be true or false, got {values['enabled']!r}")
-        return replace(self, **values).checked(where)
+        updated = replace(self, **values)
+        inherited = updated.allowed_batch_sizes
+        if "allowed_batch_sizes" not in values and inherited and inherited[-1] != updated.max_batch_size:
+            raise ConfigError(
+                f"{where}: max_batch_size {updated.max_batch_size} does not end the allowed_batch_sizes "
+                f"{list(inherited)} it inherits (from the file's batching_parameters or --allowed-batch-sizes); "
+                f"give it its own allowed_batch_sizes, the last equal to max_batch_size"
+            )
+        return updated.checked(where)
 
 
 def _unwrapped(value: Any) -> Any:

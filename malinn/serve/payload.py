@@ -73,7 +73,7 @@ def parse_predict(body: bytes, signature: Signature) -> PredictRequest:
         raise BadRequest("malformed JSON: nested too deeply") from None
     if not isinstance(request, dict):
         raise BadRequest(
-            f"the request body must be a JSON object with 'instances' or 'inputs', got a {_json_type(request)}"
+            f"the request body must be a JSON object with 'instances' or 'inputs', got {_json_type(request)}"
         )
     unknown = [] if request.keys() <= _KEYS else sorted(set(request) - _KEYS)
     if unknown:
@@ -111,12 +111,15 @@ def _loads(body: bytes) -> Any:
 
 
 def _json_type(value: Any) -> str:
-    return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(type(value), "number")
+    """What JSON value ``value`` is, with its article: ``an object``, ``a list``, ``null``..."""
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number"
+    )
 
 
 def _rows(instances: Any, signature: Signature) -> PredictRequest:
     if not isinstance(instances, list):
-        raise BadRequest(f"'instances' must be a list of samples, got a {_json_type(instances)}")
+        raise BadRequest(f"'instances' must be a list of samples, got {_json_type(instances)}")
     if not instances:
         raise BadRequest("'instances' is empty: give at least one sample")
     names = signature.input_names
@@ -131,7 +134,7 @@ def _rows(instances: Any, signature: Signature) -> PredictRequest:
         for i, item in enumerate(instances):
             if not isinstance(item, dict):
                 raise BadRequest(
-                    f"instances[{i}] is a {_json_type(item)}, the first an object: give every sample "
+                    f"instances[{i}] is {_json_type(item)}, the first an object: give every sample "
                     f"as an object of the inputs by name"
                 )
             if len(names) == 1 and len(item) == 1:  # one input, under whatever name the client knows it by
@@ -157,7 +160,7 @@ def _columns(inputs: Any, signature: Signature) -> PredictRequest:
     elif len(names) > 1:
         raise BadRequest(
             f"the model has {len(names)} inputs ({', '.join(names)}): 'inputs' must be an object of "
-            f"them by name, got a {_json_type(inputs)}"
+            f"them by name, got {_json_type(inputs)}"
         )
     else:
         values = [inputs]
@@ -186,7 +189,7 @@ def _check_names(given: dict, names: list, where: str) -> None:
 def _array(value: Any, spec: TensorSpec, form: str) -> np.ndarray:
     """``value`` (one input's whole batch) as a float32 array, checked against ``spec``."""
     if not isinstance(value, list):
-        raise BadRequest(f"{_what(spec)}: expected a list of samples in {form!r}, got a {_json_type(value)}")
+        raise BadRequest(f"{_what(spec)}: expected a list of samples in {form!r}, got {_json_type(value)}")
     try:
         array = np.asarray(value)
     except (ValueError, TypeError):
@@ -204,13 +207,33 @@ def _array(value: Any, spec: TensorSpec, form: str) -> np.ndarray:
             raise BadRequest(f"{_what(spec)}: expected numbers, got booleans")
     elif spec.dtype.startswith(("int", "uint")) and not np.all(np.floor(array) == array):
         bad = np.flatnonzero(np.floor(array) != array)[0]
-        raise BadRequest(f"{_what(spec)}: expected integers, got {array.reshape(-1)[bad]!r}")
+        raise BadRequest(f"{_what(spec)}: expected integers, got {array.reshape(-1)[bad].item()!r}")
+    if spec.dtype.startswith(("int", "uint")) and array.size:
+        _check_range(array, spec)
     if array.shape[1:] != tuple(spec.shape):
         given = "(" + ", ".join(str(d) for d in array.shape) + ("," if array.ndim == 1 else "") + ")"
         hint = " (the batch axis first: a list of samples)" if array.shape == tuple(spec.shape) else ""
-        raise BadRequest(f"input {spec.name!r}: expected shape {spec.batch_shape}, got {given}{hint}")
+        raise BadRequest(
+            f"input {spec.name!r} ({TF_DTYPES.get(spec.dtype, spec.dtype)}): expected shape {spec.batch_shape}, "
+            f"got {given}{hint}"
+        )
     with np.errstate(over="ignore"):
         return array.astype(np.float32, copy=False)
+
+
+def _check_range(array: np.ndarray, spec: TensorSpec) -> None:
+    """Refuses an integer beyond the range of the integer input ``spec`` (as TensorFlow Serving
+    does): cast, it would wrap round to another value."""
+    try:
+        limits = np.iinfo(spec.dtype)
+    except ValueError:  # a dtype name numpy does not know: nothing to check against
+        return
+    low, high = array.min(), array.max()
+    if low < limits.min or high > limits.max:
+        bad = low if low < limits.min else high
+        raise BadRequest(
+            f"{_what(spec)}: {bad.item()!r} is out of the range of {spec.dtype} ({limits.min} to {limits.max})"
+        )
 
 
 def _what(spec: TensorSpec) -> str:
