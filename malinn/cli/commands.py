@@ -120,8 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="samples per device pass (default: all at once up to 512 MiB of input, in passes of that "
         "beyond; a .npy input written to a .npy output is read in chunks of 64 MiB, a whole number of "
         "batches, and the output written as they come: a file larger than memory is predicted in "
-        "bounded memory, with progress on stderr; without --batch-size a chunk is one pass, whose "
-        "activations are host memory on PoCL, Mali or Adreno: give it there to bound them)",
+        "bounded memory, with progress on stderr; on PoCL, Mali or Adreno, whose activations are host "
+        "memory, a pass holds at most about 256 MiB of them)",
     )
     p.add_argument("--force", action="store_true", help="allow the output to be the model or input file")
     p.add_argument("--precision", choices=PRECISIONS, help=PRECISION_HELP + " (default: the model file's)")

@@ -30,6 +30,7 @@ __all__ = [
     "ARRAY_PASS_BYTES",
     "SPREAD_PASS_BYTES",
     "STREAM_PASS_BYTES",
+    "SHARED_PASS_BYTES",
     "Results",
     "check_batch_size",
     "check_steps",
@@ -56,6 +57,11 @@ ARRAY_PASS_BYTES = 512 * 2**20
 #: 256 images gave 1.92x and 1.95x one device's images/s at the same passes, passes of 1024 1.62x
 #: and 1.79x: the same measurement)
 SPREAD_PASS_BYTES = 160 * 2**20
+#: the activation bytes of one pass when no ``batch_size`` is given, on a device whose memory is the
+#: host's (a CPU through PoCL, Mali, Adreno): there a pass's arena is the board's RAM, of which it
+#: may have 1 to 8 GB, where a 64 MiB chunk of 28 x 28 images in one pass would hold 1.07 GB in
+#: each 28 x 28 x 16 activation; passes of a few hundred images keep such a device as busy
+SHARED_PASS_BYTES = 256 * 2**20
 
 
 def check_batch_size(batch_size: object) -> int | None:
@@ -126,19 +132,23 @@ def unpack(item: Any) -> Any:
     )
 
 
-def default_step(arrays: list, n: int, slots: int) -> int:
+def default_step(arrays: list, n: int, slots: int, arena_per_sample: int | None = None) -> int:
     """The samples of one pass where ``batch_size`` is None: all ``n`` (one pass) up to
     :data:`ARRAY_PASS_BYTES` of float32 input (:data:`SPREAD_PASS_BYTES` where the ``slots``
     devices are several, each then taking at most an even share), :data:`STREAM_PASS_BYTES` where
-    an input is memory-mapped; a pass cut by those bytes holds a bucket's samples (at most 256, else
-    a multiple of 64: :func:`~malinn.model.buckets.bucket_floor`), whose plan pads none (a pass of
-    278 samples ran the plan of 320)."""
+    an input is memory-mapped, and where ``arena_per_sample`` is given (a device that shares the
+    host's memory: the bytes a pass's activations take per sample) up to :data:`SHARED_PASS_BYTES`
+    of activations; a pass cut by those bytes holds a bucket's samples (at most 256, else a multiple
+    of 64: :func:`~malinn.model.buckets.bucket_floor`), whose plan pads none (a pass of 278 samples
+    ran the plan of 320)."""
     per_sample = max(1, sum(4 * math.prod(a.shape[1:]) for a in arrays))
     if any(isinstance(a, np.memmap) for a in arrays):
         most = STREAM_PASS_BYTES
     else:
         most = SPREAD_PASS_BYTES if slots > 1 else ARRAY_PASS_BYTES
     step = bucket_floor(most // per_sample)  # a pass of a bucket's size: none of its samples padding
+    if arena_per_sample:
+        step = min(step, bucket_floor(SHARED_PASS_BYTES // arena_per_sample))
     if slots > 1:
         step = min(step, -(-n // slots))
     return max(1, min(step, n))

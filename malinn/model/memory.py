@@ -22,6 +22,9 @@ _PAD_BOUND = 1024
 MAX_TENSOR_BYTES = 4 * DIVIDE_MAX_ELEMENTS
 #: max_batch answers kept per model (device, precision, weights version, limit)
 _ANSWERS_KEPT = 32
+#: the tensors of the largest layer's size that a pass's arena holds at once, about: its input and
+#: output, and a padded copy or a patch buffer beside them
+_ARENA_TENSORS = 4
 
 
 class MemoryLimits(ModelHost):
@@ -110,6 +113,14 @@ class MemoryLimits(ModelHost):
             "activations": arena,
             "largest": largest,
         }
+
+    def _arena_bytes_per_sample(self) -> int:
+        """About the bytes a pass's activations take per sample, read from the layers' shapes alone
+        (no plan made): :data:`_ARENA_TENSORS` float32 tensors of the largest layer's size."""
+        if self.input_shapes is None:
+            raise self._not_built()
+        shapes = list(self.input_shapes) + [s[1:] for s in self._output_shapes(True)]
+        return _ARENA_TENSORS * 4 * max(math.prod(d or 1 for d in s) for s in shapes)
 
     def max_batch(self, device: Device | None = None, limit: int | None = None) -> int:
         """The most samples one device pass may take, so that no activation buffer exceeds the

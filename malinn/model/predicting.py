@@ -112,7 +112,11 @@ class Predicting(ModelHost):
             and not any(isinstance(a, np.memmap) for a in xs)
         ):  # a mapped file runs in passes
             return last[4].run(self._converted(xs))  # as a recent call of n samples: its plan, nothing decided again
-        step = min(n, batch_size) if batch_size else default_step(xs, n, len(pool))
+        if batch_size:
+            step = min(n, batch_size)
+        else:  # on a device whose memory is the host's, a pass's activations bounded too
+            shared = any(d.host_unified_memory for d in pool)
+            step = default_step(xs, n, len(pool), self._arena_bytes_per_sample() if shared else None)
         step = max(1, min(self.max_batch(d, limit=step) for d in set(pool)))
         passes = -(-n // step)
         # "auto" counts the batches asked for (batch_size, a memory-mapped input's passes), not a

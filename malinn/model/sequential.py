@@ -235,7 +235,9 @@ class Sequential(PlannedModel):
                 the device's largest allocation requires it (:meth:`max_batch`), into passes of
                 512 MiB of input for a larger array (160 MiB, at most one share per device, with
                 several devices), of 64 MiB for a memory-mapped array, and each
-                batch of an iterable as it comes. Every pass, the shorter last one too, runs the
+                batch of an iterable as it comes; on a device whose memory is the host's (PoCL,
+                Mali, Adreno) a pass also holds at most 256 MiB of activations, about
+                (``batches.SHARED_PASS_BYTES``). Every pass, the shorter last one too, runs the
                 plan of this size, so a sample's result does not depend on its pass; calls with
                 other pass sizes may run another kernel (a small-batch kernel below 16 samples,
                 for instance), whose sums differ in the last bits (docs/KERNELS.md).
