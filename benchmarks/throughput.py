@@ -40,7 +40,9 @@ With ``--devices N``, each MLP at batch 8192 is also predicted on N devices at o
 (``predict(x, devices=[...])``: one plan and one thread per device, the batch split in N shares),
 and each convolutional network at ``--multi-batch`` (8192 images: a data set's worth, 4.9 GB of
 input, run in passes of what each device's memory holds): ``multi_device`` rows give its
-samples/s and ``speedup`` over one device. With ``--pass-sizes B ...``, each convolutional
+samples/s and ``speedup`` over one device; with ``--pinned`` too, ``multi_device_pinned`` rows do
+the same for each MLP from page-locked input (``malinn.empty_pinned`` of the first device), where
+the host's copies of pageable memory are out of the way. With ``--pass-sizes B ...``, each convolutional
 network's ``--multi-batch`` images are also predicted in passes of B (``batch_size``) on one device
 and on the N: the ``pass_sizes`` rows, what predict's default pass of an array is set from
 (``malinn.model.batches.ARRAY_PASS_BYTES``, ``SPREAD_PASS_BYTES``). The devices are the
@@ -350,6 +352,32 @@ def several(model, x, pool: list, same: bool, network: str, seconds: float | Non
     }
 
 
+def several_pinned(model, x, pool: list, network: str, repeat: int, y) -> dict:
+    """A ``multi_device_pinned`` row: :func:`several` with ``x`` in page-locked memory
+    (``malinn.empty_pinned`` of the first device), one device against the devices of ``pool``."""
+    pinned = malinn.empty_pinned(x.shape, device=pool[0])
+    pinned[...] = x
+    np.testing.assert_allclose(model.predict(pinned, devices=pool, verbose=0), y, rtol=1e-4, atol=1e-4)
+    one = median_time(lambda: model.predict(pinned, devices=pool[:1], verbose=0), repeat, warmup=1)
+    spread = median_time(lambda: model.predict(pinned, devices=pool, verbose=0), repeat, warmup=1)
+    batch = x.shape[0]
+    print(
+        f"{network:<16} batch {batch:>5} from page-locked memory on {len(pool)} devices: "
+        f"{batch / spread:>12,.0f}/s, {one / spread:.2f}x one device ({batch / one:,.0f}/s)",
+        flush=True,
+    )
+    return {
+        "network": network,
+        "batch": batch,
+        "devices": [f"{d.index[0]}:{d.index[1]} {d.name}" for d in pool],
+        "seconds": spread,
+        "samples_per_s": batch / spread,
+        "one_device_seconds": one,
+        "one_device_samples_per_s": batch / one,
+        "speedup": one / spread,
+    }
+
+
 def pass_size(model, x, size: int, pool: list, network: str, repeat: int) -> dict:
     """A ``pass_sizes`` row: ``x`` predicted in passes of ``size`` samples (``batch_size``) on one
     device, and spread over the devices of ``pool`` where they are several."""
@@ -430,7 +458,8 @@ def main(argv=None):
         "--pinned",
         action="store_true",
         help="also time each MLP from page-locked input memory: malinn.empty_pinned beside torch's "
-        "pin_memory() (a row's 'pinned')",
+        "pin_memory() (a row's 'pinned'), and with --devices the MLPs' multi-device rows from it too "
+        "('multi_device_pinned')",
     )
     parser.add_argument(
         "--steps",
@@ -444,7 +473,7 @@ def main(argv=None):
     why = None if torch is not None else "torch with a CUDA GPU is not available here"
     names = args.networks or (["Partial MNIST", "Partial CIFAR"] if args.quick else list(MODELS) + list(CNNS))
     rng = np.random.default_rng(0)
-    rows, multi, split_rows, pass_rows = [], [], [], []
+    rows, multi, multi_pinned, split_rows, pass_rows = [], [], [], [], []
     pool, same = several_devices(args.devices) if args.devices > 1 else ([device], False)
     print(f"malinn on {device.name}; peer: {peer}" + (f" ({why})" if why else ""), flush=True)
     for name in [n for n in names if n in MODELS]:
@@ -467,6 +496,8 @@ def main(argv=None):
                 extra["steps"] = step_seconds(model.plan(batch, device), x, args.repeat)
             if len(pool) > 1 and batch == max(args.batches):
                 multi.append(several(model, x, pool, same, name, seconds, args.repeat, y))
+                if args.pinned:
+                    multi_pinned.append(several_pinned(model, x, pool, name, args.repeat, y))
             # the numpy reference last: its BLAS threads spin on the host's cores for a while after a
             # large product, and a predict timed then lost up to a third to them (its copy threads)
             error = float(np.abs(y - numpy_forward(weights, x)).max())
@@ -534,6 +565,7 @@ def main(argv=None):
         "peer_version": torch.__version__ if torch is not None else np.__version__,
         "repeat": args.repeat,
         "multi_device": multi,
+        "multi_device_pinned": multi_pinned,
         "auto_split": split_rows,
         "pass_sizes": pass_rows,
     }
