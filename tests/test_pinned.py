@@ -13,6 +13,7 @@ from support import assert_close, dense_forward
 
 import malinn
 from malinn import Sequential
+from malinn.backends import opencl_memory
 from malinn.backends.opencl_memory import STAGED_MIN_BYTES
 from malinn.layers import Dense
 
@@ -55,7 +56,7 @@ def test_page_locked_memory_is_known_by_address_while_an_array_on_it_lives(discr
     assert discrete.page_locked(view)  # the view keeps the mapping
     del view
     gc.collect()
-    assert start not in discrete.cache.get("page_locked", {})
+    assert start not in opencl_memory._PAGE_LOCKED.get(discrete.platform, {})
 
 
 def test_a_full_pass_from_page_locked_memory_is_one_copy_with_the_same_results(discrete):
@@ -87,3 +88,39 @@ def test_on_a_device_sharing_the_hosts_memory_it_is_plain_memory(device):
         pytest.skip("a device that shares the host's memory")
     array = malinn.empty_pinned((300, 1024), device=device)
     assert not device.page_locked(array)
+
+
+def test_another_device_of_the_platform_uploads_page_locked_memory_as_its_own(discrete, monkeypatch):
+    """Memory pinned through one device's context is page-locked for every device of its platform
+    (a twin: a second device object on the same OpenCL device, a context of its own, as the second
+    of two identical GPUs): a full pass of it is one upload there too, no staging ring, the results
+    the model's; a device of another platform does not take it as page-locked."""
+    import pyopencl as cl
+
+    from malinn.backends import opencl as opencl_backend
+    from malinn.backends import selection
+
+    twin = opencl_backend.probe(cl, discrete.cl_device.platform, discrete.cl_device, (discrete.index[0], 99))
+    assert twin.context != discrete.context and twin.platform == discrete.platform
+    monkeypatch.setattr(selection, "_devices", [*malinn.devices(), twin])  # listed among the working devices
+    monkeypatch.setattr(twin, "host_unified_memory", False)
+    rng = np.random.default_rng(12)
+    model = Sequential([Dense(13, activation="relu"), Dense(3)])
+    model.build((None, 1024))
+    model.set_weights([rng.standard_normal(w.shape).astype(np.float32) * 0.05 for w in model.get_weights()])
+    w = model.get_weights()
+    samples = STAGED_MIN_BYTES // (4 * 1024)
+    plain = rng.standard_normal((samples, 1024)).astype(np.float32)
+    pinned = malinn.empty_pinned(plain.shape, device=discrete)  # pinned through the first device's context
+    pinned[...] = plain
+    assert twin.page_locked(pinned) and twin.page_locked(pinned[:100])
+    assert not twin.page_locked(plain)
+    plan = model.plan(samples, twin)
+    assert plan._rings[0][0] is not None  # a pageable input of this size would go through the ring
+    before = dict(twin.counters)
+    got = model.predict(pinned, devices=twin, verbose=0)
+    assert twin.counters.get("staged", 0) == before.get("staged", 0)  # no ring: one copy
+    assert twin.counters["uploads"] - before["uploads"] == 1
+    assert_close(got, dense_forward(plain, [(w[0], w[1], "relu"), (w[2], w[3], "linear")]))
+    monkeypatch.setattr(twin, "platform", twin.platform + " (another)")
+    assert not twin.page_locked(pinned)

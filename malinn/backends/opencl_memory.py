@@ -6,6 +6,7 @@ through a ring of page-locked slots in chunks (:mod:`.opencl_staging`).
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -54,6 +55,19 @@ DIRECT_MIN_BYTES = 1024 * 1024
 #: 8.9-10.4 through the ring; 12.6 MB at 12.4 against 13.8, 21-26 MB at 13.5-13.6 against 17.9-18.6)
 STAGED_MIN_BYTES = 12 * 1024 * 1024
 
+#: the page-locked memory :meth:`DeviceMemory.host_array` gave out, by platform: start address ->
+#: end. Memory pinned through one context is copied by DMA by every device of its platform (two
+#: H200s each copied memory pinned through the other's context at the page-locked pace), so a
+#: device uploads another device's page-locked memory directly, as its own (a page-locked input
+#: spread over several GPUs), where it would take a pageable array's staging ring
+_PAGE_LOCKED: dict[str, dict[int, int]] = {}
+_PAGE_LOCKED_LOCK = threading.Lock()
+
+
+def _forget_page_locked(platform: str, start: int) -> None:
+    with _PAGE_LOCKED_LOCK:
+        _PAGE_LOCKED.get(platform, {}).pop(start, None)
+
 
 class DeviceMemory:
     """The memory side of :class:`~malinn.backends.opencl.OpenCLDevice` (a mixin: it reads the
@@ -62,6 +76,7 @@ class DeviceMemory:
     # what it reads of the device (:class:`~malinn.backends.base.Device`'s and
     # :class:`~malinn.backends.opencl.OpenCLDevice`'s fields)
     name: str
+    platform: str
     max_allocation: int
     host_unified_memory: bool
     image_support: bool
@@ -178,20 +193,24 @@ class DeviceMemory:
             ) from exc
         view[...] = 0
         start = view.__array_interface__["data"][0]
-        regions = self.cache.setdefault("page_locked", {})
-        regions[start] = start + nbytes
-        weakref.finalize(view, regions.pop, start, None)  # unmapped with the last array on it
+        with _PAGE_LOCKED_LOCK:
+            _PAGE_LOCKED.setdefault(self.platform, {})[start] = start + nbytes
+        weakref.finalize(view, _forget_page_locked, self.platform, start)  # unmapped with the last array on it
         return view  # the mapping keeps the buffer alive as long as the array
 
     def page_locked(self, array: np.ndarray) -> bool:
         """:meth:`Device.page_locked`: whether ``array`` lies in page-locked memory of
-        :meth:`host_array`'s (a slot, a staging array, :func:`malinn.empty_pinned`'s)."""
-        regions = self.cache.get("page_locked")
-        if not regions or array.base is None:  # memory given out is a view of its mapping, never owned
+        :meth:`host_array`'s (a slot, a staging array, :func:`malinn.empty_pinned`'s), this
+        device's or another's of its platform (:data:`_PAGE_LOCKED`)."""
+        if array.base is None:  # memory given out is a view of its mapping, never owned
             return False
-        start = array.__array_interface__["data"][0]
-        stop = start + array.nbytes
-        return any(begin <= start and stop <= end for begin, end in regions.items())
+        with _PAGE_LOCKED_LOCK:
+            regions = _PAGE_LOCKED.get(self.platform)
+            if not regions:
+                return False
+            start = array.__array_interface__["data"][0]
+            stop = start + array.nbytes
+            return any(begin <= start and stop <= end for begin, end in regions.items())
 
     def stages_input(self, nbytes: int) -> bool:
         """True where :meth:`host_array` gives page-locked memory and the input is below
