@@ -56,8 +56,7 @@ DIRECT_MIN_BYTES = 1024 * 1024
 STAGED_MIN_BYTES = 12 * 1024 * 1024
 
 #: the page-locked memory :meth:`DeviceMemory.host_array` gave out, by platform: start address ->
-#: end. Memory pinned through one context is copied by DMA by every device of its platform (two
-#: H200s each copied memory pinned through the other's context at the page-locked pace), so a
+#: end. Host memory a driver pinned through one context is pinned for its other contexts too, so a
 #: device uploads another device's page-locked memory directly, as its own (a page-locked input
 #: spread over several GPUs), where it would take a pageable array's staging ring
 _PAGE_LOCKED: dict[str, dict[int, int]] = {}
