@@ -11,6 +11,7 @@ from ..plan import kinds
 from ..plan.tensors import Vector
 from .base import Layer, glorot_uniform, numeric_weights
 from .keras_config import KerasContext, NotConvertible
+from .lookup import EXACT_TOKENS
 from .masking import with_mask, with_mask_maker
 
 if TYPE_CHECKING:
@@ -42,7 +43,8 @@ class Embedding(Layer):
         name: the layer's name.
 
     Raises:
-        ValueError: a size is not a positive integer.
+        ValueError: a size is not a positive integer, or ``input_dim`` is beyond 2^24, where float32
+            indices are no longer exact (an index would read another row).
     """
 
     weight_names = ("embeddings",)
@@ -59,6 +61,12 @@ class Embedding(Layer):
     def __init__(self, input_dim: int, output_dim: int, mask_zero: bool = False, name: str | None = None):
         super().__init__(name)
         self.input_dim = _positive(input_dim, f"Embedding layer {self.name!r}: input_dim")
+        if self.input_dim > EXACT_TOKENS:
+            raise ValueError(
+                f"Embedding layer {self.name!r}: input_dim {self.input_dim:,} is beyond 2^24 "
+                f"({EXACT_TOKENS:,}): malinn's inputs are float32, whose integers are exact only up to "
+                f"2^24, so a larger index would read another row"
+            )
         self.output_dim = _positive(output_dim, f"Embedding layer {self.name!r}: output_dim")
         self.mask_zero = bool(mask_zero)
         self.embeddings: np.ndarray | None = None

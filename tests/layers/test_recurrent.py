@@ -105,6 +105,11 @@ def test_validation_and_config():
         GRU(3, activation="softmax")
     with pytest.raises(ValueError, match="output_dim must be a positive integer"):
         Embedding(3, 0)
+    # float32 indices are exact up to 2^24: a larger table would have rows no index reaches exactly
+    assert Embedding(2**24, 2).input_dim == 2**24  # indices 0 to 2^24 - 1: every one exact
+    with pytest.raises(ValueError, match=r"input_dim 16,777,217 is beyond 2\^24 .* would read another row"):
+        Embedding(2**24 + 1, 2)
+    assert np.float32(2**24 + 1) == np.float32(2**24)  # why: the index 2^24 + 1 reads row 2^24
     gru = GRU(4, reset_after=False, go_backwards=True, name="g")
     assert GRU.from_config(gru.get_config()).get_config() == gru.get_config()
     gru.build((None, 5, 2))
