@@ -78,6 +78,7 @@ def _column(batch: Any, name: str) -> np.ndarray:
 
     Raises:
         KeyError: the batch has no such column (the message lists those it has).
+        ValueError: its rows are arrays of different shapes.
     """
     try:
         column = batch[name]
@@ -87,7 +88,14 @@ def _column(batch: Any, name: str) -> np.ndarray:
         ) from None
     column = column.to_numpy() if hasattr(column, "to_numpy") else np.asarray(column)
     if column.dtype == object:
-        column = np.stack([np.asarray(row) for row in column]) if len(column) else column.astype(np.float32)
+        rows = [np.asarray(row) for row in column]
+        shapes = sorted({row.shape for row in rows})
+        if len(shapes) > 1:
+            raise ValueError(
+                f"malinn.ray.Predictor: column {name!r} holds rows of different shapes "
+                f"({', '.join(map(str, shapes[:4]))}{', ...' if len(shapes) > 4 else ''})"
+            )
+        column = np.stack(rows) if rows else column.astype(np.float32)
     return column
 
 
@@ -146,11 +154,19 @@ class Predictor:
         Returns:
             The batch without the input column(s), with the predictions' column(s) added (float32,
             one row per sample): keys and labels pass through beside their scores.
+
+        Raises:
+            KeyError: an input column is missing.
+            ValueError: an input column's rows do not fit the model (the message names the column,
+                the layer and the shapes).
         """
         names = self.input_column if isinstance(self.input_column, (list, tuple)) else [self.input_column]
         arrays = [_column(batch, name) for name in names]
         x = arrays if isinstance(self.input_column, (list, tuple)) else arrays[0]
-        y = self.model.predict(x, batch_size=self.batch_size, verbose=0, devices=self.devices)
+        try:
+            y = self.model.predict(x, batch_size=self.batch_size, verbose=0, devices=self.devices)
+        except ValueError as exc:  # the input's shape or kind: which column gave it
+            raise ValueError(f"malinn.ray.Predictor, column(s) {', '.join(map(repr, names))}: {exc}") from None
         if isinstance(y, dict):
             outputs = {f"{self.output_column}_{name}": value for name, value in y.items()}
         elif isinstance(y, list):

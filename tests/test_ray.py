@@ -97,6 +97,13 @@ def test_a_predictor_outside_ray_and_the_gpus_ray_assigns(tmp_path):
         actor_devices(beyond)
     with pytest.raises(KeyError, match="the batch has no column 'data'; it has x"):
         Predictor(model)({"x": x})
+    # a column that does not fit the model is named beside the layer and the shapes
+    with pytest.raises(ValueError, match=r"^malinn.ray.Predictor, column\(s\) 'data': .*\(None, 12\).*\(10, 11\)"):
+        Predictor(model)({"data": x[:, :11]})
+    ragged = np.empty(2, dtype=object)
+    ragged[:] = [x[0], x[1, :11]]  # a list column whose rows differ
+    with pytest.raises(ValueError, match=r"column 'data' holds rows of different shapes \(\(11,\), \(12,\)\)"):
+        Predictor(model)({"data": ragged})
 
 
 def test_without_ray_a_predictor_says_how_to_install_it():
