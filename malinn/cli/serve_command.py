@@ -19,6 +19,9 @@ from ..serve.config import (
 
 __all__ = ["add_serve_command", "cmd_serve"]
 
+#: the batching parameters the command line sets, each by the flag of its name (--max-batch-size)
+BATCHING_FLAGS = ("max_batch_size", "batch_timeout_micros", "max_enqueued_batches", "allowed_batch_sizes")
+
 
 def _count(text: str, least: int = 1) -> int:
     try:
@@ -189,7 +192,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         batch_timeout_micros=args.batch_timeout_micros,
         max_enqueued_batches=args.max_enqueued_batches,
         allowed_batch_sizes=args.allowed_batch_sizes or (),
-    ).checked("malinn serve")
+    ).checked("malinn serve", names={key: "--" + key.replace("_", "-") for key in BATCHING_FLAGS})
     models = [model_arg(text, batching, args.precision) for text in args.models]
     workers = args.parse_workers
     if args.model_config_file:

@@ -112,27 +112,33 @@ class BatchingParameters:
         """The most samples the queue holds (batching or not)."""
         return self.max_enqueued_batches * self.max_batch_size
 
-    def checked(self, where: str) -> "BatchingParameters":
-        """These parameters, or a ConfigError naming ``where`` and the value out of range."""
+    def checked(self, where: str, names: dict | None = None) -> "BatchingParameters":
+        """These parameters, or a ConfigError naming ``where`` and the value out of range, each
+        parameter called as ``names`` calls it (the command line's flags), else by its key."""
+
+        def called(key: str) -> str:
+            return (names or {}).get(key, key)
+
         for name in ("max_batch_size", "max_enqueued_batches"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{where}: {name} must be a positive integer, got {value!r}")
+                raise ConfigError(f"{where}: {called(name)} must be a positive integer, got {value!r}")
         value = self.batch_timeout_micros
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(f"{where}: batch_timeout_micros must be an integer >= 0, got {value!r}")
+            raise ConfigError(f"{where}: {called('batch_timeout_micros')} must be an integer >= 0, got {value!r}")
         sizes = self.allowed_batch_sizes
         if sizes:
             if any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes) or list(sizes) != sorted(
                 set(sizes)
             ):
                 raise ConfigError(
-                    f"{where}: allowed_batch_sizes must be positive integers in increasing order, got {list(sizes)}"
+                    f"{where}: {called('allowed_batch_sizes')} must be positive integers in increasing order, "
+                    f"got {list(sizes)}"
                 )
             if sizes[-1] != self.max_batch_size:
                 raise ConfigError(
-                    f"{where}: the last of allowed_batch_sizes ({sizes[-1]}) must equal max_batch_size "
-                    f"({self.max_batch_size}), as TensorFlow Serving requires"
+                    f"{where}: the last of {called('allowed_batch_sizes')} ({sizes[-1]}) must equal "
+                    f"{called('max_batch_size')} ({self.max_batch_size}), as TensorFlow Serving requires"
                 )
         return self
 

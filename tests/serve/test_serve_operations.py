@@ -207,7 +207,7 @@ def test_without_the_serve_extra_the_command_says_how_to_install_it(keras_models
         (
             ["serve", "--allowed-batch-sizes", "1,2,4", "--max-batch-size", "8", "m.keras"],
             1,
-            ["allowed_batch_sizes", "max_batch_size"],
+            ["the last of --allowed-batch-sizes (4) must equal --max-batch-size (8)"],
         ),
         (["serve", "--model-config-file", "/no/such.json"], 1, ["/no/such.json"]),
     ],
