@@ -339,16 +339,21 @@ def several(model, x, pool: list, same: bool, network: str, seconds: float | Non
         f"({batch / seconds:,.0f}/s)",
         flush=True,
     )
+    return {**multi_row(network, batch, pool, seconds, spread_seconds), "same_device": same}
+
+
+def multi_row(network: str, batch: int, pool: list, one: float, spread: float) -> dict:
+    """A multi-device row's figures: ``batch`` samples in ``one`` second(s) on one device and
+    ``spread`` on the devices of ``pool``."""
     return {
         "network": network,
         "batch": batch,
         "devices": [f"{d.index[0]}:{d.index[1]} {d.name}" for d in pool],
-        "same_device": same,
-        "seconds": spread_seconds,
-        "samples_per_s": batch / spread_seconds,
-        "one_device_seconds": seconds,
-        "one_device_samples_per_s": batch / seconds,
-        "speedup": seconds / spread_seconds,
+        "seconds": spread,
+        "samples_per_s": batch / spread,
+        "one_device_seconds": one,
+        "one_device_samples_per_s": batch / one,
+        "speedup": one / spread,
     }
 
 
@@ -366,16 +371,7 @@ def several_pinned(model, x, pool: list, network: str, repeat: int, y) -> dict:
         f"{batch / spread:>12,.0f}/s, {one / spread:.2f}x one device ({batch / one:,.0f}/s)",
         flush=True,
     )
-    return {
-        "network": network,
-        "batch": batch,
-        "devices": [f"{d.index[0]}:{d.index[1]} {d.name}" for d in pool],
-        "seconds": spread,
-        "samples_per_s": batch / spread,
-        "one_device_seconds": one,
-        "one_device_samples_per_s": batch / one,
-        "speedup": one / spread,
-    }
+    return multi_row(network, batch, pool, one, spread)
 
 
 def pass_size(model, x, size: int, pool: list, network: str, repeat: int) -> dict:

@@ -340,3 +340,33 @@ def small_conv_model():
     model.build((None, 6, 6, 3))
     model.set_weights([rng.standard_normal(w.shape).astype(np.float32) * 0.3 for w in model.get_weights()])
     return model
+
+
+def small_dense_model(seed=0):
+    """Dense(24, relu) then Dense(5, softmax) over 37 features, seeded weights."""
+    from malinn import Sequential
+    from malinn.layers import Dense
+
+    rng = np.random.default_rng(seed)
+    model = Sequential([Dense(24, activation="relu"), Dense(5, activation="softmax")])
+    model.build((None, 37))
+    model.set_weights([rng.standard_normal(w.shape).astype(np.float32) * 0.3 for w in model.get_weights()])
+    return model
+
+
+def small_dense_reference(model, x):
+    """numpy's forward of a :func:`small_dense_model`."""
+    w = model.get_weights()
+    return dense_forward(np.asarray(x, np.float32), [(w[0], w[1], "relu"), (w[2], w[3], "softmax")])
+
+
+def two_input_model():
+    """Inputs ``a`` (6) and ``b`` (4), each through a Dense of 3, added; seeded weights."""
+    from malinn import Functional, Input
+    from malinn.layers import Add, Dense
+
+    a, b = Input((6,), name="a"), Input((4,), name="b")
+    model = Functional([a, b], Add()([Dense(3, name="da")(a), Dense(3, name="db")(b)]))
+    rng = np.random.default_rng(3)
+    model.set_weights([rng.standard_normal(w.shape).astype(np.float32) for w in model.get_weights()])
+    return model

@@ -10,35 +10,14 @@ import threading
 
 import numpy as np
 import pytest
-from support import assert_close, dense_forward
+from support import assert_close
+from support import small_dense_model as small_model
+from support import small_dense_reference as reference
+from support import two_input_model as two_inputs
 
 import malinn
-from malinn import Functional, Input, Sequential
-from malinn.layers import Add, Dense
 from malinn.model import batches
 from malinn.model.passes import spread
-
-
-def small_model(seed=0):
-    rng = np.random.default_rng(seed)
-    model = Sequential([Dense(24, activation="relu"), Dense(5, activation="softmax")])
-    model.build((None, 37))
-    model.set_weights([rng.standard_normal(w.shape).astype(np.float32) * 0.3 for w in model.get_weights()])
-    return model
-
-
-def reference(model, x):
-    w = model.get_weights()
-    return dense_forward(np.asarray(x, np.float32), [(w[0], w[1], "relu"), (w[2], w[3], "softmax")])
-
-
-def two_inputs():
-    a, b = Input((6,), name="a"), Input((4,), name="b")
-    y = Add()([Dense(3, name="da")(a), Dense(3, name="db")(b)])
-    model = Functional([a, b], y)
-    rng = np.random.default_rng(3)
-    model.set_weights([rng.standard_normal(w.shape).astype(np.float32) for w in model.get_weights()])
-    return model
 
 
 def test_memory_mapped_npy_is_read_a_pass_at_a_time(device, tmp_path, monkeypatch):

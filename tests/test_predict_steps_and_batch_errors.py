@@ -7,31 +7,10 @@ import warnings
 
 import numpy as np
 import pytest
-from support import assert_close, dense_forward
-
-from malinn import Functional, Input, Sequential
-from malinn.layers import Add, Dense
-
-
-def small_model(seed=0):
-    rng = np.random.default_rng(seed)
-    model = Sequential([Dense(24, activation="relu"), Dense(5, activation="softmax")])
-    model.build((None, 37))
-    model.set_weights([rng.standard_normal(w.shape).astype(np.float32) * 0.3 for w in model.get_weights()])
-    return model
-
-
-def reference(model, x):
-    w = model.get_weights()
-    return dense_forward(np.asarray(x, np.float32), [(w[0], w[1], "relu"), (w[2], w[3], "softmax")])
-
-
-def two_inputs():
-    a, b = Input((6,), name="a"), Input((4,), name="b")
-    model = Functional([a, b], Add()([Dense(3, name="da")(a), Dense(3, name="db")(b)]))
-    rng = np.random.default_rng(3)
-    model.set_weights([rng.standard_normal(w.shape).astype(np.float32) for w in model.get_weights()])
-    return model
+from support import assert_close
+from support import small_dense_model as small_model
+from support import small_dense_reference as reference
+from support import two_input_model as two_inputs
 
 
 def test_steps_without_batch_size_predicts_every_sample_in_that_many_batches(device):
