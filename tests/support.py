@@ -342,15 +342,15 @@ def small_conv_model():
     return model
 
 
-def small_dense_model(seed=0):
-    """Dense(24, relu) then Dense(5, softmax) over 37 features, seeded weights."""
+def small_dense_model(seed=0, features=37, hidden=24, outputs=5, scale=0.3):
+    """Dense(hidden, relu) then Dense(outputs, softmax) over ``features``, seeded weights."""
     from malinn import Sequential
     from malinn.layers import Dense
 
     rng = np.random.default_rng(seed)
-    model = Sequential([Dense(24, activation="relu"), Dense(5, activation="softmax")])
-    model.build((None, 37))
-    model.set_weights([rng.standard_normal(w.shape).astype(np.float32) * 0.3 for w in model.get_weights()])
+    model = Sequential([Dense(hidden, activation="relu"), Dense(outputs, activation="softmax")])
+    model.build((None, features))
+    model.set_weights([rng.standard_normal(w.shape).astype(np.float32) * scale for w in model.get_weights()])
     return model
 
 

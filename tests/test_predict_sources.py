@@ -262,7 +262,8 @@ def test_an_error_on_one_of_several_devices_names_it(device):
         yield x
         yield np.zeros((10, 36), np.float32)
 
-    with pytest.raises(ValueError, match=f"device {device.index[0]}:{device.index[1]} .*expected shape"):
+    label = f"device {device.index[0]}:{device.index[1]} "
+    with pytest.raises(ValueError, match=f"^{label}.*: batch 2 of the iterable: Input of layer .*expected shape"):
         model.predict(broken(), devices=[device, device])
 
     def failing():

@@ -10,10 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import ray
-from support import assert_close
+from support import assert_close, small_dense_model
 
 import malinn
-from malinn import DeviceError, Functional, Input, Sequential
+from malinn import DeviceError, Functional, Input
 from malinn.layers import Concatenate, Dense
 from malinn.ray import RAY_HINT, Predictor, actor_devices
 
@@ -27,11 +27,7 @@ def cluster():
 
 
 def scorer(seed=0):
-    rng = np.random.default_rng(seed)
-    model = Sequential([Dense(16, activation="relu"), Dense(4, activation="softmax")])
-    model.build((None, 12))
-    model.set_weights([rng.standard_normal(w.shape).astype(np.float32) * 0.5 for w in model.get_weights()])
-    return model
+    return small_dense_model(seed, features=12, hidden=16, outputs=4, scale=0.5)
 
 
 def by_id(rows, column="predictions"):
