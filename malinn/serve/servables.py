@@ -125,6 +125,9 @@ class ModelManager(VersionTable):
         try:
             for served in self.models.values():
                 self.failed += self._sync(served)
+            if not self.failed:
+                for served in self.models.values():
+                    self.failed += self._unavailable_labels(served)
         except Exception as exc:  # a bug here must not leave the server waiting for ever
             self.failed.append(f"unexpected {type(exc).__name__}: {exc}")
         finally:
@@ -145,6 +148,19 @@ class ModelManager(VersionTable):
                         )
 
     # ------------------------------------------------------------------ versions
+    def _unavailable_labels(self, served: ServedModel) -> list[str]:
+        """A refusal for each version label of ``served`` that names a version not AVAILABLE after
+        the first loads: TensorFlow Serving refuses to assign such a label (unless told to allow
+        it), so a config file that names one stops the server instead of answering 404 later."""
+        with self._lock:
+            available = sorted(n for n, v in served.versions.items() if v.state == "AVAILABLE")
+        return [
+            f"model {served.name!r}: version label {label!r} names version {number}, which is not available "
+            f"(available: {', '.join(map(str, available)) or 'none'}); a label names a version the policy loads"
+            for label, number in sorted(served.config.labels.items())
+            if number not in available
+        ]
+
     def _sync(self, served: ServedModel) -> list[str]:
         """Loads the versions the policy wants and are not loaded, then unloads those it no longer
         wants (once one it wants is AVAILABLE); returns the load errors."""

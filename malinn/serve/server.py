@@ -3,7 +3,8 @@
 The port is bound first (port 0: a free one) and announced on stderr (``malinn: REST API at
 http://HOST:PORT``); the models load while the server already answers liveness (``/healthz``) and
 readiness (``/readyz``: 503 until every model has an AVAILABLE version). A model that fails its
-first load stops the server (exit status 1), as TensorFlow Serving does.
+first load, or a version label that names a version not then AVAILABLE, stops the server (exit
+status 1), as TensorFlow Serving does.
 
 SIGTERM, SIGINT and SIGHUP stop it gracefully: readiness turns 503, no new connection is accepted,
 idle keep-alive connections are closed, every request in flight is answered (the queues drain), the
@@ -138,7 +139,7 @@ async def _run(server: Any, manager: ModelManager, sock: socket.socket, say: Cal
     if manager.failed and not serving.done():
         for error in manager.failed:
             say(f"error: {error}")
-        say("a model failed to load: stopping")
+        say("the models cannot be served as configured: stopping")
         server.should_exit = True
         status = 1
     elif not serving.done():
@@ -181,7 +182,7 @@ def _serve_with_fronts(config: ServeConfig, say: Callable[[str], None]) -> int:
                 if manager.failed:
                     for error in manager.failed:
                         say(f"error: {error}")
-                    say("a model failed to load: stopping")
+                    say("the models cannot be served as configured: stopping")
                     status = 1
                     break
                 if fronts.all_up:

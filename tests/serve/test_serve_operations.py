@@ -169,6 +169,22 @@ def test_a_new_version_is_loaded_beside_the_old_and_switched_to_under_load(keras
     assert server.stop() == 0, "\n".join(server.stderr)
 
 
+def test_a_version_label_naming_a_version_not_served_stops_the_server_with_status_1(keras_models, tmp_path):
+    """As TensorFlow Serving, which refuses to assign a label to a version that is not available."""
+    base = tmp_path / "digits"
+    (base / "2").mkdir(parents=True)
+    shutil.copy(keras_models.path("mlp"), base / "2" / "model.keras")
+    config = tmp_path / "models.json"
+    entry = {"name": "digits", "base_path": str(base), "version_labels": {"stable": 2, "canary": 3}}
+    config.write_text(json.dumps({"model_config_list": [entry]}))
+    server = ServerProcess("--model-config-file", str(config))
+    assert server.proc.wait(120) == 1
+    time.sleep(0.2)
+    text = "\n".join(server.stderr)
+    assert "model 'digits': version label 'canary' names version 3, which is not available (available: 2)" in text
+    assert "'stable'" not in text and "cannot be served as configured" in text and "Traceback" not in text, text
+
+
 def test_a_model_that_fails_its_first_load_stops_the_server_with_status_1(tmp_path):
     broken = tmp_path / "broken.keras"
     broken.write_bytes(b"PK\x03\x04 not really a zip")
