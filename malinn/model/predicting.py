@@ -83,12 +83,7 @@ class Predicting(ModelHost):
         if is_iterable_source(x):
             return self._run_iterable(x, batch_size, every_layer, verbose, steps, pool)
         xs = self._check_inputs(x, convert=False)
-        n = xs[0].shape[0]
-        if any(a.shape[0] != n for a in xs):
-            raise ValueError(
-                f"{type(self).__name__} {self.name!r}: the inputs have different numbers of samples "
-                f"({', '.join(str(a.shape[0]) for a in xs)})"
-            )
+        n = self._samples(xs)
         if steps is not None:  # Keras's: steps batches of batch_size, or where not given every sample in steps batches
             if batch_size is None:
                 batch_size = max(1, -(-n // steps))
@@ -176,11 +171,7 @@ class Predicting(ModelHost):
             index, x = batch
             try:
                 xs = self._check_inputs(x)
-                if any(a.shape[0] != xs[0].shape[0] for a in xs):
-                    raise ValueError(
-                        f"{type(self).__name__} {self.name!r}: the inputs have different numbers of "
-                        f"samples ({', '.join(str(a.shape[0]) for a in xs)})"
-                    )
+                self._samples(xs)
             except ValueError as exc:  # which batch of the iterable, beside the layer and the shapes
                 raise ValueError(f"batch {index} of the iterable: {exc}") from None
             return xs
@@ -202,6 +193,20 @@ class Predicting(ModelHost):
                 f"built (its output shape is not known)"
             )
         return results.collect(self._no_samples(every_layer))
+
+    def _samples(self, xs: list) -> int:
+        """The samples of the checked inputs ``xs``, the same for every input.
+
+        Raises:
+            ValueError: the inputs have different numbers of samples.
+        """
+        n = xs[0].shape[0]
+        if any(a.shape[0] != n for a in xs):
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r}: the inputs have different numbers of samples "
+                f"({', '.join(str(a.shape[0]) for a in xs)})"
+            )
+        return n
 
     def _ran_out(self, steps: int, available: int, depth: int) -> None:
         """Warns, as Keras does, that the input holds fewer than the ``steps`` batches asked for
@@ -229,13 +234,8 @@ class Predicting(ModelHost):
             largest = [0]
 
             def work(batch: Any, device: Device = device, replica: int = replica, largest: list = largest) -> list:
-                xs = prepare(batch)
+                xs = prepare(batch)  # checked: every input of as many samples
                 m = xs[0].shape[0]
-                if any(a.shape[0] != m for a in xs):
-                    raise ValueError(
-                        f"{type(self).__name__} {self.name!r}: the inputs have different numbers of "
-                        f"samples ({', '.join(str(a.shape[0]) for a in xs)})"
-                    )
                 if m == 0:
                     return self._no_samples(every_layer)
                 size = self.max_batch(device, limit=step or m)  # found once per device and size
