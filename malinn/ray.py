@@ -89,13 +89,14 @@ def _column(batch: Any, name: str) -> np.ndarray:
     column = column.to_numpy() if hasattr(column, "to_numpy") else np.asarray(column)
     if column.dtype == object:
         rows = [np.asarray(row) for row in column]
-        shapes = sorted({row.shape for row in rows})
-        if len(shapes) > 1:
+        try:
+            column = np.stack(rows) if rows else column.astype(np.float32)
+        except ValueError:  # rows of different shapes: which ones, named (numpy's message names neither)
+            shapes = sorted({row.shape for row in rows})
             raise ValueError(
                 f"malinn.ray.Predictor: column {name!r} holds rows of different shapes "
                 f"({', '.join(map(str, shapes[:4]))}{', ...' if len(shapes) > 4 else ''})"
-            )
-        column = np.stack(rows) if rows else column.astype(np.float32)
+            ) from None
     return column
 
 
