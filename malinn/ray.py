@@ -93,6 +93,8 @@ def _column(batch: Any, name: str) -> np.ndarray:
             column = np.stack(rows) if rows else column.astype(np.float32)
         except ValueError:  # rows of different shapes: which ones, named (numpy's message names neither)
             shapes = sorted({row.shape for row in rows})
+            if len(shapes) < 2:
+                raise
             raise ValueError(
                 f"malinn.ray.Predictor: column {name!r} holds rows of different shapes "
                 f"({', '.join(map(str, shapes[:4]))}{', ...' if len(shapes) > 4 else ''})"
