@@ -37,7 +37,8 @@ With ``--steps``, each MLP row also lists its plan's steps with each launch's me
 (``models.step_seconds``: OpenCL profiling events): where the kernels' time goes.
 
 With ``--devices N``, each MLP at batch 8192 is also predicted on N devices at once
-(``predict(x, devices=[...])``: one plan and one thread per device, the batch split in N shares),
+(``predict(x, devices=[...])``: one plan per device, the batch split in N shares, every share's
+pass enqueued before the first is waited for),
 and each convolutional network at ``--multi-batch`` (8192 images: a data set's worth, 4.9 GB of
 input, run in passes of what each device's memory holds): ``multi_device`` rows give its
 samples/s and ``speedup`` over one device; with ``--pinned`` too, ``multi_device_pinned`` rows do
@@ -323,7 +324,7 @@ def auto_split(model, x, device, seconds: float, repeat: int, network: str) -> d
 
 def several(model, x, pool: list, same: bool, network: str, seconds: float | None, repeat: int, y=None) -> dict:
     """A ``multi_device`` row: ``x`` predicted on the devices of ``pool`` at once (the batch split in
-    shares, one thread per device) beside one device's ``seconds`` (timed here where None), the
+    shares, one pass in flight per device) beside one device's ``seconds`` (timed here where None), the
     results checked against one device's ``y`` (predicted here where None)."""
     if y is None:
         y = model.predict(x, verbose=0)

@@ -1,12 +1,14 @@
 """Compiled plans: what is decided once, fused, laid out, shared and reused, and that it computes Keras's values."""
 
+import threading
+
 import numpy as np
 import pytest
 from support import activation as ref_activation
 from support import assert_close, summary_rows
 from support import model_forward as numpy_forward
 
-from malinn import BackendError, Sequential, ops
+from malinn import BackendError, DeviceError, Sequential, ops
 from malinn.choice import kernel_choice
 from malinn.layers import Activation, BatchNormalization, Conv2D, Dense, Flatten, ReLU, Softmax
 from malinn.library.kernel_library import load_library
@@ -85,6 +87,46 @@ def test_predict_is_one_upload_and_one_download_and_plans_are_kept(device, rng):
     assert device.counters["uploads"] - before["uploads"] == 1
     assert device.counters["downloads"] - before["downloads"] == 1
     assert device.counters["launches"] - before["launches"] == len(plan.launches)
+
+
+def test_a_pass_started_and_taken_later_equals_a_run_and_holds_the_plans_lock_until_taken(device, rng, monkeypatch):
+    model = dense_model([37, 13, 5], ["relu", None])
+    first, second = (rng.standard_normal((9, 37)).astype(np.float32) for _ in range(2))
+    plan, other = model.plan(9, device), model.plan(9, device, replica=1)
+    want = [plan.run([first])[0], plan.run([second])[0]]
+    # two plans' passes in flight from one thread, then taken: what one run at a time gives
+    pending = [plan.start([first]), other.start([second])]
+    taken = [p.result()[0] for p in pending]
+    np.testing.assert_array_equal(taken[0], want[0])
+    np.testing.assert_array_equal(taken[1], want[1])
+    with pytest.raises(RuntimeError, match="taken before"):
+        pending[0].result()
+
+    def free_elsewhere() -> bool:  # whether another thread can take the plan's lock now
+        got = []
+
+        def take() -> None:
+            got.append(plan.lock.acquire(blocking=False))
+            if got[0]:
+                plan.lock.release()
+
+        thread = threading.Thread(target=take)
+        thread.start()
+        thread.join()
+        return got[0]
+
+    started = plan.start([first])
+    assert not free_elsewhere()  # another thread's pass waits until this one is taken
+    np.testing.assert_array_equal(started.result()[0], want[0])
+    assert free_elsewhere()
+
+    def refused(*args):
+        raise DeviceError("the driver refused the pass")
+
+    monkeypatch.setattr(device, "start_pass", refused)
+    with pytest.raises(DeviceError, match="refused"):  # a start that fails gives the lock back
+        plan.start([first])
+    assert free_elsewhere()
 
 
 def test_plans_are_made_again_when_weights_or_kernel_choices_change(device, rng):

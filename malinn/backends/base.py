@@ -16,7 +16,9 @@ The contract, in the order a model meets it:
   macro in the kernel language);
 * launches: :meth:`Device.bind` sets a kernel's arguments once and returns a zero-argument callable
   that enqueues it, so a compiled plan launches with no per-call argument handling;
-  :meth:`Device.run_pass` runs a plan's pass (uploads, launches, downloads) in one call.
+  :meth:`Device.run_pass` runs a plan's pass (uploads, launches, downloads) in one call, and
+  :meth:`Device.start_pass` / :meth:`Device.wait_pass` in two halves (a pass on each of several
+  devices enqueued by one thread, then waited for).
 """
 
 from __future__ import annotations
@@ -316,6 +318,18 @@ class Device:
         for buffer, array in downloads:
             self.download(buffer, array, blocking=True, what="the output", mapped=False)
         del in_flight  # complete: the blocking download after them returned
+
+    def start_pass(self, uploads: list, launches: list, downloads: list, queue: Any = None) -> Any:
+        """:meth:`run_pass` in two halves, so that one thread keeps several devices busy at once:
+        this enqueues the pass and returns what :meth:`wait_pass` takes, once the caller has
+        started the others. Here (a backend with no copies of its own in flight) the pass runs
+        whole and None is returned; the caller holds the same lock until :meth:`wait_pass`."""
+        self.run_pass(uploads, launches, downloads, queue)
+        return None
+
+    def wait_pass(self, started: Any) -> None:
+        """Waits for the pass that :meth:`start_pass` returned ``started`` for: every download's
+        array holds its data when this returns."""
 
 
 class BoundLaunch:

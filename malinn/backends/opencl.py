@@ -485,6 +485,48 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
         until the blocking download): what a plain pyopencl program does, the messages of
         :meth:`upload`, :meth:`launch_all` and :meth:`download` made only on a failure. A first run
         of launches bound before their programs were built waits for them first."""
+        self._enqueue_pass(uploads, launches, downloads, queue, True)
+        self._passed()
+
+    def start_pass(
+        self,
+        uploads: list[tuple[pyopencl.Buffer, np.ndarray]],
+        launches: list[BoundLaunch],
+        downloads: list[tuple[pyopencl.Buffer, np.ndarray]],
+        queue: pyopencl.CommandQueue | None = None,
+    ) -> tuple:
+        """:meth:`Device.start_pass`: :meth:`run_pass`'s uploads and launches enqueued and flushed
+        to the device; the downloads wait for :meth:`wait_pass`. NVIDIA's driver returns from a
+        non-blocking read into pageable memory only once the queue has reached it (the pass
+        done), where it returns from a write from page-locked memory at once: reads enqueued here
+        would keep the next device from starting until this one finished."""
+        queue = queue or self.queue
+        in_flight = self._enqueue_pass(uploads, launches, [], queue, False)
+        cl = pyopencl_module()
+        try:
+            queue.flush()
+        except cl.Error as exc:
+            raise DeviceError(f"submitting a pass to {self.name} failed ({status_name(exc)})") from exc
+        return queue, downloads, in_flight
+
+    def wait_pass(self, started: tuple) -> None:
+        """:meth:`Device.wait_pass`: the pass's downloads, the last one blocking (its queue runs in
+        order: every copy and launch before it is done when it returns)."""
+        queue, downloads, in_flight = started
+        self._enqueue_pass([], [], downloads, queue, True)
+        del in_flight
+        self._passed()
+
+    def _enqueue_pass(
+        self,
+        uploads: list[tuple[pyopencl.Buffer, np.ndarray]],
+        launches: list[BoundLaunch],
+        downloads: list[tuple[pyopencl.Buffer, np.ndarray]],
+        queue: pyopencl.CommandQueue | None,
+        blocking: bool,
+    ) -> list:
+        """Enqueues a pass: the uploads non-blocking, the launches, the downloads (the last one
+        ``blocking``); returns the copies' events (pyopencl's: each waits for its copy when freed)."""
         if self.pending:
             self.wait_for_builds()
         cl = pyopencl_module()
@@ -499,7 +541,7 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
                 enqueue(queue, doing.handle, doing.global_size, doing.local_size)
             doing = None
             for doing in downloads:
-                copy(queue, doing[1], doing[0], is_blocking=True)
+                in_flight.append(copy(queue, doing[1], doing[0], is_blocking=blocking and doing is downloads[-1]))
         except cl.Error as exc:
             if isinstance(doing, BoundLaunch):
                 raise self._launch_error(doing, exc) from exc
@@ -514,8 +556,11 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
             counters["uploads"] += len(uploads)
             counters["launches"] += len(launches)
             counters["downloads"] += len(downloads)
-        del in_flight  # complete: the blocking download after them returned
-        if self.workers is not None and self.workers.deferred:  # their kernels ran: store their binaries
+        return in_flight
+
+    def _passed(self) -> None:
+        """After a pass completed: binaries whose kernels waited for a first run are stored."""
+        if self.workers is not None and self.workers.deferred:
             self.workers.release()
 
     def _launch_error(self, launch: BoundLaunch, exc: Exception) -> DeviceError:

@@ -220,11 +220,13 @@ class Predicting(ModelHost):
         )
 
     def _workers(self, pool: list, every_layer: bool, step: int | None, prepare: Callable[[Any], list]) -> list:
-        """``(label, work)`` per device of ``pool`` for :func:`~malinn.model.passes.spread`: ``work``
-        takes one batch as ``prepare`` turns it into the checked float32 inputs, and runs it in
-        passes of at most ``step`` samples (None: the batch's own size), each on the plan of this
-        device's largest pass so far (a device listed again: a plan of its own, ``replica``)."""
-        workers: list[tuple[str, Callable[[Any], list]]] = []
+        """``(label, begin)`` per device of ``pool`` for :func:`~malinn.model.passes.spread`:
+        ``begin`` takes one batch as ``prepare`` turns it into the checked float32 inputs, starts its
+        pass on the plan of this device's largest pass so far (a device listed again: a plan of its
+        own, ``replica``) and returns what waits for its outputs. A batch beyond ``step`` samples
+        (None: the batch's own size) or the device's largest pass runs in passes of that size, one
+        after another, before ``begin`` returns."""
+        workers: list[tuple[str, Callable[[Any], Callable[[], list]]]] = []
         seen: dict[Device, int] = {}
         for device in pool:
             replica = seen[device] = seen.get(device, -1) + 1
@@ -233,20 +235,24 @@ class Predicting(ModelHost):
             )
             largest = [0]
 
-            def work(batch: Any, device: Device = device, replica: int = replica, largest: list = largest) -> list:
+            def begin(
+                batch: Any, device: Device = device, replica: int = replica, largest: list = largest
+            ) -> Callable[[], list]:
                 xs = prepare(batch)  # checked: every input of as many samples
                 m = xs[0].shape[0]
                 if m == 0:
-                    return self._no_samples(every_layer)
+                    empty = self._no_samples(every_layer)
+                    return lambda: empty
                 size = self.max_batch(device, limit=step or m)  # found once per device and size
                 largest[0] = max(largest[0], size)
                 plan = self.plan(largest[0], device, every_layer, replica=replica)
                 if m <= size:
-                    return plan.run(xs)
+                    return plan.start(xs).result
                 parts = [plan.run([a[s : s + size] for a in xs]) for s in range(0, m, size)]
-                return [np.concatenate(p, axis=0) for p in zip(*parts)]
+                joined = [np.concatenate(p, axis=0) for p in zip(*parts)]
+                return lambda: joined
 
-            workers.append((label, work))
+            workers.append((label, begin))
         return workers
 
     def _converted(self, xs: list) -> list:

@@ -20,7 +20,7 @@ from .progress import BuildProgress
 from .tensor import format_shape
 from .tensors import GEOMETRY, Step, Storage, Value, storages_of
 
-__all__ = ["Plan", "Upload", "Output"]
+__all__ = ["Plan", "PendingPass", "Upload", "Output"]
 
 
 class Upload(NamedTuple):
@@ -50,6 +50,34 @@ class Output(NamedTuple):
     sample_shape: tuple
     direct: bool
     plain: bool
+
+
+class PendingPass:
+    """A pass :meth:`Plan.start` enqueued: :meth:`result` waits for it and returns its outputs, as
+    :meth:`Plan.run` would have, and gives the plan's lock back (whatever the wait raised)."""
+
+    __slots__ = ("plan", "n", "results", "started", "done")
+
+    def __init__(self, plan: Plan, n: int, results: list, started: Any):
+        self.plan, self.n, self.results, self.started, self.done = plan, n, results, started, False
+
+    def result(self) -> list:
+        """The pass's outputs (one float32 array per output, ``n`` samples each).
+
+        Raises:
+            DeviceError: the wait or a download failed.
+            RuntimeError: the result was taken before.
+        """
+        if self.done:
+            raise RuntimeError("this pass's result was taken before")
+        self.done = True
+        plan = self.plan
+        try:
+            plan.device.wait_pass(self.started)
+            self.started = None
+            return plan._receive(self.results, self.n)
+        finally:
+            plan.lock.release()
 
 
 # ======================================================================== the plan
@@ -372,6 +400,26 @@ class Plan:
             results, downloads = self._results(n)
             self.device.run_pass(uploads, self.launches, downloads, self.queue)
             return self._receive(results, n)
+
+    def start(self, arrays: list) -> PendingPass:
+        """:meth:`run` in two halves: uploads, launches and downloads enqueued, and the pass handed
+        back (its :meth:`PendingPass.result` waits for it), so that one thread keeps several devices
+        busy at once. The plan's :attr:`lock` is held until the result is taken, which must be in
+        this thread.
+
+        Raises:
+            DeviceError: a launch or an upload failed (the lock given back).
+        """
+        n = arrays[0].shape[0]
+        self.lock.acquire()
+        try:
+            uploads = self._send(arrays, n)
+            results, downloads = self._results(n)
+            started = self.device.start_pass(uploads, self.launches, downloads, self.queue)
+        except BaseException:
+            self.lock.release()
+            raise
+        return PendingPass(self, n, results, started)
 
     def _send(self, arrays: list, n: int) -> list:
         """The host side of a pass's uploads of ``n`` samples (under :attr:`lock`): an input with a
