@@ -236,7 +236,7 @@ def copy_bandwidth(device, nbytes: int = 2**30, repeat: int = 5) -> float:
     import pyopencl as cl
 
     for _ in range(repeat + 1):
-        event = cl.enqueue_copy(device.queue, dst, src, byte_count=nbytes)
+        event = cl.enqueue_copy(device.timing_queue, dst, src, byte_count=nbytes)
         event.wait()
         times.append((event.profile.end - event.profile.start) * 1e-9)
     return 2 * nbytes / float(np.median(times[1:]))

@@ -12,6 +12,9 @@ in one run on one device:
   numpy array. malinn stages both in page-locked memory on a discrete GPU (``Device.host_array``),
   which plain pyopencl does not: there it can beat the floor;
 * ``empty``: the same upload, N launches of an empty kernel and the download (the driver alone);
+* ``profiling_floor``: the floor on a queue with profiling enabled (``Device.timing_queue``), what
+  malinn's queue was before it became a plain one, timed in rounds of its own beside the floor
+  (``profiling_cost``: their ratio);
 * ``malinn``: ``model.predict(x)`` (input checks, plan look-up, the same work, the output array).
 
 The ratio malinn / floor is malinn's overhead (1.0 = none). Medians of --repeat rounds after a warm-up,
@@ -41,11 +44,11 @@ from harness import interleaved_median_times
 from models import MODELS, build
 
 
-def floor_runner(plan, x, empty: bool = False):
+def floor_runner(plan, x, empty: bool = False, queue=None):
     """Plain pyopencl doing the plan's device work on input ``x`` (``empty``: empty kernels instead
-    of the plan's)."""
+    of the plan's) on ``queue`` (None: the device's)."""
     device = plan.device
-    queue = device.queue
+    queue = queue or device.queue
     ((in_buffer, in_staging, value, _, _),) = plan._io[0]
     (output,) = plan._io[1]
     out_buffer = output.buffer
@@ -167,11 +170,19 @@ def main(argv=None):
                 ),
             }
             row["overhead"] = row["malinn"] / row["floor"]
+            # apart from the rounds above: a call after one on the other queue pays for the switch
+            paired = interleaved_median_times(
+                {"floor": floor, "profiling_floor": floor_runner(plan, x, queue=device.timing_queue)},
+                args.repeat,
+                warmup=5,
+            )
+            row["profiling_floor"] = paired["profiling_floor"]
+            row["profiling_cost"] = paired["profiling_floor"] / paired["floor"]
             rows.append(row)
             print(
                 f"{name:<14} batch {batch:>4}: {row['launches']} launches  malinn {row['malinn'] * 1e3:8.4f}  "
                 f"floor {row['floor'] * 1e3:8.4f}  empty kernels {row['empty'] * 1e3:8.4f}  "
-                f"overhead {row['overhead']:.2f}x",
+                f"overhead {row['overhead']:.2f}x  floor on a profiling queue {row['profiling_cost']:.2f}x",
                 flush=True,
             )
     harness.save("overhead", device, rows, args, cycled=cycled)

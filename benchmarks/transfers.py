@@ -34,6 +34,10 @@
    host's memory (PoCL), which makes no ring by default, the ring is forced (``MALINN_STAGING=1``;
    ``forced`` says so). ``--sweep`` also times 8192 x 640's staged upload for copy threads
    1, 2, 4, 6, 8 and chunks of 1, 2, 4, 8 MiB (``sweep``): the figures to choose the defaults from.
+   ``--devices N`` also uploads each size in one share per GPU to N OpenCL GPUs at once, every
+   share enqueued by one thread as a predict spread over them does (``parallel``: GB/s of the whole
+   array, from page-locked and from pageable memory, beside one GPU's upload of all of it): the
+   ceiling of a transfer-bound predict on several GPUs of one host.
 
 3. The launch floor. A batch-1 Dense layer streams its weights once, so its kernel time is
    ``fixed + bytes / rate``; the fixed part decides how much a narrower precision or one launch
@@ -48,7 +52,7 @@
 The results go to ``benchmarks/results/transfers_<device>.json`` unless --out says otherwise.
 --quick: 20 repeats, three stream sizes, a 16 MiB flush.
 
-Run:  python benchmarks/transfers.py [--device D] [--repeat 200] [--chunks 4] [--sweep] [--quick] [--out PATH]
+Run:  python benchmarks/transfers.py [--device D] [--repeat 200] [--chunks 4] [--sweep] [--devices N] [--quick] [--out PATH]
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ import harness
 import numpy as np
 import pyopencl as cl
 from harness import median_time, torch_cuda
+
+import malinn
 
 SIZES = [(1, 640), (1, 3072), (100, 784), (100, 3072)]
 #: the large batches: the Table 10.5 networks' inputs at throughput.py's batches, and sizes between
@@ -96,7 +102,7 @@ def line(sizes_bytes, seconds):
 
 
 def opencl_figures(device, sizes_mb, flush_mib, repeat):
-    ctx, queue = device.context, device.queue
+    ctx, queue = device.context, device.timing_queue  # events with the device's times
     program = cl.Program(ctx, SOURCE).build()
     nothing, stream = cl.Kernel(program, "nothing"), cl.Kernel(program, "stream")
     flush_n4 = flush_mib * 2**20 // 16
@@ -350,6 +356,44 @@ def large_rows(device, repeat, sweep):
     return rows, sweeps
 
 
+def parallel_rows(pool: list, repeat: int) -> list:
+    """``--devices N``: per large size, the whole array uploaded to the first device, and in one
+    share per device to all of them at once (every share's copy enqueued by one thread, then each
+    queue finished: what a predict spread over them does), from page-locked memory (the first
+    device's ``host_array``) and from the caller's pageable array; GB/s of the whole array."""
+    rows = []
+    for batch, features in LARGE_SIZES:
+        x = np.random.default_rng(3).random((batch, features), dtype=np.float32)
+        pinned = pool[0].host_array(x.shape, "the parallel-upload benchmark's page-locked memory")
+        pinned[...] = x
+        cuts = [batch * i // len(pool) for i in range(len(pool) + 1)]
+        shares = [(d, cl.Buffer(d.context, cl.mem_flags.READ_WRITE, x.nbytes)) for d in pool]
+
+        def upload(source, devices):
+            parts = [source] if devices == 1 else [source[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+            events = [
+                cl.enqueue_copy(d.queue, buffer, part, is_blocking=False) for (d, buffer), part in zip(shares, parts)
+            ]
+            for d, _ in shares[:devices]:
+                d.queue.finish()
+            del events
+
+        row = {"batch": batch, "features": features, "bytes": x.nbytes, "devices": len(pool)}
+        for name, source in (("pinned", pinned), ("pageable", x)):
+            for label, count in (("one", 1), ("all", len(pool))):
+                seconds = median_time(lambda source=source, count=count: upload(source, count), repeat, warmup=3)
+                row[f"{name}_{label}_gbs"] = x.nbytes / seconds / 1e9
+            row[f"{name}_speedup"] = row[f"{name}_all_gbs"] / row[f"{name}_one_gbs"]
+        rows.append(row)
+        print(
+            f"{batch} x {features:<5} {x.nbytes / 1e6:6.1f} MB  page-locked: one GPU {row['pinned_one_gbs']:5.1f}, "
+            f"{len(pool)} at once {row['pinned_all_gbs']:5.1f} GB/s ({row['pinned_speedup']:.2f}x); pageable: "
+            f"{row['pageable_one_gbs']:5.1f}, {row['pageable_all_gbs']:5.1f} GB/s ({row['pageable_speedup']:.2f}x)",
+            flush=True,
+        )
+    return rows
+
+
 #: host copies into page-locked memory: piece sizes (MB) and the threads each is cut over
 HOST_COPY_MB = (0.5, 1, 2, 4, 8, 16)
 HOST_COPY_THREADS = (1, 2, 4, 8, 12)
@@ -410,6 +454,12 @@ def main(argv=None):
     )
     parser.add_argument("--chunks", type=int, default=4, help="pieces of the chunked upload (default: 4)")
     parser.add_argument(
+        "--devices",
+        type=int,
+        default=1,
+        help="also upload each large size in one share per GPU to this many OpenCL GPUs at once (default 1: not)",
+    )
+    parser.add_argument(
         "--sweep",
         action="store_true",
         help="also time the staged upload of 8192 x 640 for several copy threads and chunk sizes",
@@ -426,6 +476,13 @@ def main(argv=None):
     rows = transfer_rows(device, args.repeat, args.chunks)
     print("large batches, GB/s:")
     large, sweep = large_rows(device, min(args.repeat, 30), args.sweep)
+    parallel = None
+    if args.devices > 1:
+        gpus = [d for d in malinn.devices() if d.kind == "gpu" and d.backend == "opencl"]
+        if len(gpus) < args.devices:
+            parser.error(f"--devices {args.devices}: {len(gpus)} OpenCL GPU(s) here")
+        print(f"large batches uploaded to {args.devices} GPUs at once:")
+        parallel = parallel_rows(gpus[: args.devices], min(args.repeat, 30))
     host_copies = None
     if args.host_copies:
         print("host copies into page-locked memory:")
@@ -442,7 +499,14 @@ def main(argv=None):
     for r in o["stream"]:
         print(f"  stream {r['mb']:8.3f} MB  {r['s'] * 1e6:8.2f} us")
     print(f"  fit: fixed {o['fixed_s'] * 1e6:.2f} us + bytes / {o['rate_gbs']:.0f} GB/s")
-    fields = {"chunks": args.chunks, "large": large, "sweep": sweep, "host_copies": host_copies, "launch": o}
+    fields = {
+        "chunks": args.chunks,
+        "large": large,
+        "sweep": sweep,
+        "parallel": parallel,
+        "host_copies": host_copies,
+        "launch": o,
+    }
     torch = torch_cuda()
     if torch is not None:
         t = fields["torch"] = torch_figures(torch, sizes, GEMV_SHAPES, flush_mib, launch_repeat)

@@ -63,12 +63,12 @@ def network_rows(model, batch: int, device, repeat: int) -> list:
     rows = []
     for launch in plan.launches:
         bound = launch.local_size
-        times = {"bound": launch_ms(plan.queue, launch, bound, repeat)}
+        times = {"bound": launch_ms(device.timing_queue, launch, bound, repeat)}
         if len(launch.global_size) == 2:
-            times["None"] = launch_ms(plan.queue, launch, None, repeat)
+            times["None"] = launch_ms(device.timing_queue, launch, None, repeat)
             for local in CANDIDATES:
                 if fits(local, launch, device):
-                    times[str(local)] = launch_ms(plan.queue, launch, local, repeat)
+                    times[str(local)] = launch_ms(device.timing_queue, launch, local, repeat)
         measured = {k: v for k, v in times.items() if isinstance(v, float)}
         best = min(measured, key=measured.get)
         rows.append(

@@ -129,6 +129,29 @@ def test_a_pass_started_and_taken_later_equals_a_run_and_holds_the_plans_lock_un
     assert free_elsewhere()
 
 
+def test_passes_run_on_a_queue_without_profiling_and_a_launch_alone_is_timed_in_order(device, rng):
+    if device.backend != "opencl":
+        pytest.skip(f"{device.name} runs on {device.backend}: command queues are OpenCL's")
+    profiling = 2  # CL_QUEUE_PROFILING_ENABLE
+    assert not device.queue.properties & profiling and device.timing_queue.properties & profiling
+    model = dense_model([37, 13, 5], ["relu", None])
+    x, other = (rng.standard_normal((9, 37)).astype(np.float32) for _ in range(2))
+    plan = model.plan(9, device)
+    plan.run([x])
+    # the upload and the read on the plan's queue, each launch alone on the timing queue between
+    # them: they run after the upload and before the read (the other input's outputs come back)
+    with plan.lock:
+        in_flight = [device.upload(b, a, blocking=False, mapped=False) for b, a in plan._send([other], 9)]
+        events = [launch.enqueue() for launch in plan.launches]
+        results, downloads = plan._results(9)
+        for buffer, array in downloads:
+            device.download(buffer, array, blocking=True, mapped=False)
+        got = plan._receive(results, 9)[0]
+        del in_flight
+    np.testing.assert_array_equal(got, model.predict(other))
+    assert all(e.profile.end >= e.profile.start > 0 for e in events)  # the device's own times
+
+
 def test_plans_are_made_again_when_weights_or_kernel_choices_change(device, rng):
     model = dense_model([8, 6, 3], ["relu", None])
     x = rng.standard_normal((4, 8)).astype(np.float32)

@@ -117,7 +117,10 @@ def build_threads() -> int:
 
 @dataclass(eq=False)
 class OpenCLDevice(DeviceMemory, BinaryCache, Device):
-    """An OpenCL device with its context and one in-order profiling queue."""
+    """An OpenCL device with its context and its in-order queue, which has no profiling: a queue
+    with profiling costs the driver more for each command (``benchmarks/overhead.py``'s
+    ``profiling_cost``). A launch whose event is timed (:meth:`_enqueue_one`: the tuner, the
+    benchmarks) runs on :attr:`timing_queue`, ordered with the queue's work before and after it."""
 
     # the driver's objects, which the probe gives (keyword-only: the fields before them have defaults)
     cl_device: pyopencl.Device = field(repr=False, kw_only=True)
@@ -134,6 +137,8 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
     #: launches bound before their program was built: launch -> Future of the launch, done once its
     #: kernel is made (:meth:`wait_for_builds`)
     pending: dict[BoundLaunch, Future[BoundLaunch]] = field(repr=False, default_factory=dict)
+    #: the profiling queue of timed launches (:attr:`timing_queue`, made on first use)
+    timing: pyopencl.CommandQueue | None = field(repr=False, default=None)
     #: the queues and locks of replicas 1, 2, ... (made on first use)
     streams: dict[int, tuple[pyopencl.CommandQueue, threading.RLock]] = field(repr=False, default_factory=dict)
     #: PoCL: the worker processes that build a cold plan's programs beside the build threads and
@@ -428,14 +433,43 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
         if failed and not discard:
             failed[0].result()
 
+    @property
+    def timing_queue(self) -> pyopencl.CommandQueue:
+        """A second in-order queue of the device, with profiling: where a launch whose event's
+        ``profile`` is read runs (:meth:`_enqueue_one`), and where a benchmark times a copy."""
+        if self.timing is None:
+            cl = pyopencl_module()
+            with self.build_lock:
+                if self.timing is None:
+                    try:
+                        self.timing = cl.CommandQueue(
+                            self.context, self.cl_device, properties=cl.command_queue_properties.PROFILING_ENABLE
+                        )
+                    except cl.Error as exc:
+                        raise DeviceError(
+                            f"making a profiling command queue on {self.name} failed ({status_name(exc)})"
+                        ) from exc
+        return self.timing
+
     def _enqueue_one(self, launch: BoundLaunch) -> pyopencl.Event:
+        """A bound launch enqueued alone (``BoundLaunch.enqueue``: ``malinn.ops``, the tuner, the
+        benchmarks), on :attr:`timing_queue` so that its event has the device's times: after the
+        work enqueued on :attr:`queue` before it (a marker), and before the work enqueued there
+        after it (a barrier). Each queue is flushed before the other waits on its event, as OpenCL
+        asks of events waited for across queues."""
         if self.pending:
             self.wait_for_builds()
+        cl = pyopencl_module()
+        queue, timing = self.queue, self.timing_queue
         try:
-            event = pyopencl_module().enqueue_nd_range_kernel(
-                self.queue, launch.handle, launch.global_size, launch.local_size
+            before = cl.enqueue_marker(queue)
+            queue.flush()
+            event = cl.enqueue_nd_range_kernel(
+                timing, launch.handle, launch.global_size, launch.local_size, wait_for=[before]
             )
-        except pyopencl_module().Error as exc:
+            timing.flush()
+            cl.enqueue_barrier(queue, wait_for=[event])
+        except cl.Error as exc:
             raise self._launch_error(launch, exc) from exc
         self.counters["launches"] += 1
         return event
@@ -463,9 +497,7 @@ class OpenCLDevice(DeviceMemory, BinaryCache, Device):
         with self.build_lock:
             if replica not in self.streams:
                 try:
-                    queue = cl.CommandQueue(
-                        self.context, self.cl_device, properties=cl.command_queue_properties.PROFILING_ENABLE
-                    )
+                    queue = cl.CommandQueue(self.context, self.cl_device)
                 except cl.Error as exc:
                     raise DeviceError(
                         f"making a second command queue on {self.name} failed ({status_name(exc)}); "
@@ -613,7 +645,7 @@ def probe(
     a new process starts without building, uploading or launching anything.
     """
     context = cl.Context([cl_device])
-    queue = cl.CommandQueue(context, cl_device, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    queue = cl.CommandQueue(context, cl_device)
     d = cl_device
     version = d.opencl_c_version if hasattr(d, "opencl_c_version") else d.version
     try:
