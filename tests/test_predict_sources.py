@@ -6,6 +6,7 @@ import pickle
 import pty
 import select
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -176,7 +177,7 @@ def test_spread_starts_a_pass_on_every_worker_before_waiting_and_delivers_each_r
     log, delivered = [], {}
 
     def worker(label):
-        def begin(batch):
+        def begin(batch, holding):
             log.append(f"start {label}{batch}")
 
             def wait():
@@ -204,12 +205,65 @@ def test_spread_starts_a_pass_on_every_worker_before_waiting_and_delivers_each_r
     assert all(start == 10 * i and (y == i).all() and len(y) == i % 3 + 1 for i, (start, y) in delivered.items())
 
 
+def test_a_worker_that_would_wait_for_a_lock_begins_again_once_the_passes_in_flight_are_taken():
+    log = []
+
+    def worker(label, busy):
+        def begin(batch, holding):
+            if holding and batch in busy:  # its lock is another thread's: not while holding others
+                log.append(f"busy {label}{batch}")
+                return None
+            log.append(f"start {label}{batch}")
+            return lambda: log.append(f"wait {label}{batch}") or [np.zeros(1)]
+
+        return label, begin
+
+    delivered = []
+    spread(((i, i, i) for i in range(5)), [worker("a", ()), worker("b", (1, 3))], lambda i, *_: delivered.append(i))
+    assert log == [
+        "start a0", "busy b1", "wait a0", "start b1",  # b's first batch waits until a's pass is taken
+        "wait b1", "start b2", "wait b2", "start b3",  # b alone: free to wait
+        "wait b3", "start b4", "wait b4",
+    ]  # fmt: skip
+    assert delivered == [0, 1, 2, 3, 4]
+
+
+def test_two_threads_spreading_over_two_devices_in_opposite_orders_both_finish(device, monkeypatch):
+    from test_predict_twin_devices import twin_of
+
+    twin = twin_of(device, monkeypatch)
+    model = small_model()
+    x = np.random.default_rng(11).uniform(-1, 1, (400, 37)).astype(np.float32)
+    want = model.predict(x, batch_size=8)
+    got, failed = {}, []
+
+    def run(pool, key):
+        try:
+            for _ in range(5):  # many passes each: a thread holds one device's lock as it asks for the other's
+                got[key] = model.predict(x, batch_size=8, devices=pool)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failed.append(exc)
+
+    threads = [
+        threading.Thread(target=run, args=([device, twin], "ab"), daemon=True),
+        threading.Thread(target=run, args=([twin, device], "ba"), daemon=True),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "the two threads waited for each other's locks"
+    assert not failed, failed
+    np.testing.assert_array_equal(got["ab"], want)
+    np.testing.assert_array_equal(got["ba"], want)
+
+
 @pytest.mark.parametrize("stage", ["start", "wait"])
 def test_spread_names_the_failing_device_and_waits_for_the_passes_in_flight(stage):
     waited = []
 
     def worker(label):
-        def begin(batch):
+        def begin(batch, holding):
             if stage == "start" and batch == 3:
                 raise ValueError("a shape did not match")
 

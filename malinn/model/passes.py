@@ -5,7 +5,11 @@ in order.
 
 One thread drives every device: it starts a pass on each worker (:meth:`Plan.start`: the uploads,
 launches and downloads enqueued, nothing waited for), then takes the oldest pass's result and gives
-that worker the next batch, so each device always has a pass in flight while the others' run. On
+that worker the next batch, so each device always has a pass in flight while the others' run. A
+pass in flight holds its plan's lock, so a worker never waits for a lock while others' passes are
+in flight: where it would (another thread's pass on that plan, a plan still to be made), it says so,
+the passes in flight are taken first, and it begins again free to wait. Two threads spreading over
+the same devices thus take turns and never wait for each other. On
 two H200s, a thread per device made short passes slower than one device (each thread's enqueues
 waited on the other's in the driver), where one thread enqueuing both ran them at once
 (``benchmarks/throughput.py --devices 2``). The input is drawn from its source one batch per worker
@@ -20,8 +24,9 @@ from typing import NoReturn
 
 __all__ = ["spread"]
 
-#: a worker's ``begin(batch)``: starts the batch's pass and returns what waits for its outputs
-Begin = Callable[[object], Callable[[], list]]
+#: a worker's ``begin(batch, holding)``: starts the batch's pass and returns what waits for its
+#: outputs; None where ``holding`` (other passes in flight) and starting would wait for a lock
+Begin = Callable[[object, bool], "Callable[[], list] | None"]
 
 
 def _named(error: BaseException, label: str) -> BaseException:
@@ -50,8 +55,10 @@ def spread(items: Iterable, workers: list, deliver: Callable[[int, int, list], N
 
     Args:
         items: ``(index, start, batch)`` tuples (drawn lazily, one per worker ahead).
-        workers: ``(label, begin)`` pairs: ``begin(batch)`` starts the batch's pass on the worker's
-            device and returns a callable that waits for it and returns the batch's outputs;
+        workers: ``(label, begin)`` pairs: ``begin(batch, holding)`` starts the batch's pass on
+            the worker's device and returns a callable that waits for it and returns the batch's
+            outputs, or None where ``holding`` (passes are in flight) and it would have to wait for
+            a lock (then the passes in flight are taken and it is called again, not holding);
             ``label`` names the device in an error raised there (where there are several).
         deliver: called as ``deliver(index, start, outputs)`` for each batch, in the order the
             batches were drawn.
@@ -64,29 +71,40 @@ def spread(items: Iterable, workers: list, deliver: Callable[[int, int, list], N
     several = len(workers) > 1
     in_flight: deque = deque()  # (worker, index, start, wait), the oldest first
 
+    def take(entry: tuple) -> None:
+        worker, index, start, wait = entry
+        try:
+            outputs = wait()
+        except Exception as exc:
+            _raise_named(exc, worker[0] if several else None)
+        deliver(index, start, outputs)
+
+    def started(worker: tuple[str, Begin], batch: object, holding: bool) -> Callable[[], list] | None:
+        try:
+            return worker[1](batch, holding)
+        except Exception as exc:
+            _raise_named(exc, worker[0] if several else None)
+
     def begin(worker: tuple[str, Begin]) -> None:
         item = next(source, None)
         if item is None:
             return
         index, start, batch = item
-        try:
-            wait = worker[1](batch)
-        except Exception as exc:
-            _raise_named(exc, worker[0] if several else None)
+        wait = started(worker, batch, bool(in_flight))
+        if wait is None:  # it would wait for a lock: the passes in flight first, then free to
+            while in_flight:
+                take(in_flight.popleft())
+            wait = started(worker, batch, False)
+        assert wait is not None  # not holding, a worker starts its pass
         in_flight.append((worker, index, start, wait))
 
     try:
         for worker in workers:
             begin(worker)
         while in_flight:
-            worker, index, start, wait = in_flight.popleft()
-            try:
-                outputs = wait()
-            except Exception as exc:
-                _raise_named(exc, worker[0] if several else None)
-            deliver(index, start, outputs)
-            del outputs
-            begin(worker)
+            entry = in_flight.popleft()
+            take(entry)
+            begin(entry[0])
     finally:
         while in_flight:  # what failed or was interrupted here: the passes enqueued end first
             try:

@@ -221,33 +221,43 @@ class Predicting(ModelHost):
 
     def _workers(self, pool: list, every_layer: bool, step: int | None, prepare: Callable[[Any], list]) -> list:
         """``(label, begin)`` per device of ``pool`` for :func:`~malinn.model.passes.spread`:
-        ``begin`` takes one batch as ``prepare`` turns it into the checked float32 inputs, starts its
-        pass on the plan of this device's largest pass so far (a device listed again: a plan of its
-        own, ``replica``) and returns what waits for its outputs. A batch beyond ``step`` samples
-        (None: the batch's own size) or the device's largest pass runs in passes of that size, one
-        after another, before ``begin`` returns."""
-        workers: list[tuple[str, Callable[[Any], Callable[[], list]]]] = []
+        ``begin(batch, holding)`` takes one batch as ``prepare`` turns it into the checked float32
+        inputs, starts its pass on the plan of this device's largest pass so far (a device listed
+        again: a plan of its own, ``replica``) and returns what waits for its outputs. A batch beyond
+        ``step`` samples (None: the batch's own size) or the device's largest pass runs in passes of
+        that size, one after another, before ``begin`` returns. ``holding`` (other passes in flight,
+        their plans' locks held): None instead of waiting for a lock, where the plan is still to be
+        made, its lock is another thread's, or the batch takes several passes."""
+        workers: list[tuple[str, Callable[[Any, bool], Callable[[], list] | None]]] = []
         seen: dict[Device, int] = {}
         for device in pool:
             replica = seen[device] = seen.get(device, -1) + 1
             label = f"device {device.index[0]}:{device.index[1]} {device.name}" + (
                 f" (plan {replica + 1})" if pool.count(device) > 1 else ""
             )
-            largest = [0]
+            made: list = [0, None]  # the largest pass so far and its plan (made for this call)
 
             def begin(
-                batch: Any, device: Device = device, replica: int = replica, largest: list = largest
-            ) -> Callable[[], list]:
+                batch: Any, holding: bool, device: Device = device, replica: int = replica, made: list = made
+            ) -> Callable[[], list] | None:
                 xs = prepare(batch)  # checked: every input of as many samples
                 m = xs[0].shape[0]
                 if m == 0:
                     empty = self._no_samples(every_layer)
                     return lambda: empty
                 size = self.max_batch(device, limit=step or m)  # found once per device and size
-                largest[0] = max(largest[0], size)
-                plan = self.plan(largest[0], device, every_layer, replica=replica)
+                if size > made[0]:
+                    made[0], made[1] = size, None
+                if made[1] is None:
+                    if holding:  # making a plan waits for the device's locks
+                        return None
+                    made[1] = self.plan(made[0], device, every_layer, replica=replica)
+                plan = made[1]
                 if m <= size:
-                    return plan.start(xs).result
+                    pending = plan.start(xs, blocking=not holding)
+                    return None if pending is None else pending.result
+                if holding:
+                    return None
                 parts = [plan.run([a[s : s + size] for a in xs]) for s in range(0, m, size)]
                 joined = [np.concatenate(p, axis=0) for p in zip(*parts)]
                 return lambda: joined

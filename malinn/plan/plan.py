@@ -401,17 +401,19 @@ class Plan:
             self.device.run_pass(uploads, self.launches, downloads, self.queue)
             return self._receive(results, n)
 
-    def start(self, arrays: list) -> PendingPass:
+    def start(self, arrays: list, blocking: bool = True) -> PendingPass | None:
         """:meth:`run` in two halves: uploads, launches and downloads enqueued, and the pass handed
         back (its :meth:`PendingPass.result` waits for it), so that one thread keeps several devices
         busy at once. The plan's :attr:`lock` is held until the result is taken, which must be in
-        this thread.
+        this thread. Not ``blocking``: None where another thread holds the lock (a thread holding
+        other passes' locks must not wait for one: two such threads could wait for each other).
 
         Raises:
             DeviceError: a launch or an upload failed (the lock given back).
         """
         n = arrays[0].shape[0]
-        self.lock.acquire()
+        if not self.lock.acquire(blocking):
+            return None
         try:
             uploads = self._send(arrays, n)
             results, downloads = self._results(n)
