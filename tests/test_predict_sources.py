@@ -228,6 +228,24 @@ def test_a_worker_that_would_wait_for_a_lock_begins_again_once_the_passes_in_fli
     assert delivered == [0, 1, 2, 3, 4]
 
 
+def test_a_predict_over_two_devices_has_a_pass_in_flight_on_each_before_it_waits(device, monkeypatch):
+    from test_predict_twin_devices import twin_of
+
+    from malinn.plan import plan as plan_module
+
+    twin = twin_of(device, monkeypatch)
+    model = small_model()
+    x = np.random.default_rng(12).uniform(-1, 1, (300, 37)).astype(np.float32)
+    want = model.predict(x, batch_size=150)  # the shares' plan (a GPU's kernels differ by batch)
+    model.predict(x, devices=[device, twin])  # the first call makes the second device's plan
+    log = []
+    start, result = plan_module.Plan.start, plan_module.PendingPass.result
+    monkeypatch.setattr(plan_module.Plan, "start", lambda plan, *a, **k: log.append("start") or start(plan, *a, **k))
+    monkeypatch.setattr(plan_module.PendingPass, "result", lambda pending: log.append("result") or result(pending))
+    np.testing.assert_array_equal(model.predict(x, devices=[device, twin]), want)
+    assert log == ["start", "start", "result", "result"]  # both devices busy at once, its plans kept
+
+
 def test_two_threads_spreading_over_two_devices_in_opposite_orders_both_finish(device, monkeypatch):
     from test_predict_twin_devices import twin_of
 

@@ -136,8 +136,7 @@ class PlannedModel(Predicting, MemoryLimits, Summarizing):
             An allocated :class:`~malinn.plan.plan.Plan`.
         """
         device = device or get_device()
-        # the device object itself: two GPUs of one model and driver have the same identity string
-        key = (device.identity, id(device), batch_bucket(batch), every_layer, self._precision, replica)
+        key = self._plan_key(batch, device, every_layer, replica)
         stamp = self._stamp()
         with self._lock:
             cached = self._cached_plan(key, stamp)
@@ -167,6 +166,19 @@ class PlannedModel(Predicting, MemoryLimits, Summarizing):
                 self._planning.pop(key, None)
                 self._evict_plans(stamp)
             return plan
+
+    def _plan_key(self, batch: int, device: Device, every_layer: bool, replica: int) -> tuple:
+        """The key of :meth:`plan`'s kept plans: the device object itself (two GPUs of one model and
+        driver have the same identity string), the bucket, the outputs, the precision, the replica."""
+        return (device.identity, id(device), batch_bucket(batch), every_layer, self._precision, replica)
+
+    def _kept_plan(self, batch: int, device: Device, every_layer: bool = False, replica: int = 0) -> Plan | None:
+        """The plan :meth:`plan` would return where it is kept already, else None (nothing made,
+        nothing waited for but the model's own lock, which no one holds while waiting)."""
+        key = self._plan_key(batch, device, every_layer, replica)
+        stamp = self._stamp()
+        with self._lock:
+            return self._cached_plan(key, stamp)
 
     def _evict_plans(self, stamp: tuple) -> None:
         """Drops the plans made at another model state than ``stamp`` (never used again; they hold

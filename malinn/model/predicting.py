@@ -248,10 +248,13 @@ class Predicting(ModelHost):
                 size = self.max_batch(device, limit=step or m)  # found once per device and size
                 if size > made[0]:
                     made[0], made[1] = size, None
-                if made[1] is None:
-                    if holding:  # making a plan waits for the device's locks
-                        return None
-                    made[1] = self.plan(made[0], device, every_layer, replica=replica)
+                if made[1] is None:  # a plan to make waits for the device's locks: not while holding
+                    if holding:
+                        made[1] = self._kept_plan(made[0], device, every_layer, replica)
+                        if made[1] is None:
+                            return None
+                    else:
+                        made[1] = self.plan(made[0], device, every_layer, replica=replica)
                 plan = made[1]
                 if m <= size:
                     pending = plan.start(xs, blocking=not holding)
