@@ -384,7 +384,7 @@ def build_app(
                 version = int(given)
             record["api"] = {"": "status", "/metadata": "metadata", ":predict": "predict"}.get(tail, "other")
             wanted = "POST" if tail.startswith(":") else "GET"
-            if method != wanted:
+            if method != wanted and not (method == "HEAD" and wanted == "GET"):  # HEAD: GET's head alone
                 raise _Refused("METHOD_NOT_ALLOWED", f"{path} takes {wanted}, not {method}")
             if tail == ":predict":
                 answer = await predict(scope, receive, name, version, label, record, deadline)
@@ -441,7 +441,8 @@ def build_app(
         ``Response`` sends them (the same bytes), without a request or a response object."""
         status, body = await models(scope, receive)
         await send({"type": "http.response.start", "status": status, "headers": _head(body)})
-        await send({"type": "http.response.body", "body": body})
+        # a HEAD request gets GET's head (its Content-Length too) and no body (RFC 9110, 9.3.2)
+        await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
 
     async def models_endpoint(request: Request) -> Response:
         status, body = await models(request.scope, request.receive)

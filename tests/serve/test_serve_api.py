@@ -222,6 +222,24 @@ def test_every_bad_request_is_answered_as_tensorflow_serving_answers_it(
     close(answer["predictions"], y[:2])
 
 
+def test_head_on_a_status_or_metadata_path_answers_gets_head_without_its_body(server):
+    for path in ("/v1/models/mlp", "/v1/models/mlp/metadata", "/v1/models/mlp/versions/1"):
+        conn = server.connection()
+        conn.request("GET", path)
+        got = conn.getresponse()
+        body = got.read()
+        conn.request("HEAD", path)
+        head = conn.getresponse()
+        assert head.status == got.status == 200, path
+        assert head.getheader("Content-Length") == str(len(body)) and head.read() == b"", path
+        conn.close()
+    conn = server.connection()
+    conn.request("HEAD", "/v1/models/mlp:predict")  # predict is POST's alone
+    refused = conn.getresponse()
+    assert refused.status == 405 and refused.read() == b""
+    conn.close()
+
+
 def test_an_oversize_body_without_a_declared_length_is_refused_while_it_arrives(server):
     conn = server.connection()
     conn.putrequest("POST", "/v1/models/mlp:predict")
