@@ -251,7 +251,7 @@ class Sequential(PlannedModel):
                 sample, in ``steps`` batches (Keras's). Fewer batches than ``steps``: a UserWarning,
                 as Keras, and the outputs of those there are.
             devices: the devices to spread the passes over (a list of what :func:`malinn.set_device`
-                takes: ``["0:0", "0:1"]``; one plan and one thread per entry, results in order);
+                takes: ``["0:0", "0:1"]``; one plan per entry, each with a pass in flight, results in order);
                 default: the list given to ``set_device``, else the current device.
 
         Returns:
