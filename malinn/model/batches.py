@@ -47,15 +47,15 @@ STREAM_PASS_BYTES = 64 * 2**20
 #: the input bytes of one pass over an array in memory when no ``batch_size`` is given: a pass of
 #: gigabytes uploads them all before its first kernel and holds an arena as large, and ran slower
 #: than passes of hundreds of megabytes (8192 images at 224 x 224 on an H200: MobileNetV2 7,184 and
-#: EfficientNetB0 5,728 images/s in passes of thousands, 8,087-8,623 and 6,544-6,863 in passes of
+#: EfficientNetB0 5,728 images/s in passes of thousands, 8,409-8,714 and 6,712-6,982 in passes of
 #: 256 and 512 images, 154 and 308 MB: benchmarks/throughput.py --pass-sizes,
 #: benchmarks/results/throughput_nvidia_h200_x2.json and throughput_whole_array_pass_nvidia_h200_x2.json, two runs);
 #: the largest MLP batch timed (8192 x 3072 floats, 100 MB) stays one pass
 ARRAY_PASS_BYTES = 512 * 2**20
 #: the same where the passes are spread over several devices: shorter passes, so that the devices'
 #: host copies take turns and each device's share ends at about the same time (two H200s: passes of
-#: 256 images gave 1.97x and 1.98x one device's images/s at the same passes, passes of 512 1.92x and
-#: 1.94x: the same measurement; an earlier run, with a thread per device, gave passes of 1024 1.62x
+#: 256 images gave 1.98x and 1.96x one device's images/s at the same passes, passes of 512 1.95x and
+#: 1.92x: the same measurement; an earlier run, with a thread per device, gave passes of 1024 1.62x
 #: and 1.79x)
 SPREAD_PASS_BYTES = 160 * 2**20
 #: the activation bytes of one pass when no ``batch_size`` is given, on a device whose memory is the
