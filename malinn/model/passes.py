@@ -3,17 +3,18 @@ own: a device listed twice has two), every worker's pass enqueued by the calling
 waits for the first of them, results handed back with their batch's index, so that they are stored
 in order.
 
-One thread drives every device: it starts a pass on each worker (:meth:`Plan.start`: the uploads,
-launches and downloads enqueued, nothing waited for), then takes the oldest pass's result and gives
-that worker the next batch, so each device always has a pass in flight while the others' run. A
-pass in flight holds its plan's lock, so a worker never waits for a lock while others' passes are
+One thread drives every device: it starts a pass on each worker (:meth:`Plan.start`: the uploads
+and launches enqueued, nothing waited for), then takes the oldest pass's result and gives that
+worker the next batch, so each device always has a pass in flight while the others' run. On two
+H200s, a thread per device made short passes slower than one device (each thread's enqueues waited
+on the other's in the driver), where one thread enqueuing both ran them at once
+(``benchmarks/throughput.py --devices 2``).
+
+A pass in flight holds its plan's lock, so a worker never waits for a lock while others' passes are
 in flight: where it would (another thread's pass on that plan, a plan still to be made), it says so,
-the passes in flight are taken first, and it begins again free to wait. Two threads spreading over
-the same devices thus take turns and never wait for each other. On
-two H200s, a thread per device made short passes slower than one device (each thread's enqueues
-waited on the other's in the driver), where one thread enqueuing both ran them at once
-(``benchmarks/throughput.py --devices 2``). The input is drawn from its source one batch per worker
-at a time: memory holds at most one batch per device beside the results.
+the passes in flight are taken first, and it begins again, free to wait. Two threads spreading over
+the same devices thus take turns and never wait for each other. The input is drawn from its source
+one batch per worker at a time: memory holds at most one batch per device beside the results.
 """
 
 from __future__ import annotations
