@@ -497,6 +497,22 @@ def transfers_table(d):
             )
             + " |"
         )
+    parallel = d.get("parallel")
+    if parallel:
+        out += [
+            "",
+            f"Uploads to {parallel[0]['devices']} GPUs at once (`--devices`), one share each, GB/s of the whole "
+            "array beside one GPU's upload of all of it:",
+            "",
+            "| batch x features | MB | page-locked: one GPU | all at once | ratio | pageable: one GPU | all at once | ratio |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for r in parallel:
+            out.append(
+                f"| {r['batch']} x {r['features']} | {r['bytes'] / 1e6:.1f} | {r['pinned_one_gbs']:.1f} | "
+                f"{r['pinned_all_gbs']:.1f} | {r['pinned_speedup']:.2f}x | {r['pageable_one_gbs']:.1f} | "
+                f"{r['pageable_all_gbs']:.1f} | {r['pageable_speedup']:.2f}x |"
+            )
     launch = d.get("launch")
     if launch:
         out += [
