@@ -237,7 +237,12 @@ def test_a_predict_over_two_devices_has_a_pass_in_flight_on_each_before_it_waits
     model = small_model()
     x = np.random.default_rng(12).uniform(-1, 1, (300, 37)).astype(np.float32)
     want = model.predict(x, batch_size=150)  # the shares' plan (a GPU's kernels differ by batch)
-    model.predict(x, devices=[device, twin])  # the first call makes the second device's plan
+    converted, convert = [], model._converted
+    monkeypatch.setattr(model, "_converted", lambda xs: converted.append(len(xs[0])) or convert(xs))
+    # the first call makes the second device's plan: its share waits until the first share is taken,
+    # and is converted once all the same
+    np.testing.assert_array_equal(model.predict(x, devices=[device, twin]), want)
+    assert converted == [150, 150]
     log = []
     start, result = plan_module.Plan.start, plan_module.PendingPass.result
     monkeypatch.setattr(plan_module.Plan, "start", lambda plan, *a, **k: log.append("start") or start(plan, *a, **k))

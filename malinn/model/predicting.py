@@ -236,11 +236,19 @@ class Predicting(ModelHost):
                 f" (plan {replica + 1})" if pool.count(device) > 1 else ""
             )
             made: list = [0, None]  # the largest pass so far and its plan (made for this call)
+            deferred: list = [None, None]  # a batch begun while holding that must wait, and its inputs
 
             def begin(
-                batch: Any, holding: bool, device: Device = device, replica: int = replica, made: list = made
+                batch: Any,
+                holding: bool,
+                device: Device = device,
+                replica: int = replica,
+                made: list = made,
+                deferred: list = deferred,
             ) -> Callable[[], list] | None:
-                xs = prepare(batch)  # checked: every input of as many samples
+                # checked: every input of as many samples (once: a batch that had to wait comes again)
+                xs = deferred[1] if deferred[0] is batch else prepare(batch)
+                deferred[0] = deferred[1] = None
                 m = xs[0].shape[0]
                 if m == 0:
                     empty = self._no_samples(every_layer)
@@ -251,16 +259,17 @@ class Predicting(ModelHost):
                 if made[1] is None:  # a plan to make waits for the device's locks: not while holding
                     if holding:
                         made[1] = self._kept_plan(made[0], device, every_layer, replica)
-                        if made[1] is None:
-                            return None
                     else:
                         made[1] = self.plan(made[0], device, every_layer, replica=replica)
                 plan = made[1]
-                if m <= size:
+                if plan is not None and m <= size:
                     pending = plan.start(xs, blocking=not holding)
-                    return None if pending is None else pending.result
-                if holding:
+                    if pending is not None:  # (not holding: always)
+                        return pending.result
+                if holding:  # it would wait (a plan to make, a lock, passes one after another): begun
+                    deferred[0], deferred[1] = batch, xs  # again once the passes in flight are taken
                     return None
+                assert plan is not None  # made above, not holding; the batch takes several passes
                 parts = [plan.run([a[s : s + size] for a in xs]) for s in range(0, m, size)]
                 joined = [np.concatenate(p, axis=0) for p in zip(*parts)]
                 return lambda: joined

@@ -405,9 +405,10 @@ class Plan:
         """:meth:`run` in two halves: the pass's uploads and launches enqueued (its reads too, or
         when it is waited for: the backend's :meth:`~malinn.backends.base.Device.start_pass`
         decides), and the pass handed back (its :meth:`PendingPass.result` waits for it), so that
-        one thread keeps several devices busy at once. The plan's :attr:`lock` is held until the result is taken, which must be in
-        this thread. Not ``blocking``: None where another thread holds the lock (a thread holding
-        other passes' locks must not wait for one: two such threads could wait for each other).
+        one thread keeps several devices busy at once. The plan's :attr:`lock` is held until the
+        result is taken, which must be in this thread. Not ``blocking``: None where another thread
+        holds the lock (a thread holding other passes' locks must not wait for one: two such
+        threads could wait for each other).
 
         Raises:
             DeviceError: a launch or an upload failed (the lock given back).
