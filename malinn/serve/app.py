@@ -322,10 +322,12 @@ def build_app(
             else:
                 watch = asyncio.ensure_future(disconnected(receive))
                 watch.add_done_callback(went)
+            handed = time.monotonic()
             # raises what ended the request
             outputs, number, batch, queued_s, parsed, signature = await run(
                 name, served, parsed, pinned, deadline, lambda signature: parse_predict(body, signature)
             )
+            ran_s = time.monotonic() - handed
         except asyncio.CancelledError:
             if not ended:
                 raise  # the server is stopping at once
@@ -340,8 +342,9 @@ def build_app(
             elif connection is not None:
                 connection.unwatch(lost)
         record["version"] = number
-        record["batch"], record["queue_ms"] = batch, round(queued_s * 1e3, 3)
+        record["batch"], record["queue_ms"], record["run_ms"] = batch, round(queued_s * 1e3, 3), round(ran_s * 1e3, 3)
         metrics.observe("malinn_serve_queue_latency_seconds", (name,), queued_s)
+        metrics.observe("malinn_serve_run_latency_seconds", (name,), ran_s)
         values = sum(o.size for o in outputs)
         if parsing is not None and values >= encode_min_values:
             metrics.count("malinn_serve_worker_encodes_total", ())

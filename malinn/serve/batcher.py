@@ -214,7 +214,7 @@ class Batcher:
         predict: runs a list of input arrays (batch first) and returns a list of output arrays.
         params: the batching parameters.
         name: the version's name, for the thread (``digits/3``).
-        observe: called after each predict call with ``(samples, padded_to)``.
+        observe: called after each predict call with ``(samples, padded_to, seconds)``.
     """
 
     def __init__(
@@ -497,9 +497,10 @@ class Batcher:
         padded call, or calls of the largest size for more (without batching: the request's own
         call, as it came)."""
         if not self.params.enabled:
+            started = time.monotonic()
             outputs = self._predict(arrays)
             if self._observe is not None:
-                self._observe(n, n)
+                self._observe(n, n, time.monotonic() - started)
             return outputs
         largest = self._sizes[-1]
         if n > largest:
@@ -510,7 +511,8 @@ class Batcher:
         size = next(s for s in self._sizes if s >= n)
         if arrays[0].shape[0] < size:  # (stacked by _stack, the padding is there already)
             arrays = [np.concatenate([a, np.zeros((size - n,) + a.shape[1:], a.dtype)]) for a in arrays]
+        started = time.monotonic()
         outputs = self._predict(arrays)
         if self._observe is not None:
-            self._observe(n, size)
+            self._observe(n, size, time.monotonic() - started)
         return [out[:n] for out in outputs] if size > n else outputs

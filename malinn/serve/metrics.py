@@ -10,6 +10,13 @@ Served at TensorFlow Serving's ``/monitoring/prometheus/metrics``:
   arrival to its answer;
 * ``malinn_serve_queue_latency_seconds{model}``: a histogram of the time predict requests waited
   for their batch;
+* ``malinn_serve_run_latency_seconds{model}``: a histogram of the time from a parsed predict
+  request's hand-over to the model until its outputs came back: its queue, its predict call and,
+  with ``--http-workers``, the pipes to the process that owns the device and back and the front's
+  event-loop turns before its message leaves and after its answer arrives (a request's latency
+  beyond it is the HTTP and JSON work around it: reading, parsing, writing the answer);
+* ``malinn_serve_compute_latency_seconds{model,version}``: a histogram of the time of each predict
+  call (a batch), its samples on the device and back;
 * ``malinn_serve_batch_size{model,version}``: a histogram of the samples per predict call, and
   ``malinn_serve_padded_samples_total``: the zero samples added to reach an allowed size;
 * ``malinn_serve_worker_parses_total`` and ``malinn_serve_worker_encodes_total``: request bodies
@@ -111,6 +118,18 @@ class Metrics:
                 "histogram",
                 "Seconds predict requests waited for their batch.",
                 ("model",),
+                LATENCY_BUCKETS,
+            ),
+            "malinn_serve_run_latency_seconds": (
+                "histogram",
+                "Seconds from a parsed predict request's hand-over to the model until its outputs came back.",
+                ("model",),
+                LATENCY_BUCKETS,
+            ),
+            "malinn_serve_compute_latency_seconds": (
+                "histogram",
+                "Seconds of each predict call (a batch).",
+                ("model", "version"),
                 LATENCY_BUCKETS,
             ),
             "malinn_serve_batch_size": (

@@ -210,8 +210,9 @@ class ModelManager(VersionTable):
         def predict(arrays: list) -> list:
             return signature.output_arrays(model.predict(signature.model_input(arrays)))
 
-        def observe(samples: int, padded: int) -> None:
+        def observe(samples: int, padded: int, seconds: float) -> None:
             self.metrics.observe("malinn_serve_batch_size", (served.name, str(number)), samples)
+            self.metrics.observe("malinn_serve_compute_latency_seconds", (served.name, str(number)), seconds)
             if padded > samples:
                 self.metrics.count("malinn_serve_padded_samples_total", (served.name, str(number)), padded - samples)
 

@@ -387,6 +387,14 @@ def test_metrics_count_requests_errors_latency_batches_and_queue(server, keras_m
     assert grew("malinn_serve_batch_size_count", model="mlp", version="1") == 3
     assert grew("malinn_serve_batch_size_sum", model="mlp", version="1") == 3
     assert grew("malinn_serve_queue_latency_seconds_count", model="mlp") == 3
+    # each request ran in its own call: its hand-over to the model holds its queue and its call
+    assert grew("malinn_serve_run_latency_seconds_count", model="mlp") == 3
+    assert grew("malinn_serve_compute_latency_seconds_count", model="mlp", version="1") == 3
+    compute = grew("malinn_serve_compute_latency_seconds_sum", model="mlp", version="1")
+    queued = grew("malinn_serve_queue_latency_seconds_sum", model="mlp")
+    ran = grew("malinn_serve_run_latency_seconds_sum", model="mlp")
+    assert 0 < compute and 0 <= queued and compute + queued <= ran
+    assert ran <= grew("malinn_serve_request_latency_seconds_sum", model="mlp", api="predict")
     assert "# TYPE malinn_serve_queue_depth gauge" in after
     assert metric(after, "malinn_serve_queue_depth", model="mlp", version="1") == 0
     assert metric(after, "malinn_serve_model_versions", model="mlp", state="AVAILABLE") == 1
@@ -406,6 +414,7 @@ def test_one_json_log_line_per_request(server, keras_models):
     ]
     assert lines[0]["model"] == "mlp" and lines[0]["version"] == 1 and lines[0]["instances"] == 3
     assert lines[0]["latency_ms"] > 0 and lines[0]["bytes_in"] > 0
+    assert lines[0]["queue_ms"] <= lines[0]["run_ms"] <= lines[0]["latency_ms"]
     assert lines[1]["error_code"] == "NOT_FOUND" and "model" not in lines[1]
 
 

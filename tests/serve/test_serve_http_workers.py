@@ -141,6 +141,14 @@ def test_32_concurrent_clients_are_answered_right_and_counted_once(servers, kera
     )
     sums = [metric(t, "malinn_serve_batch_size_sum", model="mlp", version="1") for t in (before, after)]
     assert sums[1] - sums[0] == 320
+    # the fronts time each request's round trip to the model process, which times its calls
+    runs = [metric(t, "malinn_serve_run_latency_seconds_count", model="mlp") for t in (before, after)]
+    assert runs[1] - runs[0] == 160
+    calls = [metric(t, "malinn_serve_batch_size_count", model="mlp", version="1") for t in (before, after)]
+    computed = [
+        metric(t, "malinn_serve_compute_latency_seconds_count", model="mlp", version="1") for t in (before, after)
+    ]
+    assert computed[1] - computed[0] == calls[1] - calls[0] > 0
     assert "malinn_serve_in_flight 0" in after.splitlines()  # every request answered, in each front
     assert metric(after, "malinn_serve_model_versions", model="mlp", state="AVAILABLE") == 1
 
