@@ -12,9 +12,13 @@ MobileNetV2 (keras.applications, random weights, saved by Keras in a process of 
   (``on``: --max-batch-size 64 and the first of --batch-timeout-micros, default 0, ``on_<t>us``
   each other one; ``off``: --no-batching), and for each of 1, 8 and 64 clients, each client sending one-sample predicts
   (the row form, JSON) back to back on its own keep-alive connection for --seconds: requests/s,
-  p50, p99, failed requests (any answer but 200 with one prediction of the model's output size, or
-  a connection error), the mean samples per predict call (the server's batch-size histogram), and
-  the CPU each request cost the server's processes (``server_cpu_ms_per_request``: the server, its
+  p50, p99 and mean, failed requests (any answer but 200 with one prediction of the model's output
+  size, or a connection error), the mean samples per predict call (the server's batch-size
+  histogram), where the mean went (from the server's latency histograms scraped before and after
+  the point: ``server_ms`` in the server, of it ``run_ms`` from the hand-over to the model to its
+  outputs, of which ``queue_ms`` waiting for a batch; ``http_json_ms`` the rest of ``server_ms``;
+  ``compute_ms_per_call`` a predict call's time; ``outside_server_ms`` the client's mean beyond
+  ``server_ms``: client, kernel, uvicorn before the app), and the CPU each request cost the server's processes (``server_cpu_ms_per_request``: the server, its
   fronts and workers, the device driver's threads, from /proc), split into the process that owns
   the device (``model_process_cpu_ms_per_request``: its batchers, its ends of the fronts' pipes and
   the driver's threads, and with one HTTP worker the HTTP and JSON too; one process, so the
@@ -134,7 +138,49 @@ def mobilenet(path: Path, size: int, saved: Path | None = None) -> Path:
 
 def percentiles(seconds: list) -> dict:
     ms = np.asarray(seconds) * 1e3
-    return {"p50_ms": round(float(np.percentile(ms, 50)), 3), "p99_ms": round(float(np.percentile(ms, 99)), 3)}
+    return {
+        "p50_ms": round(float(np.percentile(ms, 50)), 3),
+        "p99_ms": round(float(np.percentile(ms, 99)), 3),
+        "mean_ms": round(float(ms.mean()), 3),
+    }
+
+
+#: the histograms whose sums and counts split a point's mean latency (:func:`stages`), by the name
+#: the point gives each
+TALLIED = {
+    "server": "malinn_serve_request_latency_seconds",
+    "run": "malinn_serve_run_latency_seconds",
+    "queue": "malinn_serve_queue_latency_seconds",
+    "compute": "malinn_serve_compute_latency_seconds",
+    "batch": "malinn_serve_batch_size",
+}
+
+
+def stages(before: dict, after: dict, client_mean_ms: float) -> dict:
+    """Where a point's mean request time went, from the server's histograms scraped before and after
+    it (:meth:`Server.tallies`): ``server_ms``, a predict request's time in the server (arrival to
+    answer); ``run_ms``, from its hand-over to the model until its outputs came back (queue, predict
+    call and, with HTTP workers, the pipes to the process owning the device and the front's event-loop
+    turns on either side); ``queue_ms``, its wait
+    for its batch; ``compute_ms_per_call``, a predict call's time; ``http_json_ms``, ``server_ms``
+    beyond ``run_ms`` (reading, parsing, writing, the event loop's turns); ``outside_server_ms``, the
+    client's mean beyond ``server_ms`` (the client, the kernel's TCP, uvicorn before the app); and
+    ``mean_batch``, the samples per predict call."""
+
+    def mean(name: str, scale: float = 1e3) -> float:
+        count = after[name][1] - before[name][1]
+        return round((after[name][0] - before[name][0]) / count * scale, 3) if count else 0.0
+
+    server, run = mean("server"), mean("run")
+    return {
+        "server_ms": server,
+        "run_ms": run,
+        "queue_ms": mean("queue"),
+        "compute_ms_per_call": mean("compute"),
+        "http_json_ms": round(server - run, 3),
+        "outside_server_ms": round(client_mean_ms - server, 3),
+        "mean_batch": mean("batch", 1.0),
+    }
 
 
 def in_process(path: Path, seconds: float) -> dict:
@@ -251,8 +297,9 @@ class Server:
         if self.port is None or self.proc.poll() is not None:
             raise SystemExit("malinn serve did not start")
 
-    def batches(self, model: str) -> tuple:
-        """The server's predict calls of ``model`` so far and their samples."""
+    def tallies(self, model: str) -> dict:
+        """The ``(sum, count)`` so far of each histogram of :data:`TALLIED` for ``model`` (predict
+        requests' latencies; every version's calls)."""
         import http.client
 
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
@@ -261,10 +308,14 @@ class Server:
             text = conn.getresponse().read().decode()
         finally:
             conn.close()
-        found = dict(
-            re.findall(rf'^malinn_serve_batch_size_(count|sum){{model="{re.escape(model)}"[^}}]*}} (\S+)$', text, re.M)
-        )
-        return float(found.get("count", 0)), float(found.get("sum", 0))
+        found = {}
+        for key, name in TALLIED.items():
+            sums = {"sum": 0.0, "count": 0.0}
+            for part, labels, value in re.findall(rf"^{name}_(sum|count){{([^}}]*)}} (\S+)$", text, re.M):
+                if f'model="{model}"' in labels and ('api="' not in labels or 'api="predict"' in labels):
+                    sums[part] += float(value)
+            found[key] = (sums["sum"], sums["count"])
+        return found
 
     def stop(self) -> int:
         self.proc.terminate()
@@ -483,10 +534,9 @@ def serve_points(
         load(server.port, path.stem, sample, outputs, 4, 1.0)  # connections and plans warm
         points = []
         for clients in CLIENTS:
-            calls, samples = server.batches(path.stem)
+            before = server.tallies(path.stem)
             point = load(server.port, path.stem, sample, outputs, clients, seconds, client_processes, server.proc.pid)
-            calls_after, samples_after = server.batches(path.stem)
-            point["mean_batch"] = round((samples_after - samples) / max(calls_after - calls, 1), 2)
+            point.update(stages(before, server.tallies(path.stem), point["mean_ms"]))
             print(
                 f"  http workers {http_workers}, parse workers {workers}, batching {mode}, {clients} clients: {point}",
                 flush=True,
