@@ -379,13 +379,13 @@ def build_app(
             name, tail = match["name"], match["tail"] or ""
             if name in manager.models:
                 record["model"] = name
+            record["api"] = {"": "status", "/metadata": "metadata", ":predict": "predict"}.get(tail, "other")
             given, label = match["version"], match["label"]
             version = None
             if given is not None:
                 if not given.isdigit():
                     raise _Refused("INVALID_ARGUMENT", f"Failed to convert version: {given} to numeric.")
                 version = int(given)
-            record["api"] = {"": "status", "/metadata": "metadata", ":predict": "predict"}.get(tail, "other")
             wanted = "POST" if tail.startswith(":") else "GET"
             if method != wanted and not (method == "HEAD" and wanted == "GET"):  # HEAD: GET's head alone
                 raise _Refused("METHOD_NOT_ALLOWED", f"{path} takes {wanted}, not {method}")
@@ -483,7 +483,6 @@ def build_app(
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
     ]
-    model_methods = frozenset(model_route.methods or ())  # Starlette adds HEAD to GET
 
     class App(Starlette):
         """Starlette's application whose model paths (every predict, status and metadata request)
@@ -492,7 +491,8 @@ def build_app(
         answers either way)."""
 
         async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-            if scope["type"] == "http" and scope["path"].startswith("/v1/models/") and scope["method"] in model_methods:
+            # (every method: a model path names the one it takes, POST or GET, in its 405)
+            if scope["type"] == "http" and scope["path"].startswith("/v1/models/"):
                 scope["app"] = self
                 await answer_model(scope, receive, send)
                 return

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import math
 import os
 import signal
@@ -37,7 +38,8 @@ __all__ = ["graceful_server", "run_front", "run_loop"]
 
 
 def graceful_server(app: Any, config: ServeConfig, limit: int, on_signal: Callable[[int], None]) -> Any:
-    """A uvicorn server of ``app`` (``limit`` connections at once) whose signals call
+    """A uvicorn server of ``app`` (``limit`` connections at once, a request on one more answered
+    503 with the API's JSON error and the connection closed) whose signals call
     ``on_signal(signum)`` once and stop it gracefully (uvicorn re-raises them, which would end the
     process with the signal's status: not here)."""
     import uvicorn
@@ -61,16 +63,31 @@ def graceful_server(app: Any, config: ServeConfig, limit: int, on_signal: Callab
                 on_signal(sig)
             super().handle_exit(sig, frame)
 
+    refusal = json.dumps(
+        {"error": f"The server is serving its limit of {limit} connections (--max-connections); try again later"},
+        separators=(",", ":"),
+    ).encode()
+
+    async def limited(scope: Any, receive: Any, send: Any) -> None:
+        # The limit is kept here, not by uvicorn's limit_concurrency: that one counts the connection
+        # asking among those served (limit - 1 served, none at 1) and answers plain text.
+        if scope["type"] == "http" and len(server.server_state.connections) > limit:
+            headers = [(b"content-length", str(len(refusal)).encode()), (b"content-type", b"application/json")]
+            await send({"type": "http.response.start", "status": 503, "headers": headers + [(b"connection", b"close")]})
+            await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else refusal})
+            return
+        await app(scope, receive, send)
+
     uv_config = uvicorn.Config(
-        app,
+        limited,
         http=_coalescing_protocol(),
         log_level="warning",
         access_log=False,
         lifespan="off",
-        limit_concurrency=limit,
         timeout_graceful_shutdown=int(config.request_timeout) + 5,
     )
-    return Server(uv_config)
+    server = Server(uv_config)
+    return server
 
 
 class _Coalescing:

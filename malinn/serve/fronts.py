@@ -15,7 +15,8 @@ process never reads or writes JSON, and its work a message does not grow with th
   20 ms), so that status, metadata and the choice of a request's version are answered in the front.
 * A metrics scrape asks every front for its counts and merges them with the batches counted here.
 * A front that exits (killed, out of memory) is started again with the same socket; the requests
-  it had queued are withdrawn. ``malinn_serve_front_restarts_total`` counts it.
+  it had queued are withdrawn. ``malinn_serve_front_restarts_total`` counts it, and its counts as
+  it last sent them stay in the sum (a counter that went back would read as a reset).
 * :meth:`Fronts.stop` sends SIGTERM to each front, which answers what it holds and exits; the
   requests they send meanwhile are still run here.
 """
@@ -75,6 +76,7 @@ class _Front:
         self.groups: set = set()  # the groups of its requests queued or running (Group.owner)
         self.up = False
         self.gone = False
+        self.counted: tuple | None = None  # its metrics as it last sent them (Metrics.snapshot)
 
     def answer(self, outputs: list, answered: list, failed: list) -> None:
         """A batcher's sink: the answers of one predict call to this front's requests, their rows
@@ -140,6 +142,7 @@ class Fronts:
         self._lock = threading.Lock()
         self._stopping = False
         self._dumps: dict = {}  # scrape id -> (event, replies, fronts asked)
+        self._exited = Metrics()  # the counts of the fronts that exited, as they last sent them
         self._ids = itertools.count()
         self._table = ""  # the table last sent, as text
         self._stop = threading.Event()
@@ -246,6 +249,7 @@ class Fronts:
         elif kind == "metrics":
             threading.Thread(target=self._scrape, args=(front, message[1]), daemon=True).start()
         elif kind == "dumped":
+            front.counted = message[2]
             waiting = self._dumps.get(message[1])
             if waiting is not None:
                 waiting[1].append((message[2], message[3]))
@@ -256,6 +260,8 @@ class Fronts:
             self._say(f"HTTP worker {front.index} listening (pid {message[1]})")
 
     def _lost(self, front: _Front) -> None:
+        if front.counted is not None:  # its counters and histograms go on in the sum (they never go back)
+            self._exited.merge(front.counted)
         with front.lock:
             front.gone = True
         front.withdraw()
@@ -335,6 +341,7 @@ class Fronts:
 
     def render(self, timeout: float = 5.0) -> str:
         """Every front's metrics merged with this process's, in Prometheus's text format."""
+        exited = self._exited.snapshot()  # (before the fronts are listed: a front is in one or the other)
         with self._lock:
             fronts = [f for f in self._fronts if f is not None and not f.gone]
         event = threading.Event()
@@ -350,6 +357,7 @@ class Fronts:
             self._dumps.pop(dump, None)
         merged = Metrics()
         merged.merge(self.metrics.snapshot())
+        merged.merge(exited)
         in_flight = 0
         for snapshot, held in list(replies):
             merged.merge(snapshot)

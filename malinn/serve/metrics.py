@@ -5,7 +5,7 @@ Served at TensorFlow Serving's ``/monitoring/prometheus/metrics``:
 * ``malinn_serve_requests_total{model,api,code}``: requests answered, by HTTP status;
 * ``malinn_serve_request_errors_total{model,api,error}``: requests refused or failed, by
   TensorFlow Serving's error code (INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, DEADLINE_EXCEEDED,
-  CANCELLED, INTERNAL, PAYLOAD_TOO_LARGE);
+  CANCELLED, INTERNAL, RESOURCE_EXHAUSTED; METHOD_NOT_ALLOWED for a 405);
 * ``malinn_serve_request_latency_seconds{model,api}``: a histogram of the time from a request's
   arrival to its answer;
 * ``malinn_serve_queue_latency_seconds{model}``: a histogram of the time predict requests waited
