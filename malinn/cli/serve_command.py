@@ -14,6 +14,7 @@ from ..serve.config import (
     ServeConfig,
     default_parse_workers,
     model_arg,
+    read_batching_file,
     read_config_file,
 )
 
@@ -83,9 +84,17 @@ def add_serve_command(
     )
     p.add_argument(
         "--model-config-file",
-        metavar="JSON",
-        help="a JSON file of models (model_config_list: name, base_path, model_version_policy, "
-        "version_labels, batching_parameters) and batching_parameters, which override the flags",
+        metavar="FILE",
+        help="a file of models: TensorFlow Serving's model config (model_config_list { config { name, "
+        "base_path, model_version_policy, version_labels } }, protocol buffers' text format) or the same "
+        "keys in JSON, where a model and the file may also give batching_parameters (over the flags)",
+    )
+    p.add_argument(
+        "--batching-parameters-file",
+        metavar="FILE",
+        help="TensorFlow Serving's batching parameters (max_batch_size { value: 32 }, batch_timeout_micros, "
+        "max_enqueued_batches, allowed_batch_sizes; num_batch_threads and pad_variable_length_inputs are "
+        "checked and left), in its text format or JSON, over the batching flags",
     )
     p.add_argument("--host", default="0.0.0.0", help="the address to listen on (default 0.0.0.0: every interface)")
     p.add_argument(
@@ -193,6 +202,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_enqueued_batches=args.max_enqueued_batches,
         allowed_batch_sizes=args.allowed_batch_sizes or (),
     ).checked("malinn serve", names={key: "--" + key.replace("_", "-") for key in BATCHING_FLAGS})
+    if args.batching_parameters_file:
+        batching = read_batching_file(args.batching_parameters_file, batching)
     models = [model_arg(text, batching, args.precision) for text in args.models]
     workers = args.parse_workers
     if args.model_config_file:

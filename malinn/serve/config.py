@@ -1,7 +1,9 @@
 """What ``malinn serve`` serves and how: the models, their versions, batching, limits.
 
-The settings come from the command line and, for several models, from a JSON config file whose
-keys follow TensorFlow Serving's model config and batching parameters (``docs/SERVING.md``)::
+The settings come from the command line and, for several models, from a config file: TensorFlow
+Serving's own (its model config in protocol buffers' text format, :mod:`malinn.serve.text_format`,
+with its batching parameters in a file of their own, ``--batching-parameters-file``), or the same
+keys in JSON (``docs/SERVING.md``)::
 
     {"model_config_list": [
         {"name": "digits", "base_path": "/srv/models/digits",
@@ -19,9 +21,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from .text_format import TextFormatError, read_text_format
 
 __all__ = [
     "BatchingParameters",
@@ -32,6 +37,7 @@ __all__ = [
     "ConfigFile",
     "model_arg",
     "read_config_file",
+    "read_batching_file",
     "default_parse_workers",
     "PARSE_WORKER_MIN_BYTES",
     "ENCODE_WORKER_MIN_VALUES",
@@ -147,12 +153,20 @@ class BatchingParameters:
         if not isinstance(values, dict):
             raise ConfigError(f"{where}: batching_parameters must be an object, got {type(values).__name__}")
         known = {"enabled", "max_batch_size", "batch_timeout_micros", "max_enqueued_batches", "allowed_batch_sizes"}
-        unknown = sorted(set(values) - known)
+        unknown = sorted(set(values) - known - set(ACCEPTED_BATCHING))
         if unknown:
             raise ConfigError(
-                f"{where}: unknown batching parameter(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})"
+                f"{where}: unknown batching parameter(s) {', '.join(unknown)} "
+                f"(known: {', '.join(sorted(known | set(ACCEPTED_BATCHING)))})"
             )
         values = {k: _unwrapped(v) for k, v in values.items()}
+        for name, meaning in ACCEPTED_BATCHING.items():
+            if name in values:  # checked, then left: what it sets is fixed here
+                value = values.pop(name)
+                if isinstance(value, bool) != (name == "pad_variable_length_inputs") or (
+                    name == "num_batch_threads" and not (isinstance(value, int) and value >= 1)
+                ):
+                    raise ConfigError(f"{where}: {name} must be {meaning}, got {value!r}")
         if "allowed_batch_sizes" in values:
             if not isinstance(values["allowed_batch_sizes"], list):
                 raise ConfigError(f"{where}: allowed_batch_sizes must be a list of integers")
@@ -168,6 +182,12 @@ class BatchingParameters:
                 f"give it its own allowed_batch_sizes, the last equal to max_batch_size"
             )
         return updated.checked(where)
+
+
+#: TensorFlow Serving's batching parameters that a file of theirs may give and that malinn checks and
+#: leaves, by what each must be: one thread batches each model version (its device runs one call at
+#: a time), and every input has a fixed shape (nothing to pad)
+ACCEPTED_BATCHING = {"num_batch_threads": "a positive integer", "pad_variable_length_inputs": "true or false"}
 
 
 def _unwrapped(value: Any) -> Any:
@@ -272,22 +292,22 @@ class ConfigFile(NamedTuple):
 def read_config_file(
     path: str | os.PathLike[str], batching: BatchingParameters, precision: str | None = None
 ) -> ConfigFile:
-    """The models, global batching parameters and parse workers of a JSON config file.
+    """The models, global batching parameters and parse workers of a config file: TensorFlow
+    Serving's model config in protocol buffers' text format (``model_config_list { config { ... } }``)
+    or the same keys in JSON.
 
     Paths in it are relative to the file's folder.
 
     Raises:
-        ConfigError: the file cannot be read, is not JSON, or holds an unknown key or a bad value;
-            the message names the file and the entry.
+        ConfigError: the file cannot be read or parsed, or holds an unknown key or a bad value; the
+            message names the file and the entry (and the line, for a text-format error).
     """
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"config file {str(path)!r}: {exc.strerror or exc}") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"config file {str(path)!r} is not JSON: {exc}") from None
     where = f"config file {str(path)!r}"
+    data = _read(path, where, MODEL_CONFIG_REPEATED)
+    for entry in _entries(data):
+        if isinstance(entry, dict) and isinstance(entry.get("version_labels"), list):
+            entry["version_labels"] = _labels(entry["version_labels"], where)
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected an object with model_config_list")
     known = {"model_config_list", "batching_parameters", "parse_workers"}
@@ -309,6 +329,65 @@ def read_config_file(
     if len(set(names)) != len(names):
         raise ConfigError(f"{where}: model names must be distinct, got {names}")
     return ConfigFile(tuple(models), batching, workers)
+
+
+#: the repeated fields of TensorFlow Serving's model config and batching parameters (a list each,
+#: however often a text-format file gives them)
+MODEL_CONFIG_REPEATED = frozenset(("config", "versions", "version_labels", "allowed_batch_sizes"))
+
+
+def read_batching_file(path: str | os.PathLike[str], batching: BatchingParameters) -> BatchingParameters:
+    """``batching`` with a batching parameters file's values over it: TensorFlow Serving's
+    ``--batching_parameters_file`` (protocol buffers' text format, ``max_batch_size { value: 32 }``),
+    or the same keys in JSON.
+
+    Raises:
+        ConfigError: the file cannot be read or parsed, or holds an unknown key or a bad value; the
+            message names the file (and the line, for a text-format error).
+    """
+    path = Path(path)
+    where = f"batching parameters file {str(path)!r}"
+    return batching.updated(_read(path, where, MODEL_CONFIG_REPEATED), where)
+
+
+def _read(path: Path, where: str, repeated: frozenset) -> Any:
+    """A config file's document: protocol buffers' text format where its first character (past
+    comments and space) begins a field's name, else JSON."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{where}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{where} is not text (UTF-8): {exc}") from None
+    if not re.match(r"[A-Za-z_]|$", re.sub(r"(?m)^\s*#.*$", "", text).lstrip()):
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise ConfigError(f"{where} is not JSON: {exc}") from None
+    try:
+        return read_text_format(text, repeated)
+    except TextFormatError as exc:
+        raise ConfigError(f"{where} is neither JSON nor protocol buffers' text format: {exc}") from None
+
+
+def _entries(data: Any) -> list:
+    """The model entries of a config document, as far as it has them (checked later)."""
+    entries = data.get("model_config_list") if isinstance(data, dict) else None
+    if isinstance(entries, dict):
+        entries = entries.get("config")
+    return entries if isinstance(entries, list) else []
+
+
+def _labels(entries: list, where: str) -> dict:
+    """A text-format file's ``version_labels { key: 'stable' value: 1 }`` entries as one mapping."""
+    labels: dict = {}
+    for entry in entries:
+        if not isinstance(entry, dict) or set(entry) != {"key", "value"} or not isinstance(entry["key"], str):
+            raise ConfigError(f"{where}: each version_labels entry gives a key (a label) and a value (a version)")
+        if entry["key"] in labels:
+            raise ConfigError(f"{where}: the version label {entry['key']!r} is given twice")
+        labels[entry["key"]] = entry["value"]
+    return labels
 
 
 def _model_entry(
