@@ -30,6 +30,7 @@ from typing import Any
 
 from .app import CONNECTION
 from .config import ServeConfig
+from .front_accept import ShareAcceptor
 from .front_link import FrontTable, ModelLink
 from .metrics import Metrics
 from .parse_workers import ParsePool
@@ -37,14 +38,43 @@ from .parse_workers import ParsePool
 __all__ = ["graceful_server", "run_front", "run_loop"]
 
 
-def graceful_server(app: Any, config: ServeConfig, limit: int, on_signal: Callable[[int], None]) -> Any:
+def graceful_server(
+    app: Any, config: ServeConfig, limit: int, on_signal: Callable[[int], None], share: tuple | None = None
+) -> Any:
     """A uvicorn server of ``app`` (``limit`` connections at once, a request on one more answered
     503 with the API's JSON error and the connection closed) whose signals call
     ``on_signal(signum)`` once and stop it gracefully (uvicorn re-raises them, which would end the
-    process with the signal's status: not here)."""
+    process with the signal's status: not here). With ``share`` (the fronts' connection counts and
+    this front's slot) the socket it serves is shared with other fronts, and it accepts its share of
+    the connections (:class:`~malinn.serve.front_accept.ShareAcceptor`)."""
     import uvicorn
 
     class Server(uvicorn.Server):
+        acceptor: ShareAcceptor | None = None
+
+        async def startup(self, sockets: list | None = None) -> None:
+            if share is None or not sockets:
+                await super().startup(sockets)
+                return
+            await super().startup(sockets=[])  # everything but the socket's own server: accepted here
+            loop = asyncio.get_running_loop()
+            uv = self.config
+
+            def protocol() -> Any:
+                return uv.http_protocol_class(  # type: ignore[call-arg]
+                    config=uv, server_state=self.server_state, app_state=self.lifespan.state, _loop=loop
+                )
+
+            self.acceptor = ShareAcceptor(
+                sockets[0], share[0], share[1], lambda: len(self.server_state.connections), protocol
+            )
+            self.acceptor.start(loop)
+
+        async def shutdown(self, sockets: list | None = None) -> None:
+            if self.acceptor is not None:
+                self.acceptor.stop()  # accepts no more, as the socket's server would once closed
+            await super().shutdown(sockets)
+
         @contextlib.contextmanager
         def capture_signals(self):
             if threading.current_thread() is not threading.main_thread():
@@ -192,9 +222,10 @@ def run_loop(main: Coroutine, server: Any) -> Any:
             loop.close()
 
 
-def run_front(index: int, sock: Any, conn: Any, config: ServeConfig, parent: int) -> None:
+def run_front(index: int, sock: Any, conn: Any, config: ServeConfig, parent: int, counts: Any = None) -> None:
     """An HTTP front process: serves ``sock`` until a signal stops it or the model process (pid
-    ``parent``, at the other end of ``conn``) is gone."""
+    ``parent``, at the other end of ``conn``) is gone; with ``counts`` (every front's connection
+    count, :class:`~malinn.serve.front_accept.ConnectionCounts`), its share of the connections."""
     from .app import build_app
 
     metrics = Metrics()
@@ -208,7 +239,7 @@ def run_front(index: int, sock: Any, conn: Any, config: ServeConfig, parent: int
     def stopping(signum: int) -> None:
         table.stopping = True
 
-    server = graceful_server(app, config, limit, stopping)
+    server = graceful_server(app, config, limit, stopping, None if counts is None else (counts, index))
     lost = []
 
     def gone() -> None:

@@ -36,6 +36,7 @@ import numpy as np
 
 from .batcher import Cancelled, DeadlineExceeded, Group, Overloaded, Retired, Unavailable
 from .config import ServeConfig
+from .front_accept import ConnectionCounts
 from .front_link import PipeReader, pack, unpack, write_message, writes_whole
 from .front_process import run_front
 from .metrics import Metrics
@@ -147,6 +148,7 @@ class Fronts:
         self._table = ""  # the table last sent, as text
         self._stop = threading.Event()
         self._pipes = PipeReader(self._handle, self._gone, "malinn-serve front links")  # one thread reads every pipe
+        self._counts = ConnectionCounts(self._context, config.http_workers)  # each front's connections
 
     # ------------------------------------------------------------------ processes
     def start(self) -> None:
@@ -157,9 +159,10 @@ class Fronts:
 
     def _start(self, index: int) -> None:
         mine, theirs = self._context.Pipe()
+        self._counts.starting(index)
         process = self._context.Process(
             target=run_front,
-            args=(index, self.sock, theirs, self.config, os.getpid()),
+            args=(index, self.sock, theirs, self.config, os.getpid(), self._counts.array),
             name=f"malinn-serve front {index}",
             daemon=False,
         )
@@ -260,6 +263,7 @@ class Fronts:
             self._say(f"HTTP worker {front.index} listening (pid {message[1]})")
 
     def _lost(self, front: _Front) -> None:
+        self._counts.gone(front.index)
         if front.counted is not None:  # its counters and histograms go on in the sum (they never go back)
             self._exited.merge(front.counted)
         with front.lock:
