@@ -9,12 +9,12 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import re
 import signal
 import time
 
 import pytest
 from serving import ServerProcess, close, metric
+from test_serve_http_workers import front_pids
 
 
 def wait_said(proc: ServerProcess, words: str, timeout: float = 120) -> None:
@@ -36,18 +36,23 @@ def answer(conn: http.client.HTTPConnection, method: str, path: str, body=None) 
     return response.status, response.headers, json.loads(response.read())
 
 
-@pytest.fixture(scope="module")
-def limited(keras_models):
-    """One process serving ``mlp`` with ``--max-connections 2``, logging each request."""
-    proc = ServerProcess(
-        str(keras_models.path("mlp")), "--parse-workers", "0", "--max-connections", "2", "--log-requests"
-    )
+def serving(*args: str):
+    """A server of ``args`` once it says it is ready; stopped after, with exit status 0."""
+    proc = ServerProcess(*args)
     try:
         wait_said(proc, "ready")
         yield proc
     finally:
         status = proc.stop()
     assert status == 0, "\n".join(proc.stderr)
+
+
+@pytest.fixture(scope="module")
+def limited(keras_models):
+    """One process serving ``mlp`` with ``--max-connections 2``, logging each request."""
+    yield from serving(
+        str(keras_models.path("mlp")), "--parse-workers", "0", "--max-connections", "2", "--log-requests"
+    )
 
 
 def test_max_connections_serves_that_many_and_refuses_the_next_with_a_json_503(limited, keras_models):
@@ -82,13 +87,7 @@ def test_max_connections_serves_that_many_and_refuses_the_next_with_a_json_503(l
 @pytest.fixture(scope="module")
 def fronts(keras_models):
     """``mlp`` served by two HTTP fronts sharing ``--max-connections 2``."""
-    proc = ServerProcess(str(keras_models.path("mlp")), "--http-workers", "2", "--max-connections", "2")
-    try:
-        wait_said(proc, "ready")
-        yield proc
-    finally:
-        status = proc.stop()
-    assert status == 0, "\n".join(proc.stderr)
+    yield from serving(str(keras_models.path("mlp")), "--http-workers", "2", "--max-connections", "2")
 
 
 def test_max_connections_shared_by_http_fronts_serves_each_fronts_share(fronts):
@@ -99,16 +98,6 @@ def test_max_connections_shared_by_http_fronts_serves_each_fronts_share(fronts):
         assert status == 200, got
     finally:
         conn.close()
-
-
-def front_pids(proc: ServerProcess) -> dict:
-    """``{front index: pid}`` of the fronts listening now, from the server's stderr."""
-    found = {}
-    for line in list(proc.stderr):
-        match = re.search(r"HTTP worker (\d+) listening \(pid (\d+)\)", line)
-        if match:
-            found[int(match[1])] = int(match[2])
-    return found
 
 
 def test_the_counts_of_a_front_that_exited_stay_in_the_metrics(fronts, keras_models):
