@@ -343,8 +343,7 @@ def build_app(
                 connection.unwatch(lost)
         record["version"] = number
         record["batch"], record["queue_ms"], record["run_ms"] = batch, round(queued_s * 1e3, 3), round(ran_s * 1e3, 3)
-        metrics.observe("malinn_serve_queue_latency_seconds", (name,), queued_s)
-        metrics.observe("malinn_serve_run_latency_seconds", (name,), ran_s)
+        metrics.ran(name, queued_s, ran_s)
         values = sum(o.size for o in outputs)
         if parsing is not None and values >= encode_min_values:
             metrics.count("malinn_serve_worker_encodes_total", ())

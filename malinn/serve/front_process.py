@@ -5,8 +5,10 @@ process (``--http-workers``): SIGTERM, SIGINT and SIGHUP close the listening soc
 connections, answer every request in flight and end the server; a second Ctrl-C stops at once.
 Its HTTP/1.1 protocol is uvicorn's (httptools' parser where installed) with the writes of one
 turn of the event loop joined, so that an answer's head and body reach the client as one segment,
-and a request's disconnect watch a callback of its connection's (no task a request);
-:func:`run_loop` runs it on uvloop where installed.
+and a request's disconnect watch a callback of its connection's (no task a request); a
+front's server accepts its share of the shared socket's connections
+(:class:`~malinn.serve.front_accept.ShareAcceptor`); :func:`run_loop` runs it on uvloop where
+installed.
 
 :func:`run_front` is a front process's whole life, spawned by :mod:`malinn.serve.fronts` with the
 listening socket and its pipe: the REST API (:mod:`malinn.serve.app`) on its copy of the version

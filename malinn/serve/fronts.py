@@ -1,8 +1,9 @@
 """The model process's side of ``--http-workers N``: N HTTP front processes on one port, and the
 requests they send run here, where the device and the batchers are.
 
-The listening socket is bound here and inherited by every front (the kernel hands each new
-connection to one of the fronts accepting on it). A front parses the request's JSON and sends its
+The listening socket is bound here and inherited by every front, which accepts its even share
+of the connections (:mod:`malinn.serve.front_accept`: the fronts' counts are in an array made
+here). A front parses the request's JSON and sends its
 arrays over its pipe (:mod:`malinn.serve.front_link` lists the messages), the requests of one turn
 of its event loop in one message, those of one model version stacked into one group; here one
 thread reads every front's pipe (:class:`~malinn.serve.front_link.PipeReader`) and puts each group in its version's batcher as one unit

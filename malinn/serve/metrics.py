@@ -153,6 +153,13 @@ class Metrics:
         with self._lock:
             self._observe(name, meta[3], labels, value)
 
+    def ran(self, model: str, queued: float, run: float) -> None:
+        """A predict request's outputs came back: its wait for a batch (``queued`` seconds) and its run
+        (``run`` seconds) observed, as :meth:`observe` would, under one hold of the lock."""
+        with self._lock:
+            self._observe("malinn_serve_queue_latency_seconds", LATENCY_BUCKETS, (model,), queued)
+            self._observe("malinn_serve_run_latency_seconds", LATENCY_BUCKETS, (model,), run)
+
     def answered(self, model: str, api: str, status: int, code: str | None, seconds: float) -> None:
         """One request answered: ``malinn_serve_requests_total`` by its status, where it failed
         ``malinn_serve_request_errors_total`` by its error code, and its latency observed (as
